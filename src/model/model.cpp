@@ -1,0 +1,294 @@
+// model.cpp: planning, forward and backward of the Transformer. Each sub-layer is the five lines
+// of docs/MODEL.md; backward mirrors them in reverse with the same names prefixed d.
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "model/init.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/common.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
+#include "ops/layernorm.h"
+#include "ops/matmul.h"
+#include "ops/residual.h"
+#include "ops/rmsnorm.h"
+#include "ops/softmax_xent.h"
+#include "util/rng.h"
+
+namespace normlab {
+
+using namespace ops;
+
+template <class S>
+static void zero(S* p, size_t n) {
+  std::memset(p, 0, n * sizeof(S));
+}
+
+template <class S>
+Model<S>::Model(ModelConfig cfg) : cfg_(std::move(cfg)) {
+  cfg_.validate();
+  table_ = make_param_table(cfg_);
+  params_.assign(table_.total, S(0));
+  grads_.assign(table_.total, S(0));
+  init_params(params_.data(), table_, cfg_);
+  for (int l = 0; l < cfg_.n_layers; l++)
+    for (Sublayer sub : {Sublayer::Attn, Sublayer::Mlp}) {
+      p_.push_back(sublayer_params(table_, params_.data(), l, sub));
+      dp_.push_back(sublayer_params(table_, grads_.data(), l, sub));
+    }
+  auto norm_view = [&](S* base, const char* prefix) {
+    const ParamSpec* w = table_.find(std::string(prefix) + ".weight");
+    const ParamSpec* b = table_.find(std::string(prefix) + ".bias");
+    return NormParams<S>{w ? base + w->offset : nullptr, b ? base + b->offset : nullptr};
+  };
+  lnf_ = norm_view(params_.data(), "ln_f");
+  dlnf_ = norm_view(grads_.data(), "ln_f");
+}
+
+template <class S>
+void Model<S>::set_training(bool training, uint64_t dropout_seed) {
+  training_ = training;
+  dropout_seed_ = dropout_seed;
+}
+
+// One table of activation buffers: each entry names where its pointer goes and how many scalars
+// it needs; plan() sums them, allocates once, and hands out the pointers.
+template <class S>
+void Model<S>::plan(int B, int T) {
+  if (B == B_ && T == T_) return;
+  B_ = B;
+  T_ = T;
+  const size_t N = size_t(B) * T, C = cfg_.d_model, F = cfg_.ff(), V = cfg_.vocab_size();
+  const size_t NH = cfg_.n_heads, L = cfg_.n_layers;
+  struct Entry {
+    S** ptr;
+    size_t count;
+  };
+  std::vector<Entry> plan;
+  a_.assign(2 * L, SublayerActs<S>{});
+  streams_.assign(2 * L + 1, nullptr);
+  plan.push_back({&streams_[0], N * C});
+  for (size_t i = 0; i < 2 * L; i++) {
+    SublayerActs<S>& a = a_[i];
+    const NormSites sites = norm_sites(cfg_.placement_of(int(i / 2)));
+    const bool attn = i % 2 == 0;
+    if (sites.in) plan.insert(plan.end(), {{&a.h, N * C}, {&a.in_mean, N}, {&a.in_rstd, N}});
+    plan.push_back({&a.hid, N * (attn ? 3 * C : F)});
+    if (attn) plan.push_back({&a.att, size_t(B) * NH * T * T});
+    plan.push_back({&a.mix, N * (attn ? C : F)});
+    plan.push_back({&a.f, N * C});
+    if (sites.branch) plan.insert(plan.end(), {{&a.g, N * C}, {&a.br_mean, N}, {&a.br_rstd, N}});
+    if (sites.out) plan.insert(plan.end(), {{&a.r, N * C}, {&a.out_mean, N}, {&a.out_rstd, N}});
+    plan.push_back({&streams_[i + 1], N * C});
+  }
+  if (cfg_.has_final_norm()) plan.insert(plan.end(), {{&xf_, N * C}, {&lnf_mean_, N}, {&lnf_rstd_, N}});
+  plan.insert(plan.end(), {{&logits_, N * V}, {&lse_, N}});
+  plan.insert(plan.end(), {{&dstream_[0], N * C}, {&dstream_[1], N * C}, {&dh_, N * C},
+                           {&df_, N * C}, {&dg_, N * C}, {&dr_, N * C}, {&dmix_, N * std::max(C, F)},
+                           {&dhid_, N * std::max(3 * C, F)}, {&datt_, size_t(B) * NH * T * T}});
+  size_t total = 0;
+  for (const auto& e : plan) total += e.count;
+  acts_.assign(total, S(0));
+  size_t offset = 0;
+  for (const auto& e : plan) {
+    *e.ptr = acts_.data() + offset;
+    offset += e.count;
+  }
+  // aliases for absent sites
+  for (size_t i = 0; i < 2 * L; i++) {
+    SublayerActs<S>& a = a_[i];
+    const NormSites sites = norm_sites(cfg_.placement_of(int(i / 2)));
+    a.x_in = streams_[i];
+    a.x_out = streams_[i + 1];
+    if (!sites.in) a.h = a.x_in;
+    if (!sites.branch) a.g = a.f;
+    if (!sites.out) a.r = a.x_out;
+  }
+  if (!cfg_.has_final_norm()) xf_ = streams_[2 * L];
+  ids_.assign(N, 0);
+  labels_.assign(N, kIgnoreLabel);
+}
+
+template <class S>
+void Model<S>::norm_forward(S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p) {
+  const int N = B_ * T_, C = cfg_.d_model;
+  if (cfg_.norm == NormKind::LayerNorm)
+    layernorm_forward(out, mean, rstd, inp, p.weight, p.bias, N, C, cfg_.eps);
+  else
+    rmsnorm_forward(out, rstd, inp, p.weight, N, C, cfg_.eps);
+}
+
+template <class S>
+void Model<S>::norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
+                             const NormParams<S>& p, const S* mean, const S* rstd) {
+  const int N = B_ * T_, C = cfg_.d_model;
+  if (cfg_.norm == NormKind::LayerNorm)
+    layernorm_backward(dinp, dp.weight, dp.bias, dout, inp, p.weight, mean, rstd, N, C);
+  else
+    rmsnorm_backward(dinp, dp.weight, dout, inp, p.weight, rstd, N, C);
+}
+
+template <class S>
+uint64_t Model<S>::dropout_site_seed(int site) const {
+  uint64_t state = dropout_seed_ ^ (uint64_t(cfg_.seed) << 20) ^ uint64_t(site);
+  return splitmix64(state);
+}
+
+template <class S>
+void Model<S>::sublayer_forward(int l, Sublayer which) {
+  const int i = 2 * l + (which == Sublayer::Mlp);
+  const SublayerActs<S>& a = a_[i];
+  const SublayerParams<S>& p = p_[i];
+  const NormSites sites = norm_sites(cfg_.placement_of(l));
+  const int B = B_, T = T_, N = B * T, C = cfg_.d_model, F = cfg_.ff();
+  const size_t NC = size_t(N) * C;
+  // h = ln_in(x)
+  if (sites.in) norm_forward(a.h, a.in_mean, a.in_rstd, a.x_in, p.ln_in);
+  // f = F(h)
+  if (which == Sublayer::Attn) {
+    matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, 3 * C);
+    attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, cfg_.causal());
+    matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C);
+  } else {
+    matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, F);
+    if (cfg_.activation == Activation::Gelu) gelu_forward(a.mix, a.hid, size_t(N) * F);
+    else relu_forward(a.mix, a.hid, size_t(N) * F);
+    matmul_forward(a.f, a.mix, p.w2, p.b2, N, F, C);
+  }
+  if (training_ && cfg_.dropout > 0) dropout_forward(a.f, a.f, cfg_.dropout, dropout_site_seed(i + 1), NC);
+  // g = ln_branch(f)
+  if (sites.branch) norm_forward(a.g, a.br_mean, a.br_rstd, a.f, p.ln_branch);
+  // r = alpha * x + g
+  residual_forward(a.r, a.x_in, a.g, S(cfg_.residual_alpha(l)), NC);
+  // x' = ln_out(r)
+  if (sites.out) norm_forward(a.x_out, a.out_mean, a.out_rstd, a.r, p.ln_out);
+}
+
+template <class S>
+void Model<S>::sublayer_backward(int l, Sublayer which, const S* dx_out, S* dx_in) {
+  const int i = 2 * l + (which == Sublayer::Mlp);
+  const SublayerActs<S>& a = a_[i];
+  const SublayerParams<S>& p = p_[i];
+  const SublayerParams<S>& dp = dp_[i];
+  const NormSites sites = norm_sites(cfg_.placement_of(l));
+  const int B = B_, T = T_, N = B * T, C = cfg_.d_model, F = cfg_.ff();
+  const size_t NC = size_t(N) * C;
+  // x' = ln_out(r)
+  const S* dr = dx_out;
+  if (sites.out) {
+    zero(dr_, NC);
+    norm_backward(dr_, dp.ln_out, dx_out, a.r, p.ln_out, a.out_mean, a.out_rstd);
+    dr = dr_;
+  }
+  // r = alpha * x + g:  dx = alpha * dr (assigned here, the input-norm path adds below);  dg = dr
+  const S alpha = S(cfg_.residual_alpha(l));
+#pragma omp parallel for schedule(static)
+  for (long k = 0; k < (long)NC; k++) dx_in[k] = alpha * dr[k];
+  // g = ln_branch(f)
+  const S* df = dr;
+  if (sites.branch) {
+    zero(df_, NC);
+    norm_backward(df_, dp.ln_branch, dr, a.f, p.ln_branch, a.br_mean, a.br_rstd);
+    df = df_;
+  }
+  if (training_ && cfg_.dropout > 0) {
+    zero(dg_, NC);
+    dropout_backward(dg_, df, cfg_.dropout, dropout_site_seed(i + 1), NC);
+    df = dg_;
+  }
+  // f = F(h); without an input norm h is x itself, so dh accumulates straight into dx
+  S* dh = sites.in ? dh_ : dx_in;
+  if (sites.in) zero(dh_, NC);
+  if (which == Sublayer::Attn) {
+    zero(dmix_, NC);
+    matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C);
+    zero(dhid_, NC * 3);
+    attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, cfg_.causal());
+    matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, 3 * C);
+  } else {
+    const size_t NF = size_t(N) * F;
+    zero(dmix_, NF);
+    matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, F, C);
+    zero(dhid_, NF);
+    if (cfg_.activation == Activation::Gelu) gelu_backward(dhid_, a.hid, dmix_, NF);
+    else relu_backward(dhid_, a.hid, dmix_, NF);
+    matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, F);
+  }
+  // h = ln_in(x)
+  if (sites.in) norm_backward(dx_in, dp.ln_in, dh_, a.x_in, p.ln_in, a.in_mean, a.in_rstd);
+}
+
+template <class S>
+double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T) {
+  plan(B, T);
+  const int N = B * T, C = cfg_.d_model, V = cfg_.vocab_size(), L = cfg_.n_layers;
+  std::copy(ids, ids + N, ids_.begin());
+  std::copy(labels, labels + N, labels_.begin());
+  const S* wte = params_.data() + table_.specs[0].offset;
+  const S* wpe = params_.data() + table_.specs[1].offset;
+  // x0 = wte[ids] + wpe
+  embedding_forward(streams_[0], ids_.data(), wte, wpe, B, T, C);
+  if (training_ && cfg_.dropout > 0)
+    dropout_forward(streams_[0], streams_[0], cfg_.dropout, dropout_site_seed(0), size_t(N) * C);
+  for (int l = 0; l < L; l++) {
+    sublayer_forward(l, Sublayer::Attn);
+    sublayer_forward(l, Sublayer::Mlp);
+  }
+  // xf = ln_f(x);  logits = xf @ wte^T
+  if (cfg_.has_final_norm()) norm_forward(xf_, lnf_mean_, lnf_rstd_, streams_[2 * L], lnf_);
+  matmul_forward<S>(logits_, xf_, wte, nullptr, N, C, V);
+  const double sum = softmax_xent_forward(lse_, logits_, labels_.data(), N, V, &label_count_);
+  return label_count_ > 0 ? sum / double(label_count_) : std::numeric_limits<double>::quiet_NaN();
+}
+
+template <class S>
+void Model<S>::backward(double loss_scale) {
+  const int B = B_, T = T_, N = B * T, C = cfg_.d_model, V = cfg_.vocab_size(), L = cfg_.n_layers;
+  const size_t NC = size_t(N) * C;
+  if (label_count_ == 0) return;  // a batch without labels has no loss and no gradient
+  const S* wte = params_.data() + table_.specs[0].offset;
+  S* dwte = grads_.data() + table_.specs[0].offset;
+  S* dwpe = grads_.data() + table_.specs[1].offset;
+  // loss = mean xent(logits):  logits become dlogits in place
+  softmax_xent_backward(logits_, lse_, labels_.data(), loss_scale / double(label_count_), N, V);
+  // logits = xf @ wte^T
+  S* dx = dstream_[0];
+  S* dxf = cfg_.has_final_norm() ? dh_ : dx;
+  zero(dxf, NC);
+  matmul_backward<S>(dxf, dwte, nullptr, logits_, xf_, wte, N, C, V);
+  // xf = ln_f(x)
+  if (cfg_.has_final_norm()) {
+    zero(dx, NC);
+    norm_backward(dx, dlnf_, dxf, streams_[2 * L], lnf_, lnf_mean_, lnf_rstd_);
+  }
+  for (int l = L - 1; l >= 0; l--) {
+    for (Sublayer sub : {Sublayer::Mlp, Sublayer::Attn}) {
+      S* dx_in = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];
+      sublayer_backward(l, sub, dx, dx_in);
+      dx = dx_in;
+    }
+  }
+  if (training_ && cfg_.dropout > 0) {
+    S* tmp = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];
+    zero(tmp, NC);
+    dropout_backward(tmp, dx, cfg_.dropout, dropout_site_seed(0), NC);
+    dx = tmp;
+  }
+  // x0 = wte[ids] + wpe
+  embedding_backward(dwte, dwpe, dx, ids_.data(), B, T, C);
+}
+
+template <class S>
+void Model<S>::zero_grad() {
+  std::fill(grads_.begin(), grads_.end(), S(0));
+}
+
+template class Model<float>;
+template class Model<double>;
+
+}  // namespace normlab

@@ -1,0 +1,104 @@
+// model.h: the Transformer (GPT or encoder) with a per-layer normalization placement, templated on
+// the scalar type (float to train, double for finite-difference checks). Parameters, gradients and
+// activations are planned once from (config, B, T); forward and backward allocate nothing.
+// The math is docs/MODEL.md; the block reads like its table (see sublayer_forward).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/params.h"
+
+namespace normlab {
+
+// Activations of one sub-layer for the planned (B, T). Pointers alias where a site is absent
+// (e.g. h == x_in without an input norm), so forward and backward read one uniform shape.
+template <class S>
+struct SublayerActs {
+  S* x_in = nullptr;     // (B, T, C) stream entering the sub-layer
+  S* h = nullptr;        // (B, T, C) ln_in(x_in), or x_in
+  S* in_mean = nullptr;  // (B, T) LayerNorm statistics of ln_in (mean unused for RMSNorm)
+  S* in_rstd = nullptr;
+  S* hid = nullptr;      // (B, T, 3C) qkv | (B, T, F) fc pre-activation
+  S* att = nullptr;      // (B, NH, T, T) attention probabilities (attn only)
+  S* mix = nullptr;      // (B, T, C) attention output before proj | (B, T, F) activation
+  S* f = nullptr;        // (B, T, C) branch output F(h) (after dropout)
+  S* g = nullptr;        // (B, T, C) ln_branch(f), or f
+  S* br_mean = nullptr, * br_rstd = nullptr;
+  S* r = nullptr;        // (B, T, C) alpha * x_in + g
+  S* out_mean = nullptr, * out_rstd = nullptr;
+  S* x_out = nullptr;    // (B, T, C) ln_out(r), or r
+};
+
+template <class S>
+class Model {
+ public:
+  // Validates the config (throws Error) and initializes the parameters with its scheme and seed.
+  explicit Model(ModelConfig cfg);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ParamTable& table() const { return table_; }
+  std::vector<S>& params() { return params_; }
+  const std::vector<S>& params() const { return params_; }
+  std::vector<S>& grads() { return grads_; }
+  const std::vector<S>& grads() const { return grads_; }
+
+  // Dropout is active only in training mode; seed changes per step so masks differ.
+  void set_training(bool training, uint64_t dropout_seed = 0);
+
+  // ids, labels: (B, T), labels kIgnoreLabel where there is no loss. Returns the mean loss over
+  // labelled positions (NaN if there are none). Ids and labels must already be range-checked
+  // (see check_tokens); T <= seq_len.
+  double forward(const int32_t* ids, const int32_t* labels, int B, int T);
+  // grads += loss_scale * d(loss)/d(params), for the last forward. Invalidates logits().
+  void backward(double loss_scale = 1.0);
+  void zero_grad();
+
+  const S* logits() const { return logits_; }  // (B, T, V) after forward, before backward
+  int64_t label_count() const { return label_count_; }
+  int planned_B() const { return B_; }
+  int planned_T() const { return T_; }
+  // Residual stream entering sub-layer i (i = 2l attn, 2l+1 mlp); i = 2L is the last block's output.
+  const S* stream(int i) const { return streams_[i]; }
+  size_t activation_floats() const { return acts_.size(); }
+
+ private:
+  void plan(int B, int T);
+  void sublayer_forward(int l, Sublayer which);
+  void sublayer_backward(int l, Sublayer which, const S* dx_out, S* dx_in);
+  void norm_forward(S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p);
+  void norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
+                     const NormParams<S>& p, const S* mean, const S* rstd);
+  uint64_t dropout_site_seed(int site) const;
+
+  ModelConfig cfg_;
+  ParamTable table_;
+  std::vector<S> params_, grads_;
+  std::vector<SublayerParams<S>> p_, dp_;  // per sub-layer (2L)
+  NormParams<S> lnf_, dlnf_;
+
+  // planned for (B_, T_): one allocation, carved by plan()
+  int B_ = 0, T_ = 0;
+  std::vector<S> acts_;
+  std::vector<SublayerActs<S>> a_;   // per sub-layer (2L)
+  std::vector<S*> streams_;          // 2L + 1 entries
+  S* xf_ = nullptr;                  // (B, T, C) final norm output, or the last stream
+  S* lnf_mean_ = nullptr, * lnf_rstd_ = nullptr;
+  S* logits_ = nullptr;              // (B, T, V), becomes dlogits in backward
+  S* lse_ = nullptr;                 // (B, T)
+  // backward scratch
+  S* dstream_[2] = {nullptr, nullptr};  // (B, T, C) ping-pong
+  S* dh_ = nullptr, * df_ = nullptr, * dg_ = nullptr, * dr_ = nullptr, * dmix_ = nullptr;
+  S* dhid_ = nullptr;                // (B, T, max(3C, F))
+  S* datt_ = nullptr;                // (B, NH, T, T)
+  std::vector<int32_t> ids_, labels_;
+  int64_t label_count_ = 0;
+  bool training_ = false;
+  uint64_t dropout_seed_ = 0;
+};
+
+extern template class Model<float>;
+extern template class Model<double>;
+
+}  // namespace normlab

@@ -1,0 +1,57 @@
+// activation.cpp: GELU (tanh form) and ReLU, forward and backward.
+#include "ops/activation.h"
+
+#include <cmath>
+
+namespace normlab::ops {
+
+static constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
+static constexpr double kGeluCubic = 0.044715;
+
+template <class S>
+void gelu_forward(S* out, const S* inp, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < (long)n; i++) {
+    const S x = inp[i];
+    const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
+    out[i] = S(0.5) * x * (S(1) + std::tanh(u));
+  }
+}
+
+template <class S>
+void gelu_backward(S* dinp, const S* inp, const S* dout, size_t n) {
+  // d/dx [0.5 x (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx,
+  // du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < (long)n; i++) {
+    const S x = inp[i];
+    const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
+    const S th = std::tanh(u);
+    const S du = S(kGeluScale) * (S(1) + S(3 * kGeluCubic) * x * x);
+    dinp[i] += (S(0.5) * (S(1) + th) + S(0.5) * x * (S(1) - th * th) * du) * dout[i];
+  }
+}
+
+template <class S>
+void relu_forward(S* out, const S* inp, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < (long)n; i++) out[i] = inp[i] > S(0) ? inp[i] : S(0);
+}
+
+template <class S>
+void relu_backward(S* dinp, const S* inp, const S* dout, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < (long)n; i++)
+    if (inp[i] > S(0)) dinp[i] += dout[i];
+}
+
+template void gelu_forward<float>(float*, const float*, size_t);
+template void gelu_forward<double>(double*, const double*, size_t);
+template void gelu_backward<float>(float*, const float*, const float*, size_t);
+template void gelu_backward<double>(double*, const double*, const double*, size_t);
+template void relu_forward<float>(float*, const float*, size_t);
+template void relu_forward<double>(double*, const double*, size_t);
+template void relu_backward<float>(float*, const float*, const float*, size_t);
+template void relu_backward<double>(double*, const double*, const double*, size_t);
+
+}  // namespace normlab::ops

@@ -1,0 +1,22 @@
+// activation.h: element-wise activations of the feed-forward block: GELU (tanh form, as GPT-2) and
+// ReLU. Legend and conventions: ops/common.h.
+#pragma once
+
+#include <cstddef>
+
+namespace normlab::ops {
+
+// out (n) = gelu(inp) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+template <class S>
+void gelu_forward(S* out, const S* inp, size_t n);
+// dinp (n) += gelu'(inp) * dout
+template <class S>
+void gelu_backward(S* dinp, const S* inp, const S* dout, size_t n);
+
+// out = max(x, 0); its derivative at 0 is taken as 0
+template <class S>
+void relu_forward(S* out, const S* inp, size_t n);
+template <class S>
+void relu_backward(S* dinp, const S* inp, const S* dout, size_t n);
+
+}  // namespace normlab::ops

@@ -1,0 +1,25 @@
+// attention.h: multi-head scaled dot-product self-attention on a fused qkv buffer, with a causal or
+// bidirectional mask and a stable softmax; plus its naive reference.
+// Legend and conventions: ops/common.h. qkv columns are [q | k | v]; head h owns columns
+// h*HS .. (h+1)*HS of each third. Scores are scaled by 1/sqrt(HS); masked entries get probability 0.
+#pragma once
+
+namespace normlab::ops {
+
+// out (B, T, C); saves att (B, NH, T, T) = softmax probabilities; qkv (B, T, 3C).
+template <class S>
+void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, bool causal);
+
+// dqkv (B, T, 3C) +=; datt (B, NH, T, T) is scratch (overwritten); dout (B, T, C).
+template <class S>
+void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
+                        int C, int NH, bool causal);
+
+template <class S>
+void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, int NH,
+                             bool causal);
+template <class S>
+void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att, int B, int T,
+                              int C, int NH, bool causal);
+
+}  // namespace normlab::ops

@@ -1,0 +1,78 @@
+// layernorm.cpp: LayerNorm forward and backward (rows in parallel; parameter gradients reduced per
+// channel so the result does not depend on the thread count).
+#include "ops/layernorm.h"
+
+#include <cmath>
+
+namespace normlab::ops {
+
+template <class S>
+void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, const S* bias,
+                       int N, int C, double eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const S* x = inp + (long)n * C;
+    double sum = 0;
+    for (int c = 0; c < C; c++) sum += x[c];
+    const double m = sum / C;
+    double var = 0;
+    for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+    const double s = 1.0 / std::sqrt(var / C + eps);
+    S* y = out + (long)n * C;
+    for (int c = 0; c < C; c++) {
+      const S xhat = S((x[c] - m) * s);
+      y[c] = bias ? xhat * weight[c] + bias[c] : xhat * weight[c];
+    }
+    mean[n] = S(m);
+    rstd[n] = S(s);
+  }
+}
+
+template <class S>
+void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
+                        const S* mean, const S* rstd, int N, int C) {
+  // forward: y = xhat * w + b,  xhat = (x - mean) * rstd
+  // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),  dxhat = dy * w
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const S* x = inp + (long)n * C;
+    const S* dy = dout + (long)n * C;
+    const double m = mean[n], s = rstd[n];
+    double sum_dxhat = 0, sum_dxhat_xhat = 0;
+    for (int c = 0; c < C; c++) {
+      const double dxhat = double(dy[c]) * weight[c];
+      sum_dxhat += dxhat;
+      sum_dxhat_xhat += dxhat * ((x[c] - m) * s);
+    }
+    const double mean_dxhat = sum_dxhat / C, mean_dxhat_xhat = sum_dxhat_xhat / C;
+    S* dx = dinp + (long)n * C;
+    for (int c = 0; c < C; c++) {
+      const double xhat = (x[c] - m) * s;
+      const double dxhat = double(dy[c]) * weight[c];
+      dx[c] += S(s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+    }
+  }
+  // dweight += sum_n dy * xhat;  dbias += sum_n dy   (each channel owned by one thread)
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < C; c++) {
+    double dw = 0, db = 0;
+    for (int n = 0; n < N; n++) {
+      const double dy = dout[(long)n * C + c];
+      dw += dy * ((inp[(long)n * C + c] - double(mean[n])) * rstd[n]);
+      db += dy;
+    }
+    dweight[c] += S(dw);
+    if (dbias) dbias[c] += S(db);
+  }
+}
+
+template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,
+                                       const float*, int, int, double);
+template void layernorm_forward<double>(double*, double*, double*, const double*, const double*,
+                                        const double*, int, int, double);
+template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
+                                        const float*, const float*, const float*, int, int);
+template void layernorm_backward<double>(double*, double*, double*, const double*, const double*,
+                                         const double*, const double*, const double*, int, int);
+
+}  // namespace normlab::ops

@@ -1,0 +1,24 @@
+// matmul.h: the linear layer out = inp @ weight^T + bias (PyTorch nn.Linear layout), on GEMM, plus
+// its naive triple-loop reference. Legend and conventions: ops/common.h.
+#pragma once
+
+namespace normlab::ops {
+
+// out (N, OC); inp (N, IC); weight (OC, IC); bias (OC) or null.
+template <class S>
+void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int IC, int OC);
+
+// dinp (N, IC) += (or null), dweight (OC, IC) +=, dbias (OC) += (or null); dout (N, OC).
+template <class S>
+void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
+                     int N, int IC, int OC);
+
+// Naive references (double accumulation, no BLAS): the documentation of the math above.
+template <class S>
+void matmul_forward_naive(S* out, const S* inp, const S* weight, const S* bias, int N, int IC,
+                          int OC);
+template <class S>
+void matmul_backward_naive(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                           const S* weight, int N, int IC, int OC);
+
+}  // namespace normlab::ops

@@ -1,0 +1,16 @@
+// rmsnorm.h: RMSNorm over the channel dimension, y = x * rstd * weight with
+// rstd = 1 / sqrt(mean(x^2) + eps). No bias, no centring. Legend and conventions: ops/common.h.
+#pragma once
+
+namespace normlab::ops {
+
+// out (N, C); saves rstd (N); inp (N, C); weight (C).
+template <class S>
+void rmsnorm_forward(S* out, S* rstd, const S* inp, const S* weight, int N, int C, double eps);
+
+// dinp (N, C) +=, dweight (C) +=; dout (N, C).
+template <class S>
+void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S* weight,
+                      const S* rstd, int N, int C);
+
+}  // namespace normlab::ops

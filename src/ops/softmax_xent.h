@@ -1,0 +1,24 @@
+// softmax_xent.h: softmax cross-entropy over the rows of the logits of the tied output embedding,
+// fused with its backward, which turns the logits buffer into dlogits in place (no second (N, V)
+// buffer: the one exception to the += convention of ops/common.h).
+// Labels: an int32 per row, kIgnoreLabel (-100) meaning no loss at this row.
+#pragma once
+
+#include <cstdint>
+
+namespace normlab::ops {
+
+// Saves lse (N) = logsumexp of each row (stable); returns the SUM of -log p[label] over labelled
+// rows (double), and writes the number of labelled rows to *count. Labels must be in [0, V) or
+// kIgnoreLabel (checked at the API boundary, not here).
+template <class S>
+double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int N, int V,
+                            int64_t* count);
+
+// In place: logits (N, V) becomes dlogits = scale * (softmax - onehot(label)), rows without a
+// label become 0. scale is d(loss)/d(sum of row losses), e.g. 1 / count.
+template <class S>
+void softmax_xent_backward(S* logits_to_dlogits, const S* lse, const int32_t* labels, double scale,
+                           int N, int V);
+
+}  // namespace normlab::ops

@@ -1,0 +1,308 @@
+// test_ops.cpp: every kernel's backward against central finite differences in double precision,
+// optimized kernels against their naive references, and the += accumulation convention.
+// Sizes sweep 1, odd sizes and non-multiples of any SIMD width or tile.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "check.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/common.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
+#include "ops/layernorm.h"
+#include "ops/matmul.h"
+#include "ops/residual.h"
+#include "ops/rmsnorm.h"
+#include "ops/softmax_xent.h"
+
+using namespace normlab;
+using namespace normlab::ops;
+using namespace normlab::test;
+using Vec = std::vector<double>;
+
+namespace {
+
+// One differentiable input: its values and the gradient buffer backward adds into.
+struct Input {
+  const char* name;
+  Vec* value;
+  Vec* grad;
+};
+
+// Checks backward of loss = <w, forward(inputs)> against finite differences for every input, then
+// that a second backward call doubles every gradient (the += convention).
+void check_backward(std::vector<Input> inputs, const std::function<double()>& loss,
+                    const std::function<void()>& backward, double rtol = kFdRtol,
+                    double atol = kFdAtol) {
+  for (auto& in : inputs) std::fill(in.grad->begin(), in.grad->end(), 0.0);
+  backward();
+  for (auto& in : inputs) {
+    const Vec numeric = finite_diff(*in.value, loss);
+    expect_close(std::string(in.name) + " grad vs finite differences", *in.grad, numeric, rtol, atol);
+  }
+  std::vector<Vec> once;
+  for (auto& in : inputs) once.push_back(*in.grad);
+  backward();
+  for (size_t k = 0; k < inputs.size(); k++) {
+    Vec twice = once[k];
+    for (auto& x : twice) x *= 2;
+    expect_close(std::string(inputs[k].name) + " accumulates", *inputs[k].grad, twice, 1e-12, 1e-14);
+  }
+}
+
+struct Dims2 {
+  int N, C;
+};
+const Dims2 kRowShapes[] = {{1, 1}, {1, 2}, {3, 5}, {7, 17}, {2, 33}};
+
+}  // namespace
+
+TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
+  for (auto [N, C] : kRowShapes)
+    for (double eps : {1e-5, 0.0}) {
+      if (eps == 0.0 && C < 2) continue;  // a single channel has zero variance: undefined at eps 0
+      SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " eps=" << eps);
+      Vec x = randn(N * C, 1), w = randn(C, 2), b = randn(C, 3), dy = randn(N * C, 4);
+      Vec y(N * C), mean(N), rstd(N), dx(N * C), dw(C), db(C);
+      auto loss = [&] {
+        layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, eps);
+        return dot(y, dy);
+      };
+      check_backward({{"x", &x, &dx}, {"weight", &w, &dw}, {"bias", &b, &db}}, loss, [&] {
+        loss();
+        layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                           mean.data(), rstd.data(), N, C);
+      });
+    }
+}
+
+TEST(LayerNorm, ForwardHasZeroMeanUnitVariance) {
+  const int N = 4, C = 37;
+  Vec x = randn(N * C, 5, 3.0), w(C, 1.0), b(C, 0.0), y(N * C), mean(N), rstd(N);
+  layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 0.0);
+  for (int n = 0; n < N; n++) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; c++) m += y[n * C + c] / C;
+    for (int c = 0; c < C; c++) v += (y[n * C + c] - m) * (y[n * C + c] - m) / C;
+    EXPECT_NEAR(m, 0.0, 1e-12);
+    EXPECT_NEAR(v, 1.0, 1e-12);
+  }
+}
+
+TEST(RMSNorm, BackwardMatchesFiniteDifferences) {
+  for (auto [N, C] : kRowShapes)
+    for (double eps : {1e-5, 0.0}) {
+      SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " eps=" << eps);
+      Vec x = randn(N * C, 11), w = randn(C, 12), dy = randn(N * C, 14);
+      Vec y(N * C), rstd(N), dx(N * C), dw(C);
+      auto loss = [&] {
+        rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, eps);
+        return dot(y, dy);
+      };
+      check_backward({{"x", &x, &dx}, {"weight", &w, &dw}}, loss, [&] {
+        loss();
+        rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+      });
+    }
+}
+
+TEST(Matmul, BackwardMatchesFiniteDifferences) {
+  struct D {
+    int N, IC, OC;
+  };
+  for (auto [N, IC, OC] : {D{1, 1, 1}, D{3, 5, 7}, D{17, 13, 9}})
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "N=" << N << " IC=" << IC << " OC=" << OC);
+      Vec x = randn(N * IC, 21), w = randn(OC * IC, 22), b = randn(OC, 23), dy = randn(N * OC, 24);
+      Vec y(N * OC), dx(N * IC), dw(OC * IC), db(OC);
+      auto loss = [&] {
+        matmul_forward(y.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, IC, OC);
+        return dot(y, dy);
+      };
+      std::vector<Input> inputs = {{"x", &x, &dx}, {"weight", &w, &dw}};
+      if (with_bias) inputs.push_back({"bias", &b, &db});
+      check_backward(inputs, loss, [&] {
+        matmul_backward(dx.data(), dw.data(), with_bias ? db.data() : nullptr, dy.data(), x.data(),
+                        w.data(), N, IC, OC);
+      });
+    }
+}
+
+TEST(Matmul, MatchesNaiveReferenceInFloat) {
+  // float GEMM vs the double-accumulating naive loop: error ~ sqrt(K) * eps_f * |x||w|
+  const int N = 37, IC = 129, OC = 67;
+  auto tof = [](const Vec& v) { return std::vector<float>(v.begin(), v.end()); };
+  auto tod = [](const std::vector<float>& v) { return Vec(v.begin(), v.end()); };
+  auto x = tof(randn(N * IC, 31)), w = tof(randn(OC * IC, 32)), b = tof(randn(OC, 33)),
+       dy = tof(randn(N * OC, 34));
+  std::vector<float> y(N * OC), yr(N * OC), dx(N * IC), dxr(N * IC), dw(OC * IC), dwr(OC * IC),
+      db(OC), dbr(OC);
+  matmul_forward(y.data(), x.data(), w.data(), b.data(), N, IC, OC);
+  matmul_forward_naive(yr.data(), x.data(), w.data(), b.data(), N, IC, OC);
+  matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, IC, OC);
+  matmul_backward_naive(dxr.data(), dwr.data(), dbr.data(), dy.data(), x.data(), w.data(), N, IC, OC);
+  const double atol = 1e-5 * std::sqrt(double(IC)) * 4;  // ~4 sigma of the float rounding walk
+  expect_close("out", tod(y), tod(yr), 1e-5, atol);
+  expect_close("dinp", tod(dx), tod(dxr), 1e-5, atol);
+  expect_close("dweight", tod(dw), tod(dwr), 1e-5, atol);
+  expect_close("dbias", tod(db), tod(dbr), 1e-5, atol);
+}
+
+struct AttnDims {
+  int B, T, C, NH;
+};
+const AttnDims kAttnShapes[] = {{1, 1, 1, 1}, {2, 5, 6, 3}, {1, 7, 8, 2}, {3, 4, 12, 4}};
+
+TEST(Attention, BackwardMatchesFiniteDifferences) {
+  for (auto [B, T, C, NH] : kAttnShapes)
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH
+                                      << " causal=" << causal);
+      Vec qkv = randn(B * T * 3 * C, 41), dy = randn(B * T * C, 42);
+      Vec y(B * T * C), att(B * NH * T * T), datt(B * NH * T * T), dqkv(qkv.size());
+      auto loss = [&] {
+        attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, causal);
+        return dot(y, dy);
+      };
+      check_backward({{"qkv", &qkv, &dqkv}}, loss, [&] {
+        loss();
+        attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C,
+                           NH, causal);
+      });
+    }
+}
+
+TEST(Attention, MatchesNaiveReference) {
+  for (auto [B, T, C, NH] : kAttnShapes)
+    for (bool causal : {true, false}) {
+      Vec qkv = randn(B * T * 3 * C, 51, 2.0), dy = randn(B * T * C, 52);
+      Vec y(B * T * C), yr(B * T * C), att(B * NH * T * T), attr(att.size()), datt(att.size());
+      Vec dqkv(qkv.size()), dqkvr(qkv.size());
+      attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, causal);
+      attention_forward_naive(yr.data(), attr.data(), qkv.data(), B, T, C, NH, causal);
+      attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, causal);
+      attention_backward_naive(dqkvr.data(), dy.data(), qkv.data(), attr.data(), B, T, C, NH, causal);
+      expect_close("out", y, yr, 1e-12, 1e-13);
+      expect_close("att", att, attr, 1e-12, 1e-13);
+      expect_close("dqkv", dqkv, dqkvr, 1e-11, 1e-12);
+      if (causal) {  // no probability on future keys
+        for (int bh = 0; bh < B * NH; bh++)
+          for (int i = 0; i < T; i++)
+            for (int j = i + 1; j < T; j++) EXPECT_EQ(att[(bh * T + i) * T + j], 0.0);
+      }
+    }
+}
+
+TEST(Attention, SoftmaxIsStableForHugeScores) {
+  const int B = 1, T = 3, C = 2, NH = 1;
+  Vec qkv(B * T * 3 * C, 0.0);
+  for (int t = 0; t < T; t++) qkv[t * 3 * C + 0] = qkv[t * 3 * C + C] = 1e3 * (t + 1);
+  Vec y(B * T * C), att(T * T);
+  attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, false);
+  for (double a : att) EXPECT_TRUE(std::isfinite(a));
+}
+
+TEST(Activation, GeluAndReluBackwardMatchFiniteDifferences) {
+  for (size_t n : {1, 7, 33}) {
+    Vec x = randn(n, 61, 2.0), dy = randn(n, 62), y(n), dx(n);
+    for (auto& v : x)  // ReLU's kink at 0: keep inputs away from it
+      if (std::abs(v) < 1e-3) v = 0.5;
+    auto gelu_loss = [&] {
+      gelu_forward(y.data(), x.data(), n);
+      return dot(y, dy);
+    };
+    check_backward({{"gelu x", &x, &dx}}, gelu_loss,
+                   [&] { gelu_backward(dx.data(), x.data(), dy.data(), n); });
+    auto relu_loss = [&] {
+      relu_forward(y.data(), x.data(), n);
+      return dot(y, dy);
+    };
+    check_backward({{"relu x", &x, &dx}}, relu_loss,
+                   [&] { relu_backward(dx.data(), x.data(), dy.data(), n); });
+  }
+}
+
+TEST(Activation, GeluMatchesClosedFormValues) {
+  Vec x = {-3.0, -1.0, 0.0, 0.5, 2.0}, y(5);
+  gelu_forward(y.data(), x.data(), 5);
+  for (int i = 0; i < 5; i++) {
+    const double v = x[i];
+    const double expected = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    EXPECT_NEAR(y[i], expected, 1e-15);
+  }
+}
+
+TEST(Residual, ScaledAddBackward) {
+  for (double alpha : {1.0, 0.0, 1.6817928305074290}) {
+    const size_t n = 13;
+    Vec x = randn(n, 71), g = randn(n, 72), dy = randn(n, 73), y(n), dx(n), dg(n);
+    auto loss = [&] {
+      residual_forward(y.data(), x.data(), g.data(), alpha, n);
+      return dot(y, dy);
+    };
+    check_backward({{"x", &x, &dx}, {"g", &g, &dg}}, loss,
+                   [&] { residual_backward(dx.data(), dg.data(), dy.data(), alpha, n); });
+  }
+}
+
+TEST(SoftmaxXent, BackwardMatchesFiniteDifferences) {
+  for (auto [N, V] : {Dims2{1, 1}, Dims2{1, 3}, Dims2{5, 7}, Dims2{4, 257}}) {
+    Vec logits = randn(N * V, 81, 3.0), lse(N), work(N * V), dlogits(N * V);
+    std::vector<int32_t> labels(N);
+    Rng rng(82);
+    for (int n = 0; n < N; n++) labels[n] = int32_t(rng.below(V));
+    if (N > 2) labels[1] = kIgnoreLabel;
+    int64_t count = 0;
+    auto loss = [&] { return softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count); };
+    loss();
+    work = logits;
+    softmax_xent_backward(work.data(), lse.data(), labels.data(), 1.0, N, V);
+    expect_close("dlogits", work, finite_diff(logits, loss), kFdRtol, kFdAtol);
+    EXPECT_EQ(count, N > 2 ? N - 1 : N);
+  }
+}
+
+TEST(SoftmaxXent, LossMatchesLogSoftmaxAndIsStable) {
+  const int N = 2, V = 3;
+  Vec logits = {1000.0, 1001.0, 999.0, -5.0, 0.0, 5.0}, lse(N);
+  std::vector<int32_t> labels = {1, 0};
+  int64_t count = 0;
+  const double sum = softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count);
+  const double row0 = -(1001.0 - (1000.0 + std::log(std::exp(0.0) + std::exp(1.0) + std::exp(-1.0))));
+  const double row1 = -(-5.0 - (5.0 + std::log(std::exp(-10.0) + std::exp(-5.0) + 1.0)));
+  EXPECT_NEAR(sum, row0 + row1, 1e-12);
+}
+
+TEST(Embedding, BackwardMatchesFiniteDifferences) {
+  const int B = 2, T = 5, C = 3, V = 4, maxT = 7;
+  Vec wte = randn(V * C, 91), wpe = randn(maxT * C, 92), dy = randn(B * T * C, 93);
+  Vec y(B * T * C), dwte(V * C), dwpe(maxT * C);
+  std::vector<int32_t> ids = {0, 3, 3, 1, 0, 2, 2, 2, 3, 1};  // repeated ids accumulate
+  auto loss = [&] {
+    embedding_forward(y.data(), ids.data(), wte.data(), wpe.data(), B, T, C);
+    return dot(y, dy);
+  };
+  check_backward({{"wte", &wte, &dwte}, {"wpe", &wpe, &dwpe}}, loss,
+                 [&] { embedding_backward(dwte.data(), dwpe.data(), dy.data(), ids.data(), B, T, C); });
+}
+
+TEST(Dropout, MaskIsSeededAndBackwardMatches) {
+  const size_t n = 20000;
+  const double p = 0.3;
+  Vec x = randn(n, 101), y(n), y2(n), dy = randn(n, 102), dx(n);
+  dropout_forward(y.data(), x.data(), p, 7, n);
+  dropout_forward(y2.data(), x.data(), p, 7, n);
+  EXPECT_EQ(y, y2);
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) kept += y[i] != 0.0;
+  EXPECT_NEAR(double(kept) / n, 1 - p, 0.02);  // binomial sd = 0.0032
+  Vec small = randn(9, 103), ysmall(9), dysmall = randn(9, 104), dsmall(9);
+  auto loss = [&] {
+    dropout_forward(ysmall.data(), small.data(), p, 9, 9);
+    return dot(ysmall, dysmall);
+  };
+  check_backward({{"x", &small, &dsmall}}, loss,
+                 [&] { dropout_backward(dsmall.data(), dysmall.data(), p, 9, 9); });
+}
