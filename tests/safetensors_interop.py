@@ -1,7 +1,7 @@
 """safetensors_interop.py: checks normlab's safetensors files against the official PyPI package.
 
   python safetensors_interop.py write OUT.safetensors
-      writes a known set of tensors and metadata with safetensors.numpy.save_file (see KNOWN below)
+      writes a known set of tensors and metadata with safetensors.numpy.save_file (see known_tensors below)
   python safetensors_interop.py check IN.safetensors EXPECT.json
       loads IN with safetensors.safe_open(framework="numpy") and compares it with EXPECT.json:
       {"name": {"dtype": "float32", "shape": [...], "values": [flat, row-major]}, ...,

@@ -1,1 +1,131 @@
-int main() { return 0; }
+// main.cpp: the `normlab` command. Subcommands: train, grads, init. With no arguments it runs the
+// built-in default (a short training run on the built-in corpus). Every Error becomes one message
+// on stderr and exit code 1; a diverged training run exits with code 2.
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
+#include <iostream>
+
+#include "model/model.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/run_config.h"
+#include "train/safetensors.h"
+#include "train/trainer.h"
+#include "util/error.h"
+
+using namespace normlab;
+
+namespace {
+
+RunConfig load_run_config(const std::string& config_path, const std::vector<std::string>& sets) {
+  nlohmann::json doc = config_path.empty() ? nlohmann::json::object() : read_toml(config_path);
+  apply_overrides(doc, sets);
+  return run_config_from_json(doc, config_path.empty() ? "(defaults)" : "'" + config_path + "'");
+}
+
+int run_train(const RunConfig& cfg, const TrainOptions& options) {
+  const TrainResult r = train(cfg, options);
+  if (r.diverged) {
+    std::cerr << fmt::format("normlab: training diverged at step {} (non-finite {})\n",
+                             r.diverged_step, r.diverged_tensor);
+    return 2;
+  }
+  fmt::print("done: {} steps in {:.1f} s, {:.0f} tokens/s, final train loss {:.4f}", r.steps_done,
+             r.seconds, r.tokens_per_s, r.last_train_loss);
+  if (std::isfinite(r.last_val_loss))
+    fmt::print(", validation loss {:.4f} (byte unigram entropy {:.4f} nats)", r.last_val_loss,
+               r.unigram_entropy);
+  fmt::print("\n");
+  return 0;
+}
+
+// grads: loss, logits and every parameter gradient of a checkpoint on a token file.
+int run_grads(const std::string& ckpt, const std::string& tokens, const std::string& out, bool force) {
+  namespace st = safetensors;
+  auto model = load_model(ckpt);
+  const Batch batch = load_token_file(tokens);
+  check_batch(batch, model->config(), tokens);
+  if (!force && std::filesystem::exists(out))
+    throw Error(fmt::format("--out '{}' already exists; pass --force to replace it", out));
+  const float loss = float(model->forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T));
+  const int V = model->config().vocab_size();
+  std::vector<float> logits(model->logits(), model->logits() + size_t(batch.B) * batch.T * V);
+  model->zero_grad();
+  model->backward();
+  std::vector<st::TensorView> views = {
+      {"loss", st::DType::F32, {}, &loss},
+      {"logits", st::DType::F32, {batch.B, batch.T, V}, logits.data()}};
+  for (const ParamSpec& p : model->table().specs)
+    views.push_back({"grad." + p.name, st::DType::F32, p.shape, model->grads().data() + p.offset});
+  st::write(out, views, {{"config", model_config_to_json(model->config()).dump()}}, force);
+  fmt::print("loss {:.6f} over {} labelled positions -> {}\n", loss, model->label_count(), out);
+  return 0;
+}
+
+int run_init(const RunConfig& cfg, const std::string& out, bool force) {
+  if (!cfg.model_given && cfg.train.init_from.empty())
+    fmt::print("no [model] given: using the default model config\n");
+  Model<float> model(cfg.model);
+  save_checkpoint(out, model, nullptr, 0, force);
+  fmt::print("initialized {} parameters ({}) -> {}\n", model.table().total,
+             to_string(model.config().resolved_init()), out);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"normlab: build, train and dissect Transformers with any normalization placement"};
+  app.require_subcommand(0, 1);
+
+  std::string config_path, ckpt, tokens, out;
+  std::vector<std::string> sets;
+  bool force = false, quiet = false;
+
+  auto* train_cmd = app.add_subcommand("train", "train a model (TOML config plus --set overrides)");
+  train_cmd->add_option("--config,-c", config_path, "TOML config with [model], [train], [data]");
+  train_cmd->add_option("--set", sets, "override, e.g. --set train.lr=3e-4 --set model.placement=post");
+  train_cmd->add_flag("--force", force, "replace a run already in train.out_dir");
+  train_cmd->add_flag("--quiet,-q", quiet, "no progress lines");
+
+  auto* grads_cmd = app.add_subcommand("grads", "loss, logits and gradients of a checkpoint on a token file");
+  grads_cmd->add_option("--checkpoint", ckpt, "model checkpoint (.safetensors)")->required();
+  grads_cmd->add_option("--tokens", tokens, "int32 input_ids and labels (B, T) (.safetensors)")->required();
+  grads_cmd->add_option("--out", out, "output .safetensors: loss, logits, grad.<param>")->required();
+  grads_cmd->add_flag("--force", force, "replace --out if it exists");
+
+  auto* init_cmd = app.add_subcommand("init", "write a freshly initialized checkpoint");
+  init_cmd->add_option("--config,-c", config_path, "TOML config ([model] is used)");
+  init_cmd->add_option("--set", sets, "override, e.g. --set model.n_layers=6");
+  init_cmd->add_option("--out", out, "output .safetensors")->required();
+  init_cmd->add_flag("--force", force, "replace --out if it exists");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (train_cmd->parsed()) return run_train(load_run_config(config_path, sets), {force, quiet});
+    if (grads_cmd->parsed()) return run_grads(ckpt, tokens, out, force);
+    if (init_cmd->parsed()) return run_init(load_run_config(config_path, sets), out, force);
+    // no subcommand: the built-in default run
+    fmt::print("normlab: no subcommand given; running the built-in default: a short GPT training run "
+               "on the built-in corpus (see `normlab --help`)\n");
+    RunConfig cfg = load_run_config("", {});
+    return run_train(cfg, {true, false});
+  } catch (const Error& e) {
+    std::cerr << "normlab: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "normlab: error: out of memory (the model or batch is too large for this machine)\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "normlab: error: " << e.what() << "\n";
+    return 1;
+  }
+}

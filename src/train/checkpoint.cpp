@@ -1,0 +1,76 @@
+// checkpoint.cpp: checkpoint save and strict load.
+#include "train/checkpoint.h"
+
+#include <cstring>
+#include <fmt/format.h>
+
+#include "train/safetensors.h"
+#include "util/error.h"
+
+namespace normlab {
+
+namespace st = safetensors;
+
+static const char* kOptimizerPrefix = "optimizer.";
+
+void save_checkpoint(const std::string& path, const Model<float>& model, AdamW* optimizer, long step,
+                     bool overwrite) {
+  std::vector<st::TensorView> views;
+  for (const ParamSpec& p : model.table().specs)
+    views.push_back({p.name, st::DType::F32, p.shape, model.params().data() + p.offset});
+  if (optimizer) {
+    for (const ParamSpec& p : model.table().specs)
+      views.push_back({kOptimizerPrefix + std::string("m.") + p.name, st::DType::F32, p.shape,
+                       optimizer->m().data() + p.offset});
+    for (const ParamSpec& p : model.table().specs)
+      views.push_back({kOptimizerPrefix + std::string("v.") + p.name, st::DType::F32, p.shape,
+                       optimizer->v().data() + p.offset});
+  }
+  std::map<std::string, std::string> meta = {
+      {"config", model_config_to_json(model.config()).dump()},
+      {"format", "normlab-checkpoint-1"},
+      {"step", std::to_string(step)}};
+  st::write(path, views, meta, overwrite);
+}
+
+static ModelConfig config_of(const st::File& f) {
+  auto it = f.metadata.find("config");
+  if (it == f.metadata.end())
+    throw Error(fmt::format("{}: no model config in the metadata (key \"config\"); not a normlab "
+                            "checkpoint?",
+                            f.path));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(it->second);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{}: metadata \"config\" is not valid JSON: {}", f.path, e.what()));
+  }
+  return model_config_from_json(j, f.path + " config");
+}
+
+ModelConfig checkpoint_config(const std::string& path) { return config_of(st::read(path)); }
+
+static void copy_params(const st::File& f, Model<float>& model) {
+  const ParamTable& table = model.table();
+  for (const auto& [name, tensor] : f.tensors) {
+    if (name.rfind(kOptimizerPrefix, 0) == 0) continue;
+    if (!table.find(name))
+      throw Error(fmt::format("{}: unexpected tensor '{}' (not a parameter of this model config)",
+                              f.path, name));
+  }
+  for (const ParamSpec& p : table.specs) {
+    const st::Tensor& t = f.expect(p.name, st::DType::F32, p.shape);
+    std::memcpy(model.params().data() + p.offset, t.bytes.data(), p.numel * sizeof(float));
+  }
+}
+
+std::unique_ptr<Model<float>> load_model(const std::string& path) {
+  const st::File f = st::read(path);
+  auto model = std::make_unique<Model<float>>(config_of(f));
+  copy_params(f, *model);
+  return model;
+}
+
+void load_params(const std::string& path, Model<float>& model) { copy_params(st::read(path), model); }
+
+}  // namespace normlab

@@ -1,0 +1,28 @@
+// checkpoint.h: a model (and optionally its AdamW state) to and from safetensors. Parameters are
+// stored as float32 under their docs/MODEL.md names; the model config is JSON under the metadata key
+// "config"; optimizer moments (training checkpoints) under "optimizer.m.<name>" and
+// "optimizer.v.<name>", with the step in metadata "step". Loading checks every name, dtype and shape
+// against the config and refuses anything else with an Error naming the file.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+#include "train/optimizer.h"
+
+namespace normlab {
+
+void save_checkpoint(const std::string& path, const Model<float>& model, AdamW* optimizer, long step,
+                     bool overwrite);
+
+// Reads the config from a checkpoint's metadata (Error if missing or invalid).
+ModelConfig checkpoint_config(const std::string& path);
+
+// Loads a checkpoint into a new model built from its own config.
+std::unique_ptr<Model<float>> load_model(const std::string& path);
+
+// Loads the parameters of `path` into `model`, whose config must describe the same tensors.
+void load_params(const std::string& path, Model<float>& model);
+
+}  // namespace normlab

@@ -1,0 +1,123 @@
+// data.cpp: corpus loading, batch sampling, token files, batch checks.
+#include "train/data.h"
+
+#include <cmath>
+#include <fmt/format.h>
+#include <fstream>
+#include <iterator>
+
+#include "ops/common.h"
+#include "train/safetensors.h"
+#include "util/error.h"
+
+namespace normlab {
+
+std::string builtin_corpus_path() { return std::string(NORMLAB_SOURCE_DIR) + "/data/kjv.txt"; }
+
+Corpus load_corpus(const std::string& path, double val_fraction, int T) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("corpus '{}': cannot open file", path));
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw Error(fmt::format("corpus '{}': read error", path));
+  if (bytes.empty()) throw Error(fmt::format("corpus '{}' is empty", path));
+  if (!(val_fraction > 0 && val_fraction < 1))
+    throw Error(fmt::format("data.val_fraction = {} must be in (0, 1)", val_fraction));
+  const size_t n_val = size_t(double(bytes.size()) * val_fraction);
+  Corpus c;
+  c.path = path;
+  c.train.assign(bytes.begin(), bytes.end() - n_val);
+  c.val.assign(bytes.end() - n_val, bytes.end());
+  const size_t need = size_t(T) + 1;
+  if (c.train.size() < need || c.val.size() < need)
+    throw Error(fmt::format("corpus '{}' has {} bytes: too short for a {}/{} train/validation split "
+                            "with sequences of {} bytes (each split needs at least {})",
+                            path, bytes.size(), c.train.size(), c.val.size(), T, need));
+  return c;
+}
+
+double unigram_entropy(const std::vector<uint8_t>& bytes) {
+  std::vector<double> count(256, 0.0);
+  for (uint8_t b : bytes) count[b] += 1;
+  double h = 0;
+  for (double c : count)
+    if (c > 0) {
+      const double p = c / double(bytes.size());
+      h -= p * std::log(p);
+    }
+  return h;
+}
+
+Batch sample_batch(const std::vector<uint8_t>& bytes, Arch arch, int B, int T, Rng& rng) {
+  Batch batch{B, T, std::vector<int32_t>(size_t(B) * T), std::vector<int32_t>(size_t(B) * T)};
+  const size_t windows = bytes.size() - size_t(T);  // starts with T + 1 bytes available
+  for (int b = 0; b < B; b++) {
+    const size_t start = rng.below(windows);
+    int32_t* ids = batch.ids.data() + size_t(b) * T;
+    int32_t* labels = batch.labels.data() + size_t(b) * T;
+    for (int t = 0; t < T; t++) ids[t] = bytes[start + t];
+    if (arch == Arch::Gpt) {
+      for (int t = 0; t < T; t++) labels[t] = bytes[start + t + 1];
+      continue;
+    }
+    // encoder: choose round(15% of T) (>= 1) distinct positions by a partial Fisher-Yates shuffle
+    for (int t = 0; t < T; t++) labels[t] = ops::kIgnoreLabel;
+    std::vector<int> pos(T);
+    for (int t = 0; t < T; t++) pos[t] = t;
+    const int k = std::max(1, int(std::lround(0.15 * T)));
+    for (int j = 0; j < k; j++) {
+      const int pick = j + int(rng.below(uint64_t(T - j)));
+      std::swap(pos[j], pos[pick]);
+      const int t = pos[j];
+      labels[t] = ids[t];
+      const double u = rng.uniform();
+      if (u < 0.8) ids[t] = kMaskToken;
+      else if (u < 0.9) ids[t] = int32_t(rng.below(kByteVocab));
+    }
+  }
+  return batch;
+}
+
+Batch load_token_file(const std::string& path) {
+  const safetensors::File f = safetensors::read(path);
+  const auto& ids = f.at("input_ids");
+  const auto& labels = f.at("labels");
+  for (const auto* t : {&ids, &labels}) {
+    const char* name = t == &ids ? "input_ids" : "labels";
+    if (t->dtype != safetensors::DType::I32 || t->shape.size() != 2)
+      throw Error(fmt::format("{}: tensor '{}' must be int32 with shape (B, T)", path, name));
+  }
+  if (ids.shape != labels.shape)
+    throw Error(fmt::format("{}: input_ids and labels have different shapes", path));
+  if (ids.shape[0] < 1 || ids.shape[1] < 1)
+    throw Error(fmt::format("{}: input_ids is empty (shape [{}, {}])", path, ids.shape[0], ids.shape[1]));
+  if (ids.shape[0] > (1 << 20) || ids.shape[1] > (1 << 20))
+    throw Error(fmt::format("{}: input_ids shape [{}, {}] is too large", path, ids.shape[0], ids.shape[1]));
+  Batch b;
+  b.B = int(ids.shape[0]);
+  b.T = int(ids.shape[1]);
+  b.ids = ids.as_i32();
+  b.labels = labels.as_i32();
+  return b;
+}
+
+void check_batch(const Batch& batch, const ModelConfig& cfg, const std::string& where) {
+  const int V = cfg.vocab_size();
+  if (batch.T > cfg.seq_len)
+    throw Error(fmt::format("{}: sequence length {} exceeds the model's seq_len {}", where, batch.T,
+                            cfg.seq_len));
+  bool any_label = false;
+  for (size_t i = 0; i < batch.ids.size(); i++) {
+    const int32_t id = batch.ids[i], label = batch.labels[i];
+    if (id < 0 || id >= V)
+      throw Error(fmt::format("{}: token id {} at (row {}, position {}) is out of range [0, {})",
+                              where, id, i / batch.T, i % batch.T, V));
+    if (label != ops::kIgnoreLabel && (label < 0 || label >= V))
+      throw Error(fmt::format("{}: label {} at (row {}, position {}) is out of range [0, {}) and is "
+                              "not -100",
+                              where, label, i / batch.T, i % batch.T, V));
+    any_label |= label != ops::kIgnoreLabel;
+  }
+  if (!any_label) throw Error(fmt::format("{}: no position has a label (all are -100)", where));
+}
+
+}  // namespace normlab

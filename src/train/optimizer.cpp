@@ -1,0 +1,87 @@
+// optimizer.cpp: AdamW, schedules, gradient norm and clipping.
+#include "train/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace normlab {
+
+const char* to_string(Schedule s) {
+  switch (s) {
+    case Schedule::Constant: return "constant";
+    case Schedule::Warmup: return "warmup";
+    case Schedule::InvSqrt: return "invsqrt";
+    case Schedule::Cosine: return "cosine";
+  }
+  return "?";
+}
+
+double learning_rate(const ScheduleConfig& s, long t) {
+  const double w = s.warmup_steps;
+  switch (s.kind) {
+    case Schedule::Constant: return s.lr;
+    case Schedule::Warmup: return w > 0 ? s.lr * std::min(1.0, t / w) : s.lr;
+    case Schedule::InvSqrt: {
+      if (w <= 0) return s.lr / std::sqrt(double(t));
+      return s.lr * std::min(t / w, std::sqrt(w / t));
+    }
+    case Schedule::Cosine: {
+      if (w > 0 && t <= w) return s.lr * t / w;
+      const double span = std::max(1.0, s.total_steps - w);
+      const double progress = std::min(1.0, (t - w) / span);
+      return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1 + std::cos(M_PI * progress));
+    }
+  }
+  return s.lr;
+}
+
+AdamW::AdamW(const ParamTable& table, AdamWConfig cfg)
+    : table_(table), cfg_(cfg), m_(table.total, 0.0f), v_(table.total, 0.0f) {}
+
+void AdamW::step(float* params, const float* grads, double lr, long t) {
+  const double bc1 = 1 - std::pow(cfg_.beta1, double(t));
+  const double bc2 = 1 - std::pow(cfg_.beta2, double(t));
+  const float b1 = float(cfg_.beta1), b2 = float(cfg_.beta2);
+  const float step_size = float(lr / bc1);
+  const float sqrt_bc2 = float(std::sqrt(bc2));
+  const float eps = float(cfg_.eps);
+  for (const ParamSpec& spec : table_.specs) {
+    const float decay = spec.decays() ? float(1 - lr * cfg_.weight_decay) : 1.0f;
+    float* p = params + spec.offset;
+    const float* g = grads + spec.offset;
+    float* m = m_.data() + spec.offset;
+    float* v = v_.data() + spec.offset;
+    // PyTorch AdamW: p *= 1 - lr wd;  m, v moments;  p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)spec.numel; i++) {
+      p[i] *= decay;
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      p[i] -= step_size * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
+    }
+  }
+}
+
+double grad_norm(const std::vector<float>& grads) {
+  // fixed chunks, summed in order: the same result for any thread count
+  const long n = long(grads.size()), chunks = 256, per = (n + chunks - 1) / chunks;
+  std::vector<double> partial(chunks, 0.0);
+#pragma omp parallel for schedule(static)
+  for (long c = 0; c < chunks; c++) {
+    double s = 0;
+    for (long i = c * per; i < std::min(n, (c + 1) * per); i++) s += double(grads[i]) * grads[i];
+    partial[c] = s;
+  }
+  double total = 0;
+  for (double s : partial) total += s;
+  return std::sqrt(total);
+}
+
+void clip_grads(std::vector<float>& grads, double norm, double max_norm) {
+  if (!(norm > max_norm)) return;
+  const float scale = float(max_norm / (norm + 1e-6));
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < (long)grads.size(); i++) grads[i] *= scale;
+}
+
+}  // namespace normlab

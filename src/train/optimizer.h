@@ -1,0 +1,52 @@
+// optimizer.h: AdamW with decoupled weight decay (PyTorch's update, term for term), the learning-
+// rate schedules, and global gradient-norm clipping.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/params.h"
+
+namespace normlab {
+
+enum class Schedule { Constant, Warmup, InvSqrt, Cosine };
+const char* to_string(Schedule);
+
+struct ScheduleConfig {
+  Schedule kind = Schedule::Cosine;
+  double lr = 1e-3;
+  int warmup_steps = 0;
+  double min_lr = 0.0;  // cosine floor
+  int total_steps = 1;
+};
+
+// Learning rate at 1-based step t:
+//   constant: lr;  warmup: lr * min(1, t/w);  invsqrt: lr * min(t/w, sqrt(w/t));
+//   cosine: lr * t/w while t <= w, then min_lr + (lr - min_lr)/2 (1 + cos(pi (t-w)/(total-w))).
+double learning_rate(const ScheduleConfig& s, long t);
+
+struct AdamWConfig {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  AdamW(const ParamTable& table, AdamWConfig cfg);
+  // One update at 1-based step t with learning rate lr. Decay only on tensors whose spec decays()
+  // (embeddings and linear weights; not biases or norm gains).
+  void step(float* params, const float* grads, double lr, long t);
+  std::vector<float>& m() { return m_; }
+  std::vector<float>& v() { return v_; }
+
+ private:
+  const ParamTable& table_;
+  AdamWConfig cfg_;
+  std::vector<float> m_, v_;
+};
+
+// Global L2 norm of the gradients, summed in double in a fixed order (deterministic).
+double grad_norm(const std::vector<float>& grads);
+// Multiplies the gradients by max_norm / (norm + 1e-6) if norm > max_norm (PyTorch's rule).
+void clip_grads(std::vector<float>& grads, double norm, double max_norm);
+
+}  // namespace normlab

@@ -1,0 +1,170 @@
+// run_config.cpp: TOML and override parsing, strict conversion of the run config.
+#include "train/run_config.h"
+
+#include <cmath>
+#include <fmt/format.h>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "util/error.h"
+#include "util/json_reader.h"
+
+namespace normlab {
+
+static nlohmann::json toml_to_json(const toml::table& table) {
+  std::stringstream ss;
+  ss << toml::json_formatter{table};
+  return nlohmann::json::parse(ss.str());
+}
+
+nlohmann::json read_toml(const std::string& path) {
+  try {
+    return toml_to_json(toml::parse_file(path));
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    if (e.description().find("File could not be opened") != std::string_view::npos)
+      throw Error(fmt::format("config '{}': cannot open file", path));
+    throw Error(fmt::format("config '{}' line {}, column {}: {}", path, where.line, where.column,
+                            e.description()));
+  }
+}
+
+void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& overrides) {
+  for (const std::string& o : overrides) {
+    const auto eq = o.find('=');
+    const auto dot = o.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot > eq || dot == 0 || dot + 1 == eq)
+      throw Error(fmt::format("--set '{}': expected section.key=value, e.g. train.lr=3e-4", o));
+    const std::string section = o.substr(0, dot), key = o.substr(dot + 1, eq - dot - 1);
+    const std::string value = o.substr(eq + 1);
+    nlohmann::json v;
+    try {
+      v = toml_to_json(toml::parse("v = " + value))["v"];
+    } catch (const toml::parse_error&) {
+      v = value;  // a bare word such as post or layernorm is a string
+    }
+    if (!doc.is_object()) doc = nlohmann::json::object();
+    if (!doc[section].is_object() && !doc[section].is_null())
+      throw Error(fmt::format("--set '{}': '{}' is not a table", o, section));
+    doc[section][key] = v;
+  }
+}
+
+static void read_schedule(JsonReader& r, Schedule& out) {
+  std::string s;
+  if (!r.has("lr_schedule")) return;
+  r.get("lr_schedule", s);
+  for (Schedule k : {Schedule::Constant, Schedule::Warmup, Schedule::InvSqrt, Schedule::Cosine})
+    if (s == to_string(k)) {
+      out = k;
+      return;
+    }
+  if (r.raw("lr_schedule").is_string())
+    r.fail(fmt::format("{}: 'lr_schedule' = \"{}\" is not one of constant | warmup | invsqrt | "
+                       "cosine",
+                       r.where(), s));
+}
+
+RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& where) {
+  RunConfig cfg;
+  std::vector<std::string> errors;
+  if (!doc.is_object()) throw Error(fmt::format("{}: expected a table", where));
+  for (const auto& [section, value] : doc.items())
+    if (section != "model" && section != "train" && section != "data")
+      errors.push_back(fmt::format("{}: unknown section [{}] (expected [model], [train], [data])",
+                                   where, section));
+  if (doc.contains("model")) {
+    cfg.model_given = true;
+    try {
+      cfg.model = model_config_from_json(doc["model"], where + " [model]");
+    } catch (const Error& e) {
+      std::string msg = e.what();  // "invalid model config:\n  - a\n  - b"
+      std::istringstream lines(msg);
+      std::string line;
+      std::getline(lines, line);
+      while (std::getline(lines, line)) errors.push_back(line.substr(line.find("- ") + 2));
+    }
+  }
+  static const nlohmann::json empty = nlohmann::json::object();
+  {
+    JsonReader r(doc.contains("train") ? doc["train"] : empty, where + " [train]");
+    TrainConfig& t = cfg.train;
+    r.get("steps", t.steps);
+    r.get("batch_size", t.batch_size);
+    r.get("grad_accum", t.grad_accum);
+    r.get("seq_len", t.seq_len);
+    r.get("lr", t.lr);
+    read_schedule(r, t.schedule);
+    r.get("warmup_steps", t.warmup_steps);
+    r.get("min_lr", t.min_lr);
+    r.get("beta1", t.adamw.beta1);
+    r.get("beta2", t.adamw.beta2);
+    r.get("adam_eps", t.adamw.eps);
+    r.get("weight_decay", t.adamw.weight_decay);
+    r.get("grad_clip", t.grad_clip);
+    r.get("seed", t.seed);
+    r.get("eval_every", t.eval_every);
+    r.get("eval_batches", t.eval_batches);
+    r.get("log_every", t.log_every);
+    r.get("checkpoint_every", t.checkpoint_every);
+    r.get("out_dir", t.out_dir);
+    r.get("init_from", t.init_from);
+    for (auto& e : r.finish()) errors.push_back(e);
+    auto check = [&](bool ok, const std::string& msg) {
+      if (!ok) errors.push_back(msg);
+    };
+    check(t.steps >= 1 && t.steps <= 100000000, fmt::format("train.steps = {} must be >= 1", t.steps));
+    check(t.batch_size >= 1 && t.batch_size <= 65536,
+          fmt::format("train.batch_size = {} must be in [1, 65536]", t.batch_size));
+    check(t.grad_accum >= 1 && t.grad_accum <= 65536,
+          fmt::format("train.grad_accum = {} must be >= 1", t.grad_accum));
+    check(t.seq_len >= 0, fmt::format("train.seq_len = {} must be >= 1 (or 0 for the model's)", t.seq_len));
+    check(t.lr > 0 && std::isfinite(t.lr), fmt::format("train.lr = {} must be > 0", t.lr));
+    check(t.warmup_steps >= 0, fmt::format("train.warmup_steps = {} must be >= 0", t.warmup_steps));
+    check(t.min_lr >= 0 && t.min_lr <= t.lr,
+          fmt::format("train.min_lr = {} must be in [0, lr = {}]", t.min_lr, t.lr));
+    check(t.adamw.beta1 >= 0 && t.adamw.beta1 < 1, fmt::format("train.beta1 = {} must be in [0, 1)", t.adamw.beta1));
+    check(t.adamw.beta2 >= 0 && t.adamw.beta2 < 1, fmt::format("train.beta2 = {} must be in [0, 1)", t.adamw.beta2));
+    check(t.adamw.eps > 0, fmt::format("train.adam_eps = {} must be > 0", t.adamw.eps));
+    check(t.adamw.weight_decay >= 0, fmt::format("train.weight_decay = {} must be >= 0", t.adamw.weight_decay));
+    check(t.grad_clip >= 0, fmt::format("train.grad_clip = {} must be >= 0 (0 = off)", t.grad_clip));
+    check(t.eval_every >= 0, fmt::format("train.eval_every = {} must be >= 0", t.eval_every));
+    check(t.eval_batches >= 1, fmt::format("train.eval_batches = {} must be >= 1", t.eval_batches));
+    check(t.log_every >= 1, fmt::format("train.log_every = {} must be >= 1", t.log_every));
+    check(t.checkpoint_every >= 0, fmt::format("train.checkpoint_every = {} must be >= 0", t.checkpoint_every));
+    check(!t.out_dir.empty(), "train.out_dir must not be empty");
+    if (cfg.model_given && t.seq_len > cfg.model.seq_len)
+      errors.push_back(fmt::format("train.seq_len = {} exceeds model.seq_len = {}", t.seq_len,
+                                   cfg.model.seq_len));
+  }
+  {
+    JsonReader r(doc.contains("data") ? doc["data"] : empty, where + " [data]");
+    r.get("corpus", cfg.data.corpus);
+    r.get("val_fraction", cfg.data.val_fraction);
+    r.get("tokens", cfg.data.tokens);
+    for (auto& e : r.finish()) errors.push_back(e);
+    if (!(cfg.data.val_fraction > 0 && cfg.data.val_fraction < 1))
+      errors.push_back(fmt::format("data.val_fraction = {} must be in (0, 1)", cfg.data.val_fraction));
+  }
+  if (!errors.empty()) throw Error(join_errors("invalid config " + where, errors));
+  return cfg;
+}
+
+nlohmann::json run_config_to_json(const RunConfig& cfg) {
+  const TrainConfig& t = cfg.train;
+  return {{"model", model_config_to_json(cfg.model)},
+          {"train",
+           {{"steps", t.steps}, {"batch_size", t.batch_size}, {"grad_accum", t.grad_accum},
+            {"seq_len", t.seq_len}, {"lr", t.lr}, {"lr_schedule", to_string(t.schedule)},
+            {"warmup_steps", t.warmup_steps}, {"min_lr", t.min_lr}, {"beta1", t.adamw.beta1},
+            {"beta2", t.adamw.beta2}, {"adam_eps", t.adamw.eps},
+            {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.grad_clip}, {"seed", t.seed},
+            {"eval_every", t.eval_every}, {"eval_batches", t.eval_batches},
+            {"log_every", t.log_every}, {"checkpoint_every", t.checkpoint_every},
+            {"out_dir", t.out_dir}, {"init_from", t.init_from}}},
+          {"data",
+           {{"corpus", cfg.data.corpus}, {"val_fraction", cfg.data.val_fraction},
+            {"tokens", cfg.data.tokens}}}};
+}
+
+}  // namespace normlab

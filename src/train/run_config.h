@@ -1,0 +1,57 @@
+// run_config.h: the configuration of a training run ([model], [train], [data] in TOML), read
+// strictly: unknown sections and keys and ill-typed values are errors, all reported in one message.
+// `--set section.key=value` overrides take TOML values (a bare word is taken as a string).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "train/optimizer.h"
+
+namespace normlab {
+
+struct TrainConfig {
+  long steps = 300;            // a default run that shows the loss falling in about a minute
+  int batch_size = 16;
+  int grad_accum = 1;          // micro-batches per optimizer step
+  int seq_len = 0;             // T of training batches; 0: the model's seq_len
+  double lr = 2e-3;
+  Schedule schedule = Schedule::Cosine;
+  int warmup_steps = 30;
+  double min_lr = 1e-4;        // cosine floor
+  AdamWConfig adamw;           // beta1 0.9, beta2 0.95 (GPT-3/nanoGPT), eps 1e-8, weight decay 0.1
+  double grad_clip = 1.0;      // global norm; 0 turns clipping off
+  long seed = 1;               // data order and dropout
+  long eval_every = 100;       // validation every N steps (and at the end); 0: only at the end
+  int eval_batches = 8;
+  long log_every = 10;
+  long checkpoint_every = 100; // 0: only at the end
+  std::string out_dir = "runs/default";
+  std::string init_from;       // checkpoint to start from (its config is the model's)
+};
+
+struct DataConfig {
+  std::string corpus = "builtin";  // "builtin" (data/kjv.txt, the King James Bible) or a path
+  double val_fraction = 0.1;
+  std::string tokens;              // a token file used as the batch of every step (no corpus)
+};
+
+struct RunConfig {
+  ModelConfig model;
+  bool model_given = false;  // the TOML had a [model] table
+  TrainConfig train;
+  DataConfig data;
+};
+
+// Merges `--set a.b=value` overrides into a JSON document (Error on a malformed override).
+void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& overrides);
+// Parses a TOML file into JSON (Error with the file, line and column on a syntax error).
+nlohmann::json read_toml(const std::string& path);
+// Strict conversion; `where` names the source in messages.
+RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& where);
+// The run config as JSON (everything explicit), for the run directory.
+nlohmann::json run_config_to_json(const RunConfig& cfg);
+
+}  // namespace normlab

@@ -1,0 +1,445 @@
+// safetensors.cpp: the safetensors reader (validate everything, then copy each tensor out) and the
+// atomic writer (temporary file, fsync, rename). Every error names the file: "<path>: <what>".
+#include "train/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <type_traits>
+
+#include "util/error.h"
+
+namespace normlab::safetensors {
+
+// The data section is copied byte for byte between the file and memory.
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes little-endian");
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw Error(path + ": " + what);
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+std::string offsets_text(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+}
+
+// A JSON value for an error message, cut short so a hostile header cannot flood the terminal.
+std::string short_dump(const json& value) {
+  std::string text = value.dump();
+  return text.size() <= 80 ? text : text.substr(0, 77) + "...";
+}
+
+// numel * dtype_size, or nullopt if a dim is negative or the count exceeds max_tensor_bytes.
+std::optional<uint64_t> byte_count(const std::vector<int64_t>& shape, DType dtype) {
+  uint64_t count = dtype_size(dtype);
+  for (int64_t dim : shape) {
+    if (dim < 0) return std::nullopt;
+    if (dim == 0) return 0;  // an empty tensor, whatever the other dims
+  }
+  for (int64_t dim : shape) {
+    if (static_cast<uint64_t>(dim) > max_tensor_bytes / count) return std::nullopt;
+    count *= static_cast<uint64_t>(dim);
+  }
+  return count;
+}
+
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() { close(); }
+  int get() const { return fd_; }
+  int close() {  // returns ::close's result, 0 if already closed
+    int result = fd_ >= 0 ? ::close(fd_) : 0;
+    fd_ = -1;
+    return result;
+  }
+
+ private:
+  int fd_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+struct Entry {  // one validated header entry
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin, end;  // relative to the data section
+};
+
+void read_exact(const std::string& path, int fd, void* out, uint64_t size, uint64_t offset) {
+  auto* cursor = static_cast<unsigned char*>(out);
+  while (size > 0) {
+    ssize_t got = ::pread(fd, cursor, size, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail(path, "read error at byte " + std::to_string(offset) + ": " + errno_text());
+    if (got == 0) fail(path, "file shrank while being read (at byte " + std::to_string(offset) + ")");
+    cursor += got;
+    offset += static_cast<uint64_t>(got);
+    size -= static_cast<uint64_t>(got);
+  }
+}
+
+// Parses the header text; rejects invalid JSON and duplicate keys (which plain parsing would merge).
+json parse_header(const std::string& path, const std::string& text) {
+  std::vector<std::set<std::string>> open_objects;  // keys seen so far in each enclosing object
+  std::optional<std::string> duplicate;
+  bool duplicate_is_tensor_name = false;
+  auto track_keys = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == json::parse_event_t::object_end) open_objects.pop_back();
+    if (event == json::parse_event_t::key && !duplicate &&
+        !open_objects.back().insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+      duplicate_is_tensor_name = open_objects.size() == 1;
+    }
+    return true;
+  };
+  json header;
+  try {
+    header = json::parse(text, track_keys);
+  } catch (const json::exception& e) {
+    fail(path, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (duplicate && duplicate_is_tensor_name) fail(path, "duplicate tensor name '" + *duplicate + "'");
+  if (duplicate) fail(path, "duplicate key '" + *duplicate + "' in header");
+  if (!header.is_object())
+    fail(path, std::string("header is a JSON ") + header.type_name() + ", not an object");
+  return header;
+}
+
+std::map<std::string, std::string> parse_metadata(const std::string& path, const json& value) {
+  if (!value.is_object())
+    fail(path, std::string("__metadata__ is a JSON ") + value.type_name() + ", not an object");
+  std::map<std::string, std::string> metadata;
+  for (const auto& [key, item] : value.items()) {
+    if (!item.is_string())
+      fail(path, "__metadata__ value of '" + key + "' is a JSON " + item.type_name() +
+                     ", not a string: " + short_dump(item));
+    metadata[key] = item.get<std::string>();
+  }
+  return metadata;
+}
+
+Entry parse_entry(const std::string& path, const std::string& name, const json& value,
+                  uint64_t data_size) {
+  const std::string tensor = "tensor '" + name + "'";
+  if (!value.is_object())
+    fail(path, tensor + " entry is a JSON " + value.type_name() + ", not an object");
+  for (const auto& [key, item] : value.items())
+    if (key != "dtype" && key != "shape" && key != "data_offsets")
+      fail(path, tensor + " has unknown key '" + key + "'");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!value.contains(key)) fail(path, tensor + " has no \"" + key + "\"");
+
+  Entry entry{name, DType::F32, {}, 0, 0};
+  const json& dtype = value["dtype"];
+  if (!dtype.is_string()) fail(path, tensor + " dtype is not a string: " + short_dump(dtype));
+  std::optional<DType> known = dtype_from_name(dtype.get<std::string>());
+  if (!known)
+    fail(path, tensor + " has unsupported dtype '" + dtype.get<std::string>() +
+                   "' (normlab reads F32, F64, I32, I64)");
+  entry.dtype = *known;
+
+  const json& shape = value["shape"];
+  if (!shape.is_array()) fail(path, tensor + " shape is not a list: " + short_dump(shape));
+  for (const json& dim : shape) {
+    if (dim.is_number_integer() && !dim.is_number_unsigned())
+      fail(path, tensor + " has negative dim " + dim.dump() + " in shape " + short_dump(shape));
+    if (!dim.is_number_unsigned())
+      fail(path, tensor + " shape must hold non-negative integers, got " + short_dump(shape));
+    if (dim.get<uint64_t>() > max_tensor_bytes)
+      fail(path, tensor + " has dim " + dim.dump() + " beyond 2^62 in shape " + short_dump(shape));
+    entry.shape.push_back(dim.get<int64_t>());
+  }
+
+  const json& offsets = value["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned())
+    fail(path, tensor + " data_offsets must be [begin, end] of non-negative integers, got " +
+                   short_dump(offsets));
+  entry.begin = offsets[0].get<uint64_t>();
+  entry.end = offsets[1].get<uint64_t>();
+  const std::string range = offsets_text(entry.begin, entry.end);
+  if (entry.begin > entry.end) fail(path, tensor + " has data_offsets " + range + " with begin > end");
+
+  std::optional<uint64_t> needed = byte_count(entry.shape, entry.dtype);
+  if (!needed)
+    fail(path, tensor + " shape " + shape_text(entry.shape) + " " + dtype_name(entry.dtype) +
+                   " is larger than 2^62 bytes");
+  if (entry.end - entry.begin != *needed)
+    fail(path, tensor + " has data_offsets " + range + " but shape " + shape_text(entry.shape) +
+                   " " + dtype_name(entry.dtype) + " needs " + std::to_string(*needed) + " bytes");
+  if (entry.end > data_size)
+    fail(path, tensor + " has data_offsets " + range + " beyond the data section of " +
+                   std::to_string(data_size) + " bytes (file truncated?)");
+  return entry;
+}
+
+// Two tensors may not share a byte. Sorted by begin, any overlap shows up between neighbours.
+void check_no_overlap(const std::string& path, std::vector<const Entry*> entries) {
+  std::erase_if(entries, [](const Entry* e) { return e->begin == e->end; });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < entries.size(); ++i) {
+    const Entry& prev = *entries[i - 1];
+    const Entry& next = *entries[i];
+    if (next.begin < prev.end)
+      fail(path, "tensors '" + prev.name + "' " + offsets_text(prev.begin, prev.end) + " and '" +
+                     next.name + "' " + offsets_text(next.begin, next.end) + " overlap");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+void write_all(const std::string& path, const std::string& tmp_path, int fd, const void* data,
+               size_t size) {
+  const auto* cursor = static_cast<const unsigned char*>(data);
+  while (size > 0) {
+    ssize_t put = ::write(fd, cursor, size);
+    if (put < 0 && errno == EINTR) continue;
+    if (put < 0) fail(path, "cannot write temporary file '" + tmp_path + "': " + errno_text());
+    cursor += put;
+    size -= static_cast<size_t>(put);
+  }
+}
+
+// Checks the caller's tensors and returns the header text, padded with spaces to a multiple of 8.
+std::string build_header(const std::string& path, const std::vector<TensorView>& tensors,
+                         const std::map<std::string, std::string>& metadata,
+                         std::vector<uint64_t>& sizes) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const TensorView& view : tensors) {
+    const std::string tensor = "tensor '" + view.name + "'";
+    if (view.name == "__metadata__") fail(path, "a tensor may not be named '__metadata__'");
+    if (!names.insert(view.name).second) fail(path, "duplicate tensor name '" + view.name + "'");
+    for (int64_t dim : view.shape)
+      if (dim < 0) fail(path, tensor + " has negative dim in shape " + shape_text(view.shape));
+    std::optional<uint64_t> size = byte_count(view.shape, view.dtype);
+    if (!size || offset + *size > max_tensor_bytes)
+      fail(path, tensor + " shape " + shape_text(view.shape) + " makes the file exceed 2^62 bytes");
+    if (*size > 0 && view.data == nullptr) fail(path, tensor + " has no data (null pointer)");
+    header[view.name] = {{"dtype", dtype_name(view.dtype)},
+                         {"shape", view.shape},
+                         {"data_offsets", {offset, offset + *size}}};
+    sizes.push_back(*size);
+    offset += *size;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::ordered_json::exception& e) {  // e.g. a name that is not UTF-8
+    fail(path, std::string("cannot encode header: ") + e.what());
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+bool path_exists(const std::string& path) {
+  struct stat info;
+  return ::lstat(path.c_str(), &info) == 0;  // a dangling symlink counts: it would be replaced
+}
+
+// Best effort: makes the rename itself durable. Failure here loses nothing already written.
+void sync_parent_directory(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  FileDescriptor fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() >= 0) ::fsync(fd.get());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// DType and Tensor
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+  }
+  throw Error("safetensors: invalid DType value " + std::to_string(static_cast<int>(dtype)));
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "F32";
+    case DType::F64: return "F64";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+  }
+  throw Error("safetensors: invalid DType value " + std::to_string(static_cast<int>(dtype)));
+}
+
+std::optional<DType> dtype_from_name(const std::string& name) {
+  for (DType dtype : {DType::F32, DType::F64, DType::I32, DType::I64})
+    if (name == dtype_name(dtype)) return dtype;
+  return std::nullopt;
+}
+
+int64_t Tensor::numel() const {
+  int64_t count = 1;
+  for (int64_t dim : shape) count *= dim;
+  return count;
+}
+
+namespace {
+template <typename T>
+std::vector<T> copy_elements(const Tensor& tensor, DType wanted, const char* function) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  if (tensor.dtype != wanted)
+    throw Error(std::string("safetensors: ") + function + "() on a " + dtype_name(tensor.dtype) +
+                " tensor of shape " + shape_text(tensor.shape) + " (use File::expect to check)");
+  if (tensor.bytes.size() != static_cast<size_t>(tensor.numel()) * sizeof(T))
+    throw Error(std::string("safetensors: ") + function + "() on a tensor of shape " +
+                shape_text(tensor.shape) + " holding " + std::to_string(tensor.bytes.size()) +
+                " bytes");
+  std::vector<T> values(tensor.bytes.size() / sizeof(T));
+  if (!values.empty()) std::memcpy(values.data(), tensor.bytes.data(), tensor.bytes.size());
+  return values;
+}
+}  // namespace
+
+std::vector<float> Tensor::as_f32() const { return copy_elements<float>(*this, DType::F32, "as_f32"); }
+std::vector<double> Tensor::as_f64() const { return copy_elements<double>(*this, DType::F64, "as_f64"); }
+std::vector<int32_t> Tensor::as_i32() const { return copy_elements<int32_t>(*this, DType::I32, "as_i32"); }
+std::vector<int64_t> Tensor::as_i64() const { return copy_elements<int64_t>(*this, DType::I64, "as_i64"); }
+
+// ---------------------------------------------------------------------------------------------
+// File, read, write
+
+const Tensor& File::at(const std::string& name) const {
+  auto found = tensors.find(name);
+  if (found == tensors.end()) fail(path, "no tensor '" + name + "'");
+  return found->second;
+}
+
+const Tensor& File::expect(const std::string& name, DType dtype,
+                           const std::vector<int64_t>& shape) const {
+  const Tensor& tensor = at(name);
+  if (tensor.dtype != dtype || tensor.shape != shape)
+    fail(path, "tensor '" + name + "' is " + dtype_name(tensor.dtype) + " " +
+                   shape_text(tensor.shape) + ", expected " + dtype_name(dtype) + " " +
+                   shape_text(shape));
+  return tensor;
+}
+
+File read(const std::string& path) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail(path, "cannot open for reading: " + errno_text());
+  struct stat info;
+  if (::fstat(fd.get(), &info) != 0) fail(path, "cannot stat: " + errno_text());
+  if (!S_ISREG(info.st_mode)) fail(path, "not a regular file");
+  const uint64_t file_size = static_cast<uint64_t>(info.st_size);
+  if (file_size < 8)
+    fail(path, "file is " + std::to_string(file_size) +
+                   " bytes, too short for the 8-byte header length (not a safetensors file?)");
+
+  unsigned char length_bytes[8];
+  read_exact(path, fd.get(), length_bytes, 8, 0);
+  uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | length_bytes[i];
+  if (header_size > file_size - 8)
+    fail(path, "header length " + std::to_string(header_size) + " exceeds the " +
+                   std::to_string(file_size - 8) + " bytes after it (truncated or not safetensors?)");
+  if (header_size > max_header_bytes)
+    fail(path, "header length " + std::to_string(header_size) + " exceeds the 100 MB limit");
+
+  std::string header_text(header_size, '\0');
+  read_exact(path, fd.get(), header_text.data(), header_size, 8);
+  const json header = parse_header(path, header_text);
+
+  File file;
+  file.path = path;
+  const uint64_t data_start = 8 + header_size;
+  const uint64_t data_size = file_size - data_start;
+  std::vector<Entry> entries;
+  for (const auto& [name, value] : header.items()) {
+    if (name == "__metadata__")
+      file.metadata = parse_metadata(path, value);
+    else
+      entries.push_back(parse_entry(path, name, value, data_size));
+  }
+  std::vector<const Entry*> by_offset;
+  for (const Entry& entry : entries) by_offset.push_back(&entry);
+  check_no_overlap(path, by_offset);
+
+  for (Entry& entry : entries) {
+    Tensor tensor{entry.dtype, std::move(entry.shape), {}};
+    tensor.bytes.resize(entry.end - entry.begin);
+    read_exact(path, fd.get(), tensor.bytes.data(), tensor.bytes.size(), data_start + entry.begin);
+    file.tensors.emplace(entry.name, std::move(tensor));
+  }
+  return file;
+}
+
+void write(const std::string& path, const std::vector<TensorView>& tensors,
+           const std::map<std::string, std::string>& metadata, bool overwrite) {
+  std::vector<uint64_t> sizes;
+  const std::string header = build_header(path, tensors, metadata, sizes);
+  if (!overwrite && path_exists(path)) fail(path, "already exists (and overwrite is off)");
+
+  const std::string tmp_path = path + ".tmp." + std::to_string(::getpid());
+  FileDescriptor fd(::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) fail(path, "cannot create temporary file '" + tmp_path + "': " + errno_text());
+  struct RemoveUnlessCommitted {  // no partial file survives an error
+    const std::string& tmp_path;
+    bool committed = false;
+    ~RemoveUnlessCommitted() {
+      if (!committed) ::unlink(tmp_path.c_str());
+    }
+  } cleanup{tmp_path};
+
+  unsigned char length_bytes[8];
+  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(header.size() >> (8 * i));
+  write_all(path, tmp_path, fd.get(), length_bytes, 8);
+  write_all(path, tmp_path, fd.get(), header.data(), header.size());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    write_all(path, tmp_path, fd.get(), tensors[i].data, sizes[i]);
+  if (::fsync(fd.get()) != 0) fail(path, "cannot fsync '" + tmp_path + "': " + errno_text());
+  if (fd.close() != 0) fail(path, "cannot close '" + tmp_path + "': " + errno_text());
+
+  if (overwrite) {
+    if (::rename(tmp_path.c_str(), path.c_str()) != 0)
+      fail(path, "cannot rename '" + tmp_path + "' over it: " + errno_text());
+  } else if (::link(tmp_path.c_str(), path.c_str()) == 0) {  // atomic "create unless exists"
+    ::unlink(tmp_path.c_str());
+  } else if (errno == EEXIST) {
+    fail(path, "already exists (and overwrite is off)");
+  } else {  // a file system without hard links: check and rename (not atomic, but best we can)
+    if (path_exists(path)) fail(path, "already exists (and overwrite is off)");
+    if (::rename(tmp_path.c_str(), path.c_str()) != 0)
+      fail(path, "cannot rename '" + tmp_path + "' to it: " + errno_text());
+  }
+  cleanup.committed = true;
+  sync_parent_directory(path);
+}
+
+}  // namespace normlab::safetensors

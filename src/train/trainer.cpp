@@ -1,0 +1,243 @@
+// trainer.cpp: the training loop.
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+#include <limits>
+#include <optional>
+
+#include "model/model.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "util/error.h"
+#include "util/rng.h"
+
+namespace normlab {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string format_duration(double s) {
+  const long total = long(s + 0.5);
+  return total >= 3600 ? fmt::format("{}:{:02}:{:02}", total / 3600, total / 60 % 60, total % 60)
+                       : fmt::format("{}:{:02}", total / 60, total % 60);
+}
+
+// The model config of the run: the checkpoint's when starting from one (a [model] table, if given,
+// must agree with it), else the config's.
+ModelConfig resolve_model(const RunConfig& cfg) {
+  if (cfg.train.init_from.empty()) return cfg.model;
+  ModelConfig from = checkpoint_config(cfg.train.init_from);
+  if (cfg.model_given) {
+    nlohmann::json a = model_config_to_json(cfg.model), b = model_config_to_json(from);
+    std::vector<std::string> diffs;
+    for (const auto& [key, value] : b.items())
+      if (key != "seed" && key != "dropout" && key != "init" && key != "init_std" && a[key] != value)
+        diffs.push_back(fmt::format("{}: config {} vs checkpoint {}", key, a[key].dump(), value.dump()));
+    if (!diffs.empty())
+      throw Error(fmt::format("[model] disagrees with train.init_from '{}': {}", cfg.train.init_from,
+                              fmt::join(diffs, "; ")));
+    from.dropout = cfg.model.dropout;
+  }
+  return from;
+}
+
+// Name of the first parameter (canonical order) whose gradient is not finite.
+std::string first_nonfinite(const Model<float>& model) {
+  for (const ParamSpec& p : model.table().specs)
+    for (size_t i = 0; i < p.numel; i++)
+      if (!std::isfinite(model.grads()[p.offset + i])) return p.name;
+  return "(none)";
+}
+
+bool all_finite(const std::vector<float>& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+class MetricsFile {
+ public:
+  explicit MetricsFile(const std::string& path) : path_(path), out_(path, std::ios::trunc) {
+    if (!out_) throw Error(fmt::format("cannot write metrics file '{}'", path));
+  }
+  void write(const nlohmann::json& line) {
+    out_ << line.dump() << '\n';
+    out_.flush();
+    if (!out_) throw Error(fmt::format("write to '{}' failed (disk full?)", path_));
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace
+
+TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
+  const TrainConfig& tc = cfg.train;
+  ModelConfig model_cfg = resolve_model(cfg);
+  Model<float> model(model_cfg);
+  if (!tc.init_from.empty()) load_params(tc.init_from, model);
+
+  // data
+  std::optional<Batch> fixed;
+  std::optional<Corpus> corpus;
+  const int T = tc.seq_len > 0 ? tc.seq_len : model_cfg.seq_len;
+  if (T > model_cfg.seq_len)
+    throw Error(fmt::format("train.seq_len = {} exceeds the model's seq_len {}", T, model_cfg.seq_len));
+  TrainResult result;
+  result.unigram_entropy = std::numeric_limits<double>::quiet_NaN();
+  if (!cfg.data.tokens.empty()) {
+    fixed = load_token_file(cfg.data.tokens);
+    check_batch(*fixed, model_cfg, cfg.data.tokens);
+  } else {
+    if (model_cfg.vocab_size() < kByteVocab)
+      throw Error(fmt::format("model.vocab = {} is too small for byte tokens (needs >= 256)",
+                              model_cfg.vocab_size()));
+    const std::string path = cfg.data.corpus == "builtin" ? builtin_corpus_path() : cfg.data.corpus;
+    corpus = load_corpus(path, cfg.data.val_fraction, T);
+    result.unigram_entropy = unigram_entropy(corpus->train);
+  }
+
+  // run directory: never clobber an earlier run unless asked to
+  const fs::path dir(tc.out_dir);
+  const fs::path metrics_path = dir / "metrics.jsonl", ckpt_path = dir / "checkpoint.safetensors";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    throw Error(fmt::format("train.out_dir '{}': cannot create directory ({})", tc.out_dir,
+                            ec ? ec.message() : "a file is in the way"));
+  if (!options.overwrite && (fs::exists(metrics_path) || fs::exists(ckpt_path)))
+    throw Error(fmt::format("train.out_dir '{}' already holds a run; choose another out_dir or pass "
+                            "--force to replace it",
+                            tc.out_dir));
+  MetricsFile metrics(metrics_path.string());
+  {
+    RunConfig resolved = cfg;
+    resolved.model = model_cfg;
+    std::ofstream(dir / "config.json") << run_config_to_json(resolved).dump(2) << '\n';
+  }
+
+  const ScheduleConfig sched{tc.schedule, tc.lr, tc.warmup_steps, tc.min_lr, int(tc.steps)};
+  AdamW optimizer(model.table(), tc.adamw);
+  Rng data_rng(uint64_t(tc.seed), 1);
+  const int B = fixed ? fixed->B : tc.batch_size;
+  const int Tb = fixed ? fixed->T : T;
+  const double tokens_per_step = double(B) * Tb * tc.grad_accum;
+  if (!options.quiet)
+    fmt::print("normlab train: {} params, {} layers ({}), {} d_model, batch {}x{}x{}, {} steps -> {}\n",
+               model.table().total, model_cfg.n_layers, to_string(model_cfg.placement_of(0)),
+               model_cfg.d_model, B, Tb, tc.grad_accum, tc.steps, tc.out_dir);
+
+  auto evaluate = [&]() -> double {
+    if (!corpus) return std::numeric_limits<double>::quiet_NaN();
+    model.set_training(false);
+    Rng eval_rng(uint64_t(tc.seed), 2);  // the same validation batches every time
+    double sum = 0;
+    int64_t count = 0;
+    for (int k = 0; k < tc.eval_batches; k++) {
+      Batch b = sample_batch(corpus->val, model_cfg.arch, tc.batch_size, T, eval_rng);
+      const double loss = model.forward(b.ids.data(), b.labels.data(), b.B, b.T);
+      sum += loss * double(model.label_count());
+      count += model.label_count();
+    }
+    return sum / double(count);
+  };
+
+  const auto t0 = Clock::now();
+  double window_tokens = 0, window_seconds = 0;
+  for (long step = 1; step <= tc.steps; step++) {
+    const auto step_t0 = Clock::now();
+    const double lr = learning_rate(sched, step);
+    model.zero_grad();
+    double loss = 0;
+    bool bad_loss = false;
+    for (int micro = 0; micro < tc.grad_accum; micro++) {
+      Batch sampled;
+      if (!fixed) sampled = sample_batch(corpus->train, model_cfg.arch, B, T, data_rng);
+      const Batch& batch = fixed ? *fixed : sampled;
+      model.set_training(true, uint64_t(step) * 65536 + micro);
+      const double l = model.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T);
+      if (!std::isfinite(l)) {
+        bad_loss = true;
+        loss = l;
+        break;
+      }
+      model.backward(1.0 / tc.grad_accum);
+      loss += l / tc.grad_accum;
+    }
+    const double gnorm = bad_loss ? std::numeric_limits<double>::quiet_NaN() : grad_norm(model.grads());
+    if (bad_loss || !std::isfinite(gnorm)) {
+      result.diverged = true;
+      result.diverged_step = step;
+      result.diverged_tensor = bad_loss ? "loss" : first_nonfinite(model);
+      metrics.write({{"type", "diverged"}, {"step", step}, {"tensor", result.diverged_tensor},
+                     {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)}});
+      // the parameters have not been updated this step: if finite they are the last good state
+      if (all_finite(model.params())) save_checkpoint(ckpt_path.string(), model, &optimizer, step - 1, true);
+      if (!options.quiet)
+        fmt::print("diverged at step {}: non-finite {}{}; metrics and the last good checkpoint are "
+                   "in {}\n",
+                   step, bad_loss ? "loss" : "gradient in ", bad_loss ? "" : result.diverged_tensor,
+                   tc.out_dir);
+      break;
+    }
+    if (tc.grad_clip > 0) clip_grads(model.grads(), gnorm, tc.grad_clip);
+    optimizer.step(model.params().data(), model.grads().data(), lr, step);
+    const double dt = seconds_since(step_t0);
+    window_tokens += tokens_per_step;
+    window_seconds += dt;
+    result.steps_done = step;
+    result.last_train_loss = loss;
+    metrics.write({{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
+                   {"tokens_per_s", tokens_per_step / dt}, {"elapsed_s", seconds_since(t0)}});
+    const bool last = step == tc.steps;
+    if ((tc.eval_every > 0 && step % tc.eval_every == 0) || last) {
+      const double val = evaluate();
+      result.last_val_loss = val;
+      if (std::isfinite(val)) {
+        metrics.write({{"type", "val"}, {"step", step}, {"loss", val}});
+        if (!options.quiet) fmt::print("step {:>6} | validation loss {:.4f}\n", step, val);
+      }
+    }
+    if (!options.quiet && (step % tc.log_every == 0 || step == 1 || last)) {
+      const double elapsed = seconds_since(t0);
+      fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | "
+                 "elapsed {} | eta {}\n",
+                 step, tc.steps, loss, lr, gnorm, window_tokens / window_seconds,
+                 format_duration(elapsed), format_duration(elapsed / step * (tc.steps - step)));
+      std::fflush(stdout);
+      window_tokens = window_seconds = 0;
+    }
+    if ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last)
+      save_checkpoint(ckpt_path.string(), model, &optimizer, step, true);
+  }
+  result.seconds = seconds_since(t0);
+  result.tokens_per_s = result.steps_done * tokens_per_step / std::max(1e-9, result.seconds);
+  metrics.write({{"type", "summary"},
+                 {"steps", result.steps_done},
+                 {"train_loss", result.last_train_loss},
+                 {"val_loss", std::isfinite(result.last_val_loss) ? nlohmann::json(result.last_val_loss)
+                                                                  : nlohmann::json(nullptr)},
+                 {"diverged", result.diverged},
+                 {"diverged_step", result.diverged_step},
+                 {"tokens_per_s", result.tokens_per_s},
+                 {"seconds", result.seconds},
+                 {"unigram_entropy", std::isfinite(result.unigram_entropy)
+                                         ? nlohmann::json(result.unigram_entropy)
+                                         : nlohmann::json(nullptr)}});
+  return result;
+}
+
+}  // namespace normlab
