@@ -1,7 +1,7 @@
 """safetensors_interop.py: checks normlab's safetensors files against the official PyPI package.
 
   python safetensors_interop.py write OUT.safetensors
-      writes a known set of tensors and metadata with safetensors.numpy.save_file (see known_tensors below)
+      writes known_tensors() and KNOWN_METADATA (below) with safetensors.numpy.save_file
   python safetensors_interop.py check IN.safetensors EXPECT.json
       loads IN with safetensors.safe_open(framework="numpy") and compares it with EXPECT.json:
       {"name": {"dtype": "float32", "shape": [...], "values": [flat, row-major]}, ...,
@@ -50,10 +50,12 @@ def check(in_path, expect_path):
             want = expect[name]
             got = f.get_tensor(name)
             if got.dtype.name != want["dtype"]:
-                problems.append(f"tensor '{name}' has dtype {got.dtype.name}, expected {want['dtype']}")
+                problems.append(
+                    f"tensor '{name}' has dtype {got.dtype.name}, expected {want['dtype']}")
                 continue
             if list(got.shape) != list(want["shape"]):
-                problems.append(f"tensor '{name}' has shape {list(got.shape)}, expected {want['shape']}")
+                problems.append(
+                    f"tensor '{name}' has shape {list(got.shape)}, expected {want['shape']}")
                 continue
             # tolist() gives exact Python ints and floats (float32 widens exactly to float64).
             values = got.ravel().tolist()

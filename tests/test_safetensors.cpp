@@ -1,8 +1,6 @@
 // test_safetensors.cpp: the safetensors reader/writer. Round trips, the atomic writer's refusals
 // and failures, a corruption suite (every error names the file, nothing crashes), and interop with
 // the official Python package (tests/safetensors_interop.py; skipped unless NORMLAB_PYTHON is set).
-#include "train/safetensors.h"
-
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -16,6 +14,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "train/safetensors.h"
 #include "util/error.h"
 
 namespace st = normlab::safetensors;
@@ -33,7 +32,9 @@ class SafetensorsTest : public ::testing::Test {
            ("normlab_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);  // empty if SetUp skipped
+  }
   std::string file(const std::string& name) const { return (dir_ / name).string(); }
   std::vector<std::string> listing() const {
     std::vector<std::string> names;
@@ -51,7 +52,8 @@ Bytes read_bytes(const std::string& path) {
 
 void write_bytes(const std::string& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 // A hand-made file: u64 little-endian header length (by default the header's), header, data.
@@ -108,8 +110,8 @@ struct Sample {  // one tensor of each dtype, incl. a scalar and an empty tensor
 
 TEST_F(SafetensorsTest, RoundTripAllDtypesScalarEmptyAndMetadata) {
   Sample sample;
-  std::map<std::string, std::string> metadata{{"config", R"({"d_model": 8, "q": "\"x\""})"},
-                                              {"note", "caf\u00e9 \u2713"}, {"empty", ""}};
+  std::map<std::string, std::string> metadata{
+      {"config", R"({"d_model": 8, "q": "\"x\""})"}, {"note", "caf\u00e9 \u2713"}, {"empty", ""}};
   st::write(file("m.safetensors"), sample.views(), metadata, false);
   st::File f = st::read(file("m.safetensors"));
   EXPECT_EQ(f.path, file("m.safetensors"));
@@ -131,7 +133,8 @@ TEST_F(SafetensorsTest, LayoutKeepsOrderIsContiguousAndPadded) {
   std::vector<int64_t> b{4};
   std::vector<int32_t> c{5, 6};
   st::write(file("o.safetensors"),
-            {{"z", st::DType::F32, {3}, a.data()}, {"a", st::DType::I64, {1}, b.data()},
+            {{"z", st::DType::F32, {3}, a.data()},
+             {"a", st::DType::I64, {1}, b.data()},
              {"m", st::DType::I32, {2}, c.data()}},
             {{"k", "v"}}, false);
   Bytes bytes = read_bytes(file("o.safetensors"));
@@ -161,7 +164,9 @@ TEST_F(SafetensorsTest, RefusesToOverwriteUnlessAsked) {
   const std::string path = file("x.safetensors");
   st::write(path, {{"t", st::DType::F32, {1}, one.data()}}, {}, false);
   const Bytes original = read_bytes(path);
-  std::string message = error_of([&] { st::write(path, {{"t", st::DType::F32, {1}, two.data()}}, {}, false); });
+  std::string message = error_of([&] {
+    st::write(path, {{"t", st::DType::F32, {1}, two.data()}}, {}, false);
+  });
   EXPECT_NE(message.find(path), std::string::npos) << message;
   EXPECT_NE(message.find("already exists"), std::string::npos) << message;
   EXPECT_EQ(read_bytes(path), original);
@@ -174,8 +179,11 @@ TEST_F(SafetensorsTest, RefusesToOverwriteUnlessAsked) {
 TEST_F(SafetensorsTest, UnwritableDirectoryIsAnError) {
   write_bytes(file("plain"), {1, 2, 3});
   std::vector<float> data{1};
-  for (const std::string& path : {file("plain") + "/x.safetensors", std::string("/proc/nonexistent/x.safetensors")}) {
-    std::string message = error_of([&] { st::write(path, {{"t", st::DType::F32, {1}, data.data()}}, {}, true); });
+  for (const std::string& path :
+       {file("plain") + "/x.safetensors", std::string("/proc/nonexistent/x.safetensors")}) {
+    std::string message = error_of([&] {
+      st::write(path, {{"t", st::DType::F32, {1}, data.data()}}, {}, true);
+    });
     EXPECT_NE(message.find(path), std::string::npos) << message;
   }
   EXPECT_EQ(read_bytes(file("plain")), (Bytes{1, 2, 3}));
@@ -194,7 +202,9 @@ TEST_F(SafetensorsTest, FailedWriteLeavesNoPartialFile) {
   limited.rlim_cur = 4096;
   auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limited), 0);
-  std::string message = error_of([&] { st::write(path, {{"t", st::DType::F32, {1 << 16}, big.data()}}, {}, true); });
+  std::string message = error_of([&] {
+    st::write(path, {{"t", st::DType::F32, {1 << 16}, big.data()}}, {}, true);
+  });
   ::setrlimit(RLIMIT_FSIZE, &saved);
   ::signal(SIGXFSZ, old_handler);
   EXPECT_NE(message.find(path), std::string::npos) << message;
@@ -209,7 +219,8 @@ TEST_F(SafetensorsTest, WriteRejectsBadTensors) {
     return error_of([&] { st::write(path, views, {}, true); });
   };
   std::vector<std::pair<std::string, std::vector<st::TensorView>>> cases = {
-      {"duplicate tensor name 'a'", {{"a", st::DType::F32, {1}, &data[0]}, {"a", st::DType::F32, {1}, &data[1]}}},
+      {"duplicate tensor name 'a'",
+       {{"a", st::DType::F32, {1}, &data[0]}, {"a", st::DType::F32, {1}, &data[1]}}},
       {"'__metadata__'", {{"__metadata__", st::DType::F32, {1}, data.data()}}},
       {"negative dim", {{"a", st::DType::F32, {2, -1}, data.data()}}},
       {"null pointer", {{"a", st::DType::F32, {2}, nullptr}}},
@@ -246,7 +257,8 @@ TEST_F(SafetensorsTest, EveryTruncationIsAnError) {
   const Bytes full = read_bytes(file("full.safetensors"));
   for (size_t length = 0; length < full.size(); ++length) {
     SCOPED_TRACE("prefix length " + std::to_string(length));
-    write_bytes(file("cut.safetensors"), Bytes(full.begin(), full.begin() + static_cast<long>(length)));
+    write_bytes(file("cut.safetensors"),
+                Bytes(full.begin(), full.begin() + static_cast<long>(length)));
     expect_read_error(file("cut.safetensors"), "");
   }
 }
@@ -259,9 +271,9 @@ TEST_F(SafetensorsTest, ByteFlipsGiveErrorsNotCrashes) {
   const uint64_t header_end = 8 + header_length_of(full);
   int rejected = 0;
   for (uint64_t at = 0; at < header_end; ++at) {
-    for (unsigned char value : {0x00, 0x01, 0x20, 0x22, 0x2d, 0x39, 0x5d, 0x7d, 0x80, 0xff}) {
+    for (int value : {0x00, 0x01, 0x20, 0x22, 0x2d, 0x39, 0x5d, 0x7d, 0x80, 0xff}) {
       Bytes bytes = full;
-      bytes[at] = value;
+      bytes[at] = static_cast<unsigned char>(value);
       write_bytes(file("flip.safetensors"), bytes);
       try {
         st::read(file("flip.safetensors"));
@@ -286,8 +298,10 @@ TEST_F(SafetensorsTest, HeaderLengthOutOfRange) {
 }
 
 TEST_F(SafetensorsTest, CorruptHeadersAreErrors) {
-  auto entry = [](const std::string& dtype, const std::string& shape, const std::string& offsets) {
-    return R"({"dtype":)" + dtype + R"(,"shape":)" + shape + R"(,"data_offsets":)" + offsets + "}";
+  // A header with one tensor 'a' (dtype unquoted; shape and offsets as JSON text).
+  auto one = [](const std::string& dtype, const std::string& shape, const std::string& offsets) {
+    return R"({"a":{"dtype":")" + dtype + R"(","shape":)" + shape + R"(,"data_offsets":)" +
+           offsets + "}}";
   };
   struct Case {
     std::string header;
@@ -303,30 +317,32 @@ TEST_F(SafetensorsTest, CorruptHeadersAreErrors) {
       {"[1, 2]", 0, "header is a JSON array, not an object"},
       {"42", 0, "not an object"},
       {R"({"a": 3})", 0, "tensor 'a' entry is a JSON number, not an object"},
-      {R"({"a":)" + entry(R"("BF16")", "[2]", "[0,4]") + "}", 4, "unsupported dtype 'BF16'"},
-      {R"({"a":)" + entry("5", "[1]", "[0,4]") + "}", 4, "dtype is not a string"},
-      {R"({"a":)" + entry(R"("F32")", "[2,-1]", "[0,4]") + "}", 4, "tensor 'a' has negative dim -1"},
-      {R"({"a":)" + entry(R"("F32")", "[2.5]", "[0,4]") + "}", 4, "non-negative integers"},
-      {R"({"a":)" + entry(R"("F32")", "[1e30]", "[0,4]") + "}", 4, "non-negative integers"},
-      {R"({"a":)" + entry(R"("F32")", "2", "[0,8]") + "}", 8, "shape is not a list"},
-      {R"({"a":)" + entry(R"("F32")", "[18446744073709551615]", "[0,4]") + "}", 4, "beyond 2^62"},
-      {R"({"a":)" + entry(R"("F32")", "[4294967296,4294967296,4]", "[0,4]") + "}", 4, "larger than 2^62"},
-      {R"({"a":)" + entry(R"("I64")", "[2147483648,2147483648]", "[0,4]") + "}", 4, "larger than 2^62"},
+      {one("BF16", "[2]", "[0,4]"), 4, "unsupported dtype 'BF16'"},
+      {R"({"a":{"dtype":5,"shape":[1],"data_offsets":[0,4]}})", 4, "dtype is not a string"},
+      {one("F32", "[2,-1]", "[0,4]"), 4, "tensor 'a' has negative dim -1"},
+      {one("F32", "[2.5]", "[0,4]"), 4, "non-negative integers"},
+      {one("F32", "[1e30]", "[0,4]"), 4, "non-negative integers"},
+      {one("F32", "2", "[0,8]"), 8, "shape is not a list"},
+      {one("F32", "[18446744073709551615]", "[0,4]"), 4, "beyond 2^62"},
+      {one("F32", "[4294967296,4294967296,4]", "[0,4]"), 4, "larger than 2^62"},
+      {one("I64", "[2147483648,2147483648]", "[0,4]"), 4, "larger than 2^62"},
       {R"({"a":{"dtype":"F32","shape":[1]}})", 4, R"(tensor 'a' has no "data_offsets")"},
       {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4, "unknown key 'x'"},
-      {R"({"a":)" + entry(R"("F32")", "[1]", "[0]") + "}", 4, "data_offsets must be [begin, end]"},
-      {R"({"a":)" + entry(R"("F32")", "[1]", "[-4,0]") + "}", 4, "data_offsets must be [begin, end]"},
-      {R"({"a":)" + entry(R"("F32")", "[1]", "[8,4]") + "}", 8, "[8, 4] with begin > end"},
-      {R"({"a":)" + entry(R"("F32")", "[4]", "[0,16]") + "}", 8, "beyond the data section of 8 bytes"},
-      {R"({"a":)" + entry(R"("F32")", "[1]", "[18446744073709551612,18446744073709551615]") + "}", 4,
-       "needs 4 bytes"},
-      {R"({"wte.weight":)" + entry(R"("F32")", "[5,3]", "[0,100]") + "}", 100,
+      {one("F32", "[1]", "[0]"), 4, "data_offsets must be [begin, end]"},
+      {one("F32", "[1]", "[-4,0]"), 4, "data_offsets must be [begin, end]"},
+      {one("F32", "[1]", "[8,4]"), 8, "[8, 4] with begin > end"},
+      {one("F32", "[4]", "[0,16]"), 8, "beyond the data section of 8 bytes"},
+      {one("F32", "[1]", "[18446744073709551612,18446744073709551615]"), 4, "needs 4 bytes"},
+      {R"({"wte.weight":{"dtype":"F32","shape":[5,3],"data_offsets":[0,100]}})", 100,
        "tensor 'wte.weight' has data_offsets [0, 100] but shape [5, 3] F32 needs 60 bytes"},
-      {R"({"a":)" + entry(R"("F32")", "[2]", "[0,8]") + R"(,"b":)" + entry(R"("I32")", "[2]", "[4,12]") + "}", 12,
-       "tensors 'a' [0, 8] and 'b' [4, 12] overlap"},
-      {R"({"a":)" + entry(R"("F32")", "[1]", "[0,4]") + R"(,"a":)" + entry(R"("F32")", "[1]", "[4,8]") + "}", 8,
-       "duplicate tensor name 'a'"},
-      {R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4, "duplicate key 'dtype'"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"I32","shape":[2],"data_offsets":[4,12]}})",
+       12, "tensors 'a' [0, 8] and 'b' [4, 12] overlap"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+       R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+       8, "duplicate tensor name 'a'"},
+      {R"({"a":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4,
+       "duplicate key 'dtype'"},
       {R"({"__metadata__": [1]})", 0, "__metadata__ is a JSON array, not an object"},
       {R"({"__metadata__": {"k": 1}})", 0, "__metadata__ value of 'k' is a JSON number"},
   };
@@ -342,12 +358,15 @@ TEST_F(SafetensorsTest, CorruptHeadersAreErrors) {
 TEST_F(SafetensorsTest, AcceptsValidOddities) {
   const std::string header = R"({"b":{"dtype":"I32","shape":[1],"data_offsets":[8,12]},)"
                              R"("a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
-                             R"("e":{"dtype":"F64","shape":[2,0],"data_offsets":[2,2]}}   )";
+                             R"("e":{"dtype":"F64","shape":[2,0],"data_offsets":[2,2]},)"
+                             R"("z":{"dtype":"I64","shape":[0,4611686018427387904,)"
+                             R"(4611686018427387904],"data_offsets":[20,20]}}   )";
   write_bytes(file("odd.safetensors"), raw_file(header, 20));
   st::File f = st::read(file("odd.safetensors"));
   EXPECT_EQ(f.at("a").as_i32(), std::vector<int32_t>{0x03020100});
   EXPECT_EQ(f.at("b").as_i32(), std::vector<int32_t>{0x0b0a0908});
   EXPECT_EQ(f.at("e").numel(), 0);
+  EXPECT_EQ(f.at("z").numel(), 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -360,9 +379,10 @@ std::string shell_quote(const std::string& text) {
 }
 
 int run_interop(const std::vector<std::string>& args) {
-  std::string command = shell_quote(std::getenv("NORMLAB_PYTHON")) + " " +
-                        shell_quote(std::string(NORMLAB_SOURCE_DIR) + "/tests/safetensors_interop.py");
-  for (const std::string& arg : args) command += " " + shell_quote(arg);
+  std::string command = shell_quote(std::getenv("NORMLAB_PYTHON"));
+  std::string script = NORMLAB_SOURCE_DIR;
+  command.append(" ").append(shell_quote(script.append("/tests/safetensors_interop.py")));
+  for (const std::string& arg : args) command.append(" ").append(shell_quote(arg));
   int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -371,7 +391,8 @@ class Interop : public SafetensorsTest {
  protected:
   void SetUp() override {
     const char* python = std::getenv("NORMLAB_PYTHON");
-    if (python == nullptr || *python == '\0') GTEST_SKIP() << "set NORMLAB_PYTHON to run interop tests";
+    if (python == nullptr || *python == '\0')
+      GTEST_SKIP() << "set NORMLAB_PYTHON to run interop tests";
     SafetensorsTest::SetUp();
   }
 };
@@ -383,7 +404,8 @@ TEST_F(Interop, PythonReadsNormlabFile) {
   nlohmann::json expect = {
       {"__metadata__", metadata},
       {"w.f32", {{"dtype", "float32"}, {"shape", {2, 3}}, {"values", sample.f32}}},
-      {"scalar.f64", {{"dtype", "float64"}, {"shape", nlohmann::json::array()}, {"values", sample.f64}}},
+      {"scalar.f64",
+       {{"dtype", "float64"}, {"shape", nlohmann::json::array()}, {"values", sample.f64}}},
       {"ids.i32", {{"dtype", "int32"}, {"shape", {4}}, {"values", sample.i32}}},
       {"empty.i64", {{"dtype", "int64"}, {"shape", {0, 3}}, {"values", nlohmann::json::array()}}}};
   std::ofstream(file("expect.json")) << expect.dump();
@@ -399,7 +421,8 @@ TEST_F(Interop, NormlabReadsPythonFile) {
   st::File f = st::read(file("p.safetensors"));
   EXPECT_EQ(f.metadata, (std::map<std::string, std::string>{{"config", R"({"k": 1})"}}));
   EXPECT_EQ(f.tensors.size(), 3u);
-  EXPECT_EQ(f.expect("a", st::DType::F32, {2, 3}).as_f32(), (std::vector<float>{0, 0.5f, 1, 1.5f, 2, 2.5f}));
+  EXPECT_EQ(f.expect("a", st::DType::F32, {2, 3}).as_f32(),
+            (std::vector<float>{0, 0.5f, 1, 1.5f, 2, 2.5f}));
   EXPECT_EQ(f.expect("b", st::DType::I32, {2, 2}).as_i32(), (std::vector<int32_t>{1, -2, 3, 4}));
   EXPECT_EQ(f.expect("c", st::DType::F64, {1}).as_f64(), std::vector<double>{1.25});
 }

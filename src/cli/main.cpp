@@ -23,7 +23,7 @@ namespace {
 RunConfig load_run_config(const std::string& config_path, const std::vector<std::string>& sets) {
   nlohmann::json doc = config_path.empty() ? nlohmann::json::object() : read_toml(config_path);
   apply_overrides(doc, sets);
-  return run_config_from_json(doc, config_path.empty() ? "(defaults)" : "'" + config_path + "'");
+  return run_config_from_json(doc, config_path.empty() ? "(command line)" : "'" + config_path + "'");
 }
 
 int run_train(const RunConfig& cfg, const TrainOptions& options) {

@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <type_traits>
 
 #include "util/error.h"
 
@@ -25,6 +24,20 @@ static_assert(std::endian::native == std::endian::little, "safetensors I/O assum
 namespace {
 
 using nlohmann::json;
+
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  size_t size;
+};
+constexpr DTypeInfo dtype_table[] = {
+    {DType::F32, "F32", 4}, {DType::F64, "F64", 8}, {DType::I32, "I32", 4}, {DType::I64, "I64", 8}};
+
+const DTypeInfo& dtype_info(DType dtype) {
+  for (const DTypeInfo& info : dtype_table)
+    if (info.dtype == dtype) return info;
+  throw Error("safetensors: invalid DType value " + std::to_string(static_cast<int>(dtype)));
+}
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw Error(path + ": " + what);
@@ -39,7 +52,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 std::string offsets_text(uint64_t begin, uint64_t end) {
-  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  std::string text = "[";  // appended, not chained: GCC 12 gives a false -Wrestrict on the latter
+  return text.append(std::to_string(begin)).append(", ").append(std::to_string(end)).append("]");
 }
 
 // A JSON value for an error message, cut short so a hostile header cannot flood the terminal.
@@ -62,21 +76,25 @@ std::optional<uint64_t> byte_count(const std::vector<int64_t>& shape, DType dtyp
   return count;
 }
 
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() { close(); }
-  int get() const { return fd_; }
-  int close() {  // returns ::close's result, 0 if already closed
-    int result = fd_ >= 0 ? ::close(fd_) : 0;
-    fd_ = -1;
-    return result;
-  }
+template <typename T>
+std::vector<T> copy_elements(const Tensor& tensor, DType wanted, const char* function) {
+  if (tensor.dtype != wanted)
+    throw Error(std::string("safetensors: ") + function + "() on a " + dtype_name(tensor.dtype) +
+                " tensor of shape " + shape_text(tensor.shape) + " (use File::expect to check)");
+  if (tensor.bytes.size() != static_cast<size_t>(tensor.numel()) * sizeof(T))
+    throw Error(std::string("safetensors: ") + function + "() on a tensor of shape " +
+                shape_text(tensor.shape) + " holding " + std::to_string(tensor.bytes.size()) +
+                " bytes");
+  std::vector<T> values(tensor.bytes.size() / sizeof(T));
+  if (!values.empty()) std::memcpy(values.data(), tensor.bytes.data(), tensor.bytes.size());
+  return values;
+}
 
- private:
-  int fd_;
+struct FileDescriptor {  // closed when it goes out of scope
+  int fd;
+  ~FileDescriptor() {
+    if (fd >= 0) ::close(fd);
+  }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -95,14 +113,15 @@ void read_exact(const std::string& path, int fd, void* out, uint64_t size, uint6
     ssize_t got = ::pread(fd, cursor, size, static_cast<off_t>(offset));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) fail(path, "read error at byte " + std::to_string(offset) + ": " + errno_text());
-    if (got == 0) fail(path, "file shrank while being read (at byte " + std::to_string(offset) + ")");
+    if (got == 0)
+      fail(path, "file shrank while being read (at byte " + std::to_string(offset) + ")");
     cursor += got;
     offset += static_cast<uint64_t>(got);
     size -= static_cast<uint64_t>(got);
   }
 }
 
-// Parses the header text; rejects invalid JSON and duplicate keys (which plain parsing would merge).
+// Parses the header; rejects invalid JSON and duplicate keys (which plain parsing would merge).
 json parse_header(const std::string& path, const std::string& text) {
   std::vector<std::set<std::string>> open_objects;  // keys seen so far in each enclosing object
   std::optional<std::string> duplicate;
@@ -123,7 +142,8 @@ json parse_header(const std::string& path, const std::string& text) {
   } catch (const json::exception& e) {
     fail(path, std::string("header is not valid JSON: ") + e.what());
   }
-  if (duplicate && duplicate_is_tensor_name) fail(path, "duplicate tensor name '" + *duplicate + "'");
+  if (duplicate && duplicate_is_tensor_name)
+    fail(path, "duplicate tensor name '" + *duplicate + "'");
   if (duplicate) fail(path, "duplicate key '" + *duplicate + "' in header");
   if (!header.is_object())
     fail(path, std::string("header is a JSON ") + header.type_name() + ", not an object");
@@ -145,56 +165,53 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
 
 Entry parse_entry(const std::string& path, const std::string& name, const json& value,
                   uint64_t data_size) {
-  const std::string tensor = "tensor '" + name + "'";
+  auto bad = [&](const std::string& what) { fail(path, "tensor '" + name + "' " + what); };
   if (!value.is_object())
-    fail(path, tensor + " entry is a JSON " + value.type_name() + ", not an object");
+    bad(std::string("entry is a JSON ") + value.type_name() + ", not an object");
   for (const auto& [key, item] : value.items())
     if (key != "dtype" && key != "shape" && key != "data_offsets")
-      fail(path, tensor + " has unknown key '" + key + "'");
+      bad("has unknown key '" + key + "'");
   for (const char* key : {"dtype", "shape", "data_offsets"})
-    if (!value.contains(key)) fail(path, tensor + " has no \"" + key + "\"");
+    if (!value.contains(key)) bad(std::string("has no \"") + key + "\"");
 
   Entry entry{name, DType::F32, {}, 0, 0};
   const json& dtype = value["dtype"];
-  if (!dtype.is_string()) fail(path, tensor + " dtype is not a string: " + short_dump(dtype));
+  if (!dtype.is_string()) bad("dtype is not a string: " + short_dump(dtype));
   std::optional<DType> known = dtype_from_name(dtype.get<std::string>());
   if (!known)
-    fail(path, tensor + " has unsupported dtype '" + dtype.get<std::string>() +
-                   "' (normlab reads F32, F64, I32, I64)");
+    bad("has unsupported dtype '" + dtype.get<std::string>() +
+        "' (normlab reads F32, F64, I32, I64)");
   entry.dtype = *known;
 
   const json& shape = value["shape"];
-  if (!shape.is_array()) fail(path, tensor + " shape is not a list: " + short_dump(shape));
+  if (!shape.is_array()) bad("shape is not a list: " + short_dump(shape));
   for (const json& dim : shape) {
     if (dim.is_number_integer() && !dim.is_number_unsigned())
-      fail(path, tensor + " has negative dim " + dim.dump() + " in shape " + short_dump(shape));
+      bad("has negative dim " + dim.dump() + " in shape " + short_dump(shape));
     if (!dim.is_number_unsigned())
-      fail(path, tensor + " shape must hold non-negative integers, got " + short_dump(shape));
+      bad("shape must hold non-negative integers: " + short_dump(shape));
     if (dim.get<uint64_t>() > max_tensor_bytes)
-      fail(path, tensor + " has dim " + dim.dump() + " beyond 2^62 in shape " + short_dump(shape));
+      bad("has dim " + dim.dump() + " beyond 2^62 in shape " + short_dump(shape));
     entry.shape.push_back(dim.get<int64_t>());
   }
+  const std::string shape_dtype = shape_text(entry.shape) + " " + dtype_name(entry.dtype);
 
   const json& offsets = value["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
       !offsets[1].is_number_unsigned())
-    fail(path, tensor + " data_offsets must be [begin, end] of non-negative integers, got " +
-                   short_dump(offsets));
+    bad("data_offsets must be [begin, end] of non-negative integers: " + short_dump(offsets));
   entry.begin = offsets[0].get<uint64_t>();
   entry.end = offsets[1].get<uint64_t>();
-  const std::string range = offsets_text(entry.begin, entry.end);
-  if (entry.begin > entry.end) fail(path, tensor + " has data_offsets " + range + " with begin > end");
-
+  const std::string range = "data_offsets " + offsets_text(entry.begin, entry.end);
+  if (entry.begin > entry.end) bad("has " + range + " with begin > end");
   std::optional<uint64_t> needed = byte_count(entry.shape, entry.dtype);
-  if (!needed)
-    fail(path, tensor + " shape " + shape_text(entry.shape) + " " + dtype_name(entry.dtype) +
-                   " is larger than 2^62 bytes");
+  if (!needed) bad("shape " + shape_dtype + " is larger than 2^62 bytes");
   if (entry.end - entry.begin != *needed)
-    fail(path, tensor + " has data_offsets " + range + " but shape " + shape_text(entry.shape) +
-                   " " + dtype_name(entry.dtype) + " needs " + std::to_string(*needed) + " bytes");
+    bad("has " + range + " but shape " + shape_dtype + " needs " + std::to_string(*needed) +
+        " bytes");
   if (entry.end > data_size)
-    fail(path, tensor + " has data_offsets " + range + " beyond the data section of " +
-                   std::to_string(data_size) + " bytes (file truncated?)");
+    bad("has " + range + " beyond the data section of " + std::to_string(data_size) +
+        " bytes (file truncated?)");
   return entry;
 }
 
@@ -269,8 +286,8 @@ bool path_exists(const std::string& path) {
 // Best effort: makes the rename itself durable. Failure here loses nothing already written.
 void sync_parent_directory(const std::string& path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
-  FileDescriptor fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() >= 0) ::fsync(fd.get());
+  FileDescriptor fd{::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (fd.fd >= 0) ::fsync(fd.fd);
 }
 
 }  // namespace
@@ -278,29 +295,12 @@ void sync_parent_directory(const std::string& path) {
 // ---------------------------------------------------------------------------------------------
 // DType and Tensor
 
-size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-  }
-  throw Error("safetensors: invalid DType value " + std::to_string(static_cast<int>(dtype)));
-}
-
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
-    case DType::I32: return "I32";
-    case DType::I64: return "I64";
-  }
-  throw Error("safetensors: invalid DType value " + std::to_string(static_cast<int>(dtype)));
-}
+size_t dtype_size(DType dtype) { return dtype_info(dtype).size; }
+const char* dtype_name(DType dtype) { return dtype_info(dtype).name; }
 
 std::optional<DType> dtype_from_name(const std::string& name) {
-  for (DType dtype : {DType::F32, DType::F64, DType::I32, DType::I64})
-    if (name == dtype_name(dtype)) return dtype;
+  for (const DTypeInfo& info : dtype_table)
+    if (name == info.name) return info.dtype;
   return std::nullopt;
 }
 
@@ -310,27 +310,18 @@ int64_t Tensor::numel() const {
   return count;
 }
 
-namespace {
-template <typename T>
-std::vector<T> copy_elements(const Tensor& tensor, DType wanted, const char* function) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  if (tensor.dtype != wanted)
-    throw Error(std::string("safetensors: ") + function + "() on a " + dtype_name(tensor.dtype) +
-                " tensor of shape " + shape_text(tensor.shape) + " (use File::expect to check)");
-  if (tensor.bytes.size() != static_cast<size_t>(tensor.numel()) * sizeof(T))
-    throw Error(std::string("safetensors: ") + function + "() on a tensor of shape " +
-                shape_text(tensor.shape) + " holding " + std::to_string(tensor.bytes.size()) +
-                " bytes");
-  std::vector<T> values(tensor.bytes.size() / sizeof(T));
-  if (!values.empty()) std::memcpy(values.data(), tensor.bytes.data(), tensor.bytes.size());
-  return values;
+std::vector<float> Tensor::as_f32() const {
+  return copy_elements<float>(*this, DType::F32, "as_f32");
 }
-}  // namespace
-
-std::vector<float> Tensor::as_f32() const { return copy_elements<float>(*this, DType::F32, "as_f32"); }
-std::vector<double> Tensor::as_f64() const { return copy_elements<double>(*this, DType::F64, "as_f64"); }
-std::vector<int32_t> Tensor::as_i32() const { return copy_elements<int32_t>(*this, DType::I32, "as_i32"); }
-std::vector<int64_t> Tensor::as_i64() const { return copy_elements<int64_t>(*this, DType::I64, "as_i64"); }
+std::vector<double> Tensor::as_f64() const {
+  return copy_elements<double>(*this, DType::F64, "as_f64");
+}
+std::vector<int32_t> Tensor::as_i32() const {
+  return copy_elements<int32_t>(*this, DType::I32, "as_i32");
+}
+std::vector<int64_t> Tensor::as_i64() const {
+  return copy_elements<int64_t>(*this, DType::I64, "as_i64");
+}
 
 // ---------------------------------------------------------------------------------------------
 // File, read, write
@@ -352,10 +343,10 @@ const Tensor& File::expect(const std::string& name, DType dtype,
 }
 
 File read(const std::string& path) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) fail(path, "cannot open for reading: " + errno_text());
+  FileDescriptor fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (fd.fd < 0) fail(path, "cannot open for reading: " + errno_text());
   struct stat info;
-  if (::fstat(fd.get(), &info) != 0) fail(path, "cannot stat: " + errno_text());
+  if (::fstat(fd.fd, &info) != 0) fail(path, "cannot stat: " + errno_text());
   if (!S_ISREG(info.st_mode)) fail(path, "not a regular file");
   const uint64_t file_size = static_cast<uint64_t>(info.st_size);
   if (file_size < 8)
@@ -363,17 +354,18 @@ File read(const std::string& path) {
                    " bytes, too short for the 8-byte header length (not a safetensors file?)");
 
   unsigned char length_bytes[8];
-  read_exact(path, fd.get(), length_bytes, 8, 0);
+  read_exact(path, fd.fd, length_bytes, 8, 0);
   uint64_t header_size = 0;
   for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | length_bytes[i];
   if (header_size > file_size - 8)
     fail(path, "header length " + std::to_string(header_size) + " exceeds the " +
-                   std::to_string(file_size - 8) + " bytes after it (truncated or not safetensors?)");
+                   std::to_string(file_size - 8) +
+                   " bytes after it (truncated or not safetensors?)");
   if (header_size > max_header_bytes)
     fail(path, "header length " + std::to_string(header_size) + " exceeds the 100 MB limit");
 
   std::string header_text(header_size, '\0');
-  read_exact(path, fd.get(), header_text.data(), header_size, 8);
+  read_exact(path, fd.fd, header_text.data(), header_size, 8);
   const json header = parse_header(path, header_text);
 
   File file;
@@ -394,7 +386,7 @@ File read(const std::string& path) {
   for (Entry& entry : entries) {
     Tensor tensor{entry.dtype, std::move(entry.shape), {}};
     tensor.bytes.resize(entry.end - entry.begin);
-    read_exact(path, fd.get(), tensor.bytes.data(), tensor.bytes.size(), data_start + entry.begin);
+    read_exact(path, fd.fd, tensor.bytes.data(), tensor.bytes.size(), data_start + entry.begin);
     file.tensors.emplace(entry.name, std::move(tensor));
   }
   return file;
@@ -407,8 +399,8 @@ void write(const std::string& path, const std::vector<TensorView>& tensors,
   if (!overwrite && path_exists(path)) fail(path, "already exists (and overwrite is off)");
 
   const std::string tmp_path = path + ".tmp." + std::to_string(::getpid());
-  FileDescriptor fd(::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) fail(path, "cannot create temporary file '" + tmp_path + "': " + errno_text());
+  FileDescriptor fd{::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  if (fd.fd < 0) fail(path, "cannot create temporary file '" + tmp_path + "': " + errno_text());
   struct RemoveUnlessCommitted {  // no partial file survives an error
     const std::string& tmp_path;
     bool committed = false;
@@ -418,13 +410,16 @@ void write(const std::string& path, const std::vector<TensorView>& tensors,
   } cleanup{tmp_path};
 
   unsigned char length_bytes[8];
-  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(header.size() >> (8 * i));
-  write_all(path, tmp_path, fd.get(), length_bytes, 8);
-  write_all(path, tmp_path, fd.get(), header.data(), header.size());
+  for (int i = 0; i < 8; ++i)
+    length_bytes[i] = static_cast<unsigned char>(header.size() >> (8 * i));
+  write_all(path, tmp_path, fd.fd, length_bytes, 8);
+  write_all(path, tmp_path, fd.fd, header.data(), header.size());
   for (size_t i = 0; i < tensors.size(); ++i)
-    write_all(path, tmp_path, fd.get(), tensors[i].data, sizes[i]);
-  if (::fsync(fd.get()) != 0) fail(path, "cannot fsync '" + tmp_path + "': " + errno_text());
-  if (fd.close() != 0) fail(path, "cannot close '" + tmp_path + "': " + errno_text());
+    write_all(path, tmp_path, fd.fd, tensors[i].data, sizes[i]);
+  if (::fsync(fd.fd) != 0) fail(path, "cannot fsync '" + tmp_path + "': " + errno_text());
+  const int closed = ::close(fd.fd);
+  fd.fd = -1;
+  if (closed != 0) fail(path, "cannot close '" + tmp_path + "': " + errno_text());
 
   if (overwrite) {
     if (::rename(tmp_path.c_str(), path.c_str()) != 0)

@@ -1,7 +1,7 @@
-// safetensors.h: reading and writing the safetensors file format (checkpoints, token files, gradient
-// dumps). Layout (https://github.com/huggingface/safetensors): u64 little-endian header length N,
-// N bytes of JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {k: v}},
-// then the raw little-endian data section that the offsets point into.
+// safetensors.h: reading and writing the safetensors file format (checkpoints, token files,
+// gradient dumps). Layout (https://github.com/huggingface/safetensors): u64 little-endian header
+// length N, N bytes of JSON {name: {"dtype", "shape", "data_offsets": [begin, end]},
+// "__metadata__": {k: v}}, then the raw little-endian data section that the offsets point into.
 //
 // read() trusts nothing in the file: every violation is a normlab::Error "<path>: <what>".
 // write() is atomic: a temporary file in the same directory, fsync, then rename over the target.
@@ -68,6 +68,6 @@ File read(const std::string& path);
 
 // Limits enforced by read() (and write(), for the byte count).
 inline constexpr uint64_t max_header_bytes = 100ull * 1000 * 1000;  // 100 MB
-inline constexpr uint64_t max_tensor_bytes = 1ull << 62;             // numel * dtype_size
+inline constexpr uint64_t max_tensor_bytes = 1ull << 62;            // numel * dtype_size
 
 }  // namespace normlab::safetensors

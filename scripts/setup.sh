@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# setup.sh: installs what normlab needs from Debian's packages (idempotent: nothing is fetched when
+# everything is already there) and builds it in ./build. With --tests it also installs the test
+# oracles (Debian's python3-torch) and makes build/pyenv, a venv that sees Debian's torch and numpy
+# and has the official safetensors package from PyPI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_tests=0
+[[ "${1:-}" == "--tests" ]] && want_tests=1
+
+packages=(g++ cmake ninja-build pkg-config libopenblas-openmp-dev libtomlplusplus-dev
+          nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev)
+if (( want_tests )); then
+  packages+=(python3-torch python3-numpy python3-venv)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if (( ${#missing[@]} )); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  (( EUID == 0 )) || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch" 2>/dev/null; then
+  echo "setup: creating build/pyenv (Debian torch + safetensors from PyPI)"
+  mkdir -p build
+  /usr/bin/python3 -m venv --system-site-packages build/pyenv
+  build/pyenv/bin/pip install -q --disable-pip-version-check "safetensors==0.8.0"
+fi
+
+jobs=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_PYTHON="$PWD/build/pyenv/bin/python" >/dev/null
+cmake --build build -j "$jobs"

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# cli_bad_input.sh: every kind of bad input gets one clear message naming the problem and exit
+# code 1 -- never a crash, a hang, exit 0, or a lost or overwritten file.
+# Usage: cli_bad_input.sh path/to/normlab
+set -uo pipefail
+NL=$(realpath "$1")
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+cd "$W"
+pass=0
+fail=0
+
+# expect_error NEEDLE -- ARGS...: exit code 1 and stderr containing NEEDLE
+expect_error() {
+  local needle=$1
+  shift 2
+  local err rc
+  err=$(timeout 120 "$NL" "$@" 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -eq 1 && "$err" == *"$needle"* && "$err" == *"normlab: error:"* ]]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: normlab $* -> exit $rc, wanted 1 with '$needle'; stderr: $err"
+  fi
+}
+
+# a token file: input_ids and labels int32 (1, 3), written byte by byte
+write_tokens() {  # path id0 id1 id2 label0 label1 label2
+  perl -e '
+    my ($path, @v) = @ARGV;
+    my $h = q({"input_ids":{"dtype":"I32","shape":[1,3],"data_offsets":[0,12]},"labels":{"dtype":"I32","shape":[1,3],"data_offsets":[12,24]}});
+    $h .= " " x ((8 - length($h) % 8) % 8);
+    open(my $f, ">:raw", $path) or die;
+    print $f pack("Q<", length($h)), $h, pack("l<6", @v);
+  ' "$@"
+}
+
+small=(--set model.d_model=16 --set model.n_heads=2 --set model.n_layers=1 --set model.seq_len=8)
+"$NL" init "${small[@]}" --out model.safetensors >/dev/null || { echo "FAIL: init"; exit 1; }
+write_tokens good.safetensors 1 2 3 2 3 -100
+
+# config
+expect_error "unknown key 'colour'" -- train --set model.colour=red
+expect_error "'lr' must be a number" -- train --set train.lr=fast
+expect_error "not divisible by model.n_heads" -- train --set model.d_model=30 --set model.n_heads=4
+expect_error "unknown section [optim]" -- train --set optim.lr=1
+expect_error "must be in [0, 1)" -- train --set model.dropout=1.5
+expect_error "expected section.key=value" -- train --set lr
+echo 'this is = = not toml' > bad.toml
+expect_error "bad.toml' line 1" -- train --config bad.toml
+expect_error "cannot open file" -- train --config missing.toml
+# corpus
+: > empty.txt
+expect_error "is empty" -- train --set data.corpus=empty.txt --set train.out_dir=r1
+expect_error "cannot open file" -- train --set data.corpus=nope.txt --set train.out_dir=r2
+# checkpoints
+expect_error "missing.safetensors" -- grads --checkpoint missing.safetensors --tokens good.safetensors --out g.safetensors
+head -c 100 model.safetensors > truncated.safetensors
+expect_error "truncated.safetensors" -- grads --checkpoint truncated.safetensors --tokens good.safetensors --out g.safetensors
+head -c 4000 /dev/urandom > garbage.safetensors
+expect_error "garbage.safetensors" -- grads --checkpoint garbage.safetensors --tokens good.safetensors --out g.safetensors
+expect_error "no model config" -- grads --checkpoint good.safetensors --tokens good.safetensors --out g.safetensors
+# token files
+write_tokens oob.safetensors 1 999 3 2 3 -100
+expect_error "token id 999" -- grads --checkpoint model.safetensors --tokens oob.safetensors --out g.safetensors
+write_tokens badlabel.safetensors 1 2 3 -7 3 -100
+expect_error "label -7" -- grads --checkpoint model.safetensors --tokens badlabel.safetensors --out g.safetensors
+write_tokens nolabel.safetensors 1 2 3 -100 -100 -100
+expect_error "no position has a label" -- grads --checkpoint model.safetensors --tokens nolabel.safetensors --out g.safetensors
+# output paths: unwritable, and existing files are never replaced without --force
+touch afile
+expect_error "afile/x.safetensors" -- grads --checkpoint model.safetensors --tokens good.safetensors --out afile/x.safetensors
+expect_error "afile/m.safetensors" -- init --out afile/m.safetensors
+before=$(sha256sum model.safetensors)
+expect_error "exists" -- init --set model.d_model=32 --out model.safetensors
+[[ "$(sha256sum model.safetensors)" == "$before" ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: model.safetensors changed"; }
+"$NL" grads --checkpoint model.safetensors --tokens good.safetensors --out g.safetensors >/dev/null || { fail=$((fail + 1)); echo "FAIL: grads on good input"; }
+expect_error "already exists" -- grads --checkpoint model.safetensors --tokens good.safetensors --out g.safetensors
+"$NL" train -q "${small[@]}" --set train.steps=2 --set train.out_dir=run >/dev/null || { fail=$((fail + 1)); echo "FAIL: train"; }
+before=$(sha256sum run/metrics.jsonl)
+expect_error "already holds a run" -- train -q "${small[@]}" --set train.steps=2 --set train.out_dir=run
+[[ "$(sha256sum run/metrics.jsonl)" == "$before" ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: run/metrics.jsonl changed"; }
+expect_error "afile" -- train -q "${small[@]}" --set train.out_dir=afile/run
+# token file longer than the model's seq_len
+perl -e '
+  my $h = q({"input_ids":{"dtype":"I32","shape":[1,9],"data_offsets":[0,36]},"labels":{"dtype":"I32","shape":[1,9],"data_offsets":[36,72]}});
+  $h .= " " x ((8 - length($h) % 8) % 8);
+  open(my $f, ">:raw", "long.safetensors") or die;
+  print $f pack("Q<", length($h)), $h, pack("l<18", (1) x 18);'
+expect_error "exceeds the model's seq_len" -- grads --checkpoint model.safetensors --tokens long.safetensors --out g2.safetensors
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]

@@ -1,0 +1,226 @@
+// test_model.cpp: whole-model gradients against central finite differences in double precision for
+// every placement x norm kind x architecture (and residual off, ReLU, per-layer mixes, eps = 0),
+// the DeepNorm residual form, init schemes, config validation, and float/double agreement.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "check.h"
+#include "model/model.h"
+#include "ops/common.h"
+#include "util/error.h"
+
+using namespace normlab;
+using namespace normlab::test;
+
+namespace {
+
+ModelConfig tiny(Arch arch, std::vector<Placement> placement, NormKind norm) {
+  ModelConfig c;
+  c.arch = arch;
+  c.d_model = 8;
+  c.n_heads = 2;
+  c.n_layers = int(placement.size() == 1 ? 2 : placement.size());
+  c.d_ff = 12;
+  c.vocab = arch == Arch::Gpt ? 11 : 259;
+  c.seq_len = 6;
+  c.norm = norm;
+  c.placement = placement;
+  c.init = InitScheme::Normal;
+  c.init_std = 0.3;  // large enough that every path carries signal
+  return c;
+}
+
+struct Tokens {
+  std::vector<int32_t> ids, labels;
+};
+
+Tokens tokens_for(const ModelConfig& c, int B, int T, uint64_t seed) {
+  Rng rng(seed);
+  Tokens t{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
+  for (int i = 0; i < B * T; i++) {
+    t.ids[i] = int32_t(rng.below(c.vocab_size()));
+    t.labels[i] = (i % 3 == 1) ? ops::kIgnoreLabel : int32_t(rng.below(c.vocab_size()));
+  }
+  return t;
+}
+
+// Analytic gradient of the mean loss vs central differences, for every parameter.
+void check_model_gradients(const ModelConfig& cfg) {
+  Model<double> model(cfg);
+  // perturb gains and biases away from 1 and 0 so their gradients are generic
+  Rng rng(5);
+  for (const ParamSpec& p : model.table().specs)
+    if (p.role == ParamRole::NormGain || p.role == ParamRole::NormBias || p.role == ParamRole::LinearBias)
+      for (size_t i = 0; i < p.numel; i++) model.params()[p.offset + i] += 0.2 * rng.normal();
+  const int B = 2, T = 5;
+  const Tokens tok = tokens_for(cfg, B, T, 7);
+  model.forward(tok.ids.data(), tok.labels.data(), B, T);
+  model.zero_grad();
+  model.backward();
+  const std::vector<double> analytic = model.grads();
+  std::vector<double>& params = model.params();
+  auto loss = [&] { return model.forward(tok.ids.data(), tok.labels.data(), B, T); };
+  const std::vector<double> numeric = finite_diff(params, loss, 1e-6);
+  for (const ParamSpec& p : model.table().specs) {
+    std::vector<double> a(analytic.begin() + p.offset, analytic.begin() + p.offset + p.numel);
+    std::vector<double> n(numeric.begin() + p.offset, numeric.begin() + p.offset + p.numel);
+    // loss is O(1) and the model ~20 ops deep: FD error ~1e-9; 1e-6 relative leaves margin
+    expect_close(p.name, a, n, 1e-5, 1e-7);
+  }
+}
+
+const Placement kAllPlacements[] = {Placement::Post,    Placement::Pre,      Placement::Sandwich,
+                                    Placement::PrePost, Placement::DeepNorm, Placement::None};
+
+}  // namespace
+
+class ModelGradients
+    : public testing::TestWithParam<std::tuple<Arch, Placement, NormKind>> {};
+
+TEST_P(ModelGradients, MatchFiniteDifferences) {
+  auto [arch, placement, norm] = GetParam();
+  check_model_gradients(tiny(arch, {placement}, norm));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllVariants, ModelGradients,
+    testing::Combine(testing::Values(Arch::Gpt, Arch::Encoder), testing::ValuesIn(kAllPlacements),
+                     testing::Values(NormKind::LayerNorm, NormKind::RMSNorm)),
+    [](const auto& info) {
+      return std::string(to_string(std::get<0>(info.param))) + "_" +
+             to_string(std::get<1>(info.param)) + "_" + to_string(std::get<2>(info.param));
+    });
+
+TEST(ModelGradientsMore, PerLayerMixReluNoResidualEpsZero) {
+  ModelConfig mix = tiny(Arch::Gpt, {Placement::Pre, Placement::Post, Placement::Sandwich}, NormKind::LayerNorm);
+  check_model_gradients(mix);
+  ModelConfig relu = tiny(Arch::Encoder, {Placement::PrePost}, NormKind::LayerNorm);
+  relu.activation = Activation::Relu;
+  check_model_gradients(relu);
+  ModelConfig nores = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  nores.residual = false;
+  check_model_gradients(nores);
+  ModelConfig eps0 = tiny(Arch::Gpt, {Placement::Post}, NormKind::LayerNorm);
+  eps0.eps = 0.0;
+  check_model_gradients(eps0);
+}
+
+TEST(DeepNorm, ScalesTheStreamNotTheBranch) {
+  // With all linear weights 0, the attention branch is its output bias b: x1 = LN(alpha x0 + b).
+  // The known mis-implementation LN(x0 + alpha b) gives a different result.
+  ModelConfig c = tiny(Arch::Gpt, {Placement::DeepNorm}, NormKind::LayerNorm);
+  c.n_layers = 1;
+  c.eps = 0.0;
+  Model<double> model(c);
+  const ParamTable& t = model.table();
+  for (const ParamSpec& p : t.specs)
+    if (p.role == ParamRole::LinearWeight) std::fill_n(model.params().begin() + p.offset, p.numel, 0.0);
+  const ParamSpec* b = t.find("h.0.attn.proj.bias");
+  for (size_t i = 0; i < b->numel; i++) model.params()[b->offset + i] = 0.1 * (double(i) - 3.0);
+  const Tokens tok = tokens_for(c, 1, 3, 3);
+  model.forward(tok.ids.data(), tok.labels.data(), 1, 3);
+  const double alpha = std::pow(2.0 * c.n_layers, 0.25);
+  EXPECT_DOUBLE_EQ(c.residual_alpha(0), alpha);
+  const int C = c.d_model;
+  auto ln = [&](std::vector<double> v) {
+    double m = 0, var = 0;
+    for (double x : v) m += x / C;
+    for (double x : v) var += (x - m) * (x - m) / C;
+    for (double& x : v) x = (x - m) / std::sqrt(var);
+    return v;
+  };
+  for (int tkn = 0; tkn < 3; tkn++) {
+    std::vector<double> right(C), wrong(C), got(C);
+    for (int i = 0; i < C; i++) {
+      const double x0 = model.stream(0)[tkn * C + i], bi = model.params()[b->offset + i];
+      right[i] = alpha * x0 + bi;
+      wrong[i] = x0 + alpha * bi;
+      got[i] = model.stream(1)[tkn * C + i];
+    }
+    right = ln(right);
+    wrong = ln(wrong);
+    expect_close("deepnorm x1", got, right, 1e-12, 1e-12);
+    double diff = 0;
+    for (int i = 0; i < C; i++) diff = std::max(diff, std::abs(right[i] - wrong[i]));
+    EXPECT_GT(diff, 1e-3) << "test cannot tell the two forms apart";
+  }
+}
+
+TEST(Init, Gpt2ScalesResidualProjectionsAndDeepNetUsesBeta) {
+  auto sd = [](const Model<float>& m, const std::string& name, size_t begin = 0, size_t end = 0) {
+    const ParamSpec* p = m.table().find(name);
+    end = end ? end : p->numel;
+    double s = 0;
+    for (size_t i = begin; i < end; i++) s += double(m.params()[p->offset + i]) * m.params()[p->offset + i];
+    return std::sqrt(s / double(end - begin));
+  };
+  ModelConfig c;
+  c.d_model = 256;
+  c.n_layers = 8;
+  c.placement = {Placement::Pre};
+  Model<float> gpt2(c);
+  EXPECT_NEAR(sd(gpt2, "h.0.attn.qkv.weight"), 0.02, 0.001);
+  EXPECT_NEAR(sd(gpt2, "h.0.mlp.proj.weight"), 0.02 / std::sqrt(16.0), 0.0003);
+  c.placement = {Placement::DeepNorm};
+  Model<float> deep(c);
+  EXPECT_EQ(deep.config().resolved_init(), InitScheme::DeepNet);
+  const double beta = std::pow(8.0 * 8, -0.25), xavier_qk = std::sqrt(2.0 / (256 + 256));
+  const size_t C2 = 2 * 256 * 256;
+  EXPECT_NEAR(sd(deep, "h.0.attn.qkv.weight", 0, C2), xavier_qk, 0.02 * xavier_qk);  // q, k: gain 1
+  EXPECT_NEAR(sd(deep, "h.0.attn.qkv.weight", C2), beta * xavier_qk, 0.02 * beta * xavier_qk);
+  EXPECT_NEAR(sd(deep, "h.0.mlp.fc.weight"), beta * std::sqrt(2.0 / (256 + 1024)), 0.002);
+}
+
+TEST(Config, ValidateReportsEveryViolationAtOnce) {
+  nlohmann::json j = {{"d_model", 30}, {"n_heads", 4}, {"dropout", 1.5}, {"colour", "red"},
+                      {"placement", "sideways"}, {"eps", "small"}};
+  try {
+    model_config_from_json(j, "test");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const char* needle : {"not divisible", "dropout", "unknown key 'colour'", "sideways", "'eps' must be a number"})
+      EXPECT_NE(msg.find(needle), std::string::npos) << needle << " missing from: " << msg;
+  }
+  j = {{"placement", {"pre", "post"}}, {"n_layers", 3}};
+  EXPECT_THROW(model_config_from_json(j, "test"), Error);
+  j = {{"arch", "encoder"}, {"vocab", 256}};
+  EXPECT_THROW(model_config_from_json(j, "test"), Error);
+}
+
+TEST(Config, JsonRoundTrip) {
+  ModelConfig c = tiny(Arch::Encoder, {Placement::Pre, Placement::DeepNorm}, NormKind::RMSNorm);
+  const nlohmann::json j = model_config_to_json(c);
+  const ModelConfig back = model_config_from_json(j, "roundtrip");
+  EXPECT_EQ(model_config_to_json(back), j);
+}
+
+TEST(Model, FloatAgreesWithDouble) {
+  ModelConfig c = tiny(Arch::Gpt, {Placement::Post}, NormKind::LayerNorm);
+  c.init_std = 0.05;
+  Model<double> md(c);
+  Model<float> mf(c);
+  for (size_t i = 0; i < md.params().size(); i++) md.params()[i] = mf.params()[i];
+  const Tokens tok = tokens_for(c, 3, 6, 9);
+  const double ld = md.forward(tok.ids.data(), tok.labels.data(), 3, 6);
+  const double lf = mf.forward(tok.ids.data(), tok.labels.data(), 3, 6);
+  EXPECT_NEAR(lf, ld, 1e-5 * std::abs(ld));
+  md.zero_grad();
+  mf.zero_grad();
+  md.backward();
+  mf.backward();
+  std::vector<double> gf(mf.grads().begin(), mf.grads().end());
+  double scale = 0;
+  for (double g : md.grads()) scale = std::max(scale, std::abs(g));
+  expect_close("grads float vs double", gf, md.grads(), 1e-3, 1e-5 * scale);
+}
+
+TEST(Model, ReplanningForANewShapeGivesTheSameLoss) {
+  ModelConfig c = tiny(Arch::Gpt, {Placement::Sandwich}, NormKind::LayerNorm);
+  Model<double> m(c);
+  const Tokens a = tokens_for(c, 2, 5, 1), b = tokens_for(c, 1, 3, 2);
+  const double first = m.forward(a.ids.data(), a.labels.data(), 2, 5);
+  m.forward(b.ids.data(), b.labels.data(), 1, 3);
+  EXPECT_EQ(m.forward(a.ids.data(), a.labels.data(), 2, 5), first);
+}
