@@ -16,6 +16,7 @@
 #include "ops/residual.h"
 #include "ops/rmsnorm.h"
 #include "ops/softmax_xent.h"
+#include "ops/vecmath.h"
 
 using namespace normlab;
 using namespace normlab::ops;
@@ -305,4 +306,35 @@ TEST(Dropout, MaskIsSeededAndBackwardMatches) {
   };
   check_backward({{"x", &small, &dsmall}}, loss,
                  [&] { dropout_backward(dsmall.data(), dysmall.data(), p, 9, 9); });
+}
+
+TEST(VecMath, ExpFastIsAccurateAndKeepsNaNAndInf) {
+  // relative error against the double-precision exp across the float range: a few ulp (2^-23)
+  double worst = 0;
+  for (double x = -87.0; x <= 88.5; x += 0.001) {
+    const double exact = std::exp(double(float(x)));
+    worst = std::max(worst, std::abs(exp_fast(float(x)) - exact) / exact);
+  }
+  EXPECT_LT(worst, 4 * 1.2e-7);
+  EXPECT_TRUE(std::isnan(exp_fast(NAN)));
+  EXPECT_EQ(exp_fast(INFINITY), INFINITY);
+  EXPECT_EQ(exp_fast(100.0f), INFINITY);
+  EXPECT_EQ(exp_fast(-INFINITY), 0.0f);
+  EXPECT_EQ(exp_fast(-100.0f), 0.0f);
+  EXPECT_EQ(exp_fast(0.0f), 1.0f);
+}
+
+TEST(Activation, FloatGeluMatchesDoubleClosedForm) {
+  std::vector<float> x(2001), y(2001), dx(2001, 0.0f), dy(2001, 1.0f);
+  for (int i = 0; i < 2001; i++) x[i] = -10.0f + 0.01f * i;
+  gelu_forward(y.data(), x.data(), x.size());
+  gelu_backward(dx.data(), x.data(), dy.data(), x.size());
+  for (int i = 0; i < 2001; i++) {
+    const double v = x[i], u = std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v);
+    const double expected = 0.5 * v * (1 + std::tanh(u));
+    const double th = std::tanh(u), du = std::sqrt(2 / M_PI) * (1 + 3 * 0.044715 * v * v);
+    const double dexpected = 0.5 * (1 + th) + 0.5 * v * (1 - th * th) * du;
+    EXPECT_NEAR(y[i], expected, 1e-6 * (1 + std::abs(expected))) << "x=" << v;
+    EXPECT_NEAR(dx[i], dexpected, 1e-6 * (1 + std::abs(dexpected))) << "x=" << v;
+  }
 }

@@ -3,32 +3,36 @@
 
 #include <cmath>
 
+#include "ops/vecmath.h"
+
 namespace normlab::ops {
 
 static constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
 static constexpr double kGeluCubic = 0.044715;
 
+// 0.5 (1 + tanh u) = sigmoid(2u) = 1 / (1 + exp(-2u)): one exp instead of a tanh, and stable at
+// both ends (exp overflowing to +inf gives exactly 0).
 template <class S>
 void gelu_forward(S* out, const S* inp, size_t n) {
 #pragma omp parallel for schedule(static)
   for (long i = 0; i < (long)n; i++) {
     const S x = inp[i];
     const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
-    out[i] = S(0.5) * x * (S(1) + std::tanh(u));
+    out[i] = x / (S(1) + exp_of(S(-2) * u));
   }
 }
 
 template <class S>
 void gelu_backward(S* dinp, const S* inp, const S* dout, size_t n) {
-  // d/dx [0.5 x (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx,
+  // gelu = x s with s = sigmoid(2u):  d/dx = s + x s (1 - s) 2 du/dx,
   // du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 #pragma omp parallel for schedule(static)
   for (long i = 0; i < (long)n; i++) {
     const S x = inp[i];
     const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
-    const S th = std::tanh(u);
+    const S s = S(1) / (S(1) + exp_of(S(-2) * u));
     const S du = S(kGeluScale) * (S(1) + S(3 * kGeluCubic) * x * x);
-    dinp[i] += (S(0.5) * (S(1) + th) + S(0.5) * x * (S(1) - th * th) * du) * dout[i];
+    dinp[i] += (s + x * s * (S(1) - s) * S(2) * du) * dout[i];
   }
 }
 

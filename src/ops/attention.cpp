@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ops/common.h"
+#include "ops/vecmath.h"
 
 namespace normlab::ops {
 
@@ -14,16 +15,17 @@ namespace normlab::ops {
 // masked (probability 0). Stable: subtracts the row max.
 template <class S>
 static void softmax_row(S* row, int len, int T) {
-  double mx = -std::numeric_limits<double>::infinity();
+  S mx = -std::numeric_limits<S>::infinity();
   for (int j = 0; j < len; j++) mx = row[j] > mx ? row[j] : mx;
   double sum = 0;
+#pragma omp simd reduction(+ : sum)
   for (int j = 0; j < len; j++) {
-    const double e = std::exp(row[j] - mx);
-    row[j] = S(e);
+    const S e = exp_of(S(row[j] - mx));
+    row[j] = e;
     sum += e;
   }
-  const double inv = 1.0 / sum;
-  for (int j = 0; j < len; j++) row[j] = S(row[j] * inv);
+  const S inv = S(1.0 / sum);
+  for (int j = 0; j < len; j++) row[j] *= inv;
   for (int j = len; j < T; j++) row[j] = S(0);
 }
 

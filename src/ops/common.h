@@ -23,6 +23,11 @@ inline constexpr int32_t kIgnoreLabel = -100;
 
 enum class Trans { No, Yes };
 
+// Sums over rows (bias and gain gradients) walk the rows in the outer loop over a block of this
+// many channels, each block owned by one thread: cache-friendly, and the same result for any
+// thread count. The block's double accumulators live on the stack.
+inline constexpr int kColumnBlock = 64;
+
 // C (M x N, leading dim ldc) = alpha * op(A) (M x K) * op(B) (K x N) + beta * C, all row-major.
 // Inside an OpenMP parallel region the OpenMP build of OpenBLAS runs single-threaded, so per-head
 // calls from a parallel loop do not oversubscribe the cores.

@@ -1,6 +1,10 @@
 // embedding.cpp: token + position embedding forward and backward.
 #include "ops/embedding.h"
 
+#include <algorithm>
+
+#include "ops/common.h"
+
 namespace normlab::ops {
 
 template <class S>
@@ -17,12 +21,18 @@ void embedding_forward(S* out, const int32_t* ids, const S* wte, const S* wpe, i
 template <class S>
 void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* ids, int B, int T, int C) {
 #pragma omp parallel for schedule(static)
-  for (int c = 0; c < C; c++)
+  for (int c0 = 0; c0 < C; c0 += kColumnBlock) {
+    const int width = std::min(kColumnBlock, C - c0);
     for (int n = 0; n < B * T; n++) {
-      const S d = dout[(long)n * C + c];
-      dwte[(long)ids[n] * C + c] += d;
-      dwpe[(long)(n % T) * C + c] += d;
+      const S* d = dout + (long)n * C + c0;
+      S* te = dwte + (long)ids[n] * C + c0;
+      S* pe = dwpe + (long)(n % T) * C + c0;
+      for (int k = 0; k < width; k++) {
+        te[k] += d[k];
+        pe[k] += d[k];
+      }
     }
+  }
 }
 
 template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int, int,

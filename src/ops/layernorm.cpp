@@ -2,7 +2,10 @@
 // channel so the result does not depend on the thread count).
 #include "ops/layernorm.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "ops/common.h"
 
 namespace normlab::ops {
 
@@ -52,17 +55,24 @@ void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* i
       dx[c] += S(s * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
     }
   }
-  // dweight += sum_n dy * xhat;  dbias += sum_n dy   (each channel owned by one thread)
+  // dweight += sum_n dy * xhat;  dbias += sum_n dy
 #pragma omp parallel for schedule(static)
-  for (int c = 0; c < C; c++) {
-    double dw = 0, db = 0;
+  for (int c0 = 0; c0 < C; c0 += kColumnBlock) {
+    const int width = std::min(kColumnBlock, C - c0);
+    double dw[kColumnBlock] = {}, db[kColumnBlock] = {};
     for (int n = 0; n < N; n++) {
-      const double dy = dout[(long)n * C + c];
-      dw += dy * ((inp[(long)n * C + c] - double(mean[n])) * rstd[n]);
-      db += dy;
+      const S* dy = dout + (long)n * C + c0;
+      const S* x = inp + (long)n * C + c0;
+      const S m = mean[n], s = rstd[n];
+      for (int k = 0; k < width; k++) {
+        dw[k] += double(dy[k] * ((x[k] - m) * s));
+        db[k] += double(dy[k]);
+      }
     }
-    dweight[c] += S(dw);
-    if (dbias) dbias[c] += S(db);
+    for (int k = 0; k < width; k++) {
+      dweight[c0 + k] += S(dw[k]);
+      if (dbias) dbias[c0 + k] += S(db[k]);
+    }
   }
 }
 

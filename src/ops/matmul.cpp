@@ -1,6 +1,8 @@
 // matmul.cpp: linear layer forward/backward on GEMM, and the naive references.
 #include "ops/matmul.h"
 
+#include <algorithm>
+
 #include "ops/common.h"
 
 namespace normlab::ops {
@@ -24,10 +26,14 @@ void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
   gemm<S>(Trans::Yes, Trans::No, OC, IC, N, S(1), dout, OC, inp, IC, S(1), dweight, IC);
   if (dbias) {
 #pragma omp parallel for schedule(static)
-    for (int o = 0; o < OC; o++) {
-      double sum = 0;
-      for (int n = 0; n < N; n++) sum += dout[(long)n * OC + o];
-      dbias[o] += S(sum);
+    for (int o0 = 0; o0 < OC; o0 += kColumnBlock) {
+      const int width = std::min(kColumnBlock, OC - o0);
+      double sum[kColumnBlock] = {};
+      for (int n = 0; n < N; n++) {
+        const S* row = dout + (long)n * OC + o0;
+        for (int k = 0; k < width; k++) sum[k] += double(row[k]);
+      }
+      for (int k = 0; k < width; k++) dbias[o0 + k] += S(sum[k]);
     }
   }
 }

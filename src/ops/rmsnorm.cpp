@@ -1,7 +1,10 @@
 // rmsnorm.cpp: RMSNorm forward and backward.
 #include "ops/rmsnorm.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "ops/common.h"
 
 namespace normlab::ops {
 
@@ -35,11 +38,18 @@ void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S*
     for (int c = 0; c < C; c++)
       dx[c] += S(r * (double(dy[c]) * weight[c] - x[c] * r * mean_dxhat_xhat));
   }
+  // dweight += sum_n dy * xhat
 #pragma omp parallel for schedule(static)
-  for (int c = 0; c < C; c++) {
-    double dw = 0;
-    for (int n = 0; n < N; n++) dw += double(dout[(long)n * C + c]) * inp[(long)n * C + c] * rstd[n];
-    dweight[c] += S(dw);
+  for (int c0 = 0; c0 < C; c0 += kColumnBlock) {
+    const int width = std::min(kColumnBlock, C - c0);
+    double dw[kColumnBlock] = {};
+    for (int n = 0; n < N; n++) {
+      const S* dy = dout + (long)n * C + c0;
+      const S* x = inp + (long)n * C + c0;
+      const S r = rstd[n];
+      for (int k = 0; k < width; k++) dw[k] += double(dy[k] * (x[k] * r));
+    }
+    for (int k = 0; k < width; k++) dweight[c0 + k] += S(dw[k]);
   }
 }
 

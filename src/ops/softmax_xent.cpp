@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "ops/common.h"
+#include "ops/vecmath.h"
 
 namespace normlab::ops {
 
@@ -18,11 +19,12 @@ double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int 
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const S* row = logits + (long)n * V;
-    double mx = -std::numeric_limits<double>::infinity();
+    S mx = -std::numeric_limits<S>::infinity();
     for (int v = 0; v < V; v++) mx = row[v] > mx ? row[v] : mx;
     double sum = 0;
-    for (int v = 0; v < V; v++) sum += std::exp(double(row[v]) - mx);
-    lse[n] = S(mx + std::log(sum));
+#pragma omp simd reduction(+ : sum)
+    for (int v = 0; v < V; v++) sum += exp_of(S(row[v] - mx));
+    lse[n] = S(double(mx) + std::log(sum));
   }
   for (int n = 0; n < N; n++) {
     if (labels[n] == kIgnoreLabel) continue;
@@ -43,8 +45,8 @@ void softmax_xent_backward(S* logits_to_dlogits, const S* lse, const int32_t* la
       for (int v = 0; v < V; v++) row[v] = S(0);
       continue;
     }
-    const double l = lse[n];
-    for (int v = 0; v < V; v++) row[v] = S(std::exp(double(row[v]) - l) * scale);
+    const S l = lse[n], sc = S(scale);
+    for (int v = 0; v < V; v++) row[v] = exp_of(S(row[v] - l)) * sc;
     row[labels[n]] -= S(scale);
   }
 }

@@ -227,7 +227,7 @@ def run(cmd, log):
         raise CaseFailure(f"timeout: {' '.join(map(str, cmd))}")
     if r.returncode != 0:
         tail = (r.stderr or r.stdout).strip().splitlines()[-5:]
-        raise CaseFailure(f"`{' '.join(map(str, cmd[-len(cmd):][:3]))}` exited {r.returncode}: " + " | ".join(tail))
+        raise CaseFailure(f"`{' '.join(map(str, cmd[:3]))}` exited {r.returncode}: " + " | ".join(tail))
     return r
 
 

@@ -1,0 +1,94 @@
+// bench_step.cpp: times one normlab training step (forward, backward, AdamW) on the benchmark
+// shapes of the core issue and prints one JSON line: ms per step (median), tokens/s, achieved
+// GFLOP/s and the process' peak resident memory. Run one shape per process so the peak memory is
+// that shape's. Usage: bench_step --shape a|b|c --placement pre|post [--iters N] [--warmup N]
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "train/optimizer.h"
+#include "util/rng.h"
+
+using namespace normlab;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int V, d, L, H, T, B;
+};
+constexpr Shape kShapes[] = {{"a", 50257, 768, 12, 12, 64, 4},
+                             {"b", 256, 256, 6, 8, 128, 16},
+                             {"c", 256, 128, 48, 4, 64, 8}};
+
+// Model FLOPs of one training step: 6 per multiply-add-pair of every linear map (forward 2,
+// backward 4), including the tied output projection, plus attention's QK^T and PV (full T x T).
+double step_flops(const Shape& s) {
+  const double N = double(s.B) * s.T, d = s.d, f = 4.0 * d;
+  const double linear = s.L * (3 * d * d + d * d + 2 * d * f) + double(s.V) * d;
+  const double attention = s.L * 2.0 * 2.0 * s.B * double(s.T) * s.T * d;
+  return 3.0 * (2.0 * N * linear + attention);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string shape_name = "b", placement = "pre";
+  int iters = 10, warmup = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--shape")) shape_name = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--placement")) placement = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
+  }
+  const Shape* s = nullptr;
+  for (const auto& k : kShapes)
+    if (shape_name == k.name) s = &k;
+  auto p = placement_from_string(placement);
+  if (!s || !p || iters < 1) {
+    std::fprintf(stderr, "usage: bench_step --shape a|b|c --placement pre|post [--iters N]\n");
+    return 1;
+  }
+  ModelConfig cfg;
+  cfg.vocab = s->V;
+  cfg.d_model = s->d;
+  cfg.n_layers = s->L;
+  cfg.n_heads = s->H;
+  cfg.seq_len = s->T;
+  cfg.placement = {*p};
+  Model<float> model(cfg);
+  AdamW opt(model.table(), AdamWConfig{});
+  Rng rng(1);
+  const int N = s->B * s->T;
+  std::vector<int32_t> ids(N), labels(N);
+  for (int i = 0; i < N; i++) {
+    ids[i] = int32_t(rng.below(s->V));
+    labels[i] = int32_t(rng.below(s->V));
+  }
+  std::vector<double> times;
+  for (int it = 0; it < warmup + iters; it++) {
+    const auto t0 = std::chrono::steady_clock::now();
+    model.zero_grad();
+    model.forward(ids.data(), labels.data(), s->B, s->T);
+    model.backward();
+    opt.step(model.params().data(), model.grads().data(), 1e-4, it + 1);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (it >= warmup) times.push_back(dt);
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf(
+      "{\"impl\": \"normlab\", \"shape\": \"%s\", \"placement\": \"%s\", \"ms\": %.3f, "
+      "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"peak_rss_mb\": %.1f, \"params\": %zu}\n",
+      s->name, placement.c_str(), median * 1e3, N / median, step_flops(*s) / median / 1e9,
+      ru.ru_maxrss / 1024.0, model.table().total);
+  return 0;
+}

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""torch_step.py: the PyTorch side of the training-step benchmark (bench/run.sh).
+
+Times one training step (zero_grad + forward + backward + AdamW step) of the normlab model
+(docs/MODEL.md: GPT arch, tied embedding, learned positions, LayerNorm, GELU tanh, placement
+pre or post) on one benchmark shape, in float32 on the CPU, and prints one JSON line:
+
+  {"impl": "torch-eager"|"torch-compile", "shape", "placement", "ms", "tokens_per_s",
+   "peak_rss_mb", "torch_version", "adamw", "threads", "params", "import_rss_mb"}
+
+import_rss_mb is the peak RSS right after `import torch` (before the model exists): the part of
+peak_rss_mb that is the torch libraries themselves.
+
+Run one (shape, placement, mode) per process: peak_rss_mb is the process's peak RSS.
+
+This is a fast version of tests/torch/normlab_torch.py (the readable oracle): nn.Linear /
+nn.LayerNorm modules, F.scaled_dot_product_attention(is_causal=True), AdamW with a multi-tensor
+(foreach) or fused kernel, optionally torch.compile(model).
+
+Usage: torch_step.py --shape a|b|c --placement pre|post [--mode eager|compile]
+                     [--adamw fused|foreach|forloop] [--iters N] [--warmup N] [--threads N] [--verbose]
+"""
+
+import os
+import sys
+
+# Thread-pool environment must be in place before torch (and its OpenMP / OpenBLAS) is loaded:
+# re-exec ourselves once with it set.
+_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"}
+if any(os.environ.get(k) != v for k, v in _ENV.items()):
+    os.environ.update(_ENV)
+    os.execv(sys.executable, [sys.executable] + sys.argv)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import resource  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+# name: V, d_model, n_layers, n_heads, T, B  (the same as bench/bench_step.cpp)
+SHAPES = {
+    "a": (50257, 768, 12, 12, 64, 4),
+    "b": (256, 256, 6, 8, 128, 16),
+    "c": (256, 128, 48, 4, 64, 8),
+}
+EPS = 1e-5
+
+
+class Attention(nn.Module):
+    def __init__(self, C, NH):
+        super().__init__()
+        self.NH = NH
+        self.qkv = nn.Linear(C, 3 * C)     # columns [q | k | v]
+        self.proj = nn.Linear(C, C)
+
+    def forward(self, h):
+        B, T, C = h.shape
+        NH = self.NH
+        # (B, T, 3, NH, HS) -> (3, B, NH, T, HS): head n uses cols n*HS..(n+1)*HS of q, k and v
+        qkv = self.qkv(h).view(B, T, 3, NH, C // NH).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, C, Fd):
+        super().__init__()
+        self.fc = nn.Linear(C, Fd)
+        self.proj = nn.Linear(Fd, C)
+
+    def forward(self, h):
+        return self.proj(F.gelu(self.fc(h), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH, placement):
+        super().__init__()
+        self.pre = placement == "pre"
+        self.attn = Attention(C, NH)
+        self.mlp = MLP(C, 4 * C)
+        self.ln_attn = nn.LayerNorm(C, eps=EPS)   # ln_in (pre) or ln_out (post)
+        self.ln_mlp = nn.LayerNorm(C, eps=EPS)
+
+    def forward(self, x):
+        if self.pre:                               # x + F(LN(x))
+            x = x + self.attn(self.ln_attn(x))
+            return x + self.mlp(self.ln_mlp(x))
+        x = self.ln_attn(x + self.attn(x))         # LN(x + F(x))
+        return self.ln_mlp(x + self.mlp(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, V, C, L, NH, T, placement, std=0.02):
+        super().__init__()
+        self.wte = nn.Embedding(V, C)
+        self.wpe = nn.Embedding(T, C)
+        self.h = nn.ModuleList(Block(C, NH, placement) for _ in range(L))
+        self.ln_f = nn.LayerNorm(C, eps=EPS) if placement == "pre" else None
+        # init "gpt2" (MODEL.md): N(0, std), residual projections N(0, std / sqrt(2L)), biases 0
+        for name, p in self.named_parameters():
+            if name.endswith(".bias") or ".ln_" in "." + name:
+                continue  # LayerNorm (1, 0) and Linear biases (zeroed below) keep their init
+            nn.init.normal_(p, 0.0, std / math.sqrt(2 * L) if name.endswith("proj.weight") else std)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+
+    def forward(self, ids, labels):
+        T = ids.shape[1]
+        x = self.wte(ids) + self.wpe.weight[:T]
+        for block in self.h:
+            x = block(x)
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+        logits = F.linear(x, self.wte.weight)     # tied output embedding
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
+
+
+def make_adamw(model, variant, lr=1e-4):
+    """AdamW as normlab's default (betas 0.9/0.95, eps 1e-8, decay 0.1 on 2-D tensors only)."""
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() != 2]
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+    kw = {"fused": {"fused": True}, "foreach": {"foreach": True},
+          "forloop": {"foreach": False, "fused": False}}[variant]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, **kw)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="b")
+    ap.add_argument("--placement", choices=("pre", "post"), default="pre")
+    ap.add_argument("--mode", choices=("eager", "compile"), default="eager")
+    ap.add_argument("--adamw", choices=("fused", "foreach", "forloop"), default="fused")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--verbose", action="store_true", help="print every timed step to stderr")
+    args = ap.parse_args()
+
+    import_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1)
+    V, C, L, NH, T, B = SHAPES[args.shape]
+    model = GPT(V, C, L, NH, T, args.placement)
+    nparams = sum(p.numel() for p in model.parameters())
+    opt = make_adamw(model, args.adamw)
+    step_model = torch.compile(model) if args.mode == "compile" else model
+    ids = torch.randint(0, V, (B, T))
+    labels = torch.randint(0, V, (B, T))
+
+    times = []
+    for it in range(args.warmup + args.iters):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = step_model(ids, labels)
+        loss.backward()
+        opt.step()
+        dt = time.perf_counter() - t0
+        if it >= args.warmup:
+            times.append(dt)
+        if not math.isfinite(loss.item()):
+            sys.exit(f"non-finite loss at step {it + 1}")
+    if args.verbose:
+        print("step ms:", " ".join(f"{t * 1e3:.1f}" for t in times), file=sys.stderr)
+    times.sort()
+    median = times[len(times) // 2]
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(json.dumps({
+        "impl": "torch-" + args.mode, "shape": args.shape, "placement": args.placement,
+        "ms": round(median * 1e3, 3), "tokens_per_s": round(B * T / median, 1),
+        "peak_rss_mb": round(peak_mb, 1), "torch_version": torch.__version__,
+        "adamw": args.adamw, "threads": torch.get_num_threads(), "params": nparams,
+        "import_rss_mb": round(import_rss_mb, 1),
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()
