@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fmt/format.h>
 #include <iostream>
@@ -117,7 +118,12 @@ int main(int argc, char** argv) {
     fmt::print("normlab: no subcommand given; running the built-in default: a short GPT training run "
                "on the built-in corpus (see `normlab --help`)\n");
     RunConfig cfg = load_run_config("", {});
-    return run_train(cfg, {true, false});
+    // a fresh directory per default run, so an earlier one is never replaced
+    const std::time_t now = std::time(nullptr);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+    cfg.train.out_dir = std::string("runs/default-") + stamp;
+    return run_train(cfg, {false, false});
   } catch (const Error& e) {
     std::cerr << "normlab: error: " << e.what() << "\n";
     return 1;

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# run.sh: the training-step benchmark, normlab against PyTorch, in one run.
+#
+#   1. bench/.venv (gitignored): a venv of the system python3 with torch and numpy from PyPI,
+#      created and filled only when missing (torch is a large download; that is expected).
+#   2. builds normlab in build/ (Release, Ninja): targets bench_step and sgemm_peak.
+#   3. measures the machine's sgemm rate, then for every shape (a b c) and placement (pre post)
+#      runs build/bench/bench_step and bench/torch_step.py --mode eager and --mode compile, each in
+#      its own process (peak RSS is per process).
+#   4. writes every JSON line to bench/results/latest.jsonl (stderr of the runs to latest.log) and
+#      prints the markdown table of bench/table.py (also written to latest.md).
+#
+# Before each measurement it waits (up to QUIET_TIMEOUT s, default 900) until the machine is quiet
+# (less than QUIET_BUSY, default 0.25, of all cores busy over 2 s): the machine has 2 shared cores
+# and a busy neighbour halves the numbers. Set QUIET_TIMEOUT=0 to skip the wait.
+#
+# Usage: bench/run.sh [--iters N] [--shapes "a b c"] [--placements "pre post"]
+#                     [--modes "eager compile"] [--no-build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ITERS=10
+SHAPES="a b c"
+PLACEMENTS="pre post"
+MODES="eager compile"
+BUILD=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --iters) ITERS=$2; shift 2 ;;
+    --shapes) SHAPES=$2; shift 2 ;;
+    --placements) PLACEMENTS=$2; shift 2 ;;
+    --modes) MODES=$2; shift 2 ;;
+    --no-build) BUILD=0; shift ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+QUIET_TIMEOUT=${QUIET_TIMEOUT:-900}
+QUIET_BUSY=${QUIET_BUSY:-0.25}
+
+log() { echo "[run.sh] $*" >&2; }
+
+# ---- 1. the PyTorch venv -------------------------------------------------------------------------
+VENV=bench/.venv
+PY=$VENV/bin/python
+if [ ! -x "$PY" ]; then
+  log "creating $VENV with $(command -v python3) ($(python3 --version 2>&1))"
+  python3 -m venv "$VENV"
+fi
+if ! "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
+  log "installing torch and numpy from PyPI into $VENV (large download)"
+  "$PY" -m pip install --quiet torch numpy
+fi
+log "torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+
+# ---- 2. build ------------------------------------------------------------------------------------
+if [ "$BUILD" = 1 ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build -j2 --target bench_step sgemm_peak
+fi
+for exe in build/bench/bench_step build/bench/sgemm_peak; do
+  [ -x "$exe" ] || { echo "run.sh: $exe missing (build failed?)" >&2; exit 1; }
+done
+
+# ---- 3. measure ----------------------------------------------------------------------------------
+mkdir -p bench/results
+OUT=bench/results/latest.jsonl
+LOG=bench/results/latest.log
+: >"$OUT"
+: >"$LOG"
+
+# Fraction of all cores busy over 2 s, from /proc/stat.
+busy_fraction() {
+  local a b
+  a=($(head -1 /proc/stat)); sleep 2; b=($(head -1 /proc/stat))
+  awk -v a="${a[*]}" -v b="${b[*]}" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); tot = 0
+    for (i = 2; i <= 9; i++) tot += y[i] - x[i]
+    idle = (y[5] - x[5]) + (y[6] - x[6])
+    printf "%.2f", tot > 0 ? 1 - idle / tot : 0 }'
+}
+wait_quiet() {
+  [ "$QUIET_TIMEOUT" -gt 0 ] || return 0
+  local start=$SECONDS f
+  while :; do
+    f=$(busy_fraction)
+    awk -v f="$f" -v m="$QUIET_BUSY" 'BEGIN { exit !(f < m) }' && return 0
+    if [ $((SECONDS - start)) -ge "$QUIET_TIMEOUT" ]; then
+      log "WARNING: machine still busy ($f of the cores) after ${QUIET_TIMEOUT}s; measuring anyway"
+      echo "# measured while busy ($f): $*" >>"$LOG"
+      return 0
+    fi
+    log "machine busy ($f of the cores), waiting: $(ps -eo pcpu=,comm= --sort=-pcpu | head -2 | tr -s ' ' | paste -sd, -)"
+    sleep 10
+  done
+}
+
+# run IMPL SHAPE PLACEMENT CMD...: one measurement in its own process; appends its JSON line (or an
+# error line) to $OUT and its stderr to $LOG.
+run() {
+  local impl=$1 shape=$2 placement=$3; shift 3
+  wait_quiet "$impl $shape $placement"
+  log "$impl shape=$shape placement=$placement"
+  echo "### $impl $shape $placement: $*" >>"$LOG"
+  local line rc=0
+  line=$("$@" 2>>"$LOG" | grep '^{' | tail -1) || rc=$?
+  if [ -n "$line" ] && [ "$rc" = 0 ]; then
+    echo "$line" >>"$OUT"
+    log "  $line"
+  else
+    local err
+    err=$(grep -v '^\s*$' "$LOG" | tail -1 | tr -d '"\\' | cut -c1-200)
+    echo "{\"impl\": \"$impl\", \"shape\": \"$shape\", \"placement\": \"$placement\", \"error\": \"exit $rc: $err\"}" >>"$OUT"
+    log "  FAILED (exit $rc), see $LOG"
+  fi
+}
+
+wait_quiet sgemm_peak
+log "sgemm_peak"
+build/bench/sgemm_peak | tee -a "$OUT" >&2
+
+TORCH_ENV=(env OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4)
+for s in $SHAPES; do
+  for p in $PLACEMENTS; do
+    run normlab "$s" "$p" build/bench/bench_step --shape "$s" --placement "$p" --iters "$ITERS"
+    for m in $MODES; do
+      run "torch-$m" "$s" "$p" "${TORCH_ENV[@]}" "$PY" bench/torch_step.py \
+        --shape "$s" --placement "$p" --mode "$m" --iters "$ITERS"
+    done
+  done
+done
+
+# ---- 4. table ------------------------------------------------------------------------------------
+python3 bench/table.py "$OUT" | tee bench/results/latest.md

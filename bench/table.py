@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""table.py: the markdown table of a training-step benchmark results file (bench/run.sh).
+
+Usage: python3 bench/table.py [bench/results/latest.jsonl]
+
+Reads JSON lines as printed by build/bench/bench_step ("impl": "normlab"), bench/torch_step.py
+("impl": "torch-eager" / "torch-compile"), build/bench/sgemm_peak ("impl": "sgemm_peak") and
+{"impl", "shape", "placement", "error"} lines that run.sh writes for a run that failed. For every
+(shape, placement) it compares normlab with the faster of the torch modes (by tokens/s) against the
+target ratio of that shape. Standard library only.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+TARGETS = {"a": 1.5, "b": 1.4, "c": 2.0}   # normlab tokens/s over best torch tokens/s
+SHAPES = {  # name: V, d_model, n_layers, n_heads, T, B (as bench_step.cpp / torch_step.py)
+    "a": (50257, 768, 12, 12, 64, 4),
+    "b": (256, 256, 6, 8, 128, 16),
+    "c": (256, 128, 48, 4, 64, 8),
+}
+PLACEMENTS = ("pre", "post")
+TORCH_MODES = ("torch-eager", "torch-compile")
+DASH = "—"
+
+
+def load(path):
+    recs = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            recs.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            print(f"{path}:{n}: skipped, not JSON ({e})", file=sys.stderr)
+    return recs
+
+
+def fmt(x, digits=1):
+    return DASH if x is None else f"{x:,.{digits}f}"
+
+
+def ok(r):
+    return r is not None and "error" not in r and r.get("tokens_per_s")
+
+
+def make_table(recs):
+    by_key = {}
+    sgemm = None
+    torch_version = None
+    for r in recs:
+        if r.get("impl") == "sgemm_peak":
+            sgemm = r
+            continue
+        by_key[(r.get("impl"), r.get("shape"), r.get("placement"))] = r   # a later line wins
+        if r.get("torch_version"):
+            torch_version = r["torch_version"]
+
+    out = []
+    if sgemm and "gflops" in sgemm:
+        out.append(f"Machine sgemm peak (cblas_sgemm {sgemm.get('n', 2048)}^3, OpenBLAS, median of 5): "
+                   f"**{sgemm['gflops']:.1f} GFLOP/s**")
+    else:
+        out.append("Machine sgemm peak: not measured")
+    if torch_version:
+        out.append(f"PyTorch {torch_version} (CPU, float32, best of eager / torch.compile)")
+    out.append("")
+    out.append("| shape | placement | normlab ms | normlab tok/s | normlab GFLOP/s | normlab peak MB "
+               "| torch ms | torch tok/s | torch peak MB | torch mode | eager / compile ms "
+               "| ratio (tok/s) | target | met |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
+    met_count = total = 0
+    failures = []
+    shapes = [s for s in SHAPES if any(k[1] == s for k in by_key)]
+    for s in shapes:
+        for p in PLACEMENTS:
+            nl = by_key.get(("normlab", s, p))
+            torch_recs = {m: by_key.get((m, s, p)) for m in TORCH_MODES}
+            if nl is None and all(v is None for v in torch_recs.values()):
+                continue
+            for r in [nl, *torch_recs.values()]:
+                if r is not None and "error" in r:
+                    failures.append(f"{r.get('impl')} {s}/{p}: {r['error']}")
+            good = [r for r in torch_recs.values() if ok(r)]
+            best = max(good, key=lambda r: r["tokens_per_s"]) if good else None
+            modes_ms = " / ".join(fmt(r.get("ms")) if ok(r) else ("failed" if r else DASH)
+                                  for r in torch_recs.values())
+            target = TARGETS.get(s)
+            ratio = nl["tokens_per_s"] / best["tokens_per_s"] if ok(nl) and best else None
+            met = DASH if ratio is None or target is None else ("yes" if ratio >= target else "no")
+            if ratio is not None and target is not None:
+                total += 1
+                met_count += ratio >= target
+            nlg = nl if ok(nl) else {}
+            bg = best or {}
+            out.append("| " + " | ".join([
+                s, p,
+                fmt(nlg.get("ms")), fmt(nlg.get("tokens_per_s"), 0), fmt(nlg.get("gflops")),
+                fmt(nlg.get("peak_rss_mb"), 0),
+                fmt(bg.get("ms")), fmt(bg.get("tokens_per_s"), 0), fmt(bg.get("peak_rss_mb"), 0),
+                bg.get("impl", "torch-").removeprefix("torch-") or DASH, modes_ms,
+                DASH if ratio is None else f"{ratio:.2f}x",
+                DASH if target is None else f"{target:g}x", met,
+            ]) + " |")
+    out.append("")
+    imp = [r["import_rss_mb"] for r in by_key.values() if ok(r) and r.get("import_rss_mb")]
+    if imp:
+        out.append(f"torch peak MB includes ~{max(imp):.0f} MB already resident right after `import torch` "
+                   "(the PyPI wheel's libraries), before any model exists.")
+    out.append(f"Targets met: {met_count} of {total}.")
+    for f in failures:
+        out.append(f"- failed: {f}")
+    return "\n".join(out)
+
+
+def main(argv):
+    path = argv[1] if len(argv) > 1 else str(Path(__file__).resolve().parent / "results" / "latest.jsonl")
+    print(make_table(load(path)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
