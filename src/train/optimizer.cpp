@@ -38,13 +38,14 @@ double learning_rate(const ScheduleConfig& s, long t) {
 AdamW::AdamW(const ParamTable& table, AdamWConfig cfg)
     : table_(table), cfg_(cfg), m_(table.total, 0.0f), v_(table.total, 0.0f) {}
 
-void AdamW::step(float* params, const float* grads, double lr, long t) {
+void AdamW::step(float* params, const float* grads, double lr, long t, double grad_scale) {
   const double bc1 = 1 - std::pow(cfg_.beta1, double(t));
   const double bc2 = 1 - std::pow(cfg_.beta2, double(t));
   const float b1 = float(cfg_.beta1), b2 = float(cfg_.beta2);
   const float step_size = float(lr / bc1);
   const float sqrt_bc2 = float(std::sqrt(bc2));
   const float eps = float(cfg_.eps);
+  const float gs = float(grad_scale);
   for (const ParamSpec& spec : table_.specs) {
     const float decay = spec.decays() ? float(1 - lr * cfg_.weight_decay) : 1.0f;
     float* p = params + spec.offset;
@@ -54,9 +55,10 @@ void AdamW::step(float* params, const float* grads, double lr, long t) {
     // PyTorch AdamW: p *= 1 - lr wd;  m, v moments;  p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < (long)spec.numel; i++) {
+      const float gi = g[i] * gs;
       p[i] *= decay;
-      m[i] = b1 * m[i] + (1 - b1) * g[i];
-      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      m[i] = b1 * m[i] + (1 - b1) * gi;
+      v[i] = b2 * v[i] + (1 - b2) * gi * gi;
       p[i] -= step_size * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
     }
   }
@@ -77,9 +79,13 @@ double grad_norm(const std::vector<float>& grads) {
   return std::sqrt(total);
 }
 
+double clip_scale(double norm, double max_norm) {
+  return (max_norm > 0 && norm > max_norm) ? max_norm / (norm + 1e-6) : 1.0;
+}
+
 void clip_grads(std::vector<float>& grads, double norm, double max_norm) {
-  if (!(norm > max_norm)) return;
-  const float scale = float(max_norm / (norm + 1e-6));
+  if (clip_scale(norm, max_norm) == 1.0) return;
+  const float scale = float(clip_scale(norm, max_norm));
 #pragma omp parallel for schedule(static)
   for (long i = 0; i < (long)grads.size(); i++) grads[i] *= scale;
 }

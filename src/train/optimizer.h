@@ -32,9 +32,10 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(const ParamTable& table, AdamWConfig cfg);
-  // One update at 1-based step t with learning rate lr. Decay only on tensors whose spec decays()
-  // (embeddings and linear weights; not biases or norm gains).
-  void step(float* params, const float* grads, double lr, long t);
+  // One update at 1-based step t with learning rate lr, on the gradients times grad_scale (how
+  // clipping is applied: folded into this one pass over memory instead of a pass of its own).
+  // Decay only on tensors whose spec decays() (embeddings and linear weights; not biases or gains).
+  void step(float* params, const float* grads, double lr, long t, double grad_scale = 1.0);
   std::vector<float>& m() { return m_; }
   std::vector<float>& v() { return v_; }
 
@@ -46,7 +47,10 @@ class AdamW {
 
 // Global L2 norm of the gradients, summed in double in a fixed order (deterministic).
 double grad_norm(const std::vector<float>& grads);
-// Multiplies the gradients by max_norm / (norm + 1e-6) if norm > max_norm (PyTorch's rule).
+// The factor clipping multiplies the gradients by: max_norm / (norm + 1e-6) if norm > max_norm
+// (PyTorch's rule), else 1; max_norm 0 means no clipping.
+double clip_scale(double norm, double max_norm);
+// Multiplies the gradients by clip_scale(norm, max_norm).
 void clip_grads(std::vector<float>& grads, double norm, double max_norm);
 
 }  // namespace normlab

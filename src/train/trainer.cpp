@@ -193,8 +193,8 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                    tc.out_dir);
       break;
     }
-    if (tc.grad_clip > 0) clip_grads(model.grads(), gnorm, tc.grad_clip);
-    optimizer.step(model.params().data(), model.grads().data(), lr, step);
+    optimizer.step(model.params().data(), model.grads().data(), lr, step,
+                   clip_scale(gnorm, tc.grad_clip));
     const double dt = seconds_since(step_t0);
     window_tokens += tokens_per_step;
     window_seconds += dt;
