@@ -10,9 +10,11 @@
 #   4. writes every JSON line to bench/results/latest.jsonl (stderr of the runs to latest.log) and
 #      prints the markdown table of bench/table.py (also written to latest.md).
 #
-# Before each measurement it waits (up to QUIET_TIMEOUT s, default 900) until the machine is quiet
-# (less than QUIET_BUSY, default 0.25, of all cores busy over 2 s): the machine has 2 shared cores
-# and a busy neighbour halves the numbers. Set QUIET_TIMEOUT=0 to skip the wait.
+# Before each measurement bench/measure.py waits (up to QUIET_TIMEOUT s, default 900) until the
+# machine is quiet (less than QUIET_BUSY cores, default 0.25, busy over 2 s): the machine has 2
+# shared cores and a busy neighbour halves the numbers. Each result gets "other_cpu" (cores used by
+# other processes during the run); a run with other_cpu >= QUIET_BUSY is repeated up to twice and
+# the quietest kept. QUIET_TIMEOUT=0 skips the wait.
 #
 # Usage: bench/run.sh [--iters N] [--shapes "a b c"] [--placements "pre post"]
 #                     [--modes "eager compile"] [--no-build]
@@ -69,41 +71,14 @@ LOG=bench/results/latest.log
 : >"$OUT"
 : >"$LOG"
 
-# Fraction of all cores busy over 2 s, from /proc/stat.
-busy_fraction() {
-  local a b
-  a=($(head -1 /proc/stat)); sleep 2; b=($(head -1 /proc/stat))
-  awk -v a="${a[*]}" -v b="${b[*]}" 'BEGIN {
-    split(a, x, " "); split(b, y, " "); tot = 0
-    for (i = 2; i <= 9; i++) tot += y[i] - x[i]
-    idle = (y[5] - x[5]) + (y[6] - x[6])
-    printf "%.2f", tot > 0 ? 1 - idle / tot : 0 }'
-}
-wait_quiet() {
-  [ "$QUIET_TIMEOUT" -gt 0 ] || return 0
-  local start=$SECONDS f
-  while :; do
-    f=$(busy_fraction)
-    awk -v f="$f" -v m="$QUIET_BUSY" 'BEGIN { exit !(f < m) }' && return 0
-    if [ $((SECONDS - start)) -ge "$QUIET_TIMEOUT" ]; then
-      log "WARNING: machine still busy ($f of the cores) after ${QUIET_TIMEOUT}s; measuring anyway"
-      echo "# measured while busy ($f): $*" >>"$LOG"
-      return 0
-    fi
-    log "machine busy ($f of the cores), waiting: $(ps -eo pcpu=,comm= --sort=-pcpu | head -2 | tr -s ' ' | paste -sd, -)"
-    sleep 10
-  done
-}
-
 # run IMPL SHAPE PLACEMENT CMD...: one measurement in its own process; appends its JSON line (or an
 # error line) to $OUT and its stderr to $LOG.
 run() {
   local impl=$1 shape=$2 placement=$3; shift 3
-  wait_quiet "$impl $shape $placement"
   log "$impl shape=$shape placement=$placement"
   echo "### $impl $shape $placement: $*" >>"$LOG"
   local line rc=0
-  line=$("$@" 2>>"$LOG" | grep '^{' | tail -1) || rc=$?
+  line=$("${MEASURE[@]}" "$@" 2>>"$LOG" | grep '^{' | tail -1) || rc=$?
   if [ -n "$line" ] && [ "$rc" = 0 ]; then
     echo "$line" >>"$OUT"
     log "  $line"
@@ -115,9 +90,11 @@ run() {
   fi
 }
 
-wait_quiet sgemm_peak
+# Every measurement goes through bench/measure.py: wait for a quiet machine, run, add "other_cpu"
+# (cores other processes kept busy meanwhile), rerun up to twice when that was >= QUIET_BUSY.
+MEASURE=(python3 bench/measure.py --max-other "$QUIET_BUSY" --quiet-timeout "$QUIET_TIMEOUT" --)
 log "sgemm_peak"
-build/bench/sgemm_peak | tee -a "$OUT" >&2
+"${MEASURE[@]}" build/bench/sgemm_peak | tee -a "$OUT" >&2
 
 TORCH_ENV=(env OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4)
 for s in $SHAPES; do

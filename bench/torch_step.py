@@ -6,9 +6,11 @@ Times one training step (zero_grad + forward + backward + AdamW step) of the nor
 pre or post) on one benchmark shape, in float32 on the CPU, and prints one JSON line:
 
   {"impl": "torch-eager"|"torch-compile", "shape", "placement", "ms", "tokens_per_s",
-   "peak_rss_mb", "torch_version", "adamw", "threads", "params", "import_rss_mb"}
+   "peak_rss_mb", "torch_version", "adamw", "threads", "params", "import_rss_mb",
+   "other_cpu"}
 
-import_rss_mb is the peak RSS right after `import torch` (before the model exists): the part of
+other_cpu is the cores other processes kept busy on average during the timed steps (a noisy
+neighbour on this 2-core machine shows here). import_rss_mb is the peak RSS right after `import torch` (before the model exists): the part of
 peak_rss_mb that is the torch libraries themselves.
 
 Run one (shape, placement, mode) per process: peak_rss_mb is the process's peak RSS.
@@ -120,6 +122,18 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
 
 
+def _machine_busy_s():
+    """CPU seconds all cores have been busy since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _self_cpu_s():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def make_adamw(model, variant, lr=1e-4):
     """AdamW as normlab's default (betas 0.9/0.95, eps 1e-8, decay 0.1 on 2-D tensors only)."""
     decay = [p for p in model.parameters() if p.dim() == 2]
@@ -155,6 +169,8 @@ def main():
 
     times = []
     for it in range(args.warmup + args.iters):
+        if it == args.warmup:
+            busy0, self0, wall0 = _machine_busy_s(), _self_cpu_s(), time.perf_counter()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = step_model(ids, labels)
@@ -165,6 +181,8 @@ def main():
             times.append(dt)
         if not math.isfinite(loss.item()):
             sys.exit(f"non-finite loss at step {it + 1}")
+    other_cpu = max(0.0, (_machine_busy_s() - busy0 - (_self_cpu_s() - self0))
+                    / (time.perf_counter() - wall0))
     if args.verbose:
         print("step ms:", " ".join(f"{t * 1e3:.1f}" for t in times), file=sys.stderr)
     times.sort()
@@ -175,7 +193,7 @@ def main():
         "ms": round(median * 1e3, 3), "tokens_per_s": round(B * T / median, 1),
         "peak_rss_mb": round(peak_mb, 1), "torch_version": torch.__version__,
         "adamw": args.adamw, "threads": torch.get_num_threads(), "params": nparams,
-        "import_rss_mb": round(import_rss_mb, 1),
+        "import_rss_mb": round(import_rss_mb, 1), "other_cpu": round(other_cpu, 2),
     }), flush=True)
 
 

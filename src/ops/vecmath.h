@@ -17,7 +17,10 @@ inline float exp_fast(float x) {
   const bool overflow = x > hi, underflow = x < lo;
   float xc = x > hi ? hi : x;  // comparisons written so that NaN passes through unchanged
   xc = xc < lo ? lo : xc;
-  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  // n = round(x / ln 2) by the 1.5 * 2^23 trick (exact for |n| < 2^22 in round-to-nearest), which
+  // unlike std::floor compiles to plain vector adds without -ffast-math
+  const float shifter = 12582912.0f;
+  const float n = (xc * 1.44269504088896341f + shifter) - shifter;
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   const float z = r * r;
