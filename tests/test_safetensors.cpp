@@ -378,8 +378,16 @@ std::string shell_quote(const std::string& text) {
   return quoted + "'";
 }
 
+// The Python with the official package: $NORMLAB_PYTHON, else the one the build was configured
+// with (scripts/test.sh configures build/pyenv); empty if neither.
+std::string interop_python() {
+  const char* env = std::getenv("NORMLAB_PYTHON");
+  if (env != nullptr && *env != '\0') return env;
+  return NORMLAB_PYTHON_CONFIGURED;
+}
+
 int run_interop(const std::vector<std::string>& args) {
-  std::string command = shell_quote(std::getenv("NORMLAB_PYTHON"));
+  std::string command = shell_quote(interop_python());
   std::string script = NORMLAB_SOURCE_DIR;
   command.append(" ").append(shell_quote(script.append("/tests/safetensors_interop.py")));
   for (const std::string& arg : args) command.append(" ").append(shell_quote(arg));
@@ -390,8 +398,7 @@ int run_interop(const std::vector<std::string>& args) {
 class Interop : public SafetensorsTest {
  protected:
   void SetUp() override {
-    const char* python = std::getenv("NORMLAB_PYTHON");
-    if (python == nullptr || *python == '\0')
+    if (interop_python().empty())
       GTEST_SKIP() << "set NORMLAB_PYTHON to run interop tests";
     SafetensorsTest::SetUp();
   }
