@@ -60,8 +60,12 @@ if [ "$BUILD" = 1 ]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j2 --target bench_step sgemm_peak
 fi
-for exe in build/bench/bench_step build/bench/sgemm_peak; do
-  [ -x "$exe" ] || { echo "run.sh: $exe missing (build failed?)" >&2; exit 1; }
+# Snapshot the binaries: a concurrent rebuild of build/ must not swap them in the middle of a run.
+BIN=$(mktemp -d /tmp/normlab-bench.XXXXXX)
+trap 'rm -rf "$BIN"' EXIT
+for exe in bench_step sgemm_peak; do
+  [ -x "build/bench/$exe" ] || { echo "run.sh: build/bench/$exe missing (build failed?)" >&2; exit 1; }
+  cp "build/bench/$exe" "$BIN/"
 done
 
 # ---- 3. measure ----------------------------------------------------------------------------------
@@ -94,12 +98,15 @@ run() {
 # (cores other processes kept busy meanwhile), rerun up to twice when that was >= QUIET_BUSY.
 MEASURE=(python3 bench/measure.py --max-other "$QUIET_BUSY" --quiet-timeout "$QUIET_TIMEOUT" --)
 log "sgemm_peak"
-"${MEASURE[@]}" build/bench/sgemm_peak | tee -a "$OUT" >&2
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+DIRTY=$([ -n "$(git status --porcelain -- src CMakeLists.txt 2>/dev/null)" ] && echo true || echo false)
+echo "{\"impl\": \"meta\", \"commit\": \"$COMMIT\", \"src_dirty\": $DIRTY, \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\", \"nproc\": $(nproc)}" >>"$OUT"
+"${MEASURE[@]}" "$BIN/sgemm_peak" | tee -a "$OUT" >&2
 
 TORCH_ENV=(env OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4)
 for s in $SHAPES; do
   for p in $PLACEMENTS; do
-    run normlab "$s" "$p" build/bench/bench_step --shape "$s" --placement "$p" --iters "$ITERS"
+    run normlab "$s" "$p" "$BIN/bench_step" --shape "$s" --placement "$p" --iters "$ITERS"
     for m in $MODES; do
       run "torch-$m" "$s" "$p" "${TORCH_ENV[@]}" "$PY" bench/torch_step.py \
         --shape "$s" --placement "$p" --mode "$m" --iters "$ITERS"

@@ -50,10 +50,14 @@ def ok(r):
 def make_table(recs):
     by_key = {}
     sgemm = None
+    meta = None
     torch_version = None
     for r in recs:
         if r.get("impl") == "sgemm_peak":
             sgemm = r
+            continue
+        if r.get("impl") == "meta":
+            meta = r
             continue
         by_key[(r.get("impl"), r.get("shape"), r.get("placement"))] = r   # a later line wins
         if r.get("torch_version"):
@@ -65,6 +69,9 @@ def make_table(recs):
                    f"**{sgemm['gflops']:.1f} GFLOP/s**")
     else:
         out.append("Machine sgemm peak: not measured")
+    if meta:
+        out.append(f"normlab at {meta.get('commit')}{' + uncommitted src/ changes' if meta.get('src_dirty') else ''}, "
+                   f"{meta.get('date')}, {meta.get('nproc')} cores")
     if torch_version:
         out.append(f"PyTorch {torch_version} (CPU, float32, best of eager / torch.compile)")
     out.append("")

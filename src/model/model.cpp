@@ -2,6 +2,8 @@
 // of docs/MODEL.md; backward mirrors them in reverse with the same names prefixed d.
 #include "model/model.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -24,9 +26,15 @@ namespace normlab {
 
 using namespace ops;
 
+// Zeroes a gradient buffer before a backward kernel adds into it, split across threads.
 template <class S>
 static void zero(S* p, size_t n) {
-  std::memset(p, 0, n * sizeof(S));
+#pragma omp parallel
+  {
+    const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
+    const size_t begin = n * t / nt, end = n * (t + 1) / nt;
+    std::memset(p + begin, 0, (end - begin) * sizeof(S));
+  }
 }
 
 template <class S>

@@ -1,39 +1,76 @@
 // matmul.cpp: linear layer forward/backward on GEMM, and the naive references.
 #include "ops/matmul.h"
 
+#include <omp.h>
+
 #include <algorithm>
 
 #include "ops/common.h"
 
 namespace normlab::ops {
 
+// The GEMMs are split into one independent block per thread (single-threaded OpenBLAS calls
+// inside the parallel region), along the larger free dimension: no reduction crosses threads, so
+// results do not depend on the split, and small GEMMs avoid OpenBLAS's per-call synchronization.
+namespace {
+struct Range {
+  int begin, end;
+};
+Range thread_share(int n) {
+  const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+  return {int(long(n) * t / nt), int(long(n) * (t + 1) / nt)};
+}
+}  // namespace
+
 template <class S>
 void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int IC, int OC) {
-  if (bias) {
-    // start from the bias rows so the GEMM accumulates into them (beta = 1)
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-      for (int o = 0; o < OC; o++) out[(long)n * OC + o] = bias[o];
+  // out = inp @ W^T (+ b): split rows of out (N) or its columns (OC, rows of W)
+#pragma omp parallel
+  {
+    const bool by_rows = N >= OC;
+    const Range r = thread_share(by_rows ? N : OC);
+    const int rows = by_rows ? r.end - r.begin : N, cols = by_rows ? OC : r.end - r.begin;
+    S* o = by_rows ? out + (long)r.begin * OC : out + r.begin;
+    const S* x = by_rows ? inp + (long)r.begin * IC : inp;
+    const S* w = by_rows ? weight : weight + (long)r.begin * IC;
+    if (bias) {
+      const S* b = by_rows ? bias : bias + r.begin;
+      for (int n = 0; n < rows; n++)
+        for (int k = 0; k < cols; k++) o[(long)n * OC + k] = b[k];
+    }
+    if (rows > 0 && cols > 0)
+      gemm<S>(Trans::No, Trans::Yes, rows, cols, IC, S(1), x, IC, w, IC, bias ? S(1) : S(0), o, OC);
   }
-  gemm<S>(Trans::No, Trans::Yes, N, OC, IC, S(1), inp, IC, weight, IC, bias ? S(1) : S(0), out, OC);
 }
 
 template <class S>
 void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
                      int N, int IC, int OC) {
   // out = inp @ W^T + b:  dinp += dout @ W;  dW += dout^T @ inp;  db += sum_n dout
-  if (dinp) gemm<S>(Trans::No, Trans::No, N, IC, OC, S(1), dout, OC, weight, IC, S(1), dinp, IC);
-  gemm<S>(Trans::Yes, Trans::No, OC, IC, N, S(1), dout, OC, inp, IC, S(1), dweight, IC);
-  if (dbias) {
-#pragma omp parallel for schedule(static)
-    for (int o0 = 0; o0 < OC; o0 += kColumnBlock) {
-      const int width = std::min(kColumnBlock, OC - o0);
-      double sum[kColumnBlock] = {};
-      for (int n = 0; n < N; n++) {
-        const S* row = dout + (long)n * OC + o0;
-        for (int k = 0; k < width; k++) sum[k] += double(row[k]);
+#pragma omp parallel
+  {
+    if (dinp) {  // rows of dinp
+      const Range r = thread_share(N);
+      if (r.end > r.begin)
+        gemm<S>(Trans::No, Trans::No, r.end - r.begin, IC, OC, S(1), dout + (long)r.begin * OC, OC,
+                weight, IC, S(1), dinp + (long)r.begin * IC, IC);
+    }
+    {  // rows of dW (output channels), each with its bias gradient
+      const Range r = thread_share(OC);
+      if (r.end > r.begin)
+        gemm<S>(Trans::Yes, Trans::No, r.end - r.begin, IC, N, S(1), dout + r.begin, OC, inp, IC,
+                S(1), dweight + (long)r.begin * IC, IC);
+      if (dbias) {
+        for (int o0 = r.begin; o0 < r.end; o0 += kColumnBlock) {
+          const int width = std::min(kColumnBlock, r.end - o0);
+          double sum[kColumnBlock] = {};
+          for (int n = 0; n < N; n++) {
+            const S* row = dout + (long)n * OC + o0;
+            for (int k = 0; k < width; k++) sum[k] += double(row[k]);
+          }
+          for (int k = 0; k < width; k++) dbias[o0 + k] += S(sum[k]);
+        }
       }
-      for (int k = 0; k < width; k++) dbias[o0 + k] += S(sum[k]);
     }
   }
 }
