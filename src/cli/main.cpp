@@ -1,4 +1,4 @@
-// main.cpp: the `normlab` command. Subcommands: train, grads, init. With no arguments it runs the
+// main.cpp: the `normlab` command. Subcommands: train, grads, init, analyze. With no arguments it runs the
 // built-in default (a short training run on the built-in corpus). Every Error becomes one message
 // on stderr and exit code 1; a diverged training run exits with code 2.
 #include <CLI/CLI.hpp>
@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <iostream>
 
+#include "cli/analyze.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -104,6 +105,9 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--out", out, "output .safetensors")->required();
   init_cmd->add_flag("--force", force, "replace --out if it exists");
 
+  cli::AnalyzeCommand analyze;
+  cli::add_analyze_command(app, analyze);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -114,6 +118,7 @@ int main(int argc, char** argv) {
     if (train_cmd->parsed()) return run_train(load_run_config(config_path, sets), {force, quiet});
     if (grads_cmd->parsed()) return run_grads(ckpt, tokens, out, force);
     if (init_cmd->parsed()) return run_init(load_run_config(config_path, sets), out, force);
+    if (analyze.analyze->parsed()) return cli::run_analyze(analyze);
     // no subcommand: the built-in default run
     fmt::print("normlab: no subcommand given; running the built-in default: a short GPT training run "
                "on the built-in corpus (see `normlab --help`)\n");

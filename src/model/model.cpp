@@ -292,6 +292,62 @@ void Model<S>::backward(double loss_scale) {
 }
 
 template <class S>
+void Model<S>::norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
+                        const S* rstd, int K, int rows) const {
+  if (cfg_.norm == NormKind::LayerNorm)
+    layernorm_jvp(tout, tin, inp, p.weight, mean, rstd, K, rows, cfg_.d_model);
+  else
+    rmsnorm_jvp(tout, tin, inp, p.weight, rstd, K, rows, cfg_.d_model);
+}
+
+template <class S>
+void Model<S>::jvp_sublayers(S* tout, const S* tin, int K, int first, int last) const {
+  const int B = B_, T = T_, N = B * T, C = cfg_.d_model, F = cfg_.ff();
+  const size_t KNC = size_t(K) * N * C;
+  std::vector<S> tx(tin, tin + KNC), th(KNC), tf(KNC), tg(KNC), tr(KNC), tmix;
+  std::vector<S> thid(size_t(K) * N * std::max(3 * C, F)), tatt(size_t(B) * cfg_.n_heads * T * T);
+  tmix.resize(size_t(K) * N * std::max(C, F));
+  for (int i = first; i < last; i++) {
+    const int l = i / 2;
+    const SublayerActs<S>& a = a_[i];
+    const SublayerParams<S>& p = p_[i];
+    const NormSites sites = norm_sites(cfg_.placement_of(l));
+    // h = ln_in(x)
+    const S* h = tx.data();
+    if (sites.in) {
+      norm_jvp(th.data(), tx.data(), a.x_in, p.ln_in, a.in_mean, a.in_rstd, K, N);
+      h = th.data();
+    }
+    // f = F(h)
+    if (i % 2 == 0) {
+      matmul_jvp(thid.data(), h, p.w1, K, N, C, 3 * C);
+      attention_jvp(tmix.data(), tatt.data(), thid.data(), a.hid, a.att, K, B, T, C, cfg_.n_heads);
+      matmul_jvp(tf.data(), tmix.data(), p.w2, K, N, C, C);
+    } else {
+      matmul_jvp(thid.data(), h, p.w1, K, N, C, F);
+      if (cfg_.activation == Activation::Gelu)
+        gelu_jvp(tmix.data(), a.hid, thid.data(), size_t(N) * F, K);
+      else
+        relu_jvp(tmix.data(), a.hid, thid.data(), size_t(N) * F, K);
+      matmul_jvp(tf.data(), tmix.data(), p.w2, K, N, F, C);
+    }
+    // g = ln_branch(f)
+    const S* g = tf.data();
+    if (sites.branch) {
+      norm_jvp(tg.data(), tf.data(), a.f, p.ln_branch, a.br_mean, a.br_rstd, K, N);
+      g = tg.data();
+    }
+    // r = alpha * x + g;  x' = ln_out(r)
+    residual_jvp(tr.data(), tx.data(), g, S(cfg_.residual_alpha(l)), KNC);
+    if (sites.out)
+      norm_jvp(tx.data(), tr.data(), a.r, p.ln_out, a.out_mean, a.out_rstd, K, N);
+    else
+      tx.swap(tr);
+  }
+  std::copy(tx.begin(), tx.end(), tout);
+}
+
+template <class S>
 void Model<S>::zero_grad() {
   // in chunks across threads: for GPT-2-small sizes this is half a gigabyte of stores
   const long n = long(grads_.size()), chunk = 1 << 16;

@@ -63,6 +63,19 @@ class Model {
   const S* stream(int i) const { return streams_[i]; }
   size_t activation_floats() const { return acts_.size(); }
 
+  // Read-only views for the instruments (analysis/), valid after forward: activations and
+  // parameters of sub-layer i (i = 2l attn, 2l+1 mlp), and the final norm (weight null if absent).
+  const SublayerActs<S>& acts(int i) const { return a_[i]; }
+  const SublayerParams<S>& sublayer_params_of(int i) const { return p_[i]; }
+  const NormParams<S>& final_norm() const { return lnf_; }
+
+  // Forward mode through sub-layers [first, last) at the point of the last forward (evaluation
+  // mode, parameters fixed): tout (K, B, T, C) = J tin (K, B, T, C). Allocates its own scratch.
+  void jvp_sublayers(S* tout, const S* tin, int K, int first, int last) const;
+  // One norm site's tangent: tout (K, rows, C) = J tin, J the Jacobian of the norm at `inp`.
+  void norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
+                const S* rstd, int K, int rows) const;
+
  private:
   void plan(int B, int T);
   void sublayer_forward(int l, Sublayer which);

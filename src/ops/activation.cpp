@@ -58,4 +58,26 @@ template void relu_forward<double>(double*, const double*, size_t);
 template void relu_backward<float>(float*, const float*, const float*, size_t);
 template void relu_backward<double>(double*, const double*, const double*, size_t);
 
+template <class S>
+void gelu_jvp(S* tout, const S* inp, const S* tinp, size_t primal_n, int K) {
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < (long)(primal_n * K); i++) {
+    const S x = inp[i % primal_n];
+    const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
+    const S s = S(1) / (S(1) + exp_of(S(-2) * u));
+    const S du = S(kGeluScale) * (S(1) + S(3 * kGeluCubic) * x * x);
+    tout[i] = (s + x * s * (S(1) - s) * S(2) * du) * tinp[i];
+  }
+}
+
+template <class S>
+void relu_jvp(S* tout, const S* inp, const S* tinp, size_t primal_n, int K) {
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < (long)(primal_n * K); i++) tout[i] = inp[i % primal_n] > S(0) ? tinp[i] : S(0);
+}
+
+template void gelu_jvp<float>(float*, const float*, const float*, size_t, int);
+template void gelu_jvp<double>(double*, const double*, const double*, size_t, int);
+template void relu_jvp<float>(float*, const float*, const float*, size_t, int);
+template void relu_jvp<double>(double*, const double*, const double*, size_t, int);
 }  // namespace normlab::ops

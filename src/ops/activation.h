@@ -19,4 +19,11 @@ void relu_forward(S* out, const S* inp, size_t n);
 template <class S>
 void relu_backward(S* dinp, const S* inp, const S* dout, size_t n);
 
+// Forward-mode tangents: tout (n) = act'(inp (n % primal_n)) * tinp (n), for K tangents laid out
+// (K, primal_n).
+template <class S>
+void gelu_jvp(S* tout, const S* inp, const S* tinp, size_t primal_n, int K);
+template <class S>
+void relu_jvp(S* tout, const S* inp, const S* tinp, size_t primal_n, int K);
+
 }  // namespace normlab::ops

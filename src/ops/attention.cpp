@@ -155,4 +155,43 @@ NL_INSTANTIATE(float)
 NL_INSTANTIATE(double)
 #undef NL_INSTANTIATE
 
+template <class S>
+void attention_jvp(S* tout, S* tatt, const S* tqkv, const S* qkv, const S* att, int K, int B, int T,
+                   int C, int NH) {
+  const int HS = C / NH, C3 = 3 * C;
+  const S scale = S(1.0 / std::sqrt(double(HS)));
+  for (int kt = 0; kt < K; kt++) {
+    const S* tq_all = tqkv + (long)kt * B * T * C3;
+    S* ty_all = tout + (long)kt * B * T * C;
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+      const int b = bh / NH, h = bh % NH;
+      const S* q = qkv + (long)b * T * C3 + h * HS;
+      const S* k = q + C;
+      const S* v = q + 2 * C;
+      const S* tq = tq_all + (long)b * T * C3 + h * HS;
+      const S* tk = tq + C;
+      const S* tv = tq + 2 * C;
+      const S* p = att + (long)bh * T * T;
+      S* tp = tatt + (long)bh * T * T;
+      S* ty = ty_all + (long)b * T * C + h * HS;
+      gemm<S>(Trans::No, Trans::Yes, T, T, HS, scale, tq, C3, k, C3, S(0), tp, T);
+      gemm<S>(Trans::No, Trans::Yes, T, T, HS, scale, q, C3, tk, C3, S(1), tp, T);
+      for (int i = 0; i < T; i++) {
+        const S* pr = p + (long)i * T;
+        S* tr = tp + (long)i * T;
+        double dot = 0;
+        for (int j = 0; j < T; j++) dot += double(pr[j]) * tr[j];
+        for (int j = 0; j < T; j++) tr[j] = S(pr[j] * (tr[j] - dot));  // masked: P = 0 gives 0
+      }
+      gemm<S>(Trans::No, Trans::No, T, HS, T, S(1), tp, T, v, C3, S(0), ty, C);
+      gemm<S>(Trans::No, Trans::No, T, HS, T, S(1), p, T, tv, C3, S(1), ty, C);
+    }
+  }
+}
+
+template void attention_jvp<float>(float*, float*, const float*, const float*, const float*, int,
+                                   int, int, int, int);
+template void attention_jvp<double>(double*, double*, const double*, const double*, const double*,
+                                    int, int, int, int, int);
 }  // namespace normlab::ops

@@ -22,4 +22,11 @@ template <class S>
 void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att, int B, int T,
                               int C, int NH, bool causal);
 
+// Forward-mode tangent for K tangents: tout (K, B, T, C) from tqkv (K, B, T, 3C), with the saved
+// probabilities att of the forward call; tatt (B, NH, T, T) is scratch.
+//   tS = (tq k^T + q tk^T) / sqrt(HS);  tP = P * (tS - rowsum(P * tS));  ty = tP v + P tv
+template <class S>
+void attention_jvp(S* tout, S* tatt, const S* tqkv, const S* qkv, const S* att, int K, int B, int T,
+                   int C, int NH);
+
 }  // namespace normlab::ops

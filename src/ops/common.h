@@ -8,6 +8,8 @@
 //   - argument order: outputs, saved activations, inputs, parameters, dimensions;
 //   - backward ADDS into gradients (+=); zeroing is the caller's job. The one exception is
 //     softmax_xent_backward, which turns the logits buffer into dlogits in place (documented there);
+//   - _jvp (forward-mode tangent, parameters held fixed) ASSIGNS tangents (=), and takes K tangents
+//     at once laid out (K, <primal shape>), so that GEMM does the work;
 //   - kernels never allocate, never read the config, never know the model;
 //   - every kernel is a template on the scalar type S (float for training, double for checks), with
 //     explicit instantiations for both in its .cpp;

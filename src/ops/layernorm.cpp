@@ -85,4 +85,30 @@ template void layernorm_backward<float>(float*, float*, float*, const float*, co
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*,
                                          const double*, const double*, const double*, int, int);
 
+template <class S>
+void layernorm_jvp(S* tout, const S* tinp, const S* inp, const S* weight, const S* mean,
+                   const S* rstd, int K, int N, int C) {
+  // y = xhat * w:  txhat = rstd * (tx - mean(tx) - xhat * mean(tx * xhat));  ty = txhat * w
+#pragma omp parallel for schedule(static)
+  for (long kn = 0; kn < (long)K * N; kn++) {
+    const int n = int(kn % N);
+    const S* x = inp + (long)n * C;
+    const S* tx = tinp + kn * C;
+    const double m = mean[n], s = rstd[n];
+    double sum_tx = 0, sum_tx_xhat = 0;
+    for (int c = 0; c < C; c++) {
+      sum_tx += tx[c];
+      sum_tx_xhat += double(tx[c]) * ((x[c] - m) * s);
+    }
+    const double mean_tx = sum_tx / C, mean_tx_xhat = sum_tx_xhat / C;
+    S* ty = tout + kn * C;
+    for (int c = 0; c < C; c++)
+      ty[c] = S(s * (tx[c] - mean_tx - (x[c] - m) * s * mean_tx_xhat) * weight[c]);
+  }
+}
+
+template void layernorm_jvp<float>(float*, const float*, const float*, const float*, const float*,
+                                   const float*, int, int, int);
+template void layernorm_jvp<double>(double*, const double*, const double*, const double*,
+                                    const double*, const double*, int, int, int);
 }  // namespace normlab::ops

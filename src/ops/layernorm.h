@@ -14,4 +14,10 @@ template <class S>
 void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
                         const S* mean, const S* rstd, int N, int C);
 
+// Forward-mode tangent for K tangents at once: tout (K, N, C) = J(inp) tinp (K, N, C), with the
+// saved mean and rstd of the forward call (parameters held fixed).
+template <class S>
+void layernorm_jvp(S* tout, const S* tinp, const S* inp, const S* weight, const S* mean,
+                   const S* rstd, int K, int N, int C);
+
 }  // namespace normlab::ops

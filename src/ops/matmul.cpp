@@ -109,4 +109,11 @@ NL_INSTANTIATE(float)
 NL_INSTANTIATE(double)
 #undef NL_INSTANTIATE
 
+template <class S>
+void matmul_jvp(S* tout, const S* tinp, const S* weight, int K, int N, int IC, int OC) {
+  matmul_forward<S>(tout, tinp, weight, nullptr, K * N, IC, OC);
+}
+
+template void matmul_jvp<float>(float*, const float*, const float*, int, int, int, int);
+template void matmul_jvp<double>(double*, const double*, const double*, int, int, int, int);
 }  // namespace normlab::ops

@@ -21,4 +21,9 @@ template <class S>
 void matmul_backward_naive(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
                            const S* weight, int N, int IC, int OC);
 
+// Forward-mode tangent for K tangents: tout (K, N, OC) = tinp (K, N, IC) @ W^T -- one GEMM over
+// all K * N rows (parameters fixed, so the bias drops out).
+template <class S>
+void matmul_jvp(S* tout, const S* tinp, const S* weight, int K, int N, int IC, int OC);
+
 }  // namespace normlab::ops

@@ -23,4 +23,11 @@ template void residual_forward<double>(double*, const double*, const double*, do
 template void residual_backward<float>(float*, float*, const float*, float, size_t);
 template void residual_backward<double>(double*, double*, const double*, double, size_t);
 
+template <class S>
+void residual_jvp(S* tout, const S* tx, const S* tg, S alpha, size_t n) {
+  residual_forward(tout, tx, tg, alpha, n);
+}
+
+template void residual_jvp<float>(float*, const float*, const float*, float, size_t);
+template void residual_jvp<double>(double*, const double*, const double*, double, size_t);
 }  // namespace normlab::ops

@@ -14,4 +14,8 @@ void residual_forward(S* out, const S* x, const S* g, S alpha, size_t n);
 template <class S>
 void residual_backward(S* dx, S* dg, const S* dout, S alpha, size_t n);
 
+// Forward-mode tangent: tout (n) = alpha * tx + tg (any number of tangents: n counts them all).
+template <class S>
+void residual_jvp(S* tout, const S* tx, const S* tg, S alpha, size_t n);
+
 }  // namespace normlab::ops

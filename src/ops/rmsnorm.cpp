@@ -61,4 +61,26 @@ template void rmsnorm_backward<float>(float*, float*, const float*, const float*
 template void rmsnorm_backward<double>(double*, double*, const double*, const double*,
                                        const double*, const double*, int, int);
 
+template <class S>
+void rmsnorm_jvp(S* tout, const S* tinp, const S* inp, const S* weight, const S* rstd, int K, int N,
+                 int C) {
+  // y = x * r * w:  ty = r * (tx - xhat * mean(tx * xhat)) * w
+#pragma omp parallel for schedule(static)
+  for (long kn = 0; kn < (long)K * N; kn++) {
+    const int n = int(kn % N);
+    const S* x = inp + (long)n * C;
+    const S* tx = tinp + kn * C;
+    const double r = rstd[n];
+    double sum = 0;
+    for (int c = 0; c < C; c++) sum += double(tx[c]) * x[c] * r;
+    const double mean_tx_xhat = sum / C;
+    S* ty = tout + kn * C;
+    for (int c = 0; c < C; c++) ty[c] = S(r * (tx[c] - x[c] * r * mean_tx_xhat) * weight[c]);
+  }
+}
+
+template void rmsnorm_jvp<float>(float*, const float*, const float*, const float*, const float*,
+                                 int, int, int);
+template void rmsnorm_jvp<double>(double*, const double*, const double*, const double*,
+                                  const double*, int, int, int);
 }  // namespace normlab::ops

@@ -13,4 +13,9 @@ template <class S>
 void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S* weight,
                       const S* rstd, int N, int C);
 
+// Forward-mode tangent for K tangents: tout (K, N, C) = J(inp) tinp (K, N, C), parameters fixed.
+template <class S>
+void rmsnorm_jvp(S* tout, const S* tinp, const S* inp, const S* weight, const S* rstd, int K, int N,
+                 int C);
+
 }  // namespace normlab::ops

@@ -1,0 +1,320 @@
+// jacobian.cpp: the Jacobian instrument.
+#include "analysis/jacobian.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+
+#include "analysis/linalg.h"
+#include "util/rng.h"
+
+namespace normlab::analysis {
+
+namespace {
+
+Spectrum spectrum_of(const std::vector<double>& m, int rows, int cols) {
+  Spectrum s;
+  s.rows = rows;
+  s.cols = cols;
+  s.sv = singular_values(m, rows, cols);
+  s.tol = rank_tolerance(s.sv, rows, cols);
+  s.rank = numerical_rank(s.sv, s.tol);
+  return s;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); i++) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+// ||J v|| / ||v|| for a row-major d x d matrix J
+double gain(const std::vector<double>& J, const std::vector<double>& v, int d) {
+  double num = 0, den = 0;
+  for (int i = 0; i < d; i++) {
+    double r = 0;
+    for (int j = 0; j < d; j++) r += J[size_t(i) * d + j] * v[j];
+    num += r * r;
+    den += v[i] * v[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : 0.0;
+}
+
+// ||M - I||_2 for a square row-major matrix
+double norm_minus_identity(std::vector<double> m, int n) {
+  for (int i = 0; i < n; i++) m[size_t(i) * n + i] -= 1.0;
+  return singular_values(std::move(m), n, n).front();
+}
+
+// Jacobian (row-major, out x in) of sub-layers [first, last) on one sequence, for perturbations of
+// the tokens listed in `in_tokens` and outputs at `out_tokens` (all channels).
+std::vector<double> stream_jacobian(const Model<double>& model, int first, int last,
+                                    const std::vector<int>& in_tokens,
+                                    const std::vector<int>& out_tokens) {
+  const int T = model.planned_T(), C = model.config().d_model;
+  const int K = int(in_tokens.size()) * C;
+  std::vector<double> tin(size_t(K) * T * C, 0.0), tout(tin.size());
+  for (size_t a = 0; a < in_tokens.size(); a++)
+    for (int c = 0; c < C; c++) {
+      const size_t k = a * C + c;
+      tin[k * T * C + size_t(in_tokens[a]) * C + c] = 1.0;
+    }
+  model.jvp_sublayers(tout.data(), tin.data(), K, first, last);
+  const size_t rows = out_tokens.size() * C;
+  std::vector<double> J(rows * K);
+  for (int k = 0; k < K; k++)
+    for (size_t b = 0; b < out_tokens.size(); b++)
+      for (int c = 0; c < C; c++)
+        J[(b * C + c) * K + k] = tout[size_t(k) * T * C + size_t(out_tokens[b]) * C + c];
+  return J;
+}
+
+std::string bound_verdict(double sigma_min, double norm_a) {
+  if (norm_a >= 1.0)
+    return fmt::format("vacuous: ||A|| = {:.4g} >= 1, the bound 1 - ||A|| <= 0 says nothing", norm_a);
+  const bool holds = sigma_min >= (1.0 - norm_a) * (1 - 1e-12) - 1e-12;
+  return fmt::format("{}: sigma_min = {:.6g} {} 1 - ||A|| = {:.6g}", holds ? "holds" : "VIOLATED",
+                     sigma_min, holds ? ">=" : "<", 1.0 - norm_a);
+}
+
+std::string rank_verdict(const Spectrum& s, int d, double eps) {
+  if (s.rank <= d - 2)
+    return fmt::format("holds: numerical rank {} <= d - 2 = {}", s.rank, d - 2);
+  return fmt::format("holds only at eps = 0: numerical rank {} > d - 2 = {} (eps = {:g} leaves a "
+                     "singular value of {:.3g}, tiny but not zero)",
+                     s.rank, d - 2, eps, s.sv[size_t(d - 2)]);
+}
+
+NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& site,
+                                 const double* row, const NormParams<double>& params, int token) {
+  const ModelConfig& cfg = model.config();
+  const int d = cfg.d_model;
+  NormSiteReport r;
+  r.site = site;
+  r.token = token;
+  // statistics of the input row
+  double mean = 0, ms = 0;
+  for (int c = 0; c < d; c++) mean += row[c] / d;
+  for (int c = 0; c < d; c++) ms += row[c] * row[c] / d;
+  const bool layernorm = cfg.norm == NormKind::LayerNorm;
+  r.var = ms;
+  if (layernorm) {
+    double v = 0;
+    for (int c = 0; c < d; c++) v += (row[c] - mean) * (row[c] - mean) / d;
+    r.var = v;
+  }
+  r.scale = std::sqrt(r.var + cfg.eps);
+  r.predicted_bulk = 1.0 / r.scale;
+  r.predicted_small = r.predicted_bulk * cfg.eps / (r.var + cfg.eps);
+  // autodiff: the kernel's jvp applied to the d unit tangents
+  const double saved_mean = mean, saved_rstd = 1.0 / r.scale;
+  std::vector<double> tin(size_t(d) * d, 0.0), tout(tin.size());
+  for (int k = 0; k < d; k++) tin[size_t(k) * d + k] = 1.0;
+  model.norm_jvp(tout.data(), tin.data(), row, params, &saved_mean, &saved_rstd, d, 1);
+  std::vector<double> J(size_t(d) * d);
+  for (int k = 0; k < d; k++)
+    for (int c = 0; c < d; c++) J[size_t(c) * d + k] = tout[size_t(k) * d + c];
+  const std::vector<double> closed = norm_jacobian_closed_form(cfg.norm, row, params.weight, d, cfg.eps);
+  r.closed_form_err = max_abs_diff(J, closed);
+  r.spectrum = spectrum_of(J, d, d);
+  r.unit_gamma = std::all_of(params.weight, params.weight + d, [](double g) { return g == 1.0; });
+  if (r.unit_gamma) {
+    const int bulk = layernorm ? d - 2 : d - 1;
+    for (int i = 0; i < std::min(bulk, d); i++)
+      r.measured_bulk_spread = std::max(
+          r.measured_bulk_spread, std::abs(r.spectrum.sv[size_t(i)] - r.predicted_bulk) / r.predicted_bulk);
+  }
+  // the kernel directions: the constant vector (LayerNorm) and the normalized input
+  std::vector<double> ones(size_t(d), 1.0), zhat(row, row + d);
+  if (layernorm)
+    for (auto& z : zhat) z -= mean;
+  r.j_ones = gain(closed, ones, d);
+  r.j_zhat = gain(closed, zhat, d);
+  // gamma: with unit gains probe a random gain so left and right multiplication differ
+  std::vector<double> gamma(params.weight, params.weight + d), unit(size_t(d), 1.0);
+  if (r.unit_gamma) {
+    Rng rng(17);
+    for (auto& g : gamma) g = 1.0 + 0.5 * rng.normal();
+  }
+  const std::vector<double> j1 = norm_jacobian_closed_form(cfg.norm, row, unit.data(), d, cfg.eps);
+  const std::vector<double> jg = norm_jacobian_closed_form(cfg.norm, row, gamma.data(), d, cfg.eps);
+  std::vector<double> left(j1.size()), right(j1.size());
+  for (int i = 0; i < d; i++)
+    for (int j = 0; j < d; j++) {
+      left[size_t(i) * d + j] = gamma[size_t(i)] * j1[size_t(i) * d + j];
+      right[size_t(i) * d + j] = j1[size_t(i) * d + j] * gamma[size_t(j)];
+    }
+  r.gamma_left_err = max_abs_diff(jg, left);
+  r.gamma_right_err = max_abs_diff(jg, right);
+  return r;
+}
+
+}  // namespace
+
+std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, const double* gamma,
+                                              int d, double eps) {
+  std::vector<double> J(size_t(d) * d);
+  if (kind == NormKind::LayerNorm) {
+    // J = diag(gamma) (1/s) [I - 11^T/d - y y^T / (d s^2)],  y = z - mean, s = sqrt(var + eps)
+    double mean = 0;
+    for (int i = 0; i < d; i++) mean += z[i] / d;
+    double var = 0;
+    for (int i = 0; i < d; i++) var += (z[i] - mean) * (z[i] - mean) / d;
+    const double s2 = var + eps, s = std::sqrt(s2);
+    for (int i = 0; i < d; i++)
+      for (int j = 0; j < d; j++)
+        J[size_t(i) * d + j] = gamma[i] / s *
+                               ((i == j) - 1.0 / d - (z[i] - mean) * (z[j] - mean) / (d * s2));
+  } else {
+    // J = diag(gamma) (1/r) [I - z z^T / (d r^2)],  r = sqrt(mean(z^2) + eps)
+    double ms = 0;
+    for (int i = 0; i < d; i++) ms += z[i] * z[i] / d;
+    const double r2 = ms + eps, r = std::sqrt(r2);
+    for (int i = 0; i < d; i++)
+      for (int j = 0; j < d; j++)
+        J[size_t(i) * d + j] = gamma[i] / r * ((i == j) - z[i] * z[j] / (d * r2));
+  }
+  return J;
+}
+
+JacobianReport analyze_jacobian(const Model<double>& model, const JacobianOptions& options) {
+  const ModelConfig& cfg = model.config();
+  const int T = model.planned_T(), d = cfg.d_model, L = cfg.n_layers;
+  JacobianReport rep;
+  rep.T = T;
+  rep.d = d;
+  rep.eps = cfg.eps;
+  rep.norm_kind = to_string(cfg.norm);
+  const int tok = options.token < 0 ? T - 1 : std::min(options.token, T - 1);
+  rep.token = tok;
+  // norm sites, in the model's order
+  for (int i = 0; i < 2 * L; i++) {
+    const SublayerActs<double>& a = model.acts(i);
+    const SublayerParams<double>& p = model.sublayer_params_of(i);
+    const std::string prefix = fmt::format("h.{}.{}", i / 2, i % 2 == 0 ? "attn" : "mlp");
+    const size_t off = size_t(tok) * d;
+    if (p.ln_in.weight) rep.norms.push_back(analyze_norm_site(model, prefix + ".ln_in", a.x_in + off, p.ln_in, tok));
+    if (p.ln_branch.weight) rep.norms.push_back(analyze_norm_site(model, prefix + ".ln_branch", a.f + off, p.ln_branch, tok));
+    if (p.ln_out.weight) rep.norms.push_back(analyze_norm_site(model, prefix + ".ln_out", a.r + off, p.ln_out, tok));
+  }
+  if (model.final_norm().weight)
+    rep.norms.push_back(analyze_norm_site(model, "ln_f", model.stream(2 * L) + size_t(tok) * d,
+                                          model.final_norm(), tok));
+  // blocks
+  const bool full = options.full && long(T) * d <= options.full_max_dim;
+  std::vector<int> all_tokens(T);
+  for (int t = 0; t < T; t++) all_tokens[t] = t;
+  bool all_residual = true;
+  double product = 1.0;
+  for (int l = 0; l < L; l++) {
+    BlockReport b;
+    b.layer = l;
+    const Placement p = cfg.placement_of(l);
+    b.placement = to_string(p);
+    b.residual_form = (p == Placement::Pre || p == Placement::Sandwich || p == Placement::None) &&
+                      cfg.residual;
+    const std::vector<double> local = stream_jacobian(model, 2 * l, 2 * l + 2, {tok}, {tok});
+    b.local = spectrum_of(local, d, d);
+    std::vector<double> jfull;
+    if (full) {
+      jfull = stream_jacobian(model, 2 * l, 2 * l + 2, all_tokens, all_tokens);
+      b.full = spectrum_of(jfull, T * d, T * d);
+    }
+    if (b.residual_form) {
+      b.local_norm_a = norm_minus_identity(local, d);
+      if (full) b.full_norm_a = norm_minus_identity(jfull, T * d);
+      const double na = b.full_norm_a.value_or(b.local_norm_a);
+      const double smin = b.full ? b.full->min() : b.local.min();
+      b.bound_verdict = bound_verdict(smin, na) + (b.full ? " (full sequence)" : " (token-local)");
+      product *= std::max(0.0, 1.0 - na);
+    } else {
+      all_residual = false;
+    }
+    if (norm_sites(p).out) b.rank_verdict = rank_verdict(b.local, d, cfg.eps) + " (token-local)";
+    rep.blocks.push_back(std::move(b));
+  }
+  // end to end
+  const std::vector<double> e2e = stream_jacobian(model, 0, 2 * L, {tok}, {tok});
+  rep.end_to_end.local = spectrum_of(e2e, d, d);
+  if (full) rep.end_to_end.full = spectrum_of(stream_jacobian(model, 0, 2 * L, all_tokens, all_tokens), T * d, T * d);
+  if (all_residual) {
+    rep.end_to_end.product_bound = product;
+    const double smin = rep.end_to_end.full ? rep.end_to_end.full->min() : rep.end_to_end.local.min();
+    const bool holds = smin >= product * (1 - 1e-12) - 1e-12;
+    rep.end_to_end.verdict =
+        product <= 0 ? "vacuous: some ||A_l|| >= 1, the product bound is 0"
+                     : fmt::format("{}: sigma_min = {:.6g} {} prod(1 - ||A_l||) = {:.6g}",
+                                   holds ? "holds" : "VIOLATED", smin, holds ? ">=" : "<", product);
+  } else {
+    rep.end_to_end.verdict = "no product bound: not every block is of the form x + F(x)";
+  }
+  return rep;
+}
+
+namespace {
+
+nlohmann::json spectrum_json(const Spectrum& s) {
+  return {{"rows", s.rows}, {"cols", s.cols}, {"singular_values", s.sv}, {"rank", s.rank},
+          {"rank_tolerance", s.tol}, {"sigma_max", s.max()}, {"sigma_min", s.min()}};
+}
+
+}  // namespace
+
+nlohmann::json to_json(const JacobianReport& r) {
+  nlohmann::json norms = nlohmann::json::array(), blocks = nlohmann::json::array();
+  for (const auto& n : r.norms)
+    norms.push_back({{"site", n.site}, {"token", n.token}, {"closed_form_max_abs_err", n.closed_form_err},
+                     {"spectrum", spectrum_json(n.spectrum)}, {"input_variance", n.var},
+                     {"scale", n.scale}, {"predicted_bulk_sv", n.predicted_bulk},
+                     {"predicted_small_sv", n.predicted_small},
+                     {"bulk_max_rel_deviation", n.unit_gamma ? nlohmann::json(n.measured_bulk_spread) : nlohmann::json(nullptr)},
+                     {"gain_on_ones", n.j_ones}, {"gain_on_zhat", n.j_zhat}, {"unit_gamma", n.unit_gamma},
+                     {"gamma_left_max_err", n.gamma_left_err}, {"gamma_right_max_err", n.gamma_right_err}});
+  for (const auto& b : r.blocks) {
+    nlohmann::json j = {{"layer", b.layer}, {"placement", b.placement}, {"token_local", spectrum_json(b.local)},
+                        {"full_sequence", b.full ? spectrum_json(*b.full) : nlohmann::json(nullptr)},
+                        {"residual_form", b.residual_form}};
+    if (b.residual_form) {
+      j["token_local_norm_A"] = b.local_norm_a;
+      j["full_sequence_norm_A"] = b.full_norm_a ? nlohmann::json(*b.full_norm_a) : nlohmann::json(nullptr);
+      j["bound_verdict"] = b.bound_verdict;
+    }
+    if (!b.rank_verdict.empty()) j["rank_verdict"] = b.rank_verdict;
+    blocks.push_back(j);
+  }
+  const auto& e = r.end_to_end;
+  return {{"T", r.T}, {"d", r.d}, {"token", r.token}, {"eps", r.eps}, {"norm", r.norm_kind},
+          {"norm_sites", norms}, {"blocks", blocks},
+          {"end_to_end", {{"token_local", spectrum_json(e.local)},
+                          {"full_sequence", e.full ? spectrum_json(*e.full) : nlohmann::json(nullptr)},
+                          {"product_bound", e.product_bound ? nlohmann::json(*e.product_bound) : nlohmann::json(nullptr)},
+                          {"verdict", e.verdict}}}};
+}
+
+void print_report(const JacobianReport& r) {
+  fmt::print("Jacobians at token {} of T = {}, d = {}, {} eps = {:g}\n\n", r.token, r.T, r.d, r.norm_kind, r.eps);
+  fmt::print("Norm sites (closed form vs autodiff; singular values; kernel; gamma)\n");
+  fmt::print("{:<20} {:>10} {:>10} {:>10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "site",
+             "|J-J_ad|", "sv max", "sv min", "rank", "1/s", "eps-sv", "|J1|", "|Jz|", "left err", "right err");
+  for (const auto& n : r.norms)
+    fmt::print("{:<20} {:>10.2e} {:>10.4g} {:>10.3e} {:>3}/{:<2} {:>10.4g} {:>10.3e} {:>10.2e} {:>10.2e} {:>10.2e} {:>10.2e}\n",
+               n.site, n.closed_form_err, n.spectrum.max(), n.spectrum.min(), n.spectrum.rank, r.d,
+               n.predicted_bulk, n.predicted_small, n.j_ones, n.j_zhat, n.gamma_left_err, n.gamma_right_err);
+  fmt::print("\nBlocks (token-local d x d{})\n", r.blocks.empty() || !r.blocks[0].full ? "" : "; full (T d) x (T d)");
+  for (const auto& b : r.blocks) {
+    fmt::print("layer {:>3} {:<9} local sv [{:.4g}, {:.4g}] rank {}", b.layer, b.placement, b.local.min(),
+               b.local.max(), b.local.rank);
+    if (b.full) fmt::print(" | full sv [{:.4g}, {:.4g}] rank {}", b.full->min(), b.full->max(), b.full->rank);
+    fmt::print("\n");
+    if (b.residual_form)
+      fmt::print("          ||A|| local {:.4g}{}; {}\n", b.local_norm_a,
+                 b.full_norm_a ? fmt::format(", full {:.4g}", *b.full_norm_a) : "", b.bound_verdict);
+    if (!b.rank_verdict.empty()) fmt::print("          rank check: {}\n", b.rank_verdict);
+  }
+  const auto& e = r.end_to_end;
+  fmt::print("\nEnd to end ({} blocks): local sv [{:.4g}, {:.4g}]", r.blocks.size(), e.local.min(), e.local.max());
+  if (e.full) fmt::print(" | full sv [{:.4g}, {:.4g}]", e.full->min(), e.full->max());
+  fmt::print("\n  {}\n", e.verdict);
+}
+
+}  // namespace normlab::analysis

@@ -1,0 +1,87 @@
+// jacobian.h: the Jacobian instrument (DESIGN.md section 4): at every norm site, the LayerNorm /
+// RMSNorm Jacobian in closed form against autodiff, its singular values, numerical rank, kernel and
+// what eps and gamma change; per block the token-local (d x d) and full-sequence ((T d) x (T d))
+// Jacobians with the Pre-LN bound sigma_min(I + A) >= 1 - ||A|| and the Post-LN rank check; and the
+// end-to-end Jacobian with the product bound prod(1 - ||A_l||). Everything is computed in double
+// through the model's public forward-mode (jvp) path.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace normlab::analysis {
+
+struct Spectrum {
+  int rows = 0, cols = 0;
+  std::vector<double> sv;  // descending
+  double tol = 0;          // rank tolerance
+  int rank = 0;
+  double max() const { return sv.empty() ? 0 : sv.front(); }
+  double min() const { return sv.empty() ? 0 : sv.back(); }
+};
+
+struct NormSiteReport {
+  std::string site;            // e.g. "h.0.attn.ln_in", "ln_f"
+  int token = 0;
+  double closed_form_err = 0;  // max |J_closed_form - J_autodiff|
+  Spectrum spectrum;
+  double var = 0;              // variance (LayerNorm) or mean square (RMSNorm) of the input row
+  double scale = 0;            // s = sqrt(var + eps)
+  double predicted_bulk = 0;   // 1/s: the d-2 (LayerNorm) or d-1 (RMSNorm) equal singular values
+  double predicted_small = 0;  // (1/s) eps / (var + eps): the z_hat direction, 0 at eps = 0
+  double measured_bulk_spread = 0;  // max relative deviation of the bulk from 1/s (gamma = 1 only)
+  double j_ones = 0, j_zhat = 0;    // ||J 1|| / ||1||, ||J zhat|| / ||zhat||
+  bool unit_gamma = true;
+  double gamma_left_err = 0;   // max |J_gamma - diag(gamma) J_1|  (gamma multiplies from the left)
+  double gamma_right_err = 0;  // max |J_gamma - J_1 diag(gamma)|  (seeds/000 remark 1.2's claim)
+};
+
+struct BlockReport {
+  int layer = 0;
+  std::string placement;
+  Spectrum local;                // d x d, dy_i / dx_i at the token
+  std::optional<Spectrum> full;  // (T d) x (T d)
+  bool residual_form = false;    // x + ... (pre, sandwich, none): J = I + A
+  double local_norm_a = 0;       // ||J_local - I||_2
+  std::optional<double> full_norm_a;
+  std::string bound_verdict;     // sigma_min(J) >= 1 - ||A|| (residual-form blocks)
+  std::string rank_verdict;      // rank <= d - 2 (blocks ending in a norm)
+};
+
+struct EndToEndReport {
+  Spectrum local;
+  std::optional<Spectrum> full;
+  std::optional<double> product_bound;  // prod_l (1 - ||A_l||) when every block is residual-form
+  std::string verdict;
+};
+
+struct JacobianReport {
+  std::vector<NormSiteReport> norms;
+  std::vector<BlockReport> blocks;
+  EndToEndReport end_to_end;
+  int T = 0, d = 0, token = 0;
+  double eps = 0;
+  std::string norm_kind;
+};
+
+struct JacobianOptions {
+  int token = -1;           // -1: the last token
+  bool full = true;         // also the full-sequence Jacobians
+  long full_max_dim = 4096; // skip the full-sequence Jacobians when T * d exceeds this
+};
+
+// The model must have run forward on one sequence (B = 1) in evaluation mode.
+JacobianReport analyze_jacobian(const Model<double>& model, const JacobianOptions& options);
+
+// The closed-form Jacobian of one norm site (row-major d x d) at input z with gain gamma.
+std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, const double* gamma,
+                                              int d, double eps);
+
+nlohmann::json to_json(const JacobianReport& report);
+void print_report(const JacobianReport& report);
+
+}  // namespace normlab::analysis

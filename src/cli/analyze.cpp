@@ -1,0 +1,109 @@
+// analyze.cpp: `normlab analyze jacobian` (further instruments: issue 3).
+#include "cli/analyze.h"
+
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+
+#include "analysis/jacobian.h"
+#include "model/model.h"
+#include "ops/common.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/run_config.h"
+#include "util/error.h"
+
+namespace normlab::cli {
+
+void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
+  cmd.analyze = app.add_subcommand("analyze", "instruments: measure a model (see docs in README)");
+  cmd.analyze->require_subcommand(1);
+  cmd.jacobian = cmd.analyze->add_subcommand(
+      "jacobian", "norm-site, block and end-to-end Jacobians: spectra, ranks, theory checks");
+  for (CLI::App* sub : {cmd.jacobian}) {
+    sub->add_option("--checkpoint", cmd.checkpoint, "a checkpoint from normlab train or init");
+    sub->add_option("--config,-c", cmd.config, "a TOML config (fresh model from its [model])");
+    sub->add_option("--set", cmd.sets, "config override, e.g. --set model.placement=post");
+    sub->add_option("--tokens", cmd.tokens, "token file: the first row of input_ids is the input");
+    sub->add_flag("--random", cmd.random, "random token ids instead of a window of the corpus");
+    sub->add_option("--seq-len", cmd.seq_len, "T of the input sequence (default 16)");
+    sub->add_option("--token", cmd.token, "token whose local Jacobians are reported (default last)");
+    sub->add_option("--json", cmd.json_out, "write the complete results as JSON to this file");
+    sub->add_flag("--force", cmd.force, "replace --json if it exists");
+  }
+  cmd.jacobian->add_flag("--no-full", cmd.no_full, "skip the full-sequence (T d) x (T d) Jacobians");
+  cmd.jacobian->add_option("--full-max-dim", cmd.full_max_dim,
+                           "largest T * d for the full-sequence Jacobians (default 4096)");
+}
+
+namespace {
+
+// The model under study, in double: from a checkpoint (float parameters widened) or a config.
+std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd) {
+  if (!cmd.checkpoint.empty()) {
+    if (!cmd.config.empty() || !cmd.sets.empty())
+      throw Error("give either --checkpoint or --config/--set, not both");
+    auto f = load_model(cmd.checkpoint);
+    auto m = std::make_unique<Model<double>>(f->config());
+    std::copy(f->params().begin(), f->params().end(), m->params().begin());
+    return m;
+  }
+  nlohmann::json doc = cmd.config.empty() ? nlohmann::json::object() : read_toml(cmd.config);
+  apply_overrides(doc, cmd.sets);
+  const RunConfig run = run_config_from_json(doc, cmd.config.empty() ? "(command line)" : "'" + cmd.config + "'");
+  return std::make_unique<Model<double>>(run.model);
+}
+
+std::vector<int32_t> input_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
+  if (!cmd.tokens.empty()) {
+    Batch b = load_token_file(cmd.tokens);
+    check_batch(b, cfg, cmd.tokens);
+    return std::vector<int32_t>(b.ids.begin(), b.ids.begin() + b.T);
+  }
+  const int T = cmd.seq_len;
+  if (T < 1 || T > cfg.seq_len)
+    throw Error(fmt::format("--seq-len {} must be in [1, model seq_len = {}]", T, cfg.seq_len));
+  Rng rng(7);
+  if (cmd.random) {
+    std::vector<int32_t> ids(static_cast<size_t>(T));
+    for (auto& id : ids) id = int32_t(rng.below(uint64_t(std::min(cfg.vocab_size(), kByteVocab))));
+    return ids;
+  }
+  const Corpus corpus = load_corpus(builtin_corpus_path(), 0.1, T);
+  Batch b = sample_batch(corpus.val, Arch::Gpt, 1, T, rng);
+  return b.ids;
+}
+
+}  // namespace
+
+int run_analyze(const AnalyzeCommand& cmd) {
+  if (cmd.checkpoint.empty() && cmd.config.empty() && cmd.sets.empty())
+    fmt::print("no --checkpoint or --config: analyzing a fresh model with the default config\n");
+  if (!cmd.json_out.empty() && !cmd.force && std::filesystem::exists(cmd.json_out))
+    throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", cmd.json_out));
+  auto model = load_double_model(cmd);
+  const std::vector<int32_t> ids = input_ids(cmd, model->config());
+  const int T = int(ids.size());
+  const std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
+  model->forward(ids.data(), labels.data(), 1, T);
+  analysis::JacobianOptions opts;
+  opts.token = cmd.token;
+  opts.full = !cmd.no_full;
+  opts.full_max_dim = cmd.full_max_dim;
+  const analysis::JacobianReport rep = analysis::analyze_jacobian(*model, opts);
+  analysis::print_report(rep);
+  if (!cmd.json_out.empty()) {
+    const std::string tmp = cmd.json_out + ".tmp";
+    {
+      std::ofstream out(tmp);
+      if (!out) throw Error(fmt::format("--json '{}': cannot write", cmd.json_out));
+      out << analysis::to_json(rep).dump(1) << '\n';
+      if (!out) throw Error(fmt::format("--json '{}': write failed", cmd.json_out));
+    }
+    std::filesystem::rename(tmp, cmd.json_out);
+    fmt::print("\nfull results: {}\n", cmd.json_out);
+  }
+  return 0;
+}
+
+}  // namespace normlab::cli

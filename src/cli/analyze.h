@@ -1,0 +1,24 @@
+// analyze.h: `normlab analyze ...`: the instruments, on a fresh model from a config or on a
+// checkpoint, at one input sequence (a corpus window, a token file's first row, or random ids).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace normlab::cli {
+
+// Registers `analyze` and its instruments on app; returns a function that runs whichever was parsed
+// (or nullptr if `analyze` was not given).
+struct AnalyzeCommand {
+  CLI::App* analyze = nullptr;
+  CLI::App* jacobian = nullptr;
+  std::string checkpoint, config, tokens, json_out;
+  std::vector<std::string> sets;
+  int seq_len = 16, token = -1;
+  bool random = false, force = false, no_full = false;
+  long full_max_dim = 4096;
+};
+
+void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd);
+int run_analyze(const AnalyzeCommand& cmd);
+
+}  // namespace normlab::cli

@@ -1,0 +1,143 @@
+// test_analysis.cpp: the Jacobian instrument: singular values against known matrices; the
+// LayerNorm/RMSNorm Jacobian closed form against the kernels' forward mode; rank d - 2 at eps = 0
+// with d - 2 singular values equal to 1/sigma and the exact surviving singular value at eps > 0;
+// gamma as a left multiply; the block Jacobian from the model's jvp against finite differences of
+// its forward; and the Pre-LN bound sigma_min(I + A) >= 1 - ||A||.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "analysis/jacobian.h"
+#include "analysis/linalg.h"
+#include "check.h"
+#include "ops/common.h"
+
+using namespace normlab;
+using namespace normlab::analysis;
+using namespace normlab::test;
+
+namespace {
+
+ModelConfig small(Placement p, NormKind norm, double eps) {
+  ModelConfig c;
+  c.d_model = 12;
+  c.n_heads = 3;
+  c.n_layers = 2;
+  c.seq_len = 6;
+  c.placement = {p};
+  c.norm = norm;
+  c.eps = eps;
+  c.init_std = 0.3;
+  return c;
+}
+
+std::unique_ptr<Model<double>> run(const ModelConfig& c, int T) {
+  auto m = std::make_unique<Model<double>>(c);
+  std::vector<int32_t> ids(T), labels(T, ops::kIgnoreLabel);
+  for (int t = 0; t < T; t++) ids[t] = (t * 37 + 11) % 256;
+  m->forward(ids.data(), labels.data(), 1, T);
+  return m;
+}
+
+}  // namespace
+
+TEST(Linalg, SingularValuesOfKnownMatrices) {
+  // diag(3, -2, 0.5) rotated by a permutation: singular values 3, 2, 0.5
+  std::vector<double> a = {0, -2, 0, 0, 0, 0.5, 3, 0, 0};
+  const auto s = singular_values(a, 3, 3);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_NEAR(s[0], 3, 1e-14);
+  EXPECT_NEAR(s[1], 2, 1e-14);
+  EXPECT_NEAR(s[2], 0.5, 1e-14);
+  // rank-1 outer product u v^T: one singular value |u||v|, the rest zero
+  std::vector<double> r(4 * 3);
+  const double u[4] = {1, 2, 3, 4}, v[3] = {1, -1, 2};
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 3; j++) r[i * 3 + j] = u[i] * v[j];
+  const auto sr = singular_values(r, 4, 3);
+  EXPECT_NEAR(sr[0], std::sqrt(30.0) * std::sqrt(6.0), 1e-12);
+  EXPECT_EQ(numerical_rank(sr, rank_tolerance(sr, 4, 3)), 1);
+}
+
+TEST(NormJacobian, LayerNormRankAndSingularValuesAtEpsZeroAndPositive) {
+  for (double eps : {0.0, 1e-2}) {
+    auto m = run(small(Placement::Pre, NormKind::LayerNorm, eps), 5);
+    const JacobianReport r = analyze_jacobian(*m, {});
+    const int d = 12;
+    for (const auto& n : r.norms) {
+      SCOPED_TRACE(n.site + " eps=" + std::to_string(eps));
+      EXPECT_LT(n.closed_form_err, 1e-10 * n.predicted_bulk);
+      // d - 2 singular values equal 1/sigma (gamma = 1 at init)
+      for (int i = 0; i < d - 2; i++) EXPECT_NEAR(n.spectrum.sv[i], n.predicted_bulk, 1e-9 * n.predicted_bulk);
+      // the ones direction is always in the kernel; z_hat only at eps = 0
+      EXPECT_LT(n.j_ones, 1e-10 * n.predicted_bulk);
+      EXPECT_NEAR(n.spectrum.sv[d - 2], n.predicted_small, 1e-9 * n.predicted_bulk);
+      EXPECT_NEAR(n.j_zhat, n.predicted_small, 1e-9 * n.predicted_bulk);
+      EXPECT_EQ(n.spectrum.rank, eps == 0.0 ? d - 2 : d - 1);
+      // gamma multiplies from the left (seeds/000 remark 1.2 says right: measurably wrong)
+      EXPECT_LT(n.gamma_left_err, 1e-12 * n.predicted_bulk);
+      EXPECT_GT(n.gamma_right_err, 1e-3 * n.predicted_bulk);
+    }
+  }
+}
+
+TEST(NormJacobian, RMSNormKernelIsTheInputDirectionOnly) {
+  auto m = run(small(Placement::Pre, NormKind::RMSNorm, 0.0), 4);
+  const JacobianReport r = analyze_jacobian(*m, {});
+  for (const auto& n : r.norms) {
+    EXPECT_LT(n.closed_form_err, 1e-10 * n.predicted_bulk);
+    EXPECT_EQ(n.spectrum.rank, 11);
+    EXPECT_LT(n.j_zhat, 1e-10 * n.predicted_bulk);
+    EXPECT_GT(n.j_ones, 1e-3 * n.predicted_bulk);  // unlike LayerNorm, the constant vector survives
+  }
+}
+
+TEST(BlockJacobian, JvpMatchesFiniteDifferencesOfTheForwardPass) {
+  for (Placement p : {Placement::Pre, Placement::Post, Placement::Sandwich, Placement::DeepNorm}) {
+    ModelConfig c = small(p, NormKind::LayerNorm, 1e-5);
+    c.n_layers = 1;
+    const int T = 4, d = 12;
+    auto m = run(c, T);
+    // J of the block wrt the stream x0, by jvp with unit tangents
+    std::vector<double> tin(size_t(T) * d * T * d, 0.0), tout(tin.size());
+    for (int k = 0; k < T * d; k++) tin[size_t(k) * T * d + k] = 1.0;
+    m->jvp_sublayers(tout.data(), tin.data(), T * d, 0, 2);
+    // finite differences: perturb the stream by perturbing wpe (x0 = wte[ids] + wpe[t])
+    std::vector<int32_t> ids(T), labels(T, ops::kIgnoreLabel);
+    for (int t = 0; t < T; t++) ids[t] = (t * 37 + 11) % 256;
+    const size_t wpe = m->table().find("wpe.weight")->offset;
+    const double h = 1e-6;
+    double worst = 0, scale = 0;
+    for (int k = 0; k < T * d; k++) {
+      double& w = m->params()[wpe + k];
+      const double saved = w;
+      w = saved + h;
+      m->forward(ids.data(), labels.data(), 1, T);
+      std::vector<double> plus(m->stream(2), m->stream(2) + T * d);
+      w = saved - h;
+      m->forward(ids.data(), labels.data(), 1, T);
+      w = saved;
+      for (int j = 0; j < T * d; j++) {
+        const double fd = (plus[j] - m->stream(2)[j]) / (2 * h);
+        worst = std::max(worst, std::abs(fd - tout[size_t(k) * T * d + j]));
+        scale = std::max(scale, std::abs(fd));
+      }
+    }
+    EXPECT_LT(worst, 1e-6 * scale) << to_string(p);
+  }
+}
+
+TEST(BlockJacobian, PreNormBoundAndPostNormRank) {
+  auto pre = run(small(Placement::Pre, NormKind::LayerNorm, 1e-5), 6);
+  JacobianReport r = analyze_jacobian(*pre, {});
+  for (const auto& b : r.blocks) {
+    ASSERT_TRUE(b.residual_form);
+    ASSERT_TRUE(b.full);
+    const double na = *b.full_norm_a;
+    if (na < 1) EXPECT_GE(b.full->min(), 1 - na - 1e-12);
+    EXPECT_EQ(b.bound_verdict.rfind("VIOLATED", 0), std::string::npos) << b.bound_verdict;
+  }
+  auto post = run(small(Placement::Post, NormKind::LayerNorm, 0.0), 6);
+  r = analyze_jacobian(*post, {});
+  for (const auto& b : r.blocks) EXPECT_LE(b.local.rank, 12 - 2) << b.rank_verdict;
+}
