@@ -7,9 +7,11 @@
 
 #include <cmath>
 
+#include "analysis/attention.h"
 #include "analysis/jacobian.h"
 #include "analysis/linalg.h"
 #include "check.h"
+#include "util/rng.h"
 #include "ops/common.h"
 
 using namespace normlab;
@@ -140,4 +142,52 @@ TEST(BlockJacobian, PreNormBoundAndPostNormRank) {
   auto post = run(small(Placement::Post, NormKind::LayerNorm, 0.0), 6);
   r = analyze_jacobian(*post, {});
   for (const auto& b : r.blocks) EXPECT_LE(b.local.rank, 12 - 2) << b.rank_verdict;
+}
+
+TEST(AttentionStats, AdversarialUniformAndRandomMatrices) {
+  const int n = 9;
+  // every row attending to one token: ||A||_2 = sqrt(n) = sqrt(c_max)
+  std::vector<double> one(n * n, 0.0);
+  for (int i = 0; i < n; i++) one[i * n + 2] = 1.0;
+  AttentionMatrixStats s = attention_matrix_stats(one.data(), n);
+  EXPECT_NEAR(s.norm2, 3.0, 1e-12);
+  EXPECT_NEAR(s.c_max, 9.0, 1e-12);
+  EXPECT_TRUE(s.chain_holds);
+  EXPECT_NEAR(s.entropy_max, 0.0, 1e-15);
+  // uniform rows: ||A||_2 = 1, entropy log n
+  std::vector<double> uni(n * n, 1.0 / n);
+  s = attention_matrix_stats(uni.data(), n);
+  EXPECT_NEAR(s.norm2, 1.0, 1e-12);
+  EXPECT_NEAR(s.entropy_mean, std::log(double(n)), 1e-12);
+  // identity: 1
+  std::vector<double> eye(n * n, 0.0);
+  for (int i = 0; i < n; i++) eye[i * n + i] = 1.0;
+  EXPECT_NEAR(attention_matrix_stats(eye.data(), n).norm2, 1.0, 1e-12);
+  // random softmax rows (and causal ones): the chain 1 <= ||A|| <= sqrt(c_max) <= sqrt(n) holds
+  Rng rng(5);
+  for (int trial = 0; trial < 50; trial++) {
+    std::vector<double> a(n * n, 0.0);
+    const bool causal = trial % 2;
+    for (int i = 0; i < n; i++) {
+      const int len = causal ? i + 1 : n;
+      double sum = 0;
+      for (int j = 0; j < len; j++) sum += a[i * n + j] = std::exp(3 * rng.normal());
+      for (int j = 0; j < len; j++) a[i * n + j] /= sum;
+    }
+    EXPECT_TRUE(attention_matrix_stats(a.data(), n).chain_holds) << "trial " << trial;
+  }
+}
+
+TEST(AttentionStats, ModelHeadsSatisfyTheChain) {
+  ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
+  c.arch = Arch::Encoder;
+  c.vocab = 257;
+  auto m = run(c, 6);
+  const AttentionReport r = analyze_attention(*m);
+  ASSERT_EQ(r.heads_by_layer.size(), 6u);
+  for (const auto& h : r.heads_by_layer) {
+    EXPECT_TRUE(h.stats.chain_holds);
+    ASSERT_TRUE(h.seed_bound);  // pre: ln_in feeds every attention; no biases at init
+    EXPECT_LE(h.stats.norm2, *h.seed_bound + 1e-12) << h.bound_verdict;
+  }
 }

@@ -1,10 +1,12 @@
-// analyze.cpp: `normlab analyze jacobian` (further instruments: issue 3).
+// analyze.cpp: `normlab analyze jacobian` and `normlab analyze attention` (dynamics and theory:
+// not yet, see the README).
 #include "cli/analyze.h"
 
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
 
+#include "analysis/attention.h"
 #include "analysis/jacobian.h"
 #include "model/model.h"
 #include "ops/common.h"
@@ -20,7 +22,9 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
   cmd.analyze->require_subcommand(1);
   cmd.jacobian = cmd.analyze->add_subcommand(
       "jacobian", "norm-site, block and end-to-end Jacobians: spectra, ranks, theory checks");
-  for (CLI::App* sub : {cmd.jacobian}) {
+  cmd.attention = cmd.analyze->add_subcommand(
+      "attention", "per layer and head: ||A||_2, column sums, the seeds/002 bound, entropies");
+  for (CLI::App* sub : {cmd.jacobian, cmd.attention}) {
     sub->add_option("--checkpoint", cmd.checkpoint, "a checkpoint from normlab train or init");
     sub->add_option("--config,-c", cmd.config, "a TOML config (fresh model from its [model])");
     sub->add_option("--set", cmd.sets, "config override, e.g. --set model.placement=post");
@@ -86,18 +90,28 @@ int run_analyze(const AnalyzeCommand& cmd) {
   const int T = int(ids.size());
   const std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
   model->forward(ids.data(), labels.data(), 1, T);
-  analysis::JacobianOptions opts;
-  opts.token = cmd.token;
-  opts.full = !cmd.no_full;
-  opts.full_max_dim = cmd.full_max_dim;
-  const analysis::JacobianReport rep = analysis::analyze_jacobian(*model, opts);
-  analysis::print_report(rep);
+  nlohmann::json results;
+  if (cmd.jacobian->parsed()) {
+    analysis::JacobianOptions opts;
+    opts.token = cmd.token;
+    opts.full = !cmd.no_full;
+    opts.full_max_dim = cmd.full_max_dim;
+    const analysis::JacobianReport rep = analysis::analyze_jacobian(*model, opts);
+    analysis::print_report(rep);
+    results = analysis::to_json(rep);
+  } else {
+    const analysis::AttentionReport rep = analysis::analyze_attention(*model);
+    analysis::print_report(rep);
+    results = analysis::to_json(rep);
+  }
+  results["model"] = model_config_to_json(model->config());
+  results["input_ids"] = ids;
   if (!cmd.json_out.empty()) {
     const std::string tmp = cmd.json_out + ".tmp";
     {
       std::ofstream out(tmp);
       if (!out) throw Error(fmt::format("--json '{}': cannot write", cmd.json_out));
-      out << analysis::to_json(rep).dump(1) << '\n';
+      out << results.dump(1) << '\n';
       if (!out) throw Error(fmt::format("--json '{}': write failed", cmd.json_out));
     }
     std::filesystem::rename(tmp, cmd.json_out);

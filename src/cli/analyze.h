@@ -11,6 +11,7 @@ namespace normlab::cli {
 struct AnalyzeCommand {
   CLI::App* analyze = nullptr;
   CLI::App* jacobian = nullptr;
+  CLI::App* attention = nullptr;
   std::string checkpoint, config, tokens, json_out;
   std::vector<std::string> sets;
   int seq_len = 16, token = -1;
