@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "analysis/attention.h"
+#include "analysis/dynamics.h"
 #include "analysis/jacobian.h"
 #include "analysis/linalg.h"
 #include "check.h"
@@ -189,5 +190,26 @@ TEST(AttentionStats, ModelHeadsSatisfyTheChain) {
     EXPECT_TRUE(h.stats.chain_holds);
     ASSERT_TRUE(h.seed_bound);  // pre: ln_in feeds every attention; no biases at init
     EXPECT_LE(h.stats.norm2, *h.seed_bound + 1e-12) << h.bound_verdict;
+  }
+}
+
+TEST(Dynamics, PostNormStreamHasNormSqrtDAndGradientsMatchTheModel) {
+  ModelConfig c = small(Placement::Post, NormKind::LayerNorm, 0.0);
+  Model<double> m(c);
+  std::vector<uint8_t> bytes(400);
+  for (size_t i = 0; i < bytes.size(); i++) bytes[i] = uint8_t("in the beginning "[i % 17]);
+  const DynamicsReport r = analyze_dynamics(m, bytes, 1, 2, 5, 3);
+  // after a LayerNorm with gamma = 1, beta = 0, eps = 0 every token has norm sqrt(d)
+  EXPECT_NEAR(r.layers[1].stream_norm, std::sqrt(12.0), 1e-9);
+  EXPECT_NEAR(r.final_stream_norm, std::sqrt(12.0), 1e-9);
+  // with one batch the layer gradient norm is exactly the norm of that layer's gradients
+  double g2 = 0;
+  for (const ParamSpec& p : m.table().specs)
+    if (p.name.rfind("h.1.", 0) == 0)
+      for (size_t i = 0; i < p.numel; i++) g2 += m.grads()[p.offset + i] * m.grads()[p.offset + i];
+  EXPECT_NEAR(r.layers[1].grad_norm, std::sqrt(g2), 1e-12 * std::sqrt(g2));
+  for (const auto& d : r.layers) {
+    EXPECT_GT(d.residual_rank, 0.0);
+    EXPECT_LE(d.residual_rank, 1.0 + 1e-12);
   }
 }

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "analysis/attention.h"
+#include "analysis/dynamics.h"
 #include "analysis/jacobian.h"
 #include "model/model.h"
 #include "ops/common.h"
@@ -24,7 +25,11 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
       "jacobian", "norm-site, block and end-to-end Jacobians: spectra, ranks, theory checks");
   cmd.attention = cmd.analyze->add_subcommand(
       "attention", "per layer and head: ||A||_2, column sums, the seeds/002 bound, entropies");
-  for (CLI::App* sub : {cmd.jacobian, cmd.attention}) {
+  cmd.dynamics = cmd.analyze->add_subcommand(
+      "dynamics", "per layer: stream norms, branch ratios, gradient norms, rank collapse");
+  cmd.dynamics->add_option("--batches", cmd.batches, "batches to average over (default 4)");
+  cmd.dynamics->add_option("--batch-size", cmd.batch_size, "sequences per batch (default 8)");
+  for (CLI::App* sub : {cmd.jacobian, cmd.attention, cmd.dynamics}) {
     sub->add_option("--checkpoint", cmd.checkpoint, "a checkpoint from normlab train or init");
     sub->add_option("--config,-c", cmd.config, "a TOML config (fresh model from its [model])");
     sub->add_option("--set", cmd.sets, "config override, e.g. --set model.placement=post");
@@ -75,7 +80,24 @@ std::vector<int32_t> input_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg
   }
   const Corpus corpus = load_corpus(builtin_corpus_path(), 0.1, T);
   Batch b = sample_batch(corpus.val, Arch::Gpt, 1, T, rng);
+  check_batch(b, cfg, "the built-in corpus");
   return b.ids;
+}
+
+// Writes the results (with the model config) to --json, atomically; returns the exit code.
+int write_json(const AnalyzeCommand& cmd, nlohmann::json results, const Model<double>& model) {
+  if (cmd.json_out.empty()) return 0;
+  results["model"] = model_config_to_json(model.config());
+  const std::string tmp = cmd.json_out + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw Error(fmt::format("--json '{}': cannot write", cmd.json_out));
+    out << results.dump(1) << '\n';
+    if (!out) throw Error(fmt::format("--json '{}': write failed", cmd.json_out));
+  }
+  std::filesystem::rename(tmp, cmd.json_out);
+  fmt::print("\nfull results: {}\n", cmd.json_out);
+  return 0;
 }
 
 }  // namespace
@@ -86,6 +108,18 @@ int run_analyze(const AnalyzeCommand& cmd) {
   if (!cmd.json_out.empty() && !cmd.force && std::filesystem::exists(cmd.json_out))
     throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", cmd.json_out));
   auto model = load_double_model(cmd);
+  if (cmd.dynamics->parsed()) {
+    const ModelConfig& cfg = model->config();
+    if (cmd.seq_len < 1 || cmd.seq_len > cfg.seq_len)
+      throw Error(fmt::format("--seq-len {} must be in [1, model seq_len = {}]", cmd.seq_len, cfg.seq_len));
+    if (cmd.batches < 1 || cmd.batch_size < 1) throw Error("--batches and --batch-size must be >= 1");
+    if (cfg.vocab_size() < kByteVocab)
+      throw Error(fmt::format("model vocab {} is too small for the byte corpus (needs >= 256)", cfg.vocab_size()));
+    const Corpus corpus = load_corpus(builtin_corpus_path(), 0.1, cmd.seq_len);
+    const auto rep = analysis::analyze_dynamics(*model, corpus.train, cmd.batches, cmd.batch_size, cmd.seq_len, 11);
+    analysis::print_report(rep);
+    return write_json(cmd, analysis::to_json(rep), *model);
+  }
   const std::vector<int32_t> ids = input_ids(cmd, model->config());
   const int T = int(ids.size());
   const std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
@@ -104,20 +138,8 @@ int run_analyze(const AnalyzeCommand& cmd) {
     analysis::print_report(rep);
     results = analysis::to_json(rep);
   }
-  results["model"] = model_config_to_json(model->config());
   results["input_ids"] = ids;
-  if (!cmd.json_out.empty()) {
-    const std::string tmp = cmd.json_out + ".tmp";
-    {
-      std::ofstream out(tmp);
-      if (!out) throw Error(fmt::format("--json '{}': cannot write", cmd.json_out));
-      out << results.dump(1) << '\n';
-      if (!out) throw Error(fmt::format("--json '{}': write failed", cmd.json_out));
-    }
-    std::filesystem::rename(tmp, cmd.json_out);
-    fmt::print("\nfull results: {}\n", cmd.json_out);
-  }
-  return 0;
+  return write_json(cmd, results, *model);
 }
 
 }  // namespace normlab::cli

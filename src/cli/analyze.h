@@ -12,6 +12,8 @@ struct AnalyzeCommand {
   CLI::App* analyze = nullptr;
   CLI::App* jacobian = nullptr;
   CLI::App* attention = nullptr;
+  CLI::App* dynamics = nullptr;
+  int batches = 4, batch_size = 8;
   std::string checkpoint, config, tokens, json_out;
   std::vector<std::string> sets;
   int seq_len = 16, token = -1;
