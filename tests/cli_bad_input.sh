@@ -90,5 +90,11 @@ perl -e '
   print $f pack("Q<", length($h)), $h, pack("l<18", (1) x 18);'
 expect_error "exceeds the model's seq_len" -- grads --checkpoint model.safetensors --tokens long.safetensors --out g2.safetensors
 
+# instruments
+expect_error "missing.safetensors" -- analyze jacobian --checkpoint missing.safetensors
+expect_error "--seq-len 999" -- analyze attention "${small[@]}" --seq-len 999
+expect_error "not both" -- analyze jacobian --checkpoint model.safetensors --set model.d_model=8
+expect_error "already exists" -- analyze dynamics --checkpoint model.safetensors --json afile
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
