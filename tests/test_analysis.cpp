@@ -213,3 +213,19 @@ TEST(Dynamics, PostNormStreamHasNormSqrtDAndGradientsMatchTheModel) {
     EXPECT_LE(d.residual_rank, 1.0 + 1e-12);
   }
 }
+
+TEST(Lanczos, MatrixFreeExtremesAgreeWithTheDenseSvd) {
+  for (Placement p : {Placement::Pre, Placement::Post, Placement::Sandwich}) {
+    auto m = run(small(p, NormKind::LayerNorm, 1e-5), 5);
+    JacobianOptions opts;
+    opts.lanczos_k = 4;
+    const JacobianReport r = analyze_jacobian(*m, opts);
+    ASSERT_TRUE(r.end_to_end.full);
+    ASSERT_TRUE(r.end_to_end.lanczos_vs_dense);
+    EXPECT_TRUE(r.end_to_end.lanczos_converged);
+    EXPECT_EQ(r.end_to_end.lanczos_largest.size(), 4u);
+    // relative to sigma_max: J^T J squares the singular values, so the smallest are resolved to
+    // about sqrt(machine epsilon) of sigma_max
+    EXPECT_LT(*r.end_to_end.lanczos_vs_dense, 1e-6) << to_string(p);
+  }
+}

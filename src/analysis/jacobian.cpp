@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "analysis/lanczos.h"
 #include "analysis/linalg.h"
 #include "util/rng.h"
 
@@ -177,7 +179,7 @@ std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, co
   return J;
 }
 
-JacobianReport analyze_jacobian(const Model<double>& model, const JacobianOptions& options) {
+JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& options) {
   const ModelConfig& cfg = model.config();
   const int T = model.planned_T(), d = cfg.d_model, L = cfg.n_layers;
   JacobianReport rep;
@@ -237,9 +239,27 @@ JacobianReport analyze_jacobian(const Model<double>& model, const JacobianOption
   const std::vector<double> e2e = stream_jacobian(model, 0, 2 * L, {tok}, {tok});
   rep.end_to_end.local = spectrum_of(e2e, d, d);
   if (full) rep.end_to_end.full = spectrum_of(stream_jacobian(model, 0, 2 * L, all_tokens, all_tokens), T * d, T * d);
+  if (options.lanczos_k > 0) {
+    EndToEndReport& e = rep.end_to_end;
+    const ExtremeSingularValues x = extreme_singular_values(model, 0, 2 * L, all_tokens, all_tokens, options.lanczos_k);
+    e.lanczos_largest = x.largest;
+    e.lanczos_smallest = x.smallest;
+    e.lanczos_converged = x.converged;
+    e.lanczos_products = x.products;
+    if (e.full && !x.largest.empty()) {
+      double worst = 0;
+      const auto& sv = e.full->sv;
+      for (size_t i = 0; i < x.largest.size(); i++)
+        worst = std::max(worst, std::abs(x.largest[i] - sv[i]) / sv[0]);
+      for (size_t i = 0; i < x.smallest.size(); i++)
+        worst = std::max(worst, std::abs(x.smallest[i] - sv[sv.size() - 1 - i]) / sv[0]);
+      e.lanczos_vs_dense = worst;
+    }
+  }
   if (all_residual) {
     rep.end_to_end.product_bound = product;
-    const double smin = rep.end_to_end.full ? rep.end_to_end.full->min() : rep.end_to_end.local.min();
+    const auto& e = rep.end_to_end;
+    const double smin = e.full ? e.full->min() : (!e.lanczos_smallest.empty() ? e.lanczos_smallest.front() : e.local.min());
     const bool holds = smin >= product * (1 - 1e-12) - 1e-12;
     rep.end_to_end.verdict =
         product <= 0 ? "vacuous: some ||A_l|| >= 1, the product bound is 0"
@@ -288,6 +308,9 @@ nlohmann::json to_json(const JacobianReport& r) {
           {"end_to_end", {{"token_local", spectrum_json(e.local)},
                           {"full_sequence", e.full ? spectrum_json(*e.full) : nlohmann::json(nullptr)},
                           {"product_bound", e.product_bound ? nlohmann::json(*e.product_bound) : nlohmann::json(nullptr)},
+                          {"lanczos", {{"largest", e.lanczos_largest}, {"smallest", e.lanczos_smallest},
+                                       {"converged", e.lanczos_converged}, {"products", e.lanczos_products},
+                                       {"max_rel_diff_vs_dense", e.lanczos_vs_dense ? nlohmann::json(*e.lanczos_vs_dense) : nlohmann::json(nullptr)}}},
                           {"verdict", e.verdict}}}};
 }
 
@@ -314,7 +337,13 @@ void print_report(const JacobianReport& r) {
   const auto& e = r.end_to_end;
   fmt::print("\nEnd to end ({} blocks): local sv [{:.4g}, {:.4g}]", r.blocks.size(), e.local.min(), e.local.max());
   if (e.full) fmt::print(" | full sv [{:.4g}, {:.4g}]", e.full->min(), e.full->max());
-  fmt::print("\n  {}\n", e.verdict);
+  fmt::print("\n");
+  if (!e.lanczos_largest.empty())
+    fmt::print("  matrix-free (Lanczos, {} J^T J products{}): largest [{:.4g}], smallest [{:.4g}]{}\n",
+               e.lanczos_products, e.lanczos_converged ? "" : ", NOT converged",
+               fmt::join(e.lanczos_largest, ", "), fmt::join(e.lanczos_smallest, ", "),
+               e.lanczos_vs_dense ? fmt::format("; vs dense: max rel diff {:.2e}", *e.lanczos_vs_dense) : "");
+  fmt::print("  {}\n", e.verdict);
 }
 
 }  // namespace normlab::analysis

@@ -55,6 +55,12 @@ struct BlockReport {
 struct EndToEndReport {
   Spectrum local;
   std::optional<Spectrum> full;
+  // matrix-free (Lanczos on J^T J) extremes of the full-sequence Jacobian, and when the dense one
+  // exists too, the largest relative difference between the two
+  std::vector<double> lanczos_largest, lanczos_smallest;
+  bool lanczos_converged = false;
+  long lanczos_products = 0;
+  std::optional<double> lanczos_vs_dense;
   std::optional<double> product_bound;  // prod_l (1 - ||A_l||) when every block is residual-form
   std::string verdict;
 };
@@ -72,10 +78,12 @@ struct JacobianOptions {
   int token = -1;           // -1: the last token
   bool full = true;         // also the full-sequence Jacobians
   long full_max_dim = 4096; // skip the full-sequence Jacobians when T * d exceeds this
+  int lanczos_k = 5;        // extreme singular values computed matrix-free (0: skip)
 };
 
 // The model must have run forward on one sequence (B = 1) in evaluation mode.
-JacobianReport analyze_jacobian(const Model<double>& model, const JacobianOptions& options);
+// (Non-const: the matrix-free path runs reverse mode, which writes the parameter gradients.)
+JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& options);
 
 // The closed-form Jacobian of one norm site (row-major d x d) at input z with gain gamma.
 std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, const double* gamma,

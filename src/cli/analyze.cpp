@@ -43,6 +43,8 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
   cmd.jacobian->add_flag("--no-full", cmd.no_full, "skip the full-sequence (T d) x (T d) Jacobians");
   cmd.jacobian->add_option("--full-max-dim", cmd.full_max_dim,
                            "largest T * d for the full-sequence Jacobians (default 4096)");
+  cmd.jacobian->add_option("--lanczos-k", cmd.lanczos_k,
+                           "end-to-end extreme singular values computed matrix-free (default 5; 0: off)");
 }
 
 namespace {
@@ -130,6 +132,7 @@ int run_analyze(const AnalyzeCommand& cmd) {
     opts.token = cmd.token;
     opts.full = !cmd.no_full;
     opts.full_max_dim = cmd.full_max_dim;
+    opts.lanczos_k = cmd.lanczos_k;
     const analysis::JacobianReport rep = analysis::analyze_jacobian(*model, opts);
     analysis::print_report(rep);
     results = analysis::to_json(rep);

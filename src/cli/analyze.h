@@ -19,6 +19,7 @@ struct AnalyzeCommand {
   int seq_len = 16, token = -1;
   bool random = false, force = false, no_full = false;
   long full_max_dim = 4096;
+  int lanczos_k = 5;
 };
 
 void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd);

@@ -348,6 +348,17 @@ void Model<S>::jvp_sublayers(S* tout, const S* tin, int K, int first, int last) 
 }
 
 template <class S>
+void Model<S>::vjp_sublayers(S* din, const S* dout, int first, int last) {
+  const size_t NC = size_t(B_) * T_ * cfg_.d_model;
+  std::vector<S> dx(dout, dout + NC), dx_in(NC);
+  for (int i = last - 1; i >= first; i--) {
+    sublayer_backward(i / 2, i % 2 == 0 ? Sublayer::Attn : Sublayer::Mlp, dx.data(), dx_in.data());
+    dx.swap(dx_in);
+  }
+  std::copy(dx.begin(), dx.end(), din);
+}
+
+template <class S>
 void Model<S>::zero_grad() {
   // in chunks across threads: for GPT-2-small sizes this is half a gigabyte of stores
   const long n = long(grads_.size()), chunk = 1 << 16;

@@ -72,6 +72,9 @@ class Model {
   // Forward mode through sub-layers [first, last) at the point of the last forward (evaluation
   // mode, parameters fixed): tout (K, B, T, C) = J tin (K, B, T, C). Allocates its own scratch.
   void jvp_sublayers(S* tout, const S* tin, int K, int first, int last) const;
+  // Reverse mode through sub-layers [first, last) at the point of the last forward: din (B, T, C)
+  // = J^T dout. As a side effect it adds into the parameter gradients (zero them if they matter).
+  void vjp_sublayers(S* din, const S* dout, int first, int last);
   // One norm site's tangent: tout (K, rows, C) = J tin, J the Jacobian of the norm at `inp`.
   void norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
                 const S* rstd, int K, int rows) const;
