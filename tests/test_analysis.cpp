@@ -11,6 +11,9 @@
 #include "analysis/dynamics.h"
 #include "analysis/jacobian.h"
 #include "analysis/linalg.h"
+#include "analysis/theory.h"
+
+#include <map>
 #include "check.h"
 #include "util/rng.h"
 #include "ops/common.h"
@@ -228,4 +231,28 @@ TEST(Lanczos, MatrixFreeExtremesAgreeWithTheDenseSvd) {
     // about sqrt(machine epsilon) of sigma_max
     EXPECT_LT(*r.end_to_end.lanczos_vs_dense, 1e-6) << to_string(p);
   }
+}
+
+TEST(Theory, VerdictsFollowFromTheNumbers) {
+  TheoryOptions o;
+  o.d_model = 16;
+  o.n_heads = 2;
+  o.n_layers = 3;
+  o.deep_layers = 8;
+  o.seq_len = 8;
+  const auto claims = run_theory(o);
+  std::map<std::string, const Claim*> by;
+  for (const auto& c : claims) by[c.source] = &c;
+  for (const char* s : {"000 Lemma 2.1", "000 Thm 2.2", "000 Remark 1.2", "000 Thm 3.2", "000 Thm 3.6",
+                        "000 Thm 4.6", "000 Thm 6.3", "000 Thm 6.4", "002 spectral bounds", "002 rank collapse",
+                        "003 additive growth", "004 sqrt(L) growth", "004 branch ratio", "004 DeepNet constant",
+                        "Xiong et al. 2020"})
+    ASSERT_TRUE(by.count(s)) << s;
+  // the ones the math decides regardless of the model's weights
+  EXPECT_EQ(by["000 Remark 1.2"]->verdict.rfind("violated", 0), 0u);
+  EXPECT_LT(by["000 Remark 1.2"]->numbers["left_rel_err"].get<double>(), 1e-12);
+  EXPECT_EQ(by["004 DeepNet constant"]->verdict.rfind("violated", 0), 0u);
+  EXPECT_LT(by["000 Lemma 2.1"]->numbers["autodiff_rel_err"].get<double>(), 1e-12);
+  EXPECT_EQ(by["000 Thm 2.2"]->verdict.rfind("holds only at eps = 0", 0), 0u);
+  EXPECT_EQ(by["000 Thm 4.6"]->numbers["violated"].get<int>(), 0);
 }

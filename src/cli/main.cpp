@@ -7,8 +7,10 @@
 #include <ctime>
 #include <filesystem>
 #include <fmt/format.h>
+#include <fstream>
 #include <iostream>
 
+#include "analysis/theory.h"
 #include "cli/analyze.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
@@ -77,6 +79,29 @@ int run_init(const RunConfig& cfg, const std::string& out, bool force) {
   return 0;
 }
 
+int run_theory(const analysis::TheoryOptions& opts, const std::string& json_out, bool force) {
+  if (opts.d_model < 8 || opts.d_model > 512 || opts.d_model % opts.n_heads != 0)
+    throw Error(fmt::format("--d-model {} must be in [8, 512] and divisible by {}", opts.d_model, opts.n_heads));
+  if (opts.n_layers < 2 || opts.n_layers > 64 || opts.deep_layers < 3 || opts.deep_layers > 256)
+    throw Error("--layers must be in [2, 64] and --deep-layers in [3, 256]");
+  if (!json_out.empty() && !force && std::filesystem::exists(json_out))
+    throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", json_out));
+  const auto claims = analysis::run_theory(opts);
+  analysis::print_claims(claims);
+  if (!json_out.empty()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& c : claims)
+      j.push_back({{"source", c.source}, {"statement", c.statement}, {"measured", c.measured},
+                   {"verdict", c.verdict}, {"numbers", c.numbers}});
+    const std::string tmp = json_out + ".tmp";
+    std::ofstream(tmp) << j.dump(1) << '\n';
+    std::error_code ec;
+    std::filesystem::rename(tmp, json_out, ec);
+    if (ec) throw Error(fmt::format("--json '{}': cannot write ({})", json_out, ec.message()));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,6 +130,15 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--out", out, "output .safetensors")->required();
   init_cmd->add_flag("--force", force, "replace --out if it exists");
 
+  auto* theory_cmd = app.add_subcommand("theory", "measure each claim of the source documents on fresh models");
+  std::string theory_json;
+  analysis::TheoryOptions theory_opts;
+  theory_cmd->add_option("--json", theory_json, "write every claim with its numbers as JSON");
+  theory_cmd->add_flag("--force", force, "replace --json if it exists");
+  theory_cmd->add_option("--d-model", theory_opts.d_model, "width of the test models (default 64)");
+  theory_cmd->add_option("--layers", theory_opts.n_layers, "layers of the Jacobian models (default 6)");
+  theory_cmd->add_option("--deep-layers", theory_opts.deep_layers, "layers of the depth-growth models (default 24)");
+
   cli::AnalyzeCommand analyze;
   cli::add_analyze_command(app, analyze);
 
@@ -119,6 +153,7 @@ int main(int argc, char** argv) {
     if (grads_cmd->parsed()) return run_grads(ckpt, tokens, out, force);
     if (init_cmd->parsed()) return run_init(load_run_config(config_path, sets), out, force);
     if (analyze.analyze->parsed()) return cli::run_analyze(analyze);
+    if (theory_cmd->parsed()) return run_theory(theory_opts, theory_json, force);
     // no subcommand: the built-in default run
     fmt::print("normlab: no subcommand given; running the built-in default: a short GPT training run "
                "on the built-in corpus (see `normlab --help`)\n");
