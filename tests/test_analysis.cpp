@@ -256,3 +256,18 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
   EXPECT_EQ(by["000 Thm 2.2"]->verdict.rfind("holds only at eps = 0", 0), 0u);
   EXPECT_EQ(by["000 Thm 4.6"]->numbers["violated"].get<int>(), 0);
 }
+
+TEST(ModelJvp, AdjointIdentityWithVjpForEveryPlacement) {
+  for (Placement p : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::PrePost,
+                      Placement::DeepNorm, Placement::None})
+    for (NormKind norm : {NormKind::LayerNorm, NormKind::RMSNorm}) {
+      auto m = run(small(p, norm, 1e-5), 5);
+      const size_t n = 5 * 12;
+      const std::vector<double> u = randn(n, 1), v = randn(n, 2);
+      std::vector<double> ju(n), jtv(n);
+      m->jvp_sublayers(ju.data(), u.data(), 1, 0, 4);
+      m->vjp_sublayers(jtv.data(), v.data(), 0, 4);
+      const double lhs = dot(v, ju), rhs = dot(jtv, u);
+      EXPECT_NEAR(lhs, rhs, 1e-11 * (std::abs(lhs) + 1)) << to_string(p) << " " << to_string(norm);
+    }
+}
