@@ -231,7 +231,8 @@ class Model:
 
 
 def load_checkpoint(path, dtype=torch.float64):
-    """Read a normlab checkpoint: tensors + JSON config under metadata key "config"."""
+    """Read a normlab checkpoint: tensors + JSON config under metadata key "config". Training
+    checkpoints also hold AdamW moments ("optimizer.m.<name>", "optimizer.v.<name>"): skipped."""
     from safetensors import safe_open
 
     tensors = {}
@@ -241,7 +242,8 @@ def load_checkpoint(path, dtype=torch.float64):
             raise ValueError(f"{path}: no 'config' in safetensors metadata")
         config = json.loads(meta["config"])
         for k in f.keys():
-            tensors[k] = f.get_tensor(k)
+            if not k.startswith("optimizer."):
+                tensors[k] = f.get_tensor(k)
     model = Model(config, dtype, strict=False)
     model.load_tensors(tensors)
     return model, config
