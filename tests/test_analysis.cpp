@@ -246,7 +246,7 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
   for (const char* s : {"000 Lemma 2.1", "000 Thm 2.2", "000 Remark 1.2", "000 Thm 3.2", "000 Thm 3.6",
                         "000 Thm 4.6", "000 Thm 6.3", "000 Thm 6.4", "002 spectral bounds", "002 rank collapse",
                         "003 additive growth", "004 sqrt(L) growth", "004 branch ratio", "004 DeepNet constant",
-                        "Xiong et al. 2020"})
+                        "Xiong et al. 2020", "Liu et al. 2020"})
     ASSERT_TRUE(by.count(s)) << s;
   // the ones the math decides regardless of the model's weights
   EXPECT_EQ(by["000 Remark 1.2"]->verdict.rfind("violated", 0), 0u);

@@ -9,6 +9,7 @@
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
 #include "analysis/jacobian.h"
+#include "analysis/updates.h"
 #include "model/model.h"
 #include "ops/common.h"
 #include "train/checkpoint.h"
@@ -29,6 +30,9 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
       "dynamics", "per layer: stream norms, branch ratios, gradient norms, rank collapse");
   cmd.dynamics->add_option("--batches", cmd.batches, "batches to average over (default 4)");
   cmd.dynamics->add_option("--batch-size", cmd.batch_size, "sequences per batch (default 8)");
+  cmd.dynamics->add_option("--update-steps", cmd.update_steps,
+                           "AdamW steps for update ratios and output change (default 5; 0: skip)");
+  cmd.dynamics->add_option("--lr", cmd.update_lr, "learning rate of those steps (default 1e-3)");
   for (CLI::App* sub : {cmd.jacobian, cmd.attention, cmd.dynamics}) {
     sub->add_option("--checkpoint", cmd.checkpoint, "a checkpoint from normlab train or init");
     sub->add_option("--config,-c", cmd.config, "a TOML config (fresh model from its [model])");
@@ -118,9 +122,18 @@ int run_analyze(const AnalyzeCommand& cmd) {
     if (cfg.vocab_size() < kByteVocab)
       throw Error(fmt::format("model vocab {} is too small for the byte corpus (needs >= 256)", cfg.vocab_size()));
     const Corpus corpus = load_corpus(builtin_corpus_path(), 0.1, cmd.seq_len);
+    if (cmd.update_steps < 0 || cmd.update_steps > 10000 || !(cmd.update_lr > 0))
+      throw Error("--update-steps must be in [0, 10000] and --lr > 0");
     const auto rep = analysis::analyze_dynamics(*model, corpus.train, cmd.batches, cmd.batch_size, cmd.seq_len, 11);
     analysis::print_report(rep);
-    return write_json(cmd, analysis::to_json(rep), *model);
+    nlohmann::json results = analysis::to_json(rep);
+    if (cmd.update_steps > 0) {
+      const auto up = analysis::analyze_updates(*model, corpus.train, cmd.update_steps, cmd.batch_size,
+                                                cmd.seq_len, cmd.update_lr, 12);
+      analysis::print_report(up);
+      results["updates"] = analysis::to_json(up);
+    }
+    return write_json(cmd, results, *model);
   }
   const std::vector<int32_t> ids = input_ids(cmd, model->config());
   const int T = int(ids.size());

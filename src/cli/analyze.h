@@ -13,7 +13,8 @@ struct AnalyzeCommand {
   CLI::App* jacobian = nullptr;
   CLI::App* attention = nullptr;
   CLI::App* dynamics = nullptr;
-  int batches = 4, batch_size = 8;
+  int batches = 4, batch_size = 8, update_steps = 5;
+  double update_lr = 1e-3;
   std::string checkpoint, config, tokens, json_out;
   std::vector<std::string> sets;
   int seq_len = 16, token = -1;

@@ -29,7 +29,7 @@ using namespace ops;
 // Zeroes a gradient buffer before a backward kernel adds into it, split across threads.
 template <class S>
 static void zero(S* p, size_t n) {
-#pragma omp parallel
+#pragma omp parallel if((long)n > ops::kParallelMinWork)
   {
     const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
     const size_t begin = n * t / nt, end = n * (t + 1) / nt;
@@ -195,7 +195,7 @@ void Model<S>::sublayer_backward(int l, Sublayer which, const S* dx_out, S* dx_i
   }
   // r = alpha * x + g:  dx = alpha * dr (assigned here, the input-norm path adds below);  dg = dr
   const S alpha = S(cfg_.residual_alpha(l));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)NC > ops::kParallelMinWork)
   for (long k = 0; k < (long)NC; k++) dx_in[k] = alpha * dr[k];
   // g = ln_branch(f)
   const S* df = dr;
@@ -362,7 +362,7 @@ template <class S>
 void Model<S>::zero_grad() {
   // in chunks across threads: for GPT-2-small sizes this is half a gigabyte of stores
   const long n = long(grads_.size()), chunk = 1 << 16;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n > ops::kParallelMinWork)
   for (long c = 0; c < (n + chunk - 1) / chunk; c++)
     std::memset(grads_.data() + c * chunk, 0, sizeof(S) * size_t(std::min(chunk, n - c * chunk)));
 }

@@ -1,5 +1,6 @@
 // activation.cpp: GELU (tanh form) and ReLU, forward and backward.
 #include "ops/activation.h"
+#include "ops/common.h"
 
 #include <cmath>
 
@@ -14,7 +15,7 @@ static constexpr double kGeluCubic = 0.044715;
 // both ends (exp overflowing to +inf gives exactly 0).
 template <class S>
 void gelu_forward(S* out, const S* inp, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
   for (long i = 0; i < (long)n; i++) {
     const S x = inp[i];
     const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
@@ -26,7 +27,7 @@ template <class S>
 void gelu_backward(S* dinp, const S* inp, const S* dout, size_t n) {
   // gelu = x s with s = sigmoid(2u):  d/dx = s + x s (1 - s) 2 du/dx,
   // du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
   for (long i = 0; i < (long)n; i++) {
     const S x = inp[i];
     const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
@@ -38,13 +39,13 @@ void gelu_backward(S* dinp, const S* inp, const S* dout, size_t n) {
 
 template <class S>
 void relu_forward(S* out, const S* inp, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
   for (long i = 0; i < (long)n; i++) out[i] = inp[i] > S(0) ? inp[i] : S(0);
 }
 
 template <class S>
 void relu_backward(S* dinp, const S* inp, const S* dout, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
   for (long i = 0; i < (long)n; i++)
     if (inp[i] > S(0)) dinp[i] += dout[i];
 }
@@ -60,7 +61,7 @@ template void relu_backward<double>(double*, const double*, const double*, size_
 
 template <class S>
 void gelu_jvp(S* tout, const S* inp, const S* tinp, size_t primal_n, int K) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)(primal_n * K) > kParallelMinWork)
   for (long i = 0; i < (long)(primal_n * K); i++) {
     const S x = inp[i % primal_n];
     const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
@@ -72,7 +73,7 @@ void gelu_jvp(S* tout, const S* inp, const S* tinp, size_t primal_n, int K) {
 
 template <class S>
 void relu_jvp(S* tout, const S* inp, const S* tinp, size_t primal_n, int K) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)(primal_n * K) > kParallelMinWork)
   for (long i = 0; i < (long)(primal_n * K); i++) tout[i] = inp[i % primal_n] > S(0) ? tinp[i] : S(0);
 }
 

@@ -33,7 +33,7 @@ template <class S>
 void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, bool causal) {
   const int HS = C / NH, C3 = 3 * C;
   const S scale = S(1.0 / std::sqrt(double(HS)));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)B * T * T * C > kParallelMinWork)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
     const S* q = qkv + (long)b * T * C3 + h * HS;
@@ -54,7 +54,7 @@ void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* 
   (void)causal;  // masked probabilities are 0, so their score gradients come out 0 by themselves
   const int HS = C / NH, C3 = 3 * C;
   const S scale = S(1.0 / std::sqrt(double(HS)));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)B * T * T * C > kParallelMinWork)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
     const S* q = qkv + (long)b * T * C3 + h * HS;
@@ -163,7 +163,7 @@ void attention_jvp(S* tout, S* tatt, const S* tqkv, const S* qkv, const S* att, 
   for (int kt = 0; kt < K; kt++) {
     const S* tq_all = tqkv + (long)kt * B * T * C3;
     S* ty_all = tout + (long)kt * B * T * C;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)B * T * T * C > kParallelMinWork)
     for (int bh = 0; bh < B * NH; bh++) {
       const int b = bh / NH, h = bh % NH;
       const S* q = qkv + (long)b * T * C3 + h * HS;

@@ -30,6 +30,11 @@ enum class Trans { No, Yes };
 // thread count. The block's double accumulators live on the stack.
 inline constexpr int kColumnBlock = 64;
 
+// Parallel regions only pay off above this much work (elements, or multiply-adds for GEMMs): below
+// it a region's fork and barrier cost more than the loop, and when another process holds a core a
+// barrier can wait a whole scheduler time slice. Tiny models (tests, analysis) run serially.
+inline constexpr long kParallelMinWork = 1 << 14;
+
 // C (M x N, leading dim ldc) = alpha * op(A) (M x K) * op(B) (K x N) + beta * C, all row-major.
 // Inside an OpenMP parallel region the OpenMP build of OpenBLAS runs single-threaded, so per-head
 // calls from a parallel loop do not oversubscribe the cores.

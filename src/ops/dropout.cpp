@@ -1,5 +1,6 @@
 // dropout.cpp: counter-based dropout mask (splitmix64 of seed and index).
 #include "ops/dropout.h"
+#include "ops/common.h"
 
 namespace normlab::ops {
 
@@ -15,7 +16,7 @@ static bool dropout_keep(uint64_t seed, uint64_t i, double p) {
 template <class S>
 void dropout_forward(S* out, const S* inp, double p, uint64_t seed, size_t n) {
   const S scale = S(1.0 / (1.0 - p));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
   for (long i = 0; i < (long)n; i++)
     out[i] = (p == 0.0) ? inp[i] : (dropout_keep(seed, i, p) ? inp[i] * scale : S(0));
 }
@@ -23,7 +24,7 @@ void dropout_forward(S* out, const S* inp, double p, uint64_t seed, size_t n) {
 template <class S>
 void dropout_backward(S* dinp, const S* dout, double p, uint64_t seed, size_t n) {
   const S scale = S(1.0 / (1.0 - p));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
   for (long i = 0; i < (long)n; i++)
     if (p == 0.0 || dropout_keep(seed, i, p)) dinp[i] += (p == 0.0 ? dout[i] : dout[i] * scale);
 }

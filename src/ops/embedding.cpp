@@ -9,7 +9,7 @@ namespace normlab::ops {
 
 template <class S>
 void embedding_forward(S* out, const int32_t* ids, const S* wte, const S* wpe, int B, int T, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)B * T * C > kParallelMinWork)
   for (int n = 0; n < B * T; n++) {
     const S* te = wte + (long)ids[n] * C;
     const S* pe = wpe + (long)(n % T) * C;
@@ -20,7 +20,7 @@ void embedding_forward(S* out, const int32_t* ids, const S* wte, const S* wpe, i
 
 template <class S>
 void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* ids, int B, int T, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)B * T * C > kParallelMinWork)
   for (int c0 = 0; c0 < C; c0 += kColumnBlock) {
     const int width = std::min(kColumnBlock, C - c0);
     for (int n = 0; n < B * T; n++) {

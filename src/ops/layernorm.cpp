@@ -12,7 +12,7 @@ namespace normlab::ops {
 template <class S>
 void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, const S* bias,
                        int N, int C, double eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
   for (int n = 0; n < N; n++) {
     const S* x = inp + (long)n * C;
     double sum = 0;
@@ -36,7 +36,7 @@ void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* i
                         const S* mean, const S* rstd, int N, int C) {
   // forward: y = xhat * w + b,  xhat = (x - mean) * rstd
   // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),  dxhat = dy * w
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
   for (int n = 0; n < N; n++) {
     const S* x = inp + (long)n * C;
     const S* dy = dout + (long)n * C;
@@ -56,7 +56,7 @@ void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* i
     }
   }
   // dweight += sum_n dy * xhat;  dbias += sum_n dy
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
   for (int c0 = 0; c0 < C; c0 += kColumnBlock) {
     const int width = std::min(kColumnBlock, C - c0);
     double dw[kColumnBlock] = {}, db[kColumnBlock] = {};
@@ -89,7 +89,7 @@ template <class S>
 void layernorm_jvp(S* tout, const S* tinp, const S* inp, const S* weight, const S* mean,
                    const S* rstd, int K, int N, int C) {
   // y = xhat * w:  txhat = rstd * (tx - mean(tx) - xhat * mean(tx * xhat));  ty = txhat * w
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)K * N * C > kParallelMinWork)
   for (long kn = 0; kn < (long)K * N; kn++) {
     const int n = int(kn % N);
     const S* x = inp + (long)n * C;

@@ -25,7 +25,7 @@ Range thread_share(int n) {
 template <class S>
 void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int IC, int OC) {
   // out = inp @ W^T (+ b): split rows of out (N) or its columns (OC, rows of W)
-#pragma omp parallel
+#pragma omp parallel if((long)N * IC * OC > kParallelMinWork)
   {
     const bool by_rows = N >= OC;
     const Range r = thread_share(by_rows ? N : OC);
@@ -47,7 +47,7 @@ template <class S>
 void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
                      int N, int IC, int OC) {
   // out = inp @ W^T + b:  dinp += dout @ W;  dW += dout^T @ inp;  db += sum_n dout
-#pragma omp parallel
+#pragma omp parallel if((long)N * IC * OC > kParallelMinWork)
   {
     if (dinp) {  // rows of dinp
       const Range r = thread_share(N);

@@ -1,17 +1,18 @@
 // residual.cpp: scaled residual add, forward and backward.
 #include "ops/residual.h"
+#include "ops/common.h"
 
 namespace normlab::ops {
 
 template <class S>
 void residual_forward(S* out, const S* x, const S* g, S alpha, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
   for (long i = 0; i < (long)n; i++) out[i] = alpha * x[i] + g[i];
 }
 
 template <class S>
 void residual_backward(S* dx, S* dg, const S* dout, S alpha, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
   for (long i = 0; i < (long)n; i++) {
     dx[i] += alpha * dout[i];
     dg[i] += dout[i];

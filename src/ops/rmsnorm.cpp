@@ -10,7 +10,7 @@ namespace normlab::ops {
 
 template <class S>
 void rmsnorm_forward(S* out, S* rstd, const S* inp, const S* weight, int N, int C, double eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
   for (int n = 0; n < N; n++) {
     const S* x = inp + (long)n * C;
     double ss = 0;
@@ -26,7 +26,7 @@ template <class S>
 void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S* weight,
                       const S* rstd, int N, int C) {
   // forward: y = xhat * w,  xhat = x * r;   dx = r * (dxhat - xhat * mean(dxhat * xhat))
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
   for (int n = 0; n < N; n++) {
     const S* x = inp + (long)n * C;
     const S* dy = dout + (long)n * C;
@@ -39,7 +39,7 @@ void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S*
       dx[c] += S(r * (double(dy[c]) * weight[c] - x[c] * r * mean_dxhat_xhat));
   }
   // dweight += sum_n dy * xhat
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
   for (int c0 = 0; c0 < C; c0 += kColumnBlock) {
     const int width = std::min(kColumnBlock, C - c0);
     double dw[kColumnBlock] = {};
@@ -65,7 +65,7 @@ template <class S>
 void rmsnorm_jvp(S* tout, const S* tinp, const S* inp, const S* weight, const S* rstd, int K, int N,
                  int C) {
   // y = x * r * w:  ty = r * (tx - xhat * mean(tx * xhat)) * w
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)K * N * C > kParallelMinWork)
   for (long kn = 0; kn < (long)K * N; kn++) {
     const int n = int(kn % N);
     const S* x = inp + (long)n * C;

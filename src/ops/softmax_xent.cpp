@@ -16,7 +16,7 @@ double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int 
   int64_t labelled = 0;
   // per-row results first (parallel), then a serial sum in row order: deterministic for any
   // thread count
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
   for (int n = 0; n < N; n++) {
     const S* row = logits + (long)n * V;
     S mx = -std::numeric_limits<S>::infinity();
@@ -38,7 +38,7 @@ double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int 
 template <class S>
 void softmax_xent_backward(S* logits_to_dlogits, const S* lse, const int32_t* labels, double scale,
                            int N, int V) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
   for (int n = 0; n < N; n++) {
     S* row = logits_to_dlogits + (long)n * V;
     if (labels[n] == kIgnoreLabel) {

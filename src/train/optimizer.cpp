@@ -1,6 +1,8 @@
 // optimizer.cpp: AdamW, schedules, gradient norm and clipping.
 #include "train/optimizer.h"
 
+#include "ops/common.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -53,7 +55,7 @@ void AdamW::step(float* params, const float* grads, double lr, long t, double gr
     float* m = m_.data() + spec.offset;
     float* v = v_.data() + spec.offset;
     // PyTorch AdamW: p *= 1 - lr wd;  m, v moments;  p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)spec.numel > ops::kParallelMinWork)
     for (long i = 0; i < (long)spec.numel; i++) {
       const float gi = g[i] * gs;
       p[i] *= decay;
@@ -68,7 +70,7 @@ double grad_norm(const std::vector<float>& grads) {
   // fixed chunks, summed in order: the same result for any thread count
   const long n = long(grads.size()), chunks = 256, per = (n + chunks - 1) / chunks;
   std::vector<double> partial(chunks, 0.0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(n > ops::kParallelMinWork)
   for (long c = 0; c < chunks; c++) {
     double s = 0;
     for (long i = c * per; i < std::min(n, (c + 1) * per); i++) s += double(grads[i]) * grads[i];
@@ -86,7 +88,7 @@ double clip_scale(double norm, double max_norm) {
 void clip_grads(std::vector<float>& grads, double norm, double max_norm) {
   if (clip_scale(norm, max_norm) == 1.0) return;
   const float scale = float(clip_scale(norm, max_norm));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if((long)grads.size() > ops::kParallelMinWork)
   for (long i = 0; i < (long)grads.size(); i++) grads[i] *= scale;
 }
 

@@ -1,0 +1,88 @@
+// updates.cpp: update ratios and output change over a short training run.
+#include "analysis/updates.h"
+
+#include <cmath>
+#include <fmt/format.h>
+
+#include "train/data.h"
+#include "train/optimizer.h"
+#include "util/rng.h"
+
+namespace normlab::analysis {
+
+UpdateReport analyze_updates(const Model<double>& model, const std::vector<uint8_t>& bytes, int steps,
+                             int B, int T, double lr, uint64_t seed) {
+  const ModelConfig& cfg = model.config();
+  Model<float> m(cfg);
+  std::copy(model.params().begin(), model.params().end(), m.params().begin());
+  AdamW opt(m.table(), AdamWConfig{});
+  Rng rng(seed, 4), eval_rng(seed, 5);
+  const Batch eval = sample_batch(bytes, cfg.arch, B, T, eval_rng);
+  const size_t nlogits = size_t(B) * T * cfg.vocab_size();
+  m.forward(eval.ids.data(), eval.labels.data(), B, T);
+  const std::vector<float> logits0(m.logits(), m.logits() + nlogits);
+  const size_t nstream = size_t(B) * T * cfg.d_model;
+  const float* last = m.stream(2 * cfg.n_layers);
+  const std::vector<float> stream0(last, last + nstream);
+  double snorm0 = 0;
+  for (float v : stream0) snorm0 += double(v) * v;
+  snorm0 = std::sqrt(snorm0);
+  double norm0 = 0;
+  for (float v : logits0) norm0 += double(v) * v;
+  norm0 = std::sqrt(norm0);
+  const int L = cfg.n_layers;
+  std::vector<std::vector<const ParamSpec*>> layer_specs(static_cast<size_t>(L));
+  for (const ParamSpec& p : m.table().specs)
+    if (p.name.rfind("h.", 0) == 0) layer_specs[size_t(std::stoi(p.name.substr(2)))].push_back(&p);
+  UpdateReport r;
+  r.steps = steps;
+  r.lr = lr;
+  for (int s = 1; s <= steps; s++) {
+    const Batch batch = sample_batch(bytes, cfg.arch, B, T, rng);
+    m.zero_grad();
+    r.loss.push_back(m.forward(batch.ids.data(), batch.labels.data(), B, T));
+    m.backward();
+    const std::vector<float> before = m.params();
+    opt.step(m.params().data(), m.grads().data(), lr, s);
+    std::vector<double> ratios;
+    for (int l = 0; l < L; l++) {
+      double dn = 0, pn = 0;
+      for (const ParamSpec* p : layer_specs[size_t(l)])
+        for (size_t i = p->offset; i < p->offset + p->numel; i++) {
+          const double delta = double(m.params()[i]) - before[i];
+          dn += delta * delta;
+          pn += double(before[i]) * before[i];
+        }
+      ratios.push_back(std::sqrt(dn / pn));
+    }
+    r.layer_ratio.push_back(ratios);
+    m.forward(eval.ids.data(), eval.labels.data(), B, T);
+    double diff = 0;
+    for (size_t i = 0; i < nlogits; i++) diff += (double(m.logits()[i]) - logits0[i]) * (double(m.logits()[i]) - logits0[i]);
+    r.output_change.push_back(std::sqrt(diff) / norm0);
+    double sdiff = 0;
+    const float* now = m.stream(2 * cfg.n_layers);
+    for (size_t i = 0; i < nstream; i++) sdiff += (double(now[i]) - stream0[i]) * (double(now[i]) - stream0[i]);
+    r.stream_change.push_back(std::sqrt(sdiff) / snorm0);
+  }
+  return r;
+}
+
+nlohmann::json to_json(const UpdateReport& r) {
+  return {{"steps", r.steps}, {"lr", r.lr}, {"update_ratio_by_step_and_layer", r.layer_ratio},
+          {"output_change_by_step", r.output_change}, {"stream_change_by_step", r.stream_change},
+          {"loss_by_step", r.loss}};
+}
+
+void print_report(const UpdateReport& r) {
+  fmt::print("\nShort AdamW run ({} steps, lr {:g}): update ratio ||delta theta_l|| / ||theta_l|| per layer, "
+             "and the relative change of the logits on a fixed batch\n", r.steps, r.lr);
+  for (int s = 0; s < r.steps; s++) {
+    fmt::print("step {:>3} loss {:.4f} | logits change {:.3e} | last-block output change {:.3e} | ratios", s + 1,
+               r.loss[size_t(s)], r.output_change[size_t(s)], r.stream_change[size_t(s)]);
+    for (double v : r.layer_ratio[size_t(s)]) fmt::print(" {:.2e}", v);
+    fmt::print("\n");
+  }
+}
+
+}  // namespace normlab::analysis

@@ -1,0 +1,30 @@
+// updates.h: how training moves a model: over a short AdamW run from the model's current
+// parameters, per step and layer the update ratio ||delta theta_l|| / ||theta_l||, and the output
+// change ||F(x, W_t) - F(x, W_0)|| / ||F(x, W_0)|| of the logits on a fixed batch (Liu et al. 2020
+// measure it against depth: O(N) for Post-LN, O(log N) for Pre-LN).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "model/model.h"
+
+namespace normlab::analysis {
+
+struct UpdateReport {
+  int steps = 0;
+  double lr = 0;
+  std::vector<std::vector<double>> layer_ratio;  // [step][layer]
+  std::vector<double> output_change;             // [step], relative, of the logits
+  std::vector<double> stream_change;             // [step], relative, of the last block's output
+  std::vector<double> loss;                      // [step], before the update
+};
+
+// Trains a float copy of `model` (constant lr, AdamW defaults, no clipping); `model` is unchanged.
+UpdateReport analyze_updates(const Model<double>& model, const std::vector<uint8_t>& bytes, int steps,
+                             int B, int T, double lr, uint64_t seed);
+
+nlohmann::json to_json(const UpdateReport& report);
+void print_report(const UpdateReport& report);
+
+}  // namespace normlab::analysis
