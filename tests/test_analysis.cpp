@@ -12,6 +12,7 @@
 #include "analysis/jacobian.h"
 #include "analysis/linalg.h"
 #include "analysis/theory.h"
+#include "analysis/updates.h"
 
 #include <map>
 #include "check.h"
@@ -270,4 +271,29 @@ TEST(ModelJvp, AdjointIdentityWithVjpForEveryPlacement) {
       const double lhs = dot(v, ju), rhs = dot(jtv, u);
       EXPECT_NEAR(lhs, rhs, 1e-11 * (std::abs(lhs) + 1)) << to_string(p) << " " << to_string(norm);
     }
+}
+
+TEST(Updates, RatiosMatchAHandComputedAdamStepAndLeaveTheModelAlone) {
+  ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
+  Model<double> m(c);
+  const std::vector<double> before = m.params();
+  std::vector<uint8_t> bytes(300);
+  for (size_t i = 0; i < bytes.size(); i++) bytes[i] = uint8_t('a' + i % 13);
+  const UpdateReport r = analyze_updates(m, bytes, 2, 2, 5, 1e-3, 1);
+  EXPECT_EQ(m.params(), before);
+  ASSERT_EQ(r.layer_ratio.size(), 2u);
+  // AdamW's first step moves every coordinate with a nonzero gradient by lr (1 - tiny) plus decay:
+  // ||delta|| / ||theta|| <= lr sqrt(n) / ||theta|| (+ the decay term lr wd)
+  for (int l = 0; l < c.n_layers; l++) {
+    double n = 0, norm2 = 0;
+    for (const ParamSpec& p : m.table().specs)
+      if (p.name.rfind("h." + std::to_string(l) + ".", 0) == 0)
+        for (size_t i = p.offset; i < p.offset + p.numel; i++) n += 1, norm2 += float(before[i]) * double(float(before[i]));
+    const double bound = 1e-3 * std::sqrt(n) / std::sqrt(norm2) + 1e-3 * 0.1 + 1e-9;
+    EXPECT_GT(r.layer_ratio[0][size_t(l)], 0.0);
+    EXPECT_LE(r.layer_ratio[0][size_t(l)], bound);
+    EXPECT_GT(r.layer_ratio[0][size_t(l)], 0.5 * bound);  // most coordinates move by ~lr
+  }
+  EXPECT_GT(r.output_change[0], 0.0);
+  EXPECT_GT(r.stream_change[0], 0.0);
 }
