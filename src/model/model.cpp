@@ -304,47 +304,58 @@ template <class S>
 void Model<S>::jvp_sublayers(S* tout, const S* tin, int K, int first, int last) const {
   const int B = B_, T = T_, N = B * T, C = cfg_.d_model, F = cfg_.ff();
   const size_t KNC = size_t(K) * N * C;
-  std::vector<S> tx(tin, tin + KNC), th(KNC), tf(KNC), tg(KNC), tr(KNC), tmix;
-  std::vector<S> thid(size_t(K) * N * std::max(3 * C, F)), tatt(size_t(B) * cfg_.n_heads * T * T);
-  tmix.resize(size_t(K) * N * std::max(C, F));
+  // scratch carved from one buffer kept across calls (the analysis calls this repeatedly with the
+  // same K; fresh gigabytes per call would cost a page fault per 4 KiB)
+  const size_t nhid = size_t(K) * N * std::max(3 * C, F), natt = size_t(B) * cfg_.n_heads * T * T;
+  const size_t nmix = size_t(K) * N * std::max(C, F);
+  if (jvp_scratch_.size() < 5 * KNC + nhid + natt + nmix) jvp_scratch_.resize(5 * KNC + nhid + natt + nmix);
+  S* tx = jvp_scratch_.data();
+  S* th = tx + KNC;
+  S* tf = th + KNC;
+  S* tg = tf + KNC;
+  S* tr = tg + KNC;
+  S* thid = tr + KNC;
+  S* tatt = thid + nhid;
+  S* tmix = tatt + natt;
+  std::copy(tin, tin + KNC, tx);
   for (int i = first; i < last; i++) {
     const int l = i / 2;
     const SublayerActs<S>& a = a_[i];
     const SublayerParams<S>& p = p_[i];
     const NormSites sites = norm_sites(cfg_.placement_of(l));
     // h = ln_in(x)
-    const S* h = tx.data();
+    const S* h = tx;
     if (sites.in) {
-      norm_jvp(th.data(), tx.data(), a.x_in, p.ln_in, a.in_mean, a.in_rstd, K, N);
-      h = th.data();
+      norm_jvp(th, tx, a.x_in, p.ln_in, a.in_mean, a.in_rstd, K, N);
+      h = th;
     }
     // f = F(h)
     if (i % 2 == 0) {
-      matmul_jvp(thid.data(), h, p.w1, K, N, C, 3 * C);
-      attention_jvp(tmix.data(), tatt.data(), thid.data(), a.hid, a.att, K, B, T, C, cfg_.n_heads);
-      matmul_jvp(tf.data(), tmix.data(), p.w2, K, N, C, C);
+      matmul_jvp(thid, h, p.w1, K, N, C, 3 * C);
+      attention_jvp(tmix, tatt, thid, a.hid, a.att, K, B, T, C, cfg_.n_heads);
+      matmul_jvp(tf, tmix, p.w2, K, N, C, C);
     } else {
-      matmul_jvp(thid.data(), h, p.w1, K, N, C, F);
+      matmul_jvp(thid, h, p.w1, K, N, C, F);
       if (cfg_.activation == Activation::Gelu)
-        gelu_jvp(tmix.data(), a.hid, thid.data(), size_t(N) * F, K);
+        gelu_jvp(tmix, a.hid, thid, size_t(N) * F, K);
       else
-        relu_jvp(tmix.data(), a.hid, thid.data(), size_t(N) * F, K);
-      matmul_jvp(tf.data(), tmix.data(), p.w2, K, N, F, C);
+        relu_jvp(tmix, a.hid, thid, size_t(N) * F, K);
+      matmul_jvp(tf, tmix, p.w2, K, N, F, C);
     }
     // g = ln_branch(f)
-    const S* g = tf.data();
+    const S* g = tf;
     if (sites.branch) {
-      norm_jvp(tg.data(), tf.data(), a.f, p.ln_branch, a.br_mean, a.br_rstd, K, N);
-      g = tg.data();
+      norm_jvp(tg, tf, a.f, p.ln_branch, a.br_mean, a.br_rstd, K, N);
+      g = tg;
     }
     // r = alpha * x + g;  x' = ln_out(r)
-    residual_jvp(tr.data(), tx.data(), g, S(cfg_.residual_alpha(l)), KNC);
+    residual_jvp(tr, tx, g, S(cfg_.residual_alpha(l)), KNC);
     if (sites.out)
-      norm_jvp(tx.data(), tr.data(), a.r, p.ln_out, a.out_mean, a.out_rstd, K, N);
+      norm_jvp(tx, tr, a.r, p.ln_out, a.out_mean, a.out_rstd, K, N);
     else
-      tx.swap(tr);
+      std::swap(tx, tr);
   }
-  std::copy(tx.begin(), tx.end(), tout);
+  std::copy(tx, tx + KNC, tout);
 }
 
 template <class S>

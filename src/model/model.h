@@ -109,6 +109,7 @@ class Model {
   S* dhid_ = nullptr;                // (B, T, max(3C, F))
   S* datt_ = nullptr;                // (B, NH, T, T)
   std::vector<int32_t> ids_, labels_;
+  mutable std::vector<S> jvp_scratch_;  // forward-mode scratch, grown on demand (analysis only)
   int64_t label_count_ = 0;
   bool training_ = false;
   uint64_t dropout_seed_ = 0;
