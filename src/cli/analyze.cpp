@@ -1,5 +1,5 @@
-// analyze.cpp: `normlab analyze jacobian` and `normlab analyze attention` (dynamics and theory:
-// not yet, see the README).
+// analyze.cpp: `normlab analyze jacobian`, `analyze attention` and `analyze dynamics`: model and
+// input loading shared by the instruments, and their --json output.
 #include "cli/analyze.h"
 
 #include <filesystem>

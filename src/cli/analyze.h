@@ -6,8 +6,8 @@
 
 namespace normlab::cli {
 
-// Registers `analyze` and its instruments on app; returns a function that runs whichever was parsed
-// (or nullptr if `analyze` was not given).
+// The `analyze` subcommand's parsed options; add_analyze_command registers them on the app and
+// run_analyze runs whichever instrument was given.
 struct AnalyzeCommand {
   CLI::App* analyze = nullptr;
   CLI::App* jacobian = nullptr;

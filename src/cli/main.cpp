@@ -1,4 +1,4 @@
-// main.cpp: the `normlab` command. Subcommands: train, grads, init, analyze. With no arguments it runs the
+// main.cpp: the `normlab` command. Subcommands: train, grads, init, analyze, theory. With no arguments it runs the
 // built-in default (a short training run on the built-in corpus). Every Error becomes one message
 // on stderr and exit code 1; a diverged training run exits with code 2.
 #include <CLI/CLI.hpp>
