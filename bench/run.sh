@@ -43,16 +43,8 @@ QUIET_BUSY=${QUIET_BUSY:-0.25}
 log() { echo "[run.sh] $*" >&2; }
 
 # ---- 1. the PyTorch venv -------------------------------------------------------------------------
-VENV=bench/.venv
-PY=$VENV/bin/python
-if [ ! -x "$PY" ]; then
-  log "creating $VENV with $(command -v python3) ($(python3 --version 2>&1))"
-  python3 -m venv "$VENV"
-fi
-if ! "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
-  log "installing torch and numpy from PyPI into $VENV (large download)"
-  "$PY" -m pip install --quiet torch numpy
-fi
+source bench/venv.sh
+ensure_bench_venv
 log "torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 
 # ---- 2. build ------------------------------------------------------------------------------------

@@ -48,16 +48,8 @@ QUIET_RETRIES=${QUIET_RETRIES:-2}
 log() { echo "[run_jacobian.sh] $*" >&2; }
 
 # ---- 1. the peers' venv --------------------------------------------------------------------------
-VENV=bench/.venv
-PY=$VENV/bin/python
-if [ ! -x "$PY" ]; then
-  log "creating $VENV with $(command -v python3) ($(python3 --version 2>&1))"
-  python3 -m venv "$VENV"
-fi
-if ! "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
-  log "installing torch and numpy from PyPI into $VENV (large download)"
-  "$PY" -m pip install --quiet torch numpy
-fi
+source bench/venv.sh
+ensure_bench_venv
 if [ "$JAX" = 1 ] && ! "$PY" -c 'import jax, jaxlib' >/dev/null 2>&1; then
   log "installing jax and jaxlib (CPU) from PyPI into $VENV"
   if ! "$PY" -m pip install --quiet jax jaxlib; then

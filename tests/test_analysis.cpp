@@ -228,9 +228,9 @@ TEST(Lanczos, MatrixFreeExtremesAgreeWithTheDenseSvd) {
     ASSERT_TRUE(r.end_to_end.lanczos_vs_dense);
     EXPECT_TRUE(r.end_to_end.lanczos_converged);
     EXPECT_EQ(r.end_to_end.lanczos_largest.size(), 4u);
-    // relative to sigma_max: J^T J squares the singular values, so the smallest are resolved to
-    // about sqrt(machine epsilon) of sigma_max
-    EXPECT_LT(*r.end_to_end.lanczos_vs_dense, 1e-6) << to_string(p);
+    // relative to sigma_max; measured ~6e-12 (J^T J squares the singular values, so the smallest
+    // are resolved to well above machine epsilon, not to it)
+    EXPECT_LT(*r.end_to_end.lanczos_vs_dense, 1e-9) << to_string(p);
   }
 }
 

@@ -95,11 +95,46 @@ TEST(AdamW, MatchesHandComputedSteps) {
   }
 }
 
-TEST(Clip, ScalesToMaxNorm) {
+TEST(Clip, ScalesToMaxNormInsideTheAdamWStep) {
   std::vector<float> g = {3, 4};
   EXPECT_DOUBLE_EQ(grad_norm(g), 5.0);
-  clip_grads(g, 5.0, 1.0);
-  EXPECT_NEAR(std::hypot(g[0], g[1]), 1.0, 1e-6);
+  EXPECT_NEAR(clip_scale(5.0, 1.0), 1.0 / (5.0 + 1e-6), 1e-15);
+  EXPECT_EQ(clip_scale(0.5, 1.0), 1.0);
+  EXPECT_EQ(clip_scale(5.0, 0.0), 1.0);  // 0 turns clipping off
+  // AdamW on clipped gradients equals AdamW on gradients scaled beforehand
+  ModelConfig c;
+  c.d_model = 4;
+  c.n_heads = 1;
+  c.n_layers = 1;
+  c.seq_len = 2;
+  const ParamTable table = make_param_table(c);
+  std::vector<float> pa(table.total, 0.5f), pb(pa), ga(table.total), gb(table.total);
+  for (size_t i = 0; i < ga.size(); i++) ga[i] = float(i % 7) - 3.0f;
+  const double scale = clip_scale(grad_norm(ga), 1.0);
+  for (size_t i = 0; i < gb.size(); i++) gb[i] = float(ga[i] * scale);
+  AdamW a(table, {}), b(table, {});
+  a.step(pa.data(), ga.data(), 1e-2, 1, scale);
+  b.step(pb.data(), gb.data(), 1e-2, 1);
+  for (size_t i = 0; i < pa.size(); i++) EXPECT_NEAR(pa[i], pb[i], 1e-6);
+}
+
+TEST(Divergence, NaNPropagatesToTheLossAndTheGradientNorm) {
+  // the build flags (-fno-trapping-math -fno-math-errno, no -ffast-math) must keep NaN/Inf
+  ModelConfig c;
+  c.d_model = 8;
+  c.n_heads = 2;
+  c.n_layers = 2;
+  c.seq_len = 4;
+  Model<float> m(c);
+  std::vector<int32_t> ids = {1, 2, 3, 4}, labels = {2, 3, 4, 5};
+  m.params()[m.table().find("h.1.mlp.fc.weight")->offset + 3] = NAN;
+  EXPECT_TRUE(std::isnan(m.forward(ids.data(), labels.data(), 1, 4)));
+  // a finite forward whose gradient is not: an infinite loss scale reaches every gradient
+  m.params()[m.table().find("h.1.mlp.fc.weight")->offset + 3] = 0.0f;
+  ASSERT_TRUE(std::isfinite(m.forward(ids.data(), labels.data(), 1, 4)));
+  m.zero_grad();
+  m.backward(INFINITY);
+  EXPECT_FALSE(std::isfinite(grad_norm(m.grads())));
 }
 
 TEST(Checkpoint, RoundTripAndStrictRefusal) {

@@ -26,7 +26,8 @@ namespace normlab {
 
 using namespace ops;
 
-// Zeroes a gradient buffer before a backward kernel adds into it, split across threads.
+// Zeroes a gradient buffer (before a backward kernel adds into it, or all gradients), split across
+// threads: for GPT-2-small sizes the gradients are half a gigabyte.
 template <class S>
 static void zero(S* p, size_t n) {
 #pragma omp parallel if((long)n > ops::kParallelMinWork)
@@ -371,11 +372,7 @@ void Model<S>::vjp_sublayers(S* din, const S* dout, int first, int last) {
 
 template <class S>
 void Model<S>::zero_grad() {
-  // in chunks across threads: for GPT-2-small sizes this is half a gigabyte of stores
-  const long n = long(grads_.size()), chunk = 1 << 16;
-#pragma omp parallel for schedule(static) if(n > ops::kParallelMinWork)
-  for (long c = 0; c < (n + chunk - 1) / chunk; c++)
-    std::memset(grads_.data() + c * chunk, 0, sizeof(S) * size_t(std::min(chunk, n - c * chunk)));
+  zero(grads_.data(), grads_.size());
 }
 
 template class Model<float>;

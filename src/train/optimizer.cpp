@@ -85,11 +85,4 @@ double clip_scale(double norm, double max_norm) {
   return (max_norm > 0 && norm > max_norm) ? max_norm / (norm + 1e-6) : 1.0;
 }
 
-void clip_grads(std::vector<float>& grads, double norm, double max_norm) {
-  if (clip_scale(norm, max_norm) == 1.0) return;
-  const float scale = float(clip_scale(norm, max_norm));
-#pragma omp parallel for schedule(static) if((long)grads.size() > ops::kParallelMinWork)
-  for (long i = 0; i < (long)grads.size(); i++) grads[i] *= scale;
-}
-
 }  // namespace normlab

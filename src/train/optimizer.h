@@ -48,9 +48,7 @@ class AdamW {
 // Global L2 norm of the gradients, summed in double in a fixed order (deterministic).
 double grad_norm(const std::vector<float>& grads);
 // The factor clipping multiplies the gradients by: max_norm / (norm + 1e-6) if norm > max_norm
-// (PyTorch's rule), else 1; max_norm 0 means no clipping.
+// (PyTorch's rule), else 1; max_norm 0 means no clipping. AdamW::step applies it.
 double clip_scale(double norm, double max_norm);
-// Multiplies the gradients by clip_scale(norm, max_norm).
-void clip_grads(std::vector<float>& grads, double norm, double max_norm);
 
 }  // namespace normlab
