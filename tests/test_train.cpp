@@ -26,6 +26,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+TrainOptions quiet_options() {
+  TrainOptions o;
+  o.quiet = true;
+  return o;
+}
+
+
 fs::path temp_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("normlab_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
@@ -222,7 +229,7 @@ TEST(Training, SameSeedSameLossesBitForBit) {
     RunConfig cfg = small_run(dir / std::to_string(run), Placement::Pre, 15);
     cfg.model.dropout = 0.1;
     cfg.train.grad_accum = 2;
-    train(cfg, {false, true});
+    train(cfg, quiet_options());
     std::vector<double> losses;
     for (const auto& line : read_metrics(dir / std::to_string(run) / "metrics.jsonl"))
       if (line["type"] == "train") losses.push_back(line["loss"].get<double>());
@@ -240,7 +247,7 @@ TEST(Training, DivergenceStopsNamingTheStepAndKeepsMetrics) {
   cfg.train.lr = 1e30;  // the first update overflows the next forward pass
   cfg.train.schedule = Schedule::Constant;
   cfg.train.grad_clip = 0;
-  const TrainResult r = train(cfg, {false, true});
+  const TrainResult r = train(cfg, quiet_options());
   EXPECT_TRUE(r.diverged);
   EXPECT_GE(r.diverged_step, 2);
   EXPECT_LT(r.diverged_step, 50);
@@ -255,7 +262,7 @@ TEST(Training, DivergenceStopsNamingTheStepAndKeepsMetrics) {
   EXPECT_TRUE(found);
   EXPECT_TRUE(fs::exists(dir / "checkpoint.safetensors"));
   // the run directory is not silently reused
-  EXPECT_THROW(train(cfg, {false, true}), Error);
+  EXPECT_THROW(train(cfg, quiet_options()), Error);
   fs::remove_all(dir);
 }
 
@@ -264,7 +271,7 @@ class Convergence : public testing::TestWithParam<Placement> {};
 TEST_P(Convergence, ValidationLossEndsWellBelowUnigramEntropy) {
   const fs::path dir = temp_dir(std::string("conv_") + to_string(GetParam()));
   RunConfig cfg = small_run(dir, GetParam(), 400);
-  const TrainResult r = train(cfg, {false, true});
+  const TrainResult r = train(cfg, quiet_options());
   ASSERT_FALSE(r.diverged);
   // a model that only learned byte frequencies would sit at the unigram entropy (~3.07 nats);
   // "well below" = at least 0.5 nats under it

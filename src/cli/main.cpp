@@ -1,10 +1,9 @@
-// main.cpp: the `normlab` command. Subcommands: train, grads, init, analyze, theory. With no arguments it runs the
-// built-in default (a short training run on the built-in corpus). Every Error becomes one message
+// main.cpp: the `normlab` command. Subcommands: compare, train, grads, init, analyze, theory. With no
+// arguments it runs `normlab compare` with the default study on the built-in corpus. Every Error becomes one message
 // on stderr and exit code 1; a diverged training run exits with code 2.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
@@ -12,6 +11,7 @@
 
 #include "analysis/theory.h"
 #include "cli/analyze.h"
+#include "cli/compare.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -141,6 +141,8 @@ int main(int argc, char** argv) {
 
   cli::AnalyzeCommand analyze;
   cli::add_analyze_command(app, analyze);
+  cli::CompareCommand compare;
+  cli::add_compare_command(app, compare);
 
   try {
     app.parse(argc, argv);
@@ -149,21 +151,21 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (train_cmd->parsed()) return run_train(load_run_config(config_path, sets), {force, quiet});
+    if (train_cmd->parsed()) {
+      TrainOptions options;
+      options.overwrite = force;
+      options.quiet = quiet;
+      return run_train(load_run_config(config_path, sets), options);
+    }
     if (grads_cmd->parsed()) return run_grads(ckpt, tokens, out, force);
     if (init_cmd->parsed()) return run_init(load_run_config(config_path, sets), out, force);
     if (analyze.analyze->parsed()) return cli::run_analyze(analyze);
     if (theory_cmd->parsed()) return run_theory(theory_opts, theory_json, force);
-    // no subcommand: the built-in default run
-    fmt::print("normlab: no subcommand given; running the built-in default: a short GPT training run "
-               "on the built-in corpus (see `normlab --help`)\n");
-    RunConfig cfg = load_run_config("", {});
-    // a fresh directory per default run, so an earlier one is never replaced
-    const std::time_t now = std::time(nullptr);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
-    cfg.train.out_dir = std::string("runs/default-") + stamp;
-    return run_train(cfg, {false, false});
+    if (compare.compare->parsed()) return cli::run_compare(compare);
+    if (compare.report->parsed()) return cli::run_report(compare);
+    // no subcommand: the default study
+    fmt::print("normlab: no subcommand given; running the default study (`normlab compare`; see `normlab --help`)\n");
+    return cli::run_compare(compare);
   } catch (const Error& e) {
     std::cerr << "normlab: error: " << e.what() << "\n";
     return 1;

@@ -98,6 +98,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     throw Error(fmt::format("train.seq_len = {} exceeds the model's seq_len {}", T, model_cfg.seq_len));
   TrainResult result;
   result.unigram_entropy = std::numeric_limits<double>::quiet_NaN();
+  result.last_train_loss = result.last_val_loss = std::numeric_limits<double>::quiet_NaN();
   if (!cfg.data.tokens.empty()) {
     fixed = load_token_file(cfg.data.tokens);
     check_batch(*fixed, model_cfg, cfg.data.tokens);
@@ -158,6 +159,12 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   const auto t0 = Clock::now();
   double window_tokens = 0, window_seconds = 0;
   for (long step = 1; step <= tc.steps; step++) {
+    if (options.stop && options.stop->load()) {
+      result.interrupted = true;
+      if (result.steps_done > 0)
+        save_checkpoint(ckpt_path.string(), model, &optimizer, result.steps_done, true);
+      break;
+    }
     const auto step_t0 = Clock::now();
     const double lr = learning_rate(sched, step);
     model.zero_grad();
@@ -202,6 +209,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     result.last_train_loss = loss;
     metrics.write({{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
                    {"tokens_per_s", tokens_per_step / dt}, {"elapsed_s", seconds_since(t0)}});
+    if (options.on_step) options.on_step({step, tc.steps, loss, lr, gnorm, seconds_since(t0)});
     const bool last = step == tc.steps;
     if ((tc.eval_every > 0 && step % tc.eval_every == 0) || last) {
       const double val = evaluate();
@@ -231,6 +239,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                  {"val_loss", std::isfinite(result.last_val_loss) ? nlohmann::json(result.last_val_loss)
                                                                   : nlohmann::json(nullptr)},
                  {"diverged", result.diverged},
+                 {"interrupted", result.interrupted},
                  {"diverged_step", result.diverged_step},
                  {"tokens_per_s", result.tokens_per_s},
                  {"seconds", result.seconds},

@@ -4,21 +4,35 @@
 // and the first offending tensor, keeping the metrics and the last good checkpoint).
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <string>
 
 #include "train/run_config.h"
 
 namespace normlab {
 
+// What the loop reports after every optimizer step (for a caller's own progress display).
+struct StepInfo {
+  long step = 0, steps = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+  double elapsed_s = 0;
+};
+
 struct TrainOptions {
   bool overwrite = false;  // allow reusing an out_dir that already holds a run
   bool quiet = false;      // no progress lines
+  std::function<void(const StepInfo&)> on_step;  // called after every step when set
+  // When set and true, the loop stops before its next step: the metrics, a checkpoint of the last
+  // completed step and a summary marked "interrupted" are written (Ctrl-C in `normlab compare`).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct TrainResult {
   long steps_done = 0;
   double last_train_loss = 0, last_val_loss = 0;  // val NaN when there is no validation data
   bool diverged = false;
+  bool interrupted = false;     // stopped early through TrainOptions::stop
   long diverged_step = 0;
   std::string diverged_tensor;  // "loss" or a parameter name
   double tokens_per_s = 0;

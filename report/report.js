@@ -1,0 +1,282 @@
+// report.js: draws a normlab study report from the inlined results.json with Chart.js: the written
+// summary, the run table, loss curves with divergence markers, the instruments' readings by layer
+// (gradient norms, activation norms, branch ratios, Jacobian spectra, attention spectral norms) and
+// the theory claims. It records what it drew in #normlab-selftest for the headless-browser test.
+'use strict';
+
+(function () {
+  const data = JSON.parse(document.getElementById('normlab-data').textContent);
+  const root = document.getElementById('report');
+  const check = window.normlabCheck;
+  const runs = data.runs;
+  const varying = data.study.varying || [];
+
+  // ---- small DOM helpers ----
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === 'class') e.className = v; else e.setAttribute(k, v);
+    }
+    for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    return e;
+  }
+  const fmt = (x, digits) => (typeof x === 'number' && isFinite(x)) ? x.toFixed(digits) : '-';
+  const shortKey = (k) => k.slice(k.indexOf('.') + 1);
+
+  // ---- colours: by placement when placement varies, dashes for the other keys ----
+  const placementColour = {post: '#d62728', pre: '#1f77b4', sandwich: '#2ca02c', deepnorm: '#9467bd',
+                           prepost: '#ff7f0e', none: '#7f7f7f'};
+  const palette = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#17becf',
+                   '#bcbd22', '#7f7f7f'];
+  const dashes = [[], [6, 4], [2, 3], [10, 3, 2, 3], [1, 6]];
+  function gridValue(run, key) {
+    if (run.grid && key in run.grid) return run.grid[key];
+    const [section, name] = [key.slice(0, key.indexOf('.')), shortKey(key)];
+    return run.config[section][name];
+  }
+  const style = (() => {
+    const byPlacement = varying.includes('model.placement');
+    const seen = {};
+    return runs.map((run, i) => {
+      const p = JSON.stringify(gridValue(run, 'model.placement')).replace(/"/g, '');
+      const colour = byPlacement ? (placementColour[p] || palette[i % palette.length]) : palette[i % palette.length];
+      const group = byPlacement ? p : '';
+      seen[group] = (seen[group] || 0) + 1;
+      return {colour, dash: byPlacement ? dashes[(seen[group] - 1) % dashes.length] : dashes[Math.floor(i / palette.length) % dashes.length]};
+    });
+  })();
+
+  // ---- charts ----
+  Chart.defaults.animation = false;
+  Chart.defaults.font.size = 11;
+  Chart.defaults.plugins.legend.labels.boxWidth = 18;
+
+  function canvasDrawn(canvas) {
+    const ctx = canvas.getContext('2d');
+    if (!canvas.width || !canvas.height) return false;
+    const pixels = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+    let painted = 0;
+    for (let i = 3; i < pixels.length; i += 4) if (pixels[i] !== 0) painted++;
+    return painted > 200;
+  }
+
+  // A card with a chart; `config` is a Chart.js config. Returns the chart, or null when there is no data.
+  function chartCard(parent, title, note, config, options) {
+    const card = el('div', {class: 'card'});
+    const head = el('h3', {}, title);
+    card.append(head);
+    const hasData = config.data.datasets.some((d) => d.data.length > 0);
+    if (!hasData) {
+      card.append(el('p', {class: 'note'}, 'No data for this chart in this study.'));
+      parent.append(card);
+      return null;
+    }
+    const canvas = el('canvas', {'data-chart': title});
+    const box = el('div', {class: 'chart'}, canvas);
+    card.append(box);
+    if (note) card.append(el('p', {class: 'note'}, note));
+    parent.append(card);
+    config.options = Object.assign({responsive: true, maintainAspectRatio: false, parsing: false,
+                                    interaction: {mode: 'nearest', intersect: false}}, config.options || {});
+    check.charts++;
+    let chart;
+    try {
+      chart = new Chart(canvas, config);
+    } catch (e) {
+      check.errors.push('chart "' + title + '": ' + e.message);
+      check.missing.push(title);
+      return null;
+    }
+    if (canvasDrawn(canvas)) check.drawn++; else check.missing.push(title);
+    if (options && options.logToggle) {
+      const toggle = el('span', {class: 'toggle'});
+      for (const type of ['linear', 'logarithmic']) {
+        const b = el('button', {type: 'button'}, type === 'linear' ? 'linear' : 'log');
+        if (chart.options.scales.y.type === type) b.classList.add('on');
+        b.addEventListener('click', () => {
+          chart.options.scales.y.type = type;
+          chart.update();
+          for (const other of toggle.children) other.classList.toggle('on', other === b);
+        });
+        toggle.append(b);
+      }
+      head.append(toggle);
+    }
+    return chart;
+  }
+
+  function lineSet(run, i, points, extra) {
+    return Object.assign({label: run.label, data: points, borderColor: style[i].colour, backgroundColor: style[i].colour,
+                          borderDash: style[i].dash, borderWidth: 1.6, pointRadius: 0, tension: 0}, extra || {});
+  }
+  const axis = (title, type) => ({type: type || 'linear', title: {display: true, text: title}});
+
+  // Moving average (the plotted training curves; the table uses the raw numbers).
+  function smooth(values, window) {
+    const out = [];
+    let sum = 0;
+    for (let i = 0; i < values.length; i++) {
+      sum += values[i];
+      if (i >= window) sum -= values[i - window];
+      out.push(sum / Math.min(i + 1, window));
+    }
+    return out;
+  }
+  function thin(points, max) {
+    if (points.length <= max) return points;
+    const stride = points.length / max;
+    const out = [];
+    for (let k = 0; k < max; k++) out.push(points[Math.floor(k * stride)]);
+    out.push(points[points.length - 1]);
+    return out;
+  }
+
+  // ---- header and summary ----
+  const study = data.study;
+  root.append(el('h1', {}, study.title || study.name));
+  if (study.description) root.append(el('p', {class: 'lead'}, study.description));
+  root.append(el('p', {class: 'meta'}, `study "${study.name}", ${runs.length} runs, ${fmt(data.elapsed_s, 0)} s on this machine; ` +
+                 `varied: ${varying.map(shortKey).join(', ') || 'nothing'}; generated by normlab compare`));
+  if (data.interrupted) root.append(el('div', {class: 'banner'}, 'Interrupted (Ctrl-C): only the runs marked finished or diverged completed.'));
+  root.append(el('h2', {}, 'What happened'));
+  const ul = el('ul', {class: 'summary'});
+  for (const line of data.summary || []) ul.append(el('li', {}, line));
+  root.append(ul);
+
+  // ---- run table ----
+  root.append(el('h2', {}, 'Runs'));
+  const table = el('table');
+  const headers = ['run', 'status', 'final train loss', 'final val loss', 'diverged at', 'steps to target',
+                   'tokens/s', 'grad norm last/first layer at init', 'time (s)'];
+  table.append(el('tr', {}, ...headers.map((h, k) => el('th', {class: k < 2 ? 'text' : ''}, h))));
+  for (const run of runs) {
+    const s = run.summary || {};
+    const init = run.instruments && run.instruments.init;
+    const cells = [
+      el('td', {class: 'text'}, run.label),
+      el('td', {class: 'text status-' + run.status.replace(' ', '-')}, run.status + (run.error ? ': ' + run.error : '')),
+      el('td', {}, fmt(s.train_loss, 4)), el('td', {}, fmt(s.val_loss, 4)),
+      el('td', {}, run.status === 'diverged' ? String(run.diverged.step) : '-'),
+      el('td', {}, run.steps_to_target == null ? (run.summary ? 'never' : '-') : String(run.steps_to_target)),
+      el('td', {}, fmt(s.tokens_per_s, 0)),
+      el('td', {}, init ? fmt(init.dynamics.grad_norm_last_over_first, 3) : '-'),
+      el('td', {}, fmt(s.seconds, 1)),
+    ];
+    table.append(el('tr', {}, ...cells));
+  }
+  root.append(table);
+  const target = runs.find((r) => r.loss_target != null);
+  if (target) root.append(el('p', {class: 'meta'}, `Steps to target: first step where the mean of the last 20 training losses ` +
+      `is at most ${fmt(target.loss_target, 3)} nats. Byte unigram entropy of the corpus: ${fmt(target.unigram_entropy, 3)} nats.`));
+
+  // ---- training ----
+  root.append(el('h2', {}, 'Training'));
+  const training = el('div', {class: 'grid'});
+  root.append(training);
+  const trained = runs.map((r, i) => [r, i]).filter(([r]) => r.train && r.train.step.length > 0);
+  const lossSets = trained.map(([run, i]) => {
+    const loss = smooth(run.train.loss, 10);
+    return lineSet(run, i, thin(run.train.step.map((s, k) => ({x: s, y: loss[k]})), 1500));
+  });
+  const markers = trained.filter(([run]) => run.status === 'diverged').map(([run, i]) => {
+    const n = run.train.loss.length;
+    const y = n ? run.train.loss[n - 1] : (run.unigram_entropy || 1);
+    return {label: run.label + ' diverged', type: 'scatter', data: [{x: run.diverged.step, y}], pointStyle: 'crossRot',
+            pointRadius: 9, borderWidth: 3, borderColor: style[i].colour, backgroundColor: style[i].colour};
+  });
+  const entropy = trained.length ? trained[0][0].unigram_entropy : null;
+  const maxStep = Math.max(1, ...trained.map(([r]) => r.train.step[r.train.step.length - 1]));
+  const refSets = entropy ? [{label: 'byte unigram entropy', data: [{x: 0, y: entropy}, {x: maxStep, y: entropy}],
+                              borderColor: '#888', borderDash: [3, 3], borderWidth: 1, pointRadius: 0}] : [];
+  chartCard(training, 'Training loss (moving average of 10 steps)',
+            'Crosses mark the step at which a run diverged (non-finite loss or gradient). The dashed grey line is the corpus\' byte unigram entropy: a run stuck there learned only byte frequencies.',
+            {type: 'line', data: {datasets: [...lossSets, ...markers, ...refSets]},
+             options: {scales: {x: axis('step'), y: axis('loss (nats per byte)')}}}, {logToggle: true});
+  const valSets = trained.filter(([r]) => r.val && r.val.step.length).map(([run, i]) =>
+    lineSet(run, i, run.val.step.map((s, k) => ({x: s, y: run.val.loss[k]})), {pointRadius: 2.5}));
+  chartCard(training, 'Validation loss', 'Mean over the same held-out batches at every evaluation.',
+            {type: 'line', data: {datasets: [...valSets, ...refSets]},
+             options: {scales: {x: axis('step'), y: axis('loss (nats per byte)')}}}, {logToggle: true});
+  const normSets = trained.map(([run, i]) =>
+    lineSet(run, i, thin(run.train.step.map((s, k) => ({x: s, y: run.train.grad_norm[k]})), 1500), {borderWidth: 1}));
+  chartCard(training, 'Gradient norm during training (before clipping)', null,
+            {type: 'line', data: {datasets: normSets},
+             options: {scales: {x: axis('step'), y: axis('global gradient norm', 'logarithmic')}}}, {logToggle: true});
+
+  // ---- instruments ----
+  const probed = runs.map((r, i) => [r, i]).filter(([r]) => r.instruments && r.instruments.init);
+  root.append(el('h2', {}, 'Instruments'));
+  if (!probed.length) root.append(el('p', {class: 'meta'}, 'The instruments were off in this study (study.instruments = false) or no run got that far.'));
+  const instruments = el('div', {class: 'grid'});
+  root.append(instruments);
+  const T = probed.length ? probed[0][0].instruments.init.T : 0;
+  function byLayer(when, pick, extra) {
+    return probed.filter(([r]) => r.instruments[when]).map(([run, i]) =>
+      lineSet(run, i, pick(run.instruments[when]), Object.assign({pointRadius: 2}, extra || {})));
+  }
+  const layerPoints = (rep, key) => rep.dynamics.layers.map((l) => ({x: l.layer, y: l[key]}));
+  chartCard(instruments, 'Gradient norm by layer at initialization',
+            'Norm of the gradient of each layer\'s parameters, mean over 2 validation batches (Xiong et al. 2020: grows toward the output for Post-LN, flat for Pre-LN).',
+            {type: 'line', data: {datasets: byLayer('init', (rep) => layerPoints(rep, 'grad_norm'))},
+             options: {scales: {x: axis('layer'), y: axis('||dL/dθ_l||', 'logarithmic')}}}, {logToggle: true});
+  const streamPoints = (rep) => [...layerPoints(rep, 'stream_norm'), {x: rep.dynamics.layers.length, y: rep.dynamics.final_stream_norm}];
+  for (const [when, name] of [['init', 'at initialization'], ['final', 'after training']])
+    chartCard(instruments, `Activation norm by depth ${name}`,
+              'Mean over tokens of ||x_l||, the residual stream entering layer l (the last point is the stream leaving the last layer).',
+              {type: 'line', data: {datasets: byLayer(when, streamPoints)},
+               options: {scales: {x: axis('depth l'), y: axis('||x_l||', 'logarithmic')}}}, {logToggle: true});
+  chartCard(instruments, 'Branch-to-stream ratio by layer at initialization',
+            'Mean over tokens of ||F_l(x)|| / ||x_l|| for the attention (solid) and FFN (dotted, same colour) sub-layers.',
+            {type: 'line', data: {datasets: [
+              ...byLayer('init', (rep) => layerPoints(rep, 'attn_branch_ratio')),
+              ...byLayer('init', (rep) => layerPoints(rep, 'mlp_branch_ratio'), {borderDash: [2, 3]}).map((d) => Object.assign(d, {label: d.label + ' (FFN)'})),
+            ]}, options: {scales: {x: axis('layer'), y: axis('||F|| / ||x||', 'logarithmic')}}}, {logToggle: true});
+  const spectrumPoints = (sv) => sv.map((v, k) => ({x: k + 1, y: Math.max(v, 1e-18)}));
+  chartCard(instruments, `Singular values of the end-to-end token-local Jacobian at initialization`,
+            `dy_T/dx_T through all layers at the last token of a ${T}-token validation sequence, in double precision.`,
+            {type: 'line', data: {datasets: byLayer('init', (rep) => spectrumPoints(rep.jacobian.end_to_end.token_local.singular_values))},
+             options: {scales: {x: axis('index'), y: axis('singular value', 'logarithmic')}}}, {logToggle: true});
+  chartCard(instruments, 'Singular values of the first LayerNorm site at initialization',
+            'Closed-form norm Jacobian at h.0 (checked against autodiff): d-2 equal values 1/s and the eps direction for LayerNorm at eps > 0; the last is the exact zero of the all-ones direction.',
+            {type: 'line', data: {datasets: byLayer('init', (rep) => rep.jacobian.norm_sites.length ? spectrumPoints(rep.jacobian.norm_sites[0].spectrum.singular_values) : [])},
+             options: {scales: {x: axis('index'), y: axis('singular value', 'logarithmic')}}}, {logToggle: true});
+  for (const [when, name] of [['init', 'at initialization'], ['final', 'after training']])
+    chartCard(instruments, `Block Jacobian σ_max and σ_min by layer ${name}`,
+              'Token-local Jacobian of each block (dy_i/dx_i): σ_max solid, σ_min dotted.',
+              {type: 'line', data: {datasets: [
+                ...byLayer(when, (rep) => rep.jacobian.blocks.map((b) => ({x: b.layer, y: b.token_local.singular_values[0]}))),
+                ...byLayer(when, (rep) => rep.jacobian.blocks.map((b) => ({x: b.layer, y: Math.max(b.token_local.sigma_min, 1e-18)})),
+                           {borderDash: [2, 3]}).map((d) => Object.assign(d, {label: d.label + ' σ_min'})),
+              ]}, options: {scales: {x: axis('layer'), y: axis('singular value', 'logarithmic')}}}, {logToggle: true});
+  function attentionByLayer(rep) {
+    const max = {};
+    for (const h of rep.attention.per_head) max[h.layer] = Math.max(max[h.layer] || 0, h.norm2);
+    return Object.keys(max).map((l) => ({x: Number(l), y: max[l]}));
+  }
+  for (const [when, name] of [['init', 'at initialization'], ['final', 'after training']]) {
+    const sets = byLayer(when, attentionByLayer);
+    if (sets.length) sets.push({label: '√n (upper bound)', data: [{x: 0, y: Math.sqrt(T)}, {x: Math.max(...sets.flatMap((s) => s.data.map((p) => p.x))), y: Math.sqrt(T)}],
+                                borderColor: '#888', borderDash: [3, 3], borderWidth: 1, pointRadius: 0});
+    chartCard(instruments, `Attention spectral norm ||A||_2 by layer ${name} (max over heads)`,
+              `Causal attention on a ${T}-token sequence: 1 <= ||A||_2 <= √(c_max) <= √n (seeds/002).`,
+              {type: 'line', data: {datasets: sets}, options: {scales: {x: axis('layer'), y: axis('||A||_2')}}}, {logToggle: true});
+  }
+
+  // ---- theory ----
+  if (data.theory) {
+    root.append(el('h2', {}, 'Theory claims'));
+    root.append(el('p', {class: 'meta'}, 'Measured by normlab theory on fresh models (the numbers behind each verdict are in results.json).'));
+    const t = el('table');
+    t.append(el('tr', {}, ...['source', 'claim', 'measured', 'verdict'].map((h) => el('th', {class: 'text'}, h))));
+    for (const c of data.theory) {
+      const kind = c.verdict.startsWith('violated') ? 'violated' : c.verdict.startsWith('holds only') ? 'conditional'
+                 : c.verdict.startsWith('holds') ? 'holds' : 'other';
+      t.append(el('tr', {}, el('td', {class: 'text'}, c.source), el('td', {class: 'text'}, c.statement),
+                  el('td', {class: 'text'}, c.measured), el('td', {class: 'text verdict-' + kind}, c.verdict)));
+    }
+    root.append(t);
+  }
+  root.append(el('p', {class: 'meta'}, 'Charts drawn with Chart.js ' + Chart.version + ' (MIT license), inlined in this file.'));
+
+  document.getElementById('normlab-selftest').textContent = JSON.stringify(check);
+})();

@@ -1,0 +1,84 @@
+// compare.cpp: `normlab compare`: study selection, the output directory, and Ctrl-C.
+#include "cli/compare.h"
+
+#include <atomic>
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+
+#include "study/report.h"
+#include "study/runner.h"
+#include "study/study.h"
+#include "util/error.h"
+
+namespace normlab::cli {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+// The first Ctrl-C asks the study to stop after the current step; a second one kills at once.
+extern "C" void on_sigint(int) {
+  g_stop.store(true);
+  std::signal(SIGINT, SIG_DFL);
+}
+
+std::string timestamp() {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  return stamp;
+}
+
+}  // namespace
+
+void add_compare_command(CLI::App& app, CompareCommand& cmd) {
+  cmd.compare = app.add_subcommand("compare", "run a study of normalization placement and write its HTML report");
+  cmd.compare->add_option("--study", cmd.study, "a built-in study (default, warmup, depth, deepnorm, effective-depth)");
+  cmd.compare->add_option("--config,-c", cmd.config, "a study TOML ([study], [base.*], [[grid]]; see studies/)");
+  cmd.compare->add_option("--set", cmd.sets, "override for every run, e.g. --set train.steps=100");
+  cmd.compare->add_option("--out,-o", cmd.out, "output directory (default runs/compare-<study>-<date>-<time>)");
+  cmd.compare->add_flag("--force", cmd.force, "replace a study already in --out");
+  cmd.compare->add_flag("--list", cmd.list, "list the built-in studies and exit");
+  cmd.report = app.add_subcommand("report", "write DIR/report.html again from DIR/results.json");
+  cmd.report->add_option("dir", cmd.report_dir, "a study directory from normlab compare")->required();
+}
+
+int run_report(const CompareCommand& cmd) {
+  const std::filesystem::path dir(cmd.report_dir), path = dir / "results.json";
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("'{}': no results.json (is it a directory from normlab compare?)", cmd.report_dir));
+  const nlohmann::json results = nlohmann::json::parse(in, nullptr, false);
+  if (results.is_discarded() || !results.is_object() || !results.contains("study") || !results.contains("runs") ||
+      !results["runs"].is_array())
+    throw Error(fmt::format("'{}': not a normlab results file (corrupt or truncated?)", path.string()));
+  study::write_report(results, dir / "report.html");
+  fmt::print("report: {}\n", (dir / "report.html").string());
+  return 0;
+}
+
+int run_compare(const CompareCommand& cmd) {
+  if (cmd.list) {
+    for (const auto& name : study::builtin_study_names()) {
+      const auto s = study::builtin_study(name, {});
+      fmt::print("{:<16} {} runs  {}\n", name, s.runs.size(), s.title);
+    }
+    return 0;
+  }
+  if (!cmd.config.empty() && cmd.compare->count("--study"))
+    throw Error("give either --study or --config, not both");
+  const study::Study s = cmd.config.empty() ? study::builtin_study(cmd.study, cmd.sets)
+                                            : study::read_study_file(cmd.config, cmd.sets);
+  study::CompareOptions options;
+  options.out_dir = cmd.out.empty() ? fmt::format("runs/compare-{}-{}", s.name, timestamp()) : cmd.out;
+  options.force = cmd.force;
+  options.stop = &g_stop;
+  std::signal(SIGINT, on_sigint);
+  const int code = study::run_study(s, options);
+  std::signal(SIGINT, SIG_DFL);
+  return code;
+}
+
+}  // namespace normlab::cli

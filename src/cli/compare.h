@@ -1,0 +1,25 @@
+// compare.h: `normlab compare`: runs a study (built-in by name, or a study TOML) into an output
+// directory and writes its report; `normlab` with no arguments runs the default study.
+// `normlab report DIR` writes DIR/report.html again from DIR/results.json.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace normlab::cli {
+
+struct CompareCommand {
+  CLI::App* compare = nullptr;
+  std::string study = "default", config, out;
+  std::vector<std::string> sets;
+  bool force = false, list = false;
+  CLI::App* report = nullptr;
+  std::string report_dir;
+};
+
+void add_compare_command(CLI::App& app, CompareCommand& cmd);
+int run_compare(const CompareCommand& cmd);
+int run_report(const CompareCommand& cmd);
+
+}  // namespace normlab::cli

@@ -1,0 +1,76 @@
+// report.cpp: assembling report.html from its parts.
+#include "study/report.h"
+
+#include <fmt/format.h>
+#include <fstream>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace normlab::study {
+
+namespace {
+
+std::string read_asset(const std::string& relative) {
+  const std::string path = std::string(NORMLAB_SOURCE_DIR) + "/" + relative;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("report asset '{}' is missing (is the source tree complete?)", path));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Replaces the one occurrence of `marker` (an Error if it is not exactly once: a broken template).
+void fill(std::string& page, const std::string& marker, const std::string& text) {
+  const auto at = page.find(marker);
+  if (at == std::string::npos || page.find(marker, at + 1) != std::string::npos)
+    throw Error(fmt::format("report template: marker {} must occur exactly once", marker));
+  page.replace(at, marker.size(), text);
+}
+
+// Text safe inside <script>: no "</" can close the element early.
+std::string script_safe(std::string s) {
+  for (size_t at = s.find("</"); at != std::string::npos; at = s.find("</", at + 3)) s.replace(at, 2, "<\\/");
+  return s;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void write_report(const nlohmann::json& results, const std::filesystem::path& path) {
+  std::string page = read_asset("report/report.html");
+  const std::string chartjs = read_asset("third_party/chart.js/chart.umd.min.js");
+  if (chartjs.find("</script") != std::string::npos) throw Error("vendored Chart.js contains </script");
+  // JSON: every '<' is inside a string, where \u003c means the same
+  std::string data = results.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  for (size_t at = data.find('<'); at != std::string::npos; at = data.find('<', at)) data.replace(at, 1, "\\u003c");
+  fill(page, "<!--NORMLAB:TITLE-->", html_escape(results["study"].value("title", "normlab study")));
+  fill(page, "/*NORMLAB:STYLE*/", read_asset("report/report.css"));
+  fill(page, "/*NORMLAB:SCRIPT*/", script_safe(read_asset("report/report.js")));
+  fill(page, "/*NORMLAB:CHARTJS*/", chartjs);
+  fill(page, "/*NORMLAB:DATA*/", data);  // last: the data may contain any text
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << page;
+    if (!out) throw Error(fmt::format("cannot write '{}'", path.string()));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error(fmt::format("cannot write '{}' ({})", path.string(), ec.message()));
+}
+
+}  // namespace normlab::study

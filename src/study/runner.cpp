@@ -1,0 +1,329 @@
+// runner.cpp: running a study: the runs, their instruments, the theory claims, progress and Ctrl-C.
+#include "study/runner.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+#include <map>
+#include <unistd.h>
+
+#include "analysis/theory.h"
+#include "model/model.h"
+#include "study/probe.h"
+#include "study/report.h"
+#include "study/summary.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/trainer.h"
+#include "util/error.h"
+
+namespace normlab::study {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kTargetWindow = 20;          // steps-to-target smooths the training loss over this many steps
+constexpr double kTheorySecondsGuess = 12;  // for the ETA only (measured: ~10 s on 2 cores)
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string clock_text(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = long(s + 0.5);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+// Relative cost of a run (training FLOPs; the instruments scale roughly alike), for the ETA.
+double run_cost(const RunConfig& c) {
+  const ModelConfig& m = c.model;
+  const double d = m.d_model, L = m.n_layers, T = c.train.seq_len > 0 ? c.train.seq_len : m.seq_len;
+  const double per_token = 6.0 * (L * (4 * d * d + 2 * d * m.ff()) + d * m.vocab_size()) + 6.0 * L * T * d;
+  return double(c.train.steps) * c.train.batch_size * c.train.grad_accum * T * per_token;
+}
+
+// The progress display: one status line, redrawn in place on a terminal, a line per tenth of a run
+// otherwise (logs, CI).
+class Progress {
+ public:
+  explicit Progress(std::vector<double> costs) : costs_(std::move(costs)), tty_(isatty(fileno(stdout))) {
+    for (double c : costs_) total_ += c;
+  }
+  void begin_run(size_t i, const std::string& label, long steps) {
+    run_ = i;
+    label_ = label;
+    steps_ = steps;
+    next_line_ = 0;
+    run_t0_ = Clock::now();
+    fmt::print("[{}/{}] {}\n", i + 1, costs_.size(), label);
+    std::fflush(stdout);
+  }
+  void stage(const std::string& what) {
+    clear();
+    fmt::print("        {}\n", what);
+    std::fflush(stdout);
+  }
+  void step(const StepInfo& s) {
+    const double done = done_ + costs_[run_] * double(s.step) / double(std::max(1L, s.steps));
+    const double elapsed = seconds_since(t0_);
+    const double rate = done > 0 ? elapsed / done : NAN;
+    const double study_left = (total_ - done) * rate + (theory_pending_ ? kTheorySecondsGuess : 0);
+    const double run_left = seconds_since(run_t0_) / double(s.step) * double(s.steps - s.step);
+    const std::string line = fmt::format(
+        "        step {}/{} | loss {:.4f} | run {} left | study {:.0f}% done, {} left (elapsed {})", s.step,
+        s.steps, s.loss, clock_text(run_left), 100 * done / total_, clock_text(study_left), clock_text(elapsed));
+    if (tty_) {
+      if (s.step == s.steps || seconds_since(last_draw_) > 0.2) {
+        fmt::print("\r\033[K{}", line);
+        std::fflush(stdout);
+        drawn_ = true;
+        last_draw_ = Clock::now();
+      }
+    } else if (double(s.step) >= next_line_ * double(s.steps) / 10.0 || s.step == s.steps) {
+      fmt::print("{}\n", line);
+      std::fflush(stdout);
+      next_line_ = std::floor(10.0 * double(s.step) / double(s.steps)) + 1;
+    }
+  }
+  void end_run(const std::string& outcome) {
+    done_ += costs_[run_];
+    clear();
+    fmt::print("        {} ({})\n", outcome, clock_text(seconds_since(run_t0_)));
+    std::fflush(stdout);
+  }
+  void theory_done() { theory_pending_ = false; }
+  void set_theory(bool pending) { theory_pending_ = pending; }
+  double elapsed() const { return seconds_since(t0_); }
+
+ private:
+  void clear() {
+    if (drawn_) fmt::print("\r\033[K");
+    drawn_ = false;
+  }
+  std::vector<double> costs_;
+  double total_ = 0, done_ = 0, next_line_ = 0;
+  bool tty_, drawn_ = false, theory_pending_ = false;
+  size_t run_ = 0;
+  long steps_ = 0;
+  std::string label_;
+  Clock::time_point t0_ = Clock::now(), run_t0_ = Clock::now(), last_draw_ = Clock::now();
+};
+
+bool stopped(const CompareOptions& o) { return o.stop && o.stop->load(); }
+
+void write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    if (!out) throw Error(fmt::format("cannot write '{}'", path.string()));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error(fmt::format("cannot write '{}' ({})", path.string(), ec.message()));
+}
+
+// The curves and records of a run's metrics.jsonl, as the report wants them.
+void read_metrics(const fs::path& path, nlohmann::json& run) {
+  nlohmann::json train = {{"step", nlohmann::json::array()}, {"loss", nlohmann::json::array()},
+                          {"grad_norm", nlohmann::json::array()}, {"lr", nlohmann::json::array()}};
+  nlohmann::json val = {{"step", nlohmann::json::array()}, {"loss", nlohmann::json::array()}};
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    const std::string type = j.value("type", "");
+    if (type == "train") {
+      for (const char* k : {"step", "loss", "grad_norm", "lr"}) train[k].push_back(j[k]);
+    } else if (type == "val") {
+      val["step"].push_back(j["step"]);
+      val["loss"].push_back(j["loss"]);
+    } else if (type == "diverged") {
+      run["diverged"] = j;
+    } else if (type == "summary") {
+      run["summary"] = j;
+    }
+  }
+  run["train"] = train;
+  run["val"] = val;
+}
+
+// First step at which the mean of the last kTargetWindow training losses is <= target.
+nlohmann::json steps_to_target(const nlohmann::json& train, double target) {
+  const auto& loss = train["loss"];
+  double sum = 0;
+  for (size_t i = 0; i < loss.size(); i++) {
+    sum += loss[i].get<double>();
+    if (i >= size_t(kTargetWindow)) sum -= loss[i - kTargetWindow].get<double>();
+    const double n = double(std::min(i + 1, size_t(kTargetWindow)));
+    if (i + 1 >= size_t(kTargetWindow) && sum / n <= target) return train["step"][i];
+  }
+  return nullptr;
+}
+
+const Corpus& corpus_for(const RunConfig& cfg, std::map<std::string, Corpus>& cache) {
+  const std::string path = cfg.data.corpus == "builtin" ? builtin_corpus_path() : cfg.data.corpus;
+  const int T = cfg.train.seq_len > 0 ? cfg.train.seq_len : cfg.model.seq_len;
+  const std::string key = fmt::format("{}|{}|{}", path, cfg.data.val_fraction, T);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, load_corpus(path, cfg.data.val_fraction, T)).first;
+  return it->second;
+}
+
+// One run: instruments at initialization, training, instruments of the trained model.
+nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path& dir, const CompareOptions& options,
+                       Progress& progress, std::map<std::string, Corpus>& corpora) {
+  RunConfig cfg = spec.config;
+  cfg.train.out_dir = dir.string();
+  nlohmann::json run = {{"name", spec.name}, {"label", spec.label}, {"grid", spec.grid},
+                        {"config", run_config_to_json(cfg)}, {"status", "running"}};
+  const Corpus& corpus = corpus_for(cfg, corpora);
+  const double entropy = unigram_entropy(corpus.train);
+  const double target = std::isnan(study.loss_target) ? entropy - 0.5 : study.loss_target;
+  run["unigram_entropy"] = entropy;
+  run["loss_target"] = target;
+  fs::create_directories(dir);
+
+  nlohmann::json instruments = nlohmann::json::object();
+  const auto probe_t0 = Clock::now();
+  if (study.instruments) {
+    progress.stage("instruments at initialization");
+    Model<float> fresh(cfg.model);
+    if (!cfg.train.init_from.empty()) load_params(cfg.train.init_from, fresh);
+    auto m = widen(fresh);
+    instruments["init"] = probe_model(*m, corpus.val, study.probe_seq_len, 11);
+  }
+  double probe_seconds = seconds_since(probe_t0);
+  if (stopped(options)) {
+    run["status"] = "interrupted";
+    return run;
+  }
+
+  TrainOptions topts;
+  topts.overwrite = options.force;
+  topts.quiet = true;
+  topts.stop = options.stop;
+  topts.on_step = [&](const StepInfo& s) { progress.step(s); };
+  const TrainResult r = train(cfg, topts);
+  read_metrics(dir / "metrics.jsonl", run);
+  run["status"] = r.interrupted ? "interrupted" : r.diverged ? "diverged" : "finished";
+  run["steps_to_target"] = steps_to_target(run["train"], target);
+
+  const fs::path ckpt = dir / "checkpoint.safetensors";
+  if (study.instruments && !stopped(options) && fs::exists(ckpt)) {
+    progress.stage("instruments after training");
+    const auto t1 = Clock::now();
+    auto trained = load_model(ckpt.string());
+    auto m = widen(*trained);
+    instruments["final"] = probe_model(*m, corpus.val, study.probe_seq_len, 11);
+    probe_seconds += seconds_since(t1);
+  }
+  run["instruments_seconds"] = probe_seconds;
+  if (!instruments.empty()) {
+    run["instruments"] = instruments;
+    write_atomically(dir / "instruments.json", instruments.dump(1) + "\n");
+  }
+  return run;
+}
+
+}  // namespace
+
+int run_study(const Study& study, const CompareOptions& options) {
+  const fs::path out(options.out_dir);
+  std::error_code ec;
+  if (fs::exists(out / "results.json") || fs::exists(out / "runs")) {
+    if (!options.force)
+      throw Error(fmt::format("'{}' already holds a study; choose another --out or pass --force to replace it",
+                              options.out_dir));
+    fs::remove_all(out / "runs", ec);
+  }
+  fs::create_directories(out / "runs", ec);
+  if (ec || !fs::is_directory(out / "runs"))
+    throw Error(fmt::format("--out '{}': cannot create the output directory ({})", options.out_dir,
+                            ec ? ec.message() : "a file is in the way"));
+  write_atomically(out / "study.json", study.document.dump(2) + "\n");
+
+  std::vector<double> costs;
+  for (const auto& r : study.runs) costs.push_back(run_cost(r.config));
+  Progress progress(costs);
+  progress.set_theory(study.theory);
+  fmt::print("normlab compare: study '{}' ({} runs) -> {}\n", study.name, study.runs.size(), options.out_dir);
+  if (!study.description.empty()) fmt::print("{}\n", study.description);
+
+  nlohmann::json results = {{"study", {{"name", study.name}, {"title", study.title},
+                                       {"description", study.description}, {"varying", study.varying},
+                                       {"instruments", study.instruments}, {"probe_seq_len", study.probe_seq_len},
+                                       {"document", study.document}}},
+                            {"runs", nlohmann::json::array()}};
+  std::map<std::string, Corpus> corpora;
+  bool interrupted = false, failed = false;
+  for (size_t i = 0; i < study.runs.size(); i++) {
+    const StudyRun& spec = study.runs[i];
+    if (interrupted || stopped(options)) {
+      interrupted = true;
+      results["runs"].push_back({{"name", spec.name}, {"label", spec.label}, {"grid", spec.grid},
+                                 {"config", run_config_to_json(spec.config)}, {"status", "not run"}});
+      continue;
+    }
+    progress.begin_run(i, spec.label, spec.config.train.steps);
+    nlohmann::json run;
+    try {
+      run = run_one(study, spec, out / "runs" / spec.name, options, progress, corpora);
+    } catch (const Error& e) {
+      failed = true;
+      run = {{"name", spec.name}, {"label", spec.label}, {"grid", spec.grid},
+             {"config", run_config_to_json(spec.config)}, {"status", "failed"}, {"error", e.what()}};
+    }
+    const std::string status = run["status"];
+    std::string outcome = status;
+    if (status == "diverged") outcome = fmt::format("diverged at step {}", run["diverged"].value("step", 0L));
+    if (status == "failed") outcome = "FAILED: " + run.value("error", std::string());
+    if (run.contains("summary") && run["summary"]["val_loss"].is_number())
+      outcome += fmt::format(", validation loss {:.4f}", run["summary"]["val_loss"].get<double>());
+    progress.end_run(outcome);
+    if (status == "interrupted") interrupted = true;
+    results["runs"].push_back(std::move(run));
+  }
+
+  if (study.theory && !interrupted) {
+    fmt::print("[theory] the claims of the source documents (normlab theory)\n");
+    std::fflush(stdout);
+    const auto t0 = Clock::now();
+    nlohmann::json claims = nlohmann::json::array();
+    for (const auto& c : analysis::run_theory(analysis::TheoryOptions{}))
+      claims.push_back({{"source", c.source}, {"statement", c.statement}, {"measured", c.measured},
+                        {"verdict", c.verdict}, {"numbers", c.numbers}});
+    results["theory"] = claims;
+    results["theory_seconds"] = seconds_since(t0);
+    progress.theory_done();
+  }
+  results["interrupted"] = interrupted;
+  results["elapsed_s"] = progress.elapsed();
+  results["summary"] = written_summary(results);
+
+  write_atomically(out / "results.json", results.dump(1) + "\n");
+  const std::string table = summary_table(results);
+  write_atomically(out / "summary.txt", table + "\n" + fmt::format("{}\n", fmt::join(results["summary"], "\n")));
+  write_report(results, out / "report.html");
+
+  fmt::print("\n{}\n", table);
+  for (const auto& line : results["summary"]) fmt::print("- {}\n", line.get<std::string>());
+  fmt::print("\nreport: {}\nresults: {}\n", (out / "report.html").string(), (out / "results.json").string());
+  if (interrupted) {
+    fmt::print("interrupted: the report covers the runs that finished; the rest were not run\n");
+    return 130;
+  }
+  if (failed) {
+    fmt::print(stderr, "normlab: error: some runs failed (see the table above)\n");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace normlab::study

@@ -1,0 +1,26 @@
+// runner.h: runs a study: every run in turn (instruments at initialization, training, instruments
+// after training), then the theory claims; live progress with the estimated time left per run and
+// for the whole study; Ctrl-C stops cleanly (the current run is kept as interrupted, later runs are
+// skipped) and the results and report of what finished are still written. The output directory
+// holds study.json (the study as read), runs/<run>/ (metrics.jsonl, config.json, checkpoint,
+// instruments.json), results.json (everything the report shows), summary.txt and report.html.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "study/study.h"
+
+namespace normlab::study {
+
+struct CompareOptions {
+  std::string out_dir;   // created; refused if it already holds a study unless force
+  bool force = false;
+  const std::atomic<bool>* stop = nullptr;  // set by the caller's SIGINT handler
+};
+
+// Returns the process exit code: 0 when every run finished (diverged runs included: divergence is a
+// result), 130 when interrupted.
+int run_study(const Study& study, const CompareOptions& options);
+
+}  // namespace normlab::study

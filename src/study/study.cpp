@@ -1,0 +1,212 @@
+// study.cpp: reading a study (TOML -> JSON -> runs) and the built-in studies.
+#include "study/study.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fmt/format.h>
+#include <limits>
+
+#include "util/error.h"
+
+namespace normlab::study {
+
+namespace {
+
+constexpr size_t kMaxRuns = 256;
+
+// {"model": {"placement": [...]}} and {"model.placement": [...]} both become "model.placement".
+void flatten_grid(const nlohmann::json& table, const std::string& prefix, nlohmann::json& out,
+                  const std::string& where) {
+  for (const auto& [key, value] : table.items()) {
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (value.is_object()) {
+      flatten_grid(value, path, out, where);
+      continue;
+    }
+    if (std::count(path.begin(), path.end(), '.') != 1)
+      throw Error(fmt::format("{}: grid key '{}' must be section.key, e.g. model.placement", where, path));
+    const std::string section = path.substr(0, path.find('.'));
+    if (section != "model" && section != "train" && section != "data")
+      throw Error(fmt::format("{}: grid key '{}': the section must be model, train or data", where, path));
+    if (!value.is_array() || value.empty())
+      throw Error(fmt::format("{}: grid key '{}' needs a non-empty array of values, e.g. [\"post\", \"pre\"]",
+                              where, path));
+    out[path] = value;
+  }
+}
+
+// Every combination of one grid's values, in the order the keys were written (last key fastest).
+std::vector<nlohmann::json> expand(const nlohmann::json& grid) {
+  std::vector<nlohmann::json> combos = {nlohmann::json::object()};
+  for (const auto& [key, values] : grid.items()) {
+    std::vector<nlohmann::json> next;
+    for (const auto& c : combos)
+      for (const auto& v : values) {
+        nlohmann::json n = c;
+        n[key] = v;
+        next.push_back(std::move(n));
+      }
+    combos = std::move(next);
+  }
+  return combos;
+}
+
+std::string value_text(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+std::string dir_safe(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '=') ? c : '_';
+  return out;
+}
+
+nlohmann::json resolved_value(const RunConfig& cfg, const std::string& dotted) {
+  const nlohmann::json all = run_config_to_json(cfg);
+  const auto dot = dotted.find('.');
+  return all.at(dotted.substr(0, dot)).value(dotted.substr(dot + 1), nlohmann::json());
+}
+
+template <class T>
+void read_setting(nlohmann::json& table, const char* key, T& out, const std::string& where) {
+  if (!table.contains(key)) return;
+  try {
+    out = table[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(fmt::format("{}: study.{} has the wrong type ({})", where, key, table[key].dump()));
+  }
+  table.erase(key);
+}
+
+}  // namespace
+
+Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::string>& sets, const std::string& where) {
+  if (!doc_in.is_object()) throw Error(fmt::format("{}: not a table", where));
+  for (const auto& [key, value] : doc_in.items())
+    if (key != "study" && key != "base" && key != "grid")
+      throw Error(fmt::format("{}: unknown table '{}' (expected [study], [base.*] and [[grid]])", where, key));
+  Study s;
+  s.document = doc_in;
+  s.loss_target = std::numeric_limits<double>::quiet_NaN();
+
+  nlohmann::json settings = doc_in.value("study", nlohmann::json::object());
+  if (!settings.is_object()) throw Error(fmt::format("{}: [study] must be a table", where));
+  read_setting(settings, "name", s.name, where);
+  read_setting(settings, "title", s.title, where);
+  read_setting(settings, "description", s.description, where);
+  read_setting(settings, "loss_target", s.loss_target, where);
+  read_setting(settings, "instruments", s.instruments, where);
+  read_setting(settings, "theory", s.theory, where);
+  read_setting(settings, "probe_seq_len", s.probe_seq_len, where);
+  if (!settings.empty())
+    throw Error(fmt::format("{}: unknown [study] key '{}' (known: name, title, description, loss_target, "
+                            "instruments, theory, probe_seq_len)", where, settings.begin().key()));
+  if (s.name.empty()) s.name = "study";
+  if (s.title.empty()) s.title = s.name;
+  if (!std::isnan(s.loss_target) && !(s.loss_target > 0 && std::isfinite(s.loss_target)))
+    throw Error(fmt::format("{}: study.loss_target = {} must be a positive number", where, s.loss_target));
+  if (s.probe_seq_len < 2 || s.probe_seq_len > 256)
+    throw Error(fmt::format("{}: study.probe_seq_len = {} must be in [2, 256]", where, s.probe_seq_len));
+
+  const nlohmann::json base = doc_in.value("base", nlohmann::json::object());
+  if (!base.is_object()) throw Error(fmt::format("{}: [base] must be a table", where));
+
+  // the grids
+  std::vector<nlohmann::json> grids;
+  if (doc_in.contains("grid")) {
+    const nlohmann::json& g = doc_in["grid"];
+    if (g.is_object()) grids.push_back(g);
+    else if (g.is_array()) grids.assign(g.begin(), g.end());
+    else throw Error(fmt::format("{}: grid must be [[grid]] tables", where));
+  }
+  if (grids.empty()) grids.push_back(nlohmann::json::object());  // a single run of the base config
+  std::vector<std::string> grid_keys;  // in the order first written
+  std::vector<nlohmann::json> combos;
+  for (size_t i = 0; i < grids.size(); i++) {
+    if (!grids[i].is_object()) throw Error(fmt::format("{}: grid {} is not a table", where, i + 1));
+    nlohmann::json flat = nlohmann::json::object();
+    flatten_grid(grids[i], "", flat, fmt::format("{} grid {}", where, i + 1));
+    for (const auto& [k, v] : flat.items())
+      if (std::find(grid_keys.begin(), grid_keys.end(), k) == grid_keys.end()) grid_keys.push_back(k);
+    for (auto& c : expand(flat)) combos.push_back(std::move(c));
+    if (combos.size() > kMaxRuns)
+      throw Error(fmt::format("{}: more than {} runs; split the study", where, kMaxRuns));
+  }
+  for (const std::string& o : sets) {
+    const std::string key = o.substr(0, o.find('='));
+    if (std::find(grid_keys.begin(), grid_keys.end(), key) != grid_keys.end())
+      throw Error(fmt::format("--set '{}': {} is a grid key of the study; edit the study instead", o, key));
+  }
+
+  // the runs
+  for (size_t i = 0; i < combos.size(); i++) {
+    nlohmann::json doc = base;
+    for (const auto& [key, value] : combos[i].items()) {
+      const auto dot = key.find('.');
+      doc[key.substr(0, dot)][key.substr(dot + 1)] = value;
+    }
+    apply_overrides(doc, sets);
+    StudyRun run;
+    run.grid = combos[i];
+    run.config = run_config_from_json(doc, fmt::format("{} run {} ({})", where, i + 1, combos[i].dump()));
+    if (!run.config.data.tokens.empty())
+      throw Error(fmt::format("{} run {}: data.tokens is not supported in a study (runs train on a corpus)",
+                              where, i + 1));
+    s.runs.push_back(std::move(run));
+  }
+
+  // labels from the keys whose resolved values differ between runs, the usual subjects first
+  // (JSON from TOML keeps no key order)
+  static const std::vector<std::string> kFirst = {"model.placement", "model.norm", "train.lr",
+                                                  "train.warmup_steps", "model.n_layers"};
+  auto rank = [&](const std::string& k) {
+    return size_t(std::find(kFirst.begin(), kFirst.end(), k) - kFirst.begin());
+  };
+  std::stable_sort(grid_keys.begin(), grid_keys.end(), [&](const std::string& a, const std::string& b) {
+    return rank(a) != rank(b) ? rank(a) < rank(b) : a < b;
+  });
+  for (const std::string& key : grid_keys) {
+    const nlohmann::json first = resolved_value(s.runs[0].config, key);
+    for (const auto& r : s.runs)
+      if (resolved_value(r.config, key) != first) {
+        s.varying.push_back(key);
+        break;
+      }
+  }
+  for (size_t i = 0; i < s.runs.size(); i++) {
+    StudyRun& r = s.runs[i];
+    std::vector<std::string> parts;
+    for (const std::string& key : s.varying) {
+      const nlohmann::json v = r.grid.contains(key) ? r.grid[key] : resolved_value(r.config, key);
+      parts.push_back(key.substr(key.find('.') + 1) + "=" + value_text(v));
+    }
+    r.label = parts.empty() ? s.name : fmt::format("{}", fmt::join(parts, " "));
+    r.name = fmt::format("{:02}-{}", i + 1, dir_safe(parts.empty() ? s.name : fmt::format("{}", fmt::join(parts, "_"))));
+  }
+  return s;
+}
+
+Study read_study_file(const std::string& path, const std::vector<std::string>& sets) {
+  if (!std::filesystem::is_regular_file(path)) throw Error(fmt::format("study '{}': no such file", path));
+  return study_from_json(read_toml(path), sets, fmt::format("study '{}'", path));
+}
+
+std::string builtin_study_path(const std::string& name) {
+  return std::string(NORMLAB_SOURCE_DIR) + "/studies/" + name + ".toml";
+}
+
+std::vector<std::string> builtin_study_names() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(NORMLAB_SOURCE_DIR) + "/studies", ec))
+    if (e.path().extension() == ".toml") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Study builtin_study(const std::string& name, const std::vector<std::string>& sets) {
+  const auto names = builtin_study_names();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    throw Error(fmt::format("no built-in study '{}' (built in: {})", name, fmt::join(names, ", ")));
+  return study_from_json(read_toml(builtin_study_path(name)), sets, fmt::format("built-in study '{}'", name));
+}
+
+}  // namespace normlab::study

@@ -1,0 +1,245 @@
+// summary.cpp: the summary table and the written summary of a study.
+#include "study/summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <map>
+#include <optional>
+#include <vector>
+
+namespace normlab::study {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr double kStuckMargin = 0.05;  // within this of the unigram entropy: learned only byte frequencies
+constexpr double kEffectMargin = 0.1;  // nats: smaller differences are called "about the same"
+
+std::optional<double> number(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return std::nullopt;
+  return j[key].get<double>();
+}
+
+std::optional<double> val_loss(const json& run) {
+  return run.contains("summary") ? number(run["summary"], "val_loss") : std::nullopt;
+}
+
+std::optional<double> grad_ratio(const json& run) {
+  if (!run.contains("instruments") || !run["instruments"].contains("init")) return std::nullopt;
+  return number(run["instruments"]["init"]["dynamics"], "grad_norm_last_over_first");
+}
+
+std::string grid_value(const json& run, const std::string& dotted) {
+  const auto dot = dotted.find('.');
+  const json& v = run["config"][dotted.substr(0, dot)][dotted.substr(dot + 1)];
+  if (run["grid"].contains(dotted)) {
+    const json& g = run["grid"][dotted];
+    return g.is_string() ? g.get<std::string>() : g.dump();
+  }
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+std::string short_key(const std::string& dotted) { return dotted.substr(dotted.find('.') + 1); }
+
+bool learned_only_unigram(const json& run) {
+  const auto v = val_loss(run);
+  const auto h = number(run, "unigram_entropy");
+  return v && h && *v >= *h - kStuckMargin;
+}
+
+std::string loss_text(const json& run) {
+  if (run["status"] == "diverged") return fmt::format("diverged at step {}", run["diverged"].value("step", 0L));
+  const auto v = val_loss(run);
+  return v ? fmt::format("{:.3f}", *v) : std::string(run["status"]);
+}
+
+// Runs with the given value of every varying key except `key`.
+std::string signature(const json& run, const std::vector<std::string>& varying, const std::string& except) {
+  std::string s;
+  for (const auto& k : varying)
+    if (k != except) s += (s.empty() ? "" : " ") + short_key(k) + "=" + grid_value(run, k);
+  return s;
+}
+
+const json* find_run(const json& runs, const std::vector<std::string>& varying,
+                     const std::map<std::string, std::string>& want) {
+  for (const auto& r : runs) {
+    bool ok = r.contains("summary");
+    for (const auto& k : varying)
+      if (ok && want.count(k) && grid_value(r, k) != want.at(k)) ok = false;
+    if (ok) return &r;
+  }
+  return nullptr;
+}
+
+// The known warm-up effect: Post-LN without warm-up vs Pre-LN without warm-up (and Post-LN with).
+void warmup_effect(const json& runs, const std::vector<std::string>& varying, json& out) {
+  const bool has_placement = std::count(varying.begin(), varying.end(), "model.placement");
+  const bool has_warmup = std::count(varying.begin(), varying.end(), "train.warmup_steps");
+  if (!has_placement || !has_warmup) return;
+  // the smallest and largest warm-up in the study, other keys as in the first post run
+  long lo = LONG_MAX, hi = LONG_MIN;
+  for (const auto& r : runs) {
+    const long w = r["config"]["train"]["warmup_steps"].get<long>();
+    lo = std::min(lo, w);
+    hi = std::max(hi, w);
+  }
+  for (const auto& first : runs) {
+    if (grid_value(first, "model.placement") != "post" || !first.contains("summary")) continue;
+    std::map<std::string, std::string> want;
+    for (const auto& k : varying) want[k] = grid_value(first, k);
+    want["train.warmup_steps"] = std::to_string(lo);
+    const json* post_cold = find_run(runs, varying, want);
+    want["model.placement"] = "pre";
+    const json* pre_cold = find_run(runs, varying, want);
+    want["train.warmup_steps"] = std::to_string(hi);
+    want["model.placement"] = "post";
+    const json* post_warm = find_run(runs, varying, want);
+    if (!post_cold || !pre_cold) continue;
+    const std::string where = signature(*post_cold, varying, "model.placement");
+    const auto pc = val_loss(*post_cold), pr = val_loss(*pre_cold);
+    const bool post_bad = post_cold->value("status", "") == "diverged" || !pc || (pr && *pc > *pr + kEffectMargin);
+    out.push_back(fmt::format(
+        "Known effect, Post-LN needs warm-up: at {} ({}), Post-LN ended at {} and Pre-LN at {} (validation loss): {}.",
+        where, fmt::format("lr {}", first["config"]["train"]["lr"].dump()), loss_text(*post_cold), loss_text(*pre_cold),
+        post_bad ? "Post-LN without warm-up did worse, the known effect appears"
+                 : "Post-LN without warm-up did not do worse here, the known effect does NOT appear in this setting"));
+    if (post_warm && post_warm != post_cold) {
+      const auto pw = val_loss(*post_warm);
+      const bool helped = pw && (!pc || *pw < *pc - kEffectMargin);
+      out.push_back(fmt::format("With {} warm-up steps Post-LN ended at {} instead of {}: warm-up {}.", hi,
+                                loss_text(*post_warm), loss_text(*post_cold),
+                                helped ? "helped" : "made no clear difference (within 0.1 nats)"));
+    }
+    return;  // the first matching setting is the headline
+  }
+}
+
+}  // namespace
+
+std::string summary_table(const json& results) {
+  const json& runs = results["runs"];
+  size_t w = 24;
+  for (const auto& r : runs) w = std::max(w, r["label"].get<std::string>().size());
+  std::string t = fmt::format("{:<{}}  {:<11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>11}\n", "run", w, "status",
+                              "train loss", "val loss", "diverged at", "to target", "tokens/s", "grad L/1");
+  for (const auto& r : runs) {
+    const json s = r.value("summary", json::object());
+    auto num = [&](const char* k, const char* f) {
+      const auto v = number(s, k);
+      return v ? fmt::format(fmt::runtime(f), *v) : std::string("-");
+    };
+    const std::string div = r.value("status", "") == "diverged" ? std::to_string(r["diverged"].value("step", 0L)) : "-";
+    const std::string target = r.contains("steps_to_target") && r["steps_to_target"].is_number()
+                                   ? std::to_string(r["steps_to_target"].get<long>()) : "-";
+    const auto g = grad_ratio(r);
+    t += fmt::format("{:<{}}  {:<11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>11}\n", r["label"].get<std::string>(), w,
+                     r["status"].get<std::string>(), num("train_loss", "{:.4f}"), num("val_loss", "{:.4f}"), div,
+                     target, num("tokens_per_s", "{:.0f}"), g ? fmt::format("{:.3f}", *g) : "-");
+  }
+  if (!runs.empty() && runs[0].contains("loss_target"))
+    t += fmt::format("to target: first step where the mean of the last 20 training losses is <= {:.3f} nats; "
+                     "grad L/1: gradient norm of the last layer / the first, at initialization\n",
+                     runs[0]["loss_target"].get<double>());
+  return t;
+}
+
+json written_summary(const json& results) {
+  json out = json::array();
+  const json& runs = results["runs"];
+  std::vector<std::string> varying = results["study"]["varying"];
+  std::vector<const json*> done;
+  for (const auto& r : runs)
+    if (r.contains("summary") && r["status"] != "interrupted") done.push_back(&r);
+  if (results.value("interrupted", false))
+    out.push_back(fmt::format("The study was interrupted: {} of {} runs finished; the rest are not in these results.",
+                              done.size(), runs.size()));
+  for (const auto& r : runs)
+    if (r["status"] == "failed")
+      out.push_back(fmt::format("{} failed: {}", r["label"].get<std::string>(), r.value("error", "")));
+  if (done.empty()) return out;
+
+  // divergence
+  std::vector<std::string> diverged;
+  for (const json* r : done)
+    if ((*r)["status"] == "diverged")
+      diverged.push_back(fmt::format("{} (step {}, non-finite {})", (*r)["label"].get<std::string>(),
+                                     (*r)["diverged"].value("step", 0L), (*r)["diverged"].value("tensor", "")));
+  out.push_back(diverged.empty() ? std::string("No run diverged (no non-finite loss or gradient).")
+                                 : fmt::format("Diverged: {}.", fmt::join(diverged, "; ")));
+  // runs that learned nothing beyond byte frequencies
+  std::vector<std::string> stuck;
+  for (const json* r : done)
+    if (learned_only_unigram(*r)) stuck.push_back(fmt::format("{} ({:.3f})", (*r)["label"].get<std::string>(), *val_loss(*r)));
+  if (!stuck.empty())
+    out.push_back(fmt::format("Did not learn beyond the byte frequencies (final validation loss within {} nats of the "
+                              "corpus' byte unigram entropy, {:.3f}): {}.",
+                              kStuckMargin, (*done[0])["unigram_entropy"].get<double>(), fmt::join(stuck, "; ")));
+  // best and fastest
+  const json* best = nullptr;
+  for (const json* r : done)
+    if (val_loss(*r) && (!best || *val_loss(*r) < *val_loss(*best))) best = r;
+  if (best) out.push_back(fmt::format("Best final validation loss: {} ({:.3f} nats).", (*best)["label"].get<std::string>(), *val_loss(*best)));
+  const json* fastest = nullptr;
+  std::vector<std::string> never;
+  for (const json* r : done) {
+    const json& s = (*r)["steps_to_target"];
+    if (!s.is_number()) never.push_back((*r)["label"]);
+    else if (!fastest || s.get<long>() < (*fastest)["steps_to_target"].get<long>()) fastest = r;
+  }
+  const double target = (*done[0])["loss_target"].get<double>();
+  if (fastest)
+    out.push_back(fmt::format("Fastest to the loss target {:.2f}: {} (step {}){}.", target, (*fastest)["label"].get<std::string>(),
+                              (*fastest)["steps_to_target"].get<long>(),
+                              never.empty() ? "" : fmt::format("; never reached it: {}", fmt::join(never, ", "))));
+  else
+    out.push_back(fmt::format("No run reached the loss target {:.2f}.", target));
+
+  warmup_effect(runs, varying, out);
+
+  // what each varied key changed, the other keys held fixed
+  for (const auto& key : varying) {
+    std::map<std::string, std::vector<std::string>> groups;
+    for (const json* r : done)
+      groups[signature(*r, varying, key)].push_back(fmt::format("{} -> {}", grid_value(*r, key), loss_text(*r)));
+    for (const auto& [sig, items] : groups)
+      if (items.size() > 1)
+        out.push_back(fmt::format("Varying {}{}: {} (final validation loss).", short_key(key),
+                                  sig.empty() ? "" : " at " + sig, fmt::join(items, ", ")));
+  }
+
+  // gradient norm by layer at initialization (Xiong et al. 2020)
+  std::map<std::string, std::vector<double>> ratios;
+  for (const auto& r : runs)
+    if (const auto g = grad_ratio(r)) ratios[r["config"]["model"]["placement"].dump()].push_back(*g);
+  if (!ratios.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [p, v] : ratios) {
+      const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+      parts.push_back(*lo == *hi ? fmt::format("{} {:.2f}", p, *lo) : fmt::format("{} {:.2f} to {:.2f}", p, *lo, *hi));
+    }
+    out.push_back(fmt::format("Gradient norm at initialization, last layer / first layer (Xiong et al. 2020 predict "
+                              "> 1 for Post-LN, about 1 for Pre-LN): {}.", fmt::join(parts, "; ")));
+  }
+
+  // theory claims
+  if (results.contains("theory")) {
+    std::vector<std::string> holds, conditional, violated, other;
+    for (const auto& c : results["theory"]) {
+      const std::string v = c["verdict"], src = c["source"];
+      if (v.rfind("violated", 0) == 0) violated.push_back(src);
+      else if (v.rfind("holds only", 0) == 0) conditional.push_back(src);
+      else if (v.rfind("holds", 0) == 0) holds.push_back(src);
+      else other.push_back(src);
+    }
+    out.push_back(fmt::format("Theory claims ({} measured): {} hold; {} hold only under a condition ({}); {} violated "
+                              "({}); {} not observed or vacuous here ({}).",
+                              results["theory"].size(), holds.size(), conditional.size(), fmt::join(conditional, ", "),
+                              violated.size(), fmt::join(violated, ", "), other.size(), fmt::join(other, ", ")));
+  }
+  return out;
+}
+
+}  // namespace normlab::study

@@ -1,0 +1,19 @@
+// summary.h: what a study's results say, in words and as a table, generated from the data alone
+// (results.json as written by the runner): which runs diverged or did not learn, which trained best
+// and fastest, what each varied key changed, whether the known effects appeared, what the
+// instruments read at initialization and which theory claims held.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace normlab::study {
+
+// Per run: label, status, final train and validation loss, divergence step, steps to the loss
+// target, tokens/s, and the gradient-norm ratio (last layer / first) at initialization.
+std::string summary_table(const nlohmann::json& results);
+
+// The written summary: a JSON array of sentences.
+nlohmann::json written_summary(const nlohmann::json& results);
+
+}  // namespace normlab::study
