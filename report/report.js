@@ -49,7 +49,7 @@
   // ---- charts ----
   Chart.defaults.animation = false;
   Chart.defaults.font.size = 11;
-  Chart.defaults.plugins.legend.labels.boxWidth = 18;
+  Chart.defaults.plugins.legend.display = false;  // one legend for every chart: legend() below
 
   function canvasDrawn(canvas) {
     const ctx = canvas.getContext('2d');
@@ -109,7 +109,15 @@
     return Object.assign({label: run.label, data: points, borderColor: style[i].colour, backgroundColor: style[i].colour,
                           borderDash: style[i].dash, borderWidth: 1.6, pointRadius: 0, tension: 0}, extra || {});
   }
-  const axis = (title, type) => ({type: type || 'linear', title: {display: true, text: title}});
+  // Log axes: ticks at 1, 2 and 5 times powers of ten, in short form; linear axes: Chart.js's own.
+  function tickLabel(value, index, ticks) {
+    if (this.type !== 'logarithmic') return Chart.Ticks.formatters.numeric.call(this, value, index, ticks);
+    const mantissa = value / Math.pow(10, Math.floor(Math.log10(value) + 1e-9));
+    if (![1, 2, 5].some((m) => Math.abs(mantissa - m) < 1e-6)) return '';
+    return (value >= 1e-3 && value < 1e5) ? String(+value.toPrecision(3)) : value.toExponential(0);
+  }
+  const axis = (title, type) => ({type: type || 'linear', title: {display: true, text: title},
+                                  ticks: {callback: tickLabel}});
 
   // Moving average (the plotted training curves; the table uses the raw numbers).
   function smooth(values, window) {
@@ -169,8 +177,27 @@
   if (target) root.append(el('p', {class: 'meta'}, `Steps to target: first step where the mean of the last 20 training losses ` +
       `is at most ${fmt(target.loss_target, 3)} nats. Byte unigram entropy of the corpus: ${fmt(target.unigram_entropy, 3)} nats.`));
 
+  // One legend for all charts: a swatch drawn with the run's colour and dash.
+  function legend() {
+    const box = el('div', {class: 'legend'});
+    runs.forEach((run, i) => {
+      const swatch = el('canvas', {width: 36, height: 10});
+      const ctx = swatch.getContext('2d');
+      ctx.strokeStyle = style[i].colour;
+      ctx.lineWidth = 2.5;
+      ctx.setLineDash(style[i].dash);
+      ctx.beginPath();
+      ctx.moveTo(0, 5);
+      ctx.lineTo(36, 5);
+      ctx.stroke();
+      box.append(el('span', {class: 'item'}, swatch, ' ' + run.label));
+    });
+    return box;
+  }
+
   // ---- training ----
   root.append(el('h2', {}, 'Training'));
+  root.append(legend());
   const training = el('div', {class: 'grid'});
   root.append(training);
   const trained = runs.map((r, i) => [r, i]).filter(([r]) => r.train && r.train.step.length > 0);
@@ -207,6 +234,7 @@
   const probed = runs.map((r, i) => [r, i]).filter(([r]) => r.instruments && r.instruments.init);
   root.append(el('h2', {}, 'Instruments'));
   if (!probed.length) root.append(el('p', {class: 'meta'}, 'The instruments were off in this study (study.instruments = false) or no run got that far.'));
+  if (probed.length) root.append(legend());
   const instruments = el('div', {class: 'grid'});
   root.append(instruments);
   const T = probed.length ? probed[0][0].instruments.init.T : 0;

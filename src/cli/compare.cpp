@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <fstream>
 
-#include "study/report.h"
+#include "study/summary.h"
 #include "study/runner.h"
 #include "study/study.h"
 #include "util/error.h"
@@ -42,7 +42,7 @@ void add_compare_command(CLI::App& app, CompareCommand& cmd) {
   cmd.compare->add_option("--out,-o", cmd.out, "output directory (default runs/compare-<study>-<date>-<time>)");
   cmd.compare->add_flag("--force", cmd.force, "replace a study already in --out");
   cmd.compare->add_flag("--list", cmd.list, "list the built-in studies and exit");
-  cmd.report = app.add_subcommand("report", "write DIR/report.html again from DIR/results.json");
+  cmd.report = app.add_subcommand("report", "redo DIR's summary and report.html from DIR/results.json");
   cmd.report->add_option("dir", cmd.report_dir, "a study directory from normlab compare")->required();
 }
 
@@ -50,12 +50,16 @@ int run_report(const CompareCommand& cmd) {
   const std::filesystem::path dir(cmd.report_dir), path = dir / "results.json";
   std::ifstream in(path);
   if (!in) throw Error(fmt::format("'{}': no results.json (is it a directory from normlab compare?)", cmd.report_dir));
-  const nlohmann::json results = nlohmann::json::parse(in, nullptr, false);
+  nlohmann::json results = nlohmann::json::parse(in, nullptr, false);
   if (results.is_discarded() || !results.is_object() || !results.contains("study") || !results.contains("runs") ||
       !results["runs"].is_array())
     throw Error(fmt::format("'{}': not a normlab results file (corrupt or truncated?)", path.string()));
-  study::write_report(results, dir / "report.html");
-  fmt::print("report: {}\n", (dir / "report.html").string());
+  try {
+    study::write_outputs(results, dir);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("'{}': not a normlab results file ({})", path.string(), e.what()));
+  }
+  fmt::print("{}\nreport: {}\n", study::summary_table(results), (dir / "report.html").string());
   return 0;
 }
 

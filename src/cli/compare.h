@@ -1,6 +1,6 @@
 // compare.h: `normlab compare`: runs a study (built-in by name, or a study TOML) into an output
 // directory and writes its report; `normlab` with no arguments runs the default study.
-// `normlab report DIR` writes DIR/report.html again from DIR/results.json.
+// `normlab report DIR` redoes the written summary, summary.txt and report.html from DIR/results.json.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -234,6 +234,14 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
 
 }  // namespace
 
+void write_outputs(nlohmann::json& results, const std::filesystem::path& dir) {
+  results["summary"] = written_summary(results);
+  write_atomically(dir / "results.json", results.dump(1) + "\n");
+  write_atomically(dir / "summary.txt",
+                   summary_table(results) + "\n" + fmt::format("{}\n", fmt::join(results["summary"], "\n")));
+  write_report(results, dir / "report.html");
+}
+
 int run_study(const Study& study, const CompareOptions& options) {
   const fs::path out(options.out_dir);
   std::error_code ec;
@@ -305,14 +313,9 @@ int run_study(const Study& study, const CompareOptions& options) {
   }
   results["interrupted"] = interrupted;
   results["elapsed_s"] = progress.elapsed();
-  results["summary"] = written_summary(results);
+  write_outputs(results, out);
 
-  write_atomically(out / "results.json", results.dump(1) + "\n");
-  const std::string table = summary_table(results);
-  write_atomically(out / "summary.txt", table + "\n" + fmt::format("{}\n", fmt::join(results["summary"], "\n")));
-  write_report(results, out / "report.html");
-
-  fmt::print("\n{}\n", table);
+  fmt::print("\n{}\n", summary_table(results));
   for (const auto& line : results["summary"]) fmt::print("- {}\n", line.get<std::string>());
   fmt::print("\nreport: {}\nresults: {}\n", (out / "report.html").string(), (out / "results.json").string());
   if (interrupted) {

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <atomic>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "study/study.h"
@@ -22,5 +24,9 @@ struct CompareOptions {
 // Returns the process exit code: 0 when every run finished (diverged runs included: divergence is a
 // result), 130 when interrupted.
 int run_study(const Study& study, const CompareOptions& options);
+
+// Writes the written summary into `results`, then results.json, summary.txt and report.html into
+// dir (also used by `normlab report` to redo them from a results.json).
+void write_outputs(nlohmann::json& results, const std::filesystem::path& dir);
 
 }  // namespace normlab::study

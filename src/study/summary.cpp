@@ -43,6 +43,15 @@ std::string grid_value(const json& run, const std::string& dotted) {
 
 std::string short_key(const std::string& dotted) { return dotted.substr(dotted.find('.') + 1); }
 
+// "post" for a model whose layers are all post; "mixed" for a per-layer mix.
+std::string placement_name(const json& run) {
+  const json& p = run["config"]["model"]["placement"];
+  if (p.is_string()) return p;
+  for (const auto& x : p)
+    if (x != p[0]) return "mixed";
+  return p.empty() ? "?" : p[0].get<std::string>();
+}
+
 bool learned_only_unigram(const json& run) {
   const auto v = val_loss(run);
   const auto h = number(run, "unigram_entropy");
@@ -174,8 +183,9 @@ json written_summary(const json& results) {
   for (const json* r : done)
     if (learned_only_unigram(*r)) stuck.push_back(fmt::format("{} ({:.3f})", (*r)["label"].get<std::string>(), *val_loss(*r)));
   if (!stuck.empty())
-    out.push_back(fmt::format("Did not learn beyond the byte frequencies (final validation loss within {} nats of the "
-                              "corpus' byte unigram entropy, {:.3f}): {}.",
+    out.push_back(fmt::format("Did not get below the byte unigram entropy of the corpus ({1:.3f} nats, where a model "
+                              "that learned only byte frequencies sits; final validation loss within {0} nats of it "
+                              "or above): {2}.",
                               kStuckMargin, (*done[0])["unigram_entropy"].get<double>(), fmt::join(stuck, "; ")));
   // best and fastest
   const json* best = nullptr;
@@ -213,7 +223,8 @@ json written_summary(const json& results) {
   // gradient norm by layer at initialization (Xiong et al. 2020)
   std::map<std::string, std::vector<double>> ratios;
   for (const auto& r : runs)
-    if (const auto g = grad_ratio(r)) ratios[r["config"]["model"]["placement"].dump()].push_back(*g);
+    if (const auto g = grad_ratio(r))
+      ratios[fmt::format("{} ({} layers)", placement_name(r), r["config"]["model"]["n_layers"].get<int>())].push_back(*g);
   if (!ratios.empty()) {
     std::vector<std::string> parts;
     for (const auto& [p, v] : ratios) {
