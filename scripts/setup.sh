@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh: installs what normlab needs from Debian's packages (idempotent: nothing is fetched when
 # everything is already there) and builds it in ./build. With --tests it also installs the test
-# oracles (Debian's python3-torch) and makes build/pyenv, a venv that sees Debian's torch and numpy
+# oracles (Debian's python3-torch), Debian's chromium (the report is tested in a headless browser)
+# and makes build/pyenv, a venv that sees Debian's torch and numpy
 # and has the official safetensors package from PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ want_tests=0
 packages=(g++ cmake ninja-build pkg-config libopenblas-openmp-dev libtomlplusplus-dev
           nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libeigen3-dev libspectra-dev)
 if (( want_tests )); then
-  packages+=(python3-torch python3-numpy python3-venv)
+  packages+=(python3-torch python3-numpy python3-venv chromium fonts-dejavu-core)
 fi
 
 missing=()

@@ -243,6 +243,10 @@ void write_outputs(nlohmann::json& results, const std::filesystem::path& dir) {
 }
 
 int run_study(const Study& study, const CompareOptions& options) {
+  // every corpus is read before anything is written: a bad corpus fails the study at once
+  std::map<std::string, Corpus> corpora;
+  for (const auto& r : study.runs) corpus_for(r.config, corpora);
+
   const fs::path out(options.out_dir);
   std::error_code ec;
   if (fs::exists(out / "results.json") || fs::exists(out / "runs")) {
@@ -269,7 +273,6 @@ int run_study(const Study& study, const CompareOptions& options) {
                                        {"instruments", study.instruments}, {"probe_seq_len", study.probe_seq_len},
                                        {"document", study.document}}},
                             {"runs", nlohmann::json::array()}};
-  std::map<std::string, Corpus> corpora;
   bool interrupted = false, failed = false;
   for (size_t i = 0; i < study.runs.size(); i++) {
     const StudyRun& spec = study.runs[i];
@@ -323,7 +326,9 @@ int run_study(const Study& study, const CompareOptions& options) {
     return 130;
   }
   if (failed) {
-    fmt::print(stderr, "normlab: error: some runs failed (see the table above)\n");
+    for (const auto& r : results["runs"])
+      if (r["status"] == "failed")
+        fmt::print(stderr, "normlab: error: run {} failed: {}\n", r["name"].get<std::string>(), r.value("error", ""));
     return 1;
   }
   return 0;

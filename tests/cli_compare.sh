@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# cli_compare.sh: `normlab compare` end to end on a tiny study (every output file, the run table,
+# the written summary, divergence recorded as a result, a self-contained report), `normlab report`,
+# Ctrl-C (the finished runs and a report of them are kept, exit 130), and bad study input (one
+# clear message, exit 1, nothing overwritten).
+# Usage: cli_compare.sh path/to/normlab path/to/tests/data
+set -uo pipefail
+NL=$(realpath "$1")
+DATA=$(realpath "$2")
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+cd "$W"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+check() { if eval "$1"; then ok; else bad "$2"; fi; }
+
+# jq-free JSON queries through the results file
+q() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+
+# --- end to end -------------------------------------------------------------------------------
+timeout 600 "$NL" compare --config "$DATA/tiny_study.toml" --out tiny > out.txt 2>&1
+rc=$?
+check "[[ $rc -eq 0 ]]" "tiny study exit $rc; output: $(tail -20 out.txt)"
+for f in study.json results.json summary.txt report.html; do check "[[ -s tiny/$f ]]" "missing tiny/$f"; done
+check "[[ \$(ls tiny/runs | wc -l) -eq 4 ]]" "expected 4 run directories, got $(ls tiny/runs 2>/dev/null)"
+for d in tiny/runs/*/; do
+  for f in metrics.jsonl config.json checkpoint.safetensors instruments.json; do
+    check "[[ -s $d$f ]]" "missing $d$f"
+  done
+done
+check "[[ \$(q tiny/results.json \"[r['status'] for r in d['runs']]\") == \"['finished', 'diverged', 'finished', 'diverged']\" ]]" \
+  "statuses: $(q tiny/results.json "[r['status'] for r in d['runs']]")"
+check "[[ \$(q tiny/results.json \"len(d['theory'])\") -ge 16 ]]" "theory claims missing from results.json"
+check "[[ \$(q tiny/results.json \"len(d['runs'][0]['train']['loss'])\") -eq 30 ]]" "training curve of run 1 is not 30 steps"
+check "[[ \$(q tiny/results.json \"len(d['runs'][2]['instruments']['init']['dynamics']['layers'])\") -eq 2 ]]" "init instruments missing"
+check "[[ \$(q tiny/results.json \"'final' in d['runs'][2]['instruments']\") == True ]]" "after-training instruments missing"
+# the table and the written summary, on the terminal and in summary.txt
+check "grep -q 'placement=post lr=1e+30 *diverged' out.txt" "table row of the diverged run"
+check "grep -q 'Diverged: placement=post lr=1e+30 (step' out.txt" "written summary names the diverged run"
+check "grep -q 'Theory claims (16 measured)' tiny/summary.txt" "summary.txt lacks the theory line"
+check "grep -q '\[2/4\] placement=post lr=1e+30' out.txt" "progress names the run"
+check "grep -q 'left' out.txt" "progress shows time left"
+# the metrics of a run are the trainer's own
+check "grep -q '\"type\":\"summary\"' tiny/runs/01-*/metrics.jsonl" "run metrics lack a summary record"
+# self-contained: no external scripts, styles or images
+check "! grep -Eiq '<(script|link|img|iframe)[^>]+(src|href)=' tiny/report.html" "report.html references external files"
+check "grep -q 'Chart.js v4.6.1' tiny/report.html" "vendored Chart.js not inlined"
+
+# normlab report redoes the outputs from results.json, identically
+cp tiny/report.html before.html
+"$NL" report tiny > /dev/null 2>&1
+check "cmp -s before.html tiny/report.html" "normlab report produced a different report.html"
+
+# --- bad input --------------------------------------------------------------------------------
+expect_error() {  # NEEDLE ARGS...: exit 1, one message naming the problem
+  local needle=$1
+  shift
+  local err rc
+  err=$(timeout 120 "$NL" "$@" 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -eq 1 && "$err" == *"$needle"* && "$err" == *"normlab: error:"* ]]; then ok
+  else bad "normlab $* -> exit $rc, wanted 1 with '$needle'; stderr: $err"; fi
+}
+cp tiny/results.json results.before
+expect_error "already holds a study" compare --config "$DATA/tiny_study.toml" --out tiny
+check "cmp -s results.before tiny/results.json" "a refused compare changed the existing results"
+expect_error "no built-in study 'nosuch'" compare --study nosuch --out x1
+expect_error "no such file" compare --config missing.toml --out x2
+printf '[study]\nname = "x"\nspeed = 3\n' > unknown_key.toml
+expect_error "unknown [study] key 'speed'" compare --config unknown_key.toml --out x3
+printf '[[grid]]\nmodel.placement = "post"\n' > scalar_grid.toml
+expect_error "needs a non-empty array" compare --config scalar_grid.toml --out x4
+printf '[[grid]]\nmodel.placement = ["post", "sideways"]\n' > bad_value.toml
+expect_error "sideways" compare --config bad_value.toml --out x5
+printf '[[grid]]\nmodel.wings = [1, 2]\n' > bad_key.toml
+expect_error "wings" compare --config bad_key.toml --out x6
+printf '[[grid]]\noptim.lr = [1, 2]\n' > bad_section.toml
+expect_error "the section must be model, train or data" compare --config bad_section.toml --out x7
+printf '[grids]\n' > bad_table.toml
+expect_error "unknown table 'grids'" compare --config bad_table.toml --out x8
+printf '[study\n' > syntax.toml
+expect_error "syntax.toml" compare --config syntax.toml --out x9
+expect_error "is a grid key" compare --config "$DATA/tiny_study.toml" --set model.placement=pre --out x10
+expect_error "cannot create" compare --config "$DATA/tiny_study.toml" --out /proc/normlab-cannot
+expect_error "either --study or --config" compare --study default --config "$DATA/tiny_study.toml" --out x11
+printf '[data]\n' > empty.txt
+: > empty_corpus.txt
+printf '[base.data]\ncorpus = "empty_corpus.txt"\n' > empty_corpus.toml
+expect_error "empty_corpus.txt" compare --config empty_corpus.toml --out x12
+expect_error "no results.json" report nowhere
+mkdir corrupt && head -c 300 tiny/results.json > corrupt/results.json
+expect_error "not a normlab results file" report corrupt
+check "[[ ! -e x1 && ! -e x3 && ! -e x4 && ! -e x10 && ! -e x12 ]]" "a refused study left an output directory"
+
+# --- Ctrl-C -----------------------------------------------------------------------------------
+"$NL" compare --config "$DATA/slow_study.toml" --out slow > slow.txt 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do  # wait until the first run has finished and the second one is training
+  grep -q '\[2/3\]' slow.txt && grep -q 'step' <(sed -n '/\[2\/3\]/,$p' slow.txt) && break
+  sleep 0.1
+done
+kill -INT $pid
+wait $pid
+rc=$?
+check "[[ $rc -eq 130 ]]" "Ctrl-C: exit $rc, wanted 130; output: $(tail -5 slow.txt)"
+check "[[ -s slow/report.html && -s slow/results.json ]]" "Ctrl-C: no report of the finished runs"
+check "[[ \$(q slow/results.json \"[r['status'] for r in d['runs']]\") == \"['finished', 'interrupted', 'not run']\" ]]" \
+  "Ctrl-C statuses: $(q slow/results.json "[r['status'] for r in d['runs']]" 2>&1)"
+check "[[ \$(q slow/results.json \"d['interrupted']\") == True ]]" "Ctrl-C: results not marked interrupted"
+check "grep -q 'The study was interrupted: 1 of 3 runs finished' slow/summary.txt" "Ctrl-C: summary does not say so"
+check "grep -q '\"interrupted\":true' slow/runs/02-*/metrics.jsonl" "Ctrl-C: the interrupted run's metrics lack its summary"
+
+echo "cli_compare: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# report_browser.sh: opens the report of a tiny study in a real headless browser (Debian's
+# chromium) from file:// and fails on any console message or error, or any chart not drawn (the page
+# records each chart and whether its canvas got painted, in #normlab-selftest). A deliberately broken
+# copy of the report must be rejected, so the check itself is tested. A screenshot of the report is
+# kept in the artifacts directory.
+# Usage: report_browser.sh path/to/normlab path/to/tests/data artifacts-dir
+set -uo pipefail
+NL=$(realpath "$1")
+DATA=$(realpath "$2")
+ART=$(mkdir -p "$3" && realpath "$3")
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+cd "$W"
+CHROMIUM=$(command -v chromium || command -v chromium-browser) || { echo "FAIL: chromium is not installed (scripts/setup.sh --tests installs it)"; exit 1; }
+flags=(--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-background-networking
+       --disable-extensions --disable-sync --no-first-run --user-data-dir="$W/profile"
+       --virtual-time-budget=10000 --enable-logging=stderr --v=0)
+
+"$NL" compare --config "$DATA/tiny_study.toml" --out tiny > compare.txt 2>&1 || { echo "FAIL: compare: $(tail compare.txt)"; exit 1; }
+
+# check_report FILE: 0 when every chart was drawn and the console stayed silent
+check_report() {
+  timeout 120 "$CHROMIUM" "${flags[@]}" --dump-dom "file://$1" > dom.html 2> console.txt
+  python3 - dom.html console.txt <<'PY'
+import html, json, re, sys
+dom, console = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+m = re.search(r'<pre id="normlab-selftest"[^>]*>(.*?)</pre>', dom, re.S)
+problems = []
+messages = [l for l in console.splitlines() if ':CONSOLE' in l]
+problems += ['console: ' + l for l in messages]
+if not m or not m.group(1).strip():
+    problems.append('the report script did not finish (no self-test record)')
+else:
+    check = json.loads(html.unescape(m.group(1)))
+    problems += ['page error: ' + e for e in check['errors']]
+    if check['missing']:
+        problems.append('charts not drawn: %s' % check['missing'])
+    if check['charts'] < 12 or check['drawn'] != check['charts']:
+        problems.append('%d charts created, %d drawn (want >= 12, all drawn)' % (check['charts'], check['drawn']))
+    print('charts created %d, drawn %d, errors %d, console messages %d' % (check['charts'], check['drawn'], len(check['errors']), len(messages)))
+for p in problems:
+    print('  ' + p)
+sys.exit(1 if problems else 0)
+PY
+}
+
+fail=0
+if check_report "$W/tiny/report.html"; then echo "ok: report of the tiny study"; else echo "FAIL: report of the tiny study"; fail=1; fi
+
+# the checks must catch a broken page: a chart that throws, and a page script that dies
+sed 's/new Chart(canvas, config)/new Chart(canvas, Object.assign(config, {type: "nosuchtype"}))/' tiny/report.html > broken_chart.html
+if check_report "$W/broken_chart.html" > /dev/null; then echo "FAIL: a report whose charts throw passed"; fail=1; else echo "ok: a broken chart is caught"; fi
+sed 's/const runs = data.runs;/const runs = data.nosuch.runs;/' tiny/report.html > broken_script.html
+if check_report "$W/broken_script.html" > /dev/null; then echo "FAIL: a report whose script dies passed"; fail=1; else echo "ok: a dead script is caught"; fi
+
+timeout 120 "$CHROMIUM" "${flags[@]}" --hide-scrollbars --window-size=1280,4200 --screenshot="$ART/report.png" \
+  "file://$W/tiny/report.html" 2> /dev/null
+cp tiny/report.html "$ART/report.html"
+if [[ -s "$ART/report.png" ]]; then echo "screenshot: $ART/report.png"; else echo "FAIL: no screenshot"; fail=1; fi
+exit $fail
