@@ -28,7 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kTargetWindow = 20;          // steps-to-target smooths the training loss over this many steps
 constexpr double kTheorySecondsGuess = 12;  // for the ETA only (measured: ~10 s on 2 cores)
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -152,19 +151,6 @@ void read_metrics(const fs::path& path, nlohmann::json& run) {
   }
   run["train"] = train;
   run["val"] = val;
-}
-
-// First step at which the mean of the last kTargetWindow training losses is <= target.
-nlohmann::json steps_to_target(const nlohmann::json& train, double target) {
-  const auto& loss = train["loss"];
-  double sum = 0;
-  for (size_t i = 0; i < loss.size(); i++) {
-    sum += loss[i].get<double>();
-    if (i >= size_t(kTargetWindow)) sum -= loss[i - kTargetWindow].get<double>();
-    const double n = double(std::min(i + 1, size_t(kTargetWindow)));
-    if (i + 1 >= size_t(kTargetWindow) && sum / n <= target) return train["step"][i];
-  }
-  return nullptr;
 }
 
 const Corpus& corpus_for(const RunConfig& cfg, std::map<std::string, Corpus>& cache) {

@@ -128,6 +128,17 @@ void warmup_effect(const json& runs, const std::vector<std::string>& varying, js
 
 }  // namespace
 
+json steps_to_target(const json& train, double target) {
+  const json& loss = train["loss"];
+  double sum = 0;
+  for (size_t i = 0; i < loss.size(); i++) {
+    sum += loss[i].get<double>();
+    if (i >= size_t(kTargetWindow)) sum -= loss[i - kTargetWindow].get<double>();
+    if (i + 1 >= size_t(kTargetWindow) && sum / kTargetWindow <= target) return train["step"][i];
+  }
+  return nullptr;
+}
+
 std::string summary_table(const json& results) {
   const json& runs = results["runs"];
   size_t w = 24;

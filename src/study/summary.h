@@ -9,6 +9,11 @@
 
 namespace normlab::study {
 
+// Steps to a loss target: the first step at which the mean of the last 20 training losses is
+// <= target (null when never). `train` holds the arrays "step" and "loss".
+inline constexpr int kTargetWindow = 20;
+nlohmann::json steps_to_target(const nlohmann::json& train, double target);
+
 // Per run: label, status, final train and validation loss, divergence step, steps to the loss
 // target, tokens/s, and the gradient-norm ratio (last layer / first) at initialization.
 std::string summary_table(const nlohmann::json& results);

@@ -1,0 +1,180 @@
+// test_study.cpp: studies: grid expansion (product per [[grid]], union over grids), labels from the
+// keys that vary, --set overrides and their conflicts, strict errors; steps-to-target against a
+// naive computation; the written summary says what the data say (the known warm-up effect appears
+// or does not, divergence, best and fastest runs) on hand-made results.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "study/study.h"
+#include "study/summary.h"
+#include "util/error.h"
+
+using namespace normlab;
+using namespace normlab::study;
+using json = nlohmann::json;
+
+namespace {
+
+json two_grids() {
+  return json::parse(R"({
+    "study": {"name": "t", "loss_target": 2.5},
+    "base": {"model": {"d_model": 32, "n_heads": 2, "n_layers": 2}, "train": {"steps": 10}},
+    "grid": [{"model": {"placement": ["post", "pre", "sandwich"]}, "train.warmup_steps": [0, 50]},
+             {"model.placement": ["post"], "model.n_layers": [6]}]})");
+}
+
+bool any_contains(const json& lines, const std::string& needle) {
+  for (const auto& l : lines)
+    if (l.get<std::string>().find(needle) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST(Study, GridsAreProductsAndTheStudyIsTheirUnion) {
+  const Study s = study_from_json(two_grids(), {}, "test");
+  ASSERT_EQ(s.runs.size(), 3u * 2u + 1u);
+  EXPECT_EQ(s.varying, (std::vector<std::string>{"model.placement", "train.warmup_steps", "model.n_layers"}));
+  // the last grid key varies fastest; the base fills what a grid leaves out
+  EXPECT_EQ(s.runs[0].label, "placement=post warmup_steps=0 n_layers=2");
+  EXPECT_EQ(s.runs[1].label, "placement=post warmup_steps=50 n_layers=2");
+  EXPECT_EQ(s.runs[5].label, "placement=sandwich warmup_steps=50 n_layers=2");
+  EXPECT_EQ(s.runs[6].label, "placement=post warmup_steps=30 n_layers=6");  // the default warm-up
+  EXPECT_EQ(s.runs[6].config.model.n_layers, 6);
+  EXPECT_EQ(s.runs[6].config.train.warmup_steps, TrainConfig{}.warmup_steps);
+  EXPECT_EQ(s.runs[3].config.model.placement_of(1), Placement::Pre);
+  EXPECT_EQ(s.runs[3].config.train.warmup_steps, 50);
+  EXPECT_EQ(s.runs[0].name, "01-placement=post_warmup_steps=0_n_layers=2");
+  for (const auto& r : s.runs) EXPECT_EQ(r.config.model.d_model, 32);
+}
+
+TEST(Study, KeysWithOneValueEverywhereAreNotInTheLabels) {
+  json doc = two_grids();
+  doc["grid"] = json::array({json::parse(R"({"model.placement": ["post", "pre"], "train.lr": [1e-3]})")});
+  const Study s = study_from_json(doc, {}, "test");
+  EXPECT_EQ(s.varying, std::vector<std::string>{"model.placement"});
+  EXPECT_EQ(s.runs[1].label, "placement=pre");
+}
+
+TEST(Study, SetOverridesEveryRunButNotAGridKey) {
+  const Study s = study_from_json(two_grids(), {"train.steps=3", "model.d_ff=16"}, "test");
+  for (const auto& r : s.runs) {
+    EXPECT_EQ(r.config.train.steps, 3);
+    EXPECT_EQ(r.config.model.ff(), 16);
+  }
+  EXPECT_THROW(study_from_json(two_grids(), {"model.placement=pre"}, "test"), Error);
+}
+
+TEST(Study, StrictAboutEverything) {
+  auto with = [](const char* patch) {
+    json doc = two_grids();
+    doc.merge_patch(json::parse(patch));
+    return doc;
+  };
+  auto fails = [](const json& doc, const std::string& needle) {
+    try {
+      study_from_json(doc, {}, "test");
+    } catch (const Error& e) {
+      return std::string(e.what()).find(needle) != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(fails(with(R"({"study": {"colour": 1}})"), "unknown [study] key 'colour'"));
+  EXPECT_TRUE(fails(with(R"({"study": {"loss_target": -1}})"), "loss_target"));
+  EXPECT_TRUE(fails(with(R"({"study": {"probe_seq_len": 1}})"), "probe_seq_len"));
+  EXPECT_TRUE(fails(with(R"({"study": {"theory": "yes"}})"), "wrong type"));
+  EXPECT_TRUE(fails(with(R"({"extra": {}})"), "unknown table 'extra'"));
+  EXPECT_TRUE(fails(with(R"({"grid": [{"model.placement": []}]})"), "non-empty array"));
+  EXPECT_TRUE(fails(with(R"({"grid": [{"model.n_layers": [0]}]})"), "n_layers"));
+  EXPECT_TRUE(fails(with(R"({"grid": [{"a.b.c": [1]}]})"), "section.key"));
+  EXPECT_TRUE(fails(with(R"({"base": {"train": {"nosuch": 1}}})"), "nosuch"));
+  EXPECT_TRUE(fails(with(R"({"base": {"data": {"tokens": "x.safetensors"}}})"), "data.tokens"));
+  json big = two_grids();
+  big["grid"] = json::array({json::parse(R"({"train.seed": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],
+                                             "train.lr": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]})")});
+  EXPECT_TRUE(fails(big, "more than 256 runs"));
+}
+
+TEST(Study, EveryBuiltInStudyReads) {
+  const auto names = builtin_study_names();
+  for (const char* want : {"default", "warmup", "depth", "deepnorm", "effective-depth"})
+    EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+  for (const auto& n : names) {
+    const Study s = builtin_study(n, {});
+    EXPECT_EQ(s.name, n);
+    EXPECT_GE(s.runs.size(), 2u);
+  }
+  EXPECT_THROW(builtin_study("nosuch", {}), Error);
+}
+
+TEST(Study, StepsToTargetMatchesANaiveMovingAverage) {
+  json train = {{"step", json::array()}, {"loss", json::array()}};
+  std::vector<double> loss;
+  for (int i = 0; i < 200; i++) {
+    loss.push_back(5.0 * std::exp(-i / 50.0) + 0.3 * std::sin(i));
+    train["step"].push_back(i + 1);
+    train["loss"].push_back(loss.back());
+  }
+  for (double target : {4.0, 2.5, 1.0, 0.1}) {
+    json naive = nullptr;
+    for (size_t i = kTargetWindow - 1; i < loss.size() && naive.is_null(); i++) {
+      double m = 0;
+      for (size_t k = i + 1 - kTargetWindow; k <= i; k++) m += loss[k] / kTargetWindow;
+      if (m <= target) naive = int(i + 1);
+    }
+    EXPECT_EQ(steps_to_target(train, target), naive) << target;
+  }
+}
+
+namespace {
+
+json run(const std::string& placement, int warmup, double val, const std::string& status = "finished") {
+  json r = {{"label", placement + " w" + std::to_string(warmup)},
+            {"grid", {{"model.placement", placement}, {"train.warmup_steps", warmup}}},
+            {"config", {{"model", {{"placement", json::array({placement, placement})}, {"n_layers", 2}}},
+                        {"train", {{"warmup_steps", warmup}, {"lr", 3e-3}}}}},
+            {"status", status}, {"unigram_entropy", 3.07}, {"loss_target", 2.6},
+            {"summary", {{"val_loss", val}, {"train_loss", val}}},
+            {"steps_to_target", val < 2.6 ? json(int(100 * val)) : json(nullptr)}};
+  if (status == "diverged") {
+    r["summary"]["val_loss"] = nullptr;
+    r["diverged"] = {{"step", 17}, {"tensor", "loss"}};
+  }
+  return r;
+}
+
+json results_of(std::vector<json> runs) {
+  return {{"study", {{"varying", {"model.placement", "train.warmup_steps"}}}}, {"runs", runs}};
+}
+
+}  // namespace
+
+TEST(Summary, SaysWhenTheWarmupEffectAppears) {
+  const json s = written_summary(results_of({run("post", 0, 3.07), run("post", 100, 2.55), run("pre", 0, 2.29),
+                                             run("pre", 100, 2.22)}));
+  EXPECT_TRUE(any_contains(s, "Post-LN without warm-up did worse, the known effect appears")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "warm-up helped")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "Did not get below the byte unigram entropy")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "post w0 (3.070)")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "Best final validation loss: pre w100 (2.220 nats)")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "Fastest to the loss target 2.60: pre w100 (step 222); never reached it: post w0"))
+      << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "No run diverged")) << s.dump(1);
+}
+
+TEST(Summary, SaysPlainlyWhenTheEffectDoesNotAppear) {
+  const json s = written_summary(results_of({run("post", 0, 2.30), run("post", 100, 2.28), run("pre", 0, 2.29),
+                                             run("pre", 100, 2.22)}));
+  EXPECT_TRUE(any_contains(s, "the known effect does NOT appear in this setting")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "warm-up made no clear difference")) << s.dump(1);
+  EXPECT_FALSE(any_contains(s, "Did not get below")) << s.dump(1);
+}
+
+TEST(Summary, CountsADivergedPostRunAsTheEffect) {
+  const json s = written_summary(results_of({run("post", 0, 0, "diverged"), run("pre", 0, 2.29)}));
+  EXPECT_TRUE(any_contains(s, "Diverged: post w0 (step 17, non-finite loss)")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "Post-LN ended at diverged at step 17")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "the known effect appears")) << s.dump(1);
+}
