@@ -293,13 +293,14 @@
   // ---- theory ----
   if (data.theory) {
     root.append(el('h2', {}, 'Theory claims'));
-    root.append(el('p', {class: 'meta'}, 'Measured by normlab theory on fresh models (the numbers behind each verdict are in results.json).'));
+    root.append(el('p', {class: 'meta'}, 'Measured by normlab theory on fresh models and on the same models trained on the built-in corpus (the numbers behind each verdict are in results.json). Statements about initialization only are measured on fresh models.'));
     const t = el('table');
-    t.append(el('tr', {}, ...['source', 'claim', 'measured', 'verdict'].map((h) => el('th', {class: 'text'}, h))));
+    t.append(el('tr', {}, ...['source', 'models', 'claim', 'measured', 'verdict'].map((h) => el('th', {class: 'text'}, h))));
     for (const c of data.theory) {
       const kind = c.verdict.startsWith('violated') ? 'violated' : c.verdict.startsWith('holds only') ? 'conditional'
                  : c.verdict.startsWith('holds') ? 'holds' : 'other';
-      t.append(el('tr', {}, el('td', {class: 'text'}, c.source), el('td', {class: 'text'}, c.statement),
+      t.append(el('tr', {}, el('td', {class: 'text'}, c.source), el('td', {class: 'text'}, c.model || 'fresh'),
+                  el('td', {class: 'text'}, c.statement),
                   el('td', {class: 'text'}, c.measured), el('td', {class: 'text verdict-' + kind}, c.verdict)));
     }
     root.append(t);

@@ -37,4 +37,8 @@ fi
 
 jobs=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_PYTHON="$PWD/build/pyenv/bin/python" >/dev/null
-cmake --build build -j "$jobs"
+if (( want_tests )); then
+  cmake --build build -j "$jobs"                  # everything: the tests and the benchmark too
+else
+  cmake --build build -j "$jobs" --target normlab # the main job needs only the command
+fi

@@ -141,7 +141,7 @@ TEST(BlockJacobian, PreNormBoundAndPostNormRank) {
     ASSERT_TRUE(b.residual_form);
     ASSERT_TRUE(b.full);
     const double na = *b.full_norm_a;
-    if (na < 1) EXPECT_GE(b.full->min(), 1 - na - 1e-12);
+    if (na < 1) { EXPECT_GE(b.full->min(), 1 - na - 1e-12); }
     EXPECT_EQ(b.bound_verdict.rfind("VIOLATED", 0), std::string::npos) << b.bound_verdict;
   }
   auto post = run(small(Placement::Post, NormKind::LayerNorm, 0.0), 6);

@@ -1,5 +1,6 @@
-// theory.cpp: the theory checks. Each check builds small fresh models, runs an instrument, and
-// states the verdict from the numbers; thresholds are named where they are used.
+// theory.cpp: the theory checks. Each check builds small models (fresh, or trained first on the
+// built-in corpus), runs an instrument, and states the verdict from the numbers; thresholds are named
+// where they are used.
 #include "analysis/theory.h"
 
 #include <algorithm>
@@ -14,16 +15,63 @@
 #include "ops/common.h"
 #include "ops/layernorm.h"
 #include "train/data.h"
+#include "train/optimizer.h"
+#include "util/error.h"
 #include "util/rng.h"
+
+#include <map>
 
 namespace normlab::analysis {
 
 namespace {
 
+// The models of the checks: fresh from their config, or (train_steps > 0) trained first with AdamW
+// on the corpus' training split. A model differing only in eps (the eps = 0 variants) gets the
+// parameters trained at eps = 1e-5: the same weights, read at another eps.
+class ModelSource {
+ public:
+  ModelSource(const TheoryOptions& o, const std::vector<uint8_t>& train_bytes) : o_(o), bytes_(train_bytes) {}
+
+  std::unique_ptr<Model<double>> make(const ModelConfig& c) {
+    auto m = std::make_unique<Model<double>>(c);
+    if (o_.train_steps == 0) return m;
+    nlohmann::json key = model_config_to_json(c);
+    key.erase("eps");
+    auto it = trained_.find(key.dump());
+    if (it == trained_.end()) it = trained_.emplace(key.dump(), train(c)).first;
+    std::copy(it->second.begin(), it->second.end(), m->params().begin());
+    return m;
+  }
+
+ private:
+  std::vector<float> train(ModelConfig c) {
+    c.eps = std::max(c.eps, 1e-5);
+    Model<float> m(c);
+    AdamW opt(m.table(), AdamWConfig{});
+    const ScheduleConfig sched{Schedule::Cosine, o_.train_lr, int(o_.train_steps / 5), o_.train_lr / 10, int(o_.train_steps)};
+    Rng rng(uint64_t(o_.seed), 21);
+    for (long step = 1; step <= o_.train_steps; step++) {
+      const Batch b = sample_batch(bytes_, Arch::Gpt, 8, o_.seq_len, rng);
+      m.zero_grad();
+      const double loss = m.forward(b.ids.data(), b.labels.data(), b.B, b.T);
+      m.backward();
+      const double gn = grad_norm(m.grads());
+      if (!std::isfinite(loss) || !std::isfinite(gn)) break;  // keep the last finite parameters
+      opt.step(m.params().data(), m.grads().data(), learning_rate(sched, step), step, clip_scale(gn, 1.0));
+    }
+    return m.params();
+  }
+
+  const TheoryOptions& o_;
+  const std::vector<uint8_t>& bytes_;
+  std::map<std::string, std::vector<float>> trained_;
+};
+
 struct Bench {
   TheoryOptions opt;
-  std::vector<uint8_t> corpus;
+  std::vector<uint8_t> corpus;  // validation split: every measurement
   std::vector<int32_t> ids;
+  ModelSource* models = nullptr;
 };
 
 ModelConfig make_config(const TheoryOptions& o, Placement p, double eps, int layers) {
@@ -39,7 +87,7 @@ ModelConfig make_config(const TheoryOptions& o, Placement p, double eps, int lay
 }
 
 std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c) {
-  auto m = std::make_unique<Model<double>>(c);
+  auto m = b.models->make(c);
   std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
   m->forward(b.ids.data(), labels.data(), 1, int(b.ids.size()));
   return m;
@@ -59,7 +107,10 @@ double log_log_slope(const std::vector<double>& x, const std::vector<double>& y)
 }  // namespace
 
 std::vector<Claim> run_theory(const TheoryOptions& o) {
-  Bench b{o, load_corpus(builtin_corpus_path(), 0.1, o.seq_len).val, {}};
+  const Corpus corpus = load_corpus(builtin_corpus_path(), 0.1, o.seq_len);
+  ModelSource models(o, corpus.train);
+  Bench b{o, corpus.val, {}, &models};
+  const bool fresh = o.train_steps == 0;
   {
     Rng rng(uint64_t(o.seed), 9);
     b.ids = sample_batch(b.corpus, Arch::Gpt, 1, o.seq_len, rng).ids;
@@ -195,11 +246,11 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
                       {{"heads", n}, {"chain_holds", chain}, {"bound_holds", bound}, {"max_ratio_to_bound", worst}}});
   }
   {  // 002 rank collapse, 003 additive growth, 004 sqrt(L) growth and shrinking branch ratio, Xiong
-    auto deep_pre = std::make_unique<Model<double>>(make_config(o, Placement::Pre, 1e-5, o.deep_layers));
+    auto deep_pre = models.make(make_config(o, Placement::Pre, 1e-5, o.deep_layers));
     const DynamicsReport dpre = analyze_dynamics(*deep_pre, b.corpus, 2, 4, o.seq_len, 5);
     ModelConfig noskip = make_config(o, Placement::Pre, 1e-5, o.deep_layers);
     noskip.residual = false;
-    auto m_noskip = std::make_unique<Model<double>>(noskip);
+    auto m_noskip = models.make(noskip);
     const DynamicsReport dnoskip = analyze_dynamics(*m_noskip, b.corpus, 2, 4, o.seq_len, 5);
     const double collapse_skip = dpre.final_residual_rank / dpre.layers[0].residual_rank;
     const double collapse_noskip = dnoskip.final_residual_rank / dnoskip.layers[0].residual_rank;
@@ -233,7 +284,8 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
                                   branch, ratio.front(), ratio.back(), o.deep_layers - 1),
                       std::abs(branch + 0.5) < 0.2 ? "holds" : (branch < 0 ? "holds only qualitatively: shrinks, at a different rate" : "violated"),
                       {{"exponent_of_l", branch}}});
-    // Xiong et al.: gradient norms per layer at initialization
+  }
+  if (fresh) {  // Xiong et al.: gradient norms per layer at initialization (a statement about init only)
     // Xiong et al. analyse Xavier-initialized weights
     ModelConfig xcfg_post = make_config(o, Placement::Post, 1e-5, o.n_layers), xcfg_pre = make_config(o, Placement::Pre, 1e-5, o.n_layers);
     xcfg_post.init = xcfg_pre.init = InitScheme::Xavier;
@@ -251,7 +303,7 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
                           : "not observed here (Xiong et al. bound the FFN weights' gradients; this is every parameter of the layer)",
                       {{"post_last_over_layer1", post_growth}, {"pre_last_over_layer1", pre_growth}}});
   }
-  {  // Liu et al. 2020: output change of one update against depth, O(N) post vs O(log N) pre
+  if (fresh) {  // Liu et al. 2020: output change of the first update against depth, O(N) post vs O(log N) pre
     const std::vector<int> depths = {2, 4, 8, 16};
     nlohmann::json nums;
     std::vector<double> post_change, pre_change;
@@ -272,7 +324,7 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
                                                    : "not observed at these depths and this init",
                       {{"depths", depths}, {"post", post_change}, {"pre", pre_change}}});
   }
-  {  // 004 / DeepNet: LN(alpha x + F) = LN(x + F / alpha): the branch weight is (2N)^(-1/4)
+  if (fresh) {  // 004 / DeepNet: LN(alpha x + F) = LN(x + F / alpha): a fact of the formula, no model
     const int N = o.n_layers;
     const double alpha = std::pow(2.0 * N, 0.25);
     Rng rng(3);
@@ -295,12 +347,32 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
                       same < 1e-12 && seed > 1e-3 ? "violated: the branch weight is (2N)^(-1/4), not (2N)^(-1/2)" : "not decided",
                       {{"alpha", alpha}, {"same_form_err", same}, {"seed_form_err", seed}}});
   }
+  const std::string state = fresh ? "fresh" : fmt::format("trained ({} steps)", o.train_steps);
+  for (auto& c : claims) c.model = state;
   return claims;
+}
+
+std::vector<Claim> run_theory_fresh_and_trained(TheoryOptions o, long trained_steps) {
+  o.train_steps = 0;
+  std::vector<Claim> claims = run_theory(o);
+  if (trained_steps > 0) {
+    o.train_steps = trained_steps;
+    for (auto& c : run_theory(o)) claims.push_back(std::move(c));
+  }
+  return claims;
+}
+
+nlohmann::json to_json(const std::vector<Claim>& claims) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& c : claims)
+    j.push_back({{"source", c.source}, {"model", c.model}, {"statement", c.statement}, {"measured", c.measured},
+                 {"verdict", c.verdict}, {"numbers", c.numbers}});
+  return j;
 }
 
 void print_claims(const std::vector<Claim>& claims) {
   for (const auto& c : claims) {
-    fmt::print("[{}] {}\n  claim:    {}\n  measured: {}\n  verdict:  {}\n\n", c.source,
+    fmt::print("[{}, {} models] {}\n  claim:    {}\n  measured: {}\n  verdict:  {}\n\n", c.source, c.model,
                c.verdict.rfind("holds", 0) == 0 && c.verdict.find("only") == std::string::npos ? "HOLDS"
                : c.verdict.rfind("violated", 0) == 0                                            ? "VIOLATED"
                                                                                                 : "CONDITIONAL / NOT OBSERVED",

@@ -79,20 +79,18 @@ int run_init(const RunConfig& cfg, const std::string& out, bool force) {
   return 0;
 }
 
-int run_theory(const analysis::TheoryOptions& opts, const std::string& json_out, bool force) {
+int run_theory(const analysis::TheoryOptions& opts, long trained_steps, const std::string& json_out, bool force) {
   if (opts.d_model < 8 || opts.d_model > 512 || opts.d_model % opts.n_heads != 0)
     throw Error(fmt::format("--d-model {} must be in [8, 512] and divisible by {}", opts.d_model, opts.n_heads));
   if (opts.n_layers < 2 || opts.n_layers > 64 || opts.deep_layers < 3 || opts.deep_layers > 256)
     throw Error("--layers must be in [2, 64] and --deep-layers in [3, 256]");
   if (!json_out.empty() && !force && std::filesystem::exists(json_out))
     throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", json_out));
-  const auto claims = analysis::run_theory(opts);
+  if (trained_steps < 0 || trained_steps > 100000) throw Error("--trained-steps must be in [0, 100000]");
+  const auto claims = analysis::run_theory_fresh_and_trained(opts, trained_steps);
   analysis::print_claims(claims);
   if (!json_out.empty()) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const auto& c : claims)
-      j.push_back({{"source", c.source}, {"statement", c.statement}, {"measured", c.measured},
-                   {"verdict", c.verdict}, {"numbers", c.numbers}});
+    const nlohmann::json j = analysis::to_json(claims);
     const std::string tmp = json_out + ".tmp";
     std::ofstream(tmp) << j.dump(1) << '\n';
     std::error_code ec;
@@ -130,7 +128,7 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--out", out, "output .safetensors")->required();
   init_cmd->add_flag("--force", force, "replace --out if it exists");
 
-  auto* theory_cmd = app.add_subcommand("theory", "measure each claim of the source documents on fresh models");
+  auto* theory_cmd = app.add_subcommand("theory", "measure each claim of the source documents on fresh and trained models");
   std::string theory_json;
   analysis::TheoryOptions theory_opts;
   theory_cmd->add_option("--json", theory_json, "write every claim with its numbers as JSON");
@@ -138,6 +136,9 @@ int main(int argc, char** argv) {
   theory_cmd->add_option("--d-model", theory_opts.d_model, "width of the test models (default 64)");
   theory_cmd->add_option("--layers", theory_opts.n_layers, "layers of the Jacobian models (default 6)");
   theory_cmd->add_option("--deep-layers", theory_opts.deep_layers, "layers of the depth-growth models (default 24)");
+  long theory_trained_steps = analysis::kTheoryTrainedSteps;
+  theory_cmd->add_option("--trained-steps", theory_trained_steps,
+                         "also measure every claim on the models trained this many steps (default 300; 0: fresh only)");
 
   cli::AnalyzeCommand analyze;
   cli::add_analyze_command(app, analyze);
@@ -160,7 +161,7 @@ int main(int argc, char** argv) {
     if (grads_cmd->parsed()) return run_grads(ckpt, tokens, out, force);
     if (init_cmd->parsed()) return run_init(load_run_config(config_path, sets), out, force);
     if (analyze.analyze->parsed()) return cli::run_analyze(analyze);
-    if (theory_cmd->parsed()) return run_theory(theory_opts, theory_json, force);
+    if (theory_cmd->parsed()) return run_theory(theory_opts, theory_trained_steps, theory_json, force);
     if (compare.compare->parsed()) return cli::run_compare(compare);
     if (compare.report->parsed()) return cli::run_report(compare);
     // no subcommand: the default study

@@ -71,7 +71,9 @@ class Progress {
     const double done = done_ + costs_[run_] * double(s.step) / double(std::max(1L, s.steps));
     const double elapsed = seconds_since(t0_);
     const double rate = done > 0 ? elapsed / done : NAN;
-    const double study_left = (total_ - done) * rate + (theory_pending_ ? kTheorySecondsGuess : 0);
+    // before the first run has a few steps behind it the rate is mostly start-up cost: no estimate
+    const double study_left = done_ == 0 && s.step < 10
+                                  ? NAN : (total_ - done) * rate + (theory_pending_ ? kTheorySecondsGuess : 0);
     const double run_left = seconds_since(run_t0_) / double(s.step) * double(s.steps - s.step);
     const std::string line = fmt::format(
         "        step {}/{} | loss {:.4f} | run {} left | study {:.0f}% done, {} left (elapsed {})", s.step,
@@ -289,14 +291,11 @@ int run_study(const Study& study, const CompareOptions& options) {
   }
 
   if (study.theory && !interrupted) {
-    fmt::print("[theory] the claims of the source documents (normlab theory)\n");
+    fmt::print("[theory] the claims of the source documents, on fresh and on trained models (normlab theory)\n");
     std::fflush(stdout);
     const auto t0 = Clock::now();
-    nlohmann::json claims = nlohmann::json::array();
-    for (const auto& c : analysis::run_theory(analysis::TheoryOptions{}))
-      claims.push_back({{"source", c.source}, {"statement", c.statement}, {"measured", c.measured},
-                        {"verdict", c.verdict}, {"numbers", c.numbers}});
-    results["theory"] = claims;
+    results["theory"] = analysis::to_json(
+        analysis::run_theory_fresh_and_trained(analysis::TheoryOptions{}, analysis::kTheoryTrainedSteps));
     results["theory_seconds"] = seconds_since(t0);
     progress.theory_done();
   }

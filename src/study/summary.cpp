@@ -246,20 +246,29 @@ json written_summary(const json& results) {
                               "> 1 for Post-LN, about 1 for Pre-LN): {}.", fmt::join(parts, "; ")));
   }
 
-  // theory claims
+  // theory claims, per kind of model (fresh, trained)
   if (results.contains("theory")) {
-    std::vector<std::string> holds, conditional, violated, other;
+    std::vector<std::string> models;
     for (const auto& c : results["theory"]) {
-      const std::string v = c["verdict"], src = c["source"];
-      if (v.rfind("violated", 0) == 0) violated.push_back(src);
-      else if (v.rfind("holds only", 0) == 0) conditional.push_back(src);
-      else if (v.rfind("holds", 0) == 0) holds.push_back(src);
-      else other.push_back(src);
+      const std::string m = c.value("model", "fresh");
+      if (std::find(models.begin(), models.end(), m) == models.end()) models.push_back(m);
     }
-    out.push_back(fmt::format("Theory claims ({} measured): {} hold; {} hold only under a condition ({}); {} violated "
-                              "({}); {} not observed or vacuous here ({}).",
-                              results["theory"].size(), holds.size(), conditional.size(), fmt::join(conditional, ", "),
-                              violated.size(), fmt::join(violated, ", "), other.size(), fmt::join(other, ", ")));
+    for (const auto& model : models) {
+      std::vector<std::string> holds, conditional, violated, other;
+      for (const auto& c : results["theory"]) {
+        if (c.value("model", "fresh") != model) continue;
+        const std::string v = c["verdict"], src = c["source"];
+        if (v.rfind("violated", 0) == 0) violated.push_back(src);
+        else if (v.rfind("holds only", 0) == 0) conditional.push_back(src);
+        else if (v.rfind("holds", 0) == 0) holds.push_back(src);
+        else other.push_back(src);
+      }
+      out.push_back(fmt::format("Theory claims on {} models ({} measured): {} hold; {} hold only under a condition "
+                                "({}); {} violated ({}); {} not observed or vacuous here ({}).",
+                                model, holds.size() + conditional.size() + violated.size() + other.size(),
+                                holds.size(), conditional.size(), fmt::join(conditional, ", "), violated.size(),
+                                fmt::join(violated, ", "), other.size(), fmt::join(other, ", ")));
+    }
   }
   return out;
 }
