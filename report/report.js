@@ -244,8 +244,12 @@
   }
   const layerPoints = (rep, key) => rep.dynamics.layers.map((l) => ({x: l.layer, y: l[key]}));
   chartCard(instruments, 'Gradient norm by layer at initialization',
-            'Norm of the gradient of each layer\'s parameters, mean over 2 validation batches (Xiong et al. 2020: grows toward the output for Post-LN, flat for Pre-LN).',
-            {type: 'line', data: {datasets: byLayer('init', (rep) => layerPoints(rep, 'grad_norm'))},
+            'Norm of the gradient of each layer\'s parameters (solid) and of its FFN output weights W2 alone (dotted, same colour; the quantity Xiong et al. 2020 analyse: grows toward the output for Post-LN, flat for Pre-LN), mean over 2 validation batches.',
+            {type: 'line', data: {datasets: [
+              ...byLayer('init', (rep) => layerPoints(rep, 'grad_norm')),
+              ...byLayer('init', (rep) => layerPoints(rep, 'ffn_out_grad_norm').filter((p) => p.y != null), {borderDash: [2, 3]})
+                .filter((d) => d.data.length).map((d) => Object.assign(d, {label: d.label + ' (W2)'})),
+            ]},
              options: {scales: {x: axis('layer'), y: axis('||dL/dθ_l||', 'logarithmic')}}}, {logToggle: true});
   const streamPoints = (rep) => [...layerPoints(rep, 'stream_norm'), {x: rep.dynamics.layers.length, y: rep.dynamics.final_stream_norm}];
   for (const [when, name] of [['init', 'at initialization'], ['final', 'after training']])
@@ -259,6 +263,17 @@
               ...byLayer('init', (rep) => layerPoints(rep, 'attn_branch_ratio')),
               ...byLayer('init', (rep) => layerPoints(rep, 'mlp_branch_ratio'), {borderDash: [2, 3]}).map((d) => Object.assign(d, {label: d.label + ' (FFN)'})),
             ]}, options: {scales: {x: axis('layer'), y: axis('||F|| / ||x||', 'logarithmic')}}}, {logToggle: true});
+  const collapsePoints = (skips, mlp) => (rep) => {
+    const v = (rep.dynamics.rank_collapse || []).find((c) => c.skips === skips && c.mlp === mlp);
+    return v ? v.residual_rank.map((y, l) => ({x: l, y: Math.max(y, 1e-18)})) : [];
+  };
+  if (probed.some(([r]) => r.instruments.init.dynamics.rank_collapse))
+    chartCard(instruments, 'Rank collapse res(X_l) by layer at initialization',
+              'res(X) = ||X - 1 mean(X)^T|| / ||X|| of the stream entering layer l, for each model (solid) and for the same weights as pure attention, without skips and MLPs (dotted, same colour): Dong et al. 2021 predict collapse to rank one without skips.',
+              {type: 'line', data: {datasets: [
+                ...byLayer('init', collapsePoints(true, true)),
+                ...byLayer('init', collapsePoints(false, false), {borderDash: [2, 3]}).map((d) => Object.assign(d, {label: d.label + ' (pure attention)'})),
+              ]}, options: {scales: {x: axis('depth l'), y: axis('res(X_l)', 'logarithmic')}}}, {logToggle: true});
   const spectrumPoints = (sv) => sv.map((v, k) => ({x: k + 1, y: Math.max(v, 1e-18)}));
   chartCard(instruments, `Singular values of the end-to-end token-local Jacobian at initialization`,
             `dy_T/dx_T through all layers at the last token of a ${T}-token validation sequence, in double precision.`,

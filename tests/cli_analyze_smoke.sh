@@ -31,6 +31,16 @@ for arch in gpt encoder; do
     done
   done
 done
+# attention-only models (model.mlp = false), with and without skips, per-layer mixes included
+for extra in "--set model.placement=pre" "--set model.placement=post" "--set model.residual=false" \
+             "--set model.placement=[\"post\",\"sandwich\"]"; do
+  cfg=("${tiny[@]}" --set model.mlp=false $extra)
+  check "jacobian attention-only $extra" blocks "$NL" analyze jacobian "${cfg[@]}" --seq-len 6
+  check "attention attention-only $extra" per_head "$NL" analyze attention "${cfg[@]}" --seq-len 6
+  check "dynamics attention-only $extra" rank_collapse "$NL" analyze dynamics "${cfg[@]}" --seq-len 8 --batches 1 --batch-size 2
+done
+"$NL" train -q "${tiny[@]}" --set model.mlp=false --set train.steps=20 --set train.out_dir=run-attn >/dev/null
+check "dynamics on a trained attention-only checkpoint" rank_collapse "$NL" analyze dynamics --checkpoint run-attn/checkpoint.safetensors --seq-len 8 --batches 1
 "$NL" train -q "${tiny[@]}" --set 'model.placement=["pre","post"]' --set train.steps=20 --set train.out_dir=run >/dev/null
 for inst in jacobian attention; do
   check "$inst on a trained checkpoint" model "$NL" analyze $inst --checkpoint run/checkpoint.safetensors --seq-len 6

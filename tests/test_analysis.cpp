@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fmt/format.h>
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
@@ -100,9 +101,11 @@ TEST(NormJacobian, RMSNormKernelIsTheInputDirectionOnly) {
 }
 
 TEST(BlockJacobian, JvpMatchesFiniteDifferencesOfTheForwardPass) {
-  for (Placement p : {Placement::Pre, Placement::Post, Placement::Sandwich, Placement::DeepNorm}) {
+  for (Placement p : {Placement::Pre, Placement::Post, Placement::Sandwich, Placement::DeepNorm})
+  for (bool mlp : {true, false}) {  // mlp = false: an attention-only block
     ModelConfig c = small(p, NormKind::LayerNorm, 1e-5);
     c.n_layers = 1;
+    c.mlp = mlp;
     const int T = 4, d = 12;
     auto m = run(c, T);
     // J of the block wrt the stream x0, by jvp with unit tangents
@@ -130,7 +133,7 @@ TEST(BlockJacobian, JvpMatchesFiniteDifferencesOfTheForwardPass) {
         scale = std::max(scale, std::abs(fd));
       }
     }
-    EXPECT_LT(worst, 1e-6 * scale) << to_string(p);
+    EXPECT_LT(worst, 1e-6 * scale) << to_string(p) << (mlp ? "" : " attention-only");
   }
 }
 
@@ -218,6 +221,48 @@ TEST(Dynamics, PostNormStreamHasNormSqrtDAndGradientsMatchTheModel) {
   }
 }
 
+TEST(Dynamics, RankCollapseAblationsAndW2GradientsAgreeWithDirectComputations) {
+  ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
+  c.n_layers = 3;
+  Model<double> m(c);
+  std::vector<uint8_t> bytes(400);
+  for (size_t i = 0; i < bytes.size(); i++) bytes[i] = uint8_t("in the beginning "[i % 17]);
+  // one batch: the W2 gradient norm is exactly the norm of that tensor's gradient
+  DynamicsReport r = analyze_dynamics(m, bytes, 1, 2, 5, 3);
+  ASSERT_EQ(r.rank_collapse.size(), 4u);
+  for (int l = 0; l < c.n_layers; l++) {
+    const ParamSpec* w2 = m.table().find(fmt::format("h.{}.mlp.proj.weight", l));
+    double g2 = 0;
+    for (size_t i = 0; i < w2->numel; i++) g2 += m.grads()[w2->offset + i] * m.grads()[w2->offset + i];
+    EXPECT_NEAR(r.layers[size_t(l)].ffn_out_grad_norm, std::sqrt(g2), 1e-12 * std::sqrt(g2));
+  }
+  // the (skips, MLP) variant is the model itself
+  for (int l = 0; l < c.n_layers; l++)
+    EXPECT_NEAR(r.rank_collapse[0].residual_rank[size_t(l)], r.layers[size_t(l)].residual_rank, 1e-12);
+  EXPECT_NEAR(r.rank_collapse[0].residual_rank.back(), r.final_residual_rank, 1e-12);
+  // with every MLP weight and bias 0 the MLP branches are 0, so a pre-norm model equals its
+  // skips-without-MLP ablation, layer by layer
+  for (const ParamSpec& p : m.table().specs)
+    if (p.name.find(".mlp.") != std::string::npos) std::fill_n(m.params().begin() + p.offset, p.numel, 0.0);
+  r = analyze_dynamics(m, bytes, 2, 2, 5, 3);
+  const RankCollapseVariant& skip_no_mlp = r.rank_collapse[1];
+  ASSERT_TRUE(skip_no_mlp.skips && !skip_no_mlp.mlp);
+  for (int l = 0; l < c.n_layers; l++)
+    EXPECT_NEAR(skip_no_mlp.residual_rank[size_t(l)], r.layers[size_t(l)].residual_rank, 1e-12);
+  // pure attention collapses: without skips or MLPs the tokens approach their mean
+  const RankCollapseVariant& pure = r.rank_collapse[3];
+  ASSERT_TRUE(!pure.skips && !pure.mlp);
+  EXPECT_LT(pure.ratio, r.rank_collapse[0].ratio);
+  // an attention-only model has no MLP ablations to make, and no W2
+  ModelConfig a = c;
+  a.mlp = false;
+  Model<double> ma(a);
+  const DynamicsReport ra = analyze_dynamics(ma, bytes, 1, 2, 5, 3);
+  EXPECT_EQ(ra.rank_collapse.size(), 2u);
+  EXPECT_TRUE(std::isnan(ra.layers[0].ffn_out_grad_norm));
+  EXPECT_TRUE(std::isnan(ra.layers[0].mlp_branch_ratio));
+}
+
 TEST(Lanczos, MatrixFreeExtremesAgreeWithTheDenseSvd) {
   for (Placement p : {Placement::Pre, Placement::Post, Placement::Sandwich}) {
     auto m = run(small(p, NormKind::LayerNorm, 1e-5), 5);
@@ -261,15 +306,18 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
 TEST(ModelJvp, AdjointIdentityWithVjpForEveryPlacement) {
   for (Placement p : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::PrePost,
                       Placement::DeepNorm, Placement::None})
-    for (NormKind norm : {NormKind::LayerNorm, NormKind::RMSNorm}) {
-      auto m = run(small(p, norm, 1e-5), 5);
+    for (NormKind norm : {NormKind::LayerNorm, NormKind::RMSNorm})
+    for (bool mlp : {true, false}) {
+      ModelConfig c = small(p, norm, 1e-5);
+      c.mlp = mlp;
+      auto m = run(c, 5);
       const size_t n = 5 * 12;
       const std::vector<double> u = randn(n, 1), v = randn(n, 2);
       std::vector<double> ju(n), jtv(n);
       m->jvp_sublayers(ju.data(), u.data(), 1, 0, 4);
       m->vjp_sublayers(jtv.data(), v.data(), 0, 4);
       const double lhs = dot(v, ju), rhs = dot(jtv, u);
-      EXPECT_NEAR(lhs, rhs, 1e-11 * (std::abs(lhs) + 1)) << to_string(p) << " " << to_string(norm);
+      EXPECT_NEAR(lhs, rhs, 1e-11 * (std::abs(lhs) + 1)) << to_string(p) << " " << to_string(norm) << " mlp " << mlp;
     }
 }
 

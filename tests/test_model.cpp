@@ -106,6 +106,45 @@ TEST(ModelGradientsMore, PerLayerMixReluNoResidualEpsZero) {
   check_model_gradients(eps0);
 }
 
+TEST(AttentionOnly, GradientsMatchFiniteDifferences) {
+  for (const auto& placement : std::vector<std::vector<Placement>>{
+           {Placement::Pre}, {Placement::Post}, {Placement::Sandwich, Placement::DeepNorm, Placement::PrePost}}) {
+    ModelConfig c = tiny(Arch::Gpt, placement, NormKind::LayerNorm);
+    c.mlp = false;
+    check_model_gradients(c);
+    c.residual = false;
+    check_model_gradients(c);
+  }
+  ModelConfig enc = tiny(Arch::Encoder, {Placement::Pre}, NormKind::RMSNorm);
+  enc.mlp = false;
+  check_model_gradients(enc);
+}
+
+TEST(AttentionOnly, HasNoMlpParametersAndEqualsAZeroMlpBranch) {
+  // A pre-norm model whose MLP branches output exactly 0 (weights and biases 0) computes the same
+  // function as the attention-only model with the same remaining parameters.
+  ModelConfig full = tiny(Arch::Gpt, {Placement::Pre}, NormKind::LayerNorm);
+  ModelConfig attn = full;
+  attn.mlp = false;
+  Model<double> a(full), b(attn);
+  for (const ParamSpec& p : b.table().specs) EXPECT_EQ(p.name.find(".mlp."), std::string::npos) << p.name;
+  for (const ParamSpec& p : a.table().specs) {
+    if (p.name.find(".mlp.") != std::string::npos) {
+      std::fill_n(a.params().begin() + p.offset, p.numel, 0.0);
+      continue;
+    }
+    const ParamSpec* q = b.table().find(p.name);
+    ASSERT_NE(q, nullptr) << p.name;
+    std::copy_n(a.params().begin() + p.offset, p.numel, b.params().begin() + q->offset);
+  }
+  const Tokens tok = tokens_for(full, 2, 5, 9);
+  const double la = a.forward(tok.ids.data(), tok.labels.data(), 2, 5);
+  const double lb = b.forward(tok.ids.data(), tok.labels.data(), 2, 5);
+  EXPECT_NEAR(la, lb, 1e-13);
+  for (int i = 0; i < 2 * full.n_layers; i += 2)
+    for (int k = 0; k < 2 * 5 * full.d_model; k++) ASSERT_NEAR(a.stream(i)[k], b.stream(i)[k], 1e-13);
+}
+
 TEST(DeepNorm, ScalesTheStreamNotTheBranch) {
   // With all linear weights 0, the attention branch is its output bias b: x1 = LN(alpha x0 + b).
   // The known mis-implementation LN(x0 + alpha b) gives a different result.

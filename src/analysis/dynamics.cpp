@@ -3,6 +3,9 @@
 
 #include <cmath>
 #include <fmt/format.h>
+#include <memory>
+
+#include "util/error.h"
 
 #include "util/rng.h"
 
@@ -31,24 +34,58 @@ double residual_rank(const double* X, int T, int C) {
   return den > 0 ? std::sqrt(num / den) : 0.0;
 }
 
+// The model with its skips and MLPs switched as asked, every parameter it keeps copied by name.
+std::unique_ptr<Model<double>> ablated(const Model<double>& model, bool skips, bool mlp) {
+  ModelConfig cfg = model.config();
+  cfg.residual = skips;
+  cfg.mlp = mlp;
+  auto m = std::make_unique<Model<double>>(cfg);
+  for (const ParamSpec& p : m->table().specs) {
+    const ParamSpec* src = model.table().find(p.name);
+    if (!src) throw Error(fmt::format("ablation: the model has no parameter {} (it was built without MLPs)", p.name));
+    std::copy_n(model.params().data() + src->offset, p.numel, m->params().data() + p.offset);
+  }
+  return m;
+}
+
 }  // namespace
 
 DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<uint8_t>& bytes, int batches,
                                 int B, int T, uint64_t seed) {
+  Rng rng(seed, 3);
+  std::vector<Batch> sampled;
+  for (int k = 0; k < batches; k++) sampled.push_back(sample_batch(bytes, model.config().arch, B, T, rng));
+  return analyze_dynamics(model, sampled);
+}
+
+DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& given) {
+  if (given.empty()) throw Error("analyze dynamics: no batches");
   const ModelConfig& cfg = model.config();
+  const int batches = int(given.size()), B = given[0].B, T = given[0].T;
   const int L = cfg.n_layers, C = cfg.d_model, N = B * T;
+  for (const Batch& b : given)
+    if (b.B != B || b.T != T) throw Error("analyze dynamics: every batch must have the same shape");
   DynamicsReport rep;
   rep.layers.resize(size_t(L));
   rep.batches = batches;
   rep.B = B;
   rep.T = T;
-  Rng rng(seed, 3);
   // parameters of each layer: every spec named h.<l>.*
   std::vector<std::vector<const ParamSpec*>> layer_specs(static_cast<size_t>(L));
+  std::vector<const ParamSpec*> ffn_out(static_cast<size_t>(L), nullptr);
   for (const ParamSpec& p : model.table().specs)
     if (p.name.rfind("h.", 0) == 0) layer_specs[size_t(std::stoi(p.name.substr(2)))].push_back(&p);
+  for (int l = 0; l < L; l++) ffn_out[size_t(l)] = model.table().find(fmt::format("h.{}.mlp.proj.weight", l));
+  // rank collapse: the model itself, then the ablations that can be built from its parameters
+  std::vector<std::unique_ptr<Model<double>>> variants;
+  for (const bool skips : {true, false})
+    for (const bool mlp : {true, false}) {
+      if (mlp && !cfg.mlp) continue;
+      rep.rank_collapse.push_back({skips, mlp, std::vector<double>(size_t(L) + 1, 0.0), 0});
+      variants.push_back(ablated(model, skips, mlp));
+    }
   for (int k = 0; k < batches; k++) {
-    const Batch batch = sample_batch(bytes, cfg.arch, B, T, rng);
+    const Batch& batch = given[size_t(k)];
     model.zero_grad();
     rep.loss += model.forward(batch.ids.data(), batch.labels.data(), B, T) / batches;
     model.backward();
@@ -57,6 +94,10 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<uint8_t>
       const double* x = model.stream(2 * l);
       for (int n = 0; n < N; n++) d.stream_norm += row_norm(x + size_t(n) * C, C) / (double(N) * batches);
       for (int s = 0; s < 2; s++) {
+        if (!cfg.has_sublayer(2 * l + s)) {
+          d.mlp_branch_ratio = std::nan("");  // attention-only model: no MLP branch (JSON null)
+          continue;
+        }
         const SublayerActs<double>& a = model.acts(2 * l + s);
         double ratio = 0;
         for (int n = 0; n < N; n++)
@@ -68,6 +109,18 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<uint8_t>
       for (const ParamSpec* p : layer_specs[size_t(l)])
         for (size_t i = 0; i < p->numel; i++) g2 += model.grads()[p->offset + i] * model.grads()[p->offset + i];
       d.grad_norm += std::sqrt(g2) / batches;
+      double w2 = 0;
+      if (const ParamSpec* p = ffn_out[size_t(l)])
+        for (size_t i = 0; i < p->numel; i++) w2 += model.grads()[p->offset + i] * model.grads()[p->offset + i];
+      d.ffn_out_grad_norm = ffn_out[size_t(l)] ? d.ffn_out_grad_norm + std::sqrt(w2) / batches : std::nan("");
+    }
+    for (size_t v = 0; v < variants.size(); v++) {
+      Model<double>& m = *variants[v];
+      m.forward(batch.ids.data(), batch.labels.data(), B, T);
+      for (int l = 0; l <= L; l++)
+        for (int b = 0; b < B; b++)
+          rep.rank_collapse[v].residual_rank[size_t(l)] +=
+              residual_rank(m.stream(2 * l) + size_t(b) * T * C, T, C) / (double(B) * batches);
     }
     const double* xl = model.stream(2 * L);
     for (int n = 0; n < N; n++) rep.final_stream_norm += row_norm(xl + size_t(n) * C, C) / (double(N) * batches);
@@ -75,6 +128,8 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<uint8_t>
   }
   for (int l = 0; l < L; l++) rep.layers[size_t(l)].placement = to_string(cfg.placement_of(l)), rep.layers[size_t(l)].layer = l;
   rep.grad_growth = rep.layers.back().grad_norm / std::max(1e-300, rep.layers.front().grad_norm);
+  rep.ffn_out_grad_growth = rep.layers.back().ffn_out_grad_norm / std::max(1e-300, rep.layers.front().ffn_out_grad_norm);
+  for (auto& v : rep.rank_collapse) v.ratio = v.residual_rank.back() / std::max(1e-300, v.residual_rank.front());
   return rep;
 }
 
@@ -83,10 +138,15 @@ nlohmann::json to_json(const DynamicsReport& r) {
   for (const auto& d : r.layers)
     layers.push_back({{"layer", d.layer}, {"placement", d.placement}, {"stream_norm", d.stream_norm},
                       {"attn_branch_ratio", d.attn_branch_ratio}, {"mlp_branch_ratio", d.mlp_branch_ratio},
-                      {"grad_norm", d.grad_norm}, {"residual_rank", d.residual_rank}});
+                      {"grad_norm", d.grad_norm}, {"ffn_out_grad_norm", d.ffn_out_grad_norm},
+                      {"residual_rank", d.residual_rank}});
+  nlohmann::json collapse = nlohmann::json::array();
+  for (const auto& v : r.rank_collapse)
+    collapse.push_back({{"skips", v.skips}, {"mlp", v.mlp}, {"residual_rank", v.residual_rank}, {"ratio", v.ratio}});
   return {{"batches", r.batches}, {"B", r.B}, {"T", r.T}, {"loss", r.loss}, {"layers", layers},
           {"final_stream_norm", r.final_stream_norm}, {"final_residual_rank", r.final_residual_rank},
-          {"grad_norm_last_over_first", r.grad_growth}};
+          {"grad_norm_last_over_first", r.grad_growth}, {"ffn_out_grad_norm_last_over_first", r.ffn_out_grad_growth},
+          {"rank_collapse", collapse}};
 }
 
 void print_report(const DynamicsReport& r) {
@@ -94,12 +154,22 @@ void print_report(const DynamicsReport& r) {
   fmt::print("{:>5} {:<9} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "layer", "placement", "||x_l||",
              "|F|/|x| attn", "|F|/|x| mlp", "grad norm", "res(X_l)");
   for (const auto& d : r.layers)
-    fmt::print("{:>5} {:<9} {:>12.4f} {:>12.4f} {:>12.4f} {:>12.4e} {:>10.4f}\n", d.layer, d.placement,
-               d.stream_norm, d.attn_branch_ratio, d.mlp_branch_ratio, d.grad_norm, d.residual_rank);
+    fmt::print("{:>5} {:<9} {:>12.4f} {:>12.4f} {:>12} {:>12.4e} {:>10.4f}\n", d.layer, d.placement,
+               d.stream_norm, d.attn_branch_ratio,
+               std::isnan(d.mlp_branch_ratio) ? std::string("-") : fmt::format("{:.4f}", d.mlp_branch_ratio),
+               d.grad_norm, d.residual_rank);
   fmt::print("{:>5} {:<9} {:>12.4f} {:>12} {:>12} {:>12} {:>10.4f}\n", "out", "", r.final_stream_norm, "", "", "",
              r.final_residual_rank);
-  fmt::print("gradient norm, last layer / first layer: {:.3f} (Xiong et al.: > 1 for post, ~1 for pre)\n",
-             r.grad_growth);
+  fmt::print("gradient norm, last layer / first layer: {:.3f}; of the MLP output weights W2 (Xiong et al.'s "
+             "W^(2,l): grows toward the output for post, flat for pre): {:.3f}\n",
+             r.grad_growth, r.ffn_out_grad_growth);
+  fmt::print("rank collapse res(X_l) by layer, the model's own weights with sub-layers removed (Dong et al.):\n");
+  for (const auto& v : r.rank_collapse) {
+    std::string row;
+    for (double x : v.residual_rank) row += fmt::format(" {:.3g}", x);
+    fmt::print("  skips {:<3} MLP {:<3} res(X_L)/res(X_0) = {:<10.3g} by layer:{}\n", v.skips ? "on" : "off",
+               v.mlp ? "on" : "off", v.ratio, row);
+  }
 }
 
 }  // namespace normlab::analysis

@@ -120,6 +120,7 @@ NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& 
   r.closed_form_err = max_abs_diff(J, closed);
   r.spectrum = spectrum_of(J, d, d);
   r.unit_gamma = std::all_of(params.weight, params.weight + d, [](double g) { return g == 1.0; });
+  for (int i = 0; i < d; i++) r.gamma_max_dev = std::max(r.gamma_max_dev, std::abs(params.weight[i] - 1.0));
   if (r.unit_gamma) {
     const int bulk = layernorm ? d - 2 : d - 1;
     for (int i = 0; i < std::min(bulk, d); i++)

@@ -36,6 +36,7 @@ struct NormSiteReport {
   double measured_bulk_spread = 0;  // max relative deviation of the bulk from 1/s (gamma = 1 only)
   double j_ones = 0, j_zhat = 0;    // ||J 1|| / ||1||, ||J zhat|| / ||zhat||
   bool unit_gamma = true;
+  double gamma_max_dev = 0;    // max |gamma_i - 1| of the site's own gain
   double gamma_left_err = 0;   // max |J_gamma - diag(gamma) J_1|  (gamma multiplies from the left)
   double gamma_right_err = 0;  // max |J_gamma - J_1 diag(gamma)|  (seeds/000 remark 1.2's claim)
 };

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <optional>
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
@@ -116,20 +117,29 @@ int run_analyze(const AnalyzeCommand& cmd) {
   auto model = load_double_model(cmd);
   if (cmd.dynamics->parsed()) {
     const ModelConfig& cfg = model->config();
-    if (cmd.seq_len < 1 || cmd.seq_len > cfg.seq_len)
+    if (cmd.tokens.empty() && (cmd.seq_len < 1 || cmd.seq_len > cfg.seq_len))
       throw Error(fmt::format("--seq-len {} must be in [1, model seq_len = {}]", cmd.seq_len, cfg.seq_len));
     if (cmd.batches < 1 || cmd.batch_size < 1) throw Error("--batches and --batch-size must be >= 1");
     if (cfg.vocab_size() < kByteVocab)
       throw Error(fmt::format("model vocab {} is too small for the byte corpus (needs >= 256)", cfg.vocab_size()));
-    const Corpus corpus = load_corpus(builtin_corpus_path(), 0.1, cmd.seq_len);
+    if (cmd.random) throw Error("analyze dynamics takes corpus batches or --tokens, not --random");
     if (cmd.update_steps < 0 || cmd.update_steps > 10000 || !(cmd.update_lr > 0))
       throw Error("--update-steps must be in [0, 10000] and --lr > 0");
-    const auto rep = analysis::analyze_dynamics(*model, corpus.train, cmd.batches, cmd.batch_size, cmd.seq_len, 11);
+    std::optional<Batch> given;  // --tokens: one batch, every row of the token file with its labels
+    if (!cmd.tokens.empty()) {
+      given = load_token_file(cmd.tokens);
+      check_batch(*given, cfg, cmd.tokens);
+    }
+    const int T = given ? given->T : cmd.seq_len;  // the update steps train on corpus windows of this length
+    const Corpus corpus = load_corpus(builtin_corpus_path(), 0.1, T);
+    const analysis::DynamicsReport rep =
+        given ? analysis::analyze_dynamics(*model, std::vector<Batch>{*given})
+              : analysis::analyze_dynamics(*model, corpus.train, cmd.batches, cmd.batch_size, T, 11);
     analysis::print_report(rep);
     nlohmann::json results = analysis::to_json(rep);
     if (cmd.update_steps > 0) {
       const auto up = analysis::analyze_updates(*model, corpus.train, cmd.update_steps, cmd.batch_size,
-                                                cmd.seq_len, cmd.update_lr, 12);
+                                                T, cmd.update_lr, 12);
       analysis::print_report(up);
       results["updates"] = analysis::to_json(up);
     }

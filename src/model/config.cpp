@@ -181,6 +181,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
     if (cfg.placement.empty() && !items.empty()) cfg.placement = {Placement::Pre};
   }
   r.get("residual", cfg.residual);
+  r.get("mlp", cfg.mlp);
   read_enum(r, "init", kInitNames, cfg.init);
   r.get("init_std", cfg.init_std);
   r.get("dropout", cfg.dropout);
@@ -206,6 +207,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"activation", to_string(cfg.activation)},
                         {"placement", places},
                         {"residual", cfg.residual},
+                        {"mlp", cfg.mlp},
                         {"init", to_string(cfg.resolved_init())},
                         {"init_std", cfg.init_std},
                         {"dropout", cfg.dropout},

@@ -33,6 +33,7 @@ struct ModelConfig {
   Activation activation = Activation::Gelu;  // tanh-form GELU, as GPT-2
   std::vector<Placement> placement = {Placement::Pre};  // one entry for all layers, or one per layer
   bool residual = true;              // false: no skip path at all (alpha = 0)
+  bool mlp = true;                   // false: attention-only blocks (the pure-attention ablation)
   InitScheme init = InitScheme::Auto;  // auto: deepnet if any layer is deepnorm, else gpt2
   double init_std = 0.02;            // GPT-2's
   double dropout = 0.0;              // on embeddings and branch outputs; 0 for exact comparisons
@@ -49,6 +50,8 @@ struct ModelConfig {
   bool has_final_norm() const;
   InitScheme resolved_init() const;
   bool causal() const { return arch == Arch::Gpt; }
+  // Sub-layer i (i = 2l attention, 2l + 1 MLP) exists: every attention one, the MLP ones if mlp.
+  bool has_sublayer(int i) const { return i % 2 == 0 || mlp; }
 
   std::vector<std::string> violations() const;
   void validate() const;  // throws Error listing every violation

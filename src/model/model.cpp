@@ -83,6 +83,7 @@ void Model<S>::plan(int B, int T) {
   streams_.assign(2 * L + 1, nullptr);
   plan.push_back({&streams_[0], N * C});
   for (size_t i = 0; i < 2 * L; i++) {
+    if (!cfg_.has_sublayer(int(i))) continue;  // absent: its output stream aliases its input below
     SublayerActs<S>& a = a_[i];
     const NormSites sites = norm_sites(cfg_.placement_of(int(i / 2)));
     const bool attn = i % 2 == 0;
@@ -108,10 +109,15 @@ void Model<S>::plan(int B, int T) {
     *e.ptr = acts_.data() + offset;
     offset += e.count;
   }
-  // aliases for absent sites
+  // aliases for absent sites (and absent sub-layers: the identity, x' = x)
   for (size_t i = 0; i < 2 * L; i++) {
     SublayerActs<S>& a = a_[i];
     const NormSites sites = norm_sites(cfg_.placement_of(int(i / 2)));
+    if (!cfg_.has_sublayer(int(i))) {
+      streams_[i + 1] = streams_[i];
+      a.x_in = a.x_out = streams_[i];
+      continue;
+    }
     a.x_in = streams_[i];
     a.x_out = streams_[i + 1];
     if (!sites.in) a.h = a.x_in;
@@ -246,7 +252,7 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
     dropout_forward(streams_[0], streams_[0], cfg_.dropout, dropout_site_seed(0), size_t(N) * C);
   for (int l = 0; l < L; l++) {
     sublayer_forward(l, Sublayer::Attn);
-    sublayer_forward(l, Sublayer::Mlp);
+    if (cfg_.mlp) sublayer_forward(l, Sublayer::Mlp);
   }
   // xf = ln_f(x);  logits = xf @ wte^T
   if (cfg_.has_final_norm()) norm_forward(xf_, lnf_mean_, lnf_rstd_, streams_[2 * L], lnf_);
@@ -277,6 +283,7 @@ void Model<S>::backward(double loss_scale) {
   }
   for (int l = L - 1; l >= 0; l--) {
     for (Sublayer sub : {Sublayer::Mlp, Sublayer::Attn}) {
+      if (sub == Sublayer::Mlp && !cfg_.mlp) continue;
       S* dx_in = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];
       sublayer_backward(l, sub, dx, dx_in);
       dx = dx_in;
@@ -320,6 +327,7 @@ void Model<S>::jvp_sublayers(S* tout, const S* tin, int K, int first, int last) 
   S* tmix = tatt + natt;
   std::copy(tin, tin + KNC, tx);
   for (int i = first; i < last; i++) {
+    if (!cfg_.has_sublayer(i)) continue;
     const int l = i / 2;
     const SublayerActs<S>& a = a_[i];
     const SublayerParams<S>& p = p_[i];
@@ -364,6 +372,7 @@ void Model<S>::vjp_sublayers(S* din, const S* dout, int first, int last) {
   const size_t NC = size_t(B_) * T_ * cfg_.d_model;
   std::vector<S> dx(dout, dout + NC), dx_in(NC);
   for (int i = last - 1; i >= first; i--) {
+    if (!cfg_.has_sublayer(i)) continue;
     sublayer_backward(i / 2, i % 2 == 0 ? Sublayer::Attn : Sublayer::Mlp, dx.data(), dx_in.data());
     dx.swap(dx_in);
   }

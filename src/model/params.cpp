@@ -47,6 +47,7 @@ ParamTable make_param_table(const ModelConfig& cfg) {
   for (int l = 0; l < cfg.n_layers; l++) {
     const NormSites sites = norm_sites(cfg.placement_of(l));
     for (Sublayer sub : {Sublayer::Attn, Sublayer::Mlp}) {
+      if (sub == Sublayer::Mlp && !cfg.mlp) continue;
       const std::string p = fmt::format("h.{}.{}", l, to_string(sub));
       const bool attn = sub == Sublayer::Attn;
       if (sites.in) add_norm(p + ".ln_in");

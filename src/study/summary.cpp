@@ -31,6 +31,11 @@ std::optional<double> grad_ratio(const json& run) {
   return number(run["instruments"]["init"]["dynamics"], "grad_norm_last_over_first");
 }
 
+std::optional<double> w2_grad_ratio(const json& run) {
+  if (!run.contains("instruments") || !run["instruments"].contains("init")) return std::nullopt;
+  return number(run["instruments"]["init"]["dynamics"], "ffn_out_grad_norm_last_over_first");
+}
+
 std::string grid_value(const json& run, const std::string& dotted) {
   const auto dot = dotted.find('.');
   const json& v = run["config"][dotted.substr(0, dot)][dotted.substr(dot + 1)];
@@ -232,18 +237,25 @@ json written_summary(const json& results) {
   }
 
   // gradient norm by layer at initialization (Xiong et al. 2020)
-  std::map<std::string, std::vector<double>> ratios;
-  for (const auto& r : runs)
-    if (const auto g = grad_ratio(r))
-      ratios[fmt::format("{} ({} layers)", placement_name(r), r["config"]["model"]["n_layers"].get<int>())].push_back(*g);
+  std::map<std::string, std::vector<double>> ratios, w2_ratios;
+  for (const auto& r : runs) {
+    const std::string key = fmt::format("{} ({} layers)", placement_name(r), r["config"]["model"]["n_layers"].get<int>());
+    if (const auto g = grad_ratio(r)) ratios[key].push_back(*g);
+    if (const auto g = w2_grad_ratio(r)) w2_ratios[key].push_back(*g);
+  }
+  auto range = [](const std::vector<double>& v) {
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    return *lo == *hi ? fmt::format("{:.2f}", *lo) : fmt::format("{:.2f} to {:.2f}", *lo, *hi);
+  };
   if (!ratios.empty()) {
     std::vector<std::string> parts;
     for (const auto& [p, v] : ratios) {
-      const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-      parts.push_back(*lo == *hi ? fmt::format("{} {:.2f}", p, *lo) : fmt::format("{} {:.2f} to {:.2f}", p, *lo, *hi));
+      auto w2 = w2_ratios.find(p);
+      parts.push_back(fmt::format("{} {}{}", p, range(v), w2 == w2_ratios.end() ? "" : fmt::format(" (W2 {})", range(w2->second))));
     }
-    out.push_back(fmt::format("Gradient norm at initialization, last layer / first layer (Xiong et al. 2020 predict "
-                              "> 1 for Post-LN, about 1 for Pre-LN): {}.", fmt::join(parts, "; ")));
+    out.push_back(fmt::format("Gradient norm at initialization, last layer / first layer, all of a layer's parameters "
+                              "(and the FFN output weights W2 alone, the quantity Xiong et al. 2020 analyse; they "
+                              "predict > 1 for Post-LN, about 1 for Pre-LN): {}.", fmt::join(parts, "; ")));
   }
 
   // theory claims, per kind of model (fresh, trained)

@@ -122,6 +122,12 @@ def build_cases():
         Case("gpt_pre_relu", dict(SMALL, placement="pre", activation="relu"), SMALL_BT),
         Case("gpt_pre_noresidual", dict(SMALL, placement="pre", residual=False), SMALL_BT),
         Case("gpt_post_noresidual", dict(SMALL, placement="post", residual=False), SMALL_BT),
+        # attention-only (no MLP sub-layers), with and without skips: the pure-attention ablation
+        Case("gpt_pre_nomlp", dict(SMALL, placement="pre", mlp=False), SMALL_BT),
+        Case("gpt_post_nomlp", dict(SMALL, placement="post", mlp=False), SMALL_BT),
+        Case("gpt_pre_nomlp_noresidual", dict(SMALL, placement="pre", mlp=False, residual=False), SMALL_BT),
+        Case("encoder_sandwich_nomlp", dict(SMALL, arch="encoder", placement="sandwich", mlp=False), SMALL_BT),
+        Case("gpt_mix_nomlp", dict(SMALL, n_layers=3, placement=["post", "pre", "deepnorm"], mlp=False), SMALL_BT),
         # the per-layer list goes through the CLI override (TOML says "pre")
         Case("gpt_mix_pre_post_sandwich", dict(SMALL, n_layers=3, placement="pre"), SMALL_BT,
              sets=['model.placement=["pre","post","sandwich"]']),

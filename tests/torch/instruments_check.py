@@ -8,7 +8,9 @@ numpy SVDs, in float64.
 For placements pre and post: train a tiny model for 20 steps with normlab (so gains and biases are
 no longer 1 and 0), write a token file, run `normlab analyze jacobian` and `analyze attention` with
 --json, and compare: every norm site's singular values, every block's token-local and
-full-sequence singular values, the end-to-end ones, and every head's ||A||_2 and c_max.
+full-sequence singular values, the end-to-end ones, and every head's ||A||_2 and c_max; and from
+`normlab analyze dynamics --tokens`: every layer's gradient norm and W2 gradient norm, and rank
+collapse res(X_l) per layer for the model and for its four skip/MLP ablations (same weights).
 Prints `N passed, M failed`; exit 1 on any failure.
 """
 
@@ -134,6 +136,37 @@ def main():
                     close(f"{placement} layer {l} head {hd} ||A||_2", [head["norm2"]], [np.linalg.norm(P, 2)], 1.0, results)
                     close(f"{placement} layer {l} head {hd} c_max", [head["c_max"]], [P.sum(0).max()], 1.0, results)
                 x = blocks(l, l + 1)(x.reshape(-1)).reshape(1, T, C)
+
+        # dynamics on the token file's batch: gradients by layer and rank collapse with ablations
+        run([args.normlab, "analyze", "dynamics", "--checkpoint", str(ckpt), "--tokens", str(d / "X.safetensors"),
+             "--update-steps", "0", "--json", str(d / "D.json"), "--force"])
+        D = json.loads((d / "D.json").read_text())
+        tparams = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+        loss, _ = nt.forward_params(config, tparams, ids, labels)
+        loss.backward()
+        for l in range(L):
+            g = torch.sqrt(sum((t.grad ** 2).sum() for k, t in tparams.items() if k.startswith(f"h.{l}.")))
+            w2 = tparams[f"h.{l}.mlp.proj.weight"].grad.norm()
+            close(f"{placement} layer {l} gradient norm", [D["layers"][l]["grad_norm"]], [float(g)], float(g), results)
+            close(f"{placement} layer {l} W2 gradient norm", [D["layers"][l]["ffn_out_grad_norm"]], [float(w2)], float(w2), results)
+
+        def res(x):  # ||X - 1 mean(X)^T||_F / ||X||_F of the one sequence
+            x = x[0]
+            return float((x - x.mean(0, keepdim=True)).norm() / x.norm())
+
+        for variant in D["rank_collapse"]:
+            cfg = dict(config, residual=variant["skips"], mlp=variant["mlp"])
+            with torch.no_grad():
+                x, ranks = x0, []
+                for l in range(L):
+                    ranks.append(res(x))
+                    p = cfg["placement"][l]
+                    x = nt.sublayer(cfg, params, f"h.{l}.attn", p, nt.attention, x)
+                    if cfg["mlp"]:
+                        x = nt.sublayer(cfg, params, f"h.{l}.mlp", p, nt.mlp, x)
+                ranks.append(res(x))
+            name = f"skips {'on' if variant['skips'] else 'off'}, MLP {'on' if variant['mlp'] else 'off'}"
+            close(f"{placement} rank collapse by layer, {name}", variant["residual_rank"], ranks, 1.0, results)
 
     failed = 0
     for name, ok, err in results:

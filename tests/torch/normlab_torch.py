@@ -49,6 +49,7 @@ DEFAULTS = {
     "activation": "gelu",
     "placement": "pre",
     "residual": True,
+    "mlp": True,         # False: attention-only blocks
     "init": "auto",
     "init_std": 0.02,
     "dropout": 0.0,
@@ -95,6 +96,7 @@ def normalize_config(cfg, strict=True):
     c["init_std"] = float(c["init_std"])
     c["dropout"] = float(c["dropout"])
     c["residual"] = bool(c["residual"])
+    c["mlp"] = bool(c["mlp"])
     return c
 
 
@@ -132,6 +134,8 @@ def param_specs(config):
             ("attn", ("qkv", (3 * C, C)), ("proj", (C, C))),
             ("mlp", ("fc", (Fd, C)), ("proj", (C, Fd))),
         ):
+            if sub == "mlp" and not config["mlp"]:
+                continue
             pre = f"h.{l}.{sub}"
             if p in IN_NORM:
                 specs += _norm_specs(config, pre + ".ln_in")
@@ -333,7 +337,8 @@ def forward_params(config, params, input_ids, labels=None):
     x = wte[input_ids] + params["wpe.weight"][0:T]
     for l, p in enumerate(config["placement"]):
         x = sublayer(config, params, f"h.{l}.attn", p, attention, x)
-        x = sublayer(config, params, f"h.{l}.mlp", p, mlp, x)
+        if config["mlp"]:
+            x = sublayer(config, params, f"h.{l}.mlp", p, mlp, x)
     xf = norm(config, params, "ln_f", x) if has_final_norm(config) else x
     logits = xf @ wte.t()                                                            # tied output
     loss = None
