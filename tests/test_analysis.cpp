@@ -276,7 +276,29 @@ TEST(Lanczos, MatrixFreeExtremesAgreeWithTheDenseSvd) {
     // relative to sigma_max; measured ~6e-12 (J^T J squares the singular values, so the smallest
     // are resolved to well above machine epsilon, not to it)
     EXPECT_LT(*r.end_to_end.lanczos_vs_dense, 1e-9) << to_string(p);
+    if (p == Placement::Post) {
+      // a LayerNorm ends every post block: its Jacobian annihilates 1, so every diagonal block J_ii
+      // and J itself are singular; the smallest come from the shifted operator (~0 to 1e-9 sigma_max)
+      EXPECT_EQ(r.end_to_end.lanczos_smallest_method, "shifted");
+      continue;
+    }
+    // a causal model: the smallest by shift-invert through block substitution, accurate relative
+    // to themselves (measured ~1e-13), not only relative to sigma_max
+    EXPECT_EQ(r.end_to_end.lanczos_smallest_method, "inverse (block substitution)") << to_string(p);
+    EXPECT_EQ(r.end_to_end.lanczos_smallest.size(), 4u);
+    ASSERT_TRUE(r.end_to_end.lanczos_smallest_vs_dense);
+    EXPECT_LT(*r.end_to_end.lanczos_smallest_vs_dense, 1e-8) << to_string(p);
   }
+  // bidirectional attention: J is not block triangular, the shifted operator is used
+  ModelConfig enc = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
+  enc.arch = Arch::Encoder;
+  auto m = run(enc, 5);
+  JacobianOptions opts;
+  opts.lanczos_k = 4;
+  const JacobianReport r = analyze_jacobian(*m, opts);
+  EXPECT_EQ(r.end_to_end.lanczos_smallest_method, "shifted");
+  EXPECT_TRUE(r.end_to_end.lanczos_converged);
+  EXPECT_LT(*r.end_to_end.lanczos_vs_dense, 1e-9);
 }
 
 TEST(Theory, VerdictsFollowFromTheNumbers) {

@@ -247,14 +247,21 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
     e.lanczos_smallest = x.smallest;
     e.lanczos_converged = x.converged;
     e.lanczos_products = x.products;
+    e.lanczos_smallest_method = x.smallest_method;
+    e.lanczos_solves = x.solves;
     if (e.full && !x.largest.empty()) {
       double worst = 0;
       const auto& sv = e.full->sv;
       for (size_t i = 0; i < x.largest.size(); i++)
         worst = std::max(worst, std::abs(x.largest[i] - sv[i]) / sv[0]);
-      for (size_t i = 0; i < x.smallest.size(); i++)
-        worst = std::max(worst, std::abs(x.smallest[i] - sv[sv.size() - 1 - i]) / sv[0]);
+      double worst_small = 0;
+      for (size_t i = 0; i < x.smallest.size(); i++) {
+        const double dense = sv[sv.size() - 1 - i];
+        worst = std::max(worst, std::abs(x.smallest[i] - dense) / sv[0]);
+        worst_small = std::max(worst_small, std::abs(x.smallest[i] - dense) / std::max(dense, 1e-300));
+      }
       e.lanczos_vs_dense = worst;
+      if (!x.smallest.empty()) e.lanczos_smallest_vs_dense = worst_small;
     }
   }
   if (all_residual) {
@@ -311,6 +318,8 @@ nlohmann::json to_json(const JacobianReport& r) {
                           {"product_bound", e.product_bound ? nlohmann::json(*e.product_bound) : nlohmann::json(nullptr)},
                           {"lanczos", {{"largest", e.lanczos_largest}, {"smallest", e.lanczos_smallest},
                                        {"converged", e.lanczos_converged}, {"products", e.lanczos_products},
+                                       {"smallest_method", e.lanczos_smallest_method}, {"solves", e.lanczos_solves},
+                                       {"smallest_max_rel_diff_vs_dense", e.lanczos_smallest_vs_dense ? nlohmann::json(*e.lanczos_smallest_vs_dense) : nlohmann::json(nullptr)},
                                        {"max_rel_diff_vs_dense", e.lanczos_vs_dense ? nlohmann::json(*e.lanczos_vs_dense) : nlohmann::json(nullptr)}}},
                           {"verdict", e.verdict}}}};
 }
@@ -340,10 +349,14 @@ void print_report(const JacobianReport& r) {
   if (e.full) fmt::print(" | full sv [{:.4g}, {:.4g}]", e.full->min(), e.full->max());
   fmt::print("\n");
   if (!e.lanczos_largest.empty())
-    fmt::print("  matrix-free (Lanczos, {} J^T J products{}): largest [{:.4g}], smallest [{:.4g}]{}\n",
-               e.lanczos_products, e.lanczos_converged ? "" : ", NOT converged",
+    fmt::print("  matrix-free (Lanczos, {} J^T J products, smallest by the {} method{}{}): largest [{:.4g}], "
+               "smallest [{:.4g}]{}{}\n",
+               e.lanczos_products, e.lanczos_smallest_method,
+               e.lanczos_solves ? fmt::format(" with {} (J^T J)^-1 solves", e.lanczos_solves) : "",
+               e.lanczos_converged ? "" : ", NOT converged",
                fmt::join(e.lanczos_largest, ", "), fmt::join(e.lanczos_smallest, ", "),
-               e.lanczos_vs_dense ? fmt::format("; vs dense: max rel diff {:.2e}", *e.lanczos_vs_dense) : "");
+               e.lanczos_vs_dense ? fmt::format("; vs dense: max rel diff {:.2e} (of sigma_max)", *e.lanczos_vs_dense) : "",
+               e.lanczos_smallest_vs_dense ? fmt::format(", smallest {:.2e} (of themselves)", *e.lanczos_smallest_vs_dense) : "");
   fmt::print("  {}\n", e.verdict);
 }
 

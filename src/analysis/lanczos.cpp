@@ -3,6 +3,8 @@
 
 #include <Spectra/SymEigsSolver.h>
 
+#include <Eigen/LU>
+
 #include <algorithm>
 #include <cmath>
 
@@ -64,10 +66,92 @@ class ShiftedGram {
   double shift_;
 };
 
+// (J^T J)^{-1} = J^{-1} J^{-T} for a block lower triangular J over tokens (a causal model, every
+// token in and out): block substitution with LU factors of the diagonal blocks.
+class InverseGram {
+ public:
+  using Scalar = double;
+  using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>;
+  InverseGram(Model<double>& m, int first, int last)
+      : model_(m), first_(first), last_(last), T_(m.planned_T()), C_(m.config().d_model),
+        NTC_(size_t(T_) * C_), u_(NTC_), w_(NTC_) {
+    // the diagonal blocks J_ii: columns of J by forward mode, a chunk of tangents at a time
+    const int chunk = std::min(128, C_);
+    std::vector<double> tin, tout;
+    for (int i = 0; i < T_; i++) {
+      Mat J(C_, C_);
+      for (int c0 = 0; c0 < C_; c0 += chunk) {
+        const int K = std::min(chunk, C_ - c0);
+        tin.assign(size_t(K) * NTC_, 0.0);
+        tout.assign(tin.size(), 0.0);
+        for (int k = 0; k < K; k++) tin[size_t(k) * NTC_ + size_t(i) * C_ + c0 + k] = 1.0;
+        model_.jvp_sublayers(tout.data(), tin.data(), K, first_, last_);
+        for (int k = 0; k < K; k++)
+          for (int r = 0; r < C_; r++) J(r, c0 + k) = tout[size_t(k) * NTC_ + size_t(i) * C_ + r];
+      }
+      lu_.emplace_back(J);
+      min_rcond_ = std::min(min_rcond_, lu_.back().rcond());
+    }
+  }
+  // rcond of the worst diagonal block: the substitution is meaningful only well above 1e-16
+  double min_rcond() const { return min_rcond_; }
+  Eigen::Index rows() const { return Eigen::Index(NTC_); }
+  Eigen::Index cols() const { return rows(); }
+  void perform_op(const double* x, double* y) const {
+    solve_transposed(x, w_.data());  // w = J^{-T} x
+    solve(w_.data(), y);             // y = J^{-1} w
+    solves_++;
+  }
+  long solves() const { return solves_; }
+
+ private:
+  // y = J^{-1} b, token by token: y_i = J_ii^{-1} (b_i - sum_{j<i} J_ij y_j)
+  void solve(const double* b, double* y) const {
+    std::fill(u_.begin(), u_.end(), 0.0);
+    std::vector<double> ju(NTC_);
+    for (int i = 0; i < T_; i++) {
+      Eigen::Map<const Eigen::VectorXd> bi(b + size_t(i) * C_, C_);
+      Eigen::VectorXd r = bi;
+      if (i > 0) {  // u holds y_0 .. y_{i-1} and zeros: (J u)_i = sum_{j<i} J_ij y_j
+        model_.jvp_sublayers(ju.data(), u_.data(), 1, first_, last_);
+        r -= Eigen::Map<const Eigen::VectorXd>(ju.data() + size_t(i) * C_, C_);
+      }
+      const Eigen::VectorXd yi = lu_[size_t(i)].solve(r);
+      std::copy(yi.data(), yi.data() + C_, u_.begin() + size_t(i) * C_);
+    }
+    std::copy(u_.begin(), u_.end(), y);
+  }
+  // y = J^{-T} b, from the last token back: y_i = J_ii^{-T} (b_i - sum_{j>i} J_ji^T y_j)
+  void solve_transposed(const double* b, double* y) const {
+    std::fill(u_.begin(), u_.end(), 0.0);
+    std::vector<double> jtu(NTC_);
+    for (int i = T_ - 1; i >= 0; i--) {
+      Eigen::Map<const Eigen::VectorXd> bi(b + size_t(i) * C_, C_);
+      Eigen::VectorXd r = bi;
+      if (i < T_ - 1) {
+        model_.vjp_sublayers(jtu.data(), u_.data(), first_, last_);
+        r -= Eigen::Map<const Eigen::VectorXd>(jtu.data() + size_t(i) * C_, C_);
+      }
+      const Eigen::VectorXd yi = lu_[size_t(i)].transpose().solve(r);
+      std::copy(yi.data(), yi.data() + C_, u_.begin() + size_t(i) * C_);
+    }
+    std::copy(u_.begin(), u_.end(), y);
+  }
+
+  Model<double>& model_;
+  int first_, last_, T_, C_;
+  size_t NTC_;
+  std::vector<Eigen::PartialPivLU<Mat>> lu_;
+  double min_rcond_ = 1.0;
+  mutable std::vector<double> u_, w_;
+  mutable long solves_ = 0;
+};
+
+// min_ncv: the Krylov subspace size; larger converges in fewer restarts but costs more products
 template <class Op>
-std::vector<double> largest_eigenvalues(Op& op, int k, bool* ok) {
+std::vector<double> largest_eigenvalues(Op& op, int k, bool* ok, int min_ncv = 60) {
   const int n = int(op.rows());
-  const int ncv = std::min(n, std::max(2 * k + 1, 60));
+  const int ncv = std::min(n, std::max(2 * k + 1, min_ncv));
   Spectra::SymEigsSolver<Op> solver(op, k, ncv);
   solver.init();
   // bounded work: a run that has not converged says so instead of running for many minutes
@@ -91,7 +175,23 @@ ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, i
   if (r.n < 4) return r;  // too small for Lanczos; use the dense path
   for (double lambda : largest_eigenvalues(op, k, &r.converged))
     r.largest.push_back(std::sqrt(std::max(0.0, lambda)));
-  if (!r.largest.empty()) {
+  // the smallest: shift-invert by block substitution where J is block lower triangular
+  bool every_token = int(in_tokens.size()) == model.planned_T() && in_tokens == out_tokens && model.planned_B() == 1;
+  for (size_t a = 0; every_token && a < in_tokens.size(); a++) every_token = in_tokens[a] == int(a);
+  if (model.config().causal() && every_token) {
+    InverseGram inverse(model, first, last);
+    if (inverse.min_rcond() > 1e-12) {
+      bool ok = true;
+      // 1/sigma^2 of the smallest are well separated: a small subspace converges in few restarts
+      for (double mu : largest_eigenvalues(inverse, k, &ok, 4 * k))
+        if (mu > 0) r.smallest.push_back(1.0 / std::sqrt(mu));
+      r.converged = r.converged && ok;
+      r.smallest_method = "inverse (block substitution)";
+      r.solves = inverse.solves();
+    }
+  }
+  if (r.smallest_method.empty() && !r.largest.empty()) {
+    r.smallest_method = "shifted";
     const double shift = r.largest.front() * r.largest.front() * (1 + 1e-3);
     ShiftedGram shifted(op, shift);
     for (double mu : largest_eigenvalues(shifted, k, &r.converged))

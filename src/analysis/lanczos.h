@@ -2,8 +2,17 @@
 // of a model, restricted to chosen input and output tokens): the largest k and smallest k
 // eigenvalues of J^T J by implicitly restarted Lanczos (Spectra), each product J^T J v being one
 // forward-mode (jvp) and one reverse-mode (vjp) pass. For Jacobians too large to form.
+//
+// The smallest: near zero, J^T J's eigenvalues are too close together for Lanczos on J^T J. For a
+// causal model over whole sequences, J is block lower triangular over tokens (output token i
+// depends on input tokens j <= i), so J^{-1} and J^{-T} are applied matrix-free by block
+// substitution (one jvp or vjp per token, plus the LU factors of the d x d diagonal blocks J_ii),
+// and Lanczos on (J^T J)^{-1} = J^{-1} J^{-T} finds 1/sigma_min^2 first (shift-invert at 0). Otherwise
+// (bidirectional models, or a singular diagonal block, as in every block ending in a LayerNorm, whose
+// Jacobian annihilates the constant direction) Lanczos runs on sigma_max^2 I - J^T J.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "model/model.h"
@@ -16,6 +25,8 @@ struct ExtremeSingularValues {
   std::vector<double> smallest;  // ascending
   bool converged = false;
   long products = 0;             // J^T J v products used
+  std::string smallest_method;   // "inverse (block substitution)" or "shifted"
+  long solves = 0;               // (J^T J)^{-1} v applications (inverse method), T jvps + T vjps each
 };
 
 ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, int last,
