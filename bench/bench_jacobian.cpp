@@ -8,8 +8,9 @@
 //             tangents at once (column k of J = tangent output k, so the result is J column-major;
 //             "transpose_ms" is the extra cost of a row-major copy, not included in "ms")
 //   build_svd build + all singular values (LAPACK dgesdd, values only, on the column-major J)
-//   extremes  the 5 largest and 5 smallest singular values matrix-free (implicitly restarted Lanczos
-//             on J^T J, one jvp + one vjp per product; analysis/lanczos.h)
+//   extremes  the 5 largest and 5 smallest singular values matrix-free (implicitly restarted Lanczos:
+//             on J^T J for the largest, on (J^T J)^-1 by block substitution for the smallest;
+//             analysis/lanczos.h)
 //
 // Prints one JSON line per measurement: ms (median of --iters after --warmup), every timing, and
 // the 5 largest / 5 smallest singular values found (for the agreement check against the peers).

@@ -9,8 +9,9 @@
 #                                            jax: jax.jit(jax.jacfwd(f))
 #   build_svd  the Jacobian + all its singular values (normlab dgesdd; torch.linalg.svdvals with the
 #              faster of jacfwd/jacrev; jnp.linalg.svd(compute_uv=False) under the same jit)
-#   extremes   the 5 largest and 5 smallest singular values: normlab matrix-free (Lanczos on J^T J,
-#              one jvp + one vjp per product); the peers' time is their full path, build_svd
+#   extremes   the 5 largest and 5 smallest singular values: normlab matrix-free (Lanczos on J^T J
+#              for the largest, shift-invert by block substitution for the smallest;
+#              analysis/lanczos.h); the peers' time is their full path, build_svd
 #
 #   1. bench/.venv: torch and numpy as bench/run.sh makes them; jax and jaxlib from PyPI if missing.
 #   2. builds build/bench/bench_jacobian and build/normlab (Release, Ninja) and snapshots them.

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "study/study.h"
 #include "study/summary.h"
@@ -170,6 +171,29 @@ TEST(Summary, SaysPlainlyWhenTheEffectDoesNotAppear) {
   EXPECT_TRUE(any_contains(s, "the known effect does NOT appear in this setting")) << s.dump(1);
   EXPECT_TRUE(any_contains(s, "warm-up made no clear difference")) << s.dump(1);
   EXPECT_FALSE(any_contains(s, "Did not get below")) << s.dump(1);
+}
+
+TEST(Summary, StatesTheWarmupEffectAtEveryLearningRate) {
+  std::vector<json> runs;
+  for (double lr : {1e-3, 1e-2})
+    for (const auto& [p, w, v] : std::vector<std::tuple<std::string, int, double>>{
+             {"post", 0, lr < 5e-3 ? 2.30 : 3.07}, {"post", 100, 2.5}, {"pre", 0, 2.29}, {"pre", 100, 2.2}}) {
+      json r = run(p, w, v);
+      r["grid"]["train.lr"] = lr;
+      r["config"]["train"]["lr"] = lr;
+      runs.push_back(r);
+    }
+  json results = results_of(runs);
+  results["study"]["varying"].push_back("train.lr");
+  const json s = written_summary(results);
+  // one statement per learning rate: the effect at 1e-2, not at 1e-3
+  int statements = 0;
+  for (const auto& line : s) statements += line.get<std::string>().rfind("Known effect", 0) == 0;
+  EXPECT_EQ(statements, 2) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "lr=0.001, Post-LN ended at 2.300")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "the known effect does NOT appear in this setting")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "lr=0.01, Post-LN ended at 3.070")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "Post-LN without warm-up did worse, the known effect appears")) << s.dump(1);
 }
 
 TEST(Summary, CountsADivergedPostRunAsTheEffect) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 namespace normlab::study {
@@ -88,7 +89,8 @@ const json* find_run(const json& runs, const std::vector<std::string>& varying,
   return nullptr;
 }
 
-// The known warm-up effect: Post-LN without warm-up vs Pre-LN without warm-up (and Post-LN with).
+// The known warm-up effect: Post-LN without warm-up vs Pre-LN without warm-up (and Post-LN with),
+// at every setting of the other varying keys where the three runs exist.
 void warmup_effect(const json& runs, const std::vector<std::string>& varying, json& out) {
   const bool has_placement = std::count(varying.begin(), varying.end(), "model.placement");
   const bool has_warmup = std::count(varying.begin(), varying.end(), "train.warmup_steps");
@@ -100,6 +102,7 @@ void warmup_effect(const json& runs, const std::vector<std::string>& varying, js
     lo = std::min(lo, w);
     hi = std::max(hi, w);
   }
+  std::set<std::string> done;  // one statement per setting of the other keys (e.g. per learning rate)
   for (const auto& first : runs) {
     if (grid_value(first, "model.placement") != "post" || !first.contains("summary")) continue;
     std::map<std::string, std::string> want;
@@ -113,11 +116,14 @@ void warmup_effect(const json& runs, const std::vector<std::string>& varying, js
     const json* post_warm = find_run(runs, varying, want);
     if (!post_cold || !pre_cold) continue;
     const std::string where = signature(*post_cold, varying, "model.placement");
+    if (!done.insert(where).second) continue;
     const auto pc = val_loss(*post_cold), pr = val_loss(*pre_cold);
     const bool post_bad = post_cold->value("status", "") == "diverged" || !pc || (pr && *pc > *pr + kEffectMargin);
     out.push_back(fmt::format(
-        "Known effect, Post-LN needs warm-up: at {} ({}), Post-LN ended at {} and Pre-LN at {} (validation loss): {}.",
-        where, fmt::format("lr {}", first["config"]["train"]["lr"].dump()), loss_text(*post_cold), loss_text(*pre_cold),
+        "Known effect, Post-LN needs warm-up: at {}{}, Post-LN ended at {} and Pre-LN at {} (validation loss): {}.",
+        where,
+        std::count(varying.begin(), varying.end(), "train.lr") ? ""
+                                                                : fmt::format(" (lr {})", first["config"]["train"]["lr"].dump()), loss_text(*post_cold), loss_text(*pre_cold),
         post_bad ? "Post-LN without warm-up did worse, the known effect appears"
                  : "Post-LN without warm-up did not do worse here, the known effect does NOT appear in this setting"));
     if (post_warm && post_warm != post_cold) {
@@ -127,7 +133,6 @@ void warmup_effect(const json& runs, const std::vector<std::string>& varying, js
                                 loss_text(*post_warm), loss_text(*post_cold),
                                 helped ? "helped" : "made no clear difference (within 0.1 nats)"));
     }
-    return;  // the first matching setting is the headline
   }
 }
 
