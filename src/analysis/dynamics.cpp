@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "util/error.h"
-
 #include "util/rng.h"
 
 namespace normlab::analysis {

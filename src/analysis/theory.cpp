@@ -13,7 +13,6 @@
 #include "analysis/jacobian.h"
 #include "analysis/updates.h"
 #include "ops/common.h"
-#include "util/error.h"
 #include "ops/layernorm.h"
 #include "train/data.h"
 #include "train/optimizer.h"
