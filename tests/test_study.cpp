@@ -129,6 +129,39 @@ TEST(Study, StepsToTargetMatchesANaiveMovingAverage) {
   }
 }
 
+TEST(Study, LossSpikesAreFoundAndMergedLikeANaiveScan) {
+  // a smooth decay with two planted spikes: one of 3 steps (one spike, at its peak), one of 1 step
+  json train = {{"step", json::array()}, {"loss", json::array()}};
+  std::vector<double> loss;
+  for (int i = 0; i < 300; i++) {
+    double x = 2.0 + 3.0 * std::exp(-i / 40.0) + 0.02 * std::sin(i);
+    if (i >= 100 && i < 103) x += 0.5 + 0.1 * (i - 100);  // peak at step 103 (index 102)
+    if (i == 200) x += 1.0;
+    loss.push_back(x);
+    train["step"].push_back(i + 1);
+    train["loss"].push_back(x);
+  }
+  const json spikes = loss_spikes(train);
+  ASSERT_EQ(spikes.size(), 2u) << spikes.dump();
+  EXPECT_EQ(spikes[0]["step"], 103);
+  EXPECT_EQ(spikes[1]["step"], 201);
+  // the naive reference: mean of the previous 20 losses, recomputed from scratch
+  auto jump_at = [&](size_t i) {
+    double m = 0;
+    for (size_t k = i - kTargetWindow; k < i; k++) m += loss[k] / kTargetWindow;
+    return loss[i] - m;
+  };
+  EXPECT_NEAR(spikes[0]["jump"].get<double>(), jump_at(102), 1e-12);
+  EXPECT_NEAR(spikes[1]["jump"].get<double>(), jump_at(200), 1e-12);
+  // every step the naive scan flags lies in one of the two spikes
+  for (size_t i = kTargetWindow; i < loss.size(); i++)
+    if (jump_at(i) > kSpikeNats) EXPECT_TRUE((i >= 100 && i < 103) || i == 200) << i;
+  // a smooth decay has none
+  json smooth = {{"step", json::array()}, {"loss", json::array()}};
+  for (int i = 0; i < 300; i++) smooth["step"].push_back(i + 1), smooth["loss"].push_back(2.0 + 3.0 * std::exp(-i / 40.0));
+  EXPECT_TRUE(loss_spikes(smooth).empty());
+}
+
 namespace {
 
 json run(const std::string& placement, int warmup, double val, const std::string& status = "finished") {

@@ -176,6 +176,31 @@ std::string summary_table(const json& results) {
   return t;
 }
 
+json loss_spikes(const json& train) {
+  json spikes = json::array();
+  if (!train.is_object() || !train.contains("loss") || !train.contains("step")) return spikes;
+  const json& loss = train["loss"];
+  double sum = 0;
+  size_t last = 0;  // index of the previous spiking step: consecutive ones are one spike, at its peak
+  for (size_t i = 0; i < loss.size(); i++) {
+    const double x = loss[i].is_number() ? loss[i].get<double>() : NAN;
+    if (i >= size_t(kTargetWindow)) {
+      const double mean = sum / kTargetWindow, jump = x - mean;
+      if (jump > kSpikeNats) {
+        if (!spikes.empty() && last + 1 == i) {
+          if (jump > spikes.back()["jump"].get<double>()) spikes.back() = {{"step", train["step"][i]}, {"loss", x}, {"jump", jump}};
+        } else {
+          spikes.push_back({{"step", train["step"][i]}, {"loss", x}, {"jump", jump}});
+        }
+        last = i;
+      }
+      sum -= loss[i - kTargetWindow].is_number() ? loss[i - kTargetWindow].get<double>() : NAN;
+    }
+    sum += x;
+  }
+  return spikes;
+}
+
 json written_summary(const json& results) {
   json out = json::array();
   const json& runs = results["runs"];
@@ -199,6 +224,25 @@ json written_summary(const json& results) {
                                      (*r)["diverged"].value("step", 0L), (*r)["diverged"].value("tensor", "")));
   out.push_back(diverged.empty() ? std::string("No run diverged (no non-finite loss or gradient).")
                                  : fmt::format("Diverged: {}.", fmt::join(diverged, "; ")));
+  // loss spikes: a sudden rise of the training loss that training then recovers from (or not)
+  std::vector<std::string> spiky;
+  for (const json* r : done) {
+    if (!r->contains("train")) continue;
+    const json spikes = loss_spikes((*r)["train"]);
+    if (spikes.empty()) continue;
+    const json* worst = &spikes[0];
+    for (const auto& s : spikes)
+      if (s["jump"].get<double>() > (*worst)["jump"].get<double>()) worst = &s;
+    spiky.push_back(fmt::format("{} ({} spike{}, the largest +{:.2f} nats at step {})", (*r)["label"].get<std::string>(),
+                                spikes.size(), spikes.size() == 1 ? "" : "s", (*worst)["jump"].get<double>(),
+                                (*worst)["step"].dump()));
+  }
+  if (!spiky.empty())
+    out.push_back(fmt::format("Loss spikes (training loss more than {} nats above the mean of the previous {} steps): {}.",
+                              kSpikeNats, kTargetWindow, fmt::join(spiky, "; ")));
+  else if (std::any_of(done.begin(), done.end(), [](const json* r) { return r->contains("train"); }))
+    out.push_back(fmt::format("No loss spikes (no training loss more than {} nats above the mean of the previous {} steps).",
+                              kSpikeNats, kTargetWindow));
   // runs that learned nothing beyond byte frequencies
   std::vector<std::string> stuck;
   for (const json* r : done)

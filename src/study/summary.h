@@ -14,6 +14,12 @@ namespace normlab::study {
 inline constexpr int kTargetWindow = 20;
 nlohmann::json steps_to_target(const nlohmann::json& train, double target);
 
+// Loss spikes: steps whose training loss exceeds the mean of the previous 20 by more than
+// kSpikeNats (after the first 20 steps); consecutive such steps are one spike, reported at its
+// largest jump. Returns [{step, loss, jump}] in step order.
+inline constexpr double kSpikeNats = 0.3;
+nlohmann::json loss_spikes(const nlohmann::json& train);
+
 // Per run: label, status, final train and validation loss, divergence step, steps to the loss
 // target, tokens/s, and the gradient-norm ratio (last layer / first) at initialization.
 std::string summary_table(const nlohmann::json& results);
