@@ -236,6 +236,15 @@ TEST(Dynamics, RankCollapseAblationsAndW2GradientsAgreeWithDirectComputations) {
     for (size_t i = 0; i < w2->numel; i++) g2 += m.grads()[w2->offset + i] * m.grads()[w2->offset + i];
     EXPECT_NEAR(r.layers[size_t(l)].ffn_out_grad_norm, std::sqrt(g2), 1e-12 * std::sqrt(g2));
   }
+  // every parameter tensor's gradient norm, in the canonical order
+  ASSERT_EQ(r.params.size(), m.table().specs.size());
+  for (size_t s = 0; s < r.params.size(); s++) {
+    const ParamSpec& p = m.table().specs[s];
+    double g2 = 0;
+    for (size_t i = 0; i < p.numel; i++) g2 += m.grads()[p.offset + i] * m.grads()[p.offset + i];
+    EXPECT_EQ(r.params[s].name, p.name);
+    EXPECT_NEAR(r.params[s].grad_norm, std::sqrt(g2), 1e-12 * std::sqrt(g2) + 1e-300) << p.name;
+  }
   // the (skips, MLP) variant is the model itself
   for (int l = 0; l < c.n_layers; l++)
     EXPECT_NEAR(r.rank_collapse[0].residual_rank[size_t(l)], r.layers[size_t(l)].residual_rank, 1e-12);

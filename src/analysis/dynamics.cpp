@@ -69,6 +69,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
   rep.batches = batches;
   rep.B = B;
   rep.T = T;
+  for (const ParamSpec& p : model.table().specs) rep.params.push_back({p.name, 0.0});
   // parameters of each layer: every spec named h.<l>.*
   std::vector<std::vector<const ParamSpec*>> layer_specs(static_cast<size_t>(L));
   std::vector<const ParamSpec*> ffn_out(static_cast<size_t>(L), nullptr);
@@ -113,6 +114,12 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
         for (size_t i = 0; i < p->numel; i++) w2 += model.grads()[p->offset + i] * model.grads()[p->offset + i];
       d.ffn_out_grad_norm = ffn_out[size_t(l)] ? d.ffn_out_grad_norm + std::sqrt(w2) / batches : std::nan("");
     }
+    for (size_t s = 0; s < rep.params.size(); s++) {
+      const ParamSpec& p = model.table().specs[s];
+      double g2 = 0;
+      for (size_t i = 0; i < p.numel; i++) g2 += model.grads()[p.offset + i] * model.grads()[p.offset + i];
+      rep.params[s].grad_norm += std::sqrt(g2) / batches;
+    }
     for (size_t v = 0; v < variants.size(); v++) {
       Model<double>& m = *variants[v];
       m.forward(batch.ids.data(), batch.labels.data(), B, T);
@@ -139,13 +146,15 @@ nlohmann::json to_json(const DynamicsReport& r) {
                       {"attn_branch_ratio", d.attn_branch_ratio}, {"mlp_branch_ratio", d.mlp_branch_ratio},
                       {"grad_norm", d.grad_norm}, {"ffn_out_grad_norm", d.ffn_out_grad_norm},
                       {"residual_rank", d.residual_rank}});
+  nlohmann::json params = nlohmann::json::array();
+  for (const auto& p : r.params) params.push_back({{"name", p.name}, {"grad_norm", p.grad_norm}});
   nlohmann::json collapse = nlohmann::json::array();
   for (const auto& v : r.rank_collapse)
     collapse.push_back({{"skips", v.skips}, {"mlp", v.mlp}, {"residual_rank", v.residual_rank}, {"ratio", v.ratio}});
   return {{"batches", r.batches}, {"B", r.B}, {"T", r.T}, {"loss", r.loss}, {"layers", layers},
           {"final_stream_norm", r.final_stream_norm}, {"final_residual_rank", r.final_residual_rank},
           {"grad_norm_last_over_first", r.grad_growth}, {"ffn_out_grad_norm_last_over_first", r.ffn_out_grad_growth},
-          {"rank_collapse", collapse}};
+          {"rank_collapse", collapse}, {"param_grad_norms", params}};
 }
 
 void print_report(const DynamicsReport& r) {

@@ -34,8 +34,14 @@ struct RankCollapseVariant {
   double ratio = 0;                   // res(X_L) / res(X_0)
 };
 
+struct ParamGradNorm {
+  std::string name;               // a parameter tensor, e.g. h.3.mlp.proj.weight
+  double grad_norm = 0;           // ||dL/d theta||, mean over batches
+};
+
 struct DynamicsReport {
   std::vector<LayerDynamics> layers;
+  std::vector<ParamGradNorm> params;  // every parameter tensor, in the canonical order
   std::vector<RankCollapseVariant> rank_collapse;  // (skips, mlp) = (1,1), (1,0), (0,1), (0,0)
   double final_stream_norm = 0, final_residual_rank = 0;
   double loss = 0;                // mean loss over the batches

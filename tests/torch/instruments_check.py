@@ -144,6 +144,9 @@ def main():
         tparams = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
         loss, _ = nt.forward_params(config, tparams, ids, labels)
         loss.backward()
+        for entry in D["param_grad_norms"]:
+            g = float(tparams[entry["name"]].grad.norm())
+            close(f"{placement} {entry['name']} gradient norm", [entry["grad_norm"]], [g], max(g, 1e-300), results)
         for l in range(L):
             g = torch.sqrt(sum((t.grad ** 2).sum() for k, t in tparams.items() if k.startswith(f"h.{l}.")))
             w2 = tparams[f"h.{l}.mlp.proj.weight"].grad.norm()
