@@ -255,13 +255,15 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
       for (size_t i = 0; i < x.largest.size(); i++)
         worst = std::max(worst, std::abs(x.largest[i] - sv[i]) / sv[0]);
       double worst_small = 0;
+      bool resolvable = !x.smallest.empty();  // relative to themselves only where the dense SVD resolves them
       for (size_t i = 0; i < x.smallest.size(); i++) {
         const double dense = sv[sv.size() - 1 - i];
         worst = std::max(worst, std::abs(x.smallest[i] - dense) / sv[0]);
         worst_small = std::max(worst_small, std::abs(x.smallest[i] - dense) / std::max(dense, 1e-300));
+        resolvable = resolvable && dense > 1e-10 * sv[0];
       }
       e.lanczos_vs_dense = worst;
-      if (!x.smallest.empty()) e.lanczos_smallest_vs_dense = worst_small;
+      if (resolvable) e.lanczos_smallest_vs_dense = worst_small;
     }
   }
   if (all_residual) {

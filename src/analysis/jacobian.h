@@ -61,7 +61,7 @@ struct EndToEndReport {
   std::vector<double> lanczos_largest, lanczos_smallest;
   bool lanczos_converged = false;
   long lanczos_products = 0;
-  std::string lanczos_smallest_method;      // "inverse (block substitution)" or "shifted"
+  std::string lanczos_smallest_method;      // "inverse (block substitution)", "inverse (GMRES)" or "shifted"
   long lanczos_solves = 0;                  // (J^T J)^{-1} v applications (inverse method)
   std::optional<double> lanczos_smallest_vs_dense;  // max |s - s_dense| / s_dense over the smallest
   std::optional<double> lanczos_vs_dense;

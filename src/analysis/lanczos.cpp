@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace normlab::analysis {
 
@@ -66,15 +67,64 @@ class ShiftedGram {
   double shift_;
 };
 
-// (J^T J)^{-1} = J^{-1} J^{-T} for a block lower triangular J over tokens (a causal model, every
-// token in and out): block substitution with LU factors of the diagonal blocks.
+// GMRES (no restart) for A z = b with at most max_it iterations: Arnoldi with modified Gram-Schmidt
+// done twice, Givens rotations for the least-squares problem. True when ||b - A z|| <= tol ||b||.
+bool gmres(const std::function<void(const Eigen::VectorXd&, Eigen::VectorXd&)>& A, const Eigen::VectorXd& b,
+           Eigen::VectorXd& z, int max_it, double tol) {
+  const Eigen::Index n = b.size();
+  const double beta = b.norm();
+  z = Eigen::VectorXd::Zero(n);
+  if (beta == 0) return true;
+  const int m = int(std::min<Eigen::Index>(max_it, n));
+  Eigen::MatrixXd V(n, m + 1), H = Eigen::MatrixXd::Zero(m + 1, m);
+  Eigen::VectorXd g = Eigen::VectorXd::Zero(m + 1), cs(m), sn(m), w(n);
+  V.col(0) = b / beta;
+  g(0) = beta;
+  int k = 0;
+  double resid = beta;
+  for (int j = 0; j < m; j++) {
+    A(V.col(j), w);
+    for (int pass = 0; pass < 2; pass++)
+      for (int i = 0; i <= j; i++) {
+        const double h = V.col(i).dot(w);
+        H(i, j) += h;
+        w -= h * V.col(i);
+      }
+    H(j + 1, j) = w.norm();
+    if (H(j + 1, j) > 0) V.col(j + 1) = w / H(j + 1, j);
+    for (int i = 0; i < j; i++) {  // the earlier rotations, then a new one that zeroes H(j+1, j)
+      const double a = H(i, j), c = H(i + 1, j);
+      H(i, j) = cs(i) * a + sn(i) * c;
+      H(i + 1, j) = -sn(i) * a + cs(i) * c;
+    }
+    const double r = std::hypot(H(j, j), H(j + 1, j));
+    cs(j) = r > 0 ? H(j, j) / r : 1.0;
+    sn(j) = r > 0 ? H(j + 1, j) / r : 0.0;
+    H(j, j) = r;
+    H(j + 1, j) = 0;
+    g(j + 1) = -sn(j) * g(j);
+    g(j) = cs(j) * g(j);
+    resid = std::abs(g(j + 1));
+    k = j + 1;
+    if (resid <= tol * beta || V.col(j + 1).hasNaN()) break;
+  }
+  const Eigen::VectorXd y = H.topLeftCorner(k, k).triangularView<Eigen::Upper>().solve(g.head(k));
+  z = V.leftCols(k) * y;
+  return resid <= tol * beta;
+}
+
+// (J^T J)^{-1} = J^{-1} J^{-T}, J over whole sequences, with the LU factors of its d x d diagonal
+// blocks J_ii. Causal models: J is block lower triangular and block substitution solves exactly.
+// Otherwise GMRES, preconditioned on the right by the block diagonal (J D^{-1} z = b, x = D^{-1} z).
 class InverseGram {
  public:
   using Scalar = double;
   using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>;
-  InverseGram(Model<double>& m, int first, int last)
+  static constexpr int kMaxGmres = 300;
+  static constexpr double kGmresTol = 1e-13;
+  InverseGram(Model<double>& m, int first, int last, bool triangular)
       : model_(m), first_(first), last_(last), T_(m.planned_T()), C_(m.config().d_model),
-        NTC_(size_t(T_) * C_), u_(NTC_), w_(NTC_) {
+        NTC_(size_t(T_) * C_), triangular_(triangular), u_(NTC_), w_(NTC_) {
     // the diagonal blocks J_ii: columns of J by forward mode, a chunk of tangents at a time
     const int chunk = std::min(128, C_);
     std::vector<double> tin, tout;
@@ -98,13 +148,48 @@ class InverseGram {
   Eigen::Index rows() const { return Eigen::Index(NTC_); }
   Eigen::Index cols() const { return rows(); }
   void perform_op(const double* x, double* y) const {
-    solve_transposed(x, w_.data());  // w = J^{-T} x
-    solve(w_.data(), y);             // y = J^{-1} w
+    if (triangular_) {
+      solve_transposed(x, w_.data());  // w = J^{-T} x
+      solve(w_.data(), y);             // y = J^{-1} w
+    } else if (!gmres_ok_) {  // a solve failed: the result is discarded, let the solver finish at once
+      std::copy(x, x + NTC_, y);
+    } else {
+      gmres_solve(x, w_.data(), true);
+      gmres_solve(w_.data(), y, false);
+    }
     solves_++;
   }
   long solves() const { return solves_; }
+  bool solves_converged() const { return gmres_ok_; }
+  long gmres_iterations() const { return gmres_its_; }
 
  private:
+  // y = J^{-1} b (transposed: J^{-T} b) by right-preconditioned GMRES
+  void gmres_solve(const double* b, double* y, bool transposed) const {
+    std::vector<double> in(NTC_), out(NTC_);
+    auto precondition = [&](const Eigen::VectorXd& z, Eigen::VectorXd& x) {  // x = D^{-1} z (or D^{-T} z)
+      x.resize(Eigen::Index(NTC_));
+      for (int i = 0; i < T_; i++) {
+        const auto zi = z.segment(Eigen::Index(i) * C_, C_);
+        x.segment(Eigen::Index(i) * C_, C_) = transposed ? Eigen::VectorXd(lu_[size_t(i)].transpose().solve(zi))
+                                                         : Eigen::VectorXd(lu_[size_t(i)].solve(zi));
+      }
+    };
+    auto apply = [&](const Eigen::VectorXd& z, Eigen::VectorXd& out_vec) {  // J D^{-1} z (or J^T D^{-T} z)
+      Eigen::VectorXd x;
+      precondition(z, x);
+      std::copy(x.data(), x.data() + NTC_, in.begin());
+      if (transposed) model_.vjp_sublayers(out.data(), in.data(), first_, last_);
+      else model_.jvp_sublayers(out.data(), in.data(), 1, first_, last_);
+      out_vec = Eigen::Map<const Eigen::VectorXd>(out.data(), Eigen::Index(NTC_));
+      gmres_its_++;
+    };
+    Eigen::VectorXd z, x;
+    gmres_ok_ = gmres(apply, Eigen::Map<const Eigen::VectorXd>(b, Eigen::Index(NTC_)), z, kMaxGmres, kGmresTol) && gmres_ok_;
+    precondition(z, x);
+    std::copy(x.data(), x.data() + NTC_, y);
+  }
+
   // y = J^{-1} b, token by token: y_i = J_ii^{-1} (b_i - sum_{j<i} J_ij y_j)
   void solve(const double* b, double* y) const {
     std::fill(u_.begin(), u_.end(), 0.0);
@@ -141,10 +226,12 @@ class InverseGram {
   Model<double>& model_;
   int first_, last_, T_, C_;
   size_t NTC_;
+  bool triangular_;
   std::vector<Eigen::PartialPivLU<Mat>> lu_;
   double min_rcond_ = 1.0;
   mutable std::vector<double> u_, w_;
-  mutable long solves_ = 0;
+  mutable long solves_ = 0, gmres_its_ = 0;
+  mutable bool gmres_ok_ = true;
 };
 
 // min_ncv: the Krylov subspace size; larger converges in fewer restarts but costs more products
@@ -175,19 +262,25 @@ ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, i
   if (r.n < 4) return r;  // too small for Lanczos; use the dense path
   for (double lambda : largest_eigenvalues(op, k, &r.converged))
     r.largest.push_back(std::sqrt(std::max(0.0, lambda)));
-  // the smallest: shift-invert by block substitution where J is block lower triangular
+  // the smallest: shift-invert, J^{-1} by block substitution where J is block lower triangular
+  // (causal), else by preconditioned GMRES
   bool every_token = int(in_tokens.size()) == model.planned_T() && in_tokens == out_tokens && model.planned_B() == 1;
   for (size_t a = 0; every_token && a < in_tokens.size(); a++) every_token = in_tokens[a] == int(a);
-  if (model.config().causal() && every_token) {
-    InverseGram inverse(model, first, last);
+  if (every_token) {
+    const bool triangular = model.config().causal();
+    InverseGram inverse(model, first, last, triangular);
     if (inverse.min_rcond() > 1e-12) {
       bool ok = true;
+      std::vector<double> smallest;
       // 1/sigma^2 of the smallest are well separated: a small subspace converges in few restarts
       for (double mu : largest_eigenvalues(inverse, k, &ok, 4 * k))
-        if (mu > 0) r.smallest.push_back(1.0 / std::sqrt(mu));
-      r.converged = r.converged && ok;
-      r.smallest_method = "inverse (block substitution)";
-      r.solves = inverse.solves();
+        if (mu > 0) smallest.push_back(1.0 / std::sqrt(mu));
+      if (inverse.solves_converged()) {
+        r.smallest = smallest;
+        r.converged = r.converged && ok;
+        r.smallest_method = triangular ? "inverse (block substitution)" : "inverse (GMRES)";
+        r.solves = inverse.solves();
+      }
     }
   }
   if (r.smallest_method.empty() && !r.largest.empty()) {

@@ -7,9 +7,10 @@
 // causal model over whole sequences, J is block lower triangular over tokens (output token i
 // depends on input tokens j <= i), so J^{-1} and J^{-T} are applied matrix-free by block
 // substitution (one jvp or vjp per token, plus the LU factors of the d x d diagonal blocks J_ii),
-// and Lanczos on (J^T J)^{-1} = J^{-1} J^{-T} finds 1/sigma_min^2 first (shift-invert at 0). Otherwise
-// (bidirectional models, or a singular diagonal block, as in every block ending in a LayerNorm, whose
-// Jacobian annihilates the constant direction) Lanczos runs on sigma_max^2 I - J^T J.
+// and Lanczos on (J^T J)^{-1} = J^{-1} J^{-T} finds 1/sigma_min^2 first (shift-invert at 0). For
+// bidirectional models J^{-1} and J^{-T} come from GMRES preconditioned by the diagonal blocks.
+// Otherwise (a singular diagonal block, as in every block ending in a LayerNorm, whose Jacobian
+// annihilates the constant direction, or GMRES not converging) Lanczos runs on sigma_max^2 I - J^T J.
 #pragma once
 
 #include <string>
@@ -25,7 +26,7 @@ struct ExtremeSingularValues {
   std::vector<double> smallest;  // ascending
   bool converged = false;
   long products = 0;             // J^T J v products used
-  std::string smallest_method;   // "inverse (block substitution)" or "shifted"
+  std::string smallest_method;   // "inverse (block substitution)", "inverse (GMRES)" or "shifted"
   long solves = 0;               // (J^T J)^{-1} v applications (inverse method), T jvps + T vjps each
 };
 
