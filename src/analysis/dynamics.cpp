@@ -76,14 +76,6 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
   for (const ParamSpec& p : model.table().specs)
     if (p.name.rfind("h.", 0) == 0) layer_specs[size_t(std::stoi(p.name.substr(2)))].push_back(&p);
   for (int l = 0; l < L; l++) ffn_out[size_t(l)] = model.table().find(fmt::format("h.{}.mlp.proj.weight", l));
-  // rank collapse: the model itself, then the ablations that can be built from its parameters
-  std::vector<std::unique_ptr<Model<double>>> variants;
-  for (const bool skips : {true, false})
-    for (const bool mlp : {true, false}) {
-      if (mlp && !cfg.mlp) continue;
-      rep.rank_collapse.push_back({skips, mlp, std::vector<double>(size_t(L) + 1, 0.0), 0});
-      variants.push_back(ablated(model, skips, mlp));
-    }
   for (int k = 0; k < batches; k++) {
     const Batch& batch = given[size_t(k)];
     model.zero_grad();
@@ -120,22 +112,29 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       for (size_t i = 0; i < p.numel; i++) g2 += model.grads()[p.offset + i] * model.grads()[p.offset + i];
       rep.params[s].grad_norm += std::sqrt(g2) / batches;
     }
-    for (size_t v = 0; v < variants.size(); v++) {
-      Model<double>& m = *variants[v];
-      m.forward(batch.ids.data(), batch.labels.data(), B, T);
-      for (int l = 0; l <= L; l++)
-        for (int b = 0; b < B; b++)
-          rep.rank_collapse[v].residual_rank[size_t(l)] +=
-              residual_rank(m.stream(2 * l) + size_t(b) * T * C, T, C) / (double(B) * batches);
-    }
     const double* xl = model.stream(2 * L);
     for (int n = 0; n < N; n++) rep.final_stream_norm += row_norm(xl + size_t(n) * C, C) / (double(N) * batches);
     for (int b = 0; b < B; b++) rep.final_residual_rank += residual_rank(xl + size_t(b) * T * C, T, C) / (double(B) * batches);
   }
+  // rank collapse: the model itself, then the ablations that can be built from its parameters, one
+  // model copy alive at a time
+  for (const bool skips : {true, false})
+    for (const bool mlp : {true, false}) {
+      if (mlp && !cfg.mlp) continue;
+      RankCollapseVariant v{skips, mlp, std::vector<double>(size_t(L) + 1, 0.0), 0};
+      const auto m = ablated(model, skips, mlp);
+      for (const Batch& batch : given) {
+        m->forward(batch.ids.data(), batch.labels.data(), B, T);
+        for (int l = 0; l <= L; l++)
+          for (int b = 0; b < B; b++)
+            v.residual_rank[size_t(l)] += residual_rank(m->stream(2 * l) + size_t(b) * T * C, T, C) / (double(B) * batches);
+      }
+      v.ratio = v.residual_rank.back() / std::max(1e-300, v.residual_rank.front());
+      rep.rank_collapse.push_back(std::move(v));
+    }
   for (int l = 0; l < L; l++) rep.layers[size_t(l)].placement = to_string(cfg.placement_of(l)), rep.layers[size_t(l)].layer = l;
   rep.grad_growth = rep.layers.back().grad_norm / std::max(1e-300, rep.layers.front().grad_norm);
   rep.ffn_out_grad_growth = rep.layers.back().ffn_out_grad_norm / std::max(1e-300, rep.layers.front().ffn_out_grad_norm);
-  for (auto& v : rep.rank_collapse) v.ratio = v.residual_rank.back() / std::max(1e-300, v.residual_rank.front());
   return rep;
 }
 
