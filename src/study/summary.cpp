@@ -274,11 +274,15 @@ json written_summary(const json& results) {
 
   warmup_effect(runs, varying, out);
 
-  // what each varied key changed, the other keys held fixed
+  // what each varied key changed, the other keys held fixed; groups in the order of the study's runs
   for (const auto& key : varying) {
-    std::map<std::string, std::vector<std::string>> groups;
-    for (const json* r : done)
-      groups[signature(*r, varying, key)].push_back(fmt::format("{} -> {}", grid_value(*r, key), loss_text(*r)));
+    std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+    for (const json* r : done) {
+      const std::string sig = signature(*r, varying, key);
+      auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == sig; });
+      if (g == groups.end()) g = groups.insert(groups.end(), {sig, {}});
+      g->second.push_back(fmt::format("{} -> {}", grid_value(*r, key), loss_text(*r)));
+    }
     for (const auto& [sig, items] : groups)
       if (items.size() > 1)
         out.push_back(fmt::format("Varying {}{}: {} (final validation loss).", short_key(key),
@@ -287,8 +291,10 @@ json written_summary(const json& results) {
 
   // gradient norm by layer at initialization (Xiong et al. 2020)
   std::map<std::string, std::vector<double>> ratios, w2_ratios;
+  std::vector<std::string> order;  // the study's run order
   for (const auto& r : runs) {
     const std::string key = fmt::format("{} ({} layers)", placement_name(r), r["config"]["model"]["n_layers"].get<int>());
+    if (grad_ratio(r) && std::find(order.begin(), order.end(), key) == order.end()) order.push_back(key);
     if (const auto g = grad_ratio(r)) ratios[key].push_back(*g);
     if (const auto g = w2_grad_ratio(r)) w2_ratios[key].push_back(*g);
   }
@@ -298,9 +304,10 @@ json written_summary(const json& results) {
   };
   if (!ratios.empty()) {
     std::vector<std::string> parts;
-    for (const auto& [p, v] : ratios) {
+    for (const auto& p : order) {
       auto w2 = w2_ratios.find(p);
-      parts.push_back(fmt::format("{} {}{}", p, range(v), w2 == w2_ratios.end() ? "" : fmt::format(" (W2 {})", range(w2->second))));
+      parts.push_back(fmt::format("{} {}{}", p, range(ratios.at(p)),
+                                  w2 == w2_ratios.end() ? "" : fmt::format(" (W2 {})", range(w2->second))));
     }
     out.push_back(fmt::format("Gradient norm at initialization, last layer / first layer, all of a layer's parameters "
                               "(and the FFN output weights W2 alone, the quantity Xiong et al. 2020 analyse; they "
