@@ -98,7 +98,8 @@ check "[[ ! -e x1 && ! -e x3 && ! -e x4 && ! -e x10 && ! -e x12 ]]" "a refused s
 "$NL" compare --config "$DATA/slow_study.toml" --out slow > slow.txt 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do  # wait until the first run has finished and the second one is training
-  grep -q '\[2/3\]' slow.txt && grep -q 'step' <(sed -n '/\[2\/3\]/,$p' slow.txt) && break
+  # (a progress line "step N/M | loss"; the run's label itself contains "steps=")
+  grep -q '\[2/3\]' slow.txt && grep -qE 'step [0-9]+/[0-9]+ \|' <(sed -n '/\[2\/3\]/,$p' slow.txt) && break
   sleep 0.1
 done
 kill -INT $pid
