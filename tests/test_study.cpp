@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fmt/format.h>
 #include <string>
 #include <tuple>
 
@@ -227,6 +228,29 @@ TEST(Summary, StatesTheWarmupEffectAtEveryLearningRate) {
   EXPECT_TRUE(any_contains(s, "the known effect does NOT appear in this setting")) << s.dump(1);
   EXPECT_TRUE(any_contains(s, "lr=0.01, Post-LN ended at 3.070")) << s.dump(1);
   EXPECT_TRUE(any_contains(s, "Post-LN without warm-up did worse, the known effect appears")) << s.dump(1);
+}
+
+TEST(Summary, SpreadOverSeeds) {
+  std::vector<json> runs;
+  const double post[3] = {3.07, 2.95, 3.01}, pre[3] = {2.30, 2.28, 2.32};
+  for (int seed = 1; seed <= 3; seed++)
+    for (const char* p : {"post", "pre"}) {
+      json r = run(p, 0, std::string(p) == "post" ? post[seed - 1] : pre[seed - 1]);
+      r["grid"]["train.seed"] = seed;
+      r["config"]["train"]["seed"] = seed;
+      runs.push_back(r);
+    }
+  runs.push_back(run("post", 0, 0, "diverged"));
+  runs.back()["grid"]["train.seed"] = 4;
+  runs.back()["config"]["train"]["seed"] = 4;
+  json results = results_of(runs);
+  results["study"]["varying"] = {"model.placement", "train.seed"};
+  const json s = written_summary(results);
+  // naive: the means of the hand-made numbers
+  EXPECT_TRUE(any_contains(s, fmt::format("placement=post: mean {:.3f}, range 2.950 to 3.070 over 3 seeds, 1 more diverged or unfinished",
+                                          (3.07 + 2.95 + 3.01) / 3))) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, fmt::format("placement=pre: mean {:.3f}, range 2.280 to 2.320 over 3 seeds", (2.30 + 2.28 + 2.32) / 3)))
+      << s.dump(1);
 }
 
 TEST(Summary, CountsADivergedPostRunAsTheEffect) {

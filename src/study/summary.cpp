@@ -274,6 +274,41 @@ json written_summary(const json& results) {
 
   warmup_effect(runs, varying, out);
 
+  // over seeds: the spread of the final validation loss per setting of the other keys
+  std::vector<std::string> seed_keys, others;
+  for (const auto& k : varying) (k == "train.seed" || k == "model.seed" ? seed_keys : others).push_back(k);
+  if (!seed_keys.empty()) {
+    std::vector<std::pair<std::string, std::vector<double>>> settings;  // in run order
+    std::vector<std::pair<std::string, int>> failed;                     // diverged or no loss, per setting
+    for (const json* r : done) {
+      std::string sig;
+      for (const auto& k : others) sig += (sig.empty() ? "" : " ") + short_key(k) + "=" + grid_value(*r, k);
+      auto s = std::find_if(settings.begin(), settings.end(), [&](const auto& x) { return x.first == sig; });
+      if (s == settings.end()) {
+        s = settings.insert(settings.end(), {sig, {}});
+        failed.push_back({sig, 0});
+      }
+      if (const auto v = val_loss(*r)) s->second.push_back(*v);
+      else failed[size_t(s - settings.begin())].second++;
+    }
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < settings.size(); i++) {
+      const auto& [sig, v] = settings[i];
+      const int lost = failed[i].second;
+      std::string text = sig.empty() ? std::string("all runs") : sig;
+      if (v.empty()) {
+        parts.push_back(fmt::format("{}: no final loss ({} diverged or unfinished)", text, lost));
+        continue;
+      }
+      double mean = 0;
+      for (double x : v) mean += x / double(v.size());
+      const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+      parts.push_back(fmt::format("{}: mean {:.3f}, range {:.3f} to {:.3f} over {} seed{}{}", text, mean, *lo, *hi, v.size(),
+                                  v.size() == 1 ? "" : "s", lost ? fmt::format(", {} more diverged or unfinished", lost) : ""));
+    }
+    out.push_back(fmt::format("Over seeds ({}), final validation loss: {}.", fmt::join(seed_keys, ", "), fmt::join(parts, "; ")));
+  }
+
   // what each varied key changed, the other keys held fixed; groups in the order of the study's runs
   for (const auto& key : varying) {
     std::vector<std::pair<std::string, std::vector<std::string>>> groups;
