@@ -86,9 +86,10 @@ std::vector<double> tail_ascending(const std::vector<double>& desc, size_t k) {
 
 // the full Jacobian, column-major (tout row k = J column k)
 std::vector<double> build_jacobian(const Model<double>& m, int n) {
-  std::vector<double> tin(size_t(n) * n, 0.0), tout(size_t(n) * n);
-  for (int k = 0; k < n; k++) tin[size_t(k) * n + k] = 1.0;
-  m.jvp_sublayers(tout.data(), tin.data(), n, 0, 2);
+  std::vector<int64_t> unit(static_cast<size_t>(n));
+  for (int k = 0; k < n; k++) unit[size_t(k)] = k;
+  std::vector<double> tout(size_t(n) * n);
+  m.jvp_sublayers_unit(tout.data(), unit.data(), n, 0, 2);
   return tout;
 }
 

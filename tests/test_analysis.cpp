@@ -356,6 +356,30 @@ TEST(ModelJvp, AdjointIdentityWithVjpForEveryPlacement) {
     }
 }
 
+TEST(ModelJvp, ManyTangentsAtOnceEqualOneAtATime) {
+  // K >= d_model takes the folded MLP path (one d x d Jacobian per token); K = 1 the plain one
+  for (Placement p : {Placement::Pre, Placement::Post, Placement::Sandwich, Placement::DeepNorm})
+    for (Activation act : {Activation::Gelu, Activation::Relu}) {
+      ModelConfig c = small(p, NormKind::LayerNorm, 1e-5);
+      c.activation = act;
+      auto m = run(c, 5);
+      const size_t n = 5 * 12;
+      const int K = 12 + 3;
+      const std::vector<double> tin = randn(size_t(K) * n, 4);
+      std::vector<double> all(tin.size()), one(n);
+      m->jvp_sublayers(all.data(), tin.data(), K, 0, 4);
+      double worst = 0, scale = 0;
+      for (int k = 0; k < K; k++) {
+        m->jvp_sublayers(one.data(), tin.data() + size_t(k) * n, 1, 0, 4);
+        for (size_t j = 0; j < n; j++) {
+          worst = std::max(worst, std::abs(all[size_t(k) * n + j] - one[j]));
+          scale = std::max(scale, std::abs(one[j]));
+        }
+      }
+      EXPECT_LT(worst, 1e-12 * scale) << to_string(p);
+    }
+}
+
 TEST(Updates, RatiosMatchAHandComputedAdamStepAndLeaveTheModelAlone) {
   ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
   Model<double> m(c);

@@ -55,13 +55,11 @@ std::vector<double> stream_jacobian(const Model<double>& model, int first, int l
                                     const std::vector<int>& out_tokens) {
   const int T = model.planned_T(), C = model.config().d_model;
   const int K = int(in_tokens.size()) * C;
-  std::vector<double> tin(size_t(K) * T * C, 0.0), tout(tin.size());
+  std::vector<int64_t> unit(static_cast<size_t>(K));
   for (size_t a = 0; a < in_tokens.size(); a++)
-    for (int c = 0; c < C; c++) {
-      const size_t k = a * C + c;
-      tin[k * T * C + size_t(in_tokens[a]) * C + c] = 1.0;
-    }
-  model.jvp_sublayers(tout.data(), tin.data(), K, first, last);
+    for (int c = 0; c < C; c++) unit[a * C + c] = int64_t(in_tokens[a]) * C + c;
+  std::vector<double> tout(size_t(K) * T * C);
+  model.jvp_sublayers_unit(tout.data(), unit.data(), K, first, last);
   const size_t rows = out_tokens.size() * C;
   std::vector<double> J(rows * K);
   for (int k = 0; k < K; k++)

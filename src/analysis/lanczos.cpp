@@ -127,15 +127,14 @@ class InverseGram {
         NTC_(size_t(T_) * C_), triangular_(triangular), u_(NTC_), w_(NTC_) {
     // the diagonal blocks J_ii: columns of J by forward mode, a chunk of tangents at a time
     const int chunk = std::min(128, C_);
-    std::vector<double> tin, tout;
+    std::vector<double> tout(size_t(chunk) * NTC_);
+    std::vector<int64_t> unit(static_cast<size_t>(chunk));
     for (int i = 0; i < T_; i++) {
       Mat J(C_, C_);
       for (int c0 = 0; c0 < C_; c0 += chunk) {
         const int K = std::min(chunk, C_ - c0);
-        tin.assign(size_t(K) * NTC_, 0.0);
-        tout.assign(tin.size(), 0.0);
-        for (int k = 0; k < K; k++) tin[size_t(k) * NTC_ + size_t(i) * C_ + c0 + k] = 1.0;
-        model_.jvp_sublayers(tout.data(), tin.data(), K, first_, last_);
+        for (int k = 0; k < K; k++) unit[size_t(k)] = int64_t(i) * C_ + c0 + k;
+        model_.jvp_sublayers_unit(tout.data(), unit.data(), K, first_, last_);
         for (int k = 0; k < K; k++)
           for (int r = 0; r < C_; r++) J(r, c0 + k) = tout[size_t(k) * NTC_ + size_t(i) * C_ + r];
       }

@@ -310,6 +310,16 @@ void Model<S>::norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>
 
 template <class S>
 void Model<S>::jvp_sublayers(S* tout, const S* tin, int K, int first, int last) const {
+  jvp_sublayers_impl(tout, tin, nullptr, K, first, last);
+}
+
+template <class S>
+void Model<S>::jvp_sublayers_unit(S* tout, const int64_t* positions, int K, int first, int last) const {
+  jvp_sublayers_impl(tout, nullptr, positions, K, first, last);
+}
+
+template <class S>
+void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last) const {
   const int B = B_, T = T_, N = B * T, C = cfg_.d_model, F = cfg_.ff();
   const size_t KNC = size_t(K) * N * C;
   // scratch carved from one buffer kept across calls (the analysis calls this repeatedly with the
@@ -325,7 +335,16 @@ void Model<S>::jvp_sublayers(S* tout, const S* tin, int K, int first, int last) 
   S* thid = tr + KNC;
   S* tatt = thid + nhid;
   S* tmix = tatt + natt;
-  std::copy(tin, tin + KNC, tx);
+  if (tin) {
+    std::copy(tin, tin + KNC, tx);
+  } else {  // unit tangents: tangent k is 1 at flat position unit[k] of (B, T, C)
+    const size_t NC = size_t(N) * C;
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < K; k++) {
+      std::fill(tx + size_t(k) * NC, tx + size_t(k + 1) * NC, S(0));
+      tx[size_t(k) * NC + size_t(unit[k])] = S(1);
+    }
+  }
   for (int i = first; i < last; i++) {
     if (!cfg_.has_sublayer(i)) continue;
     const int l = i / 2;
@@ -343,6 +362,25 @@ void Model<S>::jvp_sublayers(S* tout, const S* tin, int K, int first, int last) 
       matmul_jvp(thid, h, p.w1, K, N, C, 3 * C);
       attention_jvp(tmix, tatt, thid, a.hid, a.att, K, B, T, C, cfg_.n_heads);
       matmul_jvp(tf, tmix, p.w2, K, N, C, C);
+    } else if (K >= C) {
+      // Many tangents (a Jacobian build): the MLP is token-local, so fold it into one C x C matrix
+      // per token, M_n = W2 diag(act'(hid_n)) W1, and apply that to the token's K tangent rows:
+      // 2 C^2 flops per row instead of 4 C F. thid holds act' (one tangent of ones), tmix the fold.
+      const size_t NF = size_t(N) * F;
+      std::fill(tmix, tmix + NF, S(1));
+      if (cfg_.activation == Activation::Gelu) gelu_jvp(thid, a.hid, tmix, NF, 1);
+      else relu_jvp(thid, a.hid, tmix, NF, 1);
+      S* scaled = tmix;           // (F, C): diag(act'(hid_n)) W1
+      S* fold = tmix + size_t(F) * C;  // (C, C): M_n
+      for (int n = 0; n < N; n++) {
+        const S* d = thid + size_t(n) * F;
+        for (int f = 0; f < F; f++)
+          for (int c = 0; c < C; c++) scaled[size_t(f) * C + c] = d[f] * p.w1[size_t(f) * C + c];
+        gemm<S>(Trans::No, Trans::No, C, C, F, S(1), p.w2, F, scaled, C, S(0), fold, C);
+        // tf[k, n, :] = M_n h[k, n, :] for every tangent k: rows strided by N C
+        gemm<S>(Trans::No, Trans::Yes, K, C, C, S(1), h + size_t(n) * C, N * C, fold, C, S(0),
+                tf + size_t(n) * C, N * C);
+      }
     } else {
       matmul_jvp(thid, h, p.w1, K, N, C, F);
       if (cfg_.activation == Activation::Gelu)

@@ -72,6 +72,9 @@ class Model {
   // Forward mode through sub-layers [first, last) at the point of the last forward (evaluation
   // mode, parameters fixed): tout (K, B, T, C) = J tin (K, B, T, C). Allocates its own scratch.
   void jvp_sublayers(S* tout, const S* tin, int K, int first, int last) const;
+  // The same for unit tangents: tangent k is 1 at flat position positions[k] of (B, T, C) and 0
+  // elsewhere -- columns of the Jacobian, without materializing the identity.
+  void jvp_sublayers_unit(S* tout, const int64_t* positions, int K, int first, int last) const;
   // Reverse mode through sub-layers [first, last) at the point of the last forward: din (B, T, C)
   // = J^T dout. As a side effect it adds into the parameter gradients (zero them if they matter).
   void vjp_sublayers(S* din, const S* dout, int first, int last);
@@ -81,6 +84,7 @@ class Model {
 
  private:
   void plan(int B, int T);
+  void jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last) const;
   void sublayer_forward(int l, Sublayer which);
   void sublayer_backward(int l, Sublayer which, const S* dx_out, S* dx_in);
   void norm_forward(S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p);
