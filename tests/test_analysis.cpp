@@ -245,10 +245,19 @@ TEST(Dynamics, RankCollapseAblationsAndW2GradientsAgreeWithDirectComputations) {
     EXPECT_EQ(r.params[s].name, p.name);
     EXPECT_NEAR(r.params[s].grad_norm, std::sqrt(g2), 1e-12 * std::sqrt(g2) + 1e-300) << p.name;
   }
-  // the (skips, MLP) variant is the model itself
+  // the no-skip ablation equals a residual = false model given the same parameters by hand
+  ModelConfig ns = c;
+  ns.residual = false;
+  Model<double> mns(ns);
+  ASSERT_EQ(mns.params().size(), m.params().size());
+  std::copy(m.params().begin(), m.params().end(), mns.params().begin());
+  const DynamicsReport rns = analyze_dynamics(mns, bytes, 1, 2, 5, 3);
+  const RankCollapseVariant& noskip = r.rank_collapse[2];
+  ASSERT_TRUE(!noskip.skips && noskip.mlp);
   for (int l = 0; l < c.n_layers; l++)
-    EXPECT_NEAR(r.rank_collapse[0].residual_rank[size_t(l)], r.layers[size_t(l)].residual_rank, 1e-12);
-  EXPECT_NEAR(r.rank_collapse[0].residual_rank.back(), r.final_residual_rank, 1e-12);
+    EXPECT_NEAR(noskip.residual_rank[size_t(l)], rns.layers[size_t(l)].residual_rank, 1e-12);
+  EXPECT_NEAR(noskip.residual_rank.back(), rns.final_residual_rank, 1e-12);
+  EXPECT_LT(noskip.ratio, r.rank_collapse[0].ratio);
   // with every MLP weight and bias 0 the MLP branches are 0, so a pre-norm model equals its
   // skips-without-MLP ablation, layer by layer
   for (const ParamSpec& p : m.table().specs)

@@ -41,13 +41,14 @@ AttentionReport analyze_attention(const Model<double>& model) {
     const SublayerActs<double>& a = model.acts(2 * l);
     const SublayerParams<double>& p = model.sublayer_params_of(2 * l);
     // the norm whose output feeds this attention: its own ln_in, else the previous sub-layer's ln_out
+    // (in an attention-only model the previous sub-layer is the last attention)
+    const SublayerParams<double>* prev =
+        l == 0 ? nullptr : &model.sublayer_params_of(cfg.has_sublayer(2 * l - 1) ? 2 * l - 1 : 2 * l - 2);
     const double* gamma = p.ln_in.weight;
     bool has_beta = p.ln_in.bias != nullptr;
-    if (!gamma && l > 0) {
-      const int before = cfg.has_sublayer(2 * l - 1) ? 2 * l - 1 : 2 * l - 2;  // attention-only: the last attn
-      const SublayerParams<double>& prev = model.sublayer_params_of(before);
-      gamma = prev.ln_out.weight;
-      has_beta = prev.ln_out.bias != nullptr;
+    if (!gamma && prev) {
+      gamma = prev->ln_out.weight;
+      has_beta = prev->ln_out.bias != nullptr;
     }
     for (int h = 0; h < NH; h++) {
       HeadReport r;
@@ -68,7 +69,7 @@ AttentionReport analyze_attention(const Model<double>& model) {
         const double M = g * g * r.sigma_q * r.sigma_k * C / std::sqrt(double(HS));
         r.seed_bound = std::sqrt(T / (1 + (T - 1) * std::exp(-2 * M)));
         double beta_max = 0, qk_bias_max = 0;
-        const double* beta = p.ln_in.weight ? p.ln_in.bias : (l > 0 ? model.sublayer_params_of(cfg.has_sublayer(2 * l - 1) ? 2 * l - 1 : 2 * l - 2).ln_out.bias : nullptr);
+        const double* beta = p.ln_in.weight ? p.ln_in.bias : (prev ? prev->ln_out.bias : nullptr);
         if (has_beta && beta)
           for (int c = 0; c < C; c++) beta_max = std::max(beta_max, std::abs(beta[c]));
         for (int c = 0; c < 2 * C; c++) qk_bias_max = std::max(qk_bias_max, std::abs(p.b1[c]));

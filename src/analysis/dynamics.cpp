@@ -69,18 +69,29 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
   rep.batches = batches;
   rep.B = B;
   rep.T = T;
-  for (const ParamSpec& p : model.table().specs) rep.params.push_back({p.name, 0.0});
-  // parameters of each layer: every spec named h.<l>.*
-  std::vector<std::vector<const ParamSpec*>> layer_specs(static_cast<size_t>(L));
-  std::vector<const ParamSpec*> ffn_out(static_cast<size_t>(L), nullptr);
-  for (const ParamSpec& p : model.table().specs)
-    if (p.name.rfind("h.", 0) == 0) layer_specs[size_t(std::stoi(p.name.substr(2)))].push_back(&p);
-  for (int l = 0; l < L; l++) ffn_out[size_t(l)] = model.table().find(fmt::format("h.{}.mlp.proj.weight", l));
+  // every parameter tensor; the layers' (h.<l>.*) and their MLP output weights W2, by index
+  const std::vector<ParamSpec>& specs = model.table().specs;
+  std::vector<std::vector<size_t>> layer_specs(static_cast<size_t>(L));
+  std::vector<long> ffn_out(static_cast<size_t>(L), -1);
+  for (size_t s = 0; s < specs.size(); s++) {
+    rep.params.push_back({specs[s].name, 0.0});
+    if (specs[s].name.rfind("h.", 0) != 0) continue;
+    const int l = std::stoi(specs[s].name.substr(2));
+    layer_specs[size_t(l)].push_back(s);
+    if (specs[s].name == fmt::format("h.{}.mlp.proj.weight", l)) ffn_out[size_t(l)] = long(s);
+  }
+  std::vector<double> sq(specs.size());  // squared gradient norm of each tensor, this batch
   for (int k = 0; k < batches; k++) {
     const Batch& batch = given[size_t(k)];
     model.zero_grad();
     rep.loss += model.forward(batch.ids.data(), batch.labels.data(), B, T) / batches;
     model.backward();
+    for (size_t s = 0; s < specs.size(); s++) {
+      const double* g = model.grads().data() + specs[s].offset;
+      sq[s] = 0;
+      for (size_t i = 0; i < specs[s].numel; i++) sq[s] += g[i] * g[i];
+      rep.params[s].grad_norm += std::sqrt(sq[s]) / batches;
+    }
     for (int l = 0; l < L; l++) {
       LayerDynamics& d = rep.layers[size_t(l)];
       const double* x = model.stream(2 * l);
@@ -98,30 +109,28 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       }
       for (int b = 0; b < B; b++) d.residual_rank += residual_rank(x + size_t(b) * T * C, T, C) / (double(B) * batches);
       double g2 = 0;
-      for (const ParamSpec* p : layer_specs[size_t(l)])
-        for (size_t i = 0; i < p->numel; i++) g2 += model.grads()[p->offset + i] * model.grads()[p->offset + i];
+      for (size_t s : layer_specs[size_t(l)]) g2 += sq[s];
       d.grad_norm += std::sqrt(g2) / batches;
-      double w2 = 0;
-      if (const ParamSpec* p = ffn_out[size_t(l)])
-        for (size_t i = 0; i < p->numel; i++) w2 += model.grads()[p->offset + i] * model.grads()[p->offset + i];
-      d.ffn_out_grad_norm = ffn_out[size_t(l)] ? d.ffn_out_grad_norm + std::sqrt(w2) / batches : std::nan("");
-    }
-    for (size_t s = 0; s < rep.params.size(); s++) {
-      const ParamSpec& p = model.table().specs[s];
-      double g2 = 0;
-      for (size_t i = 0; i < p.numel; i++) g2 += model.grads()[p.offset + i] * model.grads()[p.offset + i];
-      rep.params[s].grad_norm += std::sqrt(g2) / batches;
+      const long w2 = ffn_out[size_t(l)];
+      d.ffn_out_grad_norm = w2 >= 0 ? d.ffn_out_grad_norm + std::sqrt(sq[size_t(w2)]) / batches : std::nan("");
     }
     const double* xl = model.stream(2 * L);
     for (int n = 0; n < N; n++) rep.final_stream_norm += row_norm(xl + size_t(n) * C, C) / (double(N) * batches);
     for (int b = 0; b < B; b++) rep.final_residual_rank += residual_rank(xl + size_t(b) * T * C, T, C) / (double(B) * batches);
   }
-  // rank collapse: the model itself, then the ablations that can be built from its parameters, one
-  // model copy alive at a time
+  // rank collapse: the model's own readings for its own (skips, MLP) setting, the other ablations
+  // that can be built from its parameters by forward passes, one model copy alive at a time
   for (const bool skips : {true, false})
     for (const bool mlp : {true, false}) {
       if (mlp && !cfg.mlp) continue;
       RankCollapseVariant v{skips, mlp, std::vector<double>(size_t(L) + 1, 0.0), 0};
+      if (skips == cfg.residual && mlp == cfg.mlp) {
+        for (int l = 0; l < L; l++) v.residual_rank[size_t(l)] = rep.layers[size_t(l)].residual_rank;
+        v.residual_rank.back() = rep.final_residual_rank;
+        v.ratio = v.residual_rank.back() / std::max(1e-300, v.residual_rank.front());
+        rep.rank_collapse.push_back(std::move(v));
+        continue;
+      }
       const auto m = ablated(model, skips, mlp);
       for (const Batch& batch : given) {
         m->forward(batch.ids.data(), batch.labels.data(), B, T);

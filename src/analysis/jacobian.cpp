@@ -48,27 +48,6 @@ double norm_minus_identity(std::vector<double> m, int n) {
   return singular_values(std::move(m), n, n).front();
 }
 
-// Jacobian (row-major, out x in) of sub-layers [first, last) on one sequence, for perturbations of
-// the tokens listed in `in_tokens` and outputs at `out_tokens` (all channels).
-std::vector<double> stream_jacobian(const Model<double>& model, int first, int last,
-                                    const std::vector<int>& in_tokens,
-                                    const std::vector<int>& out_tokens) {
-  const int T = model.planned_T(), C = model.config().d_model;
-  const int K = int(in_tokens.size()) * C;
-  std::vector<int64_t> unit(static_cast<size_t>(K));
-  for (size_t a = 0; a < in_tokens.size(); a++)
-    for (int c = 0; c < C; c++) unit[a * C + c] = int64_t(in_tokens[a]) * C + c;
-  std::vector<double> tout(size_t(K) * T * C);
-  model.jvp_sublayers_unit(tout.data(), unit.data(), K, first, last);
-  const size_t rows = out_tokens.size() * C;
-  std::vector<double> J(rows * K);
-  for (int k = 0; k < K; k++)
-    for (size_t b = 0; b < out_tokens.size(); b++)
-      for (int c = 0; c < C; c++)
-        J[(b * C + c) * K + k] = tout[size_t(k) * T * C + size_t(out_tokens[b]) * C + c];
-  return J;
-}
-
 std::string bound_verdict(double sigma_min, double norm_a) {
   if (norm_a >= 1.0)
     return fmt::format("vacuous: ||A|| = {:.4g} >= 1, the bound 1 - ||A|| <= 0 says nothing", norm_a);

@@ -124,20 +124,11 @@ class InverseGram {
   static constexpr double kGmresTol = 1e-13;
   InverseGram(Model<double>& m, int first, int last, bool triangular)
       : model_(m), first_(first), last_(last), T_(m.planned_T()), C_(m.config().d_model),
-        NTC_(size_t(T_) * C_), triangular_(triangular), u_(NTC_), w_(NTC_) {
-    // the diagonal blocks J_ii: columns of J by forward mode, a chunk of tangents at a time
-    const int chunk = std::min(128, C_);
-    std::vector<double> tout(size_t(chunk) * NTC_);
-    std::vector<int64_t> unit(static_cast<size_t>(chunk));
+        NTC_(size_t(T_) * C_), triangular_(triangular), u_(NTC_), w_(NTC_), j_(NTC_) {
+    // the diagonal blocks J_ii = dy_i / dx_i
     for (int i = 0; i < T_; i++) {
-      Mat J(C_, C_);
-      for (int c0 = 0; c0 < C_; c0 += chunk) {
-        const int K = std::min(chunk, C_ - c0);
-        for (int k = 0; k < K; k++) unit[size_t(k)] = int64_t(i) * C_ + c0 + k;
-        model_.jvp_sublayers_unit(tout.data(), unit.data(), K, first_, last_);
-        for (int k = 0; k < K; k++)
-          for (int r = 0; r < C_; r++) J(r, c0 + k) = tout[size_t(k) * NTC_ + size_t(i) * C_ + r];
-      }
+      const Mat J = Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+          stream_jacobian(model_, first_, last_, {i}, {i}).data(), C_, C_);
       lu_.emplace_back(J);
       min_rcond_ = std::min(min_rcond_, lu_.back().rcond());
     }
@@ -192,13 +183,12 @@ class InverseGram {
   // y = J^{-1} b, token by token: y_i = J_ii^{-1} (b_i - sum_{j<i} J_ij y_j)
   void solve(const double* b, double* y) const {
     std::fill(u_.begin(), u_.end(), 0.0);
-    std::vector<double> ju(NTC_);
     for (int i = 0; i < T_; i++) {
       Eigen::Map<const Eigen::VectorXd> bi(b + size_t(i) * C_, C_);
       Eigen::VectorXd r = bi;
       if (i > 0) {  // u holds y_0 .. y_{i-1} and zeros: (J u)_i = sum_{j<i} J_ij y_j
-        model_.jvp_sublayers(ju.data(), u_.data(), 1, first_, last_);
-        r -= Eigen::Map<const Eigen::VectorXd>(ju.data() + size_t(i) * C_, C_);
+        model_.jvp_sublayers(j_.data(), u_.data(), 1, first_, last_);
+        r -= Eigen::Map<const Eigen::VectorXd>(j_.data() + size_t(i) * C_, C_);
       }
       const Eigen::VectorXd yi = lu_[size_t(i)].solve(r);
       std::copy(yi.data(), yi.data() + C_, u_.begin() + size_t(i) * C_);
@@ -208,13 +198,12 @@ class InverseGram {
   // y = J^{-T} b, from the last token back: y_i = J_ii^{-T} (b_i - sum_{j>i} J_ji^T y_j)
   void solve_transposed(const double* b, double* y) const {
     std::fill(u_.begin(), u_.end(), 0.0);
-    std::vector<double> jtu(NTC_);
     for (int i = T_ - 1; i >= 0; i--) {
       Eigen::Map<const Eigen::VectorXd> bi(b + size_t(i) * C_, C_);
       Eigen::VectorXd r = bi;
       if (i < T_ - 1) {
-        model_.vjp_sublayers(jtu.data(), u_.data(), first_, last_);
-        r -= Eigen::Map<const Eigen::VectorXd>(jtu.data() + size_t(i) * C_, C_);
+        model_.vjp_sublayers(j_.data(), u_.data(), first_, last_);
+        r -= Eigen::Map<const Eigen::VectorXd>(j_.data() + size_t(i) * C_, C_);
       }
       const Eigen::VectorXd yi = lu_[size_t(i)].transpose().solve(r);
       std::copy(yi.data(), yi.data() + C_, u_.begin() + size_t(i) * C_);
@@ -228,7 +217,7 @@ class InverseGram {
   bool triangular_;
   std::vector<Eigen::PartialPivLU<Mat>> lu_;
   double min_rcond_ = 1.0;
-  mutable std::vector<double> u_, w_;
+  mutable std::vector<double> u_, w_, j_;  // substitution, between-solve and product scratch
   mutable long solves_ = 0, gmres_its_ = 0;
   mutable bool gmres_ok_ = true;
 };
@@ -249,6 +238,25 @@ std::vector<double> largest_eigenvalues(Op& op, int k, bool* ok, int min_ncv = 6
 }
 
 }  // namespace
+
+std::vector<double> stream_jacobian(const Model<double>& model, int first, int last,
+                                    const std::vector<int>& in_tokens,
+                                    const std::vector<int>& out_tokens) {
+  const int T = model.planned_T(), C = model.config().d_model;
+  const int K = int(in_tokens.size()) * C;
+  std::vector<int64_t> unit(static_cast<size_t>(K));
+  for (size_t a = 0; a < in_tokens.size(); a++)
+    for (int c = 0; c < C; c++) unit[a * C + c] = int64_t(in_tokens[a]) * C + c;
+  std::vector<double> tout(size_t(K) * T * C);
+  model.jvp_sublayers_unit(tout.data(), unit.data(), K, first, last);
+  const size_t rows = out_tokens.size() * C;
+  std::vector<double> J(rows * K);
+  for (int k = 0; k < K; k++)
+    for (size_t b = 0; b < out_tokens.size(); b++)
+      for (int c = 0; c < C; c++)
+        J[(b * C + c) * K + k] = tout[size_t(k) * T * C + size_t(out_tokens[b]) * C + c];
+  return J;
+}
 
 ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, int last,
                                               const std::vector<int>& in_tokens,

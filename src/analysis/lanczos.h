@@ -1,4 +1,4 @@
-// lanczos.h: matrix-free extreme singular values of a stream Jacobian J (sub-layers [first, last)
+// lanczos.h: dense stream Jacobians by forward mode, and matrix-free extreme singular values of a stream Jacobian J (sub-layers [first, last)
 // of a model, restricted to chosen input and output tokens): the largest k and smallest k
 // eigenvalues of J^T J by implicitly restarted Lanczos (Spectra), each product J^T J v being one
 // forward-mode (jvp) and one reverse-mode (vjp) pass. For Jacobians too large to form.
@@ -19,6 +19,12 @@
 #include "model/model.h"
 
 namespace normlab::analysis {
+
+// The dense Jacobian (row-major, out x in) of sub-layers [first, last) on one sequence (B = 1), for
+// perturbations of the tokens in `in_tokens` and outputs at `out_tokens` (all channels): one
+// forward-mode pass with a unit tangent per input coordinate.
+std::vector<double> stream_jacobian(const Model<double>& model, int first, int last,
+                                    const std::vector<int>& in_tokens, const std::vector<int>& out_tokens);
 
 struct ExtremeSingularValues {
   int n = 0;                     // dimension of the input space

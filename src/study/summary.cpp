@@ -78,6 +78,15 @@ std::string signature(const json& run, const std::vector<std::string>& varying, 
   return s;
 }
 
+// Items grouped by a key, the groups in the order their keys first appear (the study's run order).
+template <class T>
+using Groups = std::vector<std::pair<std::string, std::vector<T>>>;
+template <class T>
+std::vector<T>& group_of(Groups<T>& groups, const std::string& key) {
+  auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == key; });
+  return (g == groups.end() ? groups.insert(groups.end(), {key, {}}) : g)->second;
+}
+
 const json* find_run(const json& runs, const std::vector<std::string>& varying,
                      const std::map<std::string, std::string>& want) {
   for (const auto& r : runs) {
@@ -278,23 +287,14 @@ json written_summary(const json& results) {
   std::vector<std::string> seed_keys, others;
   for (const auto& k : varying) (k == "train.seed" || k == "model.seed" ? seed_keys : others).push_back(k);
   if (!seed_keys.empty()) {
-    std::vector<std::pair<std::string, std::vector<double>>> settings;  // in run order
-    std::vector<std::pair<std::string, int>> failed;                     // diverged or no loss, per setting
-    for (const json* r : done) {
-      std::string sig;
-      for (const auto& k : others) sig += (sig.empty() ? "" : " ") + short_key(k) + "=" + grid_value(*r, k);
-      auto s = std::find_if(settings.begin(), settings.end(), [&](const auto& x) { return x.first == sig; });
-      if (s == settings.end()) {
-        s = settings.insert(settings.end(), {sig, {}});
-        failed.push_back({sig, 0});
-      }
-      if (const auto v = val_loss(*r)) s->second.push_back(*v);
-      else failed[size_t(s - settings.begin())].second++;
-    }
+    Groups<std::optional<double>> settings;  // final loss per seed (none: diverged or unfinished)
+    for (const json* r : done) group_of(settings, signature(*r, others, "")).push_back(val_loss(*r));
     std::vector<std::string> parts;
-    for (size_t i = 0; i < settings.size(); i++) {
-      const auto& [sig, v] = settings[i];
-      const int lost = failed[i].second;
+    for (const auto& [sig, losses] : settings) {
+      std::vector<double> v;
+      for (const auto& x : losses)
+        if (x) v.push_back(*x);
+      const size_t lost = losses.size() - v.size();
       std::string text = sig.empty() ? std::string("all runs") : sig;
       if (v.empty()) {
         parts.push_back(fmt::format("{}: no final loss ({} diverged or unfinished)", text, lost));
@@ -311,13 +311,9 @@ json written_summary(const json& results) {
 
   // what each varied key changed, the other keys held fixed; groups in the order of the study's runs
   for (const auto& key : varying) {
-    std::vector<std::pair<std::string, std::vector<std::string>>> groups;
-    for (const json* r : done) {
-      const std::string sig = signature(*r, varying, key);
-      auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == sig; });
-      if (g == groups.end()) g = groups.insert(groups.end(), {sig, {}});
-      g->second.push_back(fmt::format("{} -> {}", grid_value(*r, key), loss_text(*r)));
-    }
+    Groups<std::string> groups;
+    for (const json* r : done)
+      group_of(groups, signature(*r, varying, key)).push_back(fmt::format("{} -> {}", grid_value(*r, key), loss_text(*r)));
     for (const auto& [sig, items] : groups)
       if (items.size() > 1)
         out.push_back(fmt::format("Varying {}{}: {} (final validation loss).", short_key(key),
@@ -325,13 +321,11 @@ json written_summary(const json& results) {
   }
 
   // gradient norm by layer at initialization (Xiong et al. 2020)
-  std::map<std::string, std::vector<double>> ratios, w2_ratios;
-  std::vector<std::string> order;  // the study's run order
+  Groups<double> ratios, w2_ratios;
   for (const auto& r : runs) {
     const std::string key = fmt::format("{} ({} layers)", placement_name(r), r["config"]["model"]["n_layers"].get<int>());
-    if (grad_ratio(r) && std::find(order.begin(), order.end(), key) == order.end()) order.push_back(key);
-    if (const auto g = grad_ratio(r)) ratios[key].push_back(*g);
-    if (const auto g = w2_grad_ratio(r)) w2_ratios[key].push_back(*g);
+    if (const auto g = grad_ratio(r)) group_of(ratios, key).push_back(*g);
+    if (const auto g = w2_grad_ratio(r)) group_of(w2_ratios, key).push_back(*g);
   }
   auto range = [](const std::vector<double>& v) {
     const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
@@ -339,10 +333,9 @@ json written_summary(const json& results) {
   };
   if (!ratios.empty()) {
     std::vector<std::string> parts;
-    for (const auto& p : order) {
-      auto w2 = w2_ratios.find(p);
-      parts.push_back(fmt::format("{} {}{}", p, range(ratios.at(p)),
-                                  w2 == w2_ratios.end() ? "" : fmt::format(" (W2 {})", range(w2->second))));
+    for (const auto& [p, v] : ratios) {
+      const std::vector<double>& w2 = group_of(w2_ratios, p);
+      parts.push_back(fmt::format("{} {}{}", p, range(v), w2.empty() ? "" : fmt::format(" (W2 {})", range(w2))));
     }
     out.push_back(fmt::format("Gradient norm at initialization, last layer / first layer, all of a layer's parameters "
                               "(and the FFN output weights W2 alone, the quantity Xiong et al. 2020 analyse; they "
