@@ -3,7 +3,8 @@
 # everything is already there) and builds it in ./build. With --tests it also installs the test
 # oracles (Debian's python3-torch), Debian's chromium (the report is tested in a headless browser)
 # and makes build/pyenv, a venv that sees Debian's torch and numpy
-# and has the official safetensors package from PyPI.
+# and has the official safetensors, transformers and tokenizers packages from PyPI (the oracles of
+# the Hugging Face import/export and of the tokenizers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +12,7 @@ want_tests=0
 [[ "${1:-}" == "--tests" ]] && want_tests=1
 
 packages=(g++ cmake ninja-build pkg-config libopenblas-openmp-dev libtomlplusplus-dev
-          nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libeigen3-dev libspectra-dev)
+          nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libeigen3-dev libspectra-dev libicu-dev)
 if (( want_tests )); then
   packages+=(python3-torch python3-numpy python3-venv chromium fonts-dejavu-core)
 fi
@@ -28,11 +29,13 @@ if (( ${#missing[@]} )); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch" 2>/dev/null; then
-  echo "setup: creating build/pyenv (Debian torch + safetensors from PyPI)"
+if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch, transformers, tokenizers" 2>/dev/null; then
+  echo "setup: creating build/pyenv (Debian torch + safetensors, transformers, tokenizers from PyPI)"
   mkdir -p build
-  /usr/bin/python3 -m venv --system-site-packages build/pyenv
-  build/pyenv/bin/pip install -q --disable-pip-version-check "safetensors==0.8.0"
+  [[ -x build/pyenv/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages build/pyenv
+  # transformers 4.45.x is the last line that runs with Debian's torch 1.13
+  build/pyenv/bin/pip install -q --disable-pip-version-check "safetensors==0.8.0" \
+    "transformers==4.45.2" "tokenizers==0.20.3"
 fi
 
 jobs=$(nproc)
