@@ -14,7 +14,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 #include "util/error.h"
 
 namespace st = normlab::safetensors;
@@ -317,7 +317,7 @@ TEST_F(SafetensorsTest, CorruptHeadersAreErrors) {
       {"[1, 2]", 0, "header is a JSON array, not an object"},
       {"42", 0, "not an object"},
       {R"({"a": 3})", 0, "tensor 'a' entry is a JSON number, not an object"},
-      {one("BF16", "[2]", "[0,4]"), 4, "unsupported dtype 'BF16'"},
+      {one("F8_E4M3", "[2]", "[0,2]"), 2, "unsupported dtype 'F8_E4M3'"},
       {R"({"a":{"dtype":5,"shape":[1],"data_offsets":[0,4]}})", 4, "dtype is not a string"},
       {one("F32", "[2,-1]", "[0,4]"), 4, "tensor 'a' has negative dim -1"},
       {one("F32", "[2.5]", "[0,4]"), 4, "non-negative integers"},

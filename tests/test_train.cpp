@@ -17,7 +17,7 @@
 #include "train/data.h"
 #include "train/optimizer.h"
 #include "train/run_config.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 #include "train/trainer.h"
 #include "util/error.h"
 

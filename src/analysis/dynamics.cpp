@@ -84,8 +84,9 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
   for (int k = 0; k < batches; k++) {
     const Batch& batch = given[size_t(k)];
     model.zero_grad();
-    rep.loss += model.forward(batch.ids.data(), batch.labels.data(), B, T) / batches;
-    model.backward();
+    rep.loss += model.forward(batch.ids.data(), batch.labels.data(), B, T, batch.types_or_null(),
+                              batch.mask_or_null()) / batches;
+    model.backward();  // a headless model has no loss: its gradients stay 0 and are reported as NaN below
     for (size_t s = 0; s < specs.size(); s++) {
       const double* g = model.grads().data() + specs[s].offset;
       sq[s] = 0;
@@ -133,7 +134,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       }
       const auto m = ablated(model, skips, mlp);
       for (const Batch& batch : given) {
-        m->forward(batch.ids.data(), batch.labels.data(), B, T);
+        m->forward(batch.ids.data(), batch.labels.data(), B, T, batch.types_or_null(), batch.mask_or_null());
         for (int l = 0; l <= L; l++)
           for (int b = 0; b < B; b++)
             v.residual_rank[size_t(l)] += residual_rank(m->stream(2 * l) + size_t(b) * T * C, T, C) / (double(B) * batches);
@@ -142,6 +143,11 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       rep.rank_collapse.push_back(std::move(v));
     }
   for (int l = 0; l < L; l++) rep.layers[size_t(l)].placement = to_string(cfg.placement_of(l)), rep.layers[size_t(l)].layer = l;
+  if (!cfg.has_logits()) {  // no head, no loss: no gradients to report (JSON null, "-" in the table)
+    rep.has_loss = false;
+    for (auto& d : rep.layers) d.grad_norm = d.ffn_out_grad_norm = std::nan("");
+    for (auto& p : rep.params) p.grad_norm = std::nan("");
+  }
   rep.grad_growth = rep.layers.back().grad_norm / std::max(1e-300, rep.layers.front().grad_norm);
   rep.ffn_out_grad_growth = rep.layers.back().ffn_out_grad_norm / std::max(1e-300, rep.layers.front().ffn_out_grad_norm);
   return rep;
@@ -159,7 +165,7 @@ nlohmann::json to_json(const DynamicsReport& r) {
   nlohmann::json collapse = nlohmann::json::array();
   for (const auto& v : r.rank_collapse)
     collapse.push_back({{"skips", v.skips}, {"mlp", v.mlp}, {"residual_rank", v.residual_rank}, {"ratio", v.ratio}});
-  return {{"batches", r.batches}, {"B", r.B}, {"T", r.T}, {"loss", r.loss}, {"layers", layers},
+  return {{"batches", r.batches}, {"B", r.B}, {"T", r.T}, {"loss", r.loss}, {"has_loss", r.has_loss}, {"layers", layers},
           {"final_stream_norm", r.final_stream_norm}, {"final_residual_rank", r.final_residual_rank},
           {"grad_norm_last_over_first", r.grad_growth}, {"ffn_out_grad_norm_last_over_first", r.ffn_out_grad_growth},
           {"rank_collapse", collapse}, {"param_grad_norms", params}};
@@ -167,6 +173,8 @@ nlohmann::json to_json(const DynamicsReport& r) {
 
 void print_report(const DynamicsReport& r) {
   fmt::print("Depth dynamics over {} batches of {} x {} (mean loss {:.4f})\n", r.batches, r.B, r.T, r.loss);
+  if (!r.has_loss)
+    fmt::print("the model has no head (head = none): no loss, so no gradient norms (shown as -)\n");
   fmt::print("{:>5} {:<9} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "layer", "placement", "||x_l||",
              "|F|/|x| attn", "|F|/|x| mlp", "grad norm", "res(X_l)");
   for (const auto& d : r.layers)

@@ -44,7 +44,8 @@ struct DynamicsReport {
   std::vector<ParamGradNorm> params;  // every parameter tensor, in the canonical order
   std::vector<RankCollapseVariant> rank_collapse;  // (skips, mlp) = (1,1), (1,0), (0,1), (0,0)
   double final_stream_norm = 0, final_residual_rank = 0;
-  double loss = 0;                // mean loss over the batches
+  double loss = 0;                // mean loss over the batches (NaN without a head)
+  bool has_loss = true;           // false for a headless model: every gradient norm is NaN
   int batches = 0, B = 0, T = 0;
   double grad_growth = 0;         // grad_norm(last layer) / grad_norm(first layer)
   double ffn_out_grad_growth = 0; // the same for ffn_out_grad_norm (NaN without MLP)

@@ -1,4 +1,4 @@
-// main.cpp: the `normlab` command. Subcommands: compare, train, grads, init, analyze, theory. With no
+// main.cpp: the `normlab` command. Subcommands: compare, train, grads, init, export, analyze, theory. With no
 // arguments it runs `normlab compare` with the default study on the built-in corpus. Every Error becomes one message
 // on stderr and exit code 1; a diverged training run exits with code 2.
 #include <CLI/CLI.hpp>
@@ -16,7 +16,8 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/run_config.h"
-#include "train/safetensors.h"
+#include "io/hf.h"
+#include "io/safetensors.h"
 #include "train/trainer.h"
 #include "util/error.h"
 
@@ -46,26 +47,51 @@ int run_train(const RunConfig& cfg, const TrainOptions& options) {
   return 0;
 }
 
-// grads: loss, logits and every parameter gradient of a checkpoint on a token file.
+// grads: loss, logits and every parameter gradient of a checkpoint on a token file, and the hidden
+// states (hidden.<l>: the stream entering layer l, l = 0..L; hidden.final: what the head reads).
+// A headless model (head = none) has no loss: only the hidden states are written.
 int run_grads(const std::string& ckpt, const std::string& tokens, const std::string& out, bool force) {
   namespace st = safetensors;
-  auto model = load_model(ckpt);
-  const Batch batch = load_token_file(tokens);
-  check_batch(batch, model->config(), tokens);
   if (!force && std::filesystem::exists(out))
     throw Error(fmt::format("--out '{}' already exists; pass --force to replace it", out));
-  const float loss = float(model->forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T));
-  const int V = model->config().vocab_size();
-  std::vector<float> logits(model->logits(), model->logits() + size_t(batch.B) * batch.T * V);
-  model->zero_grad();
-  model->backward();
-  std::vector<st::TensorView> views = {
-      {"loss", st::DType::F32, {}, &loss},
-      {"logits", st::DType::F32, {batch.B, batch.T, V}, logits.data()}};
-  for (const ParamSpec& p : model->table().specs)
-    views.push_back({"grad." + p.name, st::DType::F32, p.shape, model->grads().data() + p.offset});
-  st::write(out, views, {{"config", model_config_to_json(model->config()).dump()}}, force);
-  fmt::print("loss {:.6f} over {} labelled positions -> {}\n", loss, model->label_count(), out);
+  auto model = load_model(ckpt);
+  const ModelConfig& cfg = model->config();
+  const Batch batch = load_token_file(tokens);
+  check_batch(batch, cfg, tokens, cfg.has_logits());
+  const float loss = float(model->forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T,
+                                          batch.types_or_null(), batch.mask_or_null()));
+  const int V = cfg.vocab_size(), C = cfg.d_model, L = cfg.n_layers;
+  std::vector<st::TensorView> views;
+  std::vector<float> logits;
+  if (cfg.has_logits()) {
+    logits.assign(model->logits(), model->logits() + size_t(batch.B) * batch.T * V);
+    views.push_back({"loss", st::DType::F32, {}, &loss});
+    views.push_back({"logits", st::DType::F32, {batch.B, batch.T, V}, logits.data()});
+  }
+  for (int l = 0; l <= L; l++)
+    views.push_back({fmt::format("hidden.{}", l), st::DType::F32, {batch.B, batch.T, C}, model->stream(2 * l)});
+  views.push_back({"hidden.final", st::DType::F32, {batch.B, batch.T, C}, model->final_hidden()});
+  if (cfg.has_logits()) {
+    model->zero_grad();
+    model->backward();
+    for (const ParamSpec& p : model->table().specs)
+      views.push_back({"grad." + p.name, st::DType::F32, p.shape, model->grads().data() + p.offset});
+  }
+  st::write(out, views, {{"config", model_config_to_json(cfg).dump()}}, force);
+  if (cfg.has_logits())
+    fmt::print("loss {:.6f} over {} labelled positions -> {}\n", loss, model->label_count(), out);
+  else
+    fmt::print("headless model (head = none): hidden states only -> {}\n", out);
+  return 0;
+}
+
+// export: a normlab checkpoint as a Hugging Face directory (GPT2LMHeadModel, BertForMaskedLM, BertModel).
+int run_export(const std::string& ckpt, const std::string& hf_dir, bool force) {
+  auto model = load_model(ckpt);
+  const std::string arch = hf::write_model_dir(hf_dir, *model, force);
+  fmt::print("{} ({} parameters) -> {} (config.json, model.safetensors; load with "
+             "transformers' from_pretrained)\n",
+             arch, model->table().total, hf_dir);
   return 0;
 }
 
@@ -128,6 +154,12 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--out", out, "output .safetensors")->required();
   init_cmd->add_flag("--force", force, "replace --out if it exists");
 
+  auto* export_cmd = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
+  std::string hf_dir;
+  export_cmd->add_option("--checkpoint", ckpt, "model checkpoint (.safetensors) or Hugging Face directory")->required();
+  export_cmd->add_option("--hf", hf_dir, "output directory (config.json + model.safetensors)")->required();
+  export_cmd->add_flag("--force", force, "replace config.json / model.safetensors in --hf if present");
+
   auto* theory_cmd = app.add_subcommand("theory", "measure each claim of the source documents on fresh and trained models");
   std::string theory_json;
   analysis::TheoryOptions theory_opts;
@@ -159,6 +191,7 @@ int main(int argc, char** argv) {
       return run_train(load_run_config(config_path, sets), options);
     }
     if (grads_cmd->parsed()) return run_grads(ckpt, tokens, out, force);
+    if (export_cmd->parsed()) return run_export(ckpt, hf_dir, force);
     if (init_cmd->parsed()) return run_init(load_run_config(config_path, sets), out, force);
     if (analyze.analyze->parsed()) return cli::run_analyze(analyze);
     if (theory_cmd->parsed()) return run_theory(theory_opts, theory_trained_steps, theory_json, force);

@@ -20,8 +20,9 @@ struct EnumName {
 constexpr EnumName<Arch> kArchNames[] = {{Arch::Gpt, "gpt"}, {Arch::Encoder, "encoder"}};
 constexpr EnumName<NormKind> kNormNames[] = {{NormKind::LayerNorm, "layernorm"},
                                              {NormKind::RMSNorm, "rmsnorm"}};
-constexpr EnumName<Activation> kActivationNames[] = {{Activation::Gelu, "gelu"},
-                                                     {Activation::Relu, "relu"}};
+constexpr EnumName<Activation> kActivationNames[] = {
+    {Activation::Gelu, "gelu"}, {Activation::GeluExact, "gelu_exact"}, {Activation::Relu, "relu"}};
+constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}};
 constexpr EnumName<Placement> kPlacementNames[] = {
     {Placement::Post, "post"},         {Placement::Pre, "pre"},
     {Placement::Sandwich, "sandwich"}, {Placement::PrePost, "prepost"},
@@ -74,6 +75,7 @@ const char* to_string(NormKind v) { return name_of(kNormNames, v); }
 const char* to_string(Activation v) { return name_of(kActivationNames, v); }
 const char* to_string(Placement v) { return name_of(kPlacementNames, v); }
 const char* to_string(InitScheme v) { return name_of(kInitNames, v); }
+const char* to_string(Head v) { return name_of(kHeadNames, v); }
 std::optional<Placement> placement_from_string(const std::string& s) {
   return parse_enum(kPlacementNames, s);
 }
@@ -117,10 +119,8 @@ std::vector<std::string> ModelConfig::violations() const {
   if (n_heads >= 1 && d_model >= 1 && d_model % n_heads != 0)
     v.push_back(fmt::format("model.d_model = {} is not divisible by model.n_heads = {}", d_model,
                             n_heads));
-  if (arch == Arch::Encoder && vocab_size() <= kMaskToken)
-    v.push_back(fmt::format("model.vocab = {} leaves no room for the encoder's mask token {} "
-                            "(use vocab >= 257)",
-                            vocab_size(), kMaskToken));
+  if (type_vocab < 0 || type_vocab > (1 << 20))
+    v.push_back(fmt::format("model.type_vocab = {} must be in [0, {}]", type_vocab, 1 << 20));
   if (!(eps >= 0.0) || !std::isfinite(eps))
     v.push_back(fmt::format("model.eps = {} must be finite and >= 0", eps));
   if (!(init_std > 0.0) || !std::isfinite(init_std))
@@ -162,6 +162,9 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   read_enum(r, "norm", kNormNames, cfg.norm);
   r.get("eps", cfg.eps);
   read_enum(r, "activation", kActivationNames, cfg.activation);
+  r.get("type_vocab", cfg.type_vocab);
+  r.get("embed_norm", cfg.embed_norm);
+  read_enum(r, "head", kHeadNames, cfg.head);
   if (r.has("placement")) {
     const auto& p = r.raw("placement");
     std::vector<nlohmann::json> items;
@@ -205,6 +208,9 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"norm", to_string(cfg.norm)},
                         {"eps", cfg.eps},
                         {"activation", to_string(cfg.activation)},
+                        {"type_vocab", cfg.type_vocab},
+                        {"embed_norm", cfg.embed_norm},
+                        {"head", to_string(cfg.head)},
                         {"placement", places},
                         {"residual", cfg.residual},
                         {"mlp", cfg.mlp},

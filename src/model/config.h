@@ -12,7 +12,11 @@ namespace normlab {
 
 enum class Arch { Gpt, Encoder };
 enum class NormKind { LayerNorm, RMSNorm };
-enum class Activation { Gelu, Relu };
+enum class Activation { Gelu, GeluExact, Relu };
+// What turns the last stream into logits: the tied output embedding (GPT-2), BERT's masked-LM head
+// (dense + activation + norm, then the tied embedding and an output bias), or nothing (a headless
+// encoder such as BertModel: no logits and no loss).
+enum class Head { Tied, Mlm, None };
 enum class Placement { Post, Pre, Sandwich, PrePost, DeepNorm, None };
 enum class InitScheme { Auto, Normal, Gpt2, Xavier, DeepNet };
 
@@ -30,7 +34,11 @@ struct ModelConfig {
   int seq_len = 128;                 // rows of the learned position table (maximum T)
   NormKind norm = NormKind::LayerNorm;
   double eps = 1e-5;                 // PyTorch's LayerNorm default; 0 allowed for analysis
-  Activation activation = Activation::Gelu;  // tanh-form GELU, as GPT-2
+  Activation activation = Activation::Gelu;  // gelu: tanh form, as GPT-2; gelu_exact: erf form, as BERT
+  int type_vocab = 0;                // rows of a token-type (segment) embedding added to the input, as
+                                     // BERT's 2; 0: none
+  bool embed_norm = false;           // a norm of the embedding sum before the first block (BERT)
+  Head head = Head::Tied;            // tied: GPT-2's; mlm: BERT's masked-LM head; none: headless
   std::vector<Placement> placement = {Placement::Pre};  // one entry for all layers, or one per layer
   bool residual = true;              // false: no skip path at all (alpha = 0)
   bool mlp = true;                   // false: attention-only blocks (the pure-attention ablation)
@@ -48,6 +56,7 @@ struct ModelConfig {
   // DeepNet's initial gain for value, output and FFN weights: (8L)^(-1/4).
   double deepnet_beta() const;
   bool has_final_norm() const;
+  bool has_logits() const { return head != Head::None; }
   InitScheme resolved_init() const;
   bool causal() const { return arch == Arch::Gpt; }
   // Sub-layer i (i = 2l attention, 2l + 1 MLP) exists: every attention one, the MLP ones if mlp.
@@ -67,6 +76,7 @@ const char* to_string(NormKind);
 const char* to_string(Activation);
 const char* to_string(Placement);
 const char* to_string(InitScheme);
+const char* to_string(Head);
 std::optional<Placement> placement_from_string(const std::string&);
 
 }  // namespace normlab

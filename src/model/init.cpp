@@ -61,8 +61,10 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
           }
           case InitScheme::DeepNet: {
             // query and key rows keep gain 1; value rows, proj and the FFN get beta
+            // (the MLM head is not a residual branch: gain 1)
             const bool query_or_key = qkv && r < 2 * C;
-            const double gain = query_or_key ? 1.0 : cfg.deepnet_beta();
+            const bool head = p.name.rfind("head.", 0) == 0;
+            const double gain = query_or_key || head ? 1.0 : cfg.deepnet_beta();
             v = gain * std::sqrt(2.0 / (fan_in + fan_out)) * rng.normal();
             break;
           }

@@ -38,6 +38,32 @@ static void zero(S* p, size_t n) {
   }
 }
 
+// The activation of the feed-forward block (and of the MLM head), by config.
+template <class S>
+static void activation_forward(Activation act, S* out, const S* inp, size_t n) {
+  switch (act) {
+    case Activation::Gelu: return gelu_forward(out, inp, n);
+    case Activation::GeluExact: return gelu_exact_forward(out, inp, n);
+    case Activation::Relu: return relu_forward(out, inp, n);
+  }
+}
+template <class S>
+static void activation_backward(Activation act, S* dinp, const S* inp, const S* dout, size_t n) {
+  switch (act) {
+    case Activation::Gelu: return gelu_backward(dinp, inp, dout, n);
+    case Activation::GeluExact: return gelu_exact_backward(dinp, inp, dout, n);
+    case Activation::Relu: return relu_backward(dinp, inp, dout, n);
+  }
+}
+template <class S>
+static void activation_jvp(Activation act, S* tout, const S* inp, const S* tinp, size_t primal_n, int K) {
+  switch (act) {
+    case Activation::Gelu: return gelu_jvp(tout, inp, tinp, primal_n, K);
+    case Activation::GeluExact: return gelu_exact_jvp(tout, inp, tinp, primal_n, K);
+    case Activation::Relu: return relu_jvp(tout, inp, tinp, primal_n, K);
+  }
+}
+
 template <class S>
 Model<S>::Model(ModelConfig cfg) : cfg_(std::move(cfg)) {
   cfg_.validate();
@@ -57,6 +83,22 @@ Model<S>::Model(ModelConfig cfg) : cfg_(std::move(cfg)) {
   };
   lnf_ = norm_view(params_.data(), "ln_f");
   dlnf_ = norm_view(grads_.data(), "ln_f");
+  lnemb_ = norm_view(params_.data(), "ln_emb");
+  dlnemb_ = norm_view(grads_.data(), "ln_emb");
+  hln_ = norm_view(params_.data(), "head.ln");
+  dhln_ = norm_view(grads_.data(), "head.ln");
+  auto at = [&](std::vector<S>& base, const char* name) -> S* {
+    const ParamSpec* p = table_.find(name);
+    return p ? base.data() + p->offset : nullptr;
+  };
+  wtt_ = at(params_, "wtt.weight");
+  dwtt_ = at(grads_, "wtt.weight");
+  hw_ = at(params_, "head.dense.weight");
+  hb_ = at(params_, "head.dense.bias");
+  hbias_ = at(params_, "head.bias");
+  dhw_ = at(grads_, "head.dense.weight");
+  dhb_ = at(grads_, "head.dense.bias");
+  dhbias_ = at(grads_, "head.bias");
 }
 
 template <class S>
@@ -82,6 +124,7 @@ void Model<S>::plan(int B, int T) {
   a_.assign(2 * L, SublayerActs<S>{});
   streams_.assign(2 * L + 1, nullptr);
   plan.push_back({&streams_[0], N * C});
+  if (cfg_.embed_norm) plan.insert(plan.end(), {{&emb_, N * C}, {&emb_mean_, N}, {&emb_rstd_, N}});
   for (size_t i = 0; i < 2 * L; i++) {
     if (!cfg_.has_sublayer(int(i))) continue;  // absent: its output stream aliases its input below
     SublayerActs<S>& a = a_[i];
@@ -97,7 +140,10 @@ void Model<S>::plan(int B, int T) {
     plan.push_back({&streams_[i + 1], N * C});
   }
   if (cfg_.has_final_norm()) plan.insert(plan.end(), {{&xf_, N * C}, {&lnf_mean_, N}, {&lnf_rstd_, N}});
-  plan.insert(plan.end(), {{&logits_, N * V}, {&lse_, N}});
+  if (cfg_.head == Head::Mlm)
+    plan.insert(plan.end(), {{&head_u_, N * C}, {&head_a_, N * C}, {&head_t_, N * C},
+                             {&head_mean_, N}, {&head_rstd_, N}});
+  if (cfg_.has_logits()) plan.insert(plan.end(), {{&logits_, N * V}, {&lse_, N}});
   plan.insert(plan.end(), {{&dstream_[0], N * C}, {&dstream_[1], N * C}, {&dh_, N * C},
                            {&df_, N * C}, {&dg_, N * C}, {&dr_, N * C}, {&dmix_, N * std::max(C, F)},
                            {&dhid_, N * std::max(3 * C, F)}, {&datt_, size_t(B) * NH * T * T}});
@@ -125,8 +171,11 @@ void Model<S>::plan(int B, int T) {
     if (!sites.out) a.r = a.x_out;
   }
   if (!cfg_.has_final_norm()) xf_ = streams_[2 * L];
+  if (!cfg_.embed_norm) emb_ = streams_[0];
   ids_.assign(N, 0);
   labels_.assign(N, kIgnoreLabel);
+  types_.assign(N, 0);
+  key_mask_.assign(N, 1);
 }
 
 template <class S>
@@ -167,12 +216,12 @@ void Model<S>::sublayer_forward(int l, Sublayer which) {
   // f = F(h)
   if (which == Sublayer::Attn) {
     matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, 3 * C);
-    attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, cfg_.causal());
+    attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, cfg_.causal(),
+                      has_key_mask_ ? key_mask_.data() : nullptr);
     matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C);
   } else {
     matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, F);
-    if (cfg_.activation == Activation::Gelu) gelu_forward(a.mix, a.hid, size_t(N) * F);
-    else relu_forward(a.mix, a.hid, size_t(N) * F);
+    activation_forward(cfg_.activation, a.mix, a.hid, size_t(N) * F);
     matmul_forward(a.f, a.mix, p.w2, p.b2, N, F, C);
   }
   if (training_ && cfg_.dropout > 0) dropout_forward(a.f, a.f, cfg_.dropout, dropout_site_seed(i + 1), NC);
@@ -230,8 +279,7 @@ void Model<S>::sublayer_backward(int l, Sublayer which, const S* dx_out, S* dx_i
     zero(dmix_, NF);
     matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, F, C);
     zero(dhid_, NF);
-    if (cfg_.activation == Activation::Gelu) gelu_backward(dhid_, a.hid, dmix_, NF);
-    else relu_backward(dhid_, a.hid, dmix_, NF);
+    activation_backward(cfg_.activation, dhid_, a.hid, dmix_, NF);
     matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, F);
   }
   // h = ln_in(x)
@@ -239,43 +287,92 @@ void Model<S>::sublayer_backward(int l, Sublayer which, const S* dx_out, S* dx_i
 }
 
 template <class S>
-double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T) {
+double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T, const int32_t* types,
+                         const uint8_t* key_mask) {
   plan(B, T);
   const int N = B * T, C = cfg_.d_model, V = cfg_.vocab_size(), L = cfg_.n_layers;
   std::copy(ids, ids + N, ids_.begin());
   std::copy(labels, labels + N, labels_.begin());
+  if (types) std::copy(types, types + N, types_.begin());
+  else std::fill(types_.begin(), types_.end(), 0);
+  has_key_mask_ = key_mask != nullptr;
+  if (key_mask) std::copy(key_mask, key_mask + N, key_mask_.begin());
   const S* wte = params_.data() + table_.specs[0].offset;
   const S* wpe = params_.data() + table_.specs[1].offset;
-  // x0 = wte[ids] + wpe
-  embedding_forward(streams_[0], ids_.data(), wte, wpe, B, T, C);
+  // emb = wte[ids] + wpe (+ wtt[types]);  x0 = ln_emb(emb), or emb
+  embedding_forward(emb_, ids_.data(), wte, wpe, B, T, C);
+  if (wtt_) token_type_forward(emb_, types_.data(), wtt_, N, C);
+  if (cfg_.embed_norm) norm_forward(streams_[0], emb_mean_, emb_rstd_, emb_, lnemb_);
   if (training_ && cfg_.dropout > 0)
     dropout_forward(streams_[0], streams_[0], cfg_.dropout, dropout_site_seed(0), size_t(N) * C);
   for (int l = 0; l < L; l++) {
     sublayer_forward(l, Sublayer::Attn);
     if (cfg_.mlp) sublayer_forward(l, Sublayer::Mlp);
   }
-  // xf = ln_f(x);  logits = xf @ wte^T
+  // xf = ln_f(x)
   if (cfg_.has_final_norm()) norm_forward(xf_, lnf_mean_, lnf_rstd_, streams_[2 * L], lnf_);
-  matmul_forward<S>(logits_, xf_, wte, nullptr, N, C, V);
+  label_count_ = 0;
+  if (!cfg_.has_logits()) return std::numeric_limits<double>::quiet_NaN();
+  head_forward();
   const double sum = softmax_xent_forward(lse_, logits_, labels_.data(), N, V, &label_count_);
   return label_count_ > 0 ? sum / double(label_count_) : std::numeric_limits<double>::quiet_NaN();
+}
+
+// tied:  logits = xf @ wte^T
+// mlm:   u = xf @ Wd^T + bd;  a = act(u);  t = ln_head(a);  logits = t @ wte^T + b_out
+template <class S>
+void Model<S>::head_forward() {
+  const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size();
+  const S* wte = params_.data() + table_.specs[0].offset;
+  if (cfg_.head == Head::Tied) {
+    matmul_forward<S>(logits_, xf_, wte, nullptr, N, C, V);
+    return;
+  }
+  matmul_forward<S>(head_u_, xf_, hw_, hb_, N, C, C);
+  activation_forward(cfg_.activation, head_a_, head_u_, size_t(N) * C);
+  norm_forward(head_t_, head_mean_, head_rstd_, head_a_, hln_);
+  matmul_forward<S>(logits_, head_t_, wte, hbias_, N, C, V);
+}
+
+// dxf = d(loss)/d(xf) (assigned) and the head's parameter gradients (added), from dlogits in logits_.
+template <class S>
+void Model<S>::head_backward(S* dxf) {
+  const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size();
+  const size_t NC = size_t(N) * C;
+  const S* wte = params_.data() + table_.specs[0].offset;
+  S* dwte = grads_.data() + table_.specs[0].offset;
+  zero(dxf, NC);
+  if (cfg_.head == Head::Tied) {
+    matmul_backward<S>(dxf, dwte, nullptr, logits_, xf_, wte, N, C, V);
+    return;
+  }
+  S* dt = df_;
+  S* da = dg_;
+  S* du = dr_;
+  // logits = t @ wte^T + b_out
+  zero(dt, NC);
+  matmul_backward<S>(dt, dwte, dhbias_, logits_, head_t_, wte, N, C, V);
+  // t = ln_head(a)
+  zero(da, NC);
+  norm_backward(da, dhln_, dt, head_a_, hln_, head_mean_, head_rstd_);
+  // a = act(u)
+  zero(du, NC);
+  activation_backward(cfg_.activation, du, head_u_, da, NC);
+  // u = xf @ Wd^T + bd
+  matmul_backward<S>(dxf, dhw_, dhb_, du, xf_, hw_, N, C, C);
 }
 
 template <class S>
 void Model<S>::backward(double loss_scale) {
   const int B = B_, T = T_, N = B * T, C = cfg_.d_model, V = cfg_.vocab_size(), L = cfg_.n_layers;
   const size_t NC = size_t(N) * C;
-  if (label_count_ == 0) return;  // a batch without labels has no loss and no gradient
-  const S* wte = params_.data() + table_.specs[0].offset;
-  S* dwte = grads_.data() + table_.specs[0].offset;
-  S* dwpe = grads_.data() + table_.specs[1].offset;
+  if (label_count_ == 0) return;  // no labels (or no head): no loss and no gradient
   // loss = mean xent(logits):  logits become dlogits in place
   softmax_xent_backward(logits_, lse_, labels_.data(), loss_scale / double(label_count_), N, V);
-  // logits = xf @ wte^T
+  // logits = head(xf)
   S* dx = dstream_[0];
   S* dxf = cfg_.has_final_norm() ? dh_ : dx;
-  zero(dxf, NC);
-  matmul_backward<S>(dxf, dwte, nullptr, logits_, xf_, wte, N, C, V);
+  head_backward(dxf);
   // xf = ln_f(x)
   if (cfg_.has_final_norm()) {
     zero(dx, NC);
@@ -295,8 +392,24 @@ void Model<S>::backward(double loss_scale) {
     dropout_backward(tmp, dx, cfg_.dropout, dropout_site_seed(0), NC);
     dx = tmp;
   }
-  // x0 = wte[ids] + wpe
-  embedding_backward(dwte, dwpe, dx, ids_.data(), B, T, C);
+  embedding_backward_all(dx);
+}
+
+// x0 = ln_emb(emb);  emb = wte[ids] + wpe (+ wtt[types])
+template <class S>
+void Model<S>::embedding_backward_all(const S* dx0) {
+  const int B = B_, T = T_, N = B * T, C = cfg_.d_model;
+  S* dwte = grads_.data() + table_.specs[0].offset;
+  S* dwpe = grads_.data() + table_.specs[1].offset;
+  const S* demb = dx0;
+  if (cfg_.embed_norm) {
+    S* tmp = (dx0 == dstream_[0]) ? dstream_[1] : dstream_[0];
+    zero(tmp, size_t(N) * C);
+    norm_backward(tmp, dlnemb_, dx0, emb_, lnemb_, emb_mean_, emb_rstd_);
+    demb = tmp;
+  }
+  embedding_backward(dwte, dwpe, demb, ids_.data(), B, T, C);
+  if (dwtt_) token_type_backward(dwtt_, demb, types_.data(), N, C);
 }
 
 template <class S>
@@ -368,8 +481,7 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
       // 2 C^2 flops per row instead of 4 C F. thid holds act' (one tangent of ones), tmix the fold.
       const size_t NF = size_t(N) * F;
       std::fill(tmix, tmix + NF, S(1));
-      if (cfg_.activation == Activation::Gelu) gelu_jvp(thid, a.hid, tmix, NF, 1);
-      else relu_jvp(thid, a.hid, tmix, NF, 1);
+      activation_jvp(cfg_.activation, thid, a.hid, tmix, NF, 1);
       S* scaled = tmix;           // (F, C): diag(act'(hid_n)) W1
       S* fold = tmix + size_t(F) * C;  // (C, C): M_n
       for (int n = 0; n < N; n++) {
@@ -383,10 +495,7 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
       }
     } else {
       matmul_jvp(thid, h, p.w1, K, N, C, F);
-      if (cfg_.activation == Activation::Gelu)
-        gelu_jvp(tmix, a.hid, thid, size_t(N) * F, K);
-      else
-        relu_jvp(tmix, a.hid, thid, size_t(N) * F, K);
+      activation_jvp(cfg_.activation, tmix, a.hid, thid, size_t(N) * F, K);
       matmul_jvp(tf, tmix, p.w2, K, N, F, C);
     }
     // g = ln_branch(f)

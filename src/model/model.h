@@ -1,4 +1,4 @@
-// model.h: the Transformer (GPT or encoder) with a per-layer normalization placement, templated on
+// model.h: the Transformer (GPT or encoder; GPT-2 and BERT exactly) with a per-layer normalization placement, templated on
 // the scalar type (float to train, double for finite-difference checks). Parameters, gradients and
 // activations are planned once from (config, B, T); forward and backward allocate nothing.
 // The math is docs/MODEL.md; the block reads like its table (see sublayer_forward).
@@ -48,14 +48,18 @@ class Model {
   void set_training(bool training, uint64_t dropout_seed = 0);
 
   // ids, labels: (B, T), labels kIgnoreLabel where there is no loss. Returns the mean loss over
-  // labelled positions (NaN if there are none). Ids and labels must already be range-checked
-  // (see check_tokens); T <= seq_len.
-  double forward(const int32_t* ids, const int32_t* labels, int B, int T);
+  // labelled positions (NaN if there are none, or without a head). Ids and labels must already be
+  // range-checked (see check_batch); T <= seq_len. types (B, T): token types (null: all 0; needs
+  // config.type_vocab > 0 to matter); key_mask (B, T): 0 marks padding that no query attends to
+  // (null: none).
+  double forward(const int32_t* ids, const int32_t* labels, int B, int T,
+                 const int32_t* types = nullptr, const uint8_t* key_mask = nullptr);
   // grads += loss_scale * d(loss)/d(params), for the last forward. Invalidates logits().
   void backward(double loss_scale = 1.0);
   void zero_grad();
 
-  const S* logits() const { return logits_; }  // (B, T, V) after forward, before backward
+  // (B, T, V) after forward, before backward; null for a headless model (head = none)
+  const S* logits() const { return logits_; }
   int64_t label_count() const { return label_count_; }
   int planned_B() const { return B_; }
   int planned_T() const { return T_; }
@@ -68,6 +72,8 @@ class Model {
   const SublayerActs<S>& acts(int i) const { return a_[i]; }
   const SublayerParams<S>& sublayer_params_of(int i) const { return p_[i]; }
   const NormParams<S>& final_norm() const { return lnf_; }
+  // The last block's output after the final norm, if any: what the head reads (B, T, C).
+  const S* final_hidden() const { return xf_; }
 
   // Forward mode through sub-layers [first, last) at the point of the last forward (evaluation
   // mode, parameters fixed): tout (K, B, T, C) = J tin (K, B, T, C). Allocates its own scratch.
@@ -90,6 +96,9 @@ class Model {
   void norm_forward(S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p);
   void norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
                      const NormParams<S>& p, const S* mean, const S* rstd);
+  void head_forward();
+  void head_backward(S* dxf);
+  void embedding_backward_all(const S* dx0);
   uint64_t dropout_site_seed(int site) const;
 
   ModelConfig cfg_;
@@ -97,6 +106,11 @@ class Model {
   std::vector<S> params_, grads_;
   std::vector<SublayerParams<S>> p_, dp_;  // per sub-layer (2L)
   NormParams<S> lnf_, dlnf_;
+  NormParams<S> lnemb_, dlnemb_;  // embedding norm (embed_norm)
+  NormParams<S> hln_, dhln_;      // MLM head norm
+  S* wtt_ = nullptr, * dwtt_ = nullptr;  // (type_vocab, C)
+  S* hw_ = nullptr, * hb_ = nullptr, * hbias_ = nullptr;     // MLM head: dense (C, C), (C); output bias (V)
+  S* dhw_ = nullptr, * dhb_ = nullptr, * dhbias_ = nullptr;
 
   // planned for (B_, T_): one allocation, carved by plan()
   int B_ = 0, T_ = 0;
@@ -105,6 +119,10 @@ class Model {
   std::vector<S*> streams_;          // 2L + 1 entries
   S* xf_ = nullptr;                  // (B, T, C) final norm output, or the last stream
   S* lnf_mean_ = nullptr, * lnf_rstd_ = nullptr;
+  S* emb_ = nullptr;                 // (B, T, C) embedding sum before the embedding norm
+  S* emb_mean_ = nullptr, * emb_rstd_ = nullptr;
+  S* head_u_ = nullptr, * head_a_ = nullptr, * head_t_ = nullptr;  // (B, T, C) MLM head: dense, act, norm
+  S* head_mean_ = nullptr, * head_rstd_ = nullptr;
   S* logits_ = nullptr;              // (B, T, V), becomes dlogits in backward
   S* lse_ = nullptr;                 // (B, T)
   // backward scratch
@@ -112,7 +130,9 @@ class Model {
   S* dh_ = nullptr, * df_ = nullptr, * dg_ = nullptr, * dr_ = nullptr, * dmix_ = nullptr;
   S* dhid_ = nullptr;                // (B, T, max(3C, F))
   S* datt_ = nullptr;                // (B, NH, T, T)
-  std::vector<int32_t> ids_, labels_;
+  std::vector<int32_t> ids_, labels_, types_;
+  std::vector<uint8_t> key_mask_;
+  bool has_key_mask_ = false;
   mutable std::vector<S> jvp_scratch_;  // forward-mode scratch, grown on demand (analysis only)
   int64_t label_count_ = 0;
   bool training_ = false;

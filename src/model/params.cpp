@@ -44,6 +44,8 @@ ParamTable make_param_table(const ModelConfig& cfg) {
   };
   add("wte.weight", {V, C}, ParamRole::Embedding);
   add("wpe.weight", {cfg.seq_len, C}, ParamRole::Embedding);
+  if (cfg.type_vocab > 0) add("wtt.weight", {cfg.type_vocab, C}, ParamRole::Embedding);
+  if (cfg.embed_norm) add_norm("ln_emb");
   for (int l = 0; l < cfg.n_layers; l++) {
     const NormSites sites = norm_sites(cfg.placement_of(l));
     for (Sublayer sub : {Sublayer::Attn, Sublayer::Mlp}) {
@@ -62,6 +64,12 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     }
   }
   if (cfg.has_final_norm()) add_norm("ln_f");
+  if (cfg.head == Head::Mlm) {
+    add("head.dense.weight", {C, C}, ParamRole::LinearWeight);
+    add("head.dense.bias", {C}, ParamRole::LinearBias);
+    add_norm("head.ln");
+    add("head.bias", {V}, ParamRole::LinearBias);
+  }
   return t;
 }
 

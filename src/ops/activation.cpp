@@ -1,4 +1,4 @@
-// activation.cpp: GELU (tanh form) and ReLU, forward and backward.
+// activation.cpp: GELU (tanh form), exact GELU (erf form) and ReLU: forward, backward, jvp.
 #include "ops/activation.h"
 #include "ops/common.h"
 
@@ -37,6 +37,35 @@ void gelu_backward(S* dinp, const S* inp, const S* dout, size_t n) {
   }
 }
 
+static constexpr double kInvSqrt2 = 0.7071067811865476;    // 1 / sqrt(2)
+static constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
+
+// gelu_exact'(x) = Phi(x) + x phi(x), Phi(x) = 0.5 (1 + erf(x / sqrt 2)), phi(x) = exp(-x^2/2) / sqrt(2 pi)
+template <class S>
+static S gelu_exact_derivative(S x) {
+  return S(0.5) * (S(1) + std::erf(x * S(kInvSqrt2))) + x * S(kInvSqrt2Pi) * std::exp(S(-0.5) * x * x);
+}
+
+template <class S>
+void gelu_exact_forward(S* out, const S* inp, size_t n) {
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
+  for (long i = 0; i < (long)n; i++) {
+    const S x = inp[i];
+    out[i] = S(0.5) * x * (S(1) + std::erf(x * S(kInvSqrt2)));
+  }
+}
+
+template <class S>
+void gelu_exact_backward(S* dinp, const S* inp, const S* dout, size_t n) {
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
+  for (long i = 0; i < (long)n; i++) dinp[i] += gelu_exact_derivative(inp[i]) * dout[i];
+}
+
+template void gelu_exact_forward<float>(float*, const float*, size_t);
+template void gelu_exact_forward<double>(double*, const double*, size_t);
+template void gelu_exact_backward<float>(float*, const float*, const float*, size_t);
+template void gelu_exact_backward<double>(double*, const double*, const double*, size_t);
+
 template <class S>
 void relu_forward(S* out, const S* inp, size_t n) {
 #pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
@@ -70,6 +99,15 @@ void gelu_jvp(S* tout, const S* inp, const S* tinp, size_t primal_n, int K) {
     tout[i] = (s + x * s * (S(1) - s) * S(2) * du) * tinp[i];
   }
 }
+
+template <class S>
+void gelu_exact_jvp(S* tout, const S* inp, const S* tinp, size_t primal_n, int K) {
+#pragma omp parallel for schedule(static) if((long)(primal_n * K) > kParallelMinWork)
+  for (long i = 0; i < (long)(primal_n * K); i++) tout[i] = gelu_exact_derivative(inp[i % primal_n]) * tinp[i];
+}
+
+template void gelu_exact_jvp<float>(float*, const float*, const float*, size_t, int);
+template void gelu_exact_jvp<double>(double*, const double*, const double*, size_t, int);
 
 template <class S>
 void relu_jvp(S* tout, const S* inp, const S* tinp, size_t primal_n, int K) {

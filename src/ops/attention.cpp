@@ -30,7 +30,8 @@ static void softmax_row(S* row, int len, int T) {
 }
 
 template <class S>
-void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, bool causal) {
+void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, bool causal,
+                       const uint8_t* key_mask) {
   const int HS = C / NH, C3 = 3 * C;
   const S scale = S(1.0 / std::sqrt(double(HS)));
 #pragma omp parallel for schedule(static) if((long)B * T * T * C > kParallelMinWork)
@@ -42,6 +43,12 @@ void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH
     S* p = att + (long)bh * T * T;
     // S = q k^T / sqrt(HS);  P = softmax(S) row by row (row i sees keys 0..i when causal)
     gemm<S>(Trans::No, Trans::Yes, T, T, HS, scale, q, C3, k, C3, S(0), p, T);
+    if (key_mask) {  // padded keys: -inf before the softmax, probability 0 after it
+      const uint8_t* m = key_mask + (long)b * T;
+      for (int i = 0; i < T; i++)
+        for (int j = 0; j < T; j++)
+          if (!m[j]) p[(long)i * T + j] = -std::numeric_limits<S>::infinity();
+    }
     for (int i = 0; i < T; i++) softmax_row(p + (long)i * T, causal ? i + 1 : T, T);
     // y = P v, written into this head's columns of out
     gemm<S>(Trans::No, Trans::No, T, HS, T, S(1), p, T, v, C3, S(0), out + (long)b * T * C + h * HS, C);
@@ -85,7 +92,7 @@ void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* 
 
 template <class S>
 void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, int NH,
-                             bool causal) {
+                             bool causal, const uint8_t* key_mask) {
   const int HS = C / NH, C3 = 3 * C;
   const double scale = 1.0 / std::sqrt(double(HS));
   for (int b = 0; b < B; b++)
@@ -97,6 +104,10 @@ void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, 
         double mx = -std::numeric_limits<double>::infinity();
         std::vector<double> s(T, 0.0);
         for (int j = 0; j < len; j++) {
+          if (key_mask && !key_mask[(long)b * T + j]) {
+            s[j] = -std::numeric_limits<double>::infinity();
+            continue;
+          }
           const S* k = qkv + ((long)b * T + j) * C3 + C + h * HS;
           double dot = 0;
           for (int d = 0; d < HS; d++) dot += double(q[d]) * k[d];
@@ -145,10 +156,11 @@ void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att
 }
 
 #define NL_INSTANTIATE(S)                                                                        \
-  template void attention_forward<S>(S*, S*, const S*, int, int, int, int, bool);               \
+  template void attention_forward<S>(S*, S*, const S*, int, int, int, int, bool, const uint8_t*); \
   template void attention_backward<S>(S*, S*, const S*, const S*, const S*, int, int, int, int, \
                                       bool);                                                     \
-  template void attention_forward_naive<S>(S*, S*, const S*, int, int, int, int, bool);         \
+  template void attention_forward_naive<S>(S*, S*, const S*, int, int, int, int, bool,          \
+                                           const uint8_t*);                                      \
   template void attention_backward_naive<S>(S*, const S*, const S*, const S*, int, int, int,    \
                                             int, bool);
 NL_INSTANTIATE(float)

@@ -1,4 +1,4 @@
-// embedding.cpp: token + position embedding forward and backward.
+// embedding.cpp: token + position (+ token-type) embedding forward and backward.
 #include "ops/embedding.h"
 
 #include <algorithm>
@@ -34,6 +34,34 @@ void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* ids, int
     }
   }
 }
+
+template <class S>
+void token_type_forward(S* out, const int32_t* types, const S* wtt, int N, int C) {
+#pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
+  for (int n = 0; n < N; n++) {
+    const S* tt = wtt + (long)types[n] * C;
+    S* o = out + (long)n * C;
+    for (int c = 0; c < C; c++) o[c] += tt[c];
+  }
+}
+
+template <class S>
+void token_type_backward(S* dwtt, const S* dout, const int32_t* types, int N, int C) {
+#pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
+  for (int c0 = 0; c0 < C; c0 += kColumnBlock) {
+    const int width = std::min(kColumnBlock, C - c0);
+    for (int n = 0; n < N; n++) {
+      const S* d = dout + (long)n * C + c0;
+      S* tt = dwtt + (long)types[n] * C + c0;
+      for (int k = 0; k < width; k++) tt[k] += d[k];
+    }
+  }
+}
+
+template void token_type_forward<float>(float*, const int32_t*, const float*, int, int);
+template void token_type_forward<double>(double*, const int32_t*, const double*, int, int);
+template void token_type_backward<float>(float*, const float*, const int32_t*, int, int);
+template void token_type_backward<double>(double*, const double*, const int32_t*, int, int);
 
 template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int, int,
                                        int);

@@ -4,7 +4,8 @@
 #include <cstring>
 #include <fmt/format.h>
 
-#include "train/safetensors.h"
+#include "io/hf.h"
+#include "io/safetensors.h"
 #include "util/error.h"
 
 namespace normlab {
@@ -48,7 +49,10 @@ static ModelConfig config_of(const st::File& f) {
   return model_config_from_json(j, f.path + " config");
 }
 
-ModelConfig checkpoint_config(const std::string& path) { return config_of(st::read(path)); }
+ModelConfig checkpoint_config(const std::string& path) {
+  if (hf::is_model_dir(path)) return hf::read_model_dir_config(path);
+  return config_of(st::read(path));
+}
 
 static void copy_params(const st::File& f, Model<float>& model) {
   const ParamTable& table = model.table();
@@ -65,12 +69,25 @@ static void copy_params(const st::File& f, Model<float>& model) {
 }
 
 std::unique_ptr<Model<float>> load_model(const std::string& path) {
+  if (hf::is_model_dir(path)) return hf::load_model_dir(path);
   const st::File f = st::read(path);
   auto model = std::make_unique<Model<float>>(config_of(f));
   copy_params(f, *model);
   return model;
 }
 
-void load_params(const std::string& path, Model<float>& model) { copy_params(st::read(path), model); }
+void load_params(const std::string& path, Model<float>& model) {
+  if (!hf::is_model_dir(path)) return copy_params(st::read(path), model);
+  const hf::Imported im = hf::read_model_dir(path);
+  const ParamTable& table = model.table();
+  for (const ParamSpec& p : table.specs) {
+    auto it = im.params.find(p.name);
+    if (it == im.params.end() || it->second.size() != p.numel)
+      throw Error(fmt::format("{}: parameter '{}' does not match the model config", path, p.name));
+    std::copy(it->second.begin(), it->second.end(), model.params().begin() + long(p.offset));
+  }
+  if (im.params.size() != table.specs.size())
+    throw Error(fmt::format("{}: holds parameters the model config does not have", path));
+}
 
 }  // namespace normlab

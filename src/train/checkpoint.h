@@ -16,6 +16,8 @@ namespace normlab {
 void save_checkpoint(const std::string& path, const Model<float>& model, AdamW* optimizer, long step,
                      bool overwrite);
 
+// Every `path` below may also be a Hugging Face model directory (config.json + model.safetensors,
+// see io/hf.h), read with the same strictness.
 // Reads the config from a checkpoint's metadata (Error if missing or invalid).
 ModelConfig checkpoint_config(const std::string& path);
 

@@ -1,13 +1,14 @@
 // data.cpp: corpus loading, batch sampling, token files, batch checks.
 #include "train/data.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 #include <fstream>
 #include <iterator>
 
 #include "ops/common.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 #include "util/error.h"
 
 namespace normlab {
@@ -97,10 +98,30 @@ Batch load_token_file(const std::string& path) {
   b.T = int(ids.shape[1]);
   b.ids = ids.as_i32();
   b.labels = labels.as_i32();
+  for (const char* name : {"token_type_ids", "attention_mask"}) {
+    if (!f.tensors.count(name)) continue;
+    const auto& t = f.at(name);
+    if (t.dtype != safetensors::DType::I32 || t.shape != ids.shape)
+      throw Error(fmt::format("{}: tensor '{}' must be int32 with the shape of input_ids", path, name));
+    const std::vector<int32_t> v = t.as_i32();
+    if (std::string(name) == "token_type_ids") {
+      b.types = v;
+    } else {
+      for (int32_t m : v)
+        if (m != 0 && m != 1)
+          throw Error(fmt::format("{}: attention_mask holds {} (only 0 and 1 are allowed)", path, m));
+      b.mask.assign(v.begin(), v.end());
+    }
+  }
+  for (const auto& [name, t] : f.tensors)
+    if (name != "input_ids" && name != "labels" && name != "token_type_ids" && name != "attention_mask")
+      throw Error(fmt::format("{}: unexpected tensor '{}' (a token file holds input_ids, labels, and "
+                              "optionally token_type_ids and attention_mask)",
+                              path, name));
   return b;
 }
 
-void check_batch(const Batch& batch, const ModelConfig& cfg, const std::string& where) {
+void check_batch(const Batch& batch, const ModelConfig& cfg, const std::string& where, bool require_label) {
   const int V = cfg.vocab_size();
   if (batch.T > cfg.seq_len)
     throw Error(fmt::format("{}: sequence length {} exceeds the model's seq_len {}", where, batch.T,
@@ -117,7 +138,29 @@ void check_batch(const Batch& batch, const ModelConfig& cfg, const std::string& 
                               where, label, i / batch.T, i % batch.T, V));
     any_label |= label != ops::kIgnoreLabel;
   }
-  if (!any_label) throw Error(fmt::format("{}: no position has a label (all are -100)", where));
+  if (!any_label && require_label)
+    throw Error(fmt::format("{}: no position has a label (all are -100)", where));
+  for (size_t i = 0; i < batch.types.size(); i++)
+    if (batch.types[i] < 0 || batch.types[i] >= std::max(cfg.type_vocab, 1))
+      throw Error(fmt::format("{}: token type {} at (row {}, position {}) is out of range [0, {})", where,
+                              batch.types[i], i / batch.T, i % batch.T, std::max(cfg.type_vocab, 1)));
+  if (!batch.mask.empty()) {
+    for (int b = 0; b < batch.B; b++) {
+      const uint8_t* m = batch.mask.data() + size_t(b) * batch.T;
+      bool any = false;
+      for (int t = 0; t < batch.T; t++) {
+        if (m[t] > 1)
+          throw Error(fmt::format("{}: attention mask value {} at (row {}, position {}) is not 0 or 1", where,
+                                  int(m[t]), b, t));
+        any |= m[t] == 1;
+      }
+      if (cfg.causal() && m[0] == 0)
+        throw Error(fmt::format("{}: row {} starts with padding; a causal model needs right padding "
+                                "(the first token of every row must be real)",
+                                where, b));
+      if (!any) throw Error(fmt::format("{}: row {} is all padding", where, b));
+    }
+  }
 }
 
 }  // namespace normlab

@@ -16,6 +16,10 @@ struct Batch {
   int B = 0, T = 0;
   std::vector<int32_t> ids;     // (B, T)
   std::vector<int32_t> labels;  // (B, T), kIgnoreLabel where there is no loss
+  std::vector<int32_t> types;   // (B, T) token types, or empty (all 0)
+  std::vector<uint8_t> mask;    // (B, T) 1 = real token, 0 = padding, or empty (no padding)
+  const int32_t* types_or_null() const { return types.empty() ? nullptr : types.data(); }
+  const uint8_t* mask_or_null() const { return mask.empty() ? nullptr : mask.data(); }
 };
 
 struct Corpus {
@@ -37,11 +41,15 @@ double unigram_entropy(const std::vector<uint8_t>& bytes);
 // row (at least one) get a label; of those 80% become the mask token, 10% a random byte, 10% stay.
 Batch sample_batch(const std::vector<uint8_t>& bytes, Arch arch, int B, int T, Rng& rng);
 
-// Reads a token file (input_ids, labels: int32 (B, T)).
+// Reads a token file (input_ids, labels: int32 (B, T); optional token_type_ids and attention_mask,
+// int32 (B, T), as Hugging Face names them).
 Batch load_token_file(const std::string& path);
 
 // Throws Error naming `where` if any id is outside [0, V), a label outside [0, V) and not
-// kIgnoreLabel, T exceeds seq_len, or no position has a label.
-void check_batch(const Batch& batch, const ModelConfig& cfg, const std::string& where);
+// kIgnoreLabel, a token type outside [0, type_vocab), a mask value other than 0/1, a row whose
+// queries would see no key (gpt: the first token padded; encoder: every token padded), T exceeds
+// seq_len, or no position has a label (unless require_label is false: instruments without a loss).
+void check_batch(const Batch& batch, const ModelConfig& cfg, const std::string& where,
+                 bool require_label = true);
 
 }  // namespace normlab

@@ -87,6 +87,9 @@ class MetricsFile {
 TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   const TrainConfig& tc = cfg.train;
   ModelConfig model_cfg = resolve_model(cfg);
+  if (!model_cfg.has_logits())
+    throw Error("the model has no head (model.head = none, e.g. an imported BertModel): there is no loss to "
+                "train; set model.head = \"mlm\" (a new masked-LM head) or \"tied\"");
   Model<float> model(model_cfg);
   if (!tc.init_from.empty()) load_params(tc.init_from, model);
 
@@ -107,6 +110,10 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       throw Error(fmt::format("model.vocab = {} is too small for byte tokens (needs >= 256)",
                               model_cfg.vocab_size()));
     const std::string path = cfg.data.corpus == "builtin" ? builtin_corpus_path() : cfg.data.corpus;
+    if (model_cfg.arch == Arch::Encoder && model_cfg.vocab_size() <= kMaskToken)
+      throw Error(fmt::format("model.vocab = {} leaves no room for the mask token {} of byte-level masked "
+                              "training (use vocab >= 257)",
+                              model_cfg.vocab_size(), kMaskToken));
     corpus = load_corpus(path, cfg.data.val_fraction, T);
     result.unigram_entropy = unigram_entropy(corpus->train);
   }

@@ -16,11 +16,12 @@
 
 namespace normlab::safetensors {
 
-enum class DType { F32, F64, I32, I64 };  // names in the file: "F32" "F64" "I32" "I64"
+// names in the file: "F32" "F64" "I32" "I64" "F16" "BF16"
+enum class DType { F32, F64, I32, I64, F16, BF16 };
 
 size_t dtype_size(DType dtype);                                 // bytes per element
 const char* dtype_name(DType dtype);                            // "F32", ...
-std::optional<DType> dtype_from_name(const std::string& name);  // nullopt if not one of the four
+std::optional<DType> dtype_from_name(const std::string& name);  // nullopt if not one of the six
 
 // For writing: points at caller-owned memory holding numel * dtype_size bytes, row-major.
 struct TensorView {
@@ -41,6 +42,9 @@ struct Tensor {
   std::vector<double> as_f64() const;   // Error unless dtype is F64
   std::vector<int32_t> as_i32() const;  // Error unless dtype is I32
   std::vector<int64_t> as_i64() const;  // Error unless dtype is I64
+  // Any floating dtype converted to float32: F16 and BF16 exactly (every value is representable),
+  // F64 rounded to nearest. Error for integer dtypes.
+  std::vector<float> to_f32() const;
 };
 
 struct File {

@@ -1,6 +1,6 @@
 // safetensors.cpp: the safetensors reader (validate everything, then copy each tensor out) and the
 // atomic writer (temporary file, fsync, rename). Every error names the file: "<path>: <what>".
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -31,7 +31,8 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr DTypeInfo dtype_table[] = {
-    {DType::F32, "F32", 4}, {DType::F64, "F64", 8}, {DType::I32, "I32", 4}, {DType::I64, "I64", 8}};
+    {DType::F32, "F32", 4}, {DType::F64, "F64", 8}, {DType::I32, "I32", 4}, {DType::I64, "I64", 8},
+    {DType::F16, "F16", 2}, {DType::BF16, "BF16", 2}};
 
 const DTypeInfo& dtype_info(DType dtype) {
   for (const DTypeInfo& info : dtype_table)
@@ -180,7 +181,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   std::optional<DType> known = dtype_from_name(dtype.get<std::string>());
   if (!known)
     bad("has unsupported dtype '" + dtype.get<std::string>() +
-        "' (normlab reads F32, F64, I32, I64)");
+        "' (normlab reads F32, F64, F16, BF16, I32, I64)");
   entry.dtype = *known;
 
   const json& shape = value["shape"];
@@ -321,6 +322,56 @@ std::vector<int32_t> Tensor::as_i32() const {
 }
 std::vector<int64_t> Tensor::as_i64() const {
   return copy_elements<int64_t>(*this, DType::I64, "as_i64");
+}
+
+// IEEE binary16 -> binary32, exact (subnormals, infinities and NaN included).
+static float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: mant * 2^-24
+    float v = float(mant) * 0x1p-24f;
+    std::memcpy(&bits, &v, 4);
+    bits |= sign;
+  }
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+std::vector<float> Tensor::to_f32() const {
+  const size_t n = size_t(numel());
+  std::vector<float> out(n);
+  switch (dtype) {
+    case DType::F32: return as_f32();
+    case DType::F64: {
+      const std::vector<double> d = as_f64();
+      for (size_t i = 0; i < n; i++) out[i] = float(d[i]);
+      return out;
+    }
+    case DType::F16:
+    case DType::BF16:
+      for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        std::memcpy(&h, bytes.data() + 2 * i, 2);
+        if (dtype == DType::F16) {
+          out[i] = half_to_float(h);
+        } else {  // bfloat16 is the upper half of a binary32
+          const uint32_t bits = uint32_t(h) << 16;
+          std::memcpy(&out[i], &bits, 4);
+        }
+      }
+      return out;
+    case DType::I32:
+    case DType::I64:
+      break;
+  }
+  throw Error(std::string("to_f32: tensor is ") + dtype_name(dtype) + ", not a floating type");
 }
 
 // ---------------------------------------------------------------------------------------------

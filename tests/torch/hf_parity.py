@@ -1,0 +1,433 @@
+"""hf_parity.py: normlab against Hugging Face transformers (the reference implementation of GPT-2 and
+BERT), on models that transformers itself creates and saves.
+
+For each case: transformers builds a random model (small, odd sizes, every parameter perturbed so
+that no LayerNorm gain is 1 and no bias 0), saves it with save_pretrained (model.safetensors, or
+sharded), and normlab reads that directory through `normlab grads`. Compared, on a padded batch:
+every hidden state, the logits, the loss and every parameter gradient (the reference runs in float64;
+normlab in float32). Then the other direction: normlab models written with `normlab export --hf`
+are loaded with from_pretrained and must give the same logits. Then bad input: each broken directory
+must give one clear message and a non-zero exit, and nothing may be overwritten.
+
+Tolerances (float32 engine vs float64 reference): hidden states and logits within 2e-5 of the
+tensor's largest magnitude; gradients within 1e-4 of the tensor's largest magnitude (they pass
+through one more accumulation over the batch); the loss within 1e-5 relative.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+
+import transformers
+from transformers import (BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel)
+
+transformers.logging.set_verbosity_error()
+
+FWD_TOL = 2e-5
+GRAD_TOL = 1e-4
+LOSS_TOL = 1e-5
+
+failures = []
+
+
+def check(name, got, want, tol):
+    """Records a failure unless max|got - want| <= tol * max|want|; returns whether it passed."""
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape:
+        failures.append(f"{name}: shape {got.shape} vs reference {want.shape}")
+        return
+    scale = max(np.abs(want).max(), 1e-30)
+    err = np.abs(got - want)
+    worst = np.unravel_index(np.argmax(err), err.shape) if err.size else ()
+    rel = err.max() / scale if err.size else 0.0
+    if not rel <= tol:
+        failures.append(f"{name}: max |normlab - transformers| / max|ref| = {rel:.3g} > {tol:g} "
+                        f"at {worst}: {got[worst]:.8g} vs {want[worst]:.8g}")
+        return False
+    return True
+
+
+def run(normlab, *args, expect_ok=True):
+    p = subprocess.run([normlab, *args], capture_output=True, text=True)
+    if expect_ok and p.returncode != 0:
+        raise SystemExit(f"normlab {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def perturb(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+
+
+def padded_batch(vocab, B, T, lengths, seed, types=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, vocab, size=(B, T)).astype(np.int32)
+    mask = np.zeros((B, T), dtype=np.int32)
+    for b, n in enumerate(lengths):
+        mask[b, :n] = 1
+        ids[b, n:] = 0
+    tt = rng.integers(0, types, size=(B, T)).astype(np.int32) if types else None
+    return ids, mask, tt
+
+
+# ---------------------------------------------------------------------------------------------
+# GPT-2
+
+def gpt2_grad_name(hf):  # HF parameter -> (normlab name, transpose?)
+    n = hf[len("transformer."):] if hf.startswith("transformer.") else hf
+    if n in ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"):
+        return n, False
+    parts = n.split(".")
+    l, rest = parts[1], ".".join(parts[2:])
+    table = {"ln_1.weight": ("attn.ln_in.weight", False), "ln_1.bias": ("attn.ln_in.bias", False),
+             "ln_2.weight": ("mlp.ln_in.weight", False), "ln_2.bias": ("mlp.ln_in.bias", False),
+             "attn.c_attn.weight": ("attn.qkv.weight", True), "attn.c_attn.bias": ("attn.qkv.bias", False),
+             "attn.c_proj.weight": ("attn.proj.weight", True), "attn.c_proj.bias": ("attn.proj.bias", False),
+             "mlp.c_fc.weight": ("mlp.fc.weight", True), "mlp.c_fc.bias": ("mlp.fc.bias", False),
+             "mlp.c_proj.weight": ("mlp.proj.weight", True), "mlp.c_proj.bias": ("mlp.proj.bias", False)}
+    name, tr = table[rest]
+    return f"h.{l}.{name}", tr
+
+
+def gpt2_case(normlab, work, label, seed, shard=False, **cfg):
+    d = os.path.join(work, label)
+    shutil.rmtree(d, ignore_errors=True)
+    torch.manual_seed(seed)
+    config = GPT2Config(**cfg)
+    model = GPT2LMHeadModel(config)
+    perturb(model, seed)
+    model.save_pretrained(d, safe_serialization=True, max_shard_size="20KB" if shard else "5GB")
+    if shard:
+        assert os.path.exists(os.path.join(d, "model.safetensors.index.json")), "expected a sharded save"
+    T = min(13, config.n_positions)
+    ids, mask, _ = padded_batch(config.vocab_size, 3, T, [T, T - 4, 1], seed)
+    labels = np.full_like(ids, -100)
+    labels[:, :-1] = np.where(mask[:, 1:] == 1, ids[:, 1:], -100)
+    tok = os.path.join(d, "tokens.safetensors")
+    save_file({"input_ids": ids, "labels": labels, "attention_mask": mask}, tok)
+    out = os.path.join(d, "normlab.safetensors")
+    run(normlab, "grads", "--checkpoint", d, "--tokens", tok, "--out", out, "--force")
+    got = load_file(out)
+
+    ref = model.double().eval()  # constructed models start in training mode (dropout)
+    hf_labels = np.where(mask == 1, ids, -100).astype(np.int64)
+    o = ref(input_ids=torch.from_numpy(ids.astype(np.int64)), attention_mask=torch.from_numpy(mask.astype(np.int64)),
+            labels=torch.from_numpy(hf_labels), output_hidden_states=True)
+    o.loss.backward()
+    L = config.n_layer
+    for l in range(L):
+        check(f"{label} hidden.{l}", got[f"hidden.{l}"], o.hidden_states[l].detach().numpy(), FWD_TOL)
+    check(f"{label} hidden.final (ln_f)", got["hidden.final"], o.hidden_states[L].detach().numpy(), FWD_TOL)
+    check(f"{label} logits", got["logits"], o.logits.detach().numpy(), FWD_TOL)
+    check(f"{label} loss", got["loss"], o.loss.item(), LOSS_TOL)
+    n = 0
+    for name, p in ref.named_parameters():
+        nl, tr = gpt2_grad_name(name)
+        g = p.grad.numpy()
+        check(f"{label} grad {name}", got["grad." + nl], g.T if tr else g, GRAD_TOL)
+        n += 1
+    print(f"{label}: {L} layers: hidden states, logits, loss and {n} gradients compared")
+
+
+# ---------------------------------------------------------------------------------------------
+# BERT
+
+def bert_grad_name(hf):
+    n = hf[len("bert."):] if hf.startswith("bert.") else hf
+    emb = {"embeddings.word_embeddings.weight": "wte.weight", "embeddings.position_embeddings.weight": "wpe.weight",
+           "embeddings.token_type_embeddings.weight": "wtt.weight",
+           "embeddings.LayerNorm.weight": "ln_emb.weight", "embeddings.LayerNorm.bias": "ln_emb.bias",
+           "cls.predictions.bias": "head.bias",
+           "cls.predictions.transform.dense.weight": "head.dense.weight",
+           "cls.predictions.transform.dense.bias": "head.dense.bias",
+           "cls.predictions.transform.LayerNorm.weight": "head.ln.weight",
+           "cls.predictions.transform.LayerNorm.bias": "head.ln.bias"}
+    if n in emb:
+        return emb[n], None
+    if n.startswith("pooler."):
+        return None, None
+    parts = n.split(".")
+    l, rest = parts[2], ".".join(parts[3:])
+    for part, q in enumerate(("query", "key", "value")):
+        for suffix in ("weight", "bias"):
+            if rest == f"attention.self.{q}.{suffix}":
+                return f"h.{l}.attn.qkv.{suffix}", part
+    table = {"attention.output.dense": "attn.proj", "attention.output.LayerNorm": "attn.ln_out",
+             "intermediate.dense": "mlp.fc", "output.dense": "mlp.proj", "output.LayerNorm": "mlp.ln_out"}
+    base, suffix = rest.rsplit(".", 1)
+    return f"h.{l}.{table[base]}.{suffix}", None
+
+
+def bert_case(normlab, work, label, seed, mlm=True, **cfg):
+    d = os.path.join(work, label)
+    shutil.rmtree(d, ignore_errors=True)
+    torch.manual_seed(seed)
+    config = BertConfig(**cfg)
+    model = BertForMaskedLM(config) if mlm else BertModel(config)
+    perturb(model, seed)
+    model.save_pretrained(d, safe_serialization=True)
+    T = 11
+    ids, mask, tt = padded_batch(config.vocab_size, 3, T, [T, 7, 2], seed, types=config.type_vocab_size)
+    rng = np.random.default_rng(seed + 1)
+    labels = np.where((rng.random(ids.shape) < 0.3) & (mask == 1), ids, -100).astype(np.int32)
+    labels[0, 0] = ids[0, 0]
+    tok = os.path.join(d, "tokens.safetensors")
+    save_file({"input_ids": ids, "labels": labels, "attention_mask": mask, "token_type_ids": tt}, tok)
+    out = os.path.join(d, "normlab.safetensors")
+    run(normlab, "grads", "--checkpoint", d, "--tokens", tok, "--out", out, "--force")
+    got = load_file(out)
+
+    ref = model.double().eval()  # constructed models start in training mode (dropout)
+    args = dict(input_ids=torch.from_numpy(ids.astype(np.int64)), attention_mask=torch.from_numpy(mask.astype(np.int64)),
+                token_type_ids=torch.from_numpy(tt.astype(np.int64)), output_hidden_states=True)
+    if mlm:
+        args["labels"] = torch.from_numpy(labels.astype(np.int64))
+    o = ref(**args)
+    L = config.num_hidden_layers
+    for l in range(L + 1):
+        check(f"{label} hidden.{l}", got[f"hidden.{l}"], o.hidden_states[l].detach().numpy(), FWD_TOL)
+    if not mlm:
+        if "logits" in got or "loss" in got:
+            failures.append(f"{label}: a headless BertModel must have no logits or loss in normlab's output")
+        print(f"{label}: headless, {L} layers: every hidden state compared")
+        return
+    check(f"{label} logits", got["logits"], o.logits.detach().numpy(), FWD_TOL)
+    check(f"{label} loss", got["loss"], o.loss.item(), LOSS_TOL)
+    o.loss.backward()
+    n = 0
+    qkv = {}
+    for name, p in ref.named_parameters():
+        if p.grad is None:
+            continue
+        nl, part = bert_grad_name(name)
+        if nl is None:
+            continue
+        g = p.grad.numpy()
+        if part is not None:
+            qkv.setdefault(nl, [None] * 3)[part] = g
+            continue
+        check(f"{label} grad {name}", got["grad." + nl], g, GRAD_TOL)
+        n += 1
+    for nl, parts in qkv.items():
+        check(f"{label} grad {nl}", got["grad." + nl], np.concatenate(parts, axis=0), GRAD_TOL)
+        n += 1
+    print(f"{label}: {L} layers: hidden states, logits, loss and {n} gradients compared")
+
+
+# ---------------------------------------------------------------------------------------------
+# Export: normlab -> transformers
+
+def export_case(normlab, work, label, sets, loader, seed):
+    d = os.path.join(work, label)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    ckpt = os.path.join(d, "init.safetensors")
+    run(normlab, "init", "--out", ckpt, *sum([["--set", s] for s in sets], []))
+    # perturb the fresh checkpoint so gains/biases are not 1/0
+    t = load_file(ckpt)
+    from safetensors import safe_open
+    with safe_open(ckpt, "np") as f:
+        meta = f.metadata()
+    rng = np.random.default_rng(seed)
+    t = {k: (v + 0.05 * rng.standard_normal(v.shape)).astype(np.float32) for k, v in t.items()}
+    save_file(t, ckpt, metadata=meta)
+    hf_dir = os.path.join(d, "hf")
+    run(normlab, "export", "--checkpoint", ckpt, "--hf", hf_dir)
+    cfg = json.loads(meta["config"])
+    T = 9
+    vocab = cfg["vocab"]
+    ids, mask, tt = padded_batch(vocab, 2, T, [T, 5], seed, types=max(cfg.get("type_vocab", 0), 0))
+    labels = np.where(mask == 1, ids, -100).astype(np.int32)
+    tok = os.path.join(d, "tokens.safetensors")
+    tensors = {"input_ids": ids, "labels": labels, "attention_mask": mask}
+    if tt is not None:
+        tensors["token_type_ids"] = tt
+    save_file(tensors, tok)
+    out = os.path.join(d, "normlab.safetensors")
+    run(normlab, "grads", "--checkpoint", ckpt, "--tokens", tok, "--out", out)
+    got = load_file(out)
+    model = loader.from_pretrained(hf_dir).double().eval()
+    args = dict(input_ids=torch.from_numpy(ids.astype(np.int64)), attention_mask=torch.from_numpy(mask.astype(np.int64)))
+    if tt is not None:
+        args["token_type_ids"] = torch.from_numpy(tt.astype(np.int64))
+    with torch.no_grad():
+        o = model(**args, output_hidden_states=True)
+    if "logits" in got:
+        check(f"{label} exported logits", got["logits"], o.logits.numpy(), FWD_TOL)
+    else:
+        check(f"{label} exported last hidden state", got[f"hidden.{cfg['n_layers']}"], o.hidden_states[-1].numpy(), FWD_TOL)
+    # and back: the exported directory read by normlab is the same model
+    out2 = os.path.join(d, "normlab_from_hf.safetensors")
+    run(normlab, "grads", "--checkpoint", hf_dir, "--tokens", tok, "--out", out2)
+    again = load_file(out2)
+    for k in got:
+        if not np.array_equal(got[k], again[k]):
+            failures.append(f"{label}: {k} differs after export and re-import")
+    print(f"{label}: exported as {type(model).__name__}; from_pretrained outputs and the re-import compared")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+
+def bad_input(normlab, work):
+    base = os.path.join(work, "bad")
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(base)
+    torch.manual_seed(0)
+    good = os.path.join(base, "good")
+    BertForMaskedLM(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=24, max_position_embeddings=16)).save_pretrained(good, safe_serialization=True)
+    tok = os.path.join(base, "tokens.safetensors")
+    save_file({"input_ids": np.zeros((1, 4), np.int32), "labels": np.zeros((1, 4), np.int32)}, tok)
+
+    def variant(name, edit):
+        d = os.path.join(base, name)
+        shutil.copytree(good, d)
+        edit(d)
+        return d
+
+    def edit_config(**changes):
+        def f(d):
+            p = os.path.join(d, "config.json")
+            c = json.load(open(p))
+            for k, v in changes.items():
+                if v is None:
+                    c.pop(k, None)
+                else:
+                    c[k] = v
+            json.dump(c, open(p, "w"))
+        return f
+
+    def edit_tensors(fn):
+        def f(d):
+            p = os.path.join(d, "model.safetensors")
+            t = load_file(p)
+            fn(t)
+            save_file(t, p, metadata={"format": "pt"})
+        return f
+
+    def remove(name):
+        return lambda d: os.remove(os.path.join(d, name))
+
+    def pickle_only(d):
+        os.remove(os.path.join(d, "model.safetensors"))
+        open(os.path.join(d, "pytorch_model.bin"), "wb").write(b"\x80\x02}q\x00.")
+
+    def write(name, text):
+        return lambda d: open(os.path.join(d, name), "w").write(text)
+
+    key = "bert.encoder.layer.0.attention.self.query.weight"
+    cases = [
+        ("no_config", remove("config.json"), "no config.json"),
+        ("bad_json", write("config.json", "{not json"), "not valid JSON"),
+        ("llama", edit_config(model_type="llama"), "model_type \"llama\" is not supported"),
+        ("no_type", edit_config(model_type=None), "no \"model_type\""),
+        ("relative_pos", edit_config(position_embedding_type="relative_key"), "position_embedding_type"),
+        ("decoder", edit_config(is_decoder=True), "is_decoder"),
+        ("activation", edit_config(hidden_act="silu"), "hidden_act"),
+        ("arch", edit_config(architectures=["BertForSequenceClassification"]), "BertForSequenceClassification"),
+        ("missing_tensor", edit_tensors(lambda t: t.pop(key)), "missing tensor"),
+        ("extra_tensor", edit_tensors(lambda t: t.__setitem__("bert.encoder.layer.0.extra.weight", np.zeros(3, np.float32))), "unexpected tensor"),
+        ("wrong_shape", edit_tensors(lambda t: t.__setitem__(key, np.zeros((16, 15), np.float32))), "has shape"),
+        ("int_weight", edit_tensors(lambda t: t.__setitem__(key, np.zeros((16, 16), np.int32))), "not a floating-point type"),
+        ("size_mismatch", edit_config(hidden_size=24), "has shape"),
+        ("pickle", pickle_only, "pickle"),
+        ("no_weights", remove("model.safetensors"), "no model.safetensors"),
+        ("truncated", lambda d: open(os.path.join(d, "model.safetensors"), "r+b").truncate(100), "model.safetensors"),
+        ("shard_escape", write("model.safetensors.index.json", json.dumps({"weight_map": {key: "../x.safetensors"}})), "not a file name"),
+    ]
+    for name, edit, expected in cases:
+        d = variant(name, edit)
+        out = os.path.join(base, name + ".out.safetensors")
+        p = run(normlab, "grads", "--checkpoint", d, "--tokens", tok, "--out", out, expect_ok=False)
+        msg = (p.stderr or "").strip()
+        if p.returncode == 0 or expected not in msg or "error" not in msg or len(msg.splitlines()) != 1:
+            failures.append(f"bad input '{name}': exit {p.returncode}, expected one line with '{expected}', got: {msg!r}")
+        if os.path.exists(out):
+            failures.append(f"bad input '{name}': an output was written")
+    # F16 and BF16 weights are converted exactly (not misread): same outputs as the F32 model
+    outs = {}
+    for dtype in ("F32", "F16", "BF16"):
+        d = os.path.join(base, "dtype_" + dtype)
+        shutil.copytree(good, d)
+        m = BertForMaskedLM.from_pretrained(good)
+        if dtype == "F32":
+            m = m.half().float()  # the same values as the F16 copy
+        elif dtype == "F16":
+            m = m.half()
+        else:
+            m = m.to(torch.bfloat16)
+        m.save_pretrained(d, safe_serialization=True)
+        ref = BertForMaskedLM.from_pretrained(d, torch_dtype=torch.float32).double()
+        out = os.path.join(base, "dtype_" + dtype + ".out.safetensors")
+        run(normlab, "grads", "--checkpoint", d, "--tokens", tok, "--out", out)
+        with torch.no_grad():
+            o = ref(input_ids=torch.zeros((1, 4), dtype=torch.int64))
+        check(f"{dtype} weights: logits", load_file(out)["logits"], o.logits.numpy(), FWD_TOL)
+    # export refusals: a model that is not exactly GPT-2 or BERT, and an existing directory
+    ck = os.path.join(base, "rms.safetensors")
+    run(normlab, "init", "--out", ck, "--set", "model.norm=rmsnorm", "--set", "model.d_model=16", "--set", "model.n_heads=2")
+    p = run(normlab, "export", "--checkpoint", ck, "--hf", os.path.join(base, "rms_hf"), expect_ok=False)
+    if p.returncode == 0 or "rmsnorm" not in p.stderr or os.path.exists(os.path.join(base, "rms_hf")):
+        failures.append(f"export of an RMSNorm model must be refused with the reason: {p.stderr!r}")
+    ck2 = os.path.join(base, "enc.safetensors")
+    run(normlab, "init", "--out", ck2, "--set", "model.arch=encoder", "--set", "model.placement=post",
+        "--set", "model.d_model=16", "--set", "model.n_heads=2")
+    p = run(normlab, "export", "--checkpoint", ck2, "--hf", os.path.join(base, "enc_hf"), expect_ok=False)
+    if p.returncode == 0 or "embed_norm" not in p.stderr:
+        failures.append(f"export of an encoder without embedding norm must be refused: {p.stderr!r}")
+    before = open(os.path.join(good, "model.safetensors"), "rb").read()
+    p = run(normlab, "export", "--checkpoint", good, "--hf", good, expect_ok=False)
+    if p.returncode == 0 or "already holds" not in p.stderr or open(os.path.join(good, "model.safetensors"), "rb").read() != before:
+        failures.append(f"export into an existing model directory without --force must be refused: {p.stderr!r}")
+    print(f"bad input: {len(cases)} broken directories refused with one message each; F16/BF16 converted; export refusals")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--normlab", required=True)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    nl, w = a.normlab, a.workdir
+    gpt2_case(nl, w, "gpt2_tanh", 1, vocab_size=97, n_positions=20, n_embd=36, n_layer=3, n_head=3, n_inner=50)
+    gpt2_case(nl, w, "gpt2_erf_sharded", 2, shard=True, vocab_size=61, n_positions=16, n_embd=24, n_layer=2,
+              n_head=4, activation_function="gelu", layer_norm_epsilon=1e-6)
+    gpt2_case(nl, w, "gpt2_relu", 3, vocab_size=50, n_positions=16, n_embd=20, n_layer=1, n_head=5,
+              activation_function="relu")
+    bert_case(nl, w, "bert_mlm", 4, vocab_size=101, hidden_size=40, num_hidden_layers=2, num_attention_heads=5,
+              intermediate_size=70, max_position_embeddings=24, type_vocab_size=3)
+    bert_case(nl, w, "bert_headless", 5, mlm=False, vocab_size=83, hidden_size=30, num_hidden_layers=3,
+              num_attention_heads=3, intermediate_size=45, max_position_embeddings=16, type_vocab_size=2)
+    bert_case(nl, w, "bert_mlm_tanh_gelu", 6, vocab_size=70, hidden_size=12, num_hidden_layers=1,
+              num_attention_heads=1, intermediate_size=7, max_position_embeddings=12, type_vocab_size=1,
+              hidden_act="gelu_new", layer_norm_eps=1e-7)
+    export_case(nl, w, "export_gpt2", ["model.d_model=24", "model.n_heads=3", "model.n_layers=2", "model.seq_len=12",
+                                       "model.d_ff=40", "model.placement=pre"], GPT2LMHeadModel, 7)
+    export_case(nl, w, "export_bert_mlm", ["model.arch=encoder", "model.d_model=20", "model.n_heads=4",
+                                           "model.n_layers=2", "model.seq_len=12", "model.placement=post",
+                                           "model.embed_norm=true", "model.head=mlm", "model.type_vocab=2",
+                                           "model.activation=gelu_exact", "model.eps=1e-12"], BertForMaskedLM, 8)
+    export_case(nl, w, "export_bert_headless", ["model.arch=encoder", "model.d_model=18", "model.n_heads=3",
+                                                "model.n_layers=1", "model.seq_len=10", "model.placement=post",
+                                                "model.embed_norm=true", "model.head=none"], BertModel, 9)
+    bad_input(nl, w)
+    if failures:
+        print(f"\n{len(failures)} FAILED:")
+        for f in failures:
+            print("  " + f)
+        sys.exit(1)
+    print("all Hugging Face parity checks passed")
+
+
+if __name__ == "__main__":
+    main()
