@@ -95,6 +95,13 @@ expect_error "missing.safetensors" -- analyze jacobian --checkpoint missing.safe
 expect_error "--seq-len 999" -- analyze attention "${small[@]}" --seq-len 999
 expect_error "not both" -- analyze jacobian --checkpoint model.safetensors --set model.d_model=8
 expect_error "already exists" -- analyze dynamics --checkpoint model.safetensors --json afile
+# byte-level masked training needs a mask token beyond the bytes; a headless model has no loss
+expect_error "mask token" -- train --set model.arch=encoder --set model.vocab=256 "${small[@]}" --set train.steps=1 --set train.out_dir=enc256
+expect_error "no head" -- train --set model.arch=encoder --set model.head=none "${small[@]}" --set train.steps=1 --set train.out_dir=headless
+expect_error "no config.json" -- analyze attention --checkpoint .
+"$NL" init "${small[@]}" --set model.placement=post --out post.safetensors >/dev/null
+expect_error "not exactly a GPT-2" -- export --checkpoint post.safetensors --hf out_hf
+[[ ! -e out_hf ]] || { echo "FAIL: a refused export created its directory"; fail=$((fail + 1)); }
 
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

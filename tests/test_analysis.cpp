@@ -365,10 +365,41 @@ TEST(ModelJvp, AdjointIdentityWithVjpForEveryPlacement) {
     }
 }
 
+// BERT's pieces with a padded batch of two rows: exact GELU, token types, embedding norm, MLM head.
+// The tangents live on the stream, so the padding mask enters through the attention probabilities.
+TEST(ModelJvp, AdjointIdentityWithPaddingAndBertPieces) {
+  ModelConfig c = small(Placement::Post, NormKind::LayerNorm, 1e-12);
+  c.arch = Arch::Encoder;
+  c.activation = Activation::GeluExact;
+  c.type_vocab = 2;
+  c.embed_norm = true;
+  c.head = Head::Mlm;
+  Model<double> m(c);
+  const int B = 2, T = 5;
+  std::vector<int32_t> ids(B * T), labels(B * T, ops::kIgnoreLabel), types(B * T);
+  std::vector<uint8_t> mask(B * T, 1);
+  for (int i = 0; i < B * T; i++) ids[i] = (i * 37 + 11) % 256, types[i] = i % 2;
+  mask[B * T - 1] = mask[B * T - 2] = 0;  // row 1 keeps 3 tokens
+  m.forward(ids.data(), labels.data(), B, T, types.data(), mask.data());
+  const size_t n = size_t(B) * T * 12;
+  for (int K : {1, 12 + 1}) {  // the plain and the folded-MLP paths
+    const std::vector<double> u = randn(n * K, 1), v = randn(n, 2);
+    std::vector<double> ju(n * K), jtv(n);
+    m.jvp_sublayers(ju.data(), u.data(), K, 0, 4);
+    m.vjp_sublayers(jtv.data(), v.data(), 0, 4);
+    for (int k = 0; k < K; k++) {
+      const std::vector<double> uk(u.begin() + long(k * n), u.begin() + long((k + 1) * n));
+      const std::vector<double> juk(ju.begin() + long(k * n), ju.begin() + long((k + 1) * n));
+      const double lhs = dot(v, juk), rhs = dot(jtv, uk);
+      EXPECT_NEAR(lhs, rhs, 1e-11 * (std::abs(lhs) + 1)) << "K " << K << " tangent " << k;
+    }
+  }
+}
+
 TEST(ModelJvp, ManyTangentsAtOnceEqualOneAtATime) {
   // K >= d_model takes the folded MLP path (one d x d Jacobian per token); K = 1 the plain one
   for (Placement p : {Placement::Pre, Placement::Post, Placement::Sandwich, Placement::DeepNorm})
-    for (Activation act : {Activation::Gelu, Activation::Relu}) {
+    for (Activation act : {Activation::Gelu, Activation::GeluExact, Activation::Relu}) {
       ModelConfig c = small(p, NormKind::LayerNorm, 1e-5);
       c.activation = act;
       auto m = run(c, 5);

@@ -96,6 +96,9 @@ TEST(Jvp, MatmulActivationsResidual) {
   check_jvp(n, n, 2, a, [&](Vec& out) { gelu_forward(out.data(), a.data(), n); },
             [&](Vec& t, const Vec& u) { gelu_jvp(t.data(), a.data(), u.data(), n, 2); },
             [&](Vec& g, const Vec& v) { gelu_backward(g.data(), a.data(), v.data(), n); });
+  check_jvp(n, n, 2, a, [&](Vec& out) { gelu_exact_forward(out.data(), a.data(), n); },
+            [&](Vec& t, const Vec& u) { gelu_exact_jvp(t.data(), a.data(), u.data(), n, 2); },
+            [&](Vec& g, const Vec& v) { gelu_exact_backward(g.data(), a.data(), v.data(), n); });
   check_jvp(n, n, 2, a, [&](Vec& out) { relu_forward(out.data(), a.data(), n); },
             [&](Vec& t, const Vec& u) { relu_jvp(t.data(), a.data(), u.data(), n, 2); },
             [&](Vec& g, const Vec& v) { relu_backward(g.data(), a.data(), v.data(), n); });
@@ -117,8 +120,14 @@ TEST(Jvp, Attention) {
       SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " causal=" << causal);
       Vec qkv = randn(B * T * 3 * C, 9), att(B * NH * T * T), tatt(att.size());
       const int K = 3;
+      // padding: row b keeps its first T - b keys (the JVP reads the masked probabilities only)
+      std::vector<uint8_t> mask(size_t(B) * T, 1);
+      for (int b = 0; b < B; b++)
+        for (int t = std::max(1, T - b); t < T; t++) mask[size_t(b) * T + t] = 0;
       check_jvp(qkv.size(), B * T * C, K, qkv,
-                [&](Vec& out) { attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, causal); },
+                [&](Vec& out) {
+                  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, causal, mask.data());
+                },
                 [&](Vec& t, const Vec& u) {
                   attention_jvp(t.data(), tatt.data(), u.data(), qkv.data(), att.data(), K, B, T, C, NH);
                 },

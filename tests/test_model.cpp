@@ -45,8 +45,9 @@ Tokens tokens_for(const ModelConfig& c, int B, int T, uint64_t seed) {
   return t;
 }
 
-// Analytic gradient of the mean loss vs central differences, for every parameter.
-void check_model_gradients(const ModelConfig& cfg) {
+// Analytic gradient of the mean loss vs central differences, for every parameter; with padding,
+// right-padded rows (row b keeps T - 2b tokens) and random token types.
+void check_model_gradients(const ModelConfig& cfg, bool padding = false) {
   Model<double> model(cfg);
   // perturb gains and biases away from 1 and 0 so their gradients are generic
   Rng rng(5);
@@ -55,12 +56,22 @@ void check_model_gradients(const ModelConfig& cfg) {
       for (size_t i = 0; i < p.numel; i++) model.params()[p.offset + i] += 0.2 * rng.normal();
   const int B = 2, T = 5;
   const Tokens tok = tokens_for(cfg, B, T, 7);
-  model.forward(tok.ids.data(), tok.labels.data(), B, T);
+  std::vector<uint8_t> mask(size_t(B) * T, 1);
+  std::vector<int32_t> types(size_t(B) * T, 0);
+  if (padding)
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++) {
+        mask[size_t(b) * T + t] = t < T - 2 * b;
+        types[size_t(b) * T + t] = (b + t) % std::max(cfg.type_vocab, 1);
+      }
+  const uint8_t* m = padding ? mask.data() : nullptr;
+  const int32_t* tt = padding ? types.data() : nullptr;
+  model.forward(tok.ids.data(), tok.labels.data(), B, T, tt, m);
   model.zero_grad();
   model.backward();
   const std::vector<double> analytic = model.grads();
   std::vector<double>& params = model.params();
-  auto loss = [&] { return model.forward(tok.ids.data(), tok.labels.data(), B, T); };
+  auto loss = [&] { return model.forward(tok.ids.data(), tok.labels.data(), B, T, tt, m); };
   const std::vector<double> numeric = finite_diff(params, loss, 1e-6);
   for (const ParamSpec& p : model.table().specs) {
     std::vector<double> a(analytic.begin() + p.offset, analytic.begin() + p.offset + p.numel);
@@ -104,6 +115,40 @@ TEST(ModelGradientsMore, PerLayerMixReluNoResidualEpsZero) {
   ModelConfig eps0 = tiny(Arch::Gpt, {Placement::Post}, NormKind::LayerNorm);
   eps0.eps = 0.0;
   check_model_gradients(eps0);
+}
+
+// The pieces of GPT-2 and BERT: exact GELU, token types, embedding norm, the MLM head, padding.
+TEST(ModelGradientsMore, BertAndGpt2Pieces) {
+  ModelConfig bert = tiny(Arch::Encoder, {Placement::Post}, NormKind::LayerNorm);
+  bert.activation = Activation::GeluExact;
+  bert.type_vocab = 2;
+  bert.embed_norm = true;
+  bert.head = Head::Mlm;
+  bert.eps = 1e-12;
+  check_model_gradients(bert, true);
+  check_model_gradients(bert, false);
+  ModelConfig gpt = tiny(Arch::Gpt, {Placement::Pre}, NormKind::LayerNorm);
+  gpt.activation = Activation::GeluExact;
+  check_model_gradients(gpt, true);
+  ModelConfig odd = tiny(Arch::Gpt, {Placement::Sandwich, Placement::Post}, NormKind::RMSNorm);
+  odd.embed_norm = true;
+  odd.head = Head::Mlm;
+  odd.type_vocab = 3;
+  check_model_gradients(odd, true);
+}
+
+TEST(Model, HeadlessHasNoLogitsLossOrGradient) {
+  ModelConfig c = tiny(Arch::Encoder, {Placement::Post}, NormKind::LayerNorm);
+  c.head = Head::None;
+  c.embed_norm = true;
+  Model<double> model(c);
+  const Tokens tok = tokens_for(c, 2, 5, 3);
+  EXPECT_TRUE(std::isnan(model.forward(tok.ids.data(), tok.labels.data(), 2, 5)));
+  EXPECT_EQ(model.logits(), nullptr);
+  model.zero_grad();
+  model.backward();
+  for (double g : model.grads()) ASSERT_EQ(g, 0.0);
+  for (const ParamSpec& p : model.table().specs) EXPECT_EQ(p.name.rfind("head.", 0), std::string::npos);
 }
 
 TEST(AttentionOnly, GradientsMatchFiniteDifferences) {
@@ -224,8 +269,12 @@ TEST(Config, ValidateReportsEveryViolationAtOnce) {
   }
   j = {{"placement", {"pre", "post"}}, {"n_layers", 3}};
   EXPECT_THROW(model_config_from_json(j, "test"), Error);
-  j = {{"arch", "encoder"}, {"vocab", 256}};
+  j = {{"type_vocab", -1}};
   EXPECT_THROW(model_config_from_json(j, "test"), Error);
+  j = {{"head", "pooler"}};
+  EXPECT_THROW(model_config_from_json(j, "test"), Error);
+  j = {{"arch", "encoder"}, {"vocab", 256}};  // a model config like any other; byte-level masked training refuses it
+  EXPECT_NO_THROW(model_config_from_json(j, "test"));
 }
 
 TEST(Config, JsonRoundTrip) {

@@ -196,6 +196,41 @@ TEST(Attention, MatchesNaiveReference) {
     }
 }
 
+// A padding mask (B, T): row b keeps its first T - b keys (at least one).
+std::vector<uint8_t> right_padding(int B, int T) {
+  std::vector<uint8_t> m(size_t(B) * T, 1);
+  for (int b = 0; b < B; b++)
+    for (int t = std::max(1, T - b); t < T; t++) m[size_t(b) * T + t] = 0;
+  return m;
+}
+
+TEST(Attention, KeyMaskBackwardMatchesFiniteDifferencesAndNaive) {
+  for (auto [B, T, C, NH] : kAttnShapes)
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " causal=" << causal);
+      const std::vector<uint8_t> mask = right_padding(B, T);
+      Vec qkv = randn(B * T * 3 * C, 43, 2.0), dy = randn(B * T * C, 44);
+      Vec y(B * T * C), yr(y.size()), att(B * NH * T * T), attr(att.size()), datt(att.size()), dqkv(qkv.size());
+      auto loss = [&] {
+        attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, causal, mask.data());
+        return dot(y, dy);
+      };
+      check_backward({{"qkv", &qkv, &dqkv}}, loss, [&] {
+        loss();
+        attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, causal);
+      });
+      attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, causal, mask.data());
+      attention_forward_naive(yr.data(), attr.data(), qkv.data(), B, T, C, NH, causal, mask.data());
+      expect_close("masked out", y, yr, 1e-12, 1e-13);
+      expect_close("masked att", att, attr, 1e-12, 1e-13);
+      for (int b = 0; b < B; b++)  // no probability on a padded key, from any query
+        for (int h = 0; h < NH; h++)
+          for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++)
+              if (!mask[size_t(b) * T + j]) EXPECT_EQ(att[((size_t(b) * NH + h) * T + i) * T + j], 0.0);
+    }
+}
+
 TEST(Attention, SoftmaxIsStableForHugeScores) {
   const int B = 1, T = 3, C = 2, NH = 1;
   Vec qkv(B * T * 3 * C, 0.0);
@@ -223,6 +258,37 @@ TEST(Activation, GeluAndReluBackwardMatchFiniteDifferences) {
     check_backward({{"relu x", &x, &dx}}, relu_loss,
                    [&] { relu_backward(dx.data(), x.data(), dy.data(), n); });
   }
+}
+
+TEST(Activation, ExactGeluBackwardMatchesFiniteDifferencesAndKnownValues) {
+  for (size_t n : {1, 7, 33}) {
+    Vec x = randn(n, 63, 2.0), dy = randn(n, 64), y(n), dx(n);
+    auto loss = [&] {
+      gelu_exact_forward(y.data(), x.data(), n);
+      return dot(y, dy);
+    };
+    check_backward({{"gelu_exact x", &x, &dx}}, loss,
+                   [&] { gelu_exact_backward(dx.data(), x.data(), dy.data(), n); });
+  }
+  // x Phi(x) at x = -1, 1, 2 (Phi from tables of the normal distribution, 16 digits)
+  Vec x = {-1.0, 1.0, 2.0, 0.0}, y(4);
+  gelu_exact_forward(y.data(), x.data(), 4);
+  EXPECT_NEAR(y[0], -0.15865525393145707, 1e-15);
+  EXPECT_NEAR(y[1], 0.8413447460685429, 1e-15);
+  EXPECT_NEAR(y[2], 2 * 0.9772498680518208, 1e-15);
+  EXPECT_EQ(y[3], 0.0);
+}
+
+TEST(Embedding, TokenTypeBackwardMatchesFiniteDifferences) {
+  const int N = 7, C = 5, types = 3;
+  Vec wtt = randn(types * C, 71), dy = randn(N * C, 72), y(N * C), dwtt(wtt.size());
+  const std::vector<int32_t> tt = {0, 2, 2, 1, 0, 2, 1};
+  auto loss = [&] {
+    std::fill(y.begin(), y.end(), 0.0);
+    token_type_forward(y.data(), tt.data(), wtt.data(), N, C);
+    return dot(y, dy);
+  };
+  check_backward({{"wtt", &wtt, &dwtt}}, loss, [&] { token_type_backward(dwtt.data(), dy.data(), tt.data(), N, C); });
 }
 
 TEST(Activation, GeluMatchesClosedFormValues) {

@@ -92,8 +92,9 @@ TRAIN_CFG = dict(steps=10, lr=3e-3, lr_schedule="warmup", warmup_steps=4, weight
 
 
 class Case:
-    def __init__(self, name, model, bt, kind="grads", sets=None, train=None, extra=False):
+    def __init__(self, name, model, bt, kind="grads", sets=None, train=None, extra=False, pad=False):
         self.name, self.model, self.bt, self.kind = name, model, bt, kind
+        self.pad = pad                    # right-padded rows with an attention_mask (and token types)
         self.sets = sets or []            # --set overrides passed to `normlab init`
         self.train = train
         self.extra = extra
@@ -134,6 +135,12 @@ def build_cases():
         Case("encoder_mix_pre_post_sandwich", dict(SMALL, arch="encoder", n_layers=3,
              placement=["pre", "post", "sandwich"]), SMALL_BT),
         Case("gpt_pre_eps0", dict(SMALL, placement="pre", eps=0.0), SMALL_BT),
+        # the pieces of GPT-2 and BERT: exact GELU, token types, embedding norm, MLM head, padding
+        Case("encoder_bert_like_pad", dict(SMALL, arch="encoder", placement="post", embed_norm=True, head="mlm",
+                                           type_vocab=2, activation="gelu_exact", eps=1e-12), SMALL_BT, pad=True),
+        Case("gpt_pre_gelu_exact_pad", dict(SMALL, placement="pre", activation="gelu_exact"), SMALL_BT, pad=True),
+        Case("encoder_pre_rmsnorm_mlm_types", dict(SMALL, arch="encoder", placement="pre", norm="rmsnorm",
+                                                   embed_norm=True, head="mlm", type_vocab=3), SMALL_BT, pad=True),
         Case("gpt_post_eps0", dict(SMALL, placement="post", eps=0.0), SMALL_BT),
         Case("gpt_pre_init_normal", dict(SMALL, placement="pre", init="normal"), SMALL_BT),
         Case("gpt_pre_init_xavier", dict(SMALL, placement="pre", init="xavier"), SMALL_BT),
@@ -156,6 +163,9 @@ def build_cases():
                        placement=["deepnorm", "pre", "sandwich"]), EXTRA_BT, extra=True))
         ex.append(Case(f"x_{arch}_mix_sandwich_none_prepost", dict(EXTRA, arch=arch,
                        placement=["sandwich", "none", "prepost"]), EXTRA_BT, extra=True))
+        ex.append(Case(f"x_{arch}_bert_pieces_pad", dict(EXTRA, arch=arch, placement=["post", "pre", "post"],
+                       embed_norm=True, head="mlm", type_vocab=2, activation="gelu_exact"), EXTRA_BT, extra=True,
+                       pad=True))
         ex.append(Case(f"x_{arch}_mix_post_deepnorm_pre_relu", dict(EXTRA, arch=arch, activation="relu",
                        placement=["post", "deepnorm", "pre"]), EXTRA_BT, extra=True))
     ex.append(Case("x_train_gpt_sandwich", dict(EXTRA, placement="sandwich"), EXTRA_BT, kind="train",
@@ -212,9 +222,32 @@ def make_tokens(arch, vocab, B, T, seed):
     return ids.astype(np.int32), labels.astype(np.int32)
 
 
-def save_tokens(path, ids, labels):
+def pad_tokens(arch, ids, labels, type_vocab, seed):
+    """Right padding (row b keeps T - 3b tokens, at least 1), an attention_mask, and token types."""
+    rng = np.random.RandomState(seed + 7)
+    B, T = ids.shape
+    mask = np.ones((B, T), np.int32)
+    for b in range(B):
+        mask[b, max(1, T - 3 * b):] = 0
+    ids = np.where(mask == 1, ids, 0).astype(np.int32)
+    labels = np.where(mask == 1, labels, nt.IGNORE_INDEX).astype(np.int32)
+    if arch == "gpt":  # the last real token's next token is padding
+        labels[:, :-1] = np.where(mask[:, 1:] == 1, labels[:, :-1], nt.IGNORE_INDEX)
+    for b in range(B):  # every row keeps a label
+        if not (labels[b] != nt.IGNORE_INDEX).any():
+            labels[b, 0] = ids[b, 0]
+    types = rng.randint(0, max(type_vocab, 1), size=(B, T)).astype(np.int32) if type_vocab > 0 else None
+    return ids, labels, mask, types
+
+
+def save_tokens(path, ids, labels, mask=None, types=None):
     from safetensors.numpy import save_file
-    save_file({"input_ids": np.ascontiguousarray(ids), "labels": np.ascontiguousarray(labels)}, str(path))
+    t = {"input_ids": np.ascontiguousarray(ids), "labels": np.ascontiguousarray(labels)}
+    if mask is not None:
+        t["attention_mask"] = np.ascontiguousarray(mask)
+    if types is not None:
+        t["token_type_ids"] = np.ascontiguousarray(types)
+    save_file(t, str(path))
 
 
 class CaseFailure(Exception):
@@ -307,7 +340,7 @@ def check_init(config, tensors):
         elif name.endswith(".bias"):
             if not np.all(w == 0):
                 problems.append(f"{name}: init must be all 0")
-        elif name in ("wte.weight", "wpe.weight"):
+        elif name in ("wte.weight", "wpe.weight", "wtt.weight"):
             std_ok(name, w, std0)
         else:
             is_qkv = name.endswith("attn.qkv.weight")
@@ -352,7 +385,7 @@ def perturb_tensors(tensors, seed):
             w = w + 0.2 * rng.randn(*w.shape)
         elif name.endswith(".bias"):
             w = w + 0.1 * rng.randn(*w.shape)
-        elif name in ("wte.weight", "wpe.weight"):
+        elif name in ("wte.weight", "wpe.weight", "wtt.weight"):
             w = w + PERTURB_EMB_STD * rng.randn(*w.shape)
         else:
             w = w + PERTURB_LINEAR_GAIN / math.sqrt(w.shape[1]) * rng.randn(*w.shape)
@@ -369,15 +402,17 @@ def perturb_checkpoint(src, dst, seed):
     save_file(perturb_tensors(tensors, seed), str(dst), metadata=meta)
 
 
-def grads_compare(normlab, ckpt, tokens_path, ids, labels, gout, log, out, tag):
+def grads_compare(normlab, ckpt, tokens_path, ids, labels, gout, log, out, tag, mask=None, types=None):
     """Run normlab grads on ckpt and compare with torch float64. Returns (ok, worst_rel)."""
     from safetensors.numpy import load_file
     run([normlab, "grads", "--checkpoint", ckpt, "--tokens", tokens_path, "--out", gout], log)
     G = load_file(str(gout))
     model, _ = nt.load_checkpoint(ckpt, torch.float64)
     model.zero_grad()
-    loss, logits = nt.forward(model, torch.from_numpy(ids.astype(np.int64)),
-                              torch.from_numpy(labels.astype(np.int64)))
+    loss, logits = nt.forward_params(model.config, model.params, torch.from_numpy(ids.astype(np.int64)),
+                                     torch.from_numpy(labels.astype(np.int64)),
+                                     None if types is None else torch.from_numpy(types.astype(np.int64)),
+                                     None if mask is None else torch.from_numpy(mask.astype(np.int64)))
     loss.backward()
     ok, worst = True, 0.0
     out.append(f"  [{tag}] {ckpt.name}")
@@ -445,11 +480,14 @@ def run_grads_case(case, normlab, d, out):
     B, T = case.bt
     seed = zlib.crc32(case.name.encode())
     ids, labels = make_tokens(config["arch"], config["vocab"], B, T, seed)
+    mask = types = None
+    if case.pad:
+        ids, labels, mask, types = pad_tokens(config["arch"], ids, labels, config["type_vocab"], seed)
     tok = d / "X.safetensors"
-    save_tokens(tok, ids, labels)
-    ok1, w1 = grads_compare(normlab, ckpt, tok, ids, labels, d / "G.safetensors", log, out, "init")
+    save_tokens(tok, ids, labels, mask, types)
+    ok1, w1 = grads_compare(normlab, ckpt, tok, ids, labels, d / "G.safetensors", log, out, "init", mask, types)
     perturb_checkpoint(ckpt, pert, seed + 1)
-    ok2, w2 = grads_compare(normlab, pert, tok, ids, labels, d / "GP.safetensors", log, out, "perturbed")
+    ok2, w2 = grads_compare(normlab, pert, tok, ids, labels, d / "GP.safetensors", log, out, "perturbed", mask, types)
     if not (ok1 and ok2):
         bad = [line.split()[0] for line in out if line.endswith("<-- MISMATCH")]
         raise CaseFailure(f"mismatch in {bad[0] if bad else 'output keys'}"

@@ -46,7 +46,10 @@ DEFAULTS = {
     "seq_len": 128,
     "norm": "layernorm",
     "eps": 1e-5,
-    "activation": "gelu",
+    "activation": "gelu",  # gelu (tanh form), gelu_exact (erf form), relu
+    "type_vocab": 0,       # token-type embedding rows (0: none)
+    "embed_norm": False,   # a norm of the embedding sum (BERT)
+    "head": "tied",        # tied | mlm (dense + act + norm + tied decoder + bias) | none
     "placement": "pre",
     "residual": True,
     "mlp": True,         # False: attention-only blocks
@@ -71,8 +74,12 @@ def normalize_config(cfg, strict=True):
         raise ValueError(f"arch must be gpt or encoder, got {c['arch']!r}")
     if c["norm"] not in ("layernorm", "rmsnorm"):
         raise ValueError(f"norm must be layernorm or rmsnorm, got {c['norm']!r}")
-    if c["activation"] not in ("gelu", "relu"):
-        raise ValueError(f"activation must be gelu or relu, got {c['activation']!r}")
+    if c["activation"] not in ("gelu", "gelu_exact", "relu"):
+        raise ValueError(f"activation must be gelu, gelu_exact or relu, got {c['activation']!r}")
+    if c["head"] not in ("tied", "mlm", "none"):
+        raise ValueError(f"head must be tied, mlm or none, got {c['head']!r}")
+    c["type_vocab"] = int(c["type_vocab"])
+    c["embed_norm"] = bool(c["embed_norm"])
     L = int(c["n_layers"])
     if c["d_model"] % c["n_heads"] != 0:
         raise ValueError("n_heads must divide d_model")
@@ -129,6 +136,10 @@ def param_specs(config):
     """[(name, shape)] in canonical order (MODEL.md, "Parameters")."""
     C, Fd, V = config["d_model"], config["d_ff"], config["vocab"]
     specs = [("wte.weight", (V, C)), ("wpe.weight", (config["seq_len"], C))]
+    if config["type_vocab"] > 0:
+        specs.append(("wtt.weight", (config["type_vocab"], C)))
+    if config["embed_norm"]:
+        specs += _norm_specs(config, "ln_emb")
     for l, p in enumerate(config["placement"]):
         for sub, (in_lin, in_shape), (out_lin, out_shape) in (
             ("attn", ("qkv", (3 * C, C)), ("proj", (C, C))),
@@ -147,11 +158,15 @@ def param_specs(config):
                 specs += _norm_specs(config, pre + ".ln_out")
     if has_final_norm(config):
         specs += _norm_specs(config, "ln_f")
+    if config["head"] == "mlm":
+        specs += [("head.dense.weight", (C, C)), ("head.dense.bias", (C,))]
+        specs += _norm_specs(config, "head.ln")
+        specs.append(("head.bias", (V,)))
     return specs
 
 
 def is_norm_param(name):
-    return any(f".{k}." in "." + name for k in ("ln_in", "ln_branch", "ln_out", "ln_f"))
+    return any(f".{k}." in "." + name for k in ("ln_in", "ln_branch", "ln_out", "ln_f", "ln_emb", "ln"))
 
 
 def init_params(config, dtype=torch.float64):
@@ -172,7 +187,7 @@ def init_params(config, dtype=torch.float64):
         return (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1) * a
 
     for name, shape in param_specs(config):
-        if name in ("wte.weight", "wpe.weight"):
+        if name in ("wte.weight", "wpe.weight", "wtt.weight"):
             t = normal(shape, std)
         elif is_norm_param(name):
             t = torch.ones(shape, dtype=torch.float64) if name.endswith(".weight") else torch.zeros(shape, dtype=torch.float64)
@@ -193,7 +208,7 @@ def init_params(config, dtype=torch.float64):
                 elif scheme == "xavier":
                     t[r0:r1] = uniform(bshape, math.sqrt(6.0 / (fan_in + fan_out)))
                 elif scheme == "deepnet":
-                    gain = 1.0 if (is_qkv and bi < 2) else beta
+                    gain = 1.0 if (is_qkv and bi < 2) or name.startswith("head.") else beta
                     t[r0:r1] = normal(bshape, gain * math.sqrt(2.0 / (fan_in + fan_out)))
         out[name] = t.to(dtype)
     return out
@@ -287,11 +302,19 @@ def gelu_tanh(u):
     return 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u ** 3)))
 
 
+def gelu_exact(u):
+    return 0.5 * u * (1.0 + torch.erf(u / math.sqrt(2.0)))
+
+
+def activation(config, u):
+    return {"gelu": gelu_tanh, "gelu_exact": gelu_exact, "relu": torch.relu}[config["activation"]](u)
+
+
 def linear(x, w, b):
     return x @ w.t() + b
 
 
-def attention(config, params, prefix, h):
+def attention(config, params, prefix, h, key_mask=None):
     B, T, C = h.shape
     NH = config["n_heads"]
     HS = C // NH
@@ -306,28 +329,31 @@ def attention(config, params, prefix, h):
     if config["arch"] == "gpt":
         future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)        # key j > query i
         S = S.masked_fill(future, float("-inf"))
+    if key_mask is not None:  # (B, T): 0 = padding, which no query attends to
+        S = S.masked_fill(~key_mask.bool()[:, None, None, :], float("-inf"))
     P = torch.softmax(S, dim=-1)
     y = (P @ v).permute(0, 2, 1, 3).reshape(B, T, C)                                # heads concatenated
     return linear(y, params[prefix + ".proj.weight"], params[prefix + ".proj.bias"])
 
 
-def mlp(config, params, prefix, h):
+def mlp(config, params, prefix, h, key_mask=None):
     u = linear(h, params[prefix + ".fc.weight"], params[prefix + ".fc.bias"])
-    a = gelu_tanh(u) if config["activation"] == "gelu" else torch.relu(u)
+    a = activation(config, u)
     return linear(a, params[prefix + ".proj.weight"], params[prefix + ".proj.bias"])
 
 
-def sublayer(config, params, prefix, placement, branch, x):
+def sublayer(config, params, prefix, placement, branch, x, key_mask=None):
     alpha = residual_alpha(config, placement)
     h = norm(config, params, prefix + ".ln_in", x) if placement in IN_NORM else x
-    f = branch(config, params, prefix, h)
+    f = branch(config, params, prefix, h, key_mask)
     g = norm(config, params, prefix + ".ln_branch", f) if placement in BRANCH_NORM else f
     r = alpha * x + g
     return norm(config, params, prefix + ".ln_out", r) if placement in OUT_NORM else r
 
 
-def forward_params(config, params, input_ids, labels=None):
-    """Functional forward: params is a name -> tensor mapping. Returns (loss or None, logits)."""
+def forward_params(config, params, input_ids, labels=None, token_types=None, key_mask=None):
+    """Functional forward: params is a name -> tensor mapping. Returns (loss or None, logits);
+    logits is None for a headless model (head = none)."""
     config = normalize_config(config, strict=False)   # idempotent on an already-normalized config
     input_ids = torch.as_tensor(input_ids).long()
     B, T = input_ids.shape
@@ -335,12 +361,26 @@ def forward_params(config, params, input_ids, labels=None):
         raise ValueError(f"T={T} > seq_len={config['seq_len']}")
     wte = params["wte.weight"]
     x = wte[input_ids] + params["wpe.weight"][0:T]
+    if config["type_vocab"] > 0:
+        types = torch.zeros_like(input_ids) if token_types is None else torch.as_tensor(token_types).long()
+        x = x + params["wtt.weight"][types]
+    if config["embed_norm"]:
+        x = norm(config, params, "ln_emb", x)
+    if key_mask is not None:
+        key_mask = torch.as_tensor(key_mask)
     for l, p in enumerate(config["placement"]):
-        x = sublayer(config, params, f"h.{l}.attn", p, attention, x)
+        x = sublayer(config, params, f"h.{l}.attn", p, attention, x, key_mask)
         if config["mlp"]:
-            x = sublayer(config, params, f"h.{l}.mlp", p, mlp, x)
+            x = sublayer(config, params, f"h.{l}.mlp", p, mlp, x, key_mask)
     xf = norm(config, params, "ln_f", x) if has_final_norm(config) else x
-    logits = xf @ wte.t()                                                            # tied output
+    if config["head"] == "none":
+        return None, None
+    if config["head"] == "mlm":
+        t = activation(config, linear(xf, params["head.dense.weight"], params["head.dense.bias"]))
+        t = norm(config, params, "head.ln", t)
+        logits = t @ wte.t() + params["head.bias"]
+    else:
+        logits = xf @ wte.t()                                                        # tied output
     loss = None
     if labels is not None:
         labels = torch.as_tensor(labels).long()
