@@ -12,7 +12,8 @@ want_tests=0
 [[ "${1:-}" == "--tests" ]] && want_tests=1
 
 packages=(g++ cmake ninja-build pkg-config libopenblas-openmp-dev libtomlplusplus-dev
-          nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libeigen3-dev libspectra-dev libicu-dev)
+          nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libeigen3-dev libspectra-dev libicu-dev
+          curl unzip ca-certificates)
 if (( want_tests )); then
   packages+=(python3-torch python3-numpy python3-venv chromium fonts-dejavu-core)
 fi
