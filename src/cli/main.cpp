@@ -12,6 +12,7 @@
 #include "analysis/theory.h"
 #include "cli/analyze.h"
 #include "cli/compare.h"
+#include "cli/tokenize.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -176,6 +177,8 @@ int main(int argc, char** argv) {
   cli::add_analyze_command(app, analyze);
   cli::CompareCommand compare;
   cli::add_compare_command(app, compare);
+  cli::TokenizeCommand tokenize;
+  cli::add_tokenize_command(app, tokenize);
 
   try {
     app.parse(argc, argv);
@@ -197,6 +200,7 @@ int main(int argc, char** argv) {
     if (theory_cmd->parsed()) return run_theory(theory_opts, theory_trained_steps, theory_json, force);
     if (compare.compare->parsed()) return cli::run_compare(compare);
     if (compare.report->parsed()) return cli::run_report(compare);
+    if (tokenize.tokenize->parsed()) return cli::run_tokenize(tokenize);
     // no subcommand: the default study
     fmt::print("normlab: no subcommand given; running the default study (`normlab compare`; see `normlab --help`)\n");
     return cli::run_compare(compare);

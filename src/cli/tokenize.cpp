@@ -1,0 +1,83 @@
+// tokenize.cpp: `normlab tokenize`: option checks, reading the text, and the three outputs (ids on
+// one line, JSON, an int32 safetensors file).
+#include "cli/tokenize.h"
+
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/tokenizer.h"
+#include "io/unicode.h"
+#include "train/safetensors.h"
+#include "util/error.h"
+
+namespace normlab::cli {
+
+void add_tokenize_command(CLI::App& app, TokenizeCommand& cmd) {
+  cmd.tokenize = app.add_subcommand("tokenize", "text -> token ids (GPT-2 byte-level BPE or BERT WordPiece)");
+  cmd.tokenize->add_option("--tokenizer", cmd.tokenizer,
+                           "tokenizer.json, vocab.json/encoder.json (merges next to it), vocab.txt, a "
+                           "directory holding one, or gpt2: the vendored GPT-2 vocabulary (default)");
+  cmd.text_option = cmd.tokenize->add_option("--text", cmd.text, "the text to tokenize");
+  cmd.tokenize->add_option("--text-file", cmd.text_file, "a UTF-8 file to tokenize, byte for byte");
+  cmd.tokenize->add_flag("--json", cmd.json, "print {\"ids\": [...], \"tokens\": [...]}");
+  cmd.tokenize->add_option("--out", cmd.out, "also write int32 input_ids (1, T) to this .safetensors");
+  cmd.tokenize->add_flag("--force", cmd.force, "replace --out if it exists");
+  cmd.tokenize->add_flag("--no-special", cmd.no_special, "no [CLS] ... [SEP] around the ids");
+  cmd.tokenize->add_option("--lowercase", cmd.lowercase, "vocab.txt only: true (default) or false")
+      ->check(CLI::IsMember({"true", "false"}));
+  cmd.tokenize->add_option("--strip-accents", cmd.strip_accents,
+                           "vocab.txt only: true or false (default: as --lowercase)")
+      ->check(CLI::IsMember({"true", "false"}));
+}
+
+int run_tokenize(const TokenizeCommand& cmd) {
+  const bool has_text = cmd.text_option->count() > 0, has_file = !cmd.text_file.empty();
+  if (has_text == has_file) throw Error("give exactly one of --text and --text-file");
+  if (!cmd.out.empty() && !cmd.force && std::filesystem::exists(cmd.out))
+    throw Error(fmt::format("--out '{}' already exists; pass --force to replace it", cmd.out));
+
+  TokenizerOptions options;
+  if (!cmd.lowercase.empty()) options.lowercase = cmd.lowercase == "true";
+  if (!cmd.strip_accents.empty()) options.strip_accents = cmd.strip_accents == "true";
+  const Tokenizer tok =
+      load_tokenizer(cmd.tokenizer == "gpt2" ? builtin_gpt2_tokenizer_dir() : cmd.tokenizer, options);
+
+  std::string text = cmd.text;
+  std::string where = "--text";
+  if (has_file) {
+    std::ifstream in(cmd.text_file, std::ios::binary);
+    if (!in) throw Error(fmt::format("--text-file '{}': cannot open file", cmd.text_file));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    if (in.bad()) throw Error(fmt::format("--text-file '{}': read error", cmd.text_file));
+    text = ss.str();
+    where = fmt::format("--text-file '{}'", cmd.text_file);
+  }
+  unicode::check_utf8(text, where);
+  const std::vector<int32_t> ids = tok.encode(text, !cmd.no_special);
+
+  if (cmd.json) {
+    nlohmann::json j;
+    j["ids"] = ids;
+    j["tokens"] = nlohmann::json::array();
+    for (int32_t id : ids) j["tokens"].push_back(tok.id_to_token(id));
+    std::cout << j.dump() << '\n';
+  } else {
+    std::string line;
+    for (size_t i = 0; i < ids.size(); ++i) line += fmt::format("{}{}", i ? " " : "", ids[i]);
+    std::cout << line << '\n';
+  }
+  if (!cmd.out.empty()) {
+    namespace st = safetensors;
+    st::write(cmd.out, {{"input_ids", st::DType::I32, {1, int64_t(ids.size())}, ids.data()}},
+              {{"tokenizer", tok.description()}}, cmd.force);
+    std::cerr << fmt::format("{} tokens -> {}\n", ids.size(), cmd.out);
+  }
+  return 0;
+}
+
+}  // namespace normlab::cli

@@ -1,0 +1,100 @@
+// pipeline.h: the stages a Tokenizer is assembled from, in the order the text meets them (the
+// same stages as a Hugging Face tokenizer.json): added tokens matched in the text, a normalizer,
+// a pre-tokenizer that cuts words, a model that turns each word into ids, a post-processor that
+// adds [CLS]/[SEP]-style ids, and a decoder for the way back. The loaders (tokenizer.cpp for
+// vocabulary files, tokenizer_json.cpp for tokenizer.json) fill a TokenizerParts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace normlab {
+
+// A token matched in the text before the model sees it ([CLS], <|endoftext|>, ...).
+struct AddedToken {
+  std::string content;
+  int32_t id = 0;
+  bool special = false;      // dropped by decode(..., skip_special_tokens = true)
+  bool normalized = false;   // matched in the normalized text (true) or in the raw text (false)
+  bool single_word = false;  // only where neither neighbour is a word character
+  bool lstrip = false;       // also takes the white space on its left
+  bool rstrip = false;       // also takes the white space on its right
+};
+
+// token <-> id of a model. Ids are unique and non-negative; they need not be contiguous.
+class Vocab {
+ public:
+  // Error "<where>: ..." on a negative or repeated id. A repeated token keeps its last id (as the
+  // reference's hash map does, e.g. for a vocab.txt with a line twice).
+  void add(std::string token, int64_t id, const std::string& where);
+  std::optional<int32_t> find(std::string_view token) const;
+  const std::string* token(int32_t id) const;  // null if no token has this id
+  int32_t max_id() const { return int32_t(tokens_.size()) - 1; }
+  size_t size() const { return ids_.size(); }
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> ids_;
+  std::vector<std::string> tokens_;  // by id
+  std::vector<bool> has_;            // by id
+};
+
+// A model: one pre-tokenized word -> ids.
+class TokenizerModel {
+ public:
+  virtual ~TokenizerModel() = default;
+  // Appends the ids of one word (valid UTF-8, non-empty).
+  virtual void tokenize(std::string_view word, std::vector<int32_t>& ids) const = 0;
+  virtual const Vocab& vocab() const = 0;
+};
+
+// Hugging Face's BertNormalizer (BERT's BasicTokenizer cleaning).
+struct BertNormalizer {
+  bool clean_text = true;                // drop NUL, U+FFFD and control characters; white space -> ' '
+  bool handle_chinese_chars = true;      // a space on both sides of every CJK ideograph
+  std::optional<bool> strip_accents;     // NFD, then drop nonspacing marks; unset: as lowercase
+  bool lowercase = true;
+};
+
+enum class PreTokenizerKind {
+  ByteLevel,  // GPT-2: the pre-tokenization regex, then bytes -> printable characters
+  Bert,       // split on white space (dropped) and around every punctuation character
+};
+
+struct PreTokenizer {
+  PreTokenizerKind kind = PreTokenizerKind::ByteLevel;
+  bool add_prefix_space = false;  // ByteLevel: a space before a segment that lacks one
+  bool use_regex = true;          // ByteLevel: cut words with the GPT-2 regex (else: one word)
+};
+
+enum class DecoderKind {
+  Join,       // no decoder: tokens joined with single spaces (the reference's fallback)
+  ByteLevel,  // printable characters -> bytes -> UTF-8 (ill-formed bytes become U+FFFD)
+  WordPiece,  // "##" continuations glued on, other tokens after a space
+};
+
+struct Decoder {
+  DecoderKind kind = DecoderKind::Join;
+  std::string prefix = "##";  // WordPiece
+  bool cleanup = true;        // WordPiece: " ." -> ".", " n't" -> "n't", ...
+};
+
+struct TokenizerParts {
+  std::string source;     // what was loaded, e.g. "GPT-2 byte-level BPE from '<dir>'"
+  std::vector<AddedToken> added_tokens;
+  std::optional<BertNormalizer> normalizer;
+  PreTokenizer pre_tokenizer;
+  std::unique_ptr<TokenizerModel> model;
+  std::vector<int32_t> prefix_ids, suffix_ids;  // post-processor of one sequence: [CLS] / [SEP]
+  Decoder decoder;
+};
+
+}  // namespace normlab
