@@ -5,12 +5,15 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <iterator>
 #include <optional>
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
 #include "analysis/jacobian.h"
 #include "analysis/updates.h"
+#include "io/hf.h"
+#include "io/tokenizer.h"
 #include "model/model.h"
 #include "ops/common.h"
 #include "train/checkpoint.h"
@@ -39,6 +42,11 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
     sub->add_option("--config,-c", cmd.config, "a TOML config (fresh model from its [model])");
     sub->add_option("--set", cmd.sets, "config override, e.g. --set model.placement=post");
     sub->add_option("--tokens", cmd.tokens, "token file: the first row of input_ids is the input");
+    cmd.text_option = sub->add_option("--text", cmd.text, "text to analyze, through --tokenizer");
+    sub->add_option("--text-file", cmd.text_file, "a UTF-8 file to analyze, through --tokenizer");
+    sub->add_option("--tokenizer", cmd.tokenizer,
+                    "tokenizer for --text: a tokenizer file or directory, or gpt2 (default: the Hugging "
+                    "Face model directory's own)");
     sub->add_flag("--random", cmd.random, "random token ids instead of a window of the corpus");
     sub->add_option("--seq-len", cmd.seq_len, "T of the input sequence (default 16)");
     sub->add_option("--token", cmd.token, "token whose local Jacobians are reported (default last)");
@@ -70,7 +78,49 @@ std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd) {
   return std::make_unique<Model<double>>(run.model);
 }
 
+bool has_text(const AnalyzeCommand& cmd) {
+  return (cmd.text_option && cmd.text_option->count() > 0) || !cmd.text_file.empty();
+}
+
+// --text / --text-file: the text through the tokenizer, checked against the model's vocabulary.
+std::vector<int32_t> text_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
+  const bool text = cmd.text_option && cmd.text_option->count() > 0;
+  if (text && !cmd.text_file.empty()) throw Error("give --text or --text-file, not both");
+  if (!cmd.tokens.empty() || cmd.random) throw Error("give one input: --text/--text-file, --tokens or --random");
+  std::string tokenizer = cmd.tokenizer;
+  if (tokenizer.empty()) {
+    if (cmd.checkpoint.empty() || !hf::is_model_dir(cmd.checkpoint))
+      throw Error("--text needs --tokenizer (a tokenizer file or directory, or gpt2) unless --checkpoint is a "
+                  "Hugging Face directory with its own tokenizer");
+    tokenizer = cmd.checkpoint;
+  }
+  const Tokenizer tok = load_tokenizer(tokenizer == "gpt2" ? builtin_gpt2_tokenizer_dir() : tokenizer);
+  std::string content = cmd.text, where = "--text";
+  if (!text) {
+    std::ifstream in(cmd.text_file, std::ios::binary);
+    if (!in) throw Error(fmt::format("--text-file '{}': cannot open file", cmd.text_file));
+    content.assign(std::istreambuf_iterator<char>(in), {});
+    where = fmt::format("--text-file '{}'", cmd.text_file);
+  }
+  std::vector<int32_t> ids;
+  try {
+    ids = tok.encode(content);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", where, e.what()));
+  }
+  if (ids.empty()) throw Error(fmt::format("{}: the text has no tokens", where));
+  if ((int)ids.size() > cfg.seq_len)
+    throw Error(fmt::format("{}: {} tokens, more than the model's seq_len {}", where, ids.size(), cfg.seq_len));
+  for (int32_t id : ids)
+    if (id < 0 || id >= cfg.vocab_size())
+      throw Error(fmt::format("{}: token id {} is outside the model's vocabulary of {} (is this the model's tokenizer?)",
+                              where, id, cfg.vocab_size()));
+  fmt::print("input: {} tokens from {} ({})\n", ids.size(), where, tok.description());
+  return ids;
+}
+
 std::vector<int32_t> input_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
+  if (has_text(cmd)) return text_ids(cmd, cfg);
   if (!cmd.tokens.empty()) {
     Batch b = load_token_file(cmd.tokens);
     check_batch(b, cfg, cmd.tokens);
@@ -120,7 +170,7 @@ int run_analyze(const AnalyzeCommand& cmd) {
     if (cmd.tokens.empty() && (cmd.seq_len < 1 || cmd.seq_len > cfg.seq_len))
       throw Error(fmt::format("--seq-len {} must be in [1, model seq_len = {}]", cmd.seq_len, cfg.seq_len));
     if (cmd.batches < 1 || cmd.batch_size < 1) throw Error("--batches and --batch-size must be >= 1");
-    if (cfg.vocab_size() < kByteVocab)
+    if (cmd.tokens.empty() && !has_text(cmd) && cfg.vocab_size() < kByteVocab)
       throw Error(fmt::format("model vocab {} is too small for the byte corpus (needs >= 256)", cfg.vocab_size()));
     if (cmd.random) throw Error("analyze dynamics takes corpus batches or --tokens, not --random");
     if (cmd.update_steps < 0 || cmd.update_steps > 10000 || !(cmd.update_lr > 0))
@@ -128,7 +178,18 @@ int run_analyze(const AnalyzeCommand& cmd) {
     std::optional<Batch> given;  // --tokens: one batch, every row of the token file with its labels
     if (!cmd.tokens.empty()) {
       given = load_token_file(cmd.tokens);
-      check_batch(*given, cfg, cmd.tokens);
+      check_batch(*given, cfg, cmd.tokens, cfg.has_logits());
+    } else if (has_text(cmd)) {  // --text: one row; the loss (if any) is the model's own objective on it
+      Batch b;
+      b.ids = text_ids(cmd, cfg);
+      b.B = 1;
+      b.T = int(b.ids.size());
+      b.labels.assign(b.ids.size(), ops::kIgnoreLabel);
+      if (cfg.causal())
+        for (int t = 0; t + 1 < b.T; t++) b.labels[size_t(t)] = b.ids[size_t(t) + 1];
+      else
+        for (int t = 0; t < b.T; t++) b.labels[size_t(t)] = b.ids[size_t(t)];  // reconstruction, no masking
+      given = b;
     }
     const int T = given ? given->T : cmd.seq_len;  // the update steps train on corpus windows of this length
     const Corpus corpus = load_corpus(builtin_corpus_path(), 0.1, T);
@@ -137,7 +198,12 @@ int run_analyze(const AnalyzeCommand& cmd) {
               : analysis::analyze_dynamics(*model, corpus.train, cmd.batches, cmd.batch_size, T, 11);
     analysis::print_report(rep);
     nlohmann::json results = analysis::to_json(rep);
-    if (cmd.update_steps > 0) {
+    if (cmd.update_steps > 0 && !cfg.has_logits()) {
+      fmt::print("update ratios and output change skipped: the model has no head (no loss to step on)\n");
+    } else if (cmd.update_steps > 0 && (cfg.vocab_size() != kByteVocab && cfg.vocab_size() != kByteVocab + 1)) {
+      fmt::print("update ratios and output change skipped: they train on the byte corpus, and this model's "
+                 "vocabulary ({}) is not byte-level\n", cfg.vocab_size());
+    } else if (cmd.update_steps > 0) {
       const auto up = analysis::analyze_updates(*model, corpus.train, cmd.update_steps, cmd.batch_size,
                                                 T, cmd.update_lr, 12);
       analysis::print_report(up);

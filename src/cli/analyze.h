@@ -1,5 +1,6 @@
 // analyze.h: `normlab analyze ...`: the instruments, on a fresh model from a config or on a
-// checkpoint, at one input sequence (a corpus window, a token file's first row, or random ids).
+// checkpoint or Hugging Face directory, at one input sequence (a corpus window, a token file's first row,
+// random ids, or text through a tokenizer).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -16,6 +17,8 @@ struct AnalyzeCommand {
   int batches = 4, batch_size = 8, update_steps = 5;
   double update_lr = 1e-3;
   std::string checkpoint, config, tokens, json_out;
+  std::string text, text_file, tokenizer;  // --text / --text-file through --tokenizer (or the model dir's)
+  CLI::Option* text_option = nullptr;
   std::vector<std::string> sets;
   int seq_len = 16, token = -1;
   bool random = false, force = false, no_full = false;

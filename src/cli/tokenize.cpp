@@ -11,7 +11,7 @@
 
 #include "io/tokenizer.h"
 #include "io/unicode.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 #include "util/error.h"
 
 namespace normlab::cli {
