@@ -196,11 +196,14 @@
   }
 
   // ---- training ----
-  root.append(el('h2', {}, 'Training'));
-  root.append(legend());
-  const training = el('div', {class: 'grid'});
-  root.append(training);
   const trained = runs.map((r, i) => [r, i]).filter(([r]) => r.train && r.train.step.length > 0);
+  // a study that trains nothing (the pretrained one) has no training section
+  const training = el('div', {class: 'grid'});
+  if (trained.length) {
+    root.append(el('h2', {}, 'Training'));
+    root.append(legend());
+    root.append(training);
+  }
   const lossSets = trained.map(([run, i]) => {
     const loss = smooth(run.train.loss, 10);
     return lineSet(run, i, thin(run.train.step.map((s, k) => ({x: s, y: loss[k]})), 1500));
@@ -215,23 +218,26 @@
   const maxStep = Math.max(1, ...trained.map(([r]) => r.train.step[r.train.step.length - 1]));
   const refSets = entropy ? [{label: 'byte unigram entropy', data: [{x: 0, y: entropy}, {x: maxStep, y: entropy}],
                               borderColor: '#888', borderDash: [3, 3], borderWidth: 1, pointRadius: 0}] : [];
-  chartCard(training, 'Training loss (moving average of 10 steps)',
+  if (trained.length) chartCard(training, 'Training loss (moving average of 10 steps)',
             'Crosses mark the step at which a run diverged (non-finite loss or gradient). The dashed grey line is the corpus\' byte unigram entropy: a run stuck there learned only byte frequencies.',
             {type: 'line', data: {datasets: [...lossSets, ...markers, ...refSets]},
              options: {scales: {x: axis('step'), y: axis('loss (nats per byte)')}}}, {logToggle: true});
   const valSets = trained.filter(([r]) => r.val && r.val.step.length).map(([run, i]) =>
     lineSet(run, i, run.val.step.map((s, k) => ({x: s, y: run.val.loss[k]})), {pointRadius: 2.5}));
-  chartCard(training, 'Validation loss', 'Mean over the same held-out batches at every evaluation.',
+  if (trained.length) chartCard(training, 'Validation loss', 'Mean over the same held-out batches at every evaluation.',
             {type: 'line', data: {datasets: [...valSets, ...refSets]},
              options: {scales: {x: axis('step'), y: axis('loss (nats per byte)')}}}, {logToggle: true});
   const normSets = trained.map(([run, i]) =>
     lineSet(run, i, thin(run.train.step.map((s, k) => ({x: s, y: run.train.grad_norm[k]})), 1500), {borderWidth: 1}));
-  chartCard(training, 'Gradient norm during training (before clipping)', null,
+  if (trained.length) chartCard(training, 'Gradient norm during training (before clipping)', null,
             {type: 'line', data: {datasets: normSets},
              options: {scales: {x: axis('step'), y: axis('global gradient norm', 'logarithmic')}}}, {logToggle: true});
 
   // ---- instruments ----
   const probed = runs.map((r, i) => [r, i]).filter(([r]) => r.instruments && r.instruments.init);
+  // what 'init' means: at initialization, or as loaded (a pretrained model); 'final' only if trained
+  const atInit = study.kind === 'pretrained' ? 'as loaded' : 'at initialization';
+  const stages = [['init', atInit], ['final', 'after training']].filter(([when]) => probed.some(([r]) => r.instruments[when]));
   root.append(el('h2', {}, 'Instruments'));
   if (!probed.length) root.append(el('p', {class: 'meta'}, 'The instruments were off in this study (study.instruments = false) or no run got that far.'));
   if (probed.length) root.append(legend());
@@ -243,7 +249,7 @@
       lineSet(run, i, pick(run.instruments[when]), Object.assign({pointRadius: 2}, extra || {})));
   }
   const layerPoints = (rep, key) => rep.dynamics.layers.map((l) => ({x: l.layer, y: l[key]}));
-  chartCard(instruments, 'Gradient norm by layer at initialization',
+  if (probed.some(([r]) => r.instruments.init.dynamics.has_loss !== false)) chartCard(instruments, `Gradient norm by layer ${atInit}`,
             'Norm of the gradient of each layer\'s parameters (solid) and of its FFN output weights W2 alone (dotted, same colour; the quantity Xiong et al. 2020 analyse: grows toward the output for Post-LN, flat for Pre-LN), mean over 2 validation batches.',
             {type: 'line', data: {datasets: [
               ...byLayer('init', (rep) => layerPoints(rep, 'grad_norm')),
@@ -252,12 +258,12 @@
             ]},
              options: {scales: {x: axis('layer'), y: axis('||dL/dθ_l||', 'logarithmic')}}}, {logToggle: true});
   const streamPoints = (rep) => [...layerPoints(rep, 'stream_norm'), {x: rep.dynamics.layers.length, y: rep.dynamics.final_stream_norm}];
-  for (const [when, name] of [['init', 'at initialization'], ['final', 'after training']])
+  for (const [when, name] of stages)
     chartCard(instruments, `Activation norm by depth ${name}`,
               'Mean over tokens of ||x_l||, the residual stream entering layer l (the last point is the stream leaving the last layer).',
               {type: 'line', data: {datasets: byLayer(when, streamPoints)},
                options: {scales: {x: axis('depth l'), y: axis('||x_l||', 'logarithmic')}}}, {logToggle: true});
-  chartCard(instruments, 'Branch-to-stream ratio by layer at initialization',
+  chartCard(instruments, `Branch-to-stream ratio by layer ${atInit}`,
             'Mean over tokens of ||F_l(x)|| / ||x_l|| for the attention (solid) and FFN (dotted, same colour) sub-layers.',
             {type: 'line', data: {datasets: [
               ...byLayer('init', (rep) => layerPoints(rep, 'attn_branch_ratio')),
@@ -268,22 +274,22 @@
     return v ? v.residual_rank.map((y, l) => ({x: l, y: Math.max(y, 1e-18)})) : [];
   };
   if (probed.some(([r]) => r.instruments.init.dynamics.rank_collapse))
-    chartCard(instruments, 'Rank collapse res(X_l) by layer at initialization',
+    chartCard(instruments, `Rank collapse res(X_l) by layer ${atInit}`,
               'res(X) = ||X - 1 mean(X)^T|| / ||X|| of the stream entering layer l, for each model (solid) and for the same weights as pure attention, without skips and MLPs (dotted, same colour): Dong et al. 2021 predict collapse to rank one without skips.',
               {type: 'line', data: {datasets: [
                 ...byLayer('init', collapsePoints(true, true)),
                 ...byLayer('init', collapsePoints(false, false), {borderDash: [2, 3]}).map((d) => Object.assign(d, {label: d.label + ' (pure attention)'})),
               ]}, options: {scales: {x: axis('depth l'), y: axis('res(X_l)', 'logarithmic')}}}, {logToggle: true});
   const spectrumPoints = (sv) => sv.map((v, k) => ({x: k + 1, y: Math.max(v, 1e-18)}));
-  chartCard(instruments, `Singular values of the end-to-end token-local Jacobian at initialization`,
+  chartCard(instruments, `Singular values of the end-to-end token-local Jacobian ${atInit}`,
             `dy_T/dx_T through all layers at the last token of a ${T}-token validation sequence, in double precision.`,
             {type: 'line', data: {datasets: byLayer('init', (rep) => spectrumPoints(rep.jacobian.end_to_end.token_local.singular_values))},
              options: {scales: {x: axis('index'), y: axis('singular value', 'logarithmic')}}}, {logToggle: true});
-  chartCard(instruments, 'Singular values of the first LayerNorm site at initialization',
+  chartCard(instruments, `Singular values of the first LayerNorm site ${atInit}`,
             'Closed-form norm Jacobian at h.0 (checked against autodiff): d-2 equal values 1/s and the eps direction for LayerNorm at eps > 0; the last is the exact zero of the all-ones direction.',
             {type: 'line', data: {datasets: byLayer('init', (rep) => rep.jacobian.norm_sites.length ? spectrumPoints(rep.jacobian.norm_sites[0].spectrum.singular_values) : [])},
              options: {scales: {x: axis('index'), y: axis('singular value', 'logarithmic')}}}, {logToggle: true});
-  for (const [when, name] of [['init', 'at initialization'], ['final', 'after training']])
+  for (const [when, name] of stages)
     chartCard(instruments, `Block Jacobian σ_max and σ_min by layer ${name}`,
               'Token-local Jacobian of each block (dy_i/dx_i): σ_max solid, σ_min dotted.',
               {type: 'line', data: {datasets: [
@@ -296,19 +302,21 @@
     for (const h of rep.attention.per_head) max[h.layer] = Math.max(max[h.layer] || 0, h.norm2);
     return Object.keys(max).map((l) => ({x: Number(l), y: max[l]}));
   }
-  for (const [when, name] of [['init', 'at initialization'], ['final', 'after training']]) {
+  for (const [when, name] of stages) {
     const sets = byLayer(when, attentionByLayer);
     if (sets.length) sets.push({label: '√n (upper bound)', data: [{x: 0, y: Math.sqrt(T)}, {x: Math.max(...sets.flatMap((s) => s.data.map((p) => p.x))), y: Math.sqrt(T)}],
                                 borderColor: '#888', borderDash: [3, 3], borderWidth: 1, pointRadius: 0});
     chartCard(instruments, `Attention spectral norm ||A||_2 by layer ${name} (max over heads)`,
-              `Causal attention on a ${T}-token sequence: 1 <= ||A||_2 <= √(c_max) <= √n (seeds/002).`,
+              `Attention on a ${T}-token sequence: 1 <= ||A||_2 <= √(c_max) <= √n (seeds/002).`,
               {type: 'line', data: {datasets: sets}, options: {scales: {x: axis('layer'), y: axis('||A||_2')}}}, {logToggle: true});
   }
 
   // ---- theory ----
   if (data.theory) {
     root.append(el('h2', {}, 'Theory claims'));
-    root.append(el('p', {class: 'meta'}, 'Measured by normlab theory on fresh models and on the same models trained on the built-in corpus (the numbers behind each verdict are in results.json). Statements about initialization only are measured on fresh models.'));
+    root.append(el('p', {class: 'meta'}, study.kind === 'pretrained'
+      ? 'Decided from each model\'s own instrument readings above (the numbers behind each verdict are in results.json).'
+      : 'Measured by normlab theory on fresh models and on the same models trained on the built-in corpus (the numbers behind each verdict are in results.json). Statements about initialization only are measured on fresh models.'));
     const t = el('table');
     t.append(el('tr', {}, ...['source', 'models', 'claim', 'measured', 'verdict'].map((h) => el('th', {class: 'text'}, h))));
     for (const c of data.theory) {

@@ -19,10 +19,10 @@ flags=(--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-b
 
 "$NL" compare --config "$DATA/tiny_study.toml" --out tiny > compare.txt 2>&1 || { echo "FAIL: compare: $(tail compare.txt)"; exit 1; }
 
-# check_report FILE: 0 when every chart was drawn and the console stayed silent
+# check_report FILE [MIN_CHARTS]: 0 when every chart was drawn and the console stayed silent
 check_report() {
   timeout 120 "$CHROMIUM" "${flags[@]}" --dump-dom "file://$1" > dom.html 2> console.txt
-  python3 - dom.html console.txt <<'PY'
+  python3 - dom.html console.txt "${2:-12}" <<'PY'
 import html, json, re, sys
 dom, console = open(sys.argv[1]).read(), open(sys.argv[2]).read()
 m = re.search(r'<pre id="normlab-selftest"[^>]*>(.*?)</pre>', dom, re.S)
@@ -36,8 +36,9 @@ else:
     problems += ['page error: ' + e for e in check['errors']]
     if check['missing']:
         problems.append('charts not drawn: %s' % check['missing'])
-    if check['charts'] < 12 or check['drawn'] != check['charts']:
-        problems.append('%d charts created, %d drawn (want >= 12, all drawn)' % (check['charts'], check['drawn']))
+    want = int(sys.argv[3])
+    if check['charts'] < want or check['drawn'] != check['charts']:
+        problems.append('%d charts created, %d drawn (want >= %d, all drawn)' % (check['charts'], check['drawn'], want))
     print('charts created %d, drawn %d, errors %d, console messages %d' % (check['charts'], check['drawn'], len(check['errors']), len(messages)))
 for p in problems:
     print('  ' + p)
@@ -53,6 +54,16 @@ sed 's/new Chart(canvas, config)/new Chart(canvas, Object.assign(config, {type: 
 if check_report "$W/broken_chart.html" > /dev/null; then echo "FAIL: a report whose charts throw passed"; fail=1; else echo "ok: a broken chart is caught"; fi
 sed 's/const runs = data.runs;/const runs = data.nosuch.runs;/' tiny/report.html > broken_script.html
 if check_report "$W/broken_script.html" > /dev/null; then echo "FAIL: a report whose script dies passed"; fail=1; else echo "ok: a dead script is caught"; fi
+
+# the pretrained study: the real all-MiniLM-L6-v2 (fetched once into the cache) beside a fresh model
+if "$NL" compare --study pretrained --out pretrained > pretrained.txt 2>&1; then
+  if check_report "$W/pretrained/report.html" 7; then echo "ok: report of the pretrained study"; else echo "FAIL: report of the pretrained study"; fail=1; fi
+  timeout 120 "$CHROMIUM" "${flags[@]}" --hide-scrollbars --window-size=1280,3600 --screenshot="$ART/report_pretrained.png" \
+    "file://$W/pretrained/report.html" 2> /dev/null
+  cp pretrained/report.html "$ART/report_pretrained.html"
+else
+  echo "FAIL: compare --study pretrained: $(tail -3 pretrained.txt)"; fail=1
+fi
 
 timeout 120 "$CHROMIUM" "${flags[@]}" --hide-scrollbars --window-size=1280,4200 --screenshot="$ART/report.png" \
   "file://$W/tiny/report.html" 2> /dev/null

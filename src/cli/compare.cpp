@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "study/summary.h"
+#include "study/pretrained.h"
 #include "study/runner.h"
 #include "study/study.h"
 #include "util/error.h"
@@ -36,7 +37,7 @@ std::string timestamp() {
 
 void add_compare_command(CLI::App& app, CompareCommand& cmd) {
   cmd.compare = app.add_subcommand("compare", "run a study of normalization placement and write its HTML report");
-  cmd.compare->add_option("--study", cmd.study, "a built-in study (default, warmup, depth, deepnorm, effective-depth)");
+  cmd.compare->add_option("--study", cmd.study, "a built-in study (default, warmup, depth, deepnorm, effective-depth, pretrained)");
   cmd.compare->add_option("--config,-c", cmd.config, "a study TOML ([study], [base.*], [[grid]]; see studies/)");
   cmd.compare->add_option("--set", cmd.sets, "override for every run, e.g. --set train.steps=100");
   cmd.compare->add_option("--out,-o", cmd.out, "output directory (default runs/compare-<study>-<date>-<time>)");
@@ -69,10 +70,23 @@ int run_compare(const CompareCommand& cmd) {
       const auto s = study::builtin_study(name, {});
       fmt::print("{:<16} {} runs  {}\n", name, s.runs.size(), s.title);
     }
+    fmt::print("{:<16} {} runs  {}\n", "pretrained", 2,
+               "A real pretrained Post-LN network (all-MiniLM-L6-v2, fetched once) beside a fresh model of its config");
     return 0;
   }
   if (!cmd.config.empty() && cmd.compare->count("--study"))
     throw Error("give either --study or --config, not both");
+  if (cmd.config.empty() && cmd.study == "pretrained") {  // no training grid: its own runner
+    if (!cmd.sets.empty()) throw Error("--study pretrained takes no --set (it trains nothing)");
+    study::CompareOptions options;
+    options.out_dir = cmd.out.empty() ? fmt::format("runs/compare-pretrained-{}", timestamp()) : cmd.out;
+    options.force = cmd.force;
+    options.stop = &g_stop;
+    std::signal(SIGINT, on_sigint);
+    const int code = study::run_pretrained_study(options);
+    std::signal(SIGINT, SIG_DFL);
+    return code;
+  }
   const study::Study s = cmd.config.empty() ? study::builtin_study(cmd.study, cmd.sets)
                                             : study::read_study_file(cmd.config, cmd.sets);
   study::CompareOptions options;

@@ -223,7 +223,8 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
 }  // namespace
 
 void write_outputs(nlohmann::json& results, const std::filesystem::path& dir) {
-  results["summary"] = written_summary(results);
+  // a study without training (the pretrained one) brings its own summary
+  if (results["study"].value("kind", std::string()) != "pretrained") results["summary"] = written_summary(results);
   write_atomically(dir / "results.json", results.dump(1) + "\n");
   write_atomically(dir / "summary.txt",
                    summary_table(results) + "\n" + fmt::format("{}\n", fmt::join(results["summary"], "\n")));

