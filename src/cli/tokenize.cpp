@@ -2,8 +2,9 @@
 // one line, JSON, an int32 safetensors file).
 #include "cli/tokenize.h"
 
-#include <filesystem>
 #include <fmt/format.h>
+
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -17,20 +18,24 @@
 namespace normlab::cli {
 
 void add_tokenize_command(CLI::App& app, TokenizeCommand& cmd) {
-  cmd.tokenize = app.add_subcommand("tokenize", "text -> token ids (GPT-2 byte-level BPE or BERT WordPiece)");
-  cmd.tokenize->add_option("--tokenizer", cmd.tokenizer,
-                           "tokenizer.json, vocab.json/encoder.json (merges next to it), vocab.txt, a "
-                           "directory holding one, or gpt2: the vendored GPT-2 vocabulary (default)");
+  cmd.tokenize =
+      app.add_subcommand("tokenize", "text -> token ids (GPT-2 byte-level BPE or BERT WordPiece)");
+  cmd.tokenize->add_option(
+      "--tokenizer", cmd.tokenizer,
+      "tokenizer.json, vocab.json/encoder.json (merges next to it), vocab.txt, a "
+      "directory holding one, or gpt2: the vendored GPT-2 vocabulary (default)");
   cmd.text_option = cmd.tokenize->add_option("--text", cmd.text, "the text to tokenize");
   cmd.tokenize->add_option("--text-file", cmd.text_file, "a UTF-8 file to tokenize, byte for byte");
   cmd.tokenize->add_flag("--json", cmd.json, "print {\"ids\": [...], \"tokens\": [...]}");
-  cmd.tokenize->add_option("--out", cmd.out, "also write int32 input_ids (1, T) to this .safetensors");
+  cmd.tokenize->add_option("--out", cmd.out,
+                           "also write int32 input_ids (1, T) to this .safetensors");
   cmd.tokenize->add_flag("--force", cmd.force, "replace --out if it exists");
   cmd.tokenize->add_flag("--no-special", cmd.no_special, "no [CLS] ... [SEP] around the ids");
   cmd.tokenize->add_option("--lowercase", cmd.lowercase, "vocab.txt only: true (default) or false")
       ->check(CLI::IsMember({"true", "false"}));
-  cmd.tokenize->add_option("--strip-accents", cmd.strip_accents,
-                           "vocab.txt only: true or false (default: as --lowercase)")
+  cmd.tokenize
+      ->add_option("--strip-accents", cmd.strip_accents,
+                   "vocab.txt only: true or false (default: as --lowercase)")
       ->check(CLI::IsMember({"true", "false"}));
 }
 
@@ -43,8 +48,8 @@ int run_tokenize(const TokenizeCommand& cmd) {
   TokenizerOptions options;
   if (!cmd.lowercase.empty()) options.lowercase = cmd.lowercase == "true";
   if (!cmd.strip_accents.empty()) options.strip_accents = cmd.strip_accents == "true";
-  const Tokenizer tok =
-      load_tokenizer(cmd.tokenizer == "gpt2" ? builtin_gpt2_tokenizer_dir() : cmd.tokenizer, options);
+  const Tokenizer tok = load_tokenizer(
+      cmd.tokenizer == "gpt2" ? builtin_gpt2_tokenizer_dir() : cmd.tokenizer, options);
 
   std::string text = cmd.text;
   std::string where = "--text";

@@ -1,6 +1,6 @@
 // tokenize.h: `normlab tokenize`: text -> token ids with a GPT-2 or BERT tokenizer (a file, a
-// directory, or `gpt2` for the vendored GPT-2 vocabulary); prints the ids, or {ids, tokens} as JSON,
-// and can write them as an int32 input_ids (1, T) safetensors file.
+// directory, or `gpt2` for the vendored GPT-2 vocabulary); prints the ids, or {ids, tokens} as
+// JSON, and can write them as an int32 input_ids (1, T) safetensors file.
 #pragma once
 
 #include <CLI/CLI.hpp>

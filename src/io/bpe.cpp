@@ -2,8 +2,9 @@
 // byte-level decoder, and vocab.json / merges.txt reading.
 #include "io/bpe.h"
 
-#include <array>
 #include <fmt/format.h>
+
+#include <array>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -166,7 +167,10 @@ BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::st
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [a, b] = merges[rank];
     const auto a_id = vocab_.find(a), b_id = vocab_.find(b), new_id = vocab_.find(a + b);
-    const char* missing = !a_id ? "its left part" : !b_id ? "its right part" : !new_id ? "the merged token" : nullptr;
+    const char* missing = !a_id     ? "its left part"
+                          : !b_id   ? "its right part"
+                          : !new_id ? "the merged token"
+                                    : nullptr;
     if (missing)
       throw Error(fmt::format("{}: merge {} (\"{} {}\"): {} is not in the vocabulary", where,
                               rank + 1, a, b, missing));
@@ -174,7 +178,8 @@ BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::st
     merges_[pair_key(*a_id, *b_id)] = Merge{uint32_t(rank), *new_id};
   }
   if (config_.unk_token && !vocab_.find(*config_.unk_token))
-    throw Error(fmt::format("{}: unk_token '{}' is not in the vocabulary", where, *config_.unk_token));
+    throw Error(
+        fmt::format("{}: unk_token '{}' is not in the vocabulary", where, *config_.unk_token));
 }
 
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const {
@@ -213,32 +218,31 @@ std::vector<int32_t> BpeModel::merge_word(std::string_view word) const {
     sym.push_back({id, n - 1, -1, len});
   };
   // One symbol per character; unknown characters become unk (fused if asked) or are dropped.
-  std::optional<std::pair<int32_t, size_t>> unk;
+  // unk_len > 0: an unk symbol of that many bytes is pending.
+  const int32_t unk_id = config_.unk_token ? *vocab_.find(*config_.unk_token) : -1;
+  size_t unk_len = 0;
   const std::u32string chars = unicode::decode_utf8(word);
   std::string ch;
   for (char32_t c : chars) {
     ch.clear();
     unicode::append_utf8(ch, c);
     if (const auto id = vocab_.find(ch)) {
-      if (unk) add(unk->first, unk->second), unk.reset();
+      if (unk_len > 0) add(unk_id, unk_len), unk_len = 0;
       add(*id, ch.size());
-    } else if (config_.unk_token) {
-      const int32_t unk_id = *vocab_.find(*config_.unk_token);
-      if (unk && config_.fuse_unk) {
-        unk->second += ch.size();
-      } else {
-        if (unk) add(unk->first, unk->second);
-        unk = std::make_pair(unk_id, ch.size());
-      }
+    } else if (unk_id >= 0) {
+      if (unk_len > 0 && !config_.fuse_unk) add(unk_id, unk_len), unk_len = 0;
+      unk_len += ch.size();
     }
   }
-  if (unk) add(unk->first, unk->second);
+  if (unk_len > 0) add(unk_id, unk_len);
 
   struct Candidate {
     uint32_t rank;
     size_t pos;
     int32_t new_id;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
   auto merge_of = [&](int32_t a, int32_t b) -> const Merge* {
@@ -288,7 +292,8 @@ Vocab read_vocab_json(const std::string& path) {
   const std::string where = fmt::format("vocab '{}'", path);
   for (const auto& [token, id] : doc.items()) {
     if (!id.is_number_integer())
-      throw Error(fmt::format("{}: token \"{}\" has id {}, expected an integer", where, token, id.dump()));
+      throw Error(
+          fmt::format("{}: token \"{}\" has id {}, expected an integer", where, token, id.dump()));
     vocab.add(token, id.get<int64_t>(), where);
   }
   if (vocab.size() == 0) throw Error(fmt::format("{}: the vocabulary is empty", where));
@@ -311,8 +316,9 @@ std::vector<std::pair<std::string, std::string>> read_merges_txt(const std::stri
     const size_t space = line.find(' ');
     if (space == std::string_view::npos || space == 0 || space + 1 == line.size() ||
         line.find(' ', space + 1) != std::string_view::npos)
-      throw Error(fmt::format("merges '{}' line {}: expected two tokens separated by one space, got \"{}\"",
-                              path, line_no, line));
+      throw Error(
+          fmt::format("merges '{}' line {}: expected two tokens separated by one space, got \"{}\"",
+                      path, line_no, line));
     merges.emplace_back(std::string(line.substr(0, space)), std::string(line.substr(space + 1)));
   }
   return merges;
@@ -324,8 +330,8 @@ TokenizerParts gpt2_parts(const std::string& vocab_path, const std::string& merg
   Vocab vocab = read_vocab_json(vocab_path);
   if (const auto eot = vocab.find("<|endoftext|>"))
     parts.added_tokens.push_back({.content = "<|endoftext|>", .id = *eot, .special = true});
-  parts.model = std::make_unique<BpeModel>(std::move(vocab), read_merges_txt(merges_path), BpeConfig{},
-                                           fmt::format("merges '{}'", merges_path));
+  parts.model = std::make_unique<BpeModel>(std::move(vocab), read_merges_txt(merges_path),
+                                           BpeConfig{}, fmt::format("merges '{}'", merges_path));
   parts.pre_tokenizer = {PreTokenizerKind::ByteLevel, false, true};
   parts.decoder.kind = DecoderKind::ByteLevel;
   return parts;

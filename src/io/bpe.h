@@ -52,7 +52,9 @@ class BpeModel : public TokenizerModel {
     uint32_t rank;
     int32_t new_id;
   };
-  static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+  static uint64_t pair_key(int32_t a, int32_t b) {
+    return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+  }
   std::vector<int32_t> merge_word(std::string_view word) const;
 
   Vocab vocab_;

@@ -58,9 +58,9 @@ class TokenizerModel {
 
 // Hugging Face's BertNormalizer (BERT's BasicTokenizer cleaning).
 struct BertNormalizer {
-  bool clean_text = true;                // drop NUL, U+FFFD and control characters; white space -> ' '
-  bool handle_chinese_chars = true;      // a space on both sides of every CJK ideograph
-  std::optional<bool> strip_accents;     // NFD, then drop nonspacing marks; unset: as lowercase
+  bool clean_text = true;             // drop NUL, U+FFFD and control characters; white space -> ' '
+  bool handle_chinese_chars = true;   // a space on both sides of every CJK ideograph
+  std::optional<bool> strip_accents;  // NFD, then drop nonspacing marks; unset: as lowercase
   bool lowercase = true;
 };
 
@@ -88,7 +88,7 @@ struct Decoder {
 };
 
 struct TokenizerParts {
-  std::string source;     // what was loaded, e.g. "GPT-2 byte-level BPE from '<dir>'"
+  std::string source;  // what was loaded, e.g. "GPT-2 byte-level BPE from '<dir>'"
   std::vector<AddedToken> added_tokens;
   std::optional<BertNormalizer> normalizer;
   PreTokenizer pre_tokenizer;

@@ -2,10 +2,11 @@
 // post-processor; decoders on the way back), the Vocab, and load_tokenizer's file detection.
 #include "io/tokenizer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <filesystem>
-#include <fmt/format.h>
 
 #include "io/bpe.h"
 #include "io/unicode.h"
@@ -18,10 +19,12 @@ namespace fs = std::filesystem;
 
 void Vocab::add(std::string token, int64_t id, const std::string& where) {
   if (id < 0 || id > INT32_MAX)
-    throw Error(fmt::format("{}: token \"{}\" has id {}, outside [0, {}]", where, token, id, INT32_MAX));
+    throw Error(
+        fmt::format("{}: token \"{}\" has id {}, outside [0, {}]", where, token, id, INT32_MAX));
   const size_t slot = size_t(id);
   if (slot < has_.size() && has_[slot])
-    throw Error(fmt::format("{}: id {} is given to both \"{}\" and \"{}\"", where, id, tokens_[slot], token));
+    throw Error(fmt::format("{}: id {} is given to both \"{}\" and \"{}\"", where, id,
+                            tokens_[slot], token));
   if (const auto old = ids_.find(token); old != ids_.end()) has_[size_t(old->second)] = false;
   if (slot >= tokens_.size()) tokens_.resize(slot + 1), has_.resize(slot + 1, false);
   tokens_[slot] = token;
@@ -91,7 +94,8 @@ void Tokenizer::split_added(std::vector<Segment>& segments, bool normalized) con
   for (size_t k = 0; k < parts_.added_tokens.size(); ++k)
     if (parts_.added_tokens[k].normalized == normalized && !normalized_content_[k].empty()) {
       candidates.push_back(k);
-      first_byte[uint8_t((normalized ? normalized_content_[k] : parts_.added_tokens[k].content)[0])] = true;
+      first_byte[uint8_t(
+          (normalized ? normalized_content_[k] : parts_.added_tokens[k].content)[0])] = true;
     }
   if (candidates.empty()) return;
   std::vector<Segment> out;
@@ -108,7 +112,8 @@ void Tokenizer::split_added(std::vector<Segment>& segments, bool normalized) con
       for (size_t p = pos; p < s.size() && !token; ++p) {
         if (!first_byte[uint8_t(s[p])]) continue;
         for (size_t k : candidates) {
-          const std::string& pattern = normalized ? normalized_content_[k] : parts_.added_tokens[k].content;
+          const std::string& pattern =
+              normalized ? normalized_content_[k] : parts_.added_tokens[k].content;
           if (pattern.size() > length && s.compare(p, pattern.size(), pattern) == 0)
             start = p, length = pattern.size(), token = &parts_.added_tokens[k];
         }
@@ -187,8 +192,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   std::vector<std::string> tokens;
   for (int32_t id : ids) {
     const std::string& token = id_to_token(id);
-    const bool special = std::any_of(parts_.added_tokens.begin(), parts_.added_tokens.end(),
-                                     [&](const AddedToken& t) { return t.special && t.content == token; });
+    const bool special =
+        std::any_of(parts_.added_tokens.begin(), parts_.added_tokens.end(),
+                    [&](const AddedToken& t) { return t.special && t.content == token; });
     if (!(skip_special_tokens && special)) tokens.push_back(token);
   }
   switch (parts_.decoder.kind) {
@@ -204,12 +210,15 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   return joined;
 }
 
-std::string builtin_gpt2_tokenizer_dir() { return std::string(NORMLAB_SOURCE_DIR) + "/third_party/gpt2-vocab"; }
+std::string builtin_gpt2_tokenizer_dir() {
+  return (fs::path(NORMLAB_SOURCE_DIR) / "third_party" / "gpt2-vocab").string();
+}
 
 Tokenizer load_tokenizer(const std::string& path, const TokenizerOptions& options) {
   const fs::path p(path);
   std::error_code ec;
-  if (!fs::exists(p, ec)) throw Error(fmt::format("tokenizer '{}': no such file or directory", path));
+  if (!fs::exists(p, ec))
+    throw Error(fmt::format("tokenizer '{}': no such file or directory", path));
   auto gpt2 = [&](const fs::path& vocab, const fs::path& merges) {
     if (!fs::is_regular_file(merges, ec))
       throw Error(fmt::format("tokenizer '{}': {} needs {} next to it, which is missing", path,
@@ -228,8 +237,10 @@ Tokenizer load_tokenizer(const std::string& path, const TokenizerOptions& option
     } else if (fs::is_regular_file(p / "vocab.txt", ec)) {
       is_vocab_txt = true;
     } else {
-      throw Error(fmt::format("tokenizer directory '{}' holds none of tokenizer.json, vocab.json + "
-                              "merges.txt, encoder.json + vocab.bpe, vocab.txt", path));
+      throw Error(
+          fmt::format("tokenizer directory '{}' holds none of tokenizer.json, vocab.json + "
+                      "merges.txt, encoder.json + vocab.bpe, vocab.txt",
+                      path));
     }
   } else {
     const std::string name = p.filename().string();
@@ -242,15 +253,20 @@ Tokenizer load_tokenizer(const std::string& path, const TokenizerOptions& option
     else if (p.extension() == ".txt")
       is_vocab_txt = true;
     else
-      throw Error(fmt::format("tokenizer '{}': not a tokenizer file (expected tokenizer.json, "
-                              "vocab.json, encoder.json or vocab.txt)", path));
+      throw Error(
+          fmt::format("tokenizer '{}': not a tokenizer file (expected tokenizer.json, "
+                      "vocab.json, encoder.json or vocab.txt)",
+                      path));
   }
   if (is_vocab_txt)
-    return Tokenizer(wordpiece::bert_parts(fs::is_directory(p, ec) ? (p / "vocab.txt").string() : path,
-                                           options.lowercase.value_or(true), options.strip_accents));
+    return Tokenizer(
+        wordpiece::bert_parts(fs::is_directory(p, ec) ? (p / "vocab.txt").string() : path,
+                              options.lowercase.value_or(true), options.strip_accents));
   if (options.lowercase || options.strip_accents)
-    throw Error(fmt::format("tokenizer '{}': lowercase / strip_accents options apply to a vocab.txt only "
-                            "(this tokenizer states its own normalization)", path));
+    throw Error(
+        fmt::format("tokenizer '{}': lowercase / strip_accents options apply to a vocab.txt only "
+                    "(this tokenizer states its own normalization)",
+                    path));
   return Tokenizer(std::move(parts));
 }
 

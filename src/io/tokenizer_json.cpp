@@ -1,8 +1,9 @@
 // tokenizer_json.cpp: a Hugging Face tokenizer.json -> TokenizerParts. Only the components normlab
 // reproduces exactly are accepted (see tokenizer.h); every other one, and every ill-typed field, is
 // an Error naming the file, the component and the field.
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,7 +17,6 @@ namespace normlab {
 
 namespace {
 
-
 // Typed field reads: a missing or null field keeps the default; any other type is an Error.
 struct JsonFields {
   const nlohmann::json& obj;
@@ -24,7 +24,8 @@ struct JsonFields {
 
   bool has(const char* key) const { return obj.contains(key) && !obj.at(key).is_null(); }
   [[noreturn]] void bad(const char* key, const char* expected) const {
-    throw Error(fmt::format("{}: '{}' must be {}, got {}", where, key, expected, obj.at(key).dump()));
+    throw Error(
+        fmt::format("{}: '{}' must be {}, got {}", where, key, expected, obj.at(key).dump()));
   }
   bool boolean(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
@@ -54,17 +55,20 @@ struct JsonFields {
 
 // Like the reference, an ill-formed id or a non-empty prefix/suffix on the way in is rejected.
 Vocab json_vocab(const nlohmann::json& vocab, const std::string& where) {
-  if (!vocab.is_object()) throw Error(fmt::format("{}: 'vocab' must be an object {{\"token\": id}}", where));
+  if (!vocab.is_object())
+    throw Error(fmt::format("{}: 'vocab' must be an object {{\"token\": id}}", where));
   Vocab v;
   for (const auto& [token, id] : vocab.items()) {
     if (!id.is_number_integer())
-      throw Error(fmt::format("{}: vocab token \"{}\" has id {}, expected an integer", where, token, id.dump()));
+      throw Error(fmt::format("{}: vocab token \"{}\" has id {}, expected an integer", where, token,
+                              id.dump()));
     v.add(token, id.get<int64_t>(), where);
   }
   return v;
 }
 
-std::vector<std::pair<std::string, std::string>> json_merges(const nlohmann::json& merges, const std::string& where) {
+std::vector<std::pair<std::string, std::string>> json_merges(const nlohmann::json& merges,
+                                                             const std::string& where) {
   if (!merges.is_array()) throw Error(fmt::format("{}: 'merges' must be an array", where));
   std::vector<std::pair<std::string, std::string>> out;
   for (size_t i = 0; i < merges.size(); ++i) {
@@ -77,39 +81,44 @@ std::vector<std::pair<std::string, std::string>> json_merges(const nlohmann::jso
       const std::string s = m.get<std::string>();
       if (s.starts_with("#version")) continue;
       const size_t space = s.find(' ');
-      if (space != std::string::npos && space > 0 && space + 1 < s.size() && s.find(' ', space + 1) == std::string::npos) {
+      if (space != std::string::npos && space > 0 && space + 1 < s.size() &&
+          s.find(' ', space + 1) == std::string::npos) {
         out.emplace_back(s.substr(0, space), s.substr(space + 1));
         continue;
       }
     }
-    throw Error(fmt::format("{}: merge {} is {}, expected \"left right\" or [\"left\", \"right\"]", where,
-                            i + 1, m.dump()));
+    throw Error(fmt::format("{}: merge {} is {}, expected \"left right\" or [\"left\", \"right\"]",
+                            where, i + 1, m.dump()));
   }
   return out;
 }
 
-std::unique_ptr<TokenizerModel> json_model(const nlohmann::json& model, const std::string& file, std::string& type) {
+std::unique_ptr<TokenizerModel> json_model(const nlohmann::json& model, const std::string& file,
+                                           std::string& type) {
   const std::string where = file + " model";
   if (!model.is_object()) throw Error(fmt::format("{}: must be an object", where));
   const JsonFields f{model, where};
   if (f.has("type"))
     type = f.type();
   else  // files from before the 'type' tag
-    type = model.contains("merges") ? "BPE" : model.contains("max_input_chars_per_word") ? "WordPiece" : "";
+    type = model.contains("merges")                     ? "BPE"
+           : model.contains("max_input_chars_per_word") ? "WordPiece"
+                                                        : "";
   if (!model.contains("vocab")) throw Error(fmt::format("{}: no 'vocab'", where));
   if (type == "BPE") {
     if (!model.contains("merges")) throw Error(fmt::format("{}: no 'merges'", where));
     if (f.has("dropout")) {
       if (!model.at("dropout").is_number()) f.bad("dropout", "a number or null");
       if (model.at("dropout").get<double>() != 0.0)
-        throw Error(fmt::format("{}: BPE dropout {} is not supported (it makes encoding random)", where,
-                                model.at("dropout").dump()));
+        throw Error(fmt::format("{}: BPE dropout {} is not supported (it makes encoding random)",
+                                where, model.at("dropout").dump()));
     }
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (f.string(key).value_or("") != "")
         throw Error(fmt::format("{}: BPE with a {} is not supported (GPT-2 has none)", where, key));
     if (f.boolean("byte_fallback", false))
-      throw Error(fmt::format("{}: BPE byte_fallback is not supported (GPT-2 byte-level BPE needs none)", where));
+      throw Error(fmt::format(
+          "{}: BPE byte_fallback is not supported (GPT-2 byte-level BPE needs none)", where));
     bpe::BpeConfig config;
     config.unk_token = f.string("unk_token");
     config.fuse_unk = f.boolean("fuse_unk", false);
@@ -128,8 +137,8 @@ std::unique_ptr<TokenizerModel> json_model(const nlohmann::json& model, const st
 }
 
 // The ids a post-processor puts around one sequence; Sequence nests its processors in order.
-void json_post_processor(const nlohmann::json& pp, const std::string& where, std::vector<int32_t>& prefix,
-                         std::vector<int32_t>& suffix) {
+void json_post_processor(const nlohmann::json& pp, const std::string& where,
+                         std::vector<int32_t>& prefix, std::vector<int32_t>& suffix) {
   if (pp.is_null()) return;
   if (!pp.is_object()) throw Error(fmt::format("{}: must be an object or null", where));
   const JsonFields f{pp, where};
@@ -149,35 +158,47 @@ void json_post_processor(const nlohmann::json& pp, const std::string& where, std
   if (type == "Sequence") {
     if (!pp.contains("processors") || !pp.at("processors").is_array())
       throw Error(fmt::format("{}: Sequence needs a 'processors' array", where));
-    for (const nlohmann::json& inner : pp.at("processors")) json_post_processor(inner, where, prefix, suffix);
+    for (const nlohmann::json& inner : pp.at("processors"))
+      json_post_processor(inner, where, prefix, suffix);
     return;
   }
   if (type != "TemplateProcessing")
-    throw Error(fmt::format("{}: type '{}' is not supported (TemplateProcessing, BertProcessing, "
-                            "RobertaProcessing, ByteLevel and Sequence are)", where, type));
+    throw Error(
+        fmt::format("{}: type '{}' is not supported (TemplateProcessing, BertProcessing, "
+                    "RobertaProcessing, ByteLevel and Sequence are)",
+                    where, type));
   const nlohmann::json& single = pp.contains("single") ? pp.at("single") : nlohmann::json();
-  const nlohmann::json& specials = pp.contains("special_tokens") ? pp.at("special_tokens") : nlohmann::json::object();
-  if (!single.is_array()) throw Error(fmt::format("{}: TemplateProcessing needs a 'single' array", where));
+  const nlohmann::json& specials =
+      pp.contains("special_tokens") ? pp.at("special_tokens") : nlohmann::json::object();
+  if (!single.is_array())
+    throw Error(fmt::format("{}: TemplateProcessing needs a 'single' array", where));
   std::vector<int32_t> before, after;
   bool seen_sequence = false;
   for (const nlohmann::json& piece : single) {
-    if (piece.contains("Sequence") && piece.at("Sequence").value("id", "") == "A" && !seen_sequence) {
+    if (piece.contains("Sequence") && piece.at("Sequence").value("id", "") == "A" &&
+        !seen_sequence) {
       seen_sequence = true;
       continue;
     }
-    const nlohmann::json* special = piece.contains("SpecialToken") ? &piece.at("SpecialToken") : nullptr;
+    const nlohmann::json* special =
+        piece.contains("SpecialToken") ? &piece.at("SpecialToken") : nullptr;
     if (!special || !special->contains("id") || !special->at("id").is_string())
-      throw Error(fmt::format("{}: template piece {} is not supported (one Sequence A and SpecialTokens are)",
-                              where, piece.dump()));
+      throw Error(fmt::format(
+          "{}: template piece {} is not supported (one Sequence A and SpecialTokens are)", where,
+          piece.dump()));
     const std::string name = special->at("id").get<std::string>();
-    if (!specials.contains(name) || !specials.at(name).contains("ids") || !specials.at(name).at("ids").is_array())
-      throw Error(fmt::format("{}: special token '{}' of the template has no ids in 'special_tokens'", where, name));
+    if (!specials.contains(name) || !specials.at(name).contains("ids") ||
+        !specials.at(name).at("ids").is_array())
+      throw Error(fmt::format(
+          "{}: special token '{}' of the template has no ids in 'special_tokens'", where, name));
     for (const nlohmann::json& id : specials.at(name).at("ids")) {
-      if (!id.is_number_integer()) throw Error(fmt::format("{}: special token '{}' has an id {}", where, name, id.dump()));
+      if (!id.is_number_integer())
+        throw Error(fmt::format("{}: special token '{}' has an id {}", where, name, id.dump()));
       (seen_sequence ? after : before).push_back(id.get<int32_t>());
     }
   }
-  if (!seen_sequence) throw Error(fmt::format("{}: the 'single' template has no Sequence A", where));
+  if (!seen_sequence)
+    throw Error(fmt::format("{}: the 'single' template has no Sequence A", where));
   prefix.insert(prefix.begin(), before.begin(), before.end());
   suffix.insert(suffix.end(), after.begin(), after.end());
 }
@@ -197,8 +218,10 @@ TokenizerParts tokenizer_json_parts(const std::string& path) {
     throw Error(fmt::format("{}: not valid JSON ({})", file, e.what()));
   }
   if (!doc.is_object() || !doc.contains("model"))
-    throw Error(fmt::format("{}: not a tokenizer.json (no 'model'; a plain vocab.json needs merges.txt "
-                            "next to it and its own name)", file));
+    throw Error(
+        fmt::format("{}: not a tokenizer.json (no 'model'; a plain vocab.json needs merges.txt "
+                    "next to it and its own name)",
+                    file));
   const JsonFields top{doc, file};
   if (const auto version = top.string("version"); version && *version != "1.0")
     throw Error(fmt::format("{}: version '{}' is not supported (1.0 is)", file, *version));
@@ -211,14 +234,18 @@ TokenizerParts tokenizer_json_parts(const std::string& path) {
   if (!norm.is_null()) {
     const JsonFields f{norm, file + " normalizer"};
     if (!norm.is_object() || f.type() != "BertNormalizer")
-      throw Error(fmt::format("{}: {} is not supported (BertNormalizer or none is)", f.where, norm.dump().substr(0, 200)));
+      throw Error(fmt::format("{}: {} is not supported (BertNormalizer or none is)", f.where,
+                              norm.dump().substr(0, 200)));
     if (model_type != "WordPiece")
-      throw Error(fmt::format("{}: BertNormalizer goes with a WordPiece model, not {}", f.where, model_type));
-    parts.normalizer = BertNormalizer{f.boolean("clean_text", true), f.boolean("handle_chinese_chars", true),
-                                      f.optional_boolean("strip_accents"), f.boolean("lowercase", true)};
+      throw Error(fmt::format("{}: BertNormalizer goes with a WordPiece model, not {}", f.where,
+                              model_type));
+    parts.normalizer =
+        BertNormalizer{f.boolean("clean_text", true), f.boolean("handle_chinese_chars", true),
+                       f.optional_boolean("strip_accents"), f.boolean("lowercase", true)};
   }
 
-  const nlohmann::json& pre = doc.contains("pre_tokenizer") ? doc.at("pre_tokenizer") : nlohmann::json();
+  const nlohmann::json& pre =
+      doc.contains("pre_tokenizer") ? doc.at("pre_tokenizer") : nlohmann::json();
   const JsonFields pf{pre, file + " pre_tokenizer"};
   const std::string pre_type = pre.is_object() ? pf.type() : pre.dump();
   if (model_type == "BPE" && pre_type == "ByteLevel") {
@@ -227,8 +254,10 @@ TokenizerParts tokenizer_json_parts(const std::string& path) {
   } else if (model_type == "WordPiece" && pre_type == "BertPreTokenizer") {
     parts.pre_tokenizer.kind = PreTokenizerKind::Bert;
   } else {
-    throw Error(fmt::format("{}: {} with a {} model is not supported (BPE needs ByteLevel, WordPiece "
-                            "needs BertPreTokenizer)", pf.where, pre_type, model_type));
+    throw Error(
+        fmt::format("{}: {} with a {} model is not supported (BPE needs ByteLevel, WordPiece "
+                    "needs BertPreTokenizer)",
+                    pf.where, pre_type, model_type));
   }
 
   json_post_processor(doc.contains("post_processor") ? doc.at("post_processor") : nlohmann::json(),
@@ -241,13 +270,16 @@ TokenizerParts tokenizer_json_parts(const std::string& path) {
     if (type == "ByteLevel") {
       parts.decoder.kind = DecoderKind::ByteLevel;
     } else if (type == "WordPiece") {
-      parts.decoder = {DecoderKind::WordPiece, f.string("prefix").value_or("##"), f.boolean("cleanup", true)};
+      parts.decoder = {DecoderKind::WordPiece, f.string("prefix").value_or("##"),
+                       f.boolean("cleanup", true)};
     } else {
-      throw Error(fmt::format("{}: type {} is not supported (ByteLevel, WordPiece or none are)", f.where, type));
+      throw Error(fmt::format("{}: type {} is not supported (ByteLevel, WordPiece or none are)",
+                              f.where, type));
     }
   }
 
-  const nlohmann::json& added = doc.contains("added_tokens") ? doc.at("added_tokens") : nlohmann::json::array();
+  const nlohmann::json& added =
+      doc.contains("added_tokens") ? doc.at("added_tokens") : nlohmann::json::array();
   if (!added.is_array()) throw Error(fmt::format("{}: 'added_tokens' must be an array", file));
   for (size_t i = 0; i < added.size(); ++i) {
     const JsonFields f{added[i], fmt::format("{} added_tokens[{}]", file, i)};
@@ -258,7 +290,8 @@ TokenizerParts tokenizer_json_parts(const std::string& path) {
     // The model's id wins over the listed one (the reference warns and does the same).
     const auto model_id = parts.model->vocab().find(t.content);
     const int64_t id = model_id ? *model_id : f.integer("id", -1);
-    if (id < 0 || id > INT32_MAX) throw Error(fmt::format("{}: no valid 'id' for \"{}\"", f.where, t.content));
+    if (id < 0 || id > INT32_MAX)
+      throw Error(fmt::format("{}: no valid 'id' for \"{}\"", f.where, t.content));
     t.id = int32_t(id);
     t.special = f.boolean("special", false);
     t.normalized = f.boolean("normalized", true);
@@ -269,8 +302,9 @@ TokenizerParts tokenizer_json_parts(const std::string& path) {
                                       [&](const AddedToken& o) { return o.content == t.content; });
     if (!repeated) parts.added_tokens.push_back(std::move(t));
   }
-  parts.source = fmt::format("{} {} from '{}'", model_type == "BPE" ? "byte-level BPE" : "WordPiece",
-                             "tokenizer.json", path);
+  parts.source =
+      fmt::format("{} {} from '{}'", model_type == "BPE" ? "byte-level BPE" : "WordPiece",
+                  "tokenizer.json", path);
   return parts;
 }
 

@@ -2,12 +2,13 @@
 // Unicode version each class emulates and why).
 #include "io/unicode.h"
 
-#include <algorithm>
 #include <fmt/format.h>
 #include <unicode/uchar.h>
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
 #include <unicode/utf16.h>
+
+#include <algorithm>
 
 #include "util/error.h"
 
@@ -71,8 +72,10 @@ void check_utf8(std::string_view s, const std::string& where) {
       std::string bytes;
       const size_t shown = std::min(s.size() - i, size_t(st.len) + 1);
       for (size_t k = 0; k < shown; ++k) bytes += fmt::format("{}{:02x}", k ? " " : "", p[i + k]);
+      // a valid lead byte whose continuation bytes run past the end
+      const bool truncated = p[i] >= 0xC2 && p[i] <= 0xF4 && i + size_t(st.len) == s.size();
       throw Error(fmt::format("{}: invalid UTF-8 at byte offset {} (bytes {}{})", where, i, bytes,
-                              i + shown == s.size() && size_t(st.len) == shown ? ", truncated" : ""));
+                              truncated ? ", truncated" : ""));
     }
     i += size_t(st.len);
   }

@@ -2,6 +2,7 @@
 #include "io/wordpiece.h"
 
 #include <fmt/format.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -99,8 +100,9 @@ void bert_pre_tokenize(std::string_view text, std::vector<std::string>& words) {
 
 std::string wordpiece_cleanup(std::string token) {
   static const std::pair<std::string_view, std::string_view> kRules[] = {
-      {" .", "."},   {" ?", "?"},   {" !", "!"},   {" ,", ","},          {" ' ", "'"},   {" n't", "n't"},
-      {" 'm", "'m"}, {" do not", " don't"},       {" 's", "'s"},        {" 've", "'ve"}, {" 're", "'re"}};
+      {" .", "."},   {" ?", "?"},     {" !", "!"},    {" ,", ","},
+      {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},  {" do not", " don't"},
+      {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   for (const auto& [from, to] : kRules) replace_all(token, from, to);
   return token;
 }
@@ -124,7 +126,9 @@ WordPieceModel::WordPieceModel(Vocab vocab, std::string unk_token, std::string p
                                size_t max_input_chars_per_word, const std::string& where)
     : vocab_(std::move(vocab)), prefix_(std::move(prefix)), max_chars_(max_input_chars_per_word) {
   const auto unk = vocab_.find(unk_token);
-  if (!unk) throw Error(fmt::format("{}: the unknown token '{}' is not in the vocabulary", where, unk_token));
+  if (!unk)
+    throw Error(
+        fmt::format("{}: the unknown token '{}' is not in the vocabulary", where, unk_token));
   unk_id_ = *unk;
 }
 
@@ -181,22 +185,27 @@ Vocab read_vocab_txt(const std::string& path) {
   return vocab;
 }
 
-TokenizerParts bert_parts(const std::string& vocab_path, bool lowercase, std::optional<bool> strip_accents) {
+TokenizerParts bert_parts(const std::string& vocab_path, bool lowercase,
+                          std::optional<bool> strip_accents) {
   TokenizerParts parts;
   const bool strip = strip_accents.value_or(lowercase);
-  parts.source = fmt::format("BERT WordPiece from '{}' ({}, {})", vocab_path,
-                             lowercase ? "lowercased" : "cased", strip ? "accents stripped" : "accents kept");
+  parts.source =
+      fmt::format("BERT WordPiece from '{}' ({}, {})", vocab_path,
+                  lowercase ? "lowercased" : "cased", strip ? "accents stripped" : "accents kept");
   Vocab vocab = read_vocab_txt(vocab_path);
   const std::string where = fmt::format("vocab '{}'", vocab_path);
   for (const char* name : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"})
     if (const auto id = vocab.find(name))
       parts.added_tokens.push_back({.content = name, .id = *id, .special = true});
   const auto cls = vocab.find("[CLS]"), sep = vocab.find("[SEP]");
-  if (!cls || !sep) throw Error(fmt::format("{}: no [CLS] or no [SEP] token (not a BERT vocabulary?)", where));
+  if (!cls || !sep)
+    throw Error(fmt::format("{}: no [CLS] or no [SEP] token (not a BERT vocabulary?)", where));
   parts.prefix_ids = {*cls};
   parts.suffix_ids = {*sep};
-  parts.normalizer = BertNormalizer{.clean_text = true, .handle_chinese_chars = true,
-                                    .strip_accents = strip_accents, .lowercase = lowercase};
+  parts.normalizer = BertNormalizer{.clean_text = true,
+                                    .handle_chinese_chars = true,
+                                    .strip_accents = strip_accents,
+                                    .lowercase = lowercase};
   parts.pre_tokenizer.kind = PreTokenizerKind::Bert;
   parts.model = std::make_unique<WordPieceModel>(std::move(vocab), "[UNK]", "##", 100, where);
   parts.decoder = {DecoderKind::WordPiece, "##", true};

@@ -30,8 +30,8 @@ std::string wordpiece_decode(const std::vector<std::string>& tokens, const Decod
 class WordPieceModel : public TokenizerModel {
  public:
   // Error "<where>: ..." if unk_token is not in the vocabulary.
-  WordPieceModel(Vocab vocab, std::string unk_token, std::string prefix, size_t max_input_chars_per_word,
-                 const std::string& where);
+  WordPieceModel(Vocab vocab, std::string unk_token, std::string prefix,
+                 size_t max_input_chars_per_word, const std::string& where);
   // Greedy longest match first; a word longer than max_input_chars_per_word code points, or with
   // a part no vocabulary entry covers, is the single unk token.
   void tokenize(std::string_view word, std::vector<int32_t>& ids) const override;
@@ -51,6 +51,7 @@ Vocab read_vocab_txt(const std::string& path);
 // handle_chinese_chars on, the given lowercase and strip_accents), BertPreTokenizer, WordPiece
 // ([UNK], "##", 100 characters), [CLS] ... [SEP], the WordPiece decoder, and [PAD] [UNK] [CLS]
 // [SEP] [MASK] matched in the raw text as special tokens.
-TokenizerParts bert_parts(const std::string& vocab_path, bool lowercase, std::optional<bool> strip_accents);
+TokenizerParts bert_parts(const std::string& vocab_path, bool lowercase,
+                          std::optional<bool> strip_accents);
 
 }  // namespace normlab::wordpiece
