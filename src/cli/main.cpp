@@ -1,6 +1,7 @@
-// main.cpp: the `normlab` command. Subcommands: compare, train, grads, init, export, analyze, theory. With no
-// arguments it runs `normlab compare` with the default study on the built-in corpus. Every Error becomes one message
-// on stderr and exit code 1; a diverged training run exits with code 2.
+// main.cpp: the `normlab` command. Subcommands: compare, report, train, grads, init, export,
+// tokenize, analyze, theory. With no arguments it runs `normlab compare` with the default study on
+// the built-in corpus. Every Error becomes one message on stderr and exit code 1; a diverged
+// training run exits with code 2.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstring>
