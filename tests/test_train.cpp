@@ -191,7 +191,7 @@ TEST(Checkpoint, RoundTripAndStrictRefusal) {
 }
 
 TEST(Data, EncoderMaskingFollowsBert) {
-  std::vector<uint8_t> bytes(5000);
+  std::vector<int32_t> bytes(5000);
   for (size_t i = 0; i < bytes.size(); i++) bytes[i] = uint8_t('a' + i % 26);
   Rng rng(3);
   const Batch b = sample_batch(bytes, Arch::Encoder, 400, 40, rng);
