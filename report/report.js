@@ -20,6 +20,8 @@
     for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
     return e;
   }
+  // the unit of a run's unigram entropy and losses: 'byte', or 'token' with data.tokenizer
+  const unitOf = (run) => run.unigram_unit === 'token' ? 'token' : 'byte';
   const fmt = (x, digits) => (typeof x === 'number' && isFinite(x)) ? x.toFixed(digits) : '-';
   const shortKey = (k) => k.slice(k.indexOf('.') + 1);
 
@@ -175,7 +177,7 @@
   root.append(table);
   const target = runs.find((r) => r.loss_target != null);
   if (target) root.append(el('p', {class: 'meta'}, `Steps to target: first step where the mean of the last 20 training losses ` +
-      `is at most ${fmt(target.loss_target, 3)} nats. Byte unigram entropy of the corpus: ${fmt(target.unigram_entropy, 3)} nats.`));
+      `is at most ${fmt(target.loss_target, 3)} nats. ${unitOf(target) === 'token' ? 'Token' : 'Byte'} unigram entropy of the corpus: ${fmt(target.unigram_entropy, 3)} nats per ${unitOf(target)}.`));
 
   // One legend for all charts: a swatch drawn with the run's colour and dash.
   function legend() {
@@ -215,18 +217,19 @@
             pointRadius: 9, borderWidth: 3, borderColor: style[i].colour, backgroundColor: style[i].colour};
   });
   const entropy = trained.length ? trained[0][0].unigram_entropy : null;
+  const unit = trained.length ? unitOf(trained[0][0]) : 'byte';  // 'token' with data.tokenizer
   const maxStep = Math.max(1, ...trained.map(([r]) => r.train.step[r.train.step.length - 1]));
-  const refSets = entropy ? [{label: 'byte unigram entropy', data: [{x: 0, y: entropy}, {x: maxStep, y: entropy}],
+  const refSets = entropy ? [{label: unit + ' unigram entropy', data: [{x: 0, y: entropy}, {x: maxStep, y: entropy}],
                               borderColor: '#888', borderDash: [3, 3], borderWidth: 1, pointRadius: 0}] : [];
   if (trained.length) chartCard(training, 'Training loss (moving average of 10 steps)',
-            'Crosses mark the step at which a run diverged (non-finite loss or gradient). The dashed grey line is the corpus\' byte unigram entropy: a run stuck there learned only byte frequencies.',
+            `Crosses mark the step at which a run diverged (non-finite loss or gradient). The dashed grey line is the corpus' ${unit} unigram entropy: a run stuck there learned only ${unit} frequencies.`,
             {type: 'line', data: {datasets: [...lossSets, ...markers, ...refSets]},
-             options: {scales: {x: axis('step'), y: axis('loss (nats per byte)')}}}, {logToggle: true});
+             options: {scales: {x: axis('step'), y: axis(`loss (nats per ${unit})`)}}}, {logToggle: true});
   const valSets = trained.filter(([r]) => r.val && r.val.step.length).map(([run, i]) =>
     lineSet(run, i, run.val.step.map((s, k) => ({x: s, y: run.val.loss[k]})), {pointRadius: 2.5}));
   if (trained.length) chartCard(training, 'Validation loss', 'Mean over the same held-out batches at every evaluation.',
             {type: 'line', data: {datasets: [...valSets, ...refSets]},
-             options: {scales: {x: axis('step'), y: axis('loss (nats per byte)')}}}, {logToggle: true});
+             options: {scales: {x: axis('step'), y: axis(`loss (nats per ${unit})`)}}}, {logToggle: true});
   const normSets = trained.map(([run, i]) =>
     lineSet(run, i, thin(run.train.step.map((s, k) => ({x: s, y: run.train.grad_norm[k]})), 1500), {borderWidth: 1}));
   if (trained.length) chartCard(training, 'Gradient norm during training (before clipping)', null,

@@ -54,6 +54,10 @@ expect_error "cannot open file" -- train --config missing.toml
 : > empty.txt
 expect_error "is empty" -- train --set data.corpus=empty.txt --set train.out_dir=r1
 expect_error "cannot open file" -- train --set data.corpus=nope.txt --set train.out_dir=r2
+# data.tokenizer
+expect_error "data.tokenizer: tokenizer 'no-such-tokenizer': no such file" -- train --set data.tokenizer=no-such-tokenizer --set train.out_dir=r3
+expect_error "smaller than the tokenizer's 50257 tokens" -- train --set data.tokenizer=gpt2 --set train.out_dir=r4
+expect_error "exclude each other" -- train --set data.tokenizer=gpt2 --set data.tokens=good.safetensors --set train.out_dir=r5
 # checkpoints
 expect_error "missing.safetensors" -- grads --checkpoint missing.safetensors --tokens good.safetensors --out g.safetensors
 head -c 100 model.safetensors > truncated.safetensors

@@ -203,7 +203,7 @@ TEST(AttentionStats, ModelHeadsSatisfyTheChain) {
 TEST(Dynamics, PostNormStreamHasNormSqrtDAndGradientsMatchTheModel) {
   ModelConfig c = small(Placement::Post, NormKind::LayerNorm, 0.0);
   Model<double> m(c);
-  std::vector<uint8_t> bytes(400);
+  std::vector<int32_t> bytes(400);
   for (size_t i = 0; i < bytes.size(); i++) bytes[i] = uint8_t("in the beginning "[i % 17]);
   const DynamicsReport r = analyze_dynamics(m, bytes, 1, 2, 5, 3);
   // after a LayerNorm with gamma = 1, beta = 0, eps = 0 every token has norm sqrt(d)
@@ -225,7 +225,7 @@ TEST(Dynamics, RankCollapseAblationsAndW2GradientsAgreeWithDirectComputations) {
   ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
   c.n_layers = 3;
   Model<double> m(c);
-  std::vector<uint8_t> bytes(400);
+  std::vector<int32_t> bytes(400);
   for (size_t i = 0; i < bytes.size(); i++) bytes[i] = uint8_t("in the beginning "[i % 17]);
   // one batch: the W2 gradient norm is exactly the norm of that tensor's gradient
   DynamicsReport r = analyze_dynamics(m, bytes, 1, 2, 5, 3);
@@ -424,7 +424,7 @@ TEST(Updates, RatiosMatchAHandComputedAdamStepAndLeaveTheModelAlone) {
   ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
   Model<double> m(c);
   const std::vector<double> before = m.params();
-  std::vector<uint8_t> bytes(300);
+  std::vector<int32_t> bytes(300);
   for (size_t i = 0; i < bytes.size(); i++) bytes[i] = uint8_t('a' + i % 13);
   const UpdateReport r = analyze_updates(m, bytes, 2, 2, 5, 1e-3, 1);
   EXPECT_EQ(m.params(), before);

@@ -1,13 +1,17 @@
 // test_train.cpp: the training layer: schedules, AdamW against a scalar hand computation,
 // checkpoints (round trip and strict refusal of malformed files), bitwise determinism, divergence
 // handling, and short runs on the built-in corpus whose validation loss ends well below the corpus'
-// byte unigram entropy, for both pre and post placement.
+// byte unigram entropy, for both pre and post placement; training through a tokenizer
+// (data.tokenizer): batches are windows of the tokenizer's ids, the model's vocab and [MASK] are
+// checked, and the byte path is unchanged (against the pre-tokenizer implementation, kept here).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <unistd.h>
 
 #include "check.h"
@@ -18,6 +22,7 @@
 #include "train/optimizer.h"
 #include "train/run_config.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
 #include "train/trainer.h"
 #include "util/error.h"
 
@@ -191,7 +196,7 @@ TEST(Checkpoint, RoundTripAndStrictRefusal) {
 }
 
 TEST(Data, EncoderMaskingFollowsBert) {
-  std::vector<uint8_t> bytes(5000);
+  std::vector<int32_t> bytes(5000);
   for (size_t i = 0; i < bytes.size(); i++) bytes[i] = uint8_t('a' + i % 26);
   Rng rng(3);
   const Batch b = sample_batch(bytes, Arch::Encoder, 400, 40, rng);
@@ -220,6 +225,232 @@ TEST(Data, BadBatchesAreRefused) {
   EXPECT_THROW(load_corpus((dir / "empty.txt").string(), 0.1, 8), Error);
   EXPECT_THROW(load_corpus((dir / "missing.txt").string(), 0.1, 8), Error);
   fs::remove_all(dir);
+}
+
+// ---- data.tokenizer ----------------------------------------------------------------------------
+
+namespace {
+
+// The byte-level batch sampler as it was before corpora held token ids (commit d0bed03), verbatim
+// but for the name: the byte path must still draw exactly these batches.
+Batch old_byte_sample_batch(const std::vector<uint8_t>& bytes, Arch arch, int B, int T, Rng& rng) {
+  Batch batch{B, T, std::vector<int32_t>(size_t(B) * T), std::vector<int32_t>(size_t(B) * T), {}, {}};
+  const size_t windows = bytes.size() - size_t(T);  // starts with T + 1 bytes available
+  for (int b = 0; b < B; b++) {
+    const size_t start = rng.below(windows);
+    int32_t* ids = batch.ids.data() + size_t(b) * T;
+    int32_t* labels = batch.labels.data() + size_t(b) * T;
+    for (int t = 0; t < T; t++) ids[t] = bytes[start + t];
+    if (arch == Arch::Gpt) {
+      for (int t = 0; t < T; t++) labels[t] = bytes[start + t + 1];
+      continue;
+    }
+    for (int t = 0; t < T; t++) labels[t] = ops::kIgnoreLabel;
+    std::vector<int> pos(T);
+    for (int t = 0; t < T; t++) pos[t] = t;
+    const int k = std::max(1, int(std::lround(0.15 * T)));
+    for (int j = 0; j < k; j++) {
+      const int pick = j + int(rng.below(uint64_t(T - j)));
+      std::swap(pos[j], pos[pick]);
+      const int t = pos[j];
+      labels[t] = ids[t];
+      const double u = rng.uniform();
+      if (u < 0.8) ids[t] = kMaskToken;
+      else if (u < 0.9) ids[t] = int32_t(rng.below(kByteVocab));
+    }
+  }
+  return batch;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A small corpus of lowercase words, spaces and newlines, and two tokenizers that cover it:
+// a GPT-2 style byte-level BPE (vocab.json + merges.txt, 36 ids, no [MASK]) and a BERT vocab.txt.
+struct TokenizerFixture {
+  fs::path dir, corpus, bpe, bert;
+  explicit TokenizerFixture(const std::string& name) : dir(temp_dir(name)) {
+    corpus = dir / "corpus.txt";
+    std::ofstream text(corpus);
+    const char* lines[] = {"in the beginning god created the heaven and the earth\n",
+                           "and the earth was without form and void\n",
+                           "and darkness was upon the face of the deep\n"};
+    for (int i = 0; i < 60; i++) text << lines[i % 3];
+    text.close();
+    bpe = dir / "bpe";
+    fs::create_directories(bpe);
+    nlohmann::json vocab = nlohmann::json::object();
+    for (int c = 0; c < 26; c++) vocab[std::string(1, char('a' + c))] = c;
+    const std::vector<std::string> more = {"\u0120", "\u010a", "th", "\u0120th", "\u0120the", "an",
+                                           "\u0120an", "\u0120and", "in", "\u0120in"};
+    for (size_t i = 0; i < more.size(); i++) vocab[more[i]] = int(26 + i);
+    std::ofstream(bpe / "vocab.json") << vocab.dump();
+    std::ofstream(bpe / "merges.txt") << "#version: 0.2\nt h\n\u0120 th\n\u0120th e\na n\n\u0120 an\n\u0120an d\n"
+                                         "i n\n\u0120 in\n";
+    bert = dir / "vocab.txt";
+    std::ofstream v(bert);
+    v << "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+    for (const char* w : {"in", "the", "beginning", "god", "created", "heaven", "and", "earth", "was",
+                          "without", "form", "void", "darkness", "upon", "face", "of", "deep"})
+      v << w << "\n";
+  }
+  ~TokenizerFixture() { fs::remove_all(dir); }
+  RunConfig run(const std::string& tokenizer, const std::string& arch, int vocab, long steps,
+                const std::string& out) const {
+    nlohmann::json doc = {
+        {"model", {{"arch", arch}, {"d_model", 32}, {"n_heads", 2}, {"n_layers", 1}, {"seq_len", 16},
+                   {"vocab", vocab}}},
+        {"train", {{"steps", steps}, {"batch_size", 8}, {"lr", 1e-2}, {"warmup_steps", 5},
+                   {"eval_every", 0}, {"eval_batches", 2}, {"out_dir", (dir / out).string()},
+                   {"checkpoint_every", 0}}},
+        {"data", {{"corpus", corpus.string()}, {"tokenizer", tokenizer}, {"val_fraction", 0.2}}}};
+    return run_config_from_json(doc, "test");
+  }
+};
+
+void expect_error_containing(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; wanted one containing '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(DataTokenizer, BatchesAreWindowsOfTheTokenizersEncoding) {
+  const TokenizerFixture fx("tok_windows");
+  const Tokenizer tok = load_tokenizer(fx.bpe.string());
+  ASSERT_EQ(tok.vocab_size(), 36);
+  const std::string text = read_text(fx.corpus);
+  const std::vector<int32_t> all = tok.encode(text, false);
+  EXPECT_EQ(all[0], 34);  // "in"
+  EXPECT_EQ(all[1], 30);  // "Ġthe"
+  const Corpus c = load_corpus(fx.corpus.string(), 0.2, 16, fx.bpe.string());
+  EXPECT_EQ(c.vocab, 36);
+  EXPECT_FALSE(c.mask_id.has_value());
+  EXPECT_STREQ(c.unit(), "token");
+  const size_t n_val = size_t(double(all.size()) * 0.2);
+  EXPECT_EQ(c.train, std::vector<int32_t>(all.begin(), all.end() - ptrdiff_t(n_val)));
+  EXPECT_EQ(c.val, std::vector<int32_t>(all.end() - ptrdiff_t(n_val), all.end()));
+
+  const int B = 4, T = 16;
+  Rng rng(5), mirror(5);
+  const Batch b = sample_batch(c.train, Arch::Gpt, B, T, rng);
+  for (int r = 0; r < B; r++) {
+    const size_t start = mirror.below(c.train.size() - T);
+    const std::vector<int32_t> ids(b.ids.begin() + r * T, b.ids.begin() + (r + 1) * T);
+    const std::vector<int32_t> labels(b.labels.begin() + r * T, b.labels.begin() + (r + 1) * T);
+    EXPECT_EQ(ids, std::vector<int32_t>(c.train.begin() + ptrdiff_t(start), c.train.begin() + ptrdiff_t(start) + T));
+    EXPECT_EQ(labels,
+              std::vector<int32_t>(c.train.begin() + ptrdiff_t(start) + 1, c.train.begin() + ptrdiff_t(start) + T + 1));
+    EXPECT_NE(text.find(tok.decode(ids)), std::string::npos) << tok.decode(ids);  // a window of the text
+  }
+  // the token unigram entropy counts ids, not bytes
+  std::map<int32_t, double> count;
+  for (int32_t id : c.train) count[id] += 1;
+  double h = 0;
+  for (const auto& [id, n] : count) h -= n / double(c.train.size()) * std::log(n / double(c.train.size()));
+  EXPECT_NEAR(unigram_entropy(c.train), h, 1e-12);
+}
+
+TEST(DataTokenizer, GptTrainsAndTheLossFalls) {
+  const TokenizerFixture fx("tok_train");
+  RunConfig cfg = fx.run(fx.bpe.string(), "gpt", 36, 80, "run");
+  EXPECT_EQ(run_config_to_json(cfg)["data"]["tokenizer"], fx.bpe.string());
+  const TrainResult r = train(cfg, quiet_options());
+  ASSERT_FALSE(r.diverged);
+  EXPECT_EQ(r.unigram_unit, "token");
+  std::vector<double> losses;
+  nlohmann::json summary;
+  for (const auto& line : read_metrics(fx.dir / "run" / "metrics.jsonl")) {
+    if (line["type"] == "train") losses.push_back(line["loss"].get<double>());
+    if (line["type"] == "summary") summary = line;
+  }
+  ASSERT_EQ(losses.size(), 80u);
+  EXPECT_NEAR(losses[0], std::log(36.0), 0.5);  // uniform over the tokenizer's ids at init
+  EXPECT_LT(r.last_train_loss, losses[0] - 1.5);
+  EXPECT_LT(r.last_val_loss, r.unigram_entropy - 0.5) << "val " << r.last_val_loss << " vs token unigram entropy "
+                                                      << r.unigram_entropy;
+  EXPECT_EQ(summary["unigram_unit"], "token");
+  const auto written = nlohmann::json::parse(read_text(fx.dir / "run" / "config.json"));
+  EXPECT_EQ(written["data"]["tokenizer"], fx.bpe.string());
+}
+
+TEST(DataTokenizer, VocabAndMaskAreChecked) {
+  const TokenizerFixture fx("tok_refuse");
+  expect_error_containing([&] { train(fx.run(fx.bpe.string(), "gpt", 20, 1, "small"), quiet_options()); },
+                          "model.vocab = 20 is smaller than the tokenizer's 36 tokens");
+  expect_error_containing([&] { train(fx.run(fx.bpe.string(), "encoder", 64, 1, "nomask"), quiet_options()); },
+                          "has no [MASK] token");
+  expect_error_containing([&] { train(fx.run((fx.dir / "nope").string(), "gpt", 64, 1, "missing"), quiet_options()); },
+                          "data.tokenizer: tokenizer '");
+  EXPECT_FALSE(fs::exists(fx.dir / "small"));  // refused before the run directory is made
+  nlohmann::json doc = {{"data", {{"tokenizer", "gpt2"}, {"tokens", "t.safetensors"}}}};
+  expect_error_containing([&] { run_config_from_json(doc, "test"); }, "exclude each other");
+}
+
+TEST(DataTokenizer, EncoderMasksWithTheTokenizersMask) {
+  const TokenizerFixture fx("tok_encoder");
+  const Corpus c = load_corpus(fx.corpus.string(), 0.2, 16, fx.bert.string());
+  ASSERT_TRUE(c.mask_id.has_value());
+  EXPECT_EQ(*c.mask_id, 4);
+  EXPECT_EQ(c.vocab, 22);
+  for (int32_t id : c.train) {
+    EXPECT_GT(id, 4);  // no [CLS]/[SEP] (nor [UNK]) in the stream
+    if (id <= 4) break;
+  }
+  Rng rng(3);
+  const Batch b = sample_batch(c.train, Arch::Encoder, 400, 16, rng, c.masking());
+  long labelled = 0, masked = 0, unchanged = 0;
+  for (size_t i = 0; i < b.ids.size(); i++) {
+    EXPECT_TRUE(b.ids[i] >= 0 && b.ids[i] < 22) << b.ids[i];
+    if (b.labels[i] == ops::kIgnoreLabel) continue;
+    labelled++;
+    masked += b.ids[i] == 4;
+    unchanged += b.ids[i] == b.labels[i];
+  }
+  EXPECT_EQ(labelled, 400 * 2);  // round(0.15 * 16) per row
+  EXPECT_NEAR(double(masked) / labelled, 0.8, 0.04);
+  EXPECT_NEAR(double(unchanged) / labelled, 0.1 + 0.1 / 22, 0.04);
+  // and an encoder trains through it
+  const TrainResult r = train(fx.run(fx.bert.string(), "encoder", 22, 3, "enc"), quiet_options());
+  EXPECT_EQ(r.steps_done, 3);
+  EXPECT_TRUE(std::isfinite(r.last_val_loss));
+}
+
+TEST(DataTokenizer, BytesAreUnchanged) {
+  const std::string path = builtin_corpus_path();
+  const std::string text = read_text(path);
+  const std::vector<uint8_t> bytes(text.begin(), text.end());
+  const Corpus c = load_corpus(path, 0.1, 64);
+  EXPECT_TRUE(c.bytes());
+  EXPECT_EQ(c.vocab, 256);
+  EXPECT_EQ(c.mask_id.value_or(-1), kMaskToken);
+  const size_t n_val = size_t(double(bytes.size()) * 0.1);
+  const std::vector<uint8_t> train_bytes(bytes.begin(), bytes.end() - ptrdiff_t(n_val));
+  ASSERT_EQ(c.train.size(), train_bytes.size());
+  EXPECT_TRUE(std::equal(c.train.begin(), c.train.end(), train_bytes.begin()));
+  for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
+    Rng a(1, 1), b(1, 1);
+    for (int k = 0; k < 3; k++) {
+      const Batch now = sample_batch(c.train, arch, 16, 64, a);
+      const Batch before = old_byte_sample_batch(train_bytes, arch, 16, 64, b);
+      EXPECT_EQ(now.ids, before.ids);
+      EXPECT_EQ(now.labels, before.labels);
+    }
+  }
+  // the byte unigram entropy as it was computed (a 256-bin histogram)
+  std::vector<double> count(256, 0.0);
+  for (uint8_t x : train_bytes) count[x] += 1;
+  double h = 0;
+  for (double n : count)
+    if (n > 0) h -= n / double(train_bytes.size()) * std::log(n / double(train_bytes.size()));
+  EXPECT_EQ(unigram_entropy(c.train), h);
+  EXPECT_NEAR(h, 3.07, 0.01);
 }
 
 TEST(Training, SameSeedSameLossesBitForBit) {

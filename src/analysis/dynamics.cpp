@@ -49,7 +49,7 @@ std::unique_ptr<Model<double>> ablated(const Model<double>& model, bool skips, b
 
 }  // namespace
 
-DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<uint8_t>& bytes, int batches,
+DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<int32_t>& bytes, int batches,
                                 int B, int T, uint64_t seed) {
   Rng rng(seed, 3);
   std::vector<Batch> sampled;

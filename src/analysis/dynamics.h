@@ -53,7 +53,7 @@ struct DynamicsReport {
 
 // Runs forward and backward on `batches` batches sampled from bytes (gradients are accumulated in
 // the model's grads, which are zeroed first and left holding the last batch's gradients).
-DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<uint8_t>& bytes, int batches,
+DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<int32_t>& bytes, int batches,
                                 int B, int T, uint64_t seed);
 // The same on given batches (e.g. a token file's), each with its labels.
 DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& batches);

@@ -30,7 +30,7 @@ namespace {
 // parameters trained at eps = 1e-5: the same weights, read at another eps.
 class ModelSource {
  public:
-  ModelSource(const TheoryOptions& o, const std::vector<uint8_t>& train_bytes) : o_(o), bytes_(train_bytes) {}
+  ModelSource(const TheoryOptions& o, const std::vector<int32_t>& train_bytes) : o_(o), bytes_(train_bytes) {}
 
   std::unique_ptr<Model<double>> make(const ModelConfig& c) {
     auto m = std::make_unique<Model<double>>(c);
@@ -63,13 +63,13 @@ class ModelSource {
   }
 
   const TheoryOptions& o_;
-  const std::vector<uint8_t>& bytes_;
+  const std::vector<int32_t>& bytes_;
   std::map<std::string, std::vector<float>> trained_;
 };
 
 struct Bench {
   TheoryOptions opt;
-  std::vector<uint8_t> corpus;  // validation split: every measurement
+  std::vector<int32_t> corpus;  // validation split: every measurement
   std::vector<int32_t> ids;
   ModelSource* models = nullptr;
 };

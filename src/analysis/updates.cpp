@@ -10,7 +10,7 @@
 
 namespace normlab::analysis {
 
-UpdateReport analyze_updates(const Model<double>& model, const std::vector<uint8_t>& bytes, int steps,
+UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32_t>& bytes, int steps,
                              int B, int T, double lr, uint64_t seed) {
   const ModelConfig& cfg = model.config();
   Model<float> m(cfg);

@@ -21,7 +21,7 @@ struct UpdateReport {
 };
 
 // Trains a float copy of `model` (constant lr, AdamW defaults, no clipping); `model` is unchanged.
-UpdateReport analyze_updates(const Model<double>& model, const std::vector<uint8_t>& bytes, int steps,
+UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32_t>& bytes, int steps,
                              int B, int T, double lr, uint64_t seed);
 
 nlohmann::json to_json(const UpdateReport& report);

@@ -43,8 +43,8 @@ int run_train(const RunConfig& cfg, const TrainOptions& options) {
   fmt::print("done: {} steps in {:.1f} s, {:.0f} tokens/s, final train loss {:.4f}", r.steps_done,
              r.seconds, r.tokens_per_s, r.last_train_loss);
   if (std::isfinite(r.last_val_loss))
-    fmt::print(", validation loss {:.4f} (byte unigram entropy {:.4f} nats)", r.last_val_loss,
-               r.unigram_entropy);
+    fmt::print(", validation loss {:.4f} ({} unigram entropy {:.4f} nats per {})", r.last_val_loss,
+               r.unigram_unit, r.unigram_entropy, r.unigram_unit);
   fmt::print("\n");
   return 0;
 }

@@ -18,7 +18,7 @@ std::unique_ptr<Model<double>> widen(const Model<float>& model) {
   return m;
 }
 
-nlohmann::json probe_model(Model<double>& model, const std::vector<uint8_t>& bytes, int T, uint64_t seed) {
+nlohmann::json probe_model(Model<double>& model, const std::vector<int32_t>& bytes, int T, uint64_t seed) {
   T = std::min(T, model.config().seq_len);
   model.set_training(false);
   const auto dynamics = analysis::analyze_dynamics(model, bytes, /*batches=*/2, /*B=*/4, T, seed);

@@ -17,6 +17,6 @@ std::unique_ptr<Model<double>> widen(const Model<float>& model);
 
 // {"dynamics": ..., "jacobian": ..., "attention": ...} in the formats of `normlab analyze --json`.
 // T is clamped to the model's seq_len. Overwrites the model's gradients and activations.
-nlohmann::json probe_model(Model<double>& model, const std::vector<uint8_t>& bytes, int T, uint64_t seed);
+nlohmann::json probe_model(Model<double>& model, const std::vector<int32_t>& bytes, int T, uint64_t seed);
 
 }  // namespace normlab::study

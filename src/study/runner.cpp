@@ -158,9 +158,11 @@ void read_metrics(const fs::path& path, nlohmann::json& run) {
 const Corpus& corpus_for(const RunConfig& cfg, std::map<std::string, Corpus>& cache) {
   const std::string path = cfg.data.corpus == "builtin" ? builtin_corpus_path() : cfg.data.corpus;
   const int T = cfg.train.seq_len > 0 ? cfg.train.seq_len : cfg.model.seq_len;
-  const std::string key = fmt::format("{}|{}|{}", path, cfg.data.val_fraction, T);
+  const std::string key = fmt::format("{}|{}|{}|{}", path, cfg.data.val_fraction, T, cfg.data.tokenizer);
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, load_corpus(path, cfg.data.val_fraction, T)).first;
+  if (it == cache.end())
+    it = cache.emplace(key, load_corpus(path, cfg.data.val_fraction, T, cfg.data.tokenizer)).first;
+  if (cfg.train.init_from.empty()) check_model_fits_corpus(cfg.model, it->second);
   return it->second;
 }
 
@@ -175,6 +177,7 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
   const double entropy = unigram_entropy(corpus.train);
   const double target = std::isnan(study.loss_target) ? entropy - 0.5 : study.loss_target;
   run["unigram_entropy"] = entropy;
+  run["unigram_unit"] = corpus.unit();  // nats per byte, or per token with data.tokenizer
   run["loss_target"] = target;
   fs::create_directories(dir);
 

@@ -15,7 +15,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr double kStuckMargin = 0.05;  // within this of the unigram entropy: learned only byte frequencies
+constexpr double kStuckMargin = 0.05;  // within this of the unigram entropy: learned only byte (token) frequencies
 constexpr double kEffectMargin = 0.1;  // nats: smaller differences are called "about the same"
 
 std::optional<double> number(const json& j, const char* key) {
@@ -252,15 +252,17 @@ json written_summary(const json& results) {
   else if (std::any_of(done.begin(), done.end(), [](const json* r) { return r->contains("train"); }))
     out.push_back(fmt::format("No loss spikes (no training loss more than {} nats above the mean of the previous {} steps).",
                               kSpikeNats, kTargetWindow));
-  // runs that learned nothing beyond byte frequencies
+  // runs that learned nothing beyond byte (or token) frequencies
   std::vector<std::string> stuck;
   for (const json* r : done)
     if (learned_only_unigram(*r)) stuck.push_back(fmt::format("{} ({:.3f})", (*r)["label"].get<std::string>(), *val_loss(*r)));
-  if (!stuck.empty())
-    out.push_back(fmt::format("Did not get below the byte unigram entropy of the corpus ({1:.3f} nats, where a model "
-                              "that learned only byte frequencies sits; final validation loss within {0} nats of it "
-                              "or above): {2}.",
-                              kStuckMargin, (*done[0])["unigram_entropy"].get<double>(), fmt::join(stuck, "; ")));
+  if (!stuck.empty()) {
+    const std::string unit = done[0]->value("unigram_unit", std::string("byte"));  // "token" with data.tokenizer
+    out.push_back(fmt::format("Did not get below the {3} unigram entropy of the corpus ({1:.3f} nats per {3}, where a "
+                              "model that learned only {3} frequencies sits; final validation loss within {0} nats "
+                              "of it or above): {2}.",
+                              kStuckMargin, (*done[0])["unigram_entropy"].get<double>(), fmt::join(stuck, "; "), unit));
+  }
   // best and fastest
   const json* best = nullptr;
   for (const json* r : done)

@@ -9,55 +9,120 @@
 
 #include "ops/common.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
 #include "util/error.h"
 
 namespace normlab {
 
 std::string builtin_corpus_path() { return std::string(NORMLAB_SOURCE_DIR) + "/data/kjv.txt"; }
 
-Corpus load_corpus(const std::string& path, double val_fraction, int T) {
+namespace {
+
+std::vector<uint8_t> read_corpus_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("corpus '{}': cannot open file", path));
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw Error(fmt::format("corpus '{}': read error", path));
   if (bytes.empty()) throw Error(fmt::format("corpus '{}' is empty", path));
+  return bytes;
+}
+
+}  // namespace
+
+Masking Corpus::masking() const {
+  if (!mask_id)
+    throw Error(fmt::format("data.tokenizer '{}' has no [MASK] token: an encoder's masked-LM training needs "
+                            "one (use a BERT WordPiece tokenizer, or model.arch = \"gpt\")",
+                            tokenizer));
+  return {*mask_id, vocab};
+}
+
+Corpus load_corpus(const std::string& path, double val_fraction, int T, const std::string& tokenizer) {
   if (!(val_fraction > 0 && val_fraction < 1))
     throw Error(fmt::format("data.val_fraction = {} must be in (0, 1)", val_fraction));
-  const size_t n_val = size_t(double(bytes.size()) * val_fraction);
   Corpus c;
   c.path = path;
-  c.train.assign(bytes.begin(), bytes.end() - n_val);
-  c.val.assign(bytes.end() - n_val, bytes.end());
+  c.tokenizer = tokenizer;
+  std::vector<int32_t> ids;
+  if (tokenizer.empty()) {
+    const std::vector<uint8_t> bytes = read_corpus_bytes(path);
+    ids.assign(bytes.begin(), bytes.end());
+    c.mask_id = kMaskToken;
+  } else {
+    std::optional<Tokenizer> tok;
+    try {
+      tok.emplace(load_tokenizer(tokenizer == "gpt2" ? builtin_gpt2_tokenizer_dir() : tokenizer));
+    } catch (const Error& e) {
+      throw Error(fmt::format("data.tokenizer: {}", e.what()));
+    }
+    const std::vector<uint8_t> bytes = read_corpus_bytes(path);
+    try {
+      ids = tok->encode(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                        /*add_special_tokens=*/false);
+    } catch (const Error& e) {
+      throw Error(fmt::format("corpus '{}': {}", path, e.what()));
+    }
+    if (ids.empty()) throw Error(fmt::format("corpus '{}' has no tokens", path));
+    c.tokenizer_description = tok->description();
+    c.vocab = tok->vocab_size();
+    c.mask_id = tok->token_to_id("[MASK]");
+    if (!c.mask_id) c.mask_id = tok->token_to_id("<mask>");
+  }
+  const size_t n_val = size_t(double(ids.size()) * val_fraction);
+  c.train.assign(ids.begin(), ids.end() - ptrdiff_t(n_val));
+  c.val.assign(ids.end() - ptrdiff_t(n_val), ids.end());
   const size_t need = size_t(T) + 1;
   if (c.train.size() < need || c.val.size() < need)
-    throw Error(fmt::format("corpus '{}' has {} bytes: too short for a {}/{} train/validation split "
-                            "with sequences of {} bytes (each split needs at least {})",
-                            path, bytes.size(), c.train.size(), c.val.size(), T, need));
+    throw Error(fmt::format("corpus '{}' has {} {}s: too short for a {}/{} train/validation split "
+                            "with sequences of {} {}s (each split needs at least {})",
+                            path, ids.size(), c.unit(), c.train.size(), c.val.size(), T, c.unit(), need));
   return c;
 }
 
-double unigram_entropy(const std::vector<uint8_t>& bytes) {
-  std::vector<double> count(256, 0.0);
-  for (uint8_t b : bytes) count[b] += 1;
+void check_model_fits_corpus(const ModelConfig& cfg, const Corpus& corpus) {
+  const int V = cfg.vocab_size();
+  if (corpus.bytes()) {
+    if (V < kByteVocab)
+      throw Error(fmt::format("model.vocab = {} is too small for byte tokens (needs >= 256)", V));
+    if (cfg.arch == Arch::Encoder && V <= kMaskToken)
+      throw Error(fmt::format("model.vocab = {} leaves no room for the mask token {} of byte-level masked "
+                              "training (use vocab >= 257)",
+                              V, kMaskToken));
+    return;
+  }
+  if (V < corpus.vocab)
+    throw Error(fmt::format("model.vocab = {} is smaller than the tokenizer's {} tokens (data.tokenizer = "
+                            "'{}'); set model.vocab",
+                            V, corpus.vocab, corpus.tokenizer));
+  if (cfg.arch == Arch::Encoder) corpus.masking();  // Error without a [MASK]
+}
+
+double unigram_entropy(const std::vector<int32_t>& ids) {
+  std::vector<double> count;
+  for (int32_t id : ids) {
+    if (size_t(id) >= count.size()) count.resize(size_t(id) + 1, 0.0);
+    count[size_t(id)] += 1;
+  }
   double h = 0;
   for (double c : count)
     if (c > 0) {
-      const double p = c / double(bytes.size());
+      const double p = c / double(ids.size());
       h -= p * std::log(p);
     }
   return h;
 }
 
-Batch sample_batch(const std::vector<uint8_t>& bytes, Arch arch, int B, int T, Rng& rng) {
+Batch sample_batch(const std::vector<int32_t>& tokens, Arch arch, int B, int T, Rng& rng,
+                   const Masking& masking) {
   Batch batch{B, T, std::vector<int32_t>(size_t(B) * T), std::vector<int32_t>(size_t(B) * T)};
-  const size_t windows = bytes.size() - size_t(T);  // starts with T + 1 bytes available
+  const size_t windows = tokens.size() - size_t(T);  // starts with T + 1 ids available
   for (int b = 0; b < B; b++) {
     const size_t start = rng.below(windows);
     int32_t* ids = batch.ids.data() + size_t(b) * T;
     int32_t* labels = batch.labels.data() + size_t(b) * T;
-    for (int t = 0; t < T; t++) ids[t] = bytes[start + t];
+    for (int t = 0; t < T; t++) ids[t] = tokens[start + t];
     if (arch == Arch::Gpt) {
-      for (int t = 0; t < T; t++) labels[t] = bytes[start + t + 1];
+      for (int t = 0; t < T; t++) labels[t] = tokens[start + t + 1];
       continue;
     }
     // encoder: choose round(15% of T) (>= 1) distinct positions by a partial Fisher-Yates shuffle
@@ -71,8 +136,8 @@ Batch sample_batch(const std::vector<uint8_t>& bytes, Arch arch, int B, int T, R
       const int t = pos[j];
       labels[t] = ids[t];
       const double u = rng.uniform();
-      if (u < 0.8) ids[t] = kMaskToken;
-      else if (u < 0.9) ids[t] = int32_t(rng.below(kByteVocab));
+      if (u < 0.8) ids[t] = masking.mask_id;
+      else if (u < 0.9) ids[t] = int32_t(rng.below(uint64_t(masking.random_below)));
     }
   }
   return batch;

@@ -1,9 +1,11 @@
-// data.h: byte-level data: a text corpus split into training and validation bytes, batches for the
-// GPT (next byte) and encoder (BERT-style masking) objectives, token files (safetensors with int32
+// data.h: training data: a text corpus as token ids (its bytes, or a tokenizer's ids) split into
+// training and validation ids, batches for the GPT (next token) and encoder (BERT-style masking)
+// objectives, token files (safetensors with int32
 // input_ids and labels), and the range checks every batch passes at the API boundary.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,24 +24,50 @@ struct Batch {
   const uint8_t* mask_or_null() const { return mask.empty() ? nullptr : mask.data(); }
 };
 
-struct Corpus {
-  std::string path;
-  std::vector<uint8_t> train, val;
+// How encoder batches corrupt the chosen positions: 80% become mask_id, 10% a random id in
+// [0, random_below), 10% stay. The default is byte-level: kMaskToken (256) and a random byte.
+struct Masking {
+  int32_t mask_id = kMaskToken;
+  int32_t random_below = kByteVocab;
 };
 
-// Reads a text file as bytes; the last val_fraction goes to validation. Errors name the path:
-// missing, unreadable, empty, or a split too short for one sequence of T + 1 bytes.
-Corpus load_corpus(const std::string& path, double val_fraction, int T);
+struct Corpus {
+  std::string path;
+  std::string tokenizer;              // "" = bytes, else data.tokenizer as given ("gpt2" or a path)
+  std::string tokenizer_description;  // what was loaded from where ("" for bytes)
+  std::vector<int32_t> train, val;    // token ids: bytes are ids 0..255
+  int32_t vocab = kByteVocab;         // every id is in [0, vocab): 256, or the tokenizer's vocab_size
+  std::optional<int32_t> mask_id;     // bytes: kMaskToken; a tokenizer: its [MASK] (or <mask>), if any
+  bool bytes() const { return tokenizer.empty(); }
+  // "byte" or "token": the unit of the ids (for messages such as "token unigram entropy").
+  const char* unit() const { return bytes() ? "byte" : "token"; }
+  // The masking of encoder batches; Error if the tokenizer has no mask token.
+  Masking masking() const;
+};
+
+// Reads a text file and splits its ids: the last val_fraction goes to validation. tokenizer "" reads
+// the bytes (ids 0..255); otherwise the whole file is tokenized once by load_tokenizer(tokenizer)
+// ("gpt2": the vendored GPT-2 vocabulary) without special tokens (no [CLS]/[SEP]: windows are cut
+// anywhere in the stream of ids, for GPT-2 BPE and BERT WordPiece alike). Errors name the path:
+// missing, unreadable, empty, not UTF-8 (with a tokenizer), or a split too short for one sequence
+// of T + 1 ids.
+Corpus load_corpus(const std::string& path, double val_fraction, int T, const std::string& tokenizer = "");
+
+// Throws Error unless the model can train on the corpus: bytes need vocab >= 256 (an encoder >= 257
+// for kMaskToken); a tokenizer needs vocab >= its vocab_size, and an encoder needs its [MASK].
+void check_model_fits_corpus(const ModelConfig& cfg, const Corpus& corpus);
 
 // The built-in corpus shipped in the repository (data/kjv.txt).
 std::string builtin_corpus_path();
 
-// Byte unigram entropy of the bytes, in nats per byte.
-double unigram_entropy(const std::vector<uint8_t>& bytes);
+// Unigram entropy of the ids (nats per id: per byte for a byte corpus, per token with a tokenizer).
+double unigram_entropy(const std::vector<int32_t>& ids);
 
-// Draws a batch of B random windows of T (+1 for gpt) bytes. encoder: 15% of the positions of each
-// row (at least one) get a label; of those 80% become the mask token, 10% a random byte, 10% stay.
-Batch sample_batch(const std::vector<uint8_t>& bytes, Arch arch, int B, int T, Rng& rng);
+// Draws a batch of B random windows of T (+1 for gpt) ids. encoder: 15% of the positions of each
+// row (at least one) get a label; of those 80% become masking.mask_id, 10% a random id in
+// [0, masking.random_below), 10% stay.
+Batch sample_batch(const std::vector<int32_t>& ids, Arch arch, int B, int T, Rng& rng,
+                   const Masking& masking = {});
 
 // Reads a token file (input_ids, labels: int32 (B, T); optional token_type_ids and attention_mask,
 // int32 (B, T), as Hugging Face names them).

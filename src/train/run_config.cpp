@@ -142,9 +142,13 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     r.get("corpus", cfg.data.corpus);
     r.get("val_fraction", cfg.data.val_fraction);
     r.get("tokens", cfg.data.tokens);
+    r.get("tokenizer", cfg.data.tokenizer);
     for (auto& e : r.finish()) errors.push_back(e);
     if (!(cfg.data.val_fraction > 0 && cfg.data.val_fraction < 1))
       errors.push_back(fmt::format("data.val_fraction = {} must be in (0, 1)", cfg.data.val_fraction));
+    if (!cfg.data.tokens.empty() && !cfg.data.tokenizer.empty())
+      errors.push_back(fmt::format("data.tokens and data.tokenizer exclude each other: a token file already "
+                                   "holds ids (tokenize text with `normlab tokenize`)"));
   }
   if (!errors.empty()) throw Error(join_errors("invalid config " + where, errors));
   return cfg;
@@ -164,7 +168,7 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
             {"out_dir", t.out_dir}, {"init_from", t.init_from}}},
           {"data",
            {{"corpus", cfg.data.corpus}, {"val_fraction", cfg.data.val_fraction},
-            {"tokens", cfg.data.tokens}}}};
+            {"tokens", cfg.data.tokens}, {"tokenizer", cfg.data.tokenizer}}}};
 }
 
 }  // namespace normlab

@@ -36,6 +36,7 @@ struct DataConfig {
   std::string corpus = "builtin";  // "builtin" (data/kjv.txt, the King James Bible) or a path
   double val_fraction = 0.1;
   std::string tokens;              // a token file used as the batch of every step (no corpus)
+  std::string tokenizer;           // "" = bytes; "gpt2" (vendored GPT-2 BPE) or a tokenizer path
 };
 
 struct RunConfig {

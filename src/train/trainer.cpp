@@ -96,6 +96,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   // data
   std::optional<Batch> fixed;
   std::optional<Corpus> corpus;
+  Masking masking;
   const int T = tc.seq_len > 0 ? tc.seq_len : model_cfg.seq_len;
   if (T > model_cfg.seq_len)
     throw Error(fmt::format("train.seq_len = {} exceeds the model's seq_len {}", T, model_cfg.seq_len));
@@ -106,16 +107,12 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     fixed = load_token_file(cfg.data.tokens);
     check_batch(*fixed, model_cfg, cfg.data.tokens);
   } else {
-    if (model_cfg.vocab_size() < kByteVocab)
-      throw Error(fmt::format("model.vocab = {} is too small for byte tokens (needs >= 256)",
-                              model_cfg.vocab_size()));
     const std::string path = cfg.data.corpus == "builtin" ? builtin_corpus_path() : cfg.data.corpus;
-    if (model_cfg.arch == Arch::Encoder && model_cfg.vocab_size() <= kMaskToken)
-      throw Error(fmt::format("model.vocab = {} leaves no room for the mask token {} of byte-level masked "
-                              "training (use vocab >= 257)",
-                              model_cfg.vocab_size(), kMaskToken));
-    corpus = load_corpus(path, cfg.data.val_fraction, T);
+    corpus = load_corpus(path, cfg.data.val_fraction, T, cfg.data.tokenizer);
+    check_model_fits_corpus(model_cfg, *corpus);
+    masking = model_cfg.arch == Arch::Encoder ? corpus->masking() : Masking{};
     result.unigram_entropy = unigram_entropy(corpus->train);
+    result.unigram_unit = corpus->unit();
   }
 
   // run directory: never clobber an earlier run unless asked to
@@ -144,9 +141,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   const int Tb = fixed ? fixed->T : T;
   const double tokens_per_step = double(B) * Tb * tc.grad_accum;
   if (!options.quiet)
+  {
     fmt::print("normlab train: {} params, {} layers ({}), {} d_model, batch {}x{}x{}, {} steps -> {}\n",
                model.table().total, model_cfg.n_layers, to_string(model_cfg.placement_of(0)),
                model_cfg.d_model, B, Tb, tc.grad_accum, tc.steps, tc.out_dir);
+    if (corpus && !corpus->bytes())
+      fmt::print("corpus '{}': {} training and {} validation tokens of {} ({} ids)\n", corpus->path,
+                 corpus->train.size(), corpus->val.size(), corpus->tokenizer_description, corpus->vocab);
+  }
 
   auto evaluate = [&]() -> double {
     if (!corpus) return std::numeric_limits<double>::quiet_NaN();
@@ -155,7 +157,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     double sum = 0;
     int64_t count = 0;
     for (int k = 0; k < tc.eval_batches; k++) {
-      Batch b = sample_batch(corpus->val, model_cfg.arch, tc.batch_size, T, eval_rng);
+      Batch b = sample_batch(corpus->val, model_cfg.arch, tc.batch_size, T, eval_rng, masking);
       const double loss = model.forward(b.ids.data(), b.labels.data(), b.B, b.T);
       sum += loss * double(model.label_count());
       count += model.label_count();
@@ -179,7 +181,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     bool bad_loss = false;
     for (int micro = 0; micro < tc.grad_accum; micro++) {
       Batch sampled;
-      if (!fixed) sampled = sample_batch(corpus->train, model_cfg.arch, B, T, data_rng);
+      if (!fixed) sampled = sample_batch(corpus->train, model_cfg.arch, B, T, data_rng, masking);
       const Batch& batch = fixed ? *fixed : sampled;
       model.set_training(true, uint64_t(step) * 65536 + micro);
       const double l = model.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T);
@@ -250,6 +252,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                  {"diverged_step", result.diverged_step},
                  {"tokens_per_s", result.tokens_per_s},
                  {"seconds", result.seconds},
+                 {"unigram_unit", result.unigram_unit},
                  {"unigram_entropy", std::isfinite(result.unigram_entropy)
                                          ? nlohmann::json(result.unigram_entropy)
                                          : nlohmann::json(nullptr)}});

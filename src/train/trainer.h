@@ -37,7 +37,8 @@ struct TrainResult {
   std::string diverged_tensor;  // "loss" or a parameter name
   double tokens_per_s = 0;
   double seconds = 0;
-  double unigram_entropy = 0;   // of the training bytes (nats), NaN with a token file
+  double unigram_entropy = 0;   // of the training ids (nats per byte or token), NaN with a token file
+  std::string unigram_unit = "byte";  // "byte", or "token" with data.tokenizer
 };
 
 TrainResult train(const RunConfig& cfg, const TrainOptions& options);
