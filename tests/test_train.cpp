@@ -214,12 +214,20 @@ TEST(Data, EncoderMaskingFollowsBert) {
 
 TEST(Data, BadBatchesAreRefused) {
   ModelConfig c;
-  Batch b{1, 2, {1, 300}, {2, 3}};
+  Batch b{1, 2, {1, 300}, {2, 3}, {}, {}};
   EXPECT_THROW(check_batch(b, c, "x"), Error);  // id out of range
-  b = {1, 2, {1, 2}, {-100, -100}};
+  b = {1, 2, {1, 2}, {-100, -100}, {}, {}};
   EXPECT_THROW(check_batch(b, c, "x"), Error);  // no labels
-  b = {1, 2, {1, 2}, {-5, 3}};
+  b = {1, 2, {1, 2}, {-5, 3}, {}, {}};
   EXPECT_THROW(check_batch(b, c, "x"), Error);  // bad label
+  b = {1, 2, {1, 2}, {2, 3}, {0, 1}, {}};
+  EXPECT_THROW(check_batch(b, c, "x"), Error);  // a token type without a token-type embedding
+  b = {1, 2, {1, 2}, {2, 3}, {}, {0, 1}};
+  EXPECT_THROW(check_batch(b, c, "x"), Error);  // a gpt row starting with padding (left padding)
+  b = {1, 2, {1, 2}, {2, 3}, {}, {1, 2}};
+  EXPECT_THROW(check_batch(b, c, "x"), Error);  // a mask value other than 0/1
+  b = {1, 2, {1, 2}, {2, 3}, {}, {1, 0}};
+  EXPECT_NO_THROW(check_batch(b, c, "x"));      // right padding
   const fs::path dir = temp_dir("data");
   std::ofstream(dir / "empty.txt").close();
   EXPECT_THROW(load_corpus((dir / "empty.txt").string(), 0.1, 8), Error);
