@@ -194,3 +194,35 @@ TEST(LocalJacobian, CausalEndToEndIsTheChainOfBlocks) {
       }
     }
 }
+
+TEST(LocalJacobian, OneTokenSequences) {
+  // T = 1: attention is the value path alone (P = 1, tP = 0)
+  for (Arch arch : {Arch::Gpt, Arch::Encoder})
+    for (Placement p : {Placement::Post, Placement::Pre, Placement::PrePost}) {
+      Case c{p, NormKind::LayerNorm, arch};
+      SCOPED_TRACE(name_of(c));
+      auto m = run(c, 1, 1);
+      for (int layer : {0, 1}) EXPECT_LE(block_error(*m, layer, 0, 0), kTol);
+    }
+}
+
+TEST(LocalJacobian, BidirectionalEndToEndIsNotTheChain) {
+  // the control for the causal shortcut: in an encoder, token i's tangent comes back to it through
+  // the other tokens after two blocks, so the chain of blocks differs from the end-to-end J_ii (and
+  // token_local_jacobian therefore keeps the full-sequence pass there)
+  Case c{Placement::Post, NormKind::LayerNorm, Arch::Encoder, true, true, Activation::GeluExact};
+  auto m = run(c, 1, 6);
+  const int C = 12, token = 2;
+  const std::vector<double> ref = analysis::stream_jacobian(*m, 0, 4, {token}, {token});
+  EXPECT_EQ(analysis::token_local_jacobian(*m, 0, 4, token), ref);
+  std::vector<double> t(size_t(C) * C, 0.0);
+  for (int k = 0; k < C; k++) t[size_t(k) * C + k] = 1.0;
+  for (int l = 0; l < 2; l++) m->jvp_block_token_local(t.data(), t.data(), C, l, token);
+  double worst = 0, scale = 0;
+  for (int k = 0; k < C; k++)
+    for (int e = 0; e < C; e++) {
+      worst = std::max(worst, std::abs(t[size_t(k) * C + e] - ref[size_t(e) * C + k]));
+      scale = std::max(scale, std::abs(ref[size_t(e) * C + k]));
+    }
+  EXPECT_GT(worst, 1e-6 * scale);
+}

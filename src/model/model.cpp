@@ -438,7 +438,8 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
   // scratch carved from one buffer kept across calls (the analysis calls this repeatedly with the
   // same K; fresh gigabytes per call would cost a page fault per 4 KiB)
   const size_t nhid = size_t(K) * N * std::max(3 * C, F), natt = size_t(B) * cfg_.n_heads * T * T;
-  const size_t nmix = size_t(K) * N * std::max(C, F);
+  // tmix also holds the MLP fold below, (F, C) + (C, C): more than K N max(C, F) when N is tiny (T = 1)
+  const size_t nmix = std::max(size_t(K) * N * std::max(C, F), size_t(F) * C + size_t(C) * C);
   if (jvp_scratch_.size() < 5 * KNC + nhid + natt + nmix) jvp_scratch_.resize(5 * KNC + nhid + natt + nmix);
   S* tx = jvp_scratch_.data();
   S* th = tx + KNC;
