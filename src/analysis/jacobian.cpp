@@ -193,7 +193,7 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
     b.placement = to_string(p);
     b.residual_form = (p == Placement::Pre || p == Placement::Sandwich || p == Placement::None) &&
                       cfg.residual;
-    const std::vector<double> local = stream_jacobian(model, 2 * l, 2 * l + 2, {tok}, {tok});
+    const std::vector<double> local = token_local_jacobian(model, 2 * l, 2 * l + 2, tok);
     b.local = spectrum_of(local, d, d);
     std::vector<double> jfull;
     if (full) {
@@ -214,7 +214,7 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
     rep.blocks.push_back(std::move(b));
   }
   // end to end
-  const std::vector<double> e2e = stream_jacobian(model, 0, 2 * L, {tok}, {tok});
+  const std::vector<double> e2e = token_local_jacobian(model, 0, 2 * L, tok);
   rep.end_to_end.local = spectrum_of(e2e, d, d);
   if (full) rep.end_to_end.full = spectrum_of(stream_jacobian(model, 0, 2 * L, all_tokens, all_tokens), T * d, T * d);
   if (options.lanczos_k > 0) {

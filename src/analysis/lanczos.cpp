@@ -128,7 +128,7 @@ class InverseGram {
     // the diagonal blocks J_ii = dy_i / dx_i
     for (int i = 0; i < T_; i++) {
       const Mat J = Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-          stream_jacobian(model_, first_, last_, {i}, {i}).data(), C_, C_);
+          token_local_jacobian(model_, first_, last_, i).data(), C_, C_);
       lu_.emplace_back(J);
       min_rcond_ = std::min(min_rcond_, lu_.back().rcond());
     }
@@ -255,6 +255,21 @@ std::vector<double> stream_jacobian(const Model<double>& model, int first, int l
     for (size_t b = 0; b < out_tokens.size(); b++)
       for (int c = 0; c < C; c++)
         J[(b * C + c) * K + k] = tout[size_t(k) * T * C + size_t(out_tokens[b]) * C + c];
+  return J;
+}
+
+std::vector<double> token_local_jacobian(const Model<double>& model, int first, int last, int token) {
+  const int C = model.config().d_model;
+  // Whole blocks only; one block always, several only where token i's output ignores the other
+  // tokens' tangents (causal: they stay at tokens > i, which token i never reads).
+  const bool exact = first % 2 == 0 && last % 2 == 0 && (last - first <= 2 || model.config().causal());
+  if (!exact) return stream_jacobian(model, first, last, {token}, {token});
+  std::vector<double> t(size_t(C) * C, 0.0);  // (K = C, C): tangent k is the unit vector e_k
+  for (int k = 0; k < C; k++) t[size_t(k) * C + k] = 1.0;
+  for (int l = first / 2; l < last / 2; l++) model.jvp_block_token_local(t.data(), t.data(), C, l, token);
+  std::vector<double> J(t.size());
+  for (int k = 0; k < C; k++)
+    for (int c = 0; c < C; c++) J[size_t(c) * C + k] = t[size_t(k) * C + c];
   return J;
 }
 

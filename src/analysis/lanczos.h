@@ -26,6 +26,12 @@ namespace normlab::analysis {
 std::vector<double> stream_jacobian(const Model<double>& model, int first, int last,
                                     const std::vector<int>& in_tokens, const std::vector<int>& out_tokens);
 
+// The token-local Jacobian dx'_i / dx_i (C x C, row-major out x in) of sub-layers [first, last) at
+// one token of one sequence (B = 1), the same matrix as stream_jacobian(model, first, last, {i}, {i}).
+// For one whole block, or whole blocks of a causal model, it is chained from
+// Model::jvp_block_token_local at cost independent of T; otherwise it is stream_jacobian.
+std::vector<double> token_local_jacobian(const Model<double>& model, int first, int last, int token);
+
 struct ExtremeSingularValues {
   int n = 0;                     // dimension of the input space
   std::vector<double> largest;   // descending

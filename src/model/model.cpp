@@ -438,7 +438,8 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
   // scratch carved from one buffer kept across calls (the analysis calls this repeatedly with the
   // same K; fresh gigabytes per call would cost a page fault per 4 KiB)
   const size_t nhid = size_t(K) * N * std::max(3 * C, F), natt = size_t(B) * cfg_.n_heads * T * T;
-  const size_t nmix = size_t(K) * N * std::max(C, F);
+  // tmix also holds the MLP fold below, (F, C) + (C, C): more than K N max(C, F) when N is tiny (T = 1)
+  const size_t nmix = std::max(size_t(K) * N * std::max(C, F), size_t(F) * C + size_t(C) * C);
   if (jvp_scratch_.size() < 5 * KNC + nhid + natt + nmix) jvp_scratch_.resize(5 * KNC + nhid + natt + nmix);
   S* tx = jvp_scratch_.data();
   S* th = tx + KNC;
@@ -512,6 +513,96 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
       std::swap(tx, tr);
   }
   std::copy(tx, tx + KNC, tout);
+}
+
+// The block's token-local Jacobian J_ii = dy_i / dx_i (tangent in at token i of batch row b, out at
+// the same token), exactly, from the row-i quantities of the last forward. Every norm, residual and
+// the MLP are token-local, so they are the full-sequence JVP restricted to one row (rows = 1 on
+// pointers offset to the token). Attention is the only mixer; with a tangent only at token i, only
+// q_i, k_i, v_i move, and the output at token i is, per head,
+//   tS_ij = (tq_i . k_j + [j == i] q_i . tk_i) / sqrt(HS);  tP_i = P_i * (tS_i - <P_i, tS_i>);
+//   ty_i = sum_j tP_ij v_j + P_ii tv_i
+// (masked and causally hidden keys have P_ij = 0 and drop out). Cost O(K (C^2 + C F + T C)) per
+// block instead of O(K T (C^2 + C F)).
+template <class S>
+void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, int token, int row) const {
+  const int T = T_, C = cfg_.d_model, F = cfg_.ff(), NH = cfg_.n_heads, HS = C / NH;
+  const size_t n = size_t(row) * T + token;  // the token's row in (B * T)
+  const size_t KC = size_t(K) * C;
+  const size_t need = 5 * KC + size_t(K) * std::max(3 * C, F) + size_t(K) * std::max(C, F) + size_t(K) * T;
+  if (jvp_scratch_.size() < need) jvp_scratch_.resize(need);
+  S* tx = jvp_scratch_.data();
+  S* th = tx + KC;
+  S* tf = th + KC;
+  S* tg = tf + KC;
+  S* tr = tg + KC;
+  S* thid = tr + KC;                                // (K, 3C) | (K, F)
+  S* tmix = thid + size_t(K) * std::max(3 * C, F);  // (K, C) | (K, F)
+  S* ts = tmix + size_t(K) * std::max(C, F);        // (K, T) one head's score tangents
+  std::copy(tin, tin + KC, tx);
+  for (int i = 2 * layer; i < 2 * layer + 2; i++) {
+    if (!cfg_.has_sublayer(i)) continue;
+    const SublayerActs<S>& a = a_[i];
+    const SublayerParams<S>& p = p_[i];
+    const NormSites sites = norm_sites(cfg_.placement_of(layer));
+    // h = ln_in(x)
+    const S* h = tx;
+    if (sites.in) {
+      norm_jvp(th, tx, a.x_in + n * C, p.ln_in, a.in_mean + n, a.in_rstd + n, K, 1);
+      h = th;
+    }
+    // f = F(h)
+    if (i % 2 == 0) {
+      const int C3 = 3 * C;
+      const S scale = S(1.0 / std::sqrt(double(HS)));
+      matmul_jvp(thid, h, p.w1, K, 1, C, C3);  // tq_i | tk_i | tv_i
+      for (int hh = 0; hh < NH; hh++) {
+        const S* qkv = a.hid + size_t(row) * T * C3 + hh * HS;  // this row's q | k | v of head hh, stride 3C
+        const S* q_i = qkv + size_t(token) * C3;
+        const S* P_i = a.att + ((size_t(row) * NH + hh) * T + token) * T;
+        const S* tq = thid + hh * HS;
+        const S* tk = tq + C;
+        const S* tv = tq + 2 * C;
+        // tS (K, T) = tq_i k^T / sqrt(HS), plus q_i . tk_i / sqrt(HS) at j = i
+        gemm<S>(Trans::No, Trans::Yes, K, T, HS, scale, tq, C3, qkv + C, C3, S(0), ts, T);
+        for (int k = 0; k < K; k++) {
+          S* s = ts + size_t(k) * T;
+          const S* tk_k = tk + size_t(k) * C3;
+          double qtk = 0;
+          for (int e = 0; e < HS; e++) qtk += double(q_i[e]) * tk_k[e];
+          s[token] += scale * S(qtk);
+          // tP = P * (tS - <P, tS>)
+          double dot = 0;
+          for (int j = 0; j < T; j++) dot += double(P_i[j]) * s[j];
+          for (int j = 0; j < T; j++) s[j] = S(P_i[j] * (s[j] - dot));
+        }
+        // ty_i (K, HS) = tP v + P_ii tv_i
+        S* ty = tmix + hh * HS;
+        gemm<S>(Trans::No, Trans::No, K, HS, T, S(1), ts, T, qkv + 2 * C, C3, S(0), ty, C);
+        const S p_ii = P_i[token];
+        for (int k = 0; k < K; k++)
+          for (int e = 0; e < HS; e++) ty[size_t(k) * C + e] += p_ii * tv[size_t(k) * C3 + e];
+      }
+      matmul_jvp(tf, tmix, p.w2, K, 1, C, C);
+    } else {
+      matmul_jvp(thid, h, p.w1, K, 1, C, F);
+      activation_jvp(cfg_.activation, tmix, a.hid + n * F, thid, size_t(F), K);
+      matmul_jvp(tf, tmix, p.w2, K, 1, F, C);
+    }
+    // g = ln_branch(f)
+    const S* g = tf;
+    if (sites.branch) {
+      norm_jvp(tg, tf, a.f + n * C, p.ln_branch, a.br_mean + n, a.br_rstd + n, K, 1);
+      g = tg;
+    }
+    // r = alpha * x + g;  x' = ln_out(r)
+    residual_jvp(tr, tx, g, S(cfg_.residual_alpha(layer)), KC);
+    if (sites.out)
+      norm_jvp(tx, tr, a.r + n * C, p.ln_out, a.out_mean + n, a.out_rstd + n, K, 1);
+    else
+      std::swap(tx, tr);
+  }
+  std::copy(tx, tx + KC, tout);
 }
 
 template <class S>

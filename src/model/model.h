@@ -81,6 +81,10 @@ class Model {
   // The same for unit tangents: tangent k is 1 at flat position positions[k] of (B, T, C) and 0
   // elsewhere -- columns of the Jacobian, without materializing the identity.
   void jvp_sublayers_unit(S* tout, const int64_t* positions, int K, int first, int last) const;
+  // Token-local forward mode through block `layer` (sub-layers 2 layer, 2 layer + 1): tout (K, C) =
+  // J_ii tin (K, C), J_ii = d x'_i / d x_i at token `token` of batch row `row`, exactly, from that
+  // token's saved activations (cost independent of T but for one attention row). tout may alias tin.
+  void jvp_block_token_local(S* tout, const S* tin, int K, int layer, int token, int row = 0) const;
   // Reverse mode through sub-layers [first, last) at the point of the last forward: din (B, T, C)
   // = J^T dout. As a side effect it adds into the parameter gradients (zero them if they matter).
   void vjp_sublayers(S* din, const S* dout, int first, int last);

@@ -1,0 +1,228 @@
+// test_local_jacobian.cpp: the block's token-local Jacobian from row-i quantities
+// (Model::jvp_block_token_local) against the full-sequence forward mode restricted to one token
+// (jvp_sublayers_unit over the block's two sub-layers), for every placement, both norms, both
+// architectures, MLP on and off, residual off, every activation, a key padding mask with two batch
+// rows, first / middle / last tokens, and perturbed parameters (gains and biases away from init).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <memory>
+#include <vector>
+
+#include "analysis/lanczos.h"
+#include "model/model.h"
+#include "ops/common.h"
+#include "util/rng.h"
+
+using namespace normlab;
+
+namespace {
+
+struct Case {
+  Placement placement;
+  NormKind norm;
+  Arch arch;
+  bool mlp = true;
+  bool residual = true;
+  Activation activation = Activation::Gelu;
+  bool padded = false;  // B = 2 with a key padding mask
+};
+
+std::string name_of(const Case& c) {
+  return fmt::format("{} {} {} mlp={} residual={} {} padded={}", to_string(c.placement), to_string(c.norm),
+                     to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded);
+}
+
+// d = 12 with 3 heads (HS = 4), F = 20 (not a multiple of d), T = 7.
+std::unique_ptr<Model<double>> run(const Case& c, int B, int T) {
+  ModelConfig cfg;
+  cfg.arch = c.arch;
+  cfg.d_model = 12;
+  cfg.n_heads = 3;
+  cfg.n_layers = 2;
+  cfg.d_ff = 20;
+  cfg.seq_len = 8;
+  cfg.placement = {c.placement};
+  cfg.norm = c.norm;
+  cfg.eps = 1e-5;
+  cfg.mlp = c.mlp;
+  cfg.residual = c.residual;
+  cfg.activation = c.activation;
+  cfg.init_std = 0.3;
+  auto m = std::make_unique<Model<double>>(cfg);
+  // away from init: every parameter (norm gains and biases included) moved by a random amount
+  Rng rng(uint64_t(7 + int(c.placement) * 13 + int(c.norm) * 5 + int(c.arch)));
+  for (double& p : m->params()) p += 0.2 * rng.normal();
+  std::vector<int32_t> ids(size_t(B) * T), labels(ids.size(), ops::kIgnoreLabel);
+  for (size_t t = 0; t < ids.size(); t++) ids[t] = int32_t((t * 37 + 11) % 256);
+  std::vector<uint8_t> mask(ids.size(), 1);
+  if (c.padded) {  // row 0 unpadded, row 1 with its last two keys padding
+    mask[size_t(T) + T - 1] = 0;
+    mask[size_t(T) + T - 2] = 0;
+  }
+  m->forward(ids.data(), labels.data(), B, T, nullptr, c.padded ? mask.data() : nullptr);
+  return m;
+}
+
+// max |fast - reference| / max |reference| over the block Jacobian at (row, token)
+double block_error(const Model<double>& m, int layer, int token, int row) {
+  const int B = m.planned_B(), T = m.planned_T(), C = m.config().d_model;
+  const size_t NC = size_t(B) * T * C;
+  std::vector<int64_t> unit(static_cast<size_t>(C));
+  for (int c = 0; c < C; c++) unit[size_t(c)] = int64_t(row) * T * C + int64_t(token) * C + c;
+  std::vector<double> full(size_t(C) * NC);
+  m.jvp_sublayers_unit(full.data(), unit.data(), C, 2 * layer, 2 * layer + 2);
+  std::vector<double> eye(size_t(C) * C, 0.0), fast(eye.size());
+  for (int c = 0; c < C; c++) eye[size_t(c) * C + c] = 1.0;
+  m.jvp_block_token_local(fast.data(), eye.data(), C, layer, token, row);
+  double worst = 0, scale = 0;
+  for (int k = 0; k < C; k++)
+    for (int c = 0; c < C; c++) {
+      const double ref = full[size_t(k) * NC + unit[0] + c];
+      worst = std::max(worst, std::abs(fast[size_t(k) * C + c] - ref));
+      scale = std::max(scale, std::abs(ref));
+    }
+  EXPECT_GT(scale, 0.0);
+  return worst / scale;
+}
+
+constexpr double kTol = 1e-12;  // both are the same math in double, only summed in another order
+
+}  // namespace
+
+TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
+  std::vector<Case> cases;
+  for (Placement p : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::PrePost,
+                      Placement::DeepNorm, Placement::None})
+    for (NormKind norm : {NormKind::LayerNorm, NormKind::RMSNorm})
+      for (Arch arch : {Arch::Gpt, Arch::Encoder}) cases.push_back({p, norm, arch});
+  for (Activation act : {Activation::Gelu, Activation::GeluExact, Activation::Relu}) {
+    cases.push_back({Placement::Post, NormKind::LayerNorm, Arch::Encoder, true, true, act});
+    cases.push_back({Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, act});
+  }
+  for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
+    cases.push_back({Placement::Pre, NormKind::LayerNorm, arch, false});
+    cases.push_back({Placement::Post, NormKind::RMSNorm, arch, false});
+    cases.push_back({Placement::Pre, NormKind::LayerNorm, arch, true, false});
+    cases.push_back({Placement::Sandwich, NormKind::LayerNorm, arch, false, false});
+  }
+  const int T = 7;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(name_of(c));
+    auto m = run(c, 1, T);
+    for (int layer : {0, 1})
+      for (int token : {0, 3, T - 1}) {
+        SCOPED_TRACE(fmt::format("layer {} token {}", layer, token));
+        EXPECT_LE(block_error(*m, layer, token, 0), kTol);
+      }
+  }
+}
+
+TEST(LocalJacobian, KeyPaddingMaskWithTwoRows) {
+  const int T = 7;
+  for (Arch arch : {Arch::Encoder, Arch::Gpt})
+    for (Placement p : {Placement::Post, Placement::Pre}) {
+      Case c{p, NormKind::LayerNorm, arch, true, true, Activation::GeluExact, true};
+      SCOPED_TRACE(name_of(c));
+      auto m = run(c, 2, T);
+      for (int row : {0, 1})
+        for (int layer : {0, 1})
+          for (int token : {0, 2, T - 2, T - 1}) {  // T - 2 and T - 1 are padding in row 1
+            SCOPED_TRACE(fmt::format("row {} layer {} token {}", row, layer, token));
+            EXPECT_LE(block_error(*m, layer, token, row), kTol);
+          }
+    }
+}
+
+TEST(LocalJacobian, ArbitraryTangentsAreTheJacobianTimesThem) {
+  // linearity in the tangent: K random tangents give J_ii applied to them
+  Case c{Placement::Sandwich, NormKind::LayerNorm, Arch::Encoder};
+  auto m = run(c, 1, 5);
+  const int C = 12, K = 5;
+  std::vector<double> eye(size_t(C) * C, 0.0), J(eye.size());
+  for (int k = 0; k < C; k++) eye[size_t(k) * C + k] = 1.0;
+  m->jvp_block_token_local(J.data(), eye.data(), C, 1, 2);
+  Rng rng(3);
+  std::vector<double> tin(size_t(K) * C), tout(tin.size());
+  for (double& v : tin) v = rng.normal();
+  m->jvp_block_token_local(tout.data(), tin.data(), K, 1, 2);
+  for (int k = 0; k < K; k++)
+    for (int c = 0; c < C; c++) {
+      double ref = 0;
+      for (int e = 0; e < C; e++) ref += J[size_t(e) * C + c] * tin[size_t(k) * C + e];
+      EXPECT_NEAR(tout[size_t(k) * C + c], ref, 1e-12 * (1 + std::abs(ref)));
+    }
+}
+
+TEST(LocalJacobian, StreamJacobianAgrees) {
+  // the analysis' dense builder (stream_jacobian) and the fast path give the same d x d matrix
+  Case c{Placement::Post, NormKind::LayerNorm, Arch::Encoder, true, true, Activation::GeluExact};
+  auto m = run(c, 1, 6);
+  for (int layer : {0, 1}) {
+    const std::vector<double> ref = analysis::stream_jacobian(*m, 2 * layer, 2 * layer + 2, {5}, {5});
+    const std::vector<double> fast = analysis::token_local_jacobian(*m, 2 * layer, 2 * layer + 2, 5);
+    ASSERT_EQ(ref.size(), fast.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+      worst = std::max(worst, std::abs(ref[i] - fast[i]));
+      scale = std::max(scale, std::abs(ref[i]));
+    }
+    EXPECT_LE(worst, kTol * scale);
+  }
+}
+
+TEST(LocalJacobian, CausalEndToEndIsTheChainOfBlocks) {
+  // causal: a tangent at token i only moves tokens >= i, which token i never reads, so the
+  // end-to-end J_ii is the product of the blocks' J_ii (for every token, not only the last)
+  const int T = 7;
+  for (Placement p : {Placement::Pre, Placement::Post, Placement::DeepNorm})
+    for (bool mlp : {true, false}) {
+      Case c{p, NormKind::RMSNorm, Arch::Gpt, mlp, true, Activation::Relu};
+      SCOPED_TRACE(name_of(c));
+      auto m = run(c, 1, T);
+      for (int token : {0, 4, T - 1}) {
+        const std::vector<double> ref = analysis::stream_jacobian(*m, 0, 4, {token}, {token});
+        const std::vector<double> fast = analysis::token_local_jacobian(*m, 0, 4, token);
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < ref.size(); i++) {
+          worst = std::max(worst, std::abs(ref[i] - fast[i]));
+          scale = std::max(scale, std::abs(ref[i]));
+        }
+        EXPECT_LE(worst, kTol * scale) << "token " << token;
+      }
+    }
+}
+
+TEST(LocalJacobian, OneTokenSequences) {
+  // T = 1: attention is the value path alone (P = 1, tP = 0)
+  for (Arch arch : {Arch::Gpt, Arch::Encoder})
+    for (Placement p : {Placement::Post, Placement::Pre, Placement::PrePost}) {
+      Case c{p, NormKind::LayerNorm, arch};
+      SCOPED_TRACE(name_of(c));
+      auto m = run(c, 1, 1);
+      for (int layer : {0, 1}) EXPECT_LE(block_error(*m, layer, 0, 0), kTol);
+    }
+}
+
+TEST(LocalJacobian, BidirectionalEndToEndIsNotTheChain) {
+  // the control for the causal shortcut: in an encoder, token i's tangent comes back to it through
+  // the other tokens after two blocks, so the chain of blocks differs from the end-to-end J_ii (and
+  // token_local_jacobian therefore keeps the full-sequence pass there)
+  Case c{Placement::Post, NormKind::LayerNorm, Arch::Encoder, true, true, Activation::GeluExact};
+  auto m = run(c, 1, 6);
+  const int C = 12, token = 2;
+  const std::vector<double> ref = analysis::stream_jacobian(*m, 0, 4, {token}, {token});
+  EXPECT_EQ(analysis::token_local_jacobian(*m, 0, 4, token), ref);
+  std::vector<double> t(size_t(C) * C, 0.0);
+  for (int k = 0; k < C; k++) t[size_t(k) * C + k] = 1.0;
+  for (int l = 0; l < 2; l++) m->jvp_block_token_local(t.data(), t.data(), C, l, token);
+  double worst = 0, scale = 0;
+  for (int k = 0; k < C; k++)
+    for (int e = 0; e < C; e++) {
+      worst = std::max(worst, std::abs(t[size_t(k) * C + e] - ref[size_t(e) * C + k]));
+      scale = std::max(scale, std::abs(ref[size_t(e) * C + k]));
+    }
+  EXPECT_GT(worst, 1e-6 * scale);
+}
