@@ -1,16 +1,45 @@
 // lanczos.h: dense stream Jacobians by forward mode, and matrix-free extreme singular values of a stream Jacobian J (sub-layers [first, last)
-// of a model, restricted to chosen input and output tokens): the largest k and smallest k
-// eigenvalues of J^T J by implicitly restarted Lanczos (Spectra), each product J^T J v being one
+// of a model, restricted to chosen input and output tokens), each product J^T J v being one
 // forward-mode (jvp) and one reverse-mode (vjp) pass. For Jacobians too large to form.
 //
-// The smallest: near zero, J^T J's eigenvalues are too close together for Lanczos on J^T J. For a
-// causal model over whole sequences, J is block lower triangular over tokens (output token i
-// depends on input tokens j <= i), so J^{-1} and J^{-T} are applied matrix-free by block
-// substitution (one jvp or vjp per token, plus the LU factors of the d x d diagonal blocks J_ii),
-// and Lanczos on (J^T J)^{-1} = J^{-1} J^{-T} finds 1/sigma_min^2 first (shift-invert at 0). For
-// bidirectional models J^{-1} and J^{-T} come from GMRES preconditioned by the diagonal blocks.
-// Otherwise (a singular diagonal block, as in every block ending in a LayerNorm, whose Jacobian
-// annihilates the constant direction, or GMRES not converging) Lanczos runs on sigma_max^2 I - J^T J.
+// The largest k: implicitly restarted Lanczos (Spectra) on J^T J.
+//
+// The smallest k, multiplicities included:
+// 1. Structural zeros. When the last sub-layer ends in a norm (post, prepost, deepnorm), J = N R with
+//    N = diag over output tokens of the norm's Jacobian diag(gamma) J_1, J_1 symmetric. So J^T u = 0
+//    for u = diag(gamma)^+ w (w in the null space of J_1, zero wherever gamma is), token by token:
+//    J_1 annihilates 1 (LayerNorm, always) and z - mean (LayerNorm) or z (RMSNorm) only at eps = 0;
+//    each gamma_i = 0 adds e_i. These S = sum over tokens of that dimension are exact zeros of J,
+//    counted from structure, reported as 0 and certified by ||J^T U||_F.
+// 2. The rest, in the orthogonal complement of those directions (on the output side, J J^T): by a
+//    block Davidson / thick-restarted block Lanczos with locking (block_eigs.h), which keeps the
+//    multiplicity of clusters that single-vector Lanczos loses -- e.g. the T values of order
+//    eps^(number of post sub-layers) that a Post-LN stack with eps > 0 has on top of its T exact zeros
+//    (about 1e-20 with eps = 1e-5 and four sub-layers: numerically zero, not structurally).
+//    Operators: for causal models with no structural zeros and invertible d x d diagonal blocks J_ii,
+//    J is block lower triangular and (J^T J)^{-1} = J^{-1} J^{-T} is applied by block substitution
+//    (T jvps + T vjps, shift-invert at 0); for encoders the same by GMRES preconditioned by the
+//    diagonal blocks; otherwise (singular diagonal blocks: every stack ending in a norm) the shifted
+//    Gram c I - G with c = 1.001 sigma_max^2. (Shift-invert on the deflated operator would need the
+//    right null space of J, which has no closed form, and with eps > 0 the eps-cluster above keeps the
+//    deflated diagonal blocks numerically singular anyway.)
+// 3. Verification, independent of the solver: Rayleigh-Ritz of G on the returned vectors from fresh
+//    products. Its residual R bounds each value: eta = min(||R_g||, ||R_g||^2 / gap_g) on sigma^2 for
+//    each group g of values that the residual cannot separate (gap_g: to the neighbouring groups and to
+//    the guard, the next eigenvalue, locked as well), so |sigma - sigma_true| <= min(sqrt(eta), eta / sigma).
+//    converged = every bound <= kSmallestAtol sigma_max + kSmallestRtol sigma, the largest converged,
+//    the structural certificate <= kStructuralTol, all within the budget. The quadratic bound assumes
+//    the guard is the next eigenvalue (no eigenvalue missed below it), which the random directions and
+//    the block make very likely but do not prove.
+//
+// Budget: work is counted in J^T J products (one jvp tangent + one vjp each = 1; a substitution solve
+// = T; a diagonal block = d/2), everything included, and capped at min(50 n, 20000) for input
+// dimension n unless the caller gives another cap: 50 products per dimension lets Lanczos converge
+// wherever the wanted eigenvalues are not pathologically close, and 20000 products stop a d 128, T 32,
+// 4-layer stack after about a minute on 2 cores instead of running for many. The largest get at most
+// a quarter of it. When the budget runs out the result says converged = false with the reason, and
+// only verified values (the structural zeros) are reported as smallest; the unverified estimates are
+// kept apart.
 #pragma once
 
 #include <string>
@@ -26,18 +55,36 @@ namespace normlab::analysis {
 std::vector<double> stream_jacobian(const Model<double>& model, int first, int last,
                                     const std::vector<int>& in_tokens, const std::vector<int>& out_tokens);
 
+// What "converged" promises for each smallest value s (sigma_max the largest singular value):
+// |s - s_true| <= kSmallestAtol sigma_max + kSmallestRtol s.
+inline constexpr double kSmallestAtol = 1e-8;
+inline constexpr double kSmallestRtol = 1e-6;
+// ||J^T U||_F / sigma_max above which the structural null space is not trusted (rounding: ~1e-15)
+inline constexpr double kStructuralTol = 1e-10;
+
+// The default cap on the work of extreme_singular_values, in J^T J products, for input dimension n.
+long default_lanczos_budget(long n);
+
 struct ExtremeSingularValues {
   int n = 0;                     // dimension of the input space
   std::vector<double> largest;   // descending
-  std::vector<double> smallest;  // ascending
+  std::vector<double> smallest;  // ascending, the structural zeros first; only verified values
   bool converged = false;
-  long products = 0;             // J^T J v products used
-  std::string smallest_method;   // "inverse (block substitution)", "inverse (GMRES)" or "shifted"
-  long solves = 0;               // (J^T J)^{-1} v applications (inverse method), T jvps + T vjps each
+  std::string reason;            // why not converged (empty when converged)
+  long products = 0;             // all work, in J^T J products (see above)
+  long budget = 0;               // the cap on products
+  std::string smallest_method;   // "inverse (block substitution)", "inverse (GMRES)", "shifted" or
+                                 // "structure" (every wanted value a structural zero)
+  long solves = 0;               // (J^T J)^{-1} v applications (inverse method)
+  int structural_zeros = 0;      // exact zeros known from the last norm (see above)
+  double structural_residual = 0;  // ||J^T U||_F / sigma_max over their directions U
+  double smallest_error_bound = 0; // max over the smallest of the bound on |s - s_true|, / sigma_max
+  std::vector<double> smallest_unverified;  // not converged: the solver's estimates, ascending
 };
 
+// k values at each end; budget <= 0: default_lanczos_budget(n).
 ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, int last,
                                               const std::vector<int>& in_tokens,
-                                              const std::vector<int>& out_tokens, int k);
+                                              const std::vector<int>& out_tokens, int k, long budget = 0);
 
 }  // namespace normlab::analysis
