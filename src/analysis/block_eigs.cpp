@@ -74,6 +74,7 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
   std::vector<double> lv, lres;
   bool guarded = false;  // the last locked pair is the guard
   double scale = o.scale;
+  Eigen::Index confirm_from = -1;  // locked count when the last fresh search space for the guard began
   double best_leading = std::numeric_limits<double>::infinity();  // the leading residual's best
   int stalled_steps = 0;                                          // steps without progress
   Eigen::MatrixXd V, AV;
@@ -124,7 +125,7 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
         }
       }
       const bool converged = res <= o.tol * scale;
-      const bool at_floor = newly == 0 && stalled_steps >= kStallSteps && res <= kStallTol * scale;
+      const bool at_floor = o.lock_at_noise_floor && newly == 0 && stalled_steps >= kStallSteps && res <= kStallTol * scale;
       if (!converged && !at_floor) break;
       best_leading = std::numeric_limits<double>::infinity();
       stalled_steps = 0;
@@ -141,11 +142,39 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
       // a cluster is never cut: the guard must lie clearly below the last value kept, else it joins
       // them and the next pair becomes the guard
       bool separated = false;
+      Eigen::Index guard_col = 0;
       if (locking > wanted) {
+        for (Eigen::Index j = 1; j < L.cols(); j++)
+          if (lv[size_t(j)] < lv[size_t(guard_col)]) guard_col = j;
         std::vector<double> sorted = lv;
         std::sort(sorted.begin(), sorted.end(), std::greater<>());
-        const double last = sorted[size_t(locking) - 2], guard = sorted[size_t(locking) - 1];
-        separated = last - guard > o.cluster_rtol * scale;
+        separated = sorted[size_t(locking) - 2] - sorted[size_t(locking) - 1] > o.cluster_rtol * scale;
+      }
+      // The guard counts only as the first pair to converge in a fresh random search space (the
+      // locked ones deflated): Krylov methods converge to the top of the spectrum first, so a copy
+      // of a wanted value that the search space had lost shows up there instead, and is kept.
+      if (separated && confirm_from != L.cols() - 1) {
+        const Eigen::Index l = L.cols() - 1;
+        L.col(guard_col) = L.col(l);
+        L.conservativeResize(n, l);
+        lv[size_t(guard_col)] = lv.back();
+        lres[size_t(guard_col)] = lres.back();
+        lv.pop_back();
+        lres.pop_back();
+        confirm_from = L.cols();
+        best_leading = std::numeric_limits<double>::infinity();
+        stalled_steps = 0;
+        Eigen::MatrixXd W(n, b);
+        for (int j = 0; j < b; j++) W.col(j) = random_vector(n, rng);
+        W = orthonormalize(W, {&deflate, &L}, rng);
+        V.resize(n, 0);
+        AV.resize(n, 0);
+        if (W.cols() == 0 || !o.affordable(int(W.cols()))) {
+          r.reason = fmt::format("budget exhausted while confirming the guard, {} pairs locked", L.cols());
+          break;
+        }
+        expand(W);
+        continue;
       }
       if (separated || locking == room) {
         guarded = separated;

@@ -338,6 +338,7 @@ Mat structural_left_null(const Model<double>& m, int first, int last, const std:
       for (int c = 0; c < C; c++)
         B(c, Eigen::Index(zero_gain.size()) + j) = gamma[c] == 0.0 ? 0.0 : v(c) / gamma[c];
     }
+    if (B.cols() == 0) continue;
     Eigen::ColPivHouseholderQR<Mat> qr(B);
     const Mat Q = qr.householderQ() * Mat::Identity(C, qr.rank());
     for (Eigen::Index j = 0; j < Q.cols(); j++) {
@@ -483,6 +484,7 @@ ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, i
         // the solves carry rounding amplified by cond(J): lock at a looser residual, the certificate
         // measures what the values are worth
         o.tol = kInverseLockTol;
+        o.lock_at_noise_floor = true;
         // a substitution solve costs T products; a GMRES one is only known afterwards (it may overshoot
         // the budget by one block)
         const double unit = triangular ? double(model.planned_T()) : 0.0;
