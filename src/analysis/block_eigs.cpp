@@ -148,7 +148,8 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
           if (lv[size_t(j)] < lv[size_t(guard_col)]) guard_col = j;
         std::vector<double> sorted = lv;
         std::sort(sorted.begin(), sorted.end(), std::greater<>());
-        separated = sorted[size_t(locking) - 2] - sorted[size_t(locking) - 1] > o.cluster_rtol * scale;
+        const double last = sorted[size_t(locking) - 2];
+        separated = last - sorted[size_t(locking) - 1] > o.cluster_rtol * std::max(std::abs(last), o.scale);
       }
       // The guard counts only as the first pair to converge in a fresh random search space (the
       // locked ones deflated): Krylov methods converge to the top of the spectrum first, so a copy

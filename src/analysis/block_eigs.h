@@ -28,8 +28,8 @@ struct BlockEigsOptions {
   // ||A x - theta x|| <= tol ||A||, or, with lock_at_noise_floor (products not exact to rounding, as
   // solves through an ill-conditioned matrix), when that residual has stalled below 1e-6 ||A||
   // (block_eigs.cpp; a caller that allows it must judge the values itself). Values closer than
-  // cluster_rtol ||A|| form one cluster, which is never cut: pairs are locked until the next one (the
-  // guard) lies below the last by more than that.
+  // cluster_rtol max(|theta|, scale) form one cluster, which is never cut: pairs are locked until the
+  // next one (the guard) lies below the last by more than that.
   double tol = 1e-12;
   double scale = 0;
   bool lock_at_noise_floor = false;

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <functional>
 #include <limits>
+#include <optional>
 
 #include "analysis/block_eigs.h"
 
@@ -397,6 +398,16 @@ Certificate certify(const StreamOps& ops, const Mat& X, bool output_side, double
   return c;
 }
 
+// One solver run for the smallest: its pairs and what the certificate needs.
+struct SmallestRun {
+  std::string method;
+  BlockEigsResult found;
+  std::vector<double> estimate;  // the singular values it found, ascending
+  bool inverse = false;          // on (J^T J)^{-1}: the estimates are accurate relative to themselves
+  bool output_side = false;      // vectors on the output side (J J^T) or the input side (J^T J)
+  double next_lambda = std::numeric_limits<double>::infinity(), next_residual = 0;  // the guard, in sigma^2
+};
+
 }  // namespace
 
 long default_lanczos_budget(long n) { return std::min(50 * n, 20000L); }
@@ -465,47 +476,15 @@ ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, i
   if (wanted == 0) r.smallest_method = "structure";
   if (wanted > 0 && smax == 0) why.push_back("no largest singular value to scale the smallest by");
   if (wanted > 0 && smax > 0) {
-    // 2. the rest by the block solver, on the best operator available
+    // 2. the rest by the block solver: shift-invert where J has invertible diagonal blocks, else (or
+    // when its values fail the certificate) the shifted Gram
     const int block = std::clamp(wanted + 1, 2, 8);
     const double reserve = wanted + 1;  // the certificate's products
-    BlockEigsResult found;
-    std::vector<double> estimate;  // ascending singular values from the solver
-    bool certify_output_side = output_side;
-    double next_lambda = std::numeric_limits<double>::infinity(), next_residual = 0;
-    bool every_token = int(in_tokens.size()) == model.planned_T() && in_tokens == out_tokens && model.planned_B() == 1;
-    for (size_t a = 0; every_token && a < in_tokens.size(); a++) every_token = in_tokens[a] == int(a);
-    if (every_token && U.cols() == 0 && !over(0.5 * double(cols) + reserve)) {
-      const bool triangular = model.config().causal();
-      InverseGram inverse(model, first, last, triangular, work);
-      if (inverse.min_rcond() > 1e-12) {
-        BlockEigsOptions o;
-        o.nev = wanted;
-        o.block = block;
-        // the solves carry rounding amplified by cond(J): lock at a looser residual, the certificate
-        // measures what the values are worth
-        o.tol = kInverseLockTol;
-        o.lock_at_noise_floor = true;
-        // a substitution solve costs T products; a GMRES one is only known afterwards (it may overshoot
-        // the budget by one block)
-        const double unit = triangular ? double(model.planned_T()) : 0.0;
-        o.affordable = [&](int n_cols) { return !over(n_cols * unit + reserve); };
-        found = block_largest_eigenpairs([&](const Mat& X, Mat& Y) { inverse.apply(X, Y); }, cols, Mat(cols, 0), o);
-        r.solves = inverse.solves();
-        if (inverse.solves_converged()) {
-          r.smallest_method = triangular ? "inverse (block substitution)" : "inverse (GMRES)";
-          certify_output_side = false;
-          for (Eigen::Index i = 0; i < found.values.size(); i++)
-            estimate.push_back(found.values(i) > 0 ? 1.0 / std::sqrt(found.values(i)) : std::numeric_limits<double>::infinity());
-          if (!std::isnan(found.guard) && found.guard > 0) {
-            next_lambda = 1.0 / found.guard;
-            next_residual = found.guard_residual / (found.guard * found.guard);  // d(1/theta) = d theta / theta^2
-          }
-        }
-      }
-    }
-    if (r.smallest_method.empty()) {
+    const auto shifted = [&] {
+      SmallestRun run;
+      run.method = "shifted";
+      run.output_side = output_side;
       // c I - G, G = J J^T on the complement of the structural zeros (or J^T J on the input side)
-      r.smallest_method = "shifted";
       const double c = smax * smax * (1 + 1e-3);
       BlockEigsOptions o;
       o.nev = wanted;
@@ -513,44 +492,92 @@ ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, i
       o.scale = c;
       o.tol = kShiftedLockTol;
       o.affordable = [&](int n_cols) { return !over(n_cols + reserve); };
-      const auto shifted = [&](const Mat& X, Mat& Y) {
+      const auto op = [&](const Mat& X, Mat& Y) {
         ops.gram(X, Y, output_side);
         Y = c * X - Y;
       };
-      found = block_largest_eigenpairs(shifted, output_side ? rows : cols, output_side ? U : Mat(cols, 0), o);
-      for (Eigen::Index i = 0; i < found.values.size(); i++) estimate.push_back(std::sqrt(std::max(0.0, c - found.values(i))));
-      if (!std::isnan(found.guard)) {
-        next_lambda = c - found.guard;
-        next_residual = found.guard_residual;
+      run.found = block_largest_eigenpairs(op, output_side ? rows : cols, output_side ? U : Mat(cols, 0), o);
+      for (Eigen::Index i = 0; i < run.found.values.size(); i++)
+        run.estimate.push_back(std::sqrt(std::max(0.0, c - run.found.values(i))));
+      if (!std::isnan(run.found.guard)) {
+        run.next_lambda = c - run.found.guard;
+        run.next_residual = run.found.guard_residual;
+      }
+      return run;
+    };
+    bool every_token = int(in_tokens.size()) == model.planned_T() && in_tokens == out_tokens && model.planned_B() == 1;
+    for (size_t a = 0; every_token && a < in_tokens.size(); a++) every_token = in_tokens[a] == int(a);
+    std::optional<SmallestRun> run;
+    if (every_token && U.cols() == 0 && !over(0.5 * double(cols) + reserve)) {
+      const bool triangular = model.config().causal();
+      InverseGram inverse(model, first, last, triangular, work);
+      if (inverse.min_rcond() > 1e-12) {
+        SmallestRun inv;
+        inv.inverse = true;
+        inv.output_side = false;
+        BlockEigsOptions o;
+        o.nev = wanted;
+        o.block = block;
+        // the solves carry rounding amplified by cond(J): lock where the residual stops falling,
+        // the certificate measures what the values are worth
+        o.tol = kInverseLockTol;
+        o.lock_at_noise_floor = true;
+        // a substitution solve costs T products; a GMRES one is only known afterwards (it may overshoot
+        // the budget by one block)
+        const double unit = triangular ? double(model.planned_T()) : 0.0;
+        o.affordable = [&](int n_cols) { return !over(n_cols * unit + reserve); };
+        inv.found = block_largest_eigenpairs([&](const Mat& X, Mat& Y) { inverse.apply(X, Y); }, cols, Mat(cols, 0), o);
+        r.solves = inverse.solves();
+        if (inverse.solves_converged()) {
+          inv.method = triangular ? "inverse (block substitution)" : "inverse (GMRES)";
+          for (Eigen::Index i = 0; i < inv.found.values.size(); i++)
+            inv.estimate.push_back(inv.found.values(i) > 0 ? 1.0 / std::sqrt(inv.found.values(i))
+                                                           : std::numeric_limits<double>::infinity());
+          if (!std::isnan(inv.found.guard) && inv.found.guard > 0) {
+            inv.next_lambda = 1.0 / inv.found.guard;
+            inv.next_residual = inv.found.guard_residual / (inv.found.guard * inv.found.guard);  // d(1/theta) = d theta / theta^2
+          }
+          run = std::move(inv);
+        }
       }
     }
     // 3. the certificate
+    std::vector<std::string> failed;  // the inverse method's failure, when the shifted one follows
+    std::vector<double> estimate;     // the last run's unverified values
     bool verified = false;
-    if (!found.converged) {
-      why.push_back("the smallest: " + found.reason);
-    } else {
-      const Certificate cert = certify(ops, found.vectors, certify_output_side, next_lambda, next_residual);
-      const bool inverse = r.smallest_method != "shifted";
-      verified = true;
-      // the certificate covers the whole last cluster (block_eigs.h); the first `wanted` are reported
-      const size_t shown = std::min(size_t(wanted), cert.sigma.size());
-      for (size_t i = 0; i < shown; i++) {
-        const double tol = kSmallestAtol * smax + kSmallestRtol * cert.sigma[i];
-        verified = verified && cert.bound[i] <= tol && (!inverse || std::abs(estimate[i] - cert.sigma[i]) <= tol);
-        r.smallest_error_bound = std::max(r.smallest_error_bound, cert.bound[i] / smax);
-      }
-      if (verified) {
-        // the inverse method's own values are accurate relative to themselves, the certificate's to sigma_max
-        for (size_t i = 0; i < shown; i++) r.smallest.push_back(inverse ? estimate[i] : cert.sigma[i]);
-        std::sort(r.smallest.begin(), r.smallest.end());
+    for (int attempt = 0; attempt < 2 && !verified; attempt++) {
+      if (!run) run = shifted();
+      r.smallest_method = run->method;
+      estimate.assign(run->estimate.begin(), run->estimate.begin() + std::min<long>(wanted, long(run->estimate.size())));
+      if (!run->found.converged) {
+        failed.push_back(run->method + ": " + run->found.reason);
       } else {
-        why.push_back(fmt::format("the smallest: the certificate's error bound {:.2e} sigma_max exceeds the tolerance",
-                                  r.smallest_error_bound));
-        estimate.assign(cert.sigma.begin(), cert.sigma.begin() + long(shown));
+        const Certificate cert = certify(ops, run->found.vectors, run->output_side, run->next_lambda, run->next_residual);
+        // the certificate covers the whole last cluster (block_eigs.h); the first `wanted` are reported
+        const size_t shown = std::min(size_t(wanted), cert.sigma.size());
+        double worst = 0;
+        verified = true;
+        for (size_t i = 0; i < shown; i++) {
+          const double tol = kSmallestAtol * smax + kSmallestRtol * cert.sigma[i];
+          verified = verified && cert.bound[i] <= tol && (!run->inverse || std::abs(run->estimate[i] - cert.sigma[i]) <= tol);
+          worst = std::max(worst, cert.bound[i] / smax);
+        }
+        if (verified) {
+          r.smallest_error_bound = std::max(r.smallest_error_bound, worst);
+          // the inverse method's own values are accurate relative to themselves, the certificate's to sigma_max
+          for (size_t i = 0; i < shown; i++) r.smallest.push_back(run->inverse ? run->estimate[i] : cert.sigma[i]);
+          std::sort(r.smallest.begin(), r.smallest.end());
+        } else {
+          failed.push_back(fmt::format("{}: the certificate's error bound {:.2e} sigma_max exceeds the tolerance",
+                                       run->method, worst));
+          estimate.assign(cert.sigma.begin(), cert.sigma.begin() + long(shown));
+        }
       }
+      if (!run->inverse) break;  // the shifted method was the last resort
+      run.reset();
     }
     if (!verified) {
-      if (estimate.size() > size_t(wanted)) estimate.resize(size_t(wanted));
+      for (const auto& f : failed) why.push_back("the smallest, " + f);
       r.smallest_unverified = r.smallest;
       r.smallest_unverified.insert(r.smallest_unverified.end(), estimate.begin(), estimate.end());
       std::sort(r.smallest_unverified.begin(), r.smallest_unverified.end());
