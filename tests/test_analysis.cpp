@@ -289,7 +289,7 @@ TEST(Lanczos, MatrixFreeExtremesAgreeWithTheDenseSvd) {
     const JacobianReport r = analyze_jacobian(*m, opts);
     ASSERT_TRUE(r.end_to_end.full);
     ASSERT_TRUE(r.end_to_end.lanczos_vs_dense);
-    EXPECT_TRUE(r.end_to_end.lanczos_converged);
+    EXPECT_TRUE(r.end_to_end.lanczos_converged) << r.end_to_end.lanczos_reason;
     EXPECT_EQ(r.end_to_end.lanczos_largest.size(), 4u);
     // relative to sigma_max; measured ~6e-12 (J^T J squares the singular values, so the smallest
     // are resolved to well above machine epsilon, not to it)
@@ -320,7 +320,7 @@ TEST(Lanczos, MatrixFreeExtremesAgreeWithTheDenseSvd) {
     opts.lanczos_k = 4;
     const JacobianReport r = analyze_jacobian(*m, opts);
     EXPECT_EQ(r.end_to_end.lanczos_smallest_method, "inverse (GMRES)") << to_string(p);
-    EXPECT_TRUE(r.end_to_end.lanczos_converged);
+    EXPECT_TRUE(r.end_to_end.lanczos_converged) << r.end_to_end.lanczos_reason;
     EXPECT_LT(*r.end_to_end.lanczos_vs_dense, 1e-9);
     ASSERT_TRUE(r.end_to_end.lanczos_smallest_vs_dense);
     EXPECT_LT(*r.end_to_end.lanczos_smallest_vs_dense, 1e-8) << to_string(p);

@@ -17,7 +17,7 @@ namespace {
 // A leading residual that has not fallen by 1% in kStallSteps steps is at the noise floor of the
 // products (e.g. solves through an ill-conditioned J); it is locked there if it is below
 // kStallTol ||A||, and the caller's certificate judges the value.
-constexpr int kStallSteps = 3;
+constexpr int kStallSteps = 2;
 constexpr double kStallTol = 1e-6;
 
 Eigen::VectorXd random_vector(Eigen::Index n, Rng& rng) {
@@ -115,7 +115,12 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
     for (Eigen::Index i = 0; i < m; i++) scale = std::max(scale, std::abs(theta(i)));
     int newly = 0;
     while (int(L.cols()) + newly < locking && newly < m) {
-      const double res = (AX.col(newly) - theta(newly) * X.col(newly)).norm();
+      // the residual of the operator deflated by the locked vectors: their own small errors couple
+      // to every later pair and would otherwise set its floor (the caller's Rayleigh-Ritz over all
+      // locked vectors together accounts for that coupling)
+      Eigen::VectorXd rv = AX.col(newly) - theta(newly) * X.col(newly);
+      if (L.cols() > 0) rv -= L * (L.transpose() * rv);
+      const double res = rv.norm();
       if (newly == 0) {
         if (res < 0.99 * best_leading) {
           best_leading = res;
@@ -124,7 +129,8 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
           stalled_steps++;
         }
       }
-      const bool converged = res <= o.tol * scale;
+      if (getenv("BE_DEBUG")) fmt::print("it m={} L={} i={} theta={:.10e} res={:.3e} scale={:.3e} stalled={}\n", m, L.cols(), newly, theta(newly), res, scale, stalled_steps);
+      const bool converged = res <= o.tol * (o.relative_to_value ? std::max(std::abs(theta(newly)), o.scale) : scale);
       const bool at_floor = o.lock_at_noise_floor && newly == 0 && stalled_steps >= kStallSteps && res <= kStallTol * scale;
       if (!converged && !at_floor) break;
       best_leading = std::numeric_limits<double>::infinity();

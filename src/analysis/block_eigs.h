@@ -25,13 +25,15 @@ struct BlockEigsOptions {
   int block = 4;          // new directions per step
   int max_basis = 0;      // basis size that triggers a thick restart (0: max(3 (nev + 1), nev + 1 + 6 block))
   // ||A|| is estimated by max(scale, every |theta| seen). A Ritz pair is locked when
-  // ||A x - theta x|| <= tol ||A||, or, with lock_at_noise_floor (products not exact to rounding, as
-  // solves through an ill-conditioned matrix), when that residual has stalled below 1e-6 ||A||
-  // (block_eigs.cpp; a caller that allows it must judge the values itself). Values closer than
-  // cluster_rtol max(|theta|, scale) form one cluster, which is never cut: pairs are locked until the
-  // next one (the guard) lies below the last by more than that.
+  // ||A x - theta x|| <= tol ||A|| (relative_to_value: tol max(|theta|, scale)), or, with
+  // lock_at_noise_floor (products not exact to rounding, as solves through an ill-conditioned
+  // matrix), when that residual has stalled below 1e-6 ||A|| (block_eigs.cpp; a caller that allows it
+  // must judge the values itself). Values closer than cluster_rtol max(|theta|, scale) form one
+  // cluster, which is never cut: pairs are locked until the next one (the guard) lies below the last
+  // by more than that.
   double tol = 1e-12;
   double scale = 0;
+  bool relative_to_value = false;
   bool lock_at_noise_floor = false;
   double cluster_rtol = 1e-8;
   // Called before each block of `columns` products; false stops the run (not converged: budget).
