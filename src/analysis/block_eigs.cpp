@@ -129,7 +129,6 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
           stalled_steps++;
         }
       }
-      if (getenv("BE_DEBUG")) fmt::print("it m={} L={} i={} theta={:.10e} res={:.3e} scale={:.3e} stalled={}\n", m, L.cols(), newly, theta(newly), res, scale, stalled_steps);
       const bool converged = res <= o.tol * (o.relative_to_value ? std::max(std::abs(theta(newly)), o.scale) : scale);
       const bool at_floor = o.lock_at_noise_floor && newly == 0 && stalled_steps >= kStallSteps && res <= kStallTol * scale;
       if (!converged && !at_floor) break;

@@ -90,7 +90,7 @@ struct JacobianOptions {
   bool full = true;         // also the full-sequence Jacobians
   long full_max_dim = 4096; // skip the full-sequence Jacobians when T * d exceeds this
   int lanczos_k = 5;        // extreme singular values computed matrix-free (0: skip)
-  long lanczos_budget = 0;  // cap on their work in J^T J products (0: min(50 T d, 20000))
+  long lanczos_budget = 0;  // cap on their work in J^T J products (0: clamp(50 T d, 10000, 20000))
 };
 
 // The model must have run forward on one sequence (B = 1) in evaluation mode.

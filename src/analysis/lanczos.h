@@ -24,22 +24,25 @@
 //    right null space of J, which has no closed form, and with eps > 0 the eps-cluster above keeps the
 //    deflated diagonal blocks numerically singular anyway.)
 // 3. Verification, independent of the solver: Rayleigh-Ritz of G on the returned vectors from fresh
-//    products. Its residual R bounds each value: eta = min(||R_g||, ||R_g||^2 / gap_g) on sigma^2 for
-//    each group g of values that the residual cannot separate (gap_g: to the neighbouring groups and to
-//    the guard, the next eigenvalue, locked as well), so |sigma - sigma_true| <= min(sqrt(eta), eta / sigma).
-//    converged = every bound <= kSmallestAtol sigma_max + kSmallestRtol sigma, the largest converged,
-//    the structural certificate <= kStructuralTol, all within the budget. The quadratic bound assumes
-//    the guard is the next eigenvalue (no eigenvalue missed below it), which the random directions and
-//    the block make very likely but do not prove.
+//    products (q vjps and one jvp with q tangents). With R its residual block, every value is within
+//    eta = min(||R||, ||R||^2 / gap) of an eigenvalue of G (Kahan; the quadratic residual bound), gap
+//    = the distance from the block to the guard -- the next eigenvalue, which the solver locks as well
+//    and confirms as the first pair to converge in a fresh random search space -- so
+//    |sigma - sigma_true| <= min(sqrt(eta), eta / sigma). converged = every such bound <=
+//    kSmallestAtol sigma_max + kSmallestRtol sigma, the largest converged, the structural
+//    certificate <= kStructuralTol, within the budget. The quadratic bound assumes that no eigenvalue
+//    was missed below the guard, which the block, the random directions and the fresh confirmation
+//    make very unlikely but do not prove. When the shift-invert values fail it, the shifted Gram is
+//    tried with what is left of the budget.
 //
-// Budget: work is counted in J^T J products (one jvp tangent + one vjp each = 1; a substitution solve
-// = T; a diagonal block = d/2), everything included, and capped at min(50 n, 20000) for input
-// dimension n unless the caller gives another cap: 50 products per dimension lets Lanczos converge
-// wherever the wanted eigenvalues are not pathologically close, and 20000 products stop a d 128, T 32,
-// 4-layer stack after about a minute on 2 cores instead of running for many. The largest get at most
-// a quarter of it. When the budget runs out the result says converged = false with the reason, and
-// only verified values (the structural zeros) are reported as smallest; the unverified estimates are
-// kept apart.
+// Budget: work is counted in J^T J products (a jvp tangent + a vjp = 1; a substitution solve = T; a
+// diagonal block = d/2), everything included, and capped at clamp(50 n, 10000, 20000) for input
+// dimension n unless the caller gives another cap: 50 products per dimension, at least 10000 (small
+// Jacobians cost little per product, and a shift-invert solve costs T of them) and at most 20000
+// (measured ~8 ms per product for d 128, T 32, 4 layers on one core: under 3 minutes). The largest
+// get at most a quarter of it. When it runs out the result says converged = false with the reason;
+// `smallest` then holds only the structural zeros, which are certain, and the solver's estimates are
+// kept apart as unverified.
 #pragma once
 
 #include <string>
@@ -62,7 +65,8 @@ inline constexpr double kSmallestRtol = 1e-6;
 // ||J^T U||_F / sigma_max above which the structural null space is not trusted (rounding: ~1e-15)
 inline constexpr double kStructuralTol = 1e-10;
 
-// The default cap on the work of extreme_singular_values, in J^T J products, for input dimension n.
+// The default cap on the work of extreme_singular_values, in J^T J products, for input dimension n:
+// clamp(50 n, 10000, 20000).
 long default_lanczos_budget(long n);
 
 struct ExtremeSingularValues {
