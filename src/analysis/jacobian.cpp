@@ -219,13 +219,20 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
   if (full) rep.end_to_end.full = spectrum_of(stream_jacobian(model, 0, 2 * L, all_tokens, all_tokens), T * d, T * d);
   if (options.lanczos_k > 0) {
     EndToEndReport& e = rep.end_to_end;
-    const ExtremeSingularValues x = extreme_singular_values(model, 0, 2 * L, all_tokens, all_tokens, options.lanczos_k);
+    const ExtremeSingularValues x =
+        extreme_singular_values(model, 0, 2 * L, all_tokens, all_tokens, options.lanczos_k, options.lanczos_budget);
     e.lanczos_largest = x.largest;
     e.lanczos_smallest = x.smallest;
     e.lanczos_converged = x.converged;
+    e.lanczos_reason = x.reason;
     e.lanczos_products = x.products;
+    e.lanczos_budget = x.budget;
     e.lanczos_smallest_method = x.smallest_method;
     e.lanczos_solves = x.solves;
+    e.lanczos_structural_zeros = x.structural_zeros;
+    e.lanczos_structural_residual = x.structural_residual;
+    e.lanczos_smallest_error_bound = x.smallest_error_bound;
+    e.lanczos_smallest_unverified = x.smallest_unverified;
     if (e.full && !x.largest.empty()) {
       double worst = 0;
       const auto& sv = e.full->sv;
@@ -296,8 +303,14 @@ nlohmann::json to_json(const JacobianReport& r) {
                           {"full_sequence", e.full ? spectrum_json(*e.full) : nlohmann::json(nullptr)},
                           {"product_bound", e.product_bound ? nlohmann::json(*e.product_bound) : nlohmann::json(nullptr)},
                           {"lanczos", {{"largest", e.lanczos_largest}, {"smallest", e.lanczos_smallest},
-                                       {"converged", e.lanczos_converged}, {"products", e.lanczos_products},
+                                       {"converged", e.lanczos_converged},
+                                       {"not_converged_reason", e.lanczos_converged ? nlohmann::json(nullptr) : nlohmann::json(e.lanczos_reason)},
+                                       {"products", e.lanczos_products}, {"budget", e.lanczos_budget},
                                        {"smallest_method", e.lanczos_smallest_method}, {"solves", e.lanczos_solves},
+                                       {"structural_zeros", e.lanczos_structural_zeros},
+                                       {"structural_residual", e.lanczos_structural_residual},
+                                       {"smallest_error_bound", e.lanczos_smallest_error_bound},
+                                       {"smallest_unverified", e.lanczos_smallest_unverified},
                                        {"smallest_max_rel_diff_vs_dense", e.lanczos_smallest_vs_dense ? nlohmann::json(*e.lanczos_smallest_vs_dense) : nlohmann::json(nullptr)},
                                        {"max_rel_diff_vs_dense", e.lanczos_vs_dense ? nlohmann::json(*e.lanczos_vs_dense) : nlohmann::json(nullptr)}}},
                           {"verdict", e.verdict}}}};
@@ -327,15 +340,22 @@ void print_report(const JacobianReport& r) {
   fmt::print("\nEnd to end ({} blocks): local sv [{:.4g}, {:.4g}]", r.blocks.size(), e.local.min(), e.local.max());
   if (e.full) fmt::print(" | full sv [{:.4g}, {:.4g}]", e.full->min(), e.full->max());
   fmt::print("\n");
-  if (!e.lanczos_largest.empty())
-    fmt::print("  matrix-free (Lanczos, {} J^T J products, smallest by the {} method{}{}): largest [{:.4g}], "
-               "smallest [{:.4g}]{}{}\n",
-               e.lanczos_products, e.lanczos_smallest_method,
+  if (!e.lanczos_largest.empty()) {
+    fmt::print("  matrix-free ({} of a budget of {} J^T J products; smallest by the {} method{}, {} structural "
+               "zeros, error bound {:.2e} sigma_max{}): largest [{:.4g}], smallest [{:.4g}]{}{}\n",
+               e.lanczos_products, e.lanczos_budget, e.lanczos_smallest_method,
                e.lanczos_solves ? fmt::format(" with {} (J^T J)^-1 solves", e.lanczos_solves) : "",
+               e.lanczos_structural_zeros, e.lanczos_smallest_error_bound,
                e.lanczos_converged ? "" : ", NOT converged",
                fmt::join(e.lanczos_largest, ", "), fmt::join(e.lanczos_smallest, ", "),
                e.lanczos_vs_dense ? fmt::format("; vs dense: max rel diff {:.2e} (of sigma_max)", *e.lanczos_vs_dense) : "",
                e.lanczos_smallest_vs_dense ? fmt::format(", smallest {:.2e} (of themselves)", *e.lanczos_smallest_vs_dense) : "");
+    if (!e.lanczos_converged)
+      fmt::print("  NOT converged: {}{}\n", e.lanczos_reason,
+                 e.lanczos_smallest_unverified.empty()
+                     ? ""
+                     : fmt::format("; unverified estimates of the smallest [{:.4g}]", fmt::join(e.lanczos_smallest_unverified, ", ")));
+  }
   fmt::print("  {}\n", e.verdict);
 }
 

@@ -58,11 +58,18 @@ struct EndToEndReport {
   std::optional<Spectrum> full;
   // matrix-free (Lanczos on J^T J) extremes of the full-sequence Jacobian, and when the dense one
   // exists too, the largest relative difference between the two
+  // (analysis/lanczos.h: the smallest start with the structural zeros; only verified values)
   std::vector<double> lanczos_largest, lanczos_smallest;
   bool lanczos_converged = false;
-  long lanczos_products = 0;
-  std::string lanczos_smallest_method;      // "inverse (block substitution)", "inverse (GMRES)" or "shifted"
+  std::string lanczos_reason;               // why not converged (empty when converged)
+  long lanczos_products = 0;                // all work, in J^T J products
+  long lanczos_budget = 0;                  // the cap on it
+  std::string lanczos_smallest_method;      // "inverse (block substitution)", "inverse (GMRES)", "shifted" or "structure"
   long lanczos_solves = 0;                  // (J^T J)^{-1} v applications (inverse method)
+  int lanczos_structural_zeros = 0;         // exact zeros from the last norm's left null space
+  double lanczos_structural_residual = 0;   // ||J^T U||_F / sigma_max over those directions
+  double lanczos_smallest_error_bound = 0;  // bound on |s - s_true| / sigma_max over the smallest
+  std::vector<double> lanczos_smallest_unverified;  // not converged: the solver's estimates
   std::optional<double> lanczos_smallest_vs_dense;  // max |s - s_dense| / s_dense over the smallest
   std::optional<double> lanczos_vs_dense;
   std::optional<double> product_bound;  // prod_l (1 - ||A_l||) when every block is residual-form
@@ -83,6 +90,7 @@ struct JacobianOptions {
   bool full = true;         // also the full-sequence Jacobians
   long full_max_dim = 4096; // skip the full-sequence Jacobians when T * d exceeds this
   int lanczos_k = 5;        // extreme singular values computed matrix-free (0: skip)
+  long lanczos_budget = 0;  // cap on their work in J^T J products (0: clamp(50 T d, 10000, 20000))
 };
 
 // The model must have run forward on one sequence (B = 1) in evaluation mode.

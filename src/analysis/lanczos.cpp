@@ -1,43 +1,86 @@
-// lanczos.cpp: J^T J as a Spectra operator over the model's jvp and vjp.
+// lanczos.cpp: the extreme singular values of a stream Jacobian from jvp and vjp products: Spectra
+// for the largest, structure + block Davidson (block_eigs.h) + a Rayleigh-Ritz certificate for the
+// smallest (see lanczos.h).
 #include "analysis/lanczos.h"
 
 #include <Spectra/SymEigsSolver.h>
 
-#include <Eigen/LU>
+#include <Eigen/Dense>
 
 #include <algorithm>
 #include <cmath>
+#include <fmt/format.h>
 #include <functional>
+#include <limits>
+#include <optional>
+
+#include "analysis/block_eigs.h"
 
 namespace normlab::analysis {
 
 namespace {
 
-// y = J^T J x for x over the in_tokens' channels, J from sub-layers [first, last).
-class GramOperator {
+using Mat = Eigen::MatrixXd;
+
+// Residual (relative to the operator's scale) at which the block solver locks a pair: the shifted
+// Gram's products are exact to rounding; (J^T J)^{-1} through solves is exact only to ~1e-16 cond(J).
+constexpr double kShiftedLockTol = 1e-12;
+constexpr double kInverseLockTol = 1e-12;
+
+// Work done, in single passes: forward-mode tangents and reverse-mode passes.
+struct Work {
+  long tangents = 0, vjps = 0;
+  double products() const { return 0.5 * double(tangents + vjps); }  // J^T J products
+};
+
+// J (out x in: the out_tokens' channels by the in_tokens' channels) of sub-layers [first, last) and
+// its transpose, on blocks of vectors.
+class StreamOps {
  public:
-  using Scalar = double;
-  GramOperator(Model<double>& m, int first, int last, const std::vector<int>& in,
-               const std::vector<int>& out)
-      : model_(m), first_(first), last_(last), in_(in), out_(out),
-        C_(m.config().d_model), NTC_(size_t(m.planned_B()) * m.planned_T() * C_),
-        x_(NTC_), jx_(NTC_), back_(NTC_) {}
-  Eigen::Index rows() const { return Eigen::Index(in_.size()) * C_; }
-  Eigen::Index cols() const { return rows(); }
-  void perform_op(const double* x, double* y) const {
-    std::fill(x_.begin(), x_.end(), 0.0);
-    for (size_t a = 0; a < in_.size(); a++)
-      std::copy(x + a * C_, x + (a + 1) * C_, x_.begin() + size_t(in_[a]) * C_);
-    model_.jvp_sublayers(jx_.data(), x_.data(), 1, first_, last_);
-    // keep only the output tokens, then pull back
-    std::vector<double> masked(NTC_, 0.0);
-    for (int t : out_) std::copy(jx_.begin() + size_t(t) * C_, jx_.begin() + size_t(t + 1) * C_, masked.begin() + size_t(t) * C_);
-    model_.vjp_sublayers(back_.data(), masked.data(), first_, last_);
-    for (size_t a = 0; a < in_.size(); a++)
-      std::copy(back_.begin() + size_t(in_[a]) * C_, back_.begin() + size_t(in_[a] + 1) * C_, y + a * C_);
-    products_++;
+  StreamOps(Model<double>& m, int first, int last, const std::vector<int>& in, const std::vector<int>& out, Work& work)
+      : model_(m), first_(first), last_(last), in_(in), out_(out), C_(m.config().d_model),
+        NTC_(size_t(m.planned_B()) * m.planned_T() * C_), work_(work) {}
+  Eigen::Index cols() const { return Eigen::Index(in_.size()) * C_; }
+  Eigen::Index rows() const { return Eigen::Index(out_.size()) * C_; }
+  // Y (rows x K) = J X (cols x K): one forward-mode pass with K tangents
+  void jvp(const Mat& X, Mat& Y) const {
+    const Eigen::Index K = X.cols();
+    std::vector<double> tin(size_t(K) * NTC_, 0.0), tout(tin.size());
+    for (Eigen::Index k = 0; k < K; k++)
+      for (size_t a = 0; a < in_.size(); a++)
+        for (int c = 0; c < C_; c++) tin[size_t(k) * NTC_ + size_t(in_[a]) * C_ + c] = X(Eigen::Index(a) * C_ + c, k);
+    model_.jvp_sublayers(tout.data(), tin.data(), int(K), first_, last_);
+    Y.resize(rows(), K);
+    for (Eigen::Index k = 0; k < K; k++)
+      for (size_t b = 0; b < out_.size(); b++)
+        for (int c = 0; c < C_; c++) Y(Eigen::Index(b) * C_ + c, k) = tout[size_t(k) * NTC_ + size_t(out_[b]) * C_ + c];
+    work_.tangents += K;
   }
-  long products() const { return products_; }
+  // Y (cols x K) = J^T X (rows x K): one reverse-mode pass per column
+  void vjp(const Mat& X, Mat& Y) const {
+    std::vector<double> dout(NTC_), din(NTC_);
+    Y.resize(cols(), X.cols());
+    for (Eigen::Index k = 0; k < X.cols(); k++) {
+      std::fill(dout.begin(), dout.end(), 0.0);
+      for (size_t b = 0; b < out_.size(); b++)
+        for (int c = 0; c < C_; c++) dout[size_t(out_[b]) * C_ + c] = X(Eigen::Index(b) * C_ + c, k);
+      model_.vjp_sublayers(din.data(), dout.data(), first_, last_);
+      for (size_t a = 0; a < in_.size(); a++)
+        for (int c = 0; c < C_; c++) Y(Eigen::Index(a) * C_ + c, k) = din[size_t(in_[a]) * C_ + c];
+      work_.vjps++;
+    }
+  }
+  // Y = G X with G = J J^T (output side) or J^T J (input side)
+  void gram(const Mat& X, Mat& Y, bool output_side) const {
+    Mat Z;
+    if (output_side) {
+      vjp(X, Z);
+      jvp(Z, Y);
+    } else {
+      jvp(X, Z);
+      vjp(Z, Y);
+    }
+  }
 
  private:
   Model<double>& model_;
@@ -45,26 +88,24 @@ class GramOperator {
   std::vector<int> in_, out_;
   int C_;
   size_t NTC_;
-  mutable std::vector<double> x_, jx_, back_;
-  mutable long products_ = 0;
+  Work& work_;
 };
 
-// c I - J^T J: its largest eigenvalues are c minus the smallest of J^T J, and Lanczos resolves them
-// relative to c (about sigma_max^2) instead of relative to eigenvalues near zero, where it stalls.
-class ShiftedGram {
+// J^T J as a Spectra operator
+class GramOperator {
  public:
   using Scalar = double;
-  ShiftedGram(const GramOperator& gram, double shift) : gram_(gram), shift_(shift) {}
-  Eigen::Index rows() const { return gram_.rows(); }
-  Eigen::Index cols() const { return gram_.cols(); }
+  explicit GramOperator(const StreamOps& ops) : ops_(ops) {}
+  Eigen::Index rows() const { return ops_.cols(); }
+  Eigen::Index cols() const { return ops_.cols(); }
   void perform_op(const double* x, double* y) const {
-    gram_.perform_op(x, y);
-    for (Eigen::Index i = 0; i < rows(); i++) y[i] = shift_ * x[i] - y[i];
+    Mat X = Eigen::Map<const Eigen::VectorXd>(x, rows()), Y;
+    ops_.gram(X, Y, false);
+    std::copy(Y.data(), Y.data() + rows(), y);
   }
 
  private:
-  const GramOperator& gram_;
-  double shift_;
+  const StreamOps& ops_;
 };
 
 // GMRES (no restart) for A z = b with at most max_it iterations: Arnoldi with modified Gram-Schmidt
@@ -122,13 +163,14 @@ class InverseGram {
   using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>;
   static constexpr int kMaxGmres = 300;
   static constexpr double kGmresTol = 1e-13;
-  InverseGram(Model<double>& m, int first, int last, bool triangular)
+  InverseGram(Model<double>& m, int first, int last, bool triangular, Work& work)
       : model_(m), first_(first), last_(last), T_(m.planned_T()), C_(m.config().d_model),
-        NTC_(size_t(T_) * C_), triangular_(triangular), u_(NTC_), w_(NTC_), j_(NTC_) {
+        NTC_(size_t(T_) * C_), triangular_(triangular), u_(NTC_), w_(NTC_), j_(NTC_), work_(work) {
     // the diagonal blocks J_ii = dy_i / dx_i
     for (int i = 0; i < T_; i++) {
       const Mat J = Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
           token_local_jacobian(model_, first_, last_, i).data(), C_, C_);
+      work_.tangents += C_;
       lu_.emplace_back(J);
       min_rcond_ = std::min(min_rcond_, lu_.back().rcond());
     }
@@ -148,6 +190,10 @@ class InverseGram {
       gmres_solve(w_.data(), y, false);
     }
     solves_++;
+  }
+  void apply(const Eigen::MatrixXd& X, Eigen::MatrixXd& Y) const {
+    Y.resize(X.rows(), X.cols());
+    for (Eigen::Index j = 0; j < X.cols(); j++) perform_op(X.col(j).data(), Y.col(j).data());
   }
   long solves() const { return solves_; }
   bool solves_converged() const { return gmres_ok_; }
@@ -169,8 +215,13 @@ class InverseGram {
       Eigen::VectorXd x;
       precondition(z, x);
       std::copy(x.data(), x.data() + NTC_, in.begin());
-      if (transposed) model_.vjp_sublayers(out.data(), in.data(), first_, last_);
-      else model_.jvp_sublayers(out.data(), in.data(), 1, first_, last_);
+      if (transposed) {
+        model_.vjp_sublayers(out.data(), in.data(), first_, last_);
+        work_.vjps++;
+      } else {
+        model_.jvp_sublayers(out.data(), in.data(), 1, first_, last_);
+        work_.tangents++;
+      }
       out_vec = Eigen::Map<const Eigen::VectorXd>(out.data(), Eigen::Index(NTC_));
       gmres_its_++;
     };
@@ -188,6 +239,7 @@ class InverseGram {
       Eigen::VectorXd r = bi;
       if (i > 0) {  // u holds y_0 .. y_{i-1} and zeros: (J u)_i = sum_{j<i} J_ij y_j
         model_.jvp_sublayers(j_.data(), u_.data(), 1, first_, last_);
+        work_.tangents++;
         r -= Eigen::Map<const Eigen::VectorXd>(j_.data() + size_t(i) * C_, C_);
       }
       const Eigen::VectorXd yi = lu_[size_t(i)].solve(r);
@@ -203,6 +255,7 @@ class InverseGram {
       Eigen::VectorXd r = bi;
       if (i < T_ - 1) {
         model_.vjp_sublayers(j_.data(), u_.data(), first_, last_);
+        work_.vjps++;
         r -= Eigen::Map<const Eigen::VectorXd>(j_.data() + size_t(i) * C_, C_);
       }
       const Eigen::VectorXd yi = lu_[size_t(i)].transpose().solve(r);
@@ -220,24 +273,133 @@ class InverseGram {
   mutable std::vector<double> u_, w_, j_;  // substitution, between-solve and product scratch
   mutable long solves_ = 0, gmres_its_ = 0;
   mutable bool gmres_ok_ = true;
+  Work& work_;
 };
 
-// min_ncv: the Krylov subspace size; larger converges in fewer restarts but costs more products
+// The k largest eigenvalues (descending) by implicitly restarted Lanczos with at most
+// ncv + max_restarts (ncv - k) products.
 template <class Op>
-std::vector<double> largest_eigenvalues(Op& op, int k, bool* ok, int min_ncv = 60) {
+std::vector<double> largest_eigenvalues(Op& op, int k, long max_products, bool* ok) {
   const int n = int(op.rows());
-  const int ncv = std::min(n, std::max(2 * k + 1, min_ncv));
+  const int ncv = std::min(n, std::max(2 * k + 1, 60));
+  const long restarts = std::clamp<long>((max_products - ncv) / std::max(1, ncv - k), 1, 300);
   Spectra::SymEigsSolver<Op> solver(op, k, ncv);
   solver.init();
-  // bounded work: a run that has not converged says so instead of running for many minutes
-  solver.compute(Spectra::SortRule::LargestAlge, 300, 1e-13);
-  *ok = *ok && solver.info() == Spectra::CompInfo::Successful;
+  solver.compute(Spectra::SortRule::LargestAlge, restarts, 1e-13);
+  *ok = solver.info() == Spectra::CompInfo::Successful;
   std::vector<double> out;
   for (Eigen::Index i = 0; i < solver.eigenvalues().size(); i++) out.push_back(solver.eigenvalues()[i]);
   return out;
 }
 
+// Orthonormal basis (rows x S) of the left null space that the norm ending the last sub-layer of
+// [first, last) gives J (lanczos.h, step 1); no columns when that sub-layer has no output norm.
+Mat structural_left_null(const Model<double>& m, int first, int last, const std::vector<int>& out_tokens) {
+  const ModelConfig& cfg = m.config();
+  const int C = cfg.d_model;
+  const Eigen::Index rows = Eigen::Index(out_tokens.size()) * C;
+  int i = last - 1;
+  while (i >= first && !cfg.has_sublayer(i)) i--;  // an absent sub-layer is the identity
+  if (i < first || !norm_sites(cfg.placement_of(i / 2)).out) return Mat(rows, 0);
+  const double* gamma = m.sublayer_params_of(i).ln_out.weight;
+  const bool layernorm = cfg.norm == NormKind::LayerNorm;
+  std::vector<int> zero_gain;
+  for (int c = 0; c < C; c++)
+    if (gamma[c] == 0.0) zero_gain.push_back(c);
+  std::vector<Eigen::VectorXd> cols;
+  std::vector<Eigen::Index> col_token;
+  for (size_t b = 0; b < out_tokens.size(); b++) {
+    const double* z = m.acts(i).r + size_t(out_tokens[b]) * C;  // the norm's input at this token
+    // null space of the symmetric J_1 (gamma = 1)
+    Mat N(C, 0);
+    const auto append = [&N](const Eigen::VectorXd& v) {
+      N.conservativeResize(Eigen::NoChange, N.cols() + 1);
+      N.rightCols(1) = v;
+    };
+    if (layernorm) append(Eigen::VectorXd::Ones(C));
+    if (cfg.eps == 0.0) {
+      Eigen::VectorXd y = Eigen::Map<const Eigen::VectorXd>(z, C);
+      if (layernorm) y.array() -= y.mean();
+      append(y);
+    }
+    // null(J_1 diag(gamma)) = {u : gamma o u in span(N)}: e_c for every gamma_c = 0, and N w / gamma
+    // for the w with (N w)_c = 0 wherever gamma_c = 0
+    Mat W = Mat::Identity(N.cols(), N.cols());
+    if (!zero_gain.empty() && N.cols() > 0) {
+      Mat Nz(Eigen::Index(zero_gain.size()), N.cols());
+      for (size_t r = 0; r < zero_gain.size(); r++) Nz.row(Eigen::Index(r)) = N.row(zero_gain[r]);
+      W = Eigen::FullPivLU<Mat>(Nz).kernel();
+      if (W.cols() == 1 && W.norm() == 0) W.resize(N.cols(), 0);  // Eigen's kernel of a full-rank matrix
+    }
+    Mat B(C, Eigen::Index(zero_gain.size()) + W.cols());
+    B.setZero();
+    for (size_t r = 0; r < zero_gain.size(); r++) B(zero_gain[r], Eigen::Index(r)) = 1.0;
+    for (Eigen::Index j = 0; j < W.cols(); j++) {
+      const Eigen::VectorXd v = N * W.col(j);
+      for (int c = 0; c < C; c++)
+        B(c, Eigen::Index(zero_gain.size()) + j) = gamma[c] == 0.0 ? 0.0 : v(c) / gamma[c];
+    }
+    if (B.cols() == 0) continue;
+    Eigen::ColPivHouseholderQR<Mat> qr(B);
+    const Mat Q = qr.householderQ() * Mat::Identity(C, qr.rank());
+    for (Eigen::Index j = 0; j < Q.cols(); j++) {
+      cols.push_back(Q.col(j));
+      col_token.push_back(Eigen::Index(b));
+    }
+  }
+  Mat U = Mat::Zero(rows, Eigen::Index(cols.size()));
+  for (size_t j = 0; j < cols.size(); j++) U.block(col_token[j] * C, Eigen::Index(j), C, 1) = cols[j];
+  return U;
+}
+
+// Rayleigh-Ritz of G (J J^T on the output side, J^T J on the input side) on the span of the
+// orthonormal columns of X, from fresh products (lanczos.h, step 3). next_lambda: the next
+// eigenvalue of G above the span's (the guard; +inf when there is none), next_residual its residual.
+struct Certificate {
+  std::vector<double> sigma, bound;  // ascending; bound on |sigma - sigma_true|
+};
+Certificate certify(const StreamOps& ops, const Mat& X, bool output_side, double next_lambda, double next_residual) {
+  Certificate c;
+  const Eigen::Index q = X.cols();
+  if (q == 0) return c;
+  Mat Y, GX;  // Y = J^T X or J X; G X = J Y or J^T Y
+  if (output_side) {
+    ops.vjp(X, Y);
+    ops.jvp(Y, GX);
+  } else {
+    ops.jvp(X, Y);
+    ops.vjp(Y, GX);
+  }
+  // the singular values of Y are the square roots of the Ritz values, to rounding relative to ||Y||
+  // (not to ||Y||^2, as eigenvalues of Y^T Y would be)
+  Eigen::JacobiSVD<Mat> svd(Y, Eigen::ComputeThinV);
+  const Eigen::VectorXd s = svd.singularValues().reverse();  // ascending
+  const Mat Z = svd.matrixV().rowwise().reverse();
+  const Mat R = GX * Z - (X * Z) * s.array().square().matrix().asDiagonal();
+  // Quadratic residual bound for the block (e.g. Li and Li, 2013): every Ritz value is within
+  // ||R||^2 / gap of an eigenvalue, gap = the distance from the block's Ritz values to the rest of the
+  // spectrum, which starts at the guard (within its residual); and always within ||R|| (Kahan).
+  const double rho = R.norm();  // Frobenius >= spectral
+  const double gap = (next_lambda - next_residual) - s(q - 1) * s(q - 1) - rho;
+  const double eta = gap > rho ? std::min(rho, rho * rho / gap) : rho;
+  c.sigma.assign(s.data(), s.data() + q);
+  for (Eigen::Index i = 0; i < q; i++) c.bound.push_back(s(i) > 0 ? std::min(std::sqrt(eta), eta / s(i)) : std::sqrt(eta));
+  return c;
+}
+
+// One solver run for the smallest: its pairs and what the certificate needs.
+struct SmallestRun {
+  std::string method;
+  BlockEigsResult found;
+  std::vector<double> estimate;  // the singular values it found, ascending
+  bool inverse = false;          // on (J^T J)^{-1}: the estimates are accurate relative to themselves
+  bool output_side = false;      // vectors on the output side (J J^T) or the input side (J^T J)
+  double next_lambda = std::numeric_limits<double>::infinity(), next_residual = 0;  // the guard, in sigma^2
+};
+
 }  // namespace
+
+long default_lanczos_budget(long n) { return std::clamp(50 * n, 10000L, 20000L); }
 
 std::vector<double> stream_jacobian(const Model<double>& model, int first, int last,
                                     const std::vector<int>& in_tokens,
@@ -275,46 +437,160 @@ std::vector<double> token_local_jacobian(const Model<double>& model, int first, 
 
 ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, int last,
                                               const std::vector<int>& in_tokens,
-                                              const std::vector<int>& out_tokens, int k) {
-  GramOperator op(model, first, last, in_tokens, out_tokens);
+                                              const std::vector<int>& out_tokens, int k, long budget) {
+  Work work;
+  StreamOps ops(model, first, last, in_tokens, out_tokens, work);
   ExtremeSingularValues r;
-  r.n = int(op.rows());
+  r.n = int(ops.cols());
+  r.budget = budget > 0 ? budget : default_lanczos_budget(r.n);
   k = std::max(1, std::min(k, r.n / 2 - 1));
-  r.converged = true;
-  if (r.n < 4) return r;  // too small for Lanczos; use the dense path
-  for (double lambda : largest_eigenvalues(op, k, &r.converged))
+  if (r.n < 4) {  // too small for Lanczos; use the dense path
+    r.converged = true;
+    return r;
+  }
+  const auto over = [&](double more) { return work.products() + more > double(r.budget); };
+  std::vector<std::string> why;
+  // the largest, with at most a quarter of the budget
+  GramOperator gram(ops);
+  bool largest_ok = false;
+  for (double lambda : largest_eigenvalues(gram, k, r.budget / 4, &largest_ok))
     r.largest.push_back(std::sqrt(std::max(0.0, lambda)));
-  // the smallest: shift-invert, J^{-1} by block substitution where J is block lower triangular
-  // (causal), else by preconditioned GMRES
-  bool every_token = int(in_tokens.size()) == model.planned_T() && in_tokens == out_tokens && model.planned_B() == 1;
-  for (size_t a = 0; every_token && a < in_tokens.size(); a++) every_token = in_tokens[a] == int(a);
-  if (every_token) {
-    const bool triangular = model.config().causal();
-    InverseGram inverse(model, first, last, triangular);
-    if (inverse.min_rcond() > 1e-12) {
-      bool ok = true;
-      std::vector<double> smallest;
-      // 1/sigma^2 of the smallest are well separated: a small subspace converges in few restarts
-      for (double mu : largest_eigenvalues(inverse, k, &ok, 4 * k))
-        if (mu > 0) smallest.push_back(1.0 / std::sqrt(mu));
-      if (inverse.solves_converged()) {
-        r.smallest = smallest;
-        r.converged = r.converged && ok;
-        r.smallest_method = triangular ? "inverse (block substitution)" : "inverse (GMRES)";
-        r.solves = inverse.solves();
-      }
+  std::sort(r.largest.begin(), r.largest.end(), std::greater<>());
+  if (!largest_ok || r.largest.empty()) why.push_back("the largest did not converge within their quarter of the budget");
+  const double smax = r.largest.empty() ? 0.0 : r.largest.front();
+  // 1. the structural zeros (on the output side, where J's left null space lives)
+  const Eigen::Index rows = ops.rows(), cols = ops.cols();
+  const bool output_side = rows <= cols;
+  Mat U = output_side ? structural_left_null(model, first, last, out_tokens) : Mat(rows, 0);
+  if (U.cols() > 0) {
+    Mat JtU;
+    ops.vjp(U, JtU);
+    r.structural_residual = smax > 0 ? JtU.norm() / smax : JtU.norm();
+    if (!(r.structural_residual <= kStructuralTol)) {
+      why.push_back(fmt::format("the structural null space fails its check: ||J^T U||_F = {:.2e} sigma_max",
+                                r.structural_residual));
+      U.resize(rows, 0);
     }
   }
-  if (r.smallest_method.empty() && !r.largest.empty()) {
-    r.smallest_method = "shifted";
-    const double shift = r.largest.front() * r.largest.front() * (1 + 1e-3);
-    ShiftedGram shifted(op, shift);
-    for (double mu : largest_eigenvalues(shifted, k, &r.converged))
-      r.smallest.push_back(std::sqrt(std::max(0.0, shift - mu)));
+  r.structural_zeros = int(U.cols());
+  const int zeros = std::min(k, r.structural_zeros);
+  r.smallest.assign(size_t(zeros), 0.0);
+  const int wanted = k - zeros;
+  r.smallest_error_bound = r.structural_residual;  // ||J^T U||_F bounds the S structural values
+  if (wanted == 0) r.smallest_method = "structure";
+  if (wanted > 0 && smax == 0) why.push_back("no largest singular value to scale the smallest by");
+  if (wanted > 0 && smax > 0) {
+    // 2. the rest by the block solver: shift-invert where J has invertible diagonal blocks, else (or
+    // when its values fail the certificate) the shifted Gram
+    const int block = std::clamp(wanted + 1, 2, 8);
+    const double reserve = wanted + 1;  // the certificate's products
+    const auto shifted = [&] {
+      SmallestRun run;
+      run.method = "shifted";
+      run.output_side = output_side;
+      // c I - G, G = J J^T on the complement of the structural zeros (or J^T J on the input side)
+      const double c = smax * smax * (1 + 1e-3);
+      BlockEigsOptions o;
+      o.nev = wanted;
+      o.block = block;
+      o.scale = c;
+      o.tol = kShiftedLockTol;
+      o.affordable = [&](int n_cols) { return !over(n_cols + reserve); };
+      const auto op = [&](const Mat& X, Mat& Y) {
+        ops.gram(X, Y, output_side);
+        Y = c * X - Y;
+      };
+      run.found = block_largest_eigenpairs(op, output_side ? rows : cols, output_side ? U : Mat(cols, 0), o);
+      for (Eigen::Index i = 0; i < run.found.values.size(); i++)
+        run.estimate.push_back(std::sqrt(std::max(0.0, c - run.found.values(i))));
+      if (!std::isnan(run.found.guard)) {
+        run.next_lambda = c - run.found.guard;
+        run.next_residual = run.found.guard_residual;
+      }
+      return run;
+    };
+    bool every_token = int(in_tokens.size()) == model.planned_T() && in_tokens == out_tokens && model.planned_B() == 1;
+    for (size_t a = 0; every_token && a < in_tokens.size(); a++) every_token = in_tokens[a] == int(a);
+    std::optional<SmallestRun> run;
+    if (every_token && U.cols() == 0 && !over(0.5 * double(cols) + reserve)) {
+      const bool triangular = model.config().causal();
+      InverseGram inverse(model, first, last, triangular, work);
+      if (inverse.min_rcond() > 1e-12) {
+        SmallestRun inv;
+        inv.inverse = true;
+        inv.output_side = false;
+        BlockEigsOptions o;
+        o.nev = wanted;
+        o.block = block;
+        // the solves carry rounding amplified by cond(J): lock where the residual stops falling,
+        // the certificate measures what the values are worth
+        o.tol = kInverseLockTol;
+        o.relative_to_value = true;
+        o.lock_at_noise_floor = true;
+        // a substitution solve costs T products; a GMRES one is only known afterwards (it may overshoot
+        // the budget by one block)
+        const double unit = triangular ? double(model.planned_T()) : 0.0;
+        o.affordable = [&](int n_cols) { return !over(n_cols * unit + reserve); };
+        inv.found = block_largest_eigenpairs([&](const Mat& X, Mat& Y) { inverse.apply(X, Y); }, cols, Mat(cols, 0), o);
+        r.solves = inverse.solves();
+        if (inverse.solves_converged()) {
+          inv.method = triangular ? "inverse (block substitution)" : "inverse (GMRES)";
+          for (Eigen::Index i = 0; i < inv.found.values.size(); i++)
+            inv.estimate.push_back(inv.found.values(i) > 0 ? 1.0 / std::sqrt(inv.found.values(i))
+                                                           : std::numeric_limits<double>::infinity());
+          if (!std::isnan(inv.found.guard) && inv.found.guard > 0) {
+            inv.next_lambda = 1.0 / inv.found.guard;
+            inv.next_residual = inv.found.guard_residual / (inv.found.guard * inv.found.guard);  // d(1/theta) = d theta / theta^2
+          }
+          run = std::move(inv);
+        }
+      }
+    }
+    // 3. the certificate
+    std::vector<std::string> failed;  // the inverse method's failure, when the shifted one follows
+    std::vector<double> estimate;     // the last run's unverified values
+    bool verified = false;
+    for (int attempt = 0; attempt < 2 && !verified; attempt++) {
+      if (!run) run = shifted();
+      r.smallest_method = run->method;
+      estimate.assign(run->estimate.begin(), run->estimate.begin() + std::min<long>(wanted, long(run->estimate.size())));
+      if (!run->found.converged) {
+        failed.push_back(run->method + ": " + run->found.reason);
+      } else {
+        const Certificate cert = certify(ops, run->found.vectors, run->output_side, run->next_lambda, run->next_residual);
+        // the certificate covers the whole last cluster (block_eigs.h); the first `wanted` are reported
+        const size_t shown = std::min(size_t(wanted), cert.sigma.size());
+        double worst = 0;
+        verified = true;
+        for (size_t i = 0; i < shown; i++) {
+          const double tol = kSmallestAtol * smax + kSmallestRtol * cert.sigma[i];
+          verified = verified && cert.bound[i] <= tol && (!run->inverse || std::abs(run->estimate[i] - cert.sigma[i]) <= tol);
+          worst = std::max(worst, cert.bound[i] / smax);
+        }
+        if (verified) {
+          r.smallest_error_bound = std::max(r.smallest_error_bound, worst);
+          // the inverse method's own values are accurate relative to themselves, the certificate's to sigma_max
+          for (size_t i = 0; i < shown; i++) r.smallest.push_back(run->inverse ? run->estimate[i] : cert.sigma[i]);
+          std::sort(r.smallest.begin(), r.smallest.end());
+        } else {
+          failed.push_back(fmt::format("{}: the certificate's error bound {:.2e} sigma_max exceeds the tolerance",
+                                       run->method, worst));
+          estimate.assign(cert.sigma.begin(), cert.sigma.begin() + long(shown));
+        }
+      }
+      if (!run->inverse) break;  // the shifted method was the last resort
+      run.reset();
+    }
+    if (!verified) {
+      for (const auto& f : failed) why.push_back("the smallest, " + f);
+      r.smallest_unverified = r.smallest;
+      r.smallest_unverified.insert(r.smallest_unverified.end(), estimate.begin(), estimate.end());
+      std::sort(r.smallest_unverified.begin(), r.smallest_unverified.end());
+    }
   }
-  std::sort(r.largest.begin(), r.largest.end(), std::greater<>());
-  std::sort(r.smallest.begin(), r.smallest.end());
-  r.products = op.products();
+  r.products = std::lround(work.products());
+  r.converged = why.empty();
+  for (size_t i = 0; i < why.size(); i++) r.reason += (i ? "; " : "") + why[i];
   return r;
 }
 
