@@ -467,7 +467,11 @@ ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, i
   if (wanted > 0 && smax > 0) {
     // 2. the rest by the block solver: shift-invert where J has invertible diagonal blocks, else (or
     // when its values fail the certificate) the shifted Gram
-    const int block = std::clamp(wanted + 1, 2, 8);
+    // block sizes: up to 8 new directions per step on the shifted Gram, whose wanted values may be a
+    // numerically repeated cluster (the multiplicity beyond the block comes in through the random
+    // directions); 2 on the inverse, whose products cost T (or a GMRES run) each and whose wanted
+    // values are usually well separated (measured: 2-3x fewer solves than 6)
+    const int block = std::clamp(wanted + 1, 2, 8), inv_block = 2;
     const double reserve = wanted + 1;  // the certificate's products
     const auto shifted = [&] {
       SmallestRun run;
@@ -506,7 +510,7 @@ ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, i
         inv.output_side = false;
         BlockEigsOptions o;
         o.nev = wanted;
-        o.block = block;
+        o.block = inv_block;
         // the solves carry rounding amplified by cond(J): lock where the residual stops falling,
         // the certificate measures what the values are worth
         o.tol = kInverseLockTol;
