@@ -1,17 +1,16 @@
 // test_lanczos.cpp: the matrix-free extreme singular values (analysis/lanczos.h) against the dense
 // SVD of stream_jacobian, multiplicities included, on briefly trained models whose Jacobians have
-// exact zeros from structure (a norm ends the stack) and clusters of numerically zero values without
-// it; the block eigensolver on a matrix with a repeated eigenvalue; and a budget too small to finish,
-// which must say converged = false rather than report wrong values.
+// exact zeros from structure (a norm ends the stack) and clusters of numerically zero values
+// without it; the block eigensolver on a matrix with a repeated eigenvalue; and a budget too small
+// to finish, which must say converged = false rather than report wrong values.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <Eigen/Dense>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "analysis/block_eigs.h"
 #include "analysis/lanczos.h"
@@ -27,9 +26,11 @@ using namespace normlab::analysis;
 namespace {
 
 constexpr int kD = 32, kT = 8;
-const char* const kText = "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. ";
+const char* const kText =
+    "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. ";
 
-ModelConfig small(std::vector<Placement> placement, NormKind norm, double eps, Arch arch = Arch::Gpt) {
+ModelConfig small(std::vector<Placement> placement, NormKind norm, double eps,
+                  Arch arch = Arch::Gpt) {
   ModelConfig c;
   c.arch = arch;
   c.d_model = kD;
@@ -57,7 +58,8 @@ std::unique_ptr<Model<double>> trained(const ModelConfig& c, int steps) {
         const int at = (s * 7 + b * 11 + t) % n;
         const size_t i = size_t(b) * kT + t;
         ids[i] = uint8_t(kText[at]);
-        labels[i] = encoder ? (t % 3 == 0 ? ids[i] : ops::kIgnoreLabel) : uint8_t(kText[(at + 1) % n]);
+        labels[i] =
+            encoder ? (t % 3 == 0 ? ids[i] : ops::kIgnoreLabel) : uint8_t(kText[(at + 1) % n]);
         if (encoder && t % 3 == 0) ids[i] = kMaskToken;  // BERT: predict the masked byte
       }
     mf.zero_grad();
@@ -82,20 +84,23 @@ std::vector<int> all_tokens() {
 // The dense singular values of the end-to-end Jacobian, ascending.
 std::vector<double> dense_ascending(const Model<double>& m) {
   const int L = m.config().n_layers;
-  std::vector<double> sv = singular_values(stream_jacobian(m, 0, 2 * L, all_tokens(), all_tokens()), kT * kD, kT * kD);
+  std::vector<double> sv =
+      singular_values(stream_jacobian(m, 0, 2 * L, all_tokens(), all_tokens()), kT * kD, kT * kD);
   std::reverse(sv.begin(), sv.end());
   return sv;
 }
 
-// What `converged` promises (lanczos.h): |s - s_dense| <= kSmallestAtol sigma_max + kSmallestRtol s,
-// plus the dense SVD's own rounding (~1e-15 sigma_max, here 1e-13 to spare).
-void expect_smallest_match(const std::string& name, const std::vector<double>& got, const std::vector<double>& dense) {
+// What `converged` promises (lanczos.h): |s - s_dense| <= kSmallestAtol sigma_max + kSmallestRtol
+// s, plus the dense SVD's own rounding (~1e-15 sigma_max, here 1e-13 to spare).
+void expect_smallest_match(const std::string& name, const std::vector<double>& got,
+                           const std::vector<double>& dense) {
   const double smax = dense.back();
   ASSERT_LE(got.size(), dense.size()) << name;
   for (size_t i = 0; i < got.size(); i++) {
     const double tol = kSmallestAtol * smax + kSmallestRtol * dense[i] + 1e-13 * smax;
-    EXPECT_NEAR(got[i], dense[i], tol) << name << ": smallest[" << i << "] of " << got.size() << ", got ["
-                                       << fmt::format("{:.3e}", fmt::join(got, ", ")) << "]";
+    EXPECT_NEAR(got[i], dense[i], tol)
+        << name << ": smallest[" << i << "] of " << got.size() << ", got ["
+        << fmt::format("{:.3e}", fmt::join(got, ", ")) << "]";
   }
 }
 
@@ -106,14 +111,16 @@ constexpr double kZeroRtol = 1e-9;
 
 int count_zeros(const std::vector<double>& ascending, size_t first_k, double smax) {
   int z = 0;
-  for (size_t i = 0; i < std::min(first_k, ascending.size()); i++) z += ascending[i] <= kZeroRtol * smax;
+  for (size_t i = 0; i < std::min(first_k, ascending.size()); i++)
+    z += ascending[i] <= kZeroRtol * smax;
   return z;
 }
 
 struct Case {
   std::string name;
   ModelConfig config;
-  int structural_zeros;  // expected from the last norm: T (LayerNorm), 2T (eps = 0), 0 (RMSNorm, eps > 0)
+  int structural_zeros;  // expected from the last norm: T (LayerNorm), 2T (eps = 0), 0 (RMSNorm,
+                         // eps > 0)
 };
 
 std::vector<Case> cases() {
@@ -124,15 +131,16 @@ std::vector<Case> cases() {
       {"post rmsnorm eps 1e-5", small({post}, NormKind::RMSNorm, 1e-5), 0},
       {"prepost, post layernorm eps 1e-5", small({prepost, post}, NormKind::LayerNorm, 1e-5), kT},
       {"post, prepost layernorm eps 0", small({post, prepost}, NormKind::LayerNorm, 0.0), 2 * kT},
-      {"encoder post layernorm eps 1e-5", small({post}, NormKind::LayerNorm, 1e-5, Arch::Encoder), kT},
+      {"encoder post layernorm eps 1e-5", small({post}, NormKind::LayerNorm, 1e-5, Arch::Encoder),
+       kT},
   };
 }
 
 }  // namespace
 
 TEST(BlockEigs, FindsEveryCopyOfARepeatedEigenvalue) {
-  // A = Q diag(lambda) Q^T with lambda = 5 ten times, then 4.5, 4, 3.9, ... and a deflated direction
-  // carrying the largest eigenvalue of all (10), which must not be found.
+  // A = Q diag(lambda) Q^T with lambda = 5 ten times, then 4.5, 4, 3.9, ... and a deflated
+  // direction carrying the largest eigenvalue of all (10), which must not be found.
   const int n = 120;
   Eigen::VectorXd lambda(n);
   for (int i = 0; i < n; i++) lambda(i) = i < 10 ? 5.0 : 4.5 - 0.03 * (i - 10);
@@ -146,11 +154,12 @@ TEST(BlockEigs, FindsEveryCopyOfARepeatedEigenvalue) {
   const Eigen::MatrixXd deflate = Q.rightCols(1);
   BlockEigsOptions o;
   o.nev = 12;
-  o.block = 3;  // fewer than the multiplicity: the copies beyond 3 come through the random directions
+  o.block =
+      3;  // fewer than the multiplicity: the copies beyond 3 come through the random directions
   long used = 0;
   o.affordable = [&](int cols) { return (used += cols) <= 2000; };
-  const BlockEigsResult r = block_largest_eigenpairs([&](const Eigen::MatrixXd& X, Eigen::MatrixXd& Y) { Y = A * X; },
-                                                     n, deflate, o);
+  const BlockEigsResult r = block_largest_eigenpairs(
+      [&](const Eigen::MatrixXd& X, Eigen::MatrixXd& Y) { Y = A * X; }, n, deflate, o);
   ASSERT_TRUE(r.converged) << r.reason;
   ASSERT_EQ(r.values.size(), 12);
   for (int i = 0; i < 10; i++) EXPECT_NEAR(r.values(i), 5.0, 1e-10) << i;
@@ -164,8 +173,8 @@ TEST(BlockEigs, FindsEveryCopyOfARepeatedEigenvalue) {
   // a cluster is not cut: asking for 4 returns all ten copies of 5, and the guard below them
   o.nev = 4;
   used = 0;
-  const BlockEigsResult c = block_largest_eigenpairs([&](const Eigen::MatrixXd& X, Eigen::MatrixXd& Y) { Y = A * X; },
-                                                     n, deflate, o);
+  const BlockEigsResult c = block_largest_eigenpairs(
+      [&](const Eigen::MatrixXd& X, Eigen::MatrixXd& Y) { Y = A * X; }, n, deflate, o);
   ASSERT_TRUE(c.converged) << c.reason;
   EXPECT_EQ(c.values.size(), 10);
   EXPECT_NEAR(c.guard, 4.5, 1e-10);
@@ -179,7 +188,8 @@ TEST(Lanczos, SmallestWithMultiplicityAgreeWithTheDenseSvdOnTrainedModels) {
     const double smax = dense.back();
     for (int k : {5, 40}) {
       const std::string name = fmt::format("{}, k = {}", cs.name, k);
-      const ExtremeSingularValues x = extreme_singular_values(*m, 0, 4, all_tokens(), all_tokens(), k);
+      const ExtremeSingularValues x =
+          extreme_singular_values(*m, 0, 4, all_tokens(), all_tokens(), k);
       ASSERT_TRUE(x.converged) << name << ": " << x.reason;
       EXPECT_EQ(x.structural_zeros, cs.structural_zeros) << name;
       EXPECT_LT(x.structural_residual, 1e-13) << name;
@@ -187,18 +197,22 @@ TEST(Lanczos, SmallestWithMultiplicityAgreeWithTheDenseSvdOnTrainedModels) {
       ASSERT_EQ(x.smallest.size(), size_t(k)) << name;
       EXPECT_TRUE(std::is_sorted(x.smallest.begin(), x.smallest.end())) << name;
       expect_smallest_match(name, x.smallest, dense);
-      // the multiplicity of zero, explicitly: as many (numerically) zero values as the dense SVD has
-      EXPECT_EQ(count_zeros(x.smallest, size_t(k), smax), count_zeros(dense, size_t(k), smax)) << name;
-      for (int i = 0; i < std::min(k, x.structural_zeros); i++) EXPECT_EQ(x.smallest[size_t(i)], 0.0) << name;
+      // the multiplicity of zero, explicitly: as many (numerically) zero values as the dense SVD
+      // has
+      EXPECT_EQ(count_zeros(x.smallest, size_t(k), smax), count_zeros(dense, size_t(k), smax))
+          << name;
+      for (int i = 0; i < std::min(k, x.structural_zeros); i++)
+        EXPECT_EQ(x.smallest[size_t(i)], 0.0) << name;
       ASSERT_EQ(x.largest.size(), size_t(k)) << name;
-      for (int i = 0; i < k; i++) EXPECT_NEAR(x.largest[size_t(i)], dense[dense.size() - 1 - size_t(i)], 1e-9 * smax) << name;
+      for (int i = 0; i < k; i++)
+        EXPECT_NEAR(x.largest[size_t(i)], dense[dense.size() - 1 - size_t(i)], 1e-9 * smax) << name;
     }
   }
 }
 
 TEST(Lanczos, ZeroGainsAddStructuralZeros) {
-  // RMSNorm with eps > 0 annihilates nothing; a gain of exactly 0 in the last norm zeroes that output
-  // channel at every token: T more exact zeros (two zero gains: 2T)
+  // RMSNorm with eps > 0 annihilates nothing; a gain of exactly 0 in the last norm zeroes that
+  // output channel at every token: T more exact zeros (two zero gains: 2T)
   const auto m = trained(small({Placement::Post}, NormKind::RMSNorm, 1e-5), 30);
   const ParamSpec* gain = m->table().find("h.1.mlp.ln_out.weight");
   ASSERT_NE(gain, nullptr);
@@ -209,7 +223,8 @@ TEST(Lanczos, ZeroGainsAddStructuralZeros) {
   m->forward(ids.data(), none.data(), 1, kT);
   const std::vector<double> dense = dense_ascending(*m);
   for (int k : {5, 40}) {
-    const ExtremeSingularValues x = extreme_singular_values(*m, 0, 4, all_tokens(), all_tokens(), k);
+    const ExtremeSingularValues x =
+        extreme_singular_values(*m, 0, 4, all_tokens(), all_tokens(), k);
     ASSERT_TRUE(x.converged) << x.reason;
     EXPECT_EQ(x.structural_zeros, 2 * kT);
     ASSERT_EQ(x.smallest.size(), size_t(k));
@@ -222,7 +237,8 @@ TEST(Lanczos, ATooSmallBudgetSaysNotConvergedInsteadOfReportingWrongValues) {
     SCOPED_TRACE(cs.name);
     const auto m = trained(cs.config, 30);
     const std::vector<double> dense = dense_ascending(*m);
-    const ExtremeSingularValues x = extreme_singular_values(*m, 0, 4, all_tokens(), all_tokens(), 40, 300);
+    const ExtremeSingularValues x =
+        extreme_singular_values(*m, 0, 4, all_tokens(), all_tokens(), 40, 300);
     EXPECT_FALSE(x.converged);
     EXPECT_NE(x.reason.find("budget"), std::string::npos) << x.reason;
     EXPECT_EQ(x.budget, 300);

@@ -1,11 +1,11 @@
 // block_eigs.cpp: block Davidson with locking and thick restart (see block_eigs.h).
 #include "analysis/block_eigs.h"
 
-#include <Eigen/Eigenvalues>
+#include <fmt/format.h>
 
+#include <Eigen/Eigenvalues>
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 #include <vector>
 
 #include "util/rng.h"
@@ -30,7 +30,8 @@ Eigen::VectorXd random_vector(Eigen::Index n, Rng& rng) {
 // classical Gram-Schmidt done twice, which keeps orthogonality at rounding level. A column that
 // keeps less than 1e-10 of its norm lies (numerically) in the span already and is replaced by a
 // random direction (three tries), then dropped.
-Eigen::MatrixXd orthonormalize(const Eigen::MatrixXd& W, const std::vector<const Eigen::MatrixXd*>& against, Rng& rng) {
+Eigen::MatrixXd orthonormalize(const Eigen::MatrixXd& W,
+                               const std::vector<const Eigen::MatrixXd*>& against, Rng& rng) {
   const Eigen::Index n = W.rows();
   Eigen::MatrixXd out(n, W.cols());
   Eigen::Index kept = 0;
@@ -56,7 +57,8 @@ Eigen::MatrixXd orthonormalize(const Eigen::MatrixXd& W, const std::vector<const
 
 }  // namespace
 
-BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n, const Eigen::MatrixXd& deflate,
+BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
+                                         const Eigen::MatrixXd& deflate,
                                          const BlockEigsOptions& o) {
   BlockEigsResult r;
   const Eigen::Index room = n - deflate.cols();
@@ -74,7 +76,8 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
   std::vector<double> lv, lres;
   bool guarded = false;  // the last locked pair is the guard
   double scale = o.scale;
-  Eigen::Index confirm_from = -1;  // locked count when the last fresh search space for the guard began
+  Eigen::Index confirm_from =
+      -1;  // locked count when the last fresh search space for the guard began
   double best_leading = std::numeric_limits<double>::infinity();  // the leading residual's best
   int stalled_steps = 0;                                          // steps without progress
   Eigen::MatrixXd V, AV;
@@ -129,8 +132,10 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
           stalled_steps++;
         }
       }
-      const bool converged = res <= o.tol * (o.relative_to_value ? std::max(std::abs(theta(newly)), o.scale) : scale);
-      const bool at_floor = o.lock_at_noise_floor && newly == 0 && stalled_steps >= kStallSteps && res <= kStallTol * scale;
+      const bool converged =
+          res <= o.tol * (o.relative_to_value ? std::max(std::abs(theta(newly)), o.scale) : scale);
+      const bool at_floor = o.lock_at_noise_floor && newly == 0 && stalled_steps >= kStallSteps &&
+                            res <= kStallTol * scale;
       if (!converged && !at_floor) break;
       best_leading = std::numeric_limits<double>::infinity();
       stalled_steps = 0;
@@ -154,7 +159,8 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
         std::vector<double> sorted = lv;
         std::sort(sorted.begin(), sorted.end(), std::greater<>());
         const double last = sorted[size_t(locking) - 2];
-        separated = last - sorted[size_t(locking) - 1] > o.cluster_rtol * std::max(std::abs(last), o.scale);
+        separated =
+            last - sorted[size_t(locking) - 1] > o.cluster_rtol * std::max(std::abs(last), o.scale);
       }
       // The guard counts only as the first pair to converge in a fresh random search space (the
       // locked ones deflated): Krylov methods converge to the top of the spectrum first, so a copy
@@ -176,7 +182,8 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
         V.resize(n, 0);
         AV.resize(n, 0);
         if (W.cols() == 0 || !o.affordable(int(W.cols()))) {
-          r.reason = fmt::format("budget exhausted while confirming the guard, {} pairs locked", L.cols());
+          r.reason =
+              fmt::format("budget exhausted while confirming the guard, {} pairs locked", L.cols());
           break;
         }
         expand(W);
@@ -204,12 +211,13 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
     for (int j = 0; j < nrand; j++) W.col(nres + j) = random_vector(n, rng);
     W = orthonormalize(W, {&deflate, &L, &V}, rng);
     if (W.cols() == 0) {
-      r.reason = fmt::format("the search space is exhausted after locking {} of {} pairs", L.cols(), locking);
+      r.reason = fmt::format("the search space is exhausted after locking {} of {} pairs", L.cols(),
+                             locking);
       break;
     }
     if (!o.affordable(int(W.cols()))) {
-      r.reason = fmt::format("budget exhausted after {} products with {} of {} pairs locked", r.products,
-                             L.cols(), locking);
+      r.reason = fmt::format("budget exhausted after {} products with {} of {} pairs locked",
+                             r.products, L.cols(), locking);
       break;
     }
     expand(W);
@@ -217,7 +225,8 @@ BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
   // descending over everything locked: a copy found late may rank above pairs locked before it
   std::vector<int> order(lv.size());
   for (size_t i = 0; i < order.size(); i++) order[i] = int(i);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int c) { return lv[size_t(a)] > lv[size_t(c)]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int c) { return lv[size_t(a)] > lv[size_t(c)]; });
   const int got = int(order.size()) - (guarded ? 1 : 0);
   r.values.resize(got);
   r.residuals.resize(got);

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <Eigen/Core>
-
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -21,16 +20,17 @@ namespace normlab::analysis {
 using BlockOperator = std::function<void(const Eigen::MatrixXd& X, Eigen::MatrixXd& AX)>;
 
 struct BlockEigsOptions {
-  int nev = 1;            // eigenpairs wanted, the largest
-  int block = 4;          // new directions per step
-  int max_basis = 0;      // basis size that triggers a thick restart (0: max(3 (nev + 1), nev + 1 + 6 block))
+  int nev = 1;    // eigenpairs wanted, the largest
+  int block = 4;  // new directions per step
+  int max_basis =
+      0;  // basis size that triggers a thick restart (0: max(3 (nev + 1), nev + 1 + 6 block))
   // ||A|| is estimated by max(scale, every |theta| seen). A Ritz pair is locked when
   // ||A x - theta x|| <= tol ||A|| (relative_to_value: tol max(|theta|, scale)), or, with
   // lock_at_noise_floor (products not exact to rounding, as solves through an ill-conditioned
-  // matrix), when that residual has stalled below 1e-6 ||A|| (block_eigs.cpp; a caller that allows it
-  // must judge the values itself). Values closer than cluster_rtol max(|theta|, scale) form one
-  // cluster, which is never cut: pairs are locked until the next one (the guard) lies below the last
-  // by more than that.
+  // matrix), when that residual has stalled below 1e-6 ||A|| (block_eigs.cpp; a caller that allows
+  // it must judge the values itself). Values closer than cluster_rtol max(|theta|, scale) form one
+  // cluster, which is never cut: pairs are locked until the next one (the guard) lies below the
+  // last by more than that.
   double tol = 1e-12;
   double scale = 0;
   bool relative_to_value = false;
@@ -49,13 +49,14 @@ struct BlockEigsResult {
   Eigen::VectorXd residuals;  // ||A x - theta x|| when locked
   // the pair after them (NaN when not converged or the space has no room for it)
   double guard = std::numeric_limits<double>::quiet_NaN(), guard_residual = 0;
-  long products = 0;          // columns applied
+  long products = 0;  // columns applied
   bool converged = false;
-  std::string reason;         // why not converged
+  std::string reason;  // why not converged
 };
 
 // Works in the orthogonal complement of the orthonormal columns of `deflate` (n x s, s may be 0).
 BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
-                                         const Eigen::MatrixXd& deflate, const BlockEigsOptions& options);
+                                         const Eigen::MatrixXd& deflate,
+                                         const BlockEigsOptions& options);
 
 }  // namespace normlab::analysis
