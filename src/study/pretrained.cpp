@@ -30,7 +30,7 @@ namespace {
 
 constexpr int kProbeT = 32;        // the matrix-free end-to-end extremes stay interactive here
 constexpr int kDynamicsRows = 8;   // rows of the dynamics batch (all the text there is, in windows)
-constexpr int kLanczosK = 0;  // TODO(lanczos branch): 5 once the extremes are fast on Post-LN
+constexpr int kLanczosK = 5;
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -211,7 +211,9 @@ std::vector<std::string> summary_lines(const nlohmann::json& runs) {
     for (const auto& v : l["smallest"]) smallest += fmt::format("{}{:.3g}", smallest.empty() ? "" : ", ", v.get<double>());
     return fmt::format("sigma_max {:.3g}, smallest [{}] ({}{})", l["largest"][0].get<double>(), smallest,
                        l.value("converged", false) ? "converged" : "NOT converged",
-                       l.contains("zero_multiplicity") ? fmt::format(", {} exact zeros from the LayerNorms", l["zero_multiplicity"].dump()) : "");
+                       l.contains("structural_zeros") ? fmt::format(", {} exact zeros from the last LayerNorm's null space",
+                                                                    l["structural_zeros"].dump())
+                                                      : "");
   };
   s.push_back(fmt::format("End-to-end Jacobian of the whole sequence (T = {}, matrix-free): pretrained {}; fresh {}.", kProbeT,
                           lanczos_text(pre), lanczos_text(fresh)));
