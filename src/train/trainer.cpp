@@ -184,7 +184,8 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       if (!fixed) sampled = sample_batch(corpus->train, model_cfg.arch, B, T, data_rng, masking);
       const Batch& batch = fixed ? *fixed : sampled;
       model.set_training(true, uint64_t(step) * 65536 + micro);
-      const double l = model.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T);
+      const double l = model.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T,
+                                     batch.types_or_null(), batch.mask_or_null());
       if (!std::isfinite(l)) {
         bad_loss = true;
         loss = l;
