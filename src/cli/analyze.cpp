@@ -38,7 +38,7 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
                            "AdamW steps for update ratios and output change (default 5; 0: skip)");
   cmd.dynamics->add_option("--lr", cmd.update_lr, "learning rate of those steps (default 1e-3)");
   for (CLI::App* sub : {cmd.jacobian, cmd.attention, cmd.dynamics}) {
-    sub->add_option("--checkpoint", cmd.checkpoint, "a checkpoint from normlab train or init");
+    sub->add_option("--checkpoint", cmd.checkpoint, "a checkpoint from normlab train or init, or a Hugging Face directory");
     sub->add_option("--config,-c", cmd.config, "a TOML config (fresh model from its [model])");
     sub->add_option("--set", cmd.sets, "config override, e.g. --set model.placement=post");
     sub->add_option("--tokens", cmd.tokens, "token file: the first row of input_ids is the input");

@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
   train_cmd->add_flag("--quiet,-q", quiet, "no progress lines");
 
   auto* grads_cmd = app.add_subcommand("grads", "loss, logits and gradients of a checkpoint on a token file");
-  grads_cmd->add_option("--checkpoint", ckpt, "model checkpoint (.safetensors)")->required();
+  grads_cmd->add_option("--checkpoint", ckpt, "model checkpoint (.safetensors) or Hugging Face directory")->required();
   grads_cmd->add_option("--tokens", tokens, "int32 input_ids and labels (B, T) (.safetensors)")->required();
   grads_cmd->add_option("--out", out, "output .safetensors: loss, logits, grad.<param>")->required();
   grads_cmd->add_flag("--force", force, "replace --out if it exists");
