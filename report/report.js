@@ -310,7 +310,7 @@
     if (sets.length) sets.push({label: '√n (upper bound)', data: [{x: 0, y: Math.sqrt(T)}, {x: Math.max(...sets.flatMap((s) => s.data.map((p) => p.x))), y: Math.sqrt(T)}],
                                 borderColor: '#888', borderDash: [3, 3], borderWidth: 1, pointRadius: 0});
     chartCard(instruments, `Attention spectral norm ||A||_2 by layer ${name} (max over heads)`,
-              `Attention on a ${T}-token sequence: 1 <= ||A||_2 <= √(c_max) <= √n (seeds/002).`,
+              `Attention on a ${T}-token sequence: 1 <= ||A||_2 <= √(c_max) <= √n (source 002, docs/SOURCES.md).`,
               {type: 'line', data: {datasets: sets}, options: {scales: {x: axis('layer'), y: axis('||A||_2')}}}, {logToggle: true});
   }
 

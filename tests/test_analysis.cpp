@@ -82,7 +82,7 @@ TEST(NormJacobian, LayerNormRankAndSingularValuesAtEpsZeroAndPositive) {
       EXPECT_NEAR(n.spectrum.sv[d - 2], n.predicted_small, 1e-9 * n.predicted_bulk);
       EXPECT_NEAR(n.j_zhat, n.predicted_small, 1e-9 * n.predicted_bulk);
       EXPECT_EQ(n.spectrum.rank, eps == 0.0 ? d - 2 : d - 1);
-      // gamma multiplies from the left (seeds/000 remark 1.2 says right: measurably wrong)
+      // gamma multiplies from the left (source 000 remark 1.2 says right: measurably wrong)
       EXPECT_LT(n.gamma_left_err, 1e-12 * n.predicted_bulk);
       EXPECT_GT(n.gamma_right_err, 1e-3 * n.predicted_bulk);
     }

@@ -65,7 +65,7 @@ AttentionReport analyze_attention(const Model<double>& model) {
         for (int c = 0; c < C; c++) g = std::max(g, std::abs(gamma[c]));
         r.gamma_max = g;
         // |<q_i, k_j>| / sqrt(HS) <= (Gamma sqrt(d))^2 sigma_Q sigma_K / sqrt(HS) = M; for one head
-        // of size d this is seeds/002's M = Gamma^2 sigma_Q sigma_K sqrt(d)
+        // of size d this is source 002's M (docs/SOURCES.md) = Gamma^2 sigma_Q sigma_K sqrt(d)
         const double M = g * g * r.sigma_q * r.sigma_k * C / std::sqrt(double(HS));
         r.seed_bound = std::sqrt(T / (1 + (T - 1) * std::exp(-2 * M)));
         double beta_max = 0, qk_bias_max = 0;
@@ -77,7 +77,7 @@ AttentionReport analyze_attention(const Model<double>& model) {
         r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g})", holds ? "holds" : "VIOLATED",
                                       r.stats.norm2, holds ? "<=" : ">", *r.seed_bound, M);
         if (!holds && cfg.causal())
-          r.bound_verdict += " (seeds/002 derives it for rows of n entries; a causal row i has only "
+          r.bound_verdict += " (source 002 derives it for rows of n entries; a causal row i has only "
                              "i + 1, so early columns collect more mass)";
         if (beta_max > 0 || qk_bias_max > 0)
           r.bound_verdict += fmt::format("; the bound assumes beta = 0 and no q/k bias, here max|beta| = "
@@ -107,7 +107,7 @@ nlohmann::json to_json(const AttentionReport& r) {
 void print_report(const AttentionReport& r) {
   fmt::print("Attention spectra, T = {} (sqrt(n) = {:.4g}), {} heads\n", r.T, std::sqrt(double(r.T)), r.heads);
   fmt::print("{:>5} {:>4} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9}  {}\n", "layer", "head", "||A||_2",
-             "sqrt(c)", "c_max", "chain", "H mean", "sigma_Q", "sigma_K", "seeds/002 bound");
+             "sqrt(c)", "c_max", "chain", "H mean", "sigma_Q", "sigma_K", "002 bound");
   for (const auto& h : r.heads_by_layer)
     fmt::print("{:>5} {:>4} {:>9.4f} {:>9.4f} {:>9.4f} {:>6} {:>9.4f} {:>9.4f} {:>9.4f}  {}\n", h.layer, h.head,
                h.stats.norm2, std::sqrt(h.stats.c_max), h.stats.c_max, h.stats.chain_holds ? "holds" : "FAILS",

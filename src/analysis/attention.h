@@ -1,6 +1,6 @@
-// attention.h: the attention-spectrum instrument (DESIGN.md section 4; seeds/002 section 2): per
+// attention.h: the attention-spectrum instrument (README "Instruments"; source 002 in docs/SOURCES.md): per
 // layer and head, the spectral norm ||A||_2 of the attention probabilities, the largest column sum
-// c_max, the chain 1 <= ||A||_2 <= sqrt(c_max) <= sqrt(n), seeds/002's bound
+// c_max, the chain 1 <= ||A||_2 <= sqrt(c_max) <= sqrt(n), source 002's bound
 // sqrt(n / (1 + (n-1) exp(-2M))), and the row entropies.
 #pragma once
 

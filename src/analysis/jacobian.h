@@ -1,4 +1,4 @@
-// jacobian.h: the Jacobian instrument (DESIGN.md section 4): at every norm site, the LayerNorm /
+// jacobian.h: the Jacobian instrument (README "Instruments"; claims in docs/SOURCES.md): at every norm site, the LayerNorm /
 // RMSNorm Jacobian in closed form against autodiff, its singular values, numerical rank, kernel and
 // what eps and gamma change; per block the token-local (d x d) and full-sequence ((T d) x (T d))
 // Jacobians with the Pre-LN bound sigma_min(I + A) >= 1 - ||A|| and the Post-LN rank check; and the
@@ -38,7 +38,7 @@ struct NormSiteReport {
   bool unit_gamma = true;
   double gamma_max_dev = 0;    // max |gamma_i - 1| of the site's own gain
   double gamma_left_err = 0;   // max |J_gamma - diag(gamma) J_1|  (gamma multiplies from the left)
-  double gamma_right_err = 0;  // max |J_gamma - J_1 diag(gamma)|  (seeds/000 remark 1.2's claim)
+  double gamma_right_err = 0;  // max |J_gamma - J_1 diag(gamma)|  (source 000 Remark 1.2's claim, docs/SOURCES.md)
 };
 
 struct BlockReport {

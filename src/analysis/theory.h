@@ -1,4 +1,4 @@
-// theory.h: `normlab theory`: each claim of the source documents (seeds/000, 002, 003, 004) and of
+// theory.h: `normlab theory`: each claim of the source documents (000, 002, 003, 004: docs/SOURCES.md) and of
 // Xiong et al. 2020, measured with the instruments on fresh models and on the same models trained
 // on the built-in corpus, with a verdict (holds / violated / holds only under a stated condition /
 // not observed) and the numbers behind it. The statements about initialization only (Xiong et

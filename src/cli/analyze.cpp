@@ -29,7 +29,7 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
   cmd.jacobian = cmd.analyze->add_subcommand(
       "jacobian", "norm-site, block and end-to-end Jacobians: spectra, ranks, theory checks");
   cmd.attention = cmd.analyze->add_subcommand(
-      "attention", "per layer and head: ||A||_2, column sums, the seeds/002 bound, entropies");
+      "attention", "per layer and head: ||A||_2, column sums, the source 002 bound, entropies");
   cmd.dynamics = cmd.analyze->add_subcommand(
       "dynamics", "per layer: stream norms, branch ratios, gradient norms, rank collapse");
   cmd.dynamics->add_option("--batches", cmd.batches, "batches to average over (default 4)");

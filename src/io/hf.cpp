@@ -233,15 +233,9 @@ bool is_float(st::DType d) {
   return d == st::DType::F32 || d == st::DType::F16 || d == st::DType::BF16 || d == st::DType::F64;
 }
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); i++) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
 // Fills imported.params from the weight files through `table`; `prefix` is the model prefix the
 // checkpoint uses ("transformer." / "bert." / ""), `ignored` the tensors read but not used.
-void map_tensors(Imported& im, WeightFiles& w, const std::vector<TensorMap>& table, const std::string& prefix,
+void map_tensors(Imported& im, const WeightFiles& w, const std::vector<TensorMap>& table, const std::string& prefix,
                  const std::set<std::string>& ignored, const fs::path& dir) {
   const ParamTable ptable = make_param_table(im.config);
   std::map<std::string, std::string> by_hf;  // modern unprefixed name -> name in the file
@@ -258,7 +252,7 @@ void map_tensors(Imported& im, WeightFiles& w, const std::vector<TensorMap>& tab
     if (it == by_hf.end())
       throw Error(fmt::format("{}: missing tensor '{}{}' (normlab parameter {})", dir.string(), prefix, m.hf, m.normlab));
     const st::Tensor& t = w.tensors.at(it->second);
-    const std::string& file = w.file_of[it->second];
+    const std::string& file = w.file_of.at(it->second);
     used.insert(m.hf);
     const ParamSpec* spec = ptable.find(m.normlab);
     if (!spec) throw Error(fmt::format("internal: no normlab parameter {}", m.normlab));
@@ -272,7 +266,7 @@ void map_tensors(Imported& im, WeightFiles& w, const std::vector<TensorMap>& tab
     }
     if (t.shape != want)
       throw Error(fmt::format("{}: tensor '{}' has shape {}, expected {} (from config.json)", file, it->second,
-                              shape_text(t.shape), shape_text(want)));
+                              st::shape_text(t.shape), st::shape_text(want)));
     const std::vector<float> v = t.to_f32();
     std::vector<float>& dst = im.params[m.normlab];
     if (m.layout == Layout::Same) {
@@ -293,7 +287,7 @@ void map_tensors(Imported& im, WeightFiles& w, const std::vector<TensorMap>& tab
     if (used.count(hf_name)) continue;
     if (ignored.count(hf_name)) continue;
     throw Error(fmt::format("{}: unexpected tensor '{}' (not part of a {} that normlab represents)",
-                            w.file_of[file_name], file_name, im.architecture));
+                            w.file_of.at(file_name), file_name, im.architecture));
   }
 }
 
@@ -308,7 +302,8 @@ void check_tied(const WeightFiles& w, const std::string& name, const std::vector
                             dir.string(), name));
 }
 
-Imported import_gpt2(const ConfigReader& r, WeightFiles& w, const fs::path& dir) {
+// w null: the config only (the tensors are neither read nor checked).
+Imported import_gpt2(const ConfigReader& r, const WeightFiles* weights, const fs::path& dir) {
   Imported im;
   im.architecture = architecture_of(r, {"GPT2LMHeadModel", "GPT2Model"});
   ModelConfig& c = im.config;
@@ -332,6 +327,10 @@ Imported import_gpt2(const ConfigReader& r, WeightFiles& w, const fs::path& dir)
   r.require("add_cross_attention", !r.boolean("add_cross_attention", false), "no cross-attention in a GPT");
   r.require("tie_word_embeddings", r.boolean("tie_word_embeddings", true), "normlab's output embedding is tied");
   c.validate();
+  if (r.number("resid_pdrop", 0) > 0 || r.number("attn_pdrop", 0) > 0 || r.number("embd_pdrop", 0) > 0)
+    im.notes.push_back("dropout rates of config.json are not imported (model.dropout = 0; set it to train with dropout)");
+  if (!weights) return im;
+  const WeightFiles& w = *weights;
   std::set<std::string> ignored;
   for (int l = 0; l < c.n_layers; l++) {  // the causal-mask buffers of older checkpoints
     ignored.insert(fmt::format("h.{}.attn.bias", l));
@@ -348,12 +347,10 @@ Imported import_gpt2(const ConfigReader& r, WeightFiles& w, const fs::path& dir)
       im.notes.push_back("the causal-mask buffers (h.*.attn.bias) are constants; normlab applies the causal mask itself");
       break;
     }
-  if (r.number("resid_pdrop", 0) > 0 || r.number("attn_pdrop", 0) > 0 || r.number("embd_pdrop", 0) > 0)
-    im.notes.push_back("dropout rates of config.json are not imported (model.dropout = 0; set it to train with dropout)");
   return im;
 }
 
-Imported import_bert(const ConfigReader& r, WeightFiles& w, const fs::path& dir) {
+Imported import_bert(const ConfigReader& r, const WeightFiles* weights, const fs::path& dir) {
   Imported im;
   im.architecture = architecture_of(r, {"BertModel", "BertForMaskedLM", "BertForPreTraining"});
   ModelConfig& c = im.config;
@@ -380,6 +377,12 @@ Imported import_bert(const ConfigReader& r, WeightFiles& w, const fs::path& dir)
   r.require("tie_word_embeddings", r.boolean("tie_word_embeddings", true), "normlab's output embedding is tied");
   c.validate();
   if (c.type_vocab < 1) throw Error(fmt::format("{}: \"type_vocab_size\" must be at least 1", r.path));
+  if (c.head == Head::None)
+    im.notes.push_back("BertModel has no head: no logits and no loss; instruments that need a loss say so");
+  if (r.number("hidden_dropout_prob", 0) > 0 || r.number("attention_probs_dropout_prob", 0) > 0)
+    im.notes.push_back("dropout rates of config.json are not imported (model.dropout = 0; set it to train with dropout)");
+  if (!weights) return im;
+  const WeightFiles& w = *weights;
   std::set<std::string> ignored = {"embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias",
                                    "cls.predictions.decoder.weight", "cls.predictions.decoder.bias",
                                    "cls.seq_relationship.weight", "cls.seq_relationship.bias"};
@@ -399,10 +402,6 @@ Imported import_bert(const ConfigReader& r, WeightFiles& w, const fs::path& dir)
     }
   if (w.tensors.count("cls.seq_relationship.weight"))
     im.notes.push_back("the next-sentence head (cls.seq_relationship) is not used");
-  if (c.head == Head::None)
-    im.notes.push_back("BertModel has no head: no logits and no loss; instruments that need a loss say so");
-  if (r.number("hidden_dropout_prob", 0) > 0 || r.number("attention_probs_dropout_prob", 0) > 0)
-    im.notes.push_back("dropout rates of config.json are not imported (model.dropout = 0; set it to train with dropout)");
   return im;
 }
 
@@ -413,7 +412,7 @@ bool is_model_dir(const std::string& path) {
   return fs::is_directory(path, ec);
 }
 
-Imported read_model_dir(const std::string& dir) {
+static Imported read_dir(const std::string& dir, bool with_weights) {
   const fs::path d(dir), cfg_path = d / "config.json";
   if (!fs::is_directory(d)) throw Error(fmt::format("{}: not a directory", dir));
   if (!fs::exists(cfg_path))
@@ -428,12 +427,15 @@ Imported read_model_dir(const std::string& dir) {
   if (type != "gpt2" && type != "bert")
     throw Error(fmt::format("{}: model_type \"{}\" is not supported (normlab reads \"gpt2\" and \"bert\")",
                             cfg_path.string(), type));
-  WeightFiles w = read_weights(d);
-  return type == "gpt2" ? import_gpt2(r, w, d) : import_bert(r, w, d);
+  WeightFiles w;
+  if (with_weights) w = read_weights(d);
+  const WeightFiles* weights = with_weights ? &w : nullptr;
+  return type == "gpt2" ? import_gpt2(r, weights, d) : import_bert(r, weights, d);
 }
 
+Imported read_model_dir(const std::string& dir) { return read_dir(dir, true); }
 
-ModelConfig read_model_dir_config(const std::string& dir) { return read_model_dir(dir).config; }
+ModelConfig read_model_dir_config(const std::string& dir) { return read_dir(dir, false).config; }
 
 std::unique_ptr<Model<float>> load_model_dir(const std::string& dir, bool quiet) {
   Imported im = read_model_dir(dir);

@@ -30,7 +30,8 @@ struct Imported {
 // Reads and checks config.json and every weight file; Error naming the file and the problem.
 Imported read_model_dir(const std::string& dir);
 
-// The config (the weights are read and checked too: a config is only as good as its tensors).
+// The config only (config.json is read and checked; the weights are not read: loading them checks
+// every tensor).
 ModelConfig read_model_dir_config(const std::string& dir);
 
 // A model built from the directory (notes printed to stderr unless quiet).

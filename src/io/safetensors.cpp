@@ -46,11 +46,15 @@ const DTypeInfo& dtype_info(DType dtype) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+}  // namespace
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + "]";
 }
+
+namespace {
 
 std::string offsets_text(uint64_t begin, uint64_t end) {
   std::string text = "[";  // appended, not chained: GCC 12 gives a false -Wrestrict on the latter

@@ -19,6 +19,9 @@ namespace normlab::safetensors {
 // names in the file: "F32" "F64" "I32" "I64" "F16" "BF16"
 enum class DType { F32, F64, I32, I64, F16, BF16 };
 
+// "[2, 3]" (for messages)
+std::string shape_text(const std::vector<int64_t>& shape);
+
 size_t dtype_size(DType dtype);                                 // bytes per element
 const char* dtype_name(DType dtype);                            // "F32", ...
 std::optional<DType> dtype_from_name(const std::string& name);  // nullopt if not one of the six

@@ -88,7 +88,7 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
                           const analysis::JacobianReport& jac, const analysis::AttentionReport& att) {
   nlohmann::json out = nlohmann::json::array();
   const int d = jac.d;
-  // LayerNorm Jacobian rank (seeds/000 Thm 2.2: rank d-2 at eps = 0, the z-hat direction keeps
+  // LayerNorm Jacobian rank (source 000 Thm 2.2: rank d-2 at eps = 0, the z-hat direction keeps
   // (1/s) eps/(var + eps) at eps > 0)
   int sites = 0, rank_d2 = 0, rank_d1 = 0;
   double worst_small = 0;
@@ -120,7 +120,7 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
                    {"measured", fmt::format("{} of {} blocks", ok, blocks)},
                    {"verdict", ok == blocks ? "holds" : "violated"},
                    {"numbers", {{"blocks", blocks}, {"holds", ok}}}});
-  // attention: the chain 1 <= ||A|| <= sqrt(c_max) <= sqrt(n) and seeds/002's bound
+  // attention: the chain 1 <= ||A|| <= sqrt(c_max) <= sqrt(n) and source 002's bound
   int heads = 0, chain = 0, bound_checked = 0, bound_ok = 0;
   double max_norm = 0;
   for (const auto& h : att.heads_by_layer) {

@@ -140,8 +140,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   const int B = fixed ? fixed->B : tc.batch_size;
   const int Tb = fixed ? fixed->T : T;
   const double tokens_per_step = double(B) * Tb * tc.grad_accum;
-  if (!options.quiet)
-  {
+  if (!options.quiet) {
     fmt::print("normlab train: {} params, {} layers ({}), {} d_model, batch {}x{}x{}, {} steps -> {}\n",
                model.table().total, model_cfg.n_layers, to_string(model_cfg.placement_of(0)),
                model_cfg.d_model, B, Tb, tc.grad_accum, tc.steps, tc.out_dir);
