@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include "model/methods.h"
 #include "util/error.h"
 #include "util/json_reader.h"
 
@@ -17,21 +18,27 @@ struct EnumName {
   const char* name;
 };
 
-constexpr EnumName<Arch> kArchNames[] = {{Arch::Gpt, "gpt"}, {Arch::Encoder, "encoder"}};
+constexpr EnumName<Arch> kArchNames[] = {{Arch::Gpt, "gpt"}, {Arch::Encoder, "encoder"}, {Arch::EncDec, "encdec"}};
 constexpr EnumName<NormKind> kNormNames[] = {{NormKind::LayerNorm, "layernorm"},
                                              {NormKind::RMSNorm, "rmsnorm"}};
 constexpr EnumName<Activation> kActivationNames[] = {
     {Activation::Gelu, "gelu"}, {Activation::GeluExact, "gelu_exact"}, {Activation::Relu, "relu"}};
 constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}};
-constexpr EnumName<Placement> kPlacementNames[] = {
-    {Placement::Post, "post"},         {Placement::Pre, "pre"},
-    {Placement::Sandwich, "sandwich"}, {Placement::PrePost, "prepost"},
-    {Placement::DeepNorm, "deepnorm"}, {Placement::None, "none"}};
+// The method names come from the methods table (model/methods.cpp), in its order.
+constexpr Placement kAllPlacements[] = {Placement::Post,     Placement::Pre,      Placement::Sandwich,
+                                        Placement::PrePost,  Placement::DeepNorm, Placement::None,
+                                        Placement::Admin,    Placement::ReZero,   Placement::SkipInit,
+                                        Placement::LayerScale, Placement::TFixup};
+constexpr EnumName<AdminInit> kAdminInitNames[] = {{AdminInit::Log, "log"},
+                                                   {AdminInit::Sqrt, "sqrt"},
+                                                   {AdminInit::One, "one"},
+                                                   {AdminInit::Profile, "profile"}};
 constexpr EnumName<InitScheme> kInitNames[] = {{InitScheme::Auto, "auto"},
                                                {InitScheme::Normal, "normal"},
                                                {InitScheme::Gpt2, "gpt2"},
                                                {InitScheme::Xavier, "xavier"},
-                                               {InitScheme::DeepNet, "deepnet"}};
+                                               {InitScheme::DeepNet, "deepnet"},
+                                               {InitScheme::TFixup, "tfixup"}};
 
 template <class E, size_t K>
 const char* name_of(const EnumName<E> (&table)[K], E v) {
@@ -73,11 +80,51 @@ void read_enum(JsonReader& r, const char* key, const EnumName<E> (&table)[K], E&
 const char* to_string(Arch v) { return name_of(kArchNames, v); }
 const char* to_string(NormKind v) { return name_of(kNormNames, v); }
 const char* to_string(Activation v) { return name_of(kActivationNames, v); }
-const char* to_string(Placement v) { return name_of(kPlacementNames, v); }
+const char* to_string(Placement v) { return method_of(v).name; }
+const char* to_string(AdminInit v) { return name_of(kAdminInitNames, v); }
+const char* to_string(Sublayer s) { return s == Sublayer::Attn ? "attn" : s == Sublayer::Cross ? "cross" : "mlp"; }
 const char* to_string(InitScheme v) { return name_of(kInitNames, v); }
 const char* to_string(Head v) { return name_of(kHeadNames, v); }
 std::optional<Placement> placement_from_string(const std::string& s) {
-  return parse_enum(kPlacementNames, s);
+  for (Placement p : kAllPlacements)
+    if (s == method_of(p).name) return p;
+  return std::nullopt;
+}
+
+static std::string placement_choices() {
+  std::string out;
+  for (Placement p : kAllPlacements) out += (out.empty() ? "" : " | ") + std::string(method_of(p).name);
+  return out;
+}
+
+int ModelConfig::vocab_size() const {
+  return vocab.value_or(arch == Arch::Encoder ? kByteVocab + 1 : arch == Arch::EncDec ? kByteVocab + 2 : kByteVocab);
+}
+
+Slot ModelConfig::slot(int i) const {
+  Slot s;
+  const int enc_slots = arch == Arch::Gpt ? 0 : 2 * n_layers;
+  if (i < enc_slots || !encdec()) {
+    s.layer = i / 2;
+    s.kind = i % 2 == 0 ? Sublayer::Attn : Sublayer::Mlp;
+    s.encoder = arch != Arch::Gpt;
+  } else {
+    const int j = i - enc_slots;
+    s.layer = n_layers + j / 3;
+    s.kind = j % 3 == 0 ? Sublayer::Attn : j % 3 == 1 ? Sublayer::Cross : Sublayer::Mlp;
+  }
+  s.present = s.kind != Sublayer::Mlp || mlp;
+  return s;
+}
+
+int ModelConfig::stack_depth(int layer) const {
+  if (!encdec()) return n_layers;
+  return layer < n_layers ? n_layers : decoder_layers();
+}
+
+int ModelConfig::stack_sublayers(int layer) const {
+  if (encdec() && layer >= n_layers) return 3 * decoder_layers();
+  return 2 * stack_depth(layer);
 }
 
 Placement ModelConfig::placement_of(int layer) const {
@@ -86,21 +133,33 @@ Placement ModelConfig::placement_of(int layer) const {
 
 double ModelConfig::residual_alpha(int layer) const {
   if (!residual) return 0.0;
-  if (placement_of(layer) == Placement::DeepNorm) return std::pow(2.0 * n_layers, 0.25);
-  return 1.0;
+  if (method_of(placement_of(layer)).shortcut != Shortcut::DeepNormAlpha) return 1.0;
+  if (!encdec()) return std::pow(2.0 * n_layers, 0.25);
+  const double N = n_layers, M = decoder_layers();
+  return encoder_layer(layer) ? 0.81 * std::pow(N * N * N * N * M, 1.0 / 16) : std::pow(3.0 * M, 0.25);
 }
 
-double ModelConfig::deepnet_beta() const { return std::pow(8.0 * n_layers, -0.25); }
+double ModelConfig::deepnet_beta(int layer) const {
+  if (!encdec()) return std::pow(8.0 * n_layers, -0.25);
+  const double N = n_layers, M = decoder_layers();
+  return encoder_layer(layer) ? 0.87 * std::pow(N * N * N * N * M, -1.0 / 16) : std::pow(12.0 * M, -0.25);
+}
 
 bool ModelConfig::has_final_norm() const {
-  const Placement last = placement_of(n_layers - 1);
-  return last == Placement::Pre || last == Placement::Sandwich;
+  if (arch == Arch::Encoder) return method_of(placement_of(n_layers - 1)).final_norm;
+  return method_of(placement_of(total_layers() - 1)).final_norm;
+}
+
+bool ModelConfig::has_enc_final_norm() const {
+  return encdec() && method_of(placement_of(n_layers - 1)).final_norm;
 }
 
 InitScheme ModelConfig::resolved_init() const {
   if (init != InitScheme::Auto) return init;
-  for (int l = 0; l < n_layers; l++)
-    if (placement_of(l) == Placement::DeepNorm) return InitScheme::DeepNet;
+  for (int l = 0; l < total_layers(); l++) {
+    const InitScheme want = method_of(placement_of(l)).init;
+    if (want != InitScheme::Auto) return want;
+  }
   return InitScheme::Gpt2;
 }
 
@@ -127,12 +186,28 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back(fmt::format("model.init_std = {} must be > 0", init_std));
   if (!(dropout >= 0.0 && dropout < 1.0))
     v.push_back(fmt::format("model.dropout = {} must be in [0, 1)", dropout));
+  if (dec_layers) {
+    if (!encdec()) v.push_back("model.dec_layers is for arch = \"encdec\" only");
+    else positive("dec_layers", *dec_layers, 4096);
+  }
+  if (src_vocab) {
+    if (!encdec() || shared_embeddings)
+      v.push_back("model.src_vocab needs arch = \"encdec\" and shared_embeddings = false");
+    else positive("src_vocab", *src_vocab, 1 << 24);
+  }
+  if (!shared_embeddings && !encdec()) v.push_back("model.shared_embeddings = false is for arch = \"encdec\" only");
+  if (encdec()) {
+    if (type_vocab != 0) v.push_back("model.type_vocab must be 0 for arch = \"encdec\"");
+    if (embed_norm) v.push_back("model.embed_norm is not supported for arch = \"encdec\"");
+    if (head != Head::Tied) v.push_back("model.head must be \"tied\" for arch = \"encdec\"");
+  }
+  const int layers = (dec_layers && !encdec()) ? n_layers : total_layers();
   if (placement.empty())
     v.push_back("model.placement is an empty list");
-  else if (placement.size() != 1 && n_layers >= 1 && (int)placement.size() != n_layers)
-    v.push_back(fmt::format("model.placement lists {} placements for {} layers (give one, or one "
-                            "per layer)",
-                            placement.size(), n_layers));
+  else if (placement.size() != 1 && layers >= 1 && (int)placement.size() != layers)
+    v.push_back(fmt::format("model.placement lists {} methods for {} layers (give one, or one per "
+                            "layer{})",
+                            placement.size(), layers, encdec() ? ", encoder layers first" : ""));
   return v;
 }
 
@@ -148,6 +223,18 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("d_model", cfg.d_model);
   r.get("n_heads", cfg.n_heads);
   r.get("n_layers", cfg.n_layers);
+  if (r.has("dec_layers")) {
+    int v = 0;
+    r.get("dec_layers", v);
+    cfg.dec_layers = v;
+  }
+  r.get("shared_embeddings", cfg.shared_embeddings);
+  if (r.has("src_vocab")) {
+    int v = 0;
+    r.get("src_vocab", v);
+    cfg.src_vocab = v;
+  }
+  read_enum(r, "admin_init", kAdminInitNames, cfg.admin_init);
   if (r.has("d_ff")) {
     int v = 0;
     r.get("d_ff", v);
@@ -175,8 +262,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
     for (const auto& item : items) {
       auto v = item.is_string() ? placement_from_string(item.get<std::string>()) : std::nullopt;
       if (!v) {
-        r.fail(fmt::format("{}: placement {} is not one of {}", where, item.dump(),
-                           choices(kPlacementNames)));
+        r.fail(fmt::format("{}: placement {} is not one of {}", where, item.dump(), placement_choices()));
         continue;
       }
       cfg.placement.push_back(*v);
@@ -197,8 +283,8 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
 
 nlohmann::json model_config_to_json(const ModelConfig& cfg) {
   nlohmann::json places = nlohmann::json::array();
-  for (int l = 0; l < cfg.n_layers; l++) places.push_back(to_string(cfg.placement_of(l)));
-  return nlohmann::json{{"arch", to_string(cfg.arch)},
+  for (int l = 0; l < cfg.total_layers(); l++) places.push_back(to_string(cfg.placement_of(l)));
+  nlohmann::json j{{"arch", to_string(cfg.arch)},
                         {"d_model", cfg.d_model},
                         {"n_heads", cfg.n_heads},
                         {"n_layers", cfg.n_layers},
@@ -218,6 +304,14 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"init_std", cfg.init_std},
                         {"dropout", cfg.dropout},
                         {"seed", cfg.seed}};
+  for (int l = 0; l < cfg.total_layers(); l++)
+    if (cfg.placement_of(l) == Placement::Admin) j["admin_init"] = to_string(cfg.admin_init);
+  if (cfg.encdec()) {
+    j["dec_layers"] = cfg.decoder_layers();
+    j["shared_embeddings"] = cfg.shared_embeddings;
+    if (!cfg.shared_embeddings) j["src_vocab"] = cfg.src_vocab_size();
+  }
+  return j;
 }
 
 }  // namespace normlab

@@ -10,27 +10,49 @@
 
 namespace normlab {
 
-enum class Arch { Gpt, Encoder };
+enum class Arch { Gpt, Encoder, EncDec };
 enum class NormKind { LayerNorm, RMSNorm };
 enum class Activation { Gelu, GeluExact, Relu };
 // What turns the last stream into logits: the tied output embedding (GPT-2), BERT's masked-LM head
 // (dense + activation + norm, then the tied embedding and an output bias), or nothing (a headless
 // encoder such as BertModel: no logits and no loss).
 enum class Head { Tied, Mlm, None };
-enum class Placement { Post, Pre, Sandwich, PrePost, DeepNorm, None };
-enum class InitScheme { Auto, Normal, Gpt2, Xavier, DeepNet };
+// The normalization method of a layer (docs/MODEL.md "Methods"; one entry each in model/methods.cpp).
+enum class Placement { Post, Pre, Sandwich, PrePost, DeepNorm, None, Admin, ReZero, SkipInit, LayerScale, TFixup };
+enum class InitScheme { Auto, Normal, Gpt2, Xavier, DeepNet, TFixup };
+// How Admin's omega starts: closed forms O(log n), O(1) (sqrt S), plain Post-LN (1), or profiled on
+// the first training batch.
+enum class AdminInit { Log, Sqrt, One, Profile };
+// The kinds of sub-layer: self-attention, cross-attention (decoder of an encdec), feed-forward.
+enum class Sublayer { Attn, Cross, Mlp };
+// One sub-layer slot of the model: slot i of a gpt or encoder is layer i / 2, attention then MLP
+// (present = false for the MLP of an attention-only model); an encdec has its encoder's 2N slots,
+// then 3 per decoder layer (self, cross, MLP). layer is the global layer (decoder layers follow the
+// encoder's).
+struct Slot {
+  int layer = 0;
+  Sublayer kind = Sublayer::Attn;
+  bool present = true;
+  bool encoder = false;  // in the encoder stack (an encoder-only model's every slot)
+};
 
 // Byte-level tokens are 0..255; the encoder's mask token follows them.
 inline constexpr int kByteVocab = 256;
 inline constexpr int kMaskToken = 256;
 
 struct ModelConfig {
-  Arch arch = Arch::Gpt;             // gpt: causal next-token loss; encoder: BERT masked tokens
+  Arch arch = Arch::Gpt;             // gpt: causal next-token loss; encoder: BERT masked tokens;
+                                     // encdec: the original Transformer (source -> target)
   int d_model = 128;                 // small enough to train in minutes on 2 cores
   int n_heads = 4;                   // head size 32
-  int n_layers = 4;
+  int n_layers = 4;                  // encdec: the encoder's layers N
+  std::optional<int> dec_layers;     // encdec: the decoder's layers M; unset: N
+  bool shared_embeddings = true;     // encdec: one wte for source, target and output (Vaswani et al.)
+  std::optional<int> src_vocab;      // encdec without shared embeddings: rows of enc.wte; unset: vocab
+  AdminInit admin_init = AdminInit::Log;  // Admin's omega at construction (train profiles with "profile")
   std::optional<int> d_ff;           // unset: 4 * d_model, as GPT-2 and the original Transformer
-  std::optional<int> vocab;          // unset: 256 bytes (gpt), 257 with the mask token (encoder)
+  std::optional<int> vocab;          // unset: 256 bytes (gpt), 257 with the mask token (encoder),
+                                     // 258 with BOS and EOS (encdec)
   int seq_len = 128;                 // rows of the learned position table (maximum T)
   NormKind norm = NormKind::LayerNorm;
   double eps = 1e-5;                 // PyTorch's LayerNorm default; 0 allowed for analysis
@@ -49,18 +71,34 @@ struct ModelConfig {
 
   int head_size() const { return d_model / n_heads; }
   int ff() const { return d_ff.value_or(4 * d_model); }
-  int vocab_size() const { return vocab.value_or(arch == Arch::Encoder ? kByteVocab + 1 : kByteVocab); }
+  int vocab_size() const;
+  int src_vocab_size() const { return shared_embeddings ? vocab_size() : src_vocab.value_or(vocab_size()); }
+  bool encdec() const { return arch == Arch::EncDec; }
+  int decoder_layers() const { return encdec() ? dec_layers.value_or(n_layers) : 0; }
+  int total_layers() const { return n_layers + decoder_layers(); }
+  // The method of global layer `layer` (encdec: encoder layers 0..N-1, then the decoder's).
   Placement placement_of(int layer) const;
-  // Scale of the skip path: 1, (2L)^(1/4) for deepnorm, 0 without residual.
+  bool encoder_layer(int layer) const { return arch == Arch::Encoder || (encdec() && layer < n_layers); }
+  // Layers and residual sub-layers of the stack that holds `layer` (2 per encoder or gpt layer, 3 per
+  // encdec decoder layer).
+  int stack_depth(int layer) const;
+  int stack_sublayers(int layer) const;
+  // Constant scale of the skip path: 1, DeepNet's alpha for deepnorm (docs/MODEL.md), 0 without residual.
   double residual_alpha(int layer) const;
-  // DeepNet's initial gain for value, output and FFN weights: (8L)^(-1/4).
-  double deepnet_beta() const;
+  // DeepNet's initial gain beta for the value, output and FFN weights of `layer`'s stack.
+  double deepnet_beta(int layer) const;
+  // A final norm ends the decoder (or the only) stack; enc_final_norm ends an encdec's encoder.
   bool has_final_norm() const;
+  bool has_enc_final_norm() const;
   bool has_logits() const { return head != Head::None; }
   InitScheme resolved_init() const;
+  // The decoder (or gpt) self-attention is causal; an encoder's is bidirectional.
   bool causal() const { return arch == Arch::Gpt; }
-  // Sub-layer i (i = 2l attention, 2l + 1 MLP) exists: every attention one, the MLP ones if mlp.
-  bool has_sublayer(int i) const { return i % 2 == 0 || mlp; }
+  int n_slots() const { return 2 * n_layers + 3 * decoder_layers(); }
+  Slot slot(int i) const;
+  // The first slot of the decoder (encdec: 2N; gpt: 0; encoder: n_slots()).
+  int first_decoder_slot() const { return encdec() ? 2 * n_layers : arch == Arch::Gpt ? 0 : n_slots(); }
+  bool has_sublayer(int i) const { return slot(i).present; }
 
   std::vector<std::string> violations() const;
   void validate() const;  // throws Error listing every violation
@@ -77,6 +115,8 @@ const char* to_string(Activation);
 const char* to_string(Placement);
 const char* to_string(InitScheme);
 const char* to_string(Head);
+const char* to_string(AdminInit);
+const char* to_string(Sublayer);
 std::optional<Placement> placement_from_string(const std::string&);
 
 }  // namespace normlab

@@ -1,8 +1,10 @@
-// init.cpp: parameter initialization.
+// init.cpp: parameter initialization (docs/MODEL.md "Initialization" and "Methods").
 #include "model/init.h"
 
 #include <cmath>
+#include <cstdlib>
 
+#include "model/methods.h"
 #include "util/rng.h"
 
 namespace normlab {
@@ -11,6 +13,40 @@ namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// The global layer a parameter belongs to ("h.3.attn.qkv.weight", "enc.h.0.rezero"), or -1.
+int layer_of(const ModelConfig& cfg, const std::string& name) {
+  const bool enc = starts_with(name, "enc.h.");
+  if (!enc && !starts_with(name, "h.")) return -1;
+  const int local = std::atoi(name.c_str() + (enc ? 6 : 2));
+  return cfg.encdec() && !enc ? cfg.n_layers + local : local;
+}
+
+// Rows [first, last) of a fused weight that are value maps (the v third of qkv, the v half of kv).
+struct ValueRows {
+  int64_t first = 0, last = 0;
+};
+ValueRows value_rows(const std::string& name, int64_t C) {
+  if (ends_with(name, ".qkv.weight")) return {2 * C, 3 * C};
+  if (ends_with(name, ".kv.weight")) return {C, 2 * C};
+  return {};
+}
+
+// The initial value of a method's scale (ParamRole::Gate).
+double gate_init(const ModelConfig& cfg, const std::string& name, int layer) {
+  if (ends_with(name, ".omega")) return admin_omega(cfg.admin_init, cfg.stack_sublayers(layer));
+  if (method_of(cfg.placement_of(layer)).gain == BranchGain::Channel) return layerscale_init(cfg.stack_depth(layer));
+  return 0.0;  // ReZero and SkipInit start as the identity
+}
+
+// T-Fixup's scale of a matrix in `layer`'s stack: 0.67 N^(-1/4) in an encoder stack of N layers,
+// (9M)^(-1/4) in a decoder stack of M layers. Applies to attn.proj, mlp.fc, mlp.proj, cross.proj and
+// the value rows; 1 for everything else.
+double tfixup_scale(const ModelConfig& cfg, int layer) {
+  const double depth = cfg.stack_depth(layer);
+  return cfg.encoder_layer(layer) ? 0.67 * std::pow(depth, -0.25) : std::pow(9.0 * depth, -0.25);
 }
 
 }  // namespace
@@ -23,6 +59,7 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
     const ParamSpec& p = table.specs[i];
     S* w = params + p.offset;
     Rng rng(uint64_t(cfg.seed), i + 1);
+    const int layer = layer_of(cfg, p.name);
     switch (p.role) {
       case ParamRole::NormGain:
         for (size_t j = 0; j < p.numel; j++) w[j] = S(1);
@@ -31,18 +68,34 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
       case ParamRole::LinearBias:
         for (size_t j = 0; j < p.numel; j++) w[j] = S(0);
         continue;
-      case ParamRole::Embedding:
-        for (size_t j = 0; j < p.numel; j++) w[j] = S(cfg.init_std * rng.normal());
+      case ParamRole::Gate: {
+        const double v = gate_init(cfg, p.name, layer);
+        for (size_t j = 0; j < p.numel; j++) w[j] = S(v);
         continue;
+      }
+      case ParamRole::Embedding: {
+        // T-Fixup: token embeddings N(0, C^(-1/2)) times (9 x stack depth)^(-1/4); positions keep init_std
+        double std = cfg.init_std;
+        if (scheme == InitScheme::TFixup && (p.name == "wte.weight" || p.name == "enc.wte.weight")) {
+          const int depth = p.name == "wte.weight" && cfg.encdec() ? cfg.decoder_layers() : cfg.n_layers;
+          std = std::pow(double(C), -0.5) * std::pow(9.0 * depth, -0.25);
+        }
+        for (size_t j = 0; j < p.numel; j++) w[j] = S(std * rng.normal());
+        continue;
+      }
       case ParamRole::LinearWeight:
         break;
     }
     const int64_t rows = p.shape[0], cols = p.shape[1];
-    const bool qkv = ends_with(p.name, ".qkv.weight");
+    const ValueRows vrows = value_rows(p.name, C);
+    const bool fused = vrows.last > 0;
     const bool residual_out = ends_with(p.name, ".proj.weight");
-    // fans of one projection: the fused qkv is three C x C projections
-    const double fan_in = double(cols), fan_out = qkv ? double(C) : double(rows);
+    const bool head = starts_with(p.name, "head.");
+    const bool query_map = ends_with(p.name, ".cross.q.weight");
+    // fans of one projection: the fused qkv and kv are C x C projections stacked
+    const double fan_in = double(cols), fan_out = fused ? double(C) : double(rows);
     for (int64_t r = 0; r < rows; r++) {
+      const bool value_row = r >= vrows.first && r < vrows.last;
       for (int64_t c = 0; c < cols; c++) {
         double v = 0;
         switch (scheme) {
@@ -51,20 +104,23 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
             v = cfg.init_std * rng.normal();
             break;
           case InitScheme::Gpt2:
-            v = (residual_out ? cfg.init_std / std::sqrt(2.0 * cfg.n_layers) : cfg.init_std) *
+            v = (residual_out ? cfg.init_std / std::sqrt(2.0 * cfg.total_layers()) : cfg.init_std) *
                 rng.normal();
             break;
-          case InitScheme::Xavier: {
+          case InitScheme::Xavier:
+          case InitScheme::TFixup: {
             const double a = std::sqrt(6.0 / (fan_in + fan_out));
             v = a * (2.0 * rng.uniform() - 1.0);
+            // T-Fixup scales the value maps, the output projections and the FFN of every layer
+            const bool scaled = value_row || residual_out || ends_with(p.name, ".mlp.fc.weight");
+            if (scheme == InitScheme::TFixup && scaled && !head) v *= tfixup_scale(cfg, layer);
             break;
           }
           case InitScheme::DeepNet: {
-            // query and key rows keep gain 1; value rows, proj and the FFN get beta
+            // queries and keys keep gain 1; values, every proj and the FFN get beta of their stack
             // (the MLM head is not a residual branch: gain 1)
-            const bool query_or_key = qkv && r < 2 * C;
-            const bool head = p.name.rfind("head.", 0) == 0;
-            const double gain = query_or_key || head ? 1.0 : cfg.deepnet_beta();
+            const bool unit = (fused && !value_row) || query_map || head;
+            const double gain = unit ? 1.0 : cfg.deepnet_beta(layer);
             v = gain * std::sqrt(2.0 / (fan_in + fan_out)) * rng.normal();
             break;
           }

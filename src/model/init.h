@@ -1,4 +1,5 @@
-// init.h: the initialization schemes of docs/MODEL.md (normal, gpt2, xavier, deepnet). Each
+// init.h: the initialization schemes of docs/MODEL.md (normal, gpt2, xavier, deepnet, tfixup) and the
+// initial values of the methods' scales. Each
 // parameter draws from its own random stream (seed, parameter index), so adding a parameter does
 // not change the others.
 #pragma once

@@ -20,6 +20,7 @@
 #include "ops/residual.h"
 #include "ops/rmsnorm.h"
 #include "ops/softmax_xent.h"
+#include "util/error.h"
 #include "util/rng.h"
 
 namespace normlab {
@@ -71,11 +72,11 @@ Model<S>::Model(ModelConfig cfg) : cfg_(std::move(cfg)) {
   params_.assign(table_.total, S(0));
   grads_.assign(table_.total, S(0));
   init_params(params_.data(), table_, cfg_);
-  for (int l = 0; l < cfg_.n_layers; l++)
-    for (Sublayer sub : {Sublayer::Attn, Sublayer::Mlp}) {
-      p_.push_back(sublayer_params(table_, params_.data(), l, sub));
-      dp_.push_back(sublayer_params(table_, grads_.data(), l, sub));
-    }
+  for (int i = 0; i < cfg_.n_slots(); i++) {
+    slots_.push_back(cfg_.slot(i));
+    p_.push_back(sublayer_params(table_, cfg_, params_.data(), i));
+    dp_.push_back(sublayer_params(table_, cfg_, grads_.data(), i));
+  }
   auto norm_view = [&](S* base, const char* prefix) {
     const ParamSpec* w = table_.find(std::string(prefix) + ".weight");
     const ParamSpec* b = table_.find(std::string(prefix) + ".bias");
@@ -83,6 +84,8 @@ Model<S>::Model(ModelConfig cfg) : cfg_(std::move(cfg)) {
   };
   lnf_ = norm_view(params_.data(), "ln_f");
   dlnf_ = norm_view(grads_.data(), "ln_f");
+  enc_lnf_ = norm_view(params_.data(), "enc.ln_f");
+  denc_lnf_ = norm_view(grads_.data(), "enc.ln_f");
   lnemb_ = norm_view(params_.data(), "ln_emb");
   dlnemb_ = norm_view(grads_.data(), "ln_emb");
   hln_ = norm_view(params_.data(), "head.ln");
@@ -99,6 +102,17 @@ Model<S>::Model(ModelConfig cfg) : cfg_(std::move(cfg)) {
   dhw_ = at(grads_, "head.dense.weight");
   dhb_ = at(grads_, "head.dense.bias");
   dhbias_ = at(grads_, "head.bias");
+  wte_ = at(params_, "wte.weight");
+  wpe_ = at(params_, "wpe.weight");
+  dwte_ = at(grads_, "wte.weight");
+  dwpe_ = at(grads_, "wpe.weight");
+  if (cfg_.encdec()) {
+    const bool own = !cfg_.shared_embeddings;
+    src_wte_ = own ? at(params_, "enc.wte.weight") : wte_;
+    dsrc_wte_ = own ? at(grads_, "enc.wte.weight") : dwte_;
+    src_wpe_ = at(params_, "enc.wpe.weight");
+    dsrc_wpe_ = at(grads_, "enc.wpe.weight");
+  }
 }
 
 template <class S>
@@ -110,43 +124,55 @@ void Model<S>::set_training(bool training, uint64_t dropout_seed) {
 // One table of activation buffers: each entry names where its pointer goes and how many scalars
 // it needs; plan() sums them, allocates once, and hands out the pointers.
 template <class S>
-void Model<S>::plan(int B, int T) {
-  if (B == B_ && T == T_) return;
+void Model<S>::plan(int B, int T, int Ssrc) {
+  if (B == B_ && T == T_ && Ssrc == S_) return;
   B_ = B;
   T_ = T;
-  const size_t N = size_t(B) * T, C = cfg_.d_model, F = cfg_.ff(), V = cfg_.vocab_size();
-  const size_t NH = cfg_.n_heads, L = cfg_.n_layers;
+  S_ = Ssrc;
+  const size_t N = size_t(B) * T, Ns = size_t(B) * Ssrc, C = cfg_.d_model, F = cfg_.ff(), V = cfg_.vocab_size();
+  const size_t NH = cfg_.n_heads, n_slots = slots_.size(), Nmax = std::max(N, Ns);
+  const int dec0 = cfg_.first_decoder_slot();
   struct Entry {
     S** ptr;
     size_t count;
   };
   std::vector<Entry> plan;
-  a_.assign(2 * L, SublayerActs<S>{});
-  streams_.assign(2 * L + 1, nullptr);
-  plan.push_back({&streams_[0], N * C});
+  a_.assign(n_slots, SublayerActs<S>{});
+  streams_.assign(n_slots + 1, nullptr);
+  size_t att_max = 0;
+  plan.push_back({&streams_[0], size_t(rows(0)) * C});
+  if (cfg_.encdec()) plan.push_back({&streams_[dec0], N * C});  // the decoder's embedding output
   if (cfg_.embed_norm) plan.insert(plan.end(), {{&emb_, N * C}, {&emb_mean_, N}, {&emb_rstd_, N}});
-  for (size_t i = 0; i < 2 * L; i++) {
-    if (!cfg_.has_sublayer(int(i))) continue;  // absent: its output stream aliases its input below
+  for (size_t i = 0; i < n_slots; i++) {
+    if (!slots_[i].present) continue;  // absent: its output stream aliases its input below
     SublayerActs<S>& a = a_[i];
-    const NormSites sites = norm_sites(cfg_.placement_of(int(i / 2)));
-    const bool attn = i % 2 == 0;
-    if (sites.in) plan.insert(plan.end(), {{&a.h, N * C}, {&a.in_mean, N}, {&a.in_rstd, N}});
-    plan.push_back({&a.hid, N * (attn ? 3 * C : F)});
-    if (attn) plan.push_back({&a.att, size_t(B) * NH * T * T});
-    plan.push_back({&a.mix, N * (attn ? C : F)});
-    plan.push_back({&a.f, N * C});
-    if (sites.branch) plan.insert(plan.end(), {{&a.g, N * C}, {&a.br_mean, N}, {&a.br_rstd, N}});
-    if (sites.out) plan.insert(plan.end(), {{&a.r, N * C}, {&a.out_mean, N}, {&a.out_rstd, N}});
-    plan.push_back({&streams_[i + 1], N * C});
+    const NormSites sites = norm_sites(cfg_.placement_of(slots_[i].layer));
+    const size_t n = size_t(rows(int(i))), t = size_t(len(int(i)));
+    const Sublayer kind = slots_[i].kind;
+    const size_t att = kind == Sublayer::Cross ? size_t(B) * NH * T * Ssrc : size_t(B) * NH * t * t;
+    att_max = std::max(att_max, att);
+    if (sites.in) plan.insert(plan.end(), {{&a.h, n * C}, {&a.in_mean, n}, {&a.in_rstd, n}});
+    plan.push_back({&a.hid, n * (kind == Sublayer::Attn ? 3 * C : kind == Sublayer::Cross ? C : F)});
+    if (kind == Sublayer::Cross) plan.push_back({&a.kv, Ns * 2 * C});
+    if (kind != Sublayer::Mlp) plan.push_back({&a.att, att});
+    plan.push_back({&a.mix, n * (kind == Sublayer::Mlp ? F : C)});
+    plan.push_back({&a.f, n * C});
+    if (sites.branch) plan.insert(plan.end(), {{&a.g, n * C}, {&a.br_mean, n}, {&a.br_rstd, n}});
+    if (sites.out) plan.insert(plan.end(), {{&a.r, n * C}, {&a.out_mean, n}, {&a.out_rstd, n}});
+    plan.push_back({cfg_.encdec() && int(i) == dec0 - 1 ? &enc_out_ : &streams_[i + 1], n * C});
   }
+  if (cfg_.has_enc_final_norm())
+    plan.insert(plan.end(), {{&memory_, Ns * C}, {&enc_lnf_mean_, Ns}, {&enc_lnf_rstd_, Ns}});
   if (cfg_.has_final_norm()) plan.insert(plan.end(), {{&xf_, N * C}, {&lnf_mean_, N}, {&lnf_rstd_, N}});
   if (cfg_.head == Head::Mlm)
     plan.insert(plan.end(), {{&head_u_, N * C}, {&head_a_, N * C}, {&head_t_, N * C},
                              {&head_mean_, N}, {&head_rstd_, N}});
   if (cfg_.has_logits()) plan.insert(plan.end(), {{&logits_, N * V}, {&lse_, N}});
-  plan.insert(plan.end(), {{&dstream_[0], N * C}, {&dstream_[1], N * C}, {&dh_, N * C},
-                           {&df_, N * C}, {&dg_, N * C}, {&dr_, N * C}, {&dmix_, N * std::max(C, F)},
-                           {&dhid_, N * std::max(3 * C, F)}, {&datt_, size_t(B) * NH * T * T}});
+  plan.insert(plan.end(), {{&dstream_[0], Nmax * C}, {&dstream_[1], Nmax * C}, {&dh_, Nmax * C},
+                           {&df_, Nmax * C}, {&dg_, Nmax * C}, {&dr_, Nmax * C}, {&ddrop_, Nmax * C},
+                           {&dmix_, Nmax * std::max(C, F)}, {&dhid_, Nmax * std::max(3 * C, F)},
+                           {&datt_, att_max}});
+  if (cfg_.encdec()) plan.insert(plan.end(), {{&dkv_, Ns * 2 * C}, {&dmem_, Ns * C}});
   size_t total = 0;
   for (const auto& e : plan) total += e.count;
   acts_.assign(total, S(0));
@@ -156,45 +182,49 @@ void Model<S>::plan(int B, int T) {
     offset += e.count;
   }
   // aliases for absent sites (and absent sub-layers: the identity, x' = x)
-  for (size_t i = 0; i < 2 * L; i++) {
+  for (size_t i = 0; i < n_slots; i++) {
     SublayerActs<S>& a = a_[i];
-    const NormSites sites = norm_sites(cfg_.placement_of(int(i / 2)));
-    if (!cfg_.has_sublayer(int(i))) {
-      streams_[i + 1] = streams_[i];
+    const NormSites sites = norm_sites(cfg_.placement_of(slots_[i].layer));
+    S*& out = cfg_.encdec() && int(i) == dec0 - 1 ? enc_out_ : streams_[i + 1];
+    if (!slots_[i].present) {
+      out = streams_[i];
       a.x_in = a.x_out = streams_[i];
       continue;
     }
     a.x_in = streams_[i];
-    a.x_out = streams_[i + 1];
+    a.x_out = out;
     if (!sites.in) a.h = a.x_in;
     if (!sites.branch) a.g = a.f;
     if (!sites.out) a.r = a.x_out;
   }
-  if (!cfg_.has_final_norm()) xf_ = streams_[2 * L];
-  if (!cfg_.embed_norm) emb_ = streams_[0];
+  if (cfg_.encdec() && !cfg_.has_enc_final_norm()) memory_ = enc_out_;
+  if (!cfg_.has_final_norm()) xf_ = streams_[n_slots];
+  if (!cfg_.embed_norm) emb_ = streams_[cfg_.encdec() ? size_t(dec0) : 0];
   ids_.assign(N, 0);
   labels_.assign(N, kIgnoreLabel);
   types_.assign(N, 0);
   key_mask_.assign(N, 1);
+  src_ids_.assign(Ns, 0);
+  src_mask_.assign(Ns, 1);
 }
 
 template <class S>
-void Model<S>::norm_forward(S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p) {
-  const int N = B_ * T_, C = cfg_.d_model;
+void Model<S>::norm_forward(S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p, int rows) {
+  const int C = cfg_.d_model;
   if (cfg_.norm == NormKind::LayerNorm)
-    layernorm_forward(out, mean, rstd, inp, p.weight, p.bias, N, C, cfg_.eps);
+    layernorm_forward(out, mean, rstd, inp, p.weight, p.bias, rows, C, cfg_.eps);
   else
-    rmsnorm_forward(out, rstd, inp, p.weight, N, C, cfg_.eps);
+    rmsnorm_forward(out, rstd, inp, p.weight, rows, C, cfg_.eps);
 }
 
 template <class S>
 void Model<S>::norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
-                             const NormParams<S>& p, const S* mean, const S* rstd) {
-  const int N = B_ * T_, C = cfg_.d_model;
+                             const NormParams<S>& p, const S* mean, const S* rstd, int rows) {
+  const int C = cfg_.d_model;
   if (cfg_.norm == NormKind::LayerNorm)
-    layernorm_backward(dinp, dp.weight, dp.bias, dout, inp, p.weight, mean, rstd, N, C);
+    layernorm_backward(dinp, dp.weight, dp.bias, dout, inp, p.weight, mean, rstd, rows, C);
   else
-    rmsnorm_backward(dinp, dp.weight, dout, inp, p.weight, rstd, N, C);
+    rmsnorm_backward(dinp, dp.weight, dout, inp, p.weight, rstd, rows, C);
 }
 
 template <class S>
@@ -204,113 +234,164 @@ uint64_t Model<S>::dropout_site_seed(int site) const {
 }
 
 template <class S>
-void Model<S>::sublayer_forward(int l, Sublayer which) {
-  const int i = 2 * l + (which == Sublayer::Mlp);
+void Model<S>::sublayer_forward(int i) {
+  const Slot& slot = slots_[size_t(i)];
   const SublayerActs<S>& a = a_[i];
   const SublayerParams<S>& p = p_[i];
-  const NormSites sites = norm_sites(cfg_.placement_of(l));
-  const int B = B_, T = T_, N = B * T, C = cfg_.d_model, F = cfg_.ff();
+  const NormSites sites = norm_sites(cfg_.placement_of(slot.layer));
+  const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model, F = cfg_.ff();
   const size_t NC = size_t(N) * C;
+  // an encdec's encoder reads the source mask; every other self-attention the batch's own
+  const uint8_t* self_mask = cfg_.encdec() && slot.encoder ? (has_src_mask_ ? src_mask_.data() : nullptr)
+                                                            : (has_key_mask_ ? key_mask_.data() : nullptr);
   // h = ln_in(x)
-  if (sites.in) norm_forward(a.h, a.in_mean, a.in_rstd, a.x_in, p.ln_in);
+  if (sites.in) norm_forward(a.h, a.in_mean, a.in_rstd, a.x_in, p.ln_in, N);
   // f = F(h)
-  if (which == Sublayer::Attn) {
-    matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, 3 * C);
-    attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, cfg_.causal(),
-                      has_key_mask_ ? key_mask_.data() : nullptr);
-    matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C);
-  } else {
-    matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, F);
-    activation_forward(cfg_.activation, a.mix, a.hid, size_t(N) * F);
-    matmul_forward(a.f, a.mix, p.w2, p.b2, N, F, C);
+  switch (slot.kind) {
+    case Sublayer::Attn:
+      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, 3 * C);
+      attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, !slot.encoder, self_mask);
+      matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C);
+      break;
+    case Sublayer::Cross:
+      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, C);
+      matmul_forward(a.kv, memory_, p.wkv, p.bkv, B * S_, C, 2 * C);
+      cross_attention_forward(a.mix, a.att, a.hid, a.kv, B, T, S_, C, cfg_.n_heads,
+                              has_src_mask_ ? src_mask_.data() : nullptr);
+      matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C);
+      break;
+    case Sublayer::Mlp:
+      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, F);
+      activation_forward(cfg_.activation, a.mix, a.hid, size_t(N) * F);
+      matmul_forward(a.f, a.mix, p.w2, p.b2, N, F, C);
+      break;
   }
   if (training_ && cfg_.dropout > 0) dropout_forward(a.f, a.f, cfg_.dropout, dropout_site_seed(i + 1), NC);
   // g = ln_branch(f)
-  if (sites.branch) norm_forward(a.g, a.br_mean, a.br_rstd, a.f, p.ln_branch);
-  // r = alpha * x + g
-  residual_forward(a.r, a.x_in, a.g, S(cfg_.residual_alpha(l)), NC);
+  if (sites.branch) norm_forward(a.g, a.br_mean, a.br_rstd, a.f, p.ln_branch, N);
+  // r = omega * x + lambda * g
+  gated_residual_forward(a.r, a.x_in, a.g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)),
+                         long(N), C);
   // x' = ln_out(r)
-  if (sites.out) norm_forward(a.x_out, a.out_mean, a.out_rstd, a.r, p.ln_out);
+  if (sites.out) norm_forward(a.x_out, a.out_mean, a.out_rstd, a.r, p.ln_out, N);
 }
 
 template <class S>
-void Model<S>::sublayer_backward(int l, Sublayer which, const S* dx_out, S* dx_in) {
-  const int i = 2 * l + (which == Sublayer::Mlp);
+void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in) {
+  const Slot& slot = slots_[size_t(i)];
   const SublayerActs<S>& a = a_[i];
   const SublayerParams<S>& p = p_[i];
   const SublayerParams<S>& dp = dp_[i];
-  const NormSites sites = norm_sites(cfg_.placement_of(l));
-  const int B = B_, T = T_, N = B * T, C = cfg_.d_model, F = cfg_.ff();
+  const NormSites sites = norm_sites(cfg_.placement_of(slot.layer));
+  const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model, F = cfg_.ff();
   const size_t NC = size_t(N) * C;
   // x' = ln_out(r)
   const S* dr = dx_out;
   if (sites.out) {
     zero(dr_, NC);
-    norm_backward(dr_, dp.ln_out, dx_out, a.r, p.ln_out, a.out_mean, a.out_rstd);
+    norm_backward(dr_, dp.ln_out, dx_out, a.r, p.ln_out, a.out_mean, a.out_rstd, N);
     dr = dr_;
   }
-  // r = alpha * x + g:  dx = alpha * dr (assigned here, the input-norm path adds below);  dg = dr
-  const S alpha = S(cfg_.residual_alpha(l));
+  // r = omega * x + lambda * g:  dx = omega * dr (assigned here, the input-norm path adds below);
+  // dg = lambda * dr (dr itself when lambda = 1); the gates' gradients
+  const S* dg = dr;
+  if (p.omega || p.gain) {
+    zero(dx_in, NC);
+    zero(dg_, NC);
+    gated_residual_backward(dx_in, dg_, dp.omega, dp.gain, dr, a.x_in, a.g, p.omega, p.gain, p.gain_c,
+                            S(cfg_.residual_alpha(slot.layer)), long(N), C);
+    dg = dg_;
+  } else {
+    const S alpha = S(cfg_.residual_alpha(slot.layer));
 #pragma omp parallel for schedule(static) if((long)NC > ops::kParallelMinWork)
-  for (long k = 0; k < (long)NC; k++) dx_in[k] = alpha * dr[k];
+    for (long k = 0; k < (long)NC; k++) dx_in[k] = alpha * dr[k];
+  }
   // g = ln_branch(f)
-  const S* df = dr;
+  const S* df = dg;
   if (sites.branch) {
     zero(df_, NC);
-    norm_backward(df_, dp.ln_branch, dr, a.f, p.ln_branch, a.br_mean, a.br_rstd);
+    norm_backward(df_, dp.ln_branch, dg, a.f, p.ln_branch, a.br_mean, a.br_rstd, N);
     df = df_;
   }
   if (training_ && cfg_.dropout > 0) {
-    zero(dg_, NC);
-    dropout_backward(dg_, df, cfg_.dropout, dropout_site_seed(i + 1), NC);
-    df = dg_;
+    zero(ddrop_, NC);
+    dropout_backward(ddrop_, df, cfg_.dropout, dropout_site_seed(i + 1), NC);
+    df = ddrop_;
   }
   // f = F(h); without an input norm h is x itself, so dh accumulates straight into dx
   S* dh = sites.in ? dh_ : dx_in;
   if (sites.in) zero(dh_, NC);
-  if (which == Sublayer::Attn) {
-    zero(dmix_, NC);
-    matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C);
-    zero(dhid_, NC * 3);
-    attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, cfg_.causal());
-    matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, 3 * C);
-  } else {
-    const size_t NF = size_t(N) * F;
-    zero(dmix_, NF);
-    matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, F, C);
-    zero(dhid_, NF);
-    activation_backward(cfg_.activation, dhid_, a.hid, dmix_, NF);
-    matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, F);
+  switch (slot.kind) {
+    case Sublayer::Attn:
+      zero(dmix_, NC);
+      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C);
+      zero(dhid_, NC * 3);
+      attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, !slot.encoder);
+      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, 3 * C);
+      break;
+    case Sublayer::Cross:
+      zero(dmix_, NC);
+      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C);
+      zero(dhid_, NC);
+      zero(dkv_, size_t(B) * S_ * 2 * C);
+      cross_attention_backward(dhid_, dkv_, datt_, dmix_, a.hid, a.kv, a.att, B, T, S_, C, cfg_.n_heads);
+      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, C);
+      // kv = memory Wkv^T + bkv: the memory's gradient gathers over every cross slot
+      matmul_backward(dmem_, dp.wkv, dp.bkv, dkv_, memory_, p.wkv, B * S_, C, 2 * C);
+      break;
+    case Sublayer::Mlp: {
+      const size_t NF = size_t(N) * F;
+      zero(dmix_, NF);
+      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, F, C);
+      zero(dhid_, NF);
+      activation_backward(cfg_.activation, dhid_, a.hid, dmix_, NF);
+      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, F);
+      break;
+    }
   }
   // h = ln_in(x)
-  if (sites.in) norm_backward(dx_in, dp.ln_in, dh_, a.x_in, p.ln_in, a.in_mean, a.in_rstd);
+  if (sites.in) norm_backward(dx_in, dp.ln_in, dh_, a.x_in, p.ln_in, a.in_mean, a.in_rstd, N);
 }
 
 template <class S>
 double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T, const int32_t* types,
-                         const uint8_t* key_mask) {
-  plan(B, T);
-  const int N = B * T, C = cfg_.d_model, V = cfg_.vocab_size(), L = cfg_.n_layers;
+                         const uint8_t* key_mask, const Source& src) {
+  if (cfg_.encdec() != (src.ids != nullptr))
+    throw Error(cfg_.encdec() ? "an encoder-decoder model needs source ids" : "only an encdec model takes source ids");
+  plan(B, T, cfg_.encdec() ? src.S : 0);
+  const int N = B * T, C = cfg_.d_model, V = cfg_.vocab_size(), n_slots = int(slots_.size());
+  const int dec0 = cfg_.first_decoder_slot();
   std::copy(ids, ids + N, ids_.begin());
   std::copy(labels, labels + N, labels_.begin());
   if (types) std::copy(types, types + N, types_.begin());
   else std::fill(types_.begin(), types_.end(), 0);
   has_key_mask_ = key_mask != nullptr;
   if (key_mask) std::copy(key_mask, key_mask + N, key_mask_.begin());
-  const S* wte = params_.data() + table_.specs[0].offset;
-  const S* wpe = params_.data() + table_.specs[1].offset;
-  // emb = wte[ids] + wpe (+ wtt[types]);  x0 = ln_emb(emb), or emb
-  embedding_forward(emb_, ids_.data(), wte, wpe, B, T, C);
-  if (wtt_) token_type_forward(emb_, types_.data(), wtt_, N, C);
-  if (cfg_.embed_norm) norm_forward(streams_[0], emb_mean_, emb_rstd_, emb_, lnemb_);
-  if (training_ && cfg_.dropout > 0)
-    dropout_forward(streams_[0], streams_[0], cfg_.dropout, dropout_site_seed(0), size_t(N) * C);
-  for (int l = 0; l < L; l++) {
-    sublayer_forward(l, Sublayer::Attn);
-    if (cfg_.mlp) sublayer_forward(l, Sublayer::Mlp);
+  if (cfg_.encdec()) {
+    const size_t Ns = size_t(B) * S_;
+    std::copy(src.ids, src.ids + Ns, src_ids_.begin());
+    has_src_mask_ = src.mask != nullptr;
+    if (src.mask) std::copy(src.mask, src.mask + Ns, src_mask_.begin());
+    // the encoder: e = wte_src[src] + enc.wpe;  its slots;  memory = enc.ln_f(e)
+    embedding_forward(streams_[0], src_ids_.data(), src_wte_, src_wpe_, B, S_, C);
+    if (training_ && cfg_.dropout > 0)
+      dropout_forward(streams_[0], streams_[0], cfg_.dropout, dropout_site_seed(n_slots + 1), Ns * C);
+    for (int i = 0; i < dec0; i++)
+      if (slots_[size_t(i)].present) sublayer_forward(i);
+    if (cfg_.has_enc_final_norm())
+      norm_forward(memory_, enc_lnf_mean_, enc_lnf_rstd_, enc_out_, enc_lnf_, B * S_);
   }
+  // emb = wte[ids] + wpe (+ wtt[types]);  x0 = ln_emb(emb), or emb
+  S* x0 = streams_[size_t(cfg_.encdec() ? dec0 : 0)];
+  embedding_forward(emb_, ids_.data(), wte_, wpe_, B, T, C);
+  if (wtt_) token_type_forward(emb_, types_.data(), wtt_, N, C);
+  if (cfg_.embed_norm) norm_forward(x0, emb_mean_, emb_rstd_, emb_, lnemb_, N);
+  if (training_ && cfg_.dropout > 0)
+    dropout_forward(x0, x0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C);
+  for (int i = cfg_.encdec() ? dec0 : 0; i < n_slots; i++)
+    if (slots_[size_t(i)].present) sublayer_forward(i);
   // xf = ln_f(x)
-  if (cfg_.has_final_norm()) norm_forward(xf_, lnf_mean_, lnf_rstd_, streams_[2 * L], lnf_);
+  if (cfg_.has_final_norm()) norm_forward(xf_, lnf_mean_, lnf_rstd_, streams_[size_t(n_slots)], lnf_, N);
   label_count_ = 0;
   if (!cfg_.has_logits()) return std::numeric_limits<double>::quiet_NaN();
   head_forward();
@@ -323,14 +404,14 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
 template <class S>
 void Model<S>::head_forward() {
   const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size();
-  const S* wte = params_.data() + table_.specs[0].offset;
+  const S* wte = wte_;
   if (cfg_.head == Head::Tied) {
     matmul_forward<S>(logits_, xf_, wte, nullptr, N, C, V);
     return;
   }
   matmul_forward<S>(head_u_, xf_, hw_, hb_, N, C, C);
   activation_forward(cfg_.activation, head_a_, head_u_, size_t(N) * C);
-  norm_forward(head_t_, head_mean_, head_rstd_, head_a_, hln_);
+  norm_forward(head_t_, head_mean_, head_rstd_, head_a_, hln_, N);
   matmul_forward<S>(logits_, head_t_, wte, hbias_, N, C, V);
 }
 
@@ -339,8 +420,8 @@ template <class S>
 void Model<S>::head_backward(S* dxf) {
   const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size();
   const size_t NC = size_t(N) * C;
-  const S* wte = params_.data() + table_.specs[0].offset;
-  S* dwte = grads_.data() + table_.specs[0].offset;
+  const S* wte = wte_;
+  S* dwte = dwte_;
   zero(dxf, NC);
   if (cfg_.head == Head::Tied) {
     matmul_backward<S>(dxf, dwte, nullptr, logits_, xf_, wte, N, C, V);
@@ -354,7 +435,7 @@ void Model<S>::head_backward(S* dxf) {
   matmul_backward<S>(dt, dwte, dhbias_, logits_, head_t_, wte, N, C, V);
   // t = ln_head(a)
   zero(da, NC);
-  norm_backward(da, dhln_, dt, head_a_, hln_, head_mean_, head_rstd_);
+  norm_backward(da, dhln_, dt, head_a_, hln_, head_mean_, head_rstd_, N);
   // a = act(u)
   zero(du, NC);
   activation_backward(cfg_.activation, du, head_u_, da, NC);
@@ -364,7 +445,7 @@ void Model<S>::head_backward(S* dxf) {
 
 template <class S>
 void Model<S>::backward(double loss_scale) {
-  const int B = B_, T = T_, N = B * T, C = cfg_.d_model, V = cfg_.vocab_size(), L = cfg_.n_layers;
+  const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size(), n_slots = int(slots_.size());
   const size_t NC = size_t(N) * C;
   if (label_count_ == 0) return;  // no labels (or no head): no loss and no gradient
   // loss = mean xent(logits):  logits become dlogits in place
@@ -376,40 +457,68 @@ void Model<S>::backward(double loss_scale) {
   // xf = ln_f(x)
   if (cfg_.has_final_norm()) {
     zero(dx, NC);
-    norm_backward(dx, dlnf_, dxf, streams_[2 * L], lnf_, lnf_mean_, lnf_rstd_);
+    norm_backward(dx, dlnf_, dxf, streams_[size_t(n_slots)], lnf_, lnf_mean_, lnf_rstd_, N);
   }
-  for (int l = L - 1; l >= 0; l--) {
-    for (Sublayer sub : {Sublayer::Mlp, Sublayer::Attn}) {
-      if (sub == Sublayer::Mlp && !cfg_.mlp) continue;
-      S* dx_in = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];
-      sublayer_backward(l, sub, dx, dx_in);
-      dx = dx_in;
-    }
-  }
-  if (training_ && cfg_.dropout > 0) {
-    S* tmp = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];
-    zero(tmp, NC);
-    dropout_backward(tmp, dx, cfg_.dropout, dropout_site_seed(0), NC);
-    dx = tmp;
-  }
+  const int dec0 = cfg_.encdec() ? cfg_.first_decoder_slot() : 0;
+  if (cfg_.encdec()) zero(dmem_, size_t(B_) * S_ * C);
+  run_backward(dec0, n_slots, dx);
   embedding_backward_all(dx);
+  if (cfg_.encdec()) source_backward(dmem_);
 }
 
-// x0 = ln_emb(emb);  emb = wte[ids] + wpe (+ wtt[types])
+// Slots [first, last) in reverse; dx holds d(loss)/d(stream last) on entry and d/d(stream first)
+// on return (it points into the ping-pong buffers).
+template <class S>
+void Model<S>::run_backward(int first, int last, S*& dx) {
+  for (int i = last - 1; i >= first; i--) {
+    if (!slots_[size_t(i)].present) continue;
+    S* dx_in = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];
+    sublayer_backward(i, dx, dx_in);
+    dx = dx_in;
+  }
+}
+
+// x0 = ln_emb(emb);  emb = wte[ids] + wpe (+ wtt[types])  (the decoder's, or the only, embedding)
 template <class S>
 void Model<S>::embedding_backward_all(const S* dx0) {
   const int B = B_, T = T_, N = B * T, C = cfg_.d_model;
-  S* dwte = grads_.data() + table_.specs[0].offset;
-  S* dwpe = grads_.data() + table_.specs[1].offset;
+  if (training_ && cfg_.dropout > 0) {
+    S* tmp = (dx0 == dstream_[0]) ? dstream_[1] : dstream_[0];
+    zero(tmp, size_t(N) * C);
+    dropout_backward(tmp, dx0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C);
+    dx0 = tmp;
+  }
   const S* demb = dx0;
   if (cfg_.embed_norm) {
     S* tmp = (dx0 == dstream_[0]) ? dstream_[1] : dstream_[0];
     zero(tmp, size_t(N) * C);
-    norm_backward(tmp, dlnemb_, dx0, emb_, lnemb_, emb_mean_, emb_rstd_);
+    norm_backward(tmp, dlnemb_, dx0, emb_, lnemb_, emb_mean_, emb_rstd_, N);
     demb = tmp;
   }
-  embedding_backward(dwte, dwpe, demb, ids_.data(), B, T, C);
+  embedding_backward(dwte_, dwpe_, demb, ids_.data(), B, T, C);
   if (dwtt_) token_type_backward(dwtt_, demb, types_.data(), N, C);
+}
+
+// encdec: from d(loss)/d(memory) through the encoder's final norm, its slots and the source embedding.
+template <class S>
+void Model<S>::source_backward(const S* dmem) {
+  const int Ns = B_ * S_, C = cfg_.d_model, n_slots = int(slots_.size());
+  const size_t NC = size_t(Ns) * C;
+  S* dx = dstream_[0];
+  if (cfg_.has_enc_final_norm()) {
+    zero(dx, NC);
+    norm_backward(dx, denc_lnf_, dmem, enc_out_, enc_lnf_, enc_lnf_mean_, enc_lnf_rstd_, Ns);
+  } else {
+    std::copy(dmem, dmem + NC, dx);
+  }
+  run_backward(0, cfg_.first_decoder_slot(), dx);
+  if (training_ && cfg_.dropout > 0) {
+    S* tmp = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];
+    zero(tmp, NC);
+    dropout_backward(tmp, dx, cfg_.dropout, dropout_site_seed(n_slots + 1), NC);
+    dx = tmp;
+  }
+  embedding_backward(dsrc_wte_, dsrc_wpe_, dx, src_ids_.data(), B_, S_, C);
 }
 
 template <class S>
@@ -432,15 +541,22 @@ void Model<S>::jvp_sublayers_unit(S* tout, const int64_t* positions, int K, int 
 }
 
 template <class S>
-void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last) const {
-  const int B = B_, T = T_, N = B * T, C = cfg_.d_model, F = cfg_.ff();
+void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last,
+                                  const S* tmem) const {
+  if (first >= last) throw Error("jvp_sublayers: empty range of sub-layers");
+  const int dec0 = cfg_.first_decoder_slot();
+  if (cfg_.encdec() && first < dec0 && last > dec0)
+    throw Error("jvp_sublayers: a range of an encoder-decoder lies within one stack (use jvp_encdec)");
+  const int B = B_, N = rows(first), T = len(first), C = cfg_.d_model, F = cfg_.ff();
   const size_t KNC = size_t(K) * N * C;
   // scratch carved from one buffer kept across calls (the analysis calls this repeatedly with the
   // same K; fresh gigabytes per call would cost a page fault per 4 KiB)
-  const size_t nhid = size_t(K) * N * std::max(3 * C, F), natt = size_t(B) * cfg_.n_heads * T * T;
+  const size_t NHT = size_t(B) * cfg_.n_heads * T;
+  const size_t nhid = size_t(K) * N * std::max(3 * C, F), natt = NHT * std::max(T, S_);
+  const size_t nkv = tmem ? size_t(K) * B * S_ * 2 * C : 0;
   // tmix also holds the MLP fold below, (F, C) + (C, C): more than K N max(C, F) when N is tiny (T = 1)
   const size_t nmix = std::max(size_t(K) * N * std::max(C, F), size_t(F) * C + size_t(C) * C);
-  if (jvp_scratch_.size() < 5 * KNC + nhid + natt + nmix) jvp_scratch_.resize(5 * KNC + nhid + natt + nmix);
+  if (jvp_scratch_.size() < 5 * KNC + nhid + natt + nmix + nkv) jvp_scratch_.resize(5 * KNC + nhid + natt + nmix + nkv);
   S* tx = jvp_scratch_.data();
   S* th = tx + KNC;
   S* tf = th + KNC;
@@ -449,6 +565,7 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
   S* thid = tr + KNC;
   S* tatt = thid + nhid;
   S* tmix = tatt + natt;
+  S* tkv = tmix + nmix;
   if (tin) {
     std::copy(tin, tin + KNC, tx);
   } else {  // unit tangents: tangent k is 1 at flat position unit[k] of (B, T, C)
@@ -460,11 +577,11 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
     }
   }
   for (int i = first; i < last; i++) {
-    if (!cfg_.has_sublayer(i)) continue;
-    const int l = i / 2;
+    const Slot& slot = slots_[size_t(i)];
+    if (!slot.present) continue;
     const SublayerActs<S>& a = a_[i];
     const SublayerParams<S>& p = p_[i];
-    const NormSites sites = norm_sites(cfg_.placement_of(l));
+    const NormSites sites = norm_sites(cfg_.placement_of(slot.layer));
     // h = ln_in(x)
     const S* h = tx;
     if (sites.in) {
@@ -472,9 +589,16 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
       h = th;
     }
     // f = F(h)
-    if (i % 2 == 0) {
+    if (slot.kind == Sublayer::Attn) {
       matmul_jvp(thid, h, p.w1, K, N, C, 3 * C);
       attention_jvp(tmix, tatt, thid, a.hid, a.att, K, B, T, C, cfg_.n_heads);
+      matmul_jvp(tf, tmix, p.w2, K, N, C, C);
+    } else if (slot.kind == Sublayer::Cross) {
+      // q moves with the decoder's tangent; k and v with the memory's (held fixed without tmem)
+      matmul_jvp(thid, h, p.w1, K, N, C, C);
+      if (tmem) matmul_jvp(tkv, tmem, p.wkv, K, B * S_, C, 2 * C);
+      cross_attention_jvp(tmix, tatt, thid, tmem ? tkv : nullptr, a.hid, a.kv, a.att, K, B, T, S_, C,
+                          cfg_.n_heads);
       matmul_jvp(tf, tmix, p.w2, K, N, C, C);
     } else if (K >= C) {
       // Many tangents (a Jacobian build): the MLP is token-local, so fold it into one C x C matrix
@@ -505,14 +629,49 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
       norm_jvp(tg, tf, a.f, p.ln_branch, a.br_mean, a.br_rstd, K, N);
       g = tg;
     }
-    // r = alpha * x + g;  x' = ln_out(r)
-    residual_jvp(tr, tx, g, S(cfg_.residual_alpha(l)), KNC);
+    // r = omega * x + lambda * g;  x' = ln_out(r)
+    gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)),
+                       long(K) * N, C);
     if (sites.out)
       norm_jvp(tx, tr, a.r, p.ln_out, a.out_mean, a.out_rstd, K, N);
     else
       std::swap(tx, tr);
   }
   std::copy(tx, tx + KNC, tout);
+}
+
+template <class S>
+void Model<S>::jvp_encdec(S* tout, const S* tsrc, const S* ttgt, int K) const {
+  if (!cfg_.encdec()) throw Error("jvp_encdec needs an encoder-decoder model");
+  const int dec0 = cfg_.first_decoder_slot(), Ns = B_ * S_, C = cfg_.d_model;
+  // the encoder's stream -> its last stream -> memory (through enc.ln_f)
+  std::vector<S> tenc(size_t(K) * Ns * C), tmem(size_t(K) * Ns * C);
+  jvp_sublayers_impl(tenc.data(), tsrc, nullptr, K, 0, dec0);
+  if (cfg_.has_enc_final_norm())
+    norm_jvp(tmem.data(), tenc.data(), enc_out_, enc_lnf_, enc_lnf_mean_, enc_lnf_rstd_, K, Ns);
+  else
+    tmem = tenc;
+  jvp_sublayers_impl(tout, ttgt, nullptr, K, dec0, int(slots_.size()), tmem.data());
+}
+
+template <class S>
+void Model<S>::vjp_encdec(S* dsrc, S* dtgt, const S* dout) {
+  if (!cfg_.encdec()) throw Error("vjp_encdec needs an encoder-decoder model");
+  const size_t NC = size_t(B_) * T_ * cfg_.d_model, NsC = size_t(B_) * S_ * cfg_.d_model;
+  zero(dmem_, NsC);
+  S* dx = dstream_[0];
+  std::copy(dout, dout + NC, dx);
+  run_backward(cfg_.first_decoder_slot(), int(slots_.size()), dx);
+  std::copy(dx, dx + NC, dtgt);
+  dx = dstream_[0];
+  if (cfg_.has_enc_final_norm()) {
+    zero(dx, NsC);
+    norm_backward(dx, denc_lnf_, dmem_, enc_out_, enc_lnf_, enc_lnf_mean_, enc_lnf_rstd_, B_ * S_);
+  } else {
+    std::copy(dmem_, dmem_ + NsC, dx);
+  }
+  run_backward(0, cfg_.first_decoder_slot(), dx);
+  std::copy(dx, dx + NsC, dsrc);
 }
 
 // The block's token-local Jacobian J_ii = dy_i / dx_i (tangent in at token i of batch row b, out at
@@ -526,6 +685,7 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
 // block instead of O(K T (C^2 + C F)).
 template <class S>
 void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, int token, int row) const {
+  if (cfg_.encdec()) throw Error("token-local block Jacobians are not implemented for encoder-decoder models");
   const int T = T_, C = cfg_.d_model, F = cfg_.ff(), NH = cfg_.n_heads, HS = C / NH;
   const size_t n = size_t(row) * T + token;  // the token's row in (B * T)
   const size_t KC = size_t(K) * C;
@@ -541,7 +701,7 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
   S* ts = tmix + size_t(K) * std::max(C, F);        // (K, T) one head's score tangents
   std::copy(tin, tin + KC, tx);
   for (int i = 2 * layer; i < 2 * layer + 2; i++) {
-    if (!cfg_.has_sublayer(i)) continue;
+    if (!slots_[size_t(i)].present) continue;
     const SublayerActs<S>& a = a_[i];
     const SublayerParams<S>& p = p_[i];
     const NormSites sites = norm_sites(cfg_.placement_of(layer));
@@ -595,8 +755,8 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
       norm_jvp(tg, tf, a.f + n * C, p.ln_branch, a.br_mean + n, a.br_rstd + n, K, 1);
       g = tg;
     }
-    // r = alpha * x + g;  x' = ln_out(r)
-    residual_jvp(tr, tx, g, S(cfg_.residual_alpha(layer)), KC);
+    // r = omega * x + lambda * g;  x' = ln_out(r)
+    gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(layer)), long(K), C);
     if (sites.out)
       norm_jvp(tx, tr, a.r + n * C, p.ln_out, a.out_mean + n, a.out_rstd + n, K, 1);
     else
@@ -607,11 +767,15 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
 
 template <class S>
 void Model<S>::vjp_sublayers(S* din, const S* dout, int first, int last) {
-  const size_t NC = size_t(B_) * T_ * cfg_.d_model;
+  const int dec0 = cfg_.first_decoder_slot();
+  if (cfg_.encdec() && first < dec0 && last > dec0)
+    throw Error("vjp_sublayers: a range of an encoder-decoder lies within one stack (use vjp_encdec)");
+  const size_t NC = size_t(rows(first)) * cfg_.d_model;
+  if (cfg_.encdec()) zero(dmem_, size_t(B_) * S_ * cfg_.d_model);
   std::vector<S> dx(dout, dout + NC), dx_in(NC);
   for (int i = last - 1; i >= first; i--) {
-    if (!cfg_.has_sublayer(i)) continue;
-    sublayer_backward(i / 2, i % 2 == 0 ? Sublayer::Attn : Sublayer::Mlp, dx.data(), dx_in.data());
+    if (!slots_[size_t(i)].present) continue;
+    sublayer_backward(i, dx.data(), dx_in.data());
     dx.swap(dx_in);
   }
   std::copy(dx.begin(), dx.end(), din);

@@ -1,5 +1,6 @@
-// model.h: the Transformer (GPT or encoder; GPT-2 and BERT exactly) with a per-layer normalization placement, templated on
-// the scalar type (float to train, double for finite-difference checks). Parameters, gradients and
+// model.h: the Transformer (GPT, encoder, or the original encoder-decoder; GPT-2 and BERT exactly) with
+// a per-layer normalization method, templated on the scalar type (float to train, double for
+// finite-difference checks). Parameters, gradients and
 // activations are planned once from (config, B, T); forward and backward allocate nothing.
 // The math is docs/MODEL.md; the block reads like its table (see sublayer_forward).
 #pragma once
@@ -20,15 +21,23 @@ struct SublayerActs {
   S* h = nullptr;        // (B, T, C) ln_in(x_in), or x_in
   S* in_mean = nullptr;  // (B, T) LayerNorm statistics of ln_in (mean unused for RMSNorm)
   S* in_rstd = nullptr;
-  S* hid = nullptr;      // (B, T, 3C) qkv | (B, T, F) fc pre-activation
-  S* att = nullptr;      // (B, NH, T, T) attention probabilities (attn only)
+  S* hid = nullptr;      // (B, T, 3C) qkv | (B, T, C) cross query | (B, T, F) fc pre-activation
+  S* kv = nullptr;       // (B, S, 2C) cross only: keys and values of the memory
+  S* att = nullptr;      // (B, NH, T, T) attention | (B, NH, T, S) cross-attention probabilities
   S* mix = nullptr;      // (B, T, C) attention output before proj | (B, T, F) activation
   S* f = nullptr;        // (B, T, C) branch output F(h) (after dropout)
   S* g = nullptr;        // (B, T, C) ln_branch(f), or f
   S* br_mean = nullptr, * br_rstd = nullptr;
-  S* r = nullptr;        // (B, T, C) alpha * x_in + g
+  S* r = nullptr;        // (B, T, C) omega * x_in + lambda * g
   S* out_mean = nullptr, * out_rstd = nullptr;
   S* x_out = nullptr;    // (B, T, C) ln_out(r), or r
+};
+
+// The source side of an encoder-decoder batch: ids (B, S), mask (B, S) or null (0 = padding).
+struct Source {
+  const int32_t* ids = nullptr;
+  int S = 0;
+  const uint8_t* mask = nullptr;
 };
 
 template <class S>
@@ -51,9 +60,9 @@ class Model {
   // labelled positions (NaN if there are none, or without a head). Ids and labels must already be
   // range-checked (see check_batch); T <= seq_len. types (B, T): token types (null: all 0; needs
   // config.type_vocab > 0 to matter); key_mask (B, T): 0 marks padding that no query attends to
-  // (null: none).
+  // (null: none). An encdec model needs src (its ids and mask); then ids are the decoder's input.
   double forward(const int32_t* ids, const int32_t* labels, int B, int T,
-                 const int32_t* types = nullptr, const uint8_t* key_mask = nullptr);
+                 const int32_t* types = nullptr, const uint8_t* key_mask = nullptr, const Source& src = {});
   // grads += loss_scale * d(loss)/d(params), for the last forward. Invalidates logits().
   void backward(double loss_scale = 1.0);
   void zero_grad();
@@ -63,8 +72,12 @@ class Model {
   int64_t label_count() const { return label_count_; }
   int planned_B() const { return B_; }
   int planned_T() const { return T_; }
-  // Residual stream entering sub-layer i (i = 2l attn, 2l+1 mlp); i = 2L is the last block's output.
+  int planned_S() const { return S_; }
+  // Residual stream entering slot i (config.slot(i); gpt/encoder: i = 2l attn, 2l+1 mlp); i = n_slots
+  // is the last block's output. For an encdec, slot 2N's input is the decoder's embedding.
   const S* stream(int i) const { return streams_[i]; }
+  // encdec: the encoder's output after its final norm, what cross-attention reads (B, S, C)
+  const S* memory() const { return memory_; }
   size_t activation_floats() const { return acts_.size(); }
 
   // Read-only views for the instruments (analysis/), valid after forward: activations and
@@ -87,40 +100,59 @@ class Model {
   void jvp_block_token_local(S* tout, const S* tin, int K, int layer, int token, int row = 0) const;
   // Reverse mode through sub-layers [first, last) at the point of the last forward: din (B, T, C)
   // = J^T dout. As a side effect it adds into the parameter gradients (zero them if they matter).
+  // A range lies within one stack of an encdec; in the decoder the memory is held fixed.
   void vjp_sublayers(S* din, const S* dout, int first, int last);
+  // encdec, through both stacks from the embeddings' outputs (src stream (B, S, C), tgt stream
+  // (B, T, C)) to the decoder's last stream (B, T, C): forward mode for K tangents, and reverse mode
+  // (adds into the parameter gradients).
+  void jvp_encdec(S* tout, const S* tsrc, const S* ttgt, int K) const;
+  void vjp_encdec(S* dsrc, S* dtgt, const S* dout);
   // One norm site's tangent: tout (K, rows, C) = J tin, J the Jacobian of the norm at `inp`.
   void norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
                 const S* rstd, int K, int rows) const;
 
  private:
-  void plan(int B, int T);
-  void jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last) const;
-  void sublayer_forward(int l, Sublayer which);
-  void sublayer_backward(int l, Sublayer which, const S* dx_out, S* dx_in);
-  void norm_forward(S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p);
+  void plan(int B, int T, int Ssrc);
+  // rows of slot i's activations: B * (S for an encdec's encoder slot, T otherwise)
+  int rows(int i) const { return B_ * len(i); }
+  int len(int i) const { return cfg_.encdec() && slots_[size_t(i)].encoder ? S_ : T_; }
+  void jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last,
+                          const S* tmem = nullptr) const;
+  void sublayer_forward(int i);
+  void sublayer_backward(int i, const S* dx_out, S* dx_in);
+  void run_backward(int first, int last, S*& dx);  // slots [first, last) backward; dx in and out
+  void norm_forward(S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p, int rows);
   void norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
-                     const NormParams<S>& p, const S* mean, const S* rstd);
+                     const NormParams<S>& p, const S* mean, const S* rstd, int rows);
   void head_forward();
   void head_backward(S* dxf);
   void embedding_backward_all(const S* dx0);
+  void source_backward(const S* dsrc0);
   uint64_t dropout_site_seed(int site) const;
 
   ModelConfig cfg_;
   ParamTable table_;
+  std::vector<Slot> slots_;      // config.slot(i), cached
   std::vector<S> params_, grads_;
-  std::vector<SublayerParams<S>> p_, dp_;  // per sub-layer (2L)
+  std::vector<SublayerParams<S>> p_, dp_;  // per slot
   NormParams<S> lnf_, dlnf_;
+  NormParams<S> enc_lnf_, denc_lnf_;  // encdec: the encoder's final norm
   NormParams<S> lnemb_, dlnemb_;  // embedding norm (embed_norm)
   NormParams<S> hln_, dhln_;      // MLM head norm
   S* wtt_ = nullptr, * dwtt_ = nullptr;  // (type_vocab, C)
   S* hw_ = nullptr, * hb_ = nullptr, * hbias_ = nullptr;     // MLM head: dense (C, C), (C); output bias (V)
   S* dhw_ = nullptr, * dhb_ = nullptr, * dhbias_ = nullptr;
+  S* wte_ = nullptr, * wpe_ = nullptr, * dwte_ = nullptr, * dwpe_ = nullptr;
+  S* src_wte_ = nullptr, * src_wpe_ = nullptr, * dsrc_wte_ = nullptr, * dsrc_wpe_ = nullptr;  // encdec
 
-  // planned for (B_, T_): one allocation, carved by plan()
-  int B_ = 0, T_ = 0;
+  // planned for (B_, T_, S_): one allocation, carved by plan()
+  int B_ = 0, T_ = 0, S_ = 0;
   std::vector<S> acts_;
-  std::vector<SublayerActs<S>> a_;   // per sub-layer (2L)
-  std::vector<S*> streams_;          // 2L + 1 entries
+  std::vector<SublayerActs<S>> a_;   // per slot
+  std::vector<S*> streams_;          // n_slots + 1 entries
+  S* enc_out_ = nullptr;             // (B, S, C) encdec: the encoder's last stream
+  S* memory_ = nullptr;              // (B, S, C) enc_ln_f(enc_out), or enc_out
+  S* enc_lnf_mean_ = nullptr, * enc_lnf_rstd_ = nullptr;
   S* xf_ = nullptr;                  // (B, T, C) final norm output, or the last stream
   S* lnf_mean_ = nullptr, * lnf_rstd_ = nullptr;
   S* emb_ = nullptr;                 // (B, T, C) embedding sum before the embedding norm
@@ -129,14 +161,16 @@ class Model {
   S* head_mean_ = nullptr, * head_rstd_ = nullptr;
   S* logits_ = nullptr;              // (B, T, V), becomes dlogits in backward
   S* lse_ = nullptr;                 // (B, T)
-  // backward scratch
-  S* dstream_[2] = {nullptr, nullptr};  // (B, T, C) ping-pong
-  S* dh_ = nullptr, * df_ = nullptr, * dg_ = nullptr, * dr_ = nullptr, * dmix_ = nullptr;
-  S* dhid_ = nullptr;                // (B, T, max(3C, F))
-  S* datt_ = nullptr;                // (B, NH, T, T)
-  std::vector<int32_t> ids_, labels_, types_;
-  std::vector<uint8_t> key_mask_;
-  bool has_key_mask_ = false;
+  // backward scratch, sized for the longer of the two sequences
+  S* dstream_[2] = {nullptr, nullptr};  // (B, max(T, S), C) ping-pong
+  S* dh_ = nullptr, * df_ = nullptr, * dg_ = nullptr, * dr_ = nullptr, * ddrop_ = nullptr, * dmix_ = nullptr;
+  S* dhid_ = nullptr;                // (B, max(T, S), max(3C, F))
+  S* datt_ = nullptr;                // (B, NH, max(T, S), max(T, S))
+  S* dkv_ = nullptr;                 // (B, S, 2C) cross-attention
+  S* dmem_ = nullptr;                // (B, S, C) d(loss)/d(memory), summed over the cross slots
+  std::vector<int32_t> ids_, labels_, types_, src_ids_;
+  std::vector<uint8_t> key_mask_, src_mask_;
+  bool has_key_mask_ = false, has_src_mask_ = false;
   mutable std::vector<S> jvp_scratch_;  // forward-mode scratch, grown on demand (analysis only)
   int64_t label_count_ = 0;
   bool training_ = false;

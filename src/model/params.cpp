@@ -7,24 +7,20 @@
 
 namespace normlab {
 
-NormSites norm_sites(Placement p) {
-  switch (p) {
-    case Placement::Post: return {false, false, true};
-    case Placement::Pre: return {true, false, false};
-    case Placement::Sandwich: return {true, true, false};
-    case Placement::PrePost: return {true, false, true};
-    case Placement::DeepNorm: return {false, false, true};
-    case Placement::None: return {false, false, false};
-  }
-  return {};
-}
-
-const char* to_string(Sublayer s) { return s == Sublayer::Attn ? "attn" : "mlp"; }
-
 const ParamSpec* ParamTable::find(const std::string& name) const {
   for (const auto& s : specs)
     if (s.name == name) return &s;
   return nullptr;
+}
+
+std::string layer_prefix(const ModelConfig& cfg, int layer) {
+  if (cfg.encdec()) return layer < cfg.n_layers ? fmt::format("enc.h.{}", layer) : fmt::format("h.{}", layer - cfg.n_layers);
+  return fmt::format("h.{}", layer);
+}
+
+std::string slot_prefix(const ModelConfig& cfg, int slot) {
+  const Slot s = cfg.slot(slot);
+  return layer_prefix(cfg, s.layer) + "." + to_string(s.kind);
 }
 
 ParamTable make_param_table(const ModelConfig& cfg) {
@@ -44,24 +40,46 @@ ParamTable make_param_table(const ModelConfig& cfg) {
   };
   add("wte.weight", {V, C}, ParamRole::Embedding);
   add("wpe.weight", {cfg.seq_len, C}, ParamRole::Embedding);
+  if (cfg.encdec()) {
+    if (!cfg.shared_embeddings) add("enc.wte.weight", {cfg.src_vocab_size(), C}, ParamRole::Embedding);
+    add("enc.wpe.weight", {cfg.seq_len, C}, ParamRole::Embedding);
+  }
   if (cfg.type_vocab > 0) add("wtt.weight", {cfg.type_vocab, C}, ParamRole::Embedding);
   if (cfg.embed_norm) add_norm("ln_emb");
-  for (int l = 0; l < cfg.n_layers; l++) {
-    const NormSites sites = norm_sites(cfg.placement_of(l));
-    for (Sublayer sub : {Sublayer::Attn, Sublayer::Mlp}) {
-      if (sub == Sublayer::Mlp && !cfg.mlp) continue;
-      const std::string p = fmt::format("h.{}.{}", l, to_string(sub));
-      const bool attn = sub == Sublayer::Attn;
-      if (sites.in) add_norm(p + ".ln_in");
-      const std::string first = attn ? ".qkv" : ".fc";
-      const int64_t hidden = attn ? 3 * C : F;
-      add(p + first + ".weight", {hidden, C}, ParamRole::LinearWeight);
-      add(p + first + ".bias", {hidden}, ParamRole::LinearBias);
-      add(p + ".proj.weight", {C, attn ? C : F}, ParamRole::LinearWeight);
-      add(p + ".proj.bias", {C}, ParamRole::LinearBias);
-      if (sites.branch) add_norm(p + ".ln_branch");
-      if (sites.out) add_norm(p + ".ln_out");
+  for (int i = 0; i < cfg.n_slots(); i++) {
+    const Slot slot = cfg.slot(i);
+    // the encoder's final norm follows its last layer
+    if (cfg.encdec() && i == 2 * cfg.n_layers && cfg.has_enc_final_norm()) add_norm("enc.ln_f");
+    const Method& m = method_of(cfg.placement_of(slot.layer));
+    // a layer's ReZero scalar comes before its first sub-layer
+    if (m.gain == BranchGain::LayerScalar && (i == 0 || cfg.slot(i - 1).layer != slot.layer))
+      add(layer_prefix(cfg, slot.layer) + ".rezero", {1}, ParamRole::Gate);
+    if (!slot.present) continue;
+    const std::string p = slot_prefix(cfg, i);
+    if (m.sites.in) add_norm(p + ".ln_in");
+    switch (slot.kind) {
+      case Sublayer::Attn:
+        add(p + ".qkv.weight", {3 * C, C}, ParamRole::LinearWeight);
+        add(p + ".qkv.bias", {3 * C}, ParamRole::LinearBias);
+        break;
+      case Sublayer::Cross:
+        add(p + ".q.weight", {C, C}, ParamRole::LinearWeight);
+        add(p + ".q.bias", {C}, ParamRole::LinearBias);
+        add(p + ".kv.weight", {2 * C, C}, ParamRole::LinearWeight);
+        add(p + ".kv.bias", {2 * C}, ParamRole::LinearBias);
+        break;
+      case Sublayer::Mlp:
+        add(p + ".fc.weight", {F, C}, ParamRole::LinearWeight);
+        add(p + ".fc.bias", {F}, ParamRole::LinearBias);
+        break;
     }
+    add(p + ".proj.weight", {C, slot.kind == Sublayer::Mlp ? F : C}, ParamRole::LinearWeight);
+    add(p + ".proj.bias", {C}, ParamRole::LinearBias);
+    if (m.sites.branch) add_norm(p + ".ln_branch");
+    if (m.sites.out) add_norm(p + ".ln_out");
+    if (m.shortcut == Shortcut::AdminOmega) add(p + ".omega", {C}, ParamRole::Gate);
+    if (m.gain == BranchGain::SublayerScalar) add(p + ".gain", {1}, ParamRole::Gate);
+    if (m.gain == BranchGain::Channel) add(p + ".gain", {C}, ParamRole::Gate);
   }
   if (cfg.has_final_norm()) add_norm("ln_f");
   if (cfg.head == Head::Mlm) {
@@ -74,25 +92,36 @@ ParamTable make_param_table(const ModelConfig& cfg) {
 }
 
 template <class S>
-SublayerParams<S> sublayer_params(const ParamTable& table, S* base, int layer, Sublayer which) {
-  const std::string p = fmt::format("h.{}.{}", layer, to_string(which));
+SublayerParams<S> sublayer_params(const ParamTable& table, const ModelConfig& cfg, S* base, int slot) {
+  const std::string p = slot_prefix(cfg, slot);
   auto ptr = [&](const std::string& name) -> S* {
-    const ParamSpec* s = table.find(p + name);
+    const ParamSpec* s = table.find(name);
     return s ? base + s->offset : nullptr;
   };
-  const bool attn = which == Sublayer::Attn;
+  const Sublayer kind = cfg.slot(slot).kind;
   SublayerParams<S> v;
-  v.ln_in = {ptr(".ln_in.weight"), ptr(".ln_in.bias")};
-  v.ln_branch = {ptr(".ln_branch.weight"), ptr(".ln_branch.bias")};
-  v.ln_out = {ptr(".ln_out.weight"), ptr(".ln_out.bias")};
-  v.w1 = ptr(attn ? ".qkv.weight" : ".fc.weight");
-  v.b1 = ptr(attn ? ".qkv.bias" : ".fc.bias");
-  v.w2 = ptr(".proj.weight");
-  v.b2 = ptr(".proj.bias");
+  v.ln_in = {ptr(p + ".ln_in.weight"), ptr(p + ".ln_in.bias")};
+  v.ln_branch = {ptr(p + ".ln_branch.weight"), ptr(p + ".ln_branch.bias")};
+  v.ln_out = {ptr(p + ".ln_out.weight"), ptr(p + ".ln_out.bias")};
+  const char* first = kind == Sublayer::Attn ? ".qkv" : kind == Sublayer::Cross ? ".q" : ".fc";
+  v.w1 = ptr(p + first + ".weight");
+  v.b1 = ptr(p + first + ".bias");
+  v.wkv = ptr(p + ".kv.weight");
+  v.bkv = ptr(p + ".kv.bias");
+  v.w2 = ptr(p + ".proj.weight");
+  v.b2 = ptr(p + ".proj.bias");
+  v.omega = ptr(p + ".omega");
+  if (const ParamSpec* g = table.find(p + ".gain")) {
+    v.gain = base + g->offset;
+    v.gain_c = int(g->numel);
+  } else if (const ParamSpec* r = table.find(layer_prefix(cfg, cfg.slot(slot).layer) + ".rezero")) {
+    v.gain = base + r->offset;
+    v.gain_c = 1;
+  }
   return v;
 }
 
-template SublayerParams<float> sublayer_params(const ParamTable&, float*, int, Sublayer);
-template SublayerParams<double> sublayer_params(const ParamTable&, double*, int, Sublayer);
+template SublayerParams<float> sublayer_params(const ParamTable&, const ModelConfig&, float*, int);
+template SublayerParams<double> sublayer_params(const ParamTable&, const ModelConfig&, double*, int);
 
 }  // namespace normlab

@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/methods.h"
 
 namespace normlab {
 
-enum class ParamRole { Embedding, LinearWeight, LinearBias, NormGain, NormBias };
+// Gate: a method's scale (Admin's omega, ReZero's / SkipInit's / LayerScale's gain): no weight decay.
+enum class ParamRole { Embedding, LinearWeight, LinearBias, NormGain, NormBias, Gate };
 
 struct ParamSpec {
   std::string name;            // e.g. "h.3.attn.qkv.weight"
@@ -31,15 +33,11 @@ struct ParamTable {
 
 ParamTable make_param_table(const ModelConfig& cfg);
 
-// Which norm sites a placement has (docs/MODEL.md).
-struct NormSites {
-  bool in = false, branch = false, out = false;
-};
-NormSites norm_sites(Placement p);
 
 // Views of one sub-layer's parameters in a flat buffer (norm pointers null where the site or the
-// bias does not exist). For attention w1/b1 is qkv and w2/b2 the output projection; for the MLP
-// w1/b1 is fc and w2/b2 proj.
+// bias does not exist). For attention w1/b1 is qkv and w2/b2 the output projection; for
+// cross-attention w1/b1 is the query map q and wkv/bkv the key-value map of the memory; for the MLP
+// w1/b1 is fc and w2/b2 proj. omega and gain are the method's scales (methods.h), null if absent.
 template <class S>
 struct NormParams {
   S* weight = nullptr;  // (C)
@@ -48,16 +46,21 @@ struct NormParams {
 template <class S>
 struct SublayerParams {
   NormParams<S> ln_in, ln_branch, ln_out;
-  S* w1 = nullptr;  // (3C, C) attn | (F, C) mlp
-  S* b1 = nullptr;  // (3C) | (F)
-  S* w2 = nullptr;  // (C, C) | (C, F)
+  S* w1 = nullptr;  // (3C, C) attn | (C, C) cross | (F, C) mlp
+  S* b1 = nullptr;  // (3C) | (C) | (F)
+  S* wkv = nullptr, * bkv = nullptr;  // (2C, C), (2C): cross only
+  S* w2 = nullptr;  // (C, C) | (C, C) | (C, F)
   S* b2 = nullptr;  // (C)
+  S* omega = nullptr;  // (C) Admin's shortcut scale
+  S* gain = nullptr;   // (gain_c) ReZero's (the layer's), SkipInit's or LayerScale's branch scale
+  int gain_c = 0;      // 1 or C
 };
 
-enum class Sublayer { Attn, Mlp };
-const char* to_string(Sublayer);
+// Parameter name prefixes: "h.3.attn", "enc.h.0.mlp", "h.1.cross" (slot), "h.3" / "enc.h.0" (layer).
+std::string slot_prefix(const ModelConfig& cfg, int slot);
+std::string layer_prefix(const ModelConfig& cfg, int layer);
 
 template <class S>
-SublayerParams<S> sublayer_params(const ParamTable& table, S* base, int layer, Sublayer which);
+SublayerParams<S> sublayer_params(const ParamTable& table, const ModelConfig& cfg, S* base, int slot);
 
 }  // namespace normlab

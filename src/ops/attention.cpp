@@ -1,5 +1,6 @@
-// attention.cpp: attention forward/backward, one (batch, head) pair per OpenMP iteration, each doing
-// its small GEMMs on strided views of qkv (single-threaded inside the parallel loop).
+// attention.cpp: self- and cross-attention forward, backward and JVP, one (batch, head) pair per
+// OpenMP iteration, each doing its small GEMMs on strided views of q, k and v (single-threaded inside
+// the parallel loop); plus the naive references.
 #include "ops/attention.h"
 
 #include <cmath>
@@ -29,65 +30,150 @@ static void softmax_row(S* row, int len, int T) {
   for (int j = len; j < T; j++) row[j] = S(0);
 }
 
+// One attention, written once for self- and cross-attention: queries q (B, Tq, ldq-strided rows),
+// keys k and values v (B, Tk, ldkv-strided rows), each head h reading columns h*HS .. (h+1)*HS.
+template <class S>
+struct Heads {
+  const S* q;
+  const S* k;
+  const S* v;
+  int ldq, ldkv;  // row strides of q and of k / v
+  int B, Tq, Tk, C, NH;
+  int HS() const { return C / NH; }
+  long q_off(int b, int h) const { return (long)b * Tq * ldq + (long)h * HS(); }
+  long kv_off(int b, int h) const { return (long)b * Tk * ldkv + (long)h * HS(); }
+};
+
+template <class S>
+static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const uint8_t* key_mask) {
+  const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH;
+  const S scale = S(1.0 / std::sqrt(double(HS)));
+#pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
+  for (int bh = 0; bh < x.B * NH; bh++) {
+    const int b = bh / NH, h = bh % NH;
+    const S* q = x.q + x.q_off(b, h);
+    const S* k = x.k + x.kv_off(b, h);
+    const S* v = x.v + x.kv_off(b, h);
+    S* p = att + (long)bh * Tq * Tk;
+    // S = q k^T / sqrt(HS);  P = softmax(S) row by row (row i sees keys 0..i when causal)
+    gemm<S>(Trans::No, Trans::Yes, Tq, Tk, HS, scale, q, x.ldq, k, x.ldkv, S(0), p, Tk);
+    if (key_mask) {  // padded keys: -inf before the softmax, probability 0 after it
+      const uint8_t* m = key_mask + (long)b * Tk;
+      for (int i = 0; i < Tq; i++)
+        for (int j = 0; j < Tk; j++)
+          if (!m[j]) p[(long)i * Tk + j] = -std::numeric_limits<S>::infinity();
+    }
+    for (int i = 0; i < Tq; i++) softmax_row(p + (long)i * Tk, causal ? i + 1 : Tk, Tk);
+    // y = P v, written into this head's columns of out
+    gemm<S>(Trans::No, Trans::No, Tq, HS, Tk, S(1), p, Tk, v, x.ldkv, S(0), out + (long)b * Tq * C + h * HS, C);
+  }
+}
+
+// dq, dk, dv +=, strided like q, k, v; datt (B, NH, Tq, Tk) is scratch.
+template <class S>
+static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* dout, const S* att,
+                           const Heads<S>& x) {
+  const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH;
+  const S scale = S(1.0 / std::sqrt(double(HS)));
+#pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
+  for (int bh = 0; bh < x.B * NH; bh++) {
+    const int b = bh / NH, h = bh % NH;
+    const S* q = x.q + x.q_off(b, h);
+    const S* k = x.k + x.kv_off(b, h);
+    const S* v = x.v + x.kv_off(b, h);
+    S* dq = dq_all + x.q_off(b, h);
+    S* dk = dk_all + x.kv_off(b, h);
+    S* dv = dv_all + x.kv_off(b, h);
+    const S* p = att + (long)bh * Tq * Tk;
+    const S* dy = dout + (long)b * Tq * C + h * HS;
+    S* dp = datt + (long)bh * Tq * Tk;
+    // y = P v:  dP = dy v^T;  dv += P^T dy
+    gemm<S>(Trans::No, Trans::Yes, Tq, Tk, HS, S(1), dy, C, v, x.ldkv, S(0), dp, Tk);
+    gemm<S>(Trans::Yes, Trans::No, Tk, HS, Tq, S(1), p, Tk, dy, C, S(1), dv, x.ldkv);
+    // P = softmax(S):  dS = P * (dP - sum_j P dP) ; fold in the 1/sqrt(HS) of S = q k^T * scale
+    // (masked probabilities are 0, so their score gradients come out 0 by themselves)
+    for (int i = 0; i < Tq; i++) {
+      const S* pr = p + (long)i * Tk;
+      S* dr = dp + (long)i * Tk;
+      double dot = 0;
+      for (int j = 0; j < Tk; j++) dot += double(pr[j]) * dr[j];
+      for (int j = 0; j < Tk; j++) dr[j] = S(pr[j] * (dr[j] - dot) * scale);
+    }
+    // S = q k^T * scale:  dq += dS k;  dk += dS^T q
+    gemm<S>(Trans::No, Trans::No, Tq, HS, Tk, S(1), dp, Tk, k, x.ldkv, S(1), dq, x.ldq);
+    gemm<S>(Trans::Yes, Trans::No, Tk, HS, Tq, S(1), dp, Tk, q, x.ldq, S(1), dk, x.ldkv);
+  }
+}
+
+// Tangents of K directions: t.q, t.k, t.v laid out (K, <primal>) like x's; t.k and t.v may be null
+// (keys and values held fixed). tout (K, B, Tq, C); tatt (B, NH, Tq, Tk) is scratch.
+//   tS = (tq k^T + q tk^T) / sqrt(HS);  tP = P * (tS - rowsum(P * tS));  ty = tP v + P tv
+template <class S>
+static void heads_jvp(S* tout, S* tatt, const Heads<S>& t, long t_qstride, long t_kvstride, const S* att,
+                      const Heads<S>& x, int K) {
+  const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH;
+  const S scale = S(1.0 / std::sqrt(double(HS)));
+  for (int kt = 0; kt < K; kt++) {
+    S* ty_all = tout + (long)kt * x.B * Tq * C;
+#pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
+    for (int bh = 0; bh < x.B * NH; bh++) {
+      const int b = bh / NH, h = bh % NH;
+      const S* q = x.q + x.q_off(b, h);
+      const S* k = x.k + x.kv_off(b, h);
+      const S* v = x.v + x.kv_off(b, h);
+      const S* tq = t.q + kt * t_qstride + x.q_off(b, h);
+      const S* tk = t.k ? t.k + kt * t_kvstride + x.kv_off(b, h) : nullptr;
+      const S* tv = t.v ? t.v + kt * t_kvstride + x.kv_off(b, h) : nullptr;
+      const S* p = att + (long)bh * Tq * Tk;
+      S* tp = tatt + (long)bh * Tq * Tk;
+      S* ty = ty_all + (long)b * Tq * C + h * HS;
+      gemm<S>(Trans::No, Trans::Yes, Tq, Tk, HS, scale, tq, x.ldq, k, x.ldkv, S(0), tp, Tk);
+      if (tk) gemm<S>(Trans::No, Trans::Yes, Tq, Tk, HS, scale, q, x.ldq, tk, x.ldkv, S(1), tp, Tk);
+      for (int i = 0; i < Tq; i++) {
+        const S* pr = p + (long)i * Tk;
+        S* tr = tp + (long)i * Tk;
+        double dot = 0;
+        for (int j = 0; j < Tk; j++) dot += double(pr[j]) * tr[j];
+        for (int j = 0; j < Tk; j++) tr[j] = S(pr[j] * (tr[j] - dot));  // masked: P = 0 gives 0
+      }
+      gemm<S>(Trans::No, Trans::No, Tq, HS, Tk, S(1), tp, Tk, v, x.ldkv, S(0), ty, C);
+      if (tv) gemm<S>(Trans::No, Trans::No, Tq, HS, Tk, S(1), p, Tk, tv, x.ldkv, S(1), ty, C);
+    }
+  }
+}
+
+template <class S>
+static Heads<S> self_heads(const S* qkv, int B, int T, int C, int NH) {
+  return {qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, T, C, NH};
+}
+template <class S>
+static Heads<S> cross_heads(const S* q, const S* kv, int B, int Tq, int Tk, int C, int NH) {
+  return {q, kv, kv + C, C, 2 * C, B, Tq, Tk, C, NH};
+}
+
 template <class S>
 void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, bool causal,
                        const uint8_t* key_mask) {
-  const int HS = C / NH, C3 = 3 * C;
-  const S scale = S(1.0 / std::sqrt(double(HS)));
-#pragma omp parallel for schedule(static) if((long)B * T * T * C > kParallelMinWork)
-  for (int bh = 0; bh < B * NH; bh++) {
-    const int b = bh / NH, h = bh % NH;
-    const S* q = qkv + (long)b * T * C3 + h * HS;
-    const S* k = q + C;
-    const S* v = q + 2 * C;
-    S* p = att + (long)bh * T * T;
-    // S = q k^T / sqrt(HS);  P = softmax(S) row by row (row i sees keys 0..i when causal)
-    gemm<S>(Trans::No, Trans::Yes, T, T, HS, scale, q, C3, k, C3, S(0), p, T);
-    if (key_mask) {  // padded keys: -inf before the softmax, probability 0 after it
-      const uint8_t* m = key_mask + (long)b * T;
-      for (int i = 0; i < T; i++)
-        for (int j = 0; j < T; j++)
-          if (!m[j]) p[(long)i * T + j] = -std::numeric_limits<S>::infinity();
-    }
-    for (int i = 0; i < T; i++) softmax_row(p + (long)i * T, causal ? i + 1 : T, T);
-    // y = P v, written into this head's columns of out
-    gemm<S>(Trans::No, Trans::No, T, HS, T, S(1), p, T, v, C3, S(0), out + (long)b * T * C + h * HS, C);
-  }
+  heads_forward(out, att, self_heads(qkv, B, T, C, NH), causal, key_mask);
 }
 
 template <class S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
                         int C, int NH, bool causal) {
   (void)causal;  // masked probabilities are 0, so their score gradients come out 0 by themselves
-  const int HS = C / NH, C3 = 3 * C;
-  const S scale = S(1.0 / std::sqrt(double(HS)));
-#pragma omp parallel for schedule(static) if((long)B * T * T * C > kParallelMinWork)
-  for (int bh = 0; bh < B * NH; bh++) {
-    const int b = bh / NH, h = bh % NH;
-    const S* q = qkv + (long)b * T * C3 + h * HS;
-    const S* k = q + C;
-    const S* v = q + 2 * C;
-    S* dq = dqkv + (long)b * T * C3 + h * HS;
-    S* dk = dq + C;
-    S* dv = dq + 2 * C;
-    const S* p = att + (long)bh * T * T;
-    const S* dy = dout + (long)b * T * C + h * HS;
-    S* dp = datt + (long)bh * T * T;
-    // y = P v:  dP = dy v^T;  dv += P^T dy
-    gemm<S>(Trans::No, Trans::Yes, T, T, HS, S(1), dy, C, v, C3, S(0), dp, T);
-    gemm<S>(Trans::Yes, Trans::No, T, HS, T, S(1), p, T, dy, C, S(1), dv, C3);
-    // P = softmax(S):  dS = P * (dP - sum_j P dP) ; fold in the 1/sqrt(HS) of S = q k^T * scale
-    for (int i = 0; i < T; i++) {
-      const S* pr = p + (long)i * T;
-      S* dr = dp + (long)i * T;
-      double dot = 0;
-      for (int j = 0; j < T; j++) dot += double(pr[j]) * dr[j];
-      for (int j = 0; j < T; j++) dr[j] = S(pr[j] * (dr[j] - dot) * scale);
-    }
-    // S = q k^T * scale:  dq += dS k;  dk += dS^T q
-    gemm<S>(Trans::No, Trans::No, T, HS, T, S(1), dp, T, k, C3, S(1), dq, C3);
-    gemm<S>(Trans::Yes, Trans::No, T, HS, T, S(1), dp, T, q, C3, S(1), dk, C3);
-  }
+  heads_backward(dqkv, dqkv + C, dqkv + 2 * C, datt, dout, att, self_heads(qkv, B, T, C, NH));
+}
+
+template <class S>
+void cross_attention_forward(S* out, S* att, const S* q, const S* kv, int B, int Tq, int Tk, int C, int NH,
+                             const uint8_t* key_mask) {
+  heads_forward(out, att, cross_heads(q, kv, B, Tq, Tk, C, NH), false, key_mask);
+}
+
+template <class S>
+void cross_attention_backward(S* dq, S* dkv, S* datt, const S* dout, const S* q, const S* kv, const S* att,
+                              int B, int Tq, int Tk, int C, int NH) {
+  heads_backward(dq, dkv, dkv + C, datt, dout, att, cross_heads(q, kv, B, Tq, Tk, C, NH));
 }
 
 template <class S>
@@ -170,37 +256,32 @@ NL_INSTANTIATE(double)
 template <class S>
 void attention_jvp(S* tout, S* tatt, const S* tqkv, const S* qkv, const S* att, int K, int B, int T,
                    int C, int NH) {
-  const int HS = C / NH, C3 = 3 * C;
-  const S scale = S(1.0 / std::sqrt(double(HS)));
-  for (int kt = 0; kt < K; kt++) {
-    const S* tq_all = tqkv + (long)kt * B * T * C3;
-    S* ty_all = tout + (long)kt * B * T * C;
-#pragma omp parallel for schedule(static) if((long)B * T * T * C > kParallelMinWork)
-    for (int bh = 0; bh < B * NH; bh++) {
-      const int b = bh / NH, h = bh % NH;
-      const S* q = qkv + (long)b * T * C3 + h * HS;
-      const S* k = q + C;
-      const S* v = q + 2 * C;
-      const S* tq = tq_all + (long)b * T * C3 + h * HS;
-      const S* tk = tq + C;
-      const S* tv = tq + 2 * C;
-      const S* p = att + (long)bh * T * T;
-      S* tp = tatt + (long)bh * T * T;
-      S* ty = ty_all + (long)b * T * C + h * HS;
-      gemm<S>(Trans::No, Trans::Yes, T, T, HS, scale, tq, C3, k, C3, S(0), tp, T);
-      gemm<S>(Trans::No, Trans::Yes, T, T, HS, scale, q, C3, tk, C3, S(1), tp, T);
-      for (int i = 0; i < T; i++) {
-        const S* pr = p + (long)i * T;
-        S* tr = tp + (long)i * T;
-        double dot = 0;
-        for (int j = 0; j < T; j++) dot += double(pr[j]) * tr[j];
-        for (int j = 0; j < T; j++) tr[j] = S(pr[j] * (tr[j] - dot));  // masked: P = 0 gives 0
-      }
-      gemm<S>(Trans::No, Trans::No, T, HS, T, S(1), tp, T, v, C3, S(0), ty, C);
-      gemm<S>(Trans::No, Trans::No, T, HS, T, S(1), p, T, tv, C3, S(1), ty, C);
-    }
-  }
+  const Heads<S> x = self_heads(qkv, B, T, C, NH), t = self_heads(tqkv, B, T, C, NH);
+  const long stride = (long)B * T * 3 * C;
+  heads_jvp(tout, tatt, t, stride, stride, att, x, K);
 }
+
+template <class S>
+void cross_attention_jvp(S* tout, S* tatt, const S* tq, const S* tkv, const S* q, const S* kv, const S* att,
+                         int K, int B, int Tq, int Tk, int C, int NH) {
+  const Heads<S> x = cross_heads(q, kv, B, Tq, Tk, C, NH);
+  Heads<S> t = x;
+  t.q = tq;
+  t.k = tkv;
+  t.v = tkv ? tkv + C : nullptr;
+  heads_jvp(tout, tatt, t, (long)B * Tq * C, (long)B * Tk * 2 * C, att, x, K);
+}
+
+#define NL_INSTANTIATE(S)                                                                              \
+  template void cross_attention_forward<S>(S*, S*, const S*, const S*, int, int, int, int, int,          \
+                                           const uint8_t*);                                            \
+  template void cross_attention_backward<S>(S*, S*, S*, const S*, const S*, const S*, const S*, int, int, \
+                                            int, int, int);                                            \
+  template void cross_attention_jvp<S>(S*, S*, const S*, const S*, const S*, const S*, const S*, int, int, \
+                                       int, int, int, int);
+NL_INSTANTIATE(float)
+NL_INSTANTIATE(double)
+#undef NL_INSTANTIATE
 
 template void attention_jvp<float>(float*, float*, const float*, const float*, const float*, int,
                                    int, int, int, int);

@@ -1,5 +1,6 @@
 // attention.h: multi-head scaled dot-product self-attention on a fused qkv buffer, with a causal or
-// bidirectional mask and a stable softmax; plus its naive reference.
+// bidirectional mask and a stable softmax; cross-attention (queries from one sequence, keys and
+// values from another: the decoder reading the encoder); plus the naive reference.
 // Legend and conventions: ops/common.h. qkv columns are [q | k | v]; head h owns columns
 // h*HS .. (h+1)*HS of each third. Scores are scaled by 1/sqrt(HS); masked entries get probability 0.
 #pragma once
@@ -33,5 +34,19 @@ void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att
 template <class S>
 void attention_jvp(S* tout, S* tatt, const S* tqkv, const S* qkv, const S* att, int K, int B, int T,
                    int C, int NH);
+
+// Cross-attention: q (B, Tq, C) queries, kv (B, Tk, 2C) columns [k | v]; out (B, Tq, C); att
+// (B, NH, Tq, Tk) saved probabilities; key_mask (B, Tk) or null (0: padding). Never causal.
+template <class S>
+void cross_attention_forward(S* out, S* att, const S* q, const S* kv, int B, int Tq, int Tk, int C, int NH,
+                             const uint8_t* key_mask = nullptr);
+// dq (B, Tq, C) +=, dkv (B, Tk, 2C) +=; datt (B, NH, Tq, Tk) scratch.
+template <class S>
+void cross_attention_backward(S* dq, S* dkv, S* datt, const S* dout, const S* q, const S* kv, const S* att,
+                              int B, int Tq, int Tk, int C, int NH);
+// tout (K, B, Tq, C) from tq (K, B, Tq, C) and tkv (K, B, Tk, 2C) (null: keys and values fixed).
+template <class S>
+void cross_attention_jvp(S* tout, S* tatt, const S* tq, const S* tkv, const S* q, const S* kv, const S* att,
+                         int K, int B, int Tq, int Tk, int C, int NH);
 
 }  // namespace normlab::ops

@@ -2,6 +2,7 @@
 // tokenized by the model's own tokenizer (without special tokens), joined by [SEP] into one stream
 // and cut into rows of kProbeT tokens that start with [CLS] and end with [SEP] (BERT's multi-segment
 // layout; no padding, so every position is a real token). Both models see the same rows.
+#include "util/clock.h"
 #include "study/pretrained.h"
 
 #include <algorithm>
@@ -32,8 +33,6 @@ constexpr int kProbeT = 32;        // the matrix-free end-to-end extremes stay i
 constexpr int kDynamicsRows = 8;   // rows of the dynamics batch (all the text there is, in windows)
 constexpr int kLanczosK = 5;
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string cache_dir() {
   if (const char* c = std::getenv("NORMLAB_CACHE"); c && *c) return c;

@@ -1,4 +1,5 @@
 // runner.cpp: running a study: the runs, their instruments, the theory claims, progress and Ctrl-C.
+#include "util/clock.h"
 #include "study/runner.h"
 
 #include <chrono>
@@ -26,11 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr double kTheorySecondsGuess = 12;  // for the ETA only (measured: ~10 s on 2 cores)
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string clock_text(double s) {
   if (!std::isfinite(s) || s < 0) return "?";

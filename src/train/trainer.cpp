@@ -1,4 +1,5 @@
 // trainer.cpp: the training loop.
+#include "util/clock.h"
 #include "train/trainer.h"
 
 #include <chrono>
@@ -21,11 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::string format_duration(double s) {
   const long total = long(s + 0.5);

@@ -1,0 +1,55 @@
+// methods.h: the normalization methods (the values of model.placement), each one entry of one
+// table: where its norms sit, how its shortcut and branch are scaled, which parameters that adds,
+// whether a final norm follows, its initialization and its source. The model, the parameter table,
+// the initialization, the analysis and the report read this table; a new method is one entry here
+// (and, where it brings a new kind of scale or init, the one place that implements that kind).
+// The exact forms are in docs/MODEL.md ("Methods").
+#pragma once
+
+#include "model/config.h"
+
+namespace normlab {
+
+// Which norm sites a sub-layer has: ln_in before the branch, ln_branch on its output, ln_out after
+// the residual sum.
+struct NormSites {
+  bool in = false, branch = false, out = false;
+};
+
+// The shortcut scale omega of r = omega * x + lambda * g.
+enum class Shortcut {
+  One,            // 1
+  DeepNormAlpha,  // DeepNet's constant alpha (config.residual_alpha)
+  AdminOmega,     // a per-channel parameter `omega` (C), initialized by model.admin_init
+};
+
+// The branch scale lambda.
+enum class BranchGain {
+  One,             // 1
+  LayerScalar,     // ReZero: one scalar per layer, shared by its sub-layers (`rezero`, init 0)
+  SublayerScalar,  // SkipInit: one scalar per sub-layer (`gain` (1), init 0)
+  Channel,         // LayerScale: per channel (`gain` (C), init by stack depth)
+};
+
+struct Method {
+  Placement id;
+  const char* name;     // the config value
+  NormSites sites;
+  Shortcut shortcut;
+  BranchGain gain;
+  bool final_norm;      // a final norm follows a stack whose last layer has this method
+  InitScheme init;      // the scheme `init = auto` resolves to (Auto: no preference)
+  const char* summary;  // one line: what it is
+  const char* source;   // paper
+};
+
+const Method& method_of(Placement p);
+inline NormSites norm_sites(Placement p) { return method_of(p).sites; }
+
+// LayerScale's initial gain for a stack of `depth` layers (CaiT): 0.1 up to 18, 1e-5 up to 24,
+// 1e-6 beyond.
+double layerscale_init(int depth);
+// Admin's closed-form omega for a stack of S residual sub-layers (docs/MODEL.md).
+double admin_omega(AdminInit how, int sublayers);
+
+}  // namespace normlab
