@@ -50,7 +50,8 @@ int run_train(const RunConfig& cfg, const TrainOptions& options) {
 }
 
 // grads: loss, logits and every parameter gradient of a checkpoint on a token file, and the hidden
-// states (hidden.<l>: the stream entering layer l, l = 0..L; hidden.final: what the head reads).
+// states (hidden.<l>: the stream entering layer l, l = 0..L; hidden.final: what the head reads; an
+// encoder-decoder writes memory, the encoder output the cross-attention reads).
 // A headless model (head = none) has no loss: only the hidden states are written.
 int run_grads(const std::string& ckpt, const std::string& tokens, const std::string& out, bool force) {
   namespace st = safetensors;
@@ -61,7 +62,7 @@ int run_grads(const std::string& ckpt, const std::string& tokens, const std::str
   const Batch batch = load_token_file(tokens);
   check_batch(batch, cfg, tokens, cfg.has_logits());
   const float loss = float(model->forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T,
-                                          batch.types_or_null(), batch.mask_or_null()));
+                                          batch.types_or_null(), batch.mask_or_null(), batch.source()));
   const int V = cfg.vocab_size(), C = cfg.d_model, L = cfg.n_layers;
   std::vector<st::TensorView> views;
   std::vector<float> logits;
@@ -70,9 +71,13 @@ int run_grads(const std::string& ckpt, const std::string& tokens, const std::str
     views.push_back({"loss", st::DType::F32, {}, &loss});
     views.push_back({"logits", st::DType::F32, {batch.B, batch.T, V}, logits.data()});
   }
-  for (int l = 0; l <= L; l++)
-    views.push_back({fmt::format("hidden.{}", l), st::DType::F32, {batch.B, batch.T, C}, model->stream(2 * l)});
-  views.push_back({"hidden.final", st::DType::F32, {batch.B, batch.T, C}, model->final_hidden()});
+  if (cfg.encdec()) {
+    views.push_back({"memory", st::DType::F32, {batch.B, batch.S, C}, model->memory()});
+  } else {
+    for (int l = 0; l <= L; l++)
+      views.push_back({fmt::format("hidden.{}", l), st::DType::F32, {batch.B, batch.T, C}, model->stream(2 * l)});
+    views.push_back({"hidden.final", st::DType::F32, {batch.B, batch.T, C}, model->final_hidden()});
+  }
   if (cfg.has_logits()) {
     model->zero_grad();
     model->backward();

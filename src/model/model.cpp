@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 
+#include "model/activation_of.h"
 #include "model/init.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
@@ -36,32 +37,6 @@ static void zero(S* p, size_t n) {
     const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
     const size_t begin = n * t / nt, end = n * (t + 1) / nt;
     std::memset(p + begin, 0, (end - begin) * sizeof(S));
-  }
-}
-
-// The activation of the feed-forward block (and of the MLM head), by config.
-template <class S>
-static void activation_forward(Activation act, S* out, const S* inp, size_t n) {
-  switch (act) {
-    case Activation::Gelu: return gelu_forward(out, inp, n);
-    case Activation::GeluExact: return gelu_exact_forward(out, inp, n);
-    case Activation::Relu: return relu_forward(out, inp, n);
-  }
-}
-template <class S>
-static void activation_backward(Activation act, S* dinp, const S* inp, const S* dout, size_t n) {
-  switch (act) {
-    case Activation::Gelu: return gelu_backward(dinp, inp, dout, n);
-    case Activation::GeluExact: return gelu_exact_backward(dinp, inp, dout, n);
-    case Activation::Relu: return relu_backward(dinp, inp, dout, n);
-  }
-}
-template <class S>
-static void activation_jvp(Activation act, S* tout, const S* inp, const S* tinp, size_t primal_n, int K) {
-  switch (act) {
-    case Activation::Gelu: return gelu_jvp(tout, inp, tinp, primal_n, K);
-    case Activation::GeluExact: return gelu_exact_jvp(tout, inp, tinp, primal_n, K);
-    case Activation::Relu: return relu_jvp(tout, inp, tinp, primal_n, K);
   }
 }
 

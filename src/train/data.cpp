@@ -145,49 +145,94 @@ Batch sample_batch(const std::vector<int32_t>& tokens, Arch arch, int B, int T, 
 
 Batch load_token_file(const std::string& path) {
   const safetensors::File f = safetensors::read(path);
-  const auto& ids = f.at("input_ids");
+  const bool seq2seq = f.tensors.count("decoder_input_ids") > 0;
+  const char* ids_name = seq2seq ? "decoder_input_ids" : "input_ids";
+  const auto& ids = f.at(ids_name);
   const auto& labels = f.at("labels");
-  for (const auto* t : {&ids, &labels}) {
-    const char* name = t == &ids ? "input_ids" : "labels";
-    if (t->dtype != safetensors::DType::I32 || t->shape.size() != 2)
+  auto check_2d = [&](const safetensors::Tensor& t, const char* name) {
+    if (t.dtype != safetensors::DType::I32 || t.shape.size() != 2)
       throw Error(fmt::format("{}: tensor '{}' must be int32 with shape (B, T)", path, name));
-  }
+    if (t.shape[0] < 1 || t.shape[1] < 1)
+      throw Error(fmt::format("{}: {} is empty (shape [{}, {}])", path, name, t.shape[0], t.shape[1]));
+    if (t.shape[0] > (1 << 20) || t.shape[1] > (1 << 20))
+      throw Error(fmt::format("{}: {} shape [{}, {}] is too large", path, name, t.shape[0], t.shape[1]));
+  };
+  check_2d(ids, ids_name);
+  check_2d(labels, "labels");
   if (ids.shape != labels.shape)
-    throw Error(fmt::format("{}: input_ids and labels have different shapes", path));
-  if (ids.shape[0] < 1 || ids.shape[1] < 1)
-    throw Error(fmt::format("{}: input_ids is empty (shape [{}, {}])", path, ids.shape[0], ids.shape[1]));
-  if (ids.shape[0] > (1 << 20) || ids.shape[1] > (1 << 20))
-    throw Error(fmt::format("{}: input_ids shape [{}, {}] is too large", path, ids.shape[0], ids.shape[1]));
+    throw Error(fmt::format("{}: {} and labels have different shapes", path, ids_name));
   Batch b;
   b.B = int(ids.shape[0]);
   b.T = int(ids.shape[1]);
   b.ids = ids.as_i32();
   b.labels = labels.as_i32();
-  for (const char* name : {"token_type_ids", "attention_mask"}) {
-    if (!f.tensors.count(name)) continue;
-    const auto& t = f.at(name);
-    if (t.dtype != safetensors::DType::I32 || t.shape != ids.shape)
-      throw Error(fmt::format("{}: tensor '{}' must be int32 with the shape of input_ids", path, name));
-    const std::vector<int32_t> v = t.as_i32();
-    if (std::string(name) == "token_type_ids") {
-      b.types = v;
-    } else {
-      for (int32_t m : v)
-        if (m != 0 && m != 1)
-          throw Error(fmt::format("{}: attention_mask holds {} (only 0 and 1 are allowed)", path, m));
-      b.mask.assign(v.begin(), v.end());
+  auto read_mask = [&](const safetensors::Tensor& t, const char* name, const std::vector<int64_t>& shape) {
+    if (t.dtype != safetensors::DType::I32 || t.shape != shape)
+      throw Error(fmt::format("{}: tensor '{}' must be int32 with the shape of {}", path, name,
+                              std::string(name).find("decoder") == 0 || !seq2seq ? ids_name : "input_ids"));
+    std::vector<uint8_t> m;
+    for (int32_t v : t.as_i32()) {
+      if (v != 0 && v != 1) throw Error(fmt::format("{}: {} holds {} (only 0 and 1 are allowed)", path, name, v));
+      m.push_back(uint8_t(v));
     }
+    return m;
+  };
+  std::vector<std::string> known = {ids_name, "labels"};
+  if (seq2seq) {
+    const auto& src = f.at("input_ids");
+    check_2d(src, "input_ids");
+    if (src.shape[0] != ids.shape[0])
+      throw Error(fmt::format("{}: input_ids has {} rows and decoder_input_ids {}", path, src.shape[0], ids.shape[0]));
+    b.S = int(src.shape[1]);
+    b.src = src.as_i32();
+    if (f.tensors.count("attention_mask")) b.src_mask = read_mask(f.at("attention_mask"), "attention_mask", src.shape);
+    if (f.tensors.count("decoder_attention_mask"))
+      b.mask = read_mask(f.at("decoder_attention_mask"), "decoder_attention_mask", ids.shape);
+    known.insert(known.end(), {"input_ids", "attention_mask", "decoder_attention_mask"});
+  } else {
+    if (f.tensors.count("token_type_ids")) {
+      const auto& t = f.at("token_type_ids");
+      if (t.dtype != safetensors::DType::I32 || t.shape != ids.shape)
+        throw Error(fmt::format("{}: tensor 'token_type_ids' must be int32 with the shape of input_ids", path));
+      b.types = t.as_i32();
+    }
+    if (f.tensors.count("attention_mask")) b.mask = read_mask(f.at("attention_mask"), "attention_mask", ids.shape);
+    known.insert(known.end(), {"token_type_ids", "attention_mask"});
   }
   for (const auto& [name, t] : f.tensors)
-    if (name != "input_ids" && name != "labels" && name != "token_type_ids" && name != "attention_mask")
+    if (std::find(known.begin(), known.end(), name) == known.end())
       throw Error(fmt::format("{}: unexpected tensor '{}' (a token file holds input_ids, labels, and "
-                              "optionally token_type_ids and attention_mask)",
+                              "optionally token_type_ids and attention_mask; an encoder-decoder's "
+                              "input_ids, attention_mask, decoder_input_ids, decoder_attention_mask "
+                              "and labels)",
                               path, name));
   return b;
 }
 
 void check_batch(const Batch& batch, const ModelConfig& cfg, const std::string& where, bool require_label) {
   const int V = cfg.vocab_size();
+  if (cfg.encdec() && batch.src.empty())
+    throw Error(fmt::format("{}: an encoder-decoder model needs a source (input_ids with "
+                            "decoder_input_ids in a token file)",
+                            where));
+  if (!cfg.encdec() && !batch.src.empty())
+    throw Error(fmt::format("{}: a source-target batch (decoder_input_ids) needs an encoder-decoder model "
+                            "(model.arch = \"encdec\"); this one is {}",
+                            where, to_string(cfg.arch)));
+  if (cfg.encdec()) {
+    if (batch.S > cfg.seq_len)
+      throw Error(fmt::format("{}: source length {} exceeds the model's seq_len {}", where, batch.S, cfg.seq_len));
+    const int SV = cfg.src_vocab_size();
+    for (size_t i = 0; i < batch.src.size(); i++)
+      if (batch.src[i] < 0 || batch.src[i] >= SV)
+        throw Error(fmt::format("{}: source id {} at (row {}, position {}) is out of range [0, {})", where,
+                                batch.src[i], i / batch.S, i % batch.S, SV));
+    for (int b = 0; b < batch.B && !batch.src_mask.empty(); b++) {
+      bool any = false;
+      for (int s = 0; s < batch.S; s++) any |= batch.src_mask[size_t(b) * batch.S + s] == 1;
+      if (!any) throw Error(fmt::format("{}: source row {} is all padding", where, b));
+    }
+  }
   if (batch.T > cfg.seq_len)
     throw Error(fmt::format("{}: sequence length {} exceeds the model's seq_len {}", where, batch.T,
                             cfg.seq_len));
@@ -219,7 +264,7 @@ void check_batch(const Batch& batch, const ModelConfig& cfg, const std::string& 
                                   int(m[t]), b, t));
         any |= m[t] == 1;
       }
-      if (cfg.causal() && m[0] == 0)
+      if ((cfg.causal() || cfg.encdec()) && m[0] == 0)
         throw Error(fmt::format("{}: row {} starts with padding; a causal model needs right padding "
                                 "(the first token of every row must be real)",
                                 where, b));

@@ -10,18 +10,26 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/model.h"
 #include "util/rng.h"
 
 namespace normlab {
 
 struct Batch {
   int B = 0, T = 0;
-  std::vector<int32_t> ids;     // (B, T)
+  std::vector<int32_t> ids;     // (B, T) (an encoder-decoder's: the decoder input, BOS first)
   std::vector<int32_t> labels;  // (B, T), kIgnoreLabel where there is no loss
   std::vector<int32_t> types;   // (B, T) token types, or empty (all 0)
   std::vector<uint8_t> mask;    // (B, T) 1 = real token, 0 = padding, or empty (no padding)
   const int32_t* types_or_null() const { return types.empty() ? nullptr : types.data(); }
   const uint8_t* mask_or_null() const { return mask.empty() ? nullptr : mask.data(); }
+  // encoder-decoder batches: the source
+  int S = 0;
+  std::vector<int32_t> src;      // (B, S)
+  std::vector<uint8_t> src_mask; // (B, S) 1 = real token, 0 = padding, or empty
+  Source source() const {
+    return src.empty() ? Source{} : Source{src.data(), S, src_mask.empty() ? nullptr : src_mask.data()};
+  }
 };
 
 // How encoder batches corrupt the chosen positions: 80% become mask_id, 10% a random id in
@@ -70,7 +78,9 @@ Batch sample_batch(const std::vector<int32_t>& ids, Arch arch, int B, int T, Rng
                    const Masking& masking = {});
 
 // Reads a token file (input_ids, labels: int32 (B, T); optional token_type_ids and attention_mask,
-// int32 (B, T), as Hugging Face names them).
+// int32 (B, T), as Hugging Face names them). With decoder_input_ids it is an encoder-decoder's
+// (Hugging Face's seq2seq names): input_ids (B, S) and attention_mask (B, S) are the source,
+// decoder_input_ids, decoder_attention_mask and labels (B, T) the target.
 Batch load_token_file(const std::string& path);
 
 // Throws Error naming `where` if any id is outside [0, V), a label outside [0, V) and not

@@ -180,7 +180,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       const Batch& batch = fixed ? *fixed : sampled;
       model.set_training(true, uint64_t(step) * 65536 + micro);
       const double l = model.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T,
-                                     batch.types_or_null(), batch.mask_or_null());
+                                     batch.types_or_null(), batch.mask_or_null(), batch.source());
       if (!std::isfinite(l)) {
         bad_loss = true;
         loss = l;

@@ -1,0 +1,233 @@
+// decode.cpp: incremental decoding with a KV cache, greedy and beam search (decode.h).
+#include "model/decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "model/activation_of.h"
+#include "ops/attention.h"
+#include "ops/common.h"
+#include "ops/embedding.h"
+#include "ops/layernorm.h"
+#include "ops/matmul.h"
+#include "ops/residual.h"
+#include "ops/rmsnorm.h"
+#include "util/error.h"
+
+namespace normlab {
+
+using namespace ops;
+
+template <class S>
+IncrementalDecoder<S>::IncrementalDecoder(Model<S>& model, const int32_t* src, const uint8_t* src_mask, int B,
+                                          int Ssrc, int max_len)
+    : m_(model), B_(B), max_len_(max_len), S_(Ssrc), src_(src, src + size_t(B) * Ssrc) {
+  const ModelConfig& cfg = m_.config();
+  if (!cfg.encdec()) throw Error("decoding needs an encoder-decoder model (model.arch = \"encdec\")");
+  if (max_len < 1 || max_len > cfg.seq_len)
+    throw Error(fmt::format("decoding: max_len {} must be in [1, {}] (the model's seq_len)", max_len, cfg.seq_len));
+  if (Ssrc < 1 || Ssrc > cfg.seq_len)
+    throw Error(fmt::format("decoding: a source of {} tokens does not fit the model's seq_len {}", Ssrc, cfg.seq_len));
+  if (src_mask) src_mask_.assign(src_mask, src_mask + size_t(B) * Ssrc);
+  // one forward with a BOS-only target runs the encoder and every cross-attention's key-value map
+  std::vector<int32_t> bos(size_t(B), kBosToken), none(size_t(B), kIgnoreLabel);
+  m_.forward(bos.data(), none.data(), B, 1, nullptr, nullptr, Source{src, Ssrc, src_mask});
+  const int C = cfg.d_model, n = cfg.n_slots();
+  cache_.assign(size_t(n), {});
+  for (int i = cfg.first_decoder_slot(); i < n; i++) {
+    const Slot s = cfg.slot(i);
+    if (!s.present) continue;
+    if (s.kind == Sublayer::Attn) cache_[size_t(i)].assign(size_t(B) * max_len * 2 * C, S(0));
+    if (s.kind == Sublayer::Cross) cache_[size_t(i)].assign(m_.acts(i).kv, m_.acts(i).kv + size_t(B) * Ssrc * 2 * C);
+  }
+  const size_t BC = size_t(B) * C, wide = size_t(B) * std::max(3 * C, cfg.ff());
+  for (auto* v : {&x_, &h_, &f_, &g_, &r_}) v->assign(BC, S(0));
+  hid_.assign(wide, S(0));
+  mix_.assign(wide, S(0));
+  mean_.assign(size_t(B), S(0));
+  rstd_.assign(size_t(B), S(0));
+  att_.assign(size_t(cfg.n_heads) * std::max(max_len, Ssrc), S(0));
+  logits_.assign(size_t(B) * cfg.vocab_size(), S(0));
+}
+
+template <class S>
+void IncrementalDecoder<S>::norm(S* out, const S* inp, const NormParams<S>& p) {
+  const ModelConfig& cfg = m_.config();
+  if (cfg.norm == NormKind::LayerNorm)
+    layernorm_forward(out, mean_.data(), rstd_.data(), inp, p.weight, p.bias, B_, cfg.d_model, cfg.eps);
+  else
+    rmsnorm_forward(out, rstd_.data(), inp, p.weight, B_, cfg.d_model, cfg.eps);
+}
+
+// One position through the decoder: the sub-layers of docs/MODEL.md on one row per sequence, with
+// self-attention over the cached keys and values of positions 0..t.
+template <class S>
+const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
+  const ModelConfig& cfg = m_.config();
+  if (t_ >= max_len_) throw Error(fmt::format("decoding: more than max_len = {} positions", max_len_));
+  const int B = B_, C = cfg.d_model, F = cfg.ff(), NH = cfg.n_heads, t = t_;
+  const ParamTable& table = m_.table();
+  const S* wte = m_.params().data() + table.find("wte.weight")->offset;
+  const S* wpe = m_.params().data() + table.find("wpe.weight")->offset;
+  // x = wte[token] + wpe[t]
+  for (int b = 0; b < B; b++)
+    for (int c = 0; c < C; c++)
+      x_[size_t(b) * C + c] = wte[size_t(tokens[b]) * C + c] + wpe[size_t(t) * C + c];
+  for (int i = cfg.first_decoder_slot(); i < cfg.n_slots(); i++) {
+    const Slot slot = cfg.slot(i);
+    if (!slot.present) continue;
+    const SublayerParams<S>& p = m_.sublayer_params_of(i);
+    const NormSites sites = norm_sites(cfg.placement_of(slot.layer));
+    // h = ln_in(x)
+    const S* h = x_.data();
+    if (sites.in) norm(h_.data(), x_.data(), p.ln_in), h = h_.data();
+    // f = F(h)
+    std::vector<S>& cache = cache_[size_t(i)];
+    if (slot.kind == Sublayer::Attn) {
+      matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, 3 * C);
+      for (int b = 0; b < B; b++) {
+        S* kv = cache.data() + size_t(b) * max_len_ * 2 * C;
+        std::copy(hid_.begin() + long(b) * 3 * C + C, hid_.begin() + long(b) * 3 * C + 3 * C, kv + size_t(t) * 2 * C);
+        // causal self-attention of the new query over positions 0..t
+        cross_attention_forward(mix_.data() + size_t(b) * C, att_.data(), hid_.data() + size_t(b) * 3 * C, kv, 1,
+                                1, t + 1, C, NH);
+      }
+      matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, C, C);
+    } else if (slot.kind == Sublayer::Cross) {
+      matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, C);
+      for (int b = 0; b < B; b++)
+        cross_attention_forward(mix_.data() + size_t(b) * C, att_.data(), hid_.data() + size_t(b) * C,
+                                cache.data() + size_t(b) * S_ * 2 * C, 1, 1, S_, C, NH,
+                                src_mask_.empty() ? nullptr : src_mask_.data() + size_t(b) * S_);
+      matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, C, C);
+    } else {
+      matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, F);
+      activation_forward(cfg.activation, mix_.data(), hid_.data(), size_t(B) * F);
+      matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, F, C);
+    }
+    // g = ln_branch(f);  r = omega * x + lambda * g;  x' = ln_out(r)
+    const S* g = f_.data();
+    if (sites.branch) norm(g_.data(), f_.data(), p.ln_branch), g = g_.data();
+    gated_residual_forward(r_.data(), x_.data(), g, p.omega, p.gain, p.gain_c, S(cfg.residual_alpha(slot.layer)),
+                           long(B), C);
+    if (sites.out) norm(x_.data(), r_.data(), p.ln_out);
+    else x_.swap(r_);
+  }
+  // xf = ln_f(x);  logits = xf wte^T
+  const S* xf = x_.data();
+  if (cfg.has_final_norm()) norm(h_.data(), x_.data(), m_.final_norm()), xf = h_.data();
+  matmul_forward<S>(logits_.data(), xf, wte, nullptr, B, C, cfg.vocab_size());
+  t_++;
+  return logits_;
+}
+
+template <class S>
+void IncrementalDecoder<S>::reorder(const std::vector<int>& parent) {
+  const ModelConfig& cfg = m_.config();
+  const size_t row = size_t(max_len_) * 2 * cfg.d_model;
+  for (int i = cfg.first_decoder_slot(); i < cfg.n_slots(); i++) {
+    if (cfg.slot(i).kind != Sublayer::Attn || cache_[size_t(i)].empty()) continue;
+    std::vector<S> next(cache_[size_t(i)].size());
+    for (int r = 0; r < B_; r++)
+      std::copy_n(cache_[size_t(i)].begin() + long(size_t(parent[size_t(r)]) * row), row, next.begin() + long(size_t(r) * row));
+    cache_[size_t(i)].swap(next);
+  }
+}
+
+template class IncrementalDecoder<float>;
+template class IncrementalDecoder<double>;
+
+namespace {
+
+// log-softmax of one row of logits, in double
+std::vector<double> log_probs(const float* logits, int V) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int v = 0; v < V; v++) mx = std::max(mx, double(logits[v]));
+  double sum = 0;
+  for (int v = 0; v < V; v++) sum += std::exp(double(logits[v]) - mx);
+  const double lse = mx + std::log(sum);
+  std::vector<double> out(static_cast<size_t>(V));
+  for (int v = 0; v < V; v++) out[size_t(v)] = double(logits[v]) - lse;
+  return out;
+}
+
+// One source, beam search with `beam` hypotheses (beam = 1: greedy). A hypothesis ends at EOS or at
+// max_len; the best finished one by log p / length^penalty wins (length counts EOS).
+std::vector<int32_t> search(Model<float>& model, const std::vector<int32_t>& source, const DecodeOptions& o,
+                            int max_len) {
+  const int K = o.beam, V = model.config().vocab_size(), Ssrc = int(source.size());
+  std::vector<int32_t> src;
+  for (int k = 0; k < K; k++) src.insert(src.end(), source.begin(), source.end());
+  IncrementalDecoder<float> dec(model, src.data(), nullptr, K, Ssrc, max_len);
+  struct Hyp {
+    std::vector<int32_t> ids;
+    double logp = 0;
+  };
+  std::vector<Hyp> live(static_cast<size_t>(K));
+  std::vector<int32_t> tokens(size_t(K), kBosToken);
+  Hyp best;
+  double best_score = -std::numeric_limits<double>::infinity();
+  auto score = [&](const Hyp& h, int length) { return h.logp / std::pow(double(length), o.length_penalty); };
+  for (int t = 0; t < max_len && !live.empty(); t++) {
+    const std::vector<float>& logits = dec.step(tokens.data());
+    struct Cand {
+      double logp;
+      int parent;
+      int32_t token;
+    };
+    std::vector<Cand> cands;
+    // at the first step every row holds the same BOS: expand row 0 only
+    const int rows = t == 0 ? 1 : int(live.size());
+    for (int r = 0; r < rows; r++) {
+      const std::vector<double> lp = log_probs(logits.data() + size_t(r) * V, V);
+      for (int v = 0; v < V; v++)
+        if (v != kBosToken) cands.push_back({live[size_t(r)].logp + lp[size_t(v)], r, int32_t(v)});
+    }
+    const size_t keep = std::min(cands.size(), size_t(2 * K));
+    std::partial_sort(cands.begin(), cands.begin() + long(keep), cands.end(),
+                      [](const Cand& a, const Cand& b) { return a.logp > b.logp; });
+    std::vector<Hyp> next;
+    std::vector<int> parent;
+    for (size_t c = 0; c < keep && int(next.size()) < K; c++) {
+      Hyp h{live[size_t(cands[c].parent)].ids, cands[c].logp};
+      const bool end = cands[c].token == kEosToken || t + 1 == max_len;
+      if (cands[c].token != kEosToken) h.ids.push_back(cands[c].token);
+      if (end) {
+        const double s = score(h, t + 1);
+        if (s > best_score) best_score = s, best = h;
+        continue;
+      }
+      next.push_back(std::move(h));
+      parent.push_back(cands[c].parent);
+    }
+    // stop when no live hypothesis can beat the best finished one (log p only falls)
+    if (next.empty() || (std::isfinite(best_score) && o.length_penalty == 0 && next[0].logp < best_score)) break;
+    while (int(next.size()) < K) next.push_back(next.back()), parent.push_back(parent.back());
+    live.swap(next);
+    dec.reorder(parent);
+    for (int k = 0; k < K; k++) tokens[size_t(k)] = live[size_t(k)].ids.back();
+  }
+  return best.ids;
+}
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> translate(Model<float>& model, const std::vector<std::vector<int32_t>>& sources,
+                                            const DecodeOptions& options) {
+  const ModelConfig& cfg = model.config();
+  if (options.beam < 1 || options.beam > 64) throw Error(fmt::format("beam = {} must be in [1, 64]", options.beam));
+  const int max_len = options.max_len > 0 ? options.max_len : cfg.seq_len;
+  std::vector<std::vector<int32_t>> out;
+  for (size_t i = 0; i < sources.size(); i++) {
+    if (sources[i].empty()) throw Error(fmt::format("source {} is empty", i + 1));
+    if (int(sources[i].size()) > cfg.seq_len)
+      throw Error(fmt::format("source {} has {} tokens; the model accepts at most {} (model.seq_len)", i + 1,
+                              sources[i].size(), cfg.seq_len));
+    out.push_back(search(model, sources[i], options, max_len));
+  }
+  return out;
+}
+
+}  // namespace normlab
