@@ -323,3 +323,31 @@ TEST(EncDecConfig, JsonRoundTrip) {
   EXPECT_EQ(back.src_vocab_size(), 30);
   EXPECT_EQ(make_param_table(back).total, make_param_table(c).total);
 }
+
+// Admin's profiled omega: each admin sub-layer's omega is the running ratio, ratio <- sqrt(Var(omega x)
+// + Var(f)), restarting at 1 in each stack; recomputed here from the saved activations.
+TEST(Methods, AdminProfileFollowsTheRatioChainPerStack) {
+  ModelConfig c = encdec({Placement::Admin});
+  c.admin_init = AdminInit::Profile;
+  Model<double> model(c);
+  const Batch2 x = batch_for(c, 23);
+  const std::vector<double> omegas = model.profile_admin(x.tgt.data(), x.B, x.T, x.tgt_mask.data(),
+                                                         Source{x.src.data(), x.S, x.src_mask.data()});
+  ASSERT_EQ(int(omegas.size()), c.n_slots());
+  auto var = [](const double* v, size_t n, double scale) {
+    double m = 0, q = 0;
+    for (size_t k = 0; k < n; k++) m += v[k];
+    m /= double(n);
+    for (size_t k = 0; k < n; k++) q += (v[k] - m) * (v[k] - m);
+    return scale * scale * q / double(n);
+  };
+  double ratio = 1;
+  for (int i = 0; i < c.n_slots(); i++) {
+    if (i == c.first_decoder_slot()) ratio = 1;
+    const size_t n = size_t(x.B) * (c.slot(i).encoder ? x.S : x.T) * c.d_model;
+    EXPECT_NEAR(omegas[size_t(i)], ratio, 1e-12) << "slot " << i;
+    EXPECT_EQ(model.sublayer_params_of(i).omega[4], omegas[size_t(i)]);
+    ratio = std::sqrt(var(model.acts(i).x_in, n, ratio) + var(model.acts(i).f, n, 1.0));
+  }
+  EXPECT_NE(omegas[1], 1.0);  // the chain moves after the first sub-layer
+}

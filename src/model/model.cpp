@@ -244,6 +244,19 @@ void Model<S>::sublayer_forward(int i) {
   if (training_ && cfg_.dropout > 0) dropout_forward(a.f, a.f, cfg_.dropout, dropout_site_seed(i + 1), NC);
   // g = ln_branch(f)
   if (sites.branch) norm_forward(a.g, a.br_mean, a.br_rstd, a.f, p.ln_branch, N);
+  // Admin's profiling: omega <- ratio (every channel); ratio <- sqrt(Var(omega x) + Var(f))
+  if (profiling_ && p.omega) {
+    std::fill(p.omega, p.omega + C, S(profile_ratio_));
+    profiled_.push_back(profile_ratio_);
+    auto var = [&](const S* v, double scale) {
+      double m = 0, q = 0;
+      for (size_t k = 0; k < NC; k++) m += double(v[k]);
+      m /= double(NC);
+      for (size_t k = 0; k < NC; k++) q += (double(v[k]) - m) * (double(v[k]) - m);
+      return scale * scale * q / double(NC);
+    };
+    profile_ratio_ = std::sqrt(var(a.x_in, profile_ratio_) + var(a.g, 1.0));
+  }
   // r = omega * x + lambda * g
   gated_residual_forward(a.r, a.x_in, a.g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)),
                          long(N), C);
@@ -351,6 +364,7 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
     embedding_forward(streams_[0], src_ids_.data(), src_wte_, src_wpe_, B, S_, C);
     if (training_ && cfg_.dropout > 0)
       dropout_forward(streams_[0], streams_[0], cfg_.dropout, dropout_site_seed(n_slots + 1), Ns * C);
+    profile_ratio_ = 1.0;
     for (int i = 0; i < dec0; i++)
       if (slots_[size_t(i)].present) sublayer_forward(i);
     if (cfg_.has_enc_final_norm())
@@ -363,6 +377,7 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   if (cfg_.embed_norm) norm_forward(x0, emb_mean_, emb_rstd_, emb_, lnemb_, N);
   if (training_ && cfg_.dropout > 0)
     dropout_forward(x0, x0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C);
+  profile_ratio_ = 1.0;  // each stack is its own chain (profile_admin)
   for (int i = cfg_.encdec() ? dec0 : 0; i < n_slots; i++)
     if (slots_[size_t(i)].present) sublayer_forward(i);
   // xf = ln_f(x)
@@ -754,6 +769,26 @@ void Model<S>::vjp_sublayers(S* din, const S* dout, int first, int last) {
     dx.swap(dx_in);
   }
   std::copy(dx.begin(), dx.end(), din);
+}
+
+template <class S>
+std::vector<double> Model<S>::profile_admin(const int32_t* ids, int B, int T, const uint8_t* key_mask,
+                                            const Source& src) {
+  const bool was_training = training_;
+  training_ = false;
+  profiling_ = true;
+  profiled_.clear();
+  std::vector<int32_t> none(size_t(B) * T, kIgnoreLabel);
+  try {
+    forward(ids, none.data(), B, T, nullptr, key_mask, src);
+  } catch (...) {
+    profiling_ = false;
+    training_ = was_training;
+    throw;
+  }
+  profiling_ = false;
+  training_ = was_training;
+  return profiled_;
 }
 
 template <class S>

@@ -63,6 +63,11 @@ class Model {
   // (null: none). An encdec model needs src (its ids and mask); then ids are the decoder's input.
   double forward(const int32_t* ids, const int32_t* labels, int B, int T,
                  const int32_t* types = nullptr, const uint8_t* key_mask = nullptr, const Source& src = {});
+  // Admin's profiled initialization (docs/MODEL.md "Methods"): a forward pass on this batch, in
+  // evaluation mode, that sets each admin sub-layer's omega to the running ratio before running it,
+  // then ratio <- sqrt(Var(omega x) + Var(f)); one chain per stack. Returns the omegas, slot by slot.
+  std::vector<double> profile_admin(const int32_t* ids, int B, int T, const uint8_t* key_mask = nullptr,
+                                    const Source& src = {});
   // grads += loss_scale * d(loss)/d(params), for the last forward. Invalidates logits().
   void backward(double loss_scale = 1.0);
   void zero_grad();
@@ -175,6 +180,9 @@ class Model {
   int64_t label_count_ = 0;
   bool training_ = false;
   uint64_t dropout_seed_ = 0;
+  bool profiling_ = false;           // profile_admin is running: sublayer_forward sets omega
+  double profile_ratio_ = 1.0;
+  std::vector<double> profiled_;
 };
 
 extern template class Model<float>;

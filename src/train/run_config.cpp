@@ -143,7 +143,13 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     r.get("val_fraction", cfg.data.val_fraction);
     r.get("tokens", cfg.data.tokens);
     r.get("tokenizer", cfg.data.tokenizer);
+    r.get("parallel", cfg.data.parallel);
+    r.get("bleu_sentences", cfg.data.bleu_sentences);
     for (auto& e : r.finish()) errors.push_back(e);
+    if (cfg.data.bleu_sentences < 0 || cfg.data.bleu_sentences > 100000)
+      errors.push_back(fmt::format("data.bleu_sentences = {} must be in [0, 100000]", cfg.data.bleu_sentences));
+    if (!cfg.data.parallel.empty() && (!cfg.data.tokens.empty() || !cfg.data.tokenizer.empty()))
+      errors.push_back("data.parallel is byte-level and excludes data.tokens and data.tokenizer");
     if (!(cfg.data.val_fraction > 0 && cfg.data.val_fraction < 1))
       errors.push_back(fmt::format("data.val_fraction = {} must be in (0, 1)", cfg.data.val_fraction));
     if (!cfg.data.tokens.empty() && !cfg.data.tokenizer.empty())
@@ -168,7 +174,8 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
             {"out_dir", t.out_dir}, {"init_from", t.init_from}}},
           {"data",
            {{"corpus", cfg.data.corpus}, {"val_fraction", cfg.data.val_fraction},
-            {"tokens", cfg.data.tokens}, {"tokenizer", cfg.data.tokenizer}}}};
+            {"tokens", cfg.data.tokens}, {"tokenizer", cfg.data.tokenizer}, {"parallel", cfg.data.parallel},
+            {"bleu_sentences", cfg.data.bleu_sentences}}}};
 }
 
 }  // namespace normlab

@@ -4,6 +4,8 @@
 // and the first offending tensor, keeping the metrics and the last good checkpoint).
 #pragma once
 
+#include <limits>
+
 #include <atomic>
 #include <functional>
 #include <string>
@@ -39,6 +41,7 @@ struct TrainResult {
   double seconds = 0;
   double unigram_entropy = 0;   // of the training ids (nats per byte or token), NaN with a token file
   std::string unigram_unit = "byte";  // "byte", or "token" with data.tokenizer
+  double bleu = std::numeric_limits<double>::quiet_NaN();  // encdec on data.parallel: validation BLEU
 };
 
 TrainResult train(const RunConfig& cfg, const TrainOptions& options);
