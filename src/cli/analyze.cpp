@@ -63,7 +63,17 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
 namespace {
 
 // The model under study, in double: from a checkpoint (float parameters widened) or a config.
+std::unique_ptr<Model<double>> load_double_model_any(const AnalyzeCommand& cmd);
+
 std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd) {
+  auto m = load_double_model_any(cmd);
+  if (m->config().encdec())
+    throw Error("the instruments do not take encoder-decoder models (model.arch = \"encdec\") yet; they "
+                "analyze gpt and encoder models");
+  return m;
+}
+
+std::unique_ptr<Model<double>> load_double_model_any(const AnalyzeCommand& cmd) {
   if (!cmd.checkpoint.empty()) {
     if (!cmd.config.empty() || !cmd.sets.empty())
       throw Error("give either --checkpoint or --config/--set, not both");
