@@ -160,6 +160,18 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     return sum / double(count);
   };
 
+  // Admin's profiled omega: one pass over a batch of its own (the training data order is unchanged)
+  bool admin = false;
+  for (int l = 0; l < model_cfg.total_layers(); l++) admin |= model_cfg.placement_of(l) == Placement::Admin;
+  if (admin && model_cfg.admin_init == AdminInit::Profile && tc.init_from.empty()) {
+    Rng profile_rng(uint64_t(tc.seed), 3);
+    const Batch b = fixed ? *fixed : sample_batch(corpus->train, model_cfg.arch, B, T, profile_rng, masking);
+    const std::vector<double> omegas =
+        model.profile_admin(b.ids.data(), b.B, b.T, b.mask_or_null(), b.source());
+    metrics.write({{"type", "admin_profile"}, {"omega", omegas}});
+    if (!options.quiet) fmt::print("admin: profiled omega by sub-layer: {:.3f}\n", fmt::join(omegas, " "));
+  }
+
   const auto t0 = Clock::now();
   double window_tokens = 0, window_seconds = 0;
   for (long step = 1; step <= tc.steps; step++) {
