@@ -36,6 +36,13 @@ BUGS = {
     "wd_on_all": "weight decay also on biases and gains",
     "lr_off_by_one": "the lr of step s uses f(s) with s 0-based",
     "grad_scale": "gradients 1.001x too large",
+    "ignore_masks": "the token file's attention masks are not used",
+    "cross_ignores_src_mask": "cross-attention attends to padded source positions",
+    "decoder_not_causal": "encdec decoder self-attention without the causal mask",
+    "encdec_deepnorm_gpt_alpha": "encdec DeepNorm alpha (2(N+M))^(1/4) in both stacks",
+    "admin_omega_on_branch": "Admin computes LN(x + omega*F(x))",
+    "layerscale_init_0.1": "LayerScale gains init 0.1 at every depth",
+    "tfixup_embedding_unscaled": "T-Fixup token embeddings N(0, C^-1/2) without the (9M)^(-1/4) factor",
 }
 BUG = os.environ.get("FAKE_NORMLAB_BUG", "none")
 if BUG not in BUGS:
@@ -46,15 +53,49 @@ def install_bug():
     if BUG == "deepnorm_alpha_on_branch":
         orig = nt.sublayer
 
-        def sublayer(config, params, prefix, placement, branch, x):
+        def sublayer(config, params, prefix, placement, branch, x, key_mask=None, stack=None):
             if placement != "deepnorm":
-                return orig(config, params, prefix, placement, branch, x)
-            a = nt.residual_alpha(config, placement)
-            return nt.norm(config, params, prefix + ".ln_out", x + a * branch(config, params, prefix, x))
+                return orig(config, params, prefix, placement, branch, x, key_mask, stack)
+            a = nt.shortcut_scale(config, params, prefix, placement, stack)
+            return nt.norm(config, params, prefix + ".ln_out", x + a * branch(config, params, prefix, x, key_mask))
+        nt.sublayer = sublayer
+    elif BUG == "admin_omega_on_branch":
+        orig = nt.sublayer
+
+        def sublayer(config, params, prefix, placement, branch, x, key_mask=None, stack=None):
+            if placement != "admin":
+                return orig(config, params, prefix, placement, branch, x, key_mask, stack)
+            w = params[prefix + ".omega"]
+            return nt.norm(config, params, prefix + ".ln_out", x + w * branch(config, params, prefix, x, key_mask))
         nt.sublayer = sublayer
     elif BUG == "no_causal_mask":
         orig = nt.attention
-        nt.attention = lambda config, params, prefix, h: orig(dict(config, arch="encoder"), params, prefix, h)
+        nt.attention = lambda config, params, prefix, h, key_mask=None, causal=None: orig(
+            config, params, prefix, h, key_mask, causal=False)
+    elif BUG == "decoder_not_causal":
+        orig = nt.stacks
+        nt.stacks = lambda config: [s._replace(causal=False) if s.name == "dec" else s for s in orig(config)]
+    elif BUG == "encdec_deepnorm_gpt_alpha":
+        orig = nt.stacks
+
+        def stacks(config):
+            st = orig(config)
+            if config["arch"] != "encdec":
+                return st
+            a = (2.0 * (config["n_layers"] + config["dec_layers"])) ** 0.25
+            return [s._replace(alpha=a) for s in st]
+        nt.stacks = stacks
+    elif BUG == "cross_ignores_src_mask":
+        orig = nt.cross_attention
+        nt.cross_attention = lambda config, params, prefix, h, key_mask=None, memory=None: orig(
+            config, params, prefix, h, None, memory)
+    elif BUG == "layerscale_init_0.1":
+        nt.layerscale_init = lambda depth: 0.1
+    elif BUG == "tfixup_embedding_unscaled":
+        orig = nt.stacks
+        # the stacks' depth feeds (9 depth)^(-1/4) of the embeddings (and LayerScale): depth 1/9 -> factor 1
+        nt.stacks = lambda config: [s._replace(depth=1.0 / 9.0) for s in orig(config)] \
+            if config["init"] == "tfixup" and not any(p == "layerscale" for p in config["placement"]) else orig(config)
     elif BUG == "gelu_erf":
         nt.gelu_tanh = lambda u: torch.nn.functional.gelu(u)
     elif BUG == "ln_eps_outside":
@@ -64,13 +105,26 @@ def install_bug():
             return (z - m) / (torch.sqrt(v) + eps) * g + b
         nt.layernorm = layernorm
     elif BUG == "final_norm_always":
-        nt.FINAL_NORM = nt.PLACEMENTS
+        nt.METHODS = nt.OrderedDict((k, m._replace(final=True)) for k, m in nt.METHODS.items())
     elif BUG == "lr_off_by_one":
         orig = nt.lr_factor
         nt.lr_factor = lambda tc, t: orig(tc, max(t - 1, 1e-9)) if tc["lr_schedule"] != "constant" else 1.0
 
 
 install_bug()
+
+# token file name -> keyword of normlab_torch.forward
+FORWARD_KEYS = {"token_type_ids": "token_types", "attention_mask": "key_mask",
+                "decoder_input_ids": "decoder_input_ids", "decoder_attention_mask": "decoder_mask"}
+
+
+def token_inputs(tok):
+    """(input_ids, labels, forward kwargs) from a token file's tensors."""
+    kw = {FORWARD_KEYS[k]: v.long() for k, v in tok.items() if k in FORWARD_KEYS}
+    if BUG == "ignore_masks":
+        kw.pop("key_mask", None)
+        kw.pop("decoder_mask", None)
+    return tok["input_ids"].long(), tok["labels"].long(), kw
 
 
 def arg(argv, flag, default=None, multi=False):
@@ -100,12 +154,15 @@ def cmd_init(argv):
 def cmd_grads(argv):
     from safetensors.torch import load_file, save_file
     model, _ = nt.load_checkpoint(arg(argv, "--checkpoint"), torch.float32)
-    tok = load_file(arg(argv, "--tokens"))
-    loss, logits = nt.forward(model, tok["input_ids"].long(), tok["labels"].long())
-    loss.backward()
+    ids, labels, kw = token_inputs(load_file(arg(argv, "--tokens")))
+    o = nt.forward_outputs(model.config, model.params, ids, labels, **kw)
+    o["loss"].backward()
     scale = 1.001 if BUG == "grad_scale" else 1.0
-    out = {"loss": loss.detach().reshape(()), "logits": logits.detach().contiguous()}
-    out.update({"grad." + n: (p.grad * scale).contiguous() for n, p in model.params.items()})
+    out = {"loss": o["loss"].detach().reshape(()), "logits": o["logits"].detach().contiguous()}
+    if "memory" in o:
+        out["memory"] = o["memory"].detach().contiguous()
+    out.update({"grad." + n: ((p.grad if p.grad is not None else torch.zeros_like(p)) * scale).contiguous()
+                for n, p in model.params.items()})
     save_file(out, arg(argv, "--out"))
 
 
@@ -113,8 +170,15 @@ def cmd_train(argv):
     from safetensors.torch import load_file
     cfg = read_config(arg(argv, "--config"), arg(argv, "--set", multi=True))
     tc = cfg["train"]
-    model, _ = nt.load_checkpoint(tc["init_from"], torch.float32)
-    tok = load_file(cfg["data"]["tokens"])
+    ids, labels, kw = token_inputs(load_file(cfg["data"]["tokens"]))
+    lines = []
+    if "init_from" in tc:
+        model, _ = nt.load_checkpoint(tc["init_from"], torch.float32)
+    else:   # a fresh model (the init of `init`); admin_init = profile profiles it on the batch first
+        model = nt.Model(cfg.get("model", {}), torch.float32)
+        if model.config["admin_init"] == "profile" and "admin" in model.config["placement"]:
+            omegas = nt.admin_profile(model.config, model.params, ids, **kw)
+            lines.append(dict(type="admin_profile", omega=[v for _, v in omegas]))
     if BUG == "wd_on_all":
         orig = nt.make_optimizer
 
@@ -123,12 +187,12 @@ def cmd_train(argv):
             opt.param_groups[1]["weight_decay"] = t["weight_decay"]
             return opt, s
         nt.make_optimizer = make_optimizer
-    recs = nt.train(model, tok["input_ids"].long(), tok["labels"].long(), tc)
+    recs = nt.train(model, ids, labels, tc, **kw)
     out = Path(tc["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "metrics.jsonl", "w") as f:
-        for r in recs:
-            f.write(json.dumps(dict(type="train", **r)) + "\n")
+        for r in lines + [dict(type="train", **r) for r in recs]:
+            f.write(json.dumps(r) + "\n")
 
 
 def main():

@@ -5,24 +5,36 @@
     golden.py --normlab build/normlab --workdir /tmp/golden --extra    # only the --extra cases
     golden.py --normlab build/normlab --workdir /tmp/golden --all      # both
     golden.py ... --case gpt_pre --case train_gpt_pre                  # named cases (any set)
-    golden.py --list [--extra|--all]                                   # list case names
+    golden.py ... --case 'encdec_*' 'gpt_admin*'                       # shell-style patterns
+    golden.py --list [--extra|--all] [--case PATTERN]                  # list case names
     -q: only the PASS/FAIL line per case (default also prints one line per tensor)
 
 Per "grads" case:
   1. write C.toml ([model]) and run `normlab init` -> M.safetensors;
   2. check the checkpoint metadata config (every key explicit, equal to what was asked for), the
-     tensor names/shapes (== MODEL.md's parameter table) and the init distributions (statistically);
+     tensor names/shapes (== MODEL.md's parameter table) and the init distributions (statistically;
+     the closed-form inits of Admin's omega, LayerScale's / SkipInit's gains and ReZero exactly);
   3. write a random token file X.safetensors, run `normlab grads` -> G.safetensors and compare
-     `loss`, `logits` and every `grad.<name>` with the float64 torch reference;
+     `loss`, `logits`, every `grad.<name>` and, for encdec, `memory` with the float64 torch reference;
   4. repeat 3 on a perturbed checkpoint P.safetensors (every parameter moved off its init: gains != 1
-     and biases != 0, so a forgotten gain/bias or swapped norm cannot hide behind the init values).
+     and biases != 0, Admin omegas in [1, 2], ReZero / SkipInit / LayerScale gains of magnitude
+     0.3-1, so a forgotten gain/bias or swapped norm cannot hide behind the init values).
 Per "train" case: `normlab init`, then `normlab train` for 10 steps on the fixed token file; compare
-metrics.jsonl's train records (loss, lr, grad_norm) with the float64 torch AdamW trainer.
+metrics.jsonl's train records (loss, lr, grad_norm) with the float64 torch AdamW trainer. A "fresh"
+train case starts from the trainer's own init (no train.init_from; the same seed gives `normlab
+init`'s parameters); with admin_init = profile the trainer first profiles the Admin omegas on the
+batch, and metrics.jsonl's {"type": "admin_profile", "omega": [...]} must equal nt.admin_profile's.
+
+Token files: gpt / encoder `input_ids`, `labels` (+ `attention_mask`, `token_type_ids` when padded);
+encdec (Hugging Face seq2seq names) `input_ids` (B, S) the source, `attention_mask` (B, S),
+`decoder_input_ids` (B, T) (BOS first), `decoder_attention_mask` (B, T) and `labels` (B, T) (EOS
+last, -100 at padding); both masks are optional (Case.masks says which a case writes).
 
 Exit status 1 if any case fails. Last line: "N passed, M failed".
 """
 
 import argparse
+import fnmatch
 import json
 import math
 import os
@@ -49,14 +61,20 @@ torch.set_num_threads(1)
 # size of their neighbours, so an element-wise relative error would be meaningless.
 #
 # Calibration (selftest.py, "calib" lines: torch float32 vs float64 on exactly golden.py's configs
-# and perturbed parameters): loss/logits <= 2.6e-6 relative; gradients <= 8.7% of the bound below
-# (i.e. <= ~9e-6 relative); 10-step training loss <= 2e-7 relative, grad_norm <= 9.2e-6 relative.
+# and perturbed parameters, padded batches included): loss/logits/memory <= 3.6e-6 relative;
+# gradients <= 13.4% of the bound below (i.e. <= ~1.3e-5 relative; x_gpt_bert_pieces_pad's wte);
+# 10-step training loss <= 2e-7 relative, grad_norm <= 9.2e-6 relative.
 # A C++ engine summing in a different order changes the constant, not the order of magnitude; the
 # bounds keep >= 5x headroom (checked by selftest.py) while catching subtle bugs: GELU's erf form
 # instead of the tanh form moves logits by 2-3e-4 and gradients by 2-9e-4 relative (>= 2x the
 # bounds), weight decay wrongly applied to gains/biases moves the step-6 training loss by 1.5e-4.
-RTOL_VALUE = 2e-5        # loss and logits (forward only)
-RTOL_GRAD = 1e-4         # every grad.<name>
+RTOL_VALUE = 2e-5        # loss, logits and (encdec) memory (forward only)
+RTOL_GRAD = 1e-4         # every grad.<name> ...
+RTOL_GRAD_SCALAR = 4e-4  # ... except a one-element parameter (ReZero's scalar, SkipInit's gain): its gradient
+                         # sums B*T*C products per sub-layer (x3 for a decoder layer's shared ReZero) with
+                         # cancellation; torch float32 reaches 0.16 of the 1e-4 bound on encdec cases (e.g.
+                         # h.0.rezero: 1.7e-5 relative), under the 5x headroom. A missing or unshared gain
+                         # changes it by O(1).
 ATOL_GRAD_GLOBAL = 1e-6  # atol of a gradient tensor = this * (largest |grad| over ALL tensors):
                          # a tensor whose gradients are tiny (deep post-norm layers, residual=false)
                          # inherits float32 noise from the large upstream gradients.
@@ -78,6 +96,12 @@ INIT_SIGMAS = 6.0
 # Config values read back from checkpoint metadata: floats may have been stored as float32.
 RTOL_CONFIG_FLOAT = 1e-6
 
+
+def grad_rtol(shape):
+    """RTOL of one grad.<name> tensor (see RTOL_GRAD_SCALAR)."""
+    return RTOL_GRAD_SCALAR if math.prod(shape) == 1 else RTOL_GRAD
+
+
 # ==================================================================================================
 # Cases
 # ==================================================================================================
@@ -86,17 +110,31 @@ SMALL = dict(d_model=32, n_heads=4, n_layers=2, d_ff=48, seq_len=8)
 SMALL_BT = (3, 7)
 EXTRA = dict(d_model=96, n_heads=6, n_layers=3, seq_len=32)
 EXTRA_BT = (2, 17)
+# deep but narrow: LayerScale's depth-dependent init (0.1 up to 18 layers, 1e-5 up to 24, 1e-6 beyond)
+DEEP = dict(d_model=8, n_heads=2, d_ff=12, seq_len=6)
+DEEP_BT = (2, 5)
+# encoder-decoder: odd sizes (C = 36 with 3 heads of 12, F = 52), N = 2 encoder and M = 3 decoder
+# layers; (B, S, T) with S != T and T = seq_len (the whole position table is used)
+ENCDEC = dict(arch="encdec", d_model=36, n_heads=3, n_layers=2, dec_layers=3, d_ff=52, seq_len=9)
+ENCDEC_BST = (3, 7, 9)
+ENCDEC_EXTRA = dict(arch="encdec", d_model=96, n_heads=6, n_layers=3, dec_layers=2, seq_len=32)
+ENCDEC_EXTRA_BST = (2, 17, 13)
 
 TRAIN_CFG = dict(steps=10, lr=3e-3, lr_schedule="warmup", warmup_steps=4, weight_decay=0.1,
                  beta1=0.9, beta2=0.95, adam_eps=1e-8, grad_clip=1.0)
 
 
 class Case:
-    def __init__(self, name, model, bt, kind="grads", sets=None, train=None, extra=False, pad=False):
-        self.name, self.model, self.bt, self.kind = name, model, bt, kind
-        self.pad = pad                    # right-padded rows with an attention_mask (and token types)
+    def __init__(self, name, model, bt, kind="grads", sets=None, train=None, extra=False, pad=False,
+                 masks=("src", "tgt"), fresh=False):
+        self.name, self.model, self.kind = name, model, kind
+        self.bt = bt                      # (B, T); encdec: (B, S, T)
+        self.pad = pad                    # gpt / encoder: right-padded rows with an attention_mask (and token types)
+        self.masks = tuple(masks)         # encdec: which padding masks the token file holds ("src", "tgt");
+                                          # a row's target is right-padded either way (labels -100 there)
         self.sets = sets or []            # --set overrides passed to `normlab init`
         self.train = train
+        self.fresh = fresh                # train: from the trainer's own init instead of train.init_from
         self.extra = extra
 
     def intended_model(self):
@@ -110,10 +148,13 @@ class Case:
         return m
 
 
+NEW_METHODS = ("admin", "rezero", "skipinit", "layerscale", "tfixup")
+
+
 def build_cases():
     cases = []
     for arch in ("gpt", "encoder"):
-        for p in nt.PLACEMENTS:
+        for p in nt.PLACEMENTS:       # every method, new ones (admin ... tfixup) included
             cases.append(Case(f"{arch}_{p}", dict(SMALL, arch=arch, placement=p), SMALL_BT))
     cases += [
         Case("gpt_pre_rmsnorm", dict(SMALL, placement="pre", norm="rmsnorm"), SMALL_BT),
@@ -145,10 +186,68 @@ def build_cases():
         Case("gpt_pre_init_normal", dict(SMALL, placement="pre", init="normal"), SMALL_BT),
         Case("gpt_pre_init_xavier", dict(SMALL, placement="pre", init="xavier"), SMALL_BT),
         Case("gpt_pre_init_deepnet", dict(SMALL, placement="pre", init="deepnet"), SMALL_BT),
+        # the methods of MODEL.md "Methods" beyond the one-per-method cases above
+        Case("gpt_admin_sqrt", dict(SMALL, placement="admin", admin_init="sqrt"), SMALL_BT),
+        Case("encoder_admin_one", dict(SMALL, arch="encoder", placement="admin", admin_init="one"), SMALL_BT),
+        Case("gpt_admin_rmsnorm", dict(SMALL, placement="admin", norm="rmsnorm"), SMALL_BT),
+        Case("gpt_mix_admin_rezero_layerscale", dict(SMALL, n_layers=3, placement=["admin", "rezero", "layerscale"]),
+             SMALL_BT),
+        Case("gpt_mix_skipinit_tfixup_pre", dict(SMALL, n_layers=3, placement="pre"), SMALL_BT,
+             sets=['model.placement=["skipinit","tfixup","pre"]']),
+        Case("gpt_rezero_nomlp", dict(SMALL, placement="rezero", mlp=False), SMALL_BT),
+        Case("gpt_layerscale_noresidual", dict(SMALL, placement="layerscale", residual=False), SMALL_BT),
+        Case("encoder_skipinit_pad", dict(SMALL, arch="encoder", placement="skipinit"), SMALL_BT, pad=True),
+        Case("gpt_layerscale_pad", dict(SMALL, placement="layerscale", activation="gelu_exact"), SMALL_BT, pad=True),
+        Case("gpt_pre_init_tfixup", dict(SMALL, placement="pre", init="tfixup"), SMALL_BT),
+        Case("gpt_layerscale_depth19", dict(DEEP, n_layers=19, placement="layerscale"), DEEP_BT),
+        # encoder-decoder: every method at least once in each stack, mixed per-layer lists, shared and
+        # unshared embeddings, source and target padding, odd sizes
+        Case("encdec_pre", dict(ENCDEC, placement="pre"), ENCDEC_BST),
+        Case("encdec_post_unshared", dict(ENCDEC, placement="post", shared_embeddings=False, src_vocab=300),
+             ENCDEC_BST),
+        Case("encdec_mix_deepnorm_sandwich_pre_prepost", dict(
+            ENCDEC, placement=["deepnorm", "sandwich", "pre", "prepost", "deepnorm"]), ENCDEC_BST),
+        Case("encdec_mix_admin_rezero_skipinit_layerscale_none", dict(
+            ENCDEC, placement=["admin", "rezero", "skipinit", "layerscale", "none"], shared_embeddings=False),
+            ENCDEC_BST),
+        Case("encdec_mix_layerscale_skipinit_rezero_admin_post", dict(ENCDEC, placement="pre"), ENCDEC_BST,
+             sets=['model.placement=["layerscale","skipinit","rezero","admin","post"]']),
+        Case("encdec_mix_none_prepost_sandwich_post_pre", dict(
+            ENCDEC, placement=["none", "prepost", "sandwich", "post", "pre"], shared_embeddings=False,
+            src_vocab=261), ENCDEC_BST),
+        Case("encdec_tfixup_unshared", dict(ENCDEC, placement="tfixup", shared_embeddings=False), ENCDEC_BST),
+        Case("encdec_tfixup_shared", dict(ENCDEC, placement="tfixup"), ENCDEC_BST),
+        Case("encdec_deepnorm", dict(ENCDEC, placement="deepnorm"), ENCDEC_BST),
+        Case("encdec_admin_sqrt_rmsnorm", dict(ENCDEC, placement="admin", admin_init="sqrt", norm="rmsnorm"),
+             ENCDEC_BST),
+        Case("encdec_rezero", dict(ENCDEC, placement="rezero"), ENCDEC_BST),
+        Case("encdec_layerscale_skipinit", dict(ENCDEC, placement=["skipinit", "skipinit", "layerscale",
+                                                                  "layerscale", "layerscale"]), ENCDEC_BST),
+        Case("encdec_pre_nomasks", dict(ENCDEC, placement="pre"), ENCDEC_BST, masks=()),
+        Case("encdec_post_srcmask", dict(ENCDEC, placement="post"), ENCDEC_BST, masks=("src",)),
+        Case("encdec_sandwich_tgtmask", dict(ENCDEC, placement="sandwich"), ENCDEC_BST, masks=("tgt",)),
+        # dec_layers omitted: M = N (2 + 2 layers)
+        Case("encdec_default_dec_layers", dict({k: v for k, v in ENCDEC.items() if k != "dec_layers"},
+                                               placement="prepost"), ENCDEC_BST),
+        Case("encdec_pre_init_xavier", dict(ENCDEC, placement="pre", init="xavier"), ENCDEC_BST),
+        Case("encdec_prepost_init_normal_gelu_exact", dict(ENCDEC, placement="prepost", init="normal",
+                                                           activation="gelu_exact"), ENCDEC_BST),
+        Case("encdec_pre_init_deepnet_relu", dict(ENCDEC, placement="pre", init="deepnet", activation="relu"),
+             ENCDEC_BST),
+        Case("encdec_sandwich_N1_M1", dict(ENCDEC, n_layers=1, dec_layers=1, placement="sandwich"), ENCDEC_BST),
+        Case("encdec_pre_T1", dict(ENCDEC, placement="pre"), (2, 3, 1)),
+        Case("encdec_post_S1", dict(ENCDEC, placement="post"), (2, 1, 4)),
+        Case("encdec_layerscale_depths", dict(DEEP, arch="encdec", n_layers=2, dec_layers=19,
+                                              placement="layerscale"), (2, 5, 4)),
         Case("train_gpt_pre", dict(SMALL, placement="pre"), SMALL_BT, kind="train", train=TRAIN_CFG),
         Case("train_gpt_post", dict(SMALL, placement="post"), SMALL_BT, kind="train", train=TRAIN_CFG),
         Case("train_encoder_pre", dict(SMALL, arch="encoder", placement="pre"), SMALL_BT, kind="train",
              train=TRAIN_CFG),
+        Case("train_encdec_mix", dict(ENCDEC, placement=["pre", "post", "pre", "deepnorm", "pre"]), ENCDEC_BST,
+             kind="train", train=TRAIN_CFG),
+        # Admin's profile: both chains (the decoder's after a pre layer), from the trainer's own init
+        Case("train_encdec_admin_profile", dict(ENCDEC, placement=["admin", "admin", "admin", "pre", "admin"],
+             admin_init="profile"), ENCDEC_BST, kind="train", train=TRAIN_CFG, fresh=True),
     ]
     # --extra: sizes and configurations the default cases do not use (a separate acceptance check)
     ex = []
@@ -168,10 +267,41 @@ def build_cases():
                        pad=True))
         ex.append(Case(f"x_{arch}_mix_post_deepnorm_pre_relu", dict(EXTRA, arch=arch, activation="relu",
                        placement=["post", "deepnorm", "pre"]), EXTRA_BT, extra=True))
+        for p in NEW_METHODS:
+            ex.append(Case(f"x_{arch}_{p}", dict(EXTRA, arch=arch, placement=p), EXTRA_BT, extra=True))
+    ex.append(Case("x_gpt_mix_admin_layerscale_rezero_pad", dict(EXTRA, placement=["admin", "layerscale", "rezero"]),
+                   EXTRA_BT, extra=True, pad=True))
+    ex.append(Case("x_gpt_layerscale_depth25", dict(DEEP, n_layers=25, placement="layerscale"), DEEP_BT,
+                   extra=True))
+    for p in ("post", "pre", "deepnorm", "admin", "tfixup"):
+        ex.append(Case(f"x_encdec_{p}", dict(ENCDEC_EXTRA, placement=p), ENCDEC_EXTRA_BST, extra=True))
+    ex += [
+        Case("x_encdec_mix_all_unshared", dict(ENCDEC_EXTRA, placement=["sandwich", "rezero", "layerscale",
+             "skipinit", "prepost"], shared_embeddings=False, src_vocab=259, norm="rmsnorm"),
+             ENCDEC_EXTRA_BST, extra=True),
+        Case("x_encdec_pre_nomlp", dict(ENCDEC_EXTRA, placement="pre", mlp=False), ENCDEC_EXTRA_BST, extra=True),
+        Case("x_encdec_post_noresidual", dict(ENCDEC_EXTRA, placement="post", residual=False), ENCDEC_EXTRA_BST,
+             extra=True),
+    ]
     ex.append(Case("x_train_gpt_sandwich", dict(EXTRA, placement="sandwich"), EXTRA_BT, kind="train",
                    train=TRAIN_CFG, extra=True))
     ex.append(Case("x_train_encoder_deepnorm", dict(EXTRA, arch="encoder", placement="deepnorm"), EXTRA_BT,
                    kind="train", train=TRAIN_CFG, extra=True))
+    # New methods in training. They assume that `normlab train` with train.init_from keeps the
+    # checkpoint's Admin omegas (the profile initialization is for a *fresh* model, MODEL.md).
+    ex.append(Case("x_train_gpt_rezero_skipinit_layerscale", dict(SMALL, n_layers=3,
+                   placement=["rezero", "skipinit", "layerscale"]), SMALL_BT, kind="train", train=TRAIN_CFG,
+                   extra=True))
+    ex.append(Case("x_train_gpt_admin", dict(SMALL, placement="admin"), SMALL_BT, kind="train", train=TRAIN_CFG,
+                   extra=True))
+    # admin_init = profile, a fresh model: the trainer profiles the omegas on the (fixed) batch before step 1
+    ex.append(Case("x_train_gpt_admin_profile", dict(SMALL, n_layers=3, placement="admin", admin_init="profile"),
+                   SMALL_BT, kind="train", train=TRAIN_CFG, extra=True, fresh=True))
+    # ... and from a checkpoint (train.init_from) it keeps the checkpoint's omegas (the log values)
+    ex.append(Case("x_train_gpt_admin_profile_init_from", dict(SMALL, placement="admin", admin_init="profile"),
+                   SMALL_BT, kind="train", train=TRAIN_CFG, extra=True))
+    ex.append(Case("x_train_encdec_methods", dict(ENCDEC, placement=["admin", "layerscale", "rezero", "skipinit",
+                   "tfixup"], shared_embeddings=False), ENCDEC_BST, kind="train", train=TRAIN_CFG, extra=True))
     return cases + ex
 
 
@@ -250,6 +380,80 @@ def save_tokens(path, ids, labels, mask=None, types=None):
     save_file(t, str(path))
 
 
+def encdec_special_ids(config):
+    """(BOS, EOS, number of byte ids) of an encdec vocabulary: 256, 257, 256 for the default 258
+    (a smaller vocabulary -- only in selftest.py's tiny models -- uses its last two ids)."""
+    V = config["vocab"]
+    return min(nt.BOS_TOKEN, V - 2), min(nt.EOS_TOKEN, V - 1), min(256, V - 2)
+
+
+def make_encdec_tokens(config, B, S, T, seed, masks=("src", "tgt")):
+    """A random seq2seq batch in Hugging Face's names (MODEL.md, "Token files of an encoder-decoder").
+
+    Source row b keeps max(1, S - 2b) tokens (right padding, attention_mask 0 after them); target row b
+    has k = max(1, T - 3b) - 1 bytes y: decoder_input_ids = [BOS, y_1 .. y_k, 0 ...], labels =
+    [y_1 .. y_k, EOS, -100 ...], decoder_attention_mask 1 on the first k + 1 positions. Padded ids are 0.
+    masks: which of the two masks the batch holds ("src", "tgt"); the target is right-padded anyway.
+    """
+    rng = np.random.RandomState(seed)
+    bos, eos, n_bytes = encdec_special_ids(config)
+    src_vocab = config["vocab"] if config["shared_embeddings"] else config["src_vocab"]
+    src = rng.randint(0, min(256, src_vocab), size=(B, S))
+    src_mask = np.zeros((B, S), np.int32)
+    y = rng.randint(0, n_bytes, size=(B, T))
+    dec_in = np.zeros((B, T), np.int64)
+    labels = np.full((B, T), nt.IGNORE_INDEX, np.int64)
+    dec_mask = np.zeros((B, T), np.int32)
+    for b in range(B):
+        src_mask[b, :max(1, S - 2 * b)] = 1
+        n = max(1, T - 3 * b)                       # real decoder positions: BOS + k bytes
+        dec_in[b, 0] = bos
+        dec_in[b, 1:n] = y[b, :n - 1]
+        labels[b, :n - 1] = y[b, :n - 1]
+        labels[b, n - 1] = eos
+        dec_mask[b, :n] = 1
+    src = np.where(src_mask == 1, src, 0)
+    batch = {"input_ids": src.astype(np.int32), "decoder_input_ids": dec_in.astype(np.int32),
+             "labels": labels.astype(np.int32)}
+    if "src" in masks:
+        batch["attention_mask"] = src_mask
+    if "tgt" in masks:
+        batch["decoder_attention_mask"] = dec_mask
+    return batch
+
+
+def make_batch(case, config, seed):
+    """The token file of a case: name -> int32 array (the names of MODEL.md's token files)."""
+    if config["arch"] == "encdec":
+        B, S, T = case.bt
+        return make_encdec_tokens(config, B, S, T, seed, case.masks)
+    B, T = case.bt
+    ids, labels = make_tokens(config["arch"], config["vocab"], B, T, seed)
+    batch = {"input_ids": ids, "labels": labels}
+    if case.pad:
+        ids, labels, mask, types = pad_tokens(config["arch"], ids, labels, config["type_vocab"], seed)
+        batch = {"input_ids": ids, "labels": labels, "attention_mask": mask}
+        if types is not None:
+            batch["token_type_ids"] = types
+    return batch
+
+
+def save_batch(path, batch):
+    from safetensors.numpy import save_file
+    save_file({k: np.ascontiguousarray(v.astype(np.int32)) for k, v in batch.items()}, str(path))
+
+
+# token file name -> keyword of normlab_torch.forward_params
+FORWARD_KEYS = {"token_type_ids": "token_types", "attention_mask": "key_mask",
+                "decoder_input_ids": "decoder_input_ids", "decoder_attention_mask": "decoder_mask"}
+
+
+def forward_inputs(batch):
+    """(input_ids, labels, kwargs) of normlab_torch.forward_params / train for a token-file batch."""
+    t = {k: torch.from_numpy(np.asarray(v).astype(np.int64)) for k, v in batch.items()}
+    return t["input_ids"], t["labels"], {FORWARD_KEYS[k]: v for k, v in t.items() if k in FORWARD_KEYS}
+
+
 class CaseFailure(Exception):
     pass
 
@@ -297,13 +501,26 @@ def compare(name, got, ref, rtol, atol, out):
 # Checks
 # ==================================================================================================
 
+def metadata_key_optional(config, key):
+    """Keys that may be absent from checkpoint metadata because they cannot affect that model:
+    admin_init without an admin layer, src_vocab with shared embeddings. (MODEL.md says "every key
+    explicit"; the engine writes these two only where they matter -- a reading we accept. When
+    present they must still equal the normalized value.)"""
+    if key == "admin_init":
+        return "admin" not in config["placement"]
+    if key == "src_vocab":
+        return config.get("shared_embeddings", True)
+    return False
+
+
 def check_metadata_config(meta_cfg, intended):
     """The metadata must hold every key explicitly, equal to the normalized intended config."""
     want = nt.normalize_config(intended)
     problems = []
     for k, v in want.items():
         if k not in meta_cfg:
-            problems.append(f"metadata config lacks key {k!r}")
+            if not metadata_key_optional(want, k):
+                problems.append(f"metadata config lacks key {k!r}")
             continue
         m = meta_cfg[k]
         if isinstance(v, float) and not isinstance(m, bool) and isinstance(m, (int, float)):
@@ -314,11 +531,37 @@ def check_metadata_config(meta_cfg, intended):
     return problems
 
 
+def _init_stack_constants(config, name):
+    """MODEL.md's per-stack constants for a parameter name, derived here independently of
+    normlab_torch: depth (LayerScale, T-Fixup), S (Admin), beta (DeepNet), tfixup (T-Fixup matrices)."""
+    arch, n = config["arch"], config["n_layers"]
+    if arch == "encdec":
+        N, M = n, config["dec_layers"]
+        if name.startswith("enc."):
+            return dict(depth=N, S=2 * N, beta=0.87 * (N ** 4 * M) ** (-1 / 16), tfixup=0.67 * N ** -0.25)
+        return dict(depth=M, S=3 * M, beta=(12 * M) ** -0.25, tfixup=(9 * M) ** -0.25)
+    tf = 0.67 * n ** -0.25 if arch == "encoder" else (9 * n) ** -0.25
+    return dict(depth=n, S=2 * n, beta=(8 * n) ** -0.25, tfixup=tf)
+
+
+def _layer_method(config, name):
+    """The method of the layer a parameter belongs to ("h.3.attn.qkv.weight" -> placement[N + 3] in an
+    encdec, placement[3] otherwise), or None outside the layers."""
+    parts = name.split(".")
+    if parts[0] == "enc" and len(parts) > 2 and parts[1] == "h":
+        return config["placement"][int(parts[2])]
+    if parts[0] == "h":
+        off = config["n_layers"] if config["arch"] == "encdec" else 0
+        return config["placement"][off + int(parts[1])]
+    return None
+
+
 def check_init(config, tensors):
-    """Statistical check of MODEL.md's init schemes on a freshly initialized checkpoint."""
-    C, L, std0 = config["d_model"], config["n_layers"], config["init_std"]
+    """Statistical check of MODEL.md's init schemes on a freshly initialized checkpoint; the constant
+    inits (norms, biases, Admin omega, SkipInit / LayerScale gains, ReZero) exactly (to float32)."""
+    C, std0 = config["d_model"], config["init_std"]
     scheme = config["init"]
-    beta = (8.0 * L) ** -0.25
+    total_layers = config["n_layers"] + (config["dec_layers"] if config["arch"] == "encdec" else 0)
     problems = []
 
     def std_ok(name, w, want_std):
@@ -331,8 +574,14 @@ def check_init(config, tensors):
         if abs(m) > INIT_SIGMAS * want_std / math.sqrt(n):
             problems.append(f"{name}: init mean {m:.3g}, expected 0 (std {want_std:.3g}, n={n})")
 
+    def const_ok(name, w, want, what):
+        if not np.allclose(w, want, rtol=1e-6, atol=0.0):
+            problems.append(f"{name}: {what} init must be all {want:.7g}, got {np.unique(w)[:4]}")
+
     for name, _ in nt.param_specs(config):
         w = tensors[name].numpy().astype(np.float64)
+        k = _init_stack_constants(config, name)
+        method = _layer_method(config, name)
         if nt.is_norm_param(name):
             want = 1.0 if name.endswith(".weight") else 0.0
             if not np.all(w == want):
@@ -340,26 +589,53 @@ def check_init(config, tensors):
         elif name.endswith(".bias"):
             if not np.all(w == 0):
                 problems.append(f"{name}: init must be all 0")
-        elif name in ("wte.weight", "wpe.weight", "wtt.weight"):
+        elif name.endswith(".omega"):          # Admin: log (also without data for profile), sqrt, one
+            S = k["S"]
+            want = {"log": math.sqrt((S + 1) / math.log(S + 1) - 1), "profile": math.sqrt((S + 1) / math.log(S + 1) - 1),
+                    "sqrt": math.sqrt(S), "one": 1.0}[config["admin_init"]]
+            const_ok(name, w, want, f"admin ({config['admin_init']}, S={S}) omega")
+        elif name.endswith(".rezero"):
+            const_ok(name, w, 0.0, "ReZero")
+        elif name.endswith(".gain"):
+            if method == "skipinit":
+                const_ok(name, w, 0.0, "SkipInit gain")
+            else:
+                d = k["depth"]
+                const_ok(name, w, 0.1 if d <= 18 else 1e-5 if d <= 24 else 1e-6, f"LayerScale (depth {d}) gain")
+        elif name in ("wte.weight", "enc.wte.weight"):
+            if scheme == "tfixup":
+                d = k["depth"]       # wte: the decoder stack (gpt / encoder-only: L); enc.wte: the encoder's N
+                std_ok(name, w, C ** -0.5 * (9 * d) ** -0.25)
+            else:
+                std_ok(name, w, std0)
+        elif name in ("wpe.weight", "enc.wpe.weight", "wtt.weight"):
             std_ok(name, w, std0)
         else:
-            is_qkv = name.endswith("attn.qkv.weight")
-            blocks = [("q", 0, C), ("k", C, 2 * C), ("v", 2 * C, 3 * C)] if is_qkv else [("", 0, w.shape[0])]
+            if name.endswith("attn.qkv.weight"):
+                blocks = [("q", 0, C), ("k", C, 2 * C), ("v", 2 * C, 3 * C)]
+            elif name.endswith("cross.kv.weight"):
+                blocks = [("k", 0, C), ("v", C, 2 * C)]
+            elif name.endswith("cross.q.weight"):
+                blocks = [("q", 0, C)]
+            else:
+                blocks = [("", 0, w.shape[0])]
+            in_layers = method is not None       # head.dense is outside the stacks: no beta, no T-Fixup scale
             for tag, r0, r1 in blocks:
-                bn = f"{name}[{tag}]" if tag else name
+                bn = f"{name}[{tag}]" if len(blocks) > 1 else name
                 blk = w[r0:r1]
                 fan_out, fan_in = r1 - r0, w.shape[1]
                 if scheme == "normal":
                     std_ok(bn, blk, std0)
                 elif scheme == "gpt2":
-                    std_ok(bn, blk, std0 / math.sqrt(2 * L) if name.endswith(".proj.weight") else std0)
-                elif scheme == "xavier":
-                    a = math.sqrt(6.0 / (fan_in + fan_out))
+                    std_ok(bn, blk, std0 / math.sqrt(2 * total_layers) if name.endswith(".proj.weight") else std0)
+                elif scheme in ("xavier", "tfixup"):
+                    scale = k["tfixup"] if scheme == "tfixup" and in_layers and tag not in ("q", "k") else 1.0
+                    a = math.sqrt(6.0 / (fan_in + fan_out)) * scale
                     if np.max(np.abs(blk)) > a * (1 + 1e-6):
-                        problems.append(f"{bn}: xavier init exceeds bound {a:.5g}")
+                        problems.append(f"{bn}: {scheme} init exceeds bound {a:.5g}")
                     std_ok(bn, blk, a / math.sqrt(3.0))
                 elif scheme == "deepnet":
-                    gain = 1.0 if tag in ("q", "k") else beta
+                    gain = 1.0 if tag in ("q", "k") or not in_layers else k["beta"]
                     std_ok(bn, blk, gain * math.sqrt(2.0 / (fan_in + fan_out)))
     return problems
 
@@ -367,14 +643,25 @@ def check_init(config, tensors):
 PERTURB_EMB_STD = 0.3       # wte/wpe: logits of std ~1-2, so the softmax is far from uniform
 PERTURB_LINEAR_GAIN = 1.5   # linear weights ~ N(0, gain^2 / fan_in): pre-activations of order 1-2, so
                             # attention is peaked and GELU's tanh form differs measurably from erf's
+PERTURB_OMEGA = (1.0, 2.0)  # Admin omega: U(1, 2) per channel (a shortcut that is not 1 nor constant)
+PERTURB_GAIN = (0.3, 1.0)   # ReZero / SkipInit / LayerScale: magnitude U(0.3, 1), random sign (init 0 or
+                            # tiny would hide the whole branch, and every gradient inside it)
+EMBEDDINGS = ("wte.weight", "wpe.weight", "wtt.weight", "enc.wte.weight", "enc.wpe.weight")
 
 
-def perturb_tensors(tensors, seed):
+def perturb_tensors(tensors, seed, config=None):
     """Move every parameter off its init into a regime with activations of order 1.
 
-    Gains 1 -> 1 + 0.2 N, biases 0 -> 0.1 N, wte/wpe + N(0, 0.3^2), linear weights + N(0, 1.5^2/fan_in).
-    With init values (gains 1, biases 0, std 0.02 weights), a forgotten gain or bias, a swapped norm
-    or a wrong activation form would be invisible; here they are not.
+    Gains 1 -> 1 + 0.2 N, biases 0 -> 0.1 N, embeddings + N(0, 0.3^2), linear weights + N(0, 1.5^2/fan_in);
+    Admin omegas := U(1, 2); ReZero / SkipInit / LayerScale gains := +-U(0.3, 1) (element-wise).
+    With the (normalized) config: the output projections (`proj`) of a layer without any norm (none,
+    rezero, skipinit, tfixup), init + perturbation, are multiplied by 1 / (2 sqrt(S)) (S residual
+    sub-layers of its stack; T-Fixup's Xavier init is itself of gain ~0.5): each
+    such sub-layer then adds ~1/S to the variance of the stream, which grows by ~e over the stack
+    instead of ~3x per sub-layer (an encdec decoder of 3 layers without norms would otherwise reach
+    logits of ~1e3, where softmax and loss saturate and the comparison loses its power).
+    With init values (gains 1, biases 0, std 0.02 weights, branch gains 0), a forgotten gain or bias, a
+    swapped norm or a wrong activation form would be invisible; here they are not.
     tensors: name -> numpy array; returns name -> float32 numpy array.
     """
     rng = np.random.RandomState(seed)
@@ -385,10 +672,19 @@ def perturb_tensors(tensors, seed):
             w = w + 0.2 * rng.randn(*w.shape)
         elif name.endswith(".bias"):
             w = w + 0.1 * rng.randn(*w.shape)
-        elif name in ("wte.weight", "wpe.weight", "wtt.weight"):
+        elif name.endswith(".omega"):
+            w = rng.uniform(*PERTURB_OMEGA, size=w.shape)
+        elif name.endswith((".gain", ".rezero")):
+            w = rng.uniform(*PERTURB_GAIN, size=w.shape) * rng.choice([-1.0, 1.0], size=w.shape)
+        elif name in EMBEDDINGS:
             w = w + PERTURB_EMB_STD * rng.randn(*w.shape)
         else:
-            w = w + PERTURB_LINEAR_GAIN / math.sqrt(w.shape[1]) * rng.randn(*w.shape)
+            damp = 1.0
+            method = _layer_method(config, name) if config is not None else None
+            if method is not None and name.endswith(".proj.weight") and not (
+                    nt.METHODS[method].in_norm or nt.METHODS[method].out_norm):
+                damp = 1.0 / (2.0 * math.sqrt(_init_stack_constants(config, name)["S"]))
+            w = damp * (w + PERTURB_LINEAR_GAIN / math.sqrt(w.shape[1]) * rng.randn(*w.shape))
         out[name] = np.ascontiguousarray(w.astype(np.float32))
     return out
 
@@ -399,24 +695,25 @@ def perturb_checkpoint(src, dst, seed):
     with safe_open(str(src), framework="np") as f:
         meta = f.metadata()
         tensors = {k: f.get_tensor(k) for k in f.keys()}
-    save_file(perturb_tensors(tensors, seed), str(dst), metadata=meta)
+    config = nt.normalize_config(json.loads(meta["config"]), strict=False)
+    save_file(perturb_tensors(tensors, seed, config), str(dst), metadata=meta)
 
 
-def grads_compare(normlab, ckpt, tokens_path, ids, labels, gout, log, out, tag, mask=None, types=None):
+def grads_compare(normlab, ckpt, tokens_path, batch, gout, log, out, tag):
     """Run normlab grads on ckpt and compare with torch float64. Returns (ok, worst_rel)."""
     from safetensors.numpy import load_file
     run([normlab, "grads", "--checkpoint", ckpt, "--tokens", tokens_path, "--out", gout], log)
     G = load_file(str(gout))
     model, _ = nt.load_checkpoint(ckpt, torch.float64)
     model.zero_grad()
-    loss, logits = nt.forward_params(model.config, model.params, torch.from_numpy(ids.astype(np.int64)),
-                                     torch.from_numpy(labels.astype(np.int64)),
-                                     None if types is None else torch.from_numpy(types.astype(np.int64)),
-                                     None if mask is None else torch.from_numpy(mask.astype(np.int64)))
-    loss.backward()
+    ids, labels, kw = forward_inputs(batch)
+    ref = nt.forward_outputs(model.config, model.params, ids, labels, **kw)
+    ref["loss"].backward()
+    grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in model.params.items()}
+    encdec = model.config["arch"] == "encdec"
     ok, worst = True, 0.0
     out.append(f"  [{tag}] {ckpt.name}")
-    want_keys = {"loss", "logits"} | {"grad." + n for n in model.params}
+    want_keys = {"loss", "logits"} | {"grad." + n for n in model.params} | ({"memory"} if encdec else set())
     have = set(G)
     if want_keys - have:
         out.append(f"    missing in gradient file: {sorted(want_keys - have)}")
@@ -429,18 +726,21 @@ def grads_compare(normlab, ckpt, tokens_path, ids, labels, gout, log, out, tag, 
         if tuple(G["loss"].shape) != ():
             out.append(f"    loss has shape {G['loss'].shape}, expected []")
             ok = False
-        o, r = compare("loss", G["loss"].reshape(()), loss.detach().numpy(), RTOL_VALUE, 0.0, out)
+        o, r = compare("loss", G["loss"].reshape(()), ref["loss"].detach().numpy(), RTOL_VALUE, 0.0, out)
         ok, worst = ok and o, max(worst, r)
     if "logits" in G:
-        o, r = compare("logits", G["logits"], logits.detach().numpy(), RTOL_VALUE, 0.0, out)
+        o, r = compare("logits", G["logits"], ref["logits"].detach().numpy(), RTOL_VALUE, 0.0, out)
         ok, worst = ok and o, max(worst, r)
-    gmax = max(float(p.grad.abs().max()) for p in model.params.values())
+    if encdec and "memory" in G:   # what the cross-attention reads: the encoder's output (after enc.ln_f)
+        o, r = compare("memory", G["memory"], ref["memory"].detach().numpy(), RTOL_VALUE, 0.0, out)
+        ok, worst = ok and o, max(worst, r)
+    gmax = max(float(g.abs().max()) for g in grads.values())
     atol = ATOL_GRAD_GLOBAL * gmax + ATOL_FLOOR
-    for name, p in model.params.items():          # canonical order: the first offender is listed first
+    for name, g in grads.items():          # canonical order: the first offender is listed first
         key = "grad." + name
         if key not in G:
             continue
-        o, r = compare(key, G[key], p.grad.numpy(), RTOL_GRAD, atol, out)
+        o, r = compare(key, G[key], g.numpy(), grad_rtol(tuple(g.shape)), atol, out)
         ok, worst = ok and o, max(worst, r)
     return ok, worst
 
@@ -463,12 +763,13 @@ def run_grads_case(case, normlab, d, out):
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     problems = check_metadata_config(meta_cfg, intended)
     config = nt.normalize_config(meta_cfg, strict=False)
-    specs = dict(nt.param_specs(config))
-    if set(specs) != set(tensors):
-        problems.append(f"checkpoint tensor names differ from MODEL.md: missing {sorted(set(specs) - set(tensors))}"
-                        f", extra {sorted(set(tensors) - set(specs))}")
+    specs = nt.param_specs(config)
+    spec_d = dict(specs)
+    if set(spec_d) != set(tensors):
+        problems.append(f"checkpoint tensor names differ from MODEL.md: missing {sorted(set(spec_d) - set(tensors))}"
+                        f", extra {sorted(set(tensors) - set(spec_d))}")
     else:
-        for n, shp in specs.items():
+        for n, shp in specs:
             if tuple(tensors[n].shape) != shp:
                 problems.append(f"{n}: shape {tuple(tensors[n].shape)}, expected {shp}")
             if tensors[n].dtype != torch.float32:
@@ -477,17 +778,13 @@ def run_grads_case(case, normlab, d, out):
             problems += check_init(config, tensors)
     if problems:
         raise CaseFailure("; ".join(problems))
-    B, T = case.bt
     seed = zlib.crc32(case.name.encode())
-    ids, labels = make_tokens(config["arch"], config["vocab"], B, T, seed)
-    mask = types = None
-    if case.pad:
-        ids, labels, mask, types = pad_tokens(config["arch"], ids, labels, config["type_vocab"], seed)
+    batch = make_batch(case, config, seed)
     tok = d / "X.safetensors"
-    save_tokens(tok, ids, labels, mask, types)
-    ok1, w1 = grads_compare(normlab, ckpt, tok, ids, labels, d / "G.safetensors", log, out, "init", mask, types)
+    save_batch(tok, batch)
+    ok1, w1 = grads_compare(normlab, ckpt, tok, batch, d / "G.safetensors", log, out, "init")
     perturb_checkpoint(ckpt, pert, seed + 1)
-    ok2, w2 = grads_compare(normlab, pert, tok, ids, labels, d / "GP.safetensors", log, out, "perturbed", mask, types)
+    ok2, w2 = grads_compare(normlab, pert, tok, batch, d / "GP.safetensors", log, out, "perturbed")
     if not (ok1 and ok2):
         bad = [line.split()[0] for line in out if line.endswith("<-- MISMATCH")]
         raise CaseFailure(f"mismatch in {bad[0] if bad else 'output keys'}"
@@ -496,6 +793,10 @@ def run_grads_case(case, normlab, d, out):
 
 
 def run_train_case(case, normlab, d, out):
+    """`normlab train` on the case's fixed token file vs nt.train. From the `normlab init` checkpoint
+    (train.init_from), or, for a `fresh` case, from the trainer's own initialization -- the same seed
+    and config as `normlab init`, so the same parameters -- which is when admin_init = profile profiles
+    the Admin omegas (MODEL.md: "what normlab train uses for a fresh admin model")."""
     log = []
     cfg0, ckpt = d / "C0.toml", d / "M.safetensors"
     write_toml(cfg0, {"model": case.model})
@@ -504,27 +805,46 @@ def run_train_case(case, normlab, d, out):
     problems = check_metadata_config(meta_cfg, case.intended_model())
     if problems:
         raise CaseFailure("; ".join(problems))
-    B, T = case.bt
-    ids, labels = make_tokens(model.config["arch"], model.config["vocab"], B, T, zlib.crc32(case.name.encode()))
+    batch = make_batch(case, model.config, zlib.crc32(case.name.encode()))
     tok = d / "X.safetensors"
-    save_tokens(tok, ids, labels)
+    save_batch(tok, batch)
     run_dir = d / "run"
-    train = dict(case.train, batch_size=B, init_from=str(ckpt), out_dir=str(run_dir))
+    B = case.bt[0]
+    train = dict(case.train, batch_size=B, out_dir=str(run_dir))
+    if not case.fresh:
+        train["init_from"] = str(ckpt)
     cfg = d / "C.toml"
     write_toml(cfg, {"model": case.model, "train": train, "data": {"tokens": str(tok)}})
     run([normlab, "train", "--config", cfg], log)
     metrics = run_dir / "metrics.jsonl"
     if not metrics.exists():
         raise CaseFailure(f"{metrics} not written")
-    recs = {}
+    recs, profile = {}, None
     for line in metrics.read_text().splitlines():
         if line.strip():
             j = json.loads(line)
             if j.get("type") == "train":
                 recs[int(j["step"])] = j
-    ref = nt.train(model, torch.from_numpy(ids.astype(np.int64)), torch.from_numpy(labels.astype(np.int64)),
-                   case.train)
-    ok, worst = True, 0.0
+            elif j.get("type") == "admin_profile":
+                profile = j
+    ids, labels, kw = forward_inputs(batch)
+    ok = True
+    if case.fresh and model.config["admin_init"] == "profile" and "admin" in model.config["placement"]:
+        # the walk of nt.admin_profile on the batch before step 1 (a fixed token file has one batch);
+        # the engine reports the omegas in walk order as {"type": "admin_profile", "omega": [...]}
+        want = nt.admin_profile(model.config, model.params, ids, **kw)
+        got = None if profile is None else profile.get("omega")
+        if got is None or len(got) != len(want):
+            out.append(f"    admin_profile line: {profile}, expected {len(want)} omegas")
+            ok = False
+        else:
+            rel = max(abs(g - w) / w for g, (_, w) in zip(got, want))
+            bad = not rel <= RTOL_VALUE
+            ok = ok and not bad
+            out.append(f"    admin profile omegas {[round(g, 6) for g in got]} vs {[round(w, 6) for _, w in want]}"
+                       f" (rel {rel:.1e}/{RTOL_VALUE:.0e})" + (" <-- MISMATCH" if bad else ""))
+    ref = nt.train(model, ids, labels, case.train, **kw)
+    worst = 0.0
     if sorted(recs) != [r["step"] for r in ref]:
         out.append(f"    train steps in metrics.jsonl: {sorted(recs)}, expected 1..{len(ref)}")
         ok = False
@@ -558,7 +878,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--normlab", help="path to the normlab executable")
     ap.add_argument("--workdir", help="scratch directory (one sub-directory per case, recreated)")
-    ap.add_argument("--case", action="append", nargs="+", default=[], help="case name(s) to run")
+    ap.add_argument("--case", action="append", nargs="+", default=[],
+                    help="case name(s) or shell-style patterns ('encdec_*') to run")
     ap.add_argument("--list", action="store_true", help="list the selected case names and exit")
     ap.add_argument("--extra", action="store_true", help="run only the --extra acceptance cases")
     ap.add_argument("--all", action="store_true", help="run the default and the --extra cases")
@@ -566,13 +887,16 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     cases = build_cases()
-    by_name = {c.name: c for c in cases}
     names = [n for group in args.case for n in group]
-    if names:
-        unknown = [n for n in names if n not in by_name]
+    if names:   # exact names or shell-style patterns (fnmatch), in the order given, without repeats
+        selected, unknown = [], []
+        for n in names:
+            hits = [c for c in cases if fnmatch.fnmatchcase(c.name, n)]
+            if not hits:
+                unknown.append(n)
+            selected += [c for c in hits if c not in selected]
         if unknown:
             ap.error(f"unknown case(s): {unknown}; see --list")
-        selected = [by_name[n] for n in names]
     elif args.all:
         selected = cases
     elif args.extra:

@@ -1,0 +1,201 @@
+"""normlab_alt: second and third formulations of the normlab forward (docs/MODEL.md), written
+differently from normlab_torch.py so that selftest.py can check the oracle against them:
+
+    alt_forward(model, ids, labels, kw, trace)       torch's functional building blocks
+        (F.multi_head_attention_forward with key_padding_mask / attn_mask and, for the
+        cross-attention, separate q / k / v projection weights; F.layer_norm; F.gelu; F.embedding;
+        F.linear) and one written-out formula per method (post: N(x + F(x)), admin: N(omega x + F(x)),
+        rezero: x + alpha F(x), ...), with the DeepNorm constants typed in again from MODEL.md;
+    transformer_forward(model, ids, labels, kw)      a post-LN or pre-LN encdec as a stack of
+        torch.nn.TransformerEncoderLayer / TransformerDecoderLayer with the weights copied in.
+
+Both take a normlab_torch.Model (config + params) and the batch of normlab_torch.forward_params.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def alt_forward(model, ids, labels, kw=None, trace=None):
+    """Independent forward: library building blocks, one written-out formula per method.
+
+    kw: key_mask (gpt / encoder padding; the encdec source mask), decoder_input_ids, decoder_mask.
+    trace (a list) receives (stack name, prefix, method, x, f) per sub-layer: the stream entering it
+    and its branch output, for the Admin profile check. Returns (loss, logits, memory or None)."""
+    kw = kw or {}
+    c, P = model.config, model.params
+    C, NH = c["d_model"], c["n_heads"]
+    one = 1.0 if c["residual"] else 0.0
+    encdec = c["arch"] == "encdec"
+
+    def N(prefix, z):
+        if c["norm"] == "layernorm":
+            return F.layer_norm(z, (C,), P[prefix + ".weight"], P[prefix + ".bias"], c["eps"])
+        return P[prefix + ".weight"] * z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + c["eps"])
+
+    def pad_mask(mask):   # torch's key_padding_mask: True = ignore that key
+        return None if mask is None else (mask == 0)
+
+    def self_attn(prefix, h, causal, mask):
+        # torch's own multi-head attention (the functional core of nn.MultiheadAttention): its fused
+        # in_proj is [q | k | v] rows, heads split as n*HS..(n+1)*HS, scale 1/sqrt(HS)
+        T = h.shape[1]
+        am = torch.triu(torch.ones(T, T, dtype=torch.bool), 1) if causal else None
+        y, _ = F.multi_head_attention_forward(
+            h.transpose(0, 1), h.transpose(0, 1), h.transpose(0, 1), C, NH,
+            P[prefix + ".qkv.weight"], P[prefix + ".qkv.bias"], None, None, False, 0.0,
+            P[prefix + ".proj.weight"], P[prefix + ".proj.bias"], training=False,
+            key_padding_mask=pad_mask(mask), need_weights=False, attn_mask=am)
+        return y.transpose(0, 1)
+
+    def cross_attn(prefix, h, mem, mem_mask):
+        # separate q / k / v weights: q from the decoder, k = rows 0..C and v = rows C..2C of kv
+        wkv = P[prefix + ".kv.weight"]
+        y, _ = F.multi_head_attention_forward(
+            h.transpose(0, 1), mem.transpose(0, 1), mem.transpose(0, 1), C, NH,
+            None, torch.cat([P[prefix + ".q.bias"], P[prefix + ".kv.bias"]]), None, None, False, 0.0,
+            P[prefix + ".proj.weight"], P[prefix + ".proj.bias"], training=False,
+            key_padding_mask=pad_mask(mem_mask), need_weights=False, use_separate_proj_weight=True,
+            q_proj_weight=P[prefix + ".q.weight"], k_proj_weight=wkv[:C], v_proj_weight=wkv[C:])
+        return y.transpose(0, 1)
+
+    def mlp(prefix, h):
+        u = F.linear(h, P[prefix + ".fc.weight"], P[prefix + ".fc.bias"])
+        act = c["activation"]
+        a = F.gelu(u, approximate="tanh") if act == "gelu" else F.gelu(u) if act == "gelu_exact" else F.relu(u)
+        return F.linear(a, P[prefix + ".proj.weight"], P[prefix + ".proj.bias"])
+
+    def sub(stack, pre, lp, method, x, fn, alpha):
+        fx = None
+
+        def branch(h):
+            nonlocal fx
+            fx = fn(h)
+            return fx
+        if method == "post":
+            y = N(pre + ".ln_out", one * x + branch(x))
+        elif method == "pre":
+            y = one * x + branch(N(pre + ".ln_in", x))
+        elif method == "sandwich":
+            y = one * x + N(pre + ".ln_branch", branch(N(pre + ".ln_in", x)))
+        elif method == "prepost":
+            y = N(pre + ".ln_out", one * x + branch(N(pre + ".ln_in", x)))
+        elif method == "deepnorm":
+            y = N(pre + ".ln_out", one * alpha * x + branch(x))
+        elif method in ("none", "tfixup"):
+            y = one * x + branch(x)
+        elif method == "admin":
+            y = N(pre + ".ln_out", one * P[pre + ".omega"] * x + branch(x))
+        elif method == "rezero":
+            y = one * x + P[lp + ".rezero"] * branch(x)
+        elif method == "skipinit":
+            y = one * x + P[pre + ".gain"] * branch(x)
+        elif method == "layerscale":
+            y = one * x + P[pre + ".gain"] * branch(N(pre + ".ln_in", x))
+        else:
+            raise AssertionError(method)
+        if trace is not None:
+            shortcut = one * alpha if method == "deepnorm" else one * P[pre + ".omega"] if method == "admin" else one
+            trace.append((stack, pre, method, x, fx, shortcut))
+        return y
+
+    def run(stack, prefix, methods, x, alpha, causal, mask, mem=None, mem_mask=None, final=None):
+        for l, method in enumerate(methods):
+            lp = f"{prefix}.{l}"
+            x = sub(stack, lp + ".attn", lp, method, x, lambda h: self_attn(lp + ".attn", h, causal, mask), alpha)
+            if mem is not None:
+                x = sub(stack, lp + ".cross", lp, method, x, lambda h: cross_attn(lp + ".cross", h, mem, mem_mask),
+                        alpha)
+            if c["mlp"]:
+                x = sub(stack, lp + ".mlp", lp, method, x, lambda h: mlp(lp + ".mlp", h), alpha)
+        return N(final, x) if methods[-1] in ("pre", "sandwich", "layerscale") else x
+
+    memory = None
+    if encdec:
+        Nl, Ml = c["n_layers"], c["dec_layers"]
+        src, src_mask = ids, kw.get("key_mask")
+        src_table = P["wte.weight"] if c["shared_embeddings"] else P["enc.wte.weight"]
+        e = F.embedding(src, src_table) + P["enc.wpe.weight"][:src.shape[1]].unsqueeze(0)
+        memory = run("enc", "enc.h", c["placement"][:Nl], e, 0.81 * (Nl ** 4 * Ml) ** (1 / 16), False, src_mask,
+                     final="enc.ln_f")
+        tgt = kw["decoder_input_ids"]
+        x = F.embedding(tgt, P["wte.weight"]) + P["wpe.weight"][:tgt.shape[1]].unsqueeze(0)
+        x = run("dec", "h", c["placement"][Nl:], x, (3 * Ml) ** 0.25, True, kw.get("decoder_mask"), memory, src_mask,
+                final="ln_f")
+    else:
+        L = c["n_layers"]
+        x = F.embedding(ids, P["wte.weight"]) + P["wpe.weight"][:ids.shape[1]].unsqueeze(0)
+        x = run("main", "h", c["placement"], x, (2 * L) ** 0.25, c["arch"] == "gpt", kw.get("key_mask"), final="ln_f")
+    logits = F.linear(x, P["wte.weight"])
+    logp = torch.log_softmax(logits, -1)
+    sel = labels != -100
+    loss = -logp[sel].gather(-1, labels[sel].unsqueeze(-1)).mean()
+    return loss, logits, memory
+
+
+
+def transformer_forward(model, ids, labels, kw):
+    """A third formulation of a post-LN or pre-LN encdec with layernorm: torch.nn.TransformerEncoderLayer
+    and TransformerDecoderLayer (self_attn / multihead_attn / linear1-2 / norm1-3), weights copied in."""
+    c, P = model.config, model.params
+    C, NH, Fd = c["d_model"], c["n_heads"], c["d_ff"]
+    method = c["placement"][0]
+    assert set(c["placement"]) == {method} and method in ("post", "pre") and c["norm"] == "layernorm"
+    act = {"gelu": lambda u: F.gelu(u, approximate="tanh"), "gelu_exact": F.gelu, "relu": F.relu}[c["activation"]]
+    opts = dict(dim_feedforward=Fd, dropout=0.0, activation=act, layer_norm_eps=c["eps"], batch_first=True,
+                norm_first=(method == "pre"), dtype=torch.float64)
+    norm_in = "ln_in" if method == "pre" else "ln_out"
+
+    def copy(dst, src):
+        with torch.no_grad():
+            dst.copy_(src)
+
+    def load_common(layer, pre):
+        copy(layer.self_attn.in_proj_weight, P[pre + ".attn.qkv.weight"])
+        copy(layer.self_attn.in_proj_bias, P[pre + ".attn.qkv.bias"])
+        copy(layer.self_attn.out_proj.weight, P[pre + ".attn.proj.weight"])
+        copy(layer.self_attn.out_proj.bias, P[pre + ".attn.proj.bias"])
+        copy(layer.linear1.weight, P[pre + ".mlp.fc.weight"])
+        copy(layer.linear1.bias, P[pre + ".mlp.fc.bias"])
+        copy(layer.linear2.weight, P[pre + ".mlp.proj.weight"])
+        copy(layer.linear2.bias, P[pre + ".mlp.proj.bias"])
+        copy(layer.norm1.weight, P[f"{pre}.attn.{norm_in}.weight"])
+        copy(layer.norm1.bias, P[f"{pre}.attn.{norm_in}.bias"])
+
+    with torch.no_grad():
+        src, src_mask = ids, kw.get("key_mask")
+        kpm = None if src_mask is None else src_mask == 0
+        table = P["wte.weight"] if c["shared_embeddings"] else P["enc.wte.weight"]
+        x = table[src] + P["enc.wpe.weight"][:src.shape[1]]
+        for l in range(c["n_layers"]):
+            layer = torch.nn.TransformerEncoderLayer(C, NH, **opts).eval()
+            load_common(layer, f"enc.h.{l}")
+            copy(layer.norm2.weight, P[f"enc.h.{l}.mlp.{norm_in}.weight"])
+            copy(layer.norm2.bias, P[f"enc.h.{l}.mlp.{norm_in}.bias"])
+            x = layer(x, src_key_padding_mask=kpm)
+        if method == "pre":
+            x = F.layer_norm(x, (C,), P["enc.ln_f.weight"], P["enc.ln_f.bias"], c["eps"])
+        memory = x
+        tgt = kw["decoder_input_ids"]
+        T = tgt.shape[1]
+        y = P["wte.weight"][tgt] + P["wpe.weight"][:T]
+        causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        tmask = kw.get("decoder_mask")
+        for l in range(c["dec_layers"]):
+            layer = torch.nn.TransformerDecoderLayer(C, NH, **opts).eval()
+            load_common(layer, f"h.{l}")
+            copy(layer.multihead_attn.in_proj_weight, torch.cat([P[f"h.{l}.cross.q.weight"], P[f"h.{l}.cross.kv.weight"]]))
+            copy(layer.multihead_attn.in_proj_bias, torch.cat([P[f"h.{l}.cross.q.bias"], P[f"h.{l}.cross.kv.bias"]]))
+            copy(layer.multihead_attn.out_proj.weight, P[f"h.{l}.cross.proj.weight"])
+            copy(layer.multihead_attn.out_proj.bias, P[f"h.{l}.cross.proj.bias"])
+            copy(layer.norm2.weight, P[f"h.{l}.cross.{norm_in}.weight"])
+            copy(layer.norm2.bias, P[f"h.{l}.cross.{norm_in}.bias"])
+            copy(layer.norm3.weight, P[f"h.{l}.mlp.{norm_in}.weight"])
+            copy(layer.norm3.bias, P[f"h.{l}.mlp.{norm_in}.bias"])
+            y = layer(y, memory, tgt_mask=causal, tgt_key_padding_mask=None if tmask is None else tmask == 0,
+                      memory_key_padding_mask=kpm)
+        if method == "pre":
+            y = F.layer_norm(y, (C,), P["ln_f.weight"], P["ln_f.bias"], c["eps"])
+        logits = y @ P["wte.weight"].t()
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
+    return loss, logits, memory
