@@ -102,16 +102,22 @@ TEST(Jvp, MatmulActivationsResidual) {
   check_jvp(n, n, 2, a, [&](Vec& out) { relu_forward(out.data(), a.data(), n); },
             [&](Vec& t, const Vec& u) { relu_jvp(t.data(), a.data(), u.data(), n, 2); },
             [&](Vec& g, const Vec& v) { relu_backward(g.data(), a.data(), v.data(), n); });
-  // residual: inputs (x, g) stacked as one vector of 2n
-  Vec xg = randn(2 * n, 8);
-  const double alpha = 1.7;
+  // gated residual (Admin's omega and LayerScale's lambda, one row of n): inputs (x, g) stacked as 2n
+  Vec xg = randn(2 * n, 8), omega = randn(n, 9), lambda = randn(n, 10);
   check_jvp(2 * n, n, 3, xg,
-            [&](Vec& out) { residual_forward(out.data(), xg.data(), xg.data() + n, alpha, n); },
+            [&](Vec& out) {
+              gated_residual_forward(out.data(), xg.data(), xg.data() + n, omega.data(), lambda.data(), int(n),
+                                     1.0, 1, int(n));
+            },
             [&](Vec& t, const Vec& u) {
               for (int k = 0; k < 3; k++)
-                residual_jvp(t.data() + k * n, u.data() + 2 * k * n, u.data() + 2 * k * n + n, alpha, n);
+                gated_residual_jvp(t.data() + k * n, u.data() + 2 * k * n, u.data() + 2 * k * n + n, omega.data(),
+                                   lambda.data(), int(n), 1.0, 1, int(n));
             },
-            [&](Vec& g, const Vec& v) { residual_backward(g.data(), g.data() + n, v.data(), alpha, n); });
+            [&](Vec& g, const Vec& v) {
+              gated_residual_backward<double>(g.data(), g.data() + n, nullptr, nullptr, v.data(), xg.data(), xg.data() + n,
+                                      omega.data(), lambda.data(), int(n), 1.0, 1, int(n));
+            });
 }
 
 TEST(Jvp, Attention) {

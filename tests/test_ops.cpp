@@ -301,16 +301,33 @@ TEST(Activation, GeluMatchesClosedFormValues) {
   }
 }
 
-TEST(Residual, ScaledAddBackward) {
-  for (double alpha : {1.0, 0.0, 1.6817928305074290}) {
-    const size_t n = 13;
+// out = omega * x + lambda * g over N rows of C: the constant alpha (1, 0, DeepNet's), Admin's
+// per-channel omega, and ReZero/SkipInit's scalar or LayerScale's per-channel lambda.
+TEST(Residual, GatedAddBackward) {
+  const int N = 3, C = 5;
+  const size_t n = size_t(N) * C;
+  struct Case {
+    double alpha;
+    bool omega;
+    int lambda_c;  // 0: lambda = 1
+  };
+  for (Case c : {Case{1.0, false, 0}, Case{0.0, false, 0}, Case{1.6817928305074290, false, 0},
+                 Case{1.0, true, 0}, Case{1.0, false, 1}, Case{1.0, true, C}}) {
     Vec x = randn(n, 71), g = randn(n, 72), dy = randn(n, 73), y(n), dx(n), dg(n);
+    Vec omega = randn(C, 74), domega(C), lambda = randn(std::max(c.lambda_c, 1), 75), dlambda(lambda.size());
+    const double* w = c.omega ? omega.data() : nullptr;
+    const double* l = c.lambda_c ? lambda.data() : nullptr;
     auto loss = [&] {
-      residual_forward(y.data(), x.data(), g.data(), alpha, n);
+      gated_residual_forward(y.data(), x.data(), g.data(), w, l, c.lambda_c, c.alpha, N, C);
       return dot(y, dy);
     };
-    check_backward({{"x", &x, &dx}, {"g", &g, &dg}}, loss,
-                   [&] { residual_backward(dx.data(), dg.data(), dy.data(), alpha, n); });
+    std::vector<Input> params = {{"x", &x, &dx}, {"g", &g, &dg}};
+    if (c.omega) params.push_back({"omega", &omega, &domega});
+    if (c.lambda_c) params.push_back({"lambda", &lambda, &dlambda});
+    check_backward(params, loss, [&] {
+      gated_residual_backward(dx.data(), dg.data(), domega.data(), dlambda.data(), dy.data(), x.data(), g.data(),
+                              w, l, c.lambda_c, c.alpha, N, C);
+    });
   }
 }
 

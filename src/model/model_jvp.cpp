@@ -1,0 +1,297 @@
+// model_jvp.cpp: the model's forward-mode tangents (Jacobian-vector products through sub-layers, one
+// block's token-local Jacobian, both stacks of an encoder-decoder) and the reverse-mode products the
+// analysis uses (vector-Jacobian products at the point of the last forward). Training never calls
+// these; the instruments in analysis/ do.
+#include <algorithm>
+#include <cmath>
+
+#include "model/activation_of.h"
+#include "model/model.h"
+#include "ops/attention.h"
+#include "ops/common.h"
+#include "ops/layernorm.h"
+#include "ops/matmul.h"
+#include "ops/residual.h"
+#include "ops/rmsnorm.h"
+#include "util/error.h"
+
+namespace normlab {
+
+using namespace ops;
+
+template <class S>
+void Model<S>::norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
+                        const S* rstd, int K, int rows) const {
+  if (cfg_.norm == NormKind::LayerNorm)
+    layernorm_jvp(tout, tin, inp, p.weight, mean, rstd, K, rows, cfg_.d_model);
+  else
+    rmsnorm_jvp(tout, tin, inp, p.weight, rstd, K, rows, cfg_.d_model);
+}
+
+template <class S>
+void Model<S>::jvp_sublayers(S* tout, const S* tin, int K, int first, int last) const {
+  jvp_sublayers_impl(tout, tin, nullptr, K, first, last);
+}
+
+template <class S>
+void Model<S>::jvp_sublayers_unit(S* tout, const int64_t* positions, int K, int first, int last) const {
+  jvp_sublayers_impl(tout, nullptr, positions, K, first, last);
+}
+
+template <class S>
+void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last,
+                                  const S* tmem) const {
+  if (first >= last) throw Error("jvp_sublayers: empty range of sub-layers");
+  const int dec0 = cfg_.first_decoder_slot();
+  if (cfg_.encdec() && first < dec0 && last > dec0)
+    throw Error("jvp_sublayers: a range of an encoder-decoder lies within one stack (use jvp_encdec)");
+  const int B = B_, N = rows(first), T = len(first), C = cfg_.d_model, F = cfg_.ff();
+  const size_t KNC = size_t(K) * N * C;
+  // scratch carved from one buffer kept across calls (the analysis calls this repeatedly with the
+  // same K; fresh gigabytes per call would cost a page fault per 4 KiB)
+  const size_t NHT = size_t(B) * cfg_.n_heads * T;
+  const size_t nhid = size_t(K) * N * std::max(3 * C, F), natt = NHT * std::max(T, S_);
+  const size_t nkv = tmem ? size_t(K) * B * S_ * 2 * C : 0;
+  // tmix also holds the MLP fold below, (F, C) + (C, C): more than K N max(C, F) when N is tiny (T = 1)
+  const size_t nmix = std::max(size_t(K) * N * std::max(C, F), size_t(F) * C + size_t(C) * C);
+  if (jvp_scratch_.size() < 5 * KNC + nhid + natt + nmix + nkv) jvp_scratch_.resize(5 * KNC + nhid + natt + nmix + nkv);
+  S* tx = jvp_scratch_.data();
+  S* th = tx + KNC;
+  S* tf = th + KNC;
+  S* tg = tf + KNC;
+  S* tr = tg + KNC;
+  S* thid = tr + KNC;
+  S* tatt = thid + nhid;
+  S* tmix = tatt + natt;
+  S* tkv = tmix + nmix;
+  if (tin) {
+    std::copy(tin, tin + KNC, tx);
+  } else {  // unit tangents: tangent k is 1 at flat position unit[k] of (B, T, C)
+    const size_t NC = size_t(N) * C;
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < K; k++) {
+      std::fill(tx + size_t(k) * NC, tx + size_t(k + 1) * NC, S(0));
+      tx[size_t(k) * NC + size_t(unit[k])] = S(1);
+    }
+  }
+  for (int i = first; i < last; i++) {
+    const Slot& slot = slots_[size_t(i)];
+    if (!slot.present) continue;
+    const SublayerActs<S>& a = a_[i];
+    const SublayerParams<S>& p = p_[i];
+    const NormSites sites = norm_sites(cfg_.placement_of(slot.layer));
+    // h = ln_in(x)
+    const S* h = tx;
+    if (sites.in) {
+      norm_jvp(th, tx, a.x_in, p.ln_in, a.in_mean, a.in_rstd, K, N);
+      h = th;
+    }
+    // f = F(h)
+    if (slot.kind == Sublayer::Attn) {
+      matmul_jvp(thid, h, p.w1, K, N, C, 3 * C);
+      attention_jvp(tmix, tatt, thid, a.hid, a.att, K, B, T, C, cfg_.n_heads);
+      matmul_jvp(tf, tmix, p.w2, K, N, C, C);
+    } else if (slot.kind == Sublayer::Cross) {
+      // q moves with the decoder's tangent; k and v with the memory's (held fixed without tmem)
+      matmul_jvp(thid, h, p.w1, K, N, C, C);
+      if (tmem) matmul_jvp(tkv, tmem, p.wkv, K, B * S_, C, 2 * C);
+      cross_attention_jvp(tmix, tatt, thid, tmem ? tkv : nullptr, a.hid, a.kv, a.att, K, B, T, S_, C,
+                          cfg_.n_heads);
+      matmul_jvp(tf, tmix, p.w2, K, N, C, C);
+    } else if (K >= C) {
+      // Many tangents (a Jacobian build): the MLP is token-local, so fold it into one C x C matrix
+      // per token, M_n = W2 diag(act'(hid_n)) W1, and apply that to the token's K tangent rows:
+      // 2 C^2 flops per row instead of 4 C F. thid holds act' (one tangent of ones), tmix the fold.
+      const size_t NF = size_t(N) * F;
+      std::fill(tmix, tmix + NF, S(1));
+      activation_jvp(cfg_.activation, thid, a.hid, tmix, NF, 1);
+      S* scaled = tmix;           // (F, C): diag(act'(hid_n)) W1
+      S* fold = tmix + size_t(F) * C;  // (C, C): M_n
+      for (int n = 0; n < N; n++) {
+        const S* d = thid + size_t(n) * F;
+        for (int f = 0; f < F; f++)
+          for (int c = 0; c < C; c++) scaled[size_t(f) * C + c] = d[f] * p.w1[size_t(f) * C + c];
+        gemm<S>(Trans::No, Trans::No, C, C, F, S(1), p.w2, F, scaled, C, S(0), fold, C);
+        // tf[k, n, :] = M_n h[k, n, :] for every tangent k: rows strided by N C
+        gemm<S>(Trans::No, Trans::Yes, K, C, C, S(1), h + size_t(n) * C, N * C, fold, C, S(0),
+                tf + size_t(n) * C, N * C);
+      }
+    } else {
+      matmul_jvp(thid, h, p.w1, K, N, C, F);
+      activation_jvp(cfg_.activation, tmix, a.hid, thid, size_t(N) * F, K);
+      matmul_jvp(tf, tmix, p.w2, K, N, F, C);
+    }
+    // g = ln_branch(f)
+    const S* g = tf;
+    if (sites.branch) {
+      norm_jvp(tg, tf, a.f, p.ln_branch, a.br_mean, a.br_rstd, K, N);
+      g = tg;
+    }
+    // r = omega * x + lambda * g;  x' = ln_out(r)
+    gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)),
+                       long(K) * N, C);
+    if (sites.out)
+      norm_jvp(tx, tr, a.r, p.ln_out, a.out_mean, a.out_rstd, K, N);
+    else
+      std::swap(tx, tr);
+  }
+  std::copy(tx, tx + KNC, tout);
+}
+
+template <class S>
+void Model<S>::jvp_encdec(S* tout, const S* tsrc, const S* ttgt, int K) const {
+  if (!cfg_.encdec()) throw Error("jvp_encdec needs an encoder-decoder model");
+  const int dec0 = cfg_.first_decoder_slot(), Ns = B_ * S_, C = cfg_.d_model;
+  // the encoder's stream -> its last stream -> memory (through enc.ln_f)
+  std::vector<S> tenc(size_t(K) * Ns * C), tmem(size_t(K) * Ns * C);
+  jvp_sublayers_impl(tenc.data(), tsrc, nullptr, K, 0, dec0);
+  if (cfg_.has_enc_final_norm())
+    norm_jvp(tmem.data(), tenc.data(), enc_out_, enc_lnf_, enc_lnf_mean_, enc_lnf_rstd_, K, Ns);
+  else
+    tmem = tenc;
+  jvp_sublayers_impl(tout, ttgt, nullptr, K, dec0, int(slots_.size()), tmem.data());
+}
+
+template <class S>
+void Model<S>::vjp_encdec(S* dsrc, S* dtgt, const S* dout) {
+  if (!cfg_.encdec()) throw Error("vjp_encdec needs an encoder-decoder model");
+  const size_t NC = size_t(B_) * T_ * cfg_.d_model, NsC = size_t(B_) * S_ * cfg_.d_model;
+  std::fill(dmem_, dmem_ + NsC, S(0));
+  S* dx = dstream_[0];
+  std::copy(dout, dout + NC, dx);
+  run_backward(cfg_.first_decoder_slot(), int(slots_.size()), dx);
+  std::copy(dx, dx + NC, dtgt);
+  dx = dstream_[0];
+  if (cfg_.has_enc_final_norm()) {
+    std::fill(dx, dx + NsC, S(0));
+    norm_backward(dx, denc_lnf_, dmem_, enc_out_, enc_lnf_, enc_lnf_mean_, enc_lnf_rstd_, B_ * S_);
+  } else {
+    std::copy(dmem_, dmem_ + NsC, dx);
+  }
+  run_backward(0, cfg_.first_decoder_slot(), dx);
+  std::copy(dx, dx + NsC, dsrc);
+}
+
+// The block's token-local Jacobian J_ii = dy_i / dx_i (tangent in at token i of batch row b, out at
+// the same token), exactly, from the row-i quantities of the last forward. Every norm, residual and
+// the MLP are token-local, so they are the full-sequence JVP restricted to one row (rows = 1 on
+// pointers offset to the token). Attention is the only mixer; with a tangent only at token i, only
+// q_i, k_i, v_i move, and the output at token i is, per head,
+//   tS_ij = (tq_i . k_j + [j == i] q_i . tk_i) / sqrt(HS);  tP_i = P_i * (tS_i - <P_i, tS_i>);
+//   ty_i = sum_j tP_ij v_j + P_ii tv_i
+// (masked and causally hidden keys have P_ij = 0 and drop out). Cost O(K (C^2 + C F + T C)) per
+// block instead of O(K T (C^2 + C F)).
+template <class S>
+void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, int token, int row) const {
+  if (cfg_.encdec()) throw Error("token-local block Jacobians are not implemented for encoder-decoder models");
+  const int T = T_, C = cfg_.d_model, F = cfg_.ff(), NH = cfg_.n_heads, HS = C / NH;
+  const size_t n = size_t(row) * T + token;  // the token's row in (B * T)
+  const size_t KC = size_t(K) * C;
+  const size_t need = 5 * KC + size_t(K) * std::max(3 * C, F) + size_t(K) * std::max(C, F) + size_t(K) * T;
+  if (jvp_scratch_.size() < need) jvp_scratch_.resize(need);
+  S* tx = jvp_scratch_.data();
+  S* th = tx + KC;
+  S* tf = th + KC;
+  S* tg = tf + KC;
+  S* tr = tg + KC;
+  S* thid = tr + KC;                                // (K, 3C) | (K, F)
+  S* tmix = thid + size_t(K) * std::max(3 * C, F);  // (K, C) | (K, F)
+  S* ts = tmix + size_t(K) * std::max(C, F);        // (K, T) one head's score tangents
+  std::copy(tin, tin + KC, tx);
+  for (int i = 2 * layer; i < 2 * layer + 2; i++) {
+    if (!slots_[size_t(i)].present) continue;
+    const SublayerActs<S>& a = a_[i];
+    const SublayerParams<S>& p = p_[i];
+    const NormSites sites = norm_sites(cfg_.placement_of(layer));
+    // h = ln_in(x)
+    const S* h = tx;
+    if (sites.in) {
+      norm_jvp(th, tx, a.x_in + n * C, p.ln_in, a.in_mean + n, a.in_rstd + n, K, 1);
+      h = th;
+    }
+    // f = F(h)
+    if (i % 2 == 0) {
+      const int C3 = 3 * C;
+      const S scale = S(1.0 / std::sqrt(double(HS)));
+      matmul_jvp(thid, h, p.w1, K, 1, C, C3);  // tq_i | tk_i | tv_i
+      for (int hh = 0; hh < NH; hh++) {
+        const S* qkv = a.hid + size_t(row) * T * C3 + hh * HS;  // this row's q | k | v of head hh, stride 3C
+        const S* q_i = qkv + size_t(token) * C3;
+        const S* P_i = a.att + ((size_t(row) * NH + hh) * T + token) * T;
+        const S* tq = thid + hh * HS;
+        const S* tk = tq + C;
+        const S* tv = tq + 2 * C;
+        // tS (K, T) = tq_i k^T / sqrt(HS), plus q_i . tk_i / sqrt(HS) at j = i
+        gemm<S>(Trans::No, Trans::Yes, K, T, HS, scale, tq, C3, qkv + C, C3, S(0), ts, T);
+        for (int k = 0; k < K; k++) {
+          S* s = ts + size_t(k) * T;
+          const S* tk_k = tk + size_t(k) * C3;
+          double qtk = 0;
+          for (int e = 0; e < HS; e++) qtk += double(q_i[e]) * tk_k[e];
+          s[token] += scale * S(qtk);
+          // tP = P * (tS - <P, tS>)
+          double dot = 0;
+          for (int j = 0; j < T; j++) dot += double(P_i[j]) * s[j];
+          for (int j = 0; j < T; j++) s[j] = S(P_i[j] * (s[j] - dot));
+        }
+        // ty_i (K, HS) = tP v + P_ii tv_i
+        S* ty = tmix + hh * HS;
+        gemm<S>(Trans::No, Trans::No, K, HS, T, S(1), ts, T, qkv + 2 * C, C3, S(0), ty, C);
+        const S p_ii = P_i[token];
+        for (int k = 0; k < K; k++)
+          for (int e = 0; e < HS; e++) ty[size_t(k) * C + e] += p_ii * tv[size_t(k) * C3 + e];
+      }
+      matmul_jvp(tf, tmix, p.w2, K, 1, C, C);
+    } else {
+      matmul_jvp(thid, h, p.w1, K, 1, C, F);
+      activation_jvp(cfg_.activation, tmix, a.hid + n * F, thid, size_t(F), K);
+      matmul_jvp(tf, tmix, p.w2, K, 1, F, C);
+    }
+    // g = ln_branch(f)
+    const S* g = tf;
+    if (sites.branch) {
+      norm_jvp(tg, tf, a.f + n * C, p.ln_branch, a.br_mean + n, a.br_rstd + n, K, 1);
+      g = tg;
+    }
+    // r = omega * x + lambda * g;  x' = ln_out(r)
+    gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(layer)), long(K), C);
+    if (sites.out)
+      norm_jvp(tx, tr, a.r + n * C, p.ln_out, a.out_mean + n, a.out_rstd + n, K, 1);
+    else
+      std::swap(tx, tr);
+  }
+  std::copy(tx, tx + KC, tout);
+}
+
+template <class S>
+void Model<S>::vjp_sublayers(S* din, const S* dout, int first, int last) {
+  const int dec0 = cfg_.first_decoder_slot();
+  if (cfg_.encdec() && first < dec0 && last > dec0)
+    throw Error("vjp_sublayers: a range of an encoder-decoder lies within one stack (use vjp_encdec)");
+  const size_t NC = size_t(rows(first)) * cfg_.d_model;
+  if (cfg_.encdec()) std::fill(dmem_, dmem_ + size_t(B_) * S_ * cfg_.d_model, S(0));
+  std::vector<S> dx(dout, dout + NC), dx_in(NC);
+  for (int i = last - 1; i >= first; i--) {
+    if (!slots_[size_t(i)].present) continue;
+    sublayer_backward(i, dx.data(), dx_in.data());
+    dx.swap(dx_in);
+  }
+  std::copy(dx.begin(), dx.end(), din);
+}
+
+// model.cpp instantiates the class; the members defined here are instantiated here.
+#define NL_INSTANTIATE(S)                                                                               \
+  template void Model<S>::norm_jvp(S*, const S*, const S*, const NormParams<S>&, const S*, const S*, int,  \
+                                   int) const;                                                          \
+  template void Model<S>::jvp_sublayers(S*, const S*, int, int, int) const;                             \
+  template void Model<S>::jvp_sublayers_unit(S*, const int64_t*, int, int, int) const;                   \
+  template void Model<S>::jvp_sublayers_impl(S*, const S*, const int64_t*, int, int, int, const S*) const; \
+  template void Model<S>::jvp_encdec(S*, const S*, const S*, int) const;                                \
+  template void Model<S>::vjp_encdec(S*, S*, const S*);                                                 \
+  template void Model<S>::jvp_block_token_local(S*, const S*, int, int, int, int) const;                \
+  template void Model<S>::vjp_sublayers(S*, const S*, int, int);
+NL_INSTANTIATE(float)
+NL_INSTANTIATE(double)
+#undef NL_INSTANTIATE
+
+}  // namespace normlab
