@@ -4,7 +4,9 @@
 # oracles (Debian's python3-torch), Debian's chromium (the report is tested in a headless browser)
 # and makes build/pyenv, a venv that sees Debian's torch and numpy
 # and has the official safetensors, transformers and tokenizers packages from PyPI (the oracles of
-# the Hugging Face import/export and of the tokenizers).
+# the Hugging Face import/export and of the tokenizers) and sacrebleu (the oracle of `normlab bleu`).
+# Last, it builds the Bible translation corpus into ${NORMLAB_CACHE:-$HOME/.cache/normlab}/bible
+# from Debian's SWORD modules (`normlab corpus bible`: a few seconds, once; nothing when present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +15,8 @@ want_tests=0
 
 packages=(g++ cmake ninja-build pkg-config libopenblas-openmp-dev libtomlplusplus-dev
           nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libeigen3-dev libspectra-dev libicu-dev
-          curl unzip ca-certificates)
+          curl unzip ca-certificates
+          libsword-utils sword-text-kjv sword-text-web sword-text-sparv)  # the Bible corpus
 if (( want_tests )); then
   packages+=(python3-torch python3-numpy python3-venv chromium fonts-dejavu-core)
 fi
@@ -30,13 +33,13 @@ if (( ${#missing[@]} )); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch, transformers, tokenizers" 2>/dev/null; then
-  echo "setup: creating build/pyenv (Debian torch + safetensors, transformers, tokenizers from PyPI)"
+if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch, transformers, tokenizers, sacrebleu" 2>/dev/null; then
+  echo "setup: creating build/pyenv (Debian torch + safetensors, transformers, tokenizers, sacrebleu from PyPI)"
   mkdir -p build
   [[ -x build/pyenv/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages build/pyenv
   # transformers 4.45.x is the last line that runs with Debian's torch 1.13
   build/pyenv/bin/pip install -q --disable-pip-version-check "safetensors==0.8.0" \
-    "transformers==4.45.2" "tokenizers==0.20.3"
+    "transformers==4.45.2" "tokenizers==0.20.3" "sacrebleu==2.6.0"
 fi
 
 jobs=$(nproc)
@@ -46,3 +49,7 @@ if (( want_tests )); then
 else
   cmake --build build -j "$jobs" --target normlab # the main job needs only the command
 fi
+
+# The Bible translation corpus (es-en, web-kjv): kept when already built from the installed modules.
+# The main job does not need it, so a failure here is reported and does not stop the setup.
+./build/normlab corpus bible || echo "setup: warning: the Bible corpus was not built (see the error above)" >&2

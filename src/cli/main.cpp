@@ -1,7 +1,7 @@
 // main.cpp: the `normlab` command. Subcommands: compare, report, train, grads, init, export,
-// tokenize, analyze, theory. With no arguments it runs `normlab compare` with the default study on
-// the built-in corpus. Every Error becomes one message on stderr and exit code 1; a diverged
-// training run exits with code 2.
+// tokenize, analyze, theory, corpus, bleu. With no arguments it runs `normlab compare` with the
+// default study on the built-in corpus. Every Error becomes one message on stderr and exit code 1;
+// a diverged training run exits with code 2.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstring>
@@ -12,7 +12,9 @@
 
 #include "analysis/theory.h"
 #include "cli/analyze.h"
+#include "cli/bleu.h"
 #include "cli/compare.h"
+#include "cli/corpus.h"
 #include "cli/tokenize.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
@@ -185,6 +187,10 @@ int main(int argc, char** argv) {
   cli::add_compare_command(app, compare);
   cli::TokenizeCommand tokenize;
   cli::add_tokenize_command(app, tokenize);
+  cli::CorpusCommand corpus;
+  cli::add_corpus_command(app, corpus);
+  cli::BleuCommand bleu;
+  cli::add_bleu_command(app, bleu);
 
   try {
     app.parse(argc, argv);
@@ -207,6 +213,8 @@ int main(int argc, char** argv) {
     if (compare.compare->parsed()) return cli::run_compare(compare);
     if (compare.report->parsed()) return cli::run_report(compare);
     if (tokenize.tokenize->parsed()) return cli::run_tokenize(tokenize);
+    if (corpus.corpus->parsed()) return cli::run_corpus(corpus);
+    if (bleu.bleu->parsed()) return cli::run_bleu(bleu);
     // no subcommand: the default study
     fmt::print("normlab: no subcommand given; running the default study (`normlab compare`; see `normlab --help`)\n");
     return cli::run_compare(compare);
