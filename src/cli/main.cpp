@@ -14,6 +14,7 @@
 #include "cli/analyze.h"
 #include "cli/compare.h"
 #include "cli/tokenize.h"
+#include "cli/translate.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -185,6 +186,8 @@ int main(int argc, char** argv) {
   cli::add_compare_command(app, compare);
   cli::TokenizeCommand tokenize;
   cli::add_tokenize_command(app, tokenize);
+  cli::TranslateCommand translate;
+  cli::add_translate_command(app, translate);
 
   try {
     app.parse(argc, argv);
@@ -207,6 +210,7 @@ int main(int argc, char** argv) {
     if (compare.compare->parsed()) return cli::run_compare(compare);
     if (compare.report->parsed()) return cli::run_report(compare);
     if (tokenize.tokenize->parsed()) return cli::run_tokenize(tokenize);
+    if (translate.translate->parsed()) return cli::run_translate(translate);
     // no subcommand: the default study
     fmt::print("normlab: no subcommand given; running the default study (`normlab compare`; see `normlab --help`)\n");
     return cli::run_compare(compare);
