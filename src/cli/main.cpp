@@ -16,6 +16,7 @@
 #include "cli/compare.h"
 #include "cli/corpus.h"
 #include "cli/tokenize.h"
+#include "cli/translate.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -187,10 +188,15 @@ int main(int argc, char** argv) {
   cli::add_compare_command(app, compare);
   cli::TokenizeCommand tokenize;
   cli::add_tokenize_command(app, tokenize);
+<<<<<<< HEAD
   cli::CorpusCommand corpus;
   cli::add_corpus_command(app, corpus);
   cli::BleuCommand bleu;
   cli::add_bleu_command(app, bleu);
+=======
+  cli::TranslateCommand translate;
+  cli::add_translate_command(app, translate);
+>>>>>>> translation-wip
 
   try {
     app.parse(argc, argv);
@@ -213,8 +219,12 @@ int main(int argc, char** argv) {
     if (compare.compare->parsed()) return cli::run_compare(compare);
     if (compare.report->parsed()) return cli::run_report(compare);
     if (tokenize.tokenize->parsed()) return cli::run_tokenize(tokenize);
+<<<<<<< HEAD
     if (corpus.corpus->parsed()) return cli::run_corpus(corpus);
     if (bleu.bleu->parsed()) return cli::run_bleu(bleu);
+=======
+    if (translate.translate->parsed()) return cli::run_translate(translate);
+>>>>>>> translation-wip
     // no subcommand: the default study
     fmt::print("normlab: no subcommand given; running the default study (`normlab compare`; see `normlab --help`)\n");
     return cli::run_compare(compare);

@@ -13,6 +13,8 @@
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/translation.h"
+#include "model/decode.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -92,6 +94,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   // data
   std::optional<Batch> fixed;
   std::optional<Corpus> corpus;
+  std::optional<TranslationData> parallel;
   Masking masking;
   const int T = tc.seq_len > 0 ? tc.seq_len : model_cfg.seq_len;
   if (T > model_cfg.seq_len)
@@ -99,9 +102,25 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   TrainResult result;
   result.unigram_entropy = std::numeric_limits<double>::quiet_NaN();
   result.last_train_loss = result.last_val_loss = std::numeric_limits<double>::quiet_NaN();
+  if (!cfg.data.parallel.empty() && !model_cfg.encdec())
+    throw Error(fmt::format("data.parallel is a translation corpus: it needs model.arch = \"encdec\" (this model is {})",
+                            to_string(model_cfg.arch)));
   if (!cfg.data.tokens.empty()) {
     fixed = load_token_file(cfg.data.tokens);
     check_batch(*fixed, model_cfg, cfg.data.tokens);
+  } else if (model_cfg.encdec()) {
+    if (cfg.data.parallel.empty())
+      throw Error("an encoder-decoder (model.arch = \"encdec\") trains on a parallel corpus: set data.parallel "
+                  "(a directory of {train,valid}.{src,tgt}, or es-en / web-kjv) or data.tokens");
+    if (model_cfg.vocab_size() < kEosToken + 1 || model_cfg.src_vocab_size() < kEosToken + 1)
+      throw Error(fmt::format("data.parallel is byte-level with BOS {} and EOS {}: model.vocab must be >= {}",
+                              kBosToken, kEosToken, kEosToken + 1));
+    parallel = load_translation(cfg.data.parallel, T);
+    if (!options.quiet)
+      fmt::print("parallel corpus '{}': {} training and {} validation pairs ({} and {} longer than seq_len {} "
+                 "left out)\n",
+                 parallel->dir, parallel->train.size(), parallel->valid.size(), parallel->dropped_train,
+                 parallel->dropped_valid, T);
   } else {
     const std::string path = cfg.data.corpus == "builtin" ? builtin_corpus_path() : cfg.data.corpus;
     corpus = load_corpus(path, cfg.data.val_fraction, T, cfg.data.tokenizer);
@@ -135,7 +154,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   Rng data_rng(uint64_t(tc.seed), 1);
   const int B = fixed ? fixed->B : tc.batch_size;
   const int Tb = fixed ? fixed->T : T;
-  const double tokens_per_step = double(B) * Tb * tc.grad_accum;
+  double tokens_per_step = double(B) * Tb * tc.grad_accum;  // a translation batch: its real tokens
   if (!options.quiet) {
     fmt::print("normlab train: {} params, {} layers ({}), {} d_model, batch {}x{}x{}, {} steps -> {}\n",
                model.table().total, model_cfg.n_layers, to_string(model_cfg.placement_of(0)),
@@ -146,6 +165,20 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   }
 
   auto evaluate = [&]() -> double {
+    if (parallel) {  // the first eval_batches x batch_size validation pairs, in order
+      model.set_training(false);
+      double sum = 0;
+      int64_t count = 0;
+      const size_t n = std::min(parallel->valid.size(), size_t(tc.eval_batches) * size_t(tc.batch_size));
+      for (size_t first = 0; first < n; first += size_t(tc.batch_size)) {
+        const Batch b = translation_batch(parallel->valid, first, int(std::min(size_t(tc.batch_size), n - first)));
+        const double loss = model.forward(b.ids.data(), b.labels.data(), b.B, b.T, nullptr, b.mask_or_null(),
+                                          b.source());
+        sum += loss * double(model.label_count());
+        count += model.label_count();
+      }
+      return sum / double(count);
+    }
     if (!corpus) return std::numeric_limits<double>::quiet_NaN();
     model.set_training(false);
     Rng eval_rng(uint64_t(tc.seed), 2);  // the same validation batches every time
@@ -165,7 +198,9 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   for (int l = 0; l < model_cfg.total_layers(); l++) admin |= model_cfg.placement_of(l) == Placement::Admin;
   if (admin && model_cfg.admin_init == AdminInit::Profile && tc.init_from.empty()) {
     Rng profile_rng(uint64_t(tc.seed), 3);
-    const Batch b = fixed ? *fixed : sample_batch(corpus->train, model_cfg.arch, B, T, profile_rng, masking);
+    const Batch b = parallel ? translation_batch(parallel->train, 0, B)
+                    : fixed  ? *fixed
+                             : sample_batch(corpus->train, model_cfg.arch, B, T, profile_rng, masking);
     const std::vector<double> omegas =
         model.profile_admin(b.ids.data(), b.B, b.T, b.mask_or_null(), b.source());
     metrics.write({{"type", "admin_profile"}, {"omega", omegas}});
@@ -186,9 +221,16 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     model.zero_grad();
     double loss = 0;
     bool bad_loss = false;
+    if (parallel) tokens_per_step = 0;
     for (int micro = 0; micro < tc.grad_accum; micro++) {
       Batch sampled;
-      if (!fixed) sampled = sample_batch(corpus->train, model_cfg.arch, B, T, data_rng, masking);
+      if (parallel) {
+        sampled = sample_translation_batch(parallel->train, B, data_rng);
+        for (uint8_t m : sampled.src_mask) tokens_per_step += m;
+        for (uint8_t m : sampled.mask) tokens_per_step += m;
+      } else if (!fixed) {
+        sampled = sample_batch(corpus->train, model_cfg.arch, B, T, data_rng, masking);
+      }
       const Batch& batch = fixed ? *fixed : sampled;
       model.set_training(true, uint64_t(step) * 65536 + micro);
       const double l = model.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T,
@@ -248,6 +290,15 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     if ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last)
       save_checkpoint(ckpt_path.string(), model, &optimizer, step, true);
   }
+  if (parallel && cfg.data.bleu_sentences > 0 && result.steps_done > 0 && !result.diverged) {
+    model.set_training(false);
+    const BleuResult bleu = validation_bleu(model, *parallel, cfg.data.bleu_sentences);
+    result.bleu = bleu.bleu;
+    metrics.write({{"type", "bleu"}, {"step", result.steps_done}, {"bleu", bleu.bleu},
+                   {"sentences", bleu.sentences}, {"detail", bleu.detail}, {"decoding", "greedy"}});
+    if (!options.quiet)
+      fmt::print("validation BLEU (greedy, first {} pairs): {}\n", bleu.sentences, bleu.detail);
+  }
   result.seconds = seconds_since(t0);
   result.tokens_per_s = result.steps_done * tokens_per_step / std::max(1e-9, result.seconds);
   metrics.write({{"type", "summary"},
@@ -256,6 +307,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                  {"val_loss", std::isfinite(result.last_val_loss) ? nlohmann::json(result.last_val_loss)
                                                                   : nlohmann::json(nullptr)},
                  {"diverged", result.diverged},
+                 {"bleu", std::isfinite(result.bleu) ? nlohmann::json(result.bleu) : nlohmann::json(nullptr)},
                  {"interrupted", result.interrupted},
                  {"diverged_step", result.diverged_step},
                  {"tokens_per_s", result.tokens_per_s},
