@@ -45,9 +45,10 @@ int run_train(const RunConfig& cfg, const TrainOptions& options) {
   }
   fmt::print("done: {} steps in {:.1f} s, {:.0f} tokens/s, final train loss {:.4f}", r.steps_done,
              r.seconds, r.tokens_per_s, r.last_train_loss);
-  if (std::isfinite(r.last_val_loss))
-    fmt::print(", validation loss {:.4f} ({} unigram entropy {:.4f} nats per {})", r.last_val_loss,
-               r.unigram_unit, r.unigram_entropy, r.unigram_unit);
+  if (std::isfinite(r.last_val_loss)) fmt::print(", validation loss {:.4f}", r.last_val_loss);
+  if (std::isfinite(r.last_val_loss) && std::isfinite(r.unigram_entropy))
+    fmt::print(" ({} unigram entropy {:.4f} nats per {})", r.unigram_unit, r.unigram_entropy, r.unigram_unit);
+  if (std::isfinite(r.bleu)) fmt::print(", validation BLEU {:.2f}", r.bleu);
   fmt::print("\n");
   return 0;
 }
@@ -188,15 +189,12 @@ int main(int argc, char** argv) {
   cli::add_compare_command(app, compare);
   cli::TokenizeCommand tokenize;
   cli::add_tokenize_command(app, tokenize);
-<<<<<<< HEAD
   cli::CorpusCommand corpus;
   cli::add_corpus_command(app, corpus);
   cli::BleuCommand bleu;
   cli::add_bleu_command(app, bleu);
-=======
   cli::TranslateCommand translate;
   cli::add_translate_command(app, translate);
->>>>>>> translation-wip
 
   try {
     app.parse(argc, argv);
@@ -219,12 +217,9 @@ int main(int argc, char** argv) {
     if (compare.compare->parsed()) return cli::run_compare(compare);
     if (compare.report->parsed()) return cli::run_report(compare);
     if (tokenize.tokenize->parsed()) return cli::run_tokenize(tokenize);
-<<<<<<< HEAD
     if (corpus.corpus->parsed()) return cli::run_corpus(corpus);
     if (bleu.bleu->parsed()) return cli::run_bleu(bleu);
-=======
     if (translate.translate->parsed()) return cli::run_translate(translate);
->>>>>>> translation-wip
     // no subcommand: the default study
     fmt::print("normlab: no subcommand given; running the default study (`normlab compare`; see `normlab --help`)\n");
     return cli::run_compare(compare);

@@ -2,6 +2,7 @@
 #include "train/checkpoint.h"
 
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
 
 #include "io/hf.h"
@@ -49,7 +50,17 @@ static ModelConfig config_of(const st::File& f) {
   return model_config_from_json(j, f.path + " config");
 }
 
-ModelConfig checkpoint_config(const std::string& path) {
+// A normlab run directory (what `normlab train` writes) stands for the checkpoint inside it.
+static std::string resolve(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path inside = std::filesystem::path(path) / "checkpoint.safetensors";
+  if (std::filesystem::is_directory(path, ec) && std::filesystem::is_regular_file(inside, ec))
+    return inside.string();
+  return path;
+}
+
+ModelConfig checkpoint_config(const std::string& given) {
+  const std::string path = resolve(given);
   if (hf::is_model_dir(path)) return hf::read_model_dir_config(path);
   return config_of(st::read(path));
 }
@@ -68,7 +79,8 @@ static void copy_params(const st::File& f, Model<float>& model) {
   }
 }
 
-std::unique_ptr<Model<float>> load_model(const std::string& path) {
+std::unique_ptr<Model<float>> load_model(const std::string& given) {
+  const std::string path = resolve(given);
   if (hf::is_model_dir(path)) return hf::load_model_dir(path);
   const st::File f = st::read(path);
   auto model = std::make_unique<Model<float>>(config_of(f));
@@ -76,7 +88,8 @@ std::unique_ptr<Model<float>> load_model(const std::string& path) {
   return model;
 }
 
-void load_params(const std::string& path, Model<float>& model) {
+void load_params(const std::string& given, Model<float>& model) {
+  const std::string path = resolve(given);
   if (!hf::is_model_dir(path)) return copy_params(st::read(path), model);
   const hf::Imported im = hf::read_model_dir(path);
   const ParamTable& table = model.table();

@@ -17,7 +17,8 @@ void save_checkpoint(const std::string& path, const Model<float>& model, AdamW* 
                      bool overwrite);
 
 // Every `path` below may also be a Hugging Face model directory (config.json + model.safetensors,
-// see io/hf.h), read with the same strictness.
+// see io/hf.h), read with the same strictness, or a normlab run directory (the
+// checkpoint.safetensors inside it).
 // Reads the config from a checkpoint's metadata (Error if missing or invalid).
 ModelConfig checkpoint_config(const std::string& path);
 
