@@ -1,23 +1,30 @@
-// theory.h: `normlab theory`: each claim of the source documents (000, 002, 003, 004: docs/SOURCES.md) and of
-// Xiong et al. 2020, measured with the instruments on fresh models and on the same models trained
-// on the built-in corpus, with a verdict (holds / violated / holds only under a stated condition /
-// not observed) and the numbers behind it. The statements about initialization only (Xiong et
-// al., Liu et al.'s first update) and the DeepNet constant (a fact of the formula) are measured on
-// fresh models only.
+// theory.h: `normlab theory`: every claim of the source documents (000-004, docs/SOURCES.md) and of
+// the papers normlab reproduces (Xiong et al. 2020, Liu et al. 2020, DeepNet), measured in the
+// setting its source states, over several seeds, on fresh models and (for the claims that are not
+// about initialization) on the same models trained on the built-in corpus. Each claim has one
+// quantity; its per-seed values give a mean, a spread and a 95% confidence interval, and the verdict
+// follows one rule (stats.h): "holds" or "violated" only when the interval excludes the other
+// answer, else "not distinguishable at this scale". The claims in words: docs/THEORY.md.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "analysis/stats.h"
+
 namespace normlab::analysis {
 
 struct Claim {
-  std::string source;     // e.g. "000 Thm 2.2"
-  std::string statement;  // what the document claims
-  std::string measured;   // what was measured, with the numbers
-  std::string verdict;    // holds | violated | holds only ... | not observed ...
-  nlohmann::json numbers;
+  std::string source;     // e.g. "000 Thm 2.2", "Xiong et al. 2020"
+  std::string statement;  // what the source claims
+  std::string setting;    // where it was measured
+  std::string quantity;   // the number the verdict is decided on
+  std::string claimed;    // the region the claim puts it in, e.g. "> 1"
+  std::string measured;   // mean, CI, spread, and the first seed's numbers in words
+  std::string verdict;    // holds | violated | not distinguishable at this scale
+  SeedSummary summary;
+  nlohmann::json numbers;  // the seeds' numbers
   std::string model = "fresh";  // or "trained (N steps)"
 };
 
@@ -26,9 +33,12 @@ inline constexpr long kTheoryTrainedSteps = 300;  // the default of `normlab the
 struct TheoryOptions {
   int d_model = 64, n_heads = 4, n_layers = 6, seq_len = 16;
   int deep_layers = 24;  // for the growth-with-depth claims
-  long seed = 1337;
+  long seed = 1337;      // the first seed; seed k is seed + k
+  int seeds = 5;         // seeds of the fresh models
+  int trained_seeds = 3; // seeds of the trained models
   long train_steps = 0;   // 0: fresh models; else every model is trained this many AdamW steps first
   double train_lr = 1e-3; // (cosine, 20% warm-up, batch 8 x seq_len, clip 1) on the corpus' training split
+  std::string pairs = "es-en";  // translation pairs of the enc-dec claims: a built Bible pair or a directory
 };
 
 std::vector<Claim> run_theory(const TheoryOptions& options);

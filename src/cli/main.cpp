@@ -124,6 +124,8 @@ int run_theory(const analysis::TheoryOptions& opts, long trained_steps, const st
   if (!json_out.empty() && !force && std::filesystem::exists(json_out))
     throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", json_out));
   if (trained_steps < 0 || trained_steps > 100000) throw Error("--trained-steps must be in [0, 100000]");
+  if (opts.seeds < 1 || opts.seeds > 100 || opts.trained_seeds < 1 || opts.trained_seeds > 100)
+    throw Error(fmt::format("--seeds {} and --trained-seeds {} must be in [1, 100]", opts.seeds, opts.trained_seeds));
   const auto claims = analysis::run_theory_fresh_and_trained(opts, trained_steps);
   analysis::print_claims(claims);
   if (!json_out.empty()) {
@@ -182,6 +184,11 @@ int main(int argc, char** argv) {
   long theory_trained_steps = analysis::kTheoryTrainedSteps;
   theory_cmd->add_option("--trained-steps", theory_trained_steps,
                          "also measure every claim on the models trained this many steps (default 300; 0: fresh only)");
+  theory_cmd->add_option("--seeds", theory_opts.seeds, "seeds of the fresh models (default 5)");
+  theory_cmd->add_option("--trained-seeds", theory_opts.trained_seeds, "seeds of the trained models (default 3)");
+  theory_cmd->add_option("--pairs", theory_opts.pairs,
+                         "translation pairs of the encoder-decoder claims: a built Bible pair or a corpus directory "
+                         "(default es-en)");
 
   cli::AnalyzeCommand analyze;
   cli::add_analyze_command(app, analyze);

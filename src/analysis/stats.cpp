@@ -1,0 +1,88 @@
+// stats.cpp: seed summaries, confidence intervals, the verdict rule and law fits (stats.h).
+#include "analysis/stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+
+namespace normlab::analysis {
+
+namespace {
+
+// two-sided 95% quantile of Student's t with df degrees of freedom (df = 1 .. 30; the normal beyond)
+double t975(int df) {
+  static const double q[] = {12.706, 4.303, 2.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                             2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                             2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
+  return df >= 1 && df <= 30 ? q[df - 1] : 1.960;
+}
+
+}  // namespace
+
+SeedSummary summarize(const std::vector<double>& values) {
+  SeedSummary s;
+  s.values = values;
+  s.n = int(values.size());
+  if (s.n == 0) {
+    s.mean = s.lo = s.hi = s.sd = std::nan("");
+    return s;
+  }
+  for (double v : values) s.mean += v / s.n;
+  for (double v : values) s.sd += s.n > 1 ? (v - s.mean) * (v - s.mean) / (s.n - 1) : 0;
+  s.sd = std::sqrt(s.sd);
+  const double half = s.n > 1 ? t975(s.n - 1) * s.sd / std::sqrt(double(s.n)) : 0;
+  s.lo = s.mean - half;
+  s.hi = s.mean + half;
+  return s;
+}
+
+std::string Region::text() const {
+  switch (kind) {
+    case Above: return fmt::format("> {:g}", a);
+    case Below: return fmt::format("< {:g}", a);
+    case Between: return fmt::format("in [{:g}, {:g}]", a, b);
+  }
+  return "";
+}
+
+std::string decide(const SeedSummary& s, const Region& r) {
+  if (s.n == 0 || !std::isfinite(s.lo) || !std::isfinite(s.hi)) return kUndecided;
+  switch (r.kind) {
+    case Region::Above: return s.lo > r.a ? kHolds : s.hi <= r.a ? kViolated : kUndecided;
+    case Region::Below: return s.hi < r.a ? kHolds : s.lo >= r.a ? kViolated : kUndecided;
+    case Region::Between:
+      if (s.lo >= r.a && s.hi <= r.b) return kHolds;
+      if (s.hi < r.a || s.lo > r.b) return kViolated;
+      return kUndecided;
+  }
+  return kUndecided;
+}
+
+double fit_rss(const std::vector<double>& x, const std::vector<double>& y, const std::function<double(double)>& f,
+               double* a_out, double* b_out) {
+  const double n = double(x.size());
+  double sf = 0, sy = 0, sff = 0, sfy = 0;
+  for (size_t i = 0; i < x.size(); i++) {
+    const double fi = f(x[i]);
+    sf += fi, sy += y[i], sff += fi * fi, sfy += fi * y[i];
+  }
+  const double det = n * sff - sf * sf;
+  const double a = det != 0 ? (n * sfy - sf * sy) / det : 0, b = (sy - a * sf) / n;
+  double rss = 0;
+  for (size_t i = 0; i < x.size(); i++) rss += (y[i] - a * f(x[i]) - b) * (y[i] - a * f(x[i]) - b);
+  if (a_out) *a_out = a;
+  if (b_out) *b_out = b;
+  return rss;
+}
+
+double log_rss_ratio(const std::vector<double>& x, const std::vector<double>& y,
+                     const std::function<double(double)>& f, const std::function<double(double)>& g) {
+  const double tiny = 1e-300;
+  return std::log(std::max(fit_rss(x, y, g), tiny)) - std::log(std::max(fit_rss(x, y, f), tiny));
+}
+
+nlohmann::json to_json(const SeedSummary& s) {
+  return {{"n", s.n}, {"mean", s.mean}, {"sd", s.sd}, {"ci95", {s.lo, s.hi}}, {"values", s.values}};
+}
+
+}  // namespace normlab::analysis

@@ -1,0 +1,69 @@
+// theory_checks.h (internal to normlab theory): one seed's measurements of the claims. Each check
+// builds its models in the setting its source states, measures, and returns one Measurement per
+// claim: the quantity the verdict is decided on (one number per seed), the region where the claim
+// puts it, and the seed's numbers in words. theory.cpp runs the checks over seeds and decides
+// (stats.h). The claims in words, with their sources: docs/THEORY.md.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "analysis/stats.h"
+#include "analysis/theory.h"
+#include "model/model.h"
+#include "train/data.h"
+#include "train/translation.h"
+
+namespace normlab::analysis::theory_detail {
+
+struct Measurement {
+  std::string source;     // "000 Thm 2.2", "Xiong et al. 2020", ...
+  std::string statement;  // the claim, as its source states it
+  std::string setting;    // where it is measured (architecture, width, depth, init, activation, eps)
+  std::string quantity;   // the number the verdict is decided on
+  Region claimed;         // where the claim puts that number
+  double value = 0;       // this seed's value
+  std::string detail;     // this seed's numbers in words
+  nlohmann::json numbers;
+};
+
+// The models of the checks: fresh from their config, or (train_steps > 0) trained first with AdamW
+// on the corpus' training split; trained parameters are kept per config (eps aside: a model
+// differing only in eps gets the parameters trained at eps = 1e-5).
+class ModelSource {
+ public:
+  ModelSource(const TheoryOptions& o, const std::vector<int32_t>& train_ids) : o_(o), ids_(train_ids) {}
+  std::unique_ptr<Model<double>> make(const ModelConfig& c);
+
+ private:
+  std::vector<float> train(ModelConfig c);
+  const TheoryOptions& o_;
+  const std::vector<int32_t>& ids_;
+  std::map<std::string, std::vector<float>> trained_;
+};
+
+// One seed's inputs.
+struct Bench {
+  TheoryOptions opt;                 // opt.seed is this seed's
+  std::vector<int32_t> corpus;       // the validation split: every measurement on a byte LM
+  std::vector<int32_t> ids;          // one sequence of seq_len tokens from it
+  ModelSource* models = nullptr;
+  bool fresh = true;
+  const std::vector<TokenPair>* pairs = nullptr;  // translation pairs (enc-dec claims)
+  std::string pairs_name;                         // what they are, for the setting
+};
+
+ModelConfig gpt_config(const TheoryOptions& o, Placement p, double eps, int layers);
+std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c);
+
+// 000's LayerNorm and block Jacobian statements, 002's attention bounds (theory_lemmas.cpp)
+void lemma_checks(const Bench& b, std::vector<Measurement>& out);
+// growth with depth on the byte LM: 002 rank collapse and ||A||_2 with depth, 003, 004 (theory_depth.cpp)
+void depth_checks(const Bench& b, std::vector<Measurement>& out);
+// the encoder-decoder claims at initialization: Xiong et al., Liu et al. (theory_encdec.cpp)
+void encdec_checks(const Bench& b, std::vector<Measurement>& out);
+
+}  // namespace normlab::analysis::theory_detail

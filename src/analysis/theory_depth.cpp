@@ -1,0 +1,154 @@
+// theory_depth.cpp: the claims about how a byte-LM stack behaves with depth, on one seed's models:
+// source 002's rank collapse and "||A||_2 rises toward sqrt(n) with depth in Post-LN", source 003's
+// additive growth of Pre-LN, exponential growth of Post-LN's LayerNorm inputs and kappa^L gradient
+// decay, and source 004's sqrt(l) growth, 1/sqrt(l) branch ratio and larger lower-layer gradients in
+// Pre-LN. Source 004's statements assume a branch comparable to the stream, so they are measured at
+// Xavier init, not under GPT-2's depth-scaled init (which shrinks every branch by 1/sqrt(2L)).
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "analysis/attention.h"
+#include "analysis/dynamics.h"
+#include "analysis/theory_checks.h"
+#include "util/error.h"
+
+namespace normlab::analysis::theory_detail {
+
+namespace {
+
+double depth_slope(const std::vector<double>& x, const std::vector<double>& y) {
+  double a = 0;
+  fit_rss(x, y, [](double v) { return v; }, &a);
+  return a;
+}
+
+// mean over the tokens of ||r||, the input of a Post-LN sub-layer's LayerNorm (x + F(x))
+double ln_input_norm(const Model<double>& m, int slot, int T) {
+  const int C = m.config().d_model;
+  const double* r = m.acts(slot).r;
+  double sum = 0;
+  for (int t = 0; t < T; t++) {
+    double s = 0;
+    for (int c = 0; c < C; c++) s += r[size_t(t) * C + c] * r[size_t(t) * C + c];
+    sum += std::sqrt(s) / T;
+  }
+  return sum;
+}
+
+}  // namespace
+
+void depth_checks(const Bench& b, std::vector<Measurement>& out) {
+  const TheoryOptions& o = b.opt;
+  const int L = o.deep_layers;
+  const std::string lm = fmt::format("d = {}, {} heads, T = {}, byte LM", o.d_model, o.n_heads, o.seq_len);
+  {  // 002 rank collapse: the Pre-LN model's own weights with skips and MLPs removed
+    auto deep_pre = b.models->make(gpt_config(o, Placement::Pre, 1e-5, L));
+    const DynamicsReport dpre = analyze_dynamics(*deep_pre, b.corpus, 2, 4, o.seq_len, 5);
+    auto collapse = [&](bool skips, bool mlp) {
+      for (const auto& v : dpre.rank_collapse)
+        if (v.skips == skips && v.mlp == mlp) return v;
+      throw Error("theory: a rank-collapse ablation is missing");
+    };
+    const auto full = collapse(true, true), attn_skip = collapse(true, false), noskip = collapse(false, true),
+               pure = collapse(false, false);
+    const std::string setting = fmt::format("Pre-LN, {} layers, {}, GPT-2 init; ablations keep the weights", L, lm);
+    const std::string detail = fmt::format("res(X_L)/res(X_0): pure attention {:.3g}, no skips with MLP {:.3g}, skips "
+                                           "without MLP {:.3g}, full model {:.3g}",
+                                           pure.ratio, noskip.ratio, attn_skip.ratio, full.ratio);
+    const nlohmann::json nums = {{"pure_attention", pure.ratio}, {"noskip_mlp", noskip.ratio},
+                                 {"skip_no_mlp", attn_skip.ratio}, {"full", full.ratio}};
+    out.push_back({"002 rank collapse", "without skip connections attention layers drive the tokens to rank one",
+                   setting, "res(X_L)/res(X_0) of pure attention (no skips, no MLP)", Region::below(0.01), pure.ratio,
+                   detail, nums});
+    out.push_back({"002 skips prevent collapse", "skip connections prevent rank collapse", setting,
+                   "res(X_L)/res(X_0) with skips and without MLPs", Region::above(0.5), attn_skip.ratio, detail, nums});
+  }
+  // the Pre-LN and Post-LN stacks at Xavier init (the premise of 003 and 004: branches comparable to the stream)
+  ModelConfig pre_cfg = gpt_config(o, Placement::Pre, 1e-5, L), post_cfg = gpt_config(o, Placement::Post, 1e-5, L);
+  pre_cfg.init = post_cfg.init = InitScheme::Xavier;
+  const std::string xavier = fmt::format("{} layers, {}, Xavier init", L, lm);
+  {
+    auto pre = b.models->make(pre_cfg);
+    const DynamicsReport dp = analyze_dynamics(*pre, b.corpus, 2, 4, o.seq_len, 5);
+    std::vector<double> l, grow, ratio;
+    for (size_t i = 1; i < dp.layers.size(); i++) {
+      l.push_back(double(i));
+      grow.push_back(std::max(1e-300, dp.layers[i].stream_norm * dp.layers[i].stream_norm -
+                                          dp.layers[0].stream_norm * dp.layers[0].stream_norm));
+      ratio.push_back(dp.layers[i].mlp_branch_ratio);
+    }
+    std::vector<double> log_l, log_grow, log_ratio;
+    for (size_t i = 0; i < l.size(); i++)
+      log_l.push_back(std::log(l[i])), log_grow.push_back(std::log(grow[i])), log_ratio.push_back(std::log(ratio[i]));
+    const double p = depth_slope(log_l, log_grow), q = depth_slope(log_l, log_ratio);
+    // power law (log y linear in log l) against exponential (log y linear in l), same data
+    const double power_vs_exp = log_rss_ratio(l, log_grow, [](double v) { return std::log(v); }, [](double v) { return v; });
+    const std::string norms = fmt::format("||x|| from {:.3f} (layer 0) to {:.3f} (after layer {})", dp.layers[0].stream_norm,
+                                          dp.final_stream_norm, L);
+    out.push_back({"003/004 stream growth", "Pre-LN grows the stream additively: ||x_l||^2 ~ l, i.e. ||x_l|| ~ sqrt(l)",
+                   "Pre-LN, " + xavier, "exponent p of ||x_l||^2 - ||x_0||^2 ~ l^p", Region::between(0.75, 1.25), p,
+                   norms, {{"exponent", p}, {"stream_norms", [&] {
+                             std::vector<double> v;
+                             for (const auto& ly : dp.layers) v.push_back(ly.stream_norm);
+                             return v;
+                           }()}}});
+    out.push_back({"003 additive, not multiplicative", "Pre-LN's growth is additive (a power of l), not exponential",
+                   "Pre-LN, " + xavier,
+                   "log(RSS of the exponential fit / RSS of the power-law fit) of log(||x_l||^2 - ||x_0||^2)",
+                   Region::above(0), power_vs_exp, norms, {{"log_rss_exp_over_power", power_vs_exp}}});
+    out.push_back({"004 branch ratio", "the branch-to-stream ratio ||F_l||/||x_l|| shrinks like 1/sqrt(l)",
+                   "Pre-LN, " + xavier, "exponent q of the MLP branch ratio ~ l^q (claim: -0.5)",
+                   Region::between(-0.75, -0.25), q,
+                   fmt::format("ratio {:.3f} at layer 1, {:.3f} at layer {}", ratio.front(), ratio.back(), L - 1),
+                   {{"exponent", q}, {"ratios", ratio}}});
+    const double lower = dp.layers.front().grad_norm / dp.layers.back().grad_norm;
+    out.push_back({"004 lower layers larger gradients", "in Pre-LN the lower layers get larger gradients than the upper ones",
+                   "Pre-LN, " + xavier, "||dL/d theta|| of layer 0 / of the last layer", Region::above(1), lower,
+                   fmt::format("gradient norm {:.3g} at layer 0, {:.3g} at layer {}", dp.layers.front().grad_norm,
+                               dp.layers.back().grad_norm, L - 1),
+                   {{"ratio", lower}}});
+  }
+  {
+    auto post = b.models->make(post_cfg);
+    const DynamicsReport dq = analyze_dynamics(*post, b.corpus, 2, 4, o.seq_len, 5);
+    // the LayerNorm inputs, on one sequence
+    std::vector<int32_t> labels(b.ids.size(), -100);
+    post->forward(b.ids.data(), labels.data(), 1, int(b.ids.size()));
+    std::vector<double> site, log_norm;
+    for (int s = 2; s < post->config().n_slots(); s++) {  // slot 0, 1: the embedding's scale
+      site.push_back(double(s));
+      log_norm.push_back(std::log(ln_input_norm(*post, s, int(b.ids.size()))));
+    }
+    const double g = std::exp(depth_slope(site, log_norm)) - 1;
+    out.push_back({"003 Post-LN input growth", "Post-LN's LayerNorm inputs grow exponentially with depth, like (1+g)^L",
+                   "Post-LN, " + xavier, "g, from ||LN input|| ~ (1+g)^sub-layer (sub-layers 2 .. 2L-1)",
+                   Region::above(0), g,
+                   fmt::format("||x + F(x)|| from {:.3f} to {:.3f}; (1+g)^(2L) = {:.3f}", std::exp(log_norm.front()),
+                               std::exp(log_norm.back()), std::pow(1 + g, 2.0 * L)),
+                   {{"g", g}, {"log_norms", log_norm}}});
+    std::vector<double> layer, log_grad;
+    for (size_t i = 1; i < dq.layers.size(); i++) layer.push_back(double(i)), log_grad.push_back(std::log(dq.layers[i].grad_norm));
+    const double kappa = std::exp(-depth_slope(layer, log_grad));
+    out.push_back({"003 kappa^L gradient decay", "in Post-LN the gradient decays like kappa^L (kappa < 1) toward the input",
+                   "Post-LN, " + xavier, "kappa, from ||dL/d theta_l|| ~ kappa^(L-l) (layers 1 .. L-1)",
+                   Region::below(1), kappa,
+                   fmt::format("gradient norm {:.3g} at layer 1, {:.3g} at layer {}", dq.layers[1].grad_norm,
+                               dq.layers.back().grad_norm, L - 1),
+                   {{"kappa", kappa}, {"log_grad_norms", log_grad}}});
+    // 002: in Post-LN ||A||_2 rises toward sqrt(n) with depth
+    const AttentionReport ar = analyze_attention(*post);
+    std::vector<double> lay, norm;
+    for (const auto& h : ar.heads_by_layer) lay.push_back(double(h.layer)), norm.push_back(h.stats.norm2 / std::sqrt(double(o.seq_len)));
+    const double rise = depth_slope(lay, norm) * (L - 1);
+    out.push_back({"002 ||A|| rises with depth", "in Post-LN ||A||_2 rises toward sqrt(n) with depth",
+                   "Post-LN, " + xavier + ", causal, every head",
+                   "fitted change of ||A||_2 / sqrt(n) from the first to the last layer", Region::above(0), rise,
+                   fmt::format("||A||_2/sqrt(n) = {:.3f} in layer 0 head 0, {:.3f} in the last layer's head 0", norm.front(),
+                               norm[norm.size() - size_t(o.n_heads)]),
+                   {{"rise", rise}}});
+  }
+}
+
+}  // namespace normlab::analysis::theory_detail

@@ -1,0 +1,128 @@
+// theory_encdec.cpp: the claims made on encoder-decoder translation models, measured at
+// initialization on translation pairs in their papers' settings: Xiong et al. 2020 (the gradient of
+// the FFN output weights W^(2,l) grows toward the output in Post-LN, is flat in Pre-LN; their Fig. 3:
+// d = 512, FFN 1024, 4 heads, 6-6 layers, Xavier, ReLU) and Liu et al. 2020 (the change of the model
+// output after one update grows like O(N) with depth for Post-LN and O(log N) for Pre-LN, measured
+// here on the logits after one Adam step at a small learning rate, where the change is linear in it).
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "analysis/theory_checks.h"
+#include "util/rng.h"
+
+namespace normlab::analysis::theory_detail {
+
+namespace {
+
+ModelConfig encdec_config(int d, int heads, int ff, int layers, int seq_len, Placement p, uint64_t seed) {
+  ModelConfig c;
+  c.arch = Arch::EncDec;
+  c.d_model = d;
+  c.n_heads = heads;
+  c.d_ff = ff;
+  c.n_layers = layers;
+  c.dec_layers = layers;
+  c.seq_len = seq_len;
+  c.placement = {p};
+  c.activation = Activation::Relu;
+  c.init = InitScheme::Xavier;
+  c.seed = long(seed);
+  return c;
+}
+
+// B pairs picked by the seed
+Batch pairs_batch(const Bench& b, int B, uint64_t stream) {
+  Rng rng(uint64_t(b.opt.seed), stream);
+  return sample_translation_batch(*b.pairs, B, rng);
+}
+
+double forward_backward(Model<double>& m, const Batch& batch) {
+  m.zero_grad();
+  const double loss = m.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T, nullptr, batch.mask_or_null(),
+                                batch.source());
+  m.backward();
+  return loss;
+}
+
+double grad_norm_of(const Model<double>& m, const std::string& name) {
+  const ParamSpec* p = m.table().find(name);
+  double s = 0;
+  for (size_t i = 0; i < p->numel; i++) s += m.grads()[p->offset + i] * m.grads()[p->offset + i];
+  return std::sqrt(s);
+}
+
+}  // namespace
+
+void encdec_checks(const Bench& b, std::vector<Measurement>& out) {
+  if (!b.fresh || !b.pairs) return;  // statements about initialization, on translation pairs
+  const int seq_len = 128;
+  {  // Xiong et al. 2020, Fig. 3
+    const int N = 6;
+    const Batch batch = pairs_batch(b, 4, 31);
+    const std::string setting = fmt::format("encoder-decoder {}-{}, d = 512, FFN 1024, 4 heads, ReLU, Xavier, eps = 1e-5, "
+                                            "at init; 4 pairs of {}",
+                                            N, N, b.pairs_name);
+    for (Placement p : {Placement::Post, Placement::Pre}) {
+      Model<double> m(encdec_config(512, 4, 1024, N, seq_len, p, uint64_t(b.opt.seed)));
+      forward_backward(m, batch);
+      std::vector<double> enc, dec;
+      for (int l = 0; l < N; l++) {
+        enc.push_back(grad_norm_of(m, fmt::format("enc.h.{}.mlp.proj.weight", l)));
+        dec.push_back(grad_norm_of(m, fmt::format("h.{}.mlp.proj.weight", l)));
+      }
+      const bool post = p == Placement::Post;
+      for (bool decoder : {false, true}) {
+        const auto& g = decoder ? dec : enc;
+        out.push_back({"Xiong et al. 2020",
+                       post ? "at init, ||dL/dW2|| of the FFN output weights grows with the layer index in Post-LN"
+                            : "at init, ||dL/dW2|| is about flat across layers in Pre-LN",
+                       fmt::format("{}, {}", post ? "Post-LN" : "Pre-LN", setting),
+                       fmt::format("{} ||dL/dW2||, last layer / first layer", decoder ? "decoder" : "encoder"),
+                       post ? Region::above(1) : Region::between(0.8, 1.25), g.back() / g.front(),
+                       fmt::format("{} layers 0..{}: [{:.3g}]", decoder ? "decoder" : "encoder", N - 1, fmt::join(g, ", ")),
+                       {{"encoder", enc}, {"decoder", dec}}});
+      }
+    }
+  }
+  {  // Liu et al. 2020: output change of one update against depth
+    const std::vector<int> depths = {1, 2, 4, 8, 16};
+    const double lr = 1e-5;
+    const Batch batch = pairs_batch(b, 4, 32);
+    const std::string setting = fmt::format("encoder-decoder N-N for N in [{}], d = 64, FFN 256, 4 heads, ReLU, Xavier, "
+                                            "one Adam step (lr {:g}, the first step: lr * g / (|g| + 1e-8)); 4 pairs of {}",
+                                            fmt::join(depths, ", "), lr, b.pairs_name);
+    for (Placement p : {Placement::Post, Placement::Pre}) {
+      std::vector<double> n, change;
+      for (int N : depths) {
+        Model<double> m(encdec_config(64, 4, 256, N, seq_len, p, uint64_t(b.opt.seed)));
+        forward_backward(m, batch);
+        const size_t nl = size_t(batch.B) * batch.T * m.config().vocab_size();
+        m.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T, nullptr, batch.mask_or_null(), batch.source());
+        const std::vector<double> before(m.logits(), m.logits() + nl);
+        std::vector<double> w = m.params();
+        for (size_t i = 0; i < w.size(); i++) w[i] -= lr * m.grads()[i] / (std::abs(m.grads()[i]) + 1e-8);
+        std::copy(w.begin(), w.end(), m.params().begin());
+        m.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T, nullptr, batch.mask_or_null(), batch.source());
+        double d2 = 0;
+        for (size_t i = 0; i < nl; i++) d2 += (m.logits()[i] - before[i]) * (m.logits()[i] - before[i]);
+        n.push_back(double(N));
+        change.push_back(d2);
+      }
+      const double lin_vs_log = log_rss_ratio(n, change, [](double v) { return v; }, [](double v) { return std::log(v); });
+      const bool post = p == Placement::Post;
+      out.push_back({"Liu et al. 2020",
+                     post ? "the output change of one update grows like O(N) with depth in Post-LN"
+                          : "the output change of one update grows like O(log N) with depth in Pre-LN",
+                     fmt::format("{}, {}", post ? "Post-LN" : "Pre-LN", setting),
+                     "log(RSS of the fit a log N + b / RSS of the fit a N + b) of ||F(W*) - F(W)||^2 (the logits)",
+                     post ? Region::above(0) : Region::below(0), lin_vs_log,
+                     fmt::format("||dF||^2 at N = [{}]: [{:.3g}] (x{:.1f} from N = 1 to 16)", fmt::join(depths, ", "),
+                                 fmt::join(change, ", "), change.back() / change.front()),
+                     {{"depths", depths}, {"change", change}}});
+    }
+  }
+}
+
+}  // namespace normlab::analysis::theory_detail

@@ -1,0 +1,175 @@
+// theory_lemmas.cpp: the claims about single operators, measured exactly on one seed's models:
+// source 000's LayerNorm Jacobian (Lemma 2.1, Thm 2.2, Remark 1.2, Thm 3.6), its Post-LN rank and
+// Pre-LN lower bounds (Thm 3.2, 6.3, 4.6, 6.4), source 004's "dNorm/dz is about 1/sqrt(d)", source
+// 002's attention spectral bounds, and DeepNet's constant (a fact of the formula).
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+
+#include "analysis/attention.h"
+#include "analysis/jacobian.h"
+#include "analysis/theory_checks.h"
+#include "ops/layernorm.h"
+#include "util/rng.h"
+
+namespace normlab::analysis::theory_detail {
+
+void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
+  const TheoryOptions& o = b.opt;
+  const int d = o.d_model;
+  const std::string size = fmt::format("d = {}, {} heads, {} layers, T = {}, GPT-2 init, byte LM", d, o.n_heads,
+                                       o.n_layers, o.seq_len);
+  JacobianOptions jopt;
+  jopt.lanczos_k = 0;
+  auto post0 = forward_on(b, gpt_config(o, Placement::Post, 0.0, o.n_layers));
+  auto post = forward_on(b, gpt_config(o, Placement::Post, 1e-5, o.n_layers));
+  auto pre = forward_on(b, gpt_config(o, Placement::Pre, 1e-5, o.n_layers));
+  const JacobianReport jpost0 = analyze_jacobian(*post0, jopt);
+  const JacobianReport jpost = analyze_jacobian(*post, jopt);
+  const JacobianReport jpre = analyze_jacobian(*pre, jopt);
+
+  {  // Lemma 2.1: the formula has no eps
+    double autodiff = 0, seed_err = 0, scale = 0;
+    for (const auto& n : jpre.norms) autodiff = std::max(autodiff, n.closed_form_err / n.predicted_bulk);
+    const SublayerActs<double>& a = pre->acts(0);
+    const std::vector<double> ones(size_t(d), 1.0);
+    const size_t off = size_t(o.seq_len - 1) * d;
+    const auto exact = norm_jacobian_closed_form(NormKind::LayerNorm, a.x_in + off, ones.data(), d, 1e-5);
+    const auto stated = norm_jacobian_closed_form(NormKind::LayerNorm, a.x_in + off, ones.data(), d, 0.0);
+    for (size_t i = 0; i < exact.size(); i++) {
+      seed_err = std::max(seed_err, std::abs(exact[i] - stated[i]));
+      scale = std::max(scale, std::abs(exact[i]));
+    }
+    out.push_back({"000 Lemma 2.1", "J_LN(z) = (1/sigma)(I - 11^T/d - zhat zhat^T/d)",
+                   "Pre-LN, " + size + ", eps = 1e-5, the first norm site (the embedding, var ~ 4e-4), last token",
+                   "max relative error of the stated formula (no eps) against the true Jacobian", Region::below(1e-6),
+                   seed_err / scale,
+                   fmt::format("input variance {:.2e}; the formula with s = sqrt(var + eps) matches autodiff to {:.1e}",
+                               jpre.norms[0].var, autodiff),
+                   {{"autodiff_rel_err", autodiff}, {"formula_without_eps_rel_err", seed_err / scale}}});
+  }
+  {  // Thm 2.2: rank d - 2, kernel span{1, zhat}
+    int ok0 = 0, full_eps = 0;
+    for (const auto& n : jpost0.norms) ok0 += n.spectrum.rank == d - 2 && n.j_ones / n.predicted_bulk < 1e-10 &&
+                                             n.j_zhat / n.predicted_bulk < 1e-10;
+    for (const auto& n : jpost.norms) full_eps += n.spectrum.rank == d - 1;
+    const double frac = double(ok0) / double(jpost0.norms.size());
+    out.push_back({"000 Thm 2.2", "rank J_LN = d - 2, kernel span{1, zhat}", "Post-LN, " + size + ", eps = 0 (the theorem's)",
+                   "fraction of norm sites with rank d - 2 and kernel {1, zhat}", Region::between(1, 1), frac,
+                   fmt::format("{} of {} sites; at eps = 1e-5, {} of {} sites have rank d - 1 (zhat keeps eps/(var+eps))",
+                               ok0, jpost0.norms.size(), full_eps, jpost.norms.size()),
+                   {{"eps0_sites_ok", ok0}, {"eps_sites_rank_d_minus_1", full_eps}}});
+  }
+  {  // Remark 1.2: gamma multiplies from the right
+    double left = 0, right = 0;
+    for (const auto& n : jpre.norms) {
+      left = std::max(left, n.gamma_left_err / n.predicted_bulk);
+      right = std::max(right, n.gamma_right_err / n.predicted_bulk);
+    }
+    out.push_back({"000 Remark 1.2", "with gain gamma the Jacobian is J diag(gamma) (gamma on the right)",
+                   "Pre-LN, " + size + ", a random gamma ~ 1 + 0.5 N(0,1) where the model's gains are 1",
+                   "max relative error of J diag(gamma) against the true Jacobian", Region::below(1e-6), right,
+                   fmt::format("diag(gamma) J (gamma on the left) matches to {:.1e}", left),
+                   {{"left_rel_err", left}, {"right_rel_err", right}}});
+  }
+  {  // Thm 3.2 and 6.3: the Post-LN rank bound, one block and L blocks
+    int ok0 = 0, ok = 0;
+    for (const auto& bl : jpost0.blocks) ok0 += bl.local.rank <= d - 2;
+    for (const auto& bl : jpost.blocks) ok += bl.local.rank <= d - 2;
+    out.push_back({"000 Thm 3.2", "rank J_PostLN(x) <= d - 2 (token-local)", "Post-LN, " + size + ", eps = 0",
+                   "fraction of Post-LN sub-layer blocks with token-local rank <= d - 2", Region::between(1, 1),
+                   double(ok0) / double(jpost0.blocks.size()),
+                   fmt::format("{} of {} blocks; at eps = 1e-5: {} of {}", ok0, jpost0.blocks.size(), ok, jpost.blocks.size()),
+                   {{"eps0_blocks_ok", ok0}, {"eps_blocks_ok", ok}}});
+    const int r0 = jpost0.end_to_end.local.rank, r = jpost.end_to_end.local.rank;
+    out.push_back({"000 Thm 6.3", "L-layer Post-LN: rank of the end-to-end Jacobian <= d - 2", "Post-LN, " + size + ", eps = 0",
+                   "token-local end-to-end rank minus (d - 2)", Region::below(0.5), double(r0 - (d - 2)),
+                   fmt::format("rank {} at eps = 0, {} at eps = 1e-5 (d - 2 = {})", r0, r, d - 2),
+                   {{"rank_eps0", r0}, {"rank_eps", r}}});
+  }
+  {  // Thm 3.6: the directions 1 and zhat are annihilated
+    double g = 0, gz = 0;
+    for (const auto& n : jpost0.norms) g = std::max({g, n.j_ones / n.predicted_bulk, n.j_zhat / n.predicted_bulk});
+    for (const auto& n : jpost.norms) gz = std::max(gz, n.j_zhat / n.predicted_bulk);
+    out.push_back({"000 Thm 3.6", "perturbations along span{1, zhat} are annihilated by the LayerNorm",
+                   "Post-LN, " + size + ", eps = 0", "max gain of J_LN on 1 and zhat relative to its bulk 1/sigma",
+                   Region::below(1e-6), g, fmt::format("at eps = 1e-5 zhat keeps a gain of {:.2e}", gz),
+                   {{"gain_eps0", g}, {"gain_zhat_eps", gz}}});
+  }
+  {  // Thm 4.6 and 6.4: the Pre-LN lower bounds
+    int holds = 0, vacuous = 0, violated = 0;
+    for (const auto& bl : jpre.blocks) {
+      if (bl.bound_verdict.rfind("holds", 0) == 0) holds++;
+      else if (bl.bound_verdict.rfind("vacuous", 0) == 0) vacuous++;
+      else violated++;
+    }
+    out.push_back({"000 Thm 4.6", "Pre-LN: sigma_min(I + A) >= 1 - ||A|| when ||A|| < 1", "Pre-LN, " + size + ", full sequence",
+                   "number of Pre-LN blocks violating the bound", Region::below(0.5), double(violated),
+                   fmt::format("{} blocks: {} hold, {} vacuous (||A|| >= 1), {} violated", jpre.blocks.size(), holds,
+                               vacuous, violated),
+                   {{"holds", holds}, {"vacuous", vacuous}, {"violated", violated}}});
+    const auto& e = jpre.end_to_end;
+    out.push_back({"000 Thm 6.4", "L-layer Pre-LN: sigma_min >= prod(1 - ||A_l||)", "Pre-LN, " + size + ", full sequence",
+                   "1 if the end-to-end sigma_min is below the product bound, else 0", Region::below(0.5),
+                   e.verdict.rfind("VIOLATED", 0) == 0 ? 1.0 : 0.0, e.verdict,
+                   {{"product_bound", e.product_bound ? nlohmann::json(*e.product_bound) : nlohmann::json(nullptr)}}});
+  }
+  {  // 004: dNorm/dz ~ 1/sqrt(d); the bulk singular value is 1/sigma (Lemma 2.1)
+    std::vector<double> over_claim, over_sigma;
+    for (const auto& n : jpost.norms) {
+      const auto& sv = n.spectrum.sv;
+      const double bulk = sv[sv.size() / 2];
+      over_claim.push_back(bulk * std::sqrt(double(d)));
+      over_sigma.push_back(bulk * n.scale);
+    }
+    std::sort(over_claim.begin(), over_claim.end());
+    const double median = over_claim[over_claim.size() / 2];
+    out.push_back({"004 dNorm/dz", "the LayerNorm's derivative is about 1/sqrt(d)", "Post-LN, " + size + ", eps = 1e-5, every norm site",
+                   "median over norm sites of (median singular value of J_LN) x sqrt(d)", Region::between(0.8, 1.25),
+                   median,
+                   fmt::format("(median singular value) x sigma is {:.4f} to {:.4f} at every site: the bulk is 1/sigma, "
+                               "not 1/sqrt(d)",
+                               *std::min_element(over_sigma.begin(), over_sigma.end()),
+                               *std::max_element(over_sigma.begin(), over_sigma.end())),
+                   {{"bulk_times_sqrt_d", over_claim}, {"bulk_times_sigma", over_sigma}}});
+  }
+  {  // 002: attention spectral bounds
+    const AttentionReport ar = analyze_attention(*pre);
+    int bad = 0, n = 0;
+    double worst = 0;
+    for (const auto& h : ar.heads_by_layer) {
+      n++;
+      const bool in_bound = !h.seed_bound || h.stats.norm2 <= *h.seed_bound * (1 + 1e-12);
+      bad += !(h.stats.chain_holds && in_bound);
+      if (h.seed_bound) worst = std::max(worst, h.stats.norm2 / *h.seed_bound);
+    }
+    out.push_back({"002 spectral bounds", "1 <= ||A||_2 <= sqrt(c_max) <= sqrt(n), and ||A||_2 <= sqrt(n/(1+(n-1)exp(-2M)))",
+                   "Pre-LN, " + size + ", causal attention, every head", "number of heads violating a bound",
+                   Region::below(0.5), double(bad), fmt::format("{} heads; max ||A||/bound {:.3f}", n, worst),
+                   {{"heads", n}, {"violating", bad}, {"max_ratio_to_bound", worst}}});
+  }
+  if (b.fresh) {  // 004 / DeepNet: LN(alpha x + F) = LN(x + F / alpha): a fact of the formula
+    const int N = o.n_layers;
+    const double alpha = std::pow(2.0 * N, 0.25);
+    Rng rng(uint64_t(o.seed), 3);
+    std::vector<double> x(static_cast<size_t>(d)), f(static_cast<size_t>(d)), ones(size_t(d), 1.0), zero(size_t(d), 0.0);
+    for (int i = 0; i < d; i++) x[i] = rng.normal(), f[i] = rng.normal();
+    auto ln = [&](double xs, double fs) {
+      std::vector<double> in(static_cast<size_t>(d)), res(static_cast<size_t>(d));
+      for (int i = 0; i < d; i++) in[i] = xs * x[i] + fs * f[i];
+      double mean = 0, rstd = 0;
+      ops::layernorm_forward(res.data(), &mean, &rstd, in.data(), ones.data(), zero.data(), 1, d, 0.0);
+      return res;
+    };
+    const auto lu = ln(alpha, 1), lv = ln(1, 1 / alpha), lw = ln(1, 1 / std::sqrt(2.0 * N));
+    double same = 0, stated = 0;
+    for (int i = 0; i < d; i++) same = std::max(same, std::abs(lu[i] - lv[i])), stated = std::max(stated, std::abs(lu[i] - lw[i]));
+    out.push_back({"004 DeepNet constant", "DeepNorm down-weights the branch by 1/sqrt(2N)",
+                   fmt::format("the formula, N = {}, alpha = (2N)^(1/4) = {:.4f}, random x and F in R^{}", N, alpha, d),
+                   "max |LN(alpha x + F) - LN(x + F/sqrt(2N))|", Region::below(1e-9), stated,
+                   fmt::format("|LN(alpha x + F) - LN(x + F/alpha)| = {:.1e}: the branch weight is (2N)^(-1/4)", same),
+                   {{"alpha", alpha}, {"same_form_err", same}, {"stated_form_err", stated}}});
+  }
+}
+
+}  // namespace normlab::analysis::theory_detail
