@@ -1,6 +1,7 @@
 // test_decode.cpp: the incremental decoder (KV cache) against the full forward pass: the same
 // next-token logits at every position for every method (teacher forcing), and greedy decoding equal
-// to the naive loop that reruns the whole model on each prefix; beam search bookkeeping.
+// to the naive loop that reruns the whole model on each prefix (a ResiDual decoder too, whose second
+// stream is token-local and carried per position); beam search bookkeeping.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,7 +37,7 @@ ModelConfig small(Placement method) {
 
 TEST(IncrementalDecoder, EqualsTheFullForwardAtEveryPosition) {
   for (Placement method : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::Admin,
-                           Placement::ReZero, Placement::LayerScale, Placement::DeepNorm}) {
+                           Placement::ReZero, Placement::LayerScale, Placement::DeepNorm, Placement::Residual}) {
     SCOPED_TRACE(method_of(method).name);
     Model<double> model(small(method));
     Rng rng(3);
@@ -68,7 +69,9 @@ TEST(IncrementalDecoder, EqualsTheFullForwardAtEveryPosition) {
 }
 
 TEST(Translate, GreedyEqualsTheNaiveLoopAndBeamOneIsGreedy) {
-  ModelConfig c = small(Placement::Pre);
+  for (Placement method : {Placement::Pre, Placement::Residual}) {
+  SCOPED_TRACE(method_of(method).name);
+  ModelConfig c = small(method);
   c.seq_len = 12;
   Model<float> model(c);
   const std::vector<std::vector<int32_t>> sources = {{72, 101, 108, 108, 111, kEosToken}, {33, kEosToken}};
@@ -101,4 +104,5 @@ TEST(Translate, GreedyEqualsTheNaiveLoopAndBeamOneIsGreedy) {
   bad.beam = 0;
   EXPECT_THROW(translate(model, sources, bad), Error);
   EXPECT_THROW(translate(model, {std::vector<int32_t>(13, 65)}, greedy), Error);  // longer than seq_len
+  }
 }
