@@ -1,11 +1,12 @@
 // test_residual.cpp: ResiDual (model.placement = "residual", two streams per stack) against
 // independent checks: whole-model gradients vs central finite differences in double precision (gpt,
-// encoder, encdec; LayerNorm and RMSNorm; odd sizes; padding; attention-only; BERT pieces; an encdec
-// whose encoder is ResiDual and whose decoder is not, and the reverse); forward mode through the
-// stacks (jvp_stacks) vs finite differences and the adjoint identity with vjp_stacks (for one-stream
-// methods too); the stack output recomputed from the saved activations with a layernorm written here
-// (the x-transformers#145 regression: LN_final once at the end of the stack, never per layer);
-// config refusals (mixing in one stack, residual = false) and the refusals of one-stream products.
+// encoder, encdec; LayerNorm and RMSNorm; odd sizes; padding; attention-only; BERT pieces; an
+// encdec whose encoder is ResiDual and whose decoder is not, and the reverse); forward mode through
+// the stacks (jvp_stacks) vs finite differences and the adjoint identity with vjp_stacks (for
+// one-stream methods too); the stack output recomputed from the saved activations with a layernorm
+// written here (the x-transformers#145 regression: LN_final once at the end of the stack, never per
+// layer); config refusals (mixing in one stack, residual = false) and the refusals of one-stream
+// products.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,7 +57,8 @@ ResBatch residual_batch(const ModelConfig& c, uint64_t seed, int B = 2) {
     for (int t = 0; t < x.T; t++) {
       x.ids.push_back(int32_t(rng.below(std::min(c.vocab_size(), 256))));
       x.mask.push_back(t < x.T - b);
-      x.labels.push_back(t < x.T - b && t != 2 ? int32_t(rng.below(c.vocab_size())) : ops::kIgnoreLabel);
+      x.labels.push_back(t < x.T - b && t != 2 ? int32_t(rng.below(c.vocab_size()))
+                                               : ops::kIgnoreLabel);
     }
     for (int s = 0; s < x.S; s++) {
       x.src.push_back(int32_t(rng.below(c.src_vocab_size())));
@@ -67,8 +69,10 @@ ResBatch residual_batch(const ModelConfig& c, uint64_t seed, int B = 2) {
 }
 
 double run_forward(Model<double>& m, const ResBatch& x, bool pad) {
-  const Source src = m.config().encdec() ? Source{x.src.data(), x.S, pad ? x.src_mask.data() : nullptr} : Source{};
-  return m.forward(x.ids.data(), x.labels.data(), x.B, x.T, nullptr, pad ? x.mask.data() : nullptr, src);
+  const Source src =
+      m.config().encdec() ? Source{x.src.data(), x.S, pad ? x.src_mask.data() : nullptr} : Source{};
+  return m.forward(x.ids.data(), x.labels.data(), x.B, x.T, nullptr, pad ? x.mask.data() : nullptr,
+                   src);
 }
 
 // Every norm gain and bias (ln_f included) moved off its init so that a forgotten one shows.
@@ -88,7 +92,8 @@ void check_residual_gradients(const ModelConfig& cfg, bool pad = true) {
   model.zero_grad();
   model.backward();
   const std::vector<double> analytic = model.grads();
-  const std::vector<double> numeric = finite_diff(model.params(), [&] { return run_forward(model, x, pad); }, 1e-6);
+  const std::vector<double> numeric = finite_diff(
+      model.params(), [&] { return run_forward(model, x, pad); }, 1e-6);
   for (const ParamSpec& p : model.table().specs) {
     std::vector<double> a(analytic.begin() + p.offset, analytic.begin() + p.offset + p.numel);
     std::vector<double> n(numeric.begin() + p.offset, numeric.begin() + p.offset + p.numel);
@@ -97,12 +102,14 @@ void check_residual_gradients(const ModelConfig& cfg, bool pad = true) {
 }
 
 // Population layernorm of one row, written here independently of ops/layernorm (gamma, beta).
-std::vector<double> layernorm_row(const double* z, const double* gamma, const double* beta, int C, double eps) {
+std::vector<double> layernorm_row(const double* z, const double* gamma, const double* beta, int C,
+                                  double eps) {
   double mean = 0, var = 0;
   for (int c = 0; c < C; c++) mean += z[c] / C;
   for (int c = 0; c < C; c++) var += (z[c] - mean) * (z[c] - mean) / C;
   std::vector<double> out(static_cast<size_t>(C));
-  for (int c = 0; c < C; c++) out[size_t(c)] = (z[c] - mean) / std::sqrt(var + eps) * gamma[c] + beta[c];
+  for (int c = 0; c < C; c++)
+    out[size_t(c)] = (z[c] - mean) / std::sqrt(var + eps) * gamma[c] + beta[c];
   return out;
 }
 
@@ -165,8 +172,12 @@ TEST(ResidualJacobian, ForwardModeMatchesFiniteDifferencesAndTheAdjoint) {
       {Arch::Gpt, NormKind::LayerNorm, {kRes}},
       {Arch::Encoder, NormKind::RMSNorm, {kRes}},
       {Arch::EncDec, NormKind::LayerNorm, {kRes}},
-      {Arch::EncDec, NormKind::RMSNorm, {kRes, kRes, Placement::Post, Placement::Admin, Placement::Pre}},
-      {Arch::Gpt, NormKind::LayerNorm, {Placement::Pre}},  // one-stream stacks through the same path
+      {Arch::EncDec,
+       NormKind::RMSNorm,
+       {kRes, kRes, Placement::Post, Placement::Admin, Placement::Pre}},
+      {Arch::Gpt,
+       NormKind::LayerNorm,
+       {Placement::Pre}},  // one-stream stacks through the same path
       {Arch::EncDec, NormKind::LayerNorm, {Placement::Sandwich, Placement::Post, kRes, kRes, kRes}},
   };
   for (const Case& k : cases) {
@@ -190,8 +201,10 @@ TEST(ResidualJacobian, ForwardModeMatchesFiniteDifferencesAndTheAdjoint) {
         std::vector<double>& p = model.params();
         auto move = [&](double e) {
           if (ed)
-            for (size_t i = 0; i < size_t(S) * C; i++) p[enc_wpe->offset + i] += e * vs[size_t(kk) * S * C + i];
-          for (size_t i = 0; i < size_t(T) * C; i++) p[wpe->offset + i] += e * vt[size_t(kk) * T * C + i];
+            for (size_t i = 0; i < size_t(S) * C; i++)
+              p[enc_wpe->offset + i] += e * vs[size_t(kk) * S * C + i];
+          for (size_t i = 0; i < size_t(T) * C; i++)
+            p[wpe->offset + i] += e * vt[size_t(kk) * T * C + i];
         };
         move(eps);
         run_forward(model, x, true);
@@ -201,7 +214,8 @@ TEST(ResidualJacobian, ForwardModeMatchesFiniteDifferencesAndTheAdjoint) {
       };
       const double h = 1e-6;
       const std::vector<double> plus = output_at(h), minus = output_at(-h);
-      std::vector<double> fd(size_t(T) * C), got(jv.begin() + long(kk) * T * C, jv.begin() + long(kk + 1) * T * C);
+      std::vector<double> fd(size_t(T) * C),
+          got(jv.begin() + long(kk) * T * C, jv.begin() + long(kk + 1) * T * C);
       for (size_t i = 0; i < fd.size(); i++) fd[i] = (plus[i] - minus[i]) / (2 * h);
       expect_close("jvp_stacks tangent " + std::to_string(kk), got, fd, 1e-6, 1e-8);
     }
@@ -209,18 +223,20 @@ TEST(ResidualJacobian, ForwardModeMatchesFiniteDifferencesAndTheAdjoint) {
     const std::vector<double> u = randn(size_t(T) * C, 3);
     std::vector<double> js(size_t(S) * C), jt(size_t(T) * C);
     model.vjp_stacks(ed ? js.data() : nullptr, jt.data(), u.data());
-    const std::vector<double> v0s(vs.begin(), vs.begin() + long(S) * C), v0t(vt.begin(), vt.begin() + long(T) * C);
+    const std::vector<double> v0s(vs.begin(), vs.begin() + long(S) * C),
+        v0t(vt.begin(), vt.begin() + long(T) * C);
     const std::vector<double> jv0(jv.begin(), jv.begin() + long(T) * C);
     const double lhs = dot(u, jv0), rhs = (ed ? dot(js, v0s) : 0.0) + dot(jt, v0t);
     EXPECT_NEAR(lhs, rhs, 1e-10 * (1 + std::abs(lhs)));
   }
 }
 
-// x-transformers#145: a version of x-transformers added LN(x_d) into the stream inside the layer loop
-// (after every layer) instead of once after it. Here every sub-layer's output is recomputed from its
-// saved input and branch output as LN(x + f) -- nothing else enters x, so a per-layer LN_f(x_d) term
-// (of size ~1, checked) would show -- and the stack's output as x_L + LN_f(x_0 + sum f), with a
-// layernorm written in this test. The parameter table has one ln_out per sub-layer and one ln_f.
+// x-transformers#145: a version of x-transformers added LN(x_d) into the stream inside the layer
+// loop (after every layer) instead of once after it. Here every sub-layer's output is recomputed
+// from its saved input and branch output as LN(x + f) -- nothing else enters x, so a per-layer
+// LN_f(x_d) term (of size ~1, checked) would show -- and the stack's output as x_L + LN_f(x_0 + sum
+// f), with a layernorm written in this test. The parameter table has one ln_out per sub-layer and
+// one ln_f.
 TEST(ResiDual, FinalNormOnceAtTheEndNotPerLayer) {
   ModelConfig c = residual_config(Arch::Gpt);
   c.n_layers = 3;
@@ -245,7 +261,8 @@ TEST(ResiDual, FinalNormOnceAtTheEndNotPerLayer) {
       std::vector<double> r(static_cast<size_t>(C));
       for (int k = 0; k < C; k++) r[size_t(k)] = a.x_in[t * C + k] + a.f[t * C + k];
       const std::vector<double> want = layernorm_row(r.data(), g, b, C, c.eps);
-      for (int k = 0; k < C; k++) worst = std::max(worst, std::abs(a.x_out[t * C + k] - want[size_t(k)]));
+      for (int k = 0; k < C; k++)
+        worst = std::max(worst, std::abs(a.x_out[t * C + k] - want[size_t(k)]));
       for (int k = 0; k < C; k++) xd[size_t(t * C + k)] += a.f[t * C + k];
       // the term #145 would have added here: LN_f(x_d) of this point of the stack
       const std::vector<double> term = layernorm_row(xd.data() + t * C, gf, bf, C, c.eps);
@@ -254,7 +271,8 @@ TEST(ResiDual, FinalNormOnceAtTheEndNotPerLayer) {
       smallest_dual_term = std::min(smallest_dual_term, size);
     }
   }
-  EXPECT_LT(worst, 1e-12) << "a sub-layer's x is not LN(x + F(x)): something else entered the stream";
+  EXPECT_LT(worst, 1e-12)
+      << "a sub-layer's x is not LN(x + F(x)): something else entered the stream";
   EXPECT_GT(smallest_dual_term, 0.1) << "LN_f(x_d) too small for the check above to see it";
   double worst_end = 0;
   for (int t = 0; t < T; t++) {
@@ -283,7 +301,8 @@ TEST(ResiDual, ConfigRefusesMixingInOneStackAndNoResidual) {
   ModelConfig dec = residual_config(Arch::EncDec);
   dec.placement = {kRes, kRes, kRes, Placement::Post, kRes};
   EXPECT_THROW(dec.validate(), Error);
-  dec.placement = {kRes, kRes, Placement::Post, Placement::Post, Placement::Post};  // one stack each: fine
+  dec.placement = {kRes, kRes, Placement::Post, Placement::Post,
+                   Placement::Post};  // one stack each: fine
   EXPECT_NO_THROW(dec.validate());
   ModelConfig none = residual_config(Arch::Encoder);
   none.residual = false;
@@ -294,7 +313,8 @@ TEST(ResiDual, ConfigRefusesMixingInOneStackAndNoResidual) {
     EXPECT_NE(std::string(e.what()).find("model.residual = false"), std::string::npos) << e.what();
   }
   // the name round-trips through JSON, and the method table says two streams
-  const ModelConfig back = model_config_from_json(model_config_to_json(residual_config(Arch::EncDec)), "test");
+  const ModelConfig back =
+      model_config_from_json(model_config_to_json(residual_config(Arch::EncDec)), "test");
   EXPECT_EQ(back.placement_of(4), kRes);
   EXPECT_EQ(method_of(kRes).streams, Streams::Dual);
   EXPECT_TRUE(back.dual_stack(0));
@@ -324,11 +344,13 @@ TEST(ResiDual, OneStreamProductsRefuseByName) {
   run_forward(ed, x, false);
   std::vector<double> s(size_t(x.S) * ed.config().d_model, 1.0);
   EXPECT_TRUE(refuses([&] { ed.jvp_encdec(b.data(), s.data(), a.data(), 1); }));
-  // a one-stream decoder under a ResiDual encoder still takes the one-stream products of its own range
+  // a one-stream decoder under a ResiDual encoder still takes the one-stream products of its own
+  // range
   ModelConfig half = residual_config(Arch::EncDec);
   half.placement = {kRes, kRes, Placement::Pre, Placement::Pre, Placement::Pre};
   Model<double> h(half);
   run_forward(h, x, false);
-  EXPECT_NO_THROW(h.jvp_sublayers(b.data(), a.data(), 1, half.first_decoder_slot(), half.n_slots()));
+  EXPECT_NO_THROW(
+      h.jvp_sublayers(b.data(), a.data(), 1, half.first_decoder_slot(), half.n_slots()));
   EXPECT_TRUE(refuses([&] { h.jvp_sublayers(s.data(), s.data(), 1, 0, 2); }));
 }
