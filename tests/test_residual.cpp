@@ -84,8 +84,11 @@ void perturb_norms(Model<double>& m, uint64_t seed) {
   }
 }
 
-void check_residual_gradients(const ModelConfig& cfg, bool pad = true) {
+// training = true: dropout on (its masks depend only on the step seed and the site, so every
+// finite-difference forward drops the same entries; x_d adds the dropped branch output)
+void check_residual_gradients(const ModelConfig& cfg, bool pad = true, bool training = false) {
   Model<double> model(cfg);
+  model.set_training(training, 42);
   perturb_norms(model, 5);
   const ResBatch x = residual_batch(cfg, 7);
   run_forward(model, x, pad);
@@ -157,6 +160,12 @@ TEST(ResidualGradientsMore, AttentionOnlyBertPiecesAndOneResiDualStackOfTwo) {
   dec_only.shared_embeddings = false;
   dec_only.src_vocab = 5;
   check_residual_gradients(dec_only);
+  // dropout on the embeddings and every branch, in every stack
+  for (Arch arch : {Arch::Gpt, Arch::EncDec}) {
+    ModelConfig drop = residual_config(arch);
+    drop.dropout = 0.25;
+    check_residual_gradients(drop, true, true);
+  }
 }
 
 // Forward mode through the stacks against central differences, and the adjoint identity
