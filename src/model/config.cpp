@@ -224,18 +224,20 @@ std::vector<std::string> ModelConfig::violations() const {
 void ModelConfig::dual_violations(std::vector<std::string>& v) const {
   auto check_stack = [&](int first, int last, const char* stack) {
     int dual = 0;
-    for (int l = first; l < last; l++) dual += method_of(placement_of(l)).streams == Streams::Dual;
+    const Method* two = nullptr;  // the stack's (first) two-stream method
+    for (int l = first; l < last; l++)
+      if (method_of(placement_of(l)).streams == Streams::Dual) dual++, two = two ? two : &method_of(placement_of(l));
     if (dual > 0 && dual < last - first) {
       std::string list;
       for (int l = first; l < last; l++) list += (list.empty() ? "" : ", ") + std::string(to_string(placement_of(l)));
-      v.push_back(fmt::format("model.placement: \"residual\" (ResiDual) carries a second stream through the whole "
+      v.push_back(fmt::format("model.placement: \"{}\" ({}) carries a second stream through the whole "
                               "stack, so it cannot be mixed with other methods in one stack; the {} has [{}] "
-                              "(give every layer of that stack \"residual\", or none)",
-                              stack, list));
+                              "(give every layer of that stack \"{}\", or none)",
+                              two->name, two->source, stack, list, two->name));
     }
     if (dual > 0 && !residual)
-      v.push_back(fmt::format("model.residual = false removes the skip paths, but the {} uses \"residual\" "
-                              "(ResiDual), whose second stream is a skip path", stack));
+      v.push_back(fmt::format("model.residual = false removes the skip paths, but the {} uses \"{}\" ({}), "
+                              "whose second stream is a skip path", stack, two->name, two->source));
   };
   if (n_layers < 1) return;
   if (encdec()) {

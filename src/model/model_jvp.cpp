@@ -35,10 +35,11 @@ void Model<S>::norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>
 template <class S>
 void Model<S>::refuse_dual(int slot, const char* what) const {
   if (slot < 0 || slot >= int(slots_.size())) return;  // the range checks below report it
+  const Method& m = method_of(cfg_.placement_of(slots_[size_t(slot)].layer));
   if (cfg_.dual_stack(slots_[size_t(slot)].layer))
-    throw Error(fmt::format("{} maps one residual stream, but slot {} is in a \"residual\" (ResiDual) stack, "
-                            "which carries two (x and x_d); use jvp_stacks / vjp_stacks",
-                            what, slot));
+    throw Error(fmt::format("{} maps one residual stream, but slot {} is in a \"{}\" ({}) stack, which carries "
+                            "two (x and x_d); use jvp_stacks / vjp_stacks",
+                            what, slot, m.name, m.source));
 }
 
 template <class S>
