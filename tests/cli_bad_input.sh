@@ -103,6 +103,10 @@ expect_error "already exists" -- analyze dynamics --checkpoint model.safetensors
 expect_error "mask token" -- train --set model.arch=encoder --set model.vocab=256 "${small[@]}" --set train.steps=1 --set train.out_dir=enc256
 expect_error "no head" -- train --set model.arch=encoder --set model.head=none "${small[@]}" --set train.steps=1 --set train.out_dir=headless
 expect_error "no config.json" -- analyze attention --checkpoint .
+# ResiDual: never mixed with other methods in one stack; the one-stream instruments refuse it by name
+expect_error "cannot be mixed" -- init "${small[@]}" --set model.n_layers=2 --set 'model.placement=["residual","pre"]' --out mixed.safetensors
+expect_error "ResiDual" -- analyze jacobian "${small[@]}" --set model.placement=residual --seq-len 4
+expect_error "ResiDual" -- analyze dynamics "${small[@]}" --set model.placement=residual --seq-len 4 --batches 1 --batch-size 1
 "$NL" init "${small[@]}" --set model.placement=post --out post.safetensors >/dev/null
 expect_error "not exactly a GPT-2" -- export --checkpoint post.safetensors --hf out_hf
 [[ ! -e out_hf ]] || { echo "FAIL: a refused export created its directory"; fail=$((fail + 1)); }

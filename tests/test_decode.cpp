@@ -1,6 +1,7 @@
 // test_decode.cpp: the incremental decoder (KV cache) against the full forward pass: the same
 // next-token logits at every position for every method (teacher forcing), and greedy decoding equal
-// to the naive loop that reruns the whole model on each prefix; beam search bookkeeping.
+// to the naive loop that reruns the whole model on each prefix (a ResiDual decoder too, whose second
+// stream is token-local and carried per position); beam search bookkeeping.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,7 +37,7 @@ ModelConfig small(Placement method) {
 
 TEST(IncrementalDecoder, EqualsTheFullForwardAtEveryPosition) {
   for (Placement method : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::Admin,
-                           Placement::ReZero, Placement::LayerScale, Placement::DeepNorm}) {
+                           Placement::ReZero, Placement::LayerScale, Placement::DeepNorm, Placement::Residual}) {
     SCOPED_TRACE(method_of(method).name);
     Model<double> model(small(method));
     Rng rng(3);
@@ -68,37 +69,40 @@ TEST(IncrementalDecoder, EqualsTheFullForwardAtEveryPosition) {
 }
 
 TEST(Translate, GreedyEqualsTheNaiveLoopAndBeamOneIsGreedy) {
-  ModelConfig c = small(Placement::Pre);
-  c.seq_len = 12;
-  Model<float> model(c);
-  const std::vector<std::vector<int32_t>> sources = {{72, 101, 108, 108, 111, kEosToken}, {33, kEosToken}};
-  DecodeOptions greedy;
-  const auto got = translate(model, sources, greedy);
-  for (size_t i = 0; i < sources.size(); i++) {
-    // naive: rerun the full model on the prefix and take the argmax of the last position
-    std::vector<int32_t> prefix = {kBosToken}, want;
-    const int S = int(sources[i].size()), V = c.vocab_size();
-    for (int t = 0; t < c.seq_len; t++) {
-      std::vector<int32_t> labels(prefix.size(), ops::kIgnoreLabel);
-      model.forward(prefix.data(), labels.data(), 1, int(prefix.size()), nullptr, nullptr,
-                    Source{sources[i].data(), S, nullptr});
-      const float* last = model.logits() + (prefix.size() - 1) * size_t(V);
-      int32_t best = 0;
-      for (int v = 1; v < V; v++)
-        if (v != kBosToken && last[v] > last[best]) best = v;
-      if (best == kEosToken) break;
-      want.push_back(best);
-      prefix.push_back(best);
+  for (Placement method : {Placement::Pre, Placement::Residual}) {
+    SCOPED_TRACE(method_of(method).name);
+    ModelConfig c = small(method);
+    c.seq_len = 12;
+    Model<float> model(c);
+    const std::vector<std::vector<int32_t>> sources = {{72, 101, 108, 108, 111, kEosToken}, {33, kEosToken}};
+    DecodeOptions greedy;
+    const auto got = translate(model, sources, greedy);
+    for (size_t i = 0; i < sources.size(); i++) {
+      // naive: rerun the full model on the prefix and take the argmax of the last position
+      std::vector<int32_t> prefix = {kBosToken}, want;
+      const int S = int(sources[i].size()), V = c.vocab_size();
+      for (int t = 0; t < c.seq_len; t++) {
+        std::vector<int32_t> labels(prefix.size(), ops::kIgnoreLabel);
+        model.forward(prefix.data(), labels.data(), 1, int(prefix.size()), nullptr, nullptr,
+                      Source{sources[i].data(), S, nullptr});
+        const float* last = model.logits() + (prefix.size() - 1) * size_t(V);
+        int32_t best = 0;
+        for (int v = 1; v < V; v++)
+          if (v != kBosToken && last[v] > last[best]) best = v;
+        if (best == kEosToken) break;
+        want.push_back(best);
+        prefix.push_back(best);
+      }
+      EXPECT_EQ(got[i], want) << "source " << i;
     }
-    EXPECT_EQ(got[i], want) << "source " << i;
+    DecodeOptions beam;
+    beam.beam = 4;
+    const auto wide = translate(model, sources, beam);
+    EXPECT_EQ(wide.size(), sources.size());
+    for (const auto& w : wide) EXPECT_LE(int(w.size()), c.seq_len);
+    DecodeOptions bad;
+    bad.beam = 0;
+    EXPECT_THROW(translate(model, sources, bad), Error);
+    EXPECT_THROW(translate(model, {std::vector<int32_t>(13, 65)}, greedy), Error);  // longer than seq_len
   }
-  DecodeOptions beam;
-  beam.beam = 4;
-  const auto wide = translate(model, sources, beam);
-  EXPECT_EQ(wide.size(), sources.size());
-  for (const auto& w : wide) EXPECT_LE(int(w.size()), c.seq_len);
-  DecodeOptions bad;
-  bad.beam = 0;
-  EXPECT_THROW(translate(model, sources, bad), Error);
-  EXPECT_THROW(translate(model, {std::vector<int32_t>(13, 65)}, greedy), Error);  // longer than seq_len
 }

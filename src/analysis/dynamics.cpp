@@ -59,6 +59,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<int32_t>
 
 DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& given) {
   if (given.empty()) throw Error("analyze dynamics: no batches");
+  require_one_stream(model.config(), "analyze dynamics");  // a two-stream model (ResiDual) is refused by name
   const ModelConfig& cfg = model.config();
   const int batches = int(given.size()), B = given[0].B, T = given[0].T;
   const int L = cfg.n_layers, C = cfg.d_model, N = B * T;

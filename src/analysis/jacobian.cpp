@@ -158,6 +158,7 @@ std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, co
 }
 
 JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& options) {
+  require_one_stream(model.config(), "analyze jacobian");  // a two-stream model (ResiDual) is refused by name
   const ModelConfig& cfg = model.config();
   const int T = model.planned_T(), d = cfg.d_model, L = cfg.n_layers;
   JacobianReport rep;

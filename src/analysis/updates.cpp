@@ -12,6 +12,7 @@ namespace normlab::analysis {
 
 UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32_t>& bytes, int steps,
                              int B, int T, double lr, uint64_t seed) {
+  require_one_stream(model.config(), "analyze updates");  // a two-stream model (ResiDual) is refused by name
   const ModelConfig& cfg = model.config();
   Model<float> m(cfg);
   std::copy(model.params().begin(), model.params().end(), m.params().begin());

@@ -28,7 +28,7 @@ constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"
 constexpr Placement kAllPlacements[] = {Placement::Post,     Placement::Pre,      Placement::Sandwich,
                                         Placement::PrePost,  Placement::DeepNorm, Placement::None,
                                         Placement::Admin,    Placement::ReZero,   Placement::SkipInit,
-                                        Placement::LayerScale, Placement::TFixup};
+                                        Placement::LayerScale, Placement::TFixup, Placement::Residual};
 constexpr EnumName<AdminInit> kAdminInitNames[] = {{AdminInit::Log, "log"},
                                                    {AdminInit::Sqrt, "sqrt"},
                                                    {AdminInit::One, "one"},
@@ -145,6 +145,12 @@ double ModelConfig::deepnet_beta(int layer) const {
   return encoder_layer(layer) ? 0.87 * std::pow(N * N * N * N * M, -1.0 / 16) : std::pow(12.0 * M, -0.25);
 }
 
+bool ModelConfig::dual_stack(int layer) const {
+  // the stack's last layer decides, as for the final norm; violations() makes every layer agree
+  const int last = encdec() && layer < n_layers ? n_layers - 1 : total_layers() - 1;
+  return method_of(placement_of(last)).streams == Streams::Dual;
+}
+
 bool ModelConfig::has_final_norm() const {
   if (arch == Arch::Encoder) return method_of(placement_of(n_layers - 1)).final_norm;
   return method_of(placement_of(total_layers() - 1)).final_norm;
@@ -208,7 +214,38 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back(fmt::format("model.placement lists {} methods for {} layers (give one, or one per "
                             "layer{})",
                             placement.size(), layers, encdec() ? ", encoder layers first" : ""));
+  if (!placement.empty() && (placement.size() == 1 || (int)placement.size() == layers)) dual_violations(v);
   return v;
+}
+
+// A two-stream method keeps x_d through a whole stack and replaces the stack's ending, so a stack
+// that has one in some layer must have it in every layer (docs/MODEL.md, "Methods"); and x_d is a
+// skip path, which residual = false removes.
+void ModelConfig::dual_violations(std::vector<std::string>& v) const {
+  auto check_stack = [&](int first, int last, const char* stack) {
+    int dual = 0;
+    const Method* two = nullptr;  // the stack's (first) two-stream method
+    for (int l = first; l < last; l++)
+      if (method_of(placement_of(l)).streams == Streams::Dual) dual++, two = two ? two : &method_of(placement_of(l));
+    if (dual > 0 && dual < last - first) {
+      std::string list;
+      for (int l = first; l < last; l++) list += (list.empty() ? "" : ", ") + std::string(to_string(placement_of(l)));
+      v.push_back(fmt::format("model.placement: \"{}\" ({}) carries a second stream through the whole "
+                              "stack, so it cannot be mixed with other methods in one stack; the {} has [{}] "
+                              "(give every layer of that stack \"{}\", or none)",
+                              two->name, two->source, stack, list, two->name));
+    }
+    if (dual > 0 && !residual)
+      v.push_back(fmt::format("model.residual = false removes the skip paths, but the {} uses \"{}\" ({}), "
+                              "whose second stream is a skip path", stack, two->name, two->source));
+  };
+  if (n_layers < 1) return;
+  if (encdec()) {
+    check_stack(0, n_layers, "encoder stack");
+    if (decoder_layers() >= 1) check_stack(n_layers, total_layers(), "decoder stack");
+  } else if (!dec_layers) {
+    check_stack(0, n_layers, arch == Arch::Gpt ? "gpt stack" : "encoder stack");
+  }
 }
 
 void ModelConfig::validate() const {

@@ -18,7 +18,7 @@ enum class Activation { Gelu, GeluExact, Relu };
 // encoder such as BertModel: no logits and no loss).
 enum class Head { Tied, Mlm, None };
 // The normalization method of a layer (docs/MODEL.md "Methods"; one entry each in model/methods.cpp).
-enum class Placement { Post, Pre, Sandwich, PrePost, DeepNorm, None, Admin, ReZero, SkipInit, LayerScale, TFixup };
+enum class Placement { Post, Pre, Sandwich, PrePost, DeepNorm, None, Admin, ReZero, SkipInit, LayerScale, TFixup, Residual };
 enum class InitScheme { Auto, Normal, Gpt2, Xavier, DeepNet, TFixup };
 // How Admin's omega starts: closed forms O(log n), O(1) (sqrt S), plain Post-LN (1), or profiled on
 // the first training batch.
@@ -87,6 +87,8 @@ struct ModelConfig {
   double residual_alpha(int layer) const;
   // DeepNet's initial gain beta for the value, output and FFN weights of `layer`'s stack.
   double deepnet_beta(int layer) const;
+  // A stack of a two-stream method (ResiDual) carries x_d beside x and ends y = x + ln_f(x_d).
+  bool dual_stack(int layer) const;
   // A final norm ends the decoder (or the only) stack; enc_final_norm ends an encdec's encoder.
   bool has_final_norm() const;
   bool has_enc_final_norm() const;
@@ -101,6 +103,7 @@ struct ModelConfig {
   bool has_sublayer(int i) const { return slot(i).present; }
 
   std::vector<std::string> violations() const;
+  void dual_violations(std::vector<std::string>& v) const;  // part of violations()
   void validate() const;  // throws Error listing every violation
 };
 

@@ -75,6 +75,9 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   for (int b = 0; b < B; b++)
     for (int c = 0; c < C; c++)
       x_[size_t(b) * C + c] = wte[size_t(tokens[b]) * C + c] + wpe[size_t(t) * C + c];
+  // x_d = x (a two-stream decoder; every op on it is token-local, so this position's x_d is all it needs)
+  const bool dual = cfg.dual_stack(cfg.total_layers() - 1);
+  if (dual) xd_ = x_;
   for (int i = cfg.first_decoder_slot(); i < cfg.n_slots(); i++) {
     const Slot slot = cfg.slot(i);
     if (!slot.present) continue;
@@ -110,14 +113,19 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
     // g = ln_branch(f);  r = omega * x + lambda * g;  x' = ln_out(r)
     const S* g = f_.data();
     if (sites.branch) norm(g_.data(), f_.data(), p.ln_branch), g = g_.data();
+    // x_d = x_d + g
+    if (dual)
+      for (size_t k = 0; k < xd_.size(); k++) xd_[k] += g[k];
     gated_residual_forward(r_.data(), x_.data(), g, p.omega, p.gain, p.gain_c, S(cfg.residual_alpha(slot.layer)),
                            long(B), C);
     if (sites.out) norm(x_.data(), r_.data(), p.ln_out);
     else x_.swap(r_);
   }
-  // xf = ln_f(x);  logits = xf wte^T
+  // xf = ln_f(x), or x + ln_f(x_d);  logits = xf wte^T
   const S* xf = x_.data();
-  if (cfg.has_final_norm()) norm(h_.data(), x_.data(), m_.final_norm()), xf = h_.data();
+  if (cfg.has_final_norm()) norm(h_.data(), dual ? xd_.data() : x_.data(), m_.final_norm()), xf = h_.data();
+  if (dual)
+    for (size_t k = 0; k < h_.size(); k++) h_[k] += x_[k];
   matmul_forward<S>(logits_.data(), xf, wte, nullptr, B, C, cfg.vocab_size());
   t_++;
   return logits_;

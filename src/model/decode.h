@@ -34,7 +34,7 @@ class IncrementalDecoder {
   std::vector<int32_t> src_;
   std::vector<uint8_t> src_mask_;
   std::vector<std::vector<S>> cache_;  // per slot: self-attention (B, max_len, 2C) [k | v]; cross: its (B, S, 2C)
-  std::vector<S> x_, h_, hid_, mix_, f_, g_, r_, mean_, rstd_, att_, logits_;
+  std::vector<S> x_, xd_, h_, hid_, mix_, f_, g_, r_, mean_, rstd_, att_, logits_;
 };
 
 struct DecodeOptions {

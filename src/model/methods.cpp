@@ -2,6 +2,9 @@
 #include "model/methods.h"
 
 #include <cmath>
+#include <fmt/format.h>
+
+#include "util/error.h"
 
 namespace normlab {
 
@@ -12,30 +15,33 @@ using G = BranchGain;
 constexpr NormSites kIn{true, false, false}, kOut{false, false, true}, kNone{false, false, false};
 
 constexpr Method kMethods[] = {
-    {Placement::Post, "post", kOut, S::One, G::One, false, InitScheme::Auto,
+    {Placement::Post, "post", kOut, S::One, G::One, false, Streams::One, InitScheme::Auto,
      "x <- LN(x + F(x)): the original Transformer", "Vaswani et al. 2017"},
-    {Placement::Pre, "pre", kIn, S::One, G::One, true, InitScheme::Auto,
+    {Placement::Pre, "pre", kIn, S::One, G::One, true, Streams::One, InitScheme::Auto,
      "x <- x + F(LN(x)), a final LN at the end of the stack", "Xiong et al. 2020; GPT-2"},
-    {Placement::Sandwich, "sandwich", {true, true, false}, S::One, G::One, true, InitScheme::Auto,
+    {Placement::Sandwich, "sandwich", {true, true, false}, S::One, G::One, true, Streams::One, InitScheme::Auto,
      "x <- x + LN(F(LN(x))) (CogView's Sandwich-LN)", "Ding et al. 2021 (CogView)"},
-    {Placement::PrePost, "prepost", {true, false, true}, S::One, G::One, false, InitScheme::Auto,
+    {Placement::PrePost, "prepost", {true, false, true}, S::One, G::One, false, Streams::One, InitScheme::Auto,
      "x <- LN(x + F(LN(x))) (source 001's \"Sandwich-LN\")", "source 001"},
-    {Placement::DeepNorm, "deepnorm", kOut, S::DeepNormAlpha, G::One, false, InitScheme::DeepNet,
+    {Placement::DeepNorm, "deepnorm", kOut, S::DeepNormAlpha, G::One, false, Streams::One, InitScheme::DeepNet,
      "x <- LN(alpha x + F(x)), branch weights scaled by beta at init", "Wang et al. 2022 (DeepNet)"},
-    {Placement::None, "none", kNone, S::One, G::One, false, InitScheme::Auto,
+    {Placement::None, "none", kNone, S::One, G::One, false, Streams::One, InitScheme::Auto,
      "x <- x + F(x): no normalization", "-"},
-    {Placement::Admin, "admin", kOut, S::AdminOmega, G::One, false, InitScheme::Auto,
+    {Placement::Admin, "admin", kOut, S::AdminOmega, G::One, false, Streams::One, InitScheme::Auto,
      "x <- LN(omega * x + F(x)), omega a per-channel parameter set by profiling or a closed form",
      "Liu et al. 2020 (Admin)"},
-    {Placement::ReZero, "rezero", kNone, S::One, G::LayerScalar, false, InitScheme::Auto,
+    {Placement::ReZero, "rezero", kNone, S::One, G::LayerScalar, false, Streams::One, InitScheme::Auto,
      "x <- x + a_l F(x), one scalar a_l per layer, init 0, no norm", "Bachlechner et al. 2020 (ReZero)"},
-    {Placement::SkipInit, "skipinit", kNone, S::One, G::SublayerScalar, false, InitScheme::Auto,
+    {Placement::SkipInit, "skipinit", kNone, S::One, G::SublayerScalar, false, Streams::One, InitScheme::Auto,
      "x <- x + a F(x), one scalar per sub-layer, init 0, no norm", "De and Smith 2020 (SkipInit)"},
-    {Placement::LayerScale, "layerscale", kIn, S::One, G::Channel, true, InitScheme::Auto,
+    {Placement::LayerScale, "layerscale", kIn, S::One, G::Channel, true, Streams::One, InitScheme::Auto,
      "x <- x + diag(lambda) F(LN(x)), lambda per channel, init small by depth",
      "Touvron et al. 2021 (CaiT)"},
-    {Placement::TFixup, "tfixup", kNone, S::One, G::One, false, InitScheme::TFixup,
+    {Placement::TFixup, "tfixup", kNone, S::One, G::One, false, Streams::One, InitScheme::TFixup,
      "x <- x + F(x) with T-Fixup's depth-scaled initialization, no norm", "Huang et al. 2020 (T-Fixup)"},
+    {Placement::Residual, "residual", kOut, S::One, G::One, true, Streams::Dual, InitScheme::Auto,
+     "x <- LN(x + F(x)) and x_d <- x_d + F(x); the stack ends y = x + LN_f(x_d)",
+     "Xie et al. 2023 (ResiDual)"},
 };
 
 }  // namespace
@@ -44,6 +50,14 @@ const Method& method_of(Placement p) {
   for (const Method& m : kMethods)
     if (m.id == p) return m;
   return kMethods[0];  // unreachable: every Placement has an entry (checked by test_model)
+}
+
+void require_one_stream(const ModelConfig& cfg, const char* what) {
+  for (int l = 0; l < cfg.total_layers(); l++)
+    if (dual_stream(cfg.placement_of(l)))
+      throw Error(fmt::format("{} reads one residual stream; layer {} is \"{}\" ({}), which carries two "
+                              "(x and x_d), so it does not take this model",
+                              what, l, method_of(cfg.placement_of(l)).name, method_of(cfg.placement_of(l)).source));
 }
 
 double layerscale_init(int depth) { return depth <= 18 ? 0.1 : depth <= 24 ? 1e-5 : 1e-6; }

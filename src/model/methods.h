@@ -31,13 +31,20 @@ enum class BranchGain {
   Channel,         // LayerScale: per channel (`gain` (C), init by stack depth)
 };
 
+// The streams a stack carries. One: the residual stream x alone. Dual (ResiDual): a second stream
+// x_d rides beside x; it starts as the stack's input (like x), every sub-layer adds its branch output
+// g to it with no norm, and the stack's output is y = x + ln_f(x_d), ln_f applied once at the end
+// (instead of ln_f(x) or x). Every layer of a dual stack must have a dual method (config.cpp).
+enum class Streams { One, Dual };
+
 struct Method {
   Placement id;
   const char* name;     // the config value
   NormSites sites;
   Shortcut shortcut;
   BranchGain gain;
-  bool final_norm;      // a final norm follows a stack whose last layer has this method
+  bool final_norm;      // a final norm follows a stack whose last layer has this method (Dual: on x_d)
+  Streams streams;
   InitScheme init;      // the scheme `init = auto` resolves to (Auto: no preference)
   const char* summary;  // one line: what it is
   const char* source;   // paper
@@ -45,6 +52,11 @@ struct Method {
 
 const Method& method_of(Placement p);
 inline NormSites norm_sites(Placement p) { return method_of(p).sites; }
+inline bool dual_stream(Placement p) { return method_of(p).streams == Streams::Dual; }
+// Throws Error naming the method when the model carries a second stream: for code that reads one
+// residual stream (the instruments in analysis/ and the one-stream Jacobian products), whose numbers
+// would be wrong for a two-stream model. `what` names the caller.
+void require_one_stream(const ModelConfig& cfg, const char* what);
 
 // LayerScale's initial gain for a stack of `depth` layers (CaiT): 0.1 up to 18, 1e-5 up to 24,
 // 1e-6 beyond.

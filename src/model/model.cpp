@@ -1,6 +1,7 @@
 // model.cpp: planning, forward and backward of the Transformer (forward mode and the analysis's
 // reverse-mode pieces are model_jvp.cpp). Each sub-layer is the five lines
-// of docs/MODEL.md; backward mirrors them in reverse with the same names prefixed d.
+// of docs/MODEL.md (six with a second stream); backward mirrors them in reverse with the same names
+// prefixed d. Each stack ends as its last method says (stack_end: a final norm, a second stream).
 #include "model/model.h"
 
 #include <omp.h>
@@ -140,6 +141,10 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   if (cfg_.has_enc_final_norm())
     plan.insert(plan.end(), {{&memory_, Ns * C}, {&enc_lnf_mean_, Ns}, {&enc_lnf_rstd_, Ns}});
   if (cfg_.has_final_norm()) plan.insert(plan.end(), {{&xf_, N * C}, {&lnf_mean_, N}, {&lnf_rstd_, N}});
+  const bool enc_dual = cfg_.encdec() && cfg_.dual_stack(0), dual = cfg_.dual_stack(cfg_.total_layers() - 1);
+  if (enc_dual) plan.push_back({&enc_dual_, Ns * C});
+  if (dual) plan.push_back({&dual_, N * C});
+  if (enc_dual || dual) plan.push_back({&ddual_, Nmax * C});
   if (cfg_.head == Head::Mlm)
     plan.insert(plan.end(), {{&head_u_, N * C}, {&head_a_, N * C}, {&head_t_, N * C},
                              {&head_mean_, N}, {&head_rstd_, N}});
@@ -176,6 +181,8 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   if (cfg_.encdec() && !cfg_.has_enc_final_norm()) memory_ = enc_out_;
   if (!cfg_.has_final_norm()) xf_ = streams_[n_slots];
   if (!cfg_.embed_norm) emb_ = streams_[cfg_.encdec() ? size_t(dec0) : 0];
+  if (!enc_dual) enc_dual_ = nullptr;  // planned buffers are fresh; these stay null when absent
+  if (!dual) dual_ = nullptr;
   ids_.assign(N, 0);
   labels_.assign(N, kIgnoreLabel);
   types_.assign(N, 0);
@@ -245,6 +252,12 @@ void Model<S>::sublayer_forward(int i) {
   if (training_ && cfg_.dropout > 0) dropout_forward(a.f, a.f, cfg_.dropout, dropout_site_seed(i + 1), NC);
   // g = ln_branch(f)
   if (sites.branch) norm_forward(a.g, a.br_mean, a.br_rstd, a.f, p.ln_branch, N);
+  // x_d = x_d + g  (a two-stream stack's second stream)
+  if (S* xd = dual_of(i)) {
+    const S* g = a.g;
+#pragma omp parallel for schedule(static) if((long)NC > ops::kParallelMinWork)
+    for (long k = 0; k < (long)NC; k++) xd[k] += g[k];
+  }
   // Admin's profiling: omega <- ratio (every channel); ratio <- sqrt(Var(omega x) + Var(f))
   if (profiling_ && p.omega) {
     std::fill(p.omega, p.omega + C, S(profile_ratio_));
@@ -266,7 +279,7 @@ void Model<S>::sublayer_forward(int i) {
 }
 
 template <class S>
-void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in) {
+void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) {
   const Slot& slot = slots_[size_t(i)];
   const SublayerActs<S>& a = a_[i];
   const SublayerParams<S>& p = p_[i];
@@ -294,6 +307,12 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in) {
     const S alpha = S(cfg_.residual_alpha(slot.layer));
 #pragma omp parallel for schedule(static) if((long)NC > ops::kParallelMinWork)
     for (long k = 0; k < (long)NC; k++) dx_in[k] = alpha * dr[k];
+  }
+  // x_d = x_d + g:  dg += d(loss)/d(x_d)
+  if (dd) {
+#pragma omp parallel for schedule(static) if((long)NC > ops::kParallelMinWork)
+    for (long k = 0; k < (long)NC; k++) dg_[k] = dg[k] + dd[k];
+    dg = dg_;
   }
   // g = ln_branch(f)
   const S* df = dg;
@@ -366,10 +385,12 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
     if (training_ && cfg_.dropout > 0)
       dropout_forward(streams_[0], streams_[0], cfg_.dropout, dropout_site_seed(n_slots + 1), Ns * C);
     profile_ratio_ = 1.0;
+    // x_d = e (a two-stream encoder)
+    if (enc_dual_) std::copy(streams_[0], streams_[0] + Ns * C, enc_dual_);
     for (int i = 0; i < dec0; i++)
       if (slots_[size_t(i)].present) sublayer_forward(i);
-    if (cfg_.has_enc_final_norm())
-      norm_forward(memory_, enc_lnf_mean_, enc_lnf_rstd_, enc_out_, enc_lnf_, B * S_);
+    // memory = enc.ln_f(x), or x + enc.ln_f(x_d), or x
+    stack_end_forward(stack_end(true));
   }
   // emb = wte[ids] + wpe (+ wtt[types]);  x0 = ln_emb(emb), or emb
   S* x0 = streams_[size_t(cfg_.encdec() ? dec0 : 0)];
@@ -379,10 +400,12 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   if (training_ && cfg_.dropout > 0)
     dropout_forward(x0, x0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C);
   profile_ratio_ = 1.0;  // each stack is its own chain (profile_admin)
+  // x_d = x0 (a two-stream stack)
+  if (dual_) std::copy(x0, x0 + size_t(N) * C, dual_);
   for (int i = cfg_.encdec() ? dec0 : 0; i < n_slots; i++)
     if (slots_[size_t(i)].present) sublayer_forward(i);
-  // xf = ln_f(x)
-  if (cfg_.has_final_norm()) norm_forward(xf_, lnf_mean_, lnf_rstd_, streams_[size_t(n_slots)], lnf_, N);
+  // xf = ln_f(x), or x + ln_f(x_d), or x
+  stack_end_forward(stack_end(false));
   label_count_ = 0;
   if (!cfg_.has_logits()) return std::numeric_limits<double>::quiet_NaN();
   head_forward();
@@ -436,35 +459,82 @@ void Model<S>::head_backward(S* dxf) {
 
 template <class S>
 void Model<S>::backward(double loss_scale) {
-  const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size(), n_slots = int(slots_.size());
-  const size_t NC = size_t(N) * C;
+  const int N = B_ * T_, V = cfg_.vocab_size();
   if (label_count_ == 0) return;  // no labels (or no head): no loss and no gradient
   // loss = mean xent(logits):  logits become dlogits in place
   softmax_xent_backward(logits_, lse_, labels_.data(), loss_scale / double(label_count_), N, V);
   // logits = head(xf)
-  S* dx = dstream_[0];
-  S* dxf = cfg_.has_final_norm() ? dh_ : dx;
-  head_backward(dxf);
-  // xf = ln_f(x)
-  if (cfg_.has_final_norm()) {
-    zero(dx, NC);
-    norm_backward(dx, dlnf_, dxf, streams_[size_t(n_slots)], lnf_, lnf_mean_, lnf_rstd_, N);
-  }
-  const int dec0 = cfg_.encdec() ? cfg_.first_decoder_slot() : 0;
-  if (cfg_.encdec()) zero(dmem_, size_t(B_) * S_ * C);
-  run_backward(dec0, n_slots, dx);
+  head_backward(dh_);
+  // xf = ln_f(x) (or x + ln_f(x_d), or x); the decoder's (or the only) slots
+  if (cfg_.encdec()) zero(dmem_, size_t(B_) * S_ * cfg_.d_model);
+  S* dx = nullptr;
+  stack_backward(stack_end(false), dh_, dx);
   embedding_backward_all(dx);
   if (cfg_.encdec()) source_backward(dmem_);
 }
 
-// Slots [first, last) in reverse; dx holds d(loss)/d(stream last) on entry and d/d(stream first)
-// on return (it points into the ping-pong buffers).
+// A stack's slots and how it ends (its final norm, its second stream), from the planned buffers.
 template <class S>
-void Model<S>::run_backward(int first, int last, S*& dx) {
+typename Model<S>::StackEnd Model<S>::stack_end(bool encoder) const {
+  StackEnd e;
+  if (encoder) {
+    e = {0, cfg_.first_decoder_slot(), B_ * S_, enc_out_, enc_dual_, memory_, enc_lnf_, denc_lnf_,
+         enc_lnf_mean_, enc_lnf_rstd_};
+  } else {
+    const int n_slots = int(slots_.size());
+    e = {cfg_.encdec() ? cfg_.first_decoder_slot() : 0, n_slots, B_ * T_, streams_[size_t(n_slots)], dual_, xf_,
+         lnf_, dlnf_, lnf_mean_, lnf_rstd_};
+  }
+  return e;
+}
+
+// y = ln_f(x);  or, with a second stream, y = x + ln_f(x_d);  or y = x (y aliases x)
+template <class S>
+void Model<S>::stack_end_forward(const StackEnd& e) {
+  if (!e.p.weight) return;
+  norm_forward(e.y, e.mean, e.rstd, e.xd ? e.xd : e.x, e.p, e.rows);
+  if (!e.xd) return;
+  const size_t n = size_t(e.rows) * cfg_.d_model;
+#pragma omp parallel for schedule(static) if((long)n > ops::kParallelMinWork)
+  for (long k = 0; k < (long)n; k++) e.y[k] += e.x[k];
+}
+
+// The stack in reverse: its ending, its slots, and (two streams) x_d = x_0 + sum g, so the stack
+// input's gradient gathers both streams' and every g receives d(loss)/d(x_d).
+template <class S>
+void Model<S>::stack_backward(const StackEnd& e, const S* dy, S*& dx) {
+  const size_t n = size_t(e.rows) * cfg_.d_model;
+  dx = dstream_[0];
+  const S* dd = nullptr;
+  if (e.p.weight && !e.xd) {
+    // y = ln_f(x)
+    zero(dx, n);
+    norm_backward(dx, e.dp, dy, e.x, e.p, e.mean, e.rstd, e.rows);
+  } else {
+    // y = x (+ ln_f(x_d)):  dx = dy;  dx_d = ln_f'(x_d)^T dy
+    std::copy(dy, dy + n, dx);
+    if (e.xd) {
+      zero(ddual_, n);
+      norm_backward(ddual_, e.dp, dy, e.xd, e.p, e.mean, e.rstd, e.rows);
+      dd = ddual_;
+    }
+  }
+  run_backward(e.first, e.last, dx, dd);
+  // x_d = x_0 + ...:  dx_0 += dx_d
+  if (dd) {
+#pragma omp parallel for schedule(static) if((long)n > ops::kParallelMinWork)
+    for (long k = 0; k < (long)n; k++) dx[k] += dd[k];
+  }
+}
+
+// Slots [first, last) in reverse; dx holds d(loss)/d(stream last) on entry and d/d(stream first)
+// on return (it points into the ping-pong buffers). dd: d(loss)/d(x_d) of a two-stream stack.
+template <class S>
+void Model<S>::run_backward(int first, int last, S*& dx, const S* dd) {
   for (int i = last - 1; i >= first; i--) {
     if (!slots_[size_t(i)].present) continue;
     S* dx_in = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];
-    sublayer_backward(i, dx, dx_in);
+    sublayer_backward(i, dx, dx_in, dd);
     dx = dx_in;
   }
 }
@@ -495,14 +565,9 @@ template <class S>
 void Model<S>::source_backward(const S* dmem) {
   const int Ns = B_ * S_, C = cfg_.d_model, n_slots = int(slots_.size());
   const size_t NC = size_t(Ns) * C;
-  S* dx = dstream_[0];
-  if (cfg_.has_enc_final_norm()) {
-    zero(dx, NC);
-    norm_backward(dx, denc_lnf_, dmem, enc_out_, enc_lnf_, enc_lnf_mean_, enc_lnf_rstd_, Ns);
-  } else {
-    std::copy(dmem, dmem + NC, dx);
-  }
-  run_backward(0, cfg_.first_decoder_slot(), dx);
+  // memory = enc.ln_f(x) (or x + enc.ln_f(x_d), or x); the encoder's slots
+  S* dx = nullptr;
+  stack_backward(stack_end(true), dmem, dx);
   if (training_ && cfg_.dropout > 0) {
     S* tmp = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];
     zero(tmp, NC);

@@ -79,9 +79,15 @@ class Model {
   int planned_T() const { return T_; }
   int planned_S() const { return S_; }
   // Residual stream entering slot i (config.slot(i); gpt/encoder: i = 2l attn, 2l+1 mlp); i = n_slots
-  // is the last block's output. For an encdec, slot 2N's input is the decoder's embedding.
+  // is the last block's output. For an encdec, slot 2N's input is the decoder's embedding. In a
+  // two-stream stack (ResiDual) this is the normalized stream x; the second stream x_d is not kept
+  // per slot (dual_stream() is its value at the end of the stack).
   const S* stream(int i) const { return streams_[i]; }
-  // encdec: the encoder's output after its final norm, what cross-attention reads (B, S, C)
+  // The second stream x_d at the end of the stack (B, T, C) (encoder: true for an encdec's encoder
+  // stack, (B, S, C)); null for a one-stream stack.
+  const S* dual_stream(bool encoder = false) const { return encoder ? enc_dual_ : dual_; }
+  // encdec: the encoder's output after its final norm (ResiDual: x + ln_f(x_d)), what cross-attention
+  // reads (B, S, C)
   const S* memory() const { return memory_; }
   size_t activation_floats() const { return acts_.size(); }
 
@@ -90,11 +96,15 @@ class Model {
   const SublayerActs<S>& acts(int i) const { return a_[i]; }
   const SublayerParams<S>& sublayer_params_of(int i) const { return p_[i]; }
   const NormParams<S>& final_norm() const { return lnf_; }
-  // The last block's output after the final norm, if any: what the head reads (B, T, C).
+  // The stack's output: the last block's output after the final norm, if any (ResiDual:
+  // x + ln_f(x_d)); what the head reads (B, T, C).
   const S* final_hidden() const { return xf_; }
 
   // Forward mode through sub-layers [first, last) at the point of the last forward (evaluation
   // mode, parameters fixed): tout (K, B, T, C) = J tin (K, B, T, C). Allocates its own scratch.
+  // This and the other one-stream products below (jvp_sublayers_unit, jvp_block_token_local,
+  // vjp_sublayers, jvp_encdec, vjp_encdec) map one stream to one stream: they refuse a two-stream
+  // stack (ResiDual), whose sub-layers map the pair (x, x_d); jvp_stacks and vjp_stacks take it.
   void jvp_sublayers(S* tout, const S* tin, int K, int first, int last) const;
   // The same for unit tangents: tangent k is 1 at flat position positions[k] of (B, T, C) and 0
   // elsewhere -- columns of the Jacobian, without materializing the identity.
@@ -112,20 +122,46 @@ class Model {
   // (adds into the parameter gradients).
   void jvp_encdec(S* tout, const S* tsrc, const S* ttgt, int K) const;
   void vjp_encdec(S* dsrc, S* dtgt, const S* dout);
+  // Through every stack, from the embeddings' outputs (tin (K, B, T, C) for the decoder or the only
+  // stack; tsrc (K, B, S, C) for an encdec's encoder, null otherwise) to what the head reads
+  // (final_hidden(), tout (K, B, T, C)): any method, ResiDual's two streams included (x_d starts as
+  // the stack's input, so the input tangent moves both). vjp_stacks is its transpose (dsrc null
+  // unless encdec) and adds into the parameter gradients.
+  void jvp_stacks(S* tout, const S* tsrc, const S* tin, int K) const;
+  void vjp_stacks(S* dsrc, S* din, const S* dout);
   // One norm site's tangent: tout (K, rows, C) = J tin, J the Jacobian of the norm at `inp`.
   void norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
                 const S* rstd, int K, int rows) const;
 
  private:
+  // A stack's slots and its ending y = x (no final norm), ln_f(x), or y = x + ln_f(x_d) (two streams).
+  struct StackEnd {
+    int first = 0, last = 0;  // slots [first, last)
+    int rows = 0;             // B * (S or T)
+    const S* x = nullptr;     // (rows, C) the last stream
+    S* xd = nullptr;          // (rows, C) the second stream at the end; null for one stream
+    S* y = nullptr;           // (rows, C) the output (aliases x without a final norm)
+    NormParams<S> p, dp;      // ln_f (weight null: none)
+    S* mean = nullptr, * rstd = nullptr;
+  };
+  StackEnd stack_end(bool encoder) const;  // encoder: an encdec's encoder stack
+  void stack_end_forward(const StackEnd& e);
+  // dy (rows, C): d(loss)/d(y); on return dx points at d(loss)/d(stack input) (in dstream_)
+  void stack_backward(const StackEnd& e, const S* dy, S*& dx);
+  void stack_jvp(S* ty, const S* tx0, int K, const StackEnd& e, const S* tmem) const;
+  S* dual_of(int slot) const { return cfg_.encdec() && slots_[size_t(slot)].encoder ? enc_dual_ : dual_; }
+  void refuse_dual(int slot, const char* what) const;
   void plan(int B, int T, int Ssrc);
   // rows of slot i's activations: B * (S for an encdec's encoder slot, T otherwise)
   int rows(int i) const { return B_ * len(i); }
   int len(int i) const { return cfg_.encdec() && slots_[size_t(i)].encoder ? S_ : T_; }
+  // td (K, rows, C), two-stream stacks only: the second stream's tangent, every g's tangent added in
   void jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last,
-                          const S* tmem = nullptr) const;
+                          const S* tmem = nullptr, S* td = nullptr) const;
   void sublayer_forward(int i);
-  void sublayer_backward(int i, const S* dx_out, S* dx_in);
-  void run_backward(int first, int last, S*& dx);  // slots [first, last) backward; dx in and out
+  // dd (rows, C): d(loss)/d(x_d) of a two-stream stack (the same at every slot: x_d only sums), or null
+  void sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd = nullptr);
+  void run_backward(int first, int last, S*& dx, const S* dd = nullptr);  // slots [first, last) backward; dx in and out
   void norm_forward(S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p, int rows);
   void norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
                      const NormParams<S>& p, const S* mean, const S* rstd, int rows);
@@ -159,6 +195,8 @@ class Model {
   S* memory_ = nullptr;              // (B, S, C) enc_ln_f(enc_out), or enc_out
   S* enc_lnf_mean_ = nullptr, * enc_lnf_rstd_ = nullptr;
   S* xf_ = nullptr;                  // (B, T, C) final norm output, or the last stream
+  S* dual_ = nullptr;                // (B, T, C) two-stream stack: x_d, summed in place during forward
+  S* enc_dual_ = nullptr;            // (B, S, C) the same for an encdec's encoder
   S* lnf_mean_ = nullptr, * lnf_rstd_ = nullptr;
   S* emb_ = nullptr;                 // (B, T, C) embedding sum before the embedding norm
   S* emb_mean_ = nullptr, * emb_rstd_ = nullptr;
@@ -173,6 +211,7 @@ class Model {
   S* datt_ = nullptr;                // (B, NH, max(T, S), max(T, S))
   S* dkv_ = nullptr;                 // (B, S, 2C) cross-attention
   S* dmem_ = nullptr;                // (B, S, C) d(loss)/d(memory), summed over the cross slots
+  S* ddual_ = nullptr;               // (B, max(T, S), C) d(loss)/d(x_d) of the stack being run backward
   std::vector<int32_t> ids_, labels_, types_, src_ids_;
   std::vector<uint8_t> key_mask_, src_mask_;
   bool has_key_mask_ = false, has_src_mask_ = false;

@@ -4,8 +4,10 @@
 // these; the instruments in analysis/ do.
 #include <algorithm>
 #include <cmath>
+#include <fmt/format.h>
 
 #include "model/activation_of.h"
+#include "model/methods.h"
 #include "model/model.h"
 #include "ops/attention.h"
 #include "ops/common.h"
@@ -28,19 +30,33 @@ void Model<S>::norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>
     rmsnorm_jvp(tout, tin, inp, p.weight, rstd, K, rows, cfg_.d_model);
 }
 
+// The one-stream products map the stream entering `first` to the stream leaving `last`; in a
+// two-stream stack that stream is half of the state, so their numbers would be wrong: refuse.
+template <class S>
+void Model<S>::refuse_dual(int slot, const char* what) const {
+  if (slot < 0 || slot >= int(slots_.size())) return;  // the range checks below report it
+  const Method& m = method_of(cfg_.placement_of(slots_[size_t(slot)].layer));
+  if (cfg_.dual_stack(slots_[size_t(slot)].layer))
+    throw Error(fmt::format("{} maps one residual stream, but slot {} is in a \"{}\" ({}) stack, which carries "
+                            "two (x and x_d); use jvp_stacks / vjp_stacks",
+                            what, slot, m.name, m.source));
+}
+
 template <class S>
 void Model<S>::jvp_sublayers(S* tout, const S* tin, int K, int first, int last) const {
+  refuse_dual(first, "jvp_sublayers");
   jvp_sublayers_impl(tout, tin, nullptr, K, first, last);
 }
 
 template <class S>
 void Model<S>::jvp_sublayers_unit(S* tout, const int64_t* positions, int K, int first, int last) const {
+  refuse_dual(first, "jvp_sublayers_unit");
   jvp_sublayers_impl(tout, nullptr, positions, K, first, last);
 }
 
 template <class S>
 void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last,
-                                  const S* tmem) const {
+                                  const S* tmem, S* td) const {
   if (first >= last) throw Error("jvp_sublayers: empty range of sub-layers");
   const int dec0 = cfg_.first_decoder_slot();
   if (cfg_.encdec() && first < dec0 && last > dec0)
@@ -127,6 +143,9 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
       norm_jvp(tg, tf, a.f, p.ln_branch, a.br_mean, a.br_rstd, K, N);
       g = tg;
     }
+    // x_d = x_d + g (a two-stream stack)
+    if (td)
+      for (size_t k = 0; k < KNC; k++) td[k] += g[k];
     // r = omega * x + lambda * g;  x' = ln_out(r)
     gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)),
                        long(K) * N, C);
@@ -141,6 +160,7 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
 template <class S>
 void Model<S>::jvp_encdec(S* tout, const S* tsrc, const S* ttgt, int K) const {
   if (!cfg_.encdec()) throw Error("jvp_encdec needs an encoder-decoder model");
+  require_one_stream(cfg_, "jvp_encdec (use jvp_stacks)");
   const int dec0 = cfg_.first_decoder_slot(), Ns = B_ * S_, C = cfg_.d_model;
   // the encoder's stream -> its last stream -> memory (through enc.ln_f)
   std::vector<S> tenc(size_t(K) * Ns * C), tmem(size_t(K) * Ns * C);
@@ -155,6 +175,7 @@ void Model<S>::jvp_encdec(S* tout, const S* tsrc, const S* ttgt, int K) const {
 template <class S>
 void Model<S>::vjp_encdec(S* dsrc, S* dtgt, const S* dout) {
   if (!cfg_.encdec()) throw Error("vjp_encdec needs an encoder-decoder model");
+  require_one_stream(cfg_, "vjp_encdec (use vjp_stacks)");
   const size_t NC = size_t(B_) * T_ * cfg_.d_model, NsC = size_t(B_) * S_ * cfg_.d_model;
   std::fill(dmem_, dmem_ + NsC, S(0));
   S* dx = dstream_[0];
@@ -184,6 +205,7 @@ void Model<S>::vjp_encdec(S* dsrc, S* dtgt, const S* dout) {
 template <class S>
 void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, int token, int row) const {
   if (cfg_.encdec()) throw Error("token-local block Jacobians are not implemented for encoder-decoder models");
+  refuse_dual(2 * layer, "jvp_block_token_local");
   const int T = T_, C = cfg_.d_model, F = cfg_.ff(), NH = cfg_.n_heads, HS = C / NH;
   const size_t n = size_t(row) * T + token;  // the token's row in (B * T)
   const size_t KC = size_t(K) * C;
@@ -265,6 +287,7 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
 
 template <class S>
 void Model<S>::vjp_sublayers(S* din, const S* dout, int first, int last) {
+  refuse_dual(first, "vjp_sublayers");
   const int dec0 = cfg_.first_decoder_slot();
   if (cfg_.encdec() && first < dec0 && last > dec0)
     throw Error("vjp_sublayers: a range of an encoder-decoder lies within one stack (use vjp_encdec)");
@@ -279,13 +302,65 @@ void Model<S>::vjp_sublayers(S* din, const S* dout, int first, int last) {
   std::copy(dx.begin(), dx.end(), din);
 }
 
+// One stack forward mode: ty (K, rows, C) = tangent of its output y for the tangent tx0 of its input
+// (both streams start there). tmem: the memory's tangent for a decoder's cross-attention.
+template <class S>
+void Model<S>::stack_jvp(S* ty, const S* tx0, int K, const StackEnd& e, const S* tmem) const {
+  const size_t n = size_t(K) * e.rows * cfg_.d_model;
+  std::vector<S> tx(n), td;
+  // x_d = x_0 + sum g
+  if (e.xd) td.assign(tx0, tx0 + n);
+  jvp_sublayers_impl(tx.data(), tx0, nullptr, K, e.first, e.last, tmem, e.xd ? td.data() : nullptr);
+  if (!e.p.weight) {
+    std::copy(tx.begin(), tx.end(), ty);  // y = x
+    return;
+  }
+  // y = ln_f(x);  or y = x + ln_f(x_d)
+  norm_jvp(ty, e.xd ? td.data() : tx.data(), e.xd ? e.xd : e.x, e.p, e.mean, e.rstd, K, e.rows);
+  if (e.xd)
+    for (size_t k = 0; k < n; k++) ty[k] += tx[k];
+}
+
+template <class S>
+void Model<S>::jvp_stacks(S* tout, const S* tsrc, const S* tin, int K) const {
+  if (cfg_.encdec() != (tsrc != nullptr))
+    throw Error(cfg_.encdec() ? "jvp_stacks: an encoder-decoder needs the source tangent"
+                              : "jvp_stacks: only an encoder-decoder takes a source tangent");
+  std::vector<S> tmem;
+  if (cfg_.encdec()) {
+    tmem.resize(size_t(K) * B_ * S_ * cfg_.d_model);
+    stack_jvp(tmem.data(), tsrc, K, stack_end(true), nullptr);
+  }
+  stack_jvp(tout, tin, K, stack_end(false), cfg_.encdec() ? tmem.data() : nullptr);
+}
+
+template <class S>
+void Model<S>::vjp_stacks(S* dsrc, S* din, const S* dout) {
+  if (cfg_.encdec() != (dsrc != nullptr))
+    throw Error(cfg_.encdec() ? "vjp_stacks: an encoder-decoder needs dsrc" : "vjp_stacks: only an encoder-decoder has dsrc");
+  const size_t NC = size_t(B_) * T_ * cfg_.d_model, NsC = size_t(B_) * S_ * cfg_.d_model;
+  // dout may alias a buffer the reverse pass uses: take a copy
+  std::vector<S> dy(dout, dout + NC);
+  if (cfg_.encdec()) std::fill(dmem_, dmem_ + NsC, S(0));
+  S* dx = nullptr;
+  stack_backward(stack_end(false), dy.data(), dx);
+  std::copy(dx, dx + NC, din);
+  if (!cfg_.encdec()) return;
+  stack_backward(stack_end(true), dmem_, dx);
+  std::copy(dx, dx + NsC, dsrc);
+}
+
 // model.cpp instantiates the class; the members defined here are instantiated here.
 #define NL_INSTANTIATE(S)                                                                               \
   template void Model<S>::norm_jvp(S*, const S*, const S*, const NormParams<S>&, const S*, const S*, int,  \
                                    int) const;                                                          \
   template void Model<S>::jvp_sublayers(S*, const S*, int, int, int) const;                             \
   template void Model<S>::jvp_sublayers_unit(S*, const int64_t*, int, int, int) const;                   \
-  template void Model<S>::jvp_sublayers_impl(S*, const S*, const int64_t*, int, int, int, const S*) const; \
+  template void Model<S>::jvp_sublayers_impl(S*, const S*, const int64_t*, int, int, int, const S*, S*) const; \
+  template void Model<S>::refuse_dual(int, const char*) const;                                          \
+  template void Model<S>::stack_jvp(S*, const S*, int, const StackEnd&, const S*) const;                \
+  template void Model<S>::jvp_stacks(S*, const S*, const S*, int) const;                                \
+  template void Model<S>::vjp_stacks(S*, S*, const S*);                                                 \
   template void Model<S>::jvp_encdec(S*, const S*, const S*, int) const;                                \
   template void Model<S>::vjp_encdec(S*, S*, const S*);                                                 \
   template void Model<S>::jvp_block_token_local(S*, const S*, int, int, int, int) const;                \

@@ -148,7 +148,7 @@ class Case:
         return m
 
 
-NEW_METHODS = ("admin", "rezero", "skipinit", "layerscale", "tfixup")
+NEW_METHODS = ("admin", "rezero", "skipinit", "layerscale", "tfixup", "residual")
 
 
 def build_cases():
@@ -245,6 +245,19 @@ def build_cases():
              train=TRAIN_CFG),
         Case("train_encdec_mix", dict(ENCDEC, placement=["pre", "post", "pre", "deepnorm", "pre"]), ENCDEC_BST,
              kind="train", train=TRAIN_CFG),
+        # ResiDual (two streams per stack): every arch, both norms, padding, BERT pieces around it, an encdec
+        # whose stacks differ (each stack has its own second stream), attention-only, and training
+        Case("gpt_residual_rmsnorm_pad", dict(SMALL, placement="residual", norm="rmsnorm"), SMALL_BT, pad=True),
+        Case("encoder_residual_bert_pieces_pad", dict(SMALL, arch="encoder", placement="residual", embed_norm=True,
+                                                      head="mlm", type_vocab=2), SMALL_BT, pad=True),
+        Case("encdec_residual", dict(ENCDEC, placement="residual"), ENCDEC_BST),
+        Case("encdec_residual_pre_unshared_rmsnorm", dict(ENCDEC, placement=["residual"] * 2 + ["pre"] * 3,
+             shared_embeddings=False, src_vocab=300, norm="rmsnorm"), ENCDEC_BST),
+        Case("encdec_post_residual_tgtmask", dict(ENCDEC, placement=["post"] * 2 + ["residual"] * 3), ENCDEC_BST,
+             masks=("tgt",)),
+        Case("encdec_residual_nomlp_T1", dict(ENCDEC, placement="residual", mlp=False), (2, 3, 1)),
+        Case("train_gpt_residual", dict(SMALL, placement="residual"), SMALL_BT, kind="train", train=TRAIN_CFG),
+        Case("train_encdec_residual", dict(ENCDEC, placement="residual"), ENCDEC_BST, kind="train", train=TRAIN_CFG),
         # Admin's profile: both chains (the decoder's after a pre layer), from the trainer's own init
         Case("train_encdec_admin_profile", dict(ENCDEC, placement=["admin", "admin", "admin", "pre", "admin"],
              admin_init="profile"), ENCDEC_BST, kind="train", train=TRAIN_CFG, fresh=True),
@@ -273,7 +286,7 @@ def build_cases():
                    EXTRA_BT, extra=True, pad=True))
     ex.append(Case("x_gpt_layerscale_depth25", dict(DEEP, n_layers=25, placement="layerscale"), DEEP_BT,
                    extra=True))
-    for p in ("post", "pre", "deepnorm", "admin", "tfixup"):
+    for p in ("post", "pre", "deepnorm", "admin", "tfixup", "residual"):
         ex.append(Case(f"x_encdec_{p}", dict(ENCDEC_EXTRA, placement=p), ENCDEC_EXTRA_BST, extra=True))
     ex += [
         Case("x_encdec_mix_all_unshared", dict(ENCDEC_EXTRA, placement=["sandwich", "rezero", "layerscale",

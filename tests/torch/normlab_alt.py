@@ -5,7 +5,8 @@ differently from normlab_torch.py so that selftest.py can check the oracle again
         (F.multi_head_attention_forward with key_padding_mask / attn_mask and, for the
         cross-attention, separate q / k / v projection weights; F.layer_norm; F.gelu; F.embedding;
         F.linear) and one written-out formula per method (post: N(x + F(x)), admin: N(omega x + F(x)),
-        rezero: x + alpha F(x), ...), with the DeepNorm constants typed in again from MODEL.md;
+        rezero: x + alpha F(x), ..., ResiDual's two streams as the paper writes them), with the
+        DeepNorm constants typed in again from MODEL.md;
     transformer_forward(model, ids, labels, kw)      a post-LN or pre-LN encdec as a stack of
         torch.nn.TransformerEncoderLayer / TransformerDecoderLayer with the weights copied in.
 
@@ -99,7 +100,28 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
             trace.append((stack, pre, method, x, fx, shortcut))
         return y
 
+    def run_residual(prefix, methods, x0, causal, mask, mem, mem_mask, final):
+        # ResiDual (Xie et al. 2023), as the paper writes it: the Post-LN stream x_a^k =
+        # LN(x_a^{k-1} + f_k(x_a^{k-1})) and the dual stream x_d = x_0 + sum_k f_k, normalized once:
+        # y = x_a^K + LN(x_d). The branch outputs are collected and summed at the end.
+        assert set(methods) == {"residual"}
+        xa, outputs = x0, []
+        for l in range(len(methods)):
+            lp = f"{prefix}.{l}"
+            kinds = [("attn", lambda h: self_attn(lp + ".attn", h, causal, mask))]
+            if mem is not None:
+                kinds.append(("cross", lambda h: cross_attn(lp + ".cross", h, mem, mem_mask)))
+            if c["mlp"]:
+                kinds.append(("mlp", lambda h: mlp(lp + ".mlp", h)))
+            for kind, fn in kinds:
+                fk = fn(xa)
+                outputs.append(fk)
+                xa = N(f"{lp}.{kind}.ln_out", xa + fk)
+        return xa + N(final, x0 + torch.stack(outputs).sum(0))
+
     def run(stack, prefix, methods, x, alpha, causal, mask, mem=None, mem_mask=None, final=None):
+        if "residual" in methods:
+            return run_residual(prefix, methods, x, causal, mask, mem, mem_mask, final)
         for l, method in enumerate(methods):
             lp = f"{prefix}.{l}"
             x = sub(stack, lp + ".attn", lp, method, x, lambda h: self_attn(lp + ".attn", h, causal, mask), alpha)

@@ -6,7 +6,8 @@ every formula is spelled out as in MODEL.md, attention is written by hand, and t
 
 Architectures: `gpt` (causal), `encoder` (bidirectional) and `encdec` (an encoder stack over the
 source, a decoder stack with cross-attention over the target). Methods (the values of `placement`):
-post pre sandwich prepost deepnorm none admin rezero skipinit layerscale tfixup (MODEL.md, "Methods").
+post pre sandwich prepost deepnorm none admin rezero skipinit layerscale tfixup residual (MODEL.md,
+"Methods"); residual (ResiDual) carries a second stream through its stack (run_stack).
 
 Public API
     normalize_config(cfg)            -> config dict with every key explicit (as in checkpoint metadata)
@@ -55,9 +56,12 @@ EOS_TOKEN = 257      # encdec: the last label
 # branch (lambda):  "one" 1 | "rezero" the (1) parameter `{layer prefix}.rezero` shared by the layer's
 #                   sub-layers | "gain" the (1) parameter `{prefix}.gain` | "gain_c" the (C) one.
 # final:            the stack ends with a final norm iff its last layer's method has final = True.
+# dual:             a second stream x_d (ResiDual): it starts as the stack's input, every sub-layer
+#                   adds g to it, and the stack ends x + ln_f(x_d) instead of ln_f(x). A stack is
+#                   all dual or not dual at all (normalize_config refuses a mix).
 # --------------------------------------------------------------------------------------------------
 
-Method = namedtuple("Method", "in_norm branch_norm out_norm shortcut branch final")
+Method = namedtuple("Method", "in_norm branch_norm out_norm shortcut branch final dual", defaults=(False,))
 
 METHODS = OrderedDict([
     ("post",       Method(False, False, True,  "one",      "one",    False)),   # Vaswani et al. 2017
@@ -71,6 +75,7 @@ METHODS = OrderedDict([
     ("skipinit",   Method(False, False, False, "one",      "gain",   False)),   # SkipInit
     ("layerscale", Method(True,  False, False, "one",      "gain_c", True)),    # LayerScale (CaiT)
     ("tfixup",     Method(False, False, False, "one",      "one",    False)),   # T-Fixup: init only
+    ("residual",   Method(False, False, True,  "one",      "one",    True, dual=True)),   # ResiDual
 ])
 PLACEMENTS = tuple(METHODS)
 IN_NORM = tuple(m for m, d in METHODS.items() if d.in_norm)            # ln_in before the branch
@@ -174,6 +179,14 @@ def normalize_config(cfg, strict=True):
         if q not in METHODS:
             raise ValueError(f"unknown placement {q!r}")
     c["placement"] = placement
+    # ResiDual's second stream spans a whole stack: a stack is all "residual" or has none
+    spans = [placement[:L], placement[L:]] if encdec else [placement]
+    for span in spans:
+        dual = [METHODS[q].dual for q in span]
+        if any(dual) and not all(dual):
+            raise ValueError(f"residual (ResiDual) cannot be mixed with other methods in one stack: {span}")
+        if any(dual) and not c["residual"]:
+            raise ValueError("residual = false removes the skip paths; ResiDual's second stream is one")
     if c["init"] == "auto":
         # MODEL.md: auto = deepnet if any layer is deepnorm, else gpt2. T-Fixup is a method that is
         # "initialization only", so a model with a tfixup layer resolves auto to the tfixup scheme
@@ -209,6 +222,7 @@ Stack = namedtuple("Stack", [
     "beta",          # DeepNet init gain
     "tfixup",        # T-Fixup scale of its value / output / MLP matrices
     "encoder_like",  # an encoder stack (T-Fixup's 0.67 N^(-1/4) rule), else a decoder stack
+    "dual",          # ResiDual's second stream: the output is x + final(x_d) instead of final(x)
 ])
 
 
@@ -221,15 +235,15 @@ def stacks(config):
         enc = c["arch"] == "encoder"
         return [Stack("main", "h", 0, pl, not enc, False, "ln_f" if METHODS[pl[-1]].final else None, L, 2 * L,
                       (2.0 * L) ** 0.25, (8.0 * L) ** -0.25,
-                      0.67 * L ** -0.25 if enc else (9.0 * L) ** -0.25, enc)]
+                      0.67 * L ** -0.25 if enc else (9.0 * L) ** -0.25, enc, METHODS[pl[-1]].dual)]
     N, M = c["n_layers"], c["dec_layers"]
     enc_pl, dec_pl = pl[:N], pl[N:]
     return [
         Stack("enc", "enc.h", 0, enc_pl, False, False, "enc.ln_f" if METHODS[enc_pl[-1]].final else None, N,
               2 * N, 0.81 * (N ** 4 * M) ** (1.0 / 16), 0.87 * (N ** 4 * M) ** (-1.0 / 16), 0.67 * N ** -0.25,
-              True),
+              True, METHODS[enc_pl[-1]].dual),
         Stack("dec", "h", N, dec_pl, True, True, "ln_f" if METHODS[dec_pl[-1]].final else None, M,
-              3 * M, (3.0 * M) ** 0.25, (12.0 * M) ** -0.25, (9.0 * M) ** -0.25, False),
+              3 * M, (3.0 * M) ** 0.25, (12.0 * M) ** -0.25, (9.0 * M) ** -0.25, False, METHODS[dec_pl[-1]].dual),
     ]
 
 
@@ -605,8 +619,9 @@ def branch_scale(params, prefix, method):
 
 
 def sublayer_parts(config, params, prefix, method, branch, x, key_mask=None, stack=None):
-    """One residual sub-layer (MODEL.md, "Methods"). Returns (x', f, omega) with f = F(h) the branch
-    output and omega the shortcut scale (a number or Admin's (C) tensor)."""
+    """One residual sub-layer (MODEL.md, "Methods"). Returns (x', f, omega, g) with f = F(h) the branch
+    output, omega the shortcut scale (a number or Admin's (C) tensor) and g = ln_branch(f) (or f), what
+    a second stream adds (before the branch scale lambda, which only r applies)."""
     m = METHODS[method]
     omega = shortcut_scale(config, params, prefix, method, stack)
     lam = branch_scale(params, prefix, method)
@@ -615,11 +630,11 @@ def sublayer_parts(config, params, prefix, method, branch, x, key_mask=None, sta
     g = norm(config, params, prefix + ".ln_branch", f) if m.branch_norm else f
     r = omega * x + lam * g
     out = norm(config, params, prefix + ".ln_out", r) if m.out_norm else r
-    return out, f, omega
+    return out, f, omega, g
 
 
 def sublayer(config, params, prefix, placement, branch, x, key_mask=None, stack=None):
-    return sublayer_parts(config, params, prefix, placement, branch, x, key_mask, stack)[0]
+    return sublayer_parts(config, params, prefix, placement, branch, x, key_mask, stack)[0]  # (one stream only)
 
 
 def stack_sublayers(config, stack, key_mask, memory=None, memory_mask=None):
@@ -638,18 +653,28 @@ def stack_sublayers(config, stack, key_mask, memory=None, memory_mask=None):
     return out
 
 
+def stack_output(config, params, stack, x, xd):
+    """How a stack ends: final(x), or x + final(x_d) with ResiDual's second stream, or x."""
+    if stack.dual:
+        return x + norm(config, params, stack.final, xd)
+    return norm(config, params, stack.final, x) if stack.final else x
+
+
 def run_stack(config, params, stack, x, key_mask=None, memory=None, memory_mask=None, hidden=None):
-    """The stack's layers and its final norm. hidden (a list) receives the stream entering each layer
-    and the one leaving the last layer (before the final norm)."""
+    """The stack's layers and its ending. hidden (a list) receives the stream entering each layer
+    and the one leaving the last layer (before the final norm; ResiDual: the normalized stream x).
+    ResiDual: x_d starts as the input x and every sub-layer adds its branch output to it."""
     subs = stack_sublayers(config, stack, key_mask, memory, memory_mask)
     per_layer = len(subs) // len(stack.methods)
+    xd = x
     for i, (prefix, method, branch, mask) in enumerate(subs):
         if hidden is not None and i % per_layer == 0:
             hidden.append(x)
-        x = sublayer(config, params, prefix, method, branch, x, mask, stack)
+        x, _, _, g = sublayer_parts(config, params, prefix, method, branch, x, mask, stack)
+        xd = xd + g
     if hidden is not None:
         hidden.append(x)
-    return norm(config, params, stack.final, x) if stack.final else x
+    return stack_output(config, params, stack, x, xd)
 
 
 def _embed_source(config, params, src):
@@ -774,15 +799,16 @@ def admin_profile(config, params, input_ids, token_types=None, key_mask=None, de
 
     def walk(stack, x, mask, memory=None, memory_mask=None):
         ratio = 1.0
+        xd = x
         for prefix, method, branch, m in stack_sublayers(config, stack, mask, memory, memory_mask):
             if METHODS[method].shortcut == "omega":
                 params[prefix + ".omega"].fill_(ratio)
                 set_values.append((prefix + ".omega", ratio))
-            x_next, f, omega = sublayer_parts(config, params, prefix, method, branch, x, m, stack)
+            x_next, f, omega, g = sublayer_parts(config, params, prefix, method, branch, x, m, stack)
             if chain == "all" or METHODS[method].shortcut == "omega":
                 ratio = math.sqrt(_population_var(omega * x) + _population_var(f))
-            x = x_next
-        return norm(config, params, stack.final, x) if stack.final else x
+            x, xd = x_next, xd + g
+        return stack_output(config, params, stack, x, xd)
 
     with torch.no_grad():
         if config["arch"] == "encdec":

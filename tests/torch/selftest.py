@@ -182,6 +182,11 @@ def test_param_names_methods():
                        *lin("h.0.attn", "qkv", "proj"), "h.0.attn.gain", "h.0.mlp.ln_in.weight", "h.0.mlp.ln_in.bias",
                        *lin("h.0.mlp", "fc", "proj"), "h.0.mlp.gain", "ln_f.weight", "ln_f.bias"],
         "tfixup": ["wte.weight", "wpe.weight", *lin("h.0.attn", "qkv", "proj"), *lin("h.0.mlp", "fc", "proj")],
+        # ResiDual: ln_out per sub-layer (the x stream) and one ln_f (the x_d stream, at the end only)
+        "residual": ["wte.weight", "wpe.weight",
+                     *lin("h.0.attn", "qkv", "proj"), "h.0.attn.ln_out.weight", "h.0.attn.ln_out.bias",
+                     *lin("h.0.mlp", "fc", "proj"), "h.0.mlp.ln_out.weight", "h.0.mlp.ln_out.bias",
+                     "ln_f.weight", "ln_f.bias"],
     }
     for method, names in want.items():
         c = nt.normalize_config(dict(TINY, n_layers=1, placement=method))
@@ -204,8 +209,9 @@ def test_param_names_methods():
     c = nt.normalize_config(dict(TINY, n_layers=1, placement="admin", norm="rmsnorm"))
     check("param names: admin rmsnorm has ln_out.weight and omega only",
           [n for n, _ in nt.param_specs(c)][6:8] == ["h.0.attn.ln_out.weight", "h.0.attn.omega"])
-    final = {m: nt.has_final_norm(nt.normalize_config(dict(TINY, placement=["pre", m]))) for m in nt.PLACEMENTS}
-    want_final = {m: m in ("pre", "sandwich", "layerscale") for m in nt.PLACEMENTS}
+    one_stream = [m for m in nt.PLACEMENTS if m != "residual"]   # residual does not mix (test_residual)
+    final = {m: nt.has_final_norm(nt.normalize_config(dict(TINY, placement=["pre", m]))) for m in one_stream}
+    want_final = {m: m in ("pre", "sandwich", "layerscale") for m in one_stream}
     check("final norm iff the last method is pre, sandwich or layerscale", final == want_final, f"{final}")
 
 
@@ -310,6 +316,10 @@ def test_config():
         "admin_init unknown": dict(admin_init="xavier"),
         "init unknown": dict(init="fixup"),
         "placement unknown": dict(placement="rezero2"),
+        "residual mixed in a gpt stack": dict(n_layers=2, placement=["residual", "pre"]),
+        "residual mixed in a decoder stack": dict(arch="encdec", n_layers=1, dec_layers=2,
+                                                  placement=["pre", "residual", "post"]),
+        "residual without residual paths": dict(placement="residual", residual=False),
     }
     wrong = [k for k, v in bad.items() if not refused(v)]
     check("normalize_config refuses bad encdec / method configs", not wrong, f"accepted: {wrong}")
@@ -365,6 +375,8 @@ VARIANTS += [
     ("gpt_rezero_nomlp", dict(TINY, placement="rezero", mlp=False)),
     ("gpt_layerscale_noresidual", dict(TINY, placement="layerscale", residual=False)),
     ("gpt_skipinit_gelu_exact", dict(TINY, placement="skipinit", activation="gelu_exact")),
+    ("gpt_residual_rmsnorm", dict(TINY, placement="residual", norm="rmsnorm")),
+    ("encoder_residual_nomlp", dict(TINY, arch="encoder", n_layers=3, placement="residual", mlp=False)),
 ]
 # encoder-decoders: every method at least once in each stack (global layer lists of N + M = 5)
 ED_VARIANTS = [
@@ -381,6 +393,10 @@ ED_VARIANTS = [
      dict(TINY_ED, placement=["tfixup", "none", "pre", "sandwich", "prepost"], activation="relu"), ()),
     ("encdec_pre_nomlp", dict(TINY_ED, placement="pre", mlp=False), ("src", "tgt")),
     ("encdec_post_noresidual", dict(TINY_ED, placement="post", residual=False), ("src", "tgt")),
+    ("encdec_residual", dict(TINY_ED, placement="residual"), ("src", "tgt")),
+    ("encdec_residual|pre_rmsnorm", dict(TINY_ED, placement=["residual"] * 2 + ["pre"] * 3, norm="rmsnorm"), ("src",)),
+    ("encdec_post|residual_unshared", dict(TINY_ED, placement=["post"] * 2 + ["residual"] * 3, shared_embeddings=False,
+                                           src_vocab=12), ("tgt",)),
 ]
 
 
@@ -393,7 +409,7 @@ def test_alt_forward():
             l2, z2, _ = alt_forward(m, ids, labels)
         err = max(abs(float(l1 - l2)), float((z1 - z2).abs().max()))
         check(f"forward == torch.nn built-ins: {name}", err < 1e-12, f"max err {err:.2e}")
-    for name in ("gpt_pre", "encoder_post", "gpt_admin", "encoder_layerscale"):
+    for name in ("gpt_pre", "encoder_post", "gpt_admin", "encoder_layerscale", "gpt_residual"):
         cfg = dict(VARIANTS)[name]
         m = perturbed_model(cfg, seed=1)
         ids, labels, kw = inputs(cfg, (3, 6), seed=3, pad=True)
@@ -605,6 +621,51 @@ def test_method_identities():
         p.grad is None or float(p.grad.abs().max()) == 0 for n, p in m.params.items() if n.endswith(".omega")))
 
 
+def test_residual():
+    """ResiDual by hand from the paper's equations on explicit tensors (two streams, LN_final once), and
+    the x-transformers#145 variant (x <- x + LN_f(x_d) after every layer) differing from it."""
+    cfg = dict(TINY, n_layers=3, placement="residual", vocab=11)
+    m = perturbed_model(cfg, seed=4)
+    c, P = m.config, m.params
+    ids, labels = batch(cfg, B=2, T=5, seed=5)
+
+    def ln(prefix, z):
+        return torch.nn.functional.layer_norm(z, (c["d_model"],), P[prefix + ".weight"], P[prefix + ".bias"], c["eps"])
+
+    def branch(l, kind, h):
+        return nt.attention(c, P, f"h.{l}.attn", h) if kind == "attn" else nt.mlp(c, P, f"h.{l}.mlp", h)
+
+    with torch.no_grad():
+        x0 = P["wte.weight"][ids] + P["wpe.weight"][:ids.shape[1]]
+        xa, xd = x0.clone(), x0.clone()
+        xb, xdb = x0.clone(), x0.clone()   # the #145 variant
+        for l in range(3):
+            for kind in ("attn", "mlp"):
+                h = branch(l, kind, xa)
+                xa, xd = ln(f"h.{l}.{kind}.ln_out", xa + h), xd + h
+                hb = branch(l, kind, xb)
+                xb, xdb = ln(f"h.{l}.{kind}.ln_out", xb + hb), xdb + hb
+            xb = xb + ln("ln_f", xdb)
+        want = xa + ln("ln_f", xd)
+        got = nt.forward_outputs(c, P, ids, labels)["final"]
+        err = float((got - want).abs().max())
+        gap = float((got - xb).abs().max())
+    check("residual: y = x_a + LN_f(x_0 + sum F), x_a <- LN(x_a + F(x_a))", err < 1e-12, f"max err {err:.2e}")
+    check("residual: the x-transformers#145 per-layer LN_f variant differs (> 0.1)", gap > 0.1, f"max gap {gap:.3f}")
+    # with a single sub-layer both readings coincide: the check above is about where LN_f sits
+    one = dict(TINY, n_layers=1, placement="residual", vocab=11, mlp=False)
+    m1 = perturbed_model(one, seed=4)
+    with torch.no_grad():
+        x0 = m1.params["wte.weight"][ids] + m1.params["wpe.weight"][:ids.shape[1]]
+        h = nt.attention(m1.config, m1.params, "h.0.attn", x0)
+        P1 = m1.params
+        y = (torch.nn.functional.layer_norm(x0 + h, (8,), P1["h.0.attn.ln_out.weight"], P1["h.0.attn.ln_out.bias"],
+                                            m1.config["eps"])
+             + torch.nn.functional.layer_norm(x0 + h, (8,), P1["ln_f.weight"], P1["ln_f.bias"], m1.config["eps"]))
+        err1 = float((nt.forward_outputs(m1.config, P1, ids, labels)["final"] - y).abs().max())
+    check("residual, one sub-layer: y = LN(x + F) + LN_f(x + F)", err1 < 1e-12, f"max err {err1:.2e}")
+
+
 def test_closed_form_inits():
     # Admin: S = 2L (gpt / encoder), 2N (encoder stack), 3M (decoder stack)
     hand = {2: 1.3155674364624994, 4: 1.4514388284726503, 6: 1.6116104977904107, 9: 1.8283721773841664}
@@ -663,7 +724,7 @@ def test_gradcheck():
     for name, cfg in VARIANTS:
         ids, labels = batch(cfg, B=2, T=4, seed=7)
         _gradcheck_loss(name, cfg, ids, labels, {}, 6)
-    for name in ("gpt_admin", "encoder_rezero", "gpt_layerscale"):
+    for name in ("gpt_admin", "encoder_rezero", "gpt_layerscale", "encoder_residual"):
         cfg = dict(VARIANTS)[name]
         ids, labels, kw = inputs(cfg, (3, 4), seed=8, pad=True)
         _gradcheck_loss(name + " (padded)", cfg, ids, labels, kw, 6)
@@ -1148,7 +1209,7 @@ def main():
     quick = "--quick" in sys.argv[1:]
     tests = [test_param_names, test_param_names_methods, test_param_names_encdec, test_config,
              test_checkpoint_roundtrip, test_alt_forward, test_torch_transformer, test_deepnorm,
-             test_deepnorm_encdec, test_method_identities, test_closed_form_inits, test_causality,
+             test_deepnorm_encdec, test_method_identities, test_residual, test_closed_form_inits, test_causality,
              test_encdec_masks, test_init, test_init_methods, test_perturb, test_admin_profile, test_training,
              test_training_encdec, test_gradcheck_cross_attention, test_directional_encdec, test_gradcheck]
     if not quick:
