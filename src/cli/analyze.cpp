@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fmt/format.h>
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -45,9 +46,9 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
     sub->add_option("--set", cmd.sets, "config override, e.g. --set model.placement=post");
     sub->add_option("--tokens", cmd.tokens,
                     "token file: the first row of input_ids is the input (encdec: Hugging Face seq2seq names)");
-    cmd.text_option = sub->add_option("--text", cmd.text, "text to analyze, through --tokenizer (encdec: the target, as bytes)");
-    cmd.source_option = sub->add_option("--source-text", cmd.source_text,
-                                        "encdec: the source sentence (UTF-8 bytes + EOS); --text is the target");
+    cmd.text_options.push_back(sub->add_option("--text", cmd.text, "text to analyze, through --tokenizer (encdec: the target, as bytes)"));
+    cmd.source_options.push_back(sub->add_option("--source-text", cmd.source_text,
+                                                 "encdec: the source sentence (UTF-8 bytes + EOS); --text is the target"));
     sub->add_option("--text-file", cmd.text_file, "a UTF-8 file to analyze, through --tokenizer");
     sub->add_option("--tokenizer", cmd.tokenizer,
                     "tokenizer for --text: a tokenizer file or directory, or gpt2 (default: the Hugging "
@@ -83,13 +84,16 @@ std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd) {
   return std::make_unique<Model<double>>(run.model);
 }
 
-bool has_text(const AnalyzeCommand& cmd) {
-  return (cmd.text_option && cmd.text_option->count() > 0) || !cmd.text_file.empty();
+// Whether an option of the instrument's was given (each subcommand registers its own copy).
+bool given(const std::vector<CLI::Option*>& options) {
+  return std::any_of(options.begin(), options.end(), [](const CLI::Option* o) { return o->count() > 0; });
 }
+
+bool has_text(const AnalyzeCommand& cmd) { return given(cmd.text_options) || !cmd.text_file.empty(); }
 
 // --text / --text-file: the text through the tokenizer, checked against the model's vocabulary.
 std::vector<int32_t> text_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
-  const bool text = cmd.text_option && cmd.text_option->count() > 0;
+  const bool text = given(cmd.text_options);
   if (text && !cmd.text_file.empty()) throw Error("give --text or --text-file, not both");
   if (!cmd.tokens.empty() || cmd.random) throw Error("give one input: --text/--text-file, --tokens or --random");
   std::string tokenizer = cmd.tokenizer;
@@ -146,7 +150,7 @@ std::vector<int32_t> input_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg
   return b.ids;
 }
 
-bool has_source(const AnalyzeCommand& cmd) { return cmd.source_option && cmd.source_option->count() > 0; }
+bool has_source(const AnalyzeCommand& cmd) { return given(cmd.source_options); }
 
 // The encdec input: one source-target pair from --source-text and --text/--text-file (bytes, as
 // translation training reads them: source bytes + EOS; decoder input BOS + target bytes, labels the
@@ -188,7 +192,7 @@ Batch encdec_input(const AnalyzeCommand& cmd, const ModelConfig& cfg, bool all_r
                 "--text-file), or --tokens with a seq2seq token file (input_ids, decoder_input_ids, labels)");
   if (!cmd.tokenizer.empty())
     throw Error("an encoder-decoder model reads UTF-8 bytes (source + EOS, BOS + target); --tokenizer does not apply");
-  if ((cmd.text_option && cmd.text_option->count() > 0) && !cmd.text_file.empty())
+  if (given(cmd.text_options) && !cmd.text_file.empty())
     throw Error("give --text or --text-file, not both");
   std::string target = cmd.text, where = "--text";
   if (!cmd.text_file.empty()) {

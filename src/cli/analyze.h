@@ -19,9 +19,9 @@ struct AnalyzeCommand {
   double update_lr = 1e-3;
   std::string checkpoint, config, tokens, json_out;
   std::string text, text_file, tokenizer;  // --text / --text-file through --tokenizer (or the model dir's)
-  CLI::Option* text_option = nullptr;
   std::string source_text;                 // encdec: the source sentence (UTF-8 bytes + EOS)
-  CLI::Option* source_option = nullptr;
+  // --text and --source-text of each instrument (one each per subcommand: "given" means on any)
+  std::vector<CLI::Option*> text_options, source_options;
   std::vector<std::string> sets;
   int seq_len = 16, token = -1;
   bool random = false, force = false, no_full = false;
