@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # cli_analyze_smoke.sh: every instrument runs from the CLI on fresh models of every placement, norm
 # kind and architecture and on a trained checkpoint, and its --json output parses and holds the
-# expected sections. (The numbers themselves are pinned by test_analysis.)
+# expected sections, and encoder-decoder models take a source-target pair (text or a seq2seq token
+# file) and refuse bad input with one clear message. (The numbers themselves are pinned by
+# test_analysis and test_encdec_instruments.)
 # Usage: cli_analyze_smoke.sh path/to/normlab
 set -uo pipefail
 NL=$(realpath "$1")
@@ -46,5 +48,61 @@ for inst in jacobian attention; do
   check "$inst on a trained checkpoint" model "$NL" analyze $inst --checkpoint run/checkpoint.safetensors --seq-len 6
 done
 check "dynamics on a trained checkpoint" layers "$NL" analyze dynamics --checkpoint run/checkpoint.safetensors --seq-len 8 --batches 1
+# encoder-decoder models: a source-target pair from text or a seq2seq token file
+refuse() {  # name expected-message-fragment command...: exit 1 with one "normlab: error:" line naming the problem
+  local name=$1 want=$2
+  shift 2
+  "$@" >log.txt 2>&1
+  local rc=$?
+  if [[ $rc -eq 1 ]] && grep -q "^normlab: error: .*$want" log.txt && [[ $(grep -c "normlab: error" log.txt) -eq 1 ]]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL (refusal): $name (exit $rc)"; tail -3 log.txt
+  fi
+}
+ed=(--set model.arch=encdec --set model.d_model=16 --set model.n_heads=2 --set model.n_layers=2 --set model.dec_layers=3 --set model.seq_len=16)
+for p in post pre deepnorm admin; do
+  check "attention encdec $p" per_head "$NL" analyze attention "${ed[@]}" --set model.placement=$p --source-text "Hola mundo" --text "Hello w"
+  check "jacobian encdec $p" source "$NL" analyze jacobian "${ed[@]}" --set model.placement=$p --source-text "Hola" --text "Hi" --lanczos-k 2
+  check "dynamics encdec $p" decoder "$NL" analyze dynamics "${ed[@]}" --set model.placement=$p --source-text "Hola mundo" --text "Hello w"
+done
+# a padded seq2seq token file (Hugging Face names), written without dependencies: 2 rows, S 6, T 5;
+# and a gpt-style one (no source)
+python3 - <<'PY'
+import json, struct
+def tensor(rows):
+    return [v for r in rows for v in r], [len(rows), len(rows[0])]
+data = {"input_ids": tensor([[72, 111, 108, 97, 257, 0], [72, 105, 257, 0, 0, 0]]),
+        "attention_mask": tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]]),
+        "decoder_input_ids": tensor([[256, 72, 105, 33, 0], [256, 79, 0, 0, 0]]),
+        "decoder_attention_mask": tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]]),
+        "labels": tensor([[72, 105, 33, 257, -100], [79, 257, -100, -100, -100]])}
+def safetensors(tensors):
+    header, blob = {}, b""
+    for name, (vals, shape) in tensors.items():
+        raw = struct.pack("<%di" % len(vals), *vals)
+        header[name] = {"dtype": "I32", "shape": shape, "data_offsets": [len(blob), len(blob) + len(raw)]}
+        blob += raw
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + blob
+open("pairs.safetensors", "wb").write(safetensors(data))
+open("plain.safetensors", "wb").write(safetensors({"input_ids": tensor([[72, 105]]), "labels": tensor([[105, 33]])}))
+PY
+for inst in attention jacobian; do
+  check "$inst encdec --tokens" source_ids "$NL" analyze $inst "${ed[@]}" --tokens pairs.safetensors
+done
+check "dynamics encdec --tokens (padded rows)" encoder "$NL" analyze dynamics "${ed[@]}" --tokens pairs.safetensors
+grep -q "source 6 tokens, target 5 tokens" log.txt || { fail=$((fail + 1)); echo "FAIL: dynamics --tokens does not say what it read"; }
+"$NL" init "${ed[@]}" --out run-ed.safetensors >/dev/null
+check "attention encdec on a checkpoint" model "$NL" analyze attention --checkpoint run-ed.safetensors --source-text "Hola" --text "Hi"
+refuse "encdec without a source" "needs a source" "$NL" analyze attention "${ed[@]}" --text "Hello"
+refuse "encdec dynamics without a source" "needs a source" "$NL" analyze dynamics "${ed[@]}"
+refuse "encdec source longer than seq_len" "more than the model's seq_len 16" "$NL" analyze jacobian "${ed[@]}" --source-text "a sentence far longer than sixteen bytes" --text "x"
+refuse "encdec target longer than seq_len" "more than the model's seq_len 16" "$NL" analyze attention "${ed[@]}" --source-text "x" --text "a target far longer than sixteen bytes"
+refuse "encdec --random" "not --random" "$NL" analyze attention "${ed[@]}" --random
+refuse "encdec --tokenizer" "does not apply" "$NL" analyze attention "${ed[@]}" --source-text "x" --text "y" --tokenizer gpt2
+refuse "--source-text on a gpt" "needs an encoder-decoder model" "$NL" analyze attention "${tiny[@]}" --source-text "x" --text "y"
+refuse "encdec token file without a source" "needs a source" "$NL" analyze attention "${ed[@]}" --tokens plain.safetensors
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -1,4 +1,5 @@
-// attention.cpp: the attention-spectrum instrument.
+// attention.cpp: the attention-spectrum instrument: the statistics of one row-stochastic matrix and
+// the per-head report of every self- and cross-attention sub-layer (bounds derived in attention.h).
 #include "analysis/attention.h"
 
 #include <algorithm>
@@ -9,109 +10,198 @@
 
 namespace normlab::analysis {
 
-AttentionMatrixStats attention_matrix_stats(const double* A, int n) {
+AttentionMatrixStats attention_matrix_stats(const double* A, int rows, int cols) {
   AttentionMatrixStats s;
-  s.norm2 = singular_values(std::vector<double>(A, A + size_t(n) * n), n, n).front();
-  std::vector<double> col(size_t(n), 0.0);
+  s.rows = rows;
+  s.cols = cols;
+  s.norm2 = singular_values(std::vector<double>(A, A + size_t(rows) * cols), rows, cols).front();
+  std::vector<double> col(size_t(cols), 0.0);
   s.entropy_min = INFINITY;
   s.entropy_max = -INFINITY;
-  for (int i = 0; i < n; i++) {
-    double h = 0;
-    for (int j = 0; j < n; j++) {
-      const double p = A[size_t(i) * n + j];
+  for (int i = 0; i < rows; i++) {
+    double h = 0, sum = 0;
+    for (int j = 0; j < cols; j++) {
+      const double p = A[size_t(i) * cols + j];
       col[size_t(j)] += p;
+      sum += p;
       if (p > 0) h -= p * std::log(p);
     }
-    s.entropy_mean += h / n;
+    s.row_sum_dev = std::max(s.row_sum_dev, std::abs(sum - 1));
+    s.entropy_mean += h / rows;
     s.entropy_min = std::min(s.entropy_min, h);
     s.entropy_max = std::max(s.entropy_max, h);
   }
   s.c_max = *std::max_element(col.begin(), col.end());
-  const double slack = 1e-12 * n;
-  s.chain_holds = 1 - slack <= s.norm2 && s.norm2 <= std::sqrt(s.c_max) + slack &&
-                  std::sqrt(s.c_max) <= std::sqrt(double(n)) + slack;
+  for (double c : col) {
+    s.col_sum_norm += c * c;
+    s.keys += c > 0;
+  }
+  s.col_sum_norm = std::sqrt(s.col_sum_norm);
+  s.lower = s.col_sum_norm / std::sqrt(double(rows));
+  // rounding: each sum of up to max(rows, cols) terms of size <= 1, and LAPACK's SVD
+  const double slack = 1e-12 * std::max(rows, cols);
+  const double r = rows, k = std::max(1, s.keys);
+  s.chain_holds = std::sqrt(r / k) <= s.lower * (1 + slack) + slack && s.lower <= s.norm2 * (1 + slack) + slack &&
+                  s.norm2 <= std::sqrt(s.c_max) * (1 + slack) + slack && std::sqrt(s.c_max) <= std::sqrt(r) + slack;
   return s;
 }
 
+double softmax_margin_bound(int T, int k, double M) { return std::sqrt(T / (1 + (k - 1) * std::exp(-2 * M))); }
+
+namespace {
+
+// A norm's gain and bias (bias null for RMSNorm); weight null: no norm.
+struct GainBias {
+  const double* weight = nullptr;
+  const double* bias = nullptr;
+};
+
+// The norm whose output a slot reads: its own ln_in, else the ln_out of the nearest present slot
+// before it in the same stack (in an attention-only model the previous sub-layer is the last
+// attention); none for the first slot of a stack without ln_in (the embeddings feed it).
+GainBias feeding_norm(const Model<double>& model, int slot) {
+  const ModelConfig& cfg = model.config();
+  const SublayerParams<double>& p = model.sublayer_params_of(slot);
+  if (p.ln_in.weight) return {p.ln_in.weight, p.ln_in.bias};
+  const int first = cfg.encdec() && slot >= cfg.first_decoder_slot() ? cfg.first_decoder_slot() : 0;
+  for (int i = slot - 1; i >= first; i--)
+    if (cfg.has_sublayer(i)) {
+      const NormParams<double>& out = model.sublayer_params_of(i).ln_out;
+      return out.weight ? GainBias{out.weight, out.bias} : GainBias{};
+    }
+  return {};
+}
+
+// The encdec memory's last norm: enc.ln_f when the encoder has one, else the ln_out of its last
+// present sub-layer, else none.
+GainBias memory_norm(const Model<double>& model) {
+  const ModelConfig& cfg = model.config();
+  if (const ParamSpec* w = model.table().find("enc.ln_f.weight")) {
+    const ParamSpec* b = model.table().find("enc.ln_f.bias");
+    return {model.params().data() + w->offset, b ? model.params().data() + b->offset : nullptr};
+  }
+  for (int i = cfg.first_decoder_slot() - 1; i >= 0; i--)
+    if (cfg.has_sublayer(i)) {
+      const NormParams<double>& out = model.sublayer_params_of(i).ln_out;
+      return out.weight ? GainBias{out.weight, out.bias} : GainBias{};
+    }
+  return {};
+}
+
+double max_abs(const double* v, int n) {
+  double m = 0;
+  for (int i = 0; i < n; i++) m = std::max(m, std::abs(v[i]));
+  return m;
+}
+
+// The heads of one attention slot (self or cross) of a forward on one sequence pair.
+void attention_slot_heads(const Model<double>& model, int slot, AttentionReport& rep) {
+  const ModelConfig& cfg = model.config();
+  const Slot s = cfg.slot(slot);
+  const bool cross = s.kind == Sublayer::Cross, encdec = cfg.encdec();
+  const int C = cfg.d_model, NH = cfg.n_heads, HS = C / NH;
+  const int rows = encdec && s.encoder ? model.planned_S() : model.planned_T();
+  const int cols = cross ? model.planned_S() : rows;
+  const bool causal = cfg.causal() || (encdec && !s.encoder && !cross);
+  const SublayerActs<double>& a = model.acts(slot);
+  const SublayerParams<double>& p = model.sublayer_params_of(slot);
+  const GainBias qnorm = feeding_norm(model, slot);
+  const GainBias knorm = cross ? memory_norm(model) : qnorm;
+  const double* wk = cross ? p.wkv : p.w1 + size_t(C) * C;  // this stack's key rows start here
+  const double* bk = cross ? p.bkv : p.b1 + C;
+  const double qk_bias_max = std::max(max_abs(p.b1, C), max_abs(bk, C));
+  double beta_max = 0;
+  for (const GainBias& n : {qnorm, knorm})
+    if (n.weight && n.bias) beta_max = std::max(beta_max, max_abs(n.bias, C));
+  for (int h = 0; h < NH; h++) {
+    HeadReport r;
+    r.layer = encdec && !s.encoder ? s.layer - cfg.n_layers : s.layer;
+    r.head = h;
+    r.stack = encdec ? (s.encoder ? "encoder" : "decoder") : "";
+    r.kind = cross ? "cross" : "self";
+    r.causal = causal;
+    r.stats = attention_matrix_stats(a.att + size_t(h) * rows * cols, rows, cols);
+    // this head's rows of the query and key projections: (HS, C) blocks
+    r.sigma_q = singular_values(std::vector<double>(p.w1 + size_t(h) * HS * C, p.w1 + size_t(h + 1) * HS * C), HS, C).front();
+    r.sigma_k = singular_values(std::vector<double>(wk + size_t(h) * HS * C, wk + size_t(h + 1) * HS * C), HS, C).front();
+    if (!qnorm.weight || !knorm.weight) {
+      r.bound_verdict = cross ? fmt::format("n/a: no norm feeds this attention's {}",
+                                            !qnorm.weight ? "queries" : "keys (the memory)")
+                              : "n/a: no norm feeds this attention";
+    } else {
+      r.gamma_max = max_abs(qnorm.weight, C);
+      const double gk = max_abs(knorm.weight, C);
+      if (cross) r.gamma_k_max = gk;
+      // |<q_i, k_j>| / sqrt(HS) <= (Gamma_q sqrt(d)) (Gamma_k sqrt(d)) sigma_Q sigma_K / sqrt(HS) = M;
+      // for one head of size d and Gamma_q = Gamma_k this is source 002's M = Gamma^2 sigma_Q sigma_K sqrt(d)
+      const double M = *r.gamma_max * gk * r.sigma_q * r.sigma_k * C / std::sqrt(double(HS));
+      r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
+      const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
+      r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g}, {} keys)", holds ? "holds" : "VIOLATED",
+                                    r.stats.norm2, holds ? "<=" : ">", *r.seed_bound, M, r.stats.keys);
+      if (!holds && causal)
+        r.bound_verdict += " (source 002 derives it for rows of n entries; a causal row i has only "
+                           "i + 1, so early columns collect more mass)";
+      if (beta_max > 0 || qk_bias_max > 0)
+        r.bound_verdict += fmt::format("; the bound assumes beta = 0 and no q/k bias, here max|beta| = "
+                                       "{:.3g}, max|q,k bias| = {:.3g}",
+                                       beta_max, qk_bias_max);
+    }
+    rep.heads_by_layer.push_back(r);
+  }
+}
+
+}  // namespace
+
 AttentionReport analyze_attention(const Model<double>& model) {
   const ModelConfig& cfg = model.config();
-  const int T = model.planned_T(), C = cfg.d_model, NH = cfg.n_heads, HS = C / NH;
-  AttentionReport rep{T, C, NH, {}};
-  for (int l = 0; l < cfg.n_layers; l++) {
-    const SublayerActs<double>& a = model.acts(2 * l);
-    const SublayerParams<double>& p = model.sublayer_params_of(2 * l);
-    // the norm whose output feeds this attention: its own ln_in, else the previous sub-layer's ln_out
-    // (in an attention-only model the previous sub-layer is the last attention)
-    const SublayerParams<double>* prev =
-        l == 0 ? nullptr : &model.sublayer_params_of(cfg.has_sublayer(2 * l - 1) ? 2 * l - 1 : 2 * l - 2);
-    const double* gamma = p.ln_in.weight;
-    bool has_beta = p.ln_in.bias != nullptr;
-    if (!gamma && prev) {
-      gamma = prev->ln_out.weight;
-      has_beta = prev->ln_out.bias != nullptr;
-    }
-    for (int h = 0; h < NH; h++) {
-      HeadReport r;
-      r.layer = l;
-      r.head = h;
-      r.stats = attention_matrix_stats(a.att + size_t(h) * T * T, T);
-      // this head's rows of the query and key projections: (HS, C) blocks of qkv.weight
-      r.sigma_q = singular_values(std::vector<double>(p.w1 + size_t(h) * HS * C, p.w1 + size_t(h + 1) * HS * C), HS, C).front();
-      r.sigma_k = singular_values(std::vector<double>(p.w1 + size_t(C + h * HS) * C, p.w1 + size_t(C + (h + 1) * HS) * C), HS, C).front();
-      if (!gamma) {
-        r.bound_verdict = "n/a: no norm feeds this attention";
-      } else {
-        double g = 0;
-        for (int c = 0; c < C; c++) g = std::max(g, std::abs(gamma[c]));
-        r.gamma_max = g;
-        // |<q_i, k_j>| / sqrt(HS) <= (Gamma sqrt(d))^2 sigma_Q sigma_K / sqrt(HS) = M; for one head
-        // of size d this is source 002's M (docs/SOURCES.md) = Gamma^2 sigma_Q sigma_K sqrt(d)
-        const double M = g * g * r.sigma_q * r.sigma_k * C / std::sqrt(double(HS));
-        r.seed_bound = std::sqrt(T / (1 + (T - 1) * std::exp(-2 * M)));
-        double beta_max = 0, qk_bias_max = 0;
-        const double* beta = p.ln_in.weight ? p.ln_in.bias : (prev ? prev->ln_out.bias : nullptr);
-        if (has_beta && beta)
-          for (int c = 0; c < C; c++) beta_max = std::max(beta_max, std::abs(beta[c]));
-        for (int c = 0; c < 2 * C; c++) qk_bias_max = std::max(qk_bias_max, std::abs(p.b1[c]));
-        const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
-        r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g})", holds ? "holds" : "VIOLATED",
-                                      r.stats.norm2, holds ? "<=" : ">", *r.seed_bound, M);
-        if (!holds && cfg.causal())
-          r.bound_verdict += " (source 002 derives it for rows of n entries; a causal row i has only "
-                             "i + 1, so early columns collect more mass)";
-        if (beta_max > 0 || qk_bias_max > 0)
-          r.bound_verdict += fmt::format("; the bound assumes beta = 0 and no q/k bias, here max|beta| = "
-                                         "{:.3g}, max|q,k bias| = {:.3g}",
-                                         beta_max, qk_bias_max);
-      }
-      rep.heads_by_layer.push_back(r);
-    }
-  }
+  AttentionReport rep{model.planned_T(), cfg.d_model, cfg.n_heads, cfg.encdec() ? model.planned_S() : 0, {}};
+  for (int i = 0; i < cfg.n_slots(); i++)
+    if (cfg.slot(i).kind != Sublayer::Mlp && cfg.has_sublayer(i)) attention_slot_heads(model, i, rep);
   return rep;
 }
 
 nlohmann::json to_json(const AttentionReport& r) {
   nlohmann::json heads = nlohmann::json::array();
-  for (const auto& h : r.heads_by_layer)
-    heads.push_back({{"layer", h.layer}, {"head", h.head}, {"norm2", h.stats.norm2}, {"c_max", h.stats.c_max},
-                     {"sqrt_c_max", std::sqrt(h.stats.c_max)}, {"sqrt_n", std::sqrt(double(r.T))},
-                     {"chain_holds", h.stats.chain_holds}, {"entropy_mean", h.stats.entropy_mean},
-                     {"entropy_min", h.stats.entropy_min}, {"entropy_max", h.stats.entropy_max},
-                     {"gamma_max", h.gamma_max ? nlohmann::json(*h.gamma_max) : nlohmann::json(nullptr)},
-                     {"sigma_q", h.sigma_q}, {"sigma_k", h.sigma_k},
-                     {"seed_bound", h.seed_bound ? nlohmann::json(*h.seed_bound) : nlohmann::json(nullptr)},
-                     {"bound_verdict", h.bound_verdict}});
-  return {{"T", r.T}, {"d", r.d}, {"heads", r.heads}, {"per_head", heads}};
+  const auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  for (const auto& h : r.heads_by_layer) {
+    nlohmann::json j = {{"layer", h.layer}, {"head", h.head}, {"kind", h.kind}, {"causal", h.causal},
+                        {"rows", h.stats.rows}, {"cols", h.stats.cols}, {"keys", h.stats.keys},
+                        {"norm2", h.stats.norm2}, {"c_max", h.stats.c_max}, {"sqrt_c_max", std::sqrt(h.stats.c_max)},
+                        {"sqrt_n", std::sqrt(double(h.stats.rows))}, {"lower_bound", h.stats.lower},
+                        {"sqrt_rows_over_keys", std::sqrt(double(h.stats.rows) / std::max(1, h.stats.keys))},
+                        {"row_sum_max_dev", h.stats.row_sum_dev}, {"chain_holds", h.stats.chain_holds},
+                        {"entropy_mean", h.stats.entropy_mean}, {"entropy_min", h.stats.entropy_min},
+                        {"entropy_max", h.stats.entropy_max}, {"gamma_max", opt(h.gamma_max)},
+                        {"sigma_q", h.sigma_q}, {"sigma_k", h.sigma_k}, {"seed_bound", opt(h.seed_bound)},
+                        {"bound_verdict", h.bound_verdict}};
+    if (!h.stack.empty()) {
+      j["stack"] = h.stack;
+      j["gamma_k_max"] = opt(h.gamma_k_max);
+    }
+    heads.push_back(j);
+  }
+  nlohmann::json out = {{"T", r.T}, {"d", r.d}, {"heads", r.heads}, {"per_head", heads}};
+  if (r.S > 0) out["S"] = r.S;
+  return out;
 }
 
 void print_report(const AttentionReport& r) {
-  fmt::print("Attention spectra, T = {} (sqrt(n) = {:.4g}), {} heads\n", r.T, std::sqrt(double(r.T)), r.heads);
-  fmt::print("{:>5} {:>4} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9}  {}\n", "layer", "head", "||A||_2",
-             "sqrt(c)", "c_max", "chain", "H mean", "sigma_Q", "sigma_K", "002 bound");
-  for (const auto& h : r.heads_by_layer)
-    fmt::print("{:>5} {:>4} {:>9.4f} {:>9.4f} {:>9.4f} {:>6} {:>9.4f} {:>9.4f} {:>9.4f}  {}\n", h.layer, h.head,
-               h.stats.norm2, std::sqrt(h.stats.c_max), h.stats.c_max, h.stats.chain_holds ? "holds" : "FAILS",
-               h.stats.entropy_mean, h.sigma_q, h.sigma_k, h.bound_verdict);
+  if (r.S > 0)
+    fmt::print("Attention spectra, source S = {}, target T = {}, {} heads; chain sqrt(rows/keys) <= ||c||/sqrt(rows) "
+               "<= ||A||_2 <= sqrt(c_max) <= sqrt(rows)\n", r.S, r.T, r.heads);
+  else
+    fmt::print("Attention spectra, T = {} (sqrt(n) = {:.4g}), {} heads\n", r.T, std::sqrt(double(r.T)), r.heads);
+  fmt::print("{:<13} {:>4} {:>7} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9}  {}\n", "layer", "head", "shape",
+             "lower", "||A||_2", "sqrt(c)", "c_max", "chain", "H mean", "sigma_Q", "sigma_K", "002 bound");
+  for (const auto& h : r.heads_by_layer) {
+    const std::string where = h.stack.empty() ? fmt::format("{}", h.layer)
+                                              : fmt::format("{} {} {}", h.stack.substr(0, 3), h.layer, h.kind);
+    fmt::print("{:<13} {:>4} {:>7} {:>9.4f} {:>9.4f} {:>9.4f} {:>9.4f} {:>6} {:>9.4f} {:>9.4f} {:>9.4f}  {}\n", where,
+               h.head, fmt::format("{}x{}", h.stats.rows, h.stats.cols), h.stats.lower, h.stats.norm2,
+               std::sqrt(h.stats.c_max), h.stats.c_max, h.stats.chain_holds ? "holds" : "FAILS", h.stats.entropy_mean,
+               h.sigma_q, h.sigma_k, h.bound_verdict);
+  }
 }
 
 }  // namespace normlab::analysis

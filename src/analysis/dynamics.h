@@ -4,6 +4,8 @@
 // layer's parameters (Xiong et al.: grows toward the output for Post-LN, flat for Pre-LN), and rank
 // collapse res(X_l) = ||X - 1 mean(X)^T||_F / ||X||_F of each sequence (Dong et al.), for the model
 // and for its ablations with and without skips and MLPs (same weights, sub-layers removed).
+// For an encoder-decoder model, analyze_dynamics_encdec (below): the same per stack, layer and
+// sub-layer (self-attention, cross-attention, FFN).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -60,5 +62,56 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
 
 nlohmann::json to_json(const DynamicsReport& report);
 void print_report(const DynamicsReport& report);
+
+// ---- Encoder-decoder models (dynamics_encdec.cpp) ----
+//
+// Liu et al. 2020 ("Understanding the Difficulty of Training Transformers") find that at
+// initialization only the Post-LN *decoder* has vanishing gradients toward its input, while the
+// encoder's are balanced; the per-stack gradient norms below are what that claim is checked on.
+// Averages over tokens count real tokens only (mask 1: the source's mask in the encoder, the
+// target's in the decoder; every token without a mask).
+
+struct SublayerDynamicsEncDec {
+  int slot = 0;                 // ModelConfig::slot index
+  std::string kind;             // "attn" (self-attention), "cross" or "mlp"
+  std::string prefix;           // its parameter-name prefix, e.g. "h.1.cross"
+  bool present = true;          // false: the MLP of an attention-only model (numbers NaN)
+  double branch_ratio = 0;      // mean over real tokens of ||g|| / ||x_in|| (g the branch after its norm)
+  double grad_norm = 0;         // ||dL/d theta|| over the sub-layer's parameters, mean over batches
+};
+
+struct LayerDynamicsEncDec {
+  int layer = 0;                // within its stack
+  int global_layer = 0;         // the config's global layer (decoder layers follow the encoder's)
+  std::string placement;
+  double stream_norm = 0;       // mean over real tokens of ||x|| entering the layer
+  double grad_norm = 0;         // ||dL/d theta_l|| over every parameter of the layer, mean over batches
+  std::vector<SublayerDynamicsEncDec> sublayers;  // encoder: attn, mlp; decoder: attn, cross, mlp
+};
+
+struct StackDynamics {
+  std::vector<LayerDynamicsEncDec> layers;
+  double out_stream_norm = 0;   // mean over real tokens of ||x|| leaving the last layer (before any final norm)
+  double grad_growth = 0;       // grad_norm(last layer) / grad_norm(first layer)
+};
+
+struct EncDecDynamicsReport {
+  StackDynamics encoder, decoder;
+  double memory_norm = 0;       // mean over real source tokens of ||memory|| (what cross-attention reads)
+  std::vector<ParamGradNorm> params;  // every parameter tensor, canonical order
+  double loss = 0;              // mean loss over the batches
+  int batches = 0, B = 0, T = 0, S = 0;
+};
+
+// Forward and backward of an encoder-decoder model (model.config().encdec()) on each batch (its
+// source in src/src_mask, its target in ids/mask/labels, as load_token_file and translation_batch
+// make them; every batch of one shape, each with at least one label); the model's grads are zeroed
+// first and left holding the last batch's gradients. Throws Error for a model that is not an
+// encdec or a batch without a source. The function a theory check calls: e.g.
+// report.decoder.layers[l].grad_norm against l for placement post vs pre.
+EncDecDynamicsReport analyze_dynamics_encdec(Model<double>& model, const std::vector<Batch>& batches);
+
+nlohmann::json to_json(const EncDecDynamicsReport& report);
+void print_report(const EncDecDynamicsReport& report);
 
 }  // namespace normlab::analysis

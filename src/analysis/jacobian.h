@@ -3,7 +3,8 @@
 // what eps and gamma change; per block the token-local (d x d) and full-sequence ((T d) x (T d))
 // Jacobians with the Pre-LN bound sigma_min(I + A) >= 1 - ||A|| and the Post-LN rank check; and the
 // end-to-end Jacobian with the product bound prod(1 - ||A_l||). Everything is computed in double
-// through the model's public forward-mode (jvp) path.
+// through the model's public forward-mode (jvp) path. For an encoder-decoder model: the decoder's and
+// the source's stream Jacobians (analyze_jacobian_encdec, below).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -103,5 +104,42 @@ std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, co
 
 nlohmann::json to_json(const JacobianReport& report);
 void print_report(const JacobianReport& report);
+
+// ---- Encoder-decoder models (jacobian_encdec.cpp) ----
+//
+// Two Jacobians of the decoder's last stream (before ln_f, (T d) rows), each dense by forward mode
+// while it fits (both dimensions <= full_max_dim) and by its lanczos_k extreme singular values
+// matrix-free (lanczos.h), compared with each other when both exist:
+// - "decoder": by the decoder's input stream (T d columns), the memory held fixed: the decoder stack
+//   alone (self-attention, cross-attention, FFN per layer);
+// - "source": by the encoder's input stream (S d columns), through the encoder, its final norm, every
+//   cross-attention and the decoder.
+struct EncDecJacobian {
+  std::string name;              // "decoder" or "source"
+  int rows = 0, cols = 0;
+  std::optional<Spectrum> dense;
+  std::vector<double> lanczos_largest, lanczos_smallest;  // as EndToEndReport's
+  bool lanczos_converged = false;
+  std::string lanczos_reason, lanczos_smallest_method;
+  long lanczos_products = 0, lanczos_budget = 0;
+  int lanczos_structural_zeros = 0;
+  double lanczos_structural_residual = 0, lanczos_smallest_error_bound = 0;
+  std::vector<double> lanczos_smallest_unverified;
+  std::optional<double> lanczos_vs_dense;           // max |s - s_dense| / sigma_max
+  std::optional<double> lanczos_smallest_vs_dense;  // max |s - s_dense| / s_dense where resolvable
+};
+
+struct EncDecJacobianReport {
+  int T = 0, S = 0, d = 0;
+  std::string norm_kind;
+  double eps = 0;
+  EncDecJacobian decoder, source;
+};
+
+// The model (an encdec) must have run forward on one source-target pair (B = 1) in evaluation mode.
+// options.token is not used (the token-local block Jacobians are gpt / encoder only).
+EncDecJacobianReport analyze_jacobian_encdec(Model<double>& model, const JacobianOptions& options);
+nlohmann::json to_json(const EncDecJacobianReport& report);
+void print_report(const EncDecJacobianReport& report);
 
 }  // namespace normlab::analysis

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "analysis/block_eigs.h"
+#include "util/error.h"
 
 namespace normlab::analysis {
 
@@ -34,11 +35,13 @@ struct Work {
 };
 
 // J (out x in: the out_tokens' channels by the in_tokens' channels) of sub-layers [first, last) and
-// its transpose, on blocks of vectors.
+// its transpose, on blocks of vectors. In source mode (an encdec) J is the decoder's last stream by
+// the encoder's input stream, through both stacks (Model::jvp_encdec / vjp_encdec); in_tokens are
+// then source positions.
 class StreamOps {
  public:
   StreamOps(Model<double>& m, int first, int last, const std::vector<int>& in,
-            const std::vector<int>& out, Work& work)
+            const std::vector<int>& out, Work& work, bool source = false)
       : model_(m),
         first_(first),
         last_(last),
@@ -46,18 +49,25 @@ class StreamOps {
         out_(out),
         C_(m.config().d_model),
         NTC_(size_t(m.planned_B()) * m.planned_T() * C_),
+        NSC_(source ? size_t(m.planned_B()) * m.planned_S() * C_ : NTC_),
+        source_(source),
         work_(work) {}
   Eigen::Index cols() const { return Eigen::Index(in_.size()) * C_; }
   Eigen::Index rows() const { return Eigen::Index(out_.size()) * C_; }
   // Y (rows x K) = J X (cols x K): one forward-mode pass with K tangents
   void jvp(const Mat& X, Mat& Y) const {
     const Eigen::Index K = X.cols();
-    std::vector<double> tin(size_t(K) * NTC_, 0.0), tout(tin.size());
+    std::vector<double> tin(size_t(K) * NSC_, 0.0), tout(size_t(K) * NTC_);
     for (Eigen::Index k = 0; k < K; k++)
       for (size_t a = 0; a < in_.size(); a++)
         for (int c = 0; c < C_; c++)
-          tin[size_t(k) * NTC_ + size_t(in_[a]) * C_ + c] = X(Eigen::Index(a) * C_ + c, k);
-    model_.jvp_sublayers(tout.data(), tin.data(), int(K), first_, last_);
+          tin[size_t(k) * NSC_ + size_t(in_[a]) * C_ + c] = X(Eigen::Index(a) * C_ + c, k);
+    if (source_) {
+      const std::vector<double> ttgt(size_t(K) * NTC_, 0.0);  // the decoder's input stream held fixed
+      model_.jvp_encdec(tout.data(), tin.data(), ttgt.data(), int(K));
+    } else {
+      model_.jvp_sublayers(tout.data(), tin.data(), int(K), first_, last_);
+    }
     Y.resize(rows(), K);
     for (Eigen::Index k = 0; k < K; k++)
       for (size_t b = 0; b < out_.size(); b++)
@@ -67,14 +77,17 @@ class StreamOps {
   }
   // Y (cols x K) = J^T X (rows x K): one reverse-mode pass per column
   void vjp(const Mat& X, Mat& Y) const {
-    std::vector<double> dout(NTC_), din(NTC_);
+    std::vector<double> dout(NTC_), din(NSC_), dtgt(source_ ? NTC_ : 0);
     Y.resize(cols(), X.cols());
     for (Eigen::Index k = 0; k < X.cols(); k++) {
       std::fill(dout.begin(), dout.end(), 0.0);
       for (size_t b = 0; b < out_.size(); b++)
         for (int c = 0; c < C_; c++)
           dout[size_t(out_[b]) * C_ + c] = X(Eigen::Index(b) * C_ + c, k);
-      model_.vjp_sublayers(din.data(), dout.data(), first_, last_);
+      if (source_)
+        model_.vjp_encdec(din.data(), dtgt.data(), dout.data());
+      else
+        model_.vjp_sublayers(din.data(), dout.data(), first_, last_);
       for (size_t a = 0; a < in_.size(); a++)
         for (int c = 0; c < C_; c++) Y(Eigen::Index(a) * C_ + c, k) = din[size_t(in_[a]) * C_ + c];
       work_.vjps++;
@@ -97,7 +110,8 @@ class StreamOps {
   int first_, last_;
   std::vector<int> in_, out_;
   int C_;
-  size_t NTC_;
+  size_t NTC_, NSC_;  // (B, T, C) out; (B, S, C) in for source mode, else NTC_
+  bool source_;
   Work& work_;
 };
 
@@ -312,7 +326,7 @@ Mat structural_left_null(const Model<double>& m, int first, int last,
   const Eigen::Index rows = Eigen::Index(out_tokens.size()) * C;
   int i = last - 1;
   while (i >= first && !cfg.has_sublayer(i)) i--;  // an absent sub-layer is the identity
-  if (i < first || !norm_sites(cfg.placement_of(i / 2)).out) return Mat(rows, 0);
+  if (i < first || !norm_sites(cfg.placement_of(cfg.slot(i).layer)).out) return Mat(rows, 0);
   const double* gamma = m.sublayer_params_of(i).ln_out.weight;
   const bool layernorm = cfg.norm == NormKind::LayerNorm;
   std::vector<int> zero_gain;
@@ -442,7 +456,8 @@ std::vector<double> token_local_jacobian(const Model<double>& model, int first, 
   const int C = model.config().d_model;
   // Whole blocks only; one block always, several only where token i's output ignores the other
   // tokens' tangents (causal: they stay at tokens > i, which token i never reads).
-  const bool exact = first % 2 == 0 && last % 2 == 0 && (last - first <= 2 || model.config().causal());
+  const bool exact = !model.config().encdec() && first % 2 == 0 && last % 2 == 0 &&
+                     (last - first <= 2 || model.config().causal());
   if (!exact) return stream_jacobian(model, first, last, {token}, {token});
   std::vector<double> t(size_t(C) * C, 0.0);  // (K = C, C): tangent k is the unit vector e_k
   for (int k = 0; k < C; k++) t[size_t(k) * C + k] = 1.0;
@@ -453,16 +468,18 @@ std::vector<double> token_local_jacobian(const Model<double>& model, int first, 
   return J;
 }
 
-ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, int last,
-                                              const std::vector<int>& in_tokens,
-                                              const std::vector<int>& out_tokens, int k,
-                                              long budget) {
-  Work work;
-  StreamOps ops(model, first, last, in_tokens, out_tokens, work);
+namespace {
+
+// The extreme singular values of ops' J (lanczos.h); [first, last) are the sub-layers that end in J's
+// output (their last norm gives the structural zeros); source: J reads the encdec's source stream.
+ExtremeSingularValues extreme_singular_values_of(Model<double>& model, const StreamOps& ops, Work& work, int first,
+                                                 int last, const std::vector<int>& in_tokens,
+                                                 const std::vector<int>& out_tokens, int k, long budget,
+                                                 bool source) {
   ExtremeSingularValues r;
   r.n = int(ops.cols());
   r.budget = budget > 0 ? budget : default_lanczos_budget(r.n);
-  k = std::max(1, std::min(k, r.n / 2 - 1));
+  k = std::max(1, std::min(k, int(std::min(ops.rows(), ops.cols())) / 2 - 1));
   if (r.n < 4) {  // too small for Lanczos; use the dense path
     r.converged = true;
     return r;
@@ -535,13 +552,16 @@ ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, i
       }
       return run;
     };
-    bool every_token = int(in_tokens.size()) == model.planned_T() && in_tokens == out_tokens &&
+    bool every_token = !source && int(in_tokens.size()) == model.planned_T() && in_tokens == out_tokens &&
                        model.planned_B() == 1;
     for (size_t a = 0; every_token && a < in_tokens.size(); a++)
       every_token = in_tokens[a] == int(a);
     std::optional<SmallestRun> run;
     if (every_token && U.cols() == 0 && !over(0.5 * double(cols) + reserve)) {
-      const bool triangular = model.config().causal();
+      // block lower triangular over tokens: a gpt, and an encdec's decoder (causal self-attention;
+      // cross-attention reads the memory, held fixed)
+      const bool triangular =
+          model.config().causal() || (model.config().encdec() && first >= model.config().first_decoder_slot());
       InverseGram inverse(model, first, last, triangular, work);
       if (inverse.min_rcond() > 1e-12) {
         SmallestRun inv;
@@ -631,6 +651,43 @@ ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, i
   r.converged = why.empty();
   for (size_t i = 0; i < why.size(); i++) r.reason += (i ? "; " : "") + why[i];
   return r;
+}
+
+}  // namespace
+
+ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, int last,
+                                              const std::vector<int>& in_tokens,
+                                              const std::vector<int>& out_tokens, int k, long budget) {
+  Work work;
+  const StreamOps ops(model, first, last, in_tokens, out_tokens, work);
+  return extreme_singular_values_of(model, ops, work, first, last, in_tokens, out_tokens, k, budget, false);
+}
+
+ExtremeSingularValues extreme_singular_values_source(Model<double>& model, const std::vector<int>& src_tokens,
+                                                     const std::vector<int>& out_tokens, int k, long budget) {
+  const ModelConfig& cfg = model.config();
+  if (!cfg.encdec()) throw Error("extreme_singular_values_source needs an encoder-decoder model");
+  Work work;
+  const StreamOps ops(model, 0, 0, src_tokens, out_tokens, work, true);
+  return extreme_singular_values_of(model, ops, work, cfg.first_decoder_slot(), cfg.n_slots(), src_tokens,
+                                    out_tokens, k, budget, true);
+}
+
+std::vector<double> source_jacobian(const Model<double>& model, const std::vector<int>& src_tokens,
+                                    const std::vector<int>& out_tokens) {
+  if (!model.config().encdec()) throw Error("source_jacobian needs an encoder-decoder model");
+  const int T = model.planned_T(), S = model.planned_S(), C = model.config().d_model;
+  const int K = int(src_tokens.size()) * C;
+  std::vector<double> tsrc(size_t(K) * S * C, 0.0), ttgt(size_t(K) * T * C, 0.0), tout(size_t(K) * T * C);
+  for (size_t a = 0; a < src_tokens.size(); a++)
+    for (int c = 0; c < C; c++) tsrc[(a * C + c) * S * C + size_t(src_tokens[a]) * C + c] = 1.0;
+  model.jvp_encdec(tout.data(), tsrc.data(), ttgt.data(), K);
+  const size_t rows = out_tokens.size() * C;
+  std::vector<double> J(rows * K);
+  for (int k = 0; k < K; k++)
+    for (size_t b = 0; b < out_tokens.size(); b++)
+      for (int c = 0; c < C; c++) J[(b * C + c) * K + k] = tout[size_t(k) * T * C + size_t(out_tokens[b]) * C + c];
+  return J;
 }
 
 }  // namespace normlab::analysis

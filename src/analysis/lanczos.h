@@ -97,4 +97,17 @@ ExtremeSingularValues extreme_singular_values(Model<double>& model, int first, i
                                               const std::vector<int>& in_tokens,
                                               const std::vector<int>& out_tokens, int k, long budget = 0);
 
+// Encoder-decoder models. Stream Jacobians within one stack are the functions above with a slot range
+// of that stack (ModelConfig::slot; the decoder's are [first_decoder_slot(), n_slots()), the memory
+// held fixed; its J is block lower triangular over tokens, so the inverse method substitutes). The
+// Jacobian of the decoder's last stream (out_tokens, (B, T, C) with B = 1) by the encoder's input
+// stream (src_tokens, source positions), through the encoder, its final norm, every cross-attention
+// and the decoder: dense by forward mode (Model::jvp_encdec, the target held fixed), and its extremes
+// as above (structural zeros from the decoder's last norm; the smallest by the shifted Gram, as J is
+// rectangular: T d x S d).
+std::vector<double> source_jacobian(const Model<double>& model, const std::vector<int>& src_tokens,
+                                    const std::vector<int>& out_tokens);
+ExtremeSingularValues extreme_singular_values_source(Model<double>& model, const std::vector<int>& src_tokens,
+                                                     const std::vector<int>& out_tokens, int k, long budget = 0);
+
 }  // namespace normlab::analysis

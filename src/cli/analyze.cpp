@@ -1,9 +1,11 @@
 // analyze.cpp: `normlab analyze jacobian`, `analyze attention` and `analyze dynamics`: model and
-// input loading shared by the instruments, and their --json output.
+// input loading shared by the instruments (for an encoder-decoder: a source-target pair or a seq2seq
+// token file), and their --json output.
 #include "cli/analyze.h"
 
 #include <filesystem>
 #include <fmt/format.h>
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -19,6 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/run_config.h"
+#include "train/translation.h"
 #include "util/error.h"
 
 namespace normlab::cli {
@@ -41,8 +44,11 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
     sub->add_option("--checkpoint", cmd.checkpoint, "a checkpoint from normlab train or init, or a Hugging Face directory");
     sub->add_option("--config,-c", cmd.config, "a TOML config (fresh model from its [model])");
     sub->add_option("--set", cmd.sets, "config override, e.g. --set model.placement=post");
-    sub->add_option("--tokens", cmd.tokens, "token file: the first row of input_ids is the input");
-    cmd.text_option = sub->add_option("--text", cmd.text, "text to analyze, through --tokenizer");
+    sub->add_option("--tokens", cmd.tokens,
+                    "token file: the first row of input_ids is the input (encdec: Hugging Face seq2seq names)");
+    cmd.text_options.push_back(sub->add_option("--text", cmd.text, "text to analyze, through --tokenizer (encdec: the target, as bytes)"));
+    cmd.source_options.push_back(sub->add_option("--source-text", cmd.source_text,
+                                                 "encdec: the source sentence (UTF-8 bytes + EOS); --text is the target"));
     sub->add_option("--text-file", cmd.text_file, "a UTF-8 file to analyze, through --tokenizer");
     sub->add_option("--tokenizer", cmd.tokenizer,
                     "tokenizer for --text: a tokenizer file or directory, or gpt2 (default: the Hugging "
@@ -63,17 +69,7 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
 namespace {
 
 // The model under study, in double: from a checkpoint (float parameters widened) or a config.
-std::unique_ptr<Model<double>> load_double_model_any(const AnalyzeCommand& cmd);
-
 std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd) {
-  auto m = load_double_model_any(cmd);
-  if (m->config().encdec())
-    throw Error("the instruments do not take encoder-decoder models (model.arch = \"encdec\") yet; they "
-                "analyze gpt and encoder models");
-  return m;
-}
-
-std::unique_ptr<Model<double>> load_double_model_any(const AnalyzeCommand& cmd) {
   if (!cmd.checkpoint.empty()) {
     if (!cmd.config.empty() || !cmd.sets.empty())
       throw Error("give either --checkpoint or --config/--set, not both");
@@ -88,13 +84,16 @@ std::unique_ptr<Model<double>> load_double_model_any(const AnalyzeCommand& cmd) 
   return std::make_unique<Model<double>>(run.model);
 }
 
-bool has_text(const AnalyzeCommand& cmd) {
-  return (cmd.text_option && cmd.text_option->count() > 0) || !cmd.text_file.empty();
+// Whether an option of the instrument's was given (each subcommand registers its own copy).
+bool given(const std::vector<CLI::Option*>& options) {
+  return std::any_of(options.begin(), options.end(), [](const CLI::Option* o) { return o->count() > 0; });
 }
+
+bool has_text(const AnalyzeCommand& cmd) { return given(cmd.text_options) || !cmd.text_file.empty(); }
 
 // --text / --text-file: the text through the tokenizer, checked against the model's vocabulary.
 std::vector<int32_t> text_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
-  const bool text = cmd.text_option && cmd.text_option->count() > 0;
+  const bool text = given(cmd.text_options);
   if (text && !cmd.text_file.empty()) throw Error("give --text or --text-file, not both");
   if (!cmd.tokens.empty() || cmd.random) throw Error("give one input: --text/--text-file, --tokens or --random");
   std::string tokenizer = cmd.tokenizer;
@@ -151,6 +150,76 @@ std::vector<int32_t> input_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg
   return b.ids;
 }
 
+bool has_source(const AnalyzeCommand& cmd) { return given(cmd.source_options); }
+
+// The encdec input: one source-target pair from --source-text and --text/--text-file (bytes, as
+// translation training reads them: source bytes + EOS; decoder input BOS + target bytes, labels the
+// target bytes + EOS), or a seq2seq token file (all rows when all_rows, else its first row with the
+// trailing padding cut). Says what it read.
+Batch encdec_input(const AnalyzeCommand& cmd, const ModelConfig& cfg, bool all_rows) {
+  const bool text = has_text(cmd);
+  if (cmd.random) throw Error("an encoder-decoder model takes --source-text (with --text) or --tokens, not --random");
+  if (!cmd.tokens.empty()) {
+    if (text || has_source(cmd)) throw Error("give one input: --source-text with --text/--text-file, or --tokens");
+    Batch b = load_token_file(cmd.tokens);
+    if (b.src.empty())
+      throw Error(fmt::format("--tokens '{}': an encoder-decoder model needs a source: a token file with input_ids "
+                              "(the source) and decoder_input_ids (the target), Hugging Face's seq2seq names",
+                              cmd.tokens));
+    check_batch(b, cfg, "--tokens '" + cmd.tokens + "'", all_rows);
+    if (!all_rows && b.B > 1) {  // the first row, without its trailing padding
+      const auto real_len = [](const std::vector<uint8_t>& mask, int len) {
+        while (!mask.empty() && len > 1 && mask[size_t(len) - 1] == 0) len--;
+        return len;
+      };
+      Batch r;
+      r.B = 1;
+      r.S = real_len(b.src_mask, b.S);
+      r.T = real_len(b.mask, b.T);
+      r.src.assign(b.src.begin(), b.src.begin() + r.S);
+      if (!b.src_mask.empty()) r.src_mask.assign(b.src_mask.begin(), b.src_mask.begin() + r.S);
+      r.ids.assign(b.ids.begin(), b.ids.begin() + r.T);
+      r.labels.assign(b.labels.begin(), b.labels.begin() + r.T);
+      if (!b.mask.empty()) r.mask.assign(b.mask.begin(), b.mask.begin() + r.T);
+      b = r;
+    }
+    fmt::print("input: {} from token file '{}': source {} tokens, target {} tokens\n",
+               all_rows ? fmt::format("{} rows", b.B) : std::string("the first row"), cmd.tokens, b.S, b.T);
+    return b;
+  }
+  if (!has_source(cmd))
+    throw Error("an encoder-decoder model needs a source: give --source-text \"...\" (and the target as --text or "
+                "--text-file), or --tokens with a seq2seq token file (input_ids, decoder_input_ids, labels)");
+  if (!cmd.tokenizer.empty())
+    throw Error("an encoder-decoder model reads UTF-8 bytes (source + EOS, BOS + target); --tokenizer does not apply");
+  if (given(cmd.text_options) && !cmd.text_file.empty())
+    throw Error("give --text or --text-file, not both");
+  std::string target = cmd.text, where = "--text";
+  if (!cmd.text_file.empty()) {
+    std::ifstream in(cmd.text_file, std::ios::binary);
+    if (!in) throw Error(fmt::format("--text-file '{}': cannot open file", cmd.text_file));
+    target.assign(std::istreambuf_iterator<char>(in), {});
+    where = fmt::format("--text-file '{}'", cmd.text_file);
+  } else if (!text) {
+    where = "no target text";
+  }
+  TokenPair pair{source_ids(cmd.source_text), {}};
+  for (unsigned char c : target) pair.tgt.push_back(int32_t(c));
+  if (int(pair.src.size()) > cfg.seq_len)
+    throw Error(fmt::format("--source-text: {} tokens ({} bytes + EOS), more than the model's seq_len {}",
+                            pair.src.size(), pair.src.size() - 1, cfg.seq_len));
+  if (int(pair.tgt.size()) + 1 > cfg.seq_len)
+    throw Error(fmt::format("{}: {} tokens (BOS + {} bytes), more than the model's seq_len {}", where,
+                            pair.tgt.size() + 1, pair.tgt.size(), cfg.seq_len));
+  Batch b = translation_batch({pair}, 0, 1);
+  b.mask.clear();  // one row, nothing padded
+  b.src_mask.clear();
+  check_batch(b, cfg, "--source-text / " + where);
+  fmt::print("input: source {} tokens from --source-text (UTF-8 bytes + EOS), target {} tokens from {} (BOS + "
+             "bytes; labels: the bytes + EOS)\n", b.S, b.T, where);
+  return b;
+}
+
 // Writes the results (with the model config) to --json, atomically; returns the exit code.
 int write_json(const AnalyzeCommand& cmd, nlohmann::json results, const Model<double>& model) {
   if (cmd.json_out.empty()) return 0;
@@ -167,6 +236,41 @@ int write_json(const AnalyzeCommand& cmd, nlohmann::json results, const Model<do
   return 0;
 }
 
+// The instruments on an encoder-decoder model (analysis/*_encdec, attention.h).
+int run_analyze_encdec(const AnalyzeCommand& cmd, Model<double>& model) {
+  const ModelConfig& cfg = model.config();
+  nlohmann::json results;
+  if (cmd.dynamics->parsed()) {
+    const Batch b = encdec_input(cmd, cfg, true);
+    const analysis::EncDecDynamicsReport rep = analysis::analyze_dynamics_encdec(model, {b});
+    analysis::print_report(rep);
+    if (cmd.update_steps > 0)
+      fmt::print("update ratios and output change: not measured for encoder-decoder models (those steps train on "
+                 "the byte corpus); skipped\n");
+    results = analysis::to_json(rep);
+  } else {
+    const Batch b = encdec_input(cmd, cfg, false);
+    const std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
+    model.forward(b.ids.data(), labels.data(), 1, b.T, nullptr, b.mask_or_null(), b.source());
+    if (cmd.jacobian->parsed()) {
+      analysis::JacobianOptions opts;
+      opts.full = !cmd.no_full;
+      opts.full_max_dim = cmd.full_max_dim;
+      opts.lanczos_k = cmd.lanczos_k;
+      const analysis::EncDecJacobianReport rep = analysis::analyze_jacobian_encdec(model, opts);
+      analysis::print_report(rep);
+      results = analysis::to_json(rep);
+    } else {
+      const analysis::AttentionReport rep = analysis::analyze_attention(model);
+      analysis::print_report(rep);
+      results = analysis::to_json(rep);
+    }
+    results["input_ids"] = b.ids;
+    results["source_ids"] = b.src;
+  }
+  return write_json(cmd, results, model);
+}
+
 }  // namespace
 
 int run_analyze(const AnalyzeCommand& cmd) {
@@ -175,6 +279,10 @@ int run_analyze(const AnalyzeCommand& cmd) {
   if (!cmd.json_out.empty() && !cmd.force && std::filesystem::exists(cmd.json_out))
     throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", cmd.json_out));
   auto model = load_double_model(cmd);
+  if (model->config().encdec()) return run_analyze_encdec(cmd, *model);
+  if (has_source(cmd))
+    throw Error(fmt::format("--source-text needs an encoder-decoder model (model.arch = \"encdec\"); this one is {}",
+                            to_string(model->config().arch)));
   if (cmd.dynamics->parsed()) {
     const ModelConfig& cfg = model->config();
     if (cmd.tokens.empty() && (cmd.seq_len < 1 || cmd.seq_len > cfg.seq_len))

@@ -1,6 +1,7 @@
 // analyze.h: `normlab analyze ...`: the instruments, on a fresh model from a config or on a
 // checkpoint or Hugging Face directory, at one input sequence (a corpus window, a token file's first row,
-// random ids, or text through a tokenizer).
+// random ids, or text through a tokenizer; for an encoder-decoder, a source-target pair: --source-text
+// with --text, or a seq2seq token file).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,7 +19,9 @@ struct AnalyzeCommand {
   double update_lr = 1e-3;
   std::string checkpoint, config, tokens, json_out;
   std::string text, text_file, tokenizer;  // --text / --text-file through --tokenizer (or the model dir's)
-  CLI::Option* text_option = nullptr;
+  std::string source_text;                 // encdec: the source sentence (UTF-8 bytes + EOS)
+  // --text and --source-text of each instrument (one each per subcommand: "given" means on any)
+  std::vector<CLI::Option*> text_options, source_options;
   std::vector<std::string> sets;
   int seq_len = 16, token = -1;
   bool random = false, force = false, no_full = false;
