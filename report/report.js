@@ -319,14 +319,14 @@
     root.append(el('h2', {}, 'Theory claims'));
     root.append(el('p', {class: 'meta'}, study.kind === 'pretrained'
       ? 'Decided from each model\'s own instrument readings above (the numbers behind each verdict are in results.json).'
-      : 'Measured by normlab theory on fresh models and on the same models trained on the built-in corpus (the numbers behind each verdict are in results.json). Statements about initialization only are measured on fresh models.'));
+      : 'Measured by normlab theory, each claim in the setting its source states, on fresh models over several seeds and on the same models trained on the built-in corpus; statements about initialization only are measured on fresh models. A claim holds (is violated) when the 95% confidence interval of its quantity over the seeds lies inside (outside) the claimed region, else it is not distinguishable at this scale. The claims in words: docs/THEORY.md; every seed\'s numbers: results.json.'));
     const t = el('table');
-    t.append(el('tr', {}, ...['source', 'models', 'claim', 'measured', 'verdict'].map((h) => el('th', {class: 'text'}, h))));
+    t.append(el('tr', {}, ...['source', 'models', 'claim', 'setting', 'measured', 'verdict'].map((h) => el('th', {class: 'text'}, h))));
     for (const c of data.theory) {
       const kind = c.verdict.startsWith('violated') ? 'violated' : c.verdict.startsWith('holds only') ? 'conditional'
                  : c.verdict.startsWith('holds') ? 'holds' : 'other';
       t.append(el('tr', {}, el('td', {class: 'text'}, c.source), el('td', {class: 'text'}, c.model || 'fresh'),
-                  el('td', {class: 'text'}, c.statement),
+                  el('td', {class: 'text'}, c.statement), el('td', {class: 'text'}, c.setting || ''),
                   el('td', {class: 'text'}, c.measured), el('td', {class: 'text verdict-' + kind}, c.verdict)));
     }
     root.append(t);

@@ -334,21 +334,88 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
   o.n_layers = 3;
   o.deep_layers = 8;
   o.seq_len = 8;
+  o.seeds = 3;
+  o.paper_d_model = 32;  // the enc-dec claims' width (512 in the papers)
   const auto claims = run_theory(o);
   std::map<std::string, const Claim*> by;
-  for (const auto& c : claims) by[c.source] = &c;
+  for (const auto& c : claims) by[c.source + " | " + c.quantity] = by[c.source] = &c;
   for (const char* s : {"000 Lemma 2.1", "000 Thm 2.2", "000 Remark 1.2", "000 Thm 3.2", "000 Thm 3.6",
                         "000 Thm 4.6", "000 Thm 6.3", "000 Thm 6.4", "002 spectral bounds", "002 rank collapse",
-                        "003 additive growth", "004 sqrt(L) growth", "004 branch ratio", "004 DeepNet constant",
-                        "Xiong et al. 2020", "Liu et al. 2020"})
+                        "003/004 stream growth", "004 branch ratio", "004 DeepNet constant", "004 dNorm/dz",
+                        "003 Post-LN input growth", "003 kappa^L gradient decay", "Xiong et al. 2020", "Liu et al. 2020"})
     ASSERT_TRUE(by.count(s)) << s;
+  for (const auto& c : claims) {  // the verdict is the rule applied to the interval of the seeds' values
+    EXPECT_EQ(c.summary.n, 3) << c.source;
+    EXPECT_EQ(c.numbers["seeds"].size(), 3u) << c.source;
+    EXPECT_FALSE(c.setting.empty()) << c.source;
+  }
   // the ones the math decides regardless of the model's weights
-  EXPECT_EQ(by["000 Remark 1.2"]->verdict.rfind("violated", 0), 0u);
-  EXPECT_LT(by["000 Remark 1.2"]->numbers["left_rel_err"].get<double>(), 1e-12);
-  EXPECT_EQ(by["004 DeepNet constant"]->verdict.rfind("violated", 0), 0u);
-  EXPECT_LT(by["000 Lemma 2.1"]->numbers["autodiff_rel_err"].get<double>(), 1e-12);
-  EXPECT_EQ(by["000 Thm 2.2"]->verdict.rfind("holds only at eps = 0", 0), 0u);
-  EXPECT_EQ(by["000 Thm 4.6"]->numbers["violated"].get<int>(), 0);
+  const auto first = [&](const char* s) { return by[s]->numbers["seeds"][0]; };
+  EXPECT_EQ(by["000 Remark 1.2"]->verdict, kViolated);
+  EXPECT_LT(first("000 Remark 1.2")["left_rel_err"].get<double>(), 1e-12);
+  EXPECT_EQ(by["004 DeepNet constant"]->verdict, kViolated);
+  EXPECT_LT(first("004 DeepNet constant")["same_form_err"].get<double>(), 1e-12);
+  EXPECT_LT(first("000 Lemma 2.1")["autodiff_rel_err"].get<double>(), 1e-12);
+  EXPECT_EQ(by["000 Thm 2.2"]->verdict, kHolds);
+  EXPECT_EQ(by["000 Thm 3.6"]->verdict, kHolds);
+  EXPECT_EQ(first("000 Thm 4.6")["violated"].get<int>(), 0);
+  // the LayerNorm's bulk singular value is 1/sigma: x sqrt(d) it is far from 1 unless sigma = 1/sqrt(d)
+  EXPECT_EQ(by["004 dNorm/dz"]->verdict, kViolated);
+  for (double v : first("004 dNorm/dz")["bulk_times_sigma"]) EXPECT_NEAR(v, 1.0, 1e-6);
+}
+
+TEST(Theory, SeedsInParallelGiveTheSerialNumbers) {
+  TheoryOptions o;
+  o.d_model = 16;
+  o.n_heads = 2;
+  o.n_layers = 2;
+  o.deep_layers = 4;
+  o.seq_len = 8;
+  o.seeds = 2;
+  o.paper_d_model = 16;
+  const auto parallel = run_theory(o);
+  o.parallel_seeds = false;
+  const auto serial = run_theory(o);
+  // equal up to the summation order of the threaded kernels (a serial run threads inside each op)
+  ASSERT_EQ(parallel.size(), serial.size());
+  for (size_t i = 0; i < serial.size(); i++) {
+    EXPECT_EQ(parallel[i].quantity, serial[i].quantity);
+    EXPECT_EQ(parallel[i].verdict, serial[i].verdict) << serial[i].source;
+    for (size_t k = 0; k < serial[i].summary.values.size(); k++) {
+      const double a = parallel[i].summary.values[k], b = serial[i].summary.values[k];
+      EXPECT_NEAR(a, b, 1e-9 * (std::abs(b) + 1e-6)) << serial[i].source << " " << serial[i].quantity << " seed " << k;
+    }
+  }
+}
+
+TEST(Stats, IntervalsAndVerdicts) {
+  // mean 2, sample sd 1, n = 4: the 95% t-interval is 2 -+ 3.182 / 2
+  const SeedSummary s = summarize({1, 2, 2, 3});
+  EXPECT_DOUBLE_EQ(s.mean, 2.0);
+  EXPECT_NEAR(s.sd, std::sqrt(2.0 / 3.0), 1e-15);
+  EXPECT_NEAR(s.hi - s.mean, 3.182 * std::sqrt(2.0 / 3.0) / 2, 1e-12);
+  EXPECT_EQ(decide(s, Region::above(0.0)), kHolds);
+  EXPECT_EQ(decide(s, Region::above(2.0)), kUndecided);
+  EXPECT_EQ(decide(s, Region::above(4.0)), kViolated);
+  EXPECT_EQ(decide(s, Region::below(4.0)), kHolds);
+  EXPECT_EQ(decide(s, Region::between(0.5, 3.5)), kHolds);
+  EXPECT_EQ(decide(s, Region::between(1.5, 2.5)), kUndecided);
+  EXPECT_EQ(decide(s, Region::between(5, 6)), kViolated);
+  const SeedSummary one = summarize({0.3});
+  EXPECT_EQ(one.lo, 0.3);
+  EXPECT_EQ(decide(one, Region::above(0.0)), kHolds);
+  // law fits: y = 3 N + 1 exactly is linear (RSS 0), not logarithmic
+  const std::vector<double> n = {1, 2, 4, 8, 16};
+  std::vector<double> lin, lg;
+  for (double v : n) lin.push_back(3 * v + 1), lg.push_back(3 * std::log(v) + 1);
+  double a = 0, b = 0;
+  EXPECT_NEAR(fit_rss(n, lin, [](double v) { return v; }, &a, &b), 0.0, 1e-20);
+  EXPECT_NEAR(a, 3.0, 1e-12);
+  EXPECT_NEAR(b, 1.0, 1e-12);
+  const auto id = [](double v) { return v; };
+  const auto log = [](double v) { return std::log(v); };
+  EXPECT_GT(log_rss_ratio(n, lin, id, log), 10);
+  EXPECT_LT(log_rss_ratio(n, lg, id, log), -10);
 }
 
 TEST(ModelJvp, AdjointIdentityWithVjpForEveryPlacement) {

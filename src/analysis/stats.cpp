@@ -11,7 +11,7 @@ namespace {
 
 // two-sided 95% quantile of Student's t with df degrees of freedom (df = 1 .. 30; the normal beyond)
 double t975(int df) {
-  static const double q[] = {12.706, 4.303, 2.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+  static const double q[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
                              2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
                              2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
   return df >= 1 && df <= 30 ? q[df - 1] : 1.960;

@@ -38,6 +38,8 @@ struct TheoryOptions {
   int trained_seeds = 3; // seeds of the trained models
   long train_steps = 0;   // 0: fresh models; else every model is trained this many AdamW steps first
   double train_lr = 1e-3; // (cosine, 20% warm-up, batch 8 x seq_len, clip 1) on the corpus' training split
+  bool parallel_seeds = true;   // one seed per thread
+  int paper_d_model = 512;      // width of the Xiong et al. check (their Fig. 3; FFN 2 d, 4 heads)
   std::string pairs = "es-en";  // translation pairs of the enc-dec claims: a built Bible pair or a directory
 };
 

@@ -61,11 +61,12 @@ void encdec_checks(const Bench& b, std::vector<Measurement>& out) {
   {  // Xiong et al. 2020, Fig. 3
     const int N = 6;
     const Batch batch = pairs_batch(b, 4, 31);
-    const std::string setting = fmt::format("encoder-decoder {}-{}, d = 512, FFN 1024, 4 heads, ReLU, Xavier, eps = 1e-5, "
+    const int d = b.opt.paper_d_model;
+    const std::string setting = fmt::format("encoder-decoder {}-{}, d = {}, FFN {}, 4 heads, ReLU, Xavier, eps = 1e-5, "
                                             "at init; 4 pairs of {}",
-                                            N, N, b.pairs_name);
+                                            N, N, d, 2 * d, b.pairs_name);
     for (Placement p : {Placement::Post, Placement::Pre}) {
-      Model<double> m(encdec_config(512, 4, 1024, N, seq_len, p, uint64_t(b.opt.seed)));
+      Model<double> m(encdec_config(d, 4, 2 * d, N, seq_len, p, uint64_t(b.opt.seed)));
       forward_backward(m, batch);
       std::vector<double> enc, dec;
       for (int l = 0; l < N; l++) {

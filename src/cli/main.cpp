@@ -124,6 +124,8 @@ int run_theory(const analysis::TheoryOptions& opts, long trained_steps, const st
   if (!json_out.empty() && !force && std::filesystem::exists(json_out))
     throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", json_out));
   if (trained_steps < 0 || trained_steps > 100000) throw Error("--trained-steps must be in [0, 100000]");
+  if (opts.paper_d_model < 8 || opts.paper_d_model > 1024 || opts.paper_d_model % 4 != 0)
+    throw Error(fmt::format("--paper-width {} must be in [8, 1024] and divisible by 4 (heads)", opts.paper_d_model));
   if (opts.seeds < 1 || opts.seeds > 100 || opts.trained_seeds < 1 || opts.trained_seeds > 100)
     throw Error(fmt::format("--seeds {} and --trained-seeds {} must be in [1, 100]", opts.seeds, opts.trained_seeds));
   const auto claims = analysis::run_theory_fresh_and_trained(opts, trained_steps);
@@ -186,6 +188,8 @@ int main(int argc, char** argv) {
                          "also measure every claim on the models trained this many steps (default 300; 0: fresh only)");
   theory_cmd->add_option("--seeds", theory_opts.seeds, "seeds of the fresh models (default 5)");
   theory_cmd->add_option("--trained-seeds", theory_opts.trained_seeds, "seeds of the trained models (default 3)");
+  theory_cmd->add_option("--paper-width", theory_opts.paper_d_model,
+                         "d_model of the Xiong et al. check (default 512, their Fig. 3; FFN 2 d)");
   theory_cmd->add_option("--pairs", theory_opts.pairs,
                          "translation pairs of the encoder-decoder claims: a built Bible pair or a corpus directory "
                          "(default es-en)");

@@ -361,11 +361,13 @@ json written_summary(const json& results) {
         else if (v.rfind("holds", 0) == 0) holds.push_back(src);
         else other.push_back(src);
       }
-      out.push_back(fmt::format("Theory claims on {} models ({} measured): {} hold; {} hold only under a condition "
-                                "({}); {} violated ({}); {} not observed or vacuous here ({}).",
+      out.push_back(fmt::format("Theory claims on {} models ({} measured): {} hold{}; {} violated ({}); {} not "
+                                "distinguishable at this scale or not decided ({}).",
                                 model, holds.size() + conditional.size() + violated.size() + other.size(),
-                                holds.size(), conditional.size(), fmt::join(conditional, ", "), violated.size(),
-                                fmt::join(violated, ", "), other.size(), fmt::join(other, ", ")));
+                                holds.size(),
+                                conditional.empty() ? "" : fmt::format(", {} only under a condition ({})", conditional.size(),
+                                                                        fmt::join(conditional, ", ")),
+                                violated.size(), fmt::join(violated, ", "), other.size(), fmt::join(other, ", ")));
     }
   }
   return out;
