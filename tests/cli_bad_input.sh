@@ -111,5 +111,9 @@ expect_error "ResiDual" -- analyze dynamics "${small[@]}" --set model.placement=
 expect_error "not exactly a GPT-2" -- export --checkpoint post.safetensors --hf out_hf
 [[ ! -e out_hf ]] || { echo "FAIL: a refused export created its directory"; fail=$((fail + 1)); }
 
+# theory options out of range
+expect_error "--seeds 0 and --trained-seeds 3 must be in [1, 100]" -- theory --seeds 0
+expect_error "--paper-width 7 must be in [8, 1024]" -- theory --paper-width 7
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
