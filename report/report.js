@@ -21,8 +21,10 @@
     for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
     return e;
   }
-  // the unit of a run's unigram entropy and losses: 'byte', or 'token' with data.tokenizer
-  const unitOf = (run) => run.unigram_unit === 'token' ? 'token' : 'byte';
+  // the unit of a run's unigram entropy and losses: 'byte', 'token' with data.tokenizer, or 'target byte'
+  // for a translation run (its decoder's labels)
+  const unitOf = (run) => ['token', 'target byte'].includes(run.unigram_unit) ? run.unigram_unit : 'byte';
+  const capital = (s) => s.charAt(0).toUpperCase() + s.slice(1);
   const fmt = (x, digits) => (typeof x === 'number' && isFinite(x)) ? x.toFixed(digits) : '-';
   const shortKey = (k) => k.slice(k.indexOf('.') + 1);
   // a varying key's name in text: short, or dotted when another varying key shares it (train.seed, model.seed)
@@ -197,11 +199,12 @@
   root.append(table);
   const target = runs.find((r) => r.loss_target != null);
   if (target) root.append(el('p', {class: 'meta'}, `Steps to target: first step where the mean of the last 20 training losses ` +
-      `is at most ${fmt(target.loss_target, 3)} nats.` + (target.unigram_entropy != null ? ` ${unitOf(target) === 'token' ? 'Token' : 'Byte'} unigram entropy of the corpus: ${fmt(target.unigram_entropy, 3)} nats per ${unitOf(target)}.` : '')));
+      `is at most ${fmt(target.loss_target, 3)} nats.` + (target.unigram_entropy != null ? ` ${capital(unitOf(target))} unigram entropy of the corpus: ${fmt(target.unigram_entropy, 3)} nats per ${unitOf(target)}.` : '')));
   const translated = runs.find((r) => r.bleu);
   if (translated) root.append(el('p', {class: 'meta'}, `BLEU: corpus BLEU (sacrebleu's default) of greedy translations of the first ` +
       `${translated.bleu.sentences} validation pairs of ${translated.parallel ? translated.parallel.dir : 'the parallel corpus'}, ` +
-      `after the last step. Losses of translation runs are nats per target byte.`));
+      `after the last step. Losses of translation runs are nats per target byte; their unigram entropy is that of the ` +
+      `training targets' bytes and EOS (the loss of a decoder that learned only target byte frequencies).`));
 
   // ---- over seeds: mean and spread per setting of the other keys (results.json: seed_groups) ----
   const groups = data.seed_groups || [];

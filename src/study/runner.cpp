@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "analysis/theory.h"
+#include "model/decode.h"
 #include "model/model.h"
 #include "study/probe.h"
 #include "study/report.h"
@@ -156,13 +157,14 @@ void read_metrics(const fs::path& path, nlohmann::json& run) {
   run["val"] = val;
 }
 
-// A translation run: an encoder-decoder trained on a parallel corpus (data.parallel). It has no byte
-// corpus, so no unigram entropy; its result is a validation loss and a BLEU.
+// A translation run: an encoder-decoder trained on a parallel corpus (data.parallel); its result is a
+// validation loss and a BLEU. Its unigram entropy is that of the decoder's labels (the target bytes
+// and EOS of the training pairs): the loss of a decoder that learned only target byte frequencies.
 bool is_translation(const RunConfig& cfg) { return cfg.model.encdec() || !cfg.data.parallel.empty(); }
 
 // The data of every run, read once per distinct corpus before anything is written (a bad corpus fails
 // the study at once): byte corpora for the language-model runs, and for the translation runs the
-// parallel corpus's sizes (the trainer reads the pairs itself).
+// parallel corpus's sizes and target unigram entropy (the trainer reads the pairs itself).
 struct StudyData {
   std::map<std::string, Corpus> corpora;
   std::map<std::string, nlohmann::json> parallel;
@@ -180,10 +182,15 @@ const nlohmann::json& parallel_for(const RunConfig& cfg, StudyData& data) {
   auto it = data.parallel.find(key);
   if (it == data.parallel.end()) {
     const TranslationData d = load_translation(cfg.data.parallel, run_seq_len(cfg));
+    std::vector<int32_t> labels;
+    for (const TokenPair& p : d.train) {
+      labels.insert(labels.end(), p.tgt.begin(), p.tgt.end());
+      labels.push_back(kEosToken);
+    }
     it = data.parallel
              .emplace(key, nlohmann::json{{"dir", d.dir}, {"train_pairs", d.train.size()}, {"valid_pairs", d.valid.size()},
                                           {"dropped_train", d.dropped_train}, {"dropped_valid", d.dropped_valid},
-                                          {"seq_len", run_seq_len(cfg)}})
+                                          {"seq_len", run_seq_len(cfg)}, {"target_unigram_entropy", unigram_entropy(labels)}})
              .first;
   }
   return it->second;
@@ -212,22 +219,19 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
   nlohmann::json skipped = nlohmann::json::object();
   const bool translation = is_translation(cfg);
   const Corpus* corpus = nullptr;
-  double target = study.loss_target;
   if (translation) {
     run["task"] = "translation";
     run["parallel"] = parallel_for(cfg, data);
-    skipped["unigram_entropy"] = "a translation run has no byte corpus to take a unigram entropy of";
-    if (std::isnan(target))
-      skipped["steps_to_target"] = "the study sets no loss_target and a translation run has no unigram entropy to derive one from";
+    run["unigram_entropy"] = run["parallel"]["target_unigram_entropy"];
+    run["unigram_unit"] = "target byte";  // nats per byte of the target (and its EOS)
   } else {
     corpus = &corpus_for(cfg, data.corpora);
-    const double entropy = unigram_entropy(corpus->train);
-    if (std::isnan(target)) target = entropy - 0.5;
     run["task"] = "language model";
-    run["unigram_entropy"] = entropy;
+    run["unigram_entropy"] = unigram_entropy(corpus->train);
     run["unigram_unit"] = corpus->unit();  // nats per byte, or per token with data.tokenizer
   }
-  if (!std::isnan(target)) run["loss_target"] = target;
+  const double target = std::isnan(study.loss_target) ? run["unigram_entropy"].get<double>() - 0.5 : study.loss_target;
+  run["loss_target"] = target;
   fs::create_directories(dir);
 
   const std::optional<std::string> unprobed = study.instruments ? probe_unsupported(cfg.model) : std::nullopt;
@@ -258,7 +262,7 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
   const TrainResult r = train(cfg, topts);
   read_metrics(dir / "metrics.jsonl", run);
   run["status"] = r.interrupted ? "interrupted" : r.diverged ? "diverged" : "finished";
-  if (!std::isnan(target)) run["steps_to_target"] = steps_to_target(run["train"], target);
+  run["steps_to_target"] = steps_to_target(run["train"], target);
 
   const fs::path ckpt = dir / "checkpoint.safetensors";
   if (probe && !stopped(options) && fs::exists(ckpt)) {

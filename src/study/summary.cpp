@@ -17,6 +17,9 @@ using json = nlohmann::json;
 
 constexpr double kStuckMargin = 0.05;  // within this of the unigram entropy: learned only byte (token) frequencies
 constexpr double kEffectMargin = 0.1;  // nats: smaller differences are called "about the same"
+// Below this corpus BLEU (0-100) no setting translates yet: a few matching words, no phrases (the
+// published 6L-6L models score about 35), so BLEU cannot rank the settings.
+constexpr double kNoTranslationBleu = 1.0;
 
 std::optional<double> number(const json& j, const char* key) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return std::nullopt;
@@ -208,7 +211,7 @@ json seed_groups(const json& results) {
     json names = json::array();
     size_t finished = 0;
     for (const json* r : members) {
-      names.push_back((*r)["name"]);
+      names.push_back(r->contains("name") ? (*r)["name"] : (*r)["label"]);
       if ((*r)["status"] != "finished") continue;
       finished++;
       if (const auto v = val_loss(*r)) losses.push_back(*v);
@@ -424,7 +427,10 @@ json written_summary(const json& results) {
       }
       out.push_back(fmt::format("Over seeds ({}), {} (mean +- sample standard deviation): {}.", fmt::join(seed_keys, ", "),
                                 is_bleu ? "validation BLEU" : "final validation loss", fmt::join(parts, "; ")));
-      if (compared > 1 && max_sd > 0)
+      if (is_bleu && compared > 0 && hi_mean < kNoTranslationBleu)
+        out.push_back(fmt::format("Every setting's mean BLEU is below {}: no setting translates yet, so BLEU does not rank "
+                                  "them here (the validation loss does).", kNoTranslationBleu));
+      else if (compared > 1 && max_sd > 0)
         out.push_back(fmt::format(
             "The {} means of the {} settings span {:.{}f} ({:.{}f} to {:.{}f}); the largest standard deviation over seeds "
             "is {:.{}f}: {}.", is_bleu ? "BLEU" : "validation-loss", compared, hi_mean - lo_mean, is_bleu ? 2 : 3, lo_mean,

@@ -27,7 +27,7 @@ nlohmann::json loss_spikes(const nlohmann::json& train);
 std::string summary_table(const nlohmann::json& results);
 
 // Over seeds: when train.seed or model.seed varies, one entry per setting of the other varying keys
-// (in the order of the study's runs): {setting, runs: [names], finished, val_loss: stats, bleu:
+// (in the order of the study's runs): {setting, runs: [run names (labels when unnamed)], finished, val_loss: stats, bleu:
 // stats}, stats = {n, mean, sd (sample standard deviation, null for n < 2), min, max} over the runs
 // that finished (a diverged or unfinished run has no final numbers; `finished` says how many did),
 // null when none has the number. An empty array when no seed varies.
