@@ -293,7 +293,8 @@
     chartCard(training, 'Validation BLEU by run', 'A point per run (greedy decoding after the last step); the black bar is the mean over seeds.',
               {type: 'scatter', data: {datasets: points},
                options: {scales: {x: {type: 'linear', min: -0.5, max: columns.length - 0.5, offset: false,
-                                      ticks: {stepSize: 1, callback: (v) => Number.isInteger(v) ? columns[v] : ''}},
+                                      afterBuildTicks: (scale) => { scale.ticks = columns.map((_, k) => ({value: k})); },
+                                      ticks: {autoSkip: false, callback: (v) => columns[v]}},
                                   y: axis('BLEU')}}});
   }
 
