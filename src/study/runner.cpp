@@ -207,7 +207,6 @@ const Corpus& corpus_for(const RunConfig& cfg, std::map<std::string, Corpus>& ca
   return it->second;
 }
 
-// One run: instruments at initialization, training, instruments of the trained model.
 // One run: instruments at initialization, training, instruments of the trained model. What does not
 // apply to a run is recorded under "skipped" with the reason, never left out silently.
 nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path& dir, const CompareOptions& options,
@@ -238,6 +237,8 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
   if (unprobed) skipped["instruments"] = *unprobed;
   const bool probe = study.instruments && !unprobed;
   if (!skipped.empty()) run["skipped"] = skipped;
+  if (probe && !corpus)  // probe_unsupported let an encoder-decoder through: pass probe_model its pairs here
+    throw Error("the study instruments of an encoder-decoder need its parallel corpus, which the runner does not pass yet");
 
   nlohmann::json instruments = nlohmann::json::object();
   const auto probe_t0 = Clock::now();

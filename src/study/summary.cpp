@@ -1,4 +1,4 @@
-// summary.cpp: the summary table and the written summary of a study.
+// summary.cpp: the summary table, the written summary and the mean and spread over seeds of a study.
 #include "study/summary.h"
 
 #include <algorithm>
@@ -31,12 +31,12 @@ std::optional<double> val_loss(const json& run) {
 }
 
 // Validation BLEU of a translation run (greedy decoding, metrics summary), if it has one.
-std::optional<double> bleu(const json& run) {
+std::optional<double> run_bleu(const json& run) {
   return run.contains("summary") ? number(run["summary"], "bleu") : std::nullopt;
 }
 
 bool any_bleu(const json& runs) {
-  return std::any_of(runs.begin(), runs.end(), [](const json& r) { return bleu(r).has_value(); });
+  return std::any_of(runs.begin(), runs.end(), [](const json& r) { return run_bleu(r).has_value(); });
 }
 
 std::optional<double> grad_ratio(const json& run) {
@@ -170,7 +170,7 @@ void warmup_effect(const json& runs, const std::vector<std::string>& varying, js
 
 // {n, mean, sd, min, max} of the values, sd the sample standard deviation (null for n < 2); null
 // for no values.
-json stats_of(const std::vector<double>& v) {
+json seed_stats(const std::vector<double>& v) {
   if (v.empty()) return nullptr;
   double mean = 0;
   for (double x : v) mean += x / double(v.size());
@@ -182,7 +182,7 @@ json stats_of(const std::vector<double>& v) {
 }
 
 // "2.345 +- 0.012 (2.33 to 2.36, 3 seeds)"
-std::string stats_text(const json& st, int digits) {
+std::string seed_stats_text(const json& st, int digits) {
   if (st.is_null()) return "-";
   const std::string sd = st["sd"].is_number() ? fmt::format(" +- {:.{}f}", st["sd"].get<double>(), digits) : "";
   return fmt::format("{:.{}f}{} ({:.{}f} to {:.{}f}, {} seed{})", st["mean"].get<double>(), digits, sd,
@@ -194,7 +194,7 @@ std::string stats_text(const json& st, int digits) {
 
 json seed_groups(const json& results) {
   json out = json::array();
-  const std::vector<std::string> varying = results["study"]["varying"];
+  const std::vector<std::string> varying = results.at("study").value("varying", std::vector<std::string>{});
   std::vector<std::string> others;
   bool seeds = false;
   for (const auto& k : varying) {
@@ -215,10 +215,10 @@ json seed_groups(const json& results) {
       if ((*r)["status"] != "finished") continue;
       finished++;
       if (const auto v = val_loss(*r)) losses.push_back(*v);
-      if (const auto b = bleu(*r)) bleus.push_back(*b);
+      if (const auto b = run_bleu(*r)) bleus.push_back(*b);
     }
     out.push_back({{"setting", sig.empty() ? std::string("all runs") : sig}, {"runs", names}, {"finished", finished},
-                   {"val_loss", stats_of(losses)}, {"bleu", stats_of(bleus)}});
+                   {"val_loss", seed_stats(losses)}, {"bleu", seed_stats(bleus)}});
   }
   return out;
 }
@@ -271,8 +271,8 @@ std::string summary_table(const json& results) {
     for (const auto& g : groups) gw = std::max(gw, g["setting"].get<std::string>().size());
     t += fmt::format("\nover seeds (mean +- sample standard deviation, min to max, finished runs only):\n");
     for (const auto& g : groups)
-      t += fmt::format("{:<{}}  val loss {}{}\n", g["setting"].get<std::string>(), gw, stats_text(g["val_loss"], 4),
-                       with_bleu ? "  BLEU " + stats_text(g["bleu"], 2) : "");
+      t += fmt::format("{:<{}}  val loss {}{}\n", g["setting"].get<std::string>(), gw, seed_stats_text(g["val_loss"], 4),
+                       with_bleu ? "  BLEU " + seed_stats_text(g["bleu"], 2) : "");
   }
   return t;
 }
@@ -371,11 +371,11 @@ json written_summary(const json& results) {
   if (best) out.push_back(fmt::format("Best final validation loss: {} ({:.3f} nats).", (*best)["label"].get<std::string>(), *val_loss(*best)));
   const json* best_bleu = nullptr;
   for (const json* r : done)
-    if (bleu(*r) && (!best_bleu || *bleu(*r) > *bleu(*best_bleu))) best_bleu = r;
+    if (run_bleu(*r) && (!best_bleu || *run_bleu(*r) > *run_bleu(*best_bleu))) best_bleu = r;
   if (best_bleu)
     out.push_back(fmt::format("Best validation BLEU (greedy decoding of the first {} validation pairs): {} ({:.2f}).",
                               best_bleu->contains("bleu") ? (*best_bleu)["bleu"].value("sentences", 0) : 0,
-                              (*best_bleu)["label"].get<std::string>(), *bleu(*best_bleu)));
+                              (*best_bleu)["label"].get<std::string>(), *run_bleu(*best_bleu)));
   const json* fastest = nullptr;
   std::vector<std::string> never;
   const json* with_target = nullptr;
@@ -418,7 +418,7 @@ json written_summary(const json& results) {
           parts.push_back(fmt::format("{}: none ({} diverged or unfinished)", g["setting"].get<std::string>(), lost));
           continue;
         }
-        parts.push_back(fmt::format("{}: {}{}", g["setting"].get<std::string>(), stats_text(g[metric], is_bleu ? 2 : 3), more));
+        parts.push_back(fmt::format("{}: {}{}", g["setting"].get<std::string>(), seed_stats_text(g[metric], is_bleu ? 2 : 3), more));
         const double m = g[metric]["mean"].get<double>();
         lo_mean = std::min(lo_mean, m);
         hi_mean = std::max(hi_mean, m);
@@ -447,7 +447,7 @@ json written_summary(const json& results) {
     for (const json* r : done)
       group_of(groups, signature(*r, varying, key))
           .push_back(fmt::format("{} -> {}{}", grid_value(*r, key), loss_text(*r),
-                                 bleu(*r) ? fmt::format(" (BLEU {:.2f})", *bleu(*r)) : ""));
+                                 run_bleu(*r) ? fmt::format(" (BLEU {:.2f})", *run_bleu(*r)) : ""));
     for (const auto& [sig, items] : groups)
       if (items.size() > 1)
         out.push_back(fmt::format("Varying {}{}: {} (final validation loss).", key_text(key, varying),

@@ -1,6 +1,7 @@
 // summary.h: what a study's results say, in words and as a table, generated from the data alone
 // (results.json as written by the runner): which runs diverged or did not learn, which trained best
-// and fastest, what each varied key changed, whether the known effects appeared, what the
+// and fastest, what each varied key changed, whether the known effects appeared, the BLEU of
+// translation runs and the mean and spread over seeds, what was not measured and why, what the
 // instruments read at initialization and which theory claims held.
 #pragma once
 
