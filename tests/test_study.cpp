@@ -4,6 +4,7 @@
 // or does not, divergence, best and fastest runs) on hand-made results.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 #include <string>
@@ -58,6 +59,21 @@ TEST(Study, KeysWithOneValueEverywhereAreNotInTheLabels) {
   const Study s = study_from_json(doc, {}, "test");
   EXPECT_EQ(s.varying, std::vector<std::string>{"model.placement"});
   EXPECT_EQ(s.runs[1].label, "placement=pre");
+}
+
+TEST(Study, SeedsOfInitAndDataAreNamedApart) {
+  // the translation study's form: one grid per seed, train.seed and model.seed moving together
+  json doc = two_grids();
+  doc["grid"] = json::array();
+  for (int seed : {1, 2})
+    doc["grid"].push_back({{"model.placement", {"post", "pre"}}, {"model.seed", {seed}}, {"train.seed", {seed}}});
+  const Study s = study_from_json(doc, {}, "test");
+  ASSERT_EQ(s.runs.size(), 4u);
+  EXPECT_EQ(s.varying, (std::vector<std::string>{"model.placement", "model.seed", "train.seed"}));
+  EXPECT_EQ(s.runs[0].label, "placement=post model.seed=1 train.seed=1");
+  EXPECT_EQ(s.runs[3].label, "placement=pre model.seed=2 train.seed=2");
+  EXPECT_EQ(s.runs[3].config.model.seed, 2);
+  EXPECT_EQ(s.runs[3].config.train.seed, 2);
 }
 
 TEST(Study, SetOverridesEveryRunButNotAGridKey) {
@@ -246,11 +262,93 @@ TEST(Summary, SpreadOverSeeds) {
   json results = results_of(runs);
   results["study"]["varying"] = {"model.placement", "train.seed"};
   const json s = written_summary(results);
-  // naive: the means of the hand-made numbers
-  EXPECT_TRUE(any_contains(s, fmt::format("placement=post: mean {:.3f}, range 2.950 to 3.070 over 3 seeds, 1 more diverged or unfinished",
-                                          (3.07 + 2.95 + 3.01) / 3))) << s.dump(1);
-  EXPECT_TRUE(any_contains(s, fmt::format("placement=pre: mean {:.3f}, range 2.280 to 2.320 over 3 seeds", (2.30 + 2.28 + 2.32) / 3)))
+  // naive: mean and sample standard deviation of the hand-made numbers
+  auto text = [](std::vector<double> v) {
+    double mean = 0, ss = 0;
+    for (double x : v) mean += x / double(v.size());
+    for (double x : v) ss += (x - mean) * (x - mean);
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    return fmt::format("{:.3f} +- {:.3f} ({:.3f} to {:.3f}, {} seeds)", mean, std::sqrt(ss / double(v.size() - 1)), *lo, *hi,
+                       v.size());
+  };
+  EXPECT_TRUE(any_contains(s, "placement=post: " + text({3.07, 2.95, 3.01}) + ", 1 more diverged or unfinished")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "placement=pre: " + text({2.30, 2.28, 2.32}) + ";") || any_contains(s, "placement=pre: " + text({2.30, 2.28, 2.32}) + "."))
       << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "the settings differ by more than twice the seed spread")) << s.dump(1);
+}
+
+TEST(Summary, SeedGroupsGiveMeanAndSpreadOfLossAndBleu) {
+  std::vector<json> runs;
+  const double post_loss[3] = {2.61, 2.58, 2.70}, pre_loss[3] = {2.55, 2.66, 2.57};
+  const double post_bleu[3] = {1.5, 0.0, 2.25}, pre_bleu[3] = {3.0, 1.0, 0.5};
+  for (int seed = 1; seed <= 3; seed++)
+    for (const char* p : {"post", "pre"}) {
+      const bool post = std::string(p) == "post";
+      json r = run(p, 0, post ? post_loss[seed - 1] : pre_loss[seed - 1]);
+      r["name"] = fmt::format("{}-{}", p, seed);
+      r["summary"]["bleu"] = post ? post_bleu[seed - 1] : pre_bleu[seed - 1];
+      for (const char* k : {"model.seed", "train.seed"}) r["grid"][k] = seed;
+      runs.push_back(r);
+    }
+  runs.push_back(run("pre", 0, 0, "diverged"));  // counted in its group, not in the numbers
+  runs.back()["name"] = "pre-4";
+  runs.back()["grid"]["model.seed"] = runs.back()["grid"]["train.seed"] = 4;
+  json results = results_of(runs);
+  results["study"]["varying"] = {"model.placement", "model.seed", "train.seed"};
+  const json g = seed_groups(results);
+  ASSERT_EQ(g.size(), 2u) << g.dump(1);
+  EXPECT_EQ(g[0]["setting"], "placement=post");
+  EXPECT_EQ(g[1]["runs"], json({"pre-1", "pre-2", "pre-3", "pre-4"}));
+  EXPECT_EQ(g[1]["finished"], 3);
+  // naive: two-pass mean and sample variance
+  auto check = [](const json& st, std::vector<double> v) {
+    double mean = 0, ss = 0;
+    for (double x : v) mean += x / 3;
+    for (double x : v) ss += (x - mean) * (x - mean) / 2;
+    EXPECT_EQ(st["n"], 3);
+    EXPECT_NEAR(st["mean"].get<double>(), mean, 1e-12);
+    EXPECT_NEAR(st["sd"].get<double>(), std::sqrt(ss), 1e-12);
+    EXPECT_EQ(st["min"].get<double>(), *std::min_element(v.begin(), v.end()));
+    EXPECT_EQ(st["max"].get<double>(), *std::max_element(v.begin(), v.end()));
+  };
+  check(g[0]["val_loss"], {2.61, 2.58, 2.70});
+  check(g[0]["bleu"], {1.5, 0.0, 2.25});
+  check(g[1]["val_loss"], {2.55, 2.66, 2.57});
+  check(g[1]["bleu"], {3.0, 1.0, 0.5});
+  EXPECT_NEAR(g[0]["bleu"]["sd"].get<double>(), 1.14564392373896, 1e-12);  // by hand: sqrt((0.25^2 + 1.25^2 + 1^2) / 2)
+  // the written summary: BLEU over seeds, and these differences are within the seed spread
+  const json s = written_summary(results);
+  EXPECT_TRUE(any_contains(s, "validation BLEU (mean +- sample standard deviation): placement=post: 1.25 +- 1.15 (0.00 to 2.25, 3 seeds)"))
+      << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "these seeds do not separate them")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "Best validation BLEU")) << s.dump(1);
+  // the table: a BLEU column and a line per setting
+  const std::string t = summary_table(results);
+  EXPECT_NE(t.find("BLEU"), std::string::npos) << t;
+  EXPECT_NE(t.find(fmt::format("{:<24}  val loss {:.4f} +- ", "placement=pre", (2.55 + 2.66 + 2.57) / 3)), std::string::npos) << t;
+  // BLEU below 1 everywhere: said plainly, no ranking by BLEU
+  for (auto& r : results["runs"])
+    if (r["summary"].contains("bleu")) r["summary"]["bleu"] = r["summary"]["bleu"].get<double>() / 10;
+  EXPECT_TRUE(any_contains(written_summary(results), "Every setting's mean BLEU is below 1: no setting translates yet"))
+      << written_summary(results).dump(1);
+  // without a seed key there are no groups
+  results["study"]["varying"] = {"model.placement"};
+  EXPECT_TRUE(seed_groups(results).empty());
+}
+
+TEST(Summary, SaysWhatATranslationRunSkipped) {
+  json r = run("post", 0, 2.5);
+  r.erase("loss_target");
+  r.erase("steps_to_target");
+  r.erase("unigram_entropy");
+  r["skipped"] = {{"instruments", "not for encoder-decoders yet"}};
+  json other = run("pre", 0, 2.4);
+  other.erase("loss_target");
+  other.erase("steps_to_target");
+  const json s = written_summary(results_of({r, other}));
+  EXPECT_TRUE(any_contains(s, "Not measured, instruments: not for encoder-decoders yet (post w0).")) << s.dump(1);
+  EXPECT_FALSE(any_contains(s, "loss target")) << s.dump(1);
+  EXPECT_EQ(summary_table(results_of({r, other})).find("to target: first step"), std::string::npos);
 }
 
 TEST(Summary, CountsADivergedPostRunAsTheEffect) {

@@ -12,6 +12,12 @@
 
 namespace normlab::study {
 
+std::optional<std::string> probe_unsupported(const ModelConfig& cfg) {
+  if (cfg.encdec())
+    return "the instruments (src/analysis) do not take encoder-decoder models yet, so this run was not probed";
+  return std::nullopt;
+}
+
 std::unique_ptr<Model<double>> widen(const Model<float>& model) {
   auto m = std::make_unique<Model<double>>(model.config());
   std::copy(model.params().begin(), model.params().end(), m->params().begin());

@@ -6,11 +6,18 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "model/model.h"
 
 namespace normlab::study {
+
+// Why the instruments cannot read a model of this config, or nullopt when they can. The one place
+// that decides which runs of a study are probed: encoder-decoders are refused until src/analysis
+// takes them (the runner records the reason in results.json and the report shows it).
+std::optional<std::string> probe_unsupported(const ModelConfig& cfg);
 
 // A double-precision copy of a float model (the instruments run in double).
 std::unique_ptr<Model<double>> widen(const Model<float>& model);

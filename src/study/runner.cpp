@@ -1,4 +1,5 @@
-// runner.cpp: running a study: the runs, their instruments, the theory claims, progress and Ctrl-C.
+// runner.cpp: running a study: the runs (language-model runs on a byte corpus, translation runs of an
+// encoder-decoder on a parallel corpus), their instruments, the theory claims, progress and Ctrl-C.
 #include "util/clock.h"
 #include "study/runner.h"
 
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "analysis/theory.h"
+#include "model/decode.h"
 #include "model/model.h"
 #include "study/probe.h"
 #include "study/report.h"
@@ -19,6 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/trainer.h"
+#include "train/translation.h"
 #include "util/error.h"
 
 namespace normlab::study {
@@ -38,7 +41,7 @@ std::string clock_text(double s) {
 // Relative cost of a run (training FLOPs; the instruments scale roughly alike), for the ETA.
 double run_cost(const RunConfig& c) {
   const ModelConfig& m = c.model;
-  const double d = m.d_model, L = m.n_layers, T = c.train.seq_len > 0 ? c.train.seq_len : m.seq_len;
+  const double d = m.d_model, L = m.total_layers(), T = c.train.seq_len > 0 ? c.train.seq_len : m.seq_len;
   const double per_token = 6.0 * (L * (4 * d * d + 2 * d * m.ff()) + d * m.vocab_size()) + 6.0 * L * T * d;
   return double(c.train.steps) * c.train.batch_size * c.train.grad_accum * T * per_token;
 }
@@ -137,7 +140,9 @@ void read_metrics(const fs::path& path, nlohmann::json& run) {
     const auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded()) continue;
     const std::string type = j.value("type", "");
-    if (type == "train") {
+    if (type == "bleu") {
+      run["bleu"] = j;  // {step, bleu, sentences, detail, decoding}
+    } else if (type == "train") {
       for (const char* k : {"step", "loss", "grad_norm", "lr"}) train[k].push_back(j[k]);
     } else if (type == "val") {
       val["step"].push_back(j["step"]);
@@ -152,6 +157,45 @@ void read_metrics(const fs::path& path, nlohmann::json& run) {
   run["val"] = val;
 }
 
+// A translation run: an encoder-decoder trained on a parallel corpus (data.parallel); its result is a
+// validation loss and a BLEU. Its unigram entropy is that of the decoder's labels (the target bytes
+// and EOS of the training pairs): the loss of a decoder that learned only target byte frequencies.
+bool is_translation(const RunConfig& cfg) { return cfg.model.encdec() || !cfg.data.parallel.empty(); }
+
+// The data of every run, read once per distinct corpus before anything is written (a bad corpus fails
+// the study at once): byte corpora for the language-model runs, and for the translation runs the
+// parallel corpus's sizes and target unigram entropy (the trainer reads the pairs itself).
+struct StudyData {
+  std::map<std::string, Corpus> corpora;
+  std::map<std::string, nlohmann::json> parallel;
+};
+
+int run_seq_len(const RunConfig& cfg) { return cfg.train.seq_len > 0 ? cfg.train.seq_len : cfg.model.seq_len; }
+
+const nlohmann::json& parallel_for(const RunConfig& cfg, StudyData& data) {
+  if (!cfg.model.encdec())
+    throw Error(fmt::format("data.parallel is a translation corpus: it needs model.arch = \"encdec\" (this model is {})",
+                            to_string(cfg.model.arch)));
+  if (cfg.data.parallel.empty())
+    throw Error("an encoder-decoder (model.arch = \"encdec\") trains on a parallel corpus: set data.parallel");
+  const std::string key = fmt::format("{}|{}", cfg.data.parallel, run_seq_len(cfg));
+  auto it = data.parallel.find(key);
+  if (it == data.parallel.end()) {
+    const TranslationData d = load_translation(cfg.data.parallel, run_seq_len(cfg));
+    std::vector<int32_t> labels;
+    for (const TokenPair& p : d.train) {
+      labels.insert(labels.end(), p.tgt.begin(), p.tgt.end());
+      labels.push_back(kEosToken);
+    }
+    it = data.parallel
+             .emplace(key, nlohmann::json{{"dir", d.dir}, {"train_pairs", d.train.size()}, {"valid_pairs", d.valid.size()},
+                                          {"dropped_train", d.dropped_train}, {"dropped_valid", d.dropped_valid},
+                                          {"seq_len", run_seq_len(cfg)}, {"target_unigram_entropy", unigram_entropy(labels)}})
+             .first;
+  }
+  return it->second;
+}
+
 const Corpus& corpus_for(const RunConfig& cfg, std::map<std::string, Corpus>& cache) {
   const std::string path = cfg.data.corpus == "builtin" ? builtin_corpus_path() : cfg.data.corpus;
   const int T = cfg.train.seq_len > 0 ? cfg.train.seq_len : cfg.model.seq_len;
@@ -163,29 +207,47 @@ const Corpus& corpus_for(const RunConfig& cfg, std::map<std::string, Corpus>& ca
   return it->second;
 }
 
-// One run: instruments at initialization, training, instruments of the trained model.
+// One run: instruments at initialization, training, instruments of the trained model. What does not
+// apply to a run is recorded under "skipped" with the reason, never left out silently.
 nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path& dir, const CompareOptions& options,
-                       Progress& progress, std::map<std::string, Corpus>& corpora) {
+                       Progress& progress, StudyData& data) {
   RunConfig cfg = spec.config;
   cfg.train.out_dir = dir.string();
   nlohmann::json run = {{"name", spec.name}, {"label", spec.label}, {"grid", spec.grid},
                         {"config", run_config_to_json(cfg)}, {"status", "running"}};
-  const Corpus& corpus = corpus_for(cfg, corpora);
-  const double entropy = unigram_entropy(corpus.train);
-  const double target = std::isnan(study.loss_target) ? entropy - 0.5 : study.loss_target;
-  run["unigram_entropy"] = entropy;
-  run["unigram_unit"] = corpus.unit();  // nats per byte, or per token with data.tokenizer
+  nlohmann::json skipped = nlohmann::json::object();
+  const bool translation = is_translation(cfg);
+  const Corpus* corpus = nullptr;
+  if (translation) {
+    run["task"] = "translation";
+    run["parallel"] = parallel_for(cfg, data);
+    run["unigram_entropy"] = run["parallel"]["target_unigram_entropy"];
+    run["unigram_unit"] = "target byte";  // nats per byte of the target (and its EOS)
+  } else {
+    corpus = &corpus_for(cfg, data.corpora);
+    run["task"] = "language model";
+    run["unigram_entropy"] = unigram_entropy(corpus->train);
+    run["unigram_unit"] = corpus->unit();  // nats per byte, or per token with data.tokenizer
+  }
+  const double target = std::isnan(study.loss_target) ? run["unigram_entropy"].get<double>() - 0.5 : study.loss_target;
   run["loss_target"] = target;
   fs::create_directories(dir);
 
+  const std::optional<std::string> unprobed = study.instruments ? probe_unsupported(cfg.model) : std::nullopt;
+  if (unprobed) skipped["instruments"] = *unprobed;
+  const bool probe = study.instruments && !unprobed;
+  if (!skipped.empty()) run["skipped"] = skipped;
+  if (probe && !corpus)  // probe_unsupported let an encoder-decoder through: pass probe_model its pairs here
+    throw Error("the study instruments of an encoder-decoder need its parallel corpus, which the runner does not pass yet");
+
   nlohmann::json instruments = nlohmann::json::object();
   const auto probe_t0 = Clock::now();
-  if (study.instruments) {
+  if (probe) {
     progress.stage("instruments at initialization");
     Model<float> fresh(cfg.model);
     if (!cfg.train.init_from.empty()) load_params(cfg.train.init_from, fresh);
     auto m = widen(fresh);
-    instruments["init"] = probe_model(*m, corpus.val, study.probe_seq_len, 11);
+    instruments["init"] = probe_model(*m, corpus->val, study.probe_seq_len, 11);
   }
   double probe_seconds = seconds_since(probe_t0);
   if (stopped(options)) {
@@ -204,12 +266,12 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
   run["steps_to_target"] = steps_to_target(run["train"], target);
 
   const fs::path ckpt = dir / "checkpoint.safetensors";
-  if (study.instruments && !stopped(options) && fs::exists(ckpt)) {
+  if (probe && !stopped(options) && fs::exists(ckpt)) {
     progress.stage("instruments after training");
     const auto t1 = Clock::now();
     auto trained = load_model(ckpt.string());
     auto m = widen(*trained);
-    instruments["final"] = probe_model(*m, corpus.val, study.probe_seq_len, 11);
+    instruments["final"] = probe_model(*m, corpus->val, study.probe_seq_len, 11);
     probe_seconds += seconds_since(t1);
   }
   run["instruments_seconds"] = probe_seconds;
@@ -224,7 +286,10 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
 
 void write_outputs(nlohmann::json& results, const std::filesystem::path& dir) {
   // a study without training (the pretrained one) brings its own summary
-  if (results["study"].value("kind", std::string()) != "pretrained") results["summary"] = written_summary(results);
+  if (results["study"].value("kind", std::string()) != "pretrained") {
+    results["seed_groups"] = seed_groups(results);
+    results["summary"] = written_summary(results);
+  }
   write_atomically(dir / "results.json", results.dump(1) + "\n");
   write_atomically(dir / "summary.txt",
                    summary_table(results) + "\n" + fmt::format("{}\n", fmt::join(results["summary"], "\n")));
@@ -233,8 +298,11 @@ void write_outputs(nlohmann::json& results, const std::filesystem::path& dir) {
 
 int run_study(const Study& study, const CompareOptions& options) {
   // every corpus is read before anything is written: a bad corpus fails the study at once
-  std::map<std::string, Corpus> corpora;
-  for (const auto& r : study.runs) corpus_for(r.config, corpora);
+  StudyData data;
+  for (const auto& r : study.runs) {
+    if (is_translation(r.config)) parallel_for(r.config, data);
+    else corpus_for(r.config, data.corpora);
+  }
 
   const fs::path out(options.out_dir);
   std::error_code ec;
@@ -274,7 +342,7 @@ int run_study(const Study& study, const CompareOptions& options) {
     progress.begin_run(i, spec.label, spec.config.train.steps);
     nlohmann::json run;
     try {
-      run = run_one(study, spec, out / "runs" / spec.name, options, progress, corpora);
+      run = run_one(study, spec, out / "runs" / spec.name, options, progress, data);
     } catch (const Error& e) {
       failed = true;
       run = {{"name", spec.name}, {"label", spec.label}, {"grid", spec.grid},
@@ -286,6 +354,9 @@ int run_study(const Study& study, const CompareOptions& options) {
     if (status == "failed") outcome = "FAILED: " + run.value("error", std::string());
     if (run.contains("summary") && run["summary"]["val_loss"].is_number())
       outcome += fmt::format(", validation loss {:.4f}", run["summary"]["val_loss"].get<double>());
+    if (run.contains("bleu") && run["bleu"]["bleu"].is_number())
+      outcome += fmt::format(", BLEU {:.2f} (greedy, {} validation pairs)", run["bleu"]["bleu"].get<double>(),
+                             run["bleu"].value("sentences", 0));
     progress.end_run(outcome);
     if (status == "interrupted") interrupted = true;
     results["runs"].push_back(std::move(run));

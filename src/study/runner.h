@@ -1,6 +1,8 @@
 // runner.h: runs a study: every run in turn (instruments at initialization, training, instruments
-// after training), then the theory claims; live progress with the estimated time left per run and
-// for the whole study; Ctrl-C stops cleanly (the current run is kept as interrupted, later runs are
+// after training; a translation run, an encoder-decoder on a parallel corpus, ends with its BLEU,
+// and what does not apply to it is recorded under "skipped" with the reason), then the theory
+// claims; live progress with the estimated time left per run and for the whole study; Ctrl-C stops
+// cleanly (the current run is kept as interrupted, later runs are
 // skipped) and the results and report of what finished are still written. The output directory
 // holds study.json (the study as read), runs/<run>/ (metrics.jsonl, config.json, checkpoint,
 // instruments.json), results.json (everything the report shows), summary.txt and report.html.

@@ -171,12 +171,20 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
         break;
       }
   }
+  // a key is named by its short name unless another varying key has the same one (train.seed and
+  // model.seed): then by the dotted name
+  auto label_key = [&](const std::string& key) {
+    const std::string name = key.substr(key.find('.') + 1);
+    for (const std::string& other : s.varying)
+      if (other != key && other.substr(other.find('.') + 1) == name) return key;
+    return name;
+  };
   for (size_t i = 0; i < s.runs.size(); i++) {
     StudyRun& r = s.runs[i];
     std::vector<std::string> parts;
     for (const std::string& key : s.varying) {
       const nlohmann::json v = r.grid.contains(key) ? r.grid[key] : resolved_value(r.config, key);
-      parts.push_back(key.substr(key.find('.') + 1) + "=" + value_text(v));
+      parts.push_back(label_key(key) + "=" + value_text(v));
     }
     r.label = parts.empty() ? s.name : fmt::format("{}", fmt::join(parts, " "));
     r.name = fmt::format("{:02}-{}", i + 1, dir_safe(parts.empty() ? s.name : fmt::format("{}", fmt::join(parts, "_"))));

@@ -1,4 +1,4 @@
-// summary.cpp: the summary table and the written summary of a study.
+// summary.cpp: the summary table, the written summary and the mean and spread over seeds of a study.
 #include "study/summary.h"
 
 #include <algorithm>
@@ -17,6 +17,9 @@ using json = nlohmann::json;
 
 constexpr double kStuckMargin = 0.05;  // within this of the unigram entropy: learned only byte (token) frequencies
 constexpr double kEffectMargin = 0.1;  // nats: smaller differences are called "about the same"
+// Below this corpus BLEU (0-100) no setting translates yet: a few matching words, no phrases (the
+// published 6L-6L models score about 35), so BLEU cannot rank the settings.
+constexpr double kNoTranslationBleu = 1.0;
 
 std::optional<double> number(const json& j, const char* key) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return std::nullopt;
@@ -25,6 +28,15 @@ std::optional<double> number(const json& j, const char* key) {
 
 std::optional<double> val_loss(const json& run) {
   return run.contains("summary") ? number(run["summary"], "val_loss") : std::nullopt;
+}
+
+// Validation BLEU of a translation run (greedy decoding, metrics summary), if it has one.
+std::optional<double> run_bleu(const json& run) {
+  return run.contains("summary") ? number(run["summary"], "bleu") : std::nullopt;
+}
+
+bool any_bleu(const json& runs) {
+  return std::any_of(runs.begin(), runs.end(), [](const json& r) { return run_bleu(r).has_value(); });
 }
 
 std::optional<double> grad_ratio(const json& run) {
@@ -48,6 +60,17 @@ std::string grid_value(const json& run, const std::string& dotted) {
 }
 
 std::string short_key(const std::string& dotted) { return dotted.substr(dotted.find('.') + 1); }
+
+// How a varying key is named in text: its short name, or the dotted one when another varying key has
+// the same short name (train.seed and model.seed).
+std::string key_text(const std::string& dotted, const std::vector<std::string>& varying) {
+  const std::string name = short_key(dotted);
+  for (const auto& k : varying)
+    if (k != dotted && short_key(k) == name) return dotted;
+  return name;
+}
+
+bool is_seed_key(const std::string& k) { return k == "train.seed" || k == "model.seed"; }
 
 // "post" for a model whose layers are all post; "mixed" for a per-layer mix.
 std::string placement_name(const json& run) {
@@ -74,7 +97,7 @@ std::string loss_text(const json& run) {
 std::string signature(const json& run, const std::vector<std::string>& varying, const std::string& except) {
   std::string s;
   for (const auto& k : varying)
-    if (k != except) s += (s.empty() ? "" : " ") + short_key(k) + "=" + grid_value(run, k);
+    if (k != except) s += (s.empty() ? "" : " ") + key_text(k, varying) + "=" + grid_value(run, k);
   return s;
 }
 
@@ -145,7 +168,60 @@ void warmup_effect(const json& runs, const std::vector<std::string>& varying, js
   }
 }
 
+// {n, mean, sd, min, max} of the values, sd the sample standard deviation (null for n < 2); null
+// for no values.
+json seed_stats(const std::vector<double>& v) {
+  if (v.empty()) return nullptr;
+  double mean = 0;
+  for (double x : v) mean += x / double(v.size());
+  double ss = 0;
+  for (double x : v) ss += (x - mean) * (x - mean);
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return {{"n", v.size()}, {"mean", mean}, {"sd", v.size() > 1 ? json(std::sqrt(ss / double(v.size() - 1))) : json(nullptr)},
+          {"min", *lo}, {"max", *hi}};
+}
+
+// "2.345 +- 0.012 (2.33 to 2.36, 3 seeds)"
+std::string seed_stats_text(const json& st, int digits) {
+  if (st.is_null()) return "-";
+  const std::string sd = st["sd"].is_number() ? fmt::format(" +- {:.{}f}", st["sd"].get<double>(), digits) : "";
+  return fmt::format("{:.{}f}{} ({:.{}f} to {:.{}f}, {} seed{})", st["mean"].get<double>(), digits, sd,
+                     st["min"].get<double>(), digits, st["max"].get<double>(), digits, st["n"].get<size_t>(),
+                     st["n"].get<size_t>() == 1 ? "" : "s");
+}
+
 }  // namespace
+
+json seed_groups(const json& results) {
+  json out = json::array();
+  const std::vector<std::string> varying = results.at("study").value("varying", std::vector<std::string>{});
+  std::vector<std::string> others;
+  bool seeds = false;
+  for (const auto& k : varying) {
+    if (is_seed_key(k)) seeds = true;
+    else others.push_back(k);
+  }
+  if (!seeds) return out;
+  Groups<const json*> groups;
+  for (const auto& r : results["runs"])
+    if (r.contains("summary") && r["status"] != "interrupted" && r["status"] != "not run")
+      group_of(groups, signature(r, others, "")).push_back(&r);
+  for (const auto& [sig, members] : groups) {
+    std::vector<double> losses, bleus;
+    json names = json::array();
+    size_t finished = 0;
+    for (const json* r : members) {
+      names.push_back(r->contains("name") ? (*r)["name"] : (*r)["label"]);
+      if ((*r)["status"] != "finished") continue;
+      finished++;
+      if (const auto v = val_loss(*r)) losses.push_back(*v);
+      if (const auto b = run_bleu(*r)) bleus.push_back(*b);
+    }
+    out.push_back({{"setting", sig.empty() ? std::string("all runs") : sig}, {"runs", names}, {"finished", finished},
+                   {"val_loss", seed_stats(losses)}, {"bleu", seed_stats(bleus)}});
+  }
+  return out;
+}
 
 json steps_to_target(const json& train, double target) {
   const json& loss = train["loss"];
@@ -160,10 +236,12 @@ json steps_to_target(const json& train, double target) {
 
 std::string summary_table(const json& results) {
   const json& runs = results["runs"];
+  const bool with_bleu = any_bleu(runs);
   size_t w = 24;
   for (const auto& r : runs) w = std::max(w, r["label"].get<std::string>().size());
-  std::string t = fmt::format("{:<{}}  {:<11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>11}\n", "run", w, "status",
-                              "train loss", "val loss", "diverged at", "to target", "tokens/s", "grad L/1");
+  std::string t = fmt::format("{:<{}}  {:<11} {:>10} {:>10}{} {:>11} {:>10} {:>9} {:>11}\n", "run", w, "status",
+                              "train loss", "val loss", with_bleu ? fmt::format(" {:>6}", "BLEU") : "", "diverged at",
+                              "to target", "tokens/s", "grad L/1");
   for (const auto& r : runs) {
     const json s = r.value("summary", json::object());
     auto num = [&](const char* k, const char* f) {
@@ -174,14 +252,28 @@ std::string summary_table(const json& results) {
     const std::string target = r.contains("steps_to_target") && r["steps_to_target"].is_number()
                                    ? std::to_string(r["steps_to_target"].get<long>()) : "-";
     const auto g = grad_ratio(r);
-    t += fmt::format("{:<{}}  {:<11} {:>10} {:>10} {:>11} {:>10} {:>9} {:>11}\n", r["label"].get<std::string>(), w,
-                     r["status"].get<std::string>(), num("train_loss", "{:.4f}"), num("val_loss", "{:.4f}"), div,
-                     target, num("tokens_per_s", "{:.0f}"), g ? fmt::format("{:.3f}", *g) : "-");
+    t += fmt::format("{:<{}}  {:<11} {:>10} {:>10}{} {:>11} {:>10} {:>9} {:>11}\n", r["label"].get<std::string>(), w,
+                     r["status"].get<std::string>(), num("train_loss", "{:.4f}"), num("val_loss", "{:.4f}"),
+                     with_bleu ? fmt::format(" {:>6}", num("bleu", "{:.2f}")) : "", div, target,
+                     num("tokens_per_s", "{:.0f}"), g ? fmt::format("{:.3f}", *g) : "-");
   }
-  if (!runs.empty() && runs[0].contains("loss_target"))
-    t += fmt::format("to target: first step where the mean of the last 20 training losses is <= {:.3f} nats; "
-                     "grad L/1: gradient norm of the last layer / the first, at initialization\n",
-                     runs[0]["loss_target"].get<double>());
+  std::vector<std::string> notes;
+  const auto with_target = std::find_if(runs.begin(), runs.end(), [](const json& r) { return r.contains("loss_target"); });
+  if (with_target != runs.end())
+    notes.push_back(fmt::format("to target: first step where the mean of the last 20 training losses is <= {:.3f} nats",
+                                (*with_target)["loss_target"].get<double>()));
+  notes.push_back("grad L/1: gradient norm of the last layer / the first, at initialization");
+  if (with_bleu) notes.push_back("BLEU: corpus BLEU of greedy translations of the first data.bleu_sentences validation pairs");
+  t += fmt::format("{}\n", fmt::join(notes, "; "));
+  const json groups = results.contains("seed_groups") ? results["seed_groups"] : seed_groups(results);
+  if (!groups.empty()) {
+    size_t gw = 24;
+    for (const auto& g : groups) gw = std::max(gw, g["setting"].get<std::string>().size());
+    t += fmt::format("\nover seeds (mean +- sample standard deviation, min to max, finished runs only):\n");
+    for (const auto& g : groups)
+      t += fmt::format("{:<{}}  val loss {}{}\n", g["setting"].get<std::string>(), gw, seed_stats_text(g["val_loss"], 4),
+                       with_bleu ? "  BLEU " + seed_stats_text(g["bleu"], 2) : "");
+  }
   return t;
 }
 
@@ -223,6 +315,15 @@ json written_summary(const json& results) {
   for (const auto& r : runs)
     if (r["status"] == "failed")
       out.push_back(fmt::format("{} failed: {}", r["label"].get<std::string>(), r.value("error", "")));
+  // what was not measured, and why: one sentence per reason, naming the runs (all runs: "every run")
+  Groups<std::string> skipped;
+  for (const auto& r : runs)
+    if (r.contains("skipped"))
+      for (const auto& [what, why] : r["skipped"].items())
+        group_of(skipped, what + ": " + why.get<std::string>()).push_back(r["label"]);
+  for (const auto& [reason, labels] : skipped)
+    out.push_back(fmt::format("Not measured, {} ({}).", reason,
+                              labels.size() == runs.size() ? std::string("every run") : fmt::format("{}", fmt::join(labels, ", "))));
   if (done.empty()) return out;
 
   // divergence
@@ -268,57 +369,88 @@ json written_summary(const json& results) {
   for (const json* r : done)
     if (val_loss(*r) && (!best || *val_loss(*r) < *val_loss(*best))) best = r;
   if (best) out.push_back(fmt::format("Best final validation loss: {} ({:.3f} nats).", (*best)["label"].get<std::string>(), *val_loss(*best)));
+  const json* best_bleu = nullptr;
+  for (const json* r : done)
+    if (run_bleu(*r) && (!best_bleu || *run_bleu(*r) > *run_bleu(*best_bleu))) best_bleu = r;
+  if (best_bleu)
+    out.push_back(fmt::format("Best validation BLEU (greedy decoding of the first {} validation pairs): {} ({:.2f}).",
+                              best_bleu->contains("bleu") ? (*best_bleu)["bleu"].value("sentences", 0) : 0,
+                              (*best_bleu)["label"].get<std::string>(), *run_bleu(*best_bleu)));
   const json* fastest = nullptr;
   std::vector<std::string> never;
+  const json* with_target = nullptr;
   for (const json* r : done) {
+    if (!r->contains("loss_target")) continue;
+    with_target = r;
     const json& s = (*r)["steps_to_target"];
     if (!s.is_number()) never.push_back((*r)["label"]);
     else if (!fastest || s.get<long>() < (*fastest)["steps_to_target"].get<long>()) fastest = r;
   }
-  const double target = (*done[0])["loss_target"].get<double>();
-  if (fastest)
-    out.push_back(fmt::format("Fastest to the loss target {:.2f}: {} (step {}){}.", target, (*fastest)["label"].get<std::string>(),
-                              (*fastest)["steps_to_target"].get<long>(),
-                              never.empty() ? "" : fmt::format("; never reached it: {}", fmt::join(never, ", "))));
-  else
-    out.push_back(fmt::format("No run reached the loss target {:.2f}.", target));
+  if (with_target) {
+    const double target = (*with_target)["loss_target"].get<double>();
+    if (fastest)
+      out.push_back(fmt::format("Fastest to the loss target {:.2f}: {} (step {}){}.", target, (*fastest)["label"].get<std::string>(),
+                                (*fastest)["steps_to_target"].get<long>(),
+                                never.empty() ? "" : fmt::format("; never reached it: {}", fmt::join(never, ", "))));
+    else
+      out.push_back(fmt::format("No run reached the loss target {:.2f}.", target));
+  }
 
   warmup_effect(runs, varying, out);
 
-  // over seeds: the spread of the final validation loss per setting of the other keys
-  std::vector<std::string> seed_keys, others;
-  for (const auto& k : varying) (k == "train.seed" || k == "model.seed" ? seed_keys : others).push_back(k);
-  if (!seed_keys.empty()) {
-    Groups<std::optional<double>> settings;  // final loss per seed (none: diverged or unfinished)
-    for (const json* r : done) group_of(settings, signature(*r, others, "")).push_back(val_loss(*r));
-    std::vector<std::string> parts;
-    for (const auto& [sig, losses] : settings) {
-      std::vector<double> v;
-      for (const auto& x : losses)
-        if (x) v.push_back(*x);
-      const size_t lost = losses.size() - v.size();
-      std::string text = sig.empty() ? std::string("all runs") : sig;
-      if (v.empty()) {
-        parts.push_back(fmt::format("{}: no final loss ({} diverged or unfinished)", text, lost));
-        continue;
+  // over seeds: the mean and spread of the final numbers per setting of the other keys, and whether
+  // the differences between settings exceed the spread between seeds
+  const json groups = seed_groups(results);
+  if (!groups.empty()) {
+    std::vector<std::string> seed_keys;
+    for (const auto& k : varying)
+      if (is_seed_key(k)) seed_keys.push_back(k);
+    for (const char* metric : {"val_loss", "bleu"}) {
+      const bool is_bleu = std::string(metric) == "bleu";
+      if (is_bleu && !any_bleu(runs)) continue;
+      std::vector<std::string> parts;
+      double lo_mean = INFINITY, hi_mean = -INFINITY, max_sd = 0;
+      size_t compared = 0;
+      for (const auto& g : groups) {
+        const size_t lost = g["runs"].size() - g["finished"].get<size_t>();
+        const std::string more = lost ? fmt::format(", {} more diverged or unfinished", lost) : "";
+        if (g[metric].is_null()) {
+          parts.push_back(fmt::format("{}: none ({} diverged or unfinished)", g["setting"].get<std::string>(), lost));
+          continue;
+        }
+        parts.push_back(fmt::format("{}: {}{}", g["setting"].get<std::string>(), seed_stats_text(g[metric], is_bleu ? 2 : 3), more));
+        const double m = g[metric]["mean"].get<double>();
+        lo_mean = std::min(lo_mean, m);
+        hi_mean = std::max(hi_mean, m);
+        if (g[metric]["sd"].is_number()) max_sd = std::max(max_sd, g[metric]["sd"].get<double>());
+        compared++;
       }
-      double mean = 0;
-      for (double x : v) mean += x / double(v.size());
-      const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-      parts.push_back(fmt::format("{}: mean {:.3f}, range {:.3f} to {:.3f} over {} seed{}{}", text, mean, *lo, *hi, v.size(),
-                                  v.size() == 1 ? "" : "s", lost ? fmt::format(", {} more diverged or unfinished", lost) : ""));
+      out.push_back(fmt::format("Over seeds ({}), {} (mean +- sample standard deviation): {}.", fmt::join(seed_keys, ", "),
+                                is_bleu ? "validation BLEU" : "final validation loss", fmt::join(parts, "; ")));
+      if (is_bleu && compared > 0 && hi_mean < kNoTranslationBleu)
+        out.push_back(fmt::format("Every setting's mean BLEU is below {}: no setting translates yet, so BLEU does not rank "
+                                  "them here (the validation loss does).", kNoTranslationBleu));
+      else if (compared > 1 && max_sd > 0)
+        out.push_back(fmt::format(
+            "The {} means of the {} settings span {:.{}f} ({:.{}f} to {:.{}f}); the largest standard deviation over seeds "
+            "is {:.{}f}: {}.", is_bleu ? "BLEU" : "validation-loss", compared, hi_mean - lo_mean, is_bleu ? 2 : 3, lo_mean,
+            is_bleu ? 2 : 3, hi_mean, is_bleu ? 2 : 3, max_sd, is_bleu ? 2 : 3,
+            hi_mean - lo_mean > 2 * max_sd ? "the settings differ by more than twice the seed spread"
+                                            : "the differences between settings are within twice the seed spread, "
+                                              "so these seeds do not separate them"));
     }
-    out.push_back(fmt::format("Over seeds ({}), final validation loss: {}.", fmt::join(seed_keys, ", "), fmt::join(parts, "; ")));
   }
 
   // what each varied key changed, the other keys held fixed; groups in the order of the study's runs
   for (const auto& key : varying) {
     Groups<std::string> groups;
     for (const json* r : done)
-      group_of(groups, signature(*r, varying, key)).push_back(fmt::format("{} -> {}", grid_value(*r, key), loss_text(*r)));
+      group_of(groups, signature(*r, varying, key))
+          .push_back(fmt::format("{} -> {}{}", grid_value(*r, key), loss_text(*r),
+                                 run_bleu(*r) ? fmt::format(" (BLEU {:.2f})", *run_bleu(*r)) : ""));
     for (const auto& [sig, items] : groups)
       if (items.size() > 1)
-        out.push_back(fmt::format("Varying {}{}: {} (final validation loss).", short_key(key),
+        out.push_back(fmt::format("Varying {}{}: {} (final validation loss).", key_text(key, varying),
                                   sig.empty() ? "" : " at " + sig, fmt::join(items, ", ")));
   }
 

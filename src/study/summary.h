@@ -1,6 +1,7 @@
 // summary.h: what a study's results say, in words and as a table, generated from the data alone
 // (results.json as written by the runner): which runs diverged or did not learn, which trained best
-// and fastest, what each varied key changed, whether the known effects appeared, what the
+// and fastest, what each varied key changed, whether the known effects appeared, the BLEU of
+// translation runs and the mean and spread over seeds, what was not measured and why, what the
 // instruments read at initialization and which theory claims held.
 #pragma once
 
@@ -20,9 +21,18 @@ nlohmann::json steps_to_target(const nlohmann::json& train, double target);
 inline constexpr double kSpikeNats = 0.3;
 nlohmann::json loss_spikes(const nlohmann::json& train);
 
-// Per run: label, status, final train and validation loss, divergence step, steps to the loss
-// target, tokens/s, and the gradient-norm ratio (last layer / first) at initialization.
+// Per run: label, status, final train and validation loss, BLEU (translation runs), divergence
+// step, steps to the loss target, tokens/s, and the gradient-norm ratio (last layer / first) at
+// initialization; then, with a grid over seeds, one line per setting of the other keys with the mean
+// and spread of the validation loss and the BLEU over its seeds.
 std::string summary_table(const nlohmann::json& results);
+
+// Over seeds: when train.seed or model.seed varies, one entry per setting of the other varying keys
+// (in the order of the study's runs): {setting, runs: [run names (labels when unnamed)], finished, val_loss: stats, bleu:
+// stats}, stats = {n, mean, sd (sample standard deviation, null for n < 2), min, max} over the runs
+// that finished (a diverged or unfinished run has no final numbers; `finished` says how many did),
+// null when none has the number. An empty array when no seed varies.
+nlohmann::json seed_groups(const nlohmann::json& results);
 
 // The written summary: a JSON array of sentences.
 nlohmann::json written_summary(const nlohmann::json& results);
