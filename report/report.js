@@ -393,7 +393,8 @@
       const kind = c.verdict.startsWith('violated') ? 'violated' : c.verdict.startsWith('holds only') ? 'conditional'
                  : c.verdict.startsWith('holds') ? 'holds' : 'other';
       t.append(el('tr', {}, el('td', {class: 'text'}, c.source), el('td', {class: 'text'}, c.model || 'fresh'),
-                  el('td', {class: 'text'}, c.statement), el('td', {class: 'text'}, c.setting || ''),
+                  el('td', {class: 'text'}, c.statement + (c.reported ? ' (the paper: ' + c.reported + ')' : '')),
+                  el('td', {class: 'text'}, c.setting || ''),
                   el('td', {class: 'text'}, c.measured), el('td', {class: 'text verdict-' + kind}, c.verdict)));
     }
     root.append(t);

@@ -152,6 +152,7 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
     c.setting = m.setting;
     c.quantity = m.quantity;
     c.claimed = m.claimed.text();
+    c.reported = m.reported;
     c.summary = summarize(values);
     c.verdict = decide(c.summary, m.claimed);
     const SeedSummary& s = c.summary;
@@ -181,7 +182,7 @@ nlohmann::json to_json(const std::vector<Claim>& claims) {
   for (const auto& c : claims)
     j.push_back({{"source", c.source}, {"model", c.model}, {"statement", c.statement}, {"setting", c.setting},
                  {"quantity", c.quantity}, {"claimed", c.claimed}, {"measured", c.measured}, {"verdict", c.verdict},
-                 {"mean", c.summary.mean}, {"ci95", {c.summary.lo, c.summary.hi}}, {"sd", c.summary.sd},
+                 {"reported", c.reported}, {"mean", c.summary.mean}, {"ci95", {c.summary.lo, c.summary.hi}}, {"sd", c.summary.sd},
                  {"seeds", c.summary.n}, {"numbers", c.numbers}});
   return j;
 }
@@ -189,8 +190,8 @@ nlohmann::json to_json(const std::vector<Claim>& claims) {
 void print_claims(const std::vector<Claim>& claims) {
   for (const auto& c : claims) {
     const std::string head = c.verdict == kHolds ? "HOLDS" : c.verdict == kViolated ? "VIOLATED" : "NOT DISTINGUISHABLE";
-    fmt::print("[{}, {} models] {}\n  claim:    {}\n  setting:  {}\n  measured: {}\n\n", c.source, c.model, head,
-               c.statement, c.setting, c.measured);
+    fmt::print("[{}, {} models] {}\n  claim:    {}\n  setting:  {}\n{}  measured: {}\n\n", c.source, c.model, head,
+               c.statement, c.setting, c.reported.empty() ? "" : "  reported: " + c.reported + "\n", c.measured);
   }
   fmt::print("Verdicts: a claim holds (or is violated) when the 95% confidence interval of its quantity over the seeds "
              "lies inside (outside) the claimed region; otherwise it is not distinguishable at this scale. The claims, "

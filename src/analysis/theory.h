@@ -23,6 +23,7 @@ struct Claim {
   std::string claimed;    // the region the claim puts it in, e.g. "> 1"
   std::string measured;   // mean, CI, spread, and the first seed's numbers in words
   std::string verdict;    // holds | violated | not distinguishable at this scale
+  std::string reported;   // what the paper reports in its own setting (empty for the seed documents)
   SeedSummary summary;
   nlohmann::json numbers;  // the seeds' numbers
   std::string model = "fresh";  // or "trained (N steps)"

@@ -28,6 +28,7 @@ struct Measurement {
   double value = 0;       // this seed's value
   std::string detail;     // this seed's numbers in words
   nlohmann::json numbers;
+  std::string reported = "";  // what the paper itself reports in its setting (papers only)
 };
 
 // The models of the checks: fresh from their config, or (train_steps > 0) trained first with AdamW

@@ -84,6 +84,9 @@ void encdec_checks(const Bench& b, std::vector<Measurement>& out) {
                        post ? Region::above(1) : Region::between(0.8, 1.25), g.back() / g.front(),
                        fmt::format("{} layers 0..{}: [{:.3g}]", decoder ? "decoder" : "encoder", N - 1, fmt::join(g, ", ")),
                        {{"encoder", enc}, {"decoder", dec}}});
+        out.back().reported = post ? "Fig. 3 (IWSLT14 De-En, d 512, 6-6, 10 seeds): the W2 gradient norm grows with the layer "
+                                     "index; the last layer's stays about 1.6 from 6-6 to 14-14 layers"
+                                   : "Fig. 3: about flat across layers; the last layer's decreases with depth";
       }
     }
   }
@@ -122,6 +125,8 @@ void encdec_checks(const Bench& b, std::vector<Measurement>& out) {
                      fmt::format("||dF||^2 at N = [{}]: [{:.3g}] (x{:.1f} from N = 1 to 16)", fmt::join(depths, ", "),
                                  fmt::join(change, ", "), change.back() / change.front()),
                      {{"depths", depths}, {"change", change}}});
+      out.back().reported = post ? "Theorem 2: the output change E||F(x, W) - F(x, W*)||^2 is O(N) for an N-layer Post-LN"
+                                 : "Theorem 2: O(log N) for Pre-LN (and for Admin)";
     }
   }
 }

@@ -169,6 +169,7 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
                    "max |LN(alpha x + F) - LN(x + F/sqrt(2N))|", Region::below(1e-9), stated,
                    fmt::format("|LN(alpha x + F) - LN(x + F/alpha)| = {:.1e}: the branch weight is (2N)^(-1/4)", same),
                    {{"alpha", alpha}, {"same_form_err", same}, {"stated_form_err", stated}}});
+    out.back().reported = "DeepNet (Wang et al. 2022): alpha = (2N)^(1/4), beta = (8N)^(-1/4) for an N-layer encoder";
   }
 }
 
