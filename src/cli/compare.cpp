@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <fstream>
 
 #include "study/summary.h"
@@ -37,7 +38,8 @@ std::string timestamp() {
 
 void add_compare_command(CLI::App& app, CompareCommand& cmd) {
   cmd.compare = app.add_subcommand("compare", "run a study of normalization placement and write its HTML report");
-  cmd.compare->add_option("--study", cmd.study, "a built-in study (default, warmup, depth, deepnorm, effective-depth, translation, pretrained)");
+  cmd.compare->add_option("--study", cmd.study,
+                          fmt::format("a built-in study ({}, pretrained)", fmt::join(study::builtin_study_names(), ", ")));
   cmd.compare->add_option("--config,-c", cmd.config, "a study TOML ([study], [base.*], [[grid]]; see studies/)");
   cmd.compare->add_option("--set", cmd.sets, "override for every run, e.g. --set train.steps=100");
   cmd.compare->add_option("--out,-o", cmd.out, "output directory (default runs/compare-<study>-<date>-<time>)");
