@@ -14,7 +14,8 @@ namespace normlab::study {
 
 std::optional<std::string> probe_unsupported(const ModelConfig& cfg) {
   if (cfg.encdec())
-    return "the instruments (src/analysis) do not take encoder-decoder models yet, so this run was not probed";
+    return "a study does not yet probe encoder-decoder runs (`normlab analyze` on the run's checkpoint does), so this "
+           "run was not probed";
   return std::nullopt;
 }
 
