@@ -12,8 +12,6 @@
 
 namespace normlab::analysis {
 
-namespace {
-
 Spectrum spectrum_of(const std::vector<double>& m, int rows, int cols) {
   Spectrum s;
   s.rows = rows;
@@ -23,6 +21,8 @@ Spectrum spectrum_of(const std::vector<double>& m, int rows, int cols) {
   s.rank = numerical_rank(s.sv, s.tol);
   return s;
 }
+
+namespace {
 
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double worst = 0;

@@ -98,6 +98,9 @@ struct JacobianOptions {
 // (Non-const: the matrix-free path runs reverse mode, which writes the parameter gradients.)
 JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& options);
 
+// The singular values of a dense row-major (rows, cols) matrix, with its rank tolerance and rank.
+Spectrum spectrum_of(const std::vector<double>& m, int rows, int cols);
+
 // The closed-form Jacobian of one norm site (row-major d x d) at input z with gain gamma.
 std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, const double* gamma,
                                               int d, double eps);

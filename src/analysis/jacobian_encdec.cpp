@@ -15,15 +15,6 @@ namespace normlab::analysis {
 
 namespace {
 
-Spectrum encdec_spectrum(const std::vector<double>& m, int rows, int cols) {
-  Spectrum s;
-  s.rows = rows;
-  s.cols = cols;
-  s.sv = singular_values(m, rows, cols);
-  s.tol = rank_tolerance(s.sv, rows, cols);
-  s.rank = numerical_rank(s.sv, s.tol);
-  return s;
-}
 
 // Copies the matrix-free result into the report and compares it with the dense spectrum, if any.
 void take_extremes(EncDecJacobian& e, const ExtremeSingularValues& x) {
@@ -98,9 +89,9 @@ EncDecJacobianReport analyze_jacobian_encdec(Model<double>& model, const Jacobia
   rep.source.cols = S * d;
   const long cap = options.full ? options.full_max_dim : 0;
   if (long(T) * d <= cap)
-    rep.decoder.dense = encdec_spectrum(stream_jacobian(model, dec0, last, tgt, tgt), T * d, T * d);
+    rep.decoder.dense = spectrum_of(stream_jacobian(model, dec0, last, tgt, tgt), T * d, T * d);
   if (long(T) * d <= cap && long(S) * d <= cap)
-    rep.source.dense = encdec_spectrum(source_jacobian(model, src, tgt), T * d, S * d);
+    rep.source.dense = spectrum_of(source_jacobian(model, src, tgt), T * d, S * d);
   if (options.lanczos_k > 0) {
     take_extremes(rep.decoder,
                   extreme_singular_values(model, dec0, last, tgt, tgt, options.lanczos_k, options.lanczos_budget));
