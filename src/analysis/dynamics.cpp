@@ -1,5 +1,6 @@
 // dynamics.cpp: the depth-dynamics instrument.
 #include "analysis/dynamics.h"
+#include "analysis/linalg.h"
 
 #include <cmath>
 #include <fmt/format.h>
@@ -11,12 +12,6 @@
 namespace normlab::analysis {
 
 namespace {
-
-double row_norm(const double* x, int C) {
-  double s = 0;
-  for (int c = 0; c < C; c++) s += x[c] * x[c];
-  return std::sqrt(s);
-}
 
 // res(X) = ||X - 1 mean(X)^T||_F / ||X||_F for one sequence X (T x C)
 double residual_rank(const double* X, int T, int C) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "analysis/dynamics.h"
+#include "analysis/linalg.h"
 #include "model/params.h"
 #include "util/error.h"
 
@@ -11,19 +12,13 @@ namespace normlab::analysis {
 
 namespace {
 
-double encdec_row_norm(const double* x, int C) {
-  double s = 0;
-  for (int c = 0; c < C; c++) s += x[c] * x[c];
-  return std::sqrt(s);
-}
-
 // Mean of ||x_n|| over the rows n of (B * len, C) whose mask is 1 (all rows without a mask).
 double mean_real_norm(const double* x, const std::vector<uint8_t>& mask, size_t rows, int C) {
   double sum = 0;
   size_t count = 0;
   for (size_t n = 0; n < rows; n++)
     if (mask.empty() || mask[n]) {
-      sum += encdec_row_norm(x + n * C, C);
+      sum += row_norm(x + n * C, C);
       count++;
     }
   return count ? sum / double(count) : 0.0;
@@ -113,7 +108,7 @@ EncDecDynamicsReport analyze_dynamics_encdec(Model<double>& model, const std::ve
       size_t count = 0;
       for (size_t n = 0; n < rows; n++)
         if (mask.empty() || mask[n]) {
-          ratio += encdec_row_norm(a.g + n * C, C) / std::max(1e-300, encdec_row_norm(a.x_in + n * C, C));
+          ratio += row_norm(a.g + n * C, C) / std::max(1e-300, row_norm(a.x_in + n * C, C));
           count++;
         }
       sd.branch_ratio += ratio / double(count) / batches;

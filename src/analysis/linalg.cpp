@@ -3,6 +3,7 @@
 #include "analysis/linalg.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <fmt/format.h>
 #include <limits>
@@ -42,6 +43,12 @@ double rank_tolerance(const std::vector<double>& sv, int rows, int cols) {
 
 int numerical_rank(const std::vector<double>& sv, double tol) {
   return int(std::count_if(sv.begin(), sv.end(), [&](double s) { return s > tol; }));
+}
+
+double row_norm(const double* x, int C) {
+  double s = 0;
+  for (int c = 0; c < C; c++) s += x[c] * x[c];
+  return std::sqrt(s);
 }
 
 }  // namespace normlab::analysis

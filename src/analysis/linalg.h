@@ -14,5 +14,7 @@ std::vector<double> singular_values(std::vector<double> a, int rows, int cols);
 // (numpy.linalg.matrix_rank's default), and the number of singular values above it.
 double rank_tolerance(const std::vector<double>& sv, int rows, int cols);
 int numerical_rank(const std::vector<double>& sv, double tol);
+// ||x|| of one row of C values.
+double row_norm(const double* x, int C);
 
 }  // namespace normlab::analysis

@@ -11,6 +11,7 @@
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
+#include "analysis/linalg.h"
 #include "analysis/theory_checks.h"
 #include "util/error.h"
 
@@ -29,11 +30,7 @@ double ln_input_norm(const Model<double>& m, int slot, int T) {
   const int C = m.config().d_model;
   const double* r = m.acts(slot).r;
   double sum = 0;
-  for (int t = 0; t < T; t++) {
-    double s = 0;
-    for (int c = 0; c < C; c++) s += r[size_t(t) * C + c] * r[size_t(t) * C + c];
-    sum += std::sqrt(s) / T;
-  }
+  for (int t = 0; t < T; t++) sum += row_norm(r + size_t(t) * C, C) / T;
   return sum;
 }
 
