@@ -357,3 +357,93 @@ TEST(Summary, CountsADivergedPostRunAsTheEffect) {
   EXPECT_TRUE(any_contains(s, "Post-LN ended at diverged at step 17")) << s.dump(1);
   EXPECT_TRUE(any_contains(s, "the known effect appears")) << s.dump(1);
 }
+
+namespace {
+
+// A run of the headline tests: placement, lr, seed (data order = train.seed), final validation loss,
+// a training curve with optional planted bumps {step -> nats}.
+json lr_run(const std::string& p, double lr, int seed, double val, const std::map<int, double>& bumps = {},
+            const std::string& status = "finished") {
+  json r = {{"label", fmt::format("{} lr={} seed={}", p, lr, seed)},
+            {"grid", {{"model.placement", p}, {"train.lr", lr}, {"train.seed", seed}}},
+            {"config", {{"model", {{"placement", json::array({p, p})}, {"n_layers", 2}, {"seq_len", 32}}},
+                        {"train", {{"lr", lr}, {"seed", seed}, {"batch_size", 4}, {"grad_accum", 1}, {"seq_len", 0}}},
+                        {"data", {{"corpus", "builtin"}}}}},
+            {"status", status}, {"summary", {{"val_loss", val}, {"train_loss", val}}},
+            {"train", {{"step", json::array()}, {"loss", json::array()}}}};
+  for (int i = 1; i <= 200; i++) {
+    const double x = 2.0 + std::exp(-i / 30.0) + 0.01 * std::sin(i * (1 + seed + lr));
+    r["train"]["step"].push_back(i);
+    r["train"]["loss"].push_back(x + (bumps.count(i) ? bumps.at(i) : 0.0));
+  }
+  if (status == "diverged") {
+    r["summary"]["val_loss"] = nullptr;
+    r["diverged"] = {{"step", 150}, {"tensor", "loss"}};
+  }
+  return r;
+}
+
+json lr_results(std::vector<json> runs) {
+  return {{"study", {{"varying", {"model.placement", "train.lr", "train.seed"}}}}, {"runs", runs}};
+}
+
+}  // namespace
+
+TEST(Summary, SpikesSharedByTheSameBatchesAreTheData) {
+  // seed 1: every run rises at step 100 (a hard batch); only post rises at step 150 (its own)
+  std::vector<json> runs;
+  for (const char* p : {"post", "pre", "sandwich"})
+    runs.push_back(lr_run(p, 1e-3, 1, 2.5, std::string(p) == "post" ? std::map<int, double>{{100, 0.6}, {150, 0.8}}
+                                                                       : std::map<int, double>{{100, 0.5}}));
+  runs.push_back(lr_run("post", 1e-3, 2, 2.5, {{60, 0.9}}));  // seed 2: no other run drew its batches
+  const json c = classify_spikes(lr_results(runs));
+  ASSERT_EQ(c.size(), 4u);
+  ASSERT_EQ(c[0]["spikes"].size(), 2u) << c.dump(1);
+  EXPECT_EQ(c[0]["spikes"][0]["step"], 100);
+  EXPECT_EQ(c[0]["spikes"][0]["kind"], "shared");
+  EXPECT_EQ(c[0]["spikes"][0]["rising"], 2);
+  EXPECT_EQ(c[0]["spikes"][1]["step"], 150);
+  EXPECT_EQ(c[0]["spikes"][1]["kind"], "own");
+  EXPECT_EQ(c[0]["spikes"][1]["others"], 2);
+  EXPECT_EQ(c[0]["spikes"][1]["rising"], 0);
+  EXPECT_EQ(c[1]["spikes"][0]["kind"], "shared");
+  EXPECT_EQ(c[3]["spikes"][0]["kind"], "unknown");
+  const json h = headline(lr_results(runs));
+  ASSERT_EQ(h.size(), 3u) << h.dump(1);
+  EXPECT_NE(h[2].get<std::string>().find("post lr=0.001 seed=1 had loss spikes of its own"), std::string::npos) << h[2];
+  EXPECT_NE(h[2].get<std::string>().find("the loss bump at step 100 was shared"), std::string::npos) << h[2];
+  EXPECT_NE(h[2].get<std::string>().find("1 spike cannot be attributed"), std::string::npos) << h[2];
+}
+
+TEST(Summary, HeadlineAnswersWhichPlacementAtItsBestLearningRate) {
+  // post is best at lr 1e-3 (2.40, 2.42, 2.41), pre at 3e-3 (2.50, 2.52, 2.51); post at 3e-3 diverges
+  // once; pre at 1e-3 is worse. Lead 0.10 with sd 0.01: resolved.
+  std::vector<json> runs;
+  const double post1[] = {2.40, 2.42, 2.41}, post3[] = {2.60, 2.62, 0}, pre1[] = {2.70, 2.71, 2.72},
+               pre3[] = {2.50, 2.52, 2.51};
+  for (int s = 1; s <= 3; s++) {
+    runs.push_back(lr_run("post", 1e-3, s, post1[s - 1]));
+    runs.push_back(lr_run("post", 3e-3, s, post3[s - 1], {}, s == 3 ? "diverged" : "finished"));
+    runs.push_back(lr_run("pre", 1e-3, s, pre1[s - 1]));
+    runs.push_back(lr_run("pre", 3e-3, s, pre3[s - 1]));
+  }
+  json h = headline(lr_results(runs));
+  ASSERT_EQ(h.size(), 3u) << h.dump(1);
+  EXPECT_EQ(h[0], "At its own best learning rate, Post-LN ends lowest (final validation loss 2.410 +- 0.010 nats per "
+                  "byte over 3 seeds, at lr 0.001), then Pre-LN (2.510 +- 0.010, lr 0.003).");
+  // Welch by hand: gap 0.1, se sqrt(2 * 0.01^2 / 3) = 0.008165, df 4 (t 2.776): 0.1 -+ 0.02267
+  EXPECT_EQ(h[1], "Its lead over Pre-LN (0.100 nats) is resolved at these seeds (95% interval of the gap 0.077 to 0.123).");
+  EXPECT_NE(h[2].get<std::string>().find("1 of 12 runs diverged (post lr=0.003 seed=3)"), std::string::npos) << h[2];
+  // with spreads as large as the gap the lead is not resolved
+  for (auto& r : runs)
+    if (r["grid"]["train.seed"] == 2 && r["status"] == "finished")
+      r["summary"]["val_loss"] = r["summary"]["val_loss"].get<double>() + (r["grid"]["model.placement"] == "post" ? 0.3 : -0.3);
+  h = headline(lr_results(runs));
+  EXPECT_NE(h[1].get<std::string>().find("not distinguishable from seed noise"), std::string::npos) << h[1];
+  // without seeds: one run per setting, said plainly
+  json one = lr_results({lr_run("post", 1e-3, 1, 2.40), lr_run("pre", 1e-3, 1, 2.45)});
+  one["study"]["varying"] = {"model.placement"};
+  h = headline(one);
+  EXPECT_EQ(h[0], "Lowest final validation loss: placement=post (2.400 nats per byte), then placement=pre (2.450).");
+  EXPECT_NE(h[1].get<std::string>().find("comes from one run per setting"), std::string::npos) << h[1];
+}

@@ -36,6 +36,22 @@ SeedSummary summarize(const std::vector<double>& values) {
   return s;
 }
 
+Difference welch_difference(const SeedSummary& a, const SeedSummary& b) {
+  Difference d;
+  d.mean = b.mean - a.mean;
+  if (a.n < 2 || b.n < 2) {
+    d.lo = d.hi = d.df = std::nan("");
+    return d;
+  }
+  const double va = a.sd * a.sd / a.n, vb = b.sd * b.sd / b.n;  // squared standard errors
+  const double se = std::sqrt(va + vb);
+  d.df = se > 0 ? (va + vb) * (va + vb) / (va * va / (a.n - 1) + vb * vb / (b.n - 1)) : double(a.n + b.n - 2);
+  const double half = t975(std::max(1, int(std::floor(d.df)))) * se;
+  d.lo = d.mean - half;
+  d.hi = d.mean + half;
+  return d;
+}
+
 std::string Region::text() const {
   switch (kind) {
     case Above: return fmt::format("> {:g}", a);

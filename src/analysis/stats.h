@@ -22,6 +22,15 @@ struct SeedSummary {
 };
 SeedSummary summarize(const std::vector<double>& values);
 
+// The 95% Welch interval of mean(b) - mean(a) for two groups of seeds with unequal variances: the
+// Welch-Satterthwaite degrees of freedom, rounded down (so the interval is slightly conservative).
+// Needs n >= 2 in both groups (else lo and hi are NaN). A gap is resolved when 0 is outside [lo, hi].
+struct Difference {
+  double mean = 0, lo = 0, hi = 0;
+  double df = 0;
+};
+Difference welch_difference(const SeedSummary& a, const SeedSummary& b);
+
 // The region where a claim's quantity must lie for the claim to hold.
 struct Region {
   enum Kind { Above, Below, Between } kind = Above;

@@ -288,11 +288,13 @@ void write_outputs(nlohmann::json& results, const std::filesystem::path& dir) {
   // a study without training (the pretrained one) brings its own summary
   if (results["study"].value("kind", std::string()) != "pretrained") {
     results["seed_groups"] = seed_groups(results);
+    results["spikes"] = classify_spikes(results);
+    results["headline"] = headline(results);
     results["summary"] = written_summary(results);
   }
   write_atomically(dir / "results.json", results.dump(1) + "\n");
-  write_atomically(dir / "summary.txt",
-                   summary_table(results) + "\n" + fmt::format("{}\n", fmt::join(results["summary"], "\n")));
+  write_atomically(dir / "summary.txt", headline_text(results) + "\n" + summary_table(results) + "\n" +
+                                            fmt::format("{}\n", fmt::join(results["summary"], "\n")));
   write_report(results, dir / "report.html");
 }
 
@@ -375,7 +377,7 @@ int run_study(const Study& study, const CompareOptions& options) {
   results["elapsed_s"] = progress.elapsed();
   write_outputs(results, out);
 
-  fmt::print("\n{}\n", summary_table(results));
+  fmt::print("\n{}\n{}\n", headline_text(results), summary_table(results));
   for (const auto& line : results["summary"]) fmt::print("- {}\n", line.get<std::string>());
   fmt::print("\nreport: {}\nresults: {}\n", (out / "report.html").string(), (out / "results.json").string());
   if (interrupted) {

@@ -9,31 +9,20 @@
 #include <set>
 #include <vector>
 
+#include "study/results_view.h"
+
 namespace normlab::study {
 
 namespace {
 
 using json = nlohmann::json;
+using namespace view;
 
 constexpr double kStuckMargin = 0.05;  // within this of the unigram entropy: learned only byte (token) frequencies
 constexpr double kEffectMargin = 0.1;  // nats: smaller differences are called "about the same"
 // Below this corpus BLEU (0-100) no setting translates yet: a few matching words, no phrases (the
 // published 6L-6L models score about 35), so BLEU cannot rank the settings.
 constexpr double kNoTranslationBleu = 1.0;
-
-std::optional<double> number(const json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return std::nullopt;
-  return j[key].get<double>();
-}
-
-std::optional<double> val_loss(const json& run) {
-  return run.contains("summary") ? number(run["summary"], "val_loss") : std::nullopt;
-}
-
-// Validation BLEU of a translation run (greedy decoding, metrics summary), if it has one.
-std::optional<double> run_bleu(const json& run) {
-  return run.contains("summary") ? number(run["summary"], "bleu") : std::nullopt;
-}
 
 bool any_bleu(const json& runs) {
   return std::any_of(runs.begin(), runs.end(), [](const json& r) { return run_bleu(r).has_value(); });
@@ -49,38 +38,6 @@ std::optional<double> w2_grad_ratio(const json& run) {
   return number(run["instruments"]["init"]["dynamics"], "ffn_out_grad_norm_last_over_first");
 }
 
-std::string grid_value(const json& run, const std::string& dotted) {
-  const auto dot = dotted.find('.');
-  const json& v = run["config"][dotted.substr(0, dot)][dotted.substr(dot + 1)];
-  if (run["grid"].contains(dotted)) {
-    const json& g = run["grid"][dotted];
-    return g.is_string() ? g.get<std::string>() : g.dump();
-  }
-  return v.is_string() ? v.get<std::string>() : v.dump();
-}
-
-std::string short_key(const std::string& dotted) { return dotted.substr(dotted.find('.') + 1); }
-
-// How a varying key is named in text: its short name, or the dotted one when another varying key has
-// the same short name (train.seed and model.seed).
-std::string key_text(const std::string& dotted, const std::vector<std::string>& varying) {
-  const std::string name = short_key(dotted);
-  for (const auto& k : varying)
-    if (k != dotted && short_key(k) == name) return dotted;
-  return name;
-}
-
-bool is_seed_key(const std::string& k) { return k == "train.seed" || k == "model.seed"; }
-
-// "post" for a model whose layers are all post; "mixed" for a per-layer mix.
-std::string placement_name(const json& run) {
-  const json& p = run["config"]["model"]["placement"];
-  if (p.is_string()) return p;
-  for (const auto& x : p)
-    if (x != p[0]) return "mixed";
-  return p.empty() ? "?" : p[0].get<std::string>();
-}
-
 bool learned_only_unigram(const json& run) {
   const auto v = val_loss(run);
   const auto h = number(run, "unigram_entropy");
@@ -91,14 +48,6 @@ std::string loss_text(const json& run) {
   if (run["status"] == "diverged") return fmt::format("diverged at step {}", run["diverged"].value("step", 0L));
   const auto v = val_loss(run);
   return v ? fmt::format("{:.3f}", *v) : std::string(run["status"]);
-}
-
-// Runs with the given value of every varying key except `key`.
-std::string signature(const json& run, const std::vector<std::string>& varying, const std::string& except) {
-  std::string s;
-  for (const auto& k : varying)
-    if (k != except) s += (s.empty() ? "" : " ") + key_text(k, varying) + "=" + grid_value(run, k);
-  return s;
 }
 
 // Items grouped by a key, the groups in the order their keys first appear (the study's run order).
@@ -334,25 +283,29 @@ json written_summary(const json& results) {
                                      (*r)["diverged"].value("step", 0L), (*r)["diverged"].value("tensor", "")));
   out.push_back(diverged.empty() ? std::string("No run diverged (no non-finite loss or gradient).")
                                  : fmt::format("Diverged: {}.", fmt::join(diverged, "; ")));
-  // loss spikes: a sudden rise of the training loss that training then recovers from (or not)
-  std::vector<std::string> spiky;
-  for (const json* r : done) {
-    if (!r->contains("train")) continue;
-    const json spikes = loss_spikes((*r)["train"]);
-    if (spikes.empty()) continue;
-    const json* worst = &spikes[0];
-    for (const auto& s : spikes)
-      if (s["jump"].get<double>() > (*worst)["jump"].get<double>()) worst = &s;
-    spiky.push_back(fmt::format("{} ({} spike{}, the largest +{:.2f} nats at step {})", (*r)["label"].get<std::string>(),
-                                spikes.size(), spikes.size() == 1 ? "" : "s", (*worst)["jump"].get<double>(),
-                                (*worst)["step"].dump()));
-  }
-  if (!spiky.empty())
-    out.push_back(fmt::format("Loss spikes (training loss more than {} nats above the mean of the previous {} steps): {}.",
-                              kSpikeNats, kTargetWindow, fmt::join(spiky, "; ")));
-  else if (std::any_of(done.begin(), done.end(), [](const json* r) { return r->contains("train"); }))
-    out.push_back(fmt::format("No loss spikes (no training loss more than {} nats above the mean of the previous {} steps).",
-                              kSpikeNats, kTargetWindow));
+  // loss spikes: a sudden rise of the training loss, told apart into bumps every run that drew the
+  // same batches shares (the data) and spikes of one run's own (an instability)
+  std::vector<std::string> own, shared, unknown;
+  for (const auto& e : classify_spikes(results))
+    for (const auto& s : e["spikes"]) {
+      const std::string kind = s["kind"];
+      const std::string text = fmt::format("{} at step {} (+{:.2f} nats; {} of {} runs with the same batches rose too)",
+                                           e["label"].get<std::string>(), s["step"].dump(), s["jump"].get<double>(),
+                                           s["rising"].get<int>(), s["others"].get<int>());
+      (kind == "own" ? own : kind == "shared" ? shared : unknown).push_back(text);
+    }
+  const std::string what = fmt::format("training loss more than {} nats above the mean of the previous {} logged steps",
+                                       kSpikeNats, kTargetWindow);
+  if (!own.empty()) out.push_back(fmt::format("Loss spikes of a run's own ({}; an instability: fewer than half of the runs "
+                                              "that drew the same batches rose by {} nats): {}.",
+                                              what, kSharedSpikeNats, fmt::join(own, "; ")));
+  if (!shared.empty()) out.push_back(fmt::format("Loss bumps shared by the runs that drew the same batches (the data, not "
+                                                 "an instability): {}.", fmt::join(shared, "; ")));
+  if (!unknown.empty()) out.push_back(fmt::format("Loss spikes that cannot be attributed (no other run drew the same "
+                                                  "batches): {}.", fmt::join(unknown, "; ")));
+  if (own.empty() && shared.empty() && unknown.empty() &&
+      std::any_of(done.begin(), done.end(), [](const json* r) { return r->contains("train"); }))
+    out.push_back(fmt::format("No loss spikes ({}).", what));
   // runs that learned nothing beyond byte (or token) frequencies
   std::vector<std::string> stuck;
   for (const json* r : done)

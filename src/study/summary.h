@@ -21,6 +21,24 @@ nlohmann::json steps_to_target(const nlohmann::json& train, double target);
 inline constexpr double kSpikeNats = 0.3;
 nlohmann::json loss_spikes(const nlohmann::json& train);
 
+// Loss spikes told apart. A spike of one run at step s is "shared" (data-dependent: a hard batch)
+// when at least half of the other runs that drew the same batches (same train.seed, batch size,
+// grad_accum, sequence length and data) also rose more than kSharedSpikeNats above the mean of their
+// own previous 20 losses at s; "own" (an instability of this run) when fewer did; "unknown" when no
+// other run drew the same batches. Per run, in results order: {label, spikes: [{step, loss, jump,
+// kind, others (runs compared), rising (of them, how many rose)}]}.
+inline constexpr double kSharedSpikeNats = kSpikeNats / 2;
+nlohmann::json classify_spikes(const nlohmann::json& results);
+
+// The answer in three sentences: what ends best (each placement or family at its own best learning
+// rate when the learning rate varies, else the settings ranked, over seeds), whether the seeds
+// separate it from the runner-up (the 95% Welch interval of the gap), and what was unstable
+// (divergence, spikes of a run's own, bumps shared by the runs that drew the same batches).
+nlohmann::json headline(const nlohmann::json& results);
+// results["headline"] as text for the terminal and summary.txt: "In short: ...", wrapped at 100
+// columns ("" when there is none, e.g. the pretrained study).
+std::string headline_text(const nlohmann::json& results);
+
 // Per run: label, status, final train and validation loss, BLEU (translation runs), divergence
 // step, steps to the loss target, tokens/s, and the gradient-norm ratio (last layer / first) at
 // initialization; then, with a grid over seeds, one line per setting of the other keys with the mean

@@ -1,0 +1,276 @@
+// headline.cpp: the answer of a study in three sentences (what ends best, whether the seeds separate
+// it from the runner-up, what was unstable) and the loss-spike classifier that tells a bump every run
+// shares (a hard batch: the runs drew the same batches) from an instability of one run.
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "analysis/stats.h"
+#include "study/results_view.h"
+#include "study/summary.h"
+
+namespace normlab::study {
+
+namespace {
+
+using json = nlohmann::json;
+using analysis::SeedSummary;
+
+// The runs that drew the same batches in the same order: same data-order seed, batch shape and data.
+std::string data_order(const json& run) {
+  if (!run.contains("config")) return "";
+  const json& c = run["config"];
+  const json& t = c.value("train", json::object());
+  const int seq = t.value("seq_len", 0) > 0 ? t.value("seq_len", 0) : c.value("model", json::object()).value("seq_len", 0);
+  return fmt::format("{} {} {} {} {}", t.value("seed", 0L), t.value("batch_size", 0), t.value("grad_accum", 1), seq,
+                     c.value("data", json::object()).dump());
+}
+
+// loss[i] minus the mean of the kTargetWindow losses before it (NaN before the window fills or on
+// a non-finite loss)
+double jump_at(const json& loss, size_t i) {
+  if (i < size_t(kTargetWindow) || i >= loss.size() || !loss[i].is_number()) return NAN;
+  double mean = 0;
+  for (size_t k = i - kTargetWindow; k < i; k++) mean += (loss[k].is_number() ? loss[k].get<double>() : NAN) / kTargetWindow;
+  return loss[i].get<double>() - mean;
+}
+
+// Index of `step` in a run's logged steps, or -1.
+long index_of_step(const json& train, const json& step) {
+  const json& steps = train["step"];
+  const auto it = std::lower_bound(steps.begin(), steps.end(), step,
+                                   [](const json& a, const json& b) { return a.get<double>() < b.get<double>(); });
+  return it != steps.end() && *it == step ? long(it - steps.begin()) : -1;
+}
+
+bool has_train(const json& run) {
+  return run.contains("train") && run["train"].is_object() && run["train"].contains("loss") &&
+         run["train"].contains("step");
+}
+
+std::string placement_title(const std::string& p) {
+  static const std::map<std::string, std::string> titles = {
+      {"post", "Post-LN"}, {"pre", "Pre-LN"},     {"sandwich", "Sandwich-LN"}, {"prepost", "Pre+Post-LN"},
+      {"deepnorm", "DeepNorm"}, {"none", "no norm"}, {"admin", "Admin"},     {"rezero", "ReZero"},
+      {"skipinit", "SkipInit"}, {"layerscale", "LayerScale"}, {"tfixup", "T-Fixup"}, {"residual", "ResiDual"}};
+  const auto it = titles.find(p);
+  return it == titles.end() ? p : it->second;
+}
+
+// A group of runs with one setting of the non-seed keys, and its final validation losses.
+struct Setting {
+  std::string name;
+  std::vector<const json*> runs;
+  SeedSummary loss;  // over the runs that finished
+  std::string lr;
+};
+
+// "2.761 +- 0.151" (with the unit and "over 2 seeds" when `full`); one run: "2.761"
+std::string stat_text(const Setting& s, bool seeds, const std::string& unit = "") {
+  if (s.loss.n == 0) return "no finished run";
+  const std::string u = unit.empty() ? "" : " nats per " + unit;
+  if (!seeds) return fmt::format("{:.3f}{}", s.loss.mean, u);
+  if (s.loss.n == 1) return fmt::format("{:.3f}{}{}", s.loss.mean, u, unit.empty() ? "" : ", one seed finished");
+  return fmt::format("{:.3f} +- {:.3f}{}{}", s.loss.mean, s.loss.sd, u, unit.empty() ? "" : fmt::format(" over {} seeds", s.loss.n));
+}
+
+// "a, b and c"; beyond `keep` items "a, b and 3 more"
+std::string list_text(const std::vector<std::string>& items, size_t keep) {
+  if (items.empty()) return "";
+  if (items.size() > keep)
+    return fmt::format("{} and {} more", fmt::join(items.begin(), items.begin() + long(keep), ", "), items.size() - keep);
+  if (items.size() == 1) return items[0];
+  return fmt::format("{} and {}", fmt::join(items.begin(), items.end() - 1, ", "), items.back());
+}
+
+}  // namespace
+
+json classify_spikes(const json& results) {
+  json out = json::array();
+  const json& runs = results["runs"];
+  for (const auto& r : runs) {
+    json entry = {{"label", r.value("label", std::string())}, {"spikes", json::array()}};
+    if (!has_train(r)) {
+      out.push_back(entry);
+      continue;
+    }
+    const std::string order = data_order(r);
+    for (json spike : loss_spikes(r["train"])) {
+      int others = 0, rising = 0;
+      for (const auto& o : runs) {
+        if (&o == &r || !has_train(o) || data_order(o) != order) continue;
+        const long i = index_of_step(o["train"], spike["step"]);
+        const double jump = i < 0 ? NAN : jump_at(o["train"]["loss"], size_t(i));
+        if (!std::isfinite(jump)) continue;  // the other run had not logged that step, or had diverged
+        others++;
+        if (jump > kSharedSpikeNats) rising++;
+      }
+      spike["others"] = others;
+      spike["rising"] = rising;
+      spike["kind"] = others == 0 ? "unknown" : 2 * rising >= others ? "shared" : "own";
+      entry["spikes"].push_back(spike);
+    }
+    out.push_back(entry);
+  }
+  return out;
+}
+
+json headline(const json& results) {
+  json out = json::array();
+  const json& runs = results["runs"];
+  const std::vector<std::string> varying = results["study"].value("varying", std::vector<std::string>{});
+  std::vector<std::string> others;
+  bool seeds = false;
+  for (const auto& k : varying) {
+    if (view::is_seed_key(k)) seeds = true;
+    else others.push_back(k);
+  }
+  const bool has_lr = std::count(others.begin(), others.end(), "train.lr") > 0;
+  std::vector<std::string> families_keys;  // the non-seed keys but the learning rate
+  for (const auto& k : others)
+    if (k != "train.lr") families_keys.push_back(k);
+
+  std::vector<const json*> done;
+  for (const auto& r : runs)
+    if (r.contains("summary") && (r["status"] == "finished" || r["status"] == "diverged")) done.push_back(&r);
+  if (done.empty()) return json::array({"No run finished, so this study has no answer yet."});
+  const std::string unit = done[0]->value("unigram_unit", std::string("byte"));
+
+  // settings of the non-seed keys, in run order
+  std::vector<Setting> settings;
+  for (const json* r : done) {
+    const std::string name = view::signature(*r, others, "");
+    auto s = std::find_if(settings.begin(), settings.end(), [&](const Setting& x) { return x.name == name; });
+    if (s == settings.end()) s = settings.insert(settings.end(), Setting{name, {}, {}, view::grid_value(*r, "train.lr")});
+    s->runs.push_back(r);
+  }
+  for (auto& s : settings) {
+    std::vector<double> v;
+    for (const json* r : s.runs)
+      if ((*r)["status"] == "finished")
+        if (const auto l = view::val_loss(*r)) v.push_back(*l);
+    s.loss = analysis::summarize(v);
+  }
+
+  // 1. the answer: each family (placement, ...) at its own best learning rate, or the settings ranked
+  std::vector<Setting> ranked;  // best first: one per family (at its best lr), or every setting
+  std::vector<std::string> never;
+  if (has_lr && !families_keys.empty()) {
+    std::map<std::string, Setting> best;
+    std::vector<std::string> order;
+    for (const auto& s : settings) {
+      const std::string family = view::signature(*s.runs[0], others, "train.lr");
+      if (!best.count(family)) order.push_back(family);
+      Setting& b = best[family];
+      if (b.runs.empty() || (s.loss.n > 0 && (b.loss.n == 0 || s.loss.mean < b.loss.mean))) b = s;
+    }
+    for (const auto& f : order) {
+      Setting s = best[f];
+      s.name = families_keys.size() == 1 && families_keys[0] == "model.placement"
+                   ? placement_title(view::grid_value(*s.runs[0], "model.placement")) : f;
+      if (s.loss.n > 0) ranked.push_back(s);
+      else never.push_back(s.name);
+    }
+  } else {
+    for (const auto& s : settings) {
+      if (s.loss.n > 0) ranked.push_back(s);
+      else never.push_back(s.name.empty() ? "every run" : s.name);
+    }
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Setting& a, const Setting& b) { return a.loss.mean < b.loss.mean; });
+  const std::string never_text =
+      never.empty() ? "" : fmt::format("; {} finished no run (every run diverged)", list_text(never, 3));
+  if (ranked.empty()) {
+    out.push_back(fmt::format("No setting finished a run{}.", never_text));
+  } else if (has_lr && !families_keys.empty()) {
+    std::vector<std::string> rest;
+    for (size_t i = 1; i < ranked.size(); i++)
+      rest.push_back(fmt::format("{} ({}, lr {})", ranked[i].name, stat_text(ranked[i], seeds), ranked[i].lr));
+    out.push_back(fmt::format("At its own best learning rate, {} ends lowest (final validation loss {}, at lr {}){}{}.",
+                              ranked[0].name, stat_text(ranked[0], seeds, unit), ranked[0].lr,
+                              rest.empty() ? "" : ", then " + list_text(rest, 4), never_text));
+  } else if (ranked.size() == 1 && ranked[0].name.empty()) {
+    out.push_back(fmt::format("Every run has the same setting: final validation loss {}{}.",
+                              stat_text(ranked[0], seeds, unit), never_text));
+  } else {
+    std::vector<std::string> rest;
+    for (size_t i = 1; i < ranked.size(); i++) rest.push_back(fmt::format("{} ({})", ranked[i].name, stat_text(ranked[i], seeds)));
+    out.push_back(fmt::format("Lowest final validation loss: {} ({}){}{}.", ranked[0].name,
+                              stat_text(ranked[0], seeds, unit), rest.empty() ? "" : ", then " + list_text(rest, 4),
+                              never_text));
+  }
+
+  // 2. is the lead resolved: the Welch interval of the gap to the runner-up over seeds
+  if (ranked.size() < 2) {
+    out.push_back("There is no runner-up to compare it with, so nothing is ranked.");
+  } else {
+    const Setting &a = ranked[0], &b = ranked[1];
+    const double gap = b.loss.mean - a.loss.mean;
+    if (a.loss.n >= 2 && b.loss.n >= 2) {
+      const auto d = analysis::welch_difference(a.loss, b.loss);
+      out.push_back(fmt::format("Its lead over {} ({:.3f} nats) is {} (95% interval of the gap {:.3f} to {:.3f}).",
+                                b.name, gap, d.lo > 0 ? "resolved at these seeds" : "not distinguishable from seed noise here",
+                                d.lo, d.hi));
+    } else {
+      out.push_back(fmt::format("Its lead over {} ({:.3f} nats) comes from {} and says nothing about seed noise{}.", b.name,
+                                gap, seeds ? "a single finished seed on one side" : "one run per setting",
+                                gap < 0.1 ? " (this summary calls gaps under 0.1 nats about the same)" : ""));
+    }
+  }
+
+  // 3. stability: divergence, spikes of a run's own, bumps shared by the runs that drew the same batches
+  std::vector<std::string> diverged, own;
+  std::set<long> shared;  // the steps of the bumps shared by runs that drew the same batches
+  int unknown = 0;
+  for (const json* r : done)
+    if ((*r)["status"] == "diverged") diverged.push_back((*r)["label"]);
+  const json spikes = classify_spikes(results);
+  for (const auto& e : spikes) {
+    int mine = 0;
+    for (const auto& s : e["spikes"]) {
+      const std::string kind = s["kind"];
+      if (kind == "own") mine++;
+      else if (kind == "shared") shared.insert(s["step"].get<long>());
+      else unknown++;
+    }
+    if (mine) own.push_back(e["label"]);
+  }
+  std::string stability = diverged.empty() ? "No run diverged"
+                                            : fmt::format("{} of {} runs diverged ({})", diverged.size(), done.size(),
+                                                          list_text(diverged, 3));
+  stability += own.empty() ? ", and no run had a loss spike of its own"
+                           : fmt::format("; {} had loss spikes of {} own (an instability: the runs that drew the same "
+                                         "batches did not rise)", list_text(own, 3), own.size() == 1 ? "its" : "their");
+  if (!shared.empty()) {
+    std::vector<std::string> steps;
+    for (long step : shared) steps.push_back(std::to_string(step));
+    stability += fmt::format("; the loss bump{} at step{} {} {} shared by the runs that drew the same batches (the data, "
+                             "not an instability)", shared.size() == 1 ? "" : "s", shared.size() == 1 ? "" : "s",
+                             list_text(steps, 5), shared.size() == 1 ? "was" : "were");
+  }
+  if (unknown) stability += fmt::format("; {} spike{} cannot be attributed (no other run drew the same batches)", unknown,
+                                        unknown == 1 ? "" : "s");
+  out.push_back(stability + ".");
+  return out;
+}
+
+std::string headline_text(const json& results) {
+  if (!results.contains("headline") || !results["headline"].is_array() || results["headline"].empty()) return "";
+  std::string text = "In short:", line;
+  for (const auto& sentence : results["headline"]) {
+    std::string word;
+    for (const std::string s = " " + sentence.get<std::string>() + " "; char c : s) {
+      if (c != ' ') { word += c; continue; }
+      if (word.empty()) continue;
+      if (line.size() + word.size() + 1 > 100) text += line + "\n", line.clear();
+      line += (line.empty() && text.back() == '\n' ? "" : " ") + word;
+      word.clear();
+    }
+  }
+  return text + line + "\n";
+}
+
+}  // namespace normlab::study

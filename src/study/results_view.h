@@ -1,0 +1,73 @@
+// results_view.h: reading a study's results.json (as the runner writes it) for the summaries: a
+// run's final numbers, the value of a varied key, and how settings are named in text. Every reader
+// tolerates a missing key (a failed or unfinished run has no summary).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace normlab::study::view {
+
+using json = nlohmann::json;
+
+inline std::optional<double> number(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return std::nullopt;
+  return j[key].get<double>();
+}
+
+// The run's final validation loss, if it has one (a diverged run has none).
+inline std::optional<double> val_loss(const json& run) {
+  return run.contains("summary") ? number(run["summary"], "val_loss") : std::nullopt;
+}
+
+// Validation BLEU of a translation run (greedy decoding, metrics summary), if it has one.
+inline std::optional<double> run_bleu(const json& run) {
+  return run.contains("summary") ? number(run["summary"], "bleu") : std::nullopt;
+}
+
+inline std::string text_of(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+// The value of a dotted key ("train.lr") for this run: from its grid entry, else from its config.
+inline std::string grid_value(const json& run, const std::string& dotted) {
+  if (run.contains("grid") && run["grid"].contains(dotted)) return text_of(run["grid"][dotted]);
+  const auto dot = dotted.find('.');
+  const std::string section = dotted.substr(0, dot), key = dotted.substr(dot + 1);
+  if (!run.contains("config") || !run["config"].contains(section) || !run["config"][section].contains(key)) return "?";
+  return text_of(run["config"][section][key]);
+}
+
+inline std::string short_key(const std::string& dotted) { return dotted.substr(dotted.find('.') + 1); }
+
+// How a varying key is named in text: its short name, or the dotted one when another varying key has
+// the same short name (train.seed and model.seed).
+inline std::string key_text(const std::string& dotted, const std::vector<std::string>& varying) {
+  const std::string name = short_key(dotted);
+  for (const auto& k : varying)
+    if (k != dotted && short_key(k) == name) return dotted;
+  return name;
+}
+
+inline bool is_seed_key(const std::string& k) { return k == "train.seed" || k == "model.seed"; }
+
+// "post" for a model whose layers are all post; "mixed" for a per-layer mix.
+inline std::string placement_name(const json& run) {
+  if (!run.contains("config") || !run["config"].contains("model") || !run["config"]["model"].contains("placement"))
+    return "?";
+  const json& p = run["config"]["model"]["placement"];
+  if (p.is_string()) return p;
+  for (const auto& x : p)
+    if (x != p[0]) return "mixed";
+  return p.empty() || !p[0].is_string() ? "?" : p[0].get<std::string>();
+}
+
+// The run's values of the varying keys but `except`, as "key=value key=value" (names by key_text).
+inline std::string signature(const json& run, const std::vector<std::string>& varying, const std::string& except) {
+  std::string s;
+  for (const auto& k : varying)
+    if (k != except) s += (s.empty() ? "" : " ") + key_text(k, varying) + "=" + grid_value(run, k);
+  return s;
+}
+
+}  // namespace normlab::study::view
