@@ -1,14 +1,19 @@
-// report.js: draws a normlab study report from the inlined results.json with Chart.js: the written
-// summary, what was not measured and why, the run table (with BLEU for translation runs), the mean
-// and spread over seeds per setting, BLEU by run, loss curves with divergence markers, the instruments' readings by layer
-// (gradient norms, activation norms, branch ratios, Jacobian spectra, attention spectral norms) and
-// the theory claims. It records what it drew in #normlab-selftest for the headless-browser test.
+// report.js: draws a normlab study report from the inlined results.json with Chart.js: the answer in
+// three sentences and the detailed summary, what was not measured and why, the run table (with BLEU
+// for translation runs), the mean and spread over seeds per setting, final validation loss against
+// learning rate per placement, BLEU by run, loss curves with divergence and spike markers, the
+// instruments' readings by layer (gradient norms, activation norms, branch ratios, Jacobian spectra,
+// attention spectral norms) and the theory claims. Runs that differ only in their seed are drawn as
+// one setting: the mean over seeds with a band from the lowest to the highest seed; more than
+// kPanelMax settings on one chart become small multiples, one panel per placement (or per value of
+// another varied key). It records what it drew in #normlab-selftest for the headless-browser test.
 'use strict';
 
 (function () {
   const data = JSON.parse(document.getElementById('normlab-data').textContent);
   const root = document.getElementById('report');
   const check = window.normlabCheck;
+  Object.assign(check, {titles: [], panels: 0, bands: 0});  // what was drawn: chart titles, panels of small multiples, seed bands
   const runs = data.runs;
   const varying = data.study.varying || [];
 
@@ -32,28 +37,43 @@
   const bleuOf = (run) => (run.summary && typeof run.summary.bleu === 'number') ? run.summary.bleu : null;
   const withBleu = runs.some((r) => bleuOf(r) !== null);
 
-  // ---- colours: by placement when placement varies, dashes for the other keys ----
-  const placementColour = {post: '#d62728', pre: '#1f77b4', sandwich: '#2ca02c', deepnorm: '#9467bd',
-                           prepost: '#ff7f0e', none: '#7f7f7f', admin: '#8c564b'};
-  const palette = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#17becf',
-                   '#bcbd22', '#7f7f7f'];
-  const dashes = [[], [6, 4], [2, 3], [10, 3, 2, 3], [1, 6]];
+  // ---- settings: runs that differ only in their seed; each gets one colour ----
+  const seedKeys = varying.filter((k) => k === 'train.seed' || k === 'model.seed');
+  const otherKeys = varying.filter((k) => !seedKeys.includes(k));
+  // a key's value for a run: its grid entry, else its config (undefined when the run has neither)
   function gridValue(run, key) {
     if (run.grid && key in run.grid) return run.grid[key];
-    const [section, name] = [key.slice(0, key.indexOf('.')), shortKey(key)];
-    return run.config[section][name];
+    const section = run.config && run.config[key.slice(0, key.indexOf('.'))];
+    return section ? section[shortKey(key)] : undefined;
   }
-  const style = (() => {
-    const byPlacement = varying.includes('model.placement');
-    const seen = {};
-    return runs.map((run, i) => {
-      const p = JSON.stringify(gridValue(run, 'model.placement')).replace(/"/g, '');
-      const colour = byPlacement ? (placementColour[p] || palette[i % palette.length]) : palette[i % palette.length];
-      const group = byPlacement ? p : '';
-      seen[group] = (seen[group] || 0) + 1;
-      return {colour, dash: byPlacement ? dashes[(seen[group] - 1) % dashes.length] : dashes[Math.floor(i / palette.length) % dashes.length]};
-    });
-  })();
+  const valueText = (v) => v === undefined ? '?' : JSON.stringify(v).replace(/"/g, '');
+  const signatureOf = (run, keys) => keys.map((k) => keyText(k) + '=' + valueText(gridValue(run, k))).join(' ');
+  const settings = [];  // {name, runs: [run index], placement, colour}
+  const settingOf = runs.map((run, i) => {
+    const name = signatureOf(run, otherKeys) || 'all runs';
+    let s = settings.find((x) => x.name === name);
+    if (!s) settings.push(s = {name, runs: [], placement: valueText(gridValue(run, 'model.placement'))});
+    s.runs.push(i);
+    return s;
+  });
+  // colours: a family of shades per placement when the placement varies (its first setting the
+  // darkest), else one colour per setting
+  const placementShades = {post: ['#d62728', '#f28e84', '#8c1c13', '#f4b6ae'], pre: ['#1f77b4', '#7fb8e0', '#0b4f83', '#b5d5ee'],
+    sandwich: ['#2ca02c', '#8fd184', '#11661a', '#c1e8b9'], deepnorm: ['#9467bd', '#c3a9e0', '#5c3589', '#e0d2f0'],
+    prepost: ['#ff7f0e', '#ffb874', '#a64b00', '#ffd9b0'], none: ['#7f7f7f', '#b5b5b5', '#454545', '#d6d6d6'],
+    admin: ['#8c564b', '#c49a90', '#55302a', '#e1cbc6'], residual: ['#e377c2', '#f2b4df', '#a1327f', '#f9dcef'],
+    rezero: ['#17becf', '#84dde6', '#0b7b87', '#c0eef3'], skipinit: ['#bcbd22', '#dcdc7a', '#777812', '#eeeeba'],
+    layerscale: ['#393b79', '#7b7fc4', '#20214a', '#b9bbe3'], tfixup: ['#637939', '#a2b877', '#3b4a20', '#d0dcba']};
+  const palette = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#17becf',
+                   '#bcbd22', '#7f7f7f'];
+  const byPlacement = otherKeys.includes('model.placement');
+  settings.forEach((s, k) => {
+    const shades = placementShades[s.placement];
+    const nth = settings.slice(0, k).filter((o) => o.placement === s.placement).length;
+    s.colour = byPlacement && shades ? shades[nth % shades.length] : palette[k % palette.length];
+  });
+  const style = runs.map((run, i) => ({colour: settingOf[i].colour, dash: []}));
+  const kPanelMax = 4;  // more settings than this on one chart: small multiples
 
   // ---- charts ----
   Chart.defaults.animation = false;
@@ -88,6 +108,8 @@
     config.options = Object.assign({responsive: true, maintainAspectRatio: false, parsing: false,
                                     interaction: {mode: 'nearest', intersect: false}}, config.options || {});
     check.charts++;
+    check.titles.push(title);
+    check.bands += config.data.datasets.filter((d) => d.band).length / 2;
     let chart;
     try {
       chart = new Chart(canvas, config);
@@ -127,6 +149,9 @@
   }
   const axis = (title, type) => ({type: type || 'linear', title: {display: true, text: title},
                                   ticks: {callback: tickLabel}});
+  // an axis of layers, depths or indices: integer ticks only
+  const layerAxis = (title) => ({type: 'linear', title: {display: true, text: title},
+                                 ticks: {stepSize: 1, precision: 0, callback: (v) => Number.isInteger(v) ? String(v) : ''}});
 
   // Moving average (the plotted training curves; the table uses the raw numbers).
   function smooth(values, window) {
@@ -155,7 +180,11 @@
   root.append(el('p', {class: 'meta'}, `study "${study.name}", ${runs.length} runs, ${fmt(data.elapsed_s, 0)} s on this machine; ` +
                  `varied: ${varying.map(keyText).join(', ') || 'nothing'}; generated by normlab compare`));
   if (data.interrupted) root.append(el('div', {class: 'banner'}, 'Interrupted (Ctrl-C): only the runs marked finished or diverged completed.'));
-  root.append(el('h2', {}, 'What happened'));
+  if (data.headline && data.headline.length) {
+    root.append(el('h2', {}, 'The answer'));
+    root.append(el('p', {class: 'headline', id: 'headline'}, data.headline.join(' ')));
+  }
+  root.append(el('h2', {}, data.headline && data.headline.length ? 'In detail' : 'What happened'));
   const ul = el('ul', {class: 'summary'});
   for (const line of data.summary || []) ul.append(el('li', {}, line));
   root.append(ul);
@@ -224,22 +253,187 @@
     root.append(el('p', {class: 'meta'}, 'sd: sample standard deviation over the seeds that finished (n - 1 in the denominator).'));
   }
 
-  // One legend for all charts: a swatch drawn with the run's colour and dash.
+  // One legend for all charts: a swatch per setting in its colour (with seeds: the mean line and its band).
   function legend() {
     const box = el('div', {class: 'legend'});
-    runs.forEach((run, i) => {
+    for (const s of settings) {
       const swatch = el('canvas', {width: 36, height: 10});
       const ctx = swatch.getContext('2d');
-      ctx.strokeStyle = style[i].colour;
+      if (seedKeys.length) {
+        ctx.fillStyle = s.colour + '40';
+        ctx.fillRect(0, 1, 36, 8);
+      }
+      ctx.strokeStyle = s.colour;
       ctx.lineWidth = 2.5;
-      ctx.setLineDash(style[i].dash);
       ctx.beginPath();
       ctx.moveTo(0, 5);
       ctx.lineTo(36, 5);
       ctx.stroke();
-      box.append(el('span', {class: 'item'}, swatch, ' ' + run.label));
-    });
+      box.append(el('span', {class: 'item'}, swatch, ' ' + s.name + (s.runs.length > 1 ? ` (${s.runs.length} seeds)` : '')));
+    }
+    if (seedKeys.length) box.append(el('span', {class: 'item meta'}, `lines: the mean over the seeds (${seedKeys.map(keyText).join(', ')}); bands: lowest to highest seed`));
     return box;
+  }
+
+  // ---- series over settings: mean over seeds with a min-max band; small multiples ----
+  // perRun(run, i) -> [{x, y}] or null. Returns one {setting, mean, lo, hi, banded} per setting with data.
+  function aggregate(perRun) {
+    const points = runs.map((run, i) => perRun(run, i) || []);
+    const out = [];
+    for (const s of settings) {
+      const byX = new Map();
+      for (const i of s.runs)
+        for (const p of points[i]) {
+          if (typeof p.y !== 'number' || !isFinite(p.y)) continue;
+          if (!byX.has(p.x)) byX.set(p.x, []);
+          byX.get(p.x).push(p.y);
+        }
+      if (!byX.size) continue;
+      const xs = [...byX.keys()].sort((a, b) => a - b);
+      const at = (f) => xs.map((x) => ({x, y: f(byX.get(x))}));
+      out.push({setting: s, mean: at((v) => v.reduce((a, b) => a + b, 0) / v.length),
+                lo: at((v) => Math.min(...v)), hi: at((v) => Math.max(...v)),
+                banded: xs.some((x) => byX.get(x).length > 1)});
+    }
+    return out;
+  }
+  // The datasets of one aggregated series: the band (lowest and highest seed, filled between) and the
+  // mean line. `variant` {dash, suffix, extra} tells a second quantity of the same setting apart.
+  function seriesSets(series, variant, maxPoints) {
+    const v = variant || {};
+    const th = (pts) => thin(pts, maxPoints || 1500);
+    const sets = [];
+    if (series.banded && !v.noBand)
+      sets.push({label: series.setting.name + ' lowest seed', data: th(series.lo), borderWidth: 0, pointRadius: 0, fill: false, band: true},
+                {label: series.setting.name + ' highest seed', data: th(series.hi), borderWidth: 0, pointRadius: 0,
+                 fill: '-1', backgroundColor: series.setting.colour + '30', band: true});
+    sets.push(Object.assign({label: series.setting.name + (v.suffix || ''), data: th(series.mean), borderColor: series.setting.colour,
+                             backgroundColor: series.setting.colour, borderDash: v.dash || [], borderWidth: 1.6,
+                             pointRadius: 0, tension: 0}, v.extra || {}));
+    return sets;
+  }
+  // The key whose values make the panels of small multiples: the placement, else the first varied key
+  // with more than one value among the settings.
+  const panelKey = (() => {
+    const keys = otherKeys.filter((k) => new Set(settings.map((s) => valueText(gridValue(runs[s.runs[0]], k)))).size > 1);
+    return keys.includes('model.placement') ? 'model.placement' : keys[0];
+  })();
+  const panelOf = (setting) => panelKey ? keyText(panelKey) + '=' + valueText(gridValue(runs[setting.runs[0]], panelKey)) : '';
+  // A chart of settings: spec = {variants: [{pick(run, i) -> points, dash, suffix, extra, noBand}], x, y (axes),
+  // extra(settingsShown) -> more datasets (markers, reference lines), logToggle, maxPoints}. One chart when
+  // at most kPanelMax settings have data, else one small panel per value of panelKey on a shared y range.
+  function settingsChart(parent, title, note, spec) {
+    const perVariant = spec.variants.map((v) => ({v, series: aggregate(v.pick)}));
+    const shown = settings.filter((s) => perVariant.some(({series}) => series.some((x) => x.setting === s)));
+    const build = (subset) => [
+      ...perVariant.flatMap(({v, series}) => series.filter((x) => subset.includes(x.setting)).flatMap((x) => seriesSets(x, v, spec.maxPoints))),
+      ...(spec.extra ? spec.extra(subset) : [])];
+    const options = {scales: {x: spec.x, y: spec.y}};
+    if (spec.legendFilter !== false) options.plugins = {tooltip: {filter: (item) => !item.dataset.band}};
+    if (shown.length <= kPanelMax || !panelKey)
+      return chartCard(parent, title, note, {type: 'line', data: {datasets: build(shown)}, options}, {logToggle: spec.logToggle});
+    const panels = [];
+    for (const s of shown) {
+      const name = panelOf(s);
+      let p = panels.find((x) => x.name === name);
+      if (!p) panels.push(p = {name, settings: []});
+      p.settings.push(s);
+    }
+    return panelCard(parent, title, note, panels.map((p) => ({name: p.name, datasets: build(p.settings)})), spec);
+  }
+  // A card of small multiples: one small chart per panel, all on the y range of the whole card.
+  function panelCard(parent, title, note, panels, spec) {
+    const card = el('div', {class: 'card wide'});
+    card.append(el('h3', {}, title + ' (one panel per ' + keyText(panelKey) + ')'));
+    const row = el('div', {class: 'panels'});
+    card.append(row);
+    if (note) card.append(el('p', {class: 'note'}, note));
+    parent.append(card);
+    const log = spec.y.type === 'logarithmic';
+    const ys = panels.flatMap((p) => p.datasets.flatMap((d) => d.data.map((q) => q.y)))
+      .filter((y) => typeof y === 'number' && isFinite(y) && (!log || y > 0));
+    const xs = panels.flatMap((p) => p.datasets.flatMap((d) => d.data.map((q) => q.x))).filter((x) => isFinite(x));
+    const charts = [];
+    for (const p of panels) {
+      const canvas = el('canvas', {'data-chart': title + ' / ' + p.name});
+      row.append(el('div', {class: 'panel'}, el('div', {class: 'panel-title'}, p.name), el('div', {class: 'chart small'}, canvas)));
+      // every panel's axes span the data of all panels (suggested bounds: Chart.js still rounds the ticks)
+      const y = Object.assign({}, spec.y, ys.length ? {suggestedMin: Math.min(...ys), suggestedMax: Math.max(...ys)} : {});
+      const x = Object.assign({}, spec.x, xs.length && spec.x.type !== 'logarithmic' ? {min: Math.min(...xs), max: Math.max(...xs)} : {});
+      const config = {type: 'line', data: {datasets: p.datasets},
+                      options: {responsive: true, maintainAspectRatio: false, parsing: false,
+                                interaction: {mode: 'nearest', intersect: false}, scales: {x, y},
+                                plugins: {tooltip: {filter: (item) => !item.dataset.band}}}};
+      check.charts++;
+      try {
+        charts.push(new Chart(canvas, config));
+      } catch (e) {
+        check.errors.push('chart "' + title + ' / ' + p.name + '": ' + e.message);
+        check.missing.push(title + ' / ' + p.name);
+        continue;
+      }
+      if (canvasDrawn(canvas)) check.drawn++; else check.missing.push(title + ' / ' + p.name);
+    }
+    check.panels += panels.length;
+    check.titles.push(title);
+    check.bands += panels.flatMap((p) => p.datasets).filter((d) => d.band).length / 2;
+    return charts;
+  }
+
+  // ---- final validation loss against the learning rate, per placement (or family of settings) ----
+  const lrValues = [...new Set(runs.map((r) => gridValue(r, 'train.lr')).filter((v) => typeof v === 'number'))];
+  if (otherKeys.includes('train.lr') && lrValues.length > 1) {
+    root.append(el('h2', {}, 'Learning rate'));
+    const familyKeys = otherKeys.filter((k) => k !== 'train.lr');
+    const families = [];  // {name, colour, runs: [index]}
+    runs.forEach((run, i) => {
+      const name = signatureOf(run, familyKeys) || 'all runs';
+      let f = families.find((x) => x.name === name);
+      if (!f) families.push(f = {name, colour: settingOf[i].colour, runs: []});
+      f.runs.push(i);
+    });
+    const finalLoss = (run) => run.status === 'finished' && run.summary && typeof run.summary.val_loss === 'number' ? run.summary.val_loss : null;
+    const finite = runs.map(finalLoss).filter((v) => v !== null);
+    const top = finite.length ? Math.max(...finite) + 0.08 * ((Math.max(...finite) - Math.min(...finite)) || 1) : 1;
+    const sets = [];
+    for (const f of families) {
+      const byLr = new Map();
+      for (const i of f.runs) {
+        const v = finalLoss(runs[i]), lr = gridValue(runs[i], 'train.lr');
+        if (v === null) continue;
+        if (!byLr.has(lr)) byLr.set(lr, []);
+        byLr.get(lr).push(v);
+      }
+      const lrs = [...byLr.keys()].sort((a, b) => a - b);
+      const at = (g) => lrs.map((lr) => ({x: lr, y: g(byLr.get(lr))}));
+      const banded = lrs.some((lr) => byLr.get(lr).length > 1);
+      if (banded)
+        sets.push({label: f.name + ' lowest seed', data: at((v) => Math.min(...v)), borderWidth: 0, pointRadius: 0, fill: false, band: true},
+                  {label: f.name + ' highest seed', data: at((v) => Math.max(...v)), borderWidth: 0, pointRadius: 0, fill: '-1',
+                   backgroundColor: f.colour + '30', band: true});
+      sets.push({label: f.name + (banded ? ' (mean over seeds)' : ''), data: at((v) => v.reduce((a, b) => a + b, 0) / v.length),
+                 borderColor: f.colour, backgroundColor: f.colour, borderWidth: 2, pointRadius: 4});
+      sets.push({label: f.name + ' runs', type: 'scatter', data: f.runs.filter((i) => finalLoss(runs[i]) !== null)
+                   .map((i) => ({x: gridValue(runs[i], 'train.lr'), y: finalLoss(runs[i])})),
+                 pointRadius: 2.5, borderColor: f.colour, backgroundColor: '#ffffff', borderWidth: 1});
+      const lost = f.runs.filter((i) => runs[i].status === 'diverged');
+      if (lost.length)
+        sets.push({label: f.name + ' diverged', type: 'scatter', data: lost.map((i) => ({x: gridValue(runs[i], 'train.lr'), y: top})),
+                   pointStyle: 'crossRot', pointRadius: 8, borderWidth: 2.5, borderColor: f.colour, backgroundColor: f.colour});
+    }
+    const box = el('div', {class: 'grid'});
+    root.append(box);
+    chartCard(box, 'Final validation loss against learning rate',
+              `One line per ${familyKeys.length ? familyKeys.map(keyText).join(' and ') : 'study'}: the final validation loss at each ` +
+              `learning rate (the mean over seeds, with a band from the lowest to the highest seed; small circles are single runs). ` +
+              `A cross at the top marks a run that diverged at that learning rate. The lowest point of a line is that setting at its own best learning rate.`,
+              {type: 'line', data: {datasets: sets},
+               options: {scales: {x: Object.assign(axis('learning rate', 'logarithmic'), {
+                                    // ticks at the learning rates of the study, nowhere else
+                                    afterBuildTicks: (scale) => { scale.ticks = lrValues.slice().sort((a, b) => a - b).map((v) => ({value: v})); },
+                                    ticks: {autoSkip: false, callback: (v) => String(+v.toPrecision(3))}}),
+                                  y: axis(`final validation loss (nats per ${unitOf(runs[0])})`)},
+                         plugins: {tooltip: {filter: (item) => !item.dataset.band}}}});
   }
 
   // ---- training ----
@@ -251,35 +445,52 @@
     root.append(legend());
     root.append(training);
   }
-  const lossSets = trained.map(([run, i]) => {
-    const loss = smooth(run.train.loss, 10);
-    return lineSet(run, i, thin(run.train.step.map((s, k) => ({x: s, y: loss[k]})), 1500));
-  });
-  const markers = trained.filter(([run]) => run.status === 'diverged').map(([run, i]) => {
-    const n = run.train.loss.length;
-    const y = n ? run.train.loss[n - 1] : (run.unigram_entropy || 1);
-    return {label: run.label + ' diverged', type: 'scatter', data: [{x: run.diverged.step, y}], pointStyle: 'crossRot',
-            pointRadius: 9, borderWidth: 3, borderColor: style[i].colour, backgroundColor: style[i].colour};
-  });
+  const isTrained = (run) => run.train && run.train.step.length > 0;
+  // markers in a chart of these settings: a cross where a run diverged, a triangle at a loss spike of
+  // the run's own (an instability), a grey circle at a bump shared by the runs that drew the same batches
+  const spikesOf = (i) => (data.spikes && data.spikes[i] && data.spikes[i].spikes) || [];
+  function lossMarkers(subset) {
+    const sets = [];
+    for (const s of subset)
+      for (const i of s.runs) {
+        const run = runs[i];
+        if (!isTrained(run)) continue;
+        if (run.status === 'diverged') {
+          const n = run.train.loss.length;
+          sets.push({label: run.label + ' diverged', type: 'scatter', data: [{x: run.diverged.step, y: n ? run.train.loss[n - 1] : (run.unigram_entropy || 1)}],
+                     pointStyle: 'crossRot', pointRadius: 9, borderWidth: 3, borderColor: s.colour, backgroundColor: s.colour});
+        }
+        const own = spikesOf(i).filter((k) => k.kind === 'own'), shared = spikesOf(i).filter((k) => k.kind === 'shared');
+        if (own.length) sets.push({label: run.label + ' spike of its own', type: 'scatter', data: own.map((k) => ({x: k.step, y: k.loss})),
+                                   pointStyle: 'triangle', pointRadius: 6, borderColor: s.colour, backgroundColor: s.colour});
+        if (shared.length) sets.push({label: run.label + ' bump shared by the same batches', type: 'scatter',
+                                      data: shared.map((k) => ({x: k.step, y: k.loss})), pointRadius: 3.5, borderColor: '#888',
+                                      backgroundColor: '#ffffff', borderWidth: 1.2});
+      }
+    return sets;
+  }
   const entropy = trained.length ? trained[0][0].unigram_entropy : null;
   const unit = trained.length ? unitOf(trained[0][0]) : 'byte';  // 'token' with data.tokenizer
   const maxStep = Math.max(1, ...trained.map(([r]) => r.train.step[r.train.step.length - 1]));
-  const refSets = entropy ? [{label: unit + ' unigram entropy', data: [{x: 0, y: entropy}, {x: maxStep, y: entropy}],
-                              borderColor: '#888', borderDash: [3, 3], borderWidth: 1, pointRadius: 0}] : [];
-  if (trained.length) chartCard(training, 'Training loss (moving average of 10 steps)',
-            `Crosses mark the step at which a run diverged (non-finite loss or gradient). The dashed grey line is the corpus' ${unit} unigram entropy: a run stuck there learned only ${unit} frequencies.`,
-            {type: 'line', data: {datasets: [...lossSets, ...markers, ...refSets]},
-             options: {scales: {x: axis('step'), y: axis(`loss (nats per ${unit})`)}}}, {logToggle: true});
-  const valSets = trained.filter(([r]) => r.val && r.val.step.length).map(([run, i]) =>
-    lineSet(run, i, run.val.step.map((s, k) => ({x: s, y: run.val.loss[k]})), {pointRadius: 2.5}));
-  if (trained.length) chartCard(training, 'Validation loss', 'Mean over the same held-out batches at every evaluation.',
-            {type: 'line', data: {datasets: [...valSets, ...refSets]},
-             options: {scales: {x: axis('step'), y: axis(`loss (nats per ${unit})`)}}}, {logToggle: true});
-  const normSets = trained.map(([run, i]) =>
-    lineSet(run, i, thin(run.train.step.map((s, k) => ({x: s, y: run.train.grad_norm[k]})), 1500), {borderWidth: 1}));
-  if (trained.length) chartCard(training, 'Gradient norm during training (before clipping)', null,
-            {type: 'line', data: {datasets: normSets},
-             options: {scales: {x: axis('step'), y: axis('global gradient norm', 'logarithmic')}}}, {logToggle: true});
+  const refSets = () => entropy ? [{label: unit + ' unigram entropy', data: [{x: 0, y: entropy}, {x: maxStep, y: entropy}],
+                                    borderColor: '#888', borderDash: [3, 3], borderWidth: 1, pointRadius: 0}] : [];
+  if (trained.length) {
+    settingsChart(training, 'Training loss (moving average of 10 steps)',
+                  `Crosses mark the step at which a run diverged (non-finite loss or gradient); triangles a loss spike of the run's own ` +
+                  `(an instability: the runs that drew the same batches did not rise), grey circles a bump those runs shared (the data). ` +
+                  `The dashed grey line is the corpus' ${unit} unigram entropy: a run stuck there learned only ${unit} frequencies.`,
+                  {variants: [{pick: (run) => isTrained(run) ? (() => { const l = smooth(run.train.loss, 10); return run.train.step.map((s, k) => ({x: s, y: l[k]})); })() : null}],
+                   extra: (subset) => [...lossMarkers(subset), ...refSets()],
+                   x: axis('step'), y: axis(`loss (nats per ${unit})`), logToggle: true});
+    settingsChart(training, 'Validation loss', 'Mean over the same held-out batches at every evaluation.',
+                  {variants: [{pick: (run) => run.val && run.val.step.length ? run.val.step.map((s, k) => ({x: s, y: run.val.loss[k]})) : null,
+                               extra: {pointRadius: 2.5}}],
+                   extra: refSets, x: axis('step'), y: axis(`loss (nats per ${unit})`), logToggle: true});
+    settingsChart(training, 'Gradient norm during training (before clipping)', null,
+                  {variants: [{pick: (run) => isTrained(run) ? run.train.step.map((s, k) => ({x: s, y: run.train.grad_norm[k]})) : null,
+                               extra: {borderWidth: 1}}],
+                   x: axis('step'), y: axis('global gradient norm', 'logarithmic'), logToggle: true});
+  }
   if (withBleu) {
     // one column per setting (the over-seeds groups, or every run on its own), a point per run
     const columns = groups.length ? groups.map((g) => g.setting) : runs.map((r) => r.label);
@@ -313,72 +524,64 @@
     const instruments = el('div', {class: 'grid'});
     root.append(instruments);
     const T = probed.length ? probed[0][0].instruments.init.T : 0;
-    function byLayer(when, pick, extra) {
-      return probed.filter(([r]) => r.instruments[when]).map(([run, i]) =>
-        lineSet(run, i, pick(run.instruments[when]), Object.assign({pointRadius: 2}, extra || {})));
-    }
+    // a variant of an instrument chart: `pick(report)` -> points of a run probed `when`, drawn per setting
+    const at = (when, pick, rest) => Object.assign({pick: (run) => run.instruments && run.instruments[when] ? pick(run.instruments[when]) : null,
+                                                    extra: {pointRadius: 2}}, rest || {});
     const layerPoints = (rep, key) => rep.dynamics.layers.map((l) => ({x: l.layer, y: l[key]}));
-    if (probed.some(([r]) => r.instruments.init.dynamics.has_loss !== false)) chartCard(instruments, `Gradient norm by layer ${atInit}`,
+    if (probed.some(([r]) => r.instruments.init.dynamics.has_loss !== false)) settingsChart(instruments, `Gradient norm by layer ${atInit}`,
               'Norm of the gradient of each layer\'s parameters (solid) and of its FFN output weights W2 alone (dotted, same colour; the quantity Xiong et al. 2020 analyse: grows toward the output for Post-LN, flat for Pre-LN), mean over 2 validation batches.',
-              {type: 'line', data: {datasets: [
-                ...byLayer('init', (rep) => layerPoints(rep, 'grad_norm')),
-                ...byLayer('init', (rep) => layerPoints(rep, 'ffn_out_grad_norm').filter((p) => p.y != null), {borderDash: [2, 3]})
-                  .filter((d) => d.data.length).map((d) => Object.assign(d, {label: d.label + ' (W2)'})),
-              ]},
-               options: {scales: {x: axis('layer'), y: axis('||dL/dθ_l||', 'logarithmic')}}}, {logToggle: true});
+              {variants: [at('init', (rep) => layerPoints(rep, 'grad_norm')),
+                          at('init', (rep) => layerPoints(rep, 'ffn_out_grad_norm').filter((p) => p.y != null), {dash: [2, 3], suffix: ' (W2)'})],
+               x: layerAxis('layer'), y: axis('||dL/dθ_l||', 'logarithmic'), logToggle: true});
     const streamPoints = (rep) => [...layerPoints(rep, 'stream_norm'), {x: rep.dynamics.layers.length, y: rep.dynamics.final_stream_norm}];
     for (const [when, name] of stages)
-      chartCard(instruments, `Activation norm by depth ${name}`,
-                'Mean over tokens of ||x_l||, the residual stream entering layer l (the last point is the stream leaving the last layer).',
-                {type: 'line', data: {datasets: byLayer(when, streamPoints)},
-                 options: {scales: {x: axis('depth l'), y: axis('||x_l||', 'logarithmic')}}}, {logToggle: true});
-    chartCard(instruments, `Branch-to-stream ratio by layer ${atInit}`,
-              'Mean over tokens of ||F_l(x)|| / ||x_l|| for the attention (solid) and FFN (dotted, same colour) sub-layers.',
-              {type: 'line', data: {datasets: [
-                ...byLayer('init', (rep) => layerPoints(rep, 'attn_branch_ratio')),
-                ...byLayer('init', (rep) => layerPoints(rep, 'mlp_branch_ratio'), {borderDash: [2, 3]}).map((d) => Object.assign(d, {label: d.label + ' (FFN)'})),
-              ]}, options: {scales: {x: axis('layer'), y: axis('||F|| / ||x||', 'logarithmic')}}}, {logToggle: true});
+      settingsChart(instruments, `Activation norm by depth ${name}`,
+                    'Mean over tokens of ||x_l||, the residual stream entering layer l (the last point is the stream leaving the last layer).',
+                    {variants: [at(when, streamPoints)], x: layerAxis('depth l'), y: axis('||x_l||', 'logarithmic'), logToggle: true});
+    settingsChart(instruments, `Branch-to-stream ratio by layer ${atInit}`,
+                  'Mean over tokens of ||F_l(x)|| / ||x_l|| for the attention (solid) and FFN (dotted, same colour) sub-layers.',
+                  {variants: [at('init', (rep) => layerPoints(rep, 'attn_branch_ratio')),
+                              at('init', (rep) => layerPoints(rep, 'mlp_branch_ratio'), {dash: [2, 3], suffix: ' (FFN)'})],
+                   x: layerAxis('layer'), y: axis('||F|| / ||x||', 'logarithmic'), logToggle: true});
     const collapsePoints = (skips, mlp) => (rep) => {
       const v = (rep.dynamics.rank_collapse || []).find((c) => c.skips === skips && c.mlp === mlp);
       return v ? v.residual_rank.map((y, l) => ({x: l, y: Math.max(y, 1e-18)})) : [];
     };
     if (probed.some(([r]) => r.instruments.init.dynamics.rank_collapse))
-      chartCard(instruments, `Rank collapse res(X_l) by layer ${atInit}`,
-                'res(X) = ||X - 1 mean(X)^T|| / ||X|| of the stream entering layer l, for each model (solid) and for the same weights as pure attention, without skips and MLPs (dotted, same colour): Dong et al. 2021 predict collapse to rank one without skips.',
-                {type: 'line', data: {datasets: [
-                  ...byLayer('init', collapsePoints(true, true)),
-                  ...byLayer('init', collapsePoints(false, false), {borderDash: [2, 3]}).map((d) => Object.assign(d, {label: d.label + ' (pure attention)'})),
-                ]}, options: {scales: {x: axis('depth l'), y: axis('res(X_l)', 'logarithmic')}}}, {logToggle: true});
+      settingsChart(instruments, `Rank collapse res(X_l) by layer ${atInit}`,
+                    'res(X) = ||X - 1 mean(X)^T|| / ||X|| of the stream entering layer l, for each model (solid) and for the same weights as pure attention, without skips and MLPs (dotted, same colour): Dong et al. 2021 predict collapse to rank one without skips.',
+                    {variants: [at('init', collapsePoints(true, true)),
+                                at('init', collapsePoints(false, false), {dash: [2, 3], suffix: ' (pure attention)'})],
+                     x: layerAxis('depth l'), y: axis('res(X_l)', 'logarithmic'), logToggle: true});
     const spectrumPoints = (sv) => sv.map((v, k) => ({x: k + 1, y: Math.max(v, 1e-18)}));
-    chartCard(instruments, `Singular values of the end-to-end token-local Jacobian ${atInit}`,
-              `dy_T/dx_T through all layers at the last token of a ${T}-token validation sequence, in double precision.`,
-              {type: 'line', data: {datasets: byLayer('init', (rep) => spectrumPoints(rep.jacobian.end_to_end.token_local.singular_values))},
-               options: {scales: {x: axis('index'), y: axis('singular value', 'logarithmic')}}}, {logToggle: true});
-    chartCard(instruments, `Singular values of the first LayerNorm site ${atInit}`,
-              'Closed-form norm Jacobian at h.0 (checked against autodiff): d-2 equal values 1/s and the eps direction for LayerNorm at eps > 0; the last is the exact zero of the all-ones direction.',
-              {type: 'line', data: {datasets: byLayer('init', (rep) => rep.jacobian.norm_sites.length ? spectrumPoints(rep.jacobian.norm_sites[0].spectrum.singular_values) : [])},
-               options: {scales: {x: axis('index'), y: axis('singular value', 'logarithmic')}}}, {logToggle: true});
+    settingsChart(instruments, `Singular values of the end-to-end token-local Jacobian ${atInit}`,
+                  `dy_T/dx_T through all layers at the last token of a ${T}-token validation sequence, in double precision.`,
+                  {variants: [at('init', (rep) => spectrumPoints(rep.jacobian.end_to_end.token_local.singular_values))],
+                   x: layerAxis('index'), y: axis('singular value', 'logarithmic'), logToggle: true});
+    settingsChart(instruments, `Singular values of the first LayerNorm site ${atInit}`,
+                  'Closed-form norm Jacobian at h.0 (checked against autodiff): d-2 equal values 1/s and the eps direction for LayerNorm at eps > 0; the last is the exact zero of the all-ones direction.',
+                  {variants: [at('init', (rep) => rep.jacobian.norm_sites.length ? spectrumPoints(rep.jacobian.norm_sites[0].spectrum.singular_values) : [])],
+                   x: layerAxis('index'), y: axis('singular value', 'logarithmic'), logToggle: true});
     for (const [when, name] of stages)
-      chartCard(instruments, `Block Jacobian σ_max and σ_min by layer ${name}`,
-                'Token-local Jacobian of each block (dy_i/dx_i): σ_max solid, σ_min dotted.',
-                {type: 'line', data: {datasets: [
-                  ...byLayer(when, (rep) => rep.jacobian.blocks.map((b) => ({x: b.layer, y: b.token_local.singular_values[0]}))),
-                  ...byLayer(when, (rep) => rep.jacobian.blocks.map((b) => ({x: b.layer, y: Math.max(b.token_local.sigma_min, 1e-18)})),
-                             {borderDash: [2, 3]}).map((d) => Object.assign(d, {label: d.label + ' σ_min'})),
-                ]}, options: {scales: {x: axis('layer'), y: axis('singular value', 'logarithmic')}}}, {logToggle: true});
+      settingsChart(instruments, `Block Jacobian σ_max and σ_min by layer ${name}`,
+                    'Token-local Jacobian of each block (dy_i/dx_i): σ_max solid, σ_min dotted.',
+                    {variants: [at(when, (rep) => rep.jacobian.blocks.map((b) => ({x: b.layer, y: b.token_local.singular_values[0]}))),
+                                at(when, (rep) => rep.jacobian.blocks.map((b) => ({x: b.layer, y: Math.max(b.token_local.sigma_min, 1e-18)})),
+                                   {dash: [2, 3], suffix: ' σ_min'})],
+                     x: layerAxis('layer'), y: axis('singular value', 'logarithmic'), logToggle: true});
     function attentionByLayer(rep) {
       const max = {};
       for (const h of rep.attention.per_head) max[h.layer] = Math.max(max[h.layer] || 0, h.norm2);
       return Object.keys(max).map((l) => ({x: Number(l), y: max[l]}));
     }
-    for (const [when, name] of stages) {
-      const sets = byLayer(when, attentionByLayer);
-      if (sets.length) sets.push({label: '√n (upper bound)', data: [{x: 0, y: Math.sqrt(T)}, {x: Math.max(...sets.flatMap((s) => s.data.map((p) => p.x))), y: Math.sqrt(T)}],
-                                  borderColor: '#888', borderDash: [3, 3], borderWidth: 1, pointRadius: 0});
-      chartCard(instruments, `Attention spectral norm ||A||_2 by layer ${name} (max over heads)`,
-                `Attention on a ${T}-token sequence: 1 <= ||A||_2 <= √(c_max) <= √n (source 002, docs/SOURCES.md).`,
-                {type: 'line', data: {datasets: sets}, options: {scales: {x: axis('layer'), y: axis('||A||_2')}}}, {logToggle: true});
-    }
+    const maxLayer = Math.max(0, ...probed.map(([r]) => r.instruments.init.dynamics.layers.length - 1));
+    for (const [when, name] of stages)
+      settingsChart(instruments, `Attention spectral norm ||A||_2 by layer ${name} (max over heads)`,
+                    `Attention on a ${T}-token sequence: 1 <= ||A||_2 <= √(c_max) <= √n (source 002, docs/SOURCES.md).`,
+                    {variants: [at(when, attentionByLayer)],
+                     extra: () => [{label: '√n (upper bound)', data: [{x: 0, y: Math.sqrt(T)}, {x: maxLayer, y: Math.sqrt(T)}],
+                                    borderColor: '#888', borderDash: [3, 3], borderWidth: 1, pointRadius: 0}],
+                     x: layerAxis('layer'), y: axis('||A||_2'), logToggle: true});
   }
 
   // ---- theory ----

@@ -2,8 +2,9 @@
 # report_browser.sh: opens the report of a tiny study in a real headless browser (Debian's
 # chromium) from file:// and fails on any console message or error, or any chart not drawn (the page
 # records each chart and whether its canvas got painted, in #normlab-selftest). A deliberately broken
-# copy of the report must be rejected, so the check itself is tested. A screenshot of the report is
-# kept in the artifacts directory.
+# copy of the report must be rejected, so the check itself is tested. A 12-run study (placements x
+# learning rates x seeds) must show the three-sentence answer, the learning-rate curve, seed bands and
+# small multiples. Screenshots of the reports are kept in the artifacts directory.
 # Usage: report_browser.sh path/to/normlab path/to/tests/data artifacts-dir
 set -uo pipefail
 NL=$(realpath "$1")
@@ -54,6 +55,38 @@ sed 's/new Chart(canvas, config)/new Chart(canvas, Object.assign(config, {type: 
 if check_report "$W/broken_chart.html" > /dev/null; then echo "FAIL: a report whose charts throw passed"; fail=1; else echo "ok: a broken chart is caught"; fi
 sed 's/const runs = data.runs;/const runs = data.nosuch.runs;/' tiny/report.html > broken_script.html
 if check_report "$W/broken_script.html" > /dev/null; then echo "FAIL: a report whose script dies passed"; fail=1; else echo "ok: a dead script is caught"; fi
+
+# a 12-run study (3 placements x 2 learning rates x 2 seeds): the layout a grid over seeds and
+# learning rates needs must be there: the answer in three sentences, the learning-rate curve, seed
+# bands, small multiples; screenshots of its sections are kept for a human look
+"$NL" compare --config "$DATA/twelve_study.toml" --out twelve > twelve.txt 2>&1 || { echo "FAIL: compare twelve: $(tail -3 twelve.txt)"; fail=1; }
+if check_report "$W/twelve/report.html"; then echo "ok: report of the 12-run study"; else echo "FAIL: report of the 12-run study"; fail=1; fi
+python3 - dom.html <<'PY' || fail=1
+import html, json, re, sys
+dom = open(sys.argv[1]).read()
+check = json.loads(html.unescape(re.search(r'<pre id="normlab-selftest"[^>]*>(.*?)</pre>', dom, re.S).group(1)))
+headline = re.search(r'<p class="headline" id="headline">(.*?)</p>', dom, re.S)
+problems = []
+if not headline or 'At its own best learning rate' not in headline.group(1):
+    problems.append('no three-sentence answer naming each placement at its best learning rate')
+if 'Final validation loss against learning rate' not in check['titles']:
+    problems.append('no learning-rate chart')
+# 6 settings (3 placements x 2 lrs) on a chart: one panel per placement, 3 per chart
+if check['panels'] < 3 or check['panels'] % 3:
+    problems.append('small multiples: %d panels (want 3 per chart)' % check['panels'])
+if check['bands'] < 6:
+    problems.append('seed bands: %d drawn (want one per setting at least)' % check['bands'])
+for p in problems: print('  ' + p)
+print(('FAIL' if problems else 'ok') + ': the 12-run layout (answer, lr curve, %d panels, %d seed bands)' % (check['panels'], check['bands']))
+sys.exit(1 if problems else 0)
+PY
+for part in 0 1900 3300; do
+  sed "s#</body>#<script>window.addEventListener('load', () => { document.querySelector('main').style.marginTop = '-${part}px'; });</script></body>#" \
+    twelve/report.html > shot.html
+  timeout 120 "$CHROMIUM" "${flags[@]}" --hide-scrollbars --window-size=1280,1400 --screenshot="$ART/report_twelve_$part.png" \
+    "file://$W/shot.html" 2> /dev/null
+done
+cp twelve/report.html "$ART/report_twelve.html"
 
 # the pretrained study: the real all-MiniLM-L6-v2 (fetched once into the cache) beside a fresh model
 if "$NL" compare --study pretrained --out pretrained > pretrained.txt 2>&1; then

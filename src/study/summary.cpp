@@ -286,14 +286,24 @@ json written_summary(const json& results) {
   // loss spikes: a sudden rise of the training loss, told apart into bumps every run that drew the
   // same batches shares (the data) and spikes of one run's own (an instability)
   std::vector<std::string> own, shared, unknown;
+  std::map<long, std::vector<double>> shared_by_step;  // step -> the jumps of the runs that shared the bump
   for (const auto& e : classify_spikes(results))
     for (const auto& s : e["spikes"]) {
       const std::string kind = s["kind"];
-      const std::string text = fmt::format("{} at step {} (+{:.2f} nats; {} of {} runs with the same batches rose too)",
-                                           e["label"].get<std::string>(), s["step"].dump(), s["jump"].get<double>(),
-                                           s["rising"].get<int>(), s["others"].get<int>());
-      (kind == "own" ? own : kind == "shared" ? shared : unknown).push_back(text);
+      if (kind == "shared") {
+        shared_by_step[s["step"].get<long>()].push_back(s["jump"].get<double>());
+        continue;
+      }
+      (kind == "own" ? own : unknown).push_back(fmt::format("{} at step {} (+{:.2f} nats; {} of {} runs with the same "
+                                                            "batches rose too)", e["label"].get<std::string>(),
+                                                            s["step"].dump(), s["jump"].get<double>(),
+                                                            s["rising"].get<int>(), s["others"].get<int>()));
     }
+  for (const auto& [step, jumps] : shared_by_step) {
+    const auto [lo, hi] = std::minmax_element(jumps.begin(), jumps.end());
+    shared.push_back(fmt::format("step {} (spiked in {} run{}, +{})", step, jumps.size(), jumps.size() == 1 ? "" : "s",
+                                 *lo == *hi ? fmt::format("{:.2f} nats", *lo) : fmt::format("{:.2f} to +{:.2f} nats", *lo, *hi)));
+  }
   const std::string what = fmt::format("training loss more than {} nats above the mean of the previous {} logged steps",
                                        kSpikeNats, kTargetWindow);
   if (!own.empty()) out.push_back(fmt::format("Loss spikes of a run's own ({}; an instability: fewer than half of the runs "
