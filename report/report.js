@@ -497,9 +497,12 @@
       const card = el('div', {class: 'card layer-card'}, el('h3', {}, title + ' (heatmap: logged step × layer)'));
       const panels = el('div', {class: 'heatmaps'});
       card.append(panels);
-      for (const [run] of shown) heatmap(panels, run, run.layer_log, q, range, logScale);
+      const hasSite = ([r]) => r.layer_log.values[q].some((row) => row.some((v) => v != null));
+      for (const [run] of shown.filter(hasSite)) heatmap(panels, run, run.layer_log, q, range, logScale);
       card.append(colourBar(range, logScale));
-      card.append(el('p', {class: 'note'}, what + '. Empty cells: the site is absent (or the value is zero).'));
+      const without = shown.filter((x) => !hasSite(x)).map(([r]) => r.label);
+      card.append(el('p', {class: 'note'}, what + '. Empty cells: the site is absent in that sub-layer (or the value is zero).' +
+                     (without.length ? ' No such site in: ' + without.join(', ') + '.' : '')));
       heatmaps.append(card);
     }
     // per-layer curves at the first logged step, the end of warm-up and the last
