@@ -20,10 +20,11 @@ flags=(--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-b
 
 "$NL" compare --config "$DATA/tiny_study.toml" --out tiny > compare.txt 2>&1 || { echo "FAIL: compare: $(tail compare.txt)"; exit 1; }
 
-# check_report FILE [MIN_CHARTS]: 0 when every chart was drawn and the console stayed silent
+# check_report FILE [MIN_CHARTS [MIN_HEATMAPS MIN_LAYER_CURVES]]: 0 when every chart was drawn and the
+# console stayed silent (and, given, at least that many per-layer heatmaps and per-layer curve charts)
 check_report() {
   timeout 120 "$CHROMIUM" "${flags[@]}" --dump-dom "file://$1" > dom.html 2> console.txt
-  python3 - dom.html console.txt "${2:-12}" <<'PY'
+  python3 - dom.html console.txt "${2:-12}" "${3:-0}" "${4:-0}" <<'PY'
 import html, json, re, sys
 dom, console = open(sys.argv[1]).read(), open(sys.argv[2]).read()
 m = re.search(r'<pre id="normlab-selftest"[^>]*>(.*?)</pre>', dom, re.S)
@@ -40,7 +41,10 @@ else:
     want = int(sys.argv[3])
     if check['charts'] < want or check['drawn'] != check['charts']:
         problems.append('%d charts created, %d drawn (want >= %d, all drawn)' % (check['charts'], check['drawn'], want))
-    print('charts created %d, drawn %d, errors %d, console messages %d' % (check['charts'], check['drawn'], len(check['errors']), len(messages)))
+    heatmaps, curves = check.get('layerHeatmaps', 0), check.get('layerCurves', 0)
+    if heatmaps < int(sys.argv[4]) or curves < int(sys.argv[5]):
+        problems.append('%d per-layer heatmaps and %d per-layer curve charts (want >= %s and >= %s)' % (heatmaps, curves, sys.argv[4], sys.argv[5]))
+    print('charts created %d, drawn %d, errors %d, console messages %d, per-layer heatmaps %d, curves %d' % (check['charts'], check['drawn'], len(check['errors']), len(messages), heatmaps, curves))
 for p in problems:
     print('  ' + p)
 sys.exit(1 if problems else 0)
@@ -87,6 +91,19 @@ for part in 0 1900 3300; do
     "file://$W/shot.html" 2> /dev/null
 done
 cp twelve/report.html "$ART/report_twelve.html"
+
+# per-layer logs during training: 3 placements x 2 seeds; panels for the first seed of each placement.
+# Quantities with data: grad, update, stream, branch ratio, ln_in (pre, sandwich), ln_branch (sandwich),
+# ln_out (post), entropy: 8 heatmap cards, a panel per placement that has the site (19), 8 curve charts,
+# the model update.
+"$NL" compare --config "$DATA/layers_study.toml" --out layers > layers.txt 2>&1 || { echo "FAIL: compare layers: $(tail layers.txt)"; fail=1; }
+if check_report "$W/layers/report.html" 12 19 8; then echo "ok: report of the per-layer study"; else echo "FAIL: report of the per-layer study"; fail=1; fi
+# a heatmap that paints no cells must be caught
+sed 's/if (v == null || (logScale/if (true || v == null || (logScale/' layers/report.html > broken_heatmap.html
+if check_report "$W/broken_heatmap.html" 12 19 8 > /dev/null; then echo "FAIL: a report whose heatmaps are empty passed"; fail=1; else echo "ok: an empty heatmap is caught"; fi
+timeout 120 "$CHROMIUM" "${flags[@]}" --hide-scrollbars --window-size=1280,5200 --screenshot="$ART/report_layers.png" \
+  "file://$W/layers/report.html" 2> /dev/null
+cp layers/report.html "$ART/report_layers.html"
 
 # the pretrained study: the real all-MiniLM-L6-v2 (fetched once into the cache) beside a fresh model
 if "$NL" compare --study pretrained --out pretrained > pretrained.txt 2>&1; then

@@ -129,11 +129,57 @@ void write_atomically(const fs::path& path, const std::string& text) {
   if (ec) throw Error(fmt::format("cannot write '{}' ({})", path.string(), ec.message()));
 }
 
+constexpr size_t kMaxLayerLogs = 60;  // layer records per run kept in results.json (evenly spaced, first and last)
+
+// x to 4 significant digits (the report draws them; metrics.jsonl keeps every digit); null stays null
+nlohmann::json four_digits(const nlohmann::json& x) {
+  if (!x.is_number()) return x;
+  const double v = x.get<double>();
+  return v == 0 || !std::isfinite(v) ? x : nlohmann::json(std::stod(fmt::format("{:.4g}", v)));
+}
+
+// The per-layer records of a run ({"type": "layers"}, train.log_every_layers) as the report wants
+// them: one row per sub-layer, each quantity a (logged step, row) table, the model update per step;
+// at most kMaxLayerLogs steps, 4 significant digits (deepnet-mechanism: 6 runs of 48 sub-layers, 2.3 MB).
+nlohmann::json layer_series(const std::vector<nlohmann::json>& records) {
+  using json = nlohmann::json;
+  std::vector<size_t> keep;
+  for (size_t k = 0; k < records.size(); k++)
+    if (records.size() <= kMaxLayerLogs ||
+        k == size_t(std::llround(double(keep.size()) * double(records.size() - 1) / double(kMaxLayerLogs - 1))))
+      keep.push_back(k);
+  static const char* quantities[] = {"grad_norm_total", "update_ratio_total", "stream_rms", "branch_ratio",
+                                     "ln_in_input_rms", "ln_branch_input_rms", "ln_out_input_rms", "attn_entropy"};
+  json out = {{"step", json::array()}, {"rows", json::array()}, {"values", json::object()},
+              {"logged", records.size()}};
+  for (const json& s : records.front()["sublayers"])
+    out["rows"].push_back({{"slot", s["slot"]}, {"layer", s["layer"]}, {"sub", s["sub"]}, {"stack", s["stack"]}});
+  for (const char* q : quantities) out["values"][q] = json::array();
+  json update = json::array(), stack_out = json::array();
+  for (size_t k : keep) {
+    const json& r = records[k];
+    out["step"].push_back(r["step"]);
+    for (const char* q : quantities) {
+      json row = json::array();
+      for (const json& s : r["sublayers"]) row.push_back(four_digits(s.value(q, json(nullptr))));
+      out["values"][q].push_back(std::move(row));
+    }
+    json ends = json::array();
+    for (const json& st : r["stacks"]) ends.push_back(four_digits(st["output_rms"]));
+    stack_out.push_back(std::move(ends));
+    update.push_back(four_digits(r.value("model_update", json(nullptr))));
+  }
+  out["stack_output_rms"] = std::move(stack_out);
+  if (records.front().contains("model_update")) out["model_update"] = std::move(update);
+  return out;
+}
+
 // The curves and records of a run's metrics.jsonl, as the report wants them.
 void read_metrics(const fs::path& path, nlohmann::json& run) {
   nlohmann::json train = {{"step", nlohmann::json::array()}, {"loss", nlohmann::json::array()},
                           {"grad_norm", nlohmann::json::array()}, {"lr", nlohmann::json::array()}};
   nlohmann::json val = {{"step", nlohmann::json::array()}, {"loss", nlohmann::json::array()}};
+  std::vector<nlohmann::json> layers;
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
@@ -151,8 +197,11 @@ void read_metrics(const fs::path& path, nlohmann::json& run) {
       run["diverged"] = j;
     } else if (type == "summary") {
       run["summary"] = j;
+    } else if (type == "layers") {
+      layers.push_back(j);
     }
   }
+  if (!layers.empty()) run["layer_log"] = layer_series(layers);
   run["train"] = train;
   run["val"] = val;
 }

@@ -107,6 +107,8 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     r.get("eval_batches", t.eval_batches);
     r.get("log_every", t.log_every);
     r.get("checkpoint_every", t.checkpoint_every);
+    r.get("log_every_layers", t.log_every_layers);
+    r.get("log_model_update", t.log_model_update);
     r.get("out_dir", t.out_dir);
     r.get("init_from", t.init_from);
     for (auto& e : r.finish()) errors.push_back(e);
@@ -132,6 +134,10 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     check(t.eval_batches >= 1, fmt::format("train.eval_batches = {} must be >= 1", t.eval_batches));
     check(t.log_every >= 1, fmt::format("train.log_every = {} must be >= 1", t.log_every));
     check(t.checkpoint_every >= 0, fmt::format("train.checkpoint_every = {} must be >= 0", t.checkpoint_every));
+    check(t.log_every_layers >= 0 && t.log_every_layers <= 100000000,
+          fmt::format("train.log_every_layers = {} must be in [0, 100000000] (0 = off)", t.log_every_layers));
+    check(!t.log_model_update || t.log_every_layers > 0,
+          "train.log_model_update = true needs train.log_every_layers > 0 (the steps it is measured at)");
     check(!t.out_dir.empty(), "train.out_dir must not be empty");
     if (cfg.model_given && t.seq_len > cfg.model.seq_len)
       errors.push_back(fmt::format("train.seq_len = {} exceeds model.seq_len = {}", t.seq_len,
@@ -171,6 +177,7 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
             {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.grad_clip}, {"seed", t.seed},
             {"eval_every", t.eval_every}, {"eval_batches", t.eval_batches},
             {"log_every", t.log_every}, {"checkpoint_every", t.checkpoint_every},
+            {"log_every_layers", t.log_every_layers}, {"log_model_update", t.log_model_update},
             {"out_dir", t.out_dir}, {"init_from", t.init_from}}},
           {"data",
            {{"corpus", cfg.data.corpus}, {"val_fraction", cfg.data.val_fraction},

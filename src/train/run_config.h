@@ -28,6 +28,8 @@ struct TrainConfig {
   int eval_batches = 8;
   long log_every = 10;
   long checkpoint_every = 100; // 0: only at the end
+  long log_every_layers = 0;   // per-layer instruments every N steps (layer_log.h); 0: off
+  bool log_model_update = false;  // with them DeepNet's ||Delta F|| on a fixed probe batch (2 extra forwards)
   std::string out_dir = "runs/default";
   std::string init_from;       // checkpoint to start from (its config is the model's)
 };

@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/layer_log.h"
 #include "train/translation.h"
 #include "model/decode.h"
 #include "util/error.h"
@@ -207,6 +208,28 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     if (!options.quiet) fmt::print("admin: profiled omega by sub-layer: {:.3f}\n", fmt::join(omegas, " "));
   }
 
+  // per-layer logs (train.log_every_layers) and DeepNet's model update on a fixed probe batch
+  std::optional<LayerLogger> layer_logger;
+  if (tc.log_every_layers > 0) layer_logger.emplace(model);
+  std::optional<Batch> probe;
+  if (tc.log_model_update) {
+    Rng probe_rng(uint64_t(tc.seed), 4);
+    if (parallel) {  // the first validation pairs (training pairs if there are none)
+      const std::vector<TokenPair>& pairs = parallel->valid.empty() ? parallel->train : parallel->valid;
+      probe = translation_batch(pairs, 0, int(std::min(size_t(B), pairs.size())));
+    } else {
+      probe = fixed ? *fixed
+                    : sample_batch(corpus->val, model_cfg.arch, B, T, probe_rng, masking);
+    }
+  }
+  auto probe_logits = [&](std::vector<float>& out) {
+    model.set_training(false);
+    model.forward(probe->ids.data(), probe->labels.data(), probe->B, probe->T, probe->types_or_null(),
+                  probe->mask_or_null(), probe->source());
+    out.assign(model.logits(), model.logits() + size_t(probe->B) * probe->T * model_cfg.vocab_size());
+  };
+  std::vector<float> logits_before;
+
   const auto t0 = Clock::now();
   double window_tokens = 0, window_seconds = 0;
   for (long step = 1; step <= tc.steps; step++) {
@@ -259,8 +282,23 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                    tc.out_dir);
       break;
     }
+    // at step 1, every log_every_layers steps and the last: the readings of this step's last
+    // micro-batch, its gradients and its update
+    const bool log_layers = layer_logger && (step == 1 || step % tc.log_every_layers == 0 || step == tc.steps);
+    if (log_layers) layer_logger->begin(model);
+    if (log_layers && probe) probe_logits(logits_before);
     optimizer.step(model.params().data(), model.grads().data(), lr, step,
                    clip_scale(gnorm, tc.grad_clip));
+    if (log_layers) {
+      nlohmann::json record = layer_logger->finish(model, step);
+      if (probe) {
+        std::vector<float> logits_after;
+        probe_logits(logits_after);
+        record["model_update"] = model_update_norm(logits_before, logits_after.data(),
+                                                   long(probe->B) * probe->T, model_cfg.vocab_size());
+      }
+      metrics.write(record);
+    }
     const double dt = seconds_since(step_t0);
     window_tokens += tokens_per_step;
     window_seconds += dt;

@@ -1,0 +1,58 @@
+// layer_log.h: the per-layer instruments read during training (train.log_every_layers): for every
+// sub-layer the stream norm, the branch-to-stream ratio, every norm site's input norm, the attention
+// entropy, and per parameter group the gradient norm and the update ratio ||delta theta|| / ||theta||;
+// per stack its output norm. Read from what a training step already has (the activations of its last
+// forward, the gradients after backward, the parameters before and after the optimizer step): no
+// extra forward pass. And the model update ||Delta F|| of DeepNet (train.log_model_update), which
+// does cost forward passes on a fixed probe batch. The record format is in README.md ("Per-layer logs").
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace normlab {
+
+// One parameter group: the tensors of a sub-layer (or of the model outside the blocks) that share a
+// name once the sub-layer prefix and ".weight" / ".bias" are taken off ("qkv", "proj", "ln_in", "fc",
+// "omega", ...; outside the blocks "wte", "wpe", "ln_f", "enc.ln_f", ...). A layer's ReZero scalar
+// ("rezero", shared by its sub-layers) is listed under the layer's first sub-layer.
+struct ParamGroup {
+  std::string name;
+  int slot = -1;                    // the sub-layer (config.slot), or -1 outside the blocks
+  std::vector<size_t> specs;        // indices into the parameter table
+};
+
+// The groups of a model, in canonical parameter order.
+std::vector<ParamGroup> param_groups(const ParamTable& table, const ModelConfig& cfg);
+
+// One logging step. begin() after backward and before the optimizer step reads the activations of
+// the last forward and the gradients and keeps a copy of the parameters; finish() after the step
+// adds the update ratios and returns the record {"type": "layers", "step": ..., ...}.
+class LayerLogger {
+ public:
+  explicit LayerLogger(const Model<float>& model);
+  void begin(const Model<float>& model);
+  nlohmann::json finish(const Model<float>& model, long step);
+
+ private:
+  std::vector<ParamGroup> groups_;
+  std::vector<float> before_;
+  nlohmann::json record_;
+};
+
+// The readings of one sub-layer's activations (after a forward); public for the oracle test.
+// Every norm is the RMS over channels of one token, ||v|| / sqrt(C), averaged over the rows.
+double mean_token_rms(const float* v, long rows, int C);
+// Mean over rows of ||f_row|| / ||x_row|| (rows where x is zero are skipped).
+double mean_token_ratio(const float* f, const float* x, long rows, int C);
+// Mean over rows of -sum p log p of attention probabilities p (rows, keys) (0 log 0 = 0).
+double mean_row_entropy(const float* p, long rows, int keys);
+
+// DeepNet's model update on the probe batch: mean over positions of the L2 norm over the vocabulary
+// of (after - before), both (positions, V) logits.
+double model_update_norm(const std::vector<float>& before, const float* after, long positions, int V);
+
+}  // namespace normlab
