@@ -32,7 +32,7 @@ void add_compare_command(CLI::App& app, CompareCommand& cmd) {
   cmd.compare->add_option("--study", cmd.study,
                           fmt::format("a built-in study ({}, pretrained)", fmt::join(study::builtin_study_names(), ", ")));
   cmd.compare->add_option("--config,-c", cmd.config, "a study TOML ([study], [base.*], [[grid]]; see studies/)");
-  cmd.compare->add_option("--set", cmd.sets, "override for every run, e.g. --set train.steps=100");
+  cmd.compare->add_option("--set", cmd.sets, "override for every run, e.g. --set train.steps=100 (not with --study pretrained, which trains nothing)");
   cmd.compare->add_option("--out,-o", cmd.out, "output directory (default runs/compare-<study>-<date>-<time>)");
   cmd.compare->add_flag("--force", cmd.force, "replace a study already in --out");
   cmd.compare->add_flag("--list", cmd.list, "list the built-in studies and exit");

@@ -14,10 +14,7 @@ namespace normlab::cli {
 namespace {
 
 std::vector<const CLI::App*> subcommands_of(const CLI::App& app) {
-  std::vector<const CLI::App*> subs;
-  for (const CLI::App* sub : const_cast<CLI::App&>(app).get_subcommands([](const CLI::App*) { return true; }))
-    subs.push_back(sub);
-  return subs;
+  return app.get_subcommands([](const CLI::App*) { return true; });
 }
 
 const CLI::App* find_subcommand(const CLI::App& app, const std::string& name) {

@@ -46,8 +46,7 @@ int run_train(const RunConfig& cfg, TrainOptions options) {
   options.stop = interrupt.flag();
   const TrainResult r = train(cfg, options);
   if (r.interrupted) {
-    std::cerr << fmt::format("normlab: interrupted after step {} of {}: {} in {} (a second Ctrl-C kills at once)
-",
+    std::cerr << fmt::format("normlab: interrupted after step {} of {}: {} in {} (a second Ctrl-C kills at once)\n",
                              r.steps_done, cfg.train.steps,
                              r.steps_done > 0 ? "the checkpoint, metrics and summary are" : "no step done; the metrics and summary are",
                              cfg.train.out_dir);

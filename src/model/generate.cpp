@@ -19,7 +19,7 @@ int32_t sample_next(const float* logits, int V, double temperature, int top_k, R
   const auto larger = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   std::partial_sort(order.begin(), order.begin() + k, order.end(), larger);
   // p_i = exp((l_i - l_max) / T) / sum over the k kept; the draw inverts the cumulative sum
-  std::vector<double> weight(size_t(k));
+  std::vector<double> weight(static_cast<size_t>(k));
   const double top = logits[order[0]];
   double total = 0;
   for (int i = 0; i < k; i++) total += weight[size_t(i)] = std::exp((double(logits[order[size_t(i)]]) - top) / temperature);
