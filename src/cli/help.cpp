@@ -60,8 +60,8 @@ int run_help(const CLI::App& app, const HelpCommand& cmd) {
     at = sub;
     path += " " + word;
   }
-  const std::string parent = at == &app ? "" : command_path(at->get_parent());
-  std::cout << at->help(parent);
+  // the formatter directly: App::help would show the parsed `help` subcommand's own help instead
+  std::cout << at->get_formatter()->make_help(at, command_path(at), CLI::AppFormatMode::Normal);
   return 0;
 }
 

@@ -39,7 +39,7 @@ void add_sample_command(CLI::App& app, SampleCommand& cmd) {
   cmd.sample->add_flag("--ids", cmd.ids, "print the generated token ids (one line) instead of the text");
   cmd.sample->footer(
       "The output is the prompt followed by its continuation. A context longer than the model's seq_len\n"
-      "slides: each new token sees the last seq_len tokens. Greedy decoding ignores --seed and --top-k.");
+      "slides: each new token sees the last seq_len tokens. Greedy decoding ignores --seed and --top-k.\n");
 }
 
 namespace {
@@ -139,8 +139,8 @@ int run_sample(const SampleCommand& cmd) {
   options.top_k = cmd.top_k;
   options.seed = uint64_t(cmd.seed);
   const std::vector<int32_t> out = generate(*model, prompt, options);
-  std::cerr << fmt::format("sample: {} prompt {} ({}), {} new, {}\n", prompt.size(), tok ? "tokens" : "bytes",
-                           tok ? tok->description() : "bytes", out.size(),
+  std::cerr << fmt::format("sample: {} prompt {}, {} new, {}\n", prompt.size(),
+                           tok ? fmt::format("tokens ({})", tok->description()) : std::string("bytes"), out.size(),
                            cmd.temperature == 0 ? std::string("greedy")
                                                 : fmt::format("temperature {} top-k {} seed {}", cmd.temperature,
                                                               cmd.top_k == 0 ? std::string("all") : std::to_string(cmd.top_k), cmd.seed));

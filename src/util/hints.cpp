@@ -13,18 +13,17 @@ namespace normlab {
 namespace fs = std::filesystem;
 
 int edit_distance(const std::string& a, const std::string& b) {
-  std::vector<int> row(b.size() + 1);  // row[j]: distance of a[0..i) to b[0..j)
-  for (size_t j = 0; j <= b.size(); j++) row[j] = int(j);
-  for (size_t i = 1; i <= a.size(); i++) {
-    int diag = row[0];  // distance of a[0..i-1) to b[0..j-1)
-    row[0] = int(i);
+  // d[i][j]: distance of a[0..i) to b[0..j) (optimal string alignment)
+  std::vector<std::vector<int>> d(a.size() + 1, std::vector<int>(b.size() + 1, 0));
+  for (size_t i = 0; i <= a.size(); i++) d[i][0] = int(i);
+  for (size_t j = 0; j <= b.size(); j++) d[0][j] = int(j);
+  for (size_t i = 1; i <= a.size(); i++)
     for (size_t j = 1; j <= b.size(); j++) {
-      const int up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);  // two neighbours swapped: "trian" -> "train"
     }
-  }
-  return row[b.size()];
+  return d[a.size()][b.size()];
 }
 
 std::optional<std::string> nearest_name(const std::string& word, const std::vector<std::string>& candidates) {

@@ -10,7 +10,8 @@
 
 namespace normlab {
 
-// Levenshtein distance (insertions, deletions, substitutions; bytes).
+// Edit distance counting insertions, deletions, substitutions and swaps of two neighbours as one
+// each (optimal string alignment, on bytes): the typos people make.
 int edit_distance(const std::string& a, const std::string& b);
 
 // The candidate closest to `word` by edit distance, if it is close: distance <= max(1, |word| / 3)
