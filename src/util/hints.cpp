@@ -65,7 +65,7 @@ std::string directory_hint(const std::string& path) {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir, ec)) names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
-  if (names.empty()) return fmt::format("'{}' is an empty directory", path);
+  if (names.empty()) return fmt::format("'{}' is a directory, and empty", path);
   const size_t shown = std::min<size_t>(names.size(), 5);
   std::string list = fmt::format("{}", fmt::join(names.begin(), names.begin() + long(shown), ", "));
   if (names.size() > shown) list += fmt::format(", ... ({} entries)", names.size());
