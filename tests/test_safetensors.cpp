@@ -248,7 +248,19 @@ TEST_F(SafetensorsTest, AtExpectAndConversionsCheckNamesAndTypes) {
 
 TEST_F(SafetensorsTest, MissingFileAndDirectoryAreErrors) {
   expect_read_error(file("missing.safetensors"), "cannot open");
-  expect_read_error(dir_.string(), "not a regular file");
+  expect_read_error(dir_.string(), "expected a file; '" + dir_.string() + "' is a");
+}
+
+// A file that is not safetensors at all is named as such, not reported as an absurd header length.
+TEST_F(SafetensorsTest, TextAndRandomBytesAreNotSafetensors) {
+  write_bytes(file("x.txt"), Bytes{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '\n'});
+  expect_read_error(file("x.txt"), file("x.txt") + " is not a safetensors file: it begins with the text \"hello wo");
+  write_bytes(file("short.txt"), Bytes{'h', 'i'});
+  expect_read_error(file("short.txt"), "is not a safetensors file: it is only 2 bytes long");
+  Bytes noise(64);
+  for (size_t i = 0; i < noise.size(); i++) noise[i] = static_cast<unsigned char>(0x80 + i * 37 % 100);
+  write_bytes(file("noise.bin"), noise);
+  expect_read_error(file("noise.bin"), "is not a safetensors file: it begins with the bytes 80");
 }
 
 TEST_F(SafetensorsTest, EveryTruncationIsAnError) {

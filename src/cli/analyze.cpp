@@ -53,12 +53,15 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
     sub->add_option("--tokenizer", cmd.tokenizer,
                     "tokenizer for --text: a tokenizer file or directory, or gpt2 (default: the Hugging "
                     "Face model directory's own)");
-    sub->add_flag("--random", cmd.random, "random token ids instead of a window of the corpus");
     sub->add_option("--seq-len", cmd.seq_len, "T of the input sequence (default 16)");
-    sub->add_option("--token", cmd.token, "token whose local Jacobians are reported (default last)");
     sub->add_option("--json", cmd.json_out, "write the complete results as JSON to this file");
     sub->add_flag("--force", cmd.force, "replace --json if it exists");
   }
+  // options only some instruments use are offered only there (dynamics averages corpus batches; only
+  // the Jacobians single out a token)
+  for (CLI::App* sub : {cmd.jacobian, cmd.attention})
+    sub->add_flag("--random", cmd.random, "random token ids instead of a window of the corpus");
+  cmd.jacobian->add_option("--token", cmd.token, "token whose local Jacobians are reported (default last)");
   cmd.jacobian->add_flag("--no-full", cmd.no_full, "skip the full-sequence (T d) x (T d) Jacobians");
   cmd.jacobian->add_option("--full-max-dim", cmd.full_max_dim,
                            "largest T * d for the full-sequence Jacobians (default 4096)");
@@ -290,7 +293,6 @@ int run_analyze(const AnalyzeCommand& cmd) {
     if (cmd.batches < 1 || cmd.batch_size < 1) throw Error("--batches and --batch-size must be >= 1");
     if (cmd.tokens.empty() && !has_text(cmd) && cfg.vocab_size() < kByteVocab)
       throw Error(fmt::format("model vocab {} is too small for the byte corpus (needs >= 256)", cfg.vocab_size()));
-    if (cmd.random) throw Error("analyze dynamics takes corpus batches or --tokens, not --random");
     if (cmd.update_steps < 0 || cmd.update_steps > 10000 || !(cmd.update_lr > 0))
       throw Error("--update-steps must be in [0, 10000] and --lr > 0");
     std::optional<Batch> given;  // --tokens: one batch, every row of the token file with its labels

@@ -1,14 +1,13 @@
-// compare.cpp: `normlab compare`: study selection, the output directory, and Ctrl-C.
+// compare.cpp: `normlab compare`: study selection, the output directory, and Ctrl-C (interrupt.h).
 #include "cli/compare.h"
 
-#include <atomic>
-#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fstream>
 
+#include "cli/interrupt.h"
 #include "study/summary.h"
 #include "study/pretrained.h"
 #include "study/runner.h"
@@ -18,14 +17,6 @@
 namespace normlab::cli {
 
 namespace {
-
-std::atomic<bool> g_stop{false};
-
-// The first Ctrl-C asks the study to stop after the current step; a second one kills at once.
-extern "C" void on_sigint(int) {
-  g_stop.store(true);
-  std::signal(SIGINT, SIG_DFL);
-}
 
 std::string timestamp() {
   const std::time_t now = std::time(nullptr);
@@ -41,7 +32,7 @@ void add_compare_command(CLI::App& app, CompareCommand& cmd) {
   cmd.compare->add_option("--study", cmd.study,
                           fmt::format("a built-in study ({}, pretrained)", fmt::join(study::builtin_study_names(), ", ")));
   cmd.compare->add_option("--config,-c", cmd.config, "a study TOML ([study], [base.*], [[grid]]; see studies/)");
-  cmd.compare->add_option("--set", cmd.sets, "override for every run, e.g. --set train.steps=100");
+  cmd.compare->add_option("--set", cmd.sets, "override for every run, e.g. --set train.steps=100 (not with --study pretrained, which trains nothing)");
   cmd.compare->add_option("--out,-o", cmd.out, "output directory (default runs/compare-<study>-<date>-<time>)");
   cmd.compare->add_flag("--force", cmd.force, "replace a study already in --out");
   cmd.compare->add_flag("--list", cmd.list, "list the built-in studies and exit");
@@ -83,22 +74,18 @@ int run_compare(const CompareCommand& cmd) {
     study::CompareOptions options;
     options.out_dir = cmd.out.empty() ? fmt::format("runs/compare-pretrained-{}", timestamp()) : cmd.out;
     options.force = cmd.force;
-    options.stop = &g_stop;
-    std::signal(SIGINT, on_sigint);
-    const int code = study::run_pretrained_study(options);
-    std::signal(SIGINT, SIG_DFL);
-    return code;
+    const StopOnInterrupt interrupt;  // the first Ctrl-C stops after the current step
+    options.stop = interrupt.flag();
+    return study::run_pretrained_study(options);
   }
   const study::Study s = cmd.config.empty() ? study::builtin_study(cmd.study, cmd.sets)
                                             : study::read_study_file(cmd.config, cmd.sets);
   study::CompareOptions options;
   options.out_dir = cmd.out.empty() ? fmt::format("runs/compare-{}-{}", s.name, timestamp()) : cmd.out;
   options.force = cmd.force;
-  options.stop = &g_stop;
-  std::signal(SIGINT, on_sigint);
-  const int code = study::run_study(s, options);
-  std::signal(SIGINT, SIG_DFL);
-  return code;
+  const StopOnInterrupt interrupt;  // the first Ctrl-C stops after the current step
+  options.stop = interrupt.flag();
+  return study::run_study(s, options);
 }
 
 }  // namespace normlab::cli

@@ -1,7 +1,8 @@
-// main.cpp: the `normlab` command. Subcommands: compare, report, train, grads, init, export,
-// tokenize, analyze, theory, corpus, bleu. With no arguments it runs `normlab compare` with the
-// default study on the built-in corpus. Every Error becomes one message on stderr and exit code 1;
-// a diverged training run exits with code 2.
+// main.cpp: the `normlab` command. Subcommands: compare, report, train, sample, grads, init, export,
+// tokenize, analyze, theory, corpus, bleu, translate, help. With no arguments it runs `normlab
+// compare` with the default study on the built-in corpus. Exit codes (README "Exit codes"): 0 done;
+// 1 for every user error (each Error, and every command-line error CLI11 reports, as one message on
+// stderr); 2 a diverged training run; 130 a run stopped by Ctrl-C (train, compare).
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstring>
@@ -15,6 +16,9 @@
 #include "cli/bleu.h"
 #include "cli/compare.h"
 #include "cli/corpus.h"
+#include "cli/help.h"
+#include "cli/interrupt.h"
+#include "cli/sample.h"
 #include "cli/tokenize.h"
 #include "cli/translate.h"
 #include "model/model.h"
@@ -36,8 +40,18 @@ RunConfig load_run_config(const std::string& config_path, const std::vector<std:
   return run_config_from_json(doc, config_path.empty() ? "(command line)" : "'" + config_path + "'");
 }
 
-int run_train(const RunConfig& cfg, const TrainOptions& options) {
+// Ctrl-C stops after the current step (cli/interrupt.h); the run's files are then complete.
+int run_train(const RunConfig& cfg, TrainOptions options) {
+  const cli::StopOnInterrupt interrupt;
+  options.stop = interrupt.flag();
   const TrainResult r = train(cfg, options);
+  if (r.interrupted) {
+    std::cerr << fmt::format("normlab: interrupted after step {} of {}: {} in {} (a second Ctrl-C kills at once)\n",
+                             r.steps_done, cfg.train.steps,
+                             r.steps_done > 0 ? "the checkpoint, metrics and summary are" : "no step done; the metrics and summary are",
+                             cfg.train.out_dir);
+    return cli::kInterruptedExitCode;
+  }
   if (r.diverged) {
     std::cerr << fmt::format("normlab: training diverged at step {} (non-finite {})\n",
                              r.diverged_step, r.diverged_tensor);
@@ -145,7 +159,10 @@ int run_theory(const analysis::TheoryOptions& opts, long trained_steps, const st
 
 int main(int argc, char** argv) {
   CLI::App app{"normlab: build, train and dissect Transformers with any normalization placement"};
+  app.name("normlab");
   app.require_subcommand(0, 1);
+  app.footer("normlab help CMD (or normlab CMD --help) explains a command. Exit codes: 0 done, 1 a user error "
+             "(bad option, config or file), 2 a diverged training run, 130 stopped by Ctrl-C.");
 
   std::string config_path, ckpt, tokens, out;
   std::vector<std::string> sets;
@@ -206,11 +223,19 @@ int main(int argc, char** argv) {
   cli::add_bleu_command(app, bleu);
   cli::TranslateCommand translate;
   cli::add_translate_command(app, translate);
+  cli::SampleCommand sample;
+  cli::add_sample_command(app, sample);
+  cli::HelpCommand help;
+  cli::add_help_command(app, help);
 
+  if (const auto unknown = cli::unknown_command(app, argc, argv)) {
+    std::cerr << "normlab: error: " << *unknown << "\n";
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return cli::parse_error_exit(app, e, argc, argv);
   }
 
   try {
@@ -231,6 +256,8 @@ int main(int argc, char** argv) {
     if (corpus.corpus->parsed()) return cli::run_corpus(corpus);
     if (bleu.bleu->parsed()) return cli::run_bleu(bleu);
     if (translate.translate->parsed()) return cli::run_translate(translate);
+    if (sample.sample->parsed()) return cli::run_sample(sample);
+    if (help.help->parsed()) return cli::run_help(app, help);
     // no subcommand: the default study
     fmt::print("normlab: no subcommand given; running the default study (`normlab compare`; see `normlab --help`)\n");
     return cli::run_compare(compare);

@@ -12,6 +12,7 @@
 
 #include "io/safetensors.h"
 #include "util/error.h"
+#include "util/hints.h"
 
 namespace normlab::hf {
 
@@ -417,8 +418,8 @@ static Imported read_dir(const std::string& dir, bool with_weights) {
   if (!fs::is_directory(d)) throw Error(fmt::format("{}: not a directory", dir));
   if (!fs::exists(cfg_path))
     throw Error(fmt::format("{}: no config.json (a Hugging Face model directory holds config.json and "
-                            "model.safetensors)",
-                            dir));
+                            "model.safetensors; {})",
+                            dir, directory_hint(dir)));
   const json j = read_json(cfg_path);
   if (!j.is_object()) throw Error(fmt::format("{}: not a JSON object", cfg_path.string()));
   ConfigReader r{j, cfg_path.string()};

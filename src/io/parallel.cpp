@@ -9,6 +9,7 @@
 
 #include "io/unicode.h"
 #include "util/error.h"
+#include "util/hints.h"
 
 namespace normlab {
 
@@ -17,8 +18,7 @@ namespace fs = std::filesystem;
 std::vector<std::string> read_text_lines(const std::string& path, EmptyLines empty) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(fmt::format("'{}': no such file", path));
-  if (fs::is_directory(path, ec))
-    throw Error(fmt::format("'{}' is a directory, not a text file", path));
+  require_not_directory(path, "text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("'{}': cannot open", path));
   std::ostringstream ss;

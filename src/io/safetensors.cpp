@@ -15,6 +15,7 @@
 #include <set>
 
 #include "util/error.h"
+#include "util/hints.h"
 
 namespace normlab::safetensors {
 
@@ -397,21 +398,43 @@ const Tensor& File::expect(const std::string& name, DType dtype,
   return tensor;
 }
 
+// The first bytes of a file that is not safetensors, quoted as text when they are text ("hello wo")
+// and as hex otherwise, for the message that names the file as such.
+std::string quote_start(const unsigned char* bytes, size_t n) {
+  const bool text = std::all_of(bytes, bytes + n, [](unsigned char c) { return c == '\n' || c == '\t' || (c >= 32 && c < 127); });
+  std::string out;
+  for (size_t i = 0; i < n; i++) {
+    if (text) out += (bytes[i] == '\n' || bytes[i] == '\t') ? ' ' : char(bytes[i]);
+    else out += (i ? " " : "") + std::string(1, "0123456789abcdef"[bytes[i] >> 4]) + "0123456789abcdef"[bytes[i] & 15];
+  }
+  return text ? "the text \"" + out + "\"" : "the bytes " + out;
+}
+
+[[noreturn]] void not_safetensors(const std::string& path, const std::string& why) {
+  throw Error(path + " is not a safetensors file: " + why +
+              " (a safetensors file starts with an 8-byte little-endian header length and then a JSON header '{')");
+}
+
 File read(const std::string& path) {
+  require_not_directory(path, "safetensors file");
   FileDescriptor fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (fd.fd < 0) fail(path, "cannot open for reading: " + errno_text());
   struct stat info;
   if (::fstat(fd.fd, &info) != 0) fail(path, "cannot stat: " + errno_text());
   if (!S_ISREG(info.st_mode)) fail(path, "not a regular file");
   const uint64_t file_size = static_cast<uint64_t>(info.st_size);
-  if (file_size < 8)
-    fail(path, "file is " + std::to_string(file_size) +
-                   " bytes, too short for the 8-byte header length (not a safetensors file?)");
+  if (file_size < 8) not_safetensors(path, "it is only " + std::to_string(file_size) + " bytes long");
 
-  unsigned char length_bytes[8];
-  read_exact(path, fd.fd, length_bytes, 8, 0);
+  unsigned char start[9] = {};  // the header length and the header's first byte
+  const size_t start_size = std::min<uint64_t>(file_size, 9);
+  read_exact(path, fd.fd, start, start_size, 0);
   uint64_t header_size = 0;
-  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | length_bytes[i];
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | start[i];
+  // Not safetensors at all (a text file, random bytes) rather than a damaged one: the length is
+  // beyond the file and no JSON header starts where it should. (A length within the file is left to
+  // the header checks below, which name what is wrong with it.)
+  const bool brace = start_size == 9 && start[8] == '{';
+  if (header_size > file_size - 8 && !brace) not_safetensors(path, "it begins with " + quote_start(start, start_size));
   if (header_size > file_size - 8)
     fail(path, "header length " + std::to_string(header_size) + " exceeds the " +
                    std::to_string(file_size - 8) +

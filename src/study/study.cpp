@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "util/error.h"
+#include "util/hints.h"
 
 namespace normlab::study {
 
@@ -27,7 +28,8 @@ void flatten_grid(const nlohmann::json& table, const std::string& prefix, nlohma
       throw Error(fmt::format("{}: grid key '{}' must be section.key, e.g. model.placement", where, path));
     const std::string section = path.substr(0, path.find('.'));
     if (section != "model" && section != "train" && section != "data")
-      throw Error(fmt::format("{}: grid key '{}': the section must be model, train or data", where, path));
+      throw Error(fmt::format("{}: grid key '{}': the section must be model, train or data{}", where, path,
+                              did_you_mean(section, {"model", "train", "data"})));
     if (!value.is_array() || value.empty())
       throw Error(fmt::format("{}: grid key '{}' needs a non-empty array of values, e.g. [\"post\", \"pre\"]",
                               where, path));
@@ -82,7 +84,8 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
   if (!doc_in.is_object()) throw Error(fmt::format("{}: not a table", where));
   for (const auto& [key, value] : doc_in.items())
     if (key != "study" && key != "base" && key != "grid")
-      throw Error(fmt::format("{}: unknown table '{}' (expected [study], [base.*] and [[grid]])", where, key));
+      throw Error(fmt::format("{}: unknown table '{}' (expected [study], [base.*] and [[grid]]){}", where, key,
+                              did_you_mean(key, {"study", "base", "grid"})));
   Study s;
   s.document = doc_in;
   s.loss_target = std::numeric_limits<double>::quiet_NaN();
@@ -98,7 +101,9 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
   read_setting(settings, "probe_seq_len", s.probe_seq_len, where);
   if (!settings.empty())
     throw Error(fmt::format("{}: unknown [study] key '{}' (known: name, title, description, loss_target, "
-                            "instruments, theory, probe_seq_len)", where, settings.begin().key()));
+                            "instruments, theory, probe_seq_len){}", where, settings.begin().key(),
+                            did_you_mean(settings.begin().key(), {"name", "title", "description", "loss_target",
+                                                                  "instruments", "theory", "probe_seq_len"})));
   if (s.name.empty()) s.name = "study";
   if (s.title.empty()) s.title = s.name;
   if (!std::isnan(s.loss_target) && !(s.loss_target > 0 && std::isfinite(s.loss_target)))
@@ -193,6 +198,7 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
 }
 
 Study read_study_file(const std::string& path, const std::vector<std::string>& sets) {
+  require_not_directory(path, "study");
   if (!std::filesystem::is_regular_file(path)) throw Error(fmt::format("study '{}': no such file", path));
   return study_from_json(read_toml(path), sets, fmt::format("study '{}'", path));
 }
@@ -213,7 +219,8 @@ std::vector<std::string> builtin_study_names() {
 Study builtin_study(const std::string& name, const std::vector<std::string>& sets) {
   const auto names = builtin_study_names();
   if (std::find(names.begin(), names.end(), name) == names.end())
-    throw Error(fmt::format("no built-in study '{}' (built in: {})", name, fmt::join(names, ", ")));
+    throw Error(fmt::format("no built-in study '{}' (built in: {}){}", name, fmt::join(names, ", "),
+                            did_you_mean(name, names)));
   return study_from_json(read_toml(builtin_study_path(name)), sets, fmt::format("built-in study '{}'", name));
 }
 

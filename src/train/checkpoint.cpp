@@ -56,6 +56,9 @@ static std::string resolve(const std::string& path) {
   const std::filesystem::path inside = std::filesystem::path(path) / "checkpoint.safetensors";
   if (std::filesystem::is_directory(path, ec) && std::filesystem::is_regular_file(inside, ec))
     return inside.string();
+  if (std::filesystem::exists(std::filesystem::path(path) / "metrics.jsonl", ec))
+    throw Error(fmt::format("'{}' is a run directory without a checkpoint yet (the run stopped before its first "
+                            "step, or is still before it)", path));
   return path;
 }
 

@@ -2,11 +2,13 @@
 #include "train/run_config.h"
 
 #include <cmath>
+#include <fstream>
 #include <fmt/format.h>
 #include <sstream>
 #include <toml++/toml.h>
 
 #include "util/error.h"
+#include "util/hints.h"
 #include "util/json_reader.h"
 
 namespace normlab {
@@ -18,6 +20,14 @@ static nlohmann::json toml_to_json(const toml::table& table) {
 }
 
 nlohmann::json read_toml(const std::string& path) {
+  require_not_directory(path, "config");
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) {  // a run's config.json
+    std::ifstream in(path);
+    if (!in) throw Error(fmt::format("config '{}': cannot open file", path));
+    nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+    if (doc.is_discarded()) throw Error(fmt::format("config '{}': not valid JSON", path));
+    return doc;
+  }
   try {
     return toml_to_json(toml::parse_file(path));
   } catch (const toml::parse_error& e) {
@@ -71,8 +81,8 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
   if (!doc.is_object()) throw Error(fmt::format("{}: expected a table", where));
   for (const auto& [section, value] : doc.items())
     if (section != "model" && section != "train" && section != "data")
-      errors.push_back(fmt::format("{}: unknown section [{}] (expected [model], [train], [data])",
-                                   where, section));
+      errors.push_back(fmt::format("{}: unknown section [{}] (expected [model], [train], [data]){}", where,
+                                   section, did_you_mean(section, {"model", "train", "data"})));
   if (doc.contains("model")) {
     cfg.model_given = true;
     try {

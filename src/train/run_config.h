@@ -52,7 +52,9 @@ struct RunConfig {
 
 // Merges `--set a.b=value` overrides into a JSON document (Error on a malformed override).
 void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& overrides);
-// Parses a TOML file into JSON (Error with the file, line and column on a syntax error).
+// Parses a TOML file into JSON (Error with the file, line and column on a syntax error); a .json
+// file (a run directory's resolved config.json) is read as JSON. A directory is an Error naming what
+// it holds.
 nlohmann::json read_toml(const std::string& path);
 // Strict conversion; `where` names the source in messages.
 RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& where);

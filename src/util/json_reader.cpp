@@ -1,8 +1,11 @@
 // json_reader.cpp: the strict typed JSON object reader.
 #include "util/json_reader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
+
+#include "util/hints.h"
 
 namespace normlab {
 
@@ -10,6 +13,7 @@ JsonReader::JsonReader(const nlohmann::json& obj, std::string where)
     : obj_(obj), where_(std::move(where)) {}
 
 bool JsonReader::has(const char* key) {
+  if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);
   if (!obj_.is_object() || !obj_.contains(key)) return false;
   used_.insert(key);
   return true;
@@ -70,7 +74,7 @@ void JsonReader::get(const char* key, std::string& out) {
 std::vector<std::string> JsonReader::finish() {
   if (obj_.is_object()) {
     for (const auto& [key, value] : obj_.items())
-      if (!used_.count(key)) errors_.push_back(fmt::format("{}: unknown key '{}'", where_, key));
+      if (!used_.count(key)) errors_.push_back(fmt::format("{}: unknown key '{}'{}", where_, key, did_you_mean(key, known_)));
   } else if (!obj_.is_null()) {
     errors_.push_back(fmt::format("{}: expected a table, got {}", where_, obj_.dump()));
   }

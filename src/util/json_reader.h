@@ -25,7 +25,8 @@ class JsonReader {
   const nlohmann::json& raw(const char* key) const { return obj_.at(key); }
 
   void fail(const std::string& message) { errors_.push_back(message); }
-  // Appends "unknown key" errors for keys never read; returns all error lines.
+  // Appends "unknown key" errors for keys never read (each with the nearest key that was asked for,
+  // when one is close: "did you mean 'lr'?"); returns all error lines.
   std::vector<std::string> finish();
   const std::string& where() const { return where_; }
 
@@ -33,6 +34,7 @@ class JsonReader {
   const nlohmann::json& obj_;
   std::string where_;
   std::set<std::string> used_;
+  std::vector<std::string> known_;  // every key asked for, in order: the valid keys of this table
   std::vector<std::string> errors_;
 };
 

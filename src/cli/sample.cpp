@@ -1,0 +1,157 @@
+// sample.cpp: `normlab sample` (sample.h): option checks, finding the checkpoint's tokenizer, and
+// printing the text (or the ids).
+#include "cli/sample.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <fstream>
+#include <iostream>
+#include <optional>
+
+#include "io/hf.h"
+#include "io/tokenizer.h"
+#include "model/generate.h"
+#include "train/checkpoint.h"
+#include "util/error.h"
+
+namespace normlab::cli {
+
+namespace fs = std::filesystem;
+
+void add_sample_command(CLI::App& app, SampleCommand& cmd) {
+  cmd.sample = app.add_subcommand("sample", "generate text from a GPT checkpoint (greedy, temperature, top-k)");
+  cmd.sample->add_option("--checkpoint", cmd.checkpoint,
+                         "a gpt checkpoint (.safetensors), its run directory, or a Hugging Face directory")
+      ->required();
+  cmd.prompt_option = cmd.sample->add_option("--prompt", cmd.prompt, "the text to continue (non-empty)")->required();
+  cmd.sample->add_option("--max-new", cmd.max_new, "tokens to generate (default 64; in [1, 100000])");
+  cmd.sample->add_option("--temperature", cmd.temperature,
+                         "0: greedy, the most likely token each time (default); > 0: sample from "
+                         "softmax(logits / temperature) (at most 100)");
+  cmd.sample->add_option("--top-k", cmd.top_k, "sample only among the k most likely tokens (default 0: all)");
+  cmd.sample->add_option("--seed", cmd.seed, "seed of the draws: the same seed gives the same text (default 0)");
+  cmd.sample->add_option("--tokenizer", cmd.tokenizer,
+                         "the model's tokenizer (a file or directory, gpt2, or bytes); default: the "
+                         "checkpoint's own (a Hugging Face directory's, or data.tokenizer of the run it "
+                         "came from), else bytes");
+  cmd.sample->add_flag("--ids", cmd.ids, "print the generated token ids (one line) instead of the text");
+  cmd.sample->footer(
+      "The output is the prompt followed by its continuation. A context longer than the model's seq_len\n"
+      "slides: each new token sees the last seq_len tokens. Greedy decoding ignores --seed and --top-k.\n");
+}
+
+namespace {
+
+// The tokenizer files a directory may hold (load_tokenizer's order).
+bool holds_tokenizer(const fs::path& dir) {
+  std::error_code ec;
+  for (const char* name : {"tokenizer.json", "vocab.json", "encoder.json", "vocab.txt"})
+    if (fs::is_regular_file(dir / name, ec)) return true;
+  return false;
+}
+
+// data.tokenizer of the run a checkpoint came from: the run directory's config.json (the directory
+// itself, or the one holding the checkpoint file); "" when there is none or it read bytes.
+std::string run_tokenizer(const std::string& checkpoint) {
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(checkpoint, ec) ? fs::path(checkpoint) : fs::path(checkpoint).parent_path();
+  std::ifstream in(dir / "config.json");
+  if (!in) return "";
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("data") || !doc["data"].is_object()) return "";
+  const nlohmann::json& t = doc["data"].value("tokenizer", nlohmann::json(""));
+  return t.is_string() ? t.get<std::string>() : "";
+}
+
+// The tokenizer to read the prompt and write the output with; nullopt: bytes.
+std::optional<Tokenizer> find_tokenizer(const SampleCommand& cmd) {
+  std::string path = cmd.tokenizer, where = "--tokenizer";
+  if (path == "bytes") return std::nullopt;
+  if (path.empty() && hf::is_model_dir(cmd.checkpoint) && holds_tokenizer(cmd.checkpoint)) {
+    path = cmd.checkpoint;
+    where = "the Hugging Face directory's tokenizer";
+  }
+  if (path.empty()) {
+    path = run_tokenizer(cmd.checkpoint);
+    where = fmt::format("data.tokenizer '{}' of the run", path);
+  }
+  if (path.empty()) return std::nullopt;
+  try {
+    return load_tokenizer(path == "gpt2" ? builtin_gpt2_tokenizer_dir() : path);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {} (give the model's tokenizer with --tokenizer)", where, e.what()));
+  }
+}
+
+std::string bytes_text(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (int32_t id : ids) out += id < 256 ? std::string(1, char(id)) : fmt::format("<{}>", id);
+  return out;
+}
+
+}  // namespace
+
+int run_sample(const SampleCommand& cmd) {
+  if (cmd.prompt.empty()) throw Error("--prompt is empty: give some text to continue");
+  if (cmd.max_new < 1 || cmd.max_new > 100000) throw Error(fmt::format("--max-new {} must be in [1, 100000]", cmd.max_new));
+  if (!(cmd.temperature >= 0 && cmd.temperature <= 100))
+    throw Error(fmt::format("--temperature {} must be in [0, 100] (0: greedy)", cmd.temperature));
+  if (cmd.seed < 0) throw Error(fmt::format("--seed {} must be >= 0", cmd.seed));
+  auto model = load_model(cmd.checkpoint);
+  const ModelConfig& cfg = model->config();
+  if (cfg.arch != Arch::Gpt)
+    throw Error(fmt::format("'{}' is an {} model; sample needs a gpt model (model.arch = \"gpt\"){}", cmd.checkpoint,
+                            to_string(cfg.arch),
+                            cfg.encdec() ? "; an encoder-decoder translates: normlab translate" : ""));
+  if (!cfg.has_logits()) throw Error(fmt::format("'{}' has no head (model.head = none): nothing to sample", cmd.checkpoint));
+  const int V = cfg.vocab_size();
+  if (cmd.top_k < 0 || cmd.top_k > V) throw Error(fmt::format("--top-k {} must be in [0, {}] (the vocabulary)", cmd.top_k, V));
+
+  const std::optional<Tokenizer> tok = find_tokenizer(cmd);
+  std::vector<int32_t> prompt;
+  if (tok) {
+    prompt = tok->encode(cmd.prompt, false);  // as training read the corpus: no special tokens
+    if (prompt.empty()) throw Error("--prompt has no tokens");
+    for (int32_t id : prompt)
+      if (id >= V)
+        throw Error(fmt::format("--prompt: token id {} is outside the model's vocabulary of {} (is {} the model's "
+                                "tokenizer?)", id, V, tok->description()));
+  } else {
+    if (V > kByteVocab + 1 && cmd.tokenizer != "bytes")
+      throw Error(fmt::format("the model has {} token ids, not bytes, and no tokenizer came with '{}': give "
+                              "--tokenizer (its file or directory, or gpt2), or --tokenizer bytes",
+                              V, cmd.checkpoint));
+    for (unsigned char c : cmd.prompt) prompt.push_back(int32_t(c));
+    for (int32_t id : prompt)
+      if (id >= V)
+        throw Error(fmt::format("--prompt: byte {} is outside the model's vocabulary of {} (a token model needs "
+                                "--tokenizer)", id, V));
+  }
+  if (int(prompt.size()) > cfg.seq_len)
+    throw Error(fmt::format("--prompt is {} {}, longer than the model's context (seq_len) of {}", prompt.size(),
+                            tok ? "tokens" : "bytes", cfg.seq_len));
+
+  SampleOptions options;
+  options.max_new = cmd.max_new;
+  options.temperature = cmd.temperature;
+  options.top_k = cmd.top_k;
+  options.seed = uint64_t(cmd.seed);
+  const std::vector<int32_t> out = generate(*model, prompt, options);
+  std::cerr << fmt::format("sample: {} prompt {}, {} new, {}\n", prompt.size(),
+                           tok ? fmt::format("tokens ({})", tok->description()) : std::string("bytes"), out.size(),
+                           cmd.temperature == 0 ? std::string("greedy")
+                                                : fmt::format("temperature {} top-k {} seed {}", cmd.temperature,
+                                                              cmd.top_k == 0 ? std::string("all") : std::to_string(cmd.top_k), cmd.seed));
+  if (cmd.ids) {
+    fmt::print("{}\n", fmt::join(out, " "));
+    return 0;
+  }
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), out.begin(), out.end());
+  std::cout << (tok ? tok->decode(all, false) : bytes_text(all)) << '\n';
+  return 0;
+}
+
+}  // namespace normlab::cli
