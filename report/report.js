@@ -309,7 +309,7 @@
   }
   // An x axis of layer indices within one stack: integer ticks only.
   function layerAxis(title) {
-    return {type: 'linear', title: {display: true, text: title},
+    return {type: 'linear', min: 0, title: {display: true, text: title},
             ticks: {stepSize: 1, precision: 0, callback: (v) => Number.isInteger(v) ? String(v) : ''}};
   }
   // A chart whose x axis counts layers must tick at integers only (the headless-browser test reads check.errors).
@@ -372,8 +372,8 @@
     const kinds = [['encoder', 'self', 'Encoder self-attention', 'encoder layer'],
                    ['decoder', 'self', 'Decoder self-attention (causal)', 'decoder layer'],
                    ['decoder', 'cross', 'Cross-attention (decoder queries over the source)', 'decoder layer']];
-    for (const [when, stageName] of stages)
-      for (const [stack, kind, title, xTitle] of kinds) {
+    for (const [stack, kind, title, xTitle] of kinds)
+      for (const [when, stageName] of stages) {
         const heads = (rep) => rep.attention.per_head.filter((h) => h.stack === stack && h.kind === kind);
         const sets = series(when, (rep) => {
           const max = {};
@@ -393,8 +393,8 @@
     const spectrum = (e) => e.dense ? e.dense.singular_values.map((v, k) => ({x: k + 1, y: Math.max(v, 1e-18)})) : [];
     const jacobians = [['decoder', 'the decoder\'s input stream, the encoder output held fixed'],
                        ['source', 'the encoder\'s input stream, through both stacks and every cross-attention']];
-    for (const [when, stageName] of stages)
-      for (const [name, by] of jacobians)
+    for (const [name, by] of jacobians)
+      for (const [when, stageName] of stages)
         chartCard(box, `Singular values of the ${name} Jacobian ${stageName}`,
           `The decoder's last stream (before its final norm) by ${by}, on the single probe pair, dense, in double precision.`,
           {type: 'line', data: {datasets: series(when, (rep) => spectrum(rep.jacobian[name]))},
