@@ -4,7 +4,9 @@
 # records each chart and whether its canvas got painted, in #normlab-selftest). A deliberately broken
 # copy of the report must be rejected, so the check itself is tested. A 12-run study (placements x
 # learning rates x seeds) must show the three-sentence answer, the learning-rate curve, seed bands and
-# small multiples. Screenshots of the reports are kept in the artifacts directory.
+# small multiples; a study with per-layer logs its heatmaps and curves; a tiny translation study the
+# encoder-decoder layout (a panel per stack and kind of attention, each drawn, layer axes with integer
+# ticks only: the page reports any other as an error). Screenshots are kept in the artifacts directory.
 # Usage: report_browser.sh path/to/normlab path/to/tests/data artifacts-dir
 set -uo pipefail
 NL=$(realpath "$1")
@@ -54,11 +56,48 @@ PY
 fail=0
 if check_report "$W/tiny/report.html"; then echo "ok: report of the tiny study"; else echo "FAIL: report of the tiny study"; fail=1; fi
 
+# a tiny translation study: the encoder-decoder instruments, per stack
+mkdir corpus
+perl -e '
+  my @w = qw(sun moon star sea fire);
+  srand(11);
+  for my $split (["train", 200], ["valid", 16], ["test", 4]) {
+    open(my $s, ">", "corpus/$split->[0].src") or die; open(my $t, ">", "corpus/$split->[0].tgt") or die;
+    for (1 .. $split->[1]) {
+      my @x = map { $w[int(rand(@w))] } 1 .. 2 + int(rand(3));
+      print $s join(" ", @x), "\n"; print $t join(" ", @x), "\n";
+    }
+  }'
+if "$NL" compare --config "$DATA/tiny_translation_study.toml" --out tinyt > comparet.txt 2>&1; then
+  # training: loss, validation loss, gradient norm, BLEU; per stack: 2 gradient, 4 activation, 2 branch-ratio,
+  # 6 attention (encoder self, decoder self, cross; fresh and trained) and 4 Jacobian spectra
+  if check_report "$W/tinyt/report.html" 22 && python3 - dom.html <<'PY'
+import re, sys
+charts = re.findall(r'data-chart="([^"]*)"', open(sys.argv[1]).read())
+want = ["Encoder: gradient norm by encoder layer at initialization", "Decoder: gradient norm by decoder layer at initialization",
+        "Encoder: activation norm by depth after training", "Decoder: branch-to-stream ratio by decoder layer at initialization",
+        "Cross-attention (decoder queries over the source): ||A||_2 by layer after training (max over heads)",
+        "Singular values of the source Jacobian at initialization"]
+missing = [w for w in want if w not in charts]
+single = [c for c in charts if "LayerNorm site" in c or c.startswith("Gradient norm by layer")]  # the one-stack layout
+assert not missing and not single, (missing, single)
+PY
+  then echo "ok: report of the tiny translation study"; else echo "FAIL: report of the tiny translation study"; fail=1; fi
+  timeout 120 "$CHROMIUM" "${flags[@]}" --hide-scrollbars --window-size=1280,5200 --screenshot="$ART/report_translation.png" \
+    "file://$W/tinyt/report.html" 2> /dev/null
+else
+  echo "FAIL: compare tiny translation study: $(tail -3 comparet.txt)"; fail=1
+fi
+
 # the checks must catch a broken page: a chart that throws, and a page script that dies
 sed 's/new Chart(canvas, config)/new Chart(canvas, Object.assign(config, {type: "nosuchtype"}))/' tiny/report.html > broken_chart.html
 if check_report "$W/broken_chart.html" > /dev/null; then echo "FAIL: a report whose charts throw passed"; fail=1; else echo "ok: a broken chart is caught"; fi
 sed 's/const runs = data.runs;/const runs = data.nosuch.runs;/' tiny/report.html > broken_script.html
 if check_report "$W/broken_script.html" > /dev/null; then echo "FAIL: a report whose script dies passed"; fail=1; else echo "ok: a dead script is caught"; fi
+if [[ -s tinyt/report.html ]]; then  # a layer axis that ticks between layers (Chart.js's default ticks)
+  sed 's/ticks: {stepSize: 1, precision: 0, /ticks: {/' tinyt/report.html > broken_ticks.html
+  if check_report "$W/broken_ticks.html" 22 > /dev/null; then echo "FAIL: a layer axis with ticks between layers passed"; fail=1; else echo "ok: ticks between layers are caught"; fi
+fi
 
 # a 12-run study (3 placements x 2 learning rates x 2 seeds): the layout a grid over seeds and
 # learning rates needs must be there: the answer in three sentences, the learning-rate curve, seed

@@ -341,14 +341,36 @@ TEST(Summary, SaysWhatATranslationRunSkipped) {
   r.erase("loss_target");
   r.erase("steps_to_target");
   r.erase("unigram_entropy");
-  r["skipped"] = {{"instruments", "not for encoder-decoders yet"}};
+  r["skipped"] = {{"rank_collapse", "not measured on encoder-decoders"}};
   json other = run("pre", 0, 2.4);
   other.erase("loss_target");
   other.erase("steps_to_target");
   const json s = written_summary(results_of({r, other}));
-  EXPECT_TRUE(any_contains(s, "Not measured, instruments: not for encoder-decoders yet (post w0).")) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "Not measured, rank_collapse: not measured on encoder-decoders (post w0).")) << s.dump(1);
   EXPECT_FALSE(any_contains(s, "loss target")) << s.dump(1);
   EXPECT_EQ(summary_table(results_of({r, other})).find("to target: first step"), std::string::npos);
+}
+
+// An encoder-decoder's probe: the gradient ratio per stack, in the table and the written summary.
+TEST(Summary, GivesAnEncoderDecodersGradientRatioPerStack) {
+  const auto probed = [](json r, double enc, double dec) {
+    const auto stack = [](int layers, double ratio) {
+      return json{{"layers", std::vector<json>(size_t(layers), json::object())}, {"grad_norm_last_over_first", ratio}};
+    };
+    r["instruments"]["init"] = {{"arch", "encdec"}, {"dynamics", {{"encoder", stack(6, enc)}, {"decoder", stack(4, dec)}}}};
+    return r;
+  };
+  const json results = results_of({probed(run("post", 0, 2.5), 0.23, 3.93), probed(run("pre", 0, 2.4), 0.35, 0.71),
+                                   probed(run("post", 100, 2.45), 0.25, 4.5)});
+  const std::string t = summary_table(results);
+  EXPECT_NE(t.find(" 0.23/3.93\n"), std::string::npos) << t;
+  EXPECT_NE(t.find(" 0.35/0.71\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("(encoder-decoders: encoder/decoder, each within its stack)"), std::string::npos) << t;
+  const json s = written_summary(results);
+  EXPECT_TRUE(any_contains(s, "post (6+4 layers) encoder 0.23 to 0.25, decoder 3.93 to 4.50; pre (6+4 layers) encoder "
+                              "0.35, decoder 0.71.")) << s.dump(1);
+  // a language model's table keeps its one ratio and note
+  EXPECT_EQ(summary_table(results_of({run("post", 0, 2.5)})).find("encoder-decoders"), std::string::npos);
 }
 
 TEST(Summary, CountsADivergedPostRunAsTheEffect) {

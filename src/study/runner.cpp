@@ -211,15 +211,19 @@ void read_metrics(const fs::path& path, nlohmann::json& run) {
 // and EOS of the training pairs): the loss of a decoder that learned only target byte frequencies.
 bool is_translation(const RunConfig& cfg) { return cfg.model.encdec() || !cfg.data.parallel.empty(); }
 
+int run_seq_len(const RunConfig& cfg) { return cfg.train.seq_len > 0 ? cfg.train.seq_len : cfg.model.seq_len; }
+
 // The data of every run, read once per distinct corpus before anything is written (a bad corpus fails
 // the study at once): byte corpora for the language-model runs, and for the translation runs the
-// parallel corpus's sizes and target unigram entropy (the trainer reads the pairs itself).
+// parallel corpus's sizes and target unigram entropy and its validation pairs, which the instruments
+// read (the trainer reads the pairs itself).
 struct StudyData {
   std::map<std::string, Corpus> corpora;
   std::map<std::string, nlohmann::json> parallel;
+  std::map<std::string, std::vector<TokenPair>> valid_pairs;  // same keys as parallel
 };
 
-int run_seq_len(const RunConfig& cfg) { return cfg.train.seq_len > 0 ? cfg.train.seq_len : cfg.model.seq_len; }
+std::string parallel_key(const RunConfig& cfg) { return fmt::format("{}|{}", cfg.data.parallel, run_seq_len(cfg)); }
 
 const nlohmann::json& parallel_for(const RunConfig& cfg, StudyData& data) {
   if (!cfg.model.encdec())
@@ -227,7 +231,7 @@ const nlohmann::json& parallel_for(const RunConfig& cfg, StudyData& data) {
                             to_string(cfg.model.arch)));
   if (cfg.data.parallel.empty())
     throw Error("an encoder-decoder (model.arch = \"encdec\") trains on a parallel corpus: set data.parallel");
-  const std::string key = fmt::format("{}|{}", cfg.data.parallel, run_seq_len(cfg));
+  const std::string key = parallel_key(cfg);
   auto it = data.parallel.find(key);
   if (it == data.parallel.end()) {
     const TranslationData d = load_translation(cfg.data.parallel, run_seq_len(cfg));
@@ -241,6 +245,7 @@ const nlohmann::json& parallel_for(const RunConfig& cfg, StudyData& data) {
                                           {"dropped_train", d.dropped_train}, {"dropped_valid", d.dropped_valid},
                                           {"seq_len", run_seq_len(cfg)}, {"target_unigram_entropy", unigram_entropy(labels)}})
              .first;
+    data.valid_pairs[key] = d.valid;
   }
   return it->second;
 }
@@ -282,12 +287,15 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
   run["loss_target"] = target;
   fs::create_directories(dir);
 
-  const std::optional<std::string> unprobed = study.instruments ? probe_unsupported(cfg.model) : std::nullopt;
-  if (unprobed) skipped["instruments"] = *unprobed;
-  const bool probe = study.instruments && !unprobed;
+  const bool probe = study.instruments;
+  if (probe) skipped.update(probe_omissions(cfg.model, study.probe_seq_len));
   if (!skipped.empty()) run["skipped"] = skipped;
-  if (probe && !corpus)  // probe_unsupported let an encoder-decoder through: pass probe_model its pairs here
-    throw Error("the study instruments of an encoder-decoder need its parallel corpus, which the runner does not pass yet");
+  // the instruments on a model: an encoder-decoder on the validation pairs, any other on a window of
+  // the validation text
+  const auto probe_one = [&](Model<double>& m) {
+    return translation ? probe_encdec(m, data.valid_pairs.at(parallel_key(cfg)), study.probe_seq_len)
+                       : probe_model(m, corpus->val, study.probe_seq_len, 11);
+  };
 
   nlohmann::json instruments = nlohmann::json::object();
   const auto probe_t0 = Clock::now();
@@ -296,7 +304,7 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
     Model<float> fresh(cfg.model);
     if (!cfg.train.init_from.empty()) load_params(cfg.train.init_from, fresh);
     auto m = widen(fresh);
-    instruments["init"] = probe_model(*m, corpus->val, study.probe_seq_len, 11);
+    instruments["init"] = probe_one(*m);
   }
   double probe_seconds = seconds_since(probe_t0);
   if (stopped(options)) {
@@ -320,7 +328,7 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
     const auto t1 = Clock::now();
     auto trained = load_model(ckpt.string());
     auto m = widen(*trained);
-    instruments["final"] = probe_model(*m, corpus->val, study.probe_seq_len, 11);
+    instruments["final"] = probe_one(*m);
     probe_seconds += seconds_since(t1);
   }
   run["instruments_seconds"] = probe_seconds;

@@ -33,6 +33,18 @@ std::optional<double> grad_ratio(const json& run) {
   return number(run["instruments"]["init"]["dynamics"], "grad_norm_last_over_first");
 }
 
+// An encoder-decoder's gradient-norm ratio (last layer / first) at initialization of one stack
+// ("encoder" or "decoder"), if it was probed.
+std::optional<double> stack_grad_ratio(const json& run, const char* stack) {
+  if (!run.contains("instruments") || !run["instruments"].contains("init")) return std::nullopt;
+  const json& d = run["instruments"]["init"]["dynamics"];
+  return d.contains(stack) ? number(d[stack], "grad_norm_last_over_first") : std::nullopt;
+}
+
+bool any_stack_ratio(const json& runs) {
+  return std::any_of(runs.begin(), runs.end(), [](const json& r) { return stack_grad_ratio(r, "encoder").has_value(); });
+}
+
 std::optional<double> w2_grad_ratio(const json& run) {
   if (!run.contains("instruments") || !run["instruments"].contains("init")) return std::nullopt;
   return number(run["instruments"]["init"]["dynamics"], "ffn_out_grad_norm_last_over_first");
@@ -201,17 +213,22 @@ std::string summary_table(const json& results) {
     const std::string target = r.contains("steps_to_target") && r["steps_to_target"].is_number()
                                    ? std::to_string(r["steps_to_target"].get<long>()) : "-";
     const auto g = grad_ratio(r);
+    const auto ge = stack_grad_ratio(r, "encoder"), gd = stack_grad_ratio(r, "decoder");
+    const std::string ratio = g ? fmt::format("{:.3f}", *g) : ge && gd ? fmt::format("{:.2f}/{:.2f}", *ge, *gd) : "-";
     t += fmt::format("{:<{}}  {:<11} {:>10} {:>10}{} {:>11} {:>10} {:>9} {:>11}\n", r["label"].get<std::string>(), w,
                      r["status"].get<std::string>(), num("train_loss", "{:.4f}"), num("val_loss", "{:.4f}"),
                      with_bleu ? fmt::format(" {:>6}", num("bleu", "{:.2f}")) : "", div, target,
-                     num("tokens_per_s", "{:.0f}"), g ? fmt::format("{:.3f}", *g) : "-");
+                     num("tokens_per_s", "{:.0f}"), ratio);
   }
   std::vector<std::string> notes;
   const auto with_target = std::find_if(runs.begin(), runs.end(), [](const json& r) { return r.contains("loss_target"); });
   if (with_target != runs.end())
     notes.push_back(fmt::format("to target: first step where the mean of the last 20 training losses is <= {:.3f} nats",
                                 (*with_target)["loss_target"].get<double>()));
-  notes.push_back("grad L/1: gradient norm of the last layer / the first, at initialization");
+  notes.push_back(any_stack_ratio(runs)
+                      ? "grad L/1: gradient norm of the last layer / the first, at initialization (encoder-decoders: "
+                        "encoder/decoder, each within its stack)"
+                      : "grad L/1: gradient norm of the last layer / the first, at initialization");
   if (with_bleu) notes.push_back("BLEU: corpus BLEU of greedy translations of the first data.bleu_sentences validation pairs");
   t += fmt::format("{}\n", fmt::join(notes, "; "));
   const json groups = results.contains("seed_groups") ? results["seed_groups"] : seed_groups(results);
@@ -437,6 +454,28 @@ json written_summary(const json& results) {
     out.push_back(fmt::format("Gradient norm at initialization, last layer / first layer, all of a layer's parameters "
                               "(and the FFN output weights W2 alone, the quantity Xiong et al. 2020 analyse; they "
                               "predict > 1 for Post-LN, about 1 for Pre-LN): {}.", fmt::join(parts, "; ")));
+  }
+
+  // the same per stack of an encoder-decoder (Liu et al. 2020)
+  Groups<double> enc_ratios, dec_ratios;
+  for (const auto& r : runs) {
+    const auto ge = stack_grad_ratio(r, "encoder"), gd = stack_grad_ratio(r, "decoder");
+    if (!ge || !gd) continue;
+    const json& d = r["instruments"]["init"]["dynamics"];
+    const std::string key = fmt::format("{} ({}+{} layers)", placement_name(r), d["encoder"]["layers"].size(),
+                                        d["decoder"]["layers"].size());
+    group_of(enc_ratios, key).push_back(*ge);
+    group_of(dec_ratios, key).push_back(*gd);
+  }
+  if (!enc_ratios.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [p, v] : enc_ratios)
+      parts.push_back(fmt::format("{} encoder {}, decoder {}", p, range(v), range(group_of(dec_ratios, p))));
+    out.push_back(fmt::format("Encoder-decoders: gradient norm at initialization by stack, last layer / first layer of "
+                              "the stack, all of a layer's parameters (Liu et al. 2020: at initialization a Post-LN "
+                              "decoder's gradients shrink toward its input, a ratio above 1 here, while the encoder's "
+                              "stay balanced, about 1): {}.",
+                              fmt::join(parts, "; ")));
   }
 
   // theory claims, per kind of model (fresh, trained)
