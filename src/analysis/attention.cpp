@@ -202,6 +202,11 @@ void print_report(const AttentionReport& r) {
                std::sqrt(h.stats.c_max), h.stats.c_max, h.stats.chain_holds ? "holds" : "FAILS", h.stats.entropy_mean,
                h.sigma_q, h.sigma_k, h.bound_verdict);
   }
+  fmt::print("columns: layer, head; shape: rows x keys of the probability matrix A; lower: ||c||_2/sqrt(rows), the "
+             "chain's lower bound (c: the column sums); ||A||_2: spectral norm; sqrt(c): sqrt(c_max); c_max: the largest "
+             "column sum; chain: whether lower <= ||A||_2 <= sqrt(c_max) <= sqrt(rows) holds; H mean: mean row entropy "
+             "(nats); sigma_Q, sigma_K: spectral norms of the head's query and key projections; 002 bound: source 002's "
+             "sqrt(n/(1+(n-1)exp(-2M))) and whether ||A||_2 is within it (docs/THEORY.md, 002 spectral bounds)\n");
 }
 
 }  // namespace normlab::analysis

@@ -180,6 +180,9 @@ void print_report(const DynamicsReport& r) {
                d.grad_norm, d.residual_rank);
   fmt::print("{:>5} {:<9} {:>12.4f} {:>12} {:>12} {:>12} {:>10.4f}\n", "out", "", r.final_stream_norm, "", "", "",
              r.final_residual_rank);
+  fmt::print("columns: layer (out: after the last); placement; ||x_l||: mean norm of the stream entering the layer; "
+             "|F|/|x| attn, mlp: branch-to-stream ratio ||F(x)||/||x|| of each sub-layer; grad norm: ||dL/d theta|| of "
+             "the layer's parameters; res(X_l): ||X - 1 mean(X)^T||_F / ||X||_F, distance from rank one\n");
   fmt::print("gradient norm, last layer / first layer: {:.3f}; of the MLP output weights W2 (Xiong et al.'s "
              "W^(2,l): grows toward the output for post, flat for pre): {:.3f}\n",
              r.grad_growth, r.ffn_out_grad_growth);

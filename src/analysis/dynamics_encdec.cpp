@@ -166,6 +166,9 @@ void print_report(const EncDecDynamicsReport& r) {
     }
     fmt::print("{:<8} {:>5} {:<9} {:>10.4f}\n", name, "out", "", st->out_stream_norm);
   }
+  fmt::print("columns: stack, layer (out: after the last), placement; ||x_l||: mean norm of the stream entering the "
+             "layer; grad layer: ||dL/d theta|| of the layer; |F|/|x| and grad of each sub-layer: sa self-attention, ca "
+             "cross-attention, ff the MLP (branch-to-stream ratio and its parameters' gradient norm)\n");
   fmt::print("memory (what cross-attention reads) ||mem|| = {:.4f}\n", r.memory_norm);
   fmt::print("layer gradient norm, last layer / first layer: encoder {:.3f}, decoder {:.3f} (Liu et al. 2020: at "
              "init a Post-LN decoder's shrink toward its input, the encoder's do not)\n",

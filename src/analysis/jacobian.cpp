@@ -326,6 +326,12 @@ void print_report(const JacobianReport& r) {
     fmt::print("{:<20} {:>10.2e} {:>10.4g} {:>10.3e} {:>3}/{:<2} {:>10.4g} {:>10.3e} {:>10.2e} {:>10.2e} {:>10.2e} {:>10.2e}\n",
                n.site, n.closed_form_err, n.spectrum.max(), n.spectrum.min(), n.spectrum.rank, r.d,
                n.predicted_bulk, n.predicted_small, n.j_ones, n.j_zhat, n.gamma_left_err, n.gamma_right_err);
+  fmt::print("columns: site: the norm (layer, sub-layer); |J-J_ad|: max |closed form - autodiff| of the Jacobian; sv max, "
+             "sv min: its extreme singular values; rank: numerical rank / d; 1/s: the predicted bulk singular value "
+             "(s = sqrt(var + eps)); eps-sv: the predicted z-hat singular value (1/s) eps/(var + eps); |J1|, |Jz|: the "
+             "gains ||J 1||/||1|| and ||J zhat||/||zhat|| (source 000 Thm 3.6: 0 at eps = 0); left err, right err: max "
+             "|J_gamma - diag(gamma) J| and |J_gamma - J diag(gamma)| for a random gain (000 Remark 1.2). Claims: "
+             "docs/THEORY.md\n");
   fmt::print("\nBlocks (token-local d x d{})\n", r.blocks.empty() || !r.blocks[0].full ? "" : "; full (T d) x (T d)");
   for (const auto& b : r.blocks) {
     fmt::print("layer {:>3} {:<9} local sv [{:.4g}, {:.4g}] rank {}", b.layer, b.placement, b.local.min(),

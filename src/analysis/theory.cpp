@@ -18,7 +18,29 @@ namespace normlab::analysis {
 
 namespace theory_detail {
 
-std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c) {
+std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c, bool needs_loss) {
+  if (o_.model) {  // the given model, if it is the one the claim needs
+    const ModelConfig& g = o_.model->config;
+    const Placement want = c.placement_of(0);
+    bool uniform = true;
+    for (int l = 0; l < g.total_layers(); l++) uniform &= g.placement_of(l) == g.placement_of(0);
+    if (g.arch != Arch::Gpt)
+      throw NotApplicable(fmt::format("the claim is measured on a decoder-only (gpt) model; this one is {}", to_string(g.arch)));
+    if (g.norm != NormKind::LayerNorm)
+      throw NotApplicable(fmt::format("the claim is about LayerNorm; this model uses {}", to_string(g.norm)));
+    if (!uniform || g.placement_of(0) != want)
+      throw NotApplicable(fmt::format("the claim needs placement {}; this model's is {}", to_string(want),
+                                      uniform ? to_string(g.placement_of(0)) : std::string("a per-layer mix")));
+    if (g.n_layers != c.n_layers)
+      throw NotApplicable(fmt::format("the claim needs {} layers; this model has {}", c.n_layers, g.n_layers));
+    if (needs_loss && !g.has_logits())
+      throw NotApplicable("the claim needs gradients of a loss; this model has no head (head = none)");
+    ModelConfig at = g;
+    at.eps = c.eps;  // the claim's eps (e.g. 0 for 000's theorems), the model's weights
+    auto m = std::make_unique<Model<double>>(at);
+    std::copy(o_.model->params.begin(), o_.model->params.end(), m->params().begin());
+    return m;
+  }
   auto m = std::make_unique<Model<double>>(c);
   if (o_.train_steps == 0) return m;
   nlohmann::json key = model_config_to_json(c);
@@ -59,6 +81,23 @@ ModelConfig gpt_config(const TheoryOptions& o, Placement p, double eps, int laye
   return c;
 }
 
+std::string weights(const Bench& b, const std::string& init) { return b.given ? "the checkpoint's weights" : init; }
+
+void attempt(const Bench& b, std::vector<Measurement>& out, const std::vector<std::string>& claims,
+             const std::function<void()>& block) {
+  try {
+    block();
+  } catch (const NotApplicable& e) {
+    if (!b.given) throw Error(fmt::format("theory: {}", e.what()));  // only a given model can miss a claim
+    for (const auto& name : claims) {
+      Measurement m;
+      m.source = name;
+      m.skipped = e.what();
+      out.push_back(std::move(m));
+    }
+  }
+}
+
 std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c) {
   auto m = b.models->make(c);
   std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
@@ -96,7 +135,7 @@ std::vector<TokenPair> theory_pairs(const TheoryOptions& o, const Corpus& corpus
 std::vector<Measurement> measure_seed(const TheoryOptions& o, const Corpus& corpus, const std::vector<TokenPair>& pairs,
                                       const std::string& pairs_name) {
   theory_detail::ModelSource models(o, corpus.train);
-  theory_detail::Bench b{o, corpus.val, {}, &models, o.train_steps == 0, &pairs, pairs_name};
+  theory_detail::Bench b{o, corpus.val, {}, &models, o.train_steps == 0, o.model != nullptr, &pairs, pairs_name};
   Rng rng(uint64_t(o.seed), 9);
   b.ids = sample_batch(b.corpus, Arch::Gpt, 1, o.seq_len, rng).ids;
   std::vector<Measurement> out;
@@ -110,8 +149,24 @@ std::string number(double v) { return fmt::format("{:.4g}", v); }
 
 }  // namespace
 
+Corpus theory_corpus(const TheoryOptions& o) {
+  if (o.corpus.empty()) return load_corpus(builtin_corpus_path(), 0.1, o.seq_len);
+  if (o.corpus.ends_with(".bin") || o.corpus.ends_with(".safetensors")) return load_token_stream(o.corpus, 0.1, o.seq_len);
+  return load_corpus(o.corpus, 0.1, o.seq_len);
+}
+
+namespace {
+
+std::string claim_input(const TheoryOptions& o, const Corpus& corpus) {
+  return fmt::format("windows of {} {}s of {}, validation split (one per seed){}", o.seq_len, corpus.unit(),
+                     corpus.description(),
+                     o.train_steps > 0 ? fmt::format("; trained on its training split ({} steps)", o.train_steps) : "");
+}
+
+}  // namespace
+
 std::vector<Claim> run_theory(const TheoryOptions& o) {
-  const Corpus corpus = load_corpus(builtin_corpus_path(), 0.1, o.seq_len);
+  const Corpus corpus = theory_corpus(o);
   std::string pairs_name;
   const std::vector<TokenPair> pairs = theory_pairs(o, corpus, pairs_name);
   const bool fresh = o.train_steps == 0;
@@ -135,9 +190,22 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
   for (const auto& e : errors)
     if (!e.empty()) throw Error(e);
   std::vector<Claim> claims;
-  const std::string state = fresh ? "fresh" : fmt::format("trained ({} steps)", o.train_steps);
+  const std::string state = o.model ? fmt::format("checkpoint '{}'", o.model->name)
+                            : fresh  ? "fresh"
+                                     : fmt::format("trained ({} steps)", o.train_steps);
+  const std::string input = claim_input(o, corpus);
   for (size_t i = 0; i < by_seed[0].size(); i++) {
     const Measurement& m = by_seed[0][i];
+    if (!m.skipped.empty()) {
+      Claim c;
+      c.source = m.source;
+      c.verdict = kSkipped;
+      c.measured = m.skipped;
+      c.model = state;
+      c.input = input;
+      claims.push_back(std::move(c));
+      continue;
+    }
     std::vector<double> values;
     nlohmann::json seeds = nlohmann::json::array();
     for (const auto& s : by_seed) {
@@ -162,6 +230,7 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
                          : fmt::format("{} (claim: {}): {}, 1 seed; {}", m.quantity, c.claimed, number(s.mean), m.detail);
     c.numbers = {{"summary", to_json(s)}, {"seeds", seeds}};
     c.model = state;
+    c.input = input;
     claims.push_back(std::move(c));
   }
   return claims;
@@ -170,7 +239,7 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
 std::vector<Claim> run_theory_fresh_and_trained(TheoryOptions o, long trained_steps) {
   o.train_steps = 0;
   std::vector<Claim> claims = run_theory(o);
-  if (trained_steps > 0) {
+  if (trained_steps > 0 && !o.model) {
     o.train_steps = trained_steps;
     for (auto& c : run_theory(o)) claims.push_back(std::move(c));
   }
@@ -179,16 +248,29 @@ std::vector<Claim> run_theory_fresh_and_trained(TheoryOptions o, long trained_st
 
 nlohmann::json to_json(const std::vector<Claim>& claims) {
   nlohmann::json j = nlohmann::json::array();
-  for (const auto& c : claims)
+  for (const auto& c : claims) {
+    if (c.verdict == kSkipped) {  // no numbers: the reason
+      j.push_back({{"source", c.source}, {"model", c.model}, {"verdict", c.verdict}, {"measured", c.measured},
+                   {"input", c.input}});
+      continue;
+    }
     j.push_back({{"source", c.source}, {"model", c.model}, {"statement", c.statement}, {"setting", c.setting},
                  {"quantity", c.quantity}, {"claimed", c.claimed}, {"measured", c.measured}, {"verdict", c.verdict},
-                 {"reported", c.reported}, {"mean", c.summary.mean}, {"ci95", {c.summary.lo, c.summary.hi}}, {"sd", c.summary.sd},
+                 {"reported", c.reported}, {"input", c.input}, {"mean", c.summary.mean}, {"ci95", {c.summary.lo, c.summary.hi}}, {"sd", c.summary.sd},
                  {"seeds", c.summary.n}, {"numbers", c.numbers}});
+  }
   return j;
 }
 
 void print_claims(const std::vector<Claim>& claims) {
+  std::string input;
   for (const auto& c : claims) {
+    if (c.input != input) fmt::print("input ({} models): {}\n\n", c.model, c.input);
+    input = c.input;
+    if (c.verdict == kSkipped) {
+      fmt::print("[{}, {}] SKIPPED: {}\n\n", c.source, c.model, c.measured);
+      continue;
+    }
     const std::string head = c.verdict == kHolds ? "HOLDS" : c.verdict == kViolated ? "VIOLATED" : "NOT DISTINGUISHABLE";
     fmt::print("[{}, {} models] {}\n  claim:    {}\n  setting:  {}\n{}  measured: {}\n\n", c.source, c.model, head,
                c.statement, c.setting, c.reported.empty() ? "" : "  reported: " + c.reported + "\n", c.measured);

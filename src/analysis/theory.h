@@ -5,13 +5,19 @@
 // quantity; its per-seed values give a mean, a spread and a 95% confidence interval, and the verdict
 // follows one rule (stats.h): "holds" or "violated" only when the interval excludes the other
 // answer, else "not distinguishable at this scale". The claims in words: docs/THEORY.md.
+// On one given model (`normlab theory --checkpoint`): every claim that model's architecture,
+// placement, norm and depth can answer, measured on its weights over several input windows; the
+// others are "skipped" with the reason.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "analysis/stats.h"
+#include "model/config.h"
+#include "train/data.h"
 
 namespace normlab::analysis {
 
@@ -22,11 +28,21 @@ struct Claim {
   std::string quantity;   // the number the verdict is decided on
   std::string claimed;    // the region the claim puts it in, e.g. "> 1"
   std::string measured;   // mean, CI, spread, and the first seed's numbers in words
-  std::string verdict;    // holds | violated | not distinguishable at this scale
+  std::string verdict;    // holds | violated | not distinguishable at this scale | skipped
   std::string reported;   // what the paper reports in its own setting (empty for the seed documents)
   SeedSummary summary;
   nlohmann::json numbers;  // the seeds' numbers
-  std::string model = "fresh";  // or "trained (N steps)"
+  std::string model = "fresh";  // or "trained (N steps)", or "checkpoint 'M'"
+  std::string input;            // the inputs of the byte-LM claims, in words
+};
+
+inline constexpr const char* kSkipped = "skipped";  // the model cannot answer the claim; `measured` says why
+
+// A given model for `normlab theory --checkpoint`: its config and parameters (widened to double).
+struct TheoryModel {
+  std::string name;  // for "checkpoint 'M'"
+  ModelConfig config;
+  std::vector<double> params;
 };
 
 inline constexpr long kTheoryTrainedSteps = 300;  // the default of `normlab theory` and of studies
@@ -42,7 +58,13 @@ struct TheoryOptions {
   bool parallel_seeds = true;   // one seed per thread
   int paper_d_model = 512;      // width of the Xiong et al. check (their Fig. 3; FFN 2 d, 4 heads)
   std::string pairs = "es-en";  // translation pairs of the enc-dec claims: a built Bible pair or a directory
+  std::string corpus;           // inputs of the byte-LM claims: "" = the built-in corpus; a text file (its
+                                // bytes), or a token stream (.safetensors input_ids, .bin uint16)
+  std::shared_ptr<const TheoryModel> model;  // set: measure this model only (seeds pick the input windows)
 };
+
+// The corpus of options.corpus (validation split: the inputs; training split: trained models' data).
+Corpus theory_corpus(const TheoryOptions& options);
 
 std::vector<Claim> run_theory(const TheoryOptions& options);
 // The claims on fresh models, then (trained_steps > 0) on trained ones.

@@ -5,8 +5,10 @@
 // (stats.h). The claims in words, with their sources: docs/THEORY.md.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -29,15 +31,24 @@ struct Measurement {
   std::string detail;     // this seed's numbers in words
   nlohmann::json numbers;
   std::string reported = "";  // what the paper itself reports in its setting (papers only)
+  std::string skipped = "";   // non-empty: the given model cannot answer the claim, and why
+};
+
+// Thrown by ModelSource::make when the given model (theory --checkpoint) is not the model a claim
+// needs; attempt() turns it into skipped Measurements.
+struct NotApplicable : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 // The models of the checks: fresh from their config, or (train_steps > 0) trained first with AdamW
 // on the corpus' training split; trained parameters are kept per config (eps aside: a model
-// differing only in eps gets the parameters trained at eps = 1e-5).
+// differing only in eps gets the parameters trained at eps = 1e-5). With a given model
+// (options.model), make returns its weights at the requested eps if it is the model the config asks
+// for (architecture, norm, placement, depth, a head when needs_loss), else throws NotApplicable.
 class ModelSource {
  public:
   ModelSource(const TheoryOptions& o, const std::vector<int32_t>& train_ids) : o_(o), ids_(train_ids) {}
-  std::unique_ptr<Model<double>> make(const ModelConfig& c);
+  std::unique_ptr<Model<double>> make(const ModelConfig& c, bool needs_loss = false);
 
  private:
   std::vector<float> train(ModelConfig c);
@@ -53,11 +64,17 @@ struct Bench {
   std::vector<int32_t> ids;          // one sequence of seq_len tokens from it
   ModelSource* models = nullptr;
   bool fresh = true;
+  bool given = false;                // a given model (theory --checkpoint): o.model
   const std::vector<TokenPair>* pairs = nullptr;  // translation pairs (enc-dec claims)
   std::string pairs_name;                         // what they are, for the setting
 };
 
 ModelConfig gpt_config(const TheoryOptions& o, Placement p, double eps, int layers);
+// "the checkpoint's weights" for a given model, else the init the claim's setting states
+std::string weights(const Bench& b, const std::string& init);
+// Runs one check block; if its model is not applicable, one skipped Measurement per claim it makes.
+void attempt(const Bench& b, std::vector<Measurement>& out, const std::vector<std::string>& claims,
+             const std::function<void()>& block);
 std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c);
 
 // 000's LayerNorm and block Jacobian statements, 002's attention bounds (theory_lemmas.cpp)

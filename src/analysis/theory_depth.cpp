@@ -40,8 +40,13 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   const TheoryOptions& o = b.opt;
   const int L = o.deep_layers;
   const std::string lm = fmt::format("d = {}, {} heads, T = {}, byte LM", o.d_model, o.n_heads, o.seq_len);
-  {  // 002 rank collapse: the Pre-LN model's own weights with skips and MLPs removed
-    auto deep_pre = b.models->make(gpt_config(o, Placement::Pre, 1e-5, L));
+  auto need_depth = [&] {  // a fit over layers: a given model may be too shallow
+    if (L < 3) throw NotApplicable(fmt::format("a fit over depth needs at least 3 layers; this model has {}", L));
+  };
+  attempt(b, out, {"002 rank collapse", "002 skips prevent collapse"}, [&] {
+    // 002 rank collapse: the Pre-LN model's own weights with skips and MLPs removed
+    need_depth();
+    auto deep_pre = b.models->make(gpt_config(o, Placement::Pre, 1e-5, L), true);
     const DynamicsReport dpre = analyze_dynamics(*deep_pre, b.corpus, 2, 4, o.seq_len, 5);
     auto collapse = [&](bool skips, bool mlp) {
       for (const auto& v : dpre.rank_collapse)
@@ -50,7 +55,8 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     };
     const auto full = collapse(true, true), attn_skip = collapse(true, false), noskip = collapse(false, true),
                pure = collapse(false, false);
-    const std::string setting = fmt::format("Pre-LN, {} layers, {}, GPT-2 init; ablations keep the weights", L, lm);
+    const std::string setting = fmt::format("Pre-LN, {} layers, {}, {}; ablations keep the weights", L, lm,
+                                            weights(b, "GPT-2 init"));
     const std::string detail = fmt::format("res(X_L)/res(X_0): pure attention {:.3g}, no skips with MLP {:.3g}, skips "
                                            "without MLP {:.3g}, full model {:.3g}",
                                            pure.ratio, noskip.ratio, attn_skip.ratio, full.ratio);
@@ -63,13 +69,15 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                           "about 0 within a few layers; every variant with skips does not";
     out.push_back({"002 skips prevent collapse", "skip connections prevent rank collapse", setting,
                    "res(X_L)/res(X_0) with skips and without MLPs", Region::above(0.5), attn_skip.ratio, detail, nums});
-  }
+  });
   // the Pre-LN and Post-LN stacks at Xavier init (the premise of 003 and 004: branches comparable to the stream)
   ModelConfig pre_cfg = gpt_config(o, Placement::Pre, 1e-5, L), post_cfg = gpt_config(o, Placement::Post, 1e-5, L);
   pre_cfg.init = post_cfg.init = InitScheme::Xavier;
-  const std::string xavier = fmt::format("{} layers, {}, Xavier init", L, lm);
-  {
-    auto pre = b.models->make(pre_cfg);
+  const std::string xavier = fmt::format("{} layers, {}, {}", L, lm, weights(b, "Xavier init"));
+  attempt(b, out, {"003/004 stream growth", "003 additive, not multiplicative", "004 branch ratio",
+                   "004 lower layers larger gradients"}, [&] {
+    need_depth();
+    auto pre = b.models->make(pre_cfg, true);
     const DynamicsReport dp = analyze_dynamics(*pre, b.corpus, 2, 4, o.seq_len, 5);
     std::vector<double> l, grow, ratio;
     for (size_t i = 1; i < dp.layers.size(); i++) {
@@ -108,9 +116,10 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                    fmt::format("gradient norm {:.3g} at layer 0, {:.3g} at layer {}", dp.layers.front().grad_norm,
                                dp.layers.back().grad_norm, L - 1),
                    {{"ratio", lower}}});
-  }
-  {
-    auto post = b.models->make(post_cfg);
+  });
+  attempt(b, out, {"003 Post-LN input growth", "003 kappa^L gradient decay", "002 ||A|| rises with depth"}, [&] {
+    need_depth();
+    auto post = b.models->make(post_cfg, true);
     const DynamicsReport dq = analyze_dynamics(*post, b.corpus, 2, 4, o.seq_len, 5);
     // the LayerNorm inputs, on one sequence
     std::vector<int32_t> labels(b.ids.size(), -100);
@@ -147,7 +156,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                    fmt::format("||A||_2/sqrt(n) = {:.3f} in layer 0 head 0, {:.3f} in the last layer's head 0", norm.front(),
                                norm[norm.size() - size_t(o.n_heads)]),
                    {{"rise", rise}}});
-  }
+  });
 }
 
 }  // namespace normlab::analysis::theory_detail

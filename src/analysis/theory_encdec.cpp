@@ -56,6 +56,16 @@ double grad_norm_of(const Model<double>& m, const std::string& name) {
 }  // namespace
 
 void encdec_checks(const Bench& b, std::vector<Measurement>& out) {
+  if (b.given) {  // one given model: these need fresh models built in their papers' settings
+    attempt(b, out, {"Xiong et al. 2020"}, [] {
+      throw NotApplicable("a statement about initialization, measured on fresh encoder-decoders of its paper's "
+                          "setting (Fig. 3), encoder and decoder; not run on a given model");
+    });
+    attempt(b, out, {"Liu et al. 2020"}, [] {
+      throw NotApplicable("needs a family of depths (N = 1, 2, 4, 8, 16 layers) of fresh encoder-decoders, not one model");
+    });
+    return;
+  }
   if (!b.fresh || !b.pairs) return;  // statements about initialization, on translation pairs
   const int seq_len = 128;
   {  // Xiong et al. 2020, Fig. 3

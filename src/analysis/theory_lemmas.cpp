@@ -4,6 +4,7 @@
 // 002's attention spectral bounds, and DeepNet's constant (a fact of the formula).
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <fmt/format.h>
 
 #include "analysis/attention.h"
@@ -17,18 +18,29 @@ namespace normlab::analysis::theory_detail {
 void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
   const TheoryOptions& o = b.opt;
   const int d = o.d_model;
-  const std::string size = fmt::format("d = {}, {} heads, {} layers, T = {}, GPT-2 init, byte LM", d, o.n_heads,
-                                       o.n_layers, o.seq_len);
+  const std::string size = fmt::format("d = {}, {} heads, {} layers, T = {}, {}, byte LM", d, o.n_heads,
+                                       o.n_layers, o.seq_len, weights(b, "GPT-2 init"));
   JacobianOptions jopt;
   jopt.lanczos_k = 0;
-  auto post0 = forward_on(b, gpt_config(o, Placement::Post, 0.0, o.n_layers));
-  auto post = forward_on(b, gpt_config(o, Placement::Post, 1e-5, o.n_layers));
-  auto pre = forward_on(b, gpt_config(o, Placement::Pre, 1e-5, o.n_layers));
-  const JacobianReport jpost0 = analyze_jacobian(*post0, jopt);
-  const JacobianReport jpost = analyze_jacobian(*post, jopt);
-  const JacobianReport jpre = analyze_jacobian(*pre, jopt);
-
-  {  // Lemma 2.1: the formula has no eps
+  // the three models (Post-LN at eps 0 and 1e-5, Pre-LN) and their Jacobians, made when a claim first
+  // needs them (a given model has only one placement: the others are NotApplicable)
+  struct Probe {
+    std::unique_ptr<Model<double>> model;
+    JacobianReport jac;
+  };
+  std::map<std::pair<int, double>, Probe> probes;
+  auto probe = [&](Placement p, double eps) -> Probe& {
+    auto it = probes.find({int(p), eps});
+    if (it == probes.end()) {
+      Probe pr{forward_on(b, gpt_config(o, p, eps, o.n_layers)), {}};
+      pr.jac = analyze_jacobian(*pr.model, jopt);
+      it = probes.emplace(std::make_pair(int(p), eps), std::move(pr)).first;
+    }
+    return it->second;
+  };
+  attempt(b, out, {"000 Lemma 2.1"}, [&] {  // Lemma 2.1: the formula has no eps
+    const JacobianReport& jpre = probe(Placement::Pre, 1e-5).jac;
+    const Model<double>* pre = probe(Placement::Pre, 1e-5).model.get();
     double autodiff = 0, seed_err = 0, scale = 0;
     for (const auto& n : jpre.norms) autodiff = std::max(autodiff, n.closed_form_err / n.predicted_bulk);
     const SublayerActs<double>& a = pre->acts(0);
@@ -47,8 +59,11 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
                    fmt::format("input variance {:.2e}; the formula with s = sqrt(var + eps) matches autodiff to {:.1e}",
                                jpre.norms[0].var, autodiff),
                    {{"autodiff_rel_err", autodiff}, {"formula_without_eps_rel_err", seed_err / scale}}});
-  }
-  {  // Thm 2.2: rank d - 2, kernel span{1, zhat}
+  });
+  attempt(b, out, {"000 Thm 2.2"}, [&] {
+    const JacobianReport& jpost0 = probe(Placement::Post, 0.0).jac;
+    const JacobianReport& jpost = probe(Placement::Post, 1e-5).jac;
+    // Thm 2.2: rank d - 2, kernel span{1, zhat}
     int ok0 = 0, full_eps = 0;
     for (const auto& n : jpost0.norms) ok0 += n.spectrum.rank == d - 2 && n.j_ones / n.predicted_bulk < 1e-10 &&
                                              n.j_zhat / n.predicted_bulk < 1e-10;
@@ -59,8 +74,9 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
                    fmt::format("{} of {} sites; at eps = 1e-5, {} of {} sites have rank d - 1 (zhat keeps eps/(var+eps))",
                                ok0, jpost0.norms.size(), full_eps, jpost.norms.size()),
                    {{"eps0_sites_ok", ok0}, {"eps_sites_rank_d_minus_1", full_eps}}});
-  }
-  {  // Remark 1.2: gamma multiplies from the right
+  });
+  attempt(b, out, {"000 Remark 1.2"}, [&] {  // Remark 1.2: gamma multiplies from the right
+    const JacobianReport& jpre = probe(Placement::Pre, 1e-5).jac;
     double left = 0, right = 0;
     for (const auto& n : jpre.norms) {
       left = std::max(left, n.gamma_left_err / n.predicted_bulk);
@@ -71,8 +87,11 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
                    "max relative error of J diag(gamma) against the true Jacobian", Region::below(1e-6), right,
                    fmt::format("diag(gamma) J (gamma on the left) matches to {:.1e}", left),
                    {{"left_rel_err", left}, {"right_rel_err", right}}});
-  }
-  {  // Thm 3.2 and 6.3: the Post-LN rank bound, one block and L blocks
+  });
+  attempt(b, out, {"000 Thm 3.2", "000 Thm 6.3"}, [&] {
+    const JacobianReport& jpost0 = probe(Placement::Post, 0.0).jac;
+    const JacobianReport& jpost = probe(Placement::Post, 1e-5).jac;
+    // Thm 3.2 and 6.3: the Post-LN rank bound, one block and L blocks
     int ok0 = 0, ok = 0;
     for (const auto& bl : jpost0.blocks) ok0 += bl.local.rank <= d - 2;
     for (const auto& bl : jpost.blocks) ok += bl.local.rank <= d - 2;
@@ -86,8 +105,10 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
                    "token-local end-to-end rank minus (d - 2)", Region::below(0.5), double(r0 - (d - 2)),
                    fmt::format("rank {} at eps = 0, {} at eps = 1e-5 (d - 2 = {})", r0, r, d - 2),
                    {{"rank_eps0", r0}, {"rank_eps", r}}});
-  }
-  {  // Thm 3.6: the directions 1 and zhat are annihilated
+  });
+  attempt(b, out, {"000 Thm 3.6"}, [&] {  // Thm 3.6: the directions 1 and zhat are annihilated
+    const JacobianReport& jpost0 = probe(Placement::Post, 0.0).jac;
+    const JacobianReport& jpost = probe(Placement::Post, 1e-5).jac;
     double g = 0, gz = 0;
     for (const auto& n : jpost0.norms) g = std::max({g, n.j_ones / n.predicted_bulk, n.j_zhat / n.predicted_bulk});
     for (const auto& n : jpost.norms) gz = std::max(gz, n.j_zhat / n.predicted_bulk);
@@ -95,8 +116,9 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
                    "Post-LN, " + size + ", eps = 0", "max gain of J_LN on 1 and zhat relative to its bulk 1/sigma",
                    Region::below(1e-6), g, fmt::format("at eps = 1e-5 zhat keeps a gain of {:.2e}", gz),
                    {{"gain_eps0", g}, {"gain_zhat_eps", gz}}});
-  }
-  {  // Thm 4.6 and 6.4: the Pre-LN lower bounds
+  });
+  attempt(b, out, {"000 Thm 4.6", "000 Thm 6.4"}, [&] {  // Thm 4.6 and 6.4: the Pre-LN lower bounds
+    const JacobianReport& jpre = probe(Placement::Pre, 1e-5).jac;
     int holds = 0, vacuous = 0, violated = 0;
     for (const auto& bl : jpre.blocks) {
       if (bl.bound_verdict.rfind("holds", 0) == 0) holds++;
@@ -113,8 +135,9 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
                    "1 if the end-to-end sigma_min is below the product bound, else 0", Region::below(0.5),
                    e.verdict.rfind("VIOLATED", 0) == 0 ? 1.0 : 0.0, e.verdict,
                    {{"product_bound", e.product_bound ? nlohmann::json(*e.product_bound) : nlohmann::json(nullptr)}}});
-  }
-  {  // 004: dNorm/dz ~ 1/sqrt(d); the bulk singular value is 1/sigma (Lemma 2.1)
+  });
+  attempt(b, out, {"004 dNorm/dz"}, [&] {  // 004: dNorm/dz ~ 1/sqrt(d); the bulk singular value is 1/sigma (Lemma 2.1)
+    const JacobianReport& jpost = probe(Placement::Post, 1e-5).jac;
     std::vector<double> over_claim, over_sigma;
     for (const auto& n : jpost.norms) {
       const auto& sv = n.spectrum.sv;
@@ -132,9 +155,9 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
                                *std::min_element(over_sigma.begin(), over_sigma.end()),
                                *std::max_element(over_sigma.begin(), over_sigma.end())),
                    {{"bulk_times_sqrt_d", over_claim}, {"bulk_times_sigma", over_sigma}}});
-  }
-  {  // 002: attention spectral bounds
-    const AttentionReport ar = analyze_attention(*pre);
+  });
+  attempt(b, out, {"002 spectral bounds"}, [&] {  // 002: attention spectral bounds
+    const AttentionReport ar = analyze_attention(*probe(Placement::Pre, 1e-5).model);
     int bad = 0, n = 0;
     double worst = 0;
     for (const auto& h : ar.heads_by_layer) {
@@ -147,8 +170,8 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
                    "Pre-LN, " + size + ", causal attention, every head", "number of heads violating a bound",
                    Region::below(0.5), double(bad), fmt::format("{} heads; max ||A||/bound {:.3f}", n, worst),
                    {{"heads", n}, {"violating", bad}, {"max_ratio_to_bound", worst}}});
-  }
-  if (b.fresh) {  // 004 / DeepNet: LN(alpha x + F) = LN(x + F / alpha): a fact of the formula
+  });
+  if (b.fresh) {  // (and on a given model: N and d are its own)  // 004 / DeepNet: LN(alpha x + F) = LN(x + F / alpha): a fact of the formula
     const int N = o.n_layers;
     const double alpha = std::pow(2.0 * N, 0.25);
     Rng rng(uint64_t(o.seed), 3);

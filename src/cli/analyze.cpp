@@ -45,14 +45,18 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
     sub->add_option("--config,-c", cmd.config, "a TOML config (fresh model from its [model])");
     sub->add_option("--set", cmd.sets, "config override, e.g. --set model.placement=post");
     sub->add_option("--tokens", cmd.tokens,
-                    "token file: the first row of input_ids is the input (encdec: Hugging Face seq2seq names)");
+                    "token file: a stream (input_ids only, or .bin uint16) gives a window of its validation split "
+                    "like --corpus; a file of rows (with labels) gives its first row (encdec: Hugging Face seq2seq names)");
+    sub->add_option("--corpus", cmd.corpus,
+                    "a text file whose validation split gives the input window (bytes, or through --tokenizer; "
+                    "default: the built-in corpus data/kjv.txt)");
     cmd.text_options.push_back(sub->add_option("--text", cmd.text, "text to analyze, through --tokenizer (encdec: the target, as bytes)"));
     cmd.source_options.push_back(sub->add_option("--source-text", cmd.source_text,
                                                  "encdec: the source sentence (UTF-8 bytes + EOS); --text is the target"));
     sub->add_option("--text-file", cmd.text_file, "a UTF-8 file to analyze, through --tokenizer");
     sub->add_option("--tokenizer", cmd.tokenizer,
-                    "tokenizer for --text: a tokenizer file or directory, or gpt2 (default: the Hugging "
-                    "Face model directory's own)");
+                    "tokenizer for --text and --corpus: a tokenizer file or directory, gpt2, or bytes (default: "
+                    "the Hugging Face model directory's own; bytes for a byte-level model)");
     sub->add_option("--seq-len", cmd.seq_len, "T of the input sequence (default 16)");
     sub->add_option("--json", cmd.json_out, "write the complete results as JSON to this file");
     sub->add_flag("--force", cmd.force, "replace --json if it exists");
@@ -94,19 +98,38 @@ bool given(const std::vector<CLI::Option*>& options) {
 
 bool has_text(const AnalyzeCommand& cmd) { return given(cmd.text_options) || !cmd.text_file.empty(); }
 
-// --text / --text-file: the text through the tokenizer, checked against the model's vocabulary.
-std::vector<int32_t> text_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
+// The tokenizer of --text and --corpus: "" for bytes (--tokenizer bytes, or a byte-level model
+// without one), else what load_tokenizer reads ("gpt2" resolved to the vendored directory).
+std::string resolve_tokenizer(const AnalyzeCommand& cmd, const ModelConfig& cfg, const char* what) {
+  if (cmd.tokenizer == "bytes") return "";
+  if (cmd.tokenizer == "gpt2") return "gpt2";
+  if (!cmd.tokenizer.empty()) return cmd.tokenizer;
+  if (!cmd.checkpoint.empty() && hf::is_model_dir(cmd.checkpoint)) return cmd.checkpoint;
+  if (cfg.vocab_size() == kByteVocab || cfg.vocab_size() == kByteVocab + 1) return "";
+  throw Error(fmt::format("{} needs --tokenizer (a tokenizer file or directory, gpt2, or bytes): the model's "
+                          "vocabulary ({}) is not byte-level and --checkpoint is not a Hugging Face directory with "
+                          "its own tokenizer",
+                          what, cfg.vocab_size()));
+}
+
+// One input sequence and what it is, in words ("input: ..." on the terminal, "input" in --json).
+struct Input {
+  std::vector<int32_t> ids;
+  std::string description;
+};
+
+void check_ids_fit(const std::vector<int32_t>& ids, const ModelConfig& cfg, const std::string& where) {
+  for (int32_t id : ids)
+    if (id < 0 || id >= cfg.vocab_size())
+      throw Error(fmt::format("{}: token id {} is outside the model's vocabulary of {} (is this the model's tokenizer?)",
+                              where, id, cfg.vocab_size()));
+}
+
+// --text / --text-file: the text through the tokenizer (or as UTF-8 bytes), checked against the model.
+Input text_input(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
   const bool text = given(cmd.text_options);
   if (text && !cmd.text_file.empty()) throw Error("give --text or --text-file, not both");
   if (!cmd.tokens.empty() || cmd.random) throw Error("give one input: --text/--text-file, --tokens or --random");
-  std::string tokenizer = cmd.tokenizer;
-  if (tokenizer.empty()) {
-    if (cmd.checkpoint.empty() || !hf::is_model_dir(cmd.checkpoint))
-      throw Error("--text needs --tokenizer (a tokenizer file or directory, or gpt2) unless --checkpoint is a "
-                  "Hugging Face directory with its own tokenizer");
-    tokenizer = cmd.checkpoint;
-  }
-  const Tokenizer tok = load_tokenizer(tokenizer == "gpt2" ? builtin_gpt2_tokenizer_dir() : tokenizer);
   std::string content = cmd.text, where = "--text";
   if (!text) {
     std::ifstream in(cmd.text_file, std::ios::binary);
@@ -114,29 +137,63 @@ std::vector<int32_t> text_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg)
     content.assign(std::istreambuf_iterator<char>(in), {});
     where = fmt::format("--text-file '{}'", cmd.text_file);
   }
-  std::vector<int32_t> ids;
-  try {
-    ids = tok.encode(content);
-  } catch (const Error& e) {
-    throw Error(fmt::format("{}: {}", where, e.what()));
+  const std::string tokenizer = resolve_tokenizer(cmd, cfg, "--text");
+  Input in;
+  std::string unit = "bytes (UTF-8)";
+  if (tokenizer.empty()) {
+    for (unsigned char c : content) in.ids.push_back(int32_t(c));
+  } else {
+    const Tokenizer tok = load_tokenizer(tokenizer == "gpt2" ? builtin_gpt2_tokenizer_dir() : tokenizer);
+    try {
+      in.ids = tok.encode(content);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", where, e.what()));
+    }
+    unit = fmt::format("tokens of {}", tok.description());
   }
-  if (ids.empty()) throw Error(fmt::format("{}: the text has no tokens", where));
-  if ((int)ids.size() > cfg.seq_len)
-    throw Error(fmt::format("{}: {} tokens, more than the model's seq_len {}", where, ids.size(), cfg.seq_len));
-  for (int32_t id : ids)
-    if (id < 0 || id >= cfg.vocab_size())
-      throw Error(fmt::format("{}: token id {} is outside the model's vocabulary of {} (is this the model's tokenizer?)",
-                              where, id, cfg.vocab_size()));
-  fmt::print("input: {} tokens from {} ({})\n", ids.size(), where, tok.description());
-  return ids;
+  if (in.ids.empty()) throw Error(fmt::format("{}: the text has no tokens", where));
+  if ((int)in.ids.size() > cfg.seq_len)
+    throw Error(fmt::format("{}: {} tokens, more than the model's seq_len {}", where, in.ids.size(), cfg.seq_len));
+  check_ids_fit(in.ids, cfg, where);
+  in.description = fmt::format("{}, {} {}", where, in.ids.size(), unit);
+  return in;
 }
 
-std::vector<int32_t> input_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
-  if (has_text(cmd)) return text_ids(cmd, cfg);
+// The corpus of --corpus (or the built-in one), or the token stream of --tokens, split as training
+// reads it (the last 10% is validation), for windows of T ids.
+Corpus analyze_corpus(const AnalyzeCommand& cmd, const ModelConfig& cfg, int T) {
   if (!cmd.tokens.empty()) {
+    if (!cmd.corpus.empty()) throw Error("give --corpus or --tokens, not both");
+    Corpus c = load_token_stream(cmd.tokens, 0.1, T);
+    if (c.vocab > cfg.vocab_size())
+      throw Error(fmt::format("--tokens '{}': token id {} is outside the model's vocabulary of {}", cmd.tokens,
+                              c.vocab - 1, cfg.vocab_size()));
+    return c;
+  }
+  const std::string path = cmd.corpus.empty() ? builtin_corpus_path() : cmd.corpus;
+  const std::string tokenizer = resolve_tokenizer(cmd, cfg, "--corpus");
+  Corpus c = load_corpus(path, 0.1, T, tokenizer);
+  if (c.bytes() && cfg.vocab_size() < kByteVocab)
+    throw Error(fmt::format("model vocab {} is too small for the bytes of {} (needs >= 256)", cfg.vocab_size(),
+                            c.description()));
+  if (!c.bytes() && c.vocab > cfg.vocab_size())
+    throw Error(fmt::format("{}: the tokenizer's {} ids do not fit the model's vocabulary of {}", c.description(),
+                            c.vocab, cfg.vocab_size()));
+  return c;
+}
+
+// --tokens names a stream (windows) rather than a file of rows (its first row)
+bool tokens_are_stream(const AnalyzeCommand& cmd) { return !cmd.tokens.empty() && is_token_stream(cmd.tokens); }
+
+Input input_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
+  const int given_inputs = int(has_text(cmd)) + int(!cmd.tokens.empty()) + int(cmd.random) + int(!cmd.corpus.empty());
+  if (given_inputs > 1) throw Error("give one input: --corpus, --text/--text-file, --tokens or --random");
+  if (has_text(cmd)) return text_input(cmd, cfg);
+  if (!cmd.tokens.empty() && !tokens_are_stream(cmd)) {
     Batch b = load_token_file(cmd.tokens);
     check_batch(b, cfg, cmd.tokens);
-    return std::vector<int32_t>(b.ids.begin(), b.ids.begin() + b.T);
+    return {std::vector<int32_t>(b.ids.begin(), b.ids.begin() + b.T),
+            fmt::format("the first row of token file '{}' ({} of {} rows, T = {})", cmd.tokens, 1, b.B, b.T)};
   }
   const int T = cmd.seq_len;
   if (T < 1 || T > cfg.seq_len)
@@ -145,12 +202,15 @@ std::vector<int32_t> input_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg
   if (cmd.random) {
     std::vector<int32_t> ids(static_cast<size_t>(T));
     for (auto& id : ids) id = int32_t(rng.below(uint64_t(std::min(cfg.vocab_size(), kByteVocab))));
-    return ids;
+    return {ids, fmt::format("{} random ids in [0, {}) (seed 7)", T, std::min(cfg.vocab_size(), kByteVocab))};
   }
-  const Corpus corpus = load_corpus(builtin_corpus_path(), 0.1, T);
-  Batch b = sample_batch(corpus.val, Arch::Gpt, 1, T, rng);
-  check_batch(b, cfg, "the built-in corpus");
-  return b.ids;
+  const Corpus corpus = analyze_corpus(cmd, cfg, T);
+  const size_t start = rng.below(corpus.val.size() - size_t(T));  // sample_batch's window, B = 1
+  Input in{{corpus.val.begin() + ptrdiff_t(start), corpus.val.begin() + ptrdiff_t(start) + T}, ""};
+  check_ids_fit(in.ids, cfg, corpus.description());
+  in.description = fmt::format("{} {}s of {}, validation split, offset {} (of {})", T, corpus.unit(),
+                               corpus.description(), start, corpus.val.size());
+  return in;
 }
 
 bool has_source(const AnalyzeCommand& cmd) { return given(cmd.source_options); }
@@ -159,7 +219,7 @@ bool has_source(const AnalyzeCommand& cmd) { return given(cmd.source_options); }
 // translation training reads them: source bytes + EOS; decoder input BOS + target bytes, labels the
 // target bytes + EOS), or a seq2seq token file (all rows when all_rows, else its first row with the
 // trailing padding cut). Says what it read.
-Batch encdec_input(const AnalyzeCommand& cmd, const ModelConfig& cfg, bool all_rows) {
+Batch encdec_input(const AnalyzeCommand& cmd, const ModelConfig& cfg, bool all_rows, std::string& input) {
   const bool text = has_text(cmd);
   if (cmd.random) throw Error("an encoder-decoder model takes --source-text (with --text) or --tokens, not --random");
   if (!cmd.tokens.empty()) {
@@ -186,8 +246,9 @@ Batch encdec_input(const AnalyzeCommand& cmd, const ModelConfig& cfg, bool all_r
       if (!b.mask.empty()) r.mask.assign(b.mask.begin(), b.mask.begin() + r.T);
       b = r;
     }
-    fmt::print("input: {} from token file '{}': source {} tokens, target {} tokens\n",
-               all_rows ? fmt::format("{} rows", b.B) : std::string("the first row"), cmd.tokens, b.S, b.T);
+    input = fmt::format("{} from token file '{}': source {} tokens, target {} tokens",
+                        all_rows ? fmt::format("{} rows", b.B) : std::string("the first row"), cmd.tokens, b.S, b.T);
+    fmt::print("input: {}\n", input);
     return b;
   }
   if (!has_source(cmd))
@@ -218,8 +279,9 @@ Batch encdec_input(const AnalyzeCommand& cmd, const ModelConfig& cfg, bool all_r
   b.mask.clear();  // one row, nothing padded
   b.src_mask.clear();
   check_batch(b, cfg, "--source-text / " + where);
-  fmt::print("input: source {} tokens from --source-text (UTF-8 bytes + EOS), target {} tokens from {} (BOS + "
-             "bytes; labels: the bytes + EOS)\n", b.S, b.T, where);
+  input = fmt::format("source {} tokens from --source-text (UTF-8 bytes + EOS), target {} tokens from {} (BOS + "
+                      "bytes; labels: the bytes + EOS)", b.S, b.T, where);
+  fmt::print("input: {}\n", input);
   return b;
 }
 
@@ -242,9 +304,13 @@ int write_json(const AnalyzeCommand& cmd, nlohmann::json results, const Model<do
 // The instruments on an encoder-decoder model (analysis/*_encdec, attention.h).
 int run_analyze_encdec(const AnalyzeCommand& cmd, Model<double>& model) {
   const ModelConfig& cfg = model.config();
+  if (!cmd.corpus.empty())
+    throw Error("--corpus does not apply to an encoder-decoder model: give --source-text with --text, or --tokens "
+                "with a seq2seq token file");
   nlohmann::json results;
+  std::string input;
   if (cmd.dynamics->parsed()) {
-    const Batch b = encdec_input(cmd, cfg, true);
+    const Batch b = encdec_input(cmd, cfg, true, input);
     const analysis::EncDecDynamicsReport rep = analysis::analyze_dynamics_encdec(model, {b});
     analysis::print_report(rep);
     if (cmd.update_steps > 0)
@@ -252,7 +318,7 @@ int run_analyze_encdec(const AnalyzeCommand& cmd, Model<double>& model) {
                  "the byte corpus); skipped\n");
     results = analysis::to_json(rep);
   } else {
-    const Batch b = encdec_input(cmd, cfg, false);
+    const Batch b = encdec_input(cmd, cfg, false, input);
     const std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
     model.forward(b.ids.data(), labels.data(), 1, b.T, nullptr, b.mask_or_null(), b.source());
     if (cmd.jacobian->parsed()) {
@@ -271,6 +337,82 @@ int run_analyze_encdec(const AnalyzeCommand& cmd, Model<double>& model) {
     results["input_ids"] = b.ids;
     results["source_ids"] = b.src;
   }
+  results["input"] = input;
+  return write_json(cmd, results, model);
+}
+
+// analyze dynamics on a GPT or encoder: averaged over batches of corpus windows (--corpus, the
+// built-in corpus, or a token stream), or on one given batch (--text: one row; --tokens with rows: all
+// of them). The update steps train on windows of the corpus (or stream): --corpus names it when the
+// measured batch is --text or rows; the built-in corpus otherwise, said so.
+int run_dynamics(const AnalyzeCommand& cmd, Model<double>& model) {
+  const ModelConfig& cfg = model.config();
+  const bool stream = tokens_are_stream(cmd), rows = !cmd.tokens.empty() && !stream;
+  if (has_text(cmd) && !cmd.tokens.empty()) throw Error("give one input: --text/--text-file or --tokens");
+  if (!rows && !has_text(cmd) && (cmd.seq_len < 1 || cmd.seq_len > cfg.seq_len))
+    throw Error(fmt::format("--seq-len {} must be in [1, model seq_len = {}]", cmd.seq_len, cfg.seq_len));
+  if (cmd.batches < 1 || cmd.batch_size < 1) throw Error("--batches and --batch-size must be >= 1");
+  if (cmd.update_steps < 0 || cmd.update_steps > 10000 || !(cmd.update_lr > 0))
+    throw Error("--update-steps must be in [0, 10000] and --lr > 0");
+  std::optional<Batch> batch;  // a given batch: --tokens rows (all, with their labels) or --text (one row)
+  std::string input;
+  if (rows) {
+    batch = load_token_file(cmd.tokens);
+    check_batch(*batch, cfg, cmd.tokens, cfg.has_logits());
+    input = fmt::format("token file '{}': all {} rows of T = {}, with their labels", cmd.tokens, batch->B, batch->T);
+  } else if (has_text(cmd)) {  // one row; the loss (if any) is the model's own objective on it
+    const Input in = text_input(cmd, cfg);
+    Batch b;
+    b.ids = in.ids;
+    b.B = 1;
+    b.T = int(b.ids.size());
+    b.labels.assign(b.ids.size(), ops::kIgnoreLabel);
+    if (cfg.causal())
+      for (int t = 0; t + 1 < b.T; t++) b.labels[size_t(t)] = b.ids[size_t(t) + 1];
+    else
+      for (int t = 0; t < b.T; t++) b.labels[size_t(t)] = b.ids[size_t(t)];  // reconstruction, no masking
+    batch = b;
+    input = in.description + (cfg.causal() ? ", labels the next tokens" : ", labels the tokens themselves");
+  }
+  const int T = batch ? batch->T : cmd.seq_len;  // the update steps train on corpus windows of this length
+  // the corpus of the windows: of the measurement (no given batch) and of the update steps
+  // (the built-in corpus is bytes: a model of another vocabulary needs --corpus for its update steps)
+  const bool byte_level = cfg.vocab_size() == kByteVocab || cfg.vocab_size() == kByteVocab + 1;
+  const bool steps = cmd.update_steps > 0 && cfg.has_logits();
+  const bool steps_without_corpus = steps && batch && cmd.corpus.empty() && !byte_level && cmd.tokenizer.empty();
+  std::optional<Corpus> corpus;
+  if (!batch || (steps && !steps_without_corpus)) {
+    AnalyzeCommand c = cmd;
+    if (rows) c.tokens.clear();  // rows are the batch; the update steps read --corpus or the built-in corpus
+    corpus = analyze_corpus(c, cfg, T);
+  }
+  if (!batch)
+    input = fmt::format("{} batches of {} windows of {} {}s of {}, training split (seed 11)", cmd.batches,
+                        cmd.batch_size, T, corpus->unit(), corpus->description());
+  fmt::print("input: {}\n", input);
+  const analysis::DynamicsReport rep =
+      batch ? analysis::analyze_dynamics(model, std::vector<Batch>{*batch})
+            : analysis::analyze_dynamics(model, corpus->train, cmd.batches, cmd.batch_size, T, 11);
+  analysis::print_report(rep);
+  nlohmann::json results = analysis::to_json(rep);
+  results["input"] = input;
+  if (cmd.update_steps > 0 && !cfg.has_logits()) {
+    fmt::print("update ratios and output change skipped: the model has no head (no loss to step on)\n");
+  } else if (steps_without_corpus) {
+    fmt::print("update ratios and output change skipped: they train on corpus windows, and this model's vocabulary "
+               "({}) is not byte-level: give --corpus FILE (with --tokenizer) to train them\n", cfg.vocab_size());
+  } else if (cmd.update_steps > 0) {
+    const std::string on = fmt::format("{} AdamW steps (lr {:g}) on batches of {} windows of {} {}s of {}, training "
+                                       "split (seed 12)",
+                                       cmd.update_steps, cmd.update_lr, cmd.batch_size, T, corpus->unit(),
+                                       corpus->description());
+    fmt::print("update steps: {}\n", on);
+    const auto up =
+        analysis::analyze_updates(model, corpus->train, cmd.update_steps, cmd.batch_size, T, cmd.update_lr, 12);
+    analysis::print_report(up);
+    results["updates"] = analysis::to_json(up);
+    results["updates"]["input"] = on;
+  }
   return write_json(cmd, results, model);
 }
 
@@ -286,52 +428,10 @@ int run_analyze(const AnalyzeCommand& cmd) {
   if (has_source(cmd))
     throw Error(fmt::format("--source-text needs an encoder-decoder model (model.arch = \"encdec\"); this one is {}",
                             to_string(model->config().arch)));
-  if (cmd.dynamics->parsed()) {
-    const ModelConfig& cfg = model->config();
-    if (cmd.tokens.empty() && (cmd.seq_len < 1 || cmd.seq_len > cfg.seq_len))
-      throw Error(fmt::format("--seq-len {} must be in [1, model seq_len = {}]", cmd.seq_len, cfg.seq_len));
-    if (cmd.batches < 1 || cmd.batch_size < 1) throw Error("--batches and --batch-size must be >= 1");
-    if (cmd.tokens.empty() && !has_text(cmd) && cfg.vocab_size() < kByteVocab)
-      throw Error(fmt::format("model vocab {} is too small for the byte corpus (needs >= 256)", cfg.vocab_size()));
-    if (cmd.update_steps < 0 || cmd.update_steps > 10000 || !(cmd.update_lr > 0))
-      throw Error("--update-steps must be in [0, 10000] and --lr > 0");
-    std::optional<Batch> given;  // --tokens: one batch, every row of the token file with its labels
-    if (!cmd.tokens.empty()) {
-      given = load_token_file(cmd.tokens);
-      check_batch(*given, cfg, cmd.tokens, cfg.has_logits());
-    } else if (has_text(cmd)) {  // --text: one row; the loss (if any) is the model's own objective on it
-      Batch b;
-      b.ids = text_ids(cmd, cfg);
-      b.B = 1;
-      b.T = int(b.ids.size());
-      b.labels.assign(b.ids.size(), ops::kIgnoreLabel);
-      if (cfg.causal())
-        for (int t = 0; t + 1 < b.T; t++) b.labels[size_t(t)] = b.ids[size_t(t) + 1];
-      else
-        for (int t = 0; t < b.T; t++) b.labels[size_t(t)] = b.ids[size_t(t)];  // reconstruction, no masking
-      given = b;
-    }
-    const int T = given ? given->T : cmd.seq_len;  // the update steps train on corpus windows of this length
-    const Corpus corpus = load_corpus(builtin_corpus_path(), 0.1, T);
-    const analysis::DynamicsReport rep =
-        given ? analysis::analyze_dynamics(*model, std::vector<Batch>{*given})
-              : analysis::analyze_dynamics(*model, corpus.train, cmd.batches, cmd.batch_size, T, 11);
-    analysis::print_report(rep);
-    nlohmann::json results = analysis::to_json(rep);
-    if (cmd.update_steps > 0 && !cfg.has_logits()) {
-      fmt::print("update ratios and output change skipped: the model has no head (no loss to step on)\n");
-    } else if (cmd.update_steps > 0 && (cfg.vocab_size() != kByteVocab && cfg.vocab_size() != kByteVocab + 1)) {
-      fmt::print("update ratios and output change skipped: they train on the byte corpus, and this model's "
-                 "vocabulary ({}) is not byte-level\n", cfg.vocab_size());
-    } else if (cmd.update_steps > 0) {
-      const auto up = analysis::analyze_updates(*model, corpus.train, cmd.update_steps, cmd.batch_size,
-                                                T, cmd.update_lr, 12);
-      analysis::print_report(up);
-      results["updates"] = analysis::to_json(up);
-    }
-    return write_json(cmd, results, *model);
-  }
-  const std::vector<int32_t> ids = input_ids(cmd, model->config());
+  if (cmd.dynamics->parsed()) return run_dynamics(cmd, *model);
+  const Input in = input_ids(cmd, model->config());
+  fmt::print("input: {}\n", in.description);
+  const std::vector<int32_t>& ids = in.ids;
   const int T = int(ids.size());
   const std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
   model->forward(ids.data(), labels.data(), 1, T);
@@ -351,6 +451,7 @@ int run_analyze(const AnalyzeCommand& cmd) {
     results = analysis::to_json(rep);
   }
   results["input_ids"] = ids;
+  results["input"] = in.description;
   return write_json(cmd, results, *model);
 }
 

@@ -1,7 +1,8 @@
 // analyze.h: `normlab analyze ...`: the instruments, on a fresh model from a config or on a
-// checkpoint or Hugging Face directory, at one input sequence (a corpus window, a token file's first row,
-// random ids, or text through a tokenizer; for an encoder-decoder, a source-target pair: --source-text
-// with --text, or a seq2seq token file).
+// checkpoint or Hugging Face directory, at one input sequence (a window of a corpus or a token
+// stream, a token file's first row, random ids, or text through a tokenizer or as bytes; for an
+// encoder-decoder, a source-target pair: --source-text with --text, or a seq2seq token file). Every
+// instrument says what its input was, on the terminal and in --json ("input").
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,6 +19,7 @@ struct AnalyzeCommand {
   int batches = 4, batch_size = 8, update_steps = 5;
   double update_lr = 1e-3;
   std::string checkpoint, config, tokens, json_out;
+  std::string corpus;  // --corpus: a text file (bytes, or through --tokenizer); "" = the built-in corpus
   std::string text, text_file, tokenizer;  // --text / --text-file through --tokenizer (or the model dir's)
   std::string source_text;                 // encdec: the source sentence (UTF-8 bytes + EOS)
   // --text and --source-text of each instrument (one each per subcommand: "given" means on any)

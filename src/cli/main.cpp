@@ -11,7 +11,6 @@
 #include <fstream>
 #include <iostream>
 
-#include "analysis/theory.h"
 #include "cli/analyze.h"
 #include "cli/bleu.h"
 #include "cli/compare.h"
@@ -19,6 +18,7 @@
 #include "cli/help.h"
 #include "cli/interrupt.h"
 #include "cli/sample.h"
+#include "cli/theory.h"
 #include "cli/tokenize.h"
 #include "cli/translate.h"
 #include "model/model.h"
@@ -130,31 +130,6 @@ int run_init(const RunConfig& cfg, const std::string& out, bool force) {
   return 0;
 }
 
-int run_theory(const analysis::TheoryOptions& opts, long trained_steps, const std::string& json_out, bool force) {
-  if (opts.d_model < 8 || opts.d_model > 512 || opts.d_model % opts.n_heads != 0)
-    throw Error(fmt::format("--d-model {} must be in [8, 512] and divisible by {}", opts.d_model, opts.n_heads));
-  if (opts.n_layers < 2 || opts.n_layers > 64 || opts.deep_layers < 3 || opts.deep_layers > 256)
-    throw Error("--layers must be in [2, 64] and --deep-layers in [3, 256]");
-  if (!json_out.empty() && !force && std::filesystem::exists(json_out))
-    throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", json_out));
-  if (trained_steps < 0 || trained_steps > 100000) throw Error("--trained-steps must be in [0, 100000]");
-  if (opts.paper_d_model < 8 || opts.paper_d_model > 1024 || opts.paper_d_model % 4 != 0)
-    throw Error(fmt::format("--paper-width {} must be in [8, 1024] and divisible by 4 (heads)", opts.paper_d_model));
-  if (opts.seeds < 1 || opts.seeds > 100 || opts.trained_seeds < 1 || opts.trained_seeds > 100)
-    throw Error(fmt::format("--seeds {} and --trained-seeds {} must be in [1, 100]", opts.seeds, opts.trained_seeds));
-  const auto claims = analysis::run_theory_fresh_and_trained(opts, trained_steps);
-  analysis::print_claims(claims);
-  if (!json_out.empty()) {
-    const nlohmann::json j = analysis::to_json(claims);
-    const std::string tmp = json_out + ".tmp";
-    std::ofstream(tmp) << j.dump(1) << '\n';
-    std::error_code ec;
-    std::filesystem::rename(tmp, json_out, ec);
-    if (ec) throw Error(fmt::format("--json '{}': cannot write ({})", json_out, ec.message()));
-  }
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,24 +167,8 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--hf", hf_dir, "output directory (config.json + model.safetensors)")->required();
   export_cmd->add_flag("--force", force, "replace config.json / model.safetensors in --hf if present");
 
-  auto* theory_cmd = app.add_subcommand("theory", "measure each claim of the source documents on fresh and trained models");
-  std::string theory_json;
-  analysis::TheoryOptions theory_opts;
-  theory_cmd->add_option("--json", theory_json, "write every claim with its numbers as JSON");
-  theory_cmd->add_flag("--force", force, "replace --json if it exists");
-  theory_cmd->add_option("--d-model", theory_opts.d_model, "width of the test models (default 64)");
-  theory_cmd->add_option("--layers", theory_opts.n_layers, "layers of the Jacobian models (default 6)");
-  theory_cmd->add_option("--deep-layers", theory_opts.deep_layers, "layers of the depth-growth models (default 24)");
-  long theory_trained_steps = analysis::kTheoryTrainedSteps;
-  theory_cmd->add_option("--trained-steps", theory_trained_steps,
-                         "also measure every claim on the models trained this many steps (default 300; 0: fresh only)");
-  theory_cmd->add_option("--seeds", theory_opts.seeds, "seeds of the fresh models (default 5)");
-  theory_cmd->add_option("--trained-seeds", theory_opts.trained_seeds, "seeds of the trained models (default 3)");
-  theory_cmd->add_option("--paper-width", theory_opts.paper_d_model,
-                         "d_model of the Xiong et al. check (default 512, their Fig. 3; FFN 2 d)");
-  theory_cmd->add_option("--pairs", theory_opts.pairs,
-                         "translation pairs of the encoder-decoder claims: a built Bible pair or a corpus directory "
-                         "(default es-en)");
+  cli::TheoryCommand theory;
+  cli::add_theory_command(app, theory);
 
   cli::AnalyzeCommand analyze;
   cli::add_analyze_command(app, analyze);
@@ -249,7 +208,7 @@ int main(int argc, char** argv) {
     if (export_cmd->parsed()) return run_export(ckpt, hf_dir, force);
     if (init_cmd->parsed()) return run_init(load_run_config(config_path, sets), out, force);
     if (analyze.analyze->parsed()) return cli::run_analyze(analyze);
-    if (theory_cmd->parsed()) return run_theory(theory_opts, theory_trained_steps, theory_json, force);
+    if (theory.theory->parsed()) return cli::run_theory(theory);
     if (compare.compare->parsed()) return cli::run_compare(compare);
     if (compare.report->parsed()) return cli::run_report(compare);
     if (tokenize.tokenize->parsed()) return cli::run_tokenize(tokenize);

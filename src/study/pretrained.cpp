@@ -114,7 +114,7 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
     ok += b.rank_verdict.rfind("holds", 0) == 0;
   }
   if (blocks)
-    out.push_back({{"source", "DESIGN 4 / 000"}, {"model", label},
+    out.push_back({{"source", "000 Thm 3.2"}, {"model", label},
                    {"statement", "A block that ends in a LayerNorm has a token-local Jacobian of rank <= d-2"},
                    {"measured", fmt::format("{} of {} blocks", ok, blocks)},
                    {"verdict", ok == blocks ? "holds" : "violated"},
@@ -131,14 +131,14 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
       bound_ok += h.stats.norm2 <= *h.seed_bound * (1 + 1e-9);
     }
   }
-  out.push_back({{"source", "002 Sec. 2"}, {"model", label},
+  out.push_back({{"source", "002 spectral bounds"}, {"model", label},
                  {"statement", "Attention probabilities satisfy 1 <= ||A||_2 <= sqrt(c_max) <= sqrt(n)"},
                  {"measured", fmt::format("{} of {} heads; largest ||A||_2 = {:.3f}, sqrt(n) = {:.3f}", chain, heads, max_norm,
                                           std::sqrt(double(att.T)))},
                  {"verdict", chain == heads ? "holds" : "violated"},
                  {"numbers", {{"heads", heads}, {"holds", chain}, {"max_norm2", max_norm}}}});
   if (bound_checked)
-    out.push_back({{"source", "002 Thm"}, {"model", label},
+    out.push_back({{"source", "002 spectral bounds"}, {"model", label},
                    {"statement", "||A||_2 <= sqrt(n / (1 + (n-1) exp(-2M))), M = Gamma^2 sigma_Q sigma_K sqrt(d)"},
                    {"measured", fmt::format("{} of {} heads within the bound", bound_ok, bound_checked)},
                    {"verdict", bound_ok == bound_checked ? "holds (the bound is loose: M is large, so it is near sqrt(n))"
@@ -150,7 +150,7 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
     if (v.skips && v.mlp) with_skips = v.ratio;
     if (!v.skips && !v.mlp) pure = v.ratio;
   }
-  out.push_back({{"source", "Dong et al. 2021"}, {"model", label},
+  out.push_back({{"source", "002 rank collapse"}, {"model", label},
                  {"statement", "Without skip connections, self-attention collapses the tokens to rank one; skips prevent it"},
                  {"measured", fmt::format("res(X_L)/res(X_0): {:.3g} with skips and MLPs, {:.3g} as pure attention "
                                           "(same weights, skips and MLPs removed)",

@@ -254,8 +254,10 @@ const Corpus& corpus_for(const RunConfig& cfg, std::map<std::string, Corpus>& ca
   const std::string path = cfg.data.corpus == "builtin" ? builtin_corpus_path() : cfg.data.corpus;
   const int T = cfg.train.seq_len > 0 ? cfg.train.seq_len : cfg.model.seq_len;
   const std::string key = fmt::format("{}|{}|{}|{}", path, cfg.data.val_fraction, T, cfg.data.tokenizer);
-  auto it = cache.find(key);
-  if (it == cache.end())
+  auto it = cache.find(cfg.data.tokens.empty() ? key : cfg.data.tokens + "|" + key);
+  if (it == cache.end() && !cfg.data.tokens.empty())  // a token stream (study.cpp refuses rows)
+    it = cache.emplace(cfg.data.tokens + "|" + key, load_token_stream(cfg.data.tokens, cfg.data.val_fraction, T)).first;
+  else if (it == cache.end())
     it = cache.emplace(key, load_corpus(path, cfg.data.val_fraction, T, cfg.data.tokenizer)).first;
   if (cfg.train.init_from.empty()) check_model_fits_corpus(cfg.model, it->second);
   return it->second;
@@ -282,6 +284,7 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
     run["task"] = "language model";
     run["unigram_entropy"] = unigram_entropy(corpus->train);
     run["unigram_unit"] = corpus->unit();  // nats per byte, or per token with data.tokenizer
+    run["input"] = corpus->description();
   }
   const double target = std::isnan(study.loss_target) ? run["unigram_entropy"].get<double>() - 0.5 : study.loss_target;
   run["loss_target"] = target;

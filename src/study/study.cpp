@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <limits>
 
+#include "train/data.h"
 #include "util/error.h"
 #include "util/hints.h"
 
@@ -152,9 +153,18 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
     StudyRun run;
     run.grid = combos[i];
     run.config = run_config_from_json(doc, fmt::format("{} run {} ({})", where, i + 1, combos[i].dump()));
-    if (!run.config.data.tokens.empty())
-      throw Error(fmt::format("{} run {}: data.tokens is not supported in a study (runs train on a corpus)",
-                              where, i + 1));
+    if (!run.config.data.tokens.empty()) {  // a token stream trains like a corpus; rows do not
+      bool stream = false;
+      try {
+        stream = is_token_stream(run.config.data.tokens);
+      } catch (const Error& e) {
+        throw Error(fmt::format("{} run {}: data.tokens: {}", where, i + 1, e.what()));
+      }
+      if (!stream)
+        throw Error(fmt::format("{} run {}: data.tokens '{}' is a token file of rows (it has labels); a study trains "
+                                "on a corpus or a token stream (input_ids only, or a .bin of uint16 ids)",
+                                where, i + 1, run.config.data.tokens));
+    }
     s.runs.push_back(std::move(run));
   }
 

@@ -220,7 +220,15 @@ std::string summary_table(const json& results) {
                      with_bleu ? fmt::format(" {:>6}", num("bleu", "{:.2f}")) : "", div, target,
                      num("tokens_per_s", "{:.0f}"), ratio);
   }
-  std::vector<std::string> notes;
+  std::vector<std::string> notes = {
+      "run: the run's label (the grid values that differ between runs); status: finished | diverged | interrupted | "
+      "failed | not run; train loss: training loss of the last step; val loss: validation loss at the end; diverged at: the "
+      "step of the first non-finite loss or gradient; tokens/s: training throughput"};
+  std::vector<std::string> inputs;
+  for (const auto& r : runs)
+    if (r.contains("input") && std::find(inputs.begin(), inputs.end(), r["input"].get<std::string>()) == inputs.end())
+      inputs.push_back(r["input"].get<std::string>());
+  if (!inputs.empty()) notes.push_back(fmt::format("input: {}", fmt::join(inputs, ", ")));
   const auto with_target = std::find_if(runs.begin(), runs.end(), [](const json& r) { return r.contains("loss_target"); });
   if (with_target != runs.end())
     notes.push_back(fmt::format("to target: first step where the mean of the last 20 training losses is <= {:.3f} nats",

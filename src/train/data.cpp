@@ -1,4 +1,4 @@
-// data.cpp: corpus loading, batch sampling, token files, batch checks.
+// data.cpp: corpus and token-stream loading, batch sampling, token files of rows, batch checks.
 #include "train/data.h"
 
 #include <algorithm>
@@ -32,11 +32,83 @@ std::vector<uint8_t> read_corpus_bytes(const std::string& path) {
 }  // namespace
 
 Masking Corpus::masking() const {
+  if (!mask_id && token_file)
+    throw Error(fmt::format("data.tokens '{}' is a token stream without a mask token: an encoder's masked-LM "
+                            "training needs one (train an encoder on a text corpus, or use model.arch = \"gpt\")",
+                            path));
   if (!mask_id)
     throw Error(fmt::format("data.tokenizer '{}' has no [MASK] token: an encoder's masked-LM training needs "
                             "one (use a BERT WordPiece tokenizer, or model.arch = \"gpt\")",
                             tokenizer));
   return {*mask_id, vocab};
+}
+
+std::string Corpus::description() const {
+  if (token_file) return fmt::format("token stream '{}'", path);
+  const std::string name = path == builtin_corpus_path() ? std::string("the built-in corpus (data/kjv.txt)")
+                                                         : fmt::format("corpus '{}'", path);
+  return bytes() ? name + (path == builtin_corpus_path() ? "" : " (bytes)")
+                 : fmt::format("{} through {}", name, tokenizer_description);
+}
+
+namespace {
+
+// The last val_fraction of the ids to validation; Error unless each split holds T + 1 ids.
+void split_ids(Corpus& c, std::vector<int32_t>& ids, double val_fraction, int T) {
+  const size_t n_val = size_t(double(ids.size()) * val_fraction);
+  c.train.assign(ids.begin(), ids.end() - ptrdiff_t(n_val));
+  c.val.assign(ids.end() - ptrdiff_t(n_val), ids.end());
+  const size_t need = size_t(T) + 1;
+  if (c.train.size() < need || c.val.size() < need)
+    throw Error(fmt::format("{} '{}' has {} {}s: too short for a {}/{} train/validation split "
+                            "with sequences of {} {}s (each split needs at least {})",
+                            c.token_file ? "token stream" : "corpus", c.path, ids.size(), c.unit(), c.train.size(),
+                            c.val.size(), T, c.unit(), need));
+}
+
+}  // namespace
+
+bool is_token_stream(const std::string& path) {
+  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0) return true;
+  return safetensors::read(path).tensors.count("labels") == 0;
+}
+
+Corpus load_token_stream(const std::string& path, double val_fraction, int T) {
+  if (!(val_fraction > 0 && val_fraction < 1))
+    throw Error(fmt::format("data.val_fraction = {} must be in (0, 1)", val_fraction));
+  Corpus c;
+  c.path = path;
+  c.token_file = true;
+  std::vector<int32_t> ids;
+  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0) {
+    const std::vector<uint8_t> bytes = read_corpus_bytes(path);
+    if (bytes.size() % 2 != 0)
+      throw Error(fmt::format("token stream '{}': {} bytes is not a whole number of uint16 ids", path, bytes.size()));
+    for (size_t i = 0; i < bytes.size(); i += 2) ids.push_back(int32_t(bytes[i]) | int32_t(bytes[i + 1]) << 8);
+  } else {
+    const safetensors::File f = safetensors::read(path);
+    for (const auto& [name, t] : f.tensors)
+      if (name != "input_ids")
+        throw Error(fmt::format("token stream '{}': unexpected tensor '{}' (a stream holds only int32 input_ids of "
+                                "shape (N) or (1, N); a token file of rows also holds labels)",
+                                path, name));
+    const auto& t = f.at("input_ids");
+    if (t.dtype != safetensors::DType::I32 || t.shape.empty() || t.shape.size() > 2 ||
+        (t.shape.size() == 2 && t.shape[0] != 1))
+      throw Error(fmt::format("token stream '{}': input_ids must be int32 of shape (N) or (1, N) (a file of several "
+                              "rows needs labels: see README, data.tokens)",
+                              path));
+    ids = t.as_i32();
+  }
+  if (ids.empty()) throw Error(fmt::format("token stream '{}' is empty", path));
+  int32_t top = 0;
+  for (size_t i = 0; i < ids.size(); i++) {
+    if (ids[i] < 0) throw Error(fmt::format("token stream '{}': id {} at position {} is negative", path, ids[i], i));
+    top = std::max(top, ids[i]);
+  }
+  c.vocab = top + 1;
+  split_ids(c, ids, val_fraction, T);
+  return c;
 }
 
 Corpus load_corpus(const std::string& path, double val_fraction, int T, const std::string& tokenizer) {
@@ -70,14 +142,7 @@ Corpus load_corpus(const std::string& path, double val_fraction, int T, const st
     c.mask_id = tok->token_to_id("[MASK]");
     if (!c.mask_id) c.mask_id = tok->token_to_id("<mask>");
   }
-  const size_t n_val = size_t(double(ids.size()) * val_fraction);
-  c.train.assign(ids.begin(), ids.end() - ptrdiff_t(n_val));
-  c.val.assign(ids.end() - ptrdiff_t(n_val), ids.end());
-  const size_t need = size_t(T) + 1;
-  if (c.train.size() < need || c.val.size() < need)
-    throw Error(fmt::format("corpus '{}' has {} {}s: too short for a {}/{} train/validation split "
-                            "with sequences of {} {}s (each split needs at least {})",
-                            path, ids.size(), c.unit(), c.train.size(), c.val.size(), T, c.unit(), need));
+  split_ids(c, ids, val_fraction, T);
   return c;
 }
 
@@ -90,6 +155,13 @@ void check_model_fits_corpus(const ModelConfig& cfg, const Corpus& corpus) {
       throw Error(fmt::format("model.vocab = {} leaves no room for the mask token {} of byte-level masked "
                               "training (use vocab >= 257)",
                               V, kMaskToken));
+    return;
+  }
+  if (corpus.token_file) {
+    if (V < corpus.vocab)
+      throw Error(fmt::format("token stream '{}' holds id {}, outside the model's vocabulary of {} (set model.vocab)",
+                              corpus.path, corpus.vocab - 1, V));
+    if (cfg.arch == Arch::Encoder) corpus.masking();  // Error: a stream has no mask token
     return;
   }
   if (V < corpus.vocab)
@@ -209,6 +281,42 @@ Batch load_token_file(const std::string& path) {
                               "and labels)",
                               path, name));
   return b;
+}
+
+Batch batch_rows(const Batch& all, long first, int n) {
+  Batch b;
+  b.B = n;
+  b.T = all.T;
+  b.S = all.S;
+  auto take = [&](const auto& v, int width, auto& out) {
+    if (v.empty()) return;
+    for (int k = 0; k < n; k++) {
+      const size_t row = size_t((first + k) % all.B);
+      out.insert(out.end(), v.begin() + ptrdiff_t(row * width), v.begin() + ptrdiff_t((row + 1) * width));
+    }
+  };
+  take(all.ids, all.T, b.ids);
+  take(all.labels, all.T, b.labels);
+  take(all.types, all.T, b.types);
+  take(all.mask, all.T, b.mask);
+  take(all.src, all.S, b.src);
+  take(all.src_mask, all.S, b.src_mask);
+  return b;
+}
+
+TokenRows split_token_rows(const Batch& all, const std::string& path, double val_fraction) {
+  const int n_val = int(double(all.B) * val_fraction);
+  TokenRows r;
+  r.path = path;
+  r.train = batch_rows(all, 0, all.B - n_val);
+  if (n_val > 0) r.val = batch_rows(all, all.B - n_val, n_val);
+  return r;
+}
+
+std::string TokenRows::description() const {
+  return fmt::format("token file '{}': {} rows of T = {}{} ({} training, {} validation{})", path, train.B + val.B,
+                     train.T, train.S ? fmt::format(" (source S = {})", train.S) : "", train.B, val.B,
+                     val.B ? "" : ": no validation loss");
 }
 
 void check_batch(const Batch& batch, const ModelConfig& cfg, const std::string& where, bool require_label) {

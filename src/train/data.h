@@ -1,7 +1,8 @@
-// data.h: training data: a text corpus as token ids (its bytes, or a tokenizer's ids) split into
-// training and validation ids, batches for the GPT (next token) and encoder (BERT-style masking)
-// objectives, token files (safetensors with int32
-// input_ids and labels), and the range checks every batch passes at the API boundary.
+// data.h: training data: a text corpus as token ids (its bytes, or a tokenizer's ids) or a token
+// stream file, split into training and validation ids; batches for the GPT (next token) and encoder
+// (BERT-style masking) objectives; token files of rows (safetensors with int32 input_ids and labels)
+// split into training and validation rows; the words that say what an input was; and the range
+// checks every batch passes at the API boundary.
 #pragma once
 
 #include <cstdint>
@@ -43,14 +44,18 @@ struct Corpus {
   std::string path;
   std::string tokenizer;              // "" = bytes, else data.tokenizer as given ("gpt2" or a path)
   std::string tokenizer_description;  // what was loaded from where ("" for bytes)
+  bool token_file = false;            // the ids come from a token stream file (load_token_stream)
   std::vector<int32_t> train, val;    // token ids: bytes are ids 0..255
   int32_t vocab = kByteVocab;         // every id is in [0, vocab): 256, or the tokenizer's vocab_size
   std::optional<int32_t> mask_id;     // bytes: kMaskToken; a tokenizer: its [MASK] (or <mask>), if any
-  bool bytes() const { return tokenizer.empty(); }
+  bool bytes() const { return tokenizer.empty() && !token_file; }
   // "byte" or "token": the unit of the ids (for messages such as "token unigram entropy").
   const char* unit() const { return bytes() ? "byte" : "token"; }
   // The masking of encoder batches; Error if the tokenizer has no mask token.
   Masking masking() const;
+  // What the ids are, for "input: ..." lines: "the built-in corpus (data/kjv.txt)", "corpus 'F'
+  // (bytes)", "corpus 'F' through <tokenizer>", "token stream 'X'".
+  std::string description() const;
 };
 
 // Reads a text file and splits its ids: the last val_fraction goes to validation. tokenizer "" reads
@@ -60,6 +65,17 @@ struct Corpus {
 // missing, unreadable, empty, not UTF-8 (with a tokenizer), or a split too short for one sequence
 // of T + 1 ids.
 Corpus load_corpus(const std::string& path, double val_fraction, int T, const std::string& tokenizer = "");
+
+// Whether a token file is a stream of ids (load_token_stream) rather than rows (load_token_file): a
+// .bin file, or a .safetensors file without a `labels` tensor.
+bool is_token_stream(const std::string& path);
+
+// Reads a token stream: the ids of a whole dataset in one sequence, split like a corpus (the last
+// val_fraction to validation) and sampled in windows of T (+1) ids. Two formats: a .safetensors file
+// whose only tensor is int32 input_ids of shape (N) or (1, N) (`normlab tokenize --out` writes one),
+// or a .bin file of little-endian uint16 ids (nanoGPT's train.bin). vocab is the largest id + 1.
+// Errors name the path: missing, another tensor, a negative id, or a split too short for T + 1 ids.
+Corpus load_token_stream(const std::string& path, double val_fraction, int T);
 
 // Throws Error unless the model can train on the corpus: bytes need vocab >= 256 (an encoder >= 257
 // for kMaskToken); a tokenizer needs vocab >= its vocab_size, and an encoder needs its [MASK].
@@ -82,6 +98,18 @@ Batch sample_batch(const std::vector<int32_t>& ids, Arch arch, int B, int T, Rng
 // (Hugging Face's seq2seq names): input_ids (B, S) and attention_mask (B, S) are the source,
 // decoder_input_ids, decoder_attention_mask and labels (B, T) the target.
 Batch load_token_file(const std::string& path);
+
+// A token file of rows as a dataset of sequences: the last floor(B * val_fraction) rows are the
+// validation rows (none when B is small: then there is no validation loss), the others the training
+// rows. Training batches are consecutive rows in file order, wrapping around (rows(first, n)).
+struct TokenRows {
+  std::string path;
+  Batch train, val;  // val.B == 0: no validation rows
+  std::string description() const;  // "token file 'X': 40 rows of T = 16 (36 training, 4 validation)"
+};
+TokenRows split_token_rows(const Batch& all, const std::string& path, double val_fraction);
+// Rows [first, first + n) of a batch, wrapping around past its last row, with every tensor.
+Batch batch_rows(const Batch& all, long first, int n);
 
 // Throws Error naming `where` if any id is outside [0, V), a label outside [0, V) and not
 // kIgnoreLabel, a token type outside [0, type_vocab), a mask value other than 0/1, a row whose

@@ -37,7 +37,7 @@ struct TrainConfig {
 struct DataConfig {
   std::string corpus = "builtin";  // "builtin" (data/kjv.txt, the King James Bible) or a path
   double val_fraction = 0.1;
-  std::string tokens;              // a token file used as the batch of every step (no corpus)
+  std::string tokens;              // a token file instead of a corpus: a stream, or rows (data.h)
   std::string tokenizer;           // "" = bytes; "gpt2" (vendored GPT-2 BPE) or a tokenizer path
   std::string parallel;            // encdec: a parallel corpus directory or a Bible pair (es-en, web-kjv)
   int bleu_sentences = 100;        // encdec: validation pairs translated (greedy) for BLEU at the end

@@ -92,8 +92,8 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   Model<float> model(model_cfg);
   if (!tc.init_from.empty()) load_params(tc.init_from, model);
 
-  // data
-  std::optional<Batch> fixed;
+  // data: a corpus (text, or a token stream in data.tokens), rows of a token file, or parallel pairs
+  std::optional<TokenRows> rows;
   std::optional<Corpus> corpus;
   std::optional<TranslationData> parallel;
   Masking masking;
@@ -106,9 +106,22 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   if (!cfg.data.parallel.empty() && !model_cfg.encdec())
     throw Error(fmt::format("data.parallel is a translation corpus: it needs model.arch = \"encdec\" (this model is {})",
                             to_string(model_cfg.arch)));
-  if (!cfg.data.tokens.empty()) {
-    fixed = load_token_file(cfg.data.tokens);
-    check_batch(*fixed, model_cfg, cfg.data.tokens);
+  std::string input;  // what the run trains on, in words (printed and in the summary)
+  if (!cfg.data.tokens.empty() && !is_token_stream(cfg.data.tokens)) {
+    const Batch all = load_token_file(cfg.data.tokens);
+    check_batch(all, model_cfg, cfg.data.tokens);
+    rows = split_token_rows(all, cfg.data.tokens, cfg.data.val_fraction);
+    input = rows->description();
+  } else if (!cfg.data.tokens.empty()) {
+    if (model_cfg.encdec())
+      throw Error(fmt::format("data.tokens '{}' is a token stream; an encoder-decoder trains on source-target rows "
+                              "(a seq2seq token file) or data.parallel",
+                              cfg.data.tokens));
+    corpus = load_token_stream(cfg.data.tokens, cfg.data.val_fraction, T);
+    check_model_fits_corpus(model_cfg, *corpus);
+    masking = model_cfg.arch == Arch::Encoder ? corpus->masking() : Masking{};
+    result.unigram_entropy = unigram_entropy(corpus->train);
+    result.unigram_unit = corpus->unit();
   } else if (model_cfg.encdec()) {
     if (cfg.data.parallel.empty())
       throw Error("an encoder-decoder (model.arch = \"encdec\") trains on a parallel corpus: set data.parallel "
@@ -117,6 +130,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       throw Error(fmt::format("data.parallel is byte-level with BOS {} and EOS {}: model.vocab must be >= {}",
                               kBosToken, kEosToken, kEosToken + 1));
     parallel = load_translation(cfg.data.parallel, T);
+    input = fmt::format("parallel corpus '{}'", parallel->dir);
     if (!options.quiet)
       fmt::print("parallel corpus '{}': {} training and {} validation pairs ({} and {} longer than seq_len {} "
                  "left out)\n",
@@ -130,6 +144,9 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     result.unigram_entropy = unigram_entropy(corpus->train);
     result.unigram_unit = corpus->unit();
   }
+  if (corpus)
+    input = fmt::format("{}: {} training and {} validation {}s", corpus->description(), corpus->train.size(),
+                        corpus->val.size(), corpus->unit());
 
   // run directory: never clobber an earlier run unless asked to
   const fs::path dir(tc.out_dir);
@@ -153,16 +170,19 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   const ScheduleConfig sched{tc.schedule, tc.lr, tc.warmup_steps, tc.min_lr, int(tc.steps)};
   AdamW optimizer(model.table(), tc.adamw);
   Rng data_rng(uint64_t(tc.seed), 1);
-  const int B = fixed ? fixed->B : tc.batch_size;
-  const int Tb = fixed ? fixed->T : T;
+  // rows: batch_size consecutive training rows (fewer if the file has fewer)
+  const int B = rows ? std::min(tc.batch_size, rows->train.B) : tc.batch_size;
+  const int Tb = rows ? rows->train.T : T;
+  long next_row = 0;
   double tokens_per_step = double(B) * Tb * tc.grad_accum;  // a translation batch: its real tokens
   if (!options.quiet) {
     fmt::print("normlab train: {} params, {} layers ({}), {} d_model, batch {}x{}x{}, {} steps -> {}\n",
                model.table().total, model_cfg.n_layers, to_string(model_cfg.placement_of(0)),
                model_cfg.d_model, B, Tb, tc.grad_accum, tc.steps, tc.out_dir);
-    if (corpus && !corpus->bytes())
-      fmt::print("corpus '{}': {} training and {} validation tokens of {} ({} ids)\n", corpus->path,
-                 corpus->train.size(), corpus->val.size(), corpus->tokenizer_description, corpus->vocab);
+    fmt::print("input: {}\n", input);
+    if (rows && B < tc.batch_size)
+      fmt::print("train.batch_size = {}: the token file has {} training rows, so a batch is those {} rows\n",
+                 tc.batch_size, rows->train.B, B);
   }
 
   auto evaluate = [&]() -> double {
@@ -179,6 +199,21 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
         count += model.label_count();
       }
       return sum / double(count);
+    }
+    if (rows) {  // the validation rows, in order, eval_batches x batch_size at most
+      if (rows->val.B == 0) return std::numeric_limits<double>::quiet_NaN();
+      model.set_training(false);
+      double sum = 0;
+      int64_t count = 0;
+      const long n = std::min<long>(rows->val.B, long(tc.eval_batches) * tc.batch_size);
+      for (long first = 0; first < n; first += tc.batch_size) {
+        const Batch b = batch_rows(rows->val, first, int(std::min<long>(tc.batch_size, n - first)));
+        const double loss = model.forward(b.ids.data(), b.labels.data(), b.B, b.T, b.types_or_null(),
+                                          b.mask_or_null(), b.source());
+        sum += loss * double(model.label_count());
+        count += model.label_count();
+      }
+      return count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN();
     }
     if (!corpus) return std::numeric_limits<double>::quiet_NaN();
     model.set_training(false);
@@ -200,7 +235,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   if (admin && model_cfg.admin_init == AdminInit::Profile && tc.init_from.empty()) {
     Rng profile_rng(uint64_t(tc.seed), 3);
     const Batch b = parallel ? translation_batch(parallel->train, 0, B)
-                    : fixed  ? *fixed
+                    : rows   ? batch_rows(rows->train, 0, B)
                              : sample_batch(corpus->train, model_cfg.arch, B, T, profile_rng, masking);
     const std::vector<double> omegas =
         model.profile_admin(b.ids.data(), b.B, b.T, b.mask_or_null(), b.source());
@@ -251,10 +286,13 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
         sampled = sample_translation_batch(parallel->train, B, data_rng);
         for (uint8_t m : sampled.src_mask) tokens_per_step += m;
         for (uint8_t m : sampled.mask) tokens_per_step += m;
-      } else if (!fixed) {
+      } else if (rows) {
+        sampled = batch_rows(rows->train, next_row, B);
+        next_row = (next_row + B) % rows->train.B;
+      } else {
         sampled = sample_batch(corpus->train, model_cfg.arch, B, T, data_rng, masking);
       }
-      const Batch& batch = fixed ? *fixed : sampled;
+      const Batch& batch = sampled;
       model.set_training(true, uint64_t(step) * 65536 + micro);
       const double l = model.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T,
                                      batch.types_or_null(), batch.mask_or_null(), batch.source());
@@ -351,6 +389,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                  {"tokens_per_s", result.tokens_per_s},
                  {"seconds", result.seconds},
                  {"unigram_unit", result.unigram_unit},
+                 {"input", input},
                  {"unigram_entropy", std::isfinite(result.unigram_entropy)
                                          ? nlohmann::json(result.unigram_entropy)
                                          : nlohmann::json(nullptr)}});

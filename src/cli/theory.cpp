@@ -1,0 +1,100 @@
+// theory.cpp: `normlab theory`: its options, their checks, the given model (--checkpoint: a
+// checkpoint file, a run directory or a Hugging Face directory), the table of claims and --json.
+#include "cli/theory.h"
+
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+
+#include "model/model.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "util/error.h"
+
+namespace normlab::cli {
+
+void add_theory_command(CLI::App& app, TheoryCommand& cmd) {
+  cmd.theory = app.add_subcommand(
+      "theory", "measure each claim of docs/THEORY.md on fresh and trained models, or on one model (--checkpoint)");
+  CLI::App* t = cmd.theory;
+  analysis::TheoryOptions& o = cmd.opts;
+  t->add_option("--json", cmd.json_out, "write every claim with its numbers as JSON");
+  t->add_flag("--force", cmd.force, "replace --json if it exists");
+  t->add_option("--checkpoint", cmd.checkpoint,
+                "measure this model only (a checkpoint, a run directory or a Hugging Face directory): every claim "
+                "its architecture, norm, placement and depth can answer, over --seeds input windows; the others "
+                "are skipped with the reason");
+  t->add_option("--corpus", o.corpus,
+                "inputs of the byte-LM claims (and the data of the trained models): a text file (its bytes) or a "
+                "token stream (.safetensors input_ids, .bin uint16); default the built-in corpus data/kjv.txt");
+  t->add_option("--d-model", o.d_model, "width of the test models (default 64)");
+  t->add_option("--layers", o.n_layers, "layers of the Jacobian models (default 6)");
+  t->add_option("--deep-layers", o.deep_layers, "layers of the depth-growth models (default 24)");
+  t->add_option("--trained-steps", cmd.trained_steps,
+                "also measure every claim on the models trained this many steps (default 300; 0: fresh only)");
+  t->add_option("--seeds", o.seeds, "seeds of the fresh models (default 5; with --checkpoint: input windows)");
+  t->add_option("--trained-seeds", o.trained_seeds, "seeds of the trained models (default 3)");
+  t->add_option("--paper-width", o.paper_d_model, "d_model of the Xiong et al. check (default 512, their Fig. 3; FFN 2 d)");
+  t->add_option("--pairs", o.pairs,
+                "translation pairs of the encoder-decoder claims: a built Bible pair or a corpus directory (default es-en)");
+  t->footer(
+      "Each claim prints: [claim name, models] VERDICT, then claim (the statement), setting (where it was measured), "
+      "reported (the paper's own result, if any) and measured (the quantity's mean, 95% CI, sd over the seeds, and the "
+      "first seed's numbers). VERDICT: HOLDS / VIOLATED when the 95% CI lies inside / outside the claimed region, NOT "
+      "DISTINGUISHABLE otherwise, SKIPPED (with --checkpoint) when the model cannot answer the claim. Every claim name "
+      "is a row of docs/THEORY.md.");
+}
+
+int run_theory(TheoryCommand& cmd) {
+  analysis::TheoryOptions& opts = cmd.opts;
+  if (!cmd.json_out.empty() && !cmd.force && std::filesystem::exists(cmd.json_out))
+    throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", cmd.json_out));
+  if (cmd.trained_steps < 0 || cmd.trained_steps > 100000) throw Error("--trained-steps must be in [0, 100000]");
+  if (opts.seeds < 1 || opts.seeds > 100 || opts.trained_seeds < 1 || opts.trained_seeds > 100)
+    throw Error(fmt::format("--seeds {} and --trained-seeds {} must be in [1, 100]", opts.seeds, opts.trained_seeds));
+  if (!cmd.checkpoint.empty()) {
+    for (const char* o : {"--d-model", "--layers", "--deep-layers", "--trained-steps", "--trained-seeds", "--paper-width"})
+      if (cmd.theory->count(o))
+        throw Error(fmt::format("{} does not apply with --checkpoint: the model's own width and depth are measured", o));
+    auto f = load_model(cmd.checkpoint);
+    auto given = std::make_shared<analysis::TheoryModel>();
+    given->name = cmd.checkpoint;
+    given->config = f->config();
+    given->params.assign(f->params().begin(), f->params().end());
+    const ModelConfig& c = given->config;
+    opts.d_model = c.d_model;
+    opts.n_heads = c.n_heads;
+    opts.n_layers = opts.deep_layers = c.n_layers;
+    opts.seq_len = std::min(opts.seq_len, c.seq_len);
+    opts.seed = c.seed;  // seed k picks input window k (the same windows as fresh models of this seed)
+    const Corpus corpus = analysis::theory_corpus(opts);
+    if (corpus.bytes() ? c.vocab_size() < kByteVocab : corpus.vocab > c.vocab_size())
+      throw Error(fmt::format("--checkpoint '{}': its vocabulary ({}) does not hold the ids of {} (give --corpus with a "
+                              "token stream of its own ids)",
+                              cmd.checkpoint, c.vocab_size(), corpus.description()));
+    opts.model = given;
+    fmt::print("model: checkpoint '{}': {} {}, {} layers, d = {}, {} heads, {} placement, {} init\n", cmd.checkpoint,
+               to_string(c.arch), to_string(c.norm), c.n_layers, c.d_model, c.n_heads, to_string(c.placement_of(0)),
+               to_string(c.resolved_init()));
+  } else {
+    if (opts.d_model < 8 || opts.d_model > 512 || opts.d_model % opts.n_heads != 0)
+      throw Error(fmt::format("--d-model {} must be in [8, 512] and divisible by {}", opts.d_model, opts.n_heads));
+    if (opts.n_layers < 2 || opts.n_layers > 64 || opts.deep_layers < 3 || opts.deep_layers > 256)
+      throw Error("--layers must be in [2, 64] and --deep-layers in [3, 256]");
+    if (opts.paper_d_model < 8 || opts.paper_d_model > 1024 || opts.paper_d_model % 4 != 0)
+      throw Error(fmt::format("--paper-width {} must be in [8, 1024] and divisible by 4 (heads)", opts.paper_d_model));
+  }
+  const auto claims = analysis::run_theory_fresh_and_trained(opts, cmd.trained_steps);
+  analysis::print_claims(claims);
+  if (!cmd.json_out.empty()) {
+    nlohmann::json j = analysis::to_json(claims);
+    const std::string tmp = cmd.json_out + ".tmp";
+    std::ofstream(tmp) << j.dump(1) << '\n';
+    std::error_code ec;
+    std::filesystem::rename(tmp, cmd.json_out, ec);
+    if (ec) throw Error(fmt::format("--json '{}': cannot write ({})", cmd.json_out, ec.message()));
+  }
+  return 0;
+}
+
+}  // namespace normlab::cli

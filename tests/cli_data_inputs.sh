@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# cli_data_inputs.sh: your own data everywhere (README "Your data"). Oracles: `analyze jacobian
+# --corpus F` equals `--text` of the window it printed; `analyze dynamics --corpus F` equals the same
+# instrument on a token stream of F's bytes (a .bin of uint16 ids); `theory --checkpoint` of a fresh
+# `normlab init` checkpoint equals the fresh-model measurement of the same seed on the deterministic
+# claims. Every command states its input (terminal and JSON). data.tokens as a stream (windows,
+# validation split) and as rows (training and validation rows). Bad input: one message, exit 1.
+# Usage: cli_data_inputs.sh path/to/normlab
+set -uo pipefail
+NL=$(realpath "$1")
+W=$(mktemp -d)
+trap '[[ -n "${KEEP:-}" ]] || rm -rf "$W"' EXIT
+cd "$W"; [[ -n "${KEEP:-}" ]] && echo "work dir: $W"
+export OMP_WAIT_POLICY=PASSIVE
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+check() { if eval "$1"; then ok; else bad "$2"; fi; }
+refuse() {  # name expected-message-fragment command...: exit 1 with one "normlab: error:" line
+  local name=$1 want=$2
+  shift 2
+  "$@" >log.txt 2>&1
+  local rc=$?
+  if [[ $rc -eq 1 ]] && grep -q "^normlab: error: .*$want" log.txt && [[ $(grep -c "normlab: error" log.txt) -eq 1 ]]; then
+    ok
+  else
+    bad "refusal: $name (exit $rc): $(tail -3 log.txt)"
+  fi
+}
+tiny=(--set model.d_model=16 --set model.n_heads=2 --set model.n_layers=2 --set model.seq_len=16)
+# a corpus of 4000 bytes of text, and the same bytes as a token stream (uint16 little-endian)
+python3 - <<'PY'
+import struct
+text = "".join(f"In the beginning {i} was the word, and the word was with {i * 7 % 13}.\n" for i in range(80))[:4000]
+open("corpus.txt", "w").write(text)
+open("corpus.bin", "wb").write(b"".join(struct.pack("<H", b) for b in text.encode()))
+open("wide.bin", "wb").write(struct.pack("<3H", 1, 300, 2) * 400)
+def st(path, tensors):  # tensors: name -> (list of int32, shape)
+    import json
+    header, data, off = {}, b"", 0
+    for name, (vals, shape) in tensors.items():
+        raw = struct.pack(f"<{len(vals)}i", *vals)
+        header[name] = {"dtype": "I32", "shape": shape, "data_offsets": [off, off + len(raw)]}
+        data += raw; off += len(raw)
+    h = json.dumps(header).encode(); h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
+ids = list(text.encode())
+st("stream.safetensors", {"input_ids": (ids, [1, len(ids)])})
+# 20 rows of T = 8 with next-byte labels: 18 training rows, 2 validation rows at val_fraction 0.1
+rows = [ids[r * 9: r * 9 + 9] for r in range(20)]
+st("rows.safetensors", {"input_ids": ([v for r in rows for v in r[:8]], [20, 8]),
+                        "labels": ([v for r in rows for v in r[1:]], [20, 8])})
+PY
+
+# --- analyze: the input is stated; --corpus equals --text of the same bytes ---------------------
+"$NL" analyze jacobian "${tiny[@]}" --corpus corpus.txt --seq-len 8 --json a.json >a.txt 2>&1
+check "grep -q \"^input: 8 bytes of corpus 'corpus.txt' (bytes), validation split, offset\" a.txt" "jacobian --corpus input line: $(head -2 a.txt)"
+text=$(python3 -c "import json; print(bytes(json.load(open('a.json'))['input_ids']).decode(), end='')")
+"$NL" analyze jacobian "${tiny[@]}" --text "$text" --json b.json >b.txt 2>&1
+check "grep -q '^input: --text, 8 bytes (UTF-8)' b.txt" "jacobian --text input line: $(head -2 b.txt)"
+check "[[ \"\$(jq -S 'del(.input)' a.json)\" == \"\$(jq -S 'del(.input)' b.json)\" ]]" "jacobian: --corpus and --text of the same bytes differ"
+"$NL" analyze attention "${tiny[@]}" --corpus corpus.txt --seq-len 8 --json a.json >/dev/null 2>&1
+"$NL" analyze attention "${tiny[@]}" --text "$text" --json b.json >/dev/null 2>&1
+check "[[ \"\$(jq -S 'del(.input)' a.json)\" == \"\$(jq -S 'del(.input)' b.json)\" ]]" "attention: --corpus and --text of the same bytes differ"
+check "[[ \$(jq -r .input a.json) == *\"corpus 'corpus.txt'\"* ]]" "attention --json has no input"
+# a token stream gives the same window as the corpus of its bytes
+"$NL" analyze attention "${tiny[@]}" --tokens stream.safetensors --seq-len 8 --json c.json >c.txt 2>&1
+check "[[ \"\$(jq -c .input_ids a.json)\" == \"\$(jq -c .input_ids c.json)\" ]]" "--tokens stream window != --corpus window"
+check "grep -q \"^input: 8 tokens of token stream 'stream.safetensors', validation split\" c.txt" "stream input line: $(head -1 c.txt)"
+# the built-in corpus is named when it is used
+"$NL" analyze attention "${tiny[@]}" --seq-len 8 >d.txt 2>&1
+check "grep -q '^input: 8 bytes of the built-in corpus (data/kjv.txt), validation split' d.txt" "built-in corpus not named: $(head -2 d.txt)"
+
+# --- analyze dynamics: --corpus F equals the token stream of F's bytes ---------------------------
+dyn=(analyze dynamics "${tiny[@]}" --seq-len 8 --batches 2 --batch-size 3 --update-steps 2)
+"$NL" "${dyn[@]}" --corpus corpus.txt --json e.json >e.txt 2>&1
+"$NL" "${dyn[@]}" --tokens corpus.bin --json f.json >f.txt 2>&1
+check "[[ \"\$(jq -S 'del(.input, .updates.input)' e.json)\" == \"\$(jq -S 'del(.input, .updates.input)' f.json)\" ]]" "dynamics: --corpus and the stream of its bytes differ"
+check "grep -q \"^input: 2 batches of 3 windows of 8 bytes of corpus 'corpus.txt' (bytes), training split\" e.txt" "dynamics input line: $(grep input e.txt)"
+check "grep -q \"^update steps: 2 AdamW steps .* of corpus 'corpus.txt'\" e.txt" "dynamics update-steps line: $(grep update e.txt)"
+check "[[ \$(jq -r .updates.input f.json) == *\"token stream 'corpus.bin'\"* ]]" "dynamics --json updates.input"
+# --text is the measured row; --corpus then feeds the update steps, and says so
+"$NL" analyze dynamics "${tiny[@]}" --text "$text" --corpus corpus.txt --update-steps 1 >g.txt 2>&1
+check "grep -q '^input: --text, 8 bytes (UTF-8), labels the next tokens' g.txt && grep -q \"^update steps: .*corpus 'corpus.txt'\" g.txt" "dynamics --text with --corpus: $(grep -E 'input|update' g.txt)"
+
+# --- train: a token stream is split and sampled; rows are a dataset with validation rows -------
+"$NL" train "${tiny[@]}" --set data.tokens=corpus.bin --set train.steps=4 --set train.batch_size=2 \
+  --set train.eval_every=2 --set train.out_dir=r1 >h.txt 2>&1
+check "grep -q \"^input: token stream 'corpus.bin': 3600 training and 400 validation tokens\" h.txt" "train stream input: $(grep input h.txt)"
+check "[[ \$(grep -c '\"type\":\"val\"' r1/metrics.jsonl) -eq 2 ]]" "train on a stream: no validation loss"
+"$NL" train "${tiny[@]}" --set data.corpus=corpus.txt --set train.steps=4 --set train.batch_size=2 \
+  --set train.eval_every=2 --set train.out_dir=r2 >i.txt 2>&1
+check "[[ \$(grep '\"type\":\"val\"' r1/metrics.jsonl) == \$(grep '\"type\":\"val\"' r2/metrics.jsonl) ]]" "stream of the bytes and the corpus train differently"
+check "[[ \$(jq -r 'select(.type==\"summary\").input' r2/metrics.jsonl) == \"corpus 'corpus.txt' (bytes): 3600 training and 400 validation bytes\" ]]" "summary input: $(tail -1 r2/metrics.jsonl)"
+"$NL" train "${tiny[@]}" --set data.tokens=rows.safetensors --set train.steps=3 --set train.batch_size=4 \
+  --set train.out_dir=r3 >j.txt 2>&1
+check "grep -q \"^input: token file 'rows.safetensors': 20 rows of T = 8 (18 training, 2 validation)\" j.txt" "rows input: $(grep input j.txt)"
+check "[[ \$(grep -c '\"type\":\"val\"' r3/metrics.jsonl) -eq 1 ]]" "rows: no validation loss"
+# consecutive training rows: steps 1..3 see different rows, so their losses differ
+check "[[ \$(jq -r 'select(.type==\"train\").loss' r3/metrics.jsonl | sort -u | wc -l) -eq 3 ]]" "rows: the same batch every step?"
+
+# --- compare: a study on a token stream, its input in results.json and the summary ------------
+cat > s.toml <<'TOML'
+[study]
+name = "stream"
+title = "a study on a token stream"
+instruments = false
+theory = false
+[base.model]
+d_model = 16
+n_heads = 2
+n_layers = 2
+seq_len = 16
+[base.train]
+steps = 3
+batch_size = 2
+checkpoint_every = 0
+[base.data]
+tokens = "corpus.bin"
+[[grid]]
+model.placement = ["post", "pre"]
+TOML
+"$NL" compare --config s.toml --out st >k.txt 2>&1
+check "grep -q \"input: token stream 'corpus.bin'\" st/summary.txt" "compare summary has no input: $(tail -5 k.txt)"
+check "[[ \$(jq -r '.runs[0].input' st/results.json) == \"token stream 'corpus.bin'\" ]]" "results.json run input"
+
+# --- theory --checkpoint: the model and input are stated; deterministic claims equal fresh ------
+for p in post pre; do
+  "$NL" init --set model.placement=$p --set model.d_model=16 --set model.n_heads=4 --set model.n_layers=3 \
+    --set model.seq_len=16 --set model.seed=1337 --out $p.safetensors >/dev/null
+  "$NL" theory --checkpoint $p.safetensors --seeds 1 --json c-$p.json >t-$p.txt 2>&1
+  check "grep -q \"^model: checkpoint '$p.safetensors': gpt layernorm, 3 layers, d = 16, 4 heads, $p placement\" t-$p.txt" "theory model line: $(head -2 t-$p.txt)"
+  check "grep -q '^input (checkpoint .*): windows of 16 bytes of the built-in corpus (data/kjv.txt), validation split' t-$p.txt" "theory input line"
+  check "[[ \$(jq '[.[] | select(.verdict == \"skipped\" and (.measured | length) < 10)] | length' c-$p.json) -eq 0 ]]" "a skipped claim without its reason"
+  check "[[ \$(jq '[.[] | select(.source == \"Liu et al. 2020\" and .verdict == \"skipped\")] | length' c-$p.json) -eq 1 ]]" "Liu et al. not skipped on one model"
+done
+"$NL" theory --d-model 16 --layers 3 --deep-layers 3 --seeds 1 --trained-steps 0 --paper-width 16 --json fresh.json >/dev/null 2>&1
+same() {  # claim checkpoint-json: the first fresh value (same placement) equals the checkpoint's to 1e-6
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+claim, ck = sys.argv[1], sys.argv[2]
+a = [c["mean"] for c in json.load(open(ck)) if c["source"] == claim]
+b = [c["mean"] for c in json.load(open("fresh.json")) if c["source"] == claim]
+ok = len(a) == 1 and len(b) >= 1 and abs(a[0] - b[0]) <= 1e-6 * max(1.0, abs(b[0]))
+print(claim, a, b[:1]) if not ok else None
+sys.exit(0 if ok else 1)
+PY
+}
+for c in "000 Thm 2.2" "000 Thm 3.2" "000 Thm 6.3" "004 dNorm/dz"; do check "same '$c' c-post.json" "theory --checkpoint post vs fresh: $c"; done
+for c in "000 Thm 4.6" "000 Thm 6.4" "002 spectral bounds"; do check "same '$c' c-pre.json" "theory --checkpoint pre vs fresh: $c"; done
+check "[[ \$(jq '[.[] | select(.source == \"000 Thm 2.2\")][0].verdict' c-pre.json) == '\"skipped\"' ]]" "a Post-LN claim was not skipped on a Pre-LN checkpoint"
+"$NL" theory --checkpoint post.safetensors --corpus corpus.txt --seeds 1 >u.txt 2>&1
+check "grep -q \"windows of 16 bytes of corpus 'corpus.txt' (bytes)\" u.txt" "theory --corpus not stated"
+
+# --- bad input: one message, exit 1 ----------------------------------------------------------
+: >empty.txt
+refuse "empty corpus" "empty" "$NL" analyze attention "${tiny[@]}" --corpus empty.txt
+refuse "missing corpus" "cannot open" "$NL" analyze dynamics "${tiny[@]}" --corpus missing.txt
+refuse "stream id out of range" "id 300 is outside the model's vocabulary of 256" "$NL" analyze attention "${tiny[@]}" --tokens wide.bin
+refuse "train stream id out of range" "holds id 300" "$NL" train "${tiny[@]}" --set data.tokens=wide.bin --set train.out_dir=r9
+refuse "two inputs" "give one input" "$NL" analyze jacobian "${tiny[@]}" --corpus corpus.txt --random
+refuse "theory --checkpoint with --d-model" "does not apply with --checkpoint" "$NL" theory --checkpoint post.safetensors --d-model 32
+refuse "theory missing checkpoint" "missing.safetensors" "$NL" theory --checkpoint missing.safetensors
+refuse "rows in a study" "token file of rows" "$NL" compare --config s.toml --set data.tokens=rows.safetensors --out st2
+
+echo "cli_data_inputs: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
