@@ -253,8 +253,9 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       const std::vector<TokenPair>& pairs = parallel->valid.empty() ? parallel->train : parallel->valid;
       probe = translation_batch(pairs, 0, int(std::min(size_t(B), pairs.size())));
     } else {
-      probe = fixed ? *fixed
-                    : sample_batch(corpus->val, model_cfg.arch, B, T, probe_rng, masking);
+      // rows: the first validation rows (training rows if there are none); a corpus: a validation window
+      probe = rows ? batch_rows(rows->val.B > 0 ? rows->val : rows->train, 0, B)
+                   : sample_batch(corpus->val, model_cfg.arch, B, T, probe_rng, masking);
     }
   }
   auto probe_logits = [&](std::vector<float>& out) {
