@@ -93,6 +93,13 @@ check "[[ \$(grep -c '\"type\":\"val\"' r1/metrics.jsonl) -eq 2 ]]" "train on a 
   --set train.eval_every=2 --set train.out_dir=r2 >i.txt 2>&1
 check "[[ \$(grep '\"type\":\"val\"' r1/metrics.jsonl) == \$(grep '\"type\":\"val\"' r2/metrics.jsonl) ]]" "stream of the bytes and the corpus train differently"
 check "[[ \$(jq -r 'select(.type==\"summary\").input' r2/metrics.jsonl) == \"corpus 'corpus.txt' (bytes): 3600 training and 400 validation bytes\" ]]" "summary input: $(tail -1 r2/metrics.jsonl)"
+# a run directory stands for its checkpoint, and is not mistaken for a Hugging Face directory (whose
+# own tokenizer would then be looked for): every instrument on the run directory with --corpus
+for inst in dynamics jacobian attention; do
+  "$NL" analyze $inst --checkpoint r2 --corpus corpus.txt --seq-len 8 >rd.txt 2>&1
+  rc=$?
+  check "[[ $rc -eq 0 ]] && grep -q \"^input: .*corpus 'corpus.txt'\" rd.txt" "analyze $inst on a run directory: $(tail -2 rd.txt)"
+done
 "$NL" train "${tiny[@]}" --set data.tokens=rows.safetensors --set train.steps=3 --set train.batch_size=4 \
   --set train.out_dir=r3 >j.txt 2>&1
 check "grep -q \"^input: token file 'rows.safetensors': 20 rows of T = 8 (18 training, 2 validation)\" j.txt" "rows input: $(grep input j.txt)"
