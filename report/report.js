@@ -226,6 +226,11 @@
     table.append(el('tr', {}, ...cells));
   }
   root.append(table);
+  // what the runs trained on (results.json: run.input), once when every run shares it
+  const inputs = [...new Set(runs.map((r) => r.input).filter(Boolean))];
+  if (inputs.length === 1) root.append(el('p', {class: 'meta', id: 'input'}, `Input of every run: ${inputs[0]}.`));
+  else if (inputs.length > 1) root.append(el('p', {class: 'meta', id: 'input'}, 'Inputs: ' +
+      runs.filter((r) => r.input).map((r) => `${r.label}: ${r.input}`).join('; ') + '.'));
   const target = runs.find((r) => r.loss_target != null);
   if (target) root.append(el('p', {class: 'meta'}, `Steps to target: first step where the mean of the last 20 training losses ` +
       `is at most ${fmt(target.loss_target, 3)} nats.` + (target.unigram_entropy != null ? ` ${capital(unitOf(target))} unigram entropy of the corpus: ${fmt(target.unigram_entropy, 3)} nats per ${unitOf(target)}.` : '')));
