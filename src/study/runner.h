@@ -20,6 +20,10 @@ namespace normlab::study {
 struct CompareOptions {
   std::string out_dir;   // created; refused if it already holds a study unless force
   bool force = false;
+  // Finish a stopped study in out_dir: runs that finished (or diverged) in its results.json are kept,
+  // a run with a checkpoint resumes from it (train --resume), the others run from the start.
+  bool resume = false;
+  std::vector<std::string> sets;  // the --set overrides, saved in overrides.json for --resume
   const std::atomic<bool>* stop = nullptr;  // set by the caller's SIGINT handler
 };
 
