@@ -4,7 +4,7 @@
 // claims; live progress with the estimated time left per run and for the whole study; Ctrl-C stops
 // cleanly (the current run is kept as interrupted, later runs are
 // skipped) and the results and report of what finished are still written. The output directory
-// holds study.json (the study as read), runs/<run>/ (metrics.jsonl, config.json, checkpoint,
+// holds study.json (the study as read), overrides.json (its --set overrides), runs/<run>/ (metrics.jsonl, config.json, checkpoint,
 // instruments.json), results.json (everything the report shows), summary.txt and report.html.
 #pragma once
 
