@@ -132,6 +132,32 @@ TOML
 check "grep -q \"input: token stream 'corpus.bin'\" st/summary.txt" "compare summary has no input: $(tail -5 k.txt)"
 check "[[ \$(jq -r '.runs[0].input' st/results.json) == \"token stream 'corpus.bin'\" ]]" "results.json run input"
 
+# a study whose runs start from a user's checkpoint (a run directory) says so beside the input
+cat > si.toml <<'TOML'
+[study]
+name = "from"
+title = "a study from a checkpoint"
+instruments = false
+theory = false
+[base.model]
+d_model = 16
+n_heads = 2
+n_layers = 2
+seq_len = 16
+[base.train]
+steps = 2
+batch_size = 2
+checkpoint_every = 0
+init_from = "r2"
+[base.data]
+corpus = "corpus.txt"
+[[grid]]
+train.seed = [1, 2]
+TOML
+"$NL" compare --config si.toml --out sf >l.txt 2>&1
+check "[[ \"\$(jq -r '.runs[1].input' sf/results.json)\" == *\"corpus 'corpus.txt'\"*\"; parameters from the checkpoint 'r2'\" ]]" "init_from not stated: $(tail -3 l.txt)"
+check "grep -q \"parameters from the checkpoint 'r2'\" sf/summary.txt" "summary.txt does not name the starting checkpoint"
+
 # --- theory --checkpoint: the model and input are stated; deterministic claims equal fresh ------
 for p in post pre; do
   "$NL" init --set model.placement=$p --set model.d_model=16 --set model.n_heads=4 --set model.n_layers=3 \

@@ -287,6 +287,10 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
     run["unigram_unit"] = corpus->unit();  // nats per byte, or per token with data.tokenizer
     run["input"] = corpus->description();
   }
+  // a run that starts from a user's checkpoint says so where it says what it trained on
+  if (!cfg.train.init_from.empty())
+    run["input"] = run.value("input", std::string("the parallel corpus")) +
+                   fmt::format("; parameters from the checkpoint '{}'", cfg.train.init_from);
   const double target = std::isnan(study.loss_target) ? run["unigram_entropy"].get<double>() - 0.5 : study.loss_target;
   run["loss_target"] = target;
   fs::create_directories(dir);
