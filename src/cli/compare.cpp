@@ -13,6 +13,8 @@
 #include "study/runner.h"
 #include "study/study.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 
 namespace normlab::cli {
 
@@ -42,16 +44,24 @@ void add_compare_command(CLI::App& app, CompareCommand& cmd) {
 
 int run_report(const CompareCommand& cmd) {
   const std::filesystem::path dir(cmd.report_dir), path = dir / "results.json";
-  std::ifstream in(path);
-  if (!in) throw Error(fmt::format("'{}': no results.json (is it a directory from normlab compare?)", cmd.report_dir));
-  nlohmann::json results = nlohmann::json::parse(in, nullptr, false);
-  if (results.is_discarded() || !results.is_object() || !results.contains("study") || !results.contains("runs") ||
-      !results["runs"].is_array())
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw Error(fmt::format("'{}': no results.json (is it a directory from normlab compare?)", cmd.report_dir));
+  nlohmann::json results;
+  try {
+    results = parse_json(read_file(path.string(), "results file"), path.string());
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} (corrupt or truncated?)", e.what()));
+  }
+  if (!results.is_object() || !results.contains("study") || !results.contains("runs") || !results["runs"].is_array())
     throw Error(fmt::format("'{}': not a normlab results file (corrupt or truncated?)", path.string()));
   try {
-    study::write_outputs(results, dir);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("'{}': not a normlab results file ({})", path.string(), e.what()));
+    study::write_outputs(results, dir);  // writes nothing unless every output could be made
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // a key missing or of another type (json_assert.h, nlohmann)
+    throw Error(fmt::format("'{}': not a normlab results file, or from another version ({}); nothing was changed",
+                            path.string(), e.what()));
   }
   fmt::print("{}\nreport: {}\n", study::summary_table(results), (dir / "report.html").string());
   return 0;

@@ -7,33 +7,37 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "io/unicode.h"
 #include "util/error.h"
+#include "util/files.h"
 #include "util/hints.h"
 #include "util/json_reader.h"
 
 namespace normlab {
 
-static nlohmann::json toml_to_json(const toml::table& table) {
+static nlohmann::json toml_to_json(const toml::table& table, const std::string& where) {
   std::stringstream ss;
   ss << toml::json_formatter{table};
-  return nlohmann::json::parse(ss.str());
+  return parse_json(ss.str(), where);  // toml++ nests up to 256 levels; parse_json allows 512
+}
+
+// toml++ 3.3.0 (Debian) reaches __builtin_unreachable on some ill-formed UTF-8 (undefined
+// behaviour, a crash or garbage): every TOML text is checked to be UTF-8 before toml++ sees it.
+static toml::table parse_toml_text(const std::string& text, const std::string& where, const std::string& source) {
+  unicode::check_utf8(text, where);
+  if (text.find('\0') != std::string::npos)
+    throw Error(fmt::format("{}: holds a NUL byte at byte offset {} (not TOML text)", where, text.find('\0')));
+  return toml::parse(text, source);
 }
 
 nlohmann::json read_toml(const std::string& path) {
-  require_not_directory(path, "config");
-  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) {  // a run's config.json
-    std::ifstream in(path);
-    if (!in) throw Error(fmt::format("config '{}': cannot open file", path));
-    nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-    if (doc.is_discarded()) throw Error(fmt::format("config '{}': not valid JSON", path));
-    return doc;
-  }
+  const std::string text = read_file(path, "config");  // refuses directories, FIFOs, devices
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0)  // a run's config.json
+    return parse_json(text, fmt::format("config '{}'", path));
   try {
-    return toml_to_json(toml::parse_file(path));
+    return toml_to_json(parse_toml_text(text, fmt::format("config '{}'", path), path), fmt::format("config '{}'", path));
   } catch (const toml::parse_error& e) {
     const auto& where = e.source().begin;
-    if (e.description().find("File could not be opened") != std::string_view::npos)
-      throw Error(fmt::format("config '{}': cannot open file", path));
     throw Error(fmt::format("config '{}' line {}, column {}: {}", path, where.line, where.column,
                             e.description()));
   }
@@ -49,7 +53,8 @@ void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& overri
     const std::string value = o.substr(eq + 1);
     nlohmann::json v;
     try {
-      v = toml_to_json(toml::parse("v = " + value))["v"];
+      v = toml_to_json(parse_toml_text("v = " + value, fmt::format("--set '{}'", o), "--set"),
+                       fmt::format("--set '{}'", o))["v"];
     } catch (const toml::parse_error&) {
       v = value;  // a bare word such as post or layernorm is a string
     }

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <fmt/format.h>
 #include <fstream>
 #include <limits>
@@ -17,6 +19,8 @@
 #include "train/translation.h"
 #include "model/decode.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 #include "util/rng.h"
 
 namespace normlab {
@@ -67,18 +71,41 @@ bool all_finite(const std::vector<float>& v) {
 
 class MetricsFile {
  public:
+  // A metrics file that cannot be created or whose first line cannot be written is removed with
+  // the run's config.json, so a full disk leaves no half run that would refuse the next attempt.
   explicit MetricsFile(const std::string& path) : path_(path), out_(path, std::ios::trunc) {
-    if (!out_) throw Error(fmt::format("cannot write metrics file '{}'", path));
+    if (!out_) {
+      const int err = errno;
+      discard();
+      throw Error(fmt::format("cannot write metrics file '{}': {}", path, std::strerror(err)));
+    }
   }
   void write(const nlohmann::json& line) {
-    out_ << line.dump() << '\n';
+    errno = 0;
+    out_ << dump_json(line) << '\n';
     out_.flush();
-    if (!out_) throw Error(fmt::format("write to '{}' failed (disk full?)", path_));
+    if (!out_) {
+      const int err = errno;
+      if (lines_ == 0) discard();
+      throw Error(fmt::format("write to '{}' failed: {}", path_, err ? std::strerror(err) : "disk full?"));
+    }
+    lines_++;
   }
+
+ private:
+  void discard() {
+    out_.close();
+    std::error_code ec;
+    fs::remove(path_, ec);
+    fs::remove(fs::path(path_).parent_path() / "config.json", ec);
+  }
+
+ public:
 
  private:
   std::string path_;
   std::ofstream out_;
+  long lines_ = 0;
 };
 
 }  // namespace
@@ -160,12 +187,16 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     throw Error(fmt::format("train.out_dir '{}' already holds a run; choose another out_dir or pass "
                             "--force to replace it",
                             tc.out_dir));
-  MetricsFile metrics(metrics_path.string());
-  {
+  if (!options.overwrite && fs::exists(dir / "config.json"))  // someone's file, not a run of ours
+    throw Error(fmt::format("train.out_dir '{}' holds a config.json but no run (no metrics.jsonl or checkpoint); "
+                            "normlab would replace it: choose another out_dir or pass --force",
+                            tc.out_dir));
+  {  // config.json first, atomically (a full disk leaves nothing), then metrics.jsonl
     RunConfig resolved = cfg;
     resolved.model = model_cfg;
-    std::ofstream(dir / "config.json") << run_config_to_json(resolved).dump(2) << '\n';
+    write_file_atomic((dir / "config.json").string(), dump_json(run_config_to_json(resolved), 2) + '\n');
   }
+  MetricsFile metrics(metrics_path.string());
 
   const ScheduleConfig sched{tc.schedule, tc.lr, tc.warmup_steps, tc.min_lr, int(tc.steps)};
   AdamW optimizer(model.table(), tc.adamw);
