@@ -430,9 +430,13 @@ static Imported read_dir(const std::string& dir, bool with_weights) {
   return type == "gpt2" ? import_gpt2(r, weights, d) : import_bert(r, weights, d);
 }
 
-Imported read_model_dir(const std::string& dir) { return read_dir(dir, true); }
+Imported read_model_dir(const std::string& dir) {
+  return naming_json_errors(dir, [&] { return read_dir(dir, true); });
+}
 
-ModelConfig read_model_dir_config(const std::string& dir) { return read_dir(dir, false).config; }
+ModelConfig read_model_dir_config(const std::string& dir) {
+  return naming_json_errors(dir, [&] { return read_dir(dir, false).config; });
+}
 
 std::unique_ptr<Model<float>> load_model_dir(const std::string& dir, bool quiet) {
   Imported im = read_model_dir(dir);

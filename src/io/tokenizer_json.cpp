@@ -207,7 +207,13 @@ void json_post_processor(const nlohmann::json& pp, const std::string& where,
 
 }  // namespace
 
+static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path);
+
 TokenizerParts tokenizer_json_parts(const std::string& path) {
+  return naming_json_errors(fmt::format("tokenizer '{}'", path), [&] { return tokenizer_json_parts_unchecked(path); });
+}
+
+static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
   const std::string file = fmt::format("tokenizer '{}'", path);
   const nlohmann::json doc = parse_json(read_file(path, "tokenizer"), file);
   if (!doc.is_object() || !doc.contains("model"))

@@ -251,7 +251,8 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
 Study read_study_file(const std::string& path, const std::vector<std::string>& sets) {
   require_not_directory(path, "study");
   if (!std::filesystem::is_regular_file(path)) throw Error(fmt::format("study '{}': no such file", path));
-  return study_from_json(read_toml(path), sets, fmt::format("study '{}'", path));
+  return naming_json_errors(fmt::format("study '{}'", path),
+                            [&] { return study_from_json(read_toml(path), sets, fmt::format("study '{}'", path)); });
 }
 
 std::string builtin_study_path(const std::string& name) {

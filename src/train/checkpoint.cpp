@@ -45,7 +45,7 @@ static ModelConfig config_of(const st::File& f) {
                             "checkpoint?",
                             f.path));
   const nlohmann::json j = parse_json(it->second, f.path + ": metadata \"config\"");
-  return model_config_from_json(j, f.path + " config");
+  return naming_json_errors(f.path + " config", [&] { return model_config_from_json(j, f.path + " config"); });
 }
 
 // A normlab run directory (what `normlab train` writes) stands for the checkpoint inside it.

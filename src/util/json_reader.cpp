@@ -129,6 +129,13 @@ std::string dump_json(const nlohmann::json& value, int indent) {
   return value.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+void throw_named(const std::string& where, const std::string& what) {
+  std::string text = what;  // "[json.exception.type_error.302] type must be string": keep the reason
+  if (const auto close = text.find("] "); text.rfind("[json.exception.", 0) == 0 && close != std::string::npos)
+    text = text.substr(close + 2);
+  throw Error(fmt::format("{}: {}", where, text));
+}
+
 std::string join_errors(const std::string& title, const std::vector<std::string>& lines) {
   std::string msg = title + ":";
   for (const auto& l : lines) msg += "\n  - " + l;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string_view>
 #include <string>
 #include <vector>
@@ -83,6 +84,23 @@ std::optional<I> json_integer(const nlohmann::json& v) {
   return std::nullopt;
 }
 
+[[noreturn]] void throw_named(const std::string& where, const std::string& what);  // Error "<where>: <what>"
+
+// Runs fn(); a library exception from reading a JSON document (nlohmann's type_error, out_of_range,
+// a range-checked conversion of json_assert.h) becomes Error "<where>: <what>", so the message names
+// the file. The readers of outside JSON wrap their work in it.
+template <class F>
+auto naming_json_errors(const std::string& where, F&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const nlohmann::json::exception& e) {
+    throw_named(where, e.what());
+  } catch (const std::out_of_range& e) {
+    throw_named(where, e.what());
+  } catch (const std::domain_error& e) {
+    throw_named(where, e.what());
+  }
+}
 // Joins error lines into one message: "<title>:\n  - line\n  - line".
 std::string join_errors(const std::string& title, const std::vector<std::string>& lines);
 
