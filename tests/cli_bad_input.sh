@@ -120,10 +120,12 @@ expect_error "--paper-width 7 must be in [8, 1024]" -- theory --paper-width 7
 unchanged() {
   [[ "$(sha256sum "$1")" == "$2" ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: $1 changed"; }
 }
-# a checkpoint of the small model with its config metadata replaced by CONFIG (a JSON string)
+# a checkpoint of the small model with its config metadata replaced by CONFIG (a JSON string, or
+# @FILE for the contents of FILE)
 with_config() {  # out config
   perl -e '
     my ($out, $cfg) = @ARGV;
+    if ($cfg =~ /^@(.*)/) { open(my $c, "<", $1) or die; local $/; $cfg = <$c>; }
     open(my $f, "<:raw", "model.safetensors") or die; local $/; my $b = <$f>;
     my $n = unpack("Q<", substr($b, 0, 8)); my $h = substr($b, 8, $n); my $data = substr($b, 8 + $n);
     $cfg =~ s/(["\\])/\\$1/g;
@@ -143,7 +145,8 @@ expect_error "more than 256 runs" -- compare --config big_grid.toml --out big_gr
 perl -e 'my $d = "[" x 200000 . "]" x 200000; my $h = qq({"a":$d});
   open(my $o, ">:raw", "deep.safetensors") or die; print $o pack("Q<", length($h)), $h;'
 expect_error "nested deeper than 512 levels" -- analyze jacobian --checkpoint deep.safetensors
-with_config deepcfg.safetensors "$(perl -e 'print "{\"d_model\":" . "[" x 200000 . "]" x 200000 . "}"')"
+perl -e 'print "{\"d_model\":" . "[" x 200000 . "]" x 200000 . "}"' > deepcfg.json
+with_config deepcfg.safetensors @deepcfg.json
 expect_error "nested deeper than 512 levels" -- analyze jacobian --checkpoint deepcfg.safetensors
 mkdir -p deepstudy && perl -e 'print "{\"study\":{},\"runs\":" . "[" x 200000 . "]" x 200000 . "}"' > deepstudy/results.json
 before=$(sha256sum deepstudy/results.json)
@@ -159,6 +162,13 @@ printf '[model]\nd_model = "\xc3\x28"\n' > badutf8.toml
 expect_error "invalid UTF-8" -- init --config badutf8.toml --out u.safetensors
 printf '[model]\n\xf0\x9f\x98 = 1\n' > badutf8b.toml
 expect_error "invalid UTF-8" -- init --config badutf8b.toml --out u.safetensors
+# valid UTF-8 that makes Debian's toml++ 3.3.0 reach __builtin_unreachable (upstream #190, #295)
+printf 's = """\\\n\xc2\xa7"""\n' > toml190.toml
+expect_error "after a line-ending backslash" -- init --config toml190.toml --out u.safetensors
+printf '[model]\n\xcc\xaa = 1\n' > toml295.toml
+expect_error "non-ASCII character outside a string" -- init --config toml295.toml --out u.safetensors
+printf '[model]\nd_model = 1"\xc2\xa7"\n' > tomlquote.toml
+expect_error "quote inside a bare key or value" -- init --config tomlquote.toml --out u.safetensors
 # inputs that block: a FIFO as config, corpus, checkpoint, token file or text file is refused
 mkfifo fifo
 expect_error "FIFO" -- init --config fifo --out f.safetensors

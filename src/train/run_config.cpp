@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 
 #include "io/unicode.h"
+#include "train/toml_guard.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/hints.h"
@@ -21,12 +22,10 @@ static nlohmann::json toml_to_json(const toml::table& table, const std::string& 
   return parse_json(ss.str(), where);  // toml++ nests up to 256 levels; parse_json allows 512
 }
 
-// toml++ 3.3.0 (Debian) reaches __builtin_unreachable on some ill-formed UTF-8 (undefined
-// behaviour, a crash or garbage): every TOML text is checked to be UTF-8 before toml++ sees it.
+// Every TOML text passes check_toml_text first: Debian's toml++ 3.3.0 reaches
+// __builtin_unreachable on some non-ASCII input (toml_guard.h).
 static toml::table parse_toml_text(const std::string& text, const std::string& where, const std::string& source) {
-  unicode::check_utf8(text, where);
-  if (text.find('\0') != std::string::npos)
-    throw Error(fmt::format("{}: holds a NUL byte at byte offset {} (not TOML text)", where, text.find('\0')));
+  check_toml_text(text, where);
   return toml::parse(text, source);
 }
 
@@ -51,10 +50,17 @@ void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& overri
       throw Error(fmt::format("--set '{}': expected section.key=value, e.g. train.lr=3e-4", o));
     const std::string section = o.substr(0, dot), key = o.substr(dot + 1, eq - dot - 1);
     const std::string value = o.substr(eq + 1);
+    const std::string where = fmt::format("--set '{}'", o);
+    unicode::check_utf8(o, where);
     nlohmann::json v;
+    bool toml_text = true;  // a value toml++ may safely see (toml_guard.h)
     try {
-      v = toml_to_json(parse_toml_text("v = " + value, fmt::format("--set '{}'", o), "--set"),
-                       fmt::format("--set '{}'", o))["v"];
+      check_toml_text("v = " + value, where);
+    } catch (const Error&) {
+      toml_text = false;  // e.g. a path with non-ASCII letters: a string, as a bare word is
+    }
+    try {
+      v = toml_text ? toml_to_json(toml::parse("v = " + value, std::string("--set")), where)["v"] : nlohmann::json(value);
     } catch (const toml::parse_error&) {
       v = value;  // a bare word such as post or layernorm is a string
     }
