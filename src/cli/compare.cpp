@@ -51,7 +51,7 @@ int run_report(const CompareCommand& cmd) {
   try {
     results = parse_json(read_file(path.string(), "results file"), path.string());
   } catch (const Error& e) {
-    throw Error(fmt::format("{} (corrupt or truncated?)", e.what()));
+    throw Error(fmt::format("not a normlab results file (corrupt or truncated?): {}", e.what()));
   }
   if (!results.is_object() || !results.contains("study") || !results.contains("runs") || !results["runs"].is_array())
     throw Error(fmt::format("'{}': not a normlab results file (corrupt or truncated?)", path.string()));
