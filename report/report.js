@@ -7,6 +7,8 @@
 // one setting: the mean over seeds with a band from the lowest to the highest seed; more than
 // kPanelMax settings on one chart become small multiples, one panel per placement (or per value of
 // another varied key). It records what it drew in #normlab-selftest for the headless-browser test.
+// Two parts live in their own files and are inserted by normlab at their NORMLAB:PART markers:
+// report_encdec.js (encoder-decoder runs per stack) and report_layers.js (per-layer logs of training).
 'use strict';
 
 (function () {
@@ -226,6 +228,11 @@
     table.append(el('tr', {}, ...cells));
   }
   root.append(table);
+  // what the runs trained on (results.json: run.input), once when every run shares it
+  const inputs = [...new Set(runs.map((r) => r.input).filter(Boolean))];
+  if (inputs.length === 1) root.append(el('p', {class: 'meta', id: 'input'}, `Input of every run: ${inputs[0]}.`));
+  else if (inputs.length > 1) root.append(el('p', {class: 'meta', id: 'input'}, 'Inputs: ' +
+      runs.filter((r) => r.input).map((r) => `${r.label}: ${r.input}`).join('; ') + '.'));
   const target = runs.find((r) => r.loss_target != null);
   if (target) root.append(el('p', {class: 'meta'}, `Steps to target: first step where the mean of the last 20 training losses ` +
       `is at most ${fmt(target.loss_target, 3)} nats.` + (target.unigram_entropy != null ? ` ${capital(unitOf(target))} unigram entropy of the corpus: ${fmt(target.unigram_entropy, 3)} nats per ${unitOf(target)}.` : '')));
@@ -509,124 +516,7 @@
                                   y: axis('BLEU')}}});
   }
 
-  // ---- encoder-decoder instruments, per stack (results.json: instruments.{init,final} with arch "encdec") ----
-  function isEncdecProbe(run) {
-    return Boolean(run.instruments && run.instruments.init && run.instruments.init.arch === 'encdec');
-  }
-  // The run table's gradient ratio: last layer / first, per stack for an encoder-decoder.
-  function gradRatioText(init) {
-    if (init.arch !== 'encdec') return fmt(init.dynamics.grad_norm_last_over_first, 3);
-    return `enc ${fmt(init.dynamics.encoder.grad_norm_last_over_first, 2)} / dec ${fmt(init.dynamics.decoder.grad_norm_last_over_first, 2)}`;
-  }
-  // A chart whose x axis counts layers must tick at integers only (the headless-browser test reads check.errors).
-  function layerChartCard(parent, title, note, config) {
-    const chart = chartCard(parent, title, note, config, {logToggle: true});
-    if (chart && chart.scales.x.ticks.some((t) => !Number.isInteger(t.value)))
-      check.errors.push(`chart "${title}": the layer axis has a tick between layers`);
-    return chart;
-  }
-  // The encoder-decoder runs' readings: a panel per stack (and per kind of attention), layers counted
-  // within their stack, then the decoder's and the source's Jacobians as a table.
-  function encdecInstruments(parent, probed) {
-    const first = probed[0][0].instruments.init;
-    const stages = [['init', 'at initialization'], ['final', 'after training']].filter(([when]) => probed.some(([r]) => r.instruments[when]));
-    parent.append(el('h3', {}, 'Encoder-decoder runs, per stack'));
-    parent.append(el('p', {class: 'meta'}, `Input: ${first.input.what} (the batch: source ${first.input.S} and target ` +
-      `${first.input.T} tokens with padding; the single pair: source ${first.input.pair.S}, target ${first.input.pair.T}). ` +
-      'Layers are counted within their stack (encoder 0 .. N-1, decoder 0 .. M-1); the numbers are those of normlab analyze ' +
-      'on the same checkpoint and input.'));
-    parent.append(legend());
-    const box = el('div', {class: 'grid', id: 'encdec-instruments'});
-    parent.append(box);
-    // one series per run probed at `when`; `suffix` names a secondary series of the same run
-    const series = (when, pick, extra, suffix) => probed.filter(([r]) => r.instruments[when]).map(([run, i]) => {
-      const d = lineSet(run, i, pick(run.instruments[when]), Object.assign({pointRadius: 2}, extra || {}));
-      if (suffix) d.label += suffix;
-      return d;
-    }).filter((d) => d.data.length);
-    const sub = (layer, kind) => layer.sublayers.find((x) => x.kind === kind && x.present);
-    const layerPoints = (stack, key) => (rep) => rep.dynamics[stack].layers.map((l) => ({x: l.layer, y: l[key]}));
-    const subPoints = (stack, kind, key) => (rep) => rep.dynamics[stack].layers.filter((l) => sub(l, kind) && sub(l, kind)[key] != null)
-      .map((l) => ({x: l.layer, y: sub(l, kind)[key]}));
-    const dashed = {borderDash: [6, 3]}, dotted = {borderDash: [2, 3]};
-    const stacks = [['encoder', 'Encoder'], ['decoder', 'Decoder']];
-    for (const [stack, name] of stacks) {
-      const cross = stack === 'decoder' ? series('init', subPoints(stack, 'cross', 'grad_norm'), dashed, ' (cross-attention)') : [];
-      layerChartCard(box, `${name}: gradient norm by ${stack} layer at initialization`,
-        `Norm of the gradient of each ${stack} layer's parameters (solid)` + (cross.length ? ', and of its cross-attention\'s alone (dashed)' : '') +
-        ', on the probe batch. Liu et al. 2020: at initialization a Post-LN decoder\'s gradients shrink toward its input, the encoder\'s do not.',
-        {type: 'line', data: {datasets: [...series('init', layerPoints(stack, 'grad_norm')), ...cross]},
-         options: {scales: {x: layerAxis(`${stack} layer`), y: axis('||dL/dθ_l||', 'logarithmic')}}});
-    }
-    for (const [when, stageName] of stages)
-      for (const [stack, name] of stacks)
-        layerChartCard(box, `${name}: activation norm by depth ${stageName}`,
-          `Mean over real (unpadded) tokens of ||x_l||, the ${stack} stream entering layer l; the last point is the stream leaving its last layer (before the final norm).`,
-          {type: 'line', data: {datasets: series(when, (rep) => [...layerPoints(stack, 'stream_norm')(rep),
-                                                                  {x: rep.dynamics[stack].layers.length, y: rep.dynamics[stack].out_stream_norm}])},
-           options: {scales: {x: layerAxis(`${stack} depth l`), y: axis('||x_l||', 'logarithmic')}}});
-    for (const [stack, name] of stacks) {
-      const cross = stack === 'decoder' ? series('init', subPoints(stack, 'cross', 'branch_ratio'), dashed, ' (cross-attention)') : [];
-      layerChartCard(box, `${name}: branch-to-stream ratio by ${stack} layer at initialization`,
-        'Mean over real tokens of ||F_l(x)|| / ||x_l|| for the self-attention (solid)' + (cross.length ? ', cross-attention (dashed)' : '') +
-        ' and FFN (dotted) sub-layers.',
-        {type: 'line', data: {datasets: [...series('init', subPoints(stack, 'attn', 'branch_ratio')), ...cross,
-                                         ...series('init', subPoints(stack, 'mlp', 'branch_ratio'), dotted, ' (FFN)')]},
-         options: {scales: {x: layerAxis(`${stack} layer`), y: axis('||F|| / ||x||', 'logarithmic')}}});
-    }
-    // attention ||A||_2 per layer, the max over heads, for each kind of attention
-    const kinds = [['encoder', 'self', 'Encoder self-attention', 'encoder layer'],
-                   ['decoder', 'self', 'Decoder self-attention (causal)', 'decoder layer'],
-                   ['decoder', 'cross', 'Cross-attention (decoder queries over the source)', 'decoder layer']];
-    for (const [stack, kind, title, xTitle] of kinds)
-      for (const [when, stageName] of stages) {
-        const heads = (rep) => rep.attention.per_head.filter((h) => h.stack === stack && h.kind === kind);
-        const sets = series(when, (rep) => {
-          const max = {};
-          for (const h of heads(rep)) max[h.layer] = Math.max(max[h.layer] || 0, h.norm2);
-          return Object.keys(max).map((l) => ({x: Number(l), y: max[l]}));
-        });
-        const rows = Math.max(0, ...probed.filter(([r]) => r.instruments[when]).flatMap(([r]) => heads(r.instruments[when]).map((h) => h.rows)));
-        const top = Math.max(0, ...sets.flatMap((d) => d.data.map((p) => p.x)));
-        if (sets.length) sets.push({label: '√rows (upper bound)', data: [{x: 0, y: Math.sqrt(rows)}, {x: top, y: Math.sqrt(rows)}],
-                                    borderColor: '#888', borderDash: [3, 3], borderWidth: 1, pointRadius: 0});
-        layerChartCard(box, `${title}: ||A||_2 by layer ${stageName} (max over heads)`,
-          `On the single probe pair (${rows} query rows): ||A||_2 <= √(c_max) <= √rows for a row-stochastic matrix` +
-          (kind === 'cross' ? ', and >= √(rows / keys), which need not reach 1 (source 002, docs/SOURCES.md).' : ', and >= 1 (source 002, docs/SOURCES.md).'),
-          {type: 'line', data: {datasets: sets}, options: {scales: {x: layerAxis(xTitle), y: axis('||A||_2')}}});
-      }
-    // the Jacobians: the decoder's and the source's spectra, then their extremes per run and stage
-    const spectrum = (e) => e.dense ? e.dense.singular_values.map((v, k) => ({x: k + 1, y: Math.max(v, 1e-18)})) : [];
-    const jacobians = [['decoder', 'the decoder\'s input stream, the encoder output held fixed'],
-                       ['source', 'the encoder\'s input stream, through both stacks and every cross-attention']];
-    for (const [name, by] of jacobians)
-      for (const [when, stageName] of stages)
-        chartCard(box, `Singular values of the ${name} Jacobian ${stageName}`,
-          `The decoder's last stream (before its final norm) by ${by}, on the single probe pair, dense, in double precision.`,
-          {type: 'line', data: {datasets: series(when, (rep) => spectrum(rep.jacobian[name]))},
-           options: {scales: {x: axis('index'), y: axis('singular value', 'logarithmic')}}}, {logToggle: true});
-    const extremes = (e) => e.dense ? [e.dense.sigma_max, e.dense.sigma_min, `dense, rank ${e.dense.rank} of ${e.dense.singular_values.length}`]
-      : e.lanczos.largest.length ? [e.lanczos.largest[0], e.lanczos.smallest[0], e.lanczos.converged ? 'matrix-free' : 'matrix-free, not converged']
-      : [null, null, 'not computed (see Not measured)'];
-    const t = el('table', {id: 'encdec-jacobians'});
-    t.append(el('tr', {}, ...['run', 'model', 'decoder σ_max', 'decoder σ_min', 'source σ_max', 'source σ_min', 'how']
-      .map((h, k) => el('th', {class: k < 2 || k === 6 ? 'text' : ''}, h))));
-    for (const [when, stageName] of stages)
-      for (const [run] of probed.filter(([r]) => r.instruments[when])) {
-        const j = run.instruments[when].jacobian;
-        const [dMax, dMin, dHow] = extremes(j.decoder), [sMax, sMin, sHow] = extremes(j.source);
-        t.append(el('tr', {}, el('td', {class: 'text'}, run.label), el('td', {class: 'text'}, stageName),
-                    el('td', {}, fmt(dMax, 4)), el('td', {}, dMin == null ? '-' : dMin.toExponential(2)),
-                    el('td', {}, fmt(sMax, 4)), el('td', {}, sMin == null ? '-' : sMin.toExponential(2)),
-                    el('td', {class: 'text'}, dHow === sHow ? dHow : `decoder ${dHow}; source ${sHow}`)));
-      }
-    parent.append(el('h3', {}, 'Encoder-decoder Jacobians'));
-    parent.append(el('p', {class: 'meta'}, 'Of the decoder\'s last stream (before its final norm) on the single probe pair: by the ' +
-      'decoder\'s input stream with the encoder output held fixed ("decoder"), and by the encoder\'s input stream through both ' +
-      'stacks and every cross-attention ("source"): the largest and smallest singular values (the smallest includes the ' +
-      'structural zeros of the final norm).'));
-    parent.append(t);
-  }
+  /*NORMLAB:PART report_encdec.js*/
 
   // ---- instruments ----
   // encoder-decoder runs are drawn per stack (encdecInstruments above); the charts here take the others
@@ -705,169 +595,8 @@
                      x: layerAxis('layer'), y: axis('||A||_2'), logToggle: true});
   }
 
-  // ---- per-layer logs during training (results.json: run.layer_log, from train.log_every_layers) ----
-  // Heatmaps (logged step x sub-layer, one panel per run) and per-layer curves at the first logged
-  // step, the end of warm-up and the last, for each quantity; DeepNet's model update by step.
-  const layerQuantities = [
-    ['grad_norm_total', 'Gradient norm by sub-layer', '||dL/dθ|| of all the sub-layer\'s parameters (before clipping)', true],
-    ['update_ratio_total', 'Update ratio by sub-layer', '||Δθ|| / ||θ|| of the sub-layer\'s parameters over the logged step (the optimizer\'s change, weight decay included)', true],
-    ['stream_rms', 'Stream norm entering each sub-layer', 'RMS over channels per token of the stream entering the sub-layer, mean over tokens', true],
-    ['branch_ratio', 'Branch-to-stream ratio', 'mean over tokens of ||F(h)|| / ||x_in||, F the branch before any branch norm and scale', true],
-    ['ln_in_input_rms', 'Input norm of ln_in', 'RMS per token of what the sub-layer\'s input norm reads (the stream)', true],
-    ['ln_branch_input_rms', 'Input norm of ln_branch', 'RMS per token of the branch output the branch norm reads', true],
-    ['ln_out_input_rms', 'Input norm of ln_out', 'RMS per token of the residual sum r the output norm reads (Post-LN\'s LN input)', true],
-    ['attn_entropy', 'Attention entropy', 'mean over heads, queries and batch of the entropy of the attention row (nats); cross-attention rows read the source', false],
-  ];
-  function layerLogSection() {
-    const logged = runs.map((r, i) => [r, i]).filter(([r]) => r.layer_log && r.layer_log.step.length);
-    if (!logged.length) return;
-    root.append(el('h2', {}, 'Per layer during training'));
-    // small multiples: with a seed key varying, the first seed of each setting only
-    const seedKeys = varying.filter((k) => k === 'train.seed' || k === 'model.seed');
-    const seen = new Set();
-    const shown = logged.filter(([r]) => {
-      if (!seedKeys.length) return true;
-      const key = varying.filter((k) => !seedKeys.includes(k)).map((k) => JSON.stringify(gridValue(r, k))).join('|');
-      if (seen.has(key)) return false;
-      seen.add(key);
-      return true;
-    });
-    const first = logged[0][0].layer_log;
-    root.append(el('p', {class: 'meta'},
-      `Logged by train.log_every_layers at step 1, every N steps and at the last step, from the step's last micro-batch ` +
-      `(no extra forward pass). A row per sub-layer (attention, cross-attention, MLP) grouped by layer, layer 0 at the bottom; ` +
-      `colour on a log scale except for the entropy, one scale per quantity across the panels.` +
-      (shown.length < logged.length ? ` One panel per setting: the first seed of each (every run's numbers are in results.json).` : '') +
-      (logged.some(([r]) => r.layer_log.logged > r.layer_log.step.length) ? ' Runs with many logged steps are thinned to 60 evenly spaced ones.' : '')));
-    // the position of a row on the layer axis: layer + its place among the layer's sub-layers
-    const rowY = (rows) => rows.map((row, k) => {
-      const same = rows.filter((o) => o.layer === row.layer);
-      return row.layer + same.indexOf(row) / same.length;
-    });
-    const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];  // viridis
-    function colourAt(t) {
-      t = Math.min(1, Math.max(0, t)) * (stops.length - 1);
-      const k = Math.min(stops.length - 2, Math.floor(t)), f = t - k;
-      const c = stops[k].map((v, j) => Math.round(v + f * (stops[k + 1][j] - v)));
-      return `rgb(${c[0]},${c[1]},${c[2]})`;
-    }
-    function heatmap(parent, run, log, q, range, logScale) {
-      const W = 300, H = 200, left = 34, bottom = 24, top = 16, right = 6;
-      const canvas = el('canvas', {width: W, height: H, 'data-heatmap': q + ' ' + run.label});
-      const box = el('div', {class: 'heatmap'}, el('div', {class: 'heatmap-title'}, run.label), canvas);
-      parent.append(box);
-      check.charts++;
-      const ctx = canvas.getContext('2d');
-      const steps = log.step, ys = rowY(log.rows), layers = Math.max(...log.rows.map((r) => r.layer)) + 1;
-      const maxStep = steps[steps.length - 1], minStep = steps[0];
-      const sx = (s) => left + (W - left - right) * (maxStep > minStep ? (s - minStep) / (maxStep - minStep) : 0.5);
-      const sy = (y) => H - bottom - (H - bottom - top) * y / layers;
-      const value = (v) => logScale ? Math.log10(v) : v;
-      let cells = 0;
-      log.values[q].forEach((row, k) => {
-        const x0 = k === 0 ? sx(steps[0]) : (sx(steps[k - 1]) + sx(steps[k])) / 2;
-        const x1 = k === steps.length - 1 ? sx(steps[k]) + 1 : (sx(steps[k]) + sx(steps[k + 1])) / 2;
-        row.forEach((v, r) => {
-          if (v == null || (logScale && !(v > 0))) return;
-          const same = log.rows.filter((o) => o.layer === log.rows[r].layer).length;
-          ctx.fillStyle = colourAt((value(v) - range[0]) / Math.max(1e-12, range[1] - range[0]));
-          ctx.fillRect(x0, sy(ys[r] + 1 / same), Math.max(1, x1 - x0), sy(ys[r]) - sy(ys[r] + 1 / same));
-          cells++;
-        });
-      });
-      ctx.fillStyle = '#1d232b';
-      ctx.strokeStyle = '#1d232b';
-      ctx.font = '10px system-ui, sans-serif';
-      ctx.textAlign = 'right';
-      ctx.textBaseline = 'middle';
-      const every = Math.max(1, Math.ceil(layers / 12));
-      for (let l = 0; l < layers; l += every) ctx.fillText(String(l), left - 4, sy(l + 0.5));
-      ctx.textAlign = 'center';
-      ctx.textBaseline = 'top';
-      for (const s of [minStep, Math.round((minStep + maxStep) / 2), maxStep]) ctx.fillText(String(s), sx(s), H - bottom + 4);
-      ctx.save();
-      ctx.translate(9, (H - bottom + top) / 2);
-      ctx.rotate(-Math.PI / 2);
-      ctx.fillText('layer', 0, -4);
-      ctx.restore();
-      ctx.strokeRect(left, top, W - left - right, H - bottom - top);
-      // drawn: cells painted (axes alone do not count)
-      if (cells > 0 && canvasDrawn(canvas)) check.drawn++; else check.missing.push('heatmap ' + q + ' ' + run.label);
-      check.layerHeatmaps = (check.layerHeatmaps || 0) + 1;
-    }
-    function colourBar(range, logScale) {
-      const canvas = el('canvas', {width: 300, height: 28});
-      const ctx = canvas.getContext('2d');
-      for (let x = 0; x < 240; x++) {
-        ctx.fillStyle = colourAt(x / 239);
-        ctx.fillRect(30 + x, 2, 1, 10);
-      }
-      ctx.fillStyle = '#1d232b';
-      ctx.font = '10px system-ui, sans-serif';
-      ctx.textAlign = 'center';
-      ctx.textBaseline = 'top';
-      const label = (v) => logScale ? (+Math.pow(10, v).toPrecision(2)).toExponential(1).replace('e+0', 'e').replace('e-0', 'e-') : v.toFixed(2);
-      ctx.fillText(label(range[0]), 30, 14);
-      ctx.fillText(label(range[1]), 270, 14);
-      return canvas;
-    }
-    const heatmaps = el('div', {});
-    root.append(heatmaps);
-    for (const [q, title, what, logScale] of layerQuantities) {
-      const vals = shown.flatMap(([r]) => r.layer_log.values[q].flat()).filter((v) => v != null && (!logScale || v > 0));
-      if (!vals.length) continue;
-      const tr = vals.map((v) => logScale ? Math.log10(v) : v);
-      const range = [Math.min(...tr), Math.max(...tr)];
-      const card = el('div', {class: 'card layer-card'}, el('h3', {}, title + ' (heatmap: logged step × layer)'));
-      const panels = el('div', {class: 'heatmaps'});
-      card.append(panels);
-      const hasSite = ([r]) => r.layer_log.values[q].some((row) => row.some((v) => v != null));
-      for (const [run] of shown.filter(hasSite)) heatmap(panels, run, run.layer_log, q, range, logScale);
-      card.append(colourBar(range, logScale));
-      const without = shown.filter((x) => !hasSite(x)).map(([r]) => r.label);
-      card.append(el('p', {class: 'note'}, what + '. Empty cells: the site is absent in that sub-layer (or the value is zero).' +
-                     (without.length ? ' No such site in: ' + without.join(', ') + '.' : '')));
-      heatmaps.append(card);
-    }
-    // per-layer curves at the first logged step, the end of warm-up and the last
-    root.append(legend());
-    const curves = el('div', {class: 'grid'});
-    root.append(curves);
-    const stepDash = [[], [6, 4], [2, 3]];
-    function chosenSteps(run) {
-      const steps = run.layer_log.step;
-      const warm = run.config.train.warmup_steps;
-      const nearest = (s) => steps.reduce((best, x) => Math.abs(x - s) < Math.abs(best - s) ? x : best, steps[0]);
-      return [...new Set([steps[0], nearest(warm), steps[steps.length - 1]])];
-    }
-    const allSteps = chosenSteps(logged[0][0]);
-    for (const [q, title, what, logScale] of layerQuantities) {
-      const sets = [];
-      for (const [run, i] of shown) {
-        const log = run.layer_log, ys = rowY(log.rows);
-        chosenSteps(run).forEach((s, k) => {
-          const at = log.step.indexOf(s);
-          const pts = log.values[q][at].map((v, r) => ({x: ys[r], y: v})).filter((p) => p.y != null && (!logScale || p.y > 0));
-          if (pts.length) sets.push(lineSet(run, i, pts, {label: `${run.label}, step ${s}`, borderDash: stepDash[k], pointRadius: 2}));
-        });
-      }
-      if (!sets.length) continue;
-      check.layerCurves = (check.layerCurves || 0) + 1;
-      chartCard(curves, `${title} by layer at chosen steps`,
-                `${what}. Solid: step ${allSteps[0]} (the first log: the initial parameters); dashed: the log nearest the end of warm-up; dotted: the last log. ` +
-                'A layer\'s sub-layers sit at fractions of it (attention at l, then cross-attention, then MLP).',
-                {type: 'line', data: {datasets: sets},
-                 options: {scales: {x: {type: 'linear', title: {display: true, text: 'layer'}, ticks: {stepSize: 1, precision: 0}},
-                                    y: axis(title, logScale ? 'logarithmic' : 'linear')}}}, {logToggle: true});
-    }
-    const updated = logged.filter(([r]) => r.layer_log.model_update);
-    if (updated.length)
-      chartCard(curves, 'Model update ||ΔF|| on the probe batch',
-                'DeepNet\'s model update (train.log_model_update): mean over the positions of a fixed validation batch of ||F(x, θ_t) − F(x, θ_{t−1})||, the L2 norm over the vocabulary of the change of the logits over one optimizer step, at each logged step.',
-                {type: 'line', data: {datasets: updated.map(([run, i]) => lineSet(run, i,
-                  run.layer_log.step.map((s, k) => ({x: s, y: run.layer_log.model_update[k]})).filter((p) => p.y != null && p.y > 0), {pointRadius: 2}))},
-                 options: {scales: {x: axis('step'), y: axis('||ΔF||', 'logarithmic')}}}, {logToggle: true});
-  }
+  /*NORMLAB:PART report_layers.js*/
+
   layerLogSection();
   if (probedEncdec.length) encdecInstruments(root, probedEncdec);
 

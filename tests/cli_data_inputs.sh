@@ -93,6 +93,13 @@ check "[[ \$(grep -c '\"type\":\"val\"' r1/metrics.jsonl) -eq 2 ]]" "train on a 
   --set train.eval_every=2 --set train.out_dir=r2 >i.txt 2>&1
 check "[[ \$(grep '\"type\":\"val\"' r1/metrics.jsonl) == \$(grep '\"type\":\"val\"' r2/metrics.jsonl) ]]" "stream of the bytes and the corpus train differently"
 check "[[ \$(jq -r 'select(.type==\"summary\").input' r2/metrics.jsonl) == \"corpus 'corpus.txt' (bytes): 3600 training and 400 validation bytes\" ]]" "summary input: $(tail -1 r2/metrics.jsonl)"
+# a run directory stands for its checkpoint, and is not mistaken for a Hugging Face directory (whose
+# own tokenizer would then be looked for): every instrument on the run directory with --corpus
+for inst in dynamics jacobian attention; do
+  "$NL" analyze $inst --checkpoint r2 --corpus corpus.txt --seq-len 8 >rd.txt 2>&1
+  rc=$?
+  check "[[ $rc -eq 0 ]] && grep -q \"^input: .*corpus 'corpus.txt'\" rd.txt" "analyze $inst on a run directory: $(tail -2 rd.txt)"
+done
 "$NL" train "${tiny[@]}" --set data.tokens=rows.safetensors --set train.steps=3 --set train.batch_size=4 \
   --set train.out_dir=r3 >j.txt 2>&1
 check "grep -q \"^input: token file 'rows.safetensors': 20 rows of T = 8 (18 training, 2 validation)\" j.txt" "rows input: $(grep input j.txt)"
@@ -124,6 +131,32 @@ TOML
 "$NL" compare --config s.toml --out st >k.txt 2>&1
 check "grep -q \"input: token stream 'corpus.bin'\" st/summary.txt" "compare summary has no input: $(tail -5 k.txt)"
 check "[[ \$(jq -r '.runs[0].input' st/results.json) == \"token stream 'corpus.bin'\" ]]" "results.json run input"
+
+# a study whose runs start from a user's checkpoint (a run directory) says so beside the input
+cat > si.toml <<'TOML'
+[study]
+name = "from"
+title = "a study from a checkpoint"
+instruments = false
+theory = false
+[base.model]
+d_model = 16
+n_heads = 2
+n_layers = 2
+seq_len = 16
+[base.train]
+steps = 2
+batch_size = 2
+checkpoint_every = 0
+init_from = "r2"
+[base.data]
+corpus = "corpus.txt"
+[[grid]]
+train.seed = [1, 2]
+TOML
+"$NL" compare --config si.toml --out sf >l.txt 2>&1
+check "[[ \"\$(jq -r '.runs[1].input' sf/results.json)\" == *\"corpus 'corpus.txt'\"*\"; parameters from the checkpoint 'r2'\" ]]" "init_from not stated: $(tail -3 l.txt)"
+check "grep -q \"parameters from the checkpoint 'r2'\" sf/summary.txt" "summary.txt does not name the starting checkpoint"
 
 # --- theory --checkpoint: the model and input are stated; deterministic claims equal fresh ------
 for p in post pre; do

@@ -6,30 +6,7 @@
 # 130 with the checkpoint, metrics and summary written; a second Ctrl-C kills at once).
 # Usage: cli_help.sh path/to/normlab
 set -uo pipefail
-NL=$(realpath "$1")
-export OMP_WAIT_POLICY=PASSIVE
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-cd "$W"
-pass=0
-fail=0
-check() {  # check CONDITION MESSAGE
-  if eval "$1"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2"; fi
-}
-# expect_error NEEDLE -- ARGS...: exit code 1, "normlab: error:" and NEEDLE on stderr
-expect_error() {
-  local needle=$1
-  shift 2
-  local err rc
-  err=$(timeout 120 "$NL" "$@" 2>&1 >/dev/null)
-  rc=$?
-  if [[ $rc -eq 1 && "$err" == *"$needle"* && "$err" == *"normlab: error:"* ]]; then
-    pass=$((pass + 1))
-  else
-    fail=$((fail + 1))
-    echo "FAIL: normlab $* -> exit $rc, wanted 1 with '$needle'; stderr: $err"
-  fi
-}
+source "$(dirname "$0")/cli_lib.sh" "$1"
 # expect_help NEEDLE -- ARGS...: exit 0 and NEEDLE on stdout
 expect_help() {
   local needle=$1
@@ -116,5 +93,4 @@ check "[[ \$steps -ge 1 && \$steps -lt 1000000 ]]" "Ctrl-C in train: summary ste
 "$NL" sample --checkpoint slow --prompt "In the" --max-new 4 >/dev/null 2>&1
 check "[[ \$? -eq 0 ]]" "the interrupted run's checkpoint does not load"
 
-echo "cli_help: $pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish cli_help

@@ -6,29 +6,7 @@
 # model, out-of-range options (exit 1, one message).
 # Usage: cli_sample.sh path/to/normlab
 set -uo pipefail
-NL=$(realpath "$1")
-export OMP_WAIT_POLICY=PASSIVE
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-cd "$W"
-pass=0
-fail=0
-check() {  # check CONDITION MESSAGE
-  if eval "$1"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2"; fi
-}
-expect_error() {  # expect_error NEEDLE -- ARGS...
-  local needle=$1
-  shift 2
-  local err rc
-  err=$(timeout 120 "$NL" "$@" 2>&1 >/dev/null)
-  rc=$?
-  if [[ $rc -eq 1 && "$err" == *"$needle"* && "$err" == *"normlab: error:"* ]]; then
-    pass=$((pass + 1))
-  else
-    fail=$((fail + 1))
-    echo "FAIL: normlab $* -> exit $rc, wanted 1 with '$needle'; stderr: $err"
-  fi
-}
+source "$(dirname "$0")/cli_lib.sh" "$1"
 
 small=(--set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set model.seq_len=32)
 "$NL" train -q "${small[@]}" --set train.steps=30 --set train.lr=3e-3 --set train.out_dir=bytes >/dev/null ||
@@ -75,5 +53,4 @@ expect_error "--seed -3 must be >= 0" -- sample --checkpoint bytes --prompt a --
 expect_error "sample needs a gpt model" -- sample --checkpoint enc.safetensors --prompt a
 expect_error "missing.safetensors" -- sample --checkpoint missing.safetensors --prompt a
 
-echo "cli_sample: $pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish cli_sample

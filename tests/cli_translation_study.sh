@@ -272,12 +272,12 @@ def same(a, b, where):  # the same structure; numbers equal within 1e-12 relativ
         assert a == b, (where, a, b)
 for r in res["runs"]:
     oracle = json.load(open(f"dyn-{r['name']}.json"))
-    del oracle["model"]
+    del oracle["model"], oracle["input"]  # what analyze read, in words (the probe records its input apart)
     same(r["instruments"]["final"]["dynamics"], oracle, f"{r['name']} dynamics")
 run = next(r for r in res["runs"] if r["name"] == first)
 for key in ("attention", "jacobian"):
     oracle = json.load(open(f"{key[:3]}-{first}.json"))
-    for k in ("model", "input_ids", "source_ids"):
+    for k in ("model", "input_ids", "source_ids", "input"):
         del oracle[k]
     same(run["instruments"]["final"][key], oracle, f"{first} {key}")
 EOF
@@ -287,7 +287,8 @@ out = sys.argv[1]
 res = json.load(open(f"{out}/results.json"))
 table = open(f"{out}/summary.txt").read()
 log = open(f"{out}/../out.log").read()
-assert "BLEU" in table.splitlines()[0], table
+assert table.startswith("In short: "), table  # the answer first, then the table
+assert "BLEU" in next(l for l in table.splitlines() if l.startswith("run ")), table
 for r in res["runs"]:
     row = next(l for l in table.splitlines() if l.startswith(r["label"] + " "))
     assert f"{r['summary']['bleu']:.2f}" in row.split() and f"{r['summary']['val_loss']:.4f}" in row.split(), row

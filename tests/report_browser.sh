@@ -112,6 +112,8 @@ headline = re.search(r'<p class="headline" id="headline">(.*?)</p>', dom, re.S)
 problems = []
 if not headline or 'At its own best learning rate' not in headline.group(1):
     problems.append('no three-sentence answer naming each placement at its best learning rate')
+if 'id="input">Input of every run: the built-in corpus (data/kjv.txt)' not in dom:
+    problems.append('the report does not say what the runs trained on')
 if 'Final validation loss against learning rate' not in check['titles']:
     problems.append('no learning-rate chart')
 # 6 settings (3 placements x 2 lrs) on a chart: one panel per placement, 3 per chart

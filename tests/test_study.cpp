@@ -430,10 +430,18 @@ TEST(Summary, SpikesSharedByTheSameBatchesAreTheData) {
   EXPECT_EQ(c[0]["spikes"][1]["rising"], 0);
   EXPECT_EQ(c[1]["spikes"][0]["kind"], "shared");
   EXPECT_EQ(c[3]["spikes"][0]["kind"], "unknown");
+  // one other run rising is enough: at step 170 sandwich spikes and only pre rises (by 0.2, not a spike)
+  runs[1]["train"]["loss"][169] = runs[1]["train"]["loss"][169].get<double>() + 0.2;
+  runs[2]["train"]["loss"][169] = runs[2]["train"]["loss"][169].get<double>() + 0.7;
+  const json c2 = classify_spikes(lr_results(runs));
+  ASSERT_EQ(c2[2]["spikes"].size(), 2u) << c2[2].dump(1);
+  EXPECT_EQ(c2[2]["spikes"][1]["step"], 170);
+  EXPECT_EQ(c2[2]["spikes"][1]["rising"], 1);
+  EXPECT_EQ(c2[2]["spikes"][1]["kind"], "shared");
   const json h = headline(lr_results(runs));
   ASSERT_EQ(h.size(), 3u) << h.dump(1);
   EXPECT_NE(h[2].get<std::string>().find("post lr=0.001 seed=1 had loss spikes of its own"), std::string::npos) << h[2];
-  EXPECT_NE(h[2].get<std::string>().find("the loss bump at step 100 was shared"), std::string::npos) << h[2];
+  EXPECT_NE(h[2].get<std::string>().find("the loss bumps at steps 100 and 170 were shared"), std::string::npos) << h[2];
   EXPECT_NE(h[2].get<std::string>().find("1 spike cannot be attributed"), std::string::npos) << h[2];
 }
 

@@ -1,6 +1,7 @@
 // compare.cpp: `normlab compare`: study selection, the output directory, and Ctrl-C (interrupt.h).
 #include "cli/compare.h"
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <fmt/format.h>
@@ -27,6 +28,67 @@ std::string timestamp() {
   return stamp;
 }
 
+// "key: study.json <old>, now <new>" for every difference between two study documents.
+std::vector<std::string> study_differences(const nlohmann::json& saved, const nlohmann::json& given) {
+  std::vector<std::string> diffs;
+  for (const auto& op : nlohmann::json::diff(saved, given)) {
+    const nlohmann::json::json_pointer at(op["path"].get<std::string>());
+    std::string key = op["path"].get<std::string>().substr(1);
+    std::replace(key.begin(), key.end(), '/', '.');
+    diffs.push_back(fmt::format("{}: study.json {}, now {}", key, saved.contains(at) ? saved[at].dump() : "absent",
+                                given.contains(at) ? given[at].dump() : "absent"));
+  }
+  return diffs;
+}
+
+// compare --resume DIR: the study of DIR (study.json with the overrides of overrides.json), or the
+// one given by --study / --config / --set, which must then be the same.
+int resume_compare(const CompareCommand& cmd) {
+  namespace fs = std::filesystem;
+  const fs::path dir(cmd.resume);
+  if (cmd.force) throw Error("--resume continues a study and --force replaces it: give one of them");
+  if (!cmd.out.empty() && fs::path(cmd.out) != dir) throw Error("--resume DIR is the output directory: leave out --out");
+  std::error_code ec;
+  if (!fs::exists(dir / "study.json", ec))
+    throw Error(fmt::format("--resume '{}': no study.json (not a directory from normlab compare)", cmd.resume));
+  const nlohmann::json saved = parse_json_or_discarded(read_file((dir / "study.json").string(), "study.json"));
+  if (saved.is_discarded() || !saved.is_object())
+    throw Error(fmt::format("--resume '{}': study.json is not JSON (corrupt?)", cmd.resume));
+  if (saved.contains("study") && saved["study"].is_object() && saved["study"].value("kind", "") == "pretrained")
+    throw Error("--resume: the pretrained study trains nothing; run it again");
+  std::vector<std::string> saved_sets;
+  if (fs::exists(dir / "overrides.json", ec)) {
+    const auto j = parse_json_or_discarded(read_file((dir / "overrides.json").string(), "overrides.json"));
+    if (j.is_discarded() || !j.contains("set") || !j["set"].is_array())
+      throw Error(fmt::format("--resume '{}': overrides.json is malformed", cmd.resume));
+    for (const auto& x : j["set"]) saved_sets.push_back(x.get<std::string>());
+  }
+  // a study given as well (--study, --config, --set) must be the one DIR holds
+  const bool doc_given = !cmd.config.empty() || cmd.compare->count("--study") > 0;
+  if (!cmd.config.empty() && cmd.compare->count("--study")) throw Error("give either --study or --config, not both");
+  std::vector<std::string> diffs;
+  if (doc_given) {
+    const study::Study g = cmd.config.empty() ? study::builtin_study(cmd.study, cmd.sets)
+                                              : study::read_study_file(cmd.config, cmd.sets);
+    diffs = study_differences(saved, g.document);
+  }
+  if ((doc_given || !cmd.sets.empty()) && cmd.sets != saved_sets)
+    diffs.push_back(fmt::format("--set: study.json's run [{}], now [{}]", fmt::join(saved_sets, " "),
+                                fmt::join(cmd.sets, " ")));
+  if (!diffs.empty())
+    throw Error(fmt::format("--resume '{}': the study differs from the one it holds: {}", cmd.resume,
+                            fmt::join(diffs, "; ")));
+  const study::Study s =
+      study::study_from_json(saved, saved_sets, fmt::format("'{}'", (dir / "study.json").string()));
+  study::CompareOptions options;
+  options.out_dir = cmd.resume;
+  options.resume = true;
+  options.sets = saved_sets;
+  const StopOnInterrupt interrupt;
+  options.stop = interrupt.flag();
+  return study::run_study(s, options);
+}
+
 }  // namespace
 
 void add_compare_command(CLI::App& app, CompareCommand& cmd) {
@@ -37,6 +99,8 @@ void add_compare_command(CLI::App& app, CompareCommand& cmd) {
   cmd.compare->add_option("--set", cmd.sets, "override for every run, e.g. --set train.steps=100 (not with --study pretrained, which trains nothing)");
   cmd.compare->add_option("--out,-o", cmd.out, "output directory (default runs/compare-<study>-<date>-<time>)");
   cmd.compare->add_flag("--force", cmd.force, "replace a study already in --out");
+  cmd.compare->add_option("--resume", cmd.resume,
+                          "finish the stopped study in DIR: finished runs kept, the interrupted one resumed, the rest run");
   cmd.compare->add_flag("--list", cmd.list, "list the built-in studies and exit");
   cmd.report = app.add_subcommand("report", "redo DIR's summary and report.html from DIR/results.json");
   cmd.report->add_option("dir", cmd.report_dir, "a study directory from normlab compare")->required();
@@ -77,6 +141,7 @@ int run_compare(const CompareCommand& cmd) {
                "A real pretrained Post-LN network (all-MiniLM-L6-v2, fetched once) beside a fresh model of its config");
     return 0;
   }
+  if (!cmd.resume.empty()) return resume_compare(cmd);
   if (!cmd.config.empty() && cmd.compare->count("--study"))
     throw Error("give either --study or --config, not both");
   if (cmd.config.empty() && cmd.study == "pretrained") {  // no training grid: its own runner
@@ -93,6 +158,7 @@ int run_compare(const CompareCommand& cmd) {
   study::CompareOptions options;
   options.out_dir = cmd.out.empty() ? fmt::format("runs/compare-{}-{}", s.name, timestamp()) : cmd.out;
   options.force = cmd.force;
+  options.sets = cmd.sets;
   const StopOnInterrupt interrupt;  // the first Ctrl-C stops after the current step
   options.stop = interrupt.flag();
   return study::run_study(s, options);

@@ -12,6 +12,7 @@ namespace normlab::cli {
 struct CompareCommand {
   CLI::App* compare = nullptr;
   std::string study = "default", config, out;
+  std::string resume;  // --resume DIR: finish the stopped study in DIR
   std::vector<std::string> sets;
   bool force = false, list = false;
   CLI::App* report = nullptr;

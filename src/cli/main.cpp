@@ -27,6 +27,7 @@
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/resume.h"
 #include "train/run_config.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
@@ -41,6 +42,19 @@ RunConfig load_run_config(const std::string& config_path, const std::vector<std:
   nlohmann::json doc = config_path.empty() ? nlohmann::json::object() : read_toml(config_path);
   apply_overrides(doc, sets);
   return run_config_from_json(doc, config_path.empty() ? "(command line)" : "'" + config_path + "'");
+}
+
+// train --resume DIR: the config of the newest checkpoint in DIR (or --config, which must then agree
+// with it; the trainer checks), with the --set overrides; the run directory is DIR.
+RunConfig load_resume_config(const std::string& dir, const std::string& config_path,
+                             const std::vector<std::string>& sets) {
+  nlohmann::json doc = resume_run_config(dir);  // also says why DIR cannot be resumed
+  if (!config_path.empty()) doc = read_toml(config_path);
+  apply_overrides(doc, sets);
+  RunConfig cfg = run_config_from_json(doc, config_path.empty() ? "(the checkpoint's config in '" + dir + "')"
+                                                                : "'" + config_path + "'");
+  cfg.train.out_dir = dir;
+  return cfg;
 }
 
 // Ctrl-C stops after the current step (cli/interrupt.h); the run's files are then complete.
@@ -162,6 +176,10 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--config,-c", config_path, "TOML config with [model], [train], [data]");
   train_cmd->add_option("--set", sets, "override, e.g. --set train.lr=3e-4 --set model.placement=post");
   train_cmd->add_flag("--force", force, "replace a run already in train.out_dir");
+  std::string resume_dir;
+  train_cmd->add_option("--resume", resume_dir,
+                        "continue the run in DIR from its newest checkpoint, bit for bit (its own config; --set "
+                        "train.steps=N trains longer)");
   train_cmd->add_flag("--quiet,-q", quiet, "no progress lines");
 
   auto* grads_cmd = app.add_subcommand("grads", "loss, logits and gradients of a checkpoint on a token file");
@@ -217,7 +235,10 @@ int main(int argc, char** argv) {
       TrainOptions options;
       options.overwrite = force;
       options.quiet = quiet;
-      return run_train(load_run_config(config_path, sets), options);
+      if (resume_dir.empty()) return run_train(load_run_config(config_path, sets), options);
+      if (force) throw Error("--resume continues a run and --force replaces it: give one of them");
+      options.resume = true;
+      return run_train(load_resume_config(resume_dir, config_path, sets), options);
     }
     if (grads_cmd->parsed()) return run_grads(ckpt, tokens, out, force);
     if (export_cmd->parsed()) return run_export(ckpt, hf_dir, force);

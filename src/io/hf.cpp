@@ -406,7 +406,10 @@ Imported import_bert(const ConfigReader& r, const WeightFiles* weights, const fs
 
 bool is_model_dir(const std::string& path) {
   std::error_code ec;
-  return fs::is_directory(path, ec);
+  const fs::path d(path);
+  // a normlab run directory is not one (its config.json is the run's, beside its metrics and checkpoint);
+  // any other directory is read as one, so that what it lacks is named ("no config.json")
+  return fs::is_directory(d, ec) && !fs::exists(d / "metrics.jsonl", ec) && !fs::exists(d / "checkpoint.safetensors", ec);
 }
 
 static Imported read_dir(const std::string& dir, bool with_weights) {

@@ -17,7 +17,9 @@
 
 namespace normlab::hf {
 
-// A directory with a config.json (what every command that takes a checkpoint checks first).
+// A directory to read as a Hugging Face model directory: any directory but a normlab run directory
+// (whose config.json sits beside metrics.jsonl and checkpoint.safetensors, and which stands for the
+// checkpoint inside it). What every command that takes a checkpoint checks first.
 bool is_model_dir(const std::string& path);
 
 struct Imported {

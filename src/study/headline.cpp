@@ -110,7 +110,7 @@ json classify_spikes(const json& results) {
       }
       spike["others"] = others;
       spike["rising"] = rising;
-      spike["kind"] = others == 0 ? "unknown" : 2 * rising >= others ? "shared" : "own";
+      spike["kind"] = others == 0 ? "unknown" : rising > 0 ? "shared" : "own";
       entry["spikes"].push_back(spike);
     }
     out.push_back(entry);

@@ -49,6 +49,21 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
+// report.js with its parts: each /*NORMLAB:PART name*/ marker replaced by report/<name>, a fragment
+// that runs inside report.js's function (report_encdec.js, report_layers.js)
+std::string report_script() {
+  std::string js = read_asset("report/report.js");
+  const std::string open = "/*NORMLAB:PART ";
+  for (size_t at = js.find(open); at != std::string::npos; at = js.find(open, at)) {
+    const size_t end = js.find("*/", at);
+    if (end == std::string::npos) throw Error("report template: an unterminated NORMLAB:PART marker in report.js");
+    const std::string part = read_asset("report/" + js.substr(at + open.size(), end - at - open.size()));
+    js.replace(at, end + 2 - at, part);
+    at += part.size();
+  }
+  return js;
+}
+
 }  // namespace
 
 std::string report_page(const nlohmann::json& results) {
@@ -60,7 +75,7 @@ std::string report_page(const nlohmann::json& results) {
   for (size_t at = data.find('<'); at != std::string::npos; at = data.find('<', at)) data.replace(at, 1, "\\u003c");
   fill(page, "<!--NORMLAB:TITLE-->", html_escape(results["study"].value("title", "normlab study")));
   fill(page, "/*NORMLAB:STYLE*/", read_asset("report/report.css"));
-  fill(page, "/*NORMLAB:SCRIPT*/", script_safe(read_asset("report/report.js")));
+  fill(page, "/*NORMLAB:SCRIPT*/", script_safe(report_script()));
   fill(page, "/*NORMLAB:CHARTJS*/", chartjs);
   fill(page, "/*NORMLAB:DATA*/", data);  // last: the data may contain any text
   return page;

@@ -20,6 +20,7 @@
 #include "study/summary.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/resume.h"
 #include "train/trainer.h"
 #include "train/translation.h"
 #include "util/error.h"
@@ -282,6 +283,10 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
     run["unigram_unit"] = corpus->unit();  // nats per byte, or per token with data.tokenizer
     run["input"] = corpus->description();
   }
+  // a run that starts from a user's checkpoint says so where it says what it trained on
+  if (!cfg.train.init_from.empty())
+    run["input"] = run.value("input", std::string("the parallel corpus")) +
+                   fmt::format("; parameters from the checkpoint '{}'", cfg.train.init_from);
   const double target = std::isnan(study.loss_target) ? run["unigram_entropy"].get<double>() - 0.5 : study.loss_target;
   run["loss_target"] = target;
   fs::create_directories(dir);
@@ -313,6 +318,10 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
 
   TrainOptions topts;
   topts.overwrite = options.force;
+  if (options.resume) {  // a stopped study: continue this run from its checkpoint, or start it again
+    topts.resume = newest_checkpoint(dir).has_value();
+    topts.overwrite = !topts.resume;
+  }
   topts.quiet = true;
   topts.stop = options.stop;
   topts.on_step = [&](const StepInfo& s) { progress.step(s); };
@@ -371,7 +380,16 @@ int run_study(const Study& study, const CompareOptions& options) {
 
   const fs::path out(options.out_dir);
   std::error_code ec;
-  if (fs::exists(out / "results.json") || fs::exists(out / "runs")) {
+  std::map<std::string, nlohmann::json> kept;  // --resume: the runs that finished before
+  if (options.resume) {
+    std::ifstream in(out / "results.json");
+    const auto before = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+    if (before.is_object() && before.contains("runs") && before["runs"].is_array())
+      for (const auto& r : before["runs"])
+        if (r.is_object() && r.contains("name") && r["name"].is_string() &&
+            (r.value("status", "") == "finished" || r.value("status", "") == "diverged"))
+          kept[r["name"].get<std::string>()] = r;
+  } else if (fs::exists(out / "results.json") || fs::exists(out / "runs")) {
     if (!options.force)
       throw Error(fmt::format("'{}' already holds a study; choose another --out or pass --force to replace it",
                               options.out_dir));
@@ -381,7 +399,10 @@ int run_study(const Study& study, const CompareOptions& options) {
   if (ec || !fs::is_directory(out / "runs"))
     throw Error(fmt::format("--out '{}': cannot create the output directory ({})", options.out_dir,
                             ec ? ec.message() : "a file is in the way"));
-  write_atomically(out / "study.json", study.document.dump(2) + "\n");
+  if (!options.resume) {
+    write_atomically(out / "study.json", study.document.dump(2) + "\n");
+    write_atomically(out / "overrides.json", nlohmann::json{{"set", options.sets}}.dump(1) + "\n");
+  }
 
   std::vector<double> costs;
   for (const auto& r : study.runs) costs.push_back(run_cost(r.config));
@@ -402,6 +423,12 @@ int run_study(const Study& study, const CompareOptions& options) {
       interrupted = true;
       results["runs"].push_back({{"name", spec.name}, {"label", spec.label}, {"grid", spec.grid},
                                  {"config", run_config_to_json(spec.config)}, {"status", "not run"}});
+      continue;
+    }
+    if (auto it = kept.find(spec.name); it != kept.end()) {
+      fmt::print("[{}/{}] {}\n        kept: {} before --resume\n", i + 1, study.runs.size(), spec.label,
+                 it->second["status"].get<std::string>());
+      results["runs"].push_back(it->second);
       continue;
     }
     progress.begin_run(i, spec.label, spec.config.train.steps);

@@ -4,7 +4,7 @@
 // claims; live progress with the estimated time left per run and for the whole study; Ctrl-C stops
 // cleanly (the current run is kept as interrupted, later runs are
 // skipped) and the results and report of what finished are still written. The output directory
-// holds study.json (the study as read), runs/<run>/ (metrics.jsonl, config.json, checkpoint,
+// holds study.json (the study as read), overrides.json (its --set overrides), runs/<run>/ (metrics.jsonl, config.json, checkpoint,
 // instruments.json), results.json (everything the report shows), summary.txt and report.html.
 #pragma once
 
@@ -20,6 +20,10 @@ namespace normlab::study {
 struct CompareOptions {
   std::string out_dir;   // created; refused if it already holds a study unless force
   bool force = false;
+  // Finish a stopped study in out_dir: runs that finished (or diverged) in its results.json are kept,
+  // a run with a checkpoint resumes from it (train --resume), the others run from the start.
+  bool resume = false;
+  std::vector<std::string> sets;  // the --set overrides, saved in overrides.json for --resume
   const std::atomic<bool>* stop = nullptr;  // set by the caller's SIGINT handler
 };
 

@@ -331,8 +331,8 @@ json written_summary(const json& results) {
   }
   const std::string what = fmt::format("training loss more than {} nats above the mean of the previous {} logged steps",
                                        kSpikeNats, kTargetWindow);
-  if (!own.empty()) out.push_back(fmt::format("Loss spikes of a run's own ({}; an instability: fewer than half of the runs "
-                                              "that drew the same batches rose by {} nats): {}.",
+  if (!own.empty()) out.push_back(fmt::format("Loss spikes of a run's own ({}; an instability: no other run that drew the "
+                                              "same batches rose by {} nats there): {}.",
                                               what, kSharedSpikeNats, fmt::join(own, "; ")));
   if (!shared.empty()) out.push_back(fmt::format("Loss bumps shared by the runs that drew the same batches (the data, not "
                                                  "an instability): {}.", fmt::join(shared, "; ")));

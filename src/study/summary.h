@@ -22,10 +22,12 @@ inline constexpr double kSpikeNats = 0.3;
 nlohmann::json loss_spikes(const nlohmann::json& train);
 
 // Loss spikes told apart. A spike of one run at step s is "shared" (data-dependent: a hard batch)
-// when at least half of the other runs that drew the same batches (same train.seed, batch size,
-// grad_accum, sequence length and data) also rose more than kSharedSpikeNats above the mean of their
-// own previous 20 losses at s; "own" (an instability of this run) when fewer did; "unknown" when no
-// other run drew the same batches. Per run, in results order: {label, spikes: [{step, loss, jump,
+// when another run that drew the same batches (same train.seed, batch size, grad_accum, sequence
+// length and data) also rose more than kSharedSpikeNats above the mean of its own previous 20 losses
+// at s; "own" (an instability of this run) when none of them did; "unknown" when no other run drew
+// the same batches. One other run is enough: runs in different states react to a hard batch
+// differently (runs stuck at the unigram entropy rise together on a batch of rare bytes while runs
+// that learned do not), but an instability is a run's alone. Per run, in results order: {label, spikes: [{step, loss, jump,
 // kind, others (runs compared), rising (of them, how many rose)}]}.
 inline constexpr double kSharedSpikeNats = kSpikeNats / 2;
 nlohmann::json classify_spikes(const nlohmann::json& results);

@@ -19,7 +19,7 @@ namespace st = safetensors;
 static const char* kOptimizerPrefix = "optimizer.";
 
 void save_checkpoint(const std::string& path, const Model<float>& model, AdamW* optimizer, long step,
-                     bool overwrite) {
+                     bool overwrite, const std::map<std::string, std::string>& extra_metadata) {
   std::vector<st::TensorView> views;
   for (const ParamSpec& p : model.table().specs)
     views.push_back({p.name, st::DType::F32, p.shape, model.params().data() + p.offset});
@@ -35,6 +35,7 @@ void save_checkpoint(const std::string& path, const Model<float>& model, AdamW* 
       {"config", model_config_to_json(model.config()).dump()},
       {"format", "normlab-checkpoint-1"},
       {"step", std::to_string(step)}};
+  for (const auto& [key, value] : extra_metadata) meta[key] = value;
   st::write(path, views, meta, overwrite);
 }
 
@@ -94,6 +95,22 @@ static void copy_params(const st::File& f, Model<float>& model) {
   check_params(f, model.table());
   for (const ParamSpec& p : model.table().specs)
     std::memcpy(model.params().data() + p.offset, f.at(p.name).bytes.data(), p.numel * sizeof(float));
+}
+
+std::map<std::string, std::string> load_training_checkpoint(const std::string& path, Model<float>& model,
+                                                            AdamW& optimizer) {
+  const st::File f = st::read(path);
+  copy_params(f, model);
+  for (const ParamSpec& p : model.table().specs) {
+    const std::string m = kOptimizerPrefix + std::string("m.") + p.name, v = kOptimizerPrefix + std::string("v.") + p.name;
+    if (!f.tensors.count(m) || !f.tensors.count(v))
+      throw Error(fmt::format("{}: no optimizer state for '{}' (not a training checkpoint)", path, p.name));
+    std::memcpy(optimizer.m().data() + p.offset, f.expect(m, st::DType::F32, p.shape).bytes.data(),
+                p.numel * sizeof(float));
+    std::memcpy(optimizer.v().data() + p.offset, f.expect(v, st::DType::F32, p.shape).bytes.data(),
+                p.numel * sizeof(float));
+  }
+  return f.metadata;
 }
 
 std::unique_ptr<Model<float>> load_model(const std::string& given) {

@@ -1,10 +1,12 @@
 // checkpoint.h: a model (and optionally its AdamW state) to and from safetensors. Parameters are
 // stored as float32 under their docs/MODEL.md names; the model config is JSON under the metadata key
 // "config"; optimizer moments (training checkpoints) under "optimizer.m.<name>" and
-// "optimizer.v.<name>", with the step in metadata "step". Loading checks every name, dtype and shape
+// "optimizer.v.<name>", with the step in metadata "step" (a training run's checkpoints add the
+// resume state under metadata "resume", train/resume.h). Loading checks every name, dtype and shape
 // against the config and refuses anything else with an Error naming the file.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -14,7 +16,12 @@
 namespace normlab {
 
 void save_checkpoint(const std::string& path, const Model<float>& model, AdamW* optimizer, long step,
-                     bool overwrite);
+                     bool overwrite, const std::map<std::string, std::string>& extra_metadata = {});
+
+// Loads a training checkpoint at `path` (a file) into `model` and `optimizer` (whose moments it must
+// hold: Error otherwise) and returns its metadata.
+std::map<std::string, std::string> load_training_checkpoint(const std::string& path, Model<float>& model,
+                                                            AdamW& optimizer);
 
 // Every `path` below may also be a Hugging Face model directory (config.json + model.safetensors,
 // see io/hf.h), read with the same strictness, or a normlab run directory (the

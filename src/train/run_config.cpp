@@ -128,6 +128,7 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     r.get("eval_batches", t.eval_batches);
     r.get("log_every", t.log_every);
     r.get("checkpoint_every", t.checkpoint_every);
+    r.get("keep_checkpoints", t.keep_checkpoints);
     r.get("log_every_layers", t.log_every_layers);
     r.get("log_model_update", t.log_model_update);
     r.get("out_dir", t.out_dir);
@@ -155,6 +156,8 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     check(t.eval_batches >= 1, fmt::format("train.eval_batches = {} must be >= 1", t.eval_batches));
     check(t.log_every >= 1, fmt::format("train.log_every = {} must be >= 1", t.log_every));
     check(t.checkpoint_every >= 0, fmt::format("train.checkpoint_every = {} must be >= 0", t.checkpoint_every));
+    check(t.keep_checkpoints >= 1 && t.keep_checkpoints <= 1000000,
+          fmt::format("train.keep_checkpoints = {} must be in [1, 1000000]", t.keep_checkpoints));
     check(t.log_every_layers >= 0 && t.log_every_layers <= 100000000,
           fmt::format("train.log_every_layers = {} must be in [0, 100000000] (0 = off)", t.log_every_layers));
     check(!t.log_model_update || t.log_every_layers > 0,
@@ -198,6 +201,7 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
             {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.grad_clip}, {"seed", t.seed},
             {"eval_every", t.eval_every}, {"eval_batches", t.eval_batches},
             {"log_every", t.log_every}, {"checkpoint_every", t.checkpoint_every},
+            {"keep_checkpoints", t.keep_checkpoints},
             {"log_every_layers", t.log_every_layers}, {"log_model_update", t.log_model_update},
             {"out_dir", t.out_dir}, {"init_from", t.init_from}}},
           {"data",

@@ -27,7 +27,8 @@ struct TrainConfig {
   long eval_every = 100;       // validation every N steps (and at the end); 0: only at the end
   int eval_batches = 8;
   long log_every = 10;
-  long checkpoint_every = 100; // 0: only at the end
+  long checkpoint_every = 100; // 0: only at the end (and on Ctrl-C)
+  int keep_checkpoints = 2;    // step files kept in checkpoints/: the newest, and one older in case
   long log_every_layers = 0;   // per-layer instruments every N steps (layer_log.h); 0: off
   bool log_model_update = false;  // with them DeepNet's ||Delta F|| on a fixed probe batch (2 extra forwards)
   std::string out_dir = "runs/default";

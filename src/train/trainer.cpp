@@ -2,6 +2,7 @@
 #include "util/clock.h"
 #include "train/trainer.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -16,6 +17,8 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/layer_log.h"
+#include "train/resume.h"
+#include "io/safetensors.h"
 #include "train/translation.h"
 #include "model/decode.h"
 #include "util/error.h"
@@ -71,9 +74,11 @@ bool all_finite(const std::vector<float>& v) {
 
 class MetricsFile {
  public:
-  // A metrics file that cannot be created or whose first line cannot be written is removed with
-  // the run's config.json, so a full disk leaves no half run that would refuse the next attempt.
-  explicit MetricsFile(const std::string& path) : path_(path), out_(path, std::ios::trunc) {
+  // append: a resumed run continues the file (already cut back to its checkpoint's step). A new
+  // run's metrics file that cannot be created, or whose first line cannot be written, is removed
+  // with the run's config.json, so a full disk leaves no half run that would refuse the next attempt.
+  MetricsFile(const std::string& path, bool append)
+      : path_(path), out_(path, append ? std::ios::app : std::ios::trunc), append_(append) {
     if (!out_) {
       const int err = errno;
       discard();
@@ -86,7 +91,7 @@ class MetricsFile {
     out_.flush();
     if (!out_) {
       const int err = errno;
-      if (lines_ == 0) discard();
+      if (lines_ == 0) discard();  // (a resumed run's file is kept)
       throw Error(fmt::format("write to '{}' failed: {}", path_, err ? std::strerror(err) : "disk full?"));
     }
     lines_++;
@@ -94,6 +99,7 @@ class MetricsFile {
 
  private:
   void discard() {
+    if (append_) return;
     out_.close();
     std::error_code ec;
     fs::remove(path_, ec);
@@ -105,6 +111,7 @@ class MetricsFile {
  private:
   std::string path_;
   std::ofstream out_;
+  bool append_;
   long lines_ = 0;
 };
 
@@ -112,12 +119,39 @@ class MetricsFile {
 
 TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   const TrainConfig& tc = cfg.train;
-  ModelConfig model_cfg = resolve_model(cfg);
+  // resume: the newest checkpoint's state, whose config this one must match (train/resume.h)
+  std::optional<ResumeState> resumed;
+  std::string resumed_path;
+  if (options.resume) {
+    const auto newest = newest_checkpoint(tc.out_dir);
+    if (!newest) (void)resume_run_config(tc.out_dir);  // throws the message saying what the directory is
+    resumed_path = *newest;
+    resumed = resume_state_from_metadata(safetensors::read(resumed_path).metadata, resumed_path);
+  }
+  ModelConfig model_cfg = resumed ? model_config_from_json(resumed->run_config.at("model"), resumed_path + " config")
+                                  : resolve_model(cfg);
+  if (resumed) {
+    RunConfig wanted = cfg;
+    if (!tc.init_from.empty() && !cfg.model_given) wanted.model = model_cfg;
+    nlohmann::json w = run_config_to_json(wanted);
+    const nlohmann::json& saved = resumed->run_config;
+    if (!tc.init_from.empty())  // what resolve_model ignores: the parameters come from init_from
+      for (const char* key : {"seed", "init", "init_std"})
+        if (saved.contains("model") && saved["model"].contains(key)) w["model"][key] = saved["model"][key];
+    const std::vector<std::string> diffs = resume_config_differences(saved, w);
+    if (!diffs.empty())
+      throw Error(fmt::format("--resume '{}': the config differs from its checkpoint's ({}): {}. Only train.steps, "
+                              "train.log_every, train.checkpoint_every and train.keep_checkpoints may change at resume",
+                              tc.out_dir, resumed_path, fmt::join(diffs, "; ")));
+    if (tc.steps < resumed->step)
+      throw Error(fmt::format("--resume '{}': train.steps = {} is below the checkpoint's step {}", tc.out_dir,
+                              tc.steps, resumed->step));
+  }
   if (!model_cfg.has_logits())
     throw Error("the model has no head (model.head = none, e.g. an imported BertModel): there is no loss to "
                 "train; set model.head = \"mlm\" (a new masked-LM head) or \"tied\"");
   Model<float> model(model_cfg);
-  if (!tc.init_from.empty()) load_params(tc.init_from, model);
+  if (!tc.init_from.empty() && !resumed) load_params(tc.init_from, model);
 
   // data: a corpus (text, or a token stream in data.tokens), rows of a token file, or parallel pairs
   std::optional<TokenRows> rows;
@@ -183,20 +217,28 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   if (ec || !fs::is_directory(dir))
     throw Error(fmt::format("train.out_dir '{}': cannot create directory ({})", tc.out_dir,
                             ec ? ec.message() : "a file is in the way"));
-  if (!options.overwrite && (fs::exists(metrics_path) || fs::exists(ckpt_path)))
+  if (!resumed && !options.overwrite && (fs::exists(metrics_path) || fs::exists(ckpt_path)))
     throw Error(fmt::format("train.out_dir '{}' already holds a run; choose another out_dir or pass "
-                            "--force to replace it",
+                            "--force to replace it (or --resume it)",
                             tc.out_dir));
-  if (!options.overwrite && fs::exists(dir / "config.json"))  // someone's file, not a run of ours
+  if (!options.overwrite && !resumed && fs::exists(dir / "config.json"))  // someone's file, not a run of ours
     throw Error(fmt::format("train.out_dir '{}' holds a config.json but no run (no metrics.jsonl or checkpoint); "
                             "normlab would replace it: choose another out_dir or pass --force",
                             tc.out_dir));
-  {  // config.json first, atomically (a full disk leaves nothing), then metrics.jsonl
-    RunConfig resolved = cfg;
-    resolved.model = model_cfg;
-    write_file_atomic((dir / "config.json").string(), dump_json(run_config_to_json(resolved), 2) + '\n');
+  remove_stale_temporaries(dir);  // of runs killed here before
+  KeptMetrics kept{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
+  if (resumed) {
+    kept = truncate_metrics(metrics_path, resumed->step);
+  } else {  // a run replaced (--force): its checkpoints must not be mistaken for this run's
+    remove_step_checkpoints(dir);
+    fs::remove(ckpt_path, ec);
   }
-  MetricsFile metrics(metrics_path.string());
+  RunConfig resolved = cfg;
+  resolved.model = model_cfg;
+  const nlohmann::json resolved_json = run_config_to_json(resolved);
+  // config.json first, atomically (a full disk leaves nothing), then metrics.jsonl
+  write_file_atomic((dir / "config.json").string(), dump_json(resolved_json, 2) + "\n");
+  MetricsFile metrics(metrics_path.string(), resumed.has_value());
 
   const ScheduleConfig sched{tc.schedule, tc.lr, tc.warmup_steps, tc.min_lr, int(tc.steps)};
   AdamW optimizer(model.table(), tc.adamw);
@@ -205,6 +247,19 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   const int B = rows ? std::min(tc.batch_size, rows->train.B) : tc.batch_size;
   const int Tb = rows ? rows->train.T : T;
   long next_row = 0;
+  long start = 0;  // steps done before this process (a resumed run)
+  if (resumed) {
+    load_training_checkpoint(resumed_path, model, optimizer);
+    data_rng.set_state(resumed->data_rng);
+    next_row = resumed->next_row;
+    start = result.steps_done = resumed->step;
+    result.last_train_loss = kept.last_train_loss;
+    result.last_val_loss = kept.last_val_loss;
+    if (!options.quiet) fmt::print("resuming from step {} ({})\n", start, resumed_path);
+  }
+  auto checkpoint = [&](long step, const std::array<uint64_t, 4>& rng, long row) {
+    save_run_checkpoint(dir, model, optimizer, ResumeState{step, rng, row, resolved_json}, tc.keep_checkpoints);
+  };
   double tokens_per_step = double(B) * Tb * tc.grad_accum;  // a translation batch: its real tokens
   if (!options.quiet) {
     fmt::print("normlab train: {} params, {} layers ({}), {} d_model, batch {}x{}x{}, {} steps -> {}\n",
@@ -263,7 +318,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   // Admin's profiled omega: one pass over a batch of its own (the training data order is unchanged)
   bool admin = false;
   for (int l = 0; l < model_cfg.total_layers(); l++) admin |= model_cfg.placement_of(l) == Placement::Admin;
-  if (admin && model_cfg.admin_init == AdminInit::Profile && tc.init_from.empty()) {
+  if (admin && model_cfg.admin_init == AdminInit::Profile && tc.init_from.empty() && !resumed) {
     Rng profile_rng(uint64_t(tc.seed), 3);
     const Batch b = parallel ? translation_batch(parallel->train, 0, B)
                     : rows   ? batch_rows(rows->train, 0, B)
@@ -299,13 +354,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
 
   const auto t0 = Clock::now();
   double window_tokens = 0, window_seconds = 0;
-  for (long step = 1; step <= tc.steps; step++) {
+  for (long step = start + 1; step <= tc.steps; step++) {
     if (options.stop && options.stop->load()) {
       result.interrupted = true;
-      if (result.steps_done > 0)
-        save_checkpoint(ckpt_path.string(), model, &optimizer, result.steps_done, true);
+      if (result.steps_done > 0) checkpoint(result.steps_done, data_rng.state(), next_row);
       break;
     }
+    const std::array<uint64_t, 4> rng_before = data_rng.state();  // for a checkpoint of step - 1
+    const long row_before = next_row;
     const auto step_t0 = Clock::now();
     const double lr = learning_rate(sched, step);
     model.zero_grad();
@@ -344,7 +400,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       metrics.write({{"type", "diverged"}, {"step", step}, {"tensor", result.diverged_tensor},
                      {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)}});
       // the parameters have not been updated this step: if finite they are the last good state
-      if (all_finite(model.params())) save_checkpoint(ckpt_path.string(), model, &optimizer, step - 1, true);
+      if (all_finite(model.params())) checkpoint(step - 1, rng_before, row_before);
       if (!options.quiet)
         fmt::print("diverged at step {}: non-finite {}{}; metrics and the last good checkpoint are "
                    "in {}\n",
@@ -391,12 +447,12 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | "
                  "elapsed {} | eta {}\n",
                  step, tc.steps, loss, lr, gnorm, window_tokens / window_seconds,
-                 format_duration(elapsed), format_duration(elapsed / step * (tc.steps - step)));
+                 format_duration(elapsed), format_duration(elapsed / double(step - start) * double(tc.steps - step)));
       std::fflush(stdout);
       window_tokens = window_seconds = 0;
     }
     if ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last)
-      save_checkpoint(ckpt_path.string(), model, &optimizer, step, true);
+      checkpoint(step, data_rng.state(), next_row);
   }
   if (parallel && cfg.data.bleu_sentences > 0 && result.steps_done > 0 && !result.diverged) {
     model.set_training(false);
@@ -408,7 +464,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       fmt::print("validation BLEU (greedy, first {} pairs): {}\n", bleu.sentences, bleu.detail);
   }
   result.seconds = seconds_since(t0);
-  result.tokens_per_s = result.steps_done * tokens_per_step / std::max(1e-9, result.seconds);
+  result.tokens_per_s = double(result.steps_done - start) * tokens_per_step / std::max(1e-9, result.seconds);
   metrics.write({{"type", "summary"},
                  {"steps", result.steps_done},
                  {"train_loss", result.last_train_loss},

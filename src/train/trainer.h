@@ -1,7 +1,8 @@
 // trainer.h: the training loop: batches from a corpus or a fixed token file, gradient accumulation,
 // clipping, AdamW with a schedule, periodic validation and checkpoints, metrics as JSON Lines, live
 // progress, and divergence detection (a non-finite loss or gradient stops the run, naming the step
-// and the first offending tensor, keeping the metrics and the last good checkpoint).
+// and the first offending tensor, keeping the metrics and the last good checkpoint); and resume from a
+// run directory's newest checkpoint (the files and state in train/resume.h).
 #pragma once
 
 #include <limits>
@@ -23,6 +24,11 @@ struct StepInfo {
 
 struct TrainOptions {
   bool overwrite = false;  // allow reusing an out_dir that already holds a run
+  // Continue the run in train.out_dir from its newest checkpoint (train/resume.h): the result is
+  // bit-identical to a run never stopped (same machine and thread count). The config must equal the
+  // checkpoint's except train.steps (not below the checkpoint's step), log_every, checkpoint_every,
+  // keep_checkpoints and out_dir; anything else is an Error naming each difference.
+  bool resume = false;
   bool quiet = false;      // no progress lines
   std::function<void(const StepInfo&)> on_step;  // called after every step when set
   // When set and true, the loop stops before its next step: the metrics, a checkpoint of the last

@@ -114,6 +114,15 @@ nlohmann::json parse_json(std::string_view text, const std::string& where,
   }
 }
 
+nlohmann::json parse_json_or_discarded(std::string_view text) {
+  try {
+    check_json_depth(text, "");
+  } catch (const Error&) {
+    return nlohmann::json(nlohmann::json::value_t::discarded);
+  }
+  return nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+}
+
 namespace {
 int json_depth(const nlohmann::json& v, int limit) {  // depth up to limit + 1 (stops there)
   if (limit < 0 || !v.is_structured()) return 0;

@@ -52,6 +52,9 @@ class JsonReader {
 inline constexpr int kMaxJsonDepth = 512;
 nlohmann::json parse_json(std::string_view text, const std::string& where,
                           const nlohmann::json::parser_callback_t& callback = nullptr);
+// parse(text, nullptr, false) behind the same depth guard: a discarded value (is_discarded()) when
+// the text is not JSON or nests deeper than kMaxJsonDepth.
+nlohmann::json parse_json_or_discarded(std::string_view text);
 // Error "<where>: JSON nested deeper than 512 levels (at byte N)" if so; nothing otherwise.
 void check_json_depth(std::string_view text, const std::string& where);
 // dump() that never throws on invalid UTF-8 in strings (replaced by U+FFFD) and refuses values

@@ -2,6 +2,7 @@
 // that seeded runs give the same numbers with any compiler and standard library.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 
@@ -34,6 +35,12 @@ class Rng {
   double uniform() { return double(next_u64() >> 11) * 0x1.0p-53; }  // [0, 1)
   // integer in [0, n)
   uint64_t below(uint64_t n) { return n == 0 ? 0 : next_u64() % n; }
+  // The whole generator state, for checkpoints: a generator set to a saved state draws exactly
+  // the numbers the saved one would have drawn next.
+  std::array<uint64_t, 4> state() const { return {s_[0], s_[1], s_[2], s_[3]}; }
+  void set_state(const std::array<uint64_t, 4>& s) {
+    for (int i = 0; i < 4; i++) s_[i] = s[size_t(i)];
+  }
   double normal() {  // Box-Muller, one value per call
     const double u1 = 1.0 - uniform(), u2 = uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);

@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# cli_resume.sh: `normlab train --resume` and `normlab compare --resume` through the CLI. A run
+# stopped by Ctrl-C (exit 130) and resumed, and a run killed with SIGKILL at 20 random moments and
+# resumed each time, end bit-identical to a run never stopped (train losses, validation losses,
+# per-layer records, parameters and AdamW moments), with no temporary files left; a study stopped by
+# Ctrl-C mid-way and resumed gives the same results as one never stopped; bad resume input (no such
+# directory, not a run, no checkpoint yet, a mismatched config, a different study) is one message,
+# exit 1, and changes nothing. Threads are fixed: bit-identity holds at one thread count.
+# Usage: cli_resume.sh path/to/normlab
+set -uo pipefail
+NL=$(realpath "$1")
+export OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+cd "$W"
+pass=0
+fail=0
+check() {  # check CONDITION MESSAGE
+  if eval "$1"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2"; fi
+}
+expect_error() {  # expect_error NEEDLE -- ARGS...: exit 1, one "normlab: error:" line holding NEEDLE
+  local needle=$1
+  shift 2
+  local err rc
+  err=$(timeout 120 "$NL" "$@" 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -eq 1 && "$err" == *"$needle"* && "$err" == "normlab: error:"* && $(printf '%s\n' "$err" | wc -l) -eq 1 ]]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: normlab $* -> exit $rc, wanted 1 with '$needle'; stderr: $err"
+  fi
+}
+# what must be bit-identical: train/val/layers records without timings, then the tensor bytes of the
+# newest checkpoint (parameters and both AdamW moments; the header holds the out_dir, so it is skipped)
+fingerprint() {
+  jq -c 'select(.type == "train" or .type == "val" or .type == "layers") | del(.elapsed_s, .tokens_per_s)' "$1/metrics.jsonl" | md5sum
+  local h
+  h=$(od -An -t u8 -N8 "$1/checkpoint.safetensors" | tr -d ' ')
+  tail -c +$((9 + h)) "$1/checkpoint.safetensors" | md5sum
+}
+run=(--set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set model.seq_len=32
+     --set model.dropout=0.1 --set train.batch_size=4 --set train.grad_accum=2 --set train.eval_every=50
+     --set train.eval_batches=2 --set train.checkpoint_every=5 --set train.log_every_layers=25
+     --set train.log_model_update=true --set train.steps=400 --set train.log_every=1)
+
+"$NL" train "${run[@]}" --set train.out_dir=whole -q > whole.txt 2>&1
+check "[[ \$? -eq 0 ]]" "the uninterrupted run failed: $(tail -2 whole.txt)"
+reference=$(fingerprint whole)
+
+# --- Ctrl-C, then --resume ----------------------------------------------------------------------
+"$NL" train "${run[@]}" --set train.out_dir=int > int.txt 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+  grep -qE '^step +1[0-9]/' int.txt && break
+  sleep 0.05
+done
+kill -INT $pid
+wait $pid
+rc=$?
+check "[[ $rc -eq 130 ]]" "Ctrl-C: exit $rc, wanted 130"
+"$NL" train --resume int -q > int2.txt 2>&1
+check "[[ \$? -eq 0 ]]" "resume after Ctrl-C failed: $(tail -2 int2.txt)"
+check "[[ \"\$(fingerprint int)\" == \"\$reference\" ]]" "Ctrl-C then --resume differs from the uninterrupted run"
+check "[[ \$(jq -c 'select(.type == \"train\") | .step' int/metrics.jsonl | tr '\n' ' ') == \"\$(seq -s ' ' 400) \" ]]" \
+  "Ctrl-C then --resume: train steps are not 1..400 once each"
+check "[[ \$(jq -c 'select(.type == \"summary\")' int/metrics.jsonl | wc -l) -eq 1 ]]" "more than one summary after resume"
+
+# --- 20 kills at random moments, each followed by --resume (or a fresh start before the first checkpoint)
+"$NL" train "${run[@]}" --set train.out_dir=killed -q > /dev/null 2>&1 &
+pid=$!
+RANDOM=14
+for k in $(seq 20); do
+  sleep "0.$((RANDOM % 20 + 3))"
+  kill -KILL $pid 2>/dev/null
+  wait $pid 2>/dev/null
+  if [[ -e killed/checkpoint.safetensors || -d killed/checkpoints ]]; then
+    "$NL" train --resume killed -q > /dev/null 2> kill_err.txt &
+  else
+    "$NL" train "${run[@]}" --set train.out_dir=killed --force -q > /dev/null 2> kill_err.txt &
+  fi
+  pid=$!
+done
+wait $pid
+rc=$?
+if [[ $rc -ne 0 ]]; then  # the last process may have been started on a finished run: resume once more
+  "$NL" train --resume killed -q > /dev/null 2> kill_err.txt
+  rc=$?
+fi
+check "[[ $rc -eq 0 ]]" "after 20 kills the run does not finish: $(cat kill_err.txt)"
+check "[[ \"\$(fingerprint killed)\" == \"\$reference\" ]]" "20 kills and resumes differ from the uninterrupted run"
+check "[[ -z \"\$(find killed -name '*.tmp*')\" ]]" "temporary files left after the kills: $(find killed -name '*.tmp*')"
+check "[[ \$(ls killed/checkpoints | wc -l) -eq 2 ]]" "not the 2 newest step files kept: $(ls killed/checkpoints)"
+
+# --- bad input -----------------------------------------------------------------------------------
+mkdir -p notrun young
+echo '{"type":"train","step":1,"loss":5}' > young/metrics.jsonl
+expect_error "no such directory" -- train --resume nowhere
+expect_error "not a normlab run directory" -- train --resume notrun
+expect_error "no checkpoint yet" -- train --resume young
+before=$(md5sum int/metrics.jsonl int/checkpoint.safetensors int/config.json)
+expect_error "train.lr: checkpoint 0.002, now 0.001" -- train --resume int --set train.lr=1e-3
+expect_error "model.d_model: checkpoint 32, now 48" -- train --resume int --set model.d_model=48
+expect_error "--force replaces it" -- train --resume int --force
+check "[[ \"\$(md5sum int/metrics.jsonl int/checkpoint.safetensors int/config.json)\" == \"\$before\" ]]" \
+  "a refused resume changed the run"
+# raising train.steps trains on; the summary covers the whole run
+"$NL" train --resume int --set train.steps=410 -q > more.txt 2>&1
+check "[[ \$? -eq 0 && \$(jq -c 'select(.type == \"summary\") | .steps' int/metrics.jsonl) == 410 ]]" \
+  "--resume --set train.steps=410: $(tail -2 more.txt)"
+
+# --- compare --resume ----------------------------------------------------------------------------
+cat > study.toml <<'EOF'
+[study]
+name = "resumable"
+theory = false
+instruments = false
+loss_target = 3.0
+
+[base.model]
+d_model = 32
+n_heads = 2
+n_layers = 2
+seq_len = 32
+
+[base.train]
+steps = 600
+batch_size = 4
+eval_every = 100
+eval_batches = 2
+checkpoint_every = 20
+
+[[grid]]
+model.placement = ["post", "pre", "sandwich"]
+EOF
+# the results that must agree: per run its status, every train and validation loss, the summary losses
+results() {
+  jq -c '[.runs[] | {name, status, steps_to_target, train: .train.loss, val: .val.loss,
+          s: (.summary | {steps, train_loss, val_loss, diverged})}]' "$1/results.json" | md5sum
+}
+"$NL" compare --config study.toml --set train.lr=3e-3 --out sw > sw.txt 2>&1
+check "[[ \$? -eq 0 ]]" "the uninterrupted study failed: $(tail -3 sw.txt)"
+"$NL" compare --config study.toml --set train.lr=3e-3 --out si > si.txt 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do  # stop during the second run
+  [[ -e si/runs/02-placement=pre/checkpoint.safetensors ]] && break
+  sleep 0.02
+done
+kill -INT $pid
+wait $pid
+rc=$?
+check "[[ $rc -eq 130 ]]" "compare Ctrl-C: exit $rc, wanted 130"
+check "[[ \$(jq -c '[.runs[].status]' si/results.json) == '[\"finished\",\"interrupted\",\"not run\"]' ]]" \
+  "compare Ctrl-C statuses: $(jq -c '[.runs[].status]' si/results.json)"
+sed 's/^steps = 600/steps = 500/' study.toml > other.toml
+expect_error "base.train.steps: study.json 600, now 500" -- compare --resume si --config other.toml --set train.lr=3e-3
+expect_error "--set: " -- compare --resume si --set train.lr=1e-3
+expect_error "no study.json" -- compare --resume notrun
+"$NL" compare --resume si > si2.txt 2>&1
+check "[[ \$? -eq 0 ]]" "compare --resume failed: $(tail -3 si2.txt)"
+check "grep -q 'kept: finished before --resume' si2.txt" "compare --resume did not keep the finished run"
+check "[[ \"\$(results si)\" == \"\$(results sw)\" ]]" "compare interrupted and resumed differs from uninterrupted"
+table() { grep -E '^placement=' "$1/summary.txt" | awk '{$7 = ""; print}'; }  # tokens/s left out
+check "[[ \"\$(table si)\" == \"\$(table sw)\" && \$(table sw | wc -l) -eq 3 ]]" \
+  "the summary tables differ: $(table si) vs $(table sw)"
+
+echo "cli_resume: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
