@@ -115,5 +115,109 @@ expect_error "not exactly a GPT-2" -- export --checkpoint post.safetensors --hf 
 expect_error "--seeds 0 and --trained-seeds 3 must be in [1, 100]" -- theory --seeds 0
 expect_error "--paper-width 7 must be in [8, 1024]" -- theory --paper-width 7
 
+# ---- issue 14: the defect classes --------------------------------------------------------------
+# unchanged FILE SHA: the file still has the checksum taken before
+unchanged() {
+  [[ "$(sha256sum "$1")" == "$2" ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: $1 changed"; }
+}
+# a checkpoint of the small model with its config metadata replaced by CONFIG (a JSON string, or
+# @FILE for the contents of FILE)
+with_config() {  # out config
+  perl -e '
+    my ($out, $cfg) = @ARGV;
+    if ($cfg =~ /^@(.*)/) { open(my $c, "<", $1) or die; local $/; $cfg = <$c>; }
+    open(my $f, "<:raw", "model.safetensors") or die; local $/; my $b = <$f>;
+    my $n = unpack("Q<", substr($b, 0, 8)); my $h = substr($b, 8, $n); my $data = substr($b, 8 + $n);
+    $cfg =~ s/(["\\])/\\$1/g;
+    $h =~ s/"config":"(?:[^"\\]|\\.)*"/"config":"$cfg"/ or die "no config";
+    $h =~ s/\s+$//; $h .= " " x ((8 - length($h) % 8) % 8);
+    open(my $o, ">:raw", $out) or die; print $o pack("Q<", length($h)), $h, $data;' "$@"
+}
+# unbounded work before a limit: a config implying terabytes is refused before allocation (fast);
+# a grid of 2^24 combinations is counted, not expanded
+with_config huge.safetensors '{"d_model":65536,"n_heads":1,"n_layers":4096,"vocab":16777216,"seq_len":1048576}'
+expect_error "parameters" -- analyze jacobian --checkpoint huge.safetensors
+{ echo '[base.train]'; echo 'steps = 1'; echo '[[grid]]'
+  for i in $(seq 1 24); do echo "train.seed$i = [1, 2]"; done; } > big_grid.toml
+sed -i 's/train.seed\([0-9]*\)/model.k\1/' big_grid.toml
+expect_error "more than 256 runs" -- compare --config big_grid.toml --out big_grid_out
+# unbounded recursion: JSON nested 200,000 deep in a header, the config metadata, a results.json
+perl -e 'my $d = "[" x 200000 . "]" x 200000; my $h = qq({"a":$d});
+  open(my $o, ">:raw", "deep.safetensors") or die; print $o pack("Q<", length($h)), $h;'
+expect_error "nested deeper than 512 levels" -- analyze jacobian --checkpoint deep.safetensors
+perl -e 'print "{\"d_model\":" . "[" x 200000 . "]" x 200000 . "}"' > deepcfg.json
+with_config deepcfg.safetensors @deepcfg.json
+expect_error "nested deeper than 512 levels" -- analyze jacobian --checkpoint deepcfg.safetensors
+mkdir -p deepstudy && perl -e 'print "{\"study\":{},\"runs\":" . "[" x 200000 . "]" x 200000 . "}"' > deepstudy/results.json
+before=$(sha256sum deepstudy/results.json)
+expect_error "nested deeper than 512 levels" -- report deepstudy
+unchanged deepstudy/results.json "$before"
+# undefined behaviour: integers out of range are named, never wrapped or converted with UB
+expect_error "out of range" -- init --set model.d_model=1e19 --out ub1.safetensors
+expect_error "out of range" -- init --set model.d_model=1e300 --out ub2.safetensors
+expect_error "out of range" -- init --set model.n_layers=4294967312 --out ub3.safetensors
+printf '[study]\nprobe_seq_len = 4294967312\n' > ub.toml
+expect_error "probe_seq_len = 4294967312" -- compare --config ub.toml --out ub_out
+printf '[model]\nd_model = "\xc3\x28"\n' > badutf8.toml
+expect_error "invalid UTF-8" -- init --config badutf8.toml --out u.safetensors
+printf '[model]\n\xf0\x9f\x98 = 1\n' > badutf8b.toml
+expect_error "invalid UTF-8" -- init --config badutf8b.toml --out u.safetensors
+# valid UTF-8 that makes Debian's toml++ 3.3.0 reach __builtin_unreachable (upstream #190, #295)
+printf 's = """\\\n\xc2\xa7"""\n' > toml190.toml
+expect_error "after a line-ending backslash" -- init --config toml190.toml --out u.safetensors
+printf '[model]\n\xcc\xaa = 1\n' > toml295.toml
+expect_error "non-ASCII character outside a string" -- init --config toml295.toml --out u.safetensors
+printf '[model]\nd_model = 1"\xc2\xa7"\n' > tomlquote.toml
+expect_error "quote inside a bare key or value" -- init --config tomlquote.toml --out u.safetensors
+# inputs that block: a FIFO as config, corpus, checkpoint, token file or text file is refused
+mkfifo fifo
+expect_error "FIFO" -- init --config fifo --out f.safetensors
+expect_error "FIFO" -- train --set data.corpus=fifo --set train.out_dir=rf
+expect_error "FIFO" -- analyze jacobian --checkpoint fifo
+expect_error "FIFO" -- grads --checkpoint model.safetensors --tokens fifo --out g3.safetensors
+expect_error "FIFO" -- tokenize --tokenizer gpt2 --text-file fifo
+# silent acceptance: a directory as --config, an empty [[grid]], --token out of range, NaN
+# weights, trailing bytes in a safetensors file
+mkdir -p adir
+expect_error "is a directory" -- init --config adir --out d.safetensors
+printf '[base.train]\nsteps = 1\n[[grid]]\n' > empty_grid.toml
+expect_error "grid 1 is empty" -- compare --config empty_grid.toml --out eg_out
+[[ ! -e eg_out ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: empty grid wrote eg_out"; }
+expect_error "--token 999 is outside" -- analyze jacobian --checkpoint model.safetensors --seq-len 4 --token 999
+perl -e '
+  open(my $f, "<:raw", "model.safetensors") or die; local $/; my $b = <$f>;
+  my $n = unpack("Q<", substr($b, 0, 8)); substr($b, 8 + $n, 4) = pack("f<", "NaN" + 0);
+  open(my $o, ">:raw", "nan.safetensors") or die; print $o $b;'
+expect_error "non-finite value" -- analyze jacobian --checkpoint nan.safetensors --seq-len 4
+cp model.safetensors trailing.safetensors && printf 'junk' >> trailing.safetensors
+expect_error "trailing bytes" -- analyze jacobian --checkpoint trailing.safetensors --seq-len 4
+# failures reported as success or leaving debris: a full disk (a 64 kB tmpfs, if we may mount one)
+# gives exit 1 naming the path and the reason, and leaves no temporary file, config.json or metrics
+full=""
+if mkdir -p full && mount -t tmpfs -o size=64k tmpfs full 2>/dev/null; then
+  full=full; head -c 70000 /dev/zero > full/filler 2>/dev/null  # fills it
+  trap 'umount "$W/full" 2>/dev/null; rm -rf "$W"' EXIT
+fi
+if [[ -n "$full" ]]; then
+  expect_error "No space left on device" -- init "${small[@]}" --set model.d_model=64 --out full/m.safetensors
+  expect_error "No space left on device" -- analyze jacobian --checkpoint model.safetensors --seq-len 4 --json full/j.json
+  expect_error "full/run" -- train -q "${small[@]}" --set model.d_model=64 --set train.steps=2 --set train.out_dir=full/run
+  leftovers=$(find full -name '*.tmp*' -o -name config.json -o -name metrics.jsonl | wc -l)
+  [[ $leftovers -eq 0 && ! -e full/j.json ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: debris on the full disk: $(ls -R full)"; }
+else  # (/dev/full cannot stand in: the atomic writer writes beside the target, never through a link)
+  echo "SKIP: the full-disk checks need a tmpfs (mount -t tmpfs, as root)"
+fi
+# inputs changed on failure: a foreign config.json in out_dir is not replaced; report on a
+# results.json the summary cannot read changes nothing
+mkdir -p foreign && echo '{"mine": true}' > foreign/config.json
+before=$(sha256sum foreign/config.json)
+expect_error "holds a config.json but no run" -- train -q "${small[@]}" --set train.steps=1 --set train.out_dir=foreign
+unchanged foreign/config.json "$before"
+mkdir -p badstudy && echo '{"study": {"title": "x"}, "runs": [{"label": "a"}]}' > badstudy/results.json
+before=$(sha256sum badstudy/results.json)
+expect_error "badstudy/results.json" -- report badstudy
+unchanged badstudy/results.json "$before"
+[[ ! -e badstudy/report.html && ! -e badstudy/summary.txt ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: report wrote files before failing"; }
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

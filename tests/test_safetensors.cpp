@@ -2,6 +2,7 @@
 // and failures, a corruption suite (every error names the file, nothing crashes), and interop with
 // the official Python package (tests/safetensors_interop.py; skipped unless NORMLAB_PYTHON is set).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -365,20 +366,49 @@ TEST_F(SafetensorsTest, CorruptHeadersAreErrors) {
   }
 }
 
-// What the format allows but our writer never produces: padding, gaps, trailing bytes, data laid
-// out in another order than the header, an empty tensor anywhere.
+// What the format allows but our writer never produces: header padding, data laid out in another
+// order than the header, an empty tensor anywhere.
 TEST_F(SafetensorsTest, AcceptsValidOddities) {
-  const std::string header = R"({"b":{"dtype":"I32","shape":[1],"data_offsets":[8,12]},)"
+  const std::string header = R"({"b":{"dtype":"I32","shape":[1],"data_offsets":[4,8]},)"
                              R"("a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
                              R"("e":{"dtype":"F64","shape":[2,0],"data_offsets":[2,2]},)"
                              R"("z":{"dtype":"I64","shape":[0,4611686018427387904,)"
-                             R"(4611686018427387904],"data_offsets":[20,20]}}   )";
-  write_bytes(file("odd.safetensors"), raw_file(header, 20));
+                             R"(4611686018427387904],"data_offsets":[8,8]}}   )";
+  write_bytes(file("odd.safetensors"), raw_file(header, 8));
   st::File f = st::read(file("odd.safetensors"));
   EXPECT_EQ(f.at("a").as_i32(), std::vector<int32_t>{0x03020100});
-  EXPECT_EQ(f.at("b").as_i32(), std::vector<int32_t>{0x0b0a0908});
+  EXPECT_EQ(f.at("b").as_i32(), std::vector<int32_t>{0x07060504});
   EXPECT_EQ(f.at("e").numel(), 0);
   EXPECT_EQ(f.at("z").numel(), 0);
+}
+
+// The format forbids holes: the tensors tile the data section exactly (no gap, no trailing bytes),
+// so nothing else can hide in a file that reads as safetensors.
+TEST_F(SafetensorsTest, GapsAndTrailingBytesAreErrors) {
+  const std::string two = R"({"a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
+                          R"("b":{"dtype":"I32","shape":[1],"data_offsets":[8,12]}})";
+  write_bytes(file("gap.safetensors"), raw_file(two, 12));
+  expect_read_error(file("gap.safetensors"), "bytes [4, 8] of the data section belong to no tensor");
+  const std::string late = R"({"a":{"dtype":"I32","shape":[1],"data_offsets":[4,8]}})";
+  write_bytes(file("late.safetensors"), raw_file(late, 8));
+  expect_read_error(file("late.safetensors"), "before the first tensor");
+  const std::string one = R"({"a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})";
+  write_bytes(file("trail.safetensors"), raw_file(one, 5));
+  expect_read_error(file("trail.safetensors"), "1 trailing bytes after the last tensor");
+  write_bytes(file("none.safetensors"), raw_file("{}", 3));
+  expect_read_error(file("none.safetensors"), "3 trailing bytes");
+}
+
+// A header nested 200,000 deep (in the tensors or the metadata) is refused before nlohmann::json
+// recurses through it; a FIFO is refused before open() could block.
+TEST_F(SafetensorsTest, DeepHeadersAndFifosAreErrors) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  write_bytes(file("deep.safetensors"), raw_file(R"({"a":)" + deep + "}", 0));
+  expect_read_error(file("deep.safetensors"), "nested deeper than 512 levels");
+  write_bytes(file("meta.safetensors"), raw_file(R"({"__metadata__":{"k":)" + deep + "}}", 0));
+  expect_read_error(file("meta.safetensors"), "nested deeper than 512 levels");
+  ASSERT_EQ(::mkfifo(file("fifo.safetensors").c_str(), 0644), 0);
+  expect_read_error(file("fifo.safetensors"), "is a FIFO (named pipe), not a regular file");
 }
 
 // ---------------------------------------------------------------------------------------------

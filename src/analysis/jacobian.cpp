@@ -8,6 +8,7 @@
 
 #include "analysis/lanczos.h"
 #include "analysis/linalg.h"
+#include "util/error.h"
 #include "util/rng.h"
 
 namespace normlab::analysis {
@@ -166,7 +167,10 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
   rep.d = d;
   rep.eps = cfg.eps;
   rep.norm_kind = to_string(cfg.norm);
-  const int tok = options.token < 0 ? T - 1 : std::min(options.token, T - 1);
+  if (options.token < -1 || options.token >= T)
+    throw Error(fmt::format("--token {} is outside the input's {} tokens (give 0 to {}, or leave it out for the last)",
+                            options.token, T, T - 1));
+  const int tok = options.token < 0 ? T - 1 : options.token;
   rep.token = tok;
   // norm sites, in the model's order
   for (int i = 0; i < 2 * L; i++) {

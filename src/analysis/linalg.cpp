@@ -20,6 +20,11 @@ std::vector<double> singular_values(std::vector<double> a, int rows, int cols) {
   if (rows == 0 || cols == 0) return {};
   // column-major m x n = the transpose of our row-major rows x cols
   const int m = cols, n = rows, lda = cols, one = 1;
+  for (size_t i = 0; i < a.size(); i++)  // LAPACK would answer "info -4" (an argument is bad)
+    if (!std::isfinite(a[i]))
+      throw Error(fmt::format("the {} x {} matrix whose singular values were asked for holds a non-finite value ({} at "
+                              "row {}, column {}): the model's activations or derivatives overflowed",
+                              rows, cols, a[i], i / size_t(cols), i % size_t(cols)));
   std::vector<double> s(std::min(m, n));
   std::vector<int> iwork(8 * size_t(std::min(m, n)));
   double query = 0;

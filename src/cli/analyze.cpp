@@ -23,6 +23,8 @@
 #include "train/run_config.h"
 #include "train/translation.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 
 namespace normlab::cli {
 
@@ -132,9 +134,7 @@ Input text_input(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
   if (!cmd.tokens.empty() || cmd.random) throw Error("give one input: --text/--text-file, --tokens or --random");
   std::string content = cmd.text, where = "--text";
   if (!text) {
-    std::ifstream in(cmd.text_file, std::ios::binary);
-    if (!in) throw Error(fmt::format("--text-file '{}': cannot open file", cmd.text_file));
-    content.assign(std::istreambuf_iterator<char>(in), {});
+    content = read_file(cmd.text_file, "--text-file");
     where = fmt::format("--text-file '{}'", cmd.text_file);
   }
   const std::string tokenizer = resolve_tokenizer(cmd, cfg, "--text");
@@ -260,9 +260,7 @@ Batch encdec_input(const AnalyzeCommand& cmd, const ModelConfig& cfg, bool all_r
     throw Error("give --text or --text-file, not both");
   std::string target = cmd.text, where = "--text";
   if (!cmd.text_file.empty()) {
-    std::ifstream in(cmd.text_file, std::ios::binary);
-    if (!in) throw Error(fmt::format("--text-file '{}': cannot open file", cmd.text_file));
-    target.assign(std::istreambuf_iterator<char>(in), {});
+    target = read_file(cmd.text_file, "--text-file");
     where = fmt::format("--text-file '{}'", cmd.text_file);
   } else if (!text) {
     where = "no target text";
@@ -289,14 +287,11 @@ Batch encdec_input(const AnalyzeCommand& cmd, const ModelConfig& cfg, bool all_r
 int write_json(const AnalyzeCommand& cmd, nlohmann::json results, const Model<double>& model) {
   if (cmd.json_out.empty()) return 0;
   results["model"] = model_config_to_json(model.config());
-  const std::string tmp = cmd.json_out + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw Error(fmt::format("--json '{}': cannot write", cmd.json_out));
-    out << results.dump(1) << '\n';
-    if (!out) throw Error(fmt::format("--json '{}': write failed", cmd.json_out));
+  try {
+    write_file_atomic(cmd.json_out, dump_json(results, 1) + '\n');
+  } catch (const Error& e) {
+    throw Error(fmt::format("--json: {}", e.what()));
   }
-  std::filesystem::rename(tmp, cmd.json_out);
   fmt::print("\nfull results: {}\n", cmd.json_out);
   return 0;
 }

@@ -14,6 +14,8 @@
 #include "study/runner.h"
 #include "study/study.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 
 namespace normlab::cli {
 
@@ -46,17 +48,17 @@ int resume_compare(const CompareCommand& cmd) {
   const fs::path dir(cmd.resume);
   if (cmd.force) throw Error("--resume continues a study and --force replaces it: give one of them");
   if (!cmd.out.empty() && fs::path(cmd.out) != dir) throw Error("--resume DIR is the output directory: leave out --out");
-  std::ifstream in(dir / "study.json");
-  if (!in)
+  std::error_code ec;
+  if (!fs::exists(dir / "study.json", ec))
     throw Error(fmt::format("--resume '{}': no study.json (not a directory from normlab compare)", cmd.resume));
-  const nlohmann::json saved = nlohmann::json::parse(in, nullptr, false);
+  const nlohmann::json saved = parse_json_or_discarded(read_file((dir / "study.json").string(), "study.json"));
   if (saved.is_discarded() || !saved.is_object())
     throw Error(fmt::format("--resume '{}': study.json is not JSON (corrupt?)", cmd.resume));
   if (saved.contains("study") && saved["study"].is_object() && saved["study"].value("kind", "") == "pretrained")
     throw Error("--resume: the pretrained study trains nothing; run it again");
   std::vector<std::string> saved_sets;
-  if (std::ifstream o(dir / "overrides.json"); o) {
-    const auto j = nlohmann::json::parse(o, nullptr, false);
+  if (fs::exists(dir / "overrides.json", ec)) {
+    const auto j = parse_json_or_discarded(read_file((dir / "overrides.json").string(), "overrides.json"));
     if (j.is_discarded() || !j.contains("set") || !j["set"].is_array())
       throw Error(fmt::format("--resume '{}': overrides.json is malformed", cmd.resume));
     for (const auto& x : j["set"]) saved_sets.push_back(x.get<std::string>());
@@ -106,16 +108,24 @@ void add_compare_command(CLI::App& app, CompareCommand& cmd) {
 
 int run_report(const CompareCommand& cmd) {
   const std::filesystem::path dir(cmd.report_dir), path = dir / "results.json";
-  std::ifstream in(path);
-  if (!in) throw Error(fmt::format("'{}': no results.json (is it a directory from normlab compare?)", cmd.report_dir));
-  nlohmann::json results = nlohmann::json::parse(in, nullptr, false);
-  if (results.is_discarded() || !results.is_object() || !results.contains("study") || !results.contains("runs") ||
-      !results["runs"].is_array())
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw Error(fmt::format("'{}': no results.json (is it a directory from normlab compare?)", cmd.report_dir));
+  nlohmann::json results;
+  try {
+    results = parse_json(read_file(path.string(), "results file"), path.string());
+  } catch (const Error& e) {
+    throw Error(fmt::format("not a normlab results file (corrupt or truncated?): {}", e.what()));
+  }
+  if (!results.is_object() || !results.contains("study") || !results.contains("runs") || !results["runs"].is_array())
     throw Error(fmt::format("'{}': not a normlab results file (corrupt or truncated?)", path.string()));
   try {
-    study::write_outputs(results, dir);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("'{}': not a normlab results file ({})", path.string(), e.what()));
+    study::write_outputs(results, dir);  // writes nothing unless every output could be made
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // a key missing or of another type (json_assert.h, nlohmann)
+    throw Error(fmt::format("'{}': not a normlab results file, or from another version ({}); nothing was changed",
+                            path.string(), e.what()));
   }
   fmt::print("{}\nreport: {}\n", study::summary_table(results), (dir / "report.html").string());
   return 0;

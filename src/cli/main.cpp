@@ -3,8 +3,11 @@
 // compare` with the default study on the built-in corpus. Exit codes (README "Exit codes"): 0 done;
 // 1 for every user error (each Error, and every command-line error CLI11 reports, as one message on
 // stderr); 2 a diverged training run; 130 a run stopped by Ctrl-C (train, compare).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
@@ -146,7 +149,19 @@ int run_init(const RunConfig& cfg, const std::string& out, bool force) {
 
 }  // namespace
 
+// OpenMP threads that spin while they wait (libgomp's default) collapse when processes share the
+// cores: two normlab processes on 2 cores, or one beside a build, ran 30x slower (README,
+// "Several processes on one machine"). libgomp reads OMP_WAIT_POLICY when it is loaded, before
+// main, so setting it here needs one re-exec; an OMP_WAIT_POLICY or GOMP_SPINCOUNT the user set is
+// kept, and if the re-exec fails normlab simply runs on.
+static void default_to_passive_waiting(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  if (::setenv("OMP_WAIT_POLICY", "PASSIVE", 0) != 0) return;
+  ::execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char** argv) {
+  default_to_passive_waiting(argv);
   CLI::App app{"normlab: build, train and dissect Transformers with any normalization placement"};
   app.name("normlab");
   app.require_subcommand(0, 1);

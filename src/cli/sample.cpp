@@ -15,6 +15,8 @@
 #include "model/generate.h"
 #include "train/checkpoint.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 
 namespace normlab::cli {
 
@@ -57,10 +59,14 @@ bool holds_tokenizer(const fs::path& dir) {
 std::string run_tokenizer(const std::string& checkpoint) {
   std::error_code ec;
   const fs::path dir = fs::is_directory(checkpoint, ec) ? fs::path(checkpoint) : fs::path(checkpoint).parent_path();
-  std::ifstream in(dir / "config.json");
-  if (!in) return "";
-  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("data") || !doc["data"].is_object()) return "";
+  if (!fs::is_regular_file(dir / "config.json", ec)) return "";
+  nlohmann::json doc;
+  try {
+    doc = parse_json(read_file((dir / "config.json").string(), "config"), (dir / "config.json").string());
+  } catch (const Error&) {
+    return "";
+  }
+  if (!doc.is_object() || !doc.contains("data") || !doc["data"].is_object()) return "";
   const nlohmann::json& t = doc["data"].value("tokenizer", nlohmann::json(""));
   return t.is_string() ? t.get<std::string>() : "";
 }

@@ -10,6 +10,8 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 
 namespace normlab::cli {
 
@@ -88,11 +90,11 @@ int run_theory(TheoryCommand& cmd) {
   analysis::print_claims(claims);
   if (!cmd.json_out.empty()) {
     nlohmann::json j = analysis::to_json(claims);
-    const std::string tmp = cmd.json_out + ".tmp";
-    std::ofstream(tmp) << j.dump(1) << '\n';
-    std::error_code ec;
-    std::filesystem::rename(tmp, cmd.json_out, ec);
-    if (ec) throw Error(fmt::format("--json '{}': cannot write ({})", cmd.json_out, ec.message()));
+    try {
+      write_file_atomic(cmd.json_out, dump_json(j, 1) + '\n');
+    } catch (const Error& e) {
+      throw Error(fmt::format("--json: {}", e.what()));
+    }
   }
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "io/unicode.h"
 #include "io/safetensors.h"
 #include "util/error.h"
+#include "util/files.h"
 #include "util/hints.h"
 
 namespace normlab::cli {
@@ -55,13 +56,7 @@ int run_tokenize(const TokenizeCommand& cmd) {
   std::string text = cmd.text;
   std::string where = "--text";
   if (has_file) {
-    require_not_directory(cmd.text_file, "--text-file");
-    std::ifstream in(cmd.text_file, std::ios::binary);
-    if (!in) throw Error(fmt::format("--text-file '{}': cannot open file", cmd.text_file));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (in.bad()) throw Error(fmt::format("--text-file '{}': read error", cmd.text_file));
-    text = ss.str();
+    text = read_file(cmd.text_file, "--text-file");
     where = fmt::format("--text-file '{}'", cmd.text_file);
   }
   unicode::check_utf8(text, where);

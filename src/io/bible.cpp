@@ -19,6 +19,8 @@
 #include "io/sword.h"
 #include "io/unicode.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 
 namespace normlab::bible {
 
@@ -80,8 +82,7 @@ bool is_up_to_date(const fs::path& dir, const sword::ModuleInfo& src,
   for (const char* f : kFiles)
     if (!fs::is_regular_file(dir / f)) return false;
   try {
-    std::ifstream in(dir / "info.json");
-    const nlohmann::json j = nlohmann::json::parse(in);
+    const nlohmann::json j = parse_json(read_file((dir / "info.json").string(), "info"), (dir / "info.json").string());
     return j.at("format").get<int>() == kFormat && j.at("source").at("version") == src.version &&
            j.at("target").at("version") == tgt.version && j.at("source").at("module") == src.name &&
            j.at("target").at("module") == tgt.name;
@@ -92,10 +93,9 @@ bool is_up_to_date(const fs::path& dir, const sword::ModuleInfo& src,
 
 void write_lines(const fs::path& path, const std::vector<VersePair>& pairs,
                  std::string VersePair::*field) {
-  std::ofstream out(path, std::ios::binary);
-  for (const VersePair& p : pairs) out << p.*field << '\n';
-  out.close();
-  if (!out) throw Error(fmt::format("cannot write '{}'", path.string()));
+  std::string text;
+  for (const VersePair& p : pairs) text.append(p.*field).append("\n");
+  write_file_atomic(path.string(), text);
 }
 
 std::string split_rule_text() {
@@ -348,7 +348,7 @@ BuildResult build_corpus(const std::string& root, bool force) {
     PairCounts counts;
     counts.name = spec.name;
     if (!force && is_up_to_date(dir, src_info, tgt_info)) {
-      const nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "info.json"));
+      const nlohmann::json j = parse_json(read_file((dir / "info.json").string(), "info"), (dir / "info.json").string());
       counts.train = j["counts"]["train"], counts.valid = j["counts"]["valid"],
       counts.test = j["counts"]["test"];
       result.pairs.push_back(counts);
@@ -405,9 +405,7 @@ BuildResult build_corpus(const std::string& root, bool force) {
         {"built_by", "normlab corpus bible (src/io/bible.cpp, src/io/sword.cpp)"},
     };
     {
-      std::ofstream out(tmp / "info.json");
-      out << info.dump(1) << '\n';
-      if (!out) throw Error(fmt::format("cannot write '{}'", (tmp / "info.json").string()));
+      write_file_atomic((tmp / "info.json").string(), dump_json(info, 1) + "\n");
     }
     fs::remove_all(dir, ec);
     fs::rename(tmp, dir, ec);

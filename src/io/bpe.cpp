@@ -12,6 +12,8 @@
 
 #include "io/unicode.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 
 namespace normlab::bpe {
 
@@ -84,12 +86,7 @@ const std::vector<int>& char_bytes() {
 }
 
 std::string bpe_read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{} '{}': cannot open file", what, path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("{} '{}': read error", what, path));
-  return ss.str();
+  return read_file(path, what);
 }
 
 constexpr size_t kBpeCacheCapacity = 10000;  // words (the reference's default)
@@ -280,12 +277,7 @@ std::vector<int32_t> BpeModel::merge_word(std::string_view word) const {
 
 Vocab read_vocab_json(const std::string& path) {
   const std::string text = bpe_read_file(path, "vocab");
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("vocab '{}': not valid JSON ({})", path, e.what()));
-  }
+  const nlohmann::json doc = parse_json(text, fmt::format("vocab '{}'", path));
   if (!doc.is_object())
     throw Error(fmt::format("vocab '{}': expected a JSON object {{\"token\": id, ...}}", path));
   Vocab vocab;

@@ -12,6 +12,8 @@
 
 #include "io/safetensors.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 #include "util/hints.h"
 
 namespace normlab::hf {
@@ -26,13 +28,7 @@ namespace {
 // config.json
 
 json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(fmt::format("{}: cannot open", path.string()));
-  try {
-    return json::parse(in);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("{}: not valid JSON ({})", path.string(), e.what()));
-  }
+  return parse_json(read_file(path.string(), "file"), path.string());
 }
 
 // Typed access to config.json with errors that name the file and the key.
@@ -437,12 +433,20 @@ static Imported read_dir(const std::string& dir, bool with_weights) {
   return type == "gpt2" ? import_gpt2(r, weights, d) : import_bert(r, weights, d);
 }
 
-Imported read_model_dir(const std::string& dir) { return read_dir(dir, true); }
+Imported read_model_dir(const std::string& dir) {
+  return naming_json_errors(dir, [&] { return read_dir(dir, true); });
+}
 
-ModelConfig read_model_dir_config(const std::string& dir) { return read_dir(dir, false).config; }
+ModelConfig read_model_dir_config(const std::string& dir) {
+  return naming_json_errors(dir, [&] { return read_dir(dir, false).config; });
+}
 
 std::unique_ptr<Model<float>> load_model_dir(const std::string& dir, bool quiet) {
   Imported im = read_model_dir(dir);
+  for (const auto& [name, v] : im.params)  // a NaN or Inf weight is named, not trained on or measured
+    for (size_t i = 0; i < v.size(); i++)
+      if (!std::isfinite(v[i]))
+        throw Error(fmt::format("{}: tensor '{}' holds a non-finite value ({}) at flat index {}", dir, name, v[i], i));
   auto model = std::make_unique<Model<float>>(im.config);
   for (const ParamSpec& p : model->table().specs) {
     const std::vector<float>& v = im.params.at(p.name);
@@ -573,14 +577,7 @@ std::string write_model_dir(const std::string& dir, const Model<float>& model, b
   }
   config["normlab_config"] = model_config_to_json(c);
   st::write((d / "model.safetensors").string(), views, {{"format", "pt"}}, overwrite);
-  const std::string tmp = (d / "config.json.tmp").string();
-  {
-    std::ofstream out(tmp);
-    out << config.dump(2) << "\n";
-    if (!out) throw Error(fmt::format("{}: cannot write", tmp));
-  }
-  fs::rename(tmp, d / "config.json", ec);
-  if (ec) throw Error(fmt::format("{}: cannot write config.json ({})", dir, ec.message()));
+  write_file_atomic((d / "config.json").string(), dump_json(config, 2) + "\n");
   return arch;
 }
 

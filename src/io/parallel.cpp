@@ -9,6 +9,7 @@
 
 #include "io/unicode.h"
 #include "util/error.h"
+#include "util/files.h"
 #include "util/hints.h"
 
 namespace normlab {
@@ -19,12 +20,7 @@ std::vector<std::string> read_text_lines(const std::string& path, EmptyLines emp
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(fmt::format("'{}': no such file", path));
   require_not_directory(path, "text file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("'{}': cannot open", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("'{}': read error", path));
-  const std::string text = ss.str();
+  const std::string text = read_file(path, "text file");
 
   std::vector<std::string> lines;
   size_t start = 0;

@@ -15,7 +15,9 @@
 #include <set>
 
 #include "util/error.h"
+#include "util/files.h"
 #include "util/hints.h"
+#include "util/json_reader.h"
 
 namespace normlab::safetensors {
 
@@ -142,12 +144,7 @@ json parse_header(const std::string& path, const std::string& text) {
     }
     return true;
   };
-  json header;
-  try {
-    header = json::parse(text, track_keys);
-  } catch (const json::exception& e) {
-    fail(path, std::string("header is not valid JSON: ") + e.what());
-  }
+  const json header = parse_json(text, path + ": header", track_keys);
   if (duplicate && duplicate_is_tensor_name)
     fail(path, "duplicate tensor name '" + *duplicate + "'");
   if (duplicate) fail(path, "duplicate key '" + *duplicate + "' in header");
@@ -221,34 +218,35 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   return entry;
 }
 
-// Two tensors may not share a byte. Sorted by begin, any overlap shows up between neighbours.
-void check_no_overlap(const std::string& path, std::vector<const Entry*> entries) {
+// The tensors tile the data section exactly (the format forbids holes, so that no other content can
+// hide in a file): two tensors may not share a byte, none may leave a gap before the next, and the
+// last ends where the file does. Sorted by begin, every violation shows up between neighbours.
+// (An empty tensor occupies no byte and may sit at any offset within the section.)
+void check_tiling(const std::string& path, std::vector<const Entry*> entries, uint64_t data_size) {
   std::erase_if(entries, [](const Entry* e) { return e->begin == e->end; });
   std::sort(entries.begin(), entries.end(),
             [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
-  for (size_t i = 1; i < entries.size(); ++i) {
-    const Entry& prev = *entries[i - 1];
-    const Entry& next = *entries[i];
-    if (next.begin < prev.end)
-      fail(path, "tensors '" + prev.name + "' " + offsets_text(prev.begin, prev.end) + " and '" +
-                     next.name + "' " + offsets_text(next.begin, next.end) + " overlap");
+  uint64_t covered = 0;  // the data section is tiled up to here
+  const Entry* prev = nullptr;
+  for (const Entry* next : entries) {
+    if (prev && next->begin < prev->end)
+      fail(path, "tensors '" + prev->name + "' " + offsets_text(prev->begin, prev->end) + " and '" +
+                     next->name + "' " + offsets_text(next->begin, next->end) + " overlap");
+    if (next->begin > covered)
+      fail(path, "bytes " + offsets_text(covered, next->begin) + " of the data section belong to no tensor (a gap " +
+                     (prev ? "after tensor '" + prev->name + "'" : std::string("before the first tensor")) +
+                     "; the format forbids holes)");
+    covered = next->end;
+    prev = next;
   }
+  if (covered < data_size)
+    fail(path, std::to_string(data_size - covered) + " trailing bytes after the last tensor (the data section is " +
+                   std::to_string(data_size) + " bytes, the tensors end at " + std::to_string(covered) +
+                   "; the format forbids them)");
 }
 
 // ---------------------------------------------------------------------------------------------
 // Writing
-
-void write_all(const std::string& path, const std::string& tmp_path, int fd, const void* data,
-               size_t size) {
-  const auto* cursor = static_cast<const unsigned char*>(data);
-  while (size > 0) {
-    ssize_t put = ::write(fd, cursor, size);
-    if (put < 0 && errno == EINTR) continue;
-    if (put < 0) fail(path, "cannot write temporary file '" + tmp_path + "': " + errno_text());
-    cursor += put;
-    size -= static_cast<size_t>(put);
-  }
-}
 
 // Checks the caller's tensors and returns the header text, padded with spaces to a multiple of 8.
 std::string build_header(const std::string& path, const std::vector<TensorView>& tensors,
@@ -287,13 +285,6 @@ std::string build_header(const std::string& path, const std::vector<TensorView>&
 bool path_exists(const std::string& path) {
   struct stat info;
   return ::lstat(path.c_str(), &info) == 0;  // a dangling symlink counts: it would be replaced
-}
-
-// Best effort: makes the rename itself durable. Failure here loses nothing already written.
-void sync_parent_directory(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  FileDescriptor fd{::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (fd.fd >= 0) ::fsync(fd.fd);
 }
 
 }  // namespace
@@ -416,8 +407,8 @@ std::string quote_start(const unsigned char* bytes, size_t n) {
 }
 
 File read(const std::string& path) {
-  require_not_directory(path, "safetensors file");
-  FileDescriptor fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  require_regular_file(path, "safetensors file");
+  FileDescriptor fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (fd.fd < 0) fail(path, "cannot open for reading: " + errno_text());
   struct stat info;
   if (::fstat(fd.fd, &info) != 0) fail(path, "cannot stat: " + errno_text());
@@ -459,7 +450,7 @@ File read(const std::string& path) {
   }
   std::vector<const Entry*> by_offset;
   for (const Entry& entry : entries) by_offset.push_back(&entry);
-  check_no_overlap(path, by_offset);
+  check_tiling(path, by_offset, data_size);
 
   for (Entry& entry : entries) {
     Tensor tensor{entry.dtype, std::move(entry.shape), {}};
@@ -476,43 +467,14 @@ void write(const std::string& path, const std::vector<TensorView>& tensors,
   const std::string header = build_header(path, tensors, metadata, sizes);
   if (!overwrite && path_exists(path)) fail(path, "already exists (and overwrite is off)");
 
-  const std::string tmp_path = path + ".tmp." + std::to_string(::getpid());
-  FileDescriptor fd{::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-  if (fd.fd < 0) fail(path, "cannot create temporary file '" + tmp_path + "': " + errno_text());
-  struct RemoveUnlessCommitted {  // no partial file survives an error
-    const std::string& tmp_path;
-    bool committed = false;
-    ~RemoveUnlessCommitted() {
-      if (!committed) ::unlink(tmp_path.c_str());
-    }
-  } cleanup{tmp_path};
-
+  AtomicFile file(path);  // "<path>.tmp.<pid>", removed on any failure
   unsigned char length_bytes[8];
   for (int i = 0; i < 8; ++i)
     length_bytes[i] = static_cast<unsigned char>(header.size() >> (8 * i));
-  write_all(path, tmp_path, fd.fd, length_bytes, 8);
-  write_all(path, tmp_path, fd.fd, header.data(), header.size());
-  for (size_t i = 0; i < tensors.size(); ++i)
-    write_all(path, tmp_path, fd.fd, tensors[i].data, sizes[i]);
-  if (::fsync(fd.fd) != 0) fail(path, "cannot fsync '" + tmp_path + "': " + errno_text());
-  const int closed = ::close(fd.fd);
-  fd.fd = -1;
-  if (closed != 0) fail(path, "cannot close '" + tmp_path + "': " + errno_text());
-
-  if (overwrite) {
-    if (::rename(tmp_path.c_str(), path.c_str()) != 0)
-      fail(path, "cannot rename '" + tmp_path + "' over it: " + errno_text());
-  } else if (::link(tmp_path.c_str(), path.c_str()) == 0) {  // atomic "create unless exists"
-    ::unlink(tmp_path.c_str());
-  } else if (errno == EEXIST) {
-    fail(path, "already exists (and overwrite is off)");
-  } else {  // a file system without hard links: check and rename (not atomic, but best we can)
-    if (path_exists(path)) fail(path, "already exists (and overwrite is off)");
-    if (::rename(tmp_path.c_str(), path.c_str()) != 0)
-      fail(path, "cannot rename '" + tmp_path + "' to it: " + errno_text());
-  }
-  cleanup.committed = true;
-  sync_parent_directory(path);
+  file.write(length_bytes, 8);
+  file.write(header);
+  for (size_t i = 0; i < tensors.size(); ++i) file.write(tensors[i].data, sizes[i]);
+  file.commit(overwrite);
 }
 
 }  // namespace normlab::safetensors

@@ -62,15 +62,18 @@ struct File {
                        const std::vector<int64_t>& shape) const;
 };
 
-// Writes atomically: to "<path>.tmp.<pid>" in the same directory, fsync, then rename over path.
+// Writes atomically through AtomicFile (util/files.h): to "<path>.tmp.<pid>" in the same
+// directory, fsync, then rename over path.
 // overwrite == false and path exists -> Error, nothing touched. Any failure -> Error naming path,
 // and no temporary file is left behind. Tensors are laid out in the order given, contiguously; the
 // header is padded with spaces to a multiple of 8 bytes; "__metadata__" (if non-empty) comes first.
 void write(const std::string& path, const std::vector<TensorView>& tensors,
            const std::map<std::string, std::string>& metadata, bool overwrite);
 
-// Reads and validates the whole file; any violation -> Error "<path>: <what>". Gaps between
-// tensors and bytes after the last one are accepted; overlapping tensors are not.
+// Reads and validates the whole file; any violation -> Error "<path>: <what>". The tensors must
+// tile the data section exactly, as the format requires: no overlap, no gap, no trailing bytes
+// (an empty tensor may sit anywhere). A FIFO or device is refused before it is opened; the header
+// JSON is limited to 512 levels of nesting (parse_json).
 File read(const std::string& path);
 
 // Limits enforced by read() (and write(), for the byte count).

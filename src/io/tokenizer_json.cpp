@@ -12,6 +12,8 @@
 #include "io/tokenizer.h"
 #include "io/wordpiece.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 
 namespace normlab {
 
@@ -205,18 +207,15 @@ void json_post_processor(const nlohmann::json& pp, const std::string& where,
 
 }  // namespace
 
+static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path);
+
 TokenizerParts tokenizer_json_parts(const std::string& path) {
+  return naming_json_errors(fmt::format("tokenizer '{}'", path), [&] { return tokenizer_json_parts_unchecked(path); });
+}
+
+static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
   const std::string file = fmt::format("tokenizer '{}'", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open file", file));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("{}: not valid JSON ({})", file, e.what()));
-  }
+  const nlohmann::json doc = parse_json(read_file(path, "tokenizer"), file);
   if (!doc.is_object() || !doc.contains("model"))
     throw Error(
         fmt::format("{}: not a tokenizer.json (no 'model'; a plain vocab.json needs merges.txt "

@@ -8,6 +8,7 @@
 
 #include "io/unicode.h"
 #include "util/error.h"
+#include "util/files.h"
 
 namespace normlab::wordpiece {
 
@@ -162,12 +163,7 @@ void WordPieceModel::tokenize(std::string_view word, std::vector<int32_t>& ids) 
 }
 
 Vocab read_vocab_txt(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("vocab '{}': cannot open file", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("vocab '{}': read error", path));
-  const std::string text = ss.str();
+  const std::string text = read_file(path, "vocab");
   Vocab vocab;
   const std::string where = fmt::format("vocab '{}'", path);
   int64_t index = 0;

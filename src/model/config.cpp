@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "model/methods.h"
+#include "model/params.h"
 #include "util/error.h"
 #include "util/json_reader.h"
 
@@ -215,7 +216,26 @@ std::vector<std::string> ModelConfig::violations() const {
                             "layer{})",
                             placement.size(), layers, encdec() ? ", encoder layers first" : ""));
   if (!placement.empty() && (placement.size() == 1 || (int)placement.size() == layers)) dual_violations(v);
+  if (v.empty()) size_violations(v);
   return v;
+}
+
+// Sizes a config implies, checked before anything is allocated: a few-kB checkpoint or config.json
+// must not make normlab reserve terabytes. The caps are far beyond what this CPU engine trains.
+void ModelConfig::size_violations(std::vector<std::string>& v) const {
+  const double params = double(make_param_table(*this).total);
+  if (params > double(kMaxParams))
+    v.push_back(fmt::format("the model config implies {:.3g} parameters ({:.3g} GB of float32 weights), more than "
+                            "normlab's limit of {:.3g} (d_model, n_layers, d_ff, vocab)",
+                            params, params * 4 / 1e9, double(kMaxParams)));
+  // one sequence's activations: the residual stream and its sub-layer buffers, and the attention
+  // matrices (heads x seq_len^2), in every layer
+  const double T = seq_len, layers = total_layers();
+  const double bytes = 4 * layers * (T * (16.0 * d_model + 4.0 * ff()) + 2.0 * n_heads * T * T);
+  if (bytes > kMaxSequenceActivationBytes)
+    v.push_back(fmt::format("the model config implies {:.3g} GB of activations for one sequence of seq_len = {} "
+                            "(n_layers, n_heads, d_model), more than normlab's limit of {:.3g} GB",
+                            bytes / 1e9, seq_len, kMaxSequenceActivationBytes / 1e9));
 }
 
 // A two-stream method keeps x_d through a whole stack and replaces the stack's ending, so a stack

@@ -40,6 +40,12 @@ struct Slot {
 inline constexpr int kByteVocab = 256;
 inline constexpr int kMaskToken = 256;
 
+// The largest model normlab builds (parameters; weights, gradients and AdamW moments are 16 bytes
+// each: 17 GB) and the largest activation footprint of one sequence. Checked by violations(), so
+// no config (a file, a checkpoint's metadata, --set) can make normlab allocate beyond them.
+inline constexpr size_t kMaxParams = size_t(1) << 30;
+inline constexpr double kMaxSequenceActivationBytes = 64e9;
+
 struct ModelConfig {
   Arch arch = Arch::Gpt;             // gpt: causal next-token loss; encoder: BERT masked tokens;
                                      // encdec: the original Transformer (source -> target)
@@ -104,6 +110,7 @@ struct ModelConfig {
 
   std::vector<std::string> violations() const;
   void dual_violations(std::vector<std::string>& v) const;  // part of violations()
+  void size_violations(std::vector<std::string>& v) const;  // part of violations(): the caps below
   void validate() const;  // throws Error listing every violation
 };
 

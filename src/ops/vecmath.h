@@ -34,7 +34,9 @@ inline float exp_fast(float x) {
   // 2^n from its exponent bits; n reaches 128 just below the overflow bound, so that case is
   // taken as 2 * 2^127
   const bool top = n > 127.0f;
-  const int32_t e = (int32_t(top ? n - 1.0f : n) + 127) << 23;
+  // NaN input: n is NaN, whose conversion to int is undefined; 0 instead (p is NaN already)
+  const float n_exp = top ? n - 1.0f : (n == n ? n : 0.0f);
+  const int32_t e = (int32_t(n_exp) + 127) << 23;
   float result = (top ? p * 2.0f : p) * std::bit_cast<float>(e);
   result = overflow ? std::numeric_limits<float>::infinity() : result;
   result = underflow ? 0.0f : result;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "util/error.h"
+#include "util/files.h"
 
 namespace normlab::study {
 
@@ -65,7 +66,7 @@ std::string report_script() {
 
 }  // namespace
 
-void write_report(const nlohmann::json& results, const std::filesystem::path& path) {
+std::string report_page(const nlohmann::json& results) {
   std::string page = read_asset("report/report.html");
   const std::string chartjs = read_asset("third_party/chart.js/chart.umd.min.js");
   if (chartjs.find("</script") != std::string::npos) throw Error("vendored Chart.js contains </script");
@@ -77,15 +78,11 @@ void write_report(const nlohmann::json& results, const std::filesystem::path& pa
   fill(page, "/*NORMLAB:SCRIPT*/", script_safe(report_script()));
   fill(page, "/*NORMLAB:CHARTJS*/", chartjs);
   fill(page, "/*NORMLAB:DATA*/", data);  // last: the data may contain any text
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << page;
-    if (!out) throw Error(fmt::format("cannot write '{}'", path.string()));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error(fmt::format("cannot write '{}' ({})", path.string(), ec.message()));
+  return page;
+}
+
+void write_report(const nlohmann::json& results, const std::filesystem::path& path) {
+  write_file_atomic(path.string(), report_page(results));
 }
 
 }  // namespace normlab::study

@@ -5,9 +5,12 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace normlab::study {
 
+// The page's text (built whole before anything is written, so a failure changes no file).
+std::string report_page(const nlohmann::json& results);
 void write_report(const nlohmann::json& results, const std::filesystem::path& path);
 
 }  // namespace normlab::study

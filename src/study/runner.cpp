@@ -24,6 +24,8 @@
 #include "train/trainer.h"
 #include "train/translation.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 
 namespace normlab::study {
 
@@ -118,17 +120,7 @@ class Progress {
 
 bool stopped(const CompareOptions& o) { return o.stop && o.stop->load(); }
 
-void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    if (!out) throw Error(fmt::format("cannot write '{}'", path.string()));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error(fmt::format("cannot write '{}' ({})", path.string(), ec.message()));
-}
+void write_atomically(const fs::path& path, const std::string& text) { write_file_atomic(path.string(), text); }
 
 constexpr size_t kMaxLayerLogs = 60;  // layer records per run kept in results.json (evenly spaced, first and last)
 
@@ -184,8 +176,12 @@ void read_metrics(const fs::path& path, nlohmann::json& run) {
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded()) continue;
+    nlohmann::json j;
+    try {
+      j = parse_json(line, path.string());
+    } catch (const Error&) {
+      continue;  // a torn last line of a stopped run
+    }
     const std::string type = j.value("type", "");
     if (type == "bleu") {
       run["bleu"] = j;  // {step, bleu, sentences, detail, decoding}
@@ -353,7 +349,10 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
 
 }  // namespace
 
-void write_outputs(nlohmann::json& results, const std::filesystem::path& dir) {
+void write_outputs(nlohmann::json& results_in, const std::filesystem::path& dir) {
+  // Every text is made before any file is written: a results.json the summary cannot read (normlab
+  // report on a damaged file) fails here and changes nothing.
+  nlohmann::json results = results_in;
   // a study without training (the pretrained one) brings its own summary
   if (results["study"].value("kind", std::string()) != "pretrained") {
     results["seed_groups"] = seed_groups(results);
@@ -361,10 +360,14 @@ void write_outputs(nlohmann::json& results, const std::filesystem::path& dir) {
     results["headline"] = headline(results);
     results["summary"] = written_summary(results);
   }
-  write_atomically(dir / "results.json", results.dump(1) + "\n");
-  write_atomically(dir / "summary.txt", headline_text(results) + "\n" + summary_table(results) + "\n" +
-                                            fmt::format("{}\n", fmt::join(results["summary"], "\n")));
-  write_report(results, dir / "report.html");
+  const std::string results_text = dump_json(results, 1) + "\n";
+  const std::string summary_text = headline_text(results) + "\n" + summary_table(results) + "\n" +
+                                   fmt::format("{}\n", fmt::join(results["summary"], "\n"));
+  const std::string page = report_page(results);
+  write_atomically(dir / "results.json", results_text);
+  write_atomically(dir / "summary.txt", summary_text);
+  write_atomically(dir / "report.html", page);
+  results_in = std::move(results);
 }
 
 int run_study(const Study& study, const CompareOptions& options) {

@@ -5,10 +5,12 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <limits>
+#include <type_traits>
 
 #include "train/data.h"
 #include "util/error.h"
 #include "util/hints.h"
+#include "util/json_reader.h"
 
 namespace normlab::study {
 
@@ -71,12 +73,40 @@ nlohmann::json resolved_value(const RunConfig& cfg, const std::string& dotted) {
 template <class T>
 void read_setting(nlohmann::json& table, const char* key, T& out, const std::string& where) {
   if (!table.contains(key)) return;
-  try {
-    out = table[key].get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw Error(fmt::format("{}: study.{} has the wrong type ({})", where, key, table[key].dump()));
+  const nlohmann::json& v = table[key];
+  const auto wrong = [&] { return Error(fmt::format("{}: study.{} has the wrong type ({})", where, key, dump_json(v))); };
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) throw wrong();
+    out = v.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {  // checked: 2^32 + 16 is not 16, 1e300 is not UB
+    if (!v.is_number()) throw wrong();
+    const auto i = json_integer<T>(v);
+    if (!i) throw Error(fmt::format("{}: study.{} = {} is not an integer in range", where, key, dump_json(v)));
+    out = *i;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) throw wrong();
+    out = v.get<T>();
+  } else {
+    if (!v.is_string()) throw wrong();
+    out = v.get<std::string>();
   }
   table.erase(key);
+}
+
+// The number of runs the grids make, counted before any is built (a grid of 24 keys with 2 values
+// each would be 16.7 million objects): stops counting past `limit`.
+size_t count_runs(const std::vector<nlohmann::json>& flat_grids, size_t limit) {
+  size_t total = 0;
+  for (const nlohmann::json& flat : flat_grids) {
+    size_t product = 1;
+    for (const auto& [key, values] : flat.items()) {
+      product *= values.size();  // each >= 1
+      if (product > limit) return limit + 1;
+    }
+    total += product;
+    if (total > limit) return limit + 1;
+  }
+  return total;
 }
 
 }  // namespace
@@ -123,19 +153,30 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
     else if (g.is_array()) grids.assign(g.begin(), g.end());
     else throw Error(fmt::format("{}: grid must be [[grid]] tables", where));
   }
-  if (grids.empty()) grids.push_back(nlohmann::json::object());  // a single run of the base config
+  if (doc_in.contains("grid") && grids.empty())
+    throw Error(fmt::format("{}: grid is an empty list; give [[grid]] tables with keys, or no grid for a single run of "
+                            "the base config", where));
+  const bool single = grids.empty();
+  if (single) grids.push_back(nlohmann::json::object());  // no grid at all: a single run of the base config
   std::vector<std::string> grid_keys;  // in the order first written
-  std::vector<nlohmann::json> combos;
+  std::vector<nlohmann::json> flat_grids;
   for (size_t i = 0; i < grids.size(); i++) {
     if (!grids[i].is_object()) throw Error(fmt::format("{}: grid {} is not a table", where, i + 1));
     nlohmann::json flat = nlohmann::json::object();
     flatten_grid(grids[i], "", flat, fmt::format("{} grid {}", where, i + 1));
+    if (flat.empty() && !single)
+      throw Error(fmt::format("{}: grid {} is empty ([[grid]] with no keys); give it keys with lists of values, e.g. "
+                              "model.placement = [\"post\", \"pre\"], or remove it",
+                              where, i + 1));
     for (const auto& [k, v] : flat.items())
       if (std::find(grid_keys.begin(), grid_keys.end(), k) == grid_keys.end()) grid_keys.push_back(k);
-    for (auto& c : expand(flat)) combos.push_back(std::move(c));
-    if (combos.size() > kMaxRuns)
-      throw Error(fmt::format("{}: more than {} runs; split the study", where, kMaxRuns));
+    flat_grids.push_back(std::move(flat));
   }
+  if (const size_t n = count_runs(flat_grids, kMaxRuns); n > kMaxRuns)
+    throw Error(fmt::format("{}: the grids make more than {} runs; split the study", where, kMaxRuns));
+  std::vector<nlohmann::json> combos;
+  for (const nlohmann::json& flat : flat_grids)
+    for (auto& c : expand(flat)) combos.push_back(std::move(c));
   for (const std::string& o : sets) {
     const std::string key = o.substr(0, o.find('='));
     if (std::find(grid_keys.begin(), grid_keys.end(), key) != grid_keys.end())
@@ -210,7 +251,8 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
 Study read_study_file(const std::string& path, const std::vector<std::string>& sets) {
   require_not_directory(path, "study");
   if (!std::filesystem::is_regular_file(path)) throw Error(fmt::format("study '{}': no such file", path));
-  return study_from_json(read_toml(path), sets, fmt::format("study '{}'", path));
+  return naming_json_errors(fmt::format("study '{}'", path),
+                            [&] { return study_from_json(read_toml(path), sets, fmt::format("study '{}'", path)); });
 }
 
 std::string builtin_study_path(const std::string& name) {

@@ -1,13 +1,16 @@
 // checkpoint.cpp: checkpoint save and strict load.
 #include "train/checkpoint.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
 
 #include "io/hf.h"
+#include "model/params.h"
 #include "io/safetensors.h"
 #include "util/error.h"
+#include "util/json_reader.h"
 
 namespace normlab {
 
@@ -42,13 +45,8 @@ static ModelConfig config_of(const st::File& f) {
     throw Error(fmt::format("{}: no model config in the metadata (key \"config\"); not a normlab "
                             "checkpoint?",
                             f.path));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(it->second);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("{}: metadata \"config\" is not valid JSON: {}", f.path, e.what()));
-  }
-  return model_config_from_json(j, f.path + " config");
+  const nlohmann::json j = parse_json(it->second, f.path + ": metadata \"config\"");
+  return naming_json_errors(f.path + " config", [&] { return model_config_from_json(j, f.path + " config"); });
 }
 
 // A normlab run directory (what `normlab train` writes) stands for the checkpoint inside it.
@@ -69,8 +67,11 @@ ModelConfig checkpoint_config(const std::string& given) {
   return config_of(st::read(path));
 }
 
-static void copy_params(const st::File& f, Model<float>& model) {
-  const ParamTable& table = model.table();
+// Every parameter of the table is in the file with its shape, finite, and nothing else is: checked
+// before the model is allocated, so a checkpoint's size bounds what its config makes normlab
+// allocate (the file holds every weight), and a NaN or Inf weight is named instead of giving NaN
+// losses and tables.
+static void check_params(const st::File& f, const ParamTable& table) {
   for (const auto& [name, tensor] : f.tensors) {
     if (name.rfind(kOptimizerPrefix, 0) == 0) continue;
     if (!table.find(name))
@@ -79,8 +80,21 @@ static void copy_params(const st::File& f, Model<float>& model) {
   }
   for (const ParamSpec& p : table.specs) {
     const st::Tensor& t = f.expect(p.name, st::DType::F32, p.shape);
-    std::memcpy(model.params().data() + p.offset, t.bytes.data(), p.numel * sizeof(float));
+    for (size_t i = 0; i < p.numel; i++) {
+      float x;
+      std::memcpy(&x, t.bytes.data() + i * sizeof(float), sizeof(float));
+      if (!std::isfinite(x))
+        throw Error(fmt::format("{}: tensor '{}' holds a non-finite value ({}) at flat index {}; a model with NaN or "
+                                "Inf weights gives no meaningful loss or measurement",
+                                f.path, p.name, x, i));
+    }
   }
+}
+
+static void copy_params(const st::File& f, Model<float>& model) {
+  check_params(f, model.table());
+  for (const ParamSpec& p : model.table().specs)
+    std::memcpy(model.params().data() + p.offset, f.at(p.name).bytes.data(), p.numel * sizeof(float));
 }
 
 std::map<std::string, std::string> load_training_checkpoint(const std::string& path, Model<float>& model,
@@ -103,7 +117,9 @@ std::unique_ptr<Model<float>> load_model(const std::string& given) {
   const std::string path = resolve(given);
   if (hf::is_model_dir(path)) return hf::load_model_dir(path);
   const st::File f = st::read(path);
-  auto model = std::make_unique<Model<float>>(config_of(f));
+  const ModelConfig cfg = config_of(f);  // validated, sizes capped (ModelConfig::size_violations)
+  check_params(f, make_param_table(cfg));  // before allocating: the file must hold every weight
+  auto model = std::make_unique<Model<float>>(cfg);
   copy_params(f, *model);
   return model;
 }

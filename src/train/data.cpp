@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
 #include "util/error.h"
+#include "util/files.h"
 #include "util/hints.h"
 
 namespace normlab {
@@ -20,11 +21,8 @@ std::string builtin_corpus_path() { return std::string(NORMLAB_SOURCE_DIR) + "/d
 namespace {
 
 std::vector<uint8_t> read_corpus_bytes(const std::string& path) {
-  require_not_directory(path, "corpus");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("corpus '{}': cannot open file", path));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(fmt::format("corpus '{}': read error", path));
+  const std::string text = read_file(path, "corpus");
+  std::vector<uint8_t> bytes(text.begin(), text.end());
   if (bytes.empty()) throw Error(fmt::format("corpus '{}' is empty", path));
   return bytes;
 }

@@ -18,6 +18,8 @@
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 
 namespace normlab {
 
@@ -102,7 +104,7 @@ ResumeState resume_state_from_metadata(const std::map<std::string, std::string>&
     throw Error(fmt::format("{}: a checkpoint without resume state (written by `normlab init`, or by a normlab "
                             "older than --resume): it cannot be resumed exactly",
                             path));
-  const auto j = nlohmann::json::parse(it->second, nullptr, false);
+  const auto j = parse_json_or_discarded(it->second);
   ResumeState s;
   try {
     if (j.is_discarded() || !j.is_object() || j.value("format", "") != "normlab-resume-1")
@@ -175,40 +177,14 @@ int remove_stale_temporaries(const fs::path& dir) {
 }
 
 void write_text_atomically(const fs::path& path, const std::string& text) {
-  const std::string tmp = tmp_name(path);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(fmt::format("cannot write '{}' ({})", tmp, std::strerror(errno)));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t put = ::write(fd, text.data() + done, text.size() - done);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(fmt::format("cannot write '{}' ({}; disk full?)", path.string(), why));
-    }
-    done += size_t(put);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("cannot write '{}' (fsync/close failed)", path.string()));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("cannot replace '{}' ({})", path.string(), why));
-  }
-  sync_directory(path.parent_path().empty() ? fs::path(".") : path.parent_path());
+  write_file_atomic(path.string(), text);  // util/files.h: "<path>.tmp.<pid>", every step checked
 }
 
 KeptMetrics truncate_metrics(const fs::path& path, long step) {
   KeptMetrics kept{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return kept;  // no metrics yet: the continued run starts the file
-  std::stringstream whole;
-  whole << in.rdbuf();
-  const std::string text = whole.str();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return kept;  // no metrics yet: the continued run starts the file
+  const std::string text = read_file(path.string(), "metrics file");  // (a FIFO or directory: refused)
   std::string out;
   size_t begin = 0;
   for (long line_no = 1; begin < text.size(); line_no++) {
@@ -217,7 +193,7 @@ KeptMetrics truncate_metrics(const fs::path& path, long step) {
     const std::string line = text.substr(begin, end - begin);
     begin = end + 1;
     if (line.empty()) continue;
-    const auto j = nlohmann::json::parse(line, nullptr, false);
+    const auto j = parse_json_or_discarded(line);
     if (j.is_discarded() || !j.is_object())
       throw Error(fmt::format("'{}' line {} is not a JSON record; not resuming (the file is left as it was)",
                               path.string(), line_no));

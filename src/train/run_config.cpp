@@ -7,33 +7,36 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "io/unicode.h"
+#include "train/toml_guard.h"
 #include "util/error.h"
+#include "util/files.h"
 #include "util/hints.h"
 #include "util/json_reader.h"
 
 namespace normlab {
 
-static nlohmann::json toml_to_json(const toml::table& table) {
+static nlohmann::json toml_to_json(const toml::table& table, const std::string& where) {
   std::stringstream ss;
   ss << toml::json_formatter{table};
-  return nlohmann::json::parse(ss.str());
+  return parse_json(ss.str(), where);  // toml++ nests up to 256 levels; parse_json allows 512
+}
+
+// Every TOML text passes check_toml_text first: Debian's toml++ 3.3.0 reaches
+// __builtin_unreachable on some non-ASCII input (toml_guard.h).
+static toml::table parse_toml_text(const std::string& text, const std::string& where, const std::string& source) {
+  check_toml_text(text, where);
+  return toml::parse(text, source);
 }
 
 nlohmann::json read_toml(const std::string& path) {
-  require_not_directory(path, "config");
-  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) {  // a run's config.json
-    std::ifstream in(path);
-    if (!in) throw Error(fmt::format("config '{}': cannot open file", path));
-    nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-    if (doc.is_discarded()) throw Error(fmt::format("config '{}': not valid JSON", path));
-    return doc;
-  }
+  const std::string text = read_file(path, "config");  // refuses directories, FIFOs, devices
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0)  // a run's config.json
+    return parse_json(text, fmt::format("config '{}'", path));
   try {
-    return toml_to_json(toml::parse_file(path));
+    return toml_to_json(parse_toml_text(text, fmt::format("config '{}'", path), path), fmt::format("config '{}'", path));
   } catch (const toml::parse_error& e) {
     const auto& where = e.source().begin;
-    if (e.description().find("File could not be opened") != std::string_view::npos)
-      throw Error(fmt::format("config '{}': cannot open file", path));
     throw Error(fmt::format("config '{}' line {}, column {}: {}", path, where.line, where.column,
                             e.description()));
   }
@@ -47,9 +50,17 @@ void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& overri
       throw Error(fmt::format("--set '{}': expected section.key=value, e.g. train.lr=3e-4", o));
     const std::string section = o.substr(0, dot), key = o.substr(dot + 1, eq - dot - 1);
     const std::string value = o.substr(eq + 1);
+    const std::string where = fmt::format("--set '{}'", o);
+    unicode::check_utf8(o, where);
     nlohmann::json v;
+    bool toml_text = true;  // a value toml++ may safely see (toml_guard.h)
     try {
-      v = toml_to_json(toml::parse("v = " + value))["v"];
+      check_toml_text("v = " + value, where);
+    } catch (const Error&) {
+      toml_text = false;  // e.g. a path with non-ASCII letters: a string, as a bare word is
+    }
+    try {
+      v = toml_text ? toml_to_json(toml::parse("v = " + value, std::string("--set")), where)["v"] : nlohmann::json(value);
     } catch (const toml::parse_error&) {
       v = value;  // a bare word such as post or layernorm is a string
     }

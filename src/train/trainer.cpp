@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <fmt/format.h>
 #include <fstream>
 #include <limits>
@@ -20,6 +22,8 @@
 #include "train/translation.h"
 #include "model/decode.h"
 #include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
 #include "util/rng.h"
 
 namespace normlab {
@@ -70,20 +74,45 @@ bool all_finite(const std::vector<float>& v) {
 
 class MetricsFile {
  public:
-  // append: a resumed run continues the file (already cut back to its checkpoint's step)
+  // append: a resumed run continues the file (already cut back to its checkpoint's step). A new
+  // run's metrics file that cannot be created, or whose first line cannot be written, is removed
+  // with the run's config.json, so a full disk leaves no half run that would refuse the next attempt.
   MetricsFile(const std::string& path, bool append)
-      : path_(path), out_(path, append ? std::ios::app : std::ios::trunc) {
-    if (!out_) throw Error(fmt::format("cannot write metrics file '{}'", path));
+      : path_(path), out_(path, append ? std::ios::app : std::ios::trunc), append_(append) {
+    if (!out_) {
+      const int err = errno;
+      discard();
+      throw Error(fmt::format("cannot write metrics file '{}': {}", path, std::strerror(err)));
+    }
   }
   void write(const nlohmann::json& line) {
-    out_ << line.dump() << '\n';
+    errno = 0;
+    out_ << dump_json(line) << '\n';
     out_.flush();
-    if (!out_) throw Error(fmt::format("write to '{}' failed (disk full?)", path_));
+    if (!out_) {
+      const int err = errno;
+      if (lines_ == 0) discard();  // (a resumed run's file is kept)
+      throw Error(fmt::format("write to '{}' failed: {}", path_, err ? std::strerror(err) : "disk full?"));
+    }
+    lines_++;
   }
+
+ private:
+  void discard() {
+    if (append_) return;
+    out_.close();
+    std::error_code ec;
+    fs::remove(path_, ec);
+    fs::remove(fs::path(path_).parent_path() / "config.json", ec);
+  }
+
+ public:
 
  private:
   std::string path_;
   std::ofstream out_;
+  bool append_;
+  long lines_ = 0;
 };
 
 }  // namespace
@@ -192,6 +221,10 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     throw Error(fmt::format("train.out_dir '{}' already holds a run; choose another out_dir or pass "
                             "--force to replace it (or --resume it)",
                             tc.out_dir));
+  if (!options.overwrite && !resumed && fs::exists(dir / "config.json"))  // someone's file, not a run of ours
+    throw Error(fmt::format("train.out_dir '{}' holds a config.json but no run (no metrics.jsonl or checkpoint); "
+                            "normlab would replace it: choose another out_dir or pass --force",
+                            tc.out_dir));
   remove_stale_temporaries(dir);  // of runs killed here before
   KeptMetrics kept{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
   if (resumed) {
@@ -200,11 +233,12 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     remove_step_checkpoints(dir);
     fs::remove(ckpt_path, ec);
   }
-  MetricsFile metrics(metrics_path.string(), resumed.has_value());
   RunConfig resolved = cfg;
   resolved.model = model_cfg;
   const nlohmann::json resolved_json = run_config_to_json(resolved);
-  write_text_atomically(dir / "config.json", resolved_json.dump(2) + "\n");
+  // config.json first, atomically (a full disk leaves nothing), then metrics.jsonl
+  write_file_atomic((dir / "config.json").string(), dump_json(resolved_json, 2) + "\n");
+  MetricsFile metrics(metrics_path.string(), resumed.has_value());
 
   const ScheduleConfig sched{tc.schedule, tc.lr, tc.warmup_steps, tc.min_lr, int(tc.steps)};
   AdamW optimizer(model.table(), tc.adamw);

@@ -72,9 +72,6 @@ std::string directory_hint(const std::string& path) {
   return fmt::format("'{}' is a directory (holding {}), not a file", path, list);
 }
 
-void require_not_directory(const std::string& path, const std::string& what) {
-  const std::string hint = directory_hint(path);
-  if (!hint.empty()) throw Error(fmt::format("{} '{}': expected a file; {}", what, path, hint));
-}
+// require_not_directory is require_regular_file (files.cpp): a FIFO or device is refused too.
 
 }  // namespace normlab

@@ -26,8 +26,9 @@ std::string did_you_mean(const std::string& word, const std::vector<std::string>
 // else its first few entries). "" when the path is not a directory.
 std::string directory_hint(const std::string& path);
 
-// Error "<what> '<path>': <directory_hint>" when the path is a directory; nothing otherwise (a
-// missing file is left to the reader, which names it).
+// Error "<what> '<path>': <directory_hint>" when the path is a directory, and an Error naming the
+// kind when it is a FIFO, socket or device (require_regular_file in util/files.h: opening one would
+// block); nothing otherwise (a missing file is left to the reader, which names it).
 void require_not_directory(const std::string& path, const std::string& what);
 
 }  // namespace normlab

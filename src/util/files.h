@@ -1,0 +1,50 @@
+// files.h: the one way normlab opens what it is given and writes what it makes.
+//   require_regular_file: every reader calls it before opening a path (a FIFO would block open()
+//     forever, a directory reads as garbage or as nothing, a device never ends);
+//   read_file: the whole of a regular file, every read checked;
+//   AtomicFile / write_file_atomic: every output file is written to "<path>.tmp.<pid>" beside it,
+//     each write checked, fsync'ed, closed and renamed over the target; on any failure the
+//     temporary file is removed and the Error names the path and the errno text, so a full disk
+//     never leaves a 0-byte or half file, nor a report of success.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace normlab {
+
+// Error "<what> '<path>': ..." when the path names a directory (with directory_hint) or anything
+// that is not a regular file after following symlinks (a FIFO, socket, character or block device).
+// A missing path is left to the reader, which names it ("cannot open file").
+void require_regular_file(const std::string& path, const std::string& what);
+
+// The whole file (require_regular_file first). Error "<what> '<path>': cannot open file (...)" /
+// "read error (...)" naming the errno text.
+std::string read_file(const std::string& path, const std::string& what);
+
+class AtomicFile {
+ public:
+  // Creates "<path>.tmp.<pid>" in the target's directory; Error "cannot write '<path>': ..."
+  explicit AtomicFile(std::string path);
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile();  // removes the temporary file unless committed
+
+  void write(const void* data, size_t size);
+  void write(std::string_view text) { write(text.data(), text.size()); }
+  // fsync, close, then rename over the target (overwrite) or create it only if absent (Error
+  // "'<path>' already exists" otherwise). Any failure: Error, temporary file removed, target untouched.
+  void commit(bool overwrite = true);
+  const std::string& path() const { return path_; }
+  const std::string& tmp_path() const { return tmp_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& doing, int err);
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+void write_file_atomic(const std::string& path, std::string_view content, bool overwrite = true);
+
+}  // namespace normlab
