@@ -3,27 +3,7 @@
 # code 1 -- never a crash, a hang, exit 0, or a lost or overwritten file.
 # Usage: cli_bad_input.sh path/to/normlab
 set -uo pipefail
-NL=$(realpath "$1")
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-cd "$W"
-pass=0
-fail=0
-
-# expect_error NEEDLE -- ARGS...: exit code 1 and stderr containing NEEDLE
-expect_error() {
-  local needle=$1
-  shift 2
-  local err rc
-  err=$(timeout 120 "$NL" "$@" 2>&1 >/dev/null)
-  rc=$?
-  if [[ $rc -eq 1 && "$err" == *"$needle"* && "$err" == *"normlab: error:"* ]]; then
-    pass=$((pass + 1))
-  else
-    fail=$((fail + 1))
-    echo "FAIL: normlab $* -> exit $rc, wanted 1 with '$needle'; stderr: $err"
-  fi
-}
+source "$(dirname "$0")/cli_lib.sh" "$1"
 
 # a token file: input_ids and labels int32 (1, 3), written byte by byte
 write_tokens() {  # path id0 id1 id2 label0 label1 label2
@@ -219,5 +199,4 @@ expect_error "badstudy/results.json" -- report badstudy
 unchanged badstudy/results.json "$before"
 [[ ! -e badstudy/report.html && ! -e badstudy/summary.txt ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: report wrote files before failing"; }
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish cli_bad_input
