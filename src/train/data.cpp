@@ -64,21 +64,31 @@ void split_ids(Corpus& c, std::vector<int32_t>& ids, double val_fraction, int T)
                             c.val.size(), T, c.unit(), need));
 }
 
+// data.val_fraction, checked before any file is read
+void check_val_fraction(double val_fraction) {
+  if (!(val_fraction > 0 && val_fraction < 1))
+    throw Error(fmt::format("data.val_fraction = {} must be in (0, 1)", val_fraction));
+}
+
+// a nanoGPT-style token stream: uint16 ids, little-endian
+bool has_bin_suffix(const std::string& path) {
+  return path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0;
+}
+
 }  // namespace
 
 bool is_token_stream(const std::string& path) {
-  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0) return true;
+  if (has_bin_suffix(path)) return true;
   return safetensors::read(path).tensors.count("labels") == 0;
 }
 
 Corpus load_token_stream(const std::string& path, double val_fraction, int T) {
-  if (!(val_fraction > 0 && val_fraction < 1))
-    throw Error(fmt::format("data.val_fraction = {} must be in (0, 1)", val_fraction));
+  check_val_fraction(val_fraction);
   Corpus c;
   c.path = path;
   c.token_file = true;
   std::vector<int32_t> ids;
-  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0) {
+  if (has_bin_suffix(path)) {
     const std::vector<uint8_t> bytes = read_corpus_bytes(path);
     if (bytes.size() % 2 != 0)
       throw Error(fmt::format("token stream '{}': {} bytes is not a whole number of uint16 ids", path, bytes.size()));
@@ -110,8 +120,7 @@ Corpus load_token_stream(const std::string& path, double val_fraction, int T) {
 }
 
 Corpus load_corpus(const std::string& path, double val_fraction, int T, const std::string& tokenizer) {
-  if (!(val_fraction > 0 && val_fraction < 1))
-    throw Error(fmt::format("data.val_fraction = {} must be in (0, 1)", val_fraction));
+  check_val_fraction(val_fraction);
   Corpus c;
   c.path = path;
   c.tokenizer = tokenizer;
