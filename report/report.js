@@ -186,6 +186,27 @@
     root.append(el('h2', {}, 'The answer'));
     root.append(el('p', {class: 'headline', id: 'headline'}, data.headline.join(' ')));
   }
+
+  // ---- published results next to normlab's (results.json: reproductions; src/study/reproduce.h) ----
+  const repro = data.reproductions || [];
+  if (repro.length) {
+    root.append(el('h2', {}, 'Reproductions'));
+    root.append(el('p', {class: 'lead'}, 'Each published result next to the same comparison in this study. The verdict ' +
+      'is decided by the 95% interval of a − b over seeds (paired by seed when both sides ran the same seeds): ' +
+      '"holds" when it lies on the claimed side of 0, "violated" on the other, else "not distinguishable at this scale". ' +
+      'A side whose every run diverged counts as the worse one.'));
+    const t = el('table', {id: 'reproductions'});
+    t.append(el('tr', {}, ...['claim', 'source', 'the source\'s numbers', 'the claim here (a vs b)', 'normlab', 'verdict']
+      .map(h => el('th', {class: 'text'}, h))));
+    for (const r of repro) {
+      const claimed = `${r.a.label} ${r.expect === 'a < b' ? '<' : '>'} ${r.b.label} (${r.metric === 'bleu' ? 'BLEU' : 'final val loss'}` +
+                      `${r.best_lr ? ', each at its best lr' : ''})`;
+      t.append(el('tr', {}, el('td', {class: 'text'}, r.claim), el('td', {class: 'text'}, r.source),
+                  el('td', {class: 'text'}, r.paper), el('td', {class: 'text'}, claimed),
+                  el('td', {class: 'text'}, r.measured), el('td', {class: 'text verdict-' + ({holds: 'holds', violated: 'violated'}[r.verdict] || 'conditional')}, r.verdict)));
+    }
+    root.append(t);
+  }
   root.append(el('h2', {}, data.headline && data.headline.length ? 'In detail' : 'What happened'));
   const ul = el('ul', {class: 'summary'});
   for (const line of data.summary || []) ul.append(el('li', {}, line));

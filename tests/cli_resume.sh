@@ -163,6 +163,28 @@ check "[[ \"\$(results si)\" == \"\$(results sw)\" ]]" "compare interrupted and 
 table() { grep -E '^placement=' "$1/summary.txt" | awk '{$7 = ""; print}'; }  # tokens/s left out
 check "[[ \"\$(table si)\" == \"\$(table sw)\" && \$(table sw | wc -l) -eq 3 ]]" \
   "the summary tables differ: $(table si) vs $(table sw)"
+# reproductions are analysis: a study that differs only in [[reproduce]] resumes (nothing reruns) and
+# the report gains the table; a malformed one is refused before anything is written
+cat study.toml - > repro.toml <<'EOF'
+
+[[reproduce]]
+claim = "Pre-LN ends lower than Post-LN"
+source = "test"
+paper = "no paper"
+a = "model.placement=pre"
+b = "model.placement=post"
+expect = "a < b"
+EOF
+before=$(results si)
+"$NL" compare --resume si --config repro.toml --set train.lr=3e-3 > si3.txt 2>&1
+check "[[ \$? -eq 0 ]]" "compare --resume with a new [[reproduce]] failed: $(tail -3 si3.txt)"
+check "[[ \$(grep -c 'kept: finished before --resume' si3.txt) -eq 3 ]]" "a new [[reproduce]] reran runs"
+check "[[ \"\$(results si)\" == \"\$before\" ]]" "a new [[reproduce]] changed the runs' results"
+check "grep -q 'Pre-LN ends lower than Post-LN (test): ' si/summary.txt && jq -e '.reproductions | length == 1' si/results.json > /dev/null && jq -e '.reproduce | length == 1' si/study.json > /dev/null" \
+  "the reproduction is not in summary.txt, results.json and study.json"
+sed 's/^expect = "a < b"/expect = "a <= b"/' repro.toml > badrepro.toml
+expect_error 'must be "a < b" or "a > b"' -- compare --resume si --config badrepro.toml --set train.lr=3e-3
+check "jq -e '.reproductions | length == 1' si/results.json > /dev/null" "a refused resume changed results.json"
 
 echo "cli_resume: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

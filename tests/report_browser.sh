@@ -114,6 +114,9 @@ if not headline or 'At its own best learning rate' not in headline.group(1):
     problems.append('no three-sentence answer naming each placement at its best learning rate')
 if 'id="input">Input of every run: the built-in corpus (data/kjv.txt)' not in dom:
     problems.append('the report does not say what the runs trained on')
+repro = re.search(r'<table id="reproductions">(.*?)</table>', dom, re.S)
+if not repro or 'IWSLT14 De-En 6L-6L BLEU Post-LN 35.64' not in repro.group(1) or 'paired by seed, 2 seeds' not in repro.group(1):
+    problems.append('no reproductions table with the source\'s numbers beside normlab\'s (paired over the 2 seeds)')
 if 'Final validation loss against learning rate' not in check['titles']:
     problems.append('no learning-rate chart')
 # 6 settings (3 placements x 2 lrs) on a chart: one panel per placement, 3 per chart
@@ -122,7 +125,7 @@ if check['panels'] < 3 or check['panels'] % 3:
 if check['bands'] < 6:
     problems.append('seed bands: %d drawn (want one per setting at least)' % check['bands'])
 for p in problems: print('  ' + p)
-print(('FAIL' if problems else 'ok') + ': the 12-run layout (answer, lr curve, %d panels, %d seed bands)' % (check['panels'], check['bands']))
+print(('FAIL' if problems else 'ok') + ': the 12-run layout (answer, reproductions, lr curve, %d panels, %d seed bands)' % (check['panels'], check['bands']))
 sys.exit(1 if problems else 0)
 PY
 for part in 0 1900 3300; do

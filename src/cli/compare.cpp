@@ -28,8 +28,11 @@ std::string timestamp() {
   return stamp;
 }
 
-// "key: study.json <old>, now <new>" for every difference between two study documents.
-std::vector<std::string> study_differences(const nlohmann::json& saved, const nlohmann::json& given) {
+// "key: study.json <old>, now <new>" for every difference between two study documents that changes
+// a run ([[reproduce]] is analysis only: it may change, and the report is then rewritten with it).
+std::vector<std::string> study_differences(nlohmann::json saved, nlohmann::json given) {
+  saved.erase("reproduce");
+  given.erase("reproduce");
   std::vector<std::string> diffs;
   for (const auto& op : nlohmann::json::diff(saved, given)) {
     const nlohmann::json::json_pointer at(op["path"].get<std::string>());
@@ -67,10 +70,11 @@ int resume_compare(const CompareCommand& cmd) {
   const bool doc_given = !cmd.config.empty() || cmd.compare->count("--study") > 0;
   if (!cmd.config.empty() && cmd.compare->count("--study")) throw Error("give either --study or --config, not both");
   std::vector<std::string> diffs;
+  nlohmann::json given;
   if (doc_given) {
-    const study::Study g = cmd.config.empty() ? study::builtin_study(cmd.study, cmd.sets)
-                                              : study::read_study_file(cmd.config, cmd.sets);
-    diffs = study_differences(saved, g.document);
+    given = (cmd.config.empty() ? study::builtin_study(cmd.study, cmd.sets) : study::read_study_file(cmd.config, cmd.sets))
+                .document;
+    diffs = study_differences(saved, given);
   }
   if ((doc_given || !cmd.sets.empty()) && cmd.sets != saved_sets)
     diffs.push_back(fmt::format("--set: study.json's run [{}], now [{}]", fmt::join(saved_sets, " "),
@@ -78,8 +82,13 @@ int resume_compare(const CompareCommand& cmd) {
   if (!diffs.empty())
     throw Error(fmt::format("--resume '{}': the study differs from the one it holds: {}", cmd.resume,
                             fmt::join(diffs, "; ")));
+  nlohmann::json document = saved;
+  if (doc_given) {  // its reproductions replace the saved ones
+    document.erase("reproduce");
+    if (given.contains("reproduce")) document["reproduce"] = given["reproduce"];
+  }
   const study::Study s =
-      study::study_from_json(saved, saved_sets, fmt::format("'{}'", (dir / "study.json").string()));
+      study::study_from_json(document, saved_sets, fmt::format("'{}'", (dir / "study.json").string()));
   study::CompareOptions options;
   options.out_dir = cmd.resume;
   options.resume = true;

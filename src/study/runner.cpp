@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "study/probe.h"
 #include "study/report.h"
+#include "study/reproduce.h"
 #include "study/summary.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -358,11 +359,13 @@ void write_outputs(nlohmann::json& results_in, const std::filesystem::path& dir)
     results["seed_groups"] = seed_groups(results);
     results["spikes"] = classify_spikes(results);
     results["headline"] = headline(results);
+    results["reproductions"] = reproductions(results);
     results["summary"] = written_summary(results);
   }
   const std::string results_text = dump_json(results, 1) + "\n";
   const std::string summary_text = headline_text(results) + "\n" + summary_table(results) + "\n" +
-                                   fmt::format("{}\n", fmt::join(results["summary"], "\n"));
+                                   fmt::format("{}\n", fmt::join(results["summary"], "\n")) +
+                                   (results.contains("reproductions") ? "\n" + reproductions_text(results) : "");
   const std::string page = report_page(results);
   write_atomically(dir / "results.json", results_text);
   write_atomically(dir / "summary.txt", summary_text);
@@ -399,8 +402,9 @@ int run_study(const Study& study, const CompareOptions& options) {
   if (ec || !fs::is_directory(out / "runs"))
     throw Error(fmt::format("--out '{}': cannot create the output directory ({})", options.out_dir,
                             ec ? ec.message() : "a file is in the way"));
+  // on --resume the document differs from study.json at most in its reproductions (analysis only)
+  write_atomically(out / "study.json", study.document.dump(2) + "\n");
   if (!options.resume) {
-    write_atomically(out / "study.json", study.document.dump(2) + "\n");
     write_atomically(out / "overrides.json", nlohmann::json{{"set", options.sets}}.dump(1) + "\n");
   }
 
@@ -469,6 +473,7 @@ int run_study(const Study& study, const CompareOptions& options) {
 
   fmt::print("\n{}\n{}\n", headline_text(results), summary_table(results));
   for (const auto& line : results["summary"]) fmt::print("- {}\n", line.get<std::string>());
+  if (const std::string r = reproductions_text(results); !r.empty()) fmt::print("\n{}", r);
   fmt::print("\nreport: {}\nresults: {}\n", (out / "report.html").string(), (out / "results.json").string());
   if (interrupted) {
     fmt::print("interrupted: the report covers the runs that finished; the rest were not run\n");

@@ -7,6 +7,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "study/reproduce.h"
 #include "train/data.h"
 #include "util/error.h"
 #include "util/hints.h"
@@ -114,9 +115,9 @@ size_t count_runs(const std::vector<nlohmann::json>& flat_grids, size_t limit) {
 Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::string>& sets, const std::string& where) {
   if (!doc_in.is_object()) throw Error(fmt::format("{}: not a table", where));
   for (const auto& [key, value] : doc_in.items())
-    if (key != "study" && key != "base" && key != "grid")
-      throw Error(fmt::format("{}: unknown table '{}' (expected [study], [base.*] and [[grid]]){}", where, key,
-                              did_you_mean(key, {"study", "base", "grid"})));
+    if (key != "study" && key != "base" && key != "grid" && key != "reproduce")
+      throw Error(fmt::format("{}: unknown table '{}' (expected [study], [base.*], [[grid]] and [[reproduce]]){}", where,
+                              key, did_you_mean(key, {"study", "base", "grid", "reproduce"})));
   Study s;
   s.document = doc_in;
   s.loss_target = std::numeric_limits<double>::quiet_NaN();
@@ -245,6 +246,9 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
     r.label = parts.empty() ? s.name : fmt::format("{}", fmt::join(parts, " "));
     r.name = fmt::format("{:02}-{}", i + 1, dir_safe(parts.empty() ? s.name : fmt::format("{}", fmt::join(parts, "_"))));
   }
+  std::vector<nlohmann::json> run_views;  // as the results hold them: grid and resolved config
+  for (const auto& r : s.runs) run_views.push_back({{"grid", r.grid}, {"config", run_config_to_json(r.config)}});
+  check_reproductions(doc_in, run_views, where);
   return s;
 }
 

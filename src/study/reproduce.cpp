@@ -1,0 +1,286 @@
+// reproduce.cpp: a study's reproductions of published results, checked when the study is read and
+// measured from its results (reproduce.h says what an entry is and how the verdict is decided).
+#include "study/reproduce.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "analysis/stats.h"
+#include "study/results_view.h"
+#include "util/error.h"
+#include "util/hints.h"
+
+namespace normlab::study {
+
+namespace {
+
+using json = nlohmann::json;
+using analysis::SeedSummary;
+
+const std::vector<std::string> kEntryKeys = {"claim", "source", "paper", "a", "b", "expect", "metric", "best_lr"};
+
+struct Term {
+  std::string key, value;  // "model.placement", "post"
+};
+
+// "model.placement=post train.lr=1e-3" -> terms; an Error (naming `where`) on bad syntax
+std::vector<Term> parse_filter(const std::string& filter, const std::string& where) {
+  std::vector<Term> terms;
+  size_t i = 0;
+  while (i < filter.size()) {
+    while (i < filter.size() && filter[i] == ' ') i++;
+    size_t j = i;
+    while (j < filter.size() && filter[j] != ' ') j++;
+    if (j > i) {
+      const std::string word = filter.substr(i, j - i);
+      const auto eq = word.find('='), dot = word.find('.');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == word.size() || dot == std::string::npos || dot > eq)
+        throw Error(fmt::format("{}: '{}' is not section.key=value (e.g. model.placement=post)", where, word));
+      terms.push_back({word.substr(0, eq), word.substr(eq + 1)});
+    }
+    i = j;
+  }
+  if (terms.empty()) throw Error(fmt::format("{}: empty; give section.key=value terms, e.g. \"model.placement=post\"", where));
+  return terms;
+}
+
+std::optional<double> as_number(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+bool term_matches(const json& run, const Term& t) {
+  const std::string have = view::grid_value(run, t.key);
+  if (have == t.value) return true;
+  const auto x = as_number(have), y = as_number(t.value);
+  return x && y && std::abs(*x - *y) <= 1e-9 * std::max(std::abs(*x), std::abs(*y));
+}
+
+// "placement=post lr=0.001": a filter as the report names the side
+std::string side_label(const std::string& filter) {
+  std::string out;
+  for (const Term& t : parse_filter(filter, "reproduce"))
+    out += (out.empty() ? "" : " ") + view::short_key(t.key) + "=" + t.value;
+  return out;
+}
+
+std::string seed_of(const json& run) {
+  return view::grid_value(run, "model.seed") + "/" + view::grid_value(run, "train.seed");
+}
+
+std::optional<double> metric_of(const json& run, const std::string& metric) {
+  return metric == "bleu" ? view::run_bleu(run) : view::val_loss(run);
+}
+
+// One side of an entry: its runs (at its best learning rate when asked), per-seed values.
+struct Side {
+  std::string filter;
+  std::string lr;        // the chosen learning rate (best_lr), else ""
+  bool lr_edge = false;  // the chosen learning rate is the smallest or largest the side ran
+  int runs = 0, finished = 0, diverged = 0;
+  std::map<std::string, double> by_seed;  // seed key -> metric value (finished runs)
+  SeedSummary stats;
+};
+
+Side measure_side(const json& results, const std::string& filter, const std::string& metric, bool best_lr) {
+  const bool higher_better = metric == "bleu";
+  const auto terms = parse_filter(filter, "reproduce");
+  std::map<std::string, std::vector<const json*>> groups;  // by learning rate ("" without best_lr)
+  std::vector<std::string> order;
+  for (const auto& r : results["runs"]) {
+    const std::string status = r.value("status", std::string());
+    if (status != "finished" && status != "diverged") continue;
+    if (!std::all_of(terms.begin(), terms.end(), [&](const Term& t) { return term_matches(r, t); })) continue;
+    const std::string key = best_lr ? view::grid_value(r, "train.lr") : "";
+    if (!groups.count(key)) order.push_back(key);
+    groups[key].push_back(&r);
+  }
+  Side side;
+  side.filter = filter;
+  if (order.empty()) return side;
+  // the group whose finished runs have the best mean (a group where every run diverged never wins)
+  std::string chosen;
+  double best = NAN;
+  for (const auto& key : order) {
+    std::vector<double> v;
+    for (const json* r : groups[key])
+      if (const auto x = metric_of(*r, metric); x && (*r)["status"] == "finished") v.push_back(*x);
+    if (v.empty()) continue;
+    const double mean = analysis::summarize(v).mean;
+    if (std::isnan(best) || (higher_better ? mean > best : mean < best)) best = mean, chosen = key;
+  }
+  const bool none_finished = std::isnan(best);
+  std::vector<const json*> picked;
+  if (none_finished)
+    for (const auto& key : order) picked.insert(picked.end(), groups[key].begin(), groups[key].end());
+  else
+    picked = groups[chosen];
+  if (best_lr && !none_finished) {
+    side.lr = chosen;
+    std::vector<double> lrs;
+    for (const auto& key : order)
+      if (const auto x = as_number(key)) lrs.push_back(*x);
+    const auto c = as_number(chosen);
+    side.lr_edge = lrs.size() >= 2 && c &&
+                   (*c == *std::min_element(lrs.begin(), lrs.end()) || *c == *std::max_element(lrs.begin(), lrs.end()));
+  }
+  std::vector<double> values;
+  for (const json* r : picked) {
+    side.runs++;
+    if ((*r)["status"] == "diverged") {
+      side.diverged++;
+      continue;
+    }
+    if (const auto x = metric_of(*r, metric)) {
+      side.finished++;
+      side.by_seed[seed_of(*r)] = *x;
+      values.push_back(*x);
+    }
+  }
+  side.stats = analysis::summarize(values);
+  return side;
+}
+
+json side_json(const Side& s) {
+  json values = json::array();
+  for (const auto& [seed, v] : s.by_seed) values.push_back({{"seed", seed}, {"value", v}});
+  return {{"filter", s.filter}, {"label", side_label(s.filter)}, {"lr", s.lr.empty() ? json() : json(s.lr)},
+          {"lr_edge", s.lr_edge}, {"runs", s.runs}, {"finished", s.finished}, {"diverged", s.diverged},
+          {"values", values}, {"mean", s.stats.n ? json(s.stats.mean) : json()},
+          {"sd", s.stats.n > 1 ? json(s.stats.sd) : json()}};
+}
+
+// "placement=post 2.470 +- 0.012 (lr 0.001, 3 seeds; 1 diverged)"
+std::string side_text(const Side& s, const std::string& metric) {
+  const int digits = metric == "bleu" ? 2 : 3;
+  std::string text = side_label(s.filter) + " ";
+  if (s.finished == 0) text += s.diverged ? fmt::format("diverged ({} of {} runs)", s.diverged, s.runs) : "no finished run";
+  else if (s.finished == 1) text += fmt::format("{:.{}f}", s.stats.mean, digits);
+  else text += fmt::format("{:.{}f} +- {:.{}f}", s.stats.mean, digits, s.stats.sd, digits);
+  std::vector<std::string> notes;
+  if (!s.lr.empty()) notes.push_back(fmt::format("best lr {}{}", s.lr, s.lr_edge ? ", at the edge of the sweep" : ""));
+  if (s.finished > 1) notes.push_back(fmt::format("{} seeds", s.finished));
+  if (s.finished > 0 && s.diverged) notes.push_back(fmt::format("{} more diverged", s.diverged));
+  return notes.empty() ? text : fmt::format("{} ({})", text, fmt::join(notes, "; "));
+}
+
+}  // namespace
+
+bool matches_filter(const json& run, const std::string& filter) {
+  const auto terms = parse_filter(filter, "reproduce");
+  return std::all_of(terms.begin(), terms.end(), [&](const Term& t) { return term_matches(run, t); });
+}
+
+void check_reproductions(const json& document, const std::vector<json>& runs, const std::string& where) {
+  if (!document.contains("reproduce")) return;
+  const json& list = document["reproduce"];
+  if (!list.is_array()) throw Error(fmt::format("{}: reproduce must be [[reproduce]] tables", where));
+  for (size_t i = 0; i < list.size(); i++) {
+    const std::string at = fmt::format("{}: reproduce {}", where, i + 1);
+    const json& e = list[i];
+    if (!e.is_object()) throw Error(fmt::format("{} is not a table", at));
+    for (const auto& [key, value] : e.items())
+      if (std::find(kEntryKeys.begin(), kEntryKeys.end(), key) == kEntryKeys.end())
+        throw Error(fmt::format("{}: unknown key '{}' (known: {}){}", at, key, fmt::join(kEntryKeys, ", "),
+                                did_you_mean(key, kEntryKeys)));
+    for (const char* key : {"claim", "source", "paper", "a", "b", "expect"})
+      if (!e.contains(key) || !e[key].is_string() || e[key].get<std::string>().empty())
+        throw Error(fmt::format("{}: '{}' must be a non-empty string", at, key));
+    const std::string expect = e["expect"];
+    if (expect != "a < b" && expect != "a > b")
+      throw Error(fmt::format("{}: expect = \"{}\" must be \"a < b\" or \"a > b\"", at, expect));
+    if (e.contains("metric") && !(e["metric"] == "val_loss" || e["metric"] == "bleu"))
+      throw Error(fmt::format("{}: metric = {} must be \"val_loss\" or \"bleu\"", at, e["metric"].dump()));
+    if (e.contains("best_lr") && !e["best_lr"].is_boolean())
+      throw Error(fmt::format("{}: best_lr must be true or false", at));
+    for (const char* side : {"a", "b"}) {
+      const std::string filter = e[side];
+      parse_filter(filter, fmt::format("{}: {} = \"{}\"", at, side, filter));
+      if (std::none_of(runs.begin(), runs.end(), [&](const json& r) { return matches_filter(r, filter); }))
+        throw Error(fmt::format("{}: {} = \"{}\" matches no run of the study", at, side, filter));
+    }
+  }
+}
+
+json reproductions(const json& results) {
+  json out = json::array();
+  const json& doc = results["study"].value("document", json::object());
+  if (!doc.is_object() || !doc.contains("reproduce") || !doc["reproduce"].is_array()) return out;
+  for (const auto& e : doc["reproduce"]) {
+    const std::string metric = e.value("metric", std::string("val_loss")), expect = e["expect"];
+    const bool best_lr = e.value("best_lr", false);
+    const Side a = measure_side(results, e["a"], metric, best_lr), b = measure_side(results, e["b"], metric, best_lr);
+    // which side the claim calls worse: a higher loss, or a lower BLEU
+    const bool a_claimed_worse = (metric == "bleu") == (expect == "a < b");
+    const analysis::Region region = expect == "a < b" ? analysis::Region::below(0) : analysis::Region::above(0);
+    json diff = {{"kind", "none"}, {"n", 0}, {"mean", nullptr}, {"lo", nullptr}, {"hi", nullptr}};
+    std::string verdict = analysis::kUndecided, how;
+    if (a.finished == 0 || b.finished == 0) {
+      const bool a_dead = a.finished == 0 && a.diverged > 0, b_dead = b.finished == 0 && b.diverged > 0;
+      if (a_dead != b_dead && (a_dead ? b.finished : a.finished) > 0) {
+        diff["kind"] = "diverged";
+        verdict = a_dead == a_claimed_worse ? analysis::kHolds : analysis::kViolated;
+        how = fmt::format("every {} run diverged", side_label(a_dead ? a.filter : b.filter));
+      } else {
+        how = "no comparison: a side has no finished run";
+      }
+    } else {
+      std::set<std::string> sa, sb;
+      for (const auto& [k, v] : a.by_seed) sa.insert(k);
+      for (const auto& [k, v] : b.by_seed) sb.insert(k);
+      SeedSummary d;
+      if (sa == sb && sa.size() >= 2) {
+        std::vector<double> v;
+        for (const auto& k : sa) v.push_back(a.by_seed.at(k) - b.by_seed.at(k));
+        d = analysis::summarize(v);
+        diff["kind"] = "paired";
+        how = fmt::format("paired by seed, {} seeds", d.n);
+      } else if (a.finished >= 2 && b.finished >= 2) {
+        const auto w = analysis::welch_difference(b.stats, a.stats);  // mean(a) - mean(b)
+        d.n = std::min(a.finished, b.finished), d.mean = w.mean, d.lo = w.lo, d.hi = w.hi;
+        diff["kind"] = "welch";
+        how = fmt::format("Welch, {} and {} seeds", a.finished, b.finished);
+      } else {
+        d = analysis::summarize({a.stats.mean - b.stats.mean});
+        d.lo = d.hi = NAN;  // one seed on a side: no interval
+        diff["kind"] = "single";
+        how = "one seed on a side: no interval";
+      }
+      diff["n"] = d.n;
+      diff["mean"] = d.mean;
+      diff["lo"] = std::isfinite(d.lo) ? json(d.lo) : json();
+      diff["hi"] = std::isfinite(d.hi) ? json(d.hi) : json();
+      verdict = analysis::decide(d, region);
+    }
+    const std::string unit = metric == "bleu" ? "BLEU" : "final validation loss";
+    std::string measured = fmt::format("{}: {} vs {}", unit, side_text(a, metric), side_text(b, metric));
+    if (diff["mean"].is_number()) {
+      measured += fmt::format("; a - b = {:.3f}", diff["mean"].get<double>());
+      if (diff["lo"].is_number()) measured += fmt::format(" [{:.3f}, {:.3f}]", diff["lo"].get<double>(), diff["hi"].get<double>());
+    }
+    measured += " (" + how + ")";
+    out.push_back({{"claim", e["claim"]}, {"source", e["source"]}, {"paper", e["paper"]}, {"metric", metric},
+                   {"expect", expect}, {"best_lr", best_lr}, {"a", side_json(a)}, {"b", side_json(b)},
+                   {"difference", diff}, {"verdict", verdict}, {"measured", measured}});
+  }
+  return out;
+}
+
+std::string reproductions_text(const json& results) {
+  if (!results.contains("reproductions") || !results["reproductions"].is_array() || results["reproductions"].empty())
+    return "";
+  std::string text = "Reproductions (the source's numbers, then normlab's; a = the first side, b = the second):\n";
+  for (const auto& r : results["reproductions"])
+    text += fmt::format("- {} ({}): {}.\n  source: {}\n  normlab: {}\n", r["claim"].get<std::string>(),
+                        r["source"].get<std::string>(), r["verdict"].get<std::string>(), r["paper"].get<std::string>(),
+                        r["measured"].get<std::string>());
+  return text;
+}
+
+}  // namespace normlab::study

@@ -1,0 +1,48 @@
+// reproduce.h: a study's reproductions of published results. A study TOML may list [[reproduce]]
+// tables, each one paper result that its runs answer:
+//
+//   [[reproduce]]
+//   claim  = "a well-trained Post-LN ends better than Pre-LN, each at its own best learning rate"
+//   source = "seeds/001, seeds/004; Liu et al. 2020"
+//   paper  = "IWSLT14 De-En 6L-6L BLEU: Post-LN 35.64, Pre-LN 35.50"   # the source's own numbers
+//   a      = "model.placement=post"        # the runs of side a: section.key=value ..., all must match
+//   b      = "model.placement=pre"
+//   expect = "a < b"                       # or "a > b": the claim, on the metric
+//   metric = "val_loss"                    # final validation loss (default) or "bleu"
+//   best_lr = true                         # each side at its own best train.lr (default false)
+//
+// The report puts each next to normlab's numbers with the verdict of the one rule of stats.h: the
+// per-seed difference a - b (paired by seed when both sides ran the same seeds, else the Welch
+// interval of the means) gives a 95% interval; "holds" when it lies on the claimed side of 0,
+// "violated" on the other, else "not distinguishable at this scale". A side all of whose runs
+// diverged (no final numbers) is the worse one: the claim holds when it was expected to be worse,
+// and is violated otherwise; runs that diverged on a side that also finished runs are counted and
+// named, and left out of the mean. Reproductions are analysis: they change no run, so they may be
+// added to a study after its runs (compare --resume DIR --study S rewrites the report).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace normlab::study {
+
+// Checks a document's "reproduce" entries (types, keys, expect, metric, filter syntax) and that each
+// side matches at least one of `runs` ({grid, config} objects); an Error names the entry and field.
+void check_reproductions(const nlohmann::json& document, const std::vector<nlohmann::json>& runs,
+                         const std::string& where);
+
+// Does a run ({grid, config}) match a side's filter "section.key=value ..."? Numbers compare as
+// numbers (1e-3 matches 0.001).
+bool matches_filter(const nlohmann::json& run, const std::string& filter);
+
+// One object per entry of results.study.document.reproduce: {claim, source, paper, metric, expect,
+// a: side, b: side, difference: {kind ("paired" | "welch" | "diverged" | "none"), n, mean, lo, hi},
+// verdict, measured (one sentence)}; side = {filter, lr (best_lr), lr_edge, runs, finished,
+// diverged, values, mean, sd}. An empty array when the study lists none.
+nlohmann::json reproductions(const nlohmann::json& results);
+
+// The reproductions as text lines for summary.txt and the terminal ("" when none).
+std::string reproductions_text(const nlohmann::json& results);
+
+}  // namespace normlab::study

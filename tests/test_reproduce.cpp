@@ -1,0 +1,144 @@
+// test_reproduce.cpp: a study's reproductions (src/study/reproduce.h) on hand-made results, with
+// every interval computed by hand: paired by seed, each side at its own best learning rate, the
+// Welch interval when the seeds differ, a side that diverged, BLEU (higher is better); and the
+// checks that reject a malformed [[reproduce]] table when the study is read.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "study/reproduce.h"
+#include "study/study.h"
+#include "util/error.h"
+
+using namespace normlab;
+using namespace normlab::study;
+using json = nlohmann::json;
+
+namespace {
+
+json run(const std::string& p, double lr, int seed, double val, const std::string& status = "finished",
+         double bleu = 0) {
+  json r = {{"label", p}, {"grid", {{"model.placement", p}, {"train.lr", lr}, {"model.seed", seed}, {"train.seed", seed}}},
+            {"config", {{"model", {{"placement", p}}}, {"train", {{"lr", lr}}}}},
+            {"status", status}, {"summary", {{"val_loss", val}, {"bleu", bleu}}}};
+  if (status == "diverged") r["summary"]["val_loss"] = nullptr;
+  return r;
+}
+
+json results(const json& runs, const json& entries) {
+  return {{"study", {{"document", {{"reproduce", entries}}}}}, {"runs", runs}};
+}
+
+json entry(const std::string& expect, bool best_lr = false, const std::string& metric = "val_loss") {
+  return {{"claim", "post ends lower"}, {"source", "test"}, {"paper", "35.64 vs 35.50"}, {"a", "model.placement=post"},
+          {"b", "model.placement=pre"}, {"expect", expect}, {"best_lr", best_lr}, {"metric", metric}};
+}
+
+}  // namespace
+
+TEST(Reproduce, PairedBySeedWithTheIntervalByHand) {
+  json runs = json::array();
+  const double post[] = {2.40, 2.42, 2.41}, pre[] = {2.50, 2.53, 2.51};
+  for (int s = 1; s <= 3; s++) runs.push_back(run("post", 1e-3, s, post[s - 1])), runs.push_back(run("pre", 1e-3, s, pre[s - 1]));
+  // d = -0.10, -0.11, -0.10: mean -0.103333, sd 0.0057735, t(2) = 4.303: half 0.0143432
+  json r = reproductions(results(runs, json::array({entry("a < b")})))[0];
+  EXPECT_EQ(r["difference"]["kind"], "paired");
+  EXPECT_NEAR(r["difference"]["mean"].get<double>(), -0.103333, 1e-6);
+  EXPECT_NEAR(r["difference"]["lo"].get<double>(), -0.117677, 1e-6);
+  EXPECT_NEAR(r["difference"]["hi"].get<double>(), -0.088990, 1e-6);
+  EXPECT_EQ(r["verdict"], "holds");
+  EXPECT_EQ(r["a"]["finished"], 3);
+  EXPECT_NE(r["measured"].get<std::string>().find("placement=post 2.410 +- 0.010 (3 seeds)"), std::string::npos)
+      << r["measured"];
+  EXPECT_EQ(reproductions(results(runs, json::array({entry("a > b")})))[0]["verdict"], "violated");
+  // one seed of pre moved so that the interval straddles 0
+  runs[5]["summary"]["val_loss"] = 2.20;
+  EXPECT_EQ(reproductions(results(runs, json::array({entry("a < b")})))[0]["verdict"], "not distinguishable at this scale");
+}
+
+TEST(Reproduce, EachSideAtItsOwnBestLearningRate) {
+  json runs = json::array();
+  for (int s = 1; s <= 3; s++) {
+    runs.push_back(run("post", 1e-3, s, 2.40 + 0.01 * s));
+    runs.push_back(run("post", 3e-3, s, 2.60 + 0.01 * s));
+    runs.push_back(run("pre", 1e-3, s, 2.70));
+    runs.push_back(run("pre", 3e-3, s, 2.30 + 0.02 * s, s == 3 ? "diverged" : "finished"));
+  }
+  json r = reproductions(results(runs, json::array({entry("a < b", true)})))[0];
+  EXPECT_EQ(r["a"]["lr"], "0.001");
+  EXPECT_EQ(r["b"]["lr"], "0.003");  // mean 2.33 over its 2 finished seeds beats 2.70
+  EXPECT_TRUE(r["b"]["lr_edge"].get<bool>());
+  EXPECT_EQ(r["b"]["diverged"], 1);
+  // seeds differ (pre finished 1 and 2 only): Welch. a = 2.41, 2.42, 2.43 (sd 0.01); b = 2.32, 2.34
+  // (sd 0.014142); va = 0.0001 / 3, vb = 0.0002 / 2, se = sqrt(va + vb) = 0.0115470;
+  // df = (va + vb)^2 / (va^2 / 2 + vb^2 / 1) = 1.6842, rounded down to 1: t = 12.706
+  EXPECT_EQ(r["difference"]["kind"], "welch");
+  EXPECT_NEAR(r["difference"]["mean"].get<double>(), 2.42 - 2.33, 1e-9);
+  EXPECT_NEAR(r["difference"]["hi"].get<double>() - r["difference"]["mean"].get<double>(), 12.706 * 0.0115470, 1e-5);
+  EXPECT_EQ(r["verdict"], "not distinguishable at this scale");
+  EXPECT_NE(r["measured"].get<std::string>().find("best lr 0.003, at the edge of the sweep; 2 seeds; 1 more diverged"),
+            std::string::npos) << r["measured"];
+}
+
+TEST(Reproduce, ASideThatAlwaysDivergedIsTheWorseOne) {
+  json runs = json::array();
+  for (int s = 1; s <= 2; s++) runs.push_back(run("post", 1e-3, s, 0, "diverged")), runs.push_back(run("pre", 1e-3, s, 2.5));
+  json r = reproductions(results(runs, json::array({entry("a > b")})))[0];  // the claim: post ends worse
+  EXPECT_EQ(r["difference"]["kind"], "diverged");
+  EXPECT_EQ(r["verdict"], "holds");
+  EXPECT_EQ(reproductions(results(runs, json::array({entry("a < b")})))[0]["verdict"], "violated");
+  // on BLEU a diverged side is also the worse one: "a < b" claims post's BLEU is lower
+  EXPECT_EQ(reproductions(results(runs, json::array({entry("a < b", false, "bleu")})))[0]["verdict"], "holds");
+}
+
+TEST(Reproduce, BleuIsHigherIsBetterAndOneSeedGivesNoInterval) {
+  json runs = {run("post", 1e-3, 1, 2.4, "finished", 30.0), run("pre", 1e-3, 1, 2.5, "finished", 28.0)};
+  json r = reproductions(results(runs, json::array({entry("a > b", false, "bleu")})))[0];
+  EXPECT_EQ(r["difference"]["kind"], "single");
+  EXPECT_NEAR(r["difference"]["mean"].get<double>(), 2.0, 1e-12);
+  EXPECT_EQ(r["verdict"], "not distinguishable at this scale");  // one seed decides nothing
+  EXPECT_NE(r["measured"].get<std::string>().find("BLEU: placement=post 30.00 vs placement=pre 28.00"), std::string::npos);
+}
+
+TEST(Reproduce, NumbersInAFilterCompareAsNumbers) {
+  const json r = run("post", 0.001, 1, 2.4);
+  EXPECT_TRUE(matches_filter(r, "model.placement=post train.lr=1e-3"));
+  EXPECT_FALSE(matches_filter(r, "model.placement=post train.lr=1e-2"));
+  EXPECT_FALSE(matches_filter(r, "model.placement=pre"));
+}
+
+TEST(Reproduce, AMalformedTableIsRejectedWhenTheStudyIsRead) {
+  const json base = json::parse(R"({"study": {"name": "t"}, "base": {"model": {"d_model": 32, "n_heads": 2, "n_layers": 2},
+                                   "train": {"steps": 10}}, "grid": [{"model.placement": ["post", "pre"]}]})");
+  auto read = [&](const json& e) {
+    json doc = base;
+    doc["reproduce"] = json::array({e});
+    return study_from_json(doc, {}, "study 't'");
+  };
+  json good = entry("a < b");
+  good.erase("best_lr");
+  EXPECT_NO_THROW(read(good));
+  auto expect_error = [&](json e, const std::string& needle) {
+    try {
+      read(e);
+      ADD_FAILURE() << "accepted " << e.dump();
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(needle), std::string::npos) << err.what();
+    }
+  };
+  json e = good;
+  e["expcet"] = "a < b";
+  expect_error(e, "reproduce 1: unknown key 'expcet'");
+  e = good, e["expect"] = "a <= b";
+  expect_error(e, "must be \"a < b\" or \"a > b\"");
+  e = good, e["a"] = "model.placement=sandwich";
+  expect_error(e, "a = \"model.placement=sandwich\" matches no run of the study");
+  e = good, e["b"] = "placement=pre";
+  expect_error(e, "'placement=pre' is not section.key=value");
+  e = good, e.erase("paper");
+  expect_error(e, "'paper' must be a non-empty string");
+  e = good, e["metric"] = "accuracy";
+  expect_error(e, "metric = \"accuracy\" must be");
+  e = good, e["best_lr"] = "yes";
+  expect_error(e, "best_lr must be true or false");
+}
