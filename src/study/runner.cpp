@@ -384,9 +384,12 @@ int run_study(const Study& study, const CompareOptions& options) {
   const fs::path out(options.out_dir);
   std::error_code ec;
   std::map<std::string, nlohmann::json> kept;  // --resume: the runs that finished before
+  double elapsed_before = 0;                     // --resume: the time the study took before
   if (options.resume) {
     std::ifstream in(out / "results.json");
     const auto before = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+    if (before.is_object() && before.contains("elapsed_s") && before["elapsed_s"].is_number())
+      elapsed_before = std::max(0.0, before["elapsed_s"].get<double>());
     if (before.is_object() && before.contains("runs") && before["runs"].is_array())
       for (const auto& r : before["runs"])
         if (r.is_object() && r.contains("name") && r["name"].is_string() &&
@@ -468,7 +471,7 @@ int run_study(const Study& study, const CompareOptions& options) {
     progress.theory_done();
   }
   results["interrupted"] = interrupted;
-  results["elapsed_s"] = progress.elapsed();
+  results["elapsed_s"] = elapsed_before + progress.elapsed();
   write_outputs(results, out);
 
   fmt::print("\n{}\n{}\n", headline_text(results), summary_table(results));
