@@ -39,8 +39,9 @@ IsaChoice choose_isa(const char* env_value, const CpuFeatures& cpu);
 const IsaChoice& isa_choice();
 inline Isa active_isa() { return isa_choice().isa; }
 
-// Tests only: switch the process to `isa` (both paths in one process); throws Error if the CPU
-// or OS lacks it. Not thread-safe: call it between kernel calls, never during one.
+// Tests and bench/bench_kernels only: switch the process to `isa` (both paths in one process);
+// throws Error if the CPU or OS lacks it. Not thread-safe: call it between kernel calls, never
+// during one.
 void force_isa(Isa isa);
 
 // Convenience for a float kernel's entry: true when its AVX-512 variant should run.
