@@ -88,10 +88,11 @@ static void layernorm_backward_ref(S* dinp, S* dweight, S* dbias, const S* dout,
 
 // The float path: the same math with the row reductions vectorized (`omp simd reduction`: double
 // lanes summed in a fixed order, so the result depends on the ISA's vector width but not on the
-// run or the thread count). The row bodies are compiled twice, for the AVX2 baseline and for
-// AVX-512 (ops/isa.h picks one).
+// run or the thread count). The forward rows are compiled twice, for the AVX2 baseline and for
+// AVX-512 (ops/isa.h picks one); the backward only for AVX2 (an AVX-512 build of it was not faster:
+// README "Kernel dispatch benchmark").
 [[gnu::always_inline]] static inline void layernorm_forward_row_f32(float* y, float* mean, float* rstd, const float* x,
-                                                             const float* w, const float* b, int C, double eps) {
+                                                                    const float* w, const float* b, int C, double eps) {
   double sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int c = 0; c < C; c++) sum += x[c];
@@ -109,7 +110,7 @@ static void layernorm_backward_ref(S* dinp, S* dweight, S* dbias, const S* dout,
 }
 
 [[gnu::always_inline]] static inline void layernorm_backward_row_f32(float* dx, const float* dy, const float* x,
-                                                              const float* w, double m, double s, int C) {
+                                                                     const float* w, double m, double s, int C) {
   double sum_dxhat = 0, sum_dxhat_xhat = 0;
 #pragma omp simd reduction(+ : sum_dxhat, sum_dxhat_xhat)
   for (int c = 0; c < C; c++) {
@@ -140,7 +141,7 @@ static void layernorm_forward_f32_avx2(float* out, float* mean, float* rstd, con
 }
 
 static void layernorm_backward_f32(float* dinp, const float* dout, const float* inp, const float* weight,
-                                        const float* mean, const float* rstd, int N, int C) {
+                                   const float* mean, const float* rstd, int N, int C) {
 #pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
   for (int n = 0; n < N; n++)
     layernorm_backward_row_f32(dinp + (long)n * C, dout + (long)n * C, inp + (long)n * C, weight, mean[n],

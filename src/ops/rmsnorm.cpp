@@ -63,7 +63,8 @@ static void rmsnorm_backward_ref(S* dinp, S* dweight, const S* dout, const S* in
 }
 
 // The float path: the same math with the row reductions vectorized (double lanes in a fixed order:
-// the result depends on the vector width, not on the run); compiled for AVX2 and for AVX-512.
+// the result depends on the vector width, not on the run); the forward compiled for AVX2 and for
+// AVX-512, the backward for AVX2 only (an AVX-512 build of it was not faster).
 [[gnu::always_inline]] static inline void rmsnorm_forward_row_f32(float* y, float* rstd, const float* x,
                                                                   const float* w, int C, double eps) {
   double ss = 0;
@@ -96,7 +97,7 @@ static void rmsnorm_forward_f32_avx2(float* out, float* rstd, const float* inp, 
 }
 
 static void rmsnorm_backward_f32(float* dinp, const float* dout, const float* inp, const float* weight,
-                                      const float* rstd, int N, int C) {
+                                 const float* rstd, int N, int C) {
 #pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
   for (int n = 0; n < N; n++)
     rmsnorm_backward_row_f32(dinp + (long)n * C, dout + (long)n * C, inp + (long)n * C, weight, rstd[n], C);
