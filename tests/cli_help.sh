@@ -3,7 +3,8 @@
 # options, config keys, sections and study keys, exit code 1 for every command-line error (CLI11's
 # own codes are 100+), hints naming what a directory holds, a non-safetensors file named as such,
 # options a subcommand does not take left out of its --help, and Ctrl-C in `normlab train` (exit
-# 130 with the checkpoint, metrics and summary written; a second Ctrl-C kills at once).
+# 130 with the checkpoint, metrics and summary written; a second Ctrl-C kills at once), and the
+# kernel path: `--version` names it, NORMLAB_ISA=avx2 forces it, a bad NORMLAB_ISA is one error.
 # Usage: cli_help.sh path/to/normlab
 set -uo pipefail
 source "$(dirname "$0")/cli_lib.sh" "$1"
@@ -93,4 +94,8 @@ check "[[ \$steps -ge 1 && \$steps -lt 1000000 ]]" "Ctrl-C in train: summary ste
 "$NL" sample --checkpoint slow --prompt "In the" --max-new 4 >/dev/null 2>&1
 check "[[ \$? -eq 0 ]]" "the interrupted run's checkpoint does not load"
 
+# the kernel path (ops/isa.h): --version reports it, NORMLAB_ISA forces it, a bad value is one error
+expect_help "kernels: avx" -- --version
+NORMLAB_ISA=avx2 expect_help "kernels: avx2 (forced by NORMLAB_ISA=avx2)" -- --version
+NORMLAB_ISA=sse9 expect_error "NORMLAB_ISA='sse9' is not a known value" -- init --out m.safetensors
 finish cli_help

@@ -25,6 +25,7 @@
 #include "cli/tokenize.h"
 #include "cli/translate.h"
 #include "model/model.h"
+#include "ops/isa.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/resume.h"
@@ -165,6 +166,15 @@ int main(int argc, char** argv) {
   CLI::App app{"normlab: build, train and dissect Transformers with any normalization placement"};
   app.name("normlab");
   app.require_subcommand(0, 1);
+  // --version also says which kernels run (ops/isa.h): the CPU's choice or NORMLAB_ISA's.
+  app.set_version_flag("--version", [] {
+    try {
+      const ops::IsaChoice& isa = ops::isa_choice();
+      return fmt::format("normlab {}\nkernels: {} ({})", NORMLAB_VERSION, ops::to_string(isa.isa), isa.reason);
+    } catch (const Error& e) {
+      return fmt::format("normlab {}\nkernels: error: {}", NORMLAB_VERSION, e.what());
+    }
+  });
   app.footer("normlab help CMD (or normlab CMD --help) explains a command. Exit codes: 0 done, 1 a user error "
              "(bad option, config or file), 2 a diverged training run, 130 stopped by Ctrl-C.");
 
@@ -231,6 +241,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    ops::isa_choice();  // a bad NORMLAB_ISA is one clear error before any work
     if (train_cmd->parsed()) {
       TrainOptions options;
       options.overwrite = force;

@@ -1,8 +1,12 @@
-// activation.cpp: GELU (tanh form), exact GELU (erf form) and ReLU: forward, backward, jvp.
+// activation.cpp: GELU (tanh form), exact GELU (erf form) and ReLU: forward, backward, jvp; the float
+// GELU loops also in an AVX-512 build (ops/isa.h).
 #include "ops/activation.h"
 #include "ops/common.h"
 
 #include <cmath>
+#include <type_traits>
+
+#include "ops/isa.h"
 
 #include "ops/vecmath.h"
 
@@ -14,27 +18,46 @@ static constexpr double kGeluCubic = 0.044715;
 // 0.5 (1 + tanh u) = sigmoid(2u) = 1 / (1 + exp(-2u)): one exp instead of a tanh, and stable at
 // both ends (exp overflowing to +inf gives exactly 0).
 template <class S>
-void gelu_forward(S* out, const S* inp, size_t n) {
+[[gnu::always_inline]] static inline S gelu_value(S x) {
+  const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
+  return x / (S(1) + exp_of(S(-2) * u));
+}
+
+// gelu = x s with s = sigmoid(2u):  d/dx = s + x s (1 - s) 2 du/dx,
+// du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+template <class S>
+[[gnu::always_inline]] static inline S gelu_slope(S x) {
+  const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
+  const S s = S(1) / (S(1) + exp_of(S(-2) * u));
+  const S du = S(kGeluScale) * (S(1) + S(3 * kGeluCubic) * x * x);
+  return s + x * s * (S(1) - s) * S(2) * du;
+}
+
+// The float loops compiled for AVX-512 (ops/isa.h); element-wise, so the same bits as the AVX2 build.
+[[gnu::target(NL_AVX512_TARGET)]] static void gelu_forward_f32_avx512(float* out, const float* inp, size_t n) {
 #pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
-  for (long i = 0; i < (long)n; i++) {
-    const S x = inp[i];
-    const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
-    out[i] = x / (S(1) + exp_of(S(-2) * u));
-  }
+  for (long i = 0; i < (long)n; i++) out[i] = gelu_value(inp[i]);
+}
+[[gnu::target(NL_AVX512_TARGET)]] static void gelu_backward_f32_avx512(float* dinp, const float* inp,
+                                                                       const float* dout, size_t n) {
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
+  for (long i = 0; i < (long)n; i++) dinp[i] += gelu_slope(inp[i]) * dout[i];
+}
+
+template <class S>
+void gelu_forward(S* out, const S* inp, size_t n) {
+  if constexpr (std::is_same_v<S, float>)
+    if (use_avx512()) return gelu_forward_f32_avx512(out, inp, n);
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
+  for (long i = 0; i < (long)n; i++) out[i] = gelu_value(inp[i]);
 }
 
 template <class S>
 void gelu_backward(S* dinp, const S* inp, const S* dout, size_t n) {
-  // gelu = x s with s = sigmoid(2u):  d/dx = s + x s (1 - s) 2 du/dx,
-  // du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+  if constexpr (std::is_same_v<S, float>)
+    if (use_avx512()) return gelu_backward_f32_avx512(dinp, inp, dout, n);
 #pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
-  for (long i = 0; i < (long)n; i++) {
-    const S x = inp[i];
-    const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
-    const S s = S(1) / (S(1) + exp_of(S(-2) * u));
-    const S du = S(kGeluScale) * (S(1) + S(3 * kGeluCubic) * x * x);
-    dinp[i] += (s + x * s * (S(1) - s) * S(2) * du) * dout[i];
-  }
+  for (long i = 0; i < (long)n; i++) dinp[i] += gelu_slope(inp[i]) * dout[i];
 }
 
 static constexpr double kInvSqrt2 = 0.7071067811865476;    // 1 / sqrt(2)
@@ -92,11 +115,7 @@ template <class S>
 void gelu_jvp(S* tout, const S* inp, const S* tinp, size_t primal_n, int K) {
 #pragma omp parallel for schedule(static) if((long)(primal_n * K) > kParallelMinWork)
   for (long i = 0; i < (long)(primal_n * K); i++) {
-    const S x = inp[i % primal_n];
-    const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x);
-    const S s = S(1) / (S(1) + exp_of(S(-2) * u));
-    const S du = S(kGeluScale) * (S(1) + S(3 * kGeluCubic) * x * x);
-    tout[i] = (s + x * s * (S(1) - s) * S(2) * du) * tinp[i];
+    tout[i] = gelu_slope(inp[i % primal_n]) * tinp[i];
   }
 }
 

@@ -1,31 +1,71 @@
-// softmax_xent.cpp: fused softmax cross-entropy forward and in-place backward.
+// softmax_xent.cpp: fused softmax cross-entropy forward and in-place backward; the float row loops
+// also in an AVX-512 build (ops/isa.h).
 #include "ops/softmax_xent.h"
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "ops/common.h"
+#include "ops/isa.h"
 #include "ops/vecmath.h"
 
 namespace normlab::ops {
 
+// One row's logsumexp (stable: subtracts the row max; the exp sum in double, vectorized).
+template <class S>
+[[gnu::always_inline]] static inline S xent_row_lse(const S* row, int V) {
+  S mx = -std::numeric_limits<S>::infinity();
+  for (int v = 0; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int v = 0; v < V; v++) sum += exp_of(S(row[v] - mx));
+  return S(double(mx) + std::log(sum));
+}
+
+// One row of the backward, in place: dlogits = scale * (softmax - onehot(label)).
+template <class S>
+[[gnu::always_inline]] static inline void xent_row_backward(S* row, S lse, int32_t label, double scale, int V) {
+  if (label == kIgnoreLabel) {
+    for (int v = 0; v < V; v++) row[v] = S(0);
+    return;
+  }
+  const S sc = S(scale);
+  for (int v = 0; v < V; v++) row[v] = exp_of(S(row[v] - lse)) * sc;
+  row[label] -= S(scale);
+}
+
+// The float row loops compiled for AVX-512 (ops/isa.h).
+[[gnu::target(NL_AVX512_TARGET)]] static void xent_lse_f32_avx512(float* lse, const float* logits, int N, int V) {
+#pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
+  for (int n = 0; n < N; n++) lse[n] = xent_row_lse(logits + (long)n * V, V);
+}
+[[gnu::target(NL_AVX512_TARGET)]] static void xent_backward_f32_avx512(float* logits_to_dlogits, const float* lse,
+                                                                       const int32_t* labels, double scale, int N,
+                                                                       int V) {
+#pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
+  for (int n = 0; n < N; n++) xent_row_backward(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V);
+}
+
+template <class S>
+static void xent_lse_rows(S* lse, const S* logits, int N, int V) {
+#pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
+  for (int n = 0; n < N; n++) lse[n] = xent_row_lse(logits + (long)n * V, V);
+}
+
 template <class S>
 double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int N, int V,
                             int64_t* count) {
-  double total = 0;
-  int64_t labelled = 0;
   // per-row results first (parallel), then a serial sum in row order: deterministic for any
   // thread count
-#pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
-  for (int n = 0; n < N; n++) {
-    const S* row = logits + (long)n * V;
-    S mx = -std::numeric_limits<S>::infinity();
-    for (int v = 0; v < V; v++) mx = row[v] > mx ? row[v] : mx;
-    double sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int v = 0; v < V; v++) sum += exp_of(S(row[v] - mx));
-    lse[n] = S(double(mx) + std::log(sum));
+  if constexpr (std::is_same_v<S, float>) {
+    if (use_avx512()) xent_lse_f32_avx512(lse, logits, N, V);
+    else xent_lse_rows(lse, logits, N, V);
+  } else {
+    xent_lse_rows(lse, logits, N, V);
   }
+  double total = 0;
+  int64_t labelled = 0;
   for (int n = 0; n < N; n++) {
     if (labels[n] == kIgnoreLabel) continue;
     total += double(lse[n]) - double(logits[(long)n * V + labels[n]]);
@@ -38,17 +78,10 @@ double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int 
 template <class S>
 void softmax_xent_backward(S* logits_to_dlogits, const S* lse, const int32_t* labels, double scale,
                            int N, int V) {
+  if constexpr (std::is_same_v<S, float>)
+    if (use_avx512()) return xent_backward_f32_avx512(logits_to_dlogits, lse, labels, scale, N, V);
 #pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
-  for (int n = 0; n < N; n++) {
-    S* row = logits_to_dlogits + (long)n * V;
-    if (labels[n] == kIgnoreLabel) {
-      for (int v = 0; v < V; v++) row[v] = S(0);
-      continue;
-    }
-    const S l = lse[n], sc = S(scale);
-    for (int v = 0; v < V; v++) row[v] = exp_of(S(row[v] - l)) * sc;
-    row[labels[n]] -= S(scale);
-  }
+  for (int n = 0; n < N; n++) xent_row_backward(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V);
 }
 
 template double softmax_xent_forward<float>(float*, const float*, const int32_t*, int, int,

@@ -13,6 +13,7 @@
 #include <limits>
 #include <optional>
 
+#include "ops/isa.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -476,6 +477,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                  {"diverged_step", result.diverged_step},
                  {"tokens_per_s", result.tokens_per_s},
                  {"seconds", result.seconds},
+                 {"kernels", ops::to_string(ops::active_isa())},  // ops/isa.h: the path this run took
                  {"unigram_unit", result.unigram_unit},
                  {"input", input},
                  {"unigram_entropy", std::isfinite(result.unigram_entropy)
