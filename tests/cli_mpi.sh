@@ -11,6 +11,7 @@
 # Usage: cli_mpi.sh path/to/normlab
 set -uo pipefail
 source "$(dirname "$0")/cli_lib.sh"
+# (each command's exit code is saved in rc at once: a check's message may run commands of its own)
 export OMP_NUM_THREADS=1
 (( EUID == 0 )) && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN=${MPIRUN:-mpirun}  # ctest passes the one CMake found
@@ -43,12 +44,12 @@ gpt=(--set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set m
      --set model.dropout=0.1 --set train.batch_size=5 --set train.grad_accum=2 --set train.steps=20
      --set train.eval_every=10 --set train.eval_batches=2 --set train.checkpoint_every=5
      --set train.keep_checkpoints=10 -q)
-"$NL" train "${gpt[@]}" --set train.out_dir=gpt1 > gpt1.txt 2>&1
-check "[[ \$? -eq 0 ]]" "one process: $(tail -2 gpt1.txt)"
-mpi 2 train "${gpt[@]}" --set train.out_dir=gpt2a > gpt2a.txt 2>&1
-check "[[ \$? -eq 0 ]]" "mpirun -np 2 train: $(tail -5 gpt2a.txt)"
-mpi 2 train "${gpt[@]}" --set train.out_dir=gpt2b > gpt2b.txt 2>&1
-check "[[ \$? -eq 0 ]]" "mpirun -np 2 train (repeat): $(tail -5 gpt2b.txt)"
+"$NL" train "${gpt[@]}" --set train.out_dir=gpt1 > gpt1.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "one process: $(tail -2 gpt1.txt)"
+mpi 2 train "${gpt[@]}" --set train.out_dir=gpt2a > gpt2a.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "mpirun -np 2 train: $(tail -5 gpt2a.txt)"
+mpi 2 train "${gpt[@]}" --set train.out_dir=gpt2b > gpt2b.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "mpirun -np 2 train (repeat): $(tail -5 gpt2b.txt)"
 rel=$(max_rel gpt2a gpt1)
 echo "decoder-only: P = 2 against one process, largest relative loss difference $rel"
 check "within $rel" "decoder-only: P = 2 differs from one process by $rel (TOL $TOL)"
@@ -72,10 +73,10 @@ encdec=(--set model.arch=encdec --set model.n_layers=1 --set model.dec_layers=1 
         --set model.n_heads=2 --set model.d_ff=64 --set model.seq_len=48 --set model.dropout=0.1
         --set data.parallel=corpus --set data.bleu_sentences=0 --set train.batch_size=5
         --set train.grad_accum=2 --set train.steps=12 --set train.eval_every=6 --set train.eval_batches=1 -q)
-"$NL" train "${encdec[@]}" --set train.out_dir=ed1 > ed1.txt 2>&1
-check "[[ \$? -eq 0 ]]" "encdec, one process: $(tail -2 ed1.txt)"
-mpi 2 train "${encdec[@]}" --set train.out_dir=ed2a > ed2a.txt 2>&1
-check "[[ \$? -eq 0 ]]" "encdec, mpirun -np 2: $(tail -5 ed2a.txt)"
+"$NL" train "${encdec[@]}" --set train.out_dir=ed1 > ed1.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "encdec, one process: $(tail -2 ed1.txt)"
+mpi 2 train "${encdec[@]}" --set train.out_dir=ed2a > ed2a.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "encdec, mpirun -np 2: $(tail -5 ed2a.txt)"
 mpi 2 train "${encdec[@]}" --set train.out_dir=ed2b > ed2b.txt 2>&1
 rel=$(max_rel ed2a ed1)
 echo "encoder-decoder: P = 2 against one process, largest relative loss difference $rel"
@@ -85,24 +86,72 @@ check "[[ \"\$(fingerprint ed2a)\" == \"\$(fingerprint ed2b)\" ]]" "encdec: two 
 # --- resume with P = 2 from the step-10 checkpoint -------------------------------------------------
 cp -r gpt2a cut
 rm cut/checkpoints/step-00000001[5-9].safetensors cut/checkpoints/step-00000002*.safetensors cut/checkpoint.safetensors
-mpi 2 train --resume cut -q > cut.txt 2>&1
-check "[[ \$? -eq 0 ]]" "mpirun -np 2 train --resume: $(tail -5 cut.txt)"
+mpi 2 train --resume cut -q > cut.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "mpirun -np 2 train --resume: $(tail -5 cut.txt)"
 check "[[ \"\$(fingerprint cut)\" == \"\$(fingerprint gpt2a)\" ]]" "P = 2 resumed at step 10 differs from the uninterrupted run"
+
+# --- a study over 2 ranks: the serial study's results table --------------------------------------
+cat > study.toml <<'TOML'
+[study]
+name = "spread"
+theory = false
+instruments = false
+loss_target = 3.0
+
+[base.model]
+d_model = 32
+n_heads = 2
+n_layers = 2
+seq_len = 32
+
+[base.train]
+steps = 30
+batch_size = 4
+eval_every = 15
+eval_batches = 2
+
+[[grid]]
+model.placement = ["post", "pre", "sandwich"]
+TOML
+# per run: name, status, every train and validation loss, the summary's losses (no timings)
+results() {
+  jq -c '[.runs[] | {name, status, steps_to_target, train: .train.loss, val: .val.loss,
+          s: (.summary | {steps, train_loss, val_loss, diverged})}]' "$1/results.json"
+}
+table() { grep -E '^placement=' "$1/summary.txt" | awk '{$7 = ""; print}'; }  # tokens/s left out
+"$NL" compare --config study.toml --out st1 > st1.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "serial study: $(tail -3 st1.txt)"
+mpi 2 compare --config study.toml --out st2 > st2.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "study over 2 ranks: $(tail -5 st2.txt)"
+check "[[ -n \"\$(results st1)\" && \"\$(results st2)\" == \"\$(results st1)\" ]]" "study over 2 ranks: results differ from the serial study"
+check "[[ \$(table st2 | wc -l) -eq 3 && \"\$(table st2)\" == \"\$(table st1)\" ]]" "study over 2 ranks: tables differ: $(table st2)"
+check "grep -q '^rank 1: ' st2.txt && grep -q '^rank 0: ' st2.txt" "study over 2 ranks: not both ranks ran runs"
+# a run that fails (on whichever rank holds it) is marked failed; the others finish; exit 1
+sed 's/^model.placement = .*/model.placement = ["post", "pre"]\ntrain.init_from = ["", "nothere.safetensors"]/' study.toml > failing.toml
+mpi 2 compare --config failing.toml --out st3 > st3.txt 2> st3.err; rc=$?
+check "[[ $rc -ne 0 && \$(jq -c '[.runs[].status] | sort' st3/results.json) == '[\"failed\",\"failed\",\"finished\",\"finished\"]' ]]" \
+  "a failing run over 2 ranks: $(jq -c '[.runs[].status]' st3/results.json 2>&1) $(tail -3 st3.err)"
+# compare --resume over 2 ranks: the finished runs kept, the rest run, the same table
+cp -r st1 st4 && jq '.runs[1].status = "interrupted" | .runs[2].status = "not run"' st1/results.json > st4/results.json
+rm -r st4/runs/02-* st4/runs/03-*
+mpi 2 compare --resume st4 > st4.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]] && grep -q 'kept: finished before --resume' st4.txt" "compare --resume over 2 ranks: $(tail -3 st4.txt)"
+check "[[ \"\$(results st4)\" == \"\$(results st1)\" ]]" "compare --resume over 2 ranks: results differ from the serial study"
 
 # --- bad input ---------------------------------------------------------------------------------------
 before=$(md5sum gpt2a/metrics.jsonl gpt2a/checkpoint.safetensors)
 expect_error "trained on 2 MPI ranks" -- train --resume gpt2a --set train.steps=30
-err=$(mpi 3 train --resume gpt2a --set train.steps=30 2>&1 >/dev/null)
-check "[[ \$? -ne 0 && \"\$err\" == *'trained on 2 MPI ranks'*'this launch has 3: resume it with mpirun -np 2'* ]]" \
+err=$(mpi 3 train --resume gpt2a --set train.steps=30 2>&1 >/dev/null); rc=$?
+check "[[ $rc -ne 0 && \"\$err\" == *'trained on 2 MPI ranks'*'this launch has 3: resume it with mpirun -np 2'* ]]" \
   "resume with -np 3: $err"
 check "[[ \$(grep -c 'normlab: error:' <<< \"\$err\") -eq 1 ]]" "resume with -np 3: not one message: $err"
-err=$(mpi 2 train --resume gpt1 --set train.steps=30 2>&1 >/dev/null)
-check "[[ \$? -ne 0 && \"\$err\" == *'trained on 1 MPI rank'*'this launch has 2'* ]]" "resume of a one-process run with -np 2: $err"
+err=$(mpi 2 train --resume gpt1 --set train.steps=30 2>&1 >/dev/null); rc=$?
+check "[[ $rc -ne 0 && \"\$err\" == *'trained on 1 MPI rank'*'this launch has 2'* ]]" "resume of a one-process run with -np 2: $err"
 check "[[ \"\$(md5sum gpt2a/metrics.jsonl gpt2a/checkpoint.safetensors)\" == \"\$before\" ]]" "a refused resume changed the run"
-err=$(mpi 2 train "${gpt[@]}" --set train.batch_size=1 --set train.out_dir=tiny 2>&1 >/dev/null)
-check "[[ \$? -ne 0 && \"\$err\" == *'train.batch_size must be at least the number of ranks'* && ! -e tiny/metrics.jsonl ]]" \
+err=$(mpi 2 train "${gpt[@]}" --set train.batch_size=1 --set train.out_dir=tiny 2>&1 >/dev/null); rc=$?
+check "[[ $rc -ne 0 && \"\$err\" == *'train.batch_size must be at least the number of ranks'* && ! -e tiny/metrics.jsonl ]]" \
   "a batch of 1 over 2 ranks: $err"
-err=$(mpi 2 init --out x.safetensors 2>&1 >/dev/null)
-check "[[ \$? -ne 0 && \"\$err\" == *'normlab init runs in one process'* && ! -e x.safetensors ]]" "init under mpirun: $err"
+err=$(mpi 2 init --out x.safetensors 2>&1 >/dev/null); rc=$?
+check "[[ $rc -ne 0 && \"\$err\" == *'normlab init runs in one process'* && ! -e x.safetensors ]]" "init under mpirun: $err"
 
 finish cli_mpi

@@ -238,6 +238,12 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     input = fmt::format("{}: {} training and {} validation {}s", corpus->description(), corpus->train.size(),
                         corpus->val.size(), corpus->unit());
 
+  const int rows_per_batch = rows ? std::min(tc.batch_size, rows->train.B) : tc.batch_size;
+  if (rows_per_batch < comm.size())  // (checked alike on every rank, before anything is written)
+    throw Error(fmt::format("a batch of {} row{} over {} MPI ranks leaves a rank without a row: every rank takes a "
+                            "shard of each batch, so train.batch_size must be at least the number of ranks",
+                            rows_per_batch, rows_per_batch == 1 ? "" : "s", comm.size()));
+
   // run directory: never clobber an earlier run unless asked to
   const fs::path dir(tc.out_dir);
   const fs::path metrics_path = dir / "metrics.jsonl", ckpt_path = dir / "checkpoint.safetensors";
@@ -281,7 +287,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   AdamW optimizer(model.table(), tc.adamw);
   Rng data_rng(uint64_t(tc.seed), 1);
   // rows: batch_size consecutive training rows (fewer if the file has fewer)
-  const int B = rows ? std::min(tc.batch_size, rows->train.B) : tc.batch_size;
+  const int B = rows_per_batch;
   const int Tb = rows ? rows->train.T : T;
   long next_row = 0;
   long start = 0;  // steps done before this process (a resumed run)
@@ -300,10 +306,6 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                           tc.keep_checkpoints);
   };
   const Shard shard = shard_of(B, comm);
-  if (B < comm.size())  // (checked alike on every rank)
-    throw Error(fmt::format("a batch of {} row{} over {} MPI ranks leaves a rank without a row: every rank takes a "
-                            "shard of each batch, so train.batch_size must be at least the number of ranks",
-                            B, B == 1 ? "" : "s", comm.size()));
   double tokens_per_step = double(B) * Tb * tc.grad_accum;  // a translation batch: its real tokens
   if (!quiet) {
     fmt::print("normlab train: {} params, {} layers ({}), {} d_model, batch {}x{}x{}, {} steps -> {}\n",
