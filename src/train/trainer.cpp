@@ -313,10 +313,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                model_cfg.d_model, B, Tb, tc.grad_accum, tc.steps, tc.out_dir);
     fmt::print("input: {}\n", input);
     if (comm.size() > 1)
-      fmt::print("data parallel over {} MPI ranks: each takes {} or {} rows of every batch of {}; {} threads per "
-                 "rank\n",
-                 comm.size(), B / comm.size(), (B + comm.size() - 1) / comm.size(), B,
-                 dist::threads_per_rank() ? fmt::format("{}", *dist::threads_per_rank())
+      fmt::print("data parallel over {} MPI ranks: each takes {} rows of every batch of {}; OpenMP threads per "
+                 "rank: {}\n",
+                 comm.size(),
+                 B % comm.size() ? fmt::format("{} or {}", B / comm.size(), B / comm.size() + 1)
+                                 : fmt::format("{}", B / comm.size()),
+                 B,
+                 dist::threads_per_rank() ? fmt::format("{} (the cores this rank may use / ranks on this node)",
+                                                        *dist::threads_per_rank())
                                           : std::string("OMP_NUM_THREADS"));
     if (rows && B < tc.batch_size)
       fmt::print("train.batch_size = {}: the token file has {} training rows, so a batch is those {} rows\n",
