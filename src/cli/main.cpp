@@ -2,7 +2,8 @@
 // tokenize, analyze, theory, corpus, bleu, translate, help. With no arguments it runs `normlab
 // compare` with the default study on the built-in corpus. Exit codes (README "Exit codes"): 0 done;
 // 1 for every user error (each Error, and every command-line error CLI11 reports, as one message on
-// stderr); 2 a diverged training run; 130 a run stopped by Ctrl-C (train, compare).
+// stderr); 2 a diverged training run; 130 a run stopped by Ctrl-C (train, compare). Under mpirun
+// (src/dist/dist.h) train and compare run over the ranks; the other commands are refused.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -24,6 +25,7 @@
 #include "cli/theory.h"
 #include "cli/tokenize.h"
 #include "cli/translate.h"
+#include "dist/dist.h"
 #include "model/model.h"
 #include "ops/isa.h"
 #include "train/checkpoint.h"
@@ -63,6 +65,8 @@ int run_train(const RunConfig& cfg, TrainOptions options) {
   const cli::StopOnInterrupt interrupt;
   options.stop = interrupt.flag();
   const TrainResult r = train(cfg, options);
+  if (!options.comm.root())  // rank 0 speaks for the run; every rank leaves with the same code
+    return r.interrupted ? cli::kInterruptedExitCode : r.diverged ? 2 : 0;
   if (r.interrupted) {
     std::cerr << fmt::format("normlab: interrupted after step {} of {}: {} in {} (a second Ctrl-C kills at once)\n",
                              r.steps_done, cfg.train.steps,
@@ -161,8 +165,21 @@ static void default_to_passive_waiting(char** argv) {
   ::execv("/proc/self/exe", argv);
 }
 
+static int run_command(int argc, char** argv);
+
 int main(int argc, char** argv) {
   default_to_passive_waiting(argv);
+  try {
+    dist::init(&argc, &argv);  // MPI under a launcher; refused when built without it
+  } catch (const Error& e) {
+    return dist::exit_after_error(e.what());
+  }
+  const int code = run_command(argc, argv);
+  dist::finalize();
+  return code;
+}
+
+static int run_command(int argc, char** argv) {
   CLI::App app{"normlab: build, train and dissect Transformers with any normalization placement"};
   app.name("normlab");
   app.require_subcommand(0, 1);
@@ -242,6 +259,11 @@ int main(int argc, char** argv) {
 
   try {
     ops::isa_choice();  // a bad NORMLAB_ISA is one clear error before any work
+    const bool distributed = train_cmd->parsed() || compare.compare->parsed() || app.get_subcommands().empty();
+    if (dist::world().size() > 1 && !distributed)
+      throw Error(fmt::format("normlab {} runs in one process: only train and compare run over MPI ranks; run it "
+                              "without mpirun",
+                              app.get_subcommands().front()->get_name()));
     if (train_cmd->parsed()) {
       TrainOptions options;
       options.overwrite = force;
@@ -268,13 +290,10 @@ int main(int argc, char** argv) {
     fmt::print("normlab: no subcommand given; running the default study (`normlab compare`; see `normlab --help`)\n");
     return cli::run_compare(compare);
   } catch (const Error& e) {
-    std::cerr << "normlab: error: " << e.what() << "\n";
-    return 1;
+    return dist::exit_after_error(e.what());
   } catch (const std::bad_alloc&) {
-    std::cerr << "normlab: error: out of memory (the model or batch is too large for this machine)\n";
-    return 1;
+    return dist::exit_after_error("out of memory (the model or batch is too large for this machine)");
   } catch (const std::exception& e) {
-    std::cerr << "normlab: error: " << e.what() << "\n";
-    return 1;
+    return dist::exit_after_error(e.what());
   }
 }

@@ -93,9 +93,10 @@ Model<S>::Model(ModelConfig cfg) : cfg_(std::move(cfg)) {
 }
 
 template <class S>
-void Model<S>::set_training(bool training, uint64_t dropout_seed) {
+void Model<S>::set_training(bool training, uint64_t dropout_seed, long first_row) {
   training_ = training;
   dropout_seed_ = dropout_seed;
+  dropout_first_row_ = size_t(first_row);
 }
 
 // One table of activation buffers: each entry names where its pointer goes and how many scalars
@@ -249,7 +250,7 @@ void Model<S>::sublayer_forward(int i) {
       matmul_forward(a.f, a.mix, p.w2, p.b2, N, F, C);
       break;
   }
-  if (training_ && cfg_.dropout > 0) dropout_forward(a.f, a.f, cfg_.dropout, dropout_site_seed(i + 1), NC);
+  if (training_ && cfg_.dropout > 0) dropout_forward(a.f, a.f, cfg_.dropout, dropout_site_seed(i + 1), NC, dropout_first(NC));
   // g = ln_branch(f)
   if (sites.branch) norm_forward(a.g, a.br_mean, a.br_rstd, a.f, p.ln_branch, N);
   // x_d = x_d + g  (a two-stream stack's second stream)
@@ -323,7 +324,7 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) 
   }
   if (training_ && cfg_.dropout > 0) {
     zero(ddrop_, NC);
-    dropout_backward(ddrop_, df, cfg_.dropout, dropout_site_seed(i + 1), NC);
+    dropout_backward(ddrop_, df, cfg_.dropout, dropout_site_seed(i + 1), NC, dropout_first(NC));
     df = ddrop_;
   }
   // f = F(h); without an input norm h is x itself, so dh accumulates straight into dx
@@ -383,7 +384,7 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
     // the encoder: e = wte_src[src] + enc.wpe;  its slots;  memory = enc.ln_f(e)
     embedding_forward(streams_[0], src_ids_.data(), src_wte_, src_wpe_, B, S_, C);
     if (training_ && cfg_.dropout > 0)
-      dropout_forward(streams_[0], streams_[0], cfg_.dropout, dropout_site_seed(n_slots + 1), Ns * C);
+      dropout_forward(streams_[0], streams_[0], cfg_.dropout, dropout_site_seed(n_slots + 1), Ns * C, dropout_first(Ns * C));
     profile_ratio_ = 1.0;
     // x_d = e (a two-stream encoder)
     if (enc_dual_) std::copy(streams_[0], streams_[0] + Ns * C, enc_dual_);
@@ -398,7 +399,7 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   if (wtt_) token_type_forward(emb_, types_.data(), wtt_, N, C);
   if (cfg_.embed_norm) norm_forward(x0, emb_mean_, emb_rstd_, emb_, lnemb_, N);
   if (training_ && cfg_.dropout > 0)
-    dropout_forward(x0, x0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C);
+    dropout_forward(x0, x0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C, dropout_first(size_t(N) * C));
   profile_ratio_ = 1.0;  // each stack is its own chain (profile_admin)
   // x_d = x0 (a two-stream stack)
   if (dual_) std::copy(x0, x0 + size_t(N) * C, dual_);
@@ -546,7 +547,7 @@ void Model<S>::embedding_backward_all(const S* dx0) {
   if (training_ && cfg_.dropout > 0) {
     S* tmp = (dx0 == dstream_[0]) ? dstream_[1] : dstream_[0];
     zero(tmp, size_t(N) * C);
-    dropout_backward(tmp, dx0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C);
+    dropout_backward(tmp, dx0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C, dropout_first(size_t(N) * C));
     dx0 = tmp;
   }
   const S* demb = dx0;
@@ -571,7 +572,7 @@ void Model<S>::source_backward(const S* dmem) {
   if (training_ && cfg_.dropout > 0) {
     S* tmp = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];
     zero(tmp, NC);
-    dropout_backward(tmp, dx, cfg_.dropout, dropout_site_seed(n_slots + 1), NC);
+    dropout_backward(tmp, dx, cfg_.dropout, dropout_site_seed(n_slots + 1), NC, dropout_first(NC));
     dx = tmp;
   }
   embedding_backward(dsrc_wte_, dsrc_wpe_, dx, src_ids_.data(), B_, S_, C);

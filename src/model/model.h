@@ -53,8 +53,10 @@ class Model {
   std::vector<S>& grads() { return grads_; }
   const std::vector<S>& grads() const { return grads_; }
 
-  // Dropout is active only in training mode; seed changes per step so masks differ.
-  void set_training(bool training, uint64_t dropout_seed = 0);
+  // Dropout is active only in training mode; seed changes per step so masks differ. first_row: the
+  // batch is rows [first_row, first_row + B) of a larger batch (an MPI rank's shard): the masks are
+  // those of these rows in the whole batch, so they do not depend on the number of ranks.
+  void set_training(bool training, uint64_t dropout_seed = 0, long first_row = 0);
 
   // ids, labels: (B, T), labels kIgnoreLabel where there is no loss. Returns the mean loss over
   // labelled positions (NaN if there are none, or without a head). Ids and labels must already be
@@ -170,6 +172,8 @@ class Model {
   void embedding_backward_all(const S* dx0);
   void source_backward(const S* dsrc0);
   uint64_t dropout_site_seed(int site) const;
+  // the index, in the whole batch, of the first element of a site's (B_, rows, C) buffer of n elements
+  size_t dropout_first(size_t n) const { return dropout_first_row_ * (n / size_t(B_)); }
 
   ModelConfig cfg_;
   ParamTable table_;
@@ -219,6 +223,7 @@ class Model {
   int64_t label_count_ = 0;
   bool training_ = false;
   uint64_t dropout_seed_ = 0;
+  size_t dropout_first_row_ = 0;     // set_training's first_row
   bool profiling_ = false;           // profile_admin is running: sublayer_forward sets omega
   double profile_ratio_ = 1.0;
   std::vector<double> profiled_;

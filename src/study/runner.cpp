@@ -1,5 +1,6 @@
 // runner.cpp: running a study: the runs (language-model runs on a byte corpus, translation runs of an
-// encoder-decoder on a parallel corpus), their instruments, the theory claims, progress and Ctrl-C.
+// encoder-decoder on a parallel corpus), their instruments, the theory claims, progress and Ctrl-C;
+// under mpirun the runs spread over the ranks, one run per rank at a time (assign_runs).
 #include "util/clock.h"
 #include "study/runner.h"
 
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "analysis/theory.h"
+#include "dist/dist.h"
 #include "model/decode.h"
 #include "model/model.h"
 #include "study/probe.h"
@@ -54,7 +56,10 @@ double run_cost(const RunConfig& c) {
 // otherwise (logs, CI).
 class Progress {
  public:
-  explicit Progress(std::vector<double> costs) : costs_(std::move(costs)), tty_(isatty(fileno(stdout))) {
+  // costs: of every run of the study, 0 for those another rank runs. rank_tag: "" alone, else
+  // "rank r: " (every rank prints its own runs' first and last lines; rank 0 alone the steps).
+  Progress(std::vector<double> costs, std::string rank_tag, bool steps)
+      : costs_(std::move(costs)), tty_(isatty(fileno(stdout))), steps_shown_(steps), tag_(std::move(rank_tag)) {
     for (double c : costs_) total_ += c;
   }
   void begin_run(size_t i, const std::string& label, long steps) {
@@ -63,15 +68,17 @@ class Progress {
     steps_ = steps;
     next_line_ = 0;
     run_t0_ = Clock::now();
-    fmt::print("[{}/{}] {}\n", i + 1, costs_.size(), label);
+    fmt::print("{}[{}/{}] {}\n", tag_, i + 1, costs_.size(), label);
     std::fflush(stdout);
   }
   void stage(const std::string& what) {
+    if (!steps_shown_) return;
     clear();
     fmt::print("        {}\n", what);
     std::fflush(stdout);
   }
   void step(const StepInfo& s) {
+    if (!steps_shown_) return;
     const double done = done_ + costs_[run_] * double(s.step) / double(std::max(1L, s.steps));
     const double elapsed = seconds_since(t0_);
     const double rate = done > 0 ? elapsed / done : NAN;
@@ -98,7 +105,7 @@ class Progress {
   void end_run(const std::string& outcome) {
     done_ += costs_[run_];
     clear();
-    fmt::print("        {} ({})\n", outcome, clock_text(seconds_since(run_t0_)));
+    fmt::print("{}        {}{} ({})\n", tag_, tag_.empty() ? "" : label_ + ": ", outcome, clock_text(seconds_since(run_t0_)));
     std::fflush(stdout);
   }
   void theory_done() { theory_pending_ = false; }
@@ -112,7 +119,8 @@ class Progress {
   }
   std::vector<double> costs_;
   double total_ = 0, done_ = 0, next_line_ = 0;
-  bool tty_, drawn_ = false, theory_pending_ = false;
+  bool tty_, steps_shown_, drawn_ = false, theory_pending_ = false;
+  std::string tag_;
   size_t run_ = 0;
   long steps_ = 0;
   std::string label_;
@@ -324,6 +332,7 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
     topts.overwrite = !topts.resume;
   }
   topts.quiet = true;
+  topts.comm = dist::self();  // a run trains on one rank (run_study spreads the runs)
   topts.stop = options.stop;
   topts.on_step = [&](const StepInfo& s) { progress.step(s); };
   const TrainResult r = train(cfg, topts);
@@ -373,7 +382,26 @@ void write_outputs(nlohmann::json& results_in, const std::filesystem::path& dir)
   results_in = std::move(results);
 }
 
+// The rank that runs each run (-1: none, kept from before --resume): the longest runs first, each to
+// the rank with the least work so far (ties to the lowest rank). Every rank computes the same plan
+// from the same study.
+std::vector<int> assign_runs(const std::vector<double>& costs, const std::vector<bool>& to_run, int ranks) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < costs.size(); i++)
+    if (to_run[i]) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return costs[a] > costs[b]; });
+  std::vector<double> load(size_t(ranks), 0.0);
+  std::vector<int> owner(costs.size(), -1);
+  for (size_t i : order) {
+    const size_t r = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[i] = int(r);
+    load[r] += costs[i];
+  }
+  return owner;
+}
+
 int run_study(const Study& study, const CompareOptions& options) {
+  const dist::Comm comm = dist::world();
   // every corpus is read before anything is written: a bad corpus fails the study at once
   StudyData data;
   for (const auto& r : study.runs) {
@@ -395,57 +423,67 @@ int run_study(const Study& study, const CompareOptions& options) {
         if (r.is_object() && r.contains("name") && r["name"].is_string() &&
             (r.value("status", "") == "finished" || r.value("status", "") == "diverged"))
           kept[r["name"].get<std::string>()] = r;
-  } else if (fs::exists(out / "results.json") || fs::exists(out / "runs")) {
-    if (!options.force)
-      throw Error(fmt::format("'{}' already holds a study; choose another --out or pass --force to replace it",
-                              options.out_dir));
-    fs::remove_all(out / "runs", ec);
+  } else if ((fs::exists(out / "results.json") || fs::exists(out / "runs")) && !options.force) {
+    throw Error(fmt::format("'{}' already holds a study; choose another --out or pass --force to replace it",
+                            options.out_dir));
   }
-  fs::create_directories(out / "runs", ec);
-  if (ec || !fs::is_directory(out / "runs"))
-    throw Error(fmt::format("--out '{}': cannot create the output directory ({})", options.out_dir,
-                            ec ? ec.message() : "a file is in the way"));
-  // on --resume the document differs from study.json at most in its reproductions (analysis only)
-  write_atomically(out / "study.json", study.document.dump(2) + "\n");
-  if (!options.resume) {
-    write_atomically(out / "overrides.json", nlohmann::json{{"set", options.sets}}.dump(1) + "\n");
+  comm.barrier();  // every rank has checked before rank 0 changes anything
+  if (comm.root()) {
+    if (!options.resume) fs::remove_all(out / "runs", ec);  // (--force)
+    fs::create_directories(out / "runs", ec);
+    if (ec || !fs::is_directory(out / "runs"))
+      throw Error(fmt::format("--out '{}': cannot create the output directory ({})", options.out_dir,
+                              ec ? ec.message() : "a file is in the way"));
+    // on --resume the document differs from study.json at most in its reproductions (analysis only)
+    write_atomically(out / "study.json", study.document.dump(2) + "\n");
+    if (!options.resume) write_atomically(out / "overrides.json", nlohmann::json{{"set", options.sets}}.dump(1) + "\n");
   }
+  comm.barrier();
 
   std::vector<double> costs;
-  for (const auto& r : study.runs) costs.push_back(run_cost(r.config));
-  Progress progress(costs);
-  progress.set_theory(study.theory);
-  fmt::print("normlab compare: study '{}' ({} runs) -> {}\n", study.name, study.runs.size(), options.out_dir);
-  if (!study.description.empty()) fmt::print("{}\n", study.description);
+  std::vector<bool> to_run;
+  for (const auto& r : study.runs) {
+    costs.push_back(run_cost(r.config));
+    to_run.push_back(!kept.count(r.name));
+  }
+  const std::vector<int> owner = assign_runs(costs, to_run, comm.size());
+  std::vector<double> my_costs = costs;
+  for (size_t i = 0; i < costs.size(); i++)
+    if (owner[i] != comm.rank()) my_costs[i] = 0;
+  Progress progress(my_costs, comm.size() > 1 ? fmt::format("rank {}: ", comm.rank()) : "", comm.root());
+  progress.set_theory(study.theory && comm.root());
+  if (comm.root()) {
+    fmt::print("normlab compare: study '{}' ({} runs{}) -> {}\n", study.name, study.runs.size(),
+               comm.size() > 1 ? fmt::format(", spread over {} MPI ranks", comm.size()) : "", options.out_dir);
+    if (!study.description.empty()) fmt::print("{}\n", study.description);
+  }
 
-  nlohmann::json results = {{"study", {{"name", study.name}, {"title", study.title},
-                                       {"description", study.description}, {"varying", study.varying},
-                                       {"instruments", study.instruments}, {"probe_seq_len", study.probe_seq_len},
-                                       {"document", study.document}}},
-                            {"runs", nlohmann::json::array()}};
-  bool interrupted = false, failed = false;
+  // this rank's runs, by index in the study
+  nlohmann::json mine = nlohmann::json::object();
+  bool interrupted = false;
   for (size_t i = 0; i < study.runs.size(); i++) {
     const StudyRun& spec = study.runs[i];
-    if (interrupted || stopped(options)) {
-      interrupted = true;
-      results["runs"].push_back({{"name", spec.name}, {"label", spec.label}, {"grid", spec.grid},
-                                 {"config", run_config_to_json(spec.config)}, {"status", "not run"}});
+    if (auto it = kept.find(spec.name); it != kept.end()) {
+      if (comm.root())
+        fmt::print("[{}/{}] {}\n        kept: {} before --resume\n", i + 1, study.runs.size(), spec.label,
+                   it->second["status"].get<std::string>());
       continue;
     }
-    if (auto it = kept.find(spec.name); it != kept.end()) {
-      fmt::print("[{}/{}] {}\n        kept: {} before --resume\n", i + 1, study.runs.size(), spec.label,
-                 it->second["status"].get<std::string>());
-      results["runs"].push_back(it->second);
+    if (owner[i] != comm.rank()) continue;
+    if (interrupted || stopped(options)) {
+      interrupted = true;
+      mine[std::to_string(i)] = {{"name", spec.name}, {"label", spec.label}, {"grid", spec.grid},
+                                 {"config", run_config_to_json(spec.config)}, {"status", "not run"}};
       continue;
     }
     progress.begin_run(i, spec.label, spec.config.train.steps);
     nlohmann::json run;
     try {
       run = run_one(study, spec, out / "runs" / spec.name, options, progress, data);
-    } catch (const Error& e) {
-      failed = true;
+    } catch (const std::exception& e) {  // (an Error, or out of memory): the run failed, the study goes on
       run = {{"name", spec.name}, {"label", spec.label}, {"grid", spec.grid},
-             {"config", run_config_to_json(spec.config)}, {"status", "failed"}, {"error", e.what()}};
+             {"config", run_config_to_json(spec.config)}, {"status", "failed"},
+             {"error", dynamic_cast<const std::bad_alloc*>(&e) ? std::string("out of memory") : std::string(e.what())}};
     }
     const std::string status = run["status"];
     std::string outcome = status;
@@ -458,7 +496,29 @@ int run_study(const Study& study, const CompareOptions& options) {
                              run["bleu"].value("sentences", 0));
     progress.end_run(outcome);
     if (status == "interrupted") interrupted = true;
-    results["runs"].push_back(std::move(run));
+    mine[std::to_string(i)] = std::move(run);
+  }
+
+  // rank 0 gathers every rank's runs and writes the one report
+  const std::vector<std::string> texts =
+      comm.gather_text(dump_json(nlohmann::json{{"runs", mine}, {"interrupted", interrupted}}));
+  if (!comm.root()) return int(comm.broadcast(0L));
+  std::map<size_t, nlohmann::json> by_index;
+  for (const std::string& text : texts) {
+    const nlohmann::json part = parse_json(text, "a rank's results");
+    interrupted |= part["interrupted"].get<bool>();
+    for (const auto& [index, run] : part["runs"].items()) by_index[std::stoul(index)] = run;
+  }
+  nlohmann::json results = {{"study", {{"name", study.name}, {"title", study.title},
+                                       {"description", study.description}, {"varying", study.varying},
+                                       {"instruments", study.instruments}, {"probe_seq_len", study.probe_seq_len},
+                                       {"document", study.document}}},
+                            {"runs", nlohmann::json::array()}};
+  bool failed = false;
+  for (size_t i = 0; i < study.runs.size(); i++) {
+    const auto it = kept.find(study.runs[i].name);
+    results["runs"].push_back(it != kept.end() ? it->second : by_index.at(i));
+    failed |= results["runs"].back()["status"] == "failed";
   }
 
   if (study.theory && !interrupted) {
@@ -472,7 +532,13 @@ int run_study(const Study& study, const CompareOptions& options) {
   }
   results["interrupted"] = interrupted;
   results["elapsed_s"] = elapsed_before + progress.elapsed();
-  write_outputs(results, out);
+  int code = 0;
+  try {
+    write_outputs(results, out);
+  } catch (...) {
+    comm.broadcast(1L);  // the other ranks leave with the same code
+    throw;
+  }
 
   fmt::print("\n{}\n{}\n", headline_text(results), summary_table(results));
   for (const auto& line : results["summary"]) fmt::print("- {}\n", line.get<std::string>());
@@ -480,15 +546,14 @@ int run_study(const Study& study, const CompareOptions& options) {
   fmt::print("\nreport: {}\nresults: {}\n", (out / "report.html").string(), (out / "results.json").string());
   if (interrupted) {
     fmt::print("interrupted: the report covers the runs that finished; the rest were not run\n");
-    return 130;
-  }
-  if (failed) {
+    code = 130;
+  } else if (failed) {
     for (const auto& r : results["runs"])
       if (r["status"] == "failed")
         fmt::print(stderr, "normlab: error: run {} failed: {}\n", r["name"].get<std::string>(), r.value("error", ""));
-    return 1;
+    code = 1;
   }
-  return 0;
+  return int(comm.broadcast(long(code)));
 }
 
 }  // namespace normlab::study

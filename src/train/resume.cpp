@@ -94,7 +94,7 @@ std::string resume_state_to_text(const ResumeState& s) {
   nlohmann::json rng = nlohmann::json::array();
   for (uint64_t w : s.data_rng) rng.push_back(fmt::format("{:016x}", w));
   return nlohmann::json{{"format", "normlab-resume-1"}, {"step", s.step}, {"data_rng", rng},
-                        {"next_row", s.next_row}, {"run_config", s.run_config}}
+                        {"next_row", s.next_row}, {"ranks", s.ranks}, {"run_config", s.run_config}}
       .dump();
 }
 
@@ -120,6 +120,12 @@ ResumeState resume_state_from_metadata(const std::map<std::string, std::string>&
       s.data_rng[i] = std::stoull(w, nullptr, 16);
     }
     s.run_config = j.at("run_config");
+    if (j.contains("ranks")) {  // (absent: written before MPI support, by one process)
+      const auto& ranks = j["ranks"];
+      if (!ranks.is_number_integer() || ranks.get<long long>() < 1 || ranks.get<long long>() > (1 << 24))
+        throw std::runtime_error("ranks is not a positive integer");
+      s.ranks = int(ranks.get<long long>());
+    }
     if (!s.run_config.is_object() || s.step < 0 || s.next_row < 0) throw std::runtime_error("bad values");
   } catch (const std::exception& e) {
     throw Error(fmt::format("{}: metadata \"resume\" is malformed ({})", path, e.what()));

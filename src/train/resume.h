@@ -29,6 +29,7 @@ struct ResumeState {
   std::array<uint64_t, 4> data_rng{};   // the training-batch generator after that step's draws
   long next_row = 0;                    // a token file of rows: the first row of the next batch
   nlohmann::json run_config;            // run_config_to_json of the resolved config
+  int ranks = 1;                        // MPI ranks that trained it (a resume must use as many)
 };
 
 // The metadata key a checkpoint keeps the resume state under.

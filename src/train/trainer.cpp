@@ -1,4 +1,4 @@
-// trainer.cpp: the training loop.
+// trainer.cpp: the training loop, in one process or data-parallel over MPI ranks (TrainOptions::comm).
 #include "util/clock.h"
 #include "train/trainer.h"
 
@@ -15,6 +15,7 @@
 
 #include "ops/isa.h"
 #include "model/model.h"
+#include "ops/common.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/layer_log.h"
@@ -65,6 +66,24 @@ std::string first_nonfinite(const Model<float>& model) {
     for (size_t i = 0; i < p.numel; i++)
       if (!std::isfinite(model.grads()[p.offset + i])) return p.name;
   return "(none)";
+}
+
+// The labelled positions of a batch (the tokens its mean loss is over).
+int64_t labelled_positions(const Batch& b) {
+  int64_t n = 0;
+  for (int32_t label : b.labels) n += label != ops::kIgnoreLabel;
+  return n;
+}
+
+// A rank's shard of a global batch of B rows: rows [B r / P, B (r + 1) / P), contiguous, at most one
+// row more than any other rank's.
+struct Shard {
+  long first = 0;
+  int rows = 0;
+};
+Shard shard_of(int B, const dist::Comm& comm) {
+  const long first = long(B) * comm.rank() / comm.size();
+  return {first, int(long(B) * (comm.rank() + 1) / comm.size() - first)};
 }
 
 bool all_finite(const std::vector<float>& v) {
@@ -120,6 +139,8 @@ class MetricsFile {
 
 TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   const TrainConfig& tc = cfg.train;
+  const dist::Comm& comm = options.comm;
+  const bool quiet = options.quiet || !comm.root();  // rank 0 alone prints
   // resume: the newest checkpoint's state, whose config this one must match (train/resume.h)
   std::optional<ResumeState> resumed;
   std::string resumed_path;
@@ -144,6 +165,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       throw Error(fmt::format("--resume '{}': the config differs from its checkpoint's ({}): {}. Only train.steps, "
                               "train.log_every, train.checkpoint_every and train.keep_checkpoints may change at resume",
                               tc.out_dir, resumed_path, fmt::join(diffs, "; ")));
+    if (resumed->ranks != options.comm.size())
+      throw Error(fmt::format("--resume '{}': the run was trained on {} MPI rank{} ({}), and this launch has {}: resume "
+                              "it with {} (the losses of a data-parallel run depend on the number of ranks at "
+                              "float32 rounding, so a resume with another number would not be exact)",
+                              tc.out_dir, resumed->ranks, resumed->ranks == 1 ? "" : "s", resumed_path,
+                              options.comm.size(),
+                              resumed->ranks == 1 ? std::string("one process (no mpirun)")
+                                                  : fmt::format("mpirun -np {}", resumed->ranks)));
     if (tc.steps < resumed->step)
       throw Error(fmt::format("--resume '{}': train.steps = {} is below the checkpoint's step {}", tc.out_dir,
                               tc.steps, resumed->step));
@@ -193,7 +222,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                               kBosToken, kEosToken, kEosToken + 1));
     parallel = load_translation(cfg.data.parallel, T);
     input = fmt::format("parallel corpus '{}'", parallel->dir);
-    if (!options.quiet)
+    if (!quiet)
       fmt::print("parallel corpus '{}': {} training and {} validation pairs ({} and {} longer than seq_len {} "
                  "left out)\n",
                  parallel->dir, parallel->train.size(), parallel->valid.size(), parallel->dropped_train,
@@ -209,6 +238,12 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   if (corpus)
     input = fmt::format("{}: {} training and {} validation {}s", corpus->description(), corpus->train.size(),
                         corpus->val.size(), corpus->unit());
+
+  const int rows_per_batch = rows ? std::min(tc.batch_size, rows->train.B) : tc.batch_size;
+  if (rows_per_batch < comm.size())  // (checked alike on every rank, before anything is written)
+    throw Error(fmt::format("a batch of {} row{} over {} MPI ranks leaves a rank without a row: every rank takes a "
+                            "shard of each batch, so train.batch_size must be at least the number of ranks",
+                            rows_per_batch, rows_per_batch == 1 ? "" : "s", comm.size()));
 
   // run directory: never clobber an earlier run unless asked to
   const fs::path dir(tc.out_dir);
@@ -226,26 +261,34 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     throw Error(fmt::format("train.out_dir '{}' holds a config.json but no run (no metrics.jsonl or checkpoint); "
                             "normlab would replace it: choose another out_dir or pass --force",
                             tc.out_dir));
-  remove_stale_temporaries(dir);  // of runs killed here before
+  // every rank has made the checks above before rank 0 writes anything: they all agree
+  comm.barrier();
   KeptMetrics kept{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
-  if (resumed) {
-    kept = truncate_metrics(metrics_path, resumed->step);
-  } else {  // a run replaced (--force): its checkpoints must not be mistaken for this run's
-    remove_step_checkpoints(dir);
-    fs::remove(ckpt_path, ec);
-  }
   RunConfig resolved = cfg;
   resolved.model = model_cfg;
   const nlohmann::json resolved_json = run_config_to_json(resolved);
-  // config.json first, atomically (a full disk leaves nothing), then metrics.jsonl
-  write_file_atomic((dir / "config.json").string(), dump_json(resolved_json, 2) + "\n");
-  MetricsFile metrics(metrics_path.string(), resumed.has_value());
+  std::optional<MetricsFile> metrics_file;
+  if (comm.root()) {
+    remove_stale_temporaries(dir);  // of runs killed here before
+    if (resumed) {
+      kept = truncate_metrics(metrics_path, resumed->step);
+    } else {  // a run replaced (--force): its checkpoints must not be mistaken for this run's
+      remove_step_checkpoints(dir);
+      fs::remove(ckpt_path, ec);
+    }
+    // config.json first, atomically (a full disk leaves nothing), then metrics.jsonl
+    write_file_atomic((dir / "config.json").string(), dump_json(resolved_json, 2) + "\n");
+    metrics_file.emplace(metrics_path.string(), resumed.has_value());
+  }
+  auto write_metrics = [&](const nlohmann::json& record) {
+    if (metrics_file) metrics_file->write(record);
+  };
 
   const ScheduleConfig sched{tc.schedule, tc.lr, tc.warmup_steps, tc.min_lr, int(tc.steps)};
   AdamW optimizer(model.table(), tc.adamw);
   Rng data_rng(uint64_t(tc.seed), 1);
   // rows: batch_size consecutive training rows (fewer if the file has fewer)
-  const int B = rows ? std::min(tc.batch_size, rows->train.B) : tc.batch_size;
+  const int B = rows_per_batch;
   const int Tb = rows ? rows->train.T : T;
   long next_row = 0;
   long start = 0;  // steps done before this process (a resumed run)
@@ -256,17 +299,30 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     start = result.steps_done = resumed->step;
     result.last_train_loss = kept.last_train_loss;
     result.last_val_loss = kept.last_val_loss;
-    if (!options.quiet) fmt::print("resuming from step {} ({})\n", start, resumed_path);
+    if (!quiet) fmt::print("resuming from step {} ({})\n", start, resumed_path);
   }
   auto checkpoint = [&](long step, const std::array<uint64_t, 4>& rng, long row) {
-    save_run_checkpoint(dir, model, optimizer, ResumeState{step, rng, row, resolved_json}, tc.keep_checkpoints);
+    if (comm.root())
+      save_run_checkpoint(dir, model, optimizer, ResumeState{step, rng, row, resolved_json, comm.size()},
+                          tc.keep_checkpoints);
   };
+  const Shard shard = shard_of(B, comm);
   double tokens_per_step = double(B) * Tb * tc.grad_accum;  // a translation batch: its real tokens
-  if (!options.quiet) {
+  if (!quiet) {
     fmt::print("normlab train: {} params, {} layers ({}), {} d_model, batch {}x{}x{}, {} steps -> {}\n",
                model.table().total, model_cfg.n_layers, to_string(model_cfg.placement_of(0)),
                model_cfg.d_model, B, Tb, tc.grad_accum, tc.steps, tc.out_dir);
     fmt::print("input: {}\n", input);
+    if (comm.size() > 1)
+      fmt::print("data parallel over {} MPI ranks: each takes {} rows of every batch of {}; OpenMP threads per "
+                 "rank: {}\n",
+                 comm.size(),
+                 B % comm.size() ? fmt::format("{} or {}", B / comm.size(), B / comm.size() + 1)
+                                 : fmt::format("{}", B / comm.size()),
+                 B,
+                 dist::threads_per_rank() ? fmt::format("{} (the cores this rank may use / ranks on this node)",
+                                                        *dist::threads_per_rank())
+                                          : std::string("OMP_NUM_THREADS"));
     if (rows && B < tc.batch_size)
       fmt::print("train.batch_size = {}: the token file has {} training rows, so a batch is those {} rows\n",
                  tc.batch_size, rows->train.B, B);
@@ -326,15 +382,18 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                              : sample_batch(corpus->train, model_cfg.arch, B, T, profile_rng, masking);
     const std::vector<double> omegas =
         model.profile_admin(b.ids.data(), b.B, b.T, b.mask_or_null(), b.source());
-    metrics.write({{"type", "admin_profile"}, {"omega", omegas}});
-    if (!options.quiet) fmt::print("admin: profiled omega by sub-layer: {:.3f}\n", fmt::join(omegas, " "));
+    write_metrics({{"type", "admin_profile"}, {"omega", omegas}});
+    if (!quiet) fmt::print("admin: profiled omega by sub-layer: {:.3f}\n", fmt::join(omegas, " "));
   }
+
+  // every rank starts from rank 0's parameters (they agree already unless thread counts differ)
+  comm.broadcast(model.params().data(), model.params().size());
 
   // per-layer logs (train.log_every_layers) and DeepNet's model update on a fixed probe batch
   std::optional<LayerLogger> layer_logger;
-  if (tc.log_every_layers > 0) layer_logger.emplace(model);
+  if (tc.log_every_layers > 0 && comm.root()) layer_logger.emplace(model);
   std::optional<Batch> probe;
-  if (tc.log_model_update) {
+  if (tc.log_model_update && comm.root()) {
     Rng probe_rng(uint64_t(tc.seed), 4);
     if (parallel) {  // the first validation pairs (training pairs if there are none)
       const std::vector<TokenPair>& pairs = parallel->valid.empty() ? parallel->train : parallel->valid;
@@ -356,7 +415,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   const auto t0 = Clock::now();
   double window_tokens = 0, window_seconds = 0;
   for (long step = start + 1; step <= tc.steps; step++) {
-    if (options.stop && options.stop->load()) {
+    if (comm.any(options.stop && options.stop->load())) {  // every rank stops at the same step
       result.interrupted = true;
       if (result.steps_done > 0) checkpoint(result.steps_done, data_rng.state(), next_row);
       break;
@@ -381,28 +440,40 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       } else {
         sampled = sample_batch(corpus->train, model_cfg.arch, B, T, data_rng, masking);
       }
-      const Batch& batch = sampled;
-      model.set_training(true, uint64_t(step) * 65536 + micro);
-      const double l = model.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T,
-                                     batch.types_or_null(), batch.mask_or_null(), batch.source());
+      // one process: the whole batch; several ranks: this rank's rows, whose mean loss weighs by its
+      // share of the batch's labelled tokens (translation shards differ by their padding)
+      const Batch mine = comm.size() > 1 ? batch_rows(sampled, shard.first, shard.rows) : Batch{};
+      const Batch& batch = comm.size() > 1 ? mine : sampled;
+      model.set_training(true, uint64_t(step) * 65536 + micro, shard.first);
+      const double l_mine = model.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T,
+                                          batch.types_or_null(), batch.mask_or_null(), batch.source());
+      double l = l_mine, weight = 1;
+      if (comm.size() > 1) {
+        const double labelled = double(labelled_positions(sampled)), n_mine = double(model.label_count());
+        weight = n_mine / labelled;
+        double sum = 0;  // the batch's mean loss: the ranks' sums, added in rank order
+        for (double part : comm.all_gather(n_mine > 0 ? l_mine * n_mine : 0.0)) sum += part;
+        l = sum / labelled;
+      }
       if (!std::isfinite(l)) {
         bad_loss = true;
         loss = l;
         break;
       }
-      model.backward(1.0 / tc.grad_accum);
+      if (weight > 0) model.backward(weight / tc.grad_accum);
       loss += l / tc.grad_accum;
     }
+    if (!bad_loss) comm.sum_in_rank_order(model.grads().data(), model.grads().size());
     const double gnorm = bad_loss ? std::numeric_limits<double>::quiet_NaN() : grad_norm(model.grads());
     if (bad_loss || !std::isfinite(gnorm)) {
       result.diverged = true;
       result.diverged_step = step;
       result.diverged_tensor = bad_loss ? "loss" : first_nonfinite(model);
-      metrics.write({{"type", "diverged"}, {"step", step}, {"tensor", result.diverged_tensor},
+      write_metrics({{"type", "diverged"}, {"step", step}, {"tensor", result.diverged_tensor},
                      {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)}});
       // the parameters have not been updated this step: if finite they are the last good state
       if (all_finite(model.params())) checkpoint(step - 1, rng_before, row_before);
-      if (!options.quiet)
+      if (!quiet)
         fmt::print("diverged at step {}: non-finite {}{}; metrics and the last good checkpoint are "
                    "in {}\n",
                    step, bad_loss ? "loss" : "gradient in ", bad_loss ? "" : result.diverged_tensor,
@@ -424,26 +495,26 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
         record["model_update"] = model_update_norm(logits_before, logits_after.data(),
                                                    long(probe->B) * probe->T, model_cfg.vocab_size());
       }
-      metrics.write(record);
+      write_metrics(record);
     }
     const double dt = seconds_since(step_t0);
     window_tokens += tokens_per_step;
     window_seconds += dt;
     result.steps_done = step;
     result.last_train_loss = loss;
-    metrics.write({{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
+    write_metrics({{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
                    {"tokens_per_s", tokens_per_step / dt}, {"elapsed_s", seconds_since(t0)}});
-    if (options.on_step) options.on_step({step, tc.steps, loss, lr, gnorm, seconds_since(t0)});
+    if (options.on_step && comm.root()) options.on_step({step, tc.steps, loss, lr, gnorm, seconds_since(t0)});
     const bool last = step == tc.steps;
     if ((tc.eval_every > 0 && step % tc.eval_every == 0) || last) {
-      const double val = evaluate();
+      const double val = comm.root() ? evaluate() : std::numeric_limits<double>::quiet_NaN();  // once
       result.last_val_loss = val;
       if (std::isfinite(val)) {
-        metrics.write({{"type", "val"}, {"step", step}, {"loss", val}});
-        if (!options.quiet) fmt::print("step {:>6} | validation loss {:.4f}\n", step, val);
+        write_metrics({{"type", "val"}, {"step", step}, {"loss", val}});
+        if (!quiet) fmt::print("step {:>6} | validation loss {:.4f}\n", step, val);
       }
     }
-    if (!options.quiet && (step % tc.log_every == 0 || step == 1 || last)) {
+    if (!quiet && (step % tc.log_every == 0 || step == 1 || last)) {
       const double elapsed = seconds_since(t0);
       fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | "
                  "elapsed {} | eta {}\n",
@@ -455,18 +526,18 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     if ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last)
       checkpoint(step, data_rng.state(), next_row);
   }
-  if (parallel && cfg.data.bleu_sentences > 0 && result.steps_done > 0 && !result.diverged) {
+  if (parallel && cfg.data.bleu_sentences > 0 && result.steps_done > 0 && !result.diverged && comm.root()) {
     model.set_training(false);
     const BleuResult bleu = validation_bleu(model, *parallel, cfg.data.bleu_sentences);
     result.bleu = bleu.bleu;
-    metrics.write({{"type", "bleu"}, {"step", result.steps_done}, {"bleu", bleu.bleu},
+    write_metrics({{"type", "bleu"}, {"step", result.steps_done}, {"bleu", bleu.bleu},
                    {"sentences", bleu.sentences}, {"detail", bleu.detail}, {"decoding", "greedy"}});
-    if (!options.quiet)
+    if (!quiet)
       fmt::print("validation BLEU (greedy, first {} pairs): {}\n", bleu.sentences, bleu.detail);
   }
   result.seconds = seconds_since(t0);
   result.tokens_per_s = double(result.steps_done - start) * tokens_per_step / std::max(1e-9, result.seconds);
-  metrics.write({{"type", "summary"},
+  write_metrics({{"type", "summary"},
                  {"steps", result.steps_done},
                  {"train_loss", result.last_train_loss},
                  {"val_loss", std::isfinite(result.last_val_loss) ? nlohmann::json(result.last_val_loss)

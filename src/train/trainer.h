@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 
+#include "dist/dist.h"
 #include "train/run_config.h"
 
 namespace normlab {
@@ -34,6 +35,12 @@ struct TrainOptions {
   // When set and true, the loop stops before its next step: the metrics, a checkpoint of the last
   // completed step and a summary marked "interrupted" are written (Ctrl-C in `normlab compare`).
   const std::atomic<bool>* stop = nullptr;
+  // The ranks that train this run together (data parallelism, `mpirun -np P normlab train`): each
+  // takes a contiguous shard of the rows of every global batch (the batch one process would draw),
+  // the gradients are summed in rank order (dist.h), weighted by each shard's share of the batch's
+  // labelled tokens, and every rank takes the same AdamW step. Rank 0 alone writes config.json,
+  // metrics.jsonl and checkpoints, evaluates and prints. A study runs each run on dist::self().
+  dist::Comm comm = dist::world();
 };
 
 struct TrainResult {

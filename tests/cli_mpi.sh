@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# cli_mpi.sh: `mpirun -np 2 --oversubscribe normlab train|compare` (src/dist/). Data parallelism: a
+# decoder-only run (dropout, grad_accum 2, a batch of 5 rows split 3 + 2) and an encoder-decoder on a
+# padded translation corpus (ranks holding different numbers of target tokens) give the losses of
+# one process with the same global batch within TOL (relative), and two P = 2 runs are bit-identical
+# (losses, parameters, AdamW moments); a P = 2 run resumed from its step-10 checkpoint is
+# bit-identical to the uninterrupted one; a resume with another P is refused naming both; a tiny
+# study spread over 2 ranks gives the results table of the serial study; bad input (a batch smaller
+# than P, a one-process command under mpirun) is one message and exit 1. Threads: one per rank and
+# for the single process (OMP_NUM_THREADS=1), so the comparisons do not depend on the machine.
+# Usage: cli_mpi.sh path/to/normlab
+set -uo pipefail
+source "$(dirname "$0")/cli_lib.sh"
+# (each command's exit code is saved in rc at once: a check's message may run commands of its own)
+export OMP_NUM_THREADS=1
+(( EUID == 0 )) && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN=${MPIRUN:-mpirun}  # ctest passes the one CMake found
+mpi() { local p=$1; shift; timeout 300 "$MPIRUN" --oversubscribe -np "$p" "$NL" "$@"; }
+# TOL: float32 sums in another order (the gradient over 2 shards, then summed) move each loss by a
+# few ulps at step 1 (the gradients are summed in double and rounded once); AdamW and 20 steps of
+# training carry it on. Measured here: at most 1.5e-9 (decoder-only) and 1.0e-9 (encoder-decoder);
+# the bound leaves a wide margin for other machines' BLAS kernels.
+TOL=1e-6
+
+# "type step loss" of every train and validation record
+losses() { jq -r 'select(.type == "train" or .type == "val") | "\(.type) \(.step) \(.loss)"' "$1/metrics.jsonl"; }
+# the largest relative difference between two runs' losses, or "mismatch" if their records differ
+max_rel() {
+  paste <(losses "$1") <(losses "$2") | awk '
+    { if ($1 != $4 || $2 != $5) bad = 1; d = $3 - $6; if (d < 0) d = -d; b = $6 < 0 ? -$6 : $6; if (d / b > m) m = d / b }
+    END { if (bad || NR == 0) print "mismatch"; else printf "%.3g\n", m }'
+}
+within() { [[ "$1" != mismatch ]] && awk -v x="$1" -v t="$TOL" 'BEGIN { exit !(x <= t) }'; }
+# what must be bit-identical: the records without timings, then the checkpoint's tensor bytes
+fingerprint() {
+  jq -c 'select(.type == "train" or .type == "val") | del(.elapsed_s, .tokens_per_s)' "$1/metrics.jsonl" | md5sum
+  local h
+  h=$(od -An -t u8 -N8 "$1/checkpoint.safetensors" | tr -d ' ')
+  tail -c +$((9 + h)) "$1/checkpoint.safetensors" | md5sum
+}
+
+# --- decoder-only: P = 2 against one process, and against itself ---------------------------------
+gpt=(--set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set model.seq_len=32
+     --set model.dropout=0.1 --set train.batch_size=5 --set train.grad_accum=2 --set train.steps=20
+     --set train.eval_every=10 --set train.eval_batches=2 --set train.checkpoint_every=5
+     --set train.keep_checkpoints=10 -q)
+"$NL" train "${gpt[@]}" --set train.out_dir=gpt1 > gpt1.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "one process: $(tail -2 gpt1.txt)"
+mpi 2 train "${gpt[@]}" --set train.out_dir=gpt2a > gpt2a.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "mpirun -np 2 train: $(tail -5 gpt2a.txt)"
+mpi 2 train "${gpt[@]}" --set train.out_dir=gpt2b > gpt2b.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "mpirun -np 2 train (repeat): $(tail -5 gpt2b.txt)"
+rel=$(max_rel gpt2a gpt1)
+echo "decoder-only: P = 2 against one process, largest relative loss difference $rel"
+check "within $rel" "decoder-only: P = 2 differs from one process by $rel (TOL $TOL)"
+check "[[ \"\$(fingerprint gpt2a)\" == \"\$(fingerprint gpt2b)\" ]]" "decoder-only: two P = 2 runs differ"
+check "[[ \$(find gpt2a -name '*.tmp*' | wc -l) -eq 0 && \$(jq -c 'select(.type == \"summary\")' gpt2a/metrics.jsonl | wc -l) -eq 1 ]]" \
+  "P = 2: not one summary, or temporary files left"
+
+# --- encoder-decoder on a padded translation corpus -----------------------------------------------
+mkdir corpus
+perl -e '
+  my @w = qw(alpha beta gamma delta sun moon star sea land fire water stone tree bird fish);
+  srand(7);
+  for my $split (["train", 200], ["valid", 12]) {
+    open(my $s, ">", "corpus/$split->[0].src") or die; open(my $t, ">", "corpus/$split->[0].tgt") or die;
+    for (1 .. $split->[1]) {
+      my @x = map { $w[int(rand(@w))] } 1 .. 1 + int(rand(5));
+      print $s join(" ", @x), "\n"; print $t join(" ", reverse @x), "\n";
+    }
+  }'
+encdec=(--set model.arch=encdec --set model.n_layers=1 --set model.dec_layers=1 --set model.d_model=32
+        --set model.n_heads=2 --set model.d_ff=64 --set model.seq_len=48 --set model.dropout=0.1
+        --set data.parallel=corpus --set data.bleu_sentences=0 --set train.batch_size=5
+        --set train.grad_accum=2 --set train.steps=12 --set train.eval_every=6 --set train.eval_batches=1 -q)
+"$NL" train "${encdec[@]}" --set train.out_dir=ed1 > ed1.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "encdec, one process: $(tail -2 ed1.txt)"
+mpi 2 train "${encdec[@]}" --set train.out_dir=ed2a > ed2a.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "encdec, mpirun -np 2: $(tail -5 ed2a.txt)"
+mpi 2 train "${encdec[@]}" --set train.out_dir=ed2b > ed2b.txt 2>&1
+rel=$(max_rel ed2a ed1)
+echo "encoder-decoder: P = 2 against one process, largest relative loss difference $rel"
+check "within $rel" "encdec: P = 2 differs from one process by $rel (TOL $TOL)"
+check "[[ \"\$(fingerprint ed2a)\" == \"\$(fingerprint ed2b)\" ]]" "encdec: two P = 2 runs differ"
+
+# --- resume with P = 2 from the step-10 checkpoint -------------------------------------------------
+cp -r gpt2a cut
+rm cut/checkpoints/step-00000001[5-9].safetensors cut/checkpoints/step-00000002*.safetensors cut/checkpoint.safetensors
+mpi 2 train --resume cut -q > cut.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "mpirun -np 2 train --resume: $(tail -5 cut.txt)"
+check "[[ \"\$(fingerprint cut)\" == \"\$(fingerprint gpt2a)\" ]]" "P = 2 resumed at step 10 differs from the uninterrupted run"
+
+# --- a study over 2 ranks: the serial study's results table --------------------------------------
+cat > study.toml <<'TOML'
+[study]
+name = "spread"
+theory = false
+instruments = false
+loss_target = 3.0
+
+[base.model]
+d_model = 32
+n_heads = 2
+n_layers = 2
+seq_len = 32
+
+[base.train]
+steps = 30
+batch_size = 4
+eval_every = 15
+eval_batches = 2
+
+[[grid]]
+model.placement = ["post", "pre", "sandwich"]
+TOML
+# per run: name, status, every train and validation loss, the summary's losses (no timings)
+results() {
+  jq -c '[.runs[] | {name, status, steps_to_target, train: .train.loss, val: .val.loss,
+          s: (.summary | {steps, train_loss, val_loss, diverged})}]' "$1/results.json"
+}
+table() { grep -E '^placement=' "$1/summary.txt" | awk '{$7 = ""; print}'; }  # tokens/s left out
+"$NL" compare --config study.toml --out st1 > st1.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "serial study: $(tail -3 st1.txt)"
+mpi 2 compare --config study.toml --out st2 > st2.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "study over 2 ranks: $(tail -5 st2.txt)"
+check "[[ -n \"\$(results st1)\" && \"\$(results st2)\" == \"\$(results st1)\" ]]" "study over 2 ranks: results differ from the serial study"
+check "[[ \$(table st2 | wc -l) -eq 3 && \"\$(table st2)\" == \"\$(table st1)\" ]]" "study over 2 ranks: tables differ: $(table st2)"
+check "grep -q '^rank 1: ' st2.txt && grep -q '^rank 0: ' st2.txt" "study over 2 ranks: not both ranks ran runs"
+# a run that fails (on whichever rank holds it) is marked failed; the others finish; exit 1
+sed 's/^model.placement = .*/model.placement = ["post", "pre"]\ntrain.init_from = ["", "nothere.safetensors"]/' study.toml > failing.toml
+mpi 2 compare --config failing.toml --out st3 > st3.txt 2> st3.err; rc=$?
+check "[[ $rc -ne 0 && \$(jq -c '[.runs[].status] | sort' st3/results.json) == '[\"failed\",\"failed\",\"finished\",\"finished\"]' ]]" \
+  "a failing run over 2 ranks: $(jq -c '[.runs[].status]' st3/results.json 2>&1) $(tail -3 st3.err)"
+# compare --resume over 2 ranks: the finished runs kept, the rest run, the same table
+cp -r st1 st4 && jq '.runs[1].status = "interrupted" | .runs[2].status = "not run"' st1/results.json > st4/results.json
+rm -r st4/runs/02-* st4/runs/03-*
+mpi 2 compare --resume st4 > st4.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]] && grep -q 'kept: finished before --resume' st4.txt" "compare --resume over 2 ranks: $(tail -3 st4.txt)"
+check "[[ \"\$(results st4)\" == \"\$(results st1)\" ]]" "compare --resume over 2 ranks: results differ from the serial study"
+
+# --- bad input ---------------------------------------------------------------------------------------
+before=$(md5sum gpt2a/metrics.jsonl gpt2a/checkpoint.safetensors)
+expect_error "trained on 2 MPI ranks" -- train --resume gpt2a --set train.steps=30
+err=$(mpi 3 train --resume gpt2a --set train.steps=30 2>&1 >/dev/null); rc=$?
+check "[[ $rc -ne 0 && \"\$err\" == *'trained on 2 MPI ranks'*'this launch has 3: resume it with mpirun -np 2'* ]]" \
+  "resume with -np 3: $err"
+check "[[ \$(grep -c 'normlab: error:' <<< \"\$err\") -eq 1 ]]" "resume with -np 3: not one message: $err"
+err=$(mpi 2 train --resume gpt1 --set train.steps=30 2>&1 >/dev/null); rc=$?
+check "[[ $rc -ne 0 && \"\$err\" == *'trained on 1 MPI rank'*'this launch has 2'* ]]" "resume of a one-process run with -np 2: $err"
+check "[[ \"\$(md5sum gpt2a/metrics.jsonl gpt2a/checkpoint.safetensors)\" == \"\$before\" ]]" "a refused resume changed the run"
+err=$(mpi 2 train "${gpt[@]}" --set train.batch_size=1 --set train.out_dir=tiny 2>&1 >/dev/null); rc=$?
+check "[[ $rc -ne 0 && \"\$err\" == *'train.batch_size must be at least the number of ranks'* && ! -e tiny/metrics.jsonl ]]" \
+  "a batch of 1 over 2 ranks: $err"
+err=$(mpi 2 init --out x.safetensors 2>&1 >/dev/null); rc=$?
+check "[[ $rc -ne 0 && \"\$err\" == *'normlab init runs in one process'* && ! -e x.safetensors ]]" "init under mpirun: $err"
+
+finish cli_mpi
