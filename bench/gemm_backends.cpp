@@ -240,7 +240,8 @@ double load1() {
 int main(int argc, char** argv) {
   std::string shapes = "abc", blis_path;
   int rounds = 7;
-  bool do_fp32 = true, do_bf16 = true, xsmm_bf16 = false;
+  bool do_fp32 = true, do_bf16 = true;
+  [[maybe_unused]] bool xsmm_bf16 = false;  // used only with libxsmm
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = argv[++i];
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
