@@ -1,5 +1,6 @@
 // gemm_backend.cpp: the bf16 GEMM on oneDNN's matmul primitive (one primitive per distinct shape,
-// created once and reused), the bf16 capability check, and the precision names.
+// created once and reused), its fallback for CPUs without AVX512_BF16 (oneDNN 2.6 has no bf16
+// matmul there at all: primitive creation fails), the capability check, and the precision names.
 #include "ops/gemm_backend.h"
 
 #include <omp.h>
@@ -64,6 +65,22 @@ void pack_bf16(uint16_t* out, const float* a, int rows, int cols, int ld) {
   }
 }
 
+// The fallback: the same block rounded to bf16 but kept as float, for the float32 GEMM (products of
+// bf16 numbers are exact in float, so this is the bf16 GEMM up to the summation order).
+void pack_bf16_as_float(float* out, const float* a, int rows, int cols, int ld) {
+  for (int r = 0; r < rows; r++) {
+    const float* row = a + (long)r * ld;
+    float* o = out + (long)r * cols;
+    for (int c = 0; c < cols; c++) o[c] = bf16_to_float(round_to_bf16(row[c]));
+  }
+}
+
+// Decided once per process (oneDNN reads DNNL_MAX_CPU_ISA on first use).
+bool bf16_native() {
+  static const bool native = bf16_unsupported_reason().empty();
+  return native;
+}
+
 }  // namespace
 
 std::string bf16_unsupported_reason() {
@@ -76,8 +93,8 @@ std::string bf16_unsupported_reason() {
                      : (isa & unsigned(dnnl::cpu_isa::avx2)) == unsigned(dnnl::cpu_isa::avx2)               ? "AVX2"
                                                                                                            : "pre-AVX2";
   return fmt::format(
-      "this CPU has no AVX512_BF16 instructions (oneDNN sees {}): bf16 GEMMs would run on a slow "
-      "reference kernel. Use train.precision = \"fp32\"",
+      "this CPU has no AVX512_BF16 instructions (oneDNN sees {}): bf16 GEMMs are emulated on the "
+      "float32 GEMM (inputs rounded to bf16, float32 accumulation): the same numerics, no speed-up",
       name);
 }
 
@@ -85,12 +102,22 @@ void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float
                int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
   const bool tA = ta == Trans::Yes, tB = tb == Trans::Yes;
+  const int arows = tA ? K : M, acols = tA ? M : K, brows = tB ? N : K, bcols = tB ? K : N;
+  if (!bf16_native()) {
+    thread_local std::vector<float> af, bf;
+    af.resize(size_t(M) * K);
+    bf.resize(size_t(K) * N);
+    pack_bf16_as_float(af.data(), A, arows, acols, lda);
+    pack_bf16_as_float(bf.data(), B, brows, bcols, ldb);
+    gemm<float>(ta, tb, M, N, K, alpha, af.data(), acols, bf.data(), bcols, beta, C, ldc);
+    return;
+  }
   // the packed bf16 operands: per thread, grown as needed (they stop allocating after the first step)
   thread_local std::vector<uint16_t> a16, b16;
   a16.resize(size_t(M) * K);
   b16.resize(size_t(K) * N);
-  pack_bf16(a16.data(), A, tA ? K : M, tA ? M : K, lda);
-  pack_bf16(b16.data(), B, tB ? N : K, tB ? K : N, ldb);
+  pack_bf16(a16.data(), A, arows, acols, lda);
+  pack_bf16(b16.data(), B, brows, bcols, ldb);
   if (K == 0) {  // oneDNN refuses K = 0; C = beta * C
     for (int i = 0; i < M; i++)
       for (int j = 0; j < N; j++) C[(long)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(long)i * ldc + j];

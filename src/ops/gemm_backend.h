@@ -6,8 +6,9 @@
 //     float32 by oneDNN's matmul primitive (brgemm, AVX512_BF16 instructions), result in float32.
 //     Everything else (master weights, optimizer state, norms, softmax, loss) stays float32, and
 //     double GEMMs (the analysis) are never affected.
-// oneDNN dispatches on the CPU at run time; bf16 is refused (bf16_unsupported_reason) on a CPU
-// without AVX512_BF16, where oneDNN would only have a slow reference kernel.
+// The CPU is checked at run time: without AVX512_BF16 (where oneDNN 2.6 has no bf16 matmul at all)
+// the bf16 GEMM is emulated on the float32 GEMM with inputs rounded to bf16: the same numerics up to
+// the summation order, no speed-up, never an illegal instruction (bf16_unsupported_reason says so).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,8 @@ enum class Precision { Fp32, Bf16 };
 const char* to_string(Precision p);
 std::optional<Precision> precision_from_string(std::string_view s);
 
-// Empty when bf16 GEMMs can run here; otherwise why not (one sentence naming the CPU's ISA).
+// Empty when bf16 GEMMs run natively here (oneDNN, AVX512_BF16); otherwise one sentence naming the
+// CPU's ISA and saying that they are emulated.
 std::string bf16_unsupported_reason();
 
 // float -> bfloat16 bits, round to nearest even; NaN stays NaN, +-Inf stays +-Inf.
@@ -37,7 +39,7 @@ inline uint16_t round_to_bf16(float f) {
 inline float bf16_to_float(uint16_t h) { return __builtin_bit_cast(float, uint32_t(h) << 16); }
 
 // C (M x N, ldc) = alpha * op(A) op(B) + beta * C, row-major, as gemm<float> (ops/common.h) but
-// with A and B rounded to bf16 and float32 accumulation (oneDNN). Single-threaded inside an OpenMP
+// with A and B rounded to bf16 and float32 accumulation (oneDNN, or the emulation above). Single-threaded inside an OpenMP
 // parallel region (as normlab calls it), deterministic for a fixed machine and thread count.
 void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                int ldb, float beta, float* C, int ldc);
