@@ -65,7 +65,7 @@ dnnl::engine& dnnl_engine() {
 }
 struct DnnlPrim {
   dnnl::matmul prim;
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, scratch;
   std::string impl;
 };
 DnnlPrim make_dnnl(const Gemm& g, int M, int N, bool bf) {
@@ -75,13 +75,14 @@ DnnlPrim make_dnnl(const Gemm& g, int M, int N, bool bf) {
   dnnl::memory::desc b({g.K, N}, in, g.tb ? dnnl::memory::dims{1, g.ldb} : dnnl::memory::dims{g.ldb, 1});
   dnnl::memory::desc c({M, N}, dt::f32, {g.ldc, 1});
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // one per thread, as src/ops/gemm_backend.cpp
   if (g.beta != 0) {
     dnnl::post_ops po;
     po.append_sum(g.beta);
     attr.set_post_ops(po);
   }
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, dnnl_engine());
-  return {dnnl::matmul(pd), a, b, c, pd.impl_info_str()};
+  return {dnnl::matmul(pd), a, b, c, pd.scratchpad_desc(), pd.impl_info_str()};
 }
 std::map<std::tuple<const char*, int, int, bool>, DnnlPrim> dnnl_cache;  // filled before timing
 
@@ -112,9 +113,11 @@ void call_block(Lib lib, bool bf, const Gemm& g, int m, int n, const void* A, co
     case Lib::Dnnl: {
       DnnlPrim& p = dnnl_cache.at({g.what, m, n, bf});
       thread_local dnnl::stream s(dnnl_engine());
+      thread_local std::vector<uint8_t> scratch;
+      scratch.resize(std::max<size_t>(1, p.scratch.get_size()));
       dnnl::memory ma(p.a, dnnl_engine(), const_cast<void*>(A)), mb(p.b, dnnl_engine(), const_cast<void*>(B)),
-          mc(p.c, dnnl_engine(), C);
-      p.prim.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+          mc(p.c, dnnl_engine(), C), ms(p.scratch, dnnl_engine(), scratch.data());
+      p.prim.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}});
       s.wait();
       break;
     }

@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <dnnl.hpp>
 #include <fmt/format.h>
 #include <map>
@@ -34,7 +35,7 @@ dnnl::engine& bf16_engine() {
 using Bf16Key = std::tuple<bool, bool, int, int, int, float, float>;
 struct Bf16Prim {
   dnnl::matmul prim;
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, scratch;
 };
 
 Bf16Prim make_bf16_prim(const Bf16Key& k, int ldc) {
@@ -46,6 +47,10 @@ Bf16Prim make_bf16_prim(const Bf16Key& k, int ldc) {
   dnnl::memory::desc b({K, N}, dt::bf16, tb ? dims{1, K} : dims{N, 1});
   dnnl::memory::desc c({M, N}, dt::f32, dims{ldc, 1});
   dnnl::primitive_attr attr;
+  // Our scratchpad, one per thread: the library's own is shared by every execution of a primitive
+  // (Debian's build does not enable concurrent execution), so two threads running the same shape
+  // at once would overwrite each other's packed blocks (found by test_bf16: runs differed).
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
     dnnl::post_ops po;
@@ -53,7 +58,7 @@ Bf16Prim make_bf16_prim(const Bf16Key& k, int ldc) {
     attr.set_post_ops(po);
   }
   dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, bf16_engine());
-  return {dnnl::matmul(pd), a, b, c};
+  return {dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()};
 }
 
 // Rounds the stored rows x cols block of a (leading dimension ld) into a packed bf16 copy.
@@ -135,9 +140,12 @@ void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float
     prim = &it->second;
   }
   thread_local dnnl::stream stream(bf16_engine());
+  thread_local std::vector<uint8_t> scratch;
+  scratch.resize(std::max<size_t>(1, prim->scratch.get_size()));
   dnnl::memory ma(prim->a, bf16_engine(), a16.data()), mb(prim->b, bf16_engine(), b16.data()),
-      mc(prim->c, bf16_engine(), C);
-  prim->prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+      mc(prim->c, bf16_engine(), C), ms(prim->scratch, bf16_engine(), scratch.data());
+  prim->prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
+                              {DNNL_ARG_SCRATCHPAD, ms}});
   stream.wait();
 }
 
