@@ -54,9 +54,11 @@ def main():
     diff = v16[last] - v32[last]
     complete = all(d is not None for d in (d32, d16))
     print()
-    print(f"Final (step {last}{'' if complete else ', runs not finished'}): fp32 {v32[last]:.4f}, "
-          f"bf16 {v16[last]:.4f}, difference {diff:+.4f} nats; target |difference| <= {args.target:g}: "
-          f"{'met' if abs(diff) <= args.target else 'NOT met'}")
+    verdict = "met" if abs(diff) <= args.target else "NOT met"
+    if not complete:
+        verdict += " at this step only: the runs did not finish, this is NOT the final comparison"
+    print(f"{'Final' if complete else 'Last common evaluation'} (step {last}): fp32 {v32[last]:.4f}, "
+          f"bf16 {v16[last]:.4f}, difference {diff:+.4f} nats; target |difference| <= {args.target:g}: {verdict}")
     for name, d in (("fp32", d32), ("bf16", d16)):
         if d and d.get("tokens_per_s"):
             print(f"{name}: {d.get('steps')} steps, {d['tokens_per_s']:.0f} tokens/s (1 thread, niced, shared machine: not a timing)")
