@@ -98,11 +98,15 @@ DIRTY=$([ -n "$(git status --porcelain -- src CMakeLists.txt 2>/dev/null)" ] && 
 echo "{\"impl\": \"meta\", \"commit\": \"$COMMIT\", \"src_dirty\": $DIRTY, \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\", \"nproc\": $(nproc)}" >>"$OUT"
 "${MEASURE[@]}" "$BIN/sgemm_peak" | tee -a "$OUT" >&2
 
+# The same thread-pool environment for both sides: the normlab CLI runs with OMP_WAIT_POLICY=PASSIVE
+# (it re-executes itself to set it), bench_step must too. Without it, on a shared machine, its
+# spinning OpenMP threads made a step of shape c take 14 s instead of about 0.5 s (2026-11-24).
 TORCH_ENV=(env OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4)
+NORMLAB_ENV=(env OMP_WAIT_POLICY=PASSIVE)
 for prec in $PRECISIONS; do
   for s in $SHAPES; do
     for p in $PLACEMENTS; do
-      run normlab "$prec" "$s" "$p" "$BIN/bench_step" --shape "$s" --placement "$p" --precision "$prec" \
+      run normlab "$prec" "$s" "$p" "${NORMLAB_ENV[@]}" "$BIN/bench_step" --shape "$s" --placement "$p" --precision "$prec" \
         --iters "$ITERS"
       for m in $MODES; do
         run "torch-$m" "$prec" "$s" "$p" "${TORCH_ENV[@]}" "$PY" bench/torch_step.py \
