@@ -1,7 +1,8 @@
 // bench_step.cpp: times one normlab training step (forward, backward, AdamW) on the benchmark
 // shapes of the core issue and prints one JSON line: ms per step (median), tokens/s, achieved
 // GFLOP/s and the process' peak resident memory. Run one shape per process so the peak memory is
-// that shape's. Usage: bench_step --shape a|b|c --placement pre|post [--iters N] [--warmup N]
+// that shape's. --precision bf16: the GEMMs in bf16 with float32 accumulation (train.precision).
+// Usage: bench_step --shape a|b|c --placement pre|post [--precision fp32|bf16] [--iters N] [--warmup N]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -39,11 +40,12 @@ double step_flops(const Shape& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string shape_name = "b", placement = "pre";
+  std::string shape_name = "b", placement = "pre", precision = "fp32";
   int iters = 10, warmup = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--shape")) shape_name = argv[i + 1];
     else if (!std::strcmp(argv[i], "--placement")) placement = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--precision")) precision = argv[i + 1];
     else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
   }
@@ -51,8 +53,13 @@ int main(int argc, char** argv) {
   for (const auto& k : kShapes)
     if (shape_name == k.name) s = &k;
   auto p = placement_from_string(placement);
-  if (!s || !p || iters < 1) {
-    std::fprintf(stderr, "usage: bench_step --shape a|b|c --placement pre|post [--iters N]\n");
+  auto prec = ops::precision_from_string(precision);
+  if (!s || !p || !prec || iters < 1) {
+    std::fprintf(stderr, "usage: bench_step --shape a|b|c --placement pre|post [--precision fp32|bf16] [--iters N]\n");
+    return 1;
+  }
+  if (*prec == ops::Precision::Bf16 && !ops::bf16_unsupported_reason().empty()) {
+    std::fprintf(stderr, "bench_step: --precision bf16: %s\n", ops::bf16_unsupported_reason().c_str());
     return 1;
   }
   ModelConfig cfg;
@@ -63,6 +70,7 @@ int main(int argc, char** argv) {
   cfg.seq_len = s->T;
   cfg.placement = {*p};
   Model<float> model(cfg);
+  model.set_precision(*prec);
   AdamW opt(model.table(), AdamWConfig{});
   Rng rng(1);
   const int N = s->B * s->T;
@@ -86,9 +94,9 @@ int main(int argc, char** argv) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   std::printf(
-      "{\"impl\": \"normlab\", \"shape\": \"%s\", \"placement\": \"%s\", \"ms\": %.3f, "
+      "{\"impl\": \"normlab\", \"shape\": \"%s\", \"placement\": \"%s\", \"precision\": \"%s\", \"ms\": %.3f, "
       "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"peak_rss_mb\": %.1f, \"params\": %zu}\n",
-      s->name, placement.c_str(), median * 1e3, N / median, step_flops(*s) / median / 1e9,
+      s->name, placement.c_str(), precision.c_str(), median * 1e3, N / median, step_flops(*s) / median / 1e9,
       ru.ru_maxrss / 1024.0, model.table().total);
   return 0;
 }

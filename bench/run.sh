@@ -4,9 +4,10 @@
 #   1. bench/.venv (gitignored): a venv of the system python3 with torch and numpy from PyPI,
 #      created and filled only when missing (torch is a large download; that is expected).
 #   2. builds normlab in build/ (Release, Ninja): targets bench_step and sgemm_peak.
-#   3. measures the machine's sgemm rate, then for every shape (a b c) and placement (pre post)
-#      runs build/bench/bench_step and bench/torch_step.py --mode eager and --mode compile, each in
-#      its own process (peak RSS is per process).
+#   3. measures the machine's sgemm rate, then for every precision (fp32 bf16), shape (a b c) and
+#      placement (pre post) runs build/bench/bench_step --precision P and bench/torch_step.py
+#      --precision P (bf16: torch.autocast) --mode eager and --mode compile, each in its own process
+#      (peak RSS is per process).
 #   4. writes every JSON line to bench/results/latest.jsonl (stderr of the runs to latest.log) and
 #      prints the markdown table of bench/table.py (also written to latest.md).
 #
@@ -17,7 +18,7 @@
 # the quietest kept. QUIET_TIMEOUT=0 skips the wait.
 #
 # Usage: bench/run.sh [--iters N] [--shapes "a b c"] [--placements "pre post"]
-#                     [--modes "eager compile"] [--no-build]
+#                     [--modes "eager compile"] [--precisions "fp32 bf16"] [--no-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,7 @@ ITERS=10
 SHAPES="a b c"
 PLACEMENTS="pre post"
 MODES="eager compile"
+PRECISIONS="fp32 bf16"
 BUILD=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,8 +34,9 @@ while [ $# -gt 0 ]; do
     --shapes) SHAPES=$2; shift 2 ;;
     --placements) PLACEMENTS=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
+    --precisions) PRECISIONS=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -67,12 +70,12 @@ LOG=bench/results/latest.log
 : >"$OUT"
 : >"$LOG"
 
-# run IMPL SHAPE PLACEMENT CMD...: one measurement in its own process; appends its JSON line (or an
-# error line) to $OUT and its stderr to $LOG.
+# run IMPL PRECISION SHAPE PLACEMENT CMD...: one measurement in its own process; appends its JSON
+# line (or an error line) to $OUT and its stderr to $LOG.
 run() {
-  local impl=$1 shape=$2 placement=$3; shift 3
-  log "$impl shape=$shape placement=$placement"
-  echo "### $impl $shape $placement: $*" >>"$LOG"
+  local impl=$1 precision=$2 shape=$3 placement=$4; shift 4
+  log "$impl precision=$precision shape=$shape placement=$placement"
+  echo "### $impl $precision $shape $placement: $*" >>"$LOG"
   local line rc=0
   line=$("${MEASURE[@]}" "$@" 2>>"$LOG" | grep '^{' | tail -1) || rc=$?
   if [ -n "$line" ] && [ "$rc" = 0 ]; then
@@ -81,7 +84,7 @@ run() {
   else
     local err
     err=$(grep -v '^\s*$' "$LOG" | tail -1 | tr -d '"\\' | cut -c1-200)
-    echo "{\"impl\": \"$impl\", \"shape\": \"$shape\", \"placement\": \"$placement\", \"error\": \"exit $rc: $err\"}" >>"$OUT"
+    echo "{\"impl\": \"$impl\", \"precision\": \"$precision\", \"shape\": \"$shape\", \"placement\": \"$placement\", \"error\": \"exit $rc: $err\"}" >>"$OUT"
     log "  FAILED (exit $rc), see $LOG"
   fi
 }
@@ -95,13 +98,22 @@ DIRTY=$([ -n "$(git status --porcelain -- src CMakeLists.txt 2>/dev/null)" ] && 
 echo "{\"impl\": \"meta\", \"commit\": \"$COMMIT\", \"src_dirty\": $DIRTY, \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\", \"nproc\": $(nproc)}" >>"$OUT"
 "${MEASURE[@]}" "$BIN/sgemm_peak" | tee -a "$OUT" >&2
 
+# The same thread-pool environment for both sides: the normlab CLI runs with OMP_WAIT_POLICY=PASSIVE
+# (it re-executes itself to set it), bench_step must too. Without it, on a shared machine, its
+# spinning OpenMP threads stall: shape c, A/B/A/B at load average 7.5 on 2026-11-24: PASSIVE 972 and
+# 1,075 ms per step, libgomp's default 16,648 and 26,259 ms. (The README's earlier quiet-machine
+# numbers were taken with the default.)
 TORCH_ENV=(env OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4)
-for s in $SHAPES; do
-  for p in $PLACEMENTS; do
-    run normlab "$s" "$p" "$BIN/bench_step" --shape "$s" --placement "$p" --iters "$ITERS"
-    for m in $MODES; do
-      run "torch-$m" "$s" "$p" "${TORCH_ENV[@]}" "$PY" bench/torch_step.py \
-        --shape "$s" --placement "$p" --mode "$m" --iters "$ITERS"
+NORMLAB_ENV=(env OMP_WAIT_POLICY=PASSIVE)
+for prec in $PRECISIONS; do
+  for s in $SHAPES; do
+    for p in $PLACEMENTS; do
+      run normlab "$prec" "$s" "$p" "${NORMLAB_ENV[@]}" "$BIN/bench_step" --shape "$s" --placement "$p" --precision "$prec" \
+        --iters "$ITERS"
+      for m in $MODES; do
+        run "torch-$m" "$prec" "$s" "$p" "${TORCH_ENV[@]}" "$PY" bench/torch_step.py \
+          --shape "$s" --placement "$p" --mode "$m" --precision "$prec" --iters "$ITERS"
+      done
     done
   done
 done

@@ -3,9 +3,11 @@
 
 Times one training step (zero_grad + forward + backward + AdamW step) of the normlab model
 (docs/MODEL.md: GPT arch, tied embedding, learned positions, LayerNorm, GELU tanh, placement
-pre or post) on one benchmark shape, in float32 on the CPU, and prints one JSON line:
+pre or post) on one benchmark shape on the CPU, in float32 or (--precision bf16) under
+torch.autocast("cpu", dtype=torch.bfloat16) (bf16 matmuls on oneDNN, float32 master weights and
+optimizer), and prints one JSON line:
 
-  {"impl": "torch-eager"|"torch-compile", "shape", "placement", "ms", "tokens_per_s",
+  {"impl": "torch-eager"|"torch-compile", "shape", "placement", "precision", "ms", "tokens_per_s",
    "peak_rss_mb", "torch_version", "adamw", "threads", "params", "import_rss_mb",
    "other_cpu"}
 
@@ -19,7 +21,7 @@ This is a fast version of tests/torch/normlab_torch.py (the readable oracle): nn
 nn.LayerNorm modules, F.scaled_dot_product_attention(is_causal=True), AdamW with a multi-tensor
 (foreach) or fused kernel, optionally torch.compile(model).
 
-Usage: torch_step.py --shape a|b|c --placement pre|post [--mode eager|compile]
+Usage: torch_step.py --shape a|b|c --placement pre|post [--mode eager|compile] [--precision fp32|bf16]
                      [--adamw fused|foreach|forloop] [--iters N] [--warmup N] [--threads N] [--verbose]
 """
 
@@ -149,6 +151,8 @@ def main():
     ap.add_argument("--shape", choices=sorted(SHAPES), default="b")
     ap.add_argument("--placement", choices=("pre", "post"), default="pre")
     ap.add_argument("--mode", choices=("eager", "compile"), default="eager")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: the step's forward and backward under torch.autocast('cpu', bfloat16)")
     ap.add_argument("--adamw", choices=("fused", "foreach", "forloop"), default="fused")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
@@ -173,7 +177,8 @@ def main():
             busy0, self0, wall0 = _machine_busy_s(), _self_cpu_s(), time.perf_counter()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = step_model(ids, labels)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = step_model(ids, labels)
         loss.backward()
         opt.step()
         dt = time.perf_counter() - t0
@@ -190,7 +195,7 @@ def main():
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(json.dumps({
         "impl": "torch-" + args.mode, "shape": args.shape, "placement": args.placement,
-        "ms": round(median * 1e3, 3), "tokens_per_s": round(B * T / median, 1),
+        "precision": args.precision, "ms": round(median * 1e3, 3), "tokens_per_s": round(B * T / median, 1),
         "peak_rss_mb": round(peak_mb, 1), "torch_version": torch.__version__,
         "adamw": args.adamw, "threads": torch.get_num_threads(), "params": nparams,
         "import_rss_mb": round(import_rss_mb, 1), "other_cpu": round(other_cpu, 2),

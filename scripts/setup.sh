@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 want_tests=0
 [[ "${1:-}" == "--tests" ]] && want_tests=1
 
-packages=(g++ cmake ninja-build pkg-config libopenblas-openmp-dev libtomlplusplus-dev
+packages=(g++ cmake ninja-build pkg-config libopenblas-openmp-dev libdnnl-dev libtomlplusplus-dev
           nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libeigen3-dev libspectra-dev libicu-dev
           curl unzip ca-certificates
           libopenmpi-dev openmpi-bin  # mpirun -np P normlab train|compare (src/dist/)

@@ -27,6 +27,8 @@ expect_error "not divisible by model.n_heads" -- train --set model.d_model=30 --
 expect_error "unknown section [optim]" -- train --set optim.lr=1
 expect_error "must be in [0, 1)" -- train --set model.dropout=1.5
 expect_error "expected section.key=value" -- train --set lr
+expect_error "'precision' = \"fp16\" is not one of fp32 | bf16" -- train --set train.precision=fp16
+expect_error "'precision' must be a string" -- train --set train.precision=16
 echo 'this is = = not toml' > bad.toml
 expect_error "bad.toml' line 1" -- train --config bad.toml
 expect_error "cannot open file" -- train --config missing.toml

@@ -233,21 +233,21 @@ void Model<S>::sublayer_forward(int i) {
   // f = F(h)
   switch (slot.kind) {
     case Sublayer::Attn:
-      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, 3 * C);
-      attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, !slot.encoder, self_mask);
-      matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C);
+      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, 3 * C, prec_);
+      attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, !slot.encoder, self_mask, prec_);
+      matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_);
       break;
     case Sublayer::Cross:
-      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, C);
-      matmul_forward(a.kv, memory_, p.wkv, p.bkv, B * S_, C, 2 * C);
+      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, C, prec_);
+      matmul_forward(a.kv, memory_, p.wkv, p.bkv, B * S_, C, 2 * C, prec_);
       cross_attention_forward(a.mix, a.att, a.hid, a.kv, B, T, S_, C, cfg_.n_heads,
                               has_src_mask_ ? src_mask_.data() : nullptr);
-      matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C);
+      matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_);
       break;
     case Sublayer::Mlp:
-      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, F);
+      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, F, prec_);
       activation_forward(cfg_.activation, a.mix, a.hid, size_t(N) * F);
-      matmul_forward(a.f, a.mix, p.w2, p.b2, N, F, C);
+      matmul_forward(a.f, a.mix, p.w2, p.b2, N, F, C, prec_);
       break;
   }
   if (training_ && cfg_.dropout > 0) dropout_forward(a.f, a.f, cfg_.dropout, dropout_site_seed(i + 1), NC, dropout_first(NC));
@@ -333,28 +333,28 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) 
   switch (slot.kind) {
     case Sublayer::Attn:
       zero(dmix_, NC);
-      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C);
+      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_);
       zero(dhid_, NC * 3);
-      attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, !slot.encoder);
-      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, 3 * C);
+      attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, !slot.encoder, prec_);
+      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, 3 * C, prec_);
       break;
     case Sublayer::Cross:
       zero(dmix_, NC);
-      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C);
+      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_);
       zero(dhid_, NC);
       zero(dkv_, size_t(B) * S_ * 2 * C);
       cross_attention_backward(dhid_, dkv_, datt_, dmix_, a.hid, a.kv, a.att, B, T, S_, C, cfg_.n_heads);
-      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, C);
+      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, C, prec_);
       // kv = memory Wkv^T + bkv: the memory's gradient gathers over every cross slot
-      matmul_backward(dmem_, dp.wkv, dp.bkv, dkv_, memory_, p.wkv, B * S_, C, 2 * C);
+      matmul_backward(dmem_, dp.wkv, dp.bkv, dkv_, memory_, p.wkv, B * S_, C, 2 * C, prec_);
       break;
     case Sublayer::Mlp: {
       const size_t NF = size_t(N) * F;
       zero(dmix_, NF);
-      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, F, C);
+      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, F, C, prec_);
       zero(dhid_, NF);
       activation_backward(cfg_.activation, dhid_, a.hid, dmix_, NF);
-      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, F);
+      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, F, prec_);
       break;
     }
   }
@@ -421,13 +421,13 @@ void Model<S>::head_forward() {
   const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size();
   const S* wte = wte_;
   if (cfg_.head == Head::Tied) {
-    matmul_forward<S>(logits_, xf_, wte, nullptr, N, C, V);
+    matmul_forward<S>(logits_, xf_, wte, nullptr, N, C, V, prec_);
     return;
   }
-  matmul_forward<S>(head_u_, xf_, hw_, hb_, N, C, C);
+  matmul_forward<S>(head_u_, xf_, hw_, hb_, N, C, C, prec_);
   activation_forward(cfg_.activation, head_a_, head_u_, size_t(N) * C);
   norm_forward(head_t_, head_mean_, head_rstd_, head_a_, hln_, N);
-  matmul_forward<S>(logits_, head_t_, wte, hbias_, N, C, V);
+  matmul_forward<S>(logits_, head_t_, wte, hbias_, N, C, V, prec_);
 }
 
 // dxf = d(loss)/d(xf) (assigned) and the head's parameter gradients (added), from dlogits in logits_.
@@ -439,7 +439,7 @@ void Model<S>::head_backward(S* dxf) {
   S* dwte = dwte_;
   zero(dxf, NC);
   if (cfg_.head == Head::Tied) {
-    matmul_backward<S>(dxf, dwte, nullptr, logits_, xf_, wte, N, C, V);
+    matmul_backward<S>(dxf, dwte, nullptr, logits_, xf_, wte, N, C, V, prec_);
     return;
   }
   S* dt = df_;
@@ -447,7 +447,7 @@ void Model<S>::head_backward(S* dxf) {
   S* du = dr_;
   // logits = t @ wte^T + b_out
   zero(dt, NC);
-  matmul_backward<S>(dt, dwte, dhbias_, logits_, head_t_, wte, N, C, V);
+  matmul_backward<S>(dt, dwte, dhbias_, logits_, head_t_, wte, N, C, V, prec_);
   // t = ln_head(a)
   zero(da, NC);
   norm_backward(da, dhln_, dt, head_a_, hln_, head_mean_, head_rstd_, N);
@@ -455,7 +455,7 @@ void Model<S>::head_backward(S* dxf) {
   zero(du, NC);
   activation_backward(cfg_.activation, du, head_u_, da, NC);
   // u = xf @ Wd^T + bd
-  matmul_backward<S>(dxf, dhw_, dhb_, du, xf_, hw_, N, C, C);
+  matmul_backward<S>(dxf, dhw_, dhb_, du, xf_, hw_, N, C, C, prec_);
 }
 
 template <class S>

@@ -5,6 +5,8 @@
 // The math is docs/MODEL.md; the block reads like its table (see sublayer_forward).
 #pragma once
 
+#include "ops/gemm_backend.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -57,6 +59,11 @@ class Model {
   // batch is rows [first_row, first_row + B) of a larger batch (an MPI rank's shard): the masks are
   // those of these rows in the whole batch, so they do not depend on the number of ranks.
   void set_training(bool training, uint64_t dropout_seed = 0, long first_row = 0);
+  // The precision of the training GEMMs (train.precision; ops/gemm_backend.h): forward() and
+  // backward() of the linear layers, self-attention and the output projection. Parameters,
+  // gradients and everything else stay S; the JVP, decoding and cross-attention stay S.
+  void set_precision(ops::Precision p) { prec_ = p; }
+  ops::Precision precision() const { return prec_; }
 
   // ids, labels: (B, T), labels kIgnoreLabel where there is no loss. Returns the mean loss over
   // labelled positions (NaN if there are none, or without a head). Ids and labels must already be
@@ -222,6 +229,7 @@ class Model {
   mutable std::vector<S> jvp_scratch_;  // forward-mode scratch, grown on demand (analysis only)
   int64_t label_count_ = 0;
   bool training_ = false;
+  ops::Precision prec_ = ops::Precision::Fp32;
   uint64_t dropout_seed_ = 0;
   size_t dropout_first_row_ = 0;     // set_training's first_row
   bool profiling_ = false;           // profile_admin is running: sublayer_forward sets omega

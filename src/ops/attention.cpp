@@ -45,7 +45,8 @@ struct Heads {
 };
 
 template <class S>
-static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const uint8_t* key_mask) {
+static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const uint8_t* key_mask,
+                          Precision prec) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH;
   const S scale = S(1.0 / std::sqrt(double(HS)));
 #pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
@@ -56,7 +57,7 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
     const S* v = x.v + x.kv_off(b, h);
     S* p = att + (long)bh * Tq * Tk;
     // S = q k^T / sqrt(HS);  P = softmax(S) row by row (row i sees keys 0..i when causal)
-    gemm<S>(Trans::No, Trans::Yes, Tq, Tk, HS, scale, q, x.ldq, k, x.ldkv, S(0), p, Tk);
+    gemm_with<S>(prec, Trans::No, Trans::Yes, Tq, Tk, HS, scale, q, x.ldq, k, x.ldkv, S(0), p, Tk);
     if (key_mask) {  // padded keys: -inf before the softmax, probability 0 after it
       const uint8_t* m = key_mask + (long)b * Tk;
       for (int i = 0; i < Tq; i++)
@@ -65,14 +66,14 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
     }
     for (int i = 0; i < Tq; i++) softmax_row(p + (long)i * Tk, causal ? i + 1 : Tk, Tk);
     // y = P v, written into this head's columns of out
-    gemm<S>(Trans::No, Trans::No, Tq, HS, Tk, S(1), p, Tk, v, x.ldkv, S(0), out + (long)b * Tq * C + h * HS, C);
+    gemm_with<S>(prec, Trans::No, Trans::No, Tq, HS, Tk, S(1), p, Tk, v, x.ldkv, S(0), out + (long)b * Tq * C + h * HS, C);
   }
 }
 
 // dq, dk, dv +=, strided like q, k, v; datt (B, NH, Tq, Tk) is scratch.
 template <class S>
 static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* dout, const S* att,
-                           const Heads<S>& x) {
+                           const Heads<S>& x, Precision prec) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH;
   const S scale = S(1.0 / std::sqrt(double(HS)));
 #pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
@@ -88,8 +89,8 @@ static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* do
     const S* dy = dout + (long)b * Tq * C + h * HS;
     S* dp = datt + (long)bh * Tq * Tk;
     // y = P v:  dP = dy v^T;  dv += P^T dy
-    gemm<S>(Trans::No, Trans::Yes, Tq, Tk, HS, S(1), dy, C, v, x.ldkv, S(0), dp, Tk);
-    gemm<S>(Trans::Yes, Trans::No, Tk, HS, Tq, S(1), p, Tk, dy, C, S(1), dv, x.ldkv);
+    gemm_with<S>(prec, Trans::No, Trans::Yes, Tq, Tk, HS, S(1), dy, C, v, x.ldkv, S(0), dp, Tk);
+    gemm_with<S>(prec, Trans::Yes, Trans::No, Tk, HS, Tq, S(1), p, Tk, dy, C, S(1), dv, x.ldkv);
     // P = softmax(S):  dS = P * (dP - sum_j P dP) ; fold in the 1/sqrt(HS) of S = q k^T * scale
     // (masked probabilities are 0, so their score gradients come out 0 by themselves)
     for (int i = 0; i < Tq; i++) {
@@ -100,8 +101,8 @@ static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* do
       for (int j = 0; j < Tk; j++) dr[j] = S(pr[j] * (dr[j] - dot) * scale);
     }
     // S = q k^T * scale:  dq += dS k;  dk += dS^T q
-    gemm<S>(Trans::No, Trans::No, Tq, HS, Tk, S(1), dp, Tk, k, x.ldkv, S(1), dq, x.ldq);
-    gemm<S>(Trans::Yes, Trans::No, Tk, HS, Tq, S(1), dp, Tk, q, x.ldq, S(1), dk, x.ldkv);
+    gemm_with<S>(prec, Trans::No, Trans::No, Tq, HS, Tk, S(1), dp, Tk, k, x.ldkv, S(1), dq, x.ldq);
+    gemm_with<S>(prec, Trans::Yes, Trans::No, Tk, HS, Tq, S(1), dp, Tk, q, x.ldq, S(1), dk, x.ldkv);
   }
 }
 
@@ -153,27 +154,27 @@ static Heads<S> cross_heads(const S* q, const S* kv, int B, int Tq, int Tk, int 
 
 template <class S>
 void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, bool causal,
-                       const uint8_t* key_mask) {
-  heads_forward(out, att, self_heads(qkv, B, T, C, NH), causal, key_mask);
+                       const uint8_t* key_mask, Precision prec) {
+  heads_forward(out, att, self_heads(qkv, B, T, C, NH), causal, key_mask, prec);
 }
 
 template <class S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
-                        int C, int NH, bool causal) {
+                        int C, int NH, bool causal, Precision prec) {
   (void)causal;  // masked probabilities are 0, so their score gradients come out 0 by themselves
-  heads_backward(dqkv, dqkv + C, dqkv + 2 * C, datt, dout, att, self_heads(qkv, B, T, C, NH));
+  heads_backward(dqkv, dqkv + C, dqkv + 2 * C, datt, dout, att, self_heads(qkv, B, T, C, NH), prec);
 }
 
 template <class S>
 void cross_attention_forward(S* out, S* att, const S* q, const S* kv, int B, int Tq, int Tk, int C, int NH,
                              const uint8_t* key_mask) {
-  heads_forward(out, att, cross_heads(q, kv, B, Tq, Tk, C, NH), false, key_mask);
+  heads_forward(out, att, cross_heads(q, kv, B, Tq, Tk, C, NH), false, key_mask, Precision::Fp32);
 }
 
 template <class S>
 void cross_attention_backward(S* dq, S* dkv, S* datt, const S* dout, const S* q, const S* kv, const S* att,
                               int B, int Tq, int Tk, int C, int NH) {
-  heads_backward(dq, dkv, dkv + C, datt, dout, att, cross_heads(q, kv, B, Tq, Tk, C, NH));
+  heads_backward(dq, dkv, dkv + C, datt, dout, att, cross_heads(q, kv, B, Tq, Tk, C, NH), Precision::Fp32);
 }
 
 template <class S>
@@ -242,9 +243,10 @@ void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att
 }
 
 #define NL_INSTANTIATE(S)                                                                        \
-  template void attention_forward<S>(S*, S*, const S*, int, int, int, int, bool, const uint8_t*); \
+  template void attention_forward<S>(S*, S*, const S*, int, int, int, int, bool, const uint8_t*, \
+                                     Precision);                                                 \
   template void attention_backward<S>(S*, S*, const S*, const S*, const S*, int, int, int, int, \
-                                      bool);                                                     \
+                                      bool, Precision);                                          \
   template void attention_forward_naive<S>(S*, S*, const S*, int, int, int, int, bool,          \
                                            const uint8_t*);                                      \
   template void attention_backward_naive<S>(S*, const S*, const S*, const S*, int, int, int,    \

@@ -7,19 +7,22 @@
 
 #include <cstdint>
 
+#include "ops/gemm_backend.h"
+
 namespace normlab::ops {
 
 // out (B, T, C); saves att (B, NH, T, T) = softmax probabilities; qkv (B, T, 3C); key_mask (B, T)
 // or null: keys with key_mask 0 (padding) get probability 0 in every row, as Hugging Face's
 // attention_mask. Every row must keep at least one key (checked at the API boundary).
+// prec: the precision of the q k^T and P v GEMMs (ops/gemm_backend.h); the softmax stays float.
 template <class S>
 void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, bool causal,
-                       const uint8_t* key_mask = nullptr);
+                       const uint8_t* key_mask = nullptr, Precision prec = Precision::Fp32);
 
 // dqkv (B, T, 3C) +=; datt (B, NH, T, T) is scratch (overwritten); dout (B, T, C).
 template <class S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
-                        int C, int NH, bool causal);
+                        int C, int NH, bool causal, Precision prec = Precision::Fp32);
 
 template <class S>
 void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, int NH,

@@ -23,7 +23,8 @@ Range thread_share(int n) {
 }  // namespace
 
 template <class S>
-void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int IC, int OC) {
+void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int IC, int OC,
+                    Precision prec) {
   // out = inp @ W^T (+ b): split rows of out (N) or its columns (OC, rows of W)
 #pragma omp parallel if((long)N * IC * OC > kParallelMinWork)
   {
@@ -39,26 +40,26 @@ void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N,
         for (int k = 0; k < cols; k++) o[(long)n * OC + k] = b[k];
     }
     if (rows > 0 && cols > 0)
-      gemm<S>(Trans::No, Trans::Yes, rows, cols, IC, S(1), x, IC, w, IC, bias ? S(1) : S(0), o, OC);
+      gemm_with<S>(prec, Trans::No, Trans::Yes, rows, cols, IC, S(1), x, IC, w, IC, bias ? S(1) : S(0), o, OC);
   }
 }
 
 template <class S>
 void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
-                     int N, int IC, int OC) {
+                     int N, int IC, int OC, Precision prec) {
   // out = inp @ W^T + b:  dinp += dout @ W;  dW += dout^T @ inp;  db += sum_n dout
 #pragma omp parallel if((long)N * IC * OC > kParallelMinWork)
   {
     if (dinp) {  // rows of dinp
       const Range r = thread_share(N);
       if (r.end > r.begin)
-        gemm<S>(Trans::No, Trans::No, r.end - r.begin, IC, OC, S(1), dout + (long)r.begin * OC, OC,
+        gemm_with<S>(prec, Trans::No, Trans::No, r.end - r.begin, IC, OC, S(1), dout + (long)r.begin * OC, OC,
                 weight, IC, S(1), dinp + (long)r.begin * IC, IC);
     }
     {  // rows of dW (output channels), each with its bias gradient
       const Range r = thread_share(OC);
       if (r.end > r.begin)
-        gemm<S>(Trans::Yes, Trans::No, r.end - r.begin, IC, N, S(1), dout + r.begin, OC, inp, IC,
+        gemm_with<S>(prec, Trans::Yes, Trans::No, r.end - r.begin, IC, N, S(1), dout + r.begin, OC, inp, IC,
                 S(1), dweight + (long)r.begin * IC, IC);
       if (dbias) {
         for (int o0 = r.begin; o0 < r.end; o0 += kColumnBlock) {
@@ -101,8 +102,9 @@ void matmul_backward_naive(S* dinp, S* dweight, S* dbias, const S* dout, const S
 }
 
 #define NL_INSTANTIATE(S)                                                                        \
-  template void matmul_forward<S>(S*, const S*, const S*, const S*, int, int, int);             \
-  template void matmul_backward<S>(S*, S*, S*, const S*, const S*, const S*, int, int, int);    \
+  template void matmul_forward<S>(S*, const S*, const S*, const S*, int, int, int, Precision);  \
+  template void matmul_backward<S>(S*, S*, S*, const S*, const S*, const S*, int, int, int,     \
+                                   Precision);                                                  \
   template void matmul_forward_naive<S>(S*, const S*, const S*, const S*, int, int, int);       \
   template void matmul_backward_naive<S>(S*, S*, S*, const S*, const S*, const S*, int, int, int);
 NL_INSTANTIATE(float)

@@ -2,16 +2,20 @@
 // its naive triple-loop reference. Legend and conventions: ops/common.h.
 #pragma once
 
+#include "ops/gemm_backend.h"
+
 namespace normlab::ops {
 
-// out (N, OC); inp (N, IC); weight (OC, IC); bias (OC) or null.
+// out (N, OC); inp (N, IC); weight (OC, IC); bias (OC) or null. prec: the GEMMs' input precision
+// (ops/gemm_backend.h; Bf16 rounds inp and weight to bf16, accumulates in float; double ignores it).
 template <class S>
-void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int IC, int OC);
+void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int IC, int OC,
+                    Precision prec = Precision::Fp32);
 
 // dinp (N, IC) += (or null), dweight (OC, IC) +=, dbias (OC) += (or null); dout (N, OC).
 template <class S>
 void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
-                     int N, int IC, int OC);
+                     int N, int IC, int OC, Precision prec = Precision::Fp32);
 
 // Naive references (double accumulation, no BLAS): the documentation of the math above.
 template <class S>

@@ -71,6 +71,15 @@ void apply_overrides(nlohmann::json& doc, const std::vector<std::string>& overri
   }
 }
 
+static void read_precision(JsonReader& r, ops::Precision& out) {
+  if (!r.has("precision")) return;
+  std::string s;
+  r.get("precision", s);
+  if (auto p = ops::precision_from_string(s)) out = *p;
+  else if (r.raw("precision").is_string())
+    r.fail(fmt::format("{}: 'precision' = \"{}\" is not one of fp32 | bf16", r.where(), s));
+}
+
 static void read_schedule(JsonReader& r, Schedule& out) {
   std::string s;
   if (!r.has("lr_schedule")) return;
@@ -116,6 +125,7 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     r.get("seq_len", t.seq_len);
     r.get("lr", t.lr);
     read_schedule(r, t.schedule);
+    read_precision(r, t.precision);
     r.get("warmup_steps", t.warmup_steps);
     r.get("min_lr", t.min_lr);
     r.get("beta1", t.adamw.beta1);
@@ -196,6 +206,7 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
           {"train",
            {{"steps", t.steps}, {"batch_size", t.batch_size}, {"grad_accum", t.grad_accum},
             {"seq_len", t.seq_len}, {"lr", t.lr}, {"lr_schedule", to_string(t.schedule)},
+            {"precision", ops::to_string(t.precision)},
             {"warmup_steps", t.warmup_steps}, {"min_lr", t.min_lr}, {"beta1", t.adamw.beta1},
             {"beta2", t.adamw.beta2}, {"adam_eps", t.adamw.eps},
             {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.grad_clip}, {"seed", t.seed},

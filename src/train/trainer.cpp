@@ -180,7 +180,11 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   if (!model_cfg.has_logits())
     throw Error("the model has no head (model.head = none, e.g. an imported BertModel): there is no loss to "
                 "train; set model.head = \"mlm\" (a new masked-LM head) or \"tied\"");
+  if (tc.precision == ops::Precision::Bf16 && !options.quiet)
+    if (const std::string why = ops::bf16_unsupported_reason(); !why.empty())
+      fmt::print(stderr, "note: train.precision = \"bf16\": {}\n", why);
   Model<float> model(model_cfg);
+  model.set_precision(tc.precision);
   if (!tc.init_from.empty() && !resumed) load_params(tc.init_from, model);
 
   // data: a corpus (text, or a token stream in data.tokens), rows of a token file, or parallel pairs

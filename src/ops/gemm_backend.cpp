@@ -1,0 +1,152 @@
+// gemm_backend.cpp: the bf16 GEMM on oneDNN's matmul primitive (one primitive per distinct shape,
+// created once and reused), its fallback for CPUs without AVX512_BF16 (oneDNN 2.6 has no bf16
+// matmul there at all: primitive creation fails), the capability check, and the precision names.
+#include "ops/gemm_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <dnnl.hpp>
+#include <fmt/format.h>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+namespace normlab::ops {
+
+const char* to_string(Precision p) { return p == Precision::Bf16 ? "bf16" : "fp32"; }
+
+std::optional<Precision> precision_from_string(std::string_view s) {
+  if (s == "fp32") return Precision::Fp32;
+  if (s == "bf16") return Precision::Bf16;
+  return std::nullopt;
+}
+
+namespace {
+
+dnnl::engine& bf16_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// The primitive of one GEMM shape: (ta, tb, M, N, K, alpha, beta). Operands are packed to
+// contiguous bf16 copies first, so leading dimensions are the packed ones and need no key.
+using Bf16Key = std::tuple<bool, bool, int, int, int, float, float>;
+struct Bf16Prim {
+  dnnl::matmul prim;
+  dnnl::memory::desc a, b, c, scratch;
+};
+
+Bf16Prim make_bf16_prim(const Bf16Key& k, int ldc) {
+  const auto [ta, tb, M, N, K, alpha, beta] = k;
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+  // op(A) is M x K: stored (M, K) row-major, or (K, M) when transposed; op(B) likewise (K, N) / (N, K)
+  dnnl::memory::desc a({M, K}, dt::bf16, ta ? dims{1, M} : dims{K, 1});
+  dnnl::memory::desc b({K, N}, dt::bf16, tb ? dims{1, K} : dims{N, 1});
+  dnnl::memory::desc c({M, N}, dt::f32, dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  // Our scratchpad, one per thread: the library's own is shared by every execution of a primitive
+  // (Debian's build does not enable concurrent execution), so two threads running the same shape
+  // at once would overwrite each other's packed blocks (found by test_bf16: runs differed).
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, bf16_engine());
+  return {dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()};
+}
+
+// Rounds the stored rows x cols block of a (leading dimension ld) into a packed bf16 copy.
+void pack_bf16(uint16_t* out, const float* a, int rows, int cols, int ld) {
+  for (int r = 0; r < rows; r++) {
+    const float* row = a + (long)r * ld;
+    uint16_t* o = out + (long)r * cols;
+    for (int c = 0; c < cols; c++) o[c] = round_to_bf16(row[c]);
+  }
+}
+
+// The fallback: the same block rounded to bf16 but kept as float, for the float32 GEMM (products of
+// bf16 numbers are exact in float, so this is the bf16 GEMM up to the summation order).
+void pack_bf16_as_float(float* out, const float* a, int rows, int cols, int ld) {
+  for (int r = 0; r < rows; r++) {
+    const float* row = a + (long)r * ld;
+    float* o = out + (long)r * cols;
+    for (int c = 0; c < cols; c++) o[c] = bf16_to_float(round_to_bf16(row[c]));
+  }
+}
+
+// Decided once per process (oneDNN reads DNNL_MAX_CPU_ISA on first use).
+bool bf16_native() {
+  static const bool native = bf16_unsupported_reason().empty();
+  return native;
+}
+
+}  // namespace
+
+std::string bf16_unsupported_reason() {
+  // oneDNN's ISA values are cumulative bit masks: every ISA with AVX512_BF16 contains its bits. The
+  // effective ISA honours DNNL_MAX_CPU_ISA (how the tests simulate an older CPU).
+  const auto isa = unsigned(dnnl::get_effective_cpu_isa());
+  const auto bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
+  if ((isa & bf16) == bf16) return "";
+  const char* name = (isa & unsigned(dnnl::cpu_isa::avx512_core)) == unsigned(dnnl::cpu_isa::avx512_core) ? "AVX-512"
+                     : (isa & unsigned(dnnl::cpu_isa::avx2)) == unsigned(dnnl::cpu_isa::avx2)               ? "AVX2"
+                                                                                                           : "pre-AVX2";
+  return fmt::format(
+      "this CPU has no AVX512_BF16 instructions (oneDNN sees {}): bf16 GEMMs are emulated on the "
+      "float32 GEMM (inputs rounded to bf16, float32 accumulation): the same numerics, no speed-up",
+      name);
+}
+
+void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+               int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  const bool tA = ta == Trans::Yes, tB = tb == Trans::Yes;
+  const int arows = tA ? K : M, acols = tA ? M : K, brows = tB ? N : K, bcols = tB ? K : N;
+  if (!bf16_native()) {
+    thread_local std::vector<float> af, bf;
+    af.resize(size_t(M) * K);
+    bf.resize(size_t(K) * N);
+    pack_bf16_as_float(af.data(), A, arows, acols, lda);
+    pack_bf16_as_float(bf.data(), B, brows, bcols, ldb);
+    gemm<float>(ta, tb, M, N, K, alpha, af.data(), acols, bf.data(), bcols, beta, C, ldc);
+    return;
+  }
+  // the packed bf16 operands: per thread, grown as needed (they stop allocating after the first step)
+  thread_local std::vector<uint16_t> a16, b16;
+  a16.resize(size_t(M) * K);
+  b16.resize(size_t(K) * N);
+  pack_bf16(a16.data(), A, arows, acols, lda);
+  pack_bf16(b16.data(), B, brows, bcols, ldb);
+  if (K == 0) {  // oneDNN refuses K = 0; C = beta * C
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) C[(long)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(long)i * ldc + j];
+    return;
+  }
+  // one primitive per (shape, ldc), shared by all threads (execution is thread-safe in oneDNN)
+  static std::mutex mutex;
+  static std::map<std::pair<Bf16Key, int>, Bf16Prim> cache;
+  const Bf16Key key{tA, tB, M, N, K, alpha, beta};
+  const Bf16Prim* prim;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find({key, ldc});
+    if (it == cache.end()) it = cache.emplace(std::make_pair(key, ldc), make_bf16_prim(key, ldc)).first;
+    prim = &it->second;
+  }
+  thread_local dnnl::stream stream(bf16_engine());
+  thread_local std::vector<uint8_t> scratch;
+  scratch.resize(std::max<size_t>(1, prim->scratch.get_size()));
+  dnnl::memory ma(prim->a, bf16_engine(), a16.data()), mb(prim->b, bf16_engine(), b16.data()),
+      mc(prim->c, bf16_engine(), C), ms(prim->scratch, bf16_engine(), scratch.data());
+  prim->prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
+                              {DNNL_ARG_SCRATCHPAD, ms}});
+  stream.wait();
+}
+
+}  // namespace normlab::ops

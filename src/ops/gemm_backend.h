@@ -1,0 +1,58 @@
+// gemm_backend.h: the one place that decides which library runs a GEMM and in which precision:
+// the precision policy of mixed-precision training (train.precision) and the library choice, made
+// by measurement (bench/gemm_backends.cpp, README "Benchmark"):
+//   - fp32: OpenBLAS cblas_sgemm (ops/common.h gemm<float>), unchanged.
+//   - bf16: both operands rounded to bfloat16 (round to nearest even), products accumulated in
+//     float32 by oneDNN's matmul primitive (brgemm, AVX512_BF16 instructions), result in float32.
+//     Everything else (master weights, optimizer state, norms, softmax, loss) stays float32, and
+//     double GEMMs (the analysis) are never affected.
+// The CPU is checked at run time: without AVX512_BF16 (where oneDNN 2.6 has no bf16 matmul at all)
+// the bf16 GEMM is emulated on the float32 GEMM with inputs rounded to bf16: the same numerics up to
+// the summation order, no speed-up, never an illegal instruction (bf16_unsupported_reason says so).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ops/common.h"
+
+namespace normlab::ops {
+
+enum class Precision { Fp32, Bf16 };
+
+const char* to_string(Precision p);
+std::optional<Precision> precision_from_string(std::string_view s);
+
+// Empty when bf16 GEMMs run natively here (oneDNN, AVX512_BF16); otherwise one sentence naming the
+// CPU's ISA and saying that they are emulated.
+std::string bf16_unsupported_reason();
+
+// float -> bfloat16 bits, round to nearest even; NaN stays NaN, +-Inf stays +-Inf.
+inline uint16_t round_to_bf16(float f) {
+  uint32_t u = __builtin_bit_cast(uint32_t, f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+inline float bf16_to_float(uint16_t h) { return __builtin_bit_cast(float, uint32_t(h) << 16); }
+
+// C (M x N, ldc) = alpha * op(A) op(B) + beta * C, row-major, as gemm<float> (ops/common.h) but
+// with A and B rounded to bf16 and float32 accumulation (oneDNN, or the emulation above). Single-threaded inside an OpenMP
+// parallel region (as normlab calls it), deterministic for a fixed machine and thread count.
+void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+               int ldb, float beta, float* C, int ldc);
+
+// The GEMM of the kernels in ops/: precision Bf16 sends float GEMMs to gemm_bf16, everything else
+// (Fp32, and every double GEMM) to gemm<S>.
+template <class S>
+inline void gemm_with(Precision p, Trans ta, Trans tb, int M, int N, int K, S alpha, const S* A, int lda,
+                      const S* B, int ldb, S beta, S* C, int ldc) {
+  if constexpr (sizeof(S) == sizeof(float)) {
+    if (p == Precision::Bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  gemm<S>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace normlab::ops
