@@ -273,6 +273,11 @@ void ModelConfig::validate() const {
   if (!v.empty()) throw Error(join_errors("invalid model config", v));
 }
 
+ModelConfig model_config_from_text(std::string_view text, const std::string& where) {
+  const nlohmann::json j = parse_json(text, where);
+  return naming_json_errors(where, [&] { return model_config_from_json(j, where); });
+}
+
 ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where) {
   ModelConfig cfg;
   JsonReader r(obj, where);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace normlab {
@@ -116,6 +117,9 @@ struct ModelConfig {
 
 // Reads [model] keys strictly (unknown keys and ill-typed values are errors, all reported at once).
 ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where);
+// The config as JSON text (a checkpoint's metadata "config"): parse_json's depth guard, then the above;
+// a library exception becomes an Error naming `where`.
+ModelConfig model_config_from_text(std::string_view text, const std::string& where);
 // Every key explicit: placement as a list, d_ff and vocab as numbers, init resolved.
 nlohmann::json model_config_to_json(const ModelConfig& cfg);
 
