@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # make_seeds.py: writes the committed seed corpus of every harness into fuzz/corpus/<name>/: a handful
 # of small valid inputs and nearly valid ones (one thing wrong each). Deterministic; run it after
-# changing a seed here (`python3 fuzz/make_seeds.py`). Regression inputs that a fuzzer found are
-# kept as files of their own (named regress-*) and are not touched by this script.
+# changing a seed here (`python3 fuzz/make_seeds.py`). The inputs a fuzzer found a defect with are
+# seeds too, named regress-<what> (the defect is said where each is written).
 import json, os, struct, sys
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
@@ -141,4 +141,13 @@ put("tokenizer_json", "template", json.dumps(dict(wp, post_processor={
 put("tokenizer_json", "huge-id", json.dumps(dict(wp, model=dict(wp["model"], vocab={"[UNK]": 0, "a": 2147483647}))))
 put("tokenizer_json", "unigram", '{"model": {"type": "Unigram", "vocab": []}}')
 put("tokenizer_json", "dup-merge-ids", json.dumps(dict(bpe, model=dict(bpe["model"], vocab={"a": 0, "b": 0}))))
+# --- regressions: the inputs of the defects the fuzzers found (README, "Tests")
+# a layer count of 2^31 - 1 walked layer by layer before its range was checked (a hang)
+put("checkpoint_config", "regress-n-layers-2e9", json.dumps(dict(cfg, n_layers=2147473648, seq_len=1e300)))
+# id 2^31 - 1 in a token stream: "largest id + 1" overflowed (UBSan: signed integer overflow)
+put("token_files", "regress-id-int32-max", safetensors([("input_ids", "I32", [20], i32(*([2**31 - 1] + list(range(19)))))]))
+# OSIS markup with ill-formed UTF-8 reached the decoder's assertion
+put("corpus", "regress-osis-bad-utf8", b"$$$Genesis 1:1\n<w>caf\xc3</w>\n\0<w>\xff</w>")
+# a tokenizer.json id of 2^31 - 2 made the vocabulary a table of 2^31 strings (64 GB)
+put("tokenizer_json", "regress-sparse-huge-id", json.dumps(dict(wp, model=dict(wp["model"], vocab={"[UNK]": 0, "a": 2147483646}))))
 print("seeds written under", root)

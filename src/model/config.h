@@ -46,6 +46,10 @@ inline constexpr int kMaskToken = 256;
 // no config (a file, a checkpoint's metadata, --set) can make normlab allocate beyond them.
 inline constexpr size_t kMaxParams = size_t(1) << 30;
 inline constexpr double kMaxSequenceActivationBytes = 64e9;
+// The most layers a stack may have (model.n_layers, model.dec_layers).
+inline constexpr int kMaxLayers = 4096;
+// The largest vocabulary (model.vocab, model.src_vocab): every token id normlab accepts is below it.
+inline constexpr int kMaxVocab = 1 << 24;
 
 struct ModelConfig {
   Arch arch = Arch::Gpt;             // gpt: causal next-token loss; encoder: BERT masked tokens;
