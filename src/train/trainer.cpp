@@ -391,6 +391,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       }
       model.backward(1.0 / tc.grad_accum);
       loss += l / tc.grad_accum;
+      if (options.on_micro_batch) options.on_micro_batch(step, micro);
     }
     const double gnorm = bad_loss ? std::numeric_limits<double>::quiet_NaN() : grad_norm(model.grads());
     if (bad_loss || !std::isfinite(gnorm)) {
