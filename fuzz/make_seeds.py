@@ -150,4 +150,8 @@ put("token_files", "regress-id-int32-max", safetensors([("input_ids", "I32", [20
 put("corpus", "regress-osis-bad-utf8", b"$$$Genesis 1:1\n<w>caf\xc3</w>\n\0<w>\xff</w>")
 # a tokenizer.json id of 2^31 - 2 made the vocabulary a table of 2^31 strings (64 GB)
 put("tokenizer_json", "regress-sparse-huge-id", json.dumps(dict(wp, model=dict(wp["model"], vocab={"[UNK]": 0, "a": 2147483646}))))
+# a --set key with line breaks broke the parsing back of the model errors' joined message
+# (std::out_of_range from substr, a message naming nothing)
+put("run_config", "regress-key-with-newlines", "[model]\nd_s = 2\n\0train.lr=3e-4\0model.\n\n\nplacement=orpus=x.txt")
+put("run_config", "regress-not-a-table", "model = 5\ntrain = [1]\n")
 print("seeds written under", root)

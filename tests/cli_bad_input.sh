@@ -218,5 +218,10 @@ expect_error "outside [0, 2147483646]" -- tokenize --tokenizer bigtok.json --tex
 printf '{"model":{"type":"WordPiece","vocab":{"[UNK]":0,"a":2147483646}},"pre_tokenizer":{"type":"BertPreTokenizer"}}' > sparsetok.json
 check '[[ "$(ulimit -v 4000000; "$NL" tokenize --tokenizer sparsetok.json --text "a a" 2>&1)" == *2147483646* ]]' \
   "a tokenizer with sparse ids up to 2^31 - 2 tokenizes in little memory"
+# a --set key with line breaks: its "unknown key" line was parsed back out of a joined message
+expect_error "unknown key 'a" -- init --set $'model.a\n\nb=1' --out nl2.safetensors
+# a section that is not a table read as an empty one: every default, silently
+printf 'model = 5\n' > nottable.toml
+expect_error "[model]: expected a table of keys, not a number" -- init --config nottable.toml --out nt.safetensors
 
 finish cli_bad_input

@@ -283,6 +283,14 @@ ModelConfig model_config_from_text(std::string_view text, const std::string& whe
 }
 
 ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where) {
+  std::vector<std::string> errors;
+  ModelConfig cfg = model_config_from_json(obj, where, errors);
+  if (!errors.empty()) throw Error(join_errors("invalid model config", errors));
+  return cfg;
+}
+
+ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where,
+                                   std::vector<std::string>& errors) {
   ModelConfig cfg;
   JsonReader r(obj, where);
   read_enum(r, "arch", kArchNames, cfg.arch);
@@ -341,9 +349,8 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("init_std", cfg.init_std);
   r.get("dropout", cfg.dropout);
   r.get("seed", cfg.seed);
-  auto errors = r.finish();
+  for (auto& e : r.finish()) errors.push_back(e);
   for (auto& e : cfg.violations()) errors.push_back(e);
-  if (!errors.empty()) throw Error(join_errors("invalid model config", errors));
   return cfg;
 }
 

@@ -121,6 +121,10 @@ struct ModelConfig {
 
 // Reads [model] keys strictly (unknown keys and ill-typed values are errors, all reported at once).
 ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where);
+// The same, appending one line per problem to `errors` instead of throwing them (a run config
+// reports them with its own; nothing is ever parsed back out of a message).
+ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where,
+                                   std::vector<std::string>& errors);
 // The config as JSON text (a checkpoint's metadata "config"): parse_json's depth guard, then the above;
 // a library exception becomes an Error naming `where`.
 ModelConfig model_config_from_text(std::string_view text, const std::string& where);
