@@ -209,7 +209,7 @@ std::vector<std::string> ModelConfig::violations() const {
     if (head != Head::Tied) v.push_back("model.head must be \"tied\" for arch = \"encdec\"");
   }
   // Everything below walks the layers (and sums them in int): only for layer counts in range, so a
-  // config with n_layers = 2^31 - 1 is refused by the line above instead of looping 2^31 times.
+  // config with n_layers = 2^31 - 1 gets the range error above instead of a loop of 2^31 layers.
   const auto in_range = [](long n) { return n >= 1 && n <= kMaxLayers; };
   if (!in_range(n_layers) || (dec_layers && !in_range(*dec_layers))) return v;
   const int layers = (dec_layers && !encdec()) ? n_layers : total_layers();
