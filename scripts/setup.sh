@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh: installs what normlab needs from Debian's packages (idempotent: nothing is fetched when
 # everything is already there) and builds it in ./build. With --tests it also installs the test
-# oracles (Debian's python3-torch), Debian's chromium (the report is tested in a headless browser)
+# oracles (Debian's python3-torch), Debian's chromium (the report is tested in a headless browser),
+# clang with libclang-rt-14-dev (libFuzzer's runtime is there: libclang_rt.fuzzer-x86_64.a)
 # and makes build/pyenv, a venv that sees Debian's torch and numpy
 # and has the official safetensors, transformers and tokenizers packages from PyPI (the oracles of
 # the Hugging Face import/export and of the tokenizers) and sacrebleu (the oracle of `normlab bleu`).
@@ -19,7 +20,8 @@ packages=(g++ cmake ninja-build pkg-config libopenblas-openmp-dev libdnnl-dev li
           libopenmpi-dev openmpi-bin  # mpirun -np P normlab train|compare (src/dist/)
           libsword-utils sword-text-kjv sword-text-web sword-text-sparv)  # the Bible corpus
 if (( want_tests )); then
-  packages+=(python3-torch python3-numpy python3-venv chromium fonts-dejavu-core)
+  packages+=(python3-torch python3-numpy python3-venv chromium fonts-dejavu-core
+             clang libclang-rt-14-dev)  # the fuzz harnesses: clang 14 and its libFuzzer/ASan/UBSan runtimes
 fi
 
 missing=()

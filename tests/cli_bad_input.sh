@@ -201,4 +201,29 @@ expect_error "badstudy/results.json" -- report badstudy
 unchanged badstudy/results.json "$before"
 [[ ! -e badstudy/report.html && ! -e badstudy/summary.txt ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: report wrote files before failing"; }
 
+# found by the fuzzers (fuzz/, tests/fuzz_smoke.sh; each input also in fuzz/corpus/*/regress-*)
+# a layer count of 2^31 - 1 was walked layer by layer (a hang) before its range was checked
+expect_error "model.n_layers = 2147473648 must be in [1, 4096]" -- init --set model.n_layers=2147473648 --out nl.safetensors
+printf '{"arch":"gpt","n_layers":2147473648,"placement":["pre"]}' > nlcfg.json
+with_config nlcfg.safetensors @nlcfg.json
+expect_error "must be in [1, 4096]" -- analyze jacobian --checkpoint nlcfg.safetensors
+# a token stream holding id 2^31 - 1 overflowed "largest id + 1" (signed overflow: UB)
+perl -e '
+  my $h = q({"input_ids":{"dtype":"I32","shape":[40],"data_offsets":[0,160]}});
+  $h .= " " x ((8 - length($h) % 8) % 8);
+  open(my $f, ">:raw", "bigid.safetensors") or die;
+  print $f pack("Q<", length($h)), $h, pack("l<40", 2147483647, 1 .. 39);'
+expect_error "id 2147483647 at position 0 is beyond the largest vocabulary" -- train -q "${small[@]}" --set data.tokens=bigid.safetensors --set train.out_dir=rbig
+# a tokenizer.json whose ids reach 2^31 - 1 (a table of that many entries was allocated: 64 GB)
+printf '{"model":{"type":"WordPiece","vocab":{"[UNK]":0,"a":2147483647}},"pre_tokenizer":{"type":"BertPreTokenizer"}}' > bigtok.json
+expect_error "outside [0, 2147483646]" -- tokenize --tokenizer bigtok.json --text a
+printf '{"model":{"type":"WordPiece","vocab":{"[UNK]":0,"a":2147483646}},"pre_tokenizer":{"type":"BertPreTokenizer"}}' > sparsetok.json
+check '[[ "$(ulimit -v 4000000; "$NL" tokenize --tokenizer sparsetok.json --text "a a" 2>&1)" == *2147483646* ]]' \
+  "a tokenizer with sparse ids up to 2^31 - 2 tokenizes in little memory"
+# a --set key with line breaks: its "unknown key" line was parsed back out of a joined message
+expect_error "unknown key 'a" -- init --set $'model.a\n\nb=1' --out nl2.safetensors
+# a section that is not a table read as an empty one: every default, silently
+printf 'model = 5\n' > nottable.toml
+expect_error "[model]: expected a table of keys, not a number" -- init --config nottable.toml --out nt.safetensors
+
 finish cli_bad_input

@@ -4,9 +4,10 @@
 // parameters and AdamW moments to a run never stopped, for a GPT with dropout, grad_accum 2 and
 // per-layer logs with the model update, an encoder (masking draws), a token file of rows and an
 // encoder-decoder on a parallel corpus; stops at the first step, just before, at and just after a
-// checkpoint. A crash mid-accumulation leaves exactly what a crash after the previous step does
-// (no partial accumulation is ever saved), so it is that case here; tests/cli_resume.sh kills real
-// processes at random moments. Also: raising train.steps, the config check naming the difference,
+// checkpoint; and in the middle of a gradient accumulation (between micro-batches, with grad_accum 2
+// and 3): the stop flag set there lets the step finish, a crash there leaves the previous step's
+// state (no partial accumulation is saved); tests/cli_resume.sh kills real processes at random
+// moments. Also: raising train.steps, the config check naming the difference,
 // bad resume directories, and the removal of a killed run's temporary files.
 #include <gtest/gtest.h>
 
@@ -188,6 +189,58 @@ TEST(Resume, EncoderRowsAndEncDecBitIdentical) {
   check_kind(Kind::Encoder, "encoder", {{5, false}, {6, true}});
   check_kind(Kind::Rows, "rows", {{3, false}, {7, true}});
   check_kind(Kind::EncDec, "encdec", {{4, false}, {6, true}});
+}
+
+// Stops (the stop flag, as Ctrl-C sets it) or crashes a run right after micro-batch `micro` of step
+// k, then resumes it. The flag is seen only between steps, so step k finishes and is the last one
+// done and checkpointed; a crash leaves the step-4 checkpoint and metrics up to step k - 1.
+void stop_mid_accumulation_and_resume(const RunConfig& cfg, long k, int micro, bool crash) {
+  std::atomic<bool> stop{false};
+  TrainOptions first = quiet_run();
+  first.stop = &stop;
+  int micro_batches_after = 0;  // of step k, after the stop
+  first.on_micro_batch = [&](long step, int m) {
+    if (step == k && m == micro && crash) throw Crash();
+    if (step == k && m == micro) stop = true;
+    else if (stop) micro_batches_after++;
+  };
+  if (crash) {
+    EXPECT_THROW(train(cfg, first), Crash);
+    EXPECT_EQ(newest_checkpoint(cfg.train.out_dir).value_or(""),
+              (fs::path(cfg.train.out_dir) / "checkpoints" / "step-000000004.safetensors").string());
+  } else {
+    const TrainResult r = train(cfg, first);
+    EXPECT_TRUE(r.interrupted);
+    EXPECT_EQ(r.steps_done, k) << "the step in progress finishes";
+    EXPECT_EQ(micro_batches_after, cfg.train.grad_accum - 1 - micro) << "its other micro-batches run, and no more";
+    EXPECT_EQ(newest_checkpoint(cfg.train.out_dir).value_or(""),
+              (fs::path(cfg.train.out_dir) / "checkpoints" / fmt::format("step-{:09}.safetensors", k)).string());
+  }
+  const TrainResult r = train(cfg, quiet_run(true));
+  EXPECT_FALSE(r.interrupted);
+  EXPECT_EQ(r.steps_done, cfg.train.steps);
+}
+
+TEST(Resume, StopsAndCrashesMidAccumulationBitIdentical) {
+  const fs::path dir = resume_temp_dir("accum");
+  for (int accum : {2, 3}) {
+    RunConfig whole = tiny_run(dir / fmt::format("whole{}", accum), Kind::Gpt, dir);
+    whole.train.grad_accum = accum;
+    train(whole, quiet_run());
+    const Outcome reference = outcome_of(whole.train.out_dir, whole);
+    // step 6: between checkpoints; 7: just before the checkpoint of step 8; micro 0 and, with 3
+    // micro-batches, 1: after the first and after a middle one
+    for (int micro = 0; micro < accum - 1; micro++)
+      for (auto [k, crash] : std::vector<std::pair<long, bool>>{{6, false}, {7, false}, {6, true}}) {
+        RunConfig cfg = whole;
+        cfg.train.out_dir = (dir / fmt::format("a{}_k{}_m{}{}", accum, k, micro, crash ? "crash" : "")).string();
+        stop_mid_accumulation_and_resume(cfg, k, micro, crash);
+        expect_same(reference, outcome_of(cfg.train.out_dir, cfg),
+                    fmt::format("grad_accum {} stopped after micro-batch {} of step {} ({})", accum, micro, k,
+                                crash ? "crash" : "stop flag"));
+      }
+  }
+  fs::remove_all(dir);
 }
 
 TEST(Resume, RaisingStepsContinuesAFinishedRun) {

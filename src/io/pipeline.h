@@ -26,7 +26,12 @@ struct AddedToken {
   bool rstrip = false;       // also takes the white space on its right
 };
 
-// token <-> id of a model. Ids are unique and non-negative; they need not be contiguous.
+// The largest token id a tokenizer may give (vocab_size() = 1 + the largest id must fit an int32).
+inline constexpr int64_t kMaxTokenId = INT32_MAX - 1;
+
+// token <-> id of a model. Ids are unique and in [0, kMaxTokenId]; they need not be contiguous, and
+// memory follows the number of tokens, not the largest id (a file of two tokens, one with id 2^31 - 2,
+// is a small table).
 class Vocab {
  public:
   // Error "<where>: ..." on a negative or repeated id. A repeated token keeps its last id (as the
@@ -34,7 +39,7 @@ class Vocab {
   void add(std::string token, int64_t id, const std::string& where);
   std::optional<int32_t> find(std::string_view token) const;
   const std::string* token(int32_t id) const;  // null if no token has this id
-  int32_t max_id() const { return int32_t(tokens_.size()) - 1; }
+  int32_t max_id() const { return max_id_; }  // -1 when empty
   size_t size() const { return ids_.size(); }
 
  private:
@@ -43,8 +48,8 @@ class Vocab {
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> ids_;
-  std::vector<std::string> tokens_;  // by id
-  std::vector<bool> has_;            // by id
+  std::unordered_map<int32_t, std::string> tokens_;  // by id
+  int32_t max_id_ = -1;
 };
 
 // A model: one pre-tokenized word -> ids.

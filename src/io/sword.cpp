@@ -374,6 +374,7 @@ std::vector<Verse> read_module(const std::string& name) {
 }
 
 OsisText read_osis(std::string_view osis, const std::string& where) {
+  unicode::check_utf8(osis, where);  // the text rules below decode code points
   // What stands between the text written so far and the next text run, when nothing else does.
   enum class Gap { none, word_elements, removed_note };
   std::string out;

@@ -18,18 +18,15 @@ namespace normlab {
 namespace fs = std::filesystem;
 
 void Vocab::add(std::string token, int64_t id, const std::string& where) {
-  if (id < 0 || id > INT32_MAX)
-    throw Error(
-        fmt::format("{}: token \"{}\" has id {}, outside [0, {}]", where, token, id, INT32_MAX));
-  const size_t slot = size_t(id);
-  if (slot < has_.size() && has_[slot])
-    throw Error(fmt::format("{}: id {} is given to both \"{}\" and \"{}\"", where, id,
-                            tokens_[slot], token));
-  if (const auto old = ids_.find(token); old != ids_.end()) has_[size_t(old->second)] = false;
-  if (slot >= tokens_.size()) tokens_.resize(slot + 1), has_.resize(slot + 1, false);
-  tokens_[slot] = token;
-  has_[slot] = true;
-  ids_[std::move(token)] = int32_t(id);
+  if (id < 0 || id > kMaxTokenId)
+    throw Error(fmt::format("{}: token \"{}\" has id {}, outside [0, {}]", where, token, id, kMaxTokenId));
+  const int32_t key = int32_t(id);
+  if (const auto taken = tokens_.find(key); taken != tokens_.end())
+    throw Error(fmt::format("{}: id {} is given to both \"{}\" and \"{}\"", where, id, taken->second, token));
+  if (const auto old = ids_.find(token); old != ids_.end()) tokens_.erase(old->second);
+  tokens_[key] = token;
+  max_id_ = std::max(max_id_, key);  // a replaced id keeps counting: as before, the table's length
+  ids_[std::move(token)] = key;
 }
 
 std::optional<int32_t> Vocab::find(std::string_view token) const {
@@ -39,8 +36,8 @@ std::optional<int32_t> Vocab::find(std::string_view token) const {
 }
 
 const std::string* Vocab::token(int32_t id) const {
-  if (id < 0 || size_t(id) >= has_.size() || !has_[size_t(id)]) return nullptr;
-  return &tokens_[size_t(id)];
+  const auto it = tokens_.find(id);
+  return it == tokens_.end() ? nullptr : &it->second;
 }
 
 Tokenizer::Tokenizer(TokenizerParts parts) : parts_(std::move(parts)) {

@@ -289,8 +289,8 @@ static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
     // The model's id wins over the listed one (the reference warns and does the same).
     const auto model_id = parts.model->vocab().find(t.content);
     const int64_t id = model_id ? *model_id : f.integer("id", -1);
-    if (id < 0 || id > INT32_MAX)
-      throw Error(fmt::format("{}: no valid 'id' for \"{}\"", f.where, t.content));
+    if (id < 0 || id > kMaxTokenId)
+      throw Error(fmt::format("{}: no valid 'id' for \"{}\" (ids are in [0, {}])", f.where, t.content, kMaxTokenId));
     t.id = int32_t(id);
     t.special = f.boolean("special", false);
     t.normalized = f.boolean("normalized", true);

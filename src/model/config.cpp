@@ -178,10 +178,10 @@ std::vector<std::string> ModelConfig::violations() const {
   };
   positive("d_model", d_model, 65536);
   positive("n_heads", n_heads, 4096);
-  positive("n_layers", n_layers, 4096);
+  positive("n_layers", n_layers, kMaxLayers);
   positive("seq_len", seq_len, 1 << 20);
   if (d_ff) positive("d_ff", *d_ff, 1 << 20);
-  if (vocab) positive("vocab", *vocab, 1 << 24);
+  if (vocab) positive("vocab", *vocab, kMaxVocab);
   if (n_heads >= 1 && d_model >= 1 && d_model % n_heads != 0)
     v.push_back(fmt::format("model.d_model = {} is not divisible by model.n_heads = {}", d_model,
                             n_heads));
@@ -195,12 +195,12 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back(fmt::format("model.dropout = {} must be in [0, 1)", dropout));
   if (dec_layers) {
     if (!encdec()) v.push_back("model.dec_layers is for arch = \"encdec\" only");
-    else positive("dec_layers", *dec_layers, 4096);
+    else positive("dec_layers", *dec_layers, kMaxLayers);
   }
   if (src_vocab) {
     if (!encdec() || shared_embeddings)
       v.push_back("model.src_vocab needs arch = \"encdec\" and shared_embeddings = false");
-    else positive("src_vocab", *src_vocab, 1 << 24);
+    else positive("src_vocab", *src_vocab, kMaxVocab);
   }
   if (!shared_embeddings && !encdec()) v.push_back("model.shared_embeddings = false is for arch = \"encdec\" only");
   if (encdec()) {
@@ -208,6 +208,10 @@ std::vector<std::string> ModelConfig::violations() const {
     if (embed_norm) v.push_back("model.embed_norm is not supported for arch = \"encdec\"");
     if (head != Head::Tied) v.push_back("model.head must be \"tied\" for arch = \"encdec\"");
   }
+  // Everything below walks the layers (and sums them in int): only for layer counts in range, so a
+  // config with n_layers = 2^31 - 1 gets the range error above instead of a loop of 2^31 layers.
+  const auto in_range = [](long n) { return n >= 1 && n <= kMaxLayers; };
+  if (!in_range(n_layers) || (dec_layers && !in_range(*dec_layers))) return v;
   const int layers = (dec_layers && !encdec()) ? n_layers : total_layers();
   if (placement.empty())
     v.push_back("model.placement is an empty list");
@@ -273,7 +277,20 @@ void ModelConfig::validate() const {
   if (!v.empty()) throw Error(join_errors("invalid model config", v));
 }
 
+ModelConfig model_config_from_text(std::string_view text, const std::string& where) {
+  const nlohmann::json j = parse_json(text, where);
+  return naming_json_errors(where, [&] { return model_config_from_json(j, where); });
+}
+
 ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where) {
+  std::vector<std::string> errors;
+  ModelConfig cfg = model_config_from_json(obj, where, errors);
+  if (!errors.empty()) throw Error(join_errors("invalid model config", errors));
+  return cfg;
+}
+
+ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where,
+                                   std::vector<std::string>& errors) {
   ModelConfig cfg;
   JsonReader r(obj, where);
   read_enum(r, "arch", kArchNames, cfg.arch);
@@ -332,9 +349,8 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("init_std", cfg.init_std);
   r.get("dropout", cfg.dropout);
   r.get("seed", cfg.seed);
-  auto errors = r.finish();
+  for (auto& e : r.finish()) errors.push_back(e);
   for (auto& e : cfg.violations()) errors.push_back(e);
-  if (!errors.empty()) throw Error(join_errors("invalid model config", errors));
   return cfg;
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace normlab {
@@ -45,6 +46,10 @@ inline constexpr int kMaskToken = 256;
 // no config (a file, a checkpoint's metadata, --set) can make normlab allocate beyond them.
 inline constexpr size_t kMaxParams = size_t(1) << 30;
 inline constexpr double kMaxSequenceActivationBytes = 64e9;
+// The most layers a stack may have (model.n_layers, model.dec_layers).
+inline constexpr int kMaxLayers = 4096;
+// The largest vocabulary (model.vocab, model.src_vocab): every token id normlab accepts is below it.
+inline constexpr int kMaxVocab = 1 << 24;
 
 struct ModelConfig {
   Arch arch = Arch::Gpt;             // gpt: causal next-token loss; encoder: BERT masked tokens;
@@ -116,6 +121,13 @@ struct ModelConfig {
 
 // Reads [model] keys strictly (unknown keys and ill-typed values are errors, all reported at once).
 ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where);
+// The same, appending one line per problem to `errors` instead of throwing them (a run config
+// reports them with its own; nothing is ever parsed back out of a message).
+ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where,
+                                   std::vector<std::string>& errors);
+// The config as JSON text (a checkpoint's metadata "config"): parse_json's depth guard, then the above;
+// a library exception becomes an Error naming `where`.
+ModelConfig model_config_from_text(std::string_view text, const std::string& where);
 // Every key explicit: placement as a list, d_ff and vocab as numbers, init resolved.
 nlohmann::json model_config_to_json(const ModelConfig& cfg);
 

@@ -45,8 +45,7 @@ static ModelConfig config_of(const st::File& f) {
     throw Error(fmt::format("{}: no model config in the metadata (key \"config\"); not a normlab "
                             "checkpoint?",
                             f.path));
-  const nlohmann::json j = parse_json(it->second, f.path + ": metadata \"config\"");
-  return naming_json_errors(f.path + " config", [&] { return model_config_from_json(j, f.path + " config"); });
+  return model_config_from_text(it->second, f.path + ": metadata \"config\"");
 }
 
 // A normlab run directory (what `normlab train` writes) stands for the checkpoint inside it.

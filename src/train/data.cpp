@@ -112,6 +112,9 @@ Corpus load_token_stream(const std::string& path, double val_fraction, int T) {
   int32_t top = 0;
   for (size_t i = 0; i < ids.size(); i++) {
     if (ids[i] < 0) throw Error(fmt::format("token stream '{}': id {} at position {} is negative", path, ids[i], i));
+    if (ids[i] >= kMaxVocab)
+      throw Error(fmt::format("token stream '{}': id {} at position {} is beyond the largest vocabulary normlab "
+                              "builds ({} ids)", path, ids[i], i, kMaxVocab));
     top = std::max(top, ids[i]);
   }
   c.vocab = top + 1;
@@ -178,18 +181,19 @@ void check_model_fits_corpus(const ModelConfig& cfg, const Corpus& corpus) {
   if (cfg.arch == Arch::Encoder) corpus.masking();  // Error without a [MASK]
 }
 
+// Counts by sorting a copy: memory in proportion to the ids, not to the largest id (a file of a few
+// ids as large as 2^24 must not make normlab allocate a table of 2^24 counts).
 double unigram_entropy(const std::vector<int32_t>& ids) {
-  std::vector<double> count;
-  for (int32_t id : ids) {
-    if (size_t(id) >= count.size()) count.resize(size_t(id) + 1, 0.0);
-    count[size_t(id)] += 1;
-  }
+  std::vector<int32_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
   double h = 0;
-  for (double c : count)
-    if (c > 0) {
-      const double p = c / double(ids.size());
-      h -= p * std::log(p);
-    }
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j < sorted.size() && sorted[j] == sorted[i]) j++;
+    const double p = double(j - i) / double(sorted.size());
+    h -= p * std::log(p);
+    i = j;
+  }
   return h;
 }
 

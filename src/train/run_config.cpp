@@ -106,13 +106,9 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
   if (doc.contains("model")) {
     cfg.model_given = true;
     try {
-      cfg.model = model_config_from_json(doc["model"], where + " [model]");
-    } catch (const Error& e) {
-      std::string msg = e.what();  // "invalid model config:\n  - a\n  - b"
-      std::istringstream lines(msg);
-      std::string line;
-      std::getline(lines, line);
-      while (std::getline(lines, line)) errors.push_back(line.substr(line.find("- ") + 2));
+      cfg.model = model_config_from_json(doc["model"], where + " [model]", errors);
+    } catch (const Error& e) {  // a value the model reader refuses outright
+      errors.push_back(e.what());
     }
   }
   static const nlohmann::json empty = nlohmann::json::object();

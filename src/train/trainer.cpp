@@ -466,6 +466,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       }
       if (weight > 0) model.backward(weight / tc.grad_accum);
       loss += l / tc.grad_accum;
+      if (options.on_micro_batch) options.on_micro_batch(step, micro);
     }
     if (!bad_loss) comm.sum_in_rank_order(model.grads().data(), model.grads().size());
     const double gnorm = bad_loss ? std::numeric_limits<double>::quiet_NaN() : grad_norm(model.grads());

@@ -32,8 +32,12 @@ struct TrainOptions {
   bool resume = false;
   bool quiet = false;      // no progress lines
   std::function<void(const StepInfo&)> on_step;  // called after every step when set
+  // Called after every micro-batch's backward pass (micro in [0, grad_accum)) when set: tests stop or
+  // crash a run there, in the middle of a gradient accumulation (tests/test_resume.cpp).
+  std::function<void(long step, int micro)> on_micro_batch;
   // When set and true, the loop stops before its next step: the metrics, a checkpoint of the last
   // completed step and a summary marked "interrupted" are written (Ctrl-C in `normlab compare`).
+  // Set during a step (between its micro-batches too), it lets that step finish first.
   const std::atomic<bool>* stop = nullptr;
   // The ranks that train this run together (data parallelism, `mpirun -np P normlab train`): each
   // takes a contiguous shard of the rows of every global batch (the batch one process would draw),

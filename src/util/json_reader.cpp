@@ -11,7 +11,12 @@
 namespace normlab {
 
 JsonReader::JsonReader(const nlohmann::json& obj, std::string where)
-    : obj_(obj), where_(std::move(where)) {}
+    : obj_(obj), where_(std::move(where)) {
+  // `model = 5` would otherwise read as a table with no keys: every default, silently
+  if (!obj_.is_object())
+    errors_.push_back(fmt::format("{}: expected a table of keys, not a {} ({})", where_, obj_.type_name(),
+                                  dump_json(obj_).substr(0, 60)));
+}
 
 bool JsonReader::has(const char* key) {
   if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);

@@ -18,7 +18,8 @@ namespace normlab {
 
 class JsonReader {
  public:
-  // `where` names the source in messages, e.g. "config.toml [model]".
+  // `where` names the source in messages, e.g. "config.toml [model]". obj must be an object (a
+  // table): anything else is an error line of finish().
   JsonReader(const nlohmann::json& obj, std::string where);
 
   void get(const char* key, int& out);
