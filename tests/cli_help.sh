@@ -70,7 +70,8 @@ small=(--set model.d_model=16 --set model.n_heads=2 --set model.n_layers=1 --set
 expect_error "'run' is a run directory; its config is run/config.json" -- train --config run
 expect_error "'run' is a run directory" -- grads --checkpoint run --tokens run --out g.safetensors
 "$NL" train -q --config run/config.json --set train.steps=1 --set train.out_dir=run2 >/dev/null
-check "[[ \$? -eq 0 && -s run2/checkpoint.safetensors ]]" "a run's config.json is not accepted as --config"
+rc=$?
+check "[[ $rc -eq 0 && -s run2/checkpoint.safetensors ]]" "a run's config.json is not accepted as --config"
 echo "hello world, this is text" > x.txt
 expect_error "x.txt is not a safetensors file: it begins with the text" -- grads --checkpoint x.txt --tokens x.txt --out g.safetensors
 expect_error "x.txt is not a safetensors file" -- sample --checkpoint x.txt --prompt hi
@@ -92,7 +93,8 @@ check "grep -q 'interrupted after step' slow.txt" "Ctrl-C in train: no message"
 steps=$(tail -1 slow/metrics.jsonl | sed 's/.*"steps":\([0-9]*\).*/\1/')
 check "[[ \$steps -ge 1 && \$steps -lt 1000000 ]]" "Ctrl-C in train: summary steps '$steps'"
 "$NL" sample --checkpoint slow --prompt "In the" --max-new 4 >/dev/null 2>&1
-check "[[ \$? -eq 0 ]]" "the interrupted run's checkpoint does not load"
+rc=$?
+check "[[ $rc -eq 0 ]]" "the interrupted run's checkpoint does not load"
 
 # the kernel path (ops/isa.h): --version reports it, NORMLAB_ISA forces it, a bad value is one error
 expect_help "kernels: avx" -- --version

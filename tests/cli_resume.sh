@@ -45,7 +45,8 @@ run=(--set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set m
      --set train.log_model_update=true --set train.steps=400 --set train.log_every=1)
 
 "$NL" train "${run[@]}" --set train.out_dir=whole -q > whole.txt 2>&1
-check "[[ \$? -eq 0 ]]" "the uninterrupted run failed: $(tail -2 whole.txt)"
+rc=$?
+check "[[ $rc -eq 0 ]]" "the uninterrupted run failed: $(tail -2 whole.txt)"
 reference=$(fingerprint whole)
 
 # --- Ctrl-C, then --resume ----------------------------------------------------------------------
@@ -60,7 +61,8 @@ wait $pid
 rc=$?
 check "[[ $rc -eq 130 ]]" "Ctrl-C: exit $rc, wanted 130"
 "$NL" train --resume int -q > int2.txt 2>&1
-check "[[ \$? -eq 0 ]]" "resume after Ctrl-C failed: $(tail -2 int2.txt)"
+rc=$?
+check "[[ $rc -eq 0 ]]" "resume after Ctrl-C failed: $(tail -2 int2.txt)"
 check "[[ \"\$(fingerprint int)\" == \"\$reference\" ]]" "Ctrl-C then --resume differs from the uninterrupted run"
 check "[[ \$(jq -c 'select(.type == \"train\") | .step' int/metrics.jsonl | tr '\n' ' ') == \"\$(seq -s ' ' 400) \" ]]" \
   "Ctrl-C then --resume: train steps are not 1..400 once each"
@@ -106,7 +108,8 @@ check "[[ \"\$(md5sum int/metrics.jsonl int/checkpoint.safetensors int/config.js
   "a refused resume changed the run"
 # raising train.steps trains on; the summary covers the whole run
 "$NL" train --resume int --set train.steps=410 -q > more.txt 2>&1
-check "[[ \$? -eq 0 && \$(jq -c 'select(.type == \"summary\") | .steps' int/metrics.jsonl) == 410 ]]" \
+rc=$?
+check "[[ $rc -eq 0 && \$(jq -c 'select(.type == \"summary\") | .steps' int/metrics.jsonl) == 410 ]]" \
   "--resume --set train.steps=410: $(tail -2 more.txt)"
 
 # --- compare --resume ----------------------------------------------------------------------------
@@ -139,7 +142,8 @@ results() {
           s: (.summary | {steps, train_loss, val_loss, diverged})}]' "$1/results.json" | md5sum
 }
 "$NL" compare --config study.toml --set train.lr=3e-3 --out sw > sw.txt 2>&1
-check "[[ \$? -eq 0 ]]" "the uninterrupted study failed: $(tail -3 sw.txt)"
+rc=$?
+check "[[ $rc -eq 0 ]]" "the uninterrupted study failed: $(tail -3 sw.txt)"
 "$NL" compare --config study.toml --set train.lr=3e-3 --out si > si.txt 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do  # stop during the second run
@@ -157,7 +161,8 @@ expect_error "base.train.steps: study.json 600, now 500" -- compare --resume si 
 expect_error "--set: " -- compare --resume si --set train.lr=1e-3
 expect_error "no study.json" -- compare --resume notrun
 "$NL" compare --resume si > si2.txt 2>&1
-check "[[ \$? -eq 0 ]]" "compare --resume failed: $(tail -3 si2.txt)"
+rc=$?
+check "[[ $rc -eq 0 ]]" "compare --resume failed: $(tail -3 si2.txt)"
 check "grep -q 'kept: finished before --resume' si2.txt" "compare --resume did not keep the finished run"
 check "[[ \"\$(results si)\" == \"\$(results sw)\" ]]" "compare interrupted and resumed differs from uninterrupted"
 table() { grep -E '^placement=' "$1/summary.txt" | awk '{$7 = ""; print}'; }  # tokens/s left out
@@ -177,7 +182,8 @@ expect = "a < b"
 EOF
 before=$(results si)
 "$NL" compare --resume si --config repro.toml --set train.lr=3e-3 > si3.txt 2>&1
-check "[[ \$? -eq 0 ]]" "compare --resume with a new [[reproduce]] failed: $(tail -3 si3.txt)"
+rc=$?
+check "[[ $rc -eq 0 ]]" "compare --resume with a new [[reproduce]] failed: $(tail -3 si3.txt)"
 check "[[ \$(grep -c 'kept: finished before --resume' si3.txt) -eq 3 ]]" "a new [[reproduce]] reran runs"
 check "[[ \"\$(results si)\" == \"\$before\" ]]" "a new [[reproduce]] changed the runs' results"
 check "grep -q 'Pre-LN ends lower than Post-LN (test): ' si/summary.txt && jq -e '.reproductions | length == 1' si/results.json > /dev/null && jq -e '.reproduce | length == 1' si/study.json > /dev/null" \

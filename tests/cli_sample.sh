@@ -13,7 +13,8 @@ small=(--set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set
   { echo "FAIL: train"; exit 1; }
 
 greedy=$("$NL" sample --checkpoint bytes --prompt "And God said" --max-new 40 2>/dev/null)
-check "[[ \$? -eq 0 && \"\$greedy\" == 'And God said'* ]]" "byte sample does not start with the prompt: '$greedy'"
+rc=$?
+check "[[ $rc -eq 0 && \"\$greedy\" == 'And God said'* ]]" "byte sample does not start with the prompt: '$greedy'"
 check "[[ \"\$('$NL' sample --checkpoint bytes/checkpoint.safetensors --prompt 'And God said' --max-new 40 --temperature 1 --top-k 1 --seed 5 2>/dev/null)\" == \"\$greedy\" ]]" \
   "top-k 1 differs from greedy"
 a=$("$NL" sample --checkpoint bytes --prompt "And" --max-new 30 --temperature 1 --seed 3 --ids 2>/dev/null)
@@ -32,14 +33,16 @@ for i in $(seq 40); do echo "In the beginning God created the heaven and the ear
   --set model.vocab=50257 --set data.tokenizer=gpt2 --set data.corpus=corpus.txt --set train.steps=20 \
   --set train.lr=1e-2 --set train.batch_size=4 --set train.out_dir=tok >/dev/null || { echo "FAIL: train tok"; exit 1; }
 out=$("$NL" sample --checkpoint tok --prompt "In the beginning" --max-new 8 2>err.txt)
-check "[[ \$? -eq 0 && \"\$out\" == 'In the beginning'* ]]" "token sample does not start with the prompt: '$out'"
+rc=$?
+check "[[ $rc -eq 0 && \"\$out\" == 'In the beginning'* ]]" "token sample does not start with the prompt: '$out'"
 check "grep -q 'GPT-2' err.txt && grep -q '3 prompt tokens' err.txt" "the run's tokenizer was not used: $(cat err.txt)"
 ids=$("$NL" sample --checkpoint tok --prompt "In the beginning" --max-new 8 --ids 2>/dev/null)
 check "[[ \$(echo \$ids | wc -w) -eq 8 ]]" "token sample: $(echo $ids | wc -w) ids, wanted 8"
 cp tok/checkpoint.safetensors alone.safetensors  # no run next to it: the tokenizer must be given
 expect_error "give --tokenizer" -- sample --checkpoint alone.safetensors --prompt "In the"
 "$NL" sample --checkpoint alone.safetensors --tokenizer gpt2 --prompt "In the" --max-new 3 >/dev/null 2>&1
-check "[[ \$? -eq 0 ]]" "--tokenizer gpt2 on a bare checkpoint failed"
+rc=$?
+check "[[ $rc -eq 0 ]]" "--tokenizer gpt2 on a bare checkpoint failed"
 
 # bad input
 expect_error "--prompt is empty" -- sample --checkpoint bytes --prompt ""
