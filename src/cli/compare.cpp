@@ -28,11 +28,27 @@ std::string timestamp() {
   return stamp;
 }
 
+// What a study document says without changing any run: its [[reproduce]] tables and its title and
+// description. On --resume these may differ from study.json; the given ones are used.
+void erase_presentation(nlohmann::json& doc) {
+  doc.erase("reproduce");
+  if (doc.contains("study") && doc["study"].is_object()) {
+    doc["study"].erase("title");
+    doc["study"].erase("description");
+  }
+}
+void copy_presentation(const nlohmann::json& from, nlohmann::json& to) {
+  erase_presentation(to);
+  if (from.contains("reproduce")) to["reproduce"] = from["reproduce"];
+  for (const char* key : {"title", "description"})
+    if (from.contains("study") && from["study"].is_object() && from["study"].contains(key)) to["study"][key] = from["study"][key];
+}
+
 // "key: study.json <old>, now <new>" for every difference between two study documents that changes
-// a run ([[reproduce]] is analysis only: it may change, and the report is then rewritten with it).
+// a run (not its presentation: erase_presentation).
 std::vector<std::string> study_differences(nlohmann::json saved, nlohmann::json given) {
-  saved.erase("reproduce");
-  given.erase("reproduce");
+  erase_presentation(saved);
+  erase_presentation(given);
   std::vector<std::string> diffs;
   for (const auto& op : nlohmann::json::diff(saved, given)) {
     const nlohmann::json::json_pointer at(op["path"].get<std::string>());
@@ -83,10 +99,7 @@ int resume_compare(const CompareCommand& cmd) {
     throw Error(fmt::format("--resume '{}': the study differs from the one it holds: {}", cmd.resume,
                             fmt::join(diffs, "; ")));
   nlohmann::json document = saved;
-  if (doc_given) {  // its reproductions replace the saved ones
-    document.erase("reproduce");
-    if (given.contains("reproduce")) document["reproduce"] = given["reproduce"];
-  }
+  if (doc_given) copy_presentation(given, document);  // its reproductions, title and description
   const study::Study s =
       study::study_from_json(document, saved_sets, fmt::format("'{}'", (dir / "study.json").string()));
   study::CompareOptions options;

@@ -3,7 +3,7 @@
 //
 //   [[reproduce]]
 //   claim  = "a well-trained Post-LN ends better than Pre-LN, each at its own best learning rate"
-//   source = "seeds/001, seeds/004; Liu et al. 2020"
+//   source = "source 001, source 004; Liu et al. 2020"
 //   paper  = "IWSLT14 De-En 6L-6L BLEU: Post-LN 35.64, Pre-LN 35.50"   # the source's own numbers
 //   a      = "model.placement=post"        # the runs of side a: section.key=value ..., all must match
 //   b      = "model.placement=pre"

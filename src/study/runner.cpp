@@ -434,7 +434,7 @@ int run_study(const Study& study, const CompareOptions& options) {
     if (ec || !fs::is_directory(out / "runs"))
       throw Error(fmt::format("--out '{}': cannot create the output directory ({})", options.out_dir,
                               ec ? ec.message() : "a file is in the way"));
-    // on --resume the document differs from study.json at most in its reproductions (analysis only)
+    // on --resume the document differs from study.json at most in what changes no run (cli/compare.cpp)
     write_atomically(out / "study.json", study.document.dump(2) + "\n");
     if (!options.resume) write_atomically(out / "overrides.json", nlohmann::json{{"set", options.sets}}.dump(1) + "\n");
   }
