@@ -15,14 +15,6 @@
 
 namespace normlab::ops {
 
-const char* to_string(Precision p) { return p == Precision::Bf16 ? "bf16" : "fp32"; }
-
-std::optional<Precision> precision_from_string(std::string_view s) {
-  if (s == "fp32") return Precision::Fp32;
-  if (s == "bf16") return Precision::Bf16;
-  return std::nullopt;
-}
-
 namespace {
 
 dnnl::engine& bf16_engine() {

@@ -17,13 +17,9 @@
 #include <string_view>
 
 #include "ops/common.h"
+#include "ops/precision.h"
 
 namespace normlab::ops {
-
-enum class Precision { Fp32, Bf16 };
-
-const char* to_string(Precision p);
-std::optional<Precision> precision_from_string(std::string_view s);
 
 // Empty when bf16 GEMMs run natively here (oneDNN, AVX512_BF16); otherwise one sentence naming the
 // CPU's ISA and saying that they are emulated.

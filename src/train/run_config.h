@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "ops/gemm_backend.h"
+#include "ops/precision.h"
 #include "train/optimizer.h"
 
 namespace normlab {
@@ -23,7 +23,7 @@ struct TrainConfig {
   int warmup_steps = 30;
   double min_lr = 1e-4;        // cosine floor
   // GEMM inputs: fp32, or bf16 (rounded to bfloat16, float32 accumulation; master weights,
-  // optimizer state, norms, softmax and loss stay float32): ops/gemm_backend.h
+  // optimizer state, norms, softmax and loss stay float32): ops/precision.h, ops/gemm_backend.h
   ops::Precision precision = ops::Precision::Fp32;
   AdamWConfig adamw;           // beta1 0.9, beta2 0.95 (GPT-3/nanoGPT), eps 1e-8, weight decay 0.1
   double grad_clip = 1.0;      // global norm; 0 turns clipping off
