@@ -3,7 +3,11 @@
 # KEEP is set), passive OpenMP waiting (tests may run beside other processes), the pass/fail counters
 # and three helpers:
 #   check CONDITION MESSAGE      eval CONDITION; count a pass, or print MESSAGE as a failure
-#   expect_error NEEDLE -- ARGS  normlab ARGS must exit 1 with "normlab: error:" and NEEDLE on stderr
+#   expect_error NEEDLE -- ARGS  normlab ARGS must exit 1, stderr starting "normlab: error:" and
+#                                holding NEEDLE (a config's problems are listed one per line below it)
+#   fingerprint RUN_DIR          md5 of what a bit-identical run must repeat: the train, val and layers
+#                                records without timings, then the newest checkpoint's tensor bytes
+#                                (parameters and AdamW moments; the header holds the out_dir)
 #   finish NAME                  print "NAME: N passed, M failed" and return non-zero on a failure
 NL=$(realpath "$1")
 export OMP_WAIT_POLICY=PASSIVE
@@ -22,12 +26,18 @@ expect_error() {
   local err rc
   err=$(timeout 120 "$NL" "$@" 2>&1 >/dev/null)
   rc=$?
-  if [[ $rc -eq 1 && "$err" == *"$needle"* && "$err" == *"normlab: error:"* ]]; then
+  if [[ $rc -eq 1 && "$err" == *"$needle"* && "$err" == "normlab: error:"* ]]; then
     pass=$((pass + 1))
   else
     fail=$((fail + 1))
     echo "FAIL: normlab $* -> exit $rc, wanted 1 with '$needle'; stderr: $err"
   fi
+}
+fingerprint() {
+  jq -c 'select(.type == "train" or .type == "val" or .type == "layers") | del(.elapsed_s, .tokens_per_s)' "$1/metrics.jsonl" | md5sum
+  local h
+  h=$(od -An -t u8 -N8 "$1/checkpoint.safetensors" | tr -d ' ')
+  tail -c +$((9 + h)) "$1/checkpoint.safetensors" | md5sum
 }
 finish() {
   echo "$1: $pass passed, $fail failed"

@@ -31,13 +31,6 @@ max_rel() {
     END { if (bad || NR == 0) print "mismatch"; else printf "%.3g\n", m }'
 }
 within() { [[ "$1" != mismatch ]] && awk -v x="$1" -v t="$TOL" 'BEGIN { exit !(x <= t) }'; }
-# what must be bit-identical: the records without timings, then the checkpoint's tensor bytes
-fingerprint() {
-  jq -c 'select(.type == "train" or .type == "val") | del(.elapsed_s, .tokens_per_s)' "$1/metrics.jsonl" | md5sum
-  local h
-  h=$(od -An -t u8 -N8 "$1/checkpoint.safetensors" | tr -d ' ')
-  tail -c +$((9 + h)) "$1/checkpoint.safetensors" | md5sum
-}
 
 # --- decoder-only: P = 2 against one process, and against itself ---------------------------------
 gpt=(--set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set model.seq_len=32

@@ -8,37 +8,8 @@
 # exit 1, and changes nothing. Threads are fixed: bit-identity holds at one thread count.
 # Usage: cli_resume.sh path/to/normlab
 set -uo pipefail
-NL=$(realpath "$1")
-export OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-cd "$W"
-pass=0
-fail=0
-check() {  # check CONDITION MESSAGE
-  if eval "$1"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2"; fi
-}
-expect_error() {  # expect_error NEEDLE -- ARGS...: exit 1, one "normlab: error:" line holding NEEDLE
-  local needle=$1
-  shift 2
-  local err rc
-  err=$(timeout 120 "$NL" "$@" 2>&1 >/dev/null)
-  rc=$?
-  if [[ $rc -eq 1 && "$err" == *"$needle"* && "$err" == "normlab: error:"* && $(printf '%s\n' "$err" | wc -l) -eq 1 ]]; then
-    pass=$((pass + 1))
-  else
-    fail=$((fail + 1))
-    echo "FAIL: normlab $* -> exit $rc, wanted 1 with '$needle'; stderr: $err"
-  fi
-}
-# what must be bit-identical: train/val/layers records without timings, then the tensor bytes of the
-# newest checkpoint (parameters and both AdamW moments; the header holds the out_dir, so it is skipped)
-fingerprint() {
-  jq -c 'select(.type == "train" or .type == "val" or .type == "layers") | del(.elapsed_s, .tokens_per_s)' "$1/metrics.jsonl" | md5sum
-  local h
-  h=$(od -An -t u8 -N8 "$1/checkpoint.safetensors" | tr -d ' ')
-  tail -c +$((9 + h)) "$1/checkpoint.safetensors" | md5sum
-}
+source "$(dirname "$0")/cli_lib.sh"
+export OMP_NUM_THREADS=1
 run=(--set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set model.seq_len=32
      --set model.dropout=0.1 --set train.batch_size=4 --set train.grad_accum=2 --set train.eval_every=50
      --set train.eval_batches=2 --set train.checkpoint_every=5 --set train.log_every_layers=25
@@ -192,5 +163,4 @@ sed 's/^expect = "a < b"/expect = "a <= b"/' repro.toml > badrepro.toml
 expect_error 'must be "a < b" or "a > b"' -- compare --resume si --config badrepro.toml --set train.lr=3e-3
 check "jq -e '.reproductions | length == 1' si/results.json > /dev/null" "a refused resume changed results.json"
 
-echo "cli_resume: $pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+finish cli_resume
