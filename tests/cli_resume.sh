@@ -163,4 +163,26 @@ sed 's/^expect = "a < b"/expect = "a <= b"/' repro.toml > badrepro.toml
 expect_error 'must be "a < b" or "a > b"' -- compare --resume si --config badrepro.toml --set train.lr=3e-3
 check "jq -e '.reproductions | length == 1' si/results.json > /dev/null" "a refused resume changed results.json"
 
+# a study whose grid adds runs extends the one in DIR (a sweep whose optimum sat at an edge gains a
+# value): the runs there are kept and only the new one runs; one that drops or renames a run is refused
+printf '\n[[grid]]\nmodel.placement = ["deepnorm"]\n' | cat repro.toml - > extended.toml
+"$NL" compare --resume si --config extended.toml --set train.lr=3e-3 > si4.txt 2>&1
+rc=$?
+check "[[ $rc -eq 0 ]]" "compare --resume with an extended grid failed: $(tail -3 si4.txt)"
+check "grep -q '4 runs, 1 of them new' si4.txt && [[ \$(grep -c 'kept: finished before --resume' si4.txt) -eq 3 ]]" \
+  "an extended grid did not keep the 3 runs and run 1: $(head -3 si4.txt)"
+names=$(jq -c '[.runs[] | [.name, .status]]' si/results.json)
+check "[[ '$names' == '[[\"01-placement=post\",\"finished\"],[\"02-placement=pre\",\"finished\"],[\"03-placement=sandwich\",\"finished\"],[\"04-placement=deepnorm\",\"finished\"]]' ]]" \
+  "extended study's runs: $names"
+kept=$(jq -c '[.runs[:3][] | {name, train: .train.loss, val: .val.loss}]' si/results.json | md5sum)
+uninterrupted=$(jq -c '[.runs[] | {name, train: .train.loss, val: .val.loss}]' sw/results.json | md5sum)
+check "[[ '$kept' == '$uninterrupted' ]]" "extending the study changed the runs it kept"
+check "jq -e '.grid | length == 2' si/study.json > /dev/null" "study.json does not hold the extended grid"
+sed 's/^model.placement = \["post", "pre", "sandwich"\]/model.placement = ["post", "pre"]/' extended.toml > dropped.toml
+expect_error "run '03-placement=sandwich' of study.json is not in the study given" -- compare --resume si --config dropped.toml --set train.lr=3e-3
+printf '\n[[grid]]\nmodel.placement = ["pre"]\ntrain.warmup_steps = [7]\n' | cat extended.toml - > renamed.toml
+expect_error "of study.json is not in the study given" -- compare --resume si --config renamed.toml --set train.lr=3e-3
+check "jq -e '.runs | length == 4' si/results.json > /dev/null && jq -e '.grid | length == 2' si/study.json > /dev/null" \
+  "a refused extension changed results.json or study.json"
+
 finish cli_resume

@@ -7,12 +7,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <fstream>
+#include <map>
 
 #include "cli/interrupt.h"
+#include "dist/dist.h"
 #include "study/summary.h"
 #include "study/pretrained.h"
 #include "study/runner.h"
 #include "study/study.h"
+#include "train/run_config.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/json_reader.h"
@@ -45,10 +48,14 @@ void copy_presentation(const nlohmann::json& from, nlohmann::json& to) {
 }
 
 // "key: study.json <old>, now <new>" for every difference between two study documents that changes
-// a run (not its presentation: erase_presentation).
-std::vector<std::string> study_differences(nlohmann::json saved, nlohmann::json given) {
+// a run (not its presentation: erase_presentation); without their grids when `grids` is false.
+std::vector<std::string> study_differences(nlohmann::json saved, nlohmann::json given, bool grids = true) {
   erase_presentation(saved);
   erase_presentation(given);
+  if (!grids) {
+    saved.erase("grid");
+    given.erase("grid");
+  }
   std::vector<std::string> diffs;
   for (const auto& op : nlohmann::json::diff(saved, given)) {
     const nlohmann::json::json_pointer at(op["path"].get<std::string>());
@@ -58,6 +65,24 @@ std::vector<std::string> study_differences(nlohmann::json saved, nlohmann::json 
                                 given.contains(at) ? given[at].dump() : "absent"));
   }
   return diffs;
+}
+
+// A study that extends the saved one: its grid gained runs (a value, a [[grid]] table) and every run
+// the saved study holds is still in it under the same name with the same config, so that nothing
+// that ran runs again. Returns what breaks that, one line per run; empty when it extends.
+std::vector<std::string> extension_breaks(const study::Study& saved, const study::Study& given) {
+  std::map<std::string, const study::StudyRun*> by_name;
+  for (const auto& r : given.runs) by_name[r.name] = &r;
+  std::vector<std::string> breaks;
+  for (const auto& r : saved.runs) {
+    const auto it = by_name.find(r.name);
+    if (it == by_name.end())
+      breaks.push_back(fmt::format("run '{}' of study.json is not in the study given (a grid value removed or "
+                                   "a key that now varies renames the runs)", r.name));
+    else if (run_config_to_json(it->second->config) != run_config_to_json(r.config))
+      breaks.push_back(fmt::format("run '{}' has another config in the study given", r.name));
+  }
+  return breaks;
 }
 
 // compare --resume DIR: the study of DIR (study.json with the overrides of overrides.json), or the
@@ -85,12 +110,21 @@ int resume_compare(const CompareCommand& cmd) {
   // a study given as well (--study, --config, --set) must be the one DIR holds
   const bool doc_given = !cmd.config.empty() || cmd.compare->count("--study") > 0;
   if (!cmd.config.empty() && cmd.compare->count("--study")) throw Error("give either --study or --config, not both");
+  const std::string where = fmt::format("'{}'", (dir / "study.json").string());
   std::vector<std::string> diffs;
   nlohmann::json given;
+  bool extends = false;  // the given study adds runs to the saved one (extension_breaks)
   if (doc_given) {
     given = (cmd.config.empty() ? study::builtin_study(cmd.study, cmd.sets) : study::read_study_file(cmd.config, cmd.sets))
                 .document;
-    diffs = study_differences(saved, given);
+    diffs = study_differences(saved, given, /*grids=*/false);
+    if (diffs.empty() && cmd.sets == saved_sets && study_differences(saved, given).size() > 0) {
+      diffs = extension_breaks(study::study_from_json(saved, saved_sets, where),
+                               study::study_from_json(given, cmd.sets, "the study given"));
+      extends = diffs.empty();
+    } else if (diffs.empty()) {
+      diffs = study_differences(saved, given);
+    }
   }
   if ((doc_given || !cmd.sets.empty()) && cmd.sets != saved_sets)
     diffs.push_back(fmt::format("--set: study.json's run [{}], now [{}]", fmt::join(saved_sets, " "),
@@ -99,9 +133,12 @@ int resume_compare(const CompareCommand& cmd) {
     throw Error(fmt::format("--resume '{}': the study differs from the one it holds: {}", cmd.resume,
                             fmt::join(diffs, "; ")));
   nlohmann::json document = saved;
-  if (doc_given) copy_presentation(given, document);  // its reproductions, title and description
-  const study::Study s =
-      study::study_from_json(document, saved_sets, fmt::format("'{}'", (dir / "study.json").string()));
+  if (extends) document = given;                      // the runs of study.json and new ones
+  else if (doc_given) copy_presentation(given, document);  // its reproductions, title and description
+  const study::Study s = study::study_from_json(document, saved_sets, where);
+  if (extends && dist::world().root())
+    fmt::print("normlab compare: the study given extends the one in '{}': {} runs, {} of them new\n",
+               cmd.resume, s.runs.size(), s.runs.size() - study::study_from_json(saved, saved_sets, where).runs.size());
   study::CompareOptions options;
   options.out_dir = cmd.resume;
   options.resume = true;
@@ -122,7 +159,8 @@ void add_compare_command(CLI::App& app, CompareCommand& cmd) {
   cmd.compare->add_option("--out,-o", cmd.out, "output directory (default runs/compare-<study>-<date>-<time>)");
   cmd.compare->add_flag("--force", cmd.force, "replace a study already in --out");
   cmd.compare->add_option("--resume", cmd.resume,
-                          "finish the stopped study in DIR: finished runs kept, the interrupted one resumed, the rest run");
+                          "finish the stopped study in DIR: finished runs kept, the interrupted one resumed, the rest run "
+                          "(with --study/--config: the same study, or one whose grid adds runs)");
   cmd.compare->add_flag("--list", cmd.list, "list the built-in studies and exit");
   cmd.report = app.add_subcommand("report", "redo DIR's summary and report.html from DIR/results.json");
   cmd.report->add_option("dir", cmd.report_dir, "a study directory from normlab compare")->required();
