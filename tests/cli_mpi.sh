@@ -131,6 +131,25 @@ mpi 2 compare --resume st4 > st4.txt 2>&1; rc=$?
 check "[[ $rc -eq 0 ]] && grep -q 'kept: finished before --resume' st4.txt" "compare --resume over 2 ranks: $(tail -3 st4.txt)"
 check "[[ \"\$(results st4)\" == \"\$(results st1)\" ]]" "compare --resume over 2 ranks: results differ from the serial study"
 
+# --- Ctrl-C to mpirun: Open MPI ends the ranks (SIGTERM, then SIGKILL), so the run stops where it is;
+# its newest checkpoint is complete and `mpirun -np 2 train --resume` ends bit-identical to a P = 2
+# run never stopped
+long=(--set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set model.seq_len=32
+      --set train.batch_size=4 --set train.steps=1500 --set train.checkpoint_every=5 --set train.eval_every=500 -q)
+mpi 2 train "${long[@]}" --set train.out_dir=whole2 > whole2.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "mpirun -np 2 train (1,500 steps): $(tail -3 whole2.txt)"
+"$MPIRUN" --oversubscribe -np 2 "$NL" train "${long[@]}" --set train.out_dir=ctrlc > ctrlc.txt 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do [[ -e ctrlc/checkpoints ]] && break; sleep 0.05; done
+sleep 1
+kill -INT $pid
+wait $pid
+for _ in $(seq 1 200); do pgrep -f "out_dir=ctrlc" > /dev/null || break; sleep 0.05; done  # the ranks are gone
+mpi 2 train --resume ctrlc -q > ctrlc2.txt 2>&1; rc=$?
+check "[[ $rc -eq 0 ]]" "mpirun -np 2 train --resume after Ctrl-C: $(tail -3 ctrlc2.txt)"
+check "[[ \"\$(fingerprint ctrlc)\" == \"\$(fingerprint whole2)\" ]]" "Ctrl-C to mpirun, then --resume, differs from the run never stopped"
+check "[[ -z \"\$(find ctrlc -name '*.tmp*')\" ]]" "temporary files left after Ctrl-C and resume: $(find ctrlc -name '*.tmp*')"
+
 # --- bad input ---------------------------------------------------------------------------------------
 before=$(md5sum gpt2a/metrics.jsonl gpt2a/checkpoint.safetensors)
 expect_error "trained on 2 MPI ranks" -- train --resume gpt2a --set train.steps=30
@@ -146,5 +165,12 @@ check "[[ $rc -ne 0 && \"\$err\" == *'train.batch_size must be at least the numb
   "a batch of 1 over 2 ranks: $err"
 err=$(mpi 2 init --out x.safetensors 2>&1 >/dev/null); rc=$?
 check "[[ $rc -ne 0 && \"\$err\" == *'normlab init runs in one process'* && ! -e x.safetensors ]]" "init under mpirun: $err"
+# a parse error, an unknown command and --version are the same on every rank: printed once
+err=$(mpi 2 train --no-such-option 2>&1 >/dev/null); rc=$?
+check "[[ $rc -ne 0 && \$(grep -c 'normlab: error:' <<< \"\$err\") -eq 1 ]]" "a parse error under mpirun: not one message: $err"
+err=$(mpi 2 trian 2>&1 >/dev/null); rc=$?
+check "[[ $rc -ne 0 && \$(grep -c 'normlab: error:' <<< \"\$err\") -eq 1 ]]" "an unknown command under mpirun: not one message: $err"
+out=$(mpi 2 --version 2>&1); rc=$?
+check "[[ $rc -eq 0 && \$(grep -c '^normlab ' <<< \"\$out\") -eq 1 ]]" "--version under mpirun: not printed once: $out"
 
 finish cli_mpi

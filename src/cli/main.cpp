@@ -247,13 +247,16 @@ static int run_command(int argc, char** argv) {
   cli::HelpCommand help;
   cli::add_help_command(app, help);
 
+  // Every rank of an MPI job parses the same arguments: a parse error, --help or --version is the
+  // same on all of them, and only rank 0 prints it.
   if (const auto unknown = cli::unknown_command(app, argc, argv)) {
-    std::cerr << "normlab: error: " << *unknown << "\n";
+    if (dist::world().root()) std::cerr << "normlab: error: " << *unknown << "\n";
     return 1;
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (!dist::world().root()) return e.get_exit_code() == 0 ? 0 : 1;
     return cli::parse_error_exit(app, e, argc, argv);
   }
 
