@@ -341,7 +341,7 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
   for (const auto& c : claims) by[c.source + " | " + c.quantity] = by[c.source] = &c;
   for (const char* s : {"000 Lemma 2.1", "000 Thm 2.2", "000 Remark 1.2", "000 Thm 3.2", "000 Thm 3.6",
                         "000 Thm 4.6", "000 Thm 6.3", "000 Thm 6.4", "002 spectral bounds", "002 rank collapse",
-                        "003/004 stream growth", "004 branch ratio", "004 DeepNet constant", "004 dNorm/dz",
+                        "003/004 stream growth", "004 branch ratio", "004 effective depth", "004 DeepNet constant", "004 dNorm/dz",
                         "003 Post-LN input growth", "003 kappa^L gradient decay", "Xiong et al. 2020", "Liu et al. 2020"})
     ASSERT_TRUE(by.count(s)) << s;
   for (const auto& c : claims) {  // the verdict is the rule applied to the interval of the seeds' values

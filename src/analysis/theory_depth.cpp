@@ -1,8 +1,8 @@
 // theory_depth.cpp: the claims about how a byte-LM stack behaves with depth, on one seed's models:
 // source 002's rank collapse and "||A||_2 rises toward sqrt(n) with depth in Post-LN", source 003's
 // additive growth of Pre-LN, exponential growth of Post-LN's LayerNorm inputs and kappa^L gradient
-// decay, and source 004's sqrt(l) growth, 1/sqrt(l) branch ratio and larger lower-layer gradients in
-// Pre-LN. Source 004's statements assume a branch comparable to the stream, so they are measured at
+// decay, and source 004's sqrt(l) growth, 1/sqrt(l) branch ratio, larger lower-layer gradients and
+// effective depth (a layer reading nearly its predecessor's input) in Pre-LN. Source 004's statements assume a branch comparable to the stream, so they are measured at
 // Xavier init, not under GPT-2's depth-scaled init (which shrinks every branch by 1/sqrt(2L)).
 #include <algorithm>
 #include <cmath>
@@ -32,6 +32,46 @@ double ln_input_norm(const Model<double>& m, int slot, int T) {
   double sum = 0;
   for (int t = 0; t < T; t++) sum += row_norm(r + size_t(t) * C, C) / T;
   return sum;
+}
+
+// Source 004's effective depth: in Pre-LN, sub-layer s+1 applied to x_{s+1} nearly equals it
+// applied to x_s, ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / ||F_{s+1}(N(x_{s+1}))||, over one
+// sequence. Exact, not linearized: with sub-layer s's branch switched off (its output projection
+// zeroed) a Pre-LN stack hands x_s on unchanged, so sub-layer s+1 reads x_s. One value per s.
+std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_t>& ids) {
+  const ModelConfig& c = m.config();
+  const int T = int(ids.size());
+  const size_t n = size_t(T) * size_t(c.d_model);
+  std::vector<int32_t> labels(ids.size(), -100);
+  auto branch_of = [&](int slot) {  // F_slot(N(input of slot)) = x_{slot+1} - x_slot after a forward
+    std::vector<double> f(n);
+    for (size_t i = 0; i < n; i++) f[i] = m.stream(slot + 1)[i] - m.stream(slot)[i];
+    return f;
+  };
+  m.forward(ids.data(), labels.data(), 1, T);
+  std::vector<std::vector<double>> branch;  // F_s(N(x_s)), s = 0 .. n_slots - 1
+  for (int s = 0; s < c.n_slots(); s++) branch.push_back(branch_of(s));
+  std::vector<double> shift;
+  for (int s = 0; s + 1 < c.n_slots(); s++) {
+    std::vector<std::pair<double*, std::vector<double>>> saved;
+    for (const char* name : {".proj.weight", ".proj.bias"}) {
+      const ParamSpec* p = m.table().find(slot_prefix(c, s) + name);
+      if (!p) throw Error("theory: the parameter " + slot_prefix(c, s) + name + " is missing");
+      double* w = m.params().data() + p->offset;
+      saved.emplace_back(w, std::vector<double>(w, w + p->numel));
+      std::fill(w, w + p->numel, 0.0);
+    }
+    m.forward(ids.data(), labels.data(), 1, T);
+    const std::vector<double> moved = branch_of(s + 1);  // F_{s+1}(N(x_s))
+    for (auto& [w, v] : saved) std::copy(v.begin(), v.end(), w);
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+      diff += (branch[size_t(s) + 1][i] - moved[i]) * (branch[size_t(s) + 1][i] - moved[i]);
+      ref += branch[size_t(s) + 1][i] * branch[size_t(s) + 1][i];
+    }
+    shift.push_back(std::sqrt(diff / std::max(ref, 1e-300)));
+  }
+  return shift;
 }
 
 }  // namespace
@@ -128,7 +168,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   pre_cfg.init = post_cfg.init = InitScheme::Xavier;
   const std::string xavier = fmt::format("{} layers, {}, {}", L, lm, weights(b, "Xavier init"));
   attempt(b, out, {"003/004 stream growth", "003 additive, not multiplicative", "004 branch ratio",
-                   "004 lower layers larger gradients"}, [&] {
+                   "004 lower layers larger gradients", "004 effective depth"}, [&] {
     need_depth();
     auto pre = b.models->make(pre_cfg, true);
     const DynamicsReport dp = analyze_dynamics(*pre, b.corpus, 2, 4, o.seq_len, 5);
@@ -169,6 +209,25 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                    fmt::format("gradient norm {:.3g} at layer 0, {:.3g} at layer {}", dp.layers.front().grad_norm,
                                dp.layers.back().grad_norm, L - 1),
                    {{"ratio", lower}}});
+    const std::vector<double> shift = next_branch_shift(*pre, b.ids);
+    std::vector<double> log_s, log_shift;
+    for (size_t s = 0; s < shift.size(); s++)
+      log_s.push_back(std::log(double(s + 1))), log_shift.push_back(std::log(std::max(1e-300, shift[s])));
+    const double decay = depth_slope(log_s, log_shift);
+    out.push_back({"004 effective depth",
+                   "in Pre-LN a deep layer sees nearly its predecessor's input, F_{s+1}(N(x_{s+1})) ~ F_{s+1}(N(x_s)), "
+                   "and more so the deeper it is: the stack acts wider rather than deeper",
+                   "Pre-LN, " + xavier + ", one sequence, every sub-layer pair (attention, MLP alternate)",
+                   "exponent of ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / ||F_{s+1}(N(x_{s+1}))|| ~ (s+1)^e",
+                   Region::below(0), decay,
+                   fmt::format("relative change {:.3f} at sub-layer 1, {:.3f} at sub-layer {} (median {:.3f})", shift.front(),
+                               shift.back(), shift.size(), [&] {
+                                 std::vector<double> v = shift;
+                                 std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+                                 return v[v.size() / 2];
+                               }()),
+                   {{"exponent", decay}, {"relative_change", shift}}});
+    out.back().reported = "source 004: an argument (for large t, x_t and x_{t+1} differ little), no measurement";
   });
   attempt(b, out, {"003 Post-LN input growth", "003 kappa^L gradient decay", "002 ||A|| rises with depth"}, [&] {
     need_depth();
