@@ -58,7 +58,7 @@ std::unique_ptr<Model<double>> block_model(const BlockCase& c, int T, int d = 12
   auto m = std::make_unique<Model<double>>(cfg);
   Rng rng(uint64_t(11 + int(c.placement) * 13 + int(c.norm) * 5 + int(c.arch)));
   for (double& p : m->params()) p += 0.2 * rng.normal();
-  std::vector<int32_t> ids(size_t(T)), labels(ids.size(), ops::kIgnoreLabel);
+  std::vector<int32_t> ids(static_cast<size_t>(T)), labels(ids.size(), ops::kIgnoreLabel);
   for (size_t t = 0; t < ids.size(); t++) ids[t] = int32_t((t * 37 + 11) % 256);
   std::vector<uint8_t> mask(ids.size(), 1);
   if (c.padded && T > 2) mask[size_t(T) - 1] = mask[size_t(T) - 2] = 0;
