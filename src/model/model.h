@@ -236,6 +236,7 @@ class Model {
   std::vector<uint8_t> key_mask_, src_mask_;
   bool has_key_mask_ = false, has_src_mask_ = false;
   mutable std::vector<S> jvp_scratch_;  // forward-mode scratch, grown on demand (analysis only)
+  mutable std::vector<S> block_jac_scratch_;  // block_jacobian's, kept across calls (no page faults)
   int64_t label_count_ = 0;
   bool training_ = false;
   ops::Precision prec_ = ops::Precision::Fp32;

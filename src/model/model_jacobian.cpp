@@ -65,62 +65,65 @@ void Model<S>::block_jacobian(S* J, int layer) const {
   const S scale = S(1.0 / std::sqrt(double(HS)));
   const bool causal = cfg_.causal();
 
+  // scratch carved from one buffer kept across calls (fresh hundreds of MB per call would cost a
+  // page fault per 4 KiB)
+  const size_t KTC = size_t(C) * TC;  // C tangents over the sequence
+  const size_t nR = size_t(T) * C3 * C, ns = size_t(T) * NH * T * C;
+  if (block_jac_scratch_.size() < 8 * KTC + nR + ns) block_jac_scratch_.resize(8 * KTC + nR + ns);
+  S* unit = block_jac_scratch_.data();  // (C, T, C)
+  S* th = unit + KTC;                   // (C, T, C)
+  S* tx = th + KTC;                     // (2C, T, C); first f's tangents
+  S* g = tx + 2 * KTC;                  // (2C, T, C)
+  S* post = g + 2 * KTC;                // (2C, T, C)
+  S* R = post + 2 * KTC;                // (T, 3C, C)
+  S* s = R + nR;                        // (T, NH, T, C)
+
   // unit (C, T, C): tangent k is e_k at every token (every token-local Jacobian at once)
-  std::vector<S> unit(size_t(C) * TC, S(0));
+  std::fill(unit, unit + KTC, S(0));
   for (int k = 0; k < C; k++)
     for (int t = 0; t < T; t++) unit[(size_t(k) * T + t) * C + k] = S(1);
 
-  // R (T, 3C, C): R[t] = W1 Lin_t, the rows RQ_t | RK_t | RV_t
-  std::vector<S> R(size_t(T) * C3 * C);
-  {
-    std::vector<S> th, thid(size_t(C) * T * C3);
-    const S* h = unit.data();
-    if (sites.in) {
-      th.resize(unit.size());
-      norm_jvp(th.data(), unit.data(), a.x_in, p.ln_in, a.in_mean, a.in_rstd, C, T);
-      h = th.data();
-    }
-    matmul_jvp(thid.data(), h, p.w1, C, T, C, C3);  // thid[k][t][r] = R[t][r][k]
+  // R (T, 3C, C): R[t] = W1 Lin_t, the rows RQ_t | RK_t | RV_t; th[k][t][:] = Lin_t e_k
+  if (sites.in) {
+    norm_jvp(th, unit, a.x_in, p.ln_in, a.in_mean, a.in_rstd, C, T);
     for (int t = 0; t < T; t++)
-      for (int r = 0; r < C3; r++)
-        for (int k = 0; k < C; k++) R[(size_t(t) * C3 + r) * C + k] = thid[(size_t(k) * T + t) * C3 + r];
+      gemm<S>(Trans::No, Trans::Yes, C3, C, C, S(1), p.w1, C, th + size_t(t) * C, int(TC), S(0), R + size_t(t) * C3 * C,
+              C);
+  } else {
+    for (int t = 0; t < T; t++) std::copy(p.w1, p.w1 + size_t(C3) * C, R + size_t(t) * C3 * C);
   }
 
   // post (2C, T, C): tangent k < C is e_k on mix (Post_i[:, k] at token i), tangent C + k is e_k on
   // the shortcut (Skip_i[:, k])
-  std::vector<S> post(2 * size_t(C) * TC);
   {
-    std::vector<S> tf(size_t(C) * TC), tg, tx(post.size(), S(0)), g(post.size(), S(0)), tr(post.size());
-    matmul_jvp(tf.data(), unit.data(), p.w2, C, T, C, C);  // f = W_o mix
-    const S* gb = tf.data();
-    if (sites.branch) {
-      tg.resize(tf.size());
-      norm_jvp(tg.data(), tf.data(), a.f, p.ln_branch, a.br_mean, a.br_rstd, C, T);
-      gb = tg.data();
-    }
-    std::copy(gb, gb + tf.size(), g.begin());
-    std::copy(unit.begin(), unit.end(), tx.begin() + long(tf.size()));
-    // r = omega * x + lambda * g;  x' = ln_out(r)
-    gated_residual_jvp(tr.data(), tx.data(), g.data(), p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(layer)),
-                       long(2 * C) * T, C);
-    S* xo = tr.data();
+    S* tf = tx;  // f = W_o mix
+    matmul_jvp(tf, unit, p.w2, C, T, C, C);
+    if (sites.branch)
+      norm_jvp(g, tf, a.f, p.ln_branch, a.br_mean, a.br_rstd, C, T);
+    else
+      std::copy(tf, tf + KTC, g);
+    std::fill(g + KTC, g + 2 * KTC, S(0));
+    std::fill(tx, tx + KTC, S(0));
+    std::copy(unit, unit + KTC, tx + KTC);
+    // r = omega * x + lambda * g (into post);  x' = ln_out(r)
+    gated_residual_jvp(post, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(layer)), long(2 * C) * T, C);
+    S* xo = post;
     if (sites.out) {
-      norm_jvp(tx.data(), tr.data(), a.r, p.ln_out, a.out_mean, a.out_rstd, 2 * C, T);
-      xo = tx.data();
+      norm_jvp(tx, post, a.r, p.ln_out, a.out_mean, a.out_rstd, 2 * C, T);
+      xo = tx;
     }
     // the MLP sub-layer is token-local: the tangent path applies it (folded into C x C per token)
     if (slots_[size_t(mi)].present)
-      jvp_sublayers_impl(post.data(), xo, nullptr, 2 * C, mi, mi + 1);
-    else
-      std::copy(xo, xo + post.size(), post.begin());
+      jvp_sublayers_impl(post, xo, nullptr, 2 * C, mi, mi + 1);
+    else if (xo != post)
+      std::copy(xo, xo + 2 * KTC, post);
   }
 
   // s (T_j, NH, T_i, C): s[j][h][i] = RK_j^hT q_i^h / sqrt(HS)
-  std::vector<S> s(size_t(T) * NH * T * C);
   for (int j = 0; j < T; j++)
     for (int hh = 0; hh < NH; hh++)
-      gemm<S>(Trans::No, Trans::No, T, C, HS, scale, a.hid + hh * HS, C3,
-              R.data() + (size_t(j) * C3 + C + hh * HS) * C, C, S(0), s.data() + (size_t(j) * NH + hh) * T * C, C);
+      gemm<S>(Trans::No, Trans::No, T, C, HS, scale, a.hid + hh * HS, C3, R + (size_t(j) * C3 + C + hh * HS) * C, C,
+              S(0), s + (size_t(j) * NH + hh) * T * C, C);
 
   // one row of blocks per token i, the longest rows first
 #pragma omp parallel
@@ -137,14 +140,14 @@ void Model<S>::block_jacobian(S* J, int layer) const {
         for (int j = 0; j < nb; j++) {
           const S pij = P_i[j];
           const S* v_j = a.hid + size_t(j) * C3 + 2 * C;
-          const S* s_ij = s.data() + ((size_t(j) * NH + hh) * T + i) * C;
+          const S* s_ij = s + ((size_t(j) * NH + hh) * T + i) * C;
           for (int r = hh * HS; r < (hh + 1) * HS; r++) {
             S* z = Z.data() + size_t(r) * ld + size_t(j) * C;
             if (pij == S(0)) {
               std::fill(z, z + C, S(0));
               continue;
             }
-            const S* rv = R.data() + (size_t(j) * C3 + 2 * C + r) * C;
+            const S* rv = R + (size_t(j) * C3 + 2 * C + r) * C;
             const S u = v_j[r] - o_i[r];
             for (int k = 0; k < C; k++) z[k] = pij * (rv[k] + u * s_ij[k]);
           }
@@ -161,12 +164,12 @@ void Model<S>::block_jacobian(S* J, int layer) const {
             for (int e = 0; e < HS; e++) Qd[size_t(r) * HS + e] += w * k_m[e];
           }
         }
-        gemm<S>(Trans::No, Trans::No, HS, C, HS, S(1), Qd.data(), HS, R.data() + (size_t(i) * C3 + hh * HS) * C, C,
+        gemm<S>(Trans::No, Trans::No, HS, C, HS, S(1), Qd.data(), HS, R + (size_t(i) * C3 + hh * HS) * C, C,
                 S(1), Z.data() + size_t(hh) * HS * ld + size_t(i) * C, ld);
       }
       // J[i, 0..nb) = Post_i Z; Post_i[c][m] = post[m][i][c]
       S* Ji = J + size_t(i) * C * n;
-      gemm<S>(Trans::Yes, Trans::No, C, ld, C, S(1), post.data() + size_t(i) * C, int(TC), Z.data(), ld, S(0), Ji,
+      gemm<S>(Trans::Yes, Trans::No, C, ld, C, S(1), post + size_t(i) * C, int(TC), Z.data(), ld, S(0), Ji,
               int(n));
       for (int c = 0; c < C; c++) {
         std::fill(Ji + size_t(c) * n + ld, Ji + size_t(c + 1) * n, S(0));  // causal: exact zeros
