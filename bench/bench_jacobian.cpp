@@ -4,9 +4,12 @@
 // run in double precision on the input ids (7 t + 3) % 256, t = 0..T-1; the Jacobian is that of the
 // block output (T, d) with respect to the residual stream entering it (T, d), all tokens.
 //
-//   build     the full (T d) x (T d) Jacobian by forward mode: jvp_sublayers with the T d identity
-//             tangents at once (column k of J = tangent output k, so the result is J column-major;
-//             "transpose_ms" is the extra cost of a row-major copy, not included in "ms")
+//   build     the full (T d) x (T d) Jacobian, row-major, from d x d blocks (Model::block_jacobian:
+//             the causal zeros skipped, the blocks by GEMMs; src/model/model_jacobian.cpp)
+//   build_tangents  the same by forward mode, the path before block_jacobian: jvp_sublayers with the
+//             T d identity tangents at once (column k of J = tangent output k, so J column-major;
+//             "transpose_ms" is the extra cost of a row-major copy, not included in "ms"); kept to
+//             time the two in one process ("speedup_vs_tangents" in build's line when both run)
 //   build_svd build + all singular values (LAPACK dgesdd, values only, on the column-major J)
 //   extremes  the 5 largest and 5 smallest singular values matrix-free (implicitly restarted Lanczos:
 //             on J^T J for the largest, on (J^T J)^-1 by block substitution for the smallest;
@@ -15,7 +18,7 @@
 // Prints one JSON line per measurement: ms (median of --iters after --warmup), every timing, and
 // the 5 largest / 5 smallest singular values found (for the agreement check against the peers).
 //
-// Usage: bench_jacobian --checkpoint M.safetensors [--measure build|build_svd|extremes|all|none]
+// Usage: bench_jacobian --checkpoint M.safetensors [--measure build|build_tangents|build_svd|extremes|all|none]
 //                       [--iters 3] [--warmup 1] [--dump-jacobian J.f64]
 //   --dump-jacobian writes the row-major J (float64, little-endian, (T d)^2 values) once, untimed
 //   (with --measure none: only that).
@@ -84,8 +87,15 @@ std::vector<double> tail_ascending(const std::vector<double>& desc, size_t k) {
   return out;
 }
 
-// the full Jacobian, column-major (tout row k = J column k)
+// the full Jacobian, row-major, from d x d blocks
 std::vector<double> build_jacobian(const Model<double>& m, int n) {
+  std::vector<double> J(size_t(n) * n);
+  m.block_jacobian(J.data(), 0);
+  return J;
+}
+
+// the full Jacobian by the tangents, column-major (tout row k = J column k)
+std::vector<double> build_jacobian_tangents(const Model<double>& m, int n) {
   std::vector<int64_t> unit(static_cast<size_t>(n));
   for (int k = 0; k < n; k++) unit[size_t(k)] = k;
   std::vector<double> tout(size_t(n) * n);
@@ -122,9 +132,10 @@ int main(int argc, char** argv) {
   }
   const bool all = measure == "all";
   if (checkpoint.empty() || iters < 1 || warmup < 0 ||
-      !(all || measure == "none" || measure == "build" || measure == "build_svd" || measure == "extremes")) {
+      !(all || measure == "none" || measure == "build" || measure == "build_tangents" || measure == "build_svd" ||
+        measure == "extremes")) {
     std::fprintf(stderr,
-                 "usage: bench_jacobian --checkpoint M.safetensors [--measure build|build_svd|extremes|all|none]"
+                 "usage: bench_jacobian --checkpoint M.safetensors [--measure build|build_tangents|build_svd|extremes|all|none]"
                  " [--iters 3] [--warmup 1] [--dump-jacobian J.f64]\n");
     return 2;
   }
@@ -173,26 +184,40 @@ int main(int argc, char** argv) {
     };
 
     if (!dump.empty()) {
-      const auto J = transpose(build_jacobian(m, n), n);
+      const auto J = build_jacobian(m, n);
       FILE* f = std::fopen(dump.c_str(), "wb");
       if (!f || std::fwrite(J.data(), sizeof(double), J.size(), f) != J.size() || std::fclose(f) != 0)
         throw Error("cannot write " + dump);
     }
 
-    if (all || measure == "build") {
+    double tangents_ms = 0;
+    if (all || measure == "build_tangents") {
       std::vector<double> times, ttimes;
       std::vector<double> J;
-      const double other = timed([&] { J = build_jacobian(m, n); }, &times);
+      const double other = timed([&] { J = build_jacobian_tangents(m, n); }, &times);
       for (int i = 0; i < iters; i++) {
         const double t0 = now_ms();
         auto Jt = transpose(J, n);
         ttimes.push_back(now_ms() - t0);
       }
-      auto r = base("build");
-      r["ms"] = median(times);
+      auto r = base("build_tangents");
+      r["ms"] = tangents_ms = median(times);
       r["times_ms"] = rounded(times);
       r["transpose_ms"] = median(ttimes);
       r["layout"] = "column-major (tangent outputs), row-major copy = +transpose_ms";
+      r["other_cpu"] = std::round(other * 100) / 100;
+      std::printf("%s\n", r.dump().c_str());
+      std::fflush(stdout);
+    }
+    if (all || measure == "build") {
+      std::vector<double> times;
+      std::vector<double> J;
+      const double other = timed([&] { J = build_jacobian(m, n); }, &times);
+      auto r = base("build");
+      r["ms"] = median(times);
+      r["times_ms"] = rounded(times);
+      r["layout"] = "row-major";
+      if (tangents_ms > 0) r["speedup_vs_tangents"] = std::round(tangents_ms / median(times) * 100) / 100;
       r["other_cpu"] = std::round(other * 100) / 100;
       std::printf("%s\n", r.dump().c_str());
       std::fflush(stdout);

@@ -181,19 +181,29 @@ bool gmres(const std::function<void(const Eigen::VectorXd&, Eigen::VectorXd&)>& 
 // (J^T J)^{-1} = J^{-1} J^{-T}, J over whole sequences, with the LU factors of its d x d diagonal
 // blocks J_ii. Causal models: J is block lower triangular and block substitution solves exactly.
 // Otherwise GMRES, preconditioned on the right by the block diagonal (J D^{-1} z = b, x = D^{-1} z).
+// When [first, last) is one block that Model::block_jacobian builds and J has at most
+// kDenseSolveMaxDim rows, J is built once, densely, and the products inside the solves are
+// block rows of it (the same numbers to rounding; a product costs one read of the blocks it touches
+// instead of a pass through the model); the work is counted as before, in tangents and vjps.
 class InverseGram {
  public:
   using Scalar = double;
   using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>;
   static constexpr int kMaxGmres = 300;
   static constexpr double kGmresTol = 1e-13;
+  static constexpr long kDenseSolveMaxDim = 4096;  // 128 MiB of J
   InverseGram(Model<double>& m, int first, int last, bool triangular, Work& work)
       : model_(m), first_(first), last_(last), T_(m.planned_T()), C_(m.config().d_model),
         NTC_(size_t(T_) * C_), triangular_(triangular), u_(NTC_), w_(NTC_), j_(NTC_), work_(work) {
+    if (m.block_jacobian_covers(first, last) && long(NTC_) <= kDenseSolveMaxDim) {
+      dense_.resize(NTC_ * NTC_);
+      m.block_jacobian(dense_.data(), first / 2);
+    }
     // the diagonal blocks J_ii = dy_i / dx_i
     for (int i = 0; i < T_; i++) {
-      const Mat J = Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-          token_local_jacobian(model_, first_, last_, i).data(), C_, C_);
+      const Mat J = dense_.empty()
+                        ? Mat(RowMap(token_local_jacobian(model_, first_, last_, i).data(), C_, C_))
+                        : Mat(block(i, i, 1, 1));
       work_.tangents += C_;
       lu_.emplace_back(J);
       min_rcond_ = std::min(min_rcond_, lu_.back().rcond());
@@ -224,6 +234,35 @@ class InverseGram {
   long gmres_iterations() const { return gmres_its_; }
 
  private:
+  using RowMap = Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+  using RowBlock = Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
+                              Eigen::OuterStride<>>;
+  // the dense J's blocks of token rows [i, i + ni) by token columns [j, j + nj)
+  RowBlock block(int i, int j, int ni, int nj) const {
+    return RowBlock(dense_.data() + size_t(i) * C_ * NTC_ + size_t(j) * C_, Eigen::Index(ni) * C_,
+                    Eigen::Index(nj) * C_, Eigen::OuterStride<>(Eigen::Index(NTC_)));
+  }
+  // out = J in (transposed: J^T in), by the dense J or a pass through the model
+  void product(double* out, const double* in, bool transposed) const {
+    if (!dense_.empty()) {
+      Eigen::Map<Eigen::VectorXd> y(out, Eigen::Index(NTC_));
+      const Eigen::Map<const Eigen::VectorXd> x(in, Eigen::Index(NTC_));
+      const RowMap Jd(dense_.data(), Eigen::Index(NTC_), Eigen::Index(NTC_));
+      if (transposed)
+        y.noalias() = Jd.transpose() * x;
+      else
+        y.noalias() = Jd * x;
+    } else if (transposed) {
+      model_.vjp_sublayers(out, in, first_, last_);
+    } else {
+      model_.jvp_sublayers(out, in, 1, first_, last_);
+    }
+    if (transposed)
+      work_.vjps++;
+    else
+      work_.tangents++;
+  }
+
   // y = J^{-1} b (transposed: J^{-T} b) by right-preconditioned GMRES
   void gmres_solve(const double* b, double* y, bool transposed) const {
     std::vector<double> in(NTC_), out(NTC_);
@@ -239,13 +278,7 @@ class InverseGram {
       Eigen::VectorXd x;
       precondition(z, x);
       std::copy(x.data(), x.data() + NTC_, in.begin());
-      if (transposed) {
-        model_.vjp_sublayers(out.data(), in.data(), first_, last_);
-        work_.vjps++;
-      } else {
-        model_.jvp_sublayers(out.data(), in.data(), 1, first_, last_);
-        work_.tangents++;
-      }
+      product(out.data(), in.data(), transposed);
       out_vec = Eigen::Map<const Eigen::VectorXd>(out.data(), Eigen::Index(NTC_));
       gmres_its_++;
     };
@@ -261,9 +294,11 @@ class InverseGram {
     for (int i = 0; i < T_; i++) {
       Eigen::Map<const Eigen::VectorXd> bi(b + size_t(i) * C_, C_);
       Eigen::VectorXd r = bi;
-      if (i > 0) {  // u holds y_0 .. y_{i-1} and zeros: (J u)_i = sum_{j<i} J_ij y_j
-        model_.jvp_sublayers(j_.data(), u_.data(), 1, first_, last_);
+      if (i > 0 && !dense_.empty()) {  // sum_{j<i} J_ij y_j from the row of blocks
+        r.noalias() -= block(i, 0, 1, i) * Eigen::Map<const Eigen::VectorXd>(u_.data(), Eigen::Index(i) * C_);
         work_.tangents++;
+      } else if (i > 0) {  // u holds y_0 .. y_{i-1} and zeros: (J u)_i = sum_{j<i} J_ij y_j
+        product(j_.data(), u_.data(), false);
         r -= Eigen::Map<const Eigen::VectorXd>(j_.data() + size_t(i) * C_, C_);
       }
       const Eigen::VectorXd yi = lu_[size_t(i)].solve(r);
@@ -277,9 +312,12 @@ class InverseGram {
     for (int i = T_ - 1; i >= 0; i--) {
       Eigen::Map<const Eigen::VectorXd> bi(b + size_t(i) * C_, C_);
       Eigen::VectorXd r = bi;
-      if (i < T_ - 1) {
-        model_.vjp_sublayers(j_.data(), u_.data(), first_, last_);
+      if (i < T_ - 1 && !dense_.empty()) {  // sum_{j>i} J_ji^T y_j from the column of blocks
+        r.noalias() -= block(i + 1, i, T_ - 1 - i, 1).transpose() *
+                       Eigen::Map<const Eigen::VectorXd>(u_.data() + size_t(i + 1) * C_, Eigen::Index(T_ - 1 - i) * C_);
         work_.vjps++;
+      } else if (i < T_ - 1) {
+        product(j_.data(), u_.data(), true);
         r -= Eigen::Map<const Eigen::VectorXd>(j_.data() + size_t(i) * C_, C_);
       }
       const Eigen::VectorXd yi = lu_[size_t(i)].transpose().solve(r);
@@ -293,6 +331,7 @@ class InverseGram {
   size_t NTC_;
   bool triangular_;
   std::vector<Eigen::PartialPivLU<Mat>> lu_;
+  std::vector<double> dense_;  // (T C, T C) row-major J when built (see above), else empty
   double min_rcond_ = 1.0;
   mutable std::vector<double> u_, w_, j_;  // substitution, between-solve and product scratch
   mutable long solves_ = 0, gmres_its_ = 0;
@@ -438,6 +477,23 @@ std::vector<double> stream_jacobian(const Model<double>& model, int first, int l
                                     const std::vector<int>& out_tokens) {
   const int T = model.planned_T(), C = model.config().d_model;
   const int K = int(in_tokens.size()) * C;
+  // One whole block, most tokens perturbed: built from d x d blocks (Model::block_jacobian; it says
+  // which ranges it covers). Otherwise, and for a few tokens, the unit tangents below.
+  if (model.block_jacobian_covers(first, last) && 2 * in_tokens.size() >= size_t(T)) {
+    const size_t n = size_t(T) * C;
+    std::vector<double> full(n * n);
+    model.block_jacobian(full.data(), first / 2);
+    bool every = in_tokens.size() == size_t(T) && out_tokens == in_tokens;
+    for (size_t a = 0; every && a < in_tokens.size(); a++) every = in_tokens[a] == int(a);
+    if (every) return full;
+    std::vector<double> J(out_tokens.size() * C * size_t(K));
+    for (size_t b = 0; b < out_tokens.size(); b++)
+      for (int c = 0; c < C; c++)
+        for (size_t a = 0; a < in_tokens.size(); a++)
+          std::copy_n(full.data() + (size_t(out_tokens[b]) * C + c) * n + size_t(in_tokens[a]) * C, C,
+                      J.data() + (b * C + c) * K + a * C);
+    return J;
+  }
   std::vector<int64_t> unit(static_cast<size_t>(K));
   for (size_t a = 0; a < in_tokens.size(); a++)
     for (int c = 0; c < C; c++) unit[a * C + c] = int64_t(in_tokens[a]) * C + c;

@@ -53,7 +53,9 @@
 namespace normlab::analysis {
 
 // The dense Jacobian (row-major, out x in) of sub-layers [first, last) on one sequence (B = 1), for
-// perturbations of the tokens in `in_tokens` and outputs at `out_tokens` (all channels): one
+// perturbations of the tokens in `in_tokens` and outputs at `out_tokens` (all channels): for one
+// whole block with at least half the tokens perturbed, from d x d blocks (Model::block_jacobian,
+// which says which ranges it covers: one block of a one-stream gpt or encoder); otherwise one
 // forward-mode pass with a unit tangent per input coordinate.
 std::vector<double> stream_jacobian(const Model<double>& model, int first, int last,
                                     const std::vector<int>& in_tokens, const std::vector<int>& out_tokens);

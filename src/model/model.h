@@ -122,6 +122,15 @@ class Model {
   // J_ii tin (K, C), J_ii = d x'_i / d x_i at token `token` of batch row `row`, exactly, from that
   // token's saved activations (cost independent of T but for one attention row). tout may alias tin.
   void jvp_block_token_local(S* tout, const S* tin, int K, int layer, int token, int row = 0) const;
+  // The full-sequence Jacobian of block `layer` (sub-layers 2 layer, 2 layer + 1) on the one
+  // sequence of the last forward: J (T C, T C) row-major, J[i C + c][j C + k] = d x'_{i,c} / d x_{j,k},
+  // built from C x C blocks with GEMMs (model_jacobian.cpp has the math); the same matrix as
+  // jvp_sublayers_unit with the T C unit tangents, to rounding. Causal: the blocks above the diagonal
+  // are exact zeros, at no cost. block_jacobian_covers(first, last) says whether sub-layers
+  // [first, last) are such a block: one whole block of a one-stream gpt or encoder, planned B = 1
+  // (not an encdec, a two-stream stack or part of a block); elsewhere use the tangents.
+  bool block_jacobian_covers(int first, int last) const;
+  void block_jacobian(S* J, int layer) const;
   // Reverse mode through sub-layers [first, last) at the point of the last forward: din (B, T, C)
   // = J^T dout. As a side effect it adds into the parameter gradients (zero them if they matter).
   // A range lies within one stack of an encdec; in the decoder the memory is held fixed.
@@ -227,6 +236,7 @@ class Model {
   std::vector<uint8_t> key_mask_, src_mask_;
   bool has_key_mask_ = false, has_src_mask_ = false;
   mutable std::vector<S> jvp_scratch_;  // forward-mode scratch, grown on demand (analysis only)
+  mutable std::vector<S> block_jac_scratch_;  // block_jacobian's, kept across calls (no page faults)
   int64_t label_count_ = 0;
   bool training_ = false;
   ops::Precision prec_ = ops::Precision::Fp32;

@@ -1,0 +1,228 @@
+// test_block_jacobian.cpp: one block's full-sequence Jacobian built from d x d blocks
+// (Model::block_jacobian, src/model/model_jacobian.cpp) against the tangent path (jvp_sublayers_unit
+// with every unit tangent over the block's two sub-layers), for every one-stream placement, both
+// norms, gpt and encoder, MLP on and off, residual off, every activation, odd sizes (d = 12, 3
+// heads, F = 20, T = 7), both layers of a 2-layer model, T = 1, a key padding mask, and perturbed
+// parameters (gains and biases away from init). Causal blocks above the diagonal must be exact
+// zeros. Also: where it does not apply (encdec, B = 2, part of a block, several blocks) it says so,
+// and stream_jacobian falls back to the tangents.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <memory>
+#include <vector>
+
+#include "analysis/lanczos.h"
+#include "model/methods.h"
+#include "model/model.h"
+#include "ops/common.h"
+#include "util/error.h"
+#include "util/rng.h"
+
+using namespace normlab;
+
+namespace {
+
+struct BlockCase {
+  Placement placement;
+  NormKind norm;
+  Arch arch;
+  bool mlp = true;
+  bool residual = true;
+  Activation activation = Activation::Gelu;
+  bool padded = false;  // the last two keys are padding
+};
+
+std::string block_case_name(const BlockCase& c) {
+  return fmt::format("{} {} {} mlp={} residual={} {} padded={}", to_string(c.placement), to_string(c.norm),
+                     to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded);
+}
+
+std::unique_ptr<Model<double>> block_model(const BlockCase& c, int T, int d = 12, int heads = 3, int ff = 20) {
+  ModelConfig cfg;
+  cfg.arch = c.arch;
+  cfg.d_model = d;
+  cfg.n_heads = heads;
+  cfg.n_layers = 2;
+  cfg.d_ff = ff;
+  cfg.seq_len = std::max(T, 8);
+  cfg.placement = {c.placement};
+  cfg.norm = c.norm;
+  cfg.eps = 1e-5;
+  cfg.mlp = c.mlp;
+  cfg.residual = c.residual;
+  cfg.activation = c.activation;
+  cfg.init_std = 0.3;
+  auto m = std::make_unique<Model<double>>(cfg);
+  Rng rng(uint64_t(11 + int(c.placement) * 13 + int(c.norm) * 5 + int(c.arch)));
+  for (double& p : m->params()) p += 0.2 * rng.normal();
+  std::vector<int32_t> ids(static_cast<size_t>(T)), labels(ids.size(), ops::kIgnoreLabel);
+  for (size_t t = 0; t < ids.size(); t++) ids[t] = int32_t((t * 37 + 11) % 256);
+  std::vector<uint8_t> mask(ids.size(), 1);
+  if (c.padded && T > 2) mask[size_t(T) - 1] = mask[size_t(T) - 2] = 0;
+  m->forward(ids.data(), labels.data(), 1, T, nullptr, c.padded ? mask.data() : nullptr);
+  return m;
+}
+
+// J (n, n) row-major by the tangent path: tangent k is column k
+std::vector<double> tangent_jacobian(const Model<double>& m, int layer) {
+  const int n = m.planned_T() * m.config().d_model;
+  std::vector<int64_t> unit(static_cast<size_t>(n));
+  for (int k = 0; k < n; k++) unit[size_t(k)] = k;
+  std::vector<double> cols(size_t(n) * n), J(cols.size());
+  m.jvp_sublayers_unit(cols.data(), unit.data(), n, 2 * layer, 2 * layer + 2);
+  for (int k = 0; k < n; k++)
+    for (int r = 0; r < n; r++) J[size_t(r) * n + k] = cols[size_t(k) * n + r];
+  return J;
+}
+
+// Both are the same math in double, summed in another order: 1e-12 of the largest entry.
+constexpr double kBlockTol = 1e-12;
+
+// Checks the fast J against the tangent path; for a causal model also that every entry above the
+// block diagonal is exactly zero.
+void expect_block_jacobian(const Model<double>& m, int layer) {
+  const int T = m.planned_T(), C = m.config().d_model, n = T * C;
+  ASSERT_TRUE(m.block_jacobian_covers(2 * layer, 2 * layer + 2));
+  std::vector<double> fast(size_t(n) * n, -7.0);  // poison: every entry must be written
+  m.block_jacobian(fast.data(), layer);
+  const std::vector<double> ref = tangent_jacobian(m, layer);
+  double worst = 0, scale = 0;
+  size_t worst_at = 0;
+  for (size_t e = 0; e < ref.size(); e++) {
+    scale = std::max(scale, std::abs(ref[e]));
+    if (std::abs(fast[e] - ref[e]) > worst) {
+      worst = std::abs(fast[e] - ref[e]);
+      worst_at = e;
+    }
+  }
+  ASSERT_GT(scale, 0.0);
+  EXPECT_LE(worst, kBlockTol * scale) << "layer " << layer << ": worst at row " << worst_at / n << " col "
+                                      << worst_at % n << ": fast " << fast[worst_at] << " vs tangents "
+                                      << ref[worst_at] << " (max |J| " << scale << ")";
+  if (m.config().causal()) {
+    long nonzero = 0;
+    for (int r = 0; r < n; r++)
+      for (int k = (r / C + 1) * C; k < n; k++) nonzero += fast[size_t(r) * n + k] != 0.0;
+    EXPECT_EQ(nonzero, 0) << "layer " << layer << ": entries above the block diagonal are not exact zeros";
+  }
+}
+
+}  // namespace
+
+TEST(BlockJacobian, EqualsTheTangentPathForEveryConfiguration) {
+  std::vector<BlockCase> cases;
+  for (Placement p : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::PrePost, Placement::DeepNorm,
+                      Placement::None, Placement::Admin, Placement::ReZero, Placement::SkipInit,
+                      Placement::LayerScale, Placement::TFixup})
+    for (NormKind norm : {NormKind::LayerNorm, NormKind::RMSNorm})
+      for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
+        ASSERT_FALSE(dual_stream(p));
+        cases.push_back({p, norm, arch});
+      }
+  for (Activation act : {Activation::Gelu, Activation::GeluExact, Activation::Relu}) {
+    cases.push_back({Placement::Post, NormKind::LayerNorm, Arch::Encoder, true, true, act});
+    cases.push_back({Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, act});
+  }
+  for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
+    cases.push_back({Placement::Pre, NormKind::LayerNorm, arch, false});
+    cases.push_back({Placement::Post, NormKind::RMSNorm, arch, false});
+    cases.push_back({Placement::Pre, NormKind::LayerNorm, arch, true, false});
+    cases.push_back({Placement::Sandwich, NormKind::LayerNorm, arch, false, false});
+    cases.push_back({Placement::Pre, NormKind::LayerNorm, arch, true, true, Activation::GeluExact, true});
+    cases.push_back({Placement::DeepNorm, NormKind::RMSNorm, arch, true, true, Activation::Gelu, true});
+  }
+  for (const BlockCase& c : cases) {
+    SCOPED_TRACE(block_case_name(c));
+    auto m = block_model(c, 7);
+    for (int layer : {0, 1}) expect_block_jacobian(*m, layer);
+  }
+}
+
+TEST(BlockJacobian, OneTokenAndOtherSizes) {
+  // T = 1 (attention is the value path alone); one head; a head size of 1; a larger d than F
+  for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
+    for (Placement p : {Placement::Post, Placement::Pre, Placement::Sandwich}) {
+      BlockCase c{p, NormKind::LayerNorm, arch};
+      SCOPED_TRACE(block_case_name(c) + " T = 1");
+      auto m = block_model(c, 1);
+      for (int layer : {0, 1}) expect_block_jacobian(*m, layer);
+    }
+    BlockCase c{Placement::Pre, NormKind::RMSNorm, arch};
+    {
+      SCOPED_TRACE(block_case_name(c) + " d = 8, 1 head, F = 5, T = 5");
+      auto m = block_model(c, 5, 8, 1, 5);
+      for (int layer : {0, 1}) expect_block_jacobian(*m, layer);
+    }
+    {
+      SCOPED_TRACE(block_case_name(c) + " d = 6, 6 heads, F = 7, T = 9");
+      auto m = block_model(c, 9, 6, 6, 7);
+      for (int layer : {0, 1}) expect_block_jacobian(*m, layer);
+    }
+  }
+}
+
+TEST(BlockJacobian, StreamJacobianUsesItAndAgrees) {
+  // stream_jacobian's block path (all tokens, and a subset of 4 of 7 tokens, out of order) against
+  // the same subset of the tangent path; several blocks fall back to the tangents
+  BlockCase c{Placement::Post, NormKind::LayerNorm, Arch::Gpt, true, true, Activation::GeluExact};
+  auto m = block_model(c, 7);
+  const int C = 12, n = 7 * C;
+  const std::vector<double> ref = tangent_jacobian(*m, 1);
+  std::vector<int> all(7);
+  for (int t = 0; t < 7; t++) all[size_t(t)] = t;
+  const std::vector<double> full = analysis::stream_jacobian(*m, 2, 4, all, all);
+  ASSERT_EQ(full.size(), ref.size());
+  double worst = 0, scale = 0;
+  for (size_t e = 0; e < ref.size(); e++) {
+    worst = std::max(worst, std::abs(full[e] - ref[e]));
+    scale = std::max(scale, std::abs(ref[e]));
+  }
+  EXPECT_LE(worst, kBlockTol * scale);
+  const std::vector<int> in = {5, 1, 2, 6}, out = {6, 0, 3};
+  const std::vector<double> sub = analysis::stream_jacobian(*m, 2, 4, in, out);
+  ASSERT_EQ(sub.size(), out.size() * C * in.size() * C);
+  const size_t K = in.size() * C;
+  for (size_t b = 0; b < out.size(); b++)
+    for (int r = 0; r < C; r++)
+      for (size_t a = 0; a < in.size(); a++)
+        for (int k = 0; k < C; k++)
+          EXPECT_NEAR(sub[(b * C + r) * K + a * C + k],
+                      ref[(size_t(out[b]) * C + r) * n + size_t(in[a]) * C + k], kBlockTol * scale);
+  EXPECT_FALSE(m->block_jacobian_covers(0, 4));  // two blocks: the tangents
+  EXPECT_FALSE(m->block_jacobian_covers(0, 1));  // part of a block
+  EXPECT_FALSE(m->block_jacobian_covers(1, 3));
+}
+
+TEST(BlockJacobian, SaysWhereItDoesNotApply) {
+  {  // a batch of two rows
+    ModelConfig cfg;
+    cfg.d_model = 12;
+    cfg.n_heads = 3;
+    cfg.n_layers = 1;
+    cfg.seq_len = 8;
+    Model<double> m(cfg);
+    std::vector<int32_t> ids(8, 5), labels(8, ops::kIgnoreLabel);
+    m.forward(ids.data(), labels.data(), 2, 4);
+    EXPECT_FALSE(m.block_jacobian_covers(0, 2));
+    std::vector<double> J(size_t(48) * 48);
+    EXPECT_THROW(m.block_jacobian(J.data(), 0), Error);
+  }
+  {  // an encoder-decoder
+    ModelConfig cfg;
+    cfg.arch = Arch::EncDec;
+    cfg.d_model = 12;
+    cfg.n_heads = 3;
+    cfg.n_layers = 1;
+    cfg.seq_len = 8;
+    Model<double> m(cfg);
+    std::vector<int32_t> src(4, 7), ids(4, 5), labels(4, ops::kIgnoreLabel);
+    Source s;
+    s.ids = src.data();
+    s.S = 4;
+    m.forward(ids.data(), labels.data(), 1, 4, nullptr, nullptr, s);
+    for (int first = 0; first + 2 <= cfg.n_slots(); first++) EXPECT_FALSE(m.block_jacobian_covers(first, first + 2));
+  }
+}
