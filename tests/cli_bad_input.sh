@@ -220,7 +220,7 @@ expect_error "outside [0, 2147483646]" -- tokenize --tokenizer bigtok.json --tex
 printf '{"model":{"type":"WordPiece","vocab":{"[UNK]":0,"a":2147483646}},"pre_tokenizer":{"type":"BertPreTokenizer"}}' > sparsetok.json
 # (a 4 GB bound on the process; AddressSanitizer reserves terabytes of address space for its shadow
 # memory, so under it `ulimit -v` stops the binary before main and its allocator enforces the bound)
-if ldd "$NL" | grep -q libasan; then
+if [[ "$(ldd "$NL")" == *libasan* ]]; then  # (not `| grep -q`: under pipefail its early exit fails ldd)
   within_4gb() { ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}max_allocation_size_mb=4000:hard_rss_limit_mb=4000" "$@"; }
 else
   within_4gb() { (ulimit -v 4000000; "$@"); }
