@@ -9,6 +9,9 @@
 #                                records without timings, then the newest checkpoint's tensor bytes
 #                                (parameters and AdamW moments; the header holds the out_dir)
 #   finish NAME                  print "NAME: N passed, M failed" and return non-zero on a failure
+# A command's output is searched with `cmd | grep PATTERN >/dev/null`, never `| grep -q`: under
+# pipefail, grep -q's exit at the first match can kill the writer (SIGPIPE), failing the check, or
+# passing it when negated.
 NL=$(realpath "$1")
 export OMP_WAIT_POLICY=PASSIVE
 W=$(mktemp -d)

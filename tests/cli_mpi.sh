@@ -15,7 +15,14 @@ source "$(dirname "$0")/cli_lib.sh"
 export OMP_NUM_THREADS=1
 (( EUID == 0 )) && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN=${MPIRUN:-mpirun}  # ctest passes the one CMake found
-mpi() { local p=$1; shift; timeout 300 "$MPIRUN" --oversubscribe -np "$p" "$NL" "$@"; }
+# (under AddressSanitizer, scripts/sanitize.sh: OpenMPI's own never-freed allocations are matched to
+# its libraries by scripts/sanitize_lsan.supp only when malloc unwinds slowly, through its plugins;
+# a binary without ASan ignores the option)
+mpi() {
+  local p=$1; shift
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0" \
+    timeout 300 "$MPIRUN" --oversubscribe -np "$p" "$NL" "$@"
+}
 # TOL: float32 sums in another order (the gradient over 2 shards, then summed) move each loss by a
 # few ulps at step 1 (the gradients are summed in double and rounded once); AdamW and 20 steps of
 # training carry it on. Measured here: at most 1.5e-9 (decoder-only) and 1.0e-9 (encoder-decoder);
