@@ -350,7 +350,8 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
     EXPECT_FALSE(c.setting.empty()) << c.source;
   }
   // the ones the math decides regardless of the model's weights
-  const auto first = [&](const char* s) { return by[s]->numbers["seeds"][0]; };
+  // a reference, not a copy: a range-for over a member of a returned temporary reads freed memory
+  const auto first = [&](const char* s) -> const nlohmann::json& { return by[s]->numbers["seeds"][0]; };
   EXPECT_EQ(by["000 Remark 1.2"]->verdict, kViolated);
   EXPECT_LT(first("000 Remark 1.2")["left_rel_err"].get<double>(), 1e-12);
   EXPECT_EQ(by["004 DeepNet constant"]->verdict, kViolated);
