@@ -3,8 +3,8 @@
 #
 #   1. bench/.venv (gitignored): a venv of the system python3 with torch and numpy from PyPI,
 #      created and filled only when missing (torch is a large download; that is expected).
-#   2. builds normlab in build/ (Release, Ninja): targets bench_step and sgemm_peak.
-#   3. measures the machine's sgemm rate, then for every precision (fp32 bf16), shape (a b c) and
+#   2. builds normlab in build/ (Release, Ninja): targets bench_step, sgemm_peak and fma_peak.
+#   3. measures the machine's sgemm rate and FMA peaks (fma_peak.cpp), then for every precision (fp32 bf16), shape (a b c) and
 #      placement (pre post) runs build/bench/bench_step --precision P and bench/torch_step.py
 #      --precision P (bf16: torch.autocast) --mode eager and --mode compile, each in its own process
 #      (peak RSS is per process).
@@ -53,12 +53,12 @@ log "torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 # ---- 2. build ------------------------------------------------------------------------------------
 if [ "$BUILD" = 1 ]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build -j2 --target bench_step sgemm_peak
+  cmake --build build -j2 --target bench_step sgemm_peak fma_peak
 fi
 # Snapshot the binaries: a concurrent rebuild of build/ must not swap them in the middle of a run.
 BIN=$(mktemp -d /tmp/normlab-bench.XXXXXX)
 trap 'rm -rf "$BIN"' EXIT
-for exe in bench_step sgemm_peak; do
+for exe in bench_step sgemm_peak fma_peak; do
   [ -x "build/bench/$exe" ] || { echo "run.sh: build/bench/$exe missing (build failed?)" >&2; exit 1; }
   cp "build/bench/$exe" "$BIN/"
 done
@@ -97,6 +97,8 @@ COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 DIRTY=$([ -n "$(git status --porcelain -- src CMakeLists.txt 2>/dev/null)" ] && echo true || echo false)
 echo "{\"impl\": \"meta\", \"commit\": \"$COMMIT\", \"src_dirty\": $DIRTY, \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\", \"nproc\": $(nproc)}" >>"$OUT"
 "${MEASURE[@]}" "$BIN/sgemm_peak" | tee -a "$OUT" >&2
+log "fma_peak"
+"${MEASURE[@]}" "$BIN/fma_peak" | tee -a "$OUT" >&2
 
 # The same thread-pool environment for both sides: the normlab CLI runs with OMP_WAIT_POLICY=PASSIVE
 # (it re-executes itself to set it), bench_step must too. Without it, on a shared machine, its

@@ -4,12 +4,14 @@
 Usage: python3 bench/table.py [bench/results/latest.jsonl]
 
 Reads JSON lines as printed by build/bench/bench_step ("impl": "normlab"), bench/torch_step.py
-("impl": "torch-eager" / "torch-compile"), build/bench/sgemm_peak ("impl": "sgemm_peak") and
+("impl": "torch-eager" / "torch-compile"), build/bench/sgemm_peak ("impl": "sgemm_peak"), build/bench/fma_peak ("impl": "fma_peak") and
 {"impl", "shape", "placement", "error"} lines that run.sh writes for a run that failed. Every line
 has a "precision" (fp32 when absent: results from before bf16). One table per precision: for every
 (shape, placement) it compares normlab with the faster of the torch modes (by tokens/s; bf16 is
 torch.autocast) against the target ratio of issue 13; the bf16 table also shows normlab bf16 over
-normlab fp32 (target 2x on a and b). Standard library only.
+normlab fp32 (target 2x on a and b). normlab's GFLOP/s is also shown as a share of the measured
+FMA peak (fma_peak: float32 FMA for fp32, bf16 dot products for bf16; target 50% for fp32 on a and
+b). Standard library only.
 """
 
 import json
@@ -20,6 +22,7 @@ from pathlib import Path
 # bf16 1.3x PyTorch autocast-bf16; and bf16 2x normlab's own fp32 on a and b
 TARGETS = {"fp32": {"a": 1.5, "b": 1.5, "c": 1.5}, "bf16": {"a": 1.3, "b": 1.3, "c": 1.3}}
 SELF_TARGETS = {"a": 2.0, "b": 2.0}
+PEAK_TARGETS = {"a": 0.5, "b": 0.5}  # fp32 step's GFLOP/s over the measured float32 FMA peak
 SHAPES = {  # name: V, d_model, n_layers, n_heads, T, B (as bench_step.cpp / torch_step.py)
     "a": (50257, 768, 12, 12, 64, 4),
     "b": (256, 256, 6, 8, 128, 16),
@@ -55,11 +58,15 @@ def ok(r):
 def make_table(recs):
     by_key = {}
     sgemm = None
+    fma = {}
     meta = None
     torch_version = None
     for r in recs:
         if r.get("impl") == "sgemm_peak":
             sgemm = r
+            continue
+        if r.get("impl") == "fma_peak":
+            fma = r
             continue
         if r.get("impl") == "meta":
             meta = r
@@ -74,6 +81,15 @@ def make_table(recs):
                    f"**{sgemm['gflops']:.1f} GFLOP/s**")
     else:
         out.append("Machine sgemm peak: not measured")
+    # the FMA peak of each precision's arithmetic: the wider of the float32 FMAs, the bf16 dot product
+    fma_peak = {"fp32": max(filter(None, [fma.get("fp32_256"), fma.get("fp32_512")]), default=None),
+                "bf16": fma.get("bf16_dot")}
+    if fma:
+        out.append(f"Machine FMA peak (fma_peak, {fma.get('threads')} threads, registers only): float32 "
+                   f"{fmt(fma.get('fp32_256'))} GFLOP/s on 256-bit and {fmt(fma.get('fp32_512'))} on 512-bit "
+                   f"vectors; bf16 dot products (vdpbf16ps) {fmt(fma.get('bf16_dot'))}")
+    else:
+        out.append("Machine FMA peak: not measured")
     if meta:
         out.append(f"normlab at {meta.get('commit')}{' + uncommitted src/ changes' if meta.get('src_dirty') else ''}, "
                    f"{meta.get('date')}, {meta.get('nproc')} cores")
@@ -89,8 +105,10 @@ def make_table(recs):
         out.append("")
         out.append("| shape | placement | normlab ms | normlab tok/s | normlab GFLOP/s | normlab peak MB "
                    "| torch ms | torch tok/s | torch peak MB | torch mode | eager / compile ms "
-                   "| ratio (tok/s) | target | met |" + (" bf16 / fp32 normlab | target |" if prec == "bf16" else ""))
-        out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|" + ("---:|---:|" if prec == "bf16" else ""))
+                   "| ratio (tok/s) | target | met | % of FMA peak | target |"
+                   + (" bf16 / fp32 normlab | target |" if prec == "bf16" else ""))
+        out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|"
+                   + ("---:|---:|" if prec == "bf16" else ""))
         shapes = [sh for sh in SHAPES if any(k[1] == prec and k[2] == sh for k in by_key)]
         for s in shapes:
             for p in PLACEMENTS:
@@ -127,6 +145,14 @@ def make_table(recs):
                     DASH if ratio is None else f"{ratio:.2f}x",
                     DASH if target is None else f"{target:g}x", met,
                 ]
+                share = nl["gflops"] / fma_peak[prec] if ok(nl) and nl.get("gflops") and fma_peak[prec] else None
+                pt = PEAK_TARGETS.get(s) if prec == "fp32" else None
+                cells += [DASH if share is None else f"{100 * share:.0f}%",
+                          DASH if pt is None else f"{100 * pt:.0f}%" + ("" if share is None else
+                                                                        (" yes" if share >= pt else " no"))]
+                if share is not None and pt is not None:
+                    total += 1
+                    met_count += share >= pt
                 if prec == "bf16":
                     fp = by_key.get(("normlab", "fp32", s, p))
                     self_ratio = nl["tokens_per_s"] / fp["tokens_per_s"] if ok(nl) and ok(fp) else None

@@ -250,3 +250,26 @@ TEST(Lanczos, ATooSmallBudgetSaysNotConvergedInsteadOfReportingWrongValues) {
     expect_smallest_match(cs.name + ", tiny budget", x.smallest, dense);
   }
 }
+
+// One whole causal block: the shift-invert solves run on the block's dense Jacobian
+// (Model::block_jacobian, every right-hand side of a block step in one pass over it) instead of
+// passes through the model; the values must still be the dense SVD's.
+TEST(Lanczos, OneCausalBlockSolvesOnItsDenseJacobian) {
+  for (Placement p : {Placement::Pre, Placement::Sandwich}) {
+    ModelConfig c = small({p}, NormKind::LayerNorm, 1e-5);
+    c.n_layers = 1;
+    const auto m = trained(c, 30);
+    ASSERT_TRUE(m->block_jacobian_covers(0, 2));
+    const std::vector<double> dense = dense_ascending(*m);
+    for (int k : {5, 40}) {
+      const std::string name = fmt::format("{}, k = {}", to_string(p), k);
+      const ExtremeSingularValues x = extreme_singular_values(*m, 0, 2, all_tokens(), all_tokens(), k);
+      ASSERT_TRUE(x.converged) << name << ": " << x.reason;
+      EXPECT_EQ(x.smallest_method, "inverse (block substitution)") << name;
+      ASSERT_EQ(x.smallest.size(), size_t(k)) << name;
+      expect_smallest_match(name, x.smallest, dense);
+      for (int i = 0; i < k; i++)
+        EXPECT_NEAR(x.largest[size_t(i)], dense[dense.size() - 1 - size_t(i)], 1e-9 * dense.back()) << name;
+    }
+  }
+}

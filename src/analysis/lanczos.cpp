@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <Eigen/Dense>
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -214,7 +216,11 @@ class InverseGram {
   Eigen::Index rows() const { return Eigen::Index(NTC_); }
   Eigen::Index cols() const { return rows(); }
   void perform_op(const double* x, double* y) const {
-    if (triangular_) {
+    if (triangular_ && !dense_.empty()) {
+      Mat Y;
+      dense_solve_pair(Eigen::Map<const Mat>(x, Eigen::Index(NTC_), 1), Y);
+      std::copy(Y.data(), Y.data() + NTC_, y);
+    } else if (triangular_) {
       solve_transposed(x, w_.data());  // w = J^{-T} x
       solve(w_.data(), y);             // y = J^{-1} w
     } else if (!gmres_ok_) {  // a solve failed: the result is discarded, let the solver finish at once
@@ -226,6 +232,10 @@ class InverseGram {
     solves_++;
   }
   void apply(const Eigen::MatrixXd& X, Eigen::MatrixXd& Y) const {
+    if (triangular_ && !dense_.empty()) {  // every column in one pass over J per solve
+      dense_solve_pair(X, Y);
+      return;
+    }
     Y.resize(X.rows(), X.cols());
     for (Eigen::Index j = 0; j < X.cols(); j++) perform_op(X.col(j).data(), Y.col(j).data());
   }
@@ -241,6 +251,85 @@ class InverseGram {
   RowBlock block(int i, int j, int ni, int nj) const {
     return RowBlock(dense_.data() + size_t(i) * C_ * NTC_ + size_t(j) * C_, Eigen::Index(ni) * C_,
                     Eigen::Index(nj) * C_, Eigen::OuterStride<>(Eigen::Index(NTC_)));
+  }
+  // Y = J^{-1} J^{-T} X for every column of X at once, by block substitution on the dense J: the
+  // blocks are read once per solve whatever the number of columns (the solves are bound by reading
+  // J's 64 MiB lower half, not by arithmetic)
+  void dense_solve_pair(const Eigen::Ref<const Mat>& X, Mat& Y) const {
+    Mat W;
+    dense_solve(X, W, true);
+    dense_solve(W, Y, false);
+    solves_ += X.cols();
+  }
+  // Y = J^{-1} B (transposed: J^{-T} B), token by token: y_i = J_ii^{-1} (b_i - sum_{j<i} J_ij y_j),
+  // or from the last token back y_i = J_ii^{-T} (b_i - sum_{j>i} J_ji^T y_j)
+  void dense_solve(const Eigen::Ref<const Mat>& B, Mat& Y, bool transposed) const {
+    const Eigen::Index k = B.cols(), C = C_;
+    Y.setZero(B.rows(), k);
+    for (int step = 0; step < T_; step++) {
+      const int i = transposed ? T_ - 1 - step : step;
+      Mat r = B.middleRows(i * C, C);
+      if (step > 0 && !transposed) {
+        subtract_row_blocks(r, i, Y);
+        work_.tangents += k;
+      } else if (step > 0) {
+        subtract_column_blocks(r, i, Y);
+        work_.vjps += k;
+      }
+      const auto& lu = lu_[size_t(i)];
+      Y.middleRows(i * C, C) = transposed ? Mat(lu.transpose().solve(r)) : Mat(lu.solve(r));
+    }
+  }
+  // r -= [J_i0 .. J_i,i-1] Y_{<i}: each of the C rows of J read once from memory for all k columns
+  // (a library GEMM would pack the whole block row first, which costs as much as the product when k
+  // is 1 or 2)
+  void subtract_row_blocks(Mat& r, int i, const Mat& Y) const {
+    const long len = long(i) * C_;
+    const Eigen::Index k = Y.cols();
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C_; c++) {
+      const double* a = dense_.data() + (size_t(i) * C_ + size_t(c)) * NTC_;
+      for (Eigen::Index j = 0; j < k; j++) {
+        const double* y = Y.col(j).data();
+        double sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (long t = 0; t < len; t++) sum += a[t] * y[t];
+        r(c, j) -= sum;
+      }
+    }
+  }
+  // r -= [J_i+1,i .. J_T-1,i]^T Y_{>i}: the column of blocks row by row (each row's C entries are
+  // contiguous), the C output columns split between the threads
+  void subtract_column_blocks(Mat& r, int i, const Mat& Y) const {
+    const long first_row = long(i + 1) * C_, rows = long(T_ - 1 - i) * C_;
+    const Eigen::Index k = Y.cols();
+#pragma omp parallel
+    {
+      const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+      const int c0 = C_ * id / nt, c1 = C_ * (id + 1) / nt;
+      // four rows per pass over the outputs: a quarter of the loads and stores of r
+      auto row_ptr = [&](long row) { return dense_.data() + size_t(first_row + row) * NTC_ + size_t(i) * C_; };
+      long row = 0;
+      for (; row + 4 <= rows; row += 4) {
+        const double *a0 = row_ptr(row), *a1 = row_ptr(row + 1), *a2 = row_ptr(row + 2), *a3 = row_ptr(row + 3);
+        for (Eigen::Index j = 0; j < k; j++) {
+          double* out = r.col(j).data();
+          const double* y = Y.col(j).data() + first_row + row;
+          const double y0 = y[0], y1 = y[1], y2 = y[2], y3 = y[3];
+#pragma omp simd
+          for (int c = c0; c < c1; c++) out[c] -= (a0[c] * y0 + a1[c] * y1) + (a2[c] * y2 + a3[c] * y3);
+        }
+      }
+      for (; row < rows; row++) {
+        const double* a = row_ptr(row);
+        for (Eigen::Index j = 0; j < k; j++) {
+          double* out = r.col(j).data();
+          const double yr = Y(first_row + row, j);
+#pragma omp simd
+          for (int c = c0; c < c1; c++) out[c] -= a[c] * yr;
+        }
+      }
+    }
   }
   // out = J in (transposed: J^T in), by the dense J or a pass through the model
   void product(double* out, const double* in, bool transposed) const {
@@ -288,16 +377,13 @@ class InverseGram {
     std::copy(x.data(), x.data() + NTC_, y);
   }
 
-  // y = J^{-1} b, token by token: y_i = J_ii^{-1} (b_i - sum_{j<i} J_ij y_j)
+  // y = J^{-1} b through the model (no dense J), token by token: y_i = J_ii^{-1} (b_i - sum_{j<i} J_ij y_j)
   void solve(const double* b, double* y) const {
     std::fill(u_.begin(), u_.end(), 0.0);
     for (int i = 0; i < T_; i++) {
       Eigen::Map<const Eigen::VectorXd> bi(b + size_t(i) * C_, C_);
       Eigen::VectorXd r = bi;
-      if (i > 0 && !dense_.empty()) {  // sum_{j<i} J_ij y_j from the row of blocks
-        r.noalias() -= block(i, 0, 1, i) * Eigen::Map<const Eigen::VectorXd>(u_.data(), Eigen::Index(i) * C_);
-        work_.tangents++;
-      } else if (i > 0) {  // u holds y_0 .. y_{i-1} and zeros: (J u)_i = sum_{j<i} J_ij y_j
+      if (i > 0) {  // u holds y_0 .. y_{i-1} and zeros: (J u)_i = sum_{j<i} J_ij y_j
         product(j_.data(), u_.data(), false);
         r -= Eigen::Map<const Eigen::VectorXd>(j_.data() + size_t(i) * C_, C_);
       }
@@ -306,17 +392,13 @@ class InverseGram {
     }
     std::copy(u_.begin(), u_.end(), y);
   }
-  // y = J^{-T} b, from the last token back: y_i = J_ii^{-T} (b_i - sum_{j>i} J_ji^T y_j)
+  // y = J^{-T} b through the model, from the last token back: y_i = J_ii^{-T} (b_i - sum_{j>i} J_ji^T y_j)
   void solve_transposed(const double* b, double* y) const {
     std::fill(u_.begin(), u_.end(), 0.0);
     for (int i = T_ - 1; i >= 0; i--) {
       Eigen::Map<const Eigen::VectorXd> bi(b + size_t(i) * C_, C_);
       Eigen::VectorXd r = bi;
-      if (i < T_ - 1 && !dense_.empty()) {  // sum_{j>i} J_ji^T y_j from the column of blocks
-        r.noalias() -= block(i + 1, i, T_ - 1 - i, 1).transpose() *
-                       Eigen::Map<const Eigen::VectorXd>(u_.data() + size_t(i + 1) * C_, Eigen::Index(T_ - 1 - i) * C_);
-        work_.vjps++;
-      } else if (i < T_ - 1) {
+      if (i < T_ - 1) {
         product(j_.data(), u_.data(), true);
         r -= Eigen::Map<const Eigen::VectorXd>(j_.data() + size_t(i) * C_, C_);
       }
