@@ -13,8 +13,10 @@
 //     must agree bit for bit.
 // The norms' backward has no AVX-512 variant (it was not faster); its float path is still checked
 // here against the double reference on both settings.
+#include <cblas.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cfloat>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +27,7 @@
 #include "check.h"
 #include "ops/activation.h"
 #include "ops/common.h"
+#include "ops/gemm_backend.h"
 #include "ops/isa.h"
 #include "ops/layernorm.h"
 #include "ops/rmsnorm.h"
@@ -146,6 +149,33 @@ TEST(Isa, ProcessChoiceFollowsEnvironment) {
     EXPECT_EQ(c.isa, detect_cpu().avx512 ? Isa::Avx512 : Isa::Avx2) << c.reason;
   } else if (std::string(env) == "avx512") {
     EXPECT_EQ(c.isa, Isa::Avx512);
+  }
+}
+
+// NORMLAB_ISA=avx2 switches AVX-512 off in the libraries too: oneDNN is capped at AVX2 (bf16 is
+// emulated), and OpenBLAS runs AVX2 kernels when OPENBLAS_CORETYPE=Haswell is set as well (it picks
+// its kernels when it loads; scripts/test.sh sets both for its second pass); without that variable
+// the version line says OpenBLAS still runs AVX-512.
+TEST(Isa, Avx2SwitchesTheLibrariesOffAvx512) {
+  const char* env = std::getenv("NORMLAB_ISA");
+  const std::string kernels = gemm_kernels();
+  if (!env || std::string(env) != "avx2") {
+    if (detect_cpu().avx512 && __builtin_cpu_supports("avx512bf16"))
+      EXPECT_EQ(bf16_unsupported_reason(), "") << "bf16 should run natively on this CPU: " << kernels;
+    return;
+  }
+  const std::string why = bf16_unsupported_reason();
+  EXPECT_NE(why, "") << kernels;
+  if (detect_cpu().avx512) EXPECT_NE(why.find("NORMLAB_ISA=avx2 switches AVX-512 off"), std::string::npos) << why;
+  EXPECT_NE(kernels.find("bf16 on the float32 GEMM (emulated)"), std::string::npos) << kernels;
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  std::string core = openblas_get_corename();
+  for (char& ch : core) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  if (coretype && std::string(coretype) == "Haswell") {
+    EXPECT_EQ(core, "haswell") << kernels;
+    EXPECT_EQ(kernels.find("still runs AVX-512"), std::string::npos) << kernels;
+  } else if (core == "cooperlake" || core == "skylakex" || core == "sapphirerapids") {
+    EXPECT_NE(kernels.find("set OPENBLAS_CORETYPE=Haswell"), std::string::npos) << kernels;
   }
 }
 

@@ -183,11 +183,13 @@ static int run_command(int argc, char** argv) {
   CLI::App app{"normlab: build, train and dissect Transformers with any normalization placement"};
   app.name("normlab");
   app.require_subcommand(0, 1);
-  // --version also says which kernels run (ops/isa.h): the CPU's choice or NORMLAB_ISA's.
+  // --version also says which kernels run (ops/isa.h): the CPU's choice or NORMLAB_ISA's, and which
+  // libraries' kernels run the GEMMs (ops/gemm_backend.h).
   app.set_version_flag("--version", [] {
     try {
       const ops::IsaChoice& isa = ops::isa_choice();
-      return fmt::format("normlab {}\nkernels: {} ({})", NORMLAB_VERSION, ops::to_string(isa.isa), isa.reason);
+      return fmt::format("normlab {}\nkernels: {} ({})\ngemm: {}", NORMLAB_VERSION, ops::to_string(isa.isa),
+                         isa.reason, ops::gemm_kernels());
     } catch (const Error& e) {
       return fmt::format("normlab {}\nkernels: error: {}", NORMLAB_VERSION, e.what());
     }

@@ -6,12 +6,16 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cblas.h>
+#include <cctype>
 #include <dnnl.hpp>
 #include <fmt/format.h>
 #include <map>
 #include <mutex>
 #include <tuple>
 #include <vector>
+
+#include "ops/isa.h"
 
 namespace normlab::ops {
 
@@ -80,19 +84,52 @@ bool bf16_native() {
 
 }  // namespace
 
+namespace {
+// oneDNN's ISA, capped at AVX2 first when NORMLAB_ISA=avx2 switches AVX-512 off (ops/isa.h): once,
+// before oneDNN creates anything. Its ISA values are cumulative bit masks; the effective ISA also
+// honours DNNL_MAX_CPU_ISA (how the tests simulate an older CPU).
+unsigned onednn_isa() {
+  static const unsigned isa = [] {
+    if (isa_choice().isa == Isa::Avx2) dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
+    return unsigned(dnnl::get_effective_cpu_isa());
+  }();
+  return isa;
+}
+
+const char* onednn_isa_name(unsigned isa) {
+  const auto has = [isa](dnnl::cpu_isa i) { return (isa & unsigned(i)) == unsigned(i); };
+  return has(dnnl::cpu_isa::avx512_core_bf16) ? "AVX-512 with AVX512_BF16"
+         : has(dnnl::cpu_isa::avx512_core)    ? "AVX-512"
+         : has(dnnl::cpu_isa::avx2)           ? "AVX2"
+                                              : "pre-AVX2";
+}
+}  // namespace
+
 std::string bf16_unsupported_reason() {
-  // oneDNN's ISA values are cumulative bit masks: every ISA with AVX512_BF16 contains its bits. The
-  // effective ISA honours DNNL_MAX_CPU_ISA (how the tests simulate an older CPU).
-  const auto isa = unsigned(dnnl::get_effective_cpu_isa());
-  const auto bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
+  const unsigned isa = onednn_isa(), bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
   if ((isa & bf16) == bf16) return "";
-  const char* name = (isa & unsigned(dnnl::cpu_isa::avx512_core)) == unsigned(dnnl::cpu_isa::avx512_core) ? "AVX-512"
-                     : (isa & unsigned(dnnl::cpu_isa::avx2)) == unsigned(dnnl::cpu_isa::avx2)               ? "AVX2"
-                                                                                                           : "pre-AVX2";
+  const std::string why = isa_choice().isa == Isa::Avx2 && detect_cpu().avx512
+                              ? "NORMLAB_ISA=avx2 switches AVX-512 off, AVX512_BF16 included"
+                              : "this CPU has no AVX512_BF16 instructions";
   return fmt::format(
-      "this CPU has no AVX512_BF16 instructions (oneDNN sees {}): bf16 GEMMs are emulated on the "
-      "float32 GEMM (inputs rounded to bf16, float32 accumulation): the same numerics, no speed-up",
-      name);
+      "{} (oneDNN sees {}): bf16 GEMMs are emulated on the float32 GEMM (inputs rounded to bf16, "
+      "float32 accumulation): the same numerics, no speed-up",
+      why, onednn_isa_name(isa));
+}
+
+std::string gemm_kernels() {
+  const std::string core = openblas_get_corename();
+  std::string s = fmt::format("float32 on OpenBLAS ({} kernels), bf16 on {}", core,
+                              bf16_unsupported_reason().empty()
+                                  ? fmt::format("oneDNN ({})", onednn_isa_name(onednn_isa()))
+                                  : std::string("the float32 GEMM (emulated)"));
+  // OpenBLAS picks its kernels when it loads, before normlab runs: only its own variable moves it
+  std::string lower = core;
+  for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  const bool blas_avx512 = lower == "skylakex" || lower == "cooperlake" || lower == "sapphirerapids";
+  if (isa_choice().isa == Isa::Avx2 && blas_avx512)
+    s += "; OpenBLAS still runs AVX-512: set OPENBLAS_CORETYPE=Haswell as well to switch it off";
+  return s;
 }
 
 void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,

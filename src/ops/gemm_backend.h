@@ -25,6 +25,11 @@ namespace normlab::ops {
 // CPU's ISA and saying that they are emulated.
 std::string bf16_unsupported_reason();
 
+// One line for `normlab --version`: which kernels run the GEMMs here (OpenBLAS' core, oneDNN's
+// ISA or the emulation). NORMLAB_ISA=avx2 also caps oneDNN at AVX2; OpenBLAS chose its kernels when
+// it loaded, so the line says when OPENBLAS_CORETYPE=Haswell is needed to switch AVX-512 off there.
+std::string gemm_kernels();
+
 // float -> bfloat16 bits, round to nearest even; NaN stays NaN, +-Inf stays +-Inf.
 inline uint16_t round_to_bf16(float f) {
   uint32_t u = __builtin_bit_cast(uint32_t, f);
