@@ -2,17 +2,22 @@
 // LayerNorm/RMSNorm Jacobian closed form against the kernels' forward mode; rank d - 2 at eps = 0
 // with d - 2 singular values equal to 1/sigma and the exact surviving singular value at eps > 0;
 // gamma as a left multiply; the block Jacobian from the model's jvp against finite differences of
-// its forward; and the Pre-LN bound sigma_min(I + A) >= 1 - ||A||.
+// its forward; the Pre-LN bound sigma_min(I + A) >= 1 - ||A||; normlab theory's verdicts, and its
+// 004 effective-depth quantity against the sub-layers recomputed by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
+#include <numbers>
+#include <stdexcept>
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
 #include "analysis/jacobian.h"
 #include "analysis/linalg.h"
 #include "analysis/theory.h"
+#include "analysis/theory_checks.h"
 #include "analysis/updates.h"
 
 #include <map>
@@ -387,6 +392,136 @@ TEST(Theory, SeedsInParallelGiveTheSerialNumbers) {
       EXPECT_NEAR(a, b, 1e-9 * (std::abs(b) + 1e-6)) << serial[i].source << " " << serial[i].quantity << " seed " << k;
     }
   }
+}
+
+namespace {
+
+// A parameter's values by name, its shape checked against the PyTorch layout the hand math assumes.
+const double* param_of(const Model<double>& m, const std::string& name, std::vector<int64_t> shape) {
+  const ParamSpec* p = m.table().find(name);
+  if (!p) throw std::runtime_error("no parameter " + name);
+  EXPECT_EQ(p->shape, shape) << name;
+  return m.params().data() + p->offset;
+}
+
+// y (N, OC) = x (N, IC) W^T + b, with W (OC, IC) row-major
+std::vector<double> linear_rows(const std::vector<double>& x, const double* W, const double* b, int N, int IC, int OC) {
+  std::vector<double> y(size_t(N) * OC);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double acc = b[o];
+      for (int i = 0; i < IC; i++) acc += W[size_t(o) * IC + i] * x[size_t(n) * IC + i];
+      y[size_t(n) * OC + o] = acc;
+    }
+  return y;
+}
+
+// F_slot(N(x)) of a Pre-LN GPT sub-layer, written out from its parameters, for x (T, C):
+//   N(x) = (x - mean) / sqrt(var + eps) * ln_in.weight + ln_in.bias, each token row on its own
+//   MLP:  proj(gelu(fc(N(x)))), gelu(u) = 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))) (GPT-2's)
+//   attention: qkv = [q | k | v] = qkv(N(x)); per head h (columns h HS .. (h+1) HS of each third)
+//   P = softmax over keys j <= i of q_i . k_j / sqrt(HS); out_i = sum_j P_ij v_j; then proj(out)
+std::vector<double> pre_ln_branch_by_hand(const Model<double>& m, int slot, const std::vector<double>& x) {
+  const ModelConfig& c = m.config();
+  const int C = c.d_model, F = c.ff(), T = int(x.size()) / C, NH = c.n_heads, HS = c.head_size();
+  const std::string p = slot_prefix(c, slot);
+  const double* gain = param_of(m, p + ".ln_in.weight", {C});
+  const double* bias = param_of(m, p + ".ln_in.bias", {C});
+  std::vector<double> nx(x.size());
+  for (int t = 0; t < T; t++) {
+    const double* row = x.data() + size_t(t) * C;
+    double mean = 0, var = 0;
+    for (int k = 0; k < C; k++) mean += row[k] / C;
+    for (int k = 0; k < C; k++) var += (row[k] - mean) * (row[k] - mean) / C;
+    for (int k = 0; k < C; k++) nx[size_t(t) * C + k] = (row[k] - mean) / std::sqrt(var + c.eps) * gain[k] + bias[k];
+  }
+  std::vector<double> mixed;  // (T, F) or (T, C): what the output projection reads
+  int width = 0;
+  if (c.slot(slot).kind == Sublayer::Mlp) {
+    mixed = linear_rows(nx, param_of(m, p + ".fc.weight", {F, C}), param_of(m, p + ".fc.bias", {F}), T, C, F);
+    for (double& u : mixed) u = 0.5 * u * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (u + 0.044715 * u * u * u)));
+    width = F;
+  } else {
+    const std::vector<double> qkv =
+        linear_rows(nx, param_of(m, p + ".qkv.weight", {3 * C, C}), param_of(m, p + ".qkv.bias", {3 * C}), T, C, 3 * C);
+    auto at = [&](int t, int third, int h, int e) { return qkv[size_t(t) * 3 * C + size_t(third) * C + h * HS + e]; };
+    mixed.assign(size_t(T) * C, 0.0);
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < T; i++) {
+        std::vector<double> score(size_t(i) + 1);
+        double top = -INFINITY, sum = 0;
+        for (int j = 0; j <= i; j++) {
+          for (int e = 0; e < HS; e++) score[size_t(j)] += at(i, 0, h, e) * at(j, 1, h, e) / std::sqrt(double(HS));
+          top = std::max(top, score[size_t(j)]);
+        }
+        for (double& v : score) {
+          v = std::exp(v - top);
+          sum += v;
+        }
+        for (int j = 0; j <= i; j++)
+          for (int e = 0; e < HS; e++) mixed[size_t(i) * C + h * HS + e] += score[size_t(j)] / sum * at(j, 2, h, e);
+      }
+    width = C;
+  }
+  return linear_rows(mixed, param_of(m, p + ".proj.weight", {C, width}), param_of(m, p + ".proj.bias", {C}), T,
+                     width, C);
+}
+
+double norm_of_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); i++) s += (a[i] - b[i]) * (a[i] - b[i]);
+  return std::sqrt(s);
+}
+
+}  // namespace
+
+TEST(Theory, EffectiveDepthShiftEqualsTheSubLayersByHand) {
+  // 004 effective depth's quantity, ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / ||F_{s+1}(N(x_{s+1}))||,
+  // from next_branch_shift (which switches sub-layer s off and reruns the model) against the
+  // sub-layer s+1 recomputed by hand on the streams x_s and x_{s+1} of one forward pass; MLP
+  // sub-layers (s+1 odd) and attention sub-layers (s+1 even). A 3-layer Pre-LN GPT in double at
+  // Xavier init (the claim's setting) with every parameter then moved by 0.1 N(0, 1), so the norm
+  // gains and all biases are away from 1 and 0 and the hand math must read each of them; F = 20.
+  ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
+  c.n_layers = 3;
+  c.d_ff = 20;
+  c.seq_len = 7;
+  c.init = InitScheme::Xavier;
+  Model<double> m(c);
+  Rng rng(41);
+  for (double& p : m.params()) p += 0.1 * rng.normal();
+  const int T = 7, C = c.d_model, S = c.n_slots();
+  std::vector<int32_t> ids(T), labels(T, ops::kIgnoreLabel);
+  for (int t = 0; t < T; t++) ids[size_t(t)] = (t * 37 + 11) % 256;
+  m.forward(ids.data(), labels.data(), 1, T);
+  std::vector<std::vector<double>> x;  // x_s (T, C), s = 0 .. S
+  for (int s = 0; s <= S; s++) x.emplace_back(m.stream(s), m.stream(s) + size_t(T) * C);
+
+  const std::vector<double> shift = theory_detail::next_branch_shift(m, ids);
+  ASSERT_EQ(shift.size(), size_t(S - 1));
+  std::vector<double> by_hand;
+  for (int s = 0; s + 1 < S; s++) {
+    SCOPED_TRACE(fmt::format("s = {}, sub-layer s+1 = {} ({})", s, s + 1, s % 2 == 0 ? "MLP" : "attention"));
+    const std::vector<double> at_next = pre_ln_branch_by_hand(m, s + 1, x[size_t(s) + 1]);  // F_{s+1}(N(x_{s+1}))
+    const std::vector<double> at_prev = pre_ln_branch_by_hand(m, s + 1, x[size_t(s)]);      // F_{s+1}(N(x_s))
+    // the hand sub-layer is the model's: x_{s+2} - x_{s+1} (same math in double, summed in another order)
+    std::vector<double> model_branch(at_next.size());
+    for (size_t i = 0; i < at_next.size(); i++) model_branch[i] = x[size_t(s) + 2][i] - x[size_t(s) + 1][i];
+    const double branch_norm = norm_of_difference(at_next, std::vector<double>(at_next.size(), 0.0));
+    ASSERT_GT(branch_norm, 0.1);
+    EXPECT_LE(norm_of_difference(at_next, model_branch), 1e-12 * branch_norm);
+    by_hand.push_back(norm_of_difference(at_next, at_prev) / branch_norm);
+    EXPECT_NEAR(shift[size_t(s)], by_hand.back(), 1e-10 * by_hand.back());
+  }
+  // the control: every sub-layer's value is far from every other's, so a shift of the wrong slot fails
+  for (size_t s = 0; s < by_hand.size(); s++)
+    for (size_t r = 0; r < by_hand.size(); r++)
+      if (r != s) {
+        EXPECT_GT(std::abs(by_hand[r] - by_hand[s]), 1e-3 * by_hand[s]) << "s = " << s << ", r = " << r;
+      }
+  // the weights are back: a forward reproduces the streams
+  m.forward(ids.data(), labels.data(), 1, T);
+  for (int s = 0; s <= S; s++) EXPECT_EQ(std::vector<double>(m.stream(s), m.stream(s) + size_t(T) * C), x[size_t(s)]);
 }
 
 TEST(Stats, IntervalsAndVerdicts) {

@@ -5,7 +5,7 @@
 // heads, F = 20, T = 7), both layers of a 2-layer model, T = 1, a key padding mask, and perturbed
 // parameters (gains and biases away from init). Causal blocks above the diagonal must be exact
 // zeros. Also: where it does not apply (encdec, B = 2, part of a block, several blocks) it says so,
-// and stream_jacobian falls back to the tangents.
+// and stream_jacobian falls back to the tangents. The models: tests/jacobian_fixture.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,55 +15,20 @@
 #include <vector>
 
 #include "analysis/lanczos.h"
+#include "jacobian_fixture.h"
 #include "model/methods.h"
 #include "model/model.h"
 #include "ops/common.h"
 #include "util/error.h"
-#include "util/rng.h"
 
 using namespace normlab;
+using namespace normlab::test;
 
 namespace {
 
-struct BlockCase {
-  Placement placement;
-  NormKind norm;
-  Arch arch;
-  bool mlp = true;
-  bool residual = true;
-  Activation activation = Activation::Gelu;
-  bool padded = false;  // the last two keys are padding
-};
-
-std::string block_case_name(const BlockCase& c) {
-  return fmt::format("{} {} {} mlp={} residual={} {} padded={}", to_string(c.placement), to_string(c.norm),
-                     to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded);
-}
-
-std::unique_ptr<Model<double>> block_model(const BlockCase& c, int T, int d = 12, int heads = 3, int ff = 20) {
-  ModelConfig cfg;
-  cfg.arch = c.arch;
-  cfg.d_model = d;
-  cfg.n_heads = heads;
-  cfg.n_layers = 2;
-  cfg.d_ff = ff;
-  cfg.seq_len = std::max(T, 8);
-  cfg.placement = {c.placement};
-  cfg.norm = c.norm;
-  cfg.eps = 1e-5;
-  cfg.mlp = c.mlp;
-  cfg.residual = c.residual;
-  cfg.activation = c.activation;
-  cfg.init_std = 0.3;
-  auto m = std::make_unique<Model<double>>(cfg);
-  Rng rng(uint64_t(11 + int(c.placement) * 13 + int(c.norm) * 5 + int(c.arch)));
-  for (double& p : m->params()) p += 0.2 * rng.normal();
-  std::vector<int32_t> ids(static_cast<size_t>(T)), labels(ids.size(), ops::kIgnoreLabel);
-  for (size_t t = 0; t < ids.size(); t++) ids[t] = int32_t((t * 37 + 11) % 256);
-  std::vector<uint8_t> mask(ids.size(), 1);
-  if (c.padded && T > 2) mask[size_t(T) - 1] = mask[size_t(T) - 2] = 0;
-  m->forward(ids.data(), labels.data(), 1, T, nullptr, c.padded ? mask.data() : nullptr);
-  return m;
+// this file's models: the fixture's with one row, seeded from 11
+std::unique_ptr<Model<double>> block_model(const JacobianCase& c, int T, int d = 12, int heads = 3, int ff = 20) {
+  return jacobian_model(c, 11, 1, T, d, heads, ff);
 }
 
 // J (n, n) row-major by the tangent path: tangent k is column k
@@ -113,7 +78,7 @@ void expect_block_jacobian(const Model<double>& m, int layer) {
 }  // namespace
 
 TEST(BlockJacobian, EqualsTheTangentPathForEveryConfiguration) {
-  std::vector<BlockCase> cases;
+  std::vector<JacobianCase> cases;
   for (Placement p : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::PrePost, Placement::DeepNorm,
                       Placement::None, Placement::Admin, Placement::ReZero, Placement::SkipInit,
                       Placement::LayerScale, Placement::TFixup})
@@ -134,8 +99,8 @@ TEST(BlockJacobian, EqualsTheTangentPathForEveryConfiguration) {
     cases.push_back({Placement::Pre, NormKind::LayerNorm, arch, true, true, Activation::GeluExact, true});
     cases.push_back({Placement::DeepNorm, NormKind::RMSNorm, arch, true, true, Activation::Gelu, true});
   }
-  for (const BlockCase& c : cases) {
-    SCOPED_TRACE(block_case_name(c));
+  for (const JacobianCase& c : cases) {
+    SCOPED_TRACE(jacobian_case_name(c));
     auto m = block_model(c, 7);
     for (int layer : {0, 1}) expect_block_jacobian(*m, layer);
   }
@@ -145,19 +110,19 @@ TEST(BlockJacobian, OneTokenAndOtherSizes) {
   // T = 1 (attention is the value path alone); one head; a head size of 1; a larger d than F
   for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
     for (Placement p : {Placement::Post, Placement::Pre, Placement::Sandwich}) {
-      BlockCase c{p, NormKind::LayerNorm, arch};
-      SCOPED_TRACE(block_case_name(c) + " T = 1");
+      JacobianCase c{p, NormKind::LayerNorm, arch};
+      SCOPED_TRACE(jacobian_case_name(c) + " T = 1");
       auto m = block_model(c, 1);
       for (int layer : {0, 1}) expect_block_jacobian(*m, layer);
     }
-    BlockCase c{Placement::Pre, NormKind::RMSNorm, arch};
+    JacobianCase c{Placement::Pre, NormKind::RMSNorm, arch};
     {
-      SCOPED_TRACE(block_case_name(c) + " d = 8, 1 head, F = 5, T = 5");
+      SCOPED_TRACE(jacobian_case_name(c) + " d = 8, 1 head, F = 5, T = 5");
       auto m = block_model(c, 5, 8, 1, 5);
       for (int layer : {0, 1}) expect_block_jacobian(*m, layer);
     }
     {
-      SCOPED_TRACE(block_case_name(c) + " d = 6, 6 heads, F = 7, T = 9");
+      SCOPED_TRACE(jacobian_case_name(c) + " d = 6, 6 heads, F = 7, T = 9");
       auto m = block_model(c, 9, 6, 6, 7);
       for (int layer : {0, 1}) expect_block_jacobian(*m, layer);
     }
@@ -167,7 +132,7 @@ TEST(BlockJacobian, OneTokenAndOtherSizes) {
 TEST(BlockJacobian, StreamJacobianUsesItAndAgrees) {
   // stream_jacobian's block path (all tokens, and a subset of 4 of 7 tokens, out of order) against
   // the same subset of the tangent path; several blocks fall back to the tangents
-  BlockCase c{Placement::Post, NormKind::LayerNorm, Arch::Gpt, true, true, Activation::GeluExact};
+  JacobianCase c{Placement::Post, NormKind::LayerNorm, Arch::Gpt, true, true, Activation::GeluExact};
   auto m = block_model(c, 7);
   const int C = 12, n = 7 * C;
   const std::vector<double> ref = tangent_jacobian(*m, 1);

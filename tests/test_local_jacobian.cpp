@@ -3,6 +3,7 @@
 // (jvp_sublayers_unit over the block's two sub-layers), for every placement, both norms, both
 // architectures, MLP on and off, residual off, every activation, a key padding mask with two batch
 // rows, first / middle / last tokens, and perturbed parameters (gains and biases away from init).
+// The models: tests/jacobian_fixture.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,59 +13,17 @@
 #include <vector>
 
 #include "analysis/lanczos.h"
+#include "jacobian_fixture.h"
 #include "model/model.h"
-#include "ops/common.h"
 #include "util/rng.h"
 
 using namespace normlab;
+using namespace normlab::test;
 
 namespace {
 
-struct Case {
-  Placement placement;
-  NormKind norm;
-  Arch arch;
-  bool mlp = true;
-  bool residual = true;
-  Activation activation = Activation::Gelu;
-  bool padded = false;  // B = 2 with a key padding mask
-};
-
-std::string name_of(const Case& c) {
-  return fmt::format("{} {} {} mlp={} residual={} {} padded={}", to_string(c.placement), to_string(c.norm),
-                     to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded);
-}
-
-// d = 12 with 3 heads (HS = 4), F = 20 (not a multiple of d), T = 7.
-std::unique_ptr<Model<double>> run(const Case& c, int B, int T) {
-  ModelConfig cfg;
-  cfg.arch = c.arch;
-  cfg.d_model = 12;
-  cfg.n_heads = 3;
-  cfg.n_layers = 2;
-  cfg.d_ff = 20;
-  cfg.seq_len = 8;
-  cfg.placement = {c.placement};
-  cfg.norm = c.norm;
-  cfg.eps = 1e-5;
-  cfg.mlp = c.mlp;
-  cfg.residual = c.residual;
-  cfg.activation = c.activation;
-  cfg.init_std = 0.3;
-  auto m = std::make_unique<Model<double>>(cfg);
-  // away from init: every parameter (norm gains and biases included) moved by a random amount
-  Rng rng(uint64_t(7 + int(c.placement) * 13 + int(c.norm) * 5 + int(c.arch)));
-  for (double& p : m->params()) p += 0.2 * rng.normal();
-  std::vector<int32_t> ids(size_t(B) * T), labels(ids.size(), ops::kIgnoreLabel);
-  for (size_t t = 0; t < ids.size(); t++) ids[t] = int32_t((t * 37 + 11) % 256);
-  std::vector<uint8_t> mask(ids.size(), 1);
-  if (c.padded) {  // row 0 unpadded, row 1 with its last two keys padding
-    mask[size_t(T) + T - 1] = 0;
-    mask[size_t(T) + T - 2] = 0;
-  }
-  m->forward(ids.data(), labels.data(), B, T, nullptr, c.padded ? mask.data() : nullptr);
-  return m;
-}
+// this file's models: the fixture's, seeded from 7
+std::unique_ptr<Model<double>> run(const JacobianCase& c, int B, int T) { return jacobian_model(c, 7, B, T); }
 
 // max |fast - reference| / max |reference| over the block Jacobian at (row, token)
 double block_error(const Model<double>& m, int layer, int token, int row) {
@@ -93,7 +52,7 @@ constexpr double kTol = 1e-12;  // both are the same math in double, only summed
 }  // namespace
 
 TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
-  std::vector<Case> cases;
+  std::vector<JacobianCase> cases;
   for (Placement p : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::PrePost,
                       Placement::DeepNorm, Placement::None})
     for (NormKind norm : {NormKind::LayerNorm, NormKind::RMSNorm})
@@ -109,8 +68,8 @@ TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
     cases.push_back({Placement::Sandwich, NormKind::LayerNorm, arch, false, false});
   }
   const int T = 7;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(name_of(c));
+  for (const JacobianCase& c : cases) {
+    SCOPED_TRACE(jacobian_case_name(c));
     auto m = run(c, 1, T);
     for (int layer : {0, 1})
       for (int token : {0, 3, T - 1}) {
@@ -124,8 +83,8 @@ TEST(LocalJacobian, KeyPaddingMaskWithTwoRows) {
   const int T = 7;
   for (Arch arch : {Arch::Encoder, Arch::Gpt})
     for (Placement p : {Placement::Post, Placement::Pre}) {
-      Case c{p, NormKind::LayerNorm, arch, true, true, Activation::GeluExact, true};
-      SCOPED_TRACE(name_of(c));
+      JacobianCase c{p, NormKind::LayerNorm, arch, true, true, Activation::GeluExact, true};
+      SCOPED_TRACE(jacobian_case_name(c));
       auto m = run(c, 2, T);
       for (int row : {0, 1})
         for (int layer : {0, 1})
@@ -138,7 +97,7 @@ TEST(LocalJacobian, KeyPaddingMaskWithTwoRows) {
 
 TEST(LocalJacobian, ArbitraryTangentsAreTheJacobianTimesThem) {
   // linearity in the tangent: K random tangents give J_ii applied to them
-  Case c{Placement::Sandwich, NormKind::LayerNorm, Arch::Encoder};
+  JacobianCase c{Placement::Sandwich, NormKind::LayerNorm, Arch::Encoder};
   auto m = run(c, 1, 5);
   const int C = 12, K = 5;
   std::vector<double> eye(size_t(C) * C, 0.0), J(eye.size());
@@ -158,7 +117,7 @@ TEST(LocalJacobian, ArbitraryTangentsAreTheJacobianTimesThem) {
 
 TEST(LocalJacobian, StreamJacobianAgrees) {
   // the analysis' dense builder (stream_jacobian) and the fast path give the same d x d matrix
-  Case c{Placement::Post, NormKind::LayerNorm, Arch::Encoder, true, true, Activation::GeluExact};
+  JacobianCase c{Placement::Post, NormKind::LayerNorm, Arch::Encoder, true, true, Activation::GeluExact};
   auto m = run(c, 1, 6);
   for (int layer : {0, 1}) {
     const std::vector<double> ref = analysis::stream_jacobian(*m, 2 * layer, 2 * layer + 2, {5}, {5});
@@ -179,8 +138,8 @@ TEST(LocalJacobian, CausalEndToEndIsTheChainOfBlocks) {
   const int T = 7;
   for (Placement p : {Placement::Pre, Placement::Post, Placement::DeepNorm})
     for (bool mlp : {true, false}) {
-      Case c{p, NormKind::RMSNorm, Arch::Gpt, mlp, true, Activation::Relu};
-      SCOPED_TRACE(name_of(c));
+      JacobianCase c{p, NormKind::RMSNorm, Arch::Gpt, mlp, true, Activation::Relu};
+      SCOPED_TRACE(jacobian_case_name(c));
       auto m = run(c, 1, T);
       for (int token : {0, 4, T - 1}) {
         const std::vector<double> ref = analysis::stream_jacobian(*m, 0, 4, {token}, {token});
@@ -199,8 +158,8 @@ TEST(LocalJacobian, OneTokenSequences) {
   // T = 1: attention is the value path alone (P = 1, tP = 0)
   for (Arch arch : {Arch::Gpt, Arch::Encoder})
     for (Placement p : {Placement::Post, Placement::Pre, Placement::PrePost}) {
-      Case c{p, NormKind::LayerNorm, arch};
-      SCOPED_TRACE(name_of(c));
+      JacobianCase c{p, NormKind::LayerNorm, arch};
+      SCOPED_TRACE(jacobian_case_name(c));
       auto m = run(c, 1, 1);
       for (int layer : {0, 1}) EXPECT_LE(block_error(*m, layer, 0, 0), kTol);
     }
@@ -210,7 +169,7 @@ TEST(LocalJacobian, BidirectionalEndToEndIsNotTheChain) {
   // the control for the causal shortcut: in an encoder, token i's tangent comes back to it through
   // the other tokens after two blocks, so the chain of blocks differs from the end-to-end J_ii (and
   // token_local_jacobian therefore keeps the full-sequence pass there)
-  Case c{Placement::Post, NormKind::LayerNorm, Arch::Encoder, true, true, Activation::GeluExact};
+  JacobianCase c{Placement::Post, NormKind::LayerNorm, Arch::Encoder, true, true, Activation::GeluExact};
   auto m = run(c, 1, 6);
   const int C = 12, token = 2;
   const std::vector<double> ref = analysis::stream_jacobian(*m, 0, 4, {token}, {token});

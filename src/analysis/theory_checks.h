@@ -81,6 +81,11 @@ std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c);
 void lemma_checks(const Bench& b, std::vector<Measurement>& out);
 // growth with depth on the byte LM: 002 rank collapse and ||A||_2 with depth, 003, 004 (theory_depth.cpp)
 void depth_checks(const Bench& b, std::vector<Measurement>& out);
+// 004 effective depth's quantity (theory_depth.cpp), here so a test can check it against a
+// recomputation by hand: for each sub-layer s + 1 < n_slots of a one-stream Pre-LN stack (a B = 1
+// forward on ids), ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / ||F_{s+1}(N(x_{s+1}))||. Runs the
+// model forward (its activations are those of the last, ablated pass); the weights are restored.
+std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_t>& ids);
 // the encoder-decoder claims at initialization: Xiong et al., Liu et al. (theory_encdec.cpp)
 void encdec_checks(const Bench& b, std::vector<Measurement>& out);
 

@@ -34,6 +34,8 @@ double ln_input_norm(const Model<double>& m, int slot, int T) {
   return sum;
 }
 
+}  // namespace
+
 // Source 004's effective depth: in Pre-LN, sub-layer s+1 applied to x_{s+1} nearly equals it
 // applied to x_s, ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / ||F_{s+1}(N(x_{s+1}))||, over one
 // sequence. Exact, not linearized: with sub-layer s's branch switched off (its output projection
@@ -73,8 +75,6 @@ std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_
   }
   return shift;
 }
-
-}  // namespace
 
 void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   const TheoryOptions& o = b.opt;

@@ -1,0 +1,67 @@
+// jacobian_fixture.h: the perturbed test model of the Jacobian tests (test_block_jacobian,
+// test_local_jacobian): a case (placement, norm, architecture, MLP, residual, activation, padding),
+// its name for SCOPED_TRACE, and the model built from it, its parameters moved away from init and
+// one forward pass already run.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <fmt/format.h>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "ops/common.h"
+#include "util/rng.h"
+
+namespace normlab::test {
+
+struct JacobianCase {
+  Placement placement;
+  NormKind norm;
+  Arch arch;
+  bool mlp = true;
+  bool residual = true;
+  Activation activation = Activation::Gelu;
+  bool padded = false;  // the last row's last two keys are padding
+};
+
+inline std::string jacobian_case_name(const JacobianCase& c) {
+  return fmt::format("{} {} {} mlp={} residual={} {} padded={}", to_string(c.placement), to_string(c.norm),
+                     to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded);
+}
+
+// A 2-layer double model of case c: width d with `heads` heads, F = ff (defaults: HS = 4, F not a
+// multiple of d), seq_len max(T, 8), eps 1e-5, init_std 0.3. Away from init: every parameter (norm
+// gains and biases included) moved by 0.2 N(0, 1) from Rng(seed + 13 placement + 5 norm + arch).
+// Then one forward pass on B rows of T byte ids (i * 37 + 11) % 256, i counting over all rows, no
+// labels; c.padded (and T > 2): the last row's last two keys are padding, the other rows unpadded.
+inline std::unique_ptr<Model<double>> jacobian_model(const JacobianCase& c, uint64_t seed, int B, int T, int d = 12,
+                                                     int heads = 3, int ff = 20) {
+  ModelConfig cfg;
+  cfg.arch = c.arch;
+  cfg.d_model = d;
+  cfg.n_heads = heads;
+  cfg.n_layers = 2;
+  cfg.d_ff = ff;
+  cfg.seq_len = std::max(T, 8);
+  cfg.placement = {c.placement};
+  cfg.norm = c.norm;
+  cfg.eps = 1e-5;
+  cfg.mlp = c.mlp;
+  cfg.residual = c.residual;
+  cfg.activation = c.activation;
+  cfg.init_std = 0.3;
+  auto m = std::make_unique<Model<double>>(cfg);
+  Rng rng(seed + uint64_t(int(c.placement) * 13 + int(c.norm) * 5 + int(c.arch)));
+  for (double& p : m->params()) p += 0.2 * rng.normal();
+  std::vector<int32_t> ids(size_t(B) * size_t(T)), labels(ids.size(), ops::kIgnoreLabel);
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = int32_t((i * 37 + 11) % 256);
+  std::vector<uint8_t> mask(ids.size(), 1);
+  if (c.padded && T > 2) mask[ids.size() - 1] = mask[ids.size() - 2] = 0;
+  m->forward(ids.data(), labels.data(), B, T, nullptr, c.padded ? mask.data() : nullptr);
+  return m;
+}
+
+}  // namespace normlab::test
