@@ -561,6 +561,26 @@ TEST(Stats, IntervalsAndVerdicts) {
   EXPECT_NEAR(d.hi - d.mean, 2.776 * std::sqrt(25.0 / 12), 1e-12);
   EXPECT_LT(d.lo, 0.0);  // 2.5 - 4.007: not resolved with these spreads
   EXPECT_TRUE(std::isnan(welch_difference(summarize({1}), summarize({2, 3})).lo));
+  // seed_difference: the same groups paired by seed (b - a = {1, 2, 3, 4}: mean 2.5, sd sqrt(5/3),
+  // t(3) = 3.182): far narrower than Welch's, because each seed's shared part cancels
+  using Seeds = std::multimap<std::string, double>;
+  const Seeds sa{{"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}}, sb{{"1", 2}, {"2", 4}, {"3", 6}, {"4", 8}};
+  const SeedDifference p = seed_difference(sa, sb);
+  EXPECT_EQ(p.kind, "paired");
+  EXPECT_EQ(p.how(), "paired by seed, 4 seeds");
+  EXPECT_DOUBLE_EQ(p.mean, 2.5);
+  EXPECT_NEAR(p.hi - p.mean, 3.182 * std::sqrt(5.0 / 3 / 4), 1e-12);
+  EXPECT_GT(p.lo, 0.0);  // resolved when paired
+  // other seeds on one side, or a seed twice (runs that differ in something else): Welch, as above
+  const SeedDifference w = seed_difference(sa, Seeds{{"1", 2}, {"2", 4}, {"3", 6}, {"5", 8}});
+  EXPECT_EQ(w.kind, "welch");
+  EXPECT_EQ(w.how(), "Welch, 4 and 4 seeds");
+  EXPECT_DOUBLE_EQ(w.lo, d.lo);
+  EXPECT_EQ(seed_difference(sa, Seeds{{"1", 2}, {"1", 4}, {"3", 6}, {"4", 8}}).kind, "welch");
+  const SeedDifference single = seed_difference(sa, Seeds{{"1", 2}});
+  EXPECT_EQ(single.kind, "single");
+  EXPECT_DOUBLE_EQ(single.mean, 2 - 2.5);
+  EXPECT_TRUE(std::isnan(single.lo));
 }
 
 TEST(ModelJvp, AdjointIdentityWithVjpForEveryPlacement) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <fmt/format.h>
 
 namespace normlab::analysis {
@@ -50,6 +51,38 @@ Difference welch_difference(const SeedSummary& a, const SeedSummary& b) {
   d.lo = d.mean - half;
   d.hi = d.mean + half;
   return d;
+}
+
+SeedDifference seed_difference(const std::multimap<std::string, double>& a, const std::multimap<std::string, double>& b) {
+  SeedDifference d;
+  d.n_a = int(a.size()), d.n_b = int(b.size());
+  // the same seeds on both sides, each once (the keys are sorted)
+  bool same = a.size() == b.size() && a.size() >= 2;
+  for (auto ia = a.begin(), ib = b.begin(); same && ia != a.end(); ++ia, ++ib)
+    same = ia->first == ib->first && (std::next(ia) == a.end() || std::next(ia)->first != ia->first);
+  std::vector<double> va, vb;
+  for (const auto& [k, v] : a) va.push_back(v);
+  for (const auto& [k, v] : b) vb.push_back(v);
+  if (same) {
+    std::vector<double> diff;
+    for (auto ia = a.begin(), ib = b.begin(); ia != a.end(); ++ia, ++ib) diff.push_back(ib->second - ia->second);
+    const SeedSummary s = summarize(diff);
+    d.kind = "paired", d.n = s.n, d.mean = s.mean, d.lo = s.lo, d.hi = s.hi;
+  } else if (a.size() >= 2 && b.size() >= 2) {
+    const Difference w = welch_difference(summarize(va), summarize(vb));
+    d.kind = "welch", d.n = int(std::min(a.size(), b.size())), d.mean = w.mean, d.lo = w.lo, d.hi = w.hi;
+  } else {
+    d.kind = "single", d.n = int(std::min(a.size(), b.size()));
+    d.mean = (vb.empty() || va.empty()) ? std::nan("") : summarize(vb).mean - summarize(va).mean;
+    d.lo = d.hi = std::nan("");
+  }
+  return d;
+}
+
+std::string SeedDifference::how() const {
+  if (kind == "paired") return fmt::format("paired by seed, {} seeds", n);
+  if (kind == "welch") return fmt::format("Welch, {} and {} seeds", n_a, n_b);
+  return "one seed on a side: no interval";
 }
 
 std::string Region::text() const {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,20 @@ struct Difference {
   double df = 0;
 };
 Difference welch_difference(const SeedSummary& a, const SeedSummary& b);
+
+// The one way a study compares two settings over seeds: the 95% interval of mean(b) - mean(a),
+// paired by seed when both finished the same seeds (at least 2; what a seed fixes, the
+// initialization and the batches, then cancels in each difference), else Welch over the two groups
+// (n >= 2 on each side), else no interval (lo, hi NaN). `a`, `b`: seed key -> value; a key that
+// occurs twice on a side (runs that differ in something else) rules out pairing.
+struct SeedDifference {
+  std::string kind;  // "paired", "welch" or "single"
+  int n = 0;         // seeds paired, or the smaller group
+  double mean = 0, lo = 0, hi = 0;
+  std::string how() const;  // "paired by seed, 3 seeds", "Welch, 3 and 2 seeds", "one seed on a side: no interval"
+  int n_a = 0, n_b = 0;
+};
+SeedDifference seed_difference(const std::multimap<std::string, double>& a, const std::multimap<std::string, double>& b);
 
 // The region where a claim's quantity must lie for the claim to hold.
 struct Region {

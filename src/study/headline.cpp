@@ -65,6 +65,7 @@ struct Setting {
   std::string name;
   std::vector<const json*> runs;
   SeedSummary loss;  // over the runs that finished
+  std::multimap<std::string, double> by_seed;  // the same, by seed key (view::seed_of)
   std::string lr;
 };
 
@@ -144,14 +145,17 @@ json headline(const json& results) {
   for (const json* r : done) {
     const std::string name = view::signature(*r, others, "");
     auto s = std::find_if(settings.begin(), settings.end(), [&](const Setting& x) { return x.name == name; });
-    if (s == settings.end()) s = settings.insert(settings.end(), Setting{name, {}, {}, view::grid_value(*r, "train.lr")});
+    if (s == settings.end()) s = settings.insert(settings.end(), Setting{name, {}, {}, {}, view::grid_value(*r, "train.lr")});
     s->runs.push_back(r);
   }
   for (auto& s : settings) {
     std::vector<double> v;
     for (const json* r : s.runs)
       if ((*r)["status"] == "finished")
-        if (const auto l = view::val_loss(*r)) v.push_back(*l);
+        if (const auto l = view::val_loss(*r)) {
+          v.push_back(*l);
+          s.by_seed.emplace(view::seed_of(*r), *l);
+        }
     s.loss = analysis::summarize(v);
   }
 
@@ -203,17 +207,18 @@ json headline(const json& results) {
                               never_text));
   }
 
-  // 2. is the lead resolved: the Welch interval of the gap to the runner-up over seeds
+  // 2. is the lead resolved: the interval of the gap to the runner-up over seeds (paired by seed where
+  // both ran the same seeds: analysis::seed_difference, as the reproductions)
   if (ranked.size() < 2) {
     out.push_back("There is no runner-up to compare it with, so nothing is ranked.");
   } else {
     const Setting &a = ranked[0], &b = ranked[1];
     const double gap = b.loss.mean - a.loss.mean;
     if (a.loss.n >= 2 && b.loss.n >= 2) {
-      const auto d = analysis::welch_difference(a.loss, b.loss);
-      out.push_back(fmt::format("Its lead over {} ({:.3f} nats) is {} (95% interval of the gap {:.3f} to {:.3f}).",
+      const auto d = analysis::seed_difference(a.by_seed, b.by_seed);
+      out.push_back(fmt::format("Its lead over {} ({:.3f} nats) is {} (95% interval of the gap {:.3f} to {:.3f}, {}).",
                                 b.name, gap, d.lo > 0 ? "resolved at these seeds" : "not distinguishable from seed noise here",
-                                d.lo, d.hi));
+                                d.lo, d.hi, d.how()));
     } else {
       out.push_back(fmt::format("Its lead over {} ({:.3f} nats) comes from {} and says nothing about seed noise{}.", b.name,
                                 gap, seeds ? "a single finished seed on one side" : "one run per setting",

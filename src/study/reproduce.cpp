@@ -70,10 +70,6 @@ std::string side_label(const std::string& filter) {
   return out;
 }
 
-std::string seed_of(const json& run) {
-  return view::grid_value(run, "model.seed") + "/" + view::grid_value(run, "train.seed");
-}
-
 std::optional<double> metric_of(const json& run, const std::string& metric) {
   return metric == "bleu" ? view::run_bleu(run) : view::val_loss(run);
 }
@@ -84,7 +80,7 @@ struct Side {
   std::string lr;        // the chosen learning rate (best_lr), else ""
   bool lr_edge = false;  // the chosen learning rate is the smallest or largest the side ran
   int runs = 0, finished = 0, diverged = 0;
-  std::map<std::string, double> by_seed;  // seed key -> metric value (finished runs)
+  std::multimap<std::string, double> by_seed;  // seed key -> metric value (finished runs)
   SeedSummary stats;
 };
 
@@ -139,7 +135,7 @@ Side measure_side(const json& results, const std::string& filter, const std::str
     }
     if (const auto x = metric_of(*r, metric)) {
       side.finished++;
-      side.by_seed[seed_of(*r)] = *x;
+      side.by_seed.emplace(view::seed_of(*r), *x);
       values.push_back(*x);
     }
   }
@@ -231,27 +227,11 @@ json reproductions(const json& results) {
         how = "no comparison: a side has no finished run";
       }
     } else {
-      std::set<std::string> sa, sb;
-      for (const auto& [k, v] : a.by_seed) sa.insert(k);
-      for (const auto& [k, v] : b.by_seed) sb.insert(k);
+      const analysis::SeedDifference sd = analysis::seed_difference(b.by_seed, a.by_seed);  // a - b
       SeedSummary d;
-      if (sa == sb && sa.size() >= 2) {
-        std::vector<double> v;
-        for (const auto& k : sa) v.push_back(a.by_seed.at(k) - b.by_seed.at(k));
-        d = analysis::summarize(v);
-        diff["kind"] = "paired";
-        how = fmt::format("paired by seed, {} seeds", d.n);
-      } else if (a.finished >= 2 && b.finished >= 2) {
-        const auto w = analysis::welch_difference(b.stats, a.stats);  // mean(a) - mean(b)
-        d.n = std::min(a.finished, b.finished), d.mean = w.mean, d.lo = w.lo, d.hi = w.hi;
-        diff["kind"] = "welch";
-        how = fmt::format("Welch, {} and {} seeds", a.finished, b.finished);
-      } else {
-        d = analysis::summarize({a.stats.mean - b.stats.mean});
-        d.lo = d.hi = NAN;  // one seed on a side: no interval
-        diff["kind"] = "single";
-        how = "one seed on a side: no interval";
-      }
+      d.n = sd.n, d.mean = sd.mean, d.lo = sd.lo, d.hi = sd.hi;
+      diff["kind"] = sd.kind;
+      how = sd.how();
       diff["n"] = d.n;
       diff["mean"] = d.mean;
       diff["lo"] = std::isfinite(d.lo) ? json(d.lo) : json();

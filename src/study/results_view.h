@@ -38,6 +38,10 @@ inline std::string grid_value(const json& run, const std::string& dotted) {
   return text_of(run["config"][section][key]);
 }
 
+// A run's seed key, "model.seed/train.seed" (values from its grid, "" when not varied): runs of two
+// settings with the same key drew the same initialization and batches
+inline std::string seed_of(const json& run) { return grid_value(run, "model.seed") + "/" + grid_value(run, "train.seed"); }
+
 inline std::string short_key(const std::string& dotted) { return dotted.substr(dotted.find('.') + 1); }
 
 // How a varying key is named in text: its short name, or the dotted one when another varying key has
