@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <tuple>
 #include <vector>
 
 #include "check.h"
@@ -156,6 +157,34 @@ TEST(Bf16Matmul, ForwardAndBackwardMatchNaiveOnRoundedOperands) {
   test::expect_close("bf16 matmul dinp", d(dx), d(dx_ref), 1e-5, 2e-5);
   test::expect_close("bf16 matmul dweight", d(dw), d(dw_ref), 1e-5, 1e-4);
   test::expect_close("bf16 matmul dbias", d(db), d(db_ref), 1e-6, 1e-5);
+}
+
+// The model rounds its weights once per forward (Model::forward) and hands them to the GEMMs: the
+// same bits as rounding them in every call, for both thread splits of the forward (rows when
+// N >= OC, else columns of W) and the input gradient
+TEST(Bf16Matmul, PreRoundedWeightsGiveTheSameBits) {
+  for (const auto& [N, IC, OC] : {std::tuple{67, 45, 93}, std::tuple{211, 45, 33}}) {
+    const auto x = randf(size_t(N) * IC, 5), w = randf(size_t(OC) * IC, 6, 0.2), b = randf(OC, 7);
+    const auto dy = randf(size_t(N) * OC, 8);
+    std::vector<uint16_t> w16(w.size());
+    round_to_bf16(w16.data(), w.data(), w.size());
+    std::vector<float> y(size_t(N) * OC), y16(y.size());
+    matmul_forward(y.data(), x.data(), w.data(), b.data(), N, IC, OC, Precision::Bf16);
+    matmul_forward(y16.data(), x.data(), w.data(), b.data(), N, IC, OC, Precision::Bf16, w16.data());
+    EXPECT_EQ(y, y16) << N << " x " << IC << " x " << OC;
+    std::vector<float> dx(size_t(N) * IC, 0.5f), dw(w.size(), 0.25f), db(OC, 1.0f);
+    std::vector<float> dx16 = dx, dw16 = dw, db16 = db;
+    matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), N, IC, OC, Precision::Bf16);
+    matmul_backward(dx16.data(), dw16.data(), db16.data(), dy.data(), x.data(), w.data(), N, IC, OC,
+                    Precision::Bf16, w16.data());
+    EXPECT_EQ(dx, dx16);
+    EXPECT_EQ(dw, dw16);
+    EXPECT_EQ(db, db16);
+    // and the rounded weights are what is used: a different w16 changes the result
+    std::vector<uint16_t> other(w16.size(), round_to_bf16(0.5f));
+    matmul_forward(y16.data(), x.data(), w.data(), b.data(), N, IC, OC, Precision::Bf16, other.data());
+    EXPECT_NE(y, y16);
+  }
 }
 
 TEST(Bf16Attention, TracksFloatAttentionWithinBf16Resolution) {

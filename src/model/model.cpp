@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "model/activation_of.h"
 #include "model/init.h"
@@ -233,21 +234,21 @@ void Model<S>::sublayer_forward(int i) {
   // f = F(h)
   switch (slot.kind) {
     case Sublayer::Attn:
-      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, 3 * C, prec_);
+      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, 3 * C, prec_, bf16_of(p.w1));
       attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, !slot.encoder, self_mask, prec_);
-      matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_);
+      matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_, bf16_of(p.w2));
       break;
     case Sublayer::Cross:
-      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, C, prec_);
-      matmul_forward(a.kv, memory_, p.wkv, p.bkv, B * S_, C, 2 * C, prec_);
+      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, C, prec_, bf16_of(p.w1));
+      matmul_forward(a.kv, memory_, p.wkv, p.bkv, B * S_, C, 2 * C, prec_, bf16_of(p.wkv));
       cross_attention_forward(a.mix, a.att, a.hid, a.kv, B, T, S_, C, cfg_.n_heads,
                               has_src_mask_ ? src_mask_.data() : nullptr);
-      matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_);
+      matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_, bf16_of(p.w2));
       break;
     case Sublayer::Mlp:
-      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, F, prec_);
+      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, F, prec_, bf16_of(p.w1));
       activation_forward(cfg_.activation, a.mix, a.hid, size_t(N) * F);
-      matmul_forward(a.f, a.mix, p.w2, p.b2, N, F, C, prec_);
+      matmul_forward(a.f, a.mix, p.w2, p.b2, N, F, C, prec_, bf16_of(p.w2));
       break;
   }
   if (training_ && cfg_.dropout > 0) dropout_forward(a.f, a.f, cfg_.dropout, dropout_site_seed(i + 1), NC, dropout_first(NC));
@@ -333,28 +334,28 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) 
   switch (slot.kind) {
     case Sublayer::Attn:
       zero(dmix_, NC);
-      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_);
+      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_, bf16_of(p.w2));
       zero(dhid_, NC * 3);
       attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, !slot.encoder, prec_);
-      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, 3 * C, prec_);
+      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, 3 * C, prec_, bf16_of(p.w1));
       break;
     case Sublayer::Cross:
       zero(dmix_, NC);
-      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_);
+      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_, bf16_of(p.w2));
       zero(dhid_, NC);
       zero(dkv_, size_t(B) * S_ * 2 * C);
       cross_attention_backward(dhid_, dkv_, datt_, dmix_, a.hid, a.kv, a.att, B, T, S_, C, cfg_.n_heads);
-      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, C, prec_);
+      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, C, prec_, bf16_of(p.w1));
       // kv = memory Wkv^T + bkv: the memory's gradient gathers over every cross slot
-      matmul_backward(dmem_, dp.wkv, dp.bkv, dkv_, memory_, p.wkv, B * S_, C, 2 * C, prec_);
+      matmul_backward(dmem_, dp.wkv, dp.bkv, dkv_, memory_, p.wkv, B * S_, C, 2 * C, prec_, bf16_of(p.wkv));
       break;
     case Sublayer::Mlp: {
       const size_t NF = size_t(N) * F;
       zero(dmix_, NF);
-      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, F, C, prec_);
+      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, F, C, prec_, bf16_of(p.w2));
       zero(dhid_, NF);
       activation_backward(cfg_.activation, dhid_, a.hid, dmix_, NF);
-      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, F, prec_);
+      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, F, prec_, bf16_of(p.w1));
       break;
     }
   }
@@ -368,6 +369,14 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   if (cfg_.encdec() != (src.ids != nullptr))
     throw Error(cfg_.encdec() ? "an encoder-decoder model needs source ids" : "only an encdec model takes source ids");
   plan(B, T, cfg_.encdec() ? src.S : 0);
+  if constexpr (std::is_same_v<S, float>) {  // bf16: the weights rounded once for this step's GEMMs
+    if (prec_ == ops::Precision::Bf16) {
+      params16_.resize(params_.size());
+      ops::round_to_bf16(params16_.data(), params_.data(), params_.size());
+    } else {
+      params16_ = {};
+    }
+  }
   const int N = B * T, C = cfg_.d_model, V = cfg_.vocab_size(), n_slots = int(slots_.size());
   const int dec0 = cfg_.first_decoder_slot();
   std::copy(ids, ids + N, ids_.begin());
@@ -421,13 +430,13 @@ void Model<S>::head_forward() {
   const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size();
   const S* wte = wte_;
   if (cfg_.head == Head::Tied) {
-    matmul_forward<S>(logits_, xf_, wte, nullptr, N, C, V, prec_);
+    matmul_forward<S>(logits_, xf_, wte, nullptr, N, C, V, prec_, bf16_of(wte));
     return;
   }
-  matmul_forward<S>(head_u_, xf_, hw_, hb_, N, C, C, prec_);
+  matmul_forward<S>(head_u_, xf_, hw_, hb_, N, C, C, prec_, bf16_of(hw_));
   activation_forward(cfg_.activation, head_a_, head_u_, size_t(N) * C);
   norm_forward(head_t_, head_mean_, head_rstd_, head_a_, hln_, N);
-  matmul_forward<S>(logits_, head_t_, wte, hbias_, N, C, V, prec_);
+  matmul_forward<S>(logits_, head_t_, wte, hbias_, N, C, V, prec_, bf16_of(wte));
 }
 
 // dxf = d(loss)/d(xf) (assigned) and the head's parameter gradients (added), from dlogits in logits_.
@@ -439,7 +448,7 @@ void Model<S>::head_backward(S* dxf) {
   S* dwte = dwte_;
   zero(dxf, NC);
   if (cfg_.head == Head::Tied) {
-    matmul_backward<S>(dxf, dwte, nullptr, logits_, xf_, wte, N, C, V, prec_);
+    matmul_backward<S>(dxf, dwte, nullptr, logits_, xf_, wte, N, C, V, prec_, bf16_of(wte));
     return;
   }
   S* dt = df_;
@@ -447,7 +456,7 @@ void Model<S>::head_backward(S* dxf) {
   S* du = dr_;
   // logits = t @ wte^T + b_out
   zero(dt, NC);
-  matmul_backward<S>(dt, dwte, dhbias_, logits_, head_t_, wte, N, C, V, prec_);
+  matmul_backward<S>(dt, dwte, dhbias_, logits_, head_t_, wte, N, C, V, prec_, bf16_of(wte));
   // t = ln_head(a)
   zero(da, NC);
   norm_backward(da, dhln_, dt, head_a_, hln_, head_mean_, head_rstd_, N);
@@ -455,7 +464,7 @@ void Model<S>::head_backward(S* dxf) {
   zero(du, NC);
   activation_backward(cfg_.activation, du, head_u_, da, NC);
   // u = xf @ Wd^T + bd
-  matmul_backward<S>(dxf, dhw_, dhb_, du, xf_, hw_, N, C, C, prec_);
+  matmul_backward<S>(dxf, dhw_, dhb_, du, xf_, hw_, N, C, C, prec_, bf16_of(hw_));
 }
 
 template <class S>

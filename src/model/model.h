@@ -240,6 +240,13 @@ class Model {
   int64_t label_count_ = 0;
   bool training_ = false;
   ops::Precision prec_ = ops::Precision::Fp32;
+  // Bf16 (float models): every parameter rounded to bf16, redone at each forward, so that a weight
+  // is rounded once per step instead of once per GEMM call (forward, input gradient, per thread)
+  std::vector<uint16_t> params16_;
+  const uint16_t* bf16_of(const S* w) const {
+    const bool inside = w >= params_.data() && w < params_.data() + params_.size();
+    return params16_.empty() || !inside ? nullptr : params16_.data() + (w - params_.data());
+  }
   uint64_t dropout_seed_ = 0;
   size_t dropout_first_row_ = 0;     // set_training's first_row
   bool profiling_ = false;           // profile_admin is running: sublayer_forward sets omega

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ops/isa.h"
+#include "util/error.h"
 
 namespace normlab::ops {
 
@@ -132,26 +133,40 @@ std::string gemm_kernels() {
   return s;
 }
 
+void round_to_bf16(uint16_t* dst, const float* src, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) dst[i] = round_to_bf16(src[i]);
+}
+
 void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-               int ldb, float beta, float* C, int ldc) {
+               int ldb, float beta, float* C, int ldc, const uint16_t* B16) {
   if (M <= 0 || N <= 0) return;
   const bool tA = ta == Trans::Yes, tB = tb == Trans::Yes;
   const int arows = tA ? K : M, acols = tA ? M : K, brows = tB ? N : K, bcols = tB ? K : N;
+  if (B16 && ldb != bcols)
+    throw Error(fmt::format("gemm_bf16: a pre-rounded B must be contiguous (ldb {} != {})", ldb, bcols));
   if (!bf16_native()) {
     thread_local std::vector<float> af, bf;
     af.resize(size_t(M) * K);
     bf.resize(size_t(K) * N);
     pack_bf16_as_float(af.data(), A, arows, acols, lda);
-    pack_bf16_as_float(bf.data(), B, brows, bcols, ldb);
+    if (B16)
+      for (size_t i = 0; i < size_t(K) * N; i++) bf[i] = bf16_to_float(B16[i]);
+    else
+      pack_bf16_as_float(bf.data(), B, brows, bcols, ldb);
     gemm<float>(ta, tb, M, N, K, alpha, af.data(), acols, bf.data(), bcols, beta, C, ldc);
     return;
   }
   // the packed bf16 operands: per thread, grown as needed (they stop allocating after the first step)
   thread_local std::vector<uint16_t> a16, b16;
   a16.resize(size_t(M) * K);
-  b16.resize(size_t(K) * N);
   pack_bf16(a16.data(), A, arows, acols, lda);
-  pack_bf16(b16.data(), B, brows, bcols, ldb);
+  const uint16_t* bp = B16;
+  if (!bp) {
+    b16.resize(size_t(K) * N);
+    pack_bf16(b16.data(), B, brows, bcols, ldb);
+    bp = b16.data();
+  }
   if (K == 0) {  // oneDNN refuses K = 0; C = beta * C
     for (int i = 0; i < M; i++)
       for (int j = 0; j < N; j++) C[(long)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(long)i * ldc + j];
@@ -171,7 +186,7 @@ void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float
   thread_local dnnl::stream stream(bf16_engine());
   thread_local std::vector<uint8_t> scratch;
   scratch.resize(std::max<size_t>(1, prim->scratch.get_size()));
-  dnnl::memory ma(prim->a, bf16_engine(), a16.data()), mb(prim->b, bf16_engine(), b16.data()),
+  dnnl::memory ma(prim->a, bf16_engine(), a16.data()), mb(prim->b, bf16_engine(), const_cast<uint16_t*>(bp)),
       mc(prim->c, bf16_engine(), C), ms(prim->scratch, bf16_engine(), scratch.data());
   prim->prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
                               {DNNL_ARG_SCRATCHPAD, ms}});

@@ -42,16 +42,24 @@ inline float bf16_to_float(uint16_t h) { return __builtin_bit_cast(float, uint32
 // C (M x N, ldc) = alpha * op(A) op(B) + beta * C, row-major, as gemm<float> (ops/common.h) but
 // with A and B rounded to bf16 and float32 accumulation (oneDNN, or the emulation above). Single-threaded inside an OpenMP
 // parallel region (as normlab calls it), deterministic for a fixed machine and thread count.
+// B16, when given, is B already rounded to bf16 (a model's weights, rounded once per forward instead
+// of once per GEMM call): op(B)'s rows stored contiguously (ldb must equal the row length) and B is
+// not read. The same bits as rounding B here.
 void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-               int ldb, float beta, float* C, int ldc);
+               int ldb, float beta, float* C, int ldc, const uint16_t* B16 = nullptr);
+
+// dst[i] = round_to_bf16(src[i]) for n floats, over the OpenMP threads (called outside a parallel
+// region)
+void round_to_bf16(uint16_t* dst, const float* src, size_t n);
 
 // The GEMM of the kernels in ops/: precision Bf16 sends float GEMMs to gemm_bf16, everything else
 // (Fp32, and every double GEMM) to gemm<S>.
+// B16: B pre-rounded (gemm_bf16), used only by Bf16.
 template <class S>
 inline void gemm_with(Precision p, Trans ta, Trans tb, int M, int N, int K, S alpha, const S* A, int lda,
-                      const S* B, int ldb, S beta, S* C, int ldc) {
+                      const S* B, int ldb, S beta, S* C, int ldc, const uint16_t* B16 = nullptr) {
   if constexpr (sizeof(S) == sizeof(float)) {
-    if (p == Precision::Bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (p == Precision::Bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, B16);
   }
   gemm<S>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

@@ -24,7 +24,7 @@ Range thread_share(int n) {
 
 template <class S>
 void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int IC, int OC,
-                    Precision prec) {
+                    Precision prec, const uint16_t* weight16) {
   // out = inp @ W^T (+ b): split rows of out (N) or its columns (OC, rows of W)
 #pragma omp parallel if((long)N * IC * OC > kParallelMinWork)
   {
@@ -40,13 +40,14 @@ void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N,
         for (int k = 0; k < cols; k++) o[(long)n * OC + k] = b[k];
     }
     if (rows > 0 && cols > 0)
-      gemm_with<S>(prec, Trans::No, Trans::Yes, rows, cols, IC, S(1), x, IC, w, IC, bias ? S(1) : S(0), o, OC);
+      gemm_with<S>(prec, Trans::No, Trans::Yes, rows, cols, IC, S(1), x, IC, w, IC, bias ? S(1) : S(0), o, OC,
+                   weight16 ? weight16 + (w - weight) : nullptr);
   }
 }
 
 template <class S>
 void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
-                     int N, int IC, int OC, Precision prec) {
+                     int N, int IC, int OC, Precision prec, const uint16_t* weight16) {
   // out = inp @ W^T + b:  dinp += dout @ W;  dW += dout^T @ inp;  db += sum_n dout
 #pragma omp parallel if((long)N * IC * OC > kParallelMinWork)
   {
@@ -54,7 +55,7 @@ void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
       const Range r = thread_share(N);
       if (r.end > r.begin)
         gemm_with<S>(prec, Trans::No, Trans::No, r.end - r.begin, IC, OC, S(1), dout + (long)r.begin * OC, OC,
-                weight, IC, S(1), dinp + (long)r.begin * IC, IC);
+                weight, IC, S(1), dinp + (long)r.begin * IC, IC, weight16);
     }
     {  // rows of dW (output channels), each with its bias gradient
       const Range r = thread_share(OC);
@@ -102,9 +103,10 @@ void matmul_backward_naive(S* dinp, S* dweight, S* dbias, const S* dout, const S
 }
 
 #define NL_INSTANTIATE(S)                                                                        \
-  template void matmul_forward<S>(S*, const S*, const S*, const S*, int, int, int, Precision);  \
+  template void matmul_forward<S>(S*, const S*, const S*, const S*, int, int, int, Precision,   \
+                                  const uint16_t*);                                             \
   template void matmul_backward<S>(S*, S*, S*, const S*, const S*, const S*, int, int, int,     \
-                                   Precision);                                                  \
+                                   Precision, const uint16_t*);                                 \
   template void matmul_forward_naive<S>(S*, const S*, const S*, const S*, int, int, int);       \
   template void matmul_backward_naive<S>(S*, S*, S*, const S*, const S*, const S*, int, int, int);
 NL_INSTANTIATE(float)

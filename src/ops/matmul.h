@@ -8,14 +8,16 @@ namespace normlab::ops {
 
 // out (N, OC); inp (N, IC); weight (OC, IC); bias (OC) or null. prec: the GEMMs' input precision
 // (ops/gemm_backend.h; Bf16 rounds inp and weight to bf16, accumulates in float; double ignores it).
+// weight16: the weight already rounded to bf16 (Model rounds its parameters once per forward), or
+// null to round it here; used by Bf16 only, the same bits either way.
 template <class S>
 void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int IC, int OC,
-                    Precision prec = Precision::Fp32);
+                    Precision prec = Precision::Fp32, const uint16_t* weight16 = nullptr);
 
 // dinp (N, IC) += (or null), dweight (OC, IC) +=, dbias (OC) += (or null); dout (N, OC).
 template <class S>
 void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
-                     int N, int IC, int OC, Precision prec = Precision::Fp32);
+                     int N, int IC, int OC, Precision prec = Precision::Fp32, const uint16_t* weight16 = nullptr);
 
 // Naive references (double accumulation, no BLAS): the documentation of the math above.
 template <class S>
