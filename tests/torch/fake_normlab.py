@@ -9,7 +9,8 @@ Subcommands mirror the C++ CLI as far as golden.py uses it:
     grads --checkpoint M --tokens X --out G
     train --config C.toml
 
-FAKE_NORMLAB_BUG=<name> injects a deliberate bug (see BUGS) so one can see golden.py catch it.
+FAKE_NORMLAB_BUG=<name> injects a deliberate bug (see BUGS) so one can see golden.py catch it; a bug
+replaces an oracle function or table through nt.patch, which reaches every module of the oracle.
 """
 
 import json
@@ -17,6 +18,7 @@ import math
 import os
 import sys
 import tomllib
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
@@ -58,7 +60,7 @@ def install_bug():
                 return orig(config, params, prefix, placement, branch, x, key_mask, stack)
             a = nt.shortcut_scale(config, params, prefix, placement, stack)
             return nt.norm(config, params, prefix + ".ln_out", x + a * branch(config, params, prefix, x, key_mask))
-        nt.sublayer = sublayer
+        nt.patch("sublayer", sublayer)
     elif BUG == "admin_omega_on_branch":
         orig = nt.sublayer
 
@@ -67,14 +69,14 @@ def install_bug():
                 return orig(config, params, prefix, placement, branch, x, key_mask, stack)
             w = params[prefix + ".omega"]
             return nt.norm(config, params, prefix + ".ln_out", x + w * branch(config, params, prefix, x, key_mask))
-        nt.sublayer = sublayer
+        nt.patch("sublayer", sublayer)
     elif BUG == "no_causal_mask":
         orig = nt.attention
-        nt.attention = lambda config, params, prefix, h, key_mask=None, causal=None: orig(
-            config, params, prefix, h, key_mask, causal=False)
+        nt.patch("attention", lambda config, params, prefix, h, key_mask=None, causal=None: orig(
+            config, params, prefix, h, key_mask, causal=False))
     elif BUG == "decoder_not_causal":
         orig = nt.stacks
-        nt.stacks = lambda config: [s._replace(causal=False) if s.name == "dec" else s for s in orig(config)]
+        nt.patch("stacks", lambda config: [s._replace(causal=False) if s.name == "dec" else s for s in orig(config)])
     elif BUG == "encdec_deepnorm_gpt_alpha":
         orig = nt.stacks
 
@@ -84,31 +86,32 @@ def install_bug():
                 return st
             a = (2.0 * (config["n_layers"] + config["dec_layers"])) ** 0.25
             return [s._replace(alpha=a) for s in st]
-        nt.stacks = stacks
+        nt.patch("stacks", stacks)
     elif BUG == "cross_ignores_src_mask":
         orig = nt.cross_attention
-        nt.cross_attention = lambda config, params, prefix, h, key_mask=None, memory=None: orig(
-            config, params, prefix, h, None, memory)
+        nt.patch("cross_attention", lambda config, params, prefix, h, key_mask=None, memory=None: orig(
+            config, params, prefix, h, None, memory))
     elif BUG == "layerscale_init_0.1":
-        nt.layerscale_init = lambda depth: 0.1
+        nt.patch("layerscale_init", lambda depth: 0.1)
     elif BUG == "tfixup_embedding_unscaled":
         orig = nt.stacks
         # the stacks' depth feeds (9 depth)^(-1/4) of the embeddings (and LayerScale): depth 1/9 -> factor 1
-        nt.stacks = lambda config: [s._replace(depth=1.0 / 9.0) for s in orig(config)] \
-            if config["init"] == "tfixup" and not any(p == "layerscale" for p in config["placement"]) else orig(config)
+        nt.patch("stacks", lambda config: [s._replace(depth=1.0 / 9.0) for s in orig(config)]
+                 if config["init"] == "tfixup" and not any(p == "layerscale" for p in config["placement"])
+                 else orig(config))
     elif BUG == "gelu_erf":
-        nt.gelu_tanh = lambda u: torch.nn.functional.gelu(u)
+        nt.patch("gelu_tanh", lambda u: torch.nn.functional.gelu(u))
     elif BUG == "ln_eps_outside":
         def layernorm(z, g, b, eps):
             m = z.mean(-1, keepdim=True)
             v = ((z - m) ** 2).mean(-1, keepdim=True)
             return (z - m) / (torch.sqrt(v) + eps) * g + b
-        nt.layernorm = layernorm
+        nt.patch("layernorm", layernorm)
     elif BUG == "final_norm_always":
-        nt.METHODS = nt.OrderedDict((k, m._replace(final=True)) for k, m in nt.METHODS.items())
+        nt.patch("METHODS", OrderedDict((k, m._replace(final=True)) for k, m in nt.METHODS.items()))
     elif BUG == "lr_off_by_one":
         orig = nt.lr_factor
-        nt.lr_factor = lambda tc, t: orig(tc, max(t - 1, 1e-9)) if tc["lr_schedule"] != "constant" else 1.0
+        nt.patch("lr_factor", lambda tc, t: orig(tc, max(t - 1, 1e-9)) if tc["lr_schedule"] != "constant" else 1.0)
 
 
 install_bug()
@@ -186,7 +189,7 @@ def cmd_train(argv):
             opt, s = orig(m, t)
             opt.param_groups[1]["weight_decay"] = t["weight_decay"]
             return opt, s
-        nt.make_optimizer = make_optimizer
+        nt.patch("make_optimizer", make_optimizer)
     recs = nt.train(model, ids, labels, tc, **kw)
     out = Path(tc["out_dir"])
     out.mkdir(parents=True, exist_ok=True)

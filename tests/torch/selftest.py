@@ -21,13 +21,15 @@
    source and target padding) a central-difference directional derivative per parameter tensor;
 5. masks: gpt and the encdec decoder are causal, encoders are not; padded source / target positions
    change nothing they must not change;
-6. init distributions of init_params (every scheme, every arch) pass golden.check_init, which in
-   turn notices wrong constants; golden.perturb_tensors moves every parameter to a non-trivial value;
+6. init distributions of init_params (every scheme, every arch) pass golden_checks.check_init, which
+   in turn notices wrong constants; golden_checks.perturb_tensors moves every parameter to a
+   non-trivial value;
    Admin's profile walk against the chain recomputed from the independent forward's streams (both
    readings of a mixed stack: only Admin sub-layers advance the ratio, or every sub-layer);
 7. LR schedules (hand-computed values), AdamW param groups, grad clipping and training runs;
 8. calibration (informational + headroom check): torch float32 vs float64 errors on golden.py's
-   configurations (default and --extra) must stay golden.HEADROOM (5x) below golden.py's tolerances.
+   configurations (default and --extra) must stay golden_checks.HEADROOM (5x) below golden_checks.py's
+   tolerances.
 
 --quick skips the float32 calibration (8). Prints one line per check and "N passed, M failed";
 exit status 1 on any failure.
@@ -365,7 +367,7 @@ def test_torch_transformer():
             if act == "gelu":
                 cfg.pop("src_vocab")
             m = nt.Model(cfg)
-            t = golden.perturb_tensors({n: p.detach().numpy() for n, p in m.params.items()}, 5, m.config)
+            t = golden_checks.perturb_tensors({n: p.detach().numpy() for n, p in m.params.items()}, 5, m.config)
             m.load_tensors({n: torch.from_numpy(v) for n, v in t.items()})
             ids, labels, kw = inputs(cfg, MID_ED_BST, seed=6)
             with torch.no_grad():
@@ -455,7 +457,7 @@ def test_directional_encdec():
                              (["layerscale", "none", "deepnorm", "admin", "sandwich"], {"norm": "rmsnorm"})):
         cfg = dict(MID_ED, placement=placement, **extra)
         m = nt.Model(cfg)
-        t = golden.perturb_tensors({n: p.detach().numpy() for n, p in m.params.items()}, 17, m.config)
+        t = golden_checks.perturb_tensors({n: p.detach().numpy() for n, p in m.params.items()}, 17, m.config)
         m.load_tensors({n: torch.from_numpy(v) for n, v in t.items()})
         ids, labels, kw = inputs(cfg, MID_ED_BST, seed=18)
         m.zero_grad()
@@ -571,9 +573,9 @@ def test_training():
                                                   - 1.0) < 1e-12 and
           abs(nt.lr_factor(dict(tc, warmup_steps=0, lr_schedule="cosine"), 100) - 0.1) < 1e-12)
 
-    cfg = dict(golden.SMALL, placement="pre")
+    cfg = dict(golden_cases.SMALL, placement="pre")
     m = nt.Model(cfg)
-    opt, _ = nt.make_optimizer(m, dict(golden.TRAIN_CFG))
+    opt, _ = nt.make_optimizer(m, dict(golden_cases.TRAIN_CFG))
     decay_ids = {id(p) for p in opt.param_groups[0]["params"]}
     want = {id(p) for n, p in m.params.items() if n in ("wte.weight", "wpe.weight")
             or (n.endswith(".weight") and not nt.is_norm_param(n))}
@@ -582,7 +584,7 @@ def test_training():
           and len(opt.param_groups[0]["params"]) + len(opt.param_groups[1]["params"]) == len(m.params))
 
     ids, labels = batch(dict(cfg, vocab=256), B=3, T=7, seed=12)
-    tcfg = dict(golden.TRAIN_CFG, steps=6, lr_schedule="cosine", warmup_steps=2, min_lr=3e-4)
+    tcfg = dict(golden_cases.TRAIN_CFG, steps=6, lr_schedule="cosine", warmup_steps=2, min_lr=3e-4)
     m = nt.Model(cfg)
     recs = nt.train(m, ids, labels, tcfg)
     lrs_ok = all(abs(r["lr"] - 3e-3 * nt.lr_factor(tcfg, r["step"])) < 1e-15 for r in recs)
@@ -591,7 +593,7 @@ def test_training():
 
     # a manual AdamW replica for 3 steps (clipping active), from the same start
     m1, m2 = nt.Model(cfg), nt.Model(cfg)
-    tcfg = dict(golden.TRAIN_CFG, steps=3, grad_clip=0.5)
+    tcfg = dict(golden_cases.TRAIN_CFG, steps=3, grad_clip=0.5)
     recs = nt.train(m1, ids, labels, tcfg)
     b1, b2, eps, wd = 0.9, 0.95, 1e-8, 0.1
     state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in m2.params.items()}
@@ -621,24 +623,25 @@ def test_training():
           f"{[round(r['grad_norm'], 3) for r in recs]}")
 
     m = nt.Model(cfg)
-    recs = nt.train(m, ids, labels, dict(golden.TRAIN_CFG, steps=30))
+    recs = nt.train(m, ids, labels, dict(golden_cases.TRAIN_CFG, steps=30))
     check("training on a fixed batch lowers the loss", recs[-1]["loss"] < recs[0]["loss"] - 1.0,
           f"{recs[0]['loss']:.3f} -> {recs[-1]['loss']:.3f}")
 
 
 def test_training_encdec():
-    cfg = dict(golden.ENCDEC, placement=["admin", "layerscale", "rezero", "skipinit", "pre"], shared_embeddings=False)
+    cfg = dict(golden_cases.ENCDEC, placement=["admin", "layerscale", "rezero", "skipinit", "pre"],
+               shared_embeddings=False)
     m = nt.Model(cfg)
-    opt, _ = nt.make_optimizer(m, dict(golden.TRAIN_CFG))
+    opt, _ = nt.make_optimizer(m, dict(golden_cases.TRAIN_CFG))
     names = {id(p): n for n, p in m.params.items()}
     decay = sorted(names[id(p)] for p in opt.param_groups[0]["params"])
-    want = sorted(n for n, p in m.params.items() if n in golden.EMBEDDINGS
+    want = sorted(n for n, p in m.params.items() if n in golden_checks.EMBEDDINGS
                   or (n.endswith(".weight") and not nt.is_norm_param(n)))
     check("AdamW decay group (encdec, methods): embeddings incl. enc.wte / enc.wpe and linear weights only;"
           " omega / gain / rezero not decayed", decay == want and "enc.wte.weight" in decay
           and not any(n.endswith((".omega", ".gain", ".rezero")) for n in decay), f"{set(decay) ^ set(want)}")
-    ids, labels, kw = inputs(cfg, golden.ENCDEC_BST, seed=60)
-    recs = nt.train(m, ids, labels, dict(golden.TRAIN_CFG, steps=30), **kw)
+    ids, labels, kw = inputs(cfg, golden_cases.ENCDEC_BST, seed=60)
+    recs = nt.train(m, ids, labels, dict(golden_cases.TRAIN_CFG, steps=30), **kw)
     moved = float(m.params["h.0.rezero"].detach().abs().max()) > 0 and float(m.params["enc.h.1.mlp.gain"].abs().max()) > 0
     check("encdec training on a fixed padded batch lowers the loss and moves the ReZero / SkipInit gains",
           recs[-1]["loss"] < recs[0]["loss"] - 1.0 and moved, f"{recs[0]['loss']:.3f} -> {recs[-1]['loss']:.3f}")
@@ -651,17 +654,17 @@ def test_training_encdec():
 def test_calibration():
     worst_v = worst_g = 0.0
     worst_v_name = worst_g_name = ""
-    for c in golden.build_cases():
+    for c in golden_cases.build_cases():
         if c.kind != "grads":
             continue
         cfg = nt.normalize_config(c.intended_model())
-        # the parameters golden.py's "perturbed" step uses (init + golden.perturb_tensors)
-        t = golden.perturb_tensors({n: p.numpy() for n, p in nt.init_params(cfg).items()}, 13, cfg)
+        # the parameters golden.py's "perturbed" step uses (init + golden_checks.perturb_tensors)
+        t = golden_checks.perturb_tensors({n: p.numpy() for n, p in nt.init_params(cfg).items()}, 13, cfg)
         t = {n: torch.from_numpy(v) for n, v in t.items()}
         m64, m32 = nt.Model(cfg, torch.float64), nt.Model(cfg, torch.float32)
         m64.load_tensors(t)
         m32.load_tensors(t)
-        ids, labels, kw = golden.forward_inputs(golden.make_batch(c, cfg, 14))
+        ids, labels, kw = golden_inputs.forward_inputs(golden_inputs.make_batch(c, cfg, 14))
         res = {}
         for m in (m64, m32):
             o = nt.forward_outputs(m.config, m.params, ids, labels, **kw)
@@ -677,8 +680,8 @@ def test_calibration():
         gmax = max(float(g.abs().max()) for g in g64.values())
         # error relative to what golden allows for that tensor
         per = {n: float((g32[n] - g64[n]).abs().max()) /
-               (golden.ATOL_GRAD_GLOBAL * gmax + golden.ATOL_FLOOR
-                + golden.grad_rtol(tuple(g64[n].shape)) * float(g64[n].abs().max()))
+               (golden_checks.ATOL_GRAD_GLOBAL * gmax + golden_checks.ATOL_FLOOR
+                + golden_checks.grad_rtol(tuple(g64[n].shape)) * float(g64[n].abs().max()))
                for n in g64}
         gname = max(per, key=per.get)
         g = per[gname]
@@ -688,13 +691,13 @@ def test_calibration():
             worst_g, worst_g_name = g, f"{c.name} {gname}"
         print(f"  calib {c.name:50s} float32 rel err: loss/logits{'/memory' if mem64 is not None else ''} {v:.1e}"
               f"  grads {g:.3f} of tolerance ({gname})")
-    check("float32 loss/logits/memory error <= RTOL_VALUE / HEADROOM", worst_v <= golden.RTOL_VALUE / golden.HEADROOM,
-          f"{worst_v:.1e} ({worst_v_name})")
-    check("float32 grad error <= tolerance / HEADROOM", worst_g <= 1 / golden.HEADROOM,
+    check("float32 loss/logits/memory error <= RTOL_VALUE / HEADROOM",
+          worst_v <= golden_checks.RTOL_VALUE / golden_checks.HEADROOM, f"{worst_v:.1e} ({worst_v_name})")
+    check("float32 grad error <= tolerance / HEADROOM", worst_g <= 1 / golden_checks.HEADROOM,
           f"{worst_g:.3f} of tolerance ({worst_g_name})")
 
     worst_t = 0.0
-    for c in golden.build_cases():
+    for c in golden_cases.build_cases():
         if c.kind != "train":
             continue
         cfg = nt.normalize_config(c.intended_model())
@@ -702,17 +705,17 @@ def test_calibration():
         m64.load_tensors({n: p.detach().float() for n, p in m64.params.items()})
         m32 = nt.Model(cfg, torch.float32)
         m32.load_tensors({n: p.detach() for n, p in m64.params.items()})
-        ids, labels, kw = golden.forward_inputs(golden.make_batch(c, cfg, 15))
+        ids, labels, kw = golden_inputs.forward_inputs(golden_inputs.make_batch(c, cfg, 15))
         r64 = nt.train(m64, ids, labels, c.train, **kw)
         r32 = nt.train(m32, ids, labels, c.train, **kw)
         rel = [abs(a["loss"] - b["loss"]) / b["loss"] /
-               (golden.RTOL_TRAIN_LOSS * (1 + golden.RTOL_TRAIN_LOSS_GROWTH * (b["step"] - 1)))
+               (golden_checks.RTOL_TRAIN_LOSS * (1 + golden_checks.RTOL_TRAIN_LOSS_GROWTH * (b["step"] - 1)))
                for a, b in zip(r32, r64)]
         gn = max(abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"] for a, b in zip(r32, r64))
-        worst_t = max(worst_t, max(rel), gn / golden.RTOL_TRAIN_GRAD_NORM)
+        worst_t = max(worst_t, max(rel), gn / golden_checks.RTOL_TRAIN_GRAD_NORM)
         print(f"  calib train {c.name:38s} float32 loss err {max(rel):.3f} of tolerance, grad_norm rel {gn:.1e};"
               f" loss {r64[0]['loss']:.3f} -> {r64[-1]['loss']:.3f}")
-    check("float32 training error <= tolerance / HEADROOM", worst_t <= 1 / golden.HEADROOM,
+    check("float32 training error <= tolerance / HEADROOM", worst_t <= 1 / golden_checks.HEADROOM,
           f"{worst_t:.3f} of tolerance")
 
 

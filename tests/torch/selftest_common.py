@@ -9,7 +9,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import golden  # noqa: E402
+# golden.py's cases, inputs and checks (selftest.py and selftest_methods.py take them from `import *`)
+import golden_cases  # noqa: E402,F401
+import golden_checks  # noqa: E402,F401
+import golden_inputs  # noqa: E402
 import normlab_torch as nt  # noqa: E402
 from normlab_alt import alt_forward, transformer_forward  # noqa: E402
 
@@ -57,7 +60,7 @@ def perturbed_model(cfg, seed=0, dtype=torch.float64):
 
 def batch(cfg, B=2, T=5, seed=0):
     c = nt.normalize_config(cfg)
-    ids, labels = golden.make_tokens(c["arch"], c["vocab"] if c["arch"] == "gpt" else min(c["vocab"], 256),
+    ids, labels = golden_inputs.make_tokens(c["arch"], c["vocab"] if c["arch"] == "gpt" else min(c["vocab"], 256),
                                      B, T, seed)
     if c["arch"] == "encoder":   # tiny vocab: map the mask token into range
         ids = np.where(ids == nt.MASK_TOKEN, c["vocab"] - 1, ids % c["vocab"])
@@ -66,15 +69,15 @@ def batch(cfg, B=2, T=5, seed=0):
 
 
 def inputs(cfg, bt, seed=0, masks=("src", "tgt"), pad=False):
-    """(ids, labels, forward kwargs) of any arch: golden.py's batches (encdec: golden.make_encdec_tokens,
-    source row b keeps S - 2b tokens, target row b T - 3b positions)."""
+    """(ids, labels, forward kwargs) of any arch: golden.py's batches (encdec:
+    golden_inputs.make_encdec_tokens, source row b keeps S - 2b tokens, target row b T - 3b positions)."""
     c = nt.normalize_config(cfg)
     if c["arch"] == "encdec":
-        return golden.forward_inputs(golden.make_encdec_tokens(c, *bt, seed, masks))
+        return golden_inputs.forward_inputs(golden_inputs.make_encdec_tokens(c, *bt, seed, masks))
     ids, labels = batch(cfg, *bt, seed=seed)
     kw = {}
     if pad:
-        ids, labels, mask, _ = golden.pad_tokens(c["arch"], ids.numpy(), labels.numpy(), 0, seed)
+        ids, labels, mask, _ = golden_inputs.pad_tokens(c["arch"], ids.numpy(), labels.numpy(), 0, seed)
         ids, labels = torch.from_numpy(ids.astype(np.int64)), torch.from_numpy(labels.astype(np.int64))
         kw["key_mask"] = torch.from_numpy(mask.astype(np.int64))
     return ids, labels, kw

@@ -152,12 +152,12 @@ def test_method_identities():
         for sub in ("attn", "cross", "mlp"):
             split[f"h.{l}.{sub}"] = params[f"h.{l}.rezero"].detach().clone().requires_grad_(True)
     orig = nt.branch_scale
-    nt.branch_scale = lambda P_, prefix, method: split[prefix] if prefix in split else orig(P_, prefix, method)
+    nt.patch("branch_scale", lambda P_, prefix, method: split[prefix] if prefix in split else orig(P_, prefix, method))
     try:
         loss, _ = nt.forward_params(m.config, params, ids, labels, **kw)
         loss.backward()
     finally:
-        nt.branch_scale = orig
+        nt.patch("branch_scale", orig)
     m.zero_grad()
     loss2, _ = nt.forward(m, ids, labels, **kw)
     loss2.backward()
@@ -262,24 +262,24 @@ def _f32(cfg):
 def test_init():
     for scheme in ("normal", "gpt2", "xavier", "deepnet", "auto"):
         for pl in ("pre", "deepnorm"):
-            cfg = nt.normalize_config(dict(golden.SMALL, placement=pl, init=scheme, seed=11))
-            probs = golden.check_init(cfg, _f32(cfg))
-            check(f"init {scheme} ({pl}) passes golden.check_init", not probs, "; ".join(probs[:3]))
+            cfg = nt.normalize_config(dict(golden_cases.SMALL, placement=pl, init=scheme, seed=11))
+            probs = golden_checks.check_init(cfg, _f32(cfg))
+            check(f"init {scheme} ({pl}) passes golden_checks.check_init", not probs, "; ".join(probs[:3]))
     # ... and check_init notices a wrong scheme (deepnet vs gpt2 std, fused-qkv fans for xavier)
-    cfg = nt.normalize_config(dict(golden.SMALL, placement="pre", init="gpt2"))
+    cfg = nt.normalize_config(dict(golden_cases.SMALL, placement="pre", init="gpt2"))
     t = _f32(cfg)
-    check("check_init rejects a gpt2 init read as deepnet", golden.check_init(dict(cfg, init="deepnet"), t))
-    cfg = nt.normalize_config(dict(golden.SMALL, placement="deepnorm", init="deepnet"))
+    check("check_init rejects a gpt2 init read as deepnet", golden_checks.check_init(dict(cfg, init="deepnet"), t))
+    cfg = nt.normalize_config(dict(golden_cases.SMALL, placement="deepnorm", init="deepnet"))
     t = _f32(cfg)
     C = cfg["d_model"]
     bad = dict(t)
     w = t["h.0.attn.qkv.weight"].clone()
     w[2 * C:] *= 1 / 0.5      # value rows with gain 1 instead of beta = (8L)^(-1/4) = 0.5
     bad["h.0.attn.qkv.weight"] = w
-    check("check_init rejects deepnet value rows without beta", golden.check_init(cfg, bad))
+    check("check_init rejects deepnet value rows without beta", golden_checks.check_init(cfg, bad))
     bad = dict(t)
     bad["h.1.attn.proj.bias"] = t["h.1.attn.proj.bias"] + 1e-3
-    check("check_init rejects a non-zero bias", golden.check_init(cfg, bad))
+    check("check_init rejects a non-zero bias", golden_checks.check_init(cfg, bad))
 
 
 def test_init_methods():
@@ -287,33 +287,34 @@ def test_init_methods():
     configs = []
     for arch in ("gpt", "encoder"):
         for method in ("admin", "rezero", "skipinit", "layerscale", "tfixup"):
-            configs.append(dict(golden.SMALL, arch=arch, placement=method))
+            configs.append(dict(golden_cases.SMALL, arch=arch, placement=method))
     for scheme in ("auto", "normal", "gpt2", "xavier", "deepnet", "tfixup"):
-        configs.append(dict(golden.ENCDEC, placement=["admin", "rezero", "skipinit", "layerscale", "tfixup"],
+        configs.append(dict(golden_cases.ENCDEC, placement=["admin", "rezero", "skipinit", "layerscale", "tfixup"],
                             init=scheme, shared_embeddings=False, src_vocab=300))
-        configs.append(dict(golden.ENCDEC, placement=["deepnorm", "pre", "sandwich", "post", "prepost"], init=scheme))
-    configs += [dict(golden.ENCDEC, placement="admin", admin_init=a) for a in ("sqrt", "one", "profile")]
-    configs += [dict(golden.DEEP, n_layers=19, placement="layerscale"), dict(golden.DEEP, n_layers=25,
-                placement="layerscale"), dict(golden.DEEP, arch="encdec", n_layers=2, dec_layers=19,
-                placement="layerscale"), dict(golden.ENCDEC, placement="tfixup"),
-                dict(golden.ENCDEC_EXTRA, placement="tfixup", shared_embeddings=False)]
+        configs.append(dict(golden_cases.ENCDEC, placement=["deepnorm", "pre", "sandwich", "post", "prepost"],
+                            init=scheme))
+    configs += [dict(golden_cases.ENCDEC, placement="admin", admin_init=a) for a in ("sqrt", "one", "profile")]
+    configs += [dict(golden_cases.DEEP, n_layers=19, placement="layerscale"), dict(golden_cases.DEEP, n_layers=25,
+                placement="layerscale"), dict(golden_cases.DEEP, arch="encdec", n_layers=2, dec_layers=19,
+                placement="layerscale"), dict(golden_cases.ENCDEC, placement="tfixup"),
+                dict(golden_cases.ENCDEC_EXTRA, placement="tfixup", shared_embeddings=False)]
     for cfg in configs:
         c = nt.normalize_config(dict(cfg, seed=23))
-        probs = golden.check_init(c, _f32(c))
+        probs = golden_checks.check_init(c, _f32(c))
         tag = f"{c['arch']} {c['placement'] if len(set(c['placement'])) > 1 else c['placement'][0]} init {c['init']}"
         if c["admin_init"] != "log":
             tag += f" admin_init {c['admin_init']}"
-        check(f"init passes golden.check_init: {tag} (L={len(c['placement'])})", not probs, "; ".join(probs[:3]))
+        check(f"init passes golden_checks.check_init: {tag} (L={len(c['placement'])})", not probs, "; ".join(probs[:3]))
 
     def rejects(what, cfg, edit, cfg_for_check=None):
         c = nt.normalize_config(dict(cfg, seed=24))
         t = _f32(c)
         edit(t, c)
-        probs = golden.check_init(nt.normalize_config(cfg_for_check) if cfg_for_check else c, t)
+        probs = golden_checks.check_init(nt.normalize_config(cfg_for_check) if cfg_for_check else c, t)
         check(f"check_init rejects {what}", probs, "; ".join(probs[:1]))
 
-    ed = dict(golden.ENCDEC, placement="deepnorm", init="deepnet")   # N = 2, M = 3
-    C = golden.ENCDEC["d_model"]
+    ed = dict(golden_cases.ENCDEC, placement="deepnorm", init="deepnet")   # N = 2, M = 3
+    C = golden_cases.ENCDEC["d_model"]
     N, M = 2, 3
 
     def scale_rows(name, r0, r1, f):
@@ -326,34 +327,34 @@ def test_init_methods():
             scale_rows("h.1.attn.qkv.weight", 2 * C, 3 * C, (0.87 * (N ** 4 * M) ** (-1 / 16)) / (12 * M) ** -0.25))
     rejects("cross.kv v rows without beta", ed, scale_rows("h.0.cross.kv.weight", C, 2 * C, 1 / (12 * M) ** -0.25))
     rejects("cross.q with beta", ed, scale_rows("h.2.cross.q.weight", 0, C, (12 * M) ** -0.25))
-    rejects("encdec gpt2 proj scaled by 2N instead of 2(N+M)", dict(golden.ENCDEC, placement="pre"),
+    rejects("encdec gpt2 proj scaled by 2N instead of 2(N+M)", dict(golden_cases.ENCDEC, placement="pre"),
             scale_rows("h.0.cross.proj.weight", 0, C, math.sqrt(10 / 4)))
     rejects("LayerScale 0.1 at decoder depth 19",
-            dict(golden.DEEP, arch="encdec", n_layers=2, dec_layers=19, placement="layerscale"),
+            dict(golden_cases.DEEP, arch="encdec", n_layers=2, dec_layers=19, placement="layerscale"),
             lambda t, c: t.__setitem__("h.3.mlp.gain", torch.full((8,), 0.1)))
-    rejects("Admin omega sqrt where log was asked", dict(golden.ENCDEC, placement="admin"),
+    rejects("Admin omega sqrt where log was asked", dict(golden_cases.ENCDEC, placement="admin"),
             lambda t, c: t.__setitem__("h.0.cross.omega", torch.full((C,), 3.0)))
-    rejects("Admin omega with the encoder's S in the decoder", dict(golden.ENCDEC, placement="admin"),
+    rejects("Admin omega with the encoder's S in the decoder", dict(golden_cases.ENCDEC, placement="admin"),
             lambda t, c: t.__setitem__("h.0.mlp.omega", t["enc.h.0.mlp.omega"].clone()))
-    rejects("a non-zero SkipInit gain", dict(golden.SMALL, placement="skipinit"),
+    rejects("a non-zero SkipInit gain", dict(golden_cases.SMALL, placement="skipinit"),
             lambda t, c: t.__setitem__("h.1.mlp.gain", torch.full((1,), 1e-3)))
-    tf = dict(golden.ENCDEC, placement="tfixup", shared_embeddings=False)
+    tf = dict(golden_cases.ENCDEC, placement="tfixup", shared_embeddings=False)
     rejects("T-Fixup wte without (9M)^(-1/4)", tf,
             lambda t, c: t.__setitem__("wte.weight", t["wte.weight"] / (9 * M) ** -0.25))
     rejects("T-Fixup enc.wte with the decoder's factor", tf,
             lambda t, c: t.__setitem__("enc.wte.weight", t["enc.wte.weight"] * ((9 * M) / (9 * N)) ** 0.25))
     rejects("T-Fixup encoder mlp.fc with (9N)^(-1/4) instead of 0.67 N^(-1/4)", tf,
-            scale_rows("enc.h.1.mlp.fc.weight", 0, golden.ENCDEC["d_ff"], (9 * N) ** -0.25 / (0.67 * N ** -0.25)))
+            scale_rows("enc.h.1.mlp.fc.weight", 0, golden_cases.ENCDEC["d_ff"], (9 * N) ** -0.25 / (0.67 * N ** -0.25)))
     rejects("T-Fixup decoder cross.proj unscaled", tf, scale_rows("h.1.cross.proj.weight", 0, C, 1 / (9 * M) ** -0.25))
     rejects("T-Fixup q rows scaled", tf, scale_rows("h.1.attn.qkv.weight", 0, C, (9 * M) ** -0.25))
     rejects("a tfixup init read as xavier", tf, lambda t, c: None, dict(tf, init="xavier"))
 
 
 def test_perturb():
-    cfg = nt.normalize_config(dict(golden.ENCDEC, placement=["admin", "rezero", "skipinit", "layerscale", "tfixup"],
-                                   shared_embeddings=False))
+    cfg = nt.normalize_config(dict(golden_cases.ENCDEC, shared_embeddings=False,
+                                   placement=["admin", "rezero", "skipinit", "layerscale", "tfixup"]))
     init = {n: p.numpy() for n, p in nt.init_params(cfg).items()}
-    t = golden.perturb_tensors(init, 3, cfg)
+    t = golden_checks.perturb_tensors(init, 3, cfg)
     bad = []
     for n, w in t.items():
         w = w.astype(np.float64)

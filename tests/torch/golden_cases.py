@@ -1,0 +1,219 @@
+"""golden_cases: the cases golden.py runs: the model sizes (SMALL, EXTRA, DEEP, ENCDEC, ...), the
+training config of the "train" cases, the Case record, and build_cases(), the table of every case
+(the default ones and the --extra acceptance ones).
+"""
+
+import json
+
+import normlab_torch as nt
+
+SMALL = dict(d_model=32, n_heads=4, n_layers=2, d_ff=48, seq_len=8)
+SMALL_BT = (3, 7)
+EXTRA = dict(d_model=96, n_heads=6, n_layers=3, seq_len=32)
+EXTRA_BT = (2, 17)
+# deep but narrow: LayerScale's depth-dependent init (0.1 up to 18 layers, 1e-5 up to 24, 1e-6 beyond)
+DEEP = dict(d_model=8, n_heads=2, d_ff=12, seq_len=6)
+DEEP_BT = (2, 5)
+# encoder-decoder: odd sizes (C = 36 with 3 heads of 12, F = 52), N = 2 encoder and M = 3 decoder
+# layers; (B, S, T) with S != T and T = seq_len (the whole position table is used)
+ENCDEC = dict(arch="encdec", d_model=36, n_heads=3, n_layers=2, dec_layers=3, d_ff=52, seq_len=9)
+ENCDEC_BST = (3, 7, 9)
+ENCDEC_EXTRA = dict(arch="encdec", d_model=96, n_heads=6, n_layers=3, dec_layers=2, seq_len=32)
+ENCDEC_EXTRA_BST = (2, 17, 13)
+
+TRAIN_CFG = dict(steps=10, lr=3e-3, lr_schedule="warmup", warmup_steps=4, weight_decay=0.1,
+                 beta1=0.9, beta2=0.95, adam_eps=1e-8, grad_clip=1.0)
+
+
+class Case:
+    def __init__(self, name, model, bt, kind="grads", sets=None, train=None, extra=False, pad=False,
+                 masks=("src", "tgt"), fresh=False):
+        self.name, self.model, self.kind = name, model, kind
+        self.bt = bt                      # (B, T); encdec: (B, S, T)
+        self.pad = pad                    # gpt / encoder: right-padded rows with an attention_mask (and token types)
+        self.masks = tuple(masks)         # encdec: which padding masks the token file holds ("src", "tgt");
+                                          # a row's target is right-padded either way (labels -100 there)
+        self.sets = sets or []            # --set overrides passed to `normlab init`
+        self.train = train
+        self.fresh = fresh                # train: from the trainer's own init instead of train.init_from
+        self.extra = extra
+
+    def intended_model(self):
+        """The [model] config after the --set overrides (what the metadata must say)."""
+        m = dict(self.model)
+        for s in self.sets:
+            key, val = s.split("=", 1)
+            sec, k = key.split(".", 1)
+            assert sec == "model"
+            m[k] = json.loads(val)   # the overrides used here are JSON-compatible TOML values
+        return m
+
+
+NEW_METHODS = ("admin", "rezero", "skipinit", "layerscale", "tfixup", "residual")
+
+
+def build_cases():
+    cases = []
+    for arch in ("gpt", "encoder"):
+        for p in nt.PLACEMENTS:       # every method, new ones (admin ... tfixup) included
+            cases.append(Case(f"{arch}_{p}", dict(SMALL, arch=arch, placement=p), SMALL_BT))
+    cases += [
+        Case("gpt_pre_rmsnorm", dict(SMALL, placement="pre", norm="rmsnorm"), SMALL_BT),
+        Case("gpt_post_rmsnorm", dict(SMALL, placement="post", norm="rmsnorm"), SMALL_BT),
+        Case("encoder_pre_rmsnorm", dict(SMALL, arch="encoder", placement="pre", norm="rmsnorm"), SMALL_BT),
+        Case("encoder_post_rmsnorm", dict(SMALL, arch="encoder", placement="post", norm="rmsnorm"), SMALL_BT),
+        Case("gpt_pre_relu", dict(SMALL, placement="pre", activation="relu"), SMALL_BT),
+        Case("gpt_pre_noresidual", dict(SMALL, placement="pre", residual=False), SMALL_BT),
+        Case("gpt_post_noresidual", dict(SMALL, placement="post", residual=False), SMALL_BT),
+        # attention-only (no MLP sub-layers), with and without skips: the pure-attention ablation
+        Case("gpt_pre_nomlp", dict(SMALL, placement="pre", mlp=False), SMALL_BT),
+        Case("gpt_post_nomlp", dict(SMALL, placement="post", mlp=False), SMALL_BT),
+        Case("gpt_pre_nomlp_noresidual", dict(SMALL, placement="pre", mlp=False, residual=False), SMALL_BT),
+        Case("encoder_sandwich_nomlp", dict(SMALL, arch="encoder", placement="sandwich", mlp=False), SMALL_BT),
+        Case("gpt_mix_nomlp", dict(SMALL, n_layers=3, placement=["post", "pre", "deepnorm"], mlp=False), SMALL_BT),
+        # the per-layer list goes through the CLI override (TOML says "pre")
+        Case("gpt_mix_pre_post_sandwich", dict(SMALL, n_layers=3, placement="pre"), SMALL_BT,
+             sets=['model.placement=["pre","post","sandwich"]']),
+        Case("encoder_mix_pre_post_sandwich", dict(SMALL, arch="encoder", n_layers=3,
+             placement=["pre", "post", "sandwich"]), SMALL_BT),
+        Case("gpt_pre_eps0", dict(SMALL, placement="pre", eps=0.0), SMALL_BT),
+        # the pieces of GPT-2 and BERT: exact GELU, token types, embedding norm, MLM head, padding
+        Case("encoder_bert_like_pad", dict(SMALL, arch="encoder", placement="post", embed_norm=True, head="mlm",
+                                           type_vocab=2, activation="gelu_exact", eps=1e-12), SMALL_BT, pad=True),
+        Case("gpt_pre_gelu_exact_pad", dict(SMALL, placement="pre", activation="gelu_exact"), SMALL_BT, pad=True),
+        Case("encoder_pre_rmsnorm_mlm_types", dict(SMALL, arch="encoder", placement="pre", norm="rmsnorm",
+                                                   embed_norm=True, head="mlm", type_vocab=3), SMALL_BT, pad=True),
+        Case("gpt_post_eps0", dict(SMALL, placement="post", eps=0.0), SMALL_BT),
+        Case("gpt_pre_init_normal", dict(SMALL, placement="pre", init="normal"), SMALL_BT),
+        Case("gpt_pre_init_xavier", dict(SMALL, placement="pre", init="xavier"), SMALL_BT),
+        Case("gpt_pre_init_deepnet", dict(SMALL, placement="pre", init="deepnet"), SMALL_BT),
+        # the methods of MODEL.md "Methods" beyond the one-per-method cases above
+        Case("gpt_admin_sqrt", dict(SMALL, placement="admin", admin_init="sqrt"), SMALL_BT),
+        Case("encoder_admin_one", dict(SMALL, arch="encoder", placement="admin", admin_init="one"), SMALL_BT),
+        Case("gpt_admin_rmsnorm", dict(SMALL, placement="admin", norm="rmsnorm"), SMALL_BT),
+        Case("gpt_mix_admin_rezero_layerscale", dict(SMALL, n_layers=3, placement=["admin", "rezero", "layerscale"]),
+             SMALL_BT),
+        Case("gpt_mix_skipinit_tfixup_pre", dict(SMALL, n_layers=3, placement="pre"), SMALL_BT,
+             sets=['model.placement=["skipinit","tfixup","pre"]']),
+        Case("gpt_rezero_nomlp", dict(SMALL, placement="rezero", mlp=False), SMALL_BT),
+        Case("gpt_layerscale_noresidual", dict(SMALL, placement="layerscale", residual=False), SMALL_BT),
+        Case("encoder_skipinit_pad", dict(SMALL, arch="encoder", placement="skipinit"), SMALL_BT, pad=True),
+        Case("gpt_layerscale_pad", dict(SMALL, placement="layerscale", activation="gelu_exact"), SMALL_BT, pad=True),
+        Case("gpt_pre_init_tfixup", dict(SMALL, placement="pre", init="tfixup"), SMALL_BT),
+        Case("gpt_layerscale_depth19", dict(DEEP, n_layers=19, placement="layerscale"), DEEP_BT),
+        # encoder-decoder: every method at least once in each stack, mixed per-layer lists, shared and
+        # unshared embeddings, source and target padding, odd sizes
+        Case("encdec_pre", dict(ENCDEC, placement="pre"), ENCDEC_BST),
+        Case("encdec_post_unshared", dict(ENCDEC, placement="post", shared_embeddings=False, src_vocab=300),
+             ENCDEC_BST),
+        Case("encdec_mix_deepnorm_sandwich_pre_prepost", dict(
+            ENCDEC, placement=["deepnorm", "sandwich", "pre", "prepost", "deepnorm"]), ENCDEC_BST),
+        Case("encdec_mix_admin_rezero_skipinit_layerscale_none", dict(
+            ENCDEC, placement=["admin", "rezero", "skipinit", "layerscale", "none"], shared_embeddings=False),
+            ENCDEC_BST),
+        Case("encdec_mix_layerscale_skipinit_rezero_admin_post", dict(ENCDEC, placement="pre"), ENCDEC_BST,
+             sets=['model.placement=["layerscale","skipinit","rezero","admin","post"]']),
+        Case("encdec_mix_none_prepost_sandwich_post_pre", dict(
+            ENCDEC, placement=["none", "prepost", "sandwich", "post", "pre"], shared_embeddings=False,
+            src_vocab=261), ENCDEC_BST),
+        Case("encdec_tfixup_unshared", dict(ENCDEC, placement="tfixup", shared_embeddings=False), ENCDEC_BST),
+        Case("encdec_tfixup_shared", dict(ENCDEC, placement="tfixup"), ENCDEC_BST),
+        Case("encdec_deepnorm", dict(ENCDEC, placement="deepnorm"), ENCDEC_BST),
+        Case("encdec_admin_sqrt_rmsnorm", dict(ENCDEC, placement="admin", admin_init="sqrt", norm="rmsnorm"),
+             ENCDEC_BST),
+        Case("encdec_rezero", dict(ENCDEC, placement="rezero"), ENCDEC_BST),
+        Case("encdec_layerscale_skipinit", dict(ENCDEC, placement=["skipinit", "skipinit", "layerscale",
+                                                                  "layerscale", "layerscale"]), ENCDEC_BST),
+        Case("encdec_pre_nomasks", dict(ENCDEC, placement="pre"), ENCDEC_BST, masks=()),
+        Case("encdec_post_srcmask", dict(ENCDEC, placement="post"), ENCDEC_BST, masks=("src",)),
+        Case("encdec_sandwich_tgtmask", dict(ENCDEC, placement="sandwich"), ENCDEC_BST, masks=("tgt",)),
+        # dec_layers omitted: M = N (2 + 2 layers)
+        Case("encdec_default_dec_layers", dict({k: v for k, v in ENCDEC.items() if k != "dec_layers"},
+                                               placement="prepost"), ENCDEC_BST),
+        Case("encdec_pre_init_xavier", dict(ENCDEC, placement="pre", init="xavier"), ENCDEC_BST),
+        Case("encdec_prepost_init_normal_gelu_exact", dict(ENCDEC, placement="prepost", init="normal",
+                                                           activation="gelu_exact"), ENCDEC_BST),
+        Case("encdec_pre_init_deepnet_relu", dict(ENCDEC, placement="pre", init="deepnet", activation="relu"),
+             ENCDEC_BST),
+        Case("encdec_sandwich_N1_M1", dict(ENCDEC, n_layers=1, dec_layers=1, placement="sandwich"), ENCDEC_BST),
+        Case("encdec_pre_T1", dict(ENCDEC, placement="pre"), (2, 3, 1)),
+        Case("encdec_post_S1", dict(ENCDEC, placement="post"), (2, 1, 4)),
+        Case("encdec_layerscale_depths", dict(DEEP, arch="encdec", n_layers=2, dec_layers=19,
+                                              placement="layerscale"), (2, 5, 4)),
+        Case("train_gpt_pre", dict(SMALL, placement="pre"), SMALL_BT, kind="train", train=TRAIN_CFG),
+        Case("train_gpt_post", dict(SMALL, placement="post"), SMALL_BT, kind="train", train=TRAIN_CFG),
+        Case("train_encoder_pre", dict(SMALL, arch="encoder", placement="pre"), SMALL_BT, kind="train",
+             train=TRAIN_CFG),
+        Case("train_encdec_mix", dict(ENCDEC, placement=["pre", "post", "pre", "deepnorm", "pre"]), ENCDEC_BST,
+             kind="train", train=TRAIN_CFG),
+        # ResiDual (two streams per stack): every arch, both norms, padding, BERT pieces around it, an encdec
+        # whose stacks differ (each stack has its own second stream), attention-only, and training
+        Case("gpt_residual_rmsnorm_pad", dict(SMALL, placement="residual", norm="rmsnorm"), SMALL_BT, pad=True),
+        Case("encoder_residual_bert_pieces_pad", dict(SMALL, arch="encoder", placement="residual", embed_norm=True,
+                                                      head="mlm", type_vocab=2), SMALL_BT, pad=True),
+        Case("encdec_residual", dict(ENCDEC, placement="residual"), ENCDEC_BST),
+        Case("encdec_residual_pre_unshared_rmsnorm", dict(ENCDEC, placement=["residual"] * 2 + ["pre"] * 3,
+             shared_embeddings=False, src_vocab=300, norm="rmsnorm"), ENCDEC_BST),
+        Case("encdec_post_residual_tgtmask", dict(ENCDEC, placement=["post"] * 2 + ["residual"] * 3), ENCDEC_BST,
+             masks=("tgt",)),
+        Case("encdec_residual_nomlp_T1", dict(ENCDEC, placement="residual", mlp=False), (2, 3, 1)),
+        Case("train_gpt_residual", dict(SMALL, placement="residual"), SMALL_BT, kind="train", train=TRAIN_CFG),
+        Case("train_encdec_residual", dict(ENCDEC, placement="residual"), ENCDEC_BST, kind="train", train=TRAIN_CFG),
+        # Admin's profile: both chains (the decoder's after a pre layer), from the trainer's own init
+        Case("train_encdec_admin_profile", dict(ENCDEC, placement=["admin", "admin", "admin", "pre", "admin"],
+             admin_init="profile"), ENCDEC_BST, kind="train", train=TRAIN_CFG, fresh=True),
+    ]
+    # --extra: sizes and configurations the default cases do not use (a separate acceptance check)
+    ex = []
+    for arch in ("gpt", "encoder"):
+        for p in ("sandwich", "deepnorm", "prepost", "post"):
+            ex.append(Case(f"x_{arch}_{p}", dict(EXTRA, arch=arch, placement=p), EXTRA_BT, extra=True))
+        ex.append(Case(f"x_{arch}_pre_rmsnorm", dict(EXTRA, arch=arch, placement="pre", norm="rmsnorm"),
+                       EXTRA_BT, extra=True))
+        ex.append(Case(f"x_{arch}_sandwich_rmsnorm", dict(EXTRA, arch=arch, placement="sandwich",
+                       norm="rmsnorm"), EXTRA_BT, extra=True))
+        ex.append(Case(f"x_{arch}_mix_deepnorm_pre_sandwich", dict(EXTRA, arch=arch,
+                       placement=["deepnorm", "pre", "sandwich"]), EXTRA_BT, extra=True))
+        ex.append(Case(f"x_{arch}_mix_sandwich_none_prepost", dict(EXTRA, arch=arch,
+                       placement=["sandwich", "none", "prepost"]), EXTRA_BT, extra=True))
+        ex.append(Case(f"x_{arch}_bert_pieces_pad", dict(EXTRA, arch=arch, placement=["post", "pre", "post"],
+                       embed_norm=True, head="mlm", type_vocab=2, activation="gelu_exact"), EXTRA_BT, extra=True,
+                       pad=True))
+        ex.append(Case(f"x_{arch}_mix_post_deepnorm_pre_relu", dict(EXTRA, arch=arch, activation="relu",
+                       placement=["post", "deepnorm", "pre"]), EXTRA_BT, extra=True))
+        for p in NEW_METHODS:
+            ex.append(Case(f"x_{arch}_{p}", dict(EXTRA, arch=arch, placement=p), EXTRA_BT, extra=True))
+    ex.append(Case("x_gpt_mix_admin_layerscale_rezero_pad", dict(EXTRA, placement=["admin", "layerscale", "rezero"]),
+                   EXTRA_BT, extra=True, pad=True))
+    ex.append(Case("x_gpt_layerscale_depth25", dict(DEEP, n_layers=25, placement="layerscale"), DEEP_BT,
+                   extra=True))
+    for p in ("post", "pre", "deepnorm", "admin", "tfixup", "residual"):
+        ex.append(Case(f"x_encdec_{p}", dict(ENCDEC_EXTRA, placement=p), ENCDEC_EXTRA_BST, extra=True))
+    ex += [
+        Case("x_encdec_mix_all_unshared", dict(ENCDEC_EXTRA, placement=["sandwich", "rezero", "layerscale",
+             "skipinit", "prepost"], shared_embeddings=False, src_vocab=259, norm="rmsnorm"),
+             ENCDEC_EXTRA_BST, extra=True),
+        Case("x_encdec_pre_nomlp", dict(ENCDEC_EXTRA, placement="pre", mlp=False), ENCDEC_EXTRA_BST, extra=True),
+        Case("x_encdec_post_noresidual", dict(ENCDEC_EXTRA, placement="post", residual=False), ENCDEC_EXTRA_BST,
+             extra=True),
+    ]
+    ex.append(Case("x_train_gpt_sandwich", dict(EXTRA, placement="sandwich"), EXTRA_BT, kind="train",
+                   train=TRAIN_CFG, extra=True))
+    ex.append(Case("x_train_encoder_deepnorm", dict(EXTRA, arch="encoder", placement="deepnorm"), EXTRA_BT,
+                   kind="train", train=TRAIN_CFG, extra=True))
+    # New methods in training. They assume that `normlab train` with train.init_from keeps the
+    # checkpoint's Admin omegas (the profile initialization is for a *fresh* model, MODEL.md).
+    ex.append(Case("x_train_gpt_rezero_skipinit_layerscale", dict(SMALL, n_layers=3,
+                   placement=["rezero", "skipinit", "layerscale"]), SMALL_BT, kind="train", train=TRAIN_CFG,
+                   extra=True))
+    ex.append(Case("x_train_gpt_admin", dict(SMALL, placement="admin"), SMALL_BT, kind="train", train=TRAIN_CFG,
+                   extra=True))
+    # admin_init = profile, a fresh model: the trainer profiles the omegas on the (fixed) batch before step 1
+    ex.append(Case("x_train_gpt_admin_profile", dict(SMALL, n_layers=3, placement="admin", admin_init="profile"),
+                   SMALL_BT, kind="train", train=TRAIN_CFG, extra=True, fresh=True))
+    # ... and from a checkpoint (train.init_from) it keeps the checkpoint's omegas (the log values)
+    ex.append(Case("x_train_gpt_admin_profile_init_from", dict(SMALL, placement="admin", admin_init="profile"),
+                   SMALL_BT, kind="train", train=TRAIN_CFG, extra=True))
+    ex.append(Case("x_train_encdec_methods", dict(ENCDEC, placement=["admin", "layerscale", "rezero", "skipinit",
+                   "tfixup"], shared_embeddings=False), ENCDEC_BST, kind="train", train=TRAIN_CFG, extra=True))
+    return cases + ex

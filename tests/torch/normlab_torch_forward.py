@@ -1,0 +1,335 @@
+"""normlab_torch_forward: the oracle's forward pass (docs/MODEL.md), written out by hand: the norms,
+activations and attention, one residual sub-layer of any method (sublayer_parts), a stack with
+ResiDual's second stream (run_stack), the whole model (forward_outputs and its short forms), and the
+Admin profile walk (admin_profile) that sets Admin's omegas from one batch.
+
+Part of the PyTorch oracle; normlab_torch.py is the entry point and lists the whole API.
+"""
+
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+
+from normlab_torch_config import IGNORE_INDEX, METHODS, normalize_config, stack_of, stacks, sublayer_kinds
+
+
+# --------------------------------------------------------------------------------------------------
+# Forward
+# --------------------------------------------------------------------------------------------------
+
+def layernorm(z, gamma, beta, eps):
+    mean = z.mean(dim=-1, keepdim=True)
+    var = ((z - mean) ** 2).mean(dim=-1, keepdim=True)       # biased variance over C
+    return (z - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def rmsnorm(z, gamma, eps):
+    ms = (z * z).mean(dim=-1, keepdim=True)
+    return z / torch.sqrt(ms + eps) * gamma
+
+
+def norm(config, params, prefix, z):
+    if config["norm"] == "layernorm":
+        return layernorm(z, params[prefix + ".weight"], params[prefix + ".bias"], config["eps"])
+    return rmsnorm(z, params[prefix + ".weight"], config["eps"])
+
+
+def gelu_tanh(u):
+    return 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u ** 3)))
+
+
+def gelu_exact(u):
+    return 0.5 * u * (1.0 + torch.erf(u / math.sqrt(2.0)))
+
+
+def activation(config, u):
+    return {"gelu": gelu_tanh, "gelu_exact": gelu_exact, "relu": torch.relu}[config["activation"]](u)
+
+
+def linear(x, w, b):
+    return x @ w.t() + b
+
+
+def multihead(q, k, v, NH, causal=False, key_mask=None):
+    """Scaled dot-product attention, by hand. q (B, Tq, C), k and v (B, Tk, C); head n uses columns
+    n*HS .. (n+1)*HS. causal: key j > query i gets -inf; key_mask (B, Tk), 0 = a padding key that
+    gets -inf in every row. Returns y (B, Tq, C), the heads concatenated."""
+    B, Tq, C = q.shape
+    Tk = k.shape[1]
+    HS = C // NH
+
+    def heads(z, T):  # (B, T, C) -> (B, NH, T, HS)
+        return z.reshape(B, T, NH, HS).permute(0, 2, 1, 3)
+
+    q, k, v = heads(q, Tq), heads(k, Tk), heads(v, Tk)
+    S = (q @ k.transpose(-1, -2)) / math.sqrt(HS)                                  # (B, NH, Tq, Tk)
+    if causal:
+        future = torch.triu(torch.ones(Tq, Tk, dtype=torch.bool), diagonal=1)      # key j > query i
+        S = S.masked_fill(future, float("-inf"))
+    if key_mask is not None:  # (B, Tk): 0 = padding, which no query attends to
+        S = S.masked_fill(~torch.as_tensor(key_mask).bool()[:, None, None, :], float("-inf"))
+    P = torch.softmax(S, dim=-1)
+    return (P @ v).permute(0, 2, 1, 3).reshape(B, Tq, C)                           # heads concatenated
+
+
+def attention(config, params, prefix, h, key_mask=None, causal=None):
+    """Self-attention. causal=None: causal iff arch is gpt (a gpt / encoder model's only stack)."""
+    C = h.shape[-1]
+    if causal is None:
+        causal = config["arch"] == "gpt"
+    qkv = linear(h, params[prefix + ".qkv.weight"], params[prefix + ".qkv.bias"])   # (B, T, 3C) [q | k | v]
+    q, k, v = qkv[..., 0:C], qkv[..., C:2 * C], qkv[..., 2 * C:3 * C]
+    y = multihead(q, k, v, config["n_heads"], causal, key_mask)
+    return linear(y, params[prefix + ".proj.weight"], params[prefix + ".proj.bias"])
+
+
+def cross_attention(config, params, prefix, h, key_mask=None, memory=None):
+    """Cross-attention: queries from the decoder stream h (B, T, C), keys and values from the memory
+    (B, S, C); key_mask is the source padding mask (B, S)."""
+    C = h.shape[-1]
+    q = linear(h, params[prefix + ".q.weight"], params[prefix + ".q.bias"])           # (B, T, C)
+    kv = linear(memory, params[prefix + ".kv.weight"], params[prefix + ".kv.bias"])   # (B, S, 2C) [k | v]
+    k, v = kv[..., 0:C], kv[..., C:2 * C]
+    y = multihead(q, k, v, config["n_heads"], False, key_mask)
+    return linear(y, params[prefix + ".proj.weight"], params[prefix + ".proj.bias"])
+
+
+def mlp(config, params, prefix, h, key_mask=None):
+    u = linear(h, params[prefix + ".fc.weight"], params[prefix + ".fc.bias"])
+    a = activation(config, u)
+    return linear(a, params[prefix + ".proj.weight"], params[prefix + ".proj.bias"])
+
+
+def shortcut_scale(config, params, prefix, method, stack=None):
+    """omega of the sub-layer: 0 without residual; the DeepNorm alpha; Admin's (C) parameter; or 1."""
+    if not config["residual"]:
+        return 0.0
+    m = METHODS[method]
+    if m.shortcut == "omega":
+        return params[prefix + ".omega"]
+    if m.shortcut == "deepnorm":
+        return (stack or stack_of(config, prefix)).alpha
+    return 1.0
+
+
+def branch_scale(params, prefix, method):
+    """lambda of the sub-layer: ReZero's per-layer scalar, SkipInit's / LayerScale's gain, or 1."""
+    m = METHODS[method]
+    if m.branch == "rezero":
+        return params[prefix.rsplit(".", 1)[0] + ".rezero"]     # {layer prefix}.rezero, shared
+    if m.branch in ("gain", "gain_c"):
+        return params[prefix + ".gain"]
+    return 1.0
+
+
+def sublayer_parts(config, params, prefix, method, branch, x, key_mask=None, stack=None):
+    """One residual sub-layer (MODEL.md, "Methods"). Returns (x', f, omega, g) with f = F(h) the branch
+    output, omega the shortcut scale (a number or Admin's (C) tensor) and g = ln_branch(f) (or f), what
+    a second stream adds (before the branch scale lambda, which only r applies)."""
+    m = METHODS[method]
+    omega = shortcut_scale(config, params, prefix, method, stack)
+    lam = branch_scale(params, prefix, method)
+    h = norm(config, params, prefix + ".ln_in", x) if m.in_norm else x
+    f = branch(config, params, prefix, h, key_mask)
+    g = norm(config, params, prefix + ".ln_branch", f) if m.branch_norm else f
+    r = omega * x + lam * g
+    out = norm(config, params, prefix + ".ln_out", r) if m.out_norm else r
+    return out, f, omega, g
+
+
+def sublayer(config, params, prefix, placement, branch, x, key_mask=None, stack=None):
+    return sublayer_parts(config, params, prefix, placement, branch, x, key_mask, stack)[0]  # (one stream only)
+
+
+def stack_sublayers(config, stack, key_mask, memory=None, memory_mask=None):
+    """[(prefix, method, branch, mask)] of the stack's sub-layers in order; branch takes
+    (config, params, prefix, h, mask) like attention / mlp."""
+    out = []
+    for l, method in enumerate(stack.methods):
+        for kind in sublayer_kinds(config, stack):
+            prefix = f"{stack.prefix}.{l}.{kind}"
+            if kind == "attn":
+                out.append((prefix, method, functools.partial(attention, causal=stack.causal), key_mask))
+            elif kind == "cross":
+                out.append((prefix, method, functools.partial(cross_attention, memory=memory), memory_mask))
+            else:
+                out.append((prefix, method, mlp, None))
+    return out
+
+
+def stack_output(config, params, stack, x, xd):
+    """How a stack ends: final(x), or x + final(x_d) with ResiDual's second stream, or x."""
+    if stack.dual:
+        return x + norm(config, params, stack.final, xd)
+    return norm(config, params, stack.final, x) if stack.final else x
+
+
+def run_stack(config, params, stack, x, key_mask=None, memory=None, memory_mask=None, hidden=None):
+    """The stack's layers and its ending. hidden (a list) receives the stream entering each layer
+    and the one leaving the last layer (before the final norm; ResiDual: the normalized stream x).
+    ResiDual: x_d starts as the input x and every sub-layer adds its branch output to it."""
+    subs = stack_sublayers(config, stack, key_mask, memory, memory_mask)
+    per_layer = len(subs) // len(stack.methods)
+    xd = x
+    for i, (prefix, method, branch, mask) in enumerate(subs):
+        if hidden is not None and i % per_layer == 0:
+            hidden.append(x)
+        x, _, _, g = sublayer_parts(config, params, prefix, method, branch, x, mask, stack)
+        xd = xd + g
+    if hidden is not None:
+        hidden.append(x)
+    return stack_output(config, params, stack, x, xd)
+
+
+def _embed_source(config, params, src):
+    S = src.shape[1]
+    table = params["wte.weight"] if config["shared_embeddings"] else params["enc.wte.weight"]
+    return table[src] + params["enc.wpe.weight"][0:S]
+
+
+def _check_ids(config, ids, vocab, what):
+    if ids.dim() != 2:
+        raise ValueError(f"{what} must be (B, T), got shape {tuple(ids.shape)}")
+    if ids.shape[1] > config["seq_len"]:
+        raise ValueError(f"{what}: length {ids.shape[1]} > seq_len={config['seq_len']}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        raise ValueError(f"{what}: ids must be in [0, {vocab})")
+
+
+def forward_outputs(config, params, input_ids, labels=None, token_types=None, key_mask=None,
+                    decoder_input_ids=None, decoder_mask=None):
+    """Functional forward. Returns {"loss" (None without labels), "logits" (None when head = none),
+    "hidden" (the streams entering each layer of the last stack, and leaving it), "final" (what the
+    head reads) and, for encdec, "memory" (B, S, C)}."""
+    config = normalize_config(config, strict=False)   # idempotent on an already-normalized config
+    input_ids = torch.as_tensor(input_ids).long()
+    if key_mask is not None:
+        key_mask = torch.as_tensor(key_mask)
+    out = {"hidden": []}
+    wte = params["wte.weight"]
+    if config["arch"] == "encdec":
+        if decoder_input_ids is None:
+            raise ValueError("encdec needs decoder_input_ids")
+        if token_types is not None:
+            raise ValueError("encdec has no token types")
+        src = input_ids
+        tgt = torch.as_tensor(decoder_input_ids).long()
+        _check_ids(config, src, config["src_vocab"] if not config["shared_embeddings"] else config["vocab"],
+                   "input_ids (source)")
+        _check_ids(config, tgt, config["vocab"], "decoder_input_ids")
+        if tgt.shape[0] != src.shape[0]:
+            raise ValueError("source and target batch sizes differ")
+        enc, dec = stacks(config)
+        memory = run_stack(config, params, enc, _embed_source(config, params, src), key_mask)   # (B, S, C)
+        out["memory"] = memory
+        T = tgt.shape[1]
+        x = wte[tgt] + params["wpe.weight"][0:T]
+        if decoder_mask is not None:
+            decoder_mask = torch.as_tensor(decoder_mask)
+        xf = run_stack(config, params, dec, x, decoder_mask, memory, key_mask, out["hidden"])
+    else:
+        if decoder_input_ids is not None or decoder_mask is not None:
+            raise ValueError(f"decoder inputs given to a {config['arch']} model")
+        _check_ids(config, input_ids, config["vocab"], "input_ids")
+        T = input_ids.shape[1]
+        x = wte[input_ids] + params["wpe.weight"][0:T]
+        if config["type_vocab"] > 0:
+            types = torch.zeros_like(input_ids) if token_types is None else torch.as_tensor(token_types).long()
+            x = x + params["wtt.weight"][types]
+        if config["embed_norm"]:
+            x = norm(config, params, "ln_emb", x)
+        xf = run_stack(config, params, stacks(config)[0], x, key_mask, hidden=out["hidden"])
+    out["final"] = xf
+    out["loss"] = out["logits"] = None
+    if config["head"] == "none":
+        return out
+    if config["head"] == "mlm":
+        t = activation(config, linear(xf, params["head.dense.weight"], params["head.dense.bias"]))
+        t = norm(config, params, "head.ln", t)
+        logits = t @ wte.t() + params["head.bias"]
+    else:
+        logits = xf @ wte.t()                                                        # tied output
+    out["logits"] = logits
+    if labels is not None:
+        labels = torch.as_tensor(labels).long()
+        V = logits.shape[-1]
+        out["loss"] = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+    return out
+
+
+def forward_params(config, params, input_ids, labels=None, token_types=None, key_mask=None,
+                   decoder_input_ids=None, decoder_mask=None):
+    """Functional forward: params is a name -> tensor mapping. Returns (loss or None, logits);
+    logits is None for a headless model (head = none)."""
+    o = forward_outputs(config, params, input_ids, labels, token_types, key_mask, decoder_input_ids, decoder_mask)
+    return o["loss"], o["logits"]
+
+
+def forward(model, input_ids, labels=None, **inputs):
+    """inputs: token_types, key_mask, decoder_input_ids, decoder_mask (see forward_outputs)."""
+    return forward_params(model.config, model.params, input_ids, labels, **inputs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Admin's profile initialization (MODEL.md, "Admin omega", admin_init = profile)
+# --------------------------------------------------------------------------------------------------
+
+def _population_var(z):
+    z = z.double()
+    return float(((z - z.mean()) ** 2).mean())
+
+
+def admin_profile(config, params, input_ids, token_types=None, key_mask=None, decoder_input_ids=None,
+                  decoder_mask=None, chain="admin"):
+    """Set every Admin omega in place from one batch: walk the sub-layers of each stack in order with
+    ratio = 1; an Admin sub-layer i gets omega_i <- ratio (every channel); run sub-layer i; then
+    ratio <- sqrt(Var(omega_i * x) + Var(f_i)), population variances over every element of the batch
+    (padding positions included), x the stream entering sub-layer i and f_i = F(h) its branch output.
+    The encoder and the decoder are separate chains (each starts at 1); the decoder reads the memory
+    of the profiled encoder. No dropout (evaluation mode).
+
+    A stack that mixes Admin with other methods: MODEL.md does not say whether the other sub-layers
+    advance the chain. chain = "admin" (the default, and what the engine does): only Admin
+    sub-layers take and advance the ratio, the others just transform the stream. chain = "all": every
+    sub-layer advances it with its own omega (1, the DeepNorm alpha, 0 without residual).
+    Returns [(omega name, value)] in walk order."""
+    if chain not in ("admin", "all"):
+        raise ValueError(f"chain must be admin or all, got {chain!r}")
+    config = normalize_config(config, strict=False)
+    input_ids = torch.as_tensor(input_ids).long()
+    if key_mask is not None:
+        key_mask = torch.as_tensor(key_mask)
+    set_values = []
+
+    def walk(stack, x, mask, memory=None, memory_mask=None):
+        ratio = 1.0
+        xd = x
+        for prefix, method, branch, m in stack_sublayers(config, stack, mask, memory, memory_mask):
+            if METHODS[method].shortcut == "omega":
+                params[prefix + ".omega"].fill_(ratio)
+                set_values.append((prefix + ".omega", ratio))
+            x_next, f, omega, g = sublayer_parts(config, params, prefix, method, branch, x, m, stack)
+            if chain == "all" or METHODS[method].shortcut == "omega":
+                ratio = math.sqrt(_population_var(omega * x) + _population_var(f))
+            x, xd = x_next, xd + g
+        return stack_output(config, params, stack, x, xd)
+
+    with torch.no_grad():
+        if config["arch"] == "encdec":
+            enc, dec = stacks(config)
+            memory = walk(enc, _embed_source(config, params, input_ids), key_mask)
+            tgt = torch.as_tensor(decoder_input_ids).long()
+            x = params["wte.weight"][tgt] + params["wpe.weight"][0:tgt.shape[1]]
+            walk(dec, x, None if decoder_mask is None else torch.as_tensor(decoder_mask), memory, key_mask)
+        else:
+            T = input_ids.shape[1]
+            x = params["wte.weight"][input_ids] + params["wpe.weight"][0:T]
+            if config["type_vocab"] > 0:
+                types = torch.zeros_like(input_ids) if token_types is None else torch.as_tensor(token_types).long()
+                x = x + params["wtt.weight"][types]
+            if config["embed_norm"]:
+                x = norm(config, params, "ln_emb", x)
+            walk(stacks(config)[0], x, key_mask)
+    return set_values

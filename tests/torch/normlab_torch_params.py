@@ -1,0 +1,255 @@
+"""normlab_torch_params: the oracle's parameters (docs/MODEL.md, "Parameters"): the parameter table
+(names, shapes, roles, row blocks) in canonical order, the initialization schemes (with the closed-form
+LayerScale and Admin values), the Model holding the tensors, and safetensors checkpoints in and out.
+
+Part of the PyTorch oracle; normlab_torch.py is the entry point and lists the whole API.
+"""
+
+import json
+import math
+from collections import OrderedDict, namedtuple
+
+import torch
+
+from normlab_torch_config import METHODS, normalize_config, stacks, sublayer_kinds
+
+
+# --------------------------------------------------------------------------------------------------
+# Parameters
+# --------------------------------------------------------------------------------------------------
+
+# role: tok_emb pos_emb type_emb norm_weight norm_bias bias linear omega gain rezero
+# matrix: for linear weights and their biases, the map ("attn.qkv", "cross.kv", "mlp.proj", "head.dense")
+# blocks: for linear weights, [(tag, r0, r1)] row blocks that init as one projection each:
+#         attn.qkv q / k / v, cross.kv k / v, else one block tagged "q" (cross.q) or "" (the rest)
+# method: the method of the layer the parameter belongs to (None outside the layers)
+ParamSpec = namedtuple("ParamSpec", "name shape role stack matrix blocks method", defaults=(None,))
+
+
+def _norm_table(config, prefix, stack, method=None):
+    C = config["d_model"]
+    t = [ParamSpec(prefix + ".weight", (C,), "norm_weight", stack, None, None, method)]
+    if config["norm"] == "layernorm":
+        t.append(ParamSpec(prefix + ".bias", (C,), "norm_bias", stack, None, None, method))
+    return t
+
+
+def _linear_table(name, rows, cols, stack, matrix, blocks=None, method=None):
+    return [ParamSpec(name + ".weight", (rows, cols), "linear", stack, matrix, blocks or [("", 0, rows)], method),
+            ParamSpec(name + ".bias", (rows,), "bias", stack, matrix, None, method)]
+
+
+def param_table(config):
+    """Every parameter in canonical order (MODEL.md, "Parameters" and the encdec table)."""
+    c = config
+    C, Fd, V = c["d_model"], c["d_ff"], c["vocab"]
+    t = [ParamSpec("wte.weight", (V, C), "tok_emb", None, None, None),
+         ParamSpec("wpe.weight", (c["seq_len"], C), "pos_emb", None, None, None)]
+    if c["arch"] == "encdec":
+        if not c["shared_embeddings"]:
+            t.append(ParamSpec("enc.wte.weight", (c["src_vocab"], C), "tok_emb", "enc", None, None))
+        t.append(ParamSpec("enc.wpe.weight", (c["seq_len"], C), "pos_emb", "enc", None, None))
+    if c["type_vocab"] > 0:
+        t.append(ParamSpec("wtt.weight", (c["type_vocab"], C), "type_emb", None, None, None))
+    if c["embed_norm"]:
+        t += _norm_table(c, "ln_emb", None)
+    for st in stacks(c):
+        for l, method in enumerate(st.methods):
+            m = METHODS[method]
+            lp = f"{st.prefix}.{l}"
+            for kind in sublayer_kinds(c, st):
+                pre = f"{lp}.{kind}"
+                if m.in_norm:
+                    t += _norm_table(c, pre + ".ln_in", st.name, method)
+                if kind == "attn":
+                    t += _linear_table(pre + ".qkv", 3 * C, C, st.name, "attn.qkv",
+                                       [("q", 0, C), ("k", C, 2 * C), ("v", 2 * C, 3 * C)], method)
+                    t += _linear_table(pre + ".proj", C, C, st.name, "attn.proj", None, method)
+                elif kind == "cross":
+                    t += _linear_table(pre + ".q", C, C, st.name, "cross.q", [("q", 0, C)], method)
+                    t += _linear_table(pre + ".kv", 2 * C, C, st.name, "cross.kv", [("k", 0, C), ("v", C, 2 * C)],
+                                       method)
+                    t += _linear_table(pre + ".proj", C, C, st.name, "cross.proj", None, method)
+                else:
+                    t += _linear_table(pre + ".fc", Fd, C, st.name, "mlp.fc", None, method)
+                    t += _linear_table(pre + ".proj", C, Fd, st.name, "mlp.proj", None, method)
+                if m.branch_norm:
+                    t += _norm_table(c, pre + ".ln_branch", st.name, method)
+                if m.out_norm:
+                    t += _norm_table(c, pre + ".ln_out", st.name, method)
+                if m.shortcut == "omega":
+                    t.append(ParamSpec(pre + ".omega", (C,), "omega", st.name, None, None, method))
+                if m.branch in ("gain", "gain_c"):
+                    t.append(ParamSpec(pre + ".gain", (1,) if m.branch == "gain" else (C,), "gain", st.name,
+                                       None, None, method))
+            if m.branch == "rezero":
+                t.append(ParamSpec(lp + ".rezero", (1,), "rezero", st.name, None, None, method))
+        if st.final:
+            t += _norm_table(c, st.final, st.name)
+    if c["head"] == "mlm":
+        t += _linear_table("head.dense", C, C, None, "head.dense")
+        t += _norm_table(c, "head.ln", None)
+        t.append(ParamSpec("head.bias", (V,), "bias", None, "head.bias", None))
+    return t
+
+
+def param_specs(config):
+    """[(name, shape)] in canonical order (MODEL.md, "Parameters")."""
+    return [(p.name, p.shape) for p in param_table(config)]
+
+
+def is_norm_param(name):
+    return any(f".{k}." in "." + name for k in ("ln_in", "ln_branch", "ln_out", "ln_f", "ln_emb", "ln"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Initialization
+# --------------------------------------------------------------------------------------------------
+
+def layerscale_init(depth):
+    """LayerScale's initial gain for a stack of `depth` layers (CaiT): 0.1, 1e-5 or 1e-6."""
+    return 0.1 if depth <= 18 else 1e-5 if depth <= 24 else 1e-6
+
+
+def admin_init_value(config, stack, mode=None):
+    """Admin's closed-form omega: log sqrt((S+1)/ln(S+1) - 1), sqrt sqrt(S), one 1 (S = stack.n_residual).
+    "profile" is set from data (admin_profile); a model built without data gets the log value."""
+    mode = mode or config["admin_init"]
+    S = stack.n_residual
+    if mode in ("log", "profile"):
+        return math.sqrt((S + 1) / math.log(S + 1) - 1)
+    if mode == "sqrt":
+        return math.sqrt(S)
+    if mode == "one":
+        return 1.0
+    raise ValueError(f"unknown admin_init {mode!r}")
+
+
+def init_params(config, dtype=torch.float64):
+    """The initialization schemes of MODEL.md, drawn from torch's RNG seeded with config["seed"].
+
+    (Not bit-identical to normlab's RNG -- only the distributions are the contract.)
+    """
+    c = config
+    g = torch.Generator().manual_seed(int(c["seed"]))
+    C, std, scheme = c["d_model"], c["init_std"], c["init"]
+    by_name = {st.name: st for st in stacks(c)}
+    n_layers_total = c["n_layers"] + (c["dec_layers"] if c["arch"] == "encdec" else 0)
+    out = OrderedDict()
+
+    def normal(shape, s):
+        return torch.randn(shape, generator=g, dtype=torch.float64) * s
+
+    def uniform(shape, a):
+        return (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1) * a
+
+    def filled(shape, v):
+        return torch.full(shape, float(v), dtype=torch.float64)
+
+    def tfixup_embedding_stack(spec):
+        # the stack whose (9 depth)^(-1/4) scales a token table: enc.wte -> encoder; wte -> decoder
+        # (gpt: its L layers; encoder-only: its L layers too)
+        return by_name["enc"] if spec.stack == "enc" else stacks(c)[-1]
+
+    for spec in param_table(c):
+        st = by_name.get(spec.stack)
+        if spec.role == "tok_emb" and scheme == "tfixup":
+            t = normal(spec.shape, C ** -0.5) * (9.0 * tfixup_embedding_stack(spec).depth) ** -0.25
+        elif spec.role in ("tok_emb", "pos_emb", "type_emb"):
+            t = normal(spec.shape, std)
+        elif spec.role in ("norm_weight",):
+            t = filled(spec.shape, 1.0)
+        elif spec.role in ("norm_bias", "bias", "rezero"):
+            t = filled(spec.shape, 0.0)
+        elif spec.role == "omega":
+            t = filled(spec.shape, admin_init_value(c, st))
+        elif spec.role == "gain":
+            t = filled(spec.shape, layerscale_init(st.depth) if spec.method == "layerscale" else 0.0)   # / skipinit
+        else:  # linear weight (out, in), row blocks initialized as separate projections
+            assert spec.role == "linear"
+            t = torch.empty(spec.shape, dtype=torch.float64)
+            for tag, r0, r1 in spec.blocks:
+                fan_out, fan_in = r1 - r0, spec.shape[1]
+                bshape = (r1 - r0, spec.shape[1])
+                if scheme == "normal":
+                    t[r0:r1] = normal(bshape, std)
+                elif scheme == "gpt2":
+                    s = std / math.sqrt(2 * n_layers_total) if spec.matrix.endswith(".proj") else std
+                    t[r0:r1] = normal(bshape, s)
+                elif scheme == "xavier":
+                    t[r0:r1] = uniform(bshape, math.sqrt(6.0 / (fan_in + fan_out)))
+                elif scheme == "deepnet":
+                    gain = 1.0 if tag in ("q", "k") or st is None else st.beta
+                    t[r0:r1] = normal(bshape, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+                elif scheme == "tfixup":
+                    scaled = st is not None and tag not in ("q", "k")   # v rows, attn/cross proj, mlp
+                    t[r0:r1] = uniform(bshape, math.sqrt(6.0 / (fan_in + fan_out))) * (st.tfixup if scaled else 1.0)
+        out[spec.name] = t.to(dtype)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Model and checkpoints
+# --------------------------------------------------------------------------------------------------
+
+class Model:
+    """The normlab model: a config (normalized) and an ordered dict of named parameters."""
+
+    def __init__(self, config_dict, dtype=torch.float64, strict=True):
+        self.config = normalize_config(config_dict, strict)
+        if self.config["dropout"] != 0.0:
+            raise ValueError("normlab_torch has no dropout; use dropout = 0")
+        self.dtype = dtype
+        self.params = OrderedDict(
+            (name, torch.nn.Parameter(t)) for name, t in init_params(self.config, dtype).items()
+        )
+
+    def parameters(self):
+        return list(self.params.values())
+
+    def named_parameters(self):
+        return list(self.params.items())
+
+    def load_tensors(self, tensors):
+        """Copy a name -> tensor mapping into the parameters; names and shapes must match exactly."""
+        want, got = set(self.params), set(tensors)
+        if want != got:
+            raise ValueError(f"checkpoint tensors differ: missing {sorted(want - got)}, extra {sorted(got - want)}")
+        with torch.no_grad():
+            for name, p in self.params.items():
+                t = tensors[name]
+                if tuple(t.shape) != tuple(p.shape):
+                    raise ValueError(f"{name}: checkpoint shape {tuple(t.shape)}, expected {tuple(p.shape)}")
+                p.copy_(torch.as_tensor(t).to(self.dtype))
+
+    def zero_grad(self):
+        for p in self.params.values():
+            p.grad = None
+
+
+def load_checkpoint(path, dtype=torch.float64):
+    """Read a normlab checkpoint: tensors + JSON config under metadata key "config". Training
+    checkpoints also hold AdamW moments ("optimizer.m.<name>", "optimizer.v.<name>"): skipped."""
+    from safetensors import safe_open
+
+    tensors = {}
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+        if "config" not in meta:
+            raise ValueError(f"{path}: no 'config' in safetensors metadata")
+        config = json.loads(meta["config"])
+        for k in f.keys():
+            if not k.startswith("optimizer."):
+                tensors[k] = f.get_tensor(k)
+    model = Model(config, dtype, strict=False)
+    model.load_tensors(tensors)
+    return model, config
+
+
+def save_checkpoint(model, path, metadata_config=None):
+    """Write the parameters as float32 with metadata {"config": json}."""
+    from safetensors.torch import save_file
+
+    cfg = model.config if metadata_config is None else metadata_config
+    tensors = {n: p.detach().to(torch.float32).contiguous() for n, p in model.params.items()}
+    save_file(tensors, str(path), metadata={"config": json.dumps(cfg)})

@@ -1,0 +1,91 @@
+"""normlab_torch_train: the oracle's trainer: AdamW with normlab's weight-decay grouping, the LR
+schedules (lr_factor), gradient clipping, and train(), which steps on one fixed batch.
+
+Part of the PyTorch oracle; normlab_torch.py is the entry point and lists the whole API.
+"""
+
+import math
+
+import torch
+
+from normlab_torch_forward import forward
+
+
+# --------------------------------------------------------------------------------------------------
+# Training: AdamW, LR schedule, grad clipping
+# --------------------------------------------------------------------------------------------------
+
+TRAIN_DEFAULTS = {
+    "lr": 1e-3,
+    "lr_schedule": "constant",
+    "warmup_steps": 0,
+    "min_lr": 0.0,
+    "weight_decay": 0.0,
+    "beta1": 0.9,
+    "beta2": 0.999,
+    "adam_eps": 1e-8,
+    "grad_clip": 0.0,
+}
+
+
+def lr_factor(tc, t):
+    """f(t), t = 1-based step; the lr used at that step is lr * f(t)."""
+    sched, w = tc["lr_schedule"], int(tc["warmup_steps"])
+    if sched == "constant":
+        return 1.0
+    if sched == "warmup":
+        return 1.0 if w <= 0 else min(1.0, t / w)
+    if sched == "invsqrt":
+        if w <= 0:
+            raise ValueError("invsqrt needs warmup_steps > 0")
+        return min(t / w, math.sqrt(w / t))
+    if sched == "cosine":
+        if w > 0 and t <= w:
+            return t / w
+        steps = int(tc["steps"])
+        min_ratio = tc["min_lr"] / tc["lr"]
+        return min_ratio + 0.5 * (1.0 - min_ratio) * (1.0 + math.cos(math.pi * (t - w) / (steps - w)))
+    raise ValueError(f"unknown lr_schedule {sched!r}")
+
+
+def make_optimizer(model, train_cfg):
+    tc = dict(TRAIN_DEFAULTS)
+    tc.update(train_cfg)
+    # "weight_decay: on embeddings and linear weights only" (configs/example.toml): the 2-D tensors
+    decay = [p for p in model.params.values() if p.dim() == 2]        # wte, wpe, enc.*, linear weights
+    no_decay = [p for p in model.params.values() if p.dim() != 2]     # biases, norm gains/biases, omega, gain, rezero
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": float(tc["weight_decay"])},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=float(tc["lr"]), betas=(float(tc["beta1"]), float(tc["beta2"])), eps=float(tc["adam_eps"]),
+    )
+    # LambdaLR evaluates the lambda at last_epoch = 0, 1, ... (0-based step s); we want f(s + 1).
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(tc, s + 1))
+    return opt, sched
+
+
+def global_grad_norm(params):
+    return math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in params if p.grad is not None))
+
+
+def train(model, input_ids, labels, train_cfg, **inputs):
+    """Train on the same fixed batch every step; returns one record per step (1-based "step").
+    inputs: the batch's other forward inputs (token_types, key_mask, decoder_input_ids, decoder_mask)."""
+    tc = dict(TRAIN_DEFAULTS)
+    tc.update(train_cfg)
+    opt, sched = make_optimizer(model, tc)
+    params = model.parameters()
+    records = []
+    for s in range(int(tc["steps"])):
+        lr_now = opt.param_groups[0]["lr"]
+        opt.zero_grad(set_to_none=True)
+        loss, _ = forward(model, input_ids, labels, **inputs)
+        loss.backward()
+        if tc["grad_clip"] > 0:
+            gn = float(torch.nn.utils.clip_grad_norm_(params, float(tc["grad_clip"])))
+        else:
+            gn = global_grad_norm(params)
+        opt.step()
+        sched.step()
+        records.append({"step": s + 1, "loss": float(loss.detach()), "lr": lr_now, "grad_norm": gn})
+    return records
