@@ -52,24 +52,27 @@ if BUG not in BUGS:
 
 
 def install_bug():
+    # (the sub-layer bugs replace sublayer_parts: run_stack and sublayer both call it)
     if BUG == "deepnorm_alpha_on_branch":
-        orig = nt.sublayer
+        orig = nt.sublayer_parts
 
-        def sublayer(config, params, prefix, placement, branch, x, key_mask=None, stack=None):
-            if placement != "deepnorm":
-                return orig(config, params, prefix, placement, branch, x, key_mask, stack)
-            a = nt.shortcut_scale(config, params, prefix, placement, stack)
-            return nt.norm(config, params, prefix + ".ln_out", x + a * branch(config, params, prefix, x, key_mask))
-        nt.patch("sublayer", sublayer)
+        def sublayer_parts(config, params, prefix, method, branch, x, key_mask=None, stack=None):
+            if method != "deepnorm":
+                return orig(config, params, prefix, method, branch, x, key_mask, stack)
+            a = nt.shortcut_scale(config, params, prefix, method, stack)
+            f = branch(config, params, prefix, x, key_mask)
+            return nt.norm(config, params, prefix + ".ln_out", x + a * f), f, a, f
+        nt.patch("sublayer_parts", sublayer_parts)
     elif BUG == "admin_omega_on_branch":
-        orig = nt.sublayer
+        orig = nt.sublayer_parts
 
-        def sublayer(config, params, prefix, placement, branch, x, key_mask=None, stack=None):
-            if placement != "admin":
-                return orig(config, params, prefix, placement, branch, x, key_mask, stack)
+        def sublayer_parts(config, params, prefix, method, branch, x, key_mask=None, stack=None):
+            if method != "admin":
+                return orig(config, params, prefix, method, branch, x, key_mask, stack)
             w = params[prefix + ".omega"]
-            return nt.norm(config, params, prefix + ".ln_out", x + w * branch(config, params, prefix, x, key_mask))
-        nt.patch("sublayer", sublayer)
+            f = branch(config, params, prefix, x, key_mask)
+            return nt.norm(config, params, prefix + ".ln_out", x + w * f), f, w, f
+        nt.patch("sublayer_parts", sublayer_parts)
     elif BUG == "no_causal_mask":
         orig = nt.attention
         nt.patch("attention", lambda config, params, prefix, h, key_mask=None, causal=None: orig(
