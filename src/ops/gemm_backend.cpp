@@ -22,26 +22,42 @@ namespace normlab::ops {
 
 namespace {
 
-dnnl::engine& bf16_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+// oneDNN's ISA, capped at AVX2 first when NORMLAB_ISA=avx2 switches AVX-512 off (ops/isa.h): once,
+// before oneDNN creates anything. Its ISA values are cumulative bit masks; the effective ISA also
+// honours DNNL_MAX_CPU_ISA (how the tests simulate an older CPU).
+unsigned onednn_isa() {
+  static const unsigned isa = [] {
+    if (isa_choice().isa == Isa::Avx2) dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
+    return unsigned(dnnl::get_effective_cpu_isa());
+  }();
+  return isa;
+}
+
+// oneDNN's CPU engine, made after onednn_isa() has capped the ISA (it must come first)
+dnnl::engine& onednn_engine() {
+  static dnnl::engine e = [] {
+    onednn_isa();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return e;
 }
 
-// The primitive of one GEMM shape: (ta, tb, M, N, K, alpha, beta). Operands are packed to
-// contiguous bf16 copies first, so leading dimensions are the packed ones and need no key.
-using Bf16Key = std::tuple<bool, bool, int, int, int, float, float>;
-struct Bf16Prim {
+// The primitive of one GEMM: (bf16, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta). bf16 operands are
+// packed to contiguous copies first (lda, ldb are then the packed ones); f32 ones are read in place.
+using PrimKey = std::tuple<bool, bool, bool, int, int, int, int, int, int, float, float>;
+struct Prim {
   dnnl::matmul prim;
   dnnl::memory::desc a, b, c, scratch;
 };
 
-Bf16Prim make_bf16_prim(const Bf16Key& k, int ldc) {
-  const auto [ta, tb, M, N, K, alpha, beta] = k;
+Prim make_prim(const PrimKey& k) {
+  const auto [bf16, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta] = k;
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
+  const dt in = bf16 ? dt::bf16 : dt::f32;
   // op(A) is M x K: stored (M, K) row-major, or (K, M) when transposed; op(B) likewise (K, N) / (N, K)
-  dnnl::memory::desc a({M, K}, dt::bf16, ta ? dims{1, M} : dims{K, 1});
-  dnnl::memory::desc b({K, N}, dt::bf16, tb ? dims{1, K} : dims{N, 1});
+  dnnl::memory::desc a({M, K}, in, ta ? dims{1, lda} : dims{lda, 1});
+  dnnl::memory::desc b({K, N}, in, tb ? dims{1, ldb} : dims{ldb, 1});
   dnnl::memory::desc c({M, N}, dt::f32, dims{ldc, 1});
   dnnl::primitive_attr attr;
   // Our scratchpad, one per thread: the library's own is shared by every execution of a primitive
@@ -54,8 +70,36 @@ Bf16Prim make_bf16_prim(const Bf16Key& k, int ldc) {
     po.append_sum(beta);
     attr.set_post_ops(po);
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, bf16_engine());
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, onednn_engine());
   return {dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()};
+}
+
+// C = alpha op(A) op(B) + beta C on oneDNN's matmul, one primitive per key shared by all threads
+// (execution is thread-safe in oneDNN), run single-threaded in the calling thread
+void run_matmul(const PrimKey& key, const void* A, const void* B, float* C) {
+  const auto [bf16, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta] = key;
+  if (K == 0) {  // oneDNN refuses K = 0; C = beta * C
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) C[(long)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(long)i * ldc + j];
+    return;
+  }
+  static std::mutex mutex;
+  static std::map<PrimKey, Prim> cache;
+  const Prim* prim;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(key);
+    if (it == cache.end()) it = cache.emplace(key, make_prim(key)).first;
+    prim = &it->second;
+  }
+  thread_local dnnl::stream stream(onednn_engine());
+  thread_local std::vector<uint8_t> scratch;
+  scratch.resize(std::max<size_t>(1, prim->scratch.get_size()));
+  dnnl::memory ma(prim->a, onednn_engine(), const_cast<void*>(A)), mb(prim->b, onednn_engine(), const_cast<void*>(B)),
+      mc(prim->c, onednn_engine(), C), ms(prim->scratch, onednn_engine(), scratch.data());
+  prim->prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
+                              {DNNL_ARG_SCRATCHPAD, ms}});
+  stream.wait();
 }
 
 // Rounds the stored rows x cols block of a (leading dimension ld) into a packed bf16 copy.
@@ -83,20 +127,6 @@ bool bf16_native() {
   return native;
 }
 
-}  // namespace
-
-namespace {
-// oneDNN's ISA, capped at AVX2 first when NORMLAB_ISA=avx2 switches AVX-512 off (ops/isa.h): once,
-// before oneDNN creates anything. Its ISA values are cumulative bit masks; the effective ISA also
-// honours DNNL_MAX_CPU_ISA (how the tests simulate an older CPU).
-unsigned onednn_isa() {
-  static const unsigned isa = [] {
-    if (isa_choice().isa == Isa::Avx2) dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
-    return unsigned(dnnl::get_effective_cpu_isa());
-  }();
-  return isa;
-}
-
 const char* onednn_isa_name(unsigned isa) {
   const auto has = [isa](dnnl::cpu_isa i) { return (isa & unsigned(i)) == unsigned(i); };
   return has(dnnl::cpu_isa::avx512_core_bf16) ? "AVX-512 with AVX512_BF16"
@@ -120,7 +150,7 @@ std::string bf16_unsupported_reason() {
 
 std::string gemm_kernels() {
   const std::string core = openblas_get_corename();
-  std::string s = fmt::format("float32 on OpenBLAS ({} kernels), bf16 on {}", core,
+  std::string s = fmt::format("float32 on oneDNN ({}, linear layers) and OpenBLAS ({} kernels, attention), bf16 on {}", onednn_isa_name(onednn_isa()), core,
                               bf16_unsupported_reason().empty()
                                   ? fmt::format("oneDNN ({})", onednn_isa_name(onednn_isa()))
                                   : std::string("the float32 GEMM (emulated)"));
@@ -167,30 +197,13 @@ void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float
     pack_bf16(b16.data(), B, brows, bcols, ldb);
     bp = b16.data();
   }
-  if (K == 0) {  // oneDNN refuses K = 0; C = beta * C
-    for (int i = 0; i < M; i++)
-      for (int j = 0; j < N; j++) C[(long)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(long)i * ldc + j];
-    return;
-  }
-  // one primitive per (shape, ldc), shared by all threads (execution is thread-safe in oneDNN)
-  static std::mutex mutex;
-  static std::map<std::pair<Bf16Key, int>, Bf16Prim> cache;
-  const Bf16Key key{tA, tB, M, N, K, alpha, beta};
-  const Bf16Prim* prim;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = cache.find({key, ldc});
-    if (it == cache.end()) it = cache.emplace(std::make_pair(key, ldc), make_bf16_prim(key, ldc)).first;
-    prim = &it->second;
-  }
-  thread_local dnnl::stream stream(bf16_engine());
-  thread_local std::vector<uint8_t> scratch;
-  scratch.resize(std::max<size_t>(1, prim->scratch.get_size()));
-  dnnl::memory ma(prim->a, bf16_engine(), a16.data()), mb(prim->b, bf16_engine(), const_cast<uint16_t*>(bp)),
-      mc(prim->c, bf16_engine(), C), ms(prim->scratch, bf16_engine(), scratch.data());
-  prim->prim.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
-                              {DNNL_ARG_SCRATCHPAD, ms}});
-  stream.wait();
+  run_matmul({true, tA, tB, M, N, K, tA ? M : K, tB ? K : N, ldc, alpha, beta}, a16.data(), bp, C);
+}
+
+void gemm_f32_linear(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                     int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  run_matmul({false, ta == Trans::Yes, tb == Trans::Yes, M, N, K, lda, ldb, ldc, alpha, beta}, A, B, C);
 }
 
 }  // namespace normlab::ops

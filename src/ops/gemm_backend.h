@@ -1,7 +1,8 @@
 // gemm_backend.h: the one place that decides which library runs a GEMM and in which precision:
 // the precision policy of mixed-precision training (train.precision) and the library choice, made
 // by measurement (bench/gemm_backends.cpp, README "Benchmark"):
-//   - fp32: OpenBLAS cblas_sgemm (ops/common.h gemm<float>), unchanged.
+//   - fp32: the linear layers on oneDNN's f32 matmul (gemm_f32_linear), attention's per-head GEMMs
+//     on OpenBLAS cblas_sgemm (ops/common.h gemm<float>): each where it measured faster.
 //   - bf16: both operands rounded to bfloat16 (round to nearest even), products accumulated in
 //     float32 by oneDNN's matmul primitive (brgemm, AVX512_BF16 instructions), result in float32.
 //     Everything else (master weights, optimizer state, norms, softmax, loss) stays float32, and
@@ -52,8 +53,29 @@ void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float
 // region)
 void round_to_bf16(uint16_t* dst, const float* src, size_t n);
 
-// The GEMM of the kernels in ops/: precision Bf16 sends float GEMMs to gemm_bf16, everything else
-// (Fp32, and every double GEMM) to gemm<S>.
+// float32 C = alpha op(A) op(B) + beta C on oneDNN's matmul primitive (operands read in place, float
+// accumulation): the linear layers' fp32 GEMMs. On this machine (Zen 4) it was 5-19% faster than
+// OpenBLAS sgemm on every linear-layer GEMM of the benchmark shapes, measured quiet
+// (bench/gemm_backends, README "Mixed precision and the GEMM libraries"), and slower on attention's
+// small per-head GEMMs, which stay on OpenBLAS. Single-threaded in the calling thread; deterministic
+// for a fixed machine and thread count.
+void gemm_f32_linear(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                     int ldb, float beta, float* C, int ldc);
+
+// The GEMMs of the linear layers (ops/matmul.cpp): float Bf16 -> gemm_bf16, float Fp32 ->
+// gemm_f32_linear, double (the analysis) -> gemm<double> (OpenBLAS).
+template <class S>
+inline void gemm_linear(Precision p, Trans ta, Trans tb, int M, int N, int K, S alpha, const S* A, int lda,
+                        const S* B, int ldb, S beta, S* C, int ldc, const uint16_t* B16 = nullptr) {
+  if constexpr (sizeof(S) == sizeof(float)) {
+    if (p == Precision::Bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, B16);
+    return gemm_f32_linear(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  gemm<S>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// The other GEMMs of the kernels in ops/ (attention's): precision Bf16 sends float GEMMs to
+// gemm_bf16, everything else (Fp32, and every double GEMM) to gemm<S> (OpenBLAS).
 // B16: B pre-rounded (gemm_bf16), used only by Bf16.
 template <class S>
 inline void gemm_with(Precision p, Trans ta, Trans tb, int M, int N, int K, S alpha, const S* A, int lda,

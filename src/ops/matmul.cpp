@@ -40,7 +40,7 @@ void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N,
         for (int k = 0; k < cols; k++) o[(long)n * OC + k] = b[k];
     }
     if (rows > 0 && cols > 0)
-      gemm_with<S>(prec, Trans::No, Trans::Yes, rows, cols, IC, S(1), x, IC, w, IC, bias ? S(1) : S(0), o, OC,
+      gemm_linear<S>(prec, Trans::No, Trans::Yes, rows, cols, IC, S(1), x, IC, w, IC, bias ? S(1) : S(0), o, OC,
                    weight16 ? weight16 + (w - weight) : nullptr);
   }
 }
@@ -54,13 +54,13 @@ void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
     if (dinp) {  // rows of dinp
       const Range r = thread_share(N);
       if (r.end > r.begin)
-        gemm_with<S>(prec, Trans::No, Trans::No, r.end - r.begin, IC, OC, S(1), dout + (long)r.begin * OC, OC,
+        gemm_linear<S>(prec, Trans::No, Trans::No, r.end - r.begin, IC, OC, S(1), dout + (long)r.begin * OC, OC,
                 weight, IC, S(1), dinp + (long)r.begin * IC, IC, weight16);
     }
     {  // rows of dW (output channels), each with its bias gradient
       const Range r = thread_share(OC);
       if (r.end > r.begin)
-        gemm_with<S>(prec, Trans::Yes, Trans::No, r.end - r.begin, IC, N, S(1), dout + r.begin, OC, inp, IC,
+        gemm_linear<S>(prec, Trans::Yes, Trans::No, r.end - r.begin, IC, N, S(1), dout + r.begin, OC, inp, IC,
                 S(1), dweight + (long)r.begin * IC, IC);
       if (dbias) {
         for (int o0 = r.begin; o0 < r.end; o0 += kColumnBlock) {
