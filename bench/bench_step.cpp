@@ -85,7 +85,9 @@ int main(int argc, char** argv) {
     model.zero_grad();
     model.forward(ids.data(), labels.data(), s->B, s->T);
     model.backward();
-    opt.step(model.params().data(), model.grads().data(), 1e-4, it + 1);
+    uint16_t* rounded = model.bf16_weights_buffer();  // as the trainer: bf16 rounding in AdamW's pass
+    opt.step(model.params().data(), model.grads().data(), 1e-4, it + 1, 1.0, rounded);
+    if (rounded) model.bf16_weights_written();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (it >= warmup) times.push_back(dt);
   }

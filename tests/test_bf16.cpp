@@ -5,7 +5,9 @@
 //   - matmul_forward / matmul_backward in bf16 against their naive references on rounded operands;
 //     bf16 attention against float attention within bf16's resolution;
 //   - a short training run in bf16 whose losses track float32 within a stated tolerance, and that
-//     is bit-identical when repeated (determinism on one machine and thread count);
+//     is bit-identical when repeated (determinism on one machine and thread count), and when AdamW
+//     writes the next forward's bf16 weights (the handoff), which a later write of a parameter
+//     discards; the bulk rounding on both ISA paths against the scalar rule;
 //   - the precision key: parsed, written back, a bad value rejected with one clear message;
 //   - a CPU without AVX512_BF16 (simulated in a fresh process with DNNL_MAX_CPU_ISA=AVX2, where
 //     oneDNN 2.6 has no bf16 matmul): the capability check says so, and the bf16 GEMM is emulated
@@ -14,6 +16,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <tuple>
 #include <vector>
 
@@ -21,6 +24,7 @@
 #include "model/model.h"
 #include "ops/attention.h"
 #include "ops/gemm_backend.h"
+#include "ops/isa.h"
 #include "ops/matmul.h"
 #include "train/optimizer.h"
 #include "train/run_config.h"
@@ -214,8 +218,11 @@ TEST(Bf16Attention, TracksFloatAttentionWithinBf16Resolution) {
 
 namespace {
 
-// Losses of `steps` AdamW steps of a small GPT on fixed random batches.
-std::vector<double> train_losses(Precision prec, int steps, Placement placement) {
+// Losses of `steps` AdamW steps of a small GPT on fixed random batches. handoff: AdamW writes the
+// bf16 weights of the next forward (Model::bf16_weights_buffer) as the trainer does. params: the
+// final parameters, if wanted.
+std::vector<double> train_losses(Precision prec, int steps, Placement placement, bool handoff = false,
+                                 std::vector<float>* params = nullptr) {
   ModelConfig cfg;
   cfg.vocab = 64;
   cfg.d_model = 64;
@@ -236,8 +243,11 @@ std::vector<double> train_losses(Precision prec, int steps, Placement placement)
     model.zero_grad();
     losses.push_back(model.forward(ids.data(), labels.data(), B, T));
     model.backward();
-    opt.step(model.params().data(), model.grads().data(), 3e-3, s);
+    uint16_t* rounded = handoff ? model.bf16_weights_buffer() : nullptr;
+    opt.step(model.params().data(), model.grads().data(), 3e-3, s, 1.0, rounded);
+    if (rounded) model.bf16_weights_written();
   }
+  if (params) *params = model.params();
   return losses;
 }
 
@@ -258,6 +268,86 @@ TEST(Bf16Training, LossesTrackFloat32AndRepeatBitForBit) {
     EXPECT_LT(l16.back(), l16.front() - 1.0) << "bf16 training does not learn";
     EXPECT_NE(l16.back(), l32.back()) << "bf16 run equals the fp32 run: bf16 is not used";
   }
+}
+
+// AdamW writing the next forward's bf16 weights in its own pass (the trainer's way) gives the same
+// bits as the forward rounding them itself
+TEST(Bf16Training, WeightsRoundedByAdamWGiveTheSameBits) {
+  std::vector<float> p_self, p_handoff;
+  const auto self = train_losses(Precision::Bf16, 12, Placement::Pre, false, &p_self);
+  const auto handoff = train_losses(Precision::Bf16, 12, Placement::Pre, true, &p_handoff);
+  EXPECT_EQ(self, handoff);
+  EXPECT_EQ(p_self, p_handoff);
+}
+
+// A parameter written after the handoff (through params(), the way to write them) is seen by the
+// next forward: the handoff is discarded, not used stale
+TEST(Bf16Training, ParamsWrittenAfterTheHandoffAreSeen) {
+  ModelConfig cfg;
+  cfg.vocab = 64;
+  cfg.d_model = 64;
+  cfg.n_layers = 2;
+  cfg.n_heads = 4;
+  cfg.seq_len = 16;
+  const int B = 4, T = 16, N = B * T;
+  std::vector<int32_t> ids(N), labels(N);
+  for (int i = 0; i < N; i++) ids[i] = int32_t((7 * i) % 64), labels[i] = int32_t((7 * i + 7) % 64);
+  // the same step on two models, one handing its rounding over
+  auto stepped = [&](bool handoff) {
+    auto m = std::make_unique<Model<float>>(cfg);
+    m->set_precision(Precision::Bf16);
+    AdamW opt(m->table(), AdamWConfig{});
+    m->zero_grad();
+    m->forward(ids.data(), labels.data(), B, T);
+    m->backward();
+    uint16_t* rounded = handoff ? m->bf16_weights_buffer() : nullptr;
+    EXPECT_EQ(handoff, rounded != nullptr);
+    opt.step(m->params().data(), m->grads().data(), 1e-2, 1, 1.0, rounded);
+    if (rounded) m->bf16_weights_written();
+    return m;
+  };
+  auto a = stepped(true), b = stepped(false);
+  const ParamSpec* w1 = nullptr;
+  for (const ParamSpec& spec : a->table().specs)
+    if (spec.name.find(".fc.weight") != std::string::npos) w1 = w1 ? w1 : &spec;
+  ASSERT_NE(w1, nullptr);
+  const double before = b->forward(ids.data(), labels.data(), B, T);
+  for (auto* m : {a.get(), b.get()})
+    for (size_t i = 0; i < w1->numel; i++) m->params()[w1->offset + i] *= 3.0f;
+  const double after_a = a->forward(ids.data(), labels.data(), B, T);
+  const double after_b = b->forward(ids.data(), labels.data(), B, T);
+  EXPECT_NE(after_b, before) << "the change does not move the loss: the test cannot see a stale copy";
+  EXPECT_EQ(after_a, after_b) << "the forward after the handoff used the weights from before the change";
+  // fp32 models have no bf16 buffer
+  Model<float> f(cfg);
+  EXPECT_EQ(f.bf16_weights_buffer(), nullptr);
+}
+
+// The bulk rounding (both ISA paths) equals the scalar rule on the values where rounding is subtle:
+// ties both ways, the carry into the exponent, the largest floats (to infinity), denormals, NaN
+TEST(Bf16Rounding, BulkRoundingEqualsTheScalarRuleOnEveryPath) {
+  std::vector<float> v = randf(100003, 11);
+  for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3fffffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u,
+                        0x00000001u, 0x80000001u, 0x007fffffu, 0x00008000u, 0x00018000u, 0x7f800000u, 0xff800000u,
+                        0x7fc00000u, 0x7f800001u, 0xffffffffu, 0x80000000u, 0u})
+    v.push_back(__builtin_bit_cast(float, bits));
+  std::vector<uint16_t> expect(v.size());
+  for (size_t i = 0; i < v.size(); i++) expect[i] = round_to_bf16(v[i]);
+  const Isa saved = active_isa();
+  std::vector<Isa> isas{Isa::Avx2};
+  if (detect_cpu().avx512) isas.push_back(Isa::Avx512);
+  for (Isa isa : isas) {
+    force_isa(isa);
+    std::vector<uint16_t> got(v.size());
+    round_to_bf16(got.data(), v.data(), v.size());
+    for (size_t i = 0; i < v.size(); i++)
+      ASSERT_EQ(got[i], expect[i]) << to_string(isa) << " at " << i << " bits " << std::hex
+                                   << __builtin_bit_cast(uint32_t, v[i]);
+  }
+  force_isa(saved);
+  EXPECT_EQ(expect[v.size() - 19], 0x3f80);  // 1 + half an ulp: tie to even (down)
+  EXPECT_EQ(expect[v.size() - 18], 0x3f82);  // tie to even (up)
+  EXPECT_EQ(expect[v.size() - 15], 0x7f80);  // FLT_MAX rounds to infinity
 }
 
 TEST(Bf16Config, PrecisionKeyParsedWrittenBackAndBadValueRejected) {

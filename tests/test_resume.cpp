@@ -10,6 +10,7 @@
 // moments. Also: raising train.steps, the config check naming the difference,
 // bad resume directories, and the removal of a killed run's temporary files.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstring>
 #include <fmt/format.h>
@@ -345,15 +346,30 @@ TEST(Resume, BadDirectoriesAreRefusedWithWhatTheyAre) {
 TEST(Resume, StaleTemporariesOfDeadProcessesAreRemoved) {
   const fs::path dir = resume_temp_dir("stale");
   fs::create_directories(dir / "checkpoints");
-  // pid 999999999 is above any pid_max: no such process. Our parent is alive: its file stays.
-  const std::string dead = "999999999", alive = std::to_string(::getppid());
+  // pid 999999999 is above any pid_max: no such process. Our parent is alive: its file stays. A
+  // child that has exited but is not yet reaped (a zombie, as ranks ended by mpirun are for a while)
+  // writes nothing more: its file goes.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  for (int i = 0; i < 500; i++) {  // until it has exited (still unreaped: no waitpid yet)
+    std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+    std::string text;
+    std::getline(stat, text);
+    if (text.find(") Z") != std::string::npos) break;
+    ::usleep(10000);
+  }
+  const std::string dead = "999999999", alive = std::to_string(::getppid()), zombie = std::to_string(child);
   for (const fs::path& p : {dir / ("checkpoint.safetensors.tmp." + dead), dir / ("metrics.jsonl.tmp." + dead),
                             dir / "checkpoints" / ("step-000000004.safetensors.tmp." + dead),
+                            dir / "checkpoints" / ("step-000000005.safetensors.tmp." + zombie),
                             dir / ("checkpoint.safetensors.tmp." + alive), dir / "notes.tmp.1"})
     std::ofstream(p) << "x";
-  EXPECT_EQ(remove_stale_temporaries(dir), 3);
+  EXPECT_EQ(::kill(child, 0), 0) << "the zombie must still exist for kill(pid, 0)";
+  EXPECT_EQ(remove_stale_temporaries(dir), 4);
   EXPECT_TRUE(fs::exists(dir / ("checkpoint.safetensors.tmp." + alive)));
   EXPECT_TRUE(fs::exists(dir / "notes.tmp.1"));
+  ::waitpid(child, nullptr, 0);
   fs::remove_all(dir);
 }
 

@@ -371,11 +371,14 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   plan(B, T, cfg_.encdec() ? src.S : 0);
   if constexpr (std::is_same_v<S, float>) {  // bf16: the weights rounded once for this step's GEMMs
     if (prec_ == ops::Precision::Bf16) {
-      params16_.resize(params_.size());
-      ops::round_to_bf16(params16_.data(), params_.data(), params_.size());
+      if (!params16_current_) {
+        params16_.resize(params_.size());
+        ops::round_to_bf16(params16_.data(), params_.data(), params_.size());
+      }
     } else {
       params16_ = {};
     }
+    params16_current_ = false;  // a handoff serves one forward (and its backward)
   }
   const int N = B * T, C = cfg_.d_model, V = cfg_.vocab_size(), n_slots = int(slots_.size());
   const int dec0 = cfg_.first_decoder_slot();
@@ -605,6 +608,14 @@ std::vector<double> Model<S>::profile_admin(const int32_t* ids, int B, int T, co
   profiling_ = false;
   training_ = was_training;
   return profiled_;
+}
+
+template <class S>
+uint16_t* Model<S>::bf16_weights_buffer() {
+  if constexpr (!std::is_same_v<S, float>) return nullptr;
+  if (prec_ != ops::Precision::Bf16) return nullptr;
+  params16_.resize(params_.size());
+  return params16_.data();
 }
 
 template <class S>

@@ -50,7 +50,11 @@ class Model {
 
   const ModelConfig& config() const { return cfg_; }
   const ParamTable& table() const { return table_; }
-  std::vector<S>& params() { return params_; }
+  // The non-const params() is how parameters are written: it also discards a bf16 handoff (below).
+  std::vector<S>& params() {
+    params16_current_ = false;
+    return params_;
+  }
   const std::vector<S>& params() const { return params_; }
   std::vector<S>& grads() { return grads_; }
   const std::vector<S>& grads() const { return grads_; }
@@ -64,6 +68,15 @@ class Model {
   // gradients and everything else stay S; the JVP, decoding and cross-attention stay S.
   void set_precision(ops::Precision p) { prec_ = p; }
   ops::Precision precision() const { return prec_; }
+
+  // Bf16 training rounds every weight to bf16 at the start of each forward. An optimizer that
+  // writes every parameter can write their rounding in the same pass instead (AdamW::step's
+  // `rounded`: one pass over the weights fewer per step): it fills bf16_weights_buffer() (null
+  // unless this is a float model with precision Bf16; the parameters' layout) after params(), then
+  // calls bf16_weights_written(), and the next forward uses that buffer. Until that forward the
+  // parameters must not be written except after a new call of params(), which discards the handoff.
+  uint16_t* bf16_weights_buffer();
+  void bf16_weights_written() { params16_current_ = !params16_.empty(); }
 
   // ids, labels: (B, T), labels kIgnoreLabel where there is no loss. Returns the mean loss over
   // labelled positions (NaN if there are none, or without a head). Ids and labels must already be
@@ -240,9 +253,11 @@ class Model {
   int64_t label_count_ = 0;
   bool training_ = false;
   ops::Precision prec_ = ops::Precision::Fp32;
-  // Bf16 (float models): every parameter rounded to bf16, redone at each forward, so that a weight
-  // is rounded once per step instead of once per GEMM call (forward, input gradient, per thread)
+  // Bf16 (float models): every parameter rounded to bf16, redone at each forward (unless an
+  // optimizer handed it over: params16_current_), so that a weight is rounded once per step instead
+  // of once per GEMM call (forward, input gradient, per thread)
   std::vector<uint16_t> params16_;
+  bool params16_current_ = false;
   const uint16_t* bf16_of(const S* w) const {
     const bool inside = w >= params_.data() && w < params_.data() + params_.size();
     return params16_.empty() || !inside ? nullptr : params16_.data() + (w - params_.data());

@@ -40,18 +40,30 @@ inline uint16_t round_to_bf16(float f) {
 }
 inline float bf16_to_float(uint16_t h) { return __builtin_bit_cast(float, uint32_t(h) << 16); }
 
+// Operands already rounded to bf16 (round_to_bf16 bits), each laid out exactly as the float operand
+// it stands for (same shape, same leading dimension): a model's weights, rounded once per step, or
+// activations rounded once and shared by the GEMMs (and threads) that read them. Null: round here.
+struct Bf16Copies {
+  const uint16_t* a = nullptr;
+  const uint16_t* b = nullptr;
+};
+
 // C (M x N, ldc) = alpha * op(A) op(B) + beta * C, row-major, as gemm<float> (ops/common.h) but
-// with A and B rounded to bf16 and float32 accumulation (oneDNN, or the emulation above). Single-threaded inside an OpenMP
-// parallel region (as normlab calls it), deterministic for a fixed machine and thread count.
-// B16, when given, is B already rounded to bf16 (a model's weights, rounded once per forward instead
-// of once per GEMM call): op(B)'s rows stored contiguously (ldb must equal the row length) and B is
-// not read. The same bits as rounding B here.
+// with A and B rounded to bf16 and float32 accumulation (oneDNN, or the emulation above).
+// Single-threaded inside an OpenMP parallel region (as normlab calls it), deterministic for a fixed
+// machine and thread count. An operand given in `pre` is not read in float: the same bits as
+// rounding it here.
 void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-               int ldb, float beta, float* C, int ldc, const uint16_t* B16 = nullptr);
+               int ldb, float beta, float* C, int ldc, Bf16Copies pre = {});
 
 // dst[i] = round_to_bf16(src[i]) for n floats, over the OpenMP threads (called outside a parallel
 // region)
 void round_to_bf16(uint16_t* dst, const float* src, size_t n);
+
+// The same, for this thread's share of the rows of a rows x cols block (leading dimension ld, the
+// same for dst) when called by every thread of a parallel region; returns after a barrier, so the
+// whole block is rounded when any thread goes on. Outside a parallel region: the whole block.
+void round_rows_to_bf16_together(uint16_t* dst, const float* src, int rows, int cols, int ld);
 
 // float32 C = alpha op(A) op(B) + beta C on oneDNN's matmul primitive (operands read in place, float
 // accumulation): the linear layers' fp32 GEMMs. On this machine (Zen 4) it was 5-19% faster than
@@ -66,9 +78,9 @@ void gemm_f32_linear(Trans ta, Trans tb, int M, int N, int K, float alpha, const
 // gemm_f32_linear, double (the analysis) -> gemm<double> (OpenBLAS).
 template <class S>
 inline void gemm_linear(Precision p, Trans ta, Trans tb, int M, int N, int K, S alpha, const S* A, int lda,
-                        const S* B, int ldb, S beta, S* C, int ldc, const uint16_t* B16 = nullptr) {
+                        const S* B, int ldb, S beta, S* C, int ldc, Bf16Copies pre = {}) {
   if constexpr (sizeof(S) == sizeof(float)) {
-    if (p == Precision::Bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, B16);
+    if (p == Precision::Bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pre);
     return gemm_f32_linear(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   gemm<S>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -76,12 +88,11 @@ inline void gemm_linear(Precision p, Trans ta, Trans tb, int M, int N, int K, S 
 
 // The other GEMMs of the kernels in ops/ (attention's): precision Bf16 sends float GEMMs to
 // gemm_bf16, everything else (Fp32, and every double GEMM) to gemm<S> (OpenBLAS).
-// B16: B pre-rounded (gemm_bf16), used only by Bf16.
 template <class S>
 inline void gemm_with(Precision p, Trans ta, Trans tb, int M, int N, int K, S alpha, const S* A, int lda,
-                      const S* B, int ldb, S beta, S* C, int ldc, const uint16_t* B16 = nullptr) {
+                      const S* B, int ldb, S beta, S* C, int ldc) {
   if constexpr (sizeof(S) == sizeof(float)) {
-    if (p == Precision::Bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, B16);
+    if (p == Precision::Bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   gemm<S>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "ops/common.h"
 
@@ -12,6 +13,9 @@ namespace normlab::ops {
 // The GEMMs are split into one independent block per thread (single-threaded OpenBLAS calls
 // inside the parallel region), along the larger free dimension: no reduction crosses threads, so
 // results do not depend on the split, and small GEMMs avoid OpenBLAS's per-call synchronization.
+// In bf16 (float only) the activations are rounded to bf16 once per call, each thread its share of
+// the rows, and shared: otherwise a GEMM rounds its own operands, which the column split makes every
+// thread do for the whole input, and the backward's two GEMMs for the same dout.
 namespace {
 struct Range {
   int begin, end;
@@ -20,48 +24,73 @@ Range thread_share(int n) {
   const int t = omp_get_thread_num(), nt = omp_get_num_threads();
   return {int(long(n) * t / nt), int(long(n) * (t + 1) / nt)};
 }
+
+// The calling thread's buffer for n rounded activations (every thread of the region it opens
+// writes its share): one per thread that calls matmul, so concurrent callers never share one.
+uint16_t* bf16_scratch(int which, size_t n) {
+  thread_local std::vector<uint16_t> buffers[2];
+  buffers[which].resize(n);
+  return buffers[which].data();
+}
+
+template <class S>
+constexpr bool rounds_here(Precision prec) {
+  return sizeof(S) == sizeof(float) && prec == Precision::Bf16;
+}
 }  // namespace
 
 template <class S>
 void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int IC, int OC,
                     Precision prec, const uint16_t* weight16) {
+  uint16_t* inp16 = rounds_here<S>(prec) ? bf16_scratch(0, size_t(N) * IC) : nullptr;
   // out = inp @ W^T (+ b): split rows of out (N) or its columns (OC, rows of W)
 #pragma omp parallel if((long)N * IC * OC > kParallelMinWork)
   {
+    if constexpr (sizeof(S) == sizeof(float))
+      if (inp16) round_rows_to_bf16_together(inp16, inp, N, IC, IC);
     const bool by_rows = N >= OC;
     const Range r = thread_share(by_rows ? N : OC);
     const int rows = by_rows ? r.end - r.begin : N, cols = by_rows ? OC : r.end - r.begin;
     S* o = by_rows ? out + (long)r.begin * OC : out + r.begin;
-    const S* x = by_rows ? inp + (long)r.begin * IC : inp;
-    const S* w = by_rows ? weight : weight + (long)r.begin * IC;
+    const long x_at = by_rows ? (long)r.begin * IC : 0, w_at = by_rows ? 0 : (long)r.begin * IC;
     if (bias) {
       const S* b = by_rows ? bias : bias + r.begin;
       for (int n = 0; n < rows; n++)
         for (int k = 0; k < cols; k++) o[(long)n * OC + k] = b[k];
     }
     if (rows > 0 && cols > 0)
-      gemm_linear<S>(prec, Trans::No, Trans::Yes, rows, cols, IC, S(1), x, IC, w, IC, bias ? S(1) : S(0), o, OC,
-                   weight16 ? weight16 + (w - weight) : nullptr);
+      gemm_linear<S>(prec, Trans::No, Trans::Yes, rows, cols, IC, S(1), inp + x_at, IC, weight + w_at, IC,
+                     bias ? S(1) : S(0), o, OC,
+                     {inp16 ? inp16 + x_at : nullptr, weight16 ? weight16 + w_at : nullptr});
   }
 }
 
 template <class S>
 void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
                      int N, int IC, int OC, Precision prec, const uint16_t* weight16) {
+  const bool round = rounds_here<S>(prec);
+  uint16_t* dout16 = round ? bf16_scratch(0, size_t(N) * OC) : nullptr;
+  uint16_t* inp16 = round ? bf16_scratch(1, size_t(N) * IC) : nullptr;
   // out = inp @ W^T + b:  dinp += dout @ W;  dW += dout^T @ inp;  db += sum_n dout
 #pragma omp parallel if((long)N * IC * OC > kParallelMinWork)
   {
+    if constexpr (sizeof(S) == sizeof(float))
+      if (round) {
+        round_rows_to_bf16_together(dout16, dout, N, OC, OC);
+        round_rows_to_bf16_together(inp16, inp, N, IC, IC);
+      }
     if (dinp) {  // rows of dinp
       const Range r = thread_share(N);
       if (r.end > r.begin)
         gemm_linear<S>(prec, Trans::No, Trans::No, r.end - r.begin, IC, OC, S(1), dout + (long)r.begin * OC, OC,
-                weight, IC, S(1), dinp + (long)r.begin * IC, IC, weight16);
+                       weight, IC, S(1), dinp + (long)r.begin * IC, IC,
+                       {round ? dout16 + (long)r.begin * OC : nullptr, weight16});
     }
     {  // rows of dW (output channels), each with its bias gradient
       const Range r = thread_share(OC);
       if (r.end > r.begin)
         gemm_linear<S>(prec, Trans::Yes, Trans::No, r.end - r.begin, IC, N, S(1), dout + r.begin, OC, inp, IC,
-                S(1), dweight + (long)r.begin * IC, IC);
+                       S(1), dweight + (long)r.begin * IC, IC, {round ? dout16 + r.begin : nullptr, inp16});
       if (dbias) {
         for (int o0 = r.begin; o0 < r.end; o0 += kColumnBlock) {
           const int width = std::min(kColumnBlock, r.end - o0);

@@ -2,6 +2,7 @@
 #include "train/optimizer.h"
 
 #include "ops/common.h"
+#include "ops/gemm_backend.h"
 
 #include <algorithm>
 #include <cmath>
@@ -40,7 +41,23 @@ double learning_rate(const ScheduleConfig& s, long t) {
 AdamW::AdamW(const ParamTable& table, AdamWConfig cfg)
     : table_(table), cfg_(cfg), m_(table.total, 0.0f), v_(table.total, 0.0f) {}
 
-void AdamW::step(float* params, const float* grads, double lr, long t, double grad_scale) {
+// One tensor's update; Round: also its bf16 rounding, in the same pass over memory
+template <bool Round>
+static void adamw_update(float* p, const float* g, float* m, float* v, uint16_t* rounded, long n, float decay,
+                         float b1, float b2, float step_size, float sqrt_bc2, float eps, float gs) {
+  // PyTorch AdamW: p *= 1 - lr wd;  m, v moments;  p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
+#pragma omp parallel for schedule(static) if(n > ops::kParallelMinWork)
+  for (long i = 0; i < n; i++) {
+    const float gi = g[i] * gs;
+    p[i] *= decay;
+    m[i] = b1 * m[i] + (1 - b1) * gi;
+    v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+    p[i] -= step_size * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
+    if constexpr (Round) rounded[i] = ops::round_to_bf16(p[i]);
+  }
+}
+
+void AdamW::step(float* params, const float* grads, double lr, long t, double grad_scale, uint16_t* rounded) {
   const double bc1 = 1 - std::pow(cfg_.beta1, double(t));
   const double bc2 = 1 - std::pow(cfg_.beta2, double(t));
   const float b1 = float(cfg_.beta1), b2 = float(cfg_.beta2);
@@ -50,19 +67,13 @@ void AdamW::step(float* params, const float* grads, double lr, long t, double gr
   const float gs = float(grad_scale);
   for (const ParamSpec& spec : table_.specs) {
     const float decay = spec.decays() ? float(1 - lr * cfg_.weight_decay) : 1.0f;
-    float* p = params + spec.offset;
-    const float* g = grads + spec.offset;
-    float* m = m_.data() + spec.offset;
-    float* v = v_.data() + spec.offset;
-    // PyTorch AdamW: p *= 1 - lr wd;  m, v moments;  p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
-#pragma omp parallel for schedule(static) if((long)spec.numel > ops::kParallelMinWork)
-    for (long i = 0; i < (long)spec.numel; i++) {
-      const float gi = g[i] * gs;
-      p[i] *= decay;
-      m[i] = b1 * m[i] + (1 - b1) * gi;
-      v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-      p[i] -= step_size * m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps);
-    }
+    const size_t o = spec.offset;
+    if (rounded)
+      adamw_update<true>(params + o, grads + o, m_.data() + o, v_.data() + o, rounded + o, long(spec.numel), decay,
+                         b1, b2, step_size, sqrt_bc2, eps, gs);
+    else
+      adamw_update<false>(params + o, grads + o, m_.data() + o, v_.data() + o, nullptr, long(spec.numel), decay,
+                          b1, b2, step_size, sqrt_bc2, eps, gs);
   }
 }
 

@@ -2,6 +2,7 @@
 // rate schedules, and global gradient-norm clipping.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,10 @@ class AdamW {
   // One update at 1-based step t with learning rate lr, on the gradients times grad_scale (how
   // clipping is applied: folded into this one pass over memory instead of a pass of its own).
   // Decay only on tensors whose spec decays() (embeddings and linear weights; not biases or gains).
-  void step(float* params, const float* grads, double lr, long t, double grad_scale = 1.0);
+  // rounded, when given (bf16 training: Model::bf16_weights_buffer), receives every updated
+  // parameter rounded to bf16 (ops::round_to_bf16) in the same pass.
+  void step(float* params, const float* grads, double lr, long t, double grad_scale = 1.0,
+            uint16_t* rounded = nullptr);
   std::vector<float>& m() { return m_; }
   std::vector<float>& v() { return v_; }
 

@@ -161,6 +161,18 @@ void remove_step_checkpoints(const fs::path& dir) {
   for (const auto& [step, path] : step_files(dir)) fs::remove(path, ec);
 }
 
+// Whether process `pid` may still write a file: it exists and is not a zombie (a process that has
+// exited and not yet been reaped by its parent, which kill(pid, 0) still finds: ranks ended by
+// mpirun linger so for a while). Without /proc, existence alone.
+static bool may_still_write(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const size_t paren = text.rfind(')');  // "<pid> (<name>) <state> ...": the name may hold anything
+  return !(paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z');
+}
+
 int remove_stale_temporaries(const fs::path& dir) {
   static const std::regex name(
       R"((checkpoint\.safetensors|metrics\.jsonl|config\.json|step-[0-9]+\.safetensors)\.tmp\.([0-9]{1,9}))");
@@ -174,7 +186,7 @@ int remove_stale_temporaries(const fs::path& dir) {
       if (!std::regex_match(file, m, name) || !it->is_regular_file(ec)) continue;
       const pid_t pid = pid_t(std::stol(m[2]));
       // a live process of that id may be writing it: leave it (pid reuse errs on the safe side)
-      if (pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH)) stale.push_back(it->path());
+      if (pid == ::getpid() || !may_still_write(pid)) stale.push_back(it->path());
     }
     for (const auto& p : stale)
       if (fs::remove(p, ec)) removed++;

@@ -53,7 +53,8 @@ std::optional<std::string> newest_checkpoint(const std::filesystem::path& dir);
 void remove_step_checkpoints(const std::filesystem::path& dir);
 
 // Removes the temporary files (<name>.tmp.<pid>) that runs killed in this directory left behind:
-// only names this trainer writes, and only when process <pid> no longer exists (or is this one).
+// only names this trainer writes, and only when process <pid> no longer exists, is a zombie (it
+// exited: it writes nothing more) or is this one.
 // Returns how many were removed.
 int remove_stale_temporaries(const std::filesystem::path& dir);
 
