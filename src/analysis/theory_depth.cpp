@@ -44,7 +44,7 @@ std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_
   const ModelConfig& c = m.config();
   const int T = int(ids.size());
   const size_t n = size_t(T) * size_t(c.d_model);
-  std::vector<int32_t> labels(ids.size(), -100);
+  std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
   auto branch_of = [&](int slot) {  // F_slot(N(input of slot)) = x_{slot+1} - x_slot after a forward
     std::vector<double> f(n);
     for (size_t i = 0; i < n; i++) f[i] = m.stream(slot + 1)[i] - m.stream(slot)[i];
@@ -234,7 +234,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     auto post = b.models->make(post_cfg, true);
     const DynamicsReport dq = analyze_dynamics(*post, b.corpus, 2, 4, o.seq_len, 5);
     // the LayerNorm inputs, on one sequence
-    std::vector<int32_t> labels(b.ids.size(), -100);
+    std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
     post->forward(b.ids.data(), labels.data(), 1, int(b.ids.size()));
     std::vector<double> site, log_norm;
     for (int s = 2; s < post->config().n_slots(); s++) {  // slot 0, 1: the embedding's scale

@@ -14,7 +14,6 @@ replaces an oracle function or table through nt.patch, which reaches every modul
 """
 
 import json
-import math
 import os
 import sys
 import tomllib

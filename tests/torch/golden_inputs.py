@@ -73,16 +73,6 @@ def pad_tokens(arch, ids, labels, type_vocab, seed):
     return ids, labels, mask, types
 
 
-def save_tokens(path, ids, labels, mask=None, types=None):
-    from safetensors.numpy import save_file
-    t = {"input_ids": np.ascontiguousarray(ids), "labels": np.ascontiguousarray(labels)}
-    if mask is not None:
-        t["attention_mask"] = np.ascontiguousarray(mask)
-    if types is not None:
-        t["token_type_ids"] = np.ascontiguousarray(types)
-    save_file(t, str(path))
-
-
 def encdec_special_ids(config):
     """(BOS, EOS, number of byte ids) of an encdec vocabulary: 256, 257, 256 for the default 258
     (a smaller vocabulary -- only in selftest.py's tiny models -- uses its last two ids)."""

@@ -355,7 +355,6 @@ def bad_input(normlab, work):
         if os.path.exists(out):
             failures.append(f"bad input '{name}': an output was written")
     # F16 and BF16 weights are converted exactly (not misread): same outputs as the F32 model
-    outs = {}
     for dtype in ("F32", "F16", "BF16"):
         d = os.path.join(base, "dtype_" + dtype)
         shutil.copytree(good, d)

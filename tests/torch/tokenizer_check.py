@@ -22,7 +22,6 @@ on any failure.
 
 import argparse
 import json
-import os
 import random
 import subprocess
 import sys
