@@ -218,17 +218,23 @@ TEST(Bf16Attention, TracksFloatAttentionWithinBf16Resolution) {
 
 namespace {
 
-// Losses of `steps` AdamW steps of a small GPT on fixed random batches. handoff: AdamW writes the
-// bf16 weights of the next forward (Model::bf16_weights_buffer) as the trainer does. params: the
-// final parameters, if wanted.
-std::vector<double> train_losses(Precision prec, int steps, Placement placement, bool handoff = false,
-                                 std::vector<float>* params = nullptr) {
+// The GPT of the training tests: 2 layers, d 64, 4 heads, vocabulary 64, sequences of 16
+ModelConfig small_gpt() {
   ModelConfig cfg;
   cfg.vocab = 64;
   cfg.d_model = 64;
   cfg.n_layers = 2;
   cfg.n_heads = 4;
   cfg.seq_len = 16;
+  return cfg;
+}
+
+// Losses of `steps` AdamW steps of a small GPT on fixed random batches. handoff: AdamW writes the
+// bf16 weights of the next forward (Model::bf16_weights_buffer) as the trainer does. params: the
+// final parameters, if wanted.
+std::vector<double> train_losses(Precision prec, int steps, Placement placement, bool handoff = false,
+                                 std::vector<float>* params = nullptr) {
+  ModelConfig cfg = small_gpt();
   cfg.placement = {placement};
   Model<float> model(cfg);
   model.set_precision(prec);
@@ -283,12 +289,7 @@ TEST(Bf16Training, WeightsRoundedByAdamWGiveTheSameBits) {
 // A parameter written after the handoff (through params(), the way to write them) is seen by the
 // next forward: the handoff is discarded, not used stale
 TEST(Bf16Training, ParamsWrittenAfterTheHandoffAreSeen) {
-  ModelConfig cfg;
-  cfg.vocab = 64;
-  cfg.d_model = 64;
-  cfg.n_layers = 2;
-  cfg.n_heads = 4;
-  cfg.seq_len = 16;
+  const ModelConfig cfg = small_gpt();
   const int B = 4, T = 16, N = B * T;
   std::vector<int32_t> ids(N), labels(N);
   for (int i = 0; i < N; i++) ids[i] = int32_t((7 * i) % 64), labels[i] = int32_t((7 * i + 7) % 64);

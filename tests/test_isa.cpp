@@ -160,13 +160,16 @@ TEST(Isa, Avx2SwitchesTheLibrariesOffAvx512) {
   const char* env = std::getenv("NORMLAB_ISA");
   const std::string kernels = gemm_kernels();
   if (!env || std::string(env) != "avx2") {
-    if (detect_cpu().avx512 && __builtin_cpu_supports("avx512bf16"))
+    if (detect_cpu().avx512 && __builtin_cpu_supports("avx512bf16")) {
       EXPECT_EQ(bf16_unsupported_reason(), "") << "bf16 should run natively on this CPU: " << kernels;
+    }
     return;
   }
   const std::string why = bf16_unsupported_reason();
   EXPECT_NE(why, "") << kernels;
-  if (detect_cpu().avx512) EXPECT_NE(why.find("NORMLAB_ISA=avx2 switches AVX-512 off"), std::string::npos) << why;
+  if (detect_cpu().avx512) {
+    EXPECT_NE(why.find("NORMLAB_ISA=avx2 switches AVX-512 off"), std::string::npos) << why;
+  }
   EXPECT_NE(kernels.find("bf16 on the float32 GEMM (emulated)"), std::string::npos) << kernels;
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   std::string core = openblas_get_corename();

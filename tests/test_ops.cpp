@@ -226,8 +226,11 @@ TEST(Attention, KeyMaskBackwardMatchesFiniteDifferencesAndNaive) {
       for (int b = 0; b < B; b++)  // no probability on a padded key, from any query
         for (int h = 0; h < NH; h++)
           for (int i = 0; i < T; i++)
-            for (int j = 0; j < T; j++)
-              if (!mask[size_t(b) * T + j]) EXPECT_EQ(att[((size_t(b) * NH + h) * T + i) * T + j], 0.0);
+            for (int j = 0; j < T; j++) {
+              if (!mask[size_t(b) * T + j]) {
+                EXPECT_EQ(att[((size_t(b) * NH + h) * T + i) * T + j], 0.0);
+              }
+            }
     }
 }
 

@@ -8,7 +8,8 @@ namespace normlab::ops {
 
 // out (N, OC); inp (N, IC); weight (OC, IC); bias (OC) or null. prec: the GEMMs' input precision
 // (ops/gemm_backend.h; Bf16 rounds inp and weight to bf16, accumulates in float; double ignores it).
-// weight16: the weight already rounded to bf16 (Model rounds its parameters once per forward), or
+// weight16: the weight already rounded to bf16 (the model rounds its parameters once per step, in
+// the forward or in the optimizer's pass: Model::bf16_weights_buffer), or
 // null to round it here; used by Bf16 only, the same bits either way.
 template <class S>
 void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int IC, int OC,
