@@ -2,7 +2,8 @@
 // SVD of stream_jacobian, multiplicities included, on briefly trained models whose Jacobians have
 // exact zeros from structure (a norm ends the stack) and clusters of numerically zero values
 // without it; the block eigensolver on a matrix with a repeated eigenvalue; and a budget too small
-// to finish, which must say converged = false rather than report wrong values.
+// to finish, which must say converged = false rather than report wrong values; GMRES against a
+// dense LU solve.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 
 #include "analysis/block_eigs.h"
+#include "analysis/gmres.h"
 #include "analysis/lanczos.h"
 #include "analysis/linalg.h"
 #include "model/model.h"
@@ -272,4 +274,25 @@ TEST(Lanczos, OneCausalBlockSolvesOnItsDenseJacobian) {
         EXPECT_NEAR(x.largest[size_t(i)], dense[dense.size() - 1 - size_t(i)], 1e-9 * dense.back()) << name;
     }
   }
+}
+
+// GMRES (the shift-invert solves of non-causal models) against Eigen's LU on a nonsymmetric,
+// well-conditioned matrix; too few iterations must say so; b = 0 gives z = 0
+TEST(Gmres, SolvesAsDenseLuAndSaysWhenItStopsShort) {
+  const int n = 40;
+  Rng rng(3);
+  Eigen::MatrixXd A(n, n);
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) A(i, j) = rng.normal() / std::sqrt(double(n)) + (i == j ? 3.0 : 0.0);
+  Eigen::VectorXd b(n);
+  for (int i = 0; i < n; i++) b(i) = rng.normal();
+  const auto apply = [&](const Eigen::VectorXd& x, Eigen::VectorXd& y) { y = A * x; };
+  Eigen::VectorXd z;
+  ASSERT_TRUE(gmres(apply, b, z, n, 1e-13));
+  const Eigen::VectorXd ref = A.partialPivLu().solve(b);
+  EXPECT_LT((z - ref).norm() / ref.norm(), 1e-11);
+  EXPECT_FALSE(gmres(apply, b, z, 2, 1e-13)) << "2 iterations cannot reach 1e-13 on this system";
+  EXPECT_GT((A * z - b).norm(), 1e-13 * b.norm());
+  EXPECT_TRUE(gmres(apply, Eigen::VectorXd::Zero(n), z, n, 1e-13));
+  EXPECT_EQ(z.norm(), 0.0);
 }
