@@ -43,7 +43,8 @@ dnnl::engine& onednn_engine() {
 }
 
 // The primitive of one GEMM: (bf16, ta, tb, M, N, K, lda, ldb, ldc, alpha, beta). bf16 operands are
-// packed to contiguous copies first (lda, ldb are then the packed ones); f32 ones are read in place.
+// either given rounded (read in place: their own lda, ldb) or packed to contiguous copies first (lda,
+// ldb are then the packed ones); f32 ones are read in place.
 using PrimKey = std::tuple<bool, bool, bool, int, int, int, int, int, int, float, float>;
 struct Prim {
   dnnl::matmul prim;
