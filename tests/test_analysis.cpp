@@ -19,6 +19,7 @@
 #include "analysis/theory.h"
 #include "analysis/theory_checks.h"
 #include "analysis/updates.h"
+#include "model/norm_of.h"
 
 #include <map>
 #include "check.h"
@@ -103,6 +104,32 @@ TEST(NormJacobian, RMSNormKernelIsTheInputDirectionOnly) {
     EXPECT_LT(n.j_zhat, 1e-10 * n.predicted_bulk);
     EXPECT_GT(n.j_ones, 1e-3 * n.predicted_bulk);  // unlike LayerNorm, the constant vector survives
   }
+}
+
+// "Does DyT keep LayerNorm's Jacobian kernel?" No: its Jacobian is diag(gamma alpha (1 - tanh^2)),
+// full rank at any eps, the constant vector kept; Derf's likewise. The closed form matches autodiff,
+// the instrument reports no statistic-based prediction, and a post block ending in one has no rank
+// verdict (there is no kernel to predict it).
+TEST(NormJacobian, PointwiseKindsHaveADiagonalFullRankJacobian) {
+  for (NormKind kind : {NormKind::DyT, NormKind::Derf})
+    for (Placement p : {Placement::Pre, Placement::Post}) {
+      ModelConfig c = small(p, kind, 0.0);
+      c.norm_alpha = 0.8;
+      auto m = run(c, 5);
+      const JacobianReport r = analyze_jacobian(*m, {});
+      ASSERT_FALSE(r.norms.empty());
+      for (const auto& n : r.norms) {
+        SCOPED_TRACE(std::string(to_string(kind)) + " " + n.site);
+        EXPECT_FALSE(n.statistic);
+        EXPECT_LT(n.closed_form_err, 1e-12 * n.spectrum.max());
+        EXPECT_EQ(n.spectrum.rank, 12);
+        EXPECT_GT(n.j_ones, 1e-2 * n.spectrum.max());
+        // diagonal: gamma commutes, left and right agree
+        EXPECT_LT(n.gamma_left_err, 1e-12 * n.spectrum.max());
+        EXPECT_LT(n.gamma_right_err, 1e-12 * n.spectrum.max());
+      }
+      for (const auto& b : r.blocks) EXPECT_TRUE(b.rank_verdict.empty()) << b.rank_verdict;
+    }
 }
 
 TEST(BlockJacobian, JvpMatchesFiniteDifferencesOfTheForwardPass) {
@@ -586,7 +613,7 @@ TEST(Stats, IntervalsAndVerdicts) {
 TEST(ModelJvp, AdjointIdentityWithVjpForEveryPlacement) {
   for (Placement p : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::PrePost,
                       Placement::DeepNorm, Placement::None})
-    for (NormKind norm : {NormKind::LayerNorm, NormKind::RMSNorm})
+    for (NormKind norm : kNormKinds)
     for (bool mlp : {true, false}) {
       ModelConfig c = small(p, norm, 1e-5);
       c.mlp = mlp;

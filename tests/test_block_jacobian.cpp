@@ -18,6 +18,8 @@
 #include "jacobian_fixture.h"
 #include "model/methods.h"
 #include "model/model.h"
+#include "model/norm_of.h"
+#include "model/norm_of.h"
 #include "ops/common.h"
 #include "util/error.h"
 
@@ -82,7 +84,7 @@ TEST(BlockJacobian, EqualsTheTangentPathForEveryConfiguration) {
   for (Placement p : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::PrePost, Placement::DeepNorm,
                       Placement::None, Placement::Admin, Placement::ReZero, Placement::SkipInit,
                       Placement::LayerScale, Placement::TFixup})
-    for (NormKind norm : {NormKind::LayerNorm, NormKind::RMSNorm})
+    for (NormKind norm : kNormKinds)
       for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
         ASSERT_FALSE(dual_stream(p));
         cases.push_back({p, norm, arch});

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "check.h"
+#include "model/norm_of.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/layernorm.h"
@@ -79,6 +80,45 @@ TEST(Jvp, LayerNormAndRMSNorm) {
                 rmsnorm_backward(g.data(), dw.data(), v.data(), x.data(), w.data(), rstd.data(), N, C);
               });
   }
+}
+
+// Every norm kind through the seam (model/norm_of.h): JVP against finite differences and the adjoint
+// identity with the backward, and the backward's parameter gradients (gain, bias, alpha, shift)
+// against finite differences, on sizes 1, odd and past a column block (65).
+TEST(Jvp, EveryNormKindThroughTheSeam) {
+  for (NormKind kind : kNormKinds)
+    for (auto [N, C] : {std::pair{1, 1}, std::pair{3, 5}, std::pair{2, 65}}) {
+      SCOPED_TRACE(std::string(to_string(kind)) + " N=" + std::to_string(N) + " C=" + std::to_string(C));
+      Vec x = randn(N * C, 11), w = randn(C, 12), b = randn(C, 13), alpha{0.7}, shift{-0.3}, mean(N), rstd(N);
+      NormParams<double> p{w.data(), b.data(), alpha.data(), shift.data()};
+      auto f = [&](Vec& out) { norm_forward(kind, out.data(), mean.data(), rstd.data(), x.data(), p, N, C, 1e-5); };
+      // a kind reads only the parameters it has (C = 1 LayerNorm: the output is its bias, J = 0)
+      check_jvp(N * C, N * C, 3, x, f,
+                [&](Vec& t, const Vec& u) {
+                  norm_jvp(kind, t.data(), u.data(), x.data(), p, mean.data(), rstd.data(), 3, N, C);
+                },
+                [&](Vec& g, const Vec& v) {
+                  Vec dw(C), db(C), da(1), ds(1);
+                  NormParams<double> dp{dw.data(), db.data(), da.data(), ds.data()};
+                  norm_backward(kind, g.data(), dp, v.data(), x.data(), p, mean.data(), rstd.data(), N, C);
+                });
+      // parameter gradients of <v, y(params)>
+      const Vec v = randn(N * C, 14);
+      Vec out(N * C), gx(N * C, 0.0), dw(C, 0.0), db(C, 0.0), da(1, 0.0), ds(1, 0.0);
+      f(out);
+      NormParams<double> dp{dw.data(), db.data(), da.data(), ds.data()};
+      norm_backward(kind, gx.data(), dp, v.data(), x.data(), p, mean.data(), rstd.data(), N, C);
+      for (const NormParamSpec& spec : norm_param_specs(kind)) {
+        const std::string suffix = spec.suffix;
+        Vec& param = suffix == ".weight" ? w : suffix == ".bias" ? b : suffix == ".alpha" ? alpha : shift;
+        const Vec& grad = suffix == ".weight" ? dw : suffix == ".bias" ? db : suffix == ".alpha" ? da : ds;
+        auto objective = [&] {
+          f(out);
+          return dot(v, out);
+        };
+        expect_close("d" + suffix, grad, finite_diff(param, objective, 1e-6), 1e-6, 1e-8);
+      }
+    }
 }
 
 TEST(Jvp, MatmulActivationsResidual) {

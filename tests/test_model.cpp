@@ -1,5 +1,5 @@
 // test_model.cpp: whole-model gradients against central finite differences in double precision for
-// every placement x norm kind x architecture (and residual off, ReLU, per-layer mixes, eps = 0),
+// every placement x norm kind (layernorm, rmsnorm, dyt, derf) x architecture (and residual off, ReLU, per-layer mixes, eps = 0),
 // the DeepNorm residual form, init schemes, config validation, and float/double agreement.
 #include <gtest/gtest.h>
 
@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "model/model.h"
+#include "model/norm_of.h"
 #include "ops/common.h"
 #include "util/error.h"
 
@@ -52,7 +53,8 @@ void check_model_gradients(const ModelConfig& cfg, bool padding = false) {
   // perturb gains and biases away from 1 and 0 so their gradients are generic
   Rng rng(5);
   for (const ParamSpec& p : model.table().specs)
-    if (p.role == ParamRole::NormGain || p.role == ParamRole::NormBias || p.role == ParamRole::LinearBias)
+    if (p.role == ParamRole::NormGain || p.role == ParamRole::NormBias || p.role == ParamRole::LinearBias ||
+        p.role == ParamRole::NormScalar)
       for (size_t i = 0; i < p.numel; i++) model.params()[p.offset + i] += 0.2 * rng.normal();
   const int B = 2, T = 5;
   const Tokens tok = tokens_for(cfg, B, T, 7);
@@ -97,7 +99,7 @@ TEST_P(ModelGradients, MatchFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(
     AllVariants, ModelGradients,
     testing::Combine(testing::Values(Arch::Gpt, Arch::Encoder), testing::ValuesIn(kAllPlacements),
-                     testing::Values(NormKind::LayerNorm, NormKind::RMSNorm)),
+                     testing::ValuesIn(kNormKinds)),
     [](const auto& info) {
       return std::string(to_string(std::get<0>(info.param))) + "_" +
              to_string(std::get<1>(info.param)) + "_" + to_string(std::get<2>(info.param));

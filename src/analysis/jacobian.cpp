@@ -8,6 +8,7 @@
 
 #include "analysis/lanczos.h"
 #include "analysis/linalg.h"
+#include "model/norm_of.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -57,12 +58,14 @@ std::string bound_verdict(double sigma_min, double norm_a) {
                      sigma_min, holds ? ">=" : "<", 1.0 - norm_a);
 }
 
-std::string rank_verdict(const Spectrum& s, int d, double eps) {
-  if (s.rank <= d - 2)
-    return fmt::format("holds: numerical rank {} <= d - 2 = {}", s.rank, d - 2);
-  return fmt::format("holds only at eps = 0: numerical rank {} > d - 2 = {} (eps = {:g} leaves a "
+// A block ending in a norm whose Jacobian has a k-dimensional kernel at eps = 0 (LayerNorm 2, RMSNorm
+// 1: norm_structural_kernel) has rank <= d - k.
+std::string rank_verdict(const Spectrum& s, int d, int k, double eps) {
+  if (s.rank <= d - k)
+    return fmt::format("holds: numerical rank {} <= d - {} = {}", s.rank, k, d - k);
+  return fmt::format("holds only at eps = 0: numerical rank {} > d - {} = {} (eps = {:g} leaves a "
                      "singular value of {:.3g}, tiny but not zero)",
-                     s.rank, d - 2, eps, s.sv[size_t(d - 2)]);
+                     s.rank, k, d - k, eps, s.sv[size_t(d - k)]);
 }
 
 NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& site,
@@ -76,16 +79,22 @@ NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& 
   double mean = 0, ms = 0;
   for (int c = 0; c < d; c++) mean += row[c] / d;
   for (int c = 0; c < d; c++) ms += row[c] * row[c] / d;
-  const bool layernorm = cfg.norm == NormKind::LayerNorm;
+  const NormStatistic stat = norm_statistic(cfg.norm);
+  const bool layernorm = stat == NormStatistic::Variance;
+  r.statistic = stat != NormStatistic::None;
   r.var = ms;
   if (layernorm) {
     double v = 0;
     for (int c = 0; c < d; c++) v += (row[c] - mean) * (row[c] - mean) / d;
     r.var = v;
   }
-  r.scale = std::sqrt(r.var + cfg.eps);
-  r.predicted_bulk = 1.0 / r.scale;
-  r.predicted_small = r.predicted_bulk * cfg.eps / (r.var + cfg.eps);
+  // the predictions are those of a kind that divides by a statistic (LayerNorm, RMSNorm); a point-wise
+  // kind (DyT, Derf) has a diagonal Jacobian and no such prediction (left 0, reported as n/a)
+  if (r.statistic) {
+    r.scale = std::sqrt(r.var + cfg.eps);
+    r.predicted_bulk = 1.0 / r.scale;
+    r.predicted_small = r.predicted_bulk * cfg.eps / (r.var + cfg.eps);
+  }
   // autodiff: the kernel's jvp applied to the d unit tangents
   const double saved_mean = mean, saved_rstd = 1.0 / r.scale;
   std::vector<double> tin(size_t(d) * d, 0.0), tout(tin.size());
@@ -94,12 +103,12 @@ NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& 
   std::vector<double> J(size_t(d) * d);
   for (int k = 0; k < d; k++)
     for (int c = 0; c < d; c++) J[size_t(c) * d + k] = tout[size_t(k) * d + c];
-  const std::vector<double> closed = norm_jacobian_closed_form(cfg.norm, row, params.weight, d, cfg.eps);
+  const std::vector<double> closed = norm_jacobian_closed_form(cfg.norm, row, params, d, cfg.eps);
   r.closed_form_err = max_abs_diff(J, closed);
   r.spectrum = spectrum_of(J, d, d);
   r.unit_gamma = std::all_of(params.weight, params.weight + d, [](double g) { return g == 1.0; });
   for (int i = 0; i < d; i++) r.gamma_max_dev = std::max(r.gamma_max_dev, std::abs(params.weight[i] - 1.0));
-  if (r.unit_gamma) {
+  if (r.unit_gamma && r.statistic) {
     const int bulk = layernorm ? d - 2 : d - 1;
     for (int i = 0; i < std::min(bulk, d); i++)
       r.measured_bulk_spread = std::max(
@@ -117,8 +126,11 @@ NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& 
     Rng rng(17);
     for (auto& g : gamma) g = 1.0 + 0.5 * rng.normal();
   }
-  const std::vector<double> j1 = norm_jacobian_closed_form(cfg.norm, row, unit.data(), d, cfg.eps);
-  const std::vector<double> jg = norm_jacobian_closed_form(cfg.norm, row, gamma.data(), d, cfg.eps);
+  NormParams<double> p1 = params, pg = params;
+  p1.weight = unit.data();
+  pg.weight = gamma.data();
+  const std::vector<double> j1 = norm_jacobian_closed_form(cfg.norm, row, p1, d, cfg.eps);
+  const std::vector<double> jg = norm_jacobian_closed_form(cfg.norm, row, pg, d, cfg.eps);
   std::vector<double> left(j1.size()), right(j1.size());
   for (int i = 0; i < d; i++)
     for (int j = 0; j < d; j++) {
@@ -131,32 +143,6 @@ NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& 
 }
 
 }  // namespace
-
-std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, const double* gamma,
-                                              int d, double eps) {
-  std::vector<double> J(size_t(d) * d);
-  if (kind == NormKind::LayerNorm) {
-    // J = diag(gamma) (1/s) [I - 11^T/d - y y^T / (d s^2)],  y = z - mean, s = sqrt(var + eps)
-    double mean = 0;
-    for (int i = 0; i < d; i++) mean += z[i] / d;
-    double var = 0;
-    for (int i = 0; i < d; i++) var += (z[i] - mean) * (z[i] - mean) / d;
-    const double s2 = var + eps, s = std::sqrt(s2);
-    for (int i = 0; i < d; i++)
-      for (int j = 0; j < d; j++)
-        J[size_t(i) * d + j] = gamma[i] / s *
-                               ((i == j) - 1.0 / d - (z[i] - mean) * (z[j] - mean) / (d * s2));
-  } else {
-    // J = diag(gamma) (1/r) [I - z z^T / (d r^2)],  r = sqrt(mean(z^2) + eps)
-    double ms = 0;
-    for (int i = 0; i < d; i++) ms += z[i] * z[i] / d;
-    const double r2 = ms + eps, r = std::sqrt(r2);
-    for (int i = 0; i < d; i++)
-      for (int j = 0; j < d; j++)
-        J[size_t(i) * d + j] = gamma[i] / r * ((i == j) - z[i] * z[j] / (d * r2));
-  }
-  return J;
-}
 
 JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& options) {
   require_one_stream(model.config(), "analyze jacobian");  // a two-stream model (ResiDual) is refused by name
@@ -196,8 +182,7 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
     b.layer = l;
     const Placement p = cfg.placement_of(l);
     b.placement = to_string(p);
-    b.residual_form = (p == Placement::Pre || p == Placement::Sandwich || p == Placement::None) &&
-                      cfg.residual;
+    b.residual_form = residual_form(p) && cfg.residual;
     const std::vector<double> local = token_local_jacobian(model, 2 * l, 2 * l + 2, tok);
     b.local = spectrum_of(local, d, d);
     std::vector<double> jfull;
@@ -215,7 +200,10 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
     } else {
       all_residual = false;
     }
-    if (norm_sites(p).out) b.rank_verdict = rank_verdict(b.local, d, cfg.eps) + " (token-local)";
+    // the kernel the last norm has at eps = 0 (its dimension does not depend on the row)
+    const int kernel = int(norm_structural_kernel(cfg.norm, model.acts(2 * l + 1).r + size_t(tok) * d, d, 0.0).size());
+    if (norm_sites(p).out && kernel > 0)
+      b.rank_verdict = rank_verdict(b.local, d, kernel, cfg.eps) + " (token-local)";
     rep.blocks.push_back(std::move(b));
   }
   // end to end
@@ -284,9 +272,10 @@ nlohmann::json to_json(const JacobianReport& r) {
   for (const auto& n : r.norms)
     norms.push_back({{"site", n.site}, {"token", n.token}, {"closed_form_max_abs_err", n.closed_form_err},
                      {"spectrum", spectrum_json(n.spectrum)}, {"input_variance", n.var},
-                     {"scale", n.scale}, {"predicted_bulk_sv", n.predicted_bulk},
-                     {"predicted_small_sv", n.predicted_small},
-                     {"bulk_max_rel_deviation", n.unit_gamma ? nlohmann::json(n.measured_bulk_spread) : nlohmann::json(nullptr)},
+                     {"scale", n.statistic ? nlohmann::json(n.scale) : nlohmann::json(nullptr)},
+                     {"predicted_bulk_sv", n.statistic ? nlohmann::json(n.predicted_bulk) : nlohmann::json(nullptr)},
+                     {"predicted_small_sv", n.statistic ? nlohmann::json(n.predicted_small) : nlohmann::json(nullptr)},
+                     {"bulk_max_rel_deviation", n.unit_gamma && n.statistic ? nlohmann::json(n.measured_bulk_spread) : nlohmann::json(nullptr)},
                      {"gain_on_ones", n.j_ones}, {"gain_on_zhat", n.j_zhat}, {"unit_gamma", n.unit_gamma},
                      {"gamma_left_max_err", n.gamma_left_err}, {"gamma_right_max_err", n.gamma_right_err}});
   for (const auto& b : r.blocks) {
@@ -327,14 +316,17 @@ void print_report(const JacobianReport& r) {
   fmt::print("{:<20} {:>10} {:>10} {:>10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "site",
              "|J-J_ad|", "sv max", "sv min", "rank", "1/s", "eps-sv", "|J1|", "|Jz|", "left err", "right err");
   for (const auto& n : r.norms)
-    fmt::print("{:<20} {:>10.2e} {:>10.4g} {:>10.3e} {:>3}/{:<2} {:>10.4g} {:>10.3e} {:>10.2e} {:>10.2e} {:>10.2e} {:>10.2e}\n",
+    fmt::print("{:<20} {:>10.2e} {:>10.4g} {:>10.3e} {:>3}/{:<2} {:>10} {:>10} {:>10.2e} {:>10.2e} {:>10.2e} {:>10.2e}\n",
                n.site, n.closed_form_err, n.spectrum.max(), n.spectrum.min(), n.spectrum.rank, r.d,
-               n.predicted_bulk, n.predicted_small, n.j_ones, n.j_zhat, n.gamma_left_err, n.gamma_right_err);
+               n.statistic ? fmt::format("{:.4g}", n.predicted_bulk) : "n/a",
+               n.statistic ? fmt::format("{:.3e}", n.predicted_small) : "n/a", n.j_ones, n.j_zhat,
+               n.gamma_left_err, n.gamma_right_err);
   fmt::print("columns: site: the norm (layer, sub-layer); |J-J_ad|: max |closed form - autodiff| of the Jacobian; sv max, "
              "sv min: its extreme singular values; rank: numerical rank / d; 1/s: the predicted bulk singular value "
              "(s = sqrt(var + eps)); eps-sv: the predicted z-hat singular value (1/s) eps/(var + eps); |J1|, |Jz|: the "
              "gains ||J 1||/||1|| and ||J zhat||/||zhat|| (source 000 Thm 3.6: 0 at eps = 0); left err, right err: max "
-             "|J_gamma - diag(gamma) J| and |J_gamma - J diag(gamma)| for a random gain (000 Remark 1.2). Claims: "
+             "|J_gamma - diag(gamma) J| and |J_gamma - J diag(gamma)| for a random gain (000 Remark 1.2); n/a: a point-wise "
+             "kind (dyt, derf) divides by no statistic, its Jacobian is diagonal. Claims: "
              "docs/THEORY.md\n");
   fmt::print("\nBlocks (token-local d x d{})\n", r.blocks.empty() || !r.blocks[0].full ? "" : "; full (T d) x (T d)");
   for (const auto& b : r.blocks) {

@@ -30,6 +30,8 @@ struct NormSiteReport {
   int token = 0;
   double closed_form_err = 0;  // max |J_closed_form - J_autodiff|
   Spectrum spectrum;
+  bool statistic = true;       // the kind divides by a statistic (LayerNorm, RMSNorm; not DyT, Derf):
+                               // the predictions below exist only then (0 otherwise)
   double var = 0;              // variance (LayerNorm) or mean square (RMSNorm) of the input row
   double scale = 0;            // s = sqrt(var + eps)
   double predicted_bulk = 0;   // 1/s: the d-2 (LayerNorm) or d-1 (RMSNorm) equal singular values
@@ -47,7 +49,7 @@ struct BlockReport {
   std::string placement;
   Spectrum local;                // d x d, dy_i / dx_i at the token
   std::optional<Spectrum> full;  // (T d) x (T d)
-  bool residual_form = false;    // x + ... (pre, sandwich, none): J = I + A
+  bool residual_form = false;    // x + ... (methods.h residual_form: pre, sandwich, none, rezero, ...): J = I + A
   double local_norm_a = 0;       // ||J_local - I||_2
   std::optional<double> full_norm_a;
   std::string bound_verdict;     // sigma_min(J) >= 1 - ||A|| (residual-form blocks)
@@ -101,9 +103,6 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
 // The singular values of a dense row-major (rows, cols) matrix, with its rank tolerance and rank.
 Spectrum spectrum_of(const std::vector<double>& m, int rows, int cols);
 
-// The closed-form Jacobian of one norm site (row-major d x d) at input z with gain gamma.
-std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, const double* gamma,
-                                              int d, double eps);
 
 nlohmann::json to_json(const JacobianReport& report);
 void print_report(const JacobianReport& report);

@@ -17,6 +17,7 @@
 
 #include "analysis/block_eigs.h"
 #include "analysis/gmres.h"
+#include "model/norm_of.h"
 #include "util/error.h"
 
 namespace normlab::analysis {
@@ -404,7 +405,6 @@ Mat structural_left_null(const Model<double>& m, int first, int last,
   while (i >= first && !cfg.has_sublayer(i)) i--;  // an absent sub-layer is the identity
   if (i < first || !norm_sites(cfg.placement_of(cfg.slot(i).layer)).out) return Mat(rows, 0);
   const double* gamma = m.sublayer_params_of(i).ln_out.weight;
-  const bool layernorm = cfg.norm == NormKind::LayerNorm;
   std::vector<int> zero_gain;
   for (int c = 0; c < C; c++)
     if (gamma[c] == 0.0) zero_gain.push_back(c);
@@ -418,12 +418,8 @@ Mat structural_left_null(const Model<double>& m, int first, int last,
       N.conservativeResize(Eigen::NoChange, N.cols() + 1);
       N.rightCols(1) = v;
     };
-    if (layernorm) append(Eigen::VectorXd::Ones(C));
-    if (cfg.eps == 0.0) {
-      Eigen::VectorXd y = Eigen::Map<const Eigen::VectorXd>(z, C);
-      if (layernorm) y.array() -= y.mean();
-      append(y);
-    }
+    for (const std::vector<double>& v : norm_structural_kernel(cfg.norm, z, C, cfg.eps))
+      append(Eigen::Map<const Eigen::VectorXd>(v.data(), C));
     // null(J_1 diag(gamma)) = {u : gamma o u in span(N)}: e_c for every gamma_c = 0, and N w /
     // gamma for the w with (N w)_c = 0 wherever gamma_c = 0
     Mat W = Mat::Identity(N.cols(), N.cols());

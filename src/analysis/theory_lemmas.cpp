@@ -10,6 +10,7 @@
 #include "analysis/attention.h"
 #include "analysis/jacobian.h"
 #include "analysis/theory_checks.h"
+#include "model/norm_of.h"
 #include "ops/layernorm.h"
 #include "util/rng.h"
 
@@ -44,10 +45,11 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
     double autodiff = 0, seed_err = 0, scale = 0;
     for (const auto& n : jpre.norms) autodiff = std::max(autodiff, n.closed_form_err / n.predicted_bulk);
     const SublayerActs<double>& a = pre->acts(0);
-    const std::vector<double> ones(size_t(d), 1.0);
+    std::vector<double> ones(size_t(d), 1.0);
+    const NormParams<double> unit_gain{ones.data()};
     const size_t off = size_t(o.seq_len - 1) * d;
-    const auto exact = norm_jacobian_closed_form(NormKind::LayerNorm, a.x_in + off, ones.data(), d, 1e-5);
-    const auto stated = norm_jacobian_closed_form(NormKind::LayerNorm, a.x_in + off, ones.data(), d, 0.0);
+    const auto exact = norm_jacobian_closed_form(NormKind::LayerNorm, a.x_in + off, unit_gain, d, 1e-5);
+    const auto stated = norm_jacobian_closed_form(NormKind::LayerNorm, a.x_in + off, unit_gain, d, 0.0);
     for (size_t i = 0; i < exact.size(); i++) {
       seed_err = std::max(seed_err, std::abs(exact[i] - stated[i]));
       scale = std::max(scale, std::abs(exact[i]));

@@ -467,7 +467,7 @@ std::optional<std::string> export_refusal(const ModelConfig& c) {
       if (c.placement_of(l) != c.placement_of(0)) return false;
     return true;
   }();
-  if (c.norm != NormKind::LayerNorm) why.push_back("norm is rmsnorm (GPT-2 and BERT use LayerNorm)");
+  if (c.norm != NormKind::LayerNorm) why.push_back(fmt::format("norm is {} (GPT-2 and BERT use LayerNorm)", to_string(c.norm)));
   if (!c.residual) why.push_back("residual = false");
   if (!c.mlp) why.push_back("mlp = false (attention-only blocks)");
   if (!all) why.push_back("placement differs between layers");

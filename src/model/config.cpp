@@ -20,8 +20,8 @@ struct EnumName {
 };
 
 constexpr EnumName<Arch> kArchNames[] = {{Arch::Gpt, "gpt"}, {Arch::Encoder, "encoder"}, {Arch::EncDec, "encdec"}};
-constexpr EnumName<NormKind> kNormNames[] = {{NormKind::LayerNorm, "layernorm"},
-                                             {NormKind::RMSNorm, "rmsnorm"}};
+constexpr EnumName<NormKind> kNormNames[] = {
+    {NormKind::LayerNorm, "layernorm"}, {NormKind::RMSNorm, "rmsnorm"}, {NormKind::DyT, "dyt"}, {NormKind::Derf, "derf"}};
 constexpr EnumName<Activation> kActivationNames[] = {
     {Activation::Gelu, "gelu"}, {Activation::GeluExact, "gelu_exact"}, {Activation::Relu, "relu"}};
 constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}};
@@ -189,6 +189,9 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back(fmt::format("model.type_vocab = {} must be in [0, {}]", type_vocab, 1 << 20));
   if (!(eps >= 0.0) || !std::isfinite(eps))
     v.push_back(fmt::format("model.eps = {} must be finite and >= 0", eps));
+  if (!(norm_alpha > 0.0) || !std::isfinite(norm_alpha))
+    v.push_back(fmt::format("model.norm_alpha = {} must be finite and > 0 (the initial alpha of dyt and derf)",
+                            norm_alpha));
   if (!(init_std > 0.0) || !std::isfinite(init_std))
     v.push_back(fmt::format("model.init_std = {} must be > 0", init_std));
   if (!(dropout >= 0.0 && dropout < 1.0))
@@ -322,6 +325,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("seq_len", cfg.seq_len);
   read_enum(r, "norm", kNormNames, cfg.norm);
   r.get("eps", cfg.eps);
+  r.get("norm_alpha", cfg.norm_alpha);
   read_enum(r, "activation", kActivationNames, cfg.activation);
   r.get("type_vocab", cfg.type_vocab);
   r.get("embed_norm", cfg.embed_norm);
@@ -366,6 +370,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"seq_len", cfg.seq_len},
                         {"norm", to_string(cfg.norm)},
                         {"eps", cfg.eps},
+                        {"norm_alpha", cfg.norm_alpha},
                         {"activation", to_string(cfg.activation)},
                         {"type_vocab", cfg.type_vocab},
                         {"embed_norm", cfg.embed_norm},

@@ -12,7 +12,9 @@
 namespace normlab {
 
 enum class Arch { Gpt, Encoder, EncDec };
-enum class NormKind { LayerNorm, RMSNorm };
+// The norm kinds (model/norm_of.h: one case each): LayerNorm, RMSNorm, and the point-wise DyT
+// (gamma * tanh(alpha x) + beta) and Derf (gamma * erf(alpha x + s) + beta) that replace them.
+enum class NormKind { LayerNorm, RMSNorm, DyT, Derf };
 enum class Activation { Gelu, GeluExact, Relu };
 // What turns the last stream into logits: the tied output embedding (GPT-2), BERT's masked-LM head
 // (dense + activation + norm, then the tied embedding and an output bias), or nothing (a headless
@@ -67,6 +69,8 @@ struct ModelConfig {
   int seq_len = 128;                 // rows of the learned position table (maximum T)
   NormKind norm = NormKind::LayerNorm;
   double eps = 1e-5;                 // PyTorch's LayerNorm default; 0 allowed for analysis
+  double norm_alpha = 0.5;           // dyt, derf: every site's initial alpha (DyT's default for
+                                     // non-LLM models; its LLaMA runs used 0.2-0.8 by width and site)
   Activation activation = Activation::Gelu;  // gelu: tanh form, as GPT-2; gelu_exact: erf form, as BERT
   int type_vocab = 0;                // rows of a token-type (segment) embedding added to the input, as
                                      // BERT's 2; 0: none

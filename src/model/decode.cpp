@@ -10,10 +10,9 @@
 #include "ops/attention.h"
 #include "ops/common.h"
 #include "ops/embedding.h"
-#include "ops/layernorm.h"
+#include "model/norm_of.h"
 #include "ops/matmul.h"
 #include "ops/residual.h"
-#include "ops/rmsnorm.h"
 #include "util/error.h"
 
 namespace normlab {
@@ -55,10 +54,7 @@ IncrementalDecoder<S>::IncrementalDecoder(Model<S>& model, const int32_t* src, c
 template <class S>
 void IncrementalDecoder<S>::norm(S* out, const S* inp, const NormParams<S>& p) {
   const ModelConfig& cfg = m_.config();
-  if (cfg.norm == NormKind::LayerNorm)
-    layernorm_forward(out, mean_.data(), rstd_.data(), inp, p.weight, p.bias, B_, cfg.d_model, cfg.eps);
-  else
-    rmsnorm_forward(out, rstd_.data(), inp, p.weight, B_, cfg.d_model, cfg.eps);
+  normlab::norm_forward(cfg.norm, out, mean_.data(), rstd_.data(), inp, p, B_, cfg.d_model, cfg.eps);
 }
 
 // One position through the decoder: the sub-layers of docs/MODEL.md on one row per sequence, with

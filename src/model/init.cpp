@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "model/methods.h"
+#include "model/norm_of.h"
 #include "util/rng.h"
 
 namespace normlab {
@@ -64,6 +65,11 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
       case ParamRole::NormGain:
         for (size_t j = 0; j < p.numel; j++) w[j] = S(1);
         continue;
+      case ParamRole::NormScalar: {
+        const double v = norm_scalar_init(cfg.norm, cfg, p.name.substr(p.name.rfind('.')));
+        for (size_t j = 0; j < p.numel; j++) w[j] = S(v);
+        continue;
+      }
       case ParamRole::NormBias:
       case ParamRole::LinearBias:
         for (size_t j = 0; j < p.numel; j++) w[j] = S(0);

@@ -53,6 +53,12 @@ struct Method {
 const Method& method_of(Placement p);
 inline NormSites norm_sites(Placement p) { return method_of(p).sites; }
 inline bool dual_stream(Placement p) { return method_of(p).streams == Streams::Dual; }
+// The block is x + (a branch of x): one stream, no norm after the sum and a shortcut of exactly 1,
+// so its Jacobian is I + A (the instruments' bounds on sigma_min(I + A) apply). Read from the entry.
+inline bool residual_form(Placement p) {
+  const Method& m = method_of(p);
+  return !m.sites.out && m.shortcut == Shortcut::One && m.streams == Streams::One;
+}
 // Throws Error naming the method when the model carries a second stream: for code that reads one
 // residual stream (the instruments in analysis/ and the one-stream Jacobian products), whose numbers
 // would be wrong for a two-stream model. `what` names the caller.

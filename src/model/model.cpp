@@ -14,15 +14,14 @@
 
 #include "model/activation_of.h"
 #include "model/init.h"
+#include "model/norm_of.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/common.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
-#include "ops/layernorm.h"
 #include "ops/matmul.h"
 #include "ops/residual.h"
-#include "ops/rmsnorm.h"
 #include "ops/softmax_xent.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -55,11 +54,7 @@ Model<S>::Model(ModelConfig cfg) : cfg_(std::move(cfg)) {
     p_.push_back(sublayer_params(table_, cfg_, params_.data(), i));
     dp_.push_back(sublayer_params(table_, cfg_, grads_.data(), i));
   }
-  auto norm_view = [&](S* base, const char* prefix) {
-    const ParamSpec* w = table_.find(std::string(prefix) + ".weight");
-    const ParamSpec* b = table_.find(std::string(prefix) + ".bias");
-    return NormParams<S>{w ? base + w->offset : nullptr, b ? base + b->offset : nullptr};
-  };
+  auto norm_view = [&](S* base, const char* prefix) { return norm_params(table_, base, prefix); };
   lnf_ = norm_view(params_.data(), "ln_f");
   dlnf_ = norm_view(grads_.data(), "ln_f");
   enc_lnf_ = norm_view(params_.data(), "enc.ln_f");
@@ -195,21 +190,13 @@ void Model<S>::plan(int B, int T, int Ssrc) {
 
 template <class S>
 void Model<S>::norm_forward(S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p, int rows) {
-  const int C = cfg_.d_model;
-  if (cfg_.norm == NormKind::LayerNorm)
-    layernorm_forward(out, mean, rstd, inp, p.weight, p.bias, rows, C, cfg_.eps);
-  else
-    rmsnorm_forward(out, rstd, inp, p.weight, rows, C, cfg_.eps);
+  normlab::norm_forward(cfg_.norm, out, mean, rstd, inp, p, rows, cfg_.d_model, cfg_.eps);
 }
 
 template <class S>
 void Model<S>::norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
                              const NormParams<S>& p, const S* mean, const S* rstd, int rows) {
-  const int C = cfg_.d_model;
-  if (cfg_.norm == NormKind::LayerNorm)
-    layernorm_backward(dinp, dp.weight, dp.bias, dout, inp, p.weight, mean, rstd, rows, C);
-  else
-    rmsnorm_backward(dinp, dp.weight, dout, inp, p.weight, rstd, rows, C);
+  normlab::norm_backward(cfg_.norm, dinp, dp, dout, inp, p, mean, rstd, rows, cfg_.d_model);
 }
 
 template <class S>

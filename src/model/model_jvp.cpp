@@ -11,10 +11,9 @@
 #include "model/model.h"
 #include "ops/attention.h"
 #include "ops/common.h"
-#include "ops/layernorm.h"
+#include "model/norm_of.h"
 #include "ops/matmul.h"
 #include "ops/residual.h"
-#include "ops/rmsnorm.h"
 #include "util/error.h"
 
 namespace normlab {
@@ -24,10 +23,7 @@ using namespace ops;
 template <class S>
 void Model<S>::norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
                         const S* rstd, int K, int rows) const {
-  if (cfg_.norm == NormKind::LayerNorm)
-    layernorm_jvp(tout, tin, inp, p.weight, mean, rstd, K, rows, cfg_.d_model);
-  else
-    rmsnorm_jvp(tout, tin, inp, p.weight, rstd, K, rows, cfg_.d_model);
+  normlab::norm_jvp(cfg_.norm, tout, tin, inp, p, mean, rstd, K, rows, cfg_.d_model);
 }
 
 // The one-stream products map the stream entering `first` to the stream leaving `last`; in a

@@ -1,6 +1,8 @@
 // params.cpp: builds the parameter table from the config.
 #include "model/params.h"
 
+#include "model/norm_of.h"
+
 #include <fmt/format.h>
 
 #include "util/error.h"
@@ -35,8 +37,8 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     t.specs.push_back(std::move(s));
   };
   auto add_norm = [&](const std::string& prefix) {
-    add(prefix + ".weight", {C}, ParamRole::NormGain);
-    if (cfg.norm == NormKind::LayerNorm) add(prefix + ".bias", {C}, ParamRole::NormBias);
+    for (const NormParamSpec& n : norm_param_specs(cfg.norm))
+      add(prefix + n.suffix, {n.per_channel ? C : 1}, n.role);
   };
   add("wte.weight", {V, C}, ParamRole::Embedding);
   add("wpe.weight", {cfg.seq_len, C}, ParamRole::Embedding);
@@ -100,9 +102,9 @@ SublayerParams<S> sublayer_params(const ParamTable& table, const ModelConfig& cf
   };
   const Sublayer kind = cfg.slot(slot).kind;
   SublayerParams<S> v;
-  v.ln_in = {ptr(p + ".ln_in.weight"), ptr(p + ".ln_in.bias")};
-  v.ln_branch = {ptr(p + ".ln_branch.weight"), ptr(p + ".ln_branch.bias")};
-  v.ln_out = {ptr(p + ".ln_out.weight"), ptr(p + ".ln_out.bias")};
+  v.ln_in = norm_params(table, base, p + ".ln_in");
+  v.ln_branch = norm_params(table, base, p + ".ln_branch");
+  v.ln_out = norm_params(table, base, p + ".ln_out");
   const char* first = kind == Sublayer::Attn ? ".qkv" : kind == Sublayer::Cross ? ".q" : ".fc";
   v.w1 = ptr(p + first + ".weight");
   v.b1 = ptr(p + first + ".bias");
@@ -121,6 +123,17 @@ SublayerParams<S> sublayer_params(const ParamTable& table, const ModelConfig& cf
   return v;
 }
 
+template <class S>
+NormParams<S> norm_params(const ParamTable& table, S* base, const std::string& prefix) {
+  auto ptr = [&](const char* suffix) -> S* {
+    const ParamSpec* s = table.find(prefix + suffix);
+    return s ? base + s->offset : nullptr;
+  };
+  return {ptr(".weight"), ptr(".bias"), ptr(".alpha"), ptr(".shift")};
+}
+
+template NormParams<float> norm_params(const ParamTable&, float*, const std::string&);
+template NormParams<double> norm_params(const ParamTable&, double*, const std::string&);
 template SublayerParams<float> sublayer_params(const ParamTable&, const ModelConfig&, float*, int);
 template SublayerParams<double> sublayer_params(const ParamTable&, const ModelConfig&, double*, int);
 

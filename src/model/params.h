@@ -13,7 +13,9 @@
 namespace normlab {
 
 // Gate: a method's scale (Admin's omega, ReZero's / SkipInit's / LayerScale's gain): no weight decay.
-enum class ParamRole { Embedding, LinearWeight, LinearBias, NormGain, NormBias, Gate };
+// NormScalar: a norm kind's learned scalar (DyT's and Derf's alpha, Derf's shift; model/norm_of.h):
+// no weight decay, initialized by the kind.
+enum class ParamRole { Embedding, LinearWeight, LinearBias, NormGain, NormBias, NormScalar, Gate };
 
 struct ParamSpec {
   std::string name;            // e.g. "h.3.attn.qkv.weight"
@@ -38,10 +40,13 @@ ParamTable make_param_table(const ModelConfig& cfg);
 // bias does not exist). For attention w1/b1 is qkv and w2/b2 the output projection; for
 // cross-attention w1/b1 is the query map q and wkv/bkv the key-value map of the memory; for the MLP
 // w1/b1 is fc and w2/b2 proj. omega and gain are the method's scales (methods.h), null if absent.
+// One norm site's parameters (which a kind has: model/norm_of.h, norm_param_specs).
 template <class S>
 struct NormParams {
-  S* weight = nullptr;  // (C)
-  S* bias = nullptr;    // (C), LayerNorm only
+  S* weight = nullptr;  // (C) gain
+  S* bias = nullptr;    // (C) LayerNorm, DyT, Derf
+  S* alpha = nullptr;   // (1) DyT, Derf: the input scale
+  S* shift = nullptr;   // (1) Derf: the input shift
 };
 template <class S>
 struct SublayerParams {
@@ -59,6 +64,11 @@ struct SublayerParams {
 // Parameter name prefixes: "h.3.attn", "enc.h.0.mlp", "h.1.cross" (slot), "h.3" / "enc.h.0" (layer).
 std::string slot_prefix(const ModelConfig& cfg, int slot);
 std::string layer_prefix(const ModelConfig& cfg, int layer);
+
+// The view of the norm site named `prefix` ("h.0.attn.ln_in", "ln_f") in a flat buffer: every
+// pointer null when the site does not exist.
+template <class S>
+NormParams<S> norm_params(const ParamTable& table, S* base, const std::string& prefix);
 
 template <class S>
 SublayerParams<S> sublayer_params(const ParamTable& table, const ModelConfig& cfg, S* base, int slot);

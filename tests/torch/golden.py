@@ -39,6 +39,7 @@ init checks and the perturbed checkpoint.
 """
 
 import argparse
+import traceback
 import fnmatch
 import json
 import os
@@ -316,7 +317,7 @@ def main(argv=None):
             status = f"FAIL {c.name}: {e}"
             failed += 1
         except Exception as e:  # a crash of the harness itself is a failure too, with its reason
-            status = f"FAIL {c.name}: {type(e).__name__}: {e}"
+            status = f"FAIL {c.name}: {type(e).__name__}: {e}\n{traceback.format_exc()}"
             failed += 1
         if out and (not args.quiet or status.startswith("FAIL")):
             print("\n".join(out))

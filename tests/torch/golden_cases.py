@@ -157,6 +157,13 @@ def build_cases():
         Case("encdec_post_residual_tgtmask", dict(ENCDEC, placement=["post"] * 2 + ["residual"] * 3), ENCDEC_BST,
              masks=("tgt",)),
         Case("encdec_residual_nomlp_T1", dict(ENCDEC, placement="residual", mlp=False), (2, 3, 1)),
+        # the point-wise norm kinds (DyT, Derf): every site, the final norm and the embedding norm included
+        Case("gpt_pre_dyt", dict(SMALL, placement="pre", norm="dyt"), SMALL_BT),
+        Case("encoder_post_derf_pad", dict(SMALL, arch="encoder", placement="post", norm="derf", embed_norm=True,
+             head="mlm", type_vocab=2), SMALL_BT, pad=True),
+        Case("encdec_sandwich_dyt", dict(ENCDEC, placement="sandwich", norm="dyt", norm_alpha=0.8), ENCDEC_BST),
+        Case("train_gpt_pre_derf", dict(SMALL, placement="pre", norm="derf"), SMALL_BT, kind="train",
+             train=TRAIN_CFG),
         Case("train_gpt_residual", dict(SMALL, placement="residual"), SMALL_BT, kind="train", train=TRAIN_CFG),
         Case("train_encdec_residual", dict(ENCDEC, placement="residual"), ENCDEC_BST, kind="train", train=TRAIN_CFG),
         # Admin's profile: both chains (the decoder's after a pre layer), from the trainer's own init
@@ -172,6 +179,9 @@ def build_cases():
                        EXTRA_BT, extra=True))
         ex.append(Case(f"x_{arch}_sandwich_rmsnorm", dict(EXTRA, arch=arch, placement="sandwich",
                        norm="rmsnorm"), EXTRA_BT, extra=True))
+        for kind in ("dyt", "derf"):
+            ex.append(Case(f"x_{arch}_mix_post_pre_sandwich_{kind}", dict(EXTRA, arch=arch, norm=kind, norm_alpha=0.3,
+                           placement=["post", "pre", "sandwich"]), EXTRA_BT, extra=True))
         ex.append(Case(f"x_{arch}_mix_deepnorm_pre_sandwich", dict(EXTRA, arch=arch,
                        placement=["deepnorm", "pre", "sandwich"]), EXTRA_BT, extra=True))
         ex.append(Case(f"x_{arch}_mix_sandwich_none_prepost", dict(EXTRA, arch=arch,

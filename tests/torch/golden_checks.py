@@ -169,8 +169,10 @@ def check_init(config, tensors):
         w = tensors[name].numpy().astype(np.float64)
         k = _init_stack_constants(config, name)
         method = _layer_method(config, name)
-        if nt.is_norm_param(name):
-            want = 1.0 if name.endswith(".weight") else 0.0
+        if nt.is_norm_param(name) and name.endswith(".alpha"):   # DyT / Derf: model.norm_alpha (float32)
+            const_ok(name, w, config["norm_alpha"], f"{config['norm']} alpha")
+        elif nt.is_norm_param(name):
+            want = 1.0 if name.endswith(".weight") else 0.0     # gain 1; bias and Derf's shift 0
             if not np.all(w == want):
                 problems.append(f"{name}: init must be all {want}")
         elif name.endswith(".bias"):
@@ -263,6 +265,10 @@ def perturb_tensors(tensors, seed, config=None):
             w = w + 0.2 * rng.randn(*w.shape)
         elif name.endswith(".bias"):
             w = w + 0.1 * rng.randn(*w.shape)
+        elif nt.is_norm_param(name) and name.endswith(".alpha"):    # DyT / Derf: a positive scale
+            w = w * rng.uniform(0.6, 1.6, size=w.shape)
+        elif nt.is_norm_param(name) and name.endswith(".shift"):    # Derf: off zero either way
+            w = w + 0.3 * rng.randn(*w.shape)
         elif name.endswith(".omega"):
             w = rng.uniform(*PERTURB_OMEGA, size=w.shape)
         elif name.endswith((".gain", ".rezero")):

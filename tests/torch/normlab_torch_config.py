@@ -68,6 +68,7 @@ DEFAULTS = {
     "seq_len": 128,
     "norm": "layernorm",
     "eps": 1e-5,
+    "norm_alpha": 0.5,     # dyt / derf: every site's initial alpha
     "activation": "gelu",  # gelu (tanh form), gelu_exact (erf form), relu
     "type_vocab": 0,       # token-type embedding rows (0: none)
     "embed_norm": False,   # a norm of the embedding sum (BERT)
@@ -102,8 +103,8 @@ def normalize_config(cfg, strict=True):
     if c["arch"] not in ARCHS:
         raise ValueError(f"arch must be gpt, encoder or encdec, got {c['arch']!r}")
     encdec = c["arch"] == "encdec"
-    if c["norm"] not in ("layernorm", "rmsnorm"):
-        raise ValueError(f"norm must be layernorm or rmsnorm, got {c['norm']!r}")
+    if c["norm"] not in ("layernorm", "rmsnorm", "dyt", "derf"):
+        raise ValueError(f"norm must be layernorm, rmsnorm, dyt or derf, got {c['norm']!r}")
     if c["activation"] not in ("gelu", "gelu_exact", "relu"):
         raise ValueError(f"activation must be gelu, gelu_exact or relu, got {c['activation']!r}")
     if c["head"] not in ("tied", "mlm", "none"):

@@ -30,10 +30,28 @@ def rmsnorm(z, gamma, eps):
     return z / torch.sqrt(ms + eps) * gamma
 
 
+def dyt(z, gamma, beta, alpha):
+    """DyT (Zhu et al. 2025): gamma * tanh(alpha z) + beta, alpha a learned scalar."""
+    return torch.tanh(alpha * z) * gamma + beta
+
+
+def derf(z, gamma, beta, alpha, shift):
+    """Derf (Chen et al. 2025): gamma * erf(alpha z + s) + beta, alpha and s learned scalars."""
+    return torch.erf(alpha * z + shift) * gamma + beta
+
+
 def norm(config, params, prefix, z):
-    if config["norm"] == "layernorm":
+    kind = config["norm"]
+    if kind == "layernorm":
         return layernorm(z, params[prefix + ".weight"], params[prefix + ".bias"], config["eps"])
-    return rmsnorm(z, params[prefix + ".weight"], config["eps"])
+    if kind == "rmsnorm":
+        return rmsnorm(z, params[prefix + ".weight"], config["eps"])
+    if kind == "dyt":
+        return dyt(z, params[prefix + ".weight"], params[prefix + ".bias"], params[prefix + ".alpha"])
+    if kind == "derf":
+        return derf(z, params[prefix + ".weight"], params[prefix + ".bias"], params[prefix + ".alpha"],
+                    params[prefix + ".shift"])
+    raise ValueError(f"unknown norm kind {kind!r}")
 
 
 def gelu_tanh(u):

@@ -18,7 +18,7 @@ from normlab_torch_config import METHODS, normalize_config, stacks, sublayer_kin
 # Parameters
 # --------------------------------------------------------------------------------------------------
 
-# role: tok_emb pos_emb type_emb norm_weight norm_bias bias linear omega gain rezero
+# role: tok_emb pos_emb type_emb norm_weight norm_bias norm_alpha bias linear omega gain rezero
 # matrix: for linear weights and their biases, the map ("attn.qkv", "cross.kv", "mlp.proj", "head.dense")
 # blocks: for linear weights, [(tag, r0, r1)] row blocks that init as one projection each:
 #         attn.qkv q / k / v, cross.kv k / v, else one block tagged "q" (cross.q) or "" (the rest)
@@ -29,8 +29,12 @@ ParamSpec = namedtuple("ParamSpec", "name shape role stack matrix blocks method"
 def _norm_table(config, prefix, stack, method=None):
     C = config["d_model"]
     t = [ParamSpec(prefix + ".weight", (C,), "norm_weight", stack, None, None, method)]
-    if config["norm"] == "layernorm":
+    if config["norm"] in ("layernorm", "dyt", "derf"):
         t.append(ParamSpec(prefix + ".bias", (C,), "norm_bias", stack, None, None, method))
+    if config["norm"] in ("dyt", "derf"):   # learned scalars: alpha (init norm_alpha); Derf's shift (init 0)
+        t.append(ParamSpec(prefix + ".alpha", (1,), "norm_alpha", stack, None, None, method))
+    if config["norm"] == "derf":
+        t.append(ParamSpec(prefix + ".shift", (1,), "norm_bias", stack, None, None, method))
     return t
 
 
@@ -159,6 +163,8 @@ def init_params(config, dtype=torch.float64):
             t = normal(spec.shape, std)
         elif spec.role in ("norm_weight",):
             t = filled(spec.shape, 1.0)
+        elif spec.role == "norm_alpha":
+            t = filled(spec.shape, c["norm_alpha"])
         elif spec.role in ("norm_bias", "bias", "rezero"):
             t = filled(spec.shape, 0.0)
         elif spec.role == "omega":

@@ -1,0 +1,113 @@
+// norm_of.cpp: the norm kinds' parameters, initial scalars, statistics and closed-form Jacobians
+// (the dispatch of forward, backward and JVP is inline in norm_of.h).
+#include "model/norm_of.h"
+
+#include <cmath>
+#include <string>
+
+namespace normlab {
+
+std::vector<NormParamSpec> norm_param_specs(NormKind kind) {
+  const NormParamSpec weight{".weight", true, ParamRole::NormGain}, bias{".bias", true, ParamRole::NormBias},
+      alpha{".alpha", false, ParamRole::NormScalar}, shift{".shift", false, ParamRole::NormScalar};
+  switch (kind) {
+    case NormKind::LayerNorm: return {weight, bias};
+    case NormKind::RMSNorm: return {weight};
+    case NormKind::DyT: return {weight, bias, alpha};
+    case NormKind::Derf: return {weight, bias, alpha, shift};
+  }
+  return {};
+}
+
+double norm_scalar_init(NormKind kind, const ModelConfig& cfg, const std::string& suffix) {
+  switch (kind) {
+    case NormKind::LayerNorm:
+    case NormKind::RMSNorm: return 0.0;  // no scalars
+    case NormKind::DyT:
+    case NormKind::Derf: return suffix == ".alpha" ? cfg.norm_alpha : 0.0;  // shift starts at 0 (Derf)
+  }
+  return 0.0;
+}
+
+NormStatistic norm_statistic(NormKind kind) {
+  switch (kind) {
+    case NormKind::LayerNorm: return NormStatistic::Variance;
+    case NormKind::RMSNorm: return NormStatistic::MeanSquare;
+    case NormKind::DyT:
+    case NormKind::Derf: return NormStatistic::None;
+  }
+  return NormStatistic::None;
+}
+
+std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, const NormParams<double>& p, int d,
+                                              double eps) {
+  std::vector<double> J(size_t(d) * d, 0.0);
+  const double* gamma = p.weight;
+  switch (kind) {
+    case NormKind::LayerNorm: {
+      // J = diag(gamma) (1/s) [I - 11^T/d - y y^T / (d s^2)],  y = z - mean, s = sqrt(var + eps)
+      double mean = 0;
+      for (int i = 0; i < d; i++) mean += z[i] / d;
+      double var = 0;
+      for (int i = 0; i < d; i++) var += (z[i] - mean) * (z[i] - mean) / d;
+      const double s2 = var + eps, s = std::sqrt(s2);
+      for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++)
+          J[size_t(i) * d + j] = gamma[i] / s * ((i == j) - 1.0 / d - (z[i] - mean) * (z[j] - mean) / (d * s2));
+      return J;
+    }
+    case NormKind::RMSNorm: {
+      // J = diag(gamma) (1/r) [I - z z^T / (d r^2)],  r = sqrt(mean(z^2) + eps)
+      double ms = 0;
+      for (int i = 0; i < d; i++) ms += z[i] * z[i] / d;
+      const double r2 = ms + eps, r = std::sqrt(r2);
+      for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) J[size_t(i) * d + j] = gamma[i] / r * ((i == j) - z[i] * z[j] / (d * r2));
+      return J;
+    }
+    case NormKind::DyT: {
+      // J = diag(gamma alpha (1 - tanh^2(alpha z)))
+      const double a = *p.alpha;
+      for (int i = 0; i < d; i++) {
+        const double t = std::tanh(a * z[i]);
+        J[size_t(i) * d + i] = gamma[i] * a * (1.0 - t * t);
+      }
+      return J;
+    }
+    case NormKind::Derf: {
+      // J = diag(gamma alpha (2 / sqrt(pi)) exp(-(alpha z + shift)^2))
+      const double a = *p.alpha, s = *p.shift;
+      for (int i = 0; i < d; i++) {
+        const double u = a * z[i] + s;
+        J[size_t(i) * d + i] = gamma[i] * a * 2.0 / std::sqrt(M_PI) * std::exp(-u * u);
+      }
+      return J;
+    }
+  }
+  return J;
+}
+
+std::vector<std::vector<double>> norm_structural_kernel(NormKind kind, const double* z, int d, double eps) {
+  std::vector<std::vector<double>> basis;
+  switch (kind) {
+    case NormKind::LayerNorm: {
+      basis.push_back(std::vector<double>(size_t(d), 1.0));
+      if (eps == 0.0) {
+        double mean = 0;
+        for (int i = 0; i < d; i++) mean += z[i] / d;
+        std::vector<double> y(z, z + d);
+        for (double& v : y) v -= mean;
+        basis.push_back(std::move(y));
+      }
+      return basis;
+    }
+    case NormKind::RMSNorm:
+      if (eps == 0.0) basis.push_back(std::vector<double>(z, z + d));
+      return basis;
+    case NormKind::DyT:
+    case NormKind::Derf: return basis;
+  }
+  return basis;
+}
+
+}  // namespace normlab

@@ -1,0 +1,94 @@
+// norm_of.h: the norm kinds (model.norm), each one case of the closed switches below and in
+// norm_of.cpp: the parameters a site of the kind holds, its forward, backward and JVP (the model, its
+// forward-mode products, the block Jacobian and the incremental decoder call only these), and, for
+// the instruments, its closed-form Jacobian and the structural kernel of that Jacobian. A new kind is
+// one case in each switch of this file and norm_of.cpp; the build treats a missing case as an error
+// (-Werror=switch), so no kind silently runs as another. The exact forms are docs/MODEL.md ("Norms").
+#pragma once
+
+#include <vector>
+
+#include "model/config.h"
+#include "model/params.h"
+#include "ops/dynnorm.h"
+#include "ops/layernorm.h"
+#include "ops/rmsnorm.h"
+
+namespace normlab {
+
+// Every kind, for the tests and the help that sweep them all (kept beside the switches it mirrors).
+inline constexpr NormKind kNormKinds[] = {NormKind::LayerNorm, NormKind::RMSNorm, NormKind::DyT, NormKind::Derf};
+
+// One parameter of a norm site: its name after the site's ("h.0.attn.ln_in" + ".weight"), (C) or (1).
+struct NormParamSpec {
+  const char* suffix;
+  bool per_channel;
+  ParamRole role;
+};
+// In the order they are stored.
+std::vector<NormParamSpec> norm_param_specs(NormKind kind);
+// The initial value of a NormScalar parameter (by its suffix) of this kind.
+double norm_scalar_init(NormKind kind, const ModelConfig& cfg, const std::string& suffix);
+
+// What a kind divides the row by: its standard deviation (LayerNorm: it also subtracts the mean), its
+// root mean square (RMSNorm), or nothing (the point-wise kinds DyT and Derf, which have no statistic).
+enum class NormStatistic { Variance, MeanSquare, None };
+NormStatistic norm_statistic(NormKind kind);
+
+// out, mean, rstd: (rows, C), (rows), (rows) (the statistics are saved by the kinds that have them
+// and untouched by the others); inp (rows, C).
+template <class S>
+void norm_forward(NormKind kind, S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p, int rows,
+                  int C, double eps) {
+  switch (kind) {
+    case NormKind::LayerNorm: return ops::layernorm_forward(out, mean, rstd, inp, p.weight, p.bias, rows, C, eps);
+    case NormKind::RMSNorm: return ops::rmsnorm_forward(out, rstd, inp, p.weight, rows, C, eps);
+    case NormKind::DyT:
+      return ops::dynnorm_forward(ops::Squash::Tanh, out, inp, p.weight, p.bias, p.alpha, p.shift, rows, C);
+    case NormKind::Derf:
+      return ops::dynnorm_forward(ops::Squash::Erf, out, inp, p.weight, p.bias, p.alpha, p.shift, rows, C);
+  }
+}
+
+// dinp (rows, C) +=; dp's parameters +=.
+template <class S>
+void norm_backward(NormKind kind, S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
+                   const NormParams<S>& p, const S* mean, const S* rstd, int rows, int C) {
+  switch (kind) {
+    case NormKind::LayerNorm:
+      return ops::layernorm_backward(dinp, dp.weight, dp.bias, dout, inp, p.weight, mean, rstd, rows, C);
+    case NormKind::RMSNorm: return ops::rmsnorm_backward(dinp, dp.weight, dout, inp, p.weight, rstd, rows, C);
+    case NormKind::DyT:
+      return ops::dynnorm_backward(ops::Squash::Tanh, dinp, dp.weight, dp.bias, dp.alpha, dp.shift, dout, inp,
+                                   p.weight, p.alpha, p.shift, rows, C);
+    case NormKind::Derf:
+      return ops::dynnorm_backward(ops::Squash::Erf, dinp, dp.weight, dp.bias, dp.alpha, dp.shift, dout, inp,
+                                   p.weight, p.alpha, p.shift, rows, C);
+  }
+}
+
+// tout (K, rows, C) = J tin, J the Jacobian of the norm at `inp` (parameters fixed).
+template <class S>
+void norm_jvp(NormKind kind, S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
+              const S* rstd, int K, int rows, int C) {
+  switch (kind) {
+    case NormKind::LayerNorm: return ops::layernorm_jvp(tout, tin, inp, p.weight, mean, rstd, K, rows, C);
+    case NormKind::RMSNorm: return ops::rmsnorm_jvp(tout, tin, inp, p.weight, rstd, K, rows, C);
+    case NormKind::DyT:
+      return ops::dynnorm_jvp(ops::Squash::Tanh, tout, tin, inp, p.weight, p.alpha, p.shift, K, rows, C);
+    case NormKind::Derf:
+      return ops::dynnorm_jvp(ops::Squash::Erf, tout, tin, inp, p.weight, p.alpha, p.shift, K, rows, C);
+  }
+}
+
+// The closed-form Jacobian (row-major d x d, J[i][j] = d y_i / d z_j) of one site at input row z with
+// parameters p (the gain p.weight always; alpha and shift for the point-wise kinds).
+std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, const NormParams<double>& p, int d,
+                                              double eps);
+
+// A basis (each a vector of d) of the null space that the kind's Jacobian has at unit gain whatever
+// its input: LayerNorm the constant vector (and the centred input at eps = 0), RMSNorm the input at
+// eps = 0, the point-wise kinds nothing (their Jacobian is diagonal with no zero).
+std::vector<std::vector<double>> norm_structural_kernel(NormKind kind, const double* z, int d, double eps);
+
+}  // namespace normlab
