@@ -8,6 +8,7 @@
 #include "check.h"
 #include "model/model.h"
 #include "model/norm_of.h"
+#include "model/params.h"
 #include "ops/common.h"
 #include "util/error.h"
 
@@ -84,7 +85,8 @@ void check_model_gradients(const ModelConfig& cfg, bool padding = false) {
 }
 
 const Placement kAllPlacements[] = {Placement::Post,    Placement::Pre,      Placement::Sandwich,
-                                    Placement::PrePost, Placement::DeepNorm, Placement::None};
+                                    Placement::PrePost, Placement::DeepNorm, Placement::None,
+                                    Placement::Peri,    Placement::Reordered, Placement::Lns};
 
 }  // namespace
 
@@ -277,6 +279,43 @@ TEST(Config, ValidateReportsEveryViolationAtOnce) {
   EXPECT_THROW(model_config_from_json(j, "test"), Error);
   j = {{"arch", "encoder"}, {"vocab", 256}};  // a model config like any other; byte-level masked training refuses it
   EXPECT_NO_THROW(model_config_from_json(j, "test"));
+}
+
+// Mix-LN is read as a whole stack: floor(L / 4) post layers, then pre; refused in a list and for encdec.
+TEST(Config, MixLnExpandsToTheAuthorsArrangement) {
+  for (auto [L, post] : {std::pair{12, 3}, std::pair{24, 6}, std::pair{5, 1}, std::pair{3, 0}}) {
+    const ModelConfig c = model_config_from_json({{"placement", "mixln"}, {"n_layers", L}}, "test");
+    ASSERT_EQ(int(c.placement.size()), L);
+    for (int l = 0; l < L; l++) EXPECT_EQ(c.placement_of(l), l < post ? Placement::Post : Placement::Pre) << L << " " << l;
+    EXPECT_TRUE(c.has_final_norm());
+  }
+  for (const nlohmann::json& bad : {nlohmann::json{{"placement", {"pre", "mixln"}}, {"n_layers", 2}},
+                                    nlohmann::json{{"placement", "mixln"}, {"arch", "encdec"}}}) {
+    try {
+      model_config_from_json(bad, "test");
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("mixln"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Peri-LN's embedding norm and LayerNorm Scaling's constant scales come from their Method entries.
+TEST(Config, PeriAddsTheEmbeddingNormAndLnsScalesByDepth) {
+  ModelConfig peri = tiny(Arch::Gpt, {Placement::Peri}, NormKind::LayerNorm);
+  EXPECT_TRUE(peri.has_embed_norm());
+  EXPECT_NE(make_param_table(peri).find("ln_emb.weight"), nullptr);
+  EXPECT_EQ(make_param_table(tiny(Arch::Gpt, {Placement::Post, Placement::Peri}, NormKind::LayerNorm)).find("ln_emb.weight"),
+            nullptr);  // the stack's first layer decides
+  ModelConfig encdec = peri;
+  encdec.arch = Arch::EncDec;
+  EXPECT_THROW(encdec.validate(), Error);
+  ModelConfig lns = tiny(Arch::Gpt, {Placement::Lns}, NormKind::RMSNorm);
+  lns.n_layers = 4;
+  Model<double> m(lns);
+  for (int i = 0; i < lns.n_slots(); i++)
+    EXPECT_DOUBLE_EQ(m.sublayer_params_of(i).ln_in.scale, 1.0 / std::sqrt(double(i / 2 + 1))) << i;
+  EXPECT_DOUBLE_EQ(m.final_norm().scale, 1.0);
 }
 
 TEST(Config, JsonRoundTrip) {

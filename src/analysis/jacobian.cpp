@@ -92,7 +92,7 @@ NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& 
   // kind (DyT, Derf) has a diagonal Jacobian and no such prediction (left 0, reported as n/a)
   if (r.statistic) {
     r.scale = std::sqrt(r.var + cfg.eps);
-    r.predicted_bulk = 1.0 / r.scale;
+    r.predicted_bulk = params.scale / r.scale;  // a site's constant output scale (LayerNorm Scaling) included
     r.predicted_small = r.predicted_bulk * cfg.eps / (r.var + cfg.eps);
   }
   // autodiff: the kernel's jvp applied to the d unit tangents

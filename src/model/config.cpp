@@ -1,6 +1,7 @@
 // config.cpp: model config validation, derived quantities, and strict JSON conversion.
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 
@@ -26,10 +27,6 @@ constexpr EnumName<Activation> kActivationNames[] = {
     {Activation::Gelu, "gelu"}, {Activation::GeluExact, "gelu_exact"}, {Activation::Relu, "relu"}};
 constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}};
 // The method names come from the methods table (model/methods.cpp), in its order.
-constexpr Placement kAllPlacements[] = {Placement::Post,     Placement::Pre,      Placement::Sandwich,
-                                        Placement::PrePost,  Placement::DeepNorm, Placement::None,
-                                        Placement::Admin,    Placement::ReZero,   Placement::SkipInit,
-                                        Placement::LayerScale, Placement::TFixup, Placement::Residual};
 constexpr EnumName<AdminInit> kAdminInitNames[] = {{AdminInit::Log, "log"},
                                                    {AdminInit::Sqrt, "sqrt"},
                                                    {AdminInit::One, "one"},
@@ -87,15 +84,15 @@ const char* to_string(Sublayer s) { return s == Sublayer::Attn ? "attn" : s == S
 const char* to_string(InitScheme v) { return name_of(kInitNames, v); }
 const char* to_string(Head v) { return name_of(kHeadNames, v); }
 std::optional<Placement> placement_from_string(const std::string& s) {
-  for (Placement p : kAllPlacements)
-    if (s == method_of(p).name) return p;
+  for (const Method& m : all_methods())
+    if (s == m.name) return m.id;
   return std::nullopt;
 }
 
 static std::string placement_choices() {
   std::string out;
-  for (Placement p : kAllPlacements) out += (out.empty() ? "" : " | ") + std::string(method_of(p).name);
-  return out;
+  for (const Method& m : all_methods()) out += (out.empty() ? "" : " | ") + std::string(m.name);
+  return out + " | " + kMixLn + " (alone: a whole stack)";
 }
 
 int ModelConfig::vocab_size() const {
@@ -156,6 +153,8 @@ bool ModelConfig::has_final_norm() const {
   if (arch == Arch::Encoder) return method_of(placement_of(n_layers - 1)).final_norm;
   return method_of(placement_of(total_layers() - 1)).final_norm;
 }
+
+bool ModelConfig::has_embed_norm() const { return embed_norm || (!encdec() && method_of(placement_of(0)).embed_norm); }
 
 bool ModelConfig::has_enc_final_norm() const {
   return encdec() && method_of(placement_of(n_layers - 1)).final_norm;
@@ -222,7 +221,17 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back(fmt::format("model.placement lists {} methods for {} layers (give one, or one per "
                             "layer{})",
                             placement.size(), layers, encdec() ? ", encoder layers first" : ""));
-  if (!placement.empty() && (placement.size() == 1 || (int)placement.size() == layers)) dual_violations(v);
+  if (!placement.empty() && (placement.size() == 1 || (int)placement.size() == layers)) {
+    dual_violations(v);
+    if (encdec())
+      for (int l = 0; l < total_layers(); l++)
+        if (method_of(placement_of(l)).embed_norm) {
+          v.push_back(fmt::format("model.placement \"{}\" ({}) normalizes the embedding output, which arch = "
+                                  "\"encdec\" does not support (gpt and encoder do)",
+                                  method_of(placement_of(l)).name, method_of(placement_of(l)).source));
+          break;
+        }
+  }
   if (v.empty()) size_violations(v);
   return v;
 }
@@ -295,6 +304,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
 ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where,
                                    std::vector<std::string>& errors) {
   ModelConfig cfg;
+  bool mixln = false;
   JsonReader r(obj, where);
   read_enum(r, "arch", kArchNames, cfg.arch);
   r.get("d_model", cfg.d_model);
@@ -337,7 +347,18 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
     else if (p.is_array()) items.assign(p.begin(), p.end());
     else r.fail(fmt::format("{}: 'placement' must be a string or a list of strings", where));
     cfg.placement.clear();
+    // "mixln" alone names a whole stack's arrangement (Mix-LN), expanded once n_layers is known below
+    if (items.size() == 1 && items[0].is_string() && items[0].get<std::string>() == kMixLn) {
+      mixln = true;
+      items.clear();
+    }
     for (const auto& item : items) {
+      if (item.is_string() && item.get<std::string>() == kMixLn) {
+        r.fail(fmt::format("{}: placement \"mixln\" names a whole stack (Post-LN for its first quarter, Pre-LN "
+                           "after); give it alone, not in a list",
+                           where));
+        continue;
+      }
       auto v = item.is_string() ? placement_from_string(item.get<std::string>()) : std::nullopt;
       if (!v) {
         r.fail(fmt::format("{}: placement {} is not one of {}", where, item.dump(), placement_choices()));
@@ -345,7 +366,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
       }
       cfg.placement.push_back(*v);
     }
-    if (cfg.placement.empty() && !items.empty()) cfg.placement = {Placement::Pre};
+    if (cfg.placement.empty() && (!items.empty() || mixln)) cfg.placement = {Placement::Pre};
   }
   r.get("residual", cfg.residual);
   r.get("mlp", cfg.mlp);
@@ -353,9 +374,24 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("init_std", cfg.init_std);
   r.get("dropout", cfg.dropout);
   r.get("seed", cfg.seed);
+  if (mixln) {
+    if (cfg.encdec())
+      r.fail(fmt::format("{}: placement \"mixln\" arranges one stack; arch = \"encdec\" has two (list a "
+                         "method per layer instead)",
+                         where));
+    else if (cfg.n_layers >= 1 && cfg.n_layers <= kMaxLayers)
+      cfg.placement = mixln_placement(cfg.n_layers);
+  }
   for (auto& e : r.finish()) errors.push_back(e);
   for (auto& e : cfg.violations()) errors.push_back(e);
   return cfg;
+}
+
+std::vector<Placement> mixln_placement(int layers) {
+  const int post = int(std::floor(kMixLnPostFraction * layers));
+  std::vector<Placement> p(size_t(layers), Placement::Pre);
+  std::fill(p.begin(), p.begin() + post, Placement::Post);
+  return p;
 }
 
 nlohmann::json model_config_to_json(const ModelConfig& cfg) {

@@ -21,7 +21,8 @@ enum class Activation { Gelu, GeluExact, Relu };
 // encoder such as BertModel: no logits and no loss).
 enum class Head { Tied, Mlm, None };
 // The normalization method of a layer (docs/MODEL.md "Methods"; one entry each in model/methods.cpp).
-enum class Placement { Post, Pre, Sandwich, PrePost, DeepNorm, None, Admin, ReZero, SkipInit, LayerScale, TFixup, Residual };
+enum class Placement { Post, Pre, Sandwich, PrePost, DeepNorm, None, Admin, ReZero, SkipInit, LayerScale, TFixup, Residual,
+                       Peri, Reordered, Lns };
 enum class InitScheme { Auto, Normal, Gpt2, Xavier, DeepNet, TFixup };
 // How Admin's omega starts: closed forms O(log n), O(1) (sqrt S), plain Post-LN (1), or profiled on
 // the first training batch.
@@ -107,6 +108,9 @@ struct ModelConfig {
   // A final norm ends the decoder (or the only) stack; enc_final_norm ends an encdec's encoder.
   bool has_final_norm() const;
   bool has_enc_final_norm() const;
+  // A norm ln_emb of the embedding sum before the first block: embed_norm (BERT), or the first layer's
+  // method asks for one (Peri-LN).
+  bool has_embed_norm() const;
   bool has_logits() const { return head != Head::None; }
   InitScheme resolved_init() const;
   // The decoder (or gpt) self-attention is causal; an encoder's is bidirectional.
@@ -144,5 +148,13 @@ const char* to_string(Head);
 const char* to_string(AdminInit);
 const char* to_string(Sublayer);
 std::optional<Placement> placement_from_string(const std::string&);
+
+// Mix-LN (Li et al. 2025) is an arrangement of a whole stack, not a method of one layer: the first
+// floor(L / 4) layers Post-LN, the rest Pre-LN (the authors' alpha = 0.25: 3 of 12 layers, 6 of 24).
+// model.placement = "mixln" expands to that list when the config is read (so a stack of fewer than
+// 4 layers is all Pre-LN); checkpoints and results keep the list.
+inline constexpr const char* kMixLn = "mixln";
+inline constexpr double kMixLnPostFraction = 0.25;
+std::vector<Placement> mixln_placement(int layers);
 
 }  // namespace normlab

@@ -42,9 +42,21 @@ constexpr Method kMethods[] = {
     {Placement::Residual, "residual", kOut, S::One, G::One, true, Streams::Dual, InitScheme::Auto,
      "x <- LN(x + F(x)) and x_d <- x_d + F(x); the stack ends y = x + LN_f(x_d)",
      "Xie et al. 2023 (ResiDual)"},
+    {Placement::Peri, "peri", {true, true, false}, S::One, G::One, true, Streams::One, InitScheme::Auto,
+     "x <- x + LN(F(LN(x))), a norm on the embedding output and a final norm", "Kim et al. 2025 (Peri-LN)",
+     /*embed_norm=*/true},
+    {Placement::Reordered, "reordered", {false, true, false}, S::One, G::One, true, Streams::One, InitScheme::Auto,
+     "x <- x + LN(F(x)): the norm on the branch output only, and a final norm (OLMo 2's order; OLMo 2 "
+     "also normalizes q and k, which normlab does not yet)",
+     "OLMo et al. 2025 (OLMo 2)"},
+    {Placement::Lns, "lns", kIn, S::One, G::One, true, Streams::One, InitScheme::Auto,
+     "x <- x + F(LN(x) / sqrt(l)), l = 1..L the layer's depth: Pre-LN with LayerNorm Scaling",
+     "Sun et al. 2025 (The Curse of Depth)", /*embed_norm=*/false, /*depth_scaled_input=*/true},
 };
 
 }  // namespace
+
+std::span<const Method> all_methods() { return kMethods; }
 
 const Method& method_of(Placement p) {
   for (const Method& m : kMethods)

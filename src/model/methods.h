@@ -6,6 +6,8 @@
 // The exact forms are in docs/MODEL.md ("Methods").
 #pragma once
 
+#include <span>
+
 #include "model/config.h"
 
 namespace normlab {
@@ -48,9 +50,15 @@ struct Method {
   InitScheme init;      // the scheme `init = auto` resolves to (Auto: no preference)
   const char* summary;  // one line: what it is
   const char* source;   // paper
+  bool embed_norm = false;  // a norm of the embedding output before the first block (Peri-LN), when the
+                            // stack's first layer has this method (gpt and encoder stacks)
+  bool depth_scaled_input = false;  // ln_in's output times 1 / sqrt(l), l = 1..L the layer's depth in its
+                                    // stack (LayerNorm Scaling); a constant, not a parameter
 };
 
 const Method& method_of(Placement p);
+// Every method, in the table's order (the values of model.placement).
+std::span<const Method> all_methods();
 inline NormSites norm_sites(Placement p) { return method_of(p).sites; }
 inline bool dual_stream(Placement p) { return method_of(p).streams == Streams::Dual; }
 // The block is x + (a branch of x): one stream, no norm after the sum and a shortcut of exactly 1,

@@ -116,7 +116,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   size_t att_max = 0;
   plan.push_back({&streams_[0], size_t(rows(0)) * C});
   if (cfg_.encdec()) plan.push_back({&streams_[dec0], N * C});  // the decoder's embedding output
-  if (cfg_.embed_norm) plan.insert(plan.end(), {{&emb_, N * C}, {&emb_mean_, N}, {&emb_rstd_, N}});
+  if (cfg_.has_embed_norm()) plan.insert(plan.end(), {{&emb_, N * C}, {&emb_mean_, N}, {&emb_rstd_, N}});
   for (size_t i = 0; i < n_slots; i++) {
     if (!slots_[i].present) continue;  // absent: its output stream aliases its input below
     SublayerActs<S>& a = a_[i];
@@ -151,6 +151,9 @@ void Model<S>::plan(int B, int T, int Ssrc) {
                            {&dmix_, Nmax * std::max(C, F)}, {&dhid_, Nmax * std::max(3 * C, F)},
                            {&datt_, att_max}});
   if (cfg_.encdec()) plan.insert(plan.end(), {{&dkv_, Ns * 2 * C}, {&dmem_, Ns * C}});
+  bool scaled = false;
+  for (int l = 0; l < cfg_.total_layers(); l++) scaled |= method_of(cfg_.placement_of(l)).depth_scaled_input;
+  if (scaled) plan.push_back({&dscale_, Nmax * C});
   size_t total = 0;
   for (const auto& e : plan) total += e.count;
   acts_.assign(total, S(0));
@@ -177,7 +180,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   }
   if (cfg_.encdec() && !cfg_.has_enc_final_norm()) memory_ = enc_out_;
   if (!cfg_.has_final_norm()) xf_ = streams_[n_slots];
-  if (!cfg_.embed_norm) emb_ = streams_[cfg_.encdec() ? size_t(dec0) : 0];
+  if (!cfg_.has_embed_norm()) emb_ = streams_[cfg_.encdec() ? size_t(dec0) : 0];
   if (!enc_dual) enc_dual_ = nullptr;  // planned buffers are fresh; these stay null when absent
   if (!dual) dual_ = nullptr;
   ids_.assign(N, 0);
@@ -196,7 +199,7 @@ void Model<S>::norm_forward(S* out, S* mean, S* rstd, const S* inp, const NormPa
 template <class S>
 void Model<S>::norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
                              const NormParams<S>& p, const S* mean, const S* rstd, int rows) {
-  normlab::norm_backward(cfg_.norm, dinp, dp, dout, inp, p, mean, rstd, rows, cfg_.d_model);
+  normlab::norm_backward(cfg_.norm, dinp, dp, dout, inp, p, mean, rstd, rows, cfg_.d_model, dscale_);
 }
 
 template <class S>
@@ -396,7 +399,7 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   S* x0 = streams_[size_t(cfg_.encdec() ? dec0 : 0)];
   embedding_forward(emb_, ids_.data(), wte_, wpe_, B, T, C);
   if (wtt_) token_type_forward(emb_, types_.data(), wtt_, N, C);
-  if (cfg_.embed_norm) norm_forward(x0, emb_mean_, emb_rstd_, emb_, lnemb_, N);
+  if (cfg_.has_embed_norm()) norm_forward(x0, emb_mean_, emb_rstd_, emb_, lnemb_, N);
   if (training_ && cfg_.dropout > 0)
     dropout_forward(x0, x0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C, dropout_first(size_t(N) * C));
   profile_ratio_ = 1.0;  // each stack is its own chain (profile_admin)
@@ -550,7 +553,7 @@ void Model<S>::embedding_backward_all(const S* dx0) {
     dx0 = tmp;
   }
   const S* demb = dx0;
-  if (cfg_.embed_norm) {
+  if (cfg_.has_embed_norm()) {
     S* tmp = (dx0 == dstream_[0]) ? dstream_[1] : dstream_[0];
     zero(tmp, size_t(N) * C);
     norm_backward(tmp, dlnemb_, dx0, emb_, lnemb_, emb_mean_, emb_rstd_, N);

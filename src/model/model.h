@@ -245,6 +245,8 @@ class Model {
   S* dkv_ = nullptr;                 // (B, S, 2C) cross-attention
   S* dmem_ = nullptr;                // (B, S, C) d(loss)/d(memory), summed over the cross slots
   S* ddual_ = nullptr;               // (B, max(T, S), C) d(loss)/d(x_d) of the stack being run backward
+  S* dscale_ = nullptr;              // (B, max(T, S), C) a scaled norm site's scaled dout (norm_backward);
+                                     // planned only when a method scales one (LayerNorm Scaling)
   std::vector<int32_t> ids_, labels_, types_, src_ids_;
   std::vector<uint8_t> key_mask_, src_mask_;
   bool has_key_mask_ = false, has_src_mask_ = false;

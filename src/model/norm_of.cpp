@@ -39,8 +39,11 @@ NormStatistic norm_statistic(NormKind kind) {
   return NormStatistic::None;
 }
 
-std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, const NormParams<double>& p, int d,
-                                              double eps) {
+namespace {
+
+// The Jacobian of the kind's own map (without the site's constant scale).
+std::vector<double> unscaled_jacobian(NormKind kind, const double* z, const NormParams<double>& p, int d,
+                                      double eps) {
   std::vector<double> J(size_t(d) * d, 0.0);
   const double* gamma = p.weight;
   switch (kind) {
@@ -84,6 +87,16 @@ std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, co
       return J;
     }
   }
+  return J;
+}
+
+}  // namespace
+
+std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, const NormParams<double>& p, int d,
+                                              double eps) {
+  std::vector<double> J = unscaled_jacobian(kind, z, p, d, eps);
+  if (p.scale != 1.0)
+    for (double& v : J) v *= p.scale;
   return J;
 }
 

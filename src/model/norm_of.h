@@ -6,10 +6,13 @@
 // (-Werror=switch), so no kind silently runs as another. The exact forms are docs/MODEL.md ("Norms").
 #pragma once
 
+#include <cassert>
+#include <cstddef>
 #include <vector>
 
 #include "model/config.h"
 #include "model/params.h"
+#include "ops/common.h"
 #include "ops/dynnorm.h"
 #include "ops/layernorm.h"
 #include "ops/rmsnorm.h"
@@ -35,25 +38,46 @@ double norm_scalar_init(NormKind kind, const ModelConfig& cfg, const std::string
 enum class NormStatistic { Variance, MeanSquare, None };
 NormStatistic norm_statistic(NormKind kind);
 
+// v (n) *= scale, in place: a site's constant output scale (NormParams::scale)
+template <class S>
+void norm_scale_in_place(S* v, size_t n, double scale) {
+  if (scale == 1.0) return;
+  const S c = S(scale);
+#pragma omp parallel for schedule(static) if((long)n > ops::kParallelMinWork)
+  for (long i = 0; i < (long)n; i++) v[i] *= c;
+}
+
 // out, mean, rstd: (rows, C), (rows), (rows) (the statistics are saved by the kinds that have them
-// and untouched by the others); inp (rows, C).
+// and untouched by the others); inp (rows, C). Then out *= p.scale.
 template <class S>
 void norm_forward(NormKind kind, S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p, int rows,
                   int C, double eps) {
   switch (kind) {
-    case NormKind::LayerNorm: return ops::layernorm_forward(out, mean, rstd, inp, p.weight, p.bias, rows, C, eps);
-    case NormKind::RMSNorm: return ops::rmsnorm_forward(out, rstd, inp, p.weight, rows, C, eps);
+    case NormKind::LayerNorm: ops::layernorm_forward(out, mean, rstd, inp, p.weight, p.bias, rows, C, eps); break;
+    case NormKind::RMSNorm: ops::rmsnorm_forward(out, rstd, inp, p.weight, rows, C, eps); break;
     case NormKind::DyT:
-      return ops::dynnorm_forward(ops::Squash::Tanh, out, inp, p.weight, p.bias, p.alpha, p.shift, rows, C);
+      ops::dynnorm_forward(ops::Squash::Tanh, out, inp, p.weight, p.bias, p.alpha, p.shift, rows, C);
+      break;
     case NormKind::Derf:
-      return ops::dynnorm_forward(ops::Squash::Erf, out, inp, p.weight, p.bias, p.alpha, p.shift, rows, C);
+      ops::dynnorm_forward(ops::Squash::Erf, out, inp, p.weight, p.bias, p.alpha, p.shift, rows, C);
+      break;
   }
+  norm_scale_in_place(out, size_t(rows) * C, p.scale);
 }
 
-// dinp (rows, C) +=; dp's parameters +=.
+// dinp (rows, C) +=; dp's parameters +=. A site with p.scale != 1 needs `scratch` (rows, C), where
+// the scaled dout goes (the kernels then see d(loss)/d(unscaled output)).
 template <class S>
 void norm_backward(NormKind kind, S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
-                   const NormParams<S>& p, const S* mean, const S* rstd, int rows, int C) {
+                   const NormParams<S>& p, const S* mean, const S* rstd, int rows, int C, S* scratch = nullptr) {
+  if (p.scale != 1.0) {
+    assert(scratch && "norm_backward: a scaled site needs scratch");
+    const size_t n = size_t(rows) * C;
+    const S c = S(p.scale);
+#pragma omp parallel for schedule(static) if((long)n > ops::kParallelMinWork)
+    for (long i = 0; i < (long)n; i++) scratch[i] = c * dout[i];
+    dout = scratch;
+  }
   switch (kind) {
     case NormKind::LayerNorm:
       return ops::layernorm_backward(dinp, dp.weight, dp.bias, dout, inp, p.weight, mean, rstd, rows, C);
@@ -67,22 +91,25 @@ void norm_backward(NormKind kind, S* dinp, const NormParams<S>& dp, const S* dou
   }
 }
 
-// tout (K, rows, C) = J tin, J the Jacobian of the norm at `inp` (parameters fixed).
+// tout (K, rows, C) = J tin, J the Jacobian of the norm at `inp` (parameters fixed; p.scale included).
 template <class S>
 void norm_jvp(NormKind kind, S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
               const S* rstd, int K, int rows, int C) {
   switch (kind) {
-    case NormKind::LayerNorm: return ops::layernorm_jvp(tout, tin, inp, p.weight, mean, rstd, K, rows, C);
-    case NormKind::RMSNorm: return ops::rmsnorm_jvp(tout, tin, inp, p.weight, rstd, K, rows, C);
+    case NormKind::LayerNorm: ops::layernorm_jvp(tout, tin, inp, p.weight, mean, rstd, K, rows, C); break;
+    case NormKind::RMSNorm: ops::rmsnorm_jvp(tout, tin, inp, p.weight, rstd, K, rows, C); break;
     case NormKind::DyT:
-      return ops::dynnorm_jvp(ops::Squash::Tanh, tout, tin, inp, p.weight, p.alpha, p.shift, K, rows, C);
+      ops::dynnorm_jvp(ops::Squash::Tanh, tout, tin, inp, p.weight, p.alpha, p.shift, K, rows, C);
+      break;
     case NormKind::Derf:
-      return ops::dynnorm_jvp(ops::Squash::Erf, tout, tin, inp, p.weight, p.alpha, p.shift, K, rows, C);
+      ops::dynnorm_jvp(ops::Squash::Erf, tout, tin, inp, p.weight, p.alpha, p.shift, K, rows, C);
+      break;
   }
+  norm_scale_in_place(tout, size_t(K) * rows * C, p.scale);
 }
 
 // The closed-form Jacobian (row-major d x d, J[i][j] = d y_i / d z_j) of one site at input row z with
-// parameters p (the gain p.weight always; alpha and shift for the point-wise kinds).
+// parameters p (the gain p.weight always; alpha and shift for the point-wise kinds; p.scale).
 std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, const NormParams<double>& p, int d,
                                               double eps);
 

@@ -3,6 +3,7 @@
 
 #include "model/norm_of.h"
 
+#include <cmath>
 #include <fmt/format.h>
 
 #include "util/error.h"
@@ -47,7 +48,7 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     add("enc.wpe.weight", {cfg.seq_len, C}, ParamRole::Embedding);
   }
   if (cfg.type_vocab > 0) add("wtt.weight", {cfg.type_vocab, C}, ParamRole::Embedding);
-  if (cfg.embed_norm) add_norm("ln_emb");
+  if (cfg.has_embed_norm()) add_norm("ln_emb");
   for (int i = 0; i < cfg.n_slots(); i++) {
     const Slot slot = cfg.slot(i);
     // the encoder's final norm follows its last layer
@@ -103,6 +104,9 @@ SublayerParams<S> sublayer_params(const ParamTable& table, const ModelConfig& cf
   const Sublayer kind = cfg.slot(slot).kind;
   SublayerParams<S> v;
   v.ln_in = norm_params(table, base, p + ".ln_in");
+  const int layer = cfg.slot(slot).layer;
+  if (method_of(cfg.placement_of(layer)).depth_scaled_input)  // 1 / sqrt(l), l = 1..L within the stack
+    v.ln_in.scale = 1.0 / std::sqrt(double(layer - (cfg.encdec() && layer >= cfg.n_layers ? cfg.n_layers : 0) + 1));
   v.ln_branch = norm_params(table, base, p + ".ln_branch");
   v.ln_out = norm_params(table, base, p + ".ln_out");
   const char* first = kind == Sublayer::Attn ? ".qkv" : kind == Sublayer::Cross ? ".q" : ".fc";

@@ -47,6 +47,8 @@ struct NormParams {
   S* bias = nullptr;    // (C) LayerNorm, DyT, Derf
   S* alpha = nullptr;   // (1) DyT, Derf: the input scale
   S* shift = nullptr;   // (1) Derf: the input shift
+  double scale = 1.0;   // a constant factor on the site's output, not a parameter (LayerNorm Scaling's
+                        // 1 / sqrt(l) on ln_in: methods.h depth_scaled_input); 1 everywhere else
 };
 template <class S>
 struct SublayerParams {

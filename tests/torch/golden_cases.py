@@ -49,7 +49,7 @@ class Case:
         return m
 
 
-NEW_METHODS = ("admin", "rezero", "skipinit", "layerscale", "tfixup", "residual")
+NEW_METHODS = ("admin", "rezero", "skipinit", "layerscale", "tfixup", "residual", "peri", "reordered", "lns")
 
 
 def build_cases():
@@ -197,7 +197,7 @@ def build_cases():
                    EXTRA_BT, extra=True, pad=True))
     ex.append(Case("x_gpt_layerscale_depth25", dict(DEEP, n_layers=25, placement="layerscale"), DEEP_BT,
                    extra=True))
-    for p in ("post", "pre", "deepnorm", "admin", "tfixup", "residual"):
+    for p in ("post", "pre", "deepnorm", "admin", "tfixup", "residual", "reordered", "lns"):
         ex.append(Case(f"x_encdec_{p}", dict(ENCDEC_EXTRA, placement=p), ENCDEC_EXTRA_BST, extra=True))
     ex += [
         Case("x_encdec_mix_all_unshared", dict(ENCDEC_EXTRA, placement=["sandwich", "rezero", "layerscale",

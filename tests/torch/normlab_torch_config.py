@@ -28,7 +28,12 @@ EOS_TOKEN = 257      # encdec: the last label
 #                   all dual or not dual at all (normalize_config refuses a mix).
 # --------------------------------------------------------------------------------------------------
 
-Method = namedtuple("Method", "in_norm branch_norm out_norm shortcut branch final dual", defaults=(False,))
+# embed:            a norm ln_emb of the embedding output when the stack's first layer has this method
+#                   (Peri-LN; gpt and encoder only), as if embed_norm were set.
+# lns:              ln_in's output times 1/sqrt(l), l = 1..L the layer's depth in its stack (LayerNorm
+#                   Scaling, Sun et al. 2025).
+Method = namedtuple("Method", "in_norm branch_norm out_norm shortcut branch final dual embed lns",
+                    defaults=(False, False, False))
 
 METHODS = OrderedDict([
     ("post",       Method(False, False, True,  "one",      "one",    False)),   # Vaswani et al. 2017
@@ -43,12 +48,21 @@ METHODS = OrderedDict([
     ("layerscale", Method(True,  False, False, "one",      "gain_c", True)),    # LayerScale (CaiT)
     ("tfixup",     Method(False, False, False, "one",      "one",    False)),   # T-Fixup: init only
     ("residual",   Method(False, False, True,  "one",      "one",    True, dual=True)),   # ResiDual
+    ("peri",       Method(True,  True,  False, "one",      "one",    True, embed=True)),  # Peri-LN (Kim et al. 2025)
+    ("reordered",  Method(False, True,  False, "one",      "one",    True)),    # OLMo 2's order (no QK-norm)
+    ("lns",        Method(True,  False, False, "one",      "one",    True, lns=True)),    # LayerNorm Scaling
 ])
 PLACEMENTS = tuple(METHODS)
 IN_NORM = tuple(m for m, d in METHODS.items() if d.in_norm)            # ln_in before the branch
 BRANCH_NORM = tuple(m for m, d in METHODS.items() if d.branch_norm)    # ln_branch on the branch output
 OUT_NORM = tuple(m for m, d in METHODS.items() if d.out_norm)          # ln_out after the residual sum
 FINAL_NORM = tuple(m for m, d in METHODS.items() if d.final)           # a final norm after such a last layer
+
+def has_embed_norm(c):
+    """A normalized config has ln_emb: embed_norm, or its first layer's method asks for it (Peri-LN)."""
+    placement = c["placement"] if isinstance(c["placement"], list) else [c["placement"]]
+    return bool(c["embed_norm"]) or (c["arch"] != "encdec" and METHODS[placement[0]].embed)
+
 
 ARCHS = ("gpt", "encoder", "encdec")
 INITS = ("normal", "gpt2", "xavier", "deepnet", "tfixup")
@@ -147,6 +161,8 @@ def normalize_config(cfg, strict=True):
         if q not in METHODS:
             raise ValueError(f"unknown placement {q!r}")
     c["placement"] = placement
+    if encdec and any(METHODS[q].embed for q in placement):
+        raise ValueError("encdec has no embedding norm, which peri needs")
     # ResiDual's second stream spans a whole stack: a stack is all "residual" or has none
     spans = [placement[:L], placement[L:]] if encdec else [placement]
     for span in spans:

@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from normlab_torch_config import IGNORE_INDEX, METHODS, normalize_config, stack_of, stacks, sublayer_kinds
+from normlab_torch_config import IGNORE_INDEX, METHODS, has_embed_norm, normalize_config, stack_of, stacks, sublayer_kinds
 
 
 # --------------------------------------------------------------------------------------------------
@@ -142,6 +142,15 @@ def branch_scale(params, prefix, method):
     return 1.0
 
 
+def input_scale(prefix, method):
+    """LayerNorm Scaling: ln_in's output times 1/sqrt(l), l = 1..L the layer's depth in its stack
+    (read from the prefix: "h.3.attn", "enc.h.0.mlp" -> l = 4, 1); 1 for every other method."""
+    if not METHODS[method].lns:
+        return 1.0
+    parts = prefix.split(".")
+    return 1.0 / math.sqrt(int(parts[parts.index("h") + 1]) + 1)
+
+
 def sublayer_parts(config, params, prefix, method, branch, x, key_mask=None, stack=None):
     """One residual sub-layer (MODEL.md, "Methods"). Returns (x', f, omega, g) with f = F(h) the branch
     output, omega the shortcut scale (a number or Admin's (C) tensor) and g = ln_branch(f) (or f), what
@@ -149,7 +158,7 @@ def sublayer_parts(config, params, prefix, method, branch, x, key_mask=None, sta
     m = METHODS[method]
     omega = shortcut_scale(config, params, prefix, method, stack)
     lam = branch_scale(params, prefix, method)
-    h = norm(config, params, prefix + ".ln_in", x) if m.in_norm else x
+    h = norm(config, params, prefix + ".ln_in", x) * input_scale(prefix, method) if m.in_norm else x
     f = branch(config, params, prefix, h, key_mask)
     g = norm(config, params, prefix + ".ln_branch", f) if m.branch_norm else f
     r = omega * x + lam * g
@@ -256,7 +265,7 @@ def forward_outputs(config, params, input_ids, labels=None, token_types=None, ke
         if config["type_vocab"] > 0:
             types = torch.zeros_like(input_ids) if token_types is None else torch.as_tensor(token_types).long()
             x = x + params["wtt.weight"][types]
-        if config["embed_norm"]:
+        if has_embed_norm(config):
             x = norm(config, params, "ln_emb", x)
         xf = run_stack(config, params, stacks(config)[0], x, key_mask, hidden=out["hidden"])
     out["final"] = xf
@@ -347,7 +356,7 @@ def admin_profile(config, params, input_ids, token_types=None, key_mask=None, de
             if config["type_vocab"] > 0:
                 types = torch.zeros_like(input_ids) if token_types is None else torch.as_tensor(token_types).long()
                 x = x + params["wtt.weight"][types]
-            if config["embed_norm"]:
+            if has_embed_norm(config):
                 x = norm(config, params, "ln_emb", x)
             walk(stacks(config)[0], x, key_mask)
     return set_values

@@ -11,7 +11,7 @@ from collections import OrderedDict, namedtuple
 
 import torch
 
-from normlab_torch_config import METHODS, normalize_config, stacks, sublayer_kinds
+from normlab_torch_config import METHODS, has_embed_norm, normalize_config, stacks, sublayer_kinds
 
 
 # --------------------------------------------------------------------------------------------------
@@ -55,7 +55,7 @@ def param_table(config):
         t.append(ParamSpec("enc.wpe.weight", (c["seq_len"], C), "pos_emb", "enc", None, None))
     if c["type_vocab"] > 0:
         t.append(ParamSpec("wtt.weight", (c["type_vocab"], C), "type_emb", None, None, None))
-    if c["embed_norm"]:
+    if has_embed_norm(c):
         t += _norm_table(c, "ln_emb", None)
     for st in stacks(c):
         for l, method in enumerate(st.methods):
