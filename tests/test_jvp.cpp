@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "check.h"
+#include "model/activation_of.h"
 #include "model/norm_of.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
@@ -119,6 +120,19 @@ TEST(Jvp, EveryNormKindThroughTheSeam) {
         expect_close("d" + suffix, grad, finite_diff(param, objective, 1e-6), 1e-6, 1e-8);
       }
     }
+}
+
+// Gated activations (SwiGLU, GeGLU) through the model's dispatch: (N, 2F) -> (N, F), odd F.
+TEST(Jvp, GatedActivations) {
+  for (Activation act : {Activation::SwiGlu, Activation::GeGlu}) {
+    SCOPED_TRACE(to_string(act));
+    const int N = 3, F = 5;
+    Vec hid = randn(N * 2 * F, 21);
+    check_jvp(N * 2 * F, N * F, 3, hid,
+              [&](Vec& out) { activation_forward(act, out.data(), hid.data(), N, F); },
+              [&](Vec& t, const Vec& u) { activation_jvp(act, t.data(), hid.data(), u.data(), N, F, 3); },
+              [&](Vec& g, const Vec& v) { activation_backward(act, g.data(), hid.data(), v.data(), N, F); });
+  }
 }
 
 TEST(Jvp, MatmulActivationsResidual) {

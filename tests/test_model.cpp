@@ -121,6 +121,34 @@ TEST(ModelGradientsMore, PerLayerMixReluNoResidualEpsZero) {
   check_model_gradients(eps0);
 }
 
+// Gated MLPs (SwiGLU, GeGLU: fc holds gate and up rows) in both architectures, with a norm kind and a
+// method of today's models; d_ff = 12 (odd against every tile).
+TEST(ModelGradientsMore, GatedMlpsAndBiasChoices) {
+  for (Activation act : {Activation::SwiGlu, Activation::GeGlu})
+    for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
+      SCOPED_TRACE(std::string(to_string(act)) + " " + to_string(arch));
+      ModelConfig c = tiny(arch, {Placement::Pre, Placement::Peri}, NormKind::RMSNorm);
+      c.activation = act;
+      check_model_gradients(c, /*padding=*/arch == Arch::Encoder);
+    }
+  // model.bias: none (Llama) and qkv only (Qwen2), the cross-attention's maps included
+  for (LinearBias bias : {LinearBias::None, LinearBias::Qkv}) {
+    SCOPED_TRACE(to_string(bias));
+    ModelConfig c = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+    c.activation = Activation::SwiGlu;
+    c.bias = bias;
+    check_model_gradients(c);
+    const ParamTable t = make_param_table(c);
+    EXPECT_EQ(t.find("h.0.attn.qkv.bias") != nullptr, bias == LinearBias::Qkv);
+    EXPECT_EQ(t.find("h.0.attn.proj.bias"), nullptr);
+    EXPECT_EQ(t.find("h.1.mlp.fc.bias"), nullptr);
+  }
+  ModelConfig mlm = tiny(Arch::Encoder, {Placement::Post}, NormKind::LayerNorm);
+  mlm.head = Head::Mlm;
+  mlm.activation = Activation::SwiGlu;  // the MLM head's activation is element-wise: refused by name
+  EXPECT_THROW(mlm.validate(), Error);
+}
+
 // The pieces of GPT-2 and BERT: exact GELU, token types, embedding norm, the MLM head, padding.
 TEST(ModelGradientsMore, BertAndGpt2Pieces) {
   ModelConfig bert = tiny(Arch::Encoder, {Placement::Post}, NormKind::LayerNorm);

@@ -88,8 +88,10 @@ GainBias memory_norm(const Model<double>& model) {
   return {};
 }
 
+// (0 for an absent vector: a model without biases)
 double max_abs(const double* v, int n) {
   double m = 0;
+  if (!v) return m;
   for (int i = 0; i < n; i++) m = std::max(m, std::abs(v[i]));
   return m;
 }
@@ -108,7 +110,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
   const GainBias qnorm = feeding_norm(model, slot);
   const GainBias knorm = cross ? memory_norm(model) : qnorm;
   const double* wk = cross ? p.wkv : p.w1 + size_t(C) * C;  // this stack's key rows start here
-  const double* bk = cross ? p.bkv : p.b1 + C;
+  const double* bk = cross ? p.bkv : p.b1 ? p.b1 + C : nullptr;
   const double qk_bias_max = std::max(max_abs(p.b1, C), max_abs(bk, C));
   double beta_max = 0;
   for (const GainBias& n : {qnorm, knorm})

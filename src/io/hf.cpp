@@ -470,6 +470,9 @@ std::optional<std::string> export_refusal(const ModelConfig& c) {
   if (c.norm != NormKind::LayerNorm) why.push_back(fmt::format("norm is {} (GPT-2 and BERT use LayerNorm)", to_string(c.norm)));
   if (!c.residual) why.push_back("residual = false");
   if (!c.mlp) why.push_back("mlp = false (attention-only blocks)");
+  if (c.bias != LinearBias::All) why.push_back(fmt::format("bias is {} (GPT-2 and BERT have every linear bias)", to_string(c.bias)));
+  if (c.activation == Activation::SwiGlu || c.activation == Activation::GeGlu)
+    why.push_back(fmt::format("activation is {}, a gated MLP (GPT-2 and BERT use one fc projection)", to_string(c.activation)));
   if (!all) why.push_back("placement differs between layers");
   if (c.arch == Arch::Gpt) {
     if (c.placement_of(0) != Placement::Pre) why.push_back(fmt::format("a GPT-2 is pre-LN; this model is {}", to_string(c.placement_of(0))));
@@ -488,11 +491,14 @@ std::optional<std::string> export_refusal(const ModelConfig& c) {
                      c.arch == Arch::Gpt ? "GPT-2" : "BERT", out);
 }
 
+// The GPT-2 / BERT config name of an element-wise activation (a gated one is refused by export_refusal).
 static const char* hf_activation(Activation a) {
   switch (a) {
     case Activation::Gelu: return "gelu_new";
     case Activation::GeluExact: return "gelu";
     case Activation::Relu: return "relu";
+    case Activation::SwiGlu:
+    case Activation::GeGlu: return "?";
   }
   return "?";
 }

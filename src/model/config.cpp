@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include "model/activation_of.h"
 #include "model/methods.h"
 #include "model/params.h"
 #include "util/error.h"
@@ -24,7 +25,10 @@ constexpr EnumName<Arch> kArchNames[] = {{Arch::Gpt, "gpt"}, {Arch::Encoder, "en
 constexpr EnumName<NormKind> kNormNames[] = {
     {NormKind::LayerNorm, "layernorm"}, {NormKind::RMSNorm, "rmsnorm"}, {NormKind::DyT, "dyt"}, {NormKind::Derf, "derf"}};
 constexpr EnumName<Activation> kActivationNames[] = {
-    {Activation::Gelu, "gelu"}, {Activation::GeluExact, "gelu_exact"}, {Activation::Relu, "relu"}};
+    {Activation::Gelu, "gelu"},       {Activation::GeluExact, "gelu_exact"}, {Activation::Relu, "relu"},
+    {Activation::SwiGlu, "swiglu"}, {Activation::GeGlu, "geglu"}};
+constexpr EnumName<LinearBias> kBiasNames[] = {
+    {LinearBias::All, "all"}, {LinearBias::Qkv, "qkv"}, {LinearBias::None, "none"}};
 constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}};
 // The method names come from the methods table (model/methods.cpp), in its order.
 constexpr EnumName<AdminInit> kAdminInitNames[] = {{AdminInit::Log, "log"},
@@ -83,6 +87,7 @@ const char* to_string(AdminInit v) { return name_of(kAdminInitNames, v); }
 const char* to_string(Sublayer s) { return s == Sublayer::Attn ? "attn" : s == Sublayer::Cross ? "cross" : "mlp"; }
 const char* to_string(InitScheme v) { return name_of(kInitNames, v); }
 const char* to_string(Head v) { return name_of(kHeadNames, v); }
+const char* to_string(LinearBias v) { return name_of(kBiasNames, v); }
 std::optional<Placement> placement_from_string(const std::string& s) {
   for (const Method& m : all_methods())
     if (s == m.name) return m.id;
@@ -154,6 +159,8 @@ bool ModelConfig::has_final_norm() const {
   return method_of(placement_of(total_layers() - 1)).final_norm;
 }
 
+int ModelConfig::fc_width() const { return activation_width(activation) * ff(); }
+
 bool ModelConfig::has_embed_norm() const { return embed_norm || (!encdec() && method_of(placement_of(0)).embed_norm); }
 
 bool ModelConfig::has_enc_final_norm() const {
@@ -210,6 +217,10 @@ std::vector<std::string> ModelConfig::violations() const {
     if (embed_norm) v.push_back("model.embed_norm is not supported for arch = \"encdec\"");
     if (head != Head::Tied) v.push_back("model.head must be \"tied\" for arch = \"encdec\"");
   }
+  if (head == Head::Mlm && activation_width(activation) != 1)
+    v.push_back(fmt::format("model.head = \"mlm\" applies model.activation to one row of C; \"{}\" is gated "
+                            "(it needs 2 d_ff columns), use gelu, gelu_exact or relu with that head",
+                            to_string(activation)));
   // Everything below walks the layers (and sums them in int): only for layer counts in range, so a
   // config with n_layers = 2^31 - 1 gets the range error above instead of a loop of 2^31 layers.
   const auto in_range = [](long n) { return n >= 1 && n <= kMaxLayers; };
@@ -337,6 +348,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("eps", cfg.eps);
   r.get("norm_alpha", cfg.norm_alpha);
   read_enum(r, "activation", kActivationNames, cfg.activation);
+  read_enum(r, "bias", kBiasNames, cfg.bias);
   r.get("type_vocab", cfg.type_vocab);
   r.get("embed_norm", cfg.embed_norm);
   read_enum(r, "head", kHeadNames, cfg.head);
@@ -408,6 +420,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"eps", cfg.eps},
                         {"norm_alpha", cfg.norm_alpha},
                         {"activation", to_string(cfg.activation)},
+                        {"bias", to_string(cfg.bias)},
                         {"type_vocab", cfg.type_vocab},
                         {"embed_norm", cfg.embed_norm},
                         {"head", to_string(cfg.head)},

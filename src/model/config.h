@@ -15,7 +15,12 @@ enum class Arch { Gpt, Encoder, EncDec };
 // The norm kinds (model/norm_of.h: one case each): LayerNorm, RMSNorm, and the point-wise DyT
 // (gamma * tanh(alpha x) + beta) and Derf (gamma * erf(alpha x + s) + beta) that replace them.
 enum class NormKind { LayerNorm, RMSNorm, DyT, Derf };
-enum class Activation { Gelu, GeluExact, Relu };
+// The feed-forward activation: element-wise (gelu, gelu_exact, relu) or gated (swiglu, geglu: the fc
+// projection holds gate and up rows, model/activation_of.h).
+enum class Activation { Gelu, GeluExact, Relu, SwiGlu, GeGlu };
+// Which linear projections of the blocks have a bias: all (GPT-2, BERT), only the query, key and
+// value maps (Qwen2), or none (Llama, OLMo). The MLM head's dense layer always has one.
+enum class LinearBias { All, Qkv, None };
 // What turns the last stream into logits: the tied output embedding (GPT-2), BERT's masked-LM head
 // (dense + activation + norm, then the tied embedding and an output bias), or nothing (a headless
 // encoder such as BertModel: no logits and no loss).
@@ -72,7 +77,9 @@ struct ModelConfig {
   double eps = 1e-5;                 // PyTorch's LayerNorm default; 0 allowed for analysis
   double norm_alpha = 0.5;           // dyt, derf: every site's initial alpha (DyT's default for
                                      // non-LLM models; its LLaMA runs used 0.2-0.8 by width and site)
-  Activation activation = Activation::Gelu;  // gelu: tanh form, as GPT-2; gelu_exact: erf form, as BERT
+  Activation activation = Activation::Gelu;  // gelu: tanh form, as GPT-2; gelu_exact: erf form, as BERT;
+                                             // swiglu (Llama), geglu (Gemma): gated, fc has 2 d_ff rows
+  LinearBias bias = LinearBias::All;  // all | qkv | none: the blocks' linear biases (above)
   int type_vocab = 0;                // rows of a token-type (segment) embedding added to the input, as
                                      // BERT's 2; 0: none
   bool embed_norm = false;           // a norm of the embedding sum before the first block (BERT)
@@ -87,6 +94,8 @@ struct ModelConfig {
 
   int head_size() const { return d_model / n_heads; }
   int ff() const { return d_ff.value_or(4 * d_model); }
+  // Columns of the fc projection's output: d_ff, or 2 d_ff (gate and up) for a gated activation.
+  int fc_width() const;
   int vocab_size() const;
   int src_vocab_size() const { return shared_embeddings ? vocab_size() : src_vocab.value_or(vocab_size()); }
   bool encdec() const { return arch == Arch::EncDec; }
@@ -145,6 +154,7 @@ const char* to_string(Activation);
 const char* to_string(Placement);
 const char* to_string(InitScheme);
 const char* to_string(Head);
+const char* to_string(LinearBias);
 const char* to_string(AdminInit);
 const char* to_string(Sublayer);
 std::optional<Placement> placement_from_string(const std::string&);

@@ -41,7 +41,7 @@ IncrementalDecoder<S>::IncrementalDecoder(Model<S>& model, const int32_t* src, c
     if (s.kind == Sublayer::Attn) cache_[size_t(i)].assign(size_t(B) * max_len * 2 * C, S(0));
     if (s.kind == Sublayer::Cross) cache_[size_t(i)].assign(m_.acts(i).kv, m_.acts(i).kv + size_t(B) * Ssrc * 2 * C);
   }
-  const size_t BC = size_t(B) * C, wide = size_t(B) * std::max(3 * C, cfg.ff());
+  const size_t BC = size_t(B) * C, wide = size_t(B) * std::max(3 * C, cfg.fc_width());
   for (auto* v : {&x_, &h_, &f_, &g_, &r_}) v->assign(BC, S(0));
   hid_.assign(wide, S(0));
   mix_.assign(wide, S(0));
@@ -102,8 +102,8 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
                                 src_mask_.empty() ? nullptr : src_mask_.data() + size_t(b) * S_);
       matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, C, C);
     } else {
-      matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, F);
-      activation_forward(cfg.activation, mix_.data(), hid_.data(), size_t(B) * F);
+      matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, cfg.fc_width());
+      activation_forward(cfg.activation, mix_.data(), hid_.data(), B, F);
       matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, F, C);
     }
     // g = ln_branch(f);  r = omega * x + lambda * g;  x' = ln_out(r)

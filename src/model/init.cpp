@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "model/activation_of.h"
 #include "model/methods.h"
 #include "model/norm_of.h"
 #include "util/rng.h"
@@ -98,8 +99,10 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
     const bool residual_out = ends_with(p.name, ".proj.weight");
     const bool head = starts_with(p.name, "head.");
     const bool query_map = ends_with(p.name, ".cross.q.weight");
-    // fans of one projection: the fused qkv and kv are C x C projections stacked
-    const double fan_in = double(cols), fan_out = fused ? double(C) : double(rows);
+    // fans of one projection: the fused qkv and kv are C x C projections stacked, a gated fc its
+    // (F, C) gate and up projections
+    const bool gated_fc = ends_with(p.name, ".mlp.fc.weight") && activation_width(cfg.activation) == 2;
+    const double fan_in = double(cols), fan_out = fused ? double(C) : gated_fc ? double(rows / 2) : double(rows);
     for (int64_t r = 0; r < rows; r++) {
       const bool value_row = r >= vrows.first && r < vrows.last;
       for (int64_t c = 0; c < cols; c++) {

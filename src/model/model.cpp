@@ -104,6 +104,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   T_ = T;
   S_ = Ssrc;
   const size_t N = size_t(B) * T, Ns = size_t(B) * Ssrc, C = cfg_.d_model, F = cfg_.ff(), V = cfg_.vocab_size();
+  const size_t FW = cfg_.fc_width();  // fc's output columns: F, or 2F gated
   const size_t NH = cfg_.n_heads, n_slots = slots_.size(), Nmax = std::max(N, Ns);
   const int dec0 = cfg_.first_decoder_slot();
   struct Entry {
@@ -126,7 +127,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
     const size_t att = kind == Sublayer::Cross ? size_t(B) * NH * T * Ssrc : size_t(B) * NH * t * t;
     att_max = std::max(att_max, att);
     if (sites.in) plan.insert(plan.end(), {{&a.h, n * C}, {&a.in_mean, n}, {&a.in_rstd, n}});
-    plan.push_back({&a.hid, n * (kind == Sublayer::Attn ? 3 * C : kind == Sublayer::Cross ? C : F)});
+    plan.push_back({&a.hid, n * (kind == Sublayer::Attn ? 3 * C : kind == Sublayer::Cross ? C : FW)});
     if (kind == Sublayer::Cross) plan.push_back({&a.kv, Ns * 2 * C});
     if (kind != Sublayer::Mlp) plan.push_back({&a.att, att});
     plan.push_back({&a.mix, n * (kind == Sublayer::Mlp ? F : C)});
@@ -148,7 +149,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   if (cfg_.has_logits()) plan.insert(plan.end(), {{&logits_, N * V}, {&lse_, N}});
   plan.insert(plan.end(), {{&dstream_[0], Nmax * C}, {&dstream_[1], Nmax * C}, {&dh_, Nmax * C},
                            {&df_, Nmax * C}, {&dg_, Nmax * C}, {&dr_, Nmax * C}, {&ddrop_, Nmax * C},
-                           {&dmix_, Nmax * std::max(C, F)}, {&dhid_, Nmax * std::max(3 * C, F)},
+                           {&dmix_, Nmax * std::max(C, F)}, {&dhid_, Nmax * std::max(3 * C, FW)},
                            {&datt_, att_max}});
   if (cfg_.encdec()) plan.insert(plan.end(), {{&dkv_, Ns * 2 * C}, {&dmem_, Ns * C}});
   bool scaled = false;
@@ -236,8 +237,8 @@ void Model<S>::sublayer_forward(int i) {
       matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_, bf16_of(p.w2));
       break;
     case Sublayer::Mlp:
-      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, F, prec_, bf16_of(p.w1));
-      activation_forward(cfg_.activation, a.mix, a.hid, size_t(N) * F);
+      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.fc_width(), prec_, bf16_of(p.w1));
+      activation_forward(cfg_.activation, a.mix, a.hid, N, F);
       matmul_forward(a.f, a.mix, p.w2, p.b2, N, F, C, prec_, bf16_of(p.w2));
       break;
   }
@@ -343,9 +344,9 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) 
       const size_t NF = size_t(N) * F;
       zero(dmix_, NF);
       matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, F, C, prec_, bf16_of(p.w2));
-      zero(dhid_, NF);
-      activation_backward(cfg_.activation, dhid_, a.hid, dmix_, NF);
-      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, F, prec_, bf16_of(p.w1));
+      zero(dhid_, size_t(N) * cfg_.fc_width());
+      activation_backward(cfg_.activation, dhid_, a.hid, dmix_, N, F);
+      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, cfg_.fc_width(), prec_, bf16_of(p.w1));
       break;
     }
   }
@@ -427,7 +428,7 @@ void Model<S>::head_forward() {
     return;
   }
   matmul_forward<S>(head_u_, xf_, hw_, hb_, N, C, C, prec_, bf16_of(hw_));
-  activation_forward(cfg_.activation, head_a_, head_u_, size_t(N) * C);
+  activation_forward(cfg_.activation, head_a_, head_u_, N, C);  // element-wise (a gated one is refused)
   norm_forward(head_t_, head_mean_, head_rstd_, head_a_, hln_, N);
   matmul_forward<S>(logits_, head_t_, wte, hbias_, N, C, V, prec_, bf16_of(wte));
 }
@@ -455,7 +456,7 @@ void Model<S>::head_backward(S* dxf) {
   norm_backward(da, dhln_, dt, head_a_, hln_, head_mean_, head_rstd_, N);
   // a = act(u)
   zero(du, NC);
-  activation_backward(cfg_.activation, du, head_u_, da, NC);
+  activation_backward(cfg_.activation, du, head_u_, da, N, C);
   // u = xf @ Wd^T + bd
   matmul_backward<S>(dxf, dhw_, dhb_, du, xf_, hw_, N, C, C, prec_, bf16_of(hw_));
 }

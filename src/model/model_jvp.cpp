@@ -62,7 +62,8 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
   // scratch carved from one buffer kept across calls (the analysis calls this repeatedly with the
   // same K; fresh gigabytes per call would cost a page fault per 4 KiB)
   const size_t NHT = size_t(B) * cfg_.n_heads * T;
-  const size_t nhid = size_t(K) * N * std::max(3 * C, F), natt = NHT * std::max(T, S_);
+  const int FW = cfg_.fc_width();  // fc's output columns: F, or 2F gated
+  const size_t nhid = size_t(K) * N * std::max(3 * C, FW), natt = NHT * std::max(T, S_);
   const size_t nkv = tmem ? size_t(K) * B * S_ * 2 * C : 0;
   // tmix also holds the MLP fold below, (F, C) + (C, C): more than K N max(C, F) when N is tiny (T = 1)
   const size_t nmix = std::max(size_t(K) * N * std::max(C, F), size_t(F) * C + size_t(C) * C);
@@ -110,13 +111,13 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
       cross_attention_jvp(tmix, tatt, thid, tmem ? tkv : nullptr, a.hid, a.kv, a.att, K, B, T, S_, C,
                           cfg_.n_heads);
       matmul_jvp(tf, tmix, p.w2, K, N, C, C);
-    } else if (K >= C) {
+    } else if (K >= C && activation_width(cfg_.activation) == 1) {
       // Many tangents (a Jacobian build): the MLP is token-local, so fold it into one C x C matrix
       // per token, M_n = W2 diag(act'(hid_n)) W1, and apply that to the token's K tangent rows:
       // 2 C^2 flops per row instead of 4 C F. thid holds act' (one tangent of ones), tmix the fold.
       const size_t NF = size_t(N) * F;
       std::fill(tmix, tmix + NF, S(1));
-      activation_jvp(cfg_.activation, thid, a.hid, tmix, NF, 1);
+      activation_jvp(cfg_.activation, thid, a.hid, tmix, N, F, 1);
       S* scaled = tmix;           // (F, C): diag(act'(hid_n)) W1
       S* fold = tmix + size_t(F) * C;  // (C, C): M_n
       for (int n = 0; n < N; n++) {
@@ -129,8 +130,9 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
                 tf + size_t(n) * C, N * C);
       }
     } else {
-      matmul_jvp(thid, h, p.w1, K, N, C, F);
-      activation_jvp(cfg_.activation, tmix, a.hid, thid, size_t(N) * F, K);
+      // (a gated activation is not folded: its Jacobian has two coefficient rows per token)
+      matmul_jvp(thid, h, p.w1, K, N, C, FW);
+      activation_jvp(cfg_.activation, tmix, a.hid, thid, N, F, K);
       matmul_jvp(tf, tmix, p.w2, K, N, F, C);
     }
     // g = ln_branch(f)
@@ -205,15 +207,16 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
   const int T = T_, C = cfg_.d_model, F = cfg_.ff(), NH = cfg_.n_heads, HS = C / NH;
   const size_t n = size_t(row) * T + token;  // the token's row in (B * T)
   const size_t KC = size_t(K) * C;
-  const size_t need = 5 * KC + size_t(K) * std::max(3 * C, F) + size_t(K) * std::max(C, F) + size_t(K) * T;
+  const int FW = cfg_.fc_width();
+  const size_t need = 5 * KC + size_t(K) * std::max(3 * C, FW) + size_t(K) * std::max(C, F) + size_t(K) * T;
   if (jvp_scratch_.size() < need) jvp_scratch_.resize(need);
   S* tx = jvp_scratch_.data();
   S* th = tx + KC;
   S* tf = th + KC;
   S* tg = tf + KC;
   S* tr = tg + KC;
-  S* thid = tr + KC;                                // (K, 3C) | (K, F)
-  S* tmix = thid + size_t(K) * std::max(3 * C, F);  // (K, C) | (K, F)
+  S* thid = tr + KC;                                 // (K, 3C) | (K, FW)
+  S* tmix = thid + size_t(K) * std::max(3 * C, FW);  // (K, C) | (K, F)
   S* ts = tmix + size_t(K) * std::max(C, F);        // (K, T) one head's score tangents
   std::copy(tin, tin + KC, tx);
   for (int i = 2 * layer; i < 2 * layer + 2; i++) {
@@ -261,8 +264,8 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
       }
       matmul_jvp(tf, tmix, p.w2, K, 1, C, C);
     } else {
-      matmul_jvp(thid, h, p.w1, K, 1, C, F);
-      activation_jvp(cfg_.activation, tmix, a.hid + n * F, thid, size_t(F), K);
+      matmul_jvp(thid, h, p.w1, K, 1, C, FW);
+      activation_jvp(cfg_.activation, tmix, a.hid + n * FW, thid, 1, F, K);
       matmul_jvp(tf, tmix, p.w2, K, 1, F, C);
     }
     // g = ln_branch(f)

@@ -60,24 +60,26 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     if (!slot.present) continue;
     const std::string p = slot_prefix(cfg, i);
     if (m.sites.in) add_norm(p + ".ln_in");
+    // model.bias: qkv biases (q, k, v maps: qkv, cross q and kv) unless none; the others only for all
+    const bool qkv_bias = cfg.bias != LinearBias::None, other_bias = cfg.bias == LinearBias::All;
     switch (slot.kind) {
       case Sublayer::Attn:
         add(p + ".qkv.weight", {3 * C, C}, ParamRole::LinearWeight);
-        add(p + ".qkv.bias", {3 * C}, ParamRole::LinearBias);
+        if (qkv_bias) add(p + ".qkv.bias", {3 * C}, ParamRole::LinearBias);
         break;
       case Sublayer::Cross:
         add(p + ".q.weight", {C, C}, ParamRole::LinearWeight);
-        add(p + ".q.bias", {C}, ParamRole::LinearBias);
+        if (qkv_bias) add(p + ".q.bias", {C}, ParamRole::LinearBias);
         add(p + ".kv.weight", {2 * C, C}, ParamRole::LinearWeight);
-        add(p + ".kv.bias", {2 * C}, ParamRole::LinearBias);
+        if (qkv_bias) add(p + ".kv.bias", {2 * C}, ParamRole::LinearBias);
         break;
       case Sublayer::Mlp:
-        add(p + ".fc.weight", {F, C}, ParamRole::LinearWeight);
-        add(p + ".fc.bias", {F}, ParamRole::LinearBias);
+        add(p + ".fc.weight", {cfg.fc_width(), C}, ParamRole::LinearWeight);  // gated: gate rows, then up rows
+        if (other_bias) add(p + ".fc.bias", {cfg.fc_width()}, ParamRole::LinearBias);
         break;
     }
     add(p + ".proj.weight", {C, slot.kind == Sublayer::Mlp ? F : C}, ParamRole::LinearWeight);
-    add(p + ".proj.bias", {C}, ParamRole::LinearBias);
+    if (other_bias) add(p + ".proj.bias", {C}, ParamRole::LinearBias);
     if (m.sites.branch) add_norm(p + ".ln_branch");
     if (m.sites.out) add_norm(p + ".ln_out");
     if (m.shortcut == Shortcut::AdminOmega) add(p + ".omega", {C}, ParamRole::Gate);

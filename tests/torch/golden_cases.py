@@ -164,6 +164,15 @@ def build_cases():
         Case("encdec_sandwich_dyt", dict(ENCDEC, placement="sandwich", norm="dyt", norm_alpha=0.8), ENCDEC_BST),
         Case("train_gpt_pre_derf", dict(SMALL, placement="pre", norm="derf"), SMALL_BT, kind="train",
              train=TRAIN_CFG),
+        # gated MLPs (fc = [gate; up]): SwiGLU with RMSNorm as Llama, GeGLU in an encoder with padding
+        Case("gpt_pre_rmsnorm_swiglu_nobias", dict(SMALL, placement="pre", norm="rmsnorm", activation="swiglu",
+             bias="none"), SMALL_BT),
+        Case("encdec_pre_qkvbias", dict(ENCDEC, placement="pre", bias="qkv"), ENCDEC_BST),
+        Case("encoder_peri_geglu_pad", dict(SMALL, arch="encoder", placement="peri", activation="geglu"), SMALL_BT,
+             pad=True),
+        Case("encdec_lns_swiglu", dict(ENCDEC, placement="lns", activation="swiglu"), ENCDEC_BST),
+        Case("train_gpt_reordered_swiglu", dict(SMALL, placement="reordered", norm="rmsnorm", activation="swiglu"),
+             SMALL_BT, kind="train", train=TRAIN_CFG),
         Case("train_gpt_residual", dict(SMALL, placement="residual"), SMALL_BT, kind="train", train=TRAIN_CFG),
         Case("train_encdec_residual", dict(ENCDEC, placement="residual"), ENCDEC_BST, kind="train", train=TRAIN_CFG),
         # Admin's profile: both chains (the decoder's after a pre layer), from the trainer's own init

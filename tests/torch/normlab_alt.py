@@ -13,6 +13,8 @@ differently from normlab_torch.py so that selftest.py can check the oracle again
 Both take a normlab_torch.Model (config + params) and the batch of normlab_torch.forward_params.
 """
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -32,6 +34,11 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
     def N(prefix, z):
         if c["norm"] == "layernorm":
             return F.layer_norm(z, (C,), P[prefix + ".weight"], P[prefix + ".bias"], c["eps"])
+        if c["norm"] == "dyt":     # Zhu et al. 2025: torch.nn.Tanh on alpha z, then the affine
+            return torch.addcmul(P[prefix + ".bias"], P[prefix + ".weight"], torch.nn.Tanh()(P[prefix + ".alpha"] * z))
+        if c["norm"] == "derf":    # Chen et al. 2025: erf via torch.special on alpha z + s
+            u = torch.special.erf(P[prefix + ".alpha"] * z + P[prefix + ".shift"])
+            return torch.addcmul(P[prefix + ".bias"], P[prefix + ".weight"], u)
         return P[prefix + ".weight"] * z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + c["eps"])
 
     def pad_mask(mask):   # torch's key_padding_mask: True = ignore that key
@@ -44,8 +51,8 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
         am = torch.triu(torch.ones(T, T, dtype=torch.bool), 1) if causal else None
         y, _ = F.multi_head_attention_forward(
             h.transpose(0, 1), h.transpose(0, 1), h.transpose(0, 1), C, NH,
-            P[prefix + ".qkv.weight"], P[prefix + ".qkv.bias"], None, None, False, 0.0,
-            P[prefix + ".proj.weight"], P[prefix + ".proj.bias"], training=False,
+            P[prefix + ".qkv.weight"], P.get(prefix + ".qkv.bias"), None, None, False, 0.0,
+            P[prefix + ".proj.weight"], P.get(prefix + ".proj.bias"), training=False,
             key_padding_mask=pad_mask(mask), need_weights=False, attn_mask=am)
         return y.transpose(0, 1)
 
@@ -54,17 +61,21 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
         wkv = P[prefix + ".kv.weight"]
         y, _ = F.multi_head_attention_forward(
             h.transpose(0, 1), mem.transpose(0, 1), mem.transpose(0, 1), C, NH,
-            None, torch.cat([P[prefix + ".q.bias"], P[prefix + ".kv.bias"]]), None, None, False, 0.0,
-            P[prefix + ".proj.weight"], P[prefix + ".proj.bias"], training=False,
+            None, torch.cat([P[prefix + ".q.bias"], P[prefix + ".kv.bias"]]) if prefix + ".q.bias" in P else None,
+            None, None, False, 0.0, P[prefix + ".proj.weight"], P.get(prefix + ".proj.bias"), training=False,
             key_padding_mask=pad_mask(mem_mask), need_weights=False, use_separate_proj_weight=True,
             q_proj_weight=P[prefix + ".q.weight"], k_proj_weight=wkv[:C], v_proj_weight=wkv[C:])
         return y.transpose(0, 1)
 
     def mlp(prefix, h):
-        u = F.linear(h, P[prefix + ".fc.weight"], P[prefix + ".fc.bias"])
+        u = F.linear(h, P[prefix + ".fc.weight"], P.get(prefix + ".fc.bias"))
         act = c["activation"]
-        a = F.gelu(u, approximate="tanh") if act == "gelu" else F.gelu(u) if act == "gelu_exact" else F.relu(u)
-        return F.linear(a, P[prefix + ".proj.weight"], P[prefix + ".proj.bias"])
+        if act in ("swiglu", "geglu"):   # torch's own GLU pieces: chunk, F.silu / F.gelu(tanh)
+            gate, up = u.chunk(2, dim=-1)
+            a = (F.silu(gate) if act == "swiglu" else F.gelu(gate, approximate="tanh")) * up
+        else:
+            a = F.gelu(u, approximate="tanh") if act == "gelu" else F.gelu(u) if act == "gelu_exact" else F.relu(u)
+        return F.linear(a, P[prefix + ".proj.weight"], P.get(prefix + ".proj.bias"))
 
     def sub(stack, pre, lp, method, x, fn, alpha):
         fx = None
@@ -93,6 +104,13 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
             y = one * x + P[pre + ".gain"] * branch(x)
         elif method == "layerscale":
             y = one * x + P[pre + ".gain"] * branch(N(pre + ".ln_in", x))
+        elif method == "peri":        # Kim et al. 2025 (its embedding norm: below)
+            y = one * x + N(pre + ".ln_branch", branch(N(pre + ".ln_in", x)))
+        elif method == "reordered":   # OLMo 2
+            y = one * x + N(pre + ".ln_branch", branch(x))
+        elif method == "lns":         # Sun et al. 2025: LN(x) / sqrt(l), l the 1-based layer of the stack
+            depth = int(lp.rsplit(".", 1)[1]) + 1
+            y = one * x + branch(N(pre + ".ln_in", x) / math.sqrt(depth))
         else:
             raise AssertionError(method)
         if trace is not None:
@@ -130,7 +148,7 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
                         alpha)
             if c["mlp"]:
                 x = sub(stack, lp + ".mlp", lp, method, x, lambda h: mlp(lp + ".mlp", h), alpha)
-        return N(final, x) if methods[-1] in ("pre", "sandwich", "layerscale") else x
+        return N(final, x) if methods[-1] in ("pre", "sandwich", "layerscale", "peri", "reordered", "lns") else x
 
     memory = None
     if encdec:
@@ -147,6 +165,8 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
     else:
         L = c["n_layers"]
         x = F.embedding(ids, P["wte.weight"]) + P["wpe.weight"][:ids.shape[1]].unsqueeze(0)
+        if c["placement"][0] == "peri":   # Peri-LN normalizes the embedding output too
+            x = N("ln_emb", x)
         x = run("main", "h", c["placement"], x, (2 * L) ** 0.25, c["arch"] == "gpt", kw.get("key_mask"), final="ln_f")
     logits = F.linear(x, P["wte.weight"])
     logp = torch.log_softmax(logits, -1)

@@ -65,6 +65,8 @@ def has_embed_norm(c):
 
 
 ARCHS = ("gpt", "encoder", "encdec")
+ACTIVATIONS = ("gelu", "gelu_exact", "relu", "swiglu", "geglu")
+GATED = ("swiglu", "geglu")   # fc holds [gate; up] rows: act(gate) * up
 INITS = ("normal", "gpt2", "xavier", "deepnet", "tfixup")
 ADMIN_INITS = ("log", "sqrt", "one", "profile")
 
@@ -84,6 +86,7 @@ DEFAULTS = {
     "eps": 1e-5,
     "norm_alpha": 0.5,     # dyt / derf: every site's initial alpha
     "activation": "gelu",  # gelu (tanh form), gelu_exact (erf form), relu
+    "bias": "all",         # all | qkv (q, k, v maps only: Qwen2) | none (Llama): the blocks' linear biases
     "type_vocab": 0,       # token-type embedding rows (0: none)
     "embed_norm": False,   # a norm of the embedding sum (BERT)
     "head": "tied",        # tied | mlm (dense + act + norm + tied decoder + bias) | none
@@ -119,8 +122,12 @@ def normalize_config(cfg, strict=True):
     encdec = c["arch"] == "encdec"
     if c["norm"] not in ("layernorm", "rmsnorm", "dyt", "derf"):
         raise ValueError(f"norm must be layernorm, rmsnorm, dyt or derf, got {c['norm']!r}")
-    if c["activation"] not in ("gelu", "gelu_exact", "relu"):
-        raise ValueError(f"activation must be gelu, gelu_exact or relu, got {c['activation']!r}")
+    if c["bias"] not in ("all", "qkv", "none"):
+        raise ValueError(f"bias must be all, qkv or none, got {c['bias']!r}")
+    if c["activation"] not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {c['activation']!r}")
+    if c["activation"] in GATED and c["head"] == "mlm":
+        raise ValueError("head = mlm needs an element-wise activation")
     if c["head"] not in ("tied", "mlm", "none"):
         raise ValueError(f"head must be tied, mlm or none, got {c['head']!r}")
     c["type_vocab"] = int(c["type_vocab"])

@@ -63,11 +63,17 @@ def gelu_exact(u):
 
 
 def activation(config, u):
-    return {"gelu": gelu_tanh, "gelu_exact": gelu_exact, "relu": torch.relu}[config["activation"]](u)
+    """The feed-forward activation; a gated one (SwiGLU, GeGLU) splits u's columns [gate | up]."""
+    act = config["activation"]
+    if act in ("swiglu", "geglu"):
+        gate, up = u[..., : u.shape[-1] // 2], u[..., u.shape[-1] // 2:]
+        return (gate * torch.sigmoid(gate) if act == "swiglu" else gelu_tanh(gate)) * up
+    return {"gelu": gelu_tanh, "gelu_exact": gelu_exact, "relu": torch.relu}[act](u)
 
 
 def linear(x, w, b):
-    return x @ w.t() + b
+    """x W^T + b; b None for a projection without bias (model.bias = none / qkv)."""
+    return x @ w.t() if b is None else x @ w.t() + b
 
 
 def multihead(q, k, v, NH, causal=False, key_mask=None):
@@ -97,27 +103,27 @@ def attention(config, params, prefix, h, key_mask=None, causal=None):
     C = h.shape[-1]
     if causal is None:
         causal = config["arch"] == "gpt"
-    qkv = linear(h, params[prefix + ".qkv.weight"], params[prefix + ".qkv.bias"])   # (B, T, 3C) [q | k | v]
+    qkv = linear(h, params[prefix + ".qkv.weight"], params.get(prefix + ".qkv.bias"))   # (B, T, 3C) [q | k | v]
     q, k, v = qkv[..., 0:C], qkv[..., C:2 * C], qkv[..., 2 * C:3 * C]
     y = multihead(q, k, v, config["n_heads"], causal, key_mask)
-    return linear(y, params[prefix + ".proj.weight"], params[prefix + ".proj.bias"])
+    return linear(y, params[prefix + ".proj.weight"], params.get(prefix + ".proj.bias"))
 
 
 def cross_attention(config, params, prefix, h, key_mask=None, memory=None):
     """Cross-attention: queries from the decoder stream h (B, T, C), keys and values from the memory
     (B, S, C); key_mask is the source padding mask (B, S)."""
     C = h.shape[-1]
-    q = linear(h, params[prefix + ".q.weight"], params[prefix + ".q.bias"])           # (B, T, C)
-    kv = linear(memory, params[prefix + ".kv.weight"], params[prefix + ".kv.bias"])   # (B, S, 2C) [k | v]
+    q = linear(h, params[prefix + ".q.weight"], params.get(prefix + ".q.bias"))           # (B, T, C)
+    kv = linear(memory, params[prefix + ".kv.weight"], params.get(prefix + ".kv.bias"))   # (B, S, 2C) [k | v]
     k, v = kv[..., 0:C], kv[..., C:2 * C]
     y = multihead(q, k, v, config["n_heads"], False, key_mask)
-    return linear(y, params[prefix + ".proj.weight"], params[prefix + ".proj.bias"])
+    return linear(y, params[prefix + ".proj.weight"], params.get(prefix + ".proj.bias"))
 
 
 def mlp(config, params, prefix, h, key_mask=None):
-    u = linear(h, params[prefix + ".fc.weight"], params[prefix + ".fc.bias"])
+    u = linear(h, params[prefix + ".fc.weight"], params.get(prefix + ".fc.bias"))
     a = activation(config, u)
-    return linear(a, params[prefix + ".proj.weight"], params[prefix + ".proj.bias"])
+    return linear(a, params[prefix + ".proj.weight"], params.get(prefix + ".proj.bias"))
 
 
 def shortcut_scale(config, params, prefix, method, stack=None):

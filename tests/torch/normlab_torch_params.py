@@ -11,7 +11,7 @@ from collections import OrderedDict, namedtuple
 
 import torch
 
-from normlab_torch_config import METHODS, has_embed_norm, normalize_config, stacks, sublayer_kinds
+from normlab_torch_config import GATED, METHODS, has_embed_norm, normalize_config, stacks, sublayer_kinds
 
 
 # --------------------------------------------------------------------------------------------------
@@ -38,9 +38,11 @@ def _norm_table(config, prefix, stack, method=None):
     return t
 
 
-def _linear_table(name, rows, cols, stack, matrix, blocks=None, method=None):
-    return [ParamSpec(name + ".weight", (rows, cols), "linear", stack, matrix, blocks or [("", 0, rows)], method),
-            ParamSpec(name + ".bias", (rows,), "bias", stack, matrix, None, method)]
+def _linear_table(name, rows, cols, stack, matrix, blocks=None, method=None, bias=True):
+    t = [ParamSpec(name + ".weight", (rows, cols), "linear", stack, matrix, blocks or [("", 0, rows)], method)]
+    if bias:
+        t.append(ParamSpec(name + ".bias", (rows,), "bias", stack, matrix, None, method))
+    return t
 
 
 def param_table(config):
@@ -57,6 +59,7 @@ def param_table(config):
         t.append(ParamSpec("wtt.weight", (c["type_vocab"], C), "type_emb", None, None, None))
     if has_embed_norm(c):
         t += _norm_table(c, "ln_emb", None)
+    qb, ob = c["bias"] != "none", c["bias"] == "all"   # model.bias: the q/k/v maps' biases; the others'
     for st in stacks(c):
         for l, method in enumerate(st.methods):
             m = METHODS[method]
@@ -67,16 +70,20 @@ def param_table(config):
                     t += _norm_table(c, pre + ".ln_in", st.name, method)
                 if kind == "attn":
                     t += _linear_table(pre + ".qkv", 3 * C, C, st.name, "attn.qkv",
-                                       [("q", 0, C), ("k", C, 2 * C), ("v", 2 * C, 3 * C)], method)
-                    t += _linear_table(pre + ".proj", C, C, st.name, "attn.proj", None, method)
+                                       [("q", 0, C), ("k", C, 2 * C), ("v", 2 * C, 3 * C)], method, qb)
+                    t += _linear_table(pre + ".proj", C, C, st.name, "attn.proj", None, method, ob)
                 elif kind == "cross":
-                    t += _linear_table(pre + ".q", C, C, st.name, "cross.q", [("q", 0, C)], method)
+                    t += _linear_table(pre + ".q", C, C, st.name, "cross.q", [("q", 0, C)], method, qb)
                     t += _linear_table(pre + ".kv", 2 * C, C, st.name, "cross.kv", [("k", 0, C), ("v", C, 2 * C)],
-                                       method)
-                    t += _linear_table(pre + ".proj", C, C, st.name, "cross.proj", None, method)
+                                       method, qb)
+                    t += _linear_table(pre + ".proj", C, C, st.name, "cross.proj", None, method, ob)
                 else:
-                    t += _linear_table(pre + ".fc", Fd, C, st.name, "mlp.fc", None, method)
-                    t += _linear_table(pre + ".proj", C, Fd, st.name, "mlp.proj", None, method)
+                    if c["activation"] in GATED:   # [gate; up] rows, each an (F, C) projection
+                        t += _linear_table(pre + ".fc", 2 * Fd, C, st.name, "mlp.fc",
+                                           [("gate", 0, Fd), ("up", Fd, 2 * Fd)], method, ob)
+                    else:
+                        t += _linear_table(pre + ".fc", Fd, C, st.name, "mlp.fc", None, method, ob)
+                    t += _linear_table(pre + ".proj", C, Fd, st.name, "mlp.proj", None, method, ob)
                 if m.branch_norm:
                     t += _norm_table(c, pre + ".ln_branch", st.name, method)
                 if m.out_norm:

@@ -142,8 +142,9 @@ def test_param_names_methods():
           [n for n, _ in nt.param_specs(c)][6:8] == ["h.0.attn.ln_out.weight", "h.0.attn.omega"])
     one_stream = [m for m in nt.PLACEMENTS if m != "residual"]   # residual does not mix (test_residual)
     final = {m: nt.has_final_norm(nt.normalize_config(dict(TINY, placement=["pre", m]))) for m in one_stream}
-    want_final = {m: m in ("pre", "sandwich", "layerscale") for m in one_stream}
-    check("final norm iff the last method is pre, sandwich or layerscale", final == want_final, f"{final}")
+    want_final = {m: m in ("pre", "sandwich", "layerscale", "peri", "reordered", "lns") for m in one_stream}
+    check("final norm iff the last method is pre, sandwich, layerscale, peri, reordered or lns", final == want_final,
+          f"{final}")
 
 
 def test_param_names_encdec():
@@ -288,6 +289,11 @@ for _arch in ("gpt", "encoder"):
         VARIANTS.append((f"{_arch}_{_p}", dict(TINY, arch=_arch, placement=_p)))
 VARIANTS += [
     ("gpt_pre_rmsnorm", dict(TINY, placement="pre", norm="rmsnorm")),
+    ("gpt_pre_dyt", dict(TINY, placement="pre", norm="dyt", norm_alpha=0.7)),
+    ("encoder_post_derf", dict(TINY, arch="encoder", placement="post", norm="derf")),
+    ("gpt_lns3", dict(TINY, n_layers=3, placement="lns")),
+    ("gpt_pre_swiglu", dict(TINY, placement="pre", norm="rmsnorm", activation="swiglu")),
+    ("encoder_reordered_geglu", dict(TINY, arch="encoder", placement="reordered", activation="geglu")),
     ("gpt_post_rmsnorm", dict(TINY, placement="post", norm="rmsnorm")),
     ("encoder_sandwich_rmsnorm", dict(TINY, arch="encoder", placement="sandwich", norm="rmsnorm")),
     ("gpt_pre_relu", dict(TINY, placement="pre", activation="relu")),
