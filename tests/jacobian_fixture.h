@@ -25,11 +25,13 @@ struct JacobianCase {
   bool residual = true;
   Activation activation = Activation::Gelu;
   bool padded = false;  // the last row's last two keys are padding
+  Positions positions = Positions::Learned;
 };
 
 inline std::string jacobian_case_name(const JacobianCase& c) {
-  return fmt::format("{} {} {} mlp={} residual={} {} padded={}", to_string(c.placement), to_string(c.norm),
-                     to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded);
+  return fmt::format("{} {} {} mlp={} residual={} {} padded={} positions={}", to_string(c.placement),
+                     to_string(c.norm), to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded,
+                     to_string(c.positions));
 }
 
 // A 2-layer double model of case c: width d with `heads` heads, F = ff (defaults: HS = 4, F not a
@@ -52,6 +54,7 @@ inline std::unique_ptr<Model<double>> jacobian_model(const JacobianCase& c, uint
   cfg.mlp = c.mlp;
   cfg.residual = c.residual;
   cfg.activation = c.activation;
+  cfg.positions = c.positions;
   cfg.init_std = 0.3;
   auto m = std::make_unique<Model<double>>(cfg);
   Rng rng(seed + uint64_t(int(c.placement) * 13 + int(c.norm) * 5 + int(c.arch)));

@@ -4,6 +4,8 @@
 // stream is token-local and carried per position); beam search bookkeeping.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -38,8 +40,11 @@ ModelConfig small(Placement method) {
 TEST(IncrementalDecoder, EqualsTheFullForwardAtEveryPosition) {
   for (Placement method : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::Admin,
                            Placement::ReZero, Placement::LayerScale, Placement::DeepNorm, Placement::Residual}) {
-    SCOPED_TRACE(method_of(method).name);
-    Model<double> model(small(method));
+    for (Positions positions : {Positions::Learned, Positions::Rope}) {
+    SCOPED_TRACE(fmt::format("{} {}", method_of(method).name, to_string(positions)));
+    ModelConfig cfg = small(method);
+    cfg.positions = positions;  // RoPE: the cached keys carry their own position's rotation
+    Model<double> model(cfg);
     Rng rng(3);
     for (const ParamSpec& p : model.table().specs)  // gates away from 0 so every branch counts
       if (p.role == ParamRole::Gate)
@@ -65,6 +70,7 @@ TEST(IncrementalDecoder, EqualsTheFullForwardAtEveryPosition) {
       }
     }
     EXPECT_THROW(dec.step(tgt.data()), Error);  // past max_len
+    }
   }
 }
 

@@ -66,6 +66,11 @@ TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
     cases.push_back({Placement::Post, NormKind::RMSNorm, arch, false});
     cases.push_back({Placement::Pre, NormKind::LayerNorm, arch, true, false});
     cases.push_back({Placement::Sandwich, NormKind::LayerNorm, arch, false, false});
+    // today's blocks: RoPE (the token's own rotation), gated MLPs, the new norm kinds and methods
+    cases.push_back({Placement::Pre, NormKind::RMSNorm, arch, true, true, Activation::SwiGlu, false, Positions::Rope});
+    cases.push_back({Placement::Peri, NormKind::DyT, arch, true, true, Activation::GeGlu, false, Positions::Rope});
+    cases.push_back({Placement::Lns, NormKind::Derf, arch, true, true, Activation::Gelu, false, Positions::None});
+    cases.push_back({Placement::Reordered, NormKind::RMSNorm, arch, true, true, Activation::SwiGlu});
   }
   const int T = 7;
   for (const JacobianCase& c : cases) {

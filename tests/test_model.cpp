@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fmt/format.h>
 
 #include "check.h"
 #include "model/model.h"
@@ -145,8 +146,35 @@ TEST(ModelGradientsMore, GatedMlpsAndBiasChoices) {
   }
   ModelConfig mlm = tiny(Arch::Encoder, {Placement::Post}, NormKind::LayerNorm);
   mlm.head = Head::Mlm;
+  mlm.activation = Activation::GeluExact;
+  EXPECT_NO_THROW(mlm.validate());
   mlm.activation = Activation::SwiGlu;  // the MLM head's activation is element-wise: refused by name
   EXPECT_THROW(mlm.validate(), Error);
+}
+
+// Rotary positions (full and partial, another base) and no positions at all, both architectures;
+// the Llama-family block: RMSNorm, RoPE, SwiGLU, no biases.
+TEST(ModelGradientsMore, RotaryAndNoPositions) {
+  struct Rope {
+    Positions positions;
+    double fraction, base;
+  };
+  for (Rope r : {Rope{Positions::Rope, 1.0, 10000.0}, Rope{Positions::Rope, 0.5, 100.0}, Rope{Positions::None, 1.0, 1e4}})
+    for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
+      SCOPED_TRACE(fmt::format("{} fraction {} {}", to_string(r.positions), r.fraction, to_string(arch)));
+      ModelConfig c = tiny(arch, {Placement::Pre}, NormKind::RMSNorm);
+      c.positions = r.positions;
+      c.rope_fraction = r.fraction;
+      c.rope_base = r.base;
+      c.activation = Activation::SwiGlu;
+      c.bias = LinearBias::None;
+      EXPECT_EQ(make_param_table(c).find("wpe.weight"), nullptr);
+      check_model_gradients(c, /*padding=*/arch == Arch::Encoder);
+    }
+  ModelConfig odd = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  odd.positions = Positions::Rope;
+  odd.rope_fraction = 0.2;  // 2 floor(0.2 * 4 / 2) = 0: no pair rotated, refused by name
+  EXPECT_THROW(odd.validate(), Error);
 }
 
 // The pieces of GPT-2 and BERT: exact GELU, token types, embedding norm, the MLM head, padding.

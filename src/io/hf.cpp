@@ -470,6 +470,8 @@ std::optional<std::string> export_refusal(const ModelConfig& c) {
   if (c.norm != NormKind::LayerNorm) why.push_back(fmt::format("norm is {} (GPT-2 and BERT use LayerNorm)", to_string(c.norm)));
   if (!c.residual) why.push_back("residual = false");
   if (!c.mlp) why.push_back("mlp = false (attention-only blocks)");
+  if (c.positions != Positions::Learned)
+    why.push_back(fmt::format("positions are {} (GPT-2 and BERT learn a position table)", to_string(c.positions)));
   if (c.bias != LinearBias::All) why.push_back(fmt::format("bias is {} (GPT-2 and BERT have every linear bias)", to_string(c.bias)));
   if (c.activation == Activation::SwiGlu || c.activation == Activation::GeGlu)
     why.push_back(fmt::format("activation is {}, a gated MLP (GPT-2 and BERT use one fc projection)", to_string(c.activation)));

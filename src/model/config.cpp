@@ -27,6 +27,8 @@ constexpr EnumName<NormKind> kNormNames[] = {
 constexpr EnumName<Activation> kActivationNames[] = {
     {Activation::Gelu, "gelu"},       {Activation::GeluExact, "gelu_exact"}, {Activation::Relu, "relu"},
     {Activation::SwiGlu, "swiglu"}, {Activation::GeGlu, "geglu"}};
+constexpr EnumName<Positions> kPositionNames[] = {
+    {Positions::Learned, "learned"}, {Positions::Rope, "rope"}, {Positions::None, "none"}};
 constexpr EnumName<LinearBias> kBiasNames[] = {
     {LinearBias::All, "all"}, {LinearBias::Qkv, "qkv"}, {LinearBias::None, "none"}};
 constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}};
@@ -88,6 +90,12 @@ const char* to_string(Sublayer s) { return s == Sublayer::Attn ? "attn" : s == S
 const char* to_string(InitScheme v) { return name_of(kInitNames, v); }
 const char* to_string(Head v) { return name_of(kHeadNames, v); }
 const char* to_string(LinearBias v) { return name_of(kBiasNames, v); }
+const char* to_string(Positions v) { return name_of(kPositionNames, v); }
+
+int ModelConfig::rope_dims() const {
+  if (positions != Positions::Rope || n_heads <= 0) return 0;
+  return 2 * int(std::floor(rope_fraction * head_size() / 2));
+}
 std::optional<Placement> placement_from_string(const std::string& s) {
   for (const Method& m : all_methods())
     if (s == m.name) return m.id;
@@ -217,6 +225,14 @@ std::vector<std::string> ModelConfig::violations() const {
     if (embed_norm) v.push_back("model.embed_norm is not supported for arch = \"encdec\"");
     if (head != Head::Tied) v.push_back("model.head must be \"tied\" for arch = \"encdec\"");
   }
+  if (!(rope_base > 1.0) || !std::isfinite(rope_base))
+    v.push_back(fmt::format("model.rope_base = {} must be finite and > 1", rope_base));
+  if (!(rope_fraction > 0.0 && rope_fraction <= 1.0))
+    v.push_back(fmt::format("model.rope_fraction = {} must be in (0, 1]", rope_fraction));
+  else if (positions == Positions::Rope && n_heads > 0 && d_model % n_heads == 0 && rope_dims() < 2)
+    v.push_back(fmt::format("model.rope_fraction = {} rotates no pair of a head's {} dimensions (R = 2 floor(f HS / 2) "
+                            "must be >= 2)",
+                            rope_fraction, head_size()));
   if (head == Head::Mlm && activation_width(activation) != 1)
     v.push_back(fmt::format("model.head = \"mlm\" applies model.activation to one row of C; \"{}\" is gated "
                             "(it needs 2 d_ff columns), use gelu, gelu_exact or relu with that head",
@@ -349,6 +365,9 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("norm_alpha", cfg.norm_alpha);
   read_enum(r, "activation", kActivationNames, cfg.activation);
   read_enum(r, "bias", kBiasNames, cfg.bias);
+  read_enum(r, "positions", kPositionNames, cfg.positions);
+  r.get("rope_base", cfg.rope_base);
+  r.get("rope_fraction", cfg.rope_fraction);
   r.get("type_vocab", cfg.type_vocab);
   r.get("embed_norm", cfg.embed_norm);
   read_enum(r, "head", kHeadNames, cfg.head);
@@ -421,6 +440,9 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"norm_alpha", cfg.norm_alpha},
                         {"activation", to_string(cfg.activation)},
                         {"bias", to_string(cfg.bias)},
+                        {"positions", to_string(cfg.positions)},
+                        {"rope_base", cfg.rope_base},
+                        {"rope_fraction", cfg.rope_fraction},
                         {"type_vocab", cfg.type_vocab},
                         {"embed_norm", cfg.embed_norm},
                         {"head", to_string(cfg.head)},

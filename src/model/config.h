@@ -18,6 +18,10 @@ enum class NormKind { LayerNorm, RMSNorm, DyT, Derf };
 // The feed-forward activation: element-wise (gelu, gelu_exact, relu) or gated (swiglu, geglu: the fc
 // projection holds gate and up rows, model/activation_of.h).
 enum class Activation { Gelu, GeluExact, Relu, SwiGlu, GeGlu };
+// How a token's position enters: a learned table wpe added to the embedding (GPT-2, BERT), rotary
+// embeddings of the self-attention's queries and keys (RoPE: Llama and its family; ops/rope.h), or
+// nothing (a causal model can still infer positions).
+enum class Positions { Learned, Rope, None };
 // Which linear projections of the blocks have a bias: all (GPT-2, BERT), only the query, key and
 // value maps (Qwen2), or none (Llama, OLMo). The MLM head's dense layer always has one.
 enum class LinearBias { All, Qkv, None };
@@ -80,6 +84,10 @@ struct ModelConfig {
   Activation activation = Activation::Gelu;  // gelu: tanh form, as GPT-2; gelu_exact: erf form, as BERT;
                                              // swiglu (Llama), geglu (Gemma): gated, fc has 2 d_ff rows
   LinearBias bias = LinearBias::All;  // all | qkv | none: the blocks' linear biases (above)
+  Positions positions = Positions::Learned;  // learned | rope | none (above)
+  double rope_base = 10000.0;        // RoPE: theta_i = rope_base^(-2i/R) (Llama 2's; Llama 3 5e5)
+  double rope_fraction = 1.0;        // RoPE: the share of each head's dimensions rotated (partial
+                                     // rotary, GPT-NeoX 0.25); R = 2 floor(rope_fraction HS / 2)
   int type_vocab = 0;                // rows of a token-type (segment) embedding added to the input, as
                                      // BERT's 2; 0: none
   bool embed_norm = false;           // a norm of the embedding sum before the first block (BERT)
@@ -93,6 +101,8 @@ struct ModelConfig {
   long seed = 1337;                  // initialization seed
 
   int head_size() const { return d_model / n_heads; }
+  // RoPE's rotated dimensions per head, R (even); 0 unless positions = rope.
+  int rope_dims() const;
   int ff() const { return d_ff.value_or(4 * d_model); }
   // Columns of the fc projection's output: d_ff, or 2 d_ff (gate and up) for a gated activation.
   int fc_width() const;
@@ -155,6 +165,7 @@ const char* to_string(Placement);
 const char* to_string(InitScheme);
 const char* to_string(Head);
 const char* to_string(LinearBias);
+const char* to_string(Positions);
 const char* to_string(AdminInit);
 const char* to_string(Sublayer);
 std::optional<Placement> placement_from_string(const std::string&);

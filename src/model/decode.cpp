@@ -66,11 +66,12 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   const int B = B_, C = cfg.d_model, F = cfg.ff(), NH = cfg.n_heads, t = t_;
   const ParamTable& table = m_.table();
   const S* wte = m_.params().data() + table.find("wte.weight")->offset;
-  const S* wpe = m_.params().data() + table.find("wpe.weight")->offset;
+  const ParamSpec* pe = table.find("wpe.weight");  // absent without learned positions
+  const S* wpe = pe ? m_.params().data() + pe->offset : nullptr;
   // x = wte[token] + wpe[t]
   for (int b = 0; b < B; b++)
     for (int c = 0; c < C; c++)
-      x_[size_t(b) * C + c] = wte[size_t(tokens[b]) * C + c] + wpe[size_t(t) * C + c];
+      x_[size_t(b) * C + c] = wte[size_t(tokens[b]) * C + c] + (wpe ? wpe[size_t(t) * C + c] : S(0));
   // x_d = x (a two-stream decoder; every op on it is token-local, so this position's x_d is all it needs)
   const bool dual = cfg.dual_stack(cfg.total_layers() - 1);
   if (dual) xd_ = x_;
@@ -86,6 +87,7 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
     std::vector<S>& cache = cache_[size_t(i)];
     if (slot.kind == Sublayer::Attn) {
       matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, 3 * C);
+      m_.apply_rope(hid_.data(), B, 1, t, +1);  // RoPE at position t, before k enters the cache
       for (int b = 0; b < B; b++) {
         S* kv = cache.data() + size_t(b) * max_len_ * 2 * C;
         std::copy(hid_.begin() + long(b) * 3 * C + C, hid_.begin() + long(b) * 3 * C + 3 * C, kv + size_t(t) * 2 * C);

@@ -22,6 +22,7 @@
 #include "ops/embedding.h"
 #include "ops/matmul.h"
 #include "ops/residual.h"
+#include "ops/rope.h"
 #include "ops/softmax_xent.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -75,6 +76,11 @@ Model<S>::Model(ModelConfig cfg) : cfg_(std::move(cfg)) {
   dhw_ = at(grads_, "head.dense.weight");
   dhb_ = at(grads_, "head.dense.bias");
   dhbias_ = at(grads_, "head.bias");
+  if (const int R = cfg_.rope_dims()) {
+    rope_cos_.assign(size_t(cfg_.seq_len) * (R / 2), S(0));
+    rope_sin_.assign(rope_cos_.size(), S(0));
+    rope_tables(rope_cos_.data(), rope_sin_.data(), cfg_.seq_len, R, cfg_.rope_base);
+  }
   wte_ = at(params_, "wte.weight");
   wpe_ = at(params_, "wpe.weight");
   dwte_ = at(grads_, "wte.weight");
@@ -204,6 +210,14 @@ void Model<S>::norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, co
 }
 
 template <class S>
+void Model<S>::apply_rope(S* qkv, int rows, int T, int pos0, int sign) const {
+  const int R = cfg_.rope_dims(), C = cfg_.d_model, NH = cfg_.n_heads;
+  if (R == 0) return;
+  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, 3 * C, 0, NH, C / NH, R, sign);  // q
+  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, 3 * C, C, NH, C / NH, R, sign);  // k
+}
+
+template <class S>
 uint64_t Model<S>::dropout_site_seed(int site) const {
   uint64_t state = dropout_seed_ ^ (uint64_t(cfg_.seed) << 20) ^ uint64_t(site);
   return splitmix64(state);
@@ -226,6 +240,7 @@ void Model<S>::sublayer_forward(int i) {
   switch (slot.kind) {
     case Sublayer::Attn:
       matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, 3 * C, prec_, bf16_of(p.w1));
+      apply_rope(a.hid, N, T, 0, +1);  // q, k <- R_t q, R_t k (RoPE; hid keeps the rotated ones)
       attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, !slot.encoder, self_mask, prec_);
       matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_, bf16_of(p.w2));
       break;
@@ -328,6 +343,7 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) 
       matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_, bf16_of(p.w2));
       zero(dhid_, NC * 3);
       attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, !slot.encoder, prec_);
+      apply_rope(dhid_, N, T, 0, -1);  // d(q, k before RoPE) = R_t^T d(R_t q, R_t k)
       matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, 3 * C, prec_, bf16_of(p.w1));
       break;
     case Sublayer::Cross:

@@ -160,6 +160,9 @@ class Model {
   // unless encdec) and adds into the parameter gradients.
   void jvp_stacks(S* tout, const S* tsrc, const S* tin, int K) const;
   void vjp_stacks(S* dsrc, S* din, const S* dout);
+  // RoPE (positions = rope; a no-op otherwise): rotates the q and k columns of a (rows, 3C) qkv buffer
+  // in place, row n at position pos0 + n % T; sign -1 is the transpose (a gradient's rotation).
+  void apply_rope(S* qkv, int rows, int T, int pos0, int sign) const;
   // One norm site's tangent: tout (K, rows, C) = J tin, J the Jacobian of the norm at `inp`.
   void norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
                 const S* rstd, int K, int rows) const;
@@ -250,6 +253,7 @@ class Model {
   std::vector<int32_t> ids_, labels_, types_, src_ids_;
   std::vector<uint8_t> key_mask_, src_mask_;
   bool has_key_mask_ = false, has_src_mask_ = false;
+  std::vector<S> rope_cos_, rope_sin_;  // (seq_len, R/2) RoPE's angle tables (ops/rope.h); empty without
   mutable std::vector<S> jvp_scratch_;  // forward-mode scratch, grown on demand (analysis only)
   mutable std::vector<S> block_jac_scratch_;  // block_jacobian's, kept across calls (no page faults)
   int64_t label_count_ = 0;

@@ -46,8 +46,10 @@ bool Model<S>::block_jacobian_covers(int first, int last) const {
   if (cfg_.encdec() || B_ != 1 || first < 0 || first % 2 != 0 || last != first + 2 ||
       last > int(slots_.size()))
     return false;
+  // (RoPE rotates RQ_t and RK_t by the token's position: not built here yet; the tangents cover it)
   const Slot& attn = slots_[size_t(first)];
-  return attn.present && attn.kind == Sublayer::Attn && !cfg_.dual_stack(attn.layer);
+  return attn.present && attn.kind == Sublayer::Attn && !cfg_.dual_stack(attn.layer) &&
+         cfg_.positions != Positions::Rope;
 }
 
 template <class S>

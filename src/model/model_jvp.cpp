@@ -102,6 +102,7 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
     // f = F(h)
     if (slot.kind == Sublayer::Attn) {
       matmul_jvp(thid, h, p.w1, K, N, C, 3 * C);
+      apply_rope(thid, K * N, T, 0, +1);  // RoPE is linear: the tangents rotate as q and k do
       attention_jvp(tmix, tatt, thid, a.hid, a.att, K, B, T, C, cfg_.n_heads);
       matmul_jvp(tf, tmix, p.w2, K, N, C, C);
     } else if (slot.kind == Sublayer::Cross) {
@@ -235,6 +236,7 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
       const int C3 = 3 * C;
       const S scale = S(1.0 / std::sqrt(double(HS)));
       matmul_jvp(thid, h, p.w1, K, 1, C, C3);  // tq_i | tk_i | tv_i
+      apply_rope(thid, K, 1, token, +1);       // at the token's position
       for (int hh = 0; hh < NH; hh++) {
         const S* qkv = a.hid + size_t(row) * T * C3 + hh * HS;  // this row's q | k | v of head hh, stride 3C
         const S* q_i = qkv + size_t(token) * C3;

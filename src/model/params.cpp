@@ -42,10 +42,11 @@ ParamTable make_param_table(const ModelConfig& cfg) {
       add(prefix + n.suffix, {n.per_channel ? C : 1}, n.role);
   };
   add("wte.weight", {V, C}, ParamRole::Embedding);
-  add("wpe.weight", {cfg.seq_len, C}, ParamRole::Embedding);
+  const bool learned = cfg.positions == Positions::Learned;  // wpe only for learned positions
+  if (learned) add("wpe.weight", {cfg.seq_len, C}, ParamRole::Embedding);
   if (cfg.encdec()) {
     if (!cfg.shared_embeddings) add("enc.wte.weight", {cfg.src_vocab_size(), C}, ParamRole::Embedding);
-    add("enc.wpe.weight", {cfg.seq_len, C}, ParamRole::Embedding);
+    if (learned) add("enc.wpe.weight", {cfg.seq_len, C}, ParamRole::Embedding);
   }
   if (cfg.type_vocab > 0) add("wtt.weight", {cfg.type_vocab, C}, ParamRole::Embedding);
   if (cfg.has_embed_norm()) add_norm("ln_emb");

@@ -12,8 +12,12 @@ void embedding_forward(S* out, const int32_t* ids, const S* wte, const S* wpe, i
 #pragma omp parallel for schedule(static) if((long)B * T * C > kParallelMinWork)
   for (int n = 0; n < B * T; n++) {
     const S* te = wte + (long)ids[n] * C;
-    const S* pe = wpe + (long)(n % T) * C;
     S* o = out + (long)n * C;
+    if (!wpe) {  // no learned positions (RoPE, or none)
+      for (int c = 0; c < C; c++) o[c] = te[c];
+      continue;
+    }
+    const S* pe = wpe + (long)(n % T) * C;
     for (int c = 0; c < C; c++) o[c] = te[c] + pe[c];
   }
 }
@@ -26,11 +30,10 @@ void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* ids, int
     for (int n = 0; n < B * T; n++) {
       const S* d = dout + (long)n * C + c0;
       S* te = dwte + (long)ids[n] * C + c0;
+      for (int k = 0; k < width; k++) te[k] += d[k];
+      if (!dwpe) continue;
       S* pe = dwpe + (long)(n % T) * C + c0;
-      for (int k = 0; k < width; k++) {
-        te[k] += d[k];
-        pe[k] += d[k];
-      }
+      for (int k = 0; k < width; k++) pe[k] += d[k];
     }
   }
 }

@@ -7,11 +7,11 @@
 
 namespace normlab::ops {
 
-// out (B, T, C); ids (B, T); wte (V, C); wpe (>= T, C).
+// out (B, T, C); ids (B, T); wte (V, C); wpe (>= T, C), or null: no learned positions.
 template <class S>
 void embedding_forward(S* out, const int32_t* ids, const S* wte, const S* wpe, int B, int T, int C);
 
-// dwte (V, C) +=, dwpe (>= T, C) +=; dout (B, T, C). Rows sharing a token id are summed in row
+// dwte (V, C) +=, dwpe (>= T, C) += (or null); dout (B, T, C). Rows sharing a token id are summed in row
 // order (serial over rows, parallel over channels), so the result is deterministic.
 template <class S>
 void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* ids, int B, int T, int C);

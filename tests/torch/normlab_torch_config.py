@@ -87,6 +87,9 @@ DEFAULTS = {
     "norm_alpha": 0.5,     # dyt / derf: every site's initial alpha
     "activation": "gelu",  # gelu (tanh form), gelu_exact (erf form), relu
     "bias": "all",         # all | qkv (q, k, v maps only: Qwen2) | none (Llama): the blocks' linear biases
+    "positions": "learned",  # learned (wpe) | rope (rotary q, k in self-attention) | none
+    "rope_base": 10000.0,
+    "rope_fraction": 1.0,    # share of each head's dimensions rotated: R = 2 floor(f HS / 2)
     "type_vocab": 0,       # token-type embedding rows (0: none)
     "embed_norm": False,   # a norm of the embedding sum (BERT)
     "head": "tied",        # tied | mlm (dense + act + norm + tied decoder + bias) | none
@@ -122,6 +125,8 @@ def normalize_config(cfg, strict=True):
     encdec = c["arch"] == "encdec"
     if c["norm"] not in ("layernorm", "rmsnorm", "dyt", "derf"):
         raise ValueError(f"norm must be layernorm, rmsnorm, dyt or derf, got {c['norm']!r}")
+    if c["positions"] not in ("learned", "rope", "none"):
+        raise ValueError(f"positions must be learned, rope or none, got {c['positions']!r}")
     if c["bias"] not in ("all", "qkv", "none"):
         raise ValueError(f"bias must be all, qkv or none, got {c['bias']!r}")
     if c["activation"] not in ACTIVATIONS:

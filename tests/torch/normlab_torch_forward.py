@@ -98,6 +98,29 @@ def multihead(q, k, v, NH, causal=False, key_mask=None):
     return (P @ v).permute(0, 2, 1, 3).reshape(B, Tq, C)                           # heads concatenated
 
 
+def rope(config, x):
+    """Rotary positions (Su et al. 2021), written as complex multiplication: in each head the pairs
+    (x[i], x[i + R/2]), i < R/2, are the complex numbers x[i] + j x[i + R/2], multiplied by
+    exp(j t base^(-2i/R)) at position t; the head's dimensions past R are left as they are."""
+    B, T, C = x.shape
+    NH = config["n_heads"]
+    HS = C // NH
+    R = 2 * int(math.floor(config["rope_fraction"] * HS / 2))
+    xh = x.reshape(B, T, NH, HS)
+    half = R // 2
+    inv = config["rope_base"] ** (-2.0 * torch.arange(half, dtype=torch.float64) / R)
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]            # (T, R/2)
+    turn = torch.polar(torch.ones_like(angle), angle).to(torch.complex128)[None, :, None, :]
+    z = torch.complex(xh[..., :half].to(torch.float64), xh[..., half:R].to(torch.float64)) * turn
+    out = torch.cat([z.real.to(x.dtype), z.imag.to(x.dtype), xh[..., R:]], dim=-1)
+    return out.reshape(B, T, C)
+
+
+def position_table(config, params, name, T):
+    """The learned positions added to the embedding (wpe / enc.wpe), or 0 without learned positions."""
+    return params[name][0:T] if config.get("positions", "learned") == "learned" else 0.0
+
+
 def attention(config, params, prefix, h, key_mask=None, causal=None):
     """Self-attention. causal=None: causal iff arch is gpt (a gpt / encoder model's only stack)."""
     C = h.shape[-1]
@@ -105,6 +128,8 @@ def attention(config, params, prefix, h, key_mask=None, causal=None):
         causal = config["arch"] == "gpt"
     qkv = linear(h, params[prefix + ".qkv.weight"], params.get(prefix + ".qkv.bias"))   # (B, T, 3C) [q | k | v]
     q, k, v = qkv[..., 0:C], qkv[..., C:2 * C], qkv[..., 2 * C:3 * C]
+    if config.get("positions", "learned") == "rope":
+        q, k = rope(config, q), rope(config, k)
     y = multihead(q, k, v, config["n_heads"], causal, key_mask)
     return linear(y, params[prefix + ".proj.weight"], params.get(prefix + ".proj.bias"))
 
@@ -219,7 +244,7 @@ def run_stack(config, params, stack, x, key_mask=None, memory=None, memory_mask=
 def _embed_source(config, params, src):
     S = src.shape[1]
     table = params["wte.weight"] if config["shared_embeddings"] else params["enc.wte.weight"]
-    return table[src] + params["enc.wpe.weight"][0:S]
+    return table[src] + position_table(config, params, "enc.wpe.weight", S)
 
 
 def _check_ids(config, ids, vocab, what):
@@ -258,7 +283,7 @@ def forward_outputs(config, params, input_ids, labels=None, token_types=None, ke
         memory = run_stack(config, params, enc, _embed_source(config, params, src), key_mask)   # (B, S, C)
         out["memory"] = memory
         T = tgt.shape[1]
-        x = wte[tgt] + params["wpe.weight"][0:T]
+        x = wte[tgt] + position_table(config, params, "wpe.weight", T)
         if decoder_mask is not None:
             decoder_mask = torch.as_tensor(decoder_mask)
         xf = run_stack(config, params, dec, x, decoder_mask, memory, key_mask, out["hidden"])
@@ -267,7 +292,7 @@ def forward_outputs(config, params, input_ids, labels=None, token_types=None, ke
             raise ValueError(f"decoder inputs given to a {config['arch']} model")
         _check_ids(config, input_ids, config["vocab"], "input_ids")
         T = input_ids.shape[1]
-        x = wte[input_ids] + params["wpe.weight"][0:T]
+        x = wte[input_ids] + position_table(config, params, "wpe.weight", T)
         if config["type_vocab"] > 0:
             types = torch.zeros_like(input_ids) if token_types is None else torch.as_tensor(token_types).long()
             x = x + params["wtt.weight"][types]
@@ -354,11 +379,11 @@ def admin_profile(config, params, input_ids, token_types=None, key_mask=None, de
             enc, dec = stacks(config)
             memory = walk(enc, _embed_source(config, params, input_ids), key_mask)
             tgt = torch.as_tensor(decoder_input_ids).long()
-            x = params["wte.weight"][tgt] + params["wpe.weight"][0:tgt.shape[1]]
+            x = params["wte.weight"][tgt] + position_table(config, params, "wpe.weight", tgt.shape[1])
             walk(dec, x, None if decoder_mask is None else torch.as_tensor(decoder_mask), memory, key_mask)
         else:
             T = input_ids.shape[1]
-            x = params["wte.weight"][input_ids] + params["wpe.weight"][0:T]
+            x = params["wte.weight"][input_ids] + position_table(config, params, "wpe.weight", T)
             if config["type_vocab"] > 0:
                 types = torch.zeros_like(input_ids) if token_types is None else torch.as_tensor(token_types).long()
                 x = x + params["wtt.weight"][types]

@@ -49,12 +49,15 @@ def param_table(config):
     """Every parameter in canonical order (MODEL.md, "Parameters" and the encdec table)."""
     c = config
     C, Fd, V = c["d_model"], c["d_ff"], c["vocab"]
-    t = [ParamSpec("wte.weight", (V, C), "tok_emb", None, None, None),
-         ParamSpec("wpe.weight", (c["seq_len"], C), "pos_emb", None, None, None)]
+    learned = c["positions"] == "learned"   # rope / none: no position table
+    t = [ParamSpec("wte.weight", (V, C), "tok_emb", None, None, None)]
+    if learned:
+        t.append(ParamSpec("wpe.weight", (c["seq_len"], C), "pos_emb", None, None, None))
     if c["arch"] == "encdec":
         if not c["shared_embeddings"]:
             t.append(ParamSpec("enc.wte.weight", (c["src_vocab"], C), "tok_emb", "enc", None, None))
-        t.append(ParamSpec("enc.wpe.weight", (c["seq_len"], C), "pos_emb", "enc", None, None))
+        if learned:
+            t.append(ParamSpec("enc.wpe.weight", (c["seq_len"], C), "pos_emb", "enc", None, None))
     if c["type_vocab"] > 0:
         t.append(ParamSpec("wtt.weight", (c["type_vocab"], C), "type_emb", None, None, None))
     if has_embed_norm(c):

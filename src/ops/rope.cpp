@@ -1,0 +1,51 @@
+// rope.cpp: the rotary position embedding's angle tables and rotation (one scalar path; the tables
+// in double, rounded once to S).
+#include "ops/rope.h"
+
+#include <cmath>
+
+#include "ops/common.h"
+
+namespace normlab::ops {
+
+template <class S>
+void rope_tables(S* cos_p, S* sin_p, int P, int R, double base) {
+  const int half = R / 2;
+  for (int i = 0; i < half; i++) {
+    const double theta = std::pow(base, -2.0 * i / R);
+    for (int p = 0; p < P; p++) {
+      cos_p[(long)p * half + i] = S(std::cos(p * theta));
+      sin_p[(long)p * half + i] = S(std::sin(p * theta));
+    }
+  }
+}
+
+template <class S>
+void rope_rotate(S* x, const S* cos_p, const S* sin_p, int rows, int T, int pos0, int ld, int col0, int NH,
+                 int HS, int R, int sign) {
+  const int half = R / 2;
+  // (a, b) <- (a cos - b sin, b cos + a sin) for the angle sign * p theta_i
+#pragma omp parallel for schedule(static) if((long)rows * NH * R > kParallelMinWork)
+  for (int n = 0; n < rows; n++) {
+    const int p = pos0 + n % T;
+    const S* c = cos_p + (long)p * half;
+    const S* s = sin_p + (long)p * half;
+    for (int h = 0; h < NH; h++) {
+      S* a = x + (long)n * ld + col0 + (long)h * HS;
+      S* b = a + half;
+      for (int i = 0; i < half; i++) {
+        const S si = sign > 0 ? s[i] : -s[i], ai = a[i], bi = b[i];
+        a[i] = ai * c[i] - bi * si;
+        b[i] = bi * c[i] + ai * si;
+      }
+    }
+  }
+}
+
+template void rope_tables<float>(float*, float*, int, int, double);
+template void rope_tables<double>(double*, double*, int, int, double);
+template void rope_rotate<float>(float*, const float*, const float*, int, int, int, int, int, int, int, int, int);
+template void rope_rotate<double>(double*, const double*, const double*, int, int, int, int, int, int, int, int,
+                                  int);
+
+}  // namespace normlab::ops
