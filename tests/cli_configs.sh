@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# cli_configs.sh: every shipped training config (configs/*.toml) is read and trains two steps as
+# written, and what a user types for today's blocks and methods is taken or refused by name.
+# Usage: cli_configs.sh path/to/normlab path/to/configs
+set -uo pipefail
+CONFIGS=$(realpath "$2")
+source "$(dirname "$0")/cli_lib.sh" "$1"
+
+for f in "$CONFIGS"/*.toml; do
+  name=$(basename "$f" .toml)
+  check "timeout 300 '$NL' train -q --config '$f' --set train.steps=2 --set train.eval_every=0 --set train.out_dir=run_$name >/dev/null 2>&1" \
+    "configs/$name.toml does not train 2 steps"
+  check "[[ -s run_$name/checkpoint.safetensors ]]" "configs/$name.toml left no checkpoint"
+done
+# the Llama-family block is what the file says: RoPE (no wpe), SwiGLU, no biases, RMSNorm
+check "jq -e '.model.positions == \"rope\" and .model.activation == \"swiglu\" and .model.bias == \"none\" and .model.norm == \"rmsnorm\"' run_llama/config.json >/dev/null" \
+  "configs/llama.toml's run config is not the Llama-family block"
+# placement = mixln is expanded; peri in an encoder-decoder and a list holding mixln are refused
+check "timeout 60 '$NL' train -q --set model.placement=mixln --set model.n_layers=8 --set model.d_model=32 --set model.n_heads=2 --set train.steps=1 --set train.out_dir=mix >/dev/null 2>&1 && jq -e '.model.placement == [\"post\",\"post\",\"pre\",\"pre\",\"pre\",\"pre\",\"pre\",\"pre\"]' mix/config.json >/dev/null" \
+  "placement = mixln at 8 layers is not post x2 then pre"
+expect_error "give it alone" -- train --set 'model.placement=["pre","mixln"]' --set train.out_dir=x
+expect_error "normalizes the embedding output" -- train --set model.arch=encdec --set model.placement=peri --set train.out_dir=x
+expect_error "rotates no pair" -- train --set model.positions=rope --set model.rope_fraction=0.01 --set train.out_dir=x
+expect_error "is not one of" -- train --set model.norm=batchnorm --set train.out_dir=x
+finish cli_configs
