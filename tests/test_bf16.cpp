@@ -196,11 +196,11 @@ TEST(Bf16Attention, TracksFloatAttentionWithinBf16Resolution) {
   const auto qkv = randf(size_t(B) * T * 3 * C, 7);
   const auto dout = randf(size_t(B) * T * C, 8);
   std::vector<float> out32(size_t(B) * T * C), out16(out32.size()), att32(size_t(B) * NH * T * T), att16(att32.size());
-  attention_forward(out32.data(), att32.data(), qkv.data(), B, T, C, NH, true);
-  attention_forward(out16.data(), att16.data(), qkv.data(), B, T, C, NH, true, nullptr, Precision::Bf16);
+  attention_forward(out32.data(), att32.data(), qkv.data(), B, T, C, NH, NH, true);
+  attention_forward(out16.data(), att16.data(), qkv.data(), B, T, C, NH, NH, true, nullptr, Precision::Bf16);
   std::vector<float> d32(qkv.size(), 0.0f), d16(qkv.size(), 0.0f), datt(att32.size());
-  attention_backward(d32.data(), datt.data(), dout.data(), qkv.data(), att32.data(), B, T, C, NH, true);
-  attention_backward(d16.data(), datt.data(), dout.data(), qkv.data(), att16.data(), B, T, C, NH, true, Precision::Bf16);
+  attention_backward(d32.data(), datt.data(), dout.data(), qkv.data(), att32.data(), B, T, C, NH, NH, true);
+  attention_backward(d16.data(), datt.data(), dout.data(), qkv.data(), att16.data(), B, T, C, NH, NH, true, Precision::Bf16);
   double max_diff = 0;
   for (size_t i = 0; i < out32.size(); i++) max_diff = std::max(max_diff, double(std::abs(out32[i] - out16[i])));
   auto d = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };

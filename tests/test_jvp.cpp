@@ -175,10 +175,11 @@ TEST(Jvp, MatmulActivationsResidual) {
 }
 
 TEST(Jvp, Attention) {
-  for (auto [B, T, C, NH] : {std::tuple{1, 1, 2, 1}, std::tuple{2, 5, 6, 3}, std::tuple{1, 7, 8, 2}})
+  for (auto [B, T, C, NH, KVH] : {std::tuple{1, 1, 2, 1, 1}, std::tuple{2, 5, 6, 3, 3}, std::tuple{1, 7, 8, 2, 2},
+                                  std::tuple{2, 5, 12, 6, 2}, std::tuple{2, 4, 8, 4, 1}})  // + grouped-query
     for (bool causal : {true, false}) {
-      SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " causal=" << causal);
-      Vec qkv = randn(B * T * 3 * C, 9), att(B * NH * T * T), tatt(att.size());
+      SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " KVH=" << KVH << " causal=" << causal);
+      Vec qkv = randn(B * T * (C + 2 * KVH * (C / NH)), 9), att(B * NH * T * T), tatt(att.size());
       const int K = 3;
       // padding: row b keeps its first T - b keys (the JVP reads the masked probabilities only)
       std::vector<uint8_t> mask(size_t(B) * T, 1);
@@ -186,13 +187,13 @@ TEST(Jvp, Attention) {
         for (int t = std::max(1, T - b); t < T; t++) mask[size_t(b) * T + t] = 0;
       check_jvp(qkv.size(), B * T * C, K, qkv,
                 [&](Vec& out) {
-                  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, causal, mask.data());
+                  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, KVH, causal, mask.data());
                 },
                 [&](Vec& t, const Vec& u) {
-                  attention_jvp(t.data(), tatt.data(), u.data(), qkv.data(), att.data(), K, B, T, C, NH);
+                  attention_jvp(t.data(), tatt.data(), u.data(), qkv.data(), att.data(), K, B, T, C, NH, KVH);
                 },
                 [&](Vec& g, const Vec& v) {
-                  attention_backward(g.data(), tatt.data(), v.data(), qkv.data(), att.data(), B, T, C, NH, causal);
+                  attention_backward(g.data(), tatt.data(), v.data(), qkv.data(), att.data(), B, T, C, NH, KVH, causal);
                 });
     }
 }

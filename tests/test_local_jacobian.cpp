@@ -71,6 +71,8 @@ TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
     cases.push_back({Placement::Peri, NormKind::DyT, arch, true, true, Activation::GeGlu, false, Positions::Rope});
     cases.push_back({Placement::Lns, NormKind::Derf, arch, true, true, Activation::Gelu, false, Positions::None});
     cases.push_back({Placement::Reordered, NormKind::RMSNorm, arch, true, true, Activation::SwiGlu});
+    // the Llama-family block with multi-query attention (3 query heads, 1 key-value head)
+    cases.push_back({Placement::Pre, NormKind::RMSNorm, arch, true, true, Activation::SwiGlu, false, Positions::Rope, 1});
   }
   const int T = 7;
   for (const JacobianCase& c : cases) {

@@ -170,7 +170,17 @@ TEST(ModelGradientsMore, RotaryAndNoPositions) {
       c.bias = LinearBias::None;
       EXPECT_EQ(make_param_table(c).find("wpe.weight"), nullptr);
       check_model_gradients(c, /*padding=*/arch == Arch::Encoder);
+      c.n_kv_heads = 1;  // and multi-query attention (both heads share one key-value head)
+      check_model_gradients(c, /*padding=*/arch == Arch::Encoder);
     }
+  ModelConfig gqa = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  gqa.n_heads = 4;  // HS = 2, 2 key-value heads: the grouped case proper
+  gqa.n_kv_heads = 2;
+  gqa.positions = Positions::Rope;
+  EXPECT_EQ(make_param_table(gqa).find("h.0.attn.qkv.weight")->shape[0], 8 + 2 * 2 * 2);
+  check_model_gradients(gqa);
+  gqa.n_kv_heads = 3;  // does not divide 4: refused by name
+  EXPECT_THROW(gqa.validate(), Error);
   ModelConfig odd = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
   odd.positions = Positions::Rope;
   odd.rope_fraction = 0.2;  // 2 floor(0.2 * 4 / 2) = 0: no pair rotated, refused by name

@@ -164,14 +164,48 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
       Vec qkv = randn(B * T * 3 * C, 41), dy = randn(B * T * C, 42);
       Vec y(B * T * C), att(B * NH * T * T), datt(B * NH * T * T), dqkv(qkv.size());
       auto loss = [&] {
-        attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, causal);
+        attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, NH, causal);
         return dot(y, dy);
       };
       check_backward({{"qkv", &qkv, &dqkv}}, loss, [&] {
         loss();
         attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C,
-                           NH, causal);
+                           NH, NH, causal);
       });
+    }
+}
+
+// Grouped-query attention: KVH key-value heads shared by NH / KVH query heads each (1: multi-query;
+// NH: multi-head), qkv (B, T, C + 2 KVH HS): against finite differences and the naive reference,
+// with padding, causal and not, T = 1 included.
+TEST(Attention, GroupedQueryMatchesNaiveAndFiniteDifferences) {
+  for (auto [B, T, C, NH] : {std::tuple{2, 5, 12, 6}, std::tuple{1, 1, 8, 4}, std::tuple{2, 7, 18, 3}})
+    for (int KVH = 1; KVH <= NH; KVH++) {
+      if (NH % KVH) continue;
+      for (bool causal : {true, false}) {
+        SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " NH=" << NH << " KVH=" << KVH << " causal=" << causal);
+        const int W = C + 2 * KVH * (C / NH);
+        Vec qkv = randn(B * T * W, 61, 1.5), dy = randn(B * T * C, 62);
+        Vec y(B * T * C), yr(y.size()), att(B * NH * T * T), attr(att.size()), datt(att.size());
+        Vec dqkv(qkv.size()), dqkvr(qkv.size());
+        std::vector<uint8_t> mask(size_t(B) * T, 1);
+        if (T > 2) mask[size_t(B) * T - 1] = 0;  // the last row's last key is padding
+        attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, KVH, causal, mask.data());
+        attention_forward_naive(yr.data(), attr.data(), qkv.data(), B, T, C, NH, KVH, causal, mask.data());
+        attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, KVH, causal);
+        attention_backward_naive(dqkvr.data(), dy.data(), qkv.data(), attr.data(), B, T, C, NH, KVH, causal);
+        expect_close("out", y, yr, 1e-12, 1e-13);
+        expect_close("dqkv", dqkv, dqkvr, 1e-11, 1e-12);
+        std::fill(dqkv.begin(), dqkv.end(), 0.0);
+        auto loss = [&] {
+          attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, KVH, causal, mask.data());
+          return dot(y, dy);
+        };
+        check_backward({{"qkv", &qkv, &dqkv}}, loss, [&] {
+          loss();
+          attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, KVH, causal);
+        });
+      }
     }
 }
 
@@ -181,10 +215,10 @@ TEST(Attention, MatchesNaiveReference) {
       Vec qkv = randn(B * T * 3 * C, 51, 2.0), dy = randn(B * T * C, 52);
       Vec y(B * T * C), yr(B * T * C), att(B * NH * T * T), attr(att.size()), datt(att.size());
       Vec dqkv(qkv.size()), dqkvr(qkv.size());
-      attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, causal);
-      attention_forward_naive(yr.data(), attr.data(), qkv.data(), B, T, C, NH, causal);
-      attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, causal);
-      attention_backward_naive(dqkvr.data(), dy.data(), qkv.data(), attr.data(), B, T, C, NH, causal);
+      attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, NH, causal);
+      attention_forward_naive(yr.data(), attr.data(), qkv.data(), B, T, C, NH, NH, causal);
+      attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, NH, causal);
+      attention_backward_naive(dqkvr.data(), dy.data(), qkv.data(), attr.data(), B, T, C, NH, NH, causal);
       expect_close("out", y, yr, 1e-12, 1e-13);
       expect_close("att", att, attr, 1e-12, 1e-13);
       expect_close("dqkv", dqkv, dqkvr, 1e-11, 1e-12);
@@ -212,15 +246,15 @@ TEST(Attention, KeyMaskBackwardMatchesFiniteDifferencesAndNaive) {
       Vec qkv = randn(B * T * 3 * C, 43, 2.0), dy = randn(B * T * C, 44);
       Vec y(B * T * C), yr(y.size()), att(B * NH * T * T), attr(att.size()), datt(att.size()), dqkv(qkv.size());
       auto loss = [&] {
-        attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, causal, mask.data());
+        attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, NH, causal, mask.data());
         return dot(y, dy);
       };
       check_backward({{"qkv", &qkv, &dqkv}}, loss, [&] {
         loss();
-        attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, causal);
+        attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, NH, causal);
       });
-      attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, causal, mask.data());
-      attention_forward_naive(yr.data(), attr.data(), qkv.data(), B, T, C, NH, causal, mask.data());
+      attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, NH, causal, mask.data());
+      attention_forward_naive(yr.data(), attr.data(), qkv.data(), B, T, C, NH, NH, causal, mask.data());
       expect_close("masked out", y, yr, 1e-12, 1e-13);
       expect_close("masked att", att, attr, 1e-12, 1e-13);
       for (int b = 0; b < B; b++)  // no probability on a padded key, from any query
@@ -239,7 +273,7 @@ TEST(Attention, SoftmaxIsStableForHugeScores) {
   Vec qkv(B * T * 3 * C, 0.0);
   for (int t = 0; t < T; t++) qkv[t * 3 * C + 0] = qkv[t * 3 * C + C] = 1e3 * (t + 1);
   Vec y(B * T * C), att(T * T);
-  attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, false);
+  attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, NH, false);
   for (double a : att) EXPECT_TRUE(std::isfinite(a));
 }
 

@@ -111,7 +111,8 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
   const GainBias knorm = cross ? memory_norm(model) : qnorm;
   const double* wk = cross ? p.wkv : p.w1 + size_t(C) * C;  // this stack's key rows start here
   const double* bk = cross ? p.bkv : p.b1 ? p.b1 + C : nullptr;
-  const double qk_bias_max = std::max(max_abs(p.b1, C), max_abs(bk, C));
+  const int group = cross ? 1 : NH / cfg.kv_heads();  // query head h reads key head h / group (GQA)
+  const double qk_bias_max = std::max(max_abs(p.b1, C), max_abs(bk, C / group));
   double beta_max = 0;
   for (const GainBias& n : {qnorm, knorm})
     if (n.weight && n.bias) beta_max = std::max(beta_max, max_abs(n.bias, C));
@@ -125,7 +126,8 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
     r.stats = attention_matrix_stats(a.att + size_t(h) * rows * cols, rows, cols);
     // this head's rows of the query and key projections: (HS, C) blocks
     r.sigma_q = singular_values(std::vector<double>(p.w1 + size_t(h) * HS * C, p.w1 + size_t(h + 1) * HS * C), HS, C).front();
-    r.sigma_k = singular_values(std::vector<double>(wk + size_t(h) * HS * C, wk + size_t(h + 1) * HS * C), HS, C).front();
+    const size_t kh = size_t(h / group);
+    r.sigma_k = singular_values(std::vector<double>(wk + kh * HS * C, wk + (kh + 1) * HS * C), HS, C).front();
     if (!qnorm.weight || !knorm.weight) {
       r.bound_verdict = cross ? fmt::format("n/a: no norm feeds this attention's {}",
                                             !qnorm.weight ? "queries" : "keys (the memory)")

@@ -470,6 +470,8 @@ std::optional<std::string> export_refusal(const ModelConfig& c) {
   if (c.norm != NormKind::LayerNorm) why.push_back(fmt::format("norm is {} (GPT-2 and BERT use LayerNorm)", to_string(c.norm)));
   if (!c.residual) why.push_back("residual = false");
   if (!c.mlp) why.push_back("mlp = false (attention-only blocks)");
+  if (c.kv_heads() != c.n_heads)
+    why.push_back(fmt::format("{} key-value heads for {} query heads (GPT-2 and BERT: one each)", c.kv_heads(), c.n_heads));
   if (c.positions != Positions::Learned)
     why.push_back(fmt::format("positions are {} (GPT-2 and BERT learn a position table)", to_string(c.positions)));
   if (c.bias != LinearBias::All) why.push_back(fmt::format("bias is {} (GPT-2 and BERT have every linear bias)", to_string(c.bias)));

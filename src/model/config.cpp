@@ -196,6 +196,11 @@ std::vector<std::string> ModelConfig::violations() const {
   positive("seq_len", seq_len, 1 << 20);
   if (d_ff) positive("d_ff", *d_ff, 1 << 20);
   if (vocab) positive("vocab", *vocab, kMaxVocab);
+  if (n_kv_heads && (*n_kv_heads < 1 || n_heads < 1 || n_heads % *n_kv_heads != 0))
+    v.push_back(fmt::format("model.n_kv_heads = {} must be >= 1 and divide model.n_heads = {}", *n_kv_heads, n_heads));
+  else if (n_kv_heads && *n_kv_heads != n_heads && encdec())
+    v.push_back("model.n_kv_heads (grouped-query attention) is for arch = \"gpt\" and \"encoder\"; an encdec's "
+                "attention has n_heads key-value heads");
   if (n_heads >= 1 && d_model >= 1 && d_model % n_heads != 0)
     v.push_back(fmt::format("model.d_model = {} is not divisible by model.n_heads = {}", d_model,
                             n_heads));
@@ -336,6 +341,11 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   read_enum(r, "arch", kArchNames, cfg.arch);
   r.get("d_model", cfg.d_model);
   r.get("n_heads", cfg.n_heads);
+  if (r.has("n_kv_heads")) {
+    int v = 0;
+    r.get("n_kv_heads", v);
+    cfg.n_kv_heads = v;
+  }
   r.get("n_layers", cfg.n_layers);
   if (r.has("dec_layers")) {
     int v = 0;
@@ -431,6 +441,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
   nlohmann::json j{{"arch", to_string(cfg.arch)},
                         {"d_model", cfg.d_model},
                         {"n_heads", cfg.n_heads},
+                        {"n_kv_heads", cfg.kv_heads()},
                         {"n_layers", cfg.n_layers},
                         {"d_ff", cfg.ff()},
                         {"vocab", cfg.vocab_size()},

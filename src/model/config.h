@@ -68,6 +68,8 @@ struct ModelConfig {
                                      // encdec: the original Transformer (source -> target)
   int d_model = 128;                 // small enough to train in minutes on 2 cores
   int n_heads = 4;                   // head size 32
+  std::optional<int> n_kv_heads;     // key-value heads (grouped-query attention: each shared by
+                                     // n_heads / n_kv_heads query heads; 1: multi-query); unset: n_heads
   int n_layers = 4;                  // encdec: the encoder's layers N
   std::optional<int> dec_layers;     // encdec: the decoder's layers M; unset: N
   bool shared_embeddings = true;     // encdec: one wte for source, target and output (Vaswani et al.)
@@ -101,6 +103,9 @@ struct ModelConfig {
   long seed = 1337;                  // initialization seed
 
   int head_size() const { return d_model / n_heads; }
+  int kv_heads() const { return n_kv_heads.value_or(n_heads); }
+  // Columns of the self-attention's fused projection: q (C), k and v (kv_heads head_size each).
+  int qkv_width() const { return d_model + 2 * kv_heads() * head_size(); }
   // RoPE's rotated dimensions per head, R (even); 0 unless positions = rope.
   int rope_dims() const;
   int ff() const { return d_ff.value_or(4 * d_model); }

@@ -26,13 +26,16 @@ int layer_of(const ModelConfig& cfg, const std::string& name) {
   return cfg.encdec() && !enc ? cfg.n_layers + local : local;
 }
 
-// Rows [first, last) of a fused weight that are value maps (the v third of qkv, the v half of kv).
+// Rows [first, last) of a fused weight that are value maps (the v rows of qkv, the v half of kv), and
+// the rows of one of its key or value projections (C; grouped-query: kv_heads head_size).
 struct ValueRows {
   int64_t first = 0, last = 0;
+  int64_t kv = 0;
 };
-ValueRows value_rows(const std::string& name, int64_t C) {
-  if (ends_with(name, ".qkv.weight")) return {2 * C, 3 * C};
-  if (ends_with(name, ".kv.weight")) return {C, 2 * C};
+ValueRows value_rows(const ModelConfig& cfg, const std::string& name, int64_t C) {
+  const int64_t kvw = int64_t(cfg.kv_heads()) * cfg.head_size();
+  if (ends_with(name, ".qkv.weight")) return {C + kvw, C + 2 * kvw, kvw};
+  if (ends_with(name, ".kv.weight")) return {C, 2 * C, C};
   return {};
 }
 
@@ -94,17 +97,19 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
         break;
     }
     const int64_t rows = p.shape[0], cols = p.shape[1];
-    const ValueRows vrows = value_rows(p.name, C);
+    const ValueRows vrows = value_rows(cfg, p.name, C);
     const bool fused = vrows.last > 0;
     const bool residual_out = ends_with(p.name, ".proj.weight");
     const bool head = starts_with(p.name, "head.");
     const bool query_map = ends_with(p.name, ".cross.q.weight");
-    // fans of one projection: the fused qkv and kv are C x C projections stacked, a gated fc its
-    // (F, C) gate and up projections
+    // fans of one projection: the fused qkv and kv are their (C, C) query and (kv, C) key and value
+    // projections stacked, a gated fc its (F, C) gate and up projections
     const bool gated_fc = ends_with(p.name, ".mlp.fc.weight") && activation_width(cfg.activation) == 2;
-    const double fan_in = double(cols), fan_out = fused ? double(C) : gated_fc ? double(rows / 2) : double(rows);
+    const double fan_in = double(cols);
     for (int64_t r = 0; r < rows; r++) {
       const bool value_row = r >= vrows.first && r < vrows.last;
+      const bool query_row = ends_with(p.name, ".qkv.weight") && r < C;
+      const double fan_out = fused ? double(query_row ? C : vrows.kv) : gated_fc ? double(rows / 2) : double(rows);
       for (int64_t c = 0; c < cols; c++) {
         double v = 0;
         switch (scheme) {

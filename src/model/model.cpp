@@ -111,6 +111,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   S_ = Ssrc;
   const size_t N = size_t(B) * T, Ns = size_t(B) * Ssrc, C = cfg_.d_model, F = cfg_.ff(), V = cfg_.vocab_size();
   const size_t FW = cfg_.fc_width();  // fc's output columns: F, or 2F gated
+  const size_t QW = cfg_.qkv_width();  // qkv's: 3C, or C + 2 KVH HS (grouped-query)
   const size_t NH = cfg_.n_heads, n_slots = slots_.size(), Nmax = std::max(N, Ns);
   const int dec0 = cfg_.first_decoder_slot();
   struct Entry {
@@ -133,7 +134,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
     const size_t att = kind == Sublayer::Cross ? size_t(B) * NH * T * Ssrc : size_t(B) * NH * t * t;
     att_max = std::max(att_max, att);
     if (sites.in) plan.insert(plan.end(), {{&a.h, n * C}, {&a.in_mean, n}, {&a.in_rstd, n}});
-    plan.push_back({&a.hid, n * (kind == Sublayer::Attn ? 3 * C : kind == Sublayer::Cross ? C : FW)});
+    plan.push_back({&a.hid, n * (kind == Sublayer::Attn ? QW : kind == Sublayer::Cross ? C : FW)});
     if (kind == Sublayer::Cross) plan.push_back({&a.kv, Ns * 2 * C});
     if (kind != Sublayer::Mlp) plan.push_back({&a.att, att});
     plan.push_back({&a.mix, n * (kind == Sublayer::Mlp ? F : C)});
@@ -155,7 +156,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   if (cfg_.has_logits()) plan.insert(plan.end(), {{&logits_, N * V}, {&lse_, N}});
   plan.insert(plan.end(), {{&dstream_[0], Nmax * C}, {&dstream_[1], Nmax * C}, {&dh_, Nmax * C},
                            {&df_, Nmax * C}, {&dg_, Nmax * C}, {&dr_, Nmax * C}, {&ddrop_, Nmax * C},
-                           {&dmix_, Nmax * std::max(C, F)}, {&dhid_, Nmax * std::max(3 * C, FW)},
+                           {&dmix_, Nmax * std::max(C, F)}, {&dhid_, Nmax * std::max({QW, C, FW})},
                            {&datt_, att_max}});
   if (cfg_.encdec()) plan.insert(plan.end(), {{&dkv_, Ns * 2 * C}, {&dmem_, Ns * C}});
   bool scaled = false;
@@ -211,10 +212,10 @@ void Model<S>::norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, co
 
 template <class S>
 void Model<S>::apply_rope(S* qkv, int rows, int T, int pos0, int sign) const {
-  const int R = cfg_.rope_dims(), C = cfg_.d_model, NH = cfg_.n_heads;
+  const int R = cfg_.rope_dims(), C = cfg_.d_model, NH = cfg_.n_heads, QW = cfg_.qkv_width();
   if (R == 0) return;
-  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, 3 * C, 0, NH, C / NH, R, sign);  // q
-  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, 3 * C, C, NH, C / NH, R, sign);  // k
+  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, 0, NH, C / NH, R, sign);  // q
+  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, C, cfg_.kv_heads(), C / NH, R, sign);  // k
 }
 
 template <class S>
@@ -239,9 +240,9 @@ void Model<S>::sublayer_forward(int i) {
   // f = F(h)
   switch (slot.kind) {
     case Sublayer::Attn:
-      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, 3 * C, prec_, bf16_of(p.w1));
+      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
       apply_rope(a.hid, N, T, 0, +1);  // q, k <- R_t q, R_t k (RoPE; hid keeps the rotated ones)
-      attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, !slot.encoder, self_mask, prec_);
+      attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, self_mask, prec_);
       matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_, bf16_of(p.w2));
       break;
     case Sublayer::Cross:
@@ -341,10 +342,11 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) 
     case Sublayer::Attn:
       zero(dmix_, NC);
       matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_, bf16_of(p.w2));
-      zero(dhid_, NC * 3);
-      attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, !slot.encoder, prec_);
+      zero(dhid_, size_t(N) * cfg_.qkv_width());
+      attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder,
+                         prec_);
       apply_rope(dhid_, N, T, 0, -1);  // d(q, k before RoPE) = R_t^T d(R_t q, R_t k)
-      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, 3 * C, prec_, bf16_of(p.w1));
+      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
       break;
     case Sublayer::Cross:
       zero(dmix_, NC);

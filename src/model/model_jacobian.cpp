@@ -48,8 +48,9 @@ bool Model<S>::block_jacobian_covers(int first, int last) const {
     return false;
   // (RoPE rotates RQ_t and RK_t by the token's position: not built here yet; the tangents cover it)
   const Slot& attn = slots_[size_t(first)];
+  // (nor grouped-query attention's shared keys and values: also left to the tangents)
   return attn.present && attn.kind == Sublayer::Attn && !cfg_.dual_stack(attn.layer) &&
-         cfg_.positions != Positions::Rope;
+         cfg_.positions != Positions::Rope && cfg_.kv_heads() == cfg_.n_heads;
 }
 
 template <class S>

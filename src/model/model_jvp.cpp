@@ -101,9 +101,9 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
     }
     // f = F(h)
     if (slot.kind == Sublayer::Attn) {
-      matmul_jvp(thid, h, p.w1, K, N, C, 3 * C);
+      matmul_jvp(thid, h, p.w1, K, N, C, cfg_.qkv_width());
       apply_rope(thid, K * N, T, 0, +1);  // RoPE is linear: the tangents rotate as q and k do
-      attention_jvp(tmix, tatt, thid, a.hid, a.att, K, B, T, C, cfg_.n_heads);
+      attention_jvp(tmix, tatt, thid, a.hid, a.att, K, B, T, C, cfg_.n_heads, cfg_.kv_heads());
       matmul_jvp(tf, tmix, p.w2, K, N, C, C);
     } else if (slot.kind == Sublayer::Cross) {
       // q moves with the decoder's tangent; k and v with the memory's (held fixed without tmem)
@@ -233,19 +233,22 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
     }
     // f = F(h)
     if (i % 2 == 0) {
-      const int C3 = 3 * C;
+      // the row [q (C) | k (KVW) | v (KVW)]; query head hh reads key-value head hh / (NH / KVH)
+      const int C3 = cfg_.qkv_width(), KVW = cfg_.kv_heads() * HS, group = NH / cfg_.kv_heads();
       const S scale = S(1.0 / std::sqrt(double(HS)));
       matmul_jvp(thid, h, p.w1, K, 1, C, C3);  // tq_i | tk_i | tv_i
       apply_rope(thid, K, 1, token, +1);       // at the token's position
       for (int hh = 0; hh < NH; hh++) {
-        const S* qkv = a.hid + size_t(row) * T * C3 + hh * HS;  // this row's q | k | v of head hh, stride 3C
-        const S* q_i = qkv + size_t(token) * C3;
+        const S* qkv = a.hid + size_t(row) * T * C3;  // this row's q | k | v, stride C3
+        const S* q_i = qkv + size_t(token) * C3 + hh * HS;
+        const S* k = qkv + C + (hh / group) * HS;
+        const S* v = qkv + C + KVW + (hh / group) * HS;
         const S* P_i = a.att + ((size_t(row) * NH + hh) * T + token) * T;
         const S* tq = thid + hh * HS;
-        const S* tk = tq + C;
-        const S* tv = tq + 2 * C;
+        const S* tk = thid + C + (hh / group) * HS;
+        const S* tv = thid + C + KVW + (hh / group) * HS;
         // tS (K, T) = tq_i k^T / sqrt(HS), plus q_i . tk_i / sqrt(HS) at j = i
-        gemm<S>(Trans::No, Trans::Yes, K, T, HS, scale, tq, C3, qkv + C, C3, S(0), ts, T);
+        gemm<S>(Trans::No, Trans::Yes, K, T, HS, scale, tq, C3, k, C3, S(0), ts, T);
         for (int k = 0; k < K; k++) {
           S* s = ts + size_t(k) * T;
           const S* tk_k = tk + size_t(k) * C3;
@@ -259,7 +262,7 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
         }
         // ty_i (K, HS) = tP v + P_ii tv_i
         S* ty = tmix + hh * HS;
-        gemm<S>(Trans::No, Trans::No, K, HS, T, S(1), ts, T, qkv + 2 * C, C3, S(0), ty, C);
+        gemm<S>(Trans::No, Trans::No, K, HS, T, S(1), ts, T, v, C3, S(0), ty, C);
         const S p_ii = P_i[token];
         for (int k = 0; k < K; k++)
           for (int e = 0; e < HS; e++) ty[size_t(k) * C + e] += p_ii * tv[size_t(k) * C3 + e];

@@ -65,8 +65,8 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     const bool qkv_bias = cfg.bias != LinearBias::None, other_bias = cfg.bias == LinearBias::All;
     switch (slot.kind) {
       case Sublayer::Attn:
-        add(p + ".qkv.weight", {3 * C, C}, ParamRole::LinearWeight);
-        if (qkv_bias) add(p + ".qkv.bias", {3 * C}, ParamRole::LinearBias);
+        add(p + ".qkv.weight", {cfg.qkv_width(), C}, ParamRole::LinearWeight);  // [q (C) | k | v], GQA: k, v narrower
+        if (qkv_bias) add(p + ".qkv.bias", {cfg.qkv_width()}, ParamRole::LinearBias);
         break;
       case Sublayer::Cross:
         add(p + ".q.weight", {C, C}, ParamRole::LinearWeight);

@@ -31,17 +31,20 @@ static void softmax_row(S* row, int len, int T) {
 }
 
 // One attention, written once for self- and cross-attention: queries q (B, Tq, ldq-strided rows),
-// keys k and values v (B, Tk, ldkv-strided rows), each head h reading columns h*HS .. (h+1)*HS.
+// keys k and values v (B, Tk, ldkv-strided rows), query head h reading columns h*HS .. (h+1)*HS of q
+// and key-value head h / (NH / KVH) the same columns of k and v (grouped-query attention: KVH < NH
+// key-value heads, each shared by NH / KVH query heads; KVH = NH is multi-head attention).
 template <class S>
 struct Heads {
   const S* q;
   const S* k;
   const S* v;
   int ldq, ldkv;  // row strides of q and of k / v
-  int B, Tq, Tk, C, NH;
+  int B, Tq, Tk, C, NH, KVH;
   int HS() const { return C / NH; }
+  int group() const { return NH / KVH; }
   long q_off(int b, int h) const { return (long)b * Tq * ldq + (long)h * HS(); }
-  long kv_off(int b, int h) const { return (long)b * Tk * ldkv + (long)h * HS(); }
+  long kv_off(int b, int h) const { return (long)b * Tk * ldkv + (long)(h / group()) * HS(); }
 };
 
 template <class S>
@@ -70,15 +73,17 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
   }
 }
 
-// dq, dk, dv +=, strided like q, k, v; datt (B, NH, Tq, Tk) is scratch.
+// dq, dk, dv +=, strided like q, k, v; datt (B, NH, Tq, Tk) is scratch. One thread owns a key-value
+// head and runs its query heads in order: their dk, dv sums have no race and a fixed order.
 template <class S>
 static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* dout, const S* att,
                            const Heads<S>& x, Precision prec) {
-  const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH;
+  const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH, G = x.group();
   const S scale = S(1.0 / std::sqrt(double(HS)));
 #pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
-  for (int bh = 0; bh < x.B * NH; bh++) {
-    const int b = bh / NH, h = bh % NH;
+  for (int bg = 0; bg < x.B * x.KVH; bg++)
+  for (int h = (bg % x.KVH) * G; h < (bg % x.KVH + 1) * G; h++) {
+    const int b = bg / x.KVH, bh = b * NH + h;
     const S* q = x.q + x.q_off(b, h);
     const S* k = x.k + x.kv_off(b, h);
     const S* v = x.v + x.kv_off(b, h);
@@ -143,26 +148,29 @@ static void heads_jvp(S* tout, S* tatt, const Heads<S>& t, long t_qstride, long 
   }
 }
 
+// qkv rows [q (C) | k (KVH HS) | v (KVH HS)]
 template <class S>
-static Heads<S> self_heads(const S* qkv, int B, int T, int C, int NH) {
-  return {qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, T, C, NH};
+static Heads<S> self_heads(const S* qkv, int B, int T, int C, int NH, int KVH) {
+  const int kvw = KVH * (C / NH);
+  return {qkv, qkv + C, qkv + C + kvw, C + 2 * kvw, C + 2 * kvw, B, T, T, C, NH, KVH};
 }
 template <class S>
 static Heads<S> cross_heads(const S* q, const S* kv, int B, int Tq, int Tk, int C, int NH) {
-  return {q, kv, kv + C, C, 2 * C, B, Tq, Tk, C, NH};
+  return {q, kv, kv + C, C, 2 * C, B, Tq, Tk, C, NH, NH};
 }
 
 template <class S>
-void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, bool causal,
+void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH, bool causal,
                        const uint8_t* key_mask, Precision prec) {
-  heads_forward(out, att, self_heads(qkv, B, T, C, NH), causal, key_mask, prec);
+  heads_forward(out, att, self_heads(qkv, B, T, C, NH, KVH), causal, key_mask, prec);
 }
 
 template <class S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
-                        int C, int NH, bool causal, Precision prec) {
+                        int C, int NH, int KVH, bool causal, Precision prec) {
   (void)causal;  // masked probabilities are 0, so their score gradients come out 0 by themselves
-  heads_backward(dqkv, dqkv + C, dqkv + 2 * C, datt, dout, att, self_heads(qkv, B, T, C, NH), prec);
+  const Heads<S> x = self_heads(qkv, B, T, C, NH, KVH);
+  heads_backward(dqkv, dqkv + (x.k - qkv), dqkv + (x.v - qkv), datt, dout, att, x, prec);
 }
 
 template <class S>
@@ -178,9 +186,11 @@ void cross_attention_backward(S* dq, S* dkv, S* datt, const S* dout, const S* q,
 }
 
 template <class S>
-void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, int NH,
+void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH,
                              bool causal, const uint8_t* key_mask) {
-  const int HS = C / NH, C3 = 3 * C;
+  // row width and the k, v columns of query head h: its key-value head h / (NH / KVH)
+  const int HS = C / NH, C3 = C + 2 * KVH * HS, kcol = C, vcol = C + KVH * HS;
+  const auto kv_head = [&](int h) { return h / (NH / KVH) * HS; };
   const double scale = 1.0 / std::sqrt(double(HS));
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
@@ -195,7 +205,7 @@ void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, 
             s[j] = -std::numeric_limits<double>::infinity();
             continue;
           }
-          const S* k = qkv + ((long)b * T + j) * C3 + C + h * HS;
+          const S* k = qkv + ((long)b * T + j) * C3 + kcol + kv_head(h);
           double dot = 0;
           for (int d = 0; d < HS; d++) dot += double(q[d]) * k[d];
           s[j] = dot * scale;
@@ -206,7 +216,7 @@ void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, 
         for (int j = 0; j < T; j++) p[j] = j < len ? S(std::exp(s[j] - mx) / sum) : S(0);
         for (int d = 0; d < HS; d++) {
           double y = 0;
-          for (int j = 0; j < T; j++) y += double(p[j]) * qkv[((long)b * T + j) * C3 + 2 * C + h * HS + d];
+          for (int j = 0; j < T; j++) y += double(p[j]) * qkv[((long)b * T + j) * C3 + vcol + kv_head(h) + d];
           out[((long)b * T + i) * C + h * HS + d] = S(y);
         }
       }
@@ -214,9 +224,10 @@ void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, 
 
 template <class S>
 void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att, int B, int T,
-                              int C, int NH, bool causal) {
+                              int C, int NH, int KVH, bool causal) {
   (void)causal;
-  const int HS = C / NH, C3 = 3 * C;
+  const int HS = C / NH, C3 = C + 2 * KVH * HS, kcol = C, vcol = C + KVH * HS;
+  const auto kv_head = [&](int h) { return h / (NH / KVH) * HS; };
   const double scale = 1.0 / std::sqrt(double(HS));
   auto at = [&](const S* base, int b, int t, int col) { return double(base[((long)b * T + t) * C3 + col]); };
   for (int b = 0; b < B; b++)
@@ -227,39 +238,39 @@ void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att
         for (int j = 0; j < T; j++)
           for (int d = 0; d < HS; d++) {
             const double dy = dout[((long)b * T + i) * C + h * HS + d];
-            dp[j] += dy * at(qkv, b, j, 2 * C + h * HS + d);
-            dqkv[((long)b * T + j) * C3 + 2 * C + h * HS + d] += S(p[j] * dy);
+            dp[j] += dy * at(qkv, b, j, vcol + kv_head(h) + d);
+            dqkv[((long)b * T + j) * C3 + vcol + kv_head(h) + d] += S(p[j] * dy);
           }
         double dot = 0;
         for (int j = 0; j < T; j++) dot += p[j] * dp[j];
         for (int j = 0; j < T; j++) {
           const double ds = p[j] * (dp[j] - dot) * scale;
           for (int d = 0; d < HS; d++) {
-            dqkv[((long)b * T + i) * C3 + h * HS + d] += S(ds * at(qkv, b, j, C + h * HS + d));
-            dqkv[((long)b * T + j) * C3 + C + h * HS + d] += S(ds * at(qkv, b, i, h * HS + d));
+            dqkv[((long)b * T + i) * C3 + h * HS + d] += S(ds * at(qkv, b, j, kcol + kv_head(h) + d));
+            dqkv[((long)b * T + j) * C3 + kcol + kv_head(h) + d] += S(ds * at(qkv, b, i, h * HS + d));
           }
         }
       }
 }
 
 #define NL_INSTANTIATE(S)                                                                        \
-  template void attention_forward<S>(S*, S*, const S*, int, int, int, int, bool, const uint8_t*, \
+  template void attention_forward<S>(S*, S*, const S*, int, int, int, int, int, bool, const uint8_t*, \
                                      Precision);                                                 \
-  template void attention_backward<S>(S*, S*, const S*, const S*, const S*, int, int, int, int, \
+  template void attention_backward<S>(S*, S*, const S*, const S*, const S*, int, int, int, int, int, \
                                       bool, Precision);                                          \
-  template void attention_forward_naive<S>(S*, S*, const S*, int, int, int, int, bool,          \
+  template void attention_forward_naive<S>(S*, S*, const S*, int, int, int, int, int, bool,          \
                                            const uint8_t*);                                      \
   template void attention_backward_naive<S>(S*, const S*, const S*, const S*, int, int, int,    \
-                                            int, bool);
+                                            int, int, bool);
 NL_INSTANTIATE(float)
 NL_INSTANTIATE(double)
 #undef NL_INSTANTIATE
 
 template <class S>
 void attention_jvp(S* tout, S* tatt, const S* tqkv, const S* qkv, const S* att, int K, int B, int T,
-                   int C, int NH) {
-  const Heads<S> x = self_heads(qkv, B, T, C, NH), t = self_heads(tqkv, B, T, C, NH);
-  const long stride = (long)B * T * 3 * C;
+                   int C, int NH, int KVH) {
+  const Heads<S> x = self_heads(qkv, B, T, C, NH, KVH), t = self_heads(tqkv, B, T, C, NH, KVH);
+  const long stride = (long)B * T * x.ldq;
   heads_jvp(tout, tatt, t, stride, stride, att, x, K);
 }
 
@@ -286,7 +297,7 @@ NL_INSTANTIATE(double)
 #undef NL_INSTANTIATE
 
 template void attention_jvp<float>(float*, float*, const float*, const float*, const float*, int,
-                                   int, int, int, int);
+                                   int, int, int, int, int);
 template void attention_jvp<double>(double*, double*, const double*, const double*, const double*,
-                                    int, int, int, int, int);
+                                    int, int, int, int, int, int);
 }  // namespace normlab::ops

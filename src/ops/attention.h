@@ -1,8 +1,10 @@
 // attention.h: multi-head scaled dot-product self-attention on a fused qkv buffer, with a causal or
 // bidirectional mask and a stable softmax; cross-attention (queries from one sequence, keys and
 // values from another: the decoder reading the encoder); plus the naive reference.
-// Legend and conventions: ops/common.h. qkv columns are [q | k | v]; head h owns columns
-// h*HS .. (h+1)*HS of each third. Scores are scaled by 1/sqrt(HS); masked entries get probability 0.
+// Legend and conventions: ops/common.h (KVH: key-value heads). qkv columns are [q (C) | k (KVH HS) |
+// v (KVH HS)]; query head h owns columns h*HS .. (h+1)*HS of q and reads key-value head h / (NH / KVH)
+// (grouped-query attention; KVH = NH: multi-head, qkv is (.., 3C)). Scores are scaled by 1/sqrt(HS);
+// masked entries get probability 0.
 #pragma once
 
 #include <cstdint>
@@ -11,32 +13,32 @@
 
 namespace normlab::ops {
 
-// out (B, T, C); saves att (B, NH, T, T) = softmax probabilities; qkv (B, T, 3C); key_mask (B, T)
+// out (B, T, C); saves att (B, NH, T, T) = softmax probabilities; qkv (B, T, C + 2 KVH HS); key_mask (B, T)
 // or null: keys with key_mask 0 (padding) get probability 0 in every row, as Hugging Face's
 // attention_mask. Every row must keep at least one key (checked at the API boundary).
 // prec: the precision of the q k^T and P v GEMMs (ops/gemm_backend.h); the softmax stays float.
 template <class S>
-void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, bool causal,
+void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH, bool causal,
                        const uint8_t* key_mask = nullptr, Precision prec = Precision::Fp32);
 
-// dqkv (B, T, 3C) +=; datt (B, NH, T, T) is scratch (overwritten); dout (B, T, C).
+// dqkv (B, T, C + 2 KVH HS) +=; datt (B, NH, T, T) is scratch (overwritten); dout (B, T, C).
 template <class S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
-                        int C, int NH, bool causal, Precision prec = Precision::Fp32);
+                        int C, int NH, int KVH, bool causal, Precision prec = Precision::Fp32);
 
 template <class S>
-void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, int NH,
+void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH,
                              bool causal, const uint8_t* key_mask = nullptr);
 template <class S>
 void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att, int B, int T,
-                              int C, int NH, bool causal);
+                              int C, int NH, int KVH, bool causal);
 
-// Forward-mode tangent for K tangents: tout (K, B, T, C) from tqkv (K, B, T, 3C), with the saved
+// Forward-mode tangent for K tangents: tout (K, B, T, C) from tqkv (K, B, T, C + 2 KVH HS), with the saved
 // probabilities att of the forward call (a padding mask needs nothing here: masked P = 0); tatt (B, NH, T, T) is scratch.
 //   tS = (tq k^T + q tk^T) / sqrt(HS);  tP = P * (tS - rowsum(P * tS));  ty = tP v + P tv
 template <class S>
 void attention_jvp(S* tout, S* tatt, const S* tqkv, const S* qkv, const S* att, int K, int B, int T,
-                   int C, int NH);
+                   int C, int NH, int KVH);
 
 // Cross-attention: q (B, Tq, C) queries, kv (B, Tk, 2C) columns [k | v]; out (B, Tq, C); att
 // (B, NH, Tq, Tk) saved probabilities; key_mask (B, Tk) or null (0: padding). Never causal.

@@ -170,13 +170,14 @@ def build_cases():
         Case("encdec_pre_qkvbias", dict(ENCDEC, placement="pre", bias="qkv"), ENCDEC_BST),
         # the Llama-family block: RMSNorm, RoPE, SwiGLU, no biases (and partial rotary, no positions)
         Case("gpt_llama_block", dict(SMALL, placement="pre", norm="rmsnorm", activation="swiglu", bias="none",
-             positions="rope"), SMALL_BT),
+             positions="rope", n_kv_heads=2), SMALL_BT),
+        Case("encoder_mqa_pad", dict(SMALL, arch="encoder", placement="pre", n_kv_heads=1), SMALL_BT, pad=True),
         Case("encoder_rope_partial_pad", dict(SMALL, arch="encoder", placement="post", positions="rope",
              rope_fraction=0.5, rope_base=500.0), SMALL_BT, pad=True),
         Case("encdec_rope_sandwich", dict(ENCDEC, placement="sandwich", positions="rope"), ENCDEC_BST),
         Case("gpt_nopositions", dict(SMALL, placement="pre", positions="none"), SMALL_BT),
         Case("train_gpt_llama_block", dict(SMALL, placement="pre", norm="rmsnorm", activation="swiglu", bias="none",
-             positions="rope"), SMALL_BT, kind="train", train=TRAIN_CFG),
+             positions="rope", n_kv_heads=2), SMALL_BT, kind="train", train=TRAIN_CFG),
         Case("encoder_peri_geglu_pad", dict(SMALL, arch="encoder", placement="peri", activation="geglu"), SMALL_BT,
              pad=True),
         Case("encdec_lns_swiglu", dict(ENCDEC, placement="lns", activation="swiglu"), ENCDEC_BST),
@@ -211,6 +212,11 @@ def build_cases():
                        placement=["post", "deepnorm", "pre"]), EXTRA_BT, extra=True))
         for p in NEW_METHODS:
             ex.append(Case(f"x_{arch}_{p}", dict(EXTRA, arch=arch, placement=p), EXTRA_BT, extra=True))
+    for kvh in (1, 2, 6):   # EXTRA has 6 heads of 16
+        ex.append(Case(f"x_gpt_llama_kv{kvh}", dict(EXTRA, placement="pre", norm="rmsnorm", activation="swiglu",
+                       bias="none", positions="rope", rope_base=1e5, n_kv_heads=kvh, d_ff=100), EXTRA_BT, extra=True))
+    ex.append(Case("x_encoder_gqa_geglu_qkvbias_pad", dict(EXTRA, arch="encoder", placement="peri", activation="geglu",
+                   bias="qkv", positions="rope", rope_fraction=0.25, n_kv_heads=3), EXTRA_BT, extra=True, pad=True))
     ex.append(Case("x_gpt_mix_admin_layerscale_rezero_pad", dict(EXTRA, placement=["admin", "layerscale", "rezero"]),
                    EXTRA_BT, extra=True, pad=True))
     ex.append(Case("x_gpt_layerscale_depth25", dict(DEEP, n_layers=25, placement="layerscale"), DEEP_BT,

@@ -201,11 +201,14 @@ def check_init(config, tensors):
             std_ok(name, w, std0)
         else:
             if name.endswith("attn.qkv.weight"):
-                blocks = [("q", 0, C), ("k", C, 2 * C), ("v", 2 * C, 3 * C)]
+                W = config["n_kv_heads"] * (C // config["n_heads"])   # grouped-query: narrower k and v
+                blocks = [("q", 0, C), ("k", C, C + W), ("v", C + W, C + 2 * W)]
             elif name.endswith("cross.kv.weight"):
                 blocks = [("k", 0, C), ("v", C, 2 * C)]
             elif name.endswith("cross.q.weight"):
                 blocks = [("q", 0, C)]
+            elif name.endswith("mlp.fc.weight") and config["activation"] in nt.GATED:
+                blocks = [("gate", 0, w.shape[0] // 2), ("up", w.shape[0] // 2, w.shape[0])]
             else:
                 blocks = [("", 0, w.shape[0])]
             in_layers = method is not None       # head.dense is outside the stacks: no beta, no T-Fixup scale

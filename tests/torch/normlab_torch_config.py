@@ -79,6 +79,7 @@ DEFAULTS = {
     "d_model": 128,
     "n_heads": 4,
     "n_layers": 4,       # L; the encoder's N for encdec
+    "n_kv_heads": None,  # key-value heads (grouped-query attention), default n_heads
     "d_ff": None,        # 4 * d_model
     "vocab": None,       # 256 (gpt) / 257 (encoder) / 258 (encdec: 256 = BOS, 257 = EOS)
     "seq_len": 128,
@@ -148,6 +149,9 @@ def normalize_config(cfg, strict=True):
     L = int(c["n_layers"])
     if c["d_model"] % c["n_heads"] != 0:
         raise ValueError("n_heads must divide d_model")
+    c["n_kv_heads"] = c["n_heads"] if c["n_kv_heads"] is None else int(c["n_kv_heads"])
+    if c["n_heads"] % c["n_kv_heads"] != 0 or (encdec and c["n_kv_heads"] != c["n_heads"]):
+        raise ValueError("n_kv_heads must divide n_heads (and equal it for encdec)")
     if c["d_ff"] is None:
         c["d_ff"] = 4 * c["d_model"]
     if c["vocab"] is None:

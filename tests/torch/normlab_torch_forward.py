@@ -98,12 +98,12 @@ def multihead(q, k, v, NH, causal=False, key_mask=None):
     return (P @ v).permute(0, 2, 1, 3).reshape(B, Tq, C)                           # heads concatenated
 
 
-def rope(config, x):
+def rope(config, x, heads=None):
     """Rotary positions (Su et al. 2021), written as complex multiplication: in each head the pairs
     (x[i], x[i + R/2]), i < R/2, are the complex numbers x[i] + j x[i + R/2], multiplied by
     exp(j t base^(-2i/R)) at position t; the head's dimensions past R are left as they are."""
     B, T, C = x.shape
-    NH = config["n_heads"]
+    NH = heads or config["n_heads"]
     HS = C // NH
     R = 2 * int(math.floor(config["rope_fraction"] * HS / 2))
     xh = x.reshape(B, T, NH, HS)
@@ -126,11 +126,17 @@ def attention(config, params, prefix, h, key_mask=None, causal=None):
     C = h.shape[-1]
     if causal is None:
         causal = config["arch"] == "gpt"
-    qkv = linear(h, params[prefix + ".qkv.weight"], params.get(prefix + ".qkv.bias"))   # (B, T, 3C) [q | k | v]
-    q, k, v = qkv[..., 0:C], qkv[..., C:2 * C], qkv[..., 2 * C:3 * C]
+    qkv = linear(h, params[prefix + ".qkv.weight"], params.get(prefix + ".qkv.bias"))   # [q (C) | k (W) | v (W)]
+    NH, KVH = config["n_heads"], config["n_kv_heads"]
+    W = KVH * (C // NH)                     # grouped-query: KVH key-value heads, NH / KVH queries each
+    q, k, v = qkv[..., 0:C], qkv[..., C:C + W], qkv[..., C + W:C + 2 * W]
     if config.get("positions", "learned") == "rope":
-        q, k = rope(config, q), rope(config, k)
-    y = multihead(q, k, v, config["n_heads"], causal, key_mask)
+        q, k = rope(config, q), rope(config, k, KVH)
+    if KVH != NH:   # every query head gets a copy of its group's key and value head
+        def widen(t):
+            return t.reshape(*t.shape[:-1], KVH, C // NH).repeat_interleave(NH // KVH, dim=-2).reshape(*t.shape[:-1], C)
+        k, v = widen(k), widen(v)
+    y = multihead(q, k, v, NH, causal, key_mask)
     return linear(y, params[prefix + ".proj.weight"], params.get(prefix + ".proj.bias"))
 
 

@@ -72,8 +72,9 @@ def param_table(config):
                 if m.in_norm:
                     t += _norm_table(c, pre + ".ln_in", st.name, method)
                 if kind == "attn":
-                    t += _linear_table(pre + ".qkv", 3 * C, C, st.name, "attn.qkv",
-                                       [("q", 0, C), ("k", C, 2 * C), ("v", 2 * C, 3 * C)], method, qb)
+                    W = c["n_kv_heads"] * (C // c["n_heads"])   # the key and value projections' rows
+                    t += _linear_table(pre + ".qkv", C + 2 * W, C, st.name, "attn.qkv",
+                                       [("q", 0, C), ("k", C, C + W), ("v", C + W, C + 2 * W)], method, qb)
                     t += _linear_table(pre + ".proj", C, C, st.name, "attn.proj", None, method, ob)
                 elif kind == "cross":
                     t += _linear_table(pre + ".q", C, C, st.name, "cross.q", [("q", 0, C)], method, qb)
