@@ -6,8 +6,8 @@
 // (-Werror=switch), so no kind silently runs as another. The exact forms are docs/MODEL.md ("Norms").
 #pragma once
 
-#include <cassert>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "model/config.h"
@@ -16,10 +16,11 @@
 #include "ops/dynnorm.h"
 #include "ops/layernorm.h"
 #include "ops/rmsnorm.h"
+#include "util/error.h"
 
 namespace normlab {
 
-// Every kind, for the tests and the help that sweep them all (kept beside the switches it mirrors).
+// Every kind, for the tests that sweep them all (kept beside the switches it mirrors).
 inline constexpr NormKind kNormKinds[] = {NormKind::LayerNorm, NormKind::RMSNorm, NormKind::DyT, NormKind::Derf};
 
 // One parameter of a norm site: its name after the site's ("h.0.attn.ln_in" + ".weight"), (C) or (1).
@@ -71,7 +72,7 @@ template <class S>
 void norm_backward(NormKind kind, S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
                    const NormParams<S>& p, const S* mean, const S* rstd, int rows, int C, S* scratch = nullptr) {
   if (p.scale != 1.0) {
-    assert(scratch && "norm_backward: a scaled site needs scratch");
+    if (!scratch) throw Error("norm_backward: a site with a constant output scale needs scratch (a bug)");
     const size_t n = size_t(rows) * C;
     const S c = S(p.scale);
 #pragma omp parallel for schedule(static) if((long)n > ops::kParallelMinWork)

@@ -1,11 +1,10 @@
 // params.cpp: builds the parameter table from the config.
 #include "model/params.h"
 
-#include "model/norm_of.h"
-
 #include <cmath>
 #include <fmt/format.h>
 
+#include "model/norm_of.h"
 #include "util/error.h"
 
 namespace normlab {
