@@ -201,7 +201,7 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
       all_residual = false;
     }
     // the kernel the last norm has at eps = 0 (its dimension does not depend on the row)
-    const int kernel = int(norm_structural_kernel(cfg.norm, model.acts(2 * l + 1).r + size_t(tok) * d, d, 0.0).size());
+    const int kernel = norm_kernel_dimension(cfg.norm);
     if (norm_sites(p).out && kernel > 0)
       b.rank_verdict = rank_verdict(b.local, d, kernel, cfg.eps) + " (token-local)";
     rep.blocks.push_back(std::move(b));

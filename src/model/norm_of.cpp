@@ -123,4 +123,14 @@ std::vector<std::vector<double>> norm_structural_kernel(NormKind kind, const dou
   return basis;
 }
 
+int norm_kernel_dimension(NormKind kind) {
+  switch (kind) {
+    case NormKind::LayerNorm: return 2;
+    case NormKind::RMSNorm: return 1;
+    case NormKind::DyT:
+    case NormKind::Derf: return 0;
+  }
+  return 0;
+}
+
 }  // namespace normlab

@@ -118,5 +118,7 @@ std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, co
 // its input: LayerNorm the constant vector (and the centred input at eps = 0), RMSNorm the input at
 // eps = 0, the point-wise kinds nothing (their Jacobian is diagonal with no zero).
 std::vector<std::vector<double>> norm_structural_kernel(NormKind kind, const double* z, int d, double eps);
+// Its dimension at eps = 0 for a generic input: 2, 1, 0 (a block ending in the norm has rank <= d - it).
+int norm_kernel_dimension(NormKind kind);
 
 }  // namespace normlab
