@@ -1,23 +1,21 @@
-// glu.cpp: SwiGLU and GeGLU forward, backward and JVP (one scalar path for float and double; the
-// activations' values and slopes below are the math, in the scalar type).
+// glu.cpp: SwiGLU and GeGLU forward, backward and JVP (one scalar path for float and double; GeGLU's
+// gate is the element-wise GELU's math, ops/gelu_math.h).
 #include "ops/glu.h"
 
 #include <cmath>
 
 #include "ops/common.h"
+#include "ops/gelu_math.h"
 
 namespace normlab::ops {
 
 namespace {
 
-constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi), the tanh form's (as ops/activation.cpp)
-constexpr double kGeluCubic = 0.044715;
-
 template <class S>
 S act_value(GluAct act, S x) {
   switch (act) {
     case GluAct::Silu: return x / (S(1) + std::exp(-x));
-    case GluAct::Gelu: return S(0.5) * x * (S(1) + std::tanh(S(kGeluScale) * (x + S(kGeluCubic) * x * x * x)));
+    case GluAct::Gelu: return gelu_value(x);  // the element-wise GELU's own (ops/gelu_math.h)
   }
   return x;  // unreachable
 }
@@ -29,10 +27,7 @@ S act_slope(GluAct act, S x) {
       const S s = S(1) / (S(1) + std::exp(-x));  // sigmoid; (x s)' = s (1 + x (1 - s))
       return s * (S(1) + x * (S(1) - s));
     }
-    case GluAct::Gelu: {
-      const S u = S(kGeluScale) * (x + S(kGeluCubic) * x * x * x), t = std::tanh(u);
-      return S(0.5) * (S(1) + t) + S(0.5) * x * (S(1) - t * t) * S(kGeluScale) * (S(1) + S(3 * kGeluCubic) * x * x);
-    }
+    case GluAct::Gelu: return gelu_slope(x);
   }
   return S(1);  // unreachable
 }
