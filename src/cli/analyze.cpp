@@ -14,6 +14,7 @@
 #include "analysis/dynamics.h"
 #include "analysis/jacobian.h"
 #include "analysis/updates.h"
+#include "io/gguf.h"
 #include "io/hf.h"
 #include "io/tokenizer.h"
 #include "model/model.h"
@@ -106,7 +107,8 @@ std::string resolve_tokenizer(const AnalyzeCommand& cmd, const ModelConfig& cfg,
   if (cmd.tokenizer == "bytes") return "";
   if (cmd.tokenizer == "gpt2") return "gpt2";
   if (!cmd.tokenizer.empty()) return cmd.tokenizer;
-  if (!cmd.checkpoint.empty() && hf::is_model_dir(cmd.checkpoint)) return cmd.checkpoint;
+  if (!cmd.checkpoint.empty() && (hf::is_model_dir(cmd.checkpoint) || gguf::is_gguf(cmd.checkpoint)))
+    return cmd.checkpoint;
   if (cfg.vocab_size() == kByteVocab || cfg.vocab_size() == kByteVocab + 1) return "";
   throw Error(fmt::format("{} needs --tokenizer (a tokenizer file or directory, gpt2, or bytes): the model's "
                           "vocabulary ({}) is not byte-level and --checkpoint is not a Hugging Face directory with "

@@ -19,6 +19,7 @@
 #include "cli/bleu.h"
 #include "cli/compare.h"
 #include "cli/corpus.h"
+#include "cli/gguf.h"
 #include "cli/help.h"
 #include "cli/interrupt.h"
 #include "cli/sample.h"
@@ -212,7 +213,7 @@ static int run_command(int argc, char** argv) {
   train_cmd->add_flag("--quiet,-q", quiet, "no progress lines");
 
   auto* grads_cmd = app.add_subcommand("grads", "loss, logits and gradients of a checkpoint on a token file");
-  grads_cmd->add_option("--checkpoint", ckpt, "model checkpoint (.safetensors) or Hugging Face directory")->required();
+  grads_cmd->add_option("--checkpoint", ckpt, "model checkpoint (.safetensors), Hugging Face directory or .gguf")->required();
   grads_cmd->add_option("--tokens", tokens, "int32 input_ids and labels (B, T) (.safetensors)")->required();
   grads_cmd->add_option("--out", out, "output .safetensors: loss, logits, grad.<param>")->required();
   grads_cmd->add_flag("--force", force, "replace --out if it exists");
@@ -246,6 +247,8 @@ static int run_command(int argc, char** argv) {
   cli::add_translate_command(app, translate);
   cli::SampleCommand sample;
   cli::add_sample_command(app, sample);
+  cli::GgufCommand gguf;
+  cli::add_gguf_command(app, gguf);
   cli::HelpCommand help;
   cli::add_help_command(app, help);
 
@@ -290,6 +293,7 @@ static int run_command(int argc, char** argv) {
     if (bleu.bleu->parsed()) return cli::run_bleu(bleu);
     if (translate.translate->parsed()) return cli::run_translate(translate);
     if (sample.sample->parsed()) return cli::run_sample(sample);
+    if (gguf.gguf->parsed()) return cli::run_gguf(gguf);
     if (help.help->parsed()) return cli::run_help(app, help);
     // no subcommand: the default study
     fmt::print("normlab: no subcommand given; running the default study (`normlab compare`; see `normlab --help`)\n");

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <optional>
 
+#include "io/gguf.h"
 #include "io/hf.h"
 #include "io/tokenizer.h"
 #include "model/generate.h"
@@ -78,6 +79,10 @@ std::optional<Tokenizer> find_tokenizer(const SampleCommand& cmd) {
   if (path.empty() && hf::is_model_dir(cmd.checkpoint) && holds_tokenizer(cmd.checkpoint)) {
     path = cmd.checkpoint;
     where = "the Hugging Face directory's tokenizer";
+  }
+  if (path.empty() && gguf::is_gguf(cmd.checkpoint)) {
+    path = cmd.checkpoint;
+    where = "the GGUF file's tokenizer";
   }
   if (path.empty()) {
     path = run_tokenizer(cmd.checkpoint);

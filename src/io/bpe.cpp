@@ -122,11 +122,11 @@ const std::string& byte_to_char(uint8_t b) {
   return utf8[b];
 }
 
-void byte_level_pre_tokenize(std::string_view segment, const PreTokenizer& options,
-                             std::vector<std::string>& words) {
+// One piece through the ByteLevel pre-tokenizer proper.
+static void byte_level_piece(std::string_view piece, const PreTokenizer& options, std::vector<std::string>& words) {
   std::string text;
-  if (options.add_prefix_space && (segment.empty() || segment.front() != ' ')) text = " ";
-  text += segment;
+  if (options.add_prefix_space && (piece.empty() || piece.front() != ' ')) text = " ";
+  text += piece;
   std::vector<std::pair<size_t, size_t>> ranges;
   if (options.use_regex)
     ranges = gpt2_split(text);
@@ -137,6 +137,24 @@ void byte_level_pre_tokenize(std::string_view segment, const PreTokenizer& optio
     for (size_t k = begin; k < end; ++k) word += byte_to_char(uint8_t(text[k]));
     words.push_back(std::move(word));
   }
+}
+
+void byte_level_pre_tokenize(std::string_view segment, const PreTokenizer& options,
+                             std::vector<std::string>& words) {
+  if (!options.split_digits) return byte_level_piece(segment, options, words);
+  // Digits(individual_digits) first: every numeric character is a piece of its own, the runs
+  // between them are pieces too; then ByteLevel on each piece.
+  size_t start = 0, pos = 0;
+  for (char32_t c : unicode::decode_utf8(segment)) {
+    const size_t len = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+    if (unicode::is_number(c)) {
+      if (pos > start) byte_level_piece(segment.substr(start, pos - start), options, words);
+      byte_level_piece(segment.substr(pos, len), options, words);
+      start = pos + len;
+    }
+    pos += len;
+  }
+  if (pos > start) byte_level_piece(segment.substr(start, pos - start), options, words);
 }
 
 std::string byte_level_decode(const std::vector<std::string>& tokens) {

@@ -78,6 +78,8 @@ struct PreTokenizer {
   PreTokenizerKind kind = PreTokenizerKind::ByteLevel;
   bool add_prefix_space = false;  // ByteLevel: a space before a segment that lacks one
   bool use_regex = true;          // ByteLevel: cut words with the GPT-2 regex (else: one word)
+  bool split_digits = false;      // ByteLevel: first cut every numeric character into a piece of
+                                  // its own (Digits(individual_digits) before ByteLevel, as SmolLM2)
 };
 
 enum class DecoderKind {

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "util/error.h"
+#include "util/half.h"
 #include "util/files.h"
 #include "util/hints.h"
 #include "util/json_reader.h"
@@ -320,26 +321,6 @@ std::vector<int64_t> Tensor::as_i64() const {
   return copy_elements<int64_t>(*this, DType::I64, "as_i64");
 }
 
-// IEEE binary16 -> binary32, exact (subnormals, infinities and NaN included).
-static float half_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal: mant * 2^-24
-    float v = float(mant) * 0x1p-24f;
-    std::memcpy(&bits, &v, 4);
-    bits |= sign;
-  }
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
-}
-
 std::vector<float> Tensor::to_f32() const {
   const size_t n = size_t(numel());
   std::vector<float> out(n);
@@ -355,12 +336,7 @@ std::vector<float> Tensor::to_f32() const {
       for (size_t i = 0; i < n; i++) {
         uint16_t h;
         std::memcpy(&h, bytes.data() + 2 * i, 2);
-        if (dtype == DType::F16) {
-          out[i] = half_to_float(h);
-        } else {  // bfloat16 is the upper half of a binary32
-          const uint32_t bits = uint32_t(h) << 16;
-          std::memcpy(&out[i], &bits, 4);
-        }
+        out[i] = dtype == DType::F16 ? half_to_float(h) : bf16_to_float(h);
       }
       return out;
     case DType::I32:

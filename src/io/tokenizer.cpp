@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "io/bpe.h"
+#include "io/gguf_model.h"
 #include "io/unicode.h"
 #include "io/wordpiece.h"
 #include "util/error.h"
@@ -249,6 +250,8 @@ Tokenizer load_tokenizer(const std::string& path, const TokenizerOptions& option
       parts = tokenizer_json_parts(path);
     else if (p.extension() == ".txt")
       is_vocab_txt = true;
+    else if (gguf::is_gguf(path))
+      parts = gguf::tokenizer_parts(gguf::read(path));
     else
       throw Error(
           fmt::format("tokenizer '{}': not a tokenizer file (expected tokenizer.json, "

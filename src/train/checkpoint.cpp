@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 
+#include "io/gguf_model.h"
 #include "io/hf.h"
 #include "model/params.h"
 #include "io/safetensors.h"
@@ -63,6 +64,7 @@ static std::string resolve(const std::string& path) {
 ModelConfig checkpoint_config(const std::string& given) {
   const std::string path = resolve(given);
   if (hf::is_model_dir(path)) return hf::read_model_dir_config(path);
+  if (gguf::is_gguf(path)) return gguf::model_config(gguf::read(path));
   return config_of(st::read(path));
 }
 
@@ -115,6 +117,7 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
 std::unique_ptr<Model<float>> load_model(const std::string& given) {
   const std::string path = resolve(given);
   if (hf::is_model_dir(path)) return hf::load_model_dir(path);
+  if (gguf::is_gguf(path)) return gguf::load_model(path);
   const st::File f = st::read(path);
   const ModelConfig cfg = config_of(f);  // validated, sizes capped (ModelConfig::size_violations)
   check_params(f, make_param_table(cfg));  // before allocating: the file must hold every weight
@@ -125,16 +128,17 @@ std::unique_ptr<Model<float>> load_model(const std::string& given) {
 
 void load_params(const std::string& given, Model<float>& model) {
   const std::string path = resolve(given);
-  if (!hf::is_model_dir(path)) return copy_params(st::read(path), model);
-  const hf::Imported im = hf::read_model_dir(path);
+  if (!hf::is_model_dir(path) && !gguf::is_gguf(path)) return copy_params(st::read(path), model);
+  const std::map<std::string, std::vector<float>> params =
+      gguf::is_gguf(path) ? gguf::import_model(gguf::read(path)).params : hf::read_model_dir(path).params;
   const ParamTable& table = model.table();
   for (const ParamSpec& p : table.specs) {
-    auto it = im.params.find(p.name);
-    if (it == im.params.end() || it->second.size() != p.numel)
+    auto it = params.find(p.name);
+    if (it == params.end() || it->second.size() != p.numel)
       throw Error(fmt::format("{}: parameter '{}' does not match the model config", path, p.name));
     std::copy(it->second.begin(), it->second.end(), model.params().begin() + long(p.offset));
   }
-  if (im.params.size() != table.specs.size())
+  if (params.size() != table.specs.size())
     throw Error(fmt::format("{}: holds parameters the model config does not have", path));
 }
 

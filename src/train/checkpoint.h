@@ -24,8 +24,8 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
                                                             AdamW& optimizer);
 
 // Every `path` below may also be a Hugging Face model directory (config.json + model.safetensors,
-// see io/hf.h), read with the same strictness, or a normlab run directory (the
-// checkpoint.safetensors inside it).
+// see io/hf.h), read with the same strictness, a llama-architecture GGUF file (io/gguf_model.h),
+// or a normlab run directory (the checkpoint.safetensors inside it).
 // Reads the config from a checkpoint's metadata (Error if missing or invalid).
 ModelConfig checkpoint_config(const std::string& path);
 

@@ -1,0 +1,228 @@
+// gguf_model.cpp: llama-architecture GGUF files as normlab models, and their tokenizers (gguf_model.h).
+#include "io/gguf_model.h"
+
+#include <cmath>
+#include <fmt/format.h>
+#include <set>
+
+#include "io/bpe.h"
+#include "util/error.h"
+
+namespace normlab::gguf {
+
+namespace {
+
+// normlab reads at most this many positions of a RoPE model whose context is longer (the config's
+// seq_len caps T and the activation limit of ModelConfig::size_violations; RoPE itself has no table).
+constexpr int64_t kMaxImportedSeqLen = 4096;
+
+// The llama.* keys normlab reads, or knows to change nothing: any other is refused by name.
+const std::set<std::string> kLlamaKeys = {
+    "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+    "attention.head_count_kv", "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.dimension_count",
+    "vocab_size", "attention.key_length", "attention.value_length", "rope.scaling.type", "rope.scaling.factor",
+    "expert_count", "expert_used_count"};
+
+// A key under "<arch>." that only tells normlab nothing new when it has its neutral value.
+void refuse_unless(bool ok, const File& f, const std::string& what) {
+  if (!ok) throw Error(fmt::format("{}: {}; normlab represents the llama architecture without it", f.path, what));
+}
+
+}  // namespace
+
+ModelConfig model_config(const File& f) {
+  const std::string arch = f.text("general.architecture");
+  if (arch != "llama")
+    throw Error(fmt::format("{}: general.architecture is '{}'; normlab imports GGUF files of the llama architecture "
+                            "(Llama, SmolLM2, TinyLlama, ...)",
+                            f.path, arch));
+  const std::string p = arch + ".";
+  for (const auto& [key, value] : f.metadata)
+    if (key.rfind(p, 0) == 0 && !kLlamaKeys.count(key.substr(p.size())))
+      throw Error(fmt::format("{}: metadata '{}' is not something normlab's llama import knows; refused rather than "
+                              "ignored",
+                              f.path, key));
+  ModelConfig c;
+  c.arch = Arch::Gpt;
+  c.n_layers = int(f.integer(p + "block_count", 1, kMaxLayers));
+  c.d_model = int(f.integer(p + "embedding_length", 1, 1 << 20));
+  c.d_ff = int(f.integer(p + "feed_forward_length", 1, 1 << 22));
+  c.n_heads = int(f.integer(p + "attention.head_count", 1, c.d_model));
+  if (c.d_model % c.n_heads != 0)
+    throw Error(fmt::format("{}: embedding_length {} is not a multiple of head_count {}", f.path, c.d_model, c.n_heads));
+  const int hs = c.d_model / c.n_heads;
+  c.n_kv_heads = int(f.integer_or(p + "attention.head_count_kv", 1, c.n_heads).value_or(c.n_heads));
+  c.eps = f.real_or(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
+  if (!(c.eps > 0 && c.eps < 1)) throw Error(fmt::format("{}: layer_norm_rms_epsilon {} is outside (0, 1)", f.path, c.eps));
+  c.norm = NormKind::RMSNorm;
+  c.placement = {Placement::Pre};
+  c.positions = Positions::Rope;
+  c.rope_base = f.real_or(p + "rope.freq_base").value_or(10000.0);
+  if (!(c.rope_base > 1)) throw Error(fmt::format("{}: rope.freq_base {} must be > 1", f.path, c.rope_base));
+  refuse_unless(f.integer_or(p + "rope.dimension_count", 0, 1 << 20).value_or(hs) == hs, f,
+                fmt::format("rope.dimension_count differs from the head size {} (partial rotary in the interleaved "
+                            "layout)", hs));
+  refuse_unless(f.integer_or(p + "attention.key_length", 0, 1 << 20).value_or(hs) == hs, f,
+                "attention.key_length differs from embedding_length / head_count");
+  refuse_unless(f.integer_or(p + "attention.value_length", 0, 1 << 20).value_or(hs) == hs, f,
+                "attention.value_length differs from embedding_length / head_count");
+  const std::string scaling = f.text_or(p + "rope.scaling.type").value_or("none");
+  refuse_unless(scaling == "none", f, fmt::format("rope.scaling.type is '{}' (RoPE scaling)", scaling));
+  refuse_unless(f.real_or(p + "rope.scaling.factor").value_or(1.0) == 1.0, f, "rope.scaling.factor is not 1");
+  refuse_unless(f.integer_or(p + "expert_count", 0, 1 << 20).value_or(0) == 0, f, "expert_count > 0 (mixture of experts)");
+  c.activation = Activation::SwiGlu;
+  c.bias = LinearBias::None;
+  c.head = Head::Tied;
+  const TensorInfo* embd = f.find("token_embd.weight");
+  if (!embd || embd->ne.size() != 2 || embd->ne[0] != c.d_model)
+    throw Error(fmt::format("{}: no token_embd.weight of row length {}", f.path, c.d_model));
+  c.vocab = int(f.integer_or(p + "vocab_size", 1, kMaxVocab).value_or(embd->ne[1]));
+  const int64_t context = f.integer_or(p + "context_length", 1, 1 << 24).value_or(2048);
+  c.seq_len = int(std::min(context, kMaxImportedSeqLen));
+  c.validate();
+  return c;
+}
+
+namespace {
+
+// llama.cpp's converter permutes the rows of q and k of each head from the rotate-half layout (pairs
+// i and i + hs/2, as Hugging Face's Llama) to the interleaved one (pairs 2i and 2i + 1, as llama.cpp's
+// RoPE); normlab's RoPE is rotate-half, so the permutation is undone: row h hs + j hs/2 + i of the
+// result is row h hs + 2 i + j of the file (i < hs/2, j in {0, 1}).
+std::vector<float> unpermute_rows(const std::vector<float>& w, int heads, int hs, int row_len) {
+  std::vector<float> out(w.size());
+  for (int h = 0; h < heads; h++)
+    for (int i = 0; i < hs / 2; i++)
+      for (int j = 0; j < 2; j++) {
+        const size_t to = size_t(h * hs + j * (hs / 2) + i) * row_len, from = size_t(h * hs + 2 * i + j) * row_len;
+        std::copy(w.begin() + long(from), w.begin() + long(from + row_len), out.begin() + long(to));
+      }
+  return out;
+}
+
+}  // namespace
+
+Imported import_model(const File& f) {
+  Imported im;
+  im.config = model_config(f);
+  const ModelConfig& c = im.config;
+  const int C = c.d_model, hs = c.head_size(), F = c.ff(), KV = c.kv_heads() * hs;
+  std::set<std::string> used;
+  auto take = [&](const std::string& name, std::vector<int64_t> shape) {
+    const TensorInfo* t = f.find(name);
+    if (!t) throw Error(fmt::format("{}: no tensor '{}' (a llama model of {} layers has one)", f.path, name, c.n_layers));
+    if (t->shape() != shape) {
+      std::string want, got;
+      for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+      for (int64_t d : t->shape()) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      throw Error(fmt::format("{}: tensor '{}' has shape [{}], the metadata implies [{}]", f.path, name, got, want));
+    }
+    used.insert(name);
+    std::vector<float> v = f.dequantize(*t);
+    for (size_t i = 0; i < v.size(); i++)
+      if (!std::isfinite(v[i]))
+        throw Error(fmt::format("{}: tensor '{}' holds a non-finite value ({}) at flat index {}", f.path, name, v[i], i));
+    return v;
+  };
+  if (f.find("output.weight"))
+    throw Error(fmt::format("{}: holds output.weight, an output head untied from the embedding; normlab's llama "
+                            "models tie the head to token_embd.weight (model.head = tied)",
+                            f.path));
+  im.params["wte.weight"] = take("token_embd.weight", {c.vocab_size(), C});
+  for (int l = 0; l < c.n_layers; l++) {
+    const std::string b = fmt::format("blk.{}.", l), a = fmt::format("h.{}.attn.", l), m = fmt::format("h.{}.mlp.", l);
+    im.params[a + "ln_in.weight"] = take(b + "attn_norm.weight", {C});
+    std::vector<float> qkv = unpermute_rows(take(b + "attn_q.weight", {C, C}), c.n_heads, hs, C);
+    const std::vector<float> k = unpermute_rows(take(b + "attn_k.weight", {KV, C}), c.kv_heads(), hs, C);
+    const std::vector<float> v = take(b + "attn_v.weight", {KV, C});
+    qkv.insert(qkv.end(), k.begin(), k.end());
+    qkv.insert(qkv.end(), v.begin(), v.end());
+    im.params[a + "qkv.weight"] = std::move(qkv);
+    im.params[a + "proj.weight"] = take(b + "attn_output.weight", {C, C});
+    im.params[m + "ln_in.weight"] = take(b + "ffn_norm.weight", {C});
+    std::vector<float> fc = take(b + "ffn_gate.weight", {F, C});  // [gate; up], as normlab's fc
+    const std::vector<float> up = take(b + "ffn_up.weight", {F, C});
+    fc.insert(fc.end(), up.begin(), up.end());
+    im.params[m + "fc.weight"] = std::move(fc);
+    im.params[m + "proj.weight"] = take(b + "ffn_down.weight", {C, F});
+  }
+  im.params["ln_f.weight"] = take("output_norm.weight", {C});
+  for (const TensorInfo& t : f.tensors)
+    if (!used.count(t.name))
+      throw Error(fmt::format("{}: tensor '{}' is not part of the llama architecture as normlab represents it{}", f.path,
+                              t.name, t.name == "rope_freqs.weight" ? " (per-frequency RoPE scaling, as Llama 3.1)" : ""));
+  const int64_t context = f.integer_or("llama.context_length", 1, 1 << 24).value_or(c.seq_len);
+  if (context > c.seq_len)
+    im.notes.push_back(fmt::format("context_length {} read; normlab takes sequences of up to {} tokens of it "
+                                   "(model.seq_len)",
+                                   context, c.seq_len));
+  return im;
+}
+
+std::unique_ptr<Model<float>> load_model(const std::string& path, bool quiet) {
+  const File f = read(path);
+  Imported im = import_model(f);
+  auto model = std::make_unique<Model<float>>(im.config);
+  const ParamTable& table = model->table();
+  if (im.params.size() != table.specs.size())
+    throw Error(fmt::format("{}: {} tensors mapped, the config has {} parameters", path, im.params.size(), table.specs.size()));
+  for (const ParamSpec& p : table.specs) {
+    auto it = im.params.find(p.name);
+    if (it == im.params.end() || it->second.size() != p.numel)
+      throw Error(fmt::format("{}: parameter '{}' does not match the model config", path, p.name));
+    std::copy(it->second.begin(), it->second.end(), model->params().begin() + long(p.offset));
+  }
+  if (!quiet)
+    for (const auto& note : im.notes) fmt::print(stderr, "normlab: {}: {}\n", path, note);
+  return model;
+}
+
+TokenizerParts tokenizer_parts(const File& f) {
+  const std::string kind = f.text_or("tokenizer.ggml.model").value_or("(none)");
+  if (kind != "gpt2")
+    throw Error(fmt::format("{}: tokenizer.ggml.model is '{}'; normlab reads the byte-level BPE ('gpt2') from GGUF "
+                            "metadata (give the model's tokenizer.json with --tokenizer)",
+                            f.path, kind));
+  const std::string pre = f.text_or("tokenizer.ggml.pre").value_or("gpt-2");
+  TokenizerParts parts;
+  parts.pre_tokenizer = {PreTokenizerKind::ByteLevel, f.boolean_or("tokenizer.ggml.add_space_prefix").value_or(false),
+                         true};
+  if (pre == "smollm")
+    parts.pre_tokenizer.split_digits = true;
+  else if (pre != "gpt-2" && pre != "gpt2")
+    throw Error(fmt::format("{}: tokenizer.ggml.pre is '{}'; normlab implements the pre-tokenizers 'gpt-2' and "
+                            "'smollm' (give the model's tokenizer.json with --tokenizer)",
+                            f.path, pre));
+  const std::vector<std::string>& tokens = f.strings("tokenizer.ggml.tokens");
+  const std::string where = f.path + ": tokenizer.ggml.tokens";
+  Vocab vocab;
+  for (size_t i = 0; i < tokens.size(); i++) vocab.add(tokens[i], int64_t(i), where);
+  const std::vector<double>* types = f.get("tokenizer.ggml.token_type") ? &f.numbers("tokenizer.ggml.token_type") : nullptr;
+  if (types && types->size() != tokens.size())
+    throw Error(fmt::format("{}: tokenizer.ggml.token_type has {} entries for {} tokens", f.path, types->size(), tokens.size()));
+  // llama.cpp's token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
+  for (size_t i = 0; types && i < tokens.size(); i++)
+    if ((*types)[i] == 3 || (*types)[i] == 4)
+      parts.added_tokens.push_back({.content = tokens[i], .id = int32_t(i), .special = (*types)[i] == 3});
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (const std::string& m : f.strings("tokenizer.ggml.merges")) {
+    const size_t space = m.find(' ');
+    if (space == std::string::npos || m.find(' ', space + 1) != std::string::npos)
+      throw Error(fmt::format("{}: tokenizer.ggml.merges entry '{}' is not two tokens separated by one space", f.path, m));
+    merges.emplace_back(m.substr(0, space), m.substr(space + 1));
+  }
+  parts.model = std::make_unique<bpe::BpeModel>(std::move(vocab), merges, bpe::BpeConfig{}, f.path + ": tokenizer.ggml.merges");
+  auto special_id = [&](const char* key) -> std::optional<int32_t> {
+    if (auto id = f.integer_or(key, 0, int64_t(tokens.size()) - 1)) return int32_t(*id);
+    return std::nullopt;
+  };
+  if (f.boolean_or("tokenizer.ggml.add_bos_token").value_or(false))
+    if (auto bos = special_id("tokenizer.ggml.bos_token_id")) parts.prefix_ids.push_back(*bos);
+  if (f.boolean_or("tokenizer.ggml.add_eos_token").value_or(false))
+    if (auto eos = special_id("tokenizer.ggml.eos_token_id")) parts.suffix_ids.push_back(*eos);
+  parts.decoder.kind = DecoderKind::ByteLevel;
+  parts.source = fmt::format("byte-level BPE (pre-tokenizer '{}') from the metadata of '{}'", pre, f.path);
+  return parts;
+}
+
+}  // namespace normlab::gguf

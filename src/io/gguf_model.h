@@ -1,0 +1,39 @@
+// gguf_model.h: a GGUF file (llama.cpp's format) as a normlab model and tokenizer. The llama
+// architecture (Llama, SmolLM2, TinyLlama, ...: pre-RMSNorm, RoPE, SwiGLU, grouped-query attention,
+// no biases) maps exactly onto a normlab config; its tensors are dequantized to float32 (the
+// quantized weights are what the model is: nothing further is approximated). Anything the file
+// says that normlab does not represent (another architecture, rope scaling, experts, an untied
+// output head, an unknown llama.* key or tensor) is refused with an Error naming it. The mapping is
+// documented in docs/MODEL.md ("GGUF files").
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/gguf.h"
+#include "io/pipeline.h"
+#include "model/model.h"
+
+namespace normlab::gguf {
+
+struct Imported {
+  ModelConfig config;
+  std::map<std::string, std::vector<float>> params;  // normlab parameter name -> values
+  std::vector<std::string> notes;                    // what was read but deliberately not used
+};
+
+// The config the metadata describes (checked; tensors are not read).
+ModelConfig model_config(const File& f);
+// Config and every tensor, dequantized, renamed and checked (shapes, finite values, nothing left over).
+Imported import_model(const File& f);
+// A model built from a .gguf file (notes printed to stderr unless quiet).
+std::unique_ptr<Model<float>> load_model(const std::string& path, bool quiet = false);
+
+// The tokenizer the metadata holds (tokenizer.ggml.*): model "gpt2" (byte-level BPE: tokens,
+// merges, the pre-tokenizer named by tokenizer.ggml.pre: "gpt-2" or "smollm"), its control tokens
+// as special added tokens, add_bos / add_eos. Error naming anything else.
+TokenizerParts tokenizer_parts(const File& f);
+
+}  // namespace normlab::gguf
