@@ -36,13 +36,14 @@ if (( ${#missing[@]} )); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch, transformers, tokenizers, sacrebleu" 2>/dev/null; then
-  echo "setup: creating build/pyenv (Debian torch + safetensors, transformers, tokenizers, sacrebleu from PyPI)"
+if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch, transformers, tokenizers, sacrebleu, gguf, accelerate" 2>/dev/null; then
+  echo "setup: creating build/pyenv (Debian torch + safetensors, transformers, tokenizers, sacrebleu, gguf, accelerate from PyPI)"
   mkdir -p build
   [[ -x build/pyenv/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages build/pyenv
   # transformers 4.45.x is the last line that runs with Debian's torch 1.13
   build/pyenv/bin/pip install -q --disable-pip-version-check "safetensors==0.8.0" \
-    "transformers==4.45.2" "tokenizers==0.20.3" "sacrebleu==2.6.0"
+    "transformers==4.45.2" "tokenizers==0.20.3" "sacrebleu==2.6.0" \
+    "gguf==0.10.0" "sentencepiece==0.2.0" "accelerate==0.34.2"  # gguf: llama.cpp's reader, the GGUF oracle
 fi
 
 jobs=$(nproc)

@@ -147,7 +147,7 @@ void byte_level_pre_tokenize(std::string_view segment, const PreTokenizer& optio
   size_t start = 0, pos = 0;
   for (char32_t c : unicode::decode_utf8(segment)) {
     const size_t len = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
-    if (unicode::is_number(c)) {
+    if (unicode::is_numeric(c)) {
       if (pos > start) byte_level_piece(segment.substr(start, pos - start), options, words);
       byte_level_piece(segment.substr(pos, len), options, words);
       start = pos + len;

@@ -247,15 +247,27 @@ static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
       doc.contains("pre_tokenizer") ? doc.at("pre_tokenizer") : nlohmann::json();
   const JsonFields pf{pre, file + " pre_tokenizer"};
   const std::string pre_type = pre.is_object() ? pf.type() : pre.dump();
+  // Sequence [Digits (individual digits), ByteLevel]: SmolLM's; each of the two read as on its own
+  const bool digits_then_bytes = [&] {
+    if (pre_type != "Sequence" || !pre.contains("pretokenizers") || !pre.at("pretokenizers").is_array()) return false;
+    const nlohmann::json& seq = pre.at("pretokenizers");
+    if (seq.size() != 2 || !seq[0].is_object() || !seq[1].is_object()) return false;
+    const JsonFields d{seq[0], file + " pre_tokenizer.pretokenizers[0]"}, b{seq[1], file + " pre_tokenizer.pretokenizers[1]"};
+    return d.type() == "Digits" && d.boolean("individual_digits", false) && b.type() == "ByteLevel";
+  }();
   if (model_type == "BPE" && pre_type == "ByteLevel") {
     parts.pre_tokenizer = {PreTokenizerKind::ByteLevel, pf.boolean("add_prefix_space", true),
                            pf.boolean("use_regex", true)};
+  } else if (model_type == "BPE" && digits_then_bytes) {
+    const JsonFields b{pre.at("pretokenizers")[1], file + " pre_tokenizer.pretokenizers[1]"};
+    parts.pre_tokenizer = {PreTokenizerKind::ByteLevel, b.boolean("add_prefix_space", true),
+                           b.boolean("use_regex", true), /*split_digits=*/true};
   } else if (model_type == "WordPiece" && pre_type == "BertPreTokenizer") {
     parts.pre_tokenizer.kind = PreTokenizerKind::Bert;
   } else {
     throw Error(
-        fmt::format("{}: {} with a {} model is not supported (BPE needs ByteLevel, WordPiece "
-                    "needs BertPreTokenizer)",
+        fmt::format("{}: {} with a {} model is not supported (BPE needs ByteLevel, or Digits "
+                    "(individual_digits) then ByteLevel; WordPiece needs BertPreTokenizer)",
                     pf.where, pre_type, model_type));
   }
 

@@ -139,6 +139,7 @@ bool is_white_space(char32_t c) { return u_isUWhiteSpace(UChar32(c)); }
 // Oniguruma 6.9.8's tables are Unicode 14.0; no letter or number changed category since (checked).
 bool is_letter(char32_t c) { return (category_mask(c) & U_GC_L_MASK) && assigned_by(c, 14, 0); }
 bool is_number(char32_t c) { return (category_mask(c) & U_GC_N_MASK) && assigned_by(c, 14, 0); }
+bool is_numeric(char32_t c) { return category_mask(c) & U_GC_N_MASK; }
 
 bool is_word_char(char32_t c) {
   return u_hasBinaryProperty(UChar32(c), UCHAR_ALPHABETIC) ||

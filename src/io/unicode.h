@@ -38,6 +38,9 @@ std::string utf8_lossy(std::string_view bytes);
 bool is_white_space(char32_t c);
 bool is_letter(char32_t c);
 bool is_number(char32_t c);
+// Rust's char::is_numeric (Nd, Nl, No at the Unicode version of ICU here, 15.0 on Debian 12, as the
+// Rust std the reference tokenizers 0.20.3 was built with): the Digits pre-tokenizer's class.
+bool is_numeric(char32_t c);
 
 // \w of the Rust regex crate (Alphabetic, marks, Nd, Pc, Join_Control): single_word added tokens.
 bool is_word_char(char32_t c);

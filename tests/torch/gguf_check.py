@@ -1,0 +1,296 @@
+"""gguf_check.py: normlab's GGUF reader against the `gguf` package (llama.cpp's own Python reader
+and writer, 0.10.0) and hostile files.
+
+1. Dequantization, bit for bit: a file written by gguf.GGUFWriter holds random blocks of every type
+   normlab reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: random bytes,
+   with finite random float16 scales, subnormals included), and blocks quantized from random data
+   by gguf.quants where it can quantize; `normlab gguf --dequantize` must equal
+   gguf.quants.dequantize exactly (the float32 bit patterns). With --smollm2, every tensor of the
+   real SmolLM2-135M file too.
+2. Hostile files (written byte by byte here): bad magic, version 1, huge counts and lengths,
+   offsets past the end, overlapping or unaligned tensors, unknown types, every truncation of a
+   small valid file: each is exit 1 with one "normlab: error:" line naming the file, quickly.
+3. A tiny llama file written by GGUFWriter loads (`normlab gguf` says so), and one with an
+   architecture or key normlab does not represent is refused by name.
+"""
+import argparse
+import os
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import gguf
+from gguf import GGMLQuantizationType as Q
+from safetensors.numpy import load_file
+
+# (type, elements per block, bytes per block, byte ranges holding float16 scales)
+TYPES = [
+    (Q.F32, 1, 4, []),
+    (Q.F16, 1, 2, [(0, 2)]),
+    (Q.BF16, 1, 2, []),
+    (Q.Q8_0, 32, 34, [(0, 2)]),
+    (Q.Q4_0, 32, 18, [(0, 2)]),
+    (Q.Q4_1, 32, 20, [(0, 2), (2, 4)]),
+    (Q.Q5_0, 32, 22, [(0, 2)]),
+    (Q.Q5_1, 32, 24, [(0, 2), (2, 4)]),
+    (Q.Q4_K, 256, 144, [(0, 2), (2, 4)]),
+    (Q.Q5_K, 256, 176, [(0, 2), (2, 4)]),
+    (Q.Q6_K, 256, 210, [(208, 210)]),
+]
+
+
+def finite_halves(rng, n):
+    h = rng.integers(0, 1 << 16, size=n, dtype=np.uint32).astype(np.uint16)
+    bad = (h & 0x7C00) == 0x7C00
+    while bad.any():
+        h[bad] = rng.integers(0, 1 << 16, size=int(bad.sum()), dtype=np.uint32).astype(np.uint16)
+        bad = (h & 0x7C00) == 0x7C00
+    return h
+
+
+def random_blocks(rng, qtype, block, nbytes, scales, rows, blocks_per_row):
+    n = rows * blocks_per_row
+    raw = rng.integers(0, 256, size=(n, nbytes), dtype=np.uint32).astype(np.uint8)
+    if qtype == Q.F32:
+        vals = (rng.standard_normal(n) * 10 ** rng.uniform(-30, 30, n)).astype(np.float32)
+        raw = vals.view(np.uint8).reshape(n, 4)
+    elif qtype == Q.BF16:
+        b = rng.integers(0, 1 << 16, size=n, dtype=np.uint32).astype(np.uint16)
+        b[(b & 0x7F80) == 0x7F80] &= 0xBFFF  # no Inf/NaN exponents
+        raw = b.view(np.uint8).reshape(n, 2)
+    for lo, hi in scales:
+        raw[:, lo:hi] = finite_halves(rng, n).view(np.uint8).reshape(n, 2)
+    return raw.reshape(rows, blocks_per_row * nbytes)
+
+
+def run(normlab, *args, timeout=120):
+    t = time.time()
+    p = subprocess.run([normlab, *args], capture_output=True, text=True, timeout=timeout)
+    return p, time.time() - t
+
+
+def same_bits(a, b):
+    a = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
+    b = np.ascontiguousarray(b, dtype=np.float32).reshape(-1)
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def check_dequantize(normlab, path, out, failures, only=None):
+    p, _ = run(normlab, "gguf", path, "--dequantize", out, "--force", timeout=600)
+    if p.returncode != 0:
+        failures.append(f"normlab gguf --dequantize {path}: {p.stderr.strip()}")
+        return 0
+    got = load_file(out)
+    reader = gguf.GGUFReader(path)
+    n = 0
+    for t in reader.tensors:
+        if only and t.name not in only:
+            continue
+        ref = gguf.quants.dequantize(t.data, t.tensor_type)
+        shape = tuple(int(d) for d in reversed(t.shape))
+        if t.name not in got:
+            failures.append(f"{path}: tensor {t.name} missing from normlab's output")
+        elif tuple(got[t.name].shape) != shape:
+            failures.append(f"{t.name}: normlab shape {got[t.name].shape}, reference {shape}")
+        elif not same_bits(got[t.name], ref):
+            d = np.abs(got[t.name].reshape(-1).astype(np.float64) - ref.reshape(-1).astype(np.float64))
+            failures.append(f"{t.name} ({t.tensor_type.name}): {int((d > 0).sum())} values differ, max {d.max():.3g}")
+        n += 1
+    return n
+
+
+def write_random(path, seed):
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, "test")
+    for qtype, block, nbytes, scales in TYPES:
+        for rows, bpr in [(1, 1), (3, 2), (5, 3)]:
+            raw = random_blocks(rng, qtype, block, nbytes, scales, rows, bpr)
+            if qtype in (Q.F32, Q.F16, Q.BF16):
+                w.add_tensor(f"random.{qtype.name}.{rows}x{bpr}", raw, raw_dtype=qtype)
+            else:
+                w.add_tensor(f"random.{qtype.name}.{rows}x{bpr}", raw, raw_dtype=qtype)
+        # blocks made by the reference's quantizer from real-valued data, where it has one
+        data = (rng.standard_normal((4, 2 * block)) * rng.uniform(0.01, 3)).astype(np.float32)
+        try:
+            qd = gguf.quants.quantize(data, qtype)
+        except NotImplementedError:
+            continue
+        w.add_tensor(f"quantized.{qtype.name}", qd, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# hostile files, written here byte by byte
+
+def gstr(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv_u32(key, v):
+    return gstr(key) + struct.pack("<II", 4, v)
+
+
+def kv_str(key, v):
+    return gstr(key) + struct.pack("<I", 8) + gstr(v)
+
+
+def raw_file(kvs, tensors, data, version=3, n_tensors=None, n_kv=None, align=32):
+    """tensors: (name, [ne...], type, offset)"""
+    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors,
+                                 len(kvs) if n_kv is None else n_kv)
+    body = b"".join(kvs)
+    for name, ne, typ, off in tensors:
+        body += gstr(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+        body += struct.pack("<IQ", typ, off)
+    out = head + body
+    out += b"\0" * ((-len(out)) % align)
+    return out + data
+
+
+def hostile_cases():
+    f32 = np.arange(64, dtype=np.float32).tobytes()
+    ok_kvs = [kv_str("general.architecture", "test")]
+    valid = raw_file(ok_kvs, [("a", [32], 0, 0), ("b", [32], 0, 128)], f32 + f32)
+    cases = {
+        "bad magic": ("GGUF", b"GGML" + valid[4:]),
+        "version 1": ("version 1", valid[:4] + struct.pack("<I", 1) + valid[8:]),
+        "version 4": ("version 4", valid[:4] + struct.pack("<I", 4) + valid[8:]),
+        "huge tensor count": ("tensors cannot fit", raw_file(ok_kvs, [], b"", n_tensors=1 << 60)),
+        "huge metadata count": ("metadata entries cannot fit", raw_file(ok_kvs, [], b"", n_kv=1 << 62)),
+        "huge key length": ("cannot fit", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1 << 62) + b"abc"),
+        "huge string value": ("claims", raw_file([gstr("k") + struct.pack("<I", 8) + struct.pack("<Q", 1 << 50)], [], b"")),
+        "huge array": ("elements", raw_file([gstr("k") + struct.pack("<IIQ", 9, 4, 1 << 61)], [], b"")),
+        "array of arrays": ("arrays of arrays", raw_file([gstr("k") + struct.pack("<IIQ", 9, 9, 1)], [], b"")),
+        "unknown value type": ("unknown value type", raw_file([gstr("k") + struct.pack("<II", 99, 0)], [], b"")),
+        "bool not 0/1": ("bool", raw_file([gstr("k") + struct.pack("<IB", 7, 5)], [], b"")),
+        "duplicate key": ("twice", raw_file([kv_u32("k", 1), kv_u32("k", 2)], [], b"")),
+        "offset past end": ("past the end", raw_file(ok_kvs, [("a", [32], 0, 1 << 40)], f32)),
+        "size past end": ("past the end", raw_file(ok_kvs, [("a", [64], 0, 0)], f32[:128])),
+        "overlapping tensors": ("overlap", raw_file(ok_kvs, [("a", [32], 0, 0), ("b", [32], 0, 64)], f32 + f32)),
+        "unaligned tensor": ("alignment", raw_file(ok_kvs, [("a", [8], 0, 4)], f32)),
+        "unknown tensor type": ("IQ2_XXS", raw_file(ok_kvs, [("a", [256], 16, 0)], b"\0" * 66)),
+        "type id past the table": ("type 200", raw_file(ok_kvs, [("a", [32], 200, 0)], f32)),
+        "zero dimension": ("out of range", raw_file(ok_kvs, [("a", [0], 0, 0)], f32)),
+        "huge dimension": ("out of range", raw_file(ok_kvs, [("a", [1 << 50, 1 << 20], 0, 0)], f32)),
+        "five dimensions": ("dimensions", raw_file(ok_kvs, [("a", [1, 1, 1, 1, 1], 0, 0)], f32)),
+        "partial block": ("blocks", raw_file(ok_kvs, [("a", [33], 8, 0)], b"\0" * 68)),
+        "duplicate tensor": ("twice", raw_file(ok_kvs, [("a", [32], 0, 0), ("a", [32], 0, 128)], f32 + f32)),
+        "bad alignment": ("power of two", raw_file([kv_u32("general.alignment", 24)], [], b"")),
+    }
+    end = len(valid) - 512 + 256  # the file's last used byte (tensor b ends there)
+    for cut in sorted(set(list(range(0, 60, 3)) + [end - 300, end - 1])):
+        cases[f"truncated at {cut} of {len(valid)}"] = ("", valid[:cut])
+    return valid, cases
+
+
+def check_hostile(normlab, workdir, failures):
+    valid, cases = hostile_cases()
+    vpath = os.path.join(workdir, "valid.gguf")
+    open(vpath, "wb").write(valid)
+    p, _ = run(normlab, "gguf", vpath)
+    if p.returncode != 0:
+        failures.append(f"the valid hand-written file is refused: {p.stderr.strip()}")
+    for name, (needle, data) in cases.items():
+        path = os.path.join(workdir, "hostile.gguf")
+        open(path, "wb").write(data)
+        for args in (["gguf", path], ["sample", "--checkpoint", path, "--prompt", "x"]):
+            p, secs = run(normlab, *args, timeout=60)
+            err = p.stderr.strip()
+            if p.returncode != 1 or not err.startswith("normlab: error:") or err.count("\n") > 0 or secs > 10:
+                failures.append(f"{name} ({' '.join(args[:1])}): exit {p.returncode} in {secs:.1f}s, stderr {err[:300]!r}")
+            elif args[0] == "gguf" and (needle not in err or path not in err):
+                failures.append(f"{name}: the message does not name '{needle}' and the file: {err[:300]}")
+    return len(cases)
+
+
+def check_llama_metadata(normlab, workdir, failures):
+    """A tiny llama written by GGUFWriter loads; what normlab does not represent is refused by name."""
+    rng = np.random.default_rng(3)
+    C, H, KV, F, V, L = 64, 4, 2, 96, 300, 2
+    def write(path, extra=None, arch="llama", drop=None, add=None):
+        w = gguf.GGUFWriter(path, arch)
+        w.add_block_count(L)
+        w.add_context_length(256)
+        w.add_embedding_length(C)
+        w.add_feed_forward_length(F)
+        w.add_head_count(H)
+        w.add_head_count_kv(KV)
+        w.add_layer_norm_rms_eps(1e-6)
+        w.add_rope_freq_base(5e5)
+        if extra:
+            extra(w)
+        tensors = {"token_embd.weight": (V, C), "output_norm.weight": (C,)}
+        for l in range(L):
+            tensors.update({f"blk.{l}.attn_norm.weight": (C,), f"blk.{l}.attn_q.weight": (C, C),
+                            f"blk.{l}.attn_k.weight": (KV * C // H, C), f"blk.{l}.attn_v.weight": (KV * C // H, C),
+                            f"blk.{l}.attn_output.weight": (C, C), f"blk.{l}.ffn_norm.weight": (C,),
+                            f"blk.{l}.ffn_gate.weight": (F, C), f"blk.{l}.ffn_up.weight": (F, C),
+                            f"blk.{l}.ffn_down.weight": (C, F)})
+        if add:
+            tensors[add] = (V, C)
+        for name, shape in tensors.items():
+            if name != drop:
+                w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+    ok = os.path.join(workdir, "tiny_llama.gguf")
+    write(ok)
+    p, _ = run(normlab, "gguf", ok)
+    if p.returncode != 0 or "model: llama: 2 layers, d_model 64, 4 heads (2 key-value), d_ff 96, vocab 300" not in p.stdout:
+        failures.append(f"tiny llama: {p.stdout[-400:]} {p.stderr}")
+    refusals = {
+        "general.architecture is 'gpt2'": dict(arch="gpt2"),
+        "rope.scaling.type is 'linear'": dict(extra=lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)),
+        "expert_count > 0": dict(extra=lambda w: w.add_expert_count(8)),
+        "llama.attention.sliding_window": dict(extra=lambda w: w.add_uint32("llama.attention.sliding_window", 4)),
+        "output.weight": dict(add="output.weight"),
+        "no tensor 'blk.1.ffn_up.weight'": dict(drop="blk.1.ffn_up.weight"),
+        "tensor 'rope_freqs.weight'": dict(add="rope_freqs.weight"),
+    }
+    for needle, kw in refusals.items():
+        path = os.path.join(workdir, "refused.gguf")
+        write(path, **kw)
+        p, _ = run(normlab, "sample", "--checkpoint", path, "--prompt", "x", "--tokenizer", "bytes")
+        if p.returncode != 1 or needle not in p.stderr:
+            failures.append(f"refusal '{needle}': exit {p.returncode}, {p.stderr.strip()[:300]}")
+    return len(refusals) + 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--normlab", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--smollm2", help="also every tensor of this real GGUF file")
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    failures = []
+    n = 0
+    for seed in (1, 2):
+        path = os.path.join(a.workdir, f"random{seed}.gguf")
+        write_random(path, seed)
+        n += check_dequantize(a.normlab, path, os.path.join(a.workdir, "dequantized.safetensors"), failures)
+    print(f"dequantization: {n} random and quantized tensors of {len(TYPES)} types compared bit for bit")
+    if a.smollm2:
+        m = check_dequantize(a.normlab, a.smollm2, os.path.join(a.workdir, "smollm2.safetensors"), failures)
+        os.remove(os.path.join(a.workdir, "smollm2.safetensors"))
+        print(f"dequantization: {m} tensors of {a.smollm2} compared bit for bit")
+    print(f"hostile files: {check_hostile(a.normlab, a.workdir, failures)} cases")
+    print(f"llama metadata: {check_llama_metadata(a.normlab, a.workdir, failures)} cases")
+    for f in failures:
+        print("FAIL:", f)
+    if failures:
+        sys.exit(1)
+    print("gguf_check: all passed")
+
+
+if __name__ == "__main__":
+    main()
