@@ -74,6 +74,57 @@ TEST(IncrementalDecoder, EqualsTheFullForwardAtEveryPosition) {
   }
 }
 
+// A causal model's decoder (no encoder; the prompt fed token by token): the Llama block (RMSNorm,
+// RoPE, SwiGLU, grouped-query and multi-query attention, no biases) and GPT-2's, several methods.
+TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
+  struct Case {
+    Placement method;
+    bool llama;
+    int kv_heads;
+  };
+  for (const Case& k : {Case{Placement::Pre, true, 1}, Case{Placement::Pre, true, 2}, Case{Placement::Peri, true, 4},
+                        Case{Placement::Post, false, 4}, Case{Placement::Sandwich, false, 4},
+                        Case{Placement::Reordered, true, 2}, Case{Placement::Lns, true, 2}}) {
+    SCOPED_TRACE(fmt::format("{} llama {} kv_heads {}", method_of(k.method).name, k.llama, k.kv_heads));
+    ModelConfig cfg;
+    cfg.arch = Arch::Gpt;
+    cfg.vocab = 37;
+    cfg.d_model = 16;
+    cfg.n_heads = 4;
+    cfg.n_kv_heads = k.kv_heads;
+    cfg.n_layers = 3;
+    cfg.d_ff = 22;
+    cfg.seq_len = 9;
+    cfg.placement = {k.method};
+    cfg.init_std = 0.3;
+    if (k.llama) {
+      cfg.norm = NormKind::RMSNorm;
+      cfg.positions = Positions::Rope;
+      cfg.activation = Activation::SwiGlu;
+      cfg.bias = LinearBias::None;
+    }
+    Model<double> model(cfg);
+    Rng rng(5);
+    const int B = 2, T = 8, V = cfg.vocab_size();
+    std::vector<int32_t> ids(size_t(B) * T), labels(size_t(B) * T, ops::kIgnoreLabel);
+    for (auto& v : ids) v = int32_t(rng.below(uint64_t(V)));
+    model.forward(ids.data(), labels.data(), B, T);
+    const std::vector<double> full(model.logits(), model.logits() + size_t(B) * T * V);
+    IncrementalDecoder<double> dec(model, B, T);
+    for (int t = 0; t < T; t++) {
+      std::vector<int32_t> tok(static_cast<size_t>(B));
+      for (int b = 0; b < B; b++) tok[size_t(b)] = ids[size_t(b) * T + t];
+      const std::vector<double>& step = dec.step(tok.data());
+      for (int b = 0; b < B; b++) {
+        std::vector<double> want(full.begin() + long((size_t(b) * T + t) * V), full.begin() + long((size_t(b) * T + t + 1) * V));
+        std::vector<double> got(step.begin() + long(b) * V, step.begin() + long(b + 1) * V);
+        expect_close("position " + std::to_string(t), got, want, 1e-11, 1e-12);
+      }
+    }
+    EXPECT_THROW(dec.step(ids.data()), Error);  // past max_len
+  }
+}
+
 TEST(Translate, GreedyEqualsTheNaiveLoopAndBeamOneIsGreedy) {
   for (Placement method : {Placement::Pre, Placement::Residual}) {
     SCOPED_TRACE(method_of(method).name);

@@ -98,6 +98,9 @@ TEST(Generate, GreedyEqualsTheNaiveLoopOfFullForwards) {
     const auto greedy = run(model, prompt, max_new, 0.0, 0, 0);
     EXPECT_EQ(greedy, naive_greedy(model, prompt, max_new));
     EXPECT_EQ(int(greedy.size()), max_new);
+    // a continuation that fits seq_len runs on the KV cache: the same tokens
+    EXPECT_EQ(run(model, {3, 17}, 4, 0.0, 0, 0), naive_greedy(model, {3, 17}, 4));
+    EXPECT_EQ(run(model, {9}, 5, 0.0, 0, 0), naive_greedy(model, {9}, 5));
   }
 }
 

@@ -162,7 +162,7 @@ Imported import_model(const File& f) {
 std::unique_ptr<Model<float>> load_model(const std::string& path, bool quiet) {
   const File f = read(path);
   Imported im = import_model(f);
-  auto model = std::make_unique<Model<float>>(im.config);
+  auto model = std::make_unique<Model<float>>(im.config, Model<float>::Unset{});
   const ParamTable& table = model->table();
   if (im.params.size() != table.specs.size())
     throw Error(fmt::format("{}: {} tensors mapped, the config has {} parameters", path, im.params.size(), table.specs.size()));

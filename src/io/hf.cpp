@@ -447,7 +447,7 @@ std::unique_ptr<Model<float>> load_model_dir(const std::string& dir, bool quiet)
     for (size_t i = 0; i < v.size(); i++)
       if (!std::isfinite(v[i]))
         throw Error(fmt::format("{}: tensor '{}' holds a non-finite value ({}) at flat index {}", dir, name, v[i], i));
-  auto model = std::make_unique<Model<float>>(im.config);
+  auto model = std::make_unique<Model<float>>(im.config, Model<float>::Unset{});
   for (const ParamSpec& p : model->table().specs) {
     const std::vector<float>& v = im.params.at(p.name);
     std::copy(v.begin(), v.end(), model->params().begin() + long(p.offset));

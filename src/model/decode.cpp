@@ -33,21 +33,38 @@ IncrementalDecoder<S>::IncrementalDecoder(Model<S>& model, const int32_t* src, c
   // one forward with a BOS-only target runs the encoder and every cross-attention's key-value map
   std::vector<int32_t> bos(size_t(B), kBosToken), none(size_t(B), kIgnoreLabel);
   m_.forward(bos.data(), none.data(), B, 1, nullptr, nullptr, Source{src, Ssrc, src_mask});
-  const int C = cfg.d_model, n = cfg.n_slots();
+  allocate();
+  for (int i = cfg.first_decoder_slot(); i < cfg.n_slots(); i++)
+    if (cfg.slot(i).present && cfg.slot(i).kind == Sublayer::Cross)
+      cache_[size_t(i)].assign(m_.acts(i).kv, m_.acts(i).kv + size_t(B) * Ssrc * 2 * cfg.d_model);
+}
+
+template <class S>
+IncrementalDecoder<S>::IncrementalDecoder(Model<S>& model, int B, int max_len)
+    : m_(model), B_(B), max_len_(max_len), S_(0) {
+  const ModelConfig& cfg = m_.config();
+  if (cfg.arch != Arch::Gpt) throw Error("incremental decoding without a source needs a causal (gpt) model");
+  if (cfg.type_vocab > 0) throw Error("incremental decoding: a model with token-type embeddings is not causal");
+  if (max_len < 1 || max_len > cfg.seq_len)
+    throw Error(fmt::format("decoding: max_len {} must be in [1, {}] (the model's seq_len)", max_len, cfg.seq_len));
+  allocate();
+}
+
+// The self-attention caches and every per-step buffer.
+template <class S>
+void IncrementalDecoder<S>::allocate() {
+  const ModelConfig& cfg = m_.config();
+  const int B = B_, C = cfg.d_model, n = cfg.n_slots(), kv = 2 * cfg.kv_heads() * cfg.head_size();
   cache_.assign(size_t(n), {});
-  for (int i = cfg.first_decoder_slot(); i < n; i++) {
-    const Slot s = cfg.slot(i);
-    if (!s.present) continue;
-    if (s.kind == Sublayer::Attn) cache_[size_t(i)].assign(size_t(B) * max_len * 2 * C, S(0));
-    if (s.kind == Sublayer::Cross) cache_[size_t(i)].assign(m_.acts(i).kv, m_.acts(i).kv + size_t(B) * Ssrc * 2 * C);
-  }
-  const size_t BC = size_t(B) * C, wide = size_t(B) * std::max(3 * C, cfg.fc_width());
+  for (int i = cfg.first_decoder_slot(); i < n; i++)
+    if (cfg.slot(i).present && cfg.slot(i).kind == Sublayer::Attn) cache_[size_t(i)].assign(size_t(B) * max_len_ * kv, S(0));
+  const size_t BC = size_t(B) * C, wide = size_t(B) * std::max({3 * C, cfg.qkv_width(), cfg.fc_width()});
   for (auto* v : {&x_, &h_, &f_, &g_, &r_}) v->assign(BC, S(0));
   hid_.assign(wide, S(0));
   mix_.assign(wide, S(0));
   mean_.assign(size_t(B), S(0));
   rstd_.assign(size_t(B), S(0));
-  att_.assign(size_t(cfg.n_heads) * std::max(max_len, Ssrc), S(0));
+  att_.assign(size_t(cfg.n_heads) * std::max(max_len_, S_), S(0));
   logits_.assign(size_t(B) * cfg.vocab_size(), S(0));
 }
 
@@ -72,6 +89,11 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   for (int b = 0; b < B; b++)
     for (int c = 0; c < C; c++)
       x_[size_t(b) * C + c] = wte[size_t(tokens[b]) * C + c] + (wpe ? wpe[size_t(t) * C + c] : S(0));
+  // x = ln_emb(x) (Peri-LN's embedding norm, or embed_norm)
+  if (cfg.has_embed_norm()) {
+    norm(h_.data(), x_.data(), m_.embed_norm());
+    x_.swap(h_);
+  }
   // x_d = x (a two-stream decoder; every op on it is token-local, so this position's x_d is all it needs)
   const bool dual = cfg.dual_stack(cfg.total_layers() - 1);
   if (dual) xd_ = x_;
@@ -86,14 +108,15 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
     // f = F(h)
     std::vector<S>& cache = cache_[size_t(i)];
     if (slot.kind == Sublayer::Attn) {
-      matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, 3 * C);
+      const int W = cfg.qkv_width(), KVW = W - C;  // [q (C) | k | v (KVH HS each)]
+      matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, W);
       m_.apply_rope(hid_.data(), B, 1, t, +1);  // RoPE at position t, before k enters the cache
       for (int b = 0; b < B; b++) {
-        S* kv = cache.data() + size_t(b) * max_len_ * 2 * C;
-        std::copy(hid_.begin() + long(b) * 3 * C + C, hid_.begin() + long(b) * 3 * C + 3 * C, kv + size_t(t) * 2 * C);
+        S* kv = cache.data() + size_t(b) * max_len_ * KVW;
+        std::copy(hid_.begin() + long(b) * W + C, hid_.begin() + long(b) * W + W, kv + size_t(t) * KVW);
         // causal self-attention of the new query over positions 0..t
-        cross_attention_forward(mix_.data() + size_t(b) * C, att_.data(), hid_.data() + size_t(b) * 3 * C, kv, 1,
-                                1, t + 1, C, NH);
+        cached_attention_forward(mix_.data() + size_t(b) * C, att_.data(), hid_.data() + size_t(b) * W, kv, t + 1,
+                                 C, NH, cfg.kv_heads());
       }
       matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, C, C);
     } else if (slot.kind == Sublayer::Cross) {
@@ -132,7 +155,7 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
 template <class S>
 void IncrementalDecoder<S>::reorder(const std::vector<int>& parent) {
   const ModelConfig& cfg = m_.config();
-  const size_t row = size_t(max_len_) * 2 * cfg.d_model;
+  const size_t row = size_t(max_len_) * 2 * cfg.kv_heads() * cfg.head_size();
   for (int i = cfg.first_decoder_slot(); i < cfg.n_slots(); i++) {
     if (cfg.slot(i).kind != Sublayer::Attn || cache_[size_t(i)].empty()) continue;
     std::vector<S> next(cache_[size_t(i)].size());

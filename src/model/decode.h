@@ -1,6 +1,6 @@
-// decode.h: generating the target of an encoder-decoder token by token: an incremental decoder that
-// keeps each self-attention's keys and values (a KV cache) so a step costs one token's work, and
-// greedy and beam search on top of it. The incremental step computes exactly what Model::forward
+// decode.h: generating token by token with an incremental decoder that keeps each self-attention's
+// keys and values (a KV cache) so a step costs one token's work: the target of an encoder-decoder
+// (greedy and beam search on top of it), and a causal model's continuation (model/generate.h). The incremental step computes exactly what Model::forward
 // computes for the same prefix (tests/test_decode.cpp checks it).
 #pragma once
 
@@ -21,6 +21,9 @@ class IncrementalDecoder {
   // Runs the encoder on the source (B rows of S ids, mask (B, S) or null) and prepares caches for up
   // to max_len target positions (<= the model's seq_len).
   IncrementalDecoder(Model<S>& model, const int32_t* src, const uint8_t* src_mask, int B, int Ssrc, int max_len);
+  // A causal (gpt) model: no encoder; caches for up to max_len positions (<= seq_len). The prompt is
+  // fed through step() one token at a time.
+  IncrementalDecoder(Model<S>& model, int B, int max_len);
   // Feeds one token per row at the next position; returns the next-token logits (B, V).
   const std::vector<S>& step(const int32_t* tokens);
   // Beam search: row r continues from row parent[r] (its cache is copied).
@@ -29,11 +32,13 @@ class IncrementalDecoder {
 
  private:
   void norm(S* out, const S* inp, const NormParams<S>& p);
+  void allocate();
   Model<S>& m_;
   int B_, max_len_, t_ = 0, S_;
   std::vector<int32_t> src_;
   std::vector<uint8_t> src_mask_;
-  std::vector<std::vector<S>> cache_;  // per slot: self-attention (B, max_len, 2C) [k | v]; cross: its (B, S, 2C)
+  // per slot: self-attention (B, max_len, 2 KVH HS) [k | v]; cross: its (B, S, 2C)
+  std::vector<std::vector<S>> cache_;
   std::vector<S> x_, xd_, h_, hid_, mix_, f_, g_, r_, mean_, rstd_, att_, logits_;
 };
 

@@ -1,6 +1,8 @@
 // generate.cpp: greedy and top-k / temperature sampling from a GPT (generate.h).
 #include "model/generate.h"
 
+#include "model/decode.h"
+
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
@@ -48,6 +50,19 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
   model.set_training(false);
   Rng rng(options.seed, 0x5a3b1e);  // a stream of its own
   std::vector<int32_t> context = prompt;
+  if (prompt.size() + size_t(options.max_new) <= size_t(cfg.seq_len)) {
+    // the whole context fits: a KV cache, one token's work per step (the prompt fed token by token)
+    IncrementalDecoder<float> dec(model, 1, int(prompt.size()) + std::max(options.max_new, 1));
+    const std::vector<float>* logits = nullptr;
+    for (int32_t id : prompt) logits = &dec.step(&id);
+    for (int n = 0; n < options.max_new; n++) {
+      const int32_t next = sample_next(logits->data(), V, options.temperature, options.top_k, rng);
+      context.push_back(next);
+      if (n + 1 < options.max_new) logits = &dec.step(&next);
+    }
+    return std::vector<int32_t>(context.begin() + long(prompt.size()), context.end());
+  }
+  // a context that outgrows seq_len slides: a full forward over its last seq_len tokens per step
   const std::vector<int32_t> no_labels(size_t(cfg.seq_len), ops::kIgnoreLabel);
   for (int n = 0; n < options.max_new; n++) {
     const int T = std::min<int>(int(context.size()), cfg.seq_len);  // the last seq_len tokens

@@ -1,9 +1,9 @@
 // generate.h: text generation from a GPT (causal) model, token by token: greedy decoding (argmax)
 // or sampling from softmax(logits / temperature) restricted to the top-k logits, with a seeded,
 // fully specified random stream (util/rng.h), so the same seed gives the same text on any machine.
-// Each new token costs one full forward over the last seq_len tokens of the context (no KV cache:
-// plain, and the same computation Model::forward is tested for); a context longer than seq_len
-// slides, as nanoGPT's generate does.
+// While prompt and continuation fit in seq_len, a KV cache (model/decode.h) makes each new token
+// one token's work; a context that would outgrow seq_len instead slides, as nanoGPT's generate does,
+// with one full forward over its last seq_len tokens per new token.
 #pragma once
 
 #include <cstdint>

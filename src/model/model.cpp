@@ -44,12 +44,16 @@ static void zero(S* p, size_t n) {
 }
 
 template <class S>
-Model<S>::Model(ModelConfig cfg) : cfg_(std::move(cfg)) {
+Model<S>::Model(ModelConfig cfg) : Model(std::move(cfg), Unset{}) {
+  init_params(params_.data(), table_, cfg_);
+}
+
+template <class S>
+Model<S>::Model(ModelConfig cfg, Unset) : cfg_(std::move(cfg)) {
   cfg_.validate();
   table_ = make_param_table(cfg_);
   params_.assign(table_.total, S(0));
   grads_.assign(table_.total, S(0));
-  init_params(params_.data(), table_, cfg_);
   for (int i = 0; i < cfg_.n_slots(); i++) {
     slots_.push_back(cfg_.slot(i));
     p_.push_back(sublayer_params(table_, cfg_, params_.data(), i));

@@ -47,6 +47,10 @@ class Model {
  public:
   // Validates the config (throws Error) and initializes the parameters with its scheme and seed.
   explicit Model(ModelConfig cfg);
+  // The same with every parameter zero: for loaders that write every parameter next (a random
+  // initialization of a 135M-parameter model costs seconds).
+  struct Unset {};
+  Model(ModelConfig cfg, Unset);
 
   const ModelConfig& config() const { return cfg_; }
   const ParamTable& table() const { return table_; }
@@ -118,6 +122,7 @@ class Model {
   const SublayerActs<S>& acts(int i) const { return a_[i]; }
   const SublayerParams<S>& sublayer_params_of(int i) const { return p_[i]; }
   const NormParams<S>& final_norm() const { return lnf_; }
+  const NormParams<S>& embed_norm() const { return lnemb_; }
   // The stack's output: the last block's output after the final norm, if any (ResiDual:
   // x + ln_f(x_d)); what the head reads (B, T, C).
   const S* final_hidden() const { return xf_; }

@@ -180,6 +180,13 @@ void cross_attention_forward(S* out, S* att, const S* q, const S* kv, int B, int
 }
 
 template <class S>
+void cached_attention_forward(S* out, S* att, const S* q, const S* kv, int Tk, int C, int NH, int KVH) {
+  const int width = 2 * KVH * (C / NH);
+  heads_forward(out, att, Heads<S>{q, kv, kv + width / 2, C, width, 1, 1, Tk, C, NH, KVH}, false, nullptr,
+                Precision::Fp32);
+}
+
+template <class S>
 void cross_attention_backward(S* dq, S* dkv, S* datt, const S* dout, const S* q, const S* kv, const S* att,
                               int B, int Tq, int Tk, int C, int NH) {
   heads_backward(dq, dkv, dkv + C, datt, dout, att, cross_heads(q, kv, B, Tq, Tk, C, NH), Precision::Fp32);
@@ -288,6 +295,7 @@ void cross_attention_jvp(S* tout, S* tatt, const S* tq, const S* tkv, const S* q
 #define NL_INSTANTIATE(S)                                                                              \
   template void cross_attention_forward<S>(S*, S*, const S*, const S*, int, int, int, int, int,          \
                                            const uint8_t*);                                            \
+  template void cached_attention_forward<S>(S*, S*, const S*, const S*, int, int, int, int);              \
   template void cross_attention_backward<S>(S*, S*, S*, const S*, const S*, const S*, const S*, int, int, \
                                             int, int, int);                                            \
   template void cross_attention_jvp<S>(S*, S*, const S*, const S*, const S*, const S*, const S*, int, int, \

@@ -45,6 +45,11 @@ void attention_jvp(S* tout, S* tatt, const S* tqkv, const S* qkv, const S* att, 
 template <class S>
 void cross_attention_forward(S* out, S* att, const S* q, const S* kv, int B, int Tq, int Tk, int C, int NH,
                              const uint8_t* key_mask = nullptr);
+// One query row q (C) over Tk cached rows kv (Tk, 2 KVH HS) [k | v] (grouped-query: query head h
+// reads key-value head h / (NH / KVH)); out (C); att (NH, Tk) probabilities. What a decoding step
+// of a self-attention computes over its KV cache.
+template <class S>
+void cached_attention_forward(S* out, S* att, const S* q, const S* kv, int Tk, int C, int NH, int KVH);
 // dq (B, Tq, C) +=, dkv (B, Tk, 2C) +=; datt (B, NH, Tq, Tk) scratch.
 template <class S>
 void cross_attention_backward(S* dq, S* dkv, S* datt, const S* dout, const S* q, const S* kv, const S* att,

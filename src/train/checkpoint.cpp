@@ -121,7 +121,7 @@ std::unique_ptr<Model<float>> load_model(const std::string& given) {
   const st::File f = st::read(path);
   const ModelConfig cfg = config_of(f);  // validated, sizes capped (ModelConfig::size_violations)
   check_params(f, make_param_table(cfg));  // before allocating: the file must hold every weight
-  auto model = std::make_unique<Model<float>>(cfg);
+  auto model = std::make_unique<Model<float>>(cfg, Model<float>::Unset{});  // every parameter is copied next
   copy_params(f, *model);
   return model;
 }
