@@ -179,6 +179,10 @@ TEST(ModelGradientsMore, RotaryAndNoPositions) {
   gqa.positions = Positions::Rope;
   EXPECT_EQ(make_param_table(gqa).find("h.0.attn.qkv.weight")->shape[0], 8 + 2 * 2 * 2);
   check_model_gradients(gqa);
+  gqa.head = Head::Untied;  // an output matrix of its own (lm_head), as Llama's
+  EXPECT_EQ(make_param_table(gqa).find("lm_head.weight")->shape, (std::vector<int64_t>{gqa.vocab_size(), 8}));
+  check_model_gradients(gqa);
+  gqa.head = Head::Tied;
   gqa.n_kv_heads = 3;  // does not divide 4: refused by name
   EXPECT_THROW(gqa.validate(), Error);
   ModelConfig odd = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);

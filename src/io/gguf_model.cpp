@@ -72,7 +72,7 @@ ModelConfig model_config(const File& f) {
   refuse_unless(f.integer_or(p + "expert_count", 0, 1 << 20).value_or(0) == 0, f, "expert_count > 0 (mixture of experts)");
   c.activation = Activation::SwiGlu;
   c.bias = LinearBias::None;
-  c.head = Head::Tied;
+  c.head = f.find("output.weight") ? Head::Untied : Head::Tied;  // an output matrix of its own, or tied
   const TensorInfo* embd = f.find("token_embd.weight");
   if (!embd || embd->ne.size() != 2 || embd->ne[0] != c.d_model)
     throw Error(fmt::format("{}: no token_embd.weight of row length {}", f.path, c.d_model));
@@ -124,11 +124,8 @@ Imported import_model(const File& f) {
         throw Error(fmt::format("{}: tensor '{}' holds a non-finite value ({}) at flat index {}", f.path, name, v[i], i));
     return v;
   };
-  if (f.find("output.weight"))
-    throw Error(fmt::format("{}: holds output.weight, an output head untied from the embedding; normlab's llama "
-                            "models tie the head to token_embd.weight (model.head = tied)",
-                            f.path));
   im.params["wte.weight"] = take("token_embd.weight", {c.vocab_size(), C});
+  if (c.head == Head::Untied) im.params["lm_head.weight"] = take("output.weight", {c.vocab_size(), C});
   for (int l = 0; l < c.n_layers; l++) {
     const std::string b = fmt::format("blk.{}.", l), a = fmt::format("h.{}.attn.", l), m = fmt::format("h.{}.mlp.", l);
     im.params[a + "ln_in.weight"] = take(b + "attn_norm.weight", {C});

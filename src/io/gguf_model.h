@@ -2,8 +2,8 @@
 // architecture (Llama, SmolLM2, TinyLlama, ...: pre-RMSNorm, RoPE, SwiGLU, grouped-query attention,
 // no biases) maps exactly onto a normlab config; its tensors are dequantized to float32 (the
 // quantized weights are what the model is: nothing further is approximated). Anything the file
-// says that normlab does not represent (another architecture, rope scaling, experts, an untied
-// output head, an unknown llama.* key or tensor) is refused with an Error naming it. The mapping is
+// says that normlab does not represent (another architecture, rope scaling, experts, an unknown
+// llama.* key or tensor) is refused with an Error naming it. The mapping is
 // documented in docs/MODEL.md ("GGUF files").
 #pragma once
 

@@ -31,7 +31,7 @@ constexpr EnumName<Positions> kPositionNames[] = {
     {Positions::Learned, "learned"}, {Positions::Rope, "rope"}, {Positions::None, "none"}};
 constexpr EnumName<LinearBias> kBiasNames[] = {
     {LinearBias::All, "all"}, {LinearBias::Qkv, "qkv"}, {LinearBias::None, "none"}};
-constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}};
+constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}, {Head::Untied, "untied"}};
 // The method names come from the methods table (model/methods.cpp), in its order.
 constexpr EnumName<AdminInit> kAdminInitNames[] = {{AdminInit::Log, "log"},
                                                    {AdminInit::Sqrt, "sqrt"},

@@ -26,9 +26,10 @@ enum class Positions { Learned, Rope, None };
 // value maps (Qwen2), or none (Llama, OLMo). The MLM head's dense layer always has one.
 enum class LinearBias { All, Qkv, None };
 // What turns the last stream into logits: the tied output embedding (GPT-2), BERT's masked-LM head
-// (dense + activation + norm, then the tied embedding and an output bias), or nothing (a headless
-// encoder such as BertModel: no logits and no loss).
-enum class Head { Tied, Mlm, None };
+// (dense + activation + norm, then the tied embedding and an output bias), nothing (a headless
+// encoder such as BertModel: no logits and no loss), or an output matrix of its own, lm_head
+// (untied, as most Llama-family models).
+enum class Head { Tied, Mlm, None, Untied };
 // The normalization method of a layer (docs/MODEL.md "Methods"; one entry each in model/methods.cpp).
 enum class Placement { Post, Pre, Sandwich, PrePost, DeepNorm, None, Admin, ReZero, SkipInit, LayerScale, TFixup, Residual,
                        Peri, Reordered, Lns };
@@ -93,7 +94,8 @@ struct ModelConfig {
   int type_vocab = 0;                // rows of a token-type (segment) embedding added to the input, as
                                      // BERT's 2; 0: none
   bool embed_norm = false;           // a norm of the embedding sum before the first block (BERT)
-  Head head = Head::Tied;            // tied: GPT-2's; mlm: BERT's masked-LM head; none: headless
+  Head head = Head::Tied;            // tied: GPT-2's; mlm: BERT's masked-LM head; none: headless;
+                                     // untied: logits = x lm_head^T (Llama's)
   std::vector<Placement> placement = {Placement::Pre};  // one entry for all layers, or one per layer
   bool residual = true;              // false: no skip path at all (alpha = 0)
   bool mlp = true;                   // false: attention-only blocks (the pure-attention ablation)

@@ -83,6 +83,8 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   const int B = B_, C = cfg.d_model, F = cfg.ff(), NH = cfg.n_heads, t = t_;
   const ParamTable& table = m_.table();
   const S* wte = m_.params().data() + table.find("wte.weight")->offset;
+  const ParamSpec* lm_head = table.find("lm_head.weight");  // untied head: the output matrix of its own
+  const S* out_w = lm_head ? m_.params().data() + lm_head->offset : wte;
   const ParamSpec* pe = table.find("wpe.weight");  // absent without learned positions
   const S* wpe = pe ? m_.params().data() + pe->offset : nullptr;
   // x = wte[token] + wpe[t]
@@ -147,7 +149,7 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   if (cfg.has_final_norm()) norm(h_.data(), dual ? xd_.data() : x_.data(), m_.final_norm()), xf = h_.data();
   if (dual)
     for (size_t k = 0; k < h_.size(); k++) h_[k] += x_[k];
-  matmul_forward<S>(logits_.data(), xf, wte, nullptr, B, C, cfg.vocab_size());
+  matmul_forward<S>(logits_.data(), xf, out_w, nullptr, B, C, cfg.vocab_size());
   t_++;
   return logits_;
 }

@@ -89,6 +89,9 @@ Model<S>::Model(ModelConfig cfg, Unset) : cfg_(std::move(cfg)) {
   wpe_ = at(params_, "wpe.weight");
   dwte_ = at(grads_, "wte.weight");
   dwpe_ = at(grads_, "wpe.weight");
+  const bool untied = cfg_.head == Head::Untied;
+  out_w_ = untied ? at(params_, "lm_head.weight") : wte_;
+  dout_w_ = untied ? at(grads_, "lm_head.weight") : dwte_;
   if (cfg_.encdec()) {
     const bool own = !cfg_.shared_embeddings;
     src_wte_ = own ? at(params_, "enc.wte.weight") : wte_;
@@ -439,13 +442,13 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   return label_count_ > 0 ? sum / double(label_count_) : std::numeric_limits<double>::quiet_NaN();
 }
 
-// tied:  logits = xf @ wte^T
+// tied:  logits = xf @ wte^T;  untied: logits = xf @ lm_head^T
 // mlm:   u = xf @ Wd^T + bd;  a = act(u);  t = ln_head(a);  logits = t @ wte^T + b_out
 template <class S>
 void Model<S>::head_forward() {
   const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size();
-  const S* wte = wte_;
-  if (cfg_.head == Head::Tied) {
+  const S* wte = out_w_;
+  if (cfg_.head != Head::Mlm) {
     matmul_forward<S>(logits_, xf_, wte, nullptr, N, C, V, prec_, bf16_of(wte));
     return;
   }
@@ -460,10 +463,10 @@ template <class S>
 void Model<S>::head_backward(S* dxf) {
   const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size();
   const size_t NC = size_t(N) * C;
-  const S* wte = wte_;
-  S* dwte = dwte_;
+  const S* wte = out_w_;
+  S* dwte = dout_w_;
   zero(dxf, NC);
-  if (cfg_.head == Head::Tied) {
+  if (cfg_.head != Head::Mlm) {
     matmul_backward<S>(dxf, dwte, nullptr, logits_, xf_, wte, N, C, V, prec_, bf16_of(wte));
     return;
   }

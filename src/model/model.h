@@ -225,6 +225,7 @@ class Model {
   S* hw_ = nullptr, * hb_ = nullptr, * hbias_ = nullptr;     // MLM head: dense (C, C), (C); output bias (V)
   S* dhw_ = nullptr, * dhb_ = nullptr, * dhbias_ = nullptr;
   S* wte_ = nullptr, * wpe_ = nullptr, * dwte_ = nullptr, * dwpe_ = nullptr;
+  S* out_w_ = nullptr, * dout_w_ = nullptr;  // the output matrix: wte (tied, mlm) or lm_head (untied)
   S* src_wte_ = nullptr, * src_wpe_ = nullptr, * dsrc_wte_ = nullptr, * dsrc_wpe_ = nullptr;  // encdec
 
   // planned for (B_, T_, S_): one allocation, carved by plan()

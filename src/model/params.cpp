@@ -87,6 +87,7 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     if (m.gain == BranchGain::Channel) add(p + ".gain", {C}, ParamRole::Gate);
   }
   if (cfg.has_final_norm()) add_norm("ln_f");
+  if (cfg.head == Head::Untied) add("lm_head.weight", {V, C}, ParamRole::LinearWeight);
   if (cfg.head == Head::Mlm) {
     add("head.dense.weight", {C, C}, ParamRole::LinearWeight);
     add("head.dense.bias", {C}, ParamRole::LinearBias);

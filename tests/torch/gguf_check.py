@@ -247,12 +247,18 @@ def check_llama_metadata(normlab, workdir, failures):
     p, _ = run(normlab, "gguf", ok)
     if p.returncode != 0 or "model: llama: 2 layers, d_model 64, 4 heads (2 key-value), d_ff 96, vocab 300" not in p.stdout:
         failures.append(f"tiny llama: {p.stdout[-400:]} {p.stderr}")
+    # an output matrix of its own: an untied head, whose logits are x output.weight^T
+    untied = os.path.join(workdir, "tiny_llama_untied.gguf")
+    write(untied, add="output.weight")
+    p, _ = run(normlab, "sample", "--checkpoint", untied, "--prompt", "ab", "--tokenizer", "bytes", "--max-new", "3",
+               "--ids")
+    if p.returncode != 0 or len(p.stdout.split()) != 3:
+        failures.append(f"tiny llama with output.weight: {p.stdout} {p.stderr}")
     refusals = {
         "general.architecture is 'gpt2'": dict(arch="gpt2"),
         "rope.scaling.type is 'linear'": dict(extra=lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)),
         "expert_count > 0": dict(extra=lambda w: w.add_expert_count(8)),
         "llama.attention.sliding_window": dict(extra=lambda w: w.add_uint32("llama.attention.sliding_window", 4)),
-        "output.weight": dict(add="output.weight"),
         "no tensor 'blk.1.ffn_up.weight'": dict(drop="blk.1.ffn_up.weight"),
         "tensor 'rope_freqs.weight'": dict(add="rope_freqs.weight"),
     }

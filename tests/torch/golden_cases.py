@@ -178,6 +178,11 @@ def build_cases():
         Case("gpt_nopositions", dict(SMALL, placement="pre", positions="none"), SMALL_BT),
         Case("train_gpt_llama_block", dict(SMALL, placement="pre", norm="rmsnorm", activation="swiglu", bias="none",
              positions="rope", n_kv_heads=2), SMALL_BT, kind="train", train=TRAIN_CFG),
+        # an output matrix of its own (lm_head), as most Llama-family models
+        Case("gpt_llama_untied_head", dict(SMALL, placement="pre", norm="rmsnorm", activation="swiglu", bias="none",
+             positions="rope", n_kv_heads=1, head="untied"), SMALL_BT),
+        Case("train_gpt_untied_head", dict(SMALL, placement="pre", head="untied"), SMALL_BT, kind="train",
+             train=TRAIN_CFG),
         Case("encoder_peri_geglu_pad", dict(SMALL, arch="encoder", placement="peri", activation="geglu"), SMALL_BT,
              pad=True),
         Case("encdec_lns_swiglu", dict(ENCDEC, placement="lns", activation="swiglu"), ENCDEC_BST),

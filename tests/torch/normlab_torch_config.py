@@ -134,8 +134,8 @@ def normalize_config(cfg, strict=True):
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {c['activation']!r}")
     if c["activation"] in GATED and c["head"] == "mlm":
         raise ValueError("head = mlm needs an element-wise activation")
-    if c["head"] not in ("tied", "mlm", "none"):
-        raise ValueError(f"head must be tied, mlm or none, got {c['head']!r}")
+    if c["head"] not in ("tied", "mlm", "none", "untied"):
+        raise ValueError(f"head must be tied, mlm, none or untied, got {c['head']!r}")
     c["type_vocab"] = int(c["type_vocab"])
     c["embed_norm"] = bool(c["embed_norm"])
     if encdec and (c["type_vocab"] != 0 or c["embed_norm"] or c["head"] != "tied"):

@@ -314,7 +314,8 @@ def forward_outputs(config, params, input_ids, labels=None, token_types=None, ke
         t = norm(config, params, "head.ln", t)
         logits = t @ wte.t() + params["head.bias"]
     else:
-        logits = xf @ wte.t()                                                        # tied output
+        w_out = params["lm_head.weight"] if config["head"] == "untied" else wte    # untied: its own matrix
+        logits = xf @ w_out.t()                                                      # tied output
     out["logits"] = logits
     if labels is not None:
         labels = torch.as_tensor(labels).long()

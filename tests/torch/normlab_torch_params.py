@@ -101,6 +101,8 @@ def param_table(config):
                 t.append(ParamSpec(lp + ".rezero", (1,), "rezero", st.name, None, None, method))
         if st.final:
             t += _norm_table(c, st.final, st.name)
+    if c["head"] == "untied":
+        t += _linear_table("lm_head", V, C, None, "lm_head", bias=False)
     if c["head"] == "mlm":
         t += _linear_table("head.dense", C, C, None, "head.dense")
         t += _norm_table(c, "head.ln", None)
