@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "io/hf_common.h"
+#include "io/hf_llama.h"
 #include "io/safetensors.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -18,90 +20,12 @@
 
 namespace normlab::hf {
 
-namespace fs = std::filesystem;
-namespace st = safetensors;
-using nlohmann::json;
+using namespace detail;
 
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// config.json
-
-json read_json(const fs::path& path) {
-  return parse_json(read_file(path.string(), "file"), path.string());
-}
-
-// Typed access to config.json with errors that name the file and the key.
-struct ConfigReader {
-  const json& j;
-  std::string path;
-  bool has(const char* key) const { return j.contains(key) && !j[key].is_null(); }
-  int integer(const char* key, std::optional<int> fallback = std::nullopt) const {
-    if (!has(key)) {
-      if (fallback) return *fallback;
-      throw Error(fmt::format("{}: no \"{}\"", path, key));
-    }
-    if (!j[key].is_number_integer() || j[key].get<long long>() < 0 || j[key].get<long long>() > (1 << 30))
-      throw Error(fmt::format("{}: \"{}\" = {} is not an integer in [0, 2^30]", path, key, j[key].dump()));
-    return j[key].get<int>();
-  }
-  double number(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
-    if (!j[key].is_number()) throw Error(fmt::format("{}: \"{}\" = {} is not a number", path, key, j[key].dump()));
-    return j[key].get<double>();
-  }
-  std::string string(const char* key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    if (!j[key].is_string()) throw Error(fmt::format("{}: \"{}\" = {} is not a string", path, key, j[key].dump()));
-    return j[key].get<std::string>();
-  }
-  bool boolean(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    if (!j[key].is_boolean()) throw Error(fmt::format("{}: \"{}\" = {} is not true/false", path, key, j[key].dump()));
-    return j[key].get<bool>();
-  }
-  // An option normlab represents only at one value: anything else is refused by name.
-  void require(const char* key, bool ok, const std::string& why) const {
-    if (!ok)
-      throw Error(fmt::format("{}: \"{}\" = {} is not supported: {}", path, key, has(key) ? j[key].dump() : "(unset)", why));
-  }
-};
-
-Activation activation_from_hf(const ConfigReader& r, const char* key, const std::string& fallback) {
-  const std::string act = r.string(key, fallback);
-  // gelu_new and gelu_pytorch_tanh are both the tanh form; "gelu" is the exact erf form
-  if (act == "gelu_new" || act == "gelu_pytorch_tanh") return Activation::Gelu;
-  if (act == "gelu") return Activation::GeluExact;
-  if (act == "relu") return Activation::Relu;
-  throw Error(fmt::format("{}: \"{}\" = \"{}\" is not supported (normlab has gelu_new / "
-                          "gelu_pytorch_tanh, gelu (erf) and relu)",
-                          r.path, key, act));
-}
-
-std::string architecture_of(const ConfigReader& r, const std::vector<std::string>& known) {
-  if (!r.has("architectures")) return known.front();
-  const json& a = r.j["architectures"];
-  if (!a.is_array() || a.size() != 1 || !a[0].is_string())
-    throw Error(fmt::format("{}: \"architectures\" = {} must list one architecture", r.path, a.dump()));
-  const std::string arch = a[0].get<std::string>();
-  for (const auto& k : known)
-    if (arch == k) return arch;
-  std::string list;
-  for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-  throw Error(fmt::format("{}: architecture \"{}\" is not supported (normlab represents {} exactly)", r.path, arch, list));
-}
-
-// ---------------------------------------------------------------------------------------------
 // Name tables: Hugging Face tensor -> normlab parameter
-
-enum class Layout { Same, Transposed, QkvPart };
-
-struct TensorMap {
-  std::string hf;       // name in the checkpoint, without the model prefix
-  std::string normlab;  // parameter name
-  Layout layout = Layout::Same;
-  int part = 0;         // QkvPart: 0 query, 1 key, 2 value
-};
 
 std::vector<TensorMap> gpt2_table(const ModelConfig& cfg) {
   std::vector<TensorMap> t = {{"wte.weight", "wte.weight"}, {"wpe.weight", "wpe.weight"}};
@@ -135,8 +59,9 @@ std::vector<TensorMap> bert_table(const ModelConfig& cfg) {
     const std::string h = fmt::format("encoder.layer.{}.", l), n = fmt::format("h.{}.", l);
     const char* qkv[] = {"query", "key", "value"};
     for (int part = 0; part < 3; part++) {
-      t.push_back({h + "attention.self." + qkv[part] + ".weight", n + "attn.qkv.weight", Layout::QkvPart, part});
-      t.push_back({h + "attention.self." + qkv[part] + ".bias", n + "attn.qkv.bias", Layout::QkvPart, part});
+      const int64_t C = cfg.d_model;
+      t.push_back({h + "attention.self." + qkv[part] + ".weight", n + "attn.qkv.weight", Layout::Rows, part * C, C});
+      t.push_back({h + "attention.self." + qkv[part] + ".bias", n + "attn.qkv.bias", Layout::Rows, part * C, C});
     }
     for (const char* p : {"weight", "bias"}) {
       t.push_back({h + "attention.output.dense." + p, n + "attn.proj." + p});
@@ -157,147 +82,6 @@ std::vector<TensorMap> bert_table(const ModelConfig& cfg) {
   return t;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Reading the weights
-
-struct WeightFiles {
-  std::map<std::string, st::Tensor> tensors;  // every tensor of every shard
-  std::map<std::string, std::string> file_of;  // tensor -> the file it came from (for messages)
-};
-
-WeightFiles read_weights(const fs::path& dir) {
-  const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
-  std::vector<std::string> files;
-  if (fs::exists(index)) {
-    const json j = read_json(index);
-    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-      throw Error(fmt::format("{}: no \"weight_map\" object", index.string()));
-    std::set<std::string> names;
-    for (const auto& [tensor, file] : j["weight_map"].items()) {
-      if (!file.is_string())
-        throw Error(fmt::format("{}: weight_map[\"{}\"] is not a file name", index.string(), tensor));
-      const std::string f = file.get<std::string>();
-      if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos || f == "." || f == "..")
-        throw Error(fmt::format("{}: weight_map[\"{}\"] = \"{}\" is not a file name in this directory",
-                                index.string(), tensor, f));
-      names.insert(f);
-    }
-    files.assign(names.begin(), names.end());
-  } else if (fs::exists(single)) {
-    files.push_back("model.safetensors");
-  } else {
-    for (const char* pickle : {"pytorch_model.bin", "pytorch_model.bin.index.json"})
-      if (fs::exists(dir / pickle))
-        throw Error(fmt::format(
-            "{}: only {} holds the weights, and normlab does not read pickle files: unpickling runs "
-            "arbitrary code from the file. Convert it once in Python, in an environment you trust: "
-            "AutoModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True), which "
-            "writes model.safetensors",
-            dir.string(), pickle));
-    for (const char* other : {"tf_model.h5", "flax_model.msgpack", "model.ckpt.index"})
-      if (fs::exists(dir / other))
-        throw Error(fmt::format("{}: only {} holds the weights; normlab reads model.safetensors (convert "
-                                "with transformers' save_pretrained(dir, safe_serialization=True))",
-                                dir.string(), other));
-    throw Error(fmt::format("{}: no model.safetensors or model.safetensors.index.json", dir.string()));
-  }
-  WeightFiles w;
-  for (const std::string& f : files) {
-    st::File file = st::read((dir / f).string());
-    for (auto& [name, tensor] : file.tensors) {
-      if (w.tensors.count(name))
-        throw Error(fmt::format("{}: tensor '{}' is also in {}", (dir / f).string(), name, w.file_of[name]));
-      w.file_of[name] = (dir / f).string();
-      w.tensors.emplace(name, std::move(tensor));
-    }
-  }
-  return w;
-}
-
-// Old BERT checkpoints name LayerNorm parameters gamma / beta (transformers renames them on load).
-std::string modern_name(std::string name) {
-  auto replace_suffix = [&](const std::string& from, const std::string& to) {
-    if (name.size() >= from.size() && name.compare(name.size() - from.size(), from.size(), from) == 0 &&
-        name.find("LayerNorm") != std::string::npos)
-      name = name.substr(0, name.size() - from.size()) + to;
-  };
-  replace_suffix(".gamma", ".weight");
-  replace_suffix(".beta", ".bias");
-  return name;
-}
-
-bool is_float(st::DType d) {
-  return d == st::DType::F32 || d == st::DType::F16 || d == st::DType::BF16 || d == st::DType::F64;
-}
-
-// Fills imported.params from the weight files through `table`; `prefix` is the model prefix the
-// checkpoint uses ("transformer." / "bert." / ""), `ignored` the tensors read but not used.
-void map_tensors(Imported& im, const WeightFiles& w, const std::vector<TensorMap>& table, const std::string& prefix,
-                 const std::set<std::string>& ignored, const fs::path& dir) {
-  const ParamTable ptable = make_param_table(im.config);
-  std::map<std::string, std::string> by_hf;  // modern unprefixed name -> name in the file
-  for (const auto& [name, tensor] : w.tensors) {
-    std::string n = name;
-    if (!prefix.empty() && n.rfind(prefix, 0) == 0) n = n.substr(prefix.size());
-    by_hf[modern_name(n)] = name;
-  }
-  std::set<std::string> used;
-  for (const ParamSpec& p : ptable.specs) im.params[p.name].assign(p.numel, 0.0f);
-  std::map<std::string, int> filled;  // normlab name -> how many parts (qkv: 3)
-  for (const TensorMap& m : table) {
-    auto it = by_hf.find(m.hf);
-    if (it == by_hf.end())
-      throw Error(fmt::format("{}: missing tensor '{}{}' (normlab parameter {})", dir.string(), prefix, m.hf, m.normlab));
-    const st::Tensor& t = w.tensors.at(it->second);
-    const std::string& file = w.file_of.at(it->second);
-    used.insert(m.hf);
-    const ParamSpec* spec = ptable.find(m.normlab);
-    if (!spec) throw Error(fmt::format("internal: no normlab parameter {}", m.normlab));
-    if (!is_float(t.dtype))
-      throw Error(fmt::format("{}: tensor '{}' is {}, not a floating-point type", file, it->second, st::dtype_name(t.dtype)));
-    std::vector<int64_t> want = spec->shape;
-    if (m.layout == Layout::Transposed) want = {spec->shape[1], spec->shape[0]};
-    if (m.layout == Layout::QkvPart) {
-      want = spec->shape;
-      want[0] /= 3;
-    }
-    if (t.shape != want)
-      throw Error(fmt::format("{}: tensor '{}' has shape {}, expected {} (from config.json)", file, it->second,
-                              st::shape_text(t.shape), st::shape_text(want)));
-    const std::vector<float> v = t.to_f32();
-    std::vector<float>& dst = im.params[m.normlab];
-    if (m.layout == Layout::Same) {
-      dst = v;
-    } else if (m.layout == Layout::Transposed) {  // Conv1D (in, out) -> Linear (out, in)
-      const int64_t rows = want[0], cols = want[1];
-      for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[size_t(c) * rows + r] = v[size_t(r) * cols + c];
-    } else {  // rows part*C .. (part+1)*C of the fused qkv
-      std::copy(v.begin(), v.end(), dst.begin() + size_t(m.part) * v.size());
-    }
-    filled[m.normlab]++;
-  }
-  for (const ParamSpec& p : ptable.specs)
-    if (!filled.count(p.name)) throw Error(fmt::format("internal: normlab parameter {} has no source tensor", p.name));
-  // everything else in the files must be known: a tied copy of the embedding, or listed as ignored
-  for (const auto& [hf_name, file_name] : by_hf) {
-    if (used.count(hf_name)) continue;
-    if (ignored.count(hf_name)) continue;
-    throw Error(fmt::format("{}: unexpected tensor '{}' (not part of a {} that normlab represents)",
-                            w.file_of.at(file_name), file_name, im.architecture));
-  }
-}
-
-// A tied output matrix stored anyway must equal the word embedding (else the model is untied).
-void check_tied(const WeightFiles& w, const std::string& name, const std::vector<float>& wte, const fs::path& dir) {
-  auto it = w.tensors.find(name);
-  if (it == w.tensors.end()) return;
-  const std::vector<float> v = it->second.to_f32();
-  if (v != wte)
-    throw Error(fmt::format("{}: '{}' differs from the word embedding: an untied output layer, which normlab "
-                            "does not represent (its output embedding is tied)",
-                            dir.string(), name));
-}
 
 // w null: the config only (the tensors are neither read nor checked).
 Imported import_gpt2(const ConfigReader& r, const WeightFiles* weights, const fs::path& dir) {
@@ -424,12 +208,14 @@ static Imported read_dir(const std::string& dir, bool with_weights) {
   ConfigReader r{j, cfg_path.string()};
   const std::string type = r.string("model_type", "");
   if (type.empty()) throw Error(fmt::format("{}: no \"model_type\"", cfg_path.string()));
-  if (type != "gpt2" && type != "bert")
-    throw Error(fmt::format("{}: model_type \"{}\" is not supported (normlab reads \"gpt2\" and \"bert\")",
+  if (type != "gpt2" && type != "bert" && type != "llama" && type != "qwen2")
+    throw Error(fmt::format("{}: model_type \"{}\" is not supported (normlab reads \"gpt2\", \"bert\", \"llama\" "
+                            "and \"qwen2\")",
                             cfg_path.string(), type));
   WeightFiles w;
   if (with_weights) w = read_weights(d);
   const WeightFiles* weights = with_weights ? &w : nullptr;
+  if (type == "llama" || type == "qwen2") return import_llama(r, weights, d);
   return type == "gpt2" ? import_gpt2(r, weights, d) : import_bert(r, weights, d);
 }
 
@@ -460,7 +246,11 @@ std::unique_ptr<Model<float>> load_model_dir(const std::string& dir, bool quiet)
 // ---------------------------------------------------------------------------------------------
 // Export
 
+// A gpt with RMSNorm is exported as a Llama-family model; any other as GPT-2 or BERT.
+static bool llama_target(const ModelConfig& c) { return c.arch == Arch::Gpt && c.norm == NormKind::RMSNorm; }
+
 std::optional<std::string> export_refusal(const ModelConfig& c) {
+  if (llama_target(c)) return llama_export_refusal(c);
   std::vector<std::string> why;
   const bool all = [&] {
     for (int l = 1; l < c.n_layers; l++)
@@ -518,6 +308,7 @@ std::string write_model_dir(const std::string& dir, const Model<float>& model, b
       throw Error(fmt::format("{}: already holds {}; pass --force to replace it", dir, f));
   fs::create_directories(d, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the directory ({})", dir, ec.message()));
+  if (llama_target(c)) return write_llama(d, model, overwrite);
 
   const ParamTable& table = model.table();
   auto param = [&](const std::string& name) {
@@ -566,12 +357,12 @@ std::string write_model_dir(const std::string& dir, const Model<float>& model, b
         views.push_back({name, st::DType::F32, {1, c.d_model}, owned.back().data()});
         continue;
       }
-      if (m.layout == Layout::QkvPart) {
+      if (m.layout == Layout::Rows) {
         auto [ptr, spec] = param(m.normlab);
-        const size_t part = spec->numel / 3;
         std::vector<int64_t> shape = spec->shape;
-        shape[0] /= 3;
-        views.push_back({name, st::DType::F32, shape, ptr + part * size_t(m.part)});
+        shape[0] = m.rows;
+        const size_t row = spec->shape.size() > 1 ? size_t(spec->shape[1]) : 1;
+        views.push_back({name, st::DType::F32, shape, ptr + size_t(m.row0) * row});
         continue;
       }
       same(name, m.normlab);

@@ -25,7 +25,8 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 import transformers
-from transformers import (BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel)
+from transformers import (BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 transformers.logging.set_verbosity_error()
 
@@ -136,6 +137,83 @@ def gpt2_case(normlab, work, label, seed, shard=False, **cfg):
         check(f"{label} grad {name}", got["grad." + nl], g.T if tr else g, GRAD_TOL)
         n += 1
     print(f"{label}: {L} layers: hidden states, logits, loss and {n} gradients compared")
+
+
+# ---------------------------------------------------------------------------------------------
+# Llama family (Llama, Qwen2)
+
+def llama_grad(got, hf, C, KV, F):
+    """The normlab gradient of Hugging Face parameter `hf` (rows of the fused qkv and fc)."""
+    n = hf[len("model."):] if hf.startswith("model.") else hf
+    if n == "embed_tokens.weight":
+        return got["grad.wte.weight"]
+    if n == "norm.weight":
+        return got["grad.ln_f.weight"]
+    if n == "lm_head.weight":
+        return got["grad.lm_head.weight"]
+    parts = n.split(".")
+    l, rest = parts[1], ".".join(parts[2:])
+    h = f"grad.h.{l}."
+    rows = {"q_proj": (0, C), "k_proj": (C, C + KV), "v_proj": (C + KV, C + 2 * KV)}
+    if rest.startswith("self_attn.") and rest.split(".")[1] in rows:
+        a, b = rows[rest.split(".")[1]]
+        return got[h + "attn.qkv." + rest.split(".")[2]][a:b]
+    simple = {"input_layernorm.weight": "attn.ln_in.weight", "post_attention_layernorm.weight": "mlp.ln_in.weight",
+              "self_attn.o_proj.weight": "attn.proj.weight", "self_attn.o_proj.bias": "attn.proj.bias",
+              "mlp.down_proj.weight": "mlp.proj.weight", "mlp.down_proj.bias": "mlp.proj.bias"}
+    if rest in simple:
+        return got[h + simple[rest]]
+    kind, p = rest.split(".")[1], rest.split(".")[2]
+    fc = got[h + "mlp.fc." + p]
+    return fc[:F] if kind == "gate_proj" else fc[F:]
+
+
+def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
+    d = os.path.join(work, label)
+    shutil.rmtree(d, ignore_errors=True)
+    torch.manual_seed(seed)
+    Config, Model = (LlamaConfig, LlamaForCausalLM) if family == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    config = Config(attn_implementation="eager", **cfg)
+    model = Model(config)
+    perturb(model, seed)
+    model.save_pretrained(d, safe_serialization=True, max_shard_size="20KB" if shard else "5GB")
+    T = 11
+    ids, mask, _ = padded_batch(config.vocab_size, 3, T, [T, T - 3, 1], seed)
+    labels = np.full_like(ids, -100)
+    labels[:, :-1] = np.where(mask[:, 1:] == 1, ids[:, 1:], -100)
+    tok = os.path.join(d, "tokens.safetensors")
+    save_file({"input_ids": ids, "labels": labels, "attention_mask": mask}, tok)
+    out = os.path.join(d, "normlab.safetensors")
+    run(normlab, "grads", "--checkpoint", d, "--tokens", tok, "--out", out, "--force")
+    got = load_file(out)
+    ref = model.double().eval()
+    hf_labels = np.where(mask == 1, ids, -100).astype(np.int64)
+    last = {}
+    def keep(module, inputs, output):
+        last["h"] = output[0]
+    hook = ref.model.layers[-1].register_forward_hook(keep)
+    o = ref(input_ids=torch.from_numpy(ids.astype(np.int64)), attention_mask=torch.from_numpy(mask.astype(np.int64)),
+            labels=torch.from_numpy(hf_labels), output_hidden_states=True, use_cache=False)
+    hook.remove()
+    o.loss.backward()
+    L = config.num_hidden_layers
+    valid = mask == 1  # a padded query position is not compared (transformers lets it attend past the mask)
+    for l in range(L):
+        check(f"{label} hidden.{l}", got[f"hidden.{l}"][valid], o.hidden_states[l].detach().numpy()[valid], FWD_TOL)
+    check(f"{label} hidden.{L}", got[f"hidden.{L}"][valid], last["h"].detach().numpy()[valid], FWD_TOL)
+    check(f"{label} hidden.final (norm)", got["hidden.final"][valid], o.hidden_states[L].detach().numpy()[valid], FWD_TOL)
+    check(f"{label} logits", got["logits"][valid], o.logits.detach().numpy()[valid], FWD_TOL)
+    check(f"{label} loss", got["loss"], o.loss.item(), LOSS_TOL)
+    C, F = config.hidden_size, config.intermediate_size
+    KV = config.num_key_value_heads * (C // config.num_attention_heads)
+    n = 0
+    for name, p in ref.named_parameters():
+        if p.grad is None:
+            continue
+        check(f"{label} grad {name}", llama_grad(got, name, C, KV, F), p.grad.numpy(), GRAD_TOL)
+        n += 1
+    print(f"{label}: {type(model).__name__}, {L} layers, {config.num_key_value_heads} key-value heads: hidden "
+          f"states, logits, loss and {n} gradients compared")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,7 +407,9 @@ def bad_input(normlab, work):
     cases = [
         ("no_config", remove("config.json"), "no config.json"),
         ("bad_json", write("config.json", "{not json"), "not valid JSON"),
-        ("llama", edit_config(model_type="llama"), "model_type \"llama\" is not supported"),
+        ("mistral", edit_config(model_type="mistral"), "model_type \"mistral\" is not supported"),
+        ("llama with bert's architecture", edit_config(model_type="llama"),
+         "architecture \"BertForMaskedLM\" is not supported"),
         ("no_type", edit_config(model_type=None), "no \"model_type\""),
         ("relative_pos", edit_config(position_embedding_type="relative_key"), "position_embedding_type"),
         ("decoder", edit_config(is_decoder=True), "is_decoder"),
@@ -376,8 +456,10 @@ def bad_input(normlab, work):
     ck = os.path.join(base, "rms.safetensors")
     run(normlab, "init", "--out", ck, "--set", "model.norm=rmsnorm", "--set", "model.d_model=16", "--set", "model.n_heads=2")
     p = run(normlab, "export", "--checkpoint", ck, "--hf", os.path.join(base, "rms_hf"), expect_ok=False)
-    if p.returncode == 0 or "rmsnorm" not in p.stderr or os.path.exists(os.path.join(base, "rms_hf")):
-        failures.append(f"export of an RMSNorm model must be refused with the reason: {p.stderr!r}")
+    if p.returncode == 0 or "not exactly a Llama-family model: positions are not RoPE" not in p.stderr \
+            or os.path.exists(os.path.join(base, "rms_hf")):
+        failures.append(f"export of an RMSNorm model with learned positions and GELU must be refused with the "
+                        f"reasons: {p.stderr!r}")
     ck2 = os.path.join(base, "enc.safetensors")
     run(normlab, "init", "--out", ck2, "--set", "model.arch=encoder", "--set", "model.placement=post",
         "--set", "model.d_model=16", "--set", "model.n_heads=2")
@@ -419,6 +501,26 @@ def main():
     export_case(nl, w, "export_bert_headless", ["model.arch=encoder", "model.d_model=18", "model.n_heads=3",
                                                 "model.n_layers=1", "model.seq_len=10", "model.placement=post",
                                                 "model.embed_norm=true", "model.head=none"], BertModel, 9)
+    llama_case(nl, w, "llama_gqa_untied", 10, vocab_size=89, hidden_size=48, num_hidden_layers=3,
+               num_attention_heads=6, num_key_value_heads=2, intermediate_size=70, max_position_embeddings=32,
+               rope_theta=5e5, rms_norm_eps=1e-5, tie_word_embeddings=False)
+    llama_case(nl, w, "llama_mqa_tied_sharded", 11, shard=True, vocab_size=53, hidden_size=20, num_hidden_layers=2,
+               num_attention_heads=5, num_key_value_heads=1, intermediate_size=33, max_position_embeddings=16,
+               tie_word_embeddings=True)
+    llama_case(nl, w, "llama_biases_mha", 12, vocab_size=40, hidden_size=16, num_hidden_layers=2,
+               num_attention_heads=2, num_key_value_heads=2, intermediate_size=24, max_position_embeddings=16,
+               attention_bias=True, mlp_bias=True, tie_word_embeddings=False)
+    llama_case(nl, w, "qwen2_qkv_bias", 13, family="qwen2", vocab_size=71, hidden_size=36, num_hidden_layers=2,
+               num_attention_heads=6, num_key_value_heads=3, intermediate_size=50, max_position_embeddings=24,
+               rope_theta=1e6, tie_word_embeddings=True)
+    export_case(nl, w, "export_llama", ["model.d_model=24", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2",
+                                        "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
+                                        "model.positions=rope", "model.rope_base=5e5", "model.activation=swiglu",
+                                        "model.bias=none", "model.head=untied", "model.vocab=90"], LlamaForCausalLM, 14)
+    export_case(nl, w, "export_qwen2", ["model.d_model=24", "model.n_heads=3", "model.n_kv_heads=1", "model.n_layers=2",
+                                        "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
+                                        "model.positions=rope", "model.activation=swiglu", "model.bias=qkv",
+                                        "model.vocab=77"], Qwen2ForCausalLM, 15)
     bad_input(nl, w)
     if failures:
         print(f"\n{len(failures)} FAILED:")

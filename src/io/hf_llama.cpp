@@ -1,0 +1,168 @@
+// hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, Qwen2ForCausalLM) to
+// normlab models and back (hf_llama.h). The block is normlab's pre-RMSNorm gpt with RoPE
+// (rotate-half, as transformers' Llama), SwiGLU and grouped-query attention; Llama has no biases
+// (or q, k, v, o and MLP biases with attention_bias and mlp_bias), Qwen2 has q, k, v biases.
+#include "io/hf_llama.h"
+
+#include <algorithm>
+
+#include "io/hf_common.h"
+#include "io/safetensors.h"
+#include "util/files.h"
+#include "util/json_reader.h"
+
+namespace normlab::hf {
+
+using namespace detail;
+
+namespace {
+
+// seq_len of an imported model: its max_position_embeddings, capped (RoPE has no table; the cap
+// keeps ModelConfig's activation limit).
+constexpr int kMaxImportedSeqLen = 4096;
+
+std::vector<TensorMap> llama_table(const ModelConfig& c) {
+  const int64_t C = c.d_model, KV = int64_t(c.kv_heads()) * c.head_size(), F = c.ff();
+  const bool qkv_bias = c.bias != LinearBias::None, all_bias = c.bias == LinearBias::All;
+  std::vector<TensorMap> t = {{"embed_tokens.weight", "wte.weight"}};
+  for (int l = 0; l < c.n_layers; l++) {
+    const std::string h = fmt::format("layers.{}.", l), a = fmt::format("h.{}.attn.", l), m = fmt::format("h.{}.mlp.", l);
+    t.push_back({h + "input_layernorm.weight", a + "ln_in.weight"});
+    const char* names[] = {"q_proj", "k_proj", "v_proj"};
+    const int64_t row0[] = {0, C, C + KV}, rows[] = {C, KV, KV};
+    for (int p = 0; p < 3; p++) {
+      t.push_back({h + "self_attn." + names[p] + ".weight", a + "qkv.weight", Layout::Rows, row0[p], rows[p]});
+      if (qkv_bias) t.push_back({h + "self_attn." + names[p] + ".bias", a + "qkv.bias", Layout::Rows, row0[p], rows[p]});
+    }
+    t.push_back({h + "self_attn.o_proj.weight", a + "proj.weight"});
+    if (all_bias) t.push_back({h + "self_attn.o_proj.bias", a + "proj.bias"});
+    t.push_back({h + "post_attention_layernorm.weight", m + "ln_in.weight"});
+    t.push_back({h + "mlp.gate_proj.weight", m + "fc.weight", Layout::Rows, 0, F});
+    t.push_back({h + "mlp.up_proj.weight", m + "fc.weight", Layout::Rows, F, F});
+    if (all_bias) {
+      t.push_back({h + "mlp.gate_proj.bias", m + "fc.bias", Layout::Rows, 0, F});
+      t.push_back({h + "mlp.up_proj.bias", m + "fc.bias", Layout::Rows, F, F});
+    }
+    t.push_back({h + "mlp.down_proj.weight", m + "proj.weight"});
+    if (all_bias) t.push_back({h + "mlp.down_proj.bias", m + "proj.bias"});
+  }
+  t.push_back({"norm.weight", "ln_f.weight"});
+  return t;
+}
+
+bool is_qwen2(const ConfigReader& r) { return r.string("model_type", "") == "qwen2"; }
+
+}  // namespace
+
+Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const fs::path& dir) {
+  Imported im;
+  const bool qwen2 = is_qwen2(r);
+  im.architecture = architecture_of(r, {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"});
+  ModelConfig& c = im.config;
+  c.arch = Arch::Gpt;
+  c.d_model = r.integer("hidden_size");
+  c.n_layers = r.integer("num_hidden_layers");
+  c.n_heads = r.integer("num_attention_heads");
+  c.n_kv_heads = r.integer("num_key_value_heads", c.n_heads);
+  c.d_ff = r.integer("intermediate_size");
+  c.vocab = r.integer("vocab_size");
+  c.seq_len = std::min(r.integer("max_position_embeddings", 2048), kMaxImportedSeqLen);
+  c.eps = r.number("rms_norm_eps", 1e-6);
+  c.rope_base = r.number("rope_theta", 10000.0);
+  c.norm = NormKind::RMSNorm;
+  c.placement = {Placement::Pre};
+  c.positions = Positions::Rope;
+  c.activation = Activation::SwiGlu;
+  c.init_std = r.number("initializer_range", 0.02);
+  r.require("hidden_act", r.string("hidden_act", "silu") == "silu", "the gated MLP is SwiGLU (silu)");
+  r.require("rope_scaling", !r.has("rope_scaling"), "normlab's RoPE has no scaling (linear, dynamic, yarn, llama3)");
+  if (r.has("head_dim") && c.n_heads > 0)
+    r.require("head_dim", r.integer("head_dim") * c.n_heads == c.d_model, "normlab's head size is hidden_size / heads");
+  if (qwen2) {
+    c.bias = LinearBias::Qkv;  // Qwen2: q, k, v biases, none elsewhere
+    r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
+  } else {
+    const bool attn_bias = r.boolean("attention_bias", false), mlp_bias = r.boolean("mlp_bias", false);
+    r.require("mlp_bias", attn_bias == mlp_bias,
+              "normlab has biases on every projection (attention_bias and mlp_bias both true) or on none");
+    c.bias = attn_bias ? LinearBias::All : LinearBias::None;
+  }
+  const bool tied = r.boolean("tie_word_embeddings", false);
+  c.head = tied ? Head::Tied : Head::Untied;
+  c.validate();
+  if (r.number("attention_dropout", 0) > 0)
+    im.notes.push_back("attention_dropout of config.json is not imported (normlab has no attention dropout)");
+  if (r.integer("max_position_embeddings", 2048) > c.seq_len)
+    im.notes.push_back(fmt::format("max_position_embeddings {} read; normlab takes sequences of up to {} tokens "
+                                   "(model.seq_len)",
+                                   r.integer("max_position_embeddings", 2048), c.seq_len));
+  if (!weights) return im;
+  std::vector<TensorMap> table = llama_table(c);
+  std::set<std::string> ignored;
+  // lm_head.weight sits outside the "model." prefix
+  if (tied) ignored.insert("lm_head.weight");
+  else table.push_back({"lm_head.weight", "lm_head.weight"});
+  map_tensors(im, *weights, table, "model.", ignored, dir);
+  if (tied) check_tied(*weights, "lm_head.weight", im.params["wte.weight"], dir);
+  return im;
+}
+
+std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
+  std::vector<std::string> why;
+  if (c.arch != Arch::Gpt) why.push_back("arch is not gpt");
+  for (int l = 0; l < c.n_layers; l++)
+    if (c.placement_of(l) != Placement::Pre) {
+      why.push_back(fmt::format("layer {} is {} (Llama is pre-norm in every layer)", l, to_string(c.placement_of(l))));
+      break;
+    }
+  if (c.norm != NormKind::RMSNorm) why.push_back(fmt::format("norm is {} (Llama uses RMSNorm)", to_string(c.norm)));
+  if (c.positions != Positions::Rope || c.rope_fraction != 1.0) why.push_back("positions are not RoPE over the whole head");
+  if (c.activation != Activation::SwiGlu) why.push_back(fmt::format("activation is {} (Llama's MLP is SwiGLU)", to_string(c.activation)));
+  if (!c.residual || !c.mlp) why.push_back("residual = false or mlp = false");
+  if (c.has_embed_norm() || c.type_vocab > 0) why.push_back("an embedding norm or token types");
+  if (c.head != Head::Tied && c.head != Head::Untied) why.push_back(fmt::format("head = {}", to_string(c.head)));
+  if (c.dropout > 0) why.push_back("dropout > 0");
+  if (why.empty()) return std::nullopt;
+  std::string out;
+  for (const auto& w : why) out += (out.empty() ? "" : "; ") + w;
+  return "this model is not exactly a Llama-family model: " + out;
+}
+
+std::string write_llama(const fs::path& dir, const Model<float>& model, bool overwrite) {
+  const ModelConfig& c = model.config();
+  const bool qwen2 = c.bias == LinearBias::Qkv;  // Qwen2 is Llama with q, k, v biases
+  const std::string arch = qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  std::vector<TensorMap> table = llama_table(c);
+  if (c.head == Head::Untied) table.push_back({"lm_head.weight", "lm_head.weight"});
+  std::vector<st::TensorView> views;
+  for (const TensorMap& m : table) {
+    const ParamSpec* p = model.table().find(m.normlab);
+    std::vector<int64_t> shape = p->shape;
+    size_t offset = 0;
+    if (m.layout == Layout::Rows) {
+      shape[0] = m.rows;
+      offset = size_t(m.row0) * (p->shape.size() > 1 ? size_t(p->shape[1]) : 1);
+    }
+    const std::string name = m.hf == "lm_head.weight" ? m.hf : "model." + m.hf;
+    views.push_back({name, st::DType::F32, shape, model.params().data() + p->offset + offset});
+  }
+  json config = {{"architectures", {arch}}, {"model_type", qwen2 ? "qwen2" : "llama"},
+                 {"vocab_size", c.vocab_size()}, {"hidden_size", c.d_model}, {"num_hidden_layers", c.n_layers},
+                 {"num_attention_heads", c.n_heads}, {"num_key_value_heads", c.kv_heads()},
+                 {"intermediate_size", c.ff()}, {"hidden_act", "silu"}, {"max_position_embeddings", c.seq_len},
+                 {"rms_norm_eps", c.eps}, {"rope_theta", c.rope_base}, {"rope_scaling", nullptr},
+                 {"tie_word_embeddings", c.head == Head::Tied}, {"initializer_range", c.init_std},
+                 {"attention_dropout", 0.0}, {"torch_dtype", "float32"}};
+  if (!qwen2) {
+    config["attention_bias"] = c.bias == LinearBias::All;
+    config["mlp_bias"] = c.bias == LinearBias::All;
+  } else {
+    config["use_sliding_window"] = false;
+  }
+  config["normlab_config"] = model_config_to_json(c);
+  st::write((dir / "model.safetensors").string(), views, {{"format", "pt"}}, overwrite);
+  write_file_atomic((dir / "config.json").string(), dump_json(config, 2) + "\n");
+  return arch;
+}
+
+}  // namespace normlab::hf

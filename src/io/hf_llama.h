@@ -1,0 +1,21 @@
+// hf_llama.h: the Llama family of Hugging Face directories (internal to src/io/hf*.cpp; users call
+// io/hf.h): LlamaForCausalLM and Qwen2ForCausalLM in (config.json checked, every tensor mapped),
+// and a normlab model that is exactly one of them out. The mapping is in docs/MODEL.md.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "io/hf_common.h"
+
+namespace normlab::hf {
+
+// weights null: the config only.
+Imported import_llama(const detail::ConfigReader& r, const detail::WeightFiles* weights, const detail::fs::path& dir);
+// Why a normlab config is not exactly a Llama-family model (nullopt: it is).
+std::optional<std::string> llama_export_refusal(const ModelConfig& c);
+// Writes config.json and model.safetensors into an existing directory; returns the architecture
+// (Qwen2ForCausalLM for q, k, v biases only, else LlamaForCausalLM).
+std::string write_llama(const detail::fs::path& dir, const Model<float>& model, bool overwrite);
+
+}  // namespace normlab::hf
