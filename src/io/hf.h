@@ -1,8 +1,9 @@
 // hf.h: Hugging Face model directories in and out. A directory holding `config.json` and
 // `model.safetensors` (or a sharded `model.safetensors.index.json`) of a GPT-2 (`GPT2LMHeadModel`,
-// `GPT2Model`) or BERT (`BertModel`, `BertForMaskedLM`, `BertForPreTraining`) becomes a normlab
-// model whose forward pass is the same function; a normlab model that is exactly a GPT-2 or a BERT
-// is written back as such a directory. Nothing is approximated: an architecture, option or tensor
+// `GPT2Model`), BERT (`BertModel`, `BertForMaskedLM`, `BertForPreTraining`), Llama
+// (`LlamaForCausalLM`) or Qwen2 (`Qwen2ForCausalLM`) becomes a normlab model whose forward pass is
+// the same function; a normlab model that is exactly one of them is written back as such a
+// directory (hf.cpp: GPT-2 and BERT; hf_llama.cpp: the Llama family; hf_common: what they share). Nothing is approximated: an architecture, option or tensor
 // that normlab does not represent exactly is refused with an Error naming it. The name mapping is
 // documented in docs/MODEL.md ("Hugging Face checkpoints").
 #pragma once
