@@ -28,11 +28,19 @@ constexpr Shape kShapes[] = {{"a", 50257, 768, 12, 12, 64, 4},
                              {"b", 256, 256, 6, 8, 128, 16},
                              {"c", 256, 128, 48, 4, 64, 8}};
 
+// --placement llama: the Llama-family block on the same shape: pre-RMSNorm, RoPE, SwiGLU with
+// d_ff = 8d/3 rounded to a multiple of 8 (the same MLP FLOPs as GPT-2's 4d), H/4 key-value heads,
+// no biases.
+int llama_ff(int d) { return (8 * d / 3 + 7) / 8 * 8; }
+int llama_kv_heads(int H) { return H >= 4 ? H / 4 : 1; }
+
 // Model FLOPs of one training step: 6 per multiply-add-pair of every linear map (forward 2,
 // backward 4), including the tied output projection, plus attention's QK^T and PV (full T x T).
-double step_flops(const Shape& s) {
+double step_flops(const Shape& s, bool llama) {
   const double N = double(s.B) * s.T, d = s.d, f = 4.0 * d;
-  const double linear = s.L * (3 * d * d + d * d + 2 * d * f) + double(s.V) * d;
+  const double kv = llama ? 2.0 * d * (double(llama_kv_heads(s.H)) / s.H) : 2.0 * d;
+  const double mlp = llama ? 3.0 * d * llama_ff(s.d) : 2 * d * f;
+  const double linear = s.L * (d * d + kv * d + d * d + mlp) + double(s.V) * d;
   const double attention = s.L * 2.0 * 2.0 * s.B * double(s.T) * s.T * d;
   return 3.0 * (2.0 * N * linear + attention);
 }
@@ -52,10 +60,11 @@ int main(int argc, char** argv) {
   const Shape* s = nullptr;
   for (const auto& k : kShapes)
     if (shape_name == k.name) s = &k;
-  auto p = placement_from_string(placement);
+  const bool llama = placement == "llama";
+  auto p = llama ? std::optional<Placement>(Placement::Pre) : placement_from_string(placement);
   auto prec = ops::precision_from_string(precision);
   if (!s || !p || !prec || iters < 1) {
-    std::fprintf(stderr, "usage: bench_step --shape a|b|c --placement pre|post [--precision fp32|bf16] [--iters N]\n");
+    std::fprintf(stderr, "usage: bench_step --shape a|b|c --placement pre|post|llama [--precision fp32|bf16] [--iters N]\n");
     return 1;
   }
   if (*prec == ops::Precision::Bf16 && !ops::bf16_unsupported_reason().empty()) {
@@ -69,6 +78,14 @@ int main(int argc, char** argv) {
   cfg.n_heads = s->H;
   cfg.seq_len = s->T;
   cfg.placement = {*p};
+  if (llama) {
+    cfg.norm = NormKind::RMSNorm;
+    cfg.positions = Positions::Rope;
+    cfg.activation = Activation::SwiGlu;
+    cfg.d_ff = llama_ff(s->d);
+    cfg.n_kv_heads = llama_kv_heads(s->H);
+    cfg.bias = LinearBias::None;
+  }
   Model<float> model(cfg);
   model.set_precision(*prec);
   AdamW opt(model.table(), AdamWConfig{});
@@ -98,7 +115,7 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"impl\": \"normlab\", \"shape\": \"%s\", \"placement\": \"%s\", \"precision\": \"%s\", \"ms\": %.3f, "
       "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"peak_rss_mb\": %.1f, \"params\": %zu}\n",
-      s->name, placement.c_str(), precision.c_str(), median * 1e3, N / median, step_flops(*s) / median / 1e9,
+      s->name, placement.c_str(), precision.c_str(), median * 1e3, N / median, step_flops(*s, llama) / median / 1e9,
       ru.ru_maxrss / 1024.0, model.table().total);
   return 0;
 }

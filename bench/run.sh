@@ -5,7 +5,8 @@
 #      created and filled only when missing (torch is a large download; that is expected).
 #   2. builds normlab in build/ (Release, Ninja): targets bench_step, sgemm_peak and fma_peak.
 #   3. measures the machine's sgemm rate and FMA peaks (fma_peak.cpp), then for every precision (fp32 bf16), shape (a b c) and
-#      placement (pre post) runs build/bench/bench_step --precision P and bench/torch_step.py
+#      placement (pre post, and llama: the Llama-family block on that shape: pre-RMSNorm, RoPE,
+#      SwiGLU with d_ff 8d/3, H/4 key-value heads, no biases) runs build/bench/bench_step --precision P and bench/torch_step.py
 #      --precision P (bf16: torch.autocast) --mode eager and --mode compile, each in its own process
 #      (peak RSS is per process).
 #   4. writes every JSON line to bench/results/latest.jsonl (stderr of the runs to latest.log) and
@@ -17,14 +18,14 @@
 # other processes during the run); a run with other_cpu >= QUIET_BUSY is repeated up to twice and
 # the quietest kept. QUIET_TIMEOUT=0 skips the wait.
 #
-# Usage: bench/run.sh [--iters N] [--shapes "a b c"] [--placements "pre post"]
+# Usage: bench/run.sh [--iters N] [--shapes "a b c"] [--placements "pre post llama"]
 #                     [--modes "eager compile"] [--precisions "fp32 bf16"] [--no-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ITERS=10
 SHAPES="a b c"
-PLACEMENTS="pre post"
+PLACEMENTS="pre post llama"
 MODES="eager compile"
 PRECISIONS="fp32 bf16"
 BUILD=1

@@ -28,7 +28,7 @@ SHAPES = {  # name: V, d_model, n_layers, n_heads, T, B (as bench_step.cpp / tor
     "b": (256, 256, 6, 8, 128, 16),
     "c": (256, 128, 48, 4, 64, 8),
 }
-PLACEMENTS = ("pre", "post")
+PLACEMENTS = ("pre", "post", "llama")
 TORCH_MODES = ("torch-eager", "torch-compile")
 DASH = "—"
 NOISY = 0.25   # other_cpu (cores used by other processes during a run, bench/measure.py) that spoils it

@@ -97,25 +97,82 @@ class Block(nn.Module):
         return self.ln_mlp(x + self.mlp(x))
 
 
+class LlamaAttention(nn.Module):
+    """Grouped-query attention with rotary positions (rotate-half, as transformers' Llama), no biases."""
+    def __init__(self, C, NH, KVH, T, base=10000.0):
+        super().__init__()
+        self.NH, self.KVH, HS = NH, KVH, C // NH
+        self.qkv = nn.Linear(C, C + 2 * KVH * HS, bias=False)   # [q | k | v]
+        self.proj = nn.Linear(C, C, bias=False)
+        inv = base ** (-torch.arange(0, HS, 2).float() / HS)
+        ang = torch.arange(T).float()[:, None] * inv[None, :]
+        self.register_buffer("cos", torch.cat([ang.cos(), ang.cos()], -1), persistent=False)
+        self.register_buffer("sin", torch.cat([ang.sin(), ang.sin()], -1), persistent=False)
+
+    def rope(self, x):
+        T, h = x.shape[2], x.shape[-1] // 2
+        rot = torch.cat([-x[..., h:], x[..., :h]], -1)
+        return x * self.cos[:T] + rot * self.sin[:T]
+
+    def forward(self, h):
+        B, T, C = h.shape
+        NH, KVH, HS = self.NH, self.KVH, C // self.NH
+        q, k, v = self.qkv(h).split([C, KVH * HS, KVH * HS], dim=-1)
+        q = self.rope(q.view(B, T, NH, HS).transpose(1, 2))
+        k = self.rope(k.view(B, T, KVH, HS).transpose(1, 2))
+        v = v.view(B, T, KVH, HS).transpose(1, 2)
+        k = k.repeat_interleave(NH // KVH, dim=1)
+        v = v.repeat_interleave(NH // KVH, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, C, Fd):
+        super().__init__()
+        self.fc = nn.Linear(C, 2 * Fd, bias=False)   # [gate | up]
+        self.proj = nn.Linear(Fd, C, bias=False)
+
+    def forward(self, h):
+        g, u = self.fc(h).chunk(2, dim=-1)
+        return self.proj(F.silu(g) * u)
+
+
+class LlamaBlock(nn.Module):
+    """The Llama-family block of bench_step --placement llama: x + F(RMSNorm(x)) with the pieces above,
+    d_ff = 8d/3 rounded up to a multiple of 8, H/4 key-value heads."""
+    def __init__(self, C, NH, T):
+        super().__init__()
+        self.attn = LlamaAttention(C, NH, NH // 4 if NH >= 4 else 1, T)
+        self.mlp = SwiGLU(C, (8 * C // 3 + 7) // 8 * 8)
+        self.ln_attn = nn.RMSNorm(C, eps=EPS)
+        self.ln_mlp = nn.RMSNorm(C, eps=EPS)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_attn(x))
+        return x + self.mlp(self.ln_mlp(x))
+
+
 class GPT(nn.Module):
     def __init__(self, V, C, L, NH, T, placement, std=0.02):
         super().__init__()
         self.wte = nn.Embedding(V, C)
-        self.wpe = nn.Embedding(T, C)
-        self.h = nn.ModuleList(Block(C, NH, placement) for _ in range(L))
-        self.ln_f = nn.LayerNorm(C, eps=EPS) if placement == "pre" else None
+        self.llama = placement == "llama"
+        self.wpe = None if self.llama else nn.Embedding(T, C)
+        self.h = nn.ModuleList((LlamaBlock(C, NH, T) if self.llama else Block(C, NH, placement)) for _ in range(L))
+        self.ln_f = (nn.RMSNorm(C, eps=EPS) if self.llama else nn.LayerNorm(C, eps=EPS)) if placement != "post" else None
         # init "gpt2" (MODEL.md): N(0, std), residual projections N(0, std / sqrt(2L)), biases 0
         for name, p in self.named_parameters():
             if name.endswith(".bias") or ".ln_" in "." + name:
                 continue  # LayerNorm (1, 0) and Linear biases (zeroed below) keep their init
             nn.init.normal_(p, 0.0, std / math.sqrt(2 * L) if name.endswith("proj.weight") else std)
         for m in self.modules():
-            if isinstance(m, nn.Linear):
+            if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
 
     def forward(self, ids, labels):
         T = ids.shape[1]
-        x = self.wte(ids) + self.wpe.weight[:T]
+        x = self.wte(ids) if self.llama else self.wte(ids) + self.wpe.weight[:T]
         for block in self.h:
             x = block(x)
         if self.ln_f is not None:
@@ -149,7 +206,7 @@ def make_adamw(model, variant, lr=1e-4):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="b")
-    ap.add_argument("--placement", choices=("pre", "post"), default="pre")
+    ap.add_argument("--placement", choices=("pre", "post", "llama"), default="pre")
     ap.add_argument("--mode", choices=("eager", "compile"), default="eager")
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                     help="bf16: the step's forward and backward under torch.autocast('cpu', bfloat16)")

@@ -84,12 +84,17 @@ std::vector<std::vector<int32_t>> text_rows(const Tokenizer& tok, const std::str
   return rows;
 }
 
-Batch rows_batch(const std::vector<std::vector<int32_t>>& rows, size_t first, size_t count) {
+// Rows first .. first + count as a batch; a causal model's labels are the next tokens of its row
+// (so the dynamics have a loss and per-layer gradients), a BERT's none (no masked tokens to predict).
+Batch rows_batch(const std::vector<std::vector<int32_t>>& rows, size_t first, size_t count, bool causal) {
   Batch b;
   b.B = int(count);
   b.T = kProbeT;
-  for (size_t r = first; r < first + count; r++) b.ids.insert(b.ids.end(), rows[r].begin(), rows[r].end());
-  b.labels.assign(b.ids.size(), ops::kIgnoreLabel);
+  for (size_t r = first; r < first + count; r++) {
+    b.ids.insert(b.ids.end(), rows[r].begin(), rows[r].end());
+    for (int t = 0; t < kProbeT; t++)
+      b.labels.push_back(causal && t + 1 < kProbeT ? rows[r][size_t(t) + 1] : ops::kIgnoreLabel);
+  }
   return b;
 }
 
@@ -335,8 +340,8 @@ int run_pretrained_study(const CompareOptions& options) {
                rows.size(), kProbeT);
     // the same config freshly initialized by its own scheme (BERT / GPT-2: normal(0, 0.02), gains 1, biases 0)
     const Model<float> fresh(subject.model->config());
-    const Batch dyn_batch = rows_batch(rows, 0, kDynamicsRows);
-    const Batch one = rows_batch(rows, kDynamicsRows, 1);
+    const Batch dyn_batch = rows_batch(rows, 0, kDynamicsRows, !subject.bert);
+    const Batch one = rows_batch(rows, kDynamicsRows, 1, !subject.bert);
     const std::vector<std::pair<std::string, const Model<float>*>> models = {
         {subject.name + " (pretrained)", subject.model.get()}, {subject.name + ", freshly initialized", &fresh}};
     const size_t first = runs.size();
