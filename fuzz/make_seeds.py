@@ -141,6 +141,47 @@ put("tokenizer_json", "template", json.dumps(dict(wp, post_processor={
 put("tokenizer_json", "huge-id", json.dumps(dict(wp, model=dict(wp["model"], vocab={"[UNK]": 0, "a": 2147483647}))))
 put("tokenizer_json", "unigram", '{"model": {"type": "Unigram", "vocab": []}}')
 put("tokenizer_json", "dup-merge-ids", json.dumps(dict(bpe, model=dict(bpe["model"], vocab={"a": 0, "b": 0}))))
+# --- gguf: a tiny file with every kind of metadata value, a byte-level BPE tokenizer and tensors of
+# several types, then nearly valid ones
+def gguf_str(x):
+    b = x.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_kv(key, vtype, payload):
+    return gguf_str(key) + struct.pack("<I", vtype) + payload
+
+
+def gguf_file(kvs, tensors, data, version=3):
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs)) + b"".join(kvs)
+    for name, ne, typ, off in tensors:
+        out += gguf_str(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+        out += struct.pack("<IQ", typ, off)
+    out += b"\0" * ((-len(out)) % 32)
+    return out + data
+
+
+tokens = ["a", "b", "ab", "\u0120", "\u0120a", "<s>"]
+gguf_tok = [gguf_kv("general.architecture", 8, gguf_str("llama")),
+            gguf_kv("tokenizer.ggml.model", 8, gguf_str("gpt2")),
+            gguf_kv("tokenizer.ggml.pre", 8, gguf_str("smollm")),
+            gguf_kv("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, len(tokens)) + b"".join(gguf_str(t) for t in tokens)),
+            gguf_kv("tokenizer.ggml.merges", 9, struct.pack("<IQ", 8, 2) + gguf_str("a b") + gguf_str("\u0120 a")),
+            gguf_kv("tokenizer.ggml.token_type", 9, struct.pack("<IQ", 5, len(tokens)) + struct.pack("<6i", 1, 1, 1, 1, 1, 3)),
+            gguf_kv("tokenizer.ggml.add_bos_token", 7, b"\1"),
+            gguf_kv("tokenizer.ggml.bos_token_id", 4, struct.pack("<I", 5)),
+            gguf_kv("general.alignment", 4, struct.pack("<I", 32)),
+            gguf_kv("x.f64", 12, struct.pack("<d", 0.5)), gguf_kv("x.i16", 3, struct.pack("<h", -3))]
+q8 = struct.pack("<e", 0.5) + bytes(range(32))
+q4k = struct.pack("<ee", 0.25, 0.125) + bytes(range(12)) + bytes(range(128))
+gguf_tensors = [("f32", [4], 0, 0), ("q8", [32], 8, 32), ("q4k", [256], 12, 96)]
+gguf_data = struct.pack("<4f", 1, 2, 3, 4) + b"\0" * 16 + q8 + b"\0" * 30 + q4k
+put("gguf", "valid", gguf_file(gguf_tok, gguf_tensors, gguf_data))
+put("gguf", "version2", gguf_file(gguf_tok, gguf_tensors, gguf_data, version=2))
+put("gguf", "overlap", gguf_file(gguf_tok, [("a", [4], 0, 0), ("b", [8], 0, 0)], gguf_data))
+put("gguf", "truncated", gguf_file(gguf_tok, gguf_tensors, gguf_data)[:-40])
+put("gguf", "bad-merge", gguf_file(gguf_tok[:4] + [gguf_kv("tokenizer.ggml.merges", 9, struct.pack("<IQ", 8, 1) + gguf_str("a  b"))], [], b""))
+put("gguf", "huge-array", gguf_file([gguf_kv("k", 9, struct.pack("<IQ", 4, 2**60))], [], b""))
 # --- regressions: the inputs of the defects the fuzzers found (README, "Tests")
 # a layer count of 2^31 - 1 walked layer by layer before its range was checked (a hang)
 put("checkpoint_config", "regress-n-layers-2e9", json.dumps(dict(cfg, n_layers=2147473648, seq_len=1e300)))

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/gguf_model.h"
+#include "io/gguf_tokenizer.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
 #include "util/error.h"

@@ -1,4 +1,5 @@
-// gguf_model.h: a GGUF file (llama.cpp's format) as a normlab model and tokenizer. The llama
+// gguf_model.h: a GGUF file (llama.cpp's format) as a normlab model (its tokenizer:
+// gguf_tokenizer.h). The llama
 // architecture (Llama, SmolLM2, TinyLlama, ...: pre-RMSNorm, RoPE, SwiGLU, grouped-query attention,
 // no biases) maps exactly onto a normlab config; its tensors are dequantized to float32 (the
 // quantized weights are what the model is: nothing further is approximated). Anything the file
@@ -13,7 +14,6 @@
 #include <vector>
 
 #include "io/gguf.h"
-#include "io/pipeline.h"
 #include "model/model.h"
 
 namespace normlab::gguf {
@@ -30,10 +30,5 @@ ModelConfig model_config(const File& f);
 Imported import_model(const File& f);
 // A model built from a .gguf file (notes printed to stderr unless quiet).
 std::unique_ptr<Model<float>> load_model(const std::string& path, bool quiet = false);
-
-// The tokenizer the metadata holds (tokenizer.ggml.*): model "gpt2" (byte-level BPE: tokens,
-// merges, the pre-tokenizer named by tokenizer.ggml.pre: "gpt-2" or "smollm"), its control tokens
-// as special added tokens, add_bos / add_eos. Error naming anything else.
-TokenizerParts tokenizer_parts(const File& f);
 
 }  // namespace normlab::gguf

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "io/bpe.h"
-#include "io/gguf_model.h"
+#include "io/gguf_tokenizer.h"
 #include "io/unicode.h"
 #include "io/wordpiece.h"
 #include "util/error.h"

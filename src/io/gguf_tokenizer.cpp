@@ -1,0 +1,59 @@
+// gguf_tokenizer.cpp: the tokenizer a GGUF file's metadata holds (gguf_tokenizer.h).
+#include "io/gguf_tokenizer.h"
+
+#include <fmt/format.h>
+
+#include "io/bpe.h"
+#include "util/error.h"
+
+namespace normlab::gguf {
+
+TokenizerParts tokenizer_parts(const File& f) {
+  const std::string kind = f.text_or("tokenizer.ggml.model").value_or("(none)");
+  if (kind != "gpt2")
+    throw Error(fmt::format("{}: tokenizer.ggml.model is '{}'; normlab reads the byte-level BPE ('gpt2') from GGUF "
+                            "metadata (give the model's tokenizer.json with --tokenizer)",
+                            f.path, kind));
+  const std::string pre = f.text_or("tokenizer.ggml.pre").value_or("gpt-2");
+  TokenizerParts parts;
+  parts.pre_tokenizer = {PreTokenizerKind::ByteLevel, f.boolean_or("tokenizer.ggml.add_space_prefix").value_or(false),
+                         true};
+  if (pre == "smollm")
+    parts.pre_tokenizer.split_digits = true;
+  else if (pre != "gpt-2" && pre != "gpt2")
+    throw Error(fmt::format("{}: tokenizer.ggml.pre is '{}'; normlab implements the pre-tokenizers 'gpt-2' and "
+                            "'smollm' (give the model's tokenizer.json with --tokenizer)",
+                            f.path, pre));
+  const std::vector<std::string>& tokens = f.strings("tokenizer.ggml.tokens");
+  const std::string where = f.path + ": tokenizer.ggml.tokens";
+  Vocab vocab;
+  for (size_t i = 0; i < tokens.size(); i++) vocab.add(tokens[i], int64_t(i), where);
+  const std::vector<double>* types = f.get("tokenizer.ggml.token_type") ? &f.numbers("tokenizer.ggml.token_type") : nullptr;
+  if (types && types->size() != tokens.size())
+    throw Error(fmt::format("{}: tokenizer.ggml.token_type has {} entries for {} tokens", f.path, types->size(), tokens.size()));
+  // llama.cpp's token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
+  for (size_t i = 0; types && i < tokens.size(); i++)
+    if ((*types)[i] == 3 || (*types)[i] == 4)
+      parts.added_tokens.push_back({.content = tokens[i], .id = int32_t(i), .special = (*types)[i] == 3});
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (const std::string& m : f.strings("tokenizer.ggml.merges")) {
+    const size_t space = m.find(' ');
+    if (space == std::string::npos || m.find(' ', space + 1) != std::string::npos)
+      throw Error(fmt::format("{}: tokenizer.ggml.merges entry '{}' is not two tokens separated by one space", f.path, m));
+    merges.emplace_back(m.substr(0, space), m.substr(space + 1));
+  }
+  parts.model = std::make_unique<bpe::BpeModel>(std::move(vocab), merges, bpe::BpeConfig{}, f.path + ": tokenizer.ggml.merges");
+  auto special_id = [&](const char* key) -> std::optional<int32_t> {
+    if (auto id = f.integer_or(key, 0, int64_t(tokens.size()) - 1)) return int32_t(*id);
+    return std::nullopt;
+  };
+  if (f.boolean_or("tokenizer.ggml.add_bos_token").value_or(false))
+    if (auto bos = special_id("tokenizer.ggml.bos_token_id")) parts.prefix_ids.push_back(*bos);
+  if (f.boolean_or("tokenizer.ggml.add_eos_token").value_or(false))
+    if (auto eos = special_id("tokenizer.ggml.eos_token_id")) parts.suffix_ids.push_back(*eos);
+  parts.decoder.kind = DecoderKind::ByteLevel;
+  parts.source = fmt::format("byte-level BPE (pre-tokenizer '{}') from the metadata of '{}'", pre, f.path);
+  return parts;
+}
+
+}  // namespace normlab::gguf
