@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
 
@@ -168,6 +169,9 @@ Value read_value(Cursor& c, ValueType t, const std::string& key) {
 }  // namespace
 
 bool is_gguf(const std::string& path) {
+  // only a regular file is opened: opening a FIFO would block until a writer comes (forever)
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};
   return in && in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;

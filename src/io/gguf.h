@@ -83,8 +83,8 @@ struct File {
   std::vector<float> dequantize(const TensorInfo& t) const;
 };
 
-// Whether a path names a GGUF file (its first four bytes are "GGUF"); false for directories and
-// anything unreadable.
+// Whether a path names a GGUF file (a regular file whose first four bytes are "GGUF"); false for
+// directories, FIFOs, devices and anything unreadable (none of them is opened).
 bool is_gguf(const std::string& path);
 
 File read(const std::string& path);
