@@ -11,10 +11,6 @@ namespace normlab::gguf {
 
 namespace {
 
-// normlab reads at most this many positions of a RoPE model whose context is longer (the config's
-// seq_len caps T and the activation limit of ModelConfig::size_violations; RoPE itself has no table).
-constexpr int64_t kMaxImportedSeqLen = 4096;
-
 // The llama.* keys normlab reads, or knows to change nothing: any other is refused by name.
 const std::set<std::string> kLlamaKeys = {
     "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
@@ -77,7 +73,7 @@ ModelConfig model_config(const File& f) {
     throw Error(fmt::format("{}: no token_embd.weight of row length {}", f.path, c.d_model));
   c.vocab = int(f.integer_or(p + "vocab_size", 1, kMaxVocab).value_or(embd->ne[1]));
   const int64_t context = f.integer_or(p + "context_length", 1, 1 << 24).value_or(2048);
-  c.seq_len = int(std::min(context, kMaxImportedSeqLen));
+  c.seq_len = int(std::min<int64_t>(context, kMaxImportedSeqLen));
   c.validate();
   return c;
 }

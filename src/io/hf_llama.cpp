@@ -17,10 +17,6 @@ using namespace detail;
 
 namespace {
 
-// seq_len of an imported model: its max_position_embeddings, capped (RoPE has no table; the cap
-// keeps ModelConfig's activation limit).
-constexpr int kMaxImportedSeqLen = 4096;
-
 std::vector<TensorMap> llama_table(const ModelConfig& c) {
   const int64_t C = c.d_model, KV = int64_t(c.kv_heads()) * c.head_size(), F = c.ff();
   const bool qkv_bias = c.bias != LinearBias::None, all_bias = c.bias == LinearBias::All;

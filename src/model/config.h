@@ -63,6 +63,9 @@ inline constexpr double kMaxSequenceActivationBytes = 64e9;
 inline constexpr int kMaxLayers = 4096;
 // The largest vocabulary (model.vocab, model.src_vocab): every token id normlab accepts is below it.
 inline constexpr int kMaxVocab = 1 << 24;
+// seq_len of a RoPE model imported from a longer context (GGUF context_length, Hugging Face
+// max_position_embeddings): RoPE has no table, and the cap keeps the activation limit above.
+inline constexpr int kMaxImportedSeqLen = 4096;
 
 struct ModelConfig {
   Arch arch = Arch::Gpt;             // gpt: causal next-token loss; encoder: BERT masked tokens;

@@ -1,7 +1,8 @@
 // decode.h: generating token by token with an incremental decoder that keeps each self-attention's
 // keys and values (a KV cache) so a step costs one token's work: the target of an encoder-decoder
-// (greedy and beam search on top of it), and a causal model's continuation (model/generate.h). The incremental step computes exactly what Model::forward
-// computes for the same prefix (tests/test_decode.cpp checks it).
+// (greedy and beam search on top of it), and a causal model's continuation (model/generate.h).
+// The incremental step computes exactly what Model::forward computes for the same prefix
+// (tests/test_decode.cpp checks it).
 #pragma once
 
 #include <cstdint>
