@@ -9,9 +9,9 @@ dequantizes the same file its own way and un-permutes q and k its own way.
 - Forward: on the built-in sentences (right-padded into one batch, padding excluded), every hidden
   state (the stream entering each of the 30 layers, the last layer's output, the final RMSNorm's)
   and the logits agree. The reference runs in float64 on the float32-dequantized weights, so the
-  difference is normlab's float32 arithmetic alone. Tolerance: max |normlab - ref| <= 2e-4 * max
-  |ref| per hidden state, and <= 1e-3 * max |ref| on the logits (float32 through 30 layers whose
-  stream reaches ~10^3).
+  difference is normlab's float32 arithmetic alone. Tolerance: max |normlab - ref| <= 5e-5 * max
+  |ref| per hidden state and on the logits (float32 through 30 layers whose stream reaches ~10^3;
+  measured 7.2e-6 and 5.0e-6, so the margin is about 7x).
 - transformers leaves lm_head untied for this file (a newly initialized matrix): the oracle ties it
   to the embedding, as the file means (it has no output.weight).
 - Greedy continuations of a few prompts (normlab sample --temperature 0 --ids against
@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tokenizer_check import TEXTS  # noqa: E402
 
 transformers.logging.set_verbosity_error()
-HIDDEN_TOL, LOGIT_TOL = 2e-4, 1e-3
+HIDDEN_TOL, LOGIT_TOL = 5e-5, 5e-5
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Layer normalization is"]
 MAX_NEW = 16
 
