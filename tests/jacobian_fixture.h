@@ -27,12 +27,14 @@ struct JacobianCase {
   bool padded = false;  // the last row's last two keys are padding
   Positions positions = Positions::Learned;
   int kv_heads = 0;  // grouped-query: key-value heads (0: one per query head)
+  QkNorm qk_norm = QkNorm::None;
+  bool v_norm = false;
 };
 
 inline std::string jacobian_case_name(const JacobianCase& c) {
   return fmt::format("{} {} {} mlp={} residual={} {} padded={} positions={}", to_string(c.placement),
                      to_string(c.norm), to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded,
-                     to_string(c.positions)) + fmt::format(" kv_heads={}", c.kv_heads);
+                     to_string(c.positions)) + fmt::format(" kv_heads={} qk_norm={} v_norm={}", c.kv_heads, to_string(c.qk_norm), c.v_norm);
 }
 
 // A 2-layer double model of case c: width d with `heads` heads, F = ff (defaults: HS = 4, F not a
@@ -57,6 +59,8 @@ inline std::unique_ptr<Model<double>> jacobian_model(const JacobianCase& c, uint
   cfg.activation = c.activation;
   cfg.positions = c.positions;
   if (c.kv_heads) cfg.n_kv_heads = c.kv_heads;
+  cfg.qk_norm = c.qk_norm;
+  cfg.v_norm = c.v_norm;
   cfg.init_std = 0.3;
   auto m = std::make_unique<Model<double>>(cfg);
   Rng rng(seed + uint64_t(int(c.placement) * 13 + int(c.norm) * 5 + int(c.arch)));

@@ -628,6 +628,41 @@ TEST(ModelJvp, AdjointIdentityWithVjpForEveryPlacement) {
     }
 }
 
+// QK-norm (per head with the values, over the whole projection), RoPE and grouped queries, and
+// HybridNorm, whose two sub-layers have different norm sites.
+TEST(ModelJvp, AdjointIdentityWithQkNormAndHybridNorm) {
+  struct Case {
+    Placement p;
+    QkNorm qk;
+    bool v;
+    NormKind norm;
+  };
+  for (Case k : {Case{Placement::Pre, QkNorm::Heads, true, NormKind::RMSNorm},
+                 Case{Placement::Reordered, QkNorm::Whole, false, NormKind::LayerNorm},
+                 Case{Placement::HybridNorm, QkNorm::None, false, NormKind::RMSNorm},
+                 Case{Placement::HybridNormPre, QkNorm::Whole, false, NormKind::Derf}}) {
+    ModelConfig c = small(k.p, k.norm, 1e-5);
+    c.positions = Positions::Rope;
+    c.n_kv_heads = 1;
+    c.qk_norm = k.qk;
+    c.v_norm = k.v;
+    auto m = run(c, 5);
+    const size_t n = 5 * 12;
+    for (int K : {1, 12 + 1}) {
+      const std::vector<double> u = randn(n * K, 1), v = randn(n, 2);
+      std::vector<double> ju(n * K), jtv(n);
+      m->jvp_sublayers(ju.data(), u.data(), K, 0, 4);
+      m->vjp_sublayers(jtv.data(), v.data(), 0, 4);
+      for (int t = 0; t < K; t++) {
+        const std::vector<double> ut(u.begin() + long(t * n), u.begin() + long((t + 1) * n));
+        const std::vector<double> jut(ju.begin() + long(t * n), ju.begin() + long((t + 1) * n));
+        const double lhs = dot(v, jut), rhs = dot(jtv, ut);
+        EXPECT_NEAR(lhs, rhs, 1e-11 * (std::abs(lhs) + 1)) << to_string(k.p) << " " << to_string(k.qk) << " K " << K;
+      }
+    }
+  }
+}
+
 // BERT's pieces with a padded batch of two rows: exact GELU, token types, embedding norm, MLM head.
 // The tangents live on the stream, so the padding mask enters through the attention probabilities.
 TEST(ModelJvp, AdjointIdentityWithPaddingAndBertPieces) {

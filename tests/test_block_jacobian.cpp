@@ -81,10 +81,12 @@ void expect_block_jacobian(const Model<double>& m, int layer) {
 
 TEST(BlockJacobian, EqualsTheTangentPathForEveryConfiguration) {
   std::vector<JacobianCase> cases;
-  for (const Method& m : all_methods())  // every one-stream method (ResiDual's two streams: test_residual)
+  // every one-stream method (ResiDual's two streams: test_residual); QK-norm's is left to the tangents
+  for (const Method& m : all_methods())
     for (NormKind norm : kNormKinds)
       for (Arch arch : {Arch::Gpt, Arch::Encoder})
-        if (!dual_stream(m.id)) cases.push_back({m.id, norm, arch});
+        if (!dual_stream(m.id) && !m.qkv_norm) cases.push_back({m.id, norm, arch});
+        else if (m.qkv_norm) EXPECT_FALSE(block_model({m.id, norm, arch}, 7)->block_jacobian_covers(0, 2)) << m.name;
   for (Activation act : {Activation::Gelu, Activation::GeluExact, Activation::Relu}) {
     cases.push_back({Placement::Post, NormKind::LayerNorm, Arch::Encoder, true, true, act});
     cases.push_back({Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, act});

@@ -75,17 +75,22 @@ TEST(IncrementalDecoder, EqualsTheFullForwardAtEveryPosition) {
 }
 
 // A causal model's decoder (no encoder; the prompt fed token by token): the Llama block (RMSNorm,
-// RoPE, SwiGLU, grouped-query and multi-query attention, no biases) and GPT-2's, several methods.
+// RoPE, SwiGLU, grouped-query and multi-query attention, no biases) and GPT-2's, several methods,
+// QK-norm (OLMo 2's whole-projection form, per head) and HybridNorm's QKV-norm.
 TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
   struct Case {
     Placement method;
     bool llama;
     int kv_heads;
+    QkNorm qk_norm = QkNorm::None;
   };
   for (const Case& k : {Case{Placement::Pre, true, 1}, Case{Placement::Pre, true, 2}, Case{Placement::Peri, true, 4},
                         Case{Placement::Post, false, 4}, Case{Placement::Sandwich, false, 4},
-                        Case{Placement::Reordered, true, 2}, Case{Placement::Lns, true, 2}}) {
-    SCOPED_TRACE(fmt::format("{} llama {} kv_heads {}", method_of(k.method).name, k.llama, k.kv_heads));
+                        Case{Placement::Reordered, true, 2}, Case{Placement::Lns, true, 2},
+                        Case{Placement::Reordered, true, 2, QkNorm::Whole}, Case{Placement::HybridNorm, true, 1},
+                        Case{Placement::Pre, false, 4, QkNorm::Heads}}) {
+    SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {}", method_of(k.method).name, k.llama, k.kv_heads,
+                             to_string(k.qk_norm)));
     ModelConfig cfg;
     cfg.arch = Arch::Gpt;
     cfg.vocab = 37;
@@ -96,6 +101,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     cfg.d_ff = 22;
     cfg.seq_len = 9;
     cfg.placement = {k.method};
+    cfg.qk_norm = k.qk_norm;
     cfg.init_std = 0.3;
     if (k.llama) {
       cfg.norm = NormKind::RMSNorm;

@@ -114,7 +114,7 @@ void check_record(const json& record, const Model<float>& model, const std::vect
     const int len = cfg.encdec() && slot.encoder ? S : T;
     const long N = long(B) * len;
     const SublayerActs<float>& a = model.acts(i);
-    const NormSites sites = method_of(cfg.placement_of(slot.layer)).sites;
+    const NormSites sites = norm_sites(cfg.placement_of(slot.layer), slot.kind);
     expect_near_rel(s["stream_rms"], rms_mean(model.stream(i), N, C), kRtol, where + " stream_rms");
     double ratio = 0;
     for (long r = 0; r < N; r++) {

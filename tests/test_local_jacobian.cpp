@@ -73,6 +73,12 @@ TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
     cases.push_back({Placement::Reordered, NormKind::RMSNorm, arch, true, true, Activation::SwiGlu});
     // the Llama-family block with multi-query attention (3 query heads, 1 key-value head)
     cases.push_back({Placement::Pre, NormKind::RMSNorm, arch, true, true, Activation::SwiGlu, false, Positions::Rope, 1});
+    // QK-norm (OLMo 2's whole-projection form after RoPE's rotation; per head with the values) and HybridNorm
+    cases.push_back({Placement::Reordered, NormKind::RMSNorm, arch, true, true, Activation::SwiGlu, false,
+                     Positions::Rope, 1, QkNorm::Whole});
+    cases.push_back({Placement::Pre, NormKind::LayerNorm, arch, true, true, Activation::Gelu, false, Positions::Rope, 0,
+                     QkNorm::Heads, true});
+    cases.push_back({Placement::HybridNorm, NormKind::DyT, arch, true, true, Activation::SwiGlu});
   }
   const int T = 7;
   for (const JacobianCase& c : cases) {

@@ -87,7 +87,8 @@ void check_model_gradients(const ModelConfig& cfg, bool padding = false) {
 
 const Placement kAllPlacements[] = {Placement::Post,    Placement::Pre,      Placement::Sandwich,
                                     Placement::PrePost, Placement::DeepNorm, Placement::None,
-                                    Placement::Peri,    Placement::Reordered, Placement::Lns};
+                                    Placement::Peri,    Placement::Reordered, Placement::Lns,
+                                    Placement::HybridNorm, Placement::HybridNormPre};
 
 }  // namespace
 
@@ -189,6 +190,40 @@ TEST(ModelGradientsMore, RotaryAndNoPositions) {
   odd.positions = Positions::Rope;
   odd.rope_fraction = 0.2;  // 2 floor(0.2 * 4 / 2) = 0: no pair rotated, refused by name
   EXPECT_THROW(odd.validate(), Error);
+}
+
+// QK-norm per head and over the whole projection, with and without the values, for the norm kinds
+// that carry a statistic and a point-wise one, with RoPE after it and grouped-query attention (4 query
+// heads of 2, 2 key-value heads: the k and v parts are narrower than q), both architectures.
+TEST(ModelGradientsMore, QkNormLayoutsKindsAndGroupedQueries) {
+  for (QkNorm how : {QkNorm::Heads, QkNorm::Whole})
+    for (NormKind norm : {NormKind::RMSNorm, NormKind::LayerNorm, NormKind::DyT})
+      for (bool v : {false, true}) {
+        const Arch arch = v ? Arch::Encoder : Arch::Gpt;
+        SCOPED_TRACE(fmt::format("{} {} v_norm={} {}", to_string(how), to_string(norm), v, to_string(arch)));
+        ModelConfig c = tiny(arch, {Placement::Reordered, Placement::Pre}, norm);
+        c.n_heads = 4;
+        c.n_kv_heads = 2;
+        c.positions = Positions::Rope;
+        c.qk_norm = how;
+        c.v_norm = v;
+        const ParamTable t = make_param_table(c);
+        ASSERT_NE(t.find("h.1.attn.k_norm.weight"), nullptr);
+        EXPECT_EQ(t.find("h.1.attn.q_norm.weight")->numel, how == QkNorm::Heads ? 2u : 8u);
+        EXPECT_EQ(t.find("h.1.attn.k_norm.weight")->numel, how == QkNorm::Heads ? 2u : 4u);
+        EXPECT_EQ(t.find("h.1.attn.v_norm.weight") != nullptr, v);
+        check_model_gradients(c, /*padding=*/arch == Arch::Encoder);
+      }
+  // HybridNorm asks for QKV-norm itself (per head when qk_norm is none); v_norm needs qk_norm
+  ModelConfig h = tiny(Arch::Gpt, {Placement::HybridNorm}, NormKind::RMSNorm);
+  EXPECT_EQ(make_param_table(h).find("h.0.attn.v_norm.weight")->numel, 4u);
+  EXPECT_EQ(make_param_table(h).find("h.0.mlp.ln_out.weight")->numel, 8u);
+  EXPECT_EQ(make_param_table(h).find("h.0.attn.ln_out.weight"), nullptr);
+  ModelConfig bad = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  bad.v_norm = true;
+  EXPECT_THROW(bad.validate(), Error);
+  ModelConfig encdec = tiny(Arch::EncDec, {Placement::HybridNorm}, NormKind::RMSNorm);
+  EXPECT_THROW(encdec.validate(), Error);
 }
 
 // The pieces of GPT-2 and BERT: exact GELU, token types, embedding norm, the MLM head, padding.

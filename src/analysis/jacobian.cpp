@@ -202,7 +202,8 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
     }
     // the kernel the last norm has at eps = 0 (its dimension does not depend on the row)
     const int kernel = norm_kernel_dimension(cfg.norm);
-    if (norm_sites(p).out && kernel > 0)
+    const Sublayer last = cfg.slot(2 * l + 1).present ? Sublayer::Mlp : Sublayer::Attn;
+    if (norm_sites(p, last).out && kernel > 0)
       b.rank_verdict = rank_verdict(b.local, d, kernel, cfg.eps) + " (token-local)";
     rep.blocks.push_back(std::move(b));
   }

@@ -403,7 +403,7 @@ Mat structural_left_null(const Model<double>& m, int first, int last,
   const Eigen::Index rows = Eigen::Index(out_tokens.size()) * C;
   int i = last - 1;
   while (i >= first && !cfg.has_sublayer(i)) i--;  // an absent sub-layer is the identity
-  if (i < first || !norm_sites(cfg.placement_of(cfg.slot(i).layer)).out) return Mat(rows, 0);
+  if (i < first || !norm_sites(cfg.placement_of(cfg.slot(i).layer), cfg.slot(i).kind).out) return Mat(rows, 0);
   const double* gamma = m.sublayer_params_of(i).ln_out.weight;
   std::vector<int> zero_gain;
   for (int c = 0; c < C; c++)

@@ -260,6 +260,7 @@ std::optional<std::string> export_refusal(const ModelConfig& c) {
   if (c.norm != NormKind::LayerNorm) why.push_back(fmt::format("norm is {} (GPT-2 and BERT use LayerNorm)", to_string(c.norm)));
   if (!c.residual) why.push_back("residual = false");
   if (!c.mlp) why.push_back("mlp = false (attention-only blocks)");
+  if (c.qk_norm != QkNorm::None) why.push_back(fmt::format("qk_norm is {} (GPT-2 and BERT have no QK-norm)", to_string(c.qk_norm)));
   if (c.kv_heads() != c.n_heads)
     why.push_back(fmt::format("{} key-value heads for {} query heads (GPT-2 and BERT: one each)", c.kv_heads(), c.n_heads));
   if (c.positions != Positions::Learned)

@@ -114,6 +114,7 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if (c.norm != NormKind::RMSNorm) why.push_back(fmt::format("norm is {} (Llama uses RMSNorm)", to_string(c.norm)));
   if (c.positions != Positions::Rope || c.rope_fraction != 1.0) why.push_back("positions are not RoPE over the whole head");
   if (c.activation != Activation::SwiGlu) why.push_back(fmt::format("activation is {} (Llama's MLP is SwiGLU)", to_string(c.activation)));
+  if (c.qk_norm != QkNorm::None) why.push_back(fmt::format("qk_norm is {} (Llama and Qwen2 have no QK-norm)", to_string(c.qk_norm)));
   if (!c.residual || !c.mlp) why.push_back("residual = false or mlp = false");
   if (c.has_embed_norm() || c.type_vocab > 0) why.push_back("an embedding norm or token types");
   if (c.head != Head::Tied && c.head != Head::Untied) why.push_back(fmt::format("head = {}", to_string(c.head)));

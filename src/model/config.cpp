@@ -29,6 +29,7 @@ constexpr EnumName<Activation> kActivationNames[] = {
     {Activation::SwiGlu, "swiglu"}, {Activation::GeGlu, "geglu"}};
 constexpr EnumName<Positions> kPositionNames[] = {
     {Positions::Learned, "learned"}, {Positions::Rope, "rope"}, {Positions::None, "none"}};
+constexpr EnumName<QkNorm> kQkNormNames[] = {{QkNorm::None, "none"}, {QkNorm::Heads, "heads"}, {QkNorm::Whole, "whole"}};
 constexpr EnumName<LinearBias> kBiasNames[] = {
     {LinearBias::All, "all"}, {LinearBias::Qkv, "qkv"}, {LinearBias::None, "none"}};
 constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}, {Head::Untied, "untied"}};
@@ -91,6 +92,15 @@ const char* to_string(InitScheme v) { return name_of(kInitNames, v); }
 const char* to_string(Head v) { return name_of(kHeadNames, v); }
 const char* to_string(LinearBias v) { return name_of(kBiasNames, v); }
 const char* to_string(Positions v) { return name_of(kPositionNames, v); }
+const char* to_string(QkNorm v) { return name_of(kQkNormNames, v); }
+
+QkNorm ModelConfig::qk_norm_of(int layer) const {
+  if (qk_norm != QkNorm::None) return qk_norm;
+  return method_of(placement_of(layer)).qkv_norm ? QkNorm::Heads : QkNorm::None;
+}
+bool ModelConfig::v_norm_of(int layer) const {
+  return qk_norm_of(layer) != QkNorm::None && (v_norm || method_of(placement_of(layer)).qkv_norm);
+}
 
 int ModelConfig::rope_dims() const {
   if (positions != Positions::Rope || n_heads <= 0) return 0;
@@ -105,7 +115,8 @@ std::optional<Placement> placement_from_string(const std::string& s) {
 static std::string placement_choices() {
   std::string out;
   for (const Method& m : all_methods()) out += (out.empty() ? "" : " | ") + std::string(m.name);
-  return out + " | " + kMixLn + " (alone: a whole stack)";
+  for (const Arrangement& a : all_arrangements()) out += " | " + std::string(a.name);
+  return out + " (the last " + std::to_string(all_arrangements().size()) + " alone: a whole stack)";
 }
 
 int ModelConfig::vocab_size() const {
@@ -238,6 +249,10 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back(fmt::format("model.rope_fraction = {} rotates no pair of a head's {} dimensions (R = 2 floor(f HS / 2) "
                             "must be >= 2)",
                             rope_fraction, head_size()));
+  if (v_norm && qk_norm == QkNorm::None)
+    v.push_back("model.v_norm = true normalizes the values in model.qk_norm's layout; set qk_norm = \"heads\" or \"whole\"");
+  if (encdec() && qk_norm != QkNorm::None)
+    v.push_back("model.qk_norm is for arch = \"gpt\" and \"encoder\" (an encdec's cross-attention has none)");
   if (head == Head::Mlm && activation_width(activation) != 1)
     v.push_back(fmt::format("model.head = \"mlm\" applies model.activation to one row of C; \"{}\" is gated "
                             "(it needs 2 d_ff columns), use gelu, gelu_exact or relu with that head",
@@ -256,13 +271,15 @@ std::vector<std::string> ModelConfig::violations() const {
   if (!placement.empty() && (placement.size() == 1 || (int)placement.size() == layers)) {
     dual_violations(v);
     if (encdec())
-      for (int l = 0; l < total_layers(); l++)
-        if (method_of(placement_of(l)).embed_norm) {
-          v.push_back(fmt::format("model.placement \"{}\" ({}) normalizes the embedding output, which arch = "
-                                  "\"encdec\" does not support (gpt and encoder do)",
-                                  method_of(placement_of(l)).name, method_of(placement_of(l)).source));
-          break;
-        }
+      for (int l = 0; l < total_layers(); l++) {
+        const Method& m = method_of(placement_of(l));
+        if (!m.embed_norm && !m.qkv_norm) continue;
+        v.push_back(fmt::format("model.placement \"{}\" ({}) {}, which arch = \"encdec\" does not support (gpt "
+                                "and encoder do)",
+                                m.name, m.source,
+                                m.embed_norm ? "normalizes the embedding output" : "normalizes the attention's q, k and v"));
+        break;
+      }
   }
   if (v.empty()) size_violations(v);
   return v;
@@ -336,7 +353,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
 ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where,
                                    std::vector<std::string>& errors) {
   ModelConfig cfg;
-  bool mixln = false;
+  const Arrangement* arrangement = nullptr;
   JsonReader r(obj, where);
   read_enum(r, "arch", kArchNames, cfg.arch);
   r.get("d_model", cfg.d_model);
@@ -376,6 +393,8 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   read_enum(r, "activation", kActivationNames, cfg.activation);
   read_enum(r, "bias", kBiasNames, cfg.bias);
   read_enum(r, "positions", kPositionNames, cfg.positions);
+  read_enum(r, "qk_norm", kQkNormNames, cfg.qk_norm);
+  r.get("v_norm", cfg.v_norm);
   r.get("rope_base", cfg.rope_base);
   r.get("rope_fraction", cfg.rope_fraction);
   r.get("type_vocab", cfg.type_vocab);
@@ -388,16 +407,21 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
     else if (p.is_array()) items.assign(p.begin(), p.end());
     else r.fail(fmt::format("{}: 'placement' must be a string or a list of strings", where));
     cfg.placement.clear();
-    // "mixln" alone names a whole stack's arrangement (Mix-LN), expanded once n_layers is known below
-    if (items.size() == 1 && items[0].is_string() && items[0].get<std::string>() == kMixLn) {
-      mixln = true;
+    // an arrangement alone names a whole stack (Mix-LN, HybridNorm*), expanded once n_layers is known below
+    auto arrangement_of = [](const nlohmann::json& item) -> const Arrangement* {
+      if (!item.is_string()) return nullptr;
+      for (const Arrangement& a : all_arrangements())
+        if (item.get<std::string>() == a.name) return &a;
+      return nullptr;
+    };
+    if (items.size() == 1 && arrangement_of(items[0])) {
+      arrangement = arrangement_of(items[0]);
       items.clear();
     }
     for (const auto& item : items) {
-      if (item.is_string() && item.get<std::string>() == kMixLn) {
-        r.fail(fmt::format("{}: placement \"mixln\" names a whole stack (Post-LN for its first quarter, Pre-LN "
-                           "after); give it alone, not in a list",
-                           where));
+      if (const Arrangement* a = arrangement_of(item)) {
+        r.fail(fmt::format("{}: placement \"{}\" names a whole stack ({}); give it alone, not in a list", where,
+                           a->name, a->summary));
         continue;
       }
       auto v = item.is_string() ? placement_from_string(item.get<std::string>()) : std::nullopt;
@@ -407,7 +431,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
       }
       cfg.placement.push_back(*v);
     }
-    if (cfg.placement.empty() && (!items.empty() || mixln)) cfg.placement = {Placement::Pre};
+    if (cfg.placement.empty() && (!items.empty() || arrangement)) cfg.placement = {Placement::Pre};
   }
   r.get("residual", cfg.residual);
   r.get("mlp", cfg.mlp);
@@ -415,25 +439,38 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("init_std", cfg.init_std);
   r.get("dropout", cfg.dropout);
   r.get("seed", cfg.seed);
-  if (mixln) {
+  if (arrangement) {
     if (cfg.encdec())
-      r.fail(fmt::format("{}: placement \"mixln\" arranges one stack; arch = \"encdec\" has two (list a "
+      r.fail(fmt::format("{}: placement \"{}\" arranges one stack; arch = \"encdec\" has two (list a "
                          "method per layer instead)",
-                         where));
+                         where, arrangement->name));
     else if (cfg.n_layers >= 1 && cfg.n_layers <= kMaxLayers)
-      cfg.placement = mixln_placement(cfg.n_layers);
+      cfg.placement = arrangement->expand(cfg.n_layers);
   }
   for (auto& e : r.finish()) errors.push_back(e);
   for (auto& e : cfg.violations()) errors.push_back(e);
   return cfg;
 }
 
-std::vector<Placement> mixln_placement(int layers) {
+static std::vector<Placement> mixln_placement(int layers) {
   const int post = int(std::floor(kMixLnPostFraction * layers));
   std::vector<Placement> p(size_t(layers), Placement::Pre);
   std::fill(p.begin(), p.begin() + post, Placement::Post);
   return p;
 }
+
+static std::vector<Placement> hybridnorm_star_placement(int layers) {
+  std::vector<Placement> p(size_t(layers), Placement::HybridNorm);
+  p[0] = Placement::HybridNormPre;
+  return p;
+}
+
+static constexpr Arrangement kArrangements[] = {
+    {"mixln", "Mix-LN: Post-LN for its first quarter, Pre-LN after", mixln_placement},
+    {"hybridnorm*", "HybridNorm*: the first layer with Pre-LN attention, hybridnorm after", hybridnorm_star_placement},
+};
+
+std::span<const Arrangement> all_arrangements() { return kArrangements; }
 
 nlohmann::json model_config_to_json(const ModelConfig& cfg) {
   nlohmann::json places = nlohmann::json::array();
@@ -454,6 +491,8 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"positions", to_string(cfg.positions)},
                         {"rope_base", cfg.rope_base},
                         {"rope_fraction", cfg.rope_fraction},
+                        {"qk_norm", to_string(cfg.qk_norm)},
+                        {"v_norm", cfg.v_norm},
                         {"type_vocab", cfg.type_vocab},
                         {"embed_norm", cfg.embed_norm},
                         {"head", to_string(cfg.head)},

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,11 @@ enum class Positions { Learned, Rope, None };
 // Which linear projections of the blocks have a bias: all (GPT-2, BERT), only the query, key and
 // value maps (Qwen2), or none (Llama, OLMo). The MLM head's dense layer always has one.
 enum class LinearBias { All, Qkv, None };
+// QK-norm (model/qk_norm.h): the self-attention's queries and keys (and, with v_norm, values) each go
+// through a norm of kind model.norm before RoPE: per head (a gain of head_size shared by the heads:
+// Qwen3, OLMo-core, HybridNorm) or over the whole projection (a gain of the projection's width:
+// OLMo 2), or not at all.
+enum class QkNorm { None, Heads, Whole };
 // What turns the last stream into logits: the tied output embedding (GPT-2), BERT's masked-LM head
 // (dense + activation + norm, then the tied embedding and an output bias), nothing (a headless
 // encoder such as BertModel: no logits and no loss), or an output matrix of its own, lm_head
@@ -32,7 +38,7 @@ enum class LinearBias { All, Qkv, None };
 enum class Head { Tied, Mlm, None, Untied };
 // The normalization method of a layer (docs/MODEL.md "Methods"; one entry each in model/methods.cpp).
 enum class Placement { Post, Pre, Sandwich, PrePost, DeepNorm, None, Admin, ReZero, SkipInit, LayerScale, TFixup, Residual,
-                       Peri, Reordered, Lns };
+                       Peri, Reordered, Lns, HybridNorm, HybridNormPre };
 enum class InitScheme { Auto, Normal, Gpt2, Xavier, DeepNet, TFixup };
 // How Admin's omega starts: closed forms O(log n), O(1) (sqrt S), plain Post-LN (1), or profiled on
 // the first training batch.
@@ -91,6 +97,9 @@ struct ModelConfig {
                                              // swiglu (Llama), geglu (Gemma): gated, fc has 2 d_ff rows
   LinearBias bias = LinearBias::All;  // all | qkv | none: the blocks' linear biases (above)
   Positions positions = Positions::Learned;  // learned | rope | none (above)
+  QkNorm qk_norm = QkNorm::None;     // none | heads | whole (above); a method that asks for QKV-norm
+                                     // (hybridnorm) gets "heads" when this is none
+  bool v_norm = false;               // the values too, in qk_norm's layout (HybridNorm's QKV-norm)
   double rope_base = 10000.0;        // RoPE: theta_i = rope_base^(-2i/R) (Llama 2's; Llama 3 5e5)
   double rope_fraction = 1.0;        // RoPE: the share of each head's dimensions rotated (partial
                                      // rotary, GPT-NeoX 0.25); R = 2 floor(rope_fraction HS / 2)
@@ -144,6 +153,10 @@ struct ModelConfig {
   InitScheme resolved_init() const;
   // The decoder (or gpt) self-attention is causal; an encoder's is bidirectional.
   bool causal() const { return arch == Arch::Gpt; }
+  // The QK-norm of layer `layer`'s self-attention (qk_norm, or "heads" where its method normalizes q,
+  // k and v) and whether it covers the values.
+  QkNorm qk_norm_of(int layer) const;
+  bool v_norm_of(int layer) const;
   int n_slots() const { return 2 * n_layers + 3 * decoder_layers(); }
   Slot slot(int i) const;
   // The first slot of the decoder (encdec: 2N; gpt: 0; encoder: n_slots()).
@@ -176,16 +189,25 @@ const char* to_string(InitScheme);
 const char* to_string(Head);
 const char* to_string(LinearBias);
 const char* to_string(Positions);
+const char* to_string(QkNorm);
 const char* to_string(AdminInit);
 const char* to_string(Sublayer);
 std::optional<Placement> placement_from_string(const std::string&);
 
-// Mix-LN (Li et al. 2025) is an arrangement of a whole stack, not a method of one layer: the first
-// floor(L / 4) layers Post-LN, the rest Pre-LN (the authors' alpha = 0.25: 3 of 12 layers, 6 of 24).
-// model.placement = "mixln" expands to that list when the config is read (so a stack of fewer than
-// 4 layers is all Pre-LN); checkpoints and results keep the list.
-inline constexpr const char* kMixLn = "mixln";
+// A stack arrangement: a value of model.placement that names a whole stack's list of methods rather
+// than a method of one layer. Given alone, it expands to that list when the config is read (once
+// n_layers is known); checkpoints and results keep the list. Not for an encdec (two stacks: list a
+// method per layer there).
+//  - mixln (Mix-LN, Li et al. 2025): the first floor(L / 4) layers Post-LN, the rest Pre-LN (the
+//    authors' alpha = 0.25: 3 of 12 layers, 6 of 24; a stack of fewer than 4 layers is all Pre-LN).
+//  - hybridnorm* (HybridNorm*, Zhuo et al. 2025): the first layer hybridnorm_pre (Pre-LN attention),
+//    the rest hybridnorm.
+struct Arrangement {
+  const char* name;
+  const char* summary;
+  std::vector<Placement> (*expand)(int layers);
+};
+std::span<const Arrangement> all_arrangements();
 inline constexpr double kMixLnPostFraction = 0.25;
-std::vector<Placement> mixln_placement(int layers);
 
 }  // namespace normlab

@@ -103,7 +103,7 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
     const Slot slot = cfg.slot(i);
     if (!slot.present) continue;
     const SublayerParams<S>& p = m_.sublayer_params_of(i);
-    const NormSites sites = norm_sites(cfg.placement_of(slot.layer));
+    const NormSites sites = norm_sites(cfg.placement_of(slot.layer), slot.kind);
     // h = ln_in(x)
     const S* h = x_.data();
     if (sites.in) norm(h_.data(), x_.data(), p.ln_in), h = h_.data();
@@ -112,7 +112,12 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
     if (slot.kind == Sublayer::Attn) {
       const int W = cfg.qkv_width(), KVW = W - C;  // [q (C) | k | v (KVH HS each)]
       matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, W);
-      m_.apply_rope(hid_.data(), B, 1, t, +1);  // RoPE at position t, before k enters the cache
+      // QK-norm, RoPE at position t, before k enters the cache
+      const QkNormLayout& L = m_.qk_layout(i);
+      qk_raw_.resize(std::max(qk_raw_.size(), size_t(B) * L.raw_width()));
+      qk_stats_.resize(std::max(qk_stats_.size(), 2 * size_t(B) * L.stats_per_token()));
+      m_.attn_qk_forward(i, hid_.data(), B, 1, t, qk_raw_.data(), qk_stats_.data(),
+                         qk_stats_.data() + size_t(B) * L.stats_per_token());
       for (int b = 0; b < B; b++) {
         S* kv = cache.data() + size_t(b) * max_len_ * KVW;
         std::copy(hid_.begin() + long(b) * W + C, hid_.begin() + long(b) * W + W, kv + size_t(t) * KVW);

@@ -47,11 +47,19 @@ constexpr Method kMethods[] = {
      /*embed_norm=*/true},
     {Placement::Reordered, "reordered", {false, true, false}, S::One, G::One, true, Streams::One, InitScheme::Auto,
      "x <- x + LN(F(x)): the norm on the branch output only, and a final norm (OLMo 2's order; OLMo 2 "
-     "also normalizes q and k, which normlab does not yet)",
+     "also normalizes q and k: model.qk_norm = \"whole\")",
      "OLMo et al. 2025 (OLMo 2)"},
     {Placement::Lns, "lns", kIn, S::One, G::One, true, Streams::One, InitScheme::Auto,
      "x <- x + F(LN(x) / sqrt(l)), l = 1..L the layer's depth: Pre-LN with LayerNorm Scaling",
      "Sun et al. 2025 (The Curse of Depth)", /*embed_norm=*/false, /*depth_scaled_input=*/true},
+    {Placement::HybridNorm, "hybridnorm", kNone, S::One, G::One, true, Streams::One, InitScheme::Auto,
+     "h <- x + Attn(x) with q, k, v each normalized; x <- LN(h + FFN(h)) (Post-LN around the FFN), a final norm",
+     "Zhuo et al. 2025 (HybridNorm)", /*embed_norm=*/false, /*depth_scaled_input=*/false, /*ffn_sites=*/kOut,
+     /*qkv_norm=*/true},
+    {Placement::HybridNormPre, "hybridnorm_pre", kIn, S::One, G::One, true, Streams::One, InitScheme::Auto,
+     "h <- x + Attn(LN(x)) with q, k, v each normalized; x <- LN(h + FFN(h)): HybridNorm*'s first layer",
+     "Zhuo et al. 2025 (HybridNorm*)", /*embed_norm=*/false, /*depth_scaled_input=*/false, /*ffn_sites=*/kOut,
+     /*qkv_norm=*/true},
 };
 
 }  // namespace

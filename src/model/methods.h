@@ -6,6 +6,7 @@
 // The exact forms are in docs/MODEL.md ("Methods").
 #pragma once
 
+#include <optional>
 #include <span>
 
 #include "model/config.h"
@@ -42,7 +43,7 @@ enum class Streams { One, Dual };
 struct Method {
   Placement id;
   const char* name;     // the config value
-  NormSites sites;
+  NormSites sites;      // every sub-layer's (the feed-forward's too unless ffn_sites says otherwise)
   Shortcut shortcut;
   BranchGain gain;
   bool final_norm;      // a final norm follows a stack whose last layer has this method (Dual: on x_d)
@@ -54,18 +55,27 @@ struct Method {
                             // stack's first layer has this method (gpt and encoder stacks)
   bool depth_scaled_input = false;  // ln_in's output times 1 / sqrt(l), l = 1..L the layer's depth in its
                                     // stack (LayerNorm Scaling); a constant, not a parameter
+  std::optional<NormSites> ffn_sites = std::nullopt;  // the feed-forward sub-layer's, when they differ
+                                                      // from the attention's (HybridNorm)
+  bool qkv_norm = false;  // its self-attention normalizes q, k and v (model/qk_norm.h; per head unless
+                          // model.qk_norm says "whole")
 };
 
 const Method& method_of(Placement p);
 // Every method, in the table's order (the values of model.placement).
 std::span<const Method> all_methods();
-inline NormSites norm_sites(Placement p) { return method_of(p).sites; }
+// The norm sites of a sub-layer of kind `kind` in a layer of method p.
+inline NormSites norm_sites(Placement p, Sublayer kind) {
+  const Method& m = method_of(p);
+  return kind == Sublayer::Mlp && m.ffn_sites ? *m.ffn_sites : m.sites;
+}
 inline bool dual_stream(Placement p) { return method_of(p).streams == Streams::Dual; }
-// The block is x + (a branch of x): one stream, no norm after the sum and a shortcut of exactly 1,
+// The block is x + (a branch of x): one stream, no norm after either sum and a shortcut of exactly 1,
 // so its Jacobian is I + A (the instruments' bounds on sigma_min(I + A) apply). Read from the entry.
 inline bool residual_form(Placement p) {
   const Method& m = method_of(p);
-  return !m.sites.out && m.shortcut == Shortcut::One && m.streams == Streams::One;
+  return !norm_sites(p, Sublayer::Attn).out && !norm_sites(p, Sublayer::Mlp).out && m.shortcut == Shortcut::One &&
+         m.streams == Streams::One;
 }
 // Throws Error naming the method when the model carries a second stream: for code that reads one
 // residual stream (the instruments in analysis/ and the one-stream Jacobian products), whose numbers

@@ -56,6 +56,7 @@ Model<S>::Model(ModelConfig cfg, Unset) : cfg_(std::move(cfg)) {
   grads_.assign(table_.total, S(0));
   for (int i = 0; i < cfg_.n_slots(); i++) {
     slots_.push_back(cfg_.slot(i));
+    qk_.push_back(slots_.back().kind == Sublayer::Attn ? qk_norm_layout(cfg_, slots_.back().layer) : QkNormLayout{});
     p_.push_back(sublayer_params(table_, cfg_, params_.data(), i));
     dp_.push_back(sublayer_params(table_, cfg_, grads_.data(), i));
   }
@@ -135,13 +136,16 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   for (size_t i = 0; i < n_slots; i++) {
     if (!slots_[i].present) continue;  // absent: its output stream aliases its input below
     SublayerActs<S>& a = a_[i];
-    const NormSites sites = norm_sites(cfg_.placement_of(slots_[i].layer));
+    const NormSites sites = norm_sites(cfg_.placement_of(slots_[i].layer), slots_[i].kind);
     const size_t n = size_t(rows(int(i))), t = size_t(len(int(i)));
     const Sublayer kind = slots_[i].kind;
     const size_t att = kind == Sublayer::Cross ? size_t(B) * NH * T * Ssrc : size_t(B) * NH * t * t;
     att_max = std::max(att_max, att);
     if (sites.in) plan.insert(plan.end(), {{&a.h, n * C}, {&a.in_mean, n}, {&a.in_rstd, n}});
     plan.push_back({&a.hid, n * (kind == Sublayer::Attn ? QW : kind == Sublayer::Cross ? C : FW)});
+    if (qk_[i].n)
+      plan.insert(plan.end(), {{&a.qk_raw, n * qk_[i].raw_width()}, {&a.qk_mean, n * qk_[i].stats_per_token()},
+                               {&a.qk_rstd, n * qk_[i].stats_per_token()}});
     if (kind == Sublayer::Cross) plan.push_back({&a.kv, Ns * 2 * C});
     if (kind != Sublayer::Mlp) plan.push_back({&a.att, att});
     plan.push_back({&a.mix, n * (kind == Sublayer::Mlp ? F : C)});
@@ -180,7 +184,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   // aliases for absent sites (and absent sub-layers: the identity, x' = x)
   for (size_t i = 0; i < n_slots; i++) {
     SublayerActs<S>& a = a_[i];
-    const NormSites sites = norm_sites(cfg_.placement_of(slots_[i].layer));
+    const NormSites sites = norm_sites(cfg_.placement_of(slots_[i].layer), slots_[i].kind);
     S*& out = cfg_.encdec() && int(i) == dec0 - 1 ? enc_out_ : streams_[i + 1];
     if (!slots_[i].present) {
       out = streams_[i];
@@ -226,6 +230,32 @@ void Model<S>::apply_rope(S* qkv, int rows, int T, int pos0, int sign) const {
 }
 
 template <class S>
+void Model<S>::attn_qk_forward(int i, S* qkv, int rows, int T, int pos0, S* raw, S* mean, S* rstd) const {
+  const QkNormLayout& L = qk_[size_t(i)];
+  if (L.n) qk_norm_forward(cfg_.norm, cfg_.eps, L, p_[i].qkv_norm, qkv, size_t(rows), cfg_.qkv_width(), raw, mean, rstd,
+                           qk_scratch_);
+  apply_rope(qkv, rows, T, pos0, +1);
+}
+
+template <class S>
+void Model<S>::attn_qk_backward(int i, S* dqkv, int rows, int T) {
+  apply_rope(dqkv, rows, T, 0, -1);  // d(q, k before RoPE) = R_t^T d(R_t q, R_t k)
+  const QkNormLayout& L = qk_[size_t(i)];
+  const SublayerActs<S>& a = a_[i];
+  if (L.n) qk_norm_backward(cfg_.norm, L, p_[i].qkv_norm, dp_[i].qkv_norm, dqkv, size_t(rows), cfg_.qkv_width(),
+                            a.qk_raw, a.qk_mean, a.qk_rstd, qk_scratch_);
+}
+
+template <class S>
+void Model<S>::attn_qk_jvp(int i, S* tqkv, int K, int rows, int T, int pos0, size_t row0) const {
+  const QkNormLayout& L = qk_[size_t(i)];
+  const SublayerActs<S>& a = a_[i];
+  if (L.n) qk_norm_jvp(cfg_.norm, L, p_[i].qkv_norm, tqkv, K, size_t(rows), cfg_.qkv_width(), a.qk_raw, a.qk_mean,
+                       a.qk_rstd, row0, size_t(this->rows(i)), qk_scratch_);
+  apply_rope(tqkv, K * rows, T, pos0, +1);  // RoPE is linear: the tangents rotate as q and k do
+}
+
+template <class S>
 uint64_t Model<S>::dropout_site_seed(int site) const {
   uint64_t state = dropout_seed_ ^ (uint64_t(cfg_.seed) << 20) ^ uint64_t(site);
   return splitmix64(state);
@@ -236,7 +266,7 @@ void Model<S>::sublayer_forward(int i) {
   const Slot& slot = slots_[size_t(i)];
   const SublayerActs<S>& a = a_[i];
   const SublayerParams<S>& p = p_[i];
-  const NormSites sites = norm_sites(cfg_.placement_of(slot.layer));
+  const NormSites sites = norm_sites(cfg_.placement_of(slot.layer), slot.kind);
   const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model, F = cfg_.ff();
   const size_t NC = size_t(N) * C;
   // an encdec's encoder reads the source mask; every other self-attention the batch's own
@@ -248,7 +278,7 @@ void Model<S>::sublayer_forward(int i) {
   switch (slot.kind) {
     case Sublayer::Attn:
       matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
-      apply_rope(a.hid, N, T, 0, +1);  // q, k <- R_t q, R_t k (RoPE; hid keeps the rotated ones)
+      attn_qk_forward(i, a.hid, N, T, 0, a.qk_raw, a.qk_mean, a.qk_rstd);  // QK-norm, RoPE (hid keeps the results)
       attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, self_mask, prec_);
       matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_, bf16_of(p.w2));
       break;
@@ -300,7 +330,7 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) 
   const SublayerActs<S>& a = a_[i];
   const SublayerParams<S>& p = p_[i];
   const SublayerParams<S>& dp = dp_[i];
-  const NormSites sites = norm_sites(cfg_.placement_of(slot.layer));
+  const NormSites sites = norm_sites(cfg_.placement_of(slot.layer), slot.kind);
   const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model, F = cfg_.ff();
   const size_t NC = size_t(N) * C;
   // x' = ln_out(r)
@@ -352,7 +382,7 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) 
       zero(dhid_, size_t(N) * cfg_.qkv_width());
       attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder,
                          prec_);
-      apply_rope(dhid_, N, T, 0, -1);  // d(q, k before RoPE) = R_t^T d(R_t q, R_t k)
+      attn_qk_backward(i, dhid_, N, T);
       matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
       break;
     case Sublayer::Cross:

@@ -12,6 +12,7 @@
 
 #include "model/config.h"
 #include "model/params.h"
+#include "model/qk_norm.h"
 
 namespace normlab {
 
@@ -24,6 +25,8 @@ struct SublayerActs {
   S* in_mean = nullptr;  // (B, T) LayerNorm statistics of ln_in (mean unused for RMSNorm)
   S* in_rstd = nullptr;
   S* hid = nullptr;      // (B, T, 3C) qkv | (B, T, C) cross query | (B, T, F) fc pre-activation
+  S* qk_raw = nullptr;   // attn with QK-norm: the normalized parts' inputs, part-major (model/qk_norm.h)
+  S* qk_mean = nullptr, * qk_rstd = nullptr;  // and their statistics
   S* kv = nullptr;       // (B, S, 2C) cross only: keys and values of the memory
   S* att = nullptr;      // (B, NH, T, T) attention | (B, NH, T, S) cross-attention probabilities
   S* mix = nullptr;      // (B, T, C) attention output before proj | (B, T, F) activation
@@ -168,6 +171,15 @@ class Model {
   // RoPE (positions = rope; a no-op otherwise): rotates the q and k columns of a (rows, 3C) qkv buffer
   // in place, row n at position pos0 + n % T; sign -1 is the transpose (a gradient's rotation).
   void apply_rope(S* qkv, int rows, int T, int pos0, int sign) const;
+  // What happens to the q and k (and v) columns of slot i's (rows, qkv_width) projection before the
+  // attention, in place: QK-norm (model/qk_norm.h), then RoPE at positions pos0 + n % T. The forward
+  // saves QK-norm's inputs and statistics in raw, mean and rstd (sized by qk_layout(i)); the backward
+  // (d(after) -> d(before)) and the JVP read those of the last forward, the JVP at its rows [row0,
+  // row0 + rows) (K tangents of `rows` rows each; rows = 1 and pos0 = the token for one token).
+  const QkNormLayout& qk_layout(int i) const { return qk_[size_t(i)]; }
+  void attn_qk_forward(int i, S* qkv, int rows, int T, int pos0, S* raw, S* mean, S* rstd) const;
+  void attn_qk_backward(int i, S* dqkv, int rows, int T);
+  void attn_qk_jvp(int i, S* tqkv, int K, int rows, int T, int pos0, size_t row0) const;
   // One norm site's tangent: tout (K, rows, C) = J tin, J the Jacobian of the norm at `inp`.
   void norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
                 const S* rstd, int K, int rows) const;
@@ -215,6 +227,8 @@ class Model {
   ModelConfig cfg_;
   ParamTable table_;
   std::vector<Slot> slots_;      // config.slot(i), cached
+  std::vector<QkNormLayout> qk_;  // qk_norm_layout of slot i's layer (n = 0 but for attn slots with QK-norm)
+  mutable std::vector<S> qk_scratch_;  // QK-norm's gathered parts, grown on demand
   std::vector<S> params_, grads_;
   std::vector<SublayerParams<S>> p_, dp_;  // per slot
   NormParams<S> lnf_, dlnf_;

@@ -48,9 +48,11 @@ bool Model<S>::block_jacobian_covers(int first, int last) const {
     return false;
   // (RoPE rotates RQ_t and RK_t by the token's position: not built here yet; the tangents cover it)
   const Slot& attn = slots_[size_t(first)];
-  // (nor grouped-query attention's shared keys and values: also left to the tangents)
+  // (nor grouped-query attention's shared keys and values, nor QK-norm's norms of q and k: also left
+  // to the tangents)
   return attn.present && attn.kind == Sublayer::Attn && !cfg_.dual_stack(attn.layer) &&
-         cfg_.positions != Positions::Rope && cfg_.kv_heads() == cfg_.n_heads;
+         cfg_.positions != Positions::Rope && cfg_.kv_heads() == cfg_.n_heads &&
+         cfg_.qk_norm_of(attn.layer) == QkNorm::None;
 }
 
 template <class S>
@@ -64,7 +66,7 @@ void Model<S>::block_jacobian(S* J, int layer) const {
   const int ai = 2 * layer, mi = 2 * layer + 1;
   const SublayerActs<S>& a = a_[ai];
   const SublayerParams<S>& p = p_[ai];
-  const NormSites sites = norm_sites(cfg_.placement_of(layer));
+  const NormSites sites = norm_sites(cfg_.placement_of(layer), Sublayer::Attn);
   const S scale = S(1.0 / std::sqrt(double(HS)));
   const bool causal = cfg_.causal();
 

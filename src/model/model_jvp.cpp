@@ -92,7 +92,7 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
     if (!slot.present) continue;
     const SublayerActs<S>& a = a_[i];
     const SublayerParams<S>& p = p_[i];
-    const NormSites sites = norm_sites(cfg_.placement_of(slot.layer));
+    const NormSites sites = norm_sites(cfg_.placement_of(slot.layer), slot.kind);
     // h = ln_in(x)
     const S* h = tx;
     if (sites.in) {
@@ -102,7 +102,7 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
     // f = F(h)
     if (slot.kind == Sublayer::Attn) {
       matmul_jvp(thid, h, p.w1, K, N, C, cfg_.qkv_width());
-      apply_rope(thid, K * N, T, 0, +1);  // RoPE is linear: the tangents rotate as q and k do
+      attn_qk_jvp(i, thid, K, N, T, 0, 0);  // QK-norm's tangent, RoPE
       attention_jvp(tmix, tatt, thid, a.hid, a.att, K, B, T, C, cfg_.n_heads, cfg_.kv_heads());
       matmul_jvp(tf, tmix, p.w2, K, N, C, C);
     } else if (slot.kind == Sublayer::Cross) {
@@ -224,7 +224,7 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
     if (!slots_[size_t(i)].present) continue;
     const SublayerActs<S>& a = a_[i];
     const SublayerParams<S>& p = p_[i];
-    const NormSites sites = norm_sites(cfg_.placement_of(layer));
+    const NormSites sites = norm_sites(cfg_.placement_of(layer), slots_[size_t(i)].kind);
     // h = ln_in(x)
     const S* h = tx;
     if (sites.in) {
@@ -237,7 +237,7 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
       const int C3 = cfg_.qkv_width(), KVW = cfg_.kv_heads() * HS, group = NH / cfg_.kv_heads();
       const S scale = S(1.0 / std::sqrt(double(HS)));
       matmul_jvp(thid, h, p.w1, K, 1, C, C3);  // tq_i | tk_i | tv_i
-      apply_rope(thid, K, 1, token, +1);       // at the token's position
+      attn_qk_jvp(i, thid, K, 1, 1, token, n);  // at the token's row and position
       for (int hh = 0; hh < NH; hh++) {
         const S* qkv = a.hid + size_t(row) * T * C3;  // this row's q | k | v, stride C3
         const S* q_i = qkv + size_t(token) * C3 + hh * HS;

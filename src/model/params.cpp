@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "model/norm_of.h"
+#include "model/qk_norm.h"
 #include "util/error.h"
 
 namespace normlab {
@@ -36,9 +37,9 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     t.total += s.numel;
     t.specs.push_back(std::move(s));
   };
-  auto add_norm = [&](const std::string& prefix) {
+  auto add_norm = [&](const std::string& prefix, int64_t width) {
     for (const NormParamSpec& n : norm_param_specs(cfg.norm))
-      add(prefix + n.suffix, {n.per_channel ? C : 1}, n.role);
+      add(prefix + n.suffix, {n.per_channel ? width : 1}, n.role);
   };
   add("wte.weight", {V, C}, ParamRole::Embedding);
   const bool learned = cfg.positions == Positions::Learned;  // wpe only for learned positions
@@ -48,24 +49,29 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     if (learned) add("enc.wpe.weight", {cfg.seq_len, C}, ParamRole::Embedding);
   }
   if (cfg.type_vocab > 0) add("wtt.weight", {cfg.type_vocab, C}, ParamRole::Embedding);
-  if (cfg.has_embed_norm()) add_norm("ln_emb");
+  if (cfg.has_embed_norm()) add_norm("ln_emb", C);
   for (int i = 0; i < cfg.n_slots(); i++) {
     const Slot slot = cfg.slot(i);
     // the encoder's final norm follows its last layer
-    if (cfg.encdec() && i == 2 * cfg.n_layers && cfg.has_enc_final_norm()) add_norm("enc.ln_f");
+    if (cfg.encdec() && i == 2 * cfg.n_layers && cfg.has_enc_final_norm()) add_norm("enc.ln_f", C);
     const Method& m = method_of(cfg.placement_of(slot.layer));
     // a layer's ReZero scalar comes before its first sub-layer
     if (m.gain == BranchGain::LayerScalar && (i == 0 || cfg.slot(i - 1).layer != slot.layer))
       add(layer_prefix(cfg, slot.layer) + ".rezero", {1}, ParamRole::Gate);
     if (!slot.present) continue;
     const std::string p = slot_prefix(cfg, i);
-    if (m.sites.in) add_norm(p + ".ln_in");
+    const NormSites sites = norm_sites(m.id, slot.kind);
+    if (sites.in) add_norm(p + ".ln_in", C);
     // model.bias: qkv biases (q, k, v maps: qkv, cross q and kv) unless none; the others only for all
     const bool qkv_bias = cfg.bias != LinearBias::None, other_bias = cfg.bias == LinearBias::All;
     switch (slot.kind) {
       case Sublayer::Attn:
         add(p + ".qkv.weight", {cfg.qkv_width(), C}, ParamRole::LinearWeight);  // [q (C) | k | v], GQA: k, v narrower
         if (qkv_bias) add(p + ".qkv.bias", {cfg.qkv_width()}, ParamRole::LinearBias);
+        {  // QK-norm: q_norm, k_norm (and v_norm), one gain per part (model/qk_norm.h)
+          const QkNormLayout qk = qk_norm_layout(cfg, slot.layer);
+          for (int j = 0; j < qk.n; j++) add_norm(p + kQkNormSites[j], qk.part[j].norm_width);
+        }
         break;
       case Sublayer::Cross:
         add(p + ".q.weight", {C, C}, ParamRole::LinearWeight);
@@ -80,18 +86,18 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     }
     add(p + ".proj.weight", {C, slot.kind == Sublayer::Mlp ? F : C}, ParamRole::LinearWeight);
     if (other_bias) add(p + ".proj.bias", {C}, ParamRole::LinearBias);
-    if (m.sites.branch) add_norm(p + ".ln_branch");
-    if (m.sites.out) add_norm(p + ".ln_out");
+    if (sites.branch) add_norm(p + ".ln_branch", C);
+    if (sites.out) add_norm(p + ".ln_out", C);
     if (m.shortcut == Shortcut::AdminOmega) add(p + ".omega", {C}, ParamRole::Gate);
     if (m.gain == BranchGain::SublayerScalar) add(p + ".gain", {1}, ParamRole::Gate);
     if (m.gain == BranchGain::Channel) add(p + ".gain", {C}, ParamRole::Gate);
   }
-  if (cfg.has_final_norm()) add_norm("ln_f");
+  if (cfg.has_final_norm()) add_norm("ln_f", C);
   if (cfg.head == Head::Untied) add("lm_head.weight", {V, C}, ParamRole::LinearWeight);
   if (cfg.head == Head::Mlm) {
     add("head.dense.weight", {C, C}, ParamRole::LinearWeight);
     add("head.dense.bias", {C}, ParamRole::LinearBias);
-    add_norm("head.ln");
+    add_norm("head.ln", C);
     add("head.bias", {V}, ParamRole::LinearBias);
   }
   return t;
@@ -112,6 +118,7 @@ SublayerParams<S> sublayer_params(const ParamTable& table, const ModelConfig& cf
     v.ln_in.scale = 1.0 / std::sqrt(double(layer - (cfg.encdec() && layer >= cfg.n_layers ? cfg.n_layers : 0) + 1));
   v.ln_branch = norm_params(table, base, p + ".ln_branch");
   v.ln_out = norm_params(table, base, p + ".ln_out");
+  for (int j = 0; j < 3; j++) v.qkv_norm[j] = norm_params(table, base, p + kQkNormSites[j]);
   const char* first = kind == Sublayer::Attn ? ".qkv" : kind == Sublayer::Cross ? ".q" : ".fc";
   v.w1 = ptr(p + first + ".weight");
   v.b1 = ptr(p + first + ".bias");

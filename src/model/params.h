@@ -53,6 +53,7 @@ struct NormParams {
 template <class S>
 struct SublayerParams {
   NormParams<S> ln_in, ln_branch, ln_out;
+  NormParams<S> qkv_norm[3];  // attn: QK-norm's q_norm, k_norm, v_norm (model/qk_norm.h), absent ones null
   S* w1 = nullptr;  // (3C, C) attn | (C, C) cross | (F, C) mlp
   S* b1 = nullptr;  // (3C) | (C) | (F)
   S* wkv = nullptr, * bkv = nullptr;  // (2C, C), (2C): cross only

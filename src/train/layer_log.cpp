@@ -127,7 +127,7 @@ void LayerLogger::begin(const Model<float>& model) {
     const Slot slot = cfg.slot(i);
     if (!slot.present) continue;
     const SublayerActs<float>& a = model.acts(i);
-    const NormSites sites = norm_sites(cfg.placement_of(slot.layer));
+    const NormSites sites = norm_sites(cfg.placement_of(slot.layer), slot.kind);
     const int T = rows_of(slot);
     const long N = long(B) * T;
     json s = {{"slot", i}, {"layer", slot.layer}, {"stack", slot.encoder ? "encoder" : "decoder"},
