@@ -20,6 +20,14 @@ check "timeout 60 '$NL' train -q --set model.placement=mixln --set model.n_layer
   "placement = mixln at 8 layers is not post x2 then pre"
 expect_error "give it alone" -- train --set 'model.placement=["pre","mixln"]' --set train.out_dir=x
 expect_error "normalizes the embedding output" -- train --set model.arch=encdec --set model.placement=peri --set train.out_dir=x
+# OLMo 2's block is what its file says; HybridNorm* expands; v_norm without qk_norm and QK-norm in an
+# encoder-decoder are refused by name
+check "jq -e '.model.placement == [\"reordered\",\"reordered\",\"reordered\",\"reordered\"] and .model.qk_norm == \"whole\"' run_olmo2/config.json >/dev/null" \
+  "configs/olmo2.toml's run config is not OLMo 2's block"
+check "timeout 60 '$NL' train -q --set 'model.placement=hybridnorm*' --set model.n_layers=3 --set model.d_model=32 --set model.n_heads=2 --set train.steps=1 --set train.out_dir=hyb >/dev/null 2>&1 && jq -e '.model.placement == [\"hybridnorm_pre\",\"hybridnorm\",\"hybridnorm\"]' hyb/config.json >/dev/null" \
+  "placement = hybridnorm* at 3 layers is not hybridnorm_pre then hybridnorm"
+expect_error "set qk_norm" -- train --set model.v_norm=true --set train.out_dir=x
+expect_error "normalizes the attention's q, k and v" -- train --set model.arch=encdec --set model.placement=hybridnorm --set train.out_dir=x
 expect_error "rotates no pair" -- train --set model.positions=rope --set model.rope_fraction=0.01 --set train.out_dir=x
 expect_error "is not one of" -- train --set model.norm=batchnorm --set train.out_dir=x
 finish cli_configs

@@ -232,6 +232,52 @@ TEST(AttentionStats, ModelHeadsSatisfyTheChain) {
   }
 }
 
+// QK-norm: the bound's M comes from the norms' gains alone, and it must dominate every score the
+// model computed: |<q_i, k_j>| / sqrt(HS) <= M, read from the q and k the attention used (after the
+// norms and RoPE, in the activations), with gains moved away from 1 and weights scaled up 30x (which
+// the bound must not see).
+TEST(AttentionStats, QkNormBoundsDominateTheScoresTheModelComputed) {
+  for (QkNorm how : {QkNorm::Heads, QkNorm::Whole})
+    for (NormKind norm : {NormKind::RMSNorm, NormKind::LayerNorm, NormKind::DyT}) {
+      SCOPED_TRACE(fmt::format("{} {}", to_string(how), to_string(norm)));
+      ModelConfig c = small(Placement::Reordered, norm, 1e-5);
+      c.positions = Positions::Rope;
+      c.qk_norm = how;
+      c.n_kv_heads = 1;
+      Model<double> m(c);
+      Rng rng(3);
+      for (const ParamSpec& p : m.table().specs) {
+        double* w = m.params().data() + p.offset;
+        if (p.name.find("attn.qkv.weight") != std::string::npos)
+          for (size_t i = 0; i < p.numel; i++) w[i] *= 30.0;
+        if (p.name.find("_norm.weight") != std::string::npos)
+          for (size_t i = 0; i < p.numel; i++) w[i] = 0.5 + rng.uniform();
+      }
+      const int T = 6, C = 12, NH = 3, HS = 4, QW = C + 2 * HS;
+      std::vector<int32_t> ids(T), labels(T, ops::kIgnoreLabel);
+      for (int t = 0; t < T; t++) ids[t] = (t * 37 + 11) % 256;
+      m.forward(ids.data(), labels.data(), 1, T);
+      const AttentionReport r = analyze_attention(m);
+      ASSERT_EQ(r.heads_by_layer.size(), 6u);
+      for (size_t k = 0; k < r.heads_by_layer.size(); k++) {
+        const HeadReport& h = r.heads_by_layer[k];
+        ASSERT_TRUE(h.seed_bound) << h.bound_verdict;
+        EXPECT_LE(h.stats.norm2, *h.seed_bound + 1e-12) << h.bound_verdict;
+        const double M = std::stod(h.bound_verdict.substr(h.bound_verdict.find("M = ") + 4));
+        const double* qkv = m.acts(2 * h.layer).hid;
+        double worst = 0;
+        for (int i = 0; i < T; i++)
+          for (int j = 0; j < T; j++) {
+            double s = 0;
+            for (int e = 0; e < HS; e++) s += qkv[i * QW + h.head * HS + e] * qkv[j * QW + C + e];
+            worst = std::max(worst, std::abs(s) / std::sqrt(double(HS)));
+          }
+        EXPECT_LE(worst, M * (1 + 5e-3)) << h.bound_verdict;  // M is printed to 3 digits (0.5% at most)
+        EXPECT_GT(worst, 0.0);
+      }
+    }
+}
+
 TEST(Dynamics, PostNormStreamHasNormSqrtDAndGradientsMatchTheModel) {
   ModelConfig c = small(Placement::Post, NormKind::LayerNorm, 0.0);
   Model<double> m(c);

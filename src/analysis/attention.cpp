@@ -128,7 +128,29 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
     r.sigma_q = singular_values(std::vector<double>(p.w1 + size_t(h) * HS * C, p.w1 + size_t(h + 1) * HS * C), HS, C).front();
     const size_t kh = size_t(h / group);
     r.sigma_k = singular_values(std::vector<double>(wk + kh * HS * C, wk + (kh + 1) * HS * C), HS, C).front();
-    if (!qnorm.weight || !knorm.weight) {
+    if (const QkNormLayout& L = model.qk_layout(slot); L.n && !cross) {
+      // QK-norm: q_h and k_h come out of norms, whatever W_q, W_k and the stream. A norm with a
+      // statistic has ||n(z)|| <= sqrt(width of its row) (eps >= 0); a point-wise one |n(z)_i| <= 1, so
+      // head h's part of it has ||.|| <= sqrt(HS). With gains: ||q_h|| <= max|gamma_q| B_q, and
+      // M = max|gamma_q| B_q max|gamma_k| B_k / sqrt(HS).
+      const bool statistic = norm_statistic(cfg.norm) != NormStatistic::None;
+      const auto reach = [&](const QkNormPart& part) {
+        return std::sqrt(double(statistic ? part.norm_width : HS));
+      };
+      const NormParams<double>& nq = p.qkv_norm[0];
+      const NormParams<double>& nk = p.qkv_norm[1];
+      r.gamma_max = max_abs(nq.weight, L.part[0].norm_width);
+      r.gamma_k_max = max_abs(nk.weight, L.part[1].norm_width);
+      const double M = *r.gamma_max * reach(L.part[0]) * *r.gamma_k_max * reach(L.part[1]) / std::sqrt(double(HS));
+      r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
+      const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
+      r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g} from QK-norm's gains alone, {} keys)",
+                                    holds ? "holds" : "VIOLATED", r.stats.norm2, holds ? "<=" : ">", *r.seed_bound, M,
+                                    r.stats.keys);
+      const double qk_beta = std::max(max_abs(nq.bias, L.part[0].norm_width), max_abs(nk.bias, L.part[1].norm_width));
+      if (qk_beta > 0)
+        r.bound_verdict += fmt::format("; the bound assumes QK-norm's beta = 0, here max|beta| = {:.3g}", qk_beta);
+    } else if (!qnorm.weight || !knorm.weight) {
       r.bound_verdict = cross ? fmt::format("n/a: no norm feeds this attention's {}",
                                             !qnorm.weight ? "queries" : "keys (the memory)")
                               : "n/a: no norm feeds this attention";

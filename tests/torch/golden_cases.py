@@ -49,7 +49,8 @@ class Case:
         return m
 
 
-NEW_METHODS = ("admin", "rezero", "skipinit", "layerscale", "tfixup", "residual", "peri", "reordered", "lns")
+NEW_METHODS = ("admin", "rezero", "skipinit", "layerscale", "tfixup", "residual", "peri", "reordered", "lns",
+               "hybridnorm", "hybridnorm_pre")
 
 
 def build_cases():
@@ -188,6 +189,15 @@ def build_cases():
         Case("encdec_lns_swiglu", dict(ENCDEC, placement="lns", activation="swiglu"), ENCDEC_BST),
         Case("train_gpt_reordered_swiglu", dict(SMALL, placement="reordered", norm="rmsnorm", activation="swiglu"),
              SMALL_BT, kind="train", train=TRAIN_CFG),
+        # QK-norm: OLMo 2 (its order, q and k normalized over the whole projection, GQA), per head with the
+        # values in an encoder with padding; HybridNorm (QKV-norm per head, Post-LN FFN) trained, HybridNorm*
+        Case("gpt_olmo2_qknorm_whole", dict(SMALL, placement="reordered", norm="rmsnorm", activation="swiglu",
+             bias="none", positions="rope", n_kv_heads=2, qk_norm="whole"), SMALL_BT),
+        Case("encoder_qkvnorm_heads_pad", dict(SMALL, arch="encoder", placement="pre", qk_norm="heads", v_norm=True),
+             SMALL_BT, pad=True),
+        Case("train_gpt_hybridnorm", dict(SMALL, placement="hybridnorm", norm="rmsnorm", positions="rope"), SMALL_BT,
+             kind="train", train=TRAIN_CFG),
+        Case("gpt_hybridnorm_star_dyt", dict(SMALL, placement="hybridnorm*", norm="dyt", qk_norm="whole"), SMALL_BT),
         Case("train_gpt_residual", dict(SMALL, placement="residual"), SMALL_BT, kind="train", train=TRAIN_CFG),
         Case("train_encdec_residual", dict(ENCDEC, placement="residual"), ENCDEC_BST, kind="train", train=TRAIN_CFG),
         # Admin's profile: both chains (the decoder's after a pre layer), from the trainer's own init

@@ -32,8 +32,11 @@ EOS_TOKEN = 257      # encdec: the last label
 #                   (Peri-LN; gpt and encoder only), as if embed_norm were set.
 # lns:              ln_in's output times 1/sqrt(l), l = 1..L the layer's depth in its stack (LayerNorm
 #                   Scaling, Sun et al. 2025).
-Method = namedtuple("Method", "in_norm branch_norm out_norm shortcut branch final dual embed lns",
-                    defaults=(False, False, False))
+# ffn:              the feed-forward sub-layer's (in_norm, branch_norm, out_norm) when they differ from
+#                   the attention's (HybridNorm: Post-LN around the FFN only).
+# qkv:              the self-attention normalizes q, k and v (QKV-norm; per head unless qk_norm = whole).
+Method = namedtuple("Method", "in_norm branch_norm out_norm shortcut branch final dual embed lns ffn qkv",
+                    defaults=(False, False, False, None, False))
 
 METHODS = OrderedDict([
     ("post",       Method(False, False, True,  "one",      "one",    False)),   # Vaswani et al. 2017
@@ -51,8 +54,22 @@ METHODS = OrderedDict([
     ("peri",       Method(True,  True,  False, "one",      "one",    True, embed=True)),  # Peri-LN (Kim et al. 2025)
     ("reordered",  Method(False, True,  False, "one",      "one",    True)),    # OLMo 2's order (no QK-norm)
     ("lns",        Method(True,  False, False, "one",      "one",    True, lns=True)),    # LayerNorm Scaling
+    ("hybridnorm", Method(False, False, False, "one",      "one",    True, ffn=(False, False, True), qkv=True)),
+    ("hybridnorm_pre", Method(True, False, False, "one",   "one",    True, ffn=(False, False, True), qkv=True)),
 ])
 PLACEMENTS = tuple(METHODS)
+def sites(method, kind):
+    """(in_norm, branch_norm, out_norm) of a sub-layer of kind attn / cross / mlp in a layer of `method`."""
+    m = METHODS[method]
+    return m.ffn if kind == "mlp" and m.ffn else (m.in_norm, m.branch_norm, m.out_norm)
+
+
+def qk_norm_of(config, method):
+    """The QK-norm layout of a layer's self-attention (none / heads / whole) and whether v is normalized."""
+    qk = config["qk_norm"] if config["qk_norm"] != "none" else "heads" if METHODS[method].qkv else "none"
+    return qk, qk != "none" and (config["v_norm"] or METHODS[method].qkv)
+
+
 IN_NORM = tuple(m for m, d in METHODS.items() if d.in_norm)            # ln_in before the branch
 BRANCH_NORM = tuple(m for m, d in METHODS.items() if d.branch_norm)    # ln_branch on the branch output
 OUT_NORM = tuple(m for m, d in METHODS.items() if d.out_norm)          # ln_out after the residual sum
@@ -91,6 +108,8 @@ DEFAULTS = {
     "positions": "learned",  # learned (wpe) | rope (rotary q, k in self-attention) | none
     "rope_base": 10000.0,
     "rope_fraction": 1.0,    # share of each head's dimensions rotated: R = 2 floor(f HS / 2)
+    "qk_norm": "none",       # none | heads (a gain of HS shared by the heads) | whole (of the projection's width)
+    "v_norm": False,         # the values too (QKV-norm)
     "type_vocab": 0,       # token-type embedding rows (0: none)
     "embed_norm": False,   # a norm of the embedding sum (BERT)
     "head": "tied",        # tied | mlm (dense + act + norm + tied decoder + bias) | none
@@ -128,6 +147,11 @@ def normalize_config(cfg, strict=True):
         raise ValueError(f"norm must be layernorm, rmsnorm, dyt or derf, got {c['norm']!r}")
     if c["positions"] not in ("learned", "rope", "none"):
         raise ValueError(f"positions must be learned, rope or none, got {c['positions']!r}")
+    if c["qk_norm"] not in ("none", "heads", "whole"):
+        raise ValueError(f"qk_norm must be none, heads or whole, got {c['qk_norm']!r}")
+    c["v_norm"] = bool(c["v_norm"])
+    if c["v_norm"] and c["qk_norm"] == "none":
+        raise ValueError("v_norm needs qk_norm")
     if c["bias"] not in ("all", "qkv", "none"):
         raise ValueError(f"bias must be all, qkv or none, got {c['bias']!r}")
     if c["activation"] not in ACTIVATIONS:
@@ -169,6 +193,8 @@ def normalize_config(cfg, strict=True):
             raise ValueError("encdec needs n_layers >= 1 and dec_layers >= 1")
         n_total = L + c["dec_layers"]
     p = c["placement"]
+    if p == "hybridnorm*":   # HybridNorm*: Pre-LN attention in the first layer
+        p = ["hybridnorm_pre"] + ["hybridnorm"] * (n_total - 1)
     placement = [p] * n_total if isinstance(p, str) else list(p)
     if len(placement) != n_total:
         what = "n_layers + dec_layers" if encdec else "n_layers"
@@ -179,6 +205,8 @@ def normalize_config(cfg, strict=True):
     c["placement"] = placement
     if encdec and any(METHODS[q].embed for q in placement):
         raise ValueError("encdec has no embedding norm, which peri needs")
+    if encdec and (c["qk_norm"] != "none" or any(METHODS[q].qkv for q in placement)):
+        raise ValueError("encdec has no QK-norm")
     # ResiDual's second stream spans a whole stack: a stack is all "residual" or has none
     spans = [placement[:L], placement[L:]] if encdec else [placement]
     for span in spans:

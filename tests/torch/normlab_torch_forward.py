@@ -12,7 +12,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from normlab_torch_config import IGNORE_INDEX, METHODS, has_embed_norm, normalize_config, stack_of, stacks, sublayer_kinds
+from normlab_torch_config import (IGNORE_INDEX, METHODS, has_embed_norm, normalize_config, qk_norm_of, sites, stack_of,
+                                  stacks, sublayer_kinds)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -130,6 +131,17 @@ def attention(config, params, prefix, h, key_mask=None, causal=None):
     NH, KVH = config["n_heads"], config["n_kv_heads"]
     W = KVH * (C // NH)                     # grouped-query: KVH key-value heads, NH / KVH queries each
     q, k, v = qkv[..., 0:C], qkv[..., C:C + W], qkv[..., C + W:C + 2 * W]
+    st = stack_of(config, prefix)
+    qk, vn = qk_norm_of(config, st.methods[int(prefix.split(".")[-2])])
+    if qk != "none":   # QK-norm before RoPE: per head (rows of HS) or over the whole projection
+        def qk_norm(t, name):
+            if qk == "whole":
+                return norm(config, params, f"{prefix}.{name}", t)
+            shape = t.shape
+            return norm(config, params, f"{prefix}.{name}", t.reshape(*shape[:-1], -1, C // NH)).reshape(shape)
+        q, k = qk_norm(q, "q_norm"), qk_norm(k, "k_norm")
+        if vn:
+            v = qk_norm(v, "v_norm")
     if config.get("positions", "learned") == "rope":
         q, k = rope(config, q), rope(config, k, KVH)
     if KVH != NH:   # every query head gets a copy of its group's key and value head
@@ -192,14 +204,14 @@ def sublayer_parts(config, params, prefix, method, branch, x, key_mask=None, sta
     """One residual sub-layer (MODEL.md, "Methods"). Returns (x', f, omega, g) with f = F(h) the branch
     output, omega the shortcut scale (a number or Admin's (C) tensor) and g = ln_branch(f) (or f), what
     a second stream adds (before the branch scale lambda, which only r applies)."""
-    m = METHODS[method]
+    in_norm, branch_norm, out_norm = sites(method, prefix.rsplit(".", 1)[-1])
     omega = shortcut_scale(config, params, prefix, method, stack)
     lam = branch_scale(params, prefix, method)
-    h = norm(config, params, prefix + ".ln_in", x) * input_scale(prefix, method) if m.in_norm else x
+    h = norm(config, params, prefix + ".ln_in", x) * input_scale(prefix, method) if in_norm else x
     f = branch(config, params, prefix, h, key_mask)
-    g = norm(config, params, prefix + ".ln_branch", f) if m.branch_norm else f
+    g = norm(config, params, prefix + ".ln_branch", f) if branch_norm else f
     r = omega * x + lam * g
-    out = norm(config, params, prefix + ".ln_out", r) if m.out_norm else r
+    out = norm(config, params, prefix + ".ln_out", r) if out_norm else r
     return out, f, omega, g
 
 

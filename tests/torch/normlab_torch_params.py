@@ -11,7 +11,8 @@ from collections import OrderedDict, namedtuple
 
 import torch
 
-from normlab_torch_config import GATED, METHODS, has_embed_norm, normalize_config, stacks, sublayer_kinds
+from normlab_torch_config import (GATED, METHODS, has_embed_norm, normalize_config, qk_norm_of, sites, stacks,
+                                  sublayer_kinds)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -26,8 +27,8 @@ from normlab_torch_config import GATED, METHODS, has_embed_norm, normalize_confi
 ParamSpec = namedtuple("ParamSpec", "name shape role stack matrix blocks method", defaults=(None,))
 
 
-def _norm_table(config, prefix, stack, method=None):
-    C = config["d_model"]
+def _norm_table(config, prefix, stack, method=None, width=None):
+    C = width or config["d_model"]
     t = [ParamSpec(prefix + ".weight", (C,), "norm_weight", stack, None, None, method)]
     if config["norm"] in ("layernorm", "dyt", "derf"):
         t.append(ParamSpec(prefix + ".bias", (C,), "norm_bias", stack, None, None, method))
@@ -69,12 +70,18 @@ def param_table(config):
             lp = f"{st.prefix}.{l}"
             for kind in sublayer_kinds(c, st):
                 pre = f"{lp}.{kind}"
-                if m.in_norm:
+                in_norm, branch_norm, out_norm = sites(method, kind)
+                if in_norm:
                     t += _norm_table(c, pre + ".ln_in", st.name, method)
                 if kind == "attn":
                     W = c["n_kv_heads"] * (C // c["n_heads"])   # the key and value projections' rows
                     t += _linear_table(pre + ".qkv", C + 2 * W, C, st.name, "attn.qkv",
                                        [("q", 0, C), ("k", C, C + W), ("v", C + W, C + 2 * W)], method, qb)
+                    qk, v = qk_norm_of(c, method)   # QK-norm: a gain per head (HS) or per projection
+                    if qk != "none":
+                        HS = C // c["n_heads"]
+                        for part, width in (("q", C), ("k", W), ("v", W))[:3 if v else 2]:
+                            t += _norm_table(c, f"{pre}.{part}_norm", st.name, method, HS if qk == "heads" else width)
                     t += _linear_table(pre + ".proj", C, C, st.name, "attn.proj", None, method, ob)
                 elif kind == "cross":
                     t += _linear_table(pre + ".q", C, C, st.name, "cross.q", [("q", 0, C)], method, qb)
@@ -88,9 +95,9 @@ def param_table(config):
                     else:
                         t += _linear_table(pre + ".fc", Fd, C, st.name, "mlp.fc", None, method, ob)
                     t += _linear_table(pre + ".proj", C, Fd, st.name, "mlp.proj", None, method, ob)
-                if m.branch_norm:
+                if branch_norm:
                     t += _norm_table(c, pre + ".ln_branch", st.name, method)
-                if m.out_norm:
+                if out_norm:
                     t += _norm_table(c, pre + ".ln_out", st.name, method)
                 if m.shortcut == "omega":
                     t.append(ParamSpec(pre + ".omega", (C,), "omega", st.name, None, None, method))
@@ -116,7 +123,8 @@ def param_specs(config):
 
 
 def is_norm_param(name):
-    return any(f".{k}." in "." + name for k in ("ln_in", "ln_branch", "ln_out", "ln_f", "ln_emb", "ln"))
+    return any(f".{k}." in "." + name
+               for k in ("ln_in", "ln_branch", "ln_out", "ln_f", "ln_emb", "ln", "q_norm", "k_norm", "v_norm"))
 
 
 # --------------------------------------------------------------------------------------------------
