@@ -6,14 +6,23 @@
 # OPENBLAS_CORETYPE=Haswell (it picks its kernels when it loads), so what an AVX2-only machine runs
 # stays tested on an AVX-512 machine. On an AVX2-only CPU the first pass already ran the AVX2 paths,
 # so the second would repeat it exactly; it is skipped and the script says so.
+#
+# ctest runs two tests at once (-j 2, the machine's 2 cores: most tests are one thread, Python or a
+# browser, and the longest ones are split so that two overlap); OMP_WAIT_POLICY=PASSIVE makes an
+# OpenMP thread that waits yield its core instead of spinning on it, so two tests that both use two
+# threads share the cores instead of stalling each other. The pretrained models the tests read are
+# fetched into the cache first (once; scripts/fetch_model.sh), not by two tests racing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
+for model in all-MiniLM-L6-v2 SmolLM2-135M-Instruct; do bash scripts/fetch_model.sh "$model" > /dev/null; done
 cd build
-ctest --output-on-failure --timeout 1500 -j 1 "$@"
+export OMP_WAIT_POLICY=PASSIVE
+jobs=${NORMLAB_TEST_JOBS:-2}
+ctest --output-on-failure --timeout 1500 -j "$jobs" "$@"
 # normlab's own detection decides (the line "kernels: avx512 (...)" of --version), not a second rule here
 if NORMLAB_ISA= ./normlab --version | grep -q '^kernels: avx512'; then
-  NORMLAB_ISA=avx2 OPENBLAS_CORETYPE=Haswell ctest --output-on-failure --timeout 1500 -j 1 -L kernels "$@"
+  NORMLAB_ISA=avx2 OPENBLAS_CORETYPE=Haswell ctest --output-on-failure --timeout 1500 -j "$jobs" -L kernels "$@"
 else
   echo "test.sh: this CPU has no AVX-512, so the first pass ran the AVX2 kernels; no second pass"
 fi

@@ -92,6 +92,54 @@ expect_error "ResiDual" -- analyze dynamics "${small[@]}" --set model.placement=
 "$NL" init "${small[@]}" --set model.placement=post --out post.safetensors >/dev/null
 expect_error "not exactly a GPT-2" -- export --checkpoint post.safetensors --hf out_hf
 [[ ! -e out_hf ]] || { echo "FAIL: a refused export created its directory"; fail=$((fail + 1)); }
+# issue 27, class 1: a model directory's files are replaced together or not at all. A config.json that
+# cannot be replaced (here a directory) must leave the old weights in place, not a new model with an
+# old config; shards and their index, which an export would not replace (and transformers would load
+# instead of it), are refused even with --force.
+"$NL" init "${small[@]}" --out pre.safetensors >/dev/null
+"$NL" init "${small[@]}" --set model.seed=7 --out pre7.safetensors >/dev/null
+"$NL" export --checkpoint pre.safetensors --hf hf_a >/dev/null 2>&1 || { echo "FAIL: export of a GPT-2"; fail=$((fail + 1)); }
+rm -f hf_a/config.json && mkdir hf_a/config.json
+weights_before=$(md5sum < hf_a/model.safetensors)
+expect_error "not a regular file" -- export --checkpoint pre7.safetensors --hf hf_a --force
+check "[[ \"\$(md5sum < hf_a/model.safetensors)\" == \"$weights_before\" ]]" "a failed export replaced model.safetensors (a new model beside the old config)"
+check "[[ -z \"\$(ls -A hf_a | grep -v -x -e model.safetensors -e config.json)\" ]]" "a failed export left files behind in the directory"
+mkdir hf_b && cp hf_a/model.safetensors hf_b/model-00001-of-00002.safetensors && echo '{}' > hf_b/model.safetensors.index.json
+expect_error "weights this export would not replace" -- export --checkpoint pre.safetensors --hf hf_b --force
+rmdir hf_a/config.json
+"$NL" export --checkpoint pre7.safetensors --hf hf_a --force >/dev/null 2>&1
+check "[[ \"\$(md5sum < hf_a/model.safetensors)\" != \"$weights_before\" && -s hf_a/config.json && -z \"\$(ls -A hf_a | grep -v -x -e model.safetensors -e config.json)\" ]]" \
+  "export --force over a directory did not replace both files cleanly"
+# issue 27, class 5: one rule for text: invalid UTF-8 is refused wherever text enters, a byte model's
+# --text and --text-file included; class 6: a text file far larger than the model can read is refused
+# by its size before it is read (a sparse 2 GB file: instant), naming both sizes
+printf 'caf\xe9' > latin1.txt
+expect_error "--text: invalid UTF-8 at byte offset 3" -- analyze attention --checkpoint model.safetensors --text $'caf\xe9'
+expect_error "--text-file 'latin1.txt': invalid UTF-8 at byte offset 3" -- analyze attention --checkpoint model.safetensors --text-file latin1.txt
+expect_error "--prompt: invalid UTF-8" -- sample --checkpoint model.safetensors --prompt $'caf\xe9' --max-new 1
+truncate -s 2G huge.txt
+expect_error "2147483648 bytes, more than the 8 bytes" -- analyze attention --checkpoint model.safetensors --text-file huge.txt
+rm -f huge.txt
+# issue 27, class 4: every error names the file. A checkpoint whose config implies more parameters than
+# normlab builds; the Bible cache's info.json without its counts (a copy of the cache, in NORMLAB_CACHE)
+python3 - big.safetensors <<'PY'
+import json, struct, sys
+config = {"d_model": 65536, "n_heads": 64, "n_layers": 4000, "seq_len": 8}
+header = json.dumps({"__metadata__": {"config": json.dumps(config)}}).encode()
+header += b" " * ((8 - len(header) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(header)) + header)
+PY
+expect_error "big.safetensors" -- analyze jacobian --checkpoint big.safetensors
+real_cache=${NORMLAB_CACHE:-$HOME/.cache/normlab}
+if [[ -f "$real_cache/bible/es-en/info.json" ]]; then
+  mkdir -p cache_copy && cp -r "$real_cache/bible" cache_copy/
+  python3 -c "
+import json, sys
+p = 'cache_copy/bible/es-en/info.json'
+j = json.load(open(p)); del j['counts']; json.dump(j, open(p, 'w'))"
+  err=$(NORMLAB_CACHE=$PWD/cache_copy timeout 120 "$NL" corpus bible 2>&1 >/dev/null)
+  check "[[ \"\$err\" == *'es-en/info.json'* ]]" "a damaged Bible cache info.json: the error does not name the file: $err"
+fi
 
 # theory options out of range
 expect_error "--seeds 0 and --trained-seeds 3 must be in [1, 100]" -- theory --seeds 0

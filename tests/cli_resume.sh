@@ -77,6 +77,40 @@ expect_error "model.d_model: checkpoint 32, now 48" -- train --resume int --set 
 expect_error "--force replaces it" -- train --resume int --force
 check "[[ \"\$(md5sum int/metrics.jsonl int/checkpoint.safetensors int/config.json)\" == \"\$before\" ]]" \
   "a refused resume changed the run"
+# issue 27, class 2: a resume refused for what it reads (a NaN weight; a NaN AdamW moment, named) writes
+# nothing: the run's config.json and metrics.jsonl (whose summary follows the last checkpoint) stay
+poison() {  # run-dir tensor-name-prefix: a NaN into the first tensor with that prefix, in every checkpoint file
+  find "$1" -name '*.safetensors' | while read -r f; do
+    python3 - "$f" "$2" <<'PY'
+import json, struct, sys
+path, prefix = sys.argv[1], sys.argv[2]
+data = bytearray(open(path, 'rb').read())
+n = struct.unpack('<Q', data[:8])[0]
+header = json.loads(data[8:8 + n])
+name = sorted(k for k in header if k.startswith(prefix))[0]
+begin = 8 + n + header[name]['data_offsets'][0]
+data[begin:begin + 4] = struct.pack('<f', float('nan'))
+open(path, 'wb').write(bytes(data))
+PY
+  done
+}
+for what in "wte.weight" "optimizer.v."; do
+  rm -rf poisoned && cp -r int poisoned && poison poisoned "$what"
+  before=$(md5sum poisoned/metrics.jsonl poisoned/config.json)
+  expect_error "non-finite" -- train --resume poisoned --set train.steps=420
+  check "[[ \"\$(md5sum poisoned/metrics.jsonl poisoned/config.json)\" == \"\$before\" ]]" \
+    "a resume refused for a NaN in $what changed the run's config.json or metrics.jsonl"
+done
+# class 3: a newer step checkpoint of another model in a run's checkpoints/ is refused, naming the file
+# and the difference, and nothing changes
+"$NL" train --set model.d_model=48 --set model.n_heads=2 --set model.n_layers=1 --set model.seq_len=32 \
+  --set train.steps=5 --set train.checkpoint_every=5 --set train.out_dir=stranger -q > /dev/null 2>&1
+rm -rf adopted && cp -r int adopted && cp stranger/checkpoints/step-000000005.safetensors adopted/checkpoints/step-000000999.safetensors
+before=$(md5sum adopted/metrics.jsonl adopted/config.json adopted/checkpoints/*)
+expect_error "its newest checkpoint adopted/checkpoints/step-000000999.safetensors is not of this run" -- train --resume adopted
+expect_error "model.d_model: checkpoint 48, now 32" -- train --resume adopted
+check "[[ \"\$(md5sum adopted/metrics.jsonl adopted/config.json adopted/checkpoints/*)\" == \"\$before\" ]]" \
+  "a resume refused for another model's checkpoint changed the run"
 # raising train.steps trains on; the summary covers the whole run
 "$NL" train --resume int --set train.steps=410 -q > more.txt 2>&1
 rc=$?

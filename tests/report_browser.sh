@@ -7,11 +7,15 @@
 # small multiples; a study with per-layer logs its heatmaps and curves; a tiny translation study the
 # encoder-decoder layout (a panel per stack and kind of attention, each drawn, layer axes with integer
 # ticks only: the page reports any other as an error). Screenshots are kept in the artifacts directory.
-# Usage: report_browser.sh path/to/normlab path/to/tests/data artifacts-dir
+# PART (default all) runs one part: tiny (the tiny study, the broken copies and the main screenshot),
+# translation, twelve, layers or pretrained; ctest runs the five as separate tests, so two run at once.
+# Usage: report_browser.sh path/to/normlab path/to/tests/data artifacts-dir [PART]
 set -uo pipefail
 NL=$(realpath "$1")
 DATA=$(realpath "$2")
 ART=$(mkdir -p "$3" && realpath "$3")
+PART=${4:-all}
+part() { [[ $PART == all || $PART == "$1" ]]; }
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 cd "$W"
@@ -20,7 +24,6 @@ flags=(--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-b
        --disable-extensions --disable-sync --no-first-run --user-data-dir="$W/profile"
        --virtual-time-budget=10000 --enable-logging=stderr --v=0)
 
-"$NL" compare --config "$DATA/tiny_study.toml" --out tiny > compare.txt 2>&1 || { echo "FAIL: compare: $(tail compare.txt)"; exit 1; }
 
 # check_report FILE [MIN_CHARTS [MIN_HEATMAPS MIN_LAYER_CURVES]]: 0 when every chart was drawn and the
 # console stayed silent (and, given, at least that many per-layer heatmaps and per-layer curve charts)
@@ -54,9 +57,22 @@ PY
 }
 
 fail=0
+if part tiny; then
+"$NL" compare --config "$DATA/tiny_study.toml" --out tiny > compare.txt 2>&1 || { echo "FAIL: compare: $(tail compare.txt)"; exit 1; }
 if check_report "$W/tiny/report.html"; then echo "ok: report of the tiny study"; else echo "FAIL: report of the tiny study"; fail=1; fi
+# the checks must catch a broken page: a chart that throws, and a page script that dies
+sed 's/new Chart(canvas, config)/new Chart(canvas, Object.assign(config, {type: "nosuchtype"}))/' tiny/report.html > broken_chart.html
+if check_report "$W/broken_chart.html" > /dev/null; then echo "FAIL: a report whose charts throw passed"; fail=1; else echo "ok: a broken chart is caught"; fi
+sed 's/const runs = data.runs;/const runs = data.nosuch.runs;/' tiny/report.html > broken_script.html
+if check_report "$W/broken_script.html" > /dev/null; then echo "FAIL: a report whose script dies passed"; fail=1; else echo "ok: a dead script is caught"; fi
+timeout 120 "$CHROMIUM" "${flags[@]}" --hide-scrollbars --window-size=1280,4200 --screenshot="$ART/report.png" \
+  "file://$W/tiny/report.html" 2> /dev/null
+cp tiny/report.html "$ART/report.html"
+if [[ -s "$ART/report.png" ]]; then echo "screenshot: $ART/report.png"; else echo "FAIL: no screenshot"; fail=1; fi
+fi
 
 # a tiny translation study: the encoder-decoder instruments, per stack
+if part translation; then
 mkdir corpus
 perl -e '
   my @w = qw(sun moon star sea fire);
@@ -89,19 +105,16 @@ else
   echo "FAIL: compare tiny translation study: $(tail -3 comparet.txt)"; fail=1
 fi
 
-# the checks must catch a broken page: a chart that throws, and a page script that dies
-sed 's/new Chart(canvas, config)/new Chart(canvas, Object.assign(config, {type: "nosuchtype"}))/' tiny/report.html > broken_chart.html
-if check_report "$W/broken_chart.html" > /dev/null; then echo "FAIL: a report whose charts throw passed"; fail=1; else echo "ok: a broken chart is caught"; fi
-sed 's/const runs = data.runs;/const runs = data.nosuch.runs;/' tiny/report.html > broken_script.html
-if check_report "$W/broken_script.html" > /dev/null; then echo "FAIL: a report whose script dies passed"; fail=1; else echo "ok: a dead script is caught"; fi
 if [[ -s tinyt/report.html ]]; then  # a layer axis that ticks between layers (Chart.js's default ticks)
   sed 's/ticks: {stepSize: 1, precision: 0, /ticks: {/' tinyt/report.html > broken_ticks.html
   if check_report "$W/broken_ticks.html" 22 > /dev/null; then echo "FAIL: a layer axis with ticks between layers passed"; fail=1; else echo "ok: ticks between layers are caught"; fi
+fi
 fi
 
 # a 12-run study (3 placements x 2 learning rates x 2 seeds): the layout a grid over seeds and
 # learning rates needs must be there: the answer in three sentences, the learning-rate curve, seed
 # bands, small multiples; screenshots of its sections are kept for a human look
+if part twelve; then
 "$NL" compare --config "$DATA/twelve_study.toml" --out twelve > twelve.txt 2>&1 || { echo "FAIL: compare twelve: $(tail -3 twelve.txt)"; fail=1; }
 if check_report "$W/twelve/report.html"; then echo "ok: report of the 12-run study"; else echo "FAIL: report of the 12-run study"; fail=1; fi
 python3 - dom.html <<'PY' || fail=1
@@ -135,11 +148,13 @@ for part in 0 1900 3300; do
     "file://$W/shot.html" 2> /dev/null
 done
 cp twelve/report.html "$ART/report_twelve.html"
+fi
 
 # per-layer logs during training: 3 placements x 2 seeds; panels for the first seed of each placement.
 # Quantities with data: grad, update, stream, branch ratio, ln_in (pre, sandwich), ln_branch (sandwich),
 # ln_out (post), entropy: 8 heatmap cards, a panel per placement that has the site (19), 8 curve charts,
 # the model update.
+if part layers; then
 "$NL" compare --config "$DATA/layers_study.toml" --out layers > layers.txt 2>&1 || { echo "FAIL: compare layers: $(tail layers.txt)"; fail=1; }
 if check_report "$W/layers/report.html" 12 19 8; then echo "ok: report of the per-layer study"; else echo "FAIL: report of the per-layer study"; fail=1; fi
 # a heatmap that paints no cells must be caught
@@ -148,9 +163,12 @@ if check_report "$W/broken_heatmap.html" 12 19 8 > /dev/null; then echo "FAIL: a
 timeout 120 "$CHROMIUM" "${flags[@]}" --hide-scrollbars --window-size=1280,5200 --screenshot="$ART/report_layers.png" \
   "file://$W/layers/report.html" 2> /dev/null
 cp layers/report.html "$ART/report_layers.html"
+fi
 
 # the pretrained study: the real all-MiniLM-L6-v2 (fetched once into the cache) beside a fresh model
-if "$NL" compare --study pretrained --out pretrained > pretrained.txt 2>&1; then
+if ! part pretrained; then
+  :
+elif "$NL" compare --study pretrained --out pretrained > pretrained.txt 2>&1; then
   if check_report "$W/pretrained/report.html" 7; then echo "ok: report of the pretrained study"; else echo "FAIL: report of the pretrained study"; fail=1; fi
   timeout 120 "$CHROMIUM" "${flags[@]}" --hide-scrollbars --window-size=1280,3600 --screenshot="$ART/report_pretrained.png" \
     "file://$W/pretrained/report.html" 2> /dev/null
@@ -159,8 +177,4 @@ else
   echo "FAIL: compare --study pretrained: $(tail -3 pretrained.txt)"; fail=1
 fi
 
-timeout 120 "$CHROMIUM" "${flags[@]}" --hide-scrollbars --window-size=1280,4200 --screenshot="$ART/report.png" \
-  "file://$W/tiny/report.html" 2> /dev/null
-cp tiny/report.html "$ART/report.html"
-if [[ -s "$ART/report.png" ]]; then echo "screenshot: $ART/report.png"; else echo "FAIL: no screenshot"; fail=1; fi
 exit $fail

@@ -16,6 +16,7 @@
 #include "analysis/updates.h"
 #include "io/gguf.h"
 #include "io/hf.h"
+#include "io/text_input.h"
 #include "io/tokenizer.h"
 #include "model/model.h"
 #include "ops/common.h"
@@ -134,12 +135,11 @@ Input text_input(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
   const bool text = given(cmd.text_options);
   if (text && !cmd.text_file.empty()) throw Error("give --text or --text-file, not both");
   if (!cmd.tokens.empty() || cmd.random) throw Error("give one input: --text/--text-file, --tokens or --random");
-  std::string content = cmd.text, where = "--text";
-  if (!text) {
-    content = read_file(cmd.text_file, "--text-file");
-    where = fmt::format("--text-file '{}'", cmd.text_file);
-  }
   const std::string tokenizer = resolve_tokenizer(cmd, cfg, "--text");
+  const TextInput given_text = read_text_input(cmd.text, text ? "" : cmd.text_file,
+                                               max_text_bytes(cfg.seq_len, !tokenizer.empty()));
+  const std::string& content = given_text.text;
+  const std::string& where = given_text.where;
   Input in;
   std::string unit = "bytes (UTF-8)";
   if (tokenizer.empty()) {
@@ -260,14 +260,13 @@ Batch encdec_input(const AnalyzeCommand& cmd, const ModelConfig& cfg, bool all_r
     throw Error("an encoder-decoder model reads UTF-8 bytes (source + EOS, BOS + target); --tokenizer does not apply");
   if (given(cmd.text_options) && !cmd.text_file.empty())
     throw Error("give --text or --text-file, not both");
-  std::string target = cmd.text, where = "--text";
-  if (!cmd.text_file.empty()) {
-    target = read_file(cmd.text_file, "--text-file");
-    where = fmt::format("--text-file '{}'", cmd.text_file);
-  } else if (!text) {
-    where = "no target text";
-  }
-  TokenPair pair{source_ids(cmd.source_text), {}};
+  // the target: BOS + its bytes fit seq_len
+  TextInput given_target = read_text_input(cmd.text, cmd.text_file, size_t(std::max(1, cfg.seq_len - 1)));
+  if (!text && cmd.text_file.empty()) given_target.where = "no target text";
+  const std::string& target = given_target.text;
+  const std::string& where = given_target.where;
+  const TextInput source = read_text_input(cmd.source_text, "", 0, "--source-text");
+  TokenPair pair{source_ids(source.text), {}};
   for (unsigned char c : target) pair.tgt.push_back(int32_t(c));
   if (int(pair.src.size()) > cfg.seq_len)
     throw Error(fmt::format("--source-text: {} tokens ({} bytes + EOS), more than the model's seq_len {}",

@@ -12,6 +12,7 @@
 
 #include "io/gguf.h"
 #include "io/hf.h"
+#include "io/text_input.h"
 #include "io/tokenizer.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
@@ -106,6 +107,7 @@ std::string bytes_text(const std::vector<int32_t>& ids) {
 
 int run_sample(const SampleCommand& cmd) {
   if (cmd.prompt.empty()) throw Error("--prompt is empty: give some text to continue");
+  (void)read_text_input(cmd.prompt, "", 0, "--prompt");  // UTF-8, as every text
   if (cmd.max_new < 1 || cmd.max_new > 100000) throw Error(fmt::format("--max-new {} must be in [1, 100000]", cmd.max_new));
   if (!(cmd.temperature >= 0 && cmd.temperature <= 100))
     throw Error(fmt::format("--temperature {} must be in [0, 100] (0: greedy)", cmd.temperature));

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/text_input.h"
 #include "io/tokenizer.h"
 #include "io/unicode.h"
 #include "io/safetensors.h"
@@ -53,14 +54,8 @@ int run_tokenize(const TokenizeCommand& cmd) {
   const Tokenizer tok = load_tokenizer(
       cmd.tokenizer == "gpt2" ? builtin_gpt2_tokenizer_dir() : cmd.tokenizer, options);
 
-  std::string text = cmd.text;
-  std::string where = "--text";
-  if (has_file) {
-    text = read_file(cmd.text_file, "--text-file");
-    where = fmt::format("--text-file '{}'", cmd.text_file);
-  }
-  unicode::check_utf8(text, where);
-  const std::vector<int32_t> ids = tok.encode(text, !cmd.no_special);
+  const TextInput in = read_text_input(cmd.text, has_file ? cmd.text_file : "", 0);
+  const std::vector<int32_t> ids = tok.encode(in.text, !cmd.no_special);
 
   if (cmd.json) {
     nlohmann::json j;

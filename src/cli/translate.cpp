@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "io/parallel.h"
+#include "io/text_input.h"
 #include "model/decode.h"
 #include "train/checkpoint.h"
 #include "train/translation.h"
@@ -33,8 +34,10 @@ int run_translate(const TranslateCommand& cmd) {
                             cmd.checkpoint, to_string(model->config().arch)));
   if (cmd.max_len < 0 || cmd.max_len > model->config().seq_len)
     throw Error(fmt::format("--max-len {} must be in [1, {}] (the model's seq_len)", cmd.max_len, model->config().seq_len));
-  const std::vector<std::string> lines = cmd.text_file.empty() ? std::vector<std::string>{cmd.text}
-                                                               : read_text_lines(cmd.text_file);
+  // a file's lines are checked as read (read_text_lines names the line); --text as every text
+  const std::vector<std::string> lines = cmd.text_file.empty()
+                                             ? std::vector<std::string>{read_text_input(cmd.text, "", 0).text}
+                                             : read_text_lines(cmd.text_file);
   std::vector<std::vector<int32_t>> sources;
   for (const std::string& line : lines) sources.push_back(source_ids(line));
   DecodeOptions options;

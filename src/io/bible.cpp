@@ -348,9 +348,12 @@ BuildResult build_corpus(const std::string& root, bool force) {
     PairCounts counts;
     counts.name = spec.name;
     if (!force && is_up_to_date(dir, src_info, tgt_info)) {
-      const nlohmann::json j = parse_json(read_file((dir / "info.json").string(), "info"), (dir / "info.json").string());
-      counts.train = j["counts"]["train"], counts.valid = j["counts"]["valid"],
-      counts.test = j["counts"]["test"];
+      const std::string info = (dir / "info.json").string();
+      const nlohmann::json j = parse_json(read_file(info, "info"), info);
+      naming_json_errors(info, [&] {  // a library exception names the file
+        counts.train = j.at("counts").at("train"), counts.valid = j.at("counts").at("valid"),
+        counts.test = j.at("counts").at("test");
+      });
       result.pairs.push_back(counts);
       continue;
     }

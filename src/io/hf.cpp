@@ -298,18 +298,45 @@ static const char* hf_activation(Activation a) {
   return "?";
 }
 
+static std::string write_gpt2_or_bert(const StagedFiles& out, const Model<float>& model);
+
 std::string write_model_dir(const std::string& dir, const Model<float>& model, bool overwrite) {
   const ModelConfig& c = model.config();
   if (auto why = export_refusal(c)) throw Error(fmt::format("cannot export to Hugging Face: {}", *why));
   const fs::path d(dir);
   std::error_code ec;
   if (fs::exists(d) && !fs::is_directory(d)) throw Error(fmt::format("{}: exists and is not a directory", dir));
-  for (const char* f : {"config.json", "model.safetensors", "model.safetensors.index.json"})
+  for (const char* f : {"config.json", "model.safetensors"})
     if (!overwrite && fs::exists(d / f))
       throw Error(fmt::format("{}: already holds {}; pass --force to replace it", dir, f));
-  fs::create_directories(d, ec);
-  if (ec) throw Error(fmt::format("{}: cannot create the directory ({})", dir, ec.message()));
-  if (llama_target(c)) return write_llama(d, model, overwrite);
+  // weights this export would not replace outlive it, and transformers would load them (or their
+  // index) instead of the new model: refused, even with --force
+  if (fs::is_directory(d))
+    for (const auto& entry : fs::directory_iterator(d, ec)) {
+      const std::string name = entry.path().filename().string();
+      const bool shard = name.rfind("model-", 0) == 0 && name.ends_with(".safetensors");
+      const bool other = name == "model.safetensors.index.json" || name.rfind("pytorch_model", 0) == 0 ||
+                         name == "tf_model.h5" || name == "flax_model.msgpack";
+      if (shard || other)
+        throw Error(fmt::format("{}: holds {}, weights this export would not replace (transformers would load "
+                                "them instead of the new model); remove them or export to a new directory",
+                                dir, name));
+    }
+  // the weights and the config replace the old ones together or not at all
+  StagedFiles out(dir, {"model.safetensors", "config.json"});
+  std::string written;
+  if (llama_target(c)) {
+    written = write_llama(out, model);
+  } else {
+    written = write_gpt2_or_bert(out, model);
+  }
+  out.commit();
+  return written;
+}
+
+// The GPT-2 (gpt, pre-LN) or BERT (encoder, post-LN) files of a model export_refusal accepted.
+static std::string write_gpt2_or_bert(const StagedFiles& out, const Model<float>& model) {
+  const ModelConfig& c = model.config();
 
   const ParamTable& table = model.table();
   auto param = [&](const std::string& name) {
@@ -378,8 +405,8 @@ std::string write_model_dir(const std::string& dir, const Model<float>& model, b
               {"tie_word_embeddings", true}, {"pad_token_id", 0}};
   }
   config["normlab_config"] = model_config_to_json(c);
-  st::write((d / "model.safetensors").string(), views, {{"format", "pt"}}, overwrite);
-  write_file_atomic((d / "config.json").string(), dump_json(config, 2) + "\n");
+  st::write(out.path("model.safetensors"), views, {{"format", "pt"}}, false);
+  write_file_atomic(out.path("config.json"), dump_json(config, 2) + "\n", false);
   return arch;
 }
 

@@ -125,7 +125,7 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   return "this model is not exactly a Llama-family model: " + out;
 }
 
-std::string write_llama(const fs::path& dir, const Model<float>& model, bool overwrite) {
+std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   const ModelConfig& c = model.config();
   const bool qwen2 = c.bias == LinearBias::Qkv;  // Qwen2 is Llama with q, k, v biases
   const std::string arch = qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
@@ -157,8 +157,8 @@ std::string write_llama(const fs::path& dir, const Model<float>& model, bool ove
     config["use_sliding_window"] = false;
   }
   config["normlab_config"] = model_config_to_json(c);
-  st::write((dir / "model.safetensors").string(), views, {{"format", "pt"}}, overwrite);
-  write_file_atomic((dir / "config.json").string(), dump_json(config, 2) + "\n");
+  st::write(out.path("model.safetensors"), views, {{"format", "pt"}}, false);
+  write_file_atomic(out.path("config.json"), dump_json(config, 2) + "\n", false);
   return arch;
 }
 

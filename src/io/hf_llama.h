@@ -3,6 +3,8 @@
 // and a normlab model that is exactly one of them out. The mapping is in docs/MODEL.md.
 #pragma once
 
+#include "util/files.h"
+
 #include <optional>
 #include <string>
 
@@ -14,8 +16,8 @@ namespace normlab::hf {
 Imported import_llama(const detail::ConfigReader& r, const detail::WeightFiles* weights, const detail::fs::path& dir);
 // Why a normlab config is not exactly a Llama-family model (nullopt: it is).
 std::optional<std::string> llama_export_refusal(const ModelConfig& c);
-// Writes config.json and model.safetensors into an existing directory; returns the architecture
+// Writes config.json and model.safetensors into the stage `out` (hf.cpp commits it); returns the architecture
 // (Qwen2ForCausalLM for q, k, v biases only, else LlamaForCausalLM).
-std::string write_llama(const detail::fs::path& dir, const Model<float>& model, bool overwrite);
+std::string write_llama(const StagedFiles& out, const Model<float>& model);
 
 }  // namespace normlab::hf

@@ -346,7 +346,7 @@ ModelConfig model_config_from_text(std::string_view text, const std::string& whe
 ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string& where) {
   std::vector<std::string> errors;
   ModelConfig cfg = model_config_from_json(obj, where, errors);
-  if (!errors.empty()) throw Error(join_errors("invalid model config", errors));
+  if (!errors.empty()) throw Error(join_errors(fmt::format("invalid model config ({})", where), errors));
   return cfg;
 }
 

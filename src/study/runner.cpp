@@ -525,8 +525,10 @@ int run_study(const Study& study, const CompareOptions& options) {
     fmt::print("[theory] the claims of the source documents, on fresh and on trained models (normlab theory)\n");
     std::fflush(stdout);
     const auto t0 = Clock::now();
-    results["theory"] = analysis::to_json(
-        analysis::run_theory_fresh_and_trained(analysis::TheoryOptions{}, analysis::kTheoryTrainedSteps));
+    analysis::TheoryOptions options;
+    options.seeds = study.theory_seeds;
+    options.trained_seeds = study.theory_trained_seeds;
+    results["theory"] = analysis::to_json(analysis::run_theory_fresh_and_trained(options, study.theory_steps));
     results["theory_seconds"] = seconds_since(t0);
     progress.theory_done();
   }

@@ -131,11 +131,21 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
   read_setting(settings, "instruments", s.instruments, where);
   read_setting(settings, "theory", s.theory, where);
   read_setting(settings, "probe_seq_len", s.probe_seq_len, where);
+  read_setting(settings, "theory_seeds", s.theory_seeds, where);
+  read_setting(settings, "theory_trained_seeds", s.theory_trained_seeds, where);
+  read_setting(settings, "theory_steps", s.theory_steps, where);
   if (!settings.empty())
     throw Error(fmt::format("{}: unknown [study] key '{}' (known: name, title, description, loss_target, "
-                            "instruments, theory, probe_seq_len){}", where, settings.begin().key(),
-                            did_you_mean(settings.begin().key(), {"name", "title", "description", "loss_target",
-                                                                  "instruments", "theory", "probe_seq_len"})));
+                            "instruments, theory, theory_seeds, theory_trained_seeds, theory_steps, probe_seq_len){}",
+                            where, settings.begin().key(),
+                            did_you_mean(settings.begin().key(),
+                                         {"name", "title", "description", "loss_target", "instruments", "theory",
+                                          "theory_seeds", "theory_trained_seeds", "theory_steps", "probe_seq_len"})));
+  if (s.theory_seeds < 1 || s.theory_seeds > 100 || s.theory_trained_seeds < 1 || s.theory_trained_seeds > 100)
+    throw Error(fmt::format("{}: study.theory_seeds = {} and study.theory_trained_seeds = {} must be in [1, 100]", where,
+                            s.theory_seeds, s.theory_trained_seeds));
+  if (s.theory_steps < 0 || s.theory_steps > 1000000)
+    throw Error(fmt::format("{}: study.theory_steps = {} must be in [0, 1000000]", where, s.theory_steps));
   if (s.name.empty()) s.name = "study";
   if (s.title.empty()) s.title = s.name;
   if (!std::isnan(s.loss_target) && !(s.loss_target > 0 && std::isfinite(s.loss_target)))

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <filesystem>
 #include <fmt/format.h>
 
@@ -110,6 +111,18 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
                 p.numel * sizeof(float));
     std::memcpy(optimizer.v().data() + p.offset, f.expect(v, st::DType::F32, p.shape).bytes.data(),
                 p.numel * sizeof(float));
+    // a NaN or Inf moment would make the first step's update non-finite: named here, not found later as
+    // a diverged run (a second moment is also never negative)
+    for (const auto& [name, moment, second] : {std::tuple{&m, optimizer.m().data(), false},
+                                               std::tuple{&v, optimizer.v().data(), true}})
+      for (size_t i = 0; i < p.numel; i++) {
+        const float x = moment[p.offset + i];
+        if (!std::isfinite(x) || (second && x < 0))
+          throw Error(fmt::format("{}: optimizer tensor '{}' holds {} ({}) at flat index {}; the run cannot continue "
+                                  "from this checkpoint",
+                                  path, *name, second && x < 0 ? "a negative second moment" : "a non-finite value", x,
+                                  i));
+      }
   }
   return f.metadata;
 }

@@ -17,6 +17,7 @@
 
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/run_config.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/json_reader.h"
@@ -234,9 +235,17 @@ std::vector<std::string> resume_config_differences(const nlohmann::json& saved, 
   flatten(saved, "", a);
   flatten(wanted, "", b);
   std::vector<std::string> diffs;
+  // a key newer than the checkpoint (model.qk_norm in a run made before it existed) at its default
+  // value is what the older run did
+  static const std::map<std::string, nlohmann::json> defaults = [] {
+    std::map<std::string, nlohmann::json> d;
+    flatten(run_config_to_json(RunConfig{}), "", d);
+    return d;
+  }();
   for (const auto& [key, value] : b) {
     if (std::find(may_change.begin(), may_change.end(), key) != may_change.end()) continue;
     auto it = a.find(key);
+    if (it == a.end() && defaults.count(key) && defaults.at(key) == value) continue;
     if (it == a.end())
       diffs.push_back(fmt::format("{}: not in the checkpoint's config, now {}", key, json_text(value)));
     else if (it->second != value)

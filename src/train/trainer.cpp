@@ -165,6 +165,18 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       throw Error(fmt::format("--resume '{}': the config differs from its checkpoint's ({}): {}. Only train.steps, "
                               "train.log_every, train.checkpoint_every and train.keep_checkpoints may change at resume",
                               tc.out_dir, resumed_path, fmt::join(diffs, "; ")));
+    // the run's own config.json, written when it started: a newest checkpoint of another model (copied
+    // into checkpoints/, say) is not this run's, and resuming from it would rewrite the config, rotate
+    // away the run's own checkpoints and mix two models in metrics.jsonl
+    if (const fs::path own = fs::path(tc.out_dir) / "config.json"; fs::exists(own)) {
+      const nlohmann::json mine = parse_json(read_file(own.string(), "run config"), own.string());
+      const std::vector<std::string> foreign = resume_config_differences(saved, mine);
+      if (!foreign.empty())
+        throw Error(fmt::format("--resume '{}': its newest checkpoint {} is not of this run (its config differs "
+                                "from the run's config.json: {}); move that file out of the run directory to "
+                                "resume from the run's own checkpoints",
+                                tc.out_dir, resumed_path, fmt::join(foreign, "; ")));
+    }
     if (resumed->ranks != options.comm.size())
       throw Error(fmt::format("--resume '{}': the run was trained on {} MPI rank{} ({}), and this launch has {}: resume "
                               "it with {} (the losses of a data-parallel run depend on the number of ranks at "
@@ -186,6 +198,10 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   Model<float> model(model_cfg);
   model.set_precision(tc.precision);
   if (!tc.init_from.empty() && !resumed) load_params(tc.init_from, model);
+  // the optimizer, and a resumed run's weights and moments, read (and checked: finite, shapes of the
+  // config) before anything in the run directory is written, so a refusal changes nothing there
+  AdamW optimizer(model.table(), tc.adamw);
+  if (resumed) load_training_checkpoint(resumed_path, model, optimizer);
 
   // data: a corpus (text, or a token stream in data.tokens), rows of a token file, or parallel pairs
   std::optional<TokenRows> rows;
@@ -289,7 +305,6 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   };
 
   const ScheduleConfig sched{tc.schedule, tc.lr, tc.warmup_steps, tc.min_lr, int(tc.steps)};
-  AdamW optimizer(model.table(), tc.adamw);
   Rng data_rng(uint64_t(tc.seed), 1);
   // rows: batch_size consecutive training rows (fewer if the file has fewer)
   const int B = rows_per_batch;
@@ -297,7 +312,6 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   long next_row = 0;
   long start = 0;  // steps done before this process (a resumed run)
   if (resumed) {
-    load_training_checkpoint(resumed_path, model, optimizer);
     data_rng.set_state(resumed->data_rng);
     next_row = resumed->next_row;
     start = result.steps_done = resumed->step;

@@ -132,4 +132,62 @@ void write_file_atomic(const std::string& path, std::string_view content, bool o
   file.commit(overwrite);
 }
 
+StagedFiles::StagedFiles(std::string dir, std::vector<std::string> names) : dir_(std::move(dir)), names_(std::move(names)) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const std::string& name : names_) {
+    const fs::path target = fs::path(dir_) / name;
+    if (fs::exists(fs::symlink_status(target, ec)) && !fs::is_regular_file(fs::status(target, ec)))
+      throw Error(fmt::format("cannot write '{}': it exists and is not a regular file (nothing was written)",
+                              target.string()));
+  }
+  fs::create_directories(dir_, ec);
+  if (ec) throw Error(fmt::format("cannot create the directory '{}' ({})", dir_, ec.message()));
+  stage_ = (fs::path(dir_) / (".normlab-stage." + std::to_string(::getpid()))).string();
+  fs::remove_all(stage_, ec);  // a stage a killed run of this pid left
+  if (!fs::create_directory(stage_, ec) || ec)
+    throw Error(fmt::format("cannot write into '{}' ({})", dir_, ec ? ec.message() : "cannot create a directory there"));
+  fs::create_directory(stage_ + "/old", ec);
+  if (ec) throw Error(fmt::format("cannot write into '{}' ({})", dir_, ec.message()));
+}
+
+StagedFiles::~StagedFiles() {
+  std::error_code ec;
+  std::filesystem::remove_all(stage_, ec);
+}
+
+void StagedFiles::commit() {
+  for (const std::string& name : names_)
+    if (::access(path(name).c_str(), F_OK) != 0)
+      throw Error(fmt::format("'{}' was not written (a bug): nothing in '{}' was replaced", name, dir_));
+  std::vector<std::string> moved_aside, moved_in;
+  auto roll_back = [&] {
+    for (const std::string& name : moved_in) ::rename((dir_ + "/" + name).c_str(), path(name).c_str());
+    for (const std::string& name : moved_aside) ::rename((stage_ + "/old/" + name).c_str(), (dir_ + "/" + name).c_str());
+  };
+  for (const std::string& name : names_) {
+    const std::string target = dir_ + "/" + name;
+    if (::access(target.c_str(), F_OK) != 0) continue;
+    if (::rename(target.c_str(), (stage_ + "/old/" + name).c_str()) != 0) {
+      const int err = errno;
+      roll_back();
+      throw Error(fmt::format("cannot replace '{}' ({}): nothing in '{}' was changed", target, std::strerror(err), dir_));
+    }
+    moved_aside.push_back(name);
+  }
+  for (const std::string& name : names_) {
+    if (::rename(path(name).c_str(), (dir_ + "/" + name).c_str()) != 0) {
+      const int err = errno;
+      roll_back();
+      throw Error(fmt::format("cannot move '{}' into '{}' ({}): nothing in it was changed", name, dir_, std::strerror(err)));
+    }
+    moved_in.push_back(name);
+  }
+  // best effort: make the renames durable
+  if (const int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
 }  // namespace normlab

@@ -5,11 +5,14 @@
 //   AtomicFile / write_file_atomic: every output file is written to "<path>.tmp.<pid>" beside it,
 //     each write checked, fsync'ed, closed and renamed over the target; on any failure the
 //     temporary file is removed and the Error names the path and the errno text, so a full disk
-//     never leaves a 0-byte or half file, nor a report of success.
+//     never leaves a 0-byte or half file, nor a report of success;
+//   StagedFiles: several output files that belong together (a model directory's weights and config)
+//     replace their namesakes all at once or not at all.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace normlab {
 
@@ -46,5 +49,27 @@ class AtomicFile {
 };
 
 void write_file_atomic(const std::string& path, std::string_view content, bool overwrite = true);
+
+// Files written into a fresh hidden directory inside `dir` (".normlab-stage.<pid>": the same file
+// system, so every move is a rename), then moved into `dir` by commit(): the old files of those names
+// are moved aside first, the new ones in, and on any failure everything moved is moved back, so the
+// directory holds either all old or all new files. A name that exists in `dir` and is not a regular
+// file (a directory, a FIFO) is refused before anything is written. Uncommitted, the stage is removed.
+class StagedFiles {
+ public:
+  // Creates `dir` if missing, then the stage; Error naming `dir` when it cannot. `names` are the files
+  // commit() will move (plain names, no '/').
+  StagedFiles(std::string dir, std::vector<std::string> names);
+  StagedFiles(const StagedFiles&) = delete;
+  StagedFiles& operator=(const StagedFiles&) = delete;
+  ~StagedFiles();
+  // Where to write file `name` before commit().
+  std::string path(const std::string& name) const { return stage_ + "/" + name; }
+  void commit();
+
+ private:
+  std::string dir_, stage_;
+  std::vector<std::string> names_;
+};
 
 }  // namespace normlab

@@ -31,9 +31,9 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
     one = 1.0 if c["residual"] else 0.0
     encdec = c["arch"] == "encdec"
 
-    def N(prefix, z):
+    def N(prefix, z):   # over the last dimension (C, or a head's HS for QK-norm)
         if c["norm"] == "layernorm":
-            return F.layer_norm(z, (C,), P[prefix + ".weight"], P[prefix + ".bias"], c["eps"])
+            return F.layer_norm(z, (z.shape[-1],), P[prefix + ".weight"], P[prefix + ".bias"], c["eps"])
         if c["norm"] == "dyt":     # Zhu et al. 2025: torch.nn.Tanh on alpha z, then the affine
             return torch.addcmul(P[prefix + ".bias"], P[prefix + ".weight"], torch.nn.Tanh()(P[prefix + ".alpha"] * z))
         if c["norm"] == "derf":    # Chen et al. 2025: erf via torch.special on alpha z + s
@@ -44,7 +44,29 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
     def pad_mask(mask):   # torch's key_padding_mask: True = ignore that key
         return None if mask is None else (mask == 0)
 
+    def self_attn_normed(prefix, h, causal, mask):
+        # QK(V)-norm: the attention written out (torch's fused attention has no place for the norms):
+        # per head, q_h = N(q_h), k_h = N(k_h) (and v_h), softmax(q_h k_h^T / sqrt(HS) + masks) v_h
+        B, T, HS = h.shape[0], h.shape[1], C // NH
+        q, k, v = F.linear(h, P[prefix + ".qkv.weight"], P.get(prefix + ".qkv.bias")).split(C, dim=-1)
+        whole = c["qk_norm"] == "whole"
+        heads = [t.reshape(B, T, NH, HS).permute(0, 2, 1, 3) for t in (q, k, v)]
+        for i, part in enumerate(("q_norm", "k_norm", "v_norm")):
+            if prefix + "." + part + ".weight" in P:
+                t = (q, k, v)[i]
+                heads[i] = (N(f"{prefix}.{part}", t).reshape(B, T, NH, HS).permute(0, 2, 1, 3) if whole
+                            else N(f"{prefix}.{part}", heads[i]))
+        scores = heads[0] @ heads[1].transpose(-1, -2) / math.sqrt(HS)
+        if causal:
+            scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill((mask == 0)[:, None, None, :], float("-inf"))
+        y = (torch.softmax(scores, -1) @ heads[2]).permute(0, 2, 1, 3).reshape(B, T, C)
+        return F.linear(y, P[prefix + ".proj.weight"], P.get(prefix + ".proj.bias"))
+
     def self_attn(prefix, h, causal, mask):
+        if prefix + ".q_norm.weight" in P:
+            return self_attn_normed(prefix, h, causal, mask)
         # torch's own multi-head attention (the functional core of nn.MultiheadAttention): its fused
         # in_proj is [q | k | v] rows, heads split as n*HS..(n+1)*HS, scale 1/sqrt(HS)
         T = h.shape[1]
@@ -111,6 +133,11 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
         elif method == "lns":         # Sun et al. 2025: LN(x) / sqrt(l), l the 1-based layer of the stack
             depth = int(lp.rsplit(".", 1)[1]) + 1
             y = one * x + branch(N(pre + ".ln_in", x) / math.sqrt(depth))
+        elif method in ("hybridnorm", "hybridnorm_pre"):   # Zhuo et al. 2025: QKV-norm attention, Post-LN FFN
+            if pre.endswith(".mlp"):
+                y = N(pre + ".ln_out", one * x + branch(x))
+            else:
+                y = one * x + branch(N(pre + ".ln_in", x) if method == "hybridnorm_pre" else x)
         else:
             raise AssertionError(method)
         if trace is not None:
@@ -148,7 +175,8 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
                         alpha)
             if c["mlp"]:
                 x = sub(stack, lp + ".mlp", lp, method, x, lambda h: mlp(lp + ".mlp", h), alpha)
-        return N(final, x) if methods[-1] in ("pre", "sandwich", "layerscale", "peri", "reordered", "lns") else x
+        return N(final, x) if methods[-1] in ("pre", "sandwich", "layerscale", "peri", "reordered", "lns", "hybridnorm",
+                                              "hybridnorm_pre") else x
 
     memory = None
     if encdec:

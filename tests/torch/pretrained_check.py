@@ -1,5 +1,5 @@
 """pretrained_check.py: the real pretrained all-MiniLM-L6-v2 (a 6-layer BERT, fetched once into the
-cache by scripts/fetch_pretrained.sh) read by normlab and by transformers: on the built-in sentences
+cache by scripts/fetch_model.sh) read by normlab and by transformers: on the built-in sentences
 (data/sentences.txt, tokenized by the `tokenizers` package from the model's own tokenizer.json and
 padded into one batch), every hidden state must agree. If normlab's `tokenize` command exists, its
 ids for every sentence must equal the reference tokenizer's.
@@ -31,7 +31,7 @@ def main():
     ap.add_argument("--source", required=True, help="repository root")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
-    model_dir = subprocess.run(["bash", os.path.join(a.source, "scripts", "fetch_pretrained.sh")], check=True,
+    model_dir = subprocess.run(["bash", os.path.join(a.source, "scripts", "fetch_model.sh"), "all-MiniLM-L6-v2"], check=True,
                                capture_output=True, text=True).stdout.strip().splitlines()[-1]
     sentences = [s for s in open(os.path.join(a.source, "data", "sentences.txt"), encoding="utf-8").read().splitlines() if s]
     tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))

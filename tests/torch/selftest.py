@@ -142,8 +142,10 @@ def test_param_names_methods():
           [n for n, _ in nt.param_specs(c)][6:8] == ["h.0.attn.ln_out.weight", "h.0.attn.omega"])
     one_stream = [m for m in nt.PLACEMENTS if m != "residual"]   # residual does not mix (test_residual)
     final = {m: nt.has_final_norm(nt.normalize_config(dict(TINY, placement=["pre", m]))) for m in one_stream}
-    want_final = {m: m in ("pre", "sandwich", "layerscale", "peri", "reordered", "lns") for m in one_stream}
-    check("final norm iff the last method is pre, sandwich, layerscale, peri, reordered or lns", final == want_final,
+    want_final = {m: m in ("pre", "sandwich", "layerscale", "peri", "reordered", "lns", "hybridnorm", "hybridnorm_pre")
+                  for m in one_stream}
+    check("final norm iff the last method is pre, sandwich, layerscale, peri, reordered, lns or hybridnorm(_pre)",
+          final == want_final,
           f"{final}")
 
 
@@ -297,6 +299,8 @@ VARIANTS += [
     ("gpt_post_rmsnorm", dict(TINY, placement="post", norm="rmsnorm")),
     ("encoder_sandwich_rmsnorm", dict(TINY, arch="encoder", placement="sandwich", norm="rmsnorm")),
     ("gpt_pre_relu", dict(TINY, placement="pre", activation="relu")),
+    ("encoder_pre_qkvnorm_whole", dict(TINY, arch="encoder", placement="pre", qk_norm="whole", v_norm=True)),
+    ("gpt_reordered_qknorm_heads_rmsnorm", dict(TINY, placement="reordered", qk_norm="heads", norm="rmsnorm")),
     ("gpt_pre_noresidual", dict(TINY, placement="pre", residual=False)),
     ("gpt_deepnorm_noresidual", dict(TINY, placement="deepnorm", residual=False)),
     ("gpt_mix3", dict(TINY, n_layers=3, placement=["pre", "post", "sandwich"])),

@@ -1,5 +1,5 @@
 """smollm2_check.py: the real SmolLM2-135M-Instruct GGUF file (fetched once into the cache by
-scripts/fetch_smollm2.sh) read by normlab and by transformers 4.45 (+ gguf, accelerate), which
+scripts/fetch_model.sh) read by normlab and by transformers 4.45 (+ gguf, accelerate), which
 dequantizes the same file its own way and un-permutes q and k its own way.
 
 - Tokenizer: normlab's ids (the byte-level BPE and 'smollm' pre-tokenizer from the file's metadata)
@@ -47,7 +47,7 @@ def main():
     ap.add_argument("--source", required=True, help="repository root")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
-    path = subprocess.run(["bash", os.path.join(a.source, "scripts", "fetch_smollm2.sh")], check=True,
+    path = subprocess.run(["bash", os.path.join(a.source, "scripts", "fetch_model.sh"), "SmolLM2-135M-Instruct"], check=True,
                           capture_output=True, text=True).stdout.strip().splitlines()[-1]
     d, g = os.path.dirname(path), os.path.basename(path)
     failures = []
