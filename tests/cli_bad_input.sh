@@ -110,6 +110,10 @@ rmdir hf_a/config.json
 "$NL" export --checkpoint pre7.safetensors --hf hf_a --force >/dev/null 2>&1
 check "[[ \"\$(md5sum < hf_a/model.safetensors)\" != \"$weights_before\" && -s hf_a/config.json && -z \"\$(ls -A hf_a | grep -v -x -e model.safetensors -e config.json)\" ]]" \
   "export --force over a directory did not replace both files cleanly"
+# issue 27's trips: a checkpoint given as --config, a study given to train
+expect_error "is a model file (safetensors), not a config" -- train --config model.safetensors
+printf '[study]\nname = "s"\n[base.model]\nd_model = 16\n[[grid]]\nmodel.placement = ["pre"]\n' > a_study.toml
+expect_error "this is a study" -- train --config a_study.toml
 # issue 27, class 5: one rule for text: invalid UTF-8 is refused wherever text enters, a byte model's
 # --text and --text-file included; class 6: a text file far larger than the model can read is refused
 # by its size before it is read (a sparse 2 GB file: instant), naming both sizes

@@ -31,6 +31,7 @@ kill -INT $pid
 wait $pid
 rc=$?
 check "[[ $rc -eq 130 ]]" "Ctrl-C: exit $rc, wanted 130"
+check "grep -q 'continue it with: normlab train --resume int' int.txt" "Ctrl-C does not print the resume command: $(tail -1 int.txt)"
 "$NL" train --resume int -q > int2.txt 2>&1
 rc=$?
 check "[[ $rc -eq 0 ]]" "resume after Ctrl-C failed: $(tail -2 int2.txt)"
@@ -159,6 +160,7 @@ kill -INT $pid
 wait $pid
 rc=$?
 check "[[ $rc -eq 130 ]]" "compare Ctrl-C: exit $rc, wanted 130"
+check "grep -q 'normlab compare --resume si' si.txt" "compare Ctrl-C does not print the resume command: $(tail -1 si.txt)"
 check "[[ \$(jq -c '[.runs[].status]' si/results.json) == '[\"finished\",\"interrupted\",\"not run\"]' ]]" \
   "compare Ctrl-C statuses: $(jq -c '[.runs[].status]' si/results.json)"
 sed 's/^steps = 600/steps = 500/' study.toml > other.toml

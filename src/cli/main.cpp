@@ -69,10 +69,12 @@ int run_train(const RunConfig& cfg, TrainOptions options) {
   if (!options.comm.root())  // rank 0 speaks for the run; every rank leaves with the same code
     return r.interrupted ? cli::kInterruptedExitCode : r.diverged ? 2 : 0;
   if (r.interrupted) {
-    std::cerr << fmt::format("normlab: interrupted after step {} of {}: {} in {} (a second Ctrl-C kills at once)\n",
+    std::cerr << fmt::format("normlab: interrupted after step {} of {}: {} in {} (a second Ctrl-C kills at once){}\n",
                              r.steps_done, cfg.train.steps,
                              r.steps_done > 0 ? "the checkpoint, metrics and summary are" : "no step done; the metrics and summary are",
-                             cfg.train.out_dir);
+                             cfg.train.out_dir,
+                             r.steps_done > 0 ? fmt::format("; continue it with: normlab train --resume {}", cfg.train.out_dir)
+                                              : std::string());
     return cli::kInterruptedExitCode;
   }
   if (r.diverged) {

@@ -80,7 +80,7 @@ template <class S>
 const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   const ModelConfig& cfg = m_.config();
   if (t_ >= max_len_) throw Error(fmt::format("decoding: more than max_len = {} positions", max_len_));
-  const int B = B_, C = cfg.d_model, F = cfg.ff(), NH = cfg.n_heads, t = t_;
+  const int B = B_, C = cfg.d_model, t = t_;
   const ParamTable& table = m_.table();
   const S* wte = m_.params().data() + table.find("wte.weight")->offset;
   const ParamSpec* lm_head = table.find("lm_head.weight");  // untied head: the output matrix of its own
@@ -107,36 +107,11 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
     // h = ln_in(x)
     const S* h = x_.data();
     if (sites.in) norm(h_.data(), x_.data(), p.ln_in), h = h_.data();
-    // f = F(h)
-    std::vector<S>& cache = cache_[size_t(i)];
-    if (slot.kind == Sublayer::Attn) {
-      const int W = cfg.qkv_width(), KVW = W - C;  // [q (C) | k | v (KVH HS each)]
-      matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, W);
-      // QK-norm, RoPE at position t, before k enters the cache
-      const QkNormLayout& L = m_.qk_layout(i);
-      qk_raw_.resize(std::max(qk_raw_.size(), size_t(B) * L.raw_width()));
-      qk_stats_.resize(std::max(qk_stats_.size(), 2 * size_t(B) * L.stats_per_token()));
-      m_.attn_qk_forward(i, hid_.data(), B, 1, t, qk_raw_.data(), qk_stats_.data(),
-                         qk_stats_.data() + size_t(B) * L.stats_per_token());
-      for (int b = 0; b < B; b++) {
-        S* kv = cache.data() + size_t(b) * max_len_ * KVW;
-        std::copy(hid_.begin() + long(b) * W + C, hid_.begin() + long(b) * W + W, kv + size_t(t) * KVW);
-        // causal self-attention of the new query over positions 0..t
-        cached_attention_forward(mix_.data() + size_t(b) * C, att_.data(), hid_.data() + size_t(b) * W, kv, t + 1,
-                                 C, NH, cfg.kv_heads());
-      }
-      matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, C, C);
-    } else if (slot.kind == Sublayer::Cross) {
-      matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, C);
-      for (int b = 0; b < B; b++)
-        cross_attention_forward(mix_.data() + size_t(b) * C, att_.data(), hid_.data() + size_t(b) * C,
-                                cache.data() + size_t(b) * S_ * 2 * C, 1, 1, S_, C, NH,
-                                src_mask_.empty() ? nullptr : src_mask_.data() + size_t(b) * S_);
-      matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, C, C);
-    } else {
-      matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, cfg.fc_width());
-      activation_forward(cfg.activation, mix_.data(), hid_.data(), B, F);
-      matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, F, C);
+    // f = F(h) for this position (model/branch_{attn,cross,mlp}.cpp)
+    switch (slot.kind) {
+      case Sublayer::Attn: attn_step(i, h, p); break;
+      case Sublayer::Cross: cross_step(i, h, p); break;
+      case Sublayer::Mlp: mlp_step(h, p); break;
     }
     // g = ln_branch(f);  r = omega * x + lambda * g;  x' = ln_out(r)
     const S* g = f_.data();

@@ -34,6 +34,11 @@ class IncrementalDecoder {
  private:
   void norm(S* out, const S* inp, const NormParams<S>& p);
   void allocate();
+  // f_ = F(h) of slot i at this position: its branch's step, in the branch's file
+  // (model/branch_attn.cpp, branch_cross.cpp, branch_mlp.cpp)
+  void attn_step(int i, const S* h, const SublayerParams<S>& p);
+  void cross_step(int i, const S* h, const SublayerParams<S>& p);
+  void mlp_step(const S* h, const SublayerParams<S>& p);
   Model<S>& m_;
   int B_, max_len_, t_ = 0, S_;
   std::vector<int32_t> src_;

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "model/activation_of.h"
+#include "model/branch.h"
 #include "model/init.h"
 #include "model/norm_of.h"
 #include "ops/activation.h"
@@ -30,18 +31,7 @@
 namespace normlab {
 
 using namespace ops;
-
-// Zeroes a gradient buffer (before a backward kernel adds into it, or all gradients), split across
-// threads: for GPT-2-small sizes the gradients are half a gigabyte.
-template <class S>
-static void zero(S* p, size_t n) {
-#pragma omp parallel if((long)n > ops::kParallelMinWork)
-  {
-    const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
-    const size_t begin = n * t / nt, end = n * (t + 1) / nt;
-    std::memset(p + begin, 0, (end - begin) * sizeof(S));
-  }
-}
+using branch::zero;
 
 template <class S>
 Model<S>::Model(ModelConfig cfg) : Model(std::move(cfg), Unset{}) {
@@ -222,40 +212,6 @@ void Model<S>::norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, co
 }
 
 template <class S>
-void Model<S>::apply_rope(S* qkv, int rows, int T, int pos0, int sign) const {
-  const int R = cfg_.rope_dims(), C = cfg_.d_model, NH = cfg_.n_heads, QW = cfg_.qkv_width();
-  if (R == 0) return;
-  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, 0, NH, C / NH, R, sign);  // q
-  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, C, cfg_.kv_heads(), C / NH, R, sign);  // k
-}
-
-template <class S>
-void Model<S>::attn_qk_forward(int i, S* qkv, int rows, int T, int pos0, S* raw, S* mean, S* rstd) const {
-  const QkNormLayout& L = qk_[size_t(i)];
-  if (L.n) qk_norm_forward(cfg_.norm, cfg_.eps, L, p_[i].qkv_norm, qkv, size_t(rows), cfg_.qkv_width(), raw, mean, rstd,
-                           qk_scratch_);
-  apply_rope(qkv, rows, T, pos0, +1);
-}
-
-template <class S>
-void Model<S>::attn_qk_backward(int i, S* dqkv, int rows, int T) {
-  apply_rope(dqkv, rows, T, 0, -1);  // d(q, k before RoPE) = R_t^T d(R_t q, R_t k)
-  const QkNormLayout& L = qk_[size_t(i)];
-  const SublayerActs<S>& a = a_[i];
-  if (L.n) qk_norm_backward(cfg_.norm, L, p_[i].qkv_norm, dp_[i].qkv_norm, dqkv, size_t(rows), cfg_.qkv_width(),
-                            a.qk_raw, a.qk_mean, a.qk_rstd, qk_scratch_);
-}
-
-template <class S>
-void Model<S>::attn_qk_jvp(int i, S* tqkv, int K, int rows, int T, int pos0, size_t row0) const {
-  const QkNormLayout& L = qk_[size_t(i)];
-  const SublayerActs<S>& a = a_[i];
-  if (L.n) qk_norm_jvp(cfg_.norm, L, p_[i].qkv_norm, tqkv, K, size_t(rows), cfg_.qkv_width(), a.qk_raw, a.qk_mean,
-                       a.qk_rstd, row0, size_t(this->rows(i)), qk_scratch_);
-  apply_rope(tqkv, K * rows, T, pos0, +1);  // RoPE is linear: the tangents rotate as q and k do
-}
-
-template <class S>
 uint64_t Model<S>::dropout_site_seed(int site) const {
   uint64_t state = dropout_seed_ ^ (uint64_t(cfg_.seed) << 20) ^ uint64_t(site);
   return splitmix64(state);
@@ -267,33 +223,15 @@ void Model<S>::sublayer_forward(int i) {
   const SublayerActs<S>& a = a_[i];
   const SublayerParams<S>& p = p_[i];
   const NormSites sites = norm_sites(cfg_.placement_of(slot.layer), slot.kind);
-  const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model, F = cfg_.ff();
+  const int N = rows(i), C = cfg_.d_model;
   const size_t NC = size_t(N) * C;
-  // an encdec's encoder reads the source mask; every other self-attention the batch's own
-  const uint8_t* self_mask = cfg_.encdec() && slot.encoder ? (has_src_mask_ ? src_mask_.data() : nullptr)
-                                                            : (has_key_mask_ ? key_mask_.data() : nullptr);
   // h = ln_in(x)
   if (sites.in) norm_forward(a.h, a.in_mean, a.in_rstd, a.x_in, p.ln_in, N);
-  // f = F(h)
+  // f = F(h): the branch of the slot's kind, each in its file (model/branch_{attn,cross,mlp}.cpp)
   switch (slot.kind) {
-    case Sublayer::Attn:
-      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
-      attn_qk_forward(i, a.hid, N, T, 0, a.qk_raw, a.qk_mean, a.qk_rstd);  // QK-norm, RoPE (hid keeps the results)
-      attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, self_mask, prec_);
-      matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_, bf16_of(p.w2));
-      break;
-    case Sublayer::Cross:
-      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, C, prec_, bf16_of(p.w1));
-      matmul_forward(a.kv, memory_, p.wkv, p.bkv, B * S_, C, 2 * C, prec_, bf16_of(p.wkv));
-      cross_attention_forward(a.mix, a.att, a.hid, a.kv, B, T, S_, C, cfg_.n_heads,
-                              has_src_mask_ ? src_mask_.data() : nullptr);
-      matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_, bf16_of(p.w2));
-      break;
-    case Sublayer::Mlp:
-      matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.fc_width(), prec_, bf16_of(p.w1));
-      activation_forward(cfg_.activation, a.mix, a.hid, N, F);
-      matmul_forward(a.f, a.mix, p.w2, p.b2, N, F, C, prec_, bf16_of(p.w2));
-      break;
+    case Sublayer::Attn: attn_forward(i); break;
+    case Sublayer::Cross: cross_forward(i); break;
+    case Sublayer::Mlp: mlp_forward(i); break;
   }
   if (training_ && cfg_.dropout > 0) dropout_forward(a.f, a.f, cfg_.dropout, dropout_site_seed(i + 1), NC, dropout_first(NC));
   // g = ln_branch(f)
@@ -331,7 +269,7 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) 
   const SublayerParams<S>& p = p_[i];
   const SublayerParams<S>& dp = dp_[i];
   const NormSites sites = norm_sites(cfg_.placement_of(slot.layer), slot.kind);
-  const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model, F = cfg_.ff();
+  const int N = rows(i), C = cfg_.d_model;
   const size_t NC = size_t(N) * C;
   // x' = ln_out(r)
   const S* dr = dx_out;
@@ -375,35 +313,10 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) 
   // f = F(h); without an input norm h is x itself, so dh accumulates straight into dx
   S* dh = sites.in ? dh_ : dx_in;
   if (sites.in) zero(dh_, NC);
-  switch (slot.kind) {
-    case Sublayer::Attn:
-      zero(dmix_, NC);
-      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_, bf16_of(p.w2));
-      zero(dhid_, size_t(N) * cfg_.qkv_width());
-      attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder,
-                         prec_);
-      attn_qk_backward(i, dhid_, N, T);
-      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
-      break;
-    case Sublayer::Cross:
-      zero(dmix_, NC);
-      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_, bf16_of(p.w2));
-      zero(dhid_, NC);
-      zero(dkv_, size_t(B) * S_ * 2 * C);
-      cross_attention_backward(dhid_, dkv_, datt_, dmix_, a.hid, a.kv, a.att, B, T, S_, C, cfg_.n_heads);
-      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, C, prec_, bf16_of(p.w1));
-      // kv = memory Wkv^T + bkv: the memory's gradient gathers over every cross slot
-      matmul_backward(dmem_, dp.wkv, dp.bkv, dkv_, memory_, p.wkv, B * S_, C, 2 * C, prec_, bf16_of(p.wkv));
-      break;
-    case Sublayer::Mlp: {
-      const size_t NF = size_t(N) * F;
-      zero(dmix_, NF);
-      matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, F, C, prec_, bf16_of(p.w2));
-      zero(dhid_, size_t(N) * cfg_.fc_width());
-      activation_backward(cfg_.activation, dhid_, a.hid, dmix_, N, F);
-      matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, cfg_.fc_width(), prec_, bf16_of(p.w1));
-      break;
-    }
+  switch (slot.kind) {  // dh += J_F^T df (and F's parameter gradients)
+    case Sublayer::Attn: attn_backward(i, df, dh); break;
+    case Sublayer::Cross: cross_backward(i, df, dh); break;
+    case Sublayer::Mlp: mlp_backward(i, df, dh); break;
   }
   // h = ln_in(x)
   if (sites.in) norm_backward(dx_in, dp.ln_in, dh_, a.x_in, p.ln_in, a.in_mean, a.in_rstd, N);

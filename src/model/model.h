@@ -209,6 +209,27 @@ class Model {
   // td (K, rows, C), two-stream stacks only: the second stream's tangent, every g's tangent added in
   void jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last,
                           const S* tmem = nullptr, S* td = nullptr) const;
+  // The branch F of each kind of sub-layer, one file per kind with its modes side by side
+  // (model/branch_attn.cpp, branch_cross.cpp, branch_mlp.cpp): forward (a.f = F(a.h) of slot i),
+  // backward (dh += J_F^T df; F's parameter gradients +=), forward mode over the batch (tf (K, rows, C)
+  // = J_F th) and at one token of batch row `row`, its row n = row T + token (tf, th (K, C)).
+  struct JvpScratch {
+    S* hid = nullptr;  // (K, rows, max(qkv, fc width))
+    S* att = nullptr;  // (K, B, NH, T, max(T, S)), or (K, T) one head's scores at one token
+    S* mix = nullptr;  // (K, rows, max(C, F)), and the MLP's fold
+    S* kv = nullptr;   // (K, B, S, 2C): the memory's key-value tangents
+  };
+  void attn_forward(int i);
+  void attn_backward(int i, const S* df, S* dh);
+  void attn_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) const;
+  void attn_jvp_token(int i, S* tf, const S* th, int K, int token, int row, const JvpScratch& sc) const;
+  void cross_forward(int i);
+  void cross_backward(int i, const S* df, S* dh);
+  void cross_jvp(int i, S* tf, const S* th, int K, const S* tmem, const JvpScratch& sc) const;
+  void mlp_forward(int i);
+  void mlp_backward(int i, const S* df, S* dh);
+  void mlp_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) const;
+  void mlp_jvp_token(int i, S* tf, const S* th, int K, size_t n, const JvpScratch& sc) const;
   void sublayer_forward(int i);
   // dd (rows, C): d(loss)/d(x_d) of a two-stream stack (the same at every slot: x_d only sums), or null
   void sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd = nullptr);

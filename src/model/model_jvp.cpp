@@ -77,6 +77,7 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
   S* tatt = thid + nhid;
   S* tmix = tatt + natt;
   S* tkv = tmix + nmix;
+  const JvpScratch sc{thid, tatt, tmix, tkv};
   if (tin) {
     std::copy(tin, tin + KNC, tx);
   } else {  // unit tangents: tangent k is 1 at flat position unit[k] of (B, T, C)
@@ -99,42 +100,11 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
       norm_jvp(th, tx, a.x_in, p.ln_in, a.in_mean, a.in_rstd, K, N);
       h = th;
     }
-    // f = F(h)
-    if (slot.kind == Sublayer::Attn) {
-      matmul_jvp(thid, h, p.w1, K, N, C, cfg_.qkv_width());
-      attn_qk_jvp(i, thid, K, N, T, 0, 0);  // QK-norm's tangent, RoPE
-      attention_jvp(tmix, tatt, thid, a.hid, a.att, K, B, T, C, cfg_.n_heads, cfg_.kv_heads());
-      matmul_jvp(tf, tmix, p.w2, K, N, C, C);
-    } else if (slot.kind == Sublayer::Cross) {
-      // q moves with the decoder's tangent; k and v with the memory's (held fixed without tmem)
-      matmul_jvp(thid, h, p.w1, K, N, C, C);
-      if (tmem) matmul_jvp(tkv, tmem, p.wkv, K, B * S_, C, 2 * C);
-      cross_attention_jvp(tmix, tatt, thid, tmem ? tkv : nullptr, a.hid, a.kv, a.att, K, B, T, S_, C,
-                          cfg_.n_heads);
-      matmul_jvp(tf, tmix, p.w2, K, N, C, C);
-    } else if (K >= C && activation_width(cfg_.activation) == 1) {
-      // Many tangents (a Jacobian build): the MLP is token-local, so fold it into one C x C matrix
-      // per token, M_n = W2 diag(act'(hid_n)) W1, and apply that to the token's K tangent rows:
-      // 2 C^2 flops per row instead of 4 C F. thid holds act' (one tangent of ones), tmix the fold.
-      const size_t NF = size_t(N) * F;
-      std::fill(tmix, tmix + NF, S(1));
-      activation_jvp(cfg_.activation, thid, a.hid, tmix, N, F, 1);
-      S* scaled = tmix;           // (F, C): diag(act'(hid_n)) W1
-      S* fold = tmix + size_t(F) * C;  // (C, C): M_n
-      for (int n = 0; n < N; n++) {
-        const S* d = thid + size_t(n) * F;
-        for (int f = 0; f < F; f++)
-          for (int c = 0; c < C; c++) scaled[size_t(f) * C + c] = d[f] * p.w1[size_t(f) * C + c];
-        gemm<S>(Trans::No, Trans::No, C, C, F, S(1), p.w2, F, scaled, C, S(0), fold, C);
-        // tf[k, n, :] = M_n h[k, n, :] for every tangent k: rows strided by N C
-        gemm<S>(Trans::No, Trans::Yes, K, C, C, S(1), h + size_t(n) * C, N * C, fold, C, S(0),
-                tf + size_t(n) * C, N * C);
-      }
-    } else {
-      // (a gated activation is not folded: its Jacobian has two coefficient rows per token)
-      matmul_jvp(thid, h, p.w1, K, N, C, FW);
-      activation_jvp(cfg_.activation, tmix, a.hid, thid, N, F, K);
-      matmul_jvp(tf, tmix, p.w2, K, N, F, C);
+    // f = F(h): the branch of the slot's kind (model/branch_{attn,cross,mlp}.cpp)
+    switch (slot.kind) {
+      case Sublayer::Attn: attn_jvp(i, tf, h, K, sc); break;
+      case Sublayer::Cross: cross_jvp(i, tf, h, K, tmem, sc); break;
+      case Sublayer::Mlp: mlp_jvp(i, tf, h, K, sc); break;
     }
     // g = ln_branch(f)
     const S* g = tf;
@@ -195,17 +165,13 @@ void Model<S>::vjp_encdec(S* dsrc, S* dtgt, const S* dout) {
 // The block's token-local Jacobian J_ii = dy_i / dx_i (tangent in at token i of batch row b, out at
 // the same token), exactly, from the row-i quantities of the last forward. Every norm, residual and
 // the MLP are token-local, so they are the full-sequence JVP restricted to one row (rows = 1 on
-// pointers offset to the token). Attention is the only mixer; with a tangent only at token i, only
-// q_i, k_i, v_i move, and the output at token i is, per head,
-//   tS_ij = (tq_i . k_j + [j == i] q_i . tk_i) / sqrt(HS);  tP_i = P_i * (tS_i - <P_i, tS_i>);
-//   ty_i = sum_j tP_ij v_j + P_ii tv_i
-// (masked and causally hidden keys have P_ij = 0 and drop out). Cost O(K (C^2 + C F + T C)) per
-// block instead of O(K T (C^2 + C F)).
+// pointers offset to the token); attention, the only mixer, is attn_jvp_token (branch_attn.cpp).
+// Cost O(K (C^2 + C F + T C)) per block instead of O(K T (C^2 + C F)).
 template <class S>
 void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, int token, int row) const {
   if (cfg_.encdec()) throw Error("token-local block Jacobians are not implemented for encoder-decoder models");
   refuse_dual(2 * layer, "jvp_block_token_local");
-  const int T = T_, C = cfg_.d_model, F = cfg_.ff(), NH = cfg_.n_heads, HS = C / NH;
+  const int T = T_, C = cfg_.d_model, F = cfg_.ff();
   const size_t n = size_t(row) * T + token;  // the token's row in (B * T)
   const size_t KC = size_t(K) * C;
   const int FW = cfg_.fc_width();
@@ -219,6 +185,7 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
   S* thid = tr + KC;                                 // (K, 3C) | (K, FW)
   S* tmix = thid + size_t(K) * std::max(3 * C, FW);  // (K, C) | (K, F)
   S* ts = tmix + size_t(K) * std::max(C, F);        // (K, T) one head's score tangents
+  const JvpScratch tsc{thid, ts, tmix, nullptr};
   std::copy(tin, tin + KC, tx);
   for (int i = 2 * layer; i < 2 * layer + 2; i++) {
     if (!slots_[size_t(i)].present) continue;
@@ -231,48 +198,11 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
       norm_jvp(th, tx, a.x_in + n * C, p.ln_in, a.in_mean + n, a.in_rstd + n, K, 1);
       h = th;
     }
-    // f = F(h)
-    if (i % 2 == 0) {
-      // the row [q (C) | k (KVW) | v (KVW)]; query head hh reads key-value head hh / (NH / KVH)
-      const int C3 = cfg_.qkv_width(), KVW = cfg_.kv_heads() * HS, group = NH / cfg_.kv_heads();
-      const S scale = S(1.0 / std::sqrt(double(HS)));
-      matmul_jvp(thid, h, p.w1, K, 1, C, C3);  // tq_i | tk_i | tv_i
-      attn_qk_jvp(i, thid, K, 1, 1, token, n);  // at the token's row and position
-      for (int hh = 0; hh < NH; hh++) {
-        const S* qkv = a.hid + size_t(row) * T * C3;  // this row's q | k | v, stride C3
-        const S* q_i = qkv + size_t(token) * C3 + hh * HS;
-        const S* k = qkv + C + (hh / group) * HS;
-        const S* v = qkv + C + KVW + (hh / group) * HS;
-        const S* P_i = a.att + ((size_t(row) * NH + hh) * T + token) * T;
-        const S* tq = thid + hh * HS;
-        const S* tk = thid + C + (hh / group) * HS;
-        const S* tv = thid + C + KVW + (hh / group) * HS;
-        // tS (K, T) = tq_i k^T / sqrt(HS), plus q_i . tk_i / sqrt(HS) at j = i
-        gemm<S>(Trans::No, Trans::Yes, K, T, HS, scale, tq, C3, k, C3, S(0), ts, T);
-        for (int k = 0; k < K; k++) {
-          S* s = ts + size_t(k) * T;
-          const S* tk_k = tk + size_t(k) * C3;
-          double qtk = 0;
-          for (int e = 0; e < HS; e++) qtk += double(q_i[e]) * tk_k[e];
-          s[token] += scale * S(qtk);
-          // tP = P * (tS - <P, tS>)
-          double dot = 0;
-          for (int j = 0; j < T; j++) dot += double(P_i[j]) * s[j];
-          for (int j = 0; j < T; j++) s[j] = S(P_i[j] * (s[j] - dot));
-        }
-        // ty_i (K, HS) = tP v + P_ii tv_i
-        S* ty = tmix + hh * HS;
-        gemm<S>(Trans::No, Trans::No, K, HS, T, S(1), ts, T, v, C3, S(0), ty, C);
-        const S p_ii = P_i[token];
-        for (int k = 0; k < K; k++)
-          for (int e = 0; e < HS; e++) ty[size_t(k) * C + e] += p_ii * tv[size_t(k) * C3 + e];
-      }
-      matmul_jvp(tf, tmix, p.w2, K, 1, C, C);
-    } else {
-      matmul_jvp(thid, h, p.w1, K, 1, C, FW);
-      activation_jvp(cfg_.activation, tmix, a.hid + n * FW, thid, 1, F, K);
-      matmul_jvp(tf, tmix, p.w2, K, 1, F, C);
-    }
+    // f = F(h) at the token (model/branch_{attn,mlp}.cpp)
+    if (i % 2 == 0)
+      attn_jvp_token(i, tf, h, K, token, row, tsc);
+    else
+      mlp_jvp_token(i, tf, h, K, n, tsc);
     // g = ln_branch(f)
     const S* g = tf;
     if (sites.branch) {

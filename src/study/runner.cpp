@@ -547,7 +547,9 @@ int run_study(const Study& study, const CompareOptions& options) {
   if (const std::string r = reproductions_text(results); !r.empty()) fmt::print("\n{}", r);
   fmt::print("\nreport: {}\nresults: {}\n", (out / "report.html").string(), (out / "results.json").string());
   if (interrupted) {
-    fmt::print("interrupted: the report covers the runs that finished; the rest were not run\n");
+    fmt::print("interrupted: the report covers the runs that finished; the rest were not run. Finish the study "
+               "with: normlab compare --resume {}\n",
+               out.string());
     code = 130;
   } else if (failed) {
     for (const auto& r : results["runs"])

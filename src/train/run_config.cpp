@@ -31,6 +31,12 @@ static toml::table parse_toml_text(const std::string& text, const std::string& w
 
 nlohmann::json read_toml(const std::string& path) {
   const std::string text = read_file(path, "config");  // refuses directories, FIFOs, devices
+  // a model file given where a config goes: say what it is, not "invalid UTF-8 at byte offset 0"
+  const bool safetensors = text.size() >= 9 && text[8] == '{' && text.compare(0, 8, std::string(8, '\0')) != 0;
+  if (safetensors || text.rfind("GGUF", 0) == 0)
+    throw Error(fmt::format("config '{}' is a model file ({}), not a config: give it as --checkpoint (or as "
+                            "train.init_from to start training from it)",
+                            path, safetensors ? "safetensors" : "GGUF"));
   if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0)  // a run's config.json
     return parse_json(text, fmt::format("config '{}'", path));
   try {
@@ -99,6 +105,11 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
   RunConfig cfg;
   std::vector<std::string> errors;
   if (!doc.is_object()) throw Error(fmt::format("{}: expected a table", where));
+  // a study file ([study], [base], [[grid]]) given where a run config goes: say what it is
+  if (doc.contains("base") || doc.contains("grid") || doc.contains("study"))
+    throw Error(fmt::format("{}: this is a study (it has [study], [base] or [[grid]]), not a run config: run it "
+                            "with normlab compare --config",
+                            where));
   for (const auto& [section, value] : doc.items())
     if (section != "model" && section != "train" && section != "data")
       errors.push_back(fmt::format("{}: unknown section [{}] (expected [model], [train], [data]){}", where,

@@ -1,0 +1,183 @@
+// branch_attn.cpp: the self-attention branch, F(h) = softmax(q k^T / sqrt(HS) + masks) v W_o^T with
+// [q | k | v] = h W_qkv^T (grouped-query: k and v narrower), q and k (and v) through QK-norm and RoPE
+// first (attn_qk_*: the one place that transforms them): forward, backward, forward mode over the
+// batch and at one token, and the incremental decoder's step over the KV cache. docs/MODEL.md
+// ("Sub-layers") has the math; model.cpp, model_jvp.cpp and decode.cpp run it.
+#include <algorithm>
+#include <cmath>
+
+#include "model/branch.h"
+#include "model/decode.h"
+#include "model/model.h"
+#include "ops/attention.h"
+#include "ops/matmul.h"
+#include "ops/rope.h"
+
+namespace normlab {
+
+using namespace ops;
+using branch::zero;
+
+template <class S>
+void Model<S>::apply_rope(S* qkv, int rows, int T, int pos0, int sign) const {
+  const int R = cfg_.rope_dims(), C = cfg_.d_model, NH = cfg_.n_heads, QW = cfg_.qkv_width();
+  if (R == 0) return;
+  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, 0, NH, C / NH, R, sign);  // q
+  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, C, cfg_.kv_heads(), C / NH, R, sign);  // k
+}
+
+template <class S>
+void Model<S>::attn_qk_forward(int i, S* qkv, int rows, int T, int pos0, S* raw, S* mean, S* rstd) const {
+  const QkNormLayout& L = qk_[size_t(i)];
+  if (L.n) qk_norm_forward(cfg_.norm, cfg_.eps, L, p_[i].qkv_norm, qkv, size_t(rows), cfg_.qkv_width(), raw, mean, rstd,
+                           qk_scratch_);
+  apply_rope(qkv, rows, T, pos0, +1);
+}
+
+template <class S>
+void Model<S>::attn_qk_backward(int i, S* dqkv, int rows, int T) {
+  apply_rope(dqkv, rows, T, 0, -1);  // d(q, k before RoPE) = R_t^T d(R_t q, R_t k)
+  const QkNormLayout& L = qk_[size_t(i)];
+  const SublayerActs<S>& a = a_[i];
+  if (L.n) qk_norm_backward(cfg_.norm, L, p_[i].qkv_norm, dp_[i].qkv_norm, dqkv, size_t(rows), cfg_.qkv_width(),
+                            a.qk_raw, a.qk_mean, a.qk_rstd, qk_scratch_);
+}
+
+template <class S>
+void Model<S>::attn_qk_jvp(int i, S* tqkv, int K, int rows, int T, int pos0, size_t row0) const {
+  const QkNormLayout& L = qk_[size_t(i)];
+  const SublayerActs<S>& a = a_[i];
+  if (L.n) qk_norm_jvp(cfg_.norm, L, p_[i].qkv_norm, tqkv, K, size_t(rows), cfg_.qkv_width(), a.qk_raw, a.qk_mean,
+                       a.qk_rstd, row0, size_t(this->rows(i)), qk_scratch_);
+  apply_rope(tqkv, K * rows, T, pos0, +1);  // RoPE is linear: the tangents rotate as q and k do
+}
+
+template <class S>
+void Model<S>::attn_forward(int i) {
+  const Slot& slot = slots_[size_t(i)];
+  const SublayerActs<S>& a = a_[i];
+  const SublayerParams<S>& p = p_[i];
+  const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model;
+  // an encdec's encoder reads the source mask; every other self-attention the batch's own
+  const uint8_t* self_mask = cfg_.encdec() && slot.encoder ? (has_src_mask_ ? src_mask_.data() : nullptr)
+                                                            : (has_key_mask_ ? key_mask_.data() : nullptr);
+  matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
+  attn_qk_forward(i, a.hid, N, T, 0, a.qk_raw, a.qk_mean, a.qk_rstd);  // QK-norm, RoPE (hid keeps the results)
+  attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, self_mask, prec_);
+  matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_, bf16_of(p.w2));
+}
+
+template <class S>
+void Model<S>::attn_backward(int i, const S* df, S* dh) {
+  const Slot& slot = slots_[size_t(i)];
+  const SublayerActs<S>& a = a_[i];
+  const SublayerParams<S>& p = p_[i];
+  const SublayerParams<S>& dp = dp_[i];
+  const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model;
+  zero(dmix_, size_t(N) * C);
+  matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_, bf16_of(p.w2));
+  zero(dhid_, size_t(N) * cfg_.qkv_width());
+  attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, prec_);
+  attn_qk_backward(i, dhid_, N, T);
+  matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
+}
+
+template <class S>
+void Model<S>::attn_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) const {
+  const SublayerActs<S>& a = a_[i];
+  const SublayerParams<S>& p = p_[i];
+  const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model;
+  matmul_jvp(sc.hid, th, p.w1, K, N, C, cfg_.qkv_width());
+  attn_qk_jvp(i, sc.hid, K, N, T, 0, 0);  // QK-norm's tangent, RoPE
+  attention_jvp(sc.mix, sc.att, sc.hid, a.hid, a.att, K, B, T, C, cfg_.n_heads, cfg_.kv_heads());
+  matmul_jvp(tf, sc.mix, p.w2, K, N, C, C);
+}
+
+// With a tangent only at token i, only q_i, k_i, v_i move, and the output at token i is, per head,
+//   tS_ij = (tq_i . k_j + [j == i] q_i . tk_i) / sqrt(HS);  tP_i = P_i * (tS_i - <P_i, tS_i>);
+//   ty_i = sum_j tP_ij v_j + P_ii tv_i
+// (masked and causally hidden keys have P_ij = 0 and drop out): O(K (C^2 + T C)) per block.
+template <class S>
+void Model<S>::attn_jvp_token(int i, S* tf, const S* th, int K, int token, int row, const JvpScratch& sc) const {
+  const SublayerActs<S>& a = a_[i];
+  const SublayerParams<S>& p = p_[i];
+  const int T = T_, C = cfg_.d_model, NH = cfg_.n_heads, HS = C / NH;
+  const size_t n = size_t(row) * T + token;  // the token's row in (B * T)
+  // the row [q (C) | k (KVW) | v (KVW)]; query head hh reads key-value head hh / (NH / KVH)
+  const int C3 = cfg_.qkv_width(), KVW = cfg_.kv_heads() * HS, group = NH / cfg_.kv_heads();
+  const S scale = S(1.0 / std::sqrt(double(HS)));
+  S* thid = sc.hid;
+  S* ts = sc.att;  // (K, T) one head's score tangents
+  matmul_jvp(thid, th, p.w1, K, 1, C, C3);  // tq_i | tk_i | tv_i
+  attn_qk_jvp(i, thid, K, 1, 1, token, n);  // at the token's row and position
+  for (int hh = 0; hh < NH; hh++) {
+    const S* qkv = a.hid + size_t(row) * T * C3;  // this row's q | k | v, stride C3
+    const S* q_i = qkv + size_t(token) * C3 + hh * HS;
+    const S* k = qkv + C + (hh / group) * HS;
+    const S* v = qkv + C + KVW + (hh / group) * HS;
+    const S* P_i = a.att + ((size_t(row) * NH + hh) * T + token) * T;
+    const S* tq = thid + hh * HS;
+    const S* tk = thid + C + (hh / group) * HS;
+    const S* tv = thid + C + KVW + (hh / group) * HS;
+    // tS (K, T) = tq_i k^T / sqrt(HS), plus q_i . tk_i / sqrt(HS) at j = i
+    gemm<S>(Trans::No, Trans::Yes, K, T, HS, scale, tq, C3, k, C3, S(0), ts, T);
+    for (int kk = 0; kk < K; kk++) {
+      S* s = ts + size_t(kk) * T;
+      const S* tk_k = tk + size_t(kk) * C3;
+      double qtk = 0;
+      for (int e = 0; e < HS; e++) qtk += double(q_i[e]) * tk_k[e];
+      s[token] += scale * S(qtk);
+      // tP = P * (tS - <P, tS>)
+      double dot = 0;
+      for (int j = 0; j < T; j++) dot += double(P_i[j]) * s[j];
+      for (int j = 0; j < T; j++) s[j] = S(P_i[j] * (s[j] - dot));
+    }
+    // ty_i (K, HS) = tP v + P_ii tv_i
+    S* ty = sc.mix + hh * HS;
+    gemm<S>(Trans::No, Trans::No, K, HS, T, S(1), ts, T, v, C3, S(0), ty, C);
+    const S p_ii = P_i[token];
+    for (int kk = 0; kk < K; kk++)
+      for (int e = 0; e < HS; e++) ty[size_t(kk) * C + e] += p_ii * tv[size_t(kk) * C3 + e];
+  }
+  matmul_jvp(tf, sc.mix, p.w2, K, 1, C, C);
+}
+
+// The new token's q, k, v; k and v enter the cache at position t; its query attends over 0..t.
+template <class S>
+void IncrementalDecoder<S>::attn_step(int i, const S* h, const SublayerParams<S>& p) {
+  const ModelConfig& cfg = m_.config();
+  const int B = B_, C = cfg.d_model, t = t_;
+  const int W = cfg.qkv_width(), KVW = W - C;  // [q (C) | k | v (KVH HS each)]
+  std::vector<S>& cache = cache_[size_t(i)];
+  matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, W);
+  // QK-norm, RoPE at position t, before k enters the cache
+  const QkNormLayout& L = m_.qk_layout(i);
+  qk_raw_.resize(std::max(qk_raw_.size(), size_t(B) * L.raw_width()));
+  qk_stats_.resize(std::max(qk_stats_.size(), 2 * size_t(B) * L.stats_per_token()));
+  m_.attn_qk_forward(i, hid_.data(), B, 1, t, qk_raw_.data(), qk_stats_.data(),
+                     qk_stats_.data() + size_t(B) * L.stats_per_token());
+  for (int b = 0; b < B; b++) {
+    S* kv = cache.data() + size_t(b) * max_len_ * KVW;
+    std::copy(hid_.begin() + long(b) * W + C, hid_.begin() + long(b) * W + W, kv + size_t(t) * KVW);
+    // causal self-attention of the new query over positions 0..t
+    cached_attention_forward(mix_.data() + size_t(b) * C, att_.data(), hid_.data() + size_t(b) * W, kv, t + 1, C,
+                             cfg.n_heads, cfg.kv_heads());
+  }
+  matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, C, C);
+}
+
+#define NL_INSTANTIATE(S)                                                                                   \
+  template void Model<S>::apply_rope(S*, int, int, int, int) const;                                        \
+  template void Model<S>::attn_qk_forward(int, S*, int, int, int, S*, S*, S*) const;                       \
+  template void Model<S>::attn_qk_backward(int, S*, int, int);                                             \
+  template void Model<S>::attn_qk_jvp(int, S*, int, int, int, int, size_t) const;                          \
+  template void Model<S>::attn_forward(int);                                                               \
+  template void Model<S>::attn_backward(int, const S*, S*);                                                \
+  template void Model<S>::attn_jvp(int, S*, const S*, int, const JvpScratch&) const;                       \
+  template void Model<S>::attn_jvp_token(int, S*, const S*, int, int, int, const JvpScratch&) const;       \
+  template void IncrementalDecoder<S>::attn_step(int, const S*, const SublayerParams<S>&);
+NL_INSTANTIATE(float)
+NL_INSTANTIATE(double)
+#undef NL_INSTANTIATE
+
+}  // namespace normlab
