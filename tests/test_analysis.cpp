@@ -253,7 +253,7 @@ TEST(AttentionStats, QkNormBoundsDominateTheScoresTheModelComputed) {
         if (p.name.find("_norm.weight") != std::string::npos)
           for (size_t i = 0; i < p.numel; i++) w[i] = 0.5 + rng.uniform();
       }
-      const int T = 6, C = 12, NH = 3, HS = 4, QW = C + 2 * HS;
+      const int T = 6, C = 12, HS = 4, QW = C + 2 * HS;  // 3 heads of 4, one key-value head
       std::vector<int32_t> ids(T), labels(T, ops::kIgnoreLabel);
       for (int t = 0; t < T; t++) ids[t] = (t * 37 + 11) % 256;
       m.forward(ids.data(), labels.data(), 1, T);

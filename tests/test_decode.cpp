@@ -83,12 +83,13 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     bool llama;
     int kv_heads;
     QkNorm qk_norm = QkNorm::None;
+    double embed_scale = 1.0;
   };
   for (const Case& k : {Case{Placement::Pre, true, 1}, Case{Placement::Pre, true, 2}, Case{Placement::Peri, true, 4},
                         Case{Placement::Post, false, 4}, Case{Placement::Sandwich, false, 4},
                         Case{Placement::Reordered, true, 2}, Case{Placement::Lns, true, 2},
                         Case{Placement::Reordered, true, 2, QkNorm::Whole}, Case{Placement::HybridNorm, true, 1},
-                        Case{Placement::Pre, false, 4, QkNorm::Heads}}) {
+                        Case{Placement::Pre, false, 4, QkNorm::Heads}, Case{Placement::Pre, true, 1, QkNorm::None, 4.0}}) {
     SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {}", method_of(k.method).name, k.llama, k.kv_heads,
                              to_string(k.qk_norm)));
     ModelConfig cfg;
@@ -102,6 +103,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     cfg.seq_len = 9;
     cfg.placement = {k.method};
     cfg.qk_norm = k.qk_norm;
+    cfg.embed_scale = k.embed_scale;  // (Gemma's sqrt(d) for d = 16)
     cfg.init_std = 0.3;
     if (k.llama) {
       cfg.norm = NormKind::RMSNorm;

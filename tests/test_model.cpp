@@ -174,6 +174,17 @@ TEST(ModelGradientsMore, RotaryAndNoPositions) {
       c.n_kv_heads = 1;  // and multi-query attention (both heads share one key-value head)
       check_model_gradients(c, /*padding=*/arch == Arch::Encoder);
     }
+  // Gemma's block: GeGLU, the token embedding times sqrt(d), tied head; with and without padding
+  for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
+    ModelConfig gemma = tiny(arch, {Placement::Pre}, NormKind::RMSNorm);
+    gemma.positions = Positions::Rope;
+    gemma.activation = Activation::GeGlu;
+    gemma.embed_scale = std::sqrt(8.0);
+    check_model_gradients(gemma, /*padding=*/arch == Arch::Encoder);
+  }
+  ModelConfig scaled = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  scaled.embed_scale = 2.0;  // with learned positions it would scale them too: refused by name
+  EXPECT_THROW(scaled.validate(), Error);
   ModelConfig gqa = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
   gqa.n_heads = 4;  // HS = 2, 2 key-value heads: the grouped case proper
   gqa.n_kv_heads = 2;

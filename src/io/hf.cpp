@@ -208,14 +208,14 @@ static Imported read_dir(const std::string& dir, bool with_weights) {
   ConfigReader r{j, cfg_path.string()};
   const std::string type = r.string("model_type", "");
   if (type.empty()) throw Error(fmt::format("{}: no \"model_type\"", cfg_path.string()));
-  if (type != "gpt2" && type != "bert" && type != "llama" && type != "qwen2")
-    throw Error(fmt::format("{}: model_type \"{}\" is not supported (normlab reads \"gpt2\", \"bert\", \"llama\" "
-                            "and \"qwen2\")",
+  if (type != "gpt2" && type != "bert" && type != "llama" && type != "qwen2" && type != "gemma")
+    throw Error(fmt::format("{}: model_type \"{}\" is not supported (normlab reads \"gpt2\", \"bert\", \"llama\", "
+                            "\"qwen2\" and \"gemma\")",
                             cfg_path.string(), type));
   WeightFiles w;
   if (with_weights) w = read_weights(d);
   const WeightFiles* weights = with_weights ? &w : nullptr;
-  if (type == "llama" || type == "qwen2") return import_llama(r, weights, d);
+  if (type == "llama" || type == "qwen2" || type == "gemma") return import_llama(r, weights, d);
   return type == "gpt2" ? import_gpt2(r, weights, d) : import_bert(r, weights, d);
 }
 
@@ -261,6 +261,7 @@ std::optional<std::string> export_refusal(const ModelConfig& c) {
   if (!c.residual) why.push_back("residual = false");
   if (!c.mlp) why.push_back("mlp = false (attention-only blocks)");
   if (c.qk_norm != QkNorm::None) why.push_back(fmt::format("qk_norm is {} (GPT-2 and BERT have no QK-norm)", to_string(c.qk_norm)));
+  if (c.embed_scale != 1.0) why.push_back(fmt::format("embed_scale is {} (GPT-2 and BERT scale no embedding)", c.embed_scale));
   if (c.kv_heads() != c.n_heads)
     why.push_back(fmt::format("{} key-value heads for {} query heads (GPT-2 and BERT: one each)", c.kv_heads(), c.n_heads));
   if (c.positions != Positions::Learned)

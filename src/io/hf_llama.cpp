@@ -1,10 +1,16 @@
-// hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, Qwen2ForCausalLM) to
-// normlab models and back (hf_llama.h). The block is normlab's pre-RMSNorm gpt with RoPE
-// (rotate-half, as transformers' Llama), SwiGLU and grouped-query attention; Llama has no biases
-// (or q, k, v, o and MLP biases with attention_bias and mlp_bias), Qwen2 has q, k, v biases.
+// hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, Qwen2ForCausalLM,
+// GemmaForCausalLM) to normlab models, and Llama / Qwen2 back (hf_llama.h). The block is normlab's
+// pre-RMSNorm gpt with RoPE (rotate-half, as transformers' Llama), a gated MLP and grouped-query
+// attention; Llama has no biases (or q, k, v, o and MLP biases with attention_bias and mlp_bias),
+// Qwen2 has q, k, v biases. Gemma (the first) is the same block with three differences: the MLP is
+// GeGLU (tanh GELU), the token embedding is multiplied by sqrt(hidden_size) (model.embed_scale), and
+// each RMSNorm's gain is 1 + w with the stored w: normlab's gain is that sum, computed once on import
+// in float32 exactly as Gemma computes it at every forward (gains are not weight-decayed, so AdamW
+// moves 1 + w as Gemma's training moves w).
 #include "io/hf_llama.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "io/hf_common.h"
 #include "io/safetensors.h"
@@ -52,8 +58,8 @@ bool is_qwen2(const ConfigReader& r) { return r.string("model_type", "") == "qwe
 
 Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const fs::path& dir) {
   Imported im;
-  const bool qwen2 = is_qwen2(r);
-  im.architecture = architecture_of(r, {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"});
+  const bool qwen2 = is_qwen2(r), gemma = r.string("model_type", "") == "gemma";
+  im.architecture = architecture_of(r, {qwen2 ? "Qwen2ForCausalLM" : gemma ? "GemmaForCausalLM" : "LlamaForCausalLM"});
   ModelConfig& c = im.config;
   c.arch = Arch::Gpt;
   c.d_model = r.integer("hidden_size");
@@ -70,10 +76,17 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   c.positions = Positions::Rope;
   c.activation = Activation::SwiGlu;
   c.init_std = r.number("initializer_range", 0.02);
-  r.require("hidden_act", r.string("hidden_act", "silu") == "silu", "the gated MLP is SwiGLU (silu)");
+  if (gemma) {  // transformers' Gemma reads hidden_activation (unset: gelu_pytorch_tanh), not hidden_act
+    r.require("hidden_activation", r.string("hidden_activation", "gelu_pytorch_tanh") == "gelu_pytorch_tanh",
+              "normlab's GeGLU gates with GELU's tanh form (gelu_pytorch_tanh)");
+    c.activation = Activation::GeGlu;
+    c.embed_scale = std::sqrt(double(c.d_model));
+  } else {
+    r.require("hidden_act", r.string("hidden_act", "silu") == "silu", "the gated MLP is SwiGLU (silu)");
+  }
   r.require("rope_scaling", !r.has("rope_scaling"), "normlab's RoPE has no scaling (linear, dynamic, yarn, llama3)");
-  if (r.has("head_dim") && c.n_heads > 0)
-    r.require("head_dim", r.integer("head_dim") * c.n_heads == c.d_model, "normlab's head size is hidden_size / heads");
+  if ((r.has("head_dim") || gemma) && c.n_heads > 0)  // Gemma's config defaults head_dim to 256
+    r.require("head_dim", r.integer("head_dim", 256) * c.n_heads == c.d_model, "normlab's head size is hidden_size / heads");
   if (qwen2) {
     c.bias = LinearBias::Qkv;  // Qwen2: q, k, v biases, none elsewhere
     r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
@@ -83,7 +96,7 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
               "normlab has biases on every projection (attention_bias and mlp_bias both true) or on none");
     c.bias = attn_bias ? LinearBias::All : LinearBias::None;
   }
-  const bool tied = r.boolean("tie_word_embeddings", false);
+  const bool tied = r.boolean("tie_word_embeddings", gemma);  // (Gemma's config ties by default)
   c.head = tied ? Head::Tied : Head::Untied;
   c.validate();
   if (r.number("attention_dropout", 0) > 0)
@@ -100,6 +113,10 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   else table.push_back({"lm_head.weight", "lm_head.weight"});
   map_tensors(im, *weights, table, "model.", ignored, dir);
   if (tied) check_tied(*weights, "lm_head.weight", im.params["wte.weight"], dir);
+  if (gemma)  // Gemma's RMSNorm gain is 1 + w, in float32
+    for (auto& [name, values] : im.params)
+      if (name.ends_with("ln_in.weight") || name == "ln_f.weight")
+        for (float& w : values) w = 1.0f + w;
   return im;
 }
 
@@ -115,6 +132,9 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if (c.positions != Positions::Rope || c.rope_fraction != 1.0) why.push_back("positions are not RoPE over the whole head");
   if (c.activation != Activation::SwiGlu) why.push_back(fmt::format("activation is {} (Llama's MLP is SwiGLU)", to_string(c.activation)));
   if (c.qk_norm != QkNorm::None) why.push_back(fmt::format("qk_norm is {} (Llama and Qwen2 have no QK-norm)", to_string(c.qk_norm)));
+  if (c.embed_scale != 1.0)
+    why.push_back(fmt::format("embed_scale is {} (Gemma's; normlab reads Gemma directories, it does not write them yet)",
+                              c.embed_scale));
   if (!c.residual || !c.mlp) why.push_back("residual = false or mlp = false");
   if (c.has_embed_norm() || c.type_vocab > 0) why.push_back("an embedding norm or token types");
   if (c.head != Head::Tied && c.head != Head::Untied) why.push_back(fmt::format("head = {}", to_string(c.head)));

@@ -1,7 +1,7 @@
 // branch.h: what the branch files (model/branch_attn.cpp, branch_cross.cpp, branch_mlp.cpp: one file
 // per kind of sub-layer, its forward, backward, forward-mode, token-local and decoding step side by
 // side) share with the skeleton that runs them (model.cpp, model_jvp.cpp, decode.cpp): the threaded
-// zeroing of a gradient buffer. Internal to src/model/.
+// zeroing and scaling of a buffer. Internal to src/model/.
 #pragma once
 
 #include <omp.h>
@@ -23,6 +23,13 @@ void zero(S* p, size_t n) {
     const size_t begin = n * t / nt, end = n * (t + 1) / nt;
     std::memset(p + begin, 0, (end - begin) * sizeof(S));
   }
+}
+
+// v (n) *= c, in place
+template <class S>
+void scale_in_place(S* v, size_t n, S c) {
+#pragma omp parallel for schedule(static) if((long)n > ops::kParallelMinWork)
+  for (long i = 0; i < (long)n; i++) v[i] *= c;
 }
 
 }  // namespace normlab::branch

@@ -249,6 +249,11 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back(fmt::format("model.rope_fraction = {} rotates no pair of a head's {} dimensions (R = 2 floor(f HS / 2) "
                             "must be >= 2)",
                             rope_fraction, head_size()));
+  if (!(embed_scale > 0.0) || !std::isfinite(embed_scale) || embed_scale > 1e6)
+    v.push_back(fmt::format("model.embed_scale = {} must be in (0, 1e6]", embed_scale));
+  else if (embed_scale != 1.0 && (positions == Positions::Learned || type_vocab > 0 || encdec()))
+    v.push_back("model.embed_scale scales the token embedding of a gpt or encoder without learned positions or "
+                "token types (Gemma's sqrt(d)): set positions = \"rope\" or \"none\" and type_vocab = 0");
   if (v_norm && qk_norm == QkNorm::None)
     v.push_back("model.v_norm = true normalizes the values in model.qk_norm's layout; set qk_norm = \"heads\" or \"whole\"");
   if (encdec() && qk_norm != QkNorm::None)
@@ -399,6 +404,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("rope_fraction", cfg.rope_fraction);
   r.get("type_vocab", cfg.type_vocab);
   r.get("embed_norm", cfg.embed_norm);
+  r.get("embed_scale", cfg.embed_scale);
   read_enum(r, "head", kHeadNames, cfg.head);
   if (r.has("placement")) {
     const auto& p = r.raw("placement");
@@ -495,6 +501,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"v_norm", cfg.v_norm},
                         {"type_vocab", cfg.type_vocab},
                         {"embed_norm", cfg.embed_norm},
+                        {"embed_scale", cfg.embed_scale},
                         {"head", to_string(cfg.head)},
                         {"placement", places},
                         {"residual", cfg.residual},

@@ -106,6 +106,9 @@ struct ModelConfig {
   int type_vocab = 0;                // rows of a token-type (segment) embedding added to the input, as
                                      // BERT's 2; 0: none
   bool embed_norm = false;           // a norm of the embedding sum before the first block (BERT)
+  double embed_scale = 1.0;          // the token embedding times this constant (Gemma: sqrt(d_model)); only
+                                     // without learned positions and token types, so it scales the whole
+                                     // embedding (the tied output matrix stays wte itself)
   Head head = Head::Tied;            // tied: GPT-2's; mlm: BERT's masked-LM head; none: headless;
                                      // untied: logits = x lm_head^T (Llama's)
   std::vector<Placement> placement = {Placement::Pre};  // one entry for all layers, or one per layer

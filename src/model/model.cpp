@@ -31,6 +31,7 @@
 namespace normlab {
 
 using namespace ops;
+using branch::scale_in_place;
 using branch::zero;
 
 template <class S>
@@ -368,6 +369,7 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   S* x0 = streams_[size_t(cfg_.encdec() ? dec0 : 0)];
   embedding_forward(emb_, ids_.data(), wte_, wpe_, B, T, C);
   if (wtt_) token_type_forward(emb_, types_.data(), wtt_, N, C);
+  if (cfg_.embed_scale != 1.0) scale_in_place(emb_, size_t(N) * C, S(cfg_.embed_scale));  // (Gemma's sqrt(d))
   if (cfg_.has_embed_norm()) norm_forward(x0, emb_mean_, emb_rstd_, emb_, lnemb_, N);
   if (training_ && cfg_.dropout > 0)
     dropout_forward(x0, x0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C, dropout_first(size_t(N) * C));
@@ -526,6 +528,12 @@ void Model<S>::embedding_backward_all(const S* dx0) {
     S* tmp = (dx0 == dstream_[0]) ? dstream_[1] : dstream_[0];
     zero(tmp, size_t(N) * C);
     norm_backward(tmp, dlnemb_, dx0, emb_, lnemb_, emb_mean_, emb_rstd_, N);
+    demb = tmp;
+  }
+  if (cfg_.embed_scale != 1.0) {  // emb = s wte[ids]
+    S* tmp = (demb == dstream_[0]) ? dstream_[1] : dstream_[0];
+    const S s = S(cfg_.embed_scale);
+    for (size_t k = 0; k < size_t(N) * C; k++) tmp[k] = s * demb[k];
     demb = tmp;
   }
   embedding_backward(dwte_, dwpe_, demb, ids_.data(), B, T, C);

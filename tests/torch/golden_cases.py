@@ -198,6 +198,9 @@ def build_cases():
         Case("train_gpt_hybridnorm", dict(SMALL, placement="hybridnorm", norm="rmsnorm", positions="rope"), SMALL_BT,
              kind="train", train=TRAIN_CFG),
         Case("gpt_hybridnorm_star_dyt", dict(SMALL, placement="hybridnorm*", norm="dyt", qk_norm="whole"), SMALL_BT),
+        # Gemma's block: GeGLU, the token embedding times sqrt(d), multi-query, RMSNorm
+        Case("gpt_gemma_block", dict(SMALL, placement="pre", norm="rmsnorm", activation="geglu", bias="none",
+             positions="rope", n_kv_heads=1, embed_scale=32 ** 0.5), SMALL_BT),
         Case("train_gpt_residual", dict(SMALL, placement="residual"), SMALL_BT, kind="train", train=TRAIN_CFG),
         Case("train_encdec_residual", dict(ENCDEC, placement="residual"), ENCDEC_BST, kind="train", train=TRAIN_CFG),
         # Admin's profile: both chains (the decoder's after a pre layer), from the trainer's own init

@@ -25,7 +25,8 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 import transformers
-from transformers import (BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+from transformers import (BertConfig, BertForMaskedLM, BertModel, GemmaConfig, GemmaForCausalLM, GPT2Config,
+                          GPT2LMHeadModel, LlamaConfig,
                           LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 transformers.logging.set_verbosity_error()
@@ -172,7 +173,8 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
     d = os.path.join(work, label)
     shutil.rmtree(d, ignore_errors=True)
     torch.manual_seed(seed)
-    Config, Model = (LlamaConfig, LlamaForCausalLM) if family == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    Config, Model = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+                     "gemma": (GemmaConfig, GemmaForCausalLM)}[family]
     config = Config(attn_implementation="eager", **cfg)
     model = Model(config)
     perturb(model, seed)
@@ -513,6 +515,11 @@ def main():
     llama_case(nl, w, "qwen2_qkv_bias", 13, family="qwen2", vocab_size=71, hidden_size=36, num_hidden_layers=2,
                num_attention_heads=6, num_key_value_heads=3, intermediate_size=50, max_position_embeddings=24,
                rope_theta=1e6, tie_word_embeddings=True)
+    # Gemma: GeGLU (tanh GELU), the embedding times sqrt(hidden_size), RMSNorm gains 1 + w (perturbed
+    # weights: w away from 0), tied; multi-query here
+    llama_case(nl, w, "gemma_mqa_geglu", 15, family="gemma", vocab_size=61, hidden_size=32, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=1, head_dim=8, intermediate_size=40,
+               max_position_embeddings=16, hidden_activation="gelu_pytorch_tanh")
     export_case(nl, w, "export_llama", ["model.d_model=24", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2",
                                         "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
                                         "model.positions=rope", "model.rope_base=5e5", "model.activation=swiglu",

@@ -112,6 +112,7 @@ DEFAULTS = {
     "v_norm": False,         # the values too (QKV-norm)
     "type_vocab": 0,       # token-type embedding rows (0: none)
     "embed_norm": False,   # a norm of the embedding sum (BERT)
+    "embed_scale": 1.0,    # the token embedding times this (Gemma: sqrt(d)); no learned positions or types
     "head": "tied",        # tied | mlm (dense + act + norm + tied decoder + bias) | none
     "placement": "pre",
     "residual": True,

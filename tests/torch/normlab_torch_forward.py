@@ -310,7 +310,7 @@ def forward_outputs(config, params, input_ids, labels=None, token_types=None, ke
             raise ValueError(f"decoder inputs given to a {config['arch']} model")
         _check_ids(config, input_ids, config["vocab"], "input_ids")
         T = input_ids.shape[1]
-        x = wte[input_ids] + position_table(config, params, "wpe.weight", T)
+        x = wte[input_ids] * config.get("embed_scale", 1.0) + position_table(config, params, "wpe.weight", T)
         if config["type_vocab"] > 0:
             types = torch.zeros_like(input_ids) if token_types is None else torch.as_tensor(token_types).long()
             x = x + params["wtt.weight"][types]
@@ -402,7 +402,7 @@ def admin_profile(config, params, input_ids, token_types=None, key_mask=None, de
             walk(dec, x, None if decoder_mask is None else torch.as_tensor(decoder_mask), memory, key_mask)
         else:
             T = input_ids.shape[1]
-            x = params["wte.weight"][input_ids] + position_table(config, params, "wpe.weight", T)
+            x = params["wte.weight"][input_ids] * config.get("embed_scale", 1.0) + position_table(config, params, "wpe.weight", T)
             if config["type_vocab"] > 0:
                 types = torch.zeros_like(input_ids) if token_types is None else torch.as_tensor(token_types).long()
                 x = x + params["wtt.weight"][types]
