@@ -186,6 +186,18 @@ check "[[ \$(jq '[.[] | select(.source == \"000 Thm 2.2\")][0].verdict' c-pre.js
 "$NL" theory --checkpoint post.safetensors --corpus corpus.txt --seeds 1 >u.txt 2>&1
 check "grep -q \"windows of 16 bytes of corpus 'corpus.txt' (bytes)\" u.txt" "theory --corpus not stated"
 
+# --- a run's own data is the default input (issue 27): its corpus and tokenizer, and another tokenizer
+# is refused (a BPE run through bytes would get ids it never saw)
+"$NL" train --set model.d_model=16 --set model.n_heads=2 --set model.n_layers=1 --set model.seq_len=16 \
+  --set model.vocab=50257 --set data.tokenizer=gpt2 --set data.corpus=corpus.txt --set train.steps=2 \
+  --set train.batch_size=2 --set train.out_dir=bperun -q > /dev/null 2>&1
+"$NL" analyze attention --checkpoint bperun --seq-len 8 > own.txt 2>&1
+check "grep -q \"^input: 8 tokens of corpus 'corpus.txt' through GPT-2\" own.txt" "analyze of a BPE run did not read the run's corpus and tokenizer: $(grep input own.txt)"
+"$NL" theory --checkpoint bperun --seeds 2 > ownt.txt 2>&1
+check "grep -q \"windows of 16 tokens of corpus 'corpus.txt' through GPT-2\" ownt.txt" "theory --checkpoint of a BPE run did not read its corpus through its tokenizer"
+refuse "bytes for a BPE run (sample)" "read its data as 'gpt2'" "$NL" sample --checkpoint bperun --tokenizer bytes --prompt hi --max-new 1
+refuse "bytes for a BPE run (analyze)" "read its data as 'gpt2'" "$NL" analyze dynamics --checkpoint bperun --tokenizer bytes
+
 # --- bad input: one message, exit 1 ----------------------------------------------------------
 : >empty.txt
 refuse "empty corpus" "empty" "$NL" analyze attention "${tiny[@]}" --corpus empty.txt

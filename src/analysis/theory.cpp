@@ -150,9 +150,8 @@ std::string number(double v) { return fmt::format("{:.4g}", v); }
 }  // namespace
 
 Corpus theory_corpus(const TheoryOptions& o) {
-  if (o.corpus.empty()) return load_corpus(builtin_corpus_path(), 0.1, o.seq_len);
   if (o.corpus.ends_with(".bin") || o.corpus.ends_with(".safetensors")) return load_token_stream(o.corpus, 0.1, o.seq_len);
-  return load_corpus(o.corpus, 0.1, o.seq_len);
+  return load_corpus(o.corpus.empty() ? builtin_corpus_path() : o.corpus, 0.1, o.seq_len, o.tokenizer);
 }
 
 namespace {

@@ -60,6 +60,7 @@ struct TheoryOptions {
   std::string pairs = "es-en";  // translation pairs of the enc-dec claims: a built Bible pair or a directory
   std::string corpus;           // inputs of the byte-LM claims: "" = the built-in corpus; a text file (its
                                 // bytes), or a token stream (.safetensors input_ids, .bin uint16)
+  std::string tokenizer;        // "" = the corpus as bytes; else read it through this tokenizer ("gpt2", a path)
   std::shared_ptr<const TheoryModel> model;  // set: measure this model only (seeds pick the input windows)
 };
 

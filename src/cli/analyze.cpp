@@ -414,7 +414,32 @@ int run_dynamics(const AnalyzeCommand& cmd, Model<double>& model) {
 
 }  // namespace
 
-int run_analyze(const AnalyzeCommand& cmd) {
+// A checkpoint of a normlab run knows what it read: that run's tokenizer and its corpus (or token
+// stream) are the defaults of an analysis that names none, and another --tokenizer is refused.
+AnalyzeCommand with_run_inputs(const AnalyzeCommand& given) {
+  AnalyzeCommand cmd = given;
+  if (cmd.checkpoint.empty()) return cmd;
+  const nlohmann::json data = run_data_of(cmd.checkpoint);
+  if (data.is_null()) return cmd;
+  refuse_other_tokenizer(cmd.tokenizer, cmd.checkpoint);
+  const auto text_of = [&](const char* key, const char* fallback) {
+    const nlohmann::json& v = data.value(key, nlohmann::json(fallback));
+    return v.is_string() ? v.get<std::string>() : std::string(fallback);
+  };
+  if (cmd.tokenizer.empty() && !text_of("tokenizer", "").empty()) cmd.tokenizer = text_of("tokenizer", "");
+  const bool input_given = has_text(cmd) || !cmd.tokens.empty() || cmd.random || !cmd.corpus.empty() || has_source(cmd);
+  if (!input_given) {
+    if (!text_of("tokens", "").empty()) cmd.tokens = text_of("tokens", "");
+    else if (text_of("corpus", "builtin") != "builtin") cmd.corpus = text_of("corpus", "builtin");
+    if (!cmd.tokens.empty() || !cmd.corpus.empty())
+      fmt::print("input: the run's own data ({}, its config.json)\n", !cmd.tokens.empty() ? "data.tokens '" + cmd.tokens + "'"
+                                                                                         : "data.corpus '" + cmd.corpus + "'");
+  }
+  return cmd;
+}
+
+int run_analyze(const AnalyzeCommand& given) {
+  const AnalyzeCommand cmd = with_run_inputs(given);
   if (cmd.checkpoint.empty() && cmd.config.empty() && cmd.sets.empty())
     fmt::print("no --checkpoint or --config: analyzing a fresh model with the default config\n");
   if (!cmd.json_out.empty() && !cmd.force && std::filesystem::exists(cmd.json_out))

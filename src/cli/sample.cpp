@@ -16,6 +16,7 @@
 #include "io/tokenizer.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
+#include "train/run_config.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/json_reader.h"
@@ -56,26 +57,10 @@ bool holds_tokenizer(const fs::path& dir) {
   return false;
 }
 
-// data.tokenizer of the run a checkpoint came from: the run directory's config.json (the directory
-// itself, or the one holding the checkpoint file); "" when there is none or it read bytes.
-std::string run_tokenizer(const std::string& checkpoint) {
-  std::error_code ec;
-  const fs::path dir = fs::is_directory(checkpoint, ec) ? fs::path(checkpoint) : fs::path(checkpoint).parent_path();
-  if (!fs::is_regular_file(dir / "config.json", ec)) return "";
-  nlohmann::json doc;
-  try {
-    doc = parse_json(read_file((dir / "config.json").string(), "config"), (dir / "config.json").string());
-  } catch (const Error&) {
-    return "";
-  }
-  if (!doc.is_object() || !doc.contains("data") || !doc["data"].is_object()) return "";
-  const nlohmann::json& t = doc["data"].value("tokenizer", nlohmann::json(""));
-  return t.is_string() ? t.get<std::string>() : "";
-}
-
 // The tokenizer to read the prompt and write the output with; nullopt: bytes.
 std::optional<Tokenizer> find_tokenizer(const SampleCommand& cmd) {
   std::string path = cmd.tokenizer, where = "--tokenizer";
+  refuse_other_tokenizer(cmd.tokenizer, cmd.checkpoint);
   if (path == "bytes") return std::nullopt;
   if (path.empty() && hf::is_model_dir(cmd.checkpoint) && holds_tokenizer(cmd.checkpoint)) {
     path = cmd.checkpoint;
@@ -85,8 +70,9 @@ std::optional<Tokenizer> find_tokenizer(const SampleCommand& cmd) {
     path = cmd.checkpoint;
     where = "the GGUF file's tokenizer";
   }
-  if (path.empty()) {
-    path = run_tokenizer(cmd.checkpoint);
+  if (const nlohmann::json data = run_data_of(cmd.checkpoint); path.empty() && !data.is_null()) {
+    const nlohmann::json& t = data.value("tokenizer", nlohmann::json(""));
+    path = t.is_string() ? t.get<std::string>() : "";
     where = fmt::format("data.tokenizer '{}' of the run", path);
   }
   if (path.empty()) return std::nullopt;

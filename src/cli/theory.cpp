@@ -9,6 +9,8 @@
 #include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/run_config.h"
+#include "io/tokenizer.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/json_reader.h"
@@ -29,6 +31,9 @@ void add_theory_command(CLI::App& app, TheoryCommand& cmd) {
   t->add_option("--corpus", o.corpus,
                 "inputs of the byte-LM claims (and the data of the trained models): a text file (its bytes) or a "
                 "token stream (.safetensors input_ids, .bin uint16); default the built-in corpus data/kjv.txt");
+  t->add_option("--tokenizer", o.tokenizer,
+                "with --checkpoint: read --corpus (or the built-in corpus) through the model's tokenizer (a file or "
+                "directory, gpt2); default: the one its run read its data with, else bytes");
   t->add_option("--d-model", o.d_model, "width of the test models (default 64)");
   t->add_option("--layers", o.n_layers, "layers of the Jacobian models (default 6)");
   t->add_option("--deep-layers", o.deep_layers, "layers of the depth-growth models (default 24)");
@@ -58,6 +63,21 @@ int run_theory(TheoryCommand& cmd) {
     for (const char* o : {"--d-model", "--layers", "--deep-layers", "--trained-steps", "--trained-seeds", "--paper-width"})
       if (cmd.theory->count(o))
         throw Error(fmt::format("{} does not apply with --checkpoint: the model's own width and depth are measured", o));
+    // the run that made the checkpoint read its data through a tokenizer and from a corpus: the defaults
+    refuse_other_tokenizer(opts.tokenizer, cmd.checkpoint);
+    if (const nlohmann::json data = run_data_of(cmd.checkpoint); !data.is_null()) {
+      const auto text_of = [&](const char* key, const char* fallback) {
+        const nlohmann::json& v = data.value(key, nlohmann::json(fallback));
+        return v.is_string() ? v.get<std::string>() : std::string(fallback);
+      };
+      if (opts.tokenizer.empty()) opts.tokenizer = text_of("tokenizer", "");
+      if (opts.corpus.empty()) {
+        const std::string tokens = text_of("tokens", ""), corpus = text_of("corpus", "builtin");
+        opts.corpus = !tokens.empty() ? tokens : corpus == "builtin" ? "" : corpus;
+      }
+    }
+    if (opts.tokenizer == "bytes") opts.tokenizer.clear();
+    if (opts.tokenizer == "gpt2") opts.tokenizer = builtin_gpt2_tokenizer_dir();
     auto f = load_model(cmd.checkpoint);
     auto given = std::make_shared<analysis::TheoryModel>();
     given->name = cmd.checkpoint;
@@ -79,6 +99,8 @@ int run_theory(TheoryCommand& cmd) {
                to_string(c.arch), to_string(c.norm), c.n_layers, c.d_model, c.n_heads, to_string(c.placement_of(0)),
                to_string(c.resolved_init()));
   } else {
+    if (!opts.tokenizer.empty())
+      throw Error("--tokenizer applies with --checkpoint (the fresh models of the claims read bytes)");
     if (opts.d_model < 8 || opts.d_model > 512 || opts.d_model % opts.n_heads != 0)
       throw Error(fmt::format("--d-model {} must be in [8, 512] and divisible by {}", opts.d_model, opts.n_heads));
     if (opts.n_layers < 2 || opts.n_layers > 64 || opts.deep_layers < 3 || opts.deep_layers > 256)

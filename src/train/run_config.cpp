@@ -2,6 +2,7 @@
 #include "train/run_config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <fmt/format.h>
 #include <sstream>
@@ -226,6 +227,38 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
            {{"corpus", cfg.data.corpus}, {"val_fraction", cfg.data.val_fraction},
             {"tokens", cfg.data.tokens}, {"tokenizer", cfg.data.tokenizer}, {"parallel", cfg.data.parallel},
             {"bleu_sentences", cfg.data.bleu_sentences}}}};
+}
+
+nlohmann::json run_data_of(const std::string& checkpoint) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(checkpoint, ec) ? fs::path(checkpoint) : fs::path(checkpoint).parent_path();
+  const fs::path config = dir / "config.json";
+  // a run's config.json has [model], [train] and [data]; a Hugging Face config.json is not one
+  if (!fs::is_regular_file(config, ec) || !fs::exists(dir / "metrics.jsonl", ec)) return nullptr;
+  try {
+    const nlohmann::json doc = parse_json(read_file(config.string(), "config"), config.string());
+    if (doc.is_object() && doc.contains("data") && doc["data"].is_object()) return doc["data"];
+  } catch (const Error&) {
+  }
+  return nullptr;
+}
+
+void refuse_other_tokenizer(const std::string& given, const std::string& checkpoint) {
+  namespace fs = std::filesystem;
+  const nlohmann::json data = run_data_of(checkpoint);
+  if (data.is_null() || given.empty()) return;
+  const nlohmann::json& t = data.value("tokenizer", nlohmann::json(""));
+  const std::string trained = t.is_string() ? t.get<std::string>() : "";
+  const std::string want = given == "bytes" ? "" : given;
+  std::error_code ec;
+  const bool same = want == trained || (!want.empty() && !trained.empty() && fs::exists(want, ec) &&
+                                        fs::exists(trained, ec) && fs::equivalent(want, trained, ec));
+  if (!same)
+    throw Error(fmt::format("--tokenizer {}: the run that made '{}' read its data as {} (data.tokenizer of its "
+                            "config.json); through another tokenizer the model would get ids it never saw. Give "
+                            "that tokenizer, or none",
+                            given, checkpoint, trained.empty() ? std::string("bytes") : "'" + trained + "'"));
 }
 
 }  // namespace normlab
