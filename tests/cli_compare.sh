@@ -39,7 +39,7 @@ check "[[ \$(q tiny/results.json \"'final' in d['runs'][2]['instruments']\") == 
 # the table and the written summary, on the terminal and in summary.txt
 check "grep -q 'placement=post lr=1e+30 *diverged' out.txt" "table row of the diverged run"
 check "grep -q 'Diverged: placement=post lr=1e+30 (step' out.txt" "written summary names the diverged run"
-check "grep -q 'Theory claims on fresh models (28 measured)' tiny/summary.txt && grep -q 'Theory claims on trained (300 steps) models' tiny/summary.txt" "summary.txt lacks the theory lines"
+check "grep -q 'Theory claims on fresh models (28 measured)' tiny/summary.txt && grep -q 'Theory claims on trained (30 steps) models' tiny/summary.txt" "summary.txt lacks the theory lines"
 check "grep -q '\[2/4\] placement=post lr=1e+30' out.txt" "progress names the run"
 check "grep -q 'left' out.txt" "progress shows time left"
 # the metrics of a run are the trainer's own
@@ -52,6 +52,27 @@ check "grep -q 'Chart.js v4.6.1' tiny/report.html" "vendored Chart.js not inline
 cp tiny/report.html before.html
 "$NL" report tiny > /dev/null 2>&1
 check "cmp -s before.html tiny/report.html" "normlab report produced a different report.html"
+# report --csv: the same numbers as tables (every run, every logged point; a run's metrics.csv)
+"$NL" report tiny --csv > /dev/null 2>&1
+check "python3 - <<'PY'
+import csv, json
+res = json.load(open('tiny/results.json'))
+runs = list(csv.DictReader(open('tiny/runs.csv', newline='')))
+assert [r['name'] for r in runs] == [r['name'] for r in res['runs']], 'run names'
+for row, r in zip(runs, res['runs']):
+    assert row['status'] == r['status']
+    v = r['summary']['val_loss']
+    assert (row['val_loss'] == '' and v is None) or float(row['val_loss']) == v, (row['val_loss'], v)
+curves = list(csv.DictReader(open('tiny/curves.csv', newline='')))
+want = sum(len(r['train']['step']) + len(r['val']['step']) for r in res['runs'])
+assert len(curves) == want, (len(curves), want)
+first = res['runs'][0]
+assert float(curves[0]['loss']) == first['train']['loss'][0]
+PY" "report --csv: runs.csv / curves.csv differ from results.json"
+run_dir=$(ls -d tiny/runs/*/ | head -1)
+"$NL" report "$run_dir" --csv > /dev/null 2>&1
+check "[[ \$(tail -n +2 ${run_dir}metrics.csv | wc -l) -eq \$(jq -c 'select(.type == \"train\" or .type == \"val\")' ${run_dir}metrics.jsonl | wc -l) ]]" \
+  "report --csv of a run: metrics.csv does not have a row per train and val record"
 
 # --- bad input --------------------------------------------------------------------------------
 expect_error() {  # NEEDLE ARGS...: exit 1, one message naming the problem

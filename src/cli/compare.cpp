@@ -12,6 +12,7 @@
 #include "cli/interrupt.h"
 #include "dist/dist.h"
 #include "study/summary.h"
+#include "study/tables.h"
 #include "study/pretrained.h"
 #include "study/runner.h"
 #include "study/study.h"
@@ -164,11 +165,18 @@ void add_compare_command(CLI::App& app, CompareCommand& cmd) {
   cmd.compare->add_flag("--list", cmd.list, "list the built-in studies and exit");
   cmd.report = app.add_subcommand("report", "redo DIR's summary and report.html from DIR/results.json");
   cmd.report->add_option("dir", cmd.report_dir, "a study directory from normlab compare")->required();
+  cmd.report->add_flag("--csv", cmd.report_csv,
+                       "also write the results as tables: runs.csv (a row per run) and curves.csv (a row per logged "
+                       "point); given a training run's directory (metrics.jsonl), its metrics.csv");
 }
 
 int run_report(const CompareCommand& cmd) {
   const std::filesystem::path dir(cmd.report_dir), path = dir / "results.json";
   std::error_code ec;
+  if (cmd.report_csv && !std::filesystem::exists(path, ec) && std::filesystem::exists(dir / "metrics.jsonl", ec)) {
+    fmt::print("table: {}\n", study::write_run_table(cmd.report_dir));  // a training run's directory
+    return 0;
+  }
   if (!std::filesystem::exists(path, ec))
     throw Error(fmt::format("'{}': no results.json (is it a directory from normlab compare?)", cmd.report_dir));
   nlohmann::json results;
@@ -188,6 +196,8 @@ int run_report(const CompareCommand& cmd) {
                             path.string(), e.what()));
   }
   fmt::print("{}\nreport: {}\n", study::summary_table(results), (dir / "report.html").string());
+  if (cmd.report_csv)
+    for (const std::string& table : study::write_study_tables(results, dir.string())) fmt::print("table: {}\n", table);
   return 0;
 }
 

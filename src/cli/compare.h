@@ -17,6 +17,7 @@ struct CompareCommand {
   bool force = false, list = false;
   CLI::App* report = nullptr;
   std::string report_dir;
+  bool report_csv = false;  // report --csv: the results as tables (study/tables.h)
 };
 
 void add_compare_command(CLI::App& app, CompareCommand& cmd);
