@@ -95,5 +95,12 @@ for col in "run:" "status:" "train loss:" "val loss:" "diverged at:" "to target:
   check "grep -q '$col' st/summary.txt" "the compare summary has no legend for '$col'"
 done
 
+# the README: no unfilled placeholder of generated output, and every file and study it points a
+# newcomer to exists
+check "! grep -qE '^NORMLAB:[A-Z_]+\$' '$SRC/README.md'" "README.md holds an unfilled placeholder: $(grep -E '^NORMLAB:[A-Z_]+$' "$SRC/README.md")"
+for f in $(grep -oE '(configs|studies)/[a-z0-9_-]+\.toml|docs/[A-Z]+\.md|scripts/[a-z_]+\.sh' "$SRC/README.md" | sort -u); do
+  check "[[ -f '$SRC/$f' ]]" "README.md names $f, which does not exist"
+done
+
 echo "cli_theory_docs: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
