@@ -419,18 +419,14 @@ int run_dynamics(const AnalyzeCommand& cmd, Model<double>& model) {
 AnalyzeCommand with_run_inputs(const AnalyzeCommand& given) {
   AnalyzeCommand cmd = given;
   if (cmd.checkpoint.empty()) return cmd;
-  const nlohmann::json data = run_data_of(cmd.checkpoint);
-  if (data.is_null()) return cmd;
+  const std::optional<DataConfig> data = run_data_of(cmd.checkpoint);
+  if (!data) return cmd;
   refuse_other_tokenizer(cmd.tokenizer, cmd.checkpoint);
-  const auto text_of = [&](const char* key, const char* fallback) {
-    const nlohmann::json& v = data.value(key, nlohmann::json(fallback));
-    return v.is_string() ? v.get<std::string>() : std::string(fallback);
-  };
-  if (cmd.tokenizer.empty() && !text_of("tokenizer", "").empty()) cmd.tokenizer = text_of("tokenizer", "");
+  if (cmd.tokenizer.empty()) cmd.tokenizer = data->tokenizer;
   const bool input_given = has_text(cmd) || !cmd.tokens.empty() || cmd.random || !cmd.corpus.empty() || has_source(cmd);
   if (!input_given) {
-    if (!text_of("tokens", "").empty()) cmd.tokens = text_of("tokens", "");
-    else if (text_of("corpus", "builtin") != "builtin") cmd.corpus = text_of("corpus", "builtin");
+    if (!data->tokens.empty()) cmd.tokens = data->tokens;
+    else if (data->corpus != "builtin") cmd.corpus = data->corpus;
     if (!cmd.tokens.empty() || !cmd.corpus.empty())
       fmt::print("input: the run's own data ({}, its config.json)\n", !cmd.tokens.empty() ? "data.tokens '" + cmd.tokens + "'"
                                                                                          : "data.corpus '" + cmd.corpus + "'");

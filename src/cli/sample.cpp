@@ -70,9 +70,8 @@ std::optional<Tokenizer> find_tokenizer(const SampleCommand& cmd) {
     path = cmd.checkpoint;
     where = "the GGUF file's tokenizer";
   }
-  if (const nlohmann::json data = run_data_of(cmd.checkpoint); path.empty() && !data.is_null()) {
-    const nlohmann::json& t = data.value("tokenizer", nlohmann::json(""));
-    path = t.is_string() ? t.get<std::string>() : "";
+  if (const std::optional<DataConfig> data = run_data_of(cmd.checkpoint); path.empty() && data) {
+    path = data->tokenizer;
     where = fmt::format("data.tokenizer '{}' of the run", path);
   }
   if (path.empty()) return std::nullopt;

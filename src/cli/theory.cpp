@@ -65,16 +65,9 @@ int run_theory(TheoryCommand& cmd) {
         throw Error(fmt::format("{} does not apply with --checkpoint: the model's own width and depth are measured", o));
     // the run that made the checkpoint read its data through a tokenizer and from a corpus: the defaults
     refuse_other_tokenizer(opts.tokenizer, cmd.checkpoint);
-    if (const nlohmann::json data = run_data_of(cmd.checkpoint); !data.is_null()) {
-      const auto text_of = [&](const char* key, const char* fallback) {
-        const nlohmann::json& v = data.value(key, nlohmann::json(fallback));
-        return v.is_string() ? v.get<std::string>() : std::string(fallback);
-      };
-      if (opts.tokenizer.empty()) opts.tokenizer = text_of("tokenizer", "");
-      if (opts.corpus.empty()) {
-        const std::string tokens = text_of("tokens", ""), corpus = text_of("corpus", "builtin");
-        opts.corpus = !tokens.empty() ? tokens : corpus == "builtin" ? "" : corpus;
-      }
+    if (const std::optional<DataConfig> data = run_data_of(cmd.checkpoint)) {
+      if (opts.tokenizer.empty()) opts.tokenizer = data->tokenizer;
+      if (opts.corpus.empty()) opts.corpus = !data->tokens.empty() ? data->tokens : data->corpus == "builtin" ? "" : data->corpus;
     }
     if (opts.tokenizer == "bytes") opts.tokenizer.clear();
     if (opts.tokenizer == "gpt2") opts.tokenizer = builtin_gpt2_tokenizer_dir();

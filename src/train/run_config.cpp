@@ -229,27 +229,25 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
             {"bleu_sentences", cfg.data.bleu_sentences}}}};
 }
 
-nlohmann::json run_data_of(const std::string& checkpoint) {
+std::optional<DataConfig> run_data_of(const std::string& checkpoint) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path dir = fs::is_directory(checkpoint, ec) ? fs::path(checkpoint) : fs::path(checkpoint).parent_path();
   const fs::path config = dir / "config.json";
   // a run's config.json has [model], [train] and [data]; a Hugging Face config.json is not one
-  if (!fs::is_regular_file(config, ec) || !fs::exists(dir / "metrics.jsonl", ec)) return nullptr;
+  if (!fs::is_regular_file(config, ec) || !fs::exists(dir / "metrics.jsonl", ec)) return std::nullopt;
   try {
-    const nlohmann::json doc = parse_json(read_file(config.string(), "config"), config.string());
-    if (doc.is_object() && doc.contains("data") && doc["data"].is_object()) return doc["data"];
+    return run_config_from_json(parse_json(read_file(config.string(), "config"), config.string()), config.string()).data;
   } catch (const Error&) {
+    return std::nullopt;
   }
-  return nullptr;
 }
 
 void refuse_other_tokenizer(const std::string& given, const std::string& checkpoint) {
   namespace fs = std::filesystem;
-  const nlohmann::json data = run_data_of(checkpoint);
-  if (data.is_null() || given.empty()) return;
-  const nlohmann::json& t = data.value("tokenizer", nlohmann::json(""));
-  const std::string trained = t.is_string() ? t.get<std::string>() : "";
+  const std::optional<DataConfig> data = run_data_of(checkpoint);
+  if (!data || given.empty()) return;
+  const std::string& trained = data->tokenizer;
   const std::string want = given == "bytes" ? "" : given;
   std::error_code ec;
   const bool same = want == trained || (!want.empty() && !trained.empty() && fs::exists(want, ec) &&

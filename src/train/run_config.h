@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,9 +68,10 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
 nlohmann::json run_config_to_json(const RunConfig& cfg);
 
 // The [data] of the run that made `checkpoint` (a run directory, or a checkpoint file inside one: its
-// config.json), as JSON; null when there is none (a file of `normlab init`, an imported model) or it
-// cannot be read. What the run read is the default input of the commands that read that model.
-nlohmann::json run_data_of(const std::string& checkpoint);
+// config.json, read as any run config); nullopt when there is none (a file of `normlab init`, an
+// imported model) or it cannot be read. What the run read is the default input of the commands that
+// read that model.
+std::optional<DataConfig> run_data_of(const std::string& checkpoint);
 // Error when `given` (a --tokenizer: "bytes", "gpt2" or a path) is not the tokenizer the run that
 // made `checkpoint` read its data with (a model read through another tokenizer gets ids it never saw).
 void refuse_other_tokenizer(const std::string& given, const std::string& checkpoint);
