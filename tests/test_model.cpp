@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "check.h"
+#include "model/methods.h"
 #include "model/model.h"
 #include "model/norm_of.h"
 #include "model/params.h"
@@ -468,4 +469,46 @@ TEST(Model, ReplanningForANewShapeGivesTheSameLoss) {
   const double first = m.forward(a.ids.data(), a.labels.data(), 2, 5);
   m.forward(b.ids.data(), b.labels.data(), 1, 3);
   EXPECT_EQ(m.forward(a.ids.data(), a.labels.data(), 2, 5), first);
+}
+
+// model.residual = false drops the skip path of every method (ModelConfig::shortcut_of): no method
+// keeps a shortcut parameter, the gradients are right, and a method that differs from another only in
+// its shortcut (Admin's omega, DeepNorm's alpha: both Post-LN otherwise) computes the same function
+// as that method once the skip is gone, given the same weights. Admin kept omega * x here once.
+TEST(NoResidual, EveryMethodLosesItsShortcut) {
+  auto same_but_shortcut = [](const Method& a, const Method& b) {
+    auto sites = [](const NormSites& s) { return std::tuple(s.in, s.branch, s.out); };
+    auto ffn = [&](const Method& m) { return sites(m.ffn_sites ? *m.ffn_sites : m.sites); };
+    return sites(a.sites) == sites(b.sites) && ffn(a) == ffn(b) && a.gain == b.gain &&
+           a.final_norm == b.final_norm && a.streams == b.streams && a.embed_norm == b.embed_norm &&
+           a.depth_scaled_input == b.depth_scaled_input && a.qkv_norm == b.qkv_norm;
+  };
+  int compared = 0;
+  for (const Method& m : all_methods()) {
+    if (m.streams != Streams::One) continue;  // ResiDual's second stream is a skip path: refused
+    SCOPED_TRACE(m.name);
+    ModelConfig c = tiny(Arch::Gpt, {m.id}, NormKind::LayerNorm);
+    c.residual = false;
+    Model<double> model(c);
+    for (const ParamSpec& p : model.table().specs) EXPECT_FALSE(p.name.ends_with(".omega")) << p.name;
+    for (int l = 0; l < c.n_layers; l++) EXPECT_EQ(c.residual_alpha(l), 0.0);
+    check_model_gradients(c);
+    if (m.shortcut == Shortcut::One) continue;
+    for (const Method& twin : all_methods()) {
+      if (twin.shortcut != Shortcut::One || !same_but_shortcut(m, twin)) continue;
+      ModelConfig t = c;
+      t.placement = {twin.id};
+      Model<double> other(t);
+      for (const ParamSpec& p : other.table().specs) {
+        const ParamSpec* q = model.table().find(p.name);
+        ASSERT_NE(q, nullptr) << p.name;
+        std::copy_n(model.params().begin() + q->offset, p.numel, other.params().begin() + p.offset);
+      }
+      const Tokens tok = tokens_for(c, 2, 5, 3);
+      EXPECT_NEAR(model.forward(tok.ids.data(), tok.labels.data(), 2, 5),
+                  other.forward(tok.ids.data(), tok.labels.data(), 2, 5), 1e-13) << "vs " << twin.name;
+      compared++;
+    }
+  }
+  EXPECT_GE(compared, 2);  // admin and deepnorm against post
 }

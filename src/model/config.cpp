@@ -153,9 +153,14 @@ Placement ModelConfig::placement_of(int layer) const {
   return placement.size() == 1 ? placement[0] : placement.at(layer);
 }
 
+Shortcut ModelConfig::shortcut_of(int layer) const {
+  return residual ? method_of(placement_of(layer)).shortcut : Shortcut::Zero;
+}
+
 double ModelConfig::residual_alpha(int layer) const {
-  if (!residual) return 0.0;
-  if (method_of(placement_of(layer)).shortcut != Shortcut::DeepNormAlpha) return 1.0;
+  const Shortcut s = shortcut_of(layer);
+  if (s == Shortcut::Zero) return 0.0;
+  if (s != Shortcut::DeepNormAlpha) return 1.0;  // One; AdminOmega reads its parameter, not alpha
   if (!encdec()) return std::pow(2.0 * n_layers, 0.25);
   const double N = n_layers, M = decoder_layers();
   return encoder_layer(layer) ? 0.81 * std::pow(N * N * N * N * M, 1.0 / 16) : std::pow(3.0 * M, 0.25);

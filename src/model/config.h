@@ -43,6 +43,7 @@ enum class InitScheme { Auto, Normal, Gpt2, Xavier, DeepNet, TFixup };
 // How Admin's omega starts: closed forms O(log n), O(1) (sqrt S), plain Post-LN (1), or profiled on
 // the first training batch.
 enum class AdminInit { Log, Sqrt, One, Profile };
+enum class Shortcut;  // model/methods.h
 // The kinds of sub-layer: self-attention, cross-attention (decoder of an encdec), feed-forward.
 enum class Sublayer { Attn, Cross, Mlp };
 // One sub-layer slot of the model: slot i of a gpt or encoder is layer i / 2, attention then MLP
@@ -140,6 +141,9 @@ struct ModelConfig {
   // encdec decoder layer).
   int stack_depth(int layer) const;
   int stack_sublayers(int layer) const;
+  // The skip path of `layer`'s sub-layers: its method's, or Shortcut::Zero when residual = false (the
+  // one place that rule lives: no method keeps a shortcut, or a shortcut parameter, without residual).
+  Shortcut shortcut_of(int layer) const;
   // Constant scale of the skip path: 1, DeepNet's alpha for deepnorm (docs/MODEL.md), 0 without residual.
   double residual_alpha(int layer) const;
   // DeepNet's initial gain beta for the value, output and FFN weights of `layer`'s stack.

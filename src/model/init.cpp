@@ -84,10 +84,13 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
         continue;
       }
       case ParamRole::Embedding: {
-        // T-Fixup: token embeddings N(0, C^(-1/2)) times (9 x stack depth)^(-1/4); positions keep init_std
+        // T-Fixup: token embeddings N(0, C^(-1/2)) times (9 x stack depth)^(-1/4); positions keep init_std.
+        // As the official code (layer6ai-labs/T-Fixup): a table shared by encoder and decoder takes the
+        // encoder's (9N)^(-1/4) (the encoder scales it, the decoder skips it); the decoder's own wte (9M).
         double std = cfg.init_std;
         if (scheme == InitScheme::TFixup && (p.name == "wte.weight" || p.name == "enc.wte.weight")) {
-          const int depth = p.name == "wte.weight" && cfg.encdec() ? cfg.decoder_layers() : cfg.n_layers;
+          const bool decoder_own = p.name == "wte.weight" && cfg.encdec() && !cfg.shared_embeddings;
+          const int depth = decoder_own ? cfg.decoder_layers() : cfg.n_layers;
           std = std::pow(double(C), -0.5) * std::pow(9.0 * depth, -0.25);
         }
         for (size_t j = 0; j < p.numel; j++) w[j] = S(std * rng.normal());
@@ -125,9 +128,13 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
           case InitScheme::TFixup: {
             const double a = std::sqrt(6.0 / (fan_in + fan_out));
             v = a * (2.0 * rng.uniform() - 1.0);
-            // T-Fixup scales the value maps, the output projections and the FFN of every layer
+            // T-Fixup scales the value maps, the output projections and the FFN of every layer; the
+            // query and key maps keep fairseq's Xavier gain 1/sqrt(2), as the official code (its value
+            // map is drawn at 1/sqrt(2) too, then multiplied by sqrt(2) and the scale)
             const bool scaled = value_row || residual_out || ends_with(p.name, ".mlp.fc.weight");
             if (scheme == InitScheme::TFixup && scaled && !head) v *= tfixup_scale(cfg, layer);
+            if (scheme == InitScheme::TFixup && fused && !value_row) v *= std::sqrt(0.5);
+            if (scheme == InitScheme::TFixup && query_map) v *= std::sqrt(0.5);
             break;
           }
           case InitScheme::DeepNet: {

@@ -21,6 +21,7 @@ struct NormSites {
 
 // The shortcut scale omega of r = omega * x + lambda * g.
 enum class Shortcut {
+  Zero,           // 0: no skip path (model.residual = false, for every method: ModelConfig::shortcut_of)
   One,            // 1
   DeepNormAlpha,  // DeepNet's constant alpha (config.residual_alpha)
   AdminOmega,     // a per-channel parameter `omega` (C), initialized by model.admin_init

@@ -88,7 +88,7 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     if (other_bias) add(p + ".proj.bias", {C}, ParamRole::LinearBias);
     if (sites.branch) add_norm(p + ".ln_branch", C);
     if (sites.out) add_norm(p + ".ln_out", C);
-    if (m.shortcut == Shortcut::AdminOmega) add(p + ".omega", {C}, ParamRole::Gate);
+    if (cfg.shortcut_of(slot.layer) == Shortcut::AdminOmega) add(p + ".omega", {C}, ParamRole::Gate);
     if (m.gain == BranchGain::SublayerScalar) add(p + ".gain", {1}, ParamRole::Gate);
     if (m.gain == BranchGain::Channel) add(p + ".gain", {C}, ParamRole::Gate);
   }

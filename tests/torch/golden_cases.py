@@ -98,6 +98,8 @@ def build_cases():
              sets=['model.placement=["skipinit","tfixup","pre"]']),
         Case("gpt_rezero_nomlp", dict(SMALL, placement="rezero", mlp=False), SMALL_BT),
         Case("gpt_layerscale_noresidual", dict(SMALL, placement="layerscale", residual=False), SMALL_BT),
+        Case("gpt_admin_deepnorm_noresidual", dict(SMALL, n_layers=2, placement=["admin", "deepnorm"],
+                                                  residual=False), SMALL_BT),
         Case("encoder_skipinit_pad", dict(SMALL, arch="encoder", placement="skipinit"), SMALL_BT, pad=True),
         Case("gpt_layerscale_pad", dict(SMALL, placement="layerscale", activation="gelu_exact"), SMALL_BT, pad=True),
         Case("gpt_pre_init_tfixup", dict(SMALL, placement="pre", init="tfixup"), SMALL_BT),

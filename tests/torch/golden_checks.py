@@ -193,7 +193,10 @@ def check_init(config, tensors):
                 const_ok(name, w, 0.1 if d <= 18 else 1e-5 if d <= 24 else 1e-6, f"LayerScale (depth {d}) gain")
         elif name in ("wte.weight", "enc.wte.weight"):
             if scheme == "tfixup":
-                d = k["depth"]       # wte: the decoder stack (gpt / encoder-only: L); enc.wte: the encoder's N
+                # wte: the decoder stack (gpt / encoder-only: L); enc.wte: the encoder's N; a table shared
+                # by encoder and decoder: the encoder's N (the official code's order: the encoder scales it)
+                shared = config["arch"] == "encdec" and config.get("shared_embeddings", True)
+                d = config["n_layers"] if shared else k["depth"]
                 std_ok(name, w, C ** -0.5 * (9 * d) ** -0.25)
             else:
                 std_ok(name, w, std0)
@@ -222,6 +225,8 @@ def check_init(config, tensors):
                     std_ok(bn, blk, std0 / math.sqrt(2 * total_layers) if name.endswith(".proj.weight") else std0)
                 elif scheme in ("xavier", "tfixup"):
                     scale = k["tfixup"] if scheme == "tfixup" and in_layers and tag not in ("q", "k") else 1.0
+                    if scheme == "tfixup" and in_layers and tag in ("q", "k"):
+                        scale = 2 ** -0.5     # fairseq's Xavier gain for q and k (official T-Fixup code)
                     a = math.sqrt(6.0 / (fan_in + fan_out)) * scale
                     if np.max(np.abs(blk)) > a * (1 + 1e-6):
                         problems.append(f"{bn}: {scheme} init exceeds bound {a:.5g}")

@@ -119,7 +119,7 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
         elif method in ("none", "tfixup"):
             y = one * x + branch(x)
         elif method == "admin":
-            y = N(pre + ".ln_out", one * P[pre + ".omega"] * x + branch(x))
+            y = N(pre + ".ln_out", (P[pre + ".omega"] * x if one else 0.0) + branch(x))
         elif method == "rezero":
             y = one * x + P[lp + ".rezero"] * branch(x)
         elif method == "skipinit":
@@ -141,7 +141,7 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
         else:
             raise AssertionError(method)
         if trace is not None:
-            shortcut = one * alpha if method == "deepnorm" else one * P[pre + ".omega"] if method == "admin" else one
+            shortcut = one * alpha if method == "deepnorm" else (P[pre + ".omega"] if one else 0.0) if method == "admin" else one
             trace.append((stack, pre, method, x, fx, shortcut))
         return y
 

@@ -99,7 +99,7 @@ def param_table(config):
                     t += _norm_table(c, pre + ".ln_branch", st.name, method)
                 if out_norm:
                     t += _norm_table(c, pre + ".ln_out", st.name, method)
-                if m.shortcut == "omega":
+                if m.shortcut == "omega" and c["residual"]:   # residual = false: no skip, no omega
                     t.append(ParamSpec(pre + ".omega", (C,), "omega", st.name, None, None, method))
                 if m.branch in ("gain", "gain_c"):
                     t.append(ParamSpec(pre + ".gain", (1,) if m.branch == "gain" else (C,), "gain", st.name,
@@ -173,8 +173,10 @@ def init_params(config, dtype=torch.float64):
 
     def tfixup_embedding_stack(spec):
         # the stack whose (9 depth)^(-1/4) scales a token table: enc.wte -> encoder; wte -> decoder
-        # (gpt: its L layers; encoder-only: its L layers too)
-        return by_name["enc"] if spec.stack == "enc" else stacks(c)[-1]
+        # (gpt: its L layers; encoder-only: its L layers too); a table the encoder shares -> encoder
+        # (the official T-Fixup code scales a shared table in the encoder, not again in the decoder)
+        shared = c["arch"] == "encdec" and c["shared_embeddings"]
+        return by_name["enc"] if spec.stack == "enc" or shared else stacks(c)[-1]
 
     for spec in param_table(c):
         st = by_name.get(spec.stack)
@@ -210,7 +212,9 @@ def init_params(config, dtype=torch.float64):
                     t[r0:r1] = normal(bshape, gain * math.sqrt(2.0 / (fan_in + fan_out)))
                 elif scheme == "tfixup":
                     scaled = st is not None and tag not in ("q", "k")   # v rows, attn/cross proj, mlp
-                    t[r0:r1] = uniform(bshape, math.sqrt(6.0 / (fan_in + fan_out))) * (st.tfixup if scaled else 1.0)
+                    qk = st is not None and tag in ("q", "k")         # fairseq's Xavier gain 1/sqrt(2)
+                    t[r0:r1] = uniform(bshape, math.sqrt(6.0 / (fan_in + fan_out))) * (
+                        st.tfixup if scaled else 2 ** -0.5 if qk else 1.0)
         out[spec.name] = t.to(dtype)
     return out
 

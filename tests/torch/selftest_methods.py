@@ -280,6 +280,21 @@ def test_init():
     bad = dict(t)
     bad["h.1.attn.proj.bias"] = t["h.1.attn.proj.bias"] + 1e-3
     check("check_init rejects a non-zero bias", golden_checks.check_init(cfg, bad))
+    # T-Fixup as the official code: q and k rows at Xavier gain 1/sqrt(2); a table shared by encoder and
+    # decoder scaled by the encoder's (9N)^(-1/4). The former rule (gain 1, the decoder's M) is refused.
+    cfg = nt.normalize_config(dict(golden_cases.ENCDEC, placement="tfixup", seed=5))
+    t = _f32(cfg)
+    probs = golden_checks.check_init(cfg, t)
+    check("init tfixup (encdec, shared table) passes golden_checks.check_init", not probs, "; ".join(probs[:3]))
+    bad = dict(t)
+    w = t["h.0.attn.qkv.weight"].clone()
+    w[:C] *= 2 ** 0.5
+    bad["h.0.attn.qkv.weight"] = w
+    check("check_init rejects T-Fixup query rows at gain 1", golden_checks.check_init(cfg, bad))
+    N, M = cfg["n_layers"], cfg["dec_layers"]
+    bad = dict(t, **{"wte.weight": t["wte.weight"] * ((9 * M) / (9 * N)) ** -0.25})
+    check("check_init rejects a shared T-Fixup table scaled by the decoder's depth",
+          golden_checks.check_init(cfg, bad))
 
 
 def test_init_methods():
