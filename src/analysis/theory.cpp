@@ -8,9 +8,11 @@
 
 #include "analysis/theory_checks.h"
 #include "io/parallel.h"
+#include "io/tokenizer.h"
 #include "model/decode.h"
 #include "ops/common.h"
 #include "train/optimizer.h"
+#include "train/run_config.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -277,6 +279,31 @@ void print_claims(const std::vector<Claim>& claims) {
   fmt::print("Verdicts: a claim holds (or is violated) when the 95% confidence interval of its quantity over the seeds "
              "lies inside (outside) the claimed region; otherwise it is not distinguishable at this scale. The claims, "
              "their sources and what is measured: docs/THEORY.md.\n");
+}
+
+TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const std::string& checkpoint,
+                                 TheoryOptions opts) {
+  // the run that made the checkpoint read its data through a tokenizer and from a corpus: the defaults
+  refuse_other_tokenizer(opts.tokenizer, checkpoint);
+  if (const std::optional<DataConfig> data = run_data_of(checkpoint)) {
+    if (opts.tokenizer.empty()) opts.tokenizer = data->tokenizer;
+    if (opts.corpus.empty()) opts.corpus = !data->tokens.empty() ? data->tokens : data->corpus == "builtin" ? "" : data->corpus;
+  }
+  if (opts.tokenizer == "bytes") opts.tokenizer.clear();
+  if (opts.tokenizer == "gpt2") opts.tokenizer = builtin_gpt2_tokenizer_dir();
+  const ModelConfig& c = model->config;
+  opts.d_model = c.d_model;
+  opts.n_heads = c.n_heads;
+  opts.n_layers = opts.deep_layers = c.n_layers;
+  opts.seq_len = std::min(opts.seq_len, c.seq_len);
+  opts.seed = c.seed;  // seed k picks input window k (the same windows as fresh models of this seed)
+  const Corpus corpus = theory_corpus(opts);
+  if (corpus.bytes() ? c.vocab_size() < kByteVocab : corpus.vocab > c.vocab_size())
+    throw Error(fmt::format("checkpoint '{}': its vocabulary ({}) does not hold the ids of {} (give a corpus with a "
+                            "token stream of its own ids)",
+                            checkpoint, c.vocab_size(), corpus.description()));
+  opts.model = std::move(model);
+  return opts;
 }
 
 }  // namespace normlab::analysis

@@ -68,6 +68,12 @@ struct TheoryOptions {
 Corpus theory_corpus(const TheoryOptions& options);
 
 std::vector<Claim> run_theory(const TheoryOptions& options);
+// The options of measuring one model (`normlab theory --checkpoint`, the Python module's
+// Model.theory): its width, depth and seed; the tokenizer and corpus its run read, unless `options`
+// names them (another tokenizer than the run's is refused); "bytes" / "gpt2" resolved. Checks that
+// the corpus's ids fit the model's vocabulary (Error naming the checkpoint).
+TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const std::string& checkpoint,
+                                 TheoryOptions options);
 // The claims on fresh models, then (trained_steps > 0) on trained ones.
 std::vector<Claim> run_theory_fresh_and_trained(TheoryOptions options, long trained_steps);
 nlohmann::json to_json(const std::vector<Claim>& claims);

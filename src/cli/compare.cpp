@@ -9,7 +9,7 @@
 #include <fstream>
 #include <map>
 
-#include "cli/interrupt.h"
+#include "util/interrupt.h"
 #include "dist/dist.h"
 #include "study/summary.h"
 #include "study/tables.h"

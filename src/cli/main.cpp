@@ -21,7 +21,7 @@
 #include "cli/corpus.h"
 #include "cli/gguf.h"
 #include "cli/help.h"
-#include "cli/interrupt.h"
+#include "util/interrupt.h"
 #include "cli/sample.h"
 #include "cli/theory.h"
 #include "cli/tokenize.h"
@@ -63,11 +63,11 @@ RunConfig load_resume_config(const std::string& dir, const std::string& config_p
 
 // Ctrl-C stops after the current step (cli/interrupt.h); the run's files are then complete.
 int run_train(const RunConfig& cfg, TrainOptions options) {
-  const cli::StopOnInterrupt interrupt;
+  const StopOnInterrupt interrupt;
   options.stop = interrupt.flag();
   const TrainResult r = train(cfg, options);
   if (!options.comm.root())  // rank 0 speaks for the run; every rank leaves with the same code
-    return r.interrupted ? cli::kInterruptedExitCode : r.diverged ? 2 : 0;
+    return r.interrupted ? kInterruptedExitCode : r.diverged ? 2 : 0;
   if (r.interrupted) {
     std::cerr << fmt::format("normlab: interrupted after step {} of {}: {} in {} (a second Ctrl-C kills at once){}\n",
                              r.steps_done, cfg.train.steps,
@@ -75,7 +75,7 @@ int run_train(const RunConfig& cfg, TrainOptions options) {
                              cfg.train.out_dir,
                              r.steps_done > 0 ? fmt::format("; continue it with: normlab train --resume {}", cfg.train.out_dir)
                                               : std::string());
-    return cli::kInterruptedExitCode;
+    return kInterruptedExitCode;
   }
   if (r.diverged) {
     std::cerr << fmt::format("normlab: training diverged at step {} (non-finite {})\n",

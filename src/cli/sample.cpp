@@ -49,38 +49,8 @@ void add_sample_command(CLI::App& app, SampleCommand& cmd) {
 
 namespace {
 
-// The tokenizer files a directory may hold (load_tokenizer's order).
-bool holds_tokenizer(const fs::path& dir) {
-  std::error_code ec;
-  for (const char* name : {"tokenizer.json", "vocab.json", "encoder.json", "vocab.txt"})
-    if (fs::is_regular_file(dir / name, ec)) return true;
-  return false;
-}
-
 // The tokenizer to read the prompt and write the output with; nullopt: bytes.
-std::optional<Tokenizer> find_tokenizer(const SampleCommand& cmd) {
-  std::string path = cmd.tokenizer, where = "--tokenizer";
-  refuse_other_tokenizer(cmd.tokenizer, cmd.checkpoint);
-  if (path == "bytes") return std::nullopt;
-  if (path.empty() && hf::is_model_dir(cmd.checkpoint) && holds_tokenizer(cmd.checkpoint)) {
-    path = cmd.checkpoint;
-    where = "the Hugging Face directory's tokenizer";
-  }
-  if (path.empty() && gguf::is_gguf(cmd.checkpoint)) {
-    path = cmd.checkpoint;
-    where = "the GGUF file's tokenizer";
-  }
-  if (const std::optional<DataConfig> data = run_data_of(cmd.checkpoint); path.empty() && data) {
-    path = data->tokenizer;
-    where = fmt::format("data.tokenizer '{}' of the run", path);
-  }
-  if (path.empty()) return std::nullopt;
-  try {
-    return load_tokenizer(path == "gpt2" ? builtin_gpt2_tokenizer_dir() : path);
-  } catch (const Error& e) {
-    throw Error(fmt::format("{}: {} (give the model's tokenizer with --tokenizer)", where, e.what()));
-  }
-}
+std::optional<Tokenizer> find_tokenizer(const SampleCommand& cmd) { return own_tokenizer(cmd.checkpoint, cmd.tokenizer); }
 
 std::string bytes_text(const std::vector<int32_t>& ids) {
   std::string out;

@@ -63,31 +63,13 @@ int run_theory(TheoryCommand& cmd) {
     for (const char* o : {"--d-model", "--layers", "--deep-layers", "--trained-steps", "--trained-seeds", "--paper-width"})
       if (cmd.theory->count(o))
         throw Error(fmt::format("{} does not apply with --checkpoint: the model's own width and depth are measured", o));
-    // the run that made the checkpoint read its data through a tokenizer and from a corpus: the defaults
-    refuse_other_tokenizer(opts.tokenizer, cmd.checkpoint);
-    if (const std::optional<DataConfig> data = run_data_of(cmd.checkpoint)) {
-      if (opts.tokenizer.empty()) opts.tokenizer = data->tokenizer;
-      if (opts.corpus.empty()) opts.corpus = !data->tokens.empty() ? data->tokens : data->corpus == "builtin" ? "" : data->corpus;
-    }
-    if (opts.tokenizer == "bytes") opts.tokenizer.clear();
-    if (opts.tokenizer == "gpt2") opts.tokenizer = builtin_gpt2_tokenizer_dir();
     auto f = load_model(cmd.checkpoint);
     auto given = std::make_shared<analysis::TheoryModel>();
     given->name = cmd.checkpoint;
     given->config = f->config();
     given->params.assign(f->params().begin(), f->params().end());
     const ModelConfig& c = given->config;
-    opts.d_model = c.d_model;
-    opts.n_heads = c.n_heads;
-    opts.n_layers = opts.deep_layers = c.n_layers;
-    opts.seq_len = std::min(opts.seq_len, c.seq_len);
-    opts.seed = c.seed;  // seed k picks input window k (the same windows as fresh models of this seed)
-    const Corpus corpus = analysis::theory_corpus(opts);
-    if (corpus.bytes() ? c.vocab_size() < kByteVocab : corpus.vocab > c.vocab_size())
-      throw Error(fmt::format("--checkpoint '{}': its vocabulary ({}) does not hold the ids of {} (give --corpus with a "
-                              "token stream of its own ids)",
-                              cmd.checkpoint, c.vocab_size(), corpus.description()));
-    opts.model = given;
+    opts = analysis::theory_options_for(given, cmd.checkpoint, opts);
     fmt::print("model: checkpoint '{}': {} {}, {} layers, d = {}, {} heads, {} placement, {} init\n", cmd.checkpoint,
                to_string(c.arch), to_string(c.norm), c.n_layers, c.d_model, c.n_heads, to_string(c.placement_of(0)),
                to_string(c.resolved_init()));

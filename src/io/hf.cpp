@@ -196,6 +196,21 @@ bool is_model_dir(const std::string& path) {
   return fs::is_directory(d, ec) && !fs::exists(d / "metrics.jsonl", ec) && !fs::exists(d / "checkpoint.safetensors", ec);
 }
 
+// config.json's content (read from `cfg_path`, or given) and the weights (null: config only) as a model.
+static Imported import_config(const json& j, const WeightFiles* weights, const fs::path& cfg_path) {
+  if (!j.is_object()) throw Error(fmt::format("{}: not a JSON object", cfg_path.string()));
+  ConfigReader r{j, cfg_path.string()};
+  const std::string type = r.string("model_type", "");
+  if (type.empty()) throw Error(fmt::format("{}: no \"model_type\"", cfg_path.string()));
+  if (type != "gpt2" && type != "bert" && type != "llama" && type != "qwen2" && type != "gemma")
+    throw Error(fmt::format("{}: model_type \"{}\" is not supported (normlab reads \"gpt2\", \"bert\", \"llama\", "
+                            "\"qwen2\" and \"gemma\")",
+                            cfg_path.string(), type));
+  const fs::path d = cfg_path.parent_path();
+  if (type == "llama" || type == "qwen2" || type == "gemma") return import_llama(r, weights, d);
+  return type == "gpt2" ? import_gpt2(r, weights, d) : import_bert(r, weights, d);
+}
+
 static Imported read_dir(const std::string& dir, bool with_weights) {
   const fs::path d(dir), cfg_path = d / "config.json";
   if (!fs::is_directory(d)) throw Error(fmt::format("{}: not a directory", dir));
@@ -205,18 +220,9 @@ static Imported read_dir(const std::string& dir, bool with_weights) {
                             dir, directory_hint(dir)));
   const json j = read_json(cfg_path);
   if (!j.is_object()) throw Error(fmt::format("{}: not a JSON object", cfg_path.string()));
-  ConfigReader r{j, cfg_path.string()};
-  const std::string type = r.string("model_type", "");
-  if (type.empty()) throw Error(fmt::format("{}: no \"model_type\"", cfg_path.string()));
-  if (type != "gpt2" && type != "bert" && type != "llama" && type != "qwen2" && type != "gemma")
-    throw Error(fmt::format("{}: model_type \"{}\" is not supported (normlab reads \"gpt2\", \"bert\", \"llama\", "
-                            "\"qwen2\" and \"gemma\")",
-                            cfg_path.string(), type));
   WeightFiles w;
   if (with_weights) w = read_weights(d);
-  const WeightFiles* weights = with_weights ? &w : nullptr;
-  if (type == "llama" || type == "qwen2" || type == "gemma") return import_llama(r, weights, d);
-  return type == "gpt2" ? import_gpt2(r, weights, d) : import_bert(r, weights, d);
+  return import_config(j, with_weights ? &w : nullptr, cfg_path);
 }
 
 Imported read_model_dir(const std::string& dir) {
@@ -227,20 +233,38 @@ ModelConfig read_model_dir_config(const std::string& dir) {
   return naming_json_errors(dir, [&] { return read_dir(dir, false).config; });
 }
 
-std::unique_ptr<Model<float>> load_model_dir(const std::string& dir, bool quiet) {
-  Imported im = read_model_dir(dir);
-  for (const auto& [name, v] : im.params)  // a NaN or Inf weight is named, not trained on or measured
+// The model of an import, every weight checked finite (a NaN or Inf weight is named, not trained on or
+// measured); its notes printed to stderr unless quiet.
+static std::unique_ptr<Model<float>> model_of(const Imported& im, const std::string& what, bool quiet) {
+  for (const auto& [name, v] : im.params)
     for (size_t i = 0; i < v.size(); i++)
       if (!std::isfinite(v[i]))
-        throw Error(fmt::format("{}: tensor '{}' holds a non-finite value ({}) at flat index {}", dir, name, v[i], i));
+        throw Error(fmt::format("{}: tensor '{}' holds a non-finite value ({}) at flat index {}", what, name, v[i], i));
   auto model = std::make_unique<Model<float>>(im.config, Model<float>::Unset{});
   for (const ParamSpec& p : model->table().specs) {
     const std::vector<float>& v = im.params.at(p.name);
     std::copy(v.begin(), v.end(), model->params().begin() + long(p.offset));
   }
   if (!quiet)
-    for (const auto& note : im.notes) fmt::print(stderr, "normlab: {}: {}\n", dir, note);
+    for (const auto& note : im.notes) fmt::print(stderr, "normlab: {}: {}\n", what, note);
   return model;
+}
+
+std::unique_ptr<Model<float>> load_model_dir(const std::string& dir, bool quiet) {
+  return model_of(read_model_dir(dir), dir, quiet);
+}
+
+std::unique_ptr<Model<float>> load_model_state(const nlohmann::json& config,
+                                               std::map<std::string, safetensors::Tensor> tensors,
+                                               const std::string& what, bool quiet) {
+  WeightFiles w;
+  for (auto& [name, t] : tensors) {
+    w.file_of[name] = what;
+    w.tensors.emplace(name, std::move(t));
+  }
+  // messages name "<what>/config.json": the reader's form, with `what` standing for the directory
+  const Imported im = naming_json_errors(what, [&] { return import_config(config, &w, fs::path(what) / "config.json"); });
+  return model_of(im, what, quiet);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
 #include "model/model.h"
 
 namespace normlab::hf {
@@ -39,6 +42,13 @@ ModelConfig read_model_dir_config(const std::string& dir);
 
 // A model built from the directory (notes printed to stderr unless quiet).
 std::unique_ptr<Model<float>> load_model_dir(const std::string& dir, bool quiet = false);
+
+// The same from memory: config.json's content and the tensors of a state dict (Hugging Face names,
+// any float dtype), read with the same checks; `what` names the source in every message (the Python
+// module's from_torch: "the transformers model GPT2LMHeadModel").
+std::unique_ptr<Model<float>> load_model_state(const nlohmann::json& config,
+                                               std::map<std::string, safetensors::Tensor> tensors,
+                                               const std::string& what, bool quiet = false);
 
 // Why a normlab config cannot be written as a Hugging Face model (nullopt: it can).
 std::optional<std::string> export_refusal(const ModelConfig& cfg);

@@ -302,6 +302,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   }
   auto write_metrics = [&](const nlohmann::json& record) {
     if (metrics_file) metrics_file->write(record);
+    if (metrics_file && options.on_record) options.on_record(record);
   };
 
   const ScheduleConfig sched{tc.schedule, tc.lr, tc.warmup_steps, tc.min_lr, int(tc.steps)};

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "dist/dist.h"
@@ -32,6 +33,9 @@ struct TrainOptions {
   bool resume = false;
   bool quiet = false;      // no progress lines
   std::function<void(const StepInfo&)> on_step;  // called after every step when set
+  // Called with every record as it is written to metrics.jsonl (train, val, layers, summary, ...;
+  // rank 0) when set: the Python module's live callback.
+  std::function<void(const nlohmann::json&)> on_record;
   // Called after every micro-batch's backward pass (micro in [0, grad_accum)) when set: tests stop or
   // crash a run there, in the middle of a gradient accumulation (tests/test_resume.cpp).
   std::function<void(long step, int micro)> on_micro_batch;

@@ -1,0 +1,415 @@
+// core.cpp: the compiled part of the Python module `normlab` (normlab._core), a thin pybind11 layer
+// over the same library the `normlab` command is built from. Nothing is computed here: every call
+// goes to the function the command calls (load_model, Model::forward/backward, the analyze_* instruments
+// and their to_json, run_theory, train, run_study), with the GIL released while it runs. Results
+// cross as numpy arrays (copied out of the model's buffers, which the next call reuses; the parameters
+// as zero-copy views) or as the command's own --json text, which normlab/__init__.py parses: the
+// numbers are the command's, bit for bit. The Python-facing API and its docs are in python/normlab/.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/attention.h"
+#include "analysis/dynamics.h"
+#include "analysis/jacobian.h"
+#include "analysis/theory.h"
+#include "dist/dist.h"
+#include "io/hf.h"
+#include "io/safetensors.h"
+#include "io/tokenizer.h"
+#include "model/generate.h"
+#include "model/model.h"
+#include "ops/common.h"
+#include "study/runner.h"
+#include "study/study.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/resume.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
+#include "util/error.h"
+#include "util/interrupt.h"
+#include "util/json_reader.h"
+
+namespace py = pybind11;
+using namespace normlab;
+
+namespace {
+
+using Ids = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+// A model as the module holds it: the float32 model the commands train, sample and take gradients
+// with, and (made on first use) its float64 copy, which the instruments measure (as `analyze` does).
+struct PyModel {
+  std::unique_ptr<Model<float>> model;
+  std::string source;  // the path it came from, or what it was made from
+  std::unique_ptr<Model<double>> wide;
+
+  Model<double>& widened() {
+    if (!wide) {
+      wide = std::make_unique<Model<double>>(model->config());
+      std::copy(model->params().begin(), model->params().end(), wide->params().begin());
+    }
+    return *wide;
+  }
+  // parameters changed from Python (through params()): the float64 copy is stale
+  void touched() { wide.reset(); }
+};
+
+// (B, T) ids of a 1-D or 2-D array, every id checked against the vocabulary.
+Batch batch_of(const Ids& ids, const ModelConfig& cfg, const char* what) {
+  if (ids.ndim() != 1 && ids.ndim() != 2)
+    throw Error(fmt::format("{}: ids must be a 1-D (T) or 2-D (B, T) array of token ids, not {}-D", what, ids.ndim()));
+  Batch b;
+  b.B = ids.ndim() == 2 ? int(ids.shape(0)) : 1;
+  b.T = int(ids.shape(ids.ndim() - 1));
+  if (b.B < 1 || b.T < 1) throw Error(fmt::format("{}: ids are empty", what));
+  if (b.T > cfg.seq_len)
+    throw Error(fmt::format("{}: {} tokens per row, more than the model's seq_len {}", what, b.T, cfg.seq_len));
+  b.ids.assign(ids.data(), ids.data() + size_t(b.B) * b.T);
+  for (int32_t id : b.ids)
+    if (id < 0 || id >= cfg.vocab_size())
+      throw Error(fmt::format("{}: token id {} is outside the model's vocabulary of {}", what, id, cfg.vocab_size()));
+  b.labels.assign(b.ids.size(), ops::kIgnoreLabel);
+  return b;
+}
+
+void refuse_encdec(const ModelConfig& cfg, const char* what) {
+  if (cfg.encdec())
+    throw Error(fmt::format("{}: an encoder-decoder model is not served by the module yet (use the normlab command: "
+                            "analyze with --source-text, translate)", what));
+}
+
+template <class S>
+py::array_t<S> copy_array(const S* data, std::vector<py::ssize_t> shape) {
+  py::array_t<S> out(shape);
+  std::copy(data, data + out.size(), out.mutable_data());
+  return out;
+}
+
+PyModel load(const std::string& path) {
+  PyModel m;
+  {
+    py::gil_scoped_release release;
+    m.model = load_model(path);
+  }
+  m.source = path;
+  return m;
+}
+
+// A transformers state dict (name -> float32 array) and its config.json text as a model.
+PyModel from_state(const std::string& config_json, const std::map<std::string, py::array>& state,
+                   const std::string& what) {
+  std::map<std::string, safetensors::Tensor> tensors;
+  for (const auto& [name, a] : state) {
+    auto f = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
+    if (!f) throw Error(fmt::format("{}: tensor '{}' is not a float array", what, name));
+    safetensors::Tensor t;
+    t.dtype = safetensors::DType::F32;
+    for (py::ssize_t i = 0; i < f.ndim(); i++) t.shape.push_back(f.shape(i));
+    const auto* p = reinterpret_cast<const unsigned char*>(f.data());
+    t.bytes.assign(p, p + f.size() * sizeof(float));
+    tensors.emplace(name, std::move(t));
+  }
+  const nlohmann::json config = parse_json(config_json, what + " config");
+  PyModel m;
+  {
+    py::gil_scoped_release release;
+    m.model = hf::load_model_state(config, std::move(tensors), what, /*quiet=*/true);
+  }
+  m.source = what;
+  return m;
+}
+
+// forward: the logits (B, T, V) (None for a headless model), every hidden state (L + 1 streams at the
+// block boundaries, as `normlab grads` writes hidden.0 .. hidden.L) and the final normed hidden state.
+py::tuple forward(PyModel& m, const Ids& ids) {
+  const ModelConfig& cfg = m.model->config();
+  refuse_encdec(cfg, "forward");
+  const Batch b = batch_of(ids, cfg, "forward");
+  {
+    py::gil_scoped_release release;
+    m.model->forward(b.ids.data(), b.labels.data(), b.B, b.T);
+  }
+  const py::ssize_t B = b.B, T = b.T, C = cfg.d_model;
+  py::object logits = py::none();
+  if (cfg.has_logits()) logits = copy_array(m.model->logits(), {B, T, py::ssize_t(cfg.vocab_size())});
+  py::list hidden;
+  for (int l = 0; l <= cfg.n_layers; l++) hidden.append(copy_array(m.model->stream(2 * l), {B, T, C}));
+  return py::make_tuple(logits, hidden, copy_array(m.model->final_hidden(), {B, T, C}));
+}
+
+// loss_and_grads: the mean loss over labelled positions (float32, as `normlab grads`) and every
+// parameter's gradient by name.
+py::tuple loss_and_grads(PyModel& m, const Ids& ids, const Ids& labels) {
+  const ModelConfig& cfg = m.model->config();
+  refuse_encdec(cfg, "loss_and_grads");
+  if (!cfg.has_logits()) throw Error("loss_and_grads: the model has no head (model.head = none): no loss");
+  Batch b = batch_of(ids, cfg, "loss_and_grads");
+  if (labels.ndim() != ids.ndim() || labels.size() != ids.size())
+    throw Error("loss_and_grads: labels must have the shape of ids (-100: no loss at that position)");
+  b.labels.assign(labels.data(), labels.data() + labels.size());
+  check_batch(b, cfg, "loss_and_grads", true);
+  float loss = 0;
+  {
+    py::gil_scoped_release release;
+    loss = float(m.model->forward(b.ids.data(), b.labels.data(), b.B, b.T));
+    m.model->zero_grad();
+    m.model->backward();
+  }
+  py::dict grads;
+  for (const ParamSpec& p : m.model->table().specs) {
+    std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
+    grads[py::str(p.name)] = copy_array(m.model->grads().data() + p.offset, shape);
+  }
+  return py::make_tuple(loss, grads);
+}
+
+// The parameters as numpy views into the model (writable; the model stays alive while a view does).
+py::dict params(py::object self) {
+  PyModel& m = self.cast<PyModel&>();
+  m.touched();
+  py::dict out;
+  for (const ParamSpec& p : m.model->table().specs) {
+    std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
+    out[py::str(p.name)] = py::array_t<float>(shape, m.model->params().data() + p.offset, self);
+  }
+  return out;
+}
+
+std::optional<Tokenizer> tokenizer_of(const PyModel& m, const std::string& given) {
+  return own_tokenizer(m.source, given);
+}
+
+// The text's ids through the model's own tokenizer (or `given`); bytes for a byte-level model.
+Ids tokenize(const PyModel& m, const std::string& text, const std::string& given, bool special) {
+  const std::optional<Tokenizer> tok = tokenizer_of(m, given);
+  std::vector<int32_t> ids;
+  if (tok) ids = tok->encode(text, special);
+  else for (unsigned char c : text) ids.push_back(int32_t(c));
+  Ids out(py::ssize_t(ids.size()));
+  std::copy(ids.begin(), ids.end(), out.mutable_data());
+  return out;
+}
+
+std::string decode(const PyModel& m, const std::vector<int32_t>& ids, const std::string& given) {
+  const std::optional<Tokenizer> tok = tokenizer_of(m, given);
+  if (tok) return tok->decode(ids, false);
+  std::string out;
+  for (int32_t id : ids) out += id < 256 ? std::string(1, char(id)) : fmt::format("<{}>", id);
+  return out;
+}
+
+std::vector<int32_t> sample(PyModel& m, const std::vector<int32_t>& prompt, int max_new, double temperature, int top_k,
+                            long seed) {
+  const ModelConfig& cfg = m.model->config();
+  if (cfg.arch != Arch::Gpt || !cfg.has_logits()) throw Error("sample needs a gpt model with a head");
+  if (prompt.empty() || int(prompt.size()) > cfg.seq_len)
+    throw Error(fmt::format("sample: the prompt has {} tokens; it needs 1 to seq_len = {}", prompt.size(), cfg.seq_len));
+  for (int32_t id : prompt)
+    if (id < 0 || id >= cfg.vocab_size())
+      throw Error(fmt::format("sample: token id {} is outside the model's vocabulary of {}", id, cfg.vocab_size()));
+  if (max_new < 1 || max_new > 100000) throw Error(fmt::format("sample: max_new {} must be in [1, 100000]", max_new));
+  if (!(temperature >= 0 && temperature <= 100)) throw Error("sample: temperature must be in [0, 100] (0: greedy)");
+  if (top_k < 0 || top_k > cfg.vocab_size()) throw Error("sample: top_k must be in [0, vocabulary]");
+  if (seed < 0) throw Error("sample: seed must be >= 0");
+  SampleOptions o;
+  o.max_new = max_new;
+  o.temperature = temperature;
+  o.top_k = top_k;
+  o.seed = uint64_t(seed);
+  py::gil_scoped_release release;
+  return generate(*m.model, prompt, o);
+}
+
+// The instruments on one sequence (the command's `analyze jacobian|attention`) or on given rows with
+// their labels (`analyze dynamics`): the command's --json text, without "input" and "model".
+std::string instrument(PyModel& m, const std::string& kind, const Ids& ids, const std::optional<Ids>& labels,
+                       int token, bool full, long full_max_dim, int lanczos_k) {
+  const ModelConfig& cfg = m.model->config();
+  refuse_encdec(cfg, kind.c_str());
+  Batch b = batch_of(ids, cfg, kind.c_str());
+  nlohmann::json results;
+  if (kind == "dynamics") {
+    if (labels) {
+      if (labels->size() != ids.size()) throw Error("dynamics: labels must have the shape of ids");
+      b.labels.assign(labels->data(), labels->data() + labels->size());
+    } else if (cfg.causal()) {  // as `analyze dynamics --text`: the next tokens, or the tokens themselves
+      for (int r = 0; r < b.B; r++)
+        for (int t = 0; t + 1 < b.T; t++) b.labels[size_t(r) * b.T + t] = b.ids[size_t(r) * b.T + t + 1];
+    } else {
+      b.labels = b.ids;
+    }
+    check_batch(b, cfg, "dynamics", cfg.has_logits());
+    Model<double>& model = m.widened();
+    py::gil_scoped_release release;
+    results = analysis::to_json(analysis::analyze_dynamics(model, std::vector<Batch>{b}));
+  } else if (kind == "jacobian" || kind == "attention") {
+    if (b.B != 1) throw Error(fmt::format("{}: one sequence (1-D ids), not {} rows", kind, b.B));
+    Model<double>& model = m.widened();
+    py::gil_scoped_release release;
+    model.forward(b.ids.data(), b.labels.data(), 1, b.T);
+    if (kind == "jacobian") {
+      analysis::JacobianOptions o;
+      o.token = token;
+      o.full = full;
+      o.full_max_dim = full_max_dim;
+      o.lanczos_k = lanczos_k;
+      results = analysis::to_json(analysis::analyze_jacobian(model, o));
+    } else {
+      results = analysis::to_json(analysis::analyze_attention(model));
+    }
+    results["input_ids"] = b.ids;
+  } else {
+    throw Error(fmt::format("no instrument '{}' (jacobian, attention, dynamics)", kind));
+  }
+  return dump_json(results, 1);
+}
+
+// `normlab theory --checkpoint`'s claims on this model: the --json text.
+std::string theory(PyModel& m, int seeds, const std::string& corpus, const std::string& tokenizer, int seq_len) {
+  if (seeds < 1 || seeds > 100) throw Error(fmt::format("theory: seeds {} must be in [1, 100]", seeds));
+  analysis::TheoryOptions o;
+  o.seeds = seeds;
+  o.corpus = corpus;
+  o.tokenizer = tokenizer;
+  o.seq_len = seq_len;
+  auto given = std::make_shared<analysis::TheoryModel>();
+  given->name = m.source;
+  given->config = m.model->config();
+  given->params.assign(m.model->params().begin(), m.model->params().end());
+  py::gil_scoped_release release;
+  o = analysis::theory_options_for(given, m.source, o);
+  return dump_json(analysis::to_json(analysis::run_theory_fresh_and_trained(o, 0)), 1);
+}
+
+// The run config: a TOML file's path or a dict's JSON text, then the overrides (as --config / --set).
+RunConfig run_config_of(const std::string& path, const std::string& doc_json, const std::vector<std::string>& sets) {
+  nlohmann::json doc = !path.empty() ? read_toml(path)
+                       : doc_json.empty() ? nlohmann::json::object() : parse_json(doc_json, "the config dict");
+  apply_overrides(doc, sets);
+  return run_config_from_json(doc, !path.empty() ? "'" + path + "'" : "the config dict");
+}
+
+// train: as `normlab train` (resume: `normlab train --resume DIR`), the records of metrics.jsonl
+// handed to `on_record` (as JSON text) as they are written. Ctrl-C stops after the current step
+// exactly as in the command (the files complete); the caller then raises KeyboardInterrupt. An
+// exception in on_record stops the run the same way and is raised after it.
+py::dict train_run(const std::string& path, const std::string& doc_json, const std::vector<std::string>& sets,
+               const std::string& resume_dir, bool overwrite, py::object on_record) {
+  RunConfig cfg;
+  if (!resume_dir.empty()) {
+    nlohmann::json doc = resume_run_config(resume_dir);
+    if (!path.empty()) doc = read_toml(path);
+    apply_overrides(doc, sets);
+    cfg = run_config_from_json(doc, "(the checkpoint's config in '" + resume_dir + "')");
+    cfg.train.out_dir = resume_dir;
+  } else {
+    cfg = run_config_of(path, doc_json, sets);
+  }
+  TrainOptions options;
+  options.overwrite = overwrite;
+  options.resume = !resume_dir.empty();
+  options.quiet = true;
+  options.comm = dist::self();
+  std::optional<py::error_already_set> raised;
+  const StopOnInterrupt interrupt;
+  std::atomic<bool> stop{false};
+  options.stop = &stop;
+  options.on_step = [&](const StepInfo&) {
+    if (interrupt.interrupted()) stop = true;
+  };
+  if (!on_record.is_none())
+    options.on_record = [&](const nlohmann::json& record) {
+      if (interrupt.interrupted()) stop = true;
+      if (raised) return;
+      py::gil_scoped_acquire acquire;
+      try {
+        on_record(dump_json(record));
+      } catch (py::error_already_set& e) {
+        raised.emplace(std::move(e));
+        stop = true;
+      }
+    };
+  TrainResult r;
+  {
+    py::gil_scoped_release release;
+    r = train(cfg, options);
+  }
+  if (raised) throw std::move(*raised);
+  py::dict out;
+  out["out_dir"] = cfg.train.out_dir;
+  out["steps_done"] = r.steps_done;
+  out["steps"] = cfg.train.steps;
+  out["last_train_loss"] = r.last_train_loss;
+  out["last_val_loss"] = r.last_val_loss;
+  out["diverged"] = r.diverged;
+  out["diverged_step"] = r.diverged_step;
+  out["diverged_tensor"] = r.diverged_tensor;
+  out["interrupted"] = r.interrupted;
+  out["seconds"] = r.seconds;
+  out["tokens_per_s"] = r.tokens_per_s;
+  out["unigram_entropy"] = r.unigram_entropy;
+  out["bleu"] = r.bleu;
+  return out;
+}
+
+// compare: as `normlab compare --study NAME | --config FILE --out DIR [--set ...] [--force]`; returns
+// the exit code (130: interrupted by Ctrl-C, the study resumable with `normlab compare --resume DIR`).
+int compare_study(const std::string& name, const std::string& path, const std::string& out_dir,
+            const std::vector<std::string>& sets, bool force) {
+  if (!name.empty() && !path.empty()) throw Error("compare: give a study name or a study file, not both");
+  if (name == "pretrained") throw Error("compare: the pretrained study runs from the command (normlab compare --study pretrained)");
+  if (out_dir.empty()) throw Error("compare: give the output directory");
+  const study::Study s = path.empty() ? study::builtin_study(name.empty() ? "tiny" : name, sets)
+                                      : study::read_study_file(path, sets);
+  study::CompareOptions o;
+  o.out_dir = out_dir;
+  o.force = force;
+  o.sets = sets;
+  const StopOnInterrupt interrupt;
+  o.stop = interrupt.flag();
+  py::gil_scoped_release release;
+  return study::run_study(s, o);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, mod) {
+  mod.doc() = "normlab's compiled core (use the normlab package, not this module)";
+  py::register_exception<Error>(mod, "Error", PyExc_ValueError);
+  mod.attr("interrupted_exit_code") = kInterruptedExitCode;
+
+  py::class_<PyModel>(mod, "Model")
+      .def_readonly("source", &PyModel::source)
+      .def_property_readonly("config_json",
+                             [](const PyModel& m) { return dump_json(model_config_to_json(m.model->config())); })
+      .def_property_readonly("n_params", [](const PyModel& m) { return m.model->table().total; })
+      .def("forward", &forward, py::arg("ids"))
+      .def("loss_and_grads", &loss_and_grads, py::arg("ids"), py::arg("labels"))
+      .def("params", &params)
+      .def("tokenize", &tokenize, py::arg("text"), py::arg("tokenizer") = "", py::arg("special") = true)
+      .def("decode", &decode, py::arg("ids"), py::arg("tokenizer") = "")
+      .def("sample", &sample, py::arg("prompt"), py::arg("max_new"), py::arg("temperature"), py::arg("top_k"),
+           py::arg("seed"))
+      .def("instrument", &instrument, py::arg("kind"), py::arg("ids"), py::arg("labels") = std::nullopt,
+           py::arg("token") = -1, py::arg("full") = true, py::arg("full_max_dim") = 4096, py::arg("lanczos_k") = 5)
+      .def("theory", &theory, py::arg("seeds"), py::arg("corpus"), py::arg("tokenizer"), py::arg("seq_len"));
+  mod.def("load", &load, py::arg("path"));
+  mod.def("from_state", &from_state, py::arg("config_json"), py::arg("state"), py::arg("what"));
+  mod.def("train", &train_run, py::arg("path"), py::arg("doc_json"), py::arg("sets"), py::arg("resume_dir"),
+          py::arg("overwrite"), py::arg("on_record"));
+  mod.def("compare", &compare_study, py::arg("name"), py::arg("path"), py::arg("out_dir"), py::arg("sets"),
+          py::arg("force"));
+  mod.def("version", [] { return std::string(NORMLAB_VERSION); });
+}
