@@ -5,7 +5,9 @@
 # clang with libclang-rt-14-dev (libFuzzer's runtime is there: libclang_rt.fuzzer-x86_64.a)
 # and makes build/pyenv, a venv that sees Debian's torch and numpy
 # and has the official safetensors, transformers and tokenizers packages from PyPI (the oracles of
-# the Hugging Face import/export and of the tokenizers) and sacrebleu (the oracle of `normlab bleu`).
+# the Hugging Face import/export and of the tokenizers) and sacrebleu (the oracle of `normlab bleu`),
+# pandas and matplotlib (the Python module's tables and example); it builds the Python module
+# (pybind11-dev, python3-dev) and makes build/pyenv import it from build/python.
 # Last, it builds the Bible translation corpus into ${NORMLAB_CACHE:-$HOME/.cache/normlab}/bible
 # from Debian's SWORD modules (`normlab corpus bible`: a few seconds, once; nothing when present).
 set -euo pipefail
@@ -21,6 +23,7 @@ packages=(g++ cmake ninja-build pkg-config libopenblas-openmp-dev libdnnl-dev li
           libsword-utils sword-text-kjv sword-text-web sword-text-sparv)  # the Bible corpus
 if (( want_tests )); then
   packages+=(python3-torch python3-numpy python3-venv chromium fonts-dejavu-core
+             pybind11-dev python3-dev  # the Python module normlab (python/; docs/PYTHON.md)
              clang libclang-rt-14-dev)  # the fuzz harnesses: clang 14 and its libFuzzer/ASan/UBSan runtimes
 fi
 
@@ -36,20 +39,26 @@ if (( ${#missing[@]} )); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch, transformers, tokenizers, sacrebleu, gguf, accelerate" 2>/dev/null; then
-  echo "setup: creating build/pyenv (Debian torch + safetensors, transformers, tokenizers, sacrebleu, gguf, accelerate from PyPI)"
+if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch, transformers, tokenizers, sacrebleu, gguf, accelerate, pandas, matplotlib" 2>/dev/null; then
+  echo "setup: creating build/pyenv (Debian torch + safetensors, transformers, tokenizers, sacrebleu, gguf, accelerate, pandas, matplotlib from PyPI)"
   mkdir -p build
   [[ -x build/pyenv/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages build/pyenv
-  # transformers 4.45.x is the last line that runs with Debian's torch 1.13
+  # transformers 4.45.x is the last line that runs with Debian's torch 1.13, which needs Debian's
+  # numpy 1.x: numpy is pinned to that version so pandas and matplotlib do not pull numpy 2
+  debian_numpy=$(/usr/bin/python3 -c "import numpy; print(numpy.__version__)")
   build/pyenv/bin/pip install -q --disable-pip-version-check "safetensors==0.8.0" \
     "transformers==4.45.2" "tokenizers==0.20.3" "sacrebleu==2.6.0" \
-    "gguf==0.10.0" "sentencepiece==0.2.0" "accelerate==0.34.2"  # gguf: llama.cpp's reader, the GGUF oracle
+    "gguf==0.10.0" "sentencepiece==0.2.0" "accelerate==0.34.2" \
+    "pandas==2.2.3" "matplotlib==3.9.2" "numpy==${debian_numpy}"  # gguf: llama.cpp's reader, the GGUF oracle
 fi
 
 jobs=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_PYTHON="$PWD/build/pyenv/bin/python" >/dev/null
 if (( want_tests )); then
-  cmake --build build -j "$jobs"                  # everything: the tests and the benchmark too
+  cmake --build build -j "$jobs"                  # everything: the tests, the benchmark, the Python module
+  # the test environment imports the module from the build (build/python/normlab): `import normlab`
+  site=$(build/pyenv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  echo "$PWD/build/python" > "$site/normlab-build.pth"
 else
   cmake --build build -j "$jobs" --target normlab # the main job needs only the command
 fi

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <omp.h>
 #include <map>
 #include <memory>
 #include <optional>
@@ -192,14 +193,12 @@ std::optional<Tokenizer> tokenizer_of(const PyModel& m, const std::string& given
 }
 
 // The text's ids through the model's own tokenizer (or `given`); bytes for a byte-level model.
-Ids tokenize(const PyModel& m, const std::string& text, const std::string& given, bool special) {
+py::array_t<int32_t> tokenize(const PyModel& m, const std::string& text, const std::string& given, bool special) {
   const std::optional<Tokenizer> tok = tokenizer_of(m, given);
   std::vector<int32_t> ids;
   if (tok) ids = tok->encode(text, special);
   else for (unsigned char c : text) ids.push_back(int32_t(c));
-  Ids out(py::ssize_t(ids.size()));
-  std::copy(ids.begin(), ids.end(), out.mutable_data());
-  return out;
+  return copy_array(ids.data(), {py::ssize_t(ids.size())});
 }
 
 std::string decode(const PyModel& m, const std::vector<int32_t>& ids, const std::string& given) {
@@ -412,4 +411,9 @@ PYBIND11_MODULE(_core, mod) {
   mod.def("compare", &compare_study, py::arg("name"), py::arg("path"), py::arg("out_dir"), py::arg("sets"),
           py::arg("force"));
   mod.def("version", [] { return std::string(NORMLAB_VERSION); });
+  mod.def("num_threads", [] { return omp_get_max_threads(); });
+  mod.def("set_num_threads", [](int n) {
+    if (n < 1 || n > 1024) throw Error(fmt::format("set_num_threads: {} must be in [1, 1024]", n));
+    omp_set_num_threads(n);
+  });
 }

@@ -1,0 +1,261 @@
+"""normlab in Python: the same engine and instruments as the ``normlab`` command, from a notebook.
+
+A thin layer over the C++ library the command is built from (the extension ``normlab._core``):
+nothing is computed in Python, and every number equals the command's, bit for bit (the instruments
+return the command's own ``--json`` document). docs/PYTHON.md is the guide; in short::
+
+    import normlab
+    m = normlab.load("path/to/model")          # a checkpoint, run directory, HF directory or GGUF file
+    ids = m.tokenize("In the beginning God created the heaven and the earth.")
+    out = m.forward(ids)                        # out.logits (B, T, V), out.hidden [(B, T, C)] * (L + 1)
+    dyn = m.dynamics(ids)                       # stream norms, branch ratios, gradients by layer
+    dyn.to_pandas()                             # one row per layer
+    normlab.train({"train": {"steps": 50}}, out_dir="runs/nb", callback=print)
+
+Errors the command would report (a bad path, an unknown key, a corrupt file, an id out of range)
+raise ``normlab.Error`` (a ValueError) with the command's message.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import _core
+from ._results import Results, read_results
+
+__all__ = ["Error", "Model", "Forward", "Results", "load", "from_torch", "train", "compare", "read_results",
+           "num_threads", "set_num_threads", "__version__"]
+
+Error = _core.Error
+__version__ = _core.version()
+
+
+def num_threads() -> int:
+    """The threads normlab's kernels use (OpenMP's; OMP_NUM_THREADS, else the cores)."""
+    return _core.num_threads()
+
+
+def set_num_threads(n: int) -> None:
+    """Set the threads normlab's kernels use. Results are bit-identical to the command's at the same
+    thread count; importing torch first may change the count (torch sets OpenMP's to its own choice),
+    so set it, or OMP_NUM_THREADS, when you compare with the command."""
+    _core.set_num_threads(n)
+
+
+@dataclass
+class Forward:
+    """What ``Model.forward`` returns: ``logits`` (B, T, V) float32 (None for a headless model),
+    ``hidden`` the L + 1 residual streams at the block boundaries (each (B, T, C): the embedding
+    output, then every block's output), ``final`` the last hidden state after the final norm."""
+    logits: np.ndarray | None
+    hidden: list[np.ndarray]
+    final: np.ndarray
+
+
+def _ids(inputs: str | Sequence[int] | np.ndarray, model: "Model") -> np.ndarray:
+    if isinstance(inputs, str):
+        return model.tokenize(inputs)
+    a = np.asarray(inputs)
+    if a.dtype.kind not in "iu":
+        raise Error(f"token ids must be integers, not {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+class Model:
+    """A model in memory: from ``normlab.load`` or ``normlab.from_torch``.
+
+    ``config`` is its normlab model config (the dict of a checkpoint's metadata, docs/MODEL.md).
+    Inputs are token ids (a 1-D array of T ids or a 2-D (B, T) array) or a string, read through the
+    model's own tokenizer (``tokenize``)."""
+
+    def __init__(self, core: _core.Model):
+        self._core = core
+        self.config: dict = json.loads(core.config_json)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"normlab.Model({self.source!r}: {c['arch']}, {c['n_layers']} layers, d = {c['d_model']}, "
+                f"{c['norm']}, {self.n_params:,} parameters)")
+
+    @property
+    def source(self) -> str:
+        """The path the model was loaded from, or what it was made from."""
+        return self._core.source
+
+    @property
+    def n_params(self) -> int:
+        return self._core.n_params
+
+    # ---- the model itself -------------------------------------------------------------------------
+
+    def forward(self, inputs) -> Forward:
+        """Logits and every hidden state (float32, as ``normlab grads`` writes them)."""
+        logits, hidden, final = self._core.forward(_ids(inputs, self))
+        return Forward(logits, list(hidden), final)
+
+    def loss_and_grads(self, inputs, labels) -> tuple[float, dict[str, np.ndarray]]:
+        """The mean cross-entropy over positions whose label is not -100, and the gradient of every
+        parameter by name (float32, as ``normlab grads`` on a token file of these ids and labels)."""
+        ids = _ids(inputs, self)
+        return self._core.loss_and_grads(ids, np.ascontiguousarray(np.asarray(labels).reshape(ids.shape),
+                                                                   dtype=np.int32))
+
+    def params(self) -> dict[str, np.ndarray]:
+        """Every parameter as a writable float32 numpy view into the model (no copy)."""
+        return self._core.params()
+
+    def tokenize(self, text: str, tokenizer: str = "", special: bool = True) -> np.ndarray:
+        """The ids of ``text`` through the model's own tokenizer (a Hugging Face directory's, a GGUF
+        file's, or the one its training run read; bytes for a byte-level model), or ``tokenizer``
+        (a file or directory, "gpt2", "bytes"). ``special``: add [CLS] ... [SEP] where the tokenizer
+        has them (as ``normlab analyze --text``); ``sample`` reads prompts without them."""
+        return self._core.tokenize(text, tokenizer, special)
+
+    def decode(self, ids, tokenizer: str = "") -> str:
+        return self._core.decode([int(i) for i in np.asarray(ids).ravel()], tokenizer)
+
+    def sample(self, prompt, max_new: int = 64, temperature: float = 0.0, top_k: int = 0, seed: int = 0) -> str:
+        """The prompt and its continuation (greedy when temperature is 0), as ``normlab sample``."""
+        ids = self.tokenize(prompt, special=False) if isinstance(prompt, str) else _ids(prompt, self)
+        out = self._core.sample([int(i) for i in ids], max_new, temperature, top_k, seed)
+        return self.decode(list(ids) + list(out))
+
+    # ---- the instruments (docs/INSTRUMENTS.md) -------------------------------------------------------
+
+    def jacobian(self, inputs, token: int = -1, full: bool = True, full_max_dim: int = 4096,
+                 lanczos_k: int = 5) -> Results:
+        """``normlab analyze jacobian`` on one sequence: the norm sites' Jacobians (the LayerNorm lemma
+        checks), every block's token-local and full-sequence Jacobian spectrum, the end-to-end one."""
+        return Results("jacobian", self._core.instrument("jacobian", _ids(inputs, self), None, token, full,
+                                                         full_max_dim, lanczos_k))
+
+    def attention(self, inputs) -> Results:
+        """``normlab analyze attention`` on one sequence: per layer and head ||A||_2, the bound, entropies."""
+        return Results("attention", self._core.instrument("attention", _ids(inputs, self)))
+
+    def dynamics(self, inputs, labels=None) -> Results:
+        """``normlab analyze dynamics`` on the given rows (as its ``--text``, or ``--tokens`` with
+        labels): stream norms, branch ratios, gradient norms and rank collapse by layer. Without
+        labels a gpt predicts the next tokens and an encoder reconstructs its input."""
+        ids = _ids(inputs, self)
+        lab = None if labels is None else np.ascontiguousarray(np.asarray(labels).reshape(ids.shape), dtype=np.int32)
+        return Results("dynamics", self._core.instrument("dynamics", ids, lab))
+
+    def theory(self, seeds: int = 5, corpus: str = "", tokenizer: str = "", seq_len: int = 16) -> Results:
+        """``normlab theory --checkpoint``: every claim one model can answer, on ``seeds`` input windows
+        of ``corpus`` (default: the run's own data, else the built-in corpus) through the model's
+        tokenizer."""
+        return Results("theory", self._core.theory(seeds, corpus, tokenizer, seq_len))
+
+
+def load(path: str | os.PathLike) -> Model:
+    """A model from whatever the command accepts: a normlab checkpoint, a run directory, a Hugging
+    Face directory (GPT-2, BERT, Llama, Qwen2, Gemma) or a GGUF file."""
+    return Model(_core.load(os.fspath(path)))
+
+
+# transformers classes whose forward normlab computes exactly (the rest is refused by name)
+_TORCH_FAMILIES = {
+    "GPT2LMHeadModel", "GPT2Model", "BertModel", "BertForMaskedLM", "BertForPreTraining",
+    "LlamaForCausalLM", "Qwen2ForCausalLM", "GemmaForCausalLM",
+}
+
+
+def from_torch(model: Any) -> Model:
+    """A transformers model object as a normlab model, its weights taken from memory (no files): the
+    same model ``load`` makes of the directory ``model.save_pretrained`` writes. The families normlab
+    represents exactly are GPT-2, BERT and the Llama family (Llama, Qwen2, Gemma); anything else,
+    or an option of theirs normlab does not represent, raises ``normlab.Error`` naming it."""
+    name = type(model).__name__
+    if name not in _TORCH_FAMILIES or not hasattr(model, "config") or not hasattr(model, "state_dict"):
+        raise Error(f"from_torch: {name} is not a model normlab represents exactly (it takes "
+                    f"{', '.join(sorted(_TORCH_FAMILIES))})")
+    config = model.config.to_dict()
+    config["architectures"] = [name]
+    state = {}
+    for key, tensor in model.state_dict().items():
+        t = tensor.detach()
+        if not t.is_floating_point():
+            raise Error(f"from_torch: {name}: tensor '{key}' is {t.dtype}, not a float tensor")
+        state[key] = t.to(device="cpu").float().contiguous().numpy()
+    return Model(_core.from_state(json.dumps(config), state, f"the transformers model {name}"))
+
+
+# ---- training and studies ----------------------------------------------------------------------------
+
+def _progress(total_steps: int | None):
+    """A callback drawing a progress bar (tqdm's notebook-aware bar when tqdm is installed)."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        tqdm = None
+    state = {"bar": None}
+
+    def show(record: dict) -> None:
+        if record.get("type") != "train":
+            return
+        if tqdm is None:
+            print(f"step {record['step']}: loss {record['loss']:.4f}", flush=True)
+            return
+        if state["bar"] is None:
+            state["bar"] = tqdm(total=total_steps, desc="train", unit="step")
+        bar = state["bar"]
+        bar.update(record["step"] - bar.n)
+        bar.set_postfix(loss=f"{record['loss']:.4f}")
+    return show
+
+
+def train(config: str | os.PathLike | Mapping | None = None, *, sets: Iterable[str] = (),
+          out_dir: str | os.PathLike | None = None, overwrite: bool = False, resume: str | os.PathLike | None = None,
+          callback: Callable[[dict], None] | None = None, progress: bool = False) -> dict:
+    """Train as ``normlab train`` does: ``config`` a TOML file's path or a dict of its tables (None:
+    the defaults), ``sets`` the ``--set`` overrides, ``out_dir`` the run directory (train.out_dir),
+    ``resume`` a run directory to continue (``normlab train --resume``). Every record written to
+    metrics.jsonl (train, val, layers, summary, ...: docs/TRAINING.md) is handed to ``callback`` as a
+    dict as soon as it is written; ``progress`` shows a progress bar.
+
+    The GIL is released while the engine runs. Ctrl-C stops the run after its current step, writing
+    its checkpoint, metrics and summary exactly as the command does, then raises KeyboardInterrupt
+    (resume it with ``resume=out_dir``). Returns the result: steps_done, last losses, diverged, ..."""
+    sets = list(sets)
+    if out_dir is not None:
+        sets.append(f"train.out_dir={json.dumps(os.fspath(out_dir))}")
+    path, doc = "", ""
+    if isinstance(config, Mapping):
+        doc = json.dumps(config)
+    elif config is not None:
+        path = os.fspath(config)
+    callbacks = [c for c in (callback, _progress(None) if progress else None) if c is not None]
+
+    def on_record(text: str) -> None:
+        record = json.loads(text)
+        for c in callbacks:
+            c(record)
+    if threading.current_thread() is not threading.main_thread():
+        raise Error("train runs in the main thread (Ctrl-C stops it there); call it from the main thread")
+    result = _core.train(path, doc, sets, "" if resume is None else os.fspath(resume), overwrite,
+                         on_record if callbacks else None)
+    if result["interrupted"]:
+        raise KeyboardInterrupt(f"normlab: interrupted after step {result['steps_done']} of {result['steps']}: "
+                                f"the checkpoint, metrics and summary are in {result['out_dir']}; continue with "
+                                f"normlab.train(resume={result['out_dir']!r})")
+    return result
+
+
+def compare(study: str | os.PathLike = "tiny", *, out_dir: str | os.PathLike, sets: Iterable[str] = (),
+            force: bool = False):
+    """Run a study as ``normlab compare`` does (``study`` a built-in study's name or a study TOML
+    file) into ``out_dir`` and return its results table (``read_results``: one row per run). Ctrl-C
+    stops after the current step; the study is then resumable with ``normlab compare --resume``."""
+    s = os.fspath(study)
+    is_file = s.endswith(".toml") or os.sep in s
+    code = _core.compare("" if is_file else s, s if is_file else "", os.fspath(out_dir), list(sets), force)
+    if code == _core.interrupted_exit_code:
+        raise KeyboardInterrupt(f"normlab: the study in {os.fspath(out_dir)} was interrupted; finish it with "
+                                f"normlab compare --resume {os.fspath(out_dir)}")
+    return read_results(out_dir)

@@ -1,0 +1,340 @@
+"""The Python module `normlab` against the `normlab` command, bit for bit (issue 26's checks).
+
+For a GPT-2, a BERT and a Llama (grouped-query) model made by transformers and saved with
+save_pretrained: the module's forward, loss and gradients equal `normlab grads` on the same token
+file; jacobian / attention / dynamics equal `normlab analyze ... --json`; `theory` equals `normlab
+theory --checkpoint --json`; from_torch(model) equals load(saved directory). Then training: the
+callback receives exactly the records of metrics.jsonl, a second Python thread runs while the engine
+trains (the GIL is released), Ctrl-C (SIGINT) stops the run after its step with the files of the
+command's own stop (the checkpoint equals the uninterrupted command run's step checkpoint, bit for
+bit; the summary says interrupted) and raises KeyboardInterrupt; compare and read_results give the
+tables `normlab report --csv` writes; bad input raises normlab.Error with the command's message.
+
+Run: python tests/python/test_module.py --normlab build/normlab --workdir DIR (the module importable:
+build/pyenv sees build/python through scripts/setup.sh --tests).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+
+import normlab
+
+FAILED = []
+
+
+def check(name, ok, detail=""):
+    print(("PASS " if ok else "FAIL ") + name + ("" if ok else f": {detail}"), flush=True)
+    if not ok:
+        FAILED.append(name)
+
+
+def run(cmd, **kw):
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def same_json(a, b, drop=("input", "model")):
+    """Equal as parsed JSON (floats compared exactly; NaN equals NaN, as the command writes it null)."""
+    if isinstance(a, dict):
+        a = {k: v for k, v in a.items() if k not in drop}
+        b = {k: v for k, v in b.items() if k not in drop}
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def first_difference(a, b, path="$"):
+    if type(a) is not type(b):
+        return f"{path}: {type(a).__name__} vs {type(b).__name__}"
+    if isinstance(a, dict):
+        for k in sorted(set(a) | set(b)):
+            if k in ("input", "model") and path == "$":
+                continue
+            if k not in a or k not in b:
+                return f"{path}.{k}: only in one"
+            d = first_difference(a[k], b[k], f"{path}.{k}")
+            if d:
+                return d
+    elif isinstance(a, list):
+        if len(a) != len(b):
+            return f"{path}: length {len(a)} vs {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, f"{path}[{i}]")
+            if d:
+                return d
+    elif a != b:
+        return f"{path}: {a!r} vs {b!r}"
+    return None
+
+
+# ---- the three families ---------------------------------------------------------------------------
+
+def make_models(workdir):
+    import transformers as tf
+    torch.manual_seed(0)
+    models = {
+        "gpt2": tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=48, n_layer=3, n_head=4, vocab_size=300, n_positions=32)),
+        "bert": tf.BertForMaskedLM(tf.BertConfig(hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
+                                                 intermediate_size=96, vocab_size=300, max_position_embeddings=32)),
+        "llama": tf.LlamaForCausalLM(tf.LlamaConfig(hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
+                                                    num_key_value_heads=2, intermediate_size=80, vocab_size=300,
+                                                    max_position_embeddings=32, tie_word_embeddings=False)),
+    }
+    dirs = {}
+    for name, m in models.items():
+        with torch.no_grad():  # generic norms: gains and biases away from 1 and 0
+            for k, p in m.named_parameters():
+                if "norm" in k.lower() and p.dim() == 1:
+                    p.add_(0.1 * torch.randn_like(p))
+        m.eval()
+        d = os.path.join(workdir, name)
+        m.save_pretrained(d, safe_serialization=True)
+        dirs[name] = d
+    return models, dirs
+
+
+def check_family(nl, name, model, d, workdir):
+    rng = np.random.default_rng(1)
+    B, T = 2, 9
+    ids = rng.integers(0, 300, size=(B, T)).astype(np.int32)
+    labels = ids.copy()
+    if name == "bert":
+        labels[:, ::2] = -100
+    else:
+        labels[:, :-1] = ids[:, 1:]
+        labels[:, -1] = -100
+    tokens = os.path.join(workdir, f"{name}_tokens.safetensors")
+    save_file({"input_ids": ids, "labels": labels}, tokens)
+    out = os.path.join(workdir, f"{name}_grads.safetensors")
+    run([nl, "grads", "--checkpoint", d, "--tokens", tokens, "--out", out, "--force"])
+    cli = load_file(out)
+
+    m = normlab.load(d)
+    fw = m.forward(ids)
+    check(f"{name}: forward logits equal normlab grads bit for bit", np.array_equal(fw.logits, cli["logits"]))
+    check(f"{name}: every hidden state equals normlab grads bit for bit",
+          len(fw.hidden) == m.config["n_layers"] + 1 and
+          all(np.array_equal(h, cli[f"hidden.{i}"]) for i, h in enumerate(fw.hidden)) and
+          np.array_equal(fw.final, cli["hidden.final"]))
+    loss, grads = m.loss_and_grads(ids, labels)
+    check(f"{name}: loss equals normlab grads bit for bit", np.float32(loss) == cli["loss"], f"{loss} vs {cli['loss']}")
+    bad = [k for k, g in grads.items() if not np.array_equal(g, cli["grad." + k])]
+    check(f"{name}: all {len(grads)} gradients equal normlab grads bit for bit", not bad and len(grads) > 10, bad[:3])
+
+    t = from_torch_model = normlab.from_torch(model)
+    check(f"{name}: from_torch has load's config", t.config == m.config,
+          first_difference(t.config, m.config))
+    pt, pm = t.params(), m.params()
+    check(f"{name}: from_torch holds load's parameters bit for bit",
+          pt.keys() == pm.keys() and all(np.array_equal(pt[k], pm[k]) for k in pm))
+    ft = from_torch_model.forward(ids)
+    check(f"{name}: from_torch forward equals load's bit for bit", np.array_equal(ft.logits, fw.logits))
+
+    # the instruments against `normlab analyze --json` on the token file (its first row; dynamics all rows)
+    for kind in ("jacobian", "attention", "dynamics"):
+        js = os.path.join(workdir, f"{name}_{kind}.json")
+        extra = ["--update-steps", "0"] if kind == "dynamics" else []
+        run([nl, "analyze", kind, "--checkpoint", d, "--tokens", tokens, "--json", js, "--force", *extra])
+        with open(js) as f:
+            want = json.load(f)
+        got = m.jacobian(ids[0]) if kind == "jacobian" else m.attention(ids[0]) if kind == "attention" else \
+            m.dynamics(ids, labels)
+        check(f"{name}: {kind} equals normlab analyze {kind} --json bit for bit", same_json(got.data, want),
+              first_difference(got.data, want))
+        df = got.to_pandas()
+        check(f"{name}: {kind}.to_pandas() has one row per record", len(df) == len(got.records()) > 0, len(df))
+    return m
+
+
+def check_theory(nl, d, m, workdir):
+    js = os.path.join(workdir, "theory.json")
+    run([nl, "theory", "--checkpoint", d, "--seeds", "2", "--json", js, "--force"])
+    with open(js) as f:
+        want = json.load(f)
+    got = m.theory(seeds=2)
+    check("theory equals normlab theory --checkpoint --json bit for bit", same_json(got.data, want),
+          first_difference(got.data, want))
+    check("theory.to_pandas() has one row per claim", len(got.to_pandas()) == len(want))
+
+
+def check_tokenize_and_sample(nl, workdir):
+    # a byte-level run: tokenize is its bytes, sample equals `normlab sample`
+    ckpt = os.path.join(workdir, "init.safetensors")
+    run([nl, "init", "--set", "model.d_model=32", "--set", "model.n_layers=2", "--set", "model.n_heads=2",
+         "--out", ckpt, "--force"])
+    m = normlab.load(ckpt)
+    check("tokenize of a byte-level model is its UTF-8 bytes",
+          list(m.tokenize("héllo")) == list("héllo".encode("utf-8")))
+    want = run([nl, "sample", "--checkpoint", ckpt, "--prompt", "In the", "--max-new", "12", "--temperature", "0.8",
+                "--seed", "3", "--ids"]).stdout.split()
+    got = m._core.sample(list(m.tokenize("In the", special=False)), 12, 0.8, 0, 3)
+    check("sample equals normlab sample (same seed) token for token", [int(x) for x in want] == list(got),
+          f"{want} vs {list(got)}")
+
+
+# ---- training ---------------------------------------------------------------------------------------
+
+TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.seq_len=32", "train.batch_size=4",
+        "train.log_every=1", "train.eval_every=5", "train.log_every_layers=5"]
+
+
+def check_train(nl, workdir):
+    out = os.path.join(workdir, "run")
+    seen = []
+    ticks = [0]
+    done = threading.Event()
+
+    def other_thread():  # runs only while the engine does not hold the GIL
+        while not done.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+    th = threading.Thread(target=other_thread)
+    th.start()
+    t0 = time.time()
+    r = normlab.train(sets=TINY + ["train.steps=30"], out_dir=out, overwrite=True, callback=seen.append)
+    seconds = time.time() - t0
+    done.set()
+    th.join()
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        lines = [json.loads(x) for x in f if x.strip()]
+    check("train: the callback got every record of metrics.jsonl, in order", seen == lines,
+          f"{len(seen)} vs {len(lines)}")
+    check("train: per-layer records reached the callback", any(x.get("type") == "layers" for x in seen))
+    check("train: result says 30 steps done", r["steps_done"] == 30 and not r["interrupted"], r)
+    # a thread sleeping 1 ms per tick gets hundreds of ticks a second when the GIL is free
+    check("train releases the GIL (a second Python thread ran)", ticks[0] > 20 * seconds, f"{ticks[0]} in {seconds:.1f} s")
+    df = normlab.read_results(out)
+    check("read_results(run dir): one row per metrics.jsonl record", len(df) == len(lines) and "type" in df)
+
+    # Ctrl-C: a SIGINT during step 4 stops the run after it, as in the command
+    ref = os.path.join(workdir, "ref")
+    run([nl, "train", *sum([["--set", s] for s in TINY + ["train.steps=12", f"train.out_dir={ref}",
+                                                           "train.checkpoint_every=1", "train.keep_checkpoints=100"]],
+                           []), "--force"])
+    stopped = os.path.join(workdir, "stopped")
+    script = textwrap.dedent(f"""
+        import os, signal, sys, normlab
+        def cb(record):
+            if record.get("type") == "train" and record["step"] == 4:
+                os.kill(os.getpid(), signal.SIGINT)
+        try:
+            normlab.train(sets={TINY + ["train.steps=12", "train.checkpoint_every=1", "train.keep_checkpoints=100"]!r},
+                          out_dir={stopped!r}, overwrite=True, callback=cb)
+        except KeyboardInterrupt as e:
+            print("KeyboardInterrupt:", e)
+            sys.exit(130)
+        sys.exit(0)
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    check("Ctrl-C in normlab.train raises KeyboardInterrupt (exit 130 here, as the command's)",
+          p.returncode == 130 and "resume=" in p.stdout, p.stdout + p.stderr)
+    with open(os.path.join(stopped, "metrics.jsonl")) as f:
+        recs = [json.loads(x) for x in f if x.strip()]
+    summary = [x for x in recs if x.get("type") == "summary"]
+    steps = [x["step"] for x in recs if x.get("type") == "train"]
+    check("Ctrl-C: the run stopped after the step it was in (its summary says interrupted)",
+          steps and max(steps) in (4, 5) and summary and summary[-1].get("interrupted") is True, (steps, summary))
+    k = max(steps)
+    a = load_file(os.path.join(stopped, "checkpoint.safetensors"))
+    b = load_file(os.path.join(ref, "checkpoints", f"step-{k:09}.safetensors"))
+    check(f"Ctrl-C: the checkpoint equals the uninterrupted command run's step-{k} checkpoint bit for bit",
+          a.keys() == b.keys() and all(np.array_equal(a[x], b[x]) for x in a))
+    run([nl, "train", "--resume", stopped])
+    a = load_file(os.path.join(stopped, "checkpoint.safetensors"))
+    b = load_file(os.path.join(ref, "checkpoint.safetensors"))
+    check("Ctrl-C: normlab train --resume of the stopped run ends bit-identical to the uninterrupted run",
+          a.keys() == b.keys() and all(np.array_equal(a[x], b[x]) for x in a))
+
+
+def check_compare(nl, workdir):
+    import pandas as pd
+    study = os.path.join(workdir, "two.toml")
+    with open(study, "w") as f:
+        f.write(textwrap.dedent("""
+            [study]
+            name = "two"
+            title = "two runs"
+            instruments = false
+            theory = false
+            [base.model]
+            d_model = 32
+            n_heads = 2
+            n_layers = 2
+            seq_len = 32
+            [base.train]
+            steps = 20
+            batch_size = 4
+            eval_every = 10
+            checkpoint_every = 0
+            [[grid]]
+            model.placement = ["post", "pre"]
+        """))
+    out = os.path.join(workdir, "study")
+    runs = normlab.compare(study, out_dir=out, force=True)
+    run([nl, "report", out, "--csv"])
+    want = pd.read_csv(os.path.join(out, "runs.csv"))
+    check("compare returns the runs of runs.csv (normlab report --csv)",
+          list(runs.columns) == list(want.columns) and len(runs) == len(want) == 2 and
+          list(runs["name"]) == list(want["name"]) and np.allclose(runs["val_loss"].astype(float), want["val_loss"]),
+          f"{list(runs.columns)} vs {list(want.columns)}")
+    curves = normlab.read_results(out, "curves")
+    want = pd.read_csv(os.path.join(out, "curves.csv"))
+    check("read_results(curves) has curves.csv's rows", len(curves) == len(want) and
+          list(curves.columns) == list(want.columns))
+
+
+def check_bad_input(workdir):
+    for what, call in [("a missing path", lambda: normlab.load(os.path.join(workdir, "nope"))),
+                       ("an unknown config key", lambda: normlab.train(sets=["train.stepz=3"],
+                                                                       out_dir=os.path.join(workdir, "bad"))),
+                       ("an id out of range", lambda: normlab.load(os.path.join(workdir, "gpt2")).forward([5, 300]))]:
+        try:
+            call()
+            check(f"bad input ({what}) raises normlab.Error", False, "no error")
+        except normlab.Error as e:
+            check(f"bad input ({what}) raises normlab.Error", isinstance(e, ValueError) and str(e), str(e))
+
+
+class NotAModel:
+    pass
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--normlab", required=True)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    shutil.rmtree(a.workdir, ignore_errors=True)
+    os.makedirs(a.workdir)
+    nl = os.path.abspath(a.normlab)
+    check("import normlab: version", bool(normlab.__version__))
+    models, dirs = make_models(a.workdir)
+    kept = {}
+    for name in ("gpt2", "bert", "llama"):
+        kept[name] = check_family(nl, name, models[name], dirs[name], a.workdir)
+    check_theory(nl, dirs["gpt2"], kept["gpt2"], a.workdir)
+    try:
+        normlab.from_torch(NotAModel())
+        check("from_torch refuses another object by name", False, "accepted")
+    except normlab.Error as e:
+        check("from_torch refuses another object by name", "NotAModel" in str(e), str(e))
+    check_tokenize_and_sample(nl, a.workdir)
+    check_train(nl, a.workdir)
+    check_compare(nl, a.workdir)
+    check_bad_input(a.workdir)
+    print(f"{len(FAILED)} failed" if FAILED else "all passed")
+    sys.exit(1 if FAILED else 0)
+
+
+if __name__ == "__main__":
+    main()
