@@ -16,6 +16,7 @@
 #include <omp.h>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,22 +51,28 @@ namespace {
 using Ids = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
 // A model as the module holds it: the float32 model the commands train, sample and take gradients
-// with, and (made on first use) its float64 copy, which the instruments measure (as `analyze` does).
+// with, and its float64 copy, which the instruments measure (as `analyze` does).
 struct PyModel {
   std::unique_ptr<Model<float>> model;
   std::string source;  // the path it came from, or what it was made from
   std::unique_ptr<Model<double>> wide;
+  // one call at a time on a model (its buffers are shared by the calls), taken with the GIL released
+  // (lock_model) so that a thread waiting for it never holds the GIL another thread needs
+  std::unique_ptr<std::mutex> busy = std::make_unique<std::mutex>();
 
+  // the float64 model holding the float32 parameters as they are now (params() views may have changed
+  // them since the last call: the copy is redone each time; it costs one pass over the parameters)
   Model<double>& widened() {
-    if (!wide) {
-      wide = std::make_unique<Model<double>>(model->config());
-      std::copy(model->params().begin(), model->params().end(), wide->params().begin());
-    }
+    if (!wide) wide = std::make_unique<Model<double>>(model->config(), Model<double>::Unset{});
+    std::copy(model->params().begin(), model->params().end(), wide->params().begin());
     return *wide;
   }
-  // parameters changed from Python (through params()): the float64 copy is stale
-  void touched() { wide.reset(); }
 };
+
+std::unique_lock<std::mutex> lock_model(PyModel& m) {
+  py::gil_scoped_release release;
+  return std::unique_lock<std::mutex>(*m.busy);
+}
 
 // (B, T) ids of a 1-D or 2-D array, every id checked against the vocabulary.
 Batch batch_of(const Ids& ids, const ModelConfig& cfg, const char* what) {
@@ -135,6 +142,7 @@ PyModel from_state(const std::string& config_json, const std::map<std::string, p
 // forward: the logits (B, T, V) (None for a headless model), every hidden state (L + 1 streams at the
 // block boundaries, as `normlab grads` writes hidden.0 .. hidden.L) and the final normed hidden state.
 py::tuple forward(PyModel& m, const Ids& ids) {
+  const auto lock = lock_model(m);
   const ModelConfig& cfg = m.model->config();
   refuse_encdec(cfg, "forward");
   const Batch b = batch_of(ids, cfg, "forward");
@@ -153,6 +161,7 @@ py::tuple forward(PyModel& m, const Ids& ids) {
 // loss_and_grads: the mean loss over labelled positions (float32, as `normlab grads`) and every
 // parameter's gradient by name.
 py::tuple loss_and_grads(PyModel& m, const Ids& ids, const Ids& labels) {
+  const auto lock = lock_model(m);
   const ModelConfig& cfg = m.model->config();
   refuse_encdec(cfg, "loss_and_grads");
   if (!cfg.has_logits()) throw Error("loss_and_grads: the model has no head (model.head = none): no loss");
@@ -179,7 +188,7 @@ py::tuple loss_and_grads(PyModel& m, const Ids& ids, const Ids& labels) {
 // The parameters as numpy views into the model (writable; the model stays alive while a view does).
 py::dict params(py::object self) {
   PyModel& m = self.cast<PyModel&>();
-  m.touched();
+  const auto lock = lock_model(m);
   py::dict out;
   for (const ParamSpec& p : m.model->table().specs) {
     std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
@@ -211,6 +220,7 @@ std::string decode(const PyModel& m, const std::vector<int32_t>& ids, const std:
 
 std::vector<int32_t> sample(PyModel& m, const std::vector<int32_t>& prompt, int max_new, double temperature, int top_k,
                             long seed) {
+  const auto lock = lock_model(m);
   const ModelConfig& cfg = m.model->config();
   if (cfg.arch != Arch::Gpt || !cfg.has_logits()) throw Error("sample needs a gpt model with a head");
   if (prompt.empty() || int(prompt.size()) > cfg.seq_len)
@@ -235,6 +245,7 @@ std::vector<int32_t> sample(PyModel& m, const std::vector<int32_t>& prompt, int 
 // their labels (`analyze dynamics`): the command's --json text, without "input" and "model".
 std::string instrument(PyModel& m, const std::string& kind, const Ids& ids, const std::optional<Ids>& labels,
                        int token, bool full, long full_max_dim, int lanczos_k) {
+  const auto lock = lock_model(m);
   const ModelConfig& cfg = m.model->config();
   refuse_encdec(cfg, kind.c_str());
   Batch b = batch_of(ids, cfg, kind.c_str());
@@ -277,6 +288,7 @@ std::string instrument(PyModel& m, const std::string& kind, const Ids& ids, cons
 
 // `normlab theory --checkpoint`'s claims on this model: the --json text.
 std::string theory(PyModel& m, int seeds, const std::string& corpus, const std::string& tokenizer, int seq_len) {
+  const auto lock = lock_model(m);
   if (seeds < 1 || seeds > 100) throw Error(fmt::format("theory: seeds {} must be in [1, 100]", seeds));
   analysis::TheoryOptions o;
   o.seeds = seeds;
