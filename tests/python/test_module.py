@@ -140,6 +140,16 @@ def check_family(nl, name, model, d, workdir):
     ft = from_torch_model.forward(ids)
     check(f"{name}: from_torch forward equals load's bit for bit", np.array_equal(ft.logits, fw.logits))
 
+    # params() are views into the model: a change is what the next call computes with
+    w = m.params()["wte.weight"]  # the token embedding: every reading depends on it
+    saved = w.copy()
+    w *= 2
+    changed = not np.array_equal(m.forward(ids).logits, fw.logits) and not same_json(
+        m.attention(ids[0]).data, normlab.load(d).attention(ids[0]).data)
+    w[...] = saved
+    check(f"{name}: params() are the model's own parameters (a change reaches forward and the instruments)",
+          changed and np.array_equal(m.forward(ids).logits, fw.logits))
+
     # the instruments against `normlab analyze --json` on the token file (its first row; dynamics all rows)
     for kind in ("jacobian", "attention", "dynamics"):
         js = os.path.join(workdir, f"{name}_{kind}.json")
