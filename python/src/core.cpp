@@ -37,6 +37,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/resume.h"
+#include "train/own_tokenizer.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 #include "util/error.h"

@@ -12,6 +12,7 @@
 #include "model/decode.h"
 #include "ops/common.h"
 #include "train/optimizer.h"
+#include "train/own_tokenizer.h"
 #include "train/run_config.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -26,8 +27,10 @@ std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c, bool need
     const Placement want = c.placement_of(0);
     bool uniform = true;
     for (int l = 0; l < g.total_layers(); l++) uniform &= g.placement_of(l) == g.placement_of(0);
-    if (g.arch != Arch::Gpt)
-      throw NotApplicable(fmt::format("the claim is measured on a decoder-only (gpt) model; this one is {}", to_string(g.arch)));
+    // the claims measured on one stack hold for a stack of either attention (causal or bidirectional:
+    // Dong et al. measured rank collapse on BERT); an encoder-decoder is two stacks and a cross-attention
+    if (g.encdec())
+      throw NotApplicable("the claim is measured on one stack (a gpt or an encoder); this model is an encoder-decoder");
     if (g.norm != NormKind::LayerNorm)
       throw NotApplicable(fmt::format("the claim is about LayerNorm; this model uses {}", to_string(g.norm)));
     if (!uniform || g.placement_of(0) != want)
@@ -49,11 +52,23 @@ std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c, bool need
   key.erase("eps");
   auto it = trained_.find(key.dump());
   if (it == trained_.end()) it = trained_.emplace(key.dump(), train(c)).first;
-  std::copy(it->second.begin(), it->second.end(), m->params().begin());
+  const Trained& t = it->second;
+  std::copy(t.params.begin(), t.params.end(), m->params().begin());
+  if (!(t.val_loss <= kLearnedFraction * t.unigram))
+    unlearned_.push_back(fmt::format("{}: validation loss {:.3f} nats vs unigram entropy {:.3f}", t.name, t.val_loss,
+                                     t.unigram));
   return m;
 }
 
-std::vector<float> ModelSource::train(ModelConfig c) {
+std::vector<std::string> ModelSource::take_unlearned() {
+  std::vector<std::string> out;
+  std::swap(out, unlearned_);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+ModelSource::Trained ModelSource::train(ModelConfig c) {
   c.eps = std::max(c.eps, 1e-5);
   Model<float> m(c);
   AdamW opt(m.table(), AdamWConfig{});
@@ -68,7 +83,20 @@ std::vector<float> ModelSource::train(ModelConfig c) {
     if (!std::isfinite(loss) || !std::isfinite(gn)) break;  // keep the last finite parameters
     opt.step(m.params().data(), m.grads().data(), learning_rate(sched, step), step, clip_scale(gn, 1.0));
   }
-  return m.params();
+  // did it learn? its loss on 4 batches of the validation split against the unigram entropy of the
+  // training ids (a model of the byte frequencies alone reaches that)
+  Trained t;
+  Rng vrng(uint64_t(o_.seed), 22);
+  double val = 0;
+  for (int k = 0; k < 4; k++) {
+    const Batch b = sample_batch(val_, Arch::Gpt, 8, o_.seq_len, vrng);
+    val += m.forward(b.ids.data(), b.labels.data(), b.B, b.T) / 4;
+  }
+  t.val_loss = std::isfinite(val) ? val : std::numeric_limits<double>::infinity();
+  t.unigram = unigram_entropy(ids_);
+  t.name = fmt::format("the trained {}-layer {} model", c.n_layers, to_string(c.placement_of(0)));
+  t.params = std::move(m.params());
+  return t;
 }
 
 ModelConfig gpt_config(const TheoryOptions& o, Placement p, double eps, int layers) {
@@ -85,10 +113,20 @@ ModelConfig gpt_config(const TheoryOptions& o, Placement p, double eps, int laye
 
 std::string weights(const Bench& b, const std::string& init) { return b.given ? "the checkpoint's weights" : init; }
 
+std::string attention_kind(const Bench& b) {
+  return b.given && !b.opt.model->config.causal() ? "bidirectional attention (an encoder)" : "causal attention";
+}
+
 void attempt(const Bench& b, std::vector<Measurement>& out, const std::vector<std::string>& claims,
              const std::function<void()>& block) {
+  const size_t first = out.size();
+  if (b.models) b.models->take_unlearned();
   try {
     block();
+    // the block's claims rest on the models it made: one that did not learn voids them all
+    const std::vector<std::string> unlearned = b.models ? b.models->take_unlearned() : std::vector<std::string>{};
+    if (!unlearned.empty())
+      for (size_t i = first; i < out.size(); i++) out[i].void_reason = fmt::format("{}", fmt::join(unlearned, "; "));
   } catch (const NotApplicable& e) {
     if (!b.given) throw Error(fmt::format("theory: {}", e.what()));  // only a given model can miss a claim
     for (const auto& name : claims) {
@@ -136,7 +174,7 @@ std::vector<TokenPair> theory_pairs(const TheoryOptions& o, const Corpus& corpus
 
 std::vector<Measurement> measure_seed(const TheoryOptions& o, const Corpus& corpus, const std::vector<TokenPair>& pairs,
                                       const std::string& pairs_name) {
-  theory_detail::ModelSource models(o, corpus.train);
+  theory_detail::ModelSource models(o, corpus.train, corpus.val);
   theory_detail::Bench b{o, corpus.val, {}, &models, o.train_steps == 0, o.model != nullptr, &pairs, pairs_name};
   Rng rng(uint64_t(o.seed), 9);
   b.ids = sample_batch(b.corpus, Arch::Gpt, 1, o.seq_len, rng).ids;
@@ -207,12 +245,16 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
       claims.push_back(std::move(c));
       continue;
     }
-    std::vector<double> values;
+    std::vector<double> values;  // of the seeds where the bound says something
     nlohmann::json seeds = nlohmann::json::array();
+    int vacuous = 0;
+    std::string void_reason;
     for (const auto& s : by_seed) {
       if (s.size() != by_seed[0].size() || s[i].quantity != m.quantity)
         throw Error("theory: the seeds measured different claims");  // a bug, not an input
-      values.push_back(s[i].value);
+      if (s[i].vacuous) vacuous++;
+      else values.push_back(s[i].value);
+      if (void_reason.empty()) void_reason = s[i].void_reason;
       seeds.push_back(s[i].numbers);
     }
     Claim c;
@@ -223,12 +265,22 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
     c.claimed = m.claimed.text();
     c.reported = m.reported;
     c.summary = summarize(values);
-    c.verdict = decide(c.summary, m.claimed);
+    c.verdict = values.empty() ? kVacuous : decide(c.summary, m.claimed);
     const SeedSummary& s = c.summary;
-    c.measured = s.n > 1 ? fmt::format("{} (claim: {}): mean {}, 95% CI [{}, {}], sd {}, {} seeds; first seed: {}",
-                                       m.quantity, c.claimed, number(s.mean), number(s.lo), number(s.hi), number(s.sd),
-                                       s.n, m.detail)
-                         : fmt::format("{} (claim: {}): {}, 1 seed; {}", m.quantity, c.claimed, number(s.mean), m.detail);
+    c.measured = values.empty() ? fmt::format("the bound says nothing on every seed ({} of {}); first seed: {}", vacuous,
+                                              by_seed.size(), m.detail)
+                 : s.n > 1 ? fmt::format("{} (claim: {}): mean {}, 95% CI [{}, {}], sd {}, {} seeds; first seed: {}",
+                                         m.quantity, c.claimed, number(s.mean), number(s.lo), number(s.hi), number(s.sd),
+                                         s.n, m.detail)
+                           : fmt::format("{} (claim: {}): {}, 1 seed; {}", m.quantity, c.claimed, number(s.mean), m.detail);
+    if (vacuous > 0 && !values.empty())
+      c.measured += fmt::format(" (decided on the {} seeds where the bound says something; vacuous on {})", values.size(),
+                                vacuous);
+    if (!void_reason.empty()) {  // a verdict on an untrained model in a trained one's place says nothing
+      c.verdict = kVoid;
+      c.measured = fmt::format("{}; it did not learn (its validation loss is not {:.0f}% below the unigram entropy): {}",
+                               c.measured, 100 * (1 - kLearnedFraction), void_reason);
+    }
     c.numbers = {{"summary", to_json(s)}, {"seeds", seeds}};
     c.model = state;
     c.input = input;
@@ -272,7 +324,11 @@ void print_claims(const std::vector<Claim>& claims) {
       fmt::print("[{}, {}] SKIPPED: {}\n\n", c.source, c.model, c.measured);
       continue;
     }
-    const std::string head = c.verdict == kHolds ? "HOLDS" : c.verdict == kViolated ? "VIOLATED" : "NOT DISTINGUISHABLE";
+    const std::string head = c.verdict == kHolds       ? "HOLDS"
+                             : c.verdict == kViolated  ? "VIOLATED"
+                             : c.verdict == kVacuous   ? "VACUOUS"
+                             : c.verdict == kVoid      ? "VOID (MODEL DID NOT LEARN)"
+                                                       : "NOT DISTINGUISHABLE";
     fmt::print("[{}, {} models] {}\n  claim:    {}\n  setting:  {}\n{}  measured: {}\n\n", c.source, c.model, head,
                c.statement, c.setting, c.reported.empty() ? "" : "  reported: " + c.reported + "\n", c.measured);
   }
@@ -283,14 +339,11 @@ void print_claims(const std::vector<Claim>& claims) {
 
 TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const std::string& checkpoint,
                                  TheoryOptions opts) {
-  // the run that made the checkpoint read its data through a tokenizer and from a corpus: the defaults
-  refuse_other_tokenizer(opts.tokenizer, checkpoint);
-  if (const std::optional<DataConfig> data = run_data_of(checkpoint)) {
-    if (opts.tokenizer.empty()) opts.tokenizer = data->tokenizer;
+  // the model's own tokenizer (a Hugging Face directory's or GGUF file's, or the one its run read its
+  // data with) and the corpus its run read: the defaults; another tokenizer than its run's is refused
+  opts.tokenizer = own_tokenizer_path(checkpoint, opts.tokenizer);
+  if (const std::optional<DataConfig> data = run_data_of(checkpoint))
     if (opts.corpus.empty()) opts.corpus = !data->tokens.empty() ? data->tokens : data->corpus == "builtin" ? "" : data->corpus;
-  }
-  if (opts.tokenizer == "bytes") opts.tokenizer.clear();
-  if (opts.tokenizer == "gpt2") opts.tokenizer = builtin_gpt2_tokenizer_dir();
   const ModelConfig& c = model->config;
   opts.d_model = c.d_model;
   opts.n_heads = c.n_heads;

@@ -28,7 +28,7 @@ struct Claim {
   std::string quantity;   // the number the verdict is decided on
   std::string claimed;    // the region the claim puts it in, e.g. "> 1"
   std::string measured;   // mean, CI, spread, and the first seed's numbers in words
-  std::string verdict;    // holds | violated | not distinguishable at this scale | skipped
+  std::string verdict;    // holds | violated | not distinguishable at this scale | vacuous | void | skipped
   std::string reported;   // what the paper reports in its own setting (empty for the seed documents)
   SeedSummary summary;
   nlohmann::json numbers;  // the seeds' numbers
@@ -37,6 +37,16 @@ struct Claim {
 };
 
 inline constexpr const char* kSkipped = "skipped";  // the model cannot answer the claim; `measured` says why
+// The bound the claim states says nothing on every seed (it is 0 or negative, or its condition never
+// holds): it can be neither confirmed nor refuted there.
+inline constexpr const char* kVacuous = "vacuous";
+// A trained model the claim was measured on did not learn (kLearnedFraction): a verdict on it would be
+// about an untrained network in a trained one's place.
+inline constexpr const char* kVoid = "void (model did not learn)";
+// A model trained for the theory table learned when its validation loss is at most this fraction of
+// the unigram entropy of its training data (what a model of the byte frequencies alone reaches): 10%
+// below means it learned more than which bytes are common.
+inline constexpr double kLearnedFraction = 0.9;
 
 // A given model for `normlab theory --checkpoint`: its config and parameters (widened to double).
 struct TheoryModel {

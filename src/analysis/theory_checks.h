@@ -32,6 +32,8 @@ struct Measurement {
   nlohmann::json numbers;
   std::string reported = "";  // what the paper itself reports in its setting (papers only)
   std::string skipped = "";   // non-empty: the given model cannot answer the claim, and why
+  bool vacuous = false;       // this seed's bound says nothing (0 or negative, or its condition fails)
+  std::string void_reason = "";  // non-empty: a trained model it was measured on did not learn (attempt())
 };
 
 // Thrown by ModelSource::make when the given model (theory --checkpoint) is not the model a claim
@@ -47,14 +49,24 @@ struct NotApplicable : std::runtime_error {
 // for (architecture, norm, placement, depth, a head when needs_loss), else throws NotApplicable.
 class ModelSource {
  public:
-  ModelSource(const TheoryOptions& o, const std::vector<int32_t>& train_ids) : o_(o), ids_(train_ids) {}
+  ModelSource(const TheoryOptions& o, const std::vector<int32_t>& train_ids, const std::vector<int32_t>& val_ids)
+      : o_(o), ids_(train_ids), val_(val_ids) {}
   std::unique_ptr<Model<double>> make(const ModelConfig& c, bool needs_loss = false);
+  // The trained models made since the last call that did not learn (kLearnedFraction), in words.
+  std::vector<std::string> take_unlearned();
 
  private:
-  std::vector<float> train(ModelConfig c);
+  struct Trained {
+    std::vector<float> params;
+    double val_loss = 0, unigram = 0;  // nats per token: validation loss after training, unigram entropy
+    std::string name;                  // "24-layer post" for the void verdict's reason
+  };
+  Trained train(ModelConfig c);
   const TheoryOptions& o_;
   const std::vector<int32_t>& ids_;
-  std::map<std::string, std::vector<float>> trained_;
+  const std::vector<int32_t>& val_;
+  std::map<std::string, Trained> trained_;
+  std::vector<std::string> unlearned_;
 };
 
 // One seed's inputs.
@@ -72,6 +84,8 @@ struct Bench {
 ModelConfig gpt_config(const TheoryOptions& o, Placement p, double eps, int layers);
 // "the checkpoint's weights" for a given model, else the init the claim's setting states
 std::string weights(const Bench& b, const std::string& init);
+// "causal attention", or the given model's "bidirectional attention (an encoder)"
+std::string attention_kind(const Bench& b);
 // Runs one check block; if its model is not applicable, one skipped Measurement per claim it makes.
 void attempt(const Bench& b, std::vector<Measurement>& out, const std::vector<std::string>& claims,
              const std::function<void()>& block);

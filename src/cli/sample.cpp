@@ -16,6 +16,7 @@
 #include "io/tokenizer.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
+#include "train/own_tokenizer.h"
 #include "train/run_config.h"
 #include "util/error.h"
 #include "util/files.h"

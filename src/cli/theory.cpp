@@ -32,8 +32,9 @@ void add_theory_command(CLI::App& app, TheoryCommand& cmd) {
                 "inputs of the byte-LM claims (and the data of the trained models): a text file (its bytes) or a "
                 "token stream (.safetensors input_ids, .bin uint16); default the built-in corpus data/kjv.txt");
   t->add_option("--tokenizer", o.tokenizer,
-                "with --checkpoint: read --corpus (or the built-in corpus) through the model's tokenizer (a file or "
-                "directory, gpt2); default: the one its run read its data with, else bytes");
+                "with --checkpoint: read --corpus (or the built-in corpus) through this tokenizer (a file or "
+                "directory, gpt2, bytes); default: the model's own (a Hugging Face directory's or GGUF file's, or the "
+                "one its run read its data with), else bytes");
   t->add_option("--d-model", o.d_model, "width of the test models (default 64)");
   t->add_option("--layers", o.n_layers, "layers of the Jacobian models (default 6)");
   t->add_option("--deep-layers", o.deep_layers, "layers of the depth-growth models (default 24)");

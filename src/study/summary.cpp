@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "analysis/theory.h"
 #include "study/results_view.h"
 
 namespace normlab::study {
@@ -494,22 +495,30 @@ json written_summary(const json& results) {
       if (std::find(models.begin(), models.end(), m) == models.end()) models.push_back(m);
     }
     for (const auto& model : models) {
-      std::vector<std::string> holds, conditional, violated, other;
+      std::vector<std::string> holds, conditional, violated, vacuous, voided, other;
       for (const auto& c : results["theory"]) {
         if (c.value("model", "fresh") != model) continue;
         const std::string v = c["verdict"], src = c["source"];
         if (v.rfind("violated", 0) == 0) violated.push_back(src);
         else if (v.rfind("holds only", 0) == 0) conditional.push_back(src);
         else if (v.rfind("holds", 0) == 0) holds.push_back(src);
+        else if (v == analysis::kVacuous) vacuous.push_back(src);
+        else if (v == analysis::kVoid) voided.push_back(src);
         else other.push_back(src);
       }
+      const auto listed = [](const char* what, const std::vector<std::string>& srcs) {
+        return srcs.empty() ? std::string() : fmt::format("; {} {} ({})", srcs.size(), what, fmt::join(srcs, ", "));
+      };
       out.push_back(fmt::format("Theory claims on {} models ({} measured): {} hold{}; {} violated ({}); {} not "
-                                "distinguishable at this scale or not decided ({}).",
-                                model, holds.size() + conditional.size() + violated.size() + other.size(),
+                                "distinguishable at this scale or not decided ({}){}{}.",
+                                model, holds.size() + conditional.size() + violated.size() + other.size() +
+                                           vacuous.size() + voided.size(),
                                 holds.size(),
                                 conditional.empty() ? "" : fmt::format(", {} only under a condition ({})", conditional.size(),
                                                                         fmt::join(conditional, ", ")),
-                                violated.size(), fmt::join(violated, ", "), other.size(), fmt::join(other, ", ")));
+                                violated.size(), fmt::join(violated, ", "), other.size(), fmt::join(other, ", "),
+                                listed("vacuous: the bound says nothing there", vacuous),
+                                listed("void: measured on a trained model that did not learn", voided)));
     }
   }
   return out;

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "io/tokenizer.h"
 #include "model/config.h"
 #include "ops/precision.h"
 #include "train/optimizer.h"
@@ -76,10 +75,5 @@ std::optional<DataConfig> run_data_of(const std::string& checkpoint);
 // Error when `given` (a --tokenizer: "bytes", "gpt2" or a path) is not the tokenizer the run that
 // made `checkpoint` read its data with (a model read through another tokenizer gets ids it never saw).
 void refuse_other_tokenizer(const std::string& given, const std::string& checkpoint);
-// The tokenizer of a model's text: `given` ("bytes", "gpt2" or a path) if set (refused when it is
-// not the run's), else the checkpoint's own (a Hugging Face directory's tokenizer files, a GGUF
-// file's vocabulary, or data.tokenizer of the run that made it); nullopt means bytes. `where` says
-// which it was ("the GGUF file's tokenizer", ...). What `sample` and the Python module read text with.
-std::optional<Tokenizer> own_tokenizer(const std::string& checkpoint, const std::string& given, std::string* where = nullptr);
 
 }  // namespace normlab

@@ -87,6 +87,29 @@ def main():
         print(f"normlab tokenize with the model's tokenizer.json: {len(sentences) - mismatched}/{len(sentences)} sentences identical")
     else:
         print("note: this normlab has no tokenize command; ids came from the tokenizers package only")
+    # normlab theory --checkpoint on the real model: its own WordPiece tokenizer on the corpus, and every
+    # claim one Post-LN encoder can answer measured (skips only for what it cannot give: a Pre-LN
+    # placement, a loss, a family of depths or fresh models)
+    js = os.path.join(a.workdir, "theory.json")
+    p = subprocess.run([a.normlab, "theory", "--checkpoint", model_dir, "--seeds", "2", "--json", js, "--force"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        failures.append(f"normlab theory --checkpoint failed: {p.stderr.strip()}")
+    else:
+        claims = json.load(open(js))
+        measured = {c["source"] for c in claims if c["verdict"] != "skipped"}
+        want = {"000 Thm 2.2", "000 Thm 3.2", "000 Thm 6.3", "000 Thm 3.6", "004 dNorm/dz",
+                "003 Post-LN input growth", "002 ||A|| rises with depth"}
+        if not want <= measured:
+            failures.append(f"theory --checkpoint MiniLM skipped {sorted(want - measured)}")
+        if not all("WordPiece" in c["input"] for c in claims):
+            failures.append("theory --checkpoint MiniLM did not read the corpus through the model's WordPiece tokenizer")
+        reasons = {c["measured"] for c in claims if c["verdict"] == "skipped"}
+        bad = [r for r in reasons if "decoder-only" in r]
+        if bad:
+            failures.append(f"theory --checkpoint MiniLM skipped claims for being an encoder: {bad}")
+        print(f"normlab theory --checkpoint MiniLM: {len(measured)} of {len(claims)} claims measured through its "
+              f"WordPiece tokenizer; skipped because: {sorted(reasons)}")
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         sys.exit(1)
