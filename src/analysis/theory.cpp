@@ -48,16 +48,31 @@ std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c, bool need
   }
   auto m = std::make_unique<Model<double>>(c);
   if (o_.train_steps == 0) return m;
-  nlohmann::json key = model_config_to_json(c);
-  key.erase("eps");
-  auto it = trained_.find(key.dump());
-  if (it == trained_.end()) it = trained_.emplace(key.dump(), train(c)).first;
+  const std::string key = key_of(c);
+  auto it = trained_.find(key);
+  if (it == trained_.end()) it = trained_.emplace(key, train(c)).first;
   const Trained& t = it->second;
   std::copy(t.params.begin(), t.params.end(), m->params().begin());
+  note_if_unlearned(t);
+  return m;
+}
+
+std::string ModelSource::key_of(const ModelConfig& c) {
+  nlohmann::json key = model_config_to_json(c);
+  key.erase("eps");  // a model differing only in eps shares the trained parameters
+  return key.dump();
+}
+
+void ModelSource::note_if_unlearned(const Trained& t) {
   if (!(t.val_loss <= kLearnedFraction * t.unigram))
     unlearned_.push_back(fmt::format("{}: validation loss {:.3f} nats vs unigram entropy {:.3f}", t.name, t.val_loss,
                                      t.unigram));
-  return m;
+}
+
+void ModelSource::used(const ModelConfig& c) {
+  if (o_.model || o_.train_steps == 0) return;
+  const auto it = trained_.find(key_of(c));
+  if (it != trained_.end()) note_if_unlearned(it->second);
 }
 
 std::vector<std::string> ModelSource::take_unlearned() {

@@ -52,8 +52,12 @@ class ModelSource {
   ModelSource(const TheoryOptions& o, const std::vector<int32_t>& train_ids, const std::vector<int32_t>& val_ids)
       : o_(o), ids_(train_ids), val_(val_ids) {}
   std::unique_ptr<Model<double>> make(const ModelConfig& c, bool needs_loss = false);
-  // The trained models made since the last call that did not learn (kLearnedFraction), in words.
+  // The trained models made (or reused: used()) since the last call that did not learn
+  // (kLearnedFraction), in words.
   std::vector<std::string> take_unlearned();
+  // A check that keeps a model it made for several blocks of claims says so on each reuse, so that a
+  // block measured on a model that did not learn is void too.
+  void used(const ModelConfig& c);
 
  private:
   struct Trained {
@@ -62,6 +66,8 @@ class ModelSource {
     std::string name;                  // "24-layer post" for the void verdict's reason
   };
   Trained train(ModelConfig c);
+  static std::string key_of(const ModelConfig& c);
+  void note_if_unlearned(const Trained& t);
   const TheoryOptions& o_;
   const std::vector<int32_t>& ids_;
   const std::vector<int32_t>& val_;

@@ -36,6 +36,8 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
       Probe pr{forward_on(b, gpt_config(o, p, eps, o.n_layers)), {}};
       pr.jac = analyze_jacobian(*pr.model, jopt);
       it = probes.emplace(std::make_pair(int(p), eps), std::move(pr)).first;
+    } else {
+      b.models->used(it->second.model->config());  // reused by another block: its learned state counts there too
     }
     return it->second;
   };
