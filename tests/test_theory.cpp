@@ -1,0 +1,304 @@
+// test_theory.cpp: `normlab theory` (analysis/theory.h): every claim is measured and its verdict is
+// the rule applied to the seeds' numbers (vacuous when a bound says nothing on every seed, void when a
+// trained model did not learn), seeds in parallel give the serial numbers, 004's effective-depth
+// quantity against the sub-layers recomputed by hand; and the statistics behind the verdicts (stats.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fmt/format.h>
+#include <map>
+#include <stdexcept>
+
+#include "analysis/stats.h"
+#include "analysis/theory.h"
+#include "analysis/theory_checks.h"
+#include "analysis_models.h"
+#include "check.h"
+#include "ops/common.h"
+#include "util/rng.h"
+
+using namespace normlab;
+using namespace normlab::analysis;
+using namespace normlab::test;
+
+namespace {
+
+// Small models for the whole table: d = 16, 2 heads, T = 8, the enc-dec claims at d = 16.
+TheoryOptions small_theory(int layers, int deep_layers, int seeds) {
+  TheoryOptions o;
+  o.d_model = 16;
+  o.n_heads = 2;
+  o.n_layers = layers;
+  o.deep_layers = deep_layers;
+  o.seq_len = 8;
+  o.seeds = seeds;
+  o.paper_d_model = 16;
+  return o;
+}
+
+}  // namespace
+
+TEST(Theory, VerdictsFollowFromTheNumbers) {
+  TheoryOptions o = small_theory(3, 8, 3);
+  o.paper_d_model = 32;  // the enc-dec claims' width (512 in the papers)
+  const auto claims = run_theory(o);
+  std::map<std::string, const Claim*> by;
+  for (const auto& c : claims) by[c.source + " | " + c.quantity] = by[c.source] = &c;
+  for (const char* s : {"000 Lemma 2.1", "000 Thm 2.2", "000 Remark 1.2", "000 Thm 3.2", "000 Thm 3.6",
+                        "000 Thm 4.6", "000 Thm 6.3", "000 Thm 6.4", "002 spectral bounds", "002 rank collapse",
+                        "003/004 stream growth", "004 branch ratio", "004 effective depth", "004 DeepNet constant", "004 dNorm/dz",
+                        "003 Post-LN input growth", "003 kappa^L gradient decay", "Xiong et al. 2020", "Liu et al. 2020"})
+    ASSERT_TRUE(by.count(s)) << s;
+  for (const auto& c : claims) {  // the verdict is the rule applied to the interval of the seeds' values
+    EXPECT_EQ(c.numbers["seeds"].size(), 3u) << c.source;
+    EXPECT_EQ(c.summary.n == 0, c.verdict == kVacuous) << c.source;  // vacuous: no seed where the bound says something
+    EXPECT_LE(c.summary.n, 3) << c.source;
+    EXPECT_FALSE(c.setting.empty()) << c.source;
+  }
+  // the ones the math decides regardless of the model's weights
+  // a reference, not a copy: a range-for over a member of a returned temporary reads freed memory
+  const auto first = [&](const char* s) -> const nlohmann::json& { return by[s]->numbers["seeds"][0]; };
+  EXPECT_EQ(by["000 Remark 1.2"]->verdict, kViolated);
+  EXPECT_LT(first("000 Remark 1.2")["left_rel_err"].get<double>(), 1e-12);
+  EXPECT_EQ(by["004 DeepNet constant"]->verdict, kViolated);
+  EXPECT_LT(first("004 DeepNet constant")["same_form_err"].get<double>(), 1e-12);
+  // Lemma 2.1 in its setting (no eps) is exact to rounding; at eps = 1e-5 the formula with sigma =
+  // sqrt(var + eps) is
+  EXPECT_EQ(by["000 Lemma 2.1"]->verdict, kHolds);
+  EXPECT_LT(first("000 Lemma 2.1")["eps0_rel_err"].get<double>(), 1e-12);
+  EXPECT_LT(first("000 Lemma 2.1")["eps_autodiff_rel_err"].get<double>(), 1e-12);
+  // the product bound of Thm 6.4 is vacuous exactly when it is <= 0 on every seed
+  int says_nothing = 0;
+  for (const auto& seed : by["000 Thm 6.4"]->numbers["seeds"])
+    says_nothing += seed["product_bound"].is_null() || seed["product_bound"].get<double>() <= 0;
+  EXPECT_EQ(by["000 Thm 6.4"]->verdict == kVacuous, says_nothing == 3) << by["000 Thm 6.4"]->measured;
+  EXPECT_EQ(by["000 Thm 2.2"]->verdict, kHolds);
+  EXPECT_EQ(by["000 Thm 3.6"]->verdict, kHolds);
+  EXPECT_EQ(first("000 Thm 4.6")["violated"].get<int>(), 0);
+  // the LayerNorm's bulk singular value is 1/sigma: x sqrt(d) it is far from 1 unless sigma = 1/sqrt(d)
+  EXPECT_EQ(by["004 dNorm/dz"]->verdict, kViolated);
+  for (double v : first("004 dNorm/dz")["bulk_times_sigma"]) EXPECT_NEAR(v, 1.0, 1e-6);
+}
+
+// A claim measured on trained models that did not learn (2 AdamW steps: nowhere near 10% below the
+// unigram entropy) is void, never holds or violated; fresh models' claims are untouched.
+TEST(Theory, ModelsThatDidNotLearnVoidTheirClaims) {
+  TheoryOptions o = small_theory(2, 4, 2);
+  o.trained_seeds = 2;
+  o.train_steps = 2;
+  int claims = 0;
+  for (const auto& c : run_theory(o)) {  // every claim on trained models, also those sharing a cached model
+    claims++;
+    EXPECT_EQ(c.verdict, kVoid) << c.source << ": " << c.measured;
+    EXPECT_NE(c.measured.find("unigram entropy"), std::string::npos) << c.measured;
+  }
+  EXPECT_GE(claims, 15);
+  o.train_steps = 0;
+  for (const auto& c : run_theory(o)) EXPECT_NE(c.verdict, kVoid) << c.source;
+}
+
+TEST(Theory, SeedsInParallelGiveTheSerialNumbers) {
+  TheoryOptions o = small_theory(2, 4, 2);
+  const auto parallel = run_theory(o);
+  o.parallel_seeds = false;
+  const auto serial = run_theory(o);
+  // equal up to the summation order of the threaded kernels (a serial run threads inside each op)
+  ASSERT_EQ(parallel.size(), serial.size());
+  for (size_t i = 0; i < serial.size(); i++) {
+    EXPECT_EQ(parallel[i].quantity, serial[i].quantity);
+    EXPECT_EQ(parallel[i].verdict, serial[i].verdict) << serial[i].source;
+    for (size_t k = 0; k < serial[i].summary.values.size(); k++) {
+      const double a = parallel[i].summary.values[k], b = serial[i].summary.values[k];
+      EXPECT_NEAR(a, b, 1e-9 * (std::abs(b) + 1e-6)) << serial[i].source << " " << serial[i].quantity << " seed " << k;
+    }
+  }
+}
+
+namespace {
+
+// A parameter's values by name, its shape checked against the PyTorch layout the hand math assumes.
+const double* param_of(const Model<double>& m, const std::string& name, std::vector<int64_t> shape) {
+  const ParamSpec* p = m.table().find(name);
+  if (!p) throw std::runtime_error("no parameter " + name);
+  EXPECT_EQ(p->shape, shape) << name;
+  return m.params().data() + p->offset;
+}
+
+// y (N, OC) = x (N, IC) W^T + b, with W (OC, IC) row-major
+std::vector<double> linear_rows(const std::vector<double>& x, const double* W, const double* b, int N, int IC, int OC) {
+  std::vector<double> y(size_t(N) * OC);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double acc = b[o];
+      for (int i = 0; i < IC; i++) acc += W[size_t(o) * IC + i] * x[size_t(n) * IC + i];
+      y[size_t(n) * OC + o] = acc;
+    }
+  return y;
+}
+
+// F_slot(N(x)) of a Pre-LN GPT sub-layer, written out from its parameters, for x (T, C):
+//   N(x) = (x - mean) / sqrt(var + eps) * ln_in.weight + ln_in.bias, each token row on its own
+//   MLP:  proj(gelu(fc(N(x)))), gelu(u) = 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))) (GPT-2's)
+//   attention: qkv = [q | k | v] = qkv(N(x)); per head h (columns h HS .. (h+1) HS of each third)
+//   P = softmax over keys j <= i of q_i . k_j / sqrt(HS); out_i = sum_j P_ij v_j; then proj(out)
+std::vector<double> pre_ln_branch_by_hand(const Model<double>& m, int slot, const std::vector<double>& x) {
+  const ModelConfig& c = m.config();
+  const int C = c.d_model, F = c.ff(), T = int(x.size()) / C, NH = c.n_heads, HS = c.head_size();
+  const std::string p = slot_prefix(c, slot);
+  const double* gain = param_of(m, p + ".ln_in.weight", {C});
+  const double* bias = param_of(m, p + ".ln_in.bias", {C});
+  std::vector<double> nx(x.size());
+  for (int t = 0; t < T; t++) {
+    const double* row = x.data() + size_t(t) * C;
+    double mean = 0, var = 0;
+    for (int k = 0; k < C; k++) mean += row[k] / C;
+    for (int k = 0; k < C; k++) var += (row[k] - mean) * (row[k] - mean) / C;
+    for (int k = 0; k < C; k++) nx[size_t(t) * C + k] = (row[k] - mean) / std::sqrt(var + c.eps) * gain[k] + bias[k];
+  }
+  std::vector<double> mixed;  // (T, F) or (T, C): what the output projection reads
+  int width = 0;
+  if (c.slot(slot).kind == Sublayer::Mlp) {
+    mixed = linear_rows(nx, param_of(m, p + ".fc.weight", {F, C}), param_of(m, p + ".fc.bias", {F}), T, C, F);
+    for (double& u : mixed) u = 0.5 * u * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (u + 0.044715 * u * u * u)));
+    width = F;
+  } else {
+    const std::vector<double> qkv =
+        linear_rows(nx, param_of(m, p + ".qkv.weight", {3 * C, C}), param_of(m, p + ".qkv.bias", {3 * C}), T, C, 3 * C);
+    auto at = [&](int t, int third, int h, int e) { return qkv[size_t(t) * 3 * C + size_t(third) * C + h * HS + e]; };
+    mixed.assign(size_t(T) * C, 0.0);
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < T; i++) {
+        std::vector<double> score(size_t(i) + 1);
+        double top = -INFINITY, sum = 0;
+        for (int j = 0; j <= i; j++) {
+          for (int e = 0; e < HS; e++) score[size_t(j)] += at(i, 0, h, e) * at(j, 1, h, e) / std::sqrt(double(HS));
+          top = std::max(top, score[size_t(j)]);
+        }
+        for (double& v : score) {
+          v = std::exp(v - top);
+          sum += v;
+        }
+        for (int j = 0; j <= i; j++)
+          for (int e = 0; e < HS; e++) mixed[size_t(i) * C + h * HS + e] += score[size_t(j)] / sum * at(j, 2, h, e);
+      }
+    width = C;
+  }
+  return linear_rows(mixed, param_of(m, p + ".proj.weight", {C, width}), param_of(m, p + ".proj.bias", {C}), T,
+                     width, C);
+}
+
+double norm_of_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); i++) s += (a[i] - b[i]) * (a[i] - b[i]);
+  return std::sqrt(s);
+}
+
+}  // namespace
+
+TEST(Theory, EffectiveDepthShiftEqualsTheSubLayersByHand) {
+  // 004 effective depth's quantity, ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / ||F_{s+1}(N(x_{s+1}))||,
+  // from next_branch_shift (which switches sub-layer s off and reruns the model) against the
+  // sub-layer s+1 recomputed by hand on the streams x_s and x_{s+1} of one forward pass; MLP
+  // sub-layers (s+1 odd) and attention sub-layers (s+1 even). A 3-layer Pre-LN GPT in double at
+  // Xavier init (the claim's setting) with every parameter then moved by 0.1 N(0, 1), so the norm
+  // gains and all biases are away from 1 and 0 and the hand math must read each of them; F = 20.
+  ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
+  c.n_layers = 3;
+  c.d_ff = 20;
+  c.seq_len = 7;
+  c.init = InitScheme::Xavier;
+  Model<double> m(c);
+  Rng rng(41);
+  for (double& p : m.params()) p += 0.1 * rng.normal();
+  const int T = 7, C = c.d_model, S = c.n_slots();
+  std::vector<int32_t> ids(T), labels(T, ops::kIgnoreLabel);
+  for (int t = 0; t < T; t++) ids[size_t(t)] = (t * 37 + 11) % 256;
+  m.forward(ids.data(), labels.data(), 1, T);
+  std::vector<std::vector<double>> x;  // x_s (T, C), s = 0 .. S
+  for (int s = 0; s <= S; s++) x.emplace_back(m.stream(s), m.stream(s) + size_t(T) * C);
+
+  const std::vector<double> shift = theory_detail::next_branch_shift(m, ids);
+  ASSERT_EQ(shift.size(), size_t(S - 1));
+  std::vector<double> by_hand;
+  for (int s = 0; s + 1 < S; s++) {
+    SCOPED_TRACE(fmt::format("s = {}, sub-layer s+1 = {} ({})", s, s + 1, s % 2 == 0 ? "MLP" : "attention"));
+    const std::vector<double> at_next = pre_ln_branch_by_hand(m, s + 1, x[size_t(s) + 1]);  // F_{s+1}(N(x_{s+1}))
+    const std::vector<double> at_prev = pre_ln_branch_by_hand(m, s + 1, x[size_t(s)]);      // F_{s+1}(N(x_s))
+    // the hand sub-layer is the model's: x_{s+2} - x_{s+1} (same math in double, summed in another order)
+    std::vector<double> model_branch(at_next.size());
+    for (size_t i = 0; i < at_next.size(); i++) model_branch[i] = x[size_t(s) + 2][i] - x[size_t(s) + 1][i];
+    const double branch_norm = norm_of_difference(at_next, std::vector<double>(at_next.size(), 0.0));
+    ASSERT_GT(branch_norm, 0.1);
+    EXPECT_LE(norm_of_difference(at_next, model_branch), 1e-12 * branch_norm);
+    by_hand.push_back(norm_of_difference(at_next, at_prev) / branch_norm);
+    EXPECT_NEAR(shift[size_t(s)], by_hand.back(), 1e-10 * by_hand.back());
+  }
+  // the control: every sub-layer's value is far from every other's, so a shift of the wrong slot fails
+  for (size_t s = 0; s < by_hand.size(); s++)
+    for (size_t r = 0; r < by_hand.size(); r++)
+      if (r != s) {
+        EXPECT_GT(std::abs(by_hand[r] - by_hand[s]), 1e-3 * by_hand[s]) << "s = " << s << ", r = " << r;
+      }
+  // the weights are back: a forward reproduces the streams
+  m.forward(ids.data(), labels.data(), 1, T);
+  for (int s = 0; s <= S; s++) EXPECT_EQ(std::vector<double>(m.stream(s), m.stream(s) + size_t(T) * C), x[size_t(s)]);
+}
+
+TEST(Stats, IntervalsAndVerdicts) {
+  // mean 2, sample sd 1, n = 4: the 95% t-interval is 2 -+ 3.182 / 2
+  const SeedSummary s = summarize({1, 2, 2, 3});
+  EXPECT_DOUBLE_EQ(s.mean, 2.0);
+  EXPECT_NEAR(s.sd, std::sqrt(2.0 / 3.0), 1e-15);
+  EXPECT_NEAR(s.hi - s.mean, 3.182 * std::sqrt(2.0 / 3.0) / 2, 1e-12);
+  EXPECT_EQ(decide(s, Region::above(0.0)), kHolds);
+  EXPECT_EQ(decide(s, Region::above(2.0)), kUndecided);
+  EXPECT_EQ(decide(s, Region::above(4.0)), kViolated);
+  EXPECT_EQ(decide(s, Region::below(4.0)), kHolds);
+  EXPECT_EQ(decide(s, Region::between(0.5, 3.5)), kHolds);
+  EXPECT_EQ(decide(s, Region::between(1.5, 2.5)), kUndecided);
+  EXPECT_EQ(decide(s, Region::between(5, 6)), kViolated);
+  const SeedSummary one = summarize({0.3});
+  EXPECT_EQ(one.lo, 0.3);
+  EXPECT_EQ(decide(one, Region::above(0.0)), kHolds);
+  // law fits: y = 3 N + 1 exactly is linear (RSS 0), not logarithmic
+  const std::vector<double> n = {1, 2, 4, 8, 16};
+  std::vector<double> lin, lg;
+  for (double v : n) lin.push_back(3 * v + 1), lg.push_back(3 * std::log(v) + 1);
+  double a = 0, b = 0;
+  EXPECT_NEAR(fit_rss(n, lin, [](double v) { return v; }, &a, &b), 0.0, 1e-20);
+  EXPECT_NEAR(a, 3.0, 1e-12);
+  EXPECT_NEAR(b, 1.0, 1e-12);
+  const auto id = [](double v) { return v; };
+  const auto log = [](double v) { return std::log(v); };
+  EXPECT_GT(log_rss_ratio(n, lin, id, log), 10);
+  EXPECT_LT(log_rss_ratio(n, lg, id, log), -10);
+  // Welch, worked by hand: a = {1, 2, 3, 4} (mean 2.5, var 5/3), b = {2, 4, 6, 8} (mean 5, var 20/3);
+  // squared standard errors 5/12 and 20/12 sum to 25/12; df = (25/12)^2 / ((5/12)^2/3 + (20/12)^2/3)
+  // = 4.41 -> 4 (t = 2.776); half width 2.776 sqrt(25/12)
+  const Difference d = welch_difference(summarize({1, 2, 3, 4}), summarize({2, 4, 6, 8}));
+  EXPECT_DOUBLE_EQ(d.mean, 2.5);
+  EXPECT_NEAR(d.df, (625.0 / 144) / ((25.0 / 144 + 400.0 / 144) / 3), 1e-12);
+  EXPECT_NEAR(d.hi - d.mean, 2.776 * std::sqrt(25.0 / 12), 1e-12);
+  EXPECT_LT(d.lo, 0.0);  // 2.5 - 4.007: not resolved with these spreads
+  EXPECT_TRUE(std::isnan(welch_difference(summarize({1}), summarize({2, 3})).lo));
+  // seed_difference: the same groups paired by seed (b - a = {1, 2, 3, 4}: mean 2.5, sd sqrt(5/3),
+  // t(3) = 3.182): far narrower than Welch's, because each seed's shared part cancels
+  using Seeds = std::multimap<std::string, double>;
+  const Seeds sa{{"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}}, sb{{"1", 2}, {"2", 4}, {"3", 6}, {"4", 8}};
+  const SeedDifference p = seed_difference(sa, sb);
+  EXPECT_EQ(p.kind, "paired");
+  EXPECT_EQ(p.how(), "paired by seed, 4 seeds");
+  EXPECT_DOUBLE_EQ(p.mean, 2.5);
+  EXPECT_NEAR(p.hi - p.mean, 3.182 * std::sqrt(5.0 / 3 / 4), 1e-12);
+  EXPECT_GT(p.lo, 0.0);  // resolved when paired
+  // other seeds on one side, or a seed twice (runs that differ in something else): Welch, as above
+  const SeedDifference w = seed_difference(sa, Seeds{{"1", 2}, {"2", 4}, {"3", 6}, {"5", 8}});
+  EXPECT_EQ(w.kind, "welch");
+  EXPECT_EQ(w.how(), "Welch, 4 and 4 seeds");
+  EXPECT_DOUBLE_EQ(w.lo, d.lo);
+  EXPECT_EQ(seed_difference(sa, Seeds{{"1", 2}, {"1", 4}, {"3", 6}, {"4", 8}}).kind, "welch");
+  const SeedDifference single = seed_difference(sa, Seeds{{"1", 2}});
+  EXPECT_EQ(single.kind, "single");
+  EXPECT_DOUBLE_EQ(single.mean, 2 - 2.5);
+  EXPECT_TRUE(std::isnan(single.lo));
+}
