@@ -27,6 +27,11 @@ check "jq -e '.model.placement == [\"reordered\",\"reordered\",\"reordered\",\"r
 check "timeout 60 '$NL' train -q --set 'model.placement=hybridnorm*' --set model.n_layers=3 --set model.d_model=32 --set model.n_heads=2 --set train.steps=1 --set train.out_dir=hyb >/dev/null 2>&1 && jq -e '.model.placement == [\"hybridnorm_pre\",\"hybridnorm\",\"hybridnorm\"]' hyb/config.json >/dev/null" \
   "placement = hybridnorm* at 3 layers is not hybridnorm_pre then hybridnorm"
 expect_error "set qk_norm" -- train --set model.v_norm=true --set train.out_dir=x
+expect_error "makes QK-norm weightless" -- train --set model.qk_norm_affine=false --set train.out_dir=x
+expect_error "embed_scale_learned" -- train --set model.embed_scale_learned=true --set train.out_dir=x
+# DyT's LLaMA recipe is what its file says, and the checkpoint holds the learned scale and no beta
+check "jq -e '.model.norm == \"dyt\" and .model.norm_bias == false and .model.norm_alpha_attn == 0.8 and .model.embed_scale_learned == true' run_llama_dyt/config.json >/dev/null" \
+  "configs/llama_dyt.toml's run config is not DyT's LLaMA recipe"
 expect_error "normalizes the attention's q, k and v" -- train --set model.arch=encdec --set model.placement=hybridnorm --set train.out_dir=x
 expect_error "rotates no pair" -- train --set model.positions=rope --set model.rope_fraction=0.01 --set train.out_dir=x
 expect_error "is not one of" -- train --set model.norm=batchnorm --set train.out_dir=x

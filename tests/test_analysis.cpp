@@ -213,11 +213,13 @@ TEST(AttentionStats, ModelHeadsSatisfyTheChain) {
 // the bound must not see).
 TEST(AttentionStats, QkNormBoundsDominateTheScoresTheModelComputed) {
   for (QkNorm how : {QkNorm::Heads, QkNorm::Whole})
-    for (NormKind norm : {NormKind::RMSNorm, NormKind::LayerNorm, NormKind::DyT}) {
-      SCOPED_TRACE(fmt::format("{} {}", to_string(how), to_string(norm)));
+    for (NormKind norm : {NormKind::RMSNorm, NormKind::LayerNorm, NormKind::DyT})
+    for (bool affine : {true, false}) {  // false: weightless QK-norm (gamma = 1 in the bound)
+      SCOPED_TRACE(fmt::format("{} {} affine={}", to_string(how), to_string(norm), affine));
       ModelConfig c = small(Placement::Reordered, norm, 1e-5);
       c.positions = Positions::Rope;
       c.qk_norm = how;
+      c.qk_norm_affine = affine;
       c.n_kv_heads = 1;
       Model<double> m(c);
       Rng rng(3);
@@ -406,16 +408,19 @@ TEST(ModelJvp, AdjointIdentityWithQkNormAndHybridNorm) {
     QkNorm qk;
     bool v;
     NormKind norm;
+    bool affine = true;
   };
   for (Case k : {Case{Placement::Pre, QkNorm::Heads, true, NormKind::RMSNorm},
                  Case{Placement::Reordered, QkNorm::Whole, false, NormKind::LayerNorm},
                  Case{Placement::HybridNorm, QkNorm::None, false, NormKind::RMSNorm},
-                 Case{Placement::HybridNormPre, QkNorm::Whole, false, NormKind::Derf}}) {
+                 Case{Placement::HybridNormPre, QkNorm::Whole, false, NormKind::Derf},
+                 Case{Placement::Pre, QkNorm::Heads, true, NormKind::LayerNorm, /*affine=*/false}}) {
     ModelConfig c = small(k.p, k.norm, 1e-5);
     c.positions = Positions::Rope;
     c.n_kv_heads = 1;
     c.qk_norm = k.qk;
     c.v_norm = k.v;
+    c.qk_norm_affine = k.affine;
     auto m = run(c, 5);
     const size_t n = 5 * 12;
     for (int K : {1, 12 + 1}) {

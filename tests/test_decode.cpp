@@ -84,12 +84,14 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     int kv_heads;
     QkNorm qk_norm = QkNorm::None;
     double embed_scale = 1.0;
+    bool dyt_recipe = false;  // DyT's LLaMA recipe: no beta, per-site alpha, a learned embedding scale
   };
   for (const Case& k : {Case{Placement::Pre, true, 1}, Case{Placement::Pre, true, 2}, Case{Placement::Peri, true, 4},
                         Case{Placement::Post, false, 4}, Case{Placement::Sandwich, false, 4},
                         Case{Placement::Reordered, true, 2}, Case{Placement::Lns, true, 2},
                         Case{Placement::Reordered, true, 2, QkNorm::Whole}, Case{Placement::HybridNorm, true, 1},
-                        Case{Placement::Pre, false, 4, QkNorm::Heads}, Case{Placement::Pre, true, 1, QkNorm::None, 4.0}}) {
+                        Case{Placement::Pre, false, 4, QkNorm::Heads}, Case{Placement::Pre, true, 1, QkNorm::None, 4.0},
+                        Case{Placement::Pre, true, 2, QkNorm::None, 4.0, true}}) {
     SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {}", method_of(k.method).name, k.llama, k.kv_heads,
                              to_string(k.qk_norm)));
     ModelConfig cfg;
@@ -111,7 +113,14 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
       cfg.activation = Activation::SwiGlu;
       cfg.bias = LinearBias::None;
     }
+    if (k.dyt_recipe) {
+      cfg.norm = NormKind::DyT;
+      cfg.norm_bias = false;
+      cfg.norm_alpha_attn = 0.8;
+      cfg.embed_scale_learned = true;
+    }
     Model<double> model(cfg);
+    if (k.dyt_recipe) model.params()[model.table().find("embed_scale")->offset] = 3.0;  // the parameter, not the config
     Rng rng(5);
     const int B = 2, T = 8, V = cfg.vocab_size();
     std::vector<int32_t> ids(size_t(B) * T), labels(size_t(B) * T, ops::kIgnoreLabel);

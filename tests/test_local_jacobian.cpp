@@ -79,6 +79,11 @@ TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
     cases.push_back({Placement::Pre, NormKind::LayerNorm, arch, true, true, Activation::Gelu, false, Positions::Rope, 0,
                      QkNorm::Heads, true});
     cases.push_back({Placement::HybridNorm, NormKind::DyT, arch, true, true, Activation::SwiGlu});
+    // weightless QK-norm with the values; DyT without beta (its LLaMA recipe)
+    cases.push_back({Placement::Pre, NormKind::LayerNorm, arch, true, true, Activation::Gelu, false, Positions::Rope, 0,
+                     QkNorm::Heads, true, /*qk_norm_affine=*/false});
+    cases.push_back({Placement::Pre, NormKind::DyT, arch, true, true, Activation::SwiGlu, false, Positions::Rope, 0,
+                     QkNorm::None, false, true, /*norm_bias=*/false});
   }
   const int T = 7;
   for (const JacobianCase& c : cases) {

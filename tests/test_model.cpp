@@ -183,7 +183,31 @@ TEST(ModelGradientsMore, RotaryAndNoPositions) {
     gemma.embed_scale = std::sqrt(8.0);
     check_model_gradients(gemma, /*padding=*/arch == Arch::Encoder);
   }
+  // DyT's LLaMA recipe: no beta, alpha 0.8 at the attention's input norm, 0.2 elsewhere, and the
+  // embedding scale a parameter (starting at sqrt(d)), for both architectures
+  for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
+    ModelConfig dyt = tiny(arch, {Placement::Pre}, NormKind::DyT);
+    dyt.positions = Positions::Rope;
+    dyt.activation = Activation::SwiGlu;
+    dyt.norm_bias = false;
+    dyt.norm_alpha = 0.2;
+    dyt.norm_alpha_attn = 0.8;
+    dyt.embed_scale = std::sqrt(8.0);
+    dyt.embed_scale_learned = true;
+    const ParamTable t = make_param_table(dyt);
+    ASSERT_NE(t.find("embed_scale"), nullptr);
+    EXPECT_EQ(t.find("h.0.attn.ln_in.bias"), nullptr);
+    Model<double> m(dyt);
+    EXPECT_EQ(m.params()[t.find("embed_scale")->offset], std::sqrt(8.0));
+    EXPECT_EQ(m.params()[t.find("h.0.attn.ln_in.alpha")->offset], 0.8);
+    EXPECT_EQ(m.params()[t.find("h.0.mlp.ln_in.alpha")->offset], 0.2);
+    EXPECT_EQ(m.params()[t.find("ln_f.alpha")->offset], 0.2);
+    check_model_gradients(dyt, /*padding=*/arch == Arch::Encoder);
+  }
   ModelConfig scaled = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  scaled.embed_scale_learned = true;  // with learned positions it would scale them too: refused by name
+  EXPECT_THROW(scaled.validate(), Error);
+  scaled.embed_scale_learned = false;
   scaled.embed_scale = 2.0;  // with learned positions it would scale them too: refused by name
   EXPECT_THROW(scaled.validate(), Error);
   ModelConfig gqa = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
@@ -231,7 +255,22 @@ TEST(ModelGradientsMore, QkNormLayoutsKindsAndGroupedQueries) {
   EXPECT_EQ(make_param_table(h).find("h.0.attn.v_norm.weight")->numel, 4u);
   EXPECT_EQ(make_param_table(h).find("h.0.mlp.ln_out.weight")->numel, 8u);
   EXPECT_EQ(make_param_table(h).find("h.0.attn.ln_out.weight"), nullptr);
+  // weightless QK-norm (no gain, no bias), per head and whole, with the values
+  for (QkNorm how : {QkNorm::Heads, QkNorm::Whole}) {
+    ModelConfig w = tiny(Arch::Encoder, {Placement::Pre}, NormKind::LayerNorm);
+    w.qk_norm = how;
+    w.v_norm = true;
+    w.qk_norm_affine = false;
+    const ParamTable t = make_param_table(w);
+    EXPECT_EQ(t.find("h.0.attn.q_norm.weight"), nullptr);
+    EXPECT_EQ(t.find("h.0.attn.v_norm.bias"), nullptr);
+    EXPECT_NE(t.find("h.0.attn.ln_in.weight"), nullptr);  // the other sites keep theirs
+    check_model_gradients(w, /*padding=*/true);
+  }
   ModelConfig bad = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  bad.qk_norm_affine = false;  // weightless QK-norm without a QK-norm: refused by name
+  EXPECT_THROW(bad.validate(), Error);
+  bad.qk_norm_affine = true;
   bad.v_norm = true;
   EXPECT_THROW(bad.validate(), Error);
   ModelConfig encdec = tiny(Arch::EncDec, {Placement::HybridNorm}, NormKind::RMSNorm);

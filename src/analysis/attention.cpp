@@ -139,8 +139,9 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       };
       const NormParams<double>& nq = p.qkv_norm[0];
       const NormParams<double>& nk = p.qkv_norm[1];
-      r.gamma_max = max_abs(nq.weight, L.part[0].norm_width);
-      r.gamma_k_max = max_abs(nk.weight, L.part[1].norm_width);
+      // (a weightless QK-norm, model.qk_norm_affine = false, has gamma = 1)
+      r.gamma_max = nq.weight ? max_abs(nq.weight, L.part[0].norm_width) : 1.0;
+      r.gamma_k_max = nk.weight ? max_abs(nk.weight, L.part[1].norm_width) : 1.0;
       const double M = *r.gamma_max * reach(L.part[0]) * *r.gamma_k_max * reach(L.part[1]) / std::sqrt(double(HS));
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
       const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);

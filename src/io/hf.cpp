@@ -282,6 +282,7 @@ std::optional<std::string> export_refusal(const ModelConfig& c) {
     return true;
   }();
   if (c.norm != NormKind::LayerNorm) why.push_back(fmt::format("norm is {} (GPT-2 and BERT use LayerNorm)", to_string(c.norm)));
+  if (!c.norm_bias) why.push_back("norm_bias = false (GPT-2's and BERT's LayerNorms have a bias)");
   if (!c.residual) why.push_back("residual = false");
   if (!c.mlp) why.push_back("mlp = false (attention-only blocks)");
   if (c.qk_norm != QkNorm::None) why.push_back(fmt::format("qk_norm is {} (GPT-2 and BERT have no QK-norm)", to_string(c.qk_norm)));

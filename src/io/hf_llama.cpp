@@ -135,6 +135,7 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if (c.embed_scale != 1.0)
     why.push_back(fmt::format("embed_scale is {} (Gemma's; normlab reads Gemma directories, it does not write them yet)",
                               c.embed_scale));
+  if (c.embed_scale_learned) why.push_back("embed_scale_learned (a learned embedding scale has no Hugging Face tensor)");
   if (!c.residual || !c.mlp) why.push_back("residual = false or mlp = false");
   if (c.has_embed_norm() || c.type_vocab > 0) why.push_back("an embedding norm or token types");
   if (c.head != Head::Tied && c.head != Head::Untied) why.push_back(fmt::format("head = {}", to_string(c.head)));

@@ -227,6 +227,11 @@ std::vector<std::string> ModelConfig::violations() const {
   if (!(norm_alpha > 0.0) || !std::isfinite(norm_alpha))
     v.push_back(fmt::format("model.norm_alpha = {} must be finite and > 0 (the initial alpha of dyt and derf)",
                             norm_alpha));
+  if (norm_alpha_attn && (!(*norm_alpha_attn > 0.0) || !std::isfinite(*norm_alpha_attn)))
+    v.push_back(fmt::format("model.norm_alpha_attn = {} must be finite and > 0", *norm_alpha_attn));
+  if (embed_scale_learned && (positions == Positions::Learned || type_vocab > 0 || encdec()))
+    v.push_back("model.embed_scale_learned scales the token embedding of a gpt or encoder without learned positions "
+                "or token types: set positions = \"rope\" or \"none\" and type_vocab = 0");
   if (!(init_std > 0.0) || !std::isfinite(init_std))
     v.push_back(fmt::format("model.init_std = {} must be > 0", init_std));
   if (!(dropout >= 0.0 && dropout < 1.0))
@@ -290,6 +295,11 @@ std::vector<std::string> ModelConfig::violations() const {
                                 m.embed_norm ? "normalizes the embedding output" : "normalizes the attention's q, k and v"));
         break;
       }
+    bool any_qk = false;
+    for (int l = 0; l < total_layers(); l++) any_qk = any_qk || qk_norm_of(l) != QkNorm::None;
+    if (!qk_norm_affine && !any_qk)
+      v.push_back("model.qk_norm_affine = false makes QK-norm weightless, and no layer has one: set qk_norm = "
+                  "\"heads\" or \"whole\"");
   }
   if (v.empty()) size_violations(v);
   return v;
@@ -400,16 +410,24 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   read_enum(r, "norm", kNormNames, cfg.norm);
   r.get("eps", cfg.eps);
   r.get("norm_alpha", cfg.norm_alpha);
+  if (r.has("norm_alpha_attn")) {
+    double v = 0;
+    r.get("norm_alpha_attn", v);
+    cfg.norm_alpha_attn = v;
+  }
+  r.get("norm_bias", cfg.norm_bias);
   read_enum(r, "activation", kActivationNames, cfg.activation);
   read_enum(r, "bias", kBiasNames, cfg.bias);
   read_enum(r, "positions", kPositionNames, cfg.positions);
   read_enum(r, "qk_norm", kQkNormNames, cfg.qk_norm);
   r.get("v_norm", cfg.v_norm);
+  r.get("qk_norm_affine", cfg.qk_norm_affine);
   r.get("rope_base", cfg.rope_base);
   r.get("rope_fraction", cfg.rope_fraction);
   r.get("type_vocab", cfg.type_vocab);
   r.get("embed_norm", cfg.embed_norm);
   r.get("embed_scale", cfg.embed_scale);
+  r.get("embed_scale_learned", cfg.embed_scale_learned);
   read_enum(r, "head", kHeadNames, cfg.head);
   if (r.has("placement")) {
     const auto& p = r.raw("placement");
@@ -497,6 +515,8 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"norm", to_string(cfg.norm)},
                         {"eps", cfg.eps},
                         {"norm_alpha", cfg.norm_alpha},
+                        {"norm_alpha_attn", cfg.norm_alpha_attn.value_or(cfg.norm_alpha)},
+                        {"norm_bias", cfg.norm_bias},
                         {"activation", to_string(cfg.activation)},
                         {"bias", to_string(cfg.bias)},
                         {"positions", to_string(cfg.positions)},
@@ -504,9 +524,11 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"rope_fraction", cfg.rope_fraction},
                         {"qk_norm", to_string(cfg.qk_norm)},
                         {"v_norm", cfg.v_norm},
+                        {"qk_norm_affine", cfg.qk_norm_affine},
                         {"type_vocab", cfg.type_vocab},
                         {"embed_norm", cfg.embed_norm},
                         {"embed_scale", cfg.embed_scale},
+                        {"embed_scale_learned", cfg.embed_scale_learned},
                         {"head", to_string(cfg.head)},
                         {"placement", places},
                         {"residual", cfg.residual},
@@ -517,6 +539,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"seed", cfg.seed}};
   for (int l = 0; l < cfg.total_layers(); l++)
     if (cfg.placement_of(l) == Placement::Admin) j["admin_init"] = to_string(cfg.admin_init);
+
   if (cfg.encdec()) {
     j["dec_layers"] = cfg.decoder_layers();
     j["shared_embeddings"] = cfg.shared_embeddings;

@@ -94,6 +94,11 @@ struct ModelConfig {
   double eps = 1e-5;                 // PyTorch's LayerNorm default; 0 allowed for analysis
   double norm_alpha = 0.5;           // dyt, derf: every site's initial alpha (DyT's default for
                                      // non-LLM models; its LLaMA runs used 0.2-0.8 by width and site)
+  std::optional<double> norm_alpha_attn;  // dyt, derf: the initial alpha of each self-attention's input
+                                          // norm (DyT's LLaMA recipe: 0.8 there, 0.2 elsewhere at d =
+                                          // 4096); unset: norm_alpha
+  bool norm_bias = true;             // LayerNorm, DyT and Derf sites hold a bias beta; false: none (DyT's
+                                     // LLaMA runs: gamma tanh(alpha x); bias-free LayerNorm)
   Activation activation = Activation::Gelu;  // gelu: tanh form, as GPT-2; gelu_exact: erf form, as BERT;
                                              // swiglu (Llama), geglu (Gemma): gated, fc has 2 d_ff rows
   LinearBias bias = LinearBias::All;  // all | qkv | none: the blocks' linear biases (above)
@@ -101,6 +106,8 @@ struct ModelConfig {
   QkNorm qk_norm = QkNorm::None;     // none | heads | whole (above); a method that asks for QKV-norm
                                      // (hybridnorm) gets "heads" when this is none
   bool v_norm = false;               // the values too, in qk_norm's layout (HybridNorm's QKV-norm)
+  bool qk_norm_affine = true;        // QK-norm sites hold a gain (and a bias where the kind has one);
+                                     // false: weightless (PyTorch's elementwise_affine = False)
   double rope_base = 10000.0;        // RoPE: theta_i = rope_base^(-2i/R) (Llama 2's; Llama 3 5e5)
   double rope_fraction = 1.0;        // RoPE: the share of each head's dimensions rotated (partial
                                      // rotary, GPT-NeoX 0.25); R = 2 floor(rope_fraction HS / 2)
@@ -110,6 +117,8 @@ struct ModelConfig {
   double embed_scale = 1.0;          // the token embedding times this constant (Gemma: sqrt(d_model)); only
                                      // without learned positions and token types, so it scales the whole
                                      // embedding (the tied output matrix stays wte itself)
+  bool embed_scale_learned = false;  // the scale is a parameter `embed_scale` (1) starting at embed_scale
+                                     // (DyT's LLaMA recipe: a learned scalar after the embedding, sqrt(d))
   Head head = Head::Tied;            // tied: GPT-2's; mlm: BERT's masked-LM head; none: headless;
                                      // untied: logits = x lm_head^T (Llama's)
   std::vector<Placement> placement = {Placement::Pre};  // one entry for all layers, or one per layer

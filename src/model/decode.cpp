@@ -87,10 +87,10 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   const S* out_w = lm_head ? m_.params().data() + lm_head->offset : wte;
   const ParamSpec* pe = table.find("wpe.weight");  // absent without learned positions
   const S* wpe = pe ? m_.params().data() + pe->offset : nullptr;
-  // x = s wte[token] + wpe[t] (s: embed_scale, 1 with learned positions)
+  // x = s wte[token] + wpe[t] (s: the embedding scale, 1 with learned positions)
   for (int b = 0; b < B; b++)
     for (int c = 0; c < C; c++)
-      x_[size_t(b) * C + c] = S(cfg.embed_scale) * wte[size_t(tokens[b]) * C + c] + (wpe ? wpe[size_t(t) * C + c] : S(0));
+      x_[size_t(b) * C + c] = S(m_.embedding_scale()) * wte[size_t(tokens[b]) * C + c] + (wpe ? wpe[size_t(t) * C + c] : S(0));
   // x = ln_emb(x) (Peri-LN's embedding norm, or embed_norm)
   if (cfg.has_embed_norm()) {
     norm(h_.data(), x_.data(), m_.embed_norm());

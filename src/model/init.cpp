@@ -41,6 +41,7 @@ ValueRows value_rows(const ModelConfig& cfg, const std::string& name, int64_t C)
 
 // The initial value of a method's scale (ParamRole::Gate).
 double gate_init(const ModelConfig& cfg, const std::string& name, int layer) {
+  if (name == "embed_scale") return cfg.embed_scale;  // model.embed_scale_learned
   if (ends_with(name, ".omega")) return admin_omega(cfg.admin_init, cfg.stack_sublayers(layer));
   if (method_of(cfg.placement_of(layer)).gain == BranchGain::Channel) return layerscale_init(cfg.stack_depth(layer));
   return 0.0;  // ReZero and SkipInit start as the identity
@@ -70,7 +71,7 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
         for (size_t j = 0; j < p.numel; j++) w[j] = S(1);
         continue;
       case ParamRole::NormScalar: {
-        const double v = norm_scalar_init(cfg.norm, cfg, p.name.substr(p.name.rfind('.')));
+        const double v = norm_scalar_init(cfg.norm, cfg, p.name);
         for (size_t j = 0; j < p.numel; j++) w[j] = S(v);
         continue;
       }

@@ -66,6 +66,8 @@ Model<S>::Model(ModelConfig cfg, Unset) : cfg_(std::move(cfg)) {
   };
   wtt_ = at(params_, "wtt.weight");
   dwtt_ = at(grads_, "wtt.weight");
+  escale_ = at(params_, "embed_scale");
+  descale_ = at(grads_, "embed_scale");
   hw_ = at(params_, "head.dense.weight");
   hb_ = at(params_, "head.dense.bias");
   hbias_ = at(params_, "head.bias");
@@ -369,7 +371,8 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   S* x0 = streams_[size_t(cfg_.encdec() ? dec0 : 0)];
   embedding_forward(emb_, ids_.data(), wte_, wpe_, B, T, C);
   if (wtt_) token_type_forward(emb_, types_.data(), wtt_, N, C);
-  if (cfg_.embed_scale != 1.0) scale_in_place(emb_, size_t(N) * C, S(cfg_.embed_scale));  // (Gemma's sqrt(d))
+  if (escale_ || cfg_.embed_scale != 1.0)  // (Gemma's sqrt(d); DyT's LLaMA recipe learns it)
+    scale_in_place(emb_, size_t(N) * C, S(embedding_scale()));
   if (cfg_.has_embed_norm()) norm_forward(x0, emb_mean_, emb_rstd_, emb_, lnemb_, N);
   if (training_ && cfg_.dropout > 0)
     dropout_forward(x0, x0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C, dropout_first(size_t(N) * C));
@@ -530,9 +533,17 @@ void Model<S>::embedding_backward_all(const S* dx0) {
     norm_backward(tmp, dlnemb_, dx0, emb_, lnemb_, emb_mean_, emb_rstd_, N);
     demb = tmp;
   }
-  if (cfg_.embed_scale != 1.0) {  // emb = s wte[ids]
+  if (descale_) {  // emb = s wte[ids]:  ds += sum_n <demb_n, wte[ids_n]> (in double, in row order)
+    double ds = 0;
+    for (size_t n = 0; n < size_t(N); n++) {
+      const S* w = wte_ + size_t(ids_[n]) * C;
+      for (int c = 0; c < C; c++) ds += double(demb[n * C + c]) * double(w[c]);
+    }
+    *descale_ += S(ds);
+  }
+  if (escale_ || cfg_.embed_scale != 1.0) {  // emb = s wte[ids]
     S* tmp = (demb == dstream_[0]) ? dstream_[1] : dstream_[0];
-    const S s = S(cfg_.embed_scale);
+    const S s = S(embedding_scale());
     for (size_t k = 0; k < size_t(N) * C; k++) tmp[k] = s * demb[k];
     demb = tmp;
   }

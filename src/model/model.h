@@ -56,6 +56,8 @@ class Model {
   Model(ModelConfig cfg, Unset);
 
   const ModelConfig& config() const { return cfg_; }
+  // The token embedding's scale: the parameter embed_scale (model.embed_scale_learned) or model.embed_scale.
+  double embedding_scale() const { return escale_ ? double(*escale_) : cfg_.embed_scale; }
   const ParamTable& table() const { return table_; }
   // The non-const params() is how parameters are written: it also discards a bf16 handoff (below).
   std::vector<S>& params() {
@@ -257,6 +259,7 @@ class Model {
   NormParams<S> lnemb_, dlnemb_;  // embedding norm (embed_norm)
   NormParams<S> hln_, dhln_;      // MLM head norm
   S* wtt_ = nullptr, * dwtt_ = nullptr;  // (type_vocab, C)
+  S* escale_ = nullptr, * descale_ = nullptr;  // (1) model.embed_scale_learned's scale
   S* hw_ = nullptr, * hb_ = nullptr, * hbias_ = nullptr;     // MLM head: dense (C, C), (C); output bias (V)
   S* dhw_ = nullptr, * dhb_ = nullptr, * dhbias_ = nullptr;
   S* wte_ = nullptr, * wpe_ = nullptr, * dwte_ = nullptr, * dwpe_ = nullptr;

@@ -7,24 +7,45 @@
 
 namespace normlab {
 
-std::vector<NormParamSpec> norm_param_specs(NormKind kind) {
-  const NormParamSpec weight{".weight", true, ParamRole::NormGain}, bias{".bias", true, ParamRole::NormBias},
+std::vector<NormParamSpec> norm_param_specs(NormKind kind, bool gain, bool bias) {
+  const NormParamSpec weight{".weight", true, ParamRole::NormGain}, beta{".bias", true, ParamRole::NormBias},
       alpha{".alpha", false, ParamRole::NormScalar}, shift{".shift", false, ParamRole::NormScalar};
+  std::vector<NormParamSpec> specs;
+  if (gain) specs.push_back(weight);
   switch (kind) {
-    case NormKind::LayerNorm: return {weight, bias};
-    case NormKind::RMSNorm: return {weight};
-    case NormKind::DyT: return {weight, bias, alpha};
-    case NormKind::Derf: return {weight, bias, alpha, shift};
+    case NormKind::LayerNorm:
+      if (bias) specs.push_back(beta);
+      return specs;
+    case NormKind::RMSNorm: return specs;
+    case NormKind::DyT:
+      if (bias) specs.push_back(beta);
+      specs.push_back(alpha);
+      return specs;
+    case NormKind::Derf:
+      if (bias) specs.push_back(beta);
+      specs.push_back(alpha);
+      specs.push_back(shift);
+      return specs;
   }
-  return {};
+  return specs;
 }
 
-double norm_scalar_init(NormKind kind, const ModelConfig& cfg, const std::string& suffix) {
+std::vector<NormParamSpec> norm_param_specs(const ModelConfig& cfg, const std::string& site) {
+  const bool qk = site.ends_with(".q_norm") || site.ends_with(".k_norm") || site.ends_with(".v_norm");
+  const bool affine = !qk || cfg.qk_norm_affine;
+  return norm_param_specs(cfg.norm, affine, affine && cfg.norm_bias);
+}
+
+double norm_scalar_init(NormKind kind, const ModelConfig& cfg, const std::string& name) {
   switch (kind) {
     case NormKind::LayerNorm:
     case NormKind::RMSNorm: return 0.0;  // no scalars
     case NormKind::DyT:
-    case NormKind::Derf: return suffix == ".alpha" ? cfg.norm_alpha : 0.0;  // shift starts at 0 (Derf)
+    case NormKind::Derf:
+      if (!name.ends_with(".alpha")) return 0.0;  // shift starts at 0 (Derf)
+      // DyT's LLaMA recipe: the self-attention's input norm starts at its own alpha
+      if (cfg.norm_alpha_attn && name.ends_with(".attn.ln_in.alpha")) return *cfg.norm_alpha_attn;
+      return cfg.norm_alpha;
   }
   return 0.0;
 }
@@ -45,7 +66,7 @@ namespace {
 std::vector<double> unscaled_jacobian(NormKind kind, const double* z, const NormParams<double>& p, int d,
                                       double eps) {
   std::vector<double> J(size_t(d) * d, 0.0);
-  const double* gamma = p.weight;
+  const double* gamma = p.weight ? p.weight : unit_gain<double>(d);
   switch (kind) {
     case NormKind::LayerNorm: {
       // J = diag(gamma) (1/s) [I - 11^T/d - y y^T / (d s^2)],  y = z - mean, s = sqrt(var + eps)

@@ -29,10 +29,29 @@ struct NormParamSpec {
   bool per_channel;
   ParamRole role;
 };
-// In the order they are stored.
-std::vector<NormParamSpec> norm_param_specs(NormKind kind);
-// The initial value of a NormScalar parameter (by its suffix) of this kind.
-double norm_scalar_init(NormKind kind, const ModelConfig& cfg, const std::string& suffix);
+// In the order they are stored. gain: the site holds a gain gamma (false: a weightless site,
+// model.qk_norm_affine); bias: it holds a bias beta where the kind has one (model.norm_bias).
+std::vector<NormParamSpec> norm_param_specs(NormKind kind, bool gain = true, bool bias = true);
+// The specs of the site named `site` ("h.0.attn.ln_in", "h.0.attn.q_norm") in a model of this config.
+std::vector<NormParamSpec> norm_param_specs(const ModelConfig& cfg, const std::string& site);
+// The initial value of NormScalar parameter `name` ("h.0.attn.ln_in.alpha") of this kind.
+double norm_scalar_init(NormKind kind, const ModelConfig& cfg, const std::string& name);
+
+// The gain of a weightless site (NormParams::weight null, model/qk_norm.h): ones, at least C of
+// them, owned by the calling thread.
+template <class S>
+const S* unit_gain(int C) {
+  thread_local std::vector<S> ones;
+  if (ones.size() < size_t(C)) ones.assign(size_t(C), S(1));
+  return ones.data();
+}
+// p with a null gain replaced by unit_gain (the kinds' kernels read a gain; the backward's dp.weight
+// stays null, so no gradient is kept for it).
+template <class S>
+NormParams<S> with_gain(NormParams<S> p, int C) {
+  if (!p.weight) p.weight = const_cast<S*>(unit_gain<S>(C));
+  return p;
+}
 
 // What a kind divides the row by: its standard deviation (LayerNorm: it also subtracts the mean), its
 // root mean square (RMSNorm), or nothing (the point-wise kinds DyT and Derf, which have no statistic).
@@ -51,8 +70,9 @@ void norm_scale_in_place(S* v, size_t n, double scale) {
 // out, mean, rstd: (rows, C), (rows), (rows) (the statistics are saved by the kinds that have them
 // and untouched by the others); inp (rows, C). Then out *= p.scale.
 template <class S>
-void norm_forward(NormKind kind, S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p, int rows,
+void norm_forward(NormKind kind, S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& site, int rows,
                   int C, double eps) {
+  const NormParams<S> p = with_gain(site, C);
   switch (kind) {
     case NormKind::LayerNorm: ops::layernorm_forward(out, mean, rstd, inp, p.weight, p.bias, rows, C, eps); break;
     case NormKind::RMSNorm: ops::rmsnorm_forward(out, rstd, inp, p.weight, rows, C, eps); break;
@@ -70,7 +90,8 @@ void norm_forward(NormKind kind, S* out, S* mean, S* rstd, const S* inp, const N
 // the scaled dout goes (the kernels then see d(loss)/d(unscaled output)).
 template <class S>
 void norm_backward(NormKind kind, S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
-                   const NormParams<S>& p, const S* mean, const S* rstd, int rows, int C, S* scratch = nullptr) {
+                   const NormParams<S>& site, const S* mean, const S* rstd, int rows, int C, S* scratch = nullptr) {
+  const NormParams<S> p = with_gain(site, C);
   if (p.scale != 1.0) {
     if (!scratch) throw Error("norm_backward: a site with a constant output scale needs scratch (a bug)");
     const size_t n = size_t(rows) * C;
@@ -94,8 +115,9 @@ void norm_backward(NormKind kind, S* dinp, const NormParams<S>& dp, const S* dou
 
 // tout (K, rows, C) = J tin, J the Jacobian of the norm at `inp` (parameters fixed; p.scale included).
 template <class S>
-void norm_jvp(NormKind kind, S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
+void norm_jvp(NormKind kind, S* tout, const S* tin, const S* inp, const NormParams<S>& site, const S* mean,
               const S* rstd, int K, int rows, int C) {
+  const NormParams<S> p = with_gain(site, C);
   switch (kind) {
     case NormKind::LayerNorm: ops::layernorm_jvp(tout, tin, inp, p.weight, mean, rstd, K, rows, C); break;
     case NormKind::RMSNorm: ops::rmsnorm_jvp(tout, tin, inp, p.weight, rstd, K, rows, C); break;

@@ -38,10 +38,11 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     t.specs.push_back(std::move(s));
   };
   auto add_norm = [&](const std::string& prefix, int64_t width) {
-    for (const NormParamSpec& n : norm_param_specs(cfg.norm))
+    for (const NormParamSpec& n : norm_param_specs(cfg, prefix))
       add(prefix + n.suffix, {n.per_channel ? width : 1}, n.role);
   };
   add("wte.weight", {V, C}, ParamRole::Embedding);
+  if (cfg.embed_scale_learned) add("embed_scale", {1}, ParamRole::Gate);  // starts at model.embed_scale
   const bool learned = cfg.positions == Positions::Learned;  // wpe only for learned positions
   if (learned) add("wpe.weight", {cfg.seq_len, C}, ParamRole::Embedding);
   if (cfg.encdec()) {

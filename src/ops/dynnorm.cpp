@@ -76,7 +76,7 @@ void dynnorm_backward(Squash phi, S* dinp, S* dweight, S* dbias, S* dalpha, S* d
       }
     }
     for (int k = 0; k < width; k++) {
-      dweight[c0 + k] += S(dw[k]);
+      if (dweight) dweight[c0 + k] += S(dw[k]);
       if (dbias) dbias[c0 + k] += S(db[k]);
     }
     da_block[size_t(blk)] = da;

@@ -16,6 +16,7 @@ namespace normlab::ops {
 template <class S>
 static void layernorm_param_grads(S* dweight, S* dbias, const S* dout, const S* inp, const S* mean, const S* rstd,
                                   int N, int C) {
+  if (!dweight && !dbias) return;  // a weightless site (model.qk_norm_affine = false)
 #pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
   for (int c0 = 0; c0 < C; c0 += kColumnBlock) {
     const int width = std::min(kColumnBlock, C - c0);
@@ -30,7 +31,7 @@ static void layernorm_param_grads(S* dweight, S* dbias, const S* dout, const S* 
       }
     }
     for (int k = 0; k < width; k++) {
-      dweight[c0 + k] += S(dw[k]);
+      if (dweight) dweight[c0 + k] += S(dw[k]);
       if (dbias) dbias[c0 + k] += S(db[k]);
     }
   }

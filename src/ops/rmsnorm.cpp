@@ -14,6 +14,7 @@ namespace normlab::ops {
 // dweight += sum_n dy * xhat (both paths; sums in double in row order)
 template <class S>
 static void rmsnorm_param_grads(S* dweight, const S* dout, const S* inp, const S* rstd, int N, int C) {
+  if (!dweight) return;  // a weightless site (model.qk_norm_affine = false)
 #pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
   for (int c0 = 0; c0 < C; c0 += kColumnBlock) {
     const int width = std::min(kColumnBlock, C - c0);

@@ -203,6 +203,19 @@ def build_cases():
         # Gemma's block: GeGLU, the token embedding times sqrt(d), multi-query, RMSNorm
         Case("gpt_gemma_block", dict(SMALL, placement="pre", norm="rmsnorm", activation="geglu", bias="none",
              positions="rope", n_kv_heads=1, embed_scale=32 ** 0.5), SMALL_BT),
+        # DyT's LLaMA recipe: no beta, alpha 0.8 at the attention's input norm and 0.2 elsewhere, a learned
+        # embedding scale starting at sqrt(d); trained, so the scale's and the alphas' gradients move them
+        Case("gpt_llama_dyt_recipe", dict(SMALL, placement="pre", norm="dyt", norm_bias=False, norm_alpha=0.2,
+             norm_alpha_attn=0.8, activation="swiglu", bias="none", positions="rope", n_kv_heads=2,
+             embed_scale=32 ** 0.5, embed_scale_learned=True), SMALL_BT),
+        Case("train_gpt_llama_dyt_recipe", dict(SMALL, placement="pre", norm="dyt", norm_bias=False, norm_alpha=0.2,
+             norm_alpha_attn=0.8, positions="rope", embed_scale_learned=True), SMALL_BT, kind="train", train=TRAIN_CFG),
+        # weightless QK-norm (no gain, no bias): per head with LayerNorm, over the whole projection with RMSNorm
+        Case("gpt_qknorm_weightless_heads", dict(SMALL, placement="pre", qk_norm="heads", qk_norm_affine=False,
+             positions="rope", n_kv_heads=2), SMALL_BT),
+        Case("encoder_qkvnorm_weightless_whole_pad", dict(SMALL, arch="encoder", placement="pre", norm="rmsnorm",
+             qk_norm="whole", v_norm=True, qk_norm_affine=False), SMALL_BT, pad=True),
+        Case("gpt_post_layernorm_nobias", dict(SMALL, placement="post", norm_bias=False), SMALL_BT),
         Case("train_gpt_residual", dict(SMALL, placement="residual"), SMALL_BT, kind="train", train=TRAIN_CFG),
         Case("train_encdec_residual", dict(ENCDEC, placement="residual"), ENCDEC_BST, kind="train", train=TRAIN_CFG),
         # Admin's profile: both chains (the decoder's after a pre layer), from the trainer's own init

@@ -170,7 +170,7 @@ def check_init(config, tensors):
         k = _init_stack_constants(config, name)
         method = _layer_method(config, name)
         if nt.is_norm_param(name) and name.endswith(".alpha"):   # DyT / Derf: model.norm_alpha (float32)
-            const_ok(name, w, config["norm_alpha"], f"{config['norm']} alpha")
+            const_ok(name, w, nt.norm_alpha_init(config, name), f"{config['norm']} alpha")
         elif nt.is_norm_param(name):
             want = 1.0 if name.endswith(".weight") else 0.0     # gain 1; bias and Derf's shift 0
             if not np.all(w == want):
@@ -185,6 +185,8 @@ def check_init(config, tensors):
             const_ok(name, w, want, f"admin ({config['admin_init']}, S={S}) omega")
         elif name.endswith(".rezero"):
             const_ok(name, w, 0.0, "ReZero")
+        elif name == "embed_scale":
+            const_ok(name, w, config["embed_scale"], "learned embedding scale")
         elif name.endswith(".gain"):
             if method == "skipinit":
                 const_ok(name, w, 0.0, "SkipInit gain")
@@ -279,6 +281,8 @@ def perturb_tensors(tensors, seed, config=None):
             w = w + 0.3 * rng.randn(*w.shape)
         elif name.endswith(".omega"):
             w = rng.uniform(*PERTURB_OMEGA, size=w.shape)
+        elif name == "embed_scale":
+            w = w * rng.uniform(0.6, 1.6, size=w.shape)
         elif name.endswith((".gain", ".rezero")):
             w = rng.uniform(*PERTURB_GAIN, size=w.shape) * rng.choice([-1.0, 1.0], size=w.shape)
         elif name in EMBEDDINGS:

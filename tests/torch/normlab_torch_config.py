@@ -103,6 +103,8 @@ DEFAULTS = {
     "norm": "layernorm",
     "eps": 1e-5,
     "norm_alpha": 0.5,     # dyt / derf: every site's initial alpha
+    "norm_alpha_attn": None,  # dyt / derf: the initial alpha of each self-attention's input norm (None: norm_alpha)
+    "norm_bias": True,     # layernorm / dyt / derf sites hold a bias (False: none)
     "activation": "gelu",  # gelu (tanh form), gelu_exact (erf form), relu
     "bias": "all",         # all | qkv (q, k, v maps only: Qwen2) | none (Llama): the blocks' linear biases
     "positions": "learned",  # learned (wpe) | rope (rotary q, k in self-attention) | none
@@ -110,9 +112,11 @@ DEFAULTS = {
     "rope_fraction": 1.0,    # share of each head's dimensions rotated: R = 2 floor(f HS / 2)
     "qk_norm": "none",       # none | heads (a gain of HS shared by the heads) | whole (of the projection's width)
     "v_norm": False,         # the values too (QKV-norm)
+    "qk_norm_affine": True,  # False: QK-norm sites hold no gain and no bias (weightless)
     "type_vocab": 0,       # token-type embedding rows (0: none)
     "embed_norm": False,   # a norm of the embedding sum (BERT)
     "embed_scale": 1.0,    # the token embedding times this (Gemma: sqrt(d)); no learned positions or types
+    "embed_scale_learned": False,  # the scale is a parameter "embed_scale" (1), starting at embed_scale
     "head": "tied",        # tied | mlm (dense + act + norm + tied decoder + bias) | none
     "placement": "pre",
     "residual": True,
@@ -151,6 +155,8 @@ def normalize_config(cfg, strict=True):
     if c["qk_norm"] not in ("none", "heads", "whole"):
         raise ValueError(f"qk_norm must be none, heads or whole, got {c['qk_norm']!r}")
     c["v_norm"] = bool(c["v_norm"])
+    if c["norm_alpha_attn"] is None:   # resolved as normlab writes it: the attention's input norm starts at norm_alpha
+        c["norm_alpha_attn"] = c["norm_alpha"]
     if c["v_norm"] and c["qk_norm"] == "none":
         raise ValueError("v_norm needs qk_norm")
     if c["bias"] not in ("all", "qkv", "none"):

@@ -43,16 +43,22 @@ def derf(z, gamma, beta, alpha, shift):
 
 def norm(config, params, prefix, z):
     kind = config["norm"]
+    # a site without a gain (weightless QK-norm) or a bias (norm_bias = false) has gamma = 1, beta = 0
+    gamma, beta = params.get(prefix + ".weight", 1.0), params.get(prefix + ".bias", 0.0)
     if kind == "layernorm":
-        return layernorm(z, params[prefix + ".weight"], params[prefix + ".bias"], config["eps"])
+        return layernorm(z, gamma, beta, config["eps"])
     if kind == "rmsnorm":
-        return rmsnorm(z, params[prefix + ".weight"], config["eps"])
+        return rmsnorm(z, gamma, config["eps"])
     if kind == "dyt":
-        return dyt(z, params[prefix + ".weight"], params[prefix + ".bias"], params[prefix + ".alpha"])
+        return dyt(z, gamma, beta, params[prefix + ".alpha"])
     if kind == "derf":
-        return derf(z, params[prefix + ".weight"], params[prefix + ".bias"], params[prefix + ".alpha"],
-                    params[prefix + ".shift"])
+        return derf(z, gamma, beta, params[prefix + ".alpha"], params[prefix + ".shift"])
     raise ValueError(f"unknown norm kind {kind!r}")
+
+
+def embedding_scale(config, params):
+    """The token embedding's factor: the learned scalar embed_scale, or the constant model.embed_scale."""
+    return params["embed_scale"] if config.get("embed_scale_learned") else config.get("embed_scale", 1.0)
 
 
 def gelu_tanh(u):
@@ -310,7 +316,7 @@ def forward_outputs(config, params, input_ids, labels=None, token_types=None, ke
             raise ValueError(f"decoder inputs given to a {config['arch']} model")
         _check_ids(config, input_ids, config["vocab"], "input_ids")
         T = input_ids.shape[1]
-        x = wte[input_ids] * config.get("embed_scale", 1.0) + position_table(config, params, "wpe.weight", T)
+        x = wte[input_ids] * embedding_scale(config, params) + position_table(config, params, "wpe.weight", T)
         if config["type_vocab"] > 0:
             types = torch.zeros_like(input_ids) if token_types is None else torch.as_tensor(token_types).long()
             x = x + params["wtt.weight"][types]
@@ -402,7 +408,7 @@ def admin_profile(config, params, input_ids, token_types=None, key_mask=None, de
             walk(dec, x, None if decoder_mask is None else torch.as_tensor(decoder_mask), memory, key_mask)
         else:
             T = input_ids.shape[1]
-            x = params["wte.weight"][input_ids] * config.get("embed_scale", 1.0) + position_table(config, params, "wpe.weight", T)
+            x = params["wte.weight"][input_ids] * embedding_scale(config, params) + position_table(config, params, "wpe.weight", T)
             if config["type_vocab"] > 0:
                 types = torch.zeros_like(input_ids) if token_types is None else torch.as_tensor(token_types).long()
                 x = x + params["wtt.weight"][types]

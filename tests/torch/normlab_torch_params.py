@@ -29,8 +29,10 @@ ParamSpec = namedtuple("ParamSpec", "name shape role stack matrix blocks method"
 
 def _norm_table(config, prefix, stack, method=None, width=None):
     C = width or config["d_model"]
-    t = [ParamSpec(prefix + ".weight", (C,), "norm_weight", stack, None, None, method)]
-    if config["norm"] in ("layernorm", "dyt", "derf"):
+    qk = prefix.endswith(("q_norm", "k_norm", "v_norm"))
+    affine = not qk or config["qk_norm_affine"]          # a weightless QK-norm holds no gain and no bias
+    t = [ParamSpec(prefix + ".weight", (C,), "norm_weight", stack, None, None, method)] if affine else []
+    if config["norm"] in ("layernorm", "dyt", "derf") and affine and config["norm_bias"]:
         t.append(ParamSpec(prefix + ".bias", (C,), "norm_bias", stack, None, None, method))
     if config["norm"] in ("dyt", "derf"):   # learned scalars: alpha (init norm_alpha); Derf's shift (init 0)
         t.append(ParamSpec(prefix + ".alpha", (1,), "norm_alpha", stack, None, None, method))
@@ -52,6 +54,8 @@ def param_table(config):
     C, Fd, V = c["d_model"], c["d_ff"], c["vocab"]
     learned = c["positions"] == "learned"   # rope / none: no position table
     t = [ParamSpec("wte.weight", (V, C), "tok_emb", None, None, None)]
+    if c["embed_scale_learned"]:
+        t.append(ParamSpec("embed_scale", (1,), "gain", None, None, None))
     if learned:
         t.append(ParamSpec("wpe.weight", (c["seq_len"], C), "pos_emb", None, None, None))
     if c["arch"] == "encdec":
@@ -150,6 +154,13 @@ def admin_init_value(config, stack, mode=None):
     raise ValueError(f"unknown admin_init {mode!r}")
 
 
+def norm_alpha_init(config, name):
+    """DyT / Derf: norm_alpha_attn at each self-attention's input norm when set (DyT's LLaMA recipe), else norm_alpha."""
+    if config.get("norm_alpha_attn") is not None and name.endswith(".attn.ln_in.alpha"):  # (resolved: never None)
+        return config["norm_alpha_attn"]
+    return config["norm_alpha"]
+
+
 def init_params(config, dtype=torch.float64):
     """The initialization schemes of MODEL.md, drawn from torch's RNG seeded with config["seed"].
 
@@ -187,7 +198,9 @@ def init_params(config, dtype=torch.float64):
         elif spec.role in ("norm_weight",):
             t = filled(spec.shape, 1.0)
         elif spec.role == "norm_alpha":
-            t = filled(spec.shape, c["norm_alpha"])
+            t = filled(spec.shape, norm_alpha_init(c, spec.name))
+        elif spec.name == "embed_scale":
+            t = filled(spec.shape, c["embed_scale"])
         elif spec.role in ("norm_bias", "bias", "rezero"):
             t = filled(spec.shape, 0.0)
         elif spec.role == "omega":
