@@ -31,13 +31,15 @@ struct JacobianCase {
   bool v_norm = false;
   bool qk_norm_affine = true;  // false: weightless QK-norm
   bool norm_bias = true;       // false: no norm site holds a bias
+  double attn_softcap = 0.0;   // > 0: Gemma 2's soft cap on the scores (with attn_scale 0.4)
 };
 
 inline std::string jacobian_case_name(const JacobianCase& c) {
   return fmt::format("{} {} {} mlp={} residual={} {} padded={} positions={}", to_string(c.placement),
                      to_string(c.norm), to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded,
                      to_string(c.positions)) + fmt::format(" kv_heads={} qk_norm={} v_norm={} qk_norm_affine={} norm_bias={}", c.kv_heads, to_string(c.qk_norm),
-                                                    c.v_norm, c.qk_norm_affine, c.norm_bias);
+                                                    c.v_norm, c.qk_norm_affine, c.norm_bias) +
+         fmt::format(" attn_softcap={}", c.attn_softcap);
 }
 
 // A 2-layer double model of case c: width d with `heads` heads, F = ff (defaults: HS = 4, F not a
@@ -66,6 +68,10 @@ inline std::unique_ptr<Model<double>> jacobian_model(const JacobianCase& c, uint
   cfg.v_norm = c.v_norm;
   cfg.qk_norm_affine = c.qk_norm_affine;
   cfg.norm_bias = c.norm_bias;
+  if (c.attn_softcap > 0) {
+    cfg.attn_softcap = c.attn_softcap;
+    cfg.attn_scale = 0.4;
+  }
   cfg.init_std = 0.3;
   auto m = std::make_unique<Model<double>>(cfg);
   Rng rng(seed + uint64_t(int(c.placement) * 13 + int(c.norm) * 5 + int(c.arch)));

@@ -409,18 +409,25 @@ TEST(ModelJvp, AdjointIdentityWithQkNormAndHybridNorm) {
     bool v;
     NormKind norm;
     bool affine = true;
+    double softcap = 0.0;  // Gemma 2's soft caps (scores and logits) and its own q.k scale
   };
   for (Case k : {Case{Placement::Pre, QkNorm::Heads, true, NormKind::RMSNorm},
                  Case{Placement::Reordered, QkNorm::Whole, false, NormKind::LayerNorm},
                  Case{Placement::HybridNorm, QkNorm::None, false, NormKind::RMSNorm},
                  Case{Placement::HybridNormPre, QkNorm::Whole, false, NormKind::Derf},
-                 Case{Placement::Pre, QkNorm::Heads, true, NormKind::LayerNorm, /*affine=*/false}}) {
+                 Case{Placement::Pre, QkNorm::Heads, true, NormKind::LayerNorm, /*affine=*/false},
+                 Case{Placement::Sandwich, QkNorm::None, false, NormKind::RMSNorm, true, /*softcap=*/0.6}}) {
     ModelConfig c = small(k.p, k.norm, 1e-5);
     c.positions = Positions::Rope;
     c.n_kv_heads = 1;
     c.qk_norm = k.qk;
     c.v_norm = k.v;
     c.qk_norm_affine = k.affine;
+    if (k.softcap > 0) {
+      c.attn_softcap = k.softcap;
+      c.logit_softcap = 2 * k.softcap;
+      c.attn_scale = 0.45;
+    }
     auto m = run(c, 5);
     const size_t n = 5 * 12;
     for (int K : {1, 12 + 1}) {

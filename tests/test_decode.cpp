@@ -85,13 +85,15 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     QkNorm qk_norm = QkNorm::None;
     double embed_scale = 1.0;
     bool dyt_recipe = false;  // DyT's LLaMA recipe: no beta, per-site alpha, a learned embedding scale
+    bool softcap = false;     // Gemma 2's scale and soft caps on the scores and the logits
   };
   for (const Case& k : {Case{Placement::Pre, true, 1}, Case{Placement::Pre, true, 2}, Case{Placement::Peri, true, 4},
                         Case{Placement::Post, false, 4}, Case{Placement::Sandwich, false, 4},
                         Case{Placement::Reordered, true, 2}, Case{Placement::Lns, true, 2},
                         Case{Placement::Reordered, true, 2, QkNorm::Whole}, Case{Placement::HybridNorm, true, 1},
                         Case{Placement::Pre, false, 4, QkNorm::Heads}, Case{Placement::Pre, true, 1, QkNorm::None, 4.0},
-                        Case{Placement::Pre, true, 2, QkNorm::None, 4.0, true}}) {
+                        Case{Placement::Pre, true, 2, QkNorm::None, 4.0, true},
+                        Case{Placement::Sandwich, true, 2, QkNorm::None, 4.0, false, true}}) {
     SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {}", method_of(k.method).name, k.llama, k.kv_heads,
                              to_string(k.qk_norm)));
     ModelConfig cfg;
@@ -118,6 +120,11 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
       cfg.norm_bias = false;
       cfg.norm_alpha_attn = 0.8;
       cfg.embed_scale_learned = true;
+    }
+    if (k.softcap) {
+      cfg.attn_scale = 0.4;
+      cfg.attn_softcap = 0.6;
+      cfg.logit_softcap = 0.8;
     }
     Model<double> model(cfg);
     if (k.dyt_recipe) model.params()[model.table().find("embed_scale")->offset] = 3.0;  // the parameter, not the config

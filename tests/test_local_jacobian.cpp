@@ -84,6 +84,8 @@ TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
                      QkNorm::Heads, true, /*qk_norm_affine=*/false});
     cases.push_back({Placement::Pre, NormKind::DyT, arch, true, true, Activation::SwiGlu, false, Positions::Rope, 0,
                      QkNorm::None, false, true, /*norm_bias=*/false});
+    cases.push_back({Placement::Sandwich, NormKind::RMSNorm, arch, true, true, Activation::GeGlu, false,
+                     Positions::Rope, 1, QkNorm::None, false, true, true, /*attn_softcap=*/0.7});
   }
   const int T = 7;
   for (const JacobianCase& c : cases) {

@@ -204,6 +204,23 @@ TEST(ModelGradientsMore, RotaryAndNoPositions) {
     EXPECT_EQ(m.params()[t.find("ln_f.alpha")->offset], 0.2);
     check_model_gradients(dyt, /*padding=*/arch == Arch::Encoder);
   }
+  // Gemma 2's scores and logits: its own q.k scale, attention and final-logit soft-capping (small caps,
+  // so tanh bends), with grouped queries; the sandwich; both architectures
+  for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
+    ModelConfig g2 = tiny(arch, {Placement::Sandwich}, NormKind::RMSNorm);
+    g2.positions = Positions::Rope;
+    g2.activation = Activation::GeGlu;
+    g2.attn_scale = 0.3;
+    g2.attn_softcap = 0.5;
+    g2.logit_softcap = 0.7;
+    check_model_gradients(g2, /*padding=*/arch == Arch::Encoder);
+  }
+  ModelConfig capped = tiny(Arch::EncDec, {Placement::Pre}, NormKind::RMSNorm);
+  capped.attn_softcap = 50;  // an encdec's attention takes no soft cap: refused by name
+  EXPECT_THROW(capped.validate(), Error);
+  capped = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  capped.logit_softcap = -1;
+  EXPECT_THROW(capped.validate(), Error);
   ModelConfig scaled = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
   scaled.embed_scale_learned = true;  // with learned positions it would scale them too: refused by name
   EXPECT_THROW(scaled.validate(), Error);

@@ -112,6 +112,9 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
   const double* wk = cross ? p.wkv : p.w1 + size_t(C) * C;  // this stack's key rows start here
   const double* bk = cross ? p.bkv : p.b1 ? p.b1 + C : nullptr;
   const int group = cross ? 1 : NH / cfg.kv_heads();  // query head h reads key head h / group (GQA)
+  // the score bound M for |scale q.k|; a soft cap bounds every score by c whatever the weights
+  // (model.attn_softcap, self-attention only)
+  const auto capped = [&](double M) { return !cross && cfg.attn_softcap > 0 ? std::min(M, cfg.attn_softcap) : M; };
   const double qk_bias_max = std::max(max_abs(p.b1, C), max_abs(bk, C / group));
   double beta_max = 0;
   for (const GainBias& n : {qnorm, knorm})
@@ -142,7 +145,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       // (a weightless QK-norm, model.qk_norm_affine = false, has gamma = 1)
       r.gamma_max = nq.weight ? max_abs(nq.weight, L.part[0].norm_width) : 1.0;
       r.gamma_k_max = nk.weight ? max_abs(nk.weight, L.part[1].norm_width) : 1.0;
-      const double M = *r.gamma_max * reach(L.part[0]) * *r.gamma_k_max * reach(L.part[1]) / std::sqrt(double(HS));
+      const double M = capped(*r.gamma_max * reach(L.part[0]) * *r.gamma_k_max * reach(L.part[1]) * cfg.attention_scale());
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
       const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
       r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g} from QK-norm's gains alone, {} keys)",
@@ -161,7 +164,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       if (cross) r.gamma_k_max = gk;
       // |<q_i, k_j>| / sqrt(HS) <= (Gamma_q sqrt(d)) (Gamma_k sqrt(d)) sigma_Q sigma_K / sqrt(HS) = M;
       // for one head of size d and Gamma_q = Gamma_k this is source 002's M = Gamma^2 sigma_Q sigma_K sqrt(d)
-      const double M = *r.gamma_max * gk * r.sigma_q * r.sigma_k * C / std::sqrt(double(HS));
+      const double M = capped(*r.gamma_max * gk * r.sigma_q * r.sigma_k * C * cfg.attention_scale());
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
       const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
       r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g}, {} keys)", holds ? "holds" : "VIOLATED",

@@ -202,12 +202,13 @@ static Imported import_config(const json& j, const WeightFiles* weights, const f
   ConfigReader r{j, cfg_path.string()};
   const std::string type = r.string("model_type", "");
   if (type.empty()) throw Error(fmt::format("{}: no \"model_type\"", cfg_path.string()));
-  if (type != "gpt2" && type != "bert" && type != "llama" && type != "qwen2" && type != "gemma")
+  const bool llama_family = type == "llama" || type == "qwen2" || type == "gemma" || type == "gemma2";
+  if (type != "gpt2" && type != "bert" && !llama_family)
     throw Error(fmt::format("{}: model_type \"{}\" is not supported (normlab reads \"gpt2\", \"bert\", \"llama\", "
-                            "\"qwen2\" and \"gemma\")",
+                            "\"qwen2\", \"gemma\" and \"gemma2\")",
                             cfg_path.string(), type));
   const fs::path d = cfg_path.parent_path();
-  if (type == "llama" || type == "qwen2" || type == "gemma") return import_llama(r, weights, d);
+  if (llama_family) return import_llama(r, weights, d);
   return type == "gpt2" ? import_gpt2(r, weights, d) : import_bert(r, weights, d);
 }
 
@@ -283,6 +284,8 @@ std::optional<std::string> export_refusal(const ModelConfig& c) {
   }();
   if (c.norm != NormKind::LayerNorm) why.push_back(fmt::format("norm is {} (GPT-2 and BERT use LayerNorm)", to_string(c.norm)));
   if (!c.norm_bias) why.push_back("norm_bias = false (GPT-2's and BERT's LayerNorms have a bias)");
+  if (!c.plain_scores() || c.logit_softcap > 0)
+    why.push_back("attn_scale, attn_softcap or logit_softcap is set (GPT-2 and BERT scale scores by 1/sqrt(head size), uncapped)");
   if (!c.residual) why.push_back("residual = false");
   if (!c.mlp) why.push_back("mlp = false (attention-only blocks)");
   if (c.qk_norm != QkNorm::None) why.push_back(fmt::format("qk_norm is {} (GPT-2 and BERT have no QK-norm)", to_string(c.qk_norm)));

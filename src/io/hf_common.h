@@ -30,6 +30,8 @@ struct ConfigReader {
   const json& j;
   std::string path;
   bool has(const char* key) const { return j.contains(key) && !j[key].is_null(); }
+  // The key is there with the value null (transformers' "off" for an optional feature).
+  bool null(const char* key) const { return j.contains(key) && j[key].is_null(); }
   int integer(const char* key, std::optional<int> fallback = std::nullopt) const {
     if (!has(key)) {
       if (fallback) return *fallback;

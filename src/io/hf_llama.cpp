@@ -1,12 +1,16 @@
 // hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, Qwen2ForCausalLM,
-// GemmaForCausalLM) to normlab models, and Llama / Qwen2 back (hf_llama.h). The block is normlab's
+// GemmaForCausalLM, Gemma2ForCausalLM) to normlab models, and Llama / Qwen2 back (hf_llama.h). The block is normlab's
 // pre-RMSNorm gpt with RoPE (rotate-half, as transformers' Llama), a gated MLP and grouped-query
 // attention; Llama has no biases (or q, k, v, o and MLP biases with attention_bias and mlp_bias),
 // Qwen2 has q, k, v biases. Gemma (the first) is the same block with three differences: the MLP is
 // GeGLU (tanh GELU), the token embedding is multiplied by sqrt(hidden_size) (model.embed_scale), and
 // each RMSNorm's gain is 1 + w with the stored w: normlab's gain is that sum, computed once on import
 // in float32 exactly as Gemma computes it at every forward (gains are not weight-decayed, so AdamW
-// moves 1 + w as Gemma's training moves w).
+// moves 1 + w as Gemma's training moves w). Gemma 2 adds a norm on each branch's output (the sandwich:
+// post_attention_layernorm, pre_ and post_feedforward_layernorm), its own score scale
+// (query_pre_attn_scalar^(-1/2): model.attn_scale), soft caps on the attention scores and the final
+// logits (model.attn_softcap, logit_softcap), and a sliding window on every other layer, which
+// changes nothing for sequences no longer than the window: seq_len is capped at it.
 #include "io/hf_llama.h"
 
 #include <algorithm>
@@ -29,7 +33,13 @@ std::vector<TensorMap> llama_table(const ModelConfig& c) {
   std::vector<TensorMap> t = {{"embed_tokens.weight", "wte.weight"}};
   for (int l = 0; l < c.n_layers; l++) {
     const std::string h = fmt::format("layers.{}.", l), a = fmt::format("h.{}.attn.", l), m = fmt::format("h.{}.mlp.", l);
+    const bool sandwich = c.placement_of(l) == Placement::Sandwich;  // Gemma 2: a norm on each branch's output
     t.push_back({h + "input_layernorm.weight", a + "ln_in.weight"});
+    if (sandwich) {
+      t.push_back({h + "post_attention_layernorm.weight", a + "ln_branch.weight"});
+      t.push_back({h + "pre_feedforward_layernorm.weight", m + "ln_in.weight"});
+      t.push_back({h + "post_feedforward_layernorm.weight", m + "ln_branch.weight"});
+    }
     const char* names[] = {"q_proj", "k_proj", "v_proj"};
     const int64_t row0[] = {0, C, C + KV}, rows[] = {C, KV, KV};
     for (int p = 0; p < 3; p++) {
@@ -38,7 +48,7 @@ std::vector<TensorMap> llama_table(const ModelConfig& c) {
     }
     t.push_back({h + "self_attn.o_proj.weight", a + "proj.weight"});
     if (all_bias) t.push_back({h + "self_attn.o_proj.bias", a + "proj.bias"});
-    t.push_back({h + "post_attention_layernorm.weight", m + "ln_in.weight"});
+    if (!sandwich) t.push_back({h + "post_attention_layernorm.weight", m + "ln_in.weight"});
     t.push_back({h + "mlp.gate_proj.weight", m + "fc.weight", Layout::Rows, 0, F});
     t.push_back({h + "mlp.up_proj.weight", m + "fc.weight", Layout::Rows, F, F});
     if (all_bias) {
@@ -58,8 +68,12 @@ bool is_qwen2(const ConfigReader& r) { return r.string("model_type", "") == "qwe
 
 Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const fs::path& dir) {
   Imported im;
-  const bool qwen2 = is_qwen2(r), gemma = r.string("model_type", "") == "gemma";
-  im.architecture = architecture_of(r, {qwen2 ? "Qwen2ForCausalLM" : gemma ? "GemmaForCausalLM" : "LlamaForCausalLM"});
+  const std::string type = r.string("model_type", "");
+  const bool qwen2 = is_qwen2(r), gemma2 = type == "gemma2", gemma = type == "gemma" || gemma2;
+  im.architecture = architecture_of(r, {qwen2    ? "Qwen2ForCausalLM"
+                                        : gemma2 ? "Gemma2ForCausalLM"
+                                        : gemma  ? "GemmaForCausalLM"
+                                                 : "LlamaForCausalLM"});
   ModelConfig& c = im.config;
   c.arch = Arch::Gpt;
   c.d_model = r.integer("hidden_size");
@@ -81,6 +95,25 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
               "normlab's GeGLU gates with GELU's tanh form (gelu_pytorch_tanh)");
     c.activation = Activation::GeGlu;
     c.embed_scale = std::sqrt(double(c.d_model));
+    if (gemma2) {  // Gemma2Config's defaults where a key is absent (transformers 4.45)
+      c.placement = {Placement::Sandwich};
+      const double scalar = r.number("query_pre_attn_scalar", 224);
+      r.require("query_pre_attn_scalar", scalar > 0, "the scores are scaled by query_pre_attn_scalar^(-1/2)");
+      c.attn_scale = 1.0 / std::sqrt(scalar);
+      // a null cap is no cap
+      c.attn_softcap = r.null("attn_logit_softcapping") ? 0.0 : r.number("attn_logit_softcapping", 50.0);
+      c.logit_softcap = r.null("final_logit_softcapping") ? 0.0 : r.number("final_logit_softcapping", 30.0);
+      const bool windowed = !r.null("sliding_window");
+      const int window = windowed ? r.integer("sliding_window", 4096) : 0;
+      r.require("sliding_window", !windowed || window >= 1, "the sliding window is a positive number of positions");
+      if (windowed && window < c.seq_len) {
+        c.seq_len = window;
+        im.notes.push_back(fmt::format("sliding_window {}: every other layer attends to the last {} positions only; "
+                                       "normlab's attention is full, so it takes sequences of up to {} tokens, where "
+                                       "the window changes nothing",
+                                       window, window, window));
+      }
+    }
   } else {
     r.require("hidden_act", r.string("hidden_act", "silu") == "silu", "the gated MLP is SwiGLU (silu)");
   }
@@ -115,7 +148,7 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   if (tied) check_tied(*weights, "lm_head.weight", im.params["wte.weight"], dir);
   if (gemma)  // Gemma's RMSNorm gain is 1 + w, in float32
     for (auto& [name, values] : im.params)
-      if (name.ends_with("ln_in.weight") || name == "ln_f.weight")
+      if (name.ends_with("ln_in.weight") || name.ends_with("ln_branch.weight") || name == "ln_f.weight")
         for (float& w : values) w = 1.0f + w;
   return im;
 }
@@ -136,6 +169,8 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
     why.push_back(fmt::format("embed_scale is {} (Gemma's; normlab reads Gemma directories, it does not write them yet)",
                               c.embed_scale));
   if (c.embed_scale_learned) why.push_back("embed_scale_learned (a learned embedding scale has no Hugging Face tensor)");
+  if (!c.plain_scores() || c.logit_softcap > 0)
+    why.push_back("attn_scale, attn_softcap or logit_softcap is set (Gemma 2's; normlab does not write Gemma directories)");
   if (!c.residual || !c.mlp) why.push_back("residual = false or mlp = false");
   if (c.has_embed_norm() || c.type_vocab > 0) why.push_back("an embedding norm or token types");
   if (c.head != Head::Tied && c.head != Head::Untied) why.push_back(fmt::format("head = {}", to_string(c.head)));

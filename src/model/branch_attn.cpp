@@ -63,7 +63,8 @@ void Model<S>::attn_forward(int i) {
                                                             : (has_key_mask_ ? key_mask_.data() : nullptr);
   matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
   attn_qk_forward(i, a.hid, N, T, 0, a.qk_raw, a.qk_mean, a.qk_rstd);  // QK-norm, RoPE (hid keeps the results)
-  attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, self_mask, prec_);
+  attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, self_mask, prec_,
+                    score_map());
   matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_, bf16_of(p.w2));
 }
 
@@ -77,7 +78,8 @@ void Model<S>::attn_backward(int i, const S* df, S* dh) {
   zero(dmix_, size_t(N) * C);
   matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_, bf16_of(p.w2));
   zero(dhid_, size_t(N) * cfg_.qkv_width());
-  attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, prec_);
+  attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, prec_,
+                     score_map());
   attn_qk_backward(i, dhid_, N, T);
   matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
 }
@@ -89,7 +91,7 @@ void Model<S>::attn_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) 
   const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model;
   matmul_jvp(sc.hid, th, p.w1, K, N, C, cfg_.qkv_width());
   attn_qk_jvp(i, sc.hid, K, N, T, 0, 0);  // QK-norm's tangent, RoPE
-  attention_jvp(sc.mix, sc.att, sc.hid, a.hid, a.att, K, B, T, C, cfg_.n_heads, cfg_.kv_heads());
+  attention_jvp(sc.mix, sc.att, sc.hid, a.hid, a.att, K, B, T, C, cfg_.n_heads, cfg_.kv_heads(), score_map());
   matmul_jvp(tf, sc.mix, p.w2, K, N, C, C);
 }
 
@@ -105,9 +107,11 @@ void Model<S>::attn_jvp_token(int i, S* tf, const S* th, int K, int token, int r
   const size_t n = size_t(row) * T + token;  // the token's row in (B * T)
   // the row [q (C) | k (KVW) | v (KVW)]; query head hh reads key-value head hh / (NH / KVH)
   const int C3 = cfg_.qkv_width(), KVW = cfg_.kv_heads() * HS, group = NH / cfg_.kv_heads();
-  const S scale = S(1.0 / std::sqrt(double(HS)));
+  const ops::ScoreMap sm = score_map();
+  const S scale = S(sm.scale_for(HS));
   S* thid = sc.hid;
   S* ts = sc.att;  // (K, T) one head's score tangents
+  std::vector<S> slope(sm.softcap > 0 ? size_t(T) : 0);  // a soft cap's slope at each scaled score s_ij
   matmul_jvp(thid, th, p.w1, K, 1, C, C3);  // tq_i | tk_i | tv_i
   attn_qk_jvp(i, thid, K, 1, 1, token, n);  // at the token's row and position
   for (int hh = 0; hh < NH; hh++) {
@@ -121,12 +125,18 @@ void Model<S>::attn_jvp_token(int i, S* tf, const S* th, int K, int token, int r
     const S* tv = thid + C + KVW + (hh / group) * HS;
     // tS (K, T) = tq_i k^T / sqrt(HS), plus q_i . tk_i / sqrt(HS) at j = i
     gemm<S>(Trans::No, Trans::Yes, K, T, HS, scale, tq, C3, k, C3, S(0), ts, T);
+    for (size_t j = 0; j < slope.size(); j++) {
+      double qk = 0;
+      for (int e = 0; e < HS; e++) qk += double(q_i[e]) * k[j * C3 + e];
+      slope[j] = sm.slope(S(scale * S(qk)));
+    }
     for (int kk = 0; kk < K; kk++) {
       S* s = ts + size_t(kk) * T;
       const S* tk_k = tk + size_t(kk) * C3;
       double qtk = 0;
       for (int e = 0; e < HS; e++) qtk += double(q_i[e]) * tk_k[e];
       s[token] += scale * S(qtk);
+      for (size_t j = 0; j < slope.size(); j++) s[j] *= slope[j];
       // tP = P * (tS - <P, tS>)
       double dot = 0;
       for (int j = 0; j < T; j++) dot += double(P_i[j]) * s[j];
@@ -161,7 +171,7 @@ void IncrementalDecoder<S>::attn_step(int i, const S* h, const SublayerParams<S>
     std::copy(hid_.begin() + long(b) * W + C, hid_.begin() + long(b) * W + W, kv + size_t(t) * KVW);
     // causal self-attention of the new query over positions 0..t
     cached_attention_forward(mix_.data() + size_t(b) * C, att_.data(), hid_.data() + size_t(b) * W, kv, t + 1, C,
-                             cfg.n_heads, cfg.kv_heads());
+                             cfg.n_heads, cfg.kv_heads(), m_.score_map());
   }
   matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, C, C);
 }

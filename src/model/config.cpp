@@ -232,6 +232,13 @@ std::vector<std::string> ModelConfig::violations() const {
   if (embed_scale_learned && (positions == Positions::Learned || type_vocab > 0 || encdec()))
     v.push_back("model.embed_scale_learned scales the token embedding of a gpt or encoder without learned positions "
                 "or token types: set positions = \"rope\" or \"none\" and type_vocab = 0");
+  if (attn_scale && (!(*attn_scale > 0.0) || !std::isfinite(*attn_scale)))
+    v.push_back(fmt::format("model.attn_scale = {} must be finite and > 0 (the factor on q.k)", *attn_scale));
+  for (auto [key, c] : {std::pair{"attn_softcap", attn_softcap}, std::pair{"logit_softcap", logit_softcap}})
+    if (!(c >= 0.0) || !std::isfinite(c) || (c > 0 && c < 1e-3))
+      v.push_back(fmt::format("model.{} = {} must be 0 (none) or in [1e-3, inf): the cap c of c tanh(x / c)", key, c));
+  if (encdec() && n_heads >= 1 && (!plain_scores() || logit_softcap > 0))
+    v.push_back("model.attn_scale, attn_softcap and logit_softcap are for arch = \"gpt\" and \"encoder\"");
   if (!(init_std > 0.0) || !std::isfinite(init_std))
     v.push_back(fmt::format("model.init_std = {} must be > 0", init_std));
   if (!(dropout >= 0.0 && dropout < 1.0))
@@ -428,6 +435,13 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("embed_norm", cfg.embed_norm);
   r.get("embed_scale", cfg.embed_scale);
   r.get("embed_scale_learned", cfg.embed_scale_learned);
+  if (r.has("attn_scale")) {
+    double v = 0;
+    r.get("attn_scale", v);
+    cfg.attn_scale = v;
+  }
+  r.get("attn_softcap", cfg.attn_softcap);
+  r.get("logit_softcap", cfg.logit_softcap);
   read_enum(r, "head", kHeadNames, cfg.head);
   if (r.has("placement")) {
     const auto& p = r.raw("placement");
@@ -529,6 +543,9 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"embed_norm", cfg.embed_norm},
                         {"embed_scale", cfg.embed_scale},
                         {"embed_scale_learned", cfg.embed_scale_learned},
+                        {"attn_scale", cfg.attention_scale()},
+                        {"attn_softcap", cfg.attn_softcap},
+                        {"logit_softcap", cfg.logit_softcap},
                         {"head", to_string(cfg.head)},
                         {"placement", places},
                         {"residual", cfg.residual},

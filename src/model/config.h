@@ -3,6 +3,7 @@
 // describes is in docs/MODEL.md.
 #pragma once
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -119,6 +120,12 @@ struct ModelConfig {
                                      // embedding (the tied output matrix stays wte itself)
   bool embed_scale_learned = false;  // the scale is a parameter `embed_scale` (1) starting at embed_scale
                                      // (DyT's LLaMA recipe: a learned scalar after the embedding, sqrt(d))
+  std::optional<double> attn_scale;  // the self-attention's factor on q.k; unset: 1 / sqrt(head_size)
+                                     // (Gemma 2: query_pre_attn_scalar^(-1/2))
+  double attn_softcap = 0.0;         // > 0: scores <- c tanh(scores / c) after the scale, before the mask
+                                     // (Gemma 2's attention soft-capping, c = 50); 0: none
+  double logit_softcap = 0.0;        // > 0: logits <- c tanh(logits / c) before the softmax (Gemma 2's
+                                     // final soft-capping, c = 30); 0: none
   Head head = Head::Tied;            // tied: GPT-2's; mlm: BERT's masked-LM head; none: headless;
                                      // untied: logits = x lm_head^T (Llama's)
   std::vector<Placement> placement = {Placement::Pre};  // one entry for all layers, or one per layer
@@ -130,6 +137,12 @@ struct ModelConfig {
   long seed = 1337;                  // initialization seed
 
   int head_size() const { return d_model / n_heads; }
+  // The factor on q.k (attn_scale, or 1 / sqrt(head_size)), and whether the scores are the usual
+  // q.k / sqrt(head_size) with no soft cap (what the closed-form Jacobians and the bounds assume).
+  double attention_scale() const { return attn_scale.value_or(1.0 / std::sqrt(double(head_size()))); }
+  bool plain_scores() const {
+    return attn_softcap == 0.0 && attention_scale() == 1.0 / std::sqrt(double(head_size()));
+  }
   int kv_heads() const { return n_kv_heads.value_or(n_heads); }
   // Columns of the self-attention's fused projection: q (C), k and v (kv_heads head_size each).
   int qkv_width() const { return d_model + 2 * kv_heads() * head_size(); }

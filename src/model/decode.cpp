@@ -10,6 +10,7 @@
 #include "ops/attention.h"
 #include "ops/common.h"
 #include "ops/embedding.h"
+#include "ops/softmax_xent.h"
 #include "model/norm_of.h"
 #include "ops/matmul.h"
 #include "ops/residual.h"
@@ -130,6 +131,7 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   if (dual)
     for (size_t k = 0; k < h_.size(); k++) h_[k] += x_[k];
   matmul_forward<S>(logits_.data(), xf, out_w, nullptr, B, C, cfg.vocab_size());
+  if (cfg.logit_softcap > 0) ops::softcap_in_place(logits_.data(), logits_.size(), cfg.logit_softcap);
   t_++;
   return logits_;
 }

@@ -392,18 +392,21 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
 
 // tied:  logits = xf @ wte^T;  untied: logits = xf @ lm_head^T
 // mlm:   u = xf @ Wd^T + bd;  a = act(u);  t = ln_head(a);  logits = t @ wte^T + b_out
+// then, with logit_softcap c > 0, logits = c tanh(logits / c)
 template <class S>
 void Model<S>::head_forward() {
   const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size();
   const S* wte = out_w_;
   if (cfg_.head != Head::Mlm) {
     matmul_forward<S>(logits_, xf_, wte, nullptr, N, C, V, prec_, bf16_of(wte));
-    return;
+  } else {
+    matmul_forward<S>(head_u_, xf_, hw_, hb_, N, C, C, prec_, bf16_of(hw_));
+    activation_forward(cfg_.activation, head_a_, head_u_, N, C);  // element-wise (a gated one is refused)
+    norm_forward(head_t_, head_mean_, head_rstd_, head_a_, hln_, N);
+    matmul_forward<S>(logits_, head_t_, wte, hbias_, N, C, V, prec_, bf16_of(wte));
   }
-  matmul_forward<S>(head_u_, xf_, hw_, hb_, N, C, C, prec_, bf16_of(hw_));
-  activation_forward(cfg_.activation, head_a_, head_u_, N, C);  // element-wise (a gated one is refused)
-  norm_forward(head_t_, head_mean_, head_rstd_, head_a_, hln_, N);
-  matmul_forward<S>(logits_, head_t_, wte, hbias_, N, C, V, prec_, bf16_of(wte));
+  // logits = c tanh(logits / c) (Gemma 2's final soft-capping)
+  if (cfg_.logit_softcap > 0) softcap_in_place(logits_, size_t(N) * V, cfg_.logit_softcap);
 }
 
 // dxf = d(loss)/d(xf) (assigned) and the head's parameter gradients (added), from dlogits in logits_.
@@ -439,7 +442,7 @@ void Model<S>::backward(double loss_scale) {
   const int N = B_ * T_, V = cfg_.vocab_size();
   if (label_count_ == 0) return;  // no labels (or no head): no loss and no gradient
   // loss = mean xent(logits):  logits become dlogits in place
-  softmax_xent_backward(logits_, lse_, labels_.data(), loss_scale / double(label_count_), N, V);
+  softmax_xent_backward(logits_, lse_, labels_.data(), loss_scale / double(label_count_), N, V, cfg_.logit_softcap);
   // logits = head(xf)
   head_backward(dh_);
   // xf = ln_f(x) (or x + ln_f(x_d), or x); the decoder's (or the only) slots

@@ -13,6 +13,7 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/qk_norm.h"
+#include "ops/attention.h"
 
 namespace normlab {
 
@@ -58,6 +59,8 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   // The token embedding's scale: the parameter embed_scale (model.embed_scale_learned) or model.embed_scale.
   double embedding_scale() const { return escale_ ? double(*escale_) : cfg_.embed_scale; }
+  // How the self-attention's q.k become scores (model.attn_scale, attn_softcap: ops/attention.h).
+  ops::ScoreMap score_map() const { return {cfg_.attention_scale(), cfg_.attn_softcap}; }
   const ParamTable& table() const { return table_; }
   // The non-const params() is how parameters are written: it also discards a bf16 handoff (below).
   std::vector<S>& params() {

@@ -49,9 +49,9 @@ struct Heads {
 
 template <class S>
 static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const uint8_t* key_mask,
-                          Precision prec) {
+                          Precision prec, const ScoreMap& sm) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH;
-  const S scale = S(1.0 / std::sqrt(double(HS)));
+  const S scale = S(sm.scale_for(HS));
 #pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
   for (int bh = 0; bh < x.B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
@@ -61,6 +61,8 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
     S* p = att + (long)bh * Tq * Tk;
     // S = q k^T / sqrt(HS);  P = softmax(S) row by row (row i sees keys 0..i when causal)
     gemm_with<S>(prec, Trans::No, Trans::Yes, Tq, Tk, HS, scale, q, x.ldq, k, x.ldkv, S(0), p, Tk);
+    if (sm.softcap > 0)  // S = softcap tanh(S / softcap)
+      for (long e = 0; e < (long)Tq * Tk; e++) p[e] = sm.cap(p[e]);
     if (key_mask) {  // padded keys: -inf before the softmax, probability 0 after it
       const uint8_t* m = key_mask + (long)b * Tk;
       for (int i = 0; i < Tq; i++)
@@ -77,9 +79,9 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
 // head and runs its query heads in order: their dk, dv sums have no race and a fixed order.
 template <class S>
 static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* dout, const S* att,
-                           const Heads<S>& x, Precision prec) {
+                           const Heads<S>& x, Precision prec, const ScoreMap& sm) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH, G = x.group();
-  const S scale = S(1.0 / std::sqrt(double(HS)));
+  const S scale = S(sm.scale_for(HS));
 #pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
   for (int bg = 0; bg < x.B * x.KVH; bg++)
   for (int h = (bg % x.KVH) * G; h < (bg % x.KVH + 1) * G; h++) {
@@ -97,13 +99,21 @@ static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* do
     gemm_with<S>(prec, Trans::No, Trans::Yes, Tq, Tk, HS, S(1), dy, C, v, x.ldkv, S(0), dp, Tk);
     gemm_with<S>(prec, Trans::Yes, Trans::No, Tk, HS, Tq, S(1), p, Tk, dy, C, S(1), dv, x.ldkv);
     // P = softmax(S):  dS = P * (dP - sum_j P dP) ; fold in the 1/sqrt(HS) of S = q k^T * scale
-    // (masked probabilities are 0, so their score gradients come out 0 by themselves)
+    // (masked probabilities are 0, so their score gradients come out 0 by themselves); a soft cap's
+    // slope at the scaled score, recomputed (q k^T scale) rather than saved
+    std::vector<S> raw;
+    if (sm.softcap > 0) {
+      raw.resize(size_t(Tq) * Tk);
+      gemm_with<S>(prec, Trans::No, Trans::Yes, Tq, Tk, HS, scale, q, x.ldq, k, x.ldkv, S(0), raw.data(), Tk);
+    }
     for (int i = 0; i < Tq; i++) {
       const S* pr = p + (long)i * Tk;
       S* dr = dp + (long)i * Tk;
       double dot = 0;
       for (int j = 0; j < Tk; j++) dot += double(pr[j]) * dr[j];
       for (int j = 0; j < Tk; j++) dr[j] = S(pr[j] * (dr[j] - dot) * scale);
+      if (sm.softcap > 0)
+        for (int j = 0; j < Tk; j++) dr[j] *= sm.slope(raw[(size_t)i * Tk + j]);
     }
     // S = q k^T * scale:  dq += dS k;  dk += dS^T q
     gemm_with<S>(prec, Trans::No, Trans::No, Tq, HS, Tk, S(1), dp, Tk, k, x.ldkv, S(1), dq, x.ldq);
@@ -116,9 +126,9 @@ static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* do
 //   tS = (tq k^T + q tk^T) / sqrt(HS);  tP = P * (tS - rowsum(P * tS));  ty = tP v + P tv
 template <class S>
 static void heads_jvp(S* tout, S* tatt, const Heads<S>& t, long t_qstride, long t_kvstride, const S* att,
-                      const Heads<S>& x, int K) {
+                      const Heads<S>& x, int K, const ScoreMap& sm = {}) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH;
-  const S scale = S(1.0 / std::sqrt(double(HS)));
+  const S scale = S(sm.scale_for(HS));
   for (int kt = 0; kt < K; kt++) {
     S* ty_all = tout + (long)kt * x.B * Tq * C;
 #pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
@@ -135,6 +145,11 @@ static void heads_jvp(S* tout, S* tatt, const Heads<S>& t, long t_qstride, long 
       S* ty = ty_all + (long)b * Tq * C + h * HS;
       gemm<S>(Trans::No, Trans::Yes, Tq, Tk, HS, scale, tq, x.ldq, k, x.ldkv, S(0), tp, Tk);
       if (tk) gemm<S>(Trans::No, Trans::Yes, Tq, Tk, HS, scale, q, x.ldq, tk, x.ldkv, S(1), tp, Tk);
+      if (sm.softcap > 0) {  // tS *= the cap's slope at the scaled score
+        std::vector<S> raw(size_t(Tq) * Tk);
+        gemm<S>(Trans::No, Trans::Yes, Tq, Tk, HS, scale, q, x.ldq, k, x.ldkv, S(0), raw.data(), Tk);
+        for (size_t e = 0; e < raw.size(); e++) tp[e] *= sm.slope(raw[e]);
+      }
       for (int i = 0; i < Tq; i++) {
         const S* pr = p + (long)i * Tk;
         S* tr = tp + (long)i * Tk;
@@ -161,35 +176,36 @@ static Heads<S> cross_heads(const S* q, const S* kv, int B, int Tq, int Tk, int 
 
 template <class S>
 void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH, bool causal,
-                       const uint8_t* key_mask, Precision prec) {
-  heads_forward(out, att, self_heads(qkv, B, T, C, NH, KVH), causal, key_mask, prec);
+                       const uint8_t* key_mask, Precision prec, ScoreMap sm) {
+  heads_forward(out, att, self_heads(qkv, B, T, C, NH, KVH), causal, key_mask, prec, sm);
 }
 
 template <class S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
-                        int C, int NH, int KVH, bool causal, Precision prec) {
+                        int C, int NH, int KVH, bool causal, Precision prec, ScoreMap sm) {
   (void)causal;  // masked probabilities are 0, so their score gradients come out 0 by themselves
   const Heads<S> x = self_heads(qkv, B, T, C, NH, KVH);
-  heads_backward(dqkv, dqkv + (x.k - qkv), dqkv + (x.v - qkv), datt, dout, att, x, prec);
+  heads_backward(dqkv, dqkv + (x.k - qkv), dqkv + (x.v - qkv), datt, dout, att, x, prec, sm);
 }
 
 template <class S>
 void cross_attention_forward(S* out, S* att, const S* q, const S* kv, int B, int Tq, int Tk, int C, int NH,
                              const uint8_t* key_mask) {
-  heads_forward(out, att, cross_heads(q, kv, B, Tq, Tk, C, NH), false, key_mask, Precision::Fp32);
+  heads_forward(out, att, cross_heads(q, kv, B, Tq, Tk, C, NH), false, key_mask, Precision::Fp32, ScoreMap{});
 }
 
 template <class S>
-void cached_attention_forward(S* out, S* att, const S* q, const S* kv, int Tk, int C, int NH, int KVH) {
+void cached_attention_forward(S* out, S* att, const S* q, const S* kv, int Tk, int C, int NH, int KVH, ScoreMap sm) {
   const int width = 2 * KVH * (C / NH);
   heads_forward(out, att, Heads<S>{q, kv, kv + width / 2, C, width, 1, 1, Tk, C, NH, KVH}, false, nullptr,
-                Precision::Fp32);
+                Precision::Fp32, sm);
 }
 
 template <class S>
 void cross_attention_backward(S* dq, S* dkv, S* datt, const S* dout, const S* q, const S* kv, const S* att,
                               int B, int Tq, int Tk, int C, int NH) {
-  heads_backward(dq, dkv, dkv + C, datt, dout, att, cross_heads(q, kv, B, Tq, Tk, C, NH), Precision::Fp32);
+  heads_backward(dq, dkv, dkv + C, datt, dout, att, cross_heads(q, kv, B, Tq, Tk, C, NH), Precision::Fp32,
+                 ScoreMap{});
 }
 
 template <class S>
@@ -262,9 +278,9 @@ void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att
 
 #define NL_INSTANTIATE(S)                                                                        \
   template void attention_forward<S>(S*, S*, const S*, int, int, int, int, int, bool, const uint8_t*, \
-                                     Precision);                                                 \
+                                     Precision, ScoreMap);                                       \
   template void attention_backward<S>(S*, S*, const S*, const S*, const S*, int, int, int, int, int, \
-                                      bool, Precision);                                          \
+                                      bool, Precision, ScoreMap);                                \
   template void attention_forward_naive<S>(S*, S*, const S*, int, int, int, int, int, bool,          \
                                            const uint8_t*);                                      \
   template void attention_backward_naive<S>(S*, const S*, const S*, const S*, int, int, int,    \
@@ -275,10 +291,10 @@ NL_INSTANTIATE(double)
 
 template <class S>
 void attention_jvp(S* tout, S* tatt, const S* tqkv, const S* qkv, const S* att, int K, int B, int T,
-                   int C, int NH, int KVH) {
+                   int C, int NH, int KVH, ScoreMap sm) {
   const Heads<S> x = self_heads(qkv, B, T, C, NH, KVH), t = self_heads(tqkv, B, T, C, NH, KVH);
   const long stride = (long)B * T * x.ldq;
-  heads_jvp(tout, tatt, t, stride, stride, att, x, K);
+  heads_jvp(tout, tatt, t, stride, stride, att, x, K, sm);
 }
 
 template <class S>
@@ -295,7 +311,7 @@ void cross_attention_jvp(S* tout, S* tatt, const S* tq, const S* tkv, const S* q
 #define NL_INSTANTIATE(S)                                                                              \
   template void cross_attention_forward<S>(S*, S*, const S*, const S*, int, int, int, int, int,          \
                                            const uint8_t*);                                            \
-  template void cached_attention_forward<S>(S*, S*, const S*, const S*, int, int, int, int);              \
+  template void cached_attention_forward<S>(S*, S*, const S*, const S*, int, int, int, int, ScoreMap);    \
   template void cross_attention_backward<S>(S*, S*, S*, const S*, const S*, const S*, const S*, int, int, \
                                             int, int, int);                                            \
   template void cross_attention_jvp<S>(S*, S*, const S*, const S*, const S*, const S*, const S*, int, int, \
@@ -305,7 +321,7 @@ NL_INSTANTIATE(double)
 #undef NL_INSTANTIATE
 
 template void attention_jvp<float>(float*, float*, const float*, const float*, const float*, int,
-                                   int, int, int, int, int);
+                                   int, int, int, int, int, ScoreMap);
 template void attention_jvp<double>(double*, double*, const double*, const double*, const double*,
-                                    int, int, int, int, int, int);
+                                    int, int, int, int, int, int, ScoreMap);
 }  // namespace normlab::ops

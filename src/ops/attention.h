@@ -7,11 +7,31 @@
 // masked entries get probability 0.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "ops/gemm_backend.h"
 
 namespace normlab::ops {
+
+// How a query-key dot product becomes the softmax's input: S = scale q.k (scale 0: 1 / sqrt(HS),
+// the usual; Gemma 2: query_pre_attn_scalar^(-1/2)), then, with softcap > 0, S = softcap tanh(S /
+// softcap) (Gemma 2's attention logit soft-capping), then the mask. The self-attention calls take
+// one; cross-attention keeps the default.
+struct ScoreMap {
+  double scale = 0.0;
+  double softcap = 0.0;
+  double scale_for(int HS) const { return scale > 0 ? scale : 1.0 / std::sqrt(double(HS)); }
+  template <class S>
+  S cap(S s) const { return softcap > 0 ? S(softcap * std::tanh(double(s) / softcap)) : s; }
+  // d cap(s) / d s at a scaled score s: 1 - tanh^2(s / softcap)
+  template <class S>
+  S slope(S s) const {
+    if (softcap <= 0) return S(1);
+    const double t = std::tanh(double(s) / softcap);
+    return S(1.0 - t * t);
+  }
+};
 
 // out (B, T, C); saves att (B, NH, T, T) = softmax probabilities; qkv (B, T, C + 2 KVH HS); key_mask (B, T)
 // or null: keys with key_mask 0 (padding) get probability 0 in every row, as Hugging Face's
@@ -19,12 +39,12 @@ namespace normlab::ops {
 // prec: the precision of the q k^T and P v GEMMs (ops/gemm_backend.h); the softmax stays float.
 template <class S>
 void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH, bool causal,
-                       const uint8_t* key_mask = nullptr, Precision prec = Precision::Fp32);
+                       const uint8_t* key_mask = nullptr, Precision prec = Precision::Fp32, ScoreMap sm = {});
 
 // dqkv (B, T, C + 2 KVH HS) +=; datt (B, NH, T, T) is scratch (overwritten); dout (B, T, C).
 template <class S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
-                        int C, int NH, int KVH, bool causal, Precision prec = Precision::Fp32);
+                        int C, int NH, int KVH, bool causal, Precision prec = Precision::Fp32, ScoreMap sm = {});
 
 template <class S>
 void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH,
@@ -35,10 +55,10 @@ void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att
 
 // Forward-mode tangent for K tangents: tout (K, B, T, C) from tqkv (K, B, T, C + 2 KVH HS), with the saved
 // probabilities att of the forward call (a padding mask needs nothing here: masked P = 0); tatt (B, NH, T, T) is scratch.
-//   tS = (tq k^T + q tk^T) / sqrt(HS);  tP = P * (tS - rowsum(P * tS));  ty = tP v + P tv
+//   tS = (tq k^T + q tk^T) / sqrt(HS) (times the cap's slope);  tP = P * (tS - rowsum(P * tS));  ty = tP v + P tv
 template <class S>
 void attention_jvp(S* tout, S* tatt, const S* tqkv, const S* qkv, const S* att, int K, int B, int T,
-                   int C, int NH, int KVH);
+                   int C, int NH, int KVH, ScoreMap sm = {});
 
 // Cross-attention: q (B, Tq, C) queries, kv (B, Tk, 2C) columns [k | v]; out (B, Tq, C); att
 // (B, NH, Tq, Tk) saved probabilities; key_mask (B, Tk) or null (0: padding). Never causal.
@@ -49,7 +69,8 @@ void cross_attention_forward(S* out, S* att, const S* q, const S* kv, int B, int
 // reads key-value head h / (NH / KVH)); out (C); att (NH, Tk) probabilities. What a decoding step
 // of a self-attention computes over its KV cache.
 template <class S>
-void cached_attention_forward(S* out, S* att, const S* q, const S* kv, int Tk, int C, int NH, int KVH);
+void cached_attention_forward(S* out, S* att, const S* q, const S* kv, int Tk, int C, int NH, int KVH,
+                              ScoreMap sm = {});
 // dq (B, Tq, C) +=, dkv (B, Tk, 2C) +=; datt (B, NH, Tq, Tk) scratch.
 template <class S>
 void cross_attention_backward(S* dq, S* dkv, S* datt, const S* dout, const S* q, const S* kv, const S* att,

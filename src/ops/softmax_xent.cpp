@@ -75,21 +75,48 @@ double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int 
   return total;
 }
 
+// One row with capped logits y = c tanh(z / c): dz = dy (1 - (y / c)^2), y read before it is overwritten.
+template <class S>
+static void xent_row_backward_capped(S* row, S lse, int32_t label, double scale, int V, double cap) {
+  if (label == kIgnoreLabel) {
+    for (int v = 0; v < V; v++) row[v] = S(0);
+    return;
+  }
+  for (int v = 0; v < V; v++) {
+    const double y = double(row[v]), t = y / cap;
+    const double dy = (std::exp(y - double(lse)) - (v == label ? 1.0 : 0.0)) * scale;
+    row[v] = S(dy * (1.0 - t * t));
+  }
+}
+
 template <class S>
 void softmax_xent_backward(S* logits_to_dlogits, const S* lse, const int32_t* labels, double scale,
-                           int N, int V) {
+                           int N, int V, double softcap) {
+  if (softcap > 0) {
+#pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
+    for (int n = 0; n < N; n++)
+      xent_row_backward_capped(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V, softcap);
+    return;
+  }
   if constexpr (std::is_same_v<S, float>)
     if (use_avx512()) return xent_backward_f32_avx512(logits_to_dlogits, lse, labels, scale, N, V);
 #pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
   for (int n = 0; n < N; n++) xent_row_backward(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V);
 }
 
+template <class S>
+void softcap_in_place(S* x, size_t n, double c) {
+#pragma omp parallel for schedule(static) if((long)n > kParallelMinWork)
+  for (long i = 0; i < (long)n; i++) x[i] = S(c * std::tanh(double(x[i]) / c));
+}
+
+template void softcap_in_place<float>(float*, size_t, double);
+template void softcap_in_place<double>(double*, size_t, double);
 template double softmax_xent_forward<float>(float*, const float*, const int32_t*, int, int,
                                             int64_t*);
 template double softmax_xent_forward<double>(double*, const double*, const int32_t*, int, int,
                                              int64_t*);
-template void softmax_xent_backward<float>(float*, const float*, const int32_t*, double, int, int);
-template void softmax_xent_backward<double>(double*, const double*, const int32_t*, double, int,
-                                            int);
+template void softmax_xent_backward<float>(float*, const float*, const int32_t*, double, int, int, double);
+template void softmax_xent_backward<double>(double*, const double*, const int32_t*, double, int, int, double);
 
 }  // namespace normlab::ops

@@ -4,6 +4,7 @@
 // Labels: an int32 per row, kIgnoreLabel (-100) meaning no loss at this row.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace normlab::ops {
@@ -16,9 +17,14 @@ double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int 
                             int64_t* count);
 
 // In place: logits (N, V) becomes dlogits = scale * (softmax - onehot(label)), rows without a
-// label become 0. scale is d(loss)/d(sum of row losses), e.g. 1 / count.
+// label become 0. scale is d(loss)/d(sum of row losses), e.g. 1 / count. softcap > 0: the logits
+// given are y = softcap tanh(z / softcap) (the model's logit_softcap), and the result is d(loss)/dz.
 template <class S>
 void softmax_xent_backward(S* logits_to_dlogits, const S* lse, const int32_t* labels, double scale,
-                           int N, int V);
+                           int N, int V, double softcap = 0.0);
+
+// x (n) <- c tanh(x / c), in place (c > 0)
+template <class S>
+void softcap_in_place(S* x, size_t n, double c);
 
 }  // namespace normlab::ops

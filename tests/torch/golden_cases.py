@@ -216,6 +216,16 @@ def build_cases():
         Case("encoder_qkvnorm_weightless_whole_pad", dict(SMALL, arch="encoder", placement="pre", norm="rmsnorm",
              qk_norm="whole", v_norm=True, qk_norm_affine=False), SMALL_BT, pad=True),
         Case("gpt_post_layernorm_nobias", dict(SMALL, placement="post", norm_bias=False), SMALL_BT),
+        # Gemma 2's block: the sandwich (pre and post norms of each branch), GeGLU, sqrt(d) embedding scale,
+        # grouped-query attention with its own score scale, attention and final-logit soft-capping (caps
+        # small enough that tanh bends: the scores and logits reach them); trained, and as an encoder
+        Case("gpt_gemma2_block", dict(SMALL, placement="sandwich", norm="rmsnorm", activation="geglu", bias="none",
+             positions="rope", n_kv_heads=2, embed_scale=32 ** 0.5, attn_scale=0.3, attn_softcap=0.5,
+             logit_softcap=0.7), SMALL_BT),
+        Case("train_gpt_gemma2_block", dict(SMALL, placement="sandwich", norm="rmsnorm", activation="geglu",
+             positions="rope", attn_softcap=0.5, logit_softcap=0.7), SMALL_BT, kind="train", train=TRAIN_CFG),
+        Case("encoder_softcap_pad", dict(SMALL, arch="encoder", placement="pre", attn_softcap=0.4, logit_softcap=0.9),
+             SMALL_BT, pad=True),
         Case("train_gpt_residual", dict(SMALL, placement="residual"), SMALL_BT, kind="train", train=TRAIN_CFG),
         Case("train_encdec_residual", dict(ENCDEC, placement="residual"), ENCDEC_BST, kind="train", train=TRAIN_CFG),
         # Admin's profile: both chains (the decoder's after a pre layer), from the trainer's own init

@@ -25,7 +25,8 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 import transformers
-from transformers import (BertConfig, BertForMaskedLM, BertModel, GemmaConfig, GemmaForCausalLM, GPT2Config,
+from transformers import (BertConfig, BertForMaskedLM, BertModel, Gemma2Config, Gemma2ForCausalLM, GemmaConfig,
+                          GemmaForCausalLM, GPT2Config,
                           GPT2LMHeadModel, LlamaConfig,
                           LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
@@ -143,8 +144,8 @@ def gpt2_case(normlab, work, label, seed, shard=False, **cfg):
 # ---------------------------------------------------------------------------------------------
 # Llama family (Llama, Qwen2)
 
-def llama_grad(got, hf, C, KV, F):
-    """The normlab gradient of Hugging Face parameter `hf` (rows of the fused qkv and fc)."""
+def llama_grad(got, hf, C, KV, F, sandwich=False):
+    """The normlab gradient of Hugging Face parameter `hf` (rows of the fused qkv and fc); sandwich: Gemma 2's norms."""
     n = hf[len("model."):] if hf.startswith("model.") else hf
     if n == "embed_tokens.weight":
         return got["grad.wte.weight"]
@@ -162,6 +163,10 @@ def llama_grad(got, hf, C, KV, F):
     simple = {"input_layernorm.weight": "attn.ln_in.weight", "post_attention_layernorm.weight": "mlp.ln_in.weight",
               "self_attn.o_proj.weight": "attn.proj.weight", "self_attn.o_proj.bias": "attn.proj.bias",
               "mlp.down_proj.weight": "mlp.proj.weight", "mlp.down_proj.bias": "mlp.proj.bias"}
+    if sandwich:   # Gemma 2: a norm on each branch's output; the FFN's input norm has its own name
+        simple.update({"post_attention_layernorm.weight": "attn.ln_branch.weight",
+                       "pre_feedforward_layernorm.weight": "mlp.ln_in.weight",
+                       "post_feedforward_layernorm.weight": "mlp.ln_branch.weight"})
     if rest in simple:
         return got[h + simple[rest]]
     kind, p = rest.split(".")[1], rest.split(".")[2]
@@ -174,13 +179,17 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
     shutil.rmtree(d, ignore_errors=True)
     torch.manual_seed(seed)
     Config, Model = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-                     "gemma": (GemmaConfig, GemmaForCausalLM)}[family]
+                     "gemma": (GemmaConfig, GemmaForCausalLM), "gemma2": (Gemma2Config, Gemma2ForCausalLM)}[family]
     config = Config(attn_implementation="eager", **cfg)
     model = Model(config)
     perturb(model, seed)
     model.save_pretrained(d, safe_serialization=True, max_shard_size="20KB" if shard else "5GB")
     T = 11
     ids, mask, _ = padded_batch(config.vocab_size, 3, T, [T, T - 3, 1], seed)
+    pad = getattr(config, "pad_token_id", None)
+    if pad is not None:  # transformers' nn.Embedding(padding_idx = pad_token_id) gives that row no gradient from
+        # its inputs (normlab's does): the pad id appears only at padding, as a tokenizer writes it (README)
+        ids[(mask == 1) & (ids == pad)] = (pad + 1) % config.vocab_size
     labels = np.full_like(ids, -100)
     labels[:, :-1] = np.where(mask[:, 1:] == 1, ids[:, 1:], -100)
     tok = os.path.join(d, "tokens.safetensors")
@@ -212,7 +221,7 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
     for name, p in ref.named_parameters():
         if p.grad is None:
             continue
-        check(f"{label} grad {name}", llama_grad(got, name, C, KV, F), p.grad.numpy(), GRAD_TOL)
+        check(f"{label} grad {name}", llama_grad(got, name, C, KV, F, family == "gemma2"), p.grad.numpy(), GRAD_TOL)
         n += 1
     print(f"{label}: {type(model).__name__}, {L} layers, {config.num_key_value_heads} key-value heads: hidden "
           f"states, logits, loss and {n} gradients compared")
@@ -520,6 +529,13 @@ def main():
     llama_case(nl, w, "gemma_mqa_geglu", 15, family="gemma", vocab_size=61, hidden_size=32, num_hidden_layers=2,
                num_attention_heads=4, num_key_value_heads=1, head_dim=8, intermediate_size=40,
                max_position_embeddings=16, hidden_activation="gelu_pytorch_tanh")
+    # Gemma 2: the sandwich (each branch's output normalized), its own score scale, soft caps on the scores
+    # and the final logits (small caps, so the perturbed model's scores and logits reach them), a sliding
+    # window longer than the sequence, grouped queries; query_pre_attn_scalar != head_dim
+    llama_case(nl, w, "gemma2_sandwich_softcap", 16, family="gemma2", vocab_size=67, hidden_size=32,
+               num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=40,
+               max_position_embeddings=16, query_pre_attn_scalar=5, attn_logit_softcapping=0.8,
+               final_logit_softcapping=1.5, sliding_window=12, hidden_activation="gelu_pytorch_tanh")
     export_case(nl, w, "export_llama", ["model.d_model=24", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2",
                                         "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
                                         "model.positions=rope", "model.rope_base=5e5", "model.activation=swiglu",

@@ -5,6 +5,7 @@ config describes (stacks, with each stack's DeepNorm / DeepNet / T-Fixup / Admin
 Part of the PyTorch oracle; normlab_torch.py is the entry point and lists the whole API.
 """
 
+import math
 from collections import OrderedDict, namedtuple
 
 IGNORE_INDEX = -100
@@ -117,6 +118,9 @@ DEFAULTS = {
     "embed_norm": False,   # a norm of the embedding sum (BERT)
     "embed_scale": 1.0,    # the token embedding times this (Gemma: sqrt(d)); no learned positions or types
     "embed_scale_learned": False,  # the scale is a parameter "embed_scale" (1), starting at embed_scale
+    "attn_scale": None,    # the self-attention's factor on q.k (None: 1/sqrt(HS), resolved as normlab writes it)
+    "attn_softcap": 0.0,   # > 0: scores <- c tanh(scores / c) (Gemma 2)
+    "logit_softcap": 0.0,  # > 0: logits <- c tanh(logits / c) (Gemma 2)
     "head": "tied",        # tied | mlm (dense + act + norm + tied decoder + bias) | none
     "placement": "pre",
     "residual": True,
@@ -157,6 +161,8 @@ def normalize_config(cfg, strict=True):
     c["v_norm"] = bool(c["v_norm"])
     if c["norm_alpha_attn"] is None:   # resolved as normlab writes it: the attention's input norm starts at norm_alpha
         c["norm_alpha_attn"] = c["norm_alpha"]
+    if c["attn_scale"] is None:        # resolved as normlab writes it: 1 / sqrt(head size)
+        c["attn_scale"] = 1.0 / math.sqrt(c["d_model"] // c["n_heads"])
     if c["v_norm"] and c["qk_norm"] == "none":
         raise ValueError("v_norm needs qk_norm")
     if c["bias"] not in ("all", "qkv", "none"):

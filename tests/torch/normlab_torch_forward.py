@@ -83,9 +83,10 @@ def linear(x, w, b):
     return x @ w.t() if b is None else x @ w.t() + b
 
 
-def multihead(q, k, v, NH, causal=False, key_mask=None):
+def multihead(q, k, v, NH, causal=False, key_mask=None, scale=None, softcap=0.0):
     """Scaled dot-product attention, by hand. q (B, Tq, C), k and v (B, Tk, C); head n uses columns
-    n*HS .. (n+1)*HS. causal: key j > query i gets -inf; key_mask (B, Tk), 0 = a padding key that
+    n*HS .. (n+1)*HS. Scores scale q.k (default 1/sqrt(HS)), then softcap tanh(S / softcap) when
+    softcap > 0 (Gemma 2). causal: key j > query i gets -inf; key_mask (B, Tk), 0 = a padding key that
     gets -inf in every row. Returns y (B, Tq, C), the heads concatenated."""
     B, Tq, C = q.shape
     Tk = k.shape[1]
@@ -95,7 +96,9 @@ def multihead(q, k, v, NH, causal=False, key_mask=None):
         return z.reshape(B, T, NH, HS).permute(0, 2, 1, 3)
 
     q, k, v = heads(q, Tq), heads(k, Tk), heads(v, Tk)
-    S = (q @ k.transpose(-1, -2)) / math.sqrt(HS)                                  # (B, NH, Tq, Tk)
+    S = (q @ k.transpose(-1, -2)) * (scale if scale else 1.0 / math.sqrt(HS))       # (B, NH, Tq, Tk)
+    if softcap and softcap > 0:
+        S = softcap * torch.tanh(S / softcap)
     if causal:
         future = torch.triu(torch.ones(Tq, Tk, dtype=torch.bool), diagonal=1)      # key j > query i
         S = S.masked_fill(future, float("-inf"))
@@ -154,7 +157,7 @@ def attention(config, params, prefix, h, key_mask=None, causal=None):
         def widen(t):
             return t.reshape(*t.shape[:-1], KVH, C // NH).repeat_interleave(NH // KVH, dim=-2).reshape(*t.shape[:-1], C)
         k, v = widen(k), widen(v)
-    y = multihead(q, k, v, NH, causal, key_mask)
+    y = multihead(q, k, v, NH, causal, key_mask, config.get("attn_scale"), config.get("attn_softcap", 0.0))
     return linear(y, params[prefix + ".proj.weight"], params.get(prefix + ".proj.bias"))
 
 
@@ -334,6 +337,8 @@ def forward_outputs(config, params, input_ids, labels=None, token_types=None, ke
     else:
         w_out = params["lm_head.weight"] if config["head"] == "untied" else wte    # untied: its own matrix
         logits = xf @ w_out.t()                                                      # tied output
+    if config.get("logit_softcap", 0.0) > 0:   # Gemma 2's final soft-capping
+        logits = config["logit_softcap"] * torch.tanh(logits / config["logit_softcap"])
     out["logits"] = logits
     if labels is not None:
         labels = torch.as_tensor(labels).long()
