@@ -232,10 +232,8 @@ ModelConfig small_gpt() {
 // Losses of `steps` AdamW steps of a small GPT on fixed random batches. handoff: AdamW writes the
 // bf16 weights of the next forward (Model::bf16_weights_buffer) as the trainer does. params: the
 // final parameters, if wanted.
-std::vector<double> train_losses(Precision prec, int steps, Placement placement, bool handoff = false,
+std::vector<double> train_losses(Precision prec, int steps, const ModelConfig& cfg, bool handoff = false,
                                  std::vector<float>* params = nullptr) {
-  ModelConfig cfg = small_gpt();
-  cfg.placement = {placement};
   Model<float> model(cfg);
   model.set_precision(prec);
   AdamW opt(model.table(), AdamWConfig{});
@@ -256,6 +254,12 @@ std::vector<double> train_losses(Precision prec, int steps, Placement placement,
   if (params) *params = model.params();
   return losses;
 }
+std::vector<double> train_losses(Precision prec, int steps, Placement placement, bool handoff = false,
+                                 std::vector<float>* params = nullptr) {
+  ModelConfig cfg = small_gpt();
+  cfg.placement = {placement};
+  return train_losses(prec, steps, cfg, handoff, params);
+}
 
 }  // namespace
 
@@ -272,6 +276,67 @@ TEST(Bf16Training, LossesTrackFloat32AndRepeatBitForBit) {
       EXPECT_EQ(l16[s], l16b[s]) << "bf16 run not bit-identical at step " << s + 1;
     }
     EXPECT_LT(l16.back(), l16.front() - 1.0) << "bf16 training does not learn";
+    EXPECT_NE(l16.back(), l32.back()) << "bf16 run equals the fp32 run: bf16 is not used";
+  }
+}
+
+// Today's blocks and methods in bf16: the Llama block (RoPE, SwiGLU, grouped queries, RMSNorm, no
+// biases), OLMo 2 (reordered, whole-projection QK-norm), Peri-LN with DyT, LayerNorm Scaling,
+// HybridNorm (QKV-norm), Gemma 2 (sandwich, GeGLU, sqrt(d) embedding, its score scale and soft caps)
+// and DyT's LLaMA recipe (no beta, per-site alpha, a learned embedding scale): the same tolerance as
+// above, bit-identical repeats, and bf16 really used
+TEST(Bf16Training, TodaysBlocksAndMethodsTrackFloat32) {
+  auto llama = [] {
+    ModelConfig c = small_gpt();
+    c.norm = NormKind::RMSNorm;
+    c.positions = Positions::Rope;
+    c.activation = Activation::SwiGlu;
+    c.bias = LinearBias::None;
+    c.n_kv_heads = 2;
+    return c;
+  };
+  std::vector<std::pair<const char*, ModelConfig>> cases;
+  cases.push_back({"llama", llama()});
+  ModelConfig olmo2 = llama();
+  olmo2.placement = {Placement::Reordered};
+  olmo2.qk_norm = QkNorm::Whole;
+  cases.push_back({"olmo2", olmo2});
+  ModelConfig peri = llama();
+  peri.placement = {Placement::Peri};
+  cases.push_back({"peri", peri});
+  ModelConfig lns = llama();
+  lns.placement = {Placement::Lns};
+  cases.push_back({"lns", lns});
+  ModelConfig hybrid = llama();
+  hybrid.placement = {Placement::HybridNorm};
+  cases.push_back({"hybridnorm", hybrid});
+  ModelConfig gemma2 = llama();
+  gemma2.placement = {Placement::Sandwich};
+  gemma2.activation = Activation::GeGlu;
+  gemma2.embed_scale = 8.0;
+  gemma2.attn_scale = 0.2;
+  gemma2.attn_softcap = 5.0;
+  gemma2.logit_softcap = 3.0;
+  cases.push_back({"gemma2", gemma2});
+  ModelConfig dyt = llama();
+  dyt.norm = NormKind::DyT;
+  dyt.norm_bias = false;
+  dyt.norm_alpha_attn = 0.8;
+  dyt.norm_alpha = 0.2;
+  dyt.embed_scale = 8.0;
+  dyt.embed_scale_learned = true;
+  cases.push_back({"dyt llama recipe", dyt});
+  for (const auto& [name, cfg] : cases) {
+    SCOPED_TRACE(name);
+    const int steps = 40;
+    const auto l32 = train_losses(Precision::Fp32, steps, cfg);
+    const auto l16 = train_losses(Precision::Bf16, steps, cfg);
+    const auto l16b = train_losses(Precision::Bf16, steps, cfg);
+    for (int s = 0; s < steps; s++) {
+      EXPECT_NEAR(l16[s], l32[s], 0.05 + 0.02 * l32[s]) << "step " << s + 1;
+      EXPECT_EQ(l16[s], l16b[s]) << "bf16 run not bit-identical at step " << s + 1;
+    }
+    EXPECT_LT(l16.back(), l16.front() - 0.5) << "bf16 training does not learn";
     EXPECT_NE(l16.back(), l32.back()) << "bf16 run equals the fp32 run: bf16 is not used";
   }
 }
