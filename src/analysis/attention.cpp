@@ -50,11 +50,17 @@ double softmax_margin_bound(int T, int k, double M) { return std::sqrt(T / (1 + 
 
 namespace {
 
-// A norm's gain and bias (bias null for RMSNorm); weight null: no norm.
+// A norm's gain and bias (bias null for RMSNorm); present false: no norm. A parameterless kind (L2)
+// has neither: its gain is 1 and its output's length is at most 1, not sqrt(d) (unit_length).
 struct GainBias {
   const double* weight = nullptr;
   const double* bias = nullptr;
+  bool present = false;
+  bool unit_length = false;
 };
+GainBias gain_bias_of(const ModelConfig& cfg, const NormParams<double>& p) {
+  return {p.weight, p.bias, true, cfg.norm == NormKind::L2};
+}
 
 // The norm whose output a slot reads: its own ln_in, else the ln_out of the nearest present slot
 // before it in the same stack (in an attention-only model the previous sub-layer is the last
@@ -62,13 +68,12 @@ struct GainBias {
 GainBias feeding_norm(const Model<double>& model, int slot) {
   const ModelConfig& cfg = model.config();
   const SublayerParams<double>& p = model.sublayer_params_of(slot);
-  if (p.ln_in.weight) return {p.ln_in.weight, p.ln_in.bias};
+  const auto sites = [&](int i) { return norm_sites(cfg.placement_of(cfg.slot(i).layer), cfg.slot(i).kind); };
+  if (sites(slot).in) return gain_bias_of(cfg, p.ln_in);
   const int first = cfg.encdec() && slot >= cfg.first_decoder_slot() ? cfg.first_decoder_slot() : 0;
   for (int i = slot - 1; i >= first; i--)
-    if (cfg.has_sublayer(i)) {
-      const NormParams<double>& out = model.sublayer_params_of(i).ln_out;
-      return out.weight ? GainBias{out.weight, out.bias} : GainBias{};
-    }
+    if (cfg.has_sublayer(i))
+      return sites(i).out ? gain_bias_of(cfg, model.sublayer_params_of(i).ln_out) : GainBias{};
   return {};
 }
 
@@ -78,13 +83,13 @@ GainBias memory_norm(const Model<double>& model) {
   const ModelConfig& cfg = model.config();
   if (const ParamSpec* w = model.table().find("enc.ln_f.weight")) {
     const ParamSpec* b = model.table().find("enc.ln_f.bias");
-    return {model.params().data() + w->offset, b ? model.params().data() + b->offset : nullptr};
+    return {model.params().data() + w->offset, b ? model.params().data() + b->offset : nullptr, true};
   }
   for (int i = cfg.first_decoder_slot() - 1; i >= 0; i--)
-    if (cfg.has_sublayer(i)) {
-      const NormParams<double>& out = model.sublayer_params_of(i).ln_out;
-      return out.weight ? GainBias{out.weight, out.bias} : GainBias{};
-    }
+    if (cfg.has_sublayer(i))
+      return norm_sites(cfg.placement_of(cfg.slot(i).layer), cfg.slot(i).kind).out
+                 ? gain_bias_of(cfg, model.sublayer_params_of(i).ln_out)
+                 : GainBias{};
   return {};
 }
 
@@ -154,17 +159,19 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       const double qk_beta = std::max(max_abs(nq.bias, L.part[0].norm_width), max_abs(nk.bias, L.part[1].norm_width));
       if (qk_beta > 0)
         r.bound_verdict += fmt::format("; the bound assumes QK-norm's beta = 0, here max|beta| = {:.3g}", qk_beta);
-    } else if (!qnorm.weight || !knorm.weight) {
+    } else if (!qnorm.present || !knorm.present) {
       r.bound_verdict = cross ? fmt::format("n/a: no norm feeds this attention's {}",
-                                            !qnorm.weight ? "queries" : "keys (the memory)")
+                                            !qnorm.present ? "queries" : "keys (the memory)")
                               : "n/a: no norm feeds this attention";
     } else {
-      r.gamma_max = max_abs(qnorm.weight, C);
-      const double gk = max_abs(knorm.weight, C);
+      r.gamma_max = qnorm.weight ? max_abs(qnorm.weight, C) : 1.0;
+      const double gk = knorm.weight ? max_abs(knorm.weight, C) : 1.0;
       if (cross) r.gamma_k_max = gk;
       // |<q_i, k_j>| / sqrt(HS) <= (Gamma_q sqrt(d)) (Gamma_k sqrt(d)) sigma_Q sigma_K / sqrt(HS) = M;
-      // for one head of size d and Gamma_q = Gamma_k this is source 002's M = Gamma^2 sigma_Q sigma_K sqrt(d)
-      const double M = capped(*r.gamma_max * gk * r.sigma_q * r.sigma_k * C * cfg.attention_scale());
+      // for one head of size d and Gamma_q = Gamma_k this is source 002's M = Gamma^2 sigma_Q sigma_K sqrt(d).
+      // An L2 norm's output has length 1: each sqrt(d) becomes 1.
+      const double reach2 = (qnorm.unit_length ? 1.0 : std::sqrt(double(C))) * (knorm.unit_length ? 1.0 : std::sqrt(double(C)));
+      const double M = capped(*r.gamma_max * gk * r.sigma_q * r.sigma_k * reach2 * cfg.attention_scale());
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
       const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
       r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g}, {} keys)", holds ? "holds" : "VIOLATED",

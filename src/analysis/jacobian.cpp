@@ -82,7 +82,7 @@ NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& 
   const NormStatistic stat = norm_statistic(cfg.norm);
   const bool layernorm = stat == NormStatistic::Variance;
   r.statistic = stat != NormStatistic::None;
-  r.var = ms;
+  r.var = stat == NormStatistic::SumSquare ? ms * d : ms;  // L2 divides by the length: var is |z|^2
   if (layernorm) {
     double v = 0;
     for (int c = 0; c < d; c++) v += (row[c] - mean) * (row[c] - mean) / d;
@@ -106,8 +106,9 @@ NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& 
   const std::vector<double> closed = norm_jacobian_closed_form(cfg.norm, row, params, d, cfg.eps);
   r.closed_form_err = max_abs_diff(J, closed);
   r.spectrum = spectrum_of(J, d, d);
-  r.unit_gamma = std::all_of(params.weight, params.weight + d, [](double g) { return g == 1.0; });
-  for (int i = 0; i < d; i++) r.gamma_max_dev = std::max(r.gamma_max_dev, std::abs(params.weight[i] - 1.0));
+  const double* gamma0 = params.weight ? params.weight : unit_gain<double>(d);  // (a parameterless kind: 1)
+  r.unit_gamma = std::all_of(gamma0, gamma0 + d, [](double g) { return g == 1.0; });
+  for (int i = 0; i < d; i++) r.gamma_max_dev = std::max(r.gamma_max_dev, std::abs(gamma0[i] - 1.0));
   if (r.unit_gamma && r.statistic) {
     const int bulk = layernorm ? d - 2 : d - 1;
     for (int i = 0; i < std::min(bulk, d); i++)
@@ -120,8 +121,10 @@ NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& 
     for (auto& z : zhat) z -= mean;
   r.j_ones = gain(closed, ones, d);
   r.j_zhat = gain(closed, zhat, d);
-  // gamma: with unit gains probe a random gain so left and right multiplication differ
-  std::vector<double> gamma(params.weight, params.weight + d), unit(size_t(d), 1.0);
+  // gamma: with unit gains probe a random gain so left and right multiplication differ (a kind
+  // without a gain, L2, has none to place: both errors stay 0)
+  if (!params.weight) return r;
+  std::vector<double> gamma(gamma0, gamma0 + d), unit(size_t(d), 1.0);
   if (r.unit_gamma) {
     Rng rng(17);
     for (auto& g : gamma) g = 1.0 + 0.5 * rng.normal();
@@ -164,11 +167,13 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
     const SublayerParams<double>& p = model.sublayer_params_of(i);
     const std::string prefix = fmt::format("h.{}.{}", i / 2, i % 2 == 0 ? "attn" : "mlp");
     const size_t off = size_t(tok) * d;
-    if (p.ln_in.weight) rep.norms.push_back(analyze_norm_site(model, prefix + ".ln_in", a.x_in + off, p.ln_in, tok));
-    if (p.ln_branch.weight) rep.norms.push_back(analyze_norm_site(model, prefix + ".ln_branch", a.f + off, p.ln_branch, tok));
-    if (p.ln_out.weight) rep.norms.push_back(analyze_norm_site(model, prefix + ".ln_out", a.r + off, p.ln_out, tok));
+    const NormSites sites = norm_sites(cfg.placement_of(i / 2), i % 2 == 0 ? Sublayer::Attn : Sublayer::Mlp);
+    if (!cfg.has_sublayer(i)) continue;
+    if (sites.in) rep.norms.push_back(analyze_norm_site(model, prefix + ".ln_in", a.x_in + off, p.ln_in, tok));
+    if (sites.branch) rep.norms.push_back(analyze_norm_site(model, prefix + ".ln_branch", a.f + off, p.ln_branch, tok));
+    if (sites.out) rep.norms.push_back(analyze_norm_site(model, prefix + ".ln_out", a.r + off, p.ln_out, tok));
   }
-  if (model.final_norm().weight)
+  if (cfg.has_final_norm())
     rep.norms.push_back(analyze_norm_site(model, "ln_f", model.stream(2 * L) + size_t(tok) * d,
                                           model.final_norm(), tok));
   // blocks

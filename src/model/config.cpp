@@ -23,7 +23,8 @@ struct EnumName {
 
 constexpr EnumName<Arch> kArchNames[] = {{Arch::Gpt, "gpt"}, {Arch::Encoder, "encoder"}, {Arch::EncDec, "encdec"}};
 constexpr EnumName<NormKind> kNormNames[] = {
-    {NormKind::LayerNorm, "layernorm"}, {NormKind::RMSNorm, "rmsnorm"}, {NormKind::DyT, "dyt"}, {NormKind::Derf, "derf"}};
+    {NormKind::LayerNorm, "layernorm"}, {NormKind::RMSNorm, "rmsnorm"}, {NormKind::DyT, "dyt"}, {NormKind::Derf, "derf"},
+    {NormKind::L2, "l2"}};
 constexpr EnumName<Activation> kActivationNames[] = {
     {Activation::Gelu, "gelu"},       {Activation::GeluExact, "gelu_exact"}, {Activation::Relu, "relu"},
     {Activation::SwiGlu, "swiglu"}, {Activation::GeGlu, "geglu"}};

@@ -14,9 +14,10 @@
 namespace normlab {
 
 enum class Arch { Gpt, Encoder, EncDec };
-// The norm kinds (model/norm_of.h: one case each): LayerNorm, RMSNorm, and the point-wise DyT
-// (gamma * tanh(alpha x) + beta) and Derf (gamma * erf(alpha x + s) + beta) that replace them.
-enum class NormKind { LayerNorm, RMSNorm, DyT, Derf };
+// The norm kinds (model/norm_of.h: one case each): LayerNorm, RMSNorm, the point-wise DyT
+// (gamma * tanh(alpha x) + beta) and Derf (gamma * erf(alpha x + s) + beta) that replace them, and
+// L2, the projection onto the unit sphere x / |x| with no parameters (nGPT's).
+enum class NormKind { LayerNorm, RMSNorm, DyT, Derf, L2 };
 // The feed-forward activation: element-wise (gelu, gelu_exact, relu) or gated (swiglu, geglu: the fc
 // projection holds gate and up rows, model/activation_of.h).
 enum class Activation { Gelu, GeluExact, Relu, SwiGlu, GeGlu };

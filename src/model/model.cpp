@@ -458,12 +458,12 @@ template <class S>
 typename Model<S>::StackEnd Model<S>::stack_end(bool encoder) const {
   StackEnd e;
   if (encoder) {
-    e = {0, cfg_.first_decoder_slot(), B_ * S_, enc_out_, enc_dual_, memory_, enc_lnf_, denc_lnf_,
-         enc_lnf_mean_, enc_lnf_rstd_};
+    e = {0, cfg_.first_decoder_slot(), B_ * S_, enc_out_, enc_dual_, memory_, cfg_.has_enc_final_norm(), enc_lnf_,
+         denc_lnf_, enc_lnf_mean_, enc_lnf_rstd_};
   } else {
     const int n_slots = int(slots_.size());
     e = {cfg_.encdec() ? cfg_.first_decoder_slot() : 0, n_slots, B_ * T_, streams_[size_t(n_slots)], dual_, xf_,
-         lnf_, dlnf_, lnf_mean_, lnf_rstd_};
+         cfg_.has_final_norm(), lnf_, dlnf_, lnf_mean_, lnf_rstd_};
   }
   return e;
 }
@@ -471,7 +471,7 @@ typename Model<S>::StackEnd Model<S>::stack_end(bool encoder) const {
 // y = ln_f(x);  or, with a second stream, y = x + ln_f(x_d);  or y = x (y aliases x)
 template <class S>
 void Model<S>::stack_end_forward(const StackEnd& e) {
-  if (!e.p.weight) return;
+  if (!e.norm) return;
   norm_forward(e.y, e.mean, e.rstd, e.xd ? e.xd : e.x, e.p, e.rows);
   if (!e.xd) return;
   const size_t n = size_t(e.rows) * cfg_.d_model;
@@ -486,7 +486,7 @@ void Model<S>::stack_backward(const StackEnd& e, const S* dy, S*& dx) {
   const size_t n = size_t(e.rows) * cfg_.d_model;
   dx = dstream_[0];
   const S* dd = nullptr;
-  if (e.p.weight && !e.xd) {
+  if (e.norm && !e.xd) {
     // y = ln_f(x)
     zero(dx, n);
     norm_backward(dx, e.dp, dy, e.x, e.p, e.mean, e.rstd, e.rows);

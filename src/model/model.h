@@ -197,7 +197,8 @@ class Model {
     const S* x = nullptr;     // (rows, C) the last stream
     S* xd = nullptr;          // (rows, C) the second stream at the end; null for one stream
     S* y = nullptr;           // (rows, C) the output (aliases x without a final norm)
-    NormParams<S> p, dp;      // ln_f (weight null: none)
+    bool norm = false;        // the stack ends in ln_f
+    NormParams<S> p, dp;      // ln_f's parameters (a parameterless kind, L2, has none)
     S* mean = nullptr, * rstd = nullptr;
   };
   StackEnd stack_end(bool encoder) const;  // encoder: an encdec's encoder stack

@@ -245,7 +245,7 @@ void Model<S>::stack_jvp(S* ty, const S* tx0, int K, const StackEnd& e, const S*
   // x_d = x_0 + sum g
   if (e.xd) td.assign(tx0, tx0 + n);
   jvp_sublayers_impl(tx.data(), tx0, nullptr, K, e.first, e.last, tmem, e.xd ? td.data() : nullptr);
-  if (!e.p.weight) {
+  if (!e.norm) {
     std::copy(tx.begin(), tx.end(), ty);  // y = x
     return;
   }

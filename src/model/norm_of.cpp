@@ -26,6 +26,7 @@ std::vector<NormParamSpec> norm_param_specs(NormKind kind, bool gain, bool bias)
       specs.push_back(alpha);
       specs.push_back(shift);
       return specs;
+    case NormKind::L2: return {};  // no gain, no bias: a projection
   }
   return specs;
 }
@@ -39,7 +40,8 @@ std::vector<NormParamSpec> norm_param_specs(const ModelConfig& cfg, const std::s
 double norm_scalar_init(NormKind kind, const ModelConfig& cfg, const std::string& name) {
   switch (kind) {
     case NormKind::LayerNorm:
-    case NormKind::RMSNorm: return 0.0;  // no scalars
+    case NormKind::RMSNorm:
+    case NormKind::L2: return 0.0;  // no scalars
     case NormKind::DyT:
     case NormKind::Derf:
       if (!name.ends_with(".alpha")) return 0.0;  // shift starts at 0 (Derf)
@@ -54,6 +56,7 @@ NormStatistic norm_statistic(NormKind kind) {
   switch (kind) {
     case NormKind::LayerNorm: return NormStatistic::Variance;
     case NormKind::RMSNorm: return NormStatistic::MeanSquare;
+    case NormKind::L2: return NormStatistic::SumSquare;
     case NormKind::DyT:
     case NormKind::Derf: return NormStatistic::None;
   }
@@ -98,6 +101,15 @@ std::vector<double> unscaled_jacobian(NormKind kind, const double* z, const Norm
       }
       return J;
     }
+    case NormKind::L2: {
+      // J = r I - r^3 z z^T,  r = (|z|^2 + eps)^(-1/2)  (no gain)
+      double ss = 0;
+      for (int i = 0; i < d; i++) ss += z[i] * z[i];
+      const double r = 1.0 / std::sqrt(ss + eps);
+      for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) J[size_t(i) * d + j] = r * (i == j) - r * r * r * z[i] * z[j];
+      return J;
+    }
     case NormKind::Derf: {
       // J = diag(gamma alpha (2 / sqrt(pi)) exp(-(alpha z + shift)^2))
       const double a = *p.alpha, s = *p.shift;
@@ -136,6 +148,7 @@ std::vector<std::vector<double>> norm_structural_kernel(NormKind kind, const dou
       return basis;
     }
     case NormKind::RMSNorm:
+    case NormKind::L2:
       if (eps == 0.0) basis.push_back(std::vector<double>(z, z + d));
       return basis;
     case NormKind::DyT:
@@ -147,7 +160,8 @@ std::vector<std::vector<double>> norm_structural_kernel(NormKind kind, const dou
 int norm_kernel_dimension(NormKind kind) {
   switch (kind) {
     case NormKind::LayerNorm: return 2;
-    case NormKind::RMSNorm: return 1;
+    case NormKind::RMSNorm:
+    case NormKind::L2: return 1;
     case NormKind::DyT:
     case NormKind::Derf: return 0;
   }

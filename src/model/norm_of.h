@@ -14,6 +14,7 @@
 #include "model/params.h"
 #include "ops/common.h"
 #include "ops/dynnorm.h"
+#include "ops/l2norm.h"
 #include "ops/layernorm.h"
 #include "ops/rmsnorm.h"
 #include "util/error.h"
@@ -21,7 +22,8 @@
 namespace normlab {
 
 // Every kind, for the tests that sweep them all (kept beside the switches it mirrors).
-inline constexpr NormKind kNormKinds[] = {NormKind::LayerNorm, NormKind::RMSNorm, NormKind::DyT, NormKind::Derf};
+inline constexpr NormKind kNormKinds[] = {NormKind::LayerNorm, NormKind::RMSNorm, NormKind::DyT, NormKind::Derf,
+                                          NormKind::L2};
 
 // One parameter of a norm site: its name after the site's ("h.0.attn.ln_in" + ".weight"), (C) or (1).
 struct NormParamSpec {
@@ -54,8 +56,9 @@ NormParams<S> with_gain(NormParams<S> p, int C) {
 }
 
 // What a kind divides the row by: its standard deviation (LayerNorm: it also subtracts the mean), its
-// root mean square (RMSNorm), or nothing (the point-wise kinds DyT and Derf, which have no statistic).
-enum class NormStatistic { Variance, MeanSquare, None };
+// root mean square (RMSNorm), its Euclidean length (L2), or nothing (the point-wise kinds DyT and
+// Derf, which have no statistic).
+enum class NormStatistic { Variance, MeanSquare, SumSquare, None };
 NormStatistic norm_statistic(NormKind kind);
 
 // v (n) *= scale, in place: a site's constant output scale (NormParams::scale)
@@ -82,6 +85,7 @@ void norm_forward(NormKind kind, S* out, S* mean, S* rstd, const S* inp, const N
     case NormKind::Derf:
       ops::dynnorm_forward(ops::Squash::Erf, out, inp, p.weight, p.bias, p.alpha, p.shift, rows, C);
       break;
+    case NormKind::L2: ops::l2norm_forward(out, rstd, inp, rows, C, eps); break;  // (no parameters)
   }
   norm_scale_in_place(out, size_t(rows) * C, p.scale);
 }
@@ -110,6 +114,7 @@ void norm_backward(NormKind kind, S* dinp, const NormParams<S>& dp, const S* dou
     case NormKind::Derf:
       return ops::dynnorm_backward(ops::Squash::Erf, dinp, dp.weight, dp.bias, dp.alpha, dp.shift, dout, inp,
                                    p.weight, p.alpha, p.shift, rows, C);
+    case NormKind::L2: return ops::l2norm_backward(dinp, dout, inp, rstd, rows, C);
   }
 }
 
@@ -127,6 +132,7 @@ void norm_jvp(NormKind kind, S* tout, const S* tin, const S* inp, const NormPara
     case NormKind::Derf:
       ops::dynnorm_jvp(ops::Squash::Erf, tout, tin, inp, p.weight, p.alpha, p.shift, K, rows, C);
       break;
+    case NormKind::L2: ops::l2norm_jvp(tout, tin, inp, rstd, K, rows, C); break;
   }
   norm_scale_in_place(tout, size_t(K) * rows * C, p.scale);
 }
@@ -137,10 +143,11 @@ std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, co
                                               double eps);
 
 // A basis (each a vector of d) of the null space that the kind's Jacobian has at unit gain whatever
-// its input: LayerNorm the constant vector (and the centred input at eps = 0), RMSNorm the input at
-// eps = 0, the point-wise kinds nothing (their Jacobian is diagonal with no zero).
+// its input: LayerNorm the constant vector (and the centred input at eps = 0), RMSNorm and L2 the
+// input at eps = 0, the point-wise kinds nothing (their Jacobian is diagonal with no zero).
 std::vector<std::vector<double>> norm_structural_kernel(NormKind kind, const double* z, int d, double eps);
-// Its dimension at eps = 0 for a generic input: 2, 1, 0 (a block ending in the norm has rank <= d - it).
+// Its dimension at eps = 0 for a generic input: 2, 1 (RMSNorm, L2), 0 (a block ending in the norm has
+// rank <= d - it).
 int norm_kernel_dimension(NormKind kind);
 
 }  // namespace normlab

@@ -216,6 +216,9 @@ def build_cases():
         Case("encoder_qkvnorm_weightless_whole_pad", dict(SMALL, arch="encoder", placement="pre", norm="rmsnorm",
              qk_norm="whole", v_norm=True, qk_norm_affine=False), SMALL_BT, pad=True),
         Case("gpt_post_layernorm_nobias", dict(SMALL, placement="post", norm_bias=False), SMALL_BT),
+        Case("gpt_post_l2", dict(SMALL, placement="post", norm="l2", eps=0.0), SMALL_BT),
+        Case("encoder_peri_l2_qknorm_pad", dict(SMALL, arch="encoder", placement="peri", norm="l2", qk_norm="heads"),
+             SMALL_BT, pad=True),
         # Gemma 2's block: the sandwich (pre and post norms of each branch), GeGLU, sqrt(d) embedding scale,
         # grouped-query attention with its own score scale, attention and final-logit soft-capping (caps
         # small enough that tanh bends: the scores and logits reach them); trained, and as an encoder

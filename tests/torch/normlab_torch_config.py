@@ -152,8 +152,8 @@ def normalize_config(cfg, strict=True):
     if c["arch"] not in ARCHS:
         raise ValueError(f"arch must be gpt, encoder or encdec, got {c['arch']!r}")
     encdec = c["arch"] == "encdec"
-    if c["norm"] not in ("layernorm", "rmsnorm", "dyt", "derf"):
-        raise ValueError(f"norm must be layernorm, rmsnorm, dyt or derf, got {c['norm']!r}")
+    if c["norm"] not in ("layernorm", "rmsnorm", "dyt", "derf", "l2"):
+        raise ValueError(f"norm must be layernorm, rmsnorm, dyt, derf or l2, got {c['norm']!r}")
     if c["positions"] not in ("learned", "rope", "none"):
         raise ValueError(f"positions must be learned, rope or none, got {c['positions']!r}")
     if c["qk_norm"] not in ("none", "heads", "whole"):

@@ -31,6 +31,8 @@ def _norm_table(config, prefix, stack, method=None, width=None):
     C = width or config["d_model"]
     qk = prefix.endswith(("q_norm", "k_norm", "v_norm"))
     affine = not qk or config["qk_norm_affine"]          # a weightless QK-norm holds no gain and no bias
+    if config["norm"] == "l2":                           # the unit sphere has no parameters
+        return []
     t = [ParamSpec(prefix + ".weight", (C,), "norm_weight", stack, None, None, method)] if affine else []
     if config["norm"] in ("layernorm", "dyt", "derf") and affine and config["norm_bias"]:
         t.append(ParamSpec(prefix + ".bias", (C,), "norm_bias", stack, None, None, method))
