@@ -29,6 +29,11 @@ check "timeout 60 '$NL' train -q --set 'model.placement=hybridnorm*' --set model
 expect_error "set qk_norm" -- train --set model.v_norm=true --set train.out_dir=x
 expect_error "makes QK-norm weightless" -- train --set model.qk_norm_affine=false --set train.out_dir=x
 expect_error "embed_scale_learned" -- train --set model.embed_scale_learned=true --set train.out_dir=x
+# nGPT is what its file says; weight decay is refused by name
+check "jq -e '.model.placement == [\"ngpt\",\"ngpt\",\"ngpt\",\"ngpt\"] and .model.norm == \"l2\"' run_ngpt/config.json >/dev/null" \
+  "configs/ngpt.toml's run config is not nGPT"
+expect_error "nGPT trains without weight decay" -- train --config "$CONFIGS/ngpt.toml" --set train.weight_decay=0.1 --set train.out_dir=x
+expect_error "set model.norm = \"l2\"" -- train --set model.placement=ngpt --set train.out_dir=x
 # DyT's LLaMA recipe is what its file says, and the checkpoint holds the learned scale and no beta
 check "jq -e '.model.norm == \"dyt\" and .model.norm_bias == false and .model.norm_alpha_attn == 0.8 and .model.embed_scale_learned == true' run_llama_dyt/config.json >/dev/null" \
   "configs/llama_dyt.toml's run config is not DyT's LLaMA recipe"

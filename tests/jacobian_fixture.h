@@ -67,6 +67,7 @@ inline std::unique_ptr<Model<double>> jacobian_model(const JacobianCase& c, uint
   cfg.qk_norm = c.qk_norm;
   cfg.v_norm = c.v_norm;
   cfg.qk_norm_affine = c.qk_norm_affine;
+  if (method_of(c.placement).sphere) cfg.bias = LinearBias::None;  // (nGPT has no biases)
   cfg.norm_bias = c.norm_bias;
   if (c.attn_softcap > 0) {
     cfg.attn_softcap = c.attn_softcap;

@@ -400,6 +400,45 @@ TEST(ModelJvp, AdjointIdentityWithVjpForEveryPlacement) {
     }
 }
 
+// nGPT: the bound's M comes from s_qk alone (unit q and k heads), and it dominates every score the model
+// computed (scale q.k, read from the q and k the attention used), with s_qk moved off its start and the
+// weights scaled 30x (which the projection onto the sphere makes irrelevant)
+TEST(AttentionStats, NGptBoundDominatesTheScoresTheModelComputed) {
+  ModelConfig c = small(Placement::NGpt, NormKind::L2, 0.0);
+  c.positions = Positions::Rope;
+  c.bias = LinearBias::None;
+  Model<double> m(c);
+  Rng rng(3);
+  for (const ParamSpec& p : m.table().specs) {
+    double* w = m.params().data() + p.offset;
+    if (p.name.ends_with(".sqk"))
+      for (size_t i = 0; i < p.numel; i++) w[i] *= 0.5 + 2 * rng.uniform();
+    if (p.name.find("attn.qkv.weight") != std::string::npos)
+      for (size_t i = 0; i < p.numel; i++) w[i] *= 30.0;
+  }
+  const int T = 6, C = 12, HS = 4, QW = 3 * C;
+  std::vector<int32_t> ids(T), labels(T, ops::kIgnoreLabel);
+  for (int t = 0; t < T; t++) ids[t] = (t * 37 + 11) % 256;
+  m.forward(ids.data(), labels.data(), 1, T);
+  const AttentionReport r = analyze_attention(m);
+  ASSERT_FALSE(r.heads_by_layer.empty());
+  for (const HeadReport& h : r.heads_by_layer) {
+    ASSERT_TRUE(h.seed_bound) << h.bound_verdict;
+    EXPECT_NE(h.bound_verdict.find("nGPT's s_qk"), std::string::npos) << h.bound_verdict;
+    const double M = std::stod(h.bound_verdict.substr(h.bound_verdict.find("M = ") + 4));
+    const double* qkv = m.acts(2 * h.layer).hid;
+    double worst = 0;
+    for (int i = 0; i < T; i++)
+      for (int j = 0; j < T; j++) {
+        double s = 0;
+        for (int e = 0; e < HS; e++) s += qkv[i * QW + h.head * HS + e] * qkv[j * QW + C + h.head * HS + e];
+        worst = std::max(worst, std::abs(s) * c.attention_scale());
+      }
+    EXPECT_LE(worst, M * (1 + 5e-3)) << h.bound_verdict;
+    EXPECT_GT(worst, 0.05 * M) << "the scores are far below M: the test would not see a wrong bound";
+  }
+}
+
 // QK-norm (per head with the values, over the whole projection), RoPE and grouped queries, and
 // HybridNorm, whose two sub-layers have different norm sites.
 TEST(ModelJvp, AdjointIdentityWithQkNormAndHybridNorm) {
@@ -416,13 +455,18 @@ TEST(ModelJvp, AdjointIdentityWithQkNormAndHybridNorm) {
                  Case{Placement::HybridNorm, QkNorm::None, false, NormKind::RMSNorm},
                  Case{Placement::HybridNormPre, QkNorm::Whole, false, NormKind::Derf},
                  Case{Placement::Pre, QkNorm::Heads, true, NormKind::LayerNorm, /*affine=*/false},
-                 Case{Placement::Sandwich, QkNorm::None, false, NormKind::RMSNorm, true, /*softcap=*/0.6}}) {
+                 Case{Placement::Sandwich, QkNorm::None, false, NormKind::RMSNorm, true, /*softcap=*/0.6},
+                 Case{Placement::NGpt, QkNorm::None, false, NormKind::L2}}) {
     ModelConfig c = small(k.p, k.norm, 1e-5);
     c.positions = Positions::Rope;
     c.n_kv_heads = 1;
     c.qk_norm = k.qk;
     c.v_norm = k.v;
     c.qk_norm_affine = k.affine;
+    if (k.p == Placement::NGpt) {  // (nGPT has no biases and a key-value head per query head)
+      c.bias = LinearBias::None;
+      c.n_kv_heads.reset();
+    }
     if (k.softcap > 0) {
       c.attn_softcap = k.softcap;
       c.logit_softcap = 2 * k.softcap;

@@ -86,6 +86,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     double embed_scale = 1.0;
     bool dyt_recipe = false;  // DyT's LLaMA recipe: no beta, per-site alpha, a learned embedding scale
     bool softcap = false;     // Gemma 2's scale and soft caps on the scores and the logits
+    bool ngpt = false;        // nGPT: the stream on the sphere, its scales (norm l2, no biases)
   };
   for (const Case& k : {Case{Placement::Pre, true, 1}, Case{Placement::Pre, true, 2}, Case{Placement::Peri, true, 4},
                         Case{Placement::Post, false, 4}, Case{Placement::Sandwich, false, 4},
@@ -93,7 +94,8 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
                         Case{Placement::Reordered, true, 2, QkNorm::Whole}, Case{Placement::HybridNorm, true, 1},
                         Case{Placement::Pre, false, 4, QkNorm::Heads}, Case{Placement::Pre, true, 1, QkNorm::None, 4.0},
                         Case{Placement::Pre, true, 2, QkNorm::None, 4.0, true},
-                        Case{Placement::Sandwich, true, 2, QkNorm::None, 4.0, false, true}}) {
+                        Case{Placement::Sandwich, true, 2, QkNorm::None, 4.0, false, true},
+                        Case{Placement::NGpt, true, 4, QkNorm::None, 1.0, false, false, true}}) {
     SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {}", method_of(k.method).name, k.llama, k.kv_heads,
                              to_string(k.qk_norm)));
     ModelConfig cfg;
@@ -120,6 +122,10 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
       cfg.norm_bias = false;
       cfg.norm_alpha_attn = 0.8;
       cfg.embed_scale_learned = true;
+    }
+    if (k.ngpt) {
+      cfg.norm = NormKind::L2;
+      cfg.head = Head::Untied;
     }
     if (k.softcap) {
       cfg.attn_scale = 0.4;

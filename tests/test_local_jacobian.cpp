@@ -86,6 +86,9 @@ TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
                      QkNorm::None, false, true, /*norm_bias=*/false});
     cases.push_back({Placement::Sandwich, NormKind::RMSNorm, arch, true, true, Activation::GeGlu, false,
                      Positions::Rope, 1, QkNorm::None, false, true, true, /*attn_softcap=*/0.7});
+    // nGPT: the update on the sphere, unit q and k heads times s_qk, s_uv (gated and plain MLPs)
+    cases.push_back({Placement::NGpt, NormKind::L2, arch, true, true, Activation::SwiGlu, false, Positions::Rope});
+    cases.push_back({Placement::NGpt, NormKind::L2, arch, true, true, Activation::Gelu, false, Positions::None});
   }
   const int T = 7;
   for (const JacobianCase& c : cases) {

@@ -3,6 +3,8 @@
 // the DeepNorm residual form, init schemes, config validation, and float/double agreement.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 #include <fmt/format.h>
 
@@ -243,6 +245,77 @@ TEST(ModelGradientsMore, RotaryAndNoPositions) {
   odd.positions = Positions::Rope;
   odd.rope_fraction = 0.2;  // 2 floor(0.2 * 4 / 2) = 0: no pair rotated, refused by name
   EXPECT_THROW(odd.validate(), Error);
+}
+
+// nGPT (placement ngpt, norm l2): the update on the sphere with its eigen learning rates, unit-length
+// q and k heads times s_qk after RoPE, s_uv on the MLP, s_z on the logits, scores by sqrt(HS); tied and
+// untied heads, both architectures, gated and plain MLPs. Its parameters start as the reference's
+// (effective 0.05, 1, sqrt(C), 1) and its matrices on the sphere; what it cannot take is refused by name.
+TEST(ModelGradientsMore, NGptEveryPieceAndItsConditions) {
+  for (Arch arch : {Arch::Gpt, Arch::Encoder})
+    for (Head head : {Head::Tied, Head::Untied})
+      for (Activation act : {Activation::SwiGlu, Activation::Gelu}) {
+        SCOPED_TRACE(fmt::format("{} {} {}", to_string(arch), to_string(head), to_string(act)));
+        ModelConfig c = tiny(arch, {Placement::NGpt}, NormKind::L2);
+        c.positions = Positions::Rope;
+        c.bias = LinearBias::None;
+        c.activation = act;
+        c.head = head;
+        check_model_gradients(c, /*padding=*/arch == Arch::Encoder);
+      }
+  ModelConfig c = tiny(Arch::Gpt, {Placement::NGpt}, NormKind::L2);
+  c.positions = Positions::Rope;
+  c.bias = LinearBias::None;
+  c.activation = Activation::SwiGlu;
+  c.head = Head::Untied;
+  c.eps = 0;
+  Model<double> m(c);
+  const ParamTable& t = m.table();
+  const double C = c.d_model;
+  EXPECT_NEAR(m.params()[t.find("h.0.attn.eigen_lr")->offset] * sphere_scale("eigen_lr", c.d_model).factor, 0.05, 1e-15);
+  EXPECT_NEAR(m.params()[t.find("h.1.attn.sqk")->offset] * sphere_scale("sqk", c.d_model).factor, 1.0, 1e-15);
+  EXPECT_NEAR(m.params()[t.find("h.1.mlp.suv")->offset] * sphere_scale("suv", c.d_model).factor, std::sqrt(C), 1e-12);
+  EXPECT_NEAR(m.params()[t.find("sz")->offset] * sphere_scale("sz", c.d_model).factor, 1.0, 1e-15);
+  EXPECT_EQ(t.find("ln_f.weight"), nullptr);
+  // every row of wte, lm_head, qkv, fc and every column of the proj matrices has length 1
+  const auto length = [&](const ParamSpec* p, long i, bool column) {
+    const long rows = long(p->shape[0]), cols = long(p->shape[1]);
+    double ss = 0;
+    for (long k = 0; k < (column ? rows : cols); k++) {
+      const double w = m.params()[p->offset + size_t(column ? k * cols + i : i * cols + k)];
+      ss += w * w;
+    }
+    return std::sqrt(ss);
+  };
+  for (const char* name : {"wte.weight", "lm_head.weight", "h.0.attn.qkv.weight", "h.1.mlp.fc.weight"})
+    for (long r : {0L, 3L}) EXPECT_NEAR(length(t.find(name), r, false), 1.0, 1e-14) << name;
+  for (const char* name : {"h.0.attn.proj.weight", "h.1.mlp.proj.weight"})
+    for (long col : {0L, 5L}) EXPECT_NEAR(length(t.find(name), col, true), 1.0, 1e-14) << name;
+  // the stream stays on the sphere: every sub-layer's output has length 1
+  const Tokens tok = tokens_for(c, 2, 5, 3);
+  m.forward(tok.ids.data(), tok.labels.data(), 2, 5);
+  for (int i = 0; i < c.n_slots(); i++)
+    for (int row : {0, 7}) {
+      double ss = 0;
+      for (int k = 0; k < c.d_model; k++) ss += m.stream(i + 1)[size_t(row) * c.d_model + k] * m.stream(i + 1)[size_t(row) * c.d_model + k];
+      EXPECT_NEAR(ss, 1.0, 1e-13) << "slot " << i;
+    }
+  // a step off the sphere comes back: project_to_sphere
+  for (double& w : m.params()) w *= 1.7;
+  m.project_to_sphere();
+  EXPECT_NEAR(length(t.find("h.0.attn.qkv.weight"), 2, false), 1.0, 1e-14);
+  // what nGPT does not take, by name
+  for (auto bad : std::vector<std::function<void(ModelConfig&)>>{
+           [](ModelConfig& x) { x.norm = NormKind::RMSNorm; },
+           [](ModelConfig& x) { x.positions = Positions::Learned; },
+           [](ModelConfig& x) { x.n_kv_heads = 1; },
+           [](ModelConfig& x) { x.bias = LinearBias::All; },
+           [](ModelConfig& x) { x.placement = {Placement::NGpt, Placement::Pre}; },
+           [](ModelConfig& x) { x.qk_norm = QkNorm::Heads; }}) {
+    ModelConfig b = c;
+    bad(b);
+    EXPECT_THROW(b.validate(), Error);
+  }
 }
 
 // QK-norm per head and over the whole projection, with and without the values, for the norm kinds
@@ -542,6 +615,7 @@ TEST(NoResidual, EveryMethodLosesItsShortcut) {
   int compared = 0;
   for (const Method& m : all_methods()) {
     if (m.streams != Streams::One) continue;  // ResiDual's second stream is a skip path: refused
+    if (m.sphere) continue;  // nGPT's update is a residual on the sphere: residual = false is refused (NGpt tests)
     SCOPED_TRACE(m.name);
     ModelConfig c = tiny(Arch::Gpt, {m.id}, NormKind::LayerNorm);
     c.residual = false;

@@ -2,6 +2,8 @@
 // the per-head report of every self- and cross-attention sub-layer (bounds derived in attention.h).
 #include "analysis/attention.h"
 
+#include "model/methods.h"
+
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
@@ -136,7 +138,20 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
     r.sigma_q = singular_values(std::vector<double>(p.w1 + size_t(h) * HS * C, p.w1 + size_t(h + 1) * HS * C), HS, C).front();
     const size_t kh = size_t(h / group);
     r.sigma_k = singular_values(std::vector<double>(wk + kh * HS * C, wk + (kh + 1) * HS * C), HS, C).front();
-    if (const QkNormLayout& L = model.qk_layout(slot); L.n && !cross) {
+    if (p.sqk && !cross) {
+      // nGPT: q_h = s o q^, k_h = s o k^ with unit q^, k^ (its s_qk, the head's HS columns), so
+      // |scale <q_h, k_h>| <= scale max_j s_j^2, whatever the weights and the stream
+      const double f = sphere_scale("sqk", C).factor;
+      double smax = 0;
+      for (int j = h * HS; j < (h + 1) * HS; j++) smax = std::max(smax, std::abs(p.sqk[j] * f));
+      r.gamma_max = r.gamma_k_max = smax;
+      const double M = capped(smax * smax * cfg.attention_scale());
+      r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
+      const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
+      r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g} from nGPT's s_qk alone, {} keys)",
+                                    holds ? "holds" : "VIOLATED", r.stats.norm2, holds ? "<=" : ">", *r.seed_bound, M,
+                                    r.stats.keys);
+    } else if (const QkNormLayout& L = model.qk_layout(slot); L.n && !cross) {
       // QK-norm: q_h and k_h come out of norms, whatever W_q, W_k and the stream. A norm with a
       // statistic has ||n(z)|| <= sqrt(width of its row) (eps >= 0); a point-wise one |n(z)_i| <= 1, so
       // head h's part of it has ||.|| <= sqrt(HS). With gains: ||q_h|| <= max|gamma_q| B_q, and

@@ -128,6 +128,10 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
         rep.rank_collapse.push_back(std::move(v));
         continue;
       }
+      ModelConfig variant = cfg;
+      variant.residual = skips;
+      variant.mlp = mlp;
+      if (!variant.violations().empty()) continue;  // a method without this ablation (nGPT has no skip-free form)
       const auto m = ablated(model, skips, mlp);
       for (const Batch& batch : given) {
         m->forward(batch.ids.data(), batch.labels.data(), B, T, batch.types_or_null(), batch.mask_or_null());

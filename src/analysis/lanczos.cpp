@@ -405,6 +405,7 @@ Mat structural_left_null(const Model<double>& m, int first, int last,
   while (i >= first && !cfg.has_sublayer(i)) i--;  // an absent sub-layer is the identity
   if (i < first || !norm_sites(cfg.placement_of(cfg.slot(i).layer), cfg.slot(i).kind).out) return Mat(rows, 0);
   const double* gamma = m.sublayer_params_of(i).ln_out.weight;
+  if (!gamma) gamma = unit_gain<double>(C);  // a parameterless kind (L2): gamma = 1
   std::vector<int> zero_gain;
   for (int c = 0; c < C; c++)
     if (gamma[c] == 0.0) zero_gain.push_back(c);

@@ -97,6 +97,7 @@ ModelSource::Trained ModelSource::train(ModelConfig c) {
     const double gn = grad_norm(m.grads());
     if (!std::isfinite(loss) || !std::isfinite(gn)) break;  // keep the last finite parameters
     opt.step(m.params().data(), m.grads().data(), learning_rate(sched, step), step, clip_scale(gn, 1.0));
+    m.project_to_sphere();  // (nGPT's step ends on the sphere; nothing for other methods)
   }
   // did it learn? its loss on 4 batches of the validation split against the unigram entropy of the
   // training ids (a model of the byte frequencies alone reaches that)

@@ -45,6 +45,7 @@ UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32
     m.backward();
     const std::vector<float> before = m.params();
     opt.step(m.params().data(), m.grads().data(), lr, s);
+    m.project_to_sphere();  // (nGPT's step ends on the sphere; nothing for other methods)
     std::vector<double> ratios;
     for (int l = 0; l < L; l++) {
       double dn = 0, pn = 0;

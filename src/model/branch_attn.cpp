@@ -8,10 +8,12 @@
 
 #include "model/branch.h"
 #include "model/decode.h"
+#include "model/methods.h"
 #include "model/model.h"
 #include "ops/attention.h"
 #include "ops/matmul.h"
 #include "ops/rope.h"
+#include "ops/sphere.h"
 
 namespace normlab {
 
@@ -26,16 +28,24 @@ void Model<S>::apply_rope(S* qkv, int rows, int T, int pos0, int sign) const {
   rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, C, cfg_.kv_heads(), C / NH, R, sign);  // k
 }
 
+// QK-norm, then RoPE, then (nGPT) each q and k head onto the sphere, times s_qk
 template <class S>
-void Model<S>::attn_qk_forward(int i, S* qkv, int rows, int T, int pos0, S* raw, S* mean, S* rstd) const {
+void Model<S>::attn_qk_forward(int i, S* qkv, int rows, int T, int pos0, S* raw, S* mean, S* rstd, S* sph_raw,
+                               S* sph_r) const {
   const QkNormLayout& L = qk_[size_t(i)];
   if (L.n) qk_norm_forward(cfg_.norm, cfg_.eps, L, p_[i].qkv_norm, qkv, size_t(rows), cfg_.qkv_width(), raw, mean, rstd,
                            qk_scratch_);
   apply_rope(qkv, rows, T, pos0, +1);
+  if (const S* sqk = p_[i].sqk)  // q | k: 2 NH heads (nGPT has n_kv_heads = n_heads), s_qk shared by q and k
+    sphere_heads_forward(qkv, cfg_.qkv_width(), long(rows), 2 * cfg_.n_heads, cfg_.head_size(), cfg_.d_model, sqk,
+                         sphere_scale("sqk", cfg_.d_model).factor, cfg_.eps, sph_raw, sph_r);
 }
 
 template <class S>
 void Model<S>::attn_qk_backward(int i, S* dqkv, int rows, int T) {
+  if (const S* sqk = p_[i].sqk)
+    sphere_heads_backward(dqkv, dp_[i].sqk, cfg_.qkv_width(), long(rows), 2 * cfg_.n_heads, cfg_.head_size(),
+                          cfg_.d_model, sqk, sphere_scale("sqk", cfg_.d_model).factor, a_[i].pre, a_[i].pre_r);
   apply_rope(dqkv, rows, T, 0, -1);  // d(q, k before RoPE) = R_t^T d(R_t q, R_t k)
   const QkNormLayout& L = qk_[size_t(i)];
   const SublayerActs<S>& a = a_[i];
@@ -50,6 +60,9 @@ void Model<S>::attn_qk_jvp(int i, S* tqkv, int K, int rows, int T, int pos0, siz
   if (L.n) qk_norm_jvp(cfg_.norm, L, p_[i].qkv_norm, tqkv, K, size_t(rows), cfg_.qkv_width(), a.qk_raw, a.qk_mean,
                        a.qk_rstd, row0, size_t(this->rows(i)), qk_scratch_);
   apply_rope(tqkv, K * rows, T, pos0, +1);  // RoPE is linear: the tangents rotate as q and k do
+  if (const S* sqk = p_[i].sqk)
+    sphere_heads_jvp(tqkv, cfg_.qkv_width(), long(K) * rows, long(rows), long(row0), 2 * cfg_.n_heads,
+                     cfg_.head_size(), cfg_.d_model, sqk, sphere_scale("sqk", cfg_.d_model).factor, a.pre, a.pre_r);
 }
 
 template <class S>
@@ -62,7 +75,7 @@ void Model<S>::attn_forward(int i) {
   const uint8_t* self_mask = cfg_.encdec() && slot.encoder ? (has_src_mask_ ? src_mask_.data() : nullptr)
                                                             : (has_key_mask_ ? key_mask_.data() : nullptr);
   matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
-  attn_qk_forward(i, a.hid, N, T, 0, a.qk_raw, a.qk_mean, a.qk_rstd);  // QK-norm, RoPE (hid keeps the results)
+  attn_qk_forward(i, a.hid, N, T, 0, a.qk_raw, a.qk_mean, a.qk_rstd, a.pre, a.pre_r);  // (hid keeps the results)
   attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, self_mask, prec_,
                     score_map());
   matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_, bf16_of(p.w2));
@@ -164,8 +177,12 @@ void IncrementalDecoder<S>::attn_step(int i, const S* h, const SublayerParams<S>
   const QkNormLayout& L = m_.qk_layout(i);
   qk_raw_.resize(std::max(qk_raw_.size(), size_t(B) * L.raw_width()));
   qk_stats_.resize(std::max(qk_stats_.size(), 2 * size_t(B) * L.stats_per_token()));
+  if (p.sqk) {
+    sph_.resize(size_t(B) * 2 * C);
+    sph_r_.resize(size_t(B) * 2 * cfg.n_heads);
+  }
   m_.attn_qk_forward(i, hid_.data(), B, 1, t, qk_raw_.data(), qk_stats_.data(),
-                     qk_stats_.data() + size_t(B) * L.stats_per_token());
+                     qk_stats_.data() + size_t(B) * L.stats_per_token(), sph_.data(), sph_r_.data());
   for (int b = 0; b < B; b++) {
     S* kv = cache.data() + size_t(b) * max_len_ * KVW;
     std::copy(hid_.begin() + long(b) * W + C, hid_.begin() + long(b) * W + W, kv + size_t(t) * KVW);
@@ -178,7 +195,7 @@ void IncrementalDecoder<S>::attn_step(int i, const S* h, const SublayerParams<S>
 
 #define NL_INSTANTIATE(S)                                                                                   \
   template void Model<S>::apply_rope(S*, int, int, int, int) const;                                        \
-  template void Model<S>::attn_qk_forward(int, S*, int, int, int, S*, S*, S*) const;                       \
+  template void Model<S>::attn_qk_forward(int, S*, int, int, int, S*, S*, S*, S*, S*) const;               \
   template void Model<S>::attn_qk_backward(int, S*, int, int);                                             \
   template void Model<S>::attn_qk_jvp(int, S*, int, int, int, int, size_t) const;                          \
   template void Model<S>::attn_forward(int);                                                               \

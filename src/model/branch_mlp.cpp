@@ -8,7 +8,9 @@
 #include "model/branch.h"
 #include "model/decode.h"
 #include "model/model.h"
+#include "model/methods.h"
 #include "ops/matmul.h"
+#include "ops/sphere.h"
 
 namespace normlab {
 
@@ -21,6 +23,10 @@ void Model<S>::mlp_forward(int i) {
   const SublayerParams<S>& p = p_[i];
   const int N = rows(i), C = cfg_.d_model, F = cfg_.ff();
   matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.fc_width(), prec_, bf16_of(p.w1));
+  if (p.suv) {  // nGPT: hid = s_uv (h W_fc^T), column by column
+    std::copy(a.hid, a.hid + size_t(N) * cfg_.fc_width(), a.pre);
+    scale_columns(a.hid, a.pre, long(N), cfg_.fc_width(), p.suv, sphere_scale("suv", C).factor);
+  }
   activation_forward(cfg_.activation, a.mix, a.hid, N, F);
   matmul_forward(a.f, a.mix, p.w2, p.b2, N, F, C, prec_, bf16_of(p.w2));
 }
@@ -35,6 +41,11 @@ void Model<S>::mlp_backward(int i, const S* df, S* dh) {
   matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, F, C, prec_, bf16_of(p.w2));
   zero(dhid_, size_t(N) * cfg_.fc_width());
   activation_backward(cfg_.activation, dhid_, a.hid, dmix_, N, F);
+  if (p.suv) {  // hid = s_uv pre:  ds_uv += sum dhid pre;  dpre = s_uv dhid
+    const double factor = sphere_scale("suv", C).factor;
+    scale_columns_param_grad(dp.suv, dhid_, a.pre, long(N), cfg_.fc_width(), factor);
+    scale_columns(dhid_, dhid_, long(N), cfg_.fc_width(), p.suv, factor);
+  }
   matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, cfg_.fc_width(), prec_, bf16_of(p.w1));
 }
 
@@ -43,7 +54,7 @@ void Model<S>::mlp_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) c
   const SublayerActs<S>& a = a_[i];
   const SublayerParams<S>& p = p_[i];
   const int N = rows(i), C = cfg_.d_model, F = cfg_.ff(), FW = cfg_.fc_width();
-  if (K >= C && activation_width(cfg_.activation) == 1) {
+  if (K >= C && activation_width(cfg_.activation) == 1 && !p.suv) {
     // Many tangents (a Jacobian build): the MLP is token-local, so fold it into one C x C matrix
     // per token, M_n = W2 diag(act'(hid_n)) W1, and apply that to the token's K tangent rows:
     // 2 C^2 flops per row instead of 4 C F. hid holds act' (one tangent of ones), mix the fold.
@@ -62,8 +73,9 @@ void Model<S>::mlp_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) c
     }
     return;
   }
-  // (a gated activation is not folded: its Jacobian has two coefficient rows per token)
+  // (a gated activation is not folded: its Jacobian has two coefficient rows per token; nor nGPT's s_uv)
   matmul_jvp(sc.hid, th, p.w1, K, N, C, FW);
+  if (p.suv) scale_columns(sc.hid, sc.hid, long(K) * N, FW, p.suv, sphere_scale("suv", C).factor);
   activation_jvp(cfg_.activation, sc.mix, a.hid, sc.hid, N, F, K);
   matmul_jvp(tf, sc.mix, p.w2, K, N, F, C);
 }
@@ -75,6 +87,7 @@ void Model<S>::mlp_jvp_token(int i, S* tf, const S* th, int K, size_t n, const J
   const SublayerParams<S>& p = p_[i];
   const int C = cfg_.d_model, F = cfg_.ff(), FW = cfg_.fc_width();
   matmul_jvp(sc.hid, th, p.w1, K, 1, C, FW);
+  if (p.suv) scale_columns(sc.hid, sc.hid, long(K), FW, p.suv, sphere_scale("suv", C).factor);
   activation_jvp(cfg_.activation, sc.mix, a.hid + n * FW, sc.hid, 1, F, K);
   matmul_jvp(tf, sc.mix, p.w2, K, 1, F, C);
 }
@@ -84,6 +97,7 @@ void IncrementalDecoder<S>::mlp_step(const S* h, const SublayerParams<S>& p) {
   const ModelConfig& cfg = m_.config();
   const int B = B_, C = cfg.d_model, F = cfg.ff();
   matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, cfg.fc_width());
+  if (p.suv) scale_columns(hid_.data(), hid_.data(), long(B), cfg.fc_width(), p.suv, sphere_scale("suv", C).factor);
   activation_forward(cfg.activation, mix_.data(), hid_.data(), B, F);
   matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, F, C);
 }

@@ -179,6 +179,10 @@ bool ModelConfig::dual_stack(int layer) const {
   return method_of(placement_of(last)).streams == Streams::Dual;
 }
 
+bool ModelConfig::on_sphere() const {
+  return std::any_of(placement.begin(), placement.end(), [](Placement p) { return method_of(p).sphere; });
+}
+
 bool ModelConfig::has_final_norm() const {
   if (arch == Arch::Encoder) return method_of(placement_of(n_layers - 1)).final_norm;
   return method_of(placement_of(total_layers() - 1)).final_norm;
@@ -303,6 +307,7 @@ std::vector<std::string> ModelConfig::violations() const {
                                 m.embed_norm ? "normalizes the embedding output" : "normalizes the attention's q, k and v"));
         break;
       }
+    sphere_violations(v);
     bool any_qk = false;
     for (int l = 0; l < total_layers(); l++) any_qk = any_qk || qk_norm_of(l) != QkNorm::None;
     if (!qk_norm_affine && !any_qk)
@@ -329,6 +334,26 @@ void ModelConfig::size_violations(std::vector<std::string>& v) const {
     v.push_back(fmt::format("the model config implies {:.3g} GB of activations for one sequence of seq_len = {} "
                             "(n_layers, n_heads, d_model), more than normlab's limit of {:.3g} GB",
                             bytes / 1e9, seq_len, kMaxSequenceActivationBytes / 1e9));
+}
+
+// nGPT keeps the stream on the unit sphere from the embedding to the logits (docs/MODEL.md, "nGPT"):
+// every layer has it, every norm is the projection l2, and nothing adds to the stream off the sphere.
+void ModelConfig::sphere_violations(std::vector<std::string>& v) const {
+  if (!on_sphere()) return;
+  const auto refuse = [&](const std::string& why) { v.push_back("model.placement = \"ngpt\" (nGPT) " + why); };
+  if (!std::all_of(placement.begin(), placement.end(), [](Placement p) { return method_of(p).sphere; }))
+    refuse("is a whole stack's: every layer must have it (the stream stays on the unit sphere)");
+  if (norm != NormKind::L2) refuse(fmt::format("projects onto the unit sphere: set model.norm = \"l2\" (not \"{}\")", to_string(norm)));
+  if (encdec()) refuse("is for arch = \"gpt\" and \"encoder\"");
+  if (positions == Positions::Learned)
+    refuse("adds nothing to its unit-length embeddings: set positions = \"rope\" or \"none\" (no learned table)");
+  if (type_vocab > 0 || embed_norm || embed_scale != 1.0 || embed_scale_learned)
+    refuse("reads the unit-length embedding rows as they are (no token types, embedding norm or embedding scale)");
+  if (kv_heads() != n_heads) refuse("shares s_qk between queries and keys head by head: n_kv_heads must be n_heads");
+  if (qk_norm != QkNorm::None || v_norm) refuse("normalizes q and k itself (qk_norm must be \"none\")");
+  if (head == Head::Mlm) refuse("scales the logits of a tied or untied head (not \"mlm\")");
+  if (!residual) refuse("is a residual update on the sphere (residual = false has none)");
+  if (bias != LinearBias::None) refuse("has no linear biases: set bias = \"none\"");
 }
 
 // A two-stream method keeps x_d through a whole stack and replaces the stack's ending, so a stack

@@ -40,7 +40,7 @@ enum class QkNorm { None, Heads, Whole };
 enum class Head { Tied, Mlm, None, Untied };
 // The normalization method of a layer (docs/MODEL.md "Methods"; one entry each in model/methods.cpp).
 enum class Placement { Post, Pre, Sandwich, PrePost, DeepNorm, None, Admin, ReZero, SkipInit, LayerScale, TFixup, Residual,
-                       Peri, Reordered, Lns, HybridNorm, HybridNormPre };
+                       Peri, Reordered, Lns, HybridNorm, HybridNormPre, NGpt };
 enum class InitScheme { Auto, Normal, Gpt2, Xavier, DeepNet, TFixup };
 // How Admin's omega starts: closed forms O(log n), O(1) (sqrt S), plain Post-LN (1), or profiled on
 // the first training batch.
@@ -140,7 +140,13 @@ struct ModelConfig {
   int head_size() const { return d_model / n_heads; }
   // The factor on q.k (attn_scale, or 1 / sqrt(head_size)), and whether the scores are the usual
   // q.k / sqrt(head_size) with no soft cap (what the closed-form Jacobians and the bounds assume).
-  double attention_scale() const { return attn_scale.value_or(1.0 / std::sqrt(double(head_size()))); }
+  // (nGPT: sqrt(head_size), its unit-length q and k scaled by s_qk)
+  double attention_scale() const {
+    return attn_scale.value_or(on_sphere() ? std::sqrt(double(head_size())) : 1.0 / std::sqrt(double(head_size())));
+  }
+  // nGPT (placement ngpt, methods.h Method::sphere): the stream, the embeddings and every matrix
+  // on the unit sphere; every layer has it or none.
+  bool on_sphere() const;
   bool plain_scores() const {
     return attn_softcap == 0.0 && attention_scale() == 1.0 / std::sqrt(double(head_size()));
   }
@@ -195,6 +201,7 @@ struct ModelConfig {
 
   std::vector<std::string> violations() const;
   void dual_violations(std::vector<std::string>& v) const;  // part of violations()
+  void sphere_violations(std::vector<std::string>& v) const;  // part of violations(): nGPT's conditions
   void size_violations(std::vector<std::string>& v) const;  // part of violations(): the caps below
   void validate() const;  // throws Error listing every violation
 };

@@ -1,5 +1,6 @@
 // decode.cpp: incremental decoding with a KV cache, greedy and beam search (decode.h).
 #include "model/decode.h"
+#include "model/methods.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "ops/common.h"
 #include "ops/embedding.h"
 #include "ops/softmax_xent.h"
+#include "ops/sphere.h"
 #include "model/norm_of.h"
 #include "ops/matmul.h"
 #include "ops/residual.h"
@@ -120,8 +122,14 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
     // x_d = x_d + g
     if (dual)
       for (size_t k = 0; k < xd_.size(); k++) xd_[k] += g[k];
-    gated_residual_forward(r_.data(), x_.data(), g, p.omega, p.gain, p.gain_c, S(cfg.residual_alpha(slot.layer)),
-                           long(B), C);
+    if (p.eigen_lr) {  // nGPT's update (its 1 / |x| is read by nothing after)
+      rstd_.resize(std::max(rstd_.size(), size_t(B)));
+      ops::sphere_residual_forward(r_.data(), rstd_.data(), x_.data(), g, p.eigen_lr,
+                                   sphere_scale("eigen_lr", C).factor, cfg.eps, long(B), C);
+    } else {
+      gated_residual_forward(r_.data(), x_.data(), g, p.omega, p.gain, p.gain_c, S(cfg.residual_alpha(slot.layer)),
+                             long(B), C);
+    }
     if (sites.out) norm(x_.data(), r_.data(), p.ln_out);
     else x_.swap(r_);
   }
@@ -131,6 +139,9 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   if (dual)
     for (size_t k = 0; k < h_.size(); k++) h_[k] += x_[k];
   matmul_forward<S>(logits_.data(), xf, out_w, nullptr, B, C, cfg.vocab_size());
+  if (const ParamSpec* sz = table.find("sz"))  // nGPT's logit scale
+    ops::scale_columns(logits_.data(), logits_.data(), long(B), cfg.vocab_size(), m_.params().data() + sz->offset,
+                       sphere_scale("sz", C).factor);
   if (cfg.logit_softcap > 0) ops::softcap_in_place(logits_.data(), logits_.size(), cfg.logit_softcap);
   t_++;
   return logits_;

@@ -1,6 +1,8 @@
 // init.cpp: parameter initialization (docs/MODEL.md "Initialization" and "Methods").
 #include "model/init.h"
 
+#include "ops/common.h"
+
 #include <cmath>
 #include <cstdlib>
 
@@ -42,6 +44,8 @@ ValueRows value_rows(const ModelConfig& cfg, const std::string& name, int64_t C)
 // The initial value of a method's scale (ParamRole::Gate).
 double gate_init(const ModelConfig& cfg, const std::string& name, int layer) {
   if (name == "embed_scale") return cfg.embed_scale;  // model.embed_scale_learned
+  for (const char* which : {"eigen_lr", "sqk", "suv", "sz"})  // nGPT's scaled parameters
+    if (name == which || ends_with(name, std::string(".") + which)) return sphere_scale(which, cfg.d_model).init;
   if (ends_with(name, ".omega")) return admin_omega(cfg.admin_init, cfg.stack_sublayers(layer));
   if (method_of(cfg.placement_of(layer)).gain == BranchGain::Channel) return layerscale_init(cfg.stack_depth(layer));
   return 0.0;  // ReZero and SkipInit start as the identity
@@ -151,9 +155,39 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
       }
     }
   }
+  project_to_sphere(params, table, cfg);  // nGPT starts on the sphere (the reference normalizes before step 1)
+}
+
+template <class S>
+void project_to_sphere(S* params, const ParamTable& table, const ModelConfig& cfg) {
+  if (!cfg.on_sphere()) return;
+  // each row of wte, lm_head, qkv and fc, each column of the proj matrices: a unit vector of C entries
+  // (nGPT's normalize_matrices; a zero vector is left as it is)
+  const auto unit = [](S* w, long n, long stride) {
+    double ss = 0;
+    for (long k = 0; k < n; k++) ss += double(w[k * stride]) * w[k * stride];
+    if (ss == 0) return;
+    const double r = 1.0 / std::sqrt(ss);
+    for (long k = 0; k < n; k++) w[k * stride] = S(w[k * stride] * r);
+  };
+  for (const ParamSpec& p : table.specs) {
+    if (p.shape.size() != 2) continue;
+    S* w = params + p.offset;
+    const long rows = long(p.shape[0]), cols = long(p.shape[1]);
+    if (p.name == "wte.weight" || p.name == "lm_head.weight" || ends_with(p.name, ".qkv.weight") ||
+        ends_with(p.name, ".fc.weight")) {
+#pragma omp parallel for schedule(static) if(rows * cols > ops::kParallelMinWork)
+      for (long r = 0; r < rows; r++) unit(w + r * cols, cols, 1);
+    } else if (ends_with(p.name, ".proj.weight")) {
+#pragma omp parallel for schedule(static) if(rows * cols > ops::kParallelMinWork)
+      for (long c = 0; c < cols; c++) unit(w + c, rows, cols);
+    }
+  }
 }
 
 template void init_params<float>(float*, const ParamTable&, const ModelConfig&);
 template void init_params<double>(double*, const ParamTable&, const ModelConfig&);
+template void project_to_sphere<float>(float*, const ParamTable&, const ModelConfig&);
+template void project_to_sphere<double>(double*, const ParamTable&, const ModelConfig&);
 
 }  // namespace normlab

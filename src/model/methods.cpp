@@ -2,6 +2,7 @@
 #include "model/methods.h"
 
 #include <cmath>
+#include <string>
 #include <fmt/format.h>
 
 #include "util/error.h"
@@ -60,6 +61,11 @@ constexpr Method kMethods[] = {
      "h <- x + Attn(LN(x)) with q, k, v each normalized; x <- LN(h + FFN(h)): HybridNorm*'s first layer",
      "Zhuo et al. 2025 (HybridNorm*)", /*embed_norm=*/false, /*depth_scaled_input=*/false, /*ffn_sites=*/kOut,
      /*qkv_norm=*/true},
+    {Placement::NGpt, "ngpt", {false, true, true}, S::Sphere, G::One, false, Streams::One, InitScheme::Auto,
+     "x <- N(N(x) + |a| (N(F(x)) - N(x))), N(x) = x / |x| (model.norm = l2): the stream on the unit sphere; "
+     "unit-length q, k heads, scaled MLP and logits, every matrix renormalized after each step",
+     "Loshchilov et al. 2025 (nGPT)", /*embed_norm=*/false, /*depth_scaled_input=*/false, /*ffn_sites=*/std::nullopt,
+     /*qkv_norm=*/false, /*sphere=*/true},
 };
 
 }  // namespace
@@ -78,6 +84,16 @@ void require_one_stream(const ModelConfig& cfg, const char* what) {
       throw Error(fmt::format("{} reads one residual stream; layer {} is \"{}\" ({}), which carries two "
                               "(x and x_d), so it does not take this model",
                               what, l, method_of(cfg.placement_of(l)).name, method_of(cfg.placement_of(l)).source));
+}
+
+SphereScale sphere_scale(const char* which, int C) {
+  const std::string w = which;
+  const double base = 1.0 / std::sqrt(double(C));
+  if (w == "eigen_lr") return {base, 0.05 / base};  // alpha_A, alpha_M: |p 0.05 sqrt(C)|, 0.05 at the start
+  if (w == "sqk") return {base, 1.0 / base};         // s_qk: 1 at the start
+  if (w == "suv") return {1.0, 1.0 / base};          // s_u, s_v: sqrt(C) at the start (times sqrt(C), as nGPT)
+  if (w == "sz") return {base, 1.0 / base};          // s_z: 1 at the start
+  throw Error(fmt::format("sphere_scale: no scale \"{}\" (a bug)", w));
 }
 
 double layerscale_init(int depth) { return depth <= 18 ? 0.1 : depth <= 24 ? 1e-5 : 1e-6; }

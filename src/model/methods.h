@@ -25,6 +25,7 @@ enum class Shortcut {
   One,            // 1
   DeepNormAlpha,  // DeepNet's constant alpha (config.residual_alpha)
   AdminOmega,     // a per-channel parameter `omega` (C), initialized by model.admin_init
+  Sphere,         // nGPT's update: r = A + |a| (g - A), A = x / |x|, a per-channel `eigen_lr` (C) (ops/sphere.h)
 };
 
 // The branch scale lambda.
@@ -60,7 +61,17 @@ struct Method {
                                                       // from the attention's (HybridNorm)
   bool qkv_norm = false;  // its self-attention normalizes q, k and v (model/qk_norm.h; per head unless
                           // model.qk_norm says "whole")
+  bool sphere = false;    // nGPT: unit-length q and k heads scaled by `sqk`, the MLP's fc output scaled by
+                          // `suv`, the logits by `sz`, scores by sqrt(HS), and every matrix renormalized
+                          // after each optimizer step (Model::project_to_sphere); needs model.norm = l2
 };
+
+// nGPT's scaled parameters (ops/sphere.h): the stored value p starts at `init` and acts as p * factor,
+// C = d_model; the reference code's values (base_scale = 1/sqrt(C); eigen learning rates start at 0.05).
+struct SphereScale {
+  double init, factor;
+};
+SphereScale sphere_scale(const char* which, int C);  // "eigen_lr", "sqk", "suv" or "sz"
 
 const Method& method_of(Placement p);
 // Every method, in the table's order (the values of model.placement).

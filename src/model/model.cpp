@@ -15,6 +15,7 @@
 #include "model/activation_of.h"
 #include "model/branch.h"
 #include "model/init.h"
+#include "model/methods.h"
 #include "model/norm_of.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
@@ -25,6 +26,7 @@
 #include "ops/residual.h"
 #include "ops/rope.h"
 #include "ops/softmax_xent.h"
+#include "ops/sphere.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -68,6 +70,8 @@ Model<S>::Model(ModelConfig cfg, Unset) : cfg_(std::move(cfg)) {
   dwtt_ = at(grads_, "wtt.weight");
   escale_ = at(params_, "embed_scale");
   descale_ = at(grads_, "embed_scale");
+  sz_ = at(params_, "sz");
+  dsz_ = at(grads_, "sz");
   hw_ = at(params_, "head.dense.weight");
   hb_ = at(params_, "head.dense.bias");
   hbias_ = at(params_, "head.bias");
@@ -135,6 +139,9 @@ void Model<S>::plan(int B, int T, int Ssrc) {
     const size_t att = kind == Sublayer::Cross ? size_t(B) * NH * T * Ssrc : size_t(B) * NH * t * t;
     att_max = std::max(att_max, att);
     if (sites.in) plan.insert(plan.end(), {{&a.h, n * C}, {&a.in_mean, n}, {&a.in_rstd, n}});
+    if (cfg_.shortcut_of(slots_[i].layer) == Shortcut::Sphere) plan.push_back({&a.sc_rstd, n});
+    if (p_[i].sqk) plan.insert(plan.end(), {{&a.pre, n * 2 * C}, {&a.pre_r, n * 2 * NH}});
+    if (p_[i].suv) plan.push_back({&a.pre, n * FW});
     plan.push_back({&a.hid, n * (kind == Sublayer::Attn ? QW : kind == Sublayer::Cross ? C : FW)});
     if (qk_[i].n)
       plan.insert(plan.end(), {{&a.qk_raw, n * qk_[i].raw_width()}, {&a.qk_mean, n * qk_[i].stats_per_token()},
@@ -158,6 +165,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
     plan.insert(plan.end(), {{&head_u_, N * C}, {&head_a_, N * C}, {&head_t_, N * C},
                              {&head_mean_, N}, {&head_rstd_, N}});
   if (cfg_.has_logits()) plan.insert(plan.end(), {{&logits_, N * V}, {&lse_, N}});
+  if (sz_) plan.push_back({&logits_raw_, N * V});
   plan.insert(plan.end(), {{&dstream_[0], Nmax * C}, {&dstream_[1], Nmax * C}, {&dh_, Nmax * C},
                            {&df_, Nmax * C}, {&dg_, Nmax * C}, {&dr_, Nmax * C}, {&ddrop_, Nmax * C},
                            {&dmix_, Nmax * std::max(C, F)}, {&dhid_, Nmax * std::max({QW, C, FW})},
@@ -258,9 +266,13 @@ void Model<S>::sublayer_forward(int i) {
     };
     profile_ratio_ = std::sqrt(var(a.x_in, profile_ratio_) + var(a.g, 1.0));
   }
-  // r = omega * x + lambda * g
-  gated_residual_forward(a.r, a.x_in, a.g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)),
-                         long(N), C);
+  // r = omega * x + lambda * g;  nGPT: r = A + |a| (g - A), A = x / |x|
+  if (p.eigen_lr)
+    sphere_residual_forward(a.r, a.sc_rstd, a.x_in, a.g, p.eigen_lr, sphere_scale("eigen_lr", C).factor, cfg_.eps,
+                            long(N), C);
+  else
+    gated_residual_forward(a.r, a.x_in, a.g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)),
+                           long(N), C);
   // x' = ln_out(r)
   if (sites.out) norm_forward(a.x_out, a.out_mean, a.out_rstd, a.r, p.ln_out, N);
 }
@@ -284,7 +296,13 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) 
   // r = omega * x + lambda * g:  dx = omega * dr (assigned here, the input-norm path adds below);
   // dg = lambda * dr (dr itself when lambda = 1); the gates' gradients
   const S* dg = dr;
-  if (p.omega || p.gain) {
+  if (p.eigen_lr) {  // nGPT's update
+    zero(dx_in, NC);
+    zero(dg_, NC);
+    sphere_residual_backward(dx_in, dg_, dp.eigen_lr, dr, a.x_in, a.g, p.eigen_lr, sphere_scale("eigen_lr", C).factor,
+                             a.sc_rstd, long(N), C);
+    dg = dg_;
+  } else if (p.omega || p.gain) {
     zero(dx_in, NC);
     zero(dg_, NC);
     gated_residual_backward(dx_in, dg_, dp.omega, dp.gain, dr, a.x_in, a.g, p.omega, p.gain, p.gain_c,
@@ -405,6 +423,11 @@ void Model<S>::head_forward() {
     norm_forward(head_t_, head_mean_, head_rstd_, head_a_, hln_, N);
     matmul_forward<S>(logits_, head_t_, wte, hbias_, N, C, V, prec_, bf16_of(wte));
   }
+  // nGPT: logits = s_z logits, column by column
+  if (sz_) {
+    std::copy(logits_, logits_ + size_t(N) * V, logits_raw_);
+    scale_columns(logits_, logits_raw_, long(N), V, sz_, sphere_scale("sz", C).factor);
+  }
   // logits = c tanh(logits / c) (Gemma 2's final soft-capping)
   if (cfg_.logit_softcap > 0) softcap_in_place(logits_, size_t(N) * V, cfg_.logit_softcap);
 }
@@ -443,6 +466,12 @@ void Model<S>::backward(double loss_scale) {
   if (label_count_ == 0) return;  // no labels (or no head): no loss and no gradient
   // loss = mean xent(logits):  logits become dlogits in place
   softmax_xent_backward(logits_, lse_, labels_.data(), loss_scale / double(label_count_), N, V, cfg_.logit_softcap);
+  // nGPT: logits = s_z raw:  ds_z += sum dlogits raw;  draw = s_z dlogits
+  if (sz_) {
+    const double factor = sphere_scale("sz", cfg_.d_model).factor;
+    scale_columns_param_grad(dsz_, logits_, logits_raw_, long(N), V, factor);
+    scale_columns(logits_, logits_, long(N), V, sz_, factor);
+  }
   // logits = head(xf)
   head_backward(dh_);
   // xf = ln_f(x) (or x + ln_f(x_d), or x); the decoder's (or the only) slots
@@ -597,6 +626,13 @@ uint16_t* Model<S>::bf16_weights_buffer() {
   if (prec_ != ops::Precision::Bf16) return nullptr;
   params16_.resize(params_.size());
   return params16_.data();
+}
+
+template <class S>
+void Model<S>::project_to_sphere() {
+  if (!cfg_.on_sphere()) return;
+  normlab::project_to_sphere(params_.data(), table_, cfg_);
+  params16_current_ = false;
 }
 
 template <class S>

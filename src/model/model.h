@@ -37,6 +37,10 @@ struct SublayerActs {
   S* r = nullptr;        // (B, T, C) omega * x_in + lambda * g
   S* out_mean = nullptr, * out_rstd = nullptr;
   S* x_out = nullptr;    // (B, T, C) ln_out(r), or r
+  // nGPT (ops/sphere.h): 1 / |x_in| of the update's projection (B, T); attn: q | k after RoPE before
+  // their projection (B, T, 2C) and 1 / |q_h|, 1 / |k_h| (B, T, 2 NH); mlp: fc's output before s_uv (B, T, FW)
+  S* sc_rstd = nullptr;
+  S* pre = nullptr, * pre_r = nullptr;
 };
 
 // The source side of an encoder-decoder batch: ids (B, S), mask (B, S) or null (0 = padding).
@@ -59,6 +63,9 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   // The token embedding's scale: the parameter embed_scale (model.embed_scale_learned) or model.embed_scale.
   double embedding_scale() const { return escale_ ? double(*escale_) : cfg_.embed_scale; }
+  // nGPT: the matrices back onto the unit sphere (model/init.h), after an optimizer step; discards a
+  // bf16 handoff as any write of the parameters does. Nothing for other methods.
+  void project_to_sphere();
   // How the self-attention's q.k become scores (model.attn_scale, attn_softcap: ops/attention.h).
   ops::ScoreMap score_map() const { return {cfg_.attention_scale(), cfg_.attn_softcap}; }
   const ParamTable& table() const { return table_; }
@@ -182,7 +189,8 @@ class Model {
   // (d(after) -> d(before)) and the JVP read those of the last forward, the JVP at its rows [row0,
   // row0 + rows) (K tangents of `rows` rows each; rows = 1 and pos0 = the token for one token).
   const QkNormLayout& qk_layout(int i) const { return qk_[size_t(i)]; }
-  void attn_qk_forward(int i, S* qkv, int rows, int T, int pos0, S* raw, S* mean, S* rstd) const;
+  void attn_qk_forward(int i, S* qkv, int rows, int T, int pos0, S* raw, S* mean, S* rstd, S* sph_raw = nullptr,
+                       S* sph_r = nullptr) const;
   void attn_qk_backward(int i, S* dqkv, int rows, int T);
   void attn_qk_jvp(int i, S* tqkv, int K, int rows, int T, int pos0, size_t row0) const;
   // One norm site's tangent: tout (K, rows, C) = J tin, J the Jacobian of the norm at `inp`.
@@ -287,6 +295,8 @@ class Model {
   S* head_u_ = nullptr, * head_a_ = nullptr, * head_t_ = nullptr;  // (B, T, C) MLM head: dense, act, norm
   S* head_mean_ = nullptr, * head_rstd_ = nullptr;
   S* logits_ = nullptr;              // (B, T, V), becomes dlogits in backward
+  S* logits_raw_ = nullptr;          // (B, T, V) nGPT: the logits before s_z
+  S* sz_ = nullptr, * dsz_ = nullptr;  // (V) nGPT's logit scale
   S* lse_ = nullptr;                 // (B, T)
   // backward scratch, sized for the longer of the two sequences
   S* dstream_[2] = {nullptr, nullptr};  // (B, max(T, S), C) ping-pong

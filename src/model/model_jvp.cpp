@@ -14,6 +14,7 @@
 #include "model/norm_of.h"
 #include "ops/matmul.h"
 #include "ops/residual.h"
+#include "ops/sphere.h"
 #include "util/error.h"
 
 namespace normlab {
@@ -115,9 +116,12 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
     // x_d = x_d + g (a two-stream stack)
     if (td)
       for (size_t k = 0; k < KNC; k++) td[k] += g[k];
-    // r = omega * x + lambda * g;  x' = ln_out(r)
-    gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)),
-                       long(K) * N, C);
+    // r = omega * x + lambda * g (nGPT: A + |a| (g - A));  x' = ln_out(r)
+    if (p.eigen_lr)
+      sphere_residual_jvp(tr, tx, g, a.x_in, a.sc_rstd, p.eigen_lr, sphere_scale("eigen_lr", C).factor, long(K) * N,
+                          long(N), C);
+    else
+      gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)), long(K) * N, C);
     if (sites.out)
       norm_jvp(tx, tr, a.r, p.ln_out, a.out_mean, a.out_rstd, K, N);
     else
@@ -209,8 +213,12 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
       norm_jvp(tg, tf, a.f + n * C, p.ln_branch, a.br_mean + n, a.br_rstd + n, K, 1);
       g = tg;
     }
-    // r = omega * x + lambda * g;  x' = ln_out(r)
-    gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(layer)), long(K), C);
+    // r = omega * x + lambda * g (nGPT: A + |a| (g - A));  x' = ln_out(r)
+    if (p.eigen_lr)
+      sphere_residual_jvp(tr, tx, g, a.x_in + n * C, a.sc_rstd + n, p.eigen_lr, sphere_scale("eigen_lr", C).factor,
+                          long(K), 1L, C);
+    else
+      gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(layer)), long(K), C);
     if (sites.out)
       norm_jvp(tx, tr, a.r + n * C, p.ln_out, a.out_mean + n, a.out_rstd + n, K, 1);
     else

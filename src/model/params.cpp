@@ -90,11 +90,17 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     if (sites.branch) add_norm(p + ".ln_branch", C);
     if (sites.out) add_norm(p + ".ln_out", C);
     if (cfg.shortcut_of(slot.layer) == Shortcut::AdminOmega) add(p + ".omega", {C}, ParamRole::Gate);
+    if (cfg.shortcut_of(slot.layer) == Shortcut::Sphere) add(p + ".eigen_lr", {C}, ParamRole::Gate);
+    if (m.sphere) {  // nGPT's scales (methods.h sphere_scale)
+      if (slot.kind == Sublayer::Attn) add(p + ".sqk", {C}, ParamRole::Gate);
+      if (slot.kind == Sublayer::Mlp) add(p + ".suv", {cfg.fc_width()}, ParamRole::Gate);
+    }
     if (m.gain == BranchGain::SublayerScalar) add(p + ".gain", {1}, ParamRole::Gate);
     if (m.gain == BranchGain::Channel) add(p + ".gain", {C}, ParamRole::Gate);
   }
   if (cfg.has_final_norm()) add_norm("ln_f", C);
   if (cfg.head == Head::Untied) add("lm_head.weight", {V, C}, ParamRole::LinearWeight);
+  if (cfg.on_sphere() && cfg.has_logits()) add("sz", {V}, ParamRole::Gate);  // nGPT's logit scale
   if (cfg.head == Head::Mlm) {
     add("head.dense.weight", {C, C}, ParamRole::LinearWeight);
     add("head.dense.bias", {C}, ParamRole::LinearBias);
@@ -128,6 +134,9 @@ SublayerParams<S> sublayer_params(const ParamTable& table, const ModelConfig& cf
   v.w2 = ptr(p + ".proj.weight");
   v.b2 = ptr(p + ".proj.bias");
   v.omega = ptr(p + ".omega");
+  v.eigen_lr = ptr(p + ".eigen_lr");
+  v.sqk = ptr(p + ".sqk");
+  v.suv = ptr(p + ".suv");
   if (const ParamSpec* g = table.find(p + ".gain")) {
     v.gain = base + g->offset;
     v.gain_c = int(g->numel);

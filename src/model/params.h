@@ -62,6 +62,9 @@ struct SublayerParams {
   S* omega = nullptr;  // (C) Admin's shortcut scale
   S* gain = nullptr;   // (gain_c) ReZero's (the layer's), SkipInit's or LayerScale's branch scale
   int gain_c = 0;      // 1 or C
+  // nGPT (methods.h Method::sphere; ops/sphere.h): the update's eigen learning rate (C), the attention's
+  // s_qk (C), the MLP's s_uv (fc width); null elsewhere
+  S* eigen_lr = nullptr, * sqk = nullptr, * suv = nullptr;
 };
 
 // Parameter name prefixes: "h.3.attn", "enc.h.0.mlp", "h.1.cross" (slot), "h.3" / "enc.h.0" (layer).

@@ -192,6 +192,10 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   if (!model_cfg.has_logits())
     throw Error("the model has no head (model.head = none, e.g. an imported BertModel): there is no loss to "
                 "train; set model.head = \"mlm\" (a new masked-LM head) or \"tied\"");
+  if (model_cfg.on_sphere() && tc.adamw.weight_decay > 0)
+    throw Error(fmt::format("train.weight_decay = {}: an nGPT model (placement \"ngpt\") keeps its matrices on the unit "
+                            "sphere after every step, and nGPT trains without weight decay: set train.weight_decay = 0",
+                            tc.adamw.weight_decay));
   if (tc.precision == ops::Precision::Bf16 && !options.quiet)
     if (const std::string why = ops::bf16_unsupported_reason(); !why.empty())
       fmt::print(stderr, "note: train.precision = \"bf16\": {}\n", why);
@@ -509,6 +513,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     optimizer.step(model.params().data(), model.grads().data(), lr, step, clip_scale(gnorm, tc.grad_clip),
                    rounded);
     if (rounded) model.bf16_weights_written();
+    model.project_to_sphere();  // nGPT: the matrices back onto the sphere (discards the handoff; else nothing)
     if (log_layers) {
       nlohmann::json record = layer_logger->finish(model, step);
       if (probe) {

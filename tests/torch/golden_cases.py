@@ -57,7 +57,9 @@ def build_cases():
     cases = []
     for arch in ("gpt", "encoder"):
         for p in nt.PLACEMENTS:       # every method, new ones (admin ... tfixup) included
-            cases.append(Case(f"{arch}_{p}", dict(SMALL, arch=arch, placement=p), SMALL_BT))
+            # (nGPT takes only its own setting: the l2 norm, no learned positions, no biases)
+            need = dict(norm="l2", positions="rope", bias="none") if nt.METHODS[p].sphere else {}
+            cases.append(Case(f"{arch}_{p}", dict(SMALL, arch=arch, placement=p, **need), SMALL_BT))
     cases += [
         Case("gpt_pre_rmsnorm", dict(SMALL, placement="pre", norm="rmsnorm"), SMALL_BT),
         Case("gpt_post_rmsnorm", dict(SMALL, placement="post", norm="rmsnorm"), SMALL_BT),
@@ -217,6 +219,14 @@ def build_cases():
              qk_norm="whole", v_norm=True, qk_norm_affine=False), SMALL_BT, pad=True),
         Case("gpt_post_layernorm_nobias", dict(SMALL, placement="post", norm_bias=False), SMALL_BT),
         Case("gpt_post_l2", dict(SMALL, placement="post", norm="l2", eps=0.0), SMALL_BT),
+        # nGPT: the update on the sphere, unit q and k heads times s_qk, s_uv, s_z, scores by sqrt(HS);
+        # trained (AdamW without decay, the matrices renormalized after every step), and as an encoder
+        Case("gpt_ngpt_swiglu_untied", dict(SMALL, placement="ngpt", norm="l2", eps=0.0, positions="rope", bias="none",
+             activation="swiglu", head="untied"), SMALL_BT),
+        Case("train_gpt_ngpt", dict(SMALL, placement="ngpt", norm="l2", eps=0.0, positions="rope", bias="none",
+             activation="swiglu", head="untied"), SMALL_BT, kind="train", train=dict(TRAIN_CFG, weight_decay=0.0)),
+        Case("encoder_ngpt_pad", dict(SMALL, arch="encoder", placement="ngpt", norm="l2", positions="none",
+             bias="none"), SMALL_BT, pad=True),
         Case("encoder_peri_l2_qknorm_pad", dict(SMALL, arch="encoder", placement="peri", norm="l2", qk_norm="heads"),
              SMALL_BT, pad=True),
         # Gemma 2's block: the sandwich (pre and post norms of each branch), GeGLU, sqrt(d) embedding scale,

@@ -165,6 +165,8 @@ def check_init(config, tensors):
         if not np.allclose(w, want, rtol=1e-6, atol=0.0):
             problems.append(f"{name}: {what} init must be all {want:.7g}, got {np.unique(w)[:4]}")
 
+    placements = config["placement"] if isinstance(config["placement"], list) else [config["placement"]]
+    sphere = any(nt.METHODS[q].sphere for q in placements)
     for name, _ in nt.param_specs(config):
         w = tensors[name].numpy().astype(np.float64)
         k = _init_stack_constants(config, name)
@@ -187,12 +189,18 @@ def check_init(config, tensors):
             const_ok(name, w, 0.0, "ReZero")
         elif name == "embed_scale":
             const_ok(name, w, config["embed_scale"], "learned embedding scale")
+        elif name == "sz" or name.endswith((".eigen_lr", ".sqk", ".suv")):   # nGPT's stored values
+            const_ok(name, w, nt.sphere_init(config, name), "nGPT scale")
         elif name.endswith(".gain"):
             if method == "skipinit":
                 const_ok(name, w, 0.0, "SkipInit gain")
             else:
                 d = k["depth"]
                 const_ok(name, w, 0.1 if d <= 18 else 1e-5 if d <= 24 else 1e-6, f"LayerScale (depth {d}) gain")
+        elif sphere and w.ndim == 2:   # nGPT: rows (wte, lm_head, qkv, fc) or columns (proj) of length 1
+            lengths = np.sqrt((w * w).sum(axis=0 if name.endswith(".proj.weight") else 1))
+            if not np.allclose(lengths, 1.0, rtol=0, atol=1e-6):
+                problems.append(f"{name}: nGPT's init is on the unit sphere, lengths {lengths.min():.7g}..{lengths.max():.7g}")
         elif name in ("wte.weight", "enc.wte.weight"):
             if scheme == "tfixup":
                 # wte: the decoder stack (gpt / encoder-only: L); enc.wte: the encoder's N; a table shared
@@ -281,7 +289,7 @@ def perturb_tensors(tensors, seed, config=None):
             w = w + 0.3 * rng.randn(*w.shape)
         elif name.endswith(".omega"):
             w = rng.uniform(*PERTURB_OMEGA, size=w.shape)
-        elif name == "embed_scale":
+        elif name == "embed_scale" or name == "sz" or name.endswith((".eigen_lr", ".sqk", ".suv")):
             w = w * rng.uniform(0.6, 1.6, size=w.shape)
         elif name.endswith((".gain", ".rezero")):
             w = rng.uniform(*PERTURB_GAIN, size=w.shape) * rng.choice([-1.0, 1.0], size=w.shape)

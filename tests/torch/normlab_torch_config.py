@@ -36,8 +36,13 @@ EOS_TOKEN = 257      # encdec: the last label
 # ffn:              the feed-forward sub-layer's (in_norm, branch_norm, out_norm) when they differ from
 #                   the attention's (HybridNorm: Post-LN around the FFN only).
 # qkv:              the self-attention normalizes q, k and v (QKV-norm; per head unless qk_norm = whole).
-Method = namedtuple("Method", "in_norm branch_norm out_norm shortcut branch final dual embed lns ffn qkv",
-                    defaults=(False, False, False, None, False))
+# sphere:           nGPT (Loshchilov et al. 2025; the reference code NVIDIA/ngpt, model.py): shortcut
+#                   "sphere" r = A + |a| (g - A), A = x/|x|, a = eigen_lr * 0.05 sqrt(C); q and k heads
+#                   after RoPE become sqk sqrt(C) * q/|q| (one sqk (C) for both), scores times sqrt(HS);
+#                   fc's output times suv sqrt(C); the logits times sz sqrt(C); every matrix renormalized
+#                   after each optimizer step (normlab_torch_train).
+Method = namedtuple("Method", "in_norm branch_norm out_norm shortcut branch final dual embed lns ffn qkv sphere",
+                    defaults=(False, False, False, None, False, False))
 
 METHODS = OrderedDict([
     ("post",       Method(False, False, True,  "one",      "one",    False)),   # Vaswani et al. 2017
@@ -57,6 +62,7 @@ METHODS = OrderedDict([
     ("lns",        Method(True,  False, False, "one",      "one",    True, lns=True)),    # LayerNorm Scaling
     ("hybridnorm", Method(False, False, False, "one",      "one",    True, ffn=(False, False, True), qkv=True)),
     ("hybridnorm_pre", Method(True, False, False, "one",   "one",    True, ffn=(False, False, True), qkv=True)),
+    ("ngpt",       Method(False, True,  True,  "sphere",   "one",    False, sphere=True)),   # nGPT
 ])
 PLACEMENTS = tuple(METHODS)
 def sites(method, kind):
@@ -161,8 +167,10 @@ def normalize_config(cfg, strict=True):
     c["v_norm"] = bool(c["v_norm"])
     if c["norm_alpha_attn"] is None:   # resolved as normlab writes it: the attention's input norm starts at norm_alpha
         c["norm_alpha_attn"] = c["norm_alpha"]
-    if c["attn_scale"] is None:        # resolved as normlab writes it: 1 / sqrt(head size)
-        c["attn_scale"] = 1.0 / math.sqrt(c["d_model"] // c["n_heads"])
+    if c["attn_scale"] is None:        # resolved as normlab writes it: 1 / sqrt(head size) (nGPT: sqrt(head size))
+        pl = c["placement"] if isinstance(c["placement"], list) else [c["placement"]]
+        hs = c["d_model"] // c["n_heads"]
+        c["attn_scale"] = math.sqrt(hs) if any(METHODS[q].sphere for q in pl if q in METHODS) else 1.0 / math.sqrt(hs)
     if c["v_norm"] and c["qk_norm"] == "none":
         raise ValueError("v_norm needs qk_norm")
     if c["bias"] not in ("all", "qkv", "none"):

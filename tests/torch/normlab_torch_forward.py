@@ -155,6 +155,12 @@ def attention(config, params, prefix, h, key_mask=None, causal=None):
             v = qk_norm(v, "v_norm")
     if config.get("positions", "learned") == "rope":
         q, k = rope(config, q), rope(config, k, KVH)
+    if METHODS[st.methods[int(prefix.split(".")[-2])]].sphere:   # nGPT: each head onto the sphere, times s_qk
+        s = (params[prefix + ".sqk"] * math.sqrt(C)).reshape(NH, C // NH)
+        def unit_heads(t):
+            t = t.reshape(*t.shape[:-1], NH, C // NH)
+            return (s * t / torch.sqrt((t * t).sum(dim=-1, keepdim=True) + config["eps"])).reshape(*t.shape[:-2], C)
+        q, k = unit_heads(q), unit_heads(k)
     if KVH != NH:   # every query head gets a copy of its group's key and value head
         def widen(t):
             return t.reshape(*t.shape[:-1], KVH, C // NH).repeat_interleave(NH // KVH, dim=-2).reshape(*t.shape[:-1], C)
@@ -176,6 +182,8 @@ def cross_attention(config, params, prefix, h, key_mask=None, memory=None):
 
 def mlp(config, params, prefix, h, key_mask=None):
     u = linear(h, params[prefix + ".fc.weight"], params.get(prefix + ".fc.bias"))
+    if prefix + ".suv" in params:   # nGPT: s_uv sqrt(C), column by column
+        u = u * (params[prefix + ".suv"] * math.sqrt(config["d_model"]))
     a = activation(config, u)
     return linear(a, params[prefix + ".proj.weight"], params.get(prefix + ".proj.bias"))
 
@@ -221,7 +229,12 @@ def sublayer_parts(config, params, prefix, method, branch, x, key_mask=None, sta
     h = norm(config, params, prefix + ".ln_in", x) * input_scale(prefix, method) if in_norm else x
     f = branch(config, params, prefix, h, key_mask)
     g = norm(config, params, prefix + ".ln_branch", f) if branch_norm else f
-    r = omega * x + lam * g
+    if METHODS[method].shortcut == "sphere":   # nGPT: A + |a| (g - A), A = x / |x|, a = eigen_lr 0.05 sqrt(C)
+        a = torch.abs(params[prefix + ".eigen_lr"] * 0.05 * math.sqrt(config["d_model"]))
+        A = x / torch.sqrt((x * x).sum(dim=-1, keepdim=True) + config["eps"])
+        r = A + a * (g - A)
+    else:
+        r = omega * x + lam * g
     out = norm(config, params, prefix + ".ln_out", r) if out_norm else r
     return out, f, omega, g
 
@@ -339,6 +352,8 @@ def forward_outputs(config, params, input_ids, labels=None, token_types=None, ke
     else:
         w_out = params["lm_head.weight"] if config["head"] == "untied" else wte    # untied: its own matrix
         logits = xf @ w_out.t()                                                      # tied output
+    if "sz" in params:   # nGPT: s_z sqrt(C), column by column
+        logits = logits * (params["sz"] * math.sqrt(config["d_model"]))
     if config.get("logit_softcap", 0.0) > 0:   # Gemma 2's final soft-capping
         logits = config["logit_softcap"] * torch.tanh(logits / config["logit_softcap"])
     out["logits"] = logits

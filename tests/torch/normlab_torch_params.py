@@ -107,6 +107,13 @@ def param_table(config):
                     t += _norm_table(c, pre + ".ln_out", st.name, method)
                 if m.shortcut == "omega" and c["residual"]:   # residual = false: no skip, no omega
                     t.append(ParamSpec(pre + ".omega", (C,), "omega", st.name, None, None, method))
+                if m.sphere:   # nGPT: the eigen learning rate (C), s_qk (C) or s_uv (fc width)
+                    t.append(ParamSpec(pre + ".eigen_lr", (C,), "sphere", st.name, None, None, method))
+                    if kind == "attn":
+                        t.append(ParamSpec(pre + ".sqk", (C,), "sphere", st.name, None, None, method))
+                    if kind == "mlp":
+                        t.append(ParamSpec(pre + ".suv", ((2 if c["activation"] in GATED else 1) * Fd,), "sphere",
+                                           st.name, None, None, method))
                 if m.branch in ("gain", "gain_c"):
                     t.append(ParamSpec(pre + ".gain", (1,) if m.branch == "gain" else (C,), "gain", st.name,
                                        None, None, method))
@@ -116,6 +123,9 @@ def param_table(config):
             t += _norm_table(c, st.final, st.name)
     if c["head"] == "untied":
         t += _linear_table("lm_head", V, C, None, "lm_head", bias=False)
+    pl = c["placement"] if isinstance(c["placement"], list) else [c["placement"]]
+    if any(METHODS[q].sphere for q in pl) and c["head"] != "none":
+        t.append(ParamSpec("sz", (V,), "sphere", None, None, None))   # nGPT's logit scale
     if c["head"] == "mlm":
         t += _linear_table("head.dense", C, C, None, "head.dense")
         t += _norm_table(c, "head.ln", None)
@@ -163,6 +173,23 @@ def norm_alpha_init(config, name):
     return config["norm_alpha"]
 
 
+def sphere_init(config, name):
+    """nGPT's stored initial values (the reference code): eigen_lr, sqk, sz 1/sqrt(C); suv 1."""
+    return 1.0 if name.endswith(".suv") else 1.0 / math.sqrt(config["d_model"])
+
+
+def project_to_sphere(config, params):
+    """nGPT's normalize_matrices, in place: rows of wte, lm_head, qkv and fc, columns of proj, to length 1."""
+    with torch.no_grad():
+        for name, w in params.items():
+            if w.dim() != 2:
+                continue
+            if name in ("wte.weight", "lm_head.weight") or name.endswith((".qkv.weight", ".fc.weight")):
+                w.div_(torch.sqrt((w * w).sum(dim=1, keepdim=True)))
+            elif name.endswith(".proj.weight"):
+                w.div_(torch.sqrt((w * w).sum(dim=0, keepdim=True)))
+
+
 def init_params(config, dtype=torch.float64):
     """The initialization schemes of MODEL.md, drawn from torch's RNG seeded with config["seed"].
 
@@ -207,6 +234,8 @@ def init_params(config, dtype=torch.float64):
             t = filled(spec.shape, 0.0)
         elif spec.role == "omega":
             t = filled(spec.shape, admin_init_value(c, st))
+        elif spec.role == "sphere":
+            t = filled(spec.shape, sphere_init(c, spec.name))
         elif spec.role == "gain":
             t = filled(spec.shape, layerscale_init(st.depth) if spec.method == "layerscale" else 0.0)   # / skipinit
         else:  # linear weight (out, in), row blocks initialized as separate projections
@@ -231,6 +260,9 @@ def init_params(config, dtype=torch.float64):
                     t[r0:r1] = uniform(bshape, math.sqrt(6.0 / (fan_in + fan_out))) * (
                         st.tfixup if scaled else 2 ** -0.5 if qk else 1.0)
         out[spec.name] = t.to(dtype)
+    pl = c["placement"] if isinstance(c["placement"], list) else [c["placement"]]
+    if any(METHODS[q].sphere for q in pl):
+        project_to_sphere(c, out)
     return out
 
 

@@ -8,7 +8,9 @@ import math
 
 import torch
 
+from normlab_torch_config import METHODS
 from normlab_torch_forward import forward
+from normlab_torch_params import project_to_sphere
 
 
 # --------------------------------------------------------------------------------------------------
@@ -75,6 +77,7 @@ def train(model, input_ids, labels, train_cfg, **inputs):
     tc.update(train_cfg)
     opt, sched = make_optimizer(model, tc)
     params = model.parameters()
+    placement = model.config["placement"] if isinstance(model.config["placement"], list) else [model.config["placement"]]
     records = []
     for s in range(int(tc["steps"])):
         lr_now = opt.param_groups[0]["lr"]
@@ -87,5 +90,7 @@ def train(model, input_ids, labels, train_cfg, **inputs):
             gn = global_grad_norm(params)
         opt.step()
         sched.step()
+        if any(METHODS[q].sphere for q in placement):   # nGPT: the matrices back onto the sphere
+            project_to_sphere(model.config, model.params)
         records.append({"step": s + 1, "loss": float(loss.detach()), "lr": lr_now, "grad_norm": gn})
     return records
