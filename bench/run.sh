@@ -104,7 +104,7 @@ log "fma_peak"
 # The same thread-pool environment for both sides: the normlab CLI runs with OMP_WAIT_POLICY=PASSIVE
 # (it re-executes itself to set it), bench_step must too. Without it, on a shared machine, its
 # spinning OpenMP threads stall: shape c, A/B/A/B at load average 7.5 on 2026-11-24: PASSIVE 972 and
-# 1,075 ms per step, libgomp's default 16,648 and 26,259 ms. (The README's earlier quiet-machine
+# 1,075 ms per step, libgomp's default 16,648 and 26,259 ms. (docs/BENCHMARK.md's earlier quiet-machine
 # numbers were taken with the default.)
 TORCH_ENV=(env OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4)
 NORMLAB_ENV=(env OMP_WAIT_POLICY=PASSIVE)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# scaling.sh: data parallelism over MPI ranks on this machine (not a test; README "Scaling over MPI
+# scaling.sh: data parallelism over MPI ranks on this machine (not a test; docs/BENCHMARK.md "Scaling over MPI
 # ranks"). For the benchmark shapes b and c (bench/bench_step.cpp; byte vocabulary, the built-in
 # corpus) it trains 14 steps with one process (all cores) and with `mpirun -np 2` (one core each),
 # the same global batch, and with one process on one core, and reports the median tokens/s and ms per
-# step of steps 5..14 (efficiency: README); then the
+# step of steps 5..14 (efficiency: docs/BENCHMARK.md); then the
 # fixed-order gradient sum's time per gradient size (bench_allreduce). The load average is recorded
 # beside every measurement: the machine may be shared. Prints JSON lines.
 # Usage: bench/scaling.sh [build dir]

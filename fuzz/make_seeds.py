@@ -182,7 +182,7 @@ put("gguf", "overlap", gguf_file(gguf_tok, [("a", [4], 0, 0), ("b", [8], 0, 0)],
 put("gguf", "truncated", gguf_file(gguf_tok, gguf_tensors, gguf_data)[:-40])
 put("gguf", "bad-merge", gguf_file(gguf_tok[:4] + [gguf_kv("tokenizer.ggml.merges", 9, struct.pack("<IQ", 8, 1) + gguf_str("a  b"))], [], b""))
 put("gguf", "huge-array", gguf_file([gguf_kv("k", 9, struct.pack("<IQ", 4, 2**60))], [], b""))
-# --- regressions: the inputs of the defects the fuzzers found (README, "Tests")
+# --- regressions: the inputs of the defects the fuzzers found (docs/TESTING.md, "Fuzzing and sanitizers")
 # a layer count of 2^31 - 1 walked layer by layer before its range was checked (a hang)
 put("checkpoint_config", "regress-n-layers-2e9", json.dumps(dict(cfg, n_layers=2147473648, seq_len=1e300)))
 # id 2^31 - 1 in a token stream: "largest id + 1" overflowed (UBSan: signed integer overflow)

@@ -4,8 +4,8 @@
 # -fsanitize=undefined leaves out). Builds in ./build-asan (-O1 -g, assertions on) and runs ctest
 # there, niced; any arguments go to ctest, e.g. `scripts/sanitize.sh -R 'test_|tokenizer|corpus'`
 # for the C++ unit tests only, or `TARGETS=normlab scripts/sanitize.sh -LE unit -E _NOT_BUILT` for
-# the command's tests without building the unit tests. How long it takes is in the README ("Fuzzing
-# and sanitizers").
+# the command's tests without building the unit tests. How long it takes is in docs/TESTING.md
+# ("Fuzzing and sanitizers").
 # Every test's timeout is the Release one times SCALE (tests/CMakeLists.txt, NORMLAB_TEST_TIMEOUT_SCALE;
 # ctest's default for tests without one is scripts/test.sh's 1500 s times SCALE).
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cli_data_inputs.sh: your own data everywhere (README "Your data"). Oracles: `analyze jacobian
+# cli_data_inputs.sh: your own data everywhere (docs/INSTRUMENTS.md "On your model and your data"). Oracles: `analyze jacobian
 # --corpus F` equals `--text` of the window it printed; `analyze dynamics --corpus F` equals the same
 # instrument on a token stream of F's bytes (a .bin of uint16 ids); `theory --checkpoint` of a fresh
 # `normlab init` checkpoint equals the fresh-model measurement of the same seed on the deterministic

@@ -3,7 +3,10 @@
 # prints (fresh, trained, --checkpoint), that the study's pretrained claims use and that the report
 # shows resolves to a row of docs/THEORY.md (a table row whose first cell starts with the name); no
 # output and no printed string in the sources names a document the repository lacks ("seeds/...",
-# "../shared"); every terminal table of analyze, theory and compare has a legend.
+# "../shared"); every terminal table of analyze, theory and compare has a legend. The docs keep in
+# step: README.md stays at most 300 lines and lists every docs/*.md page; every file, page and
+# heading that README.md or a docs page names or links to exists; docs/MODEL.md's model-config table
+# has exactly the model keys a run's config.json holds (the encoder-decoder's aside).
 # Usage: cli_theory_docs.sh path/to/normlab path/to/repository
 set -uo pipefail
 NL=$(realpath "$1")
@@ -95,12 +98,73 @@ for col in "run:" "status:" "train loss:" "val loss:" "diverged at:" "to target:
   check "grep -q '$col' st/summary.txt" "the compare summary has no legend for '$col'"
 done
 
-# the README: no unfilled placeholder of generated output, and every file and study it points a
-# newcomer to exists
+# the README and the docs pages: no unfilled placeholder of generated output in the README, which
+# stays what a newcomer reads in five minutes (at most 300 lines), names the test command CI runs and
+# links every docs page; every file and study a page names exists, and so does every page, file and
+# heading it links to
 check "! grep -qE '^NORMLAB:[A-Z_]+\$' '$SRC/README.md'" "README.md holds an unfilled placeholder: $(grep -E '^NORMLAB:[A-Z_]+$' "$SRC/README.md")"
-for f in $(grep -oE '(configs|studies)/[a-z0-9_-]+\.toml|docs/[A-Z]+\.md|scripts/[a-z_]+\.sh' "$SRC/README.md" | sort -u); do
-  check "[[ -f '$SRC/$f' ]]" "README.md names $f, which does not exist"
+check "[[ \$(wc -l <'$SRC/README.md') -le 300 ]]" "README.md has $(wc -l <"$SRC/README.md") lines, more than 300: move the reference to docs/"
+check "grep -F 'bash scripts/test.sh' '$SRC/.ci/run' >/dev/null && grep -F 'bash scripts/test.sh' '$SRC/README.md' >/dev/null" \
+  "README.md does not name the test command .ci/run runs (bash scripts/test.sh)"
+pages=("$SRC/README.md" "$SRC"/docs/*.md)
+check "[[ \${#pages[@]} -ge 10 ]]" "only ${#pages[@]} pages (README.md and docs/*.md)"
+for page in "$SRC"/docs/*.md; do
+  check "grep -F '](${page#"$SRC"/})' '$SRC/README.md' >/dev/null" "README.md's \"Documentation\" does not list ${page#"$SRC"/}"
 done
+for page in "${pages[@]}"; do
+  for f in $(grep -oE '(configs|studies)/[a-z0-9_-]+\.toml|docs/[A-Za-z_]+\.md|scripts/[a-z_]+\.sh' "$page" | sort -u); do
+    check "[[ -f '$SRC/$f' ]]" "${page#"$SRC"/} names $f, which does not exist"
+  done
+done
+# markdown links [text](target): a relative target, from the page's own directory, exists; a
+# "#heading" on a .md page (or alone: this page) is one of its headings, as GitHub spells the anchor
+links=$(python3 - "$SRC" "${pages[@]}" <<'PY'
+import os, re, sys
+root = sys.argv[1]
+def headings(path):
+    text = re.sub(r"^```.*?^```", "", open(path).read(), flags=re.M | re.S)
+    out = set()
+    for h in re.findall(r"^#{1,6} +(.+?) *$", text, flags=re.M):
+        h = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", h).replace("`", "").lower()
+        out.add(re.sub(r"[^\w\- ]", "", h).replace(" ", "-"))
+    return out
+n = 0
+for page in sys.argv[2:]:
+    text = re.sub(r"^```.*?^```", "", open(page).read(), flags=re.M | re.S)
+    for target in re.findall(r"\[[^\[\]]*\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        n += 1
+        path, _, anchor = target.partition("#")
+        full = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+        name = os.path.relpath(page, root)
+        if not os.path.exists(full):
+            print(f"{name} links to {target}, which does not exist")
+        elif anchor and full.endswith(".md") and anchor not in headings(full):
+            print(f"{name} links to {target}: {os.path.relpath(full, root)} has no heading #{anchor}")
+print(f"checked {n}")
+PY
+)
+while IFS= read -r line; do
+  [[ -z $line || $line == "checked "* ]] || bad "$line"
+done <<<"$links"
+nlinks=$(sed -n 's/^checked //p' <<<"$links")
+check "[[ '${nlinks:-0}' -ge 40 ]]" "only ${nlinks:-0} links checked in README.md and docs/*.md"
+
+# the model-config table of docs/MODEL.md (the "| `key` |" rows of its section "Config") holds exactly
+# the keys normlab writes under "model" in a run's config.json, but the encoder-decoder's, which are
+# written only for some configs
+"$NL" train -q --set model.d_model=16 --set model.n_heads=2 --set model.n_layers=1 --set train.steps=1 \
+  --set train.batch_size=2 --set train.out_dir=cfg >cfg.txt 2>&1
+encdec='^(dec_layers|shared_embeddings|src_vocab|admin_init)$'
+awk '/^## /{s = /^## Config/} s' "$SRC/docs/MODEL.md" | sed -n 's/^| `\([a-z0-9_]*\)` |.*/\1/p' | grep -vE "$encdec" | sort -u >doc_keys.txt
+jq -r '.model | keys[]' cfg/config.json 2>/dev/null | grep -vE "$encdec" | sort -u >json_keys.txt
+check "[[ \$(wc -l <doc_keys.txt) -ge 30 && \$(wc -l <json_keys.txt) -ge 30 ]]" \
+  "too few model keys: $(wc -l <doc_keys.txt) in docs/MODEL.md's config table, $(wc -l <json_keys.txt) in config.json ($(head -3 cfg.txt))"
+check "[[ -z \"\$(comm -23 doc_keys.txt json_keys.txt)\" ]]" \
+  "docs/MODEL.md's config table has keys normlab does not write in config.json: $(comm -23 doc_keys.txt json_keys.txt | tr '\n' ' ')"
+check "[[ -z \"\$(comm -13 doc_keys.txt json_keys.txt)\" ]]" \
+  "config.json has model keys docs/MODEL.md's config table lacks: $(comm -13 doc_keys.txt json_keys.txt | tr '\n' ' ')"
 
 echo "cli_theory_docs: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -125,7 +125,7 @@ class Model:
         out = self._core.sample([int(i) for i in ids], max_new, temperature, top_k, seed)
         return self.decode(list(ids) + list(out))
 
-    # ---- the instruments (README "Instruments", docs/THEORY.md) -----------------------------------
+    # ---- the instruments (docs/INSTRUMENTS.md, docs/THEORY.md) -----------------------------------
 
     def jacobian(self, inputs, token: int = -1, full: bool = True, full_max_dim: int = 4096,
                  lanczos_k: int = 5) -> Results:
@@ -216,7 +216,7 @@ def train(config: str | os.PathLike | Mapping | None = None, *, sets: Iterable[s
     """Train as ``normlab train`` does: ``config`` a TOML file's path or a dict of its tables (None:
     the defaults), ``sets`` the ``--set`` overrides, ``out_dir`` the run directory (train.out_dir),
     ``resume`` a run directory to continue (``normlab train --resume``). Every record written to
-    metrics.jsonl (train, val, layers, summary, ...: README "Per-layer logs during training") is handed to ``callback`` as a
+    metrics.jsonl (train, val, layers, summary, ...: docs/USAGE.md "Per-layer logs during training") is handed to ``callback`` as a
     dict as soon as it is written; ``progress`` shows a progress bar.
 
     The GIL is released while the engine runs. Ctrl-C stops the run after its current step, writing

@@ -85,7 +85,7 @@ def read_results(path: str | os.PathLike, what: str = "runs"):
     - a study directory of ``normlab compare`` (or its results.json): one row per run (``what="runs"``),
       or one row per logged point of every run's curves (``what="curves"``);
     - a training run's directory (or its metrics.jsonl): one row per record, its ``type`` a column
-      (train, val, layers, summary, ...; README "Per-layer logs during training").
+      (train, val, layers, summary, ...; docs/USAGE.md "Per-layer logs during training").
     """
     pd = _pandas()
     p = os.fspath(path)

@@ -1,4 +1,4 @@
-// attention.h: the attention-spectrum instrument (README "Instruments"; source 002 in docs/SOURCES.md): per
+// attention.h: the attention-spectrum instrument (docs/INSTRUMENTS.md; source 002 in docs/SOURCES.md): per
 // layer and head, the spectral norm ||A||_2 of the attention probabilities, the largest column sum
 // c_max, the chain of bounds below, source 002's softmax-margin bound, and the row entropies. For an
 // encoder-decoder model: the encoder's self-attention (bidirectional), the decoder's (causal) and its

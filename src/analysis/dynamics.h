@@ -1,4 +1,4 @@
-// dynamics.h: the depth-dynamics instrument (README "Instruments"), at the model's current
+// dynamics.h: the depth-dynamics instrument (docs/INSTRUMENTS.md), at the model's current
 // parameters, averaged over batches of a corpus: per layer the residual-stream norm ||x_l|| (per
 // token), the branch-to-stream ratio ||F_l|| / ||x_l|| of each sub-layer, the gradient norm of each
 // layer's parameters (Xiong et al.: grows toward the output for Post-LN, flat for Pre-LN), and rank

@@ -1,4 +1,4 @@
-// jacobian.h: the Jacobian instrument (README "Instruments"; claims in docs/SOURCES.md): at every norm site, the LayerNorm /
+// jacobian.h: the Jacobian instrument (docs/INSTRUMENTS.md; claims in docs/SOURCES.md): at every norm site, the LayerNorm /
 // RMSNorm Jacobian in closed form against autodiff, its singular values, numerical rank, kernel and
 // what eps and gamma change; per block the token-local (d x d) and full-sequence ((T d) x (T d))
 // Jacobians with the Pre-LN bound sigma_min(I + A) >= 1 - ||A|| and the Post-LN rank check; and the

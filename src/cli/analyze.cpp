@@ -31,7 +31,7 @@
 namespace normlab::cli {
 
 void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
-  cmd.analyze = app.add_subcommand("analyze", "instruments: measure a model (see docs in README)");
+  cmd.analyze = app.add_subcommand("analyze", "instruments: measure a model (see docs/INSTRUMENTS.md)");
   cmd.analyze->require_subcommand(1);
   cmd.jacobian = cmd.analyze->add_subcommand(
       "jacobian", "norm-site, block and end-to-end Jacobians: spectra, ranks, theory checks");

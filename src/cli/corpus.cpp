@@ -24,7 +24,7 @@ void add_corpus_command(CLI::App& app, CorpusCommand& cmd) {
       "pairs). Needs mod2imp (libsword-utils) and sword-text-sparv, sword-text-web, "
       "sword-text-kjv\n"
       "(scripts/setup.sh installs them and runs this). A pair already built from the installed\n"
-      "module versions is kept unless --force. See README.md, 'Translation corpus and BLEU'.");
+      "module versions is kept unless --force. See docs/TRANSLATION.md.");
   cmd.bible->add_option("--out", cmd.out,
                         "corpus root (default ${NORMLAB_CACHE:-$HOME/.cache/normlab}/bible)");
   cmd.bible->add_flag("--force", cmd.force, "rebuild even if the corpus is present and up to date");

@@ -24,7 +24,7 @@ int run_help(const CLI::App& app, const HelpCommand& cmd);
 // did you mean 'train'?"); nullopt when they are all known.
 std::optional<std::string> unknown_command(const CLI::App& app, int argc, const char* const* argv);
 
-// What CLI11 threw while parsing, as the exit code the README documents: help and version requests
+// What CLI11 threw while parsing, as the exit code docs/USAGE.md documents ("Exit codes"): help and version requests
 // print and return 0; every other error prints "normlab: error: ..." (an unknown option with the
 // nearest option of that command) and returns 1.
 int parse_error_exit(CLI::App& app, const CLI::ParseError& e, int argc, const char* const* argv);

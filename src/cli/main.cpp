@@ -1,6 +1,6 @@
 // main.cpp: the `normlab` command. Subcommands: compare, report, train, sample, grads, init, export,
 // tokenize, analyze, theory, corpus, bleu, translate, help. With no arguments it runs `normlab
-// compare` with the default study on the built-in corpus. Exit codes (README "Exit codes"): 0 done;
+// compare` with the default study on the built-in corpus. Exit codes (docs/USAGE.md "Exit codes"): 0 done;
 // 1 for every user error (each Error, and every command-line error CLI11 reports, as one message on
 // stderr); 2 a diverged training run; 130 a run stopped by Ctrl-C (train, compare). Under mpirun
 // (src/dist/dist.h) train and compare run over the ranks; the other commands are refused.
@@ -158,7 +158,7 @@ int run_init(const RunConfig& cfg, const std::string& out, bool force) {
 }  // namespace
 
 // OpenMP threads that spin while they wait (libgomp's default) collapse when processes share the
-// cores: two normlab processes on 2 cores, or one beside a build, ran 30x slower (README,
+// cores: two normlab processes on 2 cores, or one beside a build, ran 30x slower (docs/USAGE.md,
 // "Several processes on one machine"). libgomp reads OMP_WAIT_POLICY when it is loaded, before
 // main, so setting it here needs one re-exec; an OMP_WAIT_POLICY or GOMP_SPINCOUNT the user set is
 // kept, and if the re-exec fails normlab simply runs on.

@@ -1,6 +1,6 @@
 // gemm_backend.h: the one place that decides which library runs a GEMM and in which precision:
 // the precision policy of mixed-precision training (train.precision) and the library choice, made
-// by measurement (bench/gemm_backends.cpp, README "Benchmark"):
+// by measurement (bench/gemm_backends.cpp, docs/BENCHMARK.md):
 //   - fp32: the linear layers on oneDNN's f32 matmul (gemm_f32_linear), attention's per-head GEMMs
 //     on OpenBLAS cblas_sgemm (ops/common.h gemm<float>): each where it measured faster.
 //   - bf16: both operands rounded to bfloat16 (round to nearest even), products accumulated in
@@ -68,7 +68,7 @@ void round_rows_to_bf16_together(uint16_t* dst, const float* src, int rows, int 
 // float32 C = alpha op(A) op(B) + beta C on oneDNN's matmul primitive (operands read in place, float
 // accumulation): the linear layers' fp32 GEMMs. On this machine (Zen 4) it was 5-19% faster than
 // OpenBLAS sgemm on every linear-layer GEMM of the benchmark shapes, measured quiet
-// (bench/gemm_backends, README "Mixed precision and the GEMM libraries"), and slower on attention's
+// (bench/gemm_backends, docs/BENCHMARK.md "Mixed precision and the GEMM libraries"), and slower on attention's
 // small per-head GEMMs, which stay on OpenBLAS. Single-threaded in the calling thread; deterministic
 // for a fixed machine and thread count.
 void gemm_f32_linear(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,

@@ -91,7 +91,7 @@ static void layernorm_backward_ref(S* dinp, S* dweight, S* dbias, const S* dout,
 // lanes summed in a fixed order, so the result depends on the ISA's vector width but not on the
 // run or the thread count). The forward rows are compiled twice, for the AVX2 baseline and for
 // AVX-512 (ops/isa.h picks one); the backward only for AVX2 (an AVX-512 build of it was not faster:
-// README "Kernel dispatch benchmark").
+// docs/BENCHMARK.md "Kernel dispatch benchmark").
 [[gnu::always_inline]] static inline void layernorm_forward_row_f32(float* y, float* mean, float* rstd, const float* x,
                                                                     const float* w, const float* b, int C, double eps) {
   double sum = 0;

@@ -104,7 +104,7 @@ Corpus load_token_stream(const std::string& path, double val_fraction, int T) {
     if (t.dtype != safetensors::DType::I32 || t.shape.empty() || t.shape.size() > 2 ||
         (t.shape.size() == 2 && t.shape[0] != 1))
       throw Error(fmt::format("token stream '{}': input_ids must be int32 of shape (N) or (1, N) (a file of several "
-                              "rows needs labels: see README, data.tokens)",
+                              "rows needs labels: see docs/USAGE.md, data.tokens)",
                               path));
     ids = t.as_i32();
   }

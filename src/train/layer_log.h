@@ -4,7 +4,7 @@
 // per stack its output norm. Read from what a training step already has (the activations of its last
 // forward, the gradients after backward, the parameters before and after the optimizer step): no
 // extra forward pass. And the model update ||Delta F|| of DeepNet (train.log_model_update), which
-// does cost forward passes on a fixed probe batch. The record format is in README.md ("Per-layer logs").
+// does cost forward passes on a fixed probe batch. The record format is in docs/USAGE.md ("Per-layer logs during training").
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -188,7 +188,7 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
     ids, mask, _ = padded_batch(config.vocab_size, 3, T, [T, T - 3, 1], seed)
     pad = getattr(config, "pad_token_id", None)
     if pad is not None:  # transformers' nn.Embedding(padding_idx = pad_token_id) gives that row no gradient from
-        # its inputs (normlab's does): the pad id appears only at padding, as a tokenizer writes it (README)
+        # its inputs (normlab's does): the pad id appears only at padding, as a tokenizer writes it (docs/MODEL.md)
         ids[(mask == 1) & (ids == pad)] = (pad + 1) % config.vocab_size
     labels = np.full_like(ids, -100)
     labels[:, :-1] = np.where(mask[:, 1:] == 1, ids[:, 1:], -100)

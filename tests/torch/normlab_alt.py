@@ -32,6 +32,9 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
     encdec = c["arch"] == "encdec"
 
     def N(prefix, z):   # over the last dimension (C, or a head's HS for QK-norm)
+        if c["norm"] == "l2":      # nGPT's sphere: torch's F.normalize (max(|z|, eps) = |z| here; eps = 0 configs)
+            assert c["eps"] == 0.0
+            return F.normalize(z, p=2.0, dim=-1)
         if c["norm"] == "layernorm":
             return F.layer_norm(z, (z.shape[-1],), P[prefix + ".weight"], P[prefix + ".bias"], c["eps"])
         if c["norm"] == "dyt":     # Zhu et al. 2025: torch.nn.Tanh on alpha z, then the affine
@@ -64,7 +67,25 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
         y = (torch.softmax(scores, -1) @ heads[2]).permute(0, 2, 1, 3).reshape(B, T, C)
         return F.linear(y, P[prefix + ".proj.weight"], P.get(prefix + ".proj.bias"))
 
+    def self_attn_sphere(prefix, h, causal, mask):
+        # nGPT (the reference model.py, without RoPE here): q_h = sqk_h sqrt(C) q_h / |q_h| (k alike, the
+        # same sqk), softmax(q_h k_h^T sqrt(HS) + masks) v_h
+        B, T, HS = h.shape[0], h.shape[1], C // NH
+        q, k, v = F.linear(h, P[prefix + ".qkv.weight"], P.get(prefix + ".qkv.bias")).split(C, dim=-1)
+        s = (P[prefix + ".sqk"] * C ** 0.5).view(1, 1, NH, HS)
+        q, k = (s * F.normalize(t.view(B, T, NH, HS), p=2.0, dim=-1) for t in (q, k))
+        q, k, v = (t.reshape(B, T, NH, HS).transpose(1, 2) for t in (q, k, v))
+        scores = torch.einsum("bhid,bhjd->bhij", q, k) * HS ** 0.5
+        if causal:
+            scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill((mask == 0)[:, None, None, :], float("-inf"))
+        y = torch.einsum("bhij,bhjd->bhid", torch.softmax(scores, -1), v).transpose(1, 2).reshape(B, T, C)
+        return F.linear(y, P[prefix + ".proj.weight"], P.get(prefix + ".proj.bias"))
+
     def self_attn(prefix, h, causal, mask):
+        if prefix + ".sqk" in P:
+            return self_attn_sphere(prefix, h, causal, mask)
         if prefix + ".q_norm.weight" in P:
             return self_attn_normed(prefix, h, causal, mask)
         # torch's own multi-head attention (the functional core of nn.MultiheadAttention): its fused
@@ -91,6 +112,8 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
 
     def mlp(prefix, h):
         u = F.linear(h, P[prefix + ".fc.weight"], P.get(prefix + ".fc.bias"))
+        if prefix + ".suv" in P:   # nGPT: suv sqrt(C) on every fc output
+            u = u * P[prefix + ".suv"] * C ** 0.5
         act = c["activation"]
         if act in ("swiglu", "geglu"):   # torch's own GLU pieces: chunk, F.silu / F.gelu(tanh)
             gate, up = u.chunk(2, dim=-1)
@@ -138,6 +161,10 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
                 y = N(pre + ".ln_out", one * x + branch(x))
             else:
                 y = one * x + branch(N(pre + ".ln_in", x) if method == "hybridnorm_pre" else x)
+        elif method == "ngpt":        # Loshchilov et al. 2025: h <- N(A + |alpha| (N(F(h)) - A)), A = N(h)
+            A = F.normalize(x, p=2.0, dim=-1)
+            lr = (P[pre + ".eigen_lr"] * (0.05 * C ** 0.5)).abs()
+            y = F.normalize(torch.lerp(A, F.normalize(branch(x), p=2.0, dim=-1), lr), p=2.0, dim=-1)
         else:
             raise AssertionError(method)
         if trace is not None:
@@ -197,6 +224,8 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
             x = N("ln_emb", x)
         x = run("main", "h", c["placement"], x, (2 * L) ** 0.25, c["arch"] == "gpt", kw.get("key_mask"), final="ln_f")
     logits = F.linear(x, P["wte.weight"])
+    if "sz" in P:   # nGPT's logit scale
+        logits = logits * P["sz"] * C ** 0.5
     logp = torch.log_softmax(logits, -1)
     sel = labels != -100
     loss = -logp[sel].gather(-1, labels[sel].unsqueeze(-1)).mean()
