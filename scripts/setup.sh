@@ -52,8 +52,18 @@ if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch, t
     "pandas==2.2.3" "matplotlib==3.9.2" "numpy==${debian_numpy}"  # gguf: llama.cpp's reader, the GGUF oracle
 fi
 
+# OLMo 2's parity needs transformers 4.47 (the newest that runs on Debian's torch 1.13), whose GGUF
+# reader and tokenizers 0.21 differ from what the other checks pin: its own small environment
+if (( want_tests )) && ! build/pyenv-tf447/bin/python -c "import torch, safetensors, transformers; assert transformers.__version__ == '4.47.1'" 2>/dev/null; then
+  echo "setup: creating build/pyenv-tf447 (Debian torch + transformers 4.47.1: the OLMo 2 parity check)"
+  [[ -x build/pyenv-tf447/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages build/pyenv-tf447
+  build/pyenv-tf447/bin/pip install -q --disable-pip-version-check "safetensors==0.8.0" "transformers==4.47.1" \
+    "tokenizers==0.21.4" "numpy==$(/usr/bin/python3 -c "import numpy; print(numpy.__version__)")"
+fi
+
 jobs=$(nproc)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_PYTHON="$PWD/build/pyenv/bin/python" >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNORMLAB_PYTHON="$PWD/build/pyenv/bin/python" \
+  -DNORMLAB_PYTHON_TF447="$PWD/build/pyenv-tf447/bin/python" >/dev/null
 if (( want_tests )); then
   cmake --build build -j "$jobs"                  # everything: the tests, the benchmark, the Python module
   # the test environment imports the module from the build (build/python/normlab): `import normlab`

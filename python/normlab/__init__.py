@@ -155,21 +155,21 @@ class Model:
 
 def load(path: str | os.PathLike) -> Model:
     """A model from whatever the command accepts: a normlab checkpoint, a run directory, a Hugging
-    Face directory (GPT-2, BERT, Llama, Qwen2, Gemma) or a GGUF file."""
+    Face directory (GPT-2, BERT, Llama, Qwen2, Gemma, Gemma 2, OLMo 2) or a GGUF file."""
     return Model(_core.load(os.fspath(path)))
 
 
 # transformers classes whose forward normlab computes exactly (the rest is refused by name)
 _TORCH_FAMILIES = {
     "GPT2LMHeadModel", "GPT2Model", "BertModel", "BertForMaskedLM", "BertForPreTraining",
-    "LlamaForCausalLM", "Qwen2ForCausalLM", "GemmaForCausalLM",
+    "LlamaForCausalLM", "Qwen2ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Olmo2ForCausalLM",
 }
 
 
 def from_torch(model: Any) -> Model:
     """A transformers model object as a normlab model, its weights taken from memory (no files): the
     same model ``load`` makes of the directory ``model.save_pretrained`` writes. The families normlab
-    represents exactly are GPT-2, BERT and the Llama family (Llama, Qwen2, Gemma); anything else,
+    represents exactly are GPT-2, BERT and the Llama family (Llama, Qwen2, Gemma, Gemma 2, OLMo 2); anything else,
     or an option of theirs normlab does not represent, raises ``normlab.Error`` naming it."""
     name = type(model).__name__
     if name not in _TORCH_FAMILIES or not hasattr(model, "config") or not hasattr(model, "state_dict"):

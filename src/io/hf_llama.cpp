@@ -1,5 +1,8 @@
 // hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, Qwen2ForCausalLM,
-// GemmaForCausalLM, Gemma2ForCausalLM) to normlab models, and Llama / Qwen2 back (hf_llama.h). The block is normlab's
+// GemmaForCausalLM, Gemma2ForCausalLM, Olmo2ForCausalLM) to normlab models, and Llama / Qwen2 / OLMo 2
+// back (hf_llama.h). OLMo 2 is the block in OLMo 2's order (placement reordered: x + N(F(x)), its
+// post_attention_layernorm and post_feedforward_layernorm on the branch outputs) with q and k
+// normalized over their whole projections (qk_norm whole, before RoPE). The block is normlab's
 // pre-RMSNorm gpt with RoPE (rotate-half, as transformers' Llama), a gated MLP and grouped-query
 // attention; Llama has no biases (or q, k, v, o and MLP biases with attention_bias and mlp_bias),
 // Qwen2 has q, k, v biases. Gemma (the first) is the same block with three differences: the MLP is
@@ -34,7 +37,16 @@ std::vector<TensorMap> llama_table(const ModelConfig& c) {
   for (int l = 0; l < c.n_layers; l++) {
     const std::string h = fmt::format("layers.{}.", l), a = fmt::format("h.{}.attn.", l), m = fmt::format("h.{}.mlp.", l);
     const bool sandwich = c.placement_of(l) == Placement::Sandwich;  // Gemma 2: a norm on each branch's output
-    t.push_back({h + "input_layernorm.weight", a + "ln_in.weight"});
+    if (c.placement_of(l) == Placement::Reordered) {  // OLMo 2: norms on the branch outputs only, QK-norm
+      t.push_back({h + "post_attention_layernorm.weight", a + "ln_branch.weight"});
+      t.push_back({h + "post_feedforward_layernorm.weight", m + "ln_branch.weight"});
+    } else {
+      t.push_back({h + "input_layernorm.weight", a + "ln_in.weight"});
+    }
+    if (c.qk_norm == QkNorm::Whole) {  // over the whole q and k projections
+      t.push_back({h + "self_attn.q_norm.weight", a + "q_norm.weight"});
+      t.push_back({h + "self_attn.k_norm.weight", a + "k_norm.weight"});
+    }
     if (sandwich) {
       t.push_back({h + "post_attention_layernorm.weight", a + "ln_branch.weight"});
       t.push_back({h + "pre_feedforward_layernorm.weight", m + "ln_in.weight"});
@@ -48,7 +60,8 @@ std::vector<TensorMap> llama_table(const ModelConfig& c) {
     }
     t.push_back({h + "self_attn.o_proj.weight", a + "proj.weight"});
     if (all_bias) t.push_back({h + "self_attn.o_proj.bias", a + "proj.bias"});
-    if (!sandwich) t.push_back({h + "post_attention_layernorm.weight", m + "ln_in.weight"});
+    if (!sandwich && c.placement_of(l) != Placement::Reordered)
+      t.push_back({h + "post_attention_layernorm.weight", m + "ln_in.weight"});
     t.push_back({h + "mlp.gate_proj.weight", m + "fc.weight", Layout::Rows, 0, F});
     t.push_back({h + "mlp.up_proj.weight", m + "fc.weight", Layout::Rows, F, F});
     if (all_bias) {
@@ -69,10 +82,11 @@ bool is_qwen2(const ConfigReader& r) { return r.string("model_type", "") == "qwe
 Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const fs::path& dir) {
   Imported im;
   const std::string type = r.string("model_type", "");
-  const bool qwen2 = is_qwen2(r), gemma2 = type == "gemma2", gemma = type == "gemma" || gemma2;
+  const bool qwen2 = is_qwen2(r), gemma2 = type == "gemma2", gemma = type == "gemma" || gemma2, olmo2 = type == "olmo2";
   im.architecture = architecture_of(r, {qwen2    ? "Qwen2ForCausalLM"
                                         : gemma2 ? "Gemma2ForCausalLM"
                                         : gemma  ? "GemmaForCausalLM"
+                                        : olmo2  ? "Olmo2ForCausalLM"
                                                  : "LlamaForCausalLM"});
   ModelConfig& c = im.config;
   c.arch = Arch::Gpt;
@@ -123,13 +137,20 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   if (qwen2) {
     c.bias = LinearBias::Qkv;  // Qwen2: q, k, v biases, none elsewhere
     r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
+  } else if (olmo2) {  // OLMo 2: x + N(F(x)), q and k normalized over the whole projection, no biases
+    c.placement = {Placement::Reordered};
+    c.qk_norm = QkNorm::Whole;
+    r.require("attention_bias", !r.boolean("attention_bias", false),
+              "OLMo 2's attention_bias puts biases on q, k, v and o but not on the MLP, which normlab's model.bias "
+              "does not represent");
+    c.bias = LinearBias::None;
   } else {
     const bool attn_bias = r.boolean("attention_bias", false), mlp_bias = r.boolean("mlp_bias", false);
     r.require("mlp_bias", attn_bias == mlp_bias,
               "normlab has biases on every projection (attention_bias and mlp_bias both true) or on none");
     c.bias = attn_bias ? LinearBias::All : LinearBias::None;
   }
-  const bool tied = r.boolean("tie_word_embeddings", gemma);  // (Gemma's config ties by default)
+  const bool tied = r.boolean("tie_word_embeddings", gemma);  // (Gemma's config ties by default; OLMo 2's not)
   c.head = tied ? Head::Tied : Head::Untied;
   c.validate();
   if (r.number("attention_dropout", 0) > 0)
@@ -156,15 +177,22 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
 std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   std::vector<std::string> why;
   if (c.arch != Arch::Gpt) why.push_back("arch is not gpt");
+  // Llama and Qwen2: pre-norm in every layer, no QK-norm; OLMo 2: reordered in every layer with QK-norm
+  // over the whole projections
+  const bool olmo2 = c.placement_of(0) == Placement::Reordered;
   for (int l = 0; l < c.n_layers; l++)
-    if (c.placement_of(l) != Placement::Pre) {
-      why.push_back(fmt::format("layer {} is {} (Llama is pre-norm in every layer)", l, to_string(c.placement_of(l))));
+    if (c.placement_of(l) != (olmo2 ? Placement::Reordered : Placement::Pre)) {
+      why.push_back(fmt::format("layer {} is {} (Llama and Qwen2 are pre-norm in every layer, OLMo 2 reordered)", l,
+                                to_string(c.placement_of(l))));
       break;
     }
+  if (olmo2 && (c.qk_norm != QkNorm::Whole || c.v_norm || !c.qk_norm_affine || c.bias != LinearBias::None))
+    why.push_back("a reordered model is OLMo 2's only with qk_norm = \"whole\" (no v_norm, with gains) and no biases");
   if (c.norm != NormKind::RMSNorm) why.push_back(fmt::format("norm is {} (Llama uses RMSNorm)", to_string(c.norm)));
   if (c.positions != Positions::Rope || c.rope_fraction != 1.0) why.push_back("positions are not RoPE over the whole head");
   if (c.activation != Activation::SwiGlu) why.push_back(fmt::format("activation is {} (Llama's MLP is SwiGLU)", to_string(c.activation)));
-  if (c.qk_norm != QkNorm::None) why.push_back(fmt::format("qk_norm is {} (Llama and Qwen2 have no QK-norm)", to_string(c.qk_norm)));
+  if (!olmo2 && c.qk_norm != QkNorm::None)
+    why.push_back(fmt::format("qk_norm is {} (Llama and Qwen2 have no QK-norm)", to_string(c.qk_norm)));
   if (c.embed_scale != 1.0)
     why.push_back(fmt::format("embed_scale is {} (Gemma's; normlab reads Gemma directories, it does not write them yet)",
                               c.embed_scale));
@@ -184,7 +212,8 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
 std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   const ModelConfig& c = model.config();
   const bool qwen2 = c.bias == LinearBias::Qkv;  // Qwen2 is Llama with q, k, v biases
-  const std::string arch = qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  const bool olmo2 = c.placement_of(0) == Placement::Reordered;  // (llama_export_refusal checked the rest)
+  const std::string arch = olmo2 ? "Olmo2ForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
   std::vector<TensorMap> table = llama_table(c);
   if (c.head == Head::Untied) table.push_back({"lm_head.weight", "lm_head.weight"});
   std::vector<st::TensorView> views;
@@ -199,14 +228,16 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
     const std::string name = m.hf == "lm_head.weight" ? m.hf : "model." + m.hf;
     views.push_back({name, st::DType::F32, shape, model.params().data() + p->offset + offset});
   }
-  json config = {{"architectures", {arch}}, {"model_type", qwen2 ? "qwen2" : "llama"},
+  json config = {{"architectures", {arch}}, {"model_type", olmo2 ? "olmo2" : qwen2 ? "qwen2" : "llama"},
                  {"vocab_size", c.vocab_size()}, {"hidden_size", c.d_model}, {"num_hidden_layers", c.n_layers},
                  {"num_attention_heads", c.n_heads}, {"num_key_value_heads", c.kv_heads()},
                  {"intermediate_size", c.ff()}, {"hidden_act", "silu"}, {"max_position_embeddings", c.seq_len},
                  {"rms_norm_eps", c.eps}, {"rope_theta", c.rope_base}, {"rope_scaling", nullptr},
                  {"tie_word_embeddings", c.head == Head::Tied}, {"initializer_range", c.init_std},
                  {"attention_dropout", 0.0}, {"torch_dtype", "float32"}};
-  if (!qwen2) {
+  if (olmo2) {
+    config["attention_bias"] = false;
+  } else if (!qwen2) {
     config["attention_bias"] = c.bias == LinearBias::All;
     config["mlp_bias"] = c.bias == LinearBias::All;
   } else {

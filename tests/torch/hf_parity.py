@@ -144,8 +144,9 @@ def gpt2_case(normlab, work, label, seed, shard=False, **cfg):
 # ---------------------------------------------------------------------------------------------
 # Llama family (Llama, Qwen2)
 
-def llama_grad(got, hf, C, KV, F, sandwich=False):
-    """The normlab gradient of Hugging Face parameter `hf` (rows of the fused qkv and fc); sandwich: Gemma 2's norms."""
+def llama_grad(got, hf, C, KV, F, sandwich=False, olmo2=False):
+    """The normlab gradient of Hugging Face parameter `hf` (rows of the fused qkv and fc); sandwich: Gemma 2's
+    norms; olmo2: OLMo 2's (branch-output norms, q and k norms over the whole projections)."""
     n = hf[len("model."):] if hf.startswith("model.") else hf
     if n == "embed_tokens.weight":
         return got["grad.wte.weight"]
@@ -163,6 +164,10 @@ def llama_grad(got, hf, C, KV, F, sandwich=False):
     simple = {"input_layernorm.weight": "attn.ln_in.weight", "post_attention_layernorm.weight": "mlp.ln_in.weight",
               "self_attn.o_proj.weight": "attn.proj.weight", "self_attn.o_proj.bias": "attn.proj.bias",
               "mlp.down_proj.weight": "mlp.proj.weight", "mlp.down_proj.bias": "mlp.proj.bias"}
+    if olmo2:
+        simple.update({"post_attention_layernorm.weight": "attn.ln_branch.weight",
+                       "post_feedforward_layernorm.weight": "mlp.ln_branch.weight",
+                       "self_attn.q_norm.weight": "attn.q_norm.weight", "self_attn.k_norm.weight": "attn.k_norm.weight"})
     if sandwich:   # Gemma 2: a norm on each branch's output; the FFN's input norm has its own name
         simple.update({"post_attention_layernorm.weight": "attn.ln_branch.weight",
                        "pre_feedforward_layernorm.weight": "mlp.ln_in.weight",
@@ -174,12 +179,20 @@ def llama_grad(got, hf, C, KV, F, sandwich=False):
     return fc[:F] if kind == "gate_proj" else fc[F:]
 
 
+def olmo2_classes():
+    """OLMo 2 arrived in transformers 4.47, which the suite runs in its own environment (build/pyenv-tf447:
+    the main one keeps 4.45.2, whose GGUF reader and tokenizers the other checks pin)."""
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+    return Olmo2Config, Olmo2ForCausalLM
+
+
 def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
     d = os.path.join(work, label)
     shutil.rmtree(d, ignore_errors=True)
     torch.manual_seed(seed)
-    Config, Model = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-                     "gemma": (GemmaConfig, GemmaForCausalLM), "gemma2": (Gemma2Config, Gemma2ForCausalLM)}[family]
+    Config, Model = olmo2_classes() if family == "olmo2" else {
+        "llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "gemma": (GemmaConfig, GemmaForCausalLM), "gemma2": (Gemma2Config, Gemma2ForCausalLM)}[family]
     config = Config(attn_implementation="eager", **cfg)
     model = Model(config)
     perturb(model, seed)
@@ -221,7 +234,8 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
     for name, p in ref.named_parameters():
         if p.grad is None:
             continue
-        check(f"{label} grad {name}", llama_grad(got, name, C, KV, F, family == "gemma2"), p.grad.numpy(), GRAD_TOL)
+        check(f"{label} grad {name}", llama_grad(got, name, C, KV, F, family == "gemma2", family == "olmo2"),
+              p.grad.numpy(), GRAD_TOL)
         n += 1
     print(f"{label}: {type(model).__name__}, {L} layers, {config.num_key_value_heads} key-value heads: hidden "
           f"states, logits, loss and {n} gradients compared")
@@ -484,13 +498,37 @@ def bad_input(normlab, work):
     print(f"bad input: {len(cases)} broken directories refused with one message each; F16/BF16 converted; export refusals")
 
 
+def olmo2_cases(nl, w):
+    """OLMo 2 (transformers 4.47 or later): the reordered block (norms on the branch outputs), q and k
+    normalized over their whole projections before RoPE, grouped queries, untied; in and out."""
+    llama_case(nl, w, "olmo2_reordered_qknorm", 17, family="olmo2", vocab_size=59, hidden_size=32, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, intermediate_size=44, max_position_embeddings=16,
+               rms_norm_eps=1e-6, rope_theta=5e5)
+    export_case(nl, w, "export_olmo2", ["model.d_model=24", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2",
+                                        "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
+                                        "model.positions=rope", "model.activation=swiglu", "model.bias=none",
+                                        "model.placement=reordered", "model.qk_norm=whole", "model.head=untied",
+                                        "model.vocab=70"], olmo2_classes()[1], 18)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--normlab", required=True)
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--olmo2", action="store_true",
+                    help="only the OLMo 2 cases (they need transformers 4.47 or later: build/pyenv-tf447)")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     nl, w = a.normlab, a.workdir
+    if a.olmo2:
+        olmo2_cases(nl, w)
+        if failures:
+            print(f"\n{len(failures)} FAILED:")
+            for f in failures:
+                print("  " + f)
+            sys.exit(1)
+        print("all OLMo 2 parity checks passed")
+        return
     gpt2_case(nl, w, "gpt2_tanh", 1, vocab_size=97, n_positions=20, n_embd=36, n_layer=3, n_head=3, n_inner=50)
     gpt2_case(nl, w, "gpt2_erf_sharded", 2, shard=True, vocab_size=61, n_positions=16, n_embd=24, n_layer=2,
               n_head=4, activation_function="gelu", layer_norm_epsilon=1e-6)
