@@ -89,6 +89,12 @@ def make_models(workdir):
         "llama": tf.LlamaForCausalLM(tf.LlamaConfig(hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
                                                     num_key_value_heads=2, intermediate_size=80, vocab_size=300,
                                                     max_position_embeddings=32, tie_word_embeddings=False)),
+        # Gemma 2's block: the sandwich, (1+w) gains, its score scale, both soft caps, a sliding window
+        "gemma2": tf.Gemma2ForCausalLM(tf.Gemma2Config(hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                                      num_key_value_heads=2, head_dim=12, intermediate_size=80,
+                                                      vocab_size=300, max_position_embeddings=32,
+                                                      query_pre_attn_scalar=10, sliding_window=16,
+                                                      attn_implementation="eager")),
     }
     dirs = {}
     for name, m in models.items():
@@ -330,7 +336,7 @@ def main():
     check("import normlab: version", bool(normlab.__version__))
     models, dirs = make_models(a.workdir)
     kept = {}
-    for name in ("gpt2", "bert", "llama"):
+    for name in ("gpt2", "bert", "llama", "gemma2"):
         kept[name] = check_family(nl, name, models[name], dirs[name], a.workdir)
     check_theory(nl, dirs["gpt2"], kept["gpt2"], a.workdir)
     try:
