@@ -82,6 +82,18 @@
   Chart.defaults.font.size = 11;
   Chart.defaults.plugins.legend.display = false;  // one legend for every chart: legend() below
 
+  // One unit for the residual stream everywhere in the report: RMS over channels per token (the
+  // per-layer logs' stream_rms; the instruments' ||x|| divided by sqrt(d_model)).
+  const streamUnit = 'RMS(x) = ||x|| / √d';
+  // Text drawn on a canvas by hand (heatmaps, colour bars): aligned as asked, but moved inside the
+  // canvas when it would run over an edge; what still does not fit is recorded for the browser test.
+  function fitText(ctx, text, x, y) {
+    const w = ctx.measureText(text).width, W = ctx.canvas.width;
+    const left = ctx.textAlign === 'center' ? x - w / 2 : ctx.textAlign === 'right' ? x - w : x;
+    const shifted = Math.min(Math.max(left, 0), W - w);
+    if (w > W) check.clippedText = (check.clippedText || []).concat([text]);
+    ctx.fillText(text, x + (shifted - left), y);
+  }
   function canvasDrawn(canvas) {
     const ctx = canvas.getContext('2d');
     if (!canvas.width || !canvas.height) return false;
@@ -557,7 +569,7 @@
     root.append(instruments);
     const T = probed.length ? probed[0][0].instruments.init.T : 0;
     // a variant of an instrument chart: `pick(report)` -> points of a run probed `when`, drawn per setting
-    const at = (when, pick, rest) => Object.assign({pick: (run) => run.instruments && run.instruments[when] && !isEncdecProbe(run) ? pick(run.instruments[when]) : null,
+    const at = (when, pick, rest) => Object.assign({pick: (run) => run.instruments && run.instruments[when] && !isEncdecProbe(run) ? pick(run.instruments[when], run) : null,
                                                     extra: {pointRadius: 2}}, rest || {});
     const layerPoints = (rep, key) => rep.dynamics.layers.map((l) => ({x: l.layer, y: l[key]}));
     if (probed.some(([r]) => r.instruments.init.dynamics.has_loss !== false)) settingsChart(instruments, `Gradient norm by layer ${atInit}`,
@@ -565,11 +577,13 @@
               {variants: [at('init', (rep) => layerPoints(rep, 'grad_norm')),
                           at('init', (rep) => layerPoints(rep, 'ffn_out_grad_norm').filter((p) => p.y != null), {dash: [2, 3], suffix: ' (W2)'})],
                x: layerAxis('layer'), y: axis('||dL/dθ_l||', 'logarithmic'), logToggle: true});
-    const streamPoints = (rep) => [...layerPoints(rep, 'stream_norm'), {x: rep.dynamics.layers.length, y: rep.dynamics.final_stream_norm}];
+    // the stream in the per-layer logs' unit: RMS over channels (the instruments read ||x||)
+    const streamPoints = (rep, run) => [...layerPoints(rep, 'stream_norm'), {x: rep.dynamics.layers.length, y: rep.dynamics.final_stream_norm}]
+      .map((p) => ({x: p.x, y: p.y / Math.sqrt(run.config.model.d_model)}));
     for (const [when, name] of stages)
-      settingsChart(instruments, `Activation norm by depth ${name}`,
-                    'Mean over tokens of ||x_l||, the residual stream entering layer l (the last point is the stream leaving the last layer).',
-                    {variants: [at(when, streamPoints)], x: layerAxis('depth l'), y: axis('||x_l||', 'logarithmic'), logToggle: true});
+      settingsChart(instruments, `Stream RMS by depth ${name}`,
+                    `Mean over tokens of ${streamUnit}, the residual stream x_l entering layer l (the last point is the stream leaving the last layer).`,
+                    {variants: [at(when, streamPoints)], x: layerAxis('depth l'), y: axis(streamUnit, 'logarithmic'), logToggle: true});
     settingsChart(instruments, `Branch-to-stream ratio by layer ${atInit}`,
                   'Mean over tokens of ||F_l(x)|| / ||x_l|| for the attention (solid) and FFN (dotted, same colour) sub-layers.',
                   {variants: [at('init', (rep) => layerPoints(rep, 'attn_branch_ratio')),

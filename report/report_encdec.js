@@ -34,7 +34,7 @@
     parent.append(box);
     // one series per run probed at `when`; `suffix` names a secondary series of the same run
     const series = (when, pick, extra, suffix) => probed.filter(([r]) => r.instruments[when]).map(([run, i]) => {
-      const d = lineSet(run, i, pick(run.instruments[when]), Object.assign({pointRadius: 2}, extra || {}));
+      const d = lineSet(run, i, pick(run.instruments[when], run), Object.assign({pointRadius: 2}, extra || {}));
       if (suffix) d.label += suffix;
       return d;
     }).filter((d) => d.data.length);
@@ -54,11 +54,12 @@
     }
     for (const [when, stageName] of stages)
       for (const [stack, name] of stacks)
-        layerChartCard(box, `${name}: activation norm by depth ${stageName}`,
-          `Mean over real (unpadded) tokens of ||x_l||, the ${stack} stream entering layer l; the last point is the stream leaving its last layer (before the final norm).`,
-          {type: 'line', data: {datasets: series(when, (rep) => [...layerPoints(stack, 'stream_norm')(rep),
-                                                                  {x: rep.dynamics[stack].layers.length, y: rep.dynamics[stack].out_stream_norm}])},
-           options: {scales: {x: layerAxis(`${stack} depth l`), y: axis('||x_l||', 'logarithmic')}}});
+        layerChartCard(box, `${name}: stream RMS by depth ${stageName}`,
+          `Mean over real (unpadded) tokens of ${streamUnit}, the ${stack} stream x_l entering layer l; the last point is the stream leaving its last layer (before the final norm).`,
+          {type: 'line', data: {datasets: series(when, (rep, run) => [...layerPoints(stack, 'stream_norm')(rep),
+                                                                       {x: rep.dynamics[stack].layers.length, y: rep.dynamics[stack].out_stream_norm}]
+                                                                      .map((p) => ({x: p.x, y: p.y / Math.sqrt(run.config.model.d_model)})))},
+           options: {scales: {x: layerAxis(`${stack} depth l`), y: axis(streamUnit, 'logarithmic')}}});
     for (const [stack, name] of stacks) {
       const cross = stack === 'decoder' ? series('init', subPoints(stack, 'cross', 'branch_ratio'), dashed, ' (cross-attention)') : [];
       layerChartCard(box, `${name}: branch-to-stream ratio by ${stack} layer at initialization`,

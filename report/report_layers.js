@@ -9,11 +9,11 @@
   const layerQuantities = [
     ['grad_norm_total', 'Gradient norm by sub-layer', '||dL/dθ|| of all the sub-layer\'s parameters (before clipping)', true],
     ['update_ratio_total', 'Update ratio by sub-layer', '||Δθ|| / ||θ|| of the sub-layer\'s parameters over the logged step (the optimizer\'s change, weight decay included)', true],
-    ['stream_rms', 'Stream norm entering each sub-layer', 'RMS over channels per token of the stream entering the sub-layer, mean over tokens', true],
+    ['stream_rms', 'Stream RMS entering each sub-layer', `${streamUnit} per token of the stream x entering the sub-layer, mean over tokens`, true],
     ['branch_ratio', 'Branch-to-stream ratio', 'mean over tokens of ||F(h)|| / ||x_in||, F the branch before any branch norm and scale', true],
-    ['ln_in_input_rms', 'Input norm of ln_in', 'RMS per token of what the sub-layer\'s input norm reads (the stream)', true],
-    ['ln_branch_input_rms', 'Input norm of ln_branch', 'RMS per token of the branch output the branch norm reads', true],
-    ['ln_out_input_rms', 'Input norm of ln_out', 'RMS per token of the residual sum r the output norm reads (Post-LN\'s LN input)', true],
+    ['ln_in_input_rms', 'Input RMS of ln_in', 'RMS over channels per token of what the sub-layer\'s input norm reads (the stream)', true],
+    ['ln_branch_input_rms', 'Input RMS of ln_branch', 'RMS over channels per token of the branch output the branch norm reads', true],
+    ['ln_out_input_rms', 'Input RMS of ln_out', 'RMS over channels per token of the residual sum r the output norm reads (Post-LN\'s LN input)', true],
     ['attn_entropy', 'Attention entropy', 'mean over heads, queries and batch of the entropy of the attention row (nats); cross-attention rows read the source', false],
   ];
   function layerLogSection() {
@@ -79,10 +79,10 @@
       ctx.textAlign = 'right';
       ctx.textBaseline = 'middle';
       const every = Math.max(1, Math.ceil(layers / 12));
-      for (let l = 0; l < layers; l += every) ctx.fillText(String(l), left - 4, sy(l + 0.5));
+      for (let l = 0; l < layers; l += every) fitText(ctx, String(l), left - 4, sy(l + 0.5));
       ctx.textAlign = 'center';
       ctx.textBaseline = 'top';
-      for (const s of [minStep, Math.round((minStep + maxStep) / 2), maxStep]) ctx.fillText(String(s), sx(s), H - bottom + 4);
+      for (const s of [minStep, Math.round((minStep + maxStep) / 2), maxStep]) fitText(ctx, String(s), sx(s), H - bottom + 4);
       ctx.save();
       ctx.translate(9, (H - bottom + top) / 2);
       ctx.rotate(-Math.PI / 2);
@@ -93,8 +93,10 @@
       if (cells > 0 && canvasDrawn(canvas)) check.drawn++; else check.missing.push('heatmap ' + q + ' ' + run.label);
       check.layerHeatmaps = (check.layerHeatmaps || 0) + 1;
     }
-    function colourBar(range, logScale) {
-      const canvas = el('canvas', {width: 300, height: 28});
+    // The colour scale of a quantity's panels: the bar, its two end values under its ends, and what
+    // the colour measures (title and scale) beside it.
+    function colourBar(range, logScale, title) {
+      const canvas = el('canvas', {width: 620, height: 30, 'data-colour-bar': title});
       const ctx = canvas.getContext('2d');
       for (let x = 0; x < 240; x++) {
         ctx.fillStyle = colourAt(x / 239);
@@ -105,8 +107,12 @@
       ctx.textAlign = 'center';
       ctx.textBaseline = 'top';
       const label = (v) => logScale ? (+Math.pow(10, v).toPrecision(2)).toExponential(1).replace('e+0', 'e').replace('e-0', 'e-') : v.toFixed(2);
-      ctx.fillText(label(range[0]), 30, 14);
-      ctx.fillText(label(range[1]), 270, 14);
+      fitText(ctx, label(range[0]), 30, 15);
+      fitText(ctx, label(range[1]), 270, 15);
+      ctx.textAlign = 'left';
+      ctx.textBaseline = 'middle';
+      fitText(ctx, `colour: ${title}${logScale ? ' (log scale)' : ''}`, 282, 8);
+      check.colourBars = (check.colourBars || 0) + 1;
       return canvas;
     }
     const heatmaps = el('div', {});
@@ -121,7 +127,7 @@
       card.append(panels);
       const hasSite = ([r]) => r.layer_log.values[q].some((row) => row.some((v) => v != null));
       for (const [run] of shown.filter(hasSite)) heatmap(panels, run, run.layer_log, q, range, logScale);
-      card.append(colourBar(range, logScale));
+      card.append(colourBar(range, logScale, title.replace(/ entering each sub-layer| by sub-layer/, '')));
       const without = shown.filter((x) => !hasSite(x)).map(([r]) => r.label);
       card.append(el('p', {class: 'note'}, what + '. Empty cells: the site is absent in that sub-layer (or the value is zero).' +
                      (without.length ? ' No such site in: ' + without.join(', ') + '.' : '')));

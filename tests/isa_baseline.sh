@@ -5,6 +5,7 @@
 # legacy prefixes), so a CPU without AVX-512 never meets one whatever NORMLAB_ISA says. Forcing the
 # AVX2 path on an AVX-512 machine cannot show this; disassembling can. Also checks that the AVX-512
 # variants are there (the dispatch has something to choose).
+# Last, OpenBLAS runs the kernels of the same ISA (see the end).
 # Usage: isa_baseline.sh path/to/binary
 set -euo pipefail
 bin=$1
@@ -26,3 +27,18 @@ objdump -d -C "$bin" | awk '
     printf "isa_baseline: %d functions with AVX-512 code, all named _avx512; %d outside\n", nv, nbad
     if (nbad > 0 || nv == 0) exit 1
   }'
+
+# OpenBLAS's kernels follow the CPU's features, not OpenBLAS's table of CPU models (which gives a
+# model newer than itself SSE3 kernels): with OPENBLAS_CORETYPE unset, normlab runs SkylakeX kernels
+# where its own kernels run AVX-512 and Haswell where they run AVX2 (ops/isa.h openblas_coretype)
+version=$(env -u OPENBLAS_CORETYPE "$bin" --version)
+isa=$(sed -n 's/^kernels: \([a-z0-9]*\) .*/\1/p' <<< "$version")
+want=$([[ $isa == avx512 ]] && echo SkylakeX || echo Haswell)
+if ! grep -q "OpenBLAS ($want kernels" <<< "$version"; then
+  echo "FAIL: kernels $isa, but OpenBLAS does not run its $want kernels: $(grep '^gemm' <<< "$version")"; exit 1
+fi
+# a value the user set is kept
+if ! OPENBLAS_CORETYPE=Prescott "$bin" --version | grep -q "OpenBLAS (Prescott kernels"; then
+  echo "FAIL: OPENBLAS_CORETYPE=Prescott was not kept"; exit 1
+fi
+echo "isa_baseline: OpenBLAS runs its $want kernels with the $isa kernels"

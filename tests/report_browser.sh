@@ -46,7 +46,14 @@ else:
     want = int(sys.argv[3])
     if check['charts'] < want or check['drawn'] != check['charts']:
         problems.append('%d charts created, %d drawn (want >= %d, all drawn)' % (check['charts'], check['drawn'], want))
+    # text drawn by hand on a canvas (heatmap ticks, colour bars) must fit inside it (report.js fitText)
+    if check.get('clippedText'):
+        problems.append('text that does not fit its canvas: %s' % check['clippedText'])
+    # one unit for the stream: RMS over channels, as the per-layer logs (never ||x|| on one chart and RMS on another)
+    problems += ['the stream in another unit than RMS: ' + t for t in check['titles'] if 'activation norm by depth' in t.lower()]
     heatmaps, curves = check.get('layerHeatmaps', 0), check.get('layerCurves', 0)
+    if heatmaps and check.get('colourBars', 0) == 0:
+        problems.append('heatmaps without a colour bar')
     if heatmaps < int(sys.argv[4]) or curves < int(sys.argv[5]):
         problems.append('%d per-layer heatmaps and %d per-layer curve charts (want >= %s and >= %s)' % (heatmaps, curves, sys.argv[4], sys.argv[5]))
     print('charts created %d, drawn %d, errors %d, console messages %d, per-layer heatmaps %d, curves %d' % (check['charts'], check['drawn'], len(check['errors']), len(messages), heatmaps, curves))
@@ -91,7 +98,7 @@ if "$NL" compare --config "$DATA/tiny_translation_study.toml" --out tinyt > comp
 import re, sys
 charts = re.findall(r'data-chart="([^"]*)"', open(sys.argv[1]).read())
 want = ["Encoder: gradient norm by encoder layer at initialization", "Decoder: gradient norm by decoder layer at initialization",
-        "Encoder: activation norm by depth after training", "Decoder: branch-to-stream ratio by decoder layer at initialization",
+        "Encoder: stream RMS by depth after training", "Decoder: branch-to-stream ratio by decoder layer at initialization",
         "Cross-attention (decoder queries over the source): ||A||_2 by layer after training (max over heads)",
         "Singular values of the source Jacobian at initialization"]
 missing = [w for w in want if w not in charts]
@@ -160,6 +167,9 @@ if check_report "$W/layers/report.html" 12 19 8; then echo "ok: report of the pe
 # a heatmap that paints no cells must be caught
 sed 's/if (v == null || (logScale/if (true || v == null || (logScale/' layers/report.html > broken_heatmap.html
 if check_report "$W/broken_heatmap.html" 12 19 8 > /dev/null; then echo "FAIL: a report whose heatmaps are empty passed"; fail=1; else echo "ok: an empty heatmap is caught"; fi
+# a label wider than its canvas must be caught
+sed 's/fitText(ctx, `colour: ${title}/fitText(ctx, `colour: ${title.repeat(20)}/' layers/report.html > broken_bar.html
+if check_report "$W/broken_bar.html" 12 19 8 > /dev/null; then echo "FAIL: a colour-bar label wider than its canvas passed"; fail=1; else echo "ok: a label that does not fit is caught"; fi
 timeout 120 "$CHROMIUM" "${flags[@]}" --hide-scrollbars --window-size=1280,5200 --screenshot="$ART/report_layers.png" \
   "file://$W/layers/report.html" 2> /dev/null
 cp layers/report.html "$ART/report_layers.html"

@@ -213,6 +213,12 @@ TEST(Summary, SaysWhenTheWarmupEffectAppears) {
   EXPECT_TRUE(any_contains(s, "Fastest to the loss target 2.60: pre w100 (step 222); never reached it: post w0"))
       << s.dump(1);
   EXPECT_TRUE(any_contains(s, "No run diverged")) << s.dump(1);
+  // what each varied key changed: one sentence per key, not one per setting of the others
+  int varying_lines = 0;
+  for (const auto& line : s) varying_lines += line.get<std::string>().starts_with("Varying ");
+  EXPECT_EQ(varying_lines, 2) << s.dump(1);
+  EXPECT_TRUE(any_contains(s, "Varying warmup_steps (final validation loss): at placement=post: 0 -> 3.070, 100 -> 2.550; "
+                              "at placement=pre: 0 -> 2.290, 100 -> 2.220.")) << s.dump(1);
 }
 
 TEST(Summary, SaysPlainlyWhenTheEffectDoesNotAppear) {
@@ -409,6 +415,12 @@ json lr_results(std::vector<json> runs) {
   return {{"study", {{"varying", {"model.placement", "train.lr", "train.seed"}}}}, {"runs", runs}};
 }
 
+// The headline's last three sentences (what ends best, the lead, stability), after the plain words.
+json last_three(const json& h) {
+  EXPECT_GE(h.size(), 3u) << h.dump(1);
+  return json(std::vector<json>(h.end() - std::min<long>(3, long(h.size())), h.end()));
+}
+
 }  // namespace
 
 TEST(Summary, SpikesSharedByTheSameBatchesAreTheData) {
@@ -438,8 +450,7 @@ TEST(Summary, SpikesSharedByTheSameBatchesAreTheData) {
   EXPECT_EQ(c2[2]["spikes"][1]["step"], 170);
   EXPECT_EQ(c2[2]["spikes"][1]["rising"], 1);
   EXPECT_EQ(c2[2]["spikes"][1]["kind"], "shared");
-  const json h = headline(lr_results(runs));
-  ASSERT_EQ(h.size(), 3u) << h.dump(1);
+  const json h = last_three(headline(lr_results(runs)));
   EXPECT_NE(h[2].get<std::string>().find("post lr=0.001 seed=1 had loss spikes of its own"), std::string::npos) << h[2];
   EXPECT_NE(h[2].get<std::string>().find("the loss bumps at steps 100 and 170 were shared"), std::string::npos) << h[2];
   EXPECT_NE(h[2].get<std::string>().find("1 spike cannot be attributed"), std::string::npos) << h[2];
@@ -457,8 +468,12 @@ TEST(Summary, HeadlineAnswersWhichPlacementAtItsBestLearningRate) {
     runs.push_back(lr_run("pre", 1e-3, s, pre1[s - 1]));
     runs.push_back(lr_run("pre", 3e-3, s, pre3[s - 1]));
   }
-  json h = headline(lr_results(runs));
-  ASSERT_EQ(h.size(), 3u) << h.dump(1);
+  json all = headline(lr_results(runs));
+  // first in plain words, per learning rate (no unigram entropy in these runs: every finished run learned)
+  ASSERT_EQ(all.size(), 5u) << all.dump(1);
+  EXPECT_EQ(all[0], "At lr 0.001, both learned.");
+  EXPECT_EQ(all[1], "At lr 0.003, Post-LN learned in 2 of 3 seeds (1 diverged), while Pre-LN learned.");
+  json h = last_three(all);
   EXPECT_EQ(h[0], "At its own best learning rate, Post-LN ends lowest (final validation loss 2.420 +- 0.020 nats per "
                   "byte over 3 seeds, at lr 0.001), then Pre-LN (2.520 +- 0.017, lr 0.003).");
   // paired by seed, by hand: differences 0.10, 0.11, 0.09 (sd 0.01), se 0.01 / sqrt(3) = 0.005774,
@@ -470,12 +485,66 @@ TEST(Summary, HeadlineAnswersWhichPlacementAtItsBestLearningRate) {
   for (auto& r : runs)
     if (r["grid"]["train.seed"] == 2 && r["status"] == "finished")
       r["summary"]["val_loss"] = r["summary"]["val_loss"].get<double>() + (r["grid"]["model.placement"] == "post" ? 0.3 : -0.3);
-  h = headline(lr_results(runs));
+  h = last_three(headline(lr_results(runs)));
   EXPECT_NE(h[1].get<std::string>().find("not distinguishable from seed noise"), std::string::npos) << h[1];
   // without seeds: one run per setting, said plainly
   json one = lr_results({lr_run("post", 1e-3, 1, 2.40), lr_run("pre", 1e-3, 1, 2.45)});
   one["study"]["varying"] = {"model.placement"};
-  h = headline(one);
+  h = last_three(headline(one));
   EXPECT_EQ(h[0], "Lowest final validation loss: placement=post (2.400 nats per byte), then placement=pre (2.450).");
   EXPECT_NE(h[1].get<std::string>().find("comes from one run per setting"), std::string::npos) << h[1];
+}
+
+TEST(Summary, HeadlineSaysInPlainWordsWhatLearnedInEachSetting) {
+  // the default study's shape: four placements with and without warm-up at 4 layers, post and pre at
+  // 12 with warm-up; unigram entropy 3.074. Post-LN and DeepNorm stay at it without warm-up, Post-LN
+  // at 12 layers too; the rest learn.
+  auto run = [](const std::string& p, int warmup, int layers, double val) {
+    json r = lr_run(p, 3e-3, 1, val);
+    r["label"] = fmt::format("{}, warmup={}, layers={}", p, warmup, layers);
+    r["grid"] = {{"model.placement", p}, {"train.warmup_steps", warmup}, {"model.n_layers", layers}};
+    r["unigram_entropy"] = 3.074;
+    r["unigram_unit"] = "byte";
+    return r;
+  };
+  std::vector<json> runs;
+  const std::map<std::string, std::pair<double, double>> four = {
+      {"post", {3.073, 2.550}}, {"pre", {2.288, 2.216}}, {"sandwich", {2.431, 2.346}}, {"deepnorm", {3.030, 2.316}}};
+  for (int warmup : {0, 100})
+    for (const char* p : {"post", "pre", "sandwich", "deepnorm"})
+      runs.push_back(run(p, warmup, 4, warmup ? four.at(p).second : four.at(p).first));
+  runs.push_back(run("post", 100, 12, 3.077));
+  runs.push_back(run("pre", 100, 12, 2.206));
+  json results = {{"study", {{"varying", {"model.placement", "train.warmup_steps", "model.n_layers"}}}}, {"runs", runs}};
+  json h = headline(results);
+  ASSERT_EQ(h.size(), 6u) << h.dump(1);
+  // 3.030 is within 0.05 of 3.074: DeepNorm without warm-up learned only the frequencies too
+  EXPECT_EQ(h[0], "Without warm-up at 4 layers, Post-LN and DeepNorm learned nothing beyond byte frequencies (a final "
+                  "validation loss at the byte unigram entropy, 3.074 nats, or within 0.05 of it), while Pre-LN and "
+                  "Sandwich-LN learned.");
+  EXPECT_EQ(h[1], "With 100 warm-up steps at 4 layers, all four learned.");
+  EXPECT_EQ(h[2], "With 100 warm-up steps at 12 layers, Post-LN learned nothing beyond byte frequencies, while Pre-LN "
+                  "learned.");
+  EXPECT_NE(h[3].get<std::string>().find("Lowest final validation loss: placement=pre"), std::string::npos) << h[3];
+  // a run whose first layer's gradient at initialization is 1e-13 of the last's: said, with the layers
+  runs[8]["instruments"]["init"]["dynamics"]["layers"] = json::array();
+  for (int l = 0; l < 12; l++)
+    runs[8]["instruments"]["init"]["dynamics"]["layers"].push_back({{"layer", l}, {"grad_norm", l == 0 ? 2e-13 : 0.5}});
+  results["runs"] = runs;
+  h = headline(results);
+  ASSERT_EQ(h.size(), 7u) << h.dump(1);
+  EXPECT_EQ(h[3], "Gradients vanished in the lower layers (at most 1e-06 of the largest layer's) in post, warmup=100, "
+                  "layers=12 (layer 0's gradient norm 2.0e-13, layer 1's 0.5, at initialization).");
+  // a ratio of 1e-3 is not vanishing
+  runs[8]["instruments"]["init"]["dynamics"]["layers"][0]["grad_norm"] = 5e-4;
+  results["runs"] = runs;
+  EXPECT_EQ(headline(results).size(), 6u);
+  // the same from the per-layer log at its last step
+  runs[8]["layer_log"] = {{"step", {1, 400}}, {"rows", {{{"layer", 0}}, {{"layer", 0}}, {{"layer", 1}}}},
+                          {"values", {{"grad_norm_total", {{0.1, 0.2, 0.3}, {1e-14, 3e-13, 0.4}}}}}};
+  results["runs"] = runs;
+  h = headline(results);
+  ASSERT_EQ(h.size(), 7u) << h.dump(1);
+  EXPECT_NE(h[3].get<std::string>().find("(layer 0's gradient norm 1.0e-14, layer 1's 0.4, at step 400)"),
+            std::string::npos) << h[3];
 }

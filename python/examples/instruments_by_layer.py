@@ -13,10 +13,10 @@ import argparse
 import os
 import subprocess
 
+import normlab  # first: it picks OpenBLAS's kernels before numpy loads OpenBLAS (docs/PYTHON.md)
+
 import matplotlib
 import numpy as np
-
-import normlab
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))

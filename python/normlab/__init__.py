@@ -23,10 +23,28 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import numpy as np
+# OpenBLAS picks its kernels when it loads, from a table of CPU models that newer CPUs are missing
+# from (they get SSE3 kernels): the command sets OPENBLAS_CORETYPE from the CPU's features instead
+# (src/ops/isa.h), and so does the module, before numpy or _core loads OpenBLAS, so that both run the
+# same kernels (a module that loaded OpenBLAS earlier, numpy or torch, is warned about below).
+from . import _cpu
 
-from . import _core
-from ._results import Results, read_results
+if "OPENBLAS_CORETYPE" not in os.environ and _cpu.openblas_coretype():
+    os.environ["OPENBLAS_CORETYPE"] = _cpu.openblas_coretype()
+
+import numpy as np  # noqa: E402 (after OPENBLAS_CORETYPE)
+
+from . import _core  # noqa: E402
+from ._results import Results, read_results  # noqa: E402
+
+if "OPENBLAS_CORETYPE" in os.environ and _core.openblas_core().lower() != os.environ["OPENBLAS_CORETYPE"].lower():
+    import warnings
+
+    warnings.warn(f"OpenBLAS was loaded before normlab (by numpy or torch, imported first) with its "
+                  f"{_core.openblas_core()} kernels, not the {os.environ['OPENBLAS_CORETYPE']} ones the normlab command "
+                  f"uses here: results differ from the command's in the last bits and may be slower. Import normlab "
+                  f"before numpy and torch, or set OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} before Python "
+                  f"starts.", RuntimeWarning, stacklevel=2)
 
 __all__ = ["Error", "Model", "Forward", "Results", "load", "from_torch", "train", "compare", "read_results",
            "num_threads", "set_num_threads", "__version__"]

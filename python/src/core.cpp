@@ -28,6 +28,7 @@
 #include "dist/dist.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
+#include "ops/gemm_backend.h"
 #include "io/tokenizer.h"
 #include "model/generate.h"
 #include "model/model.h"
@@ -425,6 +426,7 @@ PYBIND11_MODULE(_core, mod) {
           py::arg("force"));
   mod.def("version", [] { return std::string(NORMLAB_VERSION); });
   mod.def("num_threads", [] { return omp_get_max_threads(); });
+  mod.def("openblas_core", [] { return ops::openblas_core(); });
   mod.def("set_num_threads", [](int n) {
     if (n < 1 || n > 1024) throw Error(fmt::format("set_num_threads: {} must be in [1, 1024]", n));
     omp_set_num_threads(n);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
@@ -28,6 +29,7 @@
 #include "cli/translate.h"
 #include "dist/dist.h"
 #include "model/model.h"
+#include "ops/gemm_backend.h"
 #include "ops/isa.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -157,21 +159,32 @@ int run_init(const RunConfig& cfg, const std::string& out, bool force) {
 
 }  // namespace
 
-// OpenMP threads that spin while they wait (libgomp's default) collapse when processes share the
-// cores: two normlab processes on 2 cores, or one beside a build, ran 30x slower (docs/USAGE.md,
-// "Several processes on one machine"). libgomp reads OMP_WAIT_POLICY when it is loaded, before
-// main, so setting it here needs one re-exec; an OMP_WAIT_POLICY or GOMP_SPINCOUNT the user set is
-// kept, and if the re-exec fails normlab simply runs on.
-static void default_to_passive_waiting(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
-  if (::setenv("OMP_WAIT_POLICY", "PASSIVE", 0) != 0) return;
-  ::execv("/proc/self/exe", argv);
+// Two libraries read their settings from the environment when they are loaded, before main, so
+// setting them here needs one re-exec (if it fails normlab simply runs on; a value the user set is
+// always kept):
+// - OpenMP threads that spin while they wait (libgomp's default) collapse when processes share the
+//   cores: two normlab processes on 2 cores, or one beside a build, ran 30x slower (docs/USAGE.md,
+//   "Several processes on one machine"): OMP_WAIT_POLICY=PASSIVE.
+// - OpenBLAS gives a CPU model newer than its table its SSE3 kernels: OPENBLAS_CORETYPE from the CPU's
+//   own features instead (ops::openblas_coretype), when OpenBLAS chose other kernels.
+static void set_library_environment(char** argv) {
+  bool changed = false;
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT"))
+    changed |= ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0) == 0;
+  if (!std::getenv("OPENBLAS_CORETYPE")) {
+    try {
+      const char* want = ops::openblas_coretype(ops::active_isa());
+      if (::strcasecmp(ops::openblas_core().c_str(), want) != 0) changed |= ::setenv("OPENBLAS_CORETYPE", want, 0) == 0;
+    } catch (const Error&) {  // a bad NORMLAB_ISA: reported by the command itself
+    }
+  }
+  if (changed) ::execv("/proc/self/exe", argv);
 }
 
 static int run_command(int argc, char** argv);
 
 int main(int argc, char** argv) {
-  default_to_passive_waiting(argv);
+  set_library_environment(argv);
   try {
     dist::init(&argc, &argv);  // MPI under a launcher; refused when built without it
   } catch (const Error& e) {

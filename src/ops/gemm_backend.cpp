@@ -164,8 +164,10 @@ std::string bf16_unsupported_reason() {
       why, onednn_isa_name(isa));
 }
 
+std::string openblas_core() { return openblas_get_corename(); }
+
 std::string gemm_kernels() {
-  const std::string core = openblas_get_corename();
+  const std::string core = openblas_core();
   std::string s = fmt::format("float32 on oneDNN ({}, linear layers) and OpenBLAS ({} kernels, attention), bf16 on {}", onednn_isa_name(onednn_isa()), core,
                               bf16_unsupported_reason().empty()
                                   ? fmt::format("oneDNN ({})", onednn_isa_name(onednn_isa()))

@@ -31,6 +31,11 @@ std::string bf16_unsupported_reason();
 // it loaded, so the line says when OPENBLAS_CORETYPE=Haswell is needed to switch AVX-512 off there.
 std::string gemm_kernels();
 
+// The kernels OpenBLAS chose when it loaded ("SkylakeX", "Haswell", "Prescott", ...): its
+// OPENBLAS_CORETYPE, or its own pick from the CPU model (ops/isa.h openblas_coretype says why normlab
+// sets the variable).
+std::string openblas_core();
+
 // float -> bfloat16 bits, round to nearest even; NaN stays NaN, +-Inf stays +-Inf.
 inline uint16_t round_to_bf16(float f) {
   uint32_t u = __builtin_bit_cast(uint32_t, f);

@@ -44,6 +44,15 @@ inline Isa active_isa() { return isa_choice().isa; }
 // during one.
 void force_isa(Isa isa);
 
+// OpenBLAS's kernels for this ISA: "SkylakeX" (AVX-512) or "Haswell" (AVX2 + FMA), the names its
+// OPENBLAS_CORETYPE takes. OpenBLAS picks its kernels when it loads, from a table of CPU models, and
+// a model newer than its table gets the SSE3 "Prescott" kernels: Debian's 0.3.21 on an Emerald Rapids
+// Xeon (model 207) ran double GEMMs 2 to 3 times slower that way. So normlab does not leave the
+// choice to the table: the command sets OPENBLAS_CORETYPE to this (when the user has not) and re-execs
+// itself once before any work (cli/main.cpp), the Python module sets it before its extension loads
+// OpenBLAS (python/normlab/__init__.py), and both run the same kernels, bit for bit.
+inline const char* openblas_coretype(Isa isa) { return isa == Isa::Avx512 ? "SkylakeX" : "Haswell"; }
+
 // Convenience for a float kernel's entry: true when its AVX-512 variant should run.
 inline bool use_avx512() { return active_isa() == Isa::Avx512; }
 

@@ -1,10 +1,12 @@
-// headline.cpp: the answer of a study in three sentences (what ends best, whether the seeds separate
-// it from the runner-up, what was unstable) and the loss-spike classifier that tells a bump every run
+// headline.cpp: the answer of a study: first in plain words (which settings learned, which learned only
+// the unigram frequencies or diverged, gradients that vanished), then in three sentences (what ends
+// best, whether the seeds separate it from the runner-up, what was unstable) and the loss-spike classifier that tells a bump every run
 // shares (a hard batch: the runs drew the same batches) from an instability of one run.
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -87,6 +89,181 @@ std::string list_text(const std::vector<std::string>& items, size_t keep) {
   return fmt::format("{} and {}", fmt::join(items.begin(), items.end() - 1, ", "), items.back());
 }
 
+// ---- the study's question in plain words ----
+
+enum class Outcome { learned, unigram, diverged, none };  // none: failed, interrupted or not run
+
+Outcome outcome_of(const json& run) {
+  const std::string status = run.value("status", std::string());
+  if (status == "diverged") return Outcome::diverged;
+  if (status != "finished" || !view::val_loss(run)) return Outcome::none;
+  return view::learned_only_unigram(run) ? Outcome::unigram : Outcome::learned;
+}
+
+// How one setting of a varied key reads in a sentence: "without warm-up", "at 12 layers", ...
+std::string setting_phrase(const std::string& key, const std::string& value) {
+  if (key == "train.warmup_steps") return value == "0" ? "without warm-up" : fmt::format("with {} warm-up steps", value);
+  if (key == "model.n_layers") return fmt::format("at {} layers", value);
+  if (key == "train.lr") return fmt::format("at lr {}", value);
+  if (key == "model.d_model") return fmt::format("at width {}", value);
+  if (key == "model.placement") return "with " + placement_title(value);
+  return fmt::format("with {} = {}", view::short_key(key), value);
+}
+
+// The runs of one family (e.g. a placement) in one context (a setting of the other varied keys):
+// what each seed's run did.
+struct Cell {
+  std::string family;
+  std::vector<Outcome> outcomes;
+  int count(Outcome o) const { return int(std::count(outcomes.begin(), outcomes.end(), o)); }
+  bool all(Outcome o) const { return count(o) == int(outcomes.size()); }
+};
+
+struct Context {
+  std::string phrase;  // "without warm-up at 4 layers" ("" when nothing else varies)
+  std::vector<Cell> cells;
+};
+
+// "Post-LN and DeepNorm", "both", "all four"
+std::string subject(const std::vector<std::string>& names, size_t cells) {
+  static const char* numbers[] = {"", "", "both", "all three", "all four", "all five", "all six"};
+  if (names.size() == cells && cells >= 2) return cells < 7 ? numbers[cells] : fmt::format("all {}", cells);
+  return list_text(names, 6);
+}
+
+// One sentence per context: which families learned, which learned only the unigram frequencies,
+// which diverged, which did some of each over the seeds. Beyond kMaxContexts, one per family.
+constexpr size_t kMaxContexts = 6;
+
+json plain_answer(const json& results, const std::vector<std::string>& others) {
+  const json& runs = results["runs"];
+  std::string family_key = others.empty() ? "" : others[0];
+  if (std::count(others.begin(), others.end(), "model.placement")) family_key = "model.placement";
+  else for (const auto& k : others)
+      if (k != "train.lr") { family_key = k; break; }
+  const auto family_name = [&](const json& run) {
+    if (family_key.empty()) return std::string("every run");
+    const std::string v = view::grid_value(run, family_key);
+    return family_key == "model.placement" ? placement_title(v) : view::short_key(family_key) + " = " + v;
+  };
+  std::vector<Context> contexts;
+  std::string unit = "byte";
+  double entropy = NAN;
+  for (const auto& r : runs) {
+    const Outcome o = outcome_of(r);
+    if (o == Outcome::none) continue;
+    if (std::isnan(entropy) && view::number(r, "unigram_entropy")) {
+      entropy = r["unigram_entropy"].get<double>();
+      unit = r.value("unigram_unit", unit);
+    }
+    std::string phrase;
+    for (const auto& k : others)
+      if (k != family_key) phrase += (phrase.empty() ? "" : " ") + setting_phrase(k, view::grid_value(r, k));
+    auto c = std::find_if(contexts.begin(), contexts.end(), [&](const Context& x) { return x.phrase == phrase; });
+    if (c == contexts.end()) c = contexts.insert(contexts.end(), Context{phrase, {}});
+    const std::string name = family_name(r);
+    auto cell = std::find_if(c->cells.begin(), c->cells.end(), [&](const Cell& x) { return x.family == name; });
+    if (cell == c->cells.end()) cell = c->cells.insert(c->cells.end(), Cell{name, {}});
+    cell->outcomes.push_back(o);
+  }
+  json out = json::array();
+  if (contexts.empty()) return out;
+  const std::string unigram_what = fmt::format(
+      "learned nothing beyond {} frequencies (a final validation loss at the {} unigram entropy, {:.3f} nats, or within "
+      "{} of it)", unit, unit, entropy, view::kStuckMargin);
+  bool explained = false;
+  const auto unigram_text = [&]() {
+    if (explained) return fmt::format("learned nothing beyond {} frequencies", unit);
+    explained = true;
+    return unigram_what;
+  };
+  const auto capital = [](std::string s) {
+    if (!s.empty()) s[0] = char(std::toupper(static_cast<unsigned char>(s[0])));
+    return s;
+  };
+  if (contexts.size() > kMaxContexts) {
+    // per family: in how many of the settings of the other keys it learned (every seed)
+    std::vector<std::pair<std::string, std::pair<int, int>>> tally;  // family -> (learned, settings)
+    for (const auto& c : contexts)
+      for (const auto& cell : c.cells) {
+        auto t = std::find_if(tally.begin(), tally.end(), [&](const auto& x) { return x.first == cell.family; });
+        if (t == tally.end()) t = tally.insert(tally.end(), {cell.family, {0, 0}});
+        t->second.first += cell.all(Outcome::learned);
+        t->second.second++;
+      }
+    std::vector<std::string> parts;
+    for (const auto& [family, n] : tally)
+      parts.push_back(fmt::format("{} in {} of {}", family, n.first, n.second));
+    out.push_back(fmt::format("Learned (every seed below the {} unigram entropy by more than {} nats) in the settings of "
+                              "the other varied keys: {}.", unit, view::kStuckMargin, list_text(parts, 12)));
+    return out;
+  }
+  for (const auto& c : contexts) {
+    std::vector<std::string> learned, unigram, diverged, mixed;
+    for (const auto& cell : c.cells) {
+      if (cell.all(Outcome::learned)) learned.push_back(cell.family);
+      else if (cell.all(Outcome::unigram)) unigram.push_back(cell.family);
+      else if (cell.all(Outcome::diverged)) diverged.push_back(cell.family);
+      else {
+        std::vector<std::string> rest;
+        if (const int k = cell.count(Outcome::unigram)) rest.push_back(fmt::format("{} stayed at the unigram loss", k));
+        if (const int k = cell.count(Outcome::diverged)) rest.push_back(fmt::format("{} diverged", k));
+        mixed.push_back(fmt::format("{} learned in {} of {} seeds ({})", cell.family, cell.count(Outcome::learned),
+                                    cell.outcomes.size(), fmt::join(rest, ", ")));
+      }
+    }
+    std::vector<std::string> clauses;
+    const size_t n = c.cells.size();
+    if (!unigram.empty()) clauses.push_back(subject(unigram, n) + " " + unigram_text());
+    if (!diverged.empty()) clauses.push_back(subject(diverged, n) + " diverged");
+    for (const auto& m : mixed) clauses.push_back(m);
+    std::string sentence = fmt::format("{}", fmt::join(clauses, "; "));
+    if (!learned.empty())
+      sentence += (clauses.empty() ? "" : ", while ") + subject(learned, n) + " learned";
+    out.push_back(capital(c.phrase.empty() ? sentence : c.phrase + ", " + sentence) + ".");
+  }
+  return out;
+}
+
+// Runs whose lower layers' gradients vanished: the smallest layer gradient norm at most kVanished of
+// the largest, at initialization (the instruments) or at the last logged step (the per-layer log).
+constexpr double kVanished = 1e-6;
+
+std::optional<std::string> vanished_text(const json& run) {
+  struct Reading { double low, high; long low_layer, high_layer; std::string when; };
+  std::vector<Reading> readings;
+  if (run.contains("instruments") && run["instruments"].contains("init") &&
+      run["instruments"]["init"].contains("dynamics") && run["instruments"]["init"]["dynamics"].contains("layers")) {
+    Reading r{INFINITY, 0, -1, -1, "at initialization"};
+    for (const auto& l : run["instruments"]["init"]["dynamics"]["layers"])
+      if (const auto g = view::number(l, "grad_norm")) {
+        const long layer = l.value("layer", 0L);
+        if (*g < r.low) r.low = *g, r.low_layer = layer;
+        if (*g > r.high) r.high = *g, r.high_layer = layer;
+      }
+    readings.push_back(r);
+  }
+  if (run.contains("layer_log") && run["layer_log"].contains("values") &&
+      run["layer_log"]["values"].contains("grad_norm_total") && !run["layer_log"]["values"]["grad_norm_total"].empty()) {
+    const json& log = run["layer_log"];
+    Reading r{INFINITY, 0, -1, -1, fmt::format("at step {}", log["step"].back().dump())};
+    const json& row = log["values"]["grad_norm_total"].back();
+    for (size_t k = 0; k < row.size() && k < log["rows"].size(); k++)
+      if (row[k].is_number()) {
+        const double g = row[k].get<double>();
+        const long layer = log["rows"][k].value("layer", 0L);
+        if (g < r.low) r.low = g, r.low_layer = layer;
+        if (g > r.high) r.high = g, r.high_layer = layer;
+      }
+    readings.push_back(r);
+  }
+  for (const auto& r : readings)
+    if (r.high > 0 && r.low_layer >= 0 && r.low <= kVanished * r.high)
+      return fmt::format("{} (layer {}'s gradient norm {:.1e}, layer {}'s {:.2g}, {})", run.value("label", std::string()),
+                         r.low_layer, r.low, r.high_layer, r.high, r.when);
+  return std::nullopt;
+}
+
 }  // namespace
 
 json classify_spikes(const json& results) {
@@ -138,6 +315,14 @@ json headline(const json& results) {
   for (const auto& r : runs)
     if (r.contains("summary") && (r["status"] == "finished" || r["status"] == "diverged")) done.push_back(&r);
   if (done.empty()) return json::array({"No run finished, so this study has no answer yet."});
+  // 0. what happened, in plain words: which settings learned, and gradients that vanished
+  out = plain_answer(results, others);
+  std::vector<std::string> vanished;
+  for (const json* r : done)
+    if (const auto v = vanished_text(*r)) vanished.push_back(*v);
+  if (!vanished.empty())
+    out.push_back(fmt::format("Gradients vanished in the lower layers (at most {} of the largest layer's) in {}.",
+                              kVanished, list_text(vanished, 3)));
   const std::string unit = done[0]->value("unigram_unit", std::string("byte"));
 
   // settings of the non-seed keys, in run order

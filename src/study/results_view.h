@@ -22,6 +22,15 @@ inline std::optional<double> val_loss(const json& run) {
   return run.contains("summary") ? number(run["summary"], "val_loss") : std::nullopt;
 }
 
+// A run learned only byte (token) frequencies: its final validation loss is within kStuckMargin nats
+// of the unigram entropy of its corpus, or above it.
+inline constexpr double kStuckMargin = 0.05;
+inline bool learned_only_unigram(const json& run) {
+  const auto v = val_loss(run);
+  const auto h = number(run, "unigram_entropy");
+  return v && h && *v >= *h - kStuckMargin;
+}
+
 // Validation BLEU of a translation run (greedy decoding, metrics summary), if it has one.
 inline std::optional<double> run_bleu(const json& run) {
   return run.contains("summary") ? number(run["summary"], "bleu") : std::nullopt;

@@ -522,6 +522,10 @@ int run_study(const Study& study, const CompareOptions& options) {
   }
 
   if (study.theory && !interrupted) {
+    // the answer is known once the runs are: said now, not after the theory table's minutes
+    nlohmann::json known = results;
+    known["headline"] = headline(known);
+    fmt::print("\n{}\n", headline_text(known));
     fmt::print("[theory] the claims of the source documents, on fresh and on trained models (normlab theory)\n");
     std::fflush(stdout);
     const auto t0 = Clock::now();

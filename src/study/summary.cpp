@@ -19,7 +19,6 @@ namespace {
 using json = nlohmann::json;
 using namespace view;
 
-constexpr double kStuckMargin = 0.05;  // within this of the unigram entropy: learned only byte (token) frequencies
 constexpr double kEffectMargin = 0.1;  // nats: smaller differences are called "about the same"
 // Below this corpus BLEU (0-100) no setting translates yet: a few matching words, no phrases (the
 // published 6L-6L models score about 35), so BLEU cannot rank the settings.
@@ -49,12 +48,6 @@ bool any_stack_ratio(const json& runs) {
 std::optional<double> w2_grad_ratio(const json& run) {
   if (!run.contains("instruments") || !run["instruments"].contains("init")) return std::nullopt;
   return number(run["instruments"]["init"]["dynamics"], "ffn_out_grad_norm_last_over_first");
-}
-
-bool learned_only_unigram(const json& run) {
-  const auto v = val_loss(run);
-  const auto h = number(run, "unigram_entropy");
-  return v && h && *v >= *h - kStuckMargin;
 }
 
 std::string loss_text(const json& run) {
@@ -430,17 +423,20 @@ json written_summary(const json& results) {
     }
   }
 
-  // what each varied key changed, the other keys held fixed; groups in the order of the study's runs
+  // what each varied key changed, the other keys held fixed: one sentence per key, its groups (in the
+  // order of the study's runs) apart by "; ". Seeds are not here: the spread over seeds is above.
   for (const auto& key : varying) {
+    if (is_seed_key(key)) continue;
     Groups<std::string> groups;
     for (const json* r : done)
       group_of(groups, signature(*r, varying, key))
           .push_back(fmt::format("{} -> {}{}", grid_value(*r, key), loss_text(*r),
                                  run_bleu(*r) ? fmt::format(" (BLEU {:.2f})", *run_bleu(*r)) : ""));
+    std::vector<std::string> parts;
     for (const auto& [sig, items] : groups)
-      if (items.size() > 1)
-        out.push_back(fmt::format("Varying {}{}: {} (final validation loss).", key_text(key, varying),
-                                  sig.empty() ? "" : " at " + sig, fmt::join(items, ", ")));
+      if (items.size() > 1) parts.push_back(fmt::format("{}{}", sig.empty() ? "" : "at " + sig + ": ", fmt::join(items, ", ")));
+    if (!parts.empty())
+      out.push_back(fmt::format("Varying {} (final validation loss): {}.", key_text(key, varying), fmt::join(parts, "; ")));
   }
 
   // gradient norm by layer at initialization (Xiong et al. 2020)

@@ -32,9 +32,15 @@ nlohmann::json loss_spikes(const nlohmann::json& train);
 inline constexpr double kSharedSpikeNats = kSpikeNats / 2;
 nlohmann::json classify_spikes(const nlohmann::json& results);
 
-// The answer in three sentences: what ends best (each placement or family at its own best learning
-// rate when the learning rate varies, else the settings ranked, over seeds), whether the seeds
-// separate it from the runner-up (the 95% Welch interval of the gap), and what was unstable
+// The answer. First the study's question in plain words: one sentence per setting of the varied keys
+// other than the family (the placement when it varies), saying which families learned, which learned
+// nothing beyond the unigram frequencies (view::learned_only_unigram) and which diverged ("Without
+// warm-up at 4 layers, Post-LN and DeepNorm learned nothing beyond byte frequencies, while Pre-LN and
+// Sandwich-LN learned."), one per family beyond six settings; then a sentence naming the runs whose
+// lower layers' gradients vanished (at most 1e-6 of the largest layer's, at initialization or at the
+// last per-layer log). Then three sentences: what ends best (each placement or family at its own best
+// learning rate when the learning rate varies, else the settings ranked, over seeds), whether the
+// seeds separate it from the runner-up (the 95% Welch interval of the gap), and what was unstable
 // (divergence, spikes of a run's own, bumps shared by the runs that drew the same batches).
 nlohmann::json headline(const nlohmann::json& results);
 // results["headline"] as text for the terminal and summary.txt: "In short: ...", wrapped at 100

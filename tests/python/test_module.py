@@ -23,11 +23,10 @@ import textwrap
 import threading
 import time
 
+import normlab  # before numpy and torch, which load OpenBLAS too: normlab sets its kernels first (src/ops/isa.h)
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
-
-import normlab
 
 FAILED = []
 
