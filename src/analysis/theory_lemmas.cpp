@@ -34,7 +34,9 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
     auto it = probes.find({int(p), eps});
     if (it == probes.end()) {
       Probe pr{forward_on(b, gpt_config(o, p, eps, o.n_layers)), {}};
-      pr.jac = analyze_jacobian(*pr.model, jopt);
+      JacobianOptions popt = jopt;
+      popt.full = p == Placement::Pre && eps > 0;  // only Thm 4.6 / 6.4 read full-sequence Jacobians
+      pr.jac = analyze_jacobian(*pr.model, popt);
       it = probes.emplace(std::make_pair(int(p), eps), std::move(pr)).first;
     } else {
       b.models->used(it->second.model->config());  // reused by another block: its learned state counts there too

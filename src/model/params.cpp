@@ -11,6 +11,10 @@
 namespace normlab {
 
 const ParamSpec* ParamTable::find(const std::string& name) const {
+  if (index.size() == specs.size()) {
+    const auto it = index.find(name);
+    return it == index.end() ? nullptr : &specs[it->second];
+  }
   for (const auto& s : specs)
     if (s.name == name) return &s;
   return nullptr;
@@ -107,6 +111,7 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     add_norm("head.ln", C);
     add("head.bias", {V}, ParamRole::LinearBias);
   }
+  for (size_t i = 0; i < t.specs.size(); i++) t.index.emplace(t.specs[i].name, i);
   return t;
 }
 

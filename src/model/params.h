@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "model/config.h"
@@ -29,8 +30,10 @@ struct ParamSpec {
 struct ParamTable {
   std::vector<ParamSpec> specs;  // canonical order
   size_t total = 0;
-  // nullptr if absent
+  // nullptr if absent (by name through `index` when it covers every spec, else a scan: a model
+  // constructor looks up a few names per sub-layer, and a scan made that quadratic in depth)
   const ParamSpec* find(const std::string& name) const;
+  std::unordered_map<std::string, size_t> index;  // name -> position in specs (make_param_table)
 };
 
 ParamTable make_param_table(const ModelConfig& cfg);
