@@ -136,7 +136,7 @@ results() {
   jq -c '[.runs[] | {name, status, steps_to_target, train: .train.loss, val: .val.loss,
           s: (.summary | {steps, train_loss, val_loss, diverged})}]' "$1/results.json"
 }
-table() { grep -E '^placement=' "$1/summary.txt" | awk '{$7 = ""; print}'; }  # tokens/s left out
+table() { grep -E '^placement=[^ ]+ +(finished|diverged|failed|interrupted) ' "$1/summary.txt" | awk '{$7 = ""; print}'; }  # the rows (the answer above may wrap onto a line starting placement=); tokens/s left out
 "$NL" compare --config study.toml --out st1 > st1.txt 2>&1; rc=$?
 check "[[ $rc -eq 0 ]]" "serial study: $(tail -3 st1.txt)"
 mpi 2 compare --config study.toml --out st2 > st2.txt 2>&1; rc=$?

@@ -469,7 +469,10 @@ TEST(Summary, HeadlineAnswersWhichPlacementAtItsBestLearningRate) {
     runs.push_back(lr_run("pre", 3e-3, s, pre3[s - 1]));
   }
   json all = headline(lr_results(runs));
-  // first in plain words, per learning rate (no unigram entropy in these runs: every finished run learned)
+  ASSERT_EQ(all.size(), 3u) << all.dump(1);  // no unigram entropy in these runs: nothing said about learning
+  for (auto& r : runs) r["unigram_entropy"] = 3.07;
+  all = headline(lr_results(runs));
+  // first in plain words, per learning rate
   ASSERT_EQ(all.size(), 5u) << all.dump(1);
   EXPECT_EQ(all[0], "At lr 0.001, both learned.");
   EXPECT_EQ(all[1], "At lr 0.003, Post-LN learned in 2 of 3 seeds (1 diverged), while Pre-LN learned.");
@@ -547,4 +550,16 @@ TEST(Summary, HeadlineSaysInPlainWordsWhatLearnedInEachSetting) {
   ASSERT_EQ(h.size(), 7u) << h.dump(1);
   EXPECT_NE(h[3].get<std::string>().find("(layer 0's gradient norm 1.0e-14, layer 1's 0.4, at step 400)"),
             std::string::npos) << h[3];
+  // beyond six settings of the other keys, one tally per family: 7 learning rates, post stuck at 3
+  std::vector<json> sweep;
+  for (int k = 0; k < 7; k++)
+    for (const char* p : {"post", "pre"}) {
+      json r = lr_run(p, 1e-3 * (k + 1), 1, std::string(p) == "post" && k >= 4 ? 3.07 : 2.4);
+      r["unigram_entropy"] = 3.074;
+      sweep.push_back(r);
+    }
+  json swept = lr_results(sweep);
+  swept["study"]["varying"] = {"model.placement", "train.lr"};
+  EXPECT_EQ(headline(swept)[0], "Learned (every seed below the byte unigram entropy by more than 0.05 nats) in the "
+                                "settings of the other varied keys: Post-LN in 4 of 7 and Pre-LN in 7 of 7.");
 }

@@ -91,12 +91,13 @@ std::string list_text(const std::vector<std::string>& items, size_t keep) {
 
 // ---- the study's question in plain words ----
 
-enum class Outcome { learned, unigram, diverged, none };  // none: failed, interrupted or not run
+// none: failed, interrupted or not run, or no unigram entropy to tell learning from frequencies
+enum class Outcome { learned, unigram, diverged, none };
 
 Outcome outcome_of(const json& run) {
   const std::string status = run.value("status", std::string());
   if (status == "diverged") return Outcome::diverged;
-  if (status != "finished" || !view::val_loss(run)) return Outcome::none;
+  if (status != "finished" || !view::val_loss(run) || !view::number(run, "unigram_entropy")) return Outcome::none;
   return view::learned_only_unigram(run) ? Outcome::unigram : Outcome::learned;
 }
 
@@ -151,6 +152,8 @@ json plain_answer(const json& results, const std::vector<std::string>& others) {
   double entropy = NAN;
   for (const auto& r : runs) {
     const Outcome o = outcome_of(r);
+    if (r.value("status", std::string()) == "finished" && !view::number(r, "unigram_entropy"))
+      return json::array();  // what a run learned cannot be told without its corpus' unigram entropy
     if (o == Outcome::none) continue;
     if (std::isnan(entropy) && view::number(r, "unigram_entropy")) {
       entropy = r["unigram_entropy"].get<double>();
