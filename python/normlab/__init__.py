@@ -29,8 +29,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 # same kernels (a module that loaded OpenBLAS earlier, numpy or torch, is warned about below).
 from . import _cpu
 
-if "OPENBLAS_CORETYPE" not in os.environ and _cpu.openblas_coretype():
-    os.environ["OPENBLAS_CORETYPE"] = _cpu.openblas_coretype()
+_wanted_core = _cpu.openblas_coretype()  # None when NORMLAB_ISA is bad: _core reports it
+if "OPENBLAS_CORETYPE" not in os.environ and _wanted_core:
+    os.environ["OPENBLAS_CORETYPE"] = _wanted_core
 
 import numpy as np  # noqa: E402 (after OPENBLAS_CORETYPE)
 

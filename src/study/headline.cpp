@@ -233,31 +233,30 @@ json plain_answer(const json& results, const std::vector<std::string>& others) {
 constexpr double kVanished = 1e-6;
 
 std::optional<std::string> vanished_text(const json& run) {
-  struct Reading { double low, high; long low_layer, high_layer; std::string when; };
+  struct Reading {
+    double low = INFINITY, high = 0;
+    long low_layer = -1, high_layer = -1;
+    std::string when;
+    void add(double g, long layer) {
+      if (g < low) low = g, low_layer = layer;
+      if (g > high) high = g, high_layer = layer;
+    }
+  };
   std::vector<Reading> readings;
   if (run.contains("instruments") && run["instruments"].contains("init") &&
       run["instruments"]["init"].contains("dynamics") && run["instruments"]["init"]["dynamics"].contains("layers")) {
-    Reading r{INFINITY, 0, -1, -1, "at initialization"};
+    Reading r{.when = "at initialization"};
     for (const auto& l : run["instruments"]["init"]["dynamics"]["layers"])
-      if (const auto g = view::number(l, "grad_norm")) {
-        const long layer = l.value("layer", 0L);
-        if (*g < r.low) r.low = *g, r.low_layer = layer;
-        if (*g > r.high) r.high = *g, r.high_layer = layer;
-      }
+      if (const auto g = view::number(l, "grad_norm")) r.add(*g, l.value("layer", 0L));
     readings.push_back(r);
   }
   if (run.contains("layer_log") && run["layer_log"].contains("values") &&
       run["layer_log"]["values"].contains("grad_norm_total") && !run["layer_log"]["values"]["grad_norm_total"].empty()) {
     const json& log = run["layer_log"];
-    Reading r{INFINITY, 0, -1, -1, fmt::format("at step {}", log["step"].back().dump())};
+    Reading r{.when = fmt::format("at step {}", log["step"].back().dump())};
     const json& row = log["values"]["grad_norm_total"].back();
     for (size_t k = 0; k < row.size() && k < log["rows"].size(); k++)
-      if (row[k].is_number()) {
-        const double g = row[k].get<double>();
-        const long layer = log["rows"][k].value("layer", 0L);
-        if (g < r.low) r.low = g, r.low_layer = layer;
-        if (g > r.high) r.high = g, r.high_layer = layer;
-      }
+      if (row[k].is_number()) r.add(row[k].get<double>(), log["rows"][k].value("layer", 0L));
     readings.push_back(r);
   }
   for (const auto& r : readings)

@@ -511,6 +511,16 @@ def olmo2_cases(nl, w):
                                         "model.vocab=70"], olmo2_classes()[1], 18)
 
 
+def finish(passed):
+    """Lists the failures and exits 1, or prints `passed`."""
+    if failures:
+        print(f"\n{len(failures)} FAILED:")
+        for f in failures:
+            print("  " + f)
+        sys.exit(1)
+    print(passed)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--normlab", required=True)
@@ -522,12 +532,7 @@ def main():
     nl, w = a.normlab, a.workdir
     if a.olmo2:
         olmo2_cases(nl, w)
-        if failures:
-            print(f"\n{len(failures)} FAILED:")
-            for f in failures:
-                print("  " + f)
-            sys.exit(1)
-        print("all OLMo 2 parity checks passed")
+        finish("all OLMo 2 parity checks passed")
         return
     gpt2_case(nl, w, "gpt2_tanh", 1, vocab_size=97, n_positions=20, n_embd=36, n_layer=3, n_head=3, n_inner=50)
     gpt2_case(nl, w, "gpt2_erf_sharded", 2, shard=True, vocab_size=61, n_positions=16, n_embd=24, n_layer=2,
@@ -583,12 +588,7 @@ def main():
                                         "model.positions=rope", "model.activation=swiglu", "model.bias=qkv",
                                         "model.vocab=77"], Qwen2ForCausalLM, 15)
     bad_input(nl, w)
-    if failures:
-        print(f"\n{len(failures)} FAILED:")
-        for f in failures:
-            print("  " + f)
-        sys.exit(1)
-    print("all Hugging Face parity checks passed")
+    finish("all Hugging Face parity checks passed")
 
 
 if __name__ == "__main__":
