@@ -126,6 +126,9 @@ TEST(EncDecGradientsMore, MixedMethodsRmsNormSeparateEmbeddingsNoPadding) {
   attn_only.mlp = false;
   attn_only.activation = Activation::Relu;
   check_gradients(attn_only);
+  ModelConfig untied = encdec({Placement::Post});
+  untied.head = Head::Untied;  // an output matrix of its own (source and target still share wte)
+  check_gradients(untied);
 }
 
 // The new methods in the decoder-only and encoder-only models too.
@@ -307,6 +310,9 @@ TEST(EncDecConfig, RefusesWhatItCannotBe) {
   ModelConfig g;
   g.dec_layers = 3;
   EXPECT_THROW(g.validate(), Error);
+  ModelConfig headless = encdec({Placement::Pre});
+  headless.head = Head::None;  // a translation model has logits: tied or untied only
+  EXPECT_THROW(headless.validate(), Error);
   Model<double> m(encdec({Placement::Pre}));
   std::vector<int32_t> ids(6, 1), labels(6, 1);
   EXPECT_THROW(m.forward(ids.data(), labels.data(), 1, 6), Error);  // no source

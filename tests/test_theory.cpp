@@ -1,7 +1,8 @@
 // test_theory.cpp: `normlab theory` (analysis/theory.h): every claim is measured and its verdict is
 // the rule applied to the seeds' numbers (vacuous when a bound says nothing on every seed, void when a
 // trained model did not learn), seeds in parallel give the serial numbers, 004's effective-depth
-// quantity against the sub-layers recomputed by hand; and the statistics behind the verdicts (stats.h).
+// quantity against the sub-layers recomputed by hand, the collapse-rate law on sequences of known law,
+// fairseq's inputs against their formulas; and the statistics behind the verdicts (stats.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "analysis_models.h"
 #include "check.h"
 #include "ops/common.h"
+#include "util/error.h"
 #include "util/rng.h"
 
 using namespace normlab;
@@ -33,6 +35,7 @@ TheoryOptions small_theory(int layers, int deep_layers, int seeds) {
   o.seq_len = 8;
   o.seeds = seeds;
   o.paper_d_model = 16;
+  o.family_d_model = 16;
   return o;
 }
 
@@ -47,7 +50,8 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
   for (const char* s : {"000 Lemma 2.1", "000 Thm 2.2", "000 Remark 1.2", "000 Thm 3.2", "000 Thm 3.6",
                         "000 Thm 4.6", "000 Thm 6.3", "000 Thm 6.4", "002 spectral bounds", "002 rank collapse",
                         "003/004 stream growth", "004 branch ratio", "004 effective depth", "004 DeepNet constant", "004 dNorm/dz",
-                        "003 Post-LN input growth", "003 kappa^L gradient decay", "Xiong et al. 2020", "Liu et al. 2020"})
+                        "003 Post-LN input growth", "003 kappa^L gradient decay", "Xiong et al. 2020", "Liu et al. 2020",
+                        "000 Pre-LN full rank", "002 collapse rate", "Xiong et al. 2020 Thm 1", "DeepNet Thm 4.2"})
     ASSERT_TRUE(by.count(s)) << s;
   for (const auto& c : claims) {  // the verdict is the rule applied to the interval of the seeds' values
     EXPECT_EQ(c.numbers["seeds"].size(), 3u) << c.source;
@@ -75,6 +79,15 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
   EXPECT_EQ(by["000 Thm 2.2"]->verdict, kHolds);
   EXPECT_EQ(by["000 Thm 3.6"]->verdict, kHolds);
   EXPECT_EQ(first("000 Thm 4.6")["violated"].get<int>(), 0);
+  // 000's Pre-LN contrast: the stack alone has full rank, through its final LayerNorm (eps = 0) exactly d - 2
+  EXPECT_EQ(by["000 Pre-LN full rank"]->verdict, kViolated);
+  for (const auto& seed : by["000 Pre-LN full rank"]->numbers["seeds"]) {
+    EXPECT_EQ(seed["rank_stack"].get<int>(), o.d_model);
+    EXPECT_EQ(seed["rank_through_final_norm"].get<int>(), o.d_model - 2);
+  }
+  // the depth families: one number per depth
+  EXPECT_EQ(first("Xiong et al. 2020 Thm 1")["decoder_last"].size(), 4u);
+  EXPECT_EQ(first("DeepNet Thm 4.2")["change_squared"].size(), 5u);
   // the LayerNorm's bulk singular value is 1/sigma: x sqrt(d) it is far from 1 unless sigma = 1/sqrt(d)
   EXPECT_EQ(by["004 dNorm/dz"]->verdict, kViolated);
   for (double v : first("004 dNorm/dz")["bulk_times_sigma"]) EXPECT_NEAR(v, 1.0, 1e-6);
@@ -242,6 +255,66 @@ TEST(Theory, EffectiveDepthShiftEqualsTheSubLayersByHand) {
   // the weights are back: a forward reproduces the streams
   m.forward(ids.data(), labels.data(), 1, T);
   for (int s = 0; s <= S; s++) EXPECT_EQ(std::vector<double>(m.stream(s), m.stream(s) + size_t(T) * C), x[size_t(s)]);
+}
+
+// Dong et al.'s collapse rate tells the two laws apart on sequences of known law: a constant factor per
+// layer (geometric) and res_l = exp(-c 3^l) (doubly exponential); layers at the rounding floor are not fitted.
+TEST(Theory, CollapseRateTellsGeometricFromDoublyExponential) {
+  std::vector<double> geometric, doubly;
+  for (int l = 0; l <= 12; l++) geometric.push_back(0.9 * std::pow(0.5, l));
+  for (int l = 0; l <= 5; l++) doubly.push_back(std::exp(-0.05 * std::pow(3.0, l)));
+  const theory_detail::CollapseRate g = theory_detail::collapse_rate(geometric);
+  EXPECT_EQ(g.layers, 12);
+  EXPECT_LT(g.double_vs_single, 0);
+  EXPECT_NEAR(g.exponent, 1.0, 1e-9);  // log(res_0/res_l) = l log 2 exactly
+  EXPECT_NEAR(g.factor, 0.5, 1e-12);
+  const theory_detail::CollapseRate d = theory_detail::collapse_rate(doubly);
+  EXPECT_EQ(d.layers, 5);
+  EXPECT_GT(d.double_vs_single, 0);
+  EXPECT_GT(d.exponent, 1.5);
+  // a collapse to the floor within two layers leaves no rate to fit
+  const theory_detail::CollapseRate fast = theory_detail::collapse_rate({1.0, 1e-3, 1e-14, 1e-15, 1e-16});
+  EXPECT_EQ(fast.layers, 1);
+  EXPECT_EQ(fast.double_vs_single, 0);
+}
+
+// fairseq's inputs (Xiong et al.'s setting) against the formulas written out here: the sinusoidal table
+// of fairseq's SinusoidalPositionalEmbedding (positions from 2; sin then cos halves; frequencies
+// 10000^(-k / (half - 1))), token embeddings of unit variance, and the head the unscaled table.
+TEST(Theory, FairseqInputsAreFairseqs) {
+  ModelConfig c;
+  c.arch = Arch::EncDec;
+  c.d_model = 16;
+  c.n_heads = 2;
+  c.n_layers = 1;
+  c.dec_layers = 1;
+  c.seq_len = 6;
+  c.head = Head::Untied;
+  Model<double> m(c);
+  theory_detail::use_fairseq_inputs(m, 7);
+  const auto tensor = [&](const char* name) {
+    const ParamSpec* p = m.table().find(name);
+    return std::vector<double>(m.params().begin() + long(p->offset), m.params().begin() + long(p->offset + p->numel));
+  };
+  const std::vector<double> wte = tensor("wte.weight"), head = tensor("lm_head.weight");
+  double ss = 0;
+  for (size_t i = 0; i < wte.size(); i++) {
+    EXPECT_DOUBLE_EQ(wte[i], std::sqrt(16.0) * head[i]);
+    ss += wte[i] * wte[i];
+  }
+  EXPECT_NEAR(ss / double(wte.size()), 1.0, 0.05);  // 258 x 16 draws of variance 1
+  for (const char* name : {"wpe.weight", "enc.wpe.weight"}) {
+    const std::vector<double> wpe = tensor(name);
+    for (int t = 0; t < 6; t++)
+      for (int k = 0; k < 8; k++) {
+        const double angle = (t + 2) * std::pow(10000.0, -double(k) / 7.0);
+        EXPECT_NEAR(wpe[size_t(t) * 16 + k], std::sin(angle), 1e-12) << name << " t " << t << " k " << k;
+        EXPECT_NEAR(wpe[size_t(t) * 16 + 8 + k], std::cos(angle), 1e-12) << name << " t " << t << " k " << k;
+      }
+  }
+  c.head = Head::Tied;  // the tied head would read the scaled table: refused
+  Model<double> tied(c);
+  EXPECT_THROW(theory_detail::use_fairseq_inputs(tied, 7), Error);
 }
 
 TEST(Stats, IntervalsAndVerdicts) {

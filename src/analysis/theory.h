@@ -67,6 +67,8 @@ struct TheoryOptions {
   double train_lr = 1e-3; // (cosine, 20% warm-up, batch 8 x seq_len, clip 1) on the corpus' training split
   bool parallel_seeds = true;   // one seed per thread
   int paper_d_model = 512;      // width of the Xiong et al. check (their Fig. 3; FFN 2 d, 4 heads)
+  int family_d_model = 64;      // width of the encoder-decoder depth families (N = 1 .. 16: Liu et al.,
+                                // Xiong et al.'s Thm 1, DeepNet); the tests make it small
   std::string pairs = "es-en";  // translation pairs of the enc-dec claims: a built Bible pair or a directory
   std::string corpus;           // inputs of the byte-LM claims: "" = the built-in corpus; a text file (its
                                 // bytes), or a token stream (.safetensors input_ids, .bin uint16)

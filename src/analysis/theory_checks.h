@@ -106,7 +106,27 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out);
 // forward on ids), ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / ||F_{s+1}(N(x_{s+1}))||. Runs the
 // model forward (its activations are those of the last, ablated pass); the weights are restored.
 std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_t>& ids);
-// the encoder-decoder claims at initialization: Xiong et al., Liu et al. (theory_encdec.cpp)
+// Dong et al.'s rate of rank collapse, from res(X_l), l = 0 .. L, of pure attention: y_l = log(res_0 /
+// res_l) over the layers l >= 1 where it collapsed (y_l > 0) and is above the rounding floor (res_l >
+// 1e-12 res_0). A doubly exponential collapse (res_l ~ c^(b^l)) makes log y linear in l; a geometric one
+// (a constant factor per layer) makes y linear in l, so log y linear in log l with slope 1.
+struct CollapseRate {
+  double double_vs_single = 0;  // log(RSS of the power law / RSS of the exponential law) of log y: > 0,
+                                // doubly exponential fits better
+  double exponent = 0;          // p of y ~ l^p (1: geometric)
+  double factor = 0;            // res shrinks by this factor per layer, on average over the fitted layers
+  int layers = 0;               // layers fitted (fewer than 3: no rate; the other fields are 0)
+};
+CollapseRate collapse_rate(const std::vector<double>& res);
+// the encoder-decoder claims at initialization: Xiong et al., Liu et al., DeepNet (theory_encdec.cpp)
 void encdec_checks(const Bench& b, std::vector<Measurement>& out);
+// fairseq's inputs, the setting of Xiong et al. (and what their Theorem 1 assumes: unit variance per
+// channel entering the first layer), written into a fresh encoder-decoder with an untied head, one
+// shared table and position tables: token embeddings drawn N(0, 1/d) and multiplied by sqrt(d),
+// sinusoidal positions (fairseq's table, positions counted from 2), and the output projection the
+// unscaled table. fairseq ties the output to the unscaled table; normlab's tied head would read the
+// scaled one, so the unscaled copy sits in the untied head: at initialization the forward pass and
+// every other weight's gradient are those of fairseq's tied model.
+void use_fairseq_inputs(Model<double>& m, uint64_t seed);
 
 }  // namespace normlab::analysis::theory_detail

@@ -1,5 +1,5 @@
 // theory_depth.cpp: the claims about how a byte-LM stack behaves with depth, on one seed's models:
-// source 002's rank collapse and "||A||_2 rises toward sqrt(n) with depth in Post-LN", source 003's
+// source 002's rank collapse (its endpoint and its rate) and "||A||_2 rises toward sqrt(n) with depth in Post-LN", source 003's
 // additive growth of Pre-LN, exponential growth of Post-LN's LayerNorm inputs and kappa^L gradient
 // decay, and source 004's sqrt(l) growth, 1/sqrt(l) branch ratio, larger lower-layer gradients and
 // effective depth (a layer reading nearly its predecessor's input) in Pre-LN. Source 004's statements assume a branch comparable to the stream, so they are measured at
@@ -76,6 +76,25 @@ std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_
   return shift;
 }
 
+CollapseRate collapse_rate(const std::vector<double>& res) {
+  std::vector<double> l, log_y;
+  for (size_t i = 1; i < res.size(); i++) {
+    const double y = std::log(res[0] / res[i]);
+    if (!(res[i] > 1e-12 * res[0]) || !(y > 0)) continue;
+    l.push_back(double(i));
+    log_y.push_back(std::log(y));
+  }
+  CollapseRate r;
+  r.layers = int(l.size());
+  if (r.layers < 3) return {0, 0, 0, r.layers};
+  r.double_vs_single = log_rss_ratio(l, log_y, [](double v) { return v; }, [](double v) { return std::log(v); });
+  std::vector<double> log_l;
+  for (double v : l) log_l.push_back(std::log(v));
+  fit_rss(log_l, log_y, [](double v) { return v; }, &r.exponent);
+  r.factor = std::exp(-std::exp(log_y.back()) / l.back());
+  return r;
+}
+
 void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   const TheoryOptions& o = b.opt;
   const int L = o.deep_layers;
@@ -83,7 +102,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   auto need_depth = [&] {  // a fit over layers: a given model may be too shallow
     if (L < 3) throw NotApplicable(fmt::format("a fit over depth needs at least 3 layers; this model has {}", L));
   };
-  attempt(b, out, {"002 rank collapse", "002 skips prevent collapse"}, [&] {
+  attempt(b, out, {"002 rank collapse", "002 skips prevent collapse", "002 collapse rate"}, [&] {
     // 002 rank collapse: the Pre-LN model's own weights with skips and MLPs removed
     need_depth();
     auto deep_pre = b.models->make(gpt_config(o, Placement::Pre, 1e-5, L), true);
@@ -114,6 +133,25 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                    "log10 of res(X_L)/res(X_0) with skips (no MLPs) over the same without skips: orders of magnitude "
                    "of the residual the skips keep against the control",
                    Region::above(1), kept, detail, nums});
+    // the rate: Dong et al.'s bound shrinks res doubly exponentially, res_L <= (c res_0)^(3^L)
+    const CollapseRate rate = collapse_rate(pure.residual_rank);
+    Measurement mr{"002 collapse rate", "pure attention loses rank doubly exponentially with depth", setting,
+                   "log(RSS of the power law / RSS of the exponential law in l) of log log(res_0/res_l) (> 0: doubly "
+                   "exponential fits better)",
+                   Region::above(0), rate.double_vs_single,
+                   rate.layers < 3 ? fmt::format("res reaches the rounding floor within {} layers: too fast to fit a rate",
+                                                 rate.layers)
+                                   : fmt::format("over layers 1..{}: log(res_0/res_l) ~ l^{:.2f} (1: a constant factor per "
+                                                 "layer), res shrinks by x{:.3f} per layer; res(X_l) [{:.3g}]",
+                                                 rate.layers, rate.exponent, rate.factor,
+                                                 fmt::join(pure.residual_rank, ", ")),
+                   {{"log_rss_power_over_exp", rate.double_vs_single}, {"exponent", rate.exponent},
+                    {"factor_per_layer", rate.factor}, {"layers_fitted", rate.layers},
+                    {"residual_by_layer", pure.residual_rank}}};
+    mr.vacuous = rate.layers < 3;
+    mr.reported = "Dong et al. 2021, Thm 2.2: a bound, res(SAN(X)) <= (4 gamma beta / sqrt(d_qk))^((3^L - 1)/2) res(X)^(3^L); "
+                  "their Fig. 2 (pretrained BERT, ALBERT, XLNet) shows pure attention near 0 within a few layers";
+    out.push_back(std::move(mr));
   });
   attempt(b, out, {"002 MLP Lipschitz slows collapse"}, [&] {
     // Dong et al.'s SAN with MLPs (attention then MLP, no skips, no norms): the same fresh weights with

@@ -1,6 +1,6 @@
 // theory_lemmas.cpp: the claims about single operators, measured exactly on one seed's models:
 // source 000's LayerNorm Jacobian (Lemma 2.1, Thm 2.2, Remark 1.2, Thm 3.6), its Post-LN rank and
-// Pre-LN lower bounds (Thm 3.2, 6.3, 4.6, 6.4), source 004's "dNorm/dz is about 1/sqrt(d)", source
+// Pre-LN lower bounds (Thm 3.2, 6.3, 4.6, 6.4) and its Pre-LN full-rank contrast, source 004's "dNorm/dz is about 1/sqrt(d)", source
 // 002's attention spectral bounds, and DeepNet's constant (a fact of the formula).
 #include <algorithm>
 #include <cmath>
@@ -9,6 +9,7 @@
 
 #include "analysis/attention.h"
 #include "analysis/jacobian.h"
+#include "analysis/lanczos.h"
 #include "analysis/theory_checks.h"
 #include "model/norm_of.h"
 #include "ops/layernorm.h"
@@ -118,6 +119,33 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
                    "token-local end-to-end rank minus (d - 2)", Region::below(0.5), double(r0 - (d - 2)),
                    fmt::format("rank {} at eps = 0, {} at eps = 1e-5 (d - 2 = {})", r0, r, d - 2),
                    {{"rank_eps0", r0}, {"rank_eps", r}}});
+  });
+  attempt(b, out, {"000 Pre-LN full rank"}, [&] {
+    // 000 contrasts Post-LN with Pre-LN, "the identity is outermost, so the Jacobian keeps full rank";
+    // what the head reads is the stack through its final LayerNorm, whose kernel {1, zhat} the product
+    // inherits: the rank bound is LayerNorm's, not Post-LN's
+    Model<double>& m = *probe(Placement::Pre, 0.0).model;
+    if (!m.config().has_final_norm()) throw NotApplicable("the claim reads the final LayerNorm; this model has none");
+    const int L = m.config().n_layers, tok = int(b.ids.size()) - 1;
+    const std::vector<double> stack = token_local_jacobian(m, 0, 2 * L, tok);
+    const std::vector<double> jf =
+        norm_jacobian_closed_form(NormKind::LayerNorm, m.stream(2 * L) + size_t(tok) * d, m.final_norm(), d, 0.0);
+    std::vector<double> through(size_t(d) * d, 0.0);  // J_lnf J_stack
+    for (int i = 0; i < d; i++)
+      for (int k = 0; k < d; k++)
+        for (int j = 0; j < d; j++) through[size_t(i) * d + j] += jf[size_t(i) * d + k] * stack[size_t(k) * d + j];
+    const Spectrum s_stack = spectrum_of(stack, d, d), s_through = spectrum_of(through, d, d);
+    out.push_back({"000 Pre-LN full rank",
+                   "in Pre-LN the identity is outermost and untouched by LayerNorm's kernel, so the network's Jacobian "
+                   "keeps full rank d (unlike Post-LN's <= d - 2)",
+                   "Pre-LN with its final LayerNorm (what the head reads), " + size + ", eps = 0, token-local, last token",
+                   "d minus the rank of the end-to-end Jacobian through the final LayerNorm (J_lnf J_stack)",
+                   Region::below(0.5), double(d - s_through.rank),
+                   fmt::format("rank {} of {} through the final LayerNorm (its kernel span{{1, zhat}} is inherited); the "
+                               "stack up to the last stream alone has rank {} (smallest singular value {:.3g})",
+                               s_through.rank, d, s_stack.rank, s_stack.min()),
+                   {{"rank_through_final_norm", s_through.rank}, {"rank_stack", s_stack.rank},
+                    {"stack_sigma_min", s_stack.min()}}});
   });
   attempt(b, out, {"000 Thm 3.6"}, [&] {  // Thm 3.6: the directions 1 and zhat are annihilated
     const JacobianReport& jpost0 = probe(Placement::Post, 0.0).jac;

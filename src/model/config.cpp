@@ -261,7 +261,8 @@ std::vector<std::string> ModelConfig::violations() const {
   if (encdec()) {
     if (type_vocab != 0) v.push_back("model.type_vocab must be 0 for arch = \"encdec\"");
     if (embed_norm) v.push_back("model.embed_norm is not supported for arch = \"encdec\"");
-    if (head != Head::Tied) v.push_back("model.head must be \"tied\" for arch = \"encdec\"");
+    if (head != Head::Tied && head != Head::Untied)
+      v.push_back("model.head must be \"tied\" or \"untied\" for arch = \"encdec\"");
   }
   if (!(rope_base > 1.0) || !std::isfinite(rope_base))
     v.push_back(fmt::format("model.rope_base = {} must be finite and > 1", rope_base));

@@ -111,6 +111,7 @@ def build_cases():
         Case("encdec_pre", dict(ENCDEC, placement="pre"), ENCDEC_BST),
         Case("encdec_post_unshared", dict(ENCDEC, placement="post", shared_embeddings=False, src_vocab=300),
              ENCDEC_BST),
+        Case("encdec_post_untied_head", dict(ENCDEC, placement="post", head="untied"), ENCDEC_BST),
         Case("encdec_mix_deepnorm_sandwich_pre_prepost", dict(
             ENCDEC, placement=["deepnorm", "sandwich", "pre", "prepost", "deepnorm"]), ENCDEC_BST),
         Case("encdec_mix_admin_rezero_skipinit_layerscale_none", dict(

@@ -183,8 +183,8 @@ def normalize_config(cfg, strict=True):
         raise ValueError(f"head must be tied, mlm, none or untied, got {c['head']!r}")
     c["type_vocab"] = int(c["type_vocab"])
     c["embed_norm"] = bool(c["embed_norm"])
-    if encdec and (c["type_vocab"] != 0 or c["embed_norm"] or c["head"] != "tied"):
-        raise ValueError("encdec refuses type_vocab, embed_norm and head = mlm / none (its head is tied)")
+    if encdec and (c["type_vocab"] != 0 or c["embed_norm"] or c["head"] not in ("tied", "untied")):
+        raise ValueError("encdec refuses type_vocab, embed_norm and head = mlm / none (its head is tied or untied)")
     if not encdec:
         given = [k for k in ENCDEC_ONLY if cfg.get(k) is not None]
         if given and strict:
