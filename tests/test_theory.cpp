@@ -10,6 +10,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "analysis/lanczos.h"
+#include "analysis/linalg.h"
 #include "analysis/stats.h"
 #include "analysis/theory.h"
 #include "analysis/theory_checks.h"
@@ -51,7 +53,9 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
                         "000 Thm 4.6", "000 Thm 6.3", "000 Thm 6.4", "002 spectral bounds", "002 rank collapse",
                         "003/004 stream growth", "004 branch ratio", "004 effective depth", "004 DeepNet constant", "004 dNorm/dz",
                         "003 Post-LN input growth", "003 kappa^L gradient decay", "Xiong et al. 2020", "Liu et al. 2020",
-                        "000 Pre-LN full rank", "002 collapse rate", "Xiong et al. 2020 Thm 1", "DeepNet Thm 4.2"})
+                        "000 Pre-LN full rank", "002 collapse rate", "Xiong et al. 2020 Thm 1", "DeepNet Thm 4.2",
+                        "004 Thm 2 Pre-LN Lipschitz", "004 Prop. 2 shares", "004 Prop. 2 effective depth",
+                        "004 Post-LN gradients uniform"})
     ASSERT_TRUE(by.count(s)) << s;
   for (const auto& c : claims) {  // the verdict is the rule applied to the interval of the seeds' values
     EXPECT_EQ(c.numbers["seeds"].size(), 3u) << c.source;
@@ -88,6 +92,12 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
   // the depth families: one number per depth
   EXPECT_EQ(first("Xiong et al. 2020 Thm 1")["decoder_last"].size(), 4u);
   EXPECT_EQ(first("DeepNet Thm 4.2")["change_squared"].size(), 5u);
+  // 004 Prop. 2: the share's k is at most L, the document's at most L + 1 (never reached)
+  const nlohmann::json& prop2 = first("004 Prop. 2 effective depth");
+  for (size_t i = 0; i < prop2["depths"].size(); i++) {
+    EXPECT_LE(prop2["k_share"][i].get<int>(), prop2["depths"][i].get<int>());
+    EXPECT_LE(prop2["k_document"][i].get<int>(), prop2["depths"][i].get<int>() + 1);
+  }
   // the LayerNorm's bulk singular value is 1/sigma: x sqrt(d) it is far from 1 unless sigma = 1/sqrt(d)
   EXPECT_EQ(by["004 dNorm/dz"]->verdict, kViolated);
   for (double v : first("004 dNorm/dz")["bulk_times_sigma"]) EXPECT_NEAR(v, 1.0, 1e-6);
@@ -255,6 +265,29 @@ TEST(Theory, EffectiveDepthShiftEqualsTheSubLayersByHand) {
   // the weights are back: a forward reproduces the streams
   m.forward(ids.data(), labels.data(), 1, T);
   for (int s = 0; s <= S; s++) EXPECT_EQ(std::vector<double>(m.stream(s), m.stream(s) + size_t(T) * C), x[size_t(s)]);
+}
+
+// 004 Thm 2's prefix norms chain the token-local block Jacobians at the last token; each prefix against
+// the same Jacobian by one forward-mode pass over the whole prefix (stream_jacobian, no chaining), on a
+// causal Pre-LN stack at Xavier init with every parameter moved off its init.
+TEST(Theory, PrefixLipschitzEqualsTheWholePrefixJacobian) {
+  ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
+  c.n_layers = 3;
+  c.seq_len = 6;
+  c.init = InitScheme::Xavier;
+  Model<double> m(c);
+  Rng rng(43);
+  for (double& p : m.params()) p += 0.1 * rng.normal();
+  std::vector<int32_t> ids(6);
+  for (int t = 0; t < 6; t++) ids[size_t(t)] = (t * 29 + 5) % 256;
+  const std::vector<double> lip = theory_detail::prefix_lipschitz(m, ids);
+  ASSERT_EQ(lip.size(), 3u);
+  for (int l = 1; l <= 3; l++) {
+    const std::vector<double> whole = stream_jacobian(m, 0, 2 * l, {5}, {5});
+    const double expected = singular_values(whole, c.d_model, c.d_model).front();
+    EXPECT_NEAR(lip[size_t(l) - 1], expected, 1e-10 * expected) << "prefix of " << l << " layers";
+  }
+  EXPECT_GT(std::abs(lip[2] - lip[0]), 1e-3 * lip[0]);  // the prefixes differ: a wrong one would fail
 }
 
 // Dong et al.'s collapse rate tells the two laws apart on sequences of known law: a constant factor per

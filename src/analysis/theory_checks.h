@@ -106,6 +106,10 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out);
 // forward on ids), ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / ||F_{s+1}(N(x_{s+1}))||. Runs the
 // model forward (its activations are those of the last, ablated pass); the weights are restored.
 std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_t>& ids);
+// 004 Thm 2's quantity (theory_depth.cpp): ||d x_l / d x_0||_2 at the last token of one sequence (B = 1
+// forward on ids) for every prefix of l = 1 .. L layers of a causal one-stream stack. At the last token
+// the token-local block Jacobians chain (no later token feeds back), so the prefixes are their products.
+std::vector<double> prefix_lipschitz(Model<double>& m, const std::vector<int32_t>& ids);
 // Dong et al.'s rate of rank collapse, from res(X_l), l = 0 .. L, of pure attention: y_l = log(res_0 /
 // res_l) over the layers l >= 1 where it collapsed (y_l > 0) and is above the rounding floor (res_l >
 // 1e-12 res_0). A doubly exponential collapse (res_l ~ c^(b^l)) makes log y linear in l; a geometric one

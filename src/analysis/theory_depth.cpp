@@ -1,9 +1,11 @@
 // theory_depth.cpp: the claims about how a byte-LM stack behaves with depth, on one seed's models:
-// source 002's rank collapse (its endpoint and its rate) and "||A||_2 rises toward sqrt(n) with depth in Post-LN", source 003's
-// additive growth of Pre-LN, exponential growth of Post-LN's LayerNorm inputs and kappa^L gradient
-// decay, and source 004's sqrt(l) growth, 1/sqrt(l) branch ratio, larger lower-layer gradients and
-// effective depth (a layer reading nearly its predecessor's input) in Pre-LN. Source 004's statements assume a branch comparable to the stream, so they are measured at
-// Xavier init, not under GPT-2's depth-scaled init (which shrinks every branch by 1/sqrt(2L)).
+// source 002's rank collapse (its endpoint and its rate) and "||A||_2 rises toward sqrt(n) with depth
+// in Post-LN", source 003's additive growth of Pre-LN, exponential growth of Post-LN's LayerNorm
+// inputs and kappa^L gradient decay, and source 004's sqrt(l) growth, 1/sqrt(l) branch ratio, larger
+// lower-layer gradients, effective depth (a layer reading nearly its predecessor's input; Prop. 2's
+// sqrt(L) and its shares) and exponential Lipschitz constant (Thm 2) in Pre-LN, and its uniform
+// gradients in Post-LN. Source 004's statements assume a branch comparable to the stream, so they are
+// measured at Xavier init, not under GPT-2's depth-scaled init (which shrinks every branch by 1/sqrt(2L)).
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
@@ -11,6 +13,7 @@
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
+#include "analysis/lanczos.h"
 #include "analysis/linalg.h"
 #include "analysis/theory_checks.h"
 #include "util/error.h"
@@ -93,6 +96,24 @@ CollapseRate collapse_rate(const std::vector<double>& res) {
   fit_rss(log_l, log_y, [](double v) { return v; }, &r.exponent);
   r.factor = std::exp(-std::exp(log_y.back()) / l.back());
   return r;
+}
+
+std::vector<double> prefix_lipschitz(Model<double>& m, const std::vector<int32_t>& ids) {
+  const std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
+  m.forward(ids.data(), labels.data(), 1, int(ids.size()));
+  const int d = m.config().d_model, tok = int(ids.size()) - 1;
+  std::vector<double> prefix(size_t(d) * d, 0.0), norms;
+  for (int i = 0; i < d; i++) prefix[size_t(i) * d + i] = 1.0;
+  for (int l = 0; l < m.config().n_layers; l++) {
+    const std::vector<double> block = token_local_jacobian(m, 2 * l, 2 * l + 2, tok);
+    std::vector<double> next(size_t(d) * d, 0.0);
+    for (int i = 0; i < d; i++)
+      for (int k = 0; k < d; k++)
+        for (int j = 0; j < d; j++) next[size_t(i) * d + j] += block[size_t(i) * d + k] * prefix[size_t(k) * d + j];
+    prefix = std::move(next);
+    norms.push_back(singular_values(prefix, d, d).front());
+  }
+  return norms;
 }
 
 void depth_checks(const Bench& b, std::vector<Measurement>& out) {
@@ -211,7 +232,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   pre_cfg.init = post_cfg.init = InitScheme::Xavier;
   const std::string xavier = fmt::format("{} layers, {}, {}", L, lm, weights(b, "Xavier init"));
   attempt(b, out, {"003/004 stream growth", "003 additive, not multiplicative", "004 branch ratio",
-                   "004 lower layers larger gradients", "004 effective depth"}, [&] {
+                   "004 lower layers larger gradients", "004 effective depth", "004 Thm 2 Pre-LN Lipschitz"}, [&] {
     need_depth();
     auto pre = b.models->make(pre_cfg, true);
     const DynamicsReport dp = analyze_dynamics(*pre, b.corpus, 2, 4, o.seq_len, 5);
@@ -271,8 +292,82 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                                }()),
                    {{"exponent", decay}, {"relative_change", shift}}});
     out.back().reported = "source 004: an argument (for large t, x_t and x_{t+1} differ little), no measurement";
+    // 004 Thm 2: the Pre-LN network's Lipschitz constant is (1 + L_F L_Norm)^L, exponential in depth. Its
+    // local version at the last token: the spectral norm of d x_l / d x_0 for every prefix of l layers (the
+    // token-local block Jacobians chain at the last token of a causal stack)
+    const std::vector<double> lip = prefix_lipschitz(*pre, b.ids);
+    std::vector<double> lay, log_lip;
+    for (size_t l = 0; l < lip.size(); l++) lay.push_back(double(l + 1)), log_lip.push_back(std::log(lip[l]));
+    const double exp_vs_power = log_rss_ratio(lay, log_lip, [](double v) { return v; }, [](double v) { return std::log(v); });
+    std::vector<double> log_lay;
+    for (double v : lay) log_lay.push_back(std::log(v));
+    const double power = depth_slope(log_lay, log_lip);
+    out.push_back({"004 Thm 2 Pre-LN Lipschitz",
+                   "the Lipschitz constant of an L-layer Pre-LN network is (1 + L_F L_Norm)^L: exponential in depth",
+                   "Pre-LN, " + xavier + ", the last token: ||d x_l / d x_0||_2 for every prefix of l layers",
+                   "log(RSS of the power law / RSS of the exponential law) of log ||d x_l / d x_0||_2 against l (> 0: "
+                   "exponential fits better)",
+                   Region::above(0), exp_vs_power,
+                   fmt::format("||d x_l / d x_0||_2 = {:.3g} after 1 layer, {:.3g} after {}; as a power law ~ l^{:.2f}",
+                               std::exp(log_lip.front()), std::exp(log_lip.back()), L, power),
+                   {{"log_rss_power_over_exp", exp_vs_power}, {"power_exponent", power}, {"log_lipschitz", log_lip}}});
+    out.back().reported = "source 004, Thm 2 (an argument, no measurement): L_Pre = (1 + L_F L_Norm)^L ~ e^(L L_F L_Norm)";
   });
-  attempt(b, out, {"003 Post-LN input growth", "003 kappa^L gradient decay", "002 ||A|| rises with depth"}, [&] {
+  attempt(b, out, {"004 Prop. 2 shares", "004 Prop. 2 effective depth"}, [&] {
+    // 004 Prop. 2: r_t = ||F_t|| / ||x_L||, the "contribution" of layer t; the effective depth is the least
+    // k with sum_{t<k} r_t >= 0.9, and with r_t ~ L^(-1/2) it is 0.9 sqrt(L). Measured over a family of depths
+    if (b.given) throw NotApplicable("needs a family of depths (6, 12, 24, 48 layers) of fresh Pre-LN stacks, not one model");
+    if (!b.fresh) return;
+    const std::vector<int> depths = {6, 12, 24, 48};
+    std::vector<double> log_depth, log_total, log_k, k_doc, k_share, total;
+    for (int depth : depths) {
+      ModelConfig c = gpt_config(o, Placement::Pre, 1e-5, depth);
+      c.init = InitScheme::Xavier;
+      auto m = forward_on(b, c);
+      const size_t n = b.ids.size() * size_t(o.d_model);
+      auto norm = [&](const double* v, const double* minus) {
+        double ss = 0;
+        for (size_t i = 0; i < n; i++) ss += (v[i] - (minus ? minus[i] : 0.0)) * (v[i] - (minus ? minus[i] : 0.0));
+        return std::sqrt(ss);
+      };
+      const double out_norm = norm(m->stream(2 * depth), nullptr);
+      std::vector<double> r;  // r_t, layer t = attention + MLP sub-layers
+      for (int t = 0; t < depth; t++) r.push_back(norm(m->stream(2 * t + 2), m->stream(2 * t)) / out_norm);
+      double sum = 0, all = 0;
+      for (double v : r) all += v;
+      int kd = depth + 1, ks = depth;  // depth + 1: the document's sum never reaches 0.9
+      for (int t = 0; t < depth; t++) {
+        sum += r[size_t(t)];
+        if (kd > depth && sum >= 0.9) kd = t + 1;
+        if (ks == depth && sum >= 0.9 * all) ks = t + 1;
+      }
+      log_depth.push_back(std::log(double(depth)));
+      total.push_back(all), log_total.push_back(std::log(all));
+      k_doc.push_back(kd), k_share.push_back(ks), log_k.push_back(std::log(double(ks)));
+    }
+    const double total_exp = depth_slope(log_depth, log_total), k_exp = depth_slope(log_depth, log_k);
+    const std::string setting = fmt::format("Pre-LN, L in [{}] layers, {}, Xavier init; r_t = ||x_(t+1) - x_t|| / ||x_L|| "
+                                            "per layer over one sequence", fmt::join(depths, ", "), lm);
+    const std::string detail = fmt::format("L = [{}]: sum of r_t [{:.2f}], the document's k (sum r_t >= 0.9) [{}], "
+                                           "k reaching 90% of the sum [{}]",
+                                           fmt::join(depths, ", "), fmt::join(total, ", "), fmt::join(k_doc, ", "),
+                                           fmt::join(k_share, ", "));
+    const nlohmann::json nums = {{"depths", depths}, {"sum_r", total}, {"k_document", k_doc}, {"k_share", k_share},
+                                 {"sum_exponent", total_exp}, {"k_share_exponent", k_exp}};
+    out.push_back({"004 Prop. 2 shares",
+                   "the layers' contributions r_t are shares of the output: 90% of the contribution is reached when "
+                   "sum_{t<k} r_t >= 0.9 (so sum_t r_t = 1 over all L layers)",
+                   setting, "exponent e of sum_t r_t ~ L^e over the depths (0: the shares sum to one whole at every depth)",
+                   Region::between(-0.25, 0.25), total_exp, detail, nums});
+    out.back().reported = "source 004, Prop. 2: r_t ~ Theta(L^(-1/2)), so sum_{t<k} r_t ~ k / sqrt(L) >= 0.9 gives k ~ 0.9 "
+                          "sqrt(L) (with r_t ~ L^(-1/2) for every t the sum over all L layers is ~ sqrt(L), not 1)";
+    out.push_back({"004 Prop. 2 effective depth", "an L-layer Pre-LN network has effective depth Theta(sqrt(L))", setting,
+                   "exponent e of k ~ L^e, k the fewest layers whose r_t reach 90% of the sum over all layers (a share)",
+                   Region::between(0.25, 0.75), k_exp, detail, nums});
+    out.back().reported = "source 004, Prop. 2: effective depth 0.9 sqrt(L); Post-LN's ~ L";
+  });
+  attempt(b, out, {"003 Post-LN input growth", "003 kappa^L gradient decay", "004 Post-LN gradients uniform",
+                   "002 ||A|| rises with depth"}, [&] {
     need_depth();
     auto post = b.models->make(post_cfg);  // a loss is needed by kappa alone (a headless model skips it)
     // the LayerNorm inputs, on one sequence
@@ -307,11 +402,28 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                      fmt::format("gradient norm {:.3g} at layer 1, {:.3g} at layer {}", dq.layers[1].grad_norm,
                                  dq.layers.back().grad_norm, L - 1),
                      {{"kappa", kappa}, {"log_grad_norms", log_grad}}});
+      // 004: Post-LN's layers get gradients of one size ("all about 1e-2 to 1e-1", one decade): the fitted
+      // change of log10 ||dL/d theta_l|| over the whole stack, in decades
+      std::vector<double> every, log10_grad;
+      for (size_t i = 0; i < dq.layers.size(); i++) every.push_back(double(i)), log10_grad.push_back(std::log10(dq.layers[i].grad_norm));
+      const double decades = depth_slope(every, log10_grad) * double(L - 1);
+      out.push_back({"004 Post-LN gradients uniform",
+                     "in Post-LN the layers' gradient norms are about uniform (all within about 1e-2 to 1e-1), every layer "
+                     "learns", "Post-LN, " + xavier,
+                     "fitted change of log10 ||dL/d theta_l|| from layer 0 to the last (decades; the source's range is one)",
+                     Region::between(-1, 1), decades,
+                     fmt::format("gradient norm {:.3g} at layer 0, {:.3g} at layer {}; fitted change {:.2f} decades",
+                                 dq.layers.front().grad_norm, dq.layers.back().grad_norm, L - 1, decades),
+                     {{"decades", decades}, {"log10_grad_norms", log10_grad}}});
+      out.back().reported = "source 004, citing Liu et al. 2020: Post-LN's gradient norms are more uniform across layers, "
+                            "about 1e-2 to 1e-1 each";
     } else {
-      Measurement m;
-      m.source = "003 kappa^L gradient decay";
-      m.skipped = "the claim needs gradients of a loss; this model has no head (head = none)";
-      out.push_back(std::move(m));
+      for (const char* name : {"003 kappa^L gradient decay", "004 Post-LN gradients uniform"}) {
+        Measurement m;
+        m.source = name;
+        m.skipped = "the claim needs gradients of a loss; this model has no head (head = none)";
+        out.push_back(std::move(m));
+      }
     }
     // 002: in Post-LN ||A||_2 rises toward sqrt(n) with depth
     const AttentionReport ar = analyze_attention(*post);
