@@ -183,6 +183,17 @@ PY
 for c in "000 Thm 2.2" "000 Thm 3.2" "000 Thm 6.3" "004 dNorm/dz"; do check "same '$c' c-post.json" "theory --checkpoint post vs fresh: $c"; done
 for c in "000 Thm 4.6" "000 Thm 6.4" "002 spectral bounds"; do check "same '$c' c-pre.json" "theory --checkpoint pre vs fresh: $c"; done
 check "[[ \$(jq '[.[] | select(.source == \"000 Thm 2.2\")][0].verdict' c-pre.json) == '\"skipped\"' ]]" "a Post-LN claim was not skipped on a Pre-LN checkpoint"
+# the depth claims hold for any norm kind: an RMSNorm Pre checkpoint answers them (and 004's fake depth), not
+# the LayerNorm lemmas
+"$NL" init --set model.placement=pre --set model.norm=rmsnorm --set model.d_model=16 --set model.n_heads=4 \
+  --set model.n_layers=3 --set model.seq_len=16 --out rms.safetensors >/dev/null
+"$NL" theory --checkpoint rms.safetensors --seeds 2 --json c-rms.json >/dev/null 2>&1
+verdict() { jq -r --arg s "$1" '[.[] | select(.source == $s)][0].verdict' "$2"; }
+for c in "003/004 stream growth" "004 effective depth" "004 Thm 2 Pre-LN Lipschitz" "004 fake depth: layer removal" \
+         "004 fake depth: angular distance"; do
+  check "[[ \"\$(verdict '$c' c-rms.json)\" != skipped && \"\$(verdict '$c' c-rms.json)\" != null ]]" "an RMSNorm checkpoint did not answer '$c'"
+done
+check "[[ \"\$(verdict '000 Lemma 2.1' c-rms.json)\" == skipped ]]" "a LayerNorm lemma was measured on an RMSNorm checkpoint"
 "$NL" theory --checkpoint post.safetensors --corpus corpus.txt --seeds 1 >u.txt 2>&1
 check "grep -q \"windows of 16 bytes of corpus 'corpus.txt' (bytes)\" u.txt" "theory --corpus not stated"
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <map>
+#include <numbers>
 #include <stdexcept>
 
 #include "analysis/lanczos.h"
@@ -288,6 +289,53 @@ TEST(Theory, PrefixLipschitzEqualsTheWholePrefixJacobian) {
     EXPECT_NEAR(lip[size_t(l) - 1], expected, 1e-10 * expected) << "prefix of " << l << " layers";
   }
   EXPECT_GT(std::abs(lip[2] - lip[0]), 1e-3 * lip[0]);  // the prefixes differ: a wrong one would fail
+}
+
+// 004's fake depth by function: in Pre-LN, removing layer 1's branches of a 3-layer stack leaves exactly
+// the 2-layer stack of layers 0 and 2 (built here from copied parameters); the angular distances against
+// the streams computed by hand; the weights are restored.
+TEST(Theory, FakeDepthRemovalIsTheShallowerStack) {
+  ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
+  c.n_layers = 3;
+  c.seq_len = 7;
+  Model<double> m(c);
+  Rng rng(47);
+  for (double& p : m.params()) p += 0.1 * rng.normal();
+  std::vector<int32_t> ids(7);
+  for (int t = 0; t < 7; t++) ids[size_t(t)] = (t * 31 + 3) % 256;
+  const std::vector<double> before = m.params();
+  const theory_detail::FakeDepth f = theory_detail::measure_fake_depth(m, ids);
+  EXPECT_EQ(m.params(), before);
+  ASSERT_TRUE(f.with_loss);
+  ASSERT_EQ(f.ablation.size(), 3u);
+  ModelConfig c2 = c;
+  c2.n_layers = 2;
+  Model<double> shallow(c2);
+  for (const ParamSpec& p : shallow.table().specs) {  // h.1.* <- h.2.*, everything else by name
+    std::string from = p.name;
+    if (from.rfind("h.1.", 0) == 0) from = "h.2." + from.substr(4);
+    const ParamSpec* q = m.table().find(from);
+    ASSERT_TRUE(q) << from;
+    std::copy_n(m.params().begin() + long(q->offset), p.numel, shallow.params().begin() + long(p.offset));
+  }
+  std::vector<int32_t> labels(7, ops::kIgnoreLabel);
+  for (int t = 0; t + 1 < 7; t++) labels[size_t(t)] = ids[size_t(t) + 1];
+  const double shallow_loss = shallow.forward(ids.data(), labels.data(), 1, 7);
+  const double full_loss = m.forward(ids.data(), labels.data(), 1, 7);
+  EXPECT_NEAR(f.loss, full_loss, 1e-12);
+  EXPECT_NEAR(f.ablation[1], shallow_loss - full_loss, 1e-12);
+  EXPECT_GT(std::abs(f.ablation[1] - f.ablation[0]), 1e-6);  // another layer's removal differs
+  for (int l = 0; l < 3; l++) {  // angular distance by hand, mean over tokens
+    double mean = 0;
+    for (int t = 0; t < 7; t++) {
+      const double* a = m.stream(2 * l) + size_t(t) * c.d_model;
+      const double* b = m.stream(2 * l + 2) + size_t(t) * c.d_model;
+      double ab = 0, aa = 0, bb = 0;
+      for (int k = 0; k < c.d_model; k++) ab += a[k] * b[k], aa += a[k] * a[k], bb += b[k] * b[k];
+      mean += std::acos(ab / std::sqrt(aa * bb)) / std::numbers::pi / 7;
+    }
+    EXPECT_NEAR(f.angular[size_t(l)], mean, 1e-12) << "layer " << l;
+  }
 }
 
 // Dong et al.'s collapse rate tells the two laws apart on sequences of known law: a constant factor per

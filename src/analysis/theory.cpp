@@ -1,5 +1,5 @@
 // theory.cpp: `normlab theory` (theory.h): the models of the checks, the seeds, and the verdicts.
-// The checks themselves: theory_lemmas.cpp, theory_depth.cpp, theory_encdec.cpp.
+// The checks themselves: theory_lemmas.cpp, theory_depth.cpp, theory_encdec.cpp, theory_fake_depth.cpp.
 #include "analysis/theory.h"
 
 #include <algorithm>
@@ -21,7 +21,7 @@ namespace normlab::analysis {
 
 namespace theory_detail {
 
-std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c, bool needs_loss) {
+std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c, bool needs_loss, Norm norm) {
   if (o_.model) {  // the given model, if it is the one the claim needs
     const ModelConfig& g = o_.model->config;
     const Placement want = c.placement_of(0);
@@ -31,7 +31,7 @@ std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c, bool need
     // Dong et al. measured rank collapse on BERT); an encoder-decoder is two stacks and a cross-attention
     if (g.encdec())
       throw NotApplicable("the claim is measured on one stack (a gpt or an encoder); this model is an encoder-decoder");
-    if (g.norm != NormKind::LayerNorm)
+    if (norm == Norm::LayerNormOnly && g.norm != NormKind::LayerNorm)
       throw NotApplicable(fmt::format("the claim is about LayerNorm; this model uses {}", to_string(g.norm)));
     if (!uniform || g.placement_of(0) != want)
       throw NotApplicable(fmt::format("the claim needs placement {}; this model's is {}", to_string(want),
@@ -73,6 +73,13 @@ void ModelSource::used(const ModelConfig& c) {
   if (o_.model || o_.train_steps == 0) return;
   const auto it = trained_.find(key_of(c));
   if (it != trained_.end()) note_if_unlearned(it->second);
+}
+
+std::unique_ptr<Model<double>> ModelSource::given() const {
+  if (!o_.model) return nullptr;
+  auto m = std::make_unique<Model<double>>(o_.model->config);
+  std::copy(o_.model->params.begin(), o_.model->params.end(), m->params().begin());
+  return m;
 }
 
 std::vector<std::string> ModelSource::take_unlearned() {
@@ -198,6 +205,7 @@ std::vector<Measurement> measure_seed(const TheoryOptions& o, const Corpus& corp
   theory_detail::lemma_checks(b, out);
   theory_detail::depth_checks(b, out);
   theory_detail::encdec_checks(b, out);
+  theory_detail::fake_depth_checks(b, out);
   return out;
 }
 

@@ -51,13 +51,18 @@ class ModelSource {
  public:
   ModelSource(const TheoryOptions& o, const std::vector<int32_t>& train_ids, const std::vector<int32_t>& val_ids)
       : o_(o), ids_(train_ids), val_(val_ids) {}
-  std::unique_ptr<Model<double>> make(const ModelConfig& c, bool needs_loss = false);
+  // norm: the claims about LayerNorm itself (000's lemmas) need a LayerNorm model (LayerNormOnly); the
+  // claims about depth hold for any norm kind of the same placement (Any: RMSNorm's SmolLM2 too).
+  enum class Norm { LayerNormOnly, Any };
+  std::unique_ptr<Model<double>> make(const ModelConfig& c, bool needs_loss = false, Norm norm = Norm::LayerNormOnly);
   // The trained models made (or reused: used()) since the last call that did not learn
   // (kLearnedFraction), in words.
   std::vector<std::string> take_unlearned();
   // A check that keeps a model it made for several blocks of claims says so on each reuse, so that a
   // block measured on a model that did not learn is void too.
   void used(const ModelConfig& c);
+  // The given model (theory --checkpoint) as it is, whatever its norm and placement; nullptr without one.
+  std::unique_ptr<Model<double>> given() const;
 
  private:
   struct Trained {
@@ -122,6 +127,18 @@ struct CollapseRate {
   int layers = 0;               // layers fitted (fewer than 3: no rate; the other fields are 0)
 };
 CollapseRate collapse_rate(const std::vector<double>& res);
+// Source 004's fake depth by function (theory_fake_depth.cpp): per layer, the mean angular distance
+// between the streams entering it and the next, arccos(cos(x_l, x_(l+1)))/pi over the tokens, and
+// (a causal model with logits) the next-token loss increase when its branches are removed (each
+// sub-layer's output projection and bias zeroed; the weights are restored).
+struct FakeDepth {
+  double loss = 0;
+  bool with_loss = false;
+  std::vector<double> angular, ablation;
+};
+FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids);
+// on trained and given models: no rows for fresh ones
+void fake_depth_checks(const Bench& b, std::vector<Measurement>& out);
 // the encoder-decoder claims at initialization: Xiong et al., Liu et al., DeepNet (theory_encdec.cpp)
 void encdec_checks(const Bench& b, std::vector<Measurement>& out);
 // fairseq's inputs, the setting of Xiong et al. (and what their Theorem 1 assumes: unit variance per

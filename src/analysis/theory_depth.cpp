@@ -61,6 +61,7 @@ std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_
     std::vector<std::pair<double*, std::vector<double>>> saved;
     for (const char* name : {".proj.weight", ".proj.bias"}) {
       const ParamSpec* p = m.table().find(slot_prefix(c, s) + name);
+      if (!p && std::string(name) == ".proj.bias") continue;  // bias = none
       if (!p) throw Error("theory: the parameter " + slot_prefix(c, s) + name + " is missing");
       double* w = m.params().data() + p->offset;
       saved.emplace_back(w, std::vector<double>(w, w + p->numel));
@@ -126,7 +127,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   attempt(b, out, {"002 rank collapse", "002 skips prevent collapse", "002 collapse rate"}, [&] {
     // 002 rank collapse: the Pre-LN model's own weights with skips and MLPs removed
     need_depth();
-    auto deep_pre = b.models->make(gpt_config(o, Placement::Pre, 1e-5, L), true);
+    auto deep_pre = b.models->make(gpt_config(o, Placement::Pre, 1e-5, L), true, ModelSource::Norm::Any);
     const DynamicsReport dpre = analyze_dynamics(*deep_pre, b.corpus, 2, 4, o.seq_len, 5);
     auto collapse = [&](bool skips, bool mlp) {
       for (const auto& v : dpre.rank_collapse)
@@ -234,7 +235,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   attempt(b, out, {"003/004 stream growth", "003 additive, not multiplicative", "004 branch ratio",
                    "004 lower layers larger gradients", "004 effective depth", "004 Thm 2 Pre-LN Lipschitz"}, [&] {
     need_depth();
-    auto pre = b.models->make(pre_cfg, true);
+    auto pre = b.models->make(pre_cfg, true, ModelSource::Norm::Any);
     const DynamicsReport dp = analyze_dynamics(*pre, b.corpus, 2, 4, o.seq_len, 5);
     std::vector<double> l, grow, ratio;
     for (size_t i = 1; i < dp.layers.size(); i++) {
@@ -369,7 +370,8 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   attempt(b, out, {"003 Post-LN input growth", "003 kappa^L gradient decay", "004 Post-LN gradients uniform",
                    "002 ||A|| rises with depth"}, [&] {
     need_depth();
-    auto post = b.models->make(post_cfg);  // a loss is needed by kappa alone (a headless model skips it)
+    // a loss is needed by kappa alone (a headless model skips it)
+    auto post = b.models->make(post_cfg, false, ModelSource::Norm::Any);
     // the LayerNorm inputs, on one sequence
     std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
     post->forward(b.ids.data(), labels.data(), 1, int(b.ids.size()));
