@@ -139,8 +139,12 @@ struct FakeDepth {
 FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids);
 // on trained and given models: no rows for fresh ones
 void fake_depth_checks(const Bench& b, std::vector<Measurement>& out);
-// the encoder-decoder claims at initialization: Xiong et al., Liu et al., DeepNet (theory_encdec.cpp)
-void encdec_checks(const Bench& b, std::vector<Measurement>& out);
+
+// the encoder-decoder claims at initialization (theory_encdec.cpp): Xiong et al.'s Fig. 3, their Thm 1's
+// depth scaling, and the size of one update against depth (Liu et al., DeepNet Thm 4.2)
+void xiong_fig3_checks(const Bench& b, std::vector<Measurement>& out);
+void xiong_thm1_checks(const Bench& b, std::vector<Measurement>& out);
+void update_size_checks(const Bench& b, std::vector<Measurement>& out);
 // fairseq's inputs, the setting of Xiong et al. (and what their Theorem 1 assumes: unit variance per
 // channel entering the first layer), written into a fresh encoder-decoder with an untied head, one
 // shared table and position tables: token embeddings drawn N(0, 1/d) and multiplied by sqrt(d),
@@ -149,5 +153,12 @@ void encdec_checks(const Bench& b, std::vector<Measurement>& out);
 // scaled one, so the unscaled copy sits in the untied head: at initialization the forward pass and
 // every other weight's gradient are those of fairseq's tied model.
 void use_fairseq_inputs(Model<double>& m, uint64_t seed);
+
+// Every check of the table, in its order: one entry per group of claims. On fresh or given models the
+// groups share nothing, and run_theory runs (seed, group) pairs in parallel; trained models are cached
+// per seed, so there a seed's groups run together.
+using Check = void (*)(const Bench&, std::vector<Measurement>&);
+inline constexpr Check kChecks[] = {lemma_checks,      depth_checks,       xiong_fig3_checks,
+                                    xiong_thm1_checks, update_size_checks, fake_depth_checks};
 
 }  // namespace normlab::analysis::theory_detail

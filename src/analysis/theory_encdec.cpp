@@ -109,22 +109,26 @@ void use_fairseq_inputs(Model<double>& m, uint64_t seed) {
   }
 }
 
-void encdec_checks(const Bench& b, std::vector<Measurement>& out) {
+namespace {
+
+constexpr int kPairsLen = 128;  // the longest pair a batch holds
+const char* const kFairseq = "fairseq's inputs (token embeddings N(0, 1/d) times sqrt(d), sinusoidal positions, the output "
+                             "projection the unscaled table)";
+
+}  // namespace
+
+void xiong_fig3_checks(const Bench& b, std::vector<Measurement>& out) {
   if (b.given) {  // one given model: these need fresh models built in their papers' settings
     attempt(b, out, {"Xiong et al. 2020"}, [] {
       throw NotApplicable("a statement about initialization, measured on fresh encoder-decoders of its paper's "
                           "setting (Fig. 3), encoder and decoder; not run on a given model");
     });
-    attempt(b, out, {"Xiong et al. 2020 Thm 1", "Liu et al. 2020", "DeepNet Thm 4.2"}, [] {
-      throw NotApplicable("needs a family of depths of fresh encoder-decoders, not one model");
-    });
     return;
   }
   if (!b.fresh || !b.pairs) return;  // statements about initialization, on translation pairs
-  const int seq_len = 128;
+  const int seq_len = kPairsLen;
   const uint64_t seed = uint64_t(b.opt.seed);
-  const std::string fairseq = "fairseq's inputs (token embeddings N(0, 1/d) times sqrt(d), sinusoidal positions, "
-                              "the output projection the unscaled table)";
+  const std::string fairseq = kFairseq;
   {  // Xiong et al. 2020, Fig. 3
     const int N = 6;
     const Batch batch = pairs_batch(b, 4, 31);
@@ -160,6 +164,19 @@ void encdec_checks(const Bench& b, std::vector<Measurement>& out) {
       }
     }
   }
+}
+
+void xiong_thm1_checks(const Bench& b, std::vector<Measurement>& out) {
+  if (b.given) {
+    attempt(b, out, {"Xiong et al. 2020 Thm 1"}, [] {
+      throw NotApplicable("needs a family of depths of fresh encoder-decoders, not one model");
+    });
+    return;
+  }
+  if (!b.fresh || !b.pairs) return;
+  const int seq_len = kPairsLen;
+  const uint64_t seed = uint64_t(b.opt.seed);
+  const std::string fairseq = kFairseq;
   {  // Xiong et al. 2020, Theorem 1: the last layer's W2 gradient against the depth
     const std::vector<int> depths = {2, 4, 8, 16};
     const int d = b.opt.family_d_model;
@@ -199,6 +216,18 @@ void encdec_checks(const Bench& b, std::vector<Measurement>& out) {
                                  : "Theorem 1: O(d sqrt(ln d / L)); Fig. 3: the last layer's decreases with depth";
     }
   }
+}
+
+void update_size_checks(const Bench& b, std::vector<Measurement>& out) {
+  if (b.given) {
+    attempt(b, out, {"Liu et al. 2020", "DeepNet Thm 4.2"}, [] {
+      throw NotApplicable("needs a family of depths of fresh encoder-decoders, not one model");
+    });
+    return;
+  }
+  if (!b.fresh || !b.pairs) return;
+  const int seq_len = kPairsLen;
+  const uint64_t seed = uint64_t(b.opt.seed);
   {  // Liu et al. 2020 and DeepNet Thm 4.2: output change of one update against depth
     const std::vector<int> depths = {1, 2, 4, 8, 16};
     const double lr = 1e-5;
