@@ -304,7 +304,7 @@ TEST(Theory, FakeDepthRemovalIsTheShallowerStack) {
   std::vector<int32_t> ids(7);
   for (int t = 0; t < 7; t++) ids[size_t(t)] = (t * 31 + 3) % 256;
   const std::vector<double> before = m.params();
-  const theory_detail::FakeDepth f = theory_detail::measure_fake_depth(m, ids);
+  const FakeDepth f = measure_fake_depth(m, ids);
   EXPECT_EQ(m.params(), before);
   ASSERT_TRUE(f.with_loss);
   ASSERT_EQ(f.ablation.size(), 3u);

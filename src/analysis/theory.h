@@ -17,6 +17,7 @@
 
 #include "analysis/stats.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "train/data.h"
 
 namespace normlab::analysis {
@@ -75,6 +76,24 @@ struct TheoryOptions {
   std::string tokenizer;        // "" = the corpus as bytes; else read it through this tokenizer ("gpt2", a path)
   std::shared_ptr<const TheoryModel> model;  // set: measure this model only (seeds pick the input windows)
 };
+
+// Source 004's fake depth by function (theory_fake_depth.cpp), on one window (B = 1) of a one-stack
+// model: per layer, the mean angular distance between the streams entering it and the next,
+// arccos(cos(x_l, x_(l+1)))/pi over the tokens, and (a causal model with logits: with_loss) the
+// next-token loss increase when its branches are removed (each sub-layer's output projection and bias
+// zeroed; the weights are restored; removal = false: not measured). The exponents of each against the layer index (log-log fits;
+// the removal's over the layers where it is > 0, NaN for fewer than 3) decide the claims, in the
+// region `fake_depth_region` gives the placement: Pre-LN's shrink (< 0), Post-LN's are flat.
+struct FakeDepth {
+  double loss = 0;
+  bool with_loss = false;
+  std::vector<double> angular, ablation;
+  double angular_exponent() const;
+  double removal_exponent() const;
+  int removal_layers() const;  // layers whose removal costs anything (> 0)
+};
+FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids, bool removal = true);
+Region fake_depth_region(Placement p);
 
 // The corpus of options.corpus (validation split: the inputs; training split: trained models' data).
 Corpus theory_corpus(const TheoryOptions& options);

@@ -127,16 +127,6 @@ struct CollapseRate {
   int layers = 0;               // layers fitted (fewer than 3: no rate; the other fields are 0)
 };
 CollapseRate collapse_rate(const std::vector<double>& res);
-// Source 004's fake depth by function (theory_fake_depth.cpp): per layer, the mean angular distance
-// between the streams entering it and the next, arccos(cos(x_l, x_(l+1)))/pi over the tokens, and
-// (a causal model with logits) the next-token loss increase when its branches are removed (each
-// sub-layer's output projection and bias zeroed; the weights are restored).
-struct FakeDepth {
-  double loss = 0;
-  bool with_loss = false;
-  std::vector<double> angular, ablation;
-};
-FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids);
 // on trained and given models: no rows for fresh ones
 void fake_depth_checks(const Bench& b, std::vector<Measurement>& out);
 

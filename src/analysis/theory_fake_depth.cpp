@@ -16,7 +16,7 @@
 #include "ops/common.h"
 #include "util/rng.h"
 
-namespace normlab::analysis::theory_detail {
+namespace normlab::analysis {
 
 namespace {
 
@@ -34,11 +34,31 @@ double slope_of(const std::vector<double>& x, const std::vector<double>& y) {
 
 }  // namespace
 
-FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids) {
+double FakeDepth::angular_exponent() const {
+  std::vector<double> log_l, log_angle;
+  for (size_t l = 0; l < angular.size(); l++)
+    log_l.push_back(std::log(double(l + 1))), log_angle.push_back(std::log(std::max(angular[l], 1e-300)));
+  return slope_of(log_l, log_angle);
+}
+
+int FakeDepth::removal_layers() const {
+  return int(std::count_if(ablation.begin(), ablation.end(), [](double v) { return v > 0; }));
+}
+
+double FakeDepth::removal_exponent() const {
+  std::vector<double> lx, ly;
+  for (size_t l = 0; l < ablation.size(); l++)
+    if (ablation[l] > 0) lx.push_back(std::log(double(l + 1))), ly.push_back(std::log(ablation[l]));
+  return lx.size() >= 3 ? slope_of(lx, ly) : std::nan("");
+}
+
+Region fake_depth_region(Placement p) { return p == Placement::Pre ? Region::below(0) : Region::between(-0.25, 0.25); }
+
+FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids, bool removal) {
   const ModelConfig& c = m.config();
   const int L = c.n_layers, T = int(ids.size()), C = c.d_model;
   FakeDepth f;
-  f.with_loss = c.causal() && c.has_logits();
+  f.with_loss = removal && c.causal() && c.has_logits();
   std::vector<int32_t> none(ids.size(), ops::kIgnoreLabel);
   f.loss = f.with_loss ? loss_on(m, ids) : m.forward(ids.data(), none.data(), 1, T);
   // angular distance between the streams entering layer l and l + 1, mean over tokens
@@ -74,6 +94,10 @@ FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids) 
   }
   return f;
 }
+
+}  // namespace normlab::analysis
+
+namespace normlab::analysis::theory_detail {
 
 void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
   if (b.fresh && !b.given) return;  // a fresh model has no function to test
@@ -112,16 +136,13 @@ void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
       const bool pre = p == Placement::Pre;
       const std::string setting = fmt::format("{} ({}, {} layers, {}), one window of {} tokens of the corpus picked by the seed",
                                               who, to_string(p), c.n_layers, to_string(c.norm), T);
-      std::vector<double> log_l, log_angle;
-      for (size_t l = 0; l < f.angular.size(); l++)
-        log_l.push_back(std::log(double(l + 1))), log_angle.push_back(std::log(std::max(f.angular[l], 1e-300)));
-      const double angle_exp = slope_of(log_l, log_angle);
+      const double angle_exp = f.angular_exponent();
       out.push_back({"004 fake depth: angular distance",
                      pre ? "in Pre-LN a deep layer changes the stream less and less (x_t and x_(t+1) nearly equal for large t)"
                          : "in Post-LN every layer takes part about equally (its contribution Theta(1) at every depth)",
                      setting,
                      "exponent e of the angular distance arccos(cos(x_l, x_(l+1)))/pi ~ (l+1)^e over the layers (mean over tokens)",
-                     pre ? Region::below(0) : Region::between(-0.25, 0.25), angle_exp,
+                     fake_depth_region(p), angle_exp,
                      fmt::format("angular distance by layer [{:.3f}]; exponent {:.2f}", fmt::join(f.angular, ", "), angle_exp),
                      {{"angular_distance", f.angular}, {"exponent", angle_exp}}});
       out.back().reported = "source 004 (an argument); Gromov et al. 2024 measured it on pretrained Llama-family models: "
@@ -134,24 +155,22 @@ void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
         return;
       }
       // the loss increase of removing layer l: positive and shrinking with depth in Pre-LN
-      std::vector<double> lx, ly;
-      for (size_t l = 0; l < f.ablation.size(); l++)
-        if (f.ablation[l] > 0) lx.push_back(std::log(double(l + 1))), ly.push_back(std::log(f.ablation[l]));
-      const double removal_exp = lx.size() >= 3 ? slope_of(lx, ly) : std::nan("");
+      const double removal_exp = f.removal_exponent();
+      const int removal_layers = f.removal_layers();
       Measurement r{"004 fake depth: layer removal",
                     pre ? "in Pre-LN the deep layers matter less: removing one costs less the deeper it is"
                         : "in Post-LN every layer matters about equally",
                     setting,
                     "exponent e of the loss increase when layer l's branches are removed ~ (l+1)^e (layers where it is > 0)",
-                    pre ? Region::below(0) : Region::between(-0.25, 0.25), removal_exp,
+                    fake_depth_region(p), removal_exp,
                     fmt::format("loss {:.3f} nats; removing layer l adds [{:.3g}]; exponent {:.2f} over {} layers; {} of {} "
                                 "layers cost less than 0.1 nats when removed (the cheapest: layer {})",
-                                f.loss, fmt::join(f.ablation, ", "), removal_exp, lx.size(),
+                                f.loss, fmt::join(f.ablation, ", "), removal_exp, removal_layers,
                                 std::count_if(f.ablation.begin(), f.ablation.end(), [](double v) { return v < 0.1; }),
                                 f.ablation.size(),
                                 std::min_element(f.ablation.begin(), f.ablation.end()) - f.ablation.begin()),
                     {{"loss", f.loss}, {"loss_increase", f.ablation}, {"exponent", removal_exp}}};
-      r.vacuous = lx.size() < 3;  // fewer than 3 layers whose removal costs anything: no law to fit
+      r.vacuous = removal_layers < 3;  // fewer than 3 layers whose removal costs anything: no law to fit
       r.reported = "source 004 (an argument); Gromov et al. 2024: pretrained Llama-family models lose little when deep "
                    "layers are pruned";
       out.push_back(std::move(r));

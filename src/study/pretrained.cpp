@@ -20,6 +20,8 @@
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
 #include "analysis/jacobian.h"
+#include "analysis/stats.h"
+#include "analysis/theory.h"
 #include "io/gguf_model.h"
 #include "io/hf.h"
 #include "io/tokenizer.h"
@@ -176,6 +178,48 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
                  {"verdict", pure < 1e-3 && with_skips > 0.1 ? "holds" : pure < with_skips ? "holds only partly (less collapse than predicted)"
                                                                                           : "violated"},
                  {"numbers", {{"with_skips", with_skips}, {"pure_attention", pure}}}});
+  return out;
+}
+
+// Source 004's fake depth by function, decided by `normlab theory`'s rule over windows: per window the
+// exponent of the angular distance between consecutive layers' streams (every model) and of the loss
+// increase when a layer's branches are removed (a causal model with logits) against the layer index.
+constexpr int kFakeDepthWindows = 3;  // windows of the layer-removal test (L + 1 forwards each)
+
+nlohmann::json fake_depth_claims(const std::string& label, Model<double>& m, const std::vector<std::vector<int32_t>>& rows,
+                                 bool removal) {
+  nlohmann::json out = nlohmann::json::array();
+  const ModelConfig& c = m.config();
+  const Placement p = c.placement_of(0);
+  if (p != Placement::Pre && p != Placement::Post) return out;
+  const analysis::Region region = analysis::fake_depth_region(p);
+  std::vector<double> angular, removal_exp;
+  std::vector<analysis::FakeDepth> first;
+  for (size_t r = 0; r < rows.size() && r < size_t(kFakeDepthWindows); r++) {
+    analysis::FakeDepth f = analysis::measure_fake_depth(m, rows[r], removal);
+    angular.push_back(f.angular_exponent());
+    if (removal && f.with_loss) removal_exp.push_back(f.removal_exponent());
+    if (first.empty()) first.push_back(std::move(f));
+  }
+  auto claim = [&](const char* source, const std::string& statement, const std::string& quantity,
+                   const std::vector<double>& values, const std::string& detail) {
+    const analysis::SeedSummary s = analysis::summarize(values);
+    out.push_back({{"source", source}, {"model", label}, {"statement", statement},
+                   {"measured", fmt::format("{} (claim: {}): mean {:.3g}, 95% CI [{:.3g}, {:.3g}] over {} windows; first "
+                                            "window: {}", quantity, region.text(), s.mean, s.lo, s.hi, s.n, detail)},
+                   {"verdict", analysis::decide(s, region)}, {"numbers", {{"summary", analysis::to_json(s)}}}});
+  };
+  const bool pre = p == Placement::Pre;
+  claim("004 fake depth: angular distance",
+        pre ? "in Pre-LN a deep layer changes the stream less and less" : "in Post-LN every layer takes part about equally",
+        "exponent of the angular distance between consecutive layers' streams against the layer index", angular,
+        fmt::format("[{:.3f}]", fmt::join(first[0].angular, ", ")));
+  if (!removal_exp.empty())
+    claim("004 fake depth: layer removal",
+          pre ? "in Pre-LN the deep layers matter less: removing one costs less the deeper it is"
+              : "in Post-LN every layer matters about equally",
+          "exponent of the loss increase when a layer's branches are removed against the layer index", removal_exp,
+          fmt::format("loss {:.3f} nats, removing layer l adds [{:.3g}]", first[0].loss, fmt::join(first[0].ablation, ", ")));
   return out;
 }
 
@@ -364,6 +408,8 @@ int run_pretrained_study(const CompareOptions& options) {
       nlohmann::json probe = {{"T", kProbeT}, {"dynamics", analysis::to_json(dyn)}, {"jacobian", analysis::to_json(jac)},
                               {"attention", analysis::to_json(att)}};
       for (auto& c : claims_for(label, dyn, jac, att)) theory.push_back(c);
+      const bool is_pretrained = runs.size() == first;  // a fresh model has no function to lose: angles only
+      for (auto& c : fake_depth_claims(label, *m, rows, is_pretrained)) theory.push_back(c);
       nlohmann::json cfg = {{"model", model_config_to_json(model->config())}};
       const bool is_fresh = runs.size() > first;
       runs.push_back({{"name", fmt::format("{:02d}-{}-{}", runs.size(), subject.key, is_fresh ? "fresh" : "pretrained")},
