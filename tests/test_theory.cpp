@@ -344,17 +344,17 @@ TEST(Theory, CollapseRateTellsGeometricFromDoublyExponential) {
   std::vector<double> geometric, doubly;
   for (int l = 0; l <= 12; l++) geometric.push_back(0.9 * std::pow(0.5, l));
   for (int l = 0; l <= 5; l++) doubly.push_back(std::exp(-0.05 * std::pow(3.0, l)));
-  const theory_detail::CollapseRate g = theory_detail::collapse_rate(geometric);
+  const CollapseRate g = collapse_rate(geometric);
   EXPECT_EQ(g.layers, 12);
   EXPECT_LT(g.double_vs_single, 0);
   EXPECT_NEAR(g.exponent, 1.0, 1e-9);  // log(res_0/res_l) = l log 2 exactly
   EXPECT_NEAR(g.factor, 0.5, 1e-12);
-  const theory_detail::CollapseRate d = theory_detail::collapse_rate(doubly);
+  const CollapseRate d = collapse_rate(doubly);
   EXPECT_EQ(d.layers, 5);
   EXPECT_GT(d.double_vs_single, 0);
   EXPECT_GT(d.exponent, 1.5);
   // a collapse to the floor within two layers leaves no rate to fit
-  const theory_detail::CollapseRate fast = theory_detail::collapse_rate({1.0, 1e-3, 1e-14, 1e-15, 1e-16});
+  const CollapseRate fast = collapse_rate({1.0, 1e-3, 1e-14, 1e-15, 1e-16});
   EXPECT_EQ(fast.layers, 1);
   EXPECT_EQ(fast.double_vs_single, 0);
 }

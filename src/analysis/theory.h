@@ -95,6 +95,19 @@ struct FakeDepth {
 FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids, bool removal = true);
 Region fake_depth_region(Placement p);
 
+// Dong et al.'s rate of rank collapse, from res(X_l), l = 0 .. L, of pure attention: y_l = log(res_0 /
+// res_l) over the layers l >= 1 where it collapsed (y_l > 0) and is above the rounding floor (res_l >
+// 1e-12 res_0). A doubly exponential collapse (res_l ~ c^(b^l)) makes log y linear in l; a geometric one
+// (a constant factor per layer) makes y linear in l, so log y linear in log l with slope 1.
+struct CollapseRate {
+  double double_vs_single = 0;  // log(RSS of the power law / RSS of the exponential law) of log y: > 0,
+                                // doubly exponential fits better
+  double exponent = 0;          // p of y ~ l^p (1: geometric)
+  double factor = 0;            // res shrinks by this factor per layer, on average over the fitted layers
+  int layers = 0;               // layers fitted (fewer than 3: no rate; the other fields are 0)
+};
+CollapseRate collapse_rate(const std::vector<double>& res);
+
 // The corpus of options.corpus (validation split: the inputs; training split: trained models' data).
 Corpus theory_corpus(const TheoryOptions& options);
 

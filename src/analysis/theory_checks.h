@@ -115,18 +115,6 @@ std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_
 // forward on ids) for every prefix of l = 1 .. L layers of a causal one-stream stack. At the last token
 // the token-local block Jacobians chain (no later token feeds back), so the prefixes are their products.
 std::vector<double> prefix_lipschitz(Model<double>& m, const std::vector<int32_t>& ids);
-// Dong et al.'s rate of rank collapse, from res(X_l), l = 0 .. L, of pure attention: y_l = log(res_0 /
-// res_l) over the layers l >= 1 where it collapsed (y_l > 0) and is above the rounding floor (res_l >
-// 1e-12 res_0). A doubly exponential collapse (res_l ~ c^(b^l)) makes log y linear in l; a geometric one
-// (a constant factor per layer) makes y linear in l, so log y linear in log l with slope 1.
-struct CollapseRate {
-  double double_vs_single = 0;  // log(RSS of the power law / RSS of the exponential law) of log y: > 0,
-                                // doubly exponential fits better
-  double exponent = 0;          // p of y ~ l^p (1: geometric)
-  double factor = 0;            // res shrinks by this factor per layer, on average over the fitted layers
-  int layers = 0;               // layers fitted (fewer than 3: no rate; the other fields are 0)
-};
-CollapseRate collapse_rate(const std::vector<double>& res);
 // on trained and given models: no rows for fresh ones
 void fake_depth_checks(const Bench& b, std::vector<Measurement>& out);
 

@@ -80,6 +80,10 @@ std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_
   return shift;
 }
 
+}  // namespace normlab::analysis::theory_detail
+
+namespace normlab::analysis {
+
 CollapseRate collapse_rate(const std::vector<double>& res) {
   std::vector<double> l, log_y;
   for (size_t i = 1; i < res.size(); i++) {
@@ -98,6 +102,10 @@ CollapseRate collapse_rate(const std::vector<double>& res) {
   r.factor = std::exp(-std::exp(log_y.back()) / l.back());
   return r;
 }
+
+}  // namespace normlab::analysis
+
+namespace normlab::analysis::theory_detail {
 
 std::vector<double> prefix_lipschitz(Model<double>& m, const std::vector<int32_t>& ids) {
   const std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
