@@ -8,6 +8,8 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <map>
+#include <unistd.h>
+#include <filesystem>
 #include <numbers>
 #include <stdexcept>
 
@@ -20,6 +22,7 @@
 #include "check.h"
 #include "ops/common.h"
 #include "util/error.h"
+#include "util/files.h"
 #include "util/rng.h"
 
 using namespace normlab;
@@ -119,6 +122,45 @@ TEST(Theory, ModelsThatDidNotLearnVoidTheirClaims) {
   EXPECT_GE(claims, 15);
   o.train_steps = 0;
   for (const auto& c : run_theory(o)) EXPECT_NE(c.verdict, kVoid) << c.source;
+}
+
+// Trained models are kept in the cache and read back exactly: a second run gives the same claims and
+// rewrites nothing; a truncated or foreign file is not read but replaced by a retrained model.
+TEST(Theory, TrainedModelsAreCachedAndACorruptCacheIsReplaced) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("normlab_theory_cache_{}", ::getpid());
+  fs::remove_all(dir);
+  TheoryOptions o = small_theory(2, 4, 1);
+  o.trained_seeds = 1;
+  o.train_steps = 200;  // two validation evaluations
+  o.cache_dir = dir.string();
+  const auto first = run_theory(o);
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir / "theory-models")) files.push_back(e.path());
+  ASSERT_GE(files.size(), 3u);  // the 6-layer post and pre, the 24-layer pre and post (GPT-2 and Xavier init)
+  std::map<fs::path, fs::file_time_type> written;
+  std::map<fs::path, uintmax_t> sizes;
+  for (const auto& f : files) written[f] = fs::last_write_time(f), sizes[f] = fs::file_size(f);
+  auto same_claims = [&](const std::vector<Claim>& again) {
+    ASSERT_EQ(again.size(), first.size());
+    for (size_t i = 0; i < first.size(); i++) {
+      EXPECT_EQ(again[i].verdict, first[i].verdict) << first[i].source;
+      EXPECT_EQ(again[i].summary.values, first[i].summary.values) << first[i].source;
+    }
+  };
+  same_claims(run_theory(o));
+  for (const auto& f : files) EXPECT_EQ(fs::last_write_time(f), written[f]) << f << " was rewritten";
+  fs::resize_file(files[0], sizes[files[0]] / 2);  // truncated
+  const std::string original = read_file(files[1].string(), "cache");
+  std::string foreign = original;
+  foreign[20] ^= 1;  // the first byte of the key: another model's file
+  write_file_atomic(files[1].string(), foreign);
+  same_claims(run_theory(o));
+  EXPECT_EQ(fs::file_size(files[0]), sizes[files[0]]);  // replaced by the retrained model
+  EXPECT_EQ(read_file(files[1].string(), "cache"), original);
+  o.cache_dir = "";  // no cache: trained again, the same numbers
+  same_claims(run_theory(o));
+  fs::remove_all(dir);
 }
 
 TEST(Theory, SeedsInParallelGiveTheSerialNumbers) {

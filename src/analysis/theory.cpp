@@ -21,107 +21,6 @@ namespace normlab::analysis {
 
 namespace theory_detail {
 
-std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c, bool needs_loss, Norm norm) {
-  if (o_.model) {  // the given model, if it is the one the claim needs
-    const ModelConfig& g = o_.model->config;
-    const Placement want = c.placement_of(0);
-    bool uniform = true;
-    for (int l = 0; l < g.total_layers(); l++) uniform &= g.placement_of(l) == g.placement_of(0);
-    // the claims measured on one stack hold for a stack of either attention (causal or bidirectional:
-    // Dong et al. measured rank collapse on BERT); an encoder-decoder is two stacks and a cross-attention
-    if (g.encdec())
-      throw NotApplicable("the claim is measured on one stack (a gpt or an encoder); this model is an encoder-decoder");
-    if (norm == Norm::LayerNormOnly && g.norm != NormKind::LayerNorm)
-      throw NotApplicable(fmt::format("the claim is about LayerNorm; this model uses {}", to_string(g.norm)));
-    if (!uniform || g.placement_of(0) != want)
-      throw NotApplicable(fmt::format("the claim needs placement {}; this model's is {}", to_string(want),
-                                      uniform ? to_string(g.placement_of(0)) : std::string("a per-layer mix")));
-    if (g.n_layers != c.n_layers)
-      throw NotApplicable(fmt::format("the claim needs {} layers; this model has {}", c.n_layers, g.n_layers));
-    if (needs_loss && !g.has_logits())
-      throw NotApplicable("the claim needs gradients of a loss; this model has no head (head = none)");
-    ModelConfig at = g;
-    at.eps = c.eps;  // the claim's eps (e.g. 0 for 000's theorems), the model's weights
-    auto m = std::make_unique<Model<double>>(at);
-    std::copy(o_.model->params.begin(), o_.model->params.end(), m->params().begin());
-    return m;
-  }
-  auto m = std::make_unique<Model<double>>(c);
-  if (o_.train_steps == 0) return m;
-  const std::string key = key_of(c);
-  auto it = trained_.find(key);
-  if (it == trained_.end()) it = trained_.emplace(key, train(c)).first;
-  const Trained& t = it->second;
-  std::copy(t.params.begin(), t.params.end(), m->params().begin());
-  note_if_unlearned(t);
-  return m;
-}
-
-std::string ModelSource::key_of(const ModelConfig& c) {
-  nlohmann::json key = model_config_to_json(c);
-  key.erase("eps");  // a model differing only in eps shares the trained parameters
-  return key.dump();
-}
-
-void ModelSource::note_if_unlearned(const Trained& t) {
-  if (!(t.val_loss <= kLearnedFraction * t.unigram))
-    unlearned_.push_back(fmt::format("{}: validation loss {:.3f} nats vs unigram entropy {:.3f}", t.name, t.val_loss,
-                                     t.unigram));
-}
-
-void ModelSource::used(const ModelConfig& c) {
-  if (o_.model || o_.train_steps == 0) return;
-  const auto it = trained_.find(key_of(c));
-  if (it != trained_.end()) note_if_unlearned(it->second);
-}
-
-std::unique_ptr<Model<double>> ModelSource::given() const {
-  if (!o_.model) return nullptr;
-  auto m = std::make_unique<Model<double>>(o_.model->config);
-  std::copy(o_.model->params.begin(), o_.model->params.end(), m->params().begin());
-  return m;
-}
-
-std::vector<std::string> ModelSource::take_unlearned() {
-  std::vector<std::string> out;
-  std::swap(out, unlearned_);
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
-
-ModelSource::Trained ModelSource::train(ModelConfig c) {
-  c.eps = std::max(c.eps, 1e-5);
-  Model<float> m(c);
-  AdamW opt(m.table(), AdamWConfig{});
-  const ScheduleConfig sched{Schedule::Cosine, o_.train_lr, int(o_.train_steps / 5), o_.train_lr / 10, int(o_.train_steps)};
-  Rng rng(uint64_t(o_.seed), 21);
-  for (long step = 1; step <= o_.train_steps; step++) {
-    const Batch b = sample_batch(ids_, Arch::Gpt, 8, o_.seq_len, rng);
-    m.zero_grad();
-    const double loss = m.forward(b.ids.data(), b.labels.data(), b.B, b.T);
-    m.backward();
-    const double gn = grad_norm(m.grads());
-    if (!std::isfinite(loss) || !std::isfinite(gn)) break;  // keep the last finite parameters
-    opt.step(m.params().data(), m.grads().data(), learning_rate(sched, step), step, clip_scale(gn, 1.0));
-    m.project_to_sphere();  // (nGPT's step ends on the sphere; nothing for other methods)
-  }
-  // did it learn? its loss on 4 batches of the validation split against the unigram entropy of the
-  // training ids (a model of the byte frequencies alone reaches that)
-  Trained t;
-  Rng vrng(uint64_t(o_.seed), 22);
-  double val = 0;
-  for (int k = 0; k < 4; k++) {
-    const Batch b = sample_batch(val_, Arch::Gpt, 8, o_.seq_len, vrng);
-    val += m.forward(b.ids.data(), b.labels.data(), b.B, b.T) / 4;
-  }
-  t.val_loss = std::isfinite(val) ? val : std::numeric_limits<double>::infinity();
-  t.unigram = unigram_entropy(ids_);
-  t.name = fmt::format("the trained {}-layer {} model", c.n_layers, to_string(c.placement_of(0)));
-  t.params = std::move(m.params());
-  return t;
-}
-
 ModelConfig gpt_config(const TheoryOptions& o, Placement p, double eps, int layers) {
   ModelConfig c;
   c.d_model = o.d_model;
@@ -218,10 +117,10 @@ Corpus theory_corpus(const TheoryOptions& o) {
 
 namespace {
 
-std::string claim_input(const TheoryOptions& o, const Corpus& corpus) {
+std::string claim_input(const TheoryOptions& o, const Corpus& corpus, const std::string& recipe) {
   return fmt::format("windows of {} {}s of {}, validation split (one per seed){}", o.seq_len, corpus.unit(),
                      corpus.description(),
-                     o.train_steps > 0 ? fmt::format("; trained on its training split ({} steps)", o.train_steps) : "");
+                     o.train_steps > 0 ? fmt::format("; trained on its training split: {}", recipe) : "");
 }
 
 }  // namespace
@@ -269,8 +168,8 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
   std::vector<Claim> claims;
   const std::string state = o.model ? fmt::format("checkpoint '{}'", o.model->name)
                             : fresh  ? "fresh"
-                                     : fmt::format("trained ({} steps)", o.train_steps);
-  const std::string input = claim_input(o, corpus);
+                                     : fmt::format("trained (to a plateau, at most {} steps)", o.train_steps);
+  const std::string input = claim_input(o, corpus, theory_detail::ModelSource(o, corpus.train, corpus.val).recipe());
   for (size_t i = 0; i < by_seed[0].size(); i++) {
     const Measurement& m = by_seed[0][i];
     if (!m.skipped.empty()) {

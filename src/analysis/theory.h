@@ -56,7 +56,7 @@ struct TheoryModel {
   std::vector<double> params;
 };
 
-inline constexpr long kTheoryTrainedSteps = 300;  // the default of `normlab theory` and of studies
+inline constexpr long kTheoryTrainedSteps = 3000;  // the default cap of `normlab theory` and of studies
 
 struct TheoryOptions {
   int d_model = 64, n_heads = 4, n_layers = 6, seq_len = 16;
@@ -64,8 +64,10 @@ struct TheoryOptions {
   long seed = 1337;      // the first seed; seed k is seed + k
   int seeds = 5;         // seeds of the fresh models
   int trained_seeds = 3; // seeds of the trained models
-  long train_steps = 0;   // 0: fresh models; else every model is trained this many AdamW steps first
-  double train_lr = 1e-3; // (cosine, 20% warm-up, batch 8 x seq_len, clip 1) on the corpus' training split
+  long train_steps = 0;   // 0: fresh models; else every model is trained first, to a validation plateau
+                          // or this many AdamW steps, whichever comes first (theory_models.cpp)
+  double train_lr = 1e-3; // (linear warm-up, then constant; batch 8 x seq_len, clip 1) on the training split
+  std::string cache_dir;  // trained models are kept in <cache_dir>/theory-models; "" = not kept
   bool parallel_seeds = true;   // one seed per thread
   int paper_d_model = 512;      // width of the Xiong et al. check (their Fig. 3; FFN 2 d, 4 heads)
   int family_d_model = 64;      // width of the encoder-decoder depth families (N = 1 .. 16: Liu et al.,

@@ -42,11 +42,12 @@ struct NotApplicable : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The models of the checks: fresh from their config, or (train_steps > 0) trained first with AdamW
-// on the corpus' training split; trained parameters are kept per config (eps aside: a model
-// differing only in eps gets the parameters trained at eps = 1e-5). With a given model
-// (options.model), make returns its weights at the requested eps if it is the model the config asks
-// for (architecture, norm, placement, depth, a head when needs_loss), else throws NotApplicable.
+// The models of the checks (theory_models.cpp): fresh from their config, or (train_steps > 0) trained
+// first with AdamW on the corpus' training split to a validation plateau (at most train_steps steps)
+// and kept in the normlab cache; trained parameters are kept per config (eps aside: a model differing
+// only in eps gets the parameters trained at eps = 1e-5). With a given model (options.model), make
+// returns its weights at the requested eps if it is the model the config asks for (architecture,
+// norm, placement, depth, a head when needs_loss), else throws NotApplicable.
 class ModelSource {
  public:
   ModelSource(const TheoryOptions& o, const std::vector<int32_t>& train_ids, const std::vector<int32_t>& val_ids)
@@ -63,15 +64,25 @@ class ModelSource {
   void used(const ModelConfig& c);
   // The given model (theory --checkpoint) as it is, whatever its norm and placement; nullptr without one.
   std::unique_ptr<Model<double>> given() const;
+  // How the trained models are trained, in words (the criterion the table prints).
+  std::string recipe() const;
 
  private:
   struct Trained {
     std::vector<float> params;
     double val_loss = 0, unigram = 0;  // nats per token: validation loss after training, unigram entropy
+    long steps = 0;                    // steps trained
+    bool plateau = false;              // stopped at a validation plateau (else at train_steps)
+    bool cached = false;               // read from the cache
     std::string name;                  // "24-layer post" for the void verdict's reason
   };
   Trained train(ModelConfig c);
   static std::string key_of(const ModelConfig& c);
+  // the cache file of a trained model ("" without a cache directory), and its reader and writer: a file
+  // that does not hold exactly this key and parameter count, or holds a non-finite value, is not read
+  std::string cache_path(const std::string& key) const;
+  bool read_cached(const std::string& path, const std::string& key, const std::vector<float>& shape, Trained& t) const;
+  void write_cached(const std::string& path, const std::string& key, const Trained& t) const;
   void note_if_unlearned(const Trained& t);
   const TheoryOptions& o_;
   const std::vector<int32_t>& ids_;

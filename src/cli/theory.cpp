@@ -39,7 +39,9 @@ void add_theory_command(CLI::App& app, TheoryCommand& cmd) {
   t->add_option("--layers", o.n_layers, "layers of the Jacobian models (default 6)");
   t->add_option("--deep-layers", o.deep_layers, "layers of the depth-growth models (default 24)");
   t->add_option("--trained-steps", cmd.trained_steps,
-                "also measure every claim on the models trained this many steps (default 300; 0: fresh only)");
+                "also measure every claim on trained models: trained to a validation plateau, at most this many "
+                "steps (default 3000; 0: fresh only); kept in the normlab cache ($NORMLAB_CACHE or "
+                "~/.cache/normlab/theory-models) and reused");
   t->add_option("--seeds", o.seeds, "seeds of the fresh models (default 5; with --checkpoint: input windows)");
   t->add_option("--trained-seeds", o.trained_seeds, "seeds of the trained models (default 3)");
   t->add_option("--paper-width", o.paper_d_model, "d_model of the Xiong et al. check (default 512, their Fig. 3; FFN 2 d)");
@@ -84,6 +86,7 @@ int run_theory(TheoryCommand& cmd) {
     if (opts.paper_d_model < 8 || opts.paper_d_model > 1024 || opts.paper_d_model % 4 != 0)
       throw Error(fmt::format("--paper-width {} must be in [8, 1024] and divisible by 4 (heads)", opts.paper_d_model));
   }
+  opts.cache_dir = normlab_cache_dir();
   const auto claims = analysis::run_theory_fresh_and_trained(opts, cmd.trained_steps);
   analysis::print_claims(claims);
   if (!cmd.json_out.empty()) {

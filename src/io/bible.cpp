@@ -196,12 +196,7 @@ Split split_of(const std::string& reference) {
   return Split::train;
 }
 
-std::string default_corpus_root() {
-  if (const char* c = std::getenv("NORMLAB_CACHE"); c && *c)
-    return (fs::path(c) / "bible").string();
-  const char* home = std::getenv("HOME");
-  return (fs::path(home && *home ? home : "/tmp") / ".cache" / "normlab" / "bible").string();
-}
+std::string default_corpus_root() { return (fs::path(normlab_cache_dir()) / "bible").string(); }
 
 std::string TextVerse::ref() const { return fmt::format("{} {}:{}", book, chapter, verse); }
 

@@ -28,6 +28,7 @@
 #include "ops/common.h"
 #include "study/probe.h"
 #include "util/error.h"
+#include "util/files.h"
 
 namespace normlab::study {
 
@@ -40,11 +41,7 @@ constexpr int kDynamicsRows = 8;   // rows of the dynamics batch (all the text t
 constexpr int kLanczosK = 5;
 
 
-std::string cache_dir() {
-  if (const char* c = std::getenv("NORMLAB_CACHE"); c && *c) return c;
-  const char* home = std::getenv("HOME");
-  return fmt::format("{}/.cache/normlab", home && *home ? home : "/tmp");
-}
+std::string cache_dir() { return normlab_cache_dir(); }
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

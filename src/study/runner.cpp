@@ -532,6 +532,7 @@ int run_study(const Study& study, const CompareOptions& options) {
     analysis::TheoryOptions options;
     options.seeds = study.theory_seeds;
     options.trained_seeds = study.theory_trained_seeds;
+    options.cache_dir = normlab_cache_dir();  // trained models: reused from and kept for later runs
     results["theory"] = analysis::to_json(analysis::run_theory_fresh_and_trained(options, study.theory_steps));
     results["theory_seconds"] = seconds_since(t0);
     progress.theory_done();

@@ -27,7 +27,7 @@ struct Study {
   bool theory = true;          // the `normlab theory` claims, once per study
   int theory_seeds = 5;        // ... over this many fresh models per claim (normlab theory --seeds)
   int theory_trained_seeds = 3;  // and this many trained ones (--trained-seeds)
-  long theory_steps = 300;     // trained this many steps (--trained-steps; 0: fresh models only)
+  long theory_steps = 3000;    // trained to a plateau, at most this many steps (analysis::kTheoryTrainedSteps; 0: fresh only)
   int probe_seq_len = 16;      // T of the instruments' input sequences
   std::vector<std::string> varying;  // dotted keys whose values differ between runs
   std::vector<StudyRun> runs;

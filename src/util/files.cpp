@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
@@ -188,6 +189,12 @@ void StagedFiles::commit() {
     ::fsync(fd);
     ::close(fd);
   }
+}
+
+std::string normlab_cache_dir() {
+  if (const char* c = std::getenv("NORMLAB_CACHE"); c && *c) return c;
+  const char* home = std::getenv("HOME");
+  return (std::filesystem::path(home && *home ? home : "/tmp") / ".cache" / "normlab").string();
 }
 
 }  // namespace normlab

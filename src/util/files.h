@@ -50,6 +50,10 @@ class AtomicFile {
 
 void write_file_atomic(const std::string& path, std::string_view content, bool overwrite = true);
 
+// Where normlab keeps what it fetches or computes once: $NORMLAB_CACHE, else ~/.cache/normlab
+// (/tmp/.cache/normlab without a home).
+std::string normlab_cache_dir();
+
 // Files written into a fresh hidden directory inside `dir` (".normlab-stage.<pid>": the same file
 // system, so every move is a rename), then moved into `dir` by commit(): the old files of those names
 // are moved aside first, the new ones in, and on any failure everything moved is moved back, so the

@@ -1,0 +1,241 @@
+// theory_models.cpp: the models of `normlab theory`'s checks (ModelSource, theory_checks.h): fresh
+// from their config, the given model (`--checkpoint`), or trained to a criterion and cached. The
+// recipe of a trained model: AdamW at train_lr after a linear warm-up, then constant, on batches of 8
+// windows of the corpus' training split; every kEvalEvery steps the loss on kValBatches fixed
+// batches of the validation split; training stops at a validation plateau (the best loss has not
+// improved by kPlateau of itself in kPatience evaluations) or at train_steps, whichever comes first.
+// A trained model is kept in the normlab cache (theory-models/, keyed by its config, seed, recipe
+// and corpus), so later runs and the default study reuse it; a cache file that does not match its
+// key exactly is ignored and replaced.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
+
+#include "analysis/theory_checks.h"
+#include "train/optimizer.h"
+#include "util/error.h"
+#include "util/files.h"
+#include "util/rng.h"
+
+namespace normlab::analysis::theory_detail {
+
+namespace {
+
+constexpr int kEvalEvery = 100;        // steps between validation evaluations
+constexpr int kValBatches = 4;         // fixed batches of 8 windows of the validation split
+constexpr double kPlateau = 0.005;     // an improvement smaller than 0.5% of the best loss is none
+constexpr int kPatience = 5;           // evaluations without one: a plateau (500 steps)
+constexpr long kWarmup = 100;          // linear warm-up steps (or a fifth of train_steps, if fewer)
+constexpr uint32_t kCacheVersion = 1;  // bump when the recipe or the models' numerics change
+constexpr char kMagic[8] = {'N', 'L', 'T', 'H', 'E', 'O', 'R', 'Y'};
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+template <class T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+template <class T>
+bool get(const std::string& in, size_t& at, T& v) {
+  if (in.size() - at < sizeof v) return false;
+  std::memcpy(&v, in.data() + at, sizeof v);
+  at += sizeof v;
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c, bool needs_loss, Norm norm) {
+  if (o_.model) {  // the given model, if it is the one the claim needs
+    const ModelConfig& g = o_.model->config;
+    const Placement want = c.placement_of(0);
+    bool uniform = true;
+    for (int l = 0; l < g.total_layers(); l++) uniform &= g.placement_of(l) == g.placement_of(0);
+    // the claims measured on one stack hold for a stack of either attention (causal or bidirectional:
+    // Dong et al. measured rank collapse on BERT); an encoder-decoder is two stacks and a cross-attention
+    if (g.encdec())
+      throw NotApplicable("the claim is measured on one stack (a gpt or an encoder); this model is an encoder-decoder");
+    if (norm == Norm::LayerNormOnly && g.norm != NormKind::LayerNorm)
+      throw NotApplicable(fmt::format("the claim is about LayerNorm; this model uses {}", to_string(g.norm)));
+    if (!uniform || g.placement_of(0) != want)
+      throw NotApplicable(fmt::format("the claim needs placement {}; this model's is {}", to_string(want),
+                                      uniform ? to_string(g.placement_of(0)) : std::string("a per-layer mix")));
+    if (g.n_layers != c.n_layers)
+      throw NotApplicable(fmt::format("the claim needs {} layers; this model has {}", c.n_layers, g.n_layers));
+    if (needs_loss && !g.has_logits())
+      throw NotApplicable("the claim needs gradients of a loss; this model has no head (head = none)");
+    ModelConfig at = g;
+    at.eps = c.eps;  // the claim's eps (e.g. 0 for 000's theorems), the model's weights
+    auto m = std::make_unique<Model<double>>(at);
+    std::copy(o_.model->params.begin(), o_.model->params.end(), m->params().begin());
+    return m;
+  }
+  auto m = std::make_unique<Model<double>>(c);
+  if (o_.train_steps == 0) return m;
+  const std::string key = key_of(c);
+  auto it = trained_.find(key);
+  if (it == trained_.end()) it = trained_.emplace(key, train(c)).first;
+  const Trained& t = it->second;
+  std::copy(t.params.begin(), t.params.end(), m->params().begin());
+  note_if_unlearned(t);
+  return m;
+}
+
+std::string ModelSource::key_of(const ModelConfig& c) {
+  nlohmann::json key = model_config_to_json(c);
+  key.erase("eps");  // a model differing only in eps shares the trained parameters
+  return key.dump();
+}
+
+void ModelSource::note_if_unlearned(const Trained& t) {
+  if (!(t.val_loss <= kLearnedFraction * t.unigram))
+    unlearned_.push_back(fmt::format("{}: validation loss {:.3f} nats vs unigram entropy {:.3f}", t.name, t.val_loss,
+                                     t.unigram));
+}
+
+void ModelSource::used(const ModelConfig& c) {
+  if (o_.model || o_.train_steps == 0) return;
+  const auto it = trained_.find(key_of(c));
+  if (it != trained_.end()) note_if_unlearned(it->second);
+}
+
+std::unique_ptr<Model<double>> ModelSource::given() const {
+  if (!o_.model) return nullptr;
+  auto m = std::make_unique<Model<double>>(o_.model->config);
+  std::copy(o_.model->params.begin(), o_.model->params.end(), m->params().begin());
+  return m;
+}
+
+std::vector<std::string> ModelSource::take_unlearned() {
+  std::vector<std::string> out;
+  std::swap(out, unlearned_);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string ModelSource::recipe() const {
+  return fmt::format("AdamW at lr {:g} after {} warm-up steps, batches of 8 x {}, until the validation loss on {} batches "
+                     "has not improved by {:g}% in {} steps (a plateau) or {} steps",
+                     o_.train_lr, std::min(kWarmup, o_.train_steps / 5), o_.seq_len, kValBatches, 100 * kPlateau,
+                     kPatience * kEvalEvery, o_.train_steps);
+}
+
+std::string ModelSource::cache_path(const std::string& key) const {
+  if (o_.cache_dir.empty()) return "";
+  // the config, the recipe, the seed and the corpus (its training and validation ids)
+  const std::string full = fmt::format("v{} {} | {} | seed {} | clip 1", kCacheVersion, key, recipe(), o_.seed);
+  uint64_t h = fnv1a(full.data(), full.size());
+  h = fnv1a(ids_.data(), ids_.size() * sizeof(int32_t), h);
+  h = fnv1a(val_.data(), val_.size() * sizeof(int32_t), h);
+  return (std::filesystem::path(o_.cache_dir) / "theory-models" / fmt::format("{:016x}.bin", h)).string();
+}
+
+ModelSource::Trained ModelSource::train(ModelConfig c) {
+  c.eps = std::max(c.eps, 1e-5);
+  const std::string path = cache_path(key_of(c));
+  Trained t;
+  t.name = fmt::format("the trained {}-layer {} model", c.n_layers, to_string(c.placement_of(0)));
+  t.unigram = unigram_entropy(ids_);
+  Model<float> m(c);
+  if (!path.empty() && read_cached(path, key_of(c), m.params(), t)) return t;
+  AdamW opt(m.table(), AdamWConfig{});
+  const ScheduleConfig sched{Schedule::Warmup, o_.train_lr, int(std::max(1L, std::min(kWarmup, o_.train_steps / 5))), o_.train_lr,
+                             int(o_.train_steps)};
+  Rng rng(uint64_t(o_.seed), 21), vrng(uint64_t(o_.seed), 22);
+  std::vector<Batch> val;
+  for (int k = 0; k < kValBatches; k++) val.push_back(sample_batch(val_, Arch::Gpt, 8, o_.seq_len, vrng));
+  auto val_loss = [&] {
+    double v = 0;
+    for (const Batch& b : val) v += m.forward(b.ids.data(), b.labels.data(), b.B, b.T) / kValBatches;
+    return std::isfinite(v) ? v : std::numeric_limits<double>::infinity();
+  };
+  double best = std::numeric_limits<double>::infinity();
+  int since = 0;
+  long step = 0;
+  while (step < o_.train_steps) {
+    const Batch b = sample_batch(ids_, Arch::Gpt, 8, o_.seq_len, rng);
+    m.zero_grad();
+    const double loss = m.forward(b.ids.data(), b.labels.data(), b.B, b.T);
+    m.backward();
+    const double gn = grad_norm(m.grads());
+    if (!std::isfinite(loss) || !std::isfinite(gn)) break;  // keep the last finite parameters
+    step++;
+    opt.step(m.params().data(), m.grads().data(), learning_rate(sched, step), step, clip_scale(gn, 1.0));
+    m.project_to_sphere();  // (nGPT's step ends on the sphere; nothing for other methods)
+    if (step % kEvalEvery == 0) {
+      const double v = val_loss();
+      if (v < best * (1 - kPlateau)) best = v, since = 0;
+      else if (++since >= kPatience) break;  // a plateau
+    }
+  }
+  // did it learn? the loss on the validation batches against the unigram entropy of the training ids
+  // (a model of the byte frequencies alone reaches that)
+  t.val_loss = val_loss();
+  t.steps = step;
+  t.plateau = step < o_.train_steps;
+  t.params = m.params();
+  if (!path.empty()) write_cached(path, key_of(c), t);
+  return t;
+}
+
+bool ModelSource::read_cached(const std::string& path, const std::string& key, const std::vector<float>& shape,
+                              Trained& t) const {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::string bytes;
+  try {
+    bytes = read_file(path, "theory model cache");
+  } catch (const Error&) {
+    return false;  // unreadable: retrain and replace
+  }
+  size_t at = 0;
+  char magic[8];
+  uint32_t version = 0;
+  uint64_t key_len = 0, n = 0;
+  int64_t steps = 0;
+  uint8_t plateau = 0;
+  if (!get(bytes, at, magic) || std::memcmp(magic, kMagic, 8) != 0 || !get(bytes, at, version) || version != kCacheVersion ||
+      !get(bytes, at, key_len) || key_len != key.size() || bytes.size() - at < key_len ||
+      bytes.compare(at, key_len, key) != 0)
+    return false;
+  at += key_len;
+  if (!get(bytes, at, t.val_loss) || !get(bytes, at, steps) || !get(bytes, at, plateau) || !get(bytes, at, n) ||
+      n != shape.size() || bytes.size() - at != n * sizeof(float))
+    return false;
+  t.params.resize(n);
+  std::memcpy(t.params.data(), bytes.data() + at, n * sizeof(float));
+  for (float v : t.params)
+    if (!std::isfinite(v)) return false;
+  t.steps = steps;
+  t.plateau = plateau != 0;
+  t.cached = true;
+  return true;
+}
+
+void ModelSource::write_cached(const std::string& path, const std::string& key, const Trained& t) const {
+  std::string out;
+  out.append(kMagic, 8);
+  put(out, kCacheVersion);
+  put(out, uint64_t(key.size()));
+  out += key;
+  put(out, t.val_loss);
+  put(out, int64_t(t.steps));
+  put(out, uint8_t(t.plateau));
+  put(out, uint64_t(t.params.size()));
+  out.append(reinterpret_cast<const char*>(t.params.data()), t.params.size() * sizeof(float));
+  try {  // a cache that cannot be written costs time later, nothing else
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    write_file_atomic(path, out);
+  } catch (const std::exception&) {
+  }
+}
+
+}  // namespace normlab::analysis::theory_detail
