@@ -42,13 +42,17 @@ std::string attention_kind(const Bench& b) {
 void attempt(const Bench& b, std::vector<Measurement>& out, const std::vector<std::string>& claims,
              const std::function<void()>& block) {
   const size_t first = out.size();
-  if (b.models) b.models->take_unlearned();
+  if (b.models) b.models->take_unlearned(), b.models->take_trained();
   try {
     block();
-    // the block's claims rest on the models it made: one that did not learn voids them all
+    // the block's claims rest on the models it made: one that did not learn voids them all; each
+    // says how its models' training ended
     const std::vector<std::string> unlearned = b.models ? b.models->take_unlearned() : std::vector<std::string>{};
-    if (!unlearned.empty())
-      for (size_t i = first; i < out.size(); i++) out[i].void_reason = fmt::format("{}", fmt::join(unlearned, "; "));
+    const std::vector<std::string> trained = b.models ? b.models->take_trained() : std::vector<std::string>{};
+    for (size_t i = first; i < out.size(); i++) {
+      if (!unlearned.empty()) out[i].void_reason = fmt::format("{}", fmt::join(unlearned, "; "));
+      if (!trained.empty()) out[i].detail += fmt::format("; trained: {}", fmt::join(trained, "; "));
+    }
   } catch (const NotApplicable& e) {
     if (!b.given) throw Error(fmt::format("theory: {}", e.what()));  // only a given model can miss a claim
     for (const auto& name : claims) {

@@ -59,6 +59,8 @@ class ModelSource {
   // The trained models made (or reused: used()) since the last call that did not learn
   // (kLearnedFraction), in words.
   std::vector<std::string> take_unlearned();
+  // The trained models made or reused since the last call, each with how its training ended, in words.
+  std::vector<std::string> take_trained();
   // A check that keeps a model it made for several blocks of claims says so on each reuse, so that a
   // block measured on a model that did not learn is void too.
   void used(const ModelConfig& c);
@@ -88,7 +90,7 @@ class ModelSource {
   const std::vector<int32_t>& ids_;
   const std::vector<int32_t>& val_;
   std::map<std::string, Trained> trained_;
-  std::vector<std::string> unlearned_;
+  std::vector<std::string> unlearned_, trained_used_;
 };
 
 // One seed's inputs.

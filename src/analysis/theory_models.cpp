@@ -98,6 +98,9 @@ void ModelSource::note_if_unlearned(const Trained& t) {
   if (!(t.val_loss <= kLearnedFraction * t.unigram))
     unlearned_.push_back(fmt::format("{}: validation loss {:.3f} nats vs unigram entropy {:.3f}", t.name, t.val_loss,
                                      t.unigram));
+  trained_used_.push_back(fmt::format("{}: {} {} steps{}, validation loss {:.3f}", t.name,
+                                      t.plateau ? "a plateau after" : "stopped at the cap of", t.steps,
+                                      t.cached ? " (from the cache)" : "", t.val_loss));
 }
 
 void ModelSource::used(const ModelConfig& c) {
@@ -116,6 +119,14 @@ std::unique_ptr<Model<double>> ModelSource::given() const {
 std::vector<std::string> ModelSource::take_unlearned() {
   std::vector<std::string> out;
   std::swap(out, unlearned_);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::string> ModelSource::take_trained() {
+  std::vector<std::string> out;
+  std::swap(out, trained_used_);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -190,6 +201,10 @@ bool ModelSource::read_cached(const std::string& path, const std::string& key, c
                               Trained& t) const {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return false;
+  // its size is known before reading: a file of another size is not read at all
+  const uintmax_t expected = sizeof kMagic + sizeof(uint32_t) + sizeof(uint64_t) + key.size() + sizeof(double) +
+                             sizeof(int64_t) + sizeof(uint8_t) + sizeof(uint64_t) + shape.size() * sizeof(float);
+  if (std::filesystem::file_size(path, ec) != expected || ec) return false;
   std::string bytes;
   try {
     bytes = read_file(path, "theory model cache");
