@@ -253,6 +253,21 @@ std::vector<double> pre_ln_branch_by_hand(const Model<double>& m, int slot, cons
                      width, C);
 }
 
+// A 3-layer Pre-LN GPT in double at Xavier init with every parameter moved by 0.1 N(0, 1) (seeded), so
+// norm gains and biases are away from 1 and 0; T = seq_len.
+ModelConfig perturbed_pre_config(int seq_len) {
+  ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
+  c.n_layers = 3;
+  c.seq_len = seq_len;
+  c.init = InitScheme::Xavier;
+  return c;
+}
+
+void perturb(Model<double>& m, uint64_t seed) {
+  Rng rng(seed);
+  for (double& p : m.params()) p += 0.1 * rng.normal();
+}
+
 double norm_of_difference(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); i++) s += (a[i] - b[i]) * (a[i] - b[i]);
@@ -268,14 +283,10 @@ TEST(Theory, EffectiveDepthShiftEqualsTheSubLayersByHand) {
   // sub-layers (s+1 odd) and attention sub-layers (s+1 even). A 3-layer Pre-LN GPT in double at
   // Xavier init (the claim's setting) with every parameter then moved by 0.1 N(0, 1), so the norm
   // gains and all biases are away from 1 and 0 and the hand math must read each of them; F = 20.
-  ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
-  c.n_layers = 3;
+  ModelConfig c = perturbed_pre_config(7);
   c.d_ff = 20;
-  c.seq_len = 7;
-  c.init = InitScheme::Xavier;
   Model<double> m(c);
-  Rng rng(41);
-  for (double& p : m.params()) p += 0.1 * rng.normal();
+  perturb(m, 41);
   const int T = 7, C = c.d_model, S = c.n_slots();
   std::vector<int32_t> ids(T), labels(T, ops::kIgnoreLabel);
   for (int t = 0; t < T; t++) ids[size_t(t)] = (t * 37 + 11) % 256;
@@ -314,13 +325,9 @@ TEST(Theory, EffectiveDepthShiftEqualsTheSubLayersByHand) {
 // the same Jacobian by one forward-mode pass over the whole prefix (stream_jacobian, no chaining), on a
 // causal Pre-LN stack at Xavier init with every parameter moved off its init.
 TEST(Theory, PrefixLipschitzEqualsTheWholePrefixJacobian) {
-  ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
-  c.n_layers = 3;
-  c.seq_len = 6;
-  c.init = InitScheme::Xavier;
+  const ModelConfig c = perturbed_pre_config(6);
   Model<double> m(c);
-  Rng rng(43);
-  for (double& p : m.params()) p += 0.1 * rng.normal();
+  perturb(m, 43);
   std::vector<int32_t> ids(6);
   for (int t = 0; t < 6; t++) ids[size_t(t)] = (t * 29 + 5) % 256;
   const std::vector<double> lip = theory_detail::prefix_lipschitz(m, ids);
@@ -337,12 +344,9 @@ TEST(Theory, PrefixLipschitzEqualsTheWholePrefixJacobian) {
 // the 2-layer stack of layers 0 and 2 (built here from copied parameters); the angular distances against
 // the streams computed by hand; the weights are restored.
 TEST(Theory, FakeDepthRemovalIsTheShallowerStack) {
-  ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
-  c.n_layers = 3;
-  c.seq_len = 7;
+  const ModelConfig c = perturbed_pre_config(7);
   Model<double> m(c);
-  Rng rng(47);
-  for (double& p : m.params()) p += 0.1 * rng.normal();
+  perturb(m, 47);
   std::vector<int32_t> ids(7);
   for (int t = 0; t < 7; t++) ids[size_t(t)] = (t * 31 + 3) % 256;
   const std::vector<double> before = m.params();

@@ -116,21 +116,21 @@ std::unique_ptr<Model<double>> ModelSource::given() const {
   return m;
 }
 
-std::vector<std::string> ModelSource::take_unlearned() {
+namespace {
+
+// what `notes` held, sorted and each once; `notes` is left empty
+std::vector<std::string> take_sorted(std::vector<std::string>& notes) {
   std::vector<std::string> out;
-  std::swap(out, unlearned_);
+  std::swap(out, notes);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
-std::vector<std::string> ModelSource::take_trained() {
-  std::vector<std::string> out;
-  std::swap(out, trained_used_);
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
+}  // namespace
+
+std::vector<std::string> ModelSource::take_unlearned() { return take_sorted(unlearned_); }
+std::vector<std::string> ModelSource::take_trained() { return take_sorted(trained_used_); }
 
 std::string ModelSource::recipe() const {
   return fmt::format("AdamW at lr {:g} after {} warm-up steps, batches of 8 x {}, until the validation loss on {} batches "
