@@ -1,5 +1,6 @@
-// theory.cpp: `normlab theory` (theory.h): the models of the checks, the seeds, and the verdicts.
-// The checks themselves: theory_lemmas.cpp, theory_depth.cpp, theory_encdec.cpp, theory_fake_depth.cpp.
+// theory.cpp: `normlab theory` (theory.h): the seeds, the tasks that run the checks, and the verdicts.
+// The models of the checks: theory_models.cpp; the checks themselves: theory_lemmas.cpp,
+// theory_depth.cpp, theory_encdec.cpp, theory_fake_depth.cpp (the list: kChecks, theory_checks.h).
 #include "analysis/theory.h"
 
 #include <algorithm>
