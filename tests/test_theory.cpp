@@ -263,6 +263,13 @@ ModelConfig perturbed_pre_config(int seq_len) {
   return c;
 }
 
+// T byte ids, an arithmetic sequence mod 256 (different steps give different inputs)
+std::vector<int32_t> byte_window(int T, int step, int first) {
+  std::vector<int32_t> ids(size_t(T), 0);
+  for (int t = 0; t < T; t++) ids[size_t(t)] = (t * step + first) % 256;
+  return ids;
+}
+
 void perturb(Model<double>& m, uint64_t seed) {
   Rng rng(seed);
   for (double& p : m.params()) p += 0.1 * rng.normal();
@@ -328,8 +335,7 @@ TEST(Theory, PrefixLipschitzEqualsTheWholePrefixJacobian) {
   const ModelConfig c = perturbed_pre_config(6);
   Model<double> m(c);
   perturb(m, 43);
-  std::vector<int32_t> ids(6);
-  for (int t = 0; t < 6; t++) ids[size_t(t)] = (t * 29 + 5) % 256;
+  const std::vector<int32_t> ids = byte_window(6, 29, 5);
   const std::vector<double> lip = theory_detail::prefix_lipschitz(m, ids);
   ASSERT_EQ(lip.size(), 3u);
   for (int l = 1; l <= 3; l++) {
@@ -347,8 +353,7 @@ TEST(Theory, FakeDepthRemovalIsTheShallowerStack) {
   const ModelConfig c = perturbed_pre_config(7);
   Model<double> m(c);
   perturb(m, 47);
-  std::vector<int32_t> ids(7);
-  for (int t = 0; t < 7; t++) ids[size_t(t)] = (t * 31 + 3) % 256;
+  const std::vector<int32_t> ids = byte_window(7, 31, 3);
   const std::vector<double> before = m.params();
   const FakeDepth f = measure_fake_depth(m, ids);
   EXPECT_EQ(m.params(), before);
