@@ -385,6 +385,53 @@ TEST(SoftmaxXent, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// Label smoothing: the loss against the naive sum -sum_v target_v log p_v (target (1 - eps) onehot +
+// eps / V, PyTorch's CrossEntropyLoss(label_smoothing=eps)), and its backward (with and without the
+// soft cap) against finite differences; eps = 0 gives plain cross-entropy bit for bit.
+TEST(SoftmaxXent, LabelSmoothingMatchesTheNaiveTargetAndFiniteDifferences) {
+  const double eps = 0.1;
+  for (auto [N, V] : {Dims2{1, 2}, Dims2{5, 7}, Dims2{3, 257}}) {
+    Vec logits = randn(N * V, 83, 3.0), lse(N), work(N * V);
+    std::vector<int32_t> labels(N);
+    Rng rng(84);
+    for (int n = 0; n < N; n++) labels[n] = int32_t(rng.below(V));
+    if (N > 2) labels[2] = kIgnoreLabel;
+    int64_t count = 0;
+    double naive = 0;
+    for (int n = 0; n < N; n++) {
+      if (labels[n] == kIgnoreLabel) continue;
+      double z = 0;
+      for (int v = 0; v < V; v++) z += std::exp(logits[size_t(n * V + v)]);
+      for (int v = 0; v < V; v++) {
+        const double target = (v == labels[n] ? 1 - eps : 0.0) + eps / V;
+        naive -= target * (logits[size_t(n * V + v)] - std::log(z));
+      }
+    }
+    EXPECT_NEAR(softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count, eps), naive,
+                1e-12 * std::abs(naive));
+    for (double cap : {0.0, 4.0}) {
+      Vec capped = logits;
+      if (cap > 0) softcap_in_place(capped.data(), capped.size(), cap);
+      auto loss = [&] {
+        Vec y = logits;
+        if (cap > 0) softcap_in_place(y.data(), y.size(), cap);
+        return softmax_xent_forward(lse.data(), y.data(), labels.data(), N, V, &count, eps);
+      };
+      loss();
+      work = capped;
+      softmax_xent_backward(work.data(), lse.data(), labels.data(), 1.0, N, V, cap, eps);
+      expect_close(cap > 0 ? "dlogits capped" : "dlogits", work, finite_diff(logits, loss), kFdRtol, kFdAtol);
+    }
+    Vec plain = logits, zero = logits;
+    const double a = softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count);
+    const double b = softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count, 0.0);
+    EXPECT_EQ(a, b);
+    softmax_xent_backward(plain.data(), lse.data(), labels.data(), 0.5, N, V);
+    softmax_xent_backward(zero.data(), lse.data(), labels.data(), 0.5, N, V, 0.0, 0.0);
+    EXPECT_EQ(plain, zero);
+  }
+}
+
 TEST(SoftmaxXent, LossMatchesLogSoftmaxAndIsStable) {
   const int N = 2, V = 3;
   Vec logits = {1000.0, 1001.0, 999.0, -5.0, 0.0, 5.0}, lse(N);

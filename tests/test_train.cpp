@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <cstring>
 #include <fstream>
+#include <atomic>
 #include <functional>
 #include <map>
 #include <unistd.h>
@@ -521,3 +522,107 @@ TEST_P(Convergence, ValidationLossEndsWellBelowUnigramEntropy) {
 
 INSTANTIATE_TEST_SUITE_P(PreAndPost, Convergence, testing::Values(Placement::Pre, Placement::Post),
                          [](const auto& info) { return std::string(to_string(info.param)); });
+
+// train.label_smoothing reaches the loss in training mode only: the training forward equals the
+// naive smoothed cross-entropy of its own logits, evaluation the plain one, and the gradient is the
+// smoothed loss's (a central difference on one weight).
+TEST(Training, LabelSmoothingIsTheTrainingLossOnly) {
+  ModelConfig mc;
+  mc.d_model = 16;
+  mc.n_heads = 2;
+  mc.n_layers = 1;
+  mc.seq_len = 8;
+  Model<double> model(mc);
+  const int B = 2, T = 8, V = mc.vocab_size();
+  std::vector<int32_t> ids(B * T), labels(B * T);
+  for (int i = 0; i < B * T; i++) ids[size_t(i)] = int32_t((7 * i + 3) % V), labels[size_t(i)] = int32_t((5 * i + 1) % V);
+  const double eps = 0.2;
+  model.set_label_smoothing(eps);
+  auto naive = [&](double smoothing) {
+    const double* z = model.logits();
+    double sum = 0;
+    for (int n = 0; n < B * T; n++) {
+      double mx = -1e300, s = 0;
+      for (int v = 0; v < V; v++) mx = std::max(mx, z[size_t(n) * V + v]);
+      for (int v = 0; v < V; v++) s += std::exp(z[size_t(n) * V + v] - mx);
+      const double lse = mx + std::log(s);
+      for (int v = 0; v < V; v++)
+        sum += ((v == labels[size_t(n)] ? 1 - smoothing : 0.0) + smoothing / V) * (lse - z[size_t(n) * V + v]);
+    }
+    return sum / (B * T);
+  };
+  model.set_training(false);
+  const double eval = model.forward(ids.data(), labels.data(), B, T);
+  EXPECT_NEAR(eval, naive(0.0), 1e-12);
+  model.set_training(true);
+  const double smoothed = model.forward(ids.data(), labels.data(), B, T);
+  EXPECT_NEAR(smoothed, naive(eps), 1e-12);
+  EXPECT_GT(std::abs(smoothed - eval), 1e-4);
+  model.zero_grad();
+  model.backward();
+  const size_t k = model.table().find("h.0.mlp.fc.weight")->offset + 5;
+  const double g = model.grads()[k], h = 1e-6, w = model.params()[k];
+  model.params()[k] = w + h;
+  const double up = model.forward(ids.data(), labels.data(), B, T);
+  model.params()[k] = w - h;
+  const double down = model.forward(ids.data(), labels.data(), B, T);
+  model.params()[k] = w;
+  EXPECT_NEAR(g, (up - down) / (2 * h), 1e-7 * std::max(1.0, std::abs(g)));
+}
+
+// train.stop_patience: a run whose validation loss stops improving (lr 1e-9) stops after that many
+// evaluations without a 0.5% gain, writes a plateau record and a checkpoint there; a run stopped
+// before it and resumed stops at the same step with the same records; resuming the stopped run
+// trains nothing more.
+TEST(Training, StopsAtAValidationPlateauAndAResumeKeepsTheCount) {
+  const fs::path dir = temp_dir("plateau");
+  auto run_cfg = [&](const std::string& name) {
+    RunConfig cfg = small_run(dir / name, Placement::Pre, 400);
+    cfg.train.lr = 1e-9;
+    cfg.train.min_lr = 0;
+    cfg.train.eval_every = 5;
+    cfg.train.eval_batches = 1;
+    cfg.train.stop_patience = 2;
+    cfg.train.checkpoint_every = 5;
+    return cfg;
+  };
+  auto val_records = [&](const std::string& name) {
+    std::vector<std::string> out;
+    for (const auto& l : read_metrics(dir / name / "metrics.jsonl"))
+      if (l["type"] == "val" || l["type"] == "plateau") out.push_back(l.dump());
+    return out;
+  };
+  const TrainResult whole = train(run_cfg("whole"), quiet_options());
+  EXPECT_TRUE(whole.stopped_at_plateau);
+  EXPECT_EQ(whole.steps_done, 15);  // evaluations at 5 (the reference), 10 and 15 (no gain twice)
+  const auto records = val_records("whole");
+  ASSERT_EQ(records.size(), 4u);
+  const auto plateau = nlohmann::json::parse(records.back());
+  EXPECT_EQ(plateau["type"], "plateau");
+  double lowest = 1e300;
+  long lowest_step = 0;
+  for (size_t i = 0; i + 1 < records.size(); i++) {
+    const auto v = nlohmann::json::parse(records[i]);
+    if (v["loss"].get<double>() < lowest) lowest = v["loss"].get<double>(), lowest_step = v["step"].get<long>();
+  }
+  EXPECT_EQ(plateau["lowest_val_loss"].get<double>(), lowest);
+  EXPECT_EQ(plateau["lowest_step"].get<long>(), lowest_step);
+  EXPECT_TRUE(fs::exists(dir / "whole" / "checkpoints" / "step-000000015.safetensors"));
+
+  std::atomic<bool> stop{false};
+  TrainOptions first = quiet_options();
+  first.stop = &stop;
+  first.on_step = [&](const StepInfo& s) { stop = s.step == 12; };
+  EXPECT_TRUE(train(run_cfg("parts"), first).interrupted);
+  TrainOptions again = quiet_options();
+  again.resume = true;
+  const TrainResult resumed = train(run_cfg("parts"), again);
+  EXPECT_TRUE(resumed.stopped_at_plateau);
+  EXPECT_EQ(resumed.steps_done, 15);
+  EXPECT_EQ(val_records("parts"), records);
+
+  const TrainResult after = train(run_cfg("whole"), again);
+  EXPECT_TRUE(after.stopped_at_plateau);
+  EXPECT_EQ(after.steps_done, 15);
+  fs::remove_all(dir);
+}

@@ -15,6 +15,7 @@
 
 #include "analysis/theory_checks.h"
 #include "train/optimizer.h"
+#include "train/plateau.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/rng.h"
@@ -168,8 +169,7 @@ ModelSource::Trained ModelSource::train(ModelConfig c) {
     for (const Batch& b : val) v += m.forward(b.ids.data(), b.labels.data(), b.B, b.T) / kValBatches;
     return std::isfinite(v) ? v : std::numeric_limits<double>::infinity();
   };
-  double best = std::numeric_limits<double>::infinity();
-  int since = 0;
+  Plateau plateau{kPlateau, kPatience};
   long step = 0;
   while (step < o_.train_steps) {
     const Batch b = sample_batch(ids_, Arch::Gpt, 8, o_.seq_len, rng);
@@ -182,9 +182,7 @@ ModelSource::Trained ModelSource::train(ModelConfig c) {
     opt.step(m.params().data(), m.grads().data(), learning_rate(sched, step), step, clip_scale(gn, 1.0));
     m.project_to_sphere();  // (nGPT's step ends on the sphere; nothing for other methods)
     if (step % kEvalEvery == 0) {
-      const double v = val_loss();
-      if (v < best * (1 - kPlateau)) best = v, since = 0;
-      else if (++since >= kPatience) break;  // a plateau
+      if (plateau.update(val_loss(), step)) break;
     }
   }
   // did it learn? the loss on the validation batches against the unigram entropy of the training ids

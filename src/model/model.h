@@ -82,6 +82,10 @@ class Model {
   // batch is rows [first_row, first_row + B) of a larger batch (an MPI rank's shard): the masks are
   // those of these rows in the whole batch, so they do not depend on the number of ranks.
   void set_training(bool training, uint64_t dropout_seed = 0, long first_row = 0);
+  // Label smoothing eps in [0, 1) of the training loss (train.label_smoothing; ops/softmax_xent.h):
+  // forward() in training mode returns, and backward() differentiates, the smoothed loss; in
+  // evaluation mode the loss is plain cross-entropy whatever eps is.
+  void set_label_smoothing(double eps) { label_smoothing_ = eps; }
   // The precision of the training GEMMs (train.precision; ops/gemm_backend.h): forward() and
   // backward() of the linear layers, self-attention and the output projection. Parameters,
   // gradients and everything else stay S; the JVP, decoding and cross-attention stay S.
@@ -328,6 +332,8 @@ class Model {
   }
   uint64_t dropout_seed_ = 0;
   size_t dropout_first_row_ = 0;     // set_training's first_row
+  double label_smoothing_ = 0.0;     // set_label_smoothing
+  double smoothing_used_ = 0.0;      // the eps of the last forward's loss (0 in evaluation mode)
   bool profiling_ = false;           // profile_admin is running: sublayer_forward sets omega
   double profile_ratio_ = 1.0;
   std::vector<double> profiled_;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "ops/common.h"
 #include "ops/isa.h"
@@ -23,16 +24,22 @@ template <class S>
   return S(double(mx) + std::log(sum));
 }
 
-// One row of the backward, in place: dlogits = scale * (softmax - onehot(label)).
+// One row of the backward, in place: dlogits = scale * (softmax - (1 - eps) onehot(label) - eps / V).
 template <class S>
-[[gnu::always_inline]] static inline void xent_row_backward(S* row, S lse, int32_t label, double scale, int V) {
+[[gnu::always_inline]] static inline void xent_row_backward(S* row, S lse, int32_t label, double scale, int V,
+                                                            double eps) {
   if (label == kIgnoreLabel) {
     for (int v = 0; v < V; v++) row[v] = S(0);
     return;
   }
   const S sc = S(scale);
-  for (int v = 0; v < V; v++) row[v] = exp_of(S(row[v] - lse)) * sc;
-  row[label] -= S(scale);
+  if (eps == 0) {
+    for (int v = 0; v < V; v++) row[v] = exp_of(S(row[v] - lse)) * sc;
+  } else {
+    const S uniform = S(scale * eps / V);
+    for (int v = 0; v < V; v++) row[v] = exp_of(S(row[v] - lse)) * sc - uniform;
+  }
+  row[label] -= S(scale * (1 - eps));
 }
 
 // The float row loops compiled for AVX-512 (ops/isa.h).
@@ -42,9 +49,9 @@ template <class S>
 }
 [[gnu::target(NL_AVX512_TARGET)]] static void xent_backward_f32_avx512(float* logits_to_dlogits, const float* lse,
                                                                        const int32_t* labels, double scale, int N,
-                                                                       int V) {
+                                                                       int V, double eps) {
 #pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
-  for (int n = 0; n < N; n++) xent_row_backward(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V);
+  for (int n = 0; n < N; n++) xent_row_backward(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V, eps);
 }
 
 template <class S>
@@ -53,9 +60,24 @@ static void xent_lse_rows(S* lse, const S* logits, int N, int V) {
   for (int n = 0; n < N; n++) lse[n] = xent_row_lse(logits + (long)n * V, V);
 }
 
+// The mean of each labelled row's logits (smoothing's uniform part), in double; 0 for other rows.
+template <class S>
+static std::vector<double> labelled_row_means(const S* logits, const int32_t* labels, int N, int V) {
+  std::vector<double> mean(size_t(N), 0.0);
+#pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
+  for (int n = 0; n < N; n++) {
+    if (labels[n] == kIgnoreLabel) continue;
+    const S* row = logits + (long)n * V;
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += double(row[v]);
+    mean[size_t(n)] = sum / V;
+  }
+  return mean;
+}
+
 template <class S>
 double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int N, int V,
-                            int64_t* count) {
+                            int64_t* count, double smoothing) {
   // per-row results first (parallel), then a serial sum in row order: deterministic for any
   // thread count
   if constexpr (std::is_same_v<S, float>) {
@@ -64,11 +86,15 @@ double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int 
   } else {
     xent_lse_rows(lse, logits, N, V);
   }
+  const std::vector<double> mean =
+      smoothing > 0 ? labelled_row_means(logits, labels, N, V) : std::vector<double>();
   double total = 0;
   int64_t labelled = 0;
   for (int n = 0; n < N; n++) {
     if (labels[n] == kIgnoreLabel) continue;
-    total += double(lse[n]) - double(logits[(long)n * V + labels[n]]);
+    const double z = double(logits[(long)n * V + labels[n]]);
+    total += smoothing > 0 ? double(lse[n]) - (1 - smoothing) * z - smoothing * mean[size_t(n)]
+                           : double(lse[n]) - z;
     labelled++;
   }
   *count = labelled;
@@ -77,31 +103,33 @@ double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int 
 
 // One row with capped logits y = c tanh(z / c): dz = dy (1 - (y / c)^2), y read before it is overwritten.
 template <class S>
-static void xent_row_backward_capped(S* row, S lse, int32_t label, double scale, int V, double cap) {
+static void xent_row_backward_capped(S* row, S lse, int32_t label, double scale, int V, double cap, double eps) {
   if (label == kIgnoreLabel) {
     for (int v = 0; v < V; v++) row[v] = S(0);
     return;
   }
   for (int v = 0; v < V; v++) {
     const double y = double(row[v]), t = y / cap;
-    const double dy = (std::exp(y - double(lse)) - (v == label ? 1.0 : 0.0)) * scale;
+    const double target = (v == label ? 1.0 - eps : 0.0) + eps / V;
+    const double dy = (std::exp(y - double(lse)) - target) * scale;
     row[v] = S(dy * (1.0 - t * t));
   }
 }
 
 template <class S>
 void softmax_xent_backward(S* logits_to_dlogits, const S* lse, const int32_t* labels, double scale,
-                           int N, int V, double softcap) {
+                           int N, int V, double softcap, double smoothing) {
   if (softcap > 0) {
 #pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
     for (int n = 0; n < N; n++)
-      xent_row_backward_capped(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V, softcap);
+      xent_row_backward_capped(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V, softcap, smoothing);
     return;
   }
   if constexpr (std::is_same_v<S, float>)
-    if (use_avx512()) return xent_backward_f32_avx512(logits_to_dlogits, lse, labels, scale, N, V);
+    if (use_avx512()) return xent_backward_f32_avx512(logits_to_dlogits, lse, labels, scale, N, V, smoothing);
 #pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
-  for (int n = 0; n < N; n++) xent_row_backward(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V);
+  for (int n = 0; n < N; n++)
+    xent_row_backward(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V, smoothing);
 }
 
 template <class S>
@@ -113,10 +141,12 @@ void softcap_in_place(S* x, size_t n, double c) {
 template void softcap_in_place<float>(float*, size_t, double);
 template void softcap_in_place<double>(double*, size_t, double);
 template double softmax_xent_forward<float>(float*, const float*, const int32_t*, int, int,
-                                            int64_t*);
+                                            int64_t*, double);
 template double softmax_xent_forward<double>(double*, const double*, const int32_t*, int, int,
-                                             int64_t*);
-template void softmax_xent_backward<float>(float*, const float*, const int32_t*, double, int, int, double);
-template void softmax_xent_backward<double>(double*, const double*, const int32_t*, double, int, int, double);
+                                             int64_t*, double);
+template void softmax_xent_backward<float>(float*, const float*, const int32_t*, double, int, int, double,
+                                           double);
+template void softmax_xent_backward<double>(double*, const double*, const int32_t*, double, int, int, double,
+                                            double);
 
 }  // namespace normlab::ops

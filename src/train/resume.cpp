@@ -94,9 +94,12 @@ using namespace resume_detail;
 std::string resume_state_to_text(const ResumeState& s) {
   nlohmann::json rng = nlohmann::json::array();
   for (uint64_t w : s.data_rng) rng.push_back(fmt::format("{:016x}", w));
-  return nlohmann::json{{"format", "normlab-resume-1"}, {"step", s.step}, {"data_rng", rng},
-                        {"next_row", s.next_row}, {"ranks", s.ranks}, {"run_config", s.run_config}}
-      .dump();
+  nlohmann::json j{{"format", "normlab-resume-1"}, {"step", s.step}, {"data_rng", rng},
+                   {"next_row", s.next_row}, {"ranks", s.ranks}, {"run_config", s.run_config}};
+  if (std::isfinite(s.plateau.reference))  // (absent: no validation yet, or written before plateaus)
+    j["plateau"] = {{"reference", s.plateau.reference}, {"since", s.plateau.since},
+                    {"lowest", s.plateau.lowest}, {"lowest_step", s.plateau.lowest_step}};
+  return j.dump();
 }
 
 ResumeState resume_state_from_metadata(const std::map<std::string, std::string>& metadata, const std::string& path) {
@@ -126,6 +129,16 @@ ResumeState resume_state_from_metadata(const std::map<std::string, std::string>&
       if (!ranks.is_number_integer() || ranks.get<long long>() < 1 || ranks.get<long long>() > (1 << 24))
         throw std::runtime_error("ranks is not a positive integer");
       s.ranks = int(ranks.get<long long>());
+    }
+    if (j.contains("plateau")) {
+      const auto& p = j["plateau"];
+      s.plateau.reference = p.at("reference").get<double>();
+      s.plateau.since = p.at("since").get<int>();
+      s.plateau.lowest = p.at("lowest").get<double>();
+      s.plateau.lowest_step = p.at("lowest_step").get<long>();
+      if (!std::isfinite(s.plateau.reference) || !std::isfinite(s.plateau.lowest) || s.plateau.since < 0 ||
+          s.plateau.lowest_step < 0)
+        throw std::runtime_error("bad plateau values");
     }
     if (!s.run_config.is_object() || s.step < 0 || s.next_row < 0) throw std::runtime_error("bad values");
   } catch (const std::exception& e) {

@@ -18,6 +18,7 @@
 
 #include "model/model.h"
 #include "train/optimizer.h"
+#include "train/plateau.h"
 
 namespace normlab {
 
@@ -30,6 +31,7 @@ struct ResumeState {
   long next_row = 0;                    // a token file of rows: the first row of the next batch
   nlohmann::json run_config;            // run_config_to_json of the resolved config
   int ranks = 1;                        // MPI ranks that trained it (a resume must use as many)
+  Plateau plateau;                      // train.stop_patience's count so far (train/plateau.h)
 };
 
 // The metadata key a checkpoint keeps the resume state under.

@@ -142,8 +142,11 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     r.get("weight_decay", t.adamw.weight_decay);
     r.get("grad_clip", t.grad_clip);
     r.get("seed", t.seed);
+    r.get("label_smoothing", t.label_smoothing);
     r.get("eval_every", t.eval_every);
     r.get("eval_batches", t.eval_batches);
+    r.get("stop_patience", t.stop_patience);
+    r.get("stop_min_improvement", t.stop_min_improvement);
     r.get("log_every", t.log_every);
     r.get("checkpoint_every", t.checkpoint_every);
     r.get("keep_checkpoints", t.keep_checkpoints);
@@ -170,7 +173,15 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     check(t.adamw.eps > 0, fmt::format("train.adam_eps = {} must be > 0", t.adamw.eps));
     check(t.adamw.weight_decay >= 0, fmt::format("train.weight_decay = {} must be >= 0", t.adamw.weight_decay));
     check(t.grad_clip >= 0, fmt::format("train.grad_clip = {} must be >= 0 (0 = off)", t.grad_clip));
+    check(t.label_smoothing >= 0 && t.label_smoothing < 1,
+          fmt::format("train.label_smoothing = {} must be in [0, 1)", t.label_smoothing));
     check(t.eval_every >= 0, fmt::format("train.eval_every = {} must be >= 0", t.eval_every));
+    check(t.stop_patience >= 0 && t.stop_patience <= 1000000,
+          fmt::format("train.stop_patience = {} must be in [0, 1000000] (0 = off)", t.stop_patience));
+    check(t.stop_patience == 0 || t.eval_every > 0,
+          "train.stop_patience > 0 needs train.eval_every > 0 (the evaluations a plateau is counted in)");
+    check(t.stop_min_improvement >= 0 && t.stop_min_improvement < 1,
+          fmt::format("train.stop_min_improvement = {} must be in [0, 1)", t.stop_min_improvement));
     check(t.eval_batches >= 1, fmt::format("train.eval_batches = {} must be >= 1", t.eval_batches));
     check(t.log_every >= 1, fmt::format("train.log_every = {} must be >= 1", t.log_every));
     check(t.checkpoint_every >= 0, fmt::format("train.checkpoint_every = {} must be >= 0", t.checkpoint_every));
@@ -218,7 +229,9 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
             {"warmup_steps", t.warmup_steps}, {"min_lr", t.min_lr}, {"beta1", t.adamw.beta1},
             {"beta2", t.adamw.beta2}, {"adam_eps", t.adamw.eps},
             {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.grad_clip}, {"seed", t.seed},
+            {"label_smoothing", t.label_smoothing},
             {"eval_every", t.eval_every}, {"eval_batches", t.eval_batches},
+            {"stop_patience", t.stop_patience}, {"stop_min_improvement", t.stop_min_improvement},
             {"log_every", t.log_every}, {"checkpoint_every", t.checkpoint_every},
             {"keep_checkpoints", t.keep_checkpoints},
             {"log_every_layers", t.log_every_layers}, {"log_model_update", t.log_model_update},

@@ -29,8 +29,13 @@ struct TrainConfig {
   AdamWConfig adamw;           // beta1 0.9, beta2 0.95 (GPT-3/nanoGPT), eps 1e-8, weight decay 0.1
   double grad_clip = 1.0;      // global norm; 0 turns clipping off
   long seed = 1;               // data order and dropout
+  double label_smoothing = 0;  // of the training loss (ops/softmax_xent.h); validation is plain NLL
   long eval_every = 100;       // validation every N steps (and at the end); 0: only at the end
   int eval_batches = 8;
+  // Stop at a validation plateau (train/plateau.h): no improvement of stop_min_improvement of the
+  // loss in stop_patience evaluations in a row; 0: run all steps.
+  int stop_patience = 0;
+  double stop_min_improvement = 0.005;
   long log_every = 10;
   long checkpoint_every = 100; // 0: only at the end (and on Ctrl-C)
   int keep_checkpoints = 2;    // step files kept in checkpoints/: the newest, and one older in case

@@ -201,6 +201,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       fmt::print(stderr, "note: train.precision = \"bf16\": {}\n", why);
   Model<float> model(model_cfg);
   model.set_precision(tc.precision);
+  model.set_label_smoothing(tc.label_smoothing);
   if (!tc.init_from.empty() && !resumed) load_params(tc.init_from, model);
   // the optimizer, and a resumed run's weights and moments, read (and checked: finite, shapes of the
   // config) before anything in the run directory is written, so a refusal changes nothing there
@@ -316,7 +317,9 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   const int Tb = rows ? rows->train.T : T;
   long next_row = 0;
   long start = 0;  // steps done before this process (a resumed run)
+  Plateau plateau;  // train.stop_patience: the validation losses so far (train/plateau.h)
   if (resumed) {
+    plateau = resumed->plateau;
     data_rng.set_state(resumed->data_rng);
     next_row = resumed->next_row;
     start = result.steps_done = resumed->step;
@@ -324,10 +327,13 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     result.last_val_loss = kept.last_val_loss;
     if (!quiet) fmt::print("resuming from step {} ({})\n", start, resumed_path);
   }
+  plateau.min_improvement = tc.stop_min_improvement;
+  plateau.patience = tc.stop_patience;
+  result.stopped_at_plateau = plateau.reached();  // (a resumed run that had stopped at one)
   auto checkpoint = [&](long step, const std::array<uint64_t, 4>& rng, long row) {
     if (comm.root())
-      save_run_checkpoint(dir, model, optimizer, ResumeState{step, rng, row, resolved_json, comm.size()},
-                          tc.keep_checkpoints);
+      save_run_checkpoint(dir, model, optimizer,
+                          ResumeState{step, rng, row, resolved_json, comm.size(), plateau}, tc.keep_checkpoints);
   };
   const Shard shard = shard_of(B, comm);
   double tokens_per_step = double(B) * Tb * tc.grad_accum;  // a translation batch: its real tokens
@@ -437,7 +443,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
 
   const auto t0 = Clock::now();
   double window_tokens = 0, window_seconds = 0;
-  for (long step = start + 1; step <= tc.steps; step++) {
+  for (long step = start + 1; step <= tc.steps && !result.stopped_at_plateau; step++) {
     if (comm.any(options.stop && options.stop->load())) {  // every rank stops at the same step
       result.interrupted = true;
       if (result.steps_done > 0) checkpoint(result.steps_done, data_rng.state(), next_row);
@@ -540,6 +546,16 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
         write_metrics({{"type", "val"}, {"step", step}, {"loss", val}});
         if (!quiet) fmt::print("step {:>6} | validation loss {:.4f}\n", step, val);
       }
+      // every rank stops at the same step (only the root evaluates)
+      result.stopped_at_plateau = comm.any(comm.root() && std::isfinite(val) && plateau.update(val, step)) && !last;
+      if (result.stopped_at_plateau) {
+        write_metrics({{"type", "plateau"}, {"step", step}, {"lowest_val_loss", plateau.lowest},
+                       {"lowest_step", plateau.lowest_step}});
+        if (!quiet)
+          fmt::print("step {:>6} | a validation plateau: no improvement of {:g}% in {} evaluations (lowest "
+                     "{:.4f} at step {}); training stops here\n",
+                     step, 100 * tc.stop_min_improvement, tc.stop_patience, plateau.lowest, plateau.lowest_step);
+      }
     }
     if (!quiet && (step % tc.log_every == 0 || step == 1 || last)) {
       const double elapsed = seconds_since(t0);
@@ -550,7 +566,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       std::fflush(stdout);
       window_tokens = window_seconds = 0;
     }
-    if ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last)
+    if ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last || result.stopped_at_plateau)
       checkpoint(step, data_rng.state(), next_row);
   }
   if (parallel && cfg.data.bleu_sentences > 0 && result.steps_done > 0 && !result.diverged && comm.root()) {
@@ -572,6 +588,10 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                  {"diverged", result.diverged},
                  {"bleu", std::isfinite(result.bleu) ? nlohmann::json(result.bleu) : nlohmann::json(nullptr)},
                  {"interrupted", result.interrupted},
+                 {"stopped_at_plateau", result.stopped_at_plateau},
+                 {"lowest_val_loss", std::isfinite(plateau.lowest) ? nlohmann::json(plateau.lowest)
+                                                                   : nlohmann::json(nullptr)},
+                 {"lowest_val_step", plateau.lowest_step},
                  {"diverged_step", result.diverged_step},
                  {"tokens_per_s", result.tokens_per_s},
                  {"seconds", result.seconds},

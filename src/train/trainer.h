@@ -56,6 +56,7 @@ struct TrainResult {
   double last_train_loss = 0, last_val_loss = 0;  // val NaN when there is no validation data
   bool diverged = false;
   bool interrupted = false;     // stopped early through TrainOptions::stop
+  bool stopped_at_plateau = false;  // stopped early at a validation plateau (train.stop_patience)
   long diverged_step = 0;
   std::string diverged_tensor;  // "loss" or a parameter name
   double tokens_per_s = 0;
