@@ -141,4 +141,53 @@ TEST(Reproduce, AMalformedTableIsRejectedWhenTheStudyIsRead) {
   expect_error(e, "metric = \"accuracy\" must be");
   e = good, e["best_lr"] = "yes";
   expect_error(e, "best_lr must be true or false");
+  e = good, e["best_of"] = json::array({"lr"});
+  expect_error(e, "best_of must be a non-empty list");
+  e = good, e["best_of"] = json::array({"train.lr"}), e["best_lr"] = true;
+  expect_error(e, "best_lr and best_of exclude each other");
+}
+
+// best_of: each side at its best combination of several grid keys (Post-LN over learning rate and
+// warm-up, Pre-LN over learning rate alone), the edge rule per key.
+TEST(Reproduce, EachSideAtItsOwnBestCombinationOfKeys) {
+  json runs = json::array();
+  auto with_warmup = [](json r, long w) {
+    r["grid"]["train.warmup_steps"] = w;
+    return r;
+  };
+  for (int s = 1; s <= 3; s++) {
+    runs.push_back(with_warmup(run("post", 1e-3, s, 2.50), 100));
+    runs.push_back(with_warmup(run("post", 1e-3, s, 2.30 + 0.001 * s), 1000));  // the best: mean 2.302
+    runs.push_back(with_warmup(run("post", 2e-3, s, 2.40), 1000));
+    runs.push_back(with_warmup(run("post", 2e-3, s, 2.45), 4000));
+    runs.push_back(with_warmup(run("pre", 1e-3, s, 2.36), 100));
+    runs.push_back(with_warmup(run("pre", 2e-3, s, 2.34), 100));
+  }
+  json e = entry("a < b");
+  e.erase("best_lr");
+  e["best_of"] = json::array({"train.lr", "train.warmup_steps"});
+  json r = reproductions(results(runs, json::array({e})))[0];
+  EXPECT_EQ(r["a"]["lr"], "train.lr=0.001 train.warmup_steps=1000");
+  EXPECT_TRUE(r["a"]["lr_edge"].get<bool>());  // lr 0.001 is the least post ran
+  EXPECT_EQ(r["b"]["lr"], "train.lr=0.002 train.warmup_steps=100");
+  EXPECT_TRUE(r["b"]["lr_edge"].get<bool>());
+  // paired: a - b = 2.301 - 2.34, 2.302 - 2.34, 2.303 - 2.34
+  EXPECT_EQ(r["difference"]["kind"], "paired");
+  EXPECT_NEAR(r["difference"]["mean"].get<double>(), -0.038, 1e-9);
+  EXPECT_EQ(r["verdict"], "holds");
+  EXPECT_NE(r["measured"].get<std::string>().find("best train.lr=0.001 train.warmup_steps=1000, at the edge"),
+            std::string::npos) << r["measured"];
+  // seed 1's best run moved to lr 1.5e-3: alone it is now the best setting, inside both sweeps
+  runs[1]["grid"]["train.lr"] = 1.5e-3;
+  r = reproductions(results(runs, json::array({e})))[0];
+  EXPECT_EQ(r["a"]["lr"], "train.lr=0.0015 train.warmup_steps=1000");
+  EXPECT_FALSE(r["a"]["lr_edge"].get<bool>());
+  // metric lowest_val_loss: each run's lowest evaluation (a run stopped at a plateau), not its last
+  runs[1]["grid"]["train.lr"] = 1e-3;
+  for (auto& run : runs) run["summary"]["lowest_val_loss"] = run["summary"]["val_loss"].get<double>() - (run["label"] == "pre" ? 0.2 : 0.0);
+  e["metric"] = "lowest_val_loss";
+  r = reproductions(results(runs, json::array({e})))[0];
+  EXPECT_NEAR(r["b"]["mean"].get<double>(), 2.14, 1e-9);
+  EXPECT_EQ(r["verdict"], "violated");
+  EXPECT_NE(r["measured"].get<std::string>().find("lowest validation loss"), std::string::npos) << r["measured"];
 }

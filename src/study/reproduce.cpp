@@ -21,7 +21,14 @@ namespace {
 using json = nlohmann::json;
 using analysis::SeedSummary;
 
-const std::vector<std::string> kEntryKeys = {"claim", "source", "paper", "a", "b", "expect", "metric", "best_lr"};
+const std::vector<std::string> kEntryKeys = {"claim", "source", "paper", "a", "b", "expect", "metric", "best_lr", "best_of"};
+
+// The grid keys a side picks its best runs over: best_of, or ["train.lr"] with best_lr = true, or none.
+std::vector<std::string> best_keys(const json& e) {
+  if (e.contains("best_of")) return e["best_of"].get<std::vector<std::string>>();
+  if (e.value("best_lr", false)) return {"train.lr"};
+  return {};
+}
 
 struct Term {
   std::string key, value;  // "model.placement", "post"
@@ -71,29 +78,41 @@ std::string side_label(const std::string& filter) {
 }
 
 std::optional<double> metric_of(const json& run, const std::string& metric) {
+  if (metric == "lowest_val_loss")  // a run stopped at a validation plateau: its lowest, not its last
+    return run.contains("summary") ? view::number(run["summary"], "lowest_val_loss") : std::nullopt;
   return metric == "bleu" ? view::run_bleu(run) : view::val_loss(run);
 }
 
 // One side of an entry: its runs (at its best learning rate when asked), per-seed values.
 struct Side {
   std::string filter;
-  std::string lr;        // the chosen learning rate (best_lr), else ""
-  bool lr_edge = false;  // the chosen learning rate is the smallest or largest the side ran
+  std::string lr;        // the chosen setting (best_lr: the learning rate; best_of: "key=value ..."), else ""
+  bool lr_edge = false;  // a key of the chosen setting is at the smallest or largest value the side ran
   int runs = 0, finished = 0, diverged = 0;
   std::multimap<std::string, double> by_seed;  // seed key -> metric value (finished runs)
   SeedSummary stats;
 };
 
-Side measure_side(const json& results, const std::string& filter, const std::string& metric, bool best_lr) {
+Side measure_side(const json& results, const std::string& filter, const std::string& metric,
+                  const std::vector<std::string>& best_of) {
   const bool higher_better = metric == "bleu";
+  const bool best_lr = !best_of.empty();
   const auto terms = parse_filter(filter, "reproduce");
-  std::map<std::string, std::vector<const json*>> groups;  // by learning rate ("" without best_lr)
+  std::map<std::string, std::vector<const json*>> groups;  // by the best_of setting ("" without one)
+  std::map<std::string, std::vector<std::string>> values_of;  // a group's value of each best_of key
   std::vector<std::string> order;
   for (const auto& r : results["runs"]) {
     const std::string status = r.value("status", std::string());
     if (status != "finished" && status != "diverged") continue;
     if (!std::all_of(terms.begin(), terms.end(), [&](const Term& t) { return term_matches(r, t); })) continue;
-    const std::string key = best_lr ? view::grid_value(r, "train.lr") : "";
+    std::vector<std::string> vals, named;
+    for (const std::string& k : best_of) {
+      vals.push_back(view::grid_value(r, k));
+      named.push_back(k + "=" + vals.back());
+    }
+    // one key: its value alone (best_lr's "lr 0.001"); several: "key=value ..."
+    const std::string key = best_of.size() == 1 ? vals[0] : fmt::format("{}", fmt::join(named, " "));
+    values_of[key] = vals;
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(&r);
   }
@@ -119,12 +138,13 @@ Side measure_side(const json& results, const std::string& filter, const std::str
     picked = groups[chosen];
   if (best_lr && !none_finished) {
     side.lr = chosen;
-    std::vector<double> lrs;
-    for (const auto& key : order)
-      if (const auto x = as_number(key)) lrs.push_back(*x);
-    const auto c = as_number(chosen);
-    side.lr_edge = lrs.size() >= 2 && c &&
-                   (*c == *std::min_element(lrs.begin(), lrs.end()) || *c == *std::max_element(lrs.begin(), lrs.end()));
+    for (size_t k = 0; k < best_of.size(); k++) {  // at an edge: some key at the least or most value it ran
+      std::set<double> ran;
+      for (const auto& key : order)
+        if (const auto x = as_number(values_of[key][k])) ran.insert(*x);
+      const auto c = as_number(values_of[chosen][k]);
+      side.lr_edge |= ran.size() >= 2 && c && (*c == *ran.begin() || *c == *ran.rbegin());
+    }
   }
   std::vector<double> values;
   for (const json* r : picked) {
@@ -160,7 +180,9 @@ std::string side_text(const Side& s, const std::string& metric) {
   else if (s.finished == 1) text += fmt::format("{:.{}f}", s.stats.mean, digits);
   else text += fmt::format("{:.{}f} +- {:.{}f}", s.stats.mean, digits, s.stats.sd, digits);
   std::vector<std::string> notes;
-  if (!s.lr.empty()) notes.push_back(fmt::format("best lr {}{}", s.lr, s.lr_edge ? ", at the edge of the sweep" : ""));
+  if (!s.lr.empty())
+    notes.push_back(fmt::format("best {}{}", s.lr.find('=') == std::string::npos ? "lr " + s.lr : s.lr,
+                                s.lr_edge ? ", at the edge of the sweep" : ""));
   if (s.finished > 1) notes.push_back(fmt::format("{} seeds", s.finished));
   if (s.finished > 0 && s.diverged) notes.push_back(fmt::format("{} more diverged", s.diverged));
   return notes.empty() ? text : fmt::format("{} ({})", text, fmt::join(notes, "; "));
@@ -191,10 +213,21 @@ void check_reproductions(const json& document, const std::vector<json>& runs, co
     const std::string expect = e["expect"];
     if (expect != "a < b" && expect != "a > b")
       throw Error(fmt::format("{}: expect = \"{}\" must be \"a < b\" or \"a > b\"", at, expect));
-    if (e.contains("metric") && !(e["metric"] == "val_loss" || e["metric"] == "bleu"))
-      throw Error(fmt::format("{}: metric = {} must be \"val_loss\" or \"bleu\"", at, e["metric"].dump()));
+    if (e.contains("metric") && !(e["metric"] == "val_loss" || e["metric"] == "lowest_val_loss" || e["metric"] == "bleu"))
+      throw Error(fmt::format("{}: metric = {} must be \"val_loss\", \"lowest_val_loss\" or \"bleu\"", at,
+                              e["metric"].dump()));
     if (e.contains("best_lr") && !e["best_lr"].is_boolean())
       throw Error(fmt::format("{}: best_lr must be true or false", at));
+    if (e.contains("best_of")) {
+      const json& keys = e["best_of"];
+      if (!keys.is_array() || keys.empty() ||
+          !std::all_of(keys.begin(), keys.end(), [](const json& k) {
+            return k.is_string() && k.get<std::string>().find('.') != std::string::npos;
+          }))
+        throw Error(fmt::format("{}: best_of must be a non-empty list of \"section.key\" names", at));
+      if (e.contains("best_lr"))
+        throw Error(fmt::format("{}: best_lr and best_of exclude each other (best_of = [\"train.lr\"] is best_lr)", at));
+    }
     for (const char* side : {"a", "b"}) {
       const std::string filter = e[side];
       parse_filter(filter, fmt::format("{}: {} = \"{}\"", at, side, filter));
@@ -210,8 +243,9 @@ json reproductions(const json& results) {
   if (!doc.is_object() || !doc.contains("reproduce") || !doc["reproduce"].is_array()) return out;
   for (const auto& e : doc["reproduce"]) {
     const std::string metric = e.value("metric", std::string("val_loss")), expect = e["expect"];
-    const bool best_lr = e.value("best_lr", false);
-    const Side a = measure_side(results, e["a"], metric, best_lr), b = measure_side(results, e["b"], metric, best_lr);
+    const std::vector<std::string> best_of = best_keys(e);
+    const bool best_lr = !best_of.empty();
+    const Side a = measure_side(results, e["a"], metric, best_of), b = measure_side(results, e["b"], metric, best_of);
     // which side the claim calls worse: a higher loss, or a lower BLEU
     const bool a_claimed_worse = (metric == "bleu") == (expect == "a < b");
     const analysis::Region region = expect == "a < b" ? analysis::Region::below(0) : analysis::Region::above(0);
@@ -238,7 +272,9 @@ json reproductions(const json& results) {
       diff["hi"] = std::isfinite(d.hi) ? json(d.hi) : json();
       verdict = analysis::decide(d, region);
     }
-    const std::string unit = metric == "bleu" ? "BLEU" : "final validation loss";
+    const std::string unit = metric == "bleu"              ? "BLEU"
+                             : metric == "lowest_val_loss" ? "lowest validation loss"
+                                                           : "final validation loss";
     std::string measured = fmt::format("{}: {} vs {}", unit, side_text(a, metric), side_text(b, metric));
     if (diff["mean"].is_number()) {
       measured += fmt::format("; a - b = {:.3f}", diff["mean"].get<double>());
@@ -246,7 +282,7 @@ json reproductions(const json& results) {
     }
     measured += " (" + how + ")";
     out.push_back({{"claim", e["claim"]}, {"source", e["source"]}, {"paper", e["paper"]}, {"metric", metric},
-                   {"expect", expect}, {"best_lr", best_lr}, {"a", side_json(a)}, {"b", side_json(b)},
+                   {"expect", expect}, {"best_lr", best_lr}, {"best_of", best_of}, {"a", side_json(a)}, {"b", side_json(b)},
                    {"difference", diff}, {"verdict", verdict}, {"measured", measured}});
   }
   return out;

@@ -8,8 +8,10 @@
 //   a      = "model.placement=post"        # the runs of side a: section.key=value ..., all must match
 //   b      = "model.placement=pre"
 //   expect = "a < b"                       # or "a > b": the claim, on the metric
-//   metric = "val_loss"                    # final validation loss (default) or "bleu"
+//   metric = "val_loss"                    # final validation loss (default), "lowest_val_loss" (the
+//                                          # lowest of its evaluations: a run stopped at a plateau) or "bleu"
 //   best_lr = true                         # each side at its own best train.lr (default false)
+//   best_of = ["train.lr", "train.warmup_steps"]  # or: at its best combination of these grid keys
 //
 // The report puts each next to normlab's numbers with the verdict of the one rule of stats.h: the
 // per-seed difference a - b (paired by seed when both sides ran the same seeds, else the Welch
