@@ -102,6 +102,28 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
     EXPECT_LE(prop2["k_share"][i].get<int>(), prop2["depths"][i].get<int>());
     EXPECT_LE(prop2["k_document"][i].get<int>(), prop2["depths"][i].get<int>() + 1);
   }
+  // Xiong's Fig. 3: the fitted change over the stack is exp of the least-squares slope of log ||dL/dW2||
+  // against the layer, times N - 1 (by hand here), for the stack the row names
+  int xiong_rows = 0;
+  for (const auto& c : claims) {
+    if (c.source != "Xiong et al. 2020") continue;
+    const bool decoder = c.quantity.starts_with("decoder");
+    const nlohmann::json& seed = c.numbers["seeds"][0];
+    const std::vector<double> g = seed[decoder ? "decoder" : "encoder"].get<std::vector<double>>();
+    const double n = double(g.size()), mx = (n - 1) / 2;
+    double my = 0, sxy = 0, sxx = 0;
+    for (double v : g) my += std::log(v) / n;
+    for (size_t l = 0; l < g.size(); l++) sxy += (double(l) - mx) * (std::log(g[l]) - my), sxx += (double(l) - mx) * (double(l) - mx);
+    EXPECT_NEAR(seed["fitted_change"].get<double>(), std::exp(sxy / sxx * (n - 1)), 1e-9) << c.quantity;
+    xiong_rows++;
+  }
+  EXPECT_EQ(xiong_rows, 4);  // Post-LN and Pre-LN, encoder and decoder
+  // Dong et al.'s MLP claim: the ratio of the two fitted collapse rates
+  ASSERT_TRUE(by.count("002 MLP Lipschitz slows collapse"));
+  for (const auto& seed : by["002 MLP Lipschitz slows collapse"]->numbers["seeds"])
+    if (seed["rate_ratio"].is_number())
+      EXPECT_NEAR(seed["rate_ratio"].get<double>(), seed["rate_scaled"].get<double>() / seed["rate_original"].get<double>(),
+                  1e-12);
   // the LayerNorm's bulk singular value is 1/sigma: x sqrt(d) it is far from 1 unless sigma = 1/sqrt(d)
   EXPECT_EQ(by["004 dNorm/dz"]->verdict, kViolated);
   for (double v : first("004 dNorm/dz")["bulk_times_sigma"]) EXPECT_NEAR(v, 1.0, 1e-6);
