@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/bpe.h"
+#include "io/spm.h"
 #include "io/tokenizer.h"
 #include "io/unicode.h"
 #include "io/wordpiece.h"
@@ -215,6 +216,39 @@ TEST(Bpe, MergesByRankThenPosition) {
       load_tokenizer(dir.write("b.json", small_bpe_json(R"([["b", "c"], ["a", "b"]])")));
   EXPECT_EQ(second.encode("abc"), (std::vector<int32_t>{0, 4}));  // b+c wins; "a bc" is no merge
   EXPECT_EQ(second.encode("abcab"), (std::vector<int32_t>{0, 4, 3}));
+}
+
+// SentencePiece BPE (spm.h) on a vocabulary small enough to follow by hand: the pair whose merged
+// piece scores highest merges first (the leftmost among equals), a piece without a token falls back
+// to its bytes, and the decoder turns U+2581 back into spaces and byte tokens into bytes. (The
+// sentencepiece library itself is the oracle of gguf_vs_gguf_package.)
+TEST(SentencePiece, MergesByScoreThenPositionAndFallsBackToBytes) {
+  const std::string sp(spm::kSpace);
+  const std::vector<std::pair<std::string, float>> pieces = {
+      {"<unk>", 0}, {sp, -1}, {"a", -2}, {"b", -3}, {"ab", -4}, {sp + "ab", -5}, {"ba", -4}, {"<0xC3>", 0}, {"<0xA9>", 0}};
+  Vocab vocab;
+  std::vector<float> scores;
+  for (size_t i = 0; i < pieces.size(); i++) vocab.add(pieces[i].first, int64_t(i), "test"), scores.push_back(pieces[i].second);
+  const spm::SpmModel model(vocab, scores, 0, "test");
+  auto ids = [&](const std::string& text) {
+    std::vector<int32_t> out;
+    model.tokenize(spm::metaspace(text, true), out);
+    return out;
+  };
+  // "▁ab": ab (-4) merges before anything, then ▁ + ab = ▁ab (-5)
+  EXPECT_EQ(ids("ab"), (std::vector<int32_t>{5}));
+  // "▁aba": ab (-4) and ba (-4) tie: the leftmost (ab) wins, then ▁ab; "a" is left
+  EXPECT_EQ(ids("aba"), (std::vector<int32_t>{5, 2}));
+  // "▁bab": ba (-4, left) beats ab (-4): ▁ ba b
+  EXPECT_EQ(ids("bab"), (std::vector<int32_t>{1, 6, 3}));
+  // é has no piece: its two bytes; "x" has no piece and no byte token: <unk>
+  EXPECT_EQ(ids("\xC3\xA9"), (std::vector<int32_t>{1, 7, 8}));
+  EXPECT_EQ(ids("x"), (std::vector<int32_t>{1, 0}));
+  EXPECT_EQ(spm::metaspace("a b", false), "a" + sp + "b");
+  EXPECT_EQ(spm::metaspace_decode({sp + "ab", "<0xC3>", "<0xA9>", sp, "a"}, true), "ab\xC3\xA9 a");
+  EXPECT_EQ(spm::metaspace_decode({sp + "ab"}, false), " ab");
+  EXPECT_EQ(spm::metaspace_decode({"<0xC3>"}, true), "\xEF\xBF\xBD");  // a lone lead byte: U+FFFD
+  EXPECT_THROW(spm::SpmModel(vocab, {1.0f}, 0, "test"), Error);  // scores and tokens differ in number
 }
 
 TEST(Bpe, UnknownCharactersAreDroppedOrUnk) {

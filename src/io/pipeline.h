@@ -72,11 +72,13 @@ struct BertNormalizer {
 enum class PreTokenizerKind {
   ByteLevel,  // GPT-2: the pre-tokenization regex, then bytes -> printable characters
   Bert,       // split on white space (dropped) and around every punctuation character
+  Metaspace,  // SentencePiece: a segment is one word, spaces -> U+2581, one in front (spm.h)
 };
 
 struct PreTokenizer {
   PreTokenizerKind kind = PreTokenizerKind::ByteLevel;
-  bool add_prefix_space = false;  // ByteLevel: a space before a segment that lacks one
+  bool add_prefix_space = false;  // ByteLevel: a space before a segment that lacks one; Metaspace:
+                                  // "▁" before the text and after every added token (llama.cpp)
   bool use_regex = true;          // ByteLevel: cut words with the GPT-2 regex (else: one word)
   bool split_digits = false;      // ByteLevel: first cut every numeric character into a piece of
                                   // its own (Digits(individual_digits) before ByteLevel, as SmolLM2)
@@ -86,12 +88,14 @@ enum class DecoderKind {
   Join,       // no decoder: tokens joined with single spaces (the reference's fallback)
   ByteLevel,  // printable characters -> bytes -> UTF-8 (ill-formed bytes become U+FFFD)
   WordPiece,  // "##" continuations glued on, other tokens after a space
+  Metaspace,  // SentencePiece: U+2581 -> ' ', "<0xXX>" -> the byte, the prefix space dropped (spm.h)
 };
 
 struct Decoder {
   DecoderKind kind = DecoderKind::Join;
   std::string prefix = "##";  // WordPiece
   bool cleanup = true;        // WordPiece: " ." -> ".", " n't" -> "n't", ...
+  bool strip_prefix = false;  // Metaspace: drop the one space a prefix "▁" decodes to
 };
 
 struct TokenizerParts {

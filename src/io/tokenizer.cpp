@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "io/bpe.h"
+#include "io/spm.h"
 #include "io/gguf_tokenizer.h"
 #include "io/unicode.h"
 #include "io/wordpiece.h"
@@ -150,16 +151,21 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   std::vector<int32_t> ids;
   if (add_special_tokens) ids = parts_.prefix_ids;
   std::vector<std::string> words;
+  bool after_added = true;  // Metaspace's prefix: at the start of the text and after an added token
   for (const Segment& seg : segments) {
     if (seg.id) {
       ids.push_back(*seg.id);
+      after_added = true;
       continue;
     }
     words.clear();
     if (parts_.pre_tokenizer.kind == PreTokenizerKind::ByteLevel)
       bpe::byte_level_pre_tokenize(seg.text, parts_.pre_tokenizer, words);
+    else if (parts_.pre_tokenizer.kind == PreTokenizerKind::Metaspace)
+      words.push_back(spm::metaspace(seg.text, parts_.pre_tokenizer.add_prefix_space && after_added));
     else
       wordpiece::bert_pre_tokenize(seg.text, words);
+    after_added = false;
     for (const std::string& word : words) parts_.model->tokenize(word, ids);
   }
   if (add_special_tokens) ids.insert(ids.end(), parts_.suffix_ids.begin(), parts_.suffix_ids.end());
@@ -200,6 +206,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
       return bpe::byte_level_decode(tokens);
     case DecoderKind::WordPiece:
       return wordpiece::wordpiece_decode(tokens, parts_.decoder);
+    case DecoderKind::Metaspace:
+      return spm::metaspace_decode(tokens, parts_.decoder.strip_prefix);
     case DecoderKind::Join:
       break;
   }

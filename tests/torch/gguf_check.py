@@ -12,8 +12,15 @@ and writer, 0.10.0) and hostile files.
    small valid file: each is exit 1 with one "normlab: error:" line naming the file, quickly.
 3. A tiny llama file written by GGUFWriter loads (`normlab gguf` says so), and one with an
    architecture or key normlab does not represent is refused by name.
+4. A SentencePiece vocabulary (tokenizer.ggml.model = "llama", as Llama 2, Mistral and TinyLlama
+   files hold it): a BPE model with byte fallback trained here by the `sentencepiece` library (0.2.0,
+   the reference implementation) on the King James Bible and some non-Latin text, written into a GGUF
+   file's metadata (pieces, scores, token types); `normlab tokenize` of texts the model never saw
+   (spaces in runs, digits, accents, CJK, emoji, bytes no piece covers) must give sentencepiece's own
+   ids, after the BOS llama.cpp adds.
 """
 import argparse
+import json
 import os
 import struct
 import subprocess
@@ -271,11 +278,56 @@ def check_llama_metadata(normlab, workdir, failures):
     return len(refusals) + 1
 
 
+def check_sentencepiece(normlab, workdir, source_dir, failures):
+    """normlab's SentencePiece BPE from GGUF metadata against the sentencepiece library's encode."""
+    import sentencepiece as spm
+    corpus = os.path.join(workdir, "spm_corpus.txt")
+    with open(os.path.join(source_dir, "data", "kjv.txt"), encoding="utf-8") as f:
+        text = f.read(400_000)
+    with open(corpus, "w", encoding="utf-8") as f:
+        f.write(text + "\nCafé naïve résumé über straße\n日本語のテキスト 中文文本\n")
+    prefix = os.path.join(workdir, "spm")
+    spm.SentencePieceTrainer.train(input=corpus, model_prefix=prefix, vocab_size=1500, model_type="bpe",
+                                   byte_fallback=True, character_coverage=0.9995, normalization_rule_name="identity",
+                                   remove_extra_whitespaces=False, split_digits=True, num_threads=1, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    types = []
+    for i in range(sp.get_piece_size()):
+        types.append(6 if sp.is_byte(i) else 3 if sp.is_control(i) else 2 if sp.is_unknown(i)
+                     else 5 if sp.is_unused(i) else 1)
+    path = os.path.join(workdir, "spm.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list([sp.id_to_piece(i).encode("utf-8") for i in range(sp.get_piece_size())])
+    w.add_token_scores([float(sp.get_score(i)) for i in range(sp.get_piece_size())])
+    w.add_token_types(types)
+    w.add_bos_token_id(sp.bos_id())
+    w.add_eos_token_id(sp.eos_id())
+    w.add_unk_token_id(sp.unk_id())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    texts = ["In the beginning God created the heaven and the earth.",
+             "  two  spaces,   three   and a tab\there", "Numbers 3:16 and 1234567", "Café naïve résumé",
+             "日本語 and 中文 mixed", "emoji \U0001F600 and \u00fe\u0100 bytes", "x", " leading space",
+             text[123_456:125_456]]
+    for t in texts:
+        want = [sp.bos_id()] + sp.encode(t)
+        p, _ = run(normlab, "tokenize", "--tokenizer", path, "--text", t, "--json")
+        got = json.loads(p.stdout)["ids"] if p.returncode == 0 else p.stderr.strip()
+        if got != want:
+            failures.append(f"sentencepiece {t[:40]!r}: normlab {str(got)[:200]} vs sentencepiece {str(want)[:200]}")
+    return len(texts)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--normlab", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--smollm2", help="also every tensor of this real GGUF file")
+    ap.add_argument("--source", default=os.path.join(os.path.dirname(__file__), "..", ".."),
+                    help="the source tree (its data/kjv.txt trains the SentencePiece model)")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     failures = []
@@ -291,6 +343,7 @@ def main():
         print(f"dequantization: {m} tensors of {a.smollm2} compared bit for bit")
     print(f"hostile files: {check_hostile(a.normlab, a.workdir, failures)} cases")
     print(f"llama metadata: {check_llama_metadata(a.normlab, a.workdir, failures)} cases")
+    print(f"sentencepiece vocabulary: {check_sentencepiece(a.normlab, a.workdir, a.source, failures)} texts")
     for f in failures:
         print("FAIL:", f)
     if failures:
