@@ -32,6 +32,7 @@ struct JacobianCase {
   bool qk_norm_affine = true;  // false: weightless QK-norm
   bool norm_bias = true;       // false: no norm site holds a bias
   double attn_softcap = 0.0;   // > 0: Gemma 2's soft cap on the scores (with attn_scale 0.4)
+  int head_dim = 0;            // > 0: model.head_dim (heads wider or narrower than d / heads)
 };
 
 inline std::string jacobian_case_name(const JacobianCase& c) {
@@ -39,7 +40,7 @@ inline std::string jacobian_case_name(const JacobianCase& c) {
                      to_string(c.norm), to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded,
                      to_string(c.positions)) + fmt::format(" kv_heads={} qk_norm={} v_norm={} qk_norm_affine={} norm_bias={}", c.kv_heads, to_string(c.qk_norm),
                                                     c.v_norm, c.qk_norm_affine, c.norm_bias) +
-         fmt::format(" attn_softcap={}", c.attn_softcap);
+         fmt::format(" attn_softcap={} head_dim={}", c.attn_softcap, c.head_dim);
 }
 
 // A 2-layer double model of case c: width d with `heads` heads, F = ff (defaults: HS = 4, F not a
@@ -64,6 +65,7 @@ inline std::unique_ptr<Model<double>> jacobian_model(const JacobianCase& c, uint
   cfg.activation = c.activation;
   cfg.positions = c.positions;
   if (c.kv_heads) cfg.n_kv_heads = c.kv_heads;
+  if (c.head_dim) cfg.head_dim = c.head_dim;
   cfg.qk_norm = c.qk_norm;
   cfg.v_norm = c.v_norm;
   cfg.qk_norm_affine = c.qk_norm_affine;

@@ -109,10 +109,13 @@ TEST(NormJacobian, PointwiseKindsHaveADiagonalFullRankJacobian) {
 
 TEST(BlockJacobian, JvpMatchesFiniteDifferencesOfTheForwardPass) {
   for (Placement p : {Placement::Pre, Placement::Post, Placement::Sandwich, Placement::DeepNorm})
-  for (bool mlp : {true, false}) {  // mlp = false: an attention-only block
+  for (bool mlp : {true, false})  // mlp = false: an attention-only block
+  for (int head_dim : {0, 7, 2}) {  // heads of d / n_heads, wider (n_heads 7 > d) and narrower (model.head_dim)
+    if (head_dim && p != Placement::Pre && p != Placement::Post) continue;
     ModelConfig c = small(p, NormKind::LayerNorm, 1e-5);
     c.n_layers = 1;
     c.mlp = mlp;
+    if (head_dim) c.head_dim = head_dim;
     const int T = 4, d = 12;
     auto m = run(c, T);
     // J of the block wrt the stream x0, by jvp with unit tangents
@@ -140,7 +143,7 @@ TEST(BlockJacobian, JvpMatchesFiniteDifferencesOfTheForwardPass) {
         scale = std::max(scale, std::abs(fd));
       }
     }
-    EXPECT_LT(worst, 1e-6 * scale) << to_string(p) << (mlp ? "" : " attention-only");
+    EXPECT_LT(worst, 1e-6 * scale) << to_string(p) << (mlp ? "" : " attention-only") << " head_dim " << head_dim;
   }
 }
 

@@ -87,6 +87,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     bool dyt_recipe = false;  // DyT's LLaMA recipe: no beta, per-site alpha, a learned embedding scale
     bool softcap = false;     // Gemma 2's scale and soft caps on the scores and the logits
     bool ngpt = false;        // nGPT: the stream on the sphere, its scales (norm l2, no biases)
+    int head_dim = 0;         // > 0: model.head_dim (heads wider or narrower than d / heads)
   };
   for (const Case& k : {Case{Placement::Pre, true, 1}, Case{Placement::Pre, true, 2}, Case{Placement::Peri, true, 4},
                         Case{Placement::Post, false, 4}, Case{Placement::Sandwich, false, 4},
@@ -95,7 +96,9 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
                         Case{Placement::Pre, false, 4, QkNorm::Heads}, Case{Placement::Pre, true, 1, QkNorm::None, 4.0},
                         Case{Placement::Pre, true, 2, QkNorm::None, 4.0, true},
                         Case{Placement::Sandwich, true, 2, QkNorm::None, 4.0, false, true},
-                        Case{Placement::NGpt, true, 4, QkNorm::None, 1.0, false, false, true}}) {
+                        Case{Placement::NGpt, true, 4, QkNorm::None, 1.0, false, false, true},
+                        Case{Placement::Pre, true, 2, QkNorm::Heads, 1.0, false, false, false, 6},
+                        Case{Placement::Pre, true, 1, QkNorm::Whole, 1.0, false, false, false, 3}}) {
     SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {}", method_of(k.method).name, k.llama, k.kv_heads,
                              to_string(k.qk_norm)));
     ModelConfig cfg;
@@ -110,6 +113,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     cfg.placement = {k.method};
     cfg.qk_norm = k.qk_norm;
     cfg.embed_scale = k.embed_scale;  // (Gemma's sqrt(d) for d = 16)
+    if (k.head_dim) cfg.head_dim = k.head_dim;
     cfg.init_std = 0.3;
     if (k.llama) {
       cfg.norm = NormKind::RMSNorm;

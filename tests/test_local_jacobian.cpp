@@ -86,6 +86,16 @@ TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
                      QkNorm::None, false, true, /*norm_bias=*/false});
     cases.push_back({Placement::Sandwich, NormKind::RMSNorm, arch, true, true, Activation::GeGlu, false,
                      Positions::Rope, 1, QkNorm::None, false, true, true, /*attn_softcap=*/0.7});
+    // heads of another width (model.head_dim): wider with multi-query attention, RoPE and QK-norm per
+    // head; narrower with OLMo 2's whole-projection QK-norm
+    JacobianCase wide{Placement::Pre, NormKind::RMSNorm, arch, true, true, Activation::SwiGlu, false, Positions::Rope, 1,
+                      QkNorm::Heads};
+    wide.head_dim = 6;
+    cases.push_back(wide);
+    JacobianCase narrow{Placement::Reordered, NormKind::RMSNorm, arch, true, true, Activation::SwiGlu, false,
+                        Positions::Rope, 0, QkNorm::Whole};
+    narrow.head_dim = 2;
+    cases.push_back(narrow);
     // nGPT: the update on the sphere, unit q and k heads times s_qk, s_uv (gated and plain MLPs)
     cases.push_back({Placement::NGpt, NormKind::L2, arch, true, true, Activation::SwiGlu, false, Positions::Rope});
     cases.push_back({Placement::NGpt, NormKind::L2, arch, true, true, Activation::Gelu, false, Positions::None});

@@ -156,6 +156,36 @@ TEST(ModelGradientsMore, GatedMlpsAndBiasChoices) {
   EXPECT_THROW(mlm.validate(), Error);
 }
 
+// Heads of another width than d_model / n_heads (model.head_dim: Gemma 2, Qwen3): wider and narrower,
+// with grouped-query attention, RoPE and QK-norm, both architectures; the shapes of the projections.
+TEST(ModelGradientsMore, HeadsOfAnotherWidth) {
+  for (int head_dim : {7, 3})
+    for (Arch arch : {Arch::Gpt, Arch::Encoder})
+      for (QkNorm qk : {QkNorm::None, QkNorm::Heads, QkNorm::Whole}) {
+        SCOPED_TRACE(fmt::format("head_dim {} {} qk_norm {}", head_dim, to_string(arch), to_string(qk)));
+        ModelConfig c = tiny(arch, {Placement::Pre}, NormKind::RMSNorm);
+        c.head_dim = head_dim;
+        c.n_kv_heads = 1;
+        c.positions = Positions::Rope;
+        c.qk_norm = qk;
+        c.activation = Activation::SwiGlu;
+        check_model_gradients(c, /*padding=*/arch == Arch::Encoder);
+        const ParamTable t = make_param_table(c);
+        EXPECT_EQ(t.find("h.0.attn.qkv.weight")->shape, (std::vector<int64_t>{2 * head_dim + 2 * head_dim, 8}));
+        EXPECT_EQ(t.find("h.0.attn.proj.weight")->shape, (std::vector<int64_t>{8, 2 * head_dim}));
+      }
+  ModelConfig c = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  c.head_dim = 3;
+  c.arch = Arch::EncDec;  // refused by name where the heads are d_model / n_heads wide
+  EXPECT_THROW(c.validate(), Error);
+  c = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  c.d_model = 9;  // 2 heads do not divide 9: fine with head_dim, refused without
+  c.head_dim = 4;
+  EXPECT_NO_THROW(c.validate());
+  c.head_dim.reset();
+  EXPECT_THROW(c.validate(), Error);
+}
+
 // Rotary positions (full and partial, another base) and no positions at all, both architectures;
 // the Llama-family block: RMSNorm, RoPE, SwiGLU, no biases.
 TEST(ModelGradientsMore, RotaryAndNoPositions) {

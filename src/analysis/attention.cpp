@@ -108,7 +108,8 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
   const ModelConfig& cfg = model.config();
   const Slot s = cfg.slot(slot);
   const bool cross = s.kind == Sublayer::Cross, encdec = cfg.encdec();
-  const int C = cfg.d_model, NH = cfg.n_heads, HS = C / NH;
+  const int C = cfg.d_model, NH = cfg.n_heads, HS = cfg.head_size();
+  const int A = cross ? C : cfg.attn_width();  // the queries' width (n_heads HS; an encdec's cross-attention: C)
   const int rows = encdec && s.encoder ? model.planned_S() : model.planned_T();
   const int cols = cross ? model.planned_S() : rows;
   const bool causal = cfg.causal() || (encdec && !s.encoder && !cross);
@@ -116,13 +117,13 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
   const SublayerParams<double>& p = model.sublayer_params_of(slot);
   const GainBias qnorm = feeding_norm(model, slot);
   const GainBias knorm = cross ? memory_norm(model) : qnorm;
-  const double* wk = cross ? p.wkv : p.w1 + size_t(C) * C;  // this stack's key rows start here
-  const double* bk = cross ? p.bkv : p.b1 ? p.b1 + C : nullptr;
+  const double* wk = cross ? p.wkv : p.w1 + size_t(A) * C;  // this stack's key rows start here
+  const double* bk = cross ? p.bkv : p.b1 ? p.b1 + A : nullptr;
   const int group = cross ? 1 : NH / cfg.kv_heads();  // query head h reads key head h / group (GQA)
   // the score bound M for |scale q.k|; a soft cap bounds every score by c whatever the weights
   // (model.attn_softcap, self-attention only)
   const auto capped = [&](double M) { return !cross && cfg.attn_softcap > 0 ? std::min(M, cfg.attn_softcap) : M; };
-  const double qk_bias_max = std::max(max_abs(p.b1, C), max_abs(bk, C / group));
+  const double qk_bias_max = std::max(max_abs(p.b1, A), max_abs(bk, A / group));
   double beta_max = 0;
   for (const GainBias& n : {qnorm, knorm})
     if (n.weight && n.bias) beta_max = std::max(beta_max, max_abs(n.bias, C));

@@ -43,9 +43,12 @@ ModelConfig model_config(const File& f) {
   c.d_model = int(f.integer(p + "embedding_length", 1, 1 << 20));
   c.d_ff = int(f.integer(p + "feed_forward_length", 1, 1 << 22));
   c.n_heads = int(f.integer(p + "attention.head_count", 1, c.d_model));
-  if (c.d_model % c.n_heads != 0)
+  // the head size: attention.key_length (= value_length), else embedding_length / head_count
+  const std::optional<int64_t> key_length = f.integer_or(p + "attention.key_length", 1, 1 << 16);
+  if (key_length && *key_length * c.n_heads != c.d_model) c.head_dim = int(*key_length);
+  else if (c.d_model % c.n_heads != 0)
     throw Error(fmt::format("{}: embedding_length {} is not a multiple of head_count {}", f.path, c.d_model, c.n_heads));
-  const int hs = c.d_model / c.n_heads;
+  const int hs = c.head_size();
   c.n_kv_heads = int(f.integer_or(p + "attention.head_count_kv", 1, c.n_heads).value_or(c.n_heads));
   c.eps = f.real_or(p + "attention.layer_norm_rms_epsilon").value_or(1e-5);
   if (!(c.eps > 0 && c.eps < 1)) throw Error(fmt::format("{}: layer_norm_rms_epsilon {} is outside (0, 1)", f.path, c.eps));
@@ -57,10 +60,8 @@ ModelConfig model_config(const File& f) {
   refuse_unless(f.integer_or(p + "rope.dimension_count", 0, 1 << 20).value_or(hs) == hs, f,
                 fmt::format("rope.dimension_count differs from the head size {} (partial rotary in the interleaved "
                             "layout)", hs));
-  refuse_unless(f.integer_or(p + "attention.key_length", 0, 1 << 20).value_or(hs) == hs, f,
-                "attention.key_length differs from embedding_length / head_count");
   refuse_unless(f.integer_or(p + "attention.value_length", 0, 1 << 20).value_or(hs) == hs, f,
-                "attention.value_length differs from embedding_length / head_count");
+                "attention.value_length differs from attention.key_length (the head size)");
   const std::string scaling = f.text_or(p + "rope.scaling.type").value_or("none");
   refuse_unless(scaling == "none", f, fmt::format("rope.scaling.type is '{}' (RoPE scaling)", scaling));
   refuse_unless(f.real_or(p + "rope.scaling.factor").value_or(1.0) == 1.0, f, "rope.scaling.factor is not 1");
@@ -101,7 +102,7 @@ Imported import_model(const File& f) {
   Imported im;
   im.config = model_config(f);
   const ModelConfig& c = im.config;
-  const int C = c.d_model, hs = c.head_size(), F = c.ff(), KV = c.kv_heads() * hs;
+  const int C = c.d_model, hs = c.head_size(), F = c.ff(), KV = c.kv_heads() * hs, A = c.attn_width();
   std::set<std::string> used;
   auto take = [&](const std::string& name, std::vector<int64_t> shape) {
     const TensorInfo* t = f.find(name);
@@ -124,13 +125,13 @@ Imported import_model(const File& f) {
   for (int l = 0; l < c.n_layers; l++) {
     const std::string b = fmt::format("blk.{}.", l), a = fmt::format("h.{}.attn.", l), m = fmt::format("h.{}.mlp.", l);
     im.params[a + "ln_in.weight"] = take(b + "attn_norm.weight", {C});
-    std::vector<float> qkv = unpermute_rows(take(b + "attn_q.weight", {C, C}), c.n_heads, hs, C);
+    std::vector<float> qkv = unpermute_rows(take(b + "attn_q.weight", {A, C}), c.n_heads, hs, C);
     const std::vector<float> k = unpermute_rows(take(b + "attn_k.weight", {KV, C}), c.kv_heads(), hs, C);
     const std::vector<float> v = take(b + "attn_v.weight", {KV, C});
     qkv.insert(qkv.end(), k.begin(), k.end());
     qkv.insert(qkv.end(), v.begin(), v.end());
     im.params[a + "qkv.weight"] = std::move(qkv);
-    im.params[a + "proj.weight"] = take(b + "attn_output.weight", {C, C});
+    im.params[a + "proj.weight"] = take(b + "attn_output.weight", {C, A});
     im.params[m + "ln_in.weight"] = take(b + "ffn_norm.weight", {C});
     std::vector<float> fc = take(b + "ffn_gate.weight", {F, C});  // [gate; up], as normlab's fc
     const std::vector<float> up = take(b + "ffn_up.weight", {F, C});

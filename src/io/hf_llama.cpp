@@ -31,7 +31,7 @@ using namespace detail;
 namespace {
 
 std::vector<TensorMap> llama_table(const ModelConfig& c) {
-  const int64_t C = c.d_model, KV = int64_t(c.kv_heads()) * c.head_size(), F = c.ff();
+  const int64_t A = c.attn_width(), KV = int64_t(c.kv_heads()) * c.head_size(), F = c.ff();
   const bool qkv_bias = c.bias != LinearBias::None, all_bias = c.bias == LinearBias::All;
   std::vector<TensorMap> t = {{"embed_tokens.weight", "wte.weight"}};
   for (int l = 0; l < c.n_layers; l++) {
@@ -53,7 +53,7 @@ std::vector<TensorMap> llama_table(const ModelConfig& c) {
       t.push_back({h + "post_feedforward_layernorm.weight", m + "ln_branch.weight"});
     }
     const char* names[] = {"q_proj", "k_proj", "v_proj"};
-    const int64_t row0[] = {0, C, C + KV}, rows[] = {C, KV, KV};
+    const int64_t row0[] = {0, A, A + KV}, rows[] = {A, KV, KV};  // q is n_heads head_dim rows
     for (int p = 0; p < 3; p++) {
       t.push_back({h + "self_attn." + names[p] + ".weight", a + "qkv.weight", Layout::Rows, row0[p], rows[p]});
       if (qkv_bias) t.push_back({h + "self_attn." + names[p] + ".bias", a + "qkv.bias", Layout::Rows, row0[p], rows[p]});
@@ -132,8 +132,11 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
     r.require("hidden_act", r.string("hidden_act", "silu") == "silu", "the gated MLP is SwiGLU (silu)");
   }
   r.require("rope_scaling", !r.has("rope_scaling"), "normlab's RoPE has no scaling (linear, dynamic, yarn, llama3)");
-  if ((r.has("head_dim") || gemma) && c.n_heads > 0)  // Gemma's config defaults head_dim to 256
-    r.require("head_dim", r.integer("head_dim", 256) * c.n_heads == c.d_model, "normlab's head size is hidden_size / heads");
+  if ((r.has("head_dim") || gemma) && c.n_heads > 0) {  // Gemma's config defaults head_dim to 256
+    const long hd = r.integer("head_dim", 256);
+    r.require("head_dim", hd >= 1 && hd <= 65536, "a head size in [1, 65536]");
+    if (hd >= 1 && hd * c.n_heads != c.d_model) c.head_dim = int(hd);  // (Gemma 2, Qwen3: heads wider or narrower)
+  }
   if (qwen2) {
     c.bias = LinearBias::Qkv;  // Qwen2: q, k, v biases, none elsewhere
     r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
@@ -230,7 +233,7 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   }
   json config = {{"architectures", {arch}}, {"model_type", olmo2 ? "olmo2" : qwen2 ? "qwen2" : "llama"},
                  {"vocab_size", c.vocab_size()}, {"hidden_size", c.d_model}, {"num_hidden_layers", c.n_layers},
-                 {"num_attention_heads", c.n_heads}, {"num_key_value_heads", c.kv_heads()},
+                 {"num_attention_heads", c.n_heads}, {"num_key_value_heads", c.kv_heads()}, {"head_dim", c.head_size()},
                  {"intermediate_size", c.ff()}, {"hidden_act", "silu"}, {"max_position_embeddings", c.seq_len},
                  {"rms_norm_eps", c.eps}, {"rope_theta", c.rope_base}, {"rope_scaling", nullptr},
                  {"tie_word_embeddings", c.head == Head::Tied}, {"initializer_range", c.init_std},

@@ -22,10 +22,10 @@ using branch::zero;
 
 template <class S>
 void Model<S>::apply_rope(S* qkv, int rows, int T, int pos0, int sign) const {
-  const int R = cfg_.rope_dims(), C = cfg_.d_model, NH = cfg_.n_heads, QW = cfg_.qkv_width();
+  const int R = cfg_.rope_dims(), A = cfg_.attn_width(), NH = cfg_.n_heads, QW = cfg_.qkv_width(), HS = cfg_.head_size();
   if (R == 0) return;
-  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, 0, NH, C / NH, R, sign);  // q
-  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, C, cfg_.kv_heads(), C / NH, R, sign);  // k
+  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, 0, NH, HS, R, sign);  // q
+  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, A, cfg_.kv_heads(), HS, R, sign);  // k
 }
 
 // QK-norm, then RoPE, then (nGPT) each q and k head onto the sphere, times s_qk
@@ -74,11 +74,12 @@ void Model<S>::attn_forward(int i) {
   // an encdec's encoder reads the source mask; every other self-attention the batch's own
   const uint8_t* self_mask = cfg_.encdec() && slot.encoder ? (has_src_mask_ ? src_mask_.data() : nullptr)
                                                             : (has_key_mask_ ? key_mask_.data() : nullptr);
+  const int A = cfg_.attn_width();  // the heads' width, n_heads HS (C unless head_dim says otherwise)
   matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
   attn_qk_forward(i, a.hid, N, T, 0, a.qk_raw, a.qk_mean, a.qk_rstd, a.pre, a.pre_r);  // (hid keeps the results)
-  attention_forward(a.mix, a.att, a.hid, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, self_mask, prec_,
+  attention_forward(a.mix, a.att, a.hid, B, T, A, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, self_mask, prec_,
                     score_map());
-  matmul_forward(a.f, a.mix, p.w2, p.b2, N, C, C, prec_, bf16_of(p.w2));
+  matmul_forward(a.f, a.mix, p.w2, p.b2, N, A, C, prec_, bf16_of(p.w2));
 }
 
 template <class S>
@@ -88,10 +89,11 @@ void Model<S>::attn_backward(int i, const S* df, S* dh) {
   const SublayerParams<S>& p = p_[i];
   const SublayerParams<S>& dp = dp_[i];
   const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model;
-  zero(dmix_, size_t(N) * C);
-  matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, C, C, prec_, bf16_of(p.w2));
+  const int A = cfg_.attn_width();
+  zero(dmix_, size_t(N) * A);
+  matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, A, C, prec_, bf16_of(p.w2));
   zero(dhid_, size_t(N) * cfg_.qkv_width());
-  attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, C, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, prec_,
+  attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, A, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, prec_,
                      score_map());
   attn_qk_backward(i, dhid_, N, T);
   matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
@@ -102,10 +104,11 @@ void Model<S>::attn_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) 
   const SublayerActs<S>& a = a_[i];
   const SublayerParams<S>& p = p_[i];
   const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model;
+  const int A = cfg_.attn_width();
   matmul_jvp(sc.hid, th, p.w1, K, N, C, cfg_.qkv_width());
   attn_qk_jvp(i, sc.hid, K, N, T, 0, 0);  // QK-norm's tangent, RoPE
-  attention_jvp(sc.mix, sc.att, sc.hid, a.hid, a.att, K, B, T, C, cfg_.n_heads, cfg_.kv_heads(), score_map());
-  matmul_jvp(tf, sc.mix, p.w2, K, N, C, C);
+  attention_jvp(sc.mix, sc.att, sc.hid, a.hid, a.att, K, B, T, A, cfg_.n_heads, cfg_.kv_heads(), score_map());
+  matmul_jvp(tf, sc.mix, p.w2, K, N, A, C);
 }
 
 // With a tangent only at token i, only q_i, k_i, v_i move, and the output at token i is, per head,
@@ -116,9 +119,9 @@ template <class S>
 void Model<S>::attn_jvp_token(int i, S* tf, const S* th, int K, int token, int row, const JvpScratch& sc) const {
   const SublayerActs<S>& a = a_[i];
   const SublayerParams<S>& p = p_[i];
-  const int T = T_, C = cfg_.d_model, NH = cfg_.n_heads, HS = C / NH;
+  const int T = T_, C = cfg_.d_model, NH = cfg_.n_heads, HS = cfg_.head_size(), A = cfg_.attn_width();
   const size_t n = size_t(row) * T + token;  // the token's row in (B * T)
-  // the row [q (C) | k (KVW) | v (KVW)]; query head hh reads key-value head hh / (NH / KVH)
+  // the row [q (A) | k (KVW) | v (KVW)]; query head hh reads key-value head hh / (NH / KVH)
   const int C3 = cfg_.qkv_width(), KVW = cfg_.kv_heads() * HS, group = NH / cfg_.kv_heads();
   const ops::ScoreMap sm = score_map();
   const S scale = S(sm.scale_for(HS));
@@ -130,12 +133,12 @@ void Model<S>::attn_jvp_token(int i, S* tf, const S* th, int K, int token, int r
   for (int hh = 0; hh < NH; hh++) {
     const S* qkv = a.hid + size_t(row) * T * C3;  // this row's q | k | v, stride C3
     const S* q_i = qkv + size_t(token) * C3 + hh * HS;
-    const S* k = qkv + C + (hh / group) * HS;
-    const S* v = qkv + C + KVW + (hh / group) * HS;
+    const S* k = qkv + A + (hh / group) * HS;
+    const S* v = qkv + A + KVW + (hh / group) * HS;
     const S* P_i = a.att + ((size_t(row) * NH + hh) * T + token) * T;
     const S* tq = thid + hh * HS;
-    const S* tk = thid + C + (hh / group) * HS;
-    const S* tv = thid + C + KVW + (hh / group) * HS;
+    const S* tk = thid + A + (hh / group) * HS;
+    const S* tv = thid + A + KVW + (hh / group) * HS;
     // tS (K, T) = tq_i k^T / sqrt(HS), plus q_i . tk_i / sqrt(HS) at j = i
     gemm<S>(Trans::No, Trans::Yes, K, T, HS, scale, tq, C3, k, C3, S(0), ts, T);
     for (size_t j = 0; j < slope.size(); j++) {
@@ -157,20 +160,20 @@ void Model<S>::attn_jvp_token(int i, S* tf, const S* th, int K, int token, int r
     }
     // ty_i (K, HS) = tP v + P_ii tv_i
     S* ty = sc.mix + hh * HS;
-    gemm<S>(Trans::No, Trans::No, K, HS, T, S(1), ts, T, v, C3, S(0), ty, C);
+    gemm<S>(Trans::No, Trans::No, K, HS, T, S(1), ts, T, v, C3, S(0), ty, A);
     const S p_ii = P_i[token];
     for (int kk = 0; kk < K; kk++)
-      for (int e = 0; e < HS; e++) ty[size_t(kk) * C + e] += p_ii * tv[size_t(kk) * C3 + e];
+      for (int e = 0; e < HS; e++) ty[size_t(kk) * A + e] += p_ii * tv[size_t(kk) * C3 + e];
   }
-  matmul_jvp(tf, sc.mix, p.w2, K, 1, C, C);
+  matmul_jvp(tf, sc.mix, p.w2, K, 1, A, C);
 }
 
 // The new token's q, k, v; k and v enter the cache at position t; its query attends over 0..t.
 template <class S>
 void IncrementalDecoder<S>::attn_step(int i, const S* h, const SublayerParams<S>& p) {
   const ModelConfig& cfg = m_.config();
-  const int B = B_, C = cfg.d_model, t = t_;
-  const int W = cfg.qkv_width(), KVW = W - C;  // [q (C) | k | v (KVH HS each)]
+  const int B = B_, C = cfg.d_model, A = cfg.attn_width(), t = t_;
+  const int W = cfg.qkv_width(), KVW = W - A;  // [q (A) | k | v (KVH HS each)]
   std::vector<S>& cache = cache_[size_t(i)];
   matmul_forward(hid_.data(), h, p.w1, p.b1, B, C, W);
   // QK-norm, RoPE at position t, before k enters the cache
@@ -185,12 +188,12 @@ void IncrementalDecoder<S>::attn_step(int i, const S* h, const SublayerParams<S>
                      qk_stats_.data() + size_t(B) * L.stats_per_token(), sph_.data(), sph_r_.data());
   for (int b = 0; b < B; b++) {
     S* kv = cache.data() + size_t(b) * max_len_ * KVW;
-    std::copy(hid_.begin() + long(b) * W + C, hid_.begin() + long(b) * W + W, kv + size_t(t) * KVW);
+    std::copy(hid_.begin() + long(b) * W + A, hid_.begin() + long(b) * W + W, kv + size_t(t) * KVW);
     // causal self-attention of the new query over positions 0..t
-    cached_attention_forward(mix_.data() + size_t(b) * C, att_.data(), hid_.data() + size_t(b) * W, kv, t + 1, C,
+    cached_attention_forward(mix_.data() + size_t(b) * A, att_.data(), hid_.data() + size_t(b) * W, kv, t + 1, A,
                              cfg.n_heads, cfg.kv_heads(), m_.score_map());
   }
-  matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, C, C);
+  matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, A, C);
 }
 
 #define NL_INSTANTIATE(S)                                                                                   \

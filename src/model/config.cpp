@@ -222,9 +222,17 @@ std::vector<std::string> ModelConfig::violations() const {
   else if (n_kv_heads && *n_kv_heads != n_heads && encdec())
     v.push_back("model.n_kv_heads (grouped-query attention) is for arch = \"gpt\" and \"encoder\"; an encdec's "
                 "attention has n_heads key-value heads");
-  if (n_heads >= 1 && d_model >= 1 && d_model % n_heads != 0)
-    v.push_back(fmt::format("model.d_model = {} is not divisible by model.n_heads = {}", d_model,
+  if (head_dim) {
+    positive("head_dim", *head_dim, 65536);
+    if (*head_dim >= 1 && long(*head_dim) * n_heads != d_model) {  // (equal: the default, nothing to refuse)
+      if (encdec()) v.push_back("model.head_dim (heads of another width than d_model / n_heads) is for arch = \"gpt\" "
+                                "and \"encoder\"; an encdec's attention has d_model / n_heads");
+      if (long(*head_dim) * n_heads > 65536) v.push_back("model.head_dim x model.n_heads must be at most 65536");
+    }
+  } else if (n_heads >= 1 && d_model >= 1 && d_model % n_heads != 0) {
+    v.push_back(fmt::format("model.d_model = {} is not divisible by model.n_heads = {} (or set model.head_dim)", d_model,
                             n_heads));
+  }
   if (type_vocab < 0 || type_vocab > (1 << 20))
     v.push_back(fmt::format("model.type_vocab = {} must be in [0, {}]", type_vocab, 1 << 20));
   if (!(eps >= 0.0) || !std::isfinite(eps))
@@ -351,6 +359,7 @@ void ModelConfig::sphere_violations(std::vector<std::string>& v) const {
   if (type_vocab > 0 || embed_norm || embed_scale != 1.0 || embed_scale_learned)
     refuse("reads the unit-length embedding rows as they are (no token types, embedding norm or embedding scale)");
   if (kv_heads() != n_heads) refuse("shares s_qk between queries and keys head by head: n_kv_heads must be n_heads");
+  if (wide_heads()) refuse("keeps d_model / n_heads per head (head_dim must be unset)");
   if (qk_norm != QkNorm::None || v_norm) refuse("normalizes q and k itself (qk_norm must be \"none\")");
   if (head == Head::Mlm) refuse("scales the logits of a tied or untied head (not \"mlm\")");
   if (!residual) refuse("is a residual update on the sphere (residual = false has none)");
@@ -416,6 +425,11 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
     int v = 0;
     r.get("n_kv_heads", v);
     cfg.n_kv_heads = v;
+  }
+  if (r.has("head_dim")) {
+    int v = 0;
+    r.get("head_dim", v);
+    cfg.head_dim = v;
   }
   r.get("n_layers", cfg.n_layers);
   if (r.has("dec_layers")) {
@@ -584,6 +598,8 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
   for (int l = 0; l < cfg.total_layers(); l++)
     if (cfg.placement_of(l) == Placement::Admin) j["admin_init"] = to_string(cfg.admin_init);
 
+  // written only when the heads are not d_model / n_heads wide (configs from before head_dim read the same)
+  if (cfg.wide_heads()) j["head_dim"] = cfg.head_size();
   if (cfg.encdec()) {
     j["dec_layers"] = cfg.decoder_layers();
     j["shared_embeddings"] = cfg.shared_embeddings;

@@ -81,6 +81,8 @@ struct ModelConfig {
                                      // encdec: the original Transformer (source -> target)
   int d_model = 128;                 // small enough to train in minutes on 2 cores
   int n_heads = 4;                   // head size 32
+  std::optional<int> head_dim;       // HS, each attention head's width; unset: d_model / n_heads
+                                     // (Gemma 2, Qwen3: n_heads HS != d_model)
   std::optional<int> n_kv_heads;     // key-value heads (grouped-query attention: each shared by
                                      // n_heads / n_kv_heads query heads; 1: multi-query); unset: n_heads
   int n_layers = 4;                  // encdec: the encoder's layers N
@@ -137,7 +139,11 @@ struct ModelConfig {
   double dropout = 0.0;              // on embeddings and branch outputs; 0 for exact comparisons
   long seed = 1337;                  // initialization seed
 
-  int head_size() const { return d_model / n_heads; }
+  int head_size() const { return head_dim.value_or(d_model / n_heads); }
+  // A, the width of the self-attention's queries and of its output (n_heads HS): d_model unless
+  // head_dim says otherwise. The output projection maps A back to d_model.
+  int attn_width() const { return n_heads * head_size(); }
+  bool wide_heads() const { return attn_width() != d_model; }
   // The factor on q.k (attn_scale, or 1 / sqrt(head_size)), and whether the scores are the usual
   // q.k / sqrt(head_size) with no soft cap (what the closed-form Jacobians and the bounds assume).
   // (nGPT: sqrt(head_size), its unit-length q and k scaled by s_qk)
@@ -151,8 +157,8 @@ struct ModelConfig {
     return attn_softcap == 0.0 && attention_scale() == 1.0 / std::sqrt(double(head_size()));
   }
   int kv_heads() const { return n_kv_heads.value_or(n_heads); }
-  // Columns of the self-attention's fused projection: q (C), k and v (kv_heads head_size each).
-  int qkv_width() const { return d_model + 2 * kv_heads() * head_size(); }
+  // Columns of the self-attention's fused projection: q (A), k and v (kv_heads head_size each).
+  int qkv_width() const { return attn_width() + 2 * kv_heads() * head_size(); }
   // RoPE's rotated dimensions per head, R (even); 0 unless positions = rope.
   int rope_dims() const;
   int ff() const { return d_ff.value_or(4 * d_model); }

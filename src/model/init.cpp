@@ -29,14 +29,16 @@ int layer_of(const ModelConfig& cfg, const std::string& name) {
 }
 
 // Rows [first, last) of a fused weight that are value maps (the v rows of qkv, the v half of kv), and
-// the rows of one of its key or value projections (C; grouped-query: kv_heads head_size).
+// the rows of one of its key or value projections (C; grouped-query: kv_heads head_size). The qkv's
+// value rows follow q (n_heads head_size) and k.
 struct ValueRows {
   int64_t first = 0, last = 0;
   int64_t kv = 0;
 };
 ValueRows value_rows(const ModelConfig& cfg, const std::string& name, int64_t C) {
   const int64_t kvw = int64_t(cfg.kv_heads()) * cfg.head_size();
-  if (ends_with(name, ".qkv.weight")) return {C + kvw, C + 2 * kvw, kvw};
+  const int64_t A = cfg.attn_width();
+  if (ends_with(name, ".qkv.weight")) return {A + kvw, A + 2 * kvw, kvw};
   if (ends_with(name, ".kv.weight")) return {C, 2 * C, C};
   return {};
 }

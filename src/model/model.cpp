@@ -116,7 +116,8 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   S_ = Ssrc;
   const size_t N = size_t(B) * T, Ns = size_t(B) * Ssrc, C = cfg_.d_model, F = cfg_.ff(), V = cfg_.vocab_size();
   const size_t FW = cfg_.fc_width();  // fc's output columns: F, or 2F gated
-  const size_t QW = cfg_.qkv_width();  // qkv's: 3C, or C + 2 KVH HS (grouped-query)
+  const size_t QW = cfg_.qkv_width();  // qkv's: 3C, or A + 2 KVH HS (grouped-query, head_dim)
+  const size_t A = cfg_.attn_width();  // the attention output's width: C unless head_dim says otherwise
   const size_t NH = cfg_.n_heads, n_slots = slots_.size(), Nmax = std::max(N, Ns);
   const int dec0 = cfg_.first_decoder_slot();
   struct Entry {
@@ -148,7 +149,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
                                {&a.qk_rstd, n * qk_[i].stats_per_token()}});
     if (kind == Sublayer::Cross) plan.push_back({&a.kv, Ns * 2 * C});
     if (kind != Sublayer::Mlp) plan.push_back({&a.att, att});
-    plan.push_back({&a.mix, n * (kind == Sublayer::Mlp ? F : C)});
+    plan.push_back({&a.mix, n * (kind == Sublayer::Mlp ? F : kind == Sublayer::Attn ? A : C)});
     plan.push_back({&a.f, n * C});
     if (sites.branch) plan.insert(plan.end(), {{&a.g, n * C}, {&a.br_mean, n}, {&a.br_rstd, n}});
     if (sites.out) plan.insert(plan.end(), {{&a.r, n * C}, {&a.out_mean, n}, {&a.out_rstd, n}});
@@ -168,7 +169,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   if (sz_) plan.push_back({&logits_raw_, N * V});
   plan.insert(plan.end(), {{&dstream_[0], Nmax * C}, {&dstream_[1], Nmax * C}, {&dh_, Nmax * C},
                            {&df_, Nmax * C}, {&dg_, Nmax * C}, {&dr_, Nmax * C}, {&ddrop_, Nmax * C},
-                           {&dmix_, Nmax * std::max(C, F)}, {&dhid_, Nmax * std::max({QW, C, FW})},
+                           {&dmix_, Nmax * std::max({C, F, A})}, {&dhid_, Nmax * std::max({QW, C, FW})},
                            {&datt_, att_max}});
   if (cfg_.encdec()) plan.insert(plan.end(), {{&dkv_, Ns * 2 * C}, {&dmem_, Ns * C}});
   bool scaled = false;

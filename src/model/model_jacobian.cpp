@@ -51,7 +51,7 @@ bool Model<S>::block_jacobian_covers(int first, int last) const {
   // (nor grouped-query attention's shared keys and values, nor QK-norm's norms of q and k: also left
   // to the tangents)
   return attn.present && attn.kind == Sublayer::Attn && !cfg_.dual_stack(attn.layer) &&
-         cfg_.positions != Positions::Rope && cfg_.kv_heads() == cfg_.n_heads &&
+         cfg_.positions != Positions::Rope && cfg_.kv_heads() == cfg_.n_heads && !cfg_.wide_heads() &&
          cfg_.qk_norm_of(attn.layer) == QkNorm::None && cfg_.plain_scores() &&  // (nor a soft cap or another scale,
          !cfg_.on_sphere();  // nor nGPT's update and scales)
 }

@@ -64,10 +64,11 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
   // same K; fresh gigabytes per call would cost a page fault per 4 KiB)
   const size_t NHT = size_t(B) * cfg_.n_heads * T;
   const int FW = cfg_.fc_width();  // fc's output columns: F, or 2F gated
-  const size_t nhid = size_t(K) * N * std::max(3 * C, FW), natt = NHT * std::max(T, S_);
+  const int QW = cfg_.qkv_width(), A = cfg_.attn_width();  // (head_dim: wider or narrower than 3C, C)
+  const size_t nhid = size_t(K) * N * std::max({3 * C, FW, QW}), natt = NHT * std::max(T, S_);
   const size_t nkv = tmem ? size_t(K) * B * S_ * 2 * C : 0;
   // tmix also holds the MLP fold below, (F, C) + (C, C): more than K N max(C, F) when N is tiny (T = 1)
-  const size_t nmix = std::max(size_t(K) * N * std::max(C, F), size_t(F) * C + size_t(C) * C);
+  const size_t nmix = std::max(size_t(K) * N * std::max({C, F, A}), size_t(F) * C + size_t(C) * C);
   if (jvp_scratch_.size() < 5 * KNC + nhid + natt + nmix + nkv) jvp_scratch_.resize(5 * KNC + nhid + natt + nmix + nkv);
   S* tx = jvp_scratch_.data();
   S* th = tx + KNC;
@@ -179,7 +180,9 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
   const size_t n = size_t(row) * T + token;  // the token's row in (B * T)
   const size_t KC = size_t(K) * C;
   const int FW = cfg_.fc_width();
-  const size_t need = 5 * KC + size_t(K) * std::max(3 * C, FW) + size_t(K) * std::max(C, F) + size_t(K) * T;
+  const int QW = cfg_.qkv_width(), A = cfg_.attn_width();
+  const size_t hid = size_t(K) * std::max({3 * C, FW, QW}), mix = size_t(K) * std::max({C, F, A});
+  const size_t need = 5 * KC + hid + mix + size_t(K) * T;
   if (jvp_scratch_.size() < need) jvp_scratch_.resize(need);
   S* tx = jvp_scratch_.data();
   S* th = tx + KC;
@@ -187,8 +190,8 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
   S* tg = tf + KC;
   S* tr = tg + KC;
   S* thid = tr + KC;                                 // (K, 3C) | (K, FW)
-  S* tmix = thid + size_t(K) * std::max(3 * C, FW);  // (K, C) | (K, F)
-  S* ts = tmix + size_t(K) * std::max(C, F);        // (K, T) one head's score tangents
+  S* tmix = thid + hid;                             // (K, A) | (K, F)
+  S* ts = tmix + mix;                               // (K, T) one head's score tangents
   const JvpScratch tsc{thid, ts, tmix, nullptr};
   std::copy(tin, tin + KC, tx);
   for (int i = 2 * layer; i < 2 * layer + 2; i++) {

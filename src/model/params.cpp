@@ -71,7 +71,7 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     const bool qkv_bias = cfg.bias != LinearBias::None, other_bias = cfg.bias == LinearBias::All;
     switch (slot.kind) {
       case Sublayer::Attn:
-        add(p + ".qkv.weight", {cfg.qkv_width(), C}, ParamRole::LinearWeight);  // [q (C) | k | v], GQA: k, v narrower
+        add(p + ".qkv.weight", {cfg.qkv_width(), C}, ParamRole::LinearWeight);  // [q (A) | k | v], GQA: k, v narrower
         if (qkv_bias) add(p + ".qkv.bias", {cfg.qkv_width()}, ParamRole::LinearBias);
         {  // QK-norm: q_norm, k_norm (and v_norm), one gain per part (model/qk_norm.h)
           const QkNormLayout qk = qk_norm_layout(cfg, slot.layer);
@@ -89,7 +89,9 @@ ParamTable make_param_table(const ModelConfig& cfg) {
         if (other_bias) add(p + ".fc.bias", {cfg.fc_width()}, ParamRole::LinearBias);
         break;
     }
-    add(p + ".proj.weight", {C, slot.kind == Sublayer::Mlp ? F : C}, ParamRole::LinearWeight);
+    // (the self-attention's output is n_heads HS wide: d_model unless head_dim says otherwise)
+    add(p + ".proj.weight", {C, slot.kind == Sublayer::Mlp ? F : slot.kind == Sublayer::Attn ? cfg.attn_width() : C},
+        ParamRole::LinearWeight);
     if (other_bias) add(p + ".proj.bias", {C}, ParamRole::LinearBias);
     if (sites.branch) add_norm(p + ".ln_branch", C);
     if (sites.out) add_norm(p + ".ln_out", C);

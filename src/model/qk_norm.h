@@ -55,11 +55,11 @@ inline QkNormLayout qk_norm_layout(const ModelConfig& cfg, int layer) {
   QkNormLayout L;
   const QkNorm how = cfg.qk_norm_of(layer);
   if (how == QkNorm::None) return L;
-  const int C = cfg.d_model, HS = cfg.head_size(), KVW = cfg.kv_heads() * HS;
+  const int A = cfg.attn_width(), HS = cfg.head_size(), KVW = cfg.kv_heads() * HS;  // q is A wide
   const bool heads = how == QkNorm::Heads;
-  L.part[0] = {0, C, heads ? HS : C};
-  L.part[1] = {C, KVW, heads ? HS : KVW};
-  L.part[2] = {C + KVW, KVW, heads ? HS : KVW};
+  L.part[0] = {0, A, heads ? HS : A};
+  L.part[1] = {A, KVW, heads ? HS : KVW};
+  L.part[2] = {A + KVW, KVW, heads ? HS : KVW};
   L.n = cfg.v_norm_of(layer) ? 3 : 2;
   return L;
 }

@@ -221,7 +221,7 @@ def check_llama_metadata(normlab, workdir, failures):
     """A tiny llama written by GGUFWriter loads; what normlab does not represent is refused by name."""
     rng = np.random.default_rng(3)
     C, H, KV, F, V, L = 64, 4, 2, 96, 300, 2
-    def write(path, extra=None, arch="llama", drop=None, add=None):
+    def write(path, extra=None, arch="llama", drop=None, add=None, head_dim=None):
         w = gguf.GGUFWriter(path, arch)
         w.add_block_count(L)
         w.add_context_length(256)
@@ -233,11 +233,15 @@ def check_llama_metadata(normlab, workdir, failures):
         w.add_rope_freq_base(5e5)
         if extra:
             extra(w)
+        hd = head_dim or C // H
+        if head_dim:
+            w.add_key_length(head_dim)
+            w.add_value_length(head_dim)
         tensors = {"token_embd.weight": (V, C), "output_norm.weight": (C,)}
         for l in range(L):
-            tensors.update({f"blk.{l}.attn_norm.weight": (C,), f"blk.{l}.attn_q.weight": (C, C),
-                            f"blk.{l}.attn_k.weight": (KV * C // H, C), f"blk.{l}.attn_v.weight": (KV * C // H, C),
-                            f"blk.{l}.attn_output.weight": (C, C), f"blk.{l}.ffn_norm.weight": (C,),
+            tensors.update({f"blk.{l}.attn_norm.weight": (C,), f"blk.{l}.attn_q.weight": (H * hd, C),
+                            f"blk.{l}.attn_k.weight": (KV * hd, C), f"blk.{l}.attn_v.weight": (KV * hd, C),
+                            f"blk.{l}.attn_output.weight": (C, H * hd), f"blk.{l}.ffn_norm.weight": (C,),
                             f"blk.{l}.ffn_gate.weight": (F, C), f"blk.{l}.ffn_up.weight": (F, C),
                             f"blk.{l}.ffn_down.weight": (C, F)})
         if add:
@@ -261,6 +265,12 @@ def check_llama_metadata(normlab, workdir, failures):
                "--ids")
     if p.returncode != 0 or len(p.stdout.split()) != 3:
         failures.append(f"tiny llama with output.weight: {p.stdout} {p.stderr}")
+    # heads wider than embedding_length / head_count (attention.key_length, as Gemma 2 and Qwen3 files)
+    wide = os.path.join(workdir, "tiny_llama_wide_heads.gguf")
+    write(wide, head_dim=24)
+    p, _ = run(normlab, "sample", "--checkpoint", wide, "--prompt", "ab", "--tokenizer", "bytes", "--max-new", "3", "--ids")
+    if p.returncode != 0 or len(p.stdout.split()) != 3:
+        failures.append(f"tiny llama with key_length 24: {p.stdout} {p.stderr}")
     refusals = {
         "general.architecture is 'gpt2'": dict(arch="gpt2"),
         "rope.scaling.type is 'linear'": dict(extra=lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)),
@@ -275,7 +285,7 @@ def check_llama_metadata(normlab, workdir, failures):
         p, _ = run(normlab, "sample", "--checkpoint", path, "--prompt", "x", "--tokenizer", "bytes")
         if p.returncode != 1 or needle not in p.stderr:
             failures.append(f"refusal '{needle}': exit {p.returncode}, {p.stderr.strip()[:300]}")
-    return len(refusals) + 1
+    return len(refusals) + 2
 
 
 def check_sentencepiece(normlab, workdir, source_dir, failures):

@@ -144,9 +144,10 @@ def gpt2_case(normlab, work, label, seed, shard=False, **cfg):
 # ---------------------------------------------------------------------------------------------
 # Llama family (Llama, Qwen2)
 
-def llama_grad(got, hf, C, KV, F, sandwich=False, olmo2=False):
-    """The normlab gradient of Hugging Face parameter `hf` (rows of the fused qkv and fc); sandwich: Gemma 2's
-    norms; olmo2: OLMo 2's (branch-output norms, q and k norms over the whole projections)."""
+def llama_grad(got, hf, A, KV, F, sandwich=False, olmo2=False):
+    """The normlab gradient of Hugging Face parameter `hf` (rows of the fused qkv, whose q part is A = heads x
+    head_dim rows, and of fc); sandwich: Gemma 2's norms; olmo2: OLMo 2's (branch-output norms, q and k norms
+    over the whole projections)."""
     n = hf[len("model."):] if hf.startswith("model.") else hf
     if n == "embed_tokens.weight":
         return got["grad.wte.weight"]
@@ -157,7 +158,7 @@ def llama_grad(got, hf, C, KV, F, sandwich=False, olmo2=False):
     parts = n.split(".")
     l, rest = parts[1], ".".join(parts[2:])
     h = f"grad.h.{l}."
-    rows = {"q_proj": (0, C), "k_proj": (C, C + KV), "v_proj": (C + KV, C + 2 * KV)}
+    rows = {"q_proj": (0, A), "k_proj": (A, A + KV), "v_proj": (A + KV, A + 2 * KV)}
     if rest.startswith("self_attn.") and rest.split(".")[1] in rows:
         a, b = rows[rest.split(".")[1]]
         return got[h + "attn.qkv." + rest.split(".")[2]][a:b]
@@ -229,12 +230,13 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
     check(f"{label} logits", got["logits"][valid], o.logits.detach().numpy()[valid], FWD_TOL)
     check(f"{label} loss", got["loss"], o.loss.item(), LOSS_TOL)
     C, F = config.hidden_size, config.intermediate_size
-    KV = config.num_key_value_heads * (C // config.num_attention_heads)
+    head_dim = getattr(config, "head_dim", None) or C // config.num_attention_heads
+    A, KV = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim
     n = 0
     for name, p in ref.named_parameters():
         if p.grad is None:
             continue
-        check(f"{label} grad {name}", llama_grad(got, name, C, KV, F, family == "gemma2", family == "olmo2"),
+        check(f"{label} grad {name}", llama_grad(got, name, A, KV, F, family == "gemma2", family == "olmo2"),
               p.grad.numpy(), GRAD_TOL)
         n += 1
     print(f"{label}: {type(model).__name__}, {L} layers, {config.num_key_value_heads} key-value heads: hidden "
@@ -579,10 +581,24 @@ def main():
                num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=40,
                max_position_embeddings=16, query_pre_attn_scalar=5, attn_logit_softcapping=0.8,
                final_logit_softcapping=1.5, sliding_window=12, hidden_activation="gelu_pytorch_tanh")
+    # heads of another width than hidden_size / heads (Gemma 2's and Qwen3's real checkpoints: 2048 = 8 x 256
+    # against 2304 in Gemma 2 2B): wider here in a Llama with grouped queries, narrower in a Gemma 2
+    llama_case(nl, w, "llama_wide_heads", 17, vocab_size=45, hidden_size=24, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=10, intermediate_size=30,
+               max_position_embeddings=16, tie_word_embeddings=False)
+    llama_case(nl, w, "gemma2_narrow_heads", 18, family="gemma2", vocab_size=51, hidden_size=32,
+               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=6, intermediate_size=40,
+               max_position_embeddings=16, query_pre_attn_scalar=6, attn_logit_softcapping=3.0,
+               final_logit_softcapping=5.0, sliding_window=12, hidden_activation="gelu_pytorch_tanh")
     export_case(nl, w, "export_llama", ["model.d_model=24", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2",
                                         "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
                                         "model.positions=rope", "model.rope_base=5e5", "model.activation=swiglu",
                                         "model.bias=none", "model.head=untied", "model.vocab=90"], LlamaForCausalLM, 14)
+    export_case(nl, w, "export_llama_wide_heads", ["model.d_model=16", "model.n_heads=4", "model.n_kv_heads=2",
+                                                   "model.head_dim=6", "model.n_layers=2", "model.seq_len=12",
+                                                   "model.d_ff=20", "model.norm=rmsnorm", "model.positions=rope",
+                                                   "model.activation=swiglu", "model.bias=none", "model.head=untied",
+                                                   "model.vocab=50"], LlamaForCausalLM, 16)
     export_case(nl, w, "export_qwen2", ["model.d_model=24", "model.n_heads=3", "model.n_kv_heads=1", "model.n_layers=2",
                                         "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
                                         "model.positions=rope", "model.activation=swiglu", "model.bias=qkv",
