@@ -65,10 +65,11 @@ int run_gguf(const GgufCommand& cmd) {
   try {
     const ModelConfig c = gguf::model_config(f);
     doc["model"] = {{"loads", true},
-                    {"summary", fmt::format("llama: {} layers, d_model {}, {} heads ({} key-value), d_ff {}, vocab {}, "
+                    {"summary", fmt::format("llama: {} layers, d_model {}, {} heads ({} key-value){}, d_ff {}, vocab {}, "
                                             "RoPE base {:g}, RMSNorm eps {:g}",
-                                            c.n_layers, c.d_model, c.n_heads, c.kv_heads(), c.ff(), c.vocab_size(),
-                                            c.rope_base, c.eps)}};
+                                            c.n_layers, c.d_model, c.n_heads, c.kv_heads(),
+                                            c.wide_heads() ? fmt::format(" of {}", c.head_size()) : std::string(),
+                                            c.ff(), c.vocab_size(), c.rope_base, c.eps)}};
   } catch (const Error& e) {
     doc["model"] = {{"loads", false}, {"why", e.what()}};
   }

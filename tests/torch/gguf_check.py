@@ -271,6 +271,9 @@ def check_llama_metadata(normlab, workdir, failures):
     p, _ = run(normlab, "sample", "--checkpoint", wide, "--prompt", "ab", "--tokenizer", "bytes", "--max-new", "3", "--ids")
     if p.returncode != 0 or len(p.stdout.split()) != 3:
         failures.append(f"tiny llama with key_length 24: {p.stdout} {p.stderr}")
+    p, _ = run(normlab, "gguf", wide)
+    if p.returncode != 0 or "4 heads (2 key-value) of 24, d_ff 96" not in p.stdout:
+        failures.append(f"tiny llama with key_length 24: `normlab gguf` says {p.stdout[-300:]} {p.stderr}")
     refusals = {
         "general.architecture is 'gpt2'": dict(arch="gpt2"),
         "rope.scaling.type is 'linear'": dict(extra=lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)),
