@@ -43,7 +43,7 @@ std::vector<TensorMap> llama_table(const ModelConfig& c) {
     } else {
       t.push_back({h + "input_layernorm.weight", a + "ln_in.weight"});
     }
-    if (c.qk_norm == QkNorm::Whole) {  // over the whole q and k projections
+    if (c.qk_norm != QkNorm::None) {  // over the whole q and k projections (OLMo 2), or per head (Qwen3)
       t.push_back({h + "self_attn.q_norm.weight", a + "q_norm.weight"});
       t.push_back({h + "self_attn.k_norm.weight", a + "k_norm.weight"});
     }
@@ -82,8 +82,10 @@ bool is_qwen2(const ConfigReader& r) { return r.string("model_type", "") == "qwe
 Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const fs::path& dir) {
   Imported im;
   const std::string type = r.string("model_type", "");
-  const bool qwen2 = is_qwen2(r), gemma2 = type == "gemma2", gemma = type == "gemma" || gemma2, olmo2 = type == "olmo2";
+  const bool qwen2 = is_qwen2(r), qwen3 = type == "qwen3", gemma2 = type == "gemma2", gemma = type == "gemma" || gemma2,
+             olmo2 = type == "olmo2";
   im.architecture = architecture_of(r, {qwen2    ? "Qwen2ForCausalLM"
+                                        : qwen3  ? "Qwen3ForCausalLM"
                                         : gemma2 ? "Gemma2ForCausalLM"
                                         : gemma  ? "GemmaForCausalLM"
                                         : olmo2  ? "Olmo2ForCausalLM"
@@ -98,7 +100,14 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   c.vocab = r.integer("vocab_size");
   c.seq_len = std::min(r.integer("max_position_embeddings", 2048), kMaxImportedSeqLen);
   c.eps = r.number("rms_norm_eps", 1e-6);
-  c.rope_base = r.number("rope_theta", 10000.0);
+  c.rope_base = r.number("rope_theta", qwen3 ? 1e6 : 10000.0);
+  if (r.has("rope_parameters")) {  // (transformers 5 writes the RoPE settings as one object)
+    const json& rp = r.j["rope_parameters"];
+    const ConfigReader rope{rp, r.path + " rope_parameters"};
+    r.require("rope_parameters", rp.is_object() && rope.string("rope_type", "default") == "default",
+              "normlab's RoPE has no scaling (rope_type other than default)");
+    c.rope_base = rope.number("rope_theta", c.rope_base);
+  }
   c.norm = NormKind::RMSNorm;
   c.placement = {Placement::Pre};
   c.positions = Positions::Rope;
@@ -132,14 +141,21 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
     r.require("hidden_act", r.string("hidden_act", "silu") == "silu", "the gated MLP is SwiGLU (silu)");
   }
   r.require("rope_scaling", !r.has("rope_scaling"), "normlab's RoPE has no scaling (linear, dynamic, yarn, llama3)");
-  if ((r.has("head_dim") || gemma) && c.n_heads > 0) {  // Gemma's config defaults head_dim to 256
-    const long hd = r.integer("head_dim", 256);
+  if ((r.has("head_dim") || gemma || qwen3) && c.n_heads > 0) {  // Gemma's config defaults head_dim to 256, Qwen3's to 128
+    const long hd = r.integer("head_dim", qwen3 ? 128 : 256);
     r.require("head_dim", hd >= 1 && hd <= 65536, "a head size in [1, 65536]");
     if (hd >= 1 && hd * c.n_heads != c.d_model) c.head_dim = int(hd);  // (Gemma 2, Qwen3: heads wider or narrower)
   }
   if (qwen2) {
     c.bias = LinearBias::Qkv;  // Qwen2: q, k, v biases, none elsewhere
     r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
+  } else if (qwen3) {  // Qwen3: q and k normalized per head (one gain of head_dim), before RoPE; no biases
+    c.qk_norm = QkNorm::Heads;
+    r.require("attention_bias", !r.boolean("attention_bias", false),
+              "Qwen3's attention_bias puts biases on q, k, v and o but not on the MLP, which normlab's model.bias "
+              "does not represent");
+    r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
+    c.bias = LinearBias::None;
   } else if (olmo2) {  // OLMo 2: x + N(F(x)), q and k normalized over the whole projection, no biases
     c.placement = {Placement::Reordered};
     c.qk_norm = QkNorm::Whole;

@@ -165,6 +165,7 @@ def llama_grad(got, hf, A, KV, F, sandwich=False, olmo2=False):
     simple = {"input_layernorm.weight": "attn.ln_in.weight", "post_attention_layernorm.weight": "mlp.ln_in.weight",
               "self_attn.o_proj.weight": "attn.proj.weight", "self_attn.o_proj.bias": "attn.proj.bias",
               "mlp.down_proj.weight": "mlp.proj.weight", "mlp.down_proj.bias": "mlp.proj.bias"}
+    simple.update({"self_attn.q_norm.weight": "attn.q_norm.weight", "self_attn.k_norm.weight": "attn.k_norm.weight"})
     if olmo2:
         simple.update({"post_attention_layernorm.weight": "attn.ln_branch.weight",
                        "post_feedforward_layernorm.weight": "mlp.ln_branch.weight",
@@ -241,6 +242,36 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
         n += 1
     print(f"{label}: {type(model).__name__}, {L} layers, {config.num_key_value_heads} key-value heads: hidden "
           f"states, logits, loss and {n} gradients compared")
+
+
+def qwen3_golden(normlab, work, source):
+    """A Qwen3ForCausalLM directory (heads wider than hidden_size / heads, QK-norm per head, grouped queries)
+    against what transformers 5 computed from it (tests/data/qwen3-tiny, made by qwen3_golden.py: Qwen3 needs
+    a transformers newer than this environment's torch allows)."""
+    d = os.path.join(source, "tests", "data", "qwen3-tiny")
+    golden = load_file(os.path.join(d, "golden.safetensors"))
+    with open(os.path.join(d, "config.json")) as f:
+        config = json.load(f)
+    tok = os.path.join(work, "qwen3_tokens.safetensors")
+    save_file({k: golden[k] for k in ("input_ids", "labels", "attention_mask")}, tok)
+    out = os.path.join(work, "qwen3_normlab.safetensors")
+    run(normlab, "grads", "--checkpoint", d, "--tokens", tok, "--out", out, "--force")
+    got = load_file(out)
+    valid = golden["attention_mask"] == 1
+    L = config["num_hidden_layers"]
+    for key in [f"hidden.{l}" for l in range(L + 1)] + ["hidden.final", "logits"]:
+        check(f"qwen3 {key}", got[key][valid], golden[key][valid], FWD_TOL)
+    check("qwen3 loss", got["loss"], golden["loss"][0], LOSS_TOL)
+    A = config["num_attention_heads"] * config["head_dim"]
+    KV = config["num_key_value_heads"] * config["head_dim"]
+    n = 0
+    for key in golden:
+        if key.startswith("grad."):
+            check(f"qwen3 {key}", llama_grad(got, key[len("grad."):], A, KV, config["intermediate_size"]), golden[key],
+                  GRAD_TOL)
+            n += 1
+    print(f"qwen3_golden: Qwen3ForCausalLM against transformers {open(os.path.join(d, 'versions.txt')).read().split()[3]}: "
+          f"hidden states, logits, loss and {n} gradients compared")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -590,6 +621,7 @@ def main():
                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=6, intermediate_size=40,
                max_position_embeddings=16, query_pre_attn_scalar=6, attn_logit_softcapping=3.0,
                final_logit_softcapping=5.0, sliding_window=12, hidden_activation="gelu_pytorch_tanh")
+    qwen3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     export_case(nl, w, "export_llama", ["model.d_model=24", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2",
                                         "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
                                         "model.positions=rope", "model.rope_base=5e5", "model.activation=swiglu",
