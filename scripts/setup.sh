@@ -39,7 +39,7 @@ if (( ${#missing[@]} )); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch, transformers, tokenizers, sacrebleu, gguf, accelerate, pandas, matplotlib" 2>/dev/null; then
+if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch, transformers, tokenizers, sacrebleu, gguf, sentencepiece, google.protobuf, accelerate, pandas, matplotlib" 2>/dev/null; then
   echo "setup: creating build/pyenv (Debian torch + safetensors, transformers, tokenizers, sacrebleu, gguf, accelerate, pandas, matplotlib from PyPI)"
   mkdir -p build
   [[ -x build/pyenv/bin/python ]] || /usr/bin/python3 -m venv --system-site-packages build/pyenv
@@ -48,8 +48,9 @@ if (( want_tests )) && ! build/pyenv/bin/python -c "import safetensors, torch, t
   debian_numpy=$(/usr/bin/python3 -c "import numpy; print(numpy.__version__)")
   build/pyenv/bin/pip install -q --disable-pip-version-check "safetensors==0.8.0" \
     "transformers==4.45.2" "tokenizers==0.20.3" "sacrebleu==2.6.0" \
-    "gguf==0.10.0" "sentencepiece==0.2.0" "accelerate==0.34.2" \
-    "pandas==2.2.3" "matplotlib==3.9.2" "numpy==${debian_numpy}"  # gguf: llama.cpp's reader, the GGUF oracle
+    "gguf==0.10.0" "sentencepiece==0.2.0" "protobuf==4.25.5" "accelerate==0.34.2" \
+    "pandas==2.2.3" "matplotlib==3.9.2" "numpy==${debian_numpy}"  # gguf: llama.cpp's reader, the GGUF oracle; sentencepiece
+    # and protobuf: the SentencePiece oracle and transformers' conversion of its models to tokenizer.json
 fi
 
 # OLMo 2's parity needs transformers 4.47 (the newest that runs on Debian's torch 1.13), whose GGUF

@@ -220,6 +220,16 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const 
 // The reference's Word::merge_all: a min-heap of candidate merges by (rank, position) over a
 // linked list of symbols. An entry is stale when its symbol was absorbed or the pair at its
 // position no longer merges into the same token.
+std::vector<int32_t> BpeModel::byte_tokens(std::string_view ch) const {
+  std::vector<int32_t> ids;
+  for (char c : ch) {
+    const auto id = vocab_.find(fmt::format("<0x{:02X}>", uint8_t(c)));
+    if (!id) return {};
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
 std::vector<int32_t> BpeModel::merge_word(std::string_view word) const {
   struct Symbol {
     int32_t id;
@@ -244,6 +254,9 @@ std::vector<int32_t> BpeModel::merge_word(std::string_view word) const {
     if (const auto id = vocab_.find(ch)) {
       if (unk_len > 0) add(unk_id, unk_len), unk_len = 0;
       add(*id, ch.size());
+    } else if (const auto bytes = config_.byte_fallback ? byte_tokens(ch) : std::vector<int32_t>(); !bytes.empty()) {
+      if (unk_len > 0) add(unk_id, unk_len), unk_len = 0;
+      for (int32_t b : bytes) add(b, 1);
     } else if (unk_id >= 0) {
       if (unk_len > 0 && !config_.fuse_unk) add(unk_id, unk_len), unk_len = 0;
       unk_len += ch.size();

@@ -37,6 +37,8 @@ struct BpeConfig {
   std::optional<std::string> unk_token;  // none: a character missing from the vocab is dropped
   bool fuse_unk = false;                 // consecutive unknown characters -> one unk
   bool ignore_merges = false;            // a word that is itself in the vocab is one token
+  bool byte_fallback = false;            // a character missing from the vocab -> its bytes' "<0xXX>"
+                                         // tokens when all exist (Llama 2, Mistral), else unk
 };
 
 class BpeModel : public TokenizerModel {
@@ -56,6 +58,8 @@ class BpeModel : public TokenizerModel {
     return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
   }
   std::vector<int32_t> merge_word(std::string_view word) const;
+  // The ids of "<0xXX>" for every byte of `ch`, or nothing when one is missing (byte_fallback).
+  std::vector<int32_t> byte_tokens(std::string_view ch) const;
 
   Vocab vocab_;
   BpeConfig config_;

@@ -82,6 +82,10 @@ struct PreTokenizer {
   bool use_regex = true;          // ByteLevel: cut words with the GPT-2 regex (else: one word)
   bool split_digits = false;      // ByteLevel: first cut every numeric character into a piece of
                                   // its own (Digits(individual_digits) before ByteLevel, as SmolLM2)
+  // Metaspace, as Hugging Face's pre-tokenizer (the GGUF / sentencepiece form is all false):
+  bool prefix_first_only = false;     // "▁" before the text's first segment only (prepend_scheme first)
+  bool prefix_unless_present = false; // not before a segment that already starts with "▁"
+  bool metaspace_split = false;       // cut the segment before every "▁" (split = true)
 };
 
 enum class DecoderKind {

@@ -24,6 +24,25 @@ std::string metaspace(std::string_view segment, bool prefix) {
   return out;
 }
 
+void metaspace_pre_tokenize(std::string_view segment, const PreTokenizer& o, bool at_start,
+                            std::vector<std::string>& words) {
+  std::string word = metaspace(segment, false);
+  const bool prefix = o.add_prefix_space && (!o.prefix_first_only || at_start) &&
+                      !(o.prefix_unless_present && word.starts_with(kSpace));
+  if (prefix) word.insert(0, kSpace);
+  if (!o.metaspace_split) {
+    words.push_back(std::move(word));
+    return;
+  }
+  size_t start = 0;  // each piece starts at a "▁" (the first may not)
+  for (size_t at = 1; at < word.size(); at++)
+    if (std::string_view(word).substr(at).starts_with(kSpace)) {
+      words.push_back(word.substr(start, at - start));
+      start = at;
+    }
+  if (start < word.size()) words.push_back(word.substr(start));
+}
+
 SpmModel::SpmModel(Vocab vocab, std::vector<float> scores, int32_t unk_id, const std::string& where)
     : vocab_(std::move(vocab)), scores_(std::move(scores)), unk_id_(unk_id) {
   if (scores_.size() != size_t(vocab_.max_id() + 1))

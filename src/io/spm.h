@@ -19,6 +19,13 @@ inline constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentenceP
 // One segment of text as one word: every ' ' replaced by "▁", and "▁" in front when `prefix`.
 std::string metaspace(std::string_view segment, bool prefix);
 
+// The Metaspace pre-tokenizer on one segment (text between added tokens; at_start: the text's first):
+// metaspace(), its prefix as `options` say (add_prefix_space; prefix_first_only: only at_start;
+// prefix_unless_present: not when the segment already starts with "▁" after the replacement), then
+// with metaspace_split the word cut before every "▁". Appends the words.
+void metaspace_pre_tokenize(std::string_view segment, const PreTokenizer& options, bool at_start,
+                            std::vector<std::string>& words);
+
 class SpmModel : public TokenizerModel {
  public:
   // scores[i] is the score of the token with id i (the merge priority: higher first); byte tokens

@@ -151,21 +151,19 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   std::vector<int32_t> ids;
   if (add_special_tokens) ids = parts_.prefix_ids;
   std::vector<std::string> words;
-  bool after_added = true;  // Metaspace's prefix: at the start of the text and after an added token
-  for (const Segment& seg : segments) {
+  for (size_t k = 0; k < segments.size(); k++) {
+    const Segment& seg = segments[k];
     if (seg.id) {
       ids.push_back(*seg.id);
-      after_added = true;
       continue;
     }
     words.clear();
     if (parts_.pre_tokenizer.kind == PreTokenizerKind::ByteLevel)
       bpe::byte_level_pre_tokenize(seg.text, parts_.pre_tokenizer, words);
     else if (parts_.pre_tokenizer.kind == PreTokenizerKind::Metaspace)
-      words.push_back(spm::metaspace(seg.text, parts_.pre_tokenizer.add_prefix_space && after_added));
+      spm::metaspace_pre_tokenize(seg.text, parts_.pre_tokenizer, /*at_start=*/k == 0, words);
     else
       wordpiece::bert_pre_tokenize(seg.text, words);
-    after_added = false;
     for (const std::string& word : words) parts_.model->tokenize(word, ids);
   }
   if (add_special_tokens) ids.insert(ids.end(), parts_.suffix_ids.begin(), parts_.suffix_ids.end());

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "io/bpe.h"
+#include "io/spm.h"
 #include "io/tokenizer.h"
 #include "io/wordpiece.h"
 #include "util/error.h"
@@ -95,6 +96,64 @@ std::vector<std::pair<std::string, std::string>> json_merges(const nlohmann::jso
   return out;
 }
 
+// SentencePiece's form in tokenizer.json (Llama 2, Mistral, TinyLlama: spm.h). The normalizer
+// Sequence [Prepend("▁"), Replace(" " -> "▁")] (every segment gets "▁" in front, always), or the
+// Replace alone (no prefix): nullopt when `norm` is neither, else whether it prepends.
+std::optional<bool> spm_normalizer(const nlohmann::json& norm) {
+  if (!norm.is_object() || norm.value("type", "") != "Sequence" || !norm.contains("normalizers")) return std::nullopt;
+  const nlohmann::json& seq = norm.at("normalizers");
+  if (!seq.is_array() || seq.empty() || seq.size() > 2) return std::nullopt;
+  for (const auto& n : seq)
+    if (!n.is_object()) return std::nullopt;
+  const std::string space(spm::kSpace);
+  const nlohmann::json& replace = seq.back();
+  const bool prepends = seq.size() == 2;
+  if (prepends && !(seq[0].value("type", "") == "Prepend" && seq[0].value("prepend", "") == space)) return std::nullopt;
+  if (!(replace.value("type", "") == "Replace" && replace.contains("pattern") && replace.at("pattern").is_object() &&
+        replace.at("pattern").value("String", "") == " " && replace.value("content", "") == space))
+    return std::nullopt;
+  return prepends;
+}
+
+// The decoder Sequence [Replace("▁" -> " "), ByteFallback, Fuse, Strip(" ", 1, 0)] of the same files
+// (the Strip only when the normalizer prepends): nullopt when `dec` is not it, else whether it strips.
+std::optional<bool> spm_decoder(const nlohmann::json& dec) {
+  if (!dec.is_object() || dec.value("type", "") != "Sequence" || !dec.contains("decoders")) return std::nullopt;
+  const nlohmann::json& seq = dec.at("decoders");
+  if (!seq.is_array() || seq.size() < 3 || seq.size() > 4) return std::nullopt;
+  for (const auto& d : seq)
+    if (!d.is_object()) return std::nullopt;
+  const std::string space(spm::kSpace);
+  const bool head = seq[0].value("type", "") == "Replace" && seq[0].contains("pattern") &&
+                    seq[0].at("pattern").is_object() && seq[0].at("pattern").value("String", "") == space &&
+                    seq[0].value("content", "") == " " && seq[1].value("type", "") == "ByteFallback" &&
+                    seq[2].value("type", "") == "Fuse";
+  if (!head) return std::nullopt;
+  if (seq.size() == 3) return false;
+  if (seq[3].value("type", "") == "Strip" && seq[3].value("content", "") == " " && seq[3].value("start", -1) == 1 &&
+      seq[3].value("stop", -1) == 0)
+    return true;
+  return std::nullopt;
+}
+
+// The Metaspace pre-tokenizer (tokenizers 0.14 and later): "▁" for spaces, prepend_scheme always /
+// first / never (older files: add_prefix_space), split before every "▁" unless split = false.
+PreTokenizer metaspace_pre_tokenizer(const JsonFields& f) {
+  if (f.string("replacement").value_or(std::string(spm::kSpace)) != spm::kSpace)
+    throw Error(fmt::format("{}: a Metaspace replacement other than U+2581 is not supported", f.where));
+  PreTokenizer p;
+  p.kind = PreTokenizerKind::Metaspace;
+  const std::string scheme =
+      f.string("prepend_scheme").value_or(f.boolean("add_prefix_space", true) ? "always" : "never");
+  if (scheme != "always" && scheme != "first" && scheme != "never")
+    throw Error(fmt::format("{}: prepend_scheme '{}' is not always, first or never", f.where, scheme));
+  p.add_prefix_space = scheme != "never";
+  p.prefix_first_only = scheme == "first";
+  p.prefix_unless_present = true;
+  p.metaspace_split = f.boolean("split", true);
+  return p;
+}
+
 std::unique_ptr<TokenizerModel> json_model(const nlohmann::json& model, const std::string& file,
                                            std::string& type) {
   const std::string where = file + " model";
@@ -118,10 +177,8 @@ std::unique_ptr<TokenizerModel> json_model(const nlohmann::json& model, const st
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (f.string(key).value_or("") != "")
         throw Error(fmt::format("{}: BPE with a {} is not supported (GPT-2 has none)", where, key));
-    if (f.boolean("byte_fallback", false))
-      throw Error(fmt::format(
-          "{}: BPE byte_fallback is not supported (GPT-2 byte-level BPE needs none)", where));
     bpe::BpeConfig config;
+    config.byte_fallback = f.boolean("byte_fallback", false);  // (Llama 2, Mistral: "<0xXX>" tokens)
     config.unk_token = f.string("unk_token");
     config.fuse_unk = f.boolean("fuse_unk", false);
     config.ignore_merges = f.boolean("ignore_merges", false);
@@ -230,7 +287,8 @@ static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
   parts.model = json_model(doc.at("model"), file, model_type);
 
   const nlohmann::json& norm = doc.contains("normalizer") ? doc.at("normalizer") : nlohmann::json();
-  if (!norm.is_null()) {
+  const std::optional<bool> spm_norm = model_type == "BPE" ? spm_normalizer(norm) : std::nullopt;
+  if (!norm.is_null() && !spm_norm) {
     const JsonFields f{norm, file + " normalizer"};
     if (!norm.is_object() || f.type() != "BertNormalizer")
       throw Error(fmt::format("{}: {} is not supported (BertNormalizer or none is)", f.where,
@@ -255,7 +313,11 @@ static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
     const JsonFields d{seq[0], file + " pre_tokenizer.pretokenizers[0]"}, b{seq[1], file + " pre_tokenizer.pretokenizers[1]"};
     return d.type() == "Digits" && d.boolean("individual_digits", false) && b.type() == "ByteLevel";
   }();
-  if (model_type == "BPE" && pre_type == "ByteLevel") {
+  if (spm_norm && pre.is_null()) {  // SentencePiece's form through normalizers: one word per segment
+    parts.pre_tokenizer = {PreTokenizerKind::Metaspace, *spm_norm, false};
+  } else if (model_type == "BPE" && pre_type == "Metaspace" && norm.is_null()) {
+    parts.pre_tokenizer = metaspace_pre_tokenizer(pf);
+  } else if (model_type == "BPE" && pre_type == "ByteLevel") {
     parts.pre_tokenizer = {PreTokenizerKind::ByteLevel, pf.boolean("add_prefix_space", true),
                            pf.boolean("use_regex", true)};
   } else if (model_type == "BPE" && digits_then_bytes) {
@@ -267,7 +329,8 @@ static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
   } else {
     throw Error(
         fmt::format("{}: {} with a {} model is not supported (BPE needs ByteLevel, or Digits "
-                    "(individual_digits) then ByteLevel; WordPiece needs BertPreTokenizer)",
+                    "(individual_digits) then ByteLevel, or Metaspace, or none after the normalizers Prepend and "
+                    "Replace of SentencePiece's form; WordPiece needs BertPreTokenizer)",
                     pf.where, pre_type, model_type));
   }
 
@@ -280,11 +343,19 @@ static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
     const std::string type = dec.is_object() ? f.type() : dec.dump();
     if (type == "ByteLevel") {
       parts.decoder.kind = DecoderKind::ByteLevel;
+    } else if (const std::optional<bool> strips = spm_decoder(dec)) {
+      parts.decoder.kind = DecoderKind::Metaspace;
+      parts.decoder.strip_prefix = *strips;
+    } else if (type == "Metaspace") {
+      parts.decoder.kind = DecoderKind::Metaspace;
+      parts.decoder.strip_prefix =
+          f.string("prepend_scheme").value_or(f.boolean("add_prefix_space", true) ? "always" : "never") != "never";
     } else if (type == "WordPiece") {
       parts.decoder = {DecoderKind::WordPiece, f.string("prefix").value_or("##"),
                        f.boolean("cleanup", true)};
     } else {
-      throw Error(fmt::format("{}: type {} is not supported (ByteLevel, WordPiece or none are)",
+      throw Error(fmt::format("{}: type {} is not supported (ByteLevel, WordPiece, Metaspace, SentencePiece's "
+                              "Sequence [Replace, ByteFallback, Fuse, Strip] or none are)",
                               f.where, type));
     }
   }
@@ -314,7 +385,10 @@ static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
     if (!repeated) parts.added_tokens.push_back(std::move(t));
   }
   parts.source =
-      fmt::format("{} {} from '{}'", model_type == "BPE" ? "byte-level BPE" : "WordPiece",
+      fmt::format("{} {} from '{}'",
+                  model_type == "WordPiece"                                   ? "WordPiece"
+                  : parts.pre_tokenizer.kind == PreTokenizerKind::Metaspace ? "SentencePiece-style BPE"
+                                                                              : "byte-level BPE",
                   "tokenizer.json", path);
   return parts;
 }

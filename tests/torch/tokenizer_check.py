@@ -13,6 +13,10 @@ Tokenizers compared (every one on every text):
   BERT WordPiece trained here (no download), four normalizer settings (lowercase x strip_accents),
       as tokenizer.json (BertProcessing / TemplateProcessing)   vs tokenizers.Tokenizer.from_file
       as vocab.txt (--lowercase / --strip-accents)              vs BertTokenizerFast
+  SentencePiece BPE with byte fallback trained here (the `sentencepiece` library), converted by
+      transformers' LlamaTokenizerFast as Llama 2 / Mistral files hold it: legacy (normalizers
+      Prepend + Replace, the decoder Sequence) and not (the Metaspace pre-tokenizer, prepend_scheme
+      first), and a Metaspace that splits         vs tokenizers.Tokenizer.from_file
   $HOME/.cache/normlab/all-MiniLM-L6-v2/tokenizer.json, if present (else a printed note)
 Every text goes through --text-file (bytes exactly; NUL included); a few also through --text.
 Also: an ill-formed UTF-8 file and argument -> exit 1 with one message naming the byte offset.
@@ -287,6 +291,32 @@ def main():
         c.compare(f"bert vocab.txt ({tag}) --no-special", d / "vocab.txt", flags + ["--no-special"],
                   lambda t: (lambda ids: (ids, bert_fast.convert_ids_to_tokens(ids)))(
                       bert_fast(t, add_special_tokens=False)["input_ids"]), no_special)
+
+    # SentencePiece-style BPE in tokenizer.json (Llama 2, Mistral, TinyLlama): a model with byte fallback
+    # trained here, converted by transformers as it converts Llama's tokenizer.model
+    import sentencepiece as spm
+    from transformers import LlamaTokenizerFast
+    spm_corpus = work / "spm_corpus.txt"
+    spm_corpus.write_text("\n".join(kjv.splitlines()[:6000] + CORPUS_EXTRA * 20) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(spm_corpus), model_prefix=str(work / "spm"), vocab_size=2000,
+                                   model_type="bpe", byte_fallback=True, character_coverage=0.9995,
+                                   normalization_rule_name="identity", remove_extra_whitespaces=False,
+                                   num_threads=1, minloglevel=2)
+    for legacy, prefix in ((True, True), (False, True), (True, False)):
+        llama = LlamaTokenizerFast(vocab_file=str(work / "spm.model"), legacy=legacy, add_prefix_space=prefix,
+                                   from_slow=True)
+        path = work / f"spm-legacy-{legacy}-prefix-{prefix}.json"
+        llama.backend_tokenizer.save(str(path))
+        c.compare(f"SentencePiece BPE tokenizer.json (legacy={legacy}, add_prefix_space={prefix})", path, [],
+                  hf(Tokenizer.from_file(str(path))),
+                  texts, argument_texts)
+    doc = json.loads((work / "spm-legacy-False-prefix-True.json").read_text(encoding="utf-8"))
+    if doc.get("pre_tokenizer") and doc["pre_tokenizer"].get("type") == "Metaspace":
+        doc["pre_tokenizer"].update(split=True, prepend_scheme="always")
+        split = work / "spm-metaspace-split.json"
+        split.write_text(json.dumps(doc), encoding="utf-8")
+        c.compare("SentencePiece BPE tokenizer.json (Metaspace, split, always)", split, [],
+                  hf(Tokenizer.from_file(str(split))), texts)
 
     if MINILM.is_file():
         minilm = Tokenizer.from_file(str(MINILM))
