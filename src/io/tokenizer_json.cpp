@@ -343,6 +343,10 @@ static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
     const std::string type = dec.is_object() ? f.type() : dec.dump();
     if (type == "ByteLevel") {
       parts.decoder.kind = DecoderKind::ByteLevel;
+    } else if (parts.pre_tokenizer.kind != PreTokenizerKind::Metaspace && (spm_decoder(dec) || type == "Metaspace")) {
+      throw Error(fmt::format("{}: {} decodes SentencePiece-style BPE, not this {} model", f.where,
+                              type == "Metaspace" ? "a Metaspace decoder" : "SentencePiece's decoder Sequence",
+                              model_type));
     } else if (const std::optional<bool> strips = spm_decoder(dec)) {
       parts.decoder.kind = DecoderKind::Metaspace;
       parts.decoder.strip_prefix = *strips;
