@@ -178,7 +178,7 @@ std::string byte_level_decode(const std::vector<std::string>& tokens) {
 
 BpeModel::BpeModel(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
                    BpeConfig config, const std::string& where)
-    : vocab_(std::move(vocab)), config_(std::move(config)) {
+    : vocab_(std::move(vocab)), config_(std::move(config)), byte_ids_(byte_token_ids(vocab_)) {
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [a, b] = merges[rank];
     const auto a_id = vocab_.find(a), b_id = vocab_.find(b), new_id = vocab_.find(a + b);
@@ -223,9 +223,8 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const 
 std::vector<int32_t> BpeModel::byte_tokens(std::string_view ch) const {
   std::vector<int32_t> ids;
   for (char c : ch) {
-    const auto id = vocab_.find(fmt::format("<0x{:02X}>", uint8_t(c)));
-    if (!id) return {};
-    ids.push_back(*id);
+    if (byte_ids_[uint8_t(c)] < 0) return {};
+    ids.push_back(byte_ids_[uint8_t(c)]);
   }
   return ids;
 }

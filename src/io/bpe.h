@@ -63,6 +63,7 @@ class BpeModel : public TokenizerModel {
 
   Vocab vocab_;
   BpeConfig config_;
+  std::array<int32_t, 256> byte_ids_;  // byte_token_ids(vocab_) (declared after vocab_: made from it)
   std::unordered_map<uint64_t, Merge> merges_;  // (left id, right id) -> rank, merged id
   // word -> ids; bounded like the reference's (which stops inserting when full).
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;

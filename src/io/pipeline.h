@@ -5,6 +5,7 @@
 // vocabulary files, tokenizer_json.cpp for tokenizer.json) fill a TokenizerParts.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -51,6 +52,10 @@ class Vocab {
   std::unordered_map<int32_t, std::string> tokens_;  // by id
   int32_t max_id_ = -1;
 };
+
+// The ids of the byte tokens "<0x00>" .. "<0xFF>" of SentencePiece-style vocabularies (byte
+// fallback: spm.h, and BPE with byte_fallback), -1 where the vocabulary has none.
+std::array<int32_t, 256> byte_token_ids(const Vocab& vocab);
 
 // A model: one pre-tokenized word -> ids.
 class TokenizerModel {

@@ -47,7 +47,7 @@ SpmModel::SpmModel(Vocab vocab, std::vector<float> scores, int32_t unk_id, const
     : vocab_(std::move(vocab)), scores_(std::move(scores)), unk_id_(unk_id) {
   if (scores_.size() != size_t(vocab_.max_id() + 1))
     throw Error(fmt::format("{}: {} scores for {} tokens", where, scores_.size(), vocab_.max_id() + 1));
-  for (int b = 0; b < 256; b++) byte_ids_[b] = vocab_.find(fmt::format("<0x{:02X}>", b)).value_or(-1);
+  byte_ids_ = byte_token_ids(vocab_);
 }
 
 namespace {
@@ -105,7 +105,7 @@ void SpmModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const 
       continue;
     }
     for (char c : piece) {  // byte fallback
-      const int32_t b = byte_ids_[uint8_t(c)];
+      const int32_t b = byte_ids_[uint8_t(c)];  // (-1: none)
       if (b < 0 && unk_id_ < 0)
         throw Error(fmt::format("the SentencePiece vocabulary has neither a piece nor a byte token for byte 0x{:02X}, "
                                 "and no unknown token",

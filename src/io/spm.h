@@ -42,7 +42,7 @@ class SpmModel : public TokenizerModel {
   Vocab vocab_;
   std::vector<float> scores_;
   int32_t unk_id_;
-  int32_t byte_ids_[256];  // "<0xXX>" -> id, or -1
+  std::array<int32_t, 256> byte_ids_;  // "<0xXX>" -> id, or -1 (byte_token_ids)
 };
 
 // The decoder: "▁" -> ' ', byte tokens "<0xXX>" -> their bytes (then lossy UTF-8), and the one space

@@ -19,6 +19,12 @@ namespace normlab {
 
 namespace fs = std::filesystem;
 
+std::array<int32_t, 256> byte_token_ids(const Vocab& vocab) {
+  std::array<int32_t, 256> ids;
+  for (int b = 0; b < 256; b++) ids[size_t(b)] = vocab.find(fmt::format("<0x{:02X}>", b)).value_or(-1);
+  return ids;
+}
+
 void Vocab::add(std::string token, int64_t id, const std::string& where) {
   if (id < 0 || id > kMaxTokenId)
     throw Error(fmt::format("{}: token \"{}\" has id {}, outside [0, {}]", where, token, id, kMaxTokenId));

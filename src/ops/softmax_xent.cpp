@@ -60,10 +60,12 @@ static void xent_lse_rows(S* lse, const S* logits, int N, int V) {
   for (int n = 0; n < N; n++) lse[n] = xent_row_lse(logits + (long)n * V, V);
 }
 
-// The mean of each labelled row's logits (smoothing's uniform part), in double; 0 for other rows.
+// The mean of each labelled row's logits (smoothing's uniform part), in double; 0 for other rows. In a
+// buffer of this thread's kept across calls (a training step allocates nothing after the first).
 template <class S>
-static std::vector<double> labelled_row_means(const S* logits, const int32_t* labels, int N, int V) {
-  std::vector<double> mean(size_t(N), 0.0);
+static const std::vector<double>& labelled_row_means(const S* logits, const int32_t* labels, int N, int V) {
+  thread_local std::vector<double> mean;
+  mean.assign(size_t(N), 0.0);
 #pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
   for (int n = 0; n < N; n++) {
     if (labels[n] == kIgnoreLabel) continue;
@@ -86,8 +88,8 @@ double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int 
   } else {
     xent_lse_rows(lse, logits, N, V);
   }
-  const std::vector<double> mean =
-      smoothing > 0 ? labelled_row_means(logits, labels, N, V) : std::vector<double>();
+  static const std::vector<double> none;
+  const std::vector<double>& mean = smoothing > 0 ? labelled_row_means(logits, labels, N, V) : none;
   double total = 0;
   int64_t labelled = 0;
   for (int n = 0; n < N; n++) {

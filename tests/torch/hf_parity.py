@@ -168,8 +168,7 @@ def llama_grad(got, hf, A, KV, F, sandwich=False, olmo2=False):
     simple.update({"self_attn.q_norm.weight": "attn.q_norm.weight", "self_attn.k_norm.weight": "attn.k_norm.weight"})
     if olmo2:
         simple.update({"post_attention_layernorm.weight": "attn.ln_branch.weight",
-                       "post_feedforward_layernorm.weight": "mlp.ln_branch.weight",
-                       "self_attn.q_norm.weight": "attn.q_norm.weight", "self_attn.k_norm.weight": "attn.k_norm.weight"})
+                       "post_feedforward_layernorm.weight": "mlp.ln_branch.weight"})
     if sandwich:   # Gemma 2: a norm on each branch's output; the FFN's input norm has its own name
         simple.update({"post_attention_layernorm.weight": "attn.ln_branch.weight",
                        "pre_feedforward_layernorm.weight": "mlp.ln_in.weight",
