@@ -13,7 +13,9 @@
 // primitive (f32, and bf16 src / weights with f32 dst; primitives created once and reused),
 // libxsmm 1.17 (libxsmm_sgemm / libxsmm_bsgemm; only when built with NORMLAB_BENCH_LIBXSMM), and
 // BLIS (cblas_sgemm of a libblis.so given by --blis PATH, loaded privately with RTLD_DEEPBIND so its
-// BLAS symbols do not clash with OpenBLAS's).
+// BLAS symbols do not clash with OpenBLAS's), normlab's own AVX2 kernel (ops/sgemm_avx2.h), and
+// "openblas-1call": the whole linear-layer GEMM in one cblas_sgemm call on OpenBLAS's own threads
+// (which share one packed copy of an operand; normlab's split makes each thread pack its own).
 // Usage: gemm_backends [--shapes abc] [--rounds R] [--blis /path/libblis.so.4] [--bf16-only|--fp32-only]
 //                      [--xsmm-bf16]
 #include <cblas.h>
@@ -34,6 +36,7 @@
 #include <vector>
 
 #include "dnnl.hpp"
+#include "ops/sgemm_avx2.h"
 #ifdef NORMLAB_BENCH_LIBXSMM
 #include <libxsmm.h>
 #endif
@@ -91,13 +94,15 @@ using cblas_sgemm_fn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, i
                                 const float*, int, const float*, int, float, float*, int);
 cblas_sgemm_fn blis_sgemm = nullptr;
 
-enum class Lib { OpenBlas, Dnnl, Blis, Xsmm };
+enum class Lib { OpenBlas, Dnnl, Blis, Xsmm, Avx2, OpenBlasOneCall };
 const char* lib_name(Lib l, bool bf) {
   switch (l) {
     case Lib::OpenBlas: return "openblas-sgemm";
     case Lib::Dnnl: return bf ? "onednn-bf16" : "onednn-f32";
     case Lib::Blis: return "blis-sgemm";
     case Lib::Xsmm: return bf ? "libxsmm-bsgemm" : "libxsmm-sgemm";
+    case Lib::Avx2: return "normlab-avx2";
+    case Lib::OpenBlasOneCall: return "openblas-1call";
   }
   return "?";
 }
@@ -107,6 +112,7 @@ void call_block(Lib lib, bool bf, const Gemm& g, int m, int n, const void* A, co
   const CBLAS_TRANSPOSE ta = g.ta ? CblasTrans : CblasNoTrans, tb = g.tb ? CblasTrans : CblasNoTrans;
   switch (lib) {
     case Lib::OpenBlas:
+    case Lib::OpenBlasOneCall:
       cblas_sgemm(CblasRowMajor, ta, tb, m, n, g.K, 1.0f, (const float*)A, g.lda, (const float*)B, g.ldb,
                     g.beta, C, g.ldc);
       break;
@@ -121,6 +127,11 @@ void call_block(Lib lib, bool bf, const Gemm& g, int m, int n, const void* A, co
       s.wait();
       break;
     }
+    case Lib::Avx2:
+      normlab::ops::sgemm_avx2(g.ta ? normlab::ops::Trans::Yes : normlab::ops::Trans::No,
+                               g.tb ? normlab::ops::Trans::Yes : normlab::ops::Trans::No, m, n, g.K, 1.0f,
+                               (const float*)A, g.lda, (const float*)B, g.ldb, g.beta, C, g.ldc);
+      break;
     case Lib::Blis:
       blis_sgemm(CblasRowMajor, ta, tb, m, n, g.K, 1.0f, (const float*)A, g.lda, (const float*)B, g.ldb, g.beta,
                  C, g.ldc);
@@ -181,7 +192,9 @@ double run_once(Lib lib, bool bf, const Problem& p, Operands& o) {
   const void* A = bf ? (const void*)o.a16.data() : (const void*)o.a.data();
   const void* B = bf ? (const void*)o.b16.data() : (const void*)o.b.data();
   const size_t es = bf ? 2 : 4;
-  if (p.batch == 1) {
+  if (p.batch == 1 && lib == Lib::OpenBlasOneCall) {  // one call, OpenBLAS's own threads
+    call_block(Lib::OpenBlas, bf, p.g, p.g.M, p.g.N, A, B, o.c.data());
+  } else if (p.batch == 1) {
 #pragma omp parallel
     {
       const Block k = block_of(p.g, omp_get_thread_num(), omp_get_num_threads());
@@ -262,7 +275,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<std::pair<Lib, bool>> libs;
-  if (do_fp32) libs.insert(libs.end(), {{Lib::OpenBlas, false}, {Lib::Dnnl, false}});
+  if (do_fp32) libs.insert(libs.end(), {{Lib::OpenBlas, false}, {Lib::Dnnl, false}, {Lib::Avx2, false}, {Lib::OpenBlasOneCall, false}});
   if (!blis_path.empty()) {
     void* h = dlopen(blis_path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (!h) {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "check.h"
 #include "ops/activation.h"
@@ -15,6 +17,7 @@
 #include "ops/matmul.h"
 #include "ops/residual.h"
 #include "ops/rmsnorm.h"
+#include "ops/sgemm_avx2.h"
 #include "ops/softmax_xent.h"
 #include "ops/vecmath.h"
 
@@ -151,10 +154,65 @@ TEST(Matmul, MatchesNaiveReferenceInFloat) {
   expect_close("dbias", tod(db), tod(dbr), 1e-5, atol);
 }
 
+TEST(SgemmAvx2, MatchesTheDoubleReferenceOnEveryTranspositionEdgeAndBlock) {
+  // normlab's own AVX2 GEMM (attention's on AVX2 CPUs) against a double-accumulating loop: sizes
+  // below, at and past its 6 x 16 tile and its K (256), row (144) and column (2048) blocks; leading
+  // dimensions wider than the matrices; alpha != 1; beta 0 over a C full of NaN (C must not be read),
+  // beta 1 and beta -0.5. Every call is repeated: the same bits.
+  struct Size {
+    int M, N, K;
+  };
+  const Size sizes[] = {{1, 1, 1},     {6, 16, 8},    {7, 17, 3},    {5, 15, 256}, {13, 33, 257},
+                        {145, 20, 31}, {12, 2049, 9}, {150, 40, 600}, {3, 5, 0}};
+  uint64_t seed = 70;
+  for (const Size& sz : sizes)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (float beta : {0.0f, 1.0f, -0.5f}) {
+          const int M = sz.M, N = sz.N, K = sz.K, pad = 3;
+          const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+          const Vec ad = randn(size_t(ta ? K : M) * lda + 1, seed++), bd = randn(size_t(tb ? N : K) * ldb + 1, seed++),
+                    cd = randn(size_t(M) * ldc, seed++);
+          const std::vector<float> a(ad.begin(), ad.end()), b(bd.begin(), bd.end());
+          std::vector<float> c(cd.begin(), cd.end());
+          if (beta == 0.0f) std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());
+          const std::vector<float> c0 = c;
+          const float alpha = 0.75f;
+          sgemm_avx2(ta ? Trans::Yes : Trans::No, tb ? Trans::Yes : Trans::No, M, N, K, alpha, a.data(), lda,
+                     b.data(), ldb, beta, c.data(), ldc);
+          std::vector<float> again = c0;
+          sgemm_avx2(ta ? Trans::Yes : Trans::No, tb ? Trans::Yes : Trans::No, M, N, K, alpha, a.data(), lda,
+                     b.data(), ldb, beta, again.data(), ldc);
+          for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+              double sum = 0, mag = 0;
+              for (int k = 0; k < K; k++) {
+                const double x = a[ta ? (long)k * lda + i : (long)i * lda + k],
+                             y = b[tb ? (long)j * ldb + k : (long)k * ldb + j];
+                sum += x * y;
+                mag += std::abs(x * y);
+              }
+              const long at = (long)i * ldc + j;
+              const double want = alpha * sum + (beta != 0.0f ? beta * double(c0[at]) : 0.0);
+              const double tol = 4e-7 * (alpha * mag + std::abs(beta * double(beta != 0.0f ? c0[at] : 0.0f))) + 1e-30;
+              ASSERT_NEAR(c[at], want, tol) << "M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb
+                                            << " beta " << beta << " at (" << i << ", " << j << ")";
+              ASSERT_EQ(std::memcmp(&c[at], &again[at], sizeof(float)), 0) << "not repeatable at " << at;
+            }
+          // the padding between rows of C is never written
+          for (int i = 0; i < M; i++)
+            for (int j = N; j < ldc; j++) {
+              const long at = (long)i * ldc + j;
+              ASSERT_TRUE(std::isnan(c0[at]) ? std::isnan(c[at]) : c[at] == c0[at]) << "padding written at " << at;
+            }
+        }
+}
+
 struct AttnDims {
   int B, T, C, NH;
 };
-const AttnDims kAttnShapes[] = {{1, 1, 1, 1}, {2, 5, 6, 3}, {1, 7, 8, 2}, {3, 4, 12, 4}};
+// T = 70 and 33 take attention's causal row blocks (32 rows) past one block, the last one partial
+const AttnDims kAttnShapes[] = {{1, 1, 1, 1}, {2, 5, 6, 3}, {1, 7, 8, 2}, {3, 4, 12, 4}, {1, 70, 4, 2}, {2, 33, 6, 3}};
 
 TEST(Attention, BackwardMatchesFiniteDifferences) {
   for (auto [B, T, C, NH] : kAttnShapes)
@@ -265,6 +323,28 @@ TEST(Attention, KeyMaskBackwardMatchesFiniteDifferencesAndNaive) {
                 EXPECT_EQ(att[((size_t(b) * NH + h) * T + i) * T + j], 0.0);
               }
             }
+    }
+}
+
+TEST(Attention, FloatMatchesTheDoubleReferenceAcrossRowBlocks) {
+  // the float path (its GEMMs on the CPU's own kernels: normlab's AVX2 kernel or OpenBLAS) with
+  // several causal row blocks, a key mask and grouped-query heads, against the double reference
+  const int B = 2, T = 75, C = 24, NH = 4, KVH = 2, HS = C / NH, C3 = C + 2 * KVH * HS;
+  const Vec qkvd = randn(B * T * C3, 61, 1.5), dyd = randn(B * T * C, 62);
+  std::vector<uint8_t> mask(B * T, 1);
+  mask[3] = mask[T + 40] = 0;
+  for (bool causal : {true, false})
+    for (const uint8_t* km : {(const uint8_t*)nullptr, (const uint8_t*)mask.data()}) {
+      const std::vector<float> qkv(qkvd.begin(), qkvd.end()), dy(dyd.begin(), dyd.end());
+      std::vector<float> y(B * T * C), att(B * NH * T * T), datt(att.size()), dqkv(qkv.size());
+      Vec yr(y.size()), attr(att.size()), dqkvr(qkv.size());
+      attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, KVH, causal, km);
+      attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, KVH, causal);
+      attention_forward_naive(yr.data(), attr.data(), qkvd.data(), B, T, C, NH, KVH, causal, km);
+      attention_backward_naive(dqkvr.data(), dyd.data(), qkvd.data(), attr.data(), B, T, C, NH, KVH, causal);
+      expect_close("out", Vec(y.begin(), y.end()), yr, 1e-4, 1e-5);
+      expect_close("att", Vec(att.begin(), att.end()), attr, 1e-4, 1e-6);
+      expect_close("dqkv", Vec(dqkv.begin(), dqkv.end()), dqkvr, 1e-4, 1e-5);
     }
 }
 

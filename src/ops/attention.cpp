@@ -3,6 +3,7 @@
 // the parallel loop); plus the naive references.
 #include "ops/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -29,6 +30,11 @@ static void softmax_row(S* row, int len, int T) {
   for (int j = 0; j < len; j++) row[j] *= inv;
   for (int j = len; j < T; j++) row[j] = S(0);
 }
+
+// Query rows are taken kRowBlock at a time: under a causal mask a block of rows i0 .. i0+rows-1 sees
+// only keys 0 .. i0+rows-1, so its GEMMs stop there and skip the masked upper triangle (at T = 128
+// 62% of the full T x T work is done); the probabilities past a row's last key are written 0 as before.
+constexpr int kRowBlock = 32;
 
 // One attention, written once for self- and cross-attention: queries q (B, Tq, ldq-strided rows),
 // keys k and values v (B, Tk, ldkv-strided rows), query head h reading columns h*HS .. (h+1)*HS of q
@@ -59,27 +65,35 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
     const S* k = x.k + x.kv_off(b, h);
     const S* v = x.v + x.kv_off(b, h);
     S* p = att + (long)bh * Tq * Tk;
-    // S = q k^T / sqrt(HS);  P = softmax(S) row by row (row i sees keys 0..i when causal)
-    gemm_with<S>(prec, Trans::No, Trans::Yes, Tq, Tk, HS, scale, q, x.ldq, k, x.ldkv, S(0), p, Tk);
-    if (sm.softcap > 0)  // S = softcap tanh(S / softcap)
-      for (long e = 0; e < (long)Tq * Tk; e++) p[e] = sm.cap(p[e]);
-    if (key_mask) {  // padded keys: -inf before the softmax, probability 0 after it
-      const uint8_t* m = key_mask + (long)b * Tk;
-      for (int i = 0; i < Tq; i++)
-        for (int j = 0; j < Tk; j++)
-          if (!m[j]) p[(long)i * Tk + j] = -std::numeric_limits<S>::infinity();
+    for (int i0 = 0; i0 < Tq; i0 += kRowBlock) {
+      const int rows = std::min(kRowBlock, Tq - i0), len = causal ? i0 + rows : Tk;  // keys these rows see
+      S* pb = p + (long)i0 * Tk;
+      // S = q k^T / sqrt(HS);  P = softmax(S) row by row (row i sees keys 0..i when causal)
+      gemm_with<S>(prec, Trans::No, Trans::Yes, rows, len, HS, scale, q + (long)i0 * x.ldq, x.ldq, k, x.ldkv, S(0),
+                   pb, Tk);
+      if (sm.softcap > 0)  // S = softcap tanh(S / softcap)
+        for (int i = 0; i < rows; i++)
+          for (int j = 0; j < len; j++) pb[(long)i * Tk + j] = sm.cap(pb[(long)i * Tk + j]);
+      if (key_mask) {  // padded keys: -inf before the softmax, probability 0 after it
+        const uint8_t* m = key_mask + (long)b * Tk;
+        for (int i = 0; i < rows; i++)
+          for (int j = 0; j < len; j++)
+            if (!m[j]) pb[(long)i * Tk + j] = -std::numeric_limits<S>::infinity();
+      }
+      for (int i = i0; i < i0 + rows; i++) softmax_row(p + (long)i * Tk, causal ? i + 1 : Tk, Tk);
+      // y = P v, written into this head's columns of out (keys past len have probability 0)
+      gemm_with<S>(prec, Trans::No, Trans::No, rows, HS, len, S(1), pb, Tk, v, x.ldkv, S(0),
+                   out + ((long)b * Tq + i0) * C + h * HS, C);
     }
-    for (int i = 0; i < Tq; i++) softmax_row(p + (long)i * Tk, causal ? i + 1 : Tk, Tk);
-    // y = P v, written into this head's columns of out
-    gemm_with<S>(prec, Trans::No, Trans::No, Tq, HS, Tk, S(1), p, Tk, v, x.ldkv, S(0), out + (long)b * Tq * C + h * HS, C);
   }
 }
 
-// dq, dk, dv +=, strided like q, k, v; datt (B, NH, Tq, Tk) is scratch. One thread owns a key-value
+// dq, dk, dv +=, strided like q, k, v; datt (B, NH, Tq, Tk) is scratch (under a causal mask its
+// entries past a row block's last key are not written). One thread owns a key-value
 // head and runs its query heads in order: their dk, dv sums have no race and a fixed order.
 template <class S>
 static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* dout, const S* att,
-                           const Heads<S>& x, Precision prec, const ScoreMap& sm) {
+                           const Heads<S>& x, bool causal, Precision prec, const ScoreMap& sm) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH, G = x.group();
   const S scale = S(sm.scale_for(HS));
 #pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
@@ -93,31 +107,38 @@ static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* do
     S* dk = dk_all + x.kv_off(b, h);
     S* dv = dv_all + x.kv_off(b, h);
     const S* p = att + (long)bh * Tq * Tk;
-    const S* dy = dout + (long)b * Tq * C + h * HS;
     S* dp = datt + (long)bh * Tq * Tk;
-    // y = P v:  dP = dy v^T;  dv += P^T dy
-    gemm_with<S>(prec, Trans::No, Trans::Yes, Tq, Tk, HS, S(1), dy, C, v, x.ldkv, S(0), dp, Tk);
-    gemm_with<S>(prec, Trans::Yes, Trans::No, Tk, HS, Tq, S(1), p, Tk, dy, C, S(1), dv, x.ldkv);
-    // P = softmax(S):  dS = P * (dP - sum_j P dP) ; fold in the 1/sqrt(HS) of S = q k^T * scale
-    // (masked probabilities are 0, so their score gradients come out 0 by themselves); a soft cap's
-    // slope at the scaled score, recomputed (q k^T scale) rather than saved
     std::vector<S> raw;
-    if (sm.softcap > 0) {
-      raw.resize(size_t(Tq) * Tk);
-      gemm_with<S>(prec, Trans::No, Trans::Yes, Tq, Tk, HS, scale, q, x.ldq, k, x.ldkv, S(0), raw.data(), Tk);
+    for (int i0 = 0; i0 < Tq; i0 += kRowBlock) {
+      const int rows = std::min(kRowBlock, Tq - i0), len = causal ? i0 + rows : Tk;  // keys these rows see
+      const S* pb = p + (long)i0 * Tk;
+      const S* dy = dout + ((long)b * Tq + i0) * C + h * HS;
+      const S* qb = q + (long)i0 * x.ldq;
+      S* db = dp + (long)i0 * Tk;
+      // y = P v:  dP = dy v^T;  dv += P^T dy
+      gemm_with<S>(prec, Trans::No, Trans::Yes, rows, len, HS, S(1), dy, C, v, x.ldkv, S(0), db, Tk);
+      gemm_with<S>(prec, Trans::Yes, Trans::No, len, HS, rows, S(1), pb, Tk, dy, C, S(1), dv, x.ldkv);
+      // P = softmax(S):  dS = P * (dP - sum_j P dP) ; fold in the 1/sqrt(HS) of S = q k^T * scale
+      // (masked probabilities are 0, so their score gradients come out 0 by themselves); a soft cap's
+      // slope at the scaled score, recomputed (q k^T scale) rather than saved
+      if (sm.softcap > 0) {
+        raw.resize(size_t(rows) * len);
+        gemm_with<S>(prec, Trans::No, Trans::Yes, rows, len, HS, scale, qb, x.ldq, k, x.ldkv, S(0), raw.data(), len);
+      }
+      for (int i = 0; i < rows; i++) {
+        const S* pr = pb + (long)i * Tk;
+        S* dr = db + (long)i * Tk;
+        double dot = 0;
+        for (int j = 0; j < len; j++) dot += double(pr[j]) * dr[j];
+        for (int j = 0; j < len; j++) dr[j] = S(pr[j] * (dr[j] - dot) * scale);
+        if (sm.softcap > 0)
+          for (int j = 0; j < len; j++) dr[j] *= sm.slope(raw[(size_t)i * len + j]);
+      }
+      // S = q k^T * scale:  dq += dS k;  dk += dS^T q
+      gemm_with<S>(prec, Trans::No, Trans::No, rows, HS, len, S(1), db, Tk, k, x.ldkv, S(1), dq + (long)i0 * x.ldq,
+                   x.ldq);
+      gemm_with<S>(prec, Trans::Yes, Trans::No, len, HS, rows, S(1), db, Tk, qb, x.ldq, S(1), dk, x.ldkv);
     }
-    for (int i = 0; i < Tq; i++) {
-      const S* pr = p + (long)i * Tk;
-      S* dr = dp + (long)i * Tk;
-      double dot = 0;
-      for (int j = 0; j < Tk; j++) dot += double(pr[j]) * dr[j];
-      for (int j = 0; j < Tk; j++) dr[j] = S(pr[j] * (dr[j] - dot) * scale);
-      if (sm.softcap > 0)
-        for (int j = 0; j < Tk; j++) dr[j] *= sm.slope(raw[(size_t)i * Tk + j]);
-    }
-    // S = q k^T * scale:  dq += dS k;  dk += dS^T q
-    gemm_with<S>(prec, Trans::No, Trans::No, Tq, HS, Tk, S(1), dp, Tk, k, x.ldkv, S(1), dq, x.ldq);
-    gemm_with<S>(prec, Trans::Yes, Trans::No, Tk, HS, Tq, S(1), dp, Tk, q, x.ldq, S(1), dk, x.ldkv);
   }
 }
 
@@ -183,9 +204,8 @@ void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH
 template <class S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
                         int C, int NH, int KVH, bool causal, Precision prec, ScoreMap sm) {
-  (void)causal;  // masked probabilities are 0, so their score gradients come out 0 by themselves
   const Heads<S> x = self_heads(qkv, B, T, C, NH, KVH);
-  heads_backward(dqkv, dqkv + (x.k - qkv), dqkv + (x.v - qkv), datt, dout, att, x, prec, sm);
+  heads_backward(dqkv, dqkv + (x.k - qkv), dqkv + (x.v - qkv), datt, dout, att, x, causal, prec, sm);
 }
 
 template <class S>
@@ -204,7 +224,7 @@ void cached_attention_forward(S* out, S* att, const S* q, const S* kv, int Tk, i
 template <class S>
 void cross_attention_backward(S* dq, S* dkv, S* datt, const S* dout, const S* q, const S* kv, const S* att,
                               int B, int Tq, int Tk, int C, int NH) {
-  heads_backward(dq, dkv, dkv + C, datt, dout, att, cross_heads(q, kv, B, Tq, Tk, C, NH), Precision::Fp32,
+  heads_backward(dq, dkv, dkv + C, datt, dout, att, cross_heads(q, kv, B, Tq, Tk, C, NH), false, Precision::Fp32,
                  ScoreMap{});
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ops/isa.h"
+#include "ops/sgemm_avx2.h"
 #include "util/error.h"
 
 namespace normlab::ops {
@@ -168,7 +169,11 @@ std::string openblas_core() { return openblas_get_corename(); }
 
 std::string gemm_kernels() {
   const std::string core = openblas_core();
-  std::string s = fmt::format("float32 on oneDNN ({}, linear layers) and OpenBLAS ({} kernels, attention), bf16 on {}", onednn_isa_name(onednn_isa()), core,
+  std::string s = fmt::format("float32 on {}, bf16 on {}",
+                              use_avx512() ? fmt::format("oneDNN ({}, linear layers) and OpenBLAS ({} kernels, attention)",
+                                                         onednn_isa_name(onednn_isa()), core)
+                                           : fmt::format("OpenBLAS ({} kernels, linear layers) and normlab's AVX2 "
+                                                         "kernel (attention)", core),
                               bf16_unsupported_reason().empty()
                                   ? fmt::format("oneDNN ({})", onednn_isa_name(onednn_isa()))
                                   : std::string("the float32 GEMM (emulated)"));
@@ -232,7 +237,14 @@ void gemm_bf16(Trans ta, Trans tb, int M, int N, int K, float alpha, const float
 void gemm_f32_linear(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                      int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
+  if (!use_avx512()) return gemm<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   run_matmul({false, ta == Trans::Yes, tb == Trans::Yes, M, N, K, lda, ldb, ldc, alpha, beta}, A, B, C);
+}
+
+void gemm_f32_attention(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
+                        const float* B, int ldb, float beta, float* C, int ldc) {
+  if (use_avx512()) return gemm<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  sgemm_avx2(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 }  // namespace normlab::ops

@@ -1,8 +1,9 @@
 // gemm_backend.h: the one place that decides which library runs a GEMM and in which precision:
 // the precision policy of mixed-precision training (train.precision) and the library choice, made
 // by measurement (bench/gemm_backends.cpp, docs/BENCHMARK.md):
-//   - fp32: the linear layers on oneDNN's f32 matmul (gemm_f32_linear), attention's per-head GEMMs
-//     on OpenBLAS cblas_sgemm (ops/common.h gemm<float>): each where it measured faster.
+//   - fp32: by the CPU's ISA, each where it measured faster: with AVX-512 the linear layers on oneDNN's
+//     f32 matmul and attention's per-head GEMMs on OpenBLAS; with AVX2 only the linear layers on
+//     OpenBLAS and attention on normlab's own kernel (gemm_f32_linear, gemm_f32_attention).
 //   - bf16: both operands rounded to bfloat16 (round to nearest even), products accumulated in
 //     float32 by oneDNN's matmul primitive (brgemm, AVX512_BF16 instructions), result in float32.
 //     Everything else (master weights, optimizer state, norms, softmax, loss) stays float32, and
@@ -70,14 +71,24 @@ void round_to_bf16(uint16_t* dst, const float* src, size_t n);
 // whole block is rounded when any thread goes on. Outside a parallel region: the whole block.
 void round_rows_to_bf16_together(uint16_t* dst, const float* src, int rows, int cols, int ld);
 
-// float32 C = alpha op(A) op(B) + beta C on oneDNN's matmul primitive (operands read in place, float
-// accumulation): the linear layers' fp32 GEMMs. On this machine (Zen 4) it was 5-19% faster than
-// OpenBLAS sgemm on every linear-layer GEMM of the benchmark shapes, measured quiet
-// (bench/gemm_backends, docs/BENCHMARK.md "Mixed precision and the GEMM libraries"), and slower on attention's
-// small per-head GEMMs, which stay on OpenBLAS. Single-threaded in the calling thread; deterministic
-// for a fixed machine and thread count.
+// float32 C = alpha op(A) op(B) + beta C for the linear layers, single-threaded in the calling
+// thread, deterministic for a fixed machine and thread count. The library is chosen by the ISA
+// (ops/isa.h), each where it measured faster on the model's own GEMMs (bench/gemm_backends,
+// docs/BENCHMARK.md "Which GEMM library"):
+//   - AVX-512 (Zen 4): oneDNN's matmul primitive, operands read in place: 5-19% faster than OpenBLAS
+//     on every linear-layer GEMM of the benchmark shapes, measured quiet;
+//   - AVX2 only (Zen 3): OpenBLAS sgemm. oneDNN 2.6 runs its older `gemm:jit` there, half as fast on
+//     the weight gradients of b (57 against 115 GFLOP/s) and on a's fc2 input gradient (55 against
+//     153), and never more than ~15% ahead anywhere (the whole step of b: 907 -> 783 ms, mean of 3).
 void gemm_f32_linear(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                      int ldb, float beta, float* C, int ldc);
+
+// The same contract for attention's small per-head GEMMs (T x T x head size and T x head size x T):
+// OpenBLAS sgemm on AVX-512; on AVX2 only normlab's own kernel (ops/sgemm_avx2.h), about 2x
+// OpenBLAS's rate on q k^T and 1.4x on P v at shape b's sizes, where OpenBLAS's packing and call
+// overhead cost as much as its arithmetic.
+void gemm_f32_attention(Trans ta, Trans tb, int M, int N, int K, float alpha, const float* A, int lda,
+                        const float* B, int ldb, float beta, float* C, int ldc);
 
 // The GEMMs of the linear layers (ops/matmul.cpp): float Bf16 -> gemm_bf16, float Fp32 ->
 // gemm_f32_linear, double (the analysis) -> gemm<double> (OpenBLAS).
@@ -92,12 +103,13 @@ inline void gemm_linear(Precision p, Trans ta, Trans tb, int M, int N, int K, S 
 }
 
 // The other GEMMs of the kernels in ops/ (attention's): precision Bf16 sends float GEMMs to
-// gemm_bf16, everything else (Fp32, and every double GEMM) to gemm<S> (OpenBLAS).
+// gemm_bf16, Fp32 ones to gemm_f32_attention, every double GEMM to gemm<S> (OpenBLAS).
 template <class S>
 inline void gemm_with(Precision p, Trans ta, Trans tb, int M, int N, int K, S alpha, const S* A, int lda,
                       const S* B, int ldb, S beta, S* C, int ldc) {
   if constexpr (sizeof(S) == sizeof(float)) {
     if (p == Precision::Bf16) return gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return gemm_f32_attention(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   gemm<S>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

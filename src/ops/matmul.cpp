@@ -91,16 +91,17 @@ void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
       if (r.end > r.begin)
         gemm_linear<S>(prec, Trans::Yes, Trans::No, r.end - r.begin, IC, N, S(1), dout + r.begin, OC, inp, IC,
                        S(1), dweight + (long)r.begin * IC, IC, {round ? dout16 + r.begin : nullptr, inp16});
-      if (dbias) {
-        for (int o0 = r.begin; o0 < r.end; o0 += kColumnBlock) {
-          const int width = std::min(kColumnBlock, r.end - o0);
-          double sum[kColumnBlock] = {};
-          for (int n = 0; n < N; n++) {
-            const S* row = dout + (long)n * OC + o0;
-            for (int k = 0; k < width; k++) sum[k] += double(row[k]);
-          }
-          for (int k = 0; k < width; k++) dbias[o0 + k] += S(sum[k]);
+      if (dbias && r.end > r.begin) {  // db[o] += sum over rows n, in double, n in order (rows streamed)
+        thread_local std::vector<double> sum;
+        const int width = r.end - r.begin;
+        sum.assign(width, 0.0);
+        double* acc = sum.data();
+        for (int n = 0; n < N; n++) {
+          const S* row = dout + (long)n * OC + r.begin;
+#pragma omp simd
+          for (int k = 0; k < width; k++) acc[k] += double(row[k]);
         }
+        for (int k = 0; k < width; k++) dbias[r.begin + k] += S(acc[k]);
       }
     }
   }
