@@ -42,22 +42,58 @@ float* scratch(int which, size_t n) {
   return buf[which].get();
 }
 
+// r[0..7] <- its transpose: r[k] = (r[0][k], ..., r[7][k])
+inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]),
+               t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]),
+               t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]),
+               t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),
+               u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2)),
+               u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2)),
+               u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
 // op(A)[i0 .. i0+m, k0 .. k0+kc] into 6-row panels: panel p holds rows 6p .. 6p+5 as kc columns of
-// 6 (row index fastest); rows past m are zero.
+// 6 (row index fastest); rows past m are zero. The buffer needs 2 floats past the last panel: a full
+// panel of stored rows is transposed 8 columns at a time and each column written as 8 floats, whose
+// last 2 the next column (or panel) overwrites.
 void pack_a(float* dst, const float* A, int lda, bool ta, int i0, int m, int k0, int kc) {
   for (int p = 0; p < m; p += kMr) {
     const int rows = std::min(kMr, m - p);
     float* out = dst + (long)p * kc;
     if (!ta) {  // A stored (M, K): row i is contiguous in k
+      int k = 0;
+      if (rows == kMr)
+        for (; k + 8 <= kc; k += 8) {
+          __m256 r[8];
+          for (int i = 0; i < kMr; i++) r[i] = _mm256_loadu_ps(A + (long)(i0 + p + i) * lda + k0 + k);
+          r[6] = r[7] = _mm256_setzero_ps();
+          transpose8(r);
+          for (int j = 0; j < 8; j++) _mm256_storeu_ps(out + (k + j) * kMr, r[j]);
+        }
       for (int r = 0; r < rows; r++) {
         const float* src = A + (long)(i0 + p + r) * lda + k0;
-        for (int k = 0; k < kc; k++) out[k * kMr + r] = src[k];
+        for (int kk = k; kk < kc; kk++) out[kk * kMr + r] = src[kk];
       }
-    } else {  // A stored (K, M): column k of op(A) is contiguous in i
-      for (int k = 0; k < kc; k++) {
-        const float* src = A + (long)(k0 + k) * lda + i0 + p;
-        for (int r = 0; r < rows; r++) out[k * kMr + r] = src[r];
-      }
+    } else {  // A stored (K, M): column k of op(A) is contiguous in i; read 6 lanes, written as 8
+      const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+      if (rows == kMr)
+        for (int k = 0; k < kc; k++)
+          _mm256_storeu_ps(out + k * kMr, _mm256_maskload_ps(A + (long)(k0 + k) * lda + i0 + p, six));
+      else
+        for (int k = 0; k < kc; k++) {
+          const float* src = A + (long)(k0 + k) * lda + i0 + p;
+          for (int r = 0; r < rows; r++) out[k * kMr + r] = src[r];
+        }
     }
     for (int r = rows; r < kMr; r++)
       for (int k = 0; k < kc; k++) out[k * kMr + r] = 0.0f;
@@ -82,10 +118,19 @@ void pack_b(float* dst, const float* B, int ldb, bool tb, int k0, int kc, int j0
           for (int c = cols; c < kNr; c++) o[c] = 0.0f;
         }
       }
-    } else {  // B stored (N, K): column j of op(B) is contiguous in k
+    } else {  // B stored (N, K): column j of op(B) is contiguous in k; 8 x 8 blocks transposed
+      int k = 0;
+      if (cols == kNr)
+        for (; k + 8 <= kc; k += 8)
+          for (int half = 0; half < 2; half++) {
+            __m256 r[8];
+            for (int c = 0; c < 8; c++) r[c] = _mm256_loadu_ps(B + (long)(j0 + p + 8 * half + c) * ldb + k0 + k);
+            transpose8(r);
+            for (int j = 0; j < 8; j++) _mm256_store_ps(out + (k + j) * kNr + 8 * half, r[j]);
+          }
       for (int c = 0; c < cols; c++) {
         const float* src = B + (long)(j0 + p + c) * ldb + k0;
-        for (int k = 0; k < kc; k++) out[k * kNr + c] = src[k];
+        for (int kk = k; kk < kc; kk++) out[kk * kNr + c] = src[kk];
       }
       for (int c = cols; c < kNr; c++)
         for (int k = 0; k < kc; k++) out[k * kNr + c] = 0.0f;
@@ -161,7 +206,7 @@ void sgemm_avx2(Trans ta, Trans tb, int M, int N, int K, float alpha, const floa
   const bool tA = ta == Trans::Yes, tB = tb == Trans::Yes;
   const int nc_max = std::min(kNc, (N + kNr - 1) / kNr * kNr), kc_max = std::min(kKc, K);
   float* bp = scratch(0, size_t(nc_max) * kc_max);
-  float* ap = scratch(1, size_t(std::min(kMc, (M + kMr - 1) / kMr * kMr)) * kc_max);
+  float* ap = scratch(1, size_t(std::min(kMc, (M + kMr - 1) / kMr * kMr)) * kc_max + 2);  // + pack_a's spill
   for (int j0 = 0; j0 < N; j0 += kNc) {
     const int nc = std::min(kNc, N - j0);
     for (int k0 = 0; k0 < K; k0 += kKc) {
