@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ops/common.h"
+#include "ops/isa.h"
 #include "ops/vecmath.h"
 
 namespace normlab::ops {
@@ -31,10 +32,18 @@ static void softmax_row(S* row, int len, int T) {
   for (int j = len; j < T; j++) row[j] = S(0);
 }
 
-// Query rows are taken kRowBlock at a time: under a causal mask a block of rows i0 .. i0+rows-1 sees
-// only keys 0 .. i0+rows-1, so its GEMMs stop there and skip the masked upper triangle (at T = 128
-// 62% of the full T x T work is done); the probabilities past a row's last key are written 0 as before.
+// Query rows are taken row_block() at a time: under a causal mask a block of rows i0 .. i0+rows-1
+// sees only keys 0 .. i0+rows-1, so its GEMMs stop there and skip the masked upper triangle (at
+// T = 128, 62% of the full T x T work is done); the probabilities past a row's last key are written
+// 0 as before. Measured on the AVX2 path (normlab's own small-GEMM kernel, docs/BENCHMARK.md); float
+// GEMMs on the AVX-512 path go to OpenBLAS / oneDNN, whose per-call cost on 4x as many smaller GEMMs
+// was not measured on an AVX-512 machine, so they keep one block until it is. Double GEMMs (the
+// analysis, the tests) always take the blocks.
 constexpr int kRowBlock = 32;
+template <class S>
+int row_block(int Tq) {
+  return sizeof(S) == sizeof(float) && use_avx512() ? Tq : kRowBlock;
+}
 
 // One attention, written once for self- and cross-attention: queries q (B, Tq, ldq-strided rows),
 // keys k and values v (B, Tk, ldkv-strided rows), query head h reading columns h*HS .. (h+1)*HS of q
@@ -58,6 +67,7 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
                           Precision prec, const ScoreMap& sm) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH;
   const S scale = S(sm.scale_for(HS));
+  const int block = std::max(1, row_block<S>(Tq));
 #pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
   for (int bh = 0; bh < x.B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
@@ -65,8 +75,8 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
     const S* k = x.k + x.kv_off(b, h);
     const S* v = x.v + x.kv_off(b, h);
     S* p = att + (long)bh * Tq * Tk;
-    for (int i0 = 0; i0 < Tq; i0 += kRowBlock) {
-      const int rows = std::min(kRowBlock, Tq - i0), len = causal ? i0 + rows : Tk;  // keys these rows see
+    for (int i0 = 0; i0 < Tq; i0 += block) {
+      const int rows = std::min(block, Tq - i0), len = causal ? i0 + rows : Tk;  // keys these rows see
       S* pb = p + (long)i0 * Tk;
       // S = q k^T / sqrt(HS);  P = softmax(S) row by row (row i sees keys 0..i when causal)
       gemm_with<S>(prec, Trans::No, Trans::Yes, rows, len, HS, scale, q + (long)i0 * x.ldq, x.ldq, k, x.ldkv, S(0),
@@ -96,6 +106,7 @@ static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* do
                            const Heads<S>& x, bool causal, Precision prec, const ScoreMap& sm) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH, G = x.group();
   const S scale = S(sm.scale_for(HS));
+  const int block = std::max(1, row_block<S>(Tq));
 #pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
   for (int bg = 0; bg < x.B * x.KVH; bg++)
   for (int h = (bg % x.KVH) * G; h < (bg % x.KVH + 1) * G; h++) {
@@ -109,8 +120,8 @@ static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* do
     const S* p = att + (long)bh * Tq * Tk;
     S* dp = datt + (long)bh * Tq * Tk;
     std::vector<S> raw;
-    for (int i0 = 0; i0 < Tq; i0 += kRowBlock) {
-      const int rows = std::min(kRowBlock, Tq - i0), len = causal ? i0 + rows : Tk;  // keys these rows see
+    for (int i0 = 0; i0 < Tq; i0 += block) {
+      const int rows = std::min(block, Tq - i0), len = causal ? i0 + rows : Tk;  // keys these rows see
       const S* pb = p + (long)i0 * Tk;
       const S* dy = dout + ((long)b * Tq + i0) * C + h * HS;
       const S* qb = q + (long)i0 * x.ldq;
