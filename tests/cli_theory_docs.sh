@@ -98,11 +98,12 @@ for col in "run:" "status:" "train loss:" "val loss:" "diverged at:" "to target:
   check "grep -q '$col' st/summary.txt" "the compare summary has no legend for '$col'"
 done
 
-# the README and the docs pages: no unfilled placeholder of generated output in the README, which
+# the README and the docs pages: no unfilled placeholder of generated output in any of them; the README
 # stays what a newcomer reads in five minutes (at most 300 lines), names the test command CI runs and
 # links every docs page; every file and study a page names exists, and so does every page, file and
 # heading it links to
-check "! grep -qE '^NORMLAB:[A-Z_]+\$' '$SRC/README.md'" "README.md holds an unfilled placeholder: $(grep -E '^NORMLAB:[A-Z_]+$' "$SRC/README.md")"
+check "! grep -qE '^NORMLAB:[A-Z_0-9]+\$' '$SRC/README.md' '$SRC'/docs/*.md" \
+  "an unfilled placeholder: $(grep -HE '^NORMLAB:[A-Z_0-9]+$' "$SRC/README.md" "$SRC"/docs/*.md)"
 check "[[ \$(wc -l <'$SRC/README.md') -le 300 ]]" "README.md has $(wc -l <"$SRC/README.md") lines, more than 300: move the reference to docs/"
 check "grep -F 'bash scripts/test.sh' '$SRC/.ci/run' >/dev/null && grep -F 'bash scripts/test.sh' '$SRC/README.md' >/dev/null" \
   "README.md does not name the test command .ci/run runs (bash scripts/test.sh)"
