@@ -139,6 +139,7 @@ class Check:
         self.normlab, self.work = normlab, work
         self.passed = self.failed = 0
         self.text_files = {}
+        self.jsonl_files = {}
 
     def text_file(self, text):
         if text not in self.text_files:
@@ -155,24 +156,51 @@ class Check:
             return None, r.stderr.decode("utf-8", "replace").strip()
         return json.loads(r.stdout), None
 
+    def ours_many(self, tokenizer, texts, extra):
+        """Every text in one process (--jsonl: one JSON string per line in, one JSON line per text out)."""
+        key = tuple(texts)
+        if key not in self.jsonl_files:
+            p = self.work / f"texts{len(self.jsonl_files):02d}.jsonl"
+            p.write_text("".join(json.dumps(t) + "\n" for t in texts), encoding="utf-8")
+            self.jsonl_files[key] = p
+        cmd = [self.normlab, "tokenize", "--tokenizer", str(tokenizer), "--json", "--jsonl",
+               str(self.jsonl_files[key]), *extra]
+        r = subprocess.run(cmd, capture_output=True)
+        if r.returncode != 0:
+            return None, r.stderr.decode("utf-8", "replace").strip()
+        lines = r.stdout.decode("utf-8").splitlines()
+        if len(lines) != len(texts):
+            return None, f"--jsonl printed {len(lines)} lines for {len(texts)} texts"
+        return [json.loads(line) for line in lines], None
+
     def compare(self, name, tokenizer, extra, oracle, texts, argument_texts=()):
-        """oracle(text) -> (ids, tokens). Every text must give the same ids and tokens."""
+        """oracle(text) -> (ids, tokens). Every text must give the same ids and tokens: all of them
+        through --jsonl in one process, the first few also one by one through --text-file (the file
+        path byte for byte) and argument_texts through --text."""
         bad = 0
-        for text in list(texts) + [("arg", t) for t in argument_texts]:
+        many, err = self.ours_many(tokenizer, list(texts), extra)
+        if err is not None:
+            self.fail(name, "(--jsonl)", f"normlab failed: {err}")
+            bad += 1
+            many = [None] * len(texts)
+        runs = [(t, got, "--jsonl") for t, got in zip(texts, many) if got is not None]
+        for text in list(texts[:3]) + [("arg", t) for t in argument_texts]:
             via_argument = isinstance(text, tuple)
             if via_argument:
                 text = text[1]
             got, err = self.ours(tokenizer, text, extra, via_argument)
-            want_ids, want_tokens = oracle(text)
             if err is not None:
                 self.fail(name, text, f"normlab failed: {err}")
                 bad += 1
                 continue
+            runs.append((text, got, "--text" if via_argument else "--text-file"))
+        for text, got, how in runs:
+            want_ids, want_tokens = oracle(text)
             if got["ids"] != want_ids or got["tokens"] != want_tokens:
                 n = next((i for i, (a, b) in enumerate(zip(got["ids"], want_ids)) if a != b),
                          min(len(got["ids"]), len(want_ids)))
                 self.fail(name, text,
-                          f"first difference at position {n} (normlab {len(got['ids'])} ids, "
+                          f"({how}) first difference at position {n} (normlab {len(got['ids'])} ids, "
                           f"reference {len(want_ids)}):\n      normlab   {got['ids'][n:n + 8]} "
                           f"{got['tokens'][n:n + 8]}\n      reference {want_ids[n:n + 8]} "
                           f"{want_tokens[n:n + 8]}")
@@ -335,6 +363,18 @@ def main():
     c.expect_error("surrogate in UTF-8", ["tokenize", "--tokenizer", str(work / "bert-True-None" / "vocab.txt"),
                                           "--text-file", str(_write(work / "surrogate.txt", b"x\xed\xa0\x80"))],
                    "invalid UTF-8 at byte offset 1")
+
+    # --jsonl: every line one JSON string, checked whole before anything is printed
+    c.expect_error("--jsonl with an object line", ["tokenize", "--jsonl", str(_write(work / "object.jsonl", b'"a"\n{"b": 1}\n'))],
+                   "line 2: expected one JSON string per line, got a JSON object")
+    c.expect_error("--jsonl with an empty line", ["tokenize", "--jsonl", str(_write(work / "blank.jsonl", b'"a"\n\n"b"\n'))],
+                   "line 2: not valid JSON")
+    c.expect_error("--jsonl with a lone surrogate", ["tokenize", "--jsonl", str(_write(work / "lone.jsonl", b'"\\ud800"\n'))],
+                   "line 1: not valid JSON")
+    c.expect_error("--jsonl with ill-formed UTF-8", ["tokenize", "--jsonl", str(_write(work / "bad.jsonl", b'"ok"\n"\xc3\x28"\n'))],
+                   "invalid UTF-8 at byte offset 6")
+    c.expect_error("--jsonl with --out", ["tokenize", "--jsonl", str(work / "texts00.jsonl"), "--out", str(work / "x.safetensors")],
+                   "does not apply to the many texts of --jsonl")
 
     print(f"{c.passed} passed, {c.failed} failed")
     return 1 if c.failed else 0
