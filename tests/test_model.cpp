@@ -672,3 +672,15 @@ TEST(NoResidual, EveryMethodLosesItsShortcut) {
   }
   EXPECT_GE(compared, 2);  // admin and deepnorm against post
 }
+
+// model_with_params: the widened copy the instruments read holds exactly the float model's values (no
+// random initialization left anywhere), and a parameter count of another config is refused.
+TEST(ModelWithParams, HoldsEveryGivenValueAndRefusesAnotherCount) {
+  const ModelConfig c = tiny(Arch::Gpt, {Placement::Pre}, NormKind::LayerNorm);
+  const Model<float> f(c);
+  const auto d = model_with_params<double>(c, f.params());
+  ASSERT_EQ(d->params().size(), f.params().size());
+  for (size_t i = 0; i < f.params().size(); i++) ASSERT_EQ(d->params()[i], double(f.params()[i])) << i;
+  std::vector<float> short_by_one(f.params().begin(), f.params().end() - 1);
+  EXPECT_THROW(model_with_params<double>(c, short_by_one), Error);
+}

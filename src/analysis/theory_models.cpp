@@ -74,19 +74,15 @@ std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c, bool need
       throw NotApplicable("the claim needs gradients of a loss; this model has no head (head = none)");
     ModelConfig at = g;
     at.eps = c.eps;  // the claim's eps (e.g. 0 for 000's theorems), the model's weights
-    auto m = std::make_unique<Model<double>>(at);
-    std::copy(o_.model->params.begin(), o_.model->params.end(), m->params().begin());
-    return m;
+    return model_with_params<double>(at, o_.model->params);
   }
-  auto m = std::make_unique<Model<double>>(c);
-  if (o_.train_steps == 0) return m;
+  if (o_.train_steps == 0) return std::make_unique<Model<double>>(c);
   const std::string key = key_of(c);
   auto it = trained_.find(key);
   if (it == trained_.end()) it = trained_.emplace(key, train(c)).first;
   const Trained& t = it->second;
-  std::copy(t.params.begin(), t.params.end(), m->params().begin());
   note_if_unlearned(t);
-  return m;
+  return model_with_params<double>(c, t.params);
 }
 
 std::string ModelSource::key_of(const ModelConfig& c) {
@@ -112,9 +108,7 @@ void ModelSource::used(const ModelConfig& c) {
 
 std::unique_ptr<Model<double>> ModelSource::given() const {
   if (!o_.model) return nullptr;
-  auto m = std::make_unique<Model<double>>(o_.model->config);
-  std::copy(o_.model->params.begin(), o_.model->params.end(), m->params().begin());
-  return m;
+  return model_with_params<double>(o_.model->config, o_.model->params);
 }
 
 namespace {

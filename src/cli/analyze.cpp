@@ -85,9 +85,7 @@ std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd) {
     if (!cmd.config.empty() || !cmd.sets.empty())
       throw Error("give either --checkpoint or --config/--set, not both");
     auto f = load_model(cmd.checkpoint);
-    auto m = std::make_unique<Model<double>>(f->config());
-    std::copy(f->params().begin(), f->params().end(), m->params().begin());
-    return m;
+    return model_with_params<double>(f->config(), f->params());
   }
   nlohmann::json doc = cmd.config.empty() ? nlohmann::json::object() : read_toml(cmd.config);
   apply_overrides(doc, cmd.sets);

@@ -7,13 +7,17 @@
 
 #include "ops/gemm_backend.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <fmt/format.h>
+#include <memory>
 #include <vector>
 
 #include "model/config.h"
 #include "model/params.h"
 #include "model/qk_norm.h"
 #include "ops/attention.h"
+#include "util/error.h"
 
 namespace normlab {
 
@@ -341,5 +345,17 @@ class Model {
 
 extern template class Model<float>;
 extern template class Model<double>;
+
+// A model of `cfg` holding `params` (float or double: widened or narrowed), built without the random
+// initialization the copy would overwrite (for a 135M-parameter model that costs seconds). Error if
+// the count differs from the config's.
+template <class S, class Params>
+std::unique_ptr<Model<S>> model_with_params(ModelConfig cfg, const Params& params) {
+  auto m = std::make_unique<Model<S>>(std::move(cfg), typename Model<S>::Unset{});
+  if (size_t(params.size()) != m->params().size())
+    throw Error(fmt::format("{} parameters given for a config of {}", params.size(), m->params().size()));
+  std::copy(params.begin(), params.end(), m->params().begin());
+  return m;
+}
 
 }  // namespace normlab

@@ -42,9 +42,7 @@ nlohmann::json probe_omissions(const ModelConfig& cfg, int probe_seq_len) {
 }
 
 std::unique_ptr<Model<double>> widen(const Model<float>& model) {
-  auto m = std::make_unique<Model<double>>(model.config());
-  std::copy(model.params().begin(), model.params().end(), m->params().begin());
-  return m;
+  return model_with_params<double>(model.config(), model.params());
 }
 
 nlohmann::json probe_model(Model<double>& model, const std::vector<int32_t>& bytes, int T, uint64_t seed) {
