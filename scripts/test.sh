@@ -11,11 +11,10 @@
 # browser, and the longest ones are split so that two overlap); OMP_WAIT_POLICY=PASSIVE makes an
 # OpenMP thread that waits yield its core instead of spinning on it, so two tests that both use two
 # threads share the cores instead of stalling each other. The pretrained models the tests read are
-# fetched into the cache first (once; scripts/fetch_model.sh), not by two tests racing.
+# fetched into the cache by the setup (once; scripts/fetch_model.sh), not by two tests racing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
-for model in all-MiniLM-L6-v2 SmolLM2-135M-Instruct; do bash scripts/fetch_model.sh "$model" > /dev/null; done
 cd build
 export OMP_WAIT_POLICY=PASSIVE
 jobs=${NORMLAB_TEST_JOBS:-2}
