@@ -66,17 +66,23 @@ def main():
                                                      pre_tokenizers.ByteLevel(add_prefix_space=False)])
     sentences = [s for s in open(os.path.join(a.source, "data", "sentences.txt"), encoding="utf-8").read().splitlines() if s]
     texts = [t for t in TEXTS if t] + sentences
-    text_file = os.path.join(a.workdir, "text.txt")
+    # every text in one call (--jsonl: one JSON string per line in, one JSON line per text out)
+    texts_file = os.path.join(a.workdir, "texts.jsonl")
+    with open(texts_file, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(t) + "\n" for t in texts)
+    p = subprocess.run([a.normlab, "tokenize", "--tokenizer", path, "--jsonl", texts_file, "--json", "--no-special"],
+                       capture_output=True, text=True)
+    lines = p.stdout.split("\n")[:-1] if p.returncode == 0 else []  # (not splitlines: U+2028 is not a line end here)
+    if len(lines) != len(texts):
+        failures.append(f"normlab tokenize --jsonl: exit {p.returncode}, {len(lines)} lines for {len(texts)} texts: "
+                        f"{p.stderr.strip()}")
+        lines = [None] * len(texts)
     same = plain_same = plain_total = 0
-    for t in texts:
-        open(text_file, "w", encoding="utf-8").write(t)
-        p = subprocess.run([a.normlab, "tokenize", "--tokenizer", path, "--text-file", text_file, "--json", "--no-special"],
-                           capture_output=True, text=True)
+    for t, line in zip(texts, lines):
         want = backend.encode(t, add_special_tokens=False).ids
-        if p.returncode != 0:
-            failures.append(f"normlab tokenize {t!r}: {p.stderr.strip()}")
+        if line is None:
             continue
-        mine = json.loads(p.stdout)["ids"]
+        mine = json.loads(line)["ids"]
         if mine != want:
             failures.append(f"tokenize {t!r}: normlab {mine[:20]}... tokenizers {want[:20]}...")
         else:

@@ -168,7 +168,7 @@ class Check:
         r = subprocess.run(cmd, capture_output=True)
         if r.returncode != 0:
             return None, r.stderr.decode("utf-8", "replace").strip()
-        lines = r.stdout.decode("utf-8").splitlines()
+        lines = r.stdout.decode("utf-8").split("\n")[:-1]  # (not splitlines: U+2028 is not a line end here)
         if len(lines) != len(texts):
             return None, f"--jsonl printed {len(lines)} lines for {len(texts)} texts"
         return [json.loads(line) for line in lines], None
