@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import transformers
 from safetensors.numpy import load_file, save_file
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tokenizer_check import TEXTS  # noqa: E402
@@ -52,7 +52,9 @@ def main():
     d, g = os.path.dirname(path), os.path.basename(path)
     failures = []
 
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=g)
+    # the config read once and given to both (each from_pretrained would read the GGUF file again)
+    config = AutoConfig.from_pretrained(d, gguf_file=g)
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=g, config=config)
     # transformers 4.45 builds the tokenizer with ByteLevel alone, dropping the Digits split that
     # tokenizer.ggml.pre = 'smollm' names (llama.cpp splits \p{N} individually; SmolLM2's own
     # tokenizer.json is Sequence[Digits(individual_digits), ByteLevel]). The oracle is therefore the
@@ -99,7 +101,7 @@ def main():
     for f in failures:
         print("  ", f)
 
-    ref = AutoModelForCausalLM.from_pretrained(d, gguf_file=g, torch_dtype=torch.float32)
+    ref = AutoModelForCausalLM.from_pretrained(d, gguf_file=g, config=config, torch_dtype=torch.float32)
     ref.lm_head.weight = ref.model.embed_tokens.weight  # the file has no output.weight: the head is tied
     ref = ref.double().eval()
 
