@@ -105,8 +105,9 @@ TEST(Jvp, EveryNormKindThroughTheSeam) {
                 });
       // the structural kernel at eps = 0 has the dimension the rank checks use (LayerNorm 2, RMSNorm 1,
       // the point-wise kinds 0), for a generic row
-      if (C >= 3)
+      if (C >= 3) {
         EXPECT_EQ(norm_structural_kernel(kind, x.data(), C, 0.0).size(), size_t(norm_kernel_dimension(kind)));
+      }
       // parameter gradients of <v, y(params)>
       const Vec v = randn(N * C, 14);
       Vec out(N * C), gx(N * C, 0.0), dw(C, 0.0), db(C, 0.0), da(1, 0.0), ds(1, 0.0);

@@ -213,21 +213,34 @@ TEST(Data, EncoderMaskingFollowsBert) {
   EXPECT_NEAR(double(unchanged) / labelled, 0.1 + 0.1 / 256, 0.03);
 }
 
+// A one-row batch of two tokens (ids, labels, token types, padding mask; the source stays empty).
+static Batch two_tokens(std::vector<int32_t> ids, std::vector<int32_t> labels, std::vector<int32_t> types,
+                 std::vector<uint8_t> mask) {
+  Batch b;
+  b.B = 1;
+  b.T = 2;
+  b.ids = std::move(ids);
+  b.labels = std::move(labels);
+  b.types = std::move(types);
+  b.mask = std::move(mask);
+  return b;
+}
+
 TEST(Data, BadBatchesAreRefused) {
   ModelConfig c;
-  Batch b{1, 2, {1, 300}, {2, 3}, {}, {}};
+  Batch b = two_tokens({1, 300}, {2, 3}, {}, {});
   EXPECT_THROW(check_batch(b, c, "x"), Error);  // id out of range
-  b = {1, 2, {1, 2}, {-100, -100}, {}, {}};
+  b = two_tokens({1, 2}, {-100, -100}, {}, {});
   EXPECT_THROW(check_batch(b, c, "x"), Error);  // no labels
-  b = {1, 2, {1, 2}, {-5, 3}, {}, {}};
+  b = two_tokens({1, 2}, {-5, 3}, {}, {});
   EXPECT_THROW(check_batch(b, c, "x"), Error);  // bad label
-  b = {1, 2, {1, 2}, {2, 3}, {0, 1}, {}};
+  b = two_tokens({1, 2}, {2, 3}, {0, 1}, {});
   EXPECT_THROW(check_batch(b, c, "x"), Error);  // a token type without a token-type embedding
-  b = {1, 2, {1, 2}, {2, 3}, {}, {0, 1}};
+  b = two_tokens({1, 2}, {2, 3}, {}, {0, 1});
   EXPECT_THROW(check_batch(b, c, "x"), Error);  // a gpt row starting with padding (left padding)
-  b = {1, 2, {1, 2}, {2, 3}, {}, {1, 2}};
+  b = two_tokens({1, 2}, {2, 3}, {}, {1, 2});
   EXPECT_THROW(check_batch(b, c, "x"), Error);  // a mask value other than 0/1
-  b = {1, 2, {1, 2}, {2, 3}, {}, {1, 0}};
+  b = two_tokens({1, 2}, {2, 3}, {}, {1, 0});
   EXPECT_NO_THROW(check_batch(b, c, "x"));      // right padding
   const fs::path dir = temp_dir("data");
   std::ofstream(dir / "empty.txt").close();
@@ -243,7 +256,11 @@ namespace {
 // The byte-level batch sampler as it was before corpora held token ids (commit d0bed03), verbatim
 // but for the name: the byte path must still draw exactly these batches.
 Batch old_byte_sample_batch(const std::vector<uint8_t>& bytes, Arch arch, int B, int T, Rng& rng) {
-  Batch batch{B, T, std::vector<int32_t>(size_t(B) * T), std::vector<int32_t>(size_t(B) * T), {}, {}};
+  Batch batch;
+  batch.B = B;
+  batch.T = T;
+  batch.ids.resize(size_t(B) * T);
+  batch.labels.resize(size_t(B) * T);
   const size_t windows = bytes.size() - size_t(T);  // starts with T + 1 bytes available
   for (int b = 0; b < B; b++) {
     const size_t start = rng.below(windows);

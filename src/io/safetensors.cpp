@@ -372,7 +372,11 @@ std::string quote_start(const unsigned char* bytes, size_t n) {
   std::string out;
   for (size_t i = 0; i < n; i++) {
     if (text) out += (bytes[i] == '\n' || bytes[i] == '\t') ? ' ' : char(bytes[i]);
-    else out += (i ? " " : "") + std::string(1, "0123456789abcdef"[bytes[i] >> 4]) + "0123456789abcdef"[bytes[i] & 15];
+    else {
+      if (i) out += ' ';
+      out += "0123456789abcdef"[bytes[i] >> 4];
+      out += "0123456789abcdef"[bytes[i] & 15];
+    }
   }
   return text ? "the text \"" + out + "\"" : "the bytes " + out;
 }

@@ -72,8 +72,10 @@ bool term_matches(const json& run, const Term& t) {
 // "placement=post lr=0.001": a filter as the report names the side
 std::string side_label(const std::string& filter) {
   std::string out;
-  for (const Term& t : parse_filter(filter, "reproduce"))
-    out += (out.empty() ? "" : " ") + view::short_key(t.key) + "=" + t.value;
+  for (const Term& t : parse_filter(filter, "reproduce")) {
+    if (!out.empty()) out += ' ';
+    out += fmt::format("{}={}", view::short_key(t.key), t.value);
+  }
   return out;
 }
 

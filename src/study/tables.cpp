@@ -32,7 +32,10 @@ std::string field(const json& v) {
 
 std::string row(const std::vector<json>& values) {
   std::string out;
-  for (size_t i = 0; i < values.size(); i++) out += (i ? "," : "") + field(values[i]);
+  for (size_t i = 0; i < values.size(); i++) {
+    if (i) out += ',';
+    out += field(values[i]);
+  }
   return out + "\r\n";
 }
 

@@ -199,7 +199,11 @@ double unigram_entropy(const std::vector<int32_t>& ids) {
 
 Batch sample_batch(const std::vector<int32_t>& tokens, Arch arch, int B, int T, Rng& rng,
                    const Masking& masking) {
-  Batch batch{B, T, std::vector<int32_t>(size_t(B) * T), std::vector<int32_t>(size_t(B) * T), {}, {}};
+  Batch batch;
+  batch.B = B;
+  batch.T = T;
+  batch.ids.resize(size_t(B) * T);
+  batch.labels.resize(size_t(B) * T);
   const size_t windows = tokens.size() - size_t(T);  // starts with T + 1 ids available
   for (int b = 0; b < B; b++) {
     const size_t start = rng.below(windows);
