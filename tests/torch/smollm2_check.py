@@ -32,7 +32,7 @@ from safetensors.numpy import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tokenizer_check import TEXTS  # noqa: E402
+from tokenizer_check import TEXTS, tokenize_many  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 HIDDEN_TOL, LOGIT_TOL = 5e-5, 5e-5
@@ -69,22 +69,16 @@ def main():
     sentences = [s for s in open(os.path.join(a.source, "data", "sentences.txt"), encoding="utf-8").read().splitlines() if s]
     texts = [t for t in TEXTS if t] + sentences
     # every text in one call (--jsonl: one JSON string per line in, one JSON line per text out)
-    texts_file = os.path.join(a.workdir, "texts.jsonl")
-    with open(texts_file, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(t) + "\n" for t in texts)
-    p = subprocess.run([a.normlab, "tokenize", "--tokenizer", path, "--jsonl", texts_file, "--json", "--no-special"],
-                       capture_output=True, text=True)
-    lines = p.stdout.split("\n")[:-1] if p.returncode == 0 else []  # (not splitlines: U+2028 is not a line end here)
-    if len(lines) != len(texts):
-        failures.append(f"normlab tokenize --jsonl: exit {p.returncode}, {len(lines)} lines for {len(texts)} texts: "
-                        f"{p.stderr.strip()}")
-        lines = [None] * len(texts)
+    outs, err = tokenize_many(a.normlab, path, texts, os.path.join(a.workdir, "texts.jsonl"), ["--no-special"])
+    if err is not None:
+        failures.append(f"normlab tokenize --jsonl: {err}")
+        outs = [None] * len(texts)
     same = plain_same = plain_total = 0
-    for t, line in zip(texts, lines):
+    for t, out in zip(texts, outs):
         want = backend.encode(t, add_special_tokens=False).ids
-        if line is None:
+        if out is None:
             continue
-        mine = json.loads(line)["ids"]
+        mine = out["ids"]
         if mine != want:
             failures.append(f"tokenize {t!r}: normlab {mine[:20]}... tokenizers {want[:20]}...")
         else:

@@ -134,6 +134,20 @@ CORPUS_EXTRA = [
 ]
 
 
+def tokenize_many(normlab, tokenizer, texts, jsonl_path, extra=()):
+    """`normlab tokenize --json --jsonl` on texts written to jsonl_path (one JSON string per line):
+    (the parsed output line of each text, None) or (None, what went wrong)."""
+    Path(jsonl_path).write_text("".join(json.dumps(t) + "\n" for t in texts), encoding="utf-8")
+    r = subprocess.run([normlab, "tokenize", "--tokenizer", str(tokenizer), "--json", "--jsonl", str(jsonl_path), *extra],
+                       capture_output=True)
+    if r.returncode != 0:
+        return None, r.stderr.decode("utf-8", "replace").strip()
+    lines = r.stdout.decode("utf-8").split("\n")[:-1]  # (not splitlines: U+2028 is not a line end here)
+    if len(lines) != len(texts):
+        return None, f"--jsonl printed {len(lines)} lines for {len(texts)} texts"
+    return [json.loads(line) for line in lines], None
+
+
 class Check:
     def __init__(self, normlab, work):
         self.normlab, self.work = normlab, work
@@ -157,21 +171,11 @@ class Check:
         return json.loads(r.stdout), None
 
     def ours_many(self, tokenizer, texts, extra):
-        """Every text in one process (--jsonl: one JSON string per line in, one JSON line per text out)."""
+        """Every text in one process (tokenize_many), one file per text list."""
         key = tuple(texts)
         if key not in self.jsonl_files:
-            p = self.work / f"texts{len(self.jsonl_files):02d}.jsonl"
-            p.write_text("".join(json.dumps(t) + "\n" for t in texts), encoding="utf-8")
-            self.jsonl_files[key] = p
-        cmd = [self.normlab, "tokenize", "--tokenizer", str(tokenizer), "--json", "--jsonl",
-               str(self.jsonl_files[key]), *extra]
-        r = subprocess.run(cmd, capture_output=True)
-        if r.returncode != 0:
-            return None, r.stderr.decode("utf-8", "replace").strip()
-        lines = r.stdout.decode("utf-8").split("\n")[:-1]  # (not splitlines: U+2028 is not a line end here)
-        if len(lines) != len(texts):
-            return None, f"--jsonl printed {len(lines)} lines for {len(texts)} texts"
-        return [json.loads(line) for line in lines], None
+            self.jsonl_files[key] = self.work / f"texts{len(self.jsonl_files):02d}.jsonl"
+        return tokenize_many(self.normlab, tokenizer, texts, self.jsonl_files[key], extra)
 
     def compare(self, name, tokenizer, extra, oracle, texts, argument_texts=()):
         """oracle(text) -> (ids, tokens). Every text must give the same ids and tokens: all of them
