@@ -8,13 +8,17 @@
 # ("Fuzzing and sanitizers").
 # Every test's timeout is the Release one times SCALE (tests/CMakeLists.txt, NORMLAB_TEST_TIMEOUT_SCALE;
 # ctest's default for tests without one is scripts/test.sh's 1500 s times SCALE).
+# The Python module's tests run the sanitized module in Debian's python with GCC's ASan and UBSan
+# runtimes preloaded (NORMLAB_SANITIZER_PRELOAD in tests/CMakeLists.txt; leak checks off there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scale=${SCALE:-4}
 flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DNORMLAB_BENCH=OFF -DNORMLAB_TEST_TIMEOUT_SCALE="$scale" -DNORMLAB_PYTHON="${NORMLAB_PYTHON:-$PWD/build/pyenv/bin/python}" >/dev/null
+  -DNORMLAB_BENCH=OFF -DNORMLAB_TEST_TIMEOUT_SCALE="$scale" -DNORMLAB_PYTHON="${NORMLAB_PYTHON:-$PWD/build/pyenv/bin/python}" \
+  -DNORMLAB_PYTHON_TF447="${NORMLAB_PYTHON_TF447:-$PWD/build/pyenv-tf447/bin/python}" \
+  -DNORMLAB_SANITIZER_PRELOAD="$(g++ -print-file-name=libasan.so):$(g++ -print-file-name=libubsan.so)" >/dev/null
 time nice -n 15 ninja -C build-asan -j "${JOBS:-1}" ${TARGETS:-}
 # halt at the first report; LeakSanitizer on; the Python oracles load no sanitized code, only the
 # normlab command they run is checked
