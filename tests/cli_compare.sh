@@ -41,7 +41,6 @@ check "grep -q 'placement=post lr=1e+30 *diverged' out.txt" "table row of the di
 check "grep -q 'Diverged: placement=post lr=1e+30 (step' out.txt" "written summary names the diverged run"
 check "grep -q 'Theory claims on fresh models (41 measured)' tiny/summary.txt && grep -q 'Theory claims on trained (to a plateau, at most 30 steps) models' tiny/summary.txt" "summary.txt lacks the theory lines"
 check "grep -q '\[2/4\] placement=post lr=1e+30' out.txt" "progress names the run"
-check "grep -q 'left' out.txt" "progress shows time left"
 # the metrics of a run are the trainer's own
 check "grep -q '\"type\":\"summary\"' tiny/runs/01-*/metrics.jsonl" "run metrics lack a summary record"
 # self-contained: no external scripts, styles or images
@@ -115,8 +114,65 @@ mkdir corrupt && head -c 300 tiny/results.json > corrupt/results.json
 expect_error "not a normlab results file" report corrupt
 check "[[ ! -e x1 && ! -e x3 && ! -e x4 && ! -e x10 && ! -e x12 ]]" "a refused study left an output directory"
 
+# --- runs side by side (--jobs: study/jobs.h) ------------------------------------------------
+# the same runs as one process at the same threads per run, to the bit (only the timings differ)
+sed 's/^theory = true/theory = false/' "$DATA/tiny_study.toml" > no_theory.toml
+OMP_NUM_THREADS=1 timeout 300 "$NL" compare --config no_theory.toml --jobs 1 --out seq > seq.txt 2>&1
+OMP_NUM_THREADS=2 timeout 300 "$NL" compare --config no_theory.toml --jobs 2 --out par > par.txt 2>&1
+check "grep -q 'left' seq.txt" "progress shows time left"
+check "grep -q '(4 runs, 2 at a time with 1 thread each)' par.txt && grep -q '^job 1: \[' par.txt" \
+  "--jobs 2 does not say it runs two at a time, or job 1 ran nothing: $(head -5 par.txt)"
+check "python3 - <<'PY'
+import json
+a, b = json.load(open('seq/results.json')), json.load(open('par/results.json'))
+assert b['jobs'] == {'processes': 2, 'threads_each': 1}, b.get('jobs')
+timing = {'seconds', 'tokens_per_s', 'elapsed_s', 'instruments_seconds', 'out_dir'}
+def strip(x):
+    if isinstance(x, dict): return {k: strip(v) for k, v in x.items() if k not in timing}
+    if isinstance(x, list): return [strip(v) for v in x]
+    return x
+for x, y in zip(a['runs'], b['runs']):
+    assert strip(x) == strip(y), x['name']
+PY" "--jobs 2 gave other numbers than one process at one thread per run"
+check "[[ -z \$(ls -A par | grep '^\.jobs') ]]" "--jobs left its queue or a job's records in the study directory"
+expect_error "not by hand" compare --config no_theory.toml --worker 1 --out x13
+
+# Ctrl-C of job 0 alone (kill -INT, not the terminal's process group): every job stops, the runs
+# they held are interrupted (resumable), the rest not run
+wait_for_steps() {  # FILE PATTERN: until FILE shows PATTERN and a progress line after it
+  for _ in $(seq 1 600); do
+    grep -q "$2" "$1" && grep -qE 'step [0-9]+/[0-9]+ \|' "$1" && return 0
+    sleep 0.1
+  done
+}
+"$NL" compare --config "$DATA/slow_study.toml" --jobs 2 --out slowj > slowj.txt 2>&1 &
+pid=$!
+wait_for_steps slowj.txt '^job 1: \['
+sleep 1
+kill -INT $pid
+wait $pid
+rc=$?
+check "[[ $rc -eq 130 ]]" "--jobs Ctrl-C: exit $rc, wanted 130; output: $(tail -5 slowj.txt)"
+check "[[ \$(q slowj/results.json \"[r['status'] for r in d['runs']]\") == \"['not run', 'interrupted', 'interrupted']\" ]]" \
+  "--jobs Ctrl-C statuses: $(q slowj/results.json "[r['status'] for r in d['runs']]" 2>&1)"
+check "! pgrep -f 'compare --resume slowj --worker' > /dev/null" "--jobs Ctrl-C left a job running"
+# a job that dies (kill -9): the run it held is failed, naming why; job 0 goes on with the rest
+"$NL" compare --config "$DATA/slow_study.toml" --jobs 2 --out slowk > slowk.txt 2>&1 &
+pid=$!
+wait_for_steps slowk.txt '^job 1: \['
+pkill -9 -f 'compare --resume slowk --worker 1'
+sleep 1
+kill -INT $pid
+wait $pid
+rc=$?
+check "[[ $rc -eq 130 ]]" "a killed job: exit $rc, wanted 130 (job 0 interrupted after it); output: $(tail -5 slowk.txt)"
+check "[[ \$(q slowk/results.json \"[r['status'] for r in d['runs']]\") == \"['not run', 'interrupted', 'failed']\" ]]" \
+  "a killed job's statuses: $(q slowk/results.json "[r['status'] for r in d['runs']]" 2>&1)"
+check "q slowk/results.json \"d['runs'][2]['error']\" | grep -q 'job 1 of the study ended while running it (signal 9'" \
+  "a killed job's run does not say why it failed: $(q slowk/results.json "d['runs'][2].get('error')" 2>&1)"
+
 # --- Ctrl-C -----------------------------------------------------------------------------------
-"$NL" compare --config "$DATA/slow_study.toml" --out slow > slow.txt 2>&1 &
+"$NL" compare --config "$DATA/slow_study.toml" --jobs 1 --out slow > slow.txt 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do  # wait until the first run has finished and the second one is training
   # (a progress line "step N/M | loss"; the run's label itself contains "steps=")

@@ -246,6 +246,10 @@ h = json.dumps(header).encode()
 h += b" " * (-len(h) % 8)
 open("pairs.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + blob)
 EOF
+# the study's runs and their probes ran with threads_each threads (compare --jobs): analyze with as
+# many, so their sums are in the same order
+threads=$(jq '.jobs.threads_each // empty' out/results.json)
+[[ -n "$threads" ]] && export OMP_NUM_THREADS=$threads
 first_src=$(head -n 1 corpus/valid.src | head -c 15)  # the probe's pair: cut to 16 tokens a side
 first_tgt=$(head -n 1 corpus/valid.tgt | head -c 15)
 for dir in out/runs/*/; do

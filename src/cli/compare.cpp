@@ -137,13 +137,16 @@ int resume_compare(const CompareCommand& cmd) {
   if (extends) document = given;                      // the runs of study.json and new ones
   else if (doc_given) copy_presentation(given, document);  // its reproductions, title and description
   const study::Study s = study::study_from_json(document, saved_sets, where);
-  if (extends && dist::world().root())
+  if (extends && dist::world().root() && cmd.worker == 0)
     fmt::print("normlab compare: the study given extends the one in '{}': {} runs, {} of them new\n",
                cmd.resume, s.runs.size(), s.runs.size() - study::study_from_json(saved, saved_sets, where).runs.size());
   study::CompareOptions options;
   options.out_dir = cmd.resume;
   options.resume = true;
   options.sets = saved_sets;
+  options.jobs = cmd.jobs;
+  options.worker_exe = "/proc/self/exe";  // this normlab, even if its file was replaced meanwhile
+  options.worker = cmd.worker;
   const StopOnInterrupt interrupt;
   options.stop = interrupt.flag();
   return study::run_study(s, options);
@@ -162,6 +165,13 @@ void add_compare_command(CLI::App& app, CompareCommand& cmd) {
   cmd.compare->add_option("--resume", cmd.resume,
                           "finish the stopped study in DIR: finished runs kept, the interrupted one resumed, the rest run "
                           "(with --study/--config: the same study, or one whose grid adds runs)");
+  cmd.compare->add_option("--jobs,-j", cmd.jobs,
+                          "runs side by side: N processes sharing the cores (default: one per core, at most the runs "
+                          "left; 1 under mpirun). A run's last digits depend on its thread count")
+      ->check(CLI::Range(1, 256));
+  cmd.compare->add_option("--worker", cmd.worker, "job K of a study started with --jobs (started by it, with --resume)")
+      ->check(CLI::Range(1, 256))
+      ->group("");  // hidden: not for users
   cmd.compare->add_flag("--list", cmd.list, "list the built-in studies and exit");
   cmd.report = app.add_subcommand("report", "redo DIR's summary and report.html from DIR/results.json");
   cmd.report->add_option("dir", cmd.report_dir, "a study directory from normlab compare")->required();
@@ -211,6 +221,7 @@ int run_compare(const CompareCommand& cmd) {
                "A real pretrained Post-LN network (all-MiniLM-L6-v2, fetched once) beside a fresh model of its config");
     return 0;
   }
+  if (cmd.worker > 0 && cmd.resume.empty()) throw Error("--worker is started by `normlab compare --jobs N`, not by hand");
   if (!cmd.resume.empty()) return resume_compare(cmd);
   if (!cmd.config.empty() && cmd.compare->count("--study"))
     throw Error("give either --study or --config, not both");
@@ -229,6 +240,8 @@ int run_compare(const CompareCommand& cmd) {
   options.out_dir = cmd.out.empty() ? fmt::format("runs/compare-{}-{}", s.name, timestamp()) : cmd.out;
   options.force = cmd.force;
   options.sets = cmd.sets;
+  options.jobs = cmd.jobs;
+  options.worker_exe = "/proc/self/exe";
   const StopOnInterrupt interrupt;  // the first Ctrl-C stops after the current step
   options.stop = interrupt.flag();
   return study::run_study(s, options);

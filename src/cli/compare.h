@@ -15,6 +15,8 @@ struct CompareCommand {
   std::string resume;  // --resume DIR: finish the stopped study in DIR
   std::vector<std::string> sets;
   bool force = false, list = false;
+  int jobs = 0;    // --jobs N: runs side by side (0: one per core)
+  int worker = 0;  // --worker K (hidden): job K of a study started with --jobs, with --resume DIR
   CLI::App* report = nullptr;
   std::string report_dir;
   bool report_csv = false;  // report --csv: the results as tables (study/tables.h)

@@ -11,12 +11,15 @@
 #include <fmt/format.h>
 #include <fstream>
 #include <map>
+#include <omp.h>
+#include <optional>
 #include <unistd.h>
 
 #include "analysis/theory.h"
 #include "dist/dist.h"
 #include "model/decode.h"
 #include "model/model.h"
+#include "study/jobs.h"
 #include "study/probe.h"
 #include "study/report.h"
 #include "study/reproduce.h"
@@ -28,6 +31,7 @@
 #include "train/translation.h"
 #include "util/error.h"
 #include "util/files.h"
+#include "util/interrupt.h"
 #include "util/json_reader.h"
 
 namespace normlab::study {
@@ -58,8 +62,10 @@ class Progress {
  public:
   // costs: of every run of the study, 0 for those another rank runs. rank_tag: "" alone, else
   // "rank r: " (every rank prints its own runs' first and last lines; rank 0 alone the steps).
-  Progress(std::vector<double> costs, std::string rank_tag, bool steps)
-      : costs_(std::move(costs)), tty_(isatty(fileno(stdout))), steps_shown_(steps), tag_(std::move(rank_tag)) {
+  // shares_terminal: a job of `--jobs` (jobs.h), whose lines go to job 0's terminal.
+  Progress(std::vector<double> costs, std::string rank_tag, bool steps, bool shares_terminal = false)
+      : costs_(std::move(costs)), tty_(isatty(fileno(stdout))), steps_shown_(steps),
+        shares_terminal_(shares_terminal), tag_(std::move(rank_tag)) {
     for (double c : costs_) total_ += c;
   }
   void begin_run(size_t i, const std::string& label, long steps) {
@@ -68,7 +74,7 @@ class Progress {
     steps_ = steps;
     next_line_ = 0;
     run_t0_ = Clock::now();
-    fmt::print("{}[{}/{}] {}\n", tag_, i + 1, costs_.size(), label);
+    fmt::print("{}{}[{}/{}] {}\n", line_start(), tag_, i + 1, costs_.size(), label);
     std::fflush(stdout);
   }
   void stage(const std::string& what) {
@@ -105,9 +111,12 @@ class Progress {
   void end_run(const std::string& outcome) {
     done_ += costs_[run_];
     clear();
-    fmt::print("{}        {}{} ({})\n", tag_, tag_.empty() ? "" : label_ + ": ", outcome, clock_text(seconds_since(run_t0_)));
+    fmt::print("{}{}        {}{} ({})\n", line_start(), tag_, tag_.empty() ? "" : label_ + ": ", outcome,
+               clock_text(seconds_since(run_t0_)));
     std::fflush(stdout);
   }
+  // The cost of the runs done so far by every job (--jobs: the others' runs count for the estimate).
+  void set_done(double cost) { done_ = cost; }
   void theory_done() { theory_pending_ = false; }
   void set_theory(bool pending) { theory_pending_ = pending; }
   double elapsed() const { return seconds_since(t0_); }
@@ -117,9 +126,11 @@ class Progress {
     if (drawn_) fmt::print("\r\033[K");
     drawn_ = false;
   }
+  // a job's line first clears job 0's status line on their terminal
+  const char* line_start() const { return tty_ && shares_terminal_ ? "\r\033[K" : ""; }
   std::vector<double> costs_;
   double total_ = 0, done_ = 0, next_line_ = 0;
-  bool tty_, steps_shown_, drawn_ = false, theory_pending_ = false;
+  bool tty_, steps_shown_, shares_terminal_, drawn_ = false, theory_pending_ = false;
   std::string tag_;
   size_t run_ = 0;
   long steps_ = 0;
@@ -357,6 +368,88 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
   return run;
 }
 
+// A run's record before (or without) its results.
+nlohmann::json run_record(const StudyRun& spec, const std::string& status) {
+  return {{"name", spec.name}, {"label", spec.label}, {"grid", spec.grid},
+          {"config", run_config_to_json(spec.config)}, {"status", status}};
+}
+
+// Run i of the study (run_one) between its progress lines; a run that throws (an Error, or out of
+// memory) is recorded as failed and the study goes on.
+nlohmann::json run_and_report(const Study& study, size_t i, const fs::path& out, const CompareOptions& options,
+                              Progress& progress, StudyData& data) {
+  const StudyRun& spec = study.runs[i];
+  progress.begin_run(i, spec.label, spec.config.train.steps);
+  nlohmann::json run;
+  try {
+    run = run_one(study, spec, out / "runs" / spec.name, options, progress, data);
+  } catch (const std::exception& e) {
+    run = run_record(spec, "failed");
+    run["error"] = dynamic_cast<const std::bad_alloc*>(&e) ? std::string("out of memory") : std::string(e.what());
+  }
+  const std::string status = run["status"];
+  std::string outcome = status;
+  if (status == "diverged") outcome = fmt::format("diverged at step {}", run["diverged"].value("step", 0L));
+  if (status == "failed") outcome = "FAILED: " + run.value("error", std::string());
+  if (run.contains("summary") && run["summary"]["val_loss"].is_number())
+    outcome += fmt::format(", validation loss {:.4f}", run["summary"]["val_loss"].get<double>());
+  if (run.contains("bleu") && run["bleu"]["bleu"].is_number())
+    outcome += fmt::format(", BLEU {:.2f} (greedy, {} validation pairs)", run["bleu"]["bleu"].get<double>(),
+                           run["bleu"].value("sentences", 0));
+  progress.end_run(outcome);
+  return run;
+}
+
+// How many processes run the study's runs side by side (jobs.h): --jobs, or by default one per core
+// OpenMP may use; never more than there are runs to run; 1 under MPI (the ranks spread the runs) and
+// where no command can be started (the Python module).
+int local_jobs(const CompareOptions& options, const dist::Comm& comm, size_t runs) {
+  if (comm.size() > 1 || options.worker_exe.empty() || std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"))
+    return 1;
+  const int wanted = options.jobs > 0 ? options.jobs : omp_get_max_threads();
+  return int(std::max<size_t>(1, std::min<size_t>(size_t(wanted), runs)));
+}
+
+// OpenMP's thread count for this scope (OpenBLAS's OpenMP build follows it too).
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int n) : before_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ScopedThreads() { omp_set_num_threads(before_); }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int before_;
+};
+
+// compare --worker K: job K of a study started with --jobs (jobs.h): runs from the queue until it is
+// empty or Ctrl-C, its records written after every run.
+int run_worker(const Study& study, const CompareOptions& given) {
+  const fs::path out(given.out_dir);
+  RunQueue queue(out);
+  const WorkerStop stop(out, given.stop);
+  CompareOptions options = given;
+  options.stop = stop.flag();
+  std::vector<double> costs;
+  for (const auto& r : study.runs) costs.push_back(run_cost(r.config));
+  Progress progress(costs, fmt::format("job {}: ", options.worker), false, true);
+  StudyData data;
+  nlohmann::json part = {{"runs", nlohmann::json::object()}, {"interrupted", false}};
+  while (!stopped(options)) {
+    const std::optional<size_t> i = queue.take(options.worker);
+    if (!i) break;
+    nlohmann::json run = run_and_report(study, *i, out, options, progress, data);
+    const bool interrupted = run["status"] == "interrupted";
+    part["runs"][std::to_string(*i)] = std::move(run);
+    write_job_part(out, options.worker, part);
+    queue.done(*i);
+    if (interrupted) break;
+  }
+  part["interrupted"] = stopped(options);
+  write_job_part(out, options.worker, part);
+  return stopped(options) ? kInterruptedExitCode : 0;
+}
+
 }  // namespace
 
 void write_outputs(nlohmann::json& results_in, const std::filesystem::path& dir) {
@@ -401,6 +494,7 @@ std::vector<int> assign_runs(const std::vector<double>& costs, const std::vector
 }
 
 int run_study(const Study& study, const CompareOptions& options) {
+  if (options.worker > 0) return run_worker(study, options);
   const dist::Comm comm = dist::world();
   // every corpus is read before anything is written: a bad corpus fails the study at once
   StudyData data;
@@ -446,56 +540,88 @@ int run_study(const Study& study, const CompareOptions& options) {
     costs.push_back(run_cost(r.config));
     to_run.push_back(!kept.count(r.name));
   }
+  const int jobs = local_jobs(options, comm, size_t(std::count(to_run.begin(), to_run.end(), true)));
+  const int threads = std::max(1, omp_get_max_threads() / jobs);
   const std::vector<int> owner = assign_runs(costs, to_run, comm.size());
   std::vector<double> my_costs = costs;
   for (size_t i = 0; i < costs.size(); i++)
-    if (owner[i] != comm.rank()) my_costs[i] = 0;
+    if ((jobs == 1 && owner[i] != comm.rank()) || !to_run[i]) my_costs[i] = 0;
   Progress progress(my_costs, comm.size() > 1 ? fmt::format("rank {}: ", comm.rank()) : "", comm.root());
   progress.set_theory(study.theory && comm.root());
   if (comm.root()) {
-    fmt::print("normlab compare: study '{}' ({} runs{}) -> {}\n", study.name, study.runs.size(),
-               comm.size() > 1 ? fmt::format(", spread over {} MPI ranks", comm.size()) : "", options.out_dir);
+    const std::string spread = comm.size() > 1 ? fmt::format(", spread over {} MPI ranks", comm.size())
+                               : jobs > 1      ? fmt::format(", {} at a time with {} thread{} each", jobs, threads,
+                                                             threads == 1 ? "" : "s")
+                                               : "";
+    fmt::print("normlab compare: study '{}' ({} runs{}) -> {}\n", study.name, study.runs.size(), spread, options.out_dir);
     if (!study.description.empty()) fmt::print("{}\n", study.description);
   }
+
+  if (comm.root())
+    for (size_t i = 0; i < study.runs.size(); i++)
+      if (auto it = kept.find(study.runs[i].name); it != kept.end())
+        fmt::print("[{}/{}] {}\n        kept: {} before --resume\n", i + 1, study.runs.size(), study.runs[i].label,
+                   it->second["status"].get<std::string>());
 
   // this rank's runs, by index in the study
   nlohmann::json mine = nlohmann::json::object();
   bool interrupted = false;
-  for (size_t i = 0; i < study.runs.size(); i++) {
-    const StudyRun& spec = study.runs[i];
-    if (auto it = kept.find(spec.name); it != kept.end()) {
-      if (comm.root())
-        fmt::print("[{}/{}] {}\n        kept: {} before --resume\n", i + 1, study.runs.size(), spec.label,
-                   it->second["status"].get<std::string>());
-      continue;
+  if (jobs > 1) {  // side by side in `jobs` processes, this one job 0 (jobs.h)
+    std::vector<size_t> order;
+    for (size_t i = 0; i < study.runs.size(); i++)
+      if (to_run[i]) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return costs[a] > costs[b]; });
+    RunQueue::create(out, order);
+    const ScopedThreads scoped(threads);
+    Workers workers(options.worker_exe, out, jobs - 1, threads);
+    RunQueue queue(out);
+    const auto done_cost = [&] {
+      double sum = 0;
+      for (size_t i : queue.done_runs()) sum += my_costs[i];
+      return sum;
+    };
+    while (!interrupted && !stopped(options)) {
+      const std::optional<size_t> i = queue.take(0);
+      if (!i) break;
+      progress.set_done(done_cost());
+      nlohmann::json run = run_and_report(study, *i, out, options, progress, data);
+      interrupted = run["status"] == "interrupted";
+      mine[std::to_string(*i)] = std::move(run);
+      queue.done(*i);
     }
+    if (interrupted || stopped(options)) queue.stop();  // the other jobs too (a kill -INT reaches job 0 alone)
+    const std::vector<std::string> ends = workers.wait();
+    for (int job = 1; job < jobs; job++) {
+      const nlohmann::json part = take_job_part(out, job);
+      if (part.contains("runs") && part["runs"].is_object())
+        for (const auto& [index, run] : part["runs"].items()) mine[index] = run;
+      interrupted |= part.value("interrupted", false);
+    }
+    for (const auto& [i, job] : queue.taken())  // a worker that ended without its record of a run
+      if (!mine.contains(std::to_string(i))) {
+        nlohmann::json run = run_record(study.runs[i], "failed");
+        run["error"] = fmt::format("job {} of the study ended while running it ({})", job,
+                                   job > 0 && !ends[size_t(job - 1)].empty() ? ends[size_t(job - 1)] : "no record");
+        mine[std::to_string(i)] = run;
+      }
+    RunQueue::remove(out);
+    for (size_t i : order)  // never taken: Ctrl-C
+      if (!mine.contains(std::to_string(i))) {
+        interrupted = true;
+        mine[std::to_string(i)] = run_record(study.runs[i], "not run");
+      }
+  }
+  for (size_t i = 0; i < study.runs.size() && jobs == 1; i++) {
+    const StudyRun& spec = study.runs[i];
+    if (kept.count(spec.name)) continue;
     if (owner[i] != comm.rank()) continue;
     if (interrupted || stopped(options)) {
       interrupted = true;
-      mine[std::to_string(i)] = {{"name", spec.name}, {"label", spec.label}, {"grid", spec.grid},
-                                 {"config", run_config_to_json(spec.config)}, {"status", "not run"}};
+      mine[std::to_string(i)] = run_record(spec, "not run");
       continue;
     }
-    progress.begin_run(i, spec.label, spec.config.train.steps);
-    nlohmann::json run;
-    try {
-      run = run_one(study, spec, out / "runs" / spec.name, options, progress, data);
-    } catch (const std::exception& e) {  // (an Error, or out of memory): the run failed, the study goes on
-      run = {{"name", spec.name}, {"label", spec.label}, {"grid", spec.grid},
-             {"config", run_config_to_json(spec.config)}, {"status", "failed"},
-             {"error", dynamic_cast<const std::bad_alloc*>(&e) ? std::string("out of memory") : std::string(e.what())}};
-    }
-    const std::string status = run["status"];
-    std::string outcome = status;
-    if (status == "diverged") outcome = fmt::format("diverged at step {}", run["diverged"].value("step", 0L));
-    if (status == "failed") outcome = "FAILED: " + run.value("error", std::string());
-    if (run.contains("summary") && run["summary"]["val_loss"].is_number())
-      outcome += fmt::format(", validation loss {:.4f}", run["summary"]["val_loss"].get<double>());
-    if (run.contains("bleu") && run["bleu"]["bleu"].is_number())
-      outcome += fmt::format(", BLEU {:.2f} (greedy, {} validation pairs)", run["bleu"]["bleu"].get<double>(),
-                             run["bleu"].value("sentences", 0));
-    progress.end_run(outcome);
-    if (status == "interrupted") interrupted = true;
+    nlohmann::json run = run_and_report(study, i, out, options, progress, data);
+    if (run["status"] == "interrupted") interrupted = true;
     mine[std::to_string(i)] = std::move(run);
   }
 
@@ -526,17 +652,19 @@ int run_study(const Study& study, const CompareOptions& options) {
     nlohmann::json known = results;
     known["headline"] = headline(known);
     fmt::print("\n{}\n", headline_text(known));
+    // after the runs with every core (its linear algebra uses them all; small models do not)
     fmt::print("[theory] the claims of the source documents, on fresh and on trained models (normlab theory)\n");
     std::fflush(stdout);
     const auto t0 = Clock::now();
-    analysis::TheoryOptions options;
-    options.seeds = study.theory_seeds;
-    options.trained_seeds = study.theory_trained_seeds;
-    options.cache_dir = normlab_cache_dir();  // trained models: reused from and kept for later runs
-    results["theory"] = analysis::to_json(analysis::run_theory_fresh_and_trained(options, study.theory_steps));
+    analysis::TheoryOptions theory;
+    theory.seeds = study.theory_seeds;
+    theory.trained_seeds = study.theory_trained_seeds;
+    theory.cache_dir = normlab_cache_dir();  // trained models: reused from and kept for later runs
+    results["theory"] = analysis::to_json(analysis::run_theory_fresh_and_trained(theory, study.theory_steps));
     results["theory_seconds"] = seconds_since(t0);
     progress.theory_done();
   }
+  if (jobs > 1) results["jobs"] = {{"processes", jobs}, {"threads_each", threads}};
   results["interrupted"] = interrupted;
   results["elapsed_s"] = elapsed_before + progress.elapsed();
   int code = 0;

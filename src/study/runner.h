@@ -25,6 +25,12 @@ struct CompareOptions {
   bool resume = false;
   std::vector<std::string> sets;  // the --set overrides, saved in overrides.json for --resume
   const std::atomic<bool>* stop = nullptr;  // set by the caller's SIGINT handler
+  // Runs side by side in processes of this machine (jobs.h): how many (0: one per core OpenMP may
+  // use, at most the runs to run), the command that runs a job (empty: one process, as from Python),
+  // and, in a job started so, its number (the study is then run_worker's, out_dir holding the queue).
+  int jobs = 0;
+  std::string worker_exe;
+  int worker = 0;
 };
 
 // Returns the process exit code: 0 when every run finished (diverged runs included: divergence is a
