@@ -191,13 +191,19 @@ Workers::Workers(const std::string& exe, const fs::path& dir, int count, int thr
     argv.push_back(nullptr);
     pid_t pid = 0;
     const int err = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data());
-    if (err != 0) throw Error(fmt::format("cannot start job {} of the study ('{}': {})", job, exe, std::strerror(err)));
+    if (err != 0) {
+      end_all();  // the jobs already started: no destructor runs for a constructor that throws
+      throw Error(fmt::format("cannot start job {} of the study ('{}': {})", job, exe, std::strerror(err)));
+    }
     pids_.push_back(pid);
   }
 }
 
 Workers::~Workers() {
-  if (waited_) return;
+  if (!waited_) end_all();
+}
+
+void Workers::end_all() {
   for (pid_t pid : pids_) ::kill(pid, SIGTERM);
   for (pid_t pid : pids_) {
     int status = 0;

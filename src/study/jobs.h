@@ -66,6 +66,7 @@ class Workers {
   std::vector<std::string> wait();
 
  private:
+  void end_all();  // SIGTERM to every job started, then reaped
   std::vector<pid_t> pids_;
   bool waited_ = false;
 };
