@@ -145,29 +145,29 @@ wait_for_steps() {  # FILE PATTERN: until FILE shows PATTERN and a progress line
     sleep 0.1
   done
 }
-"$NL" compare --config "$DATA/slow_study.toml" --jobs 2 --out slowj > slowj.txt 2>&1 &
-pid=$!
-wait_for_steps slowj.txt '^job 1: \['
-sleep 1
-kill -INT $pid
-wait $pid
-rc=$?
+# interrupted_jobs OUT [ACTION...]: the slow study with --jobs 2 into OUT; once job 1 trains, ACTION,
+# then a Ctrl-C of job 0 alone; sets rc to its exit code
+interrupted_jobs() {
+  local out=$1 pid
+  shift
+  "$NL" compare --config "$DATA/slow_study.toml" --jobs 2 --out "$out" > "$out.txt" 2>&1 &
+  pid=$!
+  wait_for_steps "$out.txt" '^job 1: \['
+  "$@"
+  sleep 1
+  kill -INT $pid
+  wait $pid
+  rc=$?
+}
+statuses() { q "$1/results.json" "[r['status'] for r in d['runs']]" 2>&1; }
+interrupted_jobs slowj
 check "[[ $rc -eq 130 ]]" "--jobs Ctrl-C: exit $rc, wanted 130; output: $(tail -5 slowj.txt)"
-check "[[ \$(q slowj/results.json \"[r['status'] for r in d['runs']]\") == \"['not run', 'interrupted', 'interrupted']\" ]]" \
-  "--jobs Ctrl-C statuses: $(q slowj/results.json "[r['status'] for r in d['runs']]" 2>&1)"
+check "[[ \"\$(statuses slowj)\" == \"['not run', 'interrupted', 'interrupted']\" ]]" "--jobs Ctrl-C statuses: $(statuses slowj)"
 check "! pgrep -f 'compare --resume slowj --worker' > /dev/null" "--jobs Ctrl-C left a job running"
 # a job that dies (kill -9): the run it held is failed, naming why; job 0 goes on with the rest
-"$NL" compare --config "$DATA/slow_study.toml" --jobs 2 --out slowk > slowk.txt 2>&1 &
-pid=$!
-wait_for_steps slowk.txt '^job 1: \['
-pkill -9 -f 'compare --resume slowk --worker 1'
-sleep 1
-kill -INT $pid
-wait $pid
-rc=$?
+interrupted_jobs slowk pkill -9 -f 'compare --resume slowk --worker 1'
 check "[[ $rc -eq 130 ]]" "a killed job: exit $rc, wanted 130 (job 0 interrupted after it); output: $(tail -5 slowk.txt)"
-check "[[ \$(q slowk/results.json \"[r['status'] for r in d['runs']]\") == \"['not run', 'interrupted', 'failed']\" ]]" \
-  "a killed job's statuses: $(q slowk/results.json "[r['status'] for r in d['runs']]" 2>&1)"
+check "[[ \"\$(statuses slowk)\" == \"['not run', 'interrupted', 'failed']\" ]]" "a killed job's statuses: $(statuses slowk)"
 check "q slowk/results.json \"d['runs'][2]['error']\" | grep -q 'job 1 of the study ended while running it (signal 9'" \
   "a killed job's run does not say why it failed: $(q slowk/results.json "d['runs'][2].get('error')" 2>&1)"
 

@@ -47,6 +47,8 @@ std::optional<std::string> launch_without_mpi(const char* ompi_world_size, const
 
 std::optional<int> threads_per_rank() { return g_threads; }
 
+bool under_launcher() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"); }
+
 Comm self() { return Comm(0, 1, false); }
 Comm world() { return Comm(g_rank, g_size, true); }
 
@@ -82,7 +84,7 @@ size_t chunk_begin(size_t n, int P, int k) { return n * size_t(k) / size_t(P); }
 bool built_with_mpi() { return true; }
 
 void init(int* argc, char*** argv) {
-  if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE")) return;  // no launcher: serial
+  if (!under_launcher()) return;  // no launcher: serial
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);  // OpenMP threads never call MPI
   g_mpi_started = true;

@@ -51,6 +51,9 @@ Comm self();
 // Whether this normlab was built with MPI.
 bool built_with_mpi();
 
+// Whether an MPI launcher started this process (OMPI_COMM_WORLD_SIZE or PMI_SIZE in the environment).
+bool under_launcher();
+
 // Call first in main. Under a launcher: starts MPI (or, built without it, throws the one message
 // saying so) and, unless OMP_NUM_THREADS is set, gives each rank its share of the cores it may run
 // on (sched_getaffinity): all of them when the launcher bound the rank to a subset, else an equal

@@ -404,8 +404,7 @@ nlohmann::json run_and_report(const Study& study, size_t i, const fs::path& out,
 // OpenMP may use; never more than there are runs to run; 1 under MPI (the ranks spread the runs) and
 // where no command can be started (the Python module).
 int local_jobs(const CompareOptions& options, const dist::Comm& comm, size_t runs) {
-  if (comm.size() > 1 || options.worker_exe.empty() || std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE"))
-    return 1;
+  if (comm.size() > 1 || options.worker_exe.empty() || dist::under_launcher()) return 1;
   const int wanted = options.jobs > 0 ? options.jobs : omp_get_max_threads();
   return int(std::max<size_t>(1, std::min<size_t>(size_t(wanted), runs)));
 }
@@ -610,19 +609,19 @@ int run_study(const Study& study, const CompareOptions& options) {
         interrupted = true;
         mine[std::to_string(i)] = run_record(study.runs[i], "not run");
       }
-  }
-  for (size_t i = 0; i < study.runs.size() && jobs == 1; i++) {
-    const StudyRun& spec = study.runs[i];
-    if (kept.count(spec.name)) continue;
-    if (owner[i] != comm.rank()) continue;
-    if (interrupted || stopped(options)) {
-      interrupted = true;
-      mine[std::to_string(i)] = run_record(spec, "not run");
-      continue;
+  } else {  // one at a time (under mpirun: this rank's share, assign_runs)
+    for (size_t i = 0; i < study.runs.size(); i++) {
+      const StudyRun& spec = study.runs[i];
+      if (kept.count(spec.name) || owner[i] != comm.rank()) continue;
+      if (interrupted || stopped(options)) {
+        interrupted = true;
+        mine[std::to_string(i)] = run_record(spec, "not run");
+        continue;
+      }
+      nlohmann::json run = run_and_report(study, i, out, options, progress, data);
+      if (run["status"] == "interrupted") interrupted = true;
+      mine[std::to_string(i)] = std::move(run);
     }
-    nlohmann::json run = run_and_report(study, i, out, options, progress, data);
-    if (run["status"] == "interrupted") interrupted = true;
-    mine[std::to_string(i)] = std::move(run);
   }
 
   // rank 0 gathers every rank's runs and writes the one report
