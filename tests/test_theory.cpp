@@ -5,6 +5,7 @@
 // fairseq's inputs against their formulas; and the statistics behind the verdicts (stats.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 #include <map>
@@ -408,6 +409,18 @@ TEST(Theory, FakeDepthRemovalIsTheShallowerStack) {
       mean += std::acos(ab / std::sqrt(aa * bb)) / std::numbers::pi / 7;
     }
     EXPECT_NEAR(f.angular[size_t(l)], mean, 1e-12) << "layer " << l;
+  }
+  // the float32 measurement (what the pretrained study runs) agrees to float precision and also
+  // restores the weights
+  Model<float> mf(c);
+  std::transform(m.params().begin(), m.params().end(), mf.params().begin(), [](double v) { return float(v); });
+  const std::vector<float> before_f = mf.params();
+  const FakeDepth ff = measure_fake_depth(mf, ids);
+  EXPECT_EQ(mf.params(), before_f);
+  EXPECT_NEAR(ff.loss, f.loss, 1e-5 * f.loss);
+  for (int l = 0; l < 3; l++) {
+    EXPECT_NEAR(ff.ablation[size_t(l)], f.ablation[size_t(l)], 1e-4 * std::abs(f.ablation[size_t(l)]) + 1e-5) << "layer " << l;
+    EXPECT_NEAR(ff.angular[size_t(l)], f.angular[size_t(l)], 1e-5) << "layer " << l;
   }
 }
 

@@ -94,7 +94,10 @@ struct FakeDepth {
   double removal_exponent() const;
   int removal_layers() const;  // layers whose removal costs anything (> 0)
 };
-FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids, bool removal = true);
+// float (the pretrained study: SmolLM2's 31 forwards per window, 3x faster than in double; float32's
+// error on a loss is ~1e-5 nats against removal costs of 1e-3 and more) or double.
+template <class S>
+FakeDepth measure_fake_depth(Model<S>& m, const std::vector<int32_t>& ids, bool removal = true);
 Region fake_depth_region(Placement p);
 
 // Dong et al.'s rate of rank collapse, from res(X_l), l = 0 .. L, of pure attention: y_l = log(res_0 /

@@ -20,7 +20,8 @@ namespace normlab::analysis {
 
 namespace {
 
-double loss_on(Model<double>& m, const std::vector<int32_t>& ids) {
+template <class S>
+double loss_on(Model<S>& m, const std::vector<int32_t>& ids) {
   std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);  // the next token
   for (size_t t = 0; t + 1 < ids.size(); t++) labels[t] = ids[t + 1];
   return m.forward(ids.data(), labels.data(), 1, int(ids.size()));
@@ -54,7 +55,8 @@ double FakeDepth::removal_exponent() const {
 
 Region fake_depth_region(Placement p) { return p == Placement::Pre ? Region::below(0) : Region::between(-0.25, 0.25); }
 
-FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids, bool removal) {
+template <class S>
+FakeDepth measure_fake_depth(Model<S>& m, const std::vector<int32_t>& ids, bool removal) {
   const ModelConfig& c = m.config();
   const int L = c.n_layers, T = int(ids.size()), C = c.d_model;
   FakeDepth f;
@@ -63,13 +65,13 @@ FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids, 
   f.loss = f.with_loss ? loss_on(m, ids) : m.forward(ids.data(), none.data(), 1, T);
   // angular distance between the streams entering layer l and l + 1, mean over tokens
   for (int l = 0; l < L; l++) {
-    const double* a = m.stream(2 * l);
-    const double* b = m.stream(2 * l + 2);
+    const S* a = m.stream(2 * l);
+    const S* b = m.stream(2 * l + 2);
     double mean = 0;
     for (int t = 0; t < T; t++) {
       double ab = 0, aa = 0, bb = 0;
       for (int k = 0; k < C; k++) {
-        const double x = a[size_t(t) * C + k], y = b[size_t(t) * C + k];
+        const double x = double(a[size_t(t) * C + k]), y = double(b[size_t(t) * C + k]);
         ab += x * y, aa += x * x, bb += y * y;
       }
       mean += std::acos(std::clamp(ab / std::sqrt(std::max(aa * bb, 1e-300)), -1.0, 1.0)) / std::numbers::pi / T;
@@ -78,15 +80,15 @@ FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids, 
   }
   if (!f.with_loss) return f;
   for (int l = 0; l < L; l++) {  // layer l's branches off: each sub-layer's output projection (and bias) zeroed
-    std::vector<std::pair<double*, std::vector<double>>> saved;
+    std::vector<std::pair<S*, std::vector<S>>> saved;
     for (int s : {2 * l, 2 * l + 1}) {
       if (!c.slot(s).present) continue;
       for (const char* name : {".proj.weight", ".proj.bias"}) {
         const ParamSpec* p = m.table().find(slot_prefix(c, s) + name);
         if (!p) continue;  // bias = none
-        double* w = m.params().data() + p->offset;
-        saved.emplace_back(w, std::vector<double>(w, w + p->numel));
-        std::fill(w, w + p->numel, 0.0);
+        S* w = m.params().data() + p->offset;
+        saved.emplace_back(w, std::vector<S>(w, w + p->numel));
+        std::fill(w, w + p->numel, S(0));
       }
     }
     f.ablation.push_back(loss_on(m, ids) - f.loss);
@@ -94,6 +96,9 @@ FakeDepth measure_fake_depth(Model<double>& m, const std::vector<int32_t>& ids, 
   }
   return f;
 }
+
+template FakeDepth measure_fake_depth(Model<float>&, const std::vector<int32_t>&, bool);
+template FakeDepth measure_fake_depth(Model<double>&, const std::vector<int32_t>&, bool);
 
 }  // namespace normlab::analysis
 

@@ -203,9 +203,10 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
 // Source 004's fake depth by function, decided by `normlab theory`'s rule over windows: per window the
 // exponent of the angular distance between consecutive layers' streams (every model) and of the loss
 // increase when a layer's branches are removed (a causal model with logits) against the layer index.
+// On the model as loaded, in float32 (L + 1 forwards per window: in double, SmolLM2's took 30 s).
 constexpr int kFakeDepthWindows = 3;  // windows of the layer-removal test (L + 1 forwards each)
 
-nlohmann::json fake_depth_claims(const std::string& label, Model<double>& m, const std::vector<std::vector<int32_t>>& rows,
+nlohmann::json fake_depth_claims(const std::string& label, Model<float>& m, const std::vector<std::vector<int32_t>>& rows,
                                  bool removal) {
   nlohmann::json out = nlohmann::json::array();
   const ModelConfig& c = m.config();
@@ -238,7 +239,8 @@ nlohmann::json fake_depth_claims(const std::string& label, Model<double>& m, con
           pre ? "in Pre-LN the deep layers matter less: removing one costs less the deeper it is"
               : "in Post-LN every layer matters about equally",
           "exponent of the loss increase when a layer's branches are removed against the layer index", removal_exp,
-          fmt::format("loss {:.3f} nats, removing layer l adds [{:.3g}]", first[0].loss, fmt::join(first[0].ablation, ", ")));
+          fmt::format("loss {:.3f} nats (float32 forwards), removing layer l adds [{:.3g}]", first[0].loss,
+                      fmt::join(first[0].ablation, ", ")));
   return out;
 }
 
@@ -403,10 +405,10 @@ int run_pretrained_study(const CompareOptions& options) {
     fmt::print("{}: {} ({} windows of {} tokens of data/sentences.txt)\n", subject.name, subject.tok->description(),
                rows.size(), kProbeT);
     // the same config freshly initialized by its own scheme (BERT / GPT-2: normal(0, 0.02), gains 1, biases 0)
-    const Model<float> fresh(subject.model->config());
+    Model<float> fresh(subject.model->config());
     const Batch dyn_batch = rows_batch(rows, 0, kDynamicsRows, !subject.bert);
     const Batch one = rows_batch(rows, kDynamicsRows, 1, !subject.bert);
-    const std::vector<std::pair<std::string, const Model<float>*>> models = {
+    const std::vector<std::pair<std::string, Model<float>*>> models = {
         {subject.name + " (pretrained)", subject.model.get()}, {subject.name + ", freshly initialized", &fresh}};
     const size_t first = runs.size();
     for (const auto& [label, model] : models) {
@@ -428,7 +430,8 @@ int run_pretrained_study(const CompareOptions& options) {
                               {"attention", analysis::to_json(att)}};
       for (auto& c : claims_for(label, dyn, jac, att)) theory.push_back(c);
       const bool is_pretrained = runs.size() == first;  // a fresh model has no function to lose: angles only
-      for (auto& c : fake_depth_claims(label, *m, rows, is_pretrained)) theory.push_back(c);
+      model->set_training(false);
+      for (auto& c : fake_depth_claims(label, *model, rows, is_pretrained)) theory.push_back(c);
       nlohmann::json cfg = {{"model", model_config_to_json(model->config())}};
       const bool is_fresh = runs.size() > first;
       runs.push_back({{"name", fmt::format("{:02d}-{}-{}", runs.size(), subject.key, is_fresh ? "fresh" : "pretrained")},
