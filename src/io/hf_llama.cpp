@@ -1,6 +1,7 @@
 // hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, Qwen2ForCausalLM,
-// GemmaForCausalLM, Gemma2ForCausalLM, Olmo2ForCausalLM) to normlab models, and Llama / Qwen2 / OLMo 2
-// back (hf_llama.h). OLMo 2 is the block in OLMo 2's order (placement reordered: x + N(F(x)), its
+// Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Olmo2ForCausalLM) to normlab models, and
+// Llama / Qwen2 / Qwen3 / OLMo 2 back (hf_llama.h). Qwen3 is Llama with q and k normalized per head
+// (qk_norm heads, one gain of head_dim each, before RoPE) and no biases. OLMo 2 is the block in OLMo 2's order (placement reordered: x + N(F(x)), its
 // post_attention_layernorm and post_feedforward_layernorm on the branch outputs) with q and k
 // normalized over their whole projections (qk_norm whole, before RoPE). The block is normlab's
 // pre-RMSNorm gpt with RoPE (rotate-half, as transformers' Llama), a gated MLP and grouped-query
@@ -196,9 +197,10 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
 std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   std::vector<std::string> why;
   if (c.arch != Arch::Gpt) why.push_back("arch is not gpt");
-  // Llama and Qwen2: pre-norm in every layer, no QK-norm; OLMo 2: reordered in every layer with QK-norm
-  // over the whole projections
+  // Llama and Qwen2: pre-norm in every layer, no QK-norm; Qwen3: pre-norm with QK-norm per head; OLMo 2:
+  // reordered in every layer with QK-norm over the whole projections
   const bool olmo2 = c.placement_of(0) == Placement::Reordered;
+  const bool qwen3 = !olmo2 && c.qk_norm == QkNorm::Heads;
   for (int l = 0; l < c.n_layers; l++)
     if (c.placement_of(l) != (olmo2 ? Placement::Reordered : Placement::Pre)) {
       why.push_back(fmt::format("layer {} is {} (Llama and Qwen2 are pre-norm in every layer, OLMo 2 reordered)", l,
@@ -207,11 +209,16 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
     }
   if (olmo2 && (c.qk_norm != QkNorm::Whole || c.v_norm || !c.qk_norm_affine || c.bias != LinearBias::None))
     why.push_back("a reordered model is OLMo 2's only with qk_norm = \"whole\" (no v_norm, with gains) and no biases");
+  if (qwen3 && (c.v_norm || !c.qk_norm_affine || c.bias != LinearBias::None))
+    why.push_back("a pre-norm model with qk_norm = \"heads\" is Qwen3's only with gains on q and k (no v_norm) and no "
+                  "biases");
   if (c.norm != NormKind::RMSNorm) why.push_back(fmt::format("norm is {} (Llama uses RMSNorm)", to_string(c.norm)));
   if (c.positions != Positions::Rope || c.rope_fraction != 1.0) why.push_back("positions are not RoPE over the whole head");
   if (c.activation != Activation::SwiGlu) why.push_back(fmt::format("activation is {} (Llama's MLP is SwiGLU)", to_string(c.activation)));
-  if (!olmo2 && c.qk_norm != QkNorm::None)
-    why.push_back(fmt::format("qk_norm is {} (Llama and Qwen2 have no QK-norm)", to_string(c.qk_norm)));
+  if (!olmo2 && !qwen3 && c.qk_norm != QkNorm::None)
+    why.push_back(fmt::format("qk_norm is {} (Llama and Qwen2 have no QK-norm, Qwen3's is per head, OLMo 2's over the "
+                              "whole projections with reordered norms)",
+                              to_string(c.qk_norm)));
   if (c.embed_scale != 1.0)
     why.push_back(fmt::format("embed_scale is {} (Gemma's; normlab reads Gemma directories, it does not write them yet)",
                               c.embed_scale));
@@ -230,9 +237,14 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
 
 std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   const ModelConfig& c = model.config();
-  const bool qwen2 = c.bias == LinearBias::Qkv;  // Qwen2 is Llama with q, k, v biases
-  const bool olmo2 = c.placement_of(0) == Placement::Reordered;  // (llama_export_refusal checked the rest)
-  const std::string arch = olmo2 ? "Olmo2ForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  // (llama_export_refusal checked the rest)
+  const bool olmo2 = c.placement_of(0) == Placement::Reordered;
+  const bool qwen3 = !olmo2 && c.qk_norm == QkNorm::Heads;  // Qwen3 is Llama with q and k normalized per head
+  const bool qwen2 = !qwen3 && c.bias == LinearBias::Qkv;   // Qwen2 is Llama with q, k, v biases
+  const std::string arch = olmo2   ? "Olmo2ForCausalLM"
+                           : qwen3 ? "Qwen3ForCausalLM"
+                           : qwen2 ? "Qwen2ForCausalLM"
+                                   : "LlamaForCausalLM";
   std::vector<TensorMap> table = llama_table(c);
   if (c.head == Head::Untied) table.push_back({"lm_head.weight", "lm_head.weight"});
   std::vector<st::TensorView> views;
@@ -247,7 +259,7 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
     const std::string name = m.hf == "lm_head.weight" ? m.hf : "model." + m.hf;
     views.push_back({name, st::DType::F32, shape, model.params().data() + p->offset + offset});
   }
-  json config = {{"architectures", {arch}}, {"model_type", olmo2 ? "olmo2" : qwen2 ? "qwen2" : "llama"},
+  json config = {{"architectures", {arch}}, {"model_type", olmo2 ? "olmo2" : qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama"},
                  {"vocab_size", c.vocab_size()}, {"hidden_size", c.d_model}, {"num_hidden_layers", c.n_layers},
                  {"num_attention_heads", c.n_heads}, {"num_key_value_heads", c.kv_heads()}, {"head_dim", c.head_size()},
                  {"intermediate_size", c.ff()}, {"hidden_act", "silu"}, {"max_position_embeddings", c.seq_len},
@@ -256,6 +268,11 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
                  {"attention_dropout", 0.0}, {"torch_dtype", "float32"}};
   if (olmo2) {
     config["attention_bias"] = false;
+  } else if (qwen3) {  // transformers' Qwen3 normalizes q and k per head with rms_norm_eps, as normlab does
+    config["attention_bias"] = false;
+    config["use_sliding_window"] = false;
+    config["sliding_window"] = nullptr;
+    config["max_window_layers"] = c.n_layers;
   } else if (!qwen2) {
     config["attention_bias"] = c.bias == LinearBias::All;
     config["mlp_bias"] = c.bias == LinearBias::All;

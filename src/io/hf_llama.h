@@ -1,6 +1,7 @@
 // hf_llama.h: the Llama family of Hugging Face directories (internal to src/io/hf*.cpp; users call
-// io/hf.h): LlamaForCausalLM and Qwen2ForCausalLM in (config.json checked, every tensor mapped),
-// and a normlab model that is exactly one of them out. The mapping is in docs/MODEL.md.
+// io/hf.h): LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma, Gemma 2 and OLMo 2 in
+// (config.json checked, every tensor mapped), and a normlab model that is exactly a Llama, Qwen2,
+// Qwen3 or OLMo 2 out. The mapping is in docs/MODEL.md.
 #pragma once
 
 #include "util/files.h"
@@ -17,7 +18,8 @@ Imported import_llama(const detail::ConfigReader& r, const detail::WeightFiles* 
 // Why a normlab config is not exactly a Llama-family model (nullopt: it is).
 std::optional<std::string> llama_export_refusal(const ModelConfig& c);
 // Writes config.json and model.safetensors into the stage `out` (hf.cpp commits it); returns the architecture
-// (Qwen2ForCausalLM for q, k, v biases only, else LlamaForCausalLM).
+// (Olmo2ForCausalLM for the reordered block, Qwen3ForCausalLM for per-head QK-norm, Qwen2ForCausalLM for
+// q, k, v biases only, else LlamaForCausalLM).
 std::string write_llama(const StagedFiles& out, const Model<float>& model);
 
 }  // namespace normlab::hf

@@ -269,8 +269,39 @@ def qwen3_golden(normlab, work, source):
             check(f"qwen3 {key}", llama_grad(got, key[len("grad."):], A, KV, config["intermediate_size"]), golden[key],
                   GRAD_TOL)
             n += 1
+    # export --hf: transformers 5 wrote this directory, so the export of its import must give back its
+    # tensors bit for bit under the same names, the settings of its config.json, and the same model
+    exported = os.path.join(work, "qwen3_export")
+    shutil.rmtree(exported, ignore_errors=True)
+    p = run(normlab, "export", "--checkpoint", d, "--hf", exported)
+    if "Qwen3ForCausalLM" not in p.stdout + p.stderr:
+        failures.append(f"qwen3 export: the command did not say Qwen3ForCausalLM: {p.stdout!r} {p.stderr!r}")
+    theirs, ours = load_file(os.path.join(d, "model.safetensors")), load_file(os.path.join(exported, "model.safetensors"))
+    if sorted(theirs) != sorted(ours):
+        failures.append(f"qwen3 export: tensor names differ: only transformers' {sorted(set(theirs) - set(ours))}, "
+                        f"only normlab's {sorted(set(ours) - set(theirs))}")
+    for k in sorted(set(theirs) & set(ours)):
+        if theirs[k].dtype != ours[k].dtype or not np.array_equal(theirs[k], ours[k]):
+            failures.append(f"qwen3 export: {k} differs from the file transformers wrote")
+    with open(os.path.join(exported, "config.json")) as f:
+        written = json.load(f)
+    for key in ("architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "intermediate_size", "hidden_act", "rms_norm_eps", "vocab_size",
+                "tie_word_embeddings", "attention_bias", "use_sliding_window", "max_position_embeddings"):
+        if written.get(key) != config.get(key):
+            failures.append(f"qwen3 export: config.json {key} = {written.get(key)!r}, transformers wrote {config.get(key)!r}")
+    if written.get("rope_theta") != config["rope_parameters"]["rope_theta"]:
+        failures.append(f"qwen3 export: rope_theta {written.get('rope_theta')!r}, transformers wrote "
+                        f"{config['rope_parameters']['rope_theta']!r}")
+    out2 = os.path.join(work, "qwen3_export_normlab.safetensors")
+    run(normlab, "grads", "--checkpoint", exported, "--tokens", tok, "--out", out2, "--force")
+    again = load_file(out2)
+    for k in got:
+        if not np.array_equal(got[k], again[k]):
+            failures.append(f"qwen3 export: {k} differs after export and re-import")
     print(f"qwen3_golden: Qwen3ForCausalLM against transformers {open(os.path.join(d, 'versions.txt')).read().split()[3]}: "
-          f"hidden states, logits, loss and {n} gradients compared")
+          f"hidden states, logits, loss and {n} gradients compared; export --hf gives back its tensors bit for bit, "
+          f"its config's settings and the same model")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -517,6 +548,17 @@ def bad_input(normlab, work):
             or os.path.exists(os.path.join(base, "rms_hf")):
         failures.append(f"export of an RMSNorm model with learned positions and GELU must be refused with the "
                         f"reasons: {p.stderr!r}")
+    # a Llama block with per-head QK-norm is Qwen3's only without v_norm and biases
+    llama = ["--set", "model.norm=rmsnorm", "--set", "model.positions=rope", "--set", "model.activation=swiglu",
+             "--set", "model.placement=pre", "--set", "model.bias=none", "--set", "model.d_model=16",
+             "--set", "model.n_heads=2", "--set", "model.qk_norm=heads"]
+    for extra, reason in ((["--set", "model.v_norm=true"], "Qwen3's only with gains on q and k (no v_norm)"),
+                          (["--set", "model.bias=qkv"], "Qwen3's only with gains on q and k (no v_norm) and no biases")):
+        ck3 = os.path.join(base, "qk.safetensors")
+        run(normlab, "init", "--out", ck3, "--force", *llama, *extra)
+        p = run(normlab, "export", "--checkpoint", ck3, "--hf", os.path.join(base, "qk_hf"), expect_ok=False)
+        if p.returncode == 0 or reason not in p.stderr or os.path.exists(os.path.join(base, "qk_hf")):
+            failures.append(f"export of a pre-norm QK-norm model with {extra[1]} must be refused naming Qwen3: {p.stderr!r}")
     ck2 = os.path.join(base, "enc.safetensors")
     run(normlab, "init", "--out", ck2, "--set", "model.arch=encoder", "--set", "model.placement=post",
         "--set", "model.d_model=16", "--set", "model.n_heads=2")
