@@ -6,7 +6,8 @@
 # "../shared"); every terminal table of analyze, theory and compare has a legend. The docs keep in
 # step: README.md stays at most 300 lines and lists every docs/*.md page; every file, page and
 # heading that README.md or a docs page names or links to exists; docs/MODEL.md's model-config table
-# has exactly the model keys a run's config.json holds (the encoder-decoder's aside).
+# has exactly the model keys a run's config.json holds (the encoder-decoder's aside); a claim whose
+# row in docs/SOURCES.md leads with a verdict gets that verdict from `normlab theory`.
 # Usage: cli_theory_docs.sh path/to/normlab path/to/repository
 set -uo pipefail
 NL=$(realpath "$1")
@@ -45,6 +46,30 @@ while IFS= read -r name; do
   check "resolves '$name'" "claim '$name' has no row in docs/THEORY.md"
 done <<<"$names"
 check "[[ $n -ge 20 ]]" "only $n claim names found"
+# docs/SOURCES.md's tables say what normlab finds for some claims; where a row leads with a verdict
+# (holds / violated), `normlab theory` must print that verdict for that claim (these rows are about
+# single operators, which answer the same at any size)
+sources=$(python3 - "$SRC/docs/SOURCES.md" fresh.json <<'PY'
+import json, re, sys
+verdicts = {}
+for c in json.load(open(sys.argv[2])):
+    if c["model"] == "fresh":  # (the trained models of this small run learn nothing: void)
+        verdicts.setdefault(c["source"], set()).add(c["verdict"])
+checked, wrong = 0, []
+for line in open(sys.argv[1], encoding="utf-8"):
+    cells = [x.strip() for x in line.strip().strip("|").split("|")] if line.startswith("| ") else []
+    if len(cells) < 3 or cells[0] in ("name", "---") or cells[0].startswith("---"):
+        continue
+    said = re.match(r"(holds|violated)\b", cells[-1])
+    if not said or cells[0] not in verdicts:
+        continue
+    checked += 1
+    if verdicts[cells[0]] != {said.group(1)}:
+        wrong.append(f"{cells[0]}: SOURCES.md says {said.group(1)}, theory prints {sorted(verdicts[cells[0]])}")
+print(f"{checked} row(s) checked" if checked >= 3 and not wrong else f"{checked} row(s) checked: " + "; ".join(wrong))
+PY
+)
+check "[[ \"\$sources\" == *'row(s) checked' ]]" "docs/SOURCES.md and normlab theory disagree (at least 3 rows must be checked): $sources"
 # the terminal names each claim as "[name, models]": the same names
 check "[[ \$(grep -c '^\[' theory.txt) -eq \$(jq length fresh.json) ]]" "terminal and JSON claim counts differ"
 
