@@ -1,8 +1,8 @@
 // hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Olmo2ForCausalLM) to normlab models, and
 // Llama / Qwen2 / Qwen3 / OLMo 2 back (hf_llama.h). Qwen3 is Llama with q and k normalized per head
-// (qk_norm heads, one gain of head_dim each, before RoPE) and no biases. OLMo 2 is the block in OLMo 2's order (placement reordered: x + N(F(x)), its
-// post_attention_layernorm and post_feedforward_layernorm on the branch outputs) with q and k
+// (qk_norm heads, one gain of head_dim each, before RoPE) and no biases. OLMo 2 is the block in OLMo
+// 2's order (placement reordered: x + N(F(x)), its post_attention_layernorm and post_feedforward_layernorm on the branch outputs) with q and k
 // normalized over their whole projections (qk_norm whole, before RoPE). The block is normlab's
 // pre-RMSNorm gpt with RoPE (rotate-half, as transformers' Llama), a gated MLP and grouped-query
 // attention; Llama has no biases (or q, k, v, o and MLP biases with attention_bias and mlp_bias),
@@ -77,6 +77,15 @@ std::vector<TensorMap> llama_table(const ModelConfig& c) {
 }
 
 bool is_qwen2(const ConfigReader& r) { return r.string("model_type", "") == "qwen2"; }
+
+// The family a normlab config is written as (llama_export_refusal says whether it is exactly that):
+// OLMo 2 for the reordered block, Qwen3 for per-head QK-norm, Qwen2 for q, k, v biases only, else Llama.
+enum class Family { Llama, Qwen2, Qwen3, Olmo2 };
+Family export_family(const ModelConfig& c) {
+  if (c.placement_of(0) == Placement::Reordered) return Family::Olmo2;
+  if (c.qk_norm == QkNorm::Heads) return Family::Qwen3;
+  return c.bias == LinearBias::Qkv ? Family::Qwen2 : Family::Llama;
+}
 
 }  // namespace
 
@@ -199,8 +208,8 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if (c.arch != Arch::Gpt) why.push_back("arch is not gpt");
   // Llama and Qwen2: pre-norm in every layer, no QK-norm; Qwen3: pre-norm with QK-norm per head; OLMo 2:
   // reordered in every layer with QK-norm over the whole projections
-  const bool olmo2 = c.placement_of(0) == Placement::Reordered;
-  const bool qwen3 = !olmo2 && c.qk_norm == QkNorm::Heads;
+  const Family family = export_family(c);
+  const bool olmo2 = family == Family::Olmo2, qwen3 = family == Family::Qwen3;
   for (int l = 0; l < c.n_layers; l++)
     if (c.placement_of(l) != (olmo2 ? Placement::Reordered : Placement::Pre)) {
       why.push_back(fmt::format("layer {} is {} (Llama and Qwen2 are pre-norm in every layer, OLMo 2 reordered)", l,
@@ -237,10 +246,8 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
 
 std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   const ModelConfig& c = model.config();
-  // (llama_export_refusal checked the rest)
-  const bool olmo2 = c.placement_of(0) == Placement::Reordered;
-  const bool qwen3 = !olmo2 && c.qk_norm == QkNorm::Heads;  // Qwen3 is Llama with q and k normalized per head
-  const bool qwen2 = !qwen3 && c.bias == LinearBias::Qkv;   // Qwen2 is Llama with q, k, v biases
+  const Family family = export_family(c);  // (llama_export_refusal checked that it is exactly that)
+  const bool olmo2 = family == Family::Olmo2, qwen3 = family == Family::Qwen3, qwen2 = family == Family::Qwen2;
   const std::string arch = olmo2   ? "Olmo2ForCausalLM"
                            : qwen3 ? "Qwen3ForCausalLM"
                            : qwen2 ? "Qwen2ForCausalLM"
