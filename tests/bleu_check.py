@@ -6,10 +6,9 @@ brevity penalty.
 
     bleu_check.py --normlab build/normlab --workdir DIR [--corpus DIR]
 
-  (a) real text: the first 400 validation lines of the Bible corpus (built into DIR, or --corpus),
-      Spanish,
-      modern English and King James English, as references, against seeded corruptions of
-      themselves: dropped, swapped, duplicated and replaced words, punctuation removed, added and
+  (a) real text: the first 400 validation lines of each set of the Bible corpus (built into DIR,
+      or --corpus), Spanish, modern English and King James English, as references, against seeded
+      corruptions of themselves: dropped, swapped, duplicated and replaced words, punctuation removed, added and
       swapped for Unicode punctuation, case changes, truncated and extended lines, shuffled lines,
       empty lines; corpus BLEU through the Python API and, for some, the sacrebleu command line on
       the same files (the printed line must match up to the version field); sentence BLEU

@@ -68,7 +68,7 @@ def main():
     d, g = os.path.dirname(path), os.path.basename(path)
     failures = []
 
-    # the config read once and given to both (each from_pretrained would read it from the file again)
+    # the config read once and given to both
     config = AutoConfig.from_pretrained(d, gguf_file=g)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=g, config=config)
     # transformers 4.45 builds the tokenizer with ByteLevel alone, dropping the Digits split that
