@@ -14,8 +14,8 @@ UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32
                              int B, int T, double lr, uint64_t seed) {
   require_one_stream(model.config(), "analyze updates");  // a two-stream model (ResiDual) is refused by name
   const ModelConfig& cfg = model.config();
-  Model<float> m(cfg);
-  std::copy(model.params().begin(), model.params().end(), m.params().begin());
+  const std::unique_ptr<Model<float>> trained = model_with_params<float>(cfg, model.params());  // no random init first
+  Model<float>& m = *trained;
   AdamW opt(m.table(), AdamWConfig{});
   Rng rng(seed, 4), eval_rng(seed, 5);
   const Batch eval = sample_batch(bytes, cfg.arch, B, T, eval_rng);
