@@ -101,6 +101,13 @@ def main():
         ref = AutoModelForCausalLM.from_pretrained(d, gguf_file=g, dtype=torch.float32).eval()
         rows[0] = rows[0][:2] + (time.perf_counter() - t0,) + rows[0][3:]  # one load: it takes a while
         ref.lm_head.weight = ref.model.embed_tokens.weight  # the file has no output.weight: tied
+        batch = torch.from_numpy(ids.astype(np.int64))
+
+        def forward():
+            with torch.inference_mode():
+                return ref(batch, use_cache=False).logits
+        forward()
+        rows[1] = rows[1][:2] + (best_of("transformers forward", args.repeat, forward)[0],) + rows[1][3:]
         pid = torch.tensor([prompt])
         # normlab's sample does not stop at an end-of-text token: neither may transformers (min_new_tokens
         # would instead forbid that token, changing the text)
