@@ -1,7 +1,8 @@
 // test_study.cpp: studies: grid expansion (product per [[grid]], union over grids), labels from the
 // keys that vary, --set overrides and their conflicts, strict errors; steps-to-target against a
 // naive computation; the written summary says what the data say (the known warm-up effect appears
-// or does not, divergence, best and fastest runs) on hand-made results.
+// or does not, divergence, best and fastest runs) on hand-made results; a side-by-side job's records
+// read back, and a damaged one kept instead of lost.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,12 @@
 #include <string>
 #include <tuple>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "study/jobs.h"
 #include "study/study.h"
 #include "study/summary.h"
 #include "util/error.h"
@@ -562,4 +569,43 @@ TEST(Summary, HeadlineSaysInPlainWordsWhatLearnedInEachSetting) {
   swept["study"]["varying"] = {"model.placement", "train.lr"};
   EXPECT_EQ(headline(swept)[0], "Learned (every seed below the byte unigram entropy by more than 0.05 nats) in the "
                                 "settings of the other varied keys: Post-LN in 4 of 7 and Pre-LN in 7 of 7.");
+}
+
+// A job's records (compare --jobs): read and removed; a damaged file is kept under a name of its own
+// (never over an earlier one, never where the next sitting's sweep would delete it) and reported,
+// instead of stopping the study before it writes the other runs' results.
+TEST(JobParts, ADamagedRecordIsKeptAndReportedNotThrown) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("normlab_job_parts_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto slurp = [](const fs::path& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  EXPECT_TRUE(take_job_part(dir, 1).problem.empty());  // none written: nothing to read
+  EXPECT_EQ(take_job_part(dir, 1).records, json::object());
+
+  write_job_part(dir, 1, json{{"runs", {{"3", {{"status", "finished"}}}}}, {"interrupted", false}});
+  const JobPart good = take_job_part(dir, 1);
+  EXPECT_TRUE(good.problem.empty());
+  EXPECT_EQ(good.records["runs"]["3"]["status"], "finished");
+  EXPECT_FALSE(fs::exists(dir / ".jobs-1.json"));  // taken
+
+  for (const char* keep : {"jobs-1-corrupt.json", "jobs-1-corrupt-2.json"}) {
+    const std::string damaged = std::string("{\"runs\": {\"3\": ") + keep;  // cut off mid-way
+    std::ofstream(dir / ".jobs-1.json") << damaged;
+    const JobPart bad = take_job_part(dir, 1);
+    EXPECT_NE(bad.problem.find("corrupt"), std::string::npos) << bad.problem;
+    EXPECT_NE(bad.problem.find(keep), std::string::npos) << bad.problem;
+    EXPECT_EQ(bad.records, json::object());
+    EXPECT_FALSE(fs::exists(dir / ".jobs-1.json"));
+    EXPECT_EQ(slurp(dir / keep), damaged);  // the bytes kept as they were, the earlier one untouched
+  }
+  RunQueue::create(dir, {0, 1});  // the next sitting's sweep of stale records leaves them alone
+  EXPECT_TRUE(fs::exists(dir / "jobs-1-corrupt.json"));
+  EXPECT_TRUE(fs::exists(dir / "jobs-1-corrupt-2.json"));
+  fs::remove_all(dir);
 }

@@ -233,14 +233,24 @@ void write_job_part(const fs::path& dir, int job, const nlohmann::json& part) {
   write_file_atomic(part_path(dir, job).string(), part.dump());
 }
 
-nlohmann::json take_job_part(const fs::path& dir, int job) {
+JobPart take_job_part(const fs::path& dir, int job) {
   const fs::path path = part_path(dir, job);
   std::error_code ec;
-  if (!fs::exists(path, ec)) return nlohmann::json::object();
+  JobPart got;
+  if (!fs::exists(path, ec)) return got;
   const nlohmann::json part = parse_json_or_discarded(read_file(path.string(), "a job's results"));
-  fs::remove(path, ec);
-  if (!part.is_object()) throw Error(fmt::format("'{}': a job's results are corrupt", path.string()));
-  return part;
+  if (part.is_object()) {
+    fs::remove(path, ec);
+    got.records = part;
+    return got;
+  }
+  fs::path keep = dir / fmt::format("jobs-{}-corrupt.json", job);  // out of RunQueue::create's sweep
+  for (int n = 2; fs::exists(keep, ec); n++) keep = dir / fmt::format("jobs-{}-corrupt-{}.json", job, n);
+  fs::rename(path, keep, ec);
+  got.problem = ec ? fmt::format("its results file '{}' is corrupt (and could not be renamed: {})", path.string(),
+                                 ec.message())
+                   : fmt::format("its results file was corrupt, kept as '{}'", keep.string());
+  return got;
 }
 
 }  // namespace normlab::study

@@ -88,7 +88,14 @@ class WorkerStop {
 
 // A worker's records ({"runs": {index: run}, "interrupted": bool}), written after every run.
 void write_job_part(const std::filesystem::path& dir, int job, const nlohmann::json& part);
-// Job `job`'s records (an empty object when it wrote none), then its file removed.
-nlohmann::json take_job_part(const std::filesystem::path& dir, int job);
+// Job `job`'s records (an empty object when it wrote none), then its file removed. A file that
+// does not parse (damaged from outside: parts are written atomically) is not lost: it is kept in
+// `dir` under a name of its own (jobs-<job>-corrupt.json, never overwriting one) and `problem` says
+// so; the caller records the runs that job took as failed and keeps every other record.
+struct JobPart {
+  nlohmann::json records = nlohmann::json::object();
+  std::string problem;  // empty: read (or none written)
+};
+JobPart take_job_part(const std::filesystem::path& dir, int job);
 
 }  // namespace normlab::study

@@ -589,12 +589,17 @@ int run_study(const Study& study, const CompareOptions& options) {
       queue.done(*i);
     }
     if (interrupted || stopped(options)) queue.stop();  // the other jobs too (a kill -INT reaches job 0 alone)
-    const std::vector<std::string> ends = workers.wait();
+    std::vector<std::string> ends = workers.wait();
     for (int job = 1; job < jobs; job++) {
-      const nlohmann::json part = take_job_part(out, job);
-      if (part.contains("runs") && part["runs"].is_object())
-        for (const auto& [index, run] : part["runs"].items()) mine[index] = run;
-      interrupted |= part.value("interrupted", false);
+      const JobPart part = take_job_part(out, job);
+      if (!part.problem.empty()) {
+        fmt::print(stderr, "normlab: job {} of the study: {}; its runs are recorded as failed\n", job, part.problem);
+        ends[size_t(job - 1)] = part.problem;
+      }
+      const nlohmann::json& records = part.records;
+      if (records.contains("runs") && records["runs"].is_object())
+        for (const auto& [index, run] : records["runs"].items()) mine[index] = run;
+      interrupted |= records.value("interrupted", false);
     }
     for (const auto& [i, job] : queue.taken())  // a worker that ended without its record of a run
       if (!mine.contains(std::to_string(i))) {
