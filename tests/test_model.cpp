@@ -3,6 +3,7 @@
 // the DeepNorm residual form, init schemes, config validation, and float/double agreement.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "model/norm_of.h"
 #include "model/params.h"
 #include "ops/common.h"
+#include "ops/rope.h"
 #include "util/error.h"
 
 using namespace normlab;
@@ -235,6 +237,18 @@ TEST(ModelGradientsMore, RotaryAndNoPositions) {
     EXPECT_EQ(m.params()[t.find("h.0.mlp.ln_in.alpha")->offset], 0.2);
     EXPECT_EQ(m.params()[t.find("ln_f.alpha")->offset], 0.2);
     check_model_gradients(dyt, /*padding=*/arch == Arch::Encoder);
+  }
+  // Gemma 3's RoPE: a base per layer (local layers 0 and 1 at base 10, global layer 2 at 1e4 with
+  // linear position scaling 2), per-head QK-norm, the sandwich, GeGLU
+  for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
+    ModelConfig g3 = tiny(arch, {Placement::Sandwich, Placement::Sandwich, Placement::Sandwich}, NormKind::RMSNorm);
+    g3.positions = Positions::Rope;
+    g3.activation = Activation::GeGlu;
+    g3.qk_norm = QkNorm::Heads;
+    g3.rope_local_base = 10;
+    g3.rope_global_every = 3;
+    g3.rope_scale = 2;
+    check_model_gradients(g3, /*padding=*/arch == Arch::Encoder);
   }
   // Gemma 2's scores and logits: its own q.k scale, attention and final-logit soft-capping (small caps,
   // so tanh bends), with grouped queries; the sandwich; both architectures
@@ -683,4 +697,56 @@ TEST(ModelWithParams, HoldsEveryGivenValueAndRefusesAnotherCount) {
   for (size_t i = 0; i < f.params().size(); i++) ASSERT_EQ(d->params()[i], double(f.params()[i])) << i;
   std::vector<float> short_by_one(f.params().begin(), f.params().end() - 1);
   EXPECT_THROW(model_with_params<double>(c, short_by_one), Error);
+}
+
+// A RoPE base per layer (Gemma 3) by what it must equal: every layer global (rope_global_every = 1) is
+// the model with rope_base alone, every layer local (rope_global_every past the last layer) the model
+// with rope_base = rope_local_base, bit for bit; a mixed stack equals neither; and linear scaling by s
+// turns the angle at position s p into the unscaled angle at p.
+TEST(ModelRope, ABasePerLayerIsTheOneBaseModelOnEachLayer) {
+  ModelConfig base = tiny(Arch::Gpt, {Placement::Pre, Placement::Pre, Placement::Pre}, NormKind::RMSNorm);
+  base.positions = Positions::Rope;
+  base.seq_len = 8;
+  base.rope_base = 1e4;
+  const Tokens tok = tokens_for(base, 2, 8, 3);
+  const auto logits = [&](const ModelConfig& c) {
+    Model<double> m(c);
+    Model<double> ref(base);  // the same weights for every config
+    std::copy(ref.params().begin(), ref.params().end(), m.params().begin());
+    m.forward(tok.ids.data(), tok.labels.data(), 2, 8);
+    return std::vector<double>(m.logits(), m.logits() + size_t(2) * 8 * c.vocab_size());
+  };
+  ModelConfig all_global = base, all_local = base, local_only = base, mixed = base;
+  all_global.rope_local_base = 10;
+  all_global.rope_global_every = 1;
+  all_local.rope_local_base = 10;
+  all_local.rope_global_every = 100;
+  local_only.rope_base = 10;
+  mixed.rope_local_base = 10;
+  mixed.rope_global_every = 2;  // layers 0 and 2 local, layer 1 global
+  EXPECT_EQ(logits(all_global), logits(base));
+  EXPECT_EQ(logits(all_local), logits(local_only));
+  EXPECT_NE(logits(mixed), logits(base));
+  EXPECT_NE(logits(mixed), logits(local_only));
+  EXPECT_FALSE(mixed.rope_local(1));
+  EXPECT_TRUE(mixed.rope_local(0) && mixed.rope_local(2));
+
+  const int P = 16, R = 8;
+  std::vector<double> c1(P * R / 2), s1(c1.size()), c2(c1.size()), s2(c1.size());
+  ops::rope_tables(c1.data(), s1.data(), P, R, 1e4);
+  ops::rope_tables(c2.data(), s2.data(), P, R, 1e4, 2.0);
+  for (int p = 0; 2 * p < P; p++)
+    for (int i = 0; i < R / 2; i++) {
+      EXPECT_NEAR(c2[size_t(2 * p) * (R / 2) + i], c1[size_t(p) * (R / 2) + i], 1e-15);
+      EXPECT_NEAR(s2[size_t(2 * p) * (R / 2) + i], s1[size_t(p) * (R / 2) + i], 1e-15);
+    }
+  ModelConfig bad = base;
+  bad.rope_scale = 0.5;
+  EXPECT_THROW(bad.validate(), Error);
+  bad = base;
+  bad.rope_local_base = 1;
+  EXPECT_THROW(bad.validate(), Error);
+  bad = base;
+  bad.rope_global_every = 0;
+  EXPECT_THROW(bad.validate(), Error);
 }

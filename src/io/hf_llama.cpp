@@ -14,7 +14,12 @@
 // post_attention_layernorm, pre_ and post_feedforward_layernorm), its own score scale
 // (query_pre_attn_scalar^(-1/2): model.attn_scale), soft caps on the attention scores and the final
 // logits (model.attn_softcap, logit_softcap), and a sliding window on every other layer, which
-// changes nothing for sequences no longer than the window: seq_len is capped at it.
+// changes nothing for sequences no longer than the window: seq_len is capped at it. Gemma 3
+// (Gemma3ForCausalLM) is Gemma 2's block without the soft caps (null by default) and with q and k
+// normalized per head (qk_norm heads, gains 1 + w too, before RoPE), a sliding window on five layers of
+// six (seq_len capped at it as in Gemma 2), and RoPE with a base per layer: the sliding ("local")
+// layers rotate with rope_local_base_freq (1e4), every sixth ("global") with rope_theta (1e6) and,
+// in the larger models, linear scaling (model.rope_local_base, rope_global_every, rope_scale).
 #include "io/hf_llama.h"
 
 #include <algorithm>
@@ -78,6 +83,54 @@ std::vector<TensorMap> llama_table(const ModelConfig& c) {
 
 bool is_qwen2(const ConfigReader& r) { return r.string("model_type", "") == "qwen2"; }
 
+// One RoPE setting of Gemma 3 (transformers 5: rope_parameters' entry for a layer type; 4.5x: the
+// rope_scaling object of the global layers): its base (fallback when absent) and linear factor.
+void read_rope_entry(const ConfigReader& r, const char* key, double& base, double* scale) {
+  const ConfigReader e{r.j[key], r.path + " " + key};
+  const std::string type = e.string("rope_type", e.string("type", "default"));
+  const bool linear = type == "linear" && scale;
+  r.require(key, type == "default" || linear,
+            scale ? "normlab's RoPE scaling is linear (rope_type default or linear)"
+                  : "the local layers' RoPE has no scaling (rope_type default)");
+  base = e.number("rope_theta", base);
+  if (linear) *scale = e.number("factor", 1.0);
+}
+
+// Gemma 3's RoPE: a base per layer type and which layers are which (layer_types, or the older
+// sliding_window_pattern), onto rope_base / rope_scale (global), rope_local_base, rope_global_every.
+void read_gemma3_rope(const ConfigReader& r, ModelConfig& c) {
+  c.rope_local_base = r.number("rope_local_base_freq", 10000.0);
+  if (r.has("rope_scaling")) read_rope_entry(r, "rope_scaling", c.rope_base, &c.rope_scale);
+  if (r.has("rope_parameters")) {
+    const json& rp = r.j["rope_parameters"];
+    const ConfigReader rope{rp, r.path + " rope_parameters"};
+    r.require("rope_parameters", rp.is_object(), "an object with full_attention and sliding_attention entries");
+    if (rp.is_object()) {
+      if (rope.has("full_attention")) read_rope_entry(rope, "full_attention", c.rope_base, &c.rope_scale);
+      if (rope.has("sliding_attention")) read_rope_entry(rope, "sliding_attention", c.rope_local_base, nullptr);
+    }
+  }
+  int every = r.integer("sliding_window_pattern", 6);
+  if (r.has("layer_types")) {  // "full_attention" where (l + 1) % every == 0, "sliding_attention" elsewhere
+    const json& types = r.j["layer_types"];
+    bool ok = types.is_array() && int(types.size()) == c.n_layers;
+    int first_full = -1;
+    for (size_t l = 0; ok && l < types.size(); l++) {
+      ok = types[l].is_string() && (types[l] == "full_attention" || types[l] == "sliding_attention");
+      if (ok && types[l] == "full_attention" && first_full < 0) first_full = int(l);
+    }
+    if (ok && first_full >= 0) every = first_full + 1;
+    if (ok && first_full < 0) every = c.n_layers + 1;  // no global layer at all
+    for (size_t l = 0; ok && l < types.size(); l++)
+      ok = (types[l] == "full_attention") == ((int(l) + 1) % every == 0);
+    r.require("layer_types", ok,
+              "normlab's Gemma 3 has a global (full_attention) layer every N layers and sliding_attention layers "
+              "between them, one entry per layer");
+  }
+  r.require("sliding_window_pattern", every >= 1, "a global layer every N >= 1 layers");
+  c.rope_global_every = std::max(every, 1);
+}
+
 // The family a normlab config is written as (llama_export_refusal says whether it is exactly that):
 // OLMo 2 for the reordered block, Qwen3 for per-head QK-norm, Qwen2 for q, k, v biases only, else Llama.
 enum class Family { Llama, Qwen2, Qwen3, Olmo2 };
@@ -92,10 +145,11 @@ Family export_family(const ModelConfig& c) {
 Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const fs::path& dir) {
   Imported im;
   const std::string type = r.string("model_type", "");
-  const bool qwen2 = is_qwen2(r), qwen3 = type == "qwen3", gemma2 = type == "gemma2", gemma = type == "gemma" || gemma2,
-             olmo2 = type == "olmo2";
+  const bool qwen2 = is_qwen2(r), qwen3 = type == "qwen3", gemma3 = type == "gemma3_text",
+             gemma2 = type == "gemma2" || gemma3, gemma = type == "gemma" || gemma2, olmo2 = type == "olmo2";
   im.architecture = architecture_of(r, {qwen2    ? "Qwen2ForCausalLM"
                                         : qwen3  ? "Qwen3ForCausalLM"
+                                        : gemma3 ? "Gemma3ForCausalLM"
                                         : gemma2 ? "Gemma2ForCausalLM"
                                         : gemma  ? "GemmaForCausalLM"
                                         : olmo2  ? "Olmo2ForCausalLM"
@@ -110,8 +164,10 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   c.vocab = r.integer("vocab_size");
   c.seq_len = std::min(r.integer("max_position_embeddings", 2048), kMaxImportedSeqLen);
   c.eps = r.number("rms_norm_eps", 1e-6);
-  c.rope_base = r.number("rope_theta", qwen3 ? 1e6 : 10000.0);
-  if (r.has("rope_parameters")) {  // (transformers 5 writes the RoPE settings as one object)
+  c.rope_base = r.number("rope_theta", qwen3 || gemma3 ? 1e6 : 10000.0);
+  if (gemma3) {
+    read_gemma3_rope(r, c);
+  } else if (r.has("rope_parameters")) {  // (transformers 5 writes the RoPE settings as one object)
     const json& rp = r.j["rope_parameters"];
     const ConfigReader rope{rp, r.path + " rope_parameters"};
     r.require("rope_parameters", rp.is_object() && rope.string("rope_type", "default") == "default",
@@ -128,29 +184,38 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
               "normlab's GeGLU gates with GELU's tanh form (gelu_pytorch_tanh)");
     c.activation = Activation::GeGlu;
     c.embed_scale = std::sqrt(double(c.d_model));
-    if (gemma2) {  // Gemma2Config's defaults where a key is absent (transformers 4.45)
+    if (gemma2) {  // Gemma2Config's defaults where a key is absent (transformers 4.45; Gemma 3's: 5.24)
       c.placement = {Placement::Sandwich};
-      const double scalar = r.number("query_pre_attn_scalar", 224);
+      const double scalar = r.number("query_pre_attn_scalar", gemma3 ? 256 : 224);
       r.require("query_pre_attn_scalar", scalar > 0, "the scores are scaled by query_pre_attn_scalar^(-1/2)");
       c.attn_scale = 1.0 / std::sqrt(scalar);
-      // a null cap is no cap
-      c.attn_softcap = r.null("attn_logit_softcapping") ? 0.0 : r.number("attn_logit_softcapping", 50.0);
-      c.logit_softcap = r.null("final_logit_softcapping") ? 0.0 : r.number("final_logit_softcapping", 30.0);
+      // a null cap is no cap (Gemma 3 has none unless its config sets one)
+      c.attn_softcap = r.null("attn_logit_softcapping") ? 0.0 : r.number("attn_logit_softcapping", gemma3 ? 0.0 : 50.0);
+      c.logit_softcap = r.null("final_logit_softcapping") ? 0.0 : r.number("final_logit_softcapping", gemma3 ? 0.0 : 30.0);
+      if (gemma3) {
+        c.qk_norm = QkNorm::Heads;
+        r.require("use_bidirectional_attention", !r.boolean("use_bidirectional_attention", false),
+                  "normlab's Gemma 3 is the causal language model");
+        r.require("attention_bias", !r.boolean("attention_bias", false),
+                  "Gemma 3's attention_bias puts biases on q, k, v and o but not on the MLP, which normlab's model.bias "
+                  "does not represent");
+      }
       const bool windowed = !r.null("sliding_window");
       const int window = windowed ? r.integer("sliding_window", 4096) : 0;
       r.require("sliding_window", !windowed || window >= 1, "the sliding window is a positive number of positions");
       if (windowed && window < c.seq_len) {
         c.seq_len = window;
-        im.notes.push_back(fmt::format("sliding_window {}: every other layer attends to the last {} positions only; "
+        im.notes.push_back(fmt::format("sliding_window {}: {} attend to the last {} positions only; "
                                        "normlab's attention is full, so it takes sequences of up to {} tokens, where "
                                        "the window changes nothing",
-                                       window, window, window));
+                                       window, gemma3 ? "the local layers" : "every other layer", window, window));
       }
     }
   } else {
     r.require("hidden_act", r.string("hidden_act", "silu") == "silu", "the gated MLP is SwiGLU (silu)");
   }
-  r.require("rope_scaling", !r.has("rope_scaling"), "normlab's RoPE has no scaling (linear, dynamic, yarn, llama3)");
+  if (!gemma3)
+    r.require("rope_scaling", !r.has("rope_scaling"), "normlab's RoPE has no scaling (linear, dynamic, yarn, llama3)");
   if ((r.has("head_dim") || gemma || qwen3) && c.n_heads > 0) {  // Gemma's config defaults head_dim to 256, Qwen3's to 128
     const long hd = r.integer("head_dim", qwen3 ? 128 : 256);
     r.require("head_dim", hd >= 1 && hd <= 65536, "a head size in [1, 65536]");
@@ -196,9 +261,10 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   else table.push_back({"lm_head.weight", "lm_head.weight"});
   map_tensors(im, *weights, table, "model.", ignored, dir);
   if (tied) check_tied(*weights, "lm_head.weight", im.params["wte.weight"], dir);
-  if (gemma)  // Gemma's RMSNorm gain is 1 + w, in float32
+  if (gemma)  // Gemma's RMSNorm gain is 1 + w, in float32 (Gemma 3's QK-norm too)
     for (auto& [name, values] : im.params)
-      if (name.ends_with("ln_in.weight") || name.ends_with("ln_branch.weight") || name == "ln_f.weight")
+      if (name.ends_with("ln_in.weight") || name.ends_with("ln_branch.weight") || name == "ln_f.weight" ||
+          name.ends_with("q_norm.weight") || name.ends_with("k_norm.weight"))
         for (float& w : values) w = 1.0f + w;
   return im;
 }
@@ -223,6 +289,8 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
                   "biases");
   if (c.norm != NormKind::RMSNorm) why.push_back(fmt::format("norm is {} (Llama uses RMSNorm)", to_string(c.norm)));
   if (c.positions != Positions::Rope || c.rope_fraction != 1.0) why.push_back("positions are not RoPE over the whole head");
+  if (c.rope_scale != 1.0 || c.rope_local_base > 0)
+    why.push_back("RoPE is scaled or has a base per layer (Gemma 3's; normlab does not write Gemma directories)");
   if (c.activation != Activation::SwiGlu) why.push_back(fmt::format("activation is {} (Llama's MLP is SwiGLU)", to_string(c.activation)));
   if (!olmo2 && !qwen3 && c.qk_norm != QkNorm::None)
     why.push_back(fmt::format("qk_norm is {} (Llama and Qwen2 have no QK-norm, Qwen3's is per head, OLMo 2's over the "

@@ -21,11 +21,14 @@ using namespace ops;
 using branch::zero;
 
 template <class S>
-void Model<S>::apply_rope(S* qkv, int rows, int T, int pos0, int sign) const {
+void Model<S>::apply_rope(int layer, S* qkv, int rows, int T, int pos0, int sign) const {
   const int R = cfg_.rope_dims(), A = cfg_.attn_width(), NH = cfg_.n_heads, QW = cfg_.qkv_width(), HS = cfg_.head_size();
   if (R == 0) return;
-  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, 0, NH, HS, R, sign);  // q
-  rope_rotate(qkv, rope_cos_.data(), rope_sin_.data(), rows, T, pos0, QW, A, cfg_.kv_heads(), HS, R, sign);  // k
+  const bool local = cfg_.rope_local(layer);
+  const S* cos_p = (local ? rope_local_cos_ : rope_cos_).data();
+  const S* sin_p = (local ? rope_local_sin_ : rope_sin_).data();
+  rope_rotate(qkv, cos_p, sin_p, rows, T, pos0, QW, 0, NH, HS, R, sign);  // q
+  rope_rotate(qkv, cos_p, sin_p, rows, T, pos0, QW, A, cfg_.kv_heads(), HS, R, sign);  // k
 }
 
 // QK-norm, then RoPE, then (nGPT) each q and k head onto the sphere, times s_qk
@@ -35,7 +38,7 @@ void Model<S>::attn_qk_forward(int i, S* qkv, int rows, int T, int pos0, S* raw,
   const QkNormLayout& L = qk_[size_t(i)];
   if (L.n) qk_norm_forward(cfg_.norm, cfg_.eps, L, p_[i].qkv_norm, qkv, size_t(rows), cfg_.qkv_width(), raw, mean, rstd,
                            qk_scratch_);
-  apply_rope(qkv, rows, T, pos0, +1);
+  apply_rope(slots_[size_t(i)].layer, qkv, rows, T, pos0, +1);
   if (const S* sqk = p_[i].sqk)  // q | k: 2 NH heads (nGPT has n_kv_heads = n_heads), s_qk shared by q and k
     sphere_heads_forward(qkv, cfg_.qkv_width(), long(rows), 2 * cfg_.n_heads, cfg_.head_size(), cfg_.d_model, sqk,
                          sphere_scale("sqk", cfg_.d_model).factor, cfg_.eps, sph_raw, sph_r);
@@ -46,7 +49,7 @@ void Model<S>::attn_qk_backward(int i, S* dqkv, int rows, int T) {
   if (const S* sqk = p_[i].sqk)
     sphere_heads_backward(dqkv, dp_[i].sqk, cfg_.qkv_width(), long(rows), 2 * cfg_.n_heads, cfg_.head_size(),
                           cfg_.d_model, sqk, sphere_scale("sqk", cfg_.d_model).factor, a_[i].pre, a_[i].pre_r);
-  apply_rope(dqkv, rows, T, 0, -1);  // d(q, k before RoPE) = R_t^T d(R_t q, R_t k)
+  apply_rope(slots_[size_t(i)].layer, dqkv, rows, T, 0, -1);  // d(q, k before RoPE) = R_t^T d(R_t q, R_t k)
   const QkNormLayout& L = qk_[size_t(i)];
   const SublayerActs<S>& a = a_[i];
   if (L.n) qk_norm_backward(cfg_.norm, L, p_[i].qkv_norm, dp_[i].qkv_norm, dqkv, size_t(rows), cfg_.qkv_width(),
@@ -59,7 +62,7 @@ void Model<S>::attn_qk_jvp(int i, S* tqkv, int K, int rows, int T, int pos0, siz
   const SublayerActs<S>& a = a_[i];
   if (L.n) qk_norm_jvp(cfg_.norm, L, p_[i].qkv_norm, tqkv, K, size_t(rows), cfg_.qkv_width(), a.qk_raw, a.qk_mean,
                        a.qk_rstd, row0, size_t(this->rows(i)), qk_scratch_);
-  apply_rope(tqkv, K * rows, T, pos0, +1);  // RoPE is linear: the tangents rotate as q and k do
+  apply_rope(slots_[size_t(i)].layer, tqkv, K * rows, T, pos0, +1);  // RoPE is linear: the tangents rotate as q and k do
   if (const S* sqk = p_[i].sqk)
     sphere_heads_jvp(tqkv, cfg_.qkv_width(), long(K) * rows, long(rows), long(row0), 2 * cfg_.n_heads,
                      cfg_.head_size(), cfg_.d_model, sqk, sphere_scale("sqk", cfg_.d_model).factor, a.pre, a.pre_r);
@@ -197,7 +200,7 @@ void IncrementalDecoder<S>::attn_step(int i, const S* h, const SublayerParams<S>
 }
 
 #define NL_INSTANTIATE(S)                                                                                   \
-  template void Model<S>::apply_rope(S*, int, int, int, int) const;                                        \
+  template void Model<S>::apply_rope(int, S*, int, int, int, int) const;                                        \
   template void Model<S>::attn_qk_forward(int, S*, int, int, int, S*, S*, S*, S*, S*) const;               \
   template void Model<S>::attn_qk_backward(int, S*, int, int);                                             \
   template void Model<S>::attn_qk_jvp(int, S*, int, int, int, int, size_t) const;                          \

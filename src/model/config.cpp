@@ -274,6 +274,14 @@ std::vector<std::string> ModelConfig::violations() const {
   }
   if (!(rope_base > 1.0) || !std::isfinite(rope_base))
     v.push_back(fmt::format("model.rope_base = {} must be finite and > 1", rope_base));
+  if (!(rope_scale >= 1.0) || !std::isfinite(rope_scale) || rope_scale > 1e6)
+    v.push_back(fmt::format("model.rope_scale = {} must be in [1, 1e6] (positions are divided by it)", rope_scale));
+  if (rope_local_base != 0.0 && (!(rope_local_base > 1.0) || !std::isfinite(rope_local_base)))
+    v.push_back(fmt::format("model.rope_local_base = {} must be 0 (one base) or finite and > 1", rope_local_base));
+  if (rope_global_every < 1 || rope_global_every > 100000)
+    v.push_back(fmt::format("model.rope_global_every = {} must be in [1, 100000]", rope_global_every));
+  if (rope_local_base != 0.0 && encdec())
+    v.push_back("model.rope_local_base (a base per layer) is for one stack (gpt or encoder), not arch = \"encdec\"");
   if (!(rope_fraction > 0.0 && rope_fraction <= 1.0))
     v.push_back(fmt::format("model.rope_fraction = {} must be in (0, 1]", rope_fraction));
   else if (positions == Positions::Rope && n_heads > 0 && d_model % n_heads == 0 && rope_dims() < 2)
@@ -472,6 +480,9 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("qk_norm_affine", cfg.qk_norm_affine);
   r.get("rope_base", cfg.rope_base);
   r.get("rope_fraction", cfg.rope_fraction);
+  r.get("rope_scale", cfg.rope_scale);
+  r.get("rope_local_base", cfg.rope_local_base);
+  r.get("rope_global_every", cfg.rope_global_every);
   r.get("type_vocab", cfg.type_vocab);
   r.get("embed_norm", cfg.embed_norm);
   r.get("embed_scale", cfg.embed_scale);
@@ -577,6 +588,9 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"positions", to_string(cfg.positions)},
                         {"rope_base", cfg.rope_base},
                         {"rope_fraction", cfg.rope_fraction},
+                        {"rope_scale", cfg.rope_scale},
+                        {"rope_local_base", cfg.rope_local_base},
+                        {"rope_global_every", cfg.rope_global_every},
                         {"qk_norm", to_string(cfg.qk_norm)},
                         {"v_norm", cfg.v_norm},
                         {"qk_norm_affine", cfg.qk_norm_affine},

@@ -115,6 +115,12 @@ struct ModelConfig {
   double rope_base = 10000.0;        // RoPE: theta_i = rope_base^(-2i/R) (Llama 2's; Llama 3 5e5)
   double rope_fraction = 1.0;        // RoPE: the share of each head's dimensions rotated (partial
                                      // rotary, GPT-NeoX 0.25); R = 2 floor(rope_fraction HS / 2)
+  double rope_scale = 1.0;           // RoPE: linear position scaling of the rope_base layers, angle
+                                     // p theta_i / rope_scale (Gemma 3 4B and larger: 8 on its global layers)
+  double rope_local_base = 0.0;      // > 0: the "local" layers (rope_local) rotate with this base instead
+                                     // (Gemma 3: 1e4 on its sliding-window layers, rope_base 1e6 on the rest);
+                                     // 0: one base for every layer
+  int rope_global_every = 6;         // with rope_local_base: layer l is global when (l + 1) % this == 0
   int type_vocab = 0;                // rows of a token-type (segment) embedding added to the input, as
                                      // BERT's 2; 0: none
   bool embed_norm = false;           // a norm of the embedding sum before the first block (BERT)
@@ -161,6 +167,8 @@ struct ModelConfig {
   int qkv_width() const { return attn_width() + 2 * kv_heads() * head_size(); }
   // RoPE's rotated dimensions per head, R (even); 0 unless positions = rope.
   int rope_dims() const;
+  // Whether layer l rotates with rope_local_base (unscaled) rather than rope_base and rope_scale.
+  bool rope_local(int l) const { return rope_local_base > 0 && (l + 1) % rope_global_every != 0; }
   int ff() const { return d_ff.value_or(4 * d_model); }
   // Columns of the fc projection's output: d_ff, or 2 d_ff (gate and up) for a gated activation.
   int fc_width() const;

@@ -190,7 +190,7 @@ class Model {
   void vjp_stacks(S* dsrc, S* din, const S* dout);
   // RoPE (positions = rope; a no-op otherwise): rotates the q and k columns of a (rows, 3C) qkv buffer
   // in place, row n at position pos0 + n % T; sign -1 is the transpose (a gradient's rotation).
-  void apply_rope(S* qkv, int rows, int T, int pos0, int sign) const;
+  void apply_rope(int layer, S* qkv, int rows, int T, int pos0, int sign) const;
   // What happens to the q and k (and v) columns of slot i's (rows, qkv_width) projection before the
   // attention, in place: QK-norm (model/qk_norm.h), then RoPE at positions pos0 + n % T. The forward
   // saves QK-norm's inputs and statistics in raw, mean and rstd (sized by qk_layout(i)); the backward
@@ -320,6 +320,7 @@ class Model {
   std::vector<uint8_t> key_mask_, src_mask_;
   bool has_key_mask_ = false, has_src_mask_ = false;
   std::vector<S> rope_cos_, rope_sin_;  // (seq_len, R/2) RoPE's angle tables (ops/rope.h); empty without
+  std::vector<S> rope_local_cos_, rope_local_sin_;  // the local layers' (rope_local_base; ModelConfig::rope_local)
   mutable std::vector<S> jvp_scratch_;  // forward-mode scratch, grown on demand (analysis only)
   mutable std::vector<S> block_jac_scratch_;  // block_jacobian's, kept across calls (no page faults)
   int64_t label_count_ = 0;

@@ -9,10 +9,10 @@
 namespace normlab::ops {
 
 template <class S>
-void rope_tables(S* cos_p, S* sin_p, int P, int R, double base) {
+void rope_tables(S* cos_p, S* sin_p, int P, int R, double base, double scale) {
   const int half = R / 2;
   for (int i = 0; i < half; i++) {
-    const double theta = std::pow(base, -2.0 * i / R);
+    const double theta = std::pow(base, -2.0 * i / R) / scale;
     for (int p = 0; p < P; p++) {
       cos_p[(long)p * half + i] = S(std::cos(p * theta));
       sin_p[(long)p * half + i] = S(std::sin(p * theta));
@@ -42,8 +42,8 @@ void rope_rotate(S* x, const S* cos_p, const S* sin_p, int rows, int T, int pos0
   }
 }
 
-template void rope_tables<float>(float*, float*, int, int, double);
-template void rope_tables<double>(double*, double*, int, int, double);
+template void rope_tables<float>(float*, float*, int, int, double, double);
+template void rope_tables<double>(double*, double*, int, int, double, double);
 template void rope_rotate<float>(float*, const float*, const float*, int, int, int, int, int, int, int, int, int);
 template void rope_rotate<double>(double*, const double*, const double*, int, int, int, int, int, int, int, int,
                                   int);

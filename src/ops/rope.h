@@ -8,9 +8,10 @@
 
 namespace normlab::ops {
 
-// The angle tables: cos_p, sin_p (P, R/2) for positions 0..P-1: cos(p theta_i), sin(p theta_i).
+// The angle tables: cos_p, sin_p (P, R/2) for positions 0..P-1: cos(p theta_i / scale),
+// sin(p theta_i / scale) (scale: linear RoPE scaling; 1 for none).
 template <class S>
-void rope_tables(S* cos_p, S* sin_p, int P, int R, double base);
+void rope_tables(S* cos_p, S* sin_p, int P, int R, double base, double scale = 1.0);
 
 // x (rows, ld): row n holds a token at position pos0 + n % T (rows = B * T; pos0 > 0 for one decoding
 // step); NH heads of HS columns start at column col0 of each row (q: 0; k: C). sign +1 rotates by

@@ -243,32 +243,41 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
           f"states, logits, loss and {n} gradients compared")
 
 
-def qwen3_golden(normlab, work, source):
-    """A Qwen3ForCausalLM directory (heads wider than hidden_size / heads, QK-norm per head, grouped queries)
-    against what transformers 5 computed from it (tests/data/qwen3-tiny, made by qwen3_golden.py: Qwen3 needs
-    a transformers newer than this environment's torch allows)."""
-    d = os.path.join(source, "tests", "data", "qwen3-tiny")
+def tf5_golden(normlab, work, source, name, sandwich=False):
+    """A directory transformers 5 wrote (tests/data/<name>-tiny, made by tf5_golden.py: these models need a
+    transformers newer than this environment's torch allows) against what it computed from it: every hidden
+    state, the logits, the loss and every gradient. Returns the token file and normlab's outputs."""
+    d = os.path.join(source, "tests", "data", f"{name}-tiny")
     golden = load_file(os.path.join(d, "golden.safetensors"))
     with open(os.path.join(d, "config.json")) as f:
         config = json.load(f)
-    tok = os.path.join(work, "qwen3_tokens.safetensors")
+    tok = os.path.join(work, f"{name}_tokens.safetensors")
     save_file({k: golden[k] for k in ("input_ids", "labels", "attention_mask")}, tok)
-    out = os.path.join(work, "qwen3_normlab.safetensors")
+    out = os.path.join(work, f"{name}_normlab.safetensors")
     run(normlab, "grads", "--checkpoint", d, "--tokens", tok, "--out", out, "--force")
     got = load_file(out)
     valid = golden["attention_mask"] == 1
     L = config["num_hidden_layers"]
     for key in [f"hidden.{l}" for l in range(L + 1)] + ["hidden.final", "logits"]:
-        check(f"qwen3 {key}", got[key][valid], golden[key][valid], FWD_TOL)
-    check("qwen3 loss", got["loss"], golden["loss"][0], LOSS_TOL)
+        check(f"{name} {key}", got[key][valid], golden[key][valid], FWD_TOL)
+    check(f"{name} loss", got["loss"], golden["loss"][0], LOSS_TOL)
     A = config["num_attention_heads"] * config["head_dim"]
     KV = config["num_key_value_heads"] * config["head_dim"]
     n = 0
     for key in golden:
         if key.startswith("grad."):
-            check(f"qwen3 {key}", llama_grad(got, key[len("grad."):], A, KV, config["intermediate_size"]), golden[key],
-                  GRAD_TOL)
+            check(f"{name} {key}", llama_grad(got, key[len("grad."):], A, KV, config["intermediate_size"], sandwich),
+                  golden[key], GRAD_TOL)
             n += 1
+    arch = config["architectures"][0]
+    print(f"tf5_golden: {arch} against transformers {open(os.path.join(d, 'versions.txt')).read().split()[3]}: "
+          f"hidden states, logits, loss and {n} gradients compared")
+    return d, config, tok, got
+
+
+def qwen3_golden(normlab, work, source):
+    """Qwen3 (heads wider than hidden_size / heads, QK-norm per head, grouped queries) in, and out again."""
+    d, config, tok, got = tf5_golden(normlab, work, source, "qwen3")
     # export --hf: transformers 5 wrote this directory, so the export of its import must give back its
     # tensors bit for bit under the same names, the settings of its config.json, and the same model
     exported = os.path.join(work, "qwen3_export")
@@ -299,9 +308,42 @@ def qwen3_golden(normlab, work, source):
     for k in got:
         if not np.array_equal(got[k], again[k]):
             failures.append(f"qwen3 export: {k} differs after export and re-import")
-    print(f"qwen3_golden: Qwen3ForCausalLM against transformers {open(os.path.join(d, 'versions.txt')).read().split()[3]}: "
-          f"hidden states, logits, loss and {n} gradients compared; export --hf gives back its tensors bit for bit, "
-          f"its config's settings and the same model")
+    print("qwen3_golden: export --hf gives back its tensors bit for bit, its config's settings and the same model")
+
+
+def gemma3_golden(normlab, work, source):
+    """Gemma 3 (a RoPE base per layer with linear scaling on the global one, QK-norm per head with (1 + w)
+    gains, the sandwich, wider heads, multi-query attention) in; its export refused by name."""
+    d, _, _, _ = tf5_golden(normlab, work, source, "gemma3", sandwich=True)
+    p = subprocess.run([normlab, "export", "--checkpoint", d, "--hf", os.path.join(work, "gemma3_export")],
+                       capture_output=True, text=True)
+    if p.returncode != 1 or "Gemma" not in p.stderr or os.path.exists(os.path.join(work, "gemma3_export", "config.json")):
+        failures.append(f"gemma3 export: not refused by name (exit {p.returncode}): {p.stderr!r}")
+    # what normlab's Gemma 3 does not represent, each refused with one line naming it
+    tok = os.path.join(work, "gemma3_tokens.safetensors")
+    for label, edit, expected in [
+            ("multimodal", {"model_type": "gemma3"}, "image-and-text model"),
+            ("irregular layer_types", {"layer_types": ["full_attention", "sliding_attention", "full_attention"]},
+             "layer_types"),
+            ("yarn", {"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6},
+                                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+             "rope_type default or linear"),
+            ("bidirectional", {"use_bidirectional_attention": True}, "use_bidirectional_attention")]:
+        bad = os.path.join(work, "gemma3_bad")
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(d, bad)
+        with open(os.path.join(bad, "config.json")) as f:
+            config = json.load(f)
+        config.update(edit)
+        with open(os.path.join(bad, "config.json"), "w") as f:
+            json.dump(config, f)
+        out = os.path.join(work, "gemma3_bad.out.safetensors")
+        if os.path.exists(out):
+            os.remove(out)
+        p = run(normlab, "grads", "--checkpoint", bad, "--tokens", tok, "--out", out, expect_ok=False)
+        msg = (p.stderr or "").strip()
+        if p.returncode == 0 or expected not in msg or len(msg.splitlines()) != 1 or os.path.exists(out):
+            failures.append(f"gemma3 {label}: exit {p.returncode}, expected one line with '{expected}', got {msg!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -663,6 +705,7 @@ def main():
                max_position_embeddings=16, query_pre_attn_scalar=6, attn_logit_softcapping=3.0,
                final_logit_softcapping=5.0, sliding_window=12, hidden_activation="gelu_pytorch_tanh")
     qwen3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    gemma3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     export_case(nl, w, "export_llama", ["model.d_model=24", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2",
                                         "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
                                         "model.positions=rope", "model.rope_base=5e5", "model.activation=swiglu",

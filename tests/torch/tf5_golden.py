@@ -1,16 +1,21 @@
-"""qwen3_golden.py: writes tests/data/qwen3-tiny/, the reference a Qwen3 directory is checked against.
+"""tf5_golden.py: writes tests/data/qwen3-tiny/ and tests/data/gemma3-tiny/, the references a Qwen3 and a
+Gemma 3 directory are checked against.
 
-Qwen3ForCausalLM needs transformers 4.51 or later, which does not import with the torch 1.13 of the
-test environment; so the reference is made once, here, by a current transformers on a current torch
-(the benchmark venv: bench/.venv, `pip install transformers safetensors`), and committed:
-  - config.json + model.safetensors: a random Qwen3ForCausalLM (heads wider than hidden_size / heads,
-    grouped queries, QK-norm per head, untied head), every weight moved off its initial value;
+Qwen3ForCausalLM needs transformers 4.51 or later and Gemma3ForCausalLM 4.50 or later, which do not
+import with the torch 1.13 of the test environment; so the references are made once, here, by a
+current transformers on a current torch (the benchmark venv: bench/.venv, `pip install transformers
+safetensors`), and committed, one directory per model:
+  - config.json + model.safetensors: a random model, every weight moved off its initial value:
+    qwen3-tiny a Qwen3ForCausalLM (heads wider than hidden_size / heads, grouped queries, QK-norm per
+    head, untied head); gemma3-tiny a Gemma3ForCausalLM (heads wider too, one key-value head, QK-norm
+    per head, the sandwich, (1 + w) gains, sqrt(d) embedding scale, two local layers and a global one
+    with RoPE bases 1e4 and 1e6 and linear scaling 8 on the global layer, tied head);
   - golden.safetensors: a padded batch (input_ids, attention_mask, labels) and what transformers
     computes from it in float64: every hidden state, the final norm's output, the logits, the loss
     and the gradient of every parameter (named "grad.<Hugging Face name>");
   - versions.txt: the torch and transformers versions that made it.
-hf_parity.py (qwen3_golden) then checks normlab's `grads` on the directory against the file.
-Run: bench/.venv/bin/python tests/torch/qwen3_golden.py
+hf_parity.py (tf5_golden) then checks normlab's `grads` on each directory against its file.
+Run: bench/.venv/bin/python tests/torch/tf5_golden.py [qwen3] [gemma3]   (default: both)
 """
 import json
 import os
@@ -19,19 +24,36 @@ import numpy as np
 import torch
 import transformers
 from safetensors.numpy import save_file
-from transformers import Qwen3Config, Qwen3ForCausalLM
+import sys
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Qwen3Config, Qwen3ForCausalLM
 
-OUT = os.path.join(os.path.dirname(__file__), "..", "data", "qwen3-tiny")
+DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 
 
-def main():
-    os.makedirs(OUT, exist_ok=True)
+def qwen3():
     torch.manual_seed(21)
     config = Qwen3Config(vocab_size=57, hidden_size=24, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, head_dim=10, intermediate_size=36, max_position_embeddings=16,
                          rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False,
                          use_sliding_window=False, attn_implementation="eager")
-    model = Qwen3ForCausalLM(config)
+    return Qwen3ForCausalLM(config), config, os.path.join(DATA, "qwen3-tiny")
+
+
+def gemma3():
+    torch.manual_seed(31)
+    config = Gemma3TextConfig(vocab_size=61, hidden_size=24, num_hidden_layers=3, num_attention_heads=4,
+                              num_key_value_heads=1, head_dim=8, intermediate_size=36, max_position_embeddings=32,
+                              rms_norm_eps=1e-6, query_pre_attn_scalar=8, sliding_window=16,
+                              layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                              rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                                  "rope_theta": 1e6},
+                                               "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+                              attn_implementation="eager")
+    return Gemma3ForCausalLM(config), config, os.path.join(DATA, "gemma3-tiny")
+
+
+def write(model, config, OUT):
+    os.makedirs(OUT, exist_ok=True)
     g = torch.Generator().manual_seed(22)
     with torch.no_grad():  # away from init: norm gains off 1, every matrix moved
         for p in model.parameters():
@@ -69,4 +91,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    for name in sys.argv[1:] or ["qwen3", "gemma3"]:
+        write(*{"qwen3": qwen3, "gemma3": gemma3}[name]())
