@@ -88,6 +88,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     bool softcap = false;     // Gemma 2's scale and soft caps on the scores and the logits
     bool ngpt = false;        // nGPT: the stream on the sphere, its scales (norm l2, no biases)
     int head_dim = 0;         // > 0: model.head_dim (heads wider or narrower than d / heads)
+    bool rope_per_layer = false;  // Gemma 3: local layers at another RoPE base, linear scaling on the global one
   };
   for (const Case& k : {Case{Placement::Pre, true, 1}, Case{Placement::Pre, true, 2}, Case{Placement::Peri, true, 4},
                         Case{Placement::Post, false, 4}, Case{Placement::Sandwich, false, 4},
@@ -98,7 +99,8 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
                         Case{Placement::Sandwich, true, 2, QkNorm::None, 4.0, false, true},
                         Case{Placement::NGpt, true, 4, QkNorm::None, 1.0, false, false, true},
                         Case{Placement::Pre, true, 2, QkNorm::Heads, 1.0, false, false, false, 6},
-                        Case{Placement::Pre, true, 1, QkNorm::Whole, 1.0, false, false, false, 3}}) {
+                        Case{Placement::Pre, true, 1, QkNorm::Whole, 1.0, false, false, false, 3},
+                        Case{Placement::Sandwich, true, 1, QkNorm::Heads, 4.0, false, false, false, 6, true}}) {
     SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {}", method_of(k.method).name, k.llama, k.kv_heads,
                              to_string(k.qk_norm)));
     ModelConfig cfg;
@@ -135,6 +137,11 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
       cfg.attn_scale = 0.4;
       cfg.attn_softcap = 0.6;
       cfg.logit_softcap = 0.8;
+    }
+    if (k.rope_per_layer) {  // layers 0 and 2 local (base 10), layer 1 global (1e4, positions / 3)
+      cfg.rope_local_base = 10;
+      cfg.rope_global_every = 2;
+      cfg.rope_scale = 3;
     }
     Model<double> model(cfg);
     if (k.dyt_recipe) model.params()[model.table().find("embed_scale")->offset] = 3.0;  // the parameter, not the config
