@@ -13,11 +13,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <unistd.h>
 
 #include "study/jobs.h"
 #include "study/study.h"
+#include "train/run_config.h"
 #include "study/summary.h"
 #include "util/error.h"
 
@@ -81,6 +83,63 @@ TEST(Study, SeedsOfInitAndDataAreNamedApart) {
   EXPECT_EQ(s.runs[3].label, "placement=pre model.seed=2 train.seed=2");
   EXPECT_EQ(s.runs[3].config.model.seed, 2);
   EXPECT_EQ(s.runs[3].config.train.seed, 2);
+}
+
+// A list of settings that vary together: the runs take its entries in turn (model.seed and train.seed
+// paired), crossed with the other keys; written in TOML as an array of inline tables.
+TEST(Study, SettingsThatVaryTogetherArePairedNotCrossed) {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::temp_directory_path() / ("normlab_paired_" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(file) << R"([study]
+name = "t"
+[base.model]
+d_model = 32
+n_heads = 2
+n_layers = 2
+[base.train]
+steps = 10
+[[grid]]
+model.placement = ["post", "pre"]
+seeds = [{model.seed = 1, train.seed = 1}, {model.seed = 2, train.seed = 2}, {model.seed = 3, train.seed = 3}]
+)";
+  const json doc = read_toml(file.string());
+  fs::remove(file);
+  const Study s = study_from_json(doc, {}, "test");
+  ASSERT_EQ(s.runs.size(), 2u * 3u);  // not 2 x 3 x 3
+  EXPECT_EQ(s.varying, (std::vector<std::string>{"model.placement", "model.seed", "train.seed"}));
+  for (const StudyRun& r : s.runs) EXPECT_EQ(r.config.model.seed, r.config.train.seed) << r.label;
+  EXPECT_EQ(s.runs[0].label, "placement=post model.seed=1 train.seed=1");
+  EXPECT_EQ(s.runs[5].label, "placement=pre model.seed=3 train.seed=3");
+  // the same runs, labels and configs as one grid per seed (the form studies used before)
+  json per_seed = doc;
+  per_seed["grid"] = json::array();
+  for (int seed : {1, 2, 3})
+    per_seed["grid"].push_back({{"model.placement", {"post", "pre"}}, {"model.seed", {seed}}, {"train.seed", {seed}}});
+  const Study t = study_from_json(per_seed, {}, "test");
+  ASSERT_EQ(t.runs.size(), s.runs.size());
+  std::map<std::string, json> a, b;  // by label: the order differs (here the seeds vary fastest)
+  for (size_t i = 0; i < s.runs.size(); i++) {
+    a[s.runs[i].label] = run_config_to_json(s.runs[i].config);
+    b[t.runs[i].label] = run_config_to_json(t.runs[i].config);
+  }
+  EXPECT_EQ(a, b);
+  // strict: entries with other keys, a key set twice, a list value, a key outside a section
+  auto fails = [&](const char* grid, const std::string& needle) {
+    json d = doc;
+    d["grid"] = json::array({json::parse(grid)});
+    try {
+      study_from_json(d, {}, "test");
+    } catch (const Error& e) {
+      return std::string(e.what()).find(needle) != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(fails(R"({"seeds": [{"model.seed": 1, "train.seed": 1}, {"model.seed": 2}]})", "the same keys"));
+  EXPECT_TRUE(fails(R"({"model.seed": [1, 2], "seeds": [{"model.seed": 1, "train.seed": 1}]})", "set twice"));
+  EXPECT_TRUE(fails(R"({"seeds": [{"model.seed": [1, 2]}]})", "one value"));
+  EXPECT_TRUE(fails(R"({"seeds": [{"seed": 1}]})", "section.key"));
+  EXPECT_TRUE(fails(R"({"seeds": [{}]})", "empty entry"));
+  EXPECT_THROW(study_from_json(doc, {"train.seed=4"}, "test"), Error);  // a grid key, by way of the list
 }
 
 TEST(Study, SetOverridesEveryRunButNotAGridKey) {

@@ -19,7 +19,39 @@ namespace {
 
 constexpr size_t kMaxRuns = 256;
 
-// {"model": {"placement": [...]}} and {"model.placement": [...]} both become "model.placement".
+// A grid key's path must be section.key with a known section.
+void check_grid_key(const std::string& path, const std::string& where) {
+  if (std::count(path.begin(), path.end(), '.') != 1)
+    throw Error(fmt::format("{}: grid key '{}' must be section.key, e.g. model.placement", where, path));
+  const std::string section = path.substr(0, path.find('.'));
+  if (section != "model" && section != "train" && section != "data")
+    throw Error(fmt::format("{}: grid key '{}': the section must be model, train or data{}", where, path,
+                            did_you_mean(section, {"model", "train", "data"})));
+}
+
+// One entry of a list of settings that vary together ({model.seed = 1, train.seed = 1}) as
+// {"model.seed": 1, "train.seed": 1}: section.key paths with single values.
+void flatten_setting(const nlohmann::json& table, const std::string& prefix, nlohmann::json& out,
+                     const std::string& where) {
+  for (const auto& [key, value] : table.items()) {
+    const std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (value.is_object()) {
+      flatten_setting(value, path, out, where);
+      continue;
+    }
+    check_grid_key(path, where);
+    if (value.is_array() || value.is_null())
+      throw Error(fmt::format("{}: '{}' in a list of settings that vary together takes one value, not {}", where,
+                              path, dump_json(value)));
+    out[path] = value;
+  }
+}
+
+// {"model": {"placement": [...]}} and {"model.placement": [...]} both become "model.placement". A key
+// whose values are tables is a list of settings that vary together (the runs take its entries in
+// turn, not their product): seeds = [{model.seed = 1, train.seed = 1}, {model.seed = 2, train.seed = 2}]
+// pairs the two seeds; it becomes the key's name with its entries flattened, every entry setting the
+// same keys.
 void flatten_grid(const nlohmann::json& table, const std::string& prefix, nlohmann::json& out,
                   const std::string& where) {
   for (const auto& [key, value] : table.items()) {
@@ -28,12 +60,27 @@ void flatten_grid(const nlohmann::json& table, const std::string& prefix, nlohma
       flatten_grid(value, path, out, where);
       continue;
     }
-    if (std::count(path.begin(), path.end(), '.') != 1)
-      throw Error(fmt::format("{}: grid key '{}' must be section.key, e.g. model.placement", where, path));
-    const std::string section = path.substr(0, path.find('.'));
-    if (section != "model" && section != "train" && section != "data")
-      throw Error(fmt::format("{}: grid key '{}': the section must be model, train or data{}", where, path,
-                              did_you_mean(section, {"model", "train", "data"})));
+    const bool together = value.is_array() && !value.empty() &&
+                          std::all_of(value.begin(), value.end(), [](const nlohmann::json& v) { return v.is_object(); });
+    if (together) {
+      nlohmann::json entries = nlohmann::json::array();
+      for (const nlohmann::json& entry : value) {
+        nlohmann::json flat = nlohmann::json::object();
+        flatten_setting(entry, "", flat, fmt::format("{} '{}'", where, path));
+        if (flat.empty()) throw Error(fmt::format("{}: '{}' has an empty entry ({{}}): give each entry its settings", where, path));
+        std::vector<std::string> keys, first;
+        for (const auto& [k, v] : flat.items()) keys.push_back(k);
+        if (!entries.empty())
+          for (const auto& [k, v] : entries[0].items()) first.push_back(k);
+        if (!entries.empty() && keys != first)
+          throw Error(fmt::format("{}: every entry of '{}' must set the same keys ({} against {})", where, path,
+                                  fmt::join(keys, ", "), fmt::join(first, ", ")));
+        entries.push_back(std::move(flat));
+      }
+      out[path] = std::move(entries);
+      continue;
+    }
+    check_grid_key(path, where);
     if (!value.is_array() || value.empty())
       throw Error(fmt::format("{}: grid key '{}' needs a non-empty array of values, e.g. [\"post\", \"pre\"]",
                               where, path));
@@ -41,7 +88,16 @@ void flatten_grid(const nlohmann::json& table, const std::string& prefix, nlohma
   }
 }
 
-// Every combination of one grid's values, in the order the keys were written (last key fastest).
+// The section.key settings one flattened grid entry makes: itself, or a together-list's entry's keys.
+std::vector<std::string> keys_of(const std::string& key, const nlohmann::json& values) {
+  if (!values[0].is_object()) return {key};
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : values[0].items()) keys.push_back(k);
+  return keys;
+}
+
+// Every combination of one grid's values, in the order the keys were written (last key fastest); a
+// list of settings that vary together contributes one entry (several keys) per combination.
 std::vector<nlohmann::json> expand(const nlohmann::json& grid) {
   std::vector<nlohmann::json> combos = {nlohmann::json::object()};
   for (const auto& [key, values] : grid.items()) {
@@ -49,7 +105,8 @@ std::vector<nlohmann::json> expand(const nlohmann::json& grid) {
     for (const auto& c : combos)
       for (const auto& v : values) {
         nlohmann::json n = c;
-        n[key] = v;
+        if (v.is_object()) n.update(v);
+        else n[key] = v;
         next.push_back(std::move(n));
       }
     combos = std::move(next);
@@ -179,8 +236,15 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
       throw Error(fmt::format("{}: grid {} is empty ([[grid]] with no keys); give it keys with lists of values, e.g. "
                               "model.placement = [\"post\", \"pre\"], or remove it",
                               where, i + 1));
+    std::vector<std::string> mine;  // a key set twice in one grid (alone and in a together-list) is ambiguous
     for (const auto& [k, v] : flat.items())
-      if (std::find(grid_keys.begin(), grid_keys.end(), k) == grid_keys.end()) grid_keys.push_back(k);
+      for (const std::string& key : keys_of(k, v)) {
+        if (std::find(mine.begin(), mine.end(), key) != mine.end())
+          throw Error(fmt::format("{} grid {}: {} is set twice (by a key and a list of settings that vary together)",
+                                  where, i + 1, key));
+        mine.push_back(key);
+        if (std::find(grid_keys.begin(), grid_keys.end(), key) == grid_keys.end()) grid_keys.push_back(key);
+      }
     flat_grids.push_back(std::move(flat));
   }
   if (const size_t n = count_runs(flat_grids, kMaxRuns); n > kMaxRuns)
