@@ -163,7 +163,8 @@ TEST(SgemmAvx2, MatchesTheDoubleReferenceOnEveryTranspositionEdgeAndBlock) {
     int M, N, K;
   };
   const Size sizes[] = {{1, 1, 1},     {6, 16, 8},    {7, 17, 3},    {5, 15, 256}, {13, 33, 257},
-                        {145, 20, 31}, {12, 2049, 9}, {150, 40, 600}, {3, 5, 0}};
+                        {145, 20, 31}, {12, 2049, 9}, {150, 40, 600}, {3, 5, 0},
+                        {128, 16, 300}, {131, 32, 16}, {64, 48, 70}};  // (narrow: A's rows read in place)
   uint64_t seed = 70;
   for (const Size& sz : sizes)
     for (int ta = 0; ta < 2; ta++)
@@ -553,6 +554,37 @@ TEST(Dropout, MaskIsSeededAndBackwardMatches) {
   };
   check_backward({{"x", &small, &dsmall}}, loss,
                  [&] { dropout_backward(dsmall.data(), dysmall.data(), p, 9, 9); });
+}
+
+// The float path draws eight masks at a time (AVX2); every mask must be the documented function of
+// (seed, index): splitmix64 of seed + golden (i + 1), kept when its top 53 bits / 2^53 >= p, written
+// out here independently, at every offset, length and p; double (scalar) draws the same masks.
+TEST(Dropout, TheVectorMasksAreTheScalarFunctionOfSeedAndIndex) {
+  const auto kept = [](uint64_t seed, uint64_t i, double p) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return double(z >> 11) * 0x1.0p-53 >= p;
+  };
+  for (double p : {0.1, 0.5, 0.9, 1e-12})
+    for (size_t n : {size_t(1), size_t(8), size_t(13), size_t(4099)})
+      for (size_t first : {size_t(0), size_t(3), size_t(1) << 40}) {
+        std::vector<float> x(n), y(n), d(n, -0.0f), g(n);
+        std::vector<double> xd(n), yd(n);
+        for (size_t i = 0; i < n; i++) x[i] = xd[i] = g[i] = float(i % 7) + 0.5f;
+        dropout_forward(y.data(), x.data(), p, 77, n, first);
+        dropout_forward(yd.data(), xd.data(), p, 77, n, first);
+        dropout_backward(d.data(), g.data(), p, 77, n, first);
+        const float scale = float(1.0 / (1.0 - p));
+        for (size_t i = 0; i < n; i++) {
+          const bool k = kept(77, first + i, p);
+          ASSERT_EQ(y[i], k ? x[i] * scale : 0.0f) << "p " << p << " n " << n << " first " << first << " i " << i;
+          ASSERT_EQ(yd[i] != 0.0, k) << i;
+          if (k) ASSERT_EQ(d[i], std::fma(g[i], scale, -0.0f)) << i;
+          else ASSERT_TRUE(d[i] == 0.0f && std::signbit(d[i])) << "a dropped element's gradient must keep its bits";
+        }
+      }
 }
 
 TEST(VecMath, ExpFastIsAccurateAndKeepsNaNAndInf) {

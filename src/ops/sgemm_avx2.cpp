@@ -7,7 +7,10 @@
 //   16-column panels, 6-row panels -> the micro-kernel: a 6 x 16 tile of C in 12 ymm registers,
 //                                     one k step = 2 loads of B, 6 broadcasts of A, 12 FMAs
 // Panels are zero-padded to whole tiles, so the kernel never branches on the edge inside its loop;
-// an edge tile is written through a 6 x 16 scratch tile.
+// an edge tile is written through a 6 x 16 scratch tile. When op(B) is one or two panels wide (the
+// attention's P v, dq, dk and dv at head sizes up to 32) a packed block of A would serve at most two
+// micro-kernel calls, so packing it cost as much as multiplying: those rows are read where they are
+// (kernel_rows), in the same order of sums, so the result is the same to the bit.
 #include "ops/sgemm_avx2.h"
 
 #include <immintrin.h>
@@ -138,6 +141,34 @@ void pack_b(float* dst, const float* B, int ldb, bool tb, int k0, int kc, int j0
   }
 }
 
+// C tile (m x n of 6 x 16, ldc) = alpha acc + beta C (beta 0: C not read).
+[[gnu::always_inline]] inline void store_tile(const __m256 (&acc)[kMr][2], float* c, int ldc, float alpha, float beta,
+                                              int m, int n) {
+  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+  if (m == kMr && n == kNr) {
+    for (int r = 0; r < kMr; r++) {
+      float* row = c + (long)r * ldc;
+      __m256 lo = _mm256_mul_ps(va, acc[r][0]), hi = _mm256_mul_ps(va, acc[r][1]);
+      if (beta != 0.0f) {
+        lo = _mm256_fmadd_ps(vb, _mm256_loadu_ps(row), lo);
+        hi = _mm256_fmadd_ps(vb, _mm256_loadu_ps(row + 8), hi);
+      }
+      _mm256_storeu_ps(row, lo);
+      _mm256_storeu_ps(row + 8, hi);
+    }
+    return;
+  }
+  alignas(32) float tile[kMr][kNr];
+  for (int r = 0; r < kMr; r++) {
+    _mm256_store_ps(tile[r], acc[r][0]);
+    _mm256_store_ps(tile[r] + 8, acc[r][1]);
+  }
+  for (int r = 0; r < m; r++) {
+    float* row = c + (long)r * ldc;
+    for (int j = 0; j < n; j++) row[j] = alpha * tile[r][j] + (beta != 0.0f ? beta * row[j] : 0.0f);
+  }
+}
+
 // C tile (m x n <= 6 x 16, ldc) = alpha * a_panel b_panel + beta * C over kc steps. The 12
 // accumulators are named variables: held in an array, GCC keeps them in memory.
 void kernel(int kc, const float* __restrict a, const float* __restrict b, float* c, int ldc, float alpha,
@@ -168,29 +199,46 @@ void kernel(int kc, const float* __restrict a, const float* __restrict b, float*
     b += kNr;
   }
   const __m256 acc[kMr][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
-  if (m == kMr && n == kNr) {
-    for (int r = 0; r < kMr; r++) {
-      float* row = c + (long)r * ldc;
-      __m256 lo = _mm256_mul_ps(va, acc[r][0]), hi = _mm256_mul_ps(va, acc[r][1]);
-      if (beta != 0.0f) {
-        lo = _mm256_fmadd_ps(vb, _mm256_loadu_ps(row), lo);
-        hi = _mm256_fmadd_ps(vb, _mm256_loadu_ps(row + 8), hi);
-      }
-      _mm256_storeu_ps(row, lo);
-      _mm256_storeu_ps(row + 8, hi);
-    }
-    return;
+  store_tile(acc, c, ldc, alpha, beta, m, n);
+}
+
+// The same tile from 6 rows of op(A) read in place: row r's k-th value at rows[r][k * ks] (ks 1 for
+// A stored (M, K), lda for A stored (K, M)); the same FMAs in the same order as kernel.
+void kernel_rows(int kc, const float* const rows[kMr], long ks, const float* __restrict b, float* c, int ldc,
+                 float alpha, float beta, int m, int n) {
+  const float *a0 = rows[0], *a1 = rows[1], *a2 = rows[2], *a3 = rows[3], *a4 = rows[4], *a5 = rows[5];
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,
+         c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  for (int k = 0; k < kc; k++) {
+    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+    __m256 ar = _mm256_broadcast_ss(a0);
+    c00 = _mm256_fmadd_ps(ar, b0, c00);
+    c01 = _mm256_fmadd_ps(ar, b1, c01);
+    ar = _mm256_broadcast_ss(a1);
+    c10 = _mm256_fmadd_ps(ar, b0, c10);
+    c11 = _mm256_fmadd_ps(ar, b1, c11);
+    ar = _mm256_broadcast_ss(a2);
+    c20 = _mm256_fmadd_ps(ar, b0, c20);
+    c21 = _mm256_fmadd_ps(ar, b1, c21);
+    ar = _mm256_broadcast_ss(a3);
+    c30 = _mm256_fmadd_ps(ar, b0, c30);
+    c31 = _mm256_fmadd_ps(ar, b1, c31);
+    ar = _mm256_broadcast_ss(a4);
+    c40 = _mm256_fmadd_ps(ar, b0, c40);
+    c41 = _mm256_fmadd_ps(ar, b1, c41);
+    ar = _mm256_broadcast_ss(a5);
+    c50 = _mm256_fmadd_ps(ar, b0, c50);
+    c51 = _mm256_fmadd_ps(ar, b1, c51);
+    a0 += ks;
+    a1 += ks;
+    a2 += ks;
+    a3 += ks;
+    a4 += ks;
+    a5 += ks;
+    b += kNr;
   }
-  alignas(32) float tile[kMr][kNr];
-  for (int r = 0; r < kMr; r++) {
-    _mm256_store_ps(tile[r], acc[r][0]);
-    _mm256_store_ps(tile[r] + 8, acc[r][1]);
-  }
-  for (int r = 0; r < m; r++) {
-    float* row = c + (long)r * ldc;
-    for (int j = 0; j < n; j++) row[j] = alpha * tile[r][j] + (beta != 0.0f ? beta * row[j] : 0.0f);
-  }
+  const __m256 acc[kMr][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  store_tile(acc, c, ldc, alpha, beta, m, n);
 }
 
 }  // namespace
@@ -213,6 +261,20 @@ void sgemm_avx2(Trans ta, Trans tb, int M, int N, int K, float alpha, const floa
       const int kc = std::min(kKc, K - k0);
       const float b_eff = k0 == 0 ? beta : 1.0f;
       pack_b(bp, B, ldb, tB, k0, kc, j0, nc);
+      if (nc <= 2 * kNr) {  // narrow op(B): A's rows in place (rows past M repeat the last; not stored)
+        const long ks = tA ? lda : 1;
+        for (int ir = 0; ir < M; ir += kMr) {
+          const float* rows[kMr];
+          for (int r = 0; r < kMr; r++) {
+            const long i = std::min(ir + r, M - 1);
+            rows[r] = tA ? A + (long)k0 * lda + i : A + i * lda + k0;
+          }
+          for (int jr = 0; jr < nc; jr += kNr)
+            kernel_rows(kc, rows, ks, bp + (long)jr * kc, C + (long)ir * ldc + j0 + jr, ldc, alpha, b_eff,
+                        std::min(kMr, M - ir), std::min(kNr, nc - jr));
+        }
+        continue;
+      }
       for (int i0 = 0; i0 < M; i0 += kMc) {
         const int mc = std::min(kMc, M - i0);
         pack_a(ap, A, lda, tA, i0, mc, k0, kc);
