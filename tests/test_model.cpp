@@ -750,3 +750,53 @@ TEST(ModelRope, ABasePerLayerIsTheOneBaseModelOnEachLayer) {
   bad.rope_global_every = 0;
   EXPECT_THROW(bad.validate(), Error);
 }
+
+// A divisor per frequency (Llama 3.1's llama3 scaling, a GGUF rope_freqs): all equal to s is linear
+// scaling by s, bit for bit; divisors of 1 are no scaling; llama3_rope_factors against its closed form
+// at a head of 12 (wavelengths 6.3, 29, 135, ...: kept, interpolated, divided) and the config's checks.
+TEST(ModelRope, DivisorsPerFrequency) {
+  ModelConfig base = tiny(Arch::Gpt, {Placement::Pre, Placement::Pre}, NormKind::RMSNorm);
+  base.positions = Positions::Rope;
+  base.seq_len = 8;
+  const int pairs = base.rope_dims() / 2;
+  const Tokens tok = tokens_for(base, 2, 8, 4);
+  const auto logits = [&](const ModelConfig& c) {
+    Model<double> m(c);
+    Model<double> ref(base);
+    std::copy(ref.params().begin(), ref.params().end(), m.params().begin());
+    m.forward(tok.ids.data(), tok.labels.data(), 2, 8);
+    return std::vector<double>(m.logits(), m.logits() + size_t(2) * 8 * c.vocab_size());
+  };
+  ModelConfig linear = base, divided = base, ones = base, mixed = base;
+  linear.rope_scale = 3;
+  divided.rope_freq_factors.assign(size_t(pairs), 3.0);
+  ones.rope_freq_factors.assign(size_t(pairs), 1.0);
+  mixed.rope_freq_factors.assign(size_t(pairs), 1.0);
+  mixed.rope_freq_factors.back() = 5.0;
+  EXPECT_EQ(logits(divided), logits(linear));
+  EXPECT_EQ(logits(ones), logits(base));
+  EXPECT_NE(logits(mixed), logits(base));
+
+  const double kPi = 3.14159265358979323846;
+  const std::vector<double> f = ops::llama3_rope_factors(12, 1e4, 8.0, 1.0, 4.0, 32.0);
+  ASSERT_EQ(f.size(), 6u);
+  EXPECT_EQ(f[0], 1.0);  // wavelength 2 pi < 32 / 4
+  const double wavelength = 2 * kPi * std::pow(1e4, 2.0 / 12), s = (32.0 / wavelength - 1.0) / 3.0;
+  EXPECT_NEAR(f[1], 1.0 / ((1 - s) / 8.0 + s), 1e-12);
+  EXPECT_GT(f[1], 1.0);
+  EXPECT_LT(f[1], 8.0);
+  for (int i = 2; i < 6; i++) EXPECT_EQ(f[size_t(i)], 8.0) << i;  // wavelengths > 32
+
+  ModelConfig bad = base;
+  bad.rope_freq_factors.assign(size_t(pairs) + 1, 1.0);
+  EXPECT_THROW(bad.validate(), Error);
+  bad.rope_freq_factors.assign(size_t(pairs), 0.0);
+  EXPECT_THROW(bad.validate(), Error);
+  bad = divided;
+  bad.positions = Positions::Learned;
+  EXPECT_THROW(bad.validate(), Error);
+  // the config's JSON round trip keeps the divisors; a config without them writes no key
+  const ModelConfig back = model_config_from_json(model_config_to_json(mixed), "test");
+  EXPECT_EQ(back.rope_freq_factors, mixed.rope_freq_factors);
+  EXPECT_FALSE(model_config_to_json(base).contains("rope_freq_factors"));
+}

@@ -1,6 +1,7 @@
 // gguf.cpp: `normlab gguf` (cli/gguf.h).
 #include "cli/gguf.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -37,6 +38,17 @@ nlohmann::json value_json(const gguf::Value& v) {
   return a;
 }
 
+// ", positions divided by 8" / ", a RoPE divisor per frequency in [1, 8]": the scaling a file states.
+std::string rope_scaling(const ModelConfig& c) {
+  std::string out;
+  if (c.rope_scale != 1.0) out += fmt::format(", positions divided by {:g}", c.rope_scale);
+  if (!c.rope_freq_factors.empty()) {
+    const auto [lo, hi] = std::minmax_element(c.rope_freq_factors.begin(), c.rope_freq_factors.end());
+    out += fmt::format(", a divisor per frequency in [{:g}, {:g}] (rope_freqs)", *lo, *hi);
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_gguf(const GgufCommand& cmd) {
@@ -66,10 +78,10 @@ int run_gguf(const GgufCommand& cmd) {
     const ModelConfig c = gguf::model_config(f);
     doc["model"] = {{"loads", true},
                     {"summary", fmt::format("llama: {} layers, d_model {}, {} heads ({} key-value){}, d_ff {}, vocab {}, "
-                                            "RoPE base {:g}, RMSNorm eps {:g}",
+                                            "RoPE base {:g}{}, RMSNorm eps {:g}",
                                             c.n_layers, c.d_model, c.n_heads, c.kv_heads(),
                                             c.wide_heads() ? fmt::format(" of {}", c.head_size()) : std::string(),
-                                            c.ff(), c.vocab_size(), c.rope_base, c.eps)}};
+                                            c.ff(), c.vocab_size(), c.rope_base, rope_scaling(c), c.eps)}};
   } catch (const Error& e) {
     doc["model"] = {{"loads", false}, {"why", e.what()}};
   }

@@ -62,9 +62,29 @@ ModelConfig model_config(const File& f) {
                             "layout)", hs));
   refuse_unless(f.integer_or(p + "attention.value_length", 0, 1 << 20).value_or(hs) == hs, f,
                 "attention.value_length differs from attention.key_length (the head size)");
+  // RoPE scaling: linear (llama.cpp's rope.scaling.type "linear": positions divided by the factor) and
+  // a divisor per frequency (the tensor rope_freqs.weight, as llama.cpp writes Llama 3.1's llama3 scaling)
   const std::string scaling = f.text_or(p + "rope.scaling.type").value_or("none");
-  refuse_unless(scaling == "none", f, fmt::format("rope.scaling.type is '{}' (RoPE scaling)", scaling));
-  refuse_unless(f.real_or(p + "rope.scaling.factor").value_or(1.0) == 1.0, f, "rope.scaling.factor is not 1");
+  refuse_unless(scaling == "none" || scaling == "linear", f,
+                fmt::format("rope.scaling.type is '{}' (normlab's RoPE scaling is linear or per-frequency)", scaling));
+  const double factor = f.real_or(p + "rope.scaling.factor").value_or(1.0);
+  if (scaling == "linear") {
+    if (!(factor >= 1 && factor <= 1e6))
+      throw Error(fmt::format("{}: rope.scaling.factor {} must be in [1, 1e6] (positions are divided by it)", f.path, factor));
+    c.rope_scale = factor;
+  } else {
+    refuse_unless(factor == 1.0, f, "rope.scaling.factor is not 1 without a rope.scaling.type");
+  }
+  if (const TensorInfo* t = f.find("rope_freqs.weight")) {
+    if (t->ne.size() != 1 || t->ne[0] != hs / 2)
+      throw Error(fmt::format("{}: tensor 'rope_freqs.weight' must hold one divisor per rotated pair ({} values)", f.path,
+                              hs / 2));
+    for (float x : f.dequantize(*t)) {
+      if (!(x >= 1e-6f && x <= 1e6f))
+        throw Error(fmt::format("{}: tensor 'rope_freqs.weight' holds {}; a RoPE divisor must be in [1e-6, 1e6]", f.path, x));
+      c.rope_freq_factors.push_back(x);
+    }
+  }
   refuse_unless(f.integer_or(p + "expert_count", 0, 1 << 20).value_or(0) == 0, f, "expert_count > 0 (mixture of experts)");
   c.activation = Activation::SwiGlu;
   c.bias = LinearBias::None;
@@ -140,10 +160,11 @@ Imported import_model(const File& f) {
     im.params[m + "proj.weight"] = take(b + "ffn_down.weight", {C, F});
   }
   im.params["ln_f.weight"] = take("output_norm.weight", {C});
+  used.insert("rope_freqs.weight");  // read by model_config (model.rope_freq_factors)
   for (const TensorInfo& t : f.tensors)
     if (!used.count(t.name))
-      throw Error(fmt::format("{}: tensor '{}' is not part of the llama architecture as normlab represents it{}", f.path,
-                              t.name, t.name == "rope_freqs.weight" ? " (per-frequency RoPE scaling, as Llama 3.1)" : ""));
+      throw Error(fmt::format("{}: tensor '{}' is not part of the llama architecture as normlab represents it", f.path,
+                              t.name));
   const int64_t context = f.integer_or("llama.context_length", 1, 1 << 24).value_or(c.seq_len);
   if (context > c.seq_len)
     im.notes.push_back(fmt::format("context_length {} read; normlab takes sequences of up to {} tokens of it "

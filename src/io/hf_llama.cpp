@@ -19,7 +19,9 @@
 // normalized per head (qk_norm heads, gains 1 + w too, before RoPE), a sliding window on five layers of
 // six (seq_len capped at it as in Gemma 2), and RoPE with a base per layer: the sliding ("local")
 // layers rotate with rope_local_base_freq (1e4), every sixth ("global") with rope_theta (1e6) and,
-// in the larger models, linear scaling (model.rope_local_base, rope_global_every, rope_scale).
+// in the larger models, linear scaling (model.rope_local_base, rope_global_every, rope_scale). Every
+// family's RoPE scaling is read the same way (read_rope_entry): linear (model.rope_scale) or Llama 3.1's
+// llama3, a divisor per frequency (model.rope_freq_factors); export writes linear scaling only.
 #include "io/hf_llama.h"
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 
 #include "io/hf_common.h"
 #include "io/safetensors.h"
+#include "ops/rope.h"
 #include "util/files.h"
 #include "util/json_reader.h"
 
@@ -83,31 +86,64 @@ std::vector<TensorMap> llama_table(const ModelConfig& c) {
 
 bool is_qwen2(const ConfigReader& r) { return r.string("model_type", "") == "qwen2"; }
 
-// One RoPE setting of Gemma 3 (transformers 5: rope_parameters' entry for a layer type; 4.5x: the
-// rope_scaling object of the global layers): its base (fallback when absent) and linear factor.
-void read_rope_entry(const ConfigReader& r, const char* key, double& base, double* scale) {
+// RoPE scaling as a config states it (transformers 4: a rope_scaling object beside rope_theta; 5:
+// rope_parameters holding both, or one entry per layer type for Gemma 3): none (rope_type default),
+// linear (positions divided by factor: model.rope_scale) or llama3 (Llama 3.1's divisor per frequency:
+// model.rope_freq_factors, made by apply_rope_scaling once the head size is known). The other types
+// (dynamic, yarn, longrope) change the angles with the sequence length or scale the scores: refused.
+struct RopeScaling {
+  std::string type = "default";
+  double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0, context = 8192;
+};
+
+// One RoPE entry (the object at `key`): its base (the fallback when absent) and scaling; `scaled`
+// false for an entry that may not scale (Gemma 3's local layers).
+RopeScaling read_rope_entry(const ConfigReader& r, const char* key, double& base, bool scaled = true) {
   const ConfigReader e{r.j[key], r.path + " " + key};
-  const std::string type = e.string("rope_type", e.string("type", "default"));
-  const bool linear = type == "linear" && scale;
-  r.require(key, type == "default" || linear,
-            scale ? "normlab's RoPE scaling is linear (rope_type default or linear)"
-                  : "the local layers' RoPE has no scaling (rope_type default)");
+  r.require(key, r.j[key].is_object(), "an object (rope_type, factor, ...)");
+  RopeScaling s;
+  if (!r.j[key].is_object()) return s;
+  s.type = e.string("rope_type", e.string("type", "default"));
+  r.require(key, s.type == "default" || (scaled && (s.type == "linear" || s.type == "llama3")),
+            scaled ? "normlab's RoPE scaling is linear or llama3 (rope_type default, linear or llama3; not dynamic, "
+                     "yarn or longrope)"
+                   : "the local layers' RoPE has no scaling (rope_type default)");
   base = e.number("rope_theta", base);
-  if (linear) *scale = e.number("factor", 1.0);
+  if (s.type == "default") return s;
+  s.factor = e.number("factor", 0.0);
+  r.require(key, s.factor >= 1.0 && s.factor <= 1e6, "factor in [1, 1e6] (the positions are divided by it)");
+  if (s.type == "llama3") {
+    s.low_freq_factor = e.number("low_freq_factor", 0.0);
+    s.high_freq_factor = e.number("high_freq_factor", 0.0);
+    s.context = e.number("original_max_position_embeddings", 0.0);
+    r.require(key, s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor && s.high_freq_factor < 1e6,
+              "llama3 scaling with 0 < low_freq_factor < high_freq_factor");
+    r.require(key, s.context >= 1 && s.context <= 1e9, "llama3 scaling with original_max_position_embeddings >= 1");
+  }
+  return s;
+}
+
+// The scaling onto the config; after the head size (and so R) is known.
+void apply_rope_scaling(ModelConfig& c, const RopeScaling& s) {
+  if (s.type == "linear") c.rope_scale = s.factor;
+  if (s.type == "llama3" && c.n_heads > 0)
+    c.rope_freq_factors = ops::llama3_rope_factors(c.rope_dims(), c.rope_base, s.factor, s.low_freq_factor,
+                                                   s.high_freq_factor, s.context);
 }
 
 // Gemma 3's RoPE: a base per layer type and which layers are which (layer_types, or the older
 // sliding_window_pattern), onto rope_base / rope_scale (global), rope_local_base, rope_global_every.
-void read_gemma3_rope(const ConfigReader& r, ModelConfig& c) {
+RopeScaling read_gemma3_rope(const ConfigReader& r, ModelConfig& c) {
+  RopeScaling scaling;
   c.rope_local_base = r.number("rope_local_base_freq", 10000.0);
-  if (r.has("rope_scaling")) read_rope_entry(r, "rope_scaling", c.rope_base, &c.rope_scale);
+  if (r.has("rope_scaling")) scaling = read_rope_entry(r, "rope_scaling", c.rope_base);
   if (r.has("rope_parameters")) {
     const json& rp = r.j["rope_parameters"];
     const ConfigReader rope{rp, r.path + " rope_parameters"};
     r.require("rope_parameters", rp.is_object(), "an object with full_attention and sliding_attention entries");
     if (rp.is_object()) {
-      if (rope.has("full_attention")) read_rope_entry(rope, "full_attention", c.rope_base, &c.rope_scale);
-      if (rope.has("sliding_attention")) read_rope_entry(rope, "sliding_attention", c.rope_local_base, nullptr);
+      if (rope.has("full_attention")) scaling = read_rope_entry(rope, "full_attention", c.rope_base);
+      if (rope.has("sliding_attention")) read_rope_entry(rope, "sliding_attention", c.rope_local_base, false);
     }
   }
   int every = r.integer("sliding_window_pattern", 6);
@@ -129,6 +165,7 @@ void read_gemma3_rope(const ConfigReader& r, ModelConfig& c) {
   }
   r.require("sliding_window_pattern", every >= 1, "a global layer every N >= 1 layers");
   c.rope_global_every = std::max(every, 1);
+  return scaling;
 }
 
 // The family a normlab config is written as (llama_export_refusal says whether it is exactly that):
@@ -165,15 +202,10 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   c.seq_len = std::min(r.integer("max_position_embeddings", 2048), kMaxImportedSeqLen);
   c.eps = r.number("rms_norm_eps", 1e-6);
   c.rope_base = r.number("rope_theta", qwen3 || gemma3 ? 1e6 : 10000.0);
-  if (gemma3) {
-    read_gemma3_rope(r, c);
-  } else if (r.has("rope_parameters")) {  // (transformers 5 writes the RoPE settings as one object)
-    const json& rp = r.j["rope_parameters"];
-    const ConfigReader rope{rp, r.path + " rope_parameters"};
-    r.require("rope_parameters", rp.is_object() && rope.string("rope_type", "default") == "default",
-              "normlab's RoPE has no scaling (rope_type other than default)");
-    c.rope_base = rope.number("rope_theta", c.rope_base);
-  }
+  RopeScaling rope_scaling;
+  if (gemma3) rope_scaling = read_gemma3_rope(r, c);
+  else if (r.has("rope_parameters")) rope_scaling = read_rope_entry(r, "rope_parameters", c.rope_base);  // transformers 5
+  else if (r.has("rope_scaling")) rope_scaling = read_rope_entry(r, "rope_scaling", c.rope_base);
   c.norm = NormKind::RMSNorm;
   c.placement = {Placement::Pre};
   c.positions = Positions::Rope;
@@ -214,13 +246,12 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   } else {
     r.require("hidden_act", r.string("hidden_act", "silu") == "silu", "the gated MLP is SwiGLU (silu)");
   }
-  if (!gemma3)
-    r.require("rope_scaling", !r.has("rope_scaling"), "normlab's RoPE has no scaling (linear, dynamic, yarn, llama3)");
   if ((r.has("head_dim") || gemma || qwen3) && c.n_heads > 0) {  // Gemma's config defaults head_dim to 256, Qwen3's to 128
     const long hd = r.integer("head_dim", qwen3 ? 128 : 256);
     r.require("head_dim", hd >= 1 && hd <= 65536, "a head size in [1, 65536]");
     if (hd >= 1 && hd * c.n_heads != c.d_model) c.head_dim = int(hd);  // (Gemma 2, Qwen3: heads wider or narrower)
   }
+  apply_rope_scaling(c, rope_scaling);
   if (qwen2) {
     c.bias = LinearBias::Qkv;  // Qwen2: q, k, v biases, none elsewhere
     r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
@@ -289,8 +320,12 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
                   "biases");
   if (c.norm != NormKind::RMSNorm) why.push_back(fmt::format("norm is {} (Llama uses RMSNorm)", to_string(c.norm)));
   if (c.positions != Positions::Rope || c.rope_fraction != 1.0) why.push_back("positions are not RoPE over the whole head");
-  if (c.rope_scale != 1.0 || c.rope_local_base > 0)
-    why.push_back("RoPE is scaled or has a base per layer (Gemma 3's; normlab does not write Gemma directories)");
+  if (c.rope_local_base > 0)
+    why.push_back("RoPE has a base per layer (Gemma 3's; normlab does not write Gemma directories)");
+  if (!c.rope_freq_factors.empty())
+    why.push_back("RoPE has a divisor per frequency (model.rope_freq_factors: Llama 3.1's llama3 scaling or a GGUF "
+                  "file's rope_freqs), which a config.json states only as llama3's four parameters; normlab keeps the "
+                  "divisors, not those");
   if (c.activation != Activation::SwiGlu) why.push_back(fmt::format("activation is {} (Llama's MLP is SwiGLU)", to_string(c.activation)));
   if (!olmo2 && !qwen3 && c.qk_norm != QkNorm::None)
     why.push_back(fmt::format("qk_norm is {} (Llama and Qwen2 have no QK-norm, Qwen3's is per head, OLMo 2's over the "
@@ -338,7 +373,9 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
                  {"vocab_size", c.vocab_size()}, {"hidden_size", c.d_model}, {"num_hidden_layers", c.n_layers},
                  {"num_attention_heads", c.n_heads}, {"num_key_value_heads", c.kv_heads()}, {"head_dim", c.head_size()},
                  {"intermediate_size", c.ff()}, {"hidden_act", "silu"}, {"max_position_embeddings", c.seq_len},
-                 {"rms_norm_eps", c.eps}, {"rope_theta", c.rope_base}, {"rope_scaling", nullptr},
+                 {"rms_norm_eps", c.eps}, {"rope_theta", c.rope_base},
+                 {"rope_scaling", c.rope_scale == 1.0 ? json(nullptr)
+                                                      : json{{"rope_type", "linear"}, {"factor", c.rope_scale}}},
                  {"tie_word_embeddings", c.head == Head::Tied}, {"initializer_range", c.init_std},
                  {"attention_dropout", 0.0}, {"torch_dtype", "float32"}};
   if (olmo2) {

@@ -276,6 +276,19 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back(fmt::format("model.rope_base = {} must be finite and > 1", rope_base));
   if (!(rope_scale >= 1.0) || !std::isfinite(rope_scale) || rope_scale > 1e6)
     v.push_back(fmt::format("model.rope_scale = {} must be in [1, 1e6] (positions are divided by it)", rope_scale));
+  if (!rope_freq_factors.empty()) {
+    if (positions != Positions::Rope)
+      v.push_back("model.rope_freq_factors needs positions = \"rope\"");
+    else if (n_heads > 0 && int(rope_freq_factors.size()) != rope_dims() / 2)
+      v.push_back(fmt::format("model.rope_freq_factors has {} entries; RoPE rotates {} pairs per head (R / 2)",
+                              rope_freq_factors.size(), rope_dims() / 2));
+    for (size_t i = 0; i < rope_freq_factors.size(); i++)
+      if (!(rope_freq_factors[i] >= 1e-6 && rope_freq_factors[i] <= 1e6)) {
+        v.push_back(fmt::format("model.rope_freq_factors[{}] = {} must be in [1e-6, 1e6] (it divides an angle)", i,
+                                rope_freq_factors[i]));
+        break;
+      }
+  }
   if (rope_local_base != 0.0 && (!(rope_local_base > 1.0) || !std::isfinite(rope_local_base)))
     v.push_back(fmt::format("model.rope_local_base = {} must be 0 (one base) or finite and > 1", rope_local_base));
   if (rope_global_every < 1 || rope_global_every > 100000)
@@ -481,6 +494,20 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("rope_base", cfg.rope_base);
   r.get("rope_fraction", cfg.rope_fraction);
   r.get("rope_scale", cfg.rope_scale);
+  if (r.has("rope_freq_factors")) {
+    const auto& f = r.raw("rope_freq_factors");
+    cfg.rope_freq_factors.clear();
+    if (!f.is_array() || f.size() > 65536)
+      r.fail("model.rope_freq_factors must be a list of numbers (one per rotated pair)");
+    else
+      for (const auto& x : f) {
+        if (!x.is_number()) {
+          r.fail("model.rope_freq_factors must be a list of numbers (one per rotated pair)");
+          break;
+        }
+        cfg.rope_freq_factors.push_back(x.get<double>());
+      }
+  }
   r.get("rope_local_base", cfg.rope_local_base);
   r.get("rope_global_every", cfg.rope_global_every);
   r.get("type_vocab", cfg.type_vocab);
@@ -614,6 +641,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
 
   // written only when the heads are not d_model / n_heads wide (configs from before head_dim read the same)
   if (cfg.wide_heads()) j["head_dim"] = cfg.head_size();
+  if (!cfg.rope_freq_factors.empty()) j["rope_freq_factors"] = cfg.rope_freq_factors;
   if (cfg.encdec()) {
     j["dec_layers"] = cfg.decoder_layers();
     j["shared_embeddings"] = cfg.shared_embeddings;

@@ -117,6 +117,9 @@ struct ModelConfig {
                                      // rotary, GPT-NeoX 0.25); R = 2 floor(rope_fraction HS / 2)
   double rope_scale = 1.0;           // RoPE: linear position scaling of the rope_base layers, angle
                                      // p theta_i / rope_scale (Gemma 3 4B and larger: 8 on its global layers)
+  std::vector<double> rope_freq_factors;  // RoPE: a divisor f_i per frequency of the rope_base layers,
+                                          // angle p theta_i / (rope_scale f_i), R/2 entries; empty: all 1
+                                          // (Llama 3.1's "llama3" scaling, a GGUF file's rope_freqs)
   double rope_local_base = 0.0;      // > 0: the "local" layers (rope_local) rotate with this base instead
                                      // (Gemma 3: 1e4 on its sliding-window layers, rope_base 1e6 on the rest);
                                      // 0: one base for every layer

@@ -9,10 +9,10 @@
 namespace normlab::ops {
 
 template <class S>
-void rope_tables(S* cos_p, S* sin_p, int P, int R, double base, double scale) {
+void rope_tables(S* cos_p, S* sin_p, int P, int R, double base, double scale, const double* factors) {
   const int half = R / 2;
   for (int i = 0; i < half; i++) {
-    const double theta = std::pow(base, -2.0 * i / R) / scale;
+    const double theta = std::pow(base, -2.0 * i / R) / (scale * (factors ? factors[i] : 1.0));
     for (int p = 0; p < P; p++) {
       cos_p[(long)p * half + i] = S(std::cos(p * theta));
       sin_p[(long)p * half + i] = S(std::sin(p * theta));
@@ -42,8 +42,27 @@ void rope_rotate(S* x, const S* cos_p, const S* sin_p, int rows, int T, int pos0
   }
 }
 
-template void rope_tables<float>(float*, float*, int, int, double, double);
-template void rope_tables<double>(double*, double*, int, int, double, double);
+std::vector<double> llama3_rope_factors(int R, double base, double factor, double low_freq_factor,
+                                        double high_freq_factor, double context) {
+  const double kPi = 3.14159265358979323846;
+  const double long_wavelength = context / low_freq_factor, short_wavelength = context / high_freq_factor;
+  std::vector<double> f(size_t(R / 2));
+  for (int i = 0; i < R / 2; i++) {
+    const double wavelength = 2 * kPi / std::pow(base, -2.0 * i / R);
+    if (wavelength < short_wavelength) {
+      f[size_t(i)] = 1.0;
+    } else if (wavelength > long_wavelength) {
+      f[size_t(i)] = factor;
+    } else {
+      const double s = (context / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      f[size_t(i)] = 1.0 / ((1 - s) / factor + s);
+    }
+  }
+  return f;
+}
+
+template void rope_tables<float>(float*, float*, int, int, double, double, const double*);
+template void rope_tables<double>(double*, double*, int, int, double, double, const double*);
 template void rope_rotate<float>(float*, const float*, const float*, int, int, int, int, int, int, int, int, int);
 template void rope_rotate<double>(double*, const double*, const double*, int, int, int, int, int, int, int, int,
                                   int);

@@ -6,12 +6,23 @@
 // JVP the forward on each tangent. Legend and conventions: ops/common.h.
 #pragma once
 
+#include <vector>
+
 namespace normlab::ops {
 
-// The angle tables: cos_p, sin_p (P, R/2) for positions 0..P-1: cos(p theta_i / scale),
-// sin(p theta_i / scale) (scale: linear RoPE scaling; 1 for none).
+// The angle tables: cos_p, sin_p (P, R/2) for positions 0..P-1: cos(p theta_i / (scale f_i)),
+// sin(p theta_i / (scale f_i)): scale is linear RoPE scaling (1 for none), f_i a divisor per
+// frequency (factors: R/2 entries, or nullptr for all 1; as llama.cpp's rope_freqs).
 template <class S>
-void rope_tables(S* cos_p, S* sin_p, int P, int R, double base, double scale = 1.0);
+void rope_tables(S* cos_p, S* sin_p, int P, int R, double base, double scale = 1.0, const double* factors = nullptr);
+
+// Llama 3.1's "llama3" RoPE scaling as divisors f_i (R/2 of them) of theta_i = base^(-2i/R): a
+// frequency whose wavelength 2 pi / theta_i is shorter than context / high_freq_factor keeps its angle
+// (f = 1), one longer than context / low_freq_factor is slowed by `factor`, and one between is
+// interpolated: 1 / f = (1 - s) / factor + s with s = (context / wavelength - low) / (high - low).
+// (transformers' _compute_llama3_parameters; context is original_max_position_embeddings.)
+std::vector<double> llama3_rope_factors(int R, double base, double factor, double low_freq_factor,
+                                        double high_freq_factor, double context);
 
 // x (rows, ld): row n holds a token at position pos0 + n % T (rows = B * T; pos0 > 0 for one decoding
 // step); NH heads of HS columns start at column col0 of each row (q: 0; k: C). sign +1 rotates by

@@ -11,7 +11,9 @@ and writer, 0.10.0) and hostile files.
    offsets past the end, overlapping or unaligned tensors, unknown types, every truncation of a
    small valid file: each is exit 1 with one "normlab: error:" line naming the file, quickly.
 3. A tiny llama file written by GGUFWriter loads (`normlab gguf` says so), and one with an
-   architecture or key normlab does not represent is refused by name.
+   architecture or key normlab does not represent is refused by name. RoPE scaling (Llama 3.1's
+   rope_freqs tensor, linear rope.scaling): a random transformers LlamaForCausalLM written as llama.cpp's
+   converter writes it gives transformers' logits.
 4. A SentencePiece vocabulary (tokenizer.ggml.model = "llama", as Llama 2, Mistral and TinyLlama
    files hold it): a BPE model with byte fallback trained here by the `sentencepiece` library (0.2.0,
    the reference implementation) on the King James Bible and some non-Latin text, written into a GGUF
@@ -276,11 +278,13 @@ def check_llama_metadata(normlab, workdir, failures):
         failures.append(f"tiny llama with key_length 24: `normlab gguf` says {p.stdout[-300:]} {p.stderr}")
     refusals = {
         "general.architecture is 'gpt2'": dict(arch="gpt2"),
-        "rope.scaling.type is 'linear'": dict(extra=lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)),
+        "rope.scaling.type is 'yarn'": dict(extra=lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.YARN)),
+        "rope.scaling.factor 0.5 must be in [1, 1e6]": dict(extra=lambda w: (
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR), w.add_rope_scaling_factor(0.5))),
         "expert_count > 0": dict(extra=lambda w: w.add_expert_count(8)),
         "llama.attention.sliding_window": dict(extra=lambda w: w.add_uint32("llama.attention.sliding_window", 4)),
         "no tensor 'blk.1.ffn_up.weight'": dict(drop="blk.1.ffn_up.weight"),
-        "tensor 'rope_freqs.weight'": dict(add="rope_freqs.weight"),
+        "tensor 'rope_freqs.weight' must hold one divisor per rotated pair (8 values)": dict(add="rope_freqs.weight"),
     }
     for needle, kw in refusals.items():
         path = os.path.join(workdir, "refused.gguf")
@@ -289,6 +293,104 @@ def check_llama_metadata(normlab, workdir, failures):
         if p.returncode != 1 or needle not in p.stderr:
             failures.append(f"refusal '{needle}': exit {p.returncode}, {p.stderr.strip()[:300]}")
     return len(refusals) + 2
+
+
+def llama_cpp_permute(w, heads):
+    """convert_hf_to_gguf.py's LlamaModel.permute: rows of each head from Hugging Face's rotate-half order
+    to llama.cpp's interleaved pairs."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama_cpp_rope_freqs(head_dim, base, s):
+    """convert_hf_to_gguf.py's rope_freqs for rope_type llama3: one divisor per frequency, float32."""
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    low_wavelen = s["original_max_position_embeddings"] / s["low_freq_factor"]
+    high_wavelen = s["original_max_position_embeddings"] / s["high_freq_factor"]
+    out = []
+    for freq in freqs:
+        wavelen = 2 * np.pi / freq
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(s["factor"])
+        else:
+            smooth = (s["original_max_position_embeddings"] / wavelen - s["low_freq_factor"]) / (
+                s["high_freq_factor"] - s["low_freq_factor"])
+            out.append(1 / ((1 - smooth) / s["factor"] + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def check_rope_scaling(normlab, workdir, failures):
+    """RoPE scaling in GGUF files against transformers: a random LlamaForCausalLM with Llama 3.1's llama3
+    scaling (llama.cpp writes it as the tensor rope_freqs.weight) and one with linear scaling
+    (rope.scaling.type linear), written as llama.cpp's converter writes them (q and k rows permuted); the
+    logits normlab computes from each file must be transformers' from the model."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from safetensors.numpy import save_file
+    cases = {
+        "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 32},
+        "linear": {"rope_type": "linear", "factor": 4.0}}
+    n = 0
+    for label, scaling in cases.items():
+        torch.manual_seed(5)
+        C, H, KV, F, V, L, T = 36, 3, 1, 40, 53, 2, 12
+        config = LlamaConfig(vocab_size=V, hidden_size=C, num_hidden_layers=L, num_attention_heads=H,
+                             num_key_value_heads=KV, intermediate_size=F, max_position_embeddings=64, rope_theta=1e4,
+                             rms_norm_eps=1e-5, tie_word_embeddings=False, rope_scaling=dict(scaling),
+                             attn_implementation="eager")
+        model = LlamaForCausalLM(config).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn(p.shape))
+        sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+        path = os.path.join(workdir, f"rope_{label}.gguf")
+        w = gguf.GGUFWriter(path, "llama")
+        w.add_block_count(L)
+        w.add_context_length(64)
+        w.add_embedding_length(C)
+        w.add_feed_forward_length(F)
+        w.add_head_count(H)
+        w.add_head_count_kv(KV)
+        w.add_layer_norm_rms_eps(1e-5)
+        w.add_rope_freq_base(1e4)
+        if label == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(scaling["factor"])
+        else:
+            w.add_tensor("rope_freqs.weight", llama_cpp_rope_freqs(C // H, 1e4, scaling))
+        w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+        w.add_tensor("output.weight", sd["lm_head.weight"])
+        w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+        for l in range(L):
+            h = f"model.layers.{l}."
+            for name, key in (("attn_norm", "input_layernorm"), ("ffn_norm", "post_attention_layernorm"),
+                              ("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"),
+                              ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"), ("ffn_down", "mlp.down_proj")):
+                w.add_tensor(f"blk.{l}.{name}.weight", sd[h + key + ".weight"])
+            w.add_tensor(f"blk.{l}.attn_q.weight", llama_cpp_permute(sd[h + "self_attn.q_proj.weight"], H))
+            w.add_tensor(f"blk.{l}.attn_k.weight", llama_cpp_permute(sd[h + "self_attn.k_proj.weight"], KV))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        ids = np.random.default_rng(7).integers(0, V, size=(2, T)).astype(np.int32)
+        tok = os.path.join(workdir, f"rope_{label}_tokens.safetensors")
+        save_file({"input_ids": ids, "labels": ids, "attention_mask": np.ones_like(ids)}, tok)
+        out = os.path.join(workdir, f"rope_{label}_out.safetensors")
+        p, _ = run(normlab, "grads", "--checkpoint", path, "--tokens", tok, "--out", out, "--force")
+        if p.returncode != 0:
+            failures.append(f"rope {label}: normlab grads on the GGUF file failed: {p.stderr[-400:]}")
+            continue
+        got = load_file(out)["logits"]
+        with torch.no_grad():
+            want = model.double()(input_ids=torch.from_numpy(ids.astype(np.int64))).logits.numpy()
+        err = np.abs(got - want).max()
+        if not err < 2e-5:
+            failures.append(f"rope {label}: GGUF logits differ from transformers' by {err:.3g}")
+        n += 1
+    return n
 
 
 def check_sentencepiece(normlab, workdir, source_dir, failures):
@@ -356,6 +458,7 @@ def main():
         print(f"dequantization: {m} tensors of {a.smollm2} compared bit for bit")
     print(f"hostile files: {check_hostile(a.normlab, a.workdir, failures)} cases")
     print(f"llama metadata: {check_llama_metadata(a.normlab, a.workdir, failures)} cases")
+    print(f"RoPE scaling against transformers: {check_rope_scaling(a.normlab, a.workdir, failures)} files")
     print(f"sentencepiece vocabulary: {check_sentencepiece(a.normlab, a.workdir, a.source, failures)} texts")
     for f in failures:
         print("FAIL:", f)

@@ -243,6 +243,32 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
           f"states, logits, loss and {n} gradients compared")
 
 
+def rope_refusals(normlab, work, label):
+    """RoPE scalings normlab does not represent (they change the angles with the sequence length or scale the
+    scores) and broken llama3 parameters: each refused with one line naming it, nothing written."""
+    d = os.path.join(work, label)
+    tok = os.path.join(d, "tokens.safetensors")
+    for name, scaling, expected in [
+            ("dynamic", {"rope_type": "dynamic", "factor": 2.0}, "not dynamic, yarn or longrope"),
+            ("yarn", {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}, "not dynamic, yarn"),
+            ("factor below 1", {"rope_type": "linear", "factor": 0.5}, "factor in [1, 1e6]"),
+            ("llama3 without its bands", {"rope_type": "llama3", "factor": 8.0}, "0 < low_freq_factor < high_freq_factor"),
+            ("not an object", 8, "an object")]:
+        bad = os.path.join(work, label + "_bad")
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(d, bad)
+        with open(os.path.join(bad, "config.json")) as f:
+            config = json.load(f)
+        config["rope_scaling"] = scaling
+        with open(os.path.join(bad, "config.json"), "w") as f:
+            json.dump(config, f)
+        out = os.path.join(bad, "refused.safetensors")
+        p = run(normlab, "grads", "--checkpoint", bad, "--tokens", tok, "--out", out, expect_ok=False)
+        msg = (p.stderr or "").strip()
+        if p.returncode != 1 or expected not in msg or len(msg.splitlines()) != 1 or os.path.exists(out):
+            failures.append(f"rope_scaling {name}: exit {p.returncode}, expected one line with '{expected}', got {msg!r}")
+
+
 def tf5_golden(normlab, work, source, name, sandwich=False):
     """A directory transformers 5 wrote (tests/data/<name>-tiny, made by tf5_golden.py: these models need a
     transformers newer than this environment's torch allows) against what it computed from it: every hidden
@@ -327,7 +353,7 @@ def gemma3_golden(normlab, work, source):
              "layer_types"),
             ("yarn", {"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6},
                                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
-             "rope_type default or linear"),
+             "not dynamic, yarn or longrope"),
             ("bidirectional", {"use_bidirectional_attention": True}, "use_bidirectional_attention")]:
         bad = os.path.join(work, "gemma3_bad")
         shutil.rmtree(bad, ignore_errors=True)
@@ -601,6 +627,12 @@ def bad_input(normlab, work):
         p = run(normlab, "export", "--checkpoint", ck3, "--hf", os.path.join(base, "qk_hf"), expect_ok=False)
         if p.returncode == 0 or reason not in p.stderr or os.path.exists(os.path.join(base, "qk_hf")):
             failures.append(f"export of a pre-norm QK-norm model with {extra[1]} must be refused naming Qwen3: {p.stderr!r}")
+    # a divisor per frequency (from a GGUF file's rope_freqs) has no config.json form but llama3's parameters
+    ck4 = os.path.join(base, "freqs.safetensors")
+    run(normlab, "init", "--out", ck4, "--force", *llama[:-2], "--set", "model.rope_freq_factors=[1, 1.5, 3, 8]")
+    p = run(normlab, "export", "--checkpoint", ck4, "--hf", os.path.join(base, "freqs_hf"), expect_ok=False)
+    if p.returncode == 0 or "RoPE has a divisor per frequency" not in p.stderr or os.path.exists(os.path.join(base, "freqs_hf")):
+        failures.append(f"export of a model with rope_freq_factors must be refused naming them: {p.stderr!r}")
     ck2 = os.path.join(base, "enc.safetensors")
     run(normlab, "init", "--out", ck2, "--set", "model.arch=encoder", "--set", "model.placement=post",
         "--set", "model.d_model=16", "--set", "model.n_heads=2")
@@ -704,6 +736,16 @@ def main():
                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=6, intermediate_size=40,
                max_position_embeddings=16, query_pre_attn_scalar=6, attn_logit_softcapping=3.0,
                final_logit_softcapping=5.0, sliding_window=12, hidden_activation="gelu_pytorch_tanh")
+    # RoPE scaling: Llama 3.1's llama3 (a divisor per frequency; original_max_position_embeddings 32 puts the
+    # six frequencies of a 12-wide head in every band: kept, interpolated, divided by 8) and linear (Qwen2)
+    llama_case(nl, w, "llama3_rope_scaling", 19, vocab_size=47, hidden_size=36, num_hidden_layers=2,
+               num_attention_heads=3, num_key_value_heads=1, intermediate_size=40, max_position_embeddings=64,
+               rope_theta=1e4, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
+    rope_refusals(nl, w, "llama3_rope_scaling")
+    llama_case(nl, w, "qwen2_linear_rope", 20, family="qwen2", vocab_size=41, hidden_size=24, num_hidden_layers=2,
+               num_attention_heads=2, num_key_value_heads=1, intermediate_size=30, max_position_embeddings=32,
+               rope_theta=1e4, rope_scaling={"type": "linear", "factor": 4.0})
     qwen3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     gemma3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     export_case(nl, w, "export_llama", ["model.d_model=24", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2",
@@ -719,6 +761,11 @@ def main():
                                         "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
                                         "model.positions=rope", "model.activation=swiglu", "model.bias=qkv",
                                         "model.vocab=77"], Qwen2ForCausalLM, 15)
+    export_case(nl, w, "export_llama_linear_rope", ["model.d_model=24", "model.n_heads=2", "model.n_layers=2",
+                                                    "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
+                                                    "model.positions=rope", "model.rope_scale=4",
+                                                    "model.activation=swiglu", "model.bias=none", "model.vocab=60"],
+                LlamaForCausalLM, 21)
     bad_input(nl, w)
     finish("all Hugging Face parity checks passed")
 
