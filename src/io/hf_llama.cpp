@@ -1,6 +1,8 @@
-// hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, Qwen2ForCausalLM,
-// Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Olmo2ForCausalLM) to normlab models, and
-// Llama / Qwen2 / Qwen3 / OLMo 2 back (hf_llama.h). Qwen3 is Llama with q and k normalized per head
+// hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM,
+// Olmo2ForCausalLM) to normlab models, and
+// Llama / Qwen2 / Qwen3 / OLMo 2 back (hf_llama.h). Mistral is Llama without biases and with a sliding
+// window on every layer (seq_len capped at it, as Gemma 2's). Qwen3 is Llama with q and k normalized per head
 // (qk_norm heads, one gain of head_dim each, before RoPE) and no biases. OLMo 2 is the block in OLMo
 // 2's order (placement reordered: x + N(F(x)), its post_attention_layernorm and post_feedforward_layernorm on the branch outputs) with q and k
 // normalized over their whole projections (qk_norm whole, before RoPE). The block is normlab's
@@ -168,6 +170,20 @@ RopeScaling read_gemma3_rope(const ConfigReader& r, ModelConfig& c) {
   return scaling;
 }
 
+// A sliding window (Gemma 2 and 3 on some layers, Mistral on all; null: none; absent: transformers'
+// default 4096): normlab's attention is full, so seq_len is capped at the window, where it masks nothing.
+void cap_at_window(const ConfigReader& r, ModelConfig& c, Imported& im, const char* layers) {
+  const bool windowed = !r.null("sliding_window");
+  const int window = windowed ? r.integer("sliding_window", 4096) : 0;
+  r.require("sliding_window", !windowed || window >= 1, "the sliding window is a positive number of positions");
+  if (windowed && window < c.seq_len) {
+    c.seq_len = window;
+    im.notes.push_back(fmt::format("sliding_window {}: {} attend to the last {} positions only; normlab's attention "
+                                   "is full, so it takes sequences of up to {} tokens, where the window changes nothing",
+                                   window, layers, window, window));
+  }
+}
+
 // The family a normlab config is written as (llama_export_refusal says whether it is exactly that):
 // OLMo 2 for the reordered block, Qwen3 for per-head QK-norm, Qwen2 for q, k, v biases only, else Llama.
 enum class Family { Llama, Qwen2, Qwen3, Olmo2 };
@@ -183,13 +199,15 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   Imported im;
   const std::string type = r.string("model_type", "");
   const bool qwen2 = is_qwen2(r), qwen3 = type == "qwen3", gemma3 = type == "gemma3_text",
-             gemma2 = type == "gemma2" || gemma3, gemma = type == "gemma" || gemma2, olmo2 = type == "olmo2";
+             gemma2 = type == "gemma2" || gemma3, gemma = type == "gemma" || gemma2, olmo2 = type == "olmo2",
+             mistral = type == "mistral";
   im.architecture = architecture_of(r, {qwen2    ? "Qwen2ForCausalLM"
                                         : qwen3  ? "Qwen3ForCausalLM"
                                         : gemma3 ? "Gemma3ForCausalLM"
                                         : gemma2 ? "Gemma2ForCausalLM"
                                         : gemma  ? "GemmaForCausalLM"
                                         : olmo2  ? "Olmo2ForCausalLM"
+                                        : mistral ? "MistralForCausalLM"
                                                  : "LlamaForCausalLM"});
   ModelConfig& c = im.config;
   c.arch = Arch::Gpt;
@@ -232,16 +250,7 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
                   "Gemma 3's attention_bias puts biases on q, k, v and o but not on the MLP, which normlab's model.bias "
                   "does not represent");
       }
-      const bool windowed = !r.null("sliding_window");
-      const int window = windowed ? r.integer("sliding_window", 4096) : 0;
-      r.require("sliding_window", !windowed || window >= 1, "the sliding window is a positive number of positions");
-      if (windowed && window < c.seq_len) {
-        c.seq_len = window;
-        im.notes.push_back(fmt::format("sliding_window {}: {} attend to the last {} positions only; "
-                                       "normlab's attention is full, so it takes sequences of up to {} tokens, where "
-                                       "the window changes nothing",
-                                       window, gemma3 ? "the local layers" : "every other layer", window, window));
-      }
+      cap_at_window(r, c, im, gemma3 ? "the local layers" : "every other layer");
     }
   } else {
     r.require("hidden_act", r.string("hidden_act", "silu") == "silu", "the gated MLP is SwiGLU (silu)");
@@ -268,6 +277,9 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
     r.require("attention_bias", !r.boolean("attention_bias", false),
               "OLMo 2's attention_bias puts biases on q, k, v and o but not on the MLP, which normlab's model.bias "
               "does not represent");
+    c.bias = LinearBias::None;
+  } else if (mistral) {  // Mistral: Llama without biases, with a sliding window on every layer
+    cap_at_window(r, c, im, "all layers");
     c.bias = LinearBias::None;
   } else {
     const bool attn_bias = r.boolean("attention_bias", false), mlp_bias = r.boolean("mlp_bias", false);

@@ -28,7 +28,7 @@ import transformers
 from transformers import (BertConfig, BertForMaskedLM, BertModel, Gemma2Config, Gemma2ForCausalLM, GemmaConfig,
                           GemmaForCausalLM, GPT2Config,
                           GPT2LMHeadModel, LlamaConfig,
-                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 transformers.logging.set_verbosity_error()
 
@@ -193,6 +193,7 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
     torch.manual_seed(seed)
     Config, Model = olmo2_classes() if family == "olmo2" else {
         "llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "mistral": (MistralConfig, MistralForCausalLM),
         "gemma": (GemmaConfig, GemmaForCausalLM), "gemma2": (Gemma2Config, Gemma2ForCausalLM)}[family]
     config = Config(attn_implementation="eager", **cfg)
     model = Model(config)
@@ -563,7 +564,7 @@ def bad_input(normlab, work):
     cases = [
         ("no_config", remove("config.json"), "no config.json"),
         ("bad_json", write("config.json", "{not json"), "not valid JSON"),
-        ("mistral", edit_config(model_type="mistral"), "model_type \"mistral\" is not supported"),
+        ("phi3", edit_config(model_type="phi3"), "model_type \"phi3\" is not supported"),
         ("llama with bert's architecture", edit_config(model_type="llama"),
          "architecture \"BertForMaskedLM\" is not supported"),
         ("no_type", edit_config(model_type=None), "no \"model_type\""),
@@ -743,6 +744,11 @@ def main():
                rope_theta=1e4, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
     rope_refusals(nl, w, "llama3_rope_scaling")
+    # Mistral: Llama without biases, a sliding window on every layer (12 >= the 11 tokens: seq_len is capped
+    # at it, where it masks nothing) and, here, wider heads (head_dim, as Mistral Nemo)
+    llama_case(nl, w, "mistral_window_gqa", 22, family="mistral", vocab_size=57, hidden_size=32, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=12, intermediate_size=44,
+               max_position_embeddings=64, sliding_window=12, rope_theta=1e6, tie_word_embeddings=False)
     llama_case(nl, w, "qwen2_linear_rope", 20, family="qwen2", vocab_size=41, hidden_size=24, num_hidden_layers=2,
                num_attention_heads=2, num_key_value_heads=1, intermediate_size=30, max_position_embeddings=32,
                rope_theta=1e4, rope_scaling={"type": "linear", "factor": 4.0})
