@@ -1,4 +1,4 @@
-// gguf_model.cpp: llama-architecture GGUF files as normlab models (gguf_model.h).
+// gguf_model.cpp: GGUF files of the llama, qwen2 and qwen3 architectures as normlab models (gguf_model.h).
 #include "io/gguf_model.h"
 
 #include <cmath>
@@ -11,7 +11,7 @@ namespace normlab::gguf {
 
 namespace {
 
-// The llama.* keys normlab reads, or knows to change nothing: any other is refused by name.
+// The <arch>.* keys normlab reads, or knows to change nothing: any other is refused by name.
 const std::set<std::string> kLlamaKeys = {
     "block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
     "attention.head_count_kv", "attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.dimension_count",
@@ -20,23 +20,25 @@ const std::set<std::string> kLlamaKeys = {
 
 // A key under "<arch>." that only tells normlab nothing new when it has its neutral value.
 void refuse_unless(bool ok, const File& f, const std::string& what) {
-  if (!ok) throw Error(fmt::format("{}: {}; normlab represents the llama architecture without it", f.path, what));
+  if (!ok)
+    throw Error(fmt::format("{}: {}; normlab represents the {} architecture without it", f.path, what,
+                            f.text("general.architecture")));
 }
 
 }  // namespace
 
 ModelConfig model_config(const File& f) {
   const std::string arch = f.text("general.architecture");
-  if (arch != "llama")
-    throw Error(fmt::format("{}: general.architecture is '{}'; normlab imports GGUF files of the llama architecture "
-                            "(Llama, SmolLM2, TinyLlama, ...)",
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
+    throw Error(fmt::format("{}: general.architecture is '{}'; normlab imports GGUF files of the llama (Llama, "
+                            "SmolLM2, TinyLlama, Mistral, ...), qwen2 and qwen3 architectures",
                             f.path, arch));
   const std::string p = arch + ".";
   for (const auto& [key, value] : f.metadata)
     if (key.rfind(p, 0) == 0 && !kLlamaKeys.count(key.substr(p.size())))
-      throw Error(fmt::format("{}: metadata '{}' is not something normlab's llama import knows; refused rather than "
+      throw Error(fmt::format("{}: metadata '{}' is not something normlab's {} import knows; refused rather than "
                               "ignored",
-                              f.path, key));
+                              f.path, key, arch));
   ModelConfig c;
   c.arch = Arch::Gpt;
   c.n_layers = int(f.integer(p + "block_count", 1, kMaxLayers));
@@ -87,7 +89,8 @@ ModelConfig model_config(const File& f) {
   }
   refuse_unless(f.integer_or(p + "expert_count", 0, 1 << 20).value_or(0) == 0, f, "expert_count > 0 (mixture of experts)");
   c.activation = Activation::SwiGlu;
-  c.bias = LinearBias::None;
+  c.bias = arch == "qwen2" ? LinearBias::Qkv : LinearBias::None;  // Qwen2: q, k, v biases
+  if (arch == "qwen3") c.qk_norm = QkNorm::Heads;                   // Qwen3: q and k RMS-normalized per head
   c.head = f.find("output.weight") ? Head::Untied : Head::Tied;  // an output matrix of its own, or tied
   const TensorInfo* embd = f.find("token_embd.weight");
   if (!embd || embd->ne.size() != 2 || embd->ne[0] != c.d_model)
@@ -116,17 +119,28 @@ std::vector<float> unpermute_rows(const std::vector<float>& w, int heads, int hs
   return out;
 }
 
+// Row blocks one after another ([q; k; v] of the fused qkv, [gate; up] of fc).
+std::vector<float> concat(std::initializer_list<std::vector<float>> parts) {
+  std::vector<float> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
 }  // namespace
 
 Imported import_model(const File& f) {
   Imported im;
   im.config = model_config(f);
   const ModelConfig& c = im.config;
+  // llama.cpp's RoPE pairs (2i, 2i + 1) for the llama architecture, whose q and k rows its converter
+  // permutes; qwen2 and qwen3 use its "neox" RoPE, rotate-half like normlab's, with rows as trained
+  const std::string arch = f.text("general.architecture");
+  const bool interleaved = arch == "llama";
   const int C = c.d_model, hs = c.head_size(), F = c.ff(), KV = c.kv_heads() * hs, A = c.attn_width();
   std::set<std::string> used;
   auto take = [&](const std::string& name, std::vector<int64_t> shape) {
     const TensorInfo* t = f.find(name);
-    if (!t) throw Error(fmt::format("{}: no tensor '{}' (a llama model of {} layers has one)", f.path, name, c.n_layers));
+    if (!t) throw Error(fmt::format("{}: no tensor '{}' (a {} model of {} layers has one)", f.path, name, arch, c.n_layers));
     if (t->shape() != shape) {
       std::string want, got;
       for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
@@ -145,27 +159,31 @@ Imported import_model(const File& f) {
   for (int l = 0; l < c.n_layers; l++) {
     const std::string b = fmt::format("blk.{}.", l), a = fmt::format("h.{}.attn.", l), m = fmt::format("h.{}.mlp.", l);
     im.params[a + "ln_in.weight"] = take(b + "attn_norm.weight", {C});
-    std::vector<float> qkv = unpermute_rows(take(b + "attn_q.weight", {A, C}), c.n_heads, hs, C);
-    const std::vector<float> k = unpermute_rows(take(b + "attn_k.weight", {KV, C}), c.kv_heads(), hs, C);
-    const std::vector<float> v = take(b + "attn_v.weight", {KV, C});
-    qkv.insert(qkv.end(), k.begin(), k.end());
-    qkv.insert(qkv.end(), v.begin(), v.end());
-    im.params[a + "qkv.weight"] = std::move(qkv);
+    std::vector<float> q = take(b + "attn_q.weight", {A, C}), k = take(b + "attn_k.weight", {KV, C});
+    if (interleaved) {
+      q = unpermute_rows(q, c.n_heads, hs, C);
+      k = unpermute_rows(k, c.kv_heads(), hs, C);
+    }
+    im.params[a + "qkv.weight"] = concat({q, k, take(b + "attn_v.weight", {KV, C})});
+    if (c.bias == LinearBias::Qkv)
+      im.params[a + "qkv.bias"] = concat({take(b + "attn_q.bias", {A}), take(b + "attn_k.bias", {KV}),
+                                          take(b + "attn_v.bias", {KV})});
+    if (c.qk_norm == QkNorm::Heads) {
+      im.params[a + "q_norm.weight"] = take(b + "attn_q_norm.weight", {hs});
+      im.params[a + "k_norm.weight"] = take(b + "attn_k_norm.weight", {hs});
+    }
     im.params[a + "proj.weight"] = take(b + "attn_output.weight", {C, A});
     im.params[m + "ln_in.weight"] = take(b + "ffn_norm.weight", {C});
-    std::vector<float> fc = take(b + "ffn_gate.weight", {F, C});  // [gate; up], as normlab's fc
-    const std::vector<float> up = take(b + "ffn_up.weight", {F, C});
-    fc.insert(fc.end(), up.begin(), up.end());
-    im.params[m + "fc.weight"] = std::move(fc);
+    im.params[m + "fc.weight"] = concat({take(b + "ffn_gate.weight", {F, C}), take(b + "ffn_up.weight", {F, C})});
     im.params[m + "proj.weight"] = take(b + "ffn_down.weight", {C, F});
   }
   im.params["ln_f.weight"] = take("output_norm.weight", {C});
   used.insert("rope_freqs.weight");  // read by model_config (model.rope_freq_factors)
   for (const TensorInfo& t : f.tensors)
     if (!used.count(t.name))
-      throw Error(fmt::format("{}: tensor '{}' is not part of the llama architecture as normlab represents it", f.path,
-                              t.name));
-  const int64_t context = f.integer_or("llama.context_length", 1, 1 << 24).value_or(c.seq_len);
+      throw Error(fmt::format("{}: tensor '{}' is not part of the {} architecture as normlab represents it", f.path,
+                              t.name, arch));
+  const int64_t context = f.integer_or(f.text("general.architecture") + ".context_length", 1, 1 << 24).value_or(c.seq_len);
   if (context > c.seq_len)
     im.notes.push_back(fmt::format("context_length {} read; normlab takes sequences of up to {} tokens of it "
                                    "(model.seq_len)",

@@ -1,10 +1,11 @@
 // gguf_model.h: a GGUF file (llama.cpp's format) as a normlab model (its tokenizer:
 // gguf_tokenizer.h). The llama
-// architecture (Llama, SmolLM2, TinyLlama, ...: pre-RMSNorm, RoPE, SwiGLU, grouped-query attention,
-// no biases) maps exactly onto a normlab config; its tensors are dequantized to float32 (the
+// architecture (Llama, SmolLM2, TinyLlama, Mistral, ...: pre-RMSNorm, RoPE, SwiGLU, grouped-query
+// attention, no biases), qwen2 (the same with q, k, v biases) and qwen3 (no biases, q and k normalized
+// per head) map exactly onto a normlab config; its tensors are dequantized to float32 (the
 // quantized weights are what the model is: nothing further is approximated). Anything the file
-// says that normlab does not represent (another architecture, rope scaling, experts, an unknown
-// llama.* key or tensor) is refused with an Error naming it. The mapping is
+// says that normlab does not represent (another architecture, yarn RoPE scaling, experts, an unknown
+// <arch>.* key or tensor) is refused with an Error naming it. The mapping is
 // documented in docs/MODEL.md ("GGUF files").
 #pragma once
 

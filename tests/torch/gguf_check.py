@@ -11,9 +11,9 @@ and writer, 0.10.0) and hostile files.
    offsets past the end, overlapping or unaligned tensors, unknown types, every truncation of a
    small valid file: each is exit 1 with one "normlab: error:" line naming the file, quickly.
 3. A tiny llama file written by GGUFWriter loads (`normlab gguf` says so), and one with an
-   architecture or key normlab does not represent is refused by name. RoPE scaling (Llama 3.1's
-   rope_freqs tensor, linear rope.scaling): a random transformers LlamaForCausalLM written as llama.cpp's
-   converter writes it gives transformers' logits.
+   architecture or key normlab does not represent is refused by name. Models written as llama.cpp's
+   converter writes them give transformers' logits: llama with RoPE scaling (Llama 3.1's rope_freqs
+   tensor, linear rope.scaling), qwen2 (biases, rows not permuted), qwen3 (tests/data/qwen3-tiny).
 4. A SentencePiece vocabulary (tokenizer.ggml.model = "llama", as Llama 2, Mistral and TinyLlama
    files hold it): a BPE model with byte fallback trained here by the `sentencepiece` library (0.2.0,
    the reference implementation) on the King James Bible and some non-Latin text, written into a GGUF
@@ -320,77 +320,116 @@ def llama_cpp_rope_freqs(head_dim, base, s):
     return np.array(out, dtype=np.float32)
 
 
-def check_rope_scaling(normlab, workdir, failures):
-    """RoPE scaling in GGUF files against transformers: a random LlamaForCausalLM with Llama 3.1's llama3
-    scaling (llama.cpp writes it as the tensor rope_freqs.weight) and one with linear scaling
-    (rope.scaling.type linear), written as llama.cpp's converter writes them (q and k rows permuted); the
-    logits normlab computes from each file must be transformers' from the model."""
+def write_converted(path, arch, sd, config, rope=None):
+    """An HF state dict written as llama.cpp's convert_hf_to_gguf.py writes it: the llama architecture's q
+    and k rows permuted to interleaved pairs (qwen2 and qwen3 keep Hugging Face's order: llama.cpp rotates
+    them "neox" style), q, k, v biases (qwen2), per-head q and k norms (qwen3), RoPE scaling as the
+    converter states it (rope_freqs.weight for llama3, rope.scaling.* for linear)."""
+    C, H, KV = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
+    L, F = config["num_hidden_layers"], config["intermediate_size"]
+    hd = config.get("head_dim") or C // H
+    w = gguf.GGUFWriter(path, arch)
+    w.add_block_count(L)
+    w.add_context_length(config["max_position_embeddings"])
+    w.add_embedding_length(C)
+    w.add_feed_forward_length(F)
+    w.add_head_count(H)
+    w.add_head_count_kv(KV)
+    w.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    w.add_rope_freq_base(config["rope_theta"])
+    if hd * H != C:
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    if rope and rope["rope_type"] == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rope["factor"])
+    elif rope:
+        w.add_tensor("rope_freqs.weight", llama_cpp_rope_freqs(hd, config["rope_theta"], rope))
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    if "lm_head.weight" in sd:
+        w.add_tensor("output.weight", sd["lm_head.weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    names = (("attn_norm", "input_layernorm"), ("ffn_norm", "post_attention_layernorm"), ("attn_v", "self_attn.v_proj"),
+             ("attn_output", "self_attn.o_proj"), ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
+             ("ffn_down", "mlp.down_proj"), ("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm"))
+    for l in range(L):
+        h = f"model.layers.{l}."
+        for name, key in names:
+            if h + key + ".weight" in sd:
+                w.add_tensor(f"blk.{l}.{name}.weight", sd[h + key + ".weight"])
+        q, k = sd[h + "self_attn.q_proj.weight"], sd[h + "self_attn.k_proj.weight"]
+        if arch == "llama":
+            q, k = llama_cpp_permute(q, H), llama_cpp_permute(k, KV)
+        w.add_tensor(f"blk.{l}.attn_q.weight", q)
+        w.add_tensor(f"blk.{l}.attn_k.weight", k)
+        for x in "qkv":
+            if h + f"self_attn.{x}_proj.bias" in sd:
+                w.add_tensor(f"blk.{l}.attn_{x}.bias", sd[h + f"self_attn.{x}_proj.bias"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def check_converted(normlab, workdir, failures, source_dir):
+    """GGUF files as llama.cpp's converter writes them, against transformers' logits for the same weights:
+    random models (transformers 4.45) of the llama architecture with Llama 3.1's llama3 RoPE scaling and with
+    linear scaling, of qwen2 (q, k, v biases, rotate-half rows), and qwen3 from tests/data/qwen3-tiny (what
+    transformers 5.24 computed: per-head QK-norm, wider heads)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
     from safetensors.numpy import save_file
-    cases = {
-        "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                   "original_max_position_embeddings": 32},
-        "linear": {"rope_type": "linear", "factor": 4.0}}
+    base = dict(vocab_size=53, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=1,
+                intermediate_size=40, max_position_embeddings=64, rope_theta=1e4, rms_norm_eps=1e-5,
+                tie_word_embeddings=False, attn_implementation="eager")
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 32}
+    cases = [("llama_llama3", "llama", LlamaConfig, LlamaForCausalLM, llama3),
+             ("llama_linear", "llama", LlamaConfig, LlamaForCausalLM, {"rope_type": "linear", "factor": 4.0}),
+             ("qwen2", "qwen2", Qwen2Config, Qwen2ForCausalLM, None)]
     n = 0
-    for label, scaling in cases.items():
+    for label, arch, Config, Model, rope in cases:
         torch.manual_seed(5)
-        C, H, KV, F, V, L, T = 36, 3, 1, 40, 53, 2, 12
-        config = LlamaConfig(vocab_size=V, hidden_size=C, num_hidden_layers=L, num_attention_heads=H,
-                             num_key_value_heads=KV, intermediate_size=F, max_position_embeddings=64, rope_theta=1e4,
-                             rms_norm_eps=1e-5, tie_word_embeddings=False, rope_scaling=dict(scaling),
-                             attn_implementation="eager")
-        model = LlamaForCausalLM(config).eval()
+        config = Config(**base, rope_scaling=dict(rope) if rope else None)
+        model = Model(config).eval()
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(0.05 * torch.randn(p.shape))
         sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
-        path = os.path.join(workdir, f"rope_{label}.gguf")
-        w = gguf.GGUFWriter(path, "llama")
-        w.add_block_count(L)
-        w.add_context_length(64)
-        w.add_embedding_length(C)
-        w.add_feed_forward_length(F)
-        w.add_head_count(H)
-        w.add_head_count_kv(KV)
-        w.add_layer_norm_rms_eps(1e-5)
-        w.add_rope_freq_base(1e4)
-        if label == "linear":
-            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-            w.add_rope_scaling_factor(scaling["factor"])
-        else:
-            w.add_tensor("rope_freqs.weight", llama_cpp_rope_freqs(C // H, 1e4, scaling))
-        w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
-        w.add_tensor("output.weight", sd["lm_head.weight"])
-        w.add_tensor("output_norm.weight", sd["model.norm.weight"])
-        for l in range(L):
-            h = f"model.layers.{l}."
-            for name, key in (("attn_norm", "input_layernorm"), ("ffn_norm", "post_attention_layernorm"),
-                              ("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"),
-                              ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"), ("ffn_down", "mlp.down_proj")):
-                w.add_tensor(f"blk.{l}.{name}.weight", sd[h + key + ".weight"])
-            w.add_tensor(f"blk.{l}.attn_q.weight", llama_cpp_permute(sd[h + "self_attn.q_proj.weight"], H))
-            w.add_tensor(f"blk.{l}.attn_k.weight", llama_cpp_permute(sd[h + "self_attn.k_proj.weight"], KV))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-        ids = np.random.default_rng(7).integers(0, V, size=(2, T)).astype(np.int32)
-        tok = os.path.join(workdir, f"rope_{label}_tokens.safetensors")
-        save_file({"input_ids": ids, "labels": ids, "attention_mask": np.ones_like(ids)}, tok)
-        out = os.path.join(workdir, f"rope_{label}_out.safetensors")
-        p, _ = run(normlab, "grads", "--checkpoint", path, "--tokens", tok, "--out", out, "--force")
-        if p.returncode != 0:
-            failures.append(f"rope {label}: normlab grads on the GGUF file failed: {p.stderr[-400:]}")
-            continue
-        got = load_file(out)["logits"]
+        path = os.path.join(workdir, f"converted_{label}.gguf")
+        write_converted(path, arch, sd, config.to_dict(), rope)
+        ids = np.random.default_rng(7).integers(0, config.vocab_size, size=(2, 12)).astype(np.int32)
         with torch.no_grad():
             want = model.double()(input_ids=torch.from_numpy(ids.astype(np.int64))).logits.numpy()
-        err = np.abs(got - want).max()
-        if not err < 2e-5:
-            failures.append(f"rope {label}: GGUF logits differ from transformers' by {err:.3g}")
-        n += 1
+        n += compare_logits(normlab, workdir, label, path, ids, np.ones_like(ids), want, failures)
+    d = os.path.join(source_dir, "tests", "data", "qwen3-tiny")
+    golden = load_file(os.path.join(d, "golden.safetensors"))
+    with open(os.path.join(d, "config.json")) as f:
+        config = json.load(f)
+    config["rope_theta"] = config["rope_parameters"]["rope_theta"]
+    path = os.path.join(workdir, "converted_qwen3.gguf")
+    write_converted(path, "qwen3", load_file(os.path.join(d, "model.safetensors")), config)
+    n += compare_logits(normlab, workdir, "qwen3", path, golden["input_ids"], golden["attention_mask"],
+                        golden["logits"], failures)
     return n
+
+
+def compare_logits(normlab, workdir, label, path, ids, mask, want, failures):
+    """normlab's logits from the GGUF file at `path` must be `want` (at the positions the mask keeps)."""
+    from safetensors.numpy import save_file
+    tok = os.path.join(workdir, f"converted_{label}_tokens.safetensors")
+    save_file({"input_ids": ids.astype(np.int32), "labels": ids.astype(np.int32),
+               "attention_mask": mask.astype(np.int32)}, tok)
+    out = os.path.join(workdir, f"converted_{label}_out.safetensors")
+    p, _ = run(normlab, "grads", "--checkpoint", path, "--tokens", tok, "--out", out, "--force")
+    if p.returncode != 0:
+        failures.append(f"converted {label}: normlab grads on the GGUF file failed: {p.stderr[-400:]}")
+        return 0
+    keep = mask == 1
+    err = np.abs(load_file(out)["logits"][keep] - want[keep]).max()
+    if not err < 2e-5:
+        failures.append(f"converted {label}: GGUF logits differ from transformers' by {err:.3g}")
+    return 1
 
 
 def check_sentencepiece(normlab, workdir, source_dir, failures):
@@ -458,7 +497,7 @@ def main():
         print(f"dequantization: {m} tensors of {a.smollm2} compared bit for bit")
     print(f"hostile files: {check_hostile(a.normlab, a.workdir, failures)} cases")
     print(f"llama metadata: {check_llama_metadata(a.normlab, a.workdir, failures)} cases")
-    print(f"RoPE scaling against transformers: {check_rope_scaling(a.normlab, a.workdir, failures)} files")
+    print(f"converted files against transformers: {check_converted(a.normlab, a.workdir, failures, a.source)}")
     print(f"sentencepiece vocabulary: {check_sentencepiece(a.normlab, a.workdir, a.source, failures)} texts")
     for f in failures:
         print("FAIL:", f)
