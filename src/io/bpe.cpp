@@ -1,10 +1,11 @@
-// bpe.cpp: GPT-2 byte-level BPE: the regex by hand, the byte alphabet, merges by rank, the
+// bpe.cpp: GPT-2 byte-level BPE: the regex by hand (and Llama 3's / Qwen2's), the byte alphabet, merges by rank, the
 // byte-level decoder, and vocab.json / merges.txt reading.
 #include "io/bpe.h"
 
 #include <fmt/format.h>
 
 #include <array>
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -58,6 +59,78 @@ size_t gpt2_match(const std::u32string& cp, const std::vector<Gpt2Class>& cls, s
   return j - i >= 2 ? j - 1 : i + 1;
 }
 
+// Llama 3's regex (Qwen2's with max_numbers 1), by hand as gpt2_match: the end of its match at i.
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+size_t llama3_match(const std::u32string& cp, const std::vector<Gpt2Class>& cls, size_t i, int max_numbers) {
+  const size_t n = cp.size();
+  const auto lower = [&](size_t k) { return k < n && cp[k] < 0x80 ? char32_t(std::tolower(int(cp[k]))) : cp[k]; };
+  const auto newline = [&](size_t k) { return cp[k] == U'\r' || cp[k] == U'\n'; };
+  // contractions, case-insensitive: 's 't 're 've 'm 'll 'd
+  if (cp[i] == U'\'' && i + 1 < n) {
+    const char32_t a = lower(i + 1), b = lower(i + 2);
+    if (a == U's' || a == U't' || a == U'm' || a == U'd') return i + 2;
+    if (i + 2 < n && ((a == U'r' && b == U'e') || (a == U'v' && b == U'e') || (a == U'l' && b == U'l'))) return i + 3;
+  }
+  // [^\r\n\p{L}\p{N}]?\p{L}+: letters, after at most one character that is none of those
+  {
+    size_t p = i;
+    if (cls[i] != Gpt2Class::Letter && cls[i] != Gpt2Class::Number && !newline(i) && i + 1 < n &&
+        cls[i + 1] == Gpt2Class::Letter)
+      p = i + 1;
+    if (cls[p] == Gpt2Class::Letter) {
+      while (p < n && cls[p] == Gpt2Class::Letter) ++p;
+      return p;
+    }
+  }
+  // \p{N}{1,max}
+  if (cls[i] == Gpt2Class::Number) {
+    size_t j = i;
+    while (j < n && cls[j] == Gpt2Class::Number && int(j - i) < max_numbers) ++j;
+    return j;
+  }
+  // ` ?[^\s\p{L}\p{N}]+[\r\n]*`: an optional U+0020, a run of other characters, the line breaks after it
+  {
+    const size_t p = cp[i] == U' ' ? i + 1 : i;
+    if (p < n && cls[p] == Gpt2Class::Other) {
+      size_t j = p;
+      while (j < n && cls[j] == Gpt2Class::Other) ++j;
+      while (j < n && newline(j)) ++j;
+      return j;
+    }
+  }
+  // what is left starts a white-space run
+  NL_ASSERT(cls[i] == Gpt2Class::Space);
+  size_t j = i;
+  while (j < n && cls[j] == Gpt2Class::Space) ++j;
+  // \s*[\r\n]+: the run up to and with its last line break
+  for (size_t k = j; k > i; --k)
+    if (newline(k - 1)) return k;
+  // \s+(?!\S): a run that ends the text, or all of a run but its last character; else \s+
+  if (j == n) return n;
+  return j - i >= 2 ? j - 1 : j;
+}
+
+// The code points of text, their classes, and the byte offset of each (then the end).
+struct Decoded {
+  std::u32string cp;
+  std::vector<Gpt2Class> cls;
+  std::vector<size_t> offset;
+};
+
+Decoded decode(std::string_view text) {
+  Decoded d{unicode::decode_utf8(text), {}, {}};
+  d.cls.resize(d.cp.size());
+  d.offset.assign(d.cp.size() + 1, 0);
+  std::string scratch;
+  for (size_t i = 0; i < d.cp.size(); ++i) {
+    d.cls[i] = gpt2_class(d.cp[i]);
+    scratch.clear();
+    unicode::append_utf8(scratch, d.cp[i]);
+    d.offset[i + 1] = d.offset[i] + scratch.size();
+  }
+  return d;
+}
+
 // GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other 68 bytes take
 // U+0100.. in byte order.
 std::array<char32_t, 256> make_byte_chars() {
@@ -93,24 +166,23 @@ constexpr size_t kBpeCacheCapacity = 10000;  // words (the reference's default)
 
 }  // namespace
 
-std::vector<std::pair<size_t, size_t>> gpt2_split(std::string_view text) {
-  const std::u32string cp = unicode::decode_utf8(text);
-  std::vector<Gpt2Class> cls(cp.size());
-  std::vector<size_t> offset(cp.size() + 1);  // byte offset of each code point, then the end
-  std::string scratch;
-  for (size_t i = 0; i < cp.size(); ++i) {
-    cls[i] = gpt2_class(cp[i]);
-    scratch.clear();
-    unicode::append_utf8(scratch, cp[i]);
-    offset[i + 1] = offset[i] + scratch.size();
-  }
+std::vector<std::pair<size_t, size_t>> gpt2_split(std::string_view text, int llama3_numbers) {
+  const Decoded d = decode(text);
   std::vector<std::pair<size_t, size_t>> words;
-  for (size_t i = 0; i < cp.size();) {
-    const size_t end = gpt2_match(cp, cls, i);
-    words.emplace_back(offset[i], offset[end]);
+  for (size_t i = 0; i < d.cp.size();) {
+    const size_t end = llama3_numbers > 0 ? llama3_match(d.cp, d.cls, i, llama3_numbers) : gpt2_match(d.cp, d.cls, i);
+    words.emplace_back(d.offset[i], d.offset[end]);
     i = end;
   }
   return words;
+}
+
+int llama3_pattern_numbers(std::string_view pattern) {
+  const std::string_view head = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N})";
+  const std::string_view tail = R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  if (pattern == std::string(head) + "{1,3}" + std::string(tail)) return 3;
+  if (pattern == std::string(head) + std::string(tail)) return 1;
+  return 0;
 }
 
 const std::string& byte_to_char(uint8_t b) {
@@ -141,6 +213,11 @@ static void byte_level_piece(std::string_view piece, const PreTokenizer& options
 
 void byte_level_pre_tokenize(std::string_view segment, const PreTokenizer& options,
                              std::vector<std::string>& words) {
+  if (options.split_numbers > 0) {  // Split(Llama 3's regex, isolated) first, then ByteLevel on each piece
+    for (const auto& [begin, end] : gpt2_split(segment, options.split_numbers))
+      byte_level_piece(segment.substr(begin, end - begin), options, words);
+    return;
+  }
   if (!options.split_digits) return byte_level_piece(segment, options, words);
   // Digits(individual_digits) first: every numeric character is a piece of its own, the runs
   // between them are pieces too; then ByteLevel on each piece.

@@ -68,12 +68,16 @@ TokenizerParts tokenizer_parts(const File& f) {
   TokenizerParts parts;
   parts.pre_tokenizer = {PreTokenizerKind::ByteLevel, f.boolean_or("tokenizer.ggml.add_space_prefix").value_or(false),
                          true};
-  if (pre == "smollm")
+  if (pre == "smollm") {
     parts.pre_tokenizer.split_digits = true;
-  else if (pre != "gpt-2" && pre != "gpt2")
-    throw Error(fmt::format("{}: tokenizer.ggml.pre is '{}'; normlab implements the pre-tokenizers 'gpt-2' and "
-                            "'smollm' (give the model's tokenizer.json with --tokenizer)",
+  } else if (pre == "llama-bpe" || pre == "qwen2") {  // Llama 3's regex (Qwen2's: numbers one by one), then bytes
+    parts.pre_tokenizer.split_numbers = pre == "qwen2" ? 1 : 3;
+    parts.pre_tokenizer.use_regex = false;
+  } else if (pre != "gpt-2" && pre != "gpt2") {
+    throw Error(fmt::format("{}: tokenizer.ggml.pre is '{}'; normlab implements the pre-tokenizers 'gpt-2', "
+                            "'smollm', 'llama-bpe' and 'qwen2' (give the model's tokenizer.json with --tokenizer)",
                             f.path, pre));
+  }
   Vocab vocab = read_tokens(f, parts);
   std::vector<std::pair<std::string, std::string>> merges;
   for (const std::string& m : f.strings("tokenizer.ggml.merges")) {

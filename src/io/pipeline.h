@@ -87,6 +87,9 @@ struct PreTokenizer {
   bool use_regex = true;          // ByteLevel: cut words with the GPT-2 regex (else: one word)
   bool split_digits = false;      // ByteLevel: first cut every numeric character into a piece of
                                   // its own (Digits(individual_digits) before ByteLevel, as SmolLM2)
+  int split_numbers = 0;          // ByteLevel: > 0: first cut with Llama 3's regex (a Split pre-tokenizer
+                                  // before ByteLevel without its own regex), numbers in runs of at most
+                                  // this many (Llama 3: 3; Qwen2: 1, its otherwise equal regex)
   // Metaspace, as Hugging Face's pre-tokenizer (the GGUF / sentencepiece form is all false):
   bool prefix_first_only = false;     // "▁" before the text's first segment only (prepend_scheme first)
   bool prefix_unless_present = false; // not before a segment that already starts with "▁"

@@ -313,6 +313,25 @@ static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
     const JsonFields d{seq[0], file + " pre_tokenizer.pretokenizers[0]"}, b{seq[1], file + " pre_tokenizer.pretokenizers[1]"};
     return d.type() == "Digits" && d.boolean("individual_digits", false) && b.type() == "ByteLevel";
   }();
+  // Sequence [Split (Llama 3's or Qwen2's regex, isolated, not inverted), ByteLevel]: Llama 3's and Qwen2's
+  const int split_numbers = [&] {
+    if (pre_type != "Sequence" || !pre.contains("pretokenizers") || !pre.at("pretokenizers").is_array()) return 0;
+    const nlohmann::json& seq = pre.at("pretokenizers");
+    if (seq.size() != 2 || !seq[0].is_object() || !seq[1].is_object()) return 0;
+    const JsonFields sp{seq[0], file + " pre_tokenizer.pretokenizers[0]"}, b{seq[1], file + " pre_tokenizer.pretokenizers[1]"};
+    if (sp.type() != "Split" || b.type() != "ByteLevel" || !seq[0].contains("pattern") ||
+        !seq[0].at("pattern").is_object() || !seq[0].at("pattern").contains("Regex") ||
+        !seq[0].at("pattern").at("Regex").is_string())
+      return 0;
+    const int numbers = bpe::llama3_pattern_numbers(seq[0].at("pattern").at("Regex").get<std::string>());
+    if (numbers == 0)
+      throw Error(fmt::format("{}: the Split regex {} is not one normlab implements (Llama 3's and Qwen2's are)",
+                              sp.where, seq[0].at("pattern").at("Regex").dump().substr(0, 200)));
+    if (seq[0].value("behavior", "") != "Isolated" || sp.boolean("invert", false))
+      throw Error(fmt::format("{}: a Split with behavior {} and invert {} is not supported (Isolated, not inverted, is)",
+                              sp.where, seq[0].value("behavior", "(none)"), sp.boolean("invert", false)));
+    return numbers;
+  }();
   if (spm_norm && pre.is_null()) {  // SentencePiece's form through normalizers: one word per segment
     parts.pre_tokenizer = {PreTokenizerKind::Metaspace, *spm_norm, false};
   } else if (model_type == "BPE" && pre_type == "Metaspace" && norm.is_null()) {
@@ -324,12 +343,17 @@ static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
     const JsonFields b{pre.at("pretokenizers")[1], file + " pre_tokenizer.pretokenizers[1]"};
     parts.pre_tokenizer = {PreTokenizerKind::ByteLevel, b.boolean("add_prefix_space", true),
                            b.boolean("use_regex", true), /*split_digits=*/true};
+  } else if (model_type == "BPE" && split_numbers > 0) {
+    const JsonFields b{pre.at("pretokenizers")[1], file + " pre_tokenizer.pretokenizers[1]"};
+    parts.pre_tokenizer = {PreTokenizerKind::ByteLevel, b.boolean("add_prefix_space", true),
+                           b.boolean("use_regex", true)};
+    parts.pre_tokenizer.split_numbers = split_numbers;
   } else if (model_type == "WordPiece" && pre_type == "BertPreTokenizer") {
     parts.pre_tokenizer.kind = PreTokenizerKind::Bert;
   } else {
     throw Error(
         fmt::format("{}: {} with a {} model is not supported (BPE needs ByteLevel, or Digits "
-                    "(individual_digits) then ByteLevel, or Metaspace, or none after the normalizers Prepend and "
+                    "(individual_digits) then ByteLevel, or Split (Llama 3's or Qwen2's regex) then ByteLevel, or Metaspace, or none after the normalizers Prepend and "
                     "Replace of SentencePiece's form; WordPiece needs BertPreTokenizer)",
                     pf.where, pre_type, model_type));
   }

@@ -475,6 +475,50 @@ def check_sentencepiece(normlab, workdir, source_dir, failures):
     return len(texts)
 
 
+def check_split_pre_tokenizers(normlab, workdir, source_dir, failures):
+    """Byte-level BPE from GGUF metadata with the pre-tokenizers 'llama-bpe' (Llama 3) and 'qwen2' (llama.cpp's
+    names for the Split regexes of those tokenizer.json files): the GPT-2 vocabulary written as GGUF metadata,
+    against the tokenizers library with the same vocabulary and the model's Split regex then ByteLevel."""
+    import tokenizers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    vocab_dir = os.path.join(source_dir, "third_party", "gpt2-vocab")
+    encoder, bpe_file = os.path.join(vocab_dir, "encoder.json"), os.path.join(vocab_dir, "vocab.bpe")
+    with open(encoder, encoding="utf-8") as f:
+        ids = json.load(f)
+    with open(bpe_file, encoding="utf-8") as f:
+        merges = [line.rstrip("\n") for line in f if line.strip() and not line.startswith("#version")]
+    tokens = sorted(ids, key=ids.get)
+    regex = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+    texts = ["Hello world, it's 2026: 1234567 items!", "HE'S THEY'RE\n\n  \n x", "a \n\tb  \r\n\r\nc",
+             "caf\u00e9 \u4f60\u597d \U0001F600 ...!!!\n\n"]
+    n = 0
+    for pre, numbers in (("llama-bpe", r"\p{N}{1,3}"), ("qwen2", r"\p{N}")):
+        path = os.path.join(workdir, f"bpe_{pre}.gguf")
+        w = gguf.GGUFWriter(path, "llama")
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(pre)
+        w.add_token_list([t.encode("utf-8") for t in tokens])
+        w.add_token_types([3 if t == "<|endoftext|>" else 1 for t in tokens])
+        w.add_token_merges(merges)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        ref = Tokenizer(models.BPE.from_file(encoder, bpe_file))
+        ref.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(tokenizers.Regex(regex.replace(r"\p{N}{1,3}", numbers)), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        for t in texts:
+            want = ref.encode(t).ids
+            p, _ = run(normlab, "tokenize", "--tokenizer", path, "--text", t, "--json")
+            got = json.loads(p.stdout)["ids"] if p.returncode == 0 else p.stderr.strip()
+            if got != want:
+                failures.append(f"pre-tokenizer {pre} {t[:40]!r}: normlab {str(got)[:200]} vs tokenizers {str(want)[:200]}")
+            n += 1
+    return n
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--normlab", required=True)
@@ -498,6 +542,7 @@ def main():
     print(f"hostile files: {check_hostile(a.normlab, a.workdir, failures)} cases")
     print(f"llama metadata: {check_llama_metadata(a.normlab, a.workdir, failures)} cases")
     print(f"converted files against transformers: {check_converted(a.normlab, a.workdir, failures, a.source)}")
+    print(f"Llama 3 / Qwen2 pre-tokenizers from GGUF metadata: {check_split_pre_tokenizers(a.normlab, a.workdir, a.source, failures)} texts")
     print(f"sentencepiece vocabulary: {check_sentencepiece(a.normlab, a.workdir, a.source, failures)} texts")
     for f in failures:
         print("FAIL:", f)

@@ -9,6 +9,8 @@ Tokenizers compared (every one on every text):
                                                 tokenizers.Tokenizer built as BPE.from_file +
                                                 ByteLevel(add_prefix_space=False) + <|endoftext|>
   gpt2 tokenizer.json (saved from the above)  vs tokenizers.Tokenizer.from_file
+  the GPT-2 vocabulary behind Llama 3's and Qwen2's pre-tokenizer (Split regex, then ByteLevel)
+                                              vs tokenizers.Tokenizer.from_file
   the same with add_prefix_space = true       vs tokenizers.Tokenizer.from_file
   BERT WordPiece trained here (no download), four normalizer settings (lowercase x strip_accents),
       as tokenizer.json (BertProcessing / TemplateProcessing)   vs tokenizers.Tokenizer.from_file
@@ -291,6 +293,25 @@ def main():
     prefixed = work / "gpt2-prefix-space.json"
     prefixed.write_text(json.dumps(doc), encoding="utf-8")
     c.compare("gpt2 tokenizer.json, add_prefix_space", prefixed, [], hf(Tokenizer.from_file(str(prefixed))), texts)
+
+    # Llama 3's and Qwen2's pre-tokenizer (a Split regex, isolated, then ByteLevel without its own regex;
+    # Qwen2's regex takes numbers one by one, Llama 3's in runs of up to three) over the GPT-2 vocabulary
+    llama3_regex = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                    r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+    split_texts = texts + ["\n\n  \n x", "Hello\r\n\r\nWorld \r\n", "a \n\tb  \n", "12345 1234567 1,234.5678",
+                           "!!!\n\n?? \n\n", "HE'S THEY'RE YOU'Ll I'D 'd 'T", "\u00bf\u00a1 x \u00a0\u00a0y",
+                           "x  \t\n\n\t  y", "(hello) [world] {x}\n\ttab"]
+    for label, regex in (("llama3", llama3_regex), ("qwen2", llama3_regex.replace(r"\p{N}{1,3}", r"\p{N}"))):
+        split = Tokenizer(models.BPE.from_file(encoder, bpe_file))
+        split.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(tokenizers.Regex(regex), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+        split.decoder = decoders.ByteLevel()
+        split.add_special_tokens(["<|endoftext|>"])
+        path = work / f"{label}-split.json"
+        split.save(str(path))
+        c.compare(f"{label} Split regex + ByteLevel tokenizer.json", path, [], hf(Tokenizer.from_file(str(path))),
+                  split_texts)
 
     # BERT WordPiece, trained here on the Bible and a few lines in other scripts (so that accents,
     # CJK and subwords are in the vocabulary, while the texts' rarer characters are not).
