@@ -138,10 +138,11 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
       cfg.attn_softcap = 0.6;
       cfg.logit_softcap = 0.8;
     }
-    if (k.rope_per_layer) {  // layers 0 and 2 local (base 10), layer 1 global (1e4, positions / 3)
+    if (k.rope_per_layer) {  // layer 0 local (base 10), layer 1 global (1e4, positions / 3), layer 2 NoPE
       cfg.rope_local_base = 10;
       cfg.rope_global_every = 2;
       cfg.rope_scale = 3;
+      cfg.nope_every = 3;
     }
     Model<double> model(cfg);
     if (k.dyt_recipe) model.params()[model.table().find("embed_scale")->offset] = 3.0;  // the parameter, not the config

@@ -800,3 +800,45 @@ TEST(ModelRope, DivisorsPerFrequency) {
   EXPECT_EQ(back.rope_freq_factors, mixed.rope_freq_factors);
   EXPECT_FALSE(model_config_to_json(base).contains("rope_freq_factors"));
 }
+
+// NoPE layers (SmolLM3): every layer NoPE is the model without positions, bit for bit; nope_every
+// past the last layer is the plain RoPE model; a mixed stack equals neither; its gradients by
+// finite differences (gpt and encoder); the config's checks and round trip.
+TEST(ModelRope, NoPeLayers) {
+  ModelConfig base = tiny(Arch::Gpt, {Placement::Pre, Placement::Pre, Placement::Pre}, NormKind::RMSNorm);
+  base.positions = Positions::Rope;
+  base.seq_len = 8;
+  const Tokens tok = tokens_for(base, 2, 8, 5);
+  const auto logits = [&](const ModelConfig& c) {
+    Model<double> m(c);
+    Model<double> ref(base);
+    std::copy(ref.params().begin(), ref.params().end(), m.params().begin());
+    m.forward(tok.ids.data(), tok.labels.data(), 2, 8);
+    return std::vector<double>(m.logits(), m.logits() + size_t(2) * 8 * c.vocab_size());
+  };
+  ModelConfig all = base, none = base, past = base, mixed = base;
+  all.nope_every = 1;
+  none.positions = Positions::None;
+  past.nope_every = 4;
+  mixed.nope_every = 2;  // layer 1 NoPE, layers 0 and 2 rotate
+  EXPECT_EQ(logits(all), logits(none));
+  EXPECT_EQ(logits(past), logits(base));
+  EXPECT_NE(logits(mixed), logits(base));
+  EXPECT_NE(logits(mixed), logits(none));
+  EXPECT_TRUE(mixed.rope_at(0) && mixed.rope_at(2));
+  EXPECT_FALSE(mixed.rope_at(1));
+  for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
+    ModelConfig c = tiny(arch, {Placement::Pre, Placement::Pre}, NormKind::RMSNorm);
+    c.positions = Positions::Rope;
+    c.nope_every = 2;
+    check_model_gradients(c, /*padding=*/arch == Arch::Encoder);
+  }
+  ModelConfig bad = mixed;
+  bad.nope_every = -1;
+  EXPECT_THROW(bad.validate(), Error);
+  bad = mixed;
+  bad.positions = Positions::Learned;
+  EXPECT_THROW(bad.validate(), Error);
+  EXPECT_EQ(model_config_from_json(model_config_to_json(mixed), "test").nope_every, 2);
+  EXPECT_FALSE(model_config_to_json(base).contains("nope_every"));
+}

@@ -1,8 +1,9 @@
 // hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, MistralForCausalLM,
 // Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM,
-// Olmo2ForCausalLM) to normlab models, and
+// Olmo2ForCausalLM, SmolLM3ForCausalLM) to normlab models, and
 // Llama / Qwen2 / Qwen3 / OLMo 2 back (hf_llama.h). Mistral is Llama without biases and with a sliding
-// window on every layer (seq_len capped at it, as Gemma 2's). Qwen3 is Llama with q and k normalized per head
+// window on every layer (seq_len capped at it, as Gemma 2's). SmolLM3 is Llama with no RoPE on every
+// N-th layer (no_rope_layers: model.nope_every). Qwen3 is Llama with q and k normalized per head
 // (qk_norm heads, one gain of head_dim each, before RoPE) and no biases. OLMo 2 is the block in OLMo
 // 2's order (placement reordered: x + N(F(x)), its post_attention_layernorm and post_feedforward_layernorm on the branch outputs) with q and k
 // normalized over their whole projections (qk_norm whole, before RoPE). The block is normlab's
@@ -184,6 +185,27 @@ void cap_at_window(const ConfigReader& r, ModelConfig& c, Imported& im, const ch
   }
 }
 
+// SmolLM3's NoPE layers (no_rope_layers: 1 where a layer rotates, 0 where it does not; absent: every
+// no_rope_layer_interval-th layer, 4 by default) onto model.nope_every, which must describe them.
+void read_nope_layers(const ConfigReader& r, ModelConfig& c) {
+  int every = r.integer("no_rope_layer_interval", 4);
+  if (r.has("no_rope_layers")) {
+    const json& v = r.j["no_rope_layers"];
+    bool ok = v.is_array() && int(v.size()) == c.n_layers;
+    every = 0;
+    for (size_t l = 0; ok && l < v.size(); l++) {
+      ok = v[l].is_number_integer() && (v[l] == 0 || v[l] == 1);
+      if (ok && v[l] == 0 && every == 0) every = int(l) + 1;
+    }
+    for (size_t l = 0; ok && l < v.size(); l++) ok = (v[l] == 0) == (every > 0 && (int(l) + 1) % every == 0);
+    r.require("no_rope_layers", ok,
+              "one entry (0 or 1) per layer, 0 exactly on every N-th layer (normlab's model.nope_every = N)");
+  } else {
+    r.require("no_rope_layer_interval", every >= 1, "a NoPE layer every N >= 1 layers");
+  }
+  c.nope_every = every;
+}
+
 // The family a normlab config is written as (llama_export_refusal says whether it is exactly that):
 // OLMo 2 for the reordered block, Qwen3 for per-head QK-norm, Qwen2 for q, k, v biases only, else Llama.
 enum class Family { Llama, Qwen2, Qwen3, Olmo2 };
@@ -200,7 +222,7 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   const std::string type = r.string("model_type", "");
   const bool qwen2 = is_qwen2(r), qwen3 = type == "qwen3", gemma3 = type == "gemma3_text",
              gemma2 = type == "gemma2" || gemma3, gemma = type == "gemma" || gemma2, olmo2 = type == "olmo2",
-             mistral = type == "mistral";
+             mistral = type == "mistral", smollm3 = type == "smollm3";
   im.architecture = architecture_of(r, {qwen2    ? "Qwen2ForCausalLM"
                                         : qwen3  ? "Qwen3ForCausalLM"
                                         : gemma3 ? "Gemma3ForCausalLM"
@@ -208,6 +230,7 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
                                         : gemma  ? "GemmaForCausalLM"
                                         : olmo2  ? "Olmo2ForCausalLM"
                                         : mistral ? "MistralForCausalLM"
+                                        : smollm3 ? "SmolLM3ForCausalLM"
                                                  : "LlamaForCausalLM"});
   ModelConfig& c = im.config;
   c.arch = Arch::Gpt;
@@ -287,7 +310,12 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
               "normlab has biases on every projection (attention_bias and mlp_bias both true) or on none");
     c.bias = attn_bias ? LinearBias::All : LinearBias::None;
   }
-  const bool tied = r.boolean("tie_word_embeddings", gemma);  // (Gemma's config ties by default; OLMo 2's not)
+  if (smollm3) {  // SmolLM3: Llama's block with NoPE layers (no RoPE on every N-th), full attention
+    read_nope_layers(r, c);
+    r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
+  }
+  // (Gemma's and SmolLM3's configs tie by default; OLMo 2's and Llama's not)
+  const bool tied = r.boolean("tie_word_embeddings", gemma || smollm3);
   c.head = tied ? Head::Tied : Head::Untied;
   c.validate();
   if (r.number("attention_dropout", 0) > 0)
@@ -334,6 +362,8 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if (c.positions != Positions::Rope || c.rope_fraction != 1.0) why.push_back("positions are not RoPE over the whole head");
   if (c.rope_local_base > 0)
     why.push_back("RoPE has a base per layer (Gemma 3's; normlab does not write Gemma directories)");
+  if (c.nope_every != 0)
+    why.push_back("some layers have no RoPE (model.nope_every: SmolLM3's; normlab does not write SmolLM3 directories)");
   if (!c.rope_freq_factors.empty())
     why.push_back("RoPE has a divisor per frequency (model.rope_freq_factors: Llama 3.1's llama3 scaling or a GGUF "
                   "file's rope_freqs), which a config.json states only as llama3's four parameters; normlab keeps the "

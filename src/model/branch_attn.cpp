@@ -23,7 +23,7 @@ using branch::zero;
 template <class S>
 void Model<S>::apply_rope(int layer, S* qkv, int rows, int T, int pos0, int sign) const {
   const int R = cfg_.rope_dims(), A = cfg_.attn_width(), NH = cfg_.n_heads, QW = cfg_.qkv_width(), HS = cfg_.head_size();
-  if (R == 0) return;
+  if (R == 0 || !cfg_.rope_at(layer)) return;  // (a NoPE layer: nope_every)
   const bool local = cfg_.rope_local(layer);
   const S* cos_p = (local ? rope_local_cos_ : rope_cos_).data();
   const S* sin_p = (local ? rope_local_sin_ : rope_sin_).data();

@@ -293,6 +293,11 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back(fmt::format("model.rope_local_base = {} must be 0 (one base) or finite and > 1", rope_local_base));
   if (rope_global_every < 1 || rope_global_every > 100000)
     v.push_back(fmt::format("model.rope_global_every = {} must be in [1, 100000]", rope_global_every));
+  if (nope_every < 0 || nope_every > 100000)
+    v.push_back(fmt::format("model.nope_every = {} must be in [0, 100000] (0: every layer rotates)", nope_every));
+  if (nope_every != 0 && positions != Positions::Rope) v.push_back("model.nope_every needs positions = \"rope\"");
+  if (nope_every != 0 && encdec())
+    v.push_back("model.nope_every (NoPE layers) is for one stack (gpt or encoder), not arch = \"encdec\"");
   if (rope_local_base != 0.0 && encdec())
     v.push_back("model.rope_local_base (a base per layer) is for one stack (gpt or encoder), not arch = \"encdec\"");
   if (!(rope_fraction > 0.0 && rope_fraction <= 1.0))
@@ -510,6 +515,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   }
   r.get("rope_local_base", cfg.rope_local_base);
   r.get("rope_global_every", cfg.rope_global_every);
+  r.get("nope_every", cfg.nope_every);
   r.get("type_vocab", cfg.type_vocab);
   r.get("embed_norm", cfg.embed_norm);
   r.get("embed_scale", cfg.embed_scale);
@@ -642,6 +648,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
   // written only when the heads are not d_model / n_heads wide (configs from before head_dim read the same)
   if (cfg.wide_heads()) j["head_dim"] = cfg.head_size();
   if (!cfg.rope_freq_factors.empty()) j["rope_freq_factors"] = cfg.rope_freq_factors;
+  if (cfg.nope_every != 0) j["nope_every"] = cfg.nope_every;
   if (cfg.encdec()) {
     j["dec_layers"] = cfg.decoder_layers();
     j["shared_embeddings"] = cfg.shared_embeddings;

@@ -124,6 +124,8 @@ struct ModelConfig {
                                      // (Gemma 3: 1e4 on its sliding-window layers, rope_base 1e6 on the rest);
                                      // 0: one base for every layer
   int rope_global_every = 6;         // with rope_local_base: layer l is global when (l + 1) % this == 0
+  int nope_every = 0;                // > 0: layer l rotates nothing (NoPE) when (l + 1) % this == 0 (SmolLM3:
+                                     // every fourth layer; RoPE and NoPE layers interleaved); 0: none
   int type_vocab = 0;                // rows of a token-type (segment) embedding added to the input, as
                                      // BERT's 2; 0: none
   bool embed_norm = false;           // a norm of the embedding sum before the first block (BERT)
@@ -172,6 +174,8 @@ struct ModelConfig {
   int rope_dims() const;
   // Whether layer l rotates with rope_local_base (unscaled) rather than rope_base and rope_scale.
   bool rope_local(int l) const { return rope_local_base > 0 && (l + 1) % rope_global_every != 0; }
+  // Whether layer l rotates q and k at all (positions = rope and not one of nope_every's layers).
+  bool rope_at(int l) const { return nope_every == 0 || (l + 1) % nope_every != 0; }
   int ff() const { return d_ff.value_or(4 * d_model); }
   // Columns of the fc projection's output: d_ff, or 2 d_ff (gate and up) for a gated activation.
   int fc_width() const;

@@ -288,8 +288,9 @@ def tf5_golden(normlab, work, source, name, sandwich=False):
     for key in [f"hidden.{l}" for l in range(L + 1)] + ["hidden.final", "logits"]:
         check(f"{name} {key}", got[key][valid], golden[key][valid], FWD_TOL)
     check(f"{name} loss", got["loss"], golden["loss"][0], LOSS_TOL)
-    A = config["num_attention_heads"] * config["head_dim"]
-    KV = config["num_key_value_heads"] * config["head_dim"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    A = config["num_attention_heads"] * head_dim
+    KV = config["num_key_value_heads"] * head_dim
     n = 0
     for key in golden:
         if key.startswith("grad."):
@@ -336,6 +337,32 @@ def qwen3_golden(normlab, work, source):
         if not np.array_equal(got[k], again[k]):
             failures.append(f"qwen3 export: {k} differs after export and re-import")
     print("qwen3_golden: export --hf gives back its tensors bit for bit, its config's settings and the same model")
+
+
+def smollm3_golden(normlab, work, source):
+    """SmolLM3 (no RoPE on every second layer here, every fourth in the real model; tied head) in; its export
+    and NoPE patterns normlab's model.nope_every cannot state refused by name."""
+    d, _, tok, _ = tf5_golden(normlab, work, source, "smollm3")
+    p = run(normlab, "export", "--checkpoint", d, "--hf", os.path.join(work, "smollm3_export"), expect_ok=False)
+    if p.returncode != 1 or "SmolLM3" not in p.stderr or os.path.exists(os.path.join(work, "smollm3_export")):
+        failures.append(f"smollm3 export: not refused by name (exit {p.returncode}): {p.stderr!r}")
+    for label, edit, expected in [
+            ("irregular no_rope_layers", {"no_rope_layers": [1, 0, 0, 1]}, "0 exactly on every N-th layer"),
+            ("no_rope_layers of another length", {"no_rope_layers": [1, 0]}, "one entry (0 or 1) per layer"),
+            ("sliding window", {"use_sliding_window": True}, "use_sliding_window")]:
+        bad = os.path.join(work, "smollm3_bad")
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(d, bad)
+        with open(os.path.join(bad, "config.json")) as f:
+            config = json.load(f)
+        config.update(edit)
+        with open(os.path.join(bad, "config.json"), "w") as f:
+            json.dump(config, f)
+        out = os.path.join(work, "smollm3_bad.out.safetensors")
+        p = run(normlab, "grads", "--checkpoint", bad, "--tokens", tok, "--out", out, expect_ok=False)
+        msg = (p.stderr or "").strip()
+        if p.returncode == 0 or expected not in msg or len(msg.splitlines()) != 1 or os.path.exists(out):
+            failures.append(f"smollm3 {label}: exit {p.returncode}, expected one line with '{expected}', got {msg!r}")
 
 
 def gemma3_golden(normlab, work, source):
@@ -754,6 +781,7 @@ def main():
                rope_theta=1e4, rope_scaling={"type": "linear", "factor": 4.0})
     qwen3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     gemma3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    smollm3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     export_case(nl, w, "export_llama", ["model.d_model=24", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2",
                                         "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
                                         "model.positions=rope", "model.rope_base=5e5", "model.activation=swiglu",

@@ -1,7 +1,7 @@
-"""tf5_golden.py: writes tests/data/qwen3-tiny/ and tests/data/gemma3-tiny/, the references a Qwen3 and a
-Gemma 3 directory are checked against.
+"""tf5_golden.py: writes tests/data/qwen3-tiny/, gemma3-tiny/ and smollm3-tiny/, the references a Qwen3, a
+Gemma 3 and a SmolLM3 directory are checked against.
 
-Qwen3ForCausalLM needs transformers 4.51 or later and Gemma3ForCausalLM 4.50 or later, which do not
+Qwen3ForCausalLM needs transformers 4.51 or later, Gemma3ForCausalLM 4.50, SmolLM3ForCausalLM 4.53, which do not
 import with the torch 1.13 of the test environment; so the references are made once, here, by a
 current transformers on a current torch (the benchmark venv: bench/.venv, `pip install transformers
 safetensors`), and committed, one directory per model:
@@ -9,13 +9,14 @@ safetensors`), and committed, one directory per model:
     qwen3-tiny a Qwen3ForCausalLM (heads wider than hidden_size / heads, grouped queries, QK-norm per
     head, untied head); gemma3-tiny a Gemma3ForCausalLM (heads wider too, one key-value head, QK-norm
     per head, the sandwich, (1 + w) gains, sqrt(d) embedding scale, two local layers and a global one
-    with RoPE bases 1e4 and 1e6 and linear scaling 8 on the global layer, tied head);
+    with RoPE bases 1e4 and 1e6 and linear scaling 8 on the global layer, tied head); smollm3-tiny a
+    SmolLM3ForCausalLM (four layers, no RoPE on every second, grouped queries, tied head);
   - golden.safetensors: a padded batch (input_ids, attention_mask, labels) and what transformers
     computes from it in float64: every hidden state, the final norm's output, the logits, the loss
     and the gradient of every parameter (named "grad.<Hugging Face name>");
   - versions.txt: the torch and transformers versions that made it.
 hf_parity.py (tf5_golden) then checks normlab's `grads` on each directory against its file.
-Run: bench/.venv/bin/python tests/torch/tf5_golden.py [qwen3] [gemma3]   (default: both)
+Run: bench/.venv/bin/python tests/torch/tf5_golden.py [qwen3] [gemma3] [smollm3]   (default: all)
 """
 import json
 import os
@@ -25,7 +26,8 @@ import torch
 import transformers
 from safetensors.numpy import save_file
 import sys
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Qwen3Config, Qwen3ForCausalLM
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config,
+                          SmolLM3ForCausalLM)
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 
@@ -50,6 +52,16 @@ def gemma3():
                                                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
                               attn_implementation="eager")
     return Gemma3ForCausalLM(config), config, os.path.join(DATA, "gemma3-tiny")
+
+
+def smollm3():
+    torch.manual_seed(41)
+    config = SmolLM3Config(vocab_size=53, hidden_size=24, num_hidden_layers=4, num_attention_heads=4,
+                           num_key_value_heads=2, intermediate_size=36, max_position_embeddings=32, rope_theta=5e4,
+                           rms_norm_eps=1e-6, no_rope_layer_interval=2, tie_word_embeddings=True, pad_token_id=None,
+                           bos_token_id=None, eos_token_id=None,
+                           attn_implementation="eager")
+    return SmolLM3ForCausalLM(config), config, os.path.join(DATA, "smollm3-tiny")
 
 
 def write(model, config, OUT):
@@ -91,5 +103,5 @@ def write(model, config, OUT):
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:] or ["qwen3", "gemma3"]:
-        write(*{"qwen3": qwen3, "gemma3": gemma3}[name]())
+    for name in sys.argv[1:] or ["qwen3", "gemma3", "smollm3"]:
+        write(*{"qwen3": qwen3, "gemma3": gemma3, "smollm3": smollm3}[name]())
