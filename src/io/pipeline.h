@@ -114,6 +114,7 @@ struct TokenizerParts {
   std::string source;  // what was loaded, e.g. "GPT-2 byte-level BPE from '<dir>'"
   std::vector<AddedToken> added_tokens;
   std::optional<BertNormalizer> normalizer;
+  bool nfc = false;  // instead: Hugging Face's NFC normalizer (Qwen2's), canonical composition (unicode::nfc)
   PreTokenizer pre_tokenizer;
   std::unique_ptr<TokenizerModel> model;
   std::vector<int32_t> prefix_ids, suffix_ids;  // post-processor of one sequence: [CLS] / [SEP]

@@ -51,9 +51,13 @@ const std::string* Vocab::token(int32_t id) const {
 Tokenizer::Tokenizer(TokenizerParts parts) : parts_(std::move(parts)) {
   if (!parts_.model) throw Error(fmt::format("{}: no model", parts_.source));
   for (const AddedToken& t : parts_.added_tokens)
-    normalized_content_.push_back(t.normalized && parts_.normalizer
-                                      ? wordpiece::bert_normalize(t.content, *parts_.normalizer)
-                                      : t.content);
+    normalized_content_.push_back(t.normalized ? normalize(t.content) : t.content);
+}
+
+std::string Tokenizer::normalize(const std::string& text) const {
+  if (parts_.normalizer) return wordpiece::bert_normalize(text, *parts_.normalizer);
+  if (parts_.nfc) return unicode::encode_utf8(unicode::nfc(unicode::decode_utf8(text)));
+  return text;
 }
 
 namespace {
@@ -147,9 +151,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   std::vector<Segment> segments;
   if (!text.empty()) segments.push_back({std::string(text), {}});
   split_added(segments, /*normalized=*/false);
-  if (parts_.normalizer) {
+  if (normalizes()) {
     for (Segment& seg : segments)
-      if (!seg.id) seg.text = wordpiece::bert_normalize(seg.text, *parts_.normalizer);
+      if (!seg.id) seg.text = normalize(seg.text);
     std::erase_if(segments, [](const Segment& seg) { return !seg.id && seg.text.empty(); });
   }
   split_added(segments, /*normalized=*/true);

@@ -59,6 +59,9 @@ class Tokenizer {
   // Cuts every text segment of `segments` around the matches of the added tokens whose
   // `normalized` flag equals `normalized`.
   void split_added(std::vector<Segment>& segments, bool normalized) const;
+  // The text through the normalizer (BertNormalizer, NFC, or none: unchanged).
+  std::string normalize(const std::string& text) const;
+  bool normalizes() const { return parts_.normalizer || parts_.nfc; }
 
   TokenizerParts parts_;
   std::vector<std::string> normalized_content_;  // added token i as the normalizer writes it

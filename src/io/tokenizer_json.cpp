@@ -288,10 +288,12 @@ static TokenizerParts tokenizer_json_parts_unchecked(const std::string& path) {
 
   const nlohmann::json& norm = doc.contains("normalizer") ? doc.at("normalizer") : nlohmann::json();
   const std::optional<bool> spm_norm = model_type == "BPE" ? spm_normalizer(norm) : std::nullopt;
-  if (!norm.is_null() && !spm_norm) {
+  const bool nfc = norm.is_object() && norm.value("type", "") == "NFC" && model_type == "BPE";
+  parts.nfc = nfc;
+  if (!norm.is_null() && !spm_norm && !nfc) {
     const JsonFields f{norm, file + " normalizer"};
     if (!norm.is_object() || f.type() != "BertNormalizer")
-      throw Error(fmt::format("{}: {} is not supported (BertNormalizer or none is)", f.where,
+      throw Error(fmt::format("{}: {} is not supported (BertNormalizer, NFC with a BPE model, or none is)", f.where,
                               norm.dump().substr(0, 200)));
     if (model_type != "WordPiece")
       throw Error(fmt::format("{}: BertNormalizer goes with a WordPiece model, not {}", f.where,

@@ -204,6 +204,36 @@ std::u32string nfd(std::u32string_view s) {
   return out;
 }
 
+std::u32string nfc(std::u32string_view s) {
+  UErrorCode status = U_ZERO_ERROR;
+  const UNormalizer2* nfc_instance = unorm2_getNFCInstance(&status);
+  if (U_FAILURE(status)) throw Error(fmt::format("ICU: no NFC data ({})", u_errorName(status)));
+  auto ccc = [](char32_t c) { return assigned_by(c, 9, 0) ? int(u_getCombiningClass(UChar32(c))) : 0; };
+  const std::u32string d = nfd(s);
+  std::u32string out;
+  out.reserve(d.size());
+  size_t starter = std::u32string::npos;  // index in out of the last starter
+  int last = -1;                          // combining class of the last character after it (-1: none)
+  for (char32_t c : d) {
+    const int cc = ccc(c);
+    if (starter != std::u32string::npos && (last == -1 || (last != 0 && last < cc))) {
+      const UChar32 composite = unorm2_composePair(nfc_instance, UChar32(out[starter]), UChar32(c));
+      if (composite >= 0 && assigned_by(char32_t(composite), 9, 0)) {
+        out[starter] = char32_t(composite);
+        continue;
+      }
+    }
+    if (cc == 0) {
+      starter = out.size();
+      last = -1;
+    } else {
+      last = cc;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
 void append_lowercase(std::u32string& out, char32_t c) {
   if (c < 0x80) {
     out.push_back(c >= 'A' && c <= 'Z' ? c + 32 : c);

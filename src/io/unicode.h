@@ -53,6 +53,9 @@ bool is_nonspacing_mark(char32_t c);
 // Canonical decomposition (NFD) as of Unicode 9.0: later characters neither decompose nor
 // reorder (combining class 0), as in the reference's normalization library.
 std::u32string nfd(std::u32string_view s);
+// Canonical composition after nfd (NFC, UAX #15), within the same Unicode 9.0 data: a character
+// joins the last starter when nothing between blocks it and the pair has a primary composite.
+std::u32string nfc(std::u32string_view s);
 
 // Appends the full, context-free lowercase of c ('İ' -> "i̇", 'Σ' -> "σ").
 void append_lowercase(std::u32string& out, char32_t c);

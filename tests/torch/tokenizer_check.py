@@ -9,7 +9,8 @@ Tokenizers compared (every one on every text):
                                                 tokenizers.Tokenizer built as BPE.from_file +
                                                 ByteLevel(add_prefix_space=False) + <|endoftext|>
   gpt2 tokenizer.json (saved from the above)  vs tokenizers.Tokenizer.from_file
-  the GPT-2 vocabulary behind Llama 3's and Qwen2's pre-tokenizer (Split regex, then ByteLevel)
+  the GPT-2 vocabulary behind Llama 3's and Qwen2's pre-tokenizer (Split regex, then ByteLevel; Qwen2's
+      NFC normalizer first)
                                               vs tokenizers.Tokenizer.from_file
   the same with add_prefix_space = true       vs tokenizers.Tokenizer.from_file
   BERT WordPiece trained here (no download), four normalizer settings (lowercase x strip_accents),
@@ -300,12 +301,18 @@ def main():
                     r"|\s*[\r\n]+|\s+(?!\S)|\s+")
     split_texts = texts + ["\n\n  \n x", "Hello\r\n\r\nWorld \r\n", "a \n\tb  \n", "12345 1234567 1,234.5678",
                            "!!!\n\n?? \n\n", "HE'S THEY'RE YOU'Ll I'D 'd 'T", "\u00bf\u00a1 x \u00a0\u00a0y",
-                           "x  \t\n\n\t  y", "(hello) [world] {x}\n\ttab"]
+                           "x  \t\n\n\t  y", "(hello) [world] {x}\n\ttab",
+                           # canonical composition (Qwen2's NFC): marks in and out of order, Hangul jamo,
+                           # two-starter pairs, singletons and excluded composites, a newer-than-9.0 pair
+                           "e\u0301 a\u0323\u0302 a\u0302\u0323 \u1100\u1161\u11a8 \u1100\u1161 \u0b47\u0b3e "
+                           "A\u030a\u0301 \u212b \u0344 \u0f73 q\u0307\u0323 \u00c5\u0328 \u0958 \U00011935\U00011930"]
     for label, regex in (("llama3", llama3_regex), ("qwen2", llama3_regex.replace(r"\p{N}{1,3}", r"\p{N}"))):
         split = Tokenizer(models.BPE.from_file(encoder, bpe_file))
         split.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(tokenizers.Regex(regex), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+        if label == "qwen2":  # Qwen2's tokenizer.json normalizes to NFC first
+            split.normalizer = tokenizers.normalizers.NFC()
         split.decoder = decoders.ByteLevel()
         split.add_special_tokens(["<|endoftext|>"])
         path = work / f"{label}-split.json"
