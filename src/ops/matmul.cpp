@@ -71,7 +71,7 @@ void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N,
       for (int n = 0; n < rows; n++)
         for (int k = 0; k < cols; k++) o[(long)n * OC + k] = b[k];
     }
-    if (rows == 1 && cols > 0 && !inp16 && !(sizeof(S) == sizeof(float) && prec == Precision::Bf16))
+    if (rows == 1 && cols > 0 && !rounds_here<S>(prec))  // (bf16 rounding stays on the GEMM path)
       gemv<S>(cols, IC, weight + w_at, inp + x_at, bias ? S(1) : S(0), o);
     else if (rows > 0 && cols > 0)
       gemm_linear<S>(prec, Trans::No, Trans::Yes, rows, cols, IC, S(1), inp + x_at, IC, weight + w_at, IC,
