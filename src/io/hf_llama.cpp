@@ -1,9 +1,10 @@
 // hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, MistralForCausalLM,
 // Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM,
-// Olmo2ForCausalLM, SmolLM3ForCausalLM) to normlab models, and
+// Olmo2ForCausalLM, SmolLM3ForCausalLM, Phi3ForCausalLM) to normlab models, and
 // Llama / Qwen2 / Qwen3 / OLMo 2 back (hf_llama.h). Mistral is Llama without biases and with a sliding
 // window on every layer (seq_len capped at it, as Gemma 2's). SmolLM3 is Llama with no RoPE on every
-// N-th layer (no_rope_layers: model.nope_every). Qwen3 is Llama with q and k normalized per head
+// N-th layer (no_rope_layers: model.nope_every). Phi-3 is Mistral's with q, k, v in one matrix and gate
+// and up in another (qkv_proj, gate_up_proj: normlab's own fused layout). Qwen3 is Llama with q and k normalized per head
 // (qk_norm heads, one gain of head_dim each, before RoPE) and no biases. OLMo 2 is the block in OLMo
 // 2's order (placement reordered: x + N(F(x)), its post_attention_layernorm and post_feedforward_layernorm on the branch outputs) with q and k
 // normalized over their whole projections (qk_norm whole, before RoPE). The block is normlab's
@@ -42,7 +43,9 @@ using namespace detail;
 
 namespace {
 
-std::vector<TensorMap> llama_table(const ModelConfig& c) {
+// fused: Phi-3's names, q, k and v in one qkv_proj and gate and up in one gate_up_proj (normlab's own
+// row order), no biases.
+std::vector<TensorMap> llama_table(const ModelConfig& c, bool fused = false) {
   const int64_t A = c.attn_width(), KV = int64_t(c.kv_heads()) * c.head_size(), F = c.ff();
   const bool qkv_bias = c.bias != LinearBias::None, all_bias = c.bias == LinearBias::All;
   std::vector<TensorMap> t = {{"embed_tokens.weight", "wte.weight"}};
@@ -66,7 +69,8 @@ std::vector<TensorMap> llama_table(const ModelConfig& c) {
     }
     const char* names[] = {"q_proj", "k_proj", "v_proj"};
     const int64_t row0[] = {0, A, A + KV}, rows[] = {A, KV, KV};  // q is n_heads head_dim rows
-    for (int p = 0; p < 3; p++) {
+    if (fused) t.push_back({h + "self_attn.qkv_proj.weight", a + "qkv.weight"});
+    for (int p = 0; p < 3 && !fused; p++) {
       t.push_back({h + "self_attn." + names[p] + ".weight", a + "qkv.weight", Layout::Rows, row0[p], rows[p]});
       if (qkv_bias) t.push_back({h + "self_attn." + names[p] + ".bias", a + "qkv.bias", Layout::Rows, row0[p], rows[p]});
     }
@@ -74,8 +78,12 @@ std::vector<TensorMap> llama_table(const ModelConfig& c) {
     if (all_bias) t.push_back({h + "self_attn.o_proj.bias", a + "proj.bias"});
     if (!sandwich && c.placement_of(l) != Placement::Reordered)
       t.push_back({h + "post_attention_layernorm.weight", m + "ln_in.weight"});
-    t.push_back({h + "mlp.gate_proj.weight", m + "fc.weight", Layout::Rows, 0, F});
-    t.push_back({h + "mlp.up_proj.weight", m + "fc.weight", Layout::Rows, F, F});
+    if (fused) {
+      t.push_back({h + "mlp.gate_up_proj.weight", m + "fc.weight"});
+    } else {
+      t.push_back({h + "mlp.gate_proj.weight", m + "fc.weight", Layout::Rows, 0, F});
+      t.push_back({h + "mlp.up_proj.weight", m + "fc.weight", Layout::Rows, F, F});
+    }
     if (all_bias) {
       t.push_back({h + "mlp.gate_proj.bias", m + "fc.bias", Layout::Rows, 0, F});
       t.push_back({h + "mlp.up_proj.bias", m + "fc.bias", Layout::Rows, F, F});
@@ -222,7 +230,7 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   const std::string type = r.string("model_type", "");
   const bool qwen2 = is_qwen2(r), qwen3 = type == "qwen3", gemma3 = type == "gemma3_text",
              gemma2 = type == "gemma2" || gemma3, gemma = type == "gemma" || gemma2, olmo2 = type == "olmo2",
-             mistral = type == "mistral", smollm3 = type == "smollm3";
+             mistral = type == "mistral", smollm3 = type == "smollm3", phi3 = type == "phi3";
   im.architecture = architecture_of(r, {qwen2    ? "Qwen2ForCausalLM"
                                         : qwen3  ? "Qwen3ForCausalLM"
                                         : gemma3 ? "Gemma3ForCausalLM"
@@ -231,6 +239,7 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
                                         : olmo2  ? "Olmo2ForCausalLM"
                                         : mistral ? "MistralForCausalLM"
                                         : smollm3 ? "SmolLM3ForCausalLM"
+                                        : phi3    ? "Phi3ForCausalLM"
                                                  : "LlamaForCausalLM"});
   ModelConfig& c = im.config;
   c.arch = Arch::Gpt;
@@ -301,9 +310,12 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
               "OLMo 2's attention_bias puts biases on q, k, v and o but not on the MLP, which normlab's model.bias "
               "does not represent");
     c.bias = LinearBias::None;
-  } else if (mistral) {  // Mistral: Llama without biases, with a sliding window on every layer
+  } else if (mistral || phi3) {  // Mistral, Phi-3: Llama without biases, a sliding window on every layer
     cap_at_window(r, c, im, "all layers");
     c.bias = LinearBias::None;
+    if (phi3)  // (Phi-4-mini rotates 3/4 of each head, with LongRoPE, which normlab does not represent)
+      r.require("partial_rotary_factor", r.number("partial_rotary_factor", 1.0) == 1.0,
+                "normlab's Phi-3 rotates whole heads (partial_rotary_factor 1)");
   } else {
     const bool attn_bias = r.boolean("attention_bias", false), mlp_bias = r.boolean("mlp_bias", false);
     r.require("mlp_bias", attn_bias == mlp_bias,
@@ -325,7 +337,7 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
                                    "(model.seq_len)",
                                    r.integer("max_position_embeddings", 2048), c.seq_len));
   if (!weights) return im;
-  std::vector<TensorMap> table = llama_table(c);
+  std::vector<TensorMap> table = llama_table(c, phi3);
   std::set<std::string> ignored;
   // lm_head.weight sits outside the "model." prefix
   if (tied) ignored.insert("lm_head.weight");

@@ -28,7 +28,8 @@ import transformers
 from transformers import (BertConfig, BertForMaskedLM, BertModel, Gemma2Config, Gemma2ForCausalLM, GemmaConfig,
                           GemmaForCausalLM, GPT2Config,
                           GPT2LMHeadModel, LlamaConfig,
-                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM)
 
 transformers.logging.set_verbosity_error()
 
@@ -163,6 +164,7 @@ def llama_grad(got, hf, A, KV, F, sandwich=False, olmo2=False):
         a, b = rows[rest.split(".")[1]]
         return got[h + "attn.qkv." + rest.split(".")[2]][a:b]
     simple = {"input_layernorm.weight": "attn.ln_in.weight", "post_attention_layernorm.weight": "mlp.ln_in.weight",
+              "self_attn.qkv_proj.weight": "attn.qkv.weight", "mlp.gate_up_proj.weight": "mlp.fc.weight",  # Phi-3
               "self_attn.o_proj.weight": "attn.proj.weight", "self_attn.o_proj.bias": "attn.proj.bias",
               "mlp.down_proj.weight": "mlp.proj.weight", "mlp.down_proj.bias": "mlp.proj.bias"}
     simple.update({"self_attn.q_norm.weight": "attn.q_norm.weight", "self_attn.k_norm.weight": "attn.k_norm.weight"})
@@ -193,7 +195,7 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
     torch.manual_seed(seed)
     Config, Model = olmo2_classes() if family == "olmo2" else {
         "llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-        "mistral": (MistralConfig, MistralForCausalLM),
+        "mistral": (MistralConfig, MistralForCausalLM), "phi3": (Phi3Config, Phi3ForCausalLM),
         "gemma": (GemmaConfig, GemmaForCausalLM), "gemma2": (Gemma2Config, Gemma2ForCausalLM)}[family]
     config = Config(attn_implementation="eager", **cfg)
     model = Model(config)
@@ -244,30 +246,42 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
           f"states, logits, loss and {n} gradients compared")
 
 
-def rope_refusals(normlab, work, label):
-    """RoPE scalings normlab does not represent (they change the angles with the sequence length or scale the
-    scores) and broken llama3 parameters: each refused with one line naming it, nothing written."""
+def config_refusals(normlab, work, label, cases):
+    """Edits of the directory `label`'s config.json that normlab does not represent (name, {key: value},
+    expected words): each refused with one line naming it, nothing written."""
     d = os.path.join(work, label)
     tok = os.path.join(d, "tokens.safetensors")
-    for name, scaling, expected in [
-            ("dynamic", {"rope_type": "dynamic", "factor": 2.0}, "not dynamic, yarn or longrope"),
-            ("yarn", {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}, "not dynamic, yarn"),
-            ("factor below 1", {"rope_type": "linear", "factor": 0.5}, "factor in [1, 1e6]"),
-            ("llama3 without its bands", {"rope_type": "llama3", "factor": 8.0}, "0 < low_freq_factor < high_freq_factor"),
-            ("not an object", 8, "an object")]:
+    for name, edit, expected in cases:
         bad = os.path.join(work, label + "_bad")
         shutil.rmtree(bad, ignore_errors=True)
         shutil.copytree(d, bad)
         with open(os.path.join(bad, "config.json")) as f:
             config = json.load(f)
-        config["rope_scaling"] = scaling
+        config.update(edit)
         with open(os.path.join(bad, "config.json"), "w") as f:
             json.dump(config, f)
         out = os.path.join(bad, "refused.safetensors")
         p = run(normlab, "grads", "--checkpoint", bad, "--tokens", tok, "--out", out, expect_ok=False)
         msg = (p.stderr or "").strip()
         if p.returncode != 1 or expected not in msg or len(msg.splitlines()) != 1 or os.path.exists(out):
-            failures.append(f"rope_scaling {name}: exit {p.returncode}, expected one line with '{expected}', got {msg!r}")
+            failures.append(f"{label} {name}: exit {p.returncode}, expected one line with '{expected}', got {msg!r}")
+
+
+# RoPE scalings normlab does not represent (they change the angles with the sequence length or scale the
+# scores) and broken llama3 parameters
+ROPE_REFUSALS = [
+    ("dynamic", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "not dynamic, yarn or longrope"),
+    ("yarn", {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}},
+     "not dynamic, yarn"),
+    ("factor below 1", {"rope_scaling": {"rope_type": "linear", "factor": 0.5}}, "factor in [1, 1e6]"),
+    ("llama3 without its bands", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+     "0 < low_freq_factor < high_freq_factor"),
+    ("not an object", {"rope_scaling": 8}, "an object")]
+# Phi-4-mini's partial rotary and Phi-3.5's LongRoPE
+PHI3_REFUSALS = [
+    ("partial rotary", {"partial_rotary_factor": 0.75}, "partial_rotary_factor"),
+    ("longrope", {"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}},
+     "not dynamic, yarn or longrope")]
 
 
 def tf5_golden(normlab, work, source, name, sandwich=False):
@@ -591,7 +605,7 @@ def bad_input(normlab, work):
     cases = [
         ("no_config", remove("config.json"), "no config.json"),
         ("bad_json", write("config.json", "{not json"), "not valid JSON"),
-        ("phi3", edit_config(model_type="phi3"), "model_type \"phi3\" is not supported"),
+        ("falcon", edit_config(model_type="falcon"), "model_type \"falcon\" is not supported"),
         ("llama with bert's architecture", edit_config(model_type="llama"),
          "architecture \"BertForMaskedLM\" is not supported"),
         ("no_type", edit_config(model_type=None), "no \"model_type\""),
@@ -770,7 +784,12 @@ def main():
                num_attention_heads=3, num_key_value_heads=1, intermediate_size=40, max_position_embeddings=64,
                rope_theta=1e4, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
-    rope_refusals(nl, w, "llama3_rope_scaling")
+    config_refusals(nl, w, "llama3_rope_scaling", ROPE_REFUSALS)
+    # Phi-3: q, k, v fused in qkv_proj and gate, up in gate_up_proj; a sliding window (here past the 11 tokens)
+    llama_case(nl, w, "phi3_fused", 23, family="phi3", vocab_size=61, hidden_size=32, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, intermediate_size=40, max_position_embeddings=64,
+               sliding_window=15, rope_theta=1e4, pad_token_id=60, bos_token_id=1, eos_token_id=60)
+    config_refusals(nl, w, "phi3_fused", PHI3_REFUSALS)
     # Mistral: Llama without biases, a sliding window on every layer (12 >= the 11 tokens: seq_len is capped
     # at it, where it masks nothing) and, here, wider heads (head_dim, as Mistral Nemo)
     llama_case(nl, w, "mistral_window_gqa", 22, family="mistral", vocab_size=57, hidden_size=32, num_hidden_layers=2,
