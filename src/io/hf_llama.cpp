@@ -105,6 +105,8 @@ bool is_qwen2(const ConfigReader& r) { return r.string("model_type", "") == "qwe
 struct RopeScaling {
   std::string type = "default";
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0, context = 8192;
+  std::vector<double> short_factor;  // longrope: the divisors up to `context` positions
+  double attention_factor = 0;       // longrope: its factor on cos and sin (0: from the lengths)
 };
 
 // One RoPE entry (the object at `key`): its base (the fallback when absent) and scaling; `scaled`
@@ -115,12 +117,25 @@ RopeScaling read_rope_entry(const ConfigReader& r, const char* key, double& base
   RopeScaling s;
   if (!r.j[key].is_object()) return s;
   s.type = e.string("rope_type", e.string("type", "default"));
-  r.require(key, s.type == "default" || (scaled && (s.type == "linear" || s.type == "llama3")),
-            scaled ? "normlab's RoPE scaling is linear or llama3 (rope_type default, linear or llama3; not dynamic, "
-                     "yarn or longrope)"
+  if (s.type == "su") s.type = "longrope";  // (Phi-3's first name for it)
+  r.require(key, s.type == "default" || (scaled && (s.type == "linear" || s.type == "llama3" || s.type == "longrope")),
+            scaled ? "normlab's RoPE scaling is linear, llama3 or longrope up to its original length (rope_type "
+                     "default, linear, llama3 or longrope; not dynamic or yarn)"
                    : "the local layers' RoPE has no scaling (rope_type default)");
   base = e.number("rope_theta", base);
   if (s.type == "default") return s;
+  if (s.type == "longrope") {  // short_factor: a divisor per frequency; long_factor applies past `context` only
+    const json& f = r.j[key].contains("short_factor") ? r.j[key]["short_factor"] : json();
+    for (size_t i = 0; f.is_array() && i < f.size() && i < 65536; i++) {
+      r.require(key, f[i].is_number() && f[i].get<double>() >= 1e-6 && f[i].get<double>() <= 1e6,
+                "longrope's short_factor: numbers in [1e-6, 1e6]");
+      s.short_factor.push_back(f[i].get<double>());
+    }
+    r.require(key, !s.short_factor.empty(), "longrope with a short_factor list");
+    s.attention_factor = e.number("attention_factor", 0.0);
+    s.context = e.number("original_max_position_embeddings", 0.0);  // (transformers 5: here; 4: beside)
+    return s;
+  }
   s.factor = e.number("factor", 0.0);
   r.require(key, s.factor >= 1.0 && s.factor <= 1e6, "factor in [1, 1e6] (the positions are divided by it)");
   if (s.type == "llama3") {
@@ -134,9 +149,31 @@ RopeScaling read_rope_entry(const ConfigReader& r, const char* key, double& base
   return s;
 }
 
-// The scaling onto the config; after the head size (and so R) is known.
-void apply_rope_scaling(ModelConfig& c, const RopeScaling& s) {
+// The scaling onto the config; after the head size (and so R) is known. LongRoPE (Phi-3.5, Phi-3's
+// 128k models) up to original_max_position_embeddings: short_factor as divisors and cos, sin times
+// m = attention_factor (else sqrt(1 + ln(max / original) / ln(original))), so the scores times m^2:
+// model.attn_scale; seq_len capped there (past it the long factors would apply).
+void apply_rope_scaling(const ConfigReader& r, ModelConfig& c, RopeScaling s, Imported& im) {
   if (s.type == "linear") c.rope_scale = s.factor;
+  if (s.type == "longrope" && c.n_heads > 0) {
+    if (s.context == 0) s.context = r.number("original_max_position_embeddings", 0.0);
+    r.require("original_max_position_embeddings", s.context >= 2 && s.context <= 1e9,
+              "LongRoPE needs original_max_position_embeddings >= 2");
+    r.require("rope_scaling", int(s.short_factor.size()) == c.rope_dims() / 2,
+              fmt::format("longrope's short_factor holds one divisor per rotated pair ({})", c.rope_dims() / 2));
+    const double scale = r.integer("max_position_embeddings", 2048) / s.context;
+    const double m = s.attention_factor > 0 ? s.attention_factor
+                     : scale <= 1         ? 1.0
+                                          : std::sqrt(1 + std::log(scale) / std::log(s.context));
+    c.rope_freq_factors = s.short_factor;
+    c.attn_scale = m * m * c.attention_scale();
+    if (s.context < c.seq_len) {
+      c.seq_len = int(s.context);
+      im.notes.push_back(fmt::format("LongRoPE: its short factors apply up to original_max_position_embeddings {0}, "
+                                     "so normlab takes sequences of up to {0} tokens",
+                                     int(s.context)));
+    }
+  }
   if (s.type == "llama3" && c.n_heads > 0)
     c.rope_freq_factors = ops::llama3_rope_factors(c.rope_dims(), c.rope_base, s.factor, s.low_freq_factor,
                                                    s.high_freq_factor, s.context);
@@ -292,7 +329,7 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
     r.require("head_dim", hd >= 1 && hd <= 65536, "a head size in [1, 65536]");
     if (hd >= 1 && hd * c.n_heads != c.d_model) c.head_dim = int(hd);  // (Gemma 2, Qwen3: heads wider or narrower)
   }
-  apply_rope_scaling(c, rope_scaling);
+  apply_rope_scaling(r, c, rope_scaling, im);
   if (qwen2) {
     c.bias = LinearBias::Qkv;  // Qwen2: q, k, v biases, none elsewhere
     r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");

@@ -270,18 +270,20 @@ def config_refusals(normlab, work, label, cases):
 # RoPE scalings normlab does not represent (they change the angles with the sequence length or scale the
 # scores) and broken llama3 parameters
 ROPE_REFUSALS = [
-    ("dynamic", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "not dynamic, yarn or longrope"),
+    ("dynamic", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "not dynamic or yarn"),
     ("yarn", {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}},
-     "not dynamic, yarn"),
+     "not dynamic or yarn"),
     ("factor below 1", {"rope_scaling": {"rope_type": "linear", "factor": 0.5}}, "factor in [1, 1e6]"),
     ("llama3 without its bands", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
      "0 < low_freq_factor < high_freq_factor"),
     ("not an object", {"rope_scaling": 8}, "an object")]
-# Phi-4-mini's partial rotary and Phi-3.5's LongRoPE
+# Phi-4-mini's partial rotary, and LongRoPE factors that do not fit the heads
 PHI3_REFUSALS = [
     ("partial rotary", {"partial_rotary_factor": 0.75}, "partial_rotary_factor"),
-    ("longrope", {"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}},
-     "not dynamic, yarn or longrope")]
+    ("longrope of another length", {"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 3,
+                                                     "long_factor": [2.0] * 3}}, "one divisor per rotated pair (4)"),
+    ("longrope without short_factor", {"rope_scaling": {"type": "longrope", "long_factor": [2.0] * 4}},
+     "with a short_factor list")]
 
 
 def tf5_golden(normlab, work, source, name, sandwich=False):
@@ -395,7 +397,7 @@ def gemma3_golden(normlab, work, source):
              "layer_types"),
             ("yarn", {"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6},
                                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
-             "not dynamic, yarn or longrope"),
+             "not dynamic or yarn"),
             ("bidirectional", {"use_bidirectional_attention": True}, "use_bidirectional_attention")]:
         bad = os.path.join(work, "gemma3_bad")
         shutil.rmtree(bad, ignore_errors=True)
@@ -790,6 +792,13 @@ def main():
                num_attention_heads=4, num_key_value_heads=2, intermediate_size=40, max_position_embeddings=64,
                sliding_window=15, rope_theta=1e4, pad_token_id=60, bos_token_id=1, eos_token_id=60)
     config_refusals(nl, w, "phi3_fused", PHI3_REFUSALS)
+    # Phi-3.5's LongRoPE within its original length: short_factor as divisors, cos and sin times
+    # sqrt(1 + ln(128 / 32) / ln(32)) (scores times its square); 11 tokens <= 32 (seq_len capped there)
+    llama_case(nl, w, "phi3_longrope", 24, family="phi3", vocab_size=61, hidden_size=32, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, intermediate_size=40, max_position_embeddings=128,
+               original_max_position_embeddings=32, rope_theta=1e4, pad_token_id=60, bos_token_id=1,
+               eos_token_id=60, rope_scaling={"type": "longrope", "short_factor": [1.0, 1.7, 3.1, 9.5],
+                                              "long_factor": [1.0, 4.0, 16.0, 64.0]})
     # Mistral: Llama without biases, a sliding window on every layer (12 >= the 11 tokens: seq_len is capped
     # at it, where it masks nothing) and, here, wider heads (head_dim, as Mistral Nemo)
     llama_case(nl, w, "mistral_window_gqa", 22, family="mistral", vocab_size=57, hidden_size=32, num_hidden_layers=2,
