@@ -77,9 +77,9 @@ int run_gguf(const GgufCommand& cmd) {
   try {
     const ModelConfig c = gguf::model_config(f);
     doc["model"] = {{"loads", true},
-                    {"summary", fmt::format("llama: {} layers, d_model {}, {} heads ({} key-value){}, d_ff {}, vocab {}, "
+                    {"summary", fmt::format("{}: {} layers, d_model {}, {} heads ({} key-value){}, d_ff {}, vocab {}, "
                                             "RoPE base {:g}{}, RMSNorm eps {:g}",
-                                            c.n_layers, c.d_model, c.n_heads, c.kv_heads(),
+                                            f.text("general.architecture"), c.n_layers, c.d_model, c.n_heads, c.kv_heads(),
                                             c.wide_heads() ? fmt::format(" of {}", c.head_size()) : std::string(),
                                             c.ff(), c.vocab_size(), c.rope_base, rope_scaling(c), c.eps)}};
   } catch (const Error& e) {
