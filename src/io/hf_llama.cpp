@@ -24,8 +24,9 @@
 // six (seq_len capped at it as in Gemma 2), and RoPE with a base per layer: the sliding ("local")
 // layers rotate with rope_local_base_freq (1e4), every sixth ("global") with rope_theta (1e6) and,
 // in the larger models, linear scaling (model.rope_local_base, rope_global_every, rope_scale). Every
-// family's RoPE scaling is read the same way (read_rope_entry): linear (model.rope_scale) or Llama 3.1's
-// llama3, a divisor per frequency (model.rope_freq_factors); export writes linear scaling only.
+// family's RoPE scaling is read the same way (read_rope_entry): linear (model.rope_scale), Llama 3.1's
+// llama3 or LongRoPE's short factors, a divisor per frequency (model.rope_freq_factors); export writes
+// linear scaling only.
 #include "io/hf_llama.h"
 
 #include <algorithm>
@@ -99,9 +100,10 @@ bool is_qwen2(const ConfigReader& r) { return r.string("model_type", "") == "qwe
 
 // RoPE scaling as a config states it (transformers 4: a rope_scaling object beside rope_theta; 5:
 // rope_parameters holding both, or one entry per layer type for Gemma 3): none (rope_type default),
-// linear (positions divided by factor: model.rope_scale) or llama3 (Llama 3.1's divisor per frequency:
-// model.rope_freq_factors, made by apply_rope_scaling once the head size is known). The other types
-// (dynamic, yarn, longrope) change the angles with the sequence length or scale the scores: refused.
+// linear (positions divided by factor: model.rope_scale), llama3 (Llama 3.1's divisor per frequency:
+// model.rope_freq_factors, made by apply_rope_scaling once the head size is known) or longrope (up to
+// its original length, apply_rope_scaling). The others (dynamic, yarn) change the angles with the
+// sequence length: refused.
 struct RopeScaling {
   std::string type = "default";
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0, context = 8192;
