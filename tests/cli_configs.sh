@@ -15,6 +15,10 @@ done
 # the Llama-family block is what the file says: RoPE (no wpe), SwiGLU, no biases, RMSNorm
 check "jq -e '.model.positions == \"rope\" and .model.activation == \"swiglu\" and .model.bias == \"none\" and .model.norm == \"rmsnorm\" and .model.n_kv_heads == 2' run_llama/config.json >/dev/null" \
   "configs/llama.toml's run config is not the Llama-family block"
+# SmolLM3's block: NoPE on every fourth layer, written in the run's config
+check "jq -e '.model.nope_every == 4 and .model.positions == \"rope\"' run_smollm3/config.json >/dev/null" \
+  "configs/smollm3.toml's run config has no NoPE layers"
+expect_error "model.nope_every needs positions" -- train --set model.nope_every=2 --set train.out_dir=x
 # placement = mixln is expanded; peri in an encoder-decoder and a list holding mixln are refused
 check "timeout 60 '$NL' train -q --set model.placement=mixln --set model.n_layers=8 --set model.d_model=32 --set model.n_heads=2 --set train.steps=1 --set train.out_dir=mix >/dev/null 2>&1 && jq -e '.model.placement == [\"post\",\"post\",\"pre\",\"pre\",\"pre\",\"pre\",\"pre\",\"pre\"]' mix/config.json >/dev/null" \
   "placement = mixln at 8 layers is not post x2 then pre"
