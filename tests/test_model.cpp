@@ -699,6 +699,16 @@ TEST(ModelWithParams, HoldsEveryGivenValueAndRefusesAnotherCount) {
   EXPECT_THROW(model_with_params<double>(c, short_by_one), Error);
 }
 
+// The logits of a model of config c holding the weights a model of `base` is initialized with (the
+// RoPE variants below have the same parameters), on 2 sequences of 8 tokens.
+std::vector<double> logits_with_weights_of(const ModelConfig& base, const ModelConfig& c, const Tokens& tok) {
+  Model<double> m(c);
+  const Model<double> ref(base);
+  std::copy(ref.params().begin(), ref.params().end(), m.params().begin());
+  m.forward(tok.ids.data(), tok.labels.data(), 2, 8);
+  return std::vector<double>(m.logits(), m.logits() + size_t(2) * 8 * c.vocab_size());
+}
+
 // A RoPE base per layer (Gemma 3) by what it must equal: every layer global (rope_global_every = 1) is
 // the model with rope_base alone, every layer local (rope_global_every past the last layer) the model
 // with rope_base = rope_local_base, bit for bit; a mixed stack equals neither; and linear scaling by s
@@ -709,13 +719,7 @@ TEST(ModelRope, ABasePerLayerIsTheOneBaseModelOnEachLayer) {
   base.seq_len = 8;
   base.rope_base = 1e4;
   const Tokens tok = tokens_for(base, 2, 8, 3);
-  const auto logits = [&](const ModelConfig& c) {
-    Model<double> m(c);
-    Model<double> ref(base);  // the same weights for every config
-    std::copy(ref.params().begin(), ref.params().end(), m.params().begin());
-    m.forward(tok.ids.data(), tok.labels.data(), 2, 8);
-    return std::vector<double>(m.logits(), m.logits() + size_t(2) * 8 * c.vocab_size());
-  };
+  const auto logits = [&](const ModelConfig& c) { return logits_with_weights_of(base, c, tok); };
   ModelConfig all_global = base, all_local = base, local_only = base, mixed = base;
   all_global.rope_local_base = 10;
   all_global.rope_global_every = 1;
@@ -760,13 +764,7 @@ TEST(ModelRope, DivisorsPerFrequency) {
   base.seq_len = 8;
   const int pairs = base.rope_dims() / 2;
   const Tokens tok = tokens_for(base, 2, 8, 4);
-  const auto logits = [&](const ModelConfig& c) {
-    Model<double> m(c);
-    Model<double> ref(base);
-    std::copy(ref.params().begin(), ref.params().end(), m.params().begin());
-    m.forward(tok.ids.data(), tok.labels.data(), 2, 8);
-    return std::vector<double>(m.logits(), m.logits() + size_t(2) * 8 * c.vocab_size());
-  };
+  const auto logits = [&](const ModelConfig& c) { return logits_with_weights_of(base, c, tok); };
   ModelConfig linear = base, divided = base, ones = base, mixed = base;
   linear.rope_scale = 3;
   divided.rope_freq_factors.assign(size_t(pairs), 3.0);
@@ -809,13 +807,7 @@ TEST(ModelRope, NoPeLayers) {
   base.positions = Positions::Rope;
   base.seq_len = 8;
   const Tokens tok = tokens_for(base, 2, 8, 5);
-  const auto logits = [&](const ModelConfig& c) {
-    Model<double> m(c);
-    Model<double> ref(base);
-    std::copy(ref.params().begin(), ref.params().end(), m.params().begin());
-    m.forward(tok.ids.data(), tok.labels.data(), 2, 8);
-    return std::vector<double>(m.logits(), m.logits() + size_t(2) * 8 * c.vocab_size());
-  };
+  const auto logits = [&](const ModelConfig& c) { return logits_with_weights_of(base, c, tok); };
   ModelConfig all = base, none = base, past = base, mixed = base;
   all.nope_every = 1;
   none.positions = Positions::None;

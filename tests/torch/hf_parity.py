@@ -246,11 +246,11 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
           f"states, logits, loss and {n} gradients compared")
 
 
-def config_refusals(normlab, work, label, cases):
-    """Edits of the directory `label`'s config.json that normlab does not represent (name, {key: value},
-    expected words): each refused with one line naming it, nothing written."""
-    d = os.path.join(work, label)
-    tok = os.path.join(d, "tokens.safetensors")
+def config_refusals(normlab, work, label, cases, d=None, tok=None):
+    """Edits of a directory's config.json (`d`, default work/label, its tokens `tok`) that normlab does not
+    represent (name, {key: value}, expected words): each refused with one line naming it, nothing written."""
+    d = d or os.path.join(work, label)
+    tok = tok or os.path.join(d, "tokens.safetensors")
     for name, edit, expected in cases:
         bad = os.path.join(work, label + "_bad")
         shutil.rmtree(bad, ignore_errors=True)
@@ -362,23 +362,10 @@ def smollm3_golden(normlab, work, source):
     p = run(normlab, "export", "--checkpoint", d, "--hf", os.path.join(work, "smollm3_export"), expect_ok=False)
     if p.returncode != 1 or "SmolLM3" not in p.stderr or os.path.exists(os.path.join(work, "smollm3_export")):
         failures.append(f"smollm3 export: not refused by name (exit {p.returncode}): {p.stderr!r}")
-    for label, edit, expected in [
-            ("irregular no_rope_layers", {"no_rope_layers": [1, 0, 0, 1]}, "0 exactly on every N-th layer"),
-            ("no_rope_layers of another length", {"no_rope_layers": [1, 0]}, "one entry (0 or 1) per layer"),
-            ("sliding window", {"use_sliding_window": True}, "use_sliding_window")]:
-        bad = os.path.join(work, "smollm3_bad")
-        shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(d, bad)
-        with open(os.path.join(bad, "config.json")) as f:
-            config = json.load(f)
-        config.update(edit)
-        with open(os.path.join(bad, "config.json"), "w") as f:
-            json.dump(config, f)
-        out = os.path.join(work, "smollm3_bad.out.safetensors")
-        p = run(normlab, "grads", "--checkpoint", bad, "--tokens", tok, "--out", out, expect_ok=False)
-        msg = (p.stderr or "").strip()
-        if p.returncode == 0 or expected not in msg or len(msg.splitlines()) != 1 or os.path.exists(out):
-            failures.append(f"smollm3 {label}: exit {p.returncode}, expected one line with '{expected}', got {msg!r}")
+    config_refusals(normlab, work, "smollm3", [
+        ("irregular no_rope_layers", {"no_rope_layers": [1, 0, 0, 1]}, "0 exactly on every N-th layer"),
+        ("no_rope_layers of another length", {"no_rope_layers": [1, 0]}, "one entry (0 or 1) per layer"),
+        ("sliding window", {"use_sliding_window": True}, "use_sliding_window")], d=d, tok=tok)
 
 
 def gemma3_golden(normlab, work, source):
@@ -390,30 +377,15 @@ def gemma3_golden(normlab, work, source):
     if p.returncode != 1 or "Gemma" not in p.stderr or os.path.exists(os.path.join(work, "gemma3_export", "config.json")):
         failures.append(f"gemma3 export: not refused by name (exit {p.returncode}): {p.stderr!r}")
     # what normlab's Gemma 3 does not represent, each refused with one line naming it
-    tok = os.path.join(work, "gemma3_tokens.safetensors")
-    for label, edit, expected in [
-            ("multimodal", {"model_type": "gemma3"}, "image-and-text model"),
-            ("irregular layer_types", {"layer_types": ["full_attention", "sliding_attention", "full_attention"]},
-             "layer_types"),
-            ("yarn", {"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6},
-                                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
-             "not dynamic or yarn"),
-            ("bidirectional", {"use_bidirectional_attention": True}, "use_bidirectional_attention")]:
-        bad = os.path.join(work, "gemma3_bad")
-        shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(d, bad)
-        with open(os.path.join(bad, "config.json")) as f:
-            config = json.load(f)
-        config.update(edit)
-        with open(os.path.join(bad, "config.json"), "w") as f:
-            json.dump(config, f)
-        out = os.path.join(work, "gemma3_bad.out.safetensors")
-        if os.path.exists(out):
-            os.remove(out)
-        p = run(normlab, "grads", "--checkpoint", bad, "--tokens", tok, "--out", out, expect_ok=False)
-        msg = (p.stderr or "").strip()
-        if p.returncode == 0 or expected not in msg or len(msg.splitlines()) != 1 or os.path.exists(out):
-            failures.append(f"gemma3 {label}: exit {p.returncode}, expected one line with '{expected}', got {msg!r}")
+    config_refusals(normlab, work, "gemma3", [
+        ("multimodal", {"model_type": "gemma3"}, "image-and-text model"),
+        ("irregular layer_types", {"layer_types": ["full_attention", "sliding_attention", "full_attention"]},
+         "layer_types"),
+        ("yarn", {"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6},
+                                      "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+         "not dynamic or yarn"),
+        ("bidirectional", {"use_bidirectional_attention": True}, "use_bidirectional_attention")],
+        d=d, tok=os.path.join(work, "gemma3_tokens.safetensors"))
 
 
 # ---------------------------------------------------------------------------------------------
