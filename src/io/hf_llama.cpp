@@ -135,6 +135,7 @@ RopeScaling read_rope_entry(const ConfigReader& r, const char* key, double& base
     }
     r.require(key, !s.short_factor.empty(), "longrope with a short_factor list");
     s.attention_factor = e.number("attention_factor", 0.0);
+    s.factor = e.number("factor", 0.0);  // (transformers 5: the length ratio m is computed from, if given)
     s.context = e.number("original_max_position_embeddings", 0.0);  // (transformers 5: here; 4: beside)
     return s;
   }
@@ -153,7 +154,7 @@ RopeScaling read_rope_entry(const ConfigReader& r, const char* key, double& base
 
 // The scaling onto the config; after the head size (and so R) is known. LongRoPE (Phi-3.5, Phi-3's
 // 128k models) up to original_max_position_embeddings: short_factor as divisors and cos, sin times
-// m = attention_factor (else sqrt(1 + ln(max / original) / ln(original))), so the scores times m^2:
+// m = attention_factor (else sqrt(1 + ln(s) / ln(original)), s = factor or max / original), so the scores times m^2:
 // model.attn_scale; seq_len capped there (past it the long factors would apply).
 void apply_rope_scaling(const ConfigReader& r, ModelConfig& c, RopeScaling s, Imported& im) {
   if (s.type == "linear") c.rope_scale = s.factor;
@@ -163,7 +164,7 @@ void apply_rope_scaling(const ConfigReader& r, ModelConfig& c, RopeScaling s, Im
               "LongRoPE needs original_max_position_embeddings >= 2");
     r.require("rope_scaling", int(s.short_factor.size()) == c.rope_dims() / 2,
               fmt::format("longrope's short_factor holds one divisor per rotated pair ({})", c.rope_dims() / 2));
-    const double scale = r.integer("max_position_embeddings", 2048) / s.context;
+    const double scale = s.factor > 0 ? s.factor : r.integer("max_position_embeddings", 2048) / s.context;
     const double m = s.attention_factor > 0 ? s.attention_factor
                      : scale <= 1         ? 1.0
                                           : std::sqrt(1 + std::log(scale) / std::log(s.context));

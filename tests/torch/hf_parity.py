@@ -286,6 +286,32 @@ PHI3_REFUSALS = [
      "with a short_factor list")]
 
 
+def longrope_factor(normlab, work, label):
+    """transformers 5 takes LongRoPE's cos/sin factor from rope_parameters' `factor` when it is there (else
+    max_position_embeddings / original_max_position_embeddings): factor 16 must give what attention_factor
+    sqrt(1 + ln 16 / ln 32) gives, and not what the directory's own ratio (128 / 32) gives."""
+    import math
+    d = os.path.join(work, label)
+    tok = os.path.join(d, "tokens.safetensors")
+    def logits(name, extra):
+        v = os.path.join(work, f"{label}_{name}")
+        shutil.rmtree(v, ignore_errors=True)
+        shutil.copytree(d, v)
+        with open(os.path.join(v, "config.json")) as f:
+            config = json.load(f)
+        config["rope_scaling"].update(extra)
+        with open(os.path.join(v, "config.json"), "w") as f:
+            json.dump(config, f)
+        out = os.path.join(v, "out.safetensors")
+        run(normlab, "grads", "--checkpoint", v, "--tokens", tok, "--out", out)
+        return load_file(out)["logits"]
+    by_factor = logits("factor16", {"factor": 16.0})
+    by_attention = logits("attention16", {"attention_factor": math.sqrt(1 + math.log(16) / math.log(32))})
+    own = load_file(os.path.join(d, "normlab.safetensors"))["logits"]
+    if not np.abs(by_factor - by_attention).max() < 1e-6 or np.abs(by_factor - own).max() < 1e-3:
+        failures.append(f"{label}: LongRoPE's factor key not read as transformers 5 reads it")
+
+
 def tf5_golden(normlab, work, source, name, sandwich=False):
     """A directory transformers 5 wrote (tests/data/<name>-tiny, made by tf5_golden.py: these models need a
     transformers newer than this environment's torch allows) against what it computed from it: every hidden
@@ -771,6 +797,7 @@ def main():
                original_max_position_embeddings=32, rope_theta=1e4, pad_token_id=60, bos_token_id=1,
                eos_token_id=60, rope_scaling={"type": "longrope", "short_factor": [1.0, 1.7, 3.1, 9.5],
                                               "long_factor": [1.0, 4.0, 16.0, 64.0]})
+    longrope_factor(nl, w, "phi3_longrope")
     # Mistral: Llama without biases, a sliding window on every layer (12 >= the 11 tokens: seq_len is capped
     # at it, where it masks nothing) and, here, wider heads (head_dim, as Mistral Nemo)
     llama_case(nl, w, "mistral_window_gqa", 22, family="mistral", vocab_size=57, hidden_size=32, num_hidden_layers=2,
