@@ -10,85 +10,17 @@
 #include <fmt/format.h>
 
 #include "check.h"
+#include "model_fixture.h"
 #include "model/methods.h"
 #include "model/model.h"
 #include "model/norm_of.h"
 #include "model/params.h"
-#include "ops/common.h"
-#include "ops/rope.h"
 #include "util/error.h"
 
 using namespace normlab;
 using namespace normlab::test;
 
 namespace {
-
-ModelConfig tiny(Arch arch, std::vector<Placement> placement, NormKind norm) {
-  ModelConfig c;
-  c.arch = arch;
-  c.d_model = 8;
-  c.n_heads = 2;
-  c.n_layers = int(placement.size() == 1 ? 2 : placement.size());
-  c.d_ff = 12;
-  c.vocab = arch == Arch::Gpt ? 11 : 259;
-  c.seq_len = 6;
-  c.norm = norm;
-  c.placement = placement;
-  c.init = InitScheme::Normal;
-  c.init_std = 0.3;  // large enough that every path carries signal
-  return c;
-}
-
-struct Tokens {
-  std::vector<int32_t> ids, labels;
-};
-
-Tokens tokens_for(const ModelConfig& c, int B, int T, uint64_t seed) {
-  Rng rng(seed);
-  Tokens t{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
-  for (int i = 0; i < B * T; i++) {
-    t.ids[i] = int32_t(rng.below(c.vocab_size()));
-    t.labels[i] = (i % 3 == 1) ? ops::kIgnoreLabel : int32_t(rng.below(c.vocab_size()));
-  }
-  return t;
-}
-
-// Analytic gradient of the mean loss vs central differences, for every parameter; with padding,
-// right-padded rows (row b keeps T - 2b tokens) and random token types.
-void check_model_gradients(const ModelConfig& cfg, bool padding = false) {
-  Model<double> model(cfg);
-  // perturb gains and biases away from 1 and 0 so their gradients are generic
-  Rng rng(5);
-  for (const ParamSpec& p : model.table().specs)
-    if (p.role == ParamRole::NormGain || p.role == ParamRole::NormBias || p.role == ParamRole::LinearBias ||
-        p.role == ParamRole::NormScalar)
-      for (size_t i = 0; i < p.numel; i++) model.params()[p.offset + i] += 0.2 * rng.normal();
-  const int B = 2, T = 5;
-  const Tokens tok = tokens_for(cfg, B, T, 7);
-  std::vector<uint8_t> mask(size_t(B) * T, 1);
-  std::vector<int32_t> types(size_t(B) * T, 0);
-  if (padding)
-    for (int b = 0; b < B; b++)
-      for (int t = 0; t < T; t++) {
-        mask[size_t(b) * T + t] = t < T - 2 * b;
-        types[size_t(b) * T + t] = (b + t) % std::max(cfg.type_vocab, 1);
-      }
-  const uint8_t* m = padding ? mask.data() : nullptr;
-  const int32_t* tt = padding ? types.data() : nullptr;
-  model.forward(tok.ids.data(), tok.labels.data(), B, T, tt, m);
-  model.zero_grad();
-  model.backward();
-  const std::vector<double> analytic = model.grads();
-  std::vector<double>& params = model.params();
-  auto loss = [&] { return model.forward(tok.ids.data(), tok.labels.data(), B, T, tt, m); };
-  const std::vector<double> numeric = finite_diff(params, loss, 1e-6);
-  for (const ParamSpec& p : model.table().specs) {
-    std::vector<double> a(analytic.begin() + p.offset, analytic.begin() + p.offset + p.numel);
-    std::vector<double> n(numeric.begin() + p.offset, numeric.begin() + p.offset + p.numel);
-    // loss is O(1) and the model ~20 ops deep: FD error ~1e-9; 1e-6 relative leaves margin
-    expect_close(p.name, a, n, 1e-5, 1e-7);
-  }
-}
 
 const Placement kAllPlacements[] = {Placement::Post,    Placement::Pre,      Placement::Sandwich,
                                     Placement::PrePost, Placement::DeepNorm, Placement::None,
@@ -697,140 +629,4 @@ TEST(ModelWithParams, HoldsEveryGivenValueAndRefusesAnotherCount) {
   for (size_t i = 0; i < f.params().size(); i++) ASSERT_EQ(d->params()[i], double(f.params()[i])) << i;
   std::vector<float> short_by_one(f.params().begin(), f.params().end() - 1);
   EXPECT_THROW(model_with_params<double>(c, short_by_one), Error);
-}
-
-// The logits of a model of config c holding the weights a model of `base` is initialized with (the
-// RoPE variants below have the same parameters), on 2 sequences of 8 tokens.
-std::vector<double> logits_with_weights_of(const ModelConfig& base, const ModelConfig& c, const Tokens& tok) {
-  Model<double> m(c);
-  const Model<double> ref(base);
-  std::copy(ref.params().begin(), ref.params().end(), m.params().begin());
-  m.forward(tok.ids.data(), tok.labels.data(), 2, 8);
-  return std::vector<double>(m.logits(), m.logits() + size_t(2) * 8 * c.vocab_size());
-}
-
-// A RoPE base per layer (Gemma 3) by what it must equal: every layer global (rope_global_every = 1) is
-// the model with rope_base alone, every layer local (rope_global_every past the last layer) the model
-// with rope_base = rope_local_base, bit for bit; a mixed stack equals neither; and linear scaling by s
-// turns the angle at position s p into the unscaled angle at p.
-TEST(ModelRope, ABasePerLayerIsTheOneBaseModelOnEachLayer) {
-  ModelConfig base = tiny(Arch::Gpt, {Placement::Pre, Placement::Pre, Placement::Pre}, NormKind::RMSNorm);
-  base.positions = Positions::Rope;
-  base.seq_len = 8;
-  base.rope_base = 1e4;
-  const Tokens tok = tokens_for(base, 2, 8, 3);
-  const auto logits = [&](const ModelConfig& c) { return logits_with_weights_of(base, c, tok); };
-  ModelConfig all_global = base, all_local = base, local_only = base, mixed = base;
-  all_global.rope_local_base = 10;
-  all_global.rope_global_every = 1;
-  all_local.rope_local_base = 10;
-  all_local.rope_global_every = 100;
-  local_only.rope_base = 10;
-  mixed.rope_local_base = 10;
-  mixed.rope_global_every = 2;  // layers 0 and 2 local, layer 1 global
-  EXPECT_EQ(logits(all_global), logits(base));
-  EXPECT_EQ(logits(all_local), logits(local_only));
-  EXPECT_NE(logits(mixed), logits(base));
-  EXPECT_NE(logits(mixed), logits(local_only));
-  EXPECT_FALSE(mixed.rope_local(1));
-  EXPECT_TRUE(mixed.rope_local(0) && mixed.rope_local(2));
-
-  const int P = 16, R = 8;
-  std::vector<double> c1(P * R / 2), s1(c1.size()), c2(c1.size()), s2(c1.size());
-  ops::rope_tables(c1.data(), s1.data(), P, R, 1e4);
-  ops::rope_tables(c2.data(), s2.data(), P, R, 1e4, 2.0);
-  for (int p = 0; 2 * p < P; p++)
-    for (int i = 0; i < R / 2; i++) {
-      EXPECT_NEAR(c2[size_t(2 * p) * (R / 2) + i], c1[size_t(p) * (R / 2) + i], 1e-15);
-      EXPECT_NEAR(s2[size_t(2 * p) * (R / 2) + i], s1[size_t(p) * (R / 2) + i], 1e-15);
-    }
-  ModelConfig bad = base;
-  bad.rope_scale = 0.5;
-  EXPECT_THROW(bad.validate(), Error);
-  bad = base;
-  bad.rope_local_base = 1;
-  EXPECT_THROW(bad.validate(), Error);
-  bad = base;
-  bad.rope_global_every = 0;
-  EXPECT_THROW(bad.validate(), Error);
-}
-
-// A divisor per frequency (Llama 3.1's llama3 scaling, a GGUF rope_freqs): all equal to s is linear
-// scaling by s, bit for bit; divisors of 1 are no scaling; llama3_rope_factors against its closed form
-// at a head of 12 (wavelengths 6.3, 29, 135, ...: kept, interpolated, divided) and the config's checks.
-TEST(ModelRope, DivisorsPerFrequency) {
-  ModelConfig base = tiny(Arch::Gpt, {Placement::Pre, Placement::Pre}, NormKind::RMSNorm);
-  base.positions = Positions::Rope;
-  base.seq_len = 8;
-  const int pairs = base.rope_dims() / 2;
-  const Tokens tok = tokens_for(base, 2, 8, 4);
-  const auto logits = [&](const ModelConfig& c) { return logits_with_weights_of(base, c, tok); };
-  ModelConfig linear = base, divided = base, ones = base, mixed = base;
-  linear.rope_scale = 3;
-  divided.rope_freq_factors.assign(size_t(pairs), 3.0);
-  ones.rope_freq_factors.assign(size_t(pairs), 1.0);
-  mixed.rope_freq_factors.assign(size_t(pairs), 1.0);
-  mixed.rope_freq_factors.back() = 5.0;
-  EXPECT_EQ(logits(divided), logits(linear));
-  EXPECT_EQ(logits(ones), logits(base));
-  EXPECT_NE(logits(mixed), logits(base));
-
-  const double kPi = 3.14159265358979323846;
-  const std::vector<double> f = ops::llama3_rope_factors(12, 1e4, 8.0, 1.0, 4.0, 32.0);
-  ASSERT_EQ(f.size(), 6u);
-  EXPECT_EQ(f[0], 1.0);  // wavelength 2 pi < 32 / 4
-  const double wavelength = 2 * kPi * std::pow(1e4, 2.0 / 12), s = (32.0 / wavelength - 1.0) / 3.0;
-  EXPECT_NEAR(f[1], 1.0 / ((1 - s) / 8.0 + s), 1e-12);
-  EXPECT_GT(f[1], 1.0);
-  EXPECT_LT(f[1], 8.0);
-  for (int i = 2; i < 6; i++) EXPECT_EQ(f[size_t(i)], 8.0) << i;  // wavelengths > 32
-
-  ModelConfig bad = base;
-  bad.rope_freq_factors.assign(size_t(pairs) + 1, 1.0);
-  EXPECT_THROW(bad.validate(), Error);
-  bad.rope_freq_factors.assign(size_t(pairs), 0.0);
-  EXPECT_THROW(bad.validate(), Error);
-  bad = divided;
-  bad.positions = Positions::Learned;
-  EXPECT_THROW(bad.validate(), Error);
-  // the config's JSON round trip keeps the divisors; a config without them writes no key
-  const ModelConfig back = model_config_from_json(model_config_to_json(mixed), "test");
-  EXPECT_EQ(back.rope_freq_factors, mixed.rope_freq_factors);
-  EXPECT_FALSE(model_config_to_json(base).contains("rope_freq_factors"));
-}
-
-// NoPE layers (SmolLM3): every layer NoPE is the model without positions, bit for bit; nope_every
-// past the last layer is the plain RoPE model; a mixed stack equals neither; its gradients by
-// finite differences (gpt and encoder); the config's checks and round trip.
-TEST(ModelRope, NoPeLayers) {
-  ModelConfig base = tiny(Arch::Gpt, {Placement::Pre, Placement::Pre, Placement::Pre}, NormKind::RMSNorm);
-  base.positions = Positions::Rope;
-  base.seq_len = 8;
-  const Tokens tok = tokens_for(base, 2, 8, 5);
-  const auto logits = [&](const ModelConfig& c) { return logits_with_weights_of(base, c, tok); };
-  ModelConfig all = base, none = base, past = base, mixed = base;
-  all.nope_every = 1;
-  none.positions = Positions::None;
-  past.nope_every = 4;
-  mixed.nope_every = 2;  // layer 1 NoPE, layers 0 and 2 rotate
-  EXPECT_EQ(logits(all), logits(none));
-  EXPECT_EQ(logits(past), logits(base));
-  EXPECT_NE(logits(mixed), logits(base));
-  EXPECT_NE(logits(mixed), logits(none));
-  EXPECT_TRUE(mixed.rope_at(0) && mixed.rope_at(2));
-  EXPECT_FALSE(mixed.rope_at(1));
-  for (Arch arch : {Arch::Gpt, Arch::Encoder}) {
-    ModelConfig c = tiny(arch, {Placement::Pre, Placement::Pre}, NormKind::RMSNorm);
-    c.positions = Positions::Rope;
-    c.nope_every = 2;
-    check_model_gradients(c, /*padding=*/arch == Arch::Encoder);
-  }
-  ModelConfig bad = mixed;
-  bad.nope_every = -1;
-  EXPECT_THROW(bad.validate(), Error);
-  bad = mixed;
-  bad.positions = Positions::Learned;
-  EXPECT_THROW(bad.validate(), Error);
-  EXPECT_EQ(model_config_from_json(model_config_to_json(mixed), "test").nope_every, 2);
-  EXPECT_FALSE(model_config_to_json(base).contains("nope_every"));
 }

@@ -9,16 +9,13 @@ normlab in float32). Then the other direction: normlab models written with `norm
 are loaded with from_pretrained and must give the same logits. Then bad input: each broken directory
 must give one clear message and a non-zero exit, and nothing may be overwritten.
 
-Tolerances (float32 engine vs float64 reference): hidden states and logits within 2e-5 of the
-tensor's largest magnitude; gradients within 1e-4 of the tensor's largest magnitude (they pass
-through one more accumulation over the batch); the loss within 1e-5 relative.
+The tolerances and the shared helpers are in hf_common.py; the models only transformers 5 implements
+(Qwen3, Gemma 3, SmolLM3), from goldens it wrote, in hf_parity_tf5.py.
 """
 import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import torch
@@ -31,57 +28,12 @@ from transformers import (BertConfig, BertForMaskedLM, BertModel, Gemma2Config, 
                           LlamaForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM)
 
+
+from hf_common import (FWD_TOL, GRAD_TOL, LOSS_TOL, check, config_refusals, failures, finish, llama_grad, padded_batch,
+                       perturb, run)
+from hf_parity_tf5 import gemma3_golden, qwen3_golden, smollm3_golden
+
 transformers.logging.set_verbosity_error()
-
-FWD_TOL = 2e-5
-GRAD_TOL = 1e-4
-LOSS_TOL = 1e-5
-
-failures = []
-
-
-def check(name, got, want, tol):
-    """Records a failure unless max|got - want| <= tol * max|want|; returns whether it passed."""
-    got = np.asarray(got, dtype=np.float64)
-    want = np.asarray(want, dtype=np.float64)
-    if got.shape != want.shape:
-        failures.append(f"{name}: shape {got.shape} vs reference {want.shape}")
-        return
-    scale = max(np.abs(want).max(), 1e-30)
-    err = np.abs(got - want)
-    worst = np.unravel_index(np.argmax(err), err.shape) if err.size else ()
-    rel = err.max() / scale if err.size else 0.0
-    if not rel <= tol:
-        failures.append(f"{name}: max |normlab - transformers| / max|ref| = {rel:.3g} > {tol:g} "
-                        f"at {worst}: {got[worst]:.8g} vs {want[worst]:.8g}")
-        return False
-    return True
-
-
-def run(normlab, *args, expect_ok=True):
-    p = subprocess.run([normlab, *args], capture_output=True, text=True)
-    if expect_ok and p.returncode != 0:
-        raise SystemExit(f"normlab {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
-    return p
-
-
-def perturb(model, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-
-
-def padded_batch(vocab, B, T, lengths, seed, types=0):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(0, vocab, size=(B, T)).astype(np.int32)
-    mask = np.zeros((B, T), dtype=np.int32)
-    for b, n in enumerate(lengths):
-        mask[b, :n] = 1
-        ids[b, n:] = 0
-    tt = rng.integers(0, types, size=(B, T)).astype(np.int32) if types else None
-    return ids, mask, tt
-
 
 # ---------------------------------------------------------------------------------------------
 # GPT-2
@@ -144,43 +96,6 @@ def gpt2_case(normlab, work, label, seed, shard=False, **cfg):
 
 # ---------------------------------------------------------------------------------------------
 # Llama family (Llama, Qwen2)
-
-def llama_grad(got, hf, A, KV, F, sandwich=False, olmo2=False):
-    """The normlab gradient of Hugging Face parameter `hf` (rows of the fused qkv, whose q part is A = heads x
-    head_dim rows, and of fc); sandwich: Gemma 2's norms; olmo2: OLMo 2's (branch-output norms, q and k norms
-    over the whole projections)."""
-    n = hf[len("model."):] if hf.startswith("model.") else hf
-    if n == "embed_tokens.weight":
-        return got["grad.wte.weight"]
-    if n == "norm.weight":
-        return got["grad.ln_f.weight"]
-    if n == "lm_head.weight":
-        return got["grad.lm_head.weight"]
-    parts = n.split(".")
-    l, rest = parts[1], ".".join(parts[2:])
-    h = f"grad.h.{l}."
-    rows = {"q_proj": (0, A), "k_proj": (A, A + KV), "v_proj": (A + KV, A + 2 * KV)}
-    if rest.startswith("self_attn.") and rest.split(".")[1] in rows:
-        a, b = rows[rest.split(".")[1]]
-        return got[h + "attn.qkv." + rest.split(".")[2]][a:b]
-    simple = {"input_layernorm.weight": "attn.ln_in.weight", "post_attention_layernorm.weight": "mlp.ln_in.weight",
-              "self_attn.qkv_proj.weight": "attn.qkv.weight", "mlp.gate_up_proj.weight": "mlp.fc.weight",  # Phi-3
-              "self_attn.o_proj.weight": "attn.proj.weight", "self_attn.o_proj.bias": "attn.proj.bias",
-              "mlp.down_proj.weight": "mlp.proj.weight", "mlp.down_proj.bias": "mlp.proj.bias"}
-    simple.update({"self_attn.q_norm.weight": "attn.q_norm.weight", "self_attn.k_norm.weight": "attn.k_norm.weight"})
-    if olmo2:
-        simple.update({"post_attention_layernorm.weight": "attn.ln_branch.weight",
-                       "post_feedforward_layernorm.weight": "mlp.ln_branch.weight"})
-    if sandwich:   # Gemma 2: a norm on each branch's output; the FFN's input norm has its own name
-        simple.update({"post_attention_layernorm.weight": "attn.ln_branch.weight",
-                       "pre_feedforward_layernorm.weight": "mlp.ln_in.weight",
-                       "post_feedforward_layernorm.weight": "mlp.ln_branch.weight"})
-    if rest in simple:
-        return got[h + simple[rest]]
-    kind, p = rest.split(".")[1], rest.split(".")[2]
-    fc = got[h + "mlp.fc." + p]
-    return fc[:F] if kind == "gate_proj" else fc[F:]
-
 
 def olmo2_classes():
     """OLMo 2 arrived in transformers 4.47, which the suite runs in its own environment (build/pyenv-tf447:
@@ -246,27 +161,6 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
           f"states, logits, loss and {n} gradients compared")
 
 
-def config_refusals(normlab, work, label, cases, d=None, tok=None):
-    """Edits of a directory's config.json (`d`, default work/label, its tokens `tok`) that normlab does not
-    represent (name, {key: value}, expected words): each refused with one line naming it, nothing written."""
-    d = d or os.path.join(work, label)
-    tok = tok or os.path.join(d, "tokens.safetensors")
-    for name, edit, expected in cases:
-        bad = os.path.join(work, label + "_bad")
-        shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(d, bad)
-        with open(os.path.join(bad, "config.json")) as f:
-            config = json.load(f)
-        config.update(edit)
-        with open(os.path.join(bad, "config.json"), "w") as f:
-            json.dump(config, f)
-        out = os.path.join(bad, "refused.safetensors")
-        p = run(normlab, "grads", "--checkpoint", bad, "--tokens", tok, "--out", out, expect_ok=False)
-        msg = (p.stderr or "").strip()
-        if p.returncode != 1 or expected not in msg or len(msg.splitlines()) != 1 or os.path.exists(out):
-            failures.append(f"{label} {name}: exit {p.returncode}, expected one line with '{expected}', got {msg!r}")
-
-
 # RoPE scalings normlab does not represent (they change the angles with the sequence length or scale the
 # scores) and broken llama3 parameters
 ROPE_REFUSALS = [
@@ -310,108 +204,6 @@ def longrope_factor(normlab, work, label):
     own = load_file(os.path.join(d, "normlab.safetensors"))["logits"]
     if not np.abs(by_factor - by_attention).max() < 1e-6 or np.abs(by_factor - own).max() < 1e-3:
         failures.append(f"{label}: LongRoPE's factor key not read as transformers 5 reads it")
-
-
-def tf5_golden(normlab, work, source, name, sandwich=False):
-    """A directory transformers 5 wrote (tests/data/<name>-tiny, made by tf5_golden.py: these models need a
-    transformers newer than this environment's torch allows) against what it computed from it: every hidden
-    state, the logits, the loss and every gradient. Returns the token file and normlab's outputs."""
-    d = os.path.join(source, "tests", "data", f"{name}-tiny")
-    golden = load_file(os.path.join(d, "golden.safetensors"))
-    with open(os.path.join(d, "config.json")) as f:
-        config = json.load(f)
-    tok = os.path.join(work, f"{name}_tokens.safetensors")
-    save_file({k: golden[k] for k in ("input_ids", "labels", "attention_mask")}, tok)
-    out = os.path.join(work, f"{name}_normlab.safetensors")
-    run(normlab, "grads", "--checkpoint", d, "--tokens", tok, "--out", out, "--force")
-    got = load_file(out)
-    valid = golden["attention_mask"] == 1
-    L = config["num_hidden_layers"]
-    for key in [f"hidden.{l}" for l in range(L + 1)] + ["hidden.final", "logits"]:
-        check(f"{name} {key}", got[key][valid], golden[key][valid], FWD_TOL)
-    check(f"{name} loss", got["loss"], golden["loss"][0], LOSS_TOL)
-    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    A = config["num_attention_heads"] * head_dim
-    KV = config["num_key_value_heads"] * head_dim
-    n = 0
-    for key in golden:
-        if key.startswith("grad."):
-            check(f"{name} {key}", llama_grad(got, key[len("grad."):], A, KV, config["intermediate_size"], sandwich),
-                  golden[key], GRAD_TOL)
-            n += 1
-    arch = config["architectures"][0]
-    print(f"tf5_golden: {arch} against transformers {open(os.path.join(d, 'versions.txt')).read().split()[3]}: "
-          f"hidden states, logits, loss and {n} gradients compared")
-    return d, config, tok, got
-
-
-def qwen3_golden(normlab, work, source):
-    """Qwen3 (heads wider than hidden_size / heads, QK-norm per head, grouped queries) in, and out again."""
-    d, config, tok, got = tf5_golden(normlab, work, source, "qwen3")
-    # export --hf: transformers 5 wrote this directory, so the export of its import must give back its
-    # tensors bit for bit under the same names, the settings of its config.json, and the same model
-    exported = os.path.join(work, "qwen3_export")
-    shutil.rmtree(exported, ignore_errors=True)
-    p = run(normlab, "export", "--checkpoint", d, "--hf", exported)
-    if "Qwen3ForCausalLM" not in p.stdout + p.stderr:
-        failures.append(f"qwen3 export: the command did not say Qwen3ForCausalLM: {p.stdout!r} {p.stderr!r}")
-    theirs, ours = load_file(os.path.join(d, "model.safetensors")), load_file(os.path.join(exported, "model.safetensors"))
-    if sorted(theirs) != sorted(ours):
-        failures.append(f"qwen3 export: tensor names differ: only transformers' {sorted(set(theirs) - set(ours))}, "
-                        f"only normlab's {sorted(set(ours) - set(theirs))}")
-    for k in sorted(set(theirs) & set(ours)):
-        if theirs[k].dtype != ours[k].dtype or not np.array_equal(theirs[k], ours[k]):
-            failures.append(f"qwen3 export: {k} differs from the file transformers wrote")
-    with open(os.path.join(exported, "config.json")) as f:
-        written = json.load(f)
-    for key in ("architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "intermediate_size", "hidden_act", "rms_norm_eps", "vocab_size",
-                "tie_word_embeddings", "attention_bias", "use_sliding_window", "max_position_embeddings"):
-        if written.get(key) != config.get(key):
-            failures.append(f"qwen3 export: config.json {key} = {written.get(key)!r}, transformers wrote {config.get(key)!r}")
-    if written.get("rope_theta") != config["rope_parameters"]["rope_theta"]:
-        failures.append(f"qwen3 export: rope_theta {written.get('rope_theta')!r}, transformers wrote "
-                        f"{config['rope_parameters']['rope_theta']!r}")
-    out2 = os.path.join(work, "qwen3_export_normlab.safetensors")
-    run(normlab, "grads", "--checkpoint", exported, "--tokens", tok, "--out", out2, "--force")
-    again = load_file(out2)
-    for k in got:
-        if not np.array_equal(got[k], again[k]):
-            failures.append(f"qwen3 export: {k} differs after export and re-import")
-    print("qwen3_golden: export --hf gives back its tensors bit for bit, its config's settings and the same model")
-
-
-def smollm3_golden(normlab, work, source):
-    """SmolLM3 (no RoPE on every second layer here, every fourth in the real model; tied head) in; its export
-    and NoPE patterns normlab's model.nope_every cannot state refused by name."""
-    d, _, tok, _ = tf5_golden(normlab, work, source, "smollm3")
-    p = run(normlab, "export", "--checkpoint", d, "--hf", os.path.join(work, "smollm3_export"), expect_ok=False)
-    if p.returncode != 1 or "SmolLM3" not in p.stderr or os.path.exists(os.path.join(work, "smollm3_export")):
-        failures.append(f"smollm3 export: not refused by name (exit {p.returncode}): {p.stderr!r}")
-    config_refusals(normlab, work, "smollm3", [
-        ("irregular no_rope_layers", {"no_rope_layers": [1, 0, 0, 1]}, "0 exactly on every N-th layer"),
-        ("no_rope_layers of another length", {"no_rope_layers": [1, 0]}, "one entry (0 or 1) per layer"),
-        ("sliding window", {"use_sliding_window": True}, "use_sliding_window")], d=d, tok=tok)
-
-
-def gemma3_golden(normlab, work, source):
-    """Gemma 3 (a RoPE base per layer with linear scaling on the global one, QK-norm per head with (1 + w)
-    gains, the sandwich, wider heads, multi-query attention) in; its export refused by name."""
-    d, _, _, _ = tf5_golden(normlab, work, source, "gemma3", sandwich=True)
-    p = subprocess.run([normlab, "export", "--checkpoint", d, "--hf", os.path.join(work, "gemma3_export")],
-                       capture_output=True, text=True)
-    if p.returncode != 1 or "Gemma" not in p.stderr or os.path.exists(os.path.join(work, "gemma3_export", "config.json")):
-        failures.append(f"gemma3 export: not refused by name (exit {p.returncode}): {p.stderr!r}")
-    # what normlab's Gemma 3 does not represent, each refused with one line naming it
-    config_refusals(normlab, work, "gemma3", [
-        ("multimodal", {"model_type": "gemma3"}, "image-and-text model"),
-        ("irregular layer_types", {"layer_types": ["full_attention", "sliding_attention", "full_attention"]},
-         "layer_types"),
-        ("yarn", {"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6},
-                                      "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
-         "not dynamic or yarn"),
-        ("bidirectional", {"use_bidirectional_attention": True}, "use_bidirectional_attention")],
-        d=d, tok=os.path.join(work, "gemma3_tokens.safetensors"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -699,16 +491,6 @@ def olmo2_cases(nl, w):
                                         "model.positions=rope", "model.activation=swiglu", "model.bias=none",
                                         "model.placement=reordered", "model.qk_norm=whole", "model.head=untied",
                                         "model.vocab=70"], olmo2_classes()[1], 18)
-
-
-def finish(passed):
-    """Lists the failures and exits 1, or prints `passed`."""
-    if failures:
-        print(f"\n{len(failures)} FAILED:")
-        for f in failures:
-            print("  " + f)
-        sys.exit(1)
-    print(passed)
 
 
 def main():

@@ -1,0 +1,117 @@
+"""hf_parity_tf5.py: models only transformers 5 implements (Qwen3, Gemma 3, SmolLM3), against what
+transformers 5 computed from them: tests/data/<name>-tiny holds a directory it wrote and its golden outputs
+(made by tf5_golden.py, since these models need a transformers newer than the suite's torch allows). Every
+hidden state, the logits, the loss and every gradient; Qwen3's export bit for bit; what normlab does not
+represent refused by name. Called by hf_parity.py.
+"""
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from hf_common import FWD_TOL, GRAD_TOL, LOSS_TOL, check, config_refusals, failures, llama_grad, run
+
+
+def tf5_golden(normlab, work, source, name, sandwich=False):
+    """A directory transformers 5 wrote (tests/data/<name>-tiny, made by tf5_golden.py: these models need a
+    transformers newer than this environment's torch allows) against what it computed from it: every hidden
+    state, the logits, the loss and every gradient. Returns the token file and normlab's outputs."""
+    d = os.path.join(source, "tests", "data", f"{name}-tiny")
+    golden = load_file(os.path.join(d, "golden.safetensors"))
+    with open(os.path.join(d, "config.json")) as f:
+        config = json.load(f)
+    tok = os.path.join(work, f"{name}_tokens.safetensors")
+    save_file({k: golden[k] for k in ("input_ids", "labels", "attention_mask")}, tok)
+    out = os.path.join(work, f"{name}_normlab.safetensors")
+    run(normlab, "grads", "--checkpoint", d, "--tokens", tok, "--out", out, "--force")
+    got = load_file(out)
+    valid = golden["attention_mask"] == 1
+    L = config["num_hidden_layers"]
+    for key in [f"hidden.{l}" for l in range(L + 1)] + ["hidden.final", "logits"]:
+        check(f"{name} {key}", got[key][valid], golden[key][valid], FWD_TOL)
+    check(f"{name} loss", got["loss"], golden["loss"][0], LOSS_TOL)
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    A = config["num_attention_heads"] * head_dim
+    KV = config["num_key_value_heads"] * head_dim
+    n = 0
+    for key in golden:
+        if key.startswith("grad."):
+            check(f"{name} {key}", llama_grad(got, key[len("grad."):], A, KV, config["intermediate_size"], sandwich),
+                  golden[key], GRAD_TOL)
+            n += 1
+    arch = config["architectures"][0]
+    print(f"tf5_golden: {arch} against transformers {open(os.path.join(d, 'versions.txt')).read().split()[3]}: "
+          f"hidden states, logits, loss and {n} gradients compared")
+    return d, config, tok, got
+
+
+def qwen3_golden(normlab, work, source):
+    """Qwen3 (heads wider than hidden_size / heads, QK-norm per head, grouped queries) in, and out again."""
+    d, config, tok, got = tf5_golden(normlab, work, source, "qwen3")
+    # export --hf: transformers 5 wrote this directory, so the export of its import must give back its
+    # tensors bit for bit under the same names, the settings of its config.json, and the same model
+    exported = os.path.join(work, "qwen3_export")
+    shutil.rmtree(exported, ignore_errors=True)
+    p = run(normlab, "export", "--checkpoint", d, "--hf", exported)
+    if "Qwen3ForCausalLM" not in p.stdout + p.stderr:
+        failures.append(f"qwen3 export: the command did not say Qwen3ForCausalLM: {p.stdout!r} {p.stderr!r}")
+    theirs, ours = load_file(os.path.join(d, "model.safetensors")), load_file(os.path.join(exported, "model.safetensors"))
+    if sorted(theirs) != sorted(ours):
+        failures.append(f"qwen3 export: tensor names differ: only transformers' {sorted(set(theirs) - set(ours))}, "
+                        f"only normlab's {sorted(set(ours) - set(theirs))}")
+    for k in sorted(set(theirs) & set(ours)):
+        if theirs[k].dtype != ours[k].dtype or not np.array_equal(theirs[k], ours[k]):
+            failures.append(f"qwen3 export: {k} differs from the file transformers wrote")
+    with open(os.path.join(exported, "config.json")) as f:
+        written = json.load(f)
+    for key in ("architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "intermediate_size", "hidden_act", "rms_norm_eps", "vocab_size",
+                "tie_word_embeddings", "attention_bias", "use_sliding_window", "max_position_embeddings"):
+        if written.get(key) != config.get(key):
+            failures.append(f"qwen3 export: config.json {key} = {written.get(key)!r}, transformers wrote {config.get(key)!r}")
+    if written.get("rope_theta") != config["rope_parameters"]["rope_theta"]:
+        failures.append(f"qwen3 export: rope_theta {written.get('rope_theta')!r}, transformers wrote "
+                        f"{config['rope_parameters']['rope_theta']!r}")
+    out2 = os.path.join(work, "qwen3_export_normlab.safetensors")
+    run(normlab, "grads", "--checkpoint", exported, "--tokens", tok, "--out", out2, "--force")
+    again = load_file(out2)
+    for k in got:
+        if not np.array_equal(got[k], again[k]):
+            failures.append(f"qwen3 export: {k} differs after export and re-import")
+    print("qwen3_golden: export --hf gives back its tensors bit for bit, its config's settings and the same model")
+
+
+def smollm3_golden(normlab, work, source):
+    """SmolLM3 (no RoPE on every second layer here, every fourth in the real model; tied head) in; its export
+    and NoPE patterns normlab's model.nope_every cannot state refused by name."""
+    d, _, tok, _ = tf5_golden(normlab, work, source, "smollm3")
+    p = run(normlab, "export", "--checkpoint", d, "--hf", os.path.join(work, "smollm3_export"), expect_ok=False)
+    if p.returncode != 1 or "SmolLM3" not in p.stderr or os.path.exists(os.path.join(work, "smollm3_export")):
+        failures.append(f"smollm3 export: not refused by name (exit {p.returncode}): {p.stderr!r}")
+    config_refusals(normlab, work, "smollm3", [
+        ("irregular no_rope_layers", {"no_rope_layers": [1, 0, 0, 1]}, "0 exactly on every N-th layer"),
+        ("no_rope_layers of another length", {"no_rope_layers": [1, 0]}, "one entry (0 or 1) per layer"),
+        ("sliding window", {"use_sliding_window": True}, "use_sliding_window")], d=d, tok=tok)
+
+
+def gemma3_golden(normlab, work, source):
+    """Gemma 3 (a RoPE base per layer with linear scaling on the global one, QK-norm per head with (1 + w)
+    gains, the sandwich, wider heads, multi-query attention) in; its export refused by name."""
+    d, _, _, _ = tf5_golden(normlab, work, source, "gemma3", sandwich=True)
+    p = subprocess.run([normlab, "export", "--checkpoint", d, "--hf", os.path.join(work, "gemma3_export")],
+                       capture_output=True, text=True)
+    if p.returncode != 1 or "Gemma" not in p.stderr or os.path.exists(os.path.join(work, "gemma3_export", "config.json")):
+        failures.append(f"gemma3 export: not refused by name (exit {p.returncode}): {p.stderr!r}")
+    # what normlab's Gemma 3 does not represent, each refused with one line naming it
+    config_refusals(normlab, work, "gemma3", [
+        ("multimodal", {"model_type": "gemma3"}, "image-and-text model"),
+        ("irregular layer_types", {"layer_types": ["full_attention", "sliding_attention", "full_attention"]},
+         "layer_types"),
+        ("yarn", {"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6},
+                                      "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+         "not dynamic or yarn"),
+        ("bidirectional", {"use_bidirectional_attention": True}, "use_bidirectional_attention")],
+        d=d, tok=os.path.join(work, "gemma3_tokens.safetensors"))
