@@ -41,11 +41,29 @@ nlohmann::json value_json(const gguf::Value& v) {
 // ", positions divided by 8" / ", a RoPE divisor per frequency in [1, 8]": the scaling a file states.
 std::string rope_scaling(const ModelConfig& c) {
   std::string out;
-  if (c.rope_scale != 1.0) out += fmt::format(", positions divided by {:g}", c.rope_scale);
+  if (c.rope_scale != 1.0)
+    out += fmt::format(", positions divided by {:g}{}", c.rope_scale, c.rope_local_base > 0 ? " on the global layers" : "");
   if (!c.rope_freq_factors.empty()) {
     const auto [lo, hi] = std::minmax_element(c.rope_freq_factors.begin(), c.rope_freq_factors.end());
     out += fmt::format(", a divisor per frequency in [{:g}, {:g}] (rope_freqs)", *lo, *hi);
   }
+  return out;
+}
+
+// What a Gemma block adds, as normlab will run it: "; sandwich norms, GeGLU, embedding x 48, local layers (5 of
+// every 6) at RoPE base 10000 unscaled, scores capped at 50, logits capped at 30, sequences up to 4096 (the
+// sliding window)".
+std::string gemma_pieces(const ModelConfig& c, int64_t window) {
+  if (c.activation != Activation::GeGlu) return "";
+  std::string out = c.placement_of(0) == Placement::Sandwich ? "; sandwich norms, GeGLU" : "; GeGLU";
+  out += fmt::format(", embedding x {:g}", c.embed_scale);
+  if (c.rope_local_base > 0)
+    out += fmt::format(", local layers ({} of every {}) at RoPE base {:g} unscaled", c.rope_global_every - 1,
+                       c.rope_global_every, c.rope_local_base);
+  if (c.attn_scale) out += fmt::format(", q.k x {:g} (not 1/sqrt(head size))", *c.attn_scale);
+  if (c.attn_softcap > 0) out += fmt::format(", scores capped at {:g}", c.attn_softcap);
+  if (c.logit_softcap > 0) out += fmt::format(", logits capped at {:g}", c.logit_softcap);
+  if (window > 0 && c.seq_len == window) out += fmt::format(", sequences up to {} (the sliding window)", c.seq_len);
   return out;
 }
 
@@ -78,10 +96,11 @@ int run_gguf(const GgufCommand& cmd) {
     const ModelConfig c = gguf::model_config(f);
     doc["model"] = {{"loads", true},
                     {"summary", fmt::format("{}: {} layers, d_model {}, {} heads ({} key-value){}, d_ff {}, vocab {}, "
-                                            "RoPE base {:g}{}, RMSNorm eps {:g}",
+                                            "RoPE base {:g}{}, RMSNorm eps {:g}{}",
                                             f.text("general.architecture"), c.n_layers, c.d_model, c.n_heads, c.kv_heads(),
                                             c.wide_heads() ? fmt::format(" of {}", c.head_size()) : std::string(),
-                                            c.ff(), c.vocab_size(), c.rope_base, rope_scaling(c), c.eps)}};
+                                            c.ff(), c.vocab_size(), c.rope_base, rope_scaling(c), c.eps,
+                                            gemma_pieces(c, gguf::sliding_window(f)))}};
   } catch (const Error& e) {
     doc["model"] = {{"loads", false}, {"why", e.what()}};
   }

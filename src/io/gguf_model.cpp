@@ -1,4 +1,6 @@
-// gguf_model.cpp: GGUF files of the llama, qwen2 and qwen3 architectures as normlab models (gguf_model.h).
+// gguf_model.cpp: GGUF files of the llama, qwen2, qwen3, gemma, gemma2 and gemma3 architectures as normlab
+// models (gguf_model.h). Where llama.cpp decides something the file does not state (Gemma's attention
+// scale by model size, Gemma 3's local RoPE base and layer pattern), normlab decides it as llama.cpp does.
 #include "io/gguf_model.h"
 
 #include <cmath>
@@ -18,6 +20,34 @@ const std::set<std::string> kLlamaKeys = {
     "vocab_size", "attention.key_length", "attention.value_length", "rope.scaling.type", "rope.scaling.factor",
     "expert_count", "expert_used_count"};
 
+// The keys only some architectures have (llama.cpp's convert_hf_to_gguf.py writes them).
+const std::set<std::string> kGemma2Keys = {"attention.sliding_window", "attn_logit_softcapping", "final_logit_softcapping"};
+const std::set<std::string> kGemma3Keys = {"attention.sliding_window", "final_logit_softcapping"};
+
+// What an architecture is beyond the llama block they all start from (RMSNorm before each branch,
+// RoPE, a gated MLP, grouped-query attention).
+struct Family {
+  bool known = false;
+  bool interleaved = false;  // llama: the converter permuted q and k rows to llama.cpp's interleaved RoPE pairs
+  bool qkv_bias = false;     // qwen2
+  bool qk_norm = false;      // qwen3, gemma3: q and k RMS-normalized per head (attn_q_norm, attn_k_norm)
+  bool gemma = false;        // GeGLU, the embedding times sqrt(d), norm gains stored as 1 + w (used as stored)
+  bool sandwich = false;     // gemma2, gemma3: a norm on each branch's output (post_attention_norm, post_ffw_norm)
+  int layers_27b = 0;        // gemma2 / gemma3: the layer count at which llama.cpp takes the 27B model's score scale
+  const std::set<std::string>* keys = nullptr;  // the keys beyond kLlamaKeys
+};
+
+Family family_of(const std::string& arch) {
+  if (arch == "llama") return {.known = true, .interleaved = true};
+  if (arch == "qwen2") return {.known = true, .qkv_bias = true};
+  if (arch == "qwen3") return {.known = true, .qk_norm = true};
+  if (arch == "gemma") return {.known = true, .gemma = true};
+  if (arch == "gemma2") return {.known = true, .gemma = true, .sandwich = true, .layers_27b = 46, .keys = &kGemma2Keys};
+  if (arch == "gemma3")
+    return {.known = true, .qk_norm = true, .gemma = true, .sandwich = true, .layers_27b = 62, .keys = &kGemma3Keys};
+  return {};
+}
+
 // A key under "<arch>." that only tells normlab nothing new when it has its neutral value.
 void refuse_unless(bool ok, const File& f, const std::string& what) {
   if (!ok)
@@ -25,17 +55,59 @@ void refuse_unless(bool ok, const File& f, const std::string& what) {
                             f.text("general.architecture")));
 }
 
+// What Gemma's blocks add, as llama.cpp runs them: GeGLU with GELU's tanh form, the embedding times
+// sqrt(d), for gemma2 and gemma3 the sandwich and q.k scaled by 1/sqrt(head size) (by 1/sqrt(d / heads) in
+// the 27B models, which llama.cpp tells by their layer count: the file does not say it); gemma2's soft caps
+// (absent: 50 on the scores, 30 on the logits, llama.cpp's defaults) and its sliding window on every other
+// layer (absent: 4096); gemma3's QK-norm, optional final soft cap, and with a sliding window its local layers
+// (five of every six, llama.cpp's fixed pattern) rotating with base 10000 unscaled. Sequences are capped at
+// the window, where it masks nothing (normlab's attention is full).
+void read_gemma(const File& f, const std::string& arch, const Family& fam, ModelConfig& c) {
+  const std::string p = arch + ".";
+  c.activation = Activation::GeGlu;
+  c.embed_scale = std::sqrt(double(c.d_model));
+  if (!fam.sandwich) return;
+  c.placement = {Placement::Sandwich};
+  if (c.n_layers == fam.layers_27b) c.attn_scale = 1.0 / std::sqrt(double(c.d_model / c.n_heads));
+  const auto cap = [&](const std::string& key, double absent) {
+    const double v = f.real_or(p + key).value_or(absent);
+    if (!(v >= 0 && v <= 1e6)) throw Error(fmt::format("{}: {}{} is {}; a soft cap is in [0, 1e6] (0: none)", f.path, p, key, v));
+    return v;
+  };
+  const int64_t window = sliding_window(f);
+  if (arch == "gemma2") {
+    c.attn_softcap = cap("attn_logit_softcapping", 50.0);
+    c.logit_softcap = cap("final_logit_softcapping", 30.0);
+  } else {
+    c.logit_softcap = cap("final_logit_softcapping", 0.0);
+    if (window > 0) {
+      c.rope_local_base = 10000.0;
+      c.rope_global_every = 6;
+    }
+  }
+  if (window > 0 && window < c.seq_len) c.seq_len = int(window);
+}
+
 }  // namespace
+
+int64_t sliding_window(const File& f) {
+  const std::string arch = f.text("general.architecture");
+  if (arch != "gemma2" && arch != "gemma3") return 0;
+  return f.integer_or(arch + ".attention.sliding_window", arch == "gemma2" ? 1 : 0, 1 << 24)
+      .value_or(arch == "gemma2" ? 4096 : 0);
+}
 
 ModelConfig model_config(const File& f) {
   const std::string arch = f.text("general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
+  const Family fam = family_of(arch);
+  if (!fam.known)
     throw Error(fmt::format("{}: general.architecture is '{}'; normlab imports GGUF files of the llama (Llama, "
-                            "SmolLM2, TinyLlama, Mistral, ...), qwen2 and qwen3 architectures",
+                            "SmolLM2, TinyLlama, Mistral, ...), qwen2, qwen3, gemma, gemma2 and gemma3 architectures",
                             f.path, arch));
   const std::string p = arch + ".";
   for (const auto& [key, value] : f.metadata)
-    if (key.rfind(p, 0) == 0 && !kLlamaKeys.count(key.substr(p.size())))
+    if (key.rfind(p, 0) == 0 && !kLlamaKeys.count(key.substr(p.size())) &&
+        !(fam.keys && fam.keys->count(key.substr(p.size()))))
       throw Error(fmt::format("{}: metadata '{}' is not something normlab's {} import knows; refused rather than "
                               "ignored",
                               f.path, key, arch));
@@ -89,8 +161,8 @@ ModelConfig model_config(const File& f) {
   }
   refuse_unless(f.integer_or(p + "expert_count", 0, 1 << 20).value_or(0) == 0, f, "expert_count > 0 (mixture of experts)");
   c.activation = Activation::SwiGlu;
-  c.bias = arch == "qwen2" ? LinearBias::Qkv : LinearBias::None;  // Qwen2: q, k, v biases
-  if (arch == "qwen3") c.qk_norm = QkNorm::Heads;                   // Qwen3: q and k RMS-normalized per head
+  c.bias = fam.qkv_bias ? LinearBias::Qkv : LinearBias::None;
+  if (fam.qk_norm) c.qk_norm = QkNorm::Heads;
   c.head = f.find("output.weight") ? Head::Untied : Head::Tied;  // an output matrix of its own, or tied
   const TensorInfo* embd = f.find("token_embd.weight");
   if (!embd || embd->ne.size() != 2 || embd->ne[0] != c.d_model)
@@ -98,6 +170,7 @@ ModelConfig model_config(const File& f) {
   c.vocab = int(f.integer_or(p + "vocab_size", 1, kMaxVocab).value_or(embd->ne[1]));
   const int64_t context = f.integer_or(p + "context_length", 1, 1 << 24).value_or(2048);
   c.seq_len = int(std::min<int64_t>(context, kMaxImportedSeqLen));
+  if (fam.gemma) read_gemma(f, arch, fam, c);
   c.validate();
   return c;
 }
@@ -135,7 +208,8 @@ Imported import_model(const File& f) {
   // llama.cpp's RoPE pairs (2i, 2i + 1) for the llama architecture, whose q and k rows its converter
   // permutes; qwen2 and qwen3 use its "neox" RoPE, rotate-half like normlab's, with rows as trained
   const std::string arch = f.text("general.architecture");
-  const bool interleaved = arch == "llama";
+  const Family fam = family_of(arch);
+  const bool interleaved = fam.interleaved;
   const int C = c.d_model, hs = c.head_size(), F = c.ff(), KV = c.kv_heads() * hs, A = c.attn_width();
   std::set<std::string> used;
   auto take = [&](const std::string& name, std::vector<int64_t> shape) {
@@ -173,6 +247,10 @@ Imported import_model(const File& f) {
       im.params[a + "k_norm.weight"] = take(b + "attn_k_norm.weight", {hs});
     }
     im.params[a + "proj.weight"] = take(b + "attn_output.weight", {C, A});
+    if (fam.sandwich) {
+      im.params[a + "ln_branch.weight"] = take(b + "post_attention_norm.weight", {C});
+      im.params[m + "ln_branch.weight"] = take(b + "post_ffw_norm.weight", {C});
+    }
     im.params[m + "ln_in.weight"] = take(b + "ffn_norm.weight", {C});
     im.params[m + "fc.weight"] = concat({take(b + "ffn_gate.weight", {F, C}), take(b + "ffn_up.weight", {F, C})});
     im.params[m + "proj.weight"] = take(b + "ffn_down.weight", {C, F});
@@ -186,8 +264,12 @@ Imported import_model(const File& f) {
   const int64_t context = f.integer_or(f.text("general.architecture") + ".context_length", 1, 1 << 24).value_or(c.seq_len);
   if (context > c.seq_len)
     im.notes.push_back(fmt::format("context_length {} read; normlab takes sequences of up to {} tokens of it "
-                                   "(model.seq_len)",
-                                   context, c.seq_len));
+                                   "(model.seq_len{})",
+                                   context, c.seq_len,
+                                   c.seq_len == sliding_window(f)
+                                       ? ": the sliding window of its local layers, past which normlab's full "
+                                         "attention would differ"
+                                       : ""));
   return im;
 }
 

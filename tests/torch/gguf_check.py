@@ -13,7 +13,10 @@ and writer, 0.10.0) and hostile files.
 3. A tiny llama file written by GGUFWriter loads (`normlab gguf` says so), and one with an
    architecture or key normlab does not represent is refused by name. Models written as llama.cpp's
    converter writes them give transformers' logits: llama with RoPE scaling (Llama 3.1's rope_freqs
-   tensor, linear rope.scaling), qwen2 (biases, rows not permuted), qwen3 (tests/data/qwen3-tiny).
+   tensor, linear rope.scaling), qwen2 (biases, rows not permuted), qwen3 (tests/data/qwen3-tiny),
+   gemma, gemma2 (gains stored as 1 + w, the sandwich, soft caps, a sliding window; at 46 layers the
+   27B model's score scale, which llama.cpp decides by the layer count) and gemma3
+   (tests/data/gemma3-swa6-tiny: llama.cpp's fixed pattern of five local layers at base 10000).
 4. A SentencePiece vocabulary (tokenizer.ggml.model = "llama", as Llama 2, Mistral and TinyLlama
    files hold it): a BPE model with byte fallback trained here by the `sentencepiece` library (0.2.0,
    the reference implementation) on the King James Bible and some non-Latin text, written into a GGUF
@@ -285,6 +288,12 @@ def check_llama_metadata(normlab, workdir, failures):
         "llama.attention.sliding_window": dict(extra=lambda w: w.add_uint32("llama.attention.sliding_window", 4)),
         "no tensor 'blk.1.ffn_up.weight'": dict(drop="blk.1.ffn_up.weight"),
         "tensor 'rope_freqs.weight' must hold one divisor per rotated pair (8 values)": dict(add="rope_freqs.weight"),
+        # Gemma: what its files may say and normlab does not represent, and a block without its sandwich norms
+        "gemma2.attn_logit_softcapping is -1; a soft cap is in [0, 1e6]": dict(
+            arch="gemma2", extra=lambda w: w.add_attn_logit_softcapping(-1.0)),
+        "metadata 'gemma3.attention.sliding_window_pattern' is not something": dict(
+            arch="gemma3", extra=lambda w: w.add_uint32("gemma3.attention.sliding_window_pattern", 4)),
+        "no tensor 'blk.0.post_attention_norm.weight'": dict(arch="gemma2"),
     }
     for needle, kw in refusals.items():
         path = os.path.join(workdir, "refused.gguf")
@@ -322,9 +331,14 @@ def llama_cpp_rope_freqs(head_dim, base, s):
 
 def write_converted(path, arch, sd, config, rope=None):
     """An HF state dict written as llama.cpp's convert_hf_to_gguf.py writes it: the llama architecture's q
-    and k rows permuted to interleaved pairs (qwen2 and qwen3 keep Hugging Face's order: llama.cpp rotates
-    them "neox" style), q, k, v biases (qwen2), per-head q and k norms (qwen3), RoPE scaling as the
-    converter states it (rope_freqs.weight for llama3, rope.scaling.* for linear)."""
+    and k rows permuted to interleaved pairs (qwen2, qwen3 and Gemma keep Hugging Face's order: llama.cpp
+    rotates them "neox" style), q, k, v biases (qwen2), per-head q and k norms (qwen3, gemma3), RoPE scaling
+    as the converter states it (rope_freqs.weight for llama3, rope.scaling.* for linear). Gemma's: every
+    norm gain stored as 1 + w (its modify_tensors), key_length always, no output.weight; gemma2's soft caps
+    and sliding window; gemma3's sliding window and final soft cap when set; the sandwich's two norms."""
+    gemma = arch.startswith("gemma")
+    if gemma:
+        sd = {k: v + 1 if k.endswith("norm.weight") else v for k, v in sd.items() if k != "lm_head.weight"}
     C, H, KV = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
     L, F = config["num_hidden_layers"], config["intermediate_size"]
     hd = config.get("head_dim") or C // H
@@ -337,9 +351,16 @@ def write_converted(path, arch, sd, config, rope=None):
     w.add_head_count_kv(KV)
     w.add_layer_norm_rms_eps(config["rms_norm_eps"])
     w.add_rope_freq_base(config["rope_theta"])
-    if hd * H != C:
+    if hd * H != C or gemma:
         w.add_key_length(hd)
         w.add_value_length(hd)
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(config["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(config["final_logit_softcapping"])
+    if arch == "gemma3" and config.get("final_logit_softcapping"):
+        w.add_final_logit_softcapping(config["final_logit_softcapping"])
+    if arch in ("gemma2", "gemma3") and config.get("sliding_window"):
+        w.add_sliding_window(config["sliding_window"])
     if rope and rope["rope_type"] == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rope["factor"])
@@ -349,7 +370,11 @@ def write_converted(path, arch, sd, config, rope=None):
     if "lm_head.weight" in sd:
         w.add_tensor("output.weight", sd["lm_head.weight"])
     w.add_tensor("output_norm.weight", sd["model.norm.weight"])
-    names = (("attn_norm", "input_layernorm"), ("ffn_norm", "post_attention_layernorm"), ("attn_v", "self_attn.v_proj"),
+    sandwich = (("post_attention_norm", "post_attention_layernorm"), ("ffn_norm", "pre_feedforward_layernorm"),
+                ("post_ffw_norm", "post_feedforward_layernorm"))
+    names = (("attn_norm", "input_layernorm"),
+             *(sandwich if arch in ("gemma2", "gemma3") else (("ffn_norm", "post_attention_layernorm"),)),
+             ("attn_v", "self_attn.v_proj"),
              ("attn_output", "self_attn.o_proj"), ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
              ("ffn_down", "mlp.down_proj"), ("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm"))
     for l in range(L):
@@ -377,20 +402,31 @@ def check_converted(normlab, workdir, failures, source_dir):
     linear scaling, of qwen2 (q, k, v biases, rotate-half rows), and qwen3 from tests/data/qwen3-tiny (what
     transformers 5.24 computed: per-head QK-norm, wider heads)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-    from safetensors.numpy import save_file
+    from transformers import (Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, LlamaConfig,
+                              LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
     base = dict(vocab_size=53, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=1,
                 intermediate_size=40, max_position_embeddings=64, rope_theta=1e4, rms_norm_eps=1e-5,
                 tie_word_embeddings=False, attn_implementation="eager")
     llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
               "original_max_position_embeddings": 32}
-    cases = [("llama_llama3", "llama", LlamaConfig, LlamaForCausalLM, llama3),
-             ("llama_linear", "llama", LlamaConfig, LlamaForCausalLM, {"rope_type": "linear", "factor": 4.0}),
-             ("qwen2", "qwen2", Qwen2Config, Qwen2ForCausalLM, None)]
+    # Gemma: tied (the converter drops lm_head), heads of 8 wider than 36 / 3; Gemma 2 with small soft caps
+    # (so tanh bends) and a sliding window past the 12 tokens; its q.k scale is 1/sqrt(head_dim) in llama.cpp
+    # except at 46 layers (the 27B model), where it is 1/sqrt(hidden_size / heads): transformers' models state
+    # it as query_pre_attn_scalar
+    gemma = dict(tie_word_embeddings=True, head_dim=8, hidden_activation="gelu_pytorch_tanh")
+    gemma2 = dict(gemma, attn_logit_softcapping=0.8, final_logit_softcapping=1.5, sliding_window=16,
+                  query_pre_attn_scalar=8)
+    gemma2_27b = dict(gemma2, num_hidden_layers=46, hidden_size=12, intermediate_size=16, query_pre_attn_scalar=4)
+    cases = [("llama_llama3", "llama", LlamaConfig, LlamaForCausalLM, llama3, {}),
+             ("llama_linear", "llama", LlamaConfig, LlamaForCausalLM, {"rope_type": "linear", "factor": 4.0}, {}),
+             ("qwen2", "qwen2", Qwen2Config, Qwen2ForCausalLM, None, {}),
+             ("gemma", "gemma", GemmaConfig, GemmaForCausalLM, None, gemma),
+             ("gemma2", "gemma2", Gemma2Config, Gemma2ForCausalLM, None, gemma2),
+             ("gemma2_46_layers", "gemma2", Gemma2Config, Gemma2ForCausalLM, None, gemma2_27b)]
     n = 0
-    for label, arch, Config, Model, rope in cases:
+    for label, arch, Config, Model, rope, extra in cases:
         torch.manual_seed(5)
-        config = Config(**base, rope_scaling=dict(rope) if rope else None)
+        config = Config(**dict(base, **extra), rope_scaling=dict(rope) if rope else None)
         model = Model(config).eval()
         with torch.no_grad():
             for p in model.parameters():
@@ -400,17 +436,25 @@ def check_converted(normlab, workdir, failures, source_dir):
         write_converted(path, arch, sd, config.to_dict(), rope)
         ids = np.random.default_rng(7).integers(0, config.vocab_size, size=(2, 12)).astype(np.int32)
         with torch.no_grad():
-            want = model.double()(input_ids=torch.from_numpy(ids.astype(np.int64))).logits.numpy()
+            want = model.double()(input_ids=torch.from_numpy(ids.astype(np.int64)), use_cache=False).logits.numpy()
         n += compare_logits(normlab, workdir, label, path, ids, np.ones_like(ids), want, failures)
-    d = os.path.join(source_dir, "tests", "data", "qwen3-tiny")
-    golden = load_file(os.path.join(d, "golden.safetensors"))
-    with open(os.path.join(d, "config.json")) as f:
-        config = json.load(f)
-    config["rope_theta"] = config["rope_parameters"]["rope_theta"]
-    path = os.path.join(workdir, "converted_qwen3.gguf")
-    write_converted(path, "qwen3", load_file(os.path.join(d, "model.safetensors")), config)
-    n += compare_logits(normlab, workdir, "qwen3", path, golden["input_ids"], golden["attention_mask"],
-                        golden["logits"], failures)
+    # what transformers 5.24 computed (tests/data): qwen3, and gemma3 in its real layer pattern (llama.cpp's fixed
+    # rule: five local layers at base 10000, then a global one at the file's base with its linear scaling)
+    for label, arch in (("qwen3", "qwen3"), ("gemma3-swa6", "gemma3")):
+        d = os.path.join(source_dir, "tests", "data", f"{label}-tiny")
+        golden = load_file(os.path.join(d, "golden.safetensors"))
+        with open(os.path.join(d, "config.json")) as f:
+            config = json.load(f)
+        rope = config["rope_parameters"].get("full_attention", config["rope_parameters"])
+        config["rope_theta"] = rope["rope_theta"]
+        path = os.path.join(workdir, f"converted_{label}.gguf")
+        write_converted(path, arch, load_file(os.path.join(d, "model.safetensors")), config,
+                        rope if rope.get("rope_type") == "linear" else None)
+        n += compare_logits(normlab, workdir, label, path, golden["input_ids"], golden["attention_mask"],
+                            golden["logits"], failures)
+    p, _ = run(normlab, "gguf", path)  # the summary names what llama.cpp's rules decided
+    if "local layers (5 of every 6) at RoPE base 10000 unscaled, logits capped at 2, sequences up to 16" not in p.stdout:
+        failures.append(f"normlab gguf on a gemma3 file: {p.stdout[-400:]}")
     return n
 
 

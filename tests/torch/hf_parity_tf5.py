@@ -101,6 +101,7 @@ def gemma3_golden(normlab, work, source):
     """Gemma 3 (a RoPE base per layer with linear scaling on the global one, QK-norm per head with (1 + w)
     gains, the sandwich, wider heads, multi-query attention) in; its export refused by name."""
     d, _, _, _ = tf5_golden(normlab, work, source, "gemma3", sandwich=True)
+    tf5_golden(normlab, work, source, "gemma3-swa6", sandwich=True)  # the real layer pattern, a final soft cap
     p = subprocess.run([normlab, "export", "--checkpoint", d, "--hf", os.path.join(work, "gemma3_export")],
                        capture_output=True, text=True)
     if p.returncode != 1 or "Gemma" not in p.stderr or os.path.exists(os.path.join(work, "gemma3_export", "config.json")):

@@ -1,5 +1,5 @@
-"""tf5_golden.py: writes tests/data/qwen3-tiny/, gemma3-tiny/ and smollm3-tiny/, the references a Qwen3, a
-Gemma 3 and a SmolLM3 directory are checked against.
+"""tf5_golden.py: writes tests/data/qwen3-tiny/, gemma3-tiny/, gemma3-swa6-tiny/ and smollm3-tiny/, the references
+a Qwen3, two Gemma 3 and a SmolLM3 directory are checked against.
 
 Qwen3ForCausalLM needs transformers 4.51 or later, Gemma3ForCausalLM 4.50, SmolLM3ForCausalLM 4.53, which do not
 import with the torch 1.13 of the test environment; so the references are made once, here, by a
@@ -9,14 +9,16 @@ safetensors`), and committed, one directory per model:
     qwen3-tiny a Qwen3ForCausalLM (heads wider than hidden_size / heads, grouped queries, QK-norm per
     head, untied head); gemma3-tiny a Gemma3ForCausalLM (heads wider too, one key-value head, QK-norm
     per head, the sandwich, (1 + w) gains, sqrt(d) embedding scale, two local layers and a global one
-    with RoPE bases 1e4 and 1e6 and linear scaling 8 on the global layer, tied head); smollm3-tiny a
+    with RoPE bases 1e4 and 1e6 and linear scaling 8 on the global layer, tied head); gemma3-swa6-tiny the
+    same block over seven layers in Gemma 3's real pattern (a global layer after every five local ones,
+    the rule llama.cpp hard-codes: tests/torch/gguf_check.py converts it) with a final soft cap; smollm3-tiny a
     SmolLM3ForCausalLM (four layers, no RoPE on every second, grouped queries, tied head);
   - golden.safetensors: a padded batch (input_ids, attention_mask, labels) and what transformers
     computes from it in float64: every hidden state, the final norm's output, the logits, the loss
     and the gradient of every parameter (named "grad.<Hugging Face name>");
   - versions.txt: the torch and transformers versions that made it.
 hf_parity.py (tf5_golden) then checks normlab's `grads` on each directory against its file.
-Run: bench/.venv/bin/python tests/torch/tf5_golden.py [qwen3] [gemma3] [smollm3]   (default: all)
+Run: bench/.venv/bin/python tests/torch/tf5_golden.py [qwen3] [gemma3] [gemma3_swa6] [smollm3]   (default: all)
 """
 import json
 import os
@@ -52,6 +54,22 @@ def gemma3():
                                                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
                               attn_implementation="eager")
     return Gemma3ForCausalLM(config), config, os.path.join(DATA, "gemma3-tiny")
+
+
+def gemma3_swa6():
+    """Gemma 3 with its real layer pattern (five local layers, then a global one: llama.cpp's fixed rule, so
+    the GGUF check can convert it) over seven layers, and a final soft cap."""
+    torch.manual_seed(51)
+    config = Gemma3TextConfig(vocab_size=47, hidden_size=16, num_hidden_layers=7, num_attention_heads=2,
+                              num_key_value_heads=1, head_dim=8, intermediate_size=24, max_position_embeddings=32,
+                              rms_norm_eps=1e-6, query_pre_attn_scalar=8, sliding_window=16,
+                              final_logit_softcapping=2.0,
+                              layer_types=["sliding_attention"] * 5 + ["full_attention", "sliding_attention"],
+                              rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                                  "rope_theta": 1e6},
+                                               "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+                              attn_implementation="eager")
+    return Gemma3ForCausalLM(config), config, os.path.join(DATA, "gemma3-swa6-tiny")
 
 
 def smollm3():
@@ -103,5 +121,6 @@ def write(model, config, OUT):
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:] or ["qwen3", "gemma3", "smollm3"]:
-        write(*{"qwen3": qwen3, "gemma3": gemma3, "smollm3": smollm3}[name]())
+    makers = {"qwen3": qwen3, "gemma3": gemma3, "gemma3_swa6": gemma3_swa6, "smollm3": smollm3}
+    for name in sys.argv[1:] or list(makers):
+        write(*makers[name]())
