@@ -57,7 +57,7 @@ void expect_error(Fn fn, const std::vector<std::string>& needles) {
 
 std::vector<std::string> split_words(const std::string& text) {
   std::vector<std::string> words;
-  for (const auto& [b, e] : bpe::gpt2_split(text)) words.push_back(text.substr(b, e - b));
+  for (const auto& [b, e] : bpe::regex_words(text)) words.push_back(text.substr(b, e - b));
   return words;
 }
 

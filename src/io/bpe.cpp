@@ -166,7 +166,7 @@ constexpr size_t kBpeCacheCapacity = 10000;  // words (the reference's default)
 
 }  // namespace
 
-std::vector<std::pair<size_t, size_t>> gpt2_split(std::string_view text, int llama3_numbers) {
+std::vector<std::pair<size_t, size_t>> regex_words(std::string_view text, int llama3_numbers) {
   const Decoded d = decode(text);
   std::vector<std::pair<size_t, size_t>> words;
   for (size_t i = 0; i < d.cp.size();) {
@@ -201,7 +201,7 @@ static void byte_level_piece(std::string_view piece, const PreTokenizer& options
   text += piece;
   std::vector<std::pair<size_t, size_t>> ranges;
   if (options.use_regex)
-    ranges = gpt2_split(text);
+    ranges = regex_words(text);
   else
     ranges.emplace_back(0, text.size());
   for (const auto& [begin, end] : ranges) {
@@ -214,7 +214,7 @@ static void byte_level_piece(std::string_view piece, const PreTokenizer& options
 void byte_level_pre_tokenize(std::string_view segment, const PreTokenizer& options,
                              std::vector<std::string>& words) {
   if (options.split_numbers > 0) {  // Split(Llama 3's regex, isolated) first, then ByteLevel on each piece
-    for (const auto& [begin, end] : gpt2_split(segment, options.split_numbers))
+    for (const auto& [begin, end] : regex_words(segment, options.split_numbers))
       byte_level_piece(segment.substr(begin, end - begin), options, words);
     return;
   }

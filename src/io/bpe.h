@@ -16,12 +16,12 @@
 
 namespace normlab::bpe {
 
-// Cuts text into GPT-2 words with the regex
+// Cuts text into words with the byte-level tokenizers' regex: GPT-2's
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // or, with llama3_numbers > 0, Llama 3's (Qwen2's at 1: \p{N} for \p{N}{1,3})
 //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 // Returns [begin, end) byte ranges that tile `text` (valid UTF-8).
-std::vector<std::pair<size_t, size_t>> gpt2_split(std::string_view text, int llama3_numbers = 0);
+std::vector<std::pair<size_t, size_t>> regex_words(std::string_view text, int llama3_numbers = 0);
 // The Split patterns of Llama 3's and Qwen2's tokenizer.json, as written there: the numbers' run
 // length (3 or 1) of the one matching `pattern` exactly, else 0.
 int llama3_pattern_numbers(std::string_view pattern);

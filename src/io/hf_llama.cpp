@@ -31,6 +31,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <vector>
 
 #include "io/hf_common.h"
 #include "io/safetensors.h"
@@ -182,6 +184,17 @@ void apply_rope_scaling(const ConfigReader& r, ModelConfig& c, RopeScaling s, Im
                                                    s.high_freq_factor, s.context);
 }
 
+// A per-layer list marked on every N-th layer ((l + 1) % N == 0) and on no other: N; 0 when no layer is
+// marked; nullopt when the marks follow no such N (Gemma 3's layer_types, SmolLM3's no_rope_layers).
+std::optional<int> every_nth(const std::vector<bool>& marked) {
+  int n = 0;
+  for (size_t l = 0; l < marked.size() && n == 0; l++)
+    if (marked[l]) n = int(l) + 1;
+  for (size_t l = 0; l < marked.size(); l++)
+    if (marked[l] != (n > 0 && (int(l) + 1) % n == 0)) return std::nullopt;
+  return n;
+}
+
 // Gemma 3's RoPE: a base per layer type and which layers are which (layer_types, or the older
 // sliding_window_pattern), onto rope_base / rope_scale (global), rope_local_base, rope_global_every.
 RopeScaling read_gemma3_rope(const ConfigReader& r, ModelConfig& c) {
@@ -201,15 +214,14 @@ RopeScaling read_gemma3_rope(const ConfigReader& r, ModelConfig& c) {
   if (r.has("layer_types")) {  // "full_attention" where (l + 1) % every == 0, "sliding_attention" elsewhere
     const json& types = r.j["layer_types"];
     bool ok = types.is_array() && int(types.size()) == c.n_layers;
-    int first_full = -1;
+    std::vector<bool> full;
     for (size_t l = 0; ok && l < types.size(); l++) {
       ok = types[l].is_string() && (types[l] == "full_attention" || types[l] == "sliding_attention");
-      if (ok && types[l] == "full_attention" && first_full < 0) first_full = int(l);
+      full.push_back(ok && types[l] == "full_attention");
     }
-    if (ok && first_full >= 0) every = first_full + 1;
-    if (ok && first_full < 0) every = c.n_layers + 1;  // no global layer at all
-    for (size_t l = 0; ok && l < types.size(); l++)
-      ok = (types[l] == "full_attention") == ((int(l) + 1) % every == 0);
+    const std::optional<int> n = ok ? every_nth(full) : std::nullopt;
+    ok = n.has_value();
+    if (ok) every = *n > 0 ? *n : c.n_layers + 1;  // 0: no global layer at all
     r.require("layer_types", ok,
               "normlab's Gemma 3 has a global (full_attention) layer every N layers and sliding_attention layers "
               "between them, one entry per layer");
@@ -240,12 +252,14 @@ void read_nope_layers(const ConfigReader& r, ModelConfig& c) {
   if (r.has("no_rope_layers")) {
     const json& v = r.j["no_rope_layers"];
     bool ok = v.is_array() && int(v.size()) == c.n_layers;
-    every = 0;
+    std::vector<bool> nope;
     for (size_t l = 0; ok && l < v.size(); l++) {
       ok = v[l].is_number_integer() && (v[l] == 0 || v[l] == 1);
-      if (ok && v[l] == 0 && every == 0) every = int(l) + 1;
+      nope.push_back(ok && v[l] == 0);
     }
-    for (size_t l = 0; ok && l < v.size(); l++) ok = (v[l] == 0) == (every > 0 && (int(l) + 1) % every == 0);
+    const std::optional<int> n = ok ? every_nth(nope) : std::nullopt;
+    ok = n.has_value();
+    every = n.value_or(0);  // 0: no NoPE layer
     r.require("no_rope_layers", ok,
               "one entry (0 or 1) per layer, 0 exactly on every N-th layer (normlab's model.nope_every = N)");
   } else {
