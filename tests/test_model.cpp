@@ -630,3 +630,32 @@ TEST(ModelWithParams, HoldsEveryGivenValueAndRefusesAnotherCount) {
   std::vector<float> short_by_one(f.params().begin(), f.params().end() - 1);
   EXPECT_THROW(model_with_params<double>(c, short_by_one), Error);
 }
+
+// A forward-only model (an instrument's ablated copy): the same forward, bit for bit, for every
+// architecture; no gradient memory; backward and the reverse-mode products refused by name.
+TEST(ModelForwardOnly, SameForwardNoGradientsBackwardRefused) {
+  for (Arch arch : {Arch::Gpt, Arch::Encoder, Arch::EncDec}) {
+    SCOPED_TRACE(to_string(arch));
+    const ModelConfig c = tiny(arch, {Placement::Post}, NormKind::LayerNorm);
+    Model<double> full(c);
+    Model<double> fwd(c, Model<double>::Unset{}, Model<double>::ForwardOnly{});
+    std::copy(full.params().begin(), full.params().end(), fwd.params().begin());
+    EXPECT_TRUE(fwd.forward_only());
+    EXPECT_FALSE(full.forward_only());
+    EXPECT_TRUE(fwd.grads().empty());
+    const Tokens tok = tokens_for(c, 2, 5, 9);
+    std::vector<int32_t> src(tok.ids);  // an encdec's source: the same ids
+    const Source s = arch == Arch::EncDec ? Source{src.data(), 5, nullptr} : Source{};
+    const double a = full.forward(tok.ids.data(), tok.labels.data(), 2, 5, nullptr, nullptr, s);
+    const double b = fwd.forward(tok.ids.data(), tok.labels.data(), 2, 5, nullptr, nullptr, s);
+    EXPECT_EQ(a, b);
+    const size_t n = size_t(2) * 5 * c.vocab_size();
+    EXPECT_TRUE(std::equal(full.logits(), full.logits() + n, fwd.logits()));
+    EXPECT_THROW(fwd.backward(), Error);
+    std::vector<double> din(size_t(2) * 5 * c.d_model), dout(din.size(), 1.0);
+    if (arch != Arch::EncDec) {
+      EXPECT_THROW(fwd.vjp_sublayers(din.data(), dout.data(), 0, 2), Error);
+    }
+    EXPECT_NO_THROW(full.backward());
+  }
+}

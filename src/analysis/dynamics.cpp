@@ -28,12 +28,13 @@ double residual_rank(const double* X, int T, int C) {
   return den > 0 ? std::sqrt(num / den) : 0.0;
 }
 
-// The model with its skips and MLPs switched as asked, every parameter it keeps copied by name.
+// The model with its skips and MLPs switched as asked, every parameter it keeps copied by name; for
+// forward passes only (no gradients: half the memory of a full copy).
 std::unique_ptr<Model<double>> ablated(const Model<double>& model, bool skips, bool mlp) {
   ModelConfig cfg = model.config();
   cfg.residual = skips;
   cfg.mlp = mlp;
-  auto m = std::make_unique<Model<double>>(cfg, Model<double>::Unset{});  // every parameter is copied next
+  auto m = std::make_unique<Model<double>>(cfg, Model<double>::Unset{}, Model<double>::ForwardOnly{});
   for (const ParamSpec& p : m->table().specs) {
     const ParamSpec* src = model.table().find(p.name);
     if (!src) throw Error(fmt::format("ablation: the model has no parameter {} (it was built without MLPs)", p.name));

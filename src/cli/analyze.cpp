@@ -79,13 +79,16 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
 
 namespace {
 
-// The model under study, in double: from a checkpoint (float parameters widened) or a config.
+// The model under study, in double: from a checkpoint (float parameters widened) or a config. The
+// attention instrument runs forward passes only: its model has no gradients (half the memory).
 std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd) {
   if (!cmd.checkpoint.empty()) {
     if (!cmd.config.empty() || !cmd.sets.empty())
       throw Error("give either --checkpoint or --config/--set, not both");
-    auto f = load_model(cmd.checkpoint);
-    return model_with_params<double>(f->config(), f->params());
+    auto f = load_model(cmd.checkpoint, /*forward_only=*/true);  // its parameters only
+    auto m = unset_model<double>(f->config(), /*forward_only=*/cmd.attention->parsed());
+    std::copy(f->params().begin(), f->params().end(), m->params().begin());
+    return m;
   }
   nlohmann::json doc = cmd.config.empty() ? nlohmann::json::object() : read_toml(cmd.config);
   apply_overrides(doc, cmd.sets);

@@ -139,7 +139,7 @@ int run_grads(const std::string& ckpt, const std::string& tokens, const std::str
 
 // export: a normlab checkpoint as a Hugging Face directory (GPT2LMHeadModel, BertForMaskedLM, BertModel).
 int run_export(const std::string& ckpt, const std::string& hf_dir, bool force) {
-  auto model = load_model(ckpt);
+  auto model = load_model(ckpt, /*forward_only=*/true);
   const std::string arch = hf::write_model_dir(hf_dir, *model, force);
   fmt::print("{} ({} parameters) -> {} (config.json, model.safetensors; load with "
              "transformers' from_pretrained)\n",

@@ -68,7 +68,7 @@ int run_sample(const SampleCommand& cmd) {
   if (!(cmd.temperature >= 0 && cmd.temperature <= 100))
     throw Error(fmt::format("--temperature {} must be in [0, 100] (0: greedy)", cmd.temperature));
   if (cmd.seed < 0) throw Error(fmt::format("--seed {} must be >= 0", cmd.seed));
-  auto model = load_model(cmd.checkpoint);
+  auto model = load_model(cmd.checkpoint, /*forward_only=*/true);
   const ModelConfig& cfg = model->config();
   if (cfg.arch != Arch::Gpt)
     throw Error(fmt::format("'{}' is an {} model; sample needs a gpt model (model.arch = \"gpt\"){}", cmd.checkpoint,

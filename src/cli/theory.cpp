@@ -66,7 +66,7 @@ int run_theory(TheoryCommand& cmd) {
     for (const char* o : {"--d-model", "--layers", "--deep-layers", "--trained-steps", "--trained-seeds", "--paper-width"})
       if (cmd.theory->count(o))
         throw Error(fmt::format("{} does not apply with --checkpoint: the model's own width and depth are measured", o));
-    auto f = load_model(cmd.checkpoint);
+    auto f = load_model(cmd.checkpoint, /*forward_only=*/true);  // its parameters only
     auto given = std::make_shared<analysis::TheoryModel>();
     given->name = cmd.checkpoint;
     given->config = f->config();

@@ -273,10 +273,10 @@ Imported import_model(const File& f) {
   return im;
 }
 
-std::unique_ptr<Model<float>> load_model(const std::string& path, bool quiet) {
+std::unique_ptr<Model<float>> load_model(const std::string& path, bool quiet, bool forward_only) {
   const File f = read(path);
   Imported im = import_model(f);
-  auto model = std::make_unique<Model<float>>(im.config, Model<float>::Unset{});
+  auto model = unset_model<float>(im.config, forward_only);
   const ParamTable& table = model->table();
   if (im.params.size() != table.specs.size())
     throw Error(fmt::format("{}: {} tensors mapped, the config has {} parameters", path, im.params.size(), table.specs.size()));

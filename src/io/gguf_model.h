@@ -34,6 +34,7 @@ int64_t sliding_window(const File& f);
 // Config and every tensor, dequantized, renamed and checked (shapes, finite values, nothing left over).
 Imported import_model(const File& f);
 // A model built from a .gguf file (notes printed to stderr unless quiet).
-std::unique_ptr<Model<float>> load_model(const std::string& path, bool quiet = false);
+// forward_only: without parameter gradients (Model::ForwardOnly).
+std::unique_ptr<Model<float>> load_model(const std::string& path, bool quiet = false, bool forward_only = false);
 
 }  // namespace normlab::gguf

@@ -243,12 +243,13 @@ ModelConfig read_model_dir_config(const std::string& dir) {
 
 // The model of an import, every weight checked finite (a NaN or Inf weight is named, not trained on or
 // measured); its notes printed to stderr unless quiet.
-static std::unique_ptr<Model<float>> model_of(const Imported& im, const std::string& what, bool quiet) {
+static std::unique_ptr<Model<float>> model_of(const Imported& im, const std::string& what, bool quiet,
+                                              bool forward_only = false) {
   for (const auto& [name, v] : im.params)
     for (size_t i = 0; i < v.size(); i++)
       if (!std::isfinite(v[i]))
         throw Error(fmt::format("{}: tensor '{}' holds a non-finite value ({}) at flat index {}", what, name, v[i], i));
-  auto model = std::make_unique<Model<float>>(im.config, Model<float>::Unset{});
+  auto model = unset_model<float>(im.config, forward_only);
   for (const ParamSpec& p : model->table().specs) {
     const std::vector<float>& v = im.params.at(p.name);
     std::copy(v.begin(), v.end(), model->params().begin() + long(p.offset));
@@ -258,8 +259,8 @@ static std::unique_ptr<Model<float>> model_of(const Imported& im, const std::str
   return model;
 }
 
-std::unique_ptr<Model<float>> load_model_dir(const std::string& dir, bool quiet) {
-  return model_of(read_model_dir(dir), dir, quiet);
+std::unique_ptr<Model<float>> load_model_dir(const std::string& dir, bool quiet, bool forward_only) {
+  return model_of(read_model_dir(dir), dir, quiet, forward_only);
 }
 
 std::unique_ptr<Model<float>> load_model_state(const nlohmann::json& config,

@@ -41,7 +41,7 @@ Imported read_model_dir(const std::string& dir);
 ModelConfig read_model_dir_config(const std::string& dir);
 
 // A model built from the directory (notes printed to stderr unless quiet).
-std::unique_ptr<Model<float>> load_model_dir(const std::string& dir, bool quiet = false);
+std::unique_ptr<Model<float>> load_model_dir(const std::string& dir, bool quiet = false, bool forward_only = false);
 
 // The same from memory: config.json's content and the tensors of a state dict (Hugging Face names,
 // any float dtype), read with the same checks; `what` names the source in every message (the Python

@@ -42,29 +42,36 @@ Model<S>::Model(ModelConfig cfg) : Model(std::move(cfg), Unset{}) {
 }
 
 template <class S>
-Model<S>::Model(ModelConfig cfg, Unset) : cfg_(std::move(cfg)) {
+Model<S>::Model(ModelConfig cfg, Unset, ForwardOnly) : Model(std::move(cfg), Unset{}, false) {}
+
+template <class S>
+Model<S>::Model(ModelConfig cfg, Unset) : Model(std::move(cfg), Unset{}, true) {}
+
+template <class S>
+Model<S>::Model(ModelConfig cfg, Unset, bool with_grads) : cfg_(std::move(cfg)), forward_only_(!with_grads) {
   cfg_.validate();
   table_ = make_param_table(cfg_);
   params_.assign(table_.total, S(0));
-  grads_.assign(table_.total, S(0));
+  if (with_grads) grads_.assign(table_.total, S(0));
+  S* const gbase = with_grads ? grads_.data() : nullptr;  // forward only: every gradient view below is null
   for (int i = 0; i < cfg_.n_slots(); i++) {
     slots_.push_back(cfg_.slot(i));
     qk_.push_back(slots_.back().kind == Sublayer::Attn ? qk_norm_layout(cfg_, slots_.back().layer) : QkNormLayout{});
     p_.push_back(sublayer_params(table_, cfg_, params_.data(), i));
-    dp_.push_back(sublayer_params(table_, cfg_, grads_.data(), i));
+    dp_.push_back(gbase ? sublayer_params(table_, cfg_, gbase, i) : SublayerParams<S>{});
   }
-  auto norm_view = [&](S* base, const char* prefix) { return norm_params(table_, base, prefix); };
+  auto norm_view = [&](S* base, const char* prefix) { return base ? norm_params(table_, base, prefix) : NormParams<S>{}; };
   lnf_ = norm_view(params_.data(), "ln_f");
-  dlnf_ = norm_view(grads_.data(), "ln_f");
+  dlnf_ = norm_view(gbase, "ln_f");
   enc_lnf_ = norm_view(params_.data(), "enc.ln_f");
-  denc_lnf_ = norm_view(grads_.data(), "enc.ln_f");
+  denc_lnf_ = norm_view(gbase, "enc.ln_f");
   lnemb_ = norm_view(params_.data(), "ln_emb");
-  dlnemb_ = norm_view(grads_.data(), "ln_emb");
+  dlnemb_ = norm_view(gbase, "ln_emb");
   hln_ = norm_view(params_.data(), "head.ln");
-  dhln_ = norm_view(grads_.data(), "head.ln");
+  dhln_ = norm_view(gbase, "head.ln");
   auto at = [&](std::vector<S>& base, const char* name) -> S* {
     const ParamSpec* p = table_.find(name);
-    return p ? base.data() + p->offset : nullptr;
+    return p && !base.empty() ? base.data() + p->offset : nullptr;
   };
   wtt_ = at(params_, "wtt.weight");
   dwtt_ = at(grads_, "wtt.weight");
@@ -469,7 +476,13 @@ void Model<S>::head_backward(S* dxf) {
 }
 
 template <class S>
+void Model<S>::require_grads(const char* what) const {
+  if (forward_only_) throw Error(fmt::format("{}: this model was built for forward passes only (no gradients)", what));
+}
+
+template <class S>
 void Model<S>::backward(double loss_scale) {
+  require_grads("Model::backward");
   const int N = B_ * T_, V = cfg_.vocab_size();
   if (label_count_ == 0) return;  // no labels (or no head): no loss and no gradient
   // loss = mean xent(logits) (label-smoothed in training with eps > 0):  logits become dlogits in place

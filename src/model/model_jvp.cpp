@@ -148,6 +148,7 @@ void Model<S>::jvp_encdec(S* tout, const S* tsrc, const S* ttgt, int K) const {
 
 template <class S>
 void Model<S>::vjp_encdec(S* dsrc, S* dtgt, const S* dout) {
+  require_grads("Model::vjp_encdec");
   if (!cfg_.encdec()) throw Error("vjp_encdec needs an encoder-decoder model");
   require_one_stream(cfg_, "vjp_encdec (use vjp_stacks)");
   const size_t NC = size_t(B_) * T_ * cfg_.d_model, NsC = size_t(B_) * S_ * cfg_.d_model;
@@ -232,6 +233,7 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
 
 template <class S>
 void Model<S>::vjp_sublayers(S* din, const S* dout, int first, int last) {
+  require_grads("Model::vjp_sublayers");
   refuse_dual(first, "vjp_sublayers");
   const int dec0 = cfg_.first_decoder_slot();
   if (cfg_.encdec() && first < dec0 && last > dec0)
@@ -281,6 +283,7 @@ void Model<S>::jvp_stacks(S* tout, const S* tsrc, const S* tin, int K) const {
 
 template <class S>
 void Model<S>::vjp_stacks(S* dsrc, S* din, const S* dout) {
+  require_grads("Model::vjp_stacks");
   if (cfg_.encdec() != (dsrc != nullptr))
     throw Error(cfg_.encdec() ? "vjp_stacks: an encoder-decoder needs dsrc" : "vjp_stacks: only an encoder-decoder has dsrc");
   const size_t NC = size_t(B_) * T_ * cfg_.d_model, NsC = size_t(B_) * S_ * cfg_.d_model;

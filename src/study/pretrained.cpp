@@ -25,6 +25,7 @@
 #include "io/gguf_model.h"
 #include "io/hf.h"
 #include "io/tokenizer.h"
+#include "model/init.h"
 #include "ops/common.h"
 #include "study/probe.h"
 #include "util/error.h"
@@ -383,11 +384,14 @@ int run_pretrained_study(const CompareOptions& options) {
   std::vector<Subject> subjects;
   {
     const std::string dir = pretrained_model_dir();
-    Subject m{"minilm", "all-MiniLM-L6-v2", hf::load_model_dir(dir, /*quiet=*/true), load_tokenizer(dir), true};
+    // forward passes only on the float models (the instruments' gradients are taken on their double copies)
+    Subject m{"minilm", "all-MiniLM-L6-v2", hf::load_model_dir(dir, /*quiet=*/true, /*forward_only=*/true),
+              load_tokenizer(dir), true};
     subjects.push_back(std::move(m));
     const std::string gguf = smollm2_path();
     // the end-to-end extremes of a 30-layer, d = 576 model take minutes: its token-local Jacobians only
-    Subject s{"smollm2", "SmolLM2-135M-Instruct", gguf::load_model(gguf, /*quiet=*/true), load_tokenizer(gguf), false, 0};
+    Subject s{"smollm2", "SmolLM2-135M-Instruct", gguf::load_model(gguf, /*quiet=*/true, /*forward_only=*/true),
+              load_tokenizer(gguf), false, 0};
     subjects.push_back(std::move(s));
   }
   const std::string text = read_file(fs::path(NORMLAB_SOURCE_DIR) / "data" / "sentences.txt");
@@ -405,7 +409,9 @@ int run_pretrained_study(const CompareOptions& options) {
     fmt::print("{}: {} ({} windows of {} tokens of data/sentences.txt)\n", subject.name, subject.tok->description(),
                rows.size(), kProbeT);
     // the same config freshly initialized by its own scheme (BERT / GPT-2: normal(0, 0.02), gains 1, biases 0)
-    Model<float> fresh(subject.model->config());
+    const auto fresh_model = unset_model<float>(subject.model->config(), /*forward_only=*/true);
+    Model<float>& fresh = *fresh_model;
+    init_params(fresh.params().data(), fresh.table(), fresh.config());
     const Batch dyn_batch = rows_batch(rows, 0, kDynamicsRows, !subject.bert);
     const Batch one = rows_batch(rows, kDynamicsRows, 1, !subject.bert);
     const std::vector<std::pair<std::string, Model<float>*>> models = {

@@ -355,7 +355,7 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
   if (probe && !stopped(options) && fs::exists(ckpt)) {
     progress.stage("instruments after training");
     const auto t1 = Clock::now();
-    auto trained = load_model(ckpt.string());
+    auto trained = load_model(ckpt.string(), /*forward_only=*/true);  // widened next
     auto m = widen(*trained);
     instruments["final"] = probe_one(*m);
     probe_seconds += seconds_since(t1);

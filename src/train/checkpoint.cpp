@@ -127,14 +127,14 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
   return f.metadata;
 }
 
-std::unique_ptr<Model<float>> load_model(const std::string& given) {
+std::unique_ptr<Model<float>> load_model(const std::string& given, bool forward_only) {
   const std::string path = resolve(given);
-  if (hf::is_model_dir(path)) return hf::load_model_dir(path);
-  if (gguf::is_gguf(path)) return gguf::load_model(path);
+  if (hf::is_model_dir(path)) return hf::load_model_dir(path, /*quiet=*/false, forward_only);
+  if (gguf::is_gguf(path)) return gguf::load_model(path, /*quiet=*/false, forward_only);
   const st::File f = st::read(path);
   const ModelConfig cfg = config_of(f);  // validated, sizes capped (ModelConfig::size_violations)
   check_params(f, make_param_table(cfg));  // before allocating: the file must hold every weight
-  auto model = std::make_unique<Model<float>>(cfg, Model<float>::Unset{});  // every parameter is copied next
+  auto model = unset_model<float>(cfg, forward_only);  // every parameter is copied next
   copy_params(f, *model);
   return model;
 }

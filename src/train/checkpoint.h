@@ -24,13 +24,14 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
                                                             AdamW& optimizer);
 
 // Every `path` below may also be a Hugging Face model directory (config.json + model.safetensors,
-// see io/hf.h), read with the same strictness, a llama-architecture GGUF file (io/gguf_model.h),
+// see io/hf.h), read with the same strictness, a GGUF file (io/gguf_model.h),
 // or a normlab run directory (the checkpoint.safetensors inside it).
 // Reads the config from a checkpoint's metadata (Error if missing or invalid).
 ModelConfig checkpoint_config(const std::string& path);
 
-// Loads a checkpoint into a new model built from its own config.
-std::unique_ptr<Model<float>> load_model(const std::string& path);
+// Loads a checkpoint into a new model built from its own config; forward_only: without parameter
+// gradients (Model::ForwardOnly), for commands that never call backward.
+std::unique_ptr<Model<float>> load_model(const std::string& path, bool forward_only = false);
 
 // Loads the parameters of `path` into `model`, whose config must describe the same tensors.
 void load_params(const std::string& path, Model<float>& model);
