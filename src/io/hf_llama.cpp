@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <optional>
 #include <vector>
 
@@ -269,10 +270,13 @@ void read_nope_layers(const ConfigReader& r, ModelConfig& c) {
 }
 
 // The family a normlab config is written as (llama_export_refusal says whether it is exactly that):
-// OLMo 2 for the reordered block, Qwen3 for per-head QK-norm, Qwen2 for q, k, v biases only, else Llama.
-enum class Family { Llama, Qwen2, Qwen3, Olmo2 };
+// OLMo 2 for the reordered block, Gemma for GeGLU (Gemma 2 with the sandwich), Qwen3 for per-head
+// QK-norm, Qwen2 for q, k, v biases only, else Llama.
+enum class Family { Llama, Qwen2, Qwen3, Olmo2, Gemma, Gemma2 };
 Family export_family(const ModelConfig& c) {
   if (c.placement_of(0) == Placement::Reordered) return Family::Olmo2;
+  if (c.activation == Activation::GeGlu)
+    return c.placement_of(0) == Placement::Sandwich ? Family::Gemma2 : Family::Gemma;
   if (c.qk_norm == QkNorm::Heads) return Family::Qwen3;
   return c.bias == LinearBias::Qkv ? Family::Qwen2 : Family::Llama;
 }
@@ -412,13 +416,21 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   // Llama and Qwen2: pre-norm in every layer, no QK-norm; Qwen3: pre-norm with QK-norm per head; OLMo 2:
   // reordered in every layer with QK-norm over the whole projections
   const Family family = export_family(c);
-  const bool olmo2 = family == Family::Olmo2, qwen3 = family == Family::Qwen3;
+  const bool olmo2 = family == Family::Olmo2, qwen3 = family == Family::Qwen3, gemma2 = family == Family::Gemma2,
+             gemma = family == Family::Gemma || gemma2;
+  const Placement each = olmo2 ? Placement::Reordered : gemma2 ? Placement::Sandwich : Placement::Pre;
   for (int l = 0; l < c.n_layers; l++)
-    if (c.placement_of(l) != (olmo2 ? Placement::Reordered : Placement::Pre)) {
-      why.push_back(fmt::format("layer {} is {} (Llama and Qwen2 are pre-norm in every layer, OLMo 2 reordered)", l,
-                                to_string(c.placement_of(l))));
+    if (c.placement_of(l) != each) {
+      why.push_back(fmt::format("layer {} is {} (Llama, Qwen2 and Gemma are pre-norm in every layer, Gemma 2 "
+                                "sandwich, OLMo 2 reordered)",
+                                l, to_string(c.placement_of(l))));
       break;
     }
+  if (gemma && (c.bias != LinearBias::None || c.qk_norm != QkNorm::None || c.rope_scale != 1.0))
+    why.push_back("a GeGLU model is Gemma's only without biases, QK-norm or RoPE scaling");
+  if (gemma && c.embed_scale != std::sqrt(double(c.d_model)))
+    why.push_back(fmt::format("embed_scale is {} (Gemma multiplies the embedding by sqrt(d_model) = {:g})",
+                              c.embed_scale, std::sqrt(double(c.d_model))));
   if (olmo2 && (c.qk_norm != QkNorm::Whole || c.v_norm || !c.qk_norm_affine || c.bias != LinearBias::None))
     why.push_back("a reordered model is OLMo 2's only with qk_norm = \"whole\" (no v_norm, with gains) and no biases");
   if (qwen3 && (c.v_norm || !c.qk_norm_affine || c.bias != LinearBias::None))
@@ -427,24 +439,25 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if (c.norm != NormKind::RMSNorm) why.push_back(fmt::format("norm is {} (Llama uses RMSNorm)", to_string(c.norm)));
   if (c.positions != Positions::Rope || c.rope_fraction != 1.0) why.push_back("positions are not RoPE over the whole head");
   if (c.rope_local_base > 0)
-    why.push_back("RoPE has a base per layer (Gemma 3's; normlab does not write Gemma directories)");
+    why.push_back("RoPE has a base per layer (Gemma 3's; normlab does not write Gemma 3 directories)");
   if (c.nope_every != 0)
     why.push_back("some layers have no RoPE (model.nope_every: SmolLM3's; normlab does not write SmolLM3 directories)");
   if (!c.rope_freq_factors.empty())
     why.push_back("RoPE has a divisor per frequency (model.rope_freq_factors: Llama 3.1's llama3 scaling or a GGUF "
                   "file's rope_freqs), which a config.json states only as llama3's four parameters; normlab keeps the "
                   "divisors, not those");
-  if (c.activation != Activation::SwiGlu) why.push_back(fmt::format("activation is {} (Llama's MLP is SwiGLU)", to_string(c.activation)));
+  if (c.activation != Activation::SwiGlu && !gemma)
+    why.push_back(fmt::format("activation is {} (Llama's MLP is SwiGLU, Gemma's GeGLU)", to_string(c.activation)));
   if (!olmo2 && !qwen3 && c.qk_norm != QkNorm::None)
     why.push_back(fmt::format("qk_norm is {} (Llama and Qwen2 have no QK-norm, Qwen3's is per head, OLMo 2's over the "
                               "whole projections with reordered norms)",
                               to_string(c.qk_norm)));
-  if (c.embed_scale != 1.0)
-    why.push_back(fmt::format("embed_scale is {} (Gemma's; normlab reads Gemma directories, it does not write them yet)",
-                              c.embed_scale));
+  if (c.embed_scale != 1.0 && !gemma)
+    why.push_back(fmt::format("embed_scale is {} (only Gemma scales the embedding)", c.embed_scale));
   if (c.embed_scale_learned) why.push_back("embed_scale_learned (a learned embedding scale has no Hugging Face tensor)");
-  if (!c.plain_scores() || c.logit_softcap > 0)
-    why.push_back("attn_scale, attn_softcap or logit_softcap is set (Gemma 2's; normlab does not write Gemma directories)");
+  if ((!c.plain_scores() || c.logit_softcap > 0) && !gemma2)
+    why.push_back("attn_scale, attn_softcap or logit_softcap is set (only Gemma 2's block, the sandwich with GeGLU, has "
+                  "them)");
   if (!c.residual || !c.mlp) why.push_back("residual = false or mlp = false");
   if (c.has_embed_norm() || c.type_vocab > 0) why.push_back("an embedding norm or token types");
   if (c.head != Head::Tied && c.head != Head::Untied) why.push_back(fmt::format("head = {}", to_string(c.head)));
@@ -458,14 +471,19 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
 std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   const ModelConfig& c = model.config();
   const Family family = export_family(c);  // (llama_export_refusal checked that it is exactly that)
-  const bool olmo2 = family == Family::Olmo2, qwen3 = family == Family::Qwen3, qwen2 = family == Family::Qwen2;
-  const std::string arch = olmo2   ? "Olmo2ForCausalLM"
-                           : qwen3 ? "Qwen3ForCausalLM"
-                           : qwen2 ? "Qwen2ForCausalLM"
-                                   : "LlamaForCausalLM";
+  const bool olmo2 = family == Family::Olmo2, qwen3 = family == Family::Qwen3, qwen2 = family == Family::Qwen2,
+             gemma2 = family == Family::Gemma2, gemma = family == Family::Gemma || gemma2;
+  const std::string arch = olmo2    ? "Olmo2ForCausalLM"
+                           : qwen3  ? "Qwen3ForCausalLM"
+                           : qwen2  ? "Qwen2ForCausalLM"
+                           : gemma2 ? "Gemma2ForCausalLM"
+                           : gemma  ? "GemmaForCausalLM"
+                                    : "LlamaForCausalLM";
+  const std::string type = olmo2 ? "olmo2" : qwen3 ? "qwen3" : qwen2 ? "qwen2" : gemma2 ? "gemma2" : gemma ? "gemma" : "llama";
   std::vector<TensorMap> table = llama_table(c);
   if (c.head == Head::Untied) table.push_back({"lm_head.weight", "lm_head.weight"});
   std::vector<st::TensorView> views;
+  std::deque<std::vector<float>> shifted;  // Gemma's gains, stored as w for a gain of 1 + w
   for (const TensorMap& m : table) {
     const ParamSpec* p = model.table().find(m.normlab);
     std::vector<int64_t> shape = p->shape;
@@ -475,9 +493,15 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
       offset = size_t(m.row0) * (p->shape.size() > 1 ? size_t(p->shape[1]) : 1);
     }
     const std::string name = m.hf == "lm_head.weight" ? m.hf : "model." + m.hf;
-    views.push_back({name, st::DType::F32, shape, model.params().data() + p->offset + offset});
+    const float* data = model.params().data() + p->offset + offset;
+    if (gemma && p->role == ParamRole::NormGain) {  // exact for gains in [0.5, 2] (Sterbenz): read back bit for bit
+      shifted.emplace_back(data, data + p->numel);
+      for (float& w : shifted.back()) w -= 1.0f;
+      data = shifted.back().data();
+    }
+    views.push_back({name, st::DType::F32, shape, data});
   }
-  json config = {{"architectures", {arch}}, {"model_type", olmo2 ? "olmo2" : qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama"},
+  json config = {{"architectures", {arch}}, {"model_type", type},
                  {"vocab_size", c.vocab_size()}, {"hidden_size", c.d_model}, {"num_hidden_layers", c.n_layers},
                  {"num_attention_heads", c.n_heads}, {"num_key_value_heads", c.kv_heads()}, {"head_dim", c.head_size()},
                  {"intermediate_size", c.ff()}, {"hidden_act", "silu"}, {"max_position_embeddings", c.seq_len},
@@ -486,7 +510,20 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
                                                       : json{{"rope_type", "linear"}, {"factor", c.rope_scale}}},
                  {"tie_word_embeddings", c.head == Head::Tied}, {"initializer_range", c.init_std},
                  {"attention_dropout", 0.0}, {"torch_dtype", "float32"}};
-  if (olmo2) {
+  if (gemma) {  // transformers' Gemma reads hidden_activation; head_dim is always stated
+    config.erase("hidden_act");
+    config["hidden_activation"] = "gelu_pytorch_tanh";
+    config["attention_bias"] = false;
+  }
+  if (gemma2) {  // normlab's attention is full: a window of seq_len masks nothing in what it takes
+    // the scores times query_pre_attn_scalar^(-1/2): the head size unless attn_scale says otherwise
+    if (c.attn_scale) config["query_pre_attn_scalar"] = 1.0 / (*c.attn_scale * *c.attn_scale);
+    else config["query_pre_attn_scalar"] = c.head_size();
+    config["attn_logit_softcapping"] = c.attn_softcap > 0 ? json(c.attn_softcap) : json(nullptr);
+    config["final_logit_softcapping"] = c.logit_softcap > 0 ? json(c.logit_softcap) : json(nullptr);
+    config["sliding_window"] = c.seq_len;
+  }
+  if (olmo2 || gemma) {
     config["attention_bias"] = false;
   } else if (qwen3) {  // transformers' Qwen3 normalizes q and k per head with rms_norm_eps, as normlab does
     config["attention_bias"] = false;

@@ -14,6 +14,7 @@ The tolerances and the shared helpers are in hf_common.py; the models only trans
 """
 import argparse
 import json
+import math
 import os
 import shutil
 
@@ -294,7 +295,10 @@ def bert_case(normlab, work, label, seed, mlm=True, **cfg):
 # ---------------------------------------------------------------------------------------------
 # Export: normlab -> transformers
 
-def export_case(normlab, work, label, sets, loader, seed):
+def export_case(normlab, work, label, sets, loader, seed, eager=False):
+    """A normlab checkpoint (perturbed) exported with `export --hf`: from_pretrained's outputs must be normlab's,
+    and normlab's reading of the directory the same model bit for bit. eager: transformers' eager attention and
+    no cache (Gemma 2: its soft caps)."""
     d = os.path.join(work, label)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -323,8 +327,10 @@ def export_case(normlab, work, label, sets, loader, seed):
     out = os.path.join(d, "normlab.safetensors")
     run(normlab, "grads", "--checkpoint", ckpt, "--tokens", tok, "--out", out)
     got = load_file(out)
-    model = loader.from_pretrained(hf_dir).double().eval()
+    model = loader.from_pretrained(hf_dir, **(dict(attn_implementation="eager") if eager else {})).double().eval()
     args = dict(input_ids=torch.from_numpy(ids.astype(np.int64)), attention_mask=torch.from_numpy(mask.astype(np.int64)))
+    if eager:
+        args["use_cache"] = False
     if tt is not None:
         args["token_type_ids"] = torch.from_numpy(tt.astype(np.int64))
     with torch.no_grad():
@@ -609,6 +615,15 @@ def main():
                                                     "model.positions=rope", "model.rope_scale=4",
                                                     "model.activation=swiglu", "model.bias=none", "model.vocab=60"],
                 LlamaForCausalLM, 21)
+    # Gemma (GeGLU, the embedding times sqrt(d), gains written as w for 1 + w) and Gemma 2 (the sandwich, its
+    # own score scale, soft caps small enough to bend)
+    gemma = ["model.d_model=24", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2", "model.seq_len=12",
+             "model.d_ff=30", "model.norm=rmsnorm", "model.positions=rope", "model.activation=geglu", "model.bias=none",
+             f"model.embed_scale={math.sqrt(24)!r}", "model.vocab=70"]
+    export_case(nl, w, "export_gemma", gemma, GemmaForCausalLM, 25)
+    export_case(nl, w, "export_gemma2", gemma + ["model.placement=sandwich", "model.attn_scale=0.3",
+                                                 "model.attn_softcap=0.8", "model.logit_softcap=1.5"],
+                Gemma2ForCausalLM, 26, eager=True)
     bad_input(nl, w)
     finish("all Hugging Face parity checks passed")
 
