@@ -1,6 +1,6 @@
 // test_model.cpp: whole-model gradients against central finite differences in double precision for
 // every placement x norm kind (layernorm, rmsnorm, dyt, derf) x architecture (and residual off, ReLU, per-layer mixes, eps = 0),
-// the DeepNorm residual form, init schemes, config validation, and float/double agreement.
+// the DeepNorm residual form, init schemes, config validation, float/double agreement, and forward-only models.
 #include <gtest/gtest.h>
 
 #include <algorithm>
