@@ -34,7 +34,7 @@ std::unique_ptr<Model<double>> ablated(const Model<double>& model, bool skips, b
   ModelConfig cfg = model.config();
   cfg.residual = skips;
   cfg.mlp = mlp;
-  auto m = std::make_unique<Model<double>>(cfg, Model<double>::Unset{}, Model<double>::ForwardOnly{});
+  auto m = unset_model<double>(cfg, /*forward_only=*/true);
   for (const ParamSpec& p : m->table().specs) {
     const ParamSpec* src = model.table().find(p.name);
     if (!src) throw Error(fmt::format("ablation: the model has no parameter {} (it was built without MLPs)", p.name));

@@ -86,9 +86,7 @@ std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd) {
     if (!cmd.config.empty() || !cmd.sets.empty())
       throw Error("give either --checkpoint or --config/--set, not both");
     auto f = load_model(cmd.checkpoint, /*forward_only=*/true);  // its parameters only
-    auto m = unset_model<double>(f->config(), /*forward_only=*/cmd.attention->parsed());
-    std::copy(f->params().begin(), f->params().end(), m->params().begin());
-    return m;
+    return model_with_params<double>(f->config(), f->params(), /*forward_only=*/cmd.attention->parsed());
   }
   nlohmann::json doc = cmd.config.empty() ? nlohmann::json::object() : read_toml(cmd.config);
   apply_overrides(doc, cmd.sets);

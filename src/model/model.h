@@ -368,10 +368,10 @@ std::unique_ptr<Model<S>> unset_model(ModelConfig cfg, bool forward_only) {
 
 // A model of `cfg` holding `params` (float or double: widened or narrowed), built without the random
 // initialization the copy would overwrite (for a 135M-parameter model that costs seconds). Error if
-// the count differs from the config's.
+// the count differs from the config's. forward_only: without parameter gradients (unset_model).
 template <class S, class Params>
-std::unique_ptr<Model<S>> model_with_params(ModelConfig cfg, const Params& params) {
-  auto m = std::make_unique<Model<S>>(std::move(cfg), typename Model<S>::Unset{});
+std::unique_ptr<Model<S>> model_with_params(ModelConfig cfg, const Params& params, bool forward_only = false) {
+  auto m = unset_model<S>(std::move(cfg), forward_only);
   if (size_t(params.size()) != m->params().size())
     throw Error(fmt::format("{} parameters given for a config of {}", params.size(), m->params().size()));
   std::copy(params.begin(), params.end(), m->params().begin());
