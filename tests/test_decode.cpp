@@ -138,10 +138,11 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
       cfg.attn_softcap = 0.6;
       cfg.logit_softcap = 0.8;
     }
-    if (k.rope_per_layer) {  // layer 0 local (base 10), layer 1 global (1e4, positions / 3), layer 2 NoPE
-      cfg.rope_local_base = 10;
+    if (k.rope_per_layer) {  // layer 0 local (base 10), layer 1 global (1e4, positions / 3, cos and sin x 1.2),
+      cfg.rope_local_base = 10;  // layer 2 NoPE
       cfg.rope_global_every = 2;
       cfg.rope_scale = 3;
+      cfg.rope_mscale = 1.2;
       cfg.nope_every = 3;
     }
     Model<double> model(cfg);

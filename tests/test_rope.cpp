@@ -105,6 +105,57 @@ TEST(ModelRope, DivisorsPerFrequency) {
   EXPECT_FALSE(model_config_to_json(base).contains("rope_freq_factors"));
 }
 
+// A factor m on cos and sin (LongRoPE's and YaRN's attention factor): with whole heads rotated it is
+// the score scale m^2 (q.k over rotated dimensions only), with part of each head rotated it is not
+// (the other dimensions keep their share); gradients by finite differences with partial rotary;
+// yarn_rope_factors against its closed form (R 12, base 1e4, factor 4, original length 64: the
+// correction range [0, 2] truncated, [0, 1.51] not); the config's checks and round trip.
+TEST(ModelRope, FactorOnCosAndSin) {
+  ModelConfig base = tiny(Arch::Gpt, {Placement::Pre, Placement::Pre}, NormKind::RMSNorm);
+  base.positions = Positions::Rope;
+  base.seq_len = 8;
+  const Tokens tok = tokens_for(base, 2, 8, 6);
+  const auto logits = [&](const ModelConfig& c) { return logits_with_weights_of(base, c, tok); };
+  const double m = 1.3;
+  ModelConfig scaled = base, scores = base;
+  scaled.rope_mscale = m;
+  scores.attn_scale = m * m / std::sqrt(double(base.head_size()));
+  const auto a = logits(scaled), b = logits(scores);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); i++) EXPECT_NEAR(a[i], b[i], 1e-12) << i;
+  EXPECT_NE(logits(scaled), logits(base));
+  ModelConfig half = base;  // 2 of each head's 4 dimensions rotate
+  half.rope_fraction = 0.5;
+  ModelConfig half_scaled = half, half_scores = half;
+  half_scaled.rope_mscale = m;
+  half_scores.attn_scale = m * m / std::sqrt(double(base.head_size()));
+  const auto c = logits(half_scaled), d = logits(half_scores);
+  double gap = 0;
+  for (size_t i = 0; i < c.size(); i++) gap = std::max(gap, std::abs(c[i] - d[i]));
+  EXPECT_GT(gap, 1e-4);
+  check_model_gradients(half_scaled);
+
+  const std::vector<double> f = ops::yarn_rope_factors(12, 1e4, 4.0, 32.0, 1.0, 64.0);
+  ASSERT_EQ(f.size(), 6u);
+  EXPECT_EQ(f[0], 1.0);                               // ramp 0: kept
+  EXPECT_NEAR(f[1], 1.0 / (0.5 / 4.0 + 0.5), 1e-12);  // ramp 1/2: blended
+  for (int i = 2; i < 6; i++) EXPECT_NEAR(f[size_t(i)], 4.0, 1e-12) << i;  // ramp 1: interpolated
+  const double kPi = 3.14159265358979323846;
+  const double high = 12 * std::log(64.0 / (2 * kPi)) / (2 * std::log(1e4));  // 1.51 (low: below 0)
+  const std::vector<double> g = ops::yarn_rope_factors(12, 1e4, 4.0, 32.0, 1.0, 64.0, /*truncate=*/false);
+  EXPECT_NEAR(g[1], 1.0 / ((1 / high) / 4.0 + 1 - 1 / high), 1e-12);
+  EXPECT_NEAR(g[2], 4.0, 1e-12);
+
+  ModelConfig bad = base;
+  bad.rope_mscale = 0;
+  EXPECT_THROW(bad.validate(), Error);
+  bad = scaled;
+  bad.positions = Positions::Learned;
+  EXPECT_THROW(bad.validate(), Error);
+  EXPECT_EQ(model_config_from_json(model_config_to_json(scaled), "test").rope_mscale, m);
+  EXPECT_FALSE(model_config_to_json(base).contains("rope_mscale"));
+}
+
 // NoPE layers (SmolLM3): every layer NoPE is the model without positions, bit for bit; nope_every
 // past the last layer is the plain RoPE model; a mixed stack equals neither; its gradients by
 // finite differences (gpt and encoder); the config's checks and round trip.

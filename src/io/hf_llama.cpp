@@ -25,8 +25,9 @@
 // layers rotate with rope_local_base_freq (1e4), every sixth ("global") with rope_theta (1e6) and,
 // in the larger models, linear scaling (model.rope_local_base, rope_global_every, rope_scale). Every
 // family's RoPE scaling is read the same way (read_rope_entry): linear (model.rope_scale), Llama 3.1's
-// llama3 or LongRoPE's short factors, a divisor per frequency (model.rope_freq_factors); export writes
-// linear scaling only.
+// llama3, YaRN's blend or LongRoPE's short factors, a divisor per frequency (model.rope_freq_factors),
+// with YaRN's and LongRoPE's factor on cos and sin (model.rope_mscale), and a partial_rotary_factor
+// (Phi-4-mini's 0.75: model.rope_fraction); export writes linear scaling only.
 #include "io/hf_llama.h"
 
 #include <algorithm>
@@ -104,14 +105,17 @@ bool is_qwen2(const ConfigReader& r) { return r.string("model_type", "") == "qwe
 // RoPE scaling as a config states it (transformers 4: a rope_scaling object beside rope_theta; 5:
 // rope_parameters holding both, or one entry per layer type for Gemma 3): none (rope_type default),
 // linear (positions divided by factor: model.rope_scale), llama3 (Llama 3.1's divisor per frequency:
-// model.rope_freq_factors, made by apply_rope_scaling once the head size is known) or longrope (up to
-// its original length, apply_rope_scaling). The others (dynamic, yarn) change the angles with the
-// sequence length: refused.
+// model.rope_freq_factors, made by apply_rope_scaling once the head size is known), longrope (up to
+// its original length) or yarn (divisors blended per frequency and a factor on cos and sin:
+// apply_rope_scaling). Dynamic scaling changes the angles with the sequence length: refused.
 struct RopeScaling {
   std::string type = "default";
   double factor = 1.0, low_freq_factor = 1.0, high_freq_factor = 4.0, context = 8192;
   std::vector<double> short_factor;  // longrope: the divisors up to `context` positions
-  double attention_factor = 0;       // longrope: its factor on cos and sin (0: from the lengths)
+  double attention_factor = 0;       // longrope, yarn: the factor on cos and sin (0: from the lengths)
+  double beta_fast = 32, beta_slow = 1, mscale = 0, mscale_all_dim = 0;  // yarn (transformers' defaults)
+  bool truncate = true;                                                   // yarn
+  const char* key = "rope_scaling";  // the config.json key it came from (rope_parameters in transformers 5)
 };
 
 // One RoPE entry (the object at `key`): its base (the fallback when absent) and scaling; `scaled`
@@ -123,9 +127,11 @@ RopeScaling read_rope_entry(const ConfigReader& r, const char* key, double& base
   if (!r.j[key].is_object()) return s;
   s.type = e.string("rope_type", e.string("type", "default"));
   if (s.type == "su") s.type = "longrope";  // (Phi-3's first name for it)
-  r.require(key, s.type == "default" || (scaled && (s.type == "linear" || s.type == "llama3" || s.type == "longrope")),
-            scaled ? "normlab's RoPE scaling is linear, llama3 or longrope up to its original length (rope_type "
-                     "default, linear, llama3 or longrope; not dynamic or yarn)"
+  r.require(key,
+            s.type == "default" ||
+                (scaled && (s.type == "linear" || s.type == "llama3" || s.type == "longrope" || s.type == "yarn")),
+            scaled ? "normlab's RoPE scaling is linear, llama3, yarn or longrope up to its original length (rope_type "
+                     "default, linear, llama3, yarn or longrope; not dynamic)"
                    : "the local layers' RoPE has no scaling (rope_type default)");
   base = e.number("rope_theta", base);
   if (s.type == "default") return s;
@@ -142,6 +148,25 @@ RopeScaling read_rope_entry(const ConfigReader& r, const char* key, double& base
     s.context = e.number("original_max_position_embeddings", 0.0);  // (transformers 5: here; 4: beside)
     return s;
   }
+  if (s.type == "yarn") {  // factor: unset in transformers 5 when max / original gives it
+    s.factor = e.null("factor") ? 0.0 : e.number("factor", 0.0);
+    r.require(key, s.factor == 0.0 || (s.factor >= 1.0 && s.factor <= 1e6), "yarn's factor in [1, 1e6]");
+    s.attention_factor = e.null("attention_factor") ? 0.0 : e.number("attention_factor", 0.0);
+    s.beta_fast = e.null("beta_fast") ? 0.0 : e.number("beta_fast", 0.0);  // (0 or absent: the default, as
+    s.beta_slow = e.null("beta_slow") ? 0.0 : e.number("beta_slow", 0.0);  // transformers' `or 32`, `or 1`)
+    if (s.beta_fast == 0) s.beta_fast = 32;
+    if (s.beta_slow == 0) s.beta_slow = 1;
+    s.mscale = e.null("mscale") ? 0.0 : e.number("mscale", 0.0);
+    s.mscale_all_dim = e.null("mscale_all_dim") ? 0.0 : e.number("mscale_all_dim", 0.0);
+    s.truncate = e.boolean("truncate", true);
+    s.context = e.number("original_max_position_embeddings", 0.0);
+    r.require(key, s.attention_factor >= 0 && s.attention_factor <= 1e3, "yarn's attention_factor in (0, 1e3]");
+    r.require(key, s.beta_fast > 0 && s.beta_slow > 0 && s.beta_fast < 1e6 && s.beta_slow < 1e6,
+              "yarn's beta_fast and beta_slow > 0");
+    r.require(key, s.mscale >= 0 && s.mscale < 1e3 && s.mscale_all_dim >= 0 && s.mscale_all_dim < 1e3,
+              "yarn's mscale and mscale_all_dim in [0, 1e3)");
+    return s;
+  }
   s.factor = e.number("factor", 0.0);
   r.require(key, s.factor >= 1.0 && s.factor <= 1e6, "factor in [1, 1e6] (the positions are divided by it)");
   if (s.type == "llama3") {
@@ -155,24 +180,39 @@ RopeScaling read_rope_entry(const ConfigReader& r, const char* key, double& base
   return s;
 }
 
-// The scaling onto the config; after the head size (and so R) is known. LongRoPE (Phi-3.5, Phi-3's
-// 128k models) up to original_max_position_embeddings: short_factor as divisors and cos, sin times
-// m = attention_factor (else sqrt(1 + ln(s) / ln(original)), s = factor or max / original), so the scores times m^2:
-// model.attn_scale; seq_len capped there (past it the long factors would apply).
+// The scaling onto the config; after the head size and the rotated share (and so R) are known.
+// LongRoPE (Phi-3.5, Phi-3's 128k models, Phi-4-mini) up to original_max_position_embeddings:
+// short_factor as divisors and cos, sin times m = attention_factor (else sqrt(1 + ln(s) / ln(original)),
+// s = factor or max / original): model.rope_mscale; seq_len capped there (past it the long factors
+// would apply). YaRN: yarn_rope_factors and its attention factor, the same at every length.
 void apply_rope_scaling(const ConfigReader& r, ModelConfig& c, RopeScaling s, Imported& im) {
   if (s.type == "linear") c.rope_scale = s.factor;
+  if (s.type == "yarn" && c.n_heads > 0) {  // transformers 5's _compute_yarn_parameters
+    if (s.context == 0) s.context = r.number("original_max_position_embeddings", 0.0);
+    const double max_len = r.number("max_position_embeddings", 2048);
+    if (s.context == 0) s.context = max_len;
+    if (s.factor == 0) s.factor = max_len / s.context;
+    r.require(s.key, s.context >= 2 && s.context <= 1e9 && s.factor >= 1 && s.factor <= 1e6,
+              "yarn with an original length >= 2 and a factor (or max / original) in [1, 1e6]");
+    auto mscale = [&](double m) { return s.factor <= 1 ? 1.0 : 0.1 * m * std::log(s.factor) + 1.0; };
+    c.rope_mscale = s.attention_factor > 0                       ? s.attention_factor
+                    : s.mscale > 0 && s.mscale_all_dim > 0 ? mscale(s.mscale) / mscale(s.mscale_all_dim)
+                                                                 : mscale(1.0);
+    c.rope_freq_factors =
+        ops::yarn_rope_factors(c.rope_dims(), c.rope_base, s.factor, s.beta_fast, s.beta_slow, s.context, s.truncate);
+  }
   if (s.type == "longrope" && c.n_heads > 0) {
     if (s.context == 0) s.context = r.number("original_max_position_embeddings", 0.0);
     r.require("original_max_position_embeddings", s.context >= 2 && s.context <= 1e9,
               "LongRoPE needs original_max_position_embeddings >= 2");
-    r.require("rope_scaling", int(s.short_factor.size()) == c.rope_dims() / 2,
+    r.require(s.key, int(s.short_factor.size()) == c.rope_dims() / 2,
               fmt::format("longrope's short_factor holds one divisor per rotated pair ({})", c.rope_dims() / 2));
     const double scale = s.factor > 0 ? s.factor : r.integer("max_position_embeddings", 2048) / s.context;
     const double m = s.attention_factor > 0 ? s.attention_factor
                      : scale <= 1         ? 1.0
                                           : std::sqrt(1 + std::log(scale) / std::log(s.context));
     c.rope_freq_factors = s.short_factor;
-    c.attn_scale = m * m * c.attention_scale();
+    c.rope_mscale = m;
     if (s.context < c.seq_len) {
       c.seq_len = int(s.context);
       im.notes.push_back(fmt::format("LongRoPE: its short factors apply up to original_max_position_embeddings {0}, "
@@ -183,6 +223,25 @@ void apply_rope_scaling(const ConfigReader& r, ModelConfig& c, RopeScaling s, Im
   if (s.type == "llama3" && c.n_heads > 0)
     c.rope_freq_factors = ops::llama3_rope_factors(c.rope_dims(), c.rope_base, s.factor, s.low_freq_factor,
                                                    s.high_freq_factor, s.context);
+}
+
+// partial_rotary_factor f (Phi-4-mini's 0.75; transformers 4: beside rope_theta, 5: in rope_parameters):
+// the first f HS dimensions of each head rotate (model.rope_fraction), as transformers' int(HS f), which
+// must be even (its cos and sin tables then cover exactly those dimensions).
+void read_partial_rotary(const ConfigReader& r, ModelConfig& c) {
+  double f = r.number("partial_rotary_factor", 1.0);
+  if (r.has("rope_parameters") && r.j["rope_parameters"].is_object() &&
+      r.j["rope_parameters"].contains("partial_rotary_factor")) {
+    const ConfigReader rp{r.j["rope_parameters"], r.path + " rope_parameters"};
+    f = rp.number("partial_rotary_factor", f);
+  }
+  if (f == 1.0 || c.n_heads <= 0) return;
+  const int hs = c.head_size(), dims = int(hs * f);
+  r.require("partial_rotary_factor", f > 0 && f < 1 && dims >= 2 && dims % 2 == 0,
+            fmt::format("a share in (0, 1] of the head's {} dimensions that rotates an even number of them", hs));
+  if (!(f > 0 && f < 1 && dims >= 2 && dims % 2 == 0)) return;
+  c.rope_fraction = f;
+  if (c.rope_dims() != dims) c.rope_fraction = (dims + 0.5) / hs;  // (f HS rounded below dims: R = dims exactly)
 }
 
 // A per-layer list marked on every N-th layer ((l + 1) % N == 0) and on no other: N; 0 when no layer is
@@ -208,6 +267,7 @@ RopeScaling read_gemma3_rope(const ConfigReader& r, ModelConfig& c) {
     r.require("rope_parameters", rp.is_object(), "an object with full_attention and sliding_attention entries");
     if (rp.is_object()) {
       if (rope.has("full_attention")) scaling = read_rope_entry(rope, "full_attention", c.rope_base);
+      scaling.key = "rope_parameters";
       if (rope.has("sliding_attention")) read_rope_entry(rope, "sliding_attention", c.rope_local_base, false);
     }
   }
@@ -312,7 +372,10 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   c.rope_base = r.number("rope_theta", qwen3 || gemma3 ? 1e6 : 10000.0);
   RopeScaling rope_scaling;
   if (gemma3) rope_scaling = read_gemma3_rope(r, c);
-  else if (r.has("rope_parameters")) rope_scaling = read_rope_entry(r, "rope_parameters", c.rope_base);  // transformers 5
+  else if (r.has("rope_parameters")) {  // transformers 5
+    rope_scaling = read_rope_entry(r, "rope_parameters", c.rope_base);
+    rope_scaling.key = "rope_parameters";
+  }
   else if (r.has("rope_scaling")) rope_scaling = read_rope_entry(r, "rope_scaling", c.rope_base);
   c.norm = NormKind::RMSNorm;
   c.placement = {Placement::Pre};
@@ -350,6 +413,7 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
     r.require("head_dim", hd >= 1 && hd <= 65536, "a head size in [1, 65536]");
     if (hd >= 1 && hd * c.n_heads != c.d_model) c.head_dim = int(hd);  // (Gemma 2, Qwen3: heads wider or narrower)
   }
+  read_partial_rotary(r, c);
   apply_rope_scaling(r, c, rope_scaling, im);
   if (qwen2) {
     c.bias = LinearBias::Qkv;  // Qwen2: q, k, v biases, none elsewhere
@@ -371,9 +435,6 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   } else if (mistral || phi3) {  // Mistral, Phi-3: Llama without biases, a sliding window on every layer
     cap_at_window(r, c, im, "all layers");
     c.bias = LinearBias::None;
-    if (phi3)  // (Phi-4-mini rotates 3/4 of each head, with LongRoPE, which normlab does not represent)
-      r.require("partial_rotary_factor", r.number("partial_rotary_factor", 1.0) == 1.0,
-                "normlab's Phi-3 rotates whole heads (partial_rotary_factor 1)");
   } else {
     const bool attn_bias = r.boolean("attention_bias", false), mlp_bias = r.boolean("mlp_bias", false);
     r.require("mlp_bias", attn_bias == mlp_bias,
@@ -438,6 +499,9 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
                   "biases");
   if (c.norm != NormKind::RMSNorm) why.push_back(fmt::format("norm is {} (Llama uses RMSNorm)", to_string(c.norm)));
   if (c.positions != Positions::Rope || c.rope_fraction != 1.0) why.push_back("positions are not RoPE over the whole head");
+  if (c.rope_mscale != 1.0)
+    why.push_back("RoPE's cos and sin are scaled (model.rope_mscale: LongRoPE's or YaRN's attention factor), which a "
+                  "config.json states only through their parameters");
   if (c.rope_local_base > 0)
     why.push_back("RoPE has a base per layer (Gemma 3's; normlab does not write Gemma 3 directories)");
   if (c.nope_every != 0)

@@ -289,6 +289,11 @@ std::vector<std::string> ModelConfig::violations() const {
         break;
       }
   }
+  if (!(rope_mscale >= 1e-3 && rope_mscale <= 1e3))
+    v.push_back(fmt::format("model.rope_mscale = {} must be in [1e-3, 1e3] (a factor on RoPE's cos and sin)",
+                            rope_mscale));
+  else if (rope_mscale != 1.0 && positions != Positions::Rope)
+    v.push_back("model.rope_mscale needs positions = \"rope\"");
   if (rope_local_base != 0.0 && (!(rope_local_base > 1.0) || !std::isfinite(rope_local_base)))
     v.push_back(fmt::format("model.rope_local_base = {} must be 0 (one base) or finite and > 1", rope_local_base));
   if (rope_global_every < 1 || rope_global_every > 100000)
@@ -513,6 +518,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
         cfg.rope_freq_factors.push_back(x.get<double>());
       }
   }
+  r.get("rope_mscale", cfg.rope_mscale);
   r.get("rope_local_base", cfg.rope_local_base);
   r.get("rope_global_every", cfg.rope_global_every);
   r.get("nope_every", cfg.nope_every);
@@ -648,6 +654,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
   // written only when the heads are not d_model / n_heads wide (configs from before head_dim read the same)
   if (cfg.wide_heads()) j["head_dim"] = cfg.head_size();
   if (!cfg.rope_freq_factors.empty()) j["rope_freq_factors"] = cfg.rope_freq_factors;
+  if (cfg.rope_mscale != 1.0) j["rope_mscale"] = cfg.rope_mscale;  // (configs from before it read the same)
   if (cfg.nope_every != 0) j["nope_every"] = cfg.nope_every;
   if (cfg.encdec()) {
     j["dec_layers"] = cfg.decoder_layers();

@@ -119,7 +119,11 @@ struct ModelConfig {
                                      // p theta_i / rope_scale (Gemma 3 4B and larger: 8 on its global layers)
   std::vector<double> rope_freq_factors;  // RoPE: a divisor f_i per frequency of the rope_base layers,
                                           // angle p theta_i / (rope_scale f_i), R/2 entries; empty: all 1
-                                          // (Llama 3.1's "llama3" scaling, a GGUF file's rope_freqs)
+                                          // (Llama 3.1's "llama3" scaling, LongRoPE's and YaRN's frequencies,
+                                          // a GGUF file's rope_freqs)
+  double rope_mscale = 1.0;          // RoPE: cos and sin of the rope_base layers times m, so the R rotated
+                                     // dimensions of q and k are scaled by m (their share of q.k by m^2) and
+                                     // the others not (LongRoPE's and YaRN's attention factor); 1: none
   double rope_local_base = 0.0;      // > 0: the "local" layers (rope_local) rotate with this base instead
                                      // (Gemma 3: 1e4 on its sliding-window layers, rope_base 1e6 on the rest);
                                      // 0: one base for every layer

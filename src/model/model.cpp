@@ -89,7 +89,7 @@ Model<S>::Model(ModelConfig cfg, Unset, bool with_grads) : cfg_(std::move(cfg)),
     rope_cos_.assign(size_t(cfg_.seq_len) * (R / 2), S(0));
     rope_sin_.assign(rope_cos_.size(), S(0));
     rope_tables(rope_cos_.data(), rope_sin_.data(), cfg_.seq_len, R, cfg_.rope_base, cfg_.rope_scale,
-                cfg_.rope_freq_factors.empty() ? nullptr : cfg_.rope_freq_factors.data());
+                cfg_.rope_freq_factors.empty() ? nullptr : cfg_.rope_freq_factors.data(), cfg_.rope_mscale);
     if (cfg_.rope_local_base > 0) {  // the local layers' own table (Gemma 3)
       rope_local_cos_.assign(rope_cos_.size(), S(0));
       rope_local_sin_.assign(rope_cos_.size(), S(0));

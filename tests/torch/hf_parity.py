@@ -32,7 +32,7 @@ from transformers import (BertConfig, BertForMaskedLM, BertModel, Gemma2Config, 
 
 from hf_common import (FWD_TOL, GRAD_TOL, LOSS_TOL, check, config_refusals, failures, finish, llama_grad, padded_batch,
                        perturb, run)
-from hf_parity_tf5 import gemma3_golden, qwen3_golden, smollm3_golden
+from hf_parity_tf5 import gemma3_golden, phi4mini_golden, qwen3_golden, qwen3_yarn_golden, smollm3_golden
 
 transformers.logging.set_verbosity_error()
 
@@ -165,16 +165,16 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
 # RoPE scalings normlab does not represent (they change the angles with the sequence length or scale the
 # scores) and broken llama3 parameters
 ROPE_REFUSALS = [
-    ("dynamic", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "not dynamic or yarn"),
-    ("yarn", {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}},
-     "not dynamic or yarn"),
+    ("dynamic", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "not dynamic"),
+    ("yarn factor below 1", {"rope_scaling": {"type": "yarn", "factor": 0.5}}, "yarn's factor in [1, 1e6]"),
+    ("yarn beta_fast below 0", {"rope_scaling": {"type": "yarn", "factor": 4.0, "beta_fast": -1}}, "beta_fast"),
     ("factor below 1", {"rope_scaling": {"rope_type": "linear", "factor": 0.5}}, "factor in [1, 1e6]"),
     ("llama3 without its bands", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
      "0 < low_freq_factor < high_freq_factor"),
     ("not an object", {"rope_scaling": 8}, "an object")]
-# Phi-4-mini's partial rotary, and LongRoPE factors that do not fit the heads
+# a rotated share that is not an even number of dimensions (8 x 0.7: 5), and LongRoPE factors that do not fit
 PHI3_REFUSALS = [
-    ("partial rotary", {"partial_rotary_factor": 0.75}, "partial_rotary_factor"),
+    ("odd partial rotary", {"partial_rotary_factor": 0.7}, "partial_rotary_factor"),
     ("longrope of another length", {"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 3,
                                                      "long_factor": [2.0] * 3}}, "one divisor per rotated pair (4)"),
     ("longrope without short_factor", {"rope_scaling": {"type": "longrope", "long_factor": [2.0] * 4}},
@@ -591,12 +591,19 @@ def main():
     llama_case(nl, w, "mistral_window_gqa", 22, family="mistral", vocab_size=57, hidden_size=32, num_hidden_layers=2,
                num_attention_heads=4, num_key_value_heads=2, head_dim=12, intermediate_size=44,
                max_position_embeddings=64, sliding_window=12, rope_theta=1e6, tie_word_embeddings=False)
+    # YaRN as transformers 4.45 computes it (correction range from max_position_embeddings, here with no
+    # original length, so 4.45 and 5 agree): a 12-wide head's six frequencies kept, blended and interpolated
+    llama_case(nl, w, "llama_yarn", 25, vocab_size=47, hidden_size=36, num_hidden_layers=2,
+               num_attention_heads=3, num_key_value_heads=1, intermediate_size=40, max_position_embeddings=64,
+               rope_theta=1e4, rope_scaling={"rope_type": "yarn", "factor": 4.0})
     llama_case(nl, w, "qwen2_linear_rope", 20, family="qwen2", vocab_size=41, hidden_size=24, num_hidden_layers=2,
                num_attention_heads=2, num_key_value_heads=1, intermediate_size=30, max_position_embeddings=32,
                rope_theta=1e4, rope_scaling={"type": "linear", "factor": 4.0})
     qwen3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     gemma3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     smollm3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    phi4mini_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    qwen3_yarn_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     export_case(nl, w, "export_llama", ["model.d_model=24", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2",
                                         "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
                                         "model.positions=rope", "model.rope_base=5e5", "model.activation=swiglu",

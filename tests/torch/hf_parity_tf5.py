@@ -1,4 +1,5 @@
-"""hf_parity_tf5.py: models only transformers 5 implements (Qwen3, Gemma 3, SmolLM3), against what
+"""hf_parity_tf5.py: models only transformers 5 implements (Qwen3, Gemma 3, SmolLM3, Phi-3 with partial
+rotary as Phi-4-mini, RoPE scaling by YaRN as transformers 5 computes it), against what
 transformers 5 computed from them: tests/data/<name>-tiny holds a directory it wrote and its golden outputs
 (made by tf5_golden.py, since these models need a transformers newer than the suite's torch allows). Every
 hidden state, the logits, the loss and every gradient; Qwen3's export bit for bit; what normlab does not
@@ -111,8 +112,71 @@ def gemma3_golden(normlab, work, source):
         ("multimodal", {"model_type": "gemma3"}, "image-and-text model"),
         ("irregular layer_types", {"layer_types": ["full_attention", "sliding_attention", "full_attention"]},
          "layer_types"),
-        ("yarn", {"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6},
-                                      "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
-         "not dynamic or yarn"),
+        ("dynamic", {"rope_parameters": {"full_attention": {"rope_type": "dynamic", "factor": 8.0, "rope_theta": 1e6},
+                                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+         "not dynamic"),
+        ("scaled local layers", {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                                     "sliding_attention": {"rope_type": "yarn", "factor": 8.0,
+                                                                           "rope_theta": 1e4}}},
+         "the local layers' RoPE has no scaling"),
         ("bidirectional", {"use_bidirectional_attention": True}, "use_bidirectional_attention")],
         d=d, tok=os.path.join(work, "gemma3_tokens.safetensors"))
+
+
+def logits_with(normlab, work, name, d, tok, edit):
+    """normlab's logits on a copy of directory d whose config.json is changed by edit(config)."""
+    v = os.path.join(work, f"{name}_variant")
+    shutil.rmtree(v, ignore_errors=True)
+    shutil.copytree(d, v)
+    with open(os.path.join(v, "config.json")) as f:
+        config = json.load(f)
+    edit(config)
+    with open(os.path.join(v, "config.json"), "w") as f:
+        json.dump(config, f)
+    out = os.path.join(v, "out.safetensors")
+    run(normlab, "grads", "--checkpoint", v, "--tokens", tok, "--out", out)
+    return load_file(out)["logits"]
+
+
+def phi4mini_golden(normlab, work, source):
+    """Phi-4-mini's attention: a Phi-3 that rotates 6 of each head's 8 dimensions (partial_rotary_factor 0.75),
+    with LongRoPE, whose factor on cos and sin (sqrt(1 + ln(128 / 32) / ln 32)) scales those 6 and not the
+    other 2 (model.rope_mscale: as one factor m^2 on the scores it would scale all 8); a share that rotates an
+    odd number of dimensions refused by name."""
+    import math
+    d, config, tok, got = tf5_golden(normlab, work, source, "phi4mini")
+    m = math.sqrt(1 + math.log(128 / 32) / math.log(32))
+    def without_factor(c):  # the golden must see the factor: m = 1 gives other logits
+        c["rope_parameters"]["attention_factor"] = 1.0
+    if np.abs(logits_with(normlab, work, "phi4mini", d, tok, without_factor) - got["logits"]).max() < 1e-3:
+        failures.append("phi4mini: LongRoPE's attention factor changes nothing (the test cannot see it)")
+    whole = dict(config["rope_parameters"], partial_rotary_factor=1.0)  # 4 pairs: the 3 factors no longer fit
+    odd = dict(config["rope_parameters"], partial_rotary_factor=0.625)  # 8 x 0.625 = 5 dimensions
+    config_refusals(normlab, work, "phi4mini", [
+        ("odd rotated share", {"partial_rotary_factor": 0.625, "rope_parameters": odd}, "partial_rotary_factor"),
+        ("whole heads", {"partial_rotary_factor": 1.0, "rope_parameters": whole}, "one divisor per rotated pair (4)")],
+        d=d, tok=tok)
+    print(f"phi4mini_golden: partial rotary with LongRoPE's factor {m:.4f} on the rotated dimensions only")
+
+
+def qwen3_yarn_golden(normlab, work, source):
+    """Qwen3 with YaRN (factor 4 over an original length of 256, below max_position_embeddings 1024: the
+    correction range from the original length, as transformers 5 computes it) against transformers 5; then
+    the attention factor's three sources agree: an explicit attention_factor equal to DeepSeek's
+    mscale / mscale_all_dim ratio gives the same logits as the ratio, and both differ from the default."""
+    import math
+    d, config, tok, got = tf5_golden(normlab, work, source, "qwen3-yarn")
+    def rope(**kv):
+        def edit(c):
+            c["rope_parameters"].update(kv)
+        return edit
+    ratio = (0.1 * 2 * math.log(4) + 1) / (0.1 * 1 * math.log(4) + 1)
+    by_ratio = logits_with(normlab, work, "qwen3-yarn", d, tok, rope(mscale=2.0, mscale_all_dim=1.0))
+    by_factor = logits_with(normlab, work, "qwen3-yarn", d, tok, rope(attention_factor=ratio))
+    if not np.abs(by_ratio - by_factor).max() < 1e-6 or np.abs(by_ratio - got["logits"]).max() < 1e-3:
+        failures.append("qwen3-yarn: YaRN's attention factor from mscale / mscale_all_dim not as transformers computes it")
+    config_refusals(normlab, work, "qwen3-yarn", [
+        ("yarn factor below 1", {"rope_parameters": dict(config["rope_parameters"], factor=0.5)}, "yarn's factor"),
+        ("dynamic", {"rope_parameters": dict(config["rope_parameters"], rope_type="dynamic")}, "not dynamic")],
+        d=d, tok=tok)
+    print("qwen3_yarn_golden: YaRN's blended frequencies and attention factor as transformers 5")

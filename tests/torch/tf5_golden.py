@@ -1,5 +1,6 @@
-"""tf5_golden.py: writes tests/data/qwen3-tiny/, gemma3-tiny/, gemma3-swa6-tiny/ and smollm3-tiny/, the references
-a Qwen3, two Gemma 3 and a SmolLM3 directory are checked against.
+"""tf5_golden.py: writes tests/data/qwen3-tiny/, gemma3-tiny/, gemma3-swa6-tiny/, smollm3-tiny/, phi4mini-tiny/ and
+qwen3-yarn-tiny/, the references a Qwen3, two Gemma 3, a SmolLM3, a Phi-4-mini-like Phi-3 and a Qwen3 with YaRN
+directory are checked against.
 
 Qwen3ForCausalLM needs transformers 4.51 or later, Gemma3ForCausalLM 4.50, SmolLM3ForCausalLM 4.53, which do not
 import with the torch 1.13 of the test environment; so the references are made once, here, by a
@@ -12,13 +13,19 @@ safetensors`), and committed, one directory per model:
     with RoPE bases 1e4 and 1e6 and linear scaling 8 on the global layer, tied head); gemma3-swa6-tiny the
     same block over seven layers in Gemma 3's real pattern (a global layer after every five local ones,
     the rule llama.cpp hard-codes: tests/torch/gguf_check.py converts it) with a final soft cap; smollm3-tiny a
-    SmolLM3ForCausalLM (four layers, no RoPE on every second, grouped queries, tied head);
+    SmolLM3ForCausalLM (four layers, no RoPE on every second, grouped queries, tied head); phi4mini-tiny a
+    Phi3ForCausalLM as Phi-4-mini is made (partial_rotary_factor 0.75: six of each head's eight dimensions
+    rotate; LongRoPE, whose factor on cos and sin scales those six and not the other two; tied head);
+    qwen3-yarn-tiny a Qwen3ForCausalLM with YaRN as Qwen3's model cards set it (factor 4 over an original
+    length of 256, here below max_position_embeddings: transformers 5 takes the correction range from the
+    original length, 4.45 from max_position_embeddings; the 16-wide heads put frequencies in all three bands);
   - golden.safetensors: a padded batch (input_ids, attention_mask, labels) and what transformers
     computes from it in float64: every hidden state, the final norm's output, the logits, the loss
     and the gradient of every parameter (named "grad.<Hugging Face name>");
   - versions.txt: the torch and transformers versions that made it.
 hf_parity.py (tf5_golden) then checks normlab's `grads` on each directory against its file.
-Run: bench/.venv/bin/python tests/torch/tf5_golden.py [qwen3] [gemma3] [gemma3_swa6] [smollm3]   (default: all)
+Run: bench/.venv/bin/python tests/torch/tf5_golden.py [qwen3] [gemma3] [gemma3_swa6] [smollm3] [phi4mini]
+     [qwen3_yarn]   (default: all)
 """
 import json
 import os
@@ -28,8 +35,8 @@ import torch
 import transformers
 from safetensors.numpy import save_file
 import sys
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config,
-                          SmolLM3ForCausalLM)
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Phi3Config, Phi3ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 
@@ -82,6 +89,29 @@ def smollm3():
     return SmolLM3ForCausalLM(config), config, os.path.join(DATA, "smollm3-tiny")
 
 
+def phi4mini():
+    torch.manual_seed(61)
+    config = Phi3Config(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, intermediate_size=40, max_position_embeddings=128,
+                        original_max_position_embeddings=32, partial_rotary_factor=0.75, rope_theta=1e4,
+                        rope_scaling={"type": "longrope", "short_factor": [1.0, 2.3, 7.1],
+                                      "long_factor": [1.0, 4.0, 16.0]},
+                        tie_word_embeddings=True, pad_token_id=60, bos_token_id=1, eos_token_id=60,
+                        attn_implementation="eager")
+    return Phi3ForCausalLM(config), config, os.path.join(DATA, "phi4mini-tiny")
+
+
+def qwen3_yarn():
+    torch.manual_seed(71)
+    config = Qwen3Config(vocab_size=53, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=1, head_dim=16, intermediate_size=40, max_position_embeddings=1024,
+                         rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256,
+                                          "rope_theta": 1e4},
+                         rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False, use_sliding_window=False,
+                         attn_implementation="eager")
+    return Qwen3ForCausalLM(config), config, os.path.join(DATA, "qwen3-yarn-tiny")
+
+
 def write(model, config, OUT):
     os.makedirs(OUT, exist_ok=True)
     g = torch.Generator().manual_seed(22)
@@ -121,6 +151,7 @@ def write(model, config, OUT):
 
 
 if __name__ == "__main__":
-    makers = {"qwen3": qwen3, "gemma3": gemma3, "gemma3_swa6": gemma3_swa6, "smollm3": smollm3}
+    makers = {"qwen3": qwen3, "gemma3": gemma3, "gemma3_swa6": gemma3_swa6, "smollm3": smollm3, "phi4mini": phi4mini,
+              "qwen3_yarn": qwen3_yarn}
     for name in sys.argv[1:] or list(makers):
         write(*makers[name]())
