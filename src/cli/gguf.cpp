@@ -38,15 +38,18 @@ nlohmann::json value_json(const gguf::Value& v) {
   return a;
 }
 
-// ", positions divided by 8" / ", a RoPE divisor per frequency in [1, 8]": the scaling a file states.
+// ", positions divided by 8" / ", a RoPE divisor per frequency in [1, 8]" / ", 96 of each head's 128
+// dimensions rotated, cos and sin x 1.19": the RoPE a file states, beyond its base.
 std::string rope_scaling(const ModelConfig& c) {
   std::string out;
+  if (c.rope_fraction != 1.0) out += fmt::format(", {} of each head's {} dimensions rotated", c.rope_dims(), c.head_size());
   if (c.rope_scale != 1.0)
     out += fmt::format(", positions divided by {:g}{}", c.rope_scale, c.rope_local_base > 0 ? " on the global layers" : "");
   if (!c.rope_freq_factors.empty()) {
     const auto [lo, hi] = std::minmax_element(c.rope_freq_factors.begin(), c.rope_freq_factors.end());
-    out += fmt::format(", a divisor per frequency in [{:g}, {:g}] (rope_freqs)", *lo, *hi);
+    out += fmt::format(", a divisor per frequency in [{:g}, {:g}]", *lo, *hi);
   }
+  if (c.rope_mscale != 1.0) out += fmt::format(", cos and sin x {:.6g} (LongRoPE's attention factor)", c.rope_mscale);
   return out;
 }
 

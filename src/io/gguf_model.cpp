@@ -1,5 +1,5 @@
-// gguf_model.cpp: GGUF files of the llama, qwen2, qwen3, gemma, gemma2 and gemma3 architectures as normlab
-// models (gguf_model.h). Where llama.cpp decides something the file does not state (Gemma's attention
+// gguf_model.cpp: GGUF files of the llama, qwen2, qwen3, gemma, gemma2, gemma3 and phi3 architectures as
+// normlab models (gguf_model.h). Where llama.cpp decides something the file does not state (Gemma's attention
 // scale by model size, Gemma 3's local RoPE base and layer pattern), normlab decides it as llama.cpp does.
 #include "io/gguf_model.h"
 
@@ -23,6 +23,8 @@ const std::set<std::string> kLlamaKeys = {
 // The keys only some architectures have (llama.cpp's convert_hf_to_gguf.py writes them).
 const std::set<std::string> kGemma2Keys = {"attention.sliding_window", "attn_logit_softcapping", "final_logit_softcapping"};
 const std::set<std::string> kGemma3Keys = {"attention.sliding_window", "final_logit_softcapping"};
+const std::set<std::string> kPhi3Keys = {"attention.sliding_window", "rope.scaling.attn_factor",
+                                         "rope.scaling.original_context_length"};
 
 // What an architecture is beyond the llama block they all start from (RMSNorm before each branch,
 // RoPE, a gated MLP, grouped-query attention).
@@ -33,6 +35,7 @@ struct Family {
   bool qk_norm = false;      // qwen3, gemma3: q and k RMS-normalized per head (attn_q_norm, attn_k_norm)
   bool gemma = false;        // GeGLU, the embedding times sqrt(d), norm gains stored as 1 + w (used as stored)
   bool sandwich = false;     // gemma2, gemma3: a norm on each branch's output (post_attention_norm, post_ffw_norm)
+  bool fused = false;        // phi3: q, k, v in one matrix (attn_qkv) and gate, up in another (ffn_up)
   int layers_27b = 0;        // gemma2 / gemma3: the layer count at which llama.cpp takes the 27B model's score scale
   const std::set<std::string>* keys = nullptr;  // the keys beyond kLlamaKeys
 };
@@ -45,6 +48,7 @@ Family family_of(const std::string& arch) {
   if (arch == "gemma2") return {.known = true, .gemma = true, .sandwich = true, .layers_27b = 46, .keys = &kGemma2Keys};
   if (arch == "gemma3")
     return {.known = true, .qk_norm = true, .gemma = true, .sandwich = true, .layers_27b = 62, .keys = &kGemma3Keys};
+  if (arch == "phi3") return {.known = true, .fused = true, .keys = &kPhi3Keys};
   return {};
 }
 
@@ -88,10 +92,47 @@ void read_gemma(const File& f, const std::string& arch, const Family& fam, Model
   if (window > 0 && window < c.seq_len) c.seq_len = int(window);
 }
 
+// LongRoPE (Phi-3's 128k models, Phi-3.5, Phi-4-mini) as the converter writes it: rope_factors_short.weight
+// and rope_factors_long.weight (a divisor per rotated pair each) and rope.scaling.attn_factor, the factor m
+// on cos and sin (absent: sqrt(1 + ln(s) / ln(original)) with s = context / original, as transformers). Up to
+// rope.scaling.original_context_length the short factors apply, so normlab reads them and caps sequences
+// there (model.rope_freq_factors, rope_mscale, seq_len); past it the long ones would.
+void read_longrope(const File& f, const std::string& p, int64_t context, ModelConfig& c) {
+  const TensorInfo* shrt = f.find("rope_factors_short.weight");
+  const TensorInfo* lng = f.find("rope_factors_long.weight");
+  const std::optional<double> attn_factor = f.real_or(p + "rope.scaling.attn_factor");
+  if (!shrt && !lng) {
+    refuse_unless(attn_factor.value_or(1.0) == 1.0, f, "rope.scaling.attn_factor is not 1 without LongRoPE's factors");
+    return;
+  }
+  const int pairs = c.rope_dims() / 2;
+  for (const TensorInfo* t : {shrt, lng})
+    if (!t || t->ne.size() != 1 || t->ne[0] != pairs)
+      throw Error(fmt::format("{}: LongRoPE needs rope_factors_short.weight and rope_factors_long.weight of one "
+                              "divisor per rotated pair ({} values)",
+                              f.path, pairs));
+  if (!c.rope_freq_factors.empty())
+    throw Error(fmt::format("{}: both rope_freqs.weight and LongRoPE's factors; a file has one or the other", f.path));
+  for (float x : f.dequantize(*shrt)) {
+    if (!(x >= 1e-6f && x <= 1e6f))
+      throw Error(fmt::format("{}: tensor 'rope_factors_short.weight' holds {}; a RoPE divisor must be in [1e-6, 1e6]",
+                              f.path, x));
+    c.rope_freq_factors.push_back(x);
+  }
+  const int64_t original = f.integer_or(p + "rope.scaling.original_context_length", 2, 1 << 24).value_or(context);
+  const double s = double(context) / double(original);
+  c.rope_mscale = attn_factor.value_or(s > 1 ? std::sqrt(1 + std::log(s) / std::log(double(original))) : 1.0);
+  if (!(c.rope_mscale >= 1e-3 && c.rope_mscale <= 1e3))
+    throw Error(fmt::format("{}: rope.scaling.attn_factor {} must be in [1e-3, 1e3]", f.path, c.rope_mscale));
+  if (original < c.seq_len) c.seq_len = int(original);
+}
+
 }  // namespace
 
 int64_t sliding_window(const File& f) {
   const std::string arch = f.text("general.architecture");
+  if (arch == "phi3")  // (0: none, as the converter writes Phi-4's)
+    return f.integer_or(arch + ".attention.sliding_window", 0, 1 << 24).value_or(0);
   if (arch != "gemma2" && arch != "gemma3") return 0;
   return f.integer_or(arch + ".attention.sliding_window", arch == "gemma2" ? 1 : 0, 1 << 24)
       .value_or(arch == "gemma2" ? 4096 : 0);
@@ -102,7 +143,8 @@ ModelConfig model_config(const File& f) {
   const Family fam = family_of(arch);
   if (!fam.known)
     throw Error(fmt::format("{}: general.architecture is '{}'; normlab imports GGUF files of the llama (Llama, "
-                            "SmolLM2, TinyLlama, Mistral, ...), qwen2, qwen3, gemma, gemma2 and gemma3 architectures",
+                            "SmolLM2, TinyLlama, Mistral, ...), qwen2, qwen3, gemma, gemma2, gemma3 and phi3 "
+                            "architectures",
                             f.path, arch));
   const std::string p = arch + ".";
   for (const auto& [key, value] : f.metadata)
@@ -131,9 +173,17 @@ ModelConfig model_config(const File& f) {
   c.positions = Positions::Rope;
   c.rope_base = f.real_or(p + "rope.freq_base").value_or(10000.0);
   if (!(c.rope_base > 1)) throw Error(fmt::format("{}: rope.freq_base {} must be > 1", f.path, c.rope_base));
-  refuse_unless(f.integer_or(p + "rope.dimension_count", 0, 1 << 20).value_or(hs) == hs, f,
-                fmt::format("rope.dimension_count differs from the head size {} (partial rotary in the interleaved "
-                            "layout)", hs));
+  // partial rotary (Phi-4-mini): the first R dimensions of each head rotate, rotate-half as llama.cpp's "neox"
+  // RoPE does; not in the llama architecture's interleaved layout, whose converter permuted whole heads
+  const int64_t rotated = f.integer_or(p + "rope.dimension_count", 0, 1 << 20).value_or(hs);
+  refuse_unless(rotated == hs || (!fam.interleaved && rotated >= 2 && rotated < hs && rotated % 2 == 0), f,
+                fmt::format("rope.dimension_count is {} of the head size {} (partial rotary: an even number of "
+                            "dimensions, not in the llama architecture's interleaved layout)",
+                            rotated, hs));
+  if (rotated < hs) {
+    c.rope_fraction = double(rotated) / hs;
+    if (c.rope_dims() != rotated) c.rope_fraction = (rotated + 0.5) / hs;  // (R = 2 floor(f HS / 2) exactly rotated)
+  }
   refuse_unless(f.integer_or(p + "attention.value_length", 0, 1 << 20).value_or(hs) == hs, f,
                 "attention.value_length differs from attention.key_length (the head size)");
   // RoPE scaling: linear (llama.cpp's rope.scaling.type "linear": positions divided by the factor) and
@@ -159,6 +209,9 @@ ModelConfig model_config(const File& f) {
       c.rope_freq_factors.push_back(x);
     }
   }
+  const int64_t context = f.integer_or(p + "context_length", 1, 1 << 24).value_or(2048);
+  c.seq_len = int(std::min<int64_t>(context, kMaxImportedSeqLen));
+  read_longrope(f, p, context, c);
   refuse_unless(f.integer_or(p + "expert_count", 0, 1 << 20).value_or(0) == 0, f, "expert_count > 0 (mixture of experts)");
   c.activation = Activation::SwiGlu;
   c.bias = fam.qkv_bias ? LinearBias::Qkv : LinearBias::None;
@@ -168,9 +221,11 @@ ModelConfig model_config(const File& f) {
   if (!embd || embd->ne.size() != 2 || embd->ne[0] != c.d_model)
     throw Error(fmt::format("{}: no token_embd.weight of row length {}", f.path, c.d_model));
   c.vocab = int(f.integer_or(p + "vocab_size", 1, kMaxVocab).value_or(embd->ne[1]));
-  const int64_t context = f.integer_or(p + "context_length", 1, 1 << 24).value_or(2048);
-  c.seq_len = int(std::min<int64_t>(context, kMaxImportedSeqLen));
   if (fam.gemma) read_gemma(f, arch, fam, c);
+  if (arch == "phi3") {  // a sliding window on every layer, capped as Gemma 2's (0: none)
+    const int64_t window = sliding_window(f);
+    if (window > 0 && window < c.seq_len) c.seq_len = int(window);
+  }
   c.validate();
   return c;
 }
@@ -233,12 +288,16 @@ Imported import_model(const File& f) {
   for (int l = 0; l < c.n_layers; l++) {
     const std::string b = fmt::format("blk.{}.", l), a = fmt::format("h.{}.attn.", l), m = fmt::format("h.{}.mlp.", l);
     im.params[a + "ln_in.weight"] = take(b + "attn_norm.weight", {C});
-    std::vector<float> q = take(b + "attn_q.weight", {A, C}), k = take(b + "attn_k.weight", {KV, C});
-    if (interleaved) {
-      q = unpermute_rows(q, c.n_heads, hs, C);
-      k = unpermute_rows(k, c.kv_heads(), hs, C);
+    if (fam.fused) {  // phi3: [q; k; v] and [gate; up] rows, normlab's own fused layout
+      im.params[a + "qkv.weight"] = take(b + "attn_qkv.weight", {A + 2 * KV, C});
+    } else {
+      std::vector<float> q = take(b + "attn_q.weight", {A, C}), k = take(b + "attn_k.weight", {KV, C});
+      if (interleaved) {
+        q = unpermute_rows(q, c.n_heads, hs, C);
+        k = unpermute_rows(k, c.kv_heads(), hs, C);
+      }
+      im.params[a + "qkv.weight"] = concat({q, k, take(b + "attn_v.weight", {KV, C})});
     }
-    im.params[a + "qkv.weight"] = concat({q, k, take(b + "attn_v.weight", {KV, C})});
     if (c.bias == LinearBias::Qkv)
       im.params[a + "qkv.bias"] = concat({take(b + "attn_q.bias", {A}), take(b + "attn_k.bias", {KV}),
                                           take(b + "attn_v.bias", {KV})});
@@ -252,11 +311,14 @@ Imported import_model(const File& f) {
       im.params[m + "ln_branch.weight"] = take(b + "post_ffw_norm.weight", {C});
     }
     im.params[m + "ln_in.weight"] = take(b + "ffn_norm.weight", {C});
-    im.params[m + "fc.weight"] = concat({take(b + "ffn_gate.weight", {F, C}), take(b + "ffn_up.weight", {F, C})});
+    im.params[m + "fc.weight"] = fam.fused ? take(b + "ffn_up.weight", {2 * F, C})
+                                           : concat({take(b + "ffn_gate.weight", {F, C}), take(b + "ffn_up.weight", {F, C})});
     im.params[m + "proj.weight"] = take(b + "ffn_down.weight", {C, F});
   }
   im.params["ln_f.weight"] = take("output_norm.weight", {C});
-  used.insert("rope_freqs.weight");  // read by model_config (model.rope_freq_factors)
+  used.insert("rope_freqs.weight");  // read by model_config (model.rope_freq_factors, and LongRoPE's:
+  used.insert("rope_factors_short.weight");  // the short ones; the long ones apply past the original length,
+  used.insert("rope_factors_long.weight");   // which normlab's sequences do not reach)
   for (const TensorInfo& t : f.tensors)
     if (!used.count(t.name))
       throw Error(fmt::format("{}: tensor '{}' is not part of the {} architecture as normlab represents it", f.path,

@@ -26,6 +26,7 @@ and writer, 0.10.0) and hostile files.
 """
 import argparse
 import json
+import math
 import os
 import struct
 import subprocess
@@ -294,6 +295,16 @@ def check_llama_metadata(normlab, workdir, failures):
         "metadata 'gemma3.attention.sliding_window_pattern' is not something": dict(
             arch="gemma3", extra=lambda w: w.add_uint32("gemma3.attention.sliding_window_pattern", 4)),
         "no tensor 'blk.0.post_attention_norm.weight'": dict(arch="gemma2"),
+        # partial rotary: not in the llama layout (its converter permuted whole heads), never an odd count;
+        # Phi-3: its fused matrices, LongRoPE's two factor lists of one divisor per rotated pair
+        "rope.dimension_count is 8 of the head size 16": dict(extra=lambda w: w.add_rope_dimension_count(8)),
+        "rope.dimension_count is 7 of the head size 16": dict(
+            arch="qwen2", extra=lambda w: w.add_rope_dimension_count(7)),
+        "no tensor 'blk.0.attn_qkv.weight'": dict(arch="phi3"),
+        "rope_factors_short.weight and rope_factors_long.weight of one divisor per rotated pair (8 values)": dict(
+            arch="phi3", add="rope_factors_long.weight"),
+        "rope.scaling.attn_factor is not 1 without LongRoPE's factors": dict(
+            arch="phi3", extra=lambda w: w.add_rope_scaling_attn_factors(1.2)),
     }
     for needle, kw in refusals.items():
         path = os.path.join(workdir, "refused.gguf")
@@ -335,8 +346,14 @@ def write_converted(path, arch, sd, config, rope=None):
     rotates them "neox" style), q, k, v biases (qwen2), per-head q and k norms (qwen3, gemma3), RoPE scaling
     as the converter states it (rope_freqs.weight for llama3, rope.scaling.* for linear). Gemma's: every
     norm gain stored as 1 + w (its modify_tensors), key_length always, no output.weight; gemma2's soft caps
-    and sliding window; gemma3's sliding window and final soft cap when set; the sandwich's two norms."""
-    gemma = arch.startswith("gemma")
+    and sliding window; gemma3's sliding window and final soft cap when set; the sandwich's two norms. Phi-3's
+    (its Phi3MiniModel): q, k, v fused in attn_qkv and gate, up in ffn_up as Hugging Face holds them, the
+    rotated dimensions int(partial_rotary_factor hidden_size) // heads, the original context length, the
+    sliding window (0: none), and for LongRoPE both factor lists as tensors with the attention factor
+    sqrt(1 + ln(s) / ln(original)), s = max_position_embeddings / original."""
+    gemma, phi3 = arch.startswith("gemma"), arch == "phi3"
+    if phi3 and config.get("tie_word_embeddings"):
+        sd = {k: v for k, v in sd.items() if k != "lm_head.weight"}
     if gemma:
         sd = {k: v + 1 if k.endswith("norm.weight") else v for k, v in sd.items() if k != "lm_head.weight"}
     C, H, KV = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
@@ -361,6 +378,19 @@ def write_converted(path, arch, sd, config, rope=None):
         w.add_final_logit_softcapping(config["final_logit_softcapping"])
     if arch in ("gemma2", "gemma3") and config.get("sliding_window"):
         w.add_sliding_window(config["sliding_window"])
+    if phi3:
+        rp = config.get("rope_parameters") or config.get("rope_scaling") or {}
+        original = config.get("original_max_position_embeddings") or rp.get("original_max_position_embeddings") \
+            or config["max_position_embeddings"]
+        rot = rp.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
+        w.add_rope_dimension_count(int(rot * C) // H)
+        w.add_rope_scaling_orig_ctx_len(original)
+        w.add_sliding_window(config.get("sliding_window") or 0)
+        if rp.get("long_factor"):
+            s = config["max_position_embeddings"] / original
+            w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(s) / math.log(original)) if s > 1 else 1.0)
+            w.add_tensor("rope_factors_long.weight", np.array(rp["long_factor"], dtype=np.float32))
+            w.add_tensor("rope_factors_short.weight", np.array(rp["short_factor"], dtype=np.float32))
     if rope and rope["rope_type"] == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rope["factor"])
@@ -376,12 +406,15 @@ def write_converted(path, arch, sd, config, rope=None):
              *(sandwich if arch in ("gemma2", "gemma3") else (("ffn_norm", "post_attention_layernorm"),)),
              ("attn_v", "self_attn.v_proj"),
              ("attn_output", "self_attn.o_proj"), ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
-             ("ffn_down", "mlp.down_proj"), ("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm"))
+             ("ffn_down", "mlp.down_proj"), ("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm"),
+             ("attn_qkv", "self_attn.qkv_proj"), ("ffn_up", "mlp.gate_up_proj"))
     for l in range(L):
         h = f"model.layers.{l}."
         for name, key in names:
             if h + key + ".weight" in sd:
                 w.add_tensor(f"blk.{l}.{name}.weight", sd[h + key + ".weight"])
+        if phi3:
+            continue
         q, k = sd[h + "self_attn.q_proj.weight"], sd[h + "self_attn.k_proj.weight"]
         if arch == "llama":
             q, k = llama_cpp_permute(q, H), llama_cpp_permute(k, KV)
@@ -403,7 +436,7 @@ def check_converted(normlab, workdir, failures, source_dir):
     transformers 5.24 computed: per-head QK-norm, wider heads)."""
     import torch
     from transformers import (Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, LlamaConfig,
-                              LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+                              LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM)
     base = dict(vocab_size=53, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=1,
                 intermediate_size=40, max_position_embeddings=64, rope_theta=1e4, rms_norm_eps=1e-5,
                 tie_word_embeddings=False, attn_implementation="eager")
@@ -417,12 +450,20 @@ def check_converted(normlab, workdir, failures, source_dir):
     gemma2 = dict(gemma, attn_logit_softcapping=0.8, final_logit_softcapping=1.5, sliding_window=16,
                   query_pre_attn_scalar=8)
     gemma2_27b = dict(gemma2, num_hidden_layers=46, hidden_size=12, intermediate_size=16, query_pre_attn_scalar=4)
+    # Phi-3: fused matrices and a sliding window past the 12 tokens (Phi-3-mini-4k's 2047); LongRoPE as Phi-3.5's
+    # (max 64 over an original 32: cos and sin x sqrt(1 + ln 2 / ln 32), the short factors up to 32 tokens)
+    phi3 = dict(sliding_window=20, pad_token_id=52, bos_token_id=1, eos_token_id=52)
+    phi3_longrope = dict(phi3, original_max_position_embeddings=32)
+    longrope = {"type": "longrope", "short_factor": [1.0, 1.3, 2.1, 3.7, 6.2, 9.9],
+                "long_factor": [1.0, 4.0, 8.0, 16.0, 32.0, 64.0]}
     cases = [("llama_llama3", "llama", LlamaConfig, LlamaForCausalLM, llama3, {}),
              ("llama_linear", "llama", LlamaConfig, LlamaForCausalLM, {"rope_type": "linear", "factor": 4.0}, {}),
              ("qwen2", "qwen2", Qwen2Config, Qwen2ForCausalLM, None, {}),
              ("gemma", "gemma", GemmaConfig, GemmaForCausalLM, None, gemma),
              ("gemma2", "gemma2", Gemma2Config, Gemma2ForCausalLM, None, gemma2),
-             ("gemma2_46_layers", "gemma2", Gemma2Config, Gemma2ForCausalLM, None, gemma2_27b)]
+             ("gemma2_46_layers", "gemma2", Gemma2Config, Gemma2ForCausalLM, None, gemma2_27b),
+             ("phi3", "phi3", Phi3Config, Phi3ForCausalLM, None, phi3),
+             ("phi3_longrope", "phi3", Phi3Config, Phi3ForCausalLM, longrope, phi3_longrope)]
     n = 0
     for label, arch, Config, Model, rope, extra in cases:
         torch.manual_seed(5)
@@ -433,14 +474,15 @@ def check_converted(normlab, workdir, failures, source_dir):
                 p.add_(0.05 * torch.randn(p.shape))
         sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
         path = os.path.join(workdir, f"converted_{label}.gguf")
-        write_converted(path, arch, sd, config.to_dict(), rope)
+        write_converted(path, arch, sd, config.to_dict(), None if arch == "phi3" else rope)
         ids = np.random.default_rng(7).integers(0, config.vocab_size, size=(2, 12)).astype(np.int32)
         with torch.no_grad():
             want = model.double()(input_ids=torch.from_numpy(ids.astype(np.int64)), use_cache=False).logits.numpy()
         n += compare_logits(normlab, workdir, label, path, ids, np.ones_like(ids), want, failures)
     # what transformers 5.24 computed (tests/data): qwen3, and gemma3 in its real layer pattern (llama.cpp's fixed
     # rule: five local layers at base 10000, then a global one at the file's base with its linear scaling)
-    for label, arch in (("qwen3", "qwen3"), ("gemma3-swa6", "gemma3")):
+    # and Phi-4-mini's block from tests/data/phi4mini-tiny: 6 of each head's 8 dimensions rotated, LongRoPE, tied
+    for label, arch in (("qwen3", "qwen3"), ("gemma3-swa6", "gemma3"), ("phi4mini", "phi3")):
         d = os.path.join(source_dir, "tests", "data", f"{label}-tiny")
         golden = load_file(os.path.join(d, "golden.safetensors"))
         with open(os.path.join(d, "config.json")) as f:
@@ -452,7 +494,12 @@ def check_converted(normlab, workdir, failures, source_dir):
                         rope if rope.get("rope_type") == "linear" else None)
         n += compare_logits(normlab, workdir, label, path, golden["input_ids"], golden["attention_mask"],
                             golden["logits"], failures)
-    p, _ = run(normlab, "gguf", path)  # the summary names what llama.cpp's rules decided
+        if arch == "gemma3":
+            gemma3_path = path
+    p, _ = run(normlab, "gguf", path)  # the summary states the partial rotary and LongRoPE's factor
+    if "6 of each head's 8 dimensions rotated" not in p.stdout or "cos and sin x 1.18322" not in p.stdout:
+        failures.append(f"normlab gguf on a phi3 file: {p.stdout[-400:]}")
+    p, _ = run(normlab, "gguf", gemma3_path)  # the summary names what llama.cpp's rules decided
     if "local layers (5 of every 6) at RoPE base 10000 unscaled, logits capped at 2, sequences up to 16" not in p.stdout:
         failures.append(f"normlab gguf on a gemma3 file: {p.stdout[-400:]}")
     return n
