@@ -1,5 +1,5 @@
-// gguf_model.cpp: GGUF files of the llama, qwen2, qwen3, gemma, gemma2, gemma3 and phi3 architectures as
-// normlab models (gguf_model.h). Where llama.cpp decides something the file does not state (Gemma's attention
+// gguf_model.cpp: GGUF files of the llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3 and olmo2 architectures
+// as normlab models (gguf_model.h). Where llama.cpp decides something the file does not state (Gemma's attention
 // scale by model size, Gemma 3's local RoPE base and layer pattern), normlab decides it as llama.cpp does.
 #include "io/gguf_model.h"
 
@@ -36,6 +36,8 @@ struct Family {
   bool gemma = false;        // GeGLU, the embedding times sqrt(d), norm gains stored as 1 + w (used as stored)
   bool sandwich = false;     // gemma2, gemma3: a norm on each branch's output (post_attention_norm, post_ffw_norm)
   bool fused = false;        // phi3: q, k, v in one matrix (attn_qkv) and gate, up in another (ffn_up)
+  bool reordered = false;    // olmo2: a norm on each branch's output and none before (post_attention_norm,
+                             // post_ffw_norm), q and k RMS-normalized over their whole projections
   int layers_27b = 0;        // gemma2 / gemma3: the layer count at which llama.cpp takes the 27B model's score scale
   const std::set<std::string>* keys = nullptr;  // the keys beyond kLlamaKeys
 };
@@ -49,6 +51,7 @@ Family family_of(const std::string& arch) {
   if (arch == "gemma3")
     return {.known = true, .qk_norm = true, .gemma = true, .sandwich = true, .layers_27b = 62, .keys = &kGemma3Keys};
   if (arch == "phi3") return {.known = true, .fused = true, .keys = &kPhi3Keys};
+  if (arch == "olmo2") return {.known = true, .reordered = true};
   return {};
 }
 
@@ -143,8 +146,8 @@ ModelConfig model_config(const File& f) {
   const Family fam = family_of(arch);
   if (!fam.known)
     throw Error(fmt::format("{}: general.architecture is '{}'; normlab imports GGUF files of the llama (Llama, "
-                            "SmolLM2, TinyLlama, Mistral, ...), qwen2, qwen3, gemma, gemma2, gemma3 and phi3 "
-                            "architectures",
+                            "SmolLM2, TinyLlama, Mistral, ...), qwen2, qwen3, gemma, gemma2, gemma3, phi3 and "
+                            "olmo2 architectures",
                             f.path, arch));
   const std::string p = arch + ".";
   for (const auto& [key, value] : f.metadata)
@@ -216,6 +219,10 @@ ModelConfig model_config(const File& f) {
   c.activation = Activation::SwiGlu;
   c.bias = fam.qkv_bias ? LinearBias::Qkv : LinearBias::None;
   if (fam.qk_norm) c.qk_norm = QkNorm::Heads;
+  if (fam.reordered) {  // OLMo 2: x + N(F(x))
+    c.placement = {Placement::Reordered};
+    c.qk_norm = QkNorm::Whole;
+  }
   c.head = f.find("output.weight") ? Head::Untied : Head::Tied;  // an output matrix of its own, or tied
   const TensorInfo* embd = f.find("token_embd.weight");
   if (!embd || embd->ne.size() != 2 || embd->ne[0] != c.d_model)
@@ -261,7 +268,7 @@ Imported import_model(const File& f) {
   im.config = model_config(f);
   const ModelConfig& c = im.config;
   // llama.cpp's RoPE pairs (2i, 2i + 1) for the llama architecture, whose q and k rows its converter
-  // permutes; qwen2 and qwen3 use its "neox" RoPE, rotate-half like normlab's, with rows as trained
+  // permutes; the others use its "neox" RoPE, rotate-half like normlab's, with rows as trained
   const std::string arch = f.text("general.architecture");
   const Family fam = family_of(arch);
   const bool interleaved = fam.interleaved;
@@ -287,7 +294,7 @@ Imported import_model(const File& f) {
   if (c.head == Head::Untied) im.params["lm_head.weight"] = take("output.weight", {c.vocab_size(), C});
   for (int l = 0; l < c.n_layers; l++) {
     const std::string b = fmt::format("blk.{}.", l), a = fmt::format("h.{}.attn.", l), m = fmt::format("h.{}.mlp.", l);
-    im.params[a + "ln_in.weight"] = take(b + "attn_norm.weight", {C});
+    if (!fam.reordered) im.params[a + "ln_in.weight"] = take(b + "attn_norm.weight", {C});
     if (fam.fused) {  // phi3: [q; k; v] and [gate; up] rows, normlab's own fused layout
       im.params[a + "qkv.weight"] = take(b + "attn_qkv.weight", {A + 2 * KV, C});
     } else {
@@ -301,16 +308,17 @@ Imported import_model(const File& f) {
     if (c.bias == LinearBias::Qkv)
       im.params[a + "qkv.bias"] = concat({take(b + "attn_q.bias", {A}), take(b + "attn_k.bias", {KV}),
                                           take(b + "attn_v.bias", {KV})});
-    if (c.qk_norm == QkNorm::Heads) {
-      im.params[a + "q_norm.weight"] = take(b + "attn_q_norm.weight", {hs});
-      im.params[a + "k_norm.weight"] = take(b + "attn_k_norm.weight", {hs});
+    if (c.qk_norm != QkNorm::None) {  // one gain per head dimension (qwen3, gemma3) or per column (olmo2)
+      const bool whole = c.qk_norm == QkNorm::Whole;
+      im.params[a + "q_norm.weight"] = take(b + "attn_q_norm.weight", {whole ? A : hs});
+      im.params[a + "k_norm.weight"] = take(b + "attn_k_norm.weight", {whole ? KV : hs});
     }
     im.params[a + "proj.weight"] = take(b + "attn_output.weight", {C, A});
-    if (fam.sandwich) {
+    if (fam.sandwich || fam.reordered) {
       im.params[a + "ln_branch.weight"] = take(b + "post_attention_norm.weight", {C});
       im.params[m + "ln_branch.weight"] = take(b + "post_ffw_norm.weight", {C});
     }
-    im.params[m + "ln_in.weight"] = take(b + "ffn_norm.weight", {C});
+    if (!fam.reordered) im.params[m + "ln_in.weight"] = take(b + "ffn_norm.weight", {C});
     im.params[m + "fc.weight"] = fam.fused ? take(b + "ffn_up.weight", {2 * F, C})
                                            : concat({take(b + "ffn_gate.weight", {F, C}), take(b + "ffn_up.weight", {F, C})});
     im.params[m + "proj.weight"] = take(b + "ffn_down.weight", {C, F});

@@ -305,6 +305,10 @@ def check_llama_metadata(normlab, workdir, failures):
             arch="phi3", add="rope_factors_long.weight"),
         "rope.scaling.attn_factor is not 1 without LongRoPE's factors": dict(
             arch="phi3", extra=lambda w: w.add_rope_scaling_attn_factors(1.2)),
+        # OLMo 3's sliding window (three layers of four) is not OLMo 2's block
+        "metadata 'olmo2.attention.sliding_window' is not something": dict(
+            arch="olmo2", extra=lambda w: w.add_sliding_window(4096)),
+        "no tensor 'blk.0.attn_q_norm.weight' (a olmo2 model": dict(arch="olmo2"),
     }
     for needle, kw in refusals.items():
         path = os.path.join(workdir, "refused.gguf")
@@ -350,10 +354,13 @@ def write_converted(path, arch, sd, config, rope=None):
     (its Phi3MiniModel): q, k, v fused in attn_qkv and gate, up in ffn_up as Hugging Face holds them, the
     rotated dimensions int(partial_rotary_factor hidden_size) // heads, the original context length, the
     sliding window (0: none), and for LongRoPE both factor lists as tensors with the attention factor
-    sqrt(1 + ln(s) / ln(original)), s = max_position_embeddings / original."""
+    sqrt(1 + ln(s) / ln(original)), s = max_position_embeddings / original. OLMo 2's (its Olmo2Model): the
+    branch-output norms as post_attention_norm and post_ffw_norm, the q and k norms over whole projections,
+    rows as trained."""
     gemma, phi3 = arch.startswith("gemma"), arch == "phi3"
     if phi3 and config.get("tie_word_embeddings"):
         sd = {k: v for k, v in sd.items() if k != "lm_head.weight"}
+    olmo2 = arch == "olmo2"  # (its converter: norms on the branch outputs under the sandwich's names)
     if gemma:
         sd = {k: v + 1 if k.endswith("norm.weight") else v for k, v in sd.items() if k != "lm_head.weight"}
     C, H, KV = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
@@ -402,8 +409,10 @@ def write_converted(path, arch, sd, config, rope=None):
     w.add_tensor("output_norm.weight", sd["model.norm.weight"])
     sandwich = (("post_attention_norm", "post_attention_layernorm"), ("ffn_norm", "pre_feedforward_layernorm"),
                 ("post_ffw_norm", "post_feedforward_layernorm"))
+    reordered = (("post_attention_norm", "post_attention_layernorm"), ("post_ffw_norm", "post_feedforward_layernorm"))
     names = (("attn_norm", "input_layernorm"),
-             *(sandwich if arch in ("gemma2", "gemma3") else (("ffn_norm", "post_attention_layernorm"),)),
+             *(sandwich if arch in ("gemma2", "gemma3") else reordered if olmo2 else
+               (("ffn_norm", "post_attention_layernorm"),)),
              ("attn_v", "self_attn.v_proj"),
              ("attn_output", "self_attn.o_proj"), ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
              ("ffn_down", "mlp.down_proj"), ("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm"),
@@ -481,8 +490,10 @@ def check_converted(normlab, workdir, failures, source_dir):
         n += compare_logits(normlab, workdir, label, path, ids, np.ones_like(ids), want, failures)
     # what transformers 5.24 computed (tests/data): qwen3, and gemma3 in its real layer pattern (llama.cpp's fixed
     # rule: five local layers at base 10000, then a global one at the file's base with its linear scaling)
-    # and Phi-4-mini's block from tests/data/phi4mini-tiny: 6 of each head's 8 dimensions rotated, LongRoPE, tied
-    for label, arch in (("qwen3", "qwen3"), ("gemma3-swa6", "gemma3"), ("phi4mini", "phi3")):
+    # Phi-4-mini's block from tests/data/phi4mini-tiny (6 of each head's 8 dimensions rotated, LongRoPE, tied) and
+    # OLMo 2's from olmo2-tiny (norms on the branch outputs, QK-norm over the whole projections)
+    paths = {}
+    for label, arch in (("qwen3", "qwen3"), ("gemma3-swa6", "gemma3"), ("phi4mini", "phi3"), ("olmo2", "olmo2")):
         d = os.path.join(source_dir, "tests", "data", f"{label}-tiny")
         golden = load_file(os.path.join(d, "golden.safetensors"))
         with open(os.path.join(d, "config.json")) as f:
@@ -494,12 +505,11 @@ def check_converted(normlab, workdir, failures, source_dir):
                         rope if rope.get("rope_type") == "linear" else None)
         n += compare_logits(normlab, workdir, label, path, golden["input_ids"], golden["attention_mask"],
                             golden["logits"], failures)
-        if arch == "gemma3":
-            gemma3_path = path
-    p, _ = run(normlab, "gguf", path)  # the summary states the partial rotary and LongRoPE's factor
+        paths[arch] = path
+    p, _ = run(normlab, "gguf", paths["phi3"])  # the summary states the partial rotary and LongRoPE's factor
     if "6 of each head's 8 dimensions rotated" not in p.stdout or "cos and sin x 1.18322" not in p.stdout:
         failures.append(f"normlab gguf on a phi3 file: {p.stdout[-400:]}")
-    p, _ = run(normlab, "gguf", gemma3_path)  # the summary names what llama.cpp's rules decided
+    p, _ = run(normlab, "gguf", paths["gemma3"])  # the summary names what llama.cpp's rules decided
     if "local layers (5 of every 6) at RoPE base 10000 unscaled, logits capped at 2, sequences up to 16" not in p.stdout:
         failures.append(f"normlab gguf on a gemma3 file: {p.stdout[-400:]}")
     return n
