@@ -217,10 +217,12 @@ TEST(AttentionStats, ModelHeadsSatisfyTheChain) {
 TEST(AttentionStats, QkNormBoundsDominateTheScoresTheModelComputed) {
   for (QkNorm how : {QkNorm::Heads, QkNorm::Whole})
     for (NormKind norm : {NormKind::RMSNorm, NormKind::LayerNorm, NormKind::DyT})
-    for (bool affine : {true, false}) {  // false: weightless QK-norm (gamma = 1 in the bound)
-      SCOPED_TRACE(fmt::format("{} {} affine={}", to_string(how), to_string(norm), affine));
+    for (bool affine : {true, false})  // false: weightless QK-norm (gamma = 1 in the bound)
+    for (double mscale : {1.0, 3.0}) {  // 3: RoPE's cos and sin x 3 (model.rope_mscale), the scores up to x 9
+      SCOPED_TRACE(fmt::format("{} {} affine={} rope_mscale={}", to_string(how), to_string(norm), affine, mscale));
       ModelConfig c = small(Placement::Reordered, norm, 1e-5);
       c.positions = Positions::Rope;
+      c.rope_mscale = mscale;
       c.qk_norm = how;
       c.qk_norm_affine = affine;
       c.n_kv_heads = 1;

@@ -123,6 +123,10 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
   // the score bound M for |scale q.k|; a soft cap bounds every score by c whatever the weights
   // (model.attn_softcap, self-attention only)
   const auto capped = [&](double M) { return !cross && cfg.attn_softcap > 0 ? std::min(M, cfg.attn_softcap) : M; };
+  // RoPE keeps |q| and |k| (a rotation), but model.rope_mscale m scales the rotated dimensions of both
+  // (LongRoPE's, YaRN's factor), so |q.k| grows by at most max(1, m^2) on the layers it rotates with it
+  const bool scaled_rope = !cross && cfg.positions == Positions::Rope && cfg.rope_at(s.layer) && !cfg.rope_local(s.layer);
+  const double scale = cfg.attention_scale() * (scaled_rope ? std::max(1.0, cfg.rope_mscale * cfg.rope_mscale) : 1.0);
   const double qk_bias_max = std::max(max_abs(p.b1, A), max_abs(bk, A / group));
   double beta_max = 0;
   for (const GainBias& n : {qnorm, knorm})
@@ -146,7 +150,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       double smax = 0;
       for (int j = h * HS; j < (h + 1) * HS; j++) smax = std::max(smax, std::abs(p.sqk[j] * f));
       r.gamma_max = r.gamma_k_max = smax;
-      const double M = capped(smax * smax * cfg.attention_scale());
+      const double M = capped(smax * smax * scale);
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
       const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
       r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g} from nGPT's s_qk alone, {} keys)",
@@ -166,7 +170,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       // (a weightless QK-norm, model.qk_norm_affine = false, has gamma = 1)
       r.gamma_max = nq.weight ? max_abs(nq.weight, L.part[0].norm_width) : 1.0;
       r.gamma_k_max = nk.weight ? max_abs(nk.weight, L.part[1].norm_width) : 1.0;
-      const double M = capped(*r.gamma_max * reach(L.part[0]) * *r.gamma_k_max * reach(L.part[1]) * cfg.attention_scale());
+      const double M = capped(*r.gamma_max * reach(L.part[0]) * *r.gamma_k_max * reach(L.part[1]) * scale);
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
       const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
       r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g} from QK-norm's gains alone, {} keys)",
@@ -187,7 +191,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       // for one head of size d and Gamma_q = Gamma_k this is source 002's M = Gamma^2 sigma_Q sigma_K sqrt(d).
       // An L2 norm's output has length 1: each sqrt(d) becomes 1.
       const double reach2 = (qnorm.unit_length ? 1.0 : std::sqrt(double(C))) * (knorm.unit_length ? 1.0 : std::sqrt(double(C)));
-      const double M = capped(*r.gamma_max * gk * r.sigma_q * r.sigma_k * reach2 * cfg.attention_scale());
+      const double M = capped(*r.gamma_max * gk * r.sigma_q * r.sigma_k * reach2 * scale);
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
       const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
       r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g}, {} keys)", holds ? "holds" : "VIOLATED",

@@ -229,11 +229,10 @@ void apply_rope_scaling(const ConfigReader& r, ModelConfig& c, RopeScaling s, Im
 // the first f HS dimensions of each head rotate (model.rope_fraction), as transformers' int(HS f), which
 // must be even (its cos and sin tables then cover exactly those dimensions).
 void read_partial_rotary(const ConfigReader& r, ModelConfig& c) {
-  double f = r.number("partial_rotary_factor", 1.0);
-  if (r.has("rope_parameters") && r.j["rope_parameters"].is_object() &&
-      r.j["rope_parameters"].contains("partial_rotary_factor")) {
+  double f = r.null("partial_rotary_factor") ? 1.0 : r.number("partial_rotary_factor", 1.0);  // (null: whole heads)
+  if (r.has("rope_parameters") && r.j["rope_parameters"].is_object()) {
     const ConfigReader rp{r.j["rope_parameters"], r.path + " rope_parameters"};
-    f = rp.number("partial_rotary_factor", f);
+    if (!rp.null("partial_rotary_factor")) f = rp.number("partial_rotary_factor", f);
   }
   if (f == 1.0 || c.n_heads <= 0) return;
   const int hs = c.head_size(), dims = int(hs * f);
