@@ -1,7 +1,7 @@
 // hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, MistralForCausalLM,
 // Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM,
 // Olmo2ForCausalLM, SmolLM3ForCausalLM, Phi3ForCausalLM) to normlab models, and
-// Llama / Qwen2 / Qwen3 / OLMo 2 back (hf_llama.h). Mistral is Llama without biases and with a sliding
+// Llama / Qwen2 / Qwen3 / OLMo 2 / Gemma / Gemma 2 / SmolLM3 back (hf_llama.h). Mistral is Llama without biases and with a sliding
 // window on every layer (seq_len capped at it, as Gemma 2's). SmolLM3 is Llama with no RoPE on every
 // N-th layer (no_rope_layers: model.nope_every). Phi-3 is Mistral's with q, k, v in one matrix and gate
 // and up in another (qkv_proj, gate_up_proj: normlab's own fused layout). Qwen3 is Llama with q and k normalized per head
@@ -330,13 +330,14 @@ void read_nope_layers(const ConfigReader& r, ModelConfig& c) {
 
 // The family a normlab config is written as (llama_export_refusal says whether it is exactly that):
 // OLMo 2 for the reordered block, Gemma for GeGLU (Gemma 2 with the sandwich), Qwen3 for per-head
-// QK-norm, Qwen2 for q, k, v biases only, else Llama.
-enum class Family { Llama, Qwen2, Qwen3, Olmo2, Gemma, Gemma2 };
+// QK-norm, SmolLM3 for NoPE layers, Qwen2 for q, k, v biases only, else Llama.
+enum class Family { Llama, Qwen2, Qwen3, Olmo2, Gemma, Gemma2, SmolLM3 };
 Family export_family(const ModelConfig& c) {
   if (c.placement_of(0) == Placement::Reordered) return Family::Olmo2;
   if (c.activation == Activation::GeGlu)
     return c.placement_of(0) == Placement::Sandwich ? Family::Gemma2 : Family::Gemma;
   if (c.qk_norm == QkNorm::Heads) return Family::Qwen3;
+  if (c.nope_every != 0) return Family::SmolLM3;
   return c.bias == LinearBias::Qkv ? Family::Qwen2 : Family::Llama;
 }
 
@@ -503,8 +504,11 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
                   "config.json states only through their parameters");
   if (c.rope_local_base > 0)
     why.push_back("RoPE has a base per layer (Gemma 3's; normlab does not write Gemma 3 directories)");
-  if (c.nope_every != 0)
-    why.push_back("some layers have no RoPE (model.nope_every: SmolLM3's; normlab does not write SmolLM3 directories)");
+  if (c.nope_every != 0 && family != Family::SmolLM3)
+    why.push_back("some layers have no RoPE (model.nope_every), which only SmolLM3's block (Llama's with NoPE layers) "
+                  "has");
+  if (family == Family::SmolLM3 && c.bias == LinearBias::Qkv)
+    why.push_back("bias is qkv (SmolLM3 has biases on every projection or on none)");
   if (!c.rope_freq_factors.empty())
     why.push_back("RoPE has a divisor per frequency (model.rope_freq_factors: Llama 3.1's llama3 scaling or a GGUF "
                   "file's rope_freqs), which a config.json states only as llama3's four parameters; normlab keeps the "
@@ -535,14 +539,22 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   const ModelConfig& c = model.config();
   const Family family = export_family(c);  // (llama_export_refusal checked that it is exactly that)
   const bool olmo2 = family == Family::Olmo2, qwen3 = family == Family::Qwen3, qwen2 = family == Family::Qwen2,
-             gemma2 = family == Family::Gemma2, gemma = family == Family::Gemma || gemma2;
-  const std::string arch = olmo2    ? "Olmo2ForCausalLM"
-                           : qwen3  ? "Qwen3ForCausalLM"
-                           : qwen2  ? "Qwen2ForCausalLM"
-                           : gemma2 ? "Gemma2ForCausalLM"
-                           : gemma  ? "GemmaForCausalLM"
-                                    : "LlamaForCausalLM";
-  const std::string type = olmo2 ? "olmo2" : qwen3 ? "qwen3" : qwen2 ? "qwen2" : gemma2 ? "gemma2" : gemma ? "gemma" : "llama";
+             gemma2 = family == Family::Gemma2, gemma = family == Family::Gemma || gemma2,
+             smollm3 = family == Family::SmolLM3;
+  const std::string arch = olmo2     ? "Olmo2ForCausalLM"
+                           : qwen3   ? "Qwen3ForCausalLM"
+                           : qwen2   ? "Qwen2ForCausalLM"
+                           : gemma2  ? "Gemma2ForCausalLM"
+                           : gemma   ? "GemmaForCausalLM"
+                           : smollm3 ? "SmolLM3ForCausalLM"
+                                     : "LlamaForCausalLM";
+  const std::string type = olmo2     ? "olmo2"
+                           : qwen3   ? "qwen3"
+                           : qwen2   ? "qwen2"
+                           : gemma2  ? "gemma2"
+                           : gemma   ? "gemma"
+                           : smollm3 ? "smollm3"
+                                     : "llama";
   std::vector<TensorMap> table = llama_table(c);
   if (c.head == Head::Untied) table.push_back({"lm_head.weight", "lm_head.weight"});
   std::vector<st::TensorView> views;
@@ -598,6 +610,17 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
     config["mlp_bias"] = c.bias == LinearBias::All;
   } else {
     config["use_sliding_window"] = false;
+  }
+  if (smollm3) {  // no_rope_layers: 1 where a layer rotates, 0 on every nope_every-th (read_nope_layers)
+    std::vector<int> rope_layers;
+    for (int l = 0; l < c.n_layers; l++) rope_layers.push_back(c.rope_at(l) ? 1 : 0);
+    config["no_rope_layers"] = rope_layers;
+    config["no_rope_layer_interval"] = c.nope_every;
+    config["use_sliding_window"] = false;
+    config["sliding_window"] = nullptr;
+    // SmolLM3Config's default pad id (128004) is an embedding row of the real vocabulary, outside any other;
+    // normlab keeps no pad id (the forward is the same without one)
+    config["pad_token_id"] = nullptr;
   }
   config["normlab_config"] = model_config_to_json(c);
   st::write(out.path("model.safetensors"), views, {{"format", "pt"}}, false);

@@ -49,49 +49,56 @@ def tf5_golden(normlab, work, source, name, sandwich=False):
     return d, config, tok, got
 
 
-def qwen3_golden(normlab, work, source):
-    """Qwen3 (heads wider than hidden_size / heads, QK-norm per head, grouped queries) in, and out again."""
-    d, config, tok, got = tf5_golden(normlab, work, source, "qwen3")
-    # export --hf: transformers 5 wrote this directory, so the export of its import must give back its
-    # tensors bit for bit under the same names, the settings of its config.json, and the same model
-    exported = os.path.join(work, "qwen3_export")
+def export_roundtrip(normlab, work, name, d, config, tok, got, arch, keys):
+    """export --hf of the directory transformers 5 wrote (d) must give back its tensors bit for bit under the
+    same names, the settings `keys` of its config.json and rope_theta, and the same model on re-import."""
+    exported = os.path.join(work, f"{name}_export")
     shutil.rmtree(exported, ignore_errors=True)
     p = run(normlab, "export", "--checkpoint", d, "--hf", exported)
-    if "Qwen3ForCausalLM" not in p.stdout + p.stderr:
-        failures.append(f"qwen3 export: the command did not say Qwen3ForCausalLM: {p.stdout!r} {p.stderr!r}")
+    if arch not in p.stdout + p.stderr:
+        failures.append(f"{name} export: the command did not say {arch}: {p.stdout!r} {p.stderr!r}")
     theirs, ours = load_file(os.path.join(d, "model.safetensors")), load_file(os.path.join(exported, "model.safetensors"))
     if sorted(theirs) != sorted(ours):
-        failures.append(f"qwen3 export: tensor names differ: only transformers' {sorted(set(theirs) - set(ours))}, "
+        failures.append(f"{name} export: tensor names differ: only transformers' {sorted(set(theirs) - set(ours))}, "
                         f"only normlab's {sorted(set(ours) - set(theirs))}")
     for k in sorted(set(theirs) & set(ours)):
         if theirs[k].dtype != ours[k].dtype or not np.array_equal(theirs[k], ours[k]):
-            failures.append(f"qwen3 export: {k} differs from the file transformers wrote")
+            failures.append(f"{name} export: {k} differs from the file transformers wrote")
     with open(os.path.join(exported, "config.json")) as f:
         written = json.load(f)
-    for key in ("architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "num_key_value_heads", "head_dim", "intermediate_size", "hidden_act", "rms_norm_eps", "vocab_size",
-                "tie_word_embeddings", "attention_bias", "use_sliding_window", "max_position_embeddings"):
+    for key in keys:
         if written.get(key) != config.get(key):
-            failures.append(f"qwen3 export: config.json {key} = {written.get(key)!r}, transformers wrote {config.get(key)!r}")
+            failures.append(f"{name} export: config.json {key} = {written.get(key)!r}, transformers wrote {config.get(key)!r}")
     if written.get("rope_theta") != config["rope_parameters"]["rope_theta"]:
-        failures.append(f"qwen3 export: rope_theta {written.get('rope_theta')!r}, transformers wrote "
+        failures.append(f"{name} export: rope_theta {written.get('rope_theta')!r}, transformers wrote "
                         f"{config['rope_parameters']['rope_theta']!r}")
-    out2 = os.path.join(work, "qwen3_export_normlab.safetensors")
+    out2 = os.path.join(work, f"{name}_export_normlab.safetensors")
     run(normlab, "grads", "--checkpoint", exported, "--tokens", tok, "--out", out2, "--force")
     again = load_file(out2)
     for k in got:
         if not np.array_equal(got[k], again[k]):
-            failures.append(f"qwen3 export: {k} differs after export and re-import")
-    print("qwen3_golden: export --hf gives back its tensors bit for bit, its config's settings and the same model")
+            failures.append(f"{name} export: {k} differs after export and re-import")
+    print(f"{name}: export --hf gives back its tensors bit for bit, its config's settings and the same model")
+
+
+LLAMA_KEYS = ("architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "intermediate_size", "hidden_act", "rms_norm_eps", "vocab_size",
+              "tie_word_embeddings", "attention_bias", "use_sliding_window", "max_position_embeddings")
+
+
+def qwen3_golden(normlab, work, source):
+    """Qwen3 (heads wider than hidden_size / heads, QK-norm per head, grouped queries) in, and out again."""
+    d, config, tok, got = tf5_golden(normlab, work, source, "qwen3")
+    export_roundtrip(normlab, work, "qwen3", d, config, tok, got, "Qwen3ForCausalLM", LLAMA_KEYS + ("head_dim",))
 
 
 def smollm3_golden(normlab, work, source):
-    """SmolLM3 (no RoPE on every second layer here, every fourth in the real model; tied head) in; its export
-    and NoPE patterns normlab's model.nope_every cannot state refused by name."""
-    d, _, tok, _ = tf5_golden(normlab, work, source, "smollm3")
-    p = run(normlab, "export", "--checkpoint", d, "--hf", os.path.join(work, "smollm3_export"), expect_ok=False)
-    if p.returncode != 1 or "SmolLM3" not in p.stderr or os.path.exists(os.path.join(work, "smollm3_export")):
-        failures.append(f"smollm3 export: not refused by name (exit {p.returncode}): {p.stderr!r}")
+    """SmolLM3 (no RoPE on every second layer here, every fourth in the real model; tied head) in, and out
+    again (no_rope_layers as transformers wrote them); NoPE patterns normlab's model.nope_every cannot state
+    refused by name."""
+    d, config, tok, got = tf5_golden(normlab, work, source, "smollm3")
+    export_roundtrip(normlab, work, "smollm3", d, config, tok, got, "SmolLM3ForCausalLM",
+                     LLAMA_KEYS + ("mlp_bias", "no_rope_layers", "no_rope_layer_interval"))
     config_refusals(normlab, work, "smollm3", [
         ("irregular no_rope_layers", {"no_rope_layers": [1, 0, 0, 1]}, "0 exactly on every N-th layer"),
         ("no_rope_layers of another length", {"no_rope_layers": [1, 0]}, "one entry (0 or 1) per layer"),
