@@ -329,13 +329,15 @@ void read_nope_layers(const ConfigReader& r, ModelConfig& c) {
 }
 
 // The family a normlab config is written as (llama_export_refusal says whether it is exactly that):
-// OLMo 2 for the reordered block, Gemma for GeGLU (Gemma 2 with the sandwich), Qwen3 for per-head
-// QK-norm, SmolLM3 for NoPE layers, Qwen2 for q, k, v biases only, else Llama.
-enum class Family { Llama, Qwen2, Qwen3, Olmo2, Gemma, Gemma2, SmolLM3 };
+// OLMo 2 for the reordered block, Gemma for GeGLU (Gemma 2 with the sandwich, Gemma 3 with QK-norm too),
+// Qwen3 for per-head QK-norm, SmolLM3 for NoPE layers, Qwen2 for q, k, v biases only, else Llama.
+enum class Family { Llama, Qwen2, Qwen3, Olmo2, Gemma, Gemma2, Gemma3, SmolLM3 };
 Family export_family(const ModelConfig& c) {
   if (c.placement_of(0) == Placement::Reordered) return Family::Olmo2;
-  if (c.activation == Activation::GeGlu)
-    return c.placement_of(0) == Placement::Sandwich ? Family::Gemma2 : Family::Gemma;
+  if (c.activation == Activation::GeGlu) {
+    if (c.placement_of(0) != Placement::Sandwich) return Family::Gemma;
+    return c.qk_norm == QkNorm::Heads ? Family::Gemma3 : Family::Gemma2;
+  }
   if (c.qk_norm == QkNorm::Heads) return Family::Qwen3;
   if (c.nope_every != 0) return Family::SmolLM3;
   return c.bias == LinearBias::Qkv ? Family::Qwen2 : Family::Llama;
@@ -477,8 +479,8 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   // Llama and Qwen2: pre-norm in every layer, no QK-norm; Qwen3: pre-norm with QK-norm per head; OLMo 2:
   // reordered in every layer with QK-norm over the whole projections
   const Family family = export_family(c);
-  const bool olmo2 = family == Family::Olmo2, qwen3 = family == Family::Qwen3, gemma2 = family == Family::Gemma2,
-             gemma = family == Family::Gemma || gemma2;
+  const bool olmo2 = family == Family::Olmo2, qwen3 = family == Family::Qwen3, gemma3 = family == Family::Gemma3,
+             gemma2 = family == Family::Gemma2 || gemma3, gemma = family == Family::Gemma || gemma2;
   const Placement each = olmo2 ? Placement::Reordered : gemma2 ? Placement::Sandwich : Placement::Pre;
   for (int l = 0; l < c.n_layers; l++)
     if (c.placement_of(l) != each) {
@@ -487,8 +489,11 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
                                 l, to_string(c.placement_of(l))));
       break;
     }
-  if (gemma && (c.bias != LinearBias::None || c.qk_norm != QkNorm::None || c.rope_scale != 1.0))
-    why.push_back("a GeGLU model is Gemma's only without biases, QK-norm or RoPE scaling");
+  if (gemma && !gemma3 && (c.bias != LinearBias::None || c.qk_norm != QkNorm::None || c.rope_scale != 1.0))
+    why.push_back("a GeGLU model is Gemma's or Gemma 2's only without biases, QK-norm or RoPE scaling");
+  if (gemma3 && (c.bias != LinearBias::None || c.v_norm || !c.qk_norm_affine))
+    why.push_back("a sandwich GeGLU model with qk_norm = \"heads\" is Gemma 3's only with gains on q and k (no "
+                  "v_norm) and no biases");
   if (gemma && c.embed_scale != std::sqrt(double(c.d_model)))
     why.push_back(fmt::format("embed_scale is {} (Gemma multiplies the embedding by sqrt(d_model) = {:g})",
                               c.embed_scale, std::sqrt(double(c.d_model))));
@@ -502,8 +507,8 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if (c.rope_mscale != 1.0)
     why.push_back("RoPE's cos and sin are scaled (model.rope_mscale: LongRoPE's or YaRN's attention factor), which a "
                   "config.json states only through their parameters");
-  if (c.rope_local_base > 0)
-    why.push_back("RoPE has a base per layer (Gemma 3's; normlab does not write Gemma 3 directories)");
+  if (c.rope_local_base > 0 && !gemma3)
+    why.push_back("RoPE has a base per layer (model.rope_local_base), which only Gemma 3's block has");
   if (c.nope_every != 0 && family != Family::SmolLM3)
     why.push_back("some layers have no RoPE (model.nope_every), which only SmolLM3's block (Llama's with NoPE layers) "
                   "has");
@@ -515,7 +520,7 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
                   "divisors, not those");
   if (c.activation != Activation::SwiGlu && !gemma)
     why.push_back(fmt::format("activation is {} (Llama's MLP is SwiGLU, Gemma's GeGLU)", to_string(c.activation)));
-  if (!olmo2 && !qwen3 && c.qk_norm != QkNorm::None)
+  if (!olmo2 && !qwen3 && !gemma3 && c.qk_norm != QkNorm::None)
     why.push_back(fmt::format("qk_norm is {} (Llama and Qwen2 have no QK-norm, Qwen3's is per head, OLMo 2's over the "
                               "whole projections with reordered norms)",
                               to_string(c.qk_norm)));
@@ -539,11 +544,12 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   const ModelConfig& c = model.config();
   const Family family = export_family(c);  // (llama_export_refusal checked that it is exactly that)
   const bool olmo2 = family == Family::Olmo2, qwen3 = family == Family::Qwen3, qwen2 = family == Family::Qwen2,
-             gemma2 = family == Family::Gemma2, gemma = family == Family::Gemma || gemma2,
-             smollm3 = family == Family::SmolLM3;
+             gemma3 = family == Family::Gemma3, gemma2 = family == Family::Gemma2 || gemma3,
+             gemma = family == Family::Gemma || gemma2, smollm3 = family == Family::SmolLM3;
   const std::string arch = olmo2     ? "Olmo2ForCausalLM"
                            : qwen3   ? "Qwen3ForCausalLM"
                            : qwen2   ? "Qwen2ForCausalLM"
+                           : gemma3  ? "Gemma3ForCausalLM"
                            : gemma2  ? "Gemma2ForCausalLM"
                            : gemma   ? "GemmaForCausalLM"
                            : smollm3 ? "SmolLM3ForCausalLM"
@@ -551,6 +557,7 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   const std::string type = olmo2     ? "olmo2"
                            : qwen3   ? "qwen3"
                            : qwen2   ? "qwen2"
+                           : gemma3  ? "gemma3_text"
                            : gemma2  ? "gemma2"
                            : gemma   ? "gemma"
                            : smollm3 ? "smollm3"
@@ -592,11 +599,29 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   }
   if (gemma2) {  // normlab's attention is full: a window of seq_len masks nothing in what it takes
     // the scores times query_pre_attn_scalar^(-1/2): the head size unless attn_scale says otherwise
-    if (c.attn_scale) config["query_pre_attn_scalar"] = 1.0 / (*c.attn_scale * *c.attn_scale);
-    else config["query_pre_attn_scalar"] = c.head_size();
+    // (an integer, as the configs state it and transformers 5 requires, when 1 / scale^2 is one to rounding:
+    // 8, not 8.000000000000002)
+    if (c.attn_scale) {
+      const double scalar = 1.0 / (*c.attn_scale * *c.attn_scale);
+      config["query_pre_attn_scalar"] = std::abs(scalar - std::round(scalar)) <= 1e-9 * scalar
+                                            ? json(static_cast<long long>(std::llround(scalar)))
+                                            : json(scalar);
+    } else {
+      config["query_pre_attn_scalar"] = c.head_size();
+    }
     config["attn_logit_softcapping"] = c.attn_softcap > 0 ? json(c.attn_softcap) : json(nullptr);
     config["final_logit_softcapping"] = c.logit_softcap > 0 ? json(c.logit_softcap) : json(nullptr);
     config["sliding_window"] = c.seq_len;
+  }
+  if (gemma3) {  // transformers 4's keys, which 5 reads too: a global layer every rope_global_every-th, the
+    // others local at rope_local_base_freq (none: every layer global), linear scaling on the global ones
+    const bool local = c.rope_local_base > 0;
+    std::vector<std::string> types;
+    for (int l = 0; l < c.n_layers; l++) types.push_back(c.rope_local(l) ? "sliding_attention" : "full_attention");
+    config["layer_types"] = types;
+    config["sliding_window_pattern"] = local ? c.rope_global_every : 1;
+    config["rope_local_base_freq"] = local ? c.rope_local_base : c.rope_base;
+    config["use_bidirectional_attention"] = false;
   }
   if (olmo2 || gemma) {
     config["attention_bias"] = false;
