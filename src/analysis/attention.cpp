@@ -125,6 +125,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
   const auto capped = [&](double M) { return !cross && cfg.attn_softcap > 0 ? std::min(M, cfg.attn_softcap) : M; };
   // RoPE keeps |q| and |k| (a rotation), but model.rope_mscale m scales the rotated dimensions of both
   // (LongRoPE's, YaRN's factor), so |q.k| grows by at most max(1, m^2) on the layers it rotates with it
+  // (not in nGPT, whose q and k are put on the sphere after RoPE)
   const bool scaled_rope = !cross && cfg.positions == Positions::Rope && cfg.rope_at(s.layer) && !cfg.rope_local(s.layer);
   const double scale = cfg.attention_scale() * (scaled_rope ? std::max(1.0, cfg.rope_mscale * cfg.rope_mscale) : 1.0);
   const double qk_bias_max = std::max(max_abs(p.b1, A), max_abs(bk, A / group));
@@ -150,7 +151,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       double smax = 0;
       for (int j = h * HS; j < (h + 1) * HS; j++) smax = std::max(smax, std::abs(p.sqk[j] * f));
       r.gamma_max = r.gamma_k_max = smax;
-      const double M = capped(smax * smax * scale);
+      const double M = capped(smax * smax * cfg.attention_scale());  // (unit q^, k^ after RoPE: its factor too)
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
       const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
       r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g} from nGPT's s_qk alone, {} keys)",
