@@ -441,8 +441,9 @@ def write_converted(path, arch, sd, config, rope=None):
 def check_converted(normlab, workdir, failures, source_dir):
     """GGUF files as llama.cpp's converter writes them, against transformers' logits for the same weights:
     random models (transformers 4.45) of the llama architecture with Llama 3.1's llama3 RoPE scaling and with
-    linear scaling, of qwen2 (q, k, v biases, rotate-half rows), and qwen3 from tests/data/qwen3-tiny (what
-    transformers 5.24 computed: per-head QK-norm, wider heads)."""
+    linear scaling, of qwen2 (q, k, v biases, rotate-half rows), gemma, gemma2 and phi3 (plain and LongRoPE),
+    and from tests/data (what transformers 5.24 computed): qwen3 (per-head QK-norm, wider heads), gemma3 in
+    its real layer pattern, phi4mini (partial rotary with LongRoPE) and olmo2 (the reordered block)."""
     import torch
     from transformers import (Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, LlamaConfig,
                               LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM)
