@@ -15,8 +15,11 @@ and writer, 0.10.0) and hostile files.
    converter writes them give transformers' logits: llama with RoPE scaling (Llama 3.1's rope_freqs
    tensor, linear rope.scaling), qwen2 (biases, rows not permuted), qwen3 (tests/data/qwen3-tiny),
    gemma, gemma2 (gains stored as 1 + w, the sandwich, soft caps, a sliding window; at 46 layers the
-   27B model's score scale, which llama.cpp decides by the layer count) and gemma3
-   (tests/data/gemma3-swa6-tiny: llama.cpp's fixed pattern of five local layers at base 10000).
+   27B model's score scale, which llama.cpp decides by the layer count), gemma3
+   (tests/data/gemma3-swa6-tiny: llama.cpp's fixed pattern of five local layers at base 10000), phi3
+   (fused matrices; LongRoPE's factor tensors and attention factor; Phi-4-mini's partial rotary from
+   tests/data/phi4mini-tiny) and olmo2 (tests/data/olmo2-tiny: norms on the branch outputs, QK-norm over
+   the whole projections).
 4. A SentencePiece vocabulary (tokenizer.ggml.model = "llama", as Llama 2, Mistral and TinyLlama
    files hold it): a BPE model with byte fallback trained here by the `sentencepiece` library (0.2.0,
    the reference implementation) on the King James Bible and some non-Latin text, written into a GGUF
