@@ -1,15 +1,17 @@
-"""qwen3_export_check.py: normlab's Qwen3 export loaded by transformers itself (opt-in, not in ctest).
+"""tf5_export_check.py: normlab's Qwen3, SmolLM3 and Gemma 3 exports loaded by transformers itself (opt-in,
+not in ctest).
 
-Qwen3ForCausalLM needs transformers 4.51 or later, which does not import with the test
-environment's torch 1.13, so ctest's hf_parity checks the export against the committed directory
-transformers wrote (tensor for tensor, config setting for setting). This script closes the loop
-with a current transformers: `normlab export --hf` of tests/data/qwen3-tiny and of a fresh normlab
-Llama-family model with per-head QK-norm are loaded by `Qwen3ForCausalLM.from_pretrained`, and their
-logits, in float64 on a padded batch, must equal those of normlab's `grads` on the same model
-(within 1e-5 of the largest logit: normlab computes in float32), and, for the committed directory,
-transformers' own logits from the original directory must equal the export's bit for bit.
+These models need a transformers newer than the test environment's torch 1.13 allows, so ctest's
+hf_parity checks their exports against the committed directories transformers wrote (tensor for tensor,
+config setting for setting). This script closes the loop with a current transformers: `normlab export
+--hf` of tests/data/qwen3-tiny, smollm3-tiny, gemma3-tiny and gemma3-swa6-tiny, and of a fresh normlab
+Llama-family model with per-head QK-norm, are loaded by `from_pretrained` as the class each original is,
+and their logits, in float64 on a padded batch, must equal those of normlab's `grads` on the same model
+(within 1e-5 of the largest logit: normlab computes in float32), and, for the committed directories,
+transformers' own logits from the original directory must equal the export's bit for bit (Gemma 3's gains
+come back within 2^-24 of w, and its norm computes 1 + w in float32, where the two are the same number).
 Run with the benchmark venv (bench/.venv: current torch and transformers from PyPI):
-  bench/.venv/bin/python tests/torch/qwen3_export_check.py --normlab build/normlab --workdir /tmp/qwen3x
+  bench/.venv/bin/python tests/torch/tf5_export_check.py --normlab build/normlab --workdir /tmp/tf5x
 """
 import argparse
 import os
@@ -24,7 +26,10 @@ from safetensors.numpy import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TINY = os.path.join(HERE, "..", "data", "qwen3-tiny")
+DATA = os.path.join(HERE, "..", "data")
+# the committed directories normlab writes back, and the class transformers must load each as
+EXPORTED = [("qwen3-tiny", "Qwen3ForCausalLM"), ("smollm3-tiny", "SmolLM3ForCausalLM"),
+            ("gemma3-tiny", "Gemma3ForCausalLM"), ("gemma3-swa6-tiny", "Gemma3ForCausalLM")]
 
 
 def run(normlab, *args):
@@ -43,10 +48,10 @@ def batch(vocab, B, T, seed):
     return ids, mask, labels
 
 
-def hf_logits(d, ids, mask):
-    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float64).eval()
-    if type(model).__name__ != "Qwen3ForCausalLM":
-        sys.exit(f"{d}: transformers loaded a {type(model).__name__}, not Qwen3ForCausalLM")
+def hf_logits(d, ids, mask, arch="Qwen3ForCausalLM"):
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float64, attn_implementation="eager").eval()
+    if type(model).__name__ != arch:
+        sys.exit(f"{d}: transformers loaded a {type(model).__name__}, not {arch}")
     with torch.no_grad():
         return model(torch.from_numpy(ids).long(), attention_mask=torch.from_numpy(mask).long()).logits.numpy()
 
@@ -77,18 +82,21 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     ok = True
 
-    # 1. the directory transformers wrote, imported and exported by normlab
-    exported = os.path.join(args.workdir, "tiny-export")
-    shutil.rmtree(exported, ignore_errors=True)
-    run(args.normlab, "export", "--checkpoint", TINY, "--hf", exported)
-    ids, mask, labels = batch(57, 3, 11, 1)
-    original, again = hf_logits(TINY, ids, mask), hf_logits(exported, ids, mask)
-    same = np.array_equal(original[mask == 1], again[mask == 1])
-    print(f"qwen3-tiny: transformers' logits from the original and from normlab's export "
-          f"{'are equal bit for bit' if same else 'DIFFER'}")
-    ok &= same
-    ok &= compare("qwen3-tiny: normlab grads against transformers", normlab_logits(args.normlab, args.workdir, TINY, ids, mask, labels),
-                  original, mask, 1e-5)
+    # 1. the directories transformers wrote, imported and exported by normlab
+    for name, arch in EXPORTED:
+        tiny = os.path.join(DATA, name)
+        exported = os.path.join(args.workdir, f"{name}-export")
+        shutil.rmtree(exported, ignore_errors=True)
+        run(args.normlab, "export", "--checkpoint", tiny, "--hf", exported)
+        vocab = load_file(os.path.join(tiny, "model.safetensors"))["model.embed_tokens.weight"].shape[0]
+        ids, mask, labels = batch(vocab, 3, 11, 1)
+        original, again = hf_logits(tiny, ids, mask, arch), hf_logits(exported, ids, mask, arch)
+        same = np.array_equal(original[mask == 1], again[mask == 1])
+        print(f"{name}: transformers' logits from the original and from normlab's export "
+              f"{'are equal bit for bit' if same else 'DIFFER'}")
+        ok &= same
+        ok &= compare(f"{name}: normlab grads against transformers",
+                      normlab_logits(args.normlab, args.workdir, tiny, ids, mask, labels), original, mask, 1e-5)
 
     # 2. a model normlab made (init), in the shape Qwen3 takes: pre-RMSNorm, RoPE, SwiGLU, GQA, wider
     #    heads, per-head QK-norm, no biases, untied head; exported and loaded by transformers
