@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <set>
 
+#include "ops/rope.h"
 #include "util/error.h"
 
 namespace normlab::gguf {
@@ -55,6 +56,20 @@ Family family_of(const std::string& arch) {
   return {};
 }
 
+// The RoPE divisors tensor `name` holds, one per rotated pair, each in [1e-6, 1e6] (model.rope_freq_factors):
+// rope_freqs.weight (Llama 3.1's llama3 scaling) and LongRoPE's rope_factors_short.weight.
+std::vector<double> read_divisors(const File& f, const TensorInfo& t, int pairs) {
+  if (t.ne.size() != 1 || t.ne[0] != pairs)
+    throw Error(fmt::format("{}: tensor '{}' must hold one divisor per rotated pair ({} values)", f.path, t.name, pairs));
+  std::vector<double> out;
+  for (float x : f.dequantize(t)) {
+    if (!(x >= 1e-6f && x <= 1e6f))
+      throw Error(fmt::format("{}: tensor '{}' holds {}; a RoPE divisor must be in [1e-6, 1e6]", f.path, t.name, x));
+    out.push_back(x);
+  }
+  return out;
+}
+
 // A key under "<arch>." that only tells normlab nothing new when it has its neutral value.
 void refuse_unless(bool ok, const File& f, const std::string& what) {
   if (!ok)
@@ -67,8 +82,8 @@ void refuse_unless(bool ok, const File& f, const std::string& what) {
 // the 27B models, which llama.cpp tells by their layer count: the file does not say it); gemma2's soft caps
 // (absent: 50 on the scores, 30 on the logits, llama.cpp's defaults) and its sliding window on every other
 // layer (absent: 4096); gemma3's QK-norm, optional final soft cap, and with a sliding window its local layers
-// (five of every six, llama.cpp's fixed pattern) rotating with base 10000 unscaled. Sequences are capped at
-// the window, where it masks nothing (normlab's attention is full).
+// (five of every six, llama.cpp's fixed pattern) rotating with base 10000 unscaled (model_config caps the
+// sequences at the window).
 void read_gemma(const File& f, const std::string& arch, const Family& fam, ModelConfig& c) {
   const std::string p = arch + ".";
   c.activation = Activation::GeGlu;
@@ -92,7 +107,6 @@ void read_gemma(const File& f, const std::string& arch, const Family& fam, Model
       c.rope_global_every = 6;
     }
   }
-  if (window > 0 && window < c.seq_len) c.seq_len = int(window);
 }
 
 // LongRoPE (Phi-3's 128k models, Phi-3.5, Phi-4-mini) as the converter writes it: rope_factors_short.weight
@@ -116,15 +130,10 @@ void read_longrope(const File& f, const std::string& p, int64_t context, ModelCo
                               f.path, pairs));
   if (!c.rope_freq_factors.empty())
     throw Error(fmt::format("{}: both rope_freqs.weight and LongRoPE's factors; a file has one or the other", f.path));
-  for (float x : f.dequantize(*shrt)) {
-    if (!(x >= 1e-6f && x <= 1e6f))
-      throw Error(fmt::format("{}: tensor 'rope_factors_short.weight' holds {}; a RoPE divisor must be in [1e-6, 1e6]",
-                              f.path, x));
-    c.rope_freq_factors.push_back(x);
-  }
+  c.rope_freq_factors = read_divisors(f, *shrt, pairs);
   const int64_t original = f.integer_or(p + "rope.scaling.original_context_length", 2, 1 << 24).value_or(context);
   const double s = double(context) / double(original);
-  c.rope_mscale = attn_factor.value_or(s > 1 ? std::sqrt(1 + std::log(s) / std::log(double(original))) : 1.0);
+  c.rope_mscale = attn_factor.value_or(ops::longrope_mscale(s, double(original)));
   if (!(c.rope_mscale >= 1e-3 && c.rope_mscale <= 1e3))
     throw Error(fmt::format("{}: rope.scaling.attn_factor {} must be in [1e-3, 1e3]", f.path, c.rope_mscale));
   if (original < c.seq_len) c.seq_len = int(original);
@@ -183,10 +192,7 @@ ModelConfig model_config(const File& f) {
                 fmt::format("rope.dimension_count is {} of the head size {} (partial rotary: an even number of "
                             "dimensions, not in the llama architecture's interleaved layout)",
                             rotated, hs));
-  if (rotated < hs) {
-    c.rope_fraction = double(rotated) / hs;
-    if (c.rope_dims() != rotated) c.rope_fraction = (rotated + 0.5) / hs;  // (R = 2 floor(f HS / 2) exactly rotated)
-  }
+  if (rotated < hs) c.set_rope_dims(int(rotated));
   refuse_unless(f.integer_or(p + "attention.value_length", 0, 1 << 20).value_or(hs) == hs, f,
                 "attention.value_length differs from attention.key_length (the head size)");
   // RoPE scaling: linear (llama.cpp's rope.scaling.type "linear": positions divided by the factor) and
@@ -202,16 +208,7 @@ ModelConfig model_config(const File& f) {
   } else {
     refuse_unless(factor == 1.0, f, "rope.scaling.factor is not 1 without a rope.scaling.type");
   }
-  if (const TensorInfo* t = f.find("rope_freqs.weight")) {
-    if (t->ne.size() != 1 || t->ne[0] != hs / 2)
-      throw Error(fmt::format("{}: tensor 'rope_freqs.weight' must hold one divisor per rotated pair ({} values)", f.path,
-                              hs / 2));
-    for (float x : f.dequantize(*t)) {
-      if (!(x >= 1e-6f && x <= 1e6f))
-        throw Error(fmt::format("{}: tensor 'rope_freqs.weight' holds {}; a RoPE divisor must be in [1e-6, 1e6]", f.path, x));
-      c.rope_freq_factors.push_back(x);
-    }
-  }
+  if (const TensorInfo* t = f.find("rope_freqs.weight")) c.rope_freq_factors = read_divisors(f, *t, c.rope_dims() / 2);
   const int64_t context = f.integer_or(p + "context_length", 1, 1 << 24).value_or(2048);
   c.seq_len = int(std::min<int64_t>(context, kMaxImportedSeqLen));
   read_longrope(f, p, context, c);
@@ -229,10 +226,9 @@ ModelConfig model_config(const File& f) {
     throw Error(fmt::format("{}: no token_embd.weight of row length {}", f.path, c.d_model));
   c.vocab = int(f.integer_or(p + "vocab_size", 1, kMaxVocab).value_or(embd->ne[1]));
   if (fam.gemma) read_gemma(f, arch, fam, c);
-  if (arch == "phi3") {  // a sliding window on every layer, capped as Gemma 2's (0: none)
-    const int64_t window = sliding_window(f);
-    if (window > 0 && window < c.seq_len) c.seq_len = int(window);
-  }
+  // a sliding window (gemma2, gemma3, phi3) caps the sequences, where it masks nothing (normlab's attention
+  // is full)
+  if (const int64_t window = sliding_window(f); window > 0 && window < c.seq_len) c.seq_len = int(window);
   c.validate();
   return c;
 }

@@ -208,11 +208,8 @@ void apply_rope_scaling(const ConfigReader& r, ModelConfig& c, RopeScaling s, Im
     r.require(s.key, int(s.short_factor.size()) == c.rope_dims() / 2,
               fmt::format("longrope's short_factor holds one divisor per rotated pair ({})", c.rope_dims() / 2));
     const double scale = s.factor > 0 ? s.factor : r.integer("max_position_embeddings", 2048) / s.context;
-    const double m = s.attention_factor > 0 ? s.attention_factor
-                     : scale <= 1         ? 1.0
-                                          : std::sqrt(1 + std::log(scale) / std::log(s.context));
     c.rope_freq_factors = s.short_factor;
-    c.rope_mscale = m;
+    c.rope_mscale = s.attention_factor > 0 ? s.attention_factor : ops::longrope_mscale(scale, s.context);
     if (s.context < c.seq_len) {
       c.seq_len = int(s.context);
       im.notes.push_back(fmt::format("LongRoPE: its short factors apply up to original_max_position_embeddings {0}, "
@@ -238,9 +235,7 @@ void read_partial_rotary(const ConfigReader& r, ModelConfig& c) {
   const int hs = c.head_size(), dims = int(hs * f);
   r.require("partial_rotary_factor", f > 0 && f < 1 && dims >= 2 && dims % 2 == 0,
             fmt::format("a share in (0, 1] of the head's {} dimensions that rotates an even number of them", hs));
-  if (!(f > 0 && f < 1 && dims >= 2 && dims % 2 == 0)) return;
-  c.rope_fraction = f;
-  if (c.rope_dims() != dims) c.rope_fraction = (dims + 0.5) / hs;  // (f HS rounded below dims: R = dims exactly)
+  if (f > 0 && f < 1 && dims >= 2 && dims % 2 == 0) c.set_rope_dims(dims);
 }
 
 // A per-layer list marked on every N-th layer ((l + 1) % N == 0) and on no other: N; 0 when no layer is

@@ -107,6 +107,11 @@ int ModelConfig::rope_dims() const {
   if (positions != Positions::Rope || n_heads <= 0) return 0;
   return 2 * int(std::floor(rope_fraction * head_size() / 2));
 }
+
+void ModelConfig::set_rope_dims(int R) {
+  rope_fraction = double(R) / head_size();
+  if (rope_dims() != R) rope_fraction = (R + 0.5) / head_size();  // (R / HS rounded below R by floor)
+}
 std::optional<Placement> placement_from_string(const std::string& s) {
   for (const Method& m : all_methods())
     if (s == m.name) return m.id;

@@ -176,6 +176,8 @@ struct ModelConfig {
   int qkv_width() const { return attn_width() + 2 * kv_heads() * head_size(); }
   // RoPE's rotated dimensions per head, R (even); 0 unless positions = rope.
   int rope_dims() const;
+  // Sets rope_fraction so that rope_dims() is R (an even R in [2, head size]: a file's rotated count).
+  void set_rope_dims(int R);
   // Whether layer l rotates with rope_local_base (unscaled) rather than rope_base and rope_scale.
   bool rope_local(int l) const { return rope_local_base > 0 && (l + 1) % rope_global_every != 0; }
   // Whether layer l rotates q and k at all (positions = rope and not one of nope_every's layers).

@@ -43,6 +43,10 @@ void rope_rotate(S* x, const S* cos_p, const S* sin_p, int rows, int T, int pos0
   }
 }
 
+double longrope_mscale(double s, double original) {
+  return s > 1 ? std::sqrt(1 + std::log(s) / std::log(original)) : 1.0;
+}
+
 std::vector<double> yarn_rope_factors(int R, double base, double factor, double beta_fast, double beta_slow,
                                       double context, bool truncate) {
   const double kPi = 3.14159265358979323846;

@@ -27,6 +27,11 @@ void rope_tables(S* cos_p, S* sin_p, int P, int R, double base, double scale = 1
 std::vector<double> llama3_rope_factors(int R, double base, double factor, double low_freq_factor,
                                         double high_freq_factor, double context);
 
+// LongRoPE's factor on cos and sin where a config does not state it: sqrt(1 + ln(s) / ln(original)) for
+// a context s times the original length, 1 for s <= 1 (transformers' _compute_longrope_parameters,
+// llama.cpp's converter).
+double longrope_mscale(double s, double original);
+
 // YaRN's scaling (Peng et al. 2023) as divisors f_i (R/2 of them): frequency i is interpolated by
 // `factor` below the correction range, kept above it and blended linearly inside it:
 // 1 / f_i = r_i / factor + 1 - r_i, r_i = clamp((i - low) / (high - low), 0, 1), where low and high are

@@ -1,7 +1,7 @@
 """hf_common.py: what the parity checks against transformers share (hf_parity.py, hf_parity_tf5.py): the
 tolerances, the list of failures every check appends to, the comparison, running normlab, perturbed
-weights and padded batches, the map from a Llama-family parameter to normlab's gradient, config.json edits
-that must be refused, and the exit.
+weights and padded batches, the map from a Llama-family parameter to normlab's gradient, normlab's logits
+after a config.json edit (logits_with), config.json edits that must be refused, and the exit.
 
 Tolerances (float32 engine vs float64 reference): hidden states and logits within 2e-5 of the
 tensor's largest magnitude; gradients within 1e-4 of the tensor's largest magnitude (they pass
@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 import torch
+from safetensors.numpy import load_file
 
 FWD_TOL = 2e-5
 GRAD_TOL = 1e-4
@@ -122,6 +123,21 @@ def config_refusals(normlab, work, label, cases, d=None, tok=None):
         msg = (p.stderr or "").strip()
         if p.returncode != 1 or expected not in msg or len(msg.splitlines()) != 1 or os.path.exists(out):
             failures.append(f"{label} {name}: exit {p.returncode}, expected one line with '{expected}', got {msg!r}")
+
+
+def logits_with(normlab, work, name, d, tok, edit):
+    """normlab's logits on a copy of directory d whose config.json is changed by edit(config)."""
+    v = os.path.join(work, f"{name}_variant")
+    shutil.rmtree(v, ignore_errors=True)
+    shutil.copytree(d, v)
+    with open(os.path.join(v, "config.json")) as f:
+        config = json.load(f)
+    edit(config)
+    with open(os.path.join(v, "config.json"), "w") as f:
+        json.dump(config, f)
+    out = os.path.join(v, "out.safetensors")
+    run(normlab, "grads", "--checkpoint", v, "--tokens", tok, "--out", out)
+    return load_file(out)["logits"]
 
 
 def finish(passed):

@@ -31,7 +31,7 @@ from transformers import (BertConfig, BertForMaskedLM, BertModel, Gemma2Config, 
 
 
 from hf_common import (FWD_TOL, GRAD_TOL, LOSS_TOL, check, config_refusals, failures, finish, llama_grad, padded_batch,
-                       perturb, run)
+                       logits_with, perturb, run)
 from hf_parity_tf5 import gemma3_golden, phi4mini_golden, qwen3_golden, qwen3_yarn_golden, smollm3_golden
 
 transformers.logging.set_verbosity_error()
@@ -162,8 +162,8 @@ def llama_case(normlab, work, label, seed, family="llama", shard=False, **cfg):
           f"states, logits, loss and {n} gradients compared")
 
 
-# RoPE scalings normlab does not represent (they change the angles with the sequence length or scale the
-# scores) and broken llama3 parameters
+# RoPE scaling normlab does not represent (dynamic: the angles change with the sequence length) and broken
+# yarn and llama3 parameters
 ROPE_REFUSALS = [
     ("dynamic", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "not dynamic"),
     ("yarn factor below 1", {"rope_scaling": {"type": "yarn", "factor": 0.5}}, "yarn's factor in [1, 1e6]"),
@@ -189,17 +189,7 @@ def longrope_factor(normlab, work, label):
     d = os.path.join(work, label)
     tok = os.path.join(d, "tokens.safetensors")
     def logits(name, extra):
-        v = os.path.join(work, f"{label}_{name}")
-        shutil.rmtree(v, ignore_errors=True)
-        shutil.copytree(d, v)
-        with open(os.path.join(v, "config.json")) as f:
-            config = json.load(f)
-        config["rope_scaling"].update(extra)
-        with open(os.path.join(v, "config.json"), "w") as f:
-            json.dump(config, f)
-        out = os.path.join(v, "out.safetensors")
-        run(normlab, "grads", "--checkpoint", v, "--tokens", tok, "--out", out)
-        return load_file(out)["logits"]
+        return logits_with(normlab, work, f"{label}_{name}", d, tok, lambda c: c["rope_scaling"].update(extra))
     by_factor = logits("factor16", {"factor": 16.0})
     by_attention = logits("attention16", {"attention_factor": math.sqrt(1 + math.log(16) / math.log(32))})
     own = load_file(os.path.join(d, "normlab.safetensors"))["logits"]

@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from hf_common import FWD_TOL, GRAD_TOL, LOSS_TOL, check, config_refusals, failures, llama_grad, run
+from hf_common import FWD_TOL, GRAD_TOL, LOSS_TOL, check, config_refusals, failures, llama_grad, logits_with, run
 
 
 def tf5_golden(normlab, work, source, name, sandwich=False):
@@ -147,21 +147,6 @@ def gemma3_golden(normlab, work, source):
          "the local layers' RoPE has no scaling"),
         ("bidirectional", {"use_bidirectional_attention": True}, "use_bidirectional_attention")],
         d=d, tok=os.path.join(work, "gemma3_tokens.safetensors"))
-
-
-def logits_with(normlab, work, name, d, tok, edit):
-    """normlab's logits on a copy of directory d whose config.json is changed by edit(config)."""
-    v = os.path.join(work, f"{name}_variant")
-    shutil.rmtree(v, ignore_errors=True)
-    shutil.copytree(d, v)
-    with open(os.path.join(v, "config.json")) as f:
-        config = json.load(f)
-    edit(config)
-    with open(os.path.join(v, "config.json"), "w") as f:
-        json.dump(config, f)
-    out = os.path.join(v, "out.safetensors")
-    run(normlab, "grads", "--checkpoint", v, "--tokens", tok, "--out", out)
-    return load_file(out)["logits"]
 
 
 def phi4mini_golden(normlab, work, source):
