@@ -204,7 +204,7 @@ static Imported import_config(const json& j, const WeightFiles* weights, const f
   if (type.empty()) throw Error(fmt::format("{}: no \"model_type\"", cfg_path.string()));
   const bool llama_family =
       type == "llama" || type == "qwen2" || type == "qwen3" || type == "gemma" || type == "gemma2" ||
-      type == "gemma3_text" || type == "olmo2" || type == "mistral" || type == "smollm3" ||
+      type == "gemma3_text" || type == "olmo2" || type == "olmo3" || type == "mistral" || type == "smollm3" ||
       type == "phi3";
   if (type == "gemma3")  // Gemma3ForConditionalGeneration: a vision tower beside the text model
     throw Error(fmt::format("{}: model_type \"gemma3\" is Gemma 3's image-and-text model; normlab reads its text model "
@@ -212,7 +212,7 @@ static Imported import_config(const json& j, const WeightFiles* weights, const f
                             cfg_path.string()));
   if (type != "gpt2" && type != "bert" && !llama_family)
     throw Error(fmt::format("{}: model_type \"{}\" is not supported (normlab reads \"gpt2\", \"bert\", \"llama\", "
-                            "\"qwen2\", \"qwen3\", \"mistral\", \"smollm3\", \"phi3\", \"gemma\", \"gemma2\", \"gemma3_text\" and \"olmo2\")",
+                            "\"qwen2\", \"qwen3\", \"mistral\", \"smollm3\", \"phi3\", \"gemma\", \"gemma2\", \"gemma3_text\", \"olmo2\" and \"olmo3\")",
                             cfg_path.string(), type));
   const fs::path d = cfg_path.parent_path();
   if (llama_family) return import_llama(r, weights, d);

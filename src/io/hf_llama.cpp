@@ -1,13 +1,16 @@
 // hf_llama.cpp: Hugging Face Llama-family directories (LlamaForCausalLM, MistralForCausalLM,
 // Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM,
-// Olmo2ForCausalLM, SmolLM3ForCausalLM, Phi3ForCausalLM) to normlab models, and
-// Llama / Qwen2 / Qwen3 / OLMo 2 / Gemma / Gemma 2 / SmolLM3 back (hf_llama.h). Mistral is Llama without biases and with a sliding
+// Olmo2ForCausalLM, Olmo3ForCausalLM, SmolLM3ForCausalLM, Phi3ForCausalLM) to normlab models, and
+// Llama / Qwen2 / Qwen3 / OLMo 2 / OLMo 3 / Gemma / Gemma 2 / Gemma 3 / SmolLM3 back (hf_llama.h). Mistral is Llama without biases and with a sliding
 // window on every layer (seq_len capped at it, as Gemma 2's). SmolLM3 is Llama with no RoPE on every
 // N-th layer (no_rope_layers: model.nope_every). Phi-3 is Mistral's with q, k, v in one matrix and gate
 // and up in another (qkv_proj, gate_up_proj: normlab's own fused layout). Qwen3 is Llama with q and k normalized per head
 // (qk_norm heads, one gain of head_dim each, before RoPE) and no biases. OLMo 2 is the block in OLMo
 // 2's order (placement reordered: x + N(F(x)), its post_attention_layernorm and post_feedforward_layernorm on the branch outputs) with q and k
-// normalized over their whole projections (qk_norm whole, before RoPE). The block is normlab's
+// normalized over their whole projections (qk_norm whole, before RoPE). OLMo 3 is OLMo 2's block with
+// Gemma 3's two kinds of layer: three sliding-window layers, then a full one (layer_types), each kind
+// with its own RoPE, the scaling (YaRN in the released models) on the full layers only
+// (model.rope_local_base = the sliding layers' base, rope_global_every). The block is normlab's
 // pre-RMSNorm gpt with RoPE (rotate-half, as transformers' Llama), a gated MLP and grouped-query
 // attention; Llama has no biases (or q, k, v, o and MLP biases with attention_bias and mlp_bias),
 // Qwen2 has q, k, v biases. Gemma (the first) is the same block with three differences: the MLP is
@@ -249,11 +252,15 @@ std::optional<int> every_nth(const std::vector<bool>& marked) {
   return n;
 }
 
-// Gemma 3's RoPE: a base per layer type and which layers are which (layer_types, or the older
-// sliding_window_pattern), onto rope_base / rope_scale (global), rope_local_base, rope_global_every.
-RopeScaling read_gemma3_rope(const ConfigReader& r, ModelConfig& c) {
+// Two kinds of layer, each with its RoPE (Gemma 3, OLMo 3): which layers are full ("global") and which
+// slide ("local": layer_types, or Gemma 3's older sliding_window_pattern; absent, a full layer every
+// `every` layers), the full layers' base and scaling (rope_theta and rope_scaling, which apply to them
+// only, or transformers 5's rope_parameters.full_attention) and the sliding layers' unscaled base
+// (rope_parameters.sliding_attention, else Gemma 3's rope_local_base_freq, else OLMo 3's one rope_theta),
+// onto rope_base / rope_scale / rope_freq_factors (global), rope_local_base and rope_global_every.
+RopeScaling read_layer_types_rope(const ConfigReader& r, ModelConfig& c, bool gemma3) {
   RopeScaling scaling;
-  c.rope_local_base = r.number("rope_local_base_freq", 10000.0);
+  c.rope_local_base = gemma3 ? r.number("rope_local_base_freq", 10000.0) : c.rope_base;
   if (r.has("rope_scaling")) scaling = read_rope_entry(r, "rope_scaling", c.rope_base);
   if (r.has("rope_parameters")) {
     const json& rp = r.j["rope_parameters"];
@@ -265,7 +272,7 @@ RopeScaling read_gemma3_rope(const ConfigReader& r, ModelConfig& c) {
       if (rope.has("sliding_attention")) read_rope_entry(rope, "sliding_attention", c.rope_local_base, false);
     }
   }
-  int every = r.integer("sliding_window_pattern", 6);
+  int every = gemma3 ? r.integer("sliding_window_pattern", 6) : 4;
   if (r.has("layer_types")) {  // "full_attention" where (l + 1) % every == 0, "sliding_attention" elsewhere
     const json& types = r.j["layer_types"];
     bool ok = types.is_array() && int(types.size()) == c.n_layers;
@@ -278,10 +285,10 @@ RopeScaling read_gemma3_rope(const ConfigReader& r, ModelConfig& c) {
     ok = n.has_value();
     if (ok) every = *n > 0 ? *n : c.n_layers + 1;  // 0: no global layer at all
     r.require("layer_types", ok,
-              "normlab's Gemma 3 has a global (full_attention) layer every N layers and sliding_attention layers "
-              "between them, one entry per layer");
+              "normlab's layer kinds are a global (full_attention) layer every N layers and sliding_attention "
+              "layers between them, one entry per layer");
   }
-  r.require("sliding_window_pattern", every >= 1, "a global layer every N >= 1 layers");
+  if (gemma3) r.require("sliding_window_pattern", every >= 1, "a global layer every N >= 1 layers");
   c.rope_global_every = std::max(every, 1);
   return scaling;
 }
@@ -324,11 +331,12 @@ void read_nope_layers(const ConfigReader& r, ModelConfig& c) {
 }
 
 // The family a normlab config is written as (llama_export_refusal says whether it is exactly that):
-// OLMo 2 for the reordered block, Gemma for GeGLU (Gemma 2 with the sandwich, Gemma 3 with QK-norm too),
-// Qwen3 for per-head QK-norm, SmolLM3 for NoPE layers, Qwen2 for q, k, v biases only, else Llama.
-enum class Family { Llama, Qwen2, Qwen3, Olmo2, Gemma, Gemma2, Gemma3, SmolLM3 };
+// OLMo 2 for the reordered block (OLMo 3 with two kinds of layer), Gemma for GeGLU (Gemma 2 with the
+// sandwich, Gemma 3 with QK-norm too), Qwen3 for per-head QK-norm, SmolLM3 for NoPE layers, Qwen2 for q,
+// k, v biases only, else Llama.
+enum class Family { Llama, Qwen2, Qwen3, Olmo2, Olmo3, Gemma, Gemma2, Gemma3, SmolLM3 };
 Family export_family(const ModelConfig& c) {
-  if (c.placement_of(0) == Placement::Reordered) return Family::Olmo2;
+  if (c.placement_of(0) == Placement::Reordered) return c.rope_local_base > 0 ? Family::Olmo3 : Family::Olmo2;
   if (c.activation == Activation::GeGlu) {
     if (c.placement_of(0) != Placement::Sandwich) return Family::Gemma;
     return c.qk_norm == QkNorm::Heads ? Family::Gemma3 : Family::Gemma2;
@@ -344,13 +352,15 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   Imported im;
   const std::string type = r.string("model_type", "");
   const bool qwen2 = is_qwen2(r), qwen3 = type == "qwen3", gemma3 = type == "gemma3_text",
-             gemma2 = type == "gemma2" || gemma3, gemma = type == "gemma" || gemma2, olmo2 = type == "olmo2",
-             mistral = type == "mistral", smollm3 = type == "smollm3", phi3 = type == "phi3";
+             gemma2 = type == "gemma2" || gemma3, gemma = type == "gemma" || gemma2, olmo3 = type == "olmo3",
+             olmo2 = type == "olmo2" || olmo3, mistral = type == "mistral", smollm3 = type == "smollm3",
+             phi3 = type == "phi3";
   im.architecture = architecture_of(r, {qwen2    ? "Qwen2ForCausalLM"
                                         : qwen3  ? "Qwen3ForCausalLM"
                                         : gemma3 ? "Gemma3ForCausalLM"
                                         : gemma2 ? "Gemma2ForCausalLM"
                                         : gemma  ? "GemmaForCausalLM"
+                                        : olmo3  ? "Olmo3ForCausalLM"
                                         : olmo2  ? "Olmo2ForCausalLM"
                                         : mistral ? "MistralForCausalLM"
                                         : smollm3 ? "SmolLM3ForCausalLM"
@@ -366,9 +376,9 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   c.vocab = r.integer("vocab_size");
   c.seq_len = std::min(r.integer("max_position_embeddings", 2048), kMaxImportedSeqLen);
   c.eps = r.number("rms_norm_eps", 1e-6);
-  c.rope_base = r.number("rope_theta", qwen3 || gemma3 ? 1e6 : 10000.0);
+  c.rope_base = r.number("rope_theta", qwen3 || gemma3 ? 1e6 : olmo3 ? 5e5 : 10000.0);
   RopeScaling rope_scaling;
-  if (gemma3) rope_scaling = read_gemma3_rope(r, c);
+  if (gemma3 || olmo3) rope_scaling = read_layer_types_rope(r, c, gemma3);
   else if (r.has("rope_parameters")) {  // transformers 5
     rope_scaling = read_rope_entry(r, "rope_parameters", c.rope_base);
     rope_scaling.key = "rope_parameters";
@@ -422,13 +432,14 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
               "does not represent");
     r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
     c.bias = LinearBias::None;
-  } else if (olmo2) {  // OLMo 2: x + N(F(x)), q and k normalized over the whole projection, no biases
+  } else if (olmo2) {  // OLMo 2 and 3: x + N(F(x)), q and k normalized over the whole projection, no biases
     c.placement = {Placement::Reordered};
     c.qk_norm = QkNorm::Whole;
     r.require("attention_bias", !r.boolean("attention_bias", false),
-              "OLMo 2's attention_bias puts biases on q, k, v and o but not on the MLP, which normlab's model.bias "
+              "OLMo's attention_bias puts biases on q, k, v and o but not on the MLP, which normlab's model.bias "
               "does not represent");
     c.bias = LinearBias::None;
+    if (olmo3) cap_at_window(r, c, im, "the sliding layers");
   } else if (mistral || phi3) {  // Mistral, Phi-3: Llama without biases, a sliding window on every layer
     cap_at_window(r, c, im, "all layers");
     c.bias = LinearBias::None;
@@ -474,7 +485,8 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   // Llama and Qwen2: pre-norm in every layer, no QK-norm; Qwen3: pre-norm with QK-norm per head; OLMo 2:
   // reordered in every layer with QK-norm over the whole projections
   const Family family = export_family(c);
-  const bool olmo2 = family == Family::Olmo2, qwen3 = family == Family::Qwen3, gemma3 = family == Family::Gemma3,
+  const bool olmo3 = family == Family::Olmo3, olmo2 = family == Family::Olmo2 || olmo3,
+             qwen3 = family == Family::Qwen3, gemma3 = family == Family::Gemma3,
              gemma2 = family == Family::Gemma2 || gemma3, gemma = family == Family::Gemma || gemma2;
   const Placement each = olmo2 ? Placement::Reordered : gemma2 ? Placement::Sandwich : Placement::Pre;
   for (int l = 0; l < c.n_layers; l++)
@@ -493,7 +505,8 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
     why.push_back(fmt::format("embed_scale is {} (Gemma multiplies the embedding by sqrt(d_model) = {:g})",
                               c.embed_scale, std::sqrt(double(c.d_model))));
   if (olmo2 && (c.qk_norm != QkNorm::Whole || c.v_norm || !c.qk_norm_affine || c.bias != LinearBias::None))
-    why.push_back("a reordered model is OLMo 2's only with qk_norm = \"whole\" (no v_norm, with gains) and no biases");
+    why.push_back("a reordered model is OLMo 2's or 3's only with qk_norm = \"whole\" (no v_norm, with gains) and no "
+                  "biases");
   if (qwen3 && (c.v_norm || !c.qk_norm_affine || c.bias != LinearBias::None))
     why.push_back("a pre-norm model with qk_norm = \"heads\" is Qwen3's only with gains on q and k (no v_norm) and no "
                   "biases");
@@ -502,8 +515,8 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if (c.rope_mscale != 1.0)
     why.push_back("RoPE's cos and sin are scaled (model.rope_mscale: LongRoPE's or YaRN's attention factor), which a "
                   "config.json states only through their parameters");
-  if (c.rope_local_base > 0 && !gemma3)
-    why.push_back("RoPE has a base per layer (model.rope_local_base), which only Gemma 3's block has");
+  if (c.rope_local_base > 0 && !gemma3 && !olmo3)
+    why.push_back("RoPE has a base per layer (model.rope_local_base), which only Gemma 3's and OLMo 3's blocks have");
   if (c.nope_every != 0 && family != Family::SmolLM3)
     why.push_back("some layers have no RoPE (model.nope_every), which only SmolLM3's block (Llama's with NoPE layers) "
                   "has");
@@ -538,10 +551,12 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
 std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   const ModelConfig& c = model.config();
   const Family family = export_family(c);  // (llama_export_refusal checked that it is exactly that)
-  const bool olmo2 = family == Family::Olmo2, qwen3 = family == Family::Qwen3, qwen2 = family == Family::Qwen2,
-             gemma3 = family == Family::Gemma3, gemma2 = family == Family::Gemma2 || gemma3,
-             gemma = family == Family::Gemma || gemma2, smollm3 = family == Family::SmolLM3;
-  const std::string arch = olmo2     ? "Olmo2ForCausalLM"
+  const bool olmo3 = family == Family::Olmo3, olmo2 = family == Family::Olmo2 || olmo3,
+             qwen3 = family == Family::Qwen3, qwen2 = family == Family::Qwen2, gemma3 = family == Family::Gemma3,
+             gemma2 = family == Family::Gemma2 || gemma3, gemma = family == Family::Gemma || gemma2,
+             smollm3 = family == Family::SmolLM3;
+  const std::string arch = olmo3     ? "Olmo3ForCausalLM"
+                           : olmo2   ? "Olmo2ForCausalLM"
                            : qwen3   ? "Qwen3ForCausalLM"
                            : qwen2   ? "Qwen2ForCausalLM"
                            : gemma3  ? "Gemma3ForCausalLM"
@@ -549,7 +564,8 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
                            : gemma   ? "GemmaForCausalLM"
                            : smollm3 ? "SmolLM3ForCausalLM"
                                      : "LlamaForCausalLM";
-  const std::string type = olmo2     ? "olmo2"
+  const std::string type = olmo3     ? "olmo3"
+                           : olmo2   ? "olmo2"
                            : qwen3   ? "qwen3"
                            : qwen2   ? "qwen2"
                            : gemma3  ? "gemma3_text"
@@ -618,6 +634,26 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
     config["rope_local_base_freq"] = local ? c.rope_local_base : c.rope_base;
     config["use_bidirectional_attention"] = false;
   }
+  if (olmo3) {  // transformers 5's rope_parameters, one entry per kind of layer (transformers 4's one rope_theta
+    // cannot state two bases); normlab's attention is full: a window of seq_len masks nothing it takes
+    std::vector<std::string> types;
+    for (int l = 0; l < c.n_layers; l++) types.push_back(c.rope_local(l) ? "sliding_attention" : "full_attention");
+    config["layer_types"] = types;
+    config["sliding_window"] = c.seq_len;
+    config["rope_parameters"] = {
+        {"full_attention", c.rope_scale == 1.0 ? json{{"rope_type", "default"}, {"rope_theta", c.rope_base}}
+                                               : json{{"rope_type", "linear"}, {"factor", c.rope_scale},
+                                                      {"rope_theta", c.rope_base}}},
+        {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_local_base}}}};
+    config.erase("rope_theta");
+    config.erase("rope_scaling");
+  }
+  if (olmo2) {  // Olmo2Config's and Olmo3Config's default ids (pad 1, eos 50279) are OLMo's own tokenizer's;
+    // normlab keeps no special ids (the forward is the same without them)
+    config["pad_token_id"] = nullptr;
+    config["bos_token_id"] = nullptr;
+    config["eos_token_id"] = nullptr;
+  }
   if (olmo2 || gemma) {
     config["attention_bias"] = false;
   } else if (qwen3) {  // transformers' Qwen3 normalizes q and k per head with rms_norm_eps, as normlab does
@@ -639,8 +675,10 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
     config["use_sliding_window"] = false;
     config["sliding_window"] = nullptr;
     // SmolLM3Config's default pad id (128004) is an embedding row of the real vocabulary, outside any other;
-    // normlab keeps no pad id (the forward is the same without one)
+    // normlab keeps no special ids (the forward is the same without them; its bos and eos defaults too)
     config["pad_token_id"] = nullptr;
+    config["bos_token_id"] = nullptr;
+    config["eos_token_id"] = nullptr;
   }
   config["normlab_config"] = model_config_to_json(c);
   st::write(out.path("model.safetensors"), views, {{"format", "pt"}}, false);

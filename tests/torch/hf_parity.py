@@ -32,7 +32,8 @@ from transformers import (BertConfig, BertForMaskedLM, BertModel, Gemma2Config, 
 
 from hf_common import (FWD_TOL, GRAD_TOL, LOSS_TOL, check, config_refusals, failures, finish, llama_grad, padded_batch,
                        logits_with, perturb, run)
-from hf_parity_tf5 import gemma3_golden, phi4mini_golden, qwen3_golden, qwen3_yarn_golden, smollm3_golden
+from hf_parity_tf5 import (gemma3_golden, olmo3_golden, phi4mini_golden, qwen3_golden, qwen3_yarn_golden,
+                           smollm3_golden)
 
 transformers.logging.set_verbosity_error()
 
@@ -594,6 +595,7 @@ def main():
     smollm3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     phi4mini_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     qwen3_yarn_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    olmo3_golden(nl, w, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     export_case(nl, w, "export_llama", ["model.d_model=24", "model.n_heads=4", "model.n_kv_heads=2", "model.n_layers=2",
                                         "model.seq_len=12", "model.d_ff=30", "model.norm=rmsnorm",
                                         "model.positions=rope", "model.rope_base=5e5", "model.activation=swiglu",

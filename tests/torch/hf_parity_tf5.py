@@ -1,4 +1,4 @@
-"""hf_parity_tf5.py: models only transformers 5 implements (Qwen3, Gemma 3, SmolLM3, Phi-3 with partial
+"""hf_parity_tf5.py: models only transformers 5 implements (Qwen3, Gemma 3, SmolLM3, OLMo 3, Phi-3 with partial
 rotary as Phi-4-mini, RoPE scaling by YaRN as transformers 5 computes it), against what
 transformers 5 computed from them: tests/data/<name>-tiny holds a directory it wrote and its golden outputs
 (made by tf5_golden.py, since these models need a transformers newer than the suite's torch allows). Every
@@ -15,7 +15,7 @@ from safetensors.numpy import load_file, save_file
 from hf_common import FWD_TOL, GRAD_TOL, LOSS_TOL, check, config_refusals, failures, llama_grad, logits_with, run
 
 
-def tf5_golden(normlab, work, source, name, sandwich=False):
+def tf5_golden(normlab, work, source, name, sandwich=False, olmo2=False):
     """A directory transformers 5 wrote (tests/data/<name>-tiny, made by tf5_golden.py: these models need a
     transformers newer than this environment's torch allows) against what it computed from it: every hidden
     state, the logits, the loss and every gradient. Returns the token file and normlab's outputs."""
@@ -39,7 +39,8 @@ def tf5_golden(normlab, work, source, name, sandwich=False):
     n = 0
     for key in golden:
         if key.startswith("grad."):
-            check(f"{name} {key}", llama_grad(got, key[len("grad."):], A, KV, config["intermediate_size"], sandwich),
+            check(f"{name} {key}", llama_grad(got, key[len("grad."):], A, KV, config["intermediate_size"], sandwich,
+                                              olmo2),
                   golden[key], GRAD_TOL)
             n += 1
     arch = config["architectures"][0]
@@ -73,8 +74,8 @@ def export_roundtrip(normlab, work, name, d, config, tok, got, arch, keys, rope_
     for key in keys:
         if written.get(key) != config.get(key):
             failures.append(f"{name} export: config.json {key} = {written.get(key)!r}, transformers wrote {config.get(key)!r}")
-    rope_theta = rope_theta or config["rope_parameters"]["rope_theta"]
-    if written.get("rope_theta") != rope_theta:
+    rope_theta = rope_theta or config["rope_parameters"].get("rope_theta")
+    if rope_theta is not None and written.get("rope_theta") != rope_theta:
         failures.append(f"{name} export: rope_theta {written.get('rope_theta')!r}, transformers wrote {rope_theta!r}")
     out2 = os.path.join(work, f"{name}_export_normlab.safetensors")
     run(normlab, "grads", "--checkpoint", exported, "--tokens", tok, "--out", out2, "--force")
@@ -191,3 +192,38 @@ def qwen3_yarn_golden(normlab, work, source):
         ("dynamic", {"rope_parameters": dict(config["rope_parameters"], rope_type="dynamic")}, "not dynamic")],
         d=d, tok=tok)
     print("qwen3_yarn_golden: YaRN's blended frequencies and attention factor as transformers 5")
+
+
+def olmo3_golden(normlab, work, source):
+    """OLMo 3 (OLMo 2's block; three sliding-window layers, then a full one; YaRN on the full layer only,
+    the sliding ones at their own base) against transformers 5. Shown to matter: the same weights with every
+    layer full (YaRN everywhere) give other logits. Out again, without YaRN (export writes no per-frequency
+    scaling): its tensors bit for bit, its layer kinds and both RoPE entries, the same model on re-import;
+    a scaled sliding layer and an irregular pattern refused by name."""
+    d, config, tok, got = tf5_golden(normlab, work, source, "olmo3", olmo2=True)
+    every_full = logits_with(normlab, work, "olmo3", d, tok,
+                             lambda c: c.update(layer_types=["full_attention"] * c["num_hidden_layers"]))
+    if np.abs(every_full - got["logits"]).max() < 1e-3:
+        failures.append("olmo3: the kind of each layer changes nothing (the test cannot see YaRN's place)")
+    plain = os.path.join(work, "olmo3_plain")  # the full layer's YaRN dropped: what export --hf can state
+    shutil.rmtree(plain, ignore_errors=True)
+    shutil.copytree(d, plain)
+    rope = config["rope_parameters"]
+    plain_rope = {"full_attention": {"rope_type": "default", "rope_theta": rope["full_attention"]["rope_theta"]},
+                  "sliding_attention": rope["sliding_attention"]}
+    with open(os.path.join(plain, "config.json"), "w") as f:
+        json.dump(dict(config, rope_parameters=plain_rope), f)
+    out = os.path.join(work, "olmo3_plain_normlab.safetensors")
+    run(normlab, "grads", "--checkpoint", plain, "--tokens", tok, "--out", out, "--force")
+    export_roundtrip(normlab, work, "olmo3", plain, dict(config, rope_parameters=plain_rope), tok, load_file(out),
+                     "Olmo3ForCausalLM", LLAMA_KEYS[:-2] + ("layer_types", "rope_parameters"))
+    refused = run(normlab, "export", "--checkpoint", d, "--hf", os.path.join(work, "olmo3_yarn_export"),
+                  expect_ok=False)
+    if refused.returncode != 1 or "rope_mscale" not in refused.stderr:
+        failures.append(f"olmo3 export with YaRN: exit {refused.returncode}, {refused.stderr!r}")
+    config_refusals(normlab, work, "olmo3", [
+        ("irregular layer_types", {"layer_types": ["full_attention", "sliding_attention"] * 2}, "layer_types"),
+        ("scaled sliding layers", {"rope_parameters": dict(rope, sliding_attention=rope["full_attention"])},
+         "the local layers' RoPE has no scaling"),
+        ("attention biases", {"attention_bias": True}, "attention_bias")], d=d, tok=tok)
+    print("olmo3_golden: YaRN on the full layer only, as transformers 5; export without it bit for bit")

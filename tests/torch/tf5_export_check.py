@@ -1,10 +1,11 @@
-"""tf5_export_check.py: normlab's Qwen3, SmolLM3 and Gemma 3 exports loaded by transformers itself (opt-in,
-not in ctest).
+"""tf5_export_check.py: normlab's Qwen3, SmolLM3, Gemma 3 and OLMo 3 exports loaded by transformers itself
+(opt-in, not in ctest).
 
 These models need a transformers newer than the test environment's torch 1.13 allows, so ctest's
 hf_parity checks their exports against the committed directories transformers wrote (tensor for tensor,
 config setting for setting). This script closes the loop with a current transformers: `normlab export
---hf` of tests/data/qwen3-tiny, smollm3-tiny, gemma3-tiny and gemma3-swa6-tiny, and of a fresh normlab
+--hf` of tests/data/qwen3-tiny, smollm3-tiny, gemma3-tiny, gemma3-swa6-tiny and olmo3-tiny (its YaRN dropped:
+export writes no per-frequency scaling), and of a fresh normlab
 Llama-family model with per-head QK-norm, are loaded by `from_pretrained` as the class each original is,
 and their logits, in float64 on a padded batch, must equal those of normlab's `grads` on the same model
 (within 1e-5 of the largest logit: normlab computes in float32), and, for the committed directories,
@@ -14,6 +15,7 @@ Run with the benchmark venv (bench/.venv: current torch and transformers from Py
   bench/.venv/bin/python tests/torch/tf5_export_check.py --normlab build/normlab --workdir /tmp/tf5x
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -82,8 +84,17 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     ok = True
 
-    # 1. the directories transformers wrote, imported and exported by normlab
-    for name, arch in EXPORTED:
+    # 1. the directories transformers wrote, imported and exported by normlab (OLMo 3's without its YaRN)
+    plain = os.path.join(args.workdir, "olmo3-plain-tiny")
+    shutil.rmtree(plain, ignore_errors=True)
+    shutil.copytree(os.path.join(DATA, "olmo3-tiny"), plain)
+    with open(os.path.join(plain, "config.json")) as f:
+        config = json.load(f)
+    config["rope_parameters"]["full_attention"] = {"rope_type": "default",
+                                                   "rope_theta": config["rope_parameters"]["full_attention"]["rope_theta"]}
+    with open(os.path.join(plain, "config.json"), "w") as f:
+        json.dump(config, f)
+    for name, arch in EXPORTED + [(plain, "Olmo3ForCausalLM")]:
         tiny = os.path.join(DATA, name)
         exported = os.path.join(args.workdir, f"{name}-export")
         shutil.rmtree(exported, ignore_errors=True)

@@ -1,6 +1,6 @@
 """tf5_golden.py: writes tests/data/qwen3-tiny/, gemma3-tiny/, gemma3-swa6-tiny/, smollm3-tiny/, phi4mini-tiny/,
-qwen3-yarn-tiny/ and olmo2-tiny/, the references a Qwen3, two Gemma 3, a SmolLM3, a Phi-4-mini-like Phi-3, a Qwen3
-with YaRN and an OLMo 2 directory (or the GGUF file converted from it) are checked against.
+qwen3-yarn-tiny/, olmo2-tiny/ and olmo3-tiny/, the references a Qwen3, two Gemma 3, a SmolLM3, a Phi-4-mini-like
+Phi-3, a Qwen3 with YaRN, an OLMo 2 and an OLMo 3 directory (or the GGUF file converted from it) are checked against.
 
 Qwen3ForCausalLM needs transformers 4.51 or later, Gemma3ForCausalLM 4.50, SmolLM3ForCausalLM 4.53, which do not
 import with the torch 1.13 of the test environment; so the references are made once, here, by a
@@ -20,14 +20,15 @@ safetensors`), and committed, one directory per model:
     length of 256, here below max_position_embeddings: transformers 5 takes the correction range from the
     original length, 4.45 from max_position_embeddings; the 16-wide heads put frequencies in all three bands);
     olmo2-tiny an Olmo2ForCausalLM (norms on the branch outputs, QK-norm over the whole projections, grouped
-    queries, untied head: what tests/torch/gguf_check.py converts to an olmo2 GGUF file);
+    queries, untied head: what tests/torch/gguf_check.py converts to an olmo2 GGUF file); olmo3-tiny an
+    Olmo3ForCausalLM (OLMo 2's block, three sliding-window layers and a full one, YaRN on the full one only);
   - golden.safetensors: a padded batch (input_ids, attention_mask, labels) and what transformers
     computes from it in float64: every hidden state, the final norm's output, the logits, the loss
     and the gradient of every parameter (named "grad.<Hugging Face name>");
   - versions.txt: the torch and transformers versions that made it.
 hf_parity.py (tf5_golden) then checks normlab's `grads` on each directory against its file.
 Run: bench/.venv/bin/python tests/torch/tf5_golden.py [qwen3] [gemma3] [gemma3_swa6] [smollm3] [phi4mini]
-     [qwen3_yarn] [olmo2]   (default: all)
+     [qwen3_yarn] [olmo2] [olmo3]   (default: all)
 """
 import json
 import os
@@ -37,8 +38,9 @@ import torch
 import transformers
 from safetensors.numpy import save_file
 import sys
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Olmo2Config, Olmo2ForCausalLM, Phi3Config,
-                          Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Olmo2Config, Olmo2ForCausalLM, Olmo3Config,
+                          Olmo3ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config,
+                          SmolLM3ForCausalLM)
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 
@@ -123,6 +125,21 @@ def olmo2():
     return Olmo2ForCausalLM(config), config, os.path.join(DATA, "olmo2-tiny")
 
 
+def olmo3():
+    """OLMo 3 as its 7B and 32B configs state it (transformers 4's keys: one rope_theta, rope_scaling YaRN,
+    which Olmo3Config applies to the full-attention layers only; three sliding-window layers, then a full
+    one), 16-wide heads so YaRN's blend has frequencies in all three bands."""
+    torch.manual_seed(91)
+    config = Olmo3Config(vocab_size=43, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=40, max_position_embeddings=256, sliding_window=16,
+                         rope_theta=1e4, rope_scaling={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
+                                                       "beta_slow": 1.0, "original_max_position_embeddings": 64,
+                                                       "attention_factor": 1.1386294361119891},
+                         rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False, pad_token_id=None,
+                         bos_token_id=None, eos_token_id=None, attn_implementation="eager")
+    return Olmo3ForCausalLM(config), config, os.path.join(DATA, "olmo3-tiny")
+
+
 def write(model, config, OUT):
     os.makedirs(OUT, exist_ok=True)
     g = torch.Generator().manual_seed(22)
@@ -163,6 +180,6 @@ def write(model, config, OUT):
 
 if __name__ == "__main__":
     makers = {"qwen3": qwen3, "gemma3": gemma3, "gemma3_swa6": gemma3_swa6, "smollm3": smollm3, "phi4mini": phi4mini,
-              "qwen3_yarn": qwen3_yarn, "olmo2": olmo2}
+              "qwen3_yarn": qwen3_yarn, "olmo2": olmo2, "olmo3": olmo3}
     for name in sys.argv[1:] or list(makers):
         write(*makers[name]())
