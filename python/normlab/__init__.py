@@ -266,15 +266,27 @@ def train(config: str | os.PathLike | Mapping | None = None, *, sets: Iterable[s
     return result
 
 
-def compare(study: str | os.PathLike = "tiny", *, out_dir: str | os.PathLike, sets: Iterable[str] = (),
-            force: bool = False):
-    """Run a study as ``normlab compare`` does (``study`` a built-in study's name or a study TOML
-    file) into ``out_dir`` and return its results table (``read_results``: one row per run). Ctrl-C
-    stops after the current step; the study is then resumable with ``normlab compare --resume``."""
-    s = os.fspath(study)
+def compare(study: str | os.PathLike | None = None, *, out_dir: str | os.PathLike | None = None,
+            sets: Iterable[str] | None = None, force: bool = False, resume: str | os.PathLike | None = None):
+    """Run a study as ``normlab compare`` does (``study`` a built-in study's name, ``"tiny"`` by default,
+    or a study TOML file) into ``out_dir`` and return its results table (``read_results``: one row per
+    run). Ctrl-C stops after the current step; finish the study with ``compare(resume=out_dir)``, as
+    ``normlab compare --resume``: finished runs kept, the interrupted one resumed from its checkpoint,
+    the rest run. With ``resume``, a ``study`` or ``sets`` given must be the study the directory holds,
+    or one whose grid only adds runs (then only those run)."""
+    s = "" if study is None else os.fspath(study)
     is_file = s.endswith(".toml") or os.sep in s
-    code = _core.compare("" if is_file else s, s if is_file else "", os.fspath(out_dir), list(sets), force)
+    listed = None if sets is None else list(sets)
+    if resume is not None:
+        out = os.fspath(resume)
+        code = _core.compare("" if is_file else s, s if is_file else "",
+                             "" if out_dir is None else os.fspath(out_dir), listed, force, out)
+    else:
+        if out_dir is None:
+            raise Error("compare: give out_dir (or resume=DIR to finish a stopped study)")
+        out = os.fspath(out_dir)
+        code = _core.compare("" if is_file else s, s if is_file else "", out, listed, force, "")
     if code == _core.interrupted_exit_code:
-        raise KeyboardInterrupt(f"normlab: the study in {os.fspath(out_dir)} was interrupted; finish it with "
-                                f"normlab compare --resume {os.fspath(out_dir)}")
-    return read_results(out_dir)
+        raise KeyboardInterrupt(f"normlab: the study in {out} was interrupted; finish it with "
+                                f"normlab.compare(resume={out!r}) or normlab compare --resume {out}")
+    return read_results(out)

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <omp.h>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,7 @@
 #include "model/generate.h"
 #include "model/model.h"
 #include "ops/common.h"
+#include "study/resume.h"
 #include "study/runner.h"
 #include "study/study.h"
 #include "train/checkpoint.h"
@@ -377,19 +379,39 @@ py::dict train_run(const std::string& path, const std::string& doc_json, const s
   return out;
 }
 
-// compare: as `normlab compare --study NAME | --config FILE --out DIR [--set ...] [--force]`; returns
-// the exit code (130: interrupted by Ctrl-C, the study resumable with `normlab compare --resume DIR`).
+// compare: as `normlab compare --study NAME | --config FILE --out DIR [--set ...] [--force]`, or, with
+// `resume` a stopped study's directory, as `normlab compare --resume DIR` (a name, a file or sets given
+// too must be that study or extend it: study/resume.h); returns the exit code (130: interrupted by
+// Ctrl-C, the study resumable).
 int compare_study(const std::string& name, const std::string& path, const std::string& out_dir,
-            const std::vector<std::string>& sets, bool force) {
+                  const std::optional<std::vector<std::string>>& sets, bool force, const std::string& resume) {
   if (!name.empty() && !path.empty()) throw Error("compare: give a study name or a study file, not both");
   if (name == "pretrained") throw Error("compare: the pretrained study runs from the command (normlab compare --study pretrained)");
-  if (out_dir.empty()) throw Error("compare: give the output directory");
-  const study::Study s = path.empty() ? study::builtin_study(name.empty() ? "tiny" : name, sets)
-                                      : study::read_study_file(path, sets);
   study::CompareOptions o;
-  o.out_dir = out_dir;
-  o.force = force;
-  o.sets = sets;
+  study::Study s;
+  if (!resume.empty()) {
+    if (force) throw Error("compare: resume continues a study and force replaces it: give one of them");
+    if (!out_dir.empty() && std::filesystem::path(out_dir) != std::filesystem::path(resume))
+      throw Error("compare: resume=DIR is the output directory: leave out out_dir");
+    study::ResumeRequest request;
+    request.dir = resume;
+    const std::vector<std::string> given_sets = sets.value_or(std::vector<std::string>{});
+    if (!name.empty() || !path.empty())
+      request.given = (path.empty() ? study::builtin_study(name, given_sets) : study::read_study_file(path, given_sets))
+                          .document;
+    if (request.given || sets) request.sets = given_sets;
+    study::Resumed resumed = study::resume_study(request);
+    s = std::move(resumed.study);
+    o.out_dir = resume;
+    o.resume = true;
+    o.sets = resumed.sets;
+  } else {
+    if (out_dir.empty()) throw Error("compare: give the output directory");
+    o.sets = sets.value_or(std::vector<std::string>{});
+    s = path.empty() ? study::builtin_study(name.empty() ? "tiny" : name, o.sets) : study::read_study_file(path, o.sets);
+    o.out_dir = out_dir;
+    o.force = force;
+  }
   const StopOnInterrupt interrupt;
   o.stop = interrupt.flag();
   py::gil_scoped_release release;
@@ -423,7 +445,7 @@ PYBIND11_MODULE(_core, mod) {
   mod.def("train", &train_run, py::arg("path"), py::arg("doc_json"), py::arg("sets"), py::arg("resume_dir"),
           py::arg("overwrite"), py::arg("on_record"));
   mod.def("compare", &compare_study, py::arg("name"), py::arg("path"), py::arg("out_dir"), py::arg("sets"),
-          py::arg("force"));
+          py::arg("force"), py::arg("resume"));
   mod.def("version", [] { return std::string(NORMLAB_VERSION); });
   mod.def("num_threads", [] { return omp_get_max_threads(); });
   mod.def("openblas_core", [] { return ops::openblas_core(); });

@@ -7,7 +7,8 @@ theory --checkpoint --json`; from_torch(model) equals load(saved directory). The
 callback receives exactly the records of metrics.jsonl, a second Python thread runs while the engine
 trains (the GIL is released), Ctrl-C (SIGINT) stops the run after its step with the files of the
 command's own stop (the checkpoint equals the uninterrupted command run's step checkpoint, bit for
-bit; the summary says interrupted) and raises KeyboardInterrupt; compare and read_results give the
+bit; the summary says interrupted) and raises KeyboardInterrupt; compare (and compare(resume=DIR), which
+keeps finished runs and runs only what a grown grid adds) and read_results give the
 tables `normlab report --csv` writes; bad input raises normlab.Error with the command's message.
 
 Run: python tests/python/test_module.py --normlab build/normlab --workdir DIR (the module importable:
@@ -310,6 +311,37 @@ def check_compare(nl, workdir):
     want = pd.read_csv(os.path.join(out, "curves.csv"))
     check("read_results(curves) has curves.csv's rows", len(curves) == len(want) and
           list(curves.columns) == list(want.columns))
+
+    # resume: the same study again keeps both runs; a study whose grid adds a placement runs only that one
+    with open(os.path.join(out, "results.json")) as f:
+        before = {r["name"]: r for r in json.load(f)["runs"]}
+    again = normlab.compare(resume=out)
+    check("compare(resume=DIR) of a finished study keeps its runs",
+          list(again["name"]) == list(runs["name"]) and
+          np.array_equal(again["val_loss"].astype(float), runs["val_loss"].astype(float)))
+    three = os.path.join(workdir, "three.toml")
+    with open(study) as f, open(three, "w") as g:
+        g.write(f.read().replace('["post", "pre"]', '["post", "pre", "sandwich"]'))
+    grown = normlab.compare(three, resume=out)
+    with open(os.path.join(out, "results.json")) as f:
+        after = {r["name"]: r for r in json.load(f)["runs"]}
+    check("compare(study, resume=DIR) with one more grid value runs only the new run, the others kept as they were",
+          len(grown) == 3 and set(before) < set(after) and all(after[n] == before[n] for n in before),
+          f"{list(grown['name'])}")
+    run([nl, "compare", "--resume", out, "--config", three])  # the command agrees: nothing left to run
+    with open(os.path.join(out, "results.json")) as f:
+        check("normlab compare --resume of the study the module extended keeps all three runs",
+              json.load(f)["runs"] == list(after.values()))
+    for what, kwargs, words in [
+            ("a directory without a study", dict(resume=os.path.join(workdir, "nope")), "no study.json"),
+            ("another study", dict(study=study, sets=["train.steps=21"], resume=out), "differs from the one it holds"),
+            ("force with resume", dict(resume=out, force=True), "give one of them"),
+            ("another out_dir", dict(resume=out, out_dir=os.path.join(workdir, "elsewhere")), "leave out out_dir")]:
+        try:
+            normlab.compare(**kwargs)
+            check(f"compare(resume=...) refuses {what}", False, "accepted")
+        except normlab.Error as e:
+            check(f"compare(resume=...) refuses {what} by name", words in str(e), str(e))
 
 
 def check_bad_input(workdir):

@@ -1,0 +1,124 @@
+// resume.cpp: reading a stopped study directory back and checking a study given again (resume.h).
+#include "study/resume.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <map>
+
+#include "train/run_config.h"
+#include "util/error.h"
+#include "util/files.h"
+#include "util/json_reader.h"
+
+namespace normlab::study {
+
+namespace {
+
+// What a study document says without changing any run: its [[reproduce]] tables and its title and
+// description. On resume these may differ from study.json; the given ones are used.
+void erase_presentation(nlohmann::json& doc) {
+  doc.erase("reproduce");
+  if (doc.contains("study") && doc["study"].is_object()) {
+    doc["study"].erase("title");
+    doc["study"].erase("description");
+  }
+}
+void copy_presentation(const nlohmann::json& from, nlohmann::json& to) {
+  erase_presentation(to);
+  if (from.contains("reproduce")) to["reproduce"] = from["reproduce"];
+  for (const char* key : {"title", "description"})
+    if (from.contains("study") && from["study"].is_object() && from["study"].contains(key)) to["study"][key] = from["study"][key];
+}
+
+// "key: study.json <old>, now <new>" for every difference between two study documents that changes
+// a run (not its presentation: erase_presentation); without their grids when `grids` is false.
+std::vector<std::string> study_differences(nlohmann::json saved, nlohmann::json given, bool grids = true) {
+  erase_presentation(saved);
+  erase_presentation(given);
+  if (!grids) {
+    saved.erase("grid");
+    given.erase("grid");
+  }
+  std::vector<std::string> diffs;
+  for (const auto& op : nlohmann::json::diff(saved, given)) {
+    const nlohmann::json::json_pointer at(op["path"].get<std::string>());
+    std::string key = op["path"].get<std::string>().substr(1);
+    std::replace(key.begin(), key.end(), '/', '.');
+    diffs.push_back(fmt::format("{}: study.json {}, now {}", key, saved.contains(at) ? saved[at].dump() : "absent",
+                                given.contains(at) ? given[at].dump() : "absent"));
+  }
+  return diffs;
+}
+
+// A study that extends the saved one: its grid gained runs (a value, a [[grid]] table) and every run
+// the saved study holds is still in it under the same name with the same config, so that nothing
+// that ran runs again. Returns what breaks that, one line per run; empty when it extends.
+std::vector<std::string> extension_breaks(const Study& saved, const Study& given) {
+  std::map<std::string, const StudyRun*> by_name;
+  for (const auto& r : given.runs) by_name[r.name] = &r;
+  std::vector<std::string> breaks;
+  for (const auto& r : saved.runs) {
+    const auto it = by_name.find(r.name);
+    if (it == by_name.end())
+      breaks.push_back(fmt::format("run '{}' of study.json is not in the study given (a grid value removed or "
+                                   "a key that now varies renames the runs)", r.name));
+    else if (run_config_to_json(it->second->config) != run_config_to_json(r.config))
+      breaks.push_back(fmt::format("run '{}' has another config in the study given", r.name));
+  }
+  return breaks;
+}
+
+}  // namespace
+
+Resumed resume_study(const ResumeRequest& request) {
+  namespace fs = std::filesystem;
+  const fs::path dir(request.dir);
+  std::error_code ec;
+  if (!fs::exists(dir / "study.json", ec))
+    throw Error(fmt::format("resume '{}': no study.json (not a directory from normlab compare)", request.dir));
+  const nlohmann::json saved = parse_json_or_discarded(read_file((dir / "study.json").string(), "study.json"));
+  if (saved.is_discarded() || !saved.is_object())
+    throw Error(fmt::format("resume '{}': study.json is not JSON (corrupt?)", request.dir));
+  if (saved.contains("study") && saved["study"].is_object() && saved["study"].value("kind", "") == "pretrained")
+    throw Error("resume: the pretrained study trains nothing; run it again");
+  Resumed out;
+  if (fs::exists(dir / "overrides.json", ec)) {
+    const auto j = parse_json_or_discarded(read_file((dir / "overrides.json").string(), "overrides.json"));
+    if (j.is_discarded() || !j.contains("set") || !j["set"].is_array())
+      throw Error(fmt::format("resume '{}': overrides.json is malformed", request.dir));
+    for (const auto& x : j["set"]) {
+      if (!x.is_string()) throw Error(fmt::format("resume '{}': overrides.json is malformed", request.dir));
+      out.sets.push_back(x.get<std::string>());
+    }
+  }
+  const std::string where = fmt::format("'{}'", (dir / "study.json").string());
+  std::vector<std::string> diffs;
+  bool extends = false;  // the given study adds runs to the saved one (extension_breaks)
+  const std::vector<std::string> given_sets = request.sets.value_or(out.sets);
+  if (request.given) {
+    diffs = study_differences(saved, *request.given, /*grids=*/false);
+    if (diffs.empty() && given_sets == out.sets && study_differences(saved, *request.given).size() > 0) {
+      diffs = extension_breaks(study_from_json(saved, out.sets, where),
+                               study_from_json(*request.given, given_sets, "the study given"));
+      extends = diffs.empty();
+    } else if (diffs.empty()) {
+      diffs = study_differences(saved, *request.given);
+    }
+  }
+  if (given_sets != out.sets)
+    diffs.push_back(fmt::format("--set: study.json's run [{}], now [{}]", fmt::join(out.sets, " "),
+                                fmt::join(given_sets, " ")));
+  if (!diffs.empty())
+    throw Error(fmt::format("resume '{}': the study differs from the one it holds: {}", request.dir,
+                            fmt::join(diffs, "; ")));
+  nlohmann::json document = saved;
+  if (extends) document = *request.given;                      // the runs of study.json and new ones
+  else if (request.given) copy_presentation(*request.given, document);  // its reproductions, title and description
+  out.study = study_from_json(document, out.sets, where);
+  if (extends) out.new_runs = out.study.runs.size() - study_from_json(saved, out.sets, where).runs.size();
+  return out;
+}
+
+}  // namespace normlab::study

@@ -1,0 +1,34 @@
+// resume.h: the study a stopped `compare` directory holds (its study.json with the --set overrides of
+// overrides.json), checked against a study given again, for `normlab compare --resume DIR` and the
+// Python module's compare(resume=DIR) alike. A study given again must be the same one, or one whose grid
+// only adds runs (every run the directory holds still in it under its name with its config); its
+// reproductions, title and description may differ and are taken from it.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "study/study.h"
+
+namespace normlab::study {
+
+struct ResumeRequest {
+  std::string dir;                        // the directory a stopped compare wrote
+  std::optional<nlohmann::json> given;    // the study document given again (a name's or a file's), if any
+  std::optional<std::vector<std::string>> sets;  // the --set overrides given again, if any
+};
+
+struct Resumed {
+  Study study;                     // what to run: the saved runs (and, extending, the new ones)
+  std::vector<std::string> sets;   // overrides.json's --set, which every run keeps
+  size_t new_runs = 0;             // > 0: the study given extends the saved one by that many runs
+};
+
+// Throws Error naming the problem: no or corrupt study.json or overrides.json, the pretrained study,
+// a study given that differs from the saved one other than by added runs (each difference named).
+Resumed resume_study(const ResumeRequest& request);
+
+}  // namespace normlab::study
