@@ -144,9 +144,13 @@ int main(int argc, char** argv) {
     // the checkpoint's float32 parameters, widened into a double model of the same config
     auto mf = load_model(checkpoint);
     const ModelConfig cfg = mf->config();
-    if (cfg.n_layers != 1 || cfg.placement_of(0) != Placement::Pre || cfg.norm != NormKind::LayerNorm ||
-        cfg.activation != Activation::Gelu || !cfg.causal()) {
-      std::fprintf(stderr, "bench_jacobian: expected a 1-layer pre-LN GELU GPT checkpoint\n");
+    // (the peers, bench/jacobian_peers.py, rebuild a 1-layer pre-LN GELU GPT; build and build_tangents
+    // take any 1-layer GPT: a Llama-family block times the block path against the tangents too)
+    const bool peer_block = cfg.placement_of(0) == Placement::Pre && cfg.norm == NormKind::LayerNorm &&
+                            cfg.activation == Activation::Gelu;
+    if (cfg.n_layers != 1 || !cfg.causal() || (!peer_block && measure != "build" && measure != "build_tangents")) {
+      std::fprintf(stderr, "bench_jacobian: expected a 1-layer GPT checkpoint (pre-LN GELU unless --measure is "
+                           "build or build_tangents)\n");
       return 2;
     }
     Model<double> m(cfg);

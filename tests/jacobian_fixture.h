@@ -33,6 +33,8 @@ struct JacobianCase {
   bool norm_bias = true;       // false: no norm site holds a bias
   double attn_softcap = 0.0;   // > 0: Gemma 2's soft cap on the scores (with attn_scale 0.4)
   int head_dim = 0;            // > 0: model.head_dim (heads wider or narrower than d / heads)
+  bool rope_kinds = false;     // RoPE with two kinds of layer (Gemma 3, OLMo 3): layer 0 local at base 500,
+                               // layer 1 global with a factor 1.3 on cos and sin and a divisor per frequency
 };
 
 inline std::string jacobian_case_name(const JacobianCase& c) {
@@ -40,7 +42,7 @@ inline std::string jacobian_case_name(const JacobianCase& c) {
                      to_string(c.norm), to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded,
                      to_string(c.positions)) + fmt::format(" kv_heads={} qk_norm={} v_norm={} qk_norm_affine={} norm_bias={}", c.kv_heads, to_string(c.qk_norm),
                                                     c.v_norm, c.qk_norm_affine, c.norm_bias) +
-         fmt::format(" attn_softcap={} head_dim={}", c.attn_softcap, c.head_dim);
+         fmt::format(" attn_softcap={} head_dim={} rope_kinds={}", c.attn_softcap, c.head_dim, c.rope_kinds);
 }
 
 // A 2-layer double model of case c: width d with `heads` heads, F = ff (defaults: HS = 4, F not a
@@ -74,6 +76,12 @@ inline std::unique_ptr<Model<double>> jacobian_model(const JacobianCase& c, uint
   if (c.attn_softcap > 0) {
     cfg.attn_softcap = c.attn_softcap;
     cfg.attn_scale = 0.4;
+  }
+  if (c.rope_kinds) {
+    cfg.rope_local_base = 500.0;
+    cfg.rope_global_every = 2;
+    cfg.rope_mscale = 1.3;
+    for (int i = 0; i < cfg.rope_dims() / 2; i++) cfg.rope_freq_factors.push_back(1.0 + 1.5 * i);
   }
   cfg.init_std = 0.3;
   auto m = std::make_unique<Model<double>>(cfg);

@@ -3,7 +3,8 @@
 // with every unit tangent over the block's two sub-layers), for every one-stream placement, both
 // norms, gpt and encoder, MLP on and off, residual off, every activation, odd sizes (d = 12, 3
 // heads, F = 20, T = 7), both layers of a 2-layer model, T = 1, a key padding mask, and perturbed
-// parameters (gains and biases away from init). Causal blocks above the diagonal must be exact
+// parameters (gains and biases away from init); today's blocks (RoPE with its scalings and two kinds of
+// layer, grouped-query attention, other head widths, QK- and V-norm, Gemma 2's score scale and soft cap). Causal blocks above the diagonal must be exact
 // zeros. Also: where it does not apply (encdec, B = 2, part of a block, several blocks) it says so,
 // and stream_jacobian falls back to the tangents. The models: tests/jacobian_fixture.h.
 #include <gtest/gtest.h>
@@ -81,7 +82,7 @@ void expect_block_jacobian(const Model<double>& m, int layer) {
 
 TEST(BlockJacobian, EqualsTheTangentPathForEveryConfiguration) {
   std::vector<JacobianCase> cases;
-  // every one-stream method (ResiDual's two streams: test_residual); QK-norm's is left to the tangents
+  // every one-stream method (ResiDual's two streams: test_residual; nGPT's update: the tangents)
   for (const Method& m : all_methods())
     for (NormKind norm : kNormKinds)
       for (Arch arch : {Arch::Gpt, Arch::Encoder})
@@ -89,10 +90,8 @@ TEST(BlockJacobian, EqualsTheTangentPathForEveryConfiguration) {
           if (norm == NormKind::L2)
             EXPECT_FALSE(block_model({m.id, norm, arch, true, true, Activation::SwiGlu, false, Positions::Rope}, 7)
                              ->block_jacobian_covers(0, 2));
-        } else if (!dual_stream(m.id) && !m.qkv_norm) {
+        } else if (!dual_stream(m.id)) {  // (HybridNorm's QKV-norm included)
           cases.push_back({m.id, norm, arch});
-        } else if (m.qkv_norm) {
-          EXPECT_FALSE(block_model({m.id, norm, arch}, 7)->block_jacobian_covers(0, 2)) << m.name;
         }
   for (Activation act : {Activation::Gelu, Activation::GeluExact, Activation::Relu}) {
     cases.push_back({Placement::Post, NormKind::LayerNorm, Arch::Encoder, true, true, act});
@@ -109,6 +108,40 @@ TEST(BlockJacobian, EqualsTheTangentPathForEveryConfiguration) {
   for (const JacobianCase& c : cases) {
     SCOPED_TRACE(jacobian_case_name(c));
     auto m = block_model(c, 7);
+    for (int layer : {0, 1}) expect_block_jacobian(*m, layer);
+  }
+}
+
+TEST(BlockJacobian, TodaysBlocksEqualTheTangentPath) {
+  // RoPE (rotated q and k at each token's position; two kinds of layer with a factor and divisors),
+  // grouped-query attention, heads wider and narrower than d / heads, QK-norm per head and over the
+  // whole projections (with V-norm, weightless), Gemma 2's score scale and soft cap, a padded row:
+  // d = 16, 4 query heads, T = 7
+  const Positions rope = Positions::Rope;
+  std::vector<JacobianCase> cases = {
+      {Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::SwiGlu, false, rope},
+      {Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::SwiGlu, false, rope, 2},
+      {Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::SwiGlu, true, rope, 1},
+      {Placement::Pre, NormKind::RMSNorm, Arch::Encoder, true, true, Activation::Gelu, true, rope, 2},
+      {Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::SwiGlu, false, rope, 2, QkNorm::Heads},
+      {Placement::Reordered, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::SwiGlu, false, rope, 2,
+       QkNorm::Whole},
+      {Placement::Post, NormKind::LayerNorm, Arch::Gpt, true, true, Activation::Gelu, false, rope, 2, QkNorm::Heads,
+       true},
+      {Placement::Pre, NormKind::LayerNorm, Arch::Gpt, true, true, Activation::Gelu, false, Positions::Learned, 0,
+       QkNorm::Whole, true, false},
+      {Placement::Sandwich, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::GeGlu, false, rope, 2,
+       QkNorm::None, false, true, true, 5.0},
+      {Placement::Sandwich, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::GeGlu, true, rope, 2,
+       QkNorm::Heads, false, true, true, 2.0, 6},
+      {Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::SwiGlu, false, rope, 2, QkNorm::None,
+       false, true, true, 0.0, 2},
+      {Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::SwiGlu, false, rope, 2, QkNorm::Heads,
+       false, true, true, 0.0, 0, true},
+  };
+  for (const JacobianCase& c : cases) {
+    SCOPED_TRACE(jacobian_case_name(c));
+    auto m = block_model(c, 7, 16, 4, 20);
     for (int layer : {0, 1}) expect_block_jacobian(*m, layer);
   }
 }

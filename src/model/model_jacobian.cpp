@@ -3,28 +3,33 @@
 // matrix as jvp_sublayers_unit over the block's two sub-layers with every unit tangent, to rounding
 // (tests/test_block_jacobian.cpp).
 //
-// Letters: T tokens, C channels, NH heads, HS = C / NH, F the MLP width. Block `layer` maps the
-// stream x (T, C) to x'' (T, C) through the attention sub-layer (x -> x') and the MLP sub-layer
-// (x' -> x''). Attention is the only thing that mixes tokens, and only through its keys and values:
+// Letters: T tokens, C channels, NH query heads of HS columns (A = NH HS, the mix's width), KVH
+// key-value heads (query head h reads key-value head kv(h) = h / (NH / KVH)), QW = A + 2 KVH HS the
+// width of [q | k | v]. Block `layer` maps the stream x (T, C) to x'' (T, C) through the attention
+// sub-layer (x -> x') and the MLP sub-layer (x' -> x''). Attention is the only thing that mixes
+// tokens, and only through its keys and values:
 //
-//   mix_i = o_i (per head h: o_i^h = sum_m P_im^h v_m^h),  q, k, v = W_{q,k,v} ln_in(x) (+ bias)
+//   mix_i = o_i (per head h: o_i^h = sum_m P_im^h v_m^kv(h)),  P_i^h = softmax_m(cap(c q_i^h . k_m^kv(h)))
 //
-// so J_ij = d x''_i / d x_j (C x C) is
+// with q, k, v the token-local maps of x: ln_in, W_{q,k,v} (+ bias), QK-norm (and V-norm), RoPE at the
+// token's position; c the score scale and cap the soft cap (identity without one). So J_ij =
+// d x''_i / d x_j (C x C) is
 //
 //   J_ij = Post_i Z_ij + [i == j] Skip_i
-//   Post_i = d x''_i / d mix_i   (out projection, ln_branch, branch gain, ln_out, the MLP sub-layer)
+//   Post_i = d x''_i / d mix_i   (C x A: out projection, ln_branch, branch gain, ln_out, the MLP sub-layer)
 //   Skip_i = d x''_i / d x_i through the shortcut (omega, ln_out, the MLP sub-layer)
-//   Z_ij^h = P_ij^h [RV_j^h + (v_j^h - o_i^h) s_ij^hT]                  (rows of head h)
-//          + [i == j] Qd_i^h RQ_i^h                                     (the query path)
-//   s_ij^h = RK_j^hT q_i^h / sqrt(HS),  Qd_i^h = sum_m P_im^h (v_m^h - o_i^h) k_m^hT / sqrt(HS)
-//   RQ_j, RK_j, RV_j = W_{q,k,v} Lin_j  (Lin_j: ln_in's Jacobian at token j, or I)
+//   Z_ij^h = P_ij^h [RV_j^kv(h) + (v_j^kv(h) - o_i^h) cap'_ij s_ij^hT]        (rows of head h)
+//          + [i == j] Qd_i^h RQ_i^h                                         (the query path)
+//   s_ij^h = c RK_j^kv(h)T q_i^h,  Qd_i^h = c sum_m P_im^h cap'_im (v_m^kv(h) - o_i^h) k_m^kv(h)T
+//   RQ_t, RK_t, RV_t = d (q, k, v)_t / d x_t   (QW x C, token-local: the tangent path's own kernels)
 //
 // P_ij = 0 for the keys a query never sees (causal: j > i; padding), so a causal block is lower
 // triangular over tokens and those blocks are written as exact zeros without any work. Post_i,
-// Skip_i and RQ/RK/RV come from the existing token-local JVP kernels with C unit tangents applied
-// at every token at once (so every placement, norm kind, gain and the folded MLP are handled by the
-// same code as the tangent path); the T (T + 1) / 2 blocks are then one GEMM per row of blocks,
-// Post_i [Z_i0 ... Z_ii]: about T^2 C^3 multiply-adds instead of T C tangents of full work.
+// Skip_i and the R's come from the existing token-local JVP kernels with unit tangents applied at
+// every token at once (so every placement, norm kind, gain, QK-norm, RoPE (its scaling and per-layer
+// bases included) and the folded MLP are handled by the same code as the tangent path); the
+// T (T + 1) / 2 blocks are then one GEMM per row of blocks, Post_i [Z_i0 ... Z_ii]: about T^2 C^2 A
+// multiply-adds instead of T C tangents of full work.
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
@@ -46,115 +51,145 @@ bool Model<S>::block_jacobian_covers(int first, int last) const {
   if (cfg_.encdec() || B_ != 1 || first < 0 || first % 2 != 0 || last != first + 2 ||
       last > int(slots_.size()))
     return false;
-  // (RoPE rotates RQ_t and RK_t by the token's position: not built here yet; the tangents cover it)
   const Slot& attn = slots_[size_t(first)];
-  // (nor grouped-query attention's shared keys and values, nor QK-norm's norms of q and k: also left
-  // to the tangents)
   return attn.present && attn.kind == Sublayer::Attn && !cfg_.dual_stack(attn.layer) &&
-         cfg_.positions != Positions::Rope && cfg_.kv_heads() == cfg_.n_heads && !cfg_.wide_heads() &&
-         cfg_.qk_norm_of(attn.layer) == QkNorm::None && cfg_.plain_scores() &&  // (nor a soft cap or another scale,
-         !cfg_.on_sphere();  // nor nGPT's update and scales)
+         !cfg_.on_sphere();  // (nGPT's residual update and scales are left to the tangents)
 }
 
 template <class S>
 void Model<S>::block_jacobian(S* J, int layer) const {
   if (!block_jacobian_covers(2 * layer, 2 * layer + 2))
-    throw Error(fmt::format("block_jacobian: block {} is not covered (encdec, two streams, a batch of {} rows, "
+    throw Error(fmt::format("block_jacobian: block {} is not covered (encdec, two streams, nGPT, a batch of {} rows, "
                             "or no such layer); use jvp_sublayers_unit",
                             layer, B_));
-  const int T = T_, C = cfg_.d_model, NH = cfg_.n_heads, HS = C / NH, C3 = 3 * C;
+  const int T = T_, C = cfg_.d_model, NH = cfg_.n_heads, HS = cfg_.head_size(), A = cfg_.attn_width();
+  const int QW = cfg_.qkv_width(), KVW = cfg_.kv_heads() * HS, group = NH / cfg_.kv_heads();
   const size_t n = size_t(T) * C, TC = n;  // J is (n, n)
   const int ai = 2 * layer, mi = 2 * layer + 1;
   const SublayerActs<S>& a = a_[ai];
   const SublayerParams<S>& p = p_[ai];
   const NormSites sites = norm_sites(cfg_.placement_of(layer), Sublayer::Attn);
-  const S scale = S(1.0 / std::sqrt(double(HS)));
-  const bool causal = cfg_.causal();
+  const ops::ScoreMap sm = score_map();
+  const S scale = S(sm.scale_for(HS));
+  const bool causal = cfg_.causal(), capped = sm.softcap > 0;
+  const int AC = A + C;  // Post's tangents: A on the mix, then C on the shortcut
 
   // scratch carved from one buffer kept across calls (fresh hundreds of MB per call would cost a
   // page fault per 4 KiB)
-  const size_t KTC = size_t(C) * TC;  // C tangents over the sequence
-  const size_t nR = size_t(T) * C3 * C, ns = size_t(T) * NH * T * C;
-  if (block_jac_scratch_.size() < 8 * KTC + nR + ns) block_jac_scratch_.resize(8 * KTC + nR + ns);
+  const size_t KTC = size_t(C) * TC, nunitA = size_t(A) * T * A, nR = size_t(T) * QW * C, ns = size_t(T) * NH * T * C;
+  const size_t nslope = capped ? size_t(NH) * T * T : 0;
+  const size_t need = 2 * KTC + size_t(C) * T * QW + nunitA + size_t(A) * TC + 3 * size_t(AC) * TC + nR + ns + nslope;
+  if (block_jac_scratch_.size() < need) block_jac_scratch_.resize(need);
   S* unit = block_jac_scratch_.data();  // (C, T, C)
   S* th = unit + KTC;                   // (C, T, C)
-  S* tx = th + KTC;                     // (2C, T, C); first f's tangents
-  S* g = tx + 2 * KTC;                  // (2C, T, C)
-  S* post = g + 2 * KTC;                // (2C, T, C)
-  S* R = post + 2 * KTC;                // (T, 3C, C)
+  S* thid = th + KTC;                   // (C, T, QW)
+  S* unitA = thid + size_t(C) * T * QW; // (A, T, A)
+  S* tf = unitA + nunitA;               // (A, T, C)
+  S* tx = tf + size_t(A) * TC;          // (A + C, T, C)
+  S* g = tx + size_t(AC) * TC;          // (A + C, T, C)
+  S* post = g + size_t(AC) * TC;        // (A + C, T, C)
+  S* R = post + size_t(AC) * TC;        // (T, QW, C)
   S* s = R + nR;                        // (T, NH, T, C)
+  S* slope = s + ns;                    // (NH, T, T): the soft cap's slope cap'_ij at each score
 
   // unit (C, T, C): tangent k is e_k at every token (every token-local Jacobian at once)
   std::fill(unit, unit + KTC, S(0));
   for (int k = 0; k < C; k++)
     for (int t = 0; t < T; t++) unit[(size_t(k) * T + t) * C + k] = S(1);
 
-  // R (T, 3C, C): R[t] = W1 Lin_t, the rows RQ_t | RK_t | RV_t; th[k][t][:] = Lin_t e_k
+  // R (T, QW, C): R[t][r][k] = d qkv_t[r] / d x_t[k], by the tangent path's token-local kernels
+  const S* h = unit;
   if (sites.in) {
     norm_jvp(th, unit, a.x_in, p.ln_in, a.in_mean, a.in_rstd, C, T);
-    for (int t = 0; t < T; t++)
-      gemm<S>(Trans::No, Trans::Yes, C3, C, C, S(1), p.w1, C, th + size_t(t) * C, int(TC), S(0), R + size_t(t) * C3 * C,
-              C);
-  } else {
-    for (int t = 0; t < T; t++) std::copy(p.w1, p.w1 + size_t(C3) * C, R + size_t(t) * C3 * C);
+    h = th;
   }
+  matmul_jvp(thid, h, p.w1, C, T, C, QW);
+  attn_qk_jvp(ai, thid, C, T, T, 0, 0);  // QK-norm's (and V-norm's) tangent, RoPE at each token's position
+  // (per token, the C x QW matrix thid[:, t, :] transposed in 16 x 16 tiles: row by row its reads
+  // would stride over T QW entries each)
+  constexpr int kTile = 16;
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; t++)
+    for (int k0 = 0; k0 < C; k0 += kTile)
+      for (int r0 = 0; r0 < QW; r0 += kTile)
+        for (int k = k0; k < std::min(k0 + kTile, C); k++) {
+          const S* src = thid + (size_t(k) * T + t) * QW;
+          for (int r = r0; r < std::min(r0 + kTile, QW); r++) R[(size_t(t) * QW + r) * C + k] = src[r];
+        }
 
-  // post (2C, T, C): tangent k < C is e_k on mix (Post_i[:, k] at token i), tangent C + k is e_k on
-  // the shortcut (Skip_i[:, k])
+  // post (A + C, T, C): tangent m < A is e_m on mix (Post_i[:, m] at token i), tangent A + k is e_k
+  // on the shortcut (Skip_i[:, k])
   {
-    S* tf = tx;  // f = W_o mix
-    matmul_jvp(tf, unit, p.w2, C, T, C, C);
+    std::fill(unitA, unitA + nunitA, S(0));
+    for (int m = 0; m < A; m++)
+      for (int t = 0; t < T; t++) unitA[(size_t(m) * T + t) * A + m] = S(1);
+    matmul_jvp(tf, unitA, p.w2, A, T, A, C);  // f = W_o mix
     if (sites.branch)
-      norm_jvp(g, tf, a.f, p.ln_branch, a.br_mean, a.br_rstd, C, T);
+      norm_jvp(g, tf, a.f, p.ln_branch, a.br_mean, a.br_rstd, A, T);
     else
-      std::copy(tf, tf + KTC, g);
-    std::fill(g + KTC, g + 2 * KTC, S(0));
-    std::fill(tx, tx + KTC, S(0));
-    std::copy(unit, unit + KTC, tx + KTC);
+      std::copy(tf, tf + size_t(A) * TC, g);
+    std::fill(g + size_t(A) * TC, g + size_t(AC) * TC, S(0));
+    std::fill(tx, tx + size_t(A) * TC, S(0));
+    std::copy(unit, unit + KTC, tx + size_t(A) * TC);
     // r = omega * x + lambda * g (into post);  x' = ln_out(r)
-    gated_residual_jvp(post, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(layer)), long(2 * C) * T, C);
+    gated_residual_jvp(post, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(layer)), long(AC) * T, C);
     S* xo = post;
     if (sites.out) {
-      norm_jvp(tx, post, a.r, p.ln_out, a.out_mean, a.out_rstd, 2 * C, T);
+      norm_jvp(tx, post, a.r, p.ln_out, a.out_mean, a.out_rstd, AC, T);
       xo = tx;
     }
     // the MLP sub-layer is token-local: the tangent path applies it (folded into C x C per token)
     if (slots_[size_t(mi)].present)
-      jvp_sublayers_impl(post, xo, nullptr, 2 * C, mi, mi + 1);
+      jvp_sublayers_impl(post, xo, nullptr, AC, mi, mi + 1);
     else if (xo != post)
-      std::copy(xo, xo + 2 * KTC, post);
+      std::copy(xo, xo + size_t(AC) * TC, post);
   }
 
-  // s (T_j, NH, T_i, C): s[j][h][i] = RK_j^hT q_i^h / sqrt(HS)
+  // s (T_j, NH, T_i, C): s[j][h][i] = c RK_j^kv(h)T q_i^h
   for (int j = 0; j < T; j++)
     for (int hh = 0; hh < NH; hh++)
-      gemm<S>(Trans::No, Trans::No, T, C, HS, scale, a.hid + hh * HS, C3, R + (size_t(j) * C3 + C + hh * HS) * C, C,
-              S(0), s + (size_t(j) * NH + hh) * T * C, C);
+      gemm<S>(Trans::No, Trans::No, T, C, HS, scale, a.hid + hh * HS, QW, R + (size_t(j) * QW + A + (hh / group) * HS) * C,
+              C, S(0), s + (size_t(j) * NH + hh) * T * C, C);
+  // cap'_ij at the scaled score c q_i . k_j (1 without a soft cap)
+  if (capped)
+    for (int hh = 0; hh < NH; hh++)
+      for (int i = 0; i < T; i++)
+        for (int j = 0; j < T; j++) {
+          const S* q_i = a.hid + size_t(i) * QW + hh * HS;
+          const S* k_j = a.hid + size_t(j) * QW + A + (hh / group) * HS;
+          double qk = 0;
+          for (int e = 0; e < HS; e++) qk += double(q_i[e]) * k_j[e];
+          slope[(size_t(hh) * T + i) * T + j] = sm.slope(S(scale * S(qk)));
+        }
 
   // one row of blocks per token i, the longest rows first
 #pragma omp parallel
   {
-    std::vector<S> Z(size_t(C) * TC), Qd(size_t(HS) * HS);
+    std::vector<S> Z(size_t(A) * TC), Qd(size_t(HS) * HS);
 #pragma omp for schedule(dynamic, 1)
     for (int ii = 0; ii < T; ii++) {
       const int i = T - 1 - ii;
       const int nb = causal ? i + 1 : T;  // blocks j < nb; the rest are zero
       const int ld = nb * C;
-      const S* o_i = a.mix + size_t(i) * C;
+      const S* o_i = a.mix + size_t(i) * A;
       for (int hh = 0; hh < NH; hh++) {
+        const int kv = (hh / group) * HS;  // the key-value head's first column within k and v
         const S* P_i = a.att + (size_t(hh) * T + i) * T;
+        const S* cap_i = capped ? slope + (size_t(hh) * T + i) * T : nullptr;
         for (int j = 0; j < nb; j++) {
           const S pij = P_i[j];
-          const S* v_j = a.hid + size_t(j) * C3 + 2 * C;
+          const S cj = cap_i ? cap_i[j] : S(1);
+          const S* v_j = a.hid + size_t(j) * QW + A + KVW + kv;
           const S* s_ij = s + ((size_t(j) * NH + hh) * T + i) * C;
-          for (int r = hh * HS; r < (hh + 1) * HS; r++) {
+          for (int e = 0; e < HS; e++) {
+            const int r = hh * HS + e;
             S* z = Z.data() + size_t(r) * ld + size_t(j) * C;
             if (pij == S(0)) {
               std::fill(z, z + C, S(0));
               continue;
             }
-            const S* rv = R + (size_t(j) * C3 + 2 * C + r) * C;
-            const S u = v_j[r] - o_i[r];
+            const S* rv = R + (size_t(j) * QW + A + KVW + kv + e) * C;
+            const S u = (v_j[e] - o_i[r]) * cj;
             for (int k = 0; k < C; k++) z[k] = pij * (rv[k] + u * s_ij[k]);
           }
         }
@@ -163,23 +198,25 @@ void Model<S>::block_jacobian(S* J, int layer) const {
         for (int m = 0; m < T; m++) {
           const S pim = P_i[m];
           if (pim == S(0)) continue;
-          const S* v_m = a.hid + size_t(m) * C3 + 2 * C + hh * HS;
-          const S* k_m = a.hid + size_t(m) * C3 + C + hh * HS;
-          for (int r = 0; r < HS; r++) {
-            const S w = scale * pim * (v_m[r] - o_i[hh * HS + r]);
-            for (int e = 0; e < HS; e++) Qd[size_t(r) * HS + e] += w * k_m[e];
+          const S* v_m = a.hid + size_t(m) * QW + A + KVW + kv;
+          const S* k_m = a.hid + size_t(m) * QW + A + kv;
+          const S cm = cap_i ? cap_i[m] : S(1);
+          for (int e = 0; e < HS; e++) {
+            const S w = scale * pim * cm * (v_m[e] - o_i[hh * HS + e]);
+            for (int f = 0; f < HS; f++) Qd[size_t(e) * HS + f] += w * k_m[f];
           }
         }
-        gemm<S>(Trans::No, Trans::No, HS, C, HS, S(1), Qd.data(), HS, R + (size_t(i) * C3 + hh * HS) * C, C,
+        gemm<S>(Trans::No, Trans::No, HS, C, HS, S(1), Qd.data(), HS, R + (size_t(i) * QW + hh * HS) * C, C,
                 S(1), Z.data() + size_t(hh) * HS * ld + size_t(i) * C, ld);
       }
       // J[i, 0..nb) = Post_i Z; Post_i[c][m] = post[m][i][c]
       S* Ji = J + size_t(i) * C * n;
-      gemm<S>(Trans::Yes, Trans::No, C, ld, C, S(1), post + size_t(i) * C, int(TC), Z.data(), ld, S(0), Ji,
+      gemm<S>(Trans::Yes, Trans::No, C, ld, A, S(1), post + size_t(i) * C, int(TC), Z.data(), ld, S(0), Ji,
               int(n));
       for (int c = 0; c < C; c++) {
         std::fill(Ji + size_t(c) * n + ld, Ji + size_t(c + 1) * n, S(0));  // causal: exact zeros
-        for (int k = 0; k < C; k++) Ji[size_t(c) * n + size_t(i) * C + k] += post[(size_t(C + k) * T + i) * C + c];
+        for (int k = 0; k < C; k++)
+          Ji[size_t(c) * n + size_t(i) * C + k] += post[(size_t(A + k) * T + i) * C + c];
       }
     }
   }
