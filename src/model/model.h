@@ -175,7 +175,7 @@ class Model {
   // jvp_sublayers_unit with the T C unit tangents, to rounding. Causal: the blocks above the diagonal
   // are exact zeros, at no cost. block_jacobian_covers(first, last) says whether sub-layers
   // [first, last) are such a block: one whole block of a one-stream gpt or encoder, planned B = 1
-  // (not an encdec, a two-stream stack, nGPT or part of a block); elsewhere use the tangents.
+  // (not an encdec, a two-stream stack or part of a block); elsewhere use the tangents.
   bool block_jacobian_covers(int first, int last) const;
   void block_jacobian(S* J, int layer) const;
   // Reverse mode through sub-layers [first, last) at the point of the last forward: din (B, T, C)

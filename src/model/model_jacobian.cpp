@@ -26,8 +26,9 @@
 // P_ij = 0 for the keys a query never sees (causal: j > i; padding), so a causal block is lower
 // triangular over tokens and those blocks are written as exact zeros without any work. Post_i,
 // Skip_i and the R's come from the existing token-local JVP kernels with unit tangents applied at
-// every token at once (so every placement, norm kind, gain, QK-norm, RoPE (its scaling and per-layer
-// bases included) and the folded MLP are handled by the same code as the tangent path); the
+// every token at once (so every placement, norm kind, gain, QK-norm, RoPE (its scalings and per-layer
+// bases included), nGPT's spheres and update and the folded MLP are handled by the same code as the
+// tangent path); the
 // T (T + 1) / 2 blocks are then one GEMM per row of blocks, Post_i [Z_i0 ... Z_ii]: about T^2 C^2 A
 // multiply-adds instead of T C tangents of full work.
 #include <algorithm>
@@ -39,6 +40,7 @@
 #include "ops/common.h"
 #include "ops/matmul.h"
 #include "ops/residual.h"
+#include "ops/sphere.h"
 #include "util/error.h"
 
 namespace normlab {
@@ -52,14 +54,13 @@ bool Model<S>::block_jacobian_covers(int first, int last) const {
       last > int(slots_.size()))
     return false;
   const Slot& attn = slots_[size_t(first)];
-  return attn.present && attn.kind == Sublayer::Attn && !cfg_.dual_stack(attn.layer) &&
-         !cfg_.on_sphere();  // (nGPT's residual update and scales are left to the tangents)
+  return attn.present && attn.kind == Sublayer::Attn && !cfg_.dual_stack(attn.layer);
 }
 
 template <class S>
 void Model<S>::block_jacobian(S* J, int layer) const {
   if (!block_jacobian_covers(2 * layer, 2 * layer + 2))
-    throw Error(fmt::format("block_jacobian: block {} is not covered (encdec, two streams, nGPT, a batch of {} rows, "
+    throw Error(fmt::format("block_jacobian: block {} is not covered (encdec, two streams, a batch of {} rows, "
                             "or no such layer); use jvp_sublayers_unit",
                             layer, B_));
   const int T = T_, C = cfg_.d_model, NH = cfg_.n_heads, HS = cfg_.head_size(), A = cfg_.attn_width();
@@ -131,8 +132,12 @@ void Model<S>::block_jacobian(S* J, int layer) const {
     std::fill(g + size_t(A) * TC, g + size_t(AC) * TC, S(0));
     std::fill(tx, tx + size_t(A) * TC, S(0));
     std::copy(unit, unit + KTC, tx + size_t(A) * TC);
-    // r = omega * x + lambda * g (into post);  x' = ln_out(r)
-    gated_residual_jvp(post, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(layer)), long(AC) * T, C);
+    // r = omega * x + lambda * g (nGPT: A + |a| (g - A), A the stream on the sphere; into post);  x' = ln_out(r)
+    if (p.eigen_lr)
+      sphere_residual_jvp(post, tx, g, a.x_in, a.sc_rstd, p.eigen_lr, sphere_scale("eigen_lr", C).factor, long(AC) * T,
+                          long(T), C);
+    else
+      gated_residual_jvp(post, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(layer)), long(AC) * T, C);
     S* xo = post;
     if (sites.out) {
       norm_jvp(tx, post, a.r, p.ln_out, a.out_mean, a.out_rstd, AC, T);
