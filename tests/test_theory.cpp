@@ -121,10 +121,12 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
   EXPECT_EQ(xiong_rows, 4);  // Post-LN and Pre-LN, encoder and decoder
   // Dong et al.'s MLP claim: the ratio of the two fitted collapse rates
   ASSERT_TRUE(by.count("002 MLP Lipschitz slows collapse"));
-  for (const auto& seed : by["002 MLP Lipschitz slows collapse"]->numbers["seeds"])
-    if (seed["rate_ratio"].is_number())
+  for (const auto& seed : by["002 MLP Lipschitz slows collapse"]->numbers["seeds"]) {
+    if (seed["rate_ratio"].is_number()) {
       EXPECT_NEAR(seed["rate_ratio"].get<double>(), seed["rate_scaled"].get<double>() / seed["rate_original"].get<double>(),
                   1e-12);
+    }
+  }
   // the LayerNorm's bulk singular value is 1/sigma: x sqrt(d) it is far from 1 unless sigma = 1/sqrt(d)
   EXPECT_EQ(by["004 dNorm/dz"]->verdict, kViolated);
   for (double v : first("004 dNorm/dz")["bulk_times_sigma"]) EXPECT_NEAR(v, 1.0, 1e-6);
