@@ -330,6 +330,14 @@ void read_nope_layers(const ConfigReader& r, ModelConfig& c) {
   c.nope_every = every;
 }
 
+// Gemma 3's and OLMo 3's layer_types: "sliding_attention" on the local layers (model.rope_local), else
+// "full_attention".
+std::vector<std::string> layer_types(const ModelConfig& c) {
+  std::vector<std::string> types;
+  for (int l = 0; l < c.n_layers; l++) types.push_back(c.rope_local(l) ? "sliding_attention" : "full_attention");
+  return types;
+}
+
 // The family a normlab config is written as (llama_export_refusal says whether it is exactly that):
 // OLMo 2 for the reordered block (OLMo 3 with two kinds of layer), Gemma for GeGLU (Gemma 2 with the
 // sandwich, Gemma 3 with QK-norm too), Qwen3 for per-head QK-norm, SmolLM3 for NoPE layers, Qwen2 for q,
@@ -627,18 +635,14 @@ std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   if (gemma3) {  // transformers 4's keys, which 5 reads too: a global layer every rope_global_every-th, the
     // others local at rope_local_base_freq (none: every layer global), linear scaling on the global ones
     const bool local = c.rope_local_base > 0;
-    std::vector<std::string> types;
-    for (int l = 0; l < c.n_layers; l++) types.push_back(c.rope_local(l) ? "sliding_attention" : "full_attention");
-    config["layer_types"] = types;
+    config["layer_types"] = layer_types(c);
     config["sliding_window_pattern"] = local ? c.rope_global_every : 1;
     config["rope_local_base_freq"] = local ? c.rope_local_base : c.rope_base;
     config["use_bidirectional_attention"] = false;
   }
   if (olmo3) {  // transformers 5's rope_parameters, one entry per kind of layer (transformers 4's one rope_theta
     // cannot state two bases); normlab's attention is full: a window of seq_len masks nothing it takes
-    std::vector<std::string> types;
-    for (int l = 0; l < c.n_layers; l++) types.push_back(c.rope_local(l) ? "sliding_attention" : "full_attention");
-    config["layer_types"] = types;
+    config["layer_types"] = layer_types(c);
     config["sliding_window"] = c.seq_len;
     config["rope_parameters"] = {
         {"full_attention", c.rope_scale == 1.0 ? json{{"rope_type", "default"}, {"rope_theta", c.rope_base}}

@@ -77,15 +77,17 @@ void Model<S>::block_jacobian(S* J, int layer) const {
 
   // scratch carved from one buffer kept across calls (fresh hundreds of MB per call would cost a
   // page fault per 4 KiB)
-  const size_t KTC = size_t(C) * TC, nunitA = size_t(A) * T * A, nR = size_t(T) * QW * C, ns = size_t(T) * NH * T * C;
+  // (unitA is unit when the heads are d wide: A == C)
+  const size_t KTC = size_t(C) * TC, nunitA = A == C ? 0 : size_t(A) * T * A, nR = size_t(T) * QW * C,
+               ns = size_t(T) * NH * T * C;
   const size_t nslope = capped ? size_t(NH) * T * T : 0;
   const size_t need = 2 * KTC + size_t(C) * T * QW + nunitA + size_t(A) * TC + 3 * size_t(AC) * TC + nR + ns + nslope;
   if (block_jac_scratch_.size() < need) block_jac_scratch_.resize(need);
   S* unit = block_jac_scratch_.data();  // (C, T, C)
   S* th = unit + KTC;                   // (C, T, C)
   S* thid = th + KTC;                   // (C, T, QW)
-  S* unitA = thid + size_t(C) * T * QW; // (A, T, A)
-  S* tf = unitA + nunitA;               // (A, T, C)
+  S* unitA = A == C ? unit : thid + size_t(C) * T * QW;  // (A, T, A)
+  S* tf = thid + size_t(C) * T * QW + nunitA;            // (A, T, C)
   S* tx = tf + size_t(A) * TC;          // (A + C, T, C)
   S* g = tx + size_t(AC) * TC;          // (A + C, T, C)
   S* post = g + size_t(AC) * TC;        // (A + C, T, C)
@@ -121,9 +123,11 @@ void Model<S>::block_jacobian(S* J, int layer) const {
   // post (A + C, T, C): tangent m < A is e_m on mix (Post_i[:, m] at token i), tangent A + k is e_k
   // on the shortcut (Skip_i[:, k])
   {
-    std::fill(unitA, unitA + nunitA, S(0));
-    for (int m = 0; m < A; m++)
-      for (int t = 0; t < T; t++) unitA[(size_t(m) * T + t) * A + m] = S(1);
+    if (A != C) {
+      std::fill(unitA, unitA + nunitA, S(0));
+      for (int m = 0; m < A; m++)
+        for (int t = 0; t < T; t++) unitA[(size_t(m) * T + t) * A + m] = S(1);
+    }
     matmul_jvp(tf, unitA, p.w2, A, T, A, C);  // f = W_o mix
     if (sites.branch)
       norm_jvp(g, tf, a.f, p.ln_branch, a.br_mean, a.br_rstd, A, T);
