@@ -1,8 +1,8 @@
 // bench_kernels.cpp: the AVX2 and AVX-512 paths of every dispatched float kernel (ops/isa.h), A/B
-// interleaved in one process on the benchmark models' real sizes (shapes a, b, c of bench_step),
+// interleaved in one process on the benchmark models' real sizes (shapes a, b, c of bench_step, and the practical study's model),
 // with the CPU the rest of the machine used meanwhile. Prints one JSON line per kernel and shape:
 // median and least microseconds per call of each path, and their ratios. Not a test.
-// Usage: bench_kernels [--rounds N] [--shape a|b|c]
+// Usage: bench_kernels [--rounds N] [--shape a|b|c|study]
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ops/activation.h"
+#include "ops/attention.h"
 #include "ops/isa.h"
 #include "ops/layernorm.h"
 #include "ops/rmsnorm.h"
@@ -35,7 +36,8 @@ struct Shape {
 };
 constexpr Shape kShapes[] = {{"a", 50257, 768, 12, 12, 64, 4},
                              {"b", 256, 256, 6, 8, 128, 16},
-                             {"c", 256, 128, 48, 4, 64, 8}};
+                             {"c", 256, 128, 48, 4, 64, 8},
+                             {"study", 256, 64, 6, 4, 128, 16}};  // docs/STUDIES.md's practical study
 
 // Busy and total CPU time of the whole machine (/proc/stat, clock ticks).
 struct MachineCpu {
@@ -145,6 +147,16 @@ int main(int argc, char** argv) {
     ab("softmax_xent_backward", s, rounds, [&] {
       std::copy(logits.begin(), logits.end(), work.begin());  // in place: restore the logits (a copy; both paths)
       softmax_xent_backward(work.data(), lse.data(), labels.data(), 1.0 / N, N, V);
+    });
+
+    // causal self-attention of one layer (its per-head GEMMs and softmax), multi-head
+    const auto qkv = randf(size_t(N) * 3 * C, 8), dout = randf(size_t(N) * C, 9);
+    std::vector<float> out(size_t(N) * C), att(size_t(s.B) * s.H * s.T * s.T), datt(att.size()),
+        dqkv(qkv.size());
+    ab("attention_forward", s, rounds,
+       [&] { attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, C, s.H, s.H, true); });
+    ab("attention_backward", s, rounds, [&] {
+      attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, C, s.H, s.H, true);
     });
 
   }

@@ -15,35 +15,55 @@
 namespace normlab::ops {
 
 // Softmax of one row of scores in place over the first `len` entries; entries from len on are
-// masked (probability 0). Stable: subtracts the row max.
+// masked (probability 0). Stable: subtracts the row max. The row is walked in whole chunks of
+// kLanes up to the first multiple of kLanes at or past len (when the row is that long), the lanes
+// past len masked inside the chunk, so a causal row of any length vectorizes without a scalar tail
+// (rows end at every length there); only a row whose stride T is not a multiple of kLanes has one.
+constexpr int kLanes = 8;
 template <class S>
 static void softmax_row(S* row, int len, int T) {
-  S mx = -std::numeric_limits<S>::infinity();
-  for (int j = 0; j < len; j++) mx = row[j] > mx ? row[j] : mx;
+  const int chunked = std::min((len + kLanes - 1) / kLanes, T / kLanes) * kLanes;
+  const S neg_inf = -std::numeric_limits<S>::infinity();
+  S mx_lane[kLanes];  // per-lane max and sum, reduced once at the end (in registers)
+  double sum_lane[kLanes];
+  for (int l = 0; l < kLanes; l++) mx_lane[l] = neg_inf, sum_lane[l] = 0;
+  for (int j0 = 0; j0 < chunked; j0 += kLanes)
+#pragma omp simd
+    for (int l = 0; l < kLanes; l++) {
+      const S v = j0 + l < len ? row[j0 + l] : neg_inf;
+      mx_lane[l] = v > mx_lane[l] ? v : mx_lane[l];
+    }
+  S mx = neg_inf;
+  for (int l = 0; l < kLanes; l++) mx = mx_lane[l] > mx ? mx_lane[l] : mx;
+  for (int j = chunked; j < len; j++) mx = row[j] > mx ? row[j] : mx;
+  for (int j0 = 0; j0 < chunked; j0 += kLanes)
+#pragma omp simd
+    for (int l = 0; l < kLanes; l++) {
+      const S e = j0 + l < len ? exp_of(S(row[j0 + l] - mx)) : S(0);  // masked lanes: probability 0
+      row[j0 + l] = e;
+      sum_lane[l] += e;
+    }
   double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < len; j++) {
+  for (int l = 0; l < kLanes; l++) sum += sum_lane[l];
+  for (int j = chunked; j < len; j++) {
     const S e = exp_of(S(row[j] - mx));
     row[j] = e;
     sum += e;
   }
   const S inv = S(1.0 / sum);
-  for (int j = 0; j < len; j++) row[j] *= inv;
-  for (int j = len; j < T; j++) row[j] = S(0);
+  const int done = std::max(chunked, len);  // entries 0 .. done-1 hold e (0 past len)
+#pragma omp simd
+  for (int j = 0; j < done; j++) row[j] *= inv;
+  for (int j = done; j < T; j++) row[j] = S(0);
 }
 
-// Query rows are taken row_block() at a time: under a causal mask a block of rows i0 .. i0+rows-1
+// Query rows are taken kRowBlock at a time: under a causal mask a block of rows i0 .. i0+rows-1
 // sees only keys 0 .. i0+rows-1, so its GEMMs stop there and skip the masked upper triangle (at
 // T = 128, 62% of the full T x T work is done); the probabilities past a row's last key are written
-// 0 as before. Measured on the AVX2 path (normlab's own small-GEMM kernel, docs/BENCHMARK.md); float
-// GEMMs on the AVX-512 path go to OpenBLAS / oneDNN, whose per-call cost on 4x as many smaller GEMMs
-// was not measured on an AVX-512 machine, so they keep one block until it is. Double GEMMs (the
-// analysis, the tests) always take the blocks.
+// 0 as before. Measured faster than one block per head on both paths (docs/BENCHMARK.md): with
+// normlab's own kernel on AVX2 (Zen 3), and with OpenBLAS on AVX-512 (Zen 4: 1.15-1.45x on the
+// forward and backward of shapes a, b, c and the practical study's model, bench_kernels).
 constexpr int kRowBlock = 32;
-template <class S>
-int row_block(int Tq) {
-  return sizeof(S) == sizeof(float) && use_avx512() ? Tq : kRowBlock;
-}
 
 // One attention, written once for self- and cross-attention: queries q (B, Tq, ldq-strided rows),
 // keys k and values v (B, Tk, ldkv-strided rows), query head h reading columns h*HS .. (h+1)*HS of q
@@ -67,7 +87,7 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
                           Precision prec, const ScoreMap& sm) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH;
   const S scale = S(sm.scale_for(HS));
-  const int block = std::max(1, row_block<S>(Tq));
+  const int block = kRowBlock;
 #pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
   for (int bh = 0; bh < x.B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
@@ -106,7 +126,7 @@ static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* do
                            const Heads<S>& x, bool causal, Precision prec, const ScoreMap& sm) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH, G = x.group();
   const S scale = S(sm.scale_for(HS));
-  const int block = std::max(1, row_block<S>(Tq));
+  const int block = kRowBlock;
 #pragma omp parallel for schedule(static) if((long)x.B * Tq * Tk * C > kParallelMinWork)
   for (int bg = 0; bg < x.B * x.KVH; bg++)
   for (int h = (bg % x.KVH) * G; h < (bg % x.KVH + 1) * G; h++) {
@@ -140,6 +160,7 @@ static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* do
         const S* pr = pb + (long)i * Tk;
         S* dr = db + (long)i * Tk;
         double dot = 0;
+#pragma omp simd reduction(+ : dot)
         for (int j = 0; j < len; j++) dot += double(pr[j]) * dr[j];
         for (int j = 0; j < len; j++) dr[j] = S(pr[j] * (dr[j] - dot) * scale);
         if (sm.softcap > 0)
