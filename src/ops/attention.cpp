@@ -61,7 +61,7 @@ static void softmax_row(S* row, int len, int T) {
 // sees only keys 0 .. i0+rows-1, so its GEMMs stop there and skip the masked upper triangle (at
 // T = 128, 62% of the full T x T work is done); the probabilities past a row's last key are written
 // 0 as before. Measured faster than one block per head on both paths (docs/BENCHMARK.md): with
-// normlab's own kernel on AVX2 (Zen 3), and with OpenBLAS on AVX-512 (Zen 4: 1.15-1.45x on the
+// normlab's own kernel on AVX2 (Zen 3), and with OpenBLAS on AVX-512 (Zen 4: 1.15-1.43x on the
 // forward and backward of shapes a, b, c and the practical study's model, bench_kernels).
 constexpr int kRowBlock = 32;
 
