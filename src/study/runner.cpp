@@ -73,6 +73,7 @@ class Progress {
     label_ = label;
     steps_ = steps;
     next_line_ = 0;
+    first_step_ = -1;
     run_t0_ = Clock::now();
     fmt::print("{}{}[{}/{}] {}\n", line_start(), tag_, i + 1, costs_.size(), label);
     std::fflush(stdout);
@@ -85,13 +86,17 @@ class Progress {
   }
   void step(const StepInfo& s) {
     if (!steps_shown_) return;
+    if (first_step_ < 0) {  // a run resumed from its checkpoint starts past step 1: an earlier process
+      first_step_ = s.step - 1;  // did the steps before, so they count as done but not in the rates
+      done_before_ += costs_[run_] * double(first_step_) / double(std::max(1L, s.steps));
+    }
     const double done = done_ + costs_[run_] * double(s.step) / double(std::max(1L, s.steps));
-    const double elapsed = seconds_since(t0_);
-    const double rate = done > 0 ? elapsed / done : NAN;
+    const double elapsed = seconds_since(t0_), done_here = done - done_before_;
+    const double rate = done_here > 0 ? elapsed / done_here : NAN;
     // before the first run has a few steps behind it the rate is mostly start-up cost: no estimate
-    const double study_left = done_ == 0 && s.step < 10
+    const double study_left = done_ == 0 && s.step - first_step_ < 10
                                   ? NAN : (total_ - done) * rate + (theory_pending_ ? kTheorySecondsGuess : 0);
-    const double run_left = seconds_since(run_t0_) / double(s.step) * double(s.steps - s.step);
+    const double run_left = seconds_since(run_t0_) / double(s.step - first_step_) * double(s.steps - s.step);
     const std::string line = fmt::format(
         "        step {}/{} | loss {:.4f} | run {} left | study {:.0f}% done, {} left (elapsed {})", s.step,
         s.steps, s.loss, clock_text(run_left), 100 * done / total_, clock_text(study_left), clock_text(elapsed));
@@ -130,6 +135,8 @@ class Progress {
   const char* line_start() const { return tty_ && shares_terminal_ ? "\r\033[K" : ""; }
   std::vector<double> costs_;
   double total_ = 0, done_ = 0, next_line_ = 0;
+  double done_before_ = 0;  // the share of done_ that resumed runs had done before this process began
+  long first_step_ = -1;    // the last step done before this process took the run up (0 if fresh)
   bool tty_, steps_shown_, shares_terminal_, drawn_ = false, theory_pending_ = false;
   std::string tag_;
   size_t run_ = 0;
