@@ -211,11 +211,15 @@
     t.append(el('tr', {}, ...['claim', 'source', 'the source\'s numbers', 'the claim here (a vs b)', 'normlab', 'verdict']
       .map(h => el('th', {class: 'text'}, h))));
     for (const r of repro) {
-      const claimed = `${r.a.label} ${r.expect === 'a < b' ? '<' : '>'} ${r.b.label} (${r.metric === 'bleu' ? 'BLEU' : 'final val loss'}` +
-                      `${r.best_lr ? ', each at its best lr' : ''})`;
+      const metric = {bleu: 'BLEU', lowest_val_loss: 'lowest val loss'}[r.metric] || 'final val loss';
+      const keys = (r.best_of || []).map(k => k.split('.').pop());
+      const claimed = `${r.a.label} ${r.expect === 'a < b' ? '<' : '>'} ${r.b.label} (${metric}` +
+                      `${keys.length ? ', each at its best ' + keys.join(' and ') : r.best_lr ? ', each at its best lr' : ''})`;
+      const measured = el('td', {class: 'text'}, r.measured);
+      if (r.gap_by_step_text) measured.append(el('div', {class: 'gap-by-step'}, r.gap_by_step_text));  // the gap against steps
       t.append(el('tr', {}, el('td', {class: 'text'}, r.claim), el('td', {class: 'text'}, r.source),
                   el('td', {class: 'text'}, r.paper), el('td', {class: 'text'}, claimed),
-                  el('td', {class: 'text'}, r.measured), el('td', {class: 'text verdict-' + ({holds: 'holds', violated: 'violated'}[r.verdict] || 'conditional')}, r.verdict)));
+                  measured, el('td', {class: 'text verdict-' + ({holds: 'holds', violated: 'violated'}[r.verdict] || 'conditional')}, r.verdict)));
     }
     root.append(t);
   }

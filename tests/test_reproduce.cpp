@@ -1,9 +1,12 @@
 // test_reproduce.cpp: a study's reproductions (src/study/reproduce.h) on hand-made results, with
 // every interval computed by hand: paired by seed, each side at its own best learning rate, the
-// Welch interval when the seeds differ, a side that diverged, BLEU (higher is better); and the
-// checks that reject a malformed [[reproduce]] table when the study is read.
+// Welch interval when the seeds differ, a side that diverged, BLEU (higher is better), the gap
+// against training steps; and the checks that reject a malformed [[reproduce]] table when the study
+// is read.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "study/reproduce.h"
@@ -190,4 +193,49 @@ TEST(Reproduce, EachSideAtItsOwnBestCombinationOfKeys) {
   EXPECT_NEAR(r["b"]["mean"].get<double>(), 2.14, 1e-9);
   EXPECT_EQ(r["verdict"], "violated");
   EXPECT_NE(r["measured"].get<std::string>().find("lowest validation loss"), std::string::npos) << r["measured"];
+}
+
+// The gap a - b against training steps: each run's lowest validation loss so far at every evaluation
+// step, a run that stopped earlier (at its plateau) keeping its last, paired by seed as the final gap.
+TEST(Reproduce, GapByTrainingStepPairsEachRunsLowestSoFar) {
+  json runs = json::array();
+  // post: steps 1000, 2000, 3000; seed 2 stops after 2000. pre: steps 1000 .. 4000.
+  const std::vector<std::vector<double>> post = {{2.0, 1.8, 1.9}, {2.1, 1.7}},
+                                         pre = {{1.9, 1.9, 1.8, 1.75}, {1.95, 1.85, 1.80, 1.70}};
+  for (int s = 1; s <= 2; s++) {
+    for (const auto& [name, curves] : {std::pair{"post", &post}, std::pair{"pre", &pre}}) {
+      const std::vector<double>& v = (*curves)[size_t(s - 1)];
+      json r = run(name, 1e-3, s, v.back());
+      json steps = json::array();
+      for (size_t i = 0; i < v.size(); i++) steps.push_back(1000 * long(i + 1));
+      r["val"] = {{"step", steps}, {"loss", v}};
+      r["summary"]["lowest_val_loss"] = *std::min_element(v.begin(), v.end());
+      runs.push_back(r);
+    }
+  }
+  json r = reproductions(results(runs, json::array({entry("a < b", false, "lowest_val_loss")})))[0];
+  const json& g = r["gap_by_step"];
+  ASSERT_EQ(g.size(), 4u) << g.dump();
+  // lowest so far, post: seed 1 2.0 1.8 1.8 (1.8 kept at 4000), seed 2 2.1 1.7 (1.7 kept at 3000, 4000);
+  // pre: seed 1 1.9 1.9 1.8 1.75, seed 2 1.95 1.85 1.80 1.70
+  const double d[4][2] = {{0.10, 0.15}, {-0.10, -0.15}, {0.00, -0.10}, {0.05, 0.00}};
+  for (int k = 0; k < 4; k++) {
+    EXPECT_EQ(g[k]["step"], 1000 * (k + 1));
+    EXPECT_EQ(g[k]["kind"], "paired");
+    EXPECT_EQ(g[k]["n"], 2);
+    EXPECT_NEAR(g[k]["mean"].get<double>(), (d[k][0] + d[k][1]) / 2, 1e-12) << k;
+    // two seeds: t(1) = 12.706, sd = |d1 - d2| / sqrt(2), half = t sd / sqrt(2) = t |d1 - d2| / 2
+    const double half = 12.706 * std::abs(d[k][0] - d[k][1]) / 2;
+    EXPECT_NEAR(g[k]["hi"].get<double>() - g[k]["mean"].get<double>(), half, 1e-3) << k;
+  }
+  // the final gap is the last step's: lowest overall, post 1.8 and 1.7, pre 1.75 and 1.70
+  EXPECT_NEAR(r["difference"]["mean"].get<double>(), g[3]["mean"].get<double>(), 1e-12);
+  // the summary's line: the first evaluation at or past 1000, 2000, 4000, ... and the last
+  json res = results(runs, json::array());
+  res["reproductions"] = json::array({r});
+  const std::string text = reproductions_text(res);
+  EXPECT_NE(text.find("1000: 0.125 ["), std::string::npos) << text;
+  EXPECT_NE(text.find("; 2000: -0.125 ["), std::string::npos) << text;
+  EXPECT_EQ(text.find("3000:"), std::string::npos) << text;
+  EXPECT_NE(text.find("; 4000 (the last): 0.025 ["), std::string::npos) << text;
 }

@@ -92,6 +92,7 @@ struct Side {
   bool lr_edge = false;  // a key of the chosen setting is at the smallest or largest value the side ran
   int runs = 0, finished = 0, diverged = 0;
   std::multimap<std::string, double> by_seed;  // seed key -> metric value (finished runs)
+  std::vector<const json*> finished_runs;       // the runs behind by_seed (their curves: gap_by_step)
   SeedSummary stats;
 };
 
@@ -158,11 +159,88 @@ Side measure_side(const json& results, const std::string& filter, const std::str
     if (const auto x = metric_of(*r, metric)) {
       side.finished++;
       side.by_seed.emplace(view::seed_of(*r), *x);
+      side.finished_runs.push_back(r);
       values.push_back(*x);
     }
   }
   side.stats = analysis::summarize(values);
   return side;
+}
+
+// One run's validation curve as (step, value so far): lowest_val_loss its lowest evaluation up to the
+// step, val_loss its latest.
+using Curve = std::vector<std::pair<long, double>>;
+Curve curve_of(const json& run, bool lowest) {
+  Curve c;
+  if (!run.contains("val") || !run["val"].is_object()) return c;
+  const json& v = run["val"];
+  if (!v.contains("step") || !v.contains("loss") || !v["step"].is_array() || !v["loss"].is_array()) return c;
+  double so_far = INFINITY;
+  for (size_t i = 0; i < v["step"].size() && i < v["loss"].size(); i++) {
+    if (!v["step"][i].is_number() || !v["loss"][i].is_number()) continue;
+    const double x = v["loss"][i].get<double>();
+    so_far = lowest ? std::min(so_far, x) : x;
+    c.emplace_back(v["step"][i].get<long>(), so_far);
+  }
+  return c;
+}
+
+// The gap a - b against training steps for the loss metrics: at every evaluation step of either side,
+// each finished run of a side's chosen setting gives its value there (curve_of), a run stopped
+// earlier (at its plateau) its last one, and the seeds are paired as for the final gap. [] for BLEU.
+json gap_by_step(const Side& a, const Side& b, const std::string& metric) {
+  json out = json::array();
+  if (metric == "bleu") return out;
+  const bool lowest = metric == "lowest_val_loss";
+  struct SeedCurve {
+    std::string seed;
+    Curve curve;
+  };
+  const auto curves = [&](const Side& side) {
+    std::vector<SeedCurve> cs;
+    for (const json* r : side.finished_runs)
+      if (Curve c = curve_of(*r, lowest); !c.empty()) cs.push_back({view::seed_of(*r), std::move(c)});
+    return cs;
+  };
+  const std::vector<SeedCurve> ca = curves(a), cb = curves(b);
+  std::set<long> steps;
+  for (const auto* cs : {&ca, &cb})
+    for (const SeedCurve& c : *cs)
+      for (const auto& [step, value] : c.curve) steps.insert(step);
+  const auto values_at = [](const std::vector<SeedCurve>& cs, long step) {
+    std::multimap<std::string, double> by_seed;
+    for (const SeedCurve& c : cs) {
+      const auto after = std::upper_bound(c.curve.begin(), c.curve.end(), step,
+                                          [](long s, const std::pair<long, double>& p) { return s < p.first; });
+      if (after != c.curve.begin()) by_seed.emplace(c.seed, std::prev(after)->second);  // its last point <= step
+    }
+    return by_seed;
+  };
+  for (long step : steps) {
+    const auto va = values_at(ca, step), vb = values_at(cb, step);
+    if (va.empty() || vb.empty()) continue;
+    const analysis::SeedDifference d = analysis::seed_difference(vb, va);  // a - b
+    out.push_back({{"step", step}, {"kind", d.kind}, {"n", d.n}, {"mean", d.mean},
+                   {"lo", std::isfinite(d.lo) ? json(d.lo) : json()}, {"hi", std::isfinite(d.hi) ? json(d.hi) : json()}});
+  }
+  return out;
+}
+
+// "1000: -0.050 [-0.080, -0.020]; 2000: ...; 9750 (the last): ...": at 1000 x 2^k steps and the last
+std::string gap_by_step_text(const json& gaps) {
+  std::vector<std::string> parts;
+  long milestone = 1000;
+  for (size_t i = 0; i < gaps.size(); i++) {
+    const long step = gaps[i]["step"].get<long>();
+    const bool last = i + 1 == gaps.size();
+    if (!last && step < milestone) continue;  // the first evaluation at or past each milestone
+    std::string text = fmt::format("{}{}: {:.3f}", step, last ? " (the last)" : "", gaps[i]["mean"].get<double>());
+    if (gaps[i]["lo"].is_number())
+      text += fmt::format(" [{:.3f}, {:.3f}]", gaps[i]["lo"].get<double>(), gaps[i]["hi"].get<double>());
+    parts.push_back(text);
+    while (milestone <= step) milestone *= 2;
+  }
+  return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 json side_json(const Side& s) {
@@ -283,9 +361,18 @@ json reproductions(const json& results) {
       if (diff["lo"].is_number()) measured += fmt::format(" [{:.3f}, {:.3f}]", diff["lo"].get<double>(), diff["hi"].get<double>());
     }
     measured += " (" + how + ")";
+    const json gaps = gap_by_step(a, b, metric);
+    const std::string gap_text =
+        gaps.size() < 2 ? ""
+                        : fmt::format("a - b by training step ({}, a run stopped earlier keeping its last; 95% interval "
+                                      "over seeds where both sides have two or more): {}",
+                                      metric == "lowest_val_loss" ? "each run's lowest validation loss so far"
+                                                                     : "each run's validation loss",
+                                      gap_by_step_text(gaps));
     out.push_back({{"claim", e["claim"]}, {"source", e["source"]}, {"paper", e["paper"]}, {"metric", metric},
                    {"expect", expect}, {"best_lr", best_lr}, {"best_of", best_of}, {"a", side_json(a)}, {"b", side_json(b)},
-                   {"difference", diff}, {"verdict", verdict}, {"measured", measured}});
+                   {"difference", diff}, {"gap_by_step", gaps}, {"gap_by_step_text", gap_text}, {"verdict", verdict},
+                   {"measured", measured}});
   }
   return out;
 }
@@ -294,10 +381,12 @@ std::string reproductions_text(const json& results) {
   if (!results.contains("reproductions") || !results["reproductions"].is_array() || results["reproductions"].empty())
     return "";
   std::string text = "Reproductions (the source's numbers, then normlab's; a = the first side, b = the second):\n";
-  for (const auto& r : results["reproductions"])
+  for (const auto& r : results["reproductions"]) {
     text += fmt::format("- {} ({}): {}.\n  source: {}\n  normlab: {}\n", r["claim"].get<std::string>(),
                         r["source"].get<std::string>(), r["verdict"].get<std::string>(), r["paper"].get<std::string>(),
                         r["measured"].get<std::string>());
+    if (const std::string gap = r.value("gap_by_step_text", std::string()); !gap.empty()) text += "  " + gap + "\n";
+  }
   return text;
 }
 

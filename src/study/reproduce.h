@@ -40,7 +40,10 @@ bool matches_filter(const nlohmann::json& run, const std::string& filter);
 
 // One object per entry of results.study.document.reproduce: {claim, source, paper, metric, expect,
 // a: side, b: side, difference: {kind ("paired" | "welch" | "diverged" | "none"), n, mean, lo, hi},
-// verdict, measured (one sentence)}; side = {filter, lr (best_lr), lr_edge, runs, finished,
+// gap_by_step: [{step, kind, n, mean, lo, hi}] (the loss metrics: a - b at every evaluation step,
+// each run's value there, its lowest so far for lowest_val_loss, a run stopped earlier keeping its
+// last), gap_by_step_text (one sentence at 1000 x 2^k steps and the last; "" with fewer than two
+// steps), verdict, measured (one sentence)}; side = {filter, lr (best_lr), lr_edge, runs, finished,
 // diverged, values, mean, sd}. An empty array when the study lists none.
 nlohmann::json reproductions(const nlohmann::json& results);
 
