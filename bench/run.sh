@@ -18,12 +18,17 @@
 # other processes during the run); a run with other_cpu >= QUIET_BUSY is repeated up to twice and
 # the quietest kept. QUIET_TIMEOUT=0 skips the wait.
 #
-# Usage: bench/run.sh [--iters N] [--shapes "a b c"] [--placements "pre post llama"]
+# --repeats N measures every row N times in rotation (normlab, eager, compile, normlab, ...) and the
+# table shows each side's median and range: on a shared host whose speed drifts by minutes (the same
+# binary's step doubled a minute apart on 2026-12-02) a ratio of two single measurements is not.
+#
+# Usage: bench/run.sh [--iters N] [--repeats N] [--shapes "a b c"] [--placements "pre post llama"]
 #                     [--modes "eager compile"] [--precisions "fp32 bf16"] [--no-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ITERS=10
+REPEATS=1
 SHAPES="a b c"
 PLACEMENTS="pre post llama"
 MODES="eager compile"
@@ -32,12 +37,13 @@ BUILD=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --iters) ITERS=$2; shift 2 ;;
+    --repeats) REPEATS=$2; shift 2 ;;
     --shapes) SHAPES=$2; shift 2 ;;
     --placements) PLACEMENTS=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
     --precisions) PRECISIONS=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -108,14 +114,17 @@ log "fma_peak"
 # numbers were taken with the default.)
 TORCH_ENV=(env OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4)
 NORMLAB_ENV=(env OMP_WAIT_POLICY=PASSIVE)
+case "$REPEATS" in ''|*[!0-9]*|0) echo "run.sh: --repeats wants a positive integer, not '$REPEATS'" >&2; exit 2 ;; esac
 for prec in $PRECISIONS; do
   for s in $SHAPES; do
     for p in $PLACEMENTS; do
-      run normlab "$prec" "$s" "$p" "${NORMLAB_ENV[@]}" "$BIN/bench_step" --shape "$s" --placement "$p" --precision "$prec" \
-        --iters "$ITERS"
-      for m in $MODES; do
-        run "torch-$m" "$prec" "$s" "$p" "${TORCH_ENV[@]}" "$PY" bench/torch_step.py \
-          --shape "$s" --placement "$p" --mode "$m" --precision "$prec" --iters "$ITERS"
+      for _ in $(seq "$REPEATS"); do
+        run normlab "$prec" "$s" "$p" "${NORMLAB_ENV[@]}" "$BIN/bench_step" --shape "$s" --placement "$p" \
+          --precision "$prec" --iters "$ITERS"
+        for m in $MODES; do
+          run "torch-$m" "$prec" "$s" "$p" "${TORCH_ENV[@]}" "$PY" bench/torch_step.py \
+            --shape "$s" --placement "$p" --mode "$m" --precision "$prec" --iters "$ITERS"
+        done
       done
     done
   done

@@ -6,7 +6,8 @@ Usage: python3 bench/table.py [bench/results/latest.jsonl]
 Reads JSON lines as printed by build/bench/bench_step ("impl": "normlab"), bench/torch_step.py
 ("impl": "torch-eager" / "torch-compile"), build/bench/sgemm_peak ("impl": "sgemm_peak"), build/bench/fma_peak ("impl": "fma_peak") and
 {"impl", "shape", "placement", "error"} lines that run.sh writes for a run that failed. Every line
-has a "precision" (fp32 when absent: results from before bf16). One table per precision: for every
+has a "precision" (fp32 when absent: results from before bf16); a row given several times (run.sh
+--repeats) is shown by its median, with the range. One table per precision: for every
 (shape, placement) it compares normlab with the faster of the torch modes (by tokens/s; bf16 is
 torch.autocast) against the target ratio of the machine's kind (ISSUE13 for AVX-512 machines,
 ISSUE28 for AVX2-only ones, below); the bf16 table also shows normlab bf16 over normlab fp32.
@@ -61,8 +62,23 @@ def ok(r):
     return r is not None and "error" not in r and r.get("tokens_per_s")
 
 
+def median_record(records):
+    """The record of median ms among the successful ones (the lower median for an even count), else the
+    last one (an error line)."""
+    good = sorted((r for r in records if ok(r) and r.get("ms")), key=lambda r: r["ms"])
+    return good[(len(good) - 1) // 2] if good else records[-1]
+
+
+def ms_cell(key, r, repeats):
+    """"543.4" or, for a row measured several times, its median and range: "543.4 (446.1-560.2)"."""
+    times = repeats.get(key, [])
+    if len(times) < 2:
+        return fmt(r.get("ms"))
+    return f"{fmt(r.get('ms'))} ({fmt(min(times))}-{fmt(max(times))})"
+
+
 def make_table(recs):
-    by_key = {}
+    groups = {}
     sgemm = None
     fma = {}
     meta = None
@@ -77,9 +93,13 @@ def make_table(recs):
         if r.get("impl") == "meta":
             meta = r
             continue
-        by_key[(r.get("impl"), r.get("precision", "fp32"), r.get("shape"), r.get("placement"))] = r  # later wins
+        groups.setdefault((r.get("impl"), r.get("precision", "fp32"), r.get("shape"), r.get("placement")), []).append(r)
         if r.get("torch_version"):
             torch_version = r["torch_version"]
+    # a row measured several times (run.sh --repeats, in rotation with its peers): its median
+    by_key = {k: median_record(v) for k, v in groups.items()}
+    repeats = {k: [r["ms"] for r in v if ok(r) and r.get("ms")] for k, v in groups.items()}
+    most = max((len(v) for v in repeats.values()), default=0)
 
     out = []
     if sgemm and "gflops" in sgemm:
@@ -103,6 +123,9 @@ def make_table(recs):
                    f"{meta.get('date')}, {meta.get('nproc')} cores")
     if torch_version:
         out.append(f"PyTorch {torch_version} (CPU, best of eager / torch.compile)")
+    if most > 1:
+        out.append(f"Each row: the median of up to {most} measurements taken in rotation (normlab, eager, compile, "
+                   "normlab, ...), their range in brackets; the ratio is of the medians.")
     out.append("")
     met_count = total = 0
     failures = []
@@ -146,9 +169,10 @@ def make_table(recs):
                 bg = best or {}
                 cells = [
                     s, p,
-                    fmt(nlg.get("ms")), fmt(nlg.get("tokens_per_s"), 0), fmt(nlg.get("gflops")),
-                    fmt(nlg.get("peak_rss_mb"), 0),
-                    fmt(bg.get("ms")), fmt(bg.get("tokens_per_s"), 0), fmt(bg.get("peak_rss_mb"), 0),
+                    ms_cell(("normlab", prec, s, p), nlg, repeats), fmt(nlg.get("tokens_per_s"), 0),
+                    fmt(nlg.get("gflops")), fmt(nlg.get("peak_rss_mb"), 0),
+                    ms_cell((bg.get("impl"), prec, s, p), bg, repeats), fmt(bg.get("tokens_per_s"), 0),
+                    fmt(bg.get("peak_rss_mb"), 0),
                     bg.get("impl", "torch-").removeprefix("torch-") or DASH, modes_ms,
                     DASH if ratio is None else f"{ratio:.2f}x",
                     DASH if target is None else f"{target:g}x", met,
