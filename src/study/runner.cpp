@@ -93,10 +93,14 @@ class Progress {
     const double done = done_ + costs_[run_] * double(s.step) / double(std::max(1L, s.steps));
     const double elapsed = seconds_since(t0_), done_here = done - done_before_;
     const double rate = done_here > 0 ? elapsed / done_here : NAN;
-    // before the first run has a few steps behind it the rate is mostly start-up cost: no estimate
-    const double study_left = done_ == 0 && s.step - first_step_ < 10
-                                  ? NAN : (total_ - done) * rate + (theory_pending_ ? kTheorySecondsGuess : 0);
-    const double run_left = seconds_since(run_t0_) / double(s.step - first_step_) * double(s.steps - s.step);
+    // before a run has a few steps behind it its rate is mostly start-up cost: no estimate (for the
+    // study, only until the first run has them)
+    const bool starting = s.step - first_step_ < 10;
+    const double study_left =
+        done_ == 0 && starting ? NAN : (total_ - done) * rate + (theory_pending_ ? kTheorySecondsGuess : 0);
+    const double run_left =
+        starting && s.step < s.steps ? NAN
+                                     : seconds_since(run_t0_) / double(s.step - first_step_) * double(s.steps - s.step);
     const std::string line = fmt::format(
         "        step {}/{} | loss {:.4f} | run {} left | study {:.0f}% done, {} left (elapsed {})", s.step,
         s.steps, s.loss, clock_text(run_left), 100 * done / total_, clock_text(study_left), clock_text(elapsed));
