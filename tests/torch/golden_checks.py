@@ -49,6 +49,11 @@ RTOL_TRAIN_LOSS_GROWTH = 0.1   # tol(step) = RTOL_TRAIN_LOSS * (1 + GROWTH * (st
 RTOL_TRAIN_LR = 1e-6           # a closed formula; only float32 storage / printing (~6e-8) separates them
 RTOL_TRAIN_GRAD_NORM = 2e-4    # the pre-clip global norm (measured float32 drift <= 9.2e-6)
 HEADROOM = 5.0                 # selftest.py requires float32 torch errors <= bound / HEADROOM
+# ... and for the forward values (loss, logits, memory) RTOL_VALUE / HEADROOM_VALUE: torch 1.13's own
+# float32 logits depend on the OpenBLAS kernels it runs, and on an AMD Zen 4 (2026-12-02) its AVX-512
+# kernels gave encoder_mix_pre_post_sandwich 4.7e-6 (its AVX2 kernels, OPENBLAS_CORETYPE=Haswell,
+# 1.8e-6; every other case 3.6e-6 or less): RTOL_VALUE stays over 4x any float32 noise measured.
+HEADROOM_VALUE = 4.0
 # Init distributions: a sample std of n normal draws has relative std-error 1/sqrt(2n); allow 6 of
 # those (a few hundred cases x tensors => a false alarm probability < 1e-6).
 INIT_SIGMAS = 6.0
