@@ -178,9 +178,10 @@ Curve curve_of(const json& run, bool lowest) {
   double so_far = INFINITY;
   for (size_t i = 0; i < v["step"].size() && i < v["loss"].size(); i++) {
     if (!v["step"][i].is_number() || !v["loss"][i].is_number()) continue;
-    const double x = v["loss"][i].get<double>();
+    const double step = v["step"][i].get<double>(), x = v["loss"][i].get<double>();
+    if (!(step >= 0 && step <= 1e12)) continue;  // a damaged results.json: no step count is that large
     so_far = lowest ? std::min(so_far, x) : x;
-    c.emplace_back(v["step"][i].get<long>(), so_far);
+    c.emplace_back(long(step), so_far);
   }
   return c;
 }
