@@ -222,6 +222,40 @@
                   measured, el('td', {class: 'text verdict-' + ({holds: 'holds', violated: 'violated'}[r.verdict] || 'conditional')}, r.verdict)));
     }
     root.append(t);
+    gapCharts(repro);
+  }
+  // The gap a − b against training steps, one chart per reproduction with a loss metric (gap_by_step:
+  // the paired mean at every evaluation step and its 95% interval over seeds where both sides have two).
+  function gapCharts(reproductions) {
+    const box = el('div', {class: 'grid', id: 'gap-by-step'});
+    root.append(box);  // in the page before the charts are made: Chart.js sizes a canvas by its parent
+    for (const r of reproductions) {
+      const gaps = (r.gap_by_step || []).filter((g) => typeof g.mean === 'number' && isFinite(g.mean));
+      if (gaps.length < 2) continue;
+      const points = (field) => gaps.filter((g) => typeof g[field] === 'number').map((g) => ({x: g.step, y: g[field]}));
+      const lowest = r.metric === 'lowest_val_loss';
+      const colour = '#1f77b4';
+      const sets = [];
+      const lo = points('lo'), hi = points('hi');
+      if (lo.length >= 2)
+        sets.push({label: '95% interval, low end', data: lo, borderWidth: 0, pointRadius: 0, fill: false, band: true},
+                  {label: '95% interval, high end', data: hi, borderWidth: 0, pointRadius: 0, fill: '-1',
+                   backgroundColor: colour + '30', band: true});
+      sets.push({label: 'a − b', data: points('mean'), borderColor: colour, backgroundColor: colour, borderWidth: 1.6,
+                 pointRadius: 0, tension: 0});
+      const first = gaps[0].step, last = gaps[gaps.length - 1].step;
+      sets.push({label: 'no difference', data: [{x: first, y: 0}, {x: last, y: 0}], borderColor: '#6b7380',
+                 backgroundColor: '#6b7380', borderDash: [4, 4], borderWidth: 1, pointRadius: 0});
+      const note = `a = ${r.a.label}, b = ${r.b.label}, each at the setting the table names. At each evaluation step the ` +
+        `difference of ${lowest ? 'each run\'s lowest validation loss so far' : 'the validation losses'} (a run stopped ` +
+        `earlier, at its plateau, keeps its last), paired by seed; the band is its 95% interval over seeds where both ` +
+        `sides have two or more. Below 0: a is lower.`;
+      chartCard(box, `a − b against training steps: ${r.a.label} vs ${r.b.label}`, note,
+                {type: 'line', data: {datasets: sets},
+                 options: {scales: {x: axis('training step'), y: axis(`a − b, ${lowest ? 'lowest ' : ''}validation loss (nats)`)},
+                           plugins: {tooltip: {filter: (item) => !item.dataset.band}}}});
+    }
+    if (!box.children.length) box.remove();
   }
   root.append(el('h2', {}, data.headline && data.headline.length ? 'In detail' : 'What happened'));
   const ul = el('ul', {class: 'summary'});

@@ -139,6 +139,8 @@ if not repro or 'IWSLT14 De-En 6L-6L BLEU Post-LN 35.64' not in repro.group(1) o
     problems.append('no reproductions table with the source\'s numbers beside normlab\'s (paired over the 2 seeds)')
 if 'Final validation loss against learning rate' not in check['titles']:
     problems.append('no learning-rate chart')
+if 'a − b against training steps: placement=post vs placement=pre' not in check['titles']:
+    problems.append('no chart of the reproduction\'s gap against training steps')
 # 6 settings (3 placements x 2 lrs) on a chart: one panel per placement, 3 per chart
 if check['panels'] < 3 or check['panels'] % 3:
     problems.append('small multiples: %d panels (want 3 per chart)' % check['panels'])
