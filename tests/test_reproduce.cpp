@@ -150,6 +150,33 @@ TEST(Reproduce, AMalformedTableIsRejectedWhenTheStudyIsRead) {
   expect_error(e, "best_lr and best_of exclude each other");
 }
 
+// A study part-way through its seeds: a rate with one seed done (and lucky) is not compared on that
+// seed with rates that have all three; it is named as left out, and chosen once its seeds are done.
+TEST(Reproduce, ASettingPartWayThroughItsSeedsIsLeftOutOfTheChoice) {
+  json runs = json::array();
+  for (int s = 1; s <= 3; s++) {
+    runs.push_back(run("post", 1e-3, s, 2.40 + 0.01 * s));
+    runs.push_back(run("pre", 1e-3, s, 2.45 + 0.01 * s));
+  }
+  runs.push_back(run("post", 2e-3, 1, 2.30));  // lower than any, one seed of three
+  runs.push_back(run("post", 2e-3, 2, 2.31, "running"));
+  json r = reproductions(results(runs, json::array({entry("a < b", true)})))[0];
+  EXPECT_EQ(r["a"]["lr"], "0.001");
+  EXPECT_EQ(r["a"]["left_out"], json::array({"lr 0.002 (1 of 3 seeds)"}));
+  EXPECT_FALSE(r["a"]["lr_edge"].get<bool>());  // one rate compared: no edge to be at
+  EXPECT_EQ(r["difference"]["kind"], "paired");
+  EXPECT_NEAR(r["difference"]["mean"].get<double>(), -0.05, 1e-9);
+  EXPECT_NE(r["measured"].get<std::string>().find("left out of the choice until their seeds finish: lr 0.002 (1 of 3 seeds)"),
+            std::string::npos) << r["measured"];
+  // its other seeds done: compared, and chosen (mean 2.31)
+  runs[7]["status"] = "finished";
+  runs.push_back(run("post", 2e-3, 3, 2.32));
+  r = reproductions(results(runs, json::array({entry("a < b", true)})))[0];
+  EXPECT_EQ(r["a"]["lr"], "0.002");
+  EXPECT_TRUE(r["a"]["left_out"].empty());
+  EXPECT_NEAR(r["difference"]["mean"].get<double>(), 2.31 - 2.47, 1e-9);
+}
+
 // best_of: each side at its best combination of several grid keys (Post-LN over learning rate and
 // warm-up, Pre-LN over learning rate alone), the edge rule per key.
 TEST(Reproduce, EachSideAtItsOwnBestCombinationOfKeys) {
@@ -180,13 +207,13 @@ TEST(Reproduce, EachSideAtItsOwnBestCombinationOfKeys) {
   EXPECT_EQ(r["verdict"], "holds");
   EXPECT_NE(r["measured"].get<std::string>().find("best train.lr=0.001 train.warmup_steps=1000, at the edge"),
             std::string::npos) << r["measured"];
-  // seed 1's best run moved to lr 1.5e-3: alone it is now the best setting, inside both sweeps
-  runs[1]["grid"]["train.lr"] = 1.5e-3;
+  // every seed's best run moved to lr 1.5e-3: it is now the best setting, inside both sweeps
+  for (int s = 0; s < 3; s++) runs[1 + 6 * s]["grid"]["train.lr"] = 1.5e-3;
   r = reproductions(results(runs, json::array({e})))[0];
   EXPECT_EQ(r["a"]["lr"], "train.lr=0.0015 train.warmup_steps=1000");
   EXPECT_FALSE(r["a"]["lr_edge"].get<bool>());
   // metric lowest_val_loss: each run's lowest evaluation (a run stopped at a plateau), not its last
-  runs[1]["grid"]["train.lr"] = 1e-3;
+  for (int s = 0; s < 3; s++) runs[1 + 6 * s]["grid"]["train.lr"] = 1e-3;
   for (auto& run : runs) run["summary"]["lowest_val_loss"] = run["summary"]["val_loss"].get<double>() - (run["label"] == "pre" ? 0.2 : 0.0);
   e["metric"] = "lowest_val_loss";
   r = reproductions(results(runs, json::array({e})))[0];

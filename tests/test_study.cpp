@@ -550,6 +550,15 @@ TEST(Summary, HeadlineAnswersWhichPlacementAtItsBestLearningRate) {
   EXPECT_EQ(h[1], "Its lead over Pre-LN (0.100 nats) is resolved at these seeds (95% interval of the gap 0.075 to 0.125, "
                   "paired by seed, 3 seeds).");
   EXPECT_NE(h[2].get<std::string>().find("1 of 12 runs diverged (post lr=0.003 seed=3)"), std::string::npos) << h[2];
+  // pre at lr 1e-2 has one seed done of three (and the lowest loss): left out of the choice, named
+  std::vector<json> part = runs;
+  part.push_back(lr_run("pre", 1e-2, 1, 2.10));
+  const json with_part = headline(lr_results(part));
+  const auto answer = std::find_if(with_part.begin(), with_part.end(),
+                                   [](const json& x) { return x.get<std::string>().rfind("At its own best", 0) == 0; });
+  ASSERT_NE(answer, with_part.end()) << with_part.dump(1);
+  EXPECT_EQ(*answer, h[0]);  // the same answer as without it
+  EXPECT_EQ(*(answer + 1), "Left out of the best-rate choice until their seeds finish: placement=pre lr=0.01 (1 of 3 seeds).");
   // with spreads as large as the gap the lead is not resolved
   for (auto& r : runs)
     if (r["grid"]["train.seed"] == 2 && r["status"] == "finished")

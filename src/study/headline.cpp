@@ -348,12 +348,21 @@ json headline(const json& results) {
 
   // 1. the answer: each family (placement, ...) at its own best learning rate, or the settings ranked
   std::vector<Setting> ranked;  // best first: one per family (at its best lr), or every setting
-  std::vector<std::string> never;
+  std::vector<std::string> never, left_out;
   if (has_lr && !families_keys.empty()) {
     std::map<std::string, Setting> best;
     std::vector<std::string> order;
+    std::map<std::string, size_t> most_seeds;  // per family: a rate is chosen among those that ran the most
+    for (const auto& s : settings) {
+      size_t& m = most_seeds[view::signature(*s.runs[0], others, "train.lr")];
+      m = std::max(m, view::seeds_done(s.runs));
+    }
     for (const auto& s : settings) {
       const std::string family = view::signature(*s.runs[0], others, "train.lr");
+      if (const size_t n = view::seeds_done(s.runs); n < most_seeds[family]) {
+        left_out.push_back(fmt::format("{} ({} of {} seeds)", s.name, n, most_seeds[family]));
+        continue;
+      }
       if (!best.count(family)) order.push_back(family);
       Setting& b = best[family];
       if (b.runs.empty() || (s.loss.n > 0 && (b.loss.n == 0 || s.loss.mean < b.loss.mean))) b = s;
@@ -383,6 +392,8 @@ json headline(const json& results) {
     out.push_back(fmt::format("At its own best learning rate, {} ends lowest (final validation loss {}, at lr {}){}{}.",
                               ranked[0].name, stat_text(ranked[0], seeds, unit), ranked[0].lr,
                               rest.empty() ? "" : ", then " + list_text(rest, 4), never_text));
+    if (!left_out.empty())
+      out.push_back(fmt::format("Left out of the best-rate choice until their seeds finish: {}.", list_text(left_out, 4)));
   } else if (ranked.size() == 1 && ranked[0].name.empty()) {
     out.push_back(fmt::format("Every run has the same setting: final validation loss {}{}.",
                               stat_text(ranked[0], seeds, unit), never_text));

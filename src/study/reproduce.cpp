@@ -90,6 +90,7 @@ struct Side {
   std::string filter;
   std::string lr;        // the chosen setting (best_lr: the learning rate; best_of: "key=value ..."), else ""
   bool lr_edge = false;  // a key of the chosen setting is at the smallest or largest value the side ran
+  std::vector<std::string> left_out;  // settings not in the choice: fewer seeds done ("lr 0.008, 1 of 3 seeds")
   int runs = 0, finished = 0, diverged = 0;
   std::multimap<std::string, double> by_seed;  // seed key -> metric value (finished runs)
   std::vector<const json*> finished_runs;       // the runs behind by_seed (their curves: gap_by_step)
@@ -104,6 +105,8 @@ Side measure_side(const json& results, const std::string& filter, const std::str
   std::map<std::string, std::vector<const json*>> groups;  // by the best_of setting ("" without one)
   std::map<std::string, std::vector<std::string>> values_of;  // a group's value of each best_of key
   std::vector<std::string> order;
+  Side side;
+  side.filter = filter;
   for (const auto& r : results["runs"]) {
     const std::string status = r.value("status", std::string());
     if (status != "finished" && status != "diverged") continue;
@@ -119,13 +122,20 @@ Side measure_side(const json& results, const std::string& filter, const std::str
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(&r);
   }
-  Side side;
-  side.filter = filter;
   if (order.empty()) return side;
-  // the group whose finished runs have the best mean (a group where every run diverged never wins)
+  // the group whose finished runs have the best mean (a group where every run diverged never wins),
+  // among the groups that ran the most seeds (view::seeds_done)
+  size_t most_seeds = 0;
+  for (const auto& key : order) most_seeds = std::max(most_seeds, view::seeds_done(groups[key]));
+  std::vector<std::string> eligible;
+  for (const auto& key : order) {
+    if (const size_t n = view::seeds_done(groups[key]); n == most_seeds) eligible.push_back(key);
+    else if (best_lr)  // named as side_text names the chosen one: "lr 0.008", or "key=value ..."
+      side.left_out.push_back(fmt::format("{}{} ({} of {} seeds)", best_of.size() == 1 ? "lr " : "", key, n, most_seeds));
+  }
   std::string chosen;
   double best = NAN;
-  for (const auto& key : order) {
+  for (const auto& key : eligible) {
     std::vector<double> v;
     for (const json* r : groups[key])
       if (const auto x = metric_of(*r, metric); x && (*r)["status"] == "finished") v.push_back(*x);
@@ -135,15 +145,15 @@ Side measure_side(const json& results, const std::string& filter, const std::str
   }
   const bool none_finished = std::isnan(best);
   std::vector<const json*> picked;
-  if (none_finished)
-    for (const auto& key : order) picked.insert(picked.end(), groups[key].begin(), groups[key].end());
+  if (none_finished)  // every run of the compared settings diverged: all of them, to count
+    for (const auto& key : eligible) picked.insert(picked.end(), groups[key].begin(), groups[key].end());
   else
     picked = groups[chosen];
   if (best_lr && !none_finished) {
     side.lr = chosen;
-    for (size_t k = 0; k < best_of.size(); k++) {  // at an edge: some key at the least or most value it ran
+    for (size_t k = 0; k < best_of.size(); k++) {  // at an edge: some key at the least or most value compared
       std::set<double> ran;
-      for (const auto& key : order)
+      for (const auto& key : eligible)
         if (const auto x = as_number(values_of[key][k])) ran.insert(*x);
       const auto c = as_number(values_of[chosen][k]);
       side.lr_edge |= ran.size() >= 2 && c && (*c == *ran.begin() || *c == *ran.rbegin());
@@ -248,7 +258,7 @@ json side_json(const Side& s) {
   json values = json::array();
   for (const auto& [seed, v] : s.by_seed) values.push_back({{"seed", seed}, {"value", v}});
   return {{"filter", s.filter}, {"label", side_label(s.filter)}, {"lr", s.lr.empty() ? json() : json(s.lr)},
-          {"lr_edge", s.lr_edge}, {"runs", s.runs}, {"finished", s.finished}, {"diverged", s.diverged},
+          {"lr_edge", s.lr_edge}, {"left_out", s.left_out}, {"runs", s.runs}, {"finished", s.finished}, {"diverged", s.diverged},
           {"values", values}, {"mean", s.stats.n ? json(s.stats.mean) : json()},
           {"sd", s.stats.n > 1 ? json(s.stats.sd) : json()}};
 }
@@ -264,6 +274,8 @@ std::string side_text(const Side& s, const std::string& metric) {
   if (!s.lr.empty())
     notes.push_back(fmt::format("best {}{}", s.lr.find('=') == std::string::npos ? "lr " + s.lr : s.lr,
                                 s.lr_edge ? ", at the edge of the sweep" : ""));
+  if (!s.left_out.empty())
+    notes.push_back(fmt::format("left out of the choice until their seeds finish: {}", fmt::join(s.left_out, ", ")));
   if (s.finished > 1) notes.push_back(fmt::format("{} seeds", s.finished));
   if (s.finished > 0 && s.diverged) notes.push_back(fmt::format("{} more diverged", s.diverged));
   return notes.empty() ? text : fmt::format("{} ({})", text, fmt::join(notes, "; "));

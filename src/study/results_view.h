@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,17 @@ inline std::string grid_value(const json& run, const std::string& dotted) {
 // A run's seed key, "model.seed/train.seed" (values from its grid, "" when not varied): runs of two
 // settings with the same key drew the same initialization and batches
 inline std::string seed_of(const json& run) { return grid_value(run, "model.seed") + "/" + grid_value(run, "train.seed"); }
+
+// How many seeds (seed_of) a group of runs ran to the end, finished or diverged. A best setting is
+// chosen only among the groups that ran the most seeds: a setting part-way through its seeds (one
+// done, the others not run yet) is not compared on that one seed with settings that have them all.
+inline size_t seeds_done(const std::vector<const json*>& runs) {
+  std::set<std::string> seeds;
+  for (const json* r : runs)
+    if (const std::string status = r->value("status", std::string()); status == "finished" || status == "diverged")
+      seeds.insert(seed_of(*r));
+  return seeds.size();
+}
 
 inline std::string short_key(const std::string& dotted) { return dotted.substr(dotted.find('.') + 1); }
 
