@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "study/jobs.h"
+#include "study/start.h"
 #include "study/study.h"
 #include "train/run_config.h"
 #include "study/summary.h"
@@ -140,6 +141,88 @@ seeds = [{model.seed = 1, train.seed = 1}, {model.seed = 2, train.seed = 2}, {mo
   EXPECT_TRUE(fails(R"({"seeds": [{"seed": 1}]})", "section.key"));
   EXPECT_TRUE(fails(R"({"seeds": [{}]})", "empty entry"));
   EXPECT_THROW(study_from_json(doc, {"train.seed=4"}, "test"), Error);  // a grid key, by way of the list
+}
+
+// A study whose runs start from another study's finished runs (start.h): each "start:<name>" picks the
+// one finished run its filter matches, filled in with the run's own seed; the strict checks.
+TEST(Study, RunsStartFromTheMatchingRunOfAnotherStudy) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("normlab_starts_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  // the finished study: post and pre, seeds 1 and 2, at two learning rates; one run diverged
+  json results = {{"runs", json::array()}};
+  for (const char* p : {"post", "pre"})
+    for (double lr : {1e-3, 2e-3})
+      for (int seed : {1, 2}) {
+        const std::string name = fmt::format("{:02}-{}_{}_{}", results["runs"].size() + 1, p, lr, seed);
+        const bool diverged = std::string(p) == "pre" && lr == 2e-3 && seed == 2;
+        results["runs"].push_back({{"name", name}, {"status", diverged ? "diverged" : "finished"},
+                                   {"grid", {{"model.placement", p}, {"train.lr", lr}, {"model.seed", seed}}}});
+        fs::create_directories(dir / "runs" / name);
+        std::ofstream(dir / "runs" / name / "checkpoint.safetensors") << "x";
+      }
+  std::ofstream(dir / "results.json") << results.dump();
+  json doc = json::parse(R"({
+    "study": {"name": "fine", "start_from": "", "starts": {
+        "post": "model.placement=post train.lr=0.001 model.seed={model.seed}",
+        "pre": "model.placement=pre train.lr=2e-3 model.seed={model.seed}"}},
+    "base": {"model": {"d_model": 32, "n_heads": 2, "n_layers": 2}, "train": {"steps": 10, "lr": 5e-4}},
+    "grid": [{"start": [{"model.placement": "post", "train.init_from": "start:post"},
+                        {"model.placement": "pre", "train.init_from": "start:pre"},
+                        {"model.placement": "post", "train.init_from": ""}],
+              "model.seed": [1, 2]}]})");
+  doc["study"]["start_from"] = dir.string();
+  const Study s = study_from_json(doc, {}, "t");
+  ASSERT_EQ(s.runs.size(), 6u);
+  EXPECT_EQ(s.runs[2].label, "placement=post seed=1 init_from=none");  // a fresh model: "none"
+  // pre's seed 2 at lr 2e-3 diverged: no finished run to start from, said before anything runs
+  try {
+    resolve_starts(s);
+    ADD_FAILURE() << "no Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("start 'pre' (\"model.placement=pre train.lr=2e-3 model.seed=2\") matches no "
+                                         "finished runs of"),
+              std::string::npos) << e.what();
+  }
+  doc["study"]["starts"]["pre"] = "model.placement=pre train.lr=0.001 model.seed={model.seed}";
+  const Study r = resolve_starts(study_from_json(doc, {}, "t"));
+  std::map<std::string, std::string> from;
+  for (const StudyRun& run : r.runs) from[run.label] = fs::path(run.config.train.init_from).filename().string();
+  EXPECT_EQ(from["placement=post seed=1 init_from=start:post"], "01-post_0.001_1");
+  EXPECT_EQ(from["placement=post seed=2 init_from=start:post"], "02-post_0.001_2");
+  EXPECT_EQ(from["placement=pre seed=2 init_from=start:pre"], "06-pre_0.001_2");
+  EXPECT_EQ(from["placement=post seed=2 init_from=none"], "");
+  EXPECT_EQ(from.size(), 6u);
+  // a run directory without its checkpoint; a filter that matches two runs
+  fs::remove(dir / "runs" / "06-pre_0.001_2" / "checkpoint.safetensors");
+  auto fails = [&](const json& d, const std::string& needle, bool resolve) {
+    try {
+      const Study t = study_from_json(d, {}, "t");
+      if (resolve) resolve_starts(t);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(fails(doc, "has no checkpoint.safetensors", true));
+  json d = doc;
+  d["study"]["starts"]["post"] = "model.placement=post model.seed={model.seed}";
+  EXPECT_TRUE(fails(d, "matches 2 finished runs", true));
+  // when the study is read: an unknown start, an unused one, no start_from, a key the run does not have
+  d = doc, d["grid"][0]["start"][0]["train.init_from"] = "start:pots";
+  EXPECT_TRUE(fails(d, "names no start of [study.starts] (known: post, pre)", false));
+  d = doc, d["study"]["starts"]["spare"] = "model.seed=1";
+  EXPECT_TRUE(fails(d, "study.starts.spare is used by no run", false));
+  d = doc, d["study"].erase("start_from");
+  EXPECT_TRUE(fails(d, "study.start_from must name the study directory", false));
+  d = doc, d["study"]["starts"]["post"] = "model.seed={model.sed}";
+  EXPECT_TRUE(fails(d, "{model.sed} in \"model.seed={model.sed}\" is not a section.key of the run's config", false));
+  d = doc, d["study"]["starts"] = json::array({"x"});
+  EXPECT_TRUE(fails(d, "[study.starts] must be a table", false));
+  d = doc, d["study"]["start_from"] = (dir / "nothing").string();
+  EXPECT_TRUE(fails(d, "no results.json", true));
+  fs::remove_all(dir);
 }
 
 TEST(Study, SetOverridesEveryRunButNotAGridKey) {

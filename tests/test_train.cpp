@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <cstring>
+#include <fmt/format.h>
 #include <fstream>
 #include <atomic>
 #include <functional>
@@ -44,6 +45,16 @@ fs::path temp_dir(const std::string& name) {
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
+}
+
+// `f` throws an Error whose message contains `needle`
+void expect_error_contains(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no Error; expected one containing: " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
 }
 
 std::vector<nlohmann::json> read_metrics(const fs::path& path) {
@@ -246,6 +257,58 @@ TEST(Data, BadBatchesAreRefused) {
   std::ofstream(dir / "empty.txt").close();
   EXPECT_THROW(load_corpus((dir / "empty.txt").string(), 0.1, 8), Error);
   EXPECT_THROW(load_corpus((dir / "missing.txt").string(), 0.1, 8), Error);
+  fs::remove_all(dir);
+}
+
+// data.max_bytes: the first bytes, cut back to the end of the last whole line in them; the named
+// corpora resolve to the built Bible corpus in the cache, or say how to build it.
+TEST(Data, MaxBytesKeepsWholeLinesAndNamedCorporaResolve) {
+  const fs::path dir = temp_dir("max_bytes");
+  std::string text;
+  for (int i = 0; i < 40; i++) text += fmt::format("line {:02} of the corpus\n", i);
+  const size_t L = text.size() / 40;  // bytes a line (22)
+  std::ofstream(dir / "c.txt") << text;
+  const std::string path = (dir / "c.txt").string();
+  const Corpus all = load_corpus(path, 0.25, 8);
+  EXPECT_EQ(all.train.size() + all.val.size(), text.size());
+  const Corpus cut = load_corpus(path, 0.25, 8, "", 11 * L - 1);  // 10 whole lines and one byte short
+  ASSERT_EQ(cut.train.size() + cut.val.size(), 10 * L);
+  EXPECT_EQ(cut.val.back(), int32_t('\n'));
+  EXPECT_EQ(cut.train.front(), int32_t('l'));
+  EXPECT_NE(cut.description().find(fmt::format("its first {} bytes (whole lines)", 11 * L - 1)), std::string::npos)
+      << cut.description();
+  expect_error_contains([&] { load_corpus(path, 0.25, 8, "", L - 1); }, "holds no whole line");
+  EXPECT_EQ(load_corpus(path, 0.25, 8, "", 1 << 20).train, all.train);  // more than the file: all of it
+  // the names: "builtin" and the Bible's sides, from the cache named by NORMLAB_CACHE
+  EXPECT_EQ(corpus_path("builtin"), builtin_corpus_path());
+  EXPECT_EQ(corpus_path(path), path);
+  const char* had = std::getenv("NORMLAB_CACHE");
+  const std::string saved = had ? had : "";
+  setenv("NORMLAB_CACHE", (dir / "cache").c_str(), 1);
+  expect_error_contains([] { corpus_path("bible:es"); }, "`normlab corpus bible` builds it");
+  expect_error_contains([] { corpus_path("bible:fr"); }, "not a named corpus (known: builtin, bible:es, bible:web)");
+  fs::create_directories(dir / "cache" / "bible" / "es-en");
+  std::ofstream(dir / "cache" / "bible" / "es-en" / "train.src") << text;
+  EXPECT_EQ(corpus_path("bible:es"), (dir / "cache" / "bible" / "es-en" / "train.src").string());
+  const Corpus es = load_corpus("bible:es", 0.25, 8, "", 5 * L);
+  EXPECT_EQ(es.train.size() + es.val.size(), 5 * L);
+  EXPECT_NE(es.description().find("the Spanish Reina-Valera 1909 (bible:es"), std::string::npos) << es.description();
+  if (had) setenv("NORMLAB_CACHE", saved.c_str(), 1);
+  else unsetenv("NORMLAB_CACHE");
+  // the config's checks
+  auto config_error = [](const std::string& data) {
+    try {
+      run_config_from_json(nlohmann::json::parse(R"({"data": )" + data + "}"), "t");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(config_error(R"({"max_bytes": -1})").find("data.max_bytes = -1 must be in [0, 1e12]"), std::string::npos);
+  EXPECT_NE(config_error(R"({"max_bytes": 100, "tokens": "x.bin"})").find("does not apply to data.tokens"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"corpus": "bible:ES"})").find("not a named corpus"), std::string::npos);
+  EXPECT_EQ(config_error(R"({"corpus": "bible:web", "max_bytes": 1000})"), "");
   fs::remove_all(dir);
 }
 

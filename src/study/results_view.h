@@ -37,7 +37,12 @@ inline std::optional<double> run_bleu(const json& run) {
   return run.contains("summary") ? number(run["summary"], "bleu") : std::nullopt;
 }
 
-inline std::string text_of(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+// A value as labels, tables and filters name it: a string as itself ("none" for "", e.g. a run with
+// train.init_from = "" in a study where others start from a checkpoint), anything else as JSON
+inline std::string text_of(const json& v) {
+  if (!v.is_string()) return v.dump();
+  return v.get<std::string>().empty() ? "none" : v.get<std::string>();
+}
 
 // The value of a dotted key ("train.lr") for this run: from its grid entry, else from its config.
 inline std::string grid_value(const json& run, const std::string& dotted) {

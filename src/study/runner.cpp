@@ -23,6 +23,7 @@
 #include "study/probe.h"
 #include "study/report.h"
 #include "study/reproduce.h"
+#include "study/start.h"
 #include "study/summary.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -279,14 +280,15 @@ const nlohmann::json& parallel_for(const RunConfig& cfg, StudyData& data) {
 }
 
 const Corpus& corpus_for(const RunConfig& cfg, std::map<std::string, Corpus>& cache) {
-  const std::string path = cfg.data.corpus == "builtin" ? builtin_corpus_path() : cfg.data.corpus;
   const int T = cfg.train.seq_len > 0 ? cfg.train.seq_len : cfg.model.seq_len;
-  const std::string key = fmt::format("{}|{}|{}|{}", path, cfg.data.val_fraction, T, cfg.data.tokenizer);
+  const std::string key =
+      fmt::format("{}|{}|{}|{}|{}", cfg.data.corpus, cfg.data.val_fraction, T, cfg.data.tokenizer, cfg.data.max_bytes);
   auto it = cache.find(cfg.data.tokens.empty() ? key : cfg.data.tokens + "|" + key);
   if (it == cache.end() && !cfg.data.tokens.empty())  // a token stream (study.cpp refuses rows)
     it = cache.emplace(cfg.data.tokens + "|" + key, load_token_stream(cfg.data.tokens, cfg.data.val_fraction, T)).first;
   else if (it == cache.end())
-    it = cache.emplace(key, load_corpus(path, cfg.data.val_fraction, T, cfg.data.tokenizer)).first;
+    it = cache.emplace(key, load_corpus(cfg.data.corpus, cfg.data.val_fraction, T, cfg.data.tokenizer,
+                                        size_t(cfg.data.max_bytes))).first;
   if (cfg.train.init_from.empty()) check_model_fits_corpus(cfg.model, it->second);
   return it->second;
 }
@@ -503,7 +505,8 @@ std::vector<int> assign_runs(const std::vector<double>& costs, const std::vector
   return owner;
 }
 
-int run_study(const Study& study, const CompareOptions& options) {
+int run_study(const Study& given, const CompareOptions& options) {
+  const Study study = resolve_starts(given);  // "start:<name>" -> the run directory it starts from
   if (options.worker > 0) return run_worker(study, options);
   const dist::Comm comm = dist::world();
   // every corpus is read before anything is written: a bad corpus fails the study at once

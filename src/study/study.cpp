@@ -8,6 +8,8 @@
 #include <type_traits>
 
 #include "study/reproduce.h"
+#include "study/results_view.h"
+#include "study/start.h"
 #include "train/data.h"
 #include "util/error.h"
 #include "util/hints.h"
@@ -114,7 +116,6 @@ std::vector<nlohmann::json> expand(const nlohmann::json& grid) {
   return combos;
 }
 
-std::string value_text(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
 std::string dir_safe(const std::string& s) {
   std::string out;
@@ -191,13 +192,15 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
   read_setting(settings, "theory_seeds", s.theory_seeds, where);
   read_setting(settings, "theory_trained_seeds", s.theory_trained_seeds, where);
   read_setting(settings, "theory_steps", s.theory_steps, where);
-  if (!settings.empty())
-    throw Error(fmt::format("{}: unknown [study] key '{}' (known: name, title, description, loss_target, "
-                            "instruments, theory, theory_seeds, theory_trained_seeds, theory_steps, probe_seq_len){}",
-                            where, settings.begin().key(),
-                            did_you_mean(settings.begin().key(),
-                                         {"name", "title", "description", "loss_target", "instruments", "theory",
-                                          "theory_seeds", "theory_trained_seeds", "theory_steps", "probe_seq_len"})));
+  read_setting(settings, "start_from", s.start_from, where);
+  s.starts = read_starts(settings, where);
+  if (!settings.empty()) {
+    static const std::vector<std::string> known = {
+        "name",         "title",        "description", "loss_target", "instruments", "theory", "theory_seeds",
+        "theory_trained_seeds", "theory_steps", "probe_seq_len", "start_from", "starts"};
+    throw Error(fmt::format("{}: unknown [study] key '{}' (known: {}){}", where, settings.begin().key(),
+                            fmt::join(known, ", "), did_you_mean(settings.begin().key(), known)));
+  }
   if (s.theory_seeds < 1 || s.theory_seeds > 100 || s.theory_trained_seeds < 1 || s.theory_trained_seeds > 100)
     throw Error(fmt::format("{}: study.theory_seeds = {} and study.theory_trained_seeds = {} must be in [1, 100]", where,
                             s.theory_seeds, s.theory_trained_seeds));
@@ -283,6 +286,7 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
     }
     s.runs.push_back(std::move(run));
   }
+  check_starts(s, where);
 
   // labels from the keys whose resolved values differ between runs, the usual subjects first
   // (JSON from TOML keeps no key order)
@@ -315,7 +319,7 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
     std::vector<std::string> parts;
     for (const std::string& key : s.varying) {
       const nlohmann::json v = r.grid.contains(key) ? r.grid[key] : resolved_value(r.config, key);
-      parts.push_back(label_key(key) + "=" + value_text(v));
+      parts.push_back(label_key(key) + "=" + view::text_of(v));
     }
     r.label = parts.empty() ? s.name : fmt::format("{}", fmt::join(parts, " "));
     r.name = fmt::format("{:02}-{}", i + 1, dir_safe(parts.empty() ? s.name : fmt::format("{}", fmt::join(parts, "_"))));

@@ -5,6 +5,7 @@
 // empty grid or an invalid run config is an Error naming the study and the run.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -30,6 +31,10 @@ struct Study {
   long theory_steps = 3000;    // trained to a plateau, at most this many steps (analysis::kTheoryTrainedSteps; 0: fresh only)
   int probe_seq_len = 16;      // T of the instruments' input sequences
   std::vector<std::string> varying;  // dotted keys whose values differ between runs
+  // Runs that start from another study's finished runs (start.h): its directory, and the named
+  // filters over its runs that train.init_from = "start:<name>" picks one by
+  std::string start_from;
+  std::map<std::string, std::string> starts;
   std::vector<StudyRun> runs;
   nlohmann::json document;     // the study as read (with --set overrides), saved with the results
 };

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
 #include <iterator>
 
 #include "ops/common.h"
+#include "io/bible.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
 #include "util/error.h"
@@ -20,12 +22,62 @@ std::string builtin_corpus_path() { return std::string(NORMLAB_SOURCE_DIR) + "/d
 
 namespace {
 
+// The named corpora: name -> (Bible pair, file of its built directory, what it is)
+struct NamedCorpus {
+  const char *name, *pair, *file, *what;
+};
+const NamedCorpus kNamed[] = {
+    {"bible:es", "es-en", "train.src", "the Spanish Reina-Valera 1909"},
+    {"bible:web", "es-en", "train.tgt", "the World English Bible"},
+};
+
 std::vector<uint8_t> read_corpus_bytes(const std::string& path) {
   const std::string text = read_file(path, "corpus");
   std::vector<uint8_t> bytes(text.begin(), text.end());
   if (bytes.empty()) throw Error(fmt::format("corpus '{}' is empty", path));
   return bytes;
 }
+
+// The first max_bytes bytes, cut back to the end of their last whole line
+void keep_first_lines(std::vector<uint8_t>& bytes, size_t max_bytes, const std::string& path) {
+  if (max_bytes == 0 || bytes.size() <= max_bytes) return;
+  size_t end = max_bytes;
+  while (end > 0 && bytes[end - 1] != '\n') end--;
+  if (end == 0)
+    throw Error(fmt::format("corpus '{}': data.max_bytes = {} holds no whole line (its first line is longer)", path,
+                            max_bytes));
+  bytes.resize(end);
+}
+
+}  // namespace
+
+const std::vector<std::string>& corpus_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n = {"builtin"};
+    for (const NamedCorpus& c : kNamed) n.push_back(c.name);
+    return n;
+  }();
+  return names;
+}
+
+std::string corpus_path(const std::string& corpus) {
+  if (corpus == "builtin") return builtin_corpus_path();
+  for (const NamedCorpus& c : kNamed) {
+    if (corpus != c.name) continue;
+    const std::string path = bible::default_corpus_root() + "/" + c.pair + "/" + c.file;
+    if (!std::filesystem::is_regular_file(path))
+      throw Error(fmt::format("data.corpus = \"{}\" ({}) is read from the built Bible corpus, which is not in {}: "
+                              "`normlab corpus bible` builds it (scripts/setup.sh does)",
+                              corpus, c.what, bible::default_corpus_root()));
+    return path;
+  }
+  if (corpus.starts_with("bible:"))
+    throw Error(fmt::format("data.corpus = \"{}\" is not a named corpus (known: {})", corpus,
+                            fmt::join(corpus_names(), ", ")));
+  return corpus;
+}
+
+namespace {
 
 }  // namespace
 
@@ -43,8 +95,11 @@ Masking Corpus::masking() const {
 
 std::string Corpus::description() const {
   if (token_file) return fmt::format("token stream '{}'", path);
-  const std::string name = path == builtin_corpus_path() ? std::string("the built-in corpus (data/kjv.txt)")
-                                                         : fmt::format("corpus '{}'", path);
+  std::string name = path == builtin_corpus_path() ? std::string("the built-in corpus (data/kjv.txt)")
+                                                   : fmt::format("corpus '{}'", path);
+  for (const NamedCorpus& c : kNamed)
+    if (this->name == c.name) name = fmt::format("{} ({}, '{}')", c.what, c.name, path);
+  if (max_bytes > 0) name += fmt::format(", its first {} bytes (whole lines)", max_bytes);
   return bytes() ? name + (path == builtin_corpus_path() ? "" : " (bytes)")
                  : fmt::format("{} through {}", name, tokenizer_description);
 }
@@ -122,14 +177,19 @@ Corpus load_token_stream(const std::string& path, double val_fraction, int T) {
   return c;
 }
 
-Corpus load_corpus(const std::string& path, double val_fraction, int T, const std::string& tokenizer) {
+Corpus load_corpus(const std::string& corpus, double val_fraction, int T, const std::string& tokenizer,
+                   size_t max_bytes) {
   check_val_fraction(val_fraction);
+  const std::string path = corpus_path(corpus);
   Corpus c;
   c.path = path;
+  c.name = corpus;
+  c.max_bytes = max_bytes;
   c.tokenizer = tokenizer;
   std::vector<int32_t> ids;
   if (tokenizer.empty()) {
-    const std::vector<uint8_t> bytes = read_corpus_bytes(path);
+    std::vector<uint8_t> bytes = read_corpus_bytes(path);
+    keep_first_lines(bytes, max_bytes, path);
     ids.assign(bytes.begin(), bytes.end());
     c.mask_id = kMaskToken;
   } else {
@@ -139,7 +199,8 @@ Corpus load_corpus(const std::string& path, double val_fraction, int T, const st
     } catch (const Error& e) {
       throw Error(fmt::format("data.tokenizer: {}", e.what()));
     }
-    const std::vector<uint8_t> bytes = read_corpus_bytes(path);
+    std::vector<uint8_t> bytes = read_corpus_bytes(path);
+    keep_first_lines(bytes, max_bytes, path);
     try {
       ids = tok->encode(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
                         /*add_special_tokens=*/false);

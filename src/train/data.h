@@ -41,7 +41,9 @@ struct Masking {
 };
 
 struct Corpus {
-  std::string path;
+  std::string path;                   // the file read (a named corpus resolved by corpus_path)
+  std::string name;                   // data.corpus as given: "builtin", "bible:es" or the path
+  size_t max_bytes = 0;               // > 0: only the file's first bytes were read (cut at a line end)
   std::string tokenizer;              // "" = bytes, else data.tokenizer as given ("gpt2" or a path)
   std::string tokenizer_description;  // what was loaded from where ("" for bytes)
   bool token_file = false;            // the ids come from a token stream file (load_token_stream)
@@ -64,7 +66,18 @@ struct Corpus {
 // anywhere in the stream of ids, for GPT-2 BPE and BERT WordPiece alike). Errors name the path:
 // missing, unreadable, empty, not UTF-8 (with a tokenizer), or a split too short for one sequence
 // of T + 1 ids.
-Corpus load_corpus(const std::string& path, double val_fraction, int T, const std::string& tokenizer = "");
+// `corpus` is data.corpus: a path or a name of corpus_path. max_bytes > 0 reads only the file's first
+// max_bytes bytes, cut back to the end of the last whole line in them (Error if no line ends there).
+Corpus load_corpus(const std::string& corpus, double val_fraction, int T, const std::string& tokenizer = "",
+                   size_t max_bytes = 0);
+
+// The file behind data.corpus: "builtin" is the King James Bible shipped in data/kjv.txt; "bible:es"
+// and "bible:web" are the Spanish Reina-Valera 1909 and the World English Bible, the two sides of the
+// es-en Bible pair's training verses (one verse a line, in Bible order; `normlab corpus bible`
+// builds them in the cache: Error naming that command when it has not); anything else is a path.
+std::string corpus_path(const std::string& corpus);
+// The names corpus_path knows, for messages.
+const std::vector<std::string>& corpus_names();
 
 // Whether a token file is a stream of ids (load_token_stream) rather than rows (load_token_file): a
 // .bin file, or a .safetensors file without a `labels` tensor.

@@ -1,6 +1,7 @@
 // run_config.cpp: TOML and override parsing, strict conversion of the run config.
 #include "train/run_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "io/unicode.h"
+#include "train/data.h"
 #include "train/toml_guard.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -199,6 +201,7 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
   {
     JsonReader r(doc.contains("data") ? doc["data"] : empty, where + " [data]");
     r.get("corpus", cfg.data.corpus);
+    r.get("max_bytes", cfg.data.max_bytes);
     r.get("val_fraction", cfg.data.val_fraction);
     r.get("tokens", cfg.data.tokens);
     r.get("tokenizer", cfg.data.tokenizer);
@@ -209,6 +212,14 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
       errors.push_back(fmt::format("data.bleu_sentences = {} must be in [0, 100000]", cfg.data.bleu_sentences));
     if (!cfg.data.parallel.empty() && (!cfg.data.tokens.empty() || !cfg.data.tokenizer.empty()))
       errors.push_back("data.parallel is byte-level and excludes data.tokens and data.tokenizer");
+    if (cfg.data.max_bytes < 0 || cfg.data.max_bytes > 1'000'000'000'000)
+      errors.push_back(fmt::format("data.max_bytes = {} must be in [0, 1e12] (0 = the whole corpus)", cfg.data.max_bytes));
+    if (cfg.data.max_bytes > 0 && (!cfg.data.tokens.empty() || !cfg.data.parallel.empty()))
+      errors.push_back("data.max_bytes cuts a text corpus (data.corpus); it does not apply to data.tokens or data.parallel");
+    if (cfg.data.corpus.starts_with("bible:") &&
+        std::find(corpus_names().begin(), corpus_names().end(), cfg.data.corpus) == corpus_names().end())
+      errors.push_back(fmt::format("data.corpus = \"{}\" is not a named corpus (known: {}){}", cfg.data.corpus,
+                                   fmt::join(corpus_names(), ", "), did_you_mean(cfg.data.corpus, corpus_names())));
     if (!(cfg.data.val_fraction > 0 && cfg.data.val_fraction < 1))
       errors.push_back(fmt::format("data.val_fraction = {} must be in (0, 1)", cfg.data.val_fraction));
     if (!cfg.data.tokens.empty() && !cfg.data.tokenizer.empty())
@@ -237,7 +248,7 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
             {"log_every_layers", t.log_every_layers}, {"log_model_update", t.log_model_update},
             {"out_dir", t.out_dir}, {"init_from", t.init_from}}},
           {"data",
-           {{"corpus", cfg.data.corpus}, {"val_fraction", cfg.data.val_fraction},
+           {{"corpus", cfg.data.corpus}, {"max_bytes", cfg.data.max_bytes}, {"val_fraction", cfg.data.val_fraction},
             {"tokens", cfg.data.tokens}, {"tokenizer", cfg.data.tokenizer}, {"parallel", cfg.data.parallel},
             {"bleu_sentences", cfg.data.bleu_sentences}}}};
 }

@@ -46,7 +46,8 @@ struct TrainConfig {
 };
 
 struct DataConfig {
-  std::string corpus = "builtin";  // "builtin" (data/kjv.txt, the King James Bible) or a path
+  std::string corpus = "builtin";  // a path, or a name of corpus_path (data.h): "builtin", "bible:es", ...
+  long max_bytes = 0;              // > 0: only the corpus's first bytes (whole lines); 0: all of it
   double val_fraction = 0.1;
   std::string tokens;              // a token file instead of a corpus: a stream, or rows (data.h)
   std::string tokenizer;           // "" = bytes; "gpt2" (vendored GPT-2 BPE) or a tokenizer path

@@ -253,8 +253,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                  parallel->dir, parallel->train.size(), parallel->valid.size(), parallel->dropped_train,
                  parallel->dropped_valid, T);
   } else {
-    const std::string path = cfg.data.corpus == "builtin" ? builtin_corpus_path() : cfg.data.corpus;
-    corpus = load_corpus(path, cfg.data.val_fraction, T, cfg.data.tokenizer);
+    corpus = load_corpus(cfg.data.corpus, cfg.data.val_fraction, T, cfg.data.tokenizer, size_t(cfg.data.max_bytes));
     check_model_fits_corpus(model_cfg, *corpus);
     masking = model_cfg.arch == Arch::Encoder ? corpus->masking() : Masking{};
     result.unigram_entropy = unigram_entropy(corpus->train);

@@ -1,0 +1,128 @@
+// start.cpp: the runs of a study that start from another study's finished runs (start.h).
+#include "study/start.h"
+
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+#include <set>
+
+#include "study/reproduce.h"
+#include "study/results_view.h"
+#include "util/error.h"
+#include "util/hints.h"
+
+namespace normlab::study {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// The start a run names ("start:post" -> "post"), or "" when its init_from is not a start
+std::string start_of(const StudyRun& run) {
+  const std::string& from = run.config.train.init_from;
+  return from.starts_with(kStartPrefix) ? from.substr(std::string(kStartPrefix).size()) : "";
+}
+
+// The filter with each {section.key} replaced by the run's value of that key
+std::string fill_in(const std::string& filter, const StudyRun& run, const std::string& where) {
+  const json view_of_run = {{"grid", run.grid}, {"config", run_config_to_json(run.config)}};
+  std::string out;
+  for (size_t i = 0; i < filter.size();) {
+    if (filter[i] != '{') {
+      out += filter[i++];
+      continue;
+    }
+    const size_t close = filter.find('}', i);
+    if (close == std::string::npos) throw Error(fmt::format("{}: '{{' without '}}' in \"{}\"", where, filter));
+    const std::string key = filter.substr(i + 1, close - i - 1);
+    const std::string value = key.find('.') == std::string::npos ? "?" : view::grid_value(view_of_run, key);
+    if (value == "?")
+      throw Error(fmt::format("{}: {{{}}} in \"{}\" is not a section.key of the run's config (e.g. {{model.seed}})",
+                              where, key, filter));
+    out += value;
+    i = close + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> read_starts(json& settings, const std::string& where) {
+  std::map<std::string, std::string> starts;
+  if (!settings.contains("starts")) return starts;
+  const json table = settings["starts"];
+  settings.erase("starts");
+  if (!table.is_object() || table.empty())
+    throw Error(fmt::format("{}: [study.starts] must be a table of name = \"section.key=value ...\" filters", where));
+  for (const auto& [name, filter] : table.items()) {
+    if (!filter.is_string() || filter.get<std::string>().empty())
+      throw Error(fmt::format("{}: study.starts.{} must be a non-empty filter string (\"section.key=value ...\")",
+                              where, name));
+    starts[name] = filter.get<std::string>();
+  }
+  return starts;
+}
+
+void check_starts(const Study& study, const std::string& where) {
+  std::set<std::string> used;
+  std::vector<std::string> names;
+  for (const auto& [name, filter] : study.starts) names.push_back(name);
+  for (size_t i = 0; i < study.runs.size(); i++) {
+    const StudyRun& run = study.runs[i];
+    const std::string name = start_of(run);
+    if (name.empty()) continue;
+    const std::string at = fmt::format("{} run {}: train.init_from = \"{}\"", where, i + 1, run.config.train.init_from);
+    if (!study.starts.count(name))
+      throw Error(fmt::format("{} names no start of [study.starts] (known: {}){}", at,
+                              names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", ")),
+                              did_you_mean(name, names)));
+    if (study.start_from.empty())
+      throw Error(fmt::format("{}: study.start_from must name the study directory the start is read from", at));
+    matches_filter(json::object(), fill_in(study.starts.at(name), run, at));  // parses it (an Error names the term)
+    used.insert(name);
+  }
+  for (const auto& [name, filter] : study.starts)
+    if (!used.count(name))
+      throw Error(fmt::format("{}: study.starts.{} is used by no run (train.init_from = \"{}{}\")", where, name,
+                              kStartPrefix, name));
+  if (!study.start_from.empty() && used.empty())
+    throw Error(fmt::format("{}: study.start_from is set but no run starts from it (train.init_from = \"{}<name>\")",
+                            where, kStartPrefix));
+}
+
+Study resolve_starts(const Study& given) {
+  Study study = given;
+  if (study.starts.empty()) return study;
+  const fs::path dir(study.start_from);
+  const fs::path results_path = dir / "results.json";
+  std::ifstream in(results_path);
+  const json results = in ? json::parse(in, nullptr, false) : json();
+  if (!results.is_object() || !results.contains("runs") || !results["runs"].is_array())
+    throw Error(fmt::format("study.start_from '{}': {} (the directory of a study `normlab compare` ran)",
+                            study.start_from, in ? "its results.json is not a study's results" : "no results.json"));
+  for (StudyRun& run : study.runs) {
+    const std::string name = start_of(run);
+    if (name.empty()) continue;
+    const std::string at = fmt::format("run '{}': start '{}'", run.label, name);
+    const std::string filter = fill_in(study.starts.at(name), run, at);
+    std::vector<std::string> found;
+    for (const json& r : results["runs"])
+      if (r.is_object() && r.value("status", std::string()) == "finished" && r.contains("name") &&
+          r["name"].is_string() && matches_filter(r, filter))
+        found.push_back(r["name"].get<std::string>());
+    if (found.size() != 1)
+      throw Error(fmt::format("{} (\"{}\") matches {} finished runs of '{}'{}", at, filter,
+                              found.empty() ? "no" : std::to_string(found.size()), study.start_from,
+                              found.empty() ? "" : fmt::format(" ({}); make it match one", fmt::join(found, ", "))));
+    const fs::path run_dir = dir / "runs" / found[0];
+    if (!fs::is_regular_file(run_dir / "checkpoint.safetensors"))
+      throw Error(fmt::format("{}: the run it matches, '{}', has no checkpoint.safetensors (run directories stay "
+                              "on the machine that ran them: copy it here, or train that setting again)",
+                              at, run_dir.string()));
+    run.config.train.init_from = run_dir.string();
+  }
+  return study;
+}
+
+}  // namespace normlab::study

@@ -1,0 +1,44 @@
+// start.h: runs of a study that start from another study's finished runs (pretrain, then fine-tune).
+// A study names the directory of a finished study and filters over its runs:
+//
+//   [study]
+//   start_from = "runs/practical"   # a study directory of `normlab compare`, relative to where it runs
+//   [study.starts]
+//   post = "model.placement=post train.lr=0.004 train.warmup_steps=1000 model.seed={model.seed}"
+//
+// and a run with train.init_from = "start:post" starts from the parameters of the one finished run of
+// start_from that the filter matches (section.key=value terms, all must match, numbers as numbers:
+// reproduce.h's filters), each {section.key} first replaced by this run's own value of that key, so
+// that a fine-tuning run of seed 2 starts from the pretraining run of seed 2. Its directory's
+// checkpoint.safetensors is the start (the pretraining run's last step), its config the model's; a
+// [base.model] given must agree with it (train.init_from's rule). Other runs of the study, e.g. the
+// same fine-tuning from a fresh model, leave train.init_from empty.
+//
+// The starts are checked when the study is read (each "start:" names a start, each filter parses
+// once filled in for each run) and found when it runs (run_study): a filter that matches no finished
+// run or more than one, or a run without its checkpoint (run directories are not committed: a study
+// run on another machine has none), is an Error before any run starts.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "study/study.h"
+
+namespace normlab::study {
+
+inline constexpr const char* kStartPrefix = "start:";
+
+// Reads and erases [study] starts (a table of name = "filter" strings); Error naming `where`.
+std::map<std::string, std::string> read_starts(nlohmann::json& settings, const std::string& where);
+
+// Every run's "start:<name>" names a start of the study and start_from is set, every start is used,
+// and every filter parses once filled in for each run that uses it.
+void check_starts(const Study& study, const std::string& where);
+
+// The study with each "start:<name>" train.init_from replaced by the run directory it picks in
+// study.start_from; Error as above.
+Study resolve_starts(const Study& study);
+
+}  // namespace normlab::study
