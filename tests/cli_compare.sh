@@ -137,6 +137,59 @@ PY" "--jobs 2 gave other numbers than one process at one thread per run"
 check "[[ -z \$(ls -A par | grep '^\.jobs') ]]" "--jobs left its queue or a job's records in the study directory"
 expect_error "not by hand" compare --config no_theory.toml --worker 1 --out x13
 
+# --- a study that starts from another study's finished runs (study/start.h) -----------------------
+# fine-tuning each placement's finished run of `seq` (lr 3e-3; the runs at 1e30 diverged) on the
+# first whole lines of 200 KB of the corpus, beside the same from a fresh model
+cat > fine.toml <<'EOF'
+[study]
+name = "fine"
+instruments = false
+theory = false
+start_from = "seq"
+[study.starts]
+pretrained = "model.placement={model.placement} train.lr=3e-3"
+[base.model]
+d_model = 32
+n_heads = 2
+n_layers = 2
+seq_len = 32
+[base.train]
+steps = 10
+batch_size = 4
+lr = 1e-3
+eval_every = 5
+eval_batches = 2
+checkpoint_every = 0
+[base.data]
+max_bytes = 200000
+[[grid]]
+model.placement = ["post", "pre"]
+train.init_from = ["start:pretrained", ""]
+EOF
+OMP_NUM_THREADS=1 timeout 300 "$NL" compare --config fine.toml --jobs 1 --out fine > fine.txt 2>&1
+rc=$?
+check "[[ $rc -eq 0 ]]" "the fine-tuning study: exit $rc; $(tail -5 fine.txt)"
+labels() { q fine/results.json "[r['label'] for r in d['runs']]" 2>&1; }
+check "[[ \"\$(labels)\" == \"['placement=post init_from=start:pretrained', 'placement=post init_from=none', 'placement=pre init_from=start:pretrained', 'placement=pre init_from=none']\" ]]" \
+  "fine-tuning labels: $(labels)"
+check "q fine/results.json \"d['runs'][2]['input']\" | grep -q \"its first 200000 bytes (whole lines); parameters from the checkpoint 'seq/runs/03-placement=pre_lr=0.003'\"" \
+  "the pre fine-tuning run does not start from seq's pre run: $(q fine/results.json "d['runs'][2].get('input')" 2>&1)"
+# the oracle: `normlab train` from that run directory by hand, the same losses to the bit
+sed -e '/^\[study/,/^pretrained/d' -e '/^\[\[grid\]\]/,$d' -e 's/^\[base\./[/' fine.toml > by_hand.toml
+OMP_NUM_THREADS=1 "$NL" train -c by_hand.toml --set model.placement=pre --set train.init_from=seq/runs/03-placement=pre_lr=0.003 \
+  --set train.out_dir=by_hand > by_hand.txt 2>&1
+check "python3 - <<'PY'
+import glob, json
+def losses(path):
+    return [(r['step'], r['loss']) for r in map(json.loads, open(path)) if r.get('type') in ('train', 'val')]
+a, b = losses(glob.glob('fine/runs/03-*/metrics.jsonl')[0]), losses('by_hand/metrics.jsonl')
+assert a and a == b, (a, b)
+PY" "the fine-tuning run differs from training from seq's pre run by hand: $(tail -3 by_hand.txt)"
+# a start that matches no finished run: one message, nothing run
+sed 's/train.lr=3e-3/train.lr=1e-3/' fine.toml > nomatch.toml
+expect_error "matches no finished runs of 'seq'" compare --config nomatch.toml --out x14
+check "[[ ! -e x14 ]]" "a study whose start matches nothing left an output directory"
+
 # Ctrl-C of job 0 alone (kill -INT, not the terminal's process group): every job stops, the runs
 # they held are interrupted (resumable), the rest not run
 wait_for_steps() {  # FILE PATTERN: until FILE shows PATTERN and a progress line after it
