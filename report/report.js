@@ -48,7 +48,9 @@
     const section = run.config && run.config[key.slice(0, key.indexOf('.'))];
     return section ? section[shortKey(key)] : undefined;
   }
-  const valueText = (v) => v === undefined ? '?' : JSON.stringify(v).replace(/"/g, '');
+  // as the C++ names values (study/results_view.h text_of): "" is "none" (a fresh model beside runs
+  // that start from a checkpoint: train.init_from = "")
+  const valueText = (v) => v === undefined ? '?' : v === '' ? 'none' : JSON.stringify(v).replace(/"/g, '');
   const signatureOf = (run, keys) => keys.map((k) => keyText(k) + '=' + valueText(gridValue(run, k))).join(' ');
   const settings = [];  // {name, runs: [run index], placement, colour}
   const settingOf = runs.map((run, i) => {
