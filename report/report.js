@@ -51,6 +51,11 @@
   // as the C++ names values (study/results_view.h text_of): "" is "none" (a fresh model beside runs
   // that start from a checkpoint: train.init_from = "")
   const valueText = (v) => v === undefined ? '?' : v === '' ? 'none' : JSON.stringify(v).replace(/"/g, '');
+  // A shaded band between two curves: two datasets, the second filled down to the first; tooltips skip
+  // them (band: true)
+  const bandSets = (lo, hi, colour, loLabel, hiLabel) => [
+    {label: loLabel, data: lo, borderWidth: 0, pointRadius: 0, fill: false, band: true},
+    {label: hiLabel, data: hi, borderWidth: 0, pointRadius: 0, fill: '-1', backgroundColor: colour + '30', band: true}];
   const signatureOf = (run, keys) => keys.map((k) => keyText(k) + '=' + valueText(gridValue(run, k))).join(' ');
   const settings = [];  // {name, runs: [run index], placement, colour}
   const settingOf = runs.map((run, i) => {
@@ -239,10 +244,7 @@
       const colour = '#1f77b4';
       const sets = [];
       const lo = points('lo'), hi = points('hi');
-      if (lo.length >= 2)
-        sets.push({label: '95% interval, low end', data: lo, borderWidth: 0, pointRadius: 0, fill: false, band: true},
-                  {label: '95% interval, high end', data: hi, borderWidth: 0, pointRadius: 0, fill: '-1',
-                   backgroundColor: colour + '30', band: true});
+      if (lo.length >= 2) sets.push(...bandSets(lo, hi, colour, '95% interval, low end', '95% interval, high end'));
       sets.push({label: 'a − b', data: points('mean'), borderColor: colour, backgroundColor: colour, borderWidth: 1.6,
                  pointRadius: 0, tension: 0});
       const first = gaps[0].step, last = gaps[gaps.length - 1].step;
@@ -384,9 +386,8 @@
     const th = (pts) => thin(pts, maxPoints || 1500);
     const sets = [];
     if (series.banded && !v.noBand)
-      sets.push({label: series.setting.name + ' lowest seed', data: th(series.lo), borderWidth: 0, pointRadius: 0, fill: false, band: true},
-                {label: series.setting.name + ' highest seed', data: th(series.hi), borderWidth: 0, pointRadius: 0,
-                 fill: '-1', backgroundColor: series.setting.colour + '30', band: true});
+      sets.push(...bandSets(th(series.lo), th(series.hi), series.setting.colour, series.setting.name + ' lowest seed',
+                            series.setting.name + ' highest seed'));
     sets.push(Object.assign({label: series.setting.name + (v.suffix || ''), data: th(series.mean), borderColor: series.setting.colour,
                              backgroundColor: series.setting.colour, borderDash: v.dash || [], borderWidth: 1.6,
                              pointRadius: 0, tension: 0}, v.extra || {}));
