@@ -222,6 +222,10 @@ TEST(Study, RunsStartFromTheMatchingRunOfAnotherStudy) {
   EXPECT_TRUE(fails(d, "[study.starts] must be a table", false));
   d = doc, d["study"]["start_from"] = (dir / "nothing").string();
   EXPECT_TRUE(fails(d, "no results.json", true));
+  // a hostile results.json: a run named to leave the directory
+  results["runs"][0]["name"] = "../../etc";
+  std::ofstream(dir / "results.json") << results.dump();
+  EXPECT_TRUE(fails(doc, "which is not the name of a directory in its runs/", true));
   fs::remove_all(dir);
 }
 

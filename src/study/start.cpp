@@ -115,6 +115,9 @@ Study resolve_starts(const Study& given) {
       throw Error(fmt::format("{} (\"{}\") matches {} finished runs of '{}'{}", at, filter,
                               found.empty() ? "no" : std::to_string(found.size()), study.start_from,
                               found.empty() ? "" : fmt::format(" ({}); make it match one", fmt::join(found, ", "))));
+    if (found[0].find('/') != std::string::npos || found[0] == "." || found[0] == "..")
+      throw Error(fmt::format("{}: '{}' lists the run '{}', which is not the name of a directory in its runs/", at,
+                              results_path.string(), found[0]));
     const fs::path run_dir = dir / "runs" / found[0];
     if (!fs::is_regular_file(run_dir / "checkpoint.safetensors"))
       throw Error(fmt::format("{}: the run it matches, '{}', has no checkpoint.safetensors (run directories stay "
