@@ -98,7 +98,9 @@ std::vector<std::string> keys_of(const std::string& key, const nlohmann::json& v
   return keys;
 }
 
-// Every combination of one grid's values, in the order the keys were written (last key fastest); a
+// Every combination of one grid's values, the keys in the order of their names (JSON from TOML keeps
+// no written order: "model.placement" varies slowest, "train.warmup_steps" fastest, a list of
+// settings by its own name: "seeds" after "model.*" keys and before "start" or "train.*"); a
 // list of settings that vary together contributes one entry (several keys) per combination.
 std::vector<nlohmann::json> expand(const nlohmann::json& grid) {
   std::vector<nlohmann::json> combos = {nlohmann::json::object()};
