@@ -43,8 +43,9 @@ bool matches_filter(const nlohmann::json& run, const std::string& filter);
 // gap_by_step: [{step, kind, n, mean, lo, hi}] (the loss metrics: a - b at every evaluation step,
 // each run's value there, its lowest so far for lowest_val_loss, a run stopped earlier keeping its
 // last), gap_by_step_text (one sentence at 1000 x 2^k steps and the last; "" with fewer than two
-// steps), verdict, measured (one sentence)}; side = {filter, lr (best_lr), lr_edge, runs, finished,
-// diverged, values, mean, sd}. An empty array when the study lists none.
+// steps), verdict, measured (one sentence)}; side = {filter, lr (best_lr), lr_edge, left_out (the
+// settings with fewer seeds done than the most, not compared), runs, finished, diverged, values, mean,
+// sd}. An empty array when the study lists none.
 nlohmann::json reproductions(const nlohmann::json& results);
 
 // The reproductions as text lines for summary.txt and the terminal ("" when none).
