@@ -209,6 +209,24 @@ check "grep -q \"windows of 16 tokens of corpus 'corpus.txt' through GPT-2\" own
 refuse "bytes for a BPE run (sample)" "read its data as 'gpt2'" "$NL" sample --checkpoint bperun --tokenizer bytes --prompt hi --max-new 1
 refuse "bytes for a BPE run (analyze)" "read its data as 'gpt2'" "$NL" analyze dynamics --checkpoint bperun --tokenizer bytes
 
+# the run's first bytes (data.max_bytes) and its validation fraction come with its corpus: the windows
+# are the ones it validated on. Oracle: the same analysis given a file of just those first whole lines.
+"$NL" train "${tiny[@]}" --set data.corpus=corpus.txt --set data.max_bytes=2000 --set train.steps=1 \
+  --set train.batch_size=2 --set train.out_dir=cutrun -q >/dev/null 2>&1
+python3 -c "t = open('corpus.txt').read()[:2000]; open('first.txt', 'w').write(t[:t.rindex(chr(10)) + 1])"
+"$NL" analyze jacobian --checkpoint cutrun --seq-len 8 --json cut.json >cut.txt 2>&1
+"$NL" analyze jacobian --checkpoint cutrun --corpus first.txt --seq-len 8 --json first.json >/dev/null 2>&1
+check "grep -q \"^input: 8 bytes of corpus 'corpus.txt', its first 2000 bytes (whole lines) (bytes), validation\" cut.txt" \
+  "analyze of a max_bytes run did not read its first bytes: $(grep input: cut.txt)"
+check "[[ \"\$(jq -S 'del(.input)' cut.json)\" == \"\$(jq -S 'del(.input)' first.json)\" ]]" \
+  "analyze of a max_bytes run differs from the same analysis on a file of its first lines"
+"$NL" theory --checkpoint cutrun --seeds 1 >cutt.txt 2>&1
+check "grep -q \"windows of 16 bytes of corpus 'corpus.txt', its first 2000 bytes\" cutt.txt" "theory of a max_bytes run did not read its first bytes"
+"$NL" train "${tiny[@]}" --set data.corpus=corpus.txt --set data.val_fraction=0.3 --set train.steps=1 \
+  --set train.batch_size=2 --set train.out_dir=fracrun -q >/dev/null 2>&1
+"$NL" analyze attention --checkpoint fracrun --seq-len 8 >frac.txt 2>&1
+check "grep -q \"validation split, offset [0-9]* (of $((4000 * 3 / 10)))\" frac.txt" "analyze did not take the run's val_fraction: $(grep input: frac.txt)"
+
 # --- bad input: one message, exit 1 ----------------------------------------------------------
 : >empty.txt
 refuse "empty corpus" "empty" "$NL" analyze attention "${tiny[@]}" --corpus empty.txt

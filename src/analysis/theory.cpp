@@ -116,8 +116,10 @@ std::string number(double v) { return fmt::format("{:.4g}", v); }
 }  // namespace
 
 Corpus theory_corpus(const TheoryOptions& o) {
-  if (o.corpus.ends_with(".bin") || o.corpus.ends_with(".safetensors")) return load_token_stream(o.corpus, 0.1, o.seq_len);
-  return load_corpus(o.corpus.empty() ? builtin_corpus_path() : o.corpus, 0.1, o.seq_len, o.tokenizer);
+  if (o.corpus.ends_with(".bin") || o.corpus.ends_with(".safetensors"))
+    return load_token_stream(o.corpus, o.val_fraction, o.seq_len);
+  return load_corpus(o.corpus.empty() ? builtin_corpus_path() : o.corpus, o.val_fraction, o.seq_len, o.tokenizer,
+                     size_t(o.corpus_max_bytes));
 }
 
 namespace {
@@ -284,8 +286,12 @@ TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const
   // the model's own tokenizer (a Hugging Face directory's or GGUF file's, or the one its run read its
   // data with) and the corpus its run read: the defaults; another tokenizer than its run's is refused
   opts.tokenizer = own_tokenizer_path(checkpoint, opts.tokenizer);
-  if (const std::optional<DataConfig> data = run_data_of(checkpoint))
-    if (opts.corpus.empty()) opts.corpus = !data->tokens.empty() ? data->tokens : data->corpus == "builtin" ? "" : data->corpus;
+  // (its first bytes and its validation fraction too: the windows it validated on)
+  if (const std::optional<DataConfig> data = run_data_of(checkpoint); data && opts.corpus.empty()) {
+    opts.corpus = !data->tokens.empty() ? data->tokens : data->corpus == "builtin" ? "" : data->corpus;
+    opts.corpus_max_bytes = data->tokens.empty() ? data->max_bytes : 0;
+    opts.val_fraction = data->val_fraction;
+  }
   const ModelConfig& c = model->config;
   opts.d_model = c.d_model;
   opts.n_heads = c.n_heads;
