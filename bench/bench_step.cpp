@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "ops/isa.h"
 #include "train/optimizer.h"
 #include "util/rng.h"
 
@@ -114,8 +115,8 @@ int main(int argc, char** argv) {
   getrusage(RUSAGE_SELF, &ru);
   std::printf(
       "{\"impl\": \"normlab\", \"shape\": \"%s\", \"placement\": \"%s\", \"precision\": \"%s\", \"ms\": %.3f, "
-      "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"peak_rss_mb\": %.1f, \"params\": %zu}\n",
+      "\"tokens_per_s\": %.1f, \"gflops\": %.2f, \"peak_rss_mb\": %.1f, \"params\": %zu, \"kernels\": \"%s\"}\n",
       s->name, placement.c_str(), precision.c_str(), median * 1e3, N / median, step_flops(*s, llama) / median / 1e9,
-      ru.ru_maxrss / 1024.0, model.table().total);
+      ru.ru_maxrss / 1024.0, model.table().total, ops::to_string(ops::isa_choice().isa));
   return 0;
 }

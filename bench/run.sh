@@ -22,8 +22,15 @@
 # table shows each side's median and range: on a shared host whose speed drifts by minutes (the same
 # binary's step doubled a minute apart on 2026-12-02) a ratio of two single measurements is not.
 #
+# --isa avx2 runs both sides on AVX2 and FMA only, on a CPU that has AVX-512 too (issue 28's kind of
+# machine, emulated): normlab with NORMLAB_ISA=avx2 and OpenBLAS's Haswell kernels
+# (OPENBLAS_CORETYPE=Haswell, the sgemm peak too), PyTorch with ATEN_CPU_CAPABILITY=avx2 (its own
+# kernels and torch.compile's generated code), MKL_ENABLE_INSTRUCTIONS=AVX2 and oneDNN capped at AVX2;
+# the FMA peak is the 256-bit one. Every line records what ran ("kernels", "cpu_capability"). An
+# emulation: the core's caches, clocks and memory are still the AVX-512 machine's.
+#
 # Usage: bench/run.sh [--iters N] [--repeats N] [--shapes "a b c"] [--placements "pre post llama"]
-#                     [--modes "eager compile"] [--precisions "fp32 bf16"] [--no-build]
+#                     [--modes "eager compile"] [--precisions "fp32 bf16"] [--isa native|avx2] [--no-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,6 +41,7 @@ PLACEMENTS="pre post llama"
 MODES="eager compile"
 PRECISIONS="fp32 bf16"
 BUILD=1
+ISA=native
 while [ $# -gt 0 ]; do
   case "$1" in
     --iters) ITERS=$2; shift 2 ;;
@@ -42,11 +50,20 @@ while [ $# -gt 0 ]; do
     --placements) PLACEMENTS=$2; shift 2 ;;
     --modes) MODES=$2; shift 2 ;;
     --precisions) PRECISIONS=$2; shift 2 ;;
+    --isa) ISA=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+case "$ISA" in
+  native) ISA_ENV=() ; TORCH_ISA_ENV=() ;;
+  avx2)
+    grep -q avx512f /proc/cpuinfo || { echo "run.sh: --isa avx2 emulates an AVX2 machine on an AVX-512 one; this CPU has no AVX-512: run without it" >&2; exit 2; }
+    ISA_ENV=(NORMLAB_ISA=avx2 OPENBLAS_CORETYPE=Haswell)
+    TORCH_ISA_ENV=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2) ;;
+  *) echo "run.sh: --isa wants native or avx2, not '$ISA'" >&2; exit 2 ;;
+esac
 QUIET_TIMEOUT=${QUIET_TIMEOUT:-900}
 QUIET_BUSY=${QUIET_BUSY:-0.25}
 
@@ -102,8 +119,9 @@ MEASURE=(python3 bench/measure.py --max-other "$QUIET_BUSY" --quiet-timeout "$QU
 log "sgemm_peak"
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 DIRTY=$([ -n "$(git status --porcelain -- src CMakeLists.txt 2>/dev/null)" ] && echo true || echo false)
-echo "{\"impl\": \"meta\", \"commit\": \"$COMMIT\", \"src_dirty\": $DIRTY, \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\", \"nproc\": $(nproc)}" >>"$OUT"
-"${MEASURE[@]}" "$BIN/sgemm_peak" | tee -a "$OUT" >&2
+CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//; s/"//g')
+echo "{\"impl\": \"meta\", \"commit\": \"$COMMIT\", \"src_dirty\": $DIRTY, \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\", \"nproc\": $(nproc), \"isa\": \"$ISA\", \"cpu\": \"$CPU\"}" >>"$OUT"
+"${MEASURE[@]}" env "${ISA_ENV[@]}" "$BIN/sgemm_peak" | tee -a "$OUT" >&2
 log "fma_peak"
 "${MEASURE[@]}" "$BIN/fma_peak" | tee -a "$OUT" >&2
 
@@ -112,8 +130,8 @@ log "fma_peak"
 # spinning OpenMP threads stall: shape c, A/B/A/B at load average 7.5 on 2026-11-24: PASSIVE 972 and
 # 1,075 ms per step, libgomp's default 16,648 and 26,259 ms. (docs/BENCHMARK.md's earlier quiet-machine
 # numbers were taken with the default.)
-TORCH_ENV=(env OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4)
-NORMLAB_ENV=(env OMP_WAIT_POLICY=PASSIVE)
+TORCH_ENV=(env OMP_WAIT_POLICY=PASSIVE OPENBLAS_THREAD_TIMEOUT=4 "${TORCH_ISA_ENV[@]}")
+NORMLAB_ENV=(env OMP_WAIT_POLICY=PASSIVE "${ISA_ENV[@]}")
 case "$REPEATS" in ''|*[!0-9]*|0) echo "run.sh: --repeats wants a positive integer, not '$REPEATS'" >&2; exit 2 ;; esac
 for prec in $PRECISIONS; do
   for s in $SHAPES; do

@@ -108,9 +108,12 @@ def make_table(recs):
     else:
         out.append("Machine sgemm peak: not measured")
     # the FMA peak of each precision's arithmetic: the wider of the float32 FMAs, the bf16 dot product
-    fma_peak = {"fp32": max(filter(None, [fma.get("fp32_256"), fma.get("fp32_512")]), default=None),
-                "bf16": fma.get("bf16_dot")}
-    goals = ISSUE13 if fma.get("fp32_512") else ISSUE28
+    # (run.sh --isa avx2: an AVX2 machine emulated on an AVX-512 one, so the 256-bit peak and issue 28's goals)
+    avx2_only = bool(meta) and meta.get("isa") == "avx2"
+    fma_peak = {"fp32": fma.get("fp32_256") if avx2_only else
+                max(filter(None, [fma.get("fp32_256"), fma.get("fp32_512")]), default=None),
+                "bf16": None if avx2_only else fma.get("bf16_dot")}
+    goals = ISSUE28 if avx2_only or not fma.get("fp32_512") else ISSUE13
     TARGETS, SELF_TARGETS, PEAK_TARGETS = goals["ratio"], goals["self"], goals["peak"]
     if fma:
         out.append(f"Machine FMA peak (fma_peak, {fma.get('threads')} threads, registers only): float32 "
@@ -118,6 +121,14 @@ def make_table(recs):
                    f"vectors; bf16 dot products (vdpbf16ps) {fmt(fma.get('bf16_dot'))}")
     else:
         out.append("Machine FMA peak: not measured")
+    if meta and meta.get("cpu"):
+        out.append(f"CPU: {meta['cpu']}")
+    if avx2_only:
+        kernels = sorted({r.get("kernels") for r in recs if r.get("impl") == "normlab" and r.get("kernels")})
+        caps = sorted({r.get("cpu_capability") for r in recs if r.get("cpu_capability")})
+        out.append("**AVX2 emulated on this AVX-512 CPU** (`bench/run.sh --isa avx2`): normlab's kernels "
+                   f"{', '.join(kernels) or '?'}, OpenBLAS Haswell; PyTorch's CPU capability {', '.join(caps) or '?'}, "
+                   "MKL and oneDNN capped at AVX2; % of FMA peak against the 256-bit peak")
     if meta:
         out.append(f"normlab at {meta.get('commit')}{' + uncommitted src/ changes' if meta.get('src_dirty') else ''}, "
                    f"{meta.get('date')}, {meta.get('nproc')} cores")

@@ -256,6 +256,7 @@ def main():
         "peak_rss_mb": round(peak_mb, 1), "torch_version": torch.__version__,
         "adamw": args.adamw, "threads": torch.get_num_threads(), "params": nparams,
         "import_rss_mb": round(import_rss_mb, 1), "other_cpu": round(other_cpu, 2),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }), flush=True)
 
 
