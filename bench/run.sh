@@ -61,7 +61,11 @@ case "$ISA" in
   avx2)
     grep -q avx512f /proc/cpuinfo || { echo "run.sh: --isa avx2 emulates an AVX2 machine on an AVX-512 one; this CPU has no AVX-512: run without it" >&2; exit 2; }
     ISA_ENV=(NORMLAB_ISA=avx2 OPENBLAS_CORETYPE=Haswell)
-    TORCH_ISA_ENV=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2) ;;
+    # torch.compile's kernel cache does not key on ATEN_CPU_CAPABILITY: with the native run's cache the
+    # AVX2 run's compiled step gave a non-finite loss at step 1-2 (PyTorch 2.15, 2026-12-02); its own cache
+    # dir, it trains
+    TORCH_ISA_ENV=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2
+                   TORCHINDUCTOR_CACHE_DIR="${TMPDIR:-/tmp}/normlab-bench-inductor-avx2") ;;
   *) echo "run.sh: --isa wants native or avx2, not '$ISA'" >&2; exit 2 ;;
 esac
 QUIET_TIMEOUT=${QUIET_TIMEOUT:-900}
