@@ -706,3 +706,32 @@ TEST(Training, StopsAtAValidationPlateauAndAResumeKeepsTheCount) {
   EXPECT_EQ(after.steps_done, 15);
   fs::remove_all(dir);
 }
+
+// train.stop_after_warmup: the evaluations within the warm-up set the reference but are not counted,
+// so the same flat run with a 20-step warm-up stops two evaluations after step 20 instead of at 15;
+// without the key it still stops at 15. The key without a plateau rule is refused.
+TEST(Training, StopAfterWarmupKeepsTheWarmupOutOfAPlateau) {
+  const fs::path dir = temp_dir("plateau-warmup");
+  auto run_cfg = [&](const std::string& name, bool after_warmup) {
+    RunConfig cfg = small_run(dir / name, Placement::Pre, 400);
+    cfg.train.lr = 1e-9;
+    cfg.train.min_lr = 0;
+    cfg.train.warmup_steps = 20;
+    cfg.train.eval_every = 5;
+    cfg.train.eval_batches = 1;
+    cfg.train.stop_patience = 2;
+    cfg.train.stop_after_warmup = after_warmup;
+    cfg.train.checkpoint_every = 0;
+    return cfg;
+  };
+  const TrainResult counted = train(run_cfg("counted", false), quiet_options());
+  EXPECT_TRUE(counted.stopped_at_plateau);
+  EXPECT_EQ(counted.steps_done, 15);
+  const TrainResult after = train(run_cfg("after", true), quiet_options());
+  EXPECT_TRUE(after.stopped_at_plateau);
+  EXPECT_EQ(after.steps_done, 30);  // 25 and 30: the first two evaluations past the warm-up
+  const nlohmann::json alone = {{"train", {{"stop_after_warmup", true}}}};
+  expect_error_containing([&] { run_config_from_json(alone, "test"); },
+                          "train.stop_after_warmup = true needs train.stop_patience > 0");
+  fs::remove_all(dir);
+}

@@ -149,6 +149,7 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     r.get("eval_batches", t.eval_batches);
     r.get("stop_patience", t.stop_patience);
     r.get("stop_min_improvement", t.stop_min_improvement);
+    r.get("stop_after_warmup", t.stop_after_warmup);
     r.get("log_every", t.log_every);
     r.get("checkpoint_every", t.checkpoint_every);
     r.get("keep_checkpoints", t.keep_checkpoints);
@@ -182,6 +183,8 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
           fmt::format("train.stop_patience = {} must be in [0, 1000000] (0 = off)", t.stop_patience));
     check(t.stop_patience == 0 || t.eval_every > 0,
           "train.stop_patience > 0 needs train.eval_every > 0 (the evaluations a plateau is counted in)");
+    check(!t.stop_after_warmup || t.stop_patience > 0,
+          "train.stop_after_warmup = true needs train.stop_patience > 0 (it keeps the warm-up out of a plateau)");
     check(t.stop_min_improvement >= 0 && t.stop_min_improvement < 1,
           fmt::format("train.stop_min_improvement = {} must be in [0, 1)", t.stop_min_improvement));
     check(t.eval_batches >= 1, fmt::format("train.eval_batches = {} must be >= 1", t.eval_batches));
@@ -243,6 +246,7 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
             {"label_smoothing", t.label_smoothing},
             {"eval_every", t.eval_every}, {"eval_batches", t.eval_batches},
             {"stop_patience", t.stop_patience}, {"stop_min_improvement", t.stop_min_improvement},
+            {"stop_after_warmup", t.stop_after_warmup},
             {"log_every", t.log_every}, {"checkpoint_every", t.checkpoint_every},
             {"keep_checkpoints", t.keep_checkpoints},
             {"log_every_layers", t.log_every_layers}, {"log_model_update", t.log_model_update},

@@ -36,6 +36,7 @@ struct TrainConfig {
   // loss in stop_patience evaluations in a row; 0: run all steps.
   int stop_patience = 0;
   double stop_min_improvement = 0.005;
+  bool stop_after_warmup = false;  // evaluations within the warm-up (steps <= warmup_steps) do not count
   long log_every = 10;
   long checkpoint_every = 100; // 0: only at the end (and on Ctrl-C)
   int keep_checkpoints = 2;    // step files kept in checkpoints/: the newest, and one older in case

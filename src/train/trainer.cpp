@@ -328,6 +328,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   }
   plateau.min_improvement = tc.stop_min_improvement;
   plateau.patience = tc.stop_patience;
+  plateau.uncounted_until = tc.stop_after_warmup ? tc.warmup_steps : 0;
   result.stopped_at_plateau = plateau.reached();  // (a resumed run that had stopped at one)
   auto checkpoint = [&](long step, const std::array<uint64_t, 4>& rng, long row) {
     if (comm.root())
