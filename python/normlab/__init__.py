@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 # OpenBLAS picks its kernels when it loads, from a table of CPU models that newer CPUs are missing
@@ -70,14 +70,22 @@ def set_num_threads(n: int) -> None:
 class Forward:
     """What ``Model.forward`` returns: ``logits`` (B, T, V) float32 (None for a headless model),
     ``hidden`` the L + 1 residual streams at the block boundaries (each (B, T, C): the embedding
-    output, then every block's output), ``final`` the last hidden state after the final norm."""
+    output, then every block's output; an encoder-decoder's decoder), ``final`` the last hidden state
+    after the final norm. An encoder-decoder's also: ``memory`` (B, S, C), the encoder's output after
+    its final norm (what cross-attention reads), and ``encoder_hidden``, the streams entering each
+    encoder layer (each (B, S, C)); None and [] for other models."""
     logits: np.ndarray | None
     hidden: list[np.ndarray]
     final: np.ndarray
+    memory: np.ndarray | None = None
+    encoder_hidden: list[np.ndarray] = field(default_factory=list)
 
 
 def _ids(inputs: str | Sequence[int] | np.ndarray, model: "Model") -> np.ndarray:
     if isinstance(inputs, str):
+        if model.config["arch"] == "encdec":
+            raise Error("an encoder-decoder model takes ids (and source=): translation_pair(source, target) "
+                        "makes both from text")
         return model.tokenize(inputs)
     a = np.asarray(inputs)
     if a.dtype.kind not in "iu":
@@ -85,12 +93,18 @@ def _ids(inputs: str | Sequence[int] | np.ndarray, model: "Model") -> np.ndarray
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
+def _source(source, model: "Model") -> np.ndarray | None:
+    return None if source is None else _ids(source, model)
+
+
 class Model:
     """A model in memory: from ``normlab.load`` or ``normlab.from_torch``.
 
     ``config`` is its normlab model config (the dict of a checkpoint's metadata, docs/MODEL.md).
     Inputs are token ids (a 1-D array of T ids or a 2-D (B, T) array) or a string, read through the
-    model's own tokenizer (``tokenize``)."""
+    model's own tokenizer (``tokenize``). An encoder-decoder model (``config["arch"] == "encdec"``)
+    takes the decoder's ids and ``source=`` the encoder's (one source row per row; ``translation_pair``
+    makes both from text) in ``forward``, ``loss_and_grads`` and the instruments, and ``translate``s."""
 
     def __init__(self, core: _core.Model):
         self._core = core
@@ -112,17 +126,17 @@ class Model:
 
     # ---- the model itself -------------------------------------------------------------------------
 
-    def forward(self, inputs) -> Forward:
+    def forward(self, inputs, source=None) -> Forward:
         """Logits and every hidden state (float32, as ``normlab grads`` writes them)."""
-        logits, hidden, final = self._core.forward(_ids(inputs, self))
-        return Forward(logits, list(hidden), final)
+        logits, hidden, final, memory, encoder_hidden = self._core.forward(_ids(inputs, self), _source(source, self))
+        return Forward(logits, list(hidden), final, memory, list(encoder_hidden))
 
-    def loss_and_grads(self, inputs, labels) -> tuple[float, dict[str, np.ndarray]]:
+    def loss_and_grads(self, inputs, labels, source=None) -> tuple[float, dict[str, np.ndarray]]:
         """The mean cross-entropy over positions whose label is not -100, and the gradient of every
         parameter by name (float32, as ``normlab grads`` on a token file of these ids and labels)."""
         ids = _ids(inputs, self)
         return self._core.loss_and_grads(ids, np.ascontiguousarray(np.asarray(labels).reshape(ids.shape),
-                                                                   dtype=np.int32))
+                                                                   dtype=np.int32), _source(source, self))
 
     def params(self) -> dict[str, np.ndarray]:
         """Every parameter as a writable float32 numpy view into the model (no copy)."""
@@ -138,6 +152,23 @@ class Model:
     def decode(self, ids, tokenizer: str = "") -> str:
         return self._core.decode([int(i) for i in np.asarray(ids).ravel()], tokenizer)
 
+    def translation_pair(self, source: str, target: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """An encoder-decoder's input from text, as translation training and the command's ``analyze
+        --source-text S --text T`` read it (UTF-8 bytes): ``(source_ids, ids, labels)``, the source's
+        bytes + EOS, the decoder's input BOS + the target's bytes, and the labels, the target's bytes
+        + EOS. ``m.attention(ids, source=source_ids)``, ``m.loss_and_grads(ids, labels, source=...)``."""
+        return self._core.translation_pair(source, target)
+
+    def translate(self, text: str | Sequence[str], beam: int = 1, length_penalty: float = 1.0,
+                  max_len: int = 0) -> str | list[str]:
+        """An encoder-decoder's translation of ``text`` (a string, or a list of them: a list back),
+        greedy or by beam search (``beam`` 1 to 64; score log p / length^length_penalty), at most
+        ``max_len`` target positions (0: the model's seq_len): ``normlab translate``'s lines (bytes
+        that are not UTF-8, which an untrained byte-level model emits, become U+FFFD)."""
+        texts = [text] if isinstance(text, str) else list(text)
+        out = [b.decode("utf-8", errors="replace") for b in self._core.translate(texts, beam, length_penalty, max_len)]
+        return out[0] if isinstance(text, str) else out
+
     def sample(self, prompt, max_new: int = 64, temperature: float = 0.0, top_k: int = 0, seed: int = 0) -> str:
         """The prompt and its continuation (greedy when temperature is 0), as ``normlab sample``."""
         ids = self.tokenize(prompt, special=False) if isinstance(prompt, str) else _ids(prompt, self)
@@ -146,24 +177,29 @@ class Model:
 
     # ---- the instruments (docs/INSTRUMENTS.md, docs/THEORY.md) -----------------------------------
 
+    def _kind(self, kind: str) -> str:  # an encoder-decoder's documents have their own tables
+        return kind + "_encdec" if self.config["arch"] == "encdec" and kind != "attention" else kind
+
     def jacobian(self, inputs, token: int = -1, full: bool = True, full_max_dim: int = 4096,
-                 lanczos_k: int = 5) -> Results:
+                 lanczos_k: int = 5, source=None) -> Results:
         """``normlab analyze jacobian`` on one sequence: the norm sites' Jacobians (the LayerNorm lemma
-        checks), every block's token-local and full-sequence Jacobian spectrum, the end-to-end one."""
-        return Results("jacobian", self._core.instrument("jacobian", _ids(inputs, self), None, token, full,
-                                                         full_max_dim, lanczos_k))
+        checks), every block's token-local and full-sequence Jacobian spectrum, the end-to-end one (an
+        encoder-decoder: the decoder's and the source's end-to-end spectra)."""
+        return Results(self._kind("jacobian"), self._core.instrument(
+            "jacobian", _ids(inputs, self), None, token, full, full_max_dim, lanczos_k, _source(source, self)))
 
-    def attention(self, inputs) -> Results:
+    def attention(self, inputs, source=None) -> Results:
         """``normlab analyze attention`` on one sequence: per layer and head ||A||_2, the bound, entropies."""
-        return Results("attention", self._core.instrument("attention", _ids(inputs, self)))
+        return Results("attention", self._core.instrument("attention", _ids(inputs, self), source=_source(source, self)))
 
-    def dynamics(self, inputs, labels=None) -> Results:
+    def dynamics(self, inputs, labels=None, source=None) -> Results:
         """``normlab analyze dynamics`` on the given rows (as its ``--text``, or ``--tokens`` with
         labels): stream norms, branch ratios, gradient norms and rank collapse by layer. Without
-        labels a gpt predicts the next tokens and an encoder reconstructs its input."""
+        labels a gpt (and an encoder-decoder's decoder) predicts the next tokens and an encoder
+        reconstructs its input; an encoder-decoder's come with ``translation_pair``."""
         ids = _ids(inputs, self)
         lab = None if labels is None else np.ascontiguousarray(np.asarray(labels).reshape(ids.shape), dtype=np.int32)
-        return Results("dynamics", self._core.instrument("dynamics", ids, lab))
+        return Results(self._kind("dynamics"), self._core.instrument("dynamics", ids, lab, source=_source(source, self)))
 
     def theory(self, seeds: int = 5, corpus: str = "", tokenizer: str = "", seq_len: int = 16) -> Results:
         """``normlab theory --checkpoint``: every claim one model can answer, on ``seeds`` input windows

@@ -10,12 +10,25 @@ import json
 import os
 from typing import Any
 
-# the record list each instrument's table is made of, and the other tables it has
+
+def _encdec_layers(doc) -> list:  # both stacks' layers, each record naming its stack
+    return [{"stack": stack, **layer} for stack in ("encoder", "decoder") for layer in doc[stack]["layers"]]
+
+
+# each instrument's default table, and every table it has: the record list the document keeps under
+# that key, or a function of the document (an encoder-decoder's documents, "<kind>_encdec")
 _TABLES = {
     "jacobian": ("blocks", ("blocks", "norm_sites")),
     "attention": ("per_head", ("per_head",)),
     "dynamics": ("layers", ("layers", "param_grad_norms", "rank_collapse")),
     "theory": (None, (None,)),      # the document is the list of claims
+    "jacobian_encdec": ("ends", ("ends",)),
+    "dynamics_encdec": ("layers", ("layers", "param_grad_norms")),
+}
+_DERIVED = {
+    # the decoder's end-to-end Jacobian (its input to its output) and the source's (the encoder's input to it)
+    ("jacobian_encdec", "ends"): lambda doc: [{"end": end, **doc[end]} for end in ("decoder", "source")],
+    ("dynamics_encdec", "layers"): _encdec_layers,
 }
 
 
@@ -59,6 +72,8 @@ class Results:
         table = default if table is None else table
         if table not in names:
             raise KeyError(f"{self.kind} results have the tables {names}, not {table!r}")
+        if (self.kind, table) in _DERIVED:
+            return _DERIVED[(self.kind, table)](self.data)
         return self.data if table is None else self.data.get(table, [])
 
     def to_pandas(self, table: str | None = None):

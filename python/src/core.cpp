@@ -31,6 +31,7 @@
 #include "io/safetensors.h"
 #include "ops/gemm_backend.h"
 #include "io/tokenizer.h"
+#include "model/decode.h"
 #include "model/generate.h"
 #include "model/model.h"
 #include "ops/common.h"
@@ -43,6 +44,7 @@
 #include "train/own_tokenizer.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
+#include "train/translation.h"
 #include "util/error.h"
 #include "util/interrupt.h"
 #include "util/json_reader.h"
@@ -96,10 +98,32 @@ Batch batch_of(const Ids& ids, const ModelConfig& cfg, const char* what) {
   return b;
 }
 
-void refuse_encdec(const ModelConfig& cfg, const char* what) {
-  if (cfg.encdec())
-    throw Error(fmt::format("{}: an encoder-decoder model is not served by the module yet (use the normlab command: "
-                            "analyze with --source-text, translate)", what));
+// An encoder-decoder's source rows for the batch's rows (a 1-D array: one row), every id checked
+// against the source vocabulary; every other model takes none.
+void add_source(Batch& b, const std::optional<Ids>& source, const ModelConfig& cfg, const char* what) {
+  if (!cfg.encdec()) {
+    if (source)
+      throw Error(fmt::format("{}: source= is an encoder-decoder model's input; this one is {}", what,
+                              to_string(cfg.arch)));
+    return;
+  }
+  if (!source)
+    throw Error(fmt::format("{}: an encoder-decoder model needs its source: source= the encoder's ids (1-D (S) or "
+                            "(B, S); translation_pair makes them from text)", what));
+  const Ids& s = *source;
+  if (s.ndim() != 1 && s.ndim() != 2)
+    throw Error(fmt::format("{}: source must be a 1-D (S) or 2-D (B, S) array of token ids, not {}-D", what, s.ndim()));
+  const int B = s.ndim() == 2 ? int(s.shape(0)) : 1;
+  if (B != b.B) throw Error(fmt::format("{}: source has {} rows and ids {}: one source row per target row", what, B, b.B));
+  b.S = int(s.shape(s.ndim() - 1));
+  if (b.S < 1) throw Error(fmt::format("{}: source is empty", what));
+  if (b.S > cfg.seq_len)
+    throw Error(fmt::format("{}: {} source tokens per row, more than the model's seq_len {}", what, b.S, cfg.seq_len));
+  b.src.assign(s.data(), s.data() + size_t(B) * b.S);
+  for (int32_t id : b.src)
+    if (id < 0 || id >= cfg.src_vocab_size())
+      throw Error(fmt::format("{}: source token id {} is outside the model's source vocabulary of {}", what, id,
+                              cfg.src_vocab_size()));
 }
 
 template <class S>
@@ -144,32 +168,41 @@ PyModel from_state(const std::string& config_json, const std::map<std::string, p
 }
 
 // forward: the logits (B, T, V) (None for a headless model), every hidden state (L + 1 streams at the
-// block boundaries, as `normlab grads` writes hidden.0 .. hidden.L) and the final normed hidden state.
-py::tuple forward(PyModel& m, const Ids& ids) {
+// block boundaries, as `normlab grads` writes hidden.0 .. hidden.L; an encoder-decoder's decoder) and
+// the final normed hidden state; an encoder-decoder's also its memory (B, S, C: the encoder's output
+// after its final norm, as `normlab grads` writes it) and the streams entering its encoder's layers.
+py::tuple forward(PyModel& m, const Ids& ids, const std::optional<Ids>& source) {
   const auto lock = lock_model(m);
   const ModelConfig& cfg = m.model->config();
-  refuse_encdec(cfg, "forward");
-  const Batch b = batch_of(ids, cfg, "forward");
+  Batch b = batch_of(ids, cfg, "forward");
+  add_source(b, source, cfg, "forward");
   {
     py::gil_scoped_release release;
-    m.model->forward(b.ids.data(), b.labels.data(), b.B, b.T);
+    m.model->forward(b.ids.data(), b.labels.data(), b.B, b.T, nullptr, nullptr, b.source());
   }
   const py::ssize_t B = b.B, T = b.T, C = cfg.d_model;
-  py::object logits = py::none();
+  py::object logits = py::none(), memory = py::none();
   if (cfg.has_logits()) logits = copy_array(m.model->logits(), {B, T, py::ssize_t(cfg.vocab_size())});
-  py::list hidden;
-  for (int l = 0; l <= cfg.n_layers; l++) hidden.append(copy_array(m.model->stream(2 * l), {B, T, C}));
-  return py::make_tuple(logits, hidden, copy_array(m.model->final_hidden(), {B, T, C}));
+  // the decoder's block boundaries: every 2 slots (gpt, encoder) or 3 (an encdec's decoder: self, cross, mlp)
+  const int first = cfg.first_decoder_slot() < cfg.n_slots() ? cfg.first_decoder_slot() : 0;
+  const int per_block = cfg.encdec() ? 3 : 2, blocks = cfg.encdec() ? cfg.decoder_layers() : cfg.n_layers;
+  py::list hidden, encoder_hidden;
+  for (int l = 0; l <= blocks; l++) hidden.append(copy_array(m.model->stream(first + per_block * l), {B, T, C}));
+  if (cfg.encdec()) {
+    memory = copy_array(m.model->memory(), {B, py::ssize_t(b.S), C});
+    for (int l = 0; l < cfg.n_layers; l++) encoder_hidden.append(copy_array(m.model->stream(2 * l), {B, py::ssize_t(b.S), C}));
+  }
+  return py::make_tuple(logits, hidden, copy_array(m.model->final_hidden(), {B, T, C}), memory, encoder_hidden);
 }
 
 // loss_and_grads: the mean loss over labelled positions (float32, as `normlab grads`) and every
 // parameter's gradient by name.
-py::tuple loss_and_grads(PyModel& m, const Ids& ids, const Ids& labels) {
+py::tuple loss_and_grads(PyModel& m, const Ids& ids, const Ids& labels, const std::optional<Ids>& source) {
   const auto lock = lock_model(m);
   const ModelConfig& cfg = m.model->config();
-  refuse_encdec(cfg, "loss_and_grads");
   if (!cfg.has_logits()) throw Error("loss_and_grads: the model has no head (model.head = none): no loss");
   Batch b = batch_of(ids, cfg, "loss_and_grads");
+  add_source(b, source, cfg, "loss_and_grads");
   if (labels.ndim() != ids.ndim() || labels.size() != ids.size())
     throw Error("loss_and_grads: labels must have the shape of ids (-100: no loss at that position)");
   b.labels.assign(labels.data(), labels.data() + labels.size());
@@ -177,7 +210,7 @@ py::tuple loss_and_grads(PyModel& m, const Ids& ids, const Ids& labels) {
   float loss = 0;
   {
     py::gil_scoped_release release;
-    loss = float(m.model->forward(b.ids.data(), b.labels.data(), b.B, b.T));
+    loss = float(m.model->forward(b.ids.data(), b.labels.data(), b.B, b.T, nullptr, nullptr, b.source()));
     m.model->zero_grad();
     m.model->backward();
   }
@@ -226,7 +259,9 @@ std::vector<int32_t> sample(PyModel& m, const std::vector<int32_t>& prompt, int 
                             long seed) {
   const auto lock = lock_model(m);
   const ModelConfig& cfg = m.model->config();
-  if (cfg.arch != Arch::Gpt || !cfg.has_logits()) throw Error("sample needs a gpt model with a head");
+  if (cfg.arch != Arch::Gpt || !cfg.has_logits())
+    throw Error(cfg.encdec() ? "sample needs a gpt model with a head; an encoder-decoder translates (translate)"
+                             : "sample needs a gpt model with a head");
   if (prompt.empty() || int(prompt.size()) > cfg.seq_len)
     throw Error(fmt::format("sample: the prompt has {} tokens; it needs 1 to seq_len = {}", prompt.size(), cfg.seq_len));
   for (int32_t id : prompt)
@@ -246,19 +281,20 @@ std::vector<int32_t> sample(PyModel& m, const std::vector<int32_t>& prompt, int 
 }
 
 // The instruments on one sequence (the command's `analyze jacobian|attention`) or on given rows with
-// their labels (`analyze dynamics`): the command's --json text, without "input" and "model".
+// their labels (`analyze dynamics`): the command's --json text, without "input" and "model". An
+// encoder-decoder's take its source rows too (the command's --source-text, or a seq2seq --tokens).
 std::string instrument(PyModel& m, const std::string& kind, const Ids& ids, const std::optional<Ids>& labels,
-                       int token, bool full, long full_max_dim, int lanczos_k) {
+                       int token, bool full, long full_max_dim, int lanczos_k, const std::optional<Ids>& source) {
   const auto lock = lock_model(m);
   const ModelConfig& cfg = m.model->config();
-  refuse_encdec(cfg, kind.c_str());
   Batch b = batch_of(ids, cfg, kind.c_str());
+  add_source(b, source, cfg, kind.c_str());
   nlohmann::json results;
   if (kind == "dynamics") {
     if (labels) {
       if (labels->size() != ids.size()) throw Error("dynamics: labels must have the shape of ids");
       b.labels.assign(labels->data(), labels->data() + labels->size());
-    } else if (cfg.causal()) {  // as `analyze dynamics --text`: the next tokens, or the tokens themselves
+    } else if (cfg.causal() || cfg.encdec()) {  // as `analyze dynamics --text`: the next tokens, or the tokens themselves
       for (int r = 0; r < b.B; r++)
         for (int t = 0; t + 1 < b.T; t++) b.labels[size_t(r) * b.T + t] = b.ids[size_t(r) * b.T + t + 1];
     } else {
@@ -267,27 +303,77 @@ std::string instrument(PyModel& m, const std::string& kind, const Ids& ids, cons
     check_batch(b, cfg, "dynamics", cfg.has_logits());
     Model<double>& model = m.widened();
     py::gil_scoped_release release;
-    results = analysis::to_json(analysis::analyze_dynamics(model, std::vector<Batch>{b}));
+    results = cfg.encdec() ? analysis::to_json(analysis::analyze_dynamics_encdec(model, {b}))
+                           : analysis::to_json(analysis::analyze_dynamics(model, std::vector<Batch>{b}));
   } else if (kind == "jacobian" || kind == "attention") {
     if (b.B != 1) throw Error(fmt::format("{}: one sequence (1-D ids), not {} rows", kind, b.B));
     Model<double>& model = m.widened();
     py::gil_scoped_release release;
-    model.forward(b.ids.data(), b.labels.data(), 1, b.T);
+    model.forward(b.ids.data(), b.labels.data(), 1, b.T, nullptr, nullptr, b.source());
     if (kind == "jacobian") {
       analysis::JacobianOptions o;
       o.token = token;
       o.full = full;
       o.full_max_dim = full_max_dim;
       o.lanczos_k = lanczos_k;
-      results = analysis::to_json(analysis::analyze_jacobian(model, o));
+      results = cfg.encdec() ? analysis::to_json(analysis::analyze_jacobian_encdec(model, o))
+                             : analysis::to_json(analysis::analyze_jacobian(model, o));
     } else {
       results = analysis::to_json(analysis::analyze_attention(model));
     }
     results["input_ids"] = b.ids;
+    if (cfg.encdec()) results["source_ids"] = b.src;
   } else {
     throw Error(fmt::format("no instrument '{}' (jacobian, attention, dynamics)", kind));
   }
   return dump_json(results, 1);
+}
+
+void need_encdec(const ModelConfig& cfg, const char* what) {
+  if (!cfg.encdec())
+    throw Error(fmt::format("{} needs an encoder-decoder model (model.arch = \"encdec\"); this one is {}", what,
+                            to_string(cfg.arch)));
+}
+
+// A source-target pair of text as an encoder-decoder reads it (UTF-8 bytes, as translation training
+// and the command's analyze --source-text / --text): source bytes + EOS, decoder input BOS + target
+// bytes, labels the target bytes + EOS.
+py::tuple translation_pair(const PyModel& m, const std::string& source, const std::string& target) {
+  const ModelConfig& cfg = m.model->config();
+  need_encdec(cfg, "translation_pair");
+  TokenPair pair{source_ids(source), {}};
+  for (unsigned char c : target) pair.tgt.push_back(int32_t(c));
+  if (int(pair.src.size()) > cfg.seq_len)
+    throw Error(fmt::format("translation_pair: the source is {} tokens ({} bytes + EOS), more than the model's "
+                            "seq_len {}", pair.src.size(), pair.src.size() - 1, cfg.seq_len));
+  if (int(pair.tgt.size()) + 1 > cfg.seq_len)
+    throw Error(fmt::format("translation_pair: the target is {} tokens (BOS + {} bytes), more than the model's "
+                            "seq_len {}", pair.tgt.size() + 1, pair.tgt.size(), cfg.seq_len));
+  const Batch b = translation_batch({pair}, 0, 1);
+  return py::make_tuple(copy_array(b.src.data(), {py::ssize_t(b.S)}), copy_array(b.ids.data(), {py::ssize_t(b.T)}),
+                        copy_array(b.labels.data(), {py::ssize_t(b.T)}));
+}
+
+// `normlab translate`: each text's translation (greedy, or beam search), as the command prints it.
+// Bytes: a byte-level model's output need not be UTF-8 (the Python side decodes it, replacing what is not).
+std::vector<py::bytes> translate_texts(PyModel& m, const std::vector<std::string>& texts, int beam,
+                                       double length_penalty, int max_len) {
+  const auto lock = lock_model(m);
+  need_encdec(m.model->config(), "translate");
+  std::vector<std::vector<int32_t>> sources;
+  for (const std::string& text : texts) sources.push_back(source_ids(text));
+  DecodeOptions o;
+  o.beam = beam;
+  o.length_penalty = length_penalty;
+  o.max_len = max_len;
+  std::vector<std::vector<int32_t>> out;
+  {
+    py::gil_scoped_release release;
+    out = translate(*m.model, sources, o);
+  }
+  std::vector<py::bytes> lines;
+  for (const auto& ids : out) lines.emplace_back(target_text(ids));
+  return lines;
 }
 
 // `normlab theory --checkpoint`'s claims on this model: the --json text.
@@ -430,15 +516,19 @@ PYBIND11_MODULE(_core, mod) {
       .def_property_readonly("config_json",
                              [](const PyModel& m) { return dump_json(model_config_to_json(m.model->config())); })
       .def_property_readonly("n_params", [](const PyModel& m) { return m.model->table().total; })
-      .def("forward", &forward, py::arg("ids"))
-      .def("loss_and_grads", &loss_and_grads, py::arg("ids"), py::arg("labels"))
+      .def("forward", &forward, py::arg("ids"), py::arg("source") = std::nullopt)
+      .def("loss_and_grads", &loss_and_grads, py::arg("ids"), py::arg("labels"), py::arg("source") = std::nullopt)
       .def("params", &params)
       .def("tokenize", &tokenize, py::arg("text"), py::arg("tokenizer") = "", py::arg("special") = true)
       .def("decode", &decode, py::arg("ids"), py::arg("tokenizer") = "")
       .def("sample", &sample, py::arg("prompt"), py::arg("max_new"), py::arg("temperature"), py::arg("top_k"),
            py::arg("seed"))
       .def("instrument", &instrument, py::arg("kind"), py::arg("ids"), py::arg("labels") = std::nullopt,
-           py::arg("token") = -1, py::arg("full") = true, py::arg("full_max_dim") = 4096, py::arg("lanczos_k") = 5)
+           py::arg("token") = -1, py::arg("full") = true, py::arg("full_max_dim") = 4096, py::arg("lanczos_k") = 5,
+           py::arg("source") = std::nullopt)
+      .def("translation_pair", &translation_pair, py::arg("source"), py::arg("target"))
+      .def("translate", &translate_texts, py::arg("texts"), py::arg("beam"), py::arg("length_penalty"),
+           py::arg("max_len"))
       .def("theory", &theory, py::arg("seeds"), py::arg("corpus"), py::arg("tokenizer"), py::arg("seq_len"));
   mod.def("load", &load, py::arg("path"));
   mod.def("from_state", &from_state, py::arg("config_json"), py::arg("state"), py::arg("what"));

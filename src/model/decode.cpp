@@ -241,7 +241,15 @@ std::vector<int32_t> search(Model<float>& model, const std::vector<int32_t>& sou
 std::vector<std::vector<int32_t>> translate(Model<float>& model, const std::vector<std::vector<int32_t>>& sources,
                                             const DecodeOptions& options) {
   const ModelConfig& cfg = model.config();
+  if (!cfg.encdec())
+    throw Error(fmt::format("translate needs an encoder-decoder model (model.arch = \"encdec\"); this one is {}",
+                            to_string(cfg.arch)));
   if (options.beam < 1 || options.beam > 64) throw Error(fmt::format("beam = {} must be in [1, 64]", options.beam));
+  if (!(options.length_penalty >= 0 && options.length_penalty <= 10))
+    throw Error(fmt::format("length_penalty = {} must be in [0, 10]", options.length_penalty));
+  if (options.max_len < 0 || options.max_len > cfg.seq_len)
+    throw Error(fmt::format("max_len = {} must be in [0, {}] (the model's seq_len; 0: all of it)", options.max_len,
+                            cfg.seq_len));
   const int max_len = options.max_len > 0 ? options.max_len : cfg.seq_len;
   std::vector<std::vector<int32_t>> out;
   for (size_t i = 0; i < sources.size(); i++) {

@@ -202,6 +202,111 @@ def check_tokenize_and_sample(nl, workdir):
           f"{want} vs {list(got)}")
 
 
+# ---- an encoder-decoder -----------------------------------------------------------------------------
+
+def layernorm(x, w, b, eps):
+    x = x.astype(np.float64)
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * w + b
+
+
+def check_encdec(nl, workdir):
+    """A byte-level encoder-decoder (Pre-LN, random weights): the module against the command on a
+    seq2seq token file (normlab grads, analyze --tokens), on text (analyze --source-text / --text,
+    translate), and the hidden states against their definitions."""
+    ckpt = os.path.join(workdir, "encdec.safetensors")
+    run([nl, "init", "--set", "model.arch=encdec", "--set", "model.n_layers=2", "--set", "model.dec_layers=2",
+         "--set", "model.d_model=32", "--set", "model.n_heads=2", "--set", "model.d_ff=64", "--set",
+         "model.seq_len=48", "--out", ckpt, "--force"])
+    m = normlab.load(ckpt)
+
+    # translation_pair: source bytes + EOS, BOS + target bytes, target bytes + EOS; the command's pair
+    src, ids, labels = m.translation_pair("la casa blanca", "the white house")
+    eos, bos = int(src[-1]), int(ids[0])
+    check("encdec: translation_pair is source + EOS, BOS + target, target + EOS",
+          list(src[:-1]) == list(b"la casa blanca") and list(ids[1:]) == list(b"the white house") and
+          list(labels) == list(b"the white house") + [eos] and min(eos, bos) >= 256 and eos != bos,
+          (src, ids, labels))
+    js = os.path.join(workdir, "encdec_attention_text.json")
+    run([nl, "analyze", "attention", "--checkpoint", ckpt, "--source-text", "la casa blanca", "--text",
+         "the white house", "--json", js, "--force"])
+    with open(js) as f:
+        want = json.load(f)
+    got = m.attention(ids, source=src)
+    check("encdec: attention on translation_pair equals analyze attention --source-text --text --json bit for bit",
+          same_json(got.data, want), first_difference(got.data, want))
+
+    # two rows of a seq2seq token file: forward, loss and gradients against normlab grads
+    rng = np.random.default_rng(2)
+    S, T = 7, 6
+    src2 = np.concatenate([rng.integers(0, 256, size=(2, S - 1)), np.full((2, 1), eos)], axis=1).astype(np.int32)
+    ids2 = np.concatenate([np.full((2, 1), bos), rng.integers(0, 256, size=(2, T - 1))], axis=1).astype(np.int32)
+    labels2 = np.concatenate([ids2[:, 1:], np.full((2, 1), eos)], axis=1).astype(np.int32)
+    tokens = os.path.join(workdir, "encdec_tokens.safetensors")
+    save_file({"input_ids": src2, "decoder_input_ids": ids2, "labels": labels2}, tokens)
+    out = os.path.join(workdir, "encdec_grads.safetensors")
+    run([nl, "grads", "--checkpoint", ckpt, "--tokens", tokens, "--out", out, "--force"])
+    cli = load_file(out)
+    fw = m.forward(ids2, source=src2)
+    check("encdec: forward logits and memory equal normlab grads bit for bit",
+          np.array_equal(fw.logits, cli["logits"]) and np.array_equal(fw.memory, cli["memory"]))
+    loss, grads = m.loss_and_grads(ids2, labels2, source=src2)
+    check("encdec: loss equals normlab grads bit for bit", np.float32(loss) == cli["loss"], f"{loss} vs {cli['loss']}")
+    bad = [k for k, g in grads.items() if not np.array_equal(g, cli["grad." + k])]
+    check(f"encdec: all {len(grads)} gradients equal normlab grads bit for bit", not bad and len(grads) > 30, bad[:3])
+    # the hidden states by their definitions: embeddings (learned positions, shared token table), the
+    # decoder's last stream through its final norm is `final`, and `final` through the tied head the logits
+    p, c = m.params(), m.config
+    check("encdec: hidden has the decoder's L + 1 streams, encoder_hidden the encoder's L, each its shape",
+          len(fw.hidden) == c["dec_layers"] + 1 and len(fw.encoder_hidden) == c["n_layers"] and
+          all(h.shape == (2, T, 32) for h in fw.hidden) and all(h.shape == (2, S, 32) for h in fw.encoder_hidden))
+    check("encdec: hidden[0] and encoder_hidden[0] are the embeddings",
+          np.allclose(fw.hidden[0], p["wte.weight"][ids2] + p["wpe.weight"][:T], atol=1e-6) and
+          np.allclose(fw.encoder_hidden[0], p["wte.weight"][src2] + p["enc.wpe.weight"][:S], atol=1e-6))
+    final = layernorm(fw.hidden[-1], p["ln_f.weight"], p["ln_f.bias"], c["eps"])
+    check("encdec: the last decoder stream through ln_f is final, final through the head the logits",
+          np.abs(final - fw.final).max() < 1e-5 and
+          np.abs(fw.final.astype(np.float64) @ p["wte.weight"].T.astype(np.float64) - fw.logits).max() < 1e-5)
+
+    # the instruments against analyze --tokens (jacobian and attention: the first row; dynamics: both)
+    for kind in ("jacobian", "attention", "dynamics"):
+        js = os.path.join(workdir, f"encdec_{kind}.json")
+        extra = ["--update-steps", "0"] if kind == "dynamics" else []
+        run([nl, "analyze", kind, "--checkpoint", ckpt, "--tokens", tokens, "--json", js, "--force", *extra])
+        with open(js) as f:
+            want = json.load(f)
+        got = m.jacobian(ids2[0], source=src2[0]) if kind == "jacobian" else \
+            m.attention(ids2[0], source=src2[0]) if kind == "attention" else m.dynamics(ids2, labels2, source=src2)
+        check(f"encdec: {kind} equals normlab analyze {kind} --tokens --json bit for bit", same_json(got.data, want),
+              first_difference(got.data, want))
+        rows = 2 if kind == "jacobian" else len(want["per_head"]) if kind == "attention" else \
+            c["n_layers"] + c["dec_layers"]
+        check(f"encdec: {kind}.to_pandas() has {rows} rows", len(got.to_pandas()) == rows, len(got.to_pandas()))
+
+    # translate: normlab translate's lines (greedy and beam)
+    for beam in (1, 3):
+        want = subprocess.run([nl, "translate", "--checkpoint", ckpt, "--text", "la casa", "--beam", str(beam),
+                               "--max-len", "12"], capture_output=True, check=True).stdout.decode("utf-8", "replace")
+        got = m.translate(["la casa"], beam=beam, max_len=12)
+        check(f"encdec: translate (beam {beam}) equals normlab translate", [want[:-1]] == got, f"{want!r} vs {got!r}")
+
+    # what an encoder-decoder refuses, and what the others do
+    gpt = normlab.load(os.path.join(workdir, "gpt2"))
+    for what, call, words in [("forward without source", lambda: m.forward(ids), "needs its source"),
+                              ("a source of other rows", lambda: m.forward(ids2, source=src), "one source row per"),
+                              ("a source id out of range", lambda: m.forward(ids, source=[1, 300]), "source token id 300"),
+                              ("text as ids", lambda: m.attention("la casa"), "translation_pair"),
+                              ("a source for a gpt", lambda: gpt.forward([1, 2], source=[1, 2]), "encoder-decoder"),
+                              ("translate on a gpt", lambda: gpt.translate("x"), "needs an encoder-decoder"),
+                              ("beam 65", lambda: m.translate("x", beam=65), "beam = 65"),
+                              ("max_len over seq_len", lambda: m.translate("x", max_len=49), "max_len = 49")]:
+        try:
+            call()
+            check(f"encdec: {what} raises normlab.Error", False, "no error")
+        except normlab.Error as e:
+            check(f"encdec: {what} raises normlab.Error naming it", words in str(e), str(e))
+
+
 # ---- training ---------------------------------------------------------------------------------------
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.seq_len=32", "train.batch_size=4",
@@ -380,6 +485,7 @@ def main():
     except normlab.Error as e:
         check("from_torch refuses another object by name", "NotAModel" in str(e), str(e))
     check_tokenize_and_sample(nl, a.workdir)
+    check_encdec(nl, a.workdir)
     check_train(nl, a.workdir)
     check_compare(nl, a.workdir)
     check_bad_input(a.workdir)
