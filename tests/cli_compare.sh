@@ -174,6 +174,9 @@ check "[[ \"\$(labels)\" == \"['placement=post init_from=start:pretrained', 'pla
   "fine-tuning labels: $(labels)"
 check "q fine/results.json \"d['runs'][2]['input']\" | grep -q \"its first 200000 bytes (whole lines); parameters from the checkpoint 'seq/runs/03-placement=pre_lr=0.003'\"" \
   "the pre fine-tuning run does not start from seq's pre run: $(q fine/results.json "d['runs'][2].get('input')" 2>&1)"
+# the summary's legend names the data once and counts the starts (2 runs from 2 checkpoints), not each path
+check "grep -q \"input: .*its first 200000 bytes (whole lines); 2 runs start from the parameters of a checkpoint (2 distinct\" fine/summary.txt && ! grep -q \"parameters from the checkpoint '\" fine/summary.txt" \
+  "the summary's input legend: $(grep -o 'input: .*' fine/summary.txt | cut -c1-400)"
 # the oracle: `normlab train` from that run directory by hand, the same losses to the bit
 sed -e '/^\[study/,/^pretrained/d' -e '/^\[\[grid\]\]/,$d' -e 's/^\[base\./[/' fine.toml > by_hand.toml
 OMP_NUM_THREADS=1 "$NL" train -c by_hand.toml --set model.placement=pre --set train.init_from=seq/runs/03-placement=pre_lr=0.003 \

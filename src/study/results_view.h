@@ -18,6 +18,10 @@ inline std::optional<double> number(const json& j, const char* key) {
   return j[key].get<double>();
 }
 
+// A run that starts from a checkpoint (train.init_from) says so after what it trained on: its record's
+// "input" is "<the data>" + kFromCheckpoint + "<path>'".
+inline constexpr const char* kFromCheckpoint = "; parameters from the checkpoint '";
+
 // The run's final validation loss, if it has one (a diverged run has none).
 inline std::optional<double> val_loss(const json& run) {
   return run.contains("summary") ? number(run["summary"], "val_loss") : std::nullopt;

@@ -23,6 +23,7 @@
 #include "study/probe.h"
 #include "study/report.h"
 #include "study/reproduce.h"
+#include "study/results_view.h"
 #include "study/start.h"
 #include "study/summary.h"
 #include "train/checkpoint.h"
@@ -318,8 +319,7 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
   }
   // a run that starts from a user's checkpoint says so where it says what it trained on
   if (!cfg.train.init_from.empty())
-    run["input"] = run.value("input", std::string("the parallel corpus")) +
-                   fmt::format("; parameters from the checkpoint '{}'", cfg.train.init_from);
+    run["input"] = run.value("input", std::string("the parallel corpus")) + view::kFromCheckpoint + cfg.train.init_from + "'";
   const double target = std::isnan(study.loss_target) ? run["unigram_entropy"].get<double>() - 0.5 : study.loss_target;
   run["loss_target"] = target;
   fs::create_directories(dir);

@@ -218,11 +218,27 @@ std::string summary_table(const json& results) {
       "run: the run's label (the grid values that differ between runs); status: finished | diverged | interrupted | "
       "failed | not run; train loss: training loss of the last step; val loss: validation loss at the end; diverged at: the "
       "step of the first non-finite loss or gradient; tokens/s: training throughput"};
+  // each distinct data input once; the checkpoints runs start from counted, not listed (each run's own
+  // is its record's input and its config's train.init_from)
   std::vector<std::string> inputs;
-  for (const auto& r : runs)
-    if (r.contains("input") && std::find(inputs.begin(), inputs.end(), r["input"].get<std::string>()) == inputs.end())
-      inputs.push_back(r["input"].get<std::string>());
-  if (!inputs.empty()) notes.push_back(fmt::format("input: {}", fmt::join(inputs, ", ")));
+  std::set<std::string> checkpoints;
+  int from_checkpoint = 0;
+  for (const auto& r : runs) {
+    if (!r.contains("input") || !r["input"].is_string()) continue;
+    std::string input = r["input"].get<std::string>();
+    if (const size_t at = input.find(view::kFromCheckpoint); at != std::string::npos) {
+      checkpoints.insert(input.substr(at));
+      input.resize(at);
+      from_checkpoint++;
+    }
+    if (std::find(inputs.begin(), inputs.end(), input) == inputs.end()) inputs.push_back(input);
+  }
+  if (!inputs.empty())
+    notes.push_back(fmt::format("input: {}{}", fmt::join(inputs, ", "),
+                                checkpoints.empty() ? ""
+                                : fmt::format("; {} runs start from the parameters of a checkpoint ({} distinct; "
+                                              "results.json names each run's in its input)",
+                                              from_checkpoint, checkpoints.size())));
   const auto with_target = std::find_if(runs.begin(), runs.end(), [](const json& r) { return r.contains("loss_target"); });
   if (with_target != runs.end())
     notes.push_back(fmt::format("to target: first step where the mean of the last 20 training losses is <= {:.3f} nats",
