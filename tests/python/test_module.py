@@ -155,6 +155,13 @@ def check_family(nl, name, model, d, workdir):
     w[...] = saved
     check(f"{name}: params() are the model's own parameters (a change reaches forward and the instruments)",
           changed and np.array_equal(m.forward(ids).logits, fw.logits))
+    # and through DLPack (numpy's __dlpack__) a torch tensor on the same memory: no copy either way
+    t = torch.from_dlpack(m.params()["wte.weight"])
+    t.mul_(2)  # (x2 then /2 restores every bit)
+    changed = not np.array_equal(m.forward(ids).logits, fw.logits)
+    t.div_(2)
+    check(f"{name}: torch.from_dlpack(params()[...]) shares the model's memory (a change there reaches forward)",
+          changed and np.array_equal(m.forward(ids).logits, fw.logits))
 
     # the instruments against `normlab analyze --json` on the token file (its first row; dynamics all rows;
     # the Jacobian on the first 5 tokens: its full (T d)^2 matrix and spectra are most of this test's time)
