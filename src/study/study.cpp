@@ -14,6 +14,7 @@
 #include "util/error.h"
 #include "util/hints.h"
 #include "util/json_reader.h"
+#include "util/resources.h"
 
 namespace normlab::study {
 
@@ -340,13 +341,13 @@ Study read_study_file(const std::string& path, const std::vector<std::string>& s
 }
 
 std::string builtin_study_path(const std::string& name) {
-  return std::string(NORMLAB_SOURCE_DIR) + "/studies/" + name + ".toml";
+  return resource_path("studies/" + name + ".toml");
 }
 
 std::vector<std::string> builtin_study_names() {
   std::vector<std::string> names;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(NORMLAB_SOURCE_DIR) + "/studies", ec))
+  for (const auto& e : std::filesystem::directory_iterator(resource_path("studies"), ec))
     if (e.path().extension() == ".toml") names.push_back(e.path().stem().string());
   std::sort(names.begin(), names.end());
   return names;

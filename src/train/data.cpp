@@ -15,10 +15,11 @@
 #include "util/error.h"
 #include "util/files.h"
 #include "util/hints.h"
+#include "util/resources.h"
 
 namespace normlab {
 
-std::string builtin_corpus_path() { return std::string(NORMLAB_SOURCE_DIR) + "/data/kjv.txt"; }
+std::string builtin_corpus_path() { return resource_path("data/kjv.txt"); }
 
 namespace {
 

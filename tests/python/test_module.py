@@ -456,6 +456,39 @@ def check_compare(nl, workdir):
             check(f"compare(resume=...) refuses {what} by name", words in str(e), str(e))
 
 
+def check_resources(workdir):
+    """normlab's own files (the built-in corpus, ...) come from one directory: the clone for a module
+    built in it, normlab/resources/ for an installed wheel (set at import). Pointed elsewhere, the
+    built-in corpus is read from there, and a directory without it is named in the error."""
+    clone = normlab._core.resource_dir()
+    check("resources: a module built in the clone reads the clone's files",
+          os.path.isfile(os.path.join(clone, "data", "kjv.txt")) and os.path.isdir(os.path.join(clone, "studies")), clone)
+    other = os.path.join(workdir, "resources")
+    os.makedirs(os.path.join(other, "data"), exist_ok=True)
+    with open(os.path.join(clone, "data", "kjv.txt"), encoding="utf-8") as f:
+        head = "".join(f.readlines()[:2000])
+    with open(os.path.join(other, "data", "kjv.txt"), "w", encoding="utf-8") as f:
+        f.write(head)
+    try:
+        normlab._core.set_resource_dir(other)
+        r = normlab.train(sets=TINY + ["train.steps=2"], out_dir=os.path.join(workdir, "res"), overwrite=True)
+        with open(os.path.join(workdir, "res", "metrics.jsonl")) as f:
+            summary = [json.loads(x) for x in f if '"summary"' in x][-1]
+        words = summary.get("input", "").split()  # "...: N training and M validation bytes"
+        read = int(words[-6]) + int(words[-3]) if len(words) > 6 else -1
+        check("resources: set_resource_dir moves the built-in corpus (the run read the other kjv.txt)",
+              r["steps_done"] == 2 and read == len(head.encode("utf-8")), f"{summary.get('input')} vs {len(head)}")
+        normlab._core.set_resource_dir(os.path.join(workdir, "nowhere"))
+        try:
+            normlab.train(sets=TINY + ["train.steps=2"], out_dir=os.path.join(workdir, "res2"), overwrite=True)
+            check("resources: a directory without the corpus is an error naming it", False, "no error")
+        except normlab.Error as e:
+            check("resources: a directory without the corpus is an error naming it",
+                  os.path.join(workdir, "nowhere", "data", "kjv.txt") in str(e), str(e))
+    finally:
+        normlab._core.set_resource_dir(clone)
+
+
 def check_bad_input(workdir):
     for what, call in [("a missing path", lambda: normlab.load(os.path.join(workdir, "nope"))),
                        ("an unknown config key", lambda: normlab.train(sets=["train.stepz=3"],
@@ -496,6 +529,7 @@ def main():
     check_train(nl, a.workdir)
     check_compare(nl, a.workdir)
     check_bad_input(a.workdir)
+    check_resources(a.workdir)
     print(f"{len(FAILED)} failed" if FAILED else "all passed")
     sys.exit(1 if FAILED else 0)
 
