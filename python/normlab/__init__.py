@@ -311,7 +311,7 @@ def train(config: str | os.PathLike | Mapping | None = None, *, sets: Iterable[s
 
 def compare(study: str | os.PathLike | None = None, *, out_dir: str | os.PathLike | None = None,
             sets: Iterable[str] | None = None, force: bool = False, resume: str | os.PathLike | None = None):
-    """Run a study as ``normlab compare`` does (``study`` a built-in study's name, ``"tiny"`` by default,
+    """Run a study as ``normlab compare`` does (``study`` a built-in study's name, ``"default"`` by default,
     or a study TOML file) into ``out_dir`` and return its results table (``read_results``: one row per
     run). Ctrl-C stops after the current step; finish the study with ``compare(resume=out_dir)``, as
     ``normlab compare --resume``: finished runs kept, the interrupted one resumed from its checkpoint,

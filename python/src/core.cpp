@@ -495,7 +495,7 @@ int compare_study(const std::string& name, const std::string& path, const std::s
   } else {
     if (out_dir.empty()) throw Error("compare: give the output directory");
     o.sets = sets.value_or(std::vector<std::string>{});
-    s = path.empty() ? study::builtin_study(name.empty() ? "tiny" : name, o.sets) : study::read_study_file(path, o.sets);
+    s = path.empty() ? study::builtin_study(name.empty() ? "default" : name, o.sets) : study::read_study_file(path, o.sets);
     o.out_dir = out_dir;
     o.force = force;
   }

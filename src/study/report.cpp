@@ -16,7 +16,9 @@ namespace {
 std::string read_asset(const std::string& relative) {
   const std::string path = resource_path(relative);
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("report asset '{}' is missing (is the source tree complete?)", path));
+  if (!in)
+    throw Error(fmt::format("report asset '{}' is missing (normlab's own files are incomplete: the clone it was "
+                            "built from, or an installed module's normlab/resources)", path));
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();

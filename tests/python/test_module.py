@@ -454,6 +454,12 @@ def check_compare(nl, workdir):
             check(f"compare(resume=...) refuses {what}", False, "accepted")
         except normlab.Error as e:
             check(f"compare(resume=...) refuses {what} by name", words in str(e), str(e))
+    # no study named: the command's default study (a set it does not know is refused naming it)
+    try:
+        normlab.compare(out_dir=os.path.join(workdir, "default"), sets=["train.bogus=1"])
+        check("compare() without a study runs the built-in default study", False, "accepted")
+    except normlab.Error as e:
+        check("compare() without a study runs the built-in default study", "built-in study 'default'" in str(e), str(e))
 
 
 def check_resources(workdir):
