@@ -308,6 +308,8 @@ std::string instrument(PyModel& m, const std::string& kind, const Ids& ids, cons
                            : analysis::to_json(analysis::analyze_dynamics(model, std::vector<Batch>{b}));
   } else if (kind == "jacobian" || kind == "attention") {
     if (b.B != 1) throw Error(fmt::format("{}: one sequence (1-D ids), not {} rows", kind, b.B));
+    if (cfg.encdec() && token != -1)
+      throw Error("jacobian: token picks a token-local block Jacobian; an encoder-decoder's are end-to-end (no token)");
     Model<double>& model = m.widened();
     py::gil_scoped_release release;
     model.forward(b.ids.data(), b.labels.data(), 1, b.T, nullptr, nullptr, b.source());

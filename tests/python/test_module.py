@@ -306,6 +306,7 @@ def check_encdec(nl, workdir):
                               ("a source for a gpt", lambda: gpt.forward([1, 2], source=[1, 2]), "encoder-decoder"),
                               ("translate on a gpt", lambda: gpt.translate("x"), "needs an encoder-decoder"),
                               ("beam 65", lambda: m.translate("x", beam=65), "beam = 65"),
+                              ("a token for its Jacobian", lambda: m.jacobian(ids, token=2, source=src), "end-to-end"),
                               ("max_len over seq_len", lambda: m.translate("x", max_len=49), "max_len = 49")]:
         try:
             call()
