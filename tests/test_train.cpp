@@ -650,19 +650,28 @@ TEST(Training, LabelSmoothingIsTheTrainingLossOnly) {
   EXPECT_NEAR(g, (up - down) / (2 * h), 1e-7 * std::max(1.0, std::abs(g)));
 }
 
-// train.stop_patience: a run whose validation loss stops improving (lr 1e-9) stops after that many
+namespace {
+// A run whose validation loss cannot improve (lr 1e-9), evaluated every 5 steps on one batch, that
+// stops after 2 evaluations without a 0.5% gain.
+RunConfig flat_run(const fs::path& dir) {
+  RunConfig cfg = small_run(dir, Placement::Pre, 400);
+  cfg.train.lr = 1e-9;
+  cfg.train.min_lr = 0;
+  cfg.train.eval_every = 5;
+  cfg.train.eval_batches = 1;
+  cfg.train.stop_patience = 2;
+  return cfg;
+}
+}  // namespace
+
+// train.stop_patience: a run whose validation loss stops improving stops after that many
 // evaluations without a 0.5% gain, writes a plateau record and a checkpoint there; a run stopped
 // before it and resumed stops at the same step with the same records; resuming the stopped run
 // trains nothing more.
 TEST(Training, StopsAtAValidationPlateauAndAResumeKeepsTheCount) {
   const fs::path dir = temp_dir("plateau");
   auto run_cfg = [&](const std::string& name) {
-    RunConfig cfg = small_run(dir / name, Placement::Pre, 400);
-    cfg.train.lr = 1e-9;
-    cfg.train.min_lr = 0;
-    cfg.train.eval_every = 5;
-    cfg.train.eval_batches = 1;
-    cfg.train.stop_patience = 2;
+    RunConfig cfg = flat_run(dir / name);
     cfg.train.checkpoint_every = 5;
     return cfg;
   };
@@ -713,13 +722,8 @@ TEST(Training, StopsAtAValidationPlateauAndAResumeKeepsTheCount) {
 TEST(Training, StopAfterWarmupKeepsTheWarmupOutOfAPlateau) {
   const fs::path dir = temp_dir("plateau-warmup");
   auto run_cfg = [&](const std::string& name, bool after_warmup) {
-    RunConfig cfg = small_run(dir / name, Placement::Pre, 400);
-    cfg.train.lr = 1e-9;
-    cfg.train.min_lr = 0;
+    RunConfig cfg = flat_run(dir / name);
     cfg.train.warmup_steps = 20;
-    cfg.train.eval_every = 5;
-    cfg.train.eval_batches = 1;
-    cfg.train.stop_patience = 2;
     cfg.train.stop_after_warmup = after_warmup;
     cfg.train.checkpoint_every = 0;
     return cfg;
