@@ -40,8 +40,12 @@ r = normlab.train(sets=["model.d_model=32", "model.n_layers=2", "model.n_heads=2
                         "train.batch_size=4"], out_dir="run")
 check("a run on the built-in corpus trains", r["steps_done"] == 20 and r["last_val_loss"] < 5.6, r)
 m = normlab.load("run")
-check("the built-in GPT-2 tokenizer", list(m.tokenize("Hello world", tokenizer="gpt2")) == [15496, 995])
 check("an instrument answers", len(m.attention(m.tokenize("In the beginning")).to_pandas()) == 4)
+r = normlab.train(sets=["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.seq_len=32", "train.steps=2",
+                        "train.batch_size=2", "data.tokenizer=gpt2", "data.max_bytes=200000", "model.vocab=50257"],
+                  out_dir="bpe")
+check("the built-in GPT-2 tokenizer (a run through it, then its ids)",
+      r["steps_done"] == 2 and list(normlab.load("bpe").tokenize("Hello world")) == [15496, 995])
 runs = normlab.compare("warmup", out_dir="warmup", sets=["train.steps=10"])
 check("a built-in study runs and writes its report with Chart.js",
       len(runs) > 0 and "Chart" in open(os.path.join("warmup", "report.html"), encoding="utf-8").read(), len(runs))
