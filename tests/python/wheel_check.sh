@@ -16,7 +16,7 @@ else
   trap 'rm -rf "$work"' EXIT
   git clone -q "$repo" "$work/clone" || exit 1
   python3 -m venv "$work/venv" || exit 1
-  (cd "$work" && "$work/venv/bin/pip" install -q "$work/clone") || { echo "wheel_check: pip install failed"; exit 1; }
+  (cd "$work" && "$work/venv/bin/pip" install -q "$work/clone[tables]") || { echo "wheel_check: pip install failed"; exit 1; }
   rm -rf "$work/clone"  # nothing of the clone is left to read
   py=$work/venv/bin/python
 fi
