@@ -233,12 +233,13 @@ std::string summary_table(const json& results) {
     }
     if (std::find(inputs.begin(), inputs.end(), input) == inputs.end()) inputs.push_back(input);
   }
-  if (!inputs.empty())
-    notes.push_back(fmt::format("input: {}{}", fmt::join(inputs, ", "),
-                                checkpoints.empty() ? ""
-                                : fmt::format("; {} runs start from the parameters of a checkpoint ({} distinct; "
-                                              "results.json names each run's in its input)",
-                                              from_checkpoint, checkpoints.size())));
+  std::string starts;  // one checkpoint is named; several are counted
+  if (checkpoints.size() == 1)
+    starts = fmt::format("{} ({} run{})", *checkpoints.begin(), from_checkpoint, from_checkpoint == 1 ? "" : "s");
+  else if (checkpoints.size() > 1)
+    starts = fmt::format("; {} runs start from the parameters of a checkpoint ({} distinct; results.json names each "
+                         "run's in its input)", from_checkpoint, checkpoints.size());
+  if (!inputs.empty()) notes.push_back(fmt::format("input: {}{}", fmt::join(inputs, ", "), starts));
   const auto with_target = std::find_if(runs.begin(), runs.end(), [](const json& r) { return r.contains("loss_target"); });
   if (with_target != runs.end())
     notes.push_back(fmt::format("to target: first step where the mean of the last 20 training losses is <= {:.3f} nats",
