@@ -180,13 +180,17 @@ print(claim, a, b[:1]) if not ok else None
 sys.exit(0 if ok else 1)
 PY
 }
-for c in "000 Thm 2.2" "000 Thm 3.2" "000 Thm 6.3" "004 dNorm/dz"; do check "same '$c' c-post.json" "theory --checkpoint post vs fresh: $c"; done
+for c in "000 Thm 2.2" "000 Thm 3.2" "000 Thm 6.3" "000 Thm 3.6"; do check "same '$c' c-post.json" "theory --checkpoint post vs fresh: $c"; done
+# a law over widths needs fresh models of several widths: one model skips it, naming the premise
+check "[[ \$(jq -r '[.[] | select(.source == \"004 dNorm/dz\")][0].measured' c-post.json) == *widths* ]]" "dNorm/dz not skipped by its premise"
 for c in "000 Thm 4.6" "000 Thm 6.4" "002 spectral bounds"; do check "same '$c' c-pre.json" "theory --checkpoint pre vs fresh: $c"; done
-check "[[ \$(jq '[.[] | select(.source == \"000 Thm 2.2\")][0].verdict' c-pre.json) == '\"skipped\"' ]]" "a Post-LN claim was not skipped on a Pre-LN checkpoint"
-# the depth claims hold for any norm kind: an RMSNorm Pre checkpoint answers them (and 004's fake depth), not
-# the LayerNorm lemmas
+check "[[ \$(jq '[.[] | select(.source == \"000 Thm 3.2\")][0].verdict' c-pre.json) == '\"skipped\"' ]]" "a Post-LN claim was not skipped on a Pre-LN checkpoint"
+# a claim about LayerNorm itself is measured whatever the placement
+check "[[ \$(jq -r '[.[] | select(.source == \"000 Thm 2.2\")][0].verdict' c-pre.json) == exact ]]" "Thm 2.2 not measured on a Pre-LN checkpoint"
+# the depth claims hold for any norm kind: an RMSNorm Pre checkpoint answers them (and 004's fake depth,
+# whose trend over the interior layers needs 5), not the LayerNorm lemmas
 "$NL" init --set model.placement=pre --set model.norm=rmsnorm --set model.d_model=16 --set model.n_heads=4 \
-  --set model.n_layers=3 --set model.seq_len=16 --out rms.safetensors >/dev/null
+  --set model.n_layers=5 --set model.seq_len=16 --out rms.safetensors >/dev/null
 "$NL" theory --checkpoint rms.safetensors --seeds 2 --json c-rms.json >/dev/null 2>&1
 verdict() { jq -r --arg s "$1" '[.[] | select(.source == $s)][0].verdict' "$2"; }
 for c in "003/004 stream growth" "004 effective depth" "004 Thm 2 Pre-LN Lipschitz" "004 fake depth: layer removal" \

@@ -47,8 +47,8 @@ while IFS= read -r name; do
 done <<<"$names"
 check "[[ $n -ge 20 ]]" "only $n claim names found"
 # docs/SOURCES.md's tables say what normlab finds for some claims; where a row leads with a verdict
-# (holds / violated), `normlab theory` must print that verdict for that claim (these rows are about
-# single operators, which answer the same at any size)
+# (holds / violated, exact / fails, satisfied / counterexample), `normlab theory` must print that
+# verdict for that claim (these rows are about single operators, which answer the same at any size)
 sources=$(python3 - "$SRC/docs/SOURCES.md" fresh.json <<'PY'
 import json, re, sys
 verdicts = {}
@@ -60,7 +60,7 @@ for line in open(sys.argv[1], encoding="utf-8"):
     cells = [x.strip() for x in line.strip().strip("|").split("|")] if line.startswith("| ") else []
     if len(cells) < 3 or cells[0] in ("name", "---") or cells[0].startswith("---"):
         continue
-    said = re.match(r"(holds|violated)\b", cells[-1])
+    said = re.match(r"(holds|violated|exact|fails|satisfied|counterexample)\b", cells[-1])
     if not said or cells[0] not in verdicts:
         continue
     checked += 1

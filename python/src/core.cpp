@@ -25,7 +25,7 @@
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
 #include "analysis/jacobian.h"
-#include "analysis/theory.h"
+#include "theory/theory.h"
 #include "dist/dist.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
@@ -380,21 +380,21 @@ std::vector<py::bytes> translate_texts(PyModel& m, const std::vector<std::string
 }
 
 // `normlab theory --checkpoint`'s claims on this model: the --json text.
-std::string theory(PyModel& m, int seeds, const std::string& corpus, const std::string& tokenizer, int seq_len) {
+std::string theory_of(PyModel& m, int seeds, const std::string& corpus, const std::string& tokenizer, int seq_len) {
   const auto lock = lock_model(m);
   if (seeds < 1 || seeds > 100) throw Error(fmt::format("theory: seeds {} must be in [1, 100]", seeds));
-  analysis::TheoryOptions o;
+  theory::TheoryOptions o;
   o.seeds = seeds;
   o.corpus = corpus;
   o.tokenizer = tokenizer;
   o.seq_len = seq_len;
-  auto given = std::make_shared<analysis::TheoryModel>();
+  auto given = std::make_shared<theory::TheoryModel>();
   given->name = m.source;
   given->config = m.model->config();
   given->params.assign(m.model->params().begin(), m.model->params().end());
   py::gil_scoped_release release;
-  o = analysis::theory_options_for(given, m.source, o);
-  return dump_json(analysis::to_json(analysis::run_theory_fresh_and_trained(o, 0)), 1);
+  o = theory::theory_options_for(given, m.source, o);
+  return dump_json(theory::to_json(theory::run_theory_fresh_and_trained(o, 0)), 1);
 }
 
 // The run config: a TOML file's path or a dict's JSON text, then the overrides (as --config / --set).
@@ -532,7 +532,7 @@ PYBIND11_MODULE(_core, mod) {
       .def("translation_pair", &translation_pair, py::arg("source"), py::arg("target"))
       .def("translate", &translate_texts, py::arg("texts"), py::arg("beam"), py::arg("length_penalty"),
            py::arg("max_len"))
-      .def("theory", &theory, py::arg("seeds"), py::arg("corpus"), py::arg("tokenizer"), py::arg("seq_len"));
+      .def("theory", &theory_of, py::arg("seeds"), py::arg("corpus"), py::arg("tokenizer"), py::arg("seq_len"));
   mod.def("load", &load, py::arg("path"));
   mod.def("from_state", &from_state, py::arg("config_json"), py::arg("state"), py::arg("what"));
   mod.def("train", &train_run, py::arg("path"), py::arg("doc_json"), py::arg("sets"), py::arg("resume_dir"),

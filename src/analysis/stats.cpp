@@ -1,9 +1,10 @@
-// stats.cpp: seed summaries, confidence intervals, the verdict rule and law fits (stats.h).
+// stats.cpp: seed summaries, confidence intervals, law fits and rank correlation (stats.h).
 #include "analysis/stats.h"
 
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <numeric>
 #include <fmt/format.h>
 
 namespace normlab::analysis {
@@ -18,7 +19,32 @@ double t975(int df) {
   return df >= 1 && df <= 30 ? q[df - 1] : 1.960;
 }
 
+// average ranks (1-based), ties sharing the mean of their ranks
+std::vector<double> ranks(const std::vector<double>& v) {
+  std::vector<size_t> order(v.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t i, size_t j) { return v[i] < v[j]; });
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j + 1 < order.size() && v[order[j + 1]] == v[order[i]]) j++;
+    for (size_t k = i; k <= j; k++) r[order[k]] = 0.5 * double(i + j) + 1;  // the average rank of a tie
+    i = j + 1;
+  }
+  return r;
+}
+
 }  // namespace
+
+double spearman(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.size() != y.size() || x.size() < 3) return std::nan("");
+  const std::vector<double> rx = ranks(x), ry = ranks(y);
+  const double n = double(x.size()), mean = (n + 1) / 2;
+  double sxy = 0, sxx = 0, syy = 0;
+  for (size_t i = 0; i < rx.size(); i++)
+    sxy += (rx[i] - mean) * (ry[i] - mean), sxx += (rx[i] - mean) * (rx[i] - mean), syy += (ry[i] - mean) * (ry[i] - mean);
+  return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : 0.0;
+}
 
 SeedSummary summarize(const std::vector<double>& values) {
   SeedSummary s;
@@ -83,28 +109,6 @@ std::string SeedDifference::how() const {
   if (kind == "paired") return fmt::format("paired by seed, {} seeds", n);
   if (kind == "welch") return fmt::format("Welch, {} and {} seeds", n_a, n_b);
   return "one seed on a side: no interval";
-}
-
-std::string Region::text() const {
-  switch (kind) {
-    case Above: return fmt::format("> {:g}", a);
-    case Below: return fmt::format("< {:g}", a);
-    case Between: return fmt::format("in [{:g}, {:g}]", a, b);
-  }
-  return "";
-}
-
-std::string decide(const SeedSummary& s, const Region& r) {
-  if (s.n == 0 || !std::isfinite(s.lo) || !std::isfinite(s.hi)) return kUndecided;
-  switch (r.kind) {
-    case Region::Above: return s.lo > r.a ? kHolds : s.hi <= r.a ? kViolated : kUndecided;
-    case Region::Below: return s.hi < r.a ? kHolds : s.lo >= r.a ? kViolated : kUndecided;
-    case Region::Between:
-      if (s.lo >= r.a && s.hi <= r.b) return kHolds;
-      if (s.hi < r.a || s.lo > r.b) return kViolated;
-      return kUndecided;
-  }
-  return kUndecided;
 }
 
 double fit_rss(const std::vector<double>& x, const std::vector<double>& y, const std::function<double(double)>& f,

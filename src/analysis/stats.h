@@ -1,9 +1,6 @@
-// stats.h: how `normlab theory` turns per-seed numbers into a verdict. One rule for every claim:
-// the per-seed values of the claim's quantity give a mean and a 95% Student-t confidence interval;
-// the claim "holds" when the interval lies inside the claimed region, is "violated" when it lies
-// inside the complement, and is "not distinguishable at this scale" when it straddles the border.
-// Growth claims compare two fitted laws (a N + b against a log N + b; power law against exponential)
-// by the log ratio of their residual sums of squares, per seed, under the same rule.
+// stats.h: the statistics of seeds: summaries with 95% Student-t intervals, differences between two
+// groups (paired by seed or Welch), least-squares fits of a law y = a f(x) + b, and Spearman's rank
+// correlation. The verdict rules that read them: theory/rules.h.
 #pragma once
 
 #include <functional>
@@ -46,24 +43,6 @@ struct SeedDifference {
 };
 SeedDifference seed_difference(const std::multimap<std::string, double>& a, const std::multimap<std::string, double>& b);
 
-// The region where a claim's quantity must lie for the claim to hold.
-struct Region {
-  enum Kind { Above, Below, Between } kind = Above;
-  double a = 0, b = 0;  // Above a; Below a; Between a and b
-  static Region above(double a) { return {Above, a, 0}; }
-  static Region below(double a) { return {Below, a, 0}; }
-  static Region between(double a, double b) { return {Between, a, b}; }
-  std::string text() const;  // e.g. "> 0", "in [0.75, 1.25]"
-};
-
-inline constexpr const char* kHolds = "holds";
-inline constexpr const char* kViolated = "violated";
-inline constexpr const char* kUndecided = "not distinguishable at this scale";
-
-// holds / violated / not distinguishable at this scale, from the confidence interval (for n = 1 the
-// interval is the value itself: one seed decides nothing about spread, and the table says n).
-std::string decide(const SeedSummary& s, const Region& claimed);
-
 // Least-squares fit y = a f(x) + b; returns the residual sum of squares (and a, b if asked).
 double fit_rss(const std::vector<double>& x, const std::vector<double>& y, const std::function<double(double)>& f,
                double* a = nullptr, double* b = nullptr);
@@ -72,5 +51,8 @@ double log_rss_ratio(const std::vector<double>& x, const std::vector<double>& y,
                      const std::function<double(double)>& f, const std::function<double(double)>& g);
 
 nlohmann::json to_json(const SeedSummary& s);
+
+// Spearman's rank correlation of y with x (average ranks for ties); NaN for fewer than 3 points.
+double spearman(const std::vector<double>& x, const std::vector<double>& y);
 
 }  // namespace normlab::analysis

@@ -21,7 +21,7 @@ void add_theory_command(CLI::App& app, TheoryCommand& cmd) {
   cmd.theory = app.add_subcommand(
       "theory", "measure each claim of docs/THEORY.md on fresh and trained models, or on one model (--checkpoint)");
   CLI::App* t = cmd.theory;
-  analysis::TheoryOptions& o = cmd.opts;
+  theory::TheoryOptions& o = cmd.opts;
   t->add_option("--json", cmd.json_out, "write every claim with its numbers as JSON");
   t->add_flag("--force", cmd.force, "replace --json if it exists");
   t->add_option("--checkpoint", cmd.checkpoint,
@@ -56,7 +56,7 @@ void add_theory_command(CLI::App& app, TheoryCommand& cmd) {
 }
 
 int run_theory(TheoryCommand& cmd) {
-  analysis::TheoryOptions& opts = cmd.opts;
+  theory::TheoryOptions& opts = cmd.opts;
   if (!cmd.json_out.empty() && !cmd.force && std::filesystem::exists(cmd.json_out))
     throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", cmd.json_out));
   if (cmd.trained_steps < 0 || cmd.trained_steps > 100000) throw Error("--trained-steps must be in [0, 100000]");
@@ -67,12 +67,12 @@ int run_theory(TheoryCommand& cmd) {
       if (cmd.theory->count(o))
         throw Error(fmt::format("{} does not apply with --checkpoint: the model's own width and depth are measured", o));
     auto f = load_model(cmd.checkpoint, /*forward_only=*/true);  // its parameters only
-    auto given = std::make_shared<analysis::TheoryModel>();
+    auto given = std::make_shared<theory::TheoryModel>();
     given->name = cmd.checkpoint;
     given->config = f->config();
     given->params.assign(f->params().begin(), f->params().end());
     const ModelConfig& c = given->config;
-    opts = analysis::theory_options_for(given, cmd.checkpoint, opts);
+    opts = theory::theory_options_for(given, cmd.checkpoint, opts);
     fmt::print("model: checkpoint '{}': {} {}, {} layers, d = {}, {} heads, {} placement, {} init\n", cmd.checkpoint,
                to_string(c.arch), to_string(c.norm), c.n_layers, c.d_model, c.n_heads, to_string(c.placement_of(0)),
                to_string(c.resolved_init()));
@@ -87,10 +87,10 @@ int run_theory(TheoryCommand& cmd) {
       throw Error(fmt::format("--paper-width {} must be in [8, 1024] and divisible by 4 (heads)", opts.paper_d_model));
   }
   opts.cache_dir = normlab_cache_dir();
-  const auto claims = analysis::run_theory_fresh_and_trained(opts, cmd.trained_steps);
-  analysis::print_claims(claims);
+  const auto claims = theory::run_theory_fresh_and_trained(opts, cmd.trained_steps);
+  theory::print_claims(claims);
   if (!cmd.json_out.empty()) {
-    nlohmann::json j = analysis::to_json(claims);
+    nlohmann::json j = theory::to_json(claims);
     try {
       write_file_atomic(cmd.json_out, dump_json(j, 1) + '\n');
     } catch (const Error& e) {

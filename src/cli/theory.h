@@ -5,14 +5,14 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "analysis/theory.h"
+#include "theory/theory.h"
 
 namespace normlab::cli {
 
 struct TheoryCommand {
   CLI::App* theory = nullptr;
-  analysis::TheoryOptions opts;
-  long trained_steps = analysis::kTheoryTrainedSteps;
+  theory::TheoryOptions opts;
+  long trained_steps = theory::kTheoryTrainedSteps;
   std::string json_out, checkpoint;
   bool force = false;
 };

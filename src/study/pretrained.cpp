@@ -19,9 +19,11 @@
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
+#include "analysis/fake_depth.h"
 #include "analysis/jacobian.h"
 #include "analysis/stats.h"
-#include "analysis/theory.h"
+#include "theory/rules.h"
+#include "theory/theory.h"
 #include "io/gguf_model.h"
 #include "io/hf.h"
 #include "io/tokenizer.h"
@@ -99,14 +101,29 @@ Batch rows_batch(const std::vector<std::vector<int32_t>>& rows, size_t first, si
   return b;
 }
 
+// A claim of one model, in the shape `normlab theory --json` writes (theory/theory.cpp): its kind, the
+// verdict of its kind's rule (theory/rules.h, the same rules as `normlab theory`) and the rule's numbers.
+nlohmann::json claim_entry(const std::string& label, const char* source, const std::string& statement, theory::Kind kind,
+                           const theory::Judgement& j, const std::string& measured, nlohmann::json numbers) {
+  nlohmann::json e = {{"source", source}, {"model", label}, {"kind", theory::to_string(kind)},
+                      {"statement", statement}, {"rule", j.text}, {"measured", measured},
+                      {"verdict", theory::to_string(j.verdict)},
+                      {"numbers", {{"rule", j.numbers}, {"readings", std::move(numbers)}}}};
+  if (kind == theory::Kind::Effect || kind == theory::Kind::Comparison) e["size"] = theory::to_string(j.size);
+  return e;
+}
+
 // Claims of the seeds and the literature that a single trained network can answer, decided from
-// its own readings (numbers in results.json).
+// its own readings (numbers in results.json) by `normlab theory`'s rules. One reading per model: an
+// identity or a bound is decided by it; an effect has no interval from one reading ("not
+// distinguishable", its value printed); a law is chosen by AIC alone (no spread to test its fit).
 nlohmann::json claims_for(const std::string& label, const analysis::DynamicsReport& dyn,
                           const analysis::JacobianReport& jac, const analysis::AttentionReport& att) {
+  using theory::Kind;
   nlohmann::json out = nlohmann::json::array();
   const int d = jac.d;
   // LayerNorm Jacobian rank (source 000 Thm 2.2: rank d-2 at eps = 0, the z-hat direction keeps
-  // (1/s) eps/(var + eps) at eps > 0)
+  // (1/s) eps/(var + eps) at eps > 0): a site of another rank would contradict the algebra
   int sites = 0, rank_d2 = 0, rank_d1 = 0;
   double worst_small = 0;
   for (const auto& s : jac.norms) {
@@ -116,15 +133,14 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
     worst_small = std::max(worst_small, s.predicted_small);
   }
   if (jac.norm_kind == "layernorm")
-  out.push_back({{"source", "000 Thm 2.2"}, {"model", label},
-                 {"statement", "A LayerNorm Jacobian has rank d-2 at eps = 0; with eps > 0 the z-hat direction keeps (1/s) eps/(var+eps)"},
-                 {"measured", fmt::format("{} norm sites (d = {}, eps = {:g}): {} of numerical rank d-2, {} of rank d-1; "
-                                          "largest predicted z-hat value {:.2g}",
-                                          sites, d, jac.eps, rank_d2, rank_d1, worst_small)},
-                 {"verdict", rank_d2 == sites ? "holds: at this eps the z-hat value is below the rank tolerance, so the rank is d-2"
-                                              : rank_d1 + rank_d2 == sites ? "holds (rank d-1 or d-2 as eps decides)"
-                                                                           : "violated"},
-                 {"numbers", {{"sites", sites}, {"rank_d_minus_2", rank_d2}, {"rank_d_minus_1", rank_d1}}}});
+    out.push_back(claim_entry(
+        label, "000 Thm 2.2",
+        "A LayerNorm Jacobian has rank d-2 at eps = 0; with eps > 0 the z-hat direction keeps (1/s) eps/(var+eps)",
+        Kind::Identity, theory::judge_identity({0}, {double(sites - rank_d2 - rank_d1)}),
+        fmt::format("{} norm sites (d = {}, eps = {:g}): {} of numerical rank d-2, {} of rank d-1 (at this eps the "
+                    "z-hat value decides which); largest predicted z-hat value {:.2g}",
+                    sites, d, jac.eps, rank_d2, rank_d1, worst_small),
+        {{"sites", sites}, {"rank_d_minus_2", rank_d2}, {"rank_d_minus_1", rank_d1}}));
   // Post-LN blocks: rank <= d - 2 per token
   int blocks = 0, ok = 0;
   for (const auto& b : jac.blocks) {
@@ -133,39 +149,33 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
     ok += b.rank_verdict.rfind("holds", 0) == 0;
   }
   if (blocks)
-    out.push_back({{"source", "000 Thm 3.2"}, {"model", label},
-                   {"statement", "A block that ends in a LayerNorm has a token-local Jacobian of rank <= d-2"},
-                   {"measured", fmt::format("{} of {} blocks", ok, blocks)},
-                   {"verdict", ok == blocks ? "holds" : "violated"},
-                   {"numbers", {{"blocks", blocks}, {"holds", ok}}}});
-  // attention: the chain 1 <= ||A|| <= sqrt(c_max) <= sqrt(n) and source 002's bound
-  int heads = 0, chain = 0, bound_checked = 0, bound_ok = 0;
-  double max_norm = 0;
+    out.push_back(claim_entry(label, "000 Thm 3.2", "A block that ends in a LayerNorm has a token-local Jacobian of rank <= d-2",
+                              Kind::Identity, theory::judge_identity({0}, {double(blocks - ok)}),
+                              fmt::format("{} of {} blocks within", ok, blocks), {{"blocks", blocks}, {"holds", ok}}));
+  // attention: the chain 1 <= ||A|| <= sqrt(c_max) <= sqrt(n) (algebra) and source 002's bound in M
+  int heads = 0, chain = 0, bound_checked = 0;
+  double max_norm = 0, worst = 0;
   for (const auto& h : att.heads_by_layer) {
     heads++;
     chain += h.stats.chain_holds;
     max_norm = std::max(max_norm, h.stats.norm2);
-    if (h.seed_bound) {
-      bound_checked++;
-      bound_ok += h.stats.norm2 <= *h.seed_bound * (1 + 1e-9);
-    }
+    if (h.seed_bound) bound_checked++, worst = std::max(worst, h.stats.norm2 / *h.seed_bound);
   }
-  out.push_back({{"source", "002 spectral bounds"}, {"model", label},
-                 {"statement", "Attention probabilities satisfy 1 <= ||A||_2 <= sqrt(c_max) <= sqrt(n)"},
-                 {"measured", fmt::format("{} of {} heads; largest ||A||_2 = {:.3f}, sqrt(n) = {:.3f}", chain, heads, max_norm,
-                                          std::sqrt(double(att.T)))},
-                 {"verdict", chain == heads ? "holds" : "violated"},
-                 {"numbers", {{"heads", heads}, {"holds", chain}, {"max_norm2", max_norm}}}});
-  if (bound_checked)
-    out.push_back({{"source", "002 spectral bounds"}, {"model", label},
-                   {"statement", "||A||_2 <= sqrt(n / (1 + (n-1) exp(-2M))), M = Gamma^2 sigma_Q sigma_K sqrt(d)"},
-                   {"measured", fmt::format("{} of {} heads within the bound", bound_ok, bound_checked)},
-                   {"verdict", bound_ok == bound_checked ? "holds (the bound is loose: M is large, so it is near sqrt(n))"
-                                                         : "violated"},
-                   {"numbers", {{"heads", bound_checked}, {"holds", bound_ok}}}});
-  // Dong et al. 2021, under `normlab theory`'s names and rules (one reading: the verdict is the rule
-  // applied to it): pure attention collapses (res ratio < 0.01), skips prevent it (the same weights
-  // with skips and no MLPs keep at least ten times the residual: log10 of the ratio > 1), and the rate
+  out.push_back(claim_entry(label, "002 spectral bounds",
+                            "Attention probabilities satisfy 1 <= ||A||_2 <= sqrt(c_max) <= sqrt(n)", Kind::Identity,
+                            theory::judge_identity({0}, {double(heads - chain)}),
+                            fmt::format("{} of {} heads; largest ||A||_2 = {:.3f}, sqrt(n) = {:.3f}", chain, heads,
+                                        max_norm, std::sqrt(double(att.T))),
+                            {{"heads", heads}, {"holds", chain}, {"max_norm2", max_norm}}));
+  out.push_back(claim_entry(label, "002 bound in M",
+                            "||A||_2 <= sqrt(n / (1 + (n-1) exp(-2M))), M = Gamma^2 sigma_Q sigma_K sqrt(d)", Kind::Bound,
+                            theory::judge_bound({}, {worst}, {1.0}, {bound_checked == 0}),
+                            fmt::format("{} of {} heads have the bound; largest ||A||_2 / bound {:.3f} (near 1: M is "
+                                        "large, so the bound is near sqrt(n))", bound_checked, heads, worst),
+                            {{"heads", bound_checked}, {"max_ratio_to_bound", worst}}));
+  // Dong et al. 2021, under `normlab theory`'s names and kinds: pure attention collapses (an effect:
+  // log10 of the residual ratio < 0), skips keep more of it (a comparison with the same weights), and
+  // the collapse rate (a law)
   const analysis::RankCollapseVariant* pure = nullptr;
   const analysis::RankCollapseVariant* skips = nullptr;
   double full = NAN;
@@ -174,38 +184,37 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
     if (v.skips && !v.mlp) skips = &v;
     if (!v.skips && !v.mlp) pure = &v;
   }
-  auto one_reading = [&](const char* source, const char* statement, double value, const analysis::Region& region,
-                         const std::string& measured, nlohmann::json numbers) {
-    out.push_back({{"source", source}, {"model", label}, {"statement", statement},
-                   {"measured", fmt::format("{} (claim: {})", measured, region.text())},
-                   {"verdict", analysis::decide(analysis::summarize({value}), region)}, {"numbers", std::move(numbers)}});
-  };
   if (pure && skips) {
     const std::string readings = fmt::format("res(X_L)/res(X_0): {:.3g} as pure attention (skips and MLPs removed), {:.3g} "
                                              "with skips and no MLPs, {:.3g} as the model is",
                                              pure->ratio, skips->ratio, full);
     const nlohmann::json nums = {{"pure_attention", pure->ratio}, {"skip_no_mlp", skips->ratio}, {"with_skips", full}};
-    one_reading("002 rank collapse", "without skip connections attention layers drive the tokens to rank one", pure->ratio,
-                analysis::Region::below(0.01), "res(X_L)/res(X_0) of pure attention; " + readings, nums);
-    const double kept = std::log10(std::max(skips->ratio, 1e-300) / std::max(pure->ratio, 1e-300));
-    one_reading("002 skips prevent collapse", "skip connections prevent rank collapse", kept, analysis::Region::above(1),
-                fmt::format("log10 of res with skips (no MLPs) over res without: {:.2f}; {}", kept, readings), nums);
-    const analysis::CollapseRate rate = analysis::collapse_rate(pure->residual_rank);
-    if (rate.layers >= 3)
-      one_reading("002 collapse rate", "pure attention loses rank doubly exponentially with depth", rate.double_vs_single,
-                  analysis::Region::above(0),
-                  fmt::format("log(RSS power law / RSS exponential law) of log log(res_0/res_l): {:.2f}; log(res_0/res_l) ~ "
-                              "l^{:.2f}, res shrinks x{:.3f} per layer over {} layers",
-                              rate.double_vs_single, rate.exponent, rate.factor, rate.layers),
-                  {{"log_rss_power_over_exp", rate.double_vs_single}, {"exponent", rate.exponent}});
+    const double log_pure = std::log10(std::max(pure->ratio, 1e-300)), log_skips = std::log10(std::max(skips->ratio, 1e-300));
+    out.push_back(claim_entry(label, "002 rank collapse", "without skip connections attention layers drive the tokens to rank one",
+                              Kind::Effect, theory::judge_effect(theory::EffectRule::towards(-1), {log_pure}),
+                              fmt::format("log10 res(X_L)/res(X_0) of pure attention: {:.2f}; {}", log_pure, readings), nums));
+    out.push_back(claim_entry(label, "002 skips prevent collapse", "skip connections prevent rank collapse", Kind::Comparison,
+                              theory::judge_effect(theory::EffectRule::towards(1).between("without skips", "with skips"),
+                                                   {log_skips - log_pure}, {log_pure}, {log_skips}),
+                              fmt::format("log10 of res with skips (no MLPs) over res without: {:.2f}; {}",
+                                          log_skips - log_pure, readings),
+                              nums));
+    const theory::Series rate = theory::collapse_series(pure->residual_rank);
+    if (rate.x.size() >= 3)
+      out.push_back(claim_entry(label, "002 collapse rate", "pure attention loses rank doubly exponentially with depth",
+                                Kind::Law, theory::judge_law(theory::collapse_law(), {rate}),
+                                fmt::format("res(X_l) of pure attention [{:.3g}]", fmt::join(pure->residual_rank, ", ")),
+                                {{"layers_fitted", rate.x.size()}}));
   }
   return out;
 }
 
-// Source 004's fake depth by function, decided by `normlab theory`'s rule over windows: per window the
-// exponent of the angular distance between consecutive layers' streams (every model) and of the loss
-// increase when a layer's branches are removed (a causal model with logits) against the layer index.
-// On the model as loaded, in float32 (L + 1 forwards per window: in double, SmolLM2's took 30 s).
+// Source 004's fake depth by function, under `normlab theory`'s rule: per window the rank correlation
+// with depth, over the interior layers, of the angular distance between consecutive layers' streams
+// (every model) and of the loss increase when a layer's branches are removed (a causal model with
+// logits); the first and last layers apart. Pre-LN's claim is a decline (an effect < 0), Post-LN's
+// that there is none (refuted by an interval that excludes 0, never shown). On the model as loaded, in
+// float32 (L + 1 forwards per window: in double, SmolLM2's took 30 s).
 constexpr int kFakeDepthWindows = 3;  // windows of the layer-removal test (L + 1 forwards each)
 
 nlohmann::json fake_depth_claims(const std::string& label, Model<float>& m, const std::vector<std::vector<int32_t>>& rows,
@@ -213,36 +222,41 @@ nlohmann::json fake_depth_claims(const std::string& label, Model<float>& m, cons
   nlohmann::json out = nlohmann::json::array();
   const ModelConfig& c = m.config();
   const Placement p = c.placement_of(0);
-  if (p != Placement::Pre && p != Placement::Post) return out;
-  const analysis::Region region = analysis::fake_depth_region(p);
-  std::vector<double> angular, removal_exp;
+  if ((p != Placement::Pre && p != Placement::Post) || c.n_layers < 5) return out;
+  std::vector<double> angular, removal_trend, first_cost, last_cost;
   std::vector<analysis::FakeDepth> first;
   for (size_t r = 0; r < rows.size() && r < size_t(kFakeDepthWindows); r++) {
     analysis::FakeDepth f = analysis::measure_fake_depth(m, rows[r], removal);
-    angular.push_back(f.angular_exponent());
-    if (removal && f.with_loss) removal_exp.push_back(f.removal_exponent());
+    angular.push_back(analysis::interior_trend(f.angular));
+    if (removal && f.with_loss) {
+      removal_trend.push_back(analysis::interior_trend(f.ablation));
+      first_cost.push_back(f.ablation.front()), last_cost.push_back(f.ablation.back());
+    }
     if (first.empty()) first.push_back(std::move(f));
   }
-  auto claim = [&](const char* source, const std::string& statement, const std::string& quantity,
-                   const std::vector<double>& values, const std::string& detail) {
-    const analysis::SeedSummary s = analysis::summarize(values);
-    out.push_back({{"source", source}, {"model", label}, {"statement", statement},
-                   {"measured", fmt::format("{} (claim: {}): mean {:.3g}, 95% CI [{:.3g}, {:.3g}] over {} windows; first "
-                                            "window: {}", quantity, region.text(), s.mean, s.lo, s.hi, s.n, detail)},
-                   {"verdict", analysis::decide(s, region)}, {"numbers", {{"summary", analysis::to_json(s)}}}});
-  };
   const bool pre = p == Placement::Pre;
-  claim("004 fake depth: angular distance",
-        pre ? "in Pre-LN a deep layer changes the stream less and less" : "in Post-LN every layer takes part about equally",
-        "exponent of the angular distance between consecutive layers' streams against the layer index", angular,
-        fmt::format("[{:.3f}]", fmt::join(first[0].angular, ", ")));
-  if (!removal_exp.empty())
-    claim("004 fake depth: layer removal",
-          pre ? "in Pre-LN the deep layers matter less: removing one costs less the deeper it is"
-              : "in Post-LN every layer matters about equally",
-          "exponent of the loss increase when a layer's branches are removed against the layer index", removal_exp,
-          fmt::format("loss {:.3f} nats (float32 forwards), removing layer l adds [{:.3g}]", first[0].loss,
-                      fmt::join(first[0].ablation, ", ")));
+  const theory::EffectRule rule = theory::EffectRule::towards(pre ? -1 : 0);
+  out.push_back(claim_entry(label, "004 fake depth: angular distance",
+                            pre ? "in Pre-LN a deep layer changes the stream less and less"
+                                : "in Post-LN every layer takes part about equally: no decline with depth",
+                            theory::Kind::Effect, theory::judge_effect(rule, angular, {}, {}, "window"),
+                            fmt::format("Spearman correlation of the angular distance with the layer over the interior "
+                                        "layers, per window; first window by layer [{:.3f}]",
+                                        fmt::join(first[0].angular, ", ")),
+                            {{"trend_by_window", angular}}));
+  if (!removal_trend.empty())
+    out.push_back(claim_entry(label, "004 fake depth: layer removal",
+                              pre ? "in Pre-LN the deep layers matter less: removing one costs less the deeper it is"
+                                  : "in Post-LN every layer matters about equally: no decline with depth",
+                              theory::Kind::Effect, theory::judge_effect(rule, removal_trend, {}, {}, "window"),
+                              fmt::format("Spearman correlation of the removal cost with the layer over the interior "
+                                          "layers, per window; first window: loss {:.3f} nats (float32 forwards), removing "
+                                          "layer l adds [{:.3g}]; apart from the trend the first layer costs {:.3g} and the "
+                                          "last {:.3g} (window means)",
+                                          first[0].loss, fmt::join(first[0].ablation, ", "),
+                                          analysis::summarize(first_cost).mean, analysis::summarize(last_cost).mean),
+                              {{"trend_by_window", removal_trend}, {"first_layer_cost", first_cost},
+                               {"last_layer_cost", last_cost}}));
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "analysis/stats.h"
+#include "theory/rules.h"
 #include "study/results_view.h"
 #include "util/error.h"
 #include "util/hints.h"
@@ -341,14 +342,14 @@ json reproductions(const json& results) {
     const Side a = measure_side(results, e["a"], metric, best_of), b = measure_side(results, e["b"], metric, best_of);
     // which side the claim calls worse: a higher loss, or a lower BLEU
     const bool a_claimed_worse = (metric == "bleu") == (expect == "a < b");
-    const analysis::Region region = expect == "a < b" ? analysis::Region::below(0) : analysis::Region::above(0);
+    const int direction = expect == "a < b" ? -1 : 1;  // the claimed sign of a - b
     json diff = {{"kind", "none"}, {"n", 0}, {"mean", nullptr}, {"lo", nullptr}, {"hi", nullptr}};
-    std::string verdict = analysis::kUndecided, how;
+    std::string verdict = theory::to_string(theory::Verdict::NotDistinguishable), how;
     if (a.finished == 0 || b.finished == 0) {
       const bool a_dead = a.finished == 0 && a.diverged > 0, b_dead = b.finished == 0 && b.diverged > 0;
       if (a_dead != b_dead && (a_dead ? b.finished : a.finished) > 0) {
         diff["kind"] = "diverged";
-        verdict = a_dead == a_claimed_worse ? analysis::kHolds : analysis::kViolated;
+        verdict = theory::to_string(a_dead == a_claimed_worse ? theory::Verdict::Holds : theory::Verdict::Violated);
         how = fmt::format("every {} run diverged", side_label(a_dead ? a.filter : b.filter));
       } else {
         how = "no comparison: a side has no finished run";
@@ -363,7 +364,7 @@ json reproductions(const json& results) {
       diff["mean"] = d.mean;
       diff["lo"] = std::isfinite(d.lo) ? json(d.lo) : json();
       diff["hi"] = std::isfinite(d.hi) ? json(d.hi) : json();
-      verdict = analysis::decide(d, region);
+      verdict = theory::to_string(theory::direction_of(d.lo, d.hi, direction));
     }
     const std::string unit = metric == "bleu"              ? "BLEU"
                              : metric == "lowest_val_loss" ? "lowest validation loss"

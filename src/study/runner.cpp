@@ -15,7 +15,7 @@
 #include <optional>
 #include <unistd.h>
 
-#include "analysis/theory.h"
+#include "theory/theory.h"
 #include "dist/dist.h"
 #include "model/decode.h"
 #include "model/model.h"
@@ -674,11 +674,11 @@ int run_study(const Study& given, const CompareOptions& options) {
     fmt::print("[theory] the claims of the source documents, on fresh and on trained models (normlab theory)\n");
     std::fflush(stdout);
     const auto t0 = Clock::now();
-    analysis::TheoryOptions theory;
-    theory.seeds = study.theory_seeds;
-    theory.trained_seeds = study.theory_trained_seeds;
-    theory.cache_dir = normlab_cache_dir();  // trained models: reused from and kept for later runs
-    results["theory"] = analysis::to_json(analysis::run_theory_fresh_and_trained(theory, study.theory_steps));
+    theory::TheoryOptions claims;
+    claims.seeds = study.theory_seeds;
+    claims.trained_seeds = study.theory_trained_seeds;
+    claims.cache_dir = normlab_cache_dir();  // trained models: reused from and kept for later runs
+    results["theory"] = theory::to_json(theory::run_theory_fresh_and_trained(claims, study.theory_steps));
     results["theory_seconds"] = seconds_since(t0);
     progress.theory_done();
   }

@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "analysis/theory.h"
+#include "theory/theory.h"
 #include "study/results_view.h"
 
 namespace normlab::study {
@@ -508,30 +508,30 @@ json written_summary(const json& results) {
       if (std::find(models.begin(), models.end(), m) == models.end()) models.push_back(m);
     }
     for (const auto& model : models) {
-      std::vector<std::string> holds, conditional, violated, vacuous, voided, other;
+      // verdict -> claims, per tally: the empirical claims (laws, effects, comparisons), the bounds, and
+      // the checks of algebra (identities), counted apart (theory/rules.h)
+      std::map<std::string, std::map<std::string, std::vector<std::string>>> by;
+      int n = 0;
       for (const auto& c : results["theory"]) {
         if (c.value("model", "fresh") != model) continue;
-        const std::string v = c["verdict"], src = c["source"];
-        if (v.rfind("violated", 0) == 0) violated.push_back(src);
-        else if (v.rfind("holds only", 0) == 0) conditional.push_back(src);
-        else if (v.rfind("holds", 0) == 0) holds.push_back(src);
-        else if (v == analysis::kVacuous) vacuous.push_back(src);
-        else if (v == analysis::kVoid) voided.push_back(src);
-        else other.push_back(src);
+        n++;
+        const std::string kind = c.value("kind", "effect"), v = c["verdict"], src = c["source"];
+        const std::string tally = v == "skipped" || v.rfind("void", 0) == 0 ? "other"
+                                  : kind == "identity"                      ? "checks of algebra (identities)"
+                                  : kind == "bound"                         ? "bounds"
+                                                                            : "empirical claims";
+        by[tally][v].push_back(src);
       }
-      const auto listed = [](const char* what, const std::vector<std::string>& srcs) {
-        return srcs.empty() ? std::string() : fmt::format("; {} {} ({})", srcs.size(), what, fmt::join(srcs, ", "));
-      };
-      out.push_back(fmt::format("Theory claims on {} models ({} measured): {} hold{}; {} violated ({}); {} not "
-                                "distinguishable at this scale or not decided ({}){}{}.",
-                                model, holds.size() + conditional.size() + violated.size() + other.size() +
-                                           vacuous.size() + voided.size(),
-                                holds.size(),
-                                conditional.empty() ? "" : fmt::format(", {} only under a condition ({})", conditional.size(),
-                                                                        fmt::join(conditional, ", ")),
-                                violated.size(), fmt::join(violated, ", "), other.size(), fmt::join(other, ", "),
-                                listed("vacuous: the bound says nothing there", vacuous),
-                                listed("void: measured on a trained model that did not learn", voided)));
+      std::vector<std::string> parts;
+      for (const char* tally : {"empirical claims", "bounds", "checks of algebra (identities)", "other"}) {
+        if (!by.count(tally)) continue;
+        std::vector<std::string> verdicts;
+        for (const auto& [v, srcs] : by[tally])
+          verdicts.push_back(fmt::format("{} {} ({})", srcs.size(), v, fmt::join(srcs, ", ")));
+        parts.push_back(std::string(tally) == "other" ? fmt::format("{}", fmt::join(verdicts, "; "))
+                                                      : fmt::format("{}: {}", tally, fmt::join(verdicts, "; ")));
+      }
+      out.push_back(fmt::format("Theory claims on {} models ({} measured): {}.", model, n, fmt::join(parts, ". ")));
     }
   }
   return out;

@@ -1,5 +1,5 @@
 // plateau.h: the one rule for "trained to a validation plateau", used by the trainer
-// (train.stop_patience) and by the theory table's trained models (analysis/theory_models.cpp): the
+// (train.stop_patience) and by the theory table's trained models (theory/models.cpp): the
 // validation loss has not gone below (1 - min_improvement) x the last loss that did (the reference)
 // in `patience` evaluations in a row. Evaluations at steps up to `uncounted_until` (the warm-up, with
 // train.stop_after_warmup) move the reference and the lowest loss but never count toward a plateau.

@@ -1,13 +1,16 @@
 // theory.cpp: `normlab theory` (theory.h): the seeds, the tasks that run the checks, and the verdicts.
-// The models of the checks: theory_models.cpp; the checks themselves: theory_lemmas.cpp,
-// theory_depth.cpp, theory_encdec.cpp, theory_fake_depth.cpp (the list: kChecks, theory_checks.h).
-#include "analysis/theory.h"
+// The models of the checks: models.cpp; the checks themselves: lemmas.cpp,
+// depth.cpp, encdec.cpp, fake_depth.cpp (the list: kChecks, checks.h).
+#include "theory/theory.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <fmt/format.h>
 
-#include "analysis/theory_checks.h"
+#include "theory/checks.h"
 #include "io/parallel.h"
 #include "io/tokenizer.h"
 #include "model/decode.h"
@@ -18,9 +21,9 @@
 #include "util/error.h"
 #include "util/rng.h"
 
-namespace normlab::analysis {
+namespace normlab::theory {
 
-namespace theory_detail {
+namespace detail {
 
 ModelConfig gpt_config(const TheoryOptions& o, Placement p, double eps, int layers) {
   ModelConfig c;
@@ -58,25 +61,73 @@ void attempt(const Bench& b, std::vector<Measurement>& out, const std::vector<st
     if (!b.given) throw Error(fmt::format("theory: {}", e.what()));  // only a given model can miss a claim
     for (const auto& name : claims) {
       Measurement m;
-      m.source = name;
+      m.head.source = name;
       m.skipped = e.what();
       out.push_back(std::move(m));
     }
   }
 }
 
-std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c) {
-  auto m = b.models->make(c);
+Measurement identity(Said h, double error, std::string detail, nlohmann::json numbers, double tolerance) {
+  Measurement m;
+  m.head = std::move(h), m.kind = Kind::Identity, m.value = error;
+  m.identity.tolerance = tolerance;
+  m.detail = std::move(detail), m.numbers = std::move(numbers);
+  return m;
+}
+
+Measurement bound(Said h, double value, double bound, std::string detail, nlohmann::json numbers, bool upper) {
+  Measurement m;
+  m.head = std::move(h), m.kind = Kind::Bound, m.value = value, m.bound = bound;
+  m.bound_rule.upper = upper;
+  m.detail = std::move(detail), m.numbers = std::move(numbers);
+  return m;
+}
+
+Measurement law(Said h, LawRule rule, Series points, std::string detail, nlohmann::json numbers) {
+  Measurement m;
+  m.head = std::move(h), m.kind = Kind::Law;
+  m.series = std::move(points), m.law = std::move(rule);
+  m.detail = std::move(detail), m.numbers = std::move(numbers);
+  return m;
+}
+
+Measurement effect(Said h, std::vector<double> values, EffectRule rule, std::string detail, nlohmann::json numbers) {
+  Measurement m;
+  m.head = std::move(h), m.kind = Kind::Effect;
+  m.effects = std::move(values), m.effect = std::move(rule);
+  m.detail = std::move(detail), m.numbers = std::move(numbers);
+  return m;
+}
+
+Measurement comparison(Said h, std::vector<double> a, std::vector<double> b, EffectRule rule, std::string detail,
+                       nlohmann::json numbers) {
+  Measurement m;
+  m.head = std::move(h), m.kind = Kind::Comparison;
+  for (size_t i = 0; i < a.size() && i < b.size(); i++) m.effects.push_back(b[i] - a[i]);
+  m.arm_a = std::move(a), m.arm_b = std::move(b), m.effect = std::move(rule);
+  m.detail = std::move(detail), m.numbers = std::move(numbers);
+  return m;
+}
+
+Law power_law(std::string name) { return {Law::Shape, std::move(name), [](double x) { return std::log(x); }}; }
+Law fixed_power(double p, std::string name) {
+  return {Law::Fixed, std::move(name), [p](double x) { return p * std::log(x); }};
+}
+Law exponential_law(std::string name) { return {Law::Shape, std::move(name), [](double x) { return x; }}; }
+
+std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c, ModelSource::Norm norm) {
+  auto m = b.models->make(c, false, norm);
   std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
   m->forward(b.ids.data(), labels.data(), 1, int(b.ids.size()));
   return m;
 }
 
-}  // namespace theory_detail
+}  // namespace detail
 
 namespace {
 
-using theory_detail::Measurement;
+using detail::Measurement;
 
 // The translation pairs of the enc-dec claims: the validation split of a built pair (or directory);
 // without one, consecutive byte chunks of the built-in corpus, said so in the setting.
@@ -102,16 +153,16 @@ std::vector<TokenPair> theory_pairs(const TheoryOptions& o, const Corpus& corpus
 // One seed's measurements of the checks [first, last) of kChecks.
 std::vector<Measurement> measure_seed(const TheoryOptions& o, const Corpus& corpus, const std::vector<TokenPair>& pairs,
                                       const std::string& pairs_name, size_t first, size_t last) {
-  theory_detail::ModelSource models(o, corpus.train, corpus.val);
-  theory_detail::Bench b{o, corpus.val, {}, &models, o.train_steps == 0, o.model != nullptr, &pairs, pairs_name};
+  detail::ModelSource models(o, corpus.train, corpus.val);
+  detail::Bench b{o, corpus.val, {}, &models, o.train_steps == 0, o.model != nullptr, &pairs, pairs_name};
   Rng rng(uint64_t(o.seed), 9);
   b.ids = sample_batch(b.corpus, Arch::Gpt, 1, o.seq_len, rng).ids;
+  if (!corpus.bytes())
+    b.lm = fmt::format("LM over {} tokens", o.tokenizer.empty() ? std::string("the token stream's") : "its tokenizer's");
   std::vector<Measurement> out;
-  for (size_t i = first; i < last; i++) theory_detail::kChecks[i](b, out);
+  for (size_t i = first; i < last; i++) detail::kChecks[i](b, out);
   return out;
 }
-
-std::string number(double v) { return fmt::format("{:.4g}", v); }
 
 }  // namespace
 
@@ -125,8 +176,9 @@ Corpus theory_corpus(const TheoryOptions& o) {
 namespace {
 
 std::string claim_input(const TheoryOptions& o, const Corpus& corpus, const std::string& recipe) {
-  return fmt::format("windows of {} {}s of {}, validation split (one per seed){}", o.seq_len, corpus.unit(),
-                     corpus.description(),
+  return fmt::format("windows of {} {}s of {}, validation split ({}){}", o.seq_len, corpus.unit(), corpus.description(),
+                     o.model ? "one per repetition: the repetitions of a given model are its input windows"
+                             : "one per seed",
                      o.train_steps > 0 ? fmt::format("; trained on its training split: {}", recipe) : "");
 }
 
@@ -145,7 +197,7 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
   // (kChecks) on one seed: the groups share nothing, and the most expensive start first (here, per
   // seed: the update sizes ~12 s, Xiong's Fig. 3 ~7 s, the lemmas ~6 s, the rest ~3 s), which balances
   // two cores far better than whole seeds. Trained models are cached per seed: there a task is a seed.
-  constexpr size_t kGroups = std::size(theory_detail::kChecks);
+  constexpr size_t kGroups = std::size(detail::kChecks);
   constexpr size_t kByCost[kGroups] = {4, 2, 0, 1, 3, 5};  // kChecks' indices, the most expensive first
   const size_t per_seed = fresh || o.model ? kGroups : 1;
   const int n_tasks = n_seeds * int(per_seed);
@@ -176,61 +228,72 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
   const std::string state = o.model ? fmt::format("checkpoint '{}'", o.model->name)
                             : fresh  ? "fresh"
                                      : fmt::format("trained (to a plateau, at most {} steps)", o.train_steps);
-  const std::string input = claim_input(o, corpus, theory_detail::ModelSource(o, corpus.train, corpus.val).recipe());
+  const std::string input = claim_input(o, corpus, detail::ModelSource(o, corpus.train, corpus.val).recipe());
   for (size_t i = 0; i < by_seed[0].size(); i++) {
     const Measurement& m = by_seed[0][i];
+    Claim c;
+    c.source = m.head.source;
+    c.model = state;
+    c.input = input;
+    c.replicates = o.model ? "windows" : "seeds";
     if (!m.skipped.empty()) {
-      Claim c;
-      c.source = m.source;
-      c.verdict = kSkipped;
+      c.verdict = Verdict::Skipped;
       c.measured = m.skipped;
-      c.model = state;
-      c.input = input;
       claims.push_back(std::move(c));
       continue;
     }
-    std::vector<double> values;  // of the seeds where the bound says something
     nlohmann::json seeds = nlohmann::json::array();
-    int vacuous = 0;
+    std::vector<double> values, bounds, effects, arm_a, arm_b;
+    std::vector<bool> vacuous;
+    std::vector<Series> series;
     std::string void_reason;
     for (const auto& s : by_seed) {
-      if (s.size() != by_seed[0].size() || s[i].quantity != m.quantity)
+      if (s.size() != by_seed[0].size() || s[i].head.quantity != m.head.quantity || s[i].kind != m.kind)
         throw Error("theory: the seeds measured different claims");  // a bug, not an input
-      if (s[i].vacuous) vacuous++;
-      else values.push_back(s[i].value);
+      values.push_back(s[i].value), bounds.push_back(s[i].bound), vacuous.push_back(s[i].vacuous);
+      series.push_back(s[i].series);
+      effects.insert(effects.end(), s[i].effects.begin(), s[i].effects.end());
+      arm_a.insert(arm_a.end(), s[i].arm_a.begin(), s[i].arm_a.end());
+      arm_b.insert(arm_b.end(), s[i].arm_b.begin(), s[i].arm_b.end());
       if (void_reason.empty()) void_reason = s[i].void_reason;
       seeds.push_back(s[i].numbers);
     }
-    Claim c;
-    c.source = m.source;
-    c.statement = m.statement;
-    c.setting = m.setting;
-    c.quantity = m.quantity;
-    c.claimed = m.claimed.text();
+    c.statement = m.head.statement;
+    c.setting = m.head.setting;
+    c.quantity = m.head.quantity;
+    c.kind = m.kind;
     c.reported = m.reported;
-    c.summary = summarize(values);
-    c.verdict = values.empty() ? kVacuous : decide(c.summary, m.claimed);
-    const SeedSummary& s = c.summary;
-    c.measured = values.empty() ? fmt::format("the bound says nothing on every seed ({} of {}); first seed: {}", vacuous,
-                                              by_seed.size(), m.detail)
-                 : s.n > 1 ? fmt::format("{} (claim: {}): mean {}, 95% CI [{}, {}], sd {}, {} seeds; first seed: {}",
-                                         m.quantity, c.claimed, number(s.mean), number(s.lo), number(s.hi), number(s.sd),
-                                         s.n, m.detail)
-                           : fmt::format("{} (claim: {}): {}, 1 seed; {}", m.quantity, c.claimed, number(s.mean), m.detail);
-    if (vacuous > 0 && !values.empty())
-      c.measured += fmt::format(" (decided on the {} seeds where the bound says something; vacuous on {})", values.size(),
-                                vacuous);
+    // the repetitions: seeds of fresh or trained models; on one given model, its input windows (an
+    // effect measured on units of several windows per seed pools the units)
+    const std::string unit = o.model ? "window" : "seed";
+    const std::string effect_unit = effects.size() > by_seed.size() ? "unit of windows" : unit;
+    Judgement j;
+    switch (m.kind) {
+      case Kind::Identity: j = judge_identity(m.identity, values, vacuous, unit), c.summary = analysis::summarize(values); break;
+      case Kind::Bound: j = judge_bound(m.bound_rule, values, bounds, vacuous, unit), c.summary = analysis::summarize(values); break;
+      case Kind::Law: j = judge_law(m.law, series, unit); break;
+      case Kind::Effect: j = judge_effect(m.effect, effects, {}, {}, effect_unit), c.summary = analysis::summarize(effects); break;
+      case Kind::Comparison:
+        j = judge_effect(m.effect, effects, arm_a, arm_b, effect_unit), c.summary = analysis::summarize(effects);
+        break;
+    }
+    c.verdict = j.verdict;
+    c.size = j.size;
+    c.rule = j.text;
+    c.measured = fmt::format("{}: {}", o.model ? "first window" : "first seed", m.detail);
     if (!void_reason.empty()) {  // a verdict on an untrained model in a trained one's place says nothing
-      c.verdict = kVoid;
+      c.verdict = Verdict::Void;
       c.measured = fmt::format("{}; it did not learn (its validation loss is not {:.0f}% below the unigram entropy): {}",
                                c.measured, 100 * (1 - kLearnedFraction), void_reason);
     }
-    c.numbers = {{"summary", to_json(s)}, {"seeds", seeds}};
-    c.model = state;
-    c.input = input;
+    c.numbers = {{"rule", j.numbers}, {"seeds", seeds}};
     claims.push_back(std::move(c));
   }
   return claims;
+}
+
+Tally tally_of(Kind k) {
+  return k == Kind::Identity ? Tally::Check : k == Kind::Bound ? Tally::Bound : Tally::Empirical;
 }
 
 std::vector<Claim> run_theory_fresh_and_trained(TheoryOptions o, long trained_steps) {
@@ -246,17 +309,43 @@ std::vector<Claim> run_theory_fresh_and_trained(TheoryOptions o, long trained_st
 nlohmann::json to_json(const std::vector<Claim>& claims) {
   nlohmann::json j = nlohmann::json::array();
   for (const auto& c : claims) {
-    if (c.verdict == kSkipped) {  // no numbers: the reason
-      j.push_back({{"source", c.source}, {"model", c.model}, {"verdict", c.verdict}, {"measured", c.measured},
+    if (c.verdict == Verdict::Skipped) {  // no numbers: the reason
+      j.push_back({{"source", c.source}, {"model", c.model}, {"verdict", to_string(c.verdict)}, {"measured", c.measured},
                    {"input", c.input}});
       continue;
     }
-    j.push_back({{"source", c.source}, {"model", c.model}, {"statement", c.statement}, {"setting", c.setting},
-                 {"quantity", c.quantity}, {"claimed", c.claimed}, {"measured", c.measured}, {"verdict", c.verdict},
-                 {"reported", c.reported}, {"input", c.input}, {"mean", c.summary.mean}, {"ci95", {c.summary.lo, c.summary.hi}}, {"sd", c.summary.sd},
-                 {"seeds", c.summary.n}, {"numbers", c.numbers}});
+    nlohmann::json e = {{"source", c.source}, {"model", c.model}, {"kind", to_string(c.kind)},
+                        {"statement", c.statement}, {"setting", c.setting}, {"quantity", c.quantity},
+                        {"rule", c.rule}, {"measured", c.measured}, {"verdict", to_string(c.verdict)},
+                        {"reported", c.reported}, {"input", c.input}, {"replicates", c.replicates},
+                        {"numbers", c.numbers}};
+    if (c.kind == Kind::Effect || c.kind == Kind::Comparison) e["size"] = to_string(c.size);
+    if (c.kind != Kind::Law)
+      e.update({{"mean", c.summary.mean}, {"ci95", {c.summary.lo, c.summary.hi}}, {"sd", c.summary.sd}, {"n", c.summary.n}});
+    j.push_back(std::move(e));
   }
   return j;
+}
+
+std::string tally_line(const std::vector<Claim>& claims) {
+  std::map<Tally, std::map<Verdict, int>> count;
+  int void_ = 0, skipped = 0;
+  for (const auto& c : claims) {
+    if (c.verdict == Verdict::Void) void_++;
+    else if (c.verdict == Verdict::Skipped) skipped++;
+    else count[tally_of(c.kind)][c.verdict]++;
+  }
+  auto part = [&](Tally t, const char* what) {
+    std::vector<std::string> v;
+    for (const auto& [verdict, n] : count[t]) v.push_back(fmt::format("{} {}", n, to_string(verdict)));
+    return v.empty() ? std::string() : fmt::format("{}: {}. ", what, fmt::join(v, ", "));
+  };
+  std::string line = part(Tally::Empirical, "Empirical claims (laws, effects, comparisons)") +
+                     part(Tally::Bound, "Bounds") + part(Tally::Check, "Checks of algebra (identities, not evidence)");
+  if (void_) line += fmt::format("Void (a trained model did not learn): {}. ", void_);
+  if (skipped) line += fmt::format("Skipped (a premise fails): {}. ", skipped);
+  if (!line.empty()) line.pop_back();
+  return line;
 }
 
 void print_claims(const std::vector<Claim>& claims) {
@@ -264,21 +353,32 @@ void print_claims(const std::vector<Claim>& claims) {
   for (const auto& c : claims) {
     if (c.input != input) fmt::print("input ({} models): {}\n\n", c.model, c.input);
     input = c.input;
-    if (c.verdict == kSkipped) {
+    if (c.verdict == Verdict::Skipped) {
       fmt::print("[{}, {}] SKIPPED: {}\n\n", c.source, c.model, c.measured);
       continue;
     }
-    const std::string head = c.verdict == kHolds       ? "HOLDS"
-                             : c.verdict == kViolated  ? "VIOLATED"
-                             : c.verdict == kVacuous   ? "VACUOUS"
-                             : c.verdict == kVoid      ? "VOID (MODEL DID NOT LEARN)"
-                                                       : "NOT DISTINGUISHABLE";
-    fmt::print("[{}, {} models] {}\n  claim:    {}\n  setting:  {}\n{}  measured: {}\n\n", c.source, c.model, head,
-               c.statement, c.setting, c.reported.empty() ? "" : "  reported: " + c.reported + "\n", c.measured);
+    std::string head = to_string(c.verdict);
+    for (char& ch : head) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+    if ((c.kind == Kind::Effect || c.kind == Kind::Comparison) && c.verdict != Verdict::Void)
+      head += fmt::format(" (direction); {}", to_string(c.size));
+    fmt::print("[{}, {} models] {} {}\n  claim:    {}\n  setting:  {}\n{}  rule:     {}\n  measured: {}\n\n", c.source,
+               c.model, to_string(c.kind), head, c.statement, c.setting,
+               c.reported.empty() ? "" : "  reported: " + c.reported + "\n", c.rule, c.measured);
   }
-  fmt::print("Verdicts: a claim holds (or is violated) when the 95% confidence interval of its quantity over the seeds "
-             "lies inside (outside) the claimed region; otherwise it is not distinguishable at this scale. The claims, "
-             "their sources and what is measured: docs/THEORY.md.\n");
+  std::vector<std::string> models;
+  for (const auto& c : claims)
+    if (std::find(models.begin(), models.end(), c.model) == models.end()) models.push_back(c.model);
+  for (const auto& model : models) {
+    std::vector<Claim> of;
+    for (const auto& c : claims)
+      if (c.model == model) of.push_back(c);
+    fmt::print("Tally on {} models: {}\n", model, tally_line(of));
+  }
+  fmt::print("Each claim is decided by the rule of its kind: an identity is exact or fails (to rounding); a bound is "
+             "satisfied, has a counterexample or is vacuous; a law holds when the stated law fits (lack-of-fit F test "
+             "against the spread between repetitions) and carries 95% of the Akaike weight among the laws that fit; an "
+             "effect's direction holds when its 95% interval excludes 0 on the claimed side, and its size is judged only "
+             "against a size the source states. The claims, the rules and why: docs/THEORY.md.\n");
 }
 
 TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const std::string& checkpoint,
@@ -307,4 +407,4 @@ TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const
   return opts;
 }
 
-}  // namespace normlab::analysis
+}  // namespace normlab::theory

@@ -1,4 +1,4 @@
-// theory_encdec.cpp: the claims made on encoder-decoder translation models, measured at
+// encdec.cpp: the claims made on encoder-decoder translation models, measured at
 // initialization on translation pairs in their papers' settings: Xiong et al. 2020 (the gradient of
 // the FFN output weights W^(2,l) grows toward the output in Post-LN, is flat in Pre-LN; their Fig. 3:
 // d = 512, FFN 1024, 4 heads, 6-6 layers, Xavier, ReLU, fairseq's inputs; and their Theorem 1: the
@@ -12,11 +12,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "analysis/theory_checks.h"
+#include "theory/checks.h"
 #include "util/error.h"
 #include "util/rng.h"
 
-namespace normlab::analysis::theory_detail {
+namespace normlab::theory::detail {
 
 namespace {
 
@@ -150,26 +150,33 @@ void xiong_fig3_checks(const Bench& b, std::vector<Measurement>& out) {
       const bool post = p == Placement::Post;
       for (bool decoder : {false, true}) {
         const auto& g = decoder ? dec : enc;
-        // the change over the stack from a fit of log ||dL/dW2|| against the layer, all N layers (not
-        // the two ends alone); one band decides both: within [0.8, 1.25] "about flat", above it "grows"
+        // the change over the stack from a fit of log ||dL/dW2|| against the layer, all N layers (not the
+        // two ends alone): Post-LN's "grows" is an effect (its sign); Pre-LN's "about flat" a law (flat
+        // against growth)
         std::vector<double> layer, log_g;
-        for (int l = 0; l < N; l++) layer.push_back(l), log_g.push_back(std::log(g[size_t(l)]));
+        for (int l = 0; l < N; l++) layer.push_back(l + 1), log_g.push_back(std::log(g[size_t(l)]));
         double slope = 0;
         fit_rss(layer, log_g, [](double v) { return v; }, &slope);
         const double change = std::exp(slope * (N - 1));
-        out.push_back({"Xiong et al. 2020",
-                       post ? "at init, ||dL/dW2|| of the FFN output weights grows with the layer index in Post-LN"
-                            : "at init, ||dL/dW2|| is about flat across layers in Pre-LN",
-                       fmt::format("{}, {}", post ? "Post-LN" : "Pre-LN", setting),
-                       fmt::format("{} ||dL/dW2||: its fitted change from the first layer to the last (exp of the slope "
-                                   "of log ||dL/dW2|| against the layer, times {}; {})",
-                                   decoder ? "decoder" : "encoder", N - 1,
-                                   post ? "above 1.25: beyond the band that decides Pre-LN's 'about flat'"
-                                        : "about flat: within [0.8, 1.25]"),
-                       post ? Region::above(1.25) : Region::between(0.8, 1.25), change,
-                       fmt::format("{} layers 0..{}: [{:.3g}]; last / first {:.3f}", decoder ? "decoder" : "encoder", N - 1,
-                                   fmt::join(g, ", "), g.back() / g.front()),
-                       {{"encoder", enc}, {"decoder", dec}, {"fitted_change", change}}});
+        const std::string stack = decoder ? "decoder" : "encoder";
+        const std::string detail = fmt::format("{} layers 1..{}: [{:.3g}]; last / first {:.3f}; fitted change {:.3f}",
+                                               stack, N, fmt::join(g, ", "), g.back() / g.front(), change);
+        const nlohmann::json nums = {{"encoder", enc}, {"decoder", dec}, {"fitted_change", change}};
+        const Said head{"Xiong et al. 2020",
+                        post ? "at init, ||dL/dW2|| of the FFN output weights grows with the layer index in Post-LN"
+                             : "at init, ||dL/dW2|| is about flat across layers in Pre-LN",
+                        fmt::format("{}, {}", post ? "Post-LN" : "Pre-LN", setting),
+                        post ? fmt::format("{} ||dL/dW2||: log of its fitted change from the first layer to the last "
+                                           "(the slope of log ||dL/dW2|| against the layer, times {}; > 0: it grows)",
+                                           stack, N - 1)
+                             : fmt::format("{} log ||dL/dW2|| against the layer l = 1 .. {}", stack, N)};
+        if (post)
+          out.push_back(effect(head, {std::log(change)}, EffectRule::towards(1), detail, nums));
+        else
+          out.push_back(law(head,
+                            {"l (layer)", "log ||dL/dW2||",
+                             {Law::flat("flat (the claim)"), exponential_law("exponential in l"), power_law("a power of l")}},
+                            Series{layer, log_g}, detail, nums));
         out.back().reported = post ? "Fig. 3 (IWSLT14 De-En, d 512, 6-6, 10 seeds): the W2 gradient norm grows with the layer "
                                      "index; the last layer's stays about 1.6 from 6-6 to 14-14 layers"
                                    : "Fig. 3: about flat across layers; the last layer's decreases with depth";
@@ -214,15 +221,22 @@ void xiong_thm1_checks(const Bench& b, std::vector<Measurement>& out) {
       double slope = 0;
       fit_rss(log_n, log_g, [](double v) { return v; }, &slope);
       const bool post = p == Placement::Post;
-      out.push_back({"Xiong et al. 2020 Thm 1",
-                     post ? "at init, the last layer's ||dL/dW2|| is O(d sqrt(ln d)), independent of the depth L, in Post-LN"
-                          : "at init, the last layer's ||dL/dW2|| is O(d sqrt(ln d / L)): it shrinks like 1/sqrt(L) in Pre-LN",
-                     fmt::format("{}, {}", post ? "Post-LN" : "Pre-LN", setting),
-                     "exponent s of the decoder's last-layer ||dL/dW2|| ~ N^s (log-log fit over N)",
-                     post ? Region::between(-0.25, 0.25) : Region::between(-0.75, -0.25), slope,
-                     fmt::format("decoder last layer [{:.3g}], encoder last layer [{:.3g}] at N = [{}]; exponent {:.2f}",
-                                 fmt::join(dec, ", "), fmt::join(enc, ", "), fmt::join(depths, ", "), slope),
-                     {{"depths", depths}, {"decoder_last", dec}, {"encoder_last", enc}, {"exponent", slope}}});
+      std::vector<double> n_x(depths.begin(), depths.end());
+      const Law flat = Law::flat("independent of L"), shrink = fixed_power(-0.5, "~ L^(-1/2)");
+      out.push_back(law({"Xiong et al. 2020 Thm 1",
+                         post ? "at init, the last layer's ||dL/dW2|| is O(d sqrt(ln d)), independent of the depth L, in "
+                                "Post-LN"
+                              : "at init, the last layer's ||dL/dW2|| is O(d sqrt(ln d / L)): it shrinks like 1/sqrt(L) in "
+                                "Pre-LN",
+                         fmt::format("{}, {}", post ? "Post-LN" : "Pre-LN", setting),
+                         "log of the decoder's last-layer ||dL/dW2|| against the depth N"},
+                        {"N (depth)", "log ||dL/dW2|| (decoder, last layer)",
+                         {post ? flat : shrink, post ? shrink : flat, power_law("~ N^s, s free")}},
+                        Series{n_x, log_g},
+                        fmt::format("decoder last layer [{:.3g}], encoder last layer [{:.3g}] at N = [{}]; as a free "
+                                    "power ~ N^{:.2f}",
+                                    fmt::join(dec, ", "), fmt::join(enc, ", "), fmt::join(depths, ", "), slope),
+                        {{"depths", depths}, {"decoder_last", dec}, {"encoder_last", enc}, {"exponent", slope}}));
       out.back().reported = post ? "Theorem 1 (a bound; W^Q = W^K = 0, Xavier): independent of L; Fig. 3: the last layer's "
                                    "stays about 1.6 from 6-6 to 14-14 layers"
                                  : "Theorem 1: O(d sqrt(ln d / L)); Fig. 3: the last layer's decreases with depth";
@@ -318,67 +332,69 @@ void update_size_checks(const Bench& b, std::vector<Measurement>& out) {
       return fmt::format("{}, {}; the theorem's setting: W* = W + a random-sign perturbation of the Adam step's size ({:g} "
                          "per parameter, independent of W), mean of {} draws", method, models, lr, kDraws);
     };
+    // O(N) against O(log N) (and no growth), fitted to ||dF||^2 itself: the theorem's quantity
+    auto liu_rule = [](bool linear) {
+      const Law lin{Law::Shape, "a N + b: O(N)", [](double v) { return v; }};
+      const Law log{Law::Shape, "a log N + b: O(log N)", [](double v) { return std::log(v); }};
+      return LawRule{"N (depth)", "||F(W*) - F(W)||^2 of the logits", {linear ? lin : log, linear ? log : lin,
+                                                                       Law::flat("no growth")}, 0, 1};
+    };
+    auto liu = [&](const std::string& statement, const std::string& row_setting, const char* quantity, bool linear,
+                   const Changes& ch, bool random) {
+      const std::vector<double>& change = random ? ch.random : ch.adam;
+      const double slope = exponent(ch.n, change), lin_vs_log = log_vs_linear(ch.n, change);
+      out.push_back(law({"Liu et al. 2020", statement, row_setting, quantity}, liu_rule(linear), Series{ch.n, change},
+                        describe(change, slope, lin_vs_log, random ? "E||dF||^2" : "||dF||^2"),
+                        numbers(change, slope, lin_vs_log)));
+    };
     const Changes post = changes(Placement::Post, kDraws), pre = changes(Placement::Pre, kDraws);
     for (const Changes* ch : {&post, &pre}) {
-      const double slope = exponent(ch->n, ch->adam), lin_vs_log = log_vs_linear(ch->n, ch->adam);
       const bool is_post = ch == &post;
-      // Post-LN's O(N) is an exponent (p = 1, the project's tolerance 0.25); Pre-LN's O(log N) is a law
-      // against the linear one (log N fits better than N)
-      out.push_back({"Liu et al. 2020",
-                     is_post ? "the output change of one update grows like O(N) with depth in Post-LN"
-                             : "the output change of one update grows like O(log N) with depth in Pre-LN",
-                     fmt::format("{}, {}", is_post ? "Post-LN" : "Pre-LN", setting),
-                     is_post ? "exponent p of ||F(W*) - F(W)||^2 ~ N^p (the logits; log-log fit over N)"
-                             : "log(RSS of the fit a log N + b / RSS of the fit a N + b) of ||F(W*) - F(W)||^2 (the logits)",
-                     is_post ? Region::between(0.75, 1.25) : Region::below(0), is_post ? slope : lin_vs_log,
-                     describe(ch->adam, slope, lin_vs_log, "||dF||^2"), numbers(ch->adam, slope, lin_vs_log)});
+      const std::string method = is_post ? "Post-LN" : "Pre-LN";
+      liu(is_post ? "the output change of one update grows like O(N) with depth in Post-LN"
+                  : "the output change of one update grows like O(log N) with depth in Pre-LN",
+          fmt::format("{}, {}", method, setting), "||F(W*) - F(W)||^2 of the logits against the depth N", is_post, *ch,
+          false);
       out.back().reported = is_post ? "Theorem 2: the output change E||F(x, W) - F(x, W*)||^2 is O(N) for an N-layer Post-LN"
                                     : "Theorem 2: O(log N) for Pre-LN (and for Admin)";
       // the same claim in the theorem's own setting: the random perturbation
-      const double rslope = exponent(ch->n, ch->random), rlin_vs_log = log_vs_linear(ch->n, ch->random);
-      out.push_back({"Liu et al. 2020",
-                     is_post ? "the output change of a perturbation independent of W grows like O(N) with depth in Post-LN"
-                             : "the output change of a perturbation independent of W grows like O(log N) with depth in Pre-LN",
-                     random_setting(is_post ? "Post-LN" : "Pre-LN"),
-                     is_post ? "exponent p of E||F(W*) - F(W)||^2 ~ N^p (random perturbation; log-log fit over N)"
-                             : "log(RSS of the fit a log N + b / RSS of the fit a N + b) of E||F(W*) - F(W)||^2 (random "
-                               "perturbation)",
-                     is_post ? Region::between(0.75, 1.25) : Region::below(0), is_post ? rslope : rlin_vs_log,
-                     describe(ch->random, rslope, rlin_vs_log, "E||dF||^2"), numbers(ch->random, rslope, rlin_vs_log)});
+      liu(is_post ? "the output change of a perturbation independent of W grows like O(N) with depth in Post-LN"
+                  : "the output change of a perturbation independent of W grows like O(log N) with depth in Pre-LN",
+          random_setting(method), "E||F(W*) - F(W)||^2 of the logits against the depth N (random perturbation)", is_post,
+          *ch, true);
       out.back().reported = is_post ? "Theorem 2 (its assumption: W* - W independent of W): O(N) for Post-LN"
                                     : "Theorem 2 (its assumption: W* - W independent of W): O(log N) for Pre-LN";
     }
     {  // Admin: Post-LN with omega on the shortcut, profiled as in the paper; the Adam step and the theorem's setting
       const Changes ch = changes(Placement::Admin, kDraws);
       const std::string method = "Admin (x <- LN(omega x + F(x)), omega profiled on the batch)";
-      const char* quantity = "log(RSS of the fit a log N + b / RSS of the fit a N + b) of ||F(W*) - F(W)||^2 (the logits; Admin";
-      const double slope = exponent(ch.n, ch.adam), lin_vs_log = log_vs_linear(ch.n, ch.adam);
-      out.push_back({"Liu et al. 2020", "with Admin's profiled omega, the output change of one update grows like O(log N)",
-                     method + ", " + setting, fmt::format("{})", quantity), Region::below(0), lin_vs_log,
-                     describe(ch.adam, slope, lin_vs_log, "||dF||^2"), numbers(ch.adam, slope, lin_vs_log)});
+      liu("with Admin's profiled omega, the output change of one update grows like O(log N)", method + ", " + setting,
+          "||F(W*) - F(W)||^2 of the logits against the depth N (Admin)", false, ch, false);
       out.back().reported = "Theorem 2 and Sec. 4: Admin's profiled omega makes the dependency O(log N) (O(1) with omega = "
                             "sqrt(S))";
-      const double rslope = exponent(ch.n, ch.random), rlin_vs_log = log_vs_linear(ch.n, ch.random);
-      out.push_back({"Liu et al. 2020",
-                     "with Admin's profiled omega, the output change of a perturbation independent of W grows like O(log N)",
-                     random_setting(method), fmt::format("{}; random perturbation)", quantity), Region::below(0),
-                     rlin_vs_log, describe(ch.random, rslope, rlin_vs_log, "E||dF||^2"),
-                     numbers(ch.random, rslope, rlin_vs_log)});
+      liu("with Admin's profiled omega, the output change of a perturbation independent of W grows like O(log N)",
+          random_setting(method), "E||F(W*) - F(W)||^2 of the logits against the depth N (Admin; random perturbation)",
+          false, ch, true);
       out.back().reported = "Theorem 2 (its assumption: W* - W independent of W): O(log N) for Admin";
     }
     {  // DeepNet Thm 4.2: the same update with DeepNorm's constants and init; its bound is on ||dF||, not its square
       const Changes ch = changes(Placement::DeepNorm, 0);
       const double slope = exponent(ch.n, ch.adam) / 2, lin_vs_log = log_vs_linear(ch.n, ch.adam);
       const double post_slope = exponent(post.n, post.adam) / 2;
-      out.push_back({"DeepNet Thm 4.2",
-                     "with DeepNorm's alpha and beta, the model update of one step does not grow with depth (bounded by "
-                     "a constant times the step), unlike Post-LN's",
-                     "DeepNorm (LN(alpha x + F(x)), the encoder-decoder's alpha and beta, DeepNet's init), " + setting,
-                     "exponent q of ||F(W*) - F(W)|| ~ N^q (the logits; log-log fit over N; 0: independent of N)",
-                     Region::below(0.25), slope,
-                     fmt::format("{}; ||dF|| ~ N^{:.2f}, Post-LN's (the Liu et al. row's models) ~ N^{:.2f}",
-                                 describe(ch.adam, 2 * slope, lin_vs_log, "||dF||^2"), slope, post_slope),
-                     {{"depths", depths}, {"change_squared", ch.adam}, {"exponent", slope}, {"post_exponent", post_slope}}});
+      std::vector<double> log_change;
+      for (double v : ch.adam) log_change.push_back(0.5 * std::log(v));
+      out.push_back(law({"DeepNet Thm 4.2",
+                         "with DeepNorm's alpha and beta, the model update of one step does not grow with depth (bounded "
+                         "by a constant times the step), unlike Post-LN's",
+                         "DeepNorm (LN(alpha x + F(x)), the encoder-decoder's alpha and beta, DeepNet's init), " + setting,
+                         "log ||F(W*) - F(W)|| of the logits against the depth N"},
+                        {"N (depth)", "log ||F(W*) - F(W)||",
+                         {Law::flat("independent of N (the claim)"), fixed_power(0.5, "~ N^(1/2): Post-LN's O(N) in ||dF||^2"),
+                          power_law("~ N^q, q free")}},
+                        Series{ch.n, log_change},
+                        fmt::format("{}; ||dF|| ~ N^{:.2f}, Post-LN's (the Liu et al. row's models) ~ N^{:.2f}",
+                                    describe(ch.adam, 2 * slope, lin_vs_log, "||dF||^2"), slope, post_slope),
+                        {{"depths", depths}, {"change_squared", ch.adam}, {"exponent", slope}, {"post_exponent", post_slope}}));
       out.back().reported = "DeepNet (Wang et al. 2022) Thm 4.2: ||dF|| <= sum_i sqrt(v_i^2 + w_i^2) / alpha ||theta_i* - "
                             "theta_i||; with DeepNorm's constants the update is O(eta), independent of N (Fig. 4: "
                             "Post-LN's early updates grow with depth)";
@@ -386,4 +402,4 @@ void update_size_checks(const Bench& b, std::vector<Measurement>& out) {
   }
 }
 
-}  // namespace normlab::analysis::theory_detail
+}  // namespace normlab::theory::detail

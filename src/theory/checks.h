@@ -1,8 +1,8 @@
-// theory_checks.h (internal to normlab theory): one seed's measurements of the claims. Each check
+// checks.h (internal to normlab theory): one seed's measurements of the claims. Each check
 // builds its models in the setting its source states, measures, and returns one Measurement per
-// claim: the quantity the verdict is decided on (one number per seed), the region where the claim
-// puts it, and the seed's numbers in words. theory.cpp runs the checks over seeds and decides
-// (stats.h). The claims in words, with their sources: docs/THEORY.md.
+// claim: its kind and rule (rules.h), this seed's numbers for the rule (an error, a value and its
+// bound, the points of a law, an effect), and the seed's numbers in words. theory.cpp runs the checks
+// over seeds and applies the rule. The claims in words, with their sources: docs/THEORY.md.
 #pragma once
 
 #include <functional>
@@ -14,27 +14,56 @@
 #include <vector>
 
 #include "analysis/stats.h"
-#include "analysis/theory.h"
+#include "theory/rules.h"
+#include "theory/theory.h"
 #include "model/model.h"
 #include "train/data.h"
 #include "train/translation.h"
 
-namespace normlab::analysis::theory_detail {
+namespace normlab::theory::detail {
 
-struct Measurement {
+using namespace normlab::analysis;
+
+// What every claim states: who, what, where, and the number its rule reads.
+struct Said {
   std::string source;     // "000 Thm 2.2", "Xiong et al. 2020", ...
   std::string statement;  // the claim, as its source states it
   std::string setting;    // where it is measured (architecture, width, depth, init, activation, eps)
-  std::string quantity;   // the number the verdict is decided on
-  Region claimed;         // where the claim puts that number
-  double value = 0;       // this seed's value
+  std::string quantity;   // the number (or the points) the rule reads
+};
+
+struct Measurement {
+  Said head;
+  Kind kind = Kind::Effect;
+  double value = 0;       // identity: the error; bound: the measured value
+  double bound = 0;       // bound: the bound on this seed
+  std::vector<double> effects;  // effect, comparison (b - a): this seed's replicates (one, or one per unit of windows)
+  std::vector<double> arm_a, arm_b;  // comparison: the two arms, replicate by replicate
+  Series series;          // law: this seed's points
+  IdentityRule identity;
+  BoundRule bound_rule;
+  LawRule law;
+  EffectRule effect;
   std::string detail;     // this seed's numbers in words
   nlohmann::json numbers;
   std::string reported = "";  // what the paper itself reports in its setting (papers only)
   std::string skipped = "";   // non-empty: the given model cannot answer the claim, and why
-  bool vacuous = false;       // this seed's bound says nothing (0 or negative, or its condition fails)
+  bool vacuous = false;       // this seed's bound or identity says nothing (its premise fails)
   std::string void_reason = "";  // non-empty: a trained model it was measured on did not learn (attempt())
 };
+
+// The kinds, one constructor each.
+Measurement identity(Said h, double error, std::string detail, nlohmann::json numbers, double tolerance = 1e-9);
+Measurement bound(Said h, double value, double bound, std::string detail, nlohmann::json numbers, bool upper = true);
+Measurement law(Said h, LawRule rule, Series points, std::string detail, nlohmann::json numbers);
+Measurement effect(Said h, std::vector<double> values, EffectRule rule, std::string detail, nlohmann::json numbers);
+Measurement comparison(Said h, std::vector<double> a, std::vector<double> b, EffectRule rule, std::string detail,
+                       nlohmann::json numbers);
+
+// Laws of growth with x, fitted to log y: each y ~ f(x) up to a scale (log y = a log f(x) + c).
+Law power_law(std::string name = "power law y ~ x^p");                    // log y linear in log x
+Law fixed_power(double p, std::string name);                               // log y = p log x + c
+Law exponential_law(std::string name = "exponential y ~ e^(a x)");        // log y linear in x
 
 // Thrown by ModelSource::make when the given model (theory --checkpoint) is not the model a claim
 // needs; attempt() turns it into skipped Measurements.
@@ -42,7 +71,7 @@ struct NotApplicable : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The models of the checks (theory_models.cpp): fresh from their config, or (train_steps > 0) trained
+// The models of the checks (models.cpp): fresh from their config, or (train_steps > 0) trained
 // first with AdamW on the corpus' training split to a validation plateau (at most train_steps steps)
 // and kept in the normlab cache; trained parameters are kept per config (eps aside: a model differing
 // only in eps gets the parameters trained at eps = 1e-5). With a given model (options.model), make
@@ -77,8 +106,10 @@ class ModelSource {
     bool plateau = false;              // stopped at a validation plateau (else at train_steps)
     bool cached = false;               // read from the cache
     std::string name;                  // "24-layer post" for the void verdict's reason
+    double reference = -1;             // the same-size Pre-LN's validation loss (not Pre-LN itself; < 0: none)
   };
   Trained train(ModelConfig c);
+  Trained& trained(const ModelConfig& c);  // trained (or read) once per config
   static std::string key_of(const ModelConfig& c);
   // the cache file of a trained model ("" without a cache directory), and its reader and writer: a file
   // that does not hold exactly this key and parameter count, or holds a non-finite value, is not read
@@ -103,6 +134,7 @@ struct Bench {
   bool given = false;                // a given model (theory --checkpoint): o.model
   const std::vector<TokenPair>* pairs = nullptr;  // translation pairs (enc-dec claims)
   std::string pairs_name;                         // what they are, for the setting
+  std::string lm = "byte LM";                     // what the one-stack models read, for the setting
 };
 
 ModelConfig gpt_config(const TheoryOptions& o, Placement p, double eps, int layers);
@@ -113,25 +145,26 @@ std::string attention_kind(const Bench& b);
 // Runs one check block; if its model is not applicable, one skipped Measurement per claim it makes.
 void attempt(const Bench& b, std::vector<Measurement>& out, const std::vector<std::string>& claims,
              const std::function<void()>& block);
-std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c);
+std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c,
+                                          ModelSource::Norm norm = ModelSource::Norm::LayerNormOnly);
 
-// 000's LayerNorm and block Jacobian statements, 002's attention bounds (theory_lemmas.cpp)
+// 000's LayerNorm and block Jacobian statements, 002's attention bounds (lemmas.cpp)
 void lemma_checks(const Bench& b, std::vector<Measurement>& out);
-// growth with depth on the byte LM: 002 rank collapse and ||A||_2 with depth, 003, 004 (theory_depth.cpp)
+// growth with depth on the byte LM: 002 rank collapse and ||A||_2 with depth, 003, 004 (depth.cpp)
 void depth_checks(const Bench& b, std::vector<Measurement>& out);
-// 004 effective depth's quantity (theory_depth.cpp), here so a test can check it against a
+// 004 effective depth's quantity (depth.cpp), here so a test can check it against a
 // recomputation by hand: for each sub-layer s + 1 < n_slots of a one-stream Pre-LN stack (a B = 1
 // forward on ids), ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / ||F_{s+1}(N(x_{s+1}))||. Runs the
 // model forward (its activations are those of the last, ablated pass); the weights are restored.
 std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_t>& ids);
-// 004 Thm 2's quantity (theory_depth.cpp): ||d x_l / d x_0||_2 at the last token of one sequence (B = 1
+// 004 Thm 2's quantity (depth.cpp): ||d x_l / d x_0||_2 at the last token of one sequence (B = 1
 // forward on ids) for every prefix of l = 1 .. L layers of a causal one-stream stack. At the last token
 // the token-local block Jacobians chain (no later token feeds back), so the prefixes are their products.
 std::vector<double> prefix_lipschitz(Model<double>& m, const std::vector<int32_t>& ids);
 // on trained and given models: no rows for fresh ones
 void fake_depth_checks(const Bench& b, std::vector<Measurement>& out);
 
-// the encoder-decoder claims at initialization (theory_encdec.cpp): Xiong et al.'s Fig. 3, their Thm 1's
+// the encoder-decoder claims at initialization (encdec.cpp): Xiong et al.'s Fig. 3, their Thm 1's
 // depth scaling, and the size of one update against depth (Liu et al., DeepNet Thm 4.2)
 void xiong_fig3_checks(const Bench& b, std::vector<Measurement>& out);
 void xiong_thm1_checks(const Bench& b, std::vector<Measurement>& out);
@@ -152,4 +185,4 @@ using Check = void (*)(const Bench&, std::vector<Measurement>&);
 inline constexpr Check kChecks[] = {lemma_checks,      depth_checks,       xiong_fig3_checks,
                                     xiong_thm1_checks, update_size_checks, fake_depth_checks};
 
-}  // namespace normlab::analysis::theory_detail
+}  // namespace normlab::theory::detail

@@ -1,4 +1,4 @@
-// theory_depth.cpp: the claims about how a byte-LM stack behaves with depth, on one seed's models:
+// depth.cpp: the claims about how a byte-LM stack behaves with depth, on one seed's models:
 // source 002's rank collapse (its endpoint and its rate) and "||A||_2 rises toward sqrt(n) with depth
 // in Post-LN", source 003's additive growth of Pre-LN, exponential growth of Post-LN's LayerNorm
 // inputs and kappa^L gradient decay, and source 004's sqrt(l) growth, 1/sqrt(l) branch ratio, larger
@@ -15,10 +15,10 @@
 #include "analysis/dynamics.h"
 #include "analysis/lanczos.h"
 #include "analysis/linalg.h"
-#include "analysis/theory_checks.h"
+#include "theory/checks.h"
 #include "util/error.h"
 
-namespace normlab::analysis::theory_detail {
+namespace normlab::theory::detail {
 
 namespace {
 
@@ -97,32 +97,30 @@ std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_
   return shift;
 }
 
-}  // namespace normlab::analysis::theory_detail
+}  // namespace normlab::theory::detail
 
-namespace normlab::analysis {
+namespace normlab::theory {
 
-CollapseRate collapse_rate(const std::vector<double>& res) {
-  std::vector<double> l, log_y;
+Series collapse_series(const std::vector<double>& res) {
+  Series s;
   for (size_t i = 1; i < res.size(); i++) {
     const double y = std::log(res[0] / res[i]);
     if (!(res[i] > 1e-12 * res[0]) || !(y > 0)) continue;
-    l.push_back(double(i));
-    log_y.push_back(std::log(y));
+    s.x.push_back(double(i));
+    s.y.push_back(std::log(y));
   }
-  CollapseRate r;
-  r.layers = int(l.size());
-  if (r.layers < 3) return {0, 0, 0, r.layers};
-  r.double_vs_single = log_rss_ratio(l, log_y, [](double v) { return v; }, [](double v) { return std::log(v); });
-  std::vector<double> log_l;
-  for (double v : l) log_l.push_back(std::log(v));
-  fit_rss(log_l, log_y, [](double v) { return v; }, &r.exponent);
-  r.factor = std::exp(-std::exp(log_y.back()) / l.back());
-  return r;
+  return s;
 }
 
-}  // namespace normlab::analysis
+LawRule collapse_law() {
+  return {"l (layer)", "log log(res_0 / res_l) of pure attention",
+          {detail::exponential_law("doubly exponential: res_l ~ c^(b^l)"),
+           detail::fixed_power(1, "geometric: a constant factor per layer"), Law::flat("no further collapse")}};
+}
 
-namespace normlab::analysis::theory_detail {
+}  // namespace normlab::theory
+
+namespace normlab::theory::detail {
 
 std::vector<double> prefix_lipschitz(Model<double>& m, const std::vector<int32_t>& ids) {
   const std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
@@ -142,17 +140,32 @@ std::vector<double> prefix_lipschitz(Model<double>& m, const std::vector<int32_t
   return norms;
 }
 
+double lipschitz_bound(Model<double>& m, const std::vector<int32_t>& ids) {
+  const std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
+  m.forward(ids.data(), labels.data(), 1, int(ids.size()));
+  const int d = m.config().d_model, tok = int(ids.size()) - 1;
+  double product = 1;
+  for (int s = 0; s < m.config().n_slots(); s++) {
+    std::vector<double> branch = token_local_jacobian(m, s, s + 1, tok);  // I + J_(F o N) of a residual sub-layer
+    for (int i = 0; i < d; i++) branch[size_t(i) * d + i] -= 1.0;
+    product *= 1 + singular_values(branch, d, d).front();
+  }
+  return product;
+}
+
 void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   const TheoryOptions& o = b.opt;
   const int L = o.deep_layers;
-  const std::string lm = fmt::format("d = {}, {} heads, T = {}, byte LM", o.d_model, o.n_heads, o.seq_len);
+  const std::string lm = fmt::format("d = {}, {} heads, T = {}, {}", o.d_model, o.n_heads, o.seq_len, b.lm);
   auto need_depth = [&] {  // a fit over layers: a given model may be too shallow
     if (L < 3) throw NotApplicable(fmt::format("a fit over depth needs at least 3 layers; this model has {}", L));
   };
   attempt(b, out, {"002 rank collapse", "002 skips prevent collapse", "002 collapse rate"}, [&] {
     // 002 rank collapse: the Pre-LN model's own weights with skips and MLPs removed
     need_depth();
-    auto deep_pre = b.models->make(gpt_config(o, Placement::Pre, 1e-5, L), true, ModelSource::Norm::Any);
+    // Dong et al. measured BERT (Post-LN) as well: a given model is read whatever its placement and norm
+    auto deep_pre = b.given ? b.models->given()
+                            : b.models->make(gpt_config(o, Placement::Pre, 1e-5, L), true, ModelSource::Norm::Any);
     // the dynamics' batches follow the seed: on a given model the seeds are what varies (the input windows)
     const DynamicsReport dpre = analyze_dynamics(*deep_pre, b.corpus, 2, 4, o.seq_len, uint64_t(o.seed));
     auto collapse = [&](bool skips, bool mlp) {
@@ -162,41 +175,38 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     };
     const auto full = collapse(true, true), attn_skip = collapse(true, false), noskip = collapse(false, true),
                pure = collapse(false, false);
-    const std::string setting = fmt::format("Pre-LN, {} layers, {}, {}; ablations keep the weights", L, lm,
-                                            weights(b, "GPT-2 init"));
+    const std::string setting =
+        fmt::format("{}, {} layers, {}, {}; ablations keep the weights",
+                    b.given ? fmt::format("the checkpoint ({})", to_string(deep_pre->config().placement_of(0))) : "Pre-LN",
+                    L, lm, weights(b, "GPT-2 init"));
     const std::string detail = fmt::format("res(X_L)/res(X_0): pure attention {:.3g}, no skips with MLP {:.3g}, skips "
                                            "without MLP {:.3g}, full model {:.3g}",
                                            pure.ratio, noskip.ratio, attn_skip.ratio, full.ratio);
     const nlohmann::json nums = {{"pure_attention", pure.ratio}, {"noskip_mlp", noskip.ratio},
                                  {"skip_no_mlp", attn_skip.ratio}, {"full", full.ratio}};
-    out.push_back({"002 rank collapse", "without skip connections attention layers drive the tokens to rank one",
-                   setting, "res(X_L)/res(X_0) of pure attention (no skips, no MLP)", Region::below(0.01), pure.ratio,
-                   detail, nums});
+    out.push_back(effect({"002 rank collapse", "without skip connections attention layers drive the tokens to rank one",
+                          setting, "log10 res(X_L)/res(X_0) of pure attention (no skips, no MLP): < 0, a collapse"},
+                         {std::log10(std::max(pure.ratio, 1e-300))}, EffectRule::towards(-1), detail, nums));
     out.back().reported = "Dong et al. 2021 (bert-base, albert, xlnet, at init and trained): pure attention collapses to "
                           "about 0 within a few layers; every variant with skips does not";
     // "prevent" is an effect against the control (the same weights without the skips), not a level:
     // how many orders of magnitude more of the residual the skips keep (floors: 1e-300)
     const double kept = std::log10(std::max(attn_skip.ratio, 1e-300) / std::max(pure.ratio, 1e-300));
-    out.push_back({"002 skips prevent collapse", "skip connections prevent rank collapse", setting,
-                   "log10 of res(X_L)/res(X_0) with skips (no MLPs) over the same without skips: orders of magnitude "
-                   "of the residual the skips keep against the control",
-                   Region::above(1), kept, detail, nums});
+    out.push_back(comparison({"002 skips prevent collapse", "skip connections prevent rank collapse", setting,
+                              "log10 res(X_L)/res(X_0) with skips (no MLPs) minus the same without skips: orders of "
+                              "magnitude of the residual the skips keep against the control"},
+                             {std::log10(std::max(pure.ratio, 1e-300))}, {std::log10(std::max(attn_skip.ratio, 1e-300))},
+                             EffectRule::towards(1).between("without skips", "with skips"),
+                             fmt::format("{}; kept {:.2f} orders of magnitude", detail, kept), nums));
     // the rate: Dong et al.'s bound shrinks res doubly exponentially, res_L <= (c res_0)^(3^L)
-    const CollapseRate rate = collapse_rate(pure.residual_rank);
-    Measurement mr{"002 collapse rate", "pure attention loses rank doubly exponentially with depth", setting,
-                   "log(RSS of the power law / RSS of the exponential law in l) of log log(res_0/res_l) (> 0: doubly "
-                   "exponential fits better)",
-                   Region::above(0), rate.double_vs_single,
-                   rate.layers < 3 ? fmt::format("res reaches the rounding floor within {} layers: too fast to fit a rate",
-                                                 rate.layers)
-                                   : fmt::format("over layers 1..{}: log(res_0/res_l) ~ l^{:.2f} (1: a constant factor per "
-                                                 "layer), res shrinks by x{:.3f} per layer; res(X_l) [{:.3g}]",
-                                                 rate.layers, rate.exponent, rate.factor,
-                                                 fmt::join(pure.residual_rank, ", ")),
-                   {{"log_rss_power_over_exp", rate.double_vs_single}, {"exponent", rate.exponent},
-                    {"factor_per_layer", rate.factor}, {"layers_fitted", rate.layers},
-                    {"residual_by_layer", pure.residual_rank}}};
-    mr.vacuous = rate.layers < 3;
+    const Series rate = collapse_series(pure.residual_rank);
+    Measurement mr = law({"002 collapse rate", "pure attention loses rank doubly exponentially with depth", setting,
+                          "log log(res_0/res_l) against the layer l, over the layers above the rounding floor"},
+                         collapse_law(), rate,
+                         rate.x.size() < 3 ? fmt::format("res reaches the rounding floor within {} layers: too fast to "
+                                                         "fit a rate", rate.x.size())
+                                           : fmt::format("res(X_l) [{:.3g}]", fmt::join(pure.residual_rank, ", ")),
+                         {{"layers_fitted", rate.x.size()}, {"residual_by_layer", pure.residual_rank}});
     mr.reported = "Dong et al. 2021, Thm 2.2: a bound, res(SAN(X)) <= (4 gamma beta / sqrt(d_qk))^((3^L - 1)/2) res(X)^(3^L); "
                   "their Fig. 2 (pretrained BERT, ALBERT, XLNet) shows pure attention near 0 within a few layers";
     out.push_back(std::move(mr));
@@ -246,21 +256,24 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     const std::vector<double> base = log_res(1, InitScheme::Xavier), scaled = log_res(2, InitScheme::Xavier);
     const double rate_base = rate(base), rate_scaled = rate(scaled), ratio = rate_scaled / rate_base;
     const double gpt2_gain = mean_gain(log_res(1, InitScheme::Gpt2), log_res(2, InitScheme::Gpt2));
-    Measurement mm{"002 MLP Lipschitz slows collapse",
-                   "an MLP with a larger Lipschitz constant raises the rank more, slowing rank collapse",
-                   fmt::format("attention + MLP without skips or norms (Dong et al.'s SAN with MLPs), {} layers, {}, "
-                               "Xavier init (fresh); the MLP's W1, b1, W2 scaled by 2 (Lipschitz bound x4)", L, lm),
-                   "the collapse rate with the scaled MLP over the rate with the original: each the fitted slope of "
-                   "log res(X_l) against l over the layers above 1e-15 (< 1: a slower collapse)",
-                   Region::below(1), ratio,
-                   fmt::format("log res(X_l) falls {:.3f} per layer with the original MLP, {:.3f} with the scaled one "
-                               "(res(X_L): {:.3g}, {:.3g}); at GPT-2 init (a vanishing stream, uniform attention) "
-                               "scaling changes the mean log res by {:.2g}",
-                               -rate_base, -rate_scaled, std::exp(base.back()), std::exp(scaled.back()), gpt2_gain),
-                   {{"rate_ratio", ratio}, {"rate_original", rate_base}, {"rate_scaled", rate_scaled},
-                    {"mean_log_res_gain", mean_gain(base, scaled)}, {"log_res_original", base},
-                    {"log_res_scaled", scaled}, {"gpt2_init_mean_log_res_gain", gpt2_gain}}};
-    mm.vacuous = !std::isfinite(ratio);  // fewer than 3 layers above the floor: no rate to fit
+    // the rates are negative (a collapse); a slower one is larger: scaled minus original > 0
+    const bool both = std::isfinite(rate_base) && std::isfinite(rate_scaled);
+    Measurement mm = comparison(
+        {"002 MLP Lipschitz slows collapse", "an MLP with a larger Lipschitz constant raises the rank more, slowing rank collapse",
+         fmt::format("attention + MLP without skips or norms (Dong et al.'s SAN with MLPs), {} layers, {}, Xavier init "
+                     "(fresh); the MLP's W1, b1, W2 scaled by 2 (Lipschitz bound x4)", L, lm),
+         "the fitted slope of log res(X_l) against l (over the layers above 1e-15) with the scaled MLP minus the same "
+         "with the original (> 0: a slower collapse)"},
+        both ? std::vector<double>{rate_base} : std::vector<double>{},
+        both ? std::vector<double>{rate_scaled} : std::vector<double>{},
+        EffectRule::towards(1).between("original MLP", "scaled MLP"),
+        fmt::format("log res(X_l) falls {:.3f} per layer with the original MLP, {:.3f} with the scaled one "
+                    "(res(X_L): {:.3g}, {:.3g}); at GPT-2 init (a vanishing stream, uniform attention) "
+                    "scaling changes the mean log res by {:.2g}",
+                    -rate_base, -rate_scaled, std::exp(base.back()), std::exp(scaled.back()), gpt2_gain),
+        {{"rate_ratio", ratio}, {"rate_original", rate_base}, {"rate_scaled", rate_scaled},
+         {"mean_log_res_gain", mean_gain(base, scaled)}, {"log_res_original", base},
+         {"log_res_scaled", scaled}, {"gpt2_init_mean_log_res_gain", gpt2_gain}});
     out.push_back(std::move(mm));
     out.back().reported = "Dong et al. 2021, Sec. 2.3: the MLP's Lipschitz constant enters their bound on the residual of "
                           "a SAN with MLPs; a larger one slows the convergence to rank one (a bound, no measurement)";
@@ -285,37 +298,47 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     for (size_t i = 0; i < l.size(); i++)
       log_l.push_back(std::log(l[i])), log_grow.push_back(std::log(grow[i])), log_ratio.push_back(std::log(ratio[i]));
     const double p = depth_slope(log_l, log_grow), q = depth_slope(log_l, log_ratio);
-    // power law (log y linear in log l) against exponential (log y linear in l), same data
-    const double power_vs_exp = log_rss_ratio(l, log_grow, [](double v) { return std::log(v); }, [](double v) { return v; });
-    const std::string norms = fmt::format("||x|| from {:.3f} (layer 0) to {:.3f} (after layer {})", dp.layers[0].stream_norm,
-                                          dp.final_stream_norm, L);
-    out.push_back({"003/004 stream growth", "Pre-LN grows the stream additively: ||x_l||^2 ~ l, i.e. ||x_l|| ~ sqrt(l)",
-                   "Pre-LN, " + xavier, "exponent p of ||x_l||^2 - ||x_0||^2 ~ l^p", Region::between(0.75, 1.25), p,
-                   norms, {{"exponent", p}, {"stream_norms", [&] {
-                             std::vector<double> v;
-                             for (const auto& ly : dp.layers) v.push_back(ly.stream_norm);
-                             return v;
-                           }()}}});
-    out.push_back({"003 additive, not multiplicative", "Pre-LN's growth is additive (a power of l), not exponential",
-                   "Pre-LN, " + xavier,
-                   "log(RSS of the exponential fit / RSS of the power-law fit) of log(||x_l||^2 - ||x_0||^2)",
-                   Region::above(0), power_vs_exp, norms, {{"log_rss_exp_over_power", power_vs_exp}}});
-    out.push_back({"004 branch ratio", "the branch-to-stream ratio ||F_l||/||x_l|| shrinks like 1/sqrt(l)",
-                   "Pre-LN, " + xavier, "exponent q of the MLP branch ratio ~ l^q (claim: -0.5)",
-                   Region::between(-0.75, -0.25), q,
-                   fmt::format("ratio {:.3f} at layer 1, {:.3f} at layer {}", ratio.front(), ratio.back(), L - 1),
-                   {{"exponent", q}, {"ratios", ratio}}});
+    const std::string norms = fmt::format("||x|| from {:.3f} (layer 0) to {:.3f} (after layer {}); ||x_l||^2 - ||x_0||^2 "
+                                          "~ l^{:.2f} as a free power law", dp.layers[0].stream_norm,
+                                          dp.final_stream_norm, L, p);
+    std::vector<double> stream_norms;
+    for (const auto& ly : dp.layers) stream_norms.push_back(ly.stream_norm);
+    const Series growth{l, log_grow};
+    const std::string grow_y = "log(||x_l||^2 - ||x_0||^2)";
+    out.push_back(law({"003/004 stream growth", "Pre-LN grows the stream additively: ||x_l||^2 ~ l, i.e. ||x_l|| ~ sqrt(l)",
+                       "Pre-LN, " + xavier, grow_y + " against the layer l = 1 .. L-1"},
+                      {"l (layer)", grow_y,
+                       {fixed_power(1, "~ l (the claim)"), power_law("~ l^p, p free"), exponential_law("exponential in l"),
+                        Law::flat("no growth")}},
+                      growth, norms, {{"exponent", p}, {"stream_norms", stream_norms}}));
+    out.push_back(law({"003 additive, not multiplicative", "Pre-LN's growth is additive (a power of l), not exponential",
+                       "Pre-LN, " + xavier, grow_y + " against the layer l = 1 .. L-1"},
+                      {"l (layer)", grow_y,
+                       {power_law("a power of l (additive)"), exponential_law("exponential in l (multiplicative)"),
+                        Law::flat("no growth")}},
+                      growth, norms, {{"exponent", p}}));
+    out.push_back(law({"004 branch ratio", "the branch-to-stream ratio ||F_l||/||x_l|| shrinks like 1/sqrt(l)",
+                       "Pre-LN, " + xavier, "log of the MLP branch ratio against the layer l = 1 .. L-1"},
+                      {"l (layer)", "log ||F_l|| / ||x_l|| (MLP)",
+                       {fixed_power(-0.5, "~ l^(-1/2) (the claim)"), power_law("~ l^q, q free"),
+                        exponential_law("exponential in l"), Law::flat("constant")}},
+                      Series{l, log_ratio},
+                      fmt::format("ratio {:.3f} at layer 1, {:.3f} at layer {}; ~ l^{:.2f} as a free power law",
+                                  ratio.front(), ratio.back(), L - 1, q),
+                      {{"exponent", q}, {"ratios", ratio}}));
     const double lower = dp.layers.front().grad_norm / dp.layers.back().grad_norm;
     const GradientDecades pre_grads = gradient_decades(dp);
-    out.push_back({"004 lower layers larger gradients", "in Pre-LN the lower layers get larger gradients than the upper ones",
-                   "Pre-LN, " + xavier,
-                   "fitted change of log10 ||dL/d theta_l|| from layer 0 to the last, in decades (the source's example: "
-                   "one decade smaller at the top)",
-                   Region::below(-1), pre_grads.decades,
-                   fmt::format("gradient norm {:.3g} at layer 0, {:.3g} at layer {} (ratio {:.3g}); fitted change {:.2f} "
-                               "decades", dp.layers.front().grad_norm, dp.layers.back().grad_norm, L - 1, lower,
-                               pre_grads.decades),
-                   {{"ratio", lower}, {"decades", pre_grads.decades}, {"log10_grad_norms", pre_grads.log10_norms}}});
+    out.push_back(effect({"004 lower layers larger gradients",
+                          "in Pre-LN the lower layers get larger gradients than the upper ones", "Pre-LN, " + xavier,
+                          "fitted change of log10 ||dL/d theta_l|| from layer 0 to the last, in decades (< 0: larger "
+                          "toward the input)"},
+                         {pre_grads.decades},
+                         EffectRule::towards(-1).stated(1.0, "one decade: source 004, citing Liu et al. 2020, bottom "
+                                                             "layers 1e-2 to 1e-1, top layers 1e-3 to 1e-2"),
+                         fmt::format("gradient norm {:.3g} at layer 0, {:.3g} at layer {} (ratio {:.3g}); fitted change "
+                                     "{:.2f} decades", dp.layers.front().grad_norm, dp.layers.back().grad_norm, L - 1,
+                                     lower, pre_grads.decades),
+                         {{"ratio", lower}, {"decades", pre_grads.decades}, {"log10_grad_norms", pre_grads.log10_norms}}));
     out.back().reported = "source 004, citing Liu et al. 2020: in Pre-LN the bottom layers' gradients are about 1e-2 to "
                           "1e-1, the top layers' 1e-3 to 1e-2";
     const std::vector<double> shift = next_branch_shift(*pre, b.ids);
@@ -323,19 +346,23 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     for (size_t s = 0; s < shift.size(); s++)
       log_s.push_back(std::log(double(s + 1))), log_shift.push_back(std::log(std::max(1e-300, shift[s])));
     const double decay = depth_slope(log_s, log_shift);
-    out.push_back({"004 effective depth",
-                   "in Pre-LN a deep layer sees nearly its predecessor's input, F_{s+1}(N(x_{s+1})) ~ F_{s+1}(N(x_s)), "
-                   "and more so the deeper it is: the stack acts wider rather than deeper",
-                   "Pre-LN, " + xavier + ", one sequence, every sub-layer pair (attention, MLP alternate)",
-                   "exponent of ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / ||F_{s+1}(N(x_{s+1}))|| ~ (s+1)^e",
-                   Region::below(0), decay,
-                   fmt::format("relative change {:.3f} at sub-layer 1, {:.3f} at sub-layer {} (median {:.3f})", shift.front(),
-                               shift.back(), shift.size(), [&] {
-                                 std::vector<double> v = shift;
-                                 std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
-                                 return v[v.size() / 2];
-                               }()),
-                   {{"exponent", decay}, {"relative_change", shift}}});
+    std::vector<double> sub;
+    for (size_t i = 0; i < shift.size(); i++) sub.push_back(double(i));
+    const double trend = spearman(sub, shift);
+    out.push_back(effect({"004 effective depth",
+                          "in Pre-LN a deep layer sees nearly its predecessor's input, F_{s+1}(N(x_{s+1})) ~ "
+                          "F_{s+1}(N(x_s)), and more so the deeper it is: the stack acts wider rather than deeper",
+                          "Pre-LN, " + xavier + ", one sequence, every sub-layer pair (attention, MLP alternate)",
+                          "Spearman rank correlation of the relative change ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / "
+                          "||F_{s+1}(N(x_{s+1}))|| with the sub-layer s (< 0: smaller the deeper)"},
+                         {trend}, EffectRule::towards(-1),
+                         fmt::format("relative change {:.3f} at sub-layer 1, {:.3f} at sub-layer {} (median {:.3f}); as a "
+                                     "power of s + 1: exponent {:.2f}", shift.front(), shift.back(), shift.size(), [&] {
+                                       std::vector<double> v = shift;
+                                       std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+                                       return v[v.size() / 2];
+                                     }(), decay),
+                         {{"spearman", trend}, {"exponent", decay}, {"relative_change", shift}}));
     out.back().reported = "source 004: an argument (for large t, x_t and x_{t+1} differ little), no measurement";
     // 004 Thm 2: the Pre-LN network's Lipschitz constant is (1 + L_F L_Norm)^L, exponential in depth. Its
     // local version at the last token: the spectral norm of d x_l / d x_0 for every prefix of l layers (the
@@ -343,19 +370,21 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     const std::vector<double> lip = prefix_lipschitz(*pre, b.ids);
     std::vector<double> lay, log_lip;
     for (size_t l = 0; l < lip.size(); l++) lay.push_back(double(l + 1)), log_lip.push_back(std::log(lip[l]));
-    const double exp_vs_power = log_rss_ratio(lay, log_lip, [](double v) { return v; }, [](double v) { return std::log(v); });
     std::vector<double> log_lay;
     for (double v : lay) log_lay.push_back(std::log(v));
     const double power = depth_slope(log_lay, log_lip);
-    out.push_back({"004 Thm 2 Pre-LN Lipschitz",
-                   "the Lipschitz constant of an L-layer Pre-LN network is (1 + L_F L_Norm)^L: exponential in depth",
-                   "Pre-LN, " + xavier + ", the last token: ||d x_l / d x_0||_2 for every prefix of l layers",
-                   "log(RSS of the power law / RSS of the exponential law) of log ||d x_l / d x_0||_2 against l (> 0: "
-                   "exponential fits better)",
-                   Region::above(0), exp_vs_power,
-                   fmt::format("||d x_l / d x_0||_2 = {:.3g} after 1 layer, {:.3g} after {}; as a power law ~ l^{:.2f}",
-                               std::exp(log_lip.front()), std::exp(log_lip.back()), L, power),
-                   {{"log_rss_power_over_exp", exp_vs_power}, {"power_exponent", power}, {"log_lipschitz", log_lip}}});
+    const double theorem_bound = lipschitz_bound(*pre, b.ids);
+    out.push_back(bound({"004 Thm 2 Pre-LN Lipschitz",
+                         "the Lipschitz constant of an L-layer Pre-LN network is at most (1 + L_F L_Norm)^L: exponential "
+                         "in depth",
+                         "Pre-LN, " + xavier + ", the last token: ||d x_L / d x_0||_2 against the theorem's product "
+                         "with each sub-layer's local constant, prod_s (1 + ||J_(F_s o N_s)||_2)",
+                         "||d x_L / d x_0||_2 at the last token (the bound: the product)"},
+                        lip.back(), theorem_bound,
+                        fmt::format("||d x_l / d x_0||_2 = {:.3g} after 1 layer, {:.3g} after {} (as a power law ~ "
+                                    "l^{:.2f}); the product bound {:.3g}: {:.2g} times the measured gain",
+                                    lip.front(), lip.back(), L, power, theorem_bound, theorem_bound / lip.back()),
+                        {{"power_exponent", power}, {"log_lipschitz", log_lip}, {"bound", theorem_bound}}));
     out.back().reported = "source 004, Thm 2 (an argument, no measurement): L_Pre = (1 + L_F L_Norm)^L ~ e^(L L_F L_Norm)";
   });
   attempt(b, out, {"004 Prop. 2 shares", "004 Prop. 2 effective depth"}, [&] {
@@ -399,16 +428,24 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                                            fmt::join(k_share, ", "));
     const nlohmann::json nums = {{"depths", depths}, {"sum_r", total}, {"k_document", k_doc}, {"k_share", k_share},
                                  {"sum_exponent", total_exp}, {"k_share_exponent", k_exp}};
-    out.push_back({"004 Prop. 2 shares",
-                   "the layers' contributions r_t are shares of the output: 90% of the contribution is reached when "
-                   "sum_{t<k} r_t >= 0.9 (so sum_t r_t = 1 over all L layers)",
-                   setting, "exponent e of sum_t r_t ~ L^e over the depths (0: the shares sum to one whole at every depth)",
-                   Region::between(-0.25, 0.25), total_exp, detail, nums});
+    std::vector<double> depth_x(depths.begin(), depths.end());
+    out.push_back(law({"004 Prop. 2 shares",
+                       "the layers' contributions r_t are shares of the output: 90% of the contribution is reached when "
+                       "sum_{t<k} r_t >= 0.9 (so sum_t r_t = 1 over all L layers)",
+                       setting, "log sum_t r_t against the depth L"},
+                      {"L (depth)", "log sum_t r_t",
+                       {Law::flat("independent of L: shares (the claim)"),
+                        fixed_power(0.5, "~ sqrt(L): what r_t ~ L^(-1/2) for every t gives"), power_law("~ L^e, e free")}},
+                      Series{depth_x, log_total}, detail, nums));
     out.back().reported = "source 004, Prop. 2: r_t ~ Theta(L^(-1/2)), so sum_{t<k} r_t ~ k / sqrt(L) >= 0.9 gives k ~ 0.9 "
                           "sqrt(L) (with r_t ~ L^(-1/2) for every t the sum over all L layers is ~ sqrt(L), not 1)";
-    out.push_back({"004 Prop. 2 effective depth", "an L-layer Pre-LN network has effective depth Theta(sqrt(L))", setting,
-                   "exponent e of k ~ L^e, k the fewest layers whose r_t reach 90% of the sum over all layers (a share)",
-                   Region::between(0.25, 0.75), k_exp, detail, nums});
+    out.push_back(law({"004 Prop. 2 effective depth", "an L-layer Pre-LN network has effective depth Theta(sqrt(L))",
+                       setting, "log k against the depth L, k the fewest layers whose r_t reach 90% of the sum over all "
+                                "layers (a share)"},
+                      {"L (depth)", "log k",
+                       {fixed_power(0.5, "~ sqrt(L) (the claim)"), fixed_power(1, "~ L (every layer counts)"),
+                        power_law("~ L^e, e free"), Law::flat("independent of L")}},
+                      Series{depth_x, log_k}, detail, nums));
     out.back().reported = "source 004, Prop. 2: effective depth 0.9 sqrt(L); Post-LN's ~ L";
   });
   attempt(b, out, {"003 Post-LN input growth", "003 kappa^L gradient decay", "004 Post-LN gradients uniform",
@@ -427,16 +464,16 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     // which law the data favour: exponential, log ||LN input|| linear in the sub-layer s, against a
     // power law, linear in log s (additive growth); a tiny g makes the two indistinguishable, as it should
     const double g = std::exp(depth_slope(site, log_norm)) - 1;
-    const double exp_vs_power =
-        log_rss_ratio(site, log_norm, [](double v) { return v; }, [](double v) { return std::log(v); });
-    out.push_back({"003 Post-LN input growth", "Post-LN's LayerNorm inputs grow exponentially with depth, like (1+g)^L",
-                   "Post-LN, " + xavier,
-                   "log(RSS of the power law / RSS of the exponential law) of log ||LN input|| over sub-layers 2 .. 2L-1 "
-                   "(> 0: the exponential fits better)",
-                   Region::above(0), exp_vs_power,
-                   fmt::format("||x + F(x)|| from {:.3f} to {:.3f}; fitted rate g = {:.4f}, (1+g)^(2L) = {:.3f}",
-                               std::exp(log_norm.front()), std::exp(log_norm.back()), g, std::pow(1 + g, 2.0 * L)),
-                   {{"g", g}, {"log_rss_power_over_exp", exp_vs_power}, {"log_norms", log_norm}}});
+    out.push_back(law({"003 Post-LN input growth", "Post-LN's LayerNorm inputs grow exponentially with depth, like (1+g)^L",
+                       "Post-LN, " + xavier, "log ||LN input|| against the sub-layer s = 2 .. 2L-1"},
+                      {"s (sub-layer)", "log ||x + F(x)||",
+                       {exponential_law("exponential growth (1+g)^s (the claim)"), power_law("a power of s"),
+                        Law::flat("no growth")},
+                       0, 1},
+                      Series{site, log_norm},
+                      fmt::format("||x + F(x)|| from {:.3f} to {:.3f}; fitted rate g = {:.4f}, (1+g)^(2L) = {:.3f}",
+                                  std::exp(log_norm.front()), std::exp(log_norm.back()), g, std::pow(1 + g, 2.0 * L)),
+                      {{"g", g}, {"log_norms", log_norm}}));
     if (post->config().has_logits()) {
       const DynamicsReport dq = analyze_dynamics(*post, b.corpus, 2, 4, o.seq_len, uint64_t(o.seed));
       std::vector<double> layer, log_grad;
@@ -450,22 +487,27 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
       const std::string grads = fmt::format("gradient norm {:.3g} at layer 0, {:.3g} at layer {}; fitted change {:.2f} "
                                             "decades; kappa {:.4f} (layers 1 .. L-1)",
                                             dq.layers.front().grad_norm, dq.layers.back().grad_norm, L - 1, decades, kappa);
-      out.push_back({"003 kappa^L gradient decay", "in Post-LN the gradient decays like kappa^L (kappa < 1) toward the input",
-                     "Post-LN, " + xavier,
-                     "fitted change of log10 ||dL/d theta_l|| from layer 0 to the last, in decades (> 0: smaller toward the "
-                     "input)",
-                     Region::above(1), decades, grads, {{"kappa", kappa}, {"decades", decades}, {"log_grad_norms", log_grad}}});
-      out.push_back({"004 Post-LN gradients uniform",
-                     "in Post-LN the layers' gradient norms are about uniform (all within about 1e-2 to 1e-1), every layer "
-                     "learns", "Post-LN, " + xavier,
-                     "fitted change of log10 ||dL/d theta_l|| from layer 0 to the last (decades; the source's range is one)",
-                     Region::between(-1, 1), decades, grads, {{"decades", decades}, {"log10_grad_norms", log10_grad}}});
+      out.push_back(law({"003 kappa^L gradient decay", "in Post-LN the gradient decays like kappa^L (kappa < 1) toward the input",
+                         "Post-LN, " + xavier, "log ||dL/d theta_l|| against the layer l = 1 .. L-1"},
+                        {"l (layer)", "log ||dL/d theta_l||",
+                         {exponential_law("geometric: kappa^(L-l) toward the input (the claim)"), power_law("a power of l"),
+                          Law::flat("uniform")},
+                         0, 1},
+                        Series{layer, log_grad}, grads, {{"kappa", kappa}, {"decades", decades}, {"log_grad_norms", log_grad}}));
+      // the source's range: every layer within about 1e-2 to 1e-1, one decade
+      const auto [lo, hi] = std::minmax_element(log10_grad.begin(), log10_grad.end());
+      out.push_back(bound({"004 Post-LN gradients uniform",
+                           "in Post-LN the layers' gradient norms are about uniform (all within about 1e-2 to 1e-1), every "
+                           "layer learns", "Post-LN, " + xavier,
+                           "spread of log10 ||dL/d theta_l|| over the layers, max - min, in decades (the bound: the "
+                           "source's range, one decade)"},
+                          *hi - *lo, 1.0, grads, {{"spread_decades", *hi - *lo}, {"log10_grad_norms", log10_grad}}));
       out.back().reported = "source 004, citing Liu et al. 2020: Post-LN's gradient norms are more uniform across layers, "
                             "about 1e-2 to 1e-1 each";
     } else {
       for (const char* name : {"003 kappa^L gradient decay", "004 Post-LN gradients uniform"}) {
         Measurement m;
-        m.source = name;
+        m.head.source = name;
         m.skipped = "the claim needs gradients of a loss; this model has no head (head = none)";
         out.push_back(std::move(m));
       }
@@ -475,13 +517,14 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     std::vector<double> lay, norm;
     for (const auto& h : ar.heads_by_layer) lay.push_back(double(h.layer)), norm.push_back(h.stats.norm2 / std::sqrt(double(o.seq_len)));
     const double rise = depth_slope(lay, norm) * (L - 1);
-    out.push_back({"002 ||A|| rises with depth", "in Post-LN ||A||_2 rises toward sqrt(n) with depth",
-                   "Post-LN, " + xavier + ", " + attention_kind(b) + ", every head",
-                   "fitted change of ||A||_2 / sqrt(n) from the first to the last layer", Region::above(0), rise,
+    out.push_back(effect({"002 ||A|| rises with depth", "in Post-LN ||A||_2 rises toward sqrt(n) with depth",
+                          "Post-LN, " + xavier + ", " + attention_kind(b) + ", every head",
+                          "fitted change of ||A||_2 / sqrt(n) from the first to the last layer (> 0: a rise)"},
+                         {rise}, EffectRule::towards(1),
                    fmt::format("||A||_2/sqrt(n) = {:.3f} in layer 0 head 0, {:.3f} in the last layer's head 0", norm.front(),
                                norm[norm.size() - size_t(o.n_heads)]),
-                   {{"rise", rise}}});
+                   {{"rise", rise}}));
   });
 }
 
-}  // namespace normlab::analysis::theory_detail
+}  // namespace normlab::theory::detail
