@@ -681,16 +681,18 @@
     root.append(el('h2', {}, 'Theory claims'));
     root.append(el('p', {class: 'meta'}, study.kind === 'pretrained'
       ? 'Decided from each model\'s own instrument readings above (the numbers behind each verdict are in results.json).'
-      : 'Measured by normlab theory, each claim in the setting its source states, on fresh models over several seeds and on the same models trained on the built-in corpus; statements about initialization only are measured on fresh models. A claim holds (is violated) when the 95% confidence interval of its quantity over the seeds lies inside (outside) the claimed region, else it is not distinguishable at this scale. The claims in words: docs/THEORY.md; every seed\'s numbers: results.json.'));
+      : 'Measured by normlab theory, each claim in the setting its source states, on fresh models over several seeds and on the same models trained on the built-in corpus; statements about initialization only are measured on fresh models. Each claim is decided by the rule of its kind: an identity (a check of the algebra, not evidence) is exact or fails; a bound is satisfied, has a counterexample or is vacuous; a law holds when the stated law fits the seeds and carries 95% of the Akaike weight among the laws that fit (else violated, no law fits, or not distinguishable); an effect or comparison holds in direction when the 95% interval over the seeds excludes 0 on the claimed side, and its size is judged only against a size the source states. The rules and the claims: docs/THEORY.md; every seed\'s numbers: results.json.'));
     const t = el('table');
-    t.append(el('tr', {}, ...['source', 'models', 'claim', 'setting', 'measured', 'verdict'].map((h) => el('th', {class: 'text'}, h))));
+    t.append(el('tr', {}, ...['source', 'models', 'kind', 'claim', 'setting', 'rule and measured', 'verdict'].map((h) => el('th', {class: 'text'}, h))));
     for (const c of data.theory) {
-      const kind = c.verdict.startsWith('violated') ? 'violated' : c.verdict.startsWith('holds only') ? 'conditional'
-                 : c.verdict.startsWith('holds') ? 'holds' : 'other';
+      const v = c.verdict;
+      const look = /^(violated|fails|counterexample)/.test(v) ? 'violated' : /^(holds|exact|satisfied)/.test(v) ? 'holds' : 'other';
+      const verdict = v + (c.size && c.size !== 'size not claimed' && c.verdict !== 'skipped' ? '; ' + c.size : '');
       t.append(el('tr', {}, el('td', {class: 'text'}, c.source), el('td', {class: 'text'}, c.model || 'fresh'),
-                  el('td', {class: 'text'}, c.statement + (c.reported ? ' (the paper: ' + c.reported + ')' : '')),
+                  el('td', {class: 'text'}, c.kind || ''),
+                  el('td', {class: 'text'}, (c.statement || '') + (c.reported ? ' (the paper: ' + c.reported + ')' : '')),
                   el('td', {class: 'text'}, c.setting || ''),
-                  el('td', {class: 'text'}, c.measured), el('td', {class: 'text verdict-' + kind}, c.verdict)));
+                  el('td', {class: 'text'}, (c.rule ? c.rule + '. ' : '') + c.measured), el('td', {class: 'text verdict-' + look}, verdict)));
     }
     root.append(t);
   }

@@ -98,7 +98,7 @@ done
 
 # --- every terminal table has a legend ----------------------------------------------------------
 for f in jac.txt att.txt dyn.txt; do check "grep -q '^columns: ' $f" "$f: a table without a legend"; done
-check "\"$NL\" theory --help | grep 'VERDICT: HOLDS' >/dev/null" "theory --help has no legend of its rows"
+check "\"$NL\" theory --help | grep 'KIND and VERDICT: identity' >/dev/null" "theory --help has no legend of its rows"
 check "grep -q 'SKIPPED: ' ckpt.txt" "theory --checkpoint prints no skipped claims"
 cat > s.toml <<'TOML'
 [study]

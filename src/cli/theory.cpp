@@ -48,11 +48,15 @@ void add_theory_command(CLI::App& app, TheoryCommand& cmd) {
   t->add_option("--pairs", o.pairs,
                 "translation pairs of the encoder-decoder claims: a built Bible pair or a corpus directory (default es-en)");
   t->footer(
-      "Each claim prints: [claim name, models] VERDICT, then claim (the statement), setting (where it was measured), "
-      "reported (the paper's own result, if any) and measured (the quantity's mean, 95% CI, sd over the seeds, and the "
-      "first seed's numbers). VERDICT: HOLDS / VIOLATED when the 95% CI lies inside / outside the claimed region, NOT "
-      "DISTINGUISHABLE otherwise, SKIPPED (with --checkpoint) when the model cannot answer the claim. Every claim name "
-      "is a row of docs/THEORY.md.");
+      "Each claim prints: [claim name, models] KIND VERDICT, then claim (the statement), setting (where it was "
+      "measured), reported (the paper's own result, if any), rule (the numbers the kind's rule read: a fit's quality, "
+      "an interval, a bound's ratio) and measured (the first seed's or window's numbers). KIND and VERDICT: identity "
+      "(a check of the algebra, tallied apart) EXACT / FAILS; bound SATISFIED / COUNTEREXAMPLE / VACUOUS; law HOLDS "
+      "when the stated law fits and carries 95% of the Akaike weight, VIOLATED, NO LAW FITS or NOT DISTINGUISHABLE; "
+      "effect and comparison HOLDS / VIOLATED when the 95% interval excludes 0 on the claimed / other side (the "
+      "direction), then the size against the source's (or 'size not claimed'); VOID when a trained model did not "
+      "learn; SKIPPED (with --checkpoint) with the premise that fails. The last lines tally each kind of model. Every "
+      "claim name is a row of docs/THEORY.md, which gives the rules and why.");
 }
 
 int run_theory(TheoryCommand& cmd) {

@@ -3,7 +3,8 @@
 // recipe of a trained model: AdamW at train_lr after a linear warm-up, then constant, on batches of 8
 // windows of the corpus' training split; every kEvalEvery steps the loss on kValBatches fixed
 // batches of the validation split; training stops at a validation plateau (the best loss has not
-// improved by kPlateau of itself in kPatience evaluations) or at train_steps, whichever comes first.
+// improved by kPlateau of itself in kPatience evaluations after the warm-up) or at train_steps,
+// whichever comes first.
 // A trained model is kept in the normlab cache (theory-models/, keyed by its config, seed, recipe
 // and corpus), so later runs and the default study reuse it; a cache file that does not match its
 // key exactly is ignored and replaced.
@@ -29,7 +30,7 @@ constexpr int kValBatches = 32;        // fixed batches of 8 windows of the vali
                                        // T = 16: the 0.5% rule needs more than a few hundred)
 constexpr double kPlateau = 0.005;     // an improvement smaller than 0.5% of the best loss is none
 constexpr int kPatience = 5;           // evaluations without one: a plateau (500 steps)
-constexpr uint32_t kCacheVersion = 2;  // bump when the recipe or the models' numerics change
+constexpr uint32_t kCacheVersion = 3;  // bump when the recipe or the models' numerics change
 
 // The linear warm-up of a placement (at most a third of train_steps): Post-LN the 1,000 steps the
 // practical study found it needs (docs/STUDIES.md, "The practical claim": with 100 it never learned at
@@ -151,9 +152,9 @@ std::vector<std::string> ModelSource::take_trained() { return take_sorted(traine
 
 std::string ModelSource::recipe() const {
   return fmt::format("AdamW at lr {:g} after a linear warm-up (Post-LN {} steps, the others {}), batches of 8 x {}, until "
-                     "the validation loss on {} batches ({} tokens) has not improved by {:g}% in {} steps (a plateau) or "
-                     "{} steps; learned: 10% below the unigram entropy and (not Pre-LN) at least {:.0f}% of the way to "
-                     "the same-size Pre-LN's loss",
+                     "the validation loss on {} batches ({} tokens) has not improved by {:g}% in {} steps after the "
+                     "warm-up (a plateau) or {} steps; learned: 10% below the unigram entropy and (not Pre-LN) at least "
+                     "{:.0f}% of the way to the same-size Pre-LN's loss",
                      o_.train_lr, warmup_of(Placement::Post, o_.train_steps), warmup_of(Placement::Pre, o_.train_steps),
                      o_.seq_len, kValBatches, kValBatches * 8 * o_.seq_len, 100 * kPlateau, kPatience * kEvalEvery,
                      o_.train_steps, 100 * kLearnedShareOfPre);
@@ -188,7 +189,9 @@ ModelSource::Trained ModelSource::train(ModelConfig c) {
     for (const Batch& b : val) v += m.forward(b.ids.data(), b.labels.data(), b.B, b.T) / kValBatches;
     return std::isfinite(v) ? v : std::numeric_limits<double>::infinity();
   };
-  Plateau plateau{kPlateau, kPatience};
+  // evaluations within the warm-up do not count toward a plateau (a Post-LN sits at the unigram loss
+  // for most of its 1,000 warm-up steps, and would stop there)
+  Plateau plateau{kPlateau, kPatience, warmup_of(c.placement_of(0), o_.train_steps)};
   long step = 0;
   while (step < o_.train_steps) {
     const Batch b = sample_batch(ids_, Arch::Gpt, 8, o_.seq_len, rng);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 #include <fmt/format.h>
 
 namespace normlab::theory {
@@ -152,7 +153,9 @@ Judgement judge_law(const LawRule& r, const std::vector<Series>& seeds, const st
         x.push_back(seeds[k].x[i]), y.push_back(seeds[k].y[i]), seed_of.push_back(k);
         group_of.emplace(seeds[k].x[i], group_of.size());
       }
-  const double n = double(x.size()), groups = double(group_of.size()), n_seeds = double(seeds.size());
+  // (a seed without points, e.g. a collapse at the rounding floor, has no offset to fit)
+  const double n = double(x.size()), groups = double(group_of.size()),
+               n_seeds = double(std::set<size_t>(seed_of.begin(), seed_of.end()).size());
   if (groups < 3) {
     j.verdict = Verdict::NotDistinguishable;
     j.text = fmt::format("{} distinct x: too few to fit a law", group_of.size());

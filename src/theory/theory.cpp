@@ -266,7 +266,7 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
     // the repetitions: seeds of fresh or trained models; on one given model, its input windows (an
     // effect measured on units of several windows per seed pools the units)
     const std::string unit = o.model ? "window" : "seed";
-    const std::string effect_unit = effects.size() > by_seed.size() ? "unit of windows" : unit;
+    const std::string effect_unit = effects.size() > by_seed.size() ? "window unit" : unit;
     Judgement j;
     switch (m.kind) {
       case Kind::Identity: j = judge_identity(m.identity, values, vacuous, unit), c.summary = analysis::summarize(values); break;
@@ -283,8 +283,9 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
     c.measured = fmt::format("{}: {}", o.model ? "first window" : "first seed", m.detail);
     if (!void_reason.empty()) {  // a verdict on an untrained model in a trained one's place says nothing
       c.verdict = Verdict::Void;
-      c.measured = fmt::format("{}; it did not learn (its validation loss is not {:.0f}% below the unigram entropy): {}",
-                               c.measured, 100 * (1 - kLearnedFraction), void_reason);
+      c.measured = fmt::format("{}; it did not learn (its validation loss is not {:.0f}% below the unigram entropy, or "
+                               "not {:.0f}% of the way from it to the same-size Pre-LN's): {}",
+                               c.measured, 100 * (1 - kLearnedFraction), 100 * kLearnedShareOfPre, void_reason);
     }
     c.numbers = {{"rule", j.numbers}, {"seeds", seeds}};
     claims.push_back(std::move(c));

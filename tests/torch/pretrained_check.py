@@ -89,7 +89,7 @@ def main():
         print("note: this normlab has no tokenize command; ids came from the tokenizers package only")
     # normlab theory --checkpoint on the real model: its own WordPiece tokenizer on the corpus, and every
     # claim one Post-LN encoder can answer measured (skips only for what it cannot give: a Pre-LN
-    # placement, a loss, a family of depths or fresh models)
+    # placement, a loss, a family of depths or widths, or fresh models)
     js = os.path.join(a.workdir, "theory.json")
     p = subprocess.run([a.normlab, "theory", "--checkpoint", model_dir, "--seeds", "2", "--json", js, "--force"],
                        capture_output=True, text=True)
@@ -98,8 +98,11 @@ def main():
     else:
         claims = json.load(open(js))
         measured = {c["source"] for c in claims if c["verdict"] != "skipped"}
-        want = {"000 Thm 2.2", "000 Thm 3.2", "000 Thm 6.3", "000 Thm 3.6", "004 dNorm/dz",
-                "003 Post-LN input growth", "002 ||A|| rises with depth"}
+        # (and the claims about LayerNorm itself, attention and rank collapse, whatever the placement:
+        # Dong et al. measured BERT)
+        want = {"000 Thm 2.2", "000 Thm 3.2", "000 Thm 6.3", "000 Thm 3.6", "000 Lemma 2.1", "000 Remark 1.2",
+                "003 Post-LN input growth", "002 ||A|| rises with depth", "002 spectral bounds", "002 bound in M",
+                "002 rank collapse", "002 skips prevent collapse", "004 fake depth: angular distance"}
         if not want <= measured:
             failures.append(f"theory --checkpoint MiniLM skipped {sorted(want - measured)}")
         if not all("WordPiece" in c["input"] for c in claims):
