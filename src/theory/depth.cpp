@@ -302,9 +302,9 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     for (size_t i = 0; i < l.size(); i++)
       log_l.push_back(std::log(l[i])), log_grow.push_back(std::log(grow[i])), log_ratio.push_back(std::log(ratio[i]));
     const double p = depth_slope(log_l, log_grow), q = depth_slope(log_l, log_ratio);
-    const std::string norms = fmt::format("||x|| from {:.3f} (layer 0) to {:.3f} (after layer {}); ||x_l||^2 - ||x_0||^2 "
-                                          "~ l^{:.2f} as a free power law", dp.layers[0].stream_norm,
-                                          dp.final_stream_norm, L, p);
+    const std::string norms = fmt::format("||x|| from {:.3f} (entering layer 0) to {:.3f} (after the last of {} layers); "
+                                          "||x_l||^2 - ||x_0||^2 ~ l^{:.2f} as a free power law",
+                                          dp.layers[0].stream_norm, dp.final_stream_norm, L, p);
     std::vector<double> stream_norms;
     for (const auto& ly : dp.layers) stream_norms.push_back(ly.stream_norm);
     const Series growth{l, log_grow};

@@ -131,8 +131,8 @@ Judgement judge_bound(const BoundRule& r, const std::vector<double>& values, con
     j.text = fmt::format("the bound says nothing on every {} ({})", unit, values.size());
   } else {
     j.verdict = beyond > 0 ? Verdict::Counterexample : Verdict::Satisfied;
-    j.text = fmt::format("{} of {} {}{} beyond the bound; value / bound from {} to {}{}", beyond, said, unit,
-                         said == 1 ? "" : "s", num(lo), num(hi),
+    j.text = fmt::format("{} of {} {}{} beyond the bound; value / bound from {:.7g} to {:.7g}{}", beyond, said, unit,
+                         said == 1 ? "" : "s", lo, hi,
                          said < int(values.size()) ? fmt::format(" (vacuous on {})", int(values.size()) - said) : "");
   }
   j.numbers = {{"seeds_beyond", beyond}, {"seeds_where_it_says_something", said},

@@ -157,11 +157,83 @@ std::vector<Measurement> measure_seed(const TheoryOptions& o, const Corpus& corp
   detail::Bench b{o, corpus.val, {}, &models, o.train_steps == 0, o.model != nullptr, &pairs, pairs_name};
   Rng rng(uint64_t(o.seed), 9);
   b.ids = sample_batch(b.corpus, Arch::Gpt, 1, o.seq_len, rng).ids;
-  if (!corpus.bytes())
-    b.lm = fmt::format("LM over {} tokens", o.tokenizer.empty() ? std::string("the token stream's") : "its tokenizer's");
+  const bool encoder = o.model && !o.model->config.causal();
+  if (!corpus.bytes() || encoder)
+    b.lm = fmt::format("{} over {}", encoder ? "an encoder" : "LM",
+                       corpus.bytes()                      ? std::string("bytes")
+                       : o.tokenizer.empty()               ? std::string("the token stream's tokens")
+                                                           : std::string("its tokenizer's tokens"));
   std::vector<Measurement> out;
   for (size_t i = first; i < last; i++) detail::kChecks[i](b, out);
   return out;
+}
+
+}  // namespace
+
+namespace {
+
+// Claim i of the seeds' measurements, decided by its kind's rule over the seeds (a given model's
+// windows).
+Claim claim_of(const std::vector<std::vector<Measurement>>& by_seed, size_t i, bool given, const std::string& state,
+               const std::string& input) {
+  const Measurement& m = by_seed[0][i];
+  Claim c;
+  c.source = m.head.source;
+  c.model = state;
+  c.input = input;
+  c.replicates = given ? "windows" : "seeds";
+  if (!m.skipped.empty()) {
+    c.verdict = Verdict::Skipped;
+    c.measured = m.skipped;
+    return c;
+  }
+  nlohmann::json seeds = nlohmann::json::array();
+  std::vector<double> values, bounds, effects, arm_a, arm_b;
+  std::vector<bool> vacuous;
+  std::vector<Series> series;
+  std::string void_reason;
+  for (const auto& s : by_seed) {
+    if (s.size() != by_seed[0].size() || s[i].head.quantity != m.head.quantity || s[i].kind != m.kind)
+      throw Error("theory: the seeds measured different claims");  // a bug, not an input
+    values.push_back(s[i].value), bounds.push_back(s[i].bound), vacuous.push_back(s[i].vacuous);
+    series.push_back(s[i].series);
+    effects.insert(effects.end(), s[i].effects.begin(), s[i].effects.end());
+    arm_a.insert(arm_a.end(), s[i].arm_a.begin(), s[i].arm_a.end());
+    arm_b.insert(arm_b.end(), s[i].arm_b.begin(), s[i].arm_b.end());
+    if (void_reason.empty()) void_reason = s[i].void_reason;
+    seeds.push_back(s[i].numbers);
+  }
+  c.statement = m.head.statement;
+  c.setting = m.head.setting;
+  c.quantity = m.head.quantity;
+  c.kind = m.kind;
+  c.reported = m.reported;
+  // the repetitions: seeds of fresh or trained models; on one given model, its input windows (an
+  // effect measured on units of several windows per seed pools the units)
+  const std::string unit = given ? "window" : "seed";
+  const std::string effect_unit = effects.size() > by_seed.size() ? "window unit" : unit;
+  Judgement j;
+  switch (m.kind) {
+    case Kind::Identity: j = judge_identity(m.identity, values, vacuous, unit); break;
+    case Kind::Bound: j = judge_bound(m.bound_rule, values, bounds, vacuous, unit); break;
+    case Kind::Law: j = judge_law(m.law, series, unit); break;
+    case Kind::Effect: j = judge_effect(m.effect, effects, {}, {}, effect_unit); break;
+    case Kind::Comparison: j = judge_effect(m.effect, effects, arm_a, arm_b, effect_unit); break;
+  }
+  if (m.kind == Kind::Identity || m.kind == Kind::Bound) c.summary = analysis::summarize(values);
+  if (m.kind == Kind::Effect || m.kind == Kind::Comparison) c.summary = analysis::summarize(effects);
+  c.verdict = j.verdict;
+  c.size = j.size;
+  c.rule = j.text;
+  c.measured = fmt::format("{}: {}", given ? "first window" : "first seed", m.detail);
+  if (!void_reason.empty()) {  // a verdict on an untrained model in a trained one's place says nothing
+    c.verdict = Verdict::Void;
+    c.measured = fmt::format("{}; it did not learn (its validation loss is not {:.0f}% below the unigram entropy, or "
+                             "not {:.0f}% of the way from it to the same-size Pre-LN's): {}",
+                             c.measured, 100 * (1 - kLearnedFraction), 100 * kLearnedShareOfPre, void_reason);
+  }
+  c.numbers = {{"rule", j.numbers}, {"seeds", seeds}};
+  return c;
 }
 
 }  // namespace
@@ -229,67 +301,7 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
                             : fresh  ? "fresh"
                                      : fmt::format("trained (to a plateau, at most {} steps)", o.train_steps);
   const std::string input = claim_input(o, corpus, detail::ModelSource(o, corpus.train, corpus.val).recipe());
-  for (size_t i = 0; i < by_seed[0].size(); i++) {
-    const Measurement& m = by_seed[0][i];
-    Claim c;
-    c.source = m.head.source;
-    c.model = state;
-    c.input = input;
-    c.replicates = o.model ? "windows" : "seeds";
-    if (!m.skipped.empty()) {
-      c.verdict = Verdict::Skipped;
-      c.measured = m.skipped;
-      claims.push_back(std::move(c));
-      continue;
-    }
-    nlohmann::json seeds = nlohmann::json::array();
-    std::vector<double> values, bounds, effects, arm_a, arm_b;
-    std::vector<bool> vacuous;
-    std::vector<Series> series;
-    std::string void_reason;
-    for (const auto& s : by_seed) {
-      if (s.size() != by_seed[0].size() || s[i].head.quantity != m.head.quantity || s[i].kind != m.kind)
-        throw Error("theory: the seeds measured different claims");  // a bug, not an input
-      values.push_back(s[i].value), bounds.push_back(s[i].bound), vacuous.push_back(s[i].vacuous);
-      series.push_back(s[i].series);
-      effects.insert(effects.end(), s[i].effects.begin(), s[i].effects.end());
-      arm_a.insert(arm_a.end(), s[i].arm_a.begin(), s[i].arm_a.end());
-      arm_b.insert(arm_b.end(), s[i].arm_b.begin(), s[i].arm_b.end());
-      if (void_reason.empty()) void_reason = s[i].void_reason;
-      seeds.push_back(s[i].numbers);
-    }
-    c.statement = m.head.statement;
-    c.setting = m.head.setting;
-    c.quantity = m.head.quantity;
-    c.kind = m.kind;
-    c.reported = m.reported;
-    // the repetitions: seeds of fresh or trained models; on one given model, its input windows (an
-    // effect measured on units of several windows per seed pools the units)
-    const std::string unit = o.model ? "window" : "seed";
-    const std::string effect_unit = effects.size() > by_seed.size() ? "window unit" : unit;
-    Judgement j;
-    switch (m.kind) {
-      case Kind::Identity: j = judge_identity(m.identity, values, vacuous, unit), c.summary = analysis::summarize(values); break;
-      case Kind::Bound: j = judge_bound(m.bound_rule, values, bounds, vacuous, unit), c.summary = analysis::summarize(values); break;
-      case Kind::Law: j = judge_law(m.law, series, unit); break;
-      case Kind::Effect: j = judge_effect(m.effect, effects, {}, {}, effect_unit), c.summary = analysis::summarize(effects); break;
-      case Kind::Comparison:
-        j = judge_effect(m.effect, effects, arm_a, arm_b, effect_unit), c.summary = analysis::summarize(effects);
-        break;
-    }
-    c.verdict = j.verdict;
-    c.size = j.size;
-    c.rule = j.text;
-    c.measured = fmt::format("{}: {}", o.model ? "first window" : "first seed", m.detail);
-    if (!void_reason.empty()) {  // a verdict on an untrained model in a trained one's place says nothing
-      c.verdict = Verdict::Void;
-      c.measured = fmt::format("{}; it did not learn (its validation loss is not {:.0f}% below the unigram entropy, or "
-                               "not {:.0f}% of the way from it to the same-size Pre-LN's): {}",
-                               c.measured, 100 * (1 - kLearnedFraction), 100 * kLearnedShareOfPre, void_reason);
-    }
-    c.numbers = {{"rule", j.numbers}, {"seeds", seeds}};
-    claims.push_back(std::move(c));
-  }
+  for (size_t i = 0; i < by_seed[0].size(); i++) claims.push_back(claim_of(by_seed, i, o.model != nullptr, state, input));
   return claims;
 }
 
@@ -321,8 +333,10 @@ nlohmann::json to_json(const std::vector<Claim>& claims) {
                         {"reported", c.reported}, {"input", c.input}, {"replicates", c.replicates},
                         {"numbers", c.numbers}};
     if (c.kind == Kind::Effect || c.kind == Kind::Comparison) e["size"] = to_string(c.size);
-    if (c.kind != Kind::Law)
+    if (c.kind == Kind::Effect || c.kind == Kind::Comparison)  // the interval the rule read
       e.update({{"mean", c.summary.mean}, {"ci95", {c.summary.lo, c.summary.hi}}, {"sd", c.summary.sd}, {"n", c.summary.n}});
+    else if (c.kind != Kind::Law)  // an identity's errors, a bound's values: each seed's, no interval
+      e.update({{"values", c.summary.values}, {"mean", c.summary.mean}, {"n", c.summary.n}});
     j.push_back(std::move(e));
   }
   return j;
