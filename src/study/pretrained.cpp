@@ -136,7 +136,7 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
     out.push_back(claim_entry(
         label, "000 Thm 2.2",
         "A LayerNorm Jacobian has rank d-2 at eps = 0; with eps > 0 the z-hat direction keeps (1/s) eps/(var+eps)",
-        Kind::Identity, theory::judge_identity({0}, {double(sites - rank_d2 - rank_d1)}),
+        Kind::Identity, theory::judge_identity({0}, {double(sites - rank_d2 - rank_d1)}, {}, "reading"),
         fmt::format("{} norm sites (d = {}, eps = {:g}): {} of numerical rank d-2, {} of rank d-1 (at this eps the "
                     "z-hat value decides which); largest predicted z-hat value {:.2g}",
                     sites, d, jac.eps, rank_d2, rank_d1, worst_small),
@@ -150,7 +150,7 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
   }
   if (blocks)
     out.push_back(claim_entry(label, "000 Thm 3.2", "A block that ends in a LayerNorm has a token-local Jacobian of rank <= d-2",
-                              Kind::Identity, theory::judge_identity({0}, {double(blocks - ok)}),
+                              Kind::Identity, theory::judge_identity({0}, {double(blocks - ok)}, {}, "reading"),
                               fmt::format("{} of {} blocks within", ok, blocks), {{"blocks", blocks}, {"holds", ok}}));
   // attention: the chain 1 <= ||A|| <= sqrt(c_max) <= sqrt(n) (algebra) and source 002's bound in M
   int heads = 0, chain = 0, bound_checked = 0;
@@ -166,13 +166,13 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
   }
   out.push_back(claim_entry(label, "002 spectral bounds",
                             "Attention probabilities satisfy 1 <= ||A||_2 <= sqrt(c_max) <= sqrt(n)", Kind::Identity,
-                            theory::judge_identity({0}, {double(heads - chain)}),
+                            theory::judge_identity({0}, {double(heads - chain)}, {}, "reading"),
                             fmt::format("{} of {} heads; largest ||A||_2 = {:.3f}, sqrt(n) = {:.3f}", chain, heads,
                                         max_norm, std::sqrt(double(att.T))),
                             {{"heads", heads}, {"holds", chain}, {"max_norm2", max_norm}}));
   out.push_back(claim_entry(label, "002 bound in M",
                             "||A||_2 <= sqrt(n / (1 + (n-1) exp(-2M))), M = Gamma^2 sigma_Q sigma_K sqrt(d)", Kind::Bound,
-                            theory::judge_bound({}, {worst}, {1.0}, {bound_checked == 0}),
+                            theory::judge_bound({}, {worst}, {1.0}, {bound_checked == 0}, "reading"),
                             fmt::format("{} of {} heads meet the bound's premises (bidirectional rows of n entries, no "
                                         "q/k bias, beta = 0); largest ||A||_2 / bound there {:.7g}",
                                         bound_checked, heads, worst),
@@ -195,18 +195,18 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
     const nlohmann::json nums = {{"pure_attention", pure->ratio}, {"skip_no_mlp", skips->ratio}, {"with_skips", full}};
     const double log_pure = std::log10(std::max(pure->ratio, 1e-300)), log_skips = std::log10(std::max(skips->ratio, 1e-300));
     out.push_back(claim_entry(label, "002 rank collapse", "without skip connections attention layers drive the tokens to rank one",
-                              Kind::Effect, theory::judge_effect(theory::EffectRule::towards(-1), {log_pure}),
+                              Kind::Effect, theory::judge_effect(theory::EffectRule::towards(-1), {log_pure}, {}, {}, "reading"),
                               fmt::format("log10 res(X_L)/res(X_0) of pure attention: {:.2f}; {}", log_pure, readings), nums));
     out.push_back(claim_entry(label, "002 skips prevent collapse", "skip connections prevent rank collapse", Kind::Comparison,
                               theory::judge_effect(theory::EffectRule::towards(1).between("without skips", "with skips"),
-                                                   {log_skips - log_pure}, {log_pure}, {log_skips}),
+                                                   {log_skips - log_pure}, {log_pure}, {log_skips}, "reading"),
                               fmt::format("log10 of res with skips (no MLPs) over res without: {:.2f}; {}",
                                           log_skips - log_pure, readings),
                               nums));
     const theory::Series rate = theory::collapse_series(pure->residual_rank);
     if (rate.x.size() >= 3)
       out.push_back(claim_entry(label, "002 collapse rate", "pure attention loses rank doubly exponentially with depth",
-                                Kind::Law, theory::judge_law(theory::collapse_law(), {rate}),
+                                Kind::Law, theory::judge_law(theory::collapse_law(), {rate}, "reading"),
                                 fmt::format("res(X_l) of pure attention [{:.3g}]", fmt::join(pure->residual_rank, ", ")),
                                 {{"layers_fitted", rate.x.size()}}));
   }

@@ -28,11 +28,9 @@ double depth_slope(const std::vector<double>& x, const std::vector<double>& y) {
   return a;
 }
 
-// The layers' gradient norms as one reading for three claims: the fitted change of log10 ||dL/d theta_l||
-// from layer 0 to the last, in decades (> 0: larger toward the output). Source 004 calls gradients
-// "about 1e-2 to 1e-1" at every layer uniform, so one decade is the unit: within [-1, 1] uniform (004,
-// Post-LN), above 1 a decay toward the input (003's kappa^L), below -1 larger lower layers (004, Pre-LN:
-// "bottom 1e-2 to 1e-1, top 1e-3 to 1e-2").
+// The layers' gradient norms, in decades: the fitted change of log10 ||dL/d theta_l|| from layer 0 to
+// the last (> 0: larger toward the output), the effect of "004 lower layers larger gradients" (whose
+// source states one decade: "bottom 1e-2 to 1e-1, top 1e-3 to 1e-2"), and the per-layer log10 norms.
 struct GradientDecades {
   double decades = 0;
   std::vector<double> log10_norms;
@@ -483,8 +481,8 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
       std::vector<double> layer, log_grad;
       for (size_t i = 1; i < dq.layers.size(); i++) layer.push_back(double(i)), log_grad.push_back(std::log(dq.layers[i].grad_norm));
       const double kappa = std::exp(-depth_slope(layer, log_grad));
-      // 003's decay and 004's uniformity: two regions of one reading (gradient_decades); kappa, the
-      // per-layer rate, is in the detail
+      // 003's decay is a law of log ||dL/d theta_l|| in l (kappa, the per-layer rate, in the detail);
+      // 004's uniformity a bound on the spread, at the source's own one decade
       const GradientDecades post_grads = gradient_decades(dq);
       const double decades = post_grads.decades;
       const std::vector<double>& log10_grad = post_grads.log10_norms;

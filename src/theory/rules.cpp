@@ -136,7 +136,7 @@ Judgement judge_bound(const BoundRule& r, const std::vector<double>& values, con
                          said < int(values.size()) ? fmt::format(" (vacuous on {})", int(values.size()) - said) : "");
   }
   j.numbers = {{"seeds_beyond", beyond}, {"seeds_where_it_says_something", said},
-               {"ratio_to_bound", {said ? lo : NAN, said ? hi : NAN}}, {"upper", r.upper}};
+               {"ratio_to_bound", said ? nlohmann::json{lo, hi} : nlohmann::json(nullptr)}, {"upper", r.upper}};
   return j;
 }
 
