@@ -749,3 +749,28 @@ TEST(Rules, EffectDirectionAndSizeAreJudgedApart) {
   EXPECT_EQ(c.verdict, Verdict::Holds);
   EXPECT_NE(c.text.find("without 0"), std::string::npos) << c.text;
 }
+
+// The rules on degenerate inputs: no points, too few x, non-finite values, one repetition.
+TEST(Rules, DegenerateInputsAreNotDistinguishableNeverACrash) {
+  const LawRule rule{"x", "y", {kLinear, Law::flat()}};
+  EXPECT_EQ(judge_law(rule, {}).verdict, Verdict::NotDistinguishable);
+  EXPECT_EQ(judge_law(rule, {Series{{1, 2}, {1, 2}}}).verdict, Verdict::NotDistinguishable);  // 2 distinct x
+  // non-finite points are left out; a seed without points adds no offset
+  std::vector<Series> s = seeds_of([](double x) { return 2 * x + 1; }, 0.1);
+  s[0].y[3] = std::nan("");
+  s[1].y[5] = INFINITY;
+  s.push_back(Series{});
+  const Judgement j = judge_law(rule, s);
+  EXPECT_EQ(j.verdict, Verdict::Holds) << j.text;
+  EXPECT_EQ(j.numbers["points"].get<int>(), 22);
+  // one repetition: no spread to test a fit; AIC alone chooses, and the text says so
+  const Judgement one = judge_law(rule, {seeds_of([](double x) { return 2 * x + 1; }, 0.1)[0]});
+  EXPECT_EQ(one.verdict, Verdict::Holds) << one.text;
+  EXPECT_FALSE(one.numbers["testable"].get<bool>());
+  EXPECT_NE(one.text.find("AIC alone"), std::string::npos) << one.text;
+  EXPECT_EQ(judge_effect(EffectRule::towards(1), {}).verdict, Verdict::NotDistinguishable);
+  EXPECT_EQ(judge_effect(EffectRule::towards(1), {1.0, std::nan(""), 2.0}).verdict, Verdict::NotDistinguishable);
+  EXPECT_EQ(judge_identity({1e-9}, {std::nan("")}).verdict, Verdict::Fails);  // a non-finite error is no match
+  EXPECT_EQ(judge_bound({}, {}, {}).verdict, Verdict::Vacuous);
+  EXPECT_EQ(direction_of(std::nan(""), 1, 1), Verdict::NotDistinguishable);
+}
