@@ -207,7 +207,24 @@ TEST(AttentionStats, ModelHeadsSatisfyTheChain) {
     EXPECT_TRUE(h.stats.chain_holds);
     ASSERT_TRUE(h.seed_bound);  // pre: ln_in feeds every attention; no biases at init
     EXPECT_LE(h.stats.norm2, *h.seed_bound + 1e-12) << h.bound_verdict;
+    EXPECT_TRUE(h.bound_premises) << h.bound_verdict;  // bidirectional rows, no q/k or norm bias
   }
+  // the bound's premises fail for causal rows, and for a q/k bias (theory's "002 bound in M")
+  c.arch = Arch::Gpt;
+  c.vocab = 256;
+  auto g = run(c, 6);
+  for (const auto& h : analyze_attention(*g).heads_by_layer) EXPECT_FALSE(h.bound_premises) << h.bound_verdict;
+  c.arch = Arch::Encoder;
+  c.vocab = 257;
+  auto biased = run(c, 6);
+  const ParamSpec* qkv = biased->table().find("h.0.attn.qkv.bias");
+  ASSERT_TRUE(qkv);
+  biased->params()[qkv->offset] = 0.1;  // the first query bias of layer 0
+  std::vector<int32_t> ids(6), labels(6, ops::kIgnoreLabel);
+  for (int t = 0; t < 6; t++) ids[size_t(t)] = t * 7 % 256;
+  biased->forward(ids.data(), labels.data(), 1, 6);
+  const AttentionReport rb = analyze_attention(*biased);
+  for (const auto& h : rb.heads_by_layer) EXPECT_EQ(h.bound_premises, h.layer != 0) << h.bound_verdict;
 }
 
 // QK-norm: the bound's M comes from the norms' gains alone, and it must dominate every score the

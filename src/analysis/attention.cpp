@@ -153,6 +153,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       r.gamma_max = r.gamma_k_max = smax;
       const double M = capped(smax * smax * cfg.attention_scale());  // (unit q^, k^ after RoPE: its factor too)
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
+      r.bound_premises = !causal;
       const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
       r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g} from nGPT's s_qk alone, {} keys)",
                                     holds ? "holds" : "VIOLATED", r.stats.norm2, holds ? "<=" : ">", *r.seed_bound, M,
@@ -178,6 +179,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
                                     holds ? "holds" : "VIOLATED", r.stats.norm2, holds ? "<=" : ">", *r.seed_bound, M,
                                     r.stats.keys);
       const double qk_beta = std::max(max_abs(nq.bias, L.part[0].norm_width), max_abs(nk.bias, L.part[1].norm_width));
+      r.bound_premises = !causal && qk_beta == 0;
       if (qk_beta > 0)
         r.bound_verdict += fmt::format("; the bound assumes QK-norm's beta = 0, here max|beta| = {:.3g}", qk_beta);
     } else if (!qnorm.present || !knorm.present) {
@@ -200,6 +202,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       if (!holds && causal)
         r.bound_verdict += " (source 002 derives it for rows of n entries; a causal row i has only "
                            "i + 1, so early columns collect more mass)";
+      r.bound_premises = !causal && beta_max == 0 && qk_bias_max == 0;
       if (beta_max > 0 || qk_bias_max > 0)
         r.bound_verdict += fmt::format("; the bound assumes beta = 0 and no q/k bias, here max|beta| = "
                                        "{:.3g}, max|q,k bias| = {:.3g}",

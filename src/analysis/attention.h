@@ -62,6 +62,9 @@ struct HeadReport {
   std::optional<double> gamma_k_max;  // cross only: of the norm feeding the keys (the memory's)
   double sigma_q = 0, sigma_k = 0;    // spectral norms of this head's query and key projections
   std::optional<double> seed_bound;   // sqrt(T / (1 + (k-1) exp(-2M)))
+  // the bound's derivation holds for this head: rows of n entries (not causal), no q/k bias, no norm
+  // bias (beta = 0); where it does not, ||A|| may exceed seed_bound without contradicting it
+  bool bound_premises = false;
   std::string bound_verdict;
 };
 

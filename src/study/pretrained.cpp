@@ -161,7 +161,7 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
     max_norm = std::max(max_norm, h.stats.norm2);
     // the bound's premises, as `normlab theory` reads them (theory/lemmas.cpp): bidirectional rows of
     // n entries, no q/k bias, beta = 0
-    if (h.seed_bound && !h.causal && h.bound_verdict.find("the bound assumes") == std::string::npos)
+    if (h.seed_bound && h.bound_premises)
       bound_checked++, worst = std::max(worst, h.stats.norm2 / *h.seed_bound);
   }
   out.push_back(claim_entry(label, "002 spectral bounds",
