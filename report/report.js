@@ -218,10 +218,13 @@
     t.append(el('tr', {}, ...['claim', 'source', 'the source\'s numbers', 'the claim here (a vs b)', 'normlab', 'verdict']
       .map(h => el('th', {class: 'text'}, h))));
     for (const r of repro) {
-      const metric = {bleu: 'BLEU', lowest_val_loss: 'lowest val loss'}[r.metric] || 'final val loss';
+      const metricName = {bleu: 'BLEU', lowest_val_loss: 'lowest val loss', test_loss: 'test loss at the end',
+                          val_loss: 'final val loss'};
+      const metric = metricName[r.metric] || 'final val loss';
       const keys = (r.best_of || []).map(k => k.split('.').pop());
       const claimed = `${r.a.label} ${r.expect === 'a < b' ? '<' : '>'} ${r.b.label} (${metric}` +
-                      `${keys.length ? ', each at its best ' + keys.join(' and ') : r.best_lr ? ', each at its best lr' : ''})`;
+                      `${keys.length ? ', each at its best ' + keys.join(' and ') : r.best_lr ? ', each at its best lr' : ''}` +
+                      `${r.select && r.select !== r.metric ? ' by ' + (metricName[r.select] || r.select) : ''})`;
       const measured = el('td', {class: 'text'}, r.measured);
       if (r.gap_by_step_text) measured.append(el('div', {class: 'gap-by-step'}, r.gap_by_step_text));  // the gap against steps
       t.append(el('tr', {}, el('td', {class: 'text'}, r.claim), el('td', {class: 'text'}, r.source),

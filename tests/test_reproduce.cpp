@@ -148,6 +148,12 @@ TEST(Reproduce, AMalformedTableIsRejectedWhenTheStudyIsRead) {
   expect_error(e, "best_of must be a non-empty list");
   e = good, e["best_of"] = json::array({"train.lr"}), e["best_lr"] = true;
   expect_error(e, "best_lr and best_of exclude each other");
+  e = good, e["metric"] = "test_loss", e["select"] = "test_loss", e["best_lr"] = true;
+  expect_error(e, "select = \"test_loss\" must be one of");
+  e = good, e["metric"] = "test_loss", e["select"] = "val_loss";
+  expect_error(e, "select chooses a side's best setting: it needs best_of or best_lr");
+  e = good, e["metric"] = "test_loss", e["select"] = "bleu", e["best_lr"] = true;
+  expect_error(e, "a best chosen by BLEU is reported in BLEU");
 }
 
 // A study part-way through its seeds: a rate with one seed done (and lucky) is not compared on that
@@ -220,6 +226,39 @@ TEST(Reproduce, EachSideAtItsOwnBestCombinationOfKeys) {
   EXPECT_NEAR(r["b"]["mean"].get<double>(), 2.14, 1e-9);
   EXPECT_EQ(r["verdict"], "violated");
   EXPECT_NE(r["measured"].get<std::string>().find("lowest validation loss"), std::string::npos) << r["measured"];
+}
+
+// metric test_loss: each side's best setting is chosen by its final validation loss and reported by
+// its test loss; a setting whose test loss alone is best is not chosen (the test split does not choose)
+TEST(Reproduce, ATestLossIsReportedForTheSettingValidationChose) {
+  json runs = json::array();
+  const auto with_test = [](json r, double test) {
+    r["summary"]["test_loss"] = test;
+    return r;
+  };
+  for (int s = 1; s <= 3; s++) {
+    runs.push_back(with_test(run("post", 1e-3, s, 2.30), 2.40 + 0.01 * s));  // best on validation
+    runs.push_back(with_test(run("post", 2e-3, s, 2.35), 2.20));              // best on test: not chosen
+    runs.push_back(with_test(run("pre", 1e-3, s, 2.32), 2.50 + 0.02 * s));
+    runs.push_back(with_test(run("pre", 2e-3, s, 2.40), 2.10));
+  }
+  json e = entry("a < b", true, "test_loss");
+  json r = reproductions(results(runs, json::array({e})))[0];
+  EXPECT_EQ(r["select"], "val_loss");
+  EXPECT_EQ(r["a"]["lr"], "0.001");
+  EXPECT_EQ(r["b"]["lr"], "0.001");
+  // a - b = (2.41 - 2.52, 2.42 - 2.54, 2.43 - 2.56) = -0.11, -0.12, -0.13
+  EXPECT_NEAR(r["difference"]["mean"].get<double>(), -0.12, 1e-9);
+  EXPECT_EQ(r["verdict"], "holds");
+  EXPECT_NE(r["measured"].get<std::string>().find("test loss"), std::string::npos) << r["measured"];
+  EXPECT_NE(r["measured"].get<std::string>().find("best chosen by its mean final validation loss"), std::string::npos)
+      << r["measured"];
+  // chosen by the lowest validation loss instead: post's 2e-3 is lowest there, pre's stays
+  for (auto& one : runs) one["summary"]["lowest_val_loss"] = one["grid"]["train.lr"] == 2e-3 && one["label"] == "post" ? 2.0 : 2.3;
+  e["select"] = "lowest_val_loss";
+  r = reproductions(results(runs, json::array({e})))[0];
+  EXPECT_EQ(r["a"]["lr"], "0.002");
+  EXPECT_NEAR(r["a"]["mean"].get<double>(), 2.20, 1e-9);
 }
 
 // The gap a - b against training steps: each run's lowest validation loss so far at every evaluation

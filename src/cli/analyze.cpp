@@ -165,7 +165,7 @@ Input text_input(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
 Corpus analyze_corpus(const AnalyzeCommand& cmd, const ModelConfig& cfg, int T) {
   if (!cmd.tokens.empty()) {
     if (!cmd.corpus.empty()) throw Error("give --corpus or --tokens, not both");
-    Corpus c = load_token_stream(cmd.tokens, cmd.val_fraction, T);
+    Corpus c = load_token_stream(cmd.tokens, cmd.val_fraction, T, cmd.test_fraction);
     if (c.vocab > cfg.vocab_size())
       throw Error(fmt::format("--tokens '{}': token id {} is outside the model's vocabulary of {}", cmd.tokens,
                               c.vocab - 1, cfg.vocab_size()));
@@ -173,7 +173,7 @@ Corpus analyze_corpus(const AnalyzeCommand& cmd, const ModelConfig& cfg, int T) 
   }
   const std::string path = cmd.corpus.empty() ? builtin_corpus_path() : cmd.corpus;
   const std::string tokenizer = resolve_tokenizer(cmd, cfg, "--corpus");
-  Corpus c = load_corpus(path, cmd.val_fraction, T, tokenizer, size_t(cmd.corpus_max_bytes));
+  Corpus c = load_corpus(path, cmd.val_fraction, T, tokenizer, size_t(cmd.corpus_max_bytes), cmd.test_fraction);
   if (c.bytes() && cfg.vocab_size() < kByteVocab)
     throw Error(fmt::format("model vocab {} is too small for the bytes of {} (needs >= 256)", cfg.vocab_size(),
                             c.description()));
@@ -428,6 +428,7 @@ AnalyzeCommand with_run_inputs(const AnalyzeCommand& given) {
     else if (data->corpus != "builtin") cmd.corpus = data->corpus;
     if (data->tokens.empty()) cmd.corpus_max_bytes = data->max_bytes;
     cmd.val_fraction = data->val_fraction;
+    cmd.test_fraction = data->test_fraction;
     if (!cmd.tokens.empty() || !cmd.corpus.empty())
       fmt::print("input: the run's own data ({}, its config.json)\n", !cmd.tokens.empty() ? "data.tokens '" + cmd.tokens + "'"
                                                                                          : "data.corpus '" + cmd.corpus + "'");

@@ -21,9 +21,10 @@ struct AnalyzeCommand {
   std::string checkpoint, config, tokens, json_out;
   std::string corpus;  // --corpus: a text file (bytes, or through --tokenizer); "" = the built-in corpus
   // A checkpoint's run read only its corpus's first bytes (data.max_bytes; 0 = all) and validated on
-  // its last val_fraction: the corpus's windows come from the same split (with_run_inputs sets them).
+  // its last val_fraction (before its test_fraction): the corpus's windows come from the same split
+  // (with_run_inputs sets them).
   long corpus_max_bytes = 0;
-  double val_fraction = 0.1;
+  double val_fraction = 0.1, test_fraction = 0;
   std::string text, text_file, tokenizer;  // --text / --text-file through --tokenizer (or the model dir's)
   std::string source_text;                 // encdec: the source sentence (UTF-8 bytes + EOS)
   // --text and --source-text of each instrument (one each per subcommand: "given" means on any)

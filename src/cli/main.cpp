@@ -90,6 +90,7 @@ int run_train(const RunConfig& cfg, TrainOptions options) {
   if (std::isfinite(r.last_val_loss) && std::isfinite(r.unigram_entropy))
     fmt::print(" ({} unigram entropy {:.4f} nats per {})", r.unigram_unit, r.unigram_entropy, r.unigram_unit);
   if (std::isfinite(r.bleu)) fmt::print(", validation BLEU {:.2f}", r.bleu);
+  if (std::isfinite(r.test_loss)) fmt::print(", test loss {:.4f}", r.test_loss);
   fmt::print("\n");
   return 0;
 }

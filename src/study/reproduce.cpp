@@ -22,7 +22,16 @@ namespace {
 using json = nlohmann::json;
 using analysis::SeedSummary;
 
-const std::vector<std::string> kEntryKeys = {"claim", "source", "paper", "a", "b", "expect", "metric", "best_lr", "best_of"};
+const std::vector<std::string> kEntryKeys = {"claim",  "source", "paper",   "a",      "b",
+                                             "expect", "metric", "best_lr", "best_of", "select"};
+const std::vector<std::string> kMetrics = {"val_loss", "lowest_val_loss", "bleu", "test_loss"};
+
+// The metric a side's best setting is chosen by: `select`, else the reported metric itself, except
+// test_loss, whose best is chosen by the final validation loss (a split that chooses is no test split)
+std::string select_metric(const json& e) {
+  const std::string metric = e.value("metric", std::string("val_loss"));
+  return e.value("select", metric == "test_loss" ? std::string("val_loss") : metric);
+}
 
 // The grid keys a side picks its best runs over: best_of, or ["train.lr"] with best_lr = true, or none.
 std::vector<std::string> best_keys(const json& e) {
@@ -81,8 +90,8 @@ std::string side_label(const std::string& filter) {
 }
 
 std::optional<double> metric_of(const json& run, const std::string& metric) {
-  if (metric == "lowest_val_loss")  // a run stopped at a validation plateau: its lowest, not its last
-    return run.contains("summary") ? view::number(run["summary"], "lowest_val_loss") : std::nullopt;
+  if (metric == "lowest_val_loss" || metric == "test_loss")  // lowest: its lowest evaluation, not its last
+    return run.contains("summary") ? view::number(run["summary"], metric.c_str()) : std::nullopt;
   return metric == "bleu" ? view::run_bleu(run) : view::val_loss(run);
 }
 
@@ -98,9 +107,10 @@ struct Side {
   SeedSummary stats;
 };
 
+// The best setting is the one with the best mean of `select` (higher for BLEU); its runs give `metric`.
 Side measure_side(const json& results, const std::string& filter, const std::string& metric,
-                  const std::vector<std::string>& best_of) {
-  const bool higher_better = metric == "bleu";
+                  const std::string& select, const std::vector<std::string>& best_of) {
+  const bool higher_better = select == "bleu";
   const bool best_lr = !best_of.empty();
   const auto terms = parse_filter(filter, "reproduce");
   std::map<std::string, std::vector<const json*>> groups;  // by the best_of setting ("" without one)
@@ -139,7 +149,7 @@ Side measure_side(const json& results, const std::string& filter, const std::str
   for (const auto& key : eligible) {
     std::vector<double> v;
     for (const json* r : groups[key])
-      if (const auto x = metric_of(*r, metric); x && (*r)["status"] == "finished") v.push_back(*x);
+      if (const auto x = metric_of(*r, select); x && (*r)["status"] == "finished") v.push_back(*x);
     if (v.empty()) continue;
     const double mean = analysis::summarize(v).mean;
     if (std::isnan(best) || (higher_better ? mean > best : mean < best)) best = mean, chosen = key;
@@ -264,6 +274,11 @@ json side_json(const Side& s) {
           {"sd", s.stats.n > 1 ? json(s.stats.sd) : json()}};
 }
 
+// How a selecting metric is named in the sentence of a reproduction
+std::string select_words(const std::string& select) {
+  return select == "lowest_val_loss" ? "lowest validation loss" : select == "bleu" ? "BLEU" : "final validation loss";
+}
+
 // "placement=post 2.470 +- 0.012 (lr 0.001, 3 seeds; 1 diverged)"
 std::string side_text(const Side& s, const std::string& metric) {
   const int digits = metric == "bleu" ? 2 : 3;
@@ -307,9 +322,18 @@ void check_reproductions(const json& document, const std::vector<json>& runs, co
     const std::string expect = e["expect"];
     if (expect != "a < b" && expect != "a > b")
       throw Error(fmt::format("{}: expect = \"{}\" must be \"a < b\" or \"a > b\"", at, expect));
-    if (e.contains("metric") && !(e["metric"] == "val_loss" || e["metric"] == "lowest_val_loss" || e["metric"] == "bleu"))
-      throw Error(fmt::format("{}: metric = {} must be \"val_loss\", \"lowest_val_loss\" or \"bleu\"", at,
-                              e["metric"].dump()));
+    const auto known_metric = [&](const char* key, const std::vector<std::string>& known) {
+      if (e.contains(key) && !(e[key].is_string() && std::find(known.begin(), known.end(), e[key]) != known.end()))
+        throw Error(fmt::format("{}: {} = {} must be one of: {}", at, key, e[key].dump(), fmt::join(known, ", ")));
+    };
+    known_metric("metric", kMetrics);
+    known_metric("select", {"val_loss", "lowest_val_loss", "bleu"});  // never test_loss: it chooses
+    if (e.contains("select") && !e.contains("best_of") && !e.value("best_lr", false))
+      throw Error(fmt::format("{}: select chooses a side's best setting: it needs best_of or best_lr", at));
+    if (e.contains("select") && (e["select"] == "bleu") != (e.value("metric", std::string()) == "bleu"))
+      throw Error(fmt::format("{}: select = {} and metric = {}: a best chosen by BLEU is reported in BLEU, one "
+                              "chosen by a loss in a loss",
+                              at, e["select"].dump(), e.value("metric", json("val_loss")).dump()));
     if (e.contains("best_lr") && !e["best_lr"].is_boolean())
       throw Error(fmt::format("{}: best_lr must be true or false", at));
     if (e.contains("best_of")) {
@@ -337,9 +361,11 @@ json reproductions(const json& results) {
   if (!doc.is_object() || !doc.contains("reproduce") || !doc["reproduce"].is_array()) return out;
   for (const auto& e : doc["reproduce"]) {
     const std::string metric = e.value("metric", std::string("val_loss")), expect = e["expect"];
+    const std::string select = select_metric(e);
     const std::vector<std::string> best_of = best_keys(e);
     const bool best_lr = !best_of.empty();
-    const Side a = measure_side(results, e["a"], metric, best_of), b = measure_side(results, e["b"], metric, best_of);
+    const Side a = measure_side(results, e["a"], metric, select, best_of),
+               b = measure_side(results, e["b"], metric, select, best_of);
     // which side the claim calls worse: a higher loss, or a lower BLEU
     const bool a_claimed_worse = (metric == "bleu") == (expect == "a < b");
     const int direction = expect == "a < b" ? -1 : 1;  // the claimed sign of a - b
@@ -368,6 +394,7 @@ json reproductions(const json& results) {
     }
     const std::string unit = metric == "bleu"              ? "BLEU"
                              : metric == "lowest_val_loss" ? "lowest validation loss"
+                             : metric == "test_loss"       ? "test loss (final parameters, the whole test split)"
                                                            : "final validation loss";
     std::string measured = fmt::format("{}: {} vs {}", unit, side_text(a, metric), side_text(b, metric));
     if (diff["mean"].is_number()) {
@@ -383,7 +410,8 @@ json reproductions(const json& results) {
                                       metric == "lowest_val_loss" ? "each run's lowest validation loss so far"
                                                                      : "each run's validation loss",
                                       gap_by_step_text(gaps));
-    out.push_back({{"claim", e["claim"]}, {"source", e["source"]}, {"paper", e["paper"]}, {"metric", metric},
+    if (best_lr && select != metric) measured += fmt::format("; each side's best chosen by its mean {}", select_words(select));
+    out.push_back({{"claim", e["claim"]}, {"source", e["source"]}, {"paper", e["paper"]}, {"metric", metric}, {"select", select},
                    {"expect", expect}, {"best_lr", best_lr}, {"best_of", best_of}, {"a", side_json(a)}, {"b", side_json(b)},
                    {"difference", diff}, {"gap_by_step", gaps}, {"gap_by_step_text", gap_text}, {"verdict", verdict},
                    {"measured", measured}});

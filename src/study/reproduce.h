@@ -9,7 +9,12 @@
 //   b      = "model.placement=pre"
 //   expect = "a < b"                       # or "a > b": the claim, on the metric
 //   metric = "val_loss"                    # final validation loss (default), "lowest_val_loss" (the
-//                                          # lowest of its evaluations: a run stopped at a plateau) or "bleu"
+//                                          # lowest of its evaluations: a run stopped at a plateau), "bleu"
+//                                          # or "test_loss" (the final parameters on the test split:
+//                                          # data.test_fraction)
+//   select = "val_loss"                    # what chooses a side's best setting (best_of, best_lr): the
+//                                          # metric itself by default, the final validation loss for
+//                                          # test_loss; never test_loss
 //   best_lr = true                         # each side at its own best train.lr (default false)
 //   best_of = ["train.lr", "train.warmup_steps"]  # or: at its best combination of these grid keys
 //

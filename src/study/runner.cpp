@@ -283,13 +283,15 @@ const nlohmann::json& parallel_for(const RunConfig& cfg, StudyData& data) {
 const Corpus& corpus_for(const RunConfig& cfg, std::map<std::string, Corpus>& cache) {
   const int T = cfg.train.seq_len > 0 ? cfg.train.seq_len : cfg.model.seq_len;
   const std::string key =
-      fmt::format("{}|{}|{}|{}|{}", cfg.data.corpus, cfg.data.val_fraction, T, cfg.data.tokenizer, cfg.data.max_bytes);
+      fmt::format("{}|{}|{}|{}|{}|{}", cfg.data.corpus, cfg.data.val_fraction, cfg.data.test_fraction, T,
+                  cfg.data.tokenizer, cfg.data.max_bytes);
   auto it = cache.find(cfg.data.tokens.empty() ? key : cfg.data.tokens + "|" + key);
   if (it == cache.end() && !cfg.data.tokens.empty())  // a token stream (study.cpp refuses rows)
-    it = cache.emplace(cfg.data.tokens + "|" + key, load_token_stream(cfg.data.tokens, cfg.data.val_fraction, T)).first;
+    it = cache.emplace(cfg.data.tokens + "|" + key, load_token_stream(cfg.data.tokens, cfg.data.val_fraction, T,
+                                                                           cfg.data.test_fraction)).first;
   else if (it == cache.end())
     it = cache.emplace(key, load_corpus(cfg.data.corpus, cfg.data.val_fraction, T, cfg.data.tokenizer,
-                                        size_t(cfg.data.max_bytes))).first;
+                                        size_t(cfg.data.max_bytes), cfg.data.test_fraction)).first;
   if (cfg.train.init_from.empty()) check_model_fits_corpus(cfg.model, it->second);
   return it->second;
 }

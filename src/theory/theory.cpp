@@ -240,9 +240,9 @@ Claim claim_of(const std::vector<std::vector<Measurement>>& by_seed, size_t i, b
 
 Corpus theory_corpus(const TheoryOptions& o) {
   if (o.corpus.ends_with(".bin") || o.corpus.ends_with(".safetensors"))
-    return load_token_stream(o.corpus, o.val_fraction, o.seq_len);
+    return load_token_stream(o.corpus, o.val_fraction, o.seq_len, o.test_fraction);
   return load_corpus(o.corpus.empty() ? builtin_corpus_path() : o.corpus, o.val_fraction, o.seq_len, o.tokenizer,
-                     size_t(o.corpus_max_bytes));
+                     size_t(o.corpus_max_bytes), o.test_fraction);
 }
 
 namespace {
@@ -406,6 +406,7 @@ TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const
     opts.corpus = !data->tokens.empty() ? data->tokens : data->corpus == "builtin" ? "" : data->corpus;
     opts.corpus_max_bytes = data->tokens.empty() ? data->max_bytes : 0;
     opts.val_fraction = data->val_fraction;
+    opts.test_fraction = data->test_fraction;
   }
   const ModelConfig& c = model->config;
   opts.d_model = c.d_model;

@@ -107,23 +107,32 @@ std::string Corpus::description() const {
 
 namespace {
 
-// The last val_fraction of the ids to validation; Error unless each split holds T + 1 ids.
-void split_ids(Corpus& c, std::vector<int32_t>& ids, double val_fraction, int T) {
+// The last test_fraction of the ids to test, the val_fraction before it to validation; Error unless
+// each split holds T + 1 ids.
+void split_ids(Corpus& c, std::vector<int32_t>& ids, double val_fraction, double test_fraction, int T) {
+  const size_t n_test = size_t(double(ids.size()) * test_fraction);
   const size_t n_val = size_t(double(ids.size()) * val_fraction);
-  c.train.assign(ids.begin(), ids.end() - ptrdiff_t(n_val));
-  c.val.assign(ids.end() - ptrdiff_t(n_val), ids.end());
+  const auto val_end = ids.end() - ptrdiff_t(n_test), val_begin = val_end - ptrdiff_t(n_val);
+  c.train.assign(ids.begin(), val_begin);
+  c.val.assign(val_begin, val_end);
+  c.test.assign(val_end, ids.end());
   const size_t need = size_t(T) + 1;
-  if (c.train.size() < need || c.val.size() < need)
-    throw Error(fmt::format("{} '{}' has {} {}s: too short for a {}/{} train/validation split "
+  if (c.train.size() < need || c.val.size() < need || (test_fraction > 0 && c.test.size() < need))
+    throw Error(fmt::format("{} '{}' has {} {}s: too short for a {}/{}{} train/validation{} split "
                             "with sequences of {} {}s (each split needs at least {})",
                             c.token_file ? "token stream" : "corpus", c.path, ids.size(), c.unit(), c.train.size(),
-                            c.val.size(), T, c.unit(), need));
+                            c.val.size(), test_fraction > 0 ? fmt::format("/{}", c.test.size()) : "",
+                            test_fraction > 0 ? "/test" : "", T, c.unit(), need));
 }
 
-// data.val_fraction, checked before any file is read
-void check_val_fraction(double val_fraction) {
+// data.val_fraction and data.test_fraction, checked before any file is read
+void check_fractions(double val_fraction, double test_fraction) {
   if (!(val_fraction > 0 && val_fraction < 1))
     throw Error(fmt::format("data.val_fraction = {} must be in (0, 1)", val_fraction));
+  if (!(test_fraction >= 0 && test_fraction < 1 && val_fraction + test_fraction < 1))
+    throw Error(fmt::format("data.test_fraction = {} must be in [0, 1) and leave training data (val_fraction + "
+                            "test_fraction < 1; val_fraction is {})",
+                            test_fraction, val_fraction));
 }
 
 // a nanoGPT-style token stream: uint16 ids, little-endian
@@ -138,8 +147,8 @@ bool is_token_stream(const std::string& path) {
   return safetensors::read(path).tensors.count("labels") == 0;
 }
 
-Corpus load_token_stream(const std::string& path, double val_fraction, int T) {
-  check_val_fraction(val_fraction);
+Corpus load_token_stream(const std::string& path, double val_fraction, int T, double test_fraction) {
+  check_fractions(val_fraction, test_fraction);
   Corpus c;
   c.path = path;
   c.token_file = true;
@@ -174,13 +183,13 @@ Corpus load_token_stream(const std::string& path, double val_fraction, int T) {
     top = std::max(top, ids[i]);
   }
   c.vocab = top + 1;
-  split_ids(c, ids, val_fraction, T);
+  split_ids(c, ids, val_fraction, test_fraction, T);
   return c;
 }
 
 Corpus load_corpus(const std::string& corpus, double val_fraction, int T, const std::string& tokenizer,
-                   size_t max_bytes) {
-  check_val_fraction(val_fraction);
+                   size_t max_bytes, double test_fraction) {
+  check_fractions(val_fraction, test_fraction);
   const std::string path = corpus_path(corpus);
   Corpus c;
   c.path = path;
@@ -214,7 +223,7 @@ Corpus load_corpus(const std::string& corpus, double val_fraction, int T, const 
     c.mask_id = tok->token_to_id("[MASK]");
     if (!c.mask_id) c.mask_id = tok->token_to_id("<mask>");
   }
-  split_ids(c, ids, val_fraction, T);
+  split_ids(c, ids, val_fraction, test_fraction, T);
   return c;
 }
 
@@ -259,38 +268,67 @@ double unigram_entropy(const std::vector<int32_t>& ids) {
   return h;
 }
 
-Batch sample_batch(const std::vector<int32_t>& tokens, Arch arch, int B, int T, Rng& rng,
-                   const Masking& masking) {
+namespace {
+
+// Row b of a batch from the window of `tokens` at `start`: a GPT's next ids as labels; an encoder's
+// round(15% of T) (>= 1) distinct positions, chosen by a partial Fisher-Yates shuffle, as labels, 80%
+// of them masked, 10% a random id, 10% kept
+void fill_row(Batch& batch, int b, const std::vector<int32_t>& tokens, size_t start, Arch arch, Rng& rng,
+              const Masking& masking) {
+  const int T = batch.T;
+  int32_t* ids = batch.ids.data() + size_t(b) * T;
+  int32_t* labels = batch.labels.data() + size_t(b) * T;
+  for (int t = 0; t < T; t++) ids[t] = tokens[start + t];
+  if (arch == Arch::Gpt) {
+    for (int t = 0; t < T; t++) labels[t] = tokens[start + t + 1];
+    return;
+  }
+  for (int t = 0; t < T; t++) labels[t] = ops::kIgnoreLabel;
+  std::vector<int> pos(T);
+  for (int t = 0; t < T; t++) pos[t] = t;
+  const int k = std::max(1, int(std::lround(0.15 * T)));
+  for (int j = 0; j < k; j++) {
+    const int pick = j + int(rng.below(uint64_t(T - j)));
+    std::swap(pos[j], pos[pick]);
+    const int t = pos[j];
+    labels[t] = ids[t];
+    const double u = rng.uniform();
+    if (u < 0.8) ids[t] = masking.mask_id;
+    else if (u < 0.9) ids[t] = int32_t(rng.below(uint64_t(masking.random_below)));
+  }
+}
+
+Batch empty_batch(int B, int T) {
   Batch batch;
   batch.B = B;
   batch.T = T;
   batch.ids.resize(size_t(B) * T);
   batch.labels.resize(size_t(B) * T);
+  return batch;
+}
+
+}  // namespace
+
+Batch sample_batch(const std::vector<int32_t>& tokens, Arch arch, int B, int T, Rng& rng,
+                   const Masking& masking) {
+  Batch batch = empty_batch(B, T);
   const size_t windows = tokens.size() - size_t(T);  // starts with T + 1 ids available
-  for (int b = 0; b < B; b++) {
-    const size_t start = rng.below(windows);
-    int32_t* ids = batch.ids.data() + size_t(b) * T;
-    int32_t* labels = batch.labels.data() + size_t(b) * T;
-    for (int t = 0; t < T; t++) ids[t] = tokens[start + t];
-    if (arch == Arch::Gpt) {
-      for (int t = 0; t < T; t++) labels[t] = tokens[start + t + 1];
-      continue;
-    }
-    // encoder: choose round(15% of T) (>= 1) distinct positions by a partial Fisher-Yates shuffle
-    for (int t = 0; t < T; t++) labels[t] = ops::kIgnoreLabel;
-    std::vector<int> pos(T);
-    for (int t = 0; t < T; t++) pos[t] = t;
-    const int k = std::max(1, int(std::lround(0.15 * T)));
-    for (int j = 0; j < k; j++) {
-      const int pick = j + int(rng.below(uint64_t(T - j)));
-      std::swap(pos[j], pos[pick]);
-      const int t = pos[j];
-      labels[t] = ids[t];
-      const double u = rng.uniform();
-      if (u < 0.8) ids[t] = masking.mask_id;
-      else if (u < 0.9) ids[t] = int32_t(rng.below(uint64_t(masking.random_below)));
-    }
-  }
+  for (int b = 0; b < B; b++) fill_row(batch, b, tokens, rng.below(windows), arch, rng, masking);
+  return batch;
+}
+
+size_t window_count(const std::vector<int32_t>& ids, Arch arch, int T) {
+  const size_t need = arch == Arch::Gpt ? size_t(T) + 1 : size_t(T);
+  return ids.size() < need ? 0 : (ids.size() - need) / size_t(T) + 1;
+}
+
+Batch window_batch(const std::vector<int32_t>& ids, Arch arch, size_t first, int n, int T, Rng& rng,
+                   const Masking& masking) {
+  if (first + size_t(n) > window_count(ids, arch, T))
+    throw Error(fmt::format("windows {} to {} of a split of {} ids: it has {} windows of {}", first,
+                            first + size_t(n) - 1, ids.size(), window_count(ids, arch, T), T));
+  Batch batch = empty_batch(n, T);
+  for (int b = 0; b < n; b++) fill_row(batch, b, ids, (first + size_t(b)) * size_t(T), arch, rng, masking);
   return batch;
 }
 
@@ -381,19 +419,27 @@ Batch batch_rows(const Batch& all, long first, int n) {
   return b;
 }
 
-TokenRows split_token_rows(const Batch& all, const std::string& path, double val_fraction) {
-  const int n_val = int(double(all.B) * val_fraction);
+TokenRows split_token_rows(const Batch& all, const std::string& path, double val_fraction, double test_fraction) {
+  const int n_test = int(double(all.B) * test_fraction), n_val = int(double(all.B) * val_fraction);
+  if (test_fraction > 0 && n_test == 0)
+    throw Error(fmt::format("token file '{}': data.test_fraction = {} of its {} rows is no row", path, test_fraction,
+                            all.B));
+  if (all.B - n_test - n_val < 1)
+    throw Error(fmt::format("token file '{}': {} rows leave no training row after {} validation and {} test rows",
+                            path, all.B, n_val, n_test));
   TokenRows r;
   r.path = path;
-  r.train = batch_rows(all, 0, all.B - n_val);
-  if (n_val > 0) r.val = batch_rows(all, all.B - n_val, n_val);
+  r.train = batch_rows(all, 0, all.B - n_val - n_test);
+  if (n_val > 0) r.val = batch_rows(all, all.B - n_val - n_test, n_val);
+  if (n_test > 0) r.test = batch_rows(all, all.B - n_test, n_test);
   return r;
 }
 
 std::string TokenRows::description() const {
-  return fmt::format("token file '{}': {} rows of T = {}{} ({} training, {} validation{})", path, train.B + val.B,
-                     train.T, train.S ? fmt::format(" (source S = {})", train.S) : "", train.B, val.B,
-                     val.B ? "" : ": no validation loss");
+  return fmt::format("token file '{}': {} rows of T = {}{} ({} training, {} validation{}{})", path,
+                     train.B + val.B + test.B, train.T, train.S ? fmt::format(" (source S = {})", train.S) : "",
+                     train.B, val.B, val.B ? "" : ": no validation loss",
+                     test.B ? fmt::format(", {} test", test.B) : "");
 }
 
 void check_batch(const Batch& batch, const ModelConfig& cfg, const std::string& where, bool require_label) {

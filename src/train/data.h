@@ -48,6 +48,7 @@ struct Corpus {
   std::string tokenizer_description;  // what was loaded from where ("" for bytes)
   bool token_file = false;            // the ids come from a token stream file (load_token_stream)
   std::vector<int32_t> train, val;    // token ids: bytes are ids 0..255
+  std::vector<int32_t> test;          // the test split (data.test_fraction), empty without one
   int32_t vocab = kByteVocab;         // every id is in [0, vocab): 256, or the tokenizer's vocab_size
   std::optional<int32_t> mask_id;     // bytes: kMaskToken; a tokenizer: its [MASK] (or <mask>), if any
   bool bytes() const { return tokenizer.empty() && !token_file; }
@@ -60,7 +61,8 @@ struct Corpus {
   std::string description() const;
 };
 
-// Reads a text file and splits its ids: the last val_fraction goes to validation. tokenizer "" reads
+// Reads a text file and splits its ids: the last test_fraction (0: none) is the test split, the
+// val_fraction before it the validation split, the rest training. tokenizer "" reads
 // the bytes (ids 0..255); otherwise the whole file is tokenized once by load_tokenizer(tokenizer)
 // ("gpt2": the vendored GPT-2 vocabulary) without special tokens (no [CLS]/[SEP]: windows are cut
 // anywhere in the stream of ids, for GPT-2 BPE and BERT WordPiece alike). Errors name the path:
@@ -69,7 +71,7 @@ struct Corpus {
 // `corpus` is data.corpus: a path or a name of corpus_path. max_bytes > 0 reads only the file's first
 // max_bytes bytes, cut back to the end of the last whole line in them (Error if no line ends there).
 Corpus load_corpus(const std::string& corpus, double val_fraction, int T, const std::string& tokenizer = "",
-                   size_t max_bytes = 0);
+                   size_t max_bytes = 0, double test_fraction = 0);
 
 // The file behind data.corpus: "builtin" is the King James Bible shipped in data/kjv.txt; "bible:es"
 // and "bible:web" are the Spanish Reina-Valera 1909 and the World English Bible, the two sides of the
@@ -84,11 +86,12 @@ const std::vector<std::string>& corpus_names();
 bool is_token_stream(const std::string& path);
 
 // Reads a token stream: the ids of a whole dataset in one sequence, split like a corpus (the last
-// val_fraction to validation) and sampled in windows of T (+1) ids. Two formats: a .safetensors file
+// test_fraction to test, the val_fraction before it to validation) and sampled in windows of T (+1)
+// ids. Two formats: a .safetensors file
 // whose only tensor is int32 input_ids of shape (N) or (1, N) (`normlab tokenize --out` writes one),
 // or a .bin file of little-endian uint16 ids (nanoGPT's train.bin). vocab is the largest id + 1.
 // Errors name the path: missing, another tensor, a negative id, or a split too short for T + 1 ids.
-Corpus load_token_stream(const std::string& path, double val_fraction, int T);
+Corpus load_token_stream(const std::string& path, double val_fraction, int T, double test_fraction = 0);
 
 // Throws Error unless the model can train on the corpus: bytes need vocab >= 256 (an encoder >= 257
 // for kMaskToken); a tokenizer needs vocab >= its vocab_size, and an encoder needs its [MASK].
@@ -106,21 +109,28 @@ double unigram_entropy(const std::vector<int32_t>& ids);
 Batch sample_batch(const std::vector<int32_t>& ids, Arch arch, int B, int T, Rng& rng,
                    const Masking& masking = {});
 
+// A split read once from end to end, as a test split is scored: its consecutive windows (starting at
+// 0, T, 2T, ...; a GPT's need T + 1 ids), `first` to first + n - 1 of them, as one batch; an
+// encoder's positions are chosen and masked as in sample_batch, by `rng`.
+size_t window_count(const std::vector<int32_t>& ids, Arch arch, int T);
+Batch window_batch(const std::vector<int32_t>& ids, Arch arch, size_t first, int n, int T, Rng& rng,
+                   const Masking& masking = {});
+
 // Reads a token file (input_ids, labels: int32 (B, T); optional token_type_ids and attention_mask,
 // int32 (B, T), as Hugging Face names them). With decoder_input_ids it is an encoder-decoder's
 // (Hugging Face's seq2seq names): input_ids (B, S) and attention_mask (B, S) are the source,
 // decoder_input_ids, decoder_attention_mask and labels (B, T) the target.
 Batch load_token_file(const std::string& path);
 
-// A token file of rows as a dataset of sequences: the last floor(B * val_fraction) rows are the
-// validation rows (none when B is small: then there is no validation loss), the others the training
-// rows. Training batches are consecutive rows in file order, wrapping around (rows(first, n)).
+// A token file of rows as a dataset of sequences: the last floor(B * test_fraction) rows are the test
+// rows, the floor(B * val_fraction) before them the validation rows (none when B is small: then there
+// is no validation loss), the others the training rows. Training batches are consecutive rows in file order, wrapping around (rows(first, n)).
 struct TokenRows {
   std::string path;
-  Batch train, val;  // val.B == 0: no validation rows
+  Batch train, val, test;  // val.B == 0: no validation rows; test.B == 0: no test rows
   std::string description() const;  // "token file 'X': 40 rows of T = 16 (36 training, 4 validation)"
 };
-TokenRows split_token_rows(const Batch& all, const std::string& path, double val_fraction);
+TokenRows split_token_rows(const Batch& all, const std::string& path, double val_fraction, double test_fraction = 0);
 // Rows [first, first + n) of a batch, wrapping around past its last row, with every tensor.
 Batch batch_rows(const Batch& all, long first, int n);
 

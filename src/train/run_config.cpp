@@ -206,6 +206,7 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     r.get("corpus", cfg.data.corpus);
     r.get("max_bytes", cfg.data.max_bytes);
     r.get("val_fraction", cfg.data.val_fraction);
+    r.get("test_fraction", cfg.data.test_fraction);
     r.get("tokens", cfg.data.tokens);
     r.get("tokenizer", cfg.data.tokenizer);
     r.get("parallel", cfg.data.parallel);
@@ -225,6 +226,13 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
                                    fmt::join(corpus_names(), ", "), did_you_mean(cfg.data.corpus, corpus_names())));
     if (!(cfg.data.val_fraction > 0 && cfg.data.val_fraction < 1))
       errors.push_back(fmt::format("data.val_fraction = {} must be in (0, 1)", cfg.data.val_fraction));
+    if (!(cfg.data.test_fraction >= 0 && cfg.data.test_fraction < 1 &&
+          cfg.data.val_fraction + cfg.data.test_fraction < 1))
+      errors.push_back(fmt::format("data.test_fraction = {} must be in [0, 1) and leave training data "
+                                   "(val_fraction + test_fraction < 1)", cfg.data.test_fraction));
+    if (cfg.data.test_fraction > 0 && !cfg.data.parallel.empty())
+      errors.push_back("data.test_fraction splits a corpus or a token file; a parallel corpus (data.parallel) has "
+                       "no test split in normlab");
     if (!cfg.data.tokens.empty() && !cfg.data.tokenizer.empty())
       errors.push_back(fmt::format("data.tokens and data.tokenizer exclude each other: a token file already "
                                    "holds ids (tokenize text with `normlab tokenize`)"));
@@ -253,7 +261,8 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
             {"out_dir", t.out_dir}, {"init_from", t.init_from}}},
           {"data",
            {{"corpus", cfg.data.corpus}, {"max_bytes", cfg.data.max_bytes}, {"val_fraction", cfg.data.val_fraction},
-            {"tokens", cfg.data.tokens}, {"tokenizer", cfg.data.tokenizer}, {"parallel", cfg.data.parallel},
+            {"test_fraction", cfg.data.test_fraction}, {"tokens", cfg.data.tokens}, {"tokenizer", cfg.data.tokenizer},
+            {"parallel", cfg.data.parallel},
             {"bleu_sentences", cfg.data.bleu_sentences}}}};
 }
 

@@ -50,6 +50,9 @@ struct DataConfig {
   std::string corpus = "builtin";  // a path, or a name of corpus_path (data.h): "builtin", "bible:es", ...
   long max_bytes = 0;              // > 0: only the corpus's first bytes (whole lines); 0: all of it
   double val_fraction = 0.1;
+  // > 0: the corpus's (token stream's, token file's) last test_fraction is a test split, read once,
+  // at the end of a run, by its final parameters (the summary's test_loss); validation comes before it
+  double test_fraction = 0;
   std::string tokens;              // a token file instead of a corpus: a stream, or rows (data.h)
   std::string tokenizer;           // "" = bytes; "gpt2" (vendored GPT-2 BPE) or a tokenizer path
   std::string parallel;            // encdec: a parallel corpus directory or a Bible pair (es-en, web-kjv)

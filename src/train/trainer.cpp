@@ -226,14 +226,14 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   if (!cfg.data.tokens.empty() && !is_token_stream(cfg.data.tokens)) {
     const Batch all = load_token_file(cfg.data.tokens);
     check_batch(all, model_cfg, cfg.data.tokens);
-    rows = split_token_rows(all, cfg.data.tokens, cfg.data.val_fraction);
+    rows = split_token_rows(all, cfg.data.tokens, cfg.data.val_fraction, cfg.data.test_fraction);
     input = rows->description();
   } else if (!cfg.data.tokens.empty()) {
     if (model_cfg.encdec())
       throw Error(fmt::format("data.tokens '{}' is a token stream; an encoder-decoder trains on source-target rows "
                               "(a seq2seq token file) or data.parallel",
                               cfg.data.tokens));
-    corpus = load_token_stream(cfg.data.tokens, cfg.data.val_fraction, T);
+    corpus = load_token_stream(cfg.data.tokens, cfg.data.val_fraction, T, cfg.data.test_fraction);
     check_model_fits_corpus(model_cfg, *corpus);
     masking = model_cfg.arch == Arch::Encoder ? corpus->masking() : Masking{};
     result.unigram_entropy = unigram_entropy(corpus->train);
@@ -253,15 +253,17 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                  parallel->dir, parallel->train.size(), parallel->valid.size(), parallel->dropped_train,
                  parallel->dropped_valid, T);
   } else {
-    corpus = load_corpus(cfg.data.corpus, cfg.data.val_fraction, T, cfg.data.tokenizer, size_t(cfg.data.max_bytes));
+    corpus = load_corpus(cfg.data.corpus, cfg.data.val_fraction, T, cfg.data.tokenizer, size_t(cfg.data.max_bytes),
+                         cfg.data.test_fraction);
     check_model_fits_corpus(model_cfg, *corpus);
     masking = model_cfg.arch == Arch::Encoder ? corpus->masking() : Masking{};
     result.unigram_entropy = unigram_entropy(corpus->train);
     result.unigram_unit = corpus->unit();
   }
   if (corpus)
-    input = fmt::format("{}: {} training and {} validation {}s", corpus->description(), corpus->train.size(),
-                        corpus->val.size(), corpus->unit());
+    input = fmt::format("{}: {} training{} validation {}s{}", corpus->description(), corpus->train.size(),
+                        corpus->test.empty() ? " and " : ", ", corpus->val.size(), corpus->unit(),
+                        corpus->test.empty() ? "" : fmt::format(" and {} test {}s", corpus->test.size(), corpus->unit()));
 
   const int rows_per_batch = rows ? std::min(tc.batch_size, rows->train.B) : tc.batch_size;
   if (rows_per_batch < comm.size())  // (checked alike on every rank, before anything is written)
@@ -400,6 +402,32 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     }
     return sum / double(count);
   };
+
+  // The test split, read once by the final parameters: every test row, or every window of the
+  // corpus's test ids from its first to its last (window_batch); the loss per labelled position
+  auto score_test = [&]() -> std::pair<double, int64_t> {
+    model.set_training(false);
+    double sum = 0;
+    int64_t count = 0;
+    const auto add = [&](const Batch& b) {
+      const double loss = model.forward(b.ids.data(), b.labels.data(), b.B, b.T, b.types_or_null(),
+                                        b.mask_or_null(), b.source());
+      sum += loss * double(model.label_count());
+      count += model.label_count();
+    };
+    if (rows) {
+      for (long first = 0; first < rows->test.B; first += tc.batch_size)
+        add(batch_rows(rows->test, first, int(std::min<long>(tc.batch_size, rows->test.B - first))));
+    } else if (corpus) {
+      Rng mask_rng(uint64_t(tc.seed), 5);  // an encoder's masked positions: the same for every run of a seed
+      const size_t windows = window_count(corpus->test, model_cfg.arch, T);
+      for (size_t first = 0; first < windows; first += size_t(tc.batch_size))
+        add(window_batch(corpus->test, model_cfg.arch, first, int(std::min(size_t(tc.batch_size), windows - first)), T,
+                         mask_rng, masking));
+    }
+    return {count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN(), count};
+  };
+  const bool has_test = (rows && rows->test.B > 0) || (corpus && !corpus->test.empty());
 
   // Admin's profiled omega: one pass over a batch of its own (the training data order is unchanged)
   bool admin = false;
@@ -578,6 +606,15 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     if (!quiet)
       fmt::print("validation BLEU (greedy, first {} pairs): {}\n", bleu.sentences, bleu.detail);
   }
+  if (has_test && result.steps_done > 0 && !result.diverged && !result.interrupted && comm.root()) {
+    std::tie(result.test_loss, result.test_tokens) = score_test();
+    write_metrics({{"type", "test"}, {"step", result.steps_done}, {"loss", result.test_loss},
+                   {"tokens", result.test_tokens}});
+    if (!quiet)
+      fmt::print("test loss {:.4f}: the final parameters (step {}) on the whole test split ({} labelled positions, "
+                 "never trained or validated on)\n",
+                 result.test_loss, result.steps_done, result.test_tokens);
+  }
   result.seconds = seconds_since(t0);
   result.tokens_per_s = double(result.steps_done - start) * tokens_per_step / std::max(1e-9, result.seconds);
   write_metrics({{"type", "summary"},
@@ -587,6 +624,8 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                                                                   : nlohmann::json(nullptr)},
                  {"diverged", result.diverged},
                  {"bleu", std::isfinite(result.bleu) ? nlohmann::json(result.bleu) : nlohmann::json(nullptr)},
+                 {"test_loss", std::isfinite(result.test_loss) ? nlohmann::json(result.test_loss) : nlohmann::json(nullptr)},
+                 {"test_tokens", result.test_tokens},
                  {"interrupted", result.interrupted},
                  {"stopped_at_plateau", result.stopped_at_plateau},
                  {"lowest_val_loss", std::isfinite(plateau.lowest) ? nlohmann::json(plateau.lowest)

@@ -64,6 +64,10 @@ struct TrainResult {
   double unigram_entropy = 0;   // of the training ids (nats per byte or token), NaN with a token file
   std::string unigram_unit = "byte";  // "byte", or "token" with data.tokenizer
   double bleu = std::numeric_limits<double>::quiet_NaN();  // encdec on data.parallel: validation BLEU
+  // data.test_fraction > 0: the loss of the final parameters on the whole test split, and its
+  // labelled positions (NaN and 0 without a test split, or when the run diverged or was interrupted)
+  double test_loss = std::numeric_limits<double>::quiet_NaN();
+  int64_t test_tokens = 0;
 };
 
 TrainResult train(const RunConfig& cfg, const TrainOptions& options);
