@@ -1,6 +1,7 @@
 // dynamics.cpp: the depth-dynamics instrument.
 #include "analysis/dynamics.h"
 #include "analysis/linalg.h"
+#include "analysis/stats.h"
 
 #include <cmath>
 #include <fmt/format.h>
@@ -125,7 +126,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       if (skips == cfg.residual && mlp == cfg.mlp) {
         for (int l = 0; l < L; l++) v.residual_rank[size_t(l)] = rep.layers[size_t(l)].residual_rank;
         v.residual_rank.back() = rep.final_residual_rank;
-        v.ratio = v.residual_rank.back() / std::max(1e-300, v.residual_rank.front());
+        v.ratio = norm_ratio(v.residual_rank.back(), v.residual_rank.front());
         rep.rank_collapse.push_back(std::move(v));
         continue;
       }
@@ -140,7 +141,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
           for (int b = 0; b < B; b++)
             v.residual_rank[size_t(l)] += residual_rank(m->stream(2 * l) + size_t(b) * T * C, T, C) / (double(B) * batches);
       }
-      v.ratio = v.residual_rank.back() / std::max(1e-300, v.residual_rank.front());
+      v.ratio = norm_ratio(v.residual_rank.back(), v.residual_rank.front());
       rep.rank_collapse.push_back(std::move(v));
     }
   for (int l = 0; l < L; l++) rep.layers[size_t(l)].placement = to_string(cfg.placement_of(l)), rep.layers[size_t(l)].layer = l;
@@ -149,8 +150,8 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
     for (auto& d : rep.layers) d.grad_norm = d.ffn_out_grad_norm = std::nan("");
     for (auto& p : rep.params) p.grad_norm = std::nan("");
   }
-  rep.grad_growth = rep.layers.back().grad_norm / std::max(1e-300, rep.layers.front().grad_norm);
-  rep.ffn_out_grad_growth = rep.layers.back().ffn_out_grad_norm / std::max(1e-300, rep.layers.front().ffn_out_grad_norm);
+  rep.grad_growth = norm_ratio(rep.layers.back().grad_norm, rep.layers.front().grad_norm);
+  rep.ffn_out_grad_growth = norm_ratio(rep.layers.back().ffn_out_grad_norm, rep.layers.front().ffn_out_grad_norm);
   return rep;
 }
 
@@ -188,15 +189,15 @@ void print_report(const DynamicsReport& r) {
   fmt::print("columns: layer (out: after the last); placement; ||x_l||: mean norm of the stream entering the layer; "
              "|F|/|x| attn, mlp: branch-to-stream ratio ||F(x)||/||x|| of each sub-layer; grad norm: ||dL/d theta|| of "
              "the layer's parameters; res(X_l): ||X - 1 mean(X)^T||_F / ||X||_F, distance from rank one\n");
-  fmt::print("gradient norm, last layer / first layer: {:.3f}; of the MLP output weights W2 (Xiong et al.'s "
-             "W^(2,l): grows toward the output for post, flat for pre): {:.3f}\n",
-             r.grad_growth, r.ffn_out_grad_growth);
+  fmt::print("gradient norm, last layer / first layer: {}; of the MLP output weights W2 (Xiong et al.'s "
+             "W^(2,l): grows toward the output for post, flat for pre): {}\n",
+             ratio_text(r.grad_growth, 4, kNoGradientRatio), ratio_text(r.ffn_out_grad_growth, 4, kNoGradientRatio));
   fmt::print("rank collapse res(X_l) by layer, the model's own weights with sub-layers removed (Dong et al.):\n");
   for (const auto& v : r.rank_collapse) {
     std::string row;
     for (double x : v.residual_rank) row += fmt::format(" {:.3g}", x);
-    fmt::print("  skips {:<3} MLP {:<3} res(X_L)/res(X_0) = {:<10.3g} by layer:{}\n", v.skips ? "on" : "off",
-               v.mlp ? "on" : "off", v.ratio, row);
+    fmt::print("  skips {:<3} MLP {:<3} res(X_L)/res(X_0) = {:<10} by layer:{}\n", v.skips ? "on" : "off",
+               v.mlp ? "on" : "off", ratio_text(v.ratio, 3, "undefined (res(X_0) = 0: the input rows are equal)"), row);
   }
 }
 

@@ -17,6 +17,9 @@
 
 namespace normlab::analysis {
 
+// How a gradient ratio with no gradient at its first layer is printed (norm_ratio: NaN, JSON null)
+inline constexpr const char* kNoGradientRatio = "undefined (the first layer's gradient is 0)";
+
 struct LayerDynamics {
   int layer = 0;
   std::string placement;

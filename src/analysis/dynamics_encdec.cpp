@@ -5,6 +5,7 @@
 
 #include "analysis/dynamics.h"
 #include "analysis/linalg.h"
+#include "analysis/stats.h"
 #include "model/params.h"
 #include "util/error.h"
 
@@ -119,7 +120,7 @@ EncDecDynamicsReport analyze_dynamics_encdec(Model<double>& model, const std::ve
     rep.decoder.out_stream_norm += mean_real_norm(model.stream(cfg.n_slots()), batch.mask, size_t(B) * T, C) / batches;
   }
   for (StackDynamics* st : {&rep.encoder, &rep.decoder})
-    st->grad_growth = st->layers.back().grad_norm / std::max(1e-300, st->layers.front().grad_norm);
+    st->grad_growth = norm_ratio(st->layers.back().grad_norm, st->layers.front().grad_norm);
   return rep;
 }
 
@@ -170,9 +171,9 @@ void print_report(const EncDecDynamicsReport& r) {
              "layer; grad layer: ||dL/d theta|| of the layer; |F|/|x| and grad of each sub-layer: sa self-attention, ca "
              "cross-attention, ff the MLP (branch-to-stream ratio and its parameters' gradient norm)\n");
   fmt::print("memory (what cross-attention reads) ||mem|| = {:.4f}\n", r.memory_norm);
-  fmt::print("layer gradient norm, last layer / first layer: encoder {:.3f}, decoder {:.3f} (Liu et al. 2020: at "
+  fmt::print("layer gradient norm, last layer / first layer: encoder {}, decoder {} (Liu et al. 2020: at "
              "init a Post-LN decoder's shrink toward its input, the encoder's do not)\n",
-             r.encoder.grad_growth, r.decoder.grad_growth);
+             ratio_text(r.encoder.grad_growth, 4, kNoGradientRatio), ratio_text(r.decoder.grad_growth, 4, kNoGradientRatio));
 }
 
 }  // namespace normlab::analysis

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <numeric>
 #include <fmt/format.h>
 
@@ -136,6 +137,15 @@ double log_rss_ratio(const std::vector<double>& x, const std::vector<double>& y,
 
 nlohmann::json to_json(const SeedSummary& s) {
   return {{"n", s.n}, {"mean", s.mean}, {"sd", s.sd}, {"ci95", {s.lo, s.hi}}, {"values", s.values}};
+}
+
+double norm_ratio(double num, double den) {
+  if (!std::isfinite(num) || !std::isfinite(den) || den == 0) return std::numeric_limits<double>::quiet_NaN();
+  return num / den;
+}
+
+std::string ratio_text(double ratio, int digits, const std::string& undefined) {
+  return std::isnan(ratio) ? undefined : fmt::format("{:.{}g}", ratio, digits);
 }
 
 }  // namespace normlab::analysis

@@ -52,6 +52,12 @@ double log_rss_ratio(const std::vector<double>& x, const std::vector<double>& y,
 
 nlohmann::json to_json(const SeedSummary& s);
 
+// num / den for two norms (or other non-negative readings): NaN, no ratio, when den is 0 or either is
+// not finite (a 0 / 0 is not a ratio of 0 or of 1e300). JSON writes it null; ratio_text prints it.
+double norm_ratio(double num, double den);
+// "%.{digits}g" of a ratio, or `undefined` for a NaN one (norm_ratio's 0 denominator)
+std::string ratio_text(double ratio, int digits, const std::string& undefined = "undefined (0 / 0)");
+
 // Spearman's rank correlation of y with x (average ranks for ties); NaN for fewer than 3 points.
 double spearman(const std::vector<double>& x, const std::vector<double>& y);
 

@@ -18,6 +18,7 @@
 #include "ops/common.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/health.h"
 #include "train/layer_log.h"
 #include "train/resume.h"
 #include "io/safetensors.h"
@@ -261,7 +262,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     result.unigram_unit = corpus->unit();
   }
   if (corpus)
-    input = fmt::format("{}: {} training{} validation {}s{}", corpus->description(), corpus->train.size(),
+    input = fmt::format("{}: {} training{}{} validation {}s{}", corpus->description(), corpus->train.size(),
                         corpus->test.empty() ? " and " : ", ", corpus->val.size(), corpus->unit(),
                         corpus->test.empty() ? "" : fmt::format(" and {} test {}s", corpus->test.size(), corpus->unit()));
 
@@ -469,6 +470,15 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   };
   std::vector<float> logits_before;
 
+  // a run that stops learning says so (train/health.h): after its warm-up and a quarter of its steps
+  RunHealth health(result.unigram_entropy, result.unigram_unit, std::max<long>(tc.warmup_steps, tc.steps / 4));
+  const std::vector<std::pair<size_t, size_t>> blocks = block_ranges(model.table(), model_cfg);
+  auto warn = [&](const HealthWarning& w) {
+    result.warnings.push_back(w.text);
+    write_metrics({{"type", "warning"}, {"step", w.step}, {"what", w.what}, {"text", w.text}});
+    if (!quiet) fmt::print("warning: {}\n", w.text);
+  };
+
   const auto t0 = Clock::now();
   double window_tokens = 0, window_seconds = 0;
   for (long step = start + 1; step <= tc.steps && !result.stopped_at_plateau; step++) {
@@ -538,6 +548,8 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                    tc.out_dir);
       break;
     }
+    if (comm.root())
+      if (const auto w = health.on_gradient(step, ranges_norm(model.grads(), blocks), gnorm)) warn(*w);
     // at step 1, every log_every_layers steps and the last: the readings of this step's last
     // micro-batch, its gradients and its update
     const bool log_layers = layer_logger && (step == 1 || step % tc.log_every_layers == 0 || step == tc.steps);
@@ -573,6 +585,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       if (std::isfinite(val)) {
         write_metrics({{"type", "val"}, {"step", step}, {"loss", val}});
         if (!quiet) fmt::print("step {:>6} | validation loss {:.4f}\n", step, val);
+        if (const auto w = health.on_eval(step, val)) warn(*w);
       }
       // every rank stops at the same step (only the root evaluates)
       result.stopped_at_plateau = comm.any(comm.root() && std::isfinite(val) && plateau.update(val, step)) && !last;
@@ -615,6 +628,8 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                  "never trained or validated on)\n",
                  result.test_loss, result.steps_done, result.test_tokens);
   }
+  if (result.steps_done > 0 && !result.diverged && !result.interrupted && comm.root())
+    for (const HealthWarning& w : health.at_end(result.steps_done, result.last_val_loss)) warn(w);
   result.seconds = seconds_since(t0);
   result.tokens_per_s = double(result.steps_done - start) * tokens_per_step / std::max(1e-9, result.seconds);
   write_metrics({{"type", "summary"},
@@ -626,6 +641,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
                  {"bleu", std::isfinite(result.bleu) ? nlohmann::json(result.bleu) : nlohmann::json(nullptr)},
                  {"test_loss", std::isfinite(result.test_loss) ? nlohmann::json(result.test_loss) : nlohmann::json(nullptr)},
                  {"test_tokens", result.test_tokens},
+                 {"warnings", result.warnings},
                  {"interrupted", result.interrupted},
                  {"stopped_at_plateau", result.stopped_at_plateau},
                  {"lowest_val_loss", std::isfinite(plateau.lowest) ? nlohmann::json(plateau.lowest)

@@ -68,6 +68,7 @@ struct TrainResult {
   // labelled positions (NaN and 0 without a test split, or when the run diverged or was interrupted)
   double test_loss = std::numeric_limits<double>::quiet_NaN();
   int64_t test_tokens = 0;
+  std::vector<std::string> warnings;  // train/health.h: a run that stopped learning, as it was said
 };
 
 TrainResult train(const RunConfig& cfg, const TrainOptions& options);
