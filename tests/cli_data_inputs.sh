@@ -231,6 +231,30 @@ check "grep -q \"windows of 16 bytes of corpus 'corpus.txt', its first 2000 byte
 "$NL" analyze attention --checkpoint fracrun --seq-len 8 >frac.txt 2>&1
 check "grep -q \"validation split, offset [0-9]* (of $((4000 * 3 / 10)))\" frac.txt" "analyze did not take the run's val_fraction: $(grep input: frac.txt)"
 
+# a test split (data.test_fraction) moves validation before it; analyze reads the run's validation
+# split where the run had it: 4000 bytes, 0.3 validation and 0.2 test give validation 1200 bytes at 2000
+"$NL" train "${tiny[@]}" --set data.corpus=corpus.txt --set data.val_fraction=0.3 --set data.test_fraction=0.2 \
+  --set train.steps=2 --set train.batch_size=2 --set train.out_dir=testrun >testrun.txt 2>&1
+check "grep -q 'test loss [0-9.]*: the final parameters (step 2) on the whole test split' testrun.txt" "train did not score its test split: $(tail -3 testrun.txt)"
+check "jq -e 'select(.type == \"summary\") | .test_loss > 0 and .test_tokens > 0' testrun/metrics.jsonl >/dev/null" "the summary has no test loss"
+# oracle: the same checkpoint whose config says its validation bytes were 2000..3199 of a file cut there
+"$NL" analyze attention --checkpoint testrun --seq-len 8 --json testsplit.json >testsplit.txt 2>&1
+head -c 3200 corpus.txt >cut3200.txt
+cp -r testrun testrun_cut
+jq '.data.corpus = "cut3200.txt" | .data.val_fraction = 0.375 | .data.test_fraction = 0' testrun/config.json >testrun_cut/config.json
+"$NL" analyze attention --checkpoint testrun_cut --seq-len 8 --json testcut.json >/dev/null 2>&1
+check "grep -q 'validation split, offset [0-9]* (of 1200)' testsplit.txt" "analyze did not read a validation split: $(grep input: testsplit.txt)"
+check "[[ \"\$(jq -S 'del(.input)' testsplit.json)\" == \"\$(jq -S 'del(.input)' testcut.json)\" ]]" \
+  "analyze of a run with a test split did not read the validation bytes the run had (before its test split)"
+
+# "~/..." that no shell expanded (a quoted argument, an override's value, --opt=~/x) is the home directory
+mkdir -p home && cp corpus.txt home/
+HOME="$PWD/home" "$NL" train "${tiny[@]}" --set 'data.corpus=~/corpus.txt' --set train.steps=1 --set train.batch_size=2 \
+  --set 'train.out_dir=~/tilderun' -q >tilde.txt 2>&1
+check "[[ -f home/tilderun/metrics.jsonl ]]" "~ in an override was not the home directory: $(tail -2 tilde.txt)"
+HOME="$PWD/home" "$NL" analyze attention --checkpoint '~/tilderun' --seq-len 8 >tilde2.txt 2>&1
+check "grep -q '^input: ' tilde2.txt" "a quoted ~ path was not expanded: $(tail -2 tilde2.txt)"
+
 # --- bad input: one message, exit 1 ----------------------------------------------------------
 : >empty.txt
 refuse "empty corpus" "empty" "$NL" analyze attention "${tiny[@]}" --corpus empty.txt

@@ -53,6 +53,11 @@ __all__ = ["Error", "Model", "Forward", "Results", "load", "from_torch", "train"
 Error = _core.Error
 __version__ = _core.version()
 
+def _path(path) -> str:
+    """A path argument as a shell would read it ("~/x" under the home directory), as every command does."""
+    return os.path.expanduser(os.fspath(path))
+
+
 # normlab's own files (the built-in corpus, the GPT-2 vocabulary, the studies, the report's page, the
 # model fetcher: src/util/resources.h): an installed wheel carries them in normlab/resources/; a
 # module built in a clone (build/python) has none there and reads the clone's.
@@ -154,10 +159,10 @@ class Model:
         file's, or the one its training run read; bytes for a byte-level model), or ``tokenizer``
         (a file or directory, "gpt2", "bytes"). ``special``: add [CLS] ... [SEP] where the tokenizer
         has them (as ``normlab analyze --text``); ``sample`` reads prompts without them."""
-        return self._core.tokenize(text, tokenizer, special)
+        return self._core.tokenize(text, _path(tokenizer) if tokenizer else "", special)
 
     def decode(self, ids, tokenizer: str = "") -> str:
-        return self._core.decode([int(i) for i in np.asarray(ids).ravel()], tokenizer)
+        return self._core.decode([int(i) for i in np.asarray(ids).ravel()], _path(tokenizer) if tokenizer else "")
 
     def translation_pair(self, source: str, target: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """An encoder-decoder's input from text, as translation training and the command's ``analyze
@@ -212,13 +217,14 @@ class Model:
         """``normlab theory --checkpoint``: every claim one model can answer, on ``seeds`` input windows
         of ``corpus`` (default: the run's own data, else the built-in corpus) through the model's
         tokenizer."""
-        return Results("theory", self._core.theory(seeds, corpus, tokenizer, seq_len))
+        return Results("theory", self._core.theory(seeds, _path(corpus) if corpus else "",
+                                                   _path(tokenizer) if tokenizer else "", seq_len))
 
 
 def load(path: str | os.PathLike) -> Model:
     """A model from whatever the command accepts: a normlab checkpoint, a run directory, a Hugging
     Face directory (GPT-2, BERT, Llama, Qwen2, Gemma, Gemma 2, OLMo 2) or a GGUF file."""
-    return Model(_core.load(os.fspath(path)))
+    return Model(_core.load(_path(path)))
 
 
 # transformers classes whose forward normlab computes exactly (the rest is refused by name)
@@ -286,12 +292,12 @@ def train(config: str | os.PathLike | Mapping | None = None, *, sets: Iterable[s
     (resume it with ``resume=out_dir``). Returns the result: steps_done, last losses, diverged, ..."""
     sets = list(sets)
     if out_dir is not None:
-        sets.append(f"train.out_dir={json.dumps(os.fspath(out_dir))}")
+        sets.append(f"train.out_dir={json.dumps(_path(out_dir))}")
     path, doc = "", ""
     if isinstance(config, Mapping):
         doc = json.dumps(config)
     elif config is not None:
-        path = os.fspath(config)
+        path = _path(config)
     callbacks = [c for c in (callback, _progress(None) if progress else None) if c is not None]
 
     def on_record(text: str) -> None:
@@ -300,7 +306,7 @@ def train(config: str | os.PathLike | Mapping | None = None, *, sets: Iterable[s
             c(record)
     if threading.current_thread() is not threading.main_thread():
         raise Error("train runs in the main thread (Ctrl-C stops it there); call it from the main thread")
-    result = _core.train(path, doc, sets, "" if resume is None else os.fspath(resume), overwrite,
+    result = _core.train(path, doc, sets, "" if resume is None else _path(resume), overwrite,
                          on_record if callbacks else None)
     if result["interrupted"]:
         raise KeyboardInterrupt(f"normlab: interrupted after step {result['steps_done']} of {result['steps']}: "
@@ -317,17 +323,17 @@ def compare(study: str | os.PathLike | None = None, *, out_dir: str | os.PathLik
     ``normlab compare --resume``: finished runs kept, the interrupted one resumed from its checkpoint,
     the rest run. With ``resume``, a ``study`` or ``sets`` given must be the study the directory holds,
     or one whose grid only adds runs (then only those run)."""
-    s = "" if study is None else os.fspath(study)
+    s = "" if study is None else _path(study)
     is_file = s.endswith(".toml") or os.sep in s
     listed = None if sets is None else list(sets)
     if resume is not None:
-        out = os.fspath(resume)
+        out = _path(resume)
         code = _core.compare("" if is_file else s, s if is_file else "",
-                             "" if out_dir is None else os.fspath(out_dir), listed, force, out)
+                             "" if out_dir is None else _path(out_dir), listed, force, out)
     else:
         if out_dir is None:
             raise Error("compare: give out_dir (or resume=DIR to finish a stopped study)")
-        out = os.fspath(out_dir)
+        out = _path(out_dir)
         code = _core.compare("" if is_file else s, s if is_file else "", out, listed, force, "")
     if code == _core.interrupted_exit_code:
         raise KeyboardInterrupt(f"normlab: the study in {out} was interrupted; finish it with "

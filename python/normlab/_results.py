@@ -103,7 +103,7 @@ def read_results(path: str | os.PathLike, what: str = "runs"):
       (train, val, layers, summary, ...; docs/USAGE.md "Per-layer logs during training").
     """
     pd = _pandas()
-    p = os.fspath(path)
+    p = os.path.expanduser(os.fspath(path))
     if os.path.isdir(p):
         if os.path.exists(os.path.join(p, "results.json")):
             p = os.path.join(p, "results.json")

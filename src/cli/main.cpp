@@ -39,6 +39,7 @@
 #include "io/safetensors.h"
 #include "train/trainer.h"
 #include "util/error.h"
+#include "util/files.h"
 
 using namespace normlab;
 
@@ -191,7 +192,12 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     return dist::exit_after_error(e.what());
   }
-  const int code = run_command(argc, argv);
+  // "~/..." in an argument the shell left alone (quoted, --out=~/x, data.corpus=~/x): util/files.h
+  std::vector<std::string> args = expand_home_in_arguments(argc, argv);
+  std::vector<char*> expanded;
+  for (std::string& a : args) expanded.push_back(a.data());
+  expanded.push_back(nullptr);
+  const int code = run_command(argc, expanded.data());
   dist::finalize();
   return code;
 }

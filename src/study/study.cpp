@@ -12,6 +12,7 @@
 #include "study/start.h"
 #include "train/data.h"
 #include "util/error.h"
+#include "util/files.h"
 #include "util/hints.h"
 #include "util/json_reader.h"
 #include "util/resources.h"
@@ -196,6 +197,7 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
   read_setting(settings, "theory_trained_seeds", s.theory_trained_seeds, where);
   read_setting(settings, "theory_steps", s.theory_steps, where);
   read_setting(settings, "start_from", s.start_from, where);
+  s.start_from = expand_home(s.start_from);
   s.starts = read_starts(settings, where);
   if (!settings.empty()) {
     static const std::vector<std::string> known = {

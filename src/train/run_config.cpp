@@ -238,6 +238,9 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
                                    "holds ids (tokenize text with `normlab tokenize`)"));
   }
   if (!errors.empty()) throw Error(join_errors("invalid config " + where, errors));
+  for (std::string* path : {&cfg.data.corpus, &cfg.data.tokens, &cfg.data.tokenizer, &cfg.data.parallel,
+                            &cfg.train.out_dir, &cfg.train.init_from})
+    *path = expand_home(*path);  // "~/..." as a shell reads it (util/files.h)
   return cfg;
 }
 

@@ -191,6 +191,25 @@ void StagedFiles::commit() {
   }
 }
 
+std::string expand_home(const std::string& path) {
+  const char* home = std::getenv("HOME");
+  if (!home || !*home || path.empty() || path[0] != '~' || (path.size() > 1 && path[1] != '/')) return path;
+  return std::string(home) + path.substr(1);
+}
+
+std::vector<std::string> expand_home_in_arguments(int argc, const char* const* argv) {
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; i++) {
+    std::string a = argv[i];
+    if (const size_t eq = a.find("=~"); i > 0 && eq != std::string::npos && a.find('=') == eq)
+      a = a.substr(0, eq + 1) + expand_home(a.substr(eq + 1));
+    else if (i > 0)
+      a = expand_home(a);
+    out.push_back(a);
+  }
+  return out;
+}
+
 std::string normlab_cache_dir() {
   if (const char* c = std::getenv("NORMLAB_CACHE"); c && *c) return c;
   const char* home = std::getenv("HOME");

@@ -50,6 +50,15 @@ class AtomicFile {
 
 void write_file_atomic(const std::string& path, std::string_view content, bool overwrite = true);
 
+// A path as a shell would read it: "~" and "~/..." start at $HOME (unchanged without one); any other
+// path as it is. Every path a user gives (a command-line argument, a config value, the Python
+// module's arguments) passes through it, so "~/.cache/normlab/x" works where the shell did not expand it
+// (a quoted argument, --out=~/x, a TOML value).
+std::string expand_home(const std::string& path);
+// The same on a command line: each argument that is a path starting with "~", or "name=~/..." (an
+// option's --out=~/x, an override's data.corpus=~/x), with the part after '=' expanded.
+std::vector<std::string> expand_home_in_arguments(int argc, const char* const* argv);
+
 // Where normlab keeps what it fetches or computes once: $NORMLAB_CACHE, else ~/.cache/normlab
 // (/tmp/.cache/normlab without a home).
 std::string normlab_cache_dir();

@@ -128,6 +128,16 @@ def check_family(nl, name, model, d, workdir):
     m = normlab.load(d)
     fw = m.forward(ids)
     check(f"{name}: forward logits equal normlab grads bit for bit", np.array_equal(fw.logits, cli["logits"]))
+    home = os.environ.get("HOME")
+    os.environ["HOME"] = os.path.dirname(os.path.abspath(d))  # "~/name" as README's examples write it
+    try:
+        tilde = normlab.load("~/" + os.path.basename(d)).forward(ids).logits
+    finally:
+        if home is None:
+            del os.environ["HOME"]
+        else:
+            os.environ["HOME"] = home
+    check(f"{name}: load('~/...') reads the model under the home directory", np.array_equal(tilde, fw.logits))
     check(f"{name}: every hidden state equals normlab grads bit for bit",
           len(fw.hidden) == m.config["n_layers"] + 1 and
           all(np.array_equal(h, cli[f"hidden.{i}"]) for i, h in enumerate(fw.hidden)) and
