@@ -482,6 +482,17 @@ TEST(Init, Gpt2ScalesResidualProjectionsAndDeepNetUsesBeta) {
   EXPECT_NEAR(sd(deep, "h.0.mlp.fc.weight"), beta * std::sqrt(2.0 / (256 + 1024)), 0.002);
 }
 
+// norm_bias says what the norm sites hold: an RMSNorm (or L2) has no bias whatever the setting (a
+// Llama-family model read from a file printed norm_bias = true); LayerNorm keeps the choice.
+TEST(Config, NormBiasIsWhatTheNormSitesHold) {
+  ModelConfig rms;
+  rms.norm = NormKind::RMSNorm;  // norm_bias left at its default, true
+  EXPECT_FALSE(model_config_to_json(rms)["norm_bias"].get<bool>());
+  EXPECT_FALSE(model_config_from_json({{"norm", "rmsnorm"}, {"norm_bias", true}}, "test").norm_bias);
+  EXPECT_TRUE(model_config_from_json({{"norm", "layernorm"}}, "test").norm_bias);
+  EXPECT_FALSE(model_config_from_json({{"norm", "layernorm"}, {"norm_bias", false}}, "test").norm_bias);
+}
+
 TEST(Config, ValidateReportsEveryViolationAtOnce) {
   nlohmann::json j = {{"d_model", 30}, {"n_heads", 4}, {"dropout", 1.5}, {"colour", "red"},
                       {"placement", "sideways"}, {"eps", "small"}};

@@ -500,6 +500,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
     cfg.norm_alpha_attn = v;
   }
   r.get("norm_bias", cfg.norm_bias);
+  if (cfg.norm == NormKind::RMSNorm || cfg.norm == NormKind::L2) cfg.norm_bias = false;  // (no bias to hold)
   read_enum(r, "activation", kActivationNames, cfg.activation);
   read_enum(r, "bias", kBiasNames, cfg.bias);
   read_enum(r, "positions", kPositionNames, cfg.positions);
@@ -626,7 +627,8 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"eps", cfg.eps},
                         {"norm_alpha", cfg.norm_alpha},
                         {"norm_alpha_attn", cfg.norm_alpha_attn.value_or(cfg.norm_alpha)},
-                        {"norm_bias", cfg.norm_bias},
+                        // what the sites hold: RMSNorm and L2 have no bias whatever norm_bias says
+                        {"norm_bias", cfg.norm_bias && cfg.norm != NormKind::RMSNorm && cfg.norm != NormKind::L2},
                         {"activation", to_string(cfg.activation)},
                         {"bias", to_string(cfg.bias)},
                         {"positions", to_string(cfg.positions)},
