@@ -30,6 +30,7 @@ for arch in gpt encoder; do
       check "jacobian $arch $norm $p" blocks "$NL" analyze jacobian "${cfg[@]}" --seq-len 6
       check "attention $arch $norm $p" per_head "$NL" analyze attention "${cfg[@]}" --seq-len 6
       check "dynamics $arch $norm $p" layers "$NL" analyze dynamics "${cfg[@]}" --seq-len 8 --batches 1 --batch-size 2
+      check "sinks $arch $norm $p" streams "$NL" analyze sinks "${cfg[@]}" --seq-len 8 --batches 1 --batch-size 2
     done
   done
 done
@@ -98,6 +99,9 @@ grep -q "source 6 tokens, target 5 tokens" log.txt || { fail=$((fail + 1)); echo
 check "attention encdec on a checkpoint" model "$NL" analyze attention --checkpoint run-ed.safetensors --source-text "Hola" --text "Hi"
 refuse "encdec without a source" "needs a source" "$NL" analyze attention "${ed[@]}" --text "Hello"
 refuse "encdec dynamics without a source" "needs a source" "$NL" analyze dynamics "${ed[@]}"
+refuse "encdec sinks" "reads a GPT or an encoder" "$NL" analyze sinks "${ed[@]}"
+refuse "sinks --seq-len beyond the model" "model seq_len = 16" "$NL" analyze sinks "${tiny[@]}" --seq-len 17
+refuse "sinks with too many windows" "at most 4096 windows" "$NL" analyze sinks "${tiny[@]}" --batches 100 --batch-size 100
 refuse "encdec source longer than seq_len" "more than the model's seq_len 16" "$NL" analyze jacobian "${ed[@]}" --source-text "a sentence far longer than sixteen bytes" --text "x"
 refuse "encdec target longer than seq_len" "more than the model's seq_len 16" "$NL" analyze attention "${ed[@]}" --source-text "x" --text "a target far longer than sixteen bytes"
 refuse "encdec --random" "not --random" "$NL" analyze attention "${ed[@]}" --random

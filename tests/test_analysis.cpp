@@ -14,6 +14,7 @@
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
+#include "analysis/sinks.h"
 #include "analysis/jacobian.h"
 #include "analysis/linalg.h"
 #include "analysis/updates.h"
@@ -589,4 +590,44 @@ TEST(Updates, RatiosMatchAHandComputedAdamStepAndLeaveTheModelAlone) {
   }
   EXPECT_GT(r.output_change[0], 0.0);
   EXPECT_GT(r.stream_change[0], 0.0);
+}
+
+// analyze sinks on a model made to have a massive activation: one embedding entry of the token that
+// opens every window set to 5,000 (the others stay at the init's 0.02 scale). The stream entering layer
+// 0 holds it at position 0 in that dimension: the largest |x|, a massive dimension there, the first
+// position the largest token of every window, and a share near 1 of each window's squared norm.
+TEST(Sinks, AMassiveEntryIsFoundWhereItWasPut) {
+  ModelConfig c;
+  c.d_model = 16, c.n_heads = 2, c.n_layers = 2, c.seq_len = 8, c.placement = {Placement::Pre};
+  Model<double> m(c);
+  const ParamSpec* wte = m.table().find("wte.weight");
+  ASSERT_NE(wte, nullptr);
+  const int opener = 7, dim = 5;
+  m.params()[wte->offset + size_t(opener) * 16 + dim] = 5000;
+  Batch b;
+  b.B = 3, b.T = 8;
+  for (int r = 0; r < 3; r++)
+    for (int t = 0; t < 8; t++) b.ids.push_back(t == 0 ? opener : 20 + 3 * t + r);
+  b.labels.assign(b.ids.size(), ops::kIgnoreLabel);
+  const analysis::SinksReport rep = analysis::analyze_sinks(m, {b});
+  ASSERT_EQ(rep.streams.size(), 3u);
+  const analysis::StreamSinks& s = rep.streams[0];
+  EXPECT_EQ(s.top[0].dim, dim);
+  EXPECT_EQ(s.top[0].token, 0);
+  EXPECT_GT(std::fabs(s.top[0].value), 4000);
+  ASSERT_EQ(s.massive.size(), 1u);
+  EXPECT_EQ(s.massive[0].dim, dim);
+  EXPECT_EQ(s.massive[0].entries, 3);
+  EXPECT_EQ(s.massive[0].first_position, 3);
+  EXPECT_EQ(rep.first_massive_layer, 0);
+  EXPECT_DOUBLE_EQ(s.first_position_largest, 1.0);
+  EXPECT_GT(s.largest_norm_share, 0.999);
+  EXPECT_LT(s.median_abs, 1.0);
+  // a head's importances: the first key's mean attention from the T queries that see it (causal)
+  double first = 0;
+  for (int q = 0; q < 8; q++) first += m.acts(0).att[size_t(q) * 8 + 0];  // the last window, head 0
+  EXPECT_GT(first / 8, 0.0);
+  EXPECT_EQ(rep.heads.size(), 4u);
+  EXPECT_GE(rep.sink_rate, 0.0);
+  EXPECT_LE(rep.sink_rate, 100.0);
 }

@@ -213,6 +213,13 @@ class Model:
         lab = None if labels is None else np.ascontiguousarray(np.asarray(labels).reshape(ids.shape), dtype=np.int32)
         return Results(self._kind("dynamics"), self._core.instrument("dynamics", ids, lab, source=_source(source, self)))
 
+    def sinks(self, inputs) -> Results:
+        """``normlab analyze sinks`` on the given rows (each row a window): per layer the largest
+        activations, their dimensions and tokens, kurtosis and token norms (``streams``; the massive
+        dimensions as their own table, ``massive``), per head the first token's attention importance and
+        the sink share (``heads``), and the sink rate."""
+        return Results("sinks", self._core.instrument("sinks", _ids(inputs, self)))
+
     def theory(self, seeds: int = 5, corpus: str = "", tokenizer: str = "", seq_len: int = 16) -> Results:
         """``normlab theory --checkpoint``: every claim one model can answer, on ``seeds`` input windows
         of ``corpus`` (default: the run's own data, else the built-in corpus) through the model's

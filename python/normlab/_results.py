@@ -21,6 +21,7 @@ _TABLES = {
     "jacobian": ("blocks", ("blocks", "norm_sites")),
     "attention": ("per_head", ("per_head",)),
     "dynamics": ("layers", ("layers", "param_grad_norms", "rank_collapse")),
+    "sinks": ("streams", ("streams", "heads", "massive")),
     "theory": (None, (None,)),      # the document is the list of claims
     "jacobian_encdec": ("ends", ("ends",)),
     "dynamics_encdec": ("layers", ("layers", "param_grad_norms")),
@@ -29,6 +30,8 @@ _DERIVED = {
     # the decoder's end-to-end Jacobian (its input to its output) and the source's (the encoder's input to it)
     ("jacobian_encdec", "ends"): lambda doc: [{"end": end, **doc[end]} for end in ("decoder", "source")],
     ("dynamics_encdec", "layers"): _encdec_layers,
+    # one row per (layer, massive dimension)
+    ("sinks", "massive"): lambda doc: [{"layer": s["layer"], **d} for s in doc["streams"] for d in s["massive"]],
 }
 
 

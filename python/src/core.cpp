@@ -24,6 +24,7 @@
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
+#include "analysis/sinks.h"
 #include "analysis/jacobian.h"
 #include "theory/theory.h"
 #include "dist/dist.h"
@@ -306,6 +307,11 @@ std::string instrument(PyModel& m, const std::string& kind, const Ids& ids, cons
     py::gil_scoped_release release;
     results = cfg.encdec() ? analysis::to_json(analysis::analyze_dynamics_encdec(model, {b}))
                            : analysis::to_json(analysis::analyze_dynamics(model, std::vector<Batch>{b}));
+  } else if (kind == "sinks") {
+    if (cfg.encdec()) throw Error("sinks reads a GPT or an encoder; this model is an encoder-decoder");
+    Model<double>& model = m.widened();
+    py::gil_scoped_release release;
+    results = analysis::to_json(analysis::analyze_sinks(model, std::vector<Batch>{b}));
   } else if (kind == "jacobian" || kind == "attention") {
     if (b.B != 1) throw Error(fmt::format("{}: one sequence (1-D ids), not {} rows", kind, b.B));
     if (cfg.encdec() && token != -1)
@@ -327,7 +333,7 @@ std::string instrument(PyModel& m, const std::string& kind, const Ids& ids, cons
     results["input_ids"] = b.ids;
     if (cfg.encdec()) results["source_ids"] = b.src;
   } else {
-    throw Error(fmt::format("no instrument '{}' (jacobian, attention, dynamics)", kind));
+    throw Error(fmt::format("no instrument '{}' (jacobian, attention, dynamics, sinks)", kind));
   }
   return dump_json(results, 1);
 }

@@ -1,4 +1,4 @@
-// analyze.cpp: `normlab analyze jacobian`, `analyze attention` and `analyze dynamics`: model and
+// analyze.cpp: `normlab analyze jacobian`, `analyze attention`, `analyze dynamics` and `analyze sinks`: model and
 // input loading shared by the instruments (for an encoder-decoder: a source-target pair or a seq2seq
 // token file), and their --json output.
 #include "cli/analyze.h"
@@ -12,6 +12,7 @@
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
+#include "analysis/sinks.h"
 #include "analysis/jacobian.h"
 #include "analysis/updates.h"
 #include "io/gguf.h"
@@ -44,7 +45,12 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
   cmd.dynamics->add_option("--update-steps", cmd.update_steps,
                            "AdamW steps for update ratios and output change (default 5; 0: skip)");
   cmd.dynamics->add_option("--lr", cmd.update_lr, "learning rate of those steps (default 1e-3)");
-  for (CLI::App* sub : {cmd.jacobian, cmd.attention, cmd.dynamics}) {
+  cmd.sinks = cmd.analyze->add_subcommand(
+      "sinks", "per layer: massive activations (largest |x|, its dimension and token, kurtosis); per head: attention "
+               "sinks (Gu et al.'s sink rate)");
+  cmd.sinks->add_option("--batches", cmd.batches, "batches of windows (default 4)");
+  cmd.sinks->add_option("--batch-size", cmd.batch_size, "windows per batch (default 8)");
+  for (CLI::App* sub : {cmd.jacobian, cmd.attention, cmd.dynamics, cmd.sinks}) {
     sub->add_option("--checkpoint", cmd.checkpoint, "a checkpoint from normlab train or init, or a Hugging Face directory");
     sub->add_option("--config,-c", cmd.config, "a TOML config (fresh model from its [model])");
     sub->add_option("--set", cmd.sets, "config override, e.g. --set model.placement=post");
@@ -411,6 +417,50 @@ int run_dynamics(const AnalyzeCommand& cmd, Model<double>& model) {
   return write_json(cmd, results, model);
 }
 
+// analyze sinks on a GPT or encoder: windows of the corpus's training split (--corpus, the built-in
+// corpus, a token stream; --seq-len 64 unless given), or the given rows (--tokens rows, --text: one).
+int run_sinks(const AnalyzeCommand& cmd, Model<double>& model) {
+  const ModelConfig& cfg = model.config();
+  const bool stream = tokens_are_stream(cmd), rows = !cmd.tokens.empty() && !stream;
+  if (has_text(cmd) && !cmd.tokens.empty()) throw Error("give one input: --text/--text-file or --tokens");
+  const int T = cmd.sinks->get_option("--seq-len")->count() ? cmd.seq_len : std::min(64, cfg.seq_len);
+  if (!rows && !has_text(cmd) && (T < 1 || T > cfg.seq_len))
+    throw Error(fmt::format("--seq-len {} must be in [1, model seq_len = {}]", T, cfg.seq_len));
+  if (cmd.batches < 1 || cmd.batch_size < 1 || long(cmd.batches) * cmd.batch_size > 4096)
+    throw Error("--batches and --batch-size must be >= 1, with at most 4096 windows in all");
+  std::vector<Batch> batches;
+  std::string input;
+  if (rows) {
+    batches.push_back(load_token_file(cmd.tokens));
+    check_batch(batches[0], cfg, cmd.tokens, false);
+    input = fmt::format("token file '{}': all {} rows of T = {}", cmd.tokens, batches[0].B, batches[0].T);
+  } else if (has_text(cmd)) {
+    const Input in = text_input(cmd, cfg);
+    Batch b;
+    b.ids = in.ids;
+    b.B = 1;
+    b.T = int(b.ids.size());
+    b.labels.assign(b.ids.size(), ops::kIgnoreLabel);
+    batches.push_back(b);
+    input = in.description;
+  } else {
+    AnalyzeCommand c = cmd;
+    c.seq_len = T;
+    const Corpus corpus = analyze_corpus(c, cfg, T);
+    Rng rng(11, 3);
+    for (int k = 0; k < cmd.batches; k++)
+      batches.push_back(sample_batch(corpus.train, Arch::Gpt, cmd.batch_size, T, rng));  // plain windows, no masking
+    input = fmt::format("{} batches of {} windows of {} {}s of {}, training split (seed 11)", cmd.batches,
+                        cmd.batch_size, T, corpus.unit(), corpus.description());
+  }
+  fmt::print("input: {}\n", input);
+  const analysis::SinksReport rep = analysis::analyze_sinks(model, batches);
+  analysis::print_report(rep);
+  nlohmann::json results = analysis::to_json(rep);
+  results["input"] = input;
+  return write_json(cmd, results, model);
+}
+
 }  // namespace
 
 // A checkpoint of a normlab run knows what it read: that run's tokenizer and its corpus (or token
@@ -443,11 +493,14 @@ int run_analyze(const AnalyzeCommand& given) {
   if (!cmd.json_out.empty() && !cmd.force && std::filesystem::exists(cmd.json_out))
     throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", cmd.json_out));
   auto model = load_double_model(cmd);
+  if (cmd.sinks->parsed() && model->config().encdec())
+    throw Error("analyze sinks reads a GPT or an encoder; this model is an encoder-decoder");
   if (model->config().encdec()) return run_analyze_encdec(cmd, *model);
   if (has_source(cmd))
     throw Error(fmt::format("--source-text needs an encoder-decoder model (model.arch = \"encdec\"); this one is {}",
                             to_string(model->config().arch)));
   if (cmd.dynamics->parsed()) return run_dynamics(cmd, *model);
+  if (cmd.sinks->parsed()) return run_sinks(cmd, *model);
   const Input in = input_ids(cmd, model->config());
   fmt::print("input: {}\n", in.description);
   const std::vector<int32_t>& ids = in.ids;

@@ -16,6 +16,7 @@ struct AnalyzeCommand {
   CLI::App* jacobian = nullptr;
   CLI::App* attention = nullptr;
   CLI::App* dynamics = nullptr;
+  CLI::App* sinks = nullptr;
   int batches = 4, batch_size = 8, update_steps = 5;
   double update_lr = 1e-3;
   std::string checkpoint, config, tokens, json_out;

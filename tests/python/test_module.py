@@ -109,6 +109,59 @@ def make_models(workdir):
     return models, dirs
 
 
+def check_sinks(nl, name, model, m, d, tokens, ids, workdir):
+    """`analyze sinks` against a brute-force reading of transformers' own hidden states and attention
+    probabilities (an independent path: another implementation of the forward, then numpy), and the
+    module's `sinks` against the command's JSON."""
+    out = os.path.join(workdir, f"{name}_sinks.json")
+    run([nl, "analyze", "sinks", "--checkpoint", d, "--tokens", tokens, "--json", out, "--force"])
+    got = json.load(open(out))
+    with torch.no_grad():
+        extra = {} if name == "bert" else {"use_cache": False}  # (Gemma 2's cache needs a newer torch)
+        o = model(torch.from_numpy(ids.astype(np.int64)), output_hidden_states=True, output_attentions=True, **extra)
+    L = len(o.attentions)
+    B, T = ids.shape
+    bad = []
+    for l in range(L):  # the stream entering layer l (transformers' last hidden state is after the final norm)
+        x = o.hidden_states[l].double().numpy()
+        s = got["streams"][l]
+        a = np.abs(x)
+        w, t, c = np.unravel_index(np.argmax(a), a.shape)
+        mean = x.mean()
+        norms = np.linalg.norm(x, axis=-1)
+        want = {"median_abs": np.median(a), "kurtosis": ((x - mean) ** 4).mean() / ((x - mean) ** 2).mean() ** 2,
+                "token_norm_max": norms.max(), "token_norm_median": np.median(norms),
+                "largest_norm_share": np.mean(norms.max(-1) ** 2 / (norms ** 2).sum(-1)),
+                "first_position_largest": np.mean(norms.argmax(-1) == 0)}
+        for k, v in want.items():
+            if not np.isclose(s[k], v, rtol=2e-4, atol=1e-6):
+                bad.append(f"layer {l} {k}: {s[k]} vs {v}")
+        if (s["top"][0]["window"], s["top"][0]["token"], s["top"][0]["dim"]) != (w, t, c) or \
+                not np.isclose(s["top"][0]["value"], x[w, t, c], rtol=2e-4):
+            bad.append(f"layer {l} largest entry {s['top'][0]} vs {x[w, t, c]} at {(w, t, c)}")
+    causal = name != "bert"
+    rates = []
+    for l in range(L):
+        A = o.attentions[l].double().numpy()  # (B, NH, T, T)
+        seen = (T - np.arange(T)) if causal else np.full(T, T)
+        imp = A.sum(axis=-2) / seen  # (B, NH, T): each key's mean attention from the queries that see it
+        first = imp[..., 0]
+        for h in range(A.shape[1]):
+            g = got["heads"][l * A.shape[1] + h]
+            if not np.isclose(g["first_importance"], first[:, h].mean(), rtol=2e-4, atol=1e-7):
+                bad.append(f"layer {l} head {h} first importance {g['first_importance']} vs {first[:, h].mean()}")
+        near = np.abs(first - 0.3) < 1e-5  # a reading on the threshold may fall either side in float32
+        rates.append(None if near.any() else 100 * np.mean(first > 0.3))
+    for l, r in enumerate(rates):
+        if r is not None and not np.isclose(got["layer_sink_rate"][l], r):
+            bad.append(f"layer {l} sink rate {got['layer_sink_rate'][l]} vs {r}")
+    check(f"{name}: analyze sinks equals a brute-force reading of transformers' hidden states and attentions",
+          not bad, "; ".join(bad[:4]))
+    mod = m.sinks(ids).data
+    check(f"{name}: the module's sinks equal the command's JSON", same_json(mod, got),
+          first_difference(mod, {k: v for k, v in got.items() if k not in ("input", "model")}))
+
+
 def check_family(nl, name, model, d, workdir):
     rng = np.random.default_rng(1)
     B, T = 2, 9
@@ -138,6 +191,7 @@ def check_family(nl, name, model, d, workdir):
         else:
             os.environ["HOME"] = home
     check(f"{name}: load('~/...') reads the model under the home directory", np.array_equal(tilde, fw.logits))
+    check_sinks(nl, name, model, m, d, tokens, ids, workdir)
     check(f"{name}: every hidden state equals normlab grads bit for bit",
           len(fw.hidden) == m.config["n_layers"] + 1 and
           all(np.array_equal(h, cli[f"hidden.{i}"]) for i, h in enumerate(fw.hidden)) and
