@@ -630,4 +630,10 @@ TEST(Sinks, AMassiveEntryIsFoundWhereItWasPut) {
   EXPECT_EQ(rep.heads.size(), 4u);
   EXPECT_GE(rep.sink_rate, 0.0);
   EXPECT_LE(rep.sink_rate, 100.0);
+  // analyze dynamics says the same of its stream-norm mean: the first token's share, by hand
+  for (size_t i = 0; i + 1 < b.ids.size(); i++) b.labels[i] = b.ids[i + 1] % 256;
+  const analysis::DynamicsReport dyn = analysis::analyze_dynamics(m, std::vector<Batch>{b});
+  const analysis::StreamSinks again = analysis::analyze_sinks(m, {b}).streams[0];
+  EXPECT_NEAR(dyn.layers[0].largest_token_share, again.largest_norm_share, 1e-12);
+  EXPECT_GT(dyn.layers[0].largest_token_share, 0.999);
 }

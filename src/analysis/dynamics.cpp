@@ -107,6 +107,15 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
         (s == 0 ? d.attn_branch_ratio : d.mlp_branch_ratio) += ratio / (double(N) * batches);
       }
       for (int b = 0; b < B; b++) d.residual_rank += residual_rank(x + size_t(b) * T * C, T, C) / (double(B) * batches);
+      for (int b = 0; b < B; b++) {
+        double largest = 0, total = 0;
+        for (int t = 0; t < T; t++) {
+          const double n2 = std::pow(row_norm(x + (size_t(b) * T + t) * C, C), 2);
+          largest = std::max(largest, n2);
+          total += n2;
+        }
+        d.largest_token_share += norm_ratio(largest, total) / (double(B) * batches);
+      }
       double g2 = 0;
       for (size_t s : layer_specs[size_t(l)]) g2 += sq[s];
       d.grad_norm += std::sqrt(g2) / batches;
@@ -161,7 +170,7 @@ nlohmann::json to_json(const DynamicsReport& r) {
     layers.push_back({{"layer", d.layer}, {"placement", d.placement}, {"stream_norm", d.stream_norm},
                       {"attn_branch_ratio", d.attn_branch_ratio}, {"mlp_branch_ratio", d.mlp_branch_ratio},
                       {"grad_norm", d.grad_norm}, {"ffn_out_grad_norm", d.ffn_out_grad_norm},
-                      {"residual_rank", d.residual_rank}});
+                      {"residual_rank", d.residual_rank}, {"largest_token_share", d.largest_token_share}});
   nlohmann::json params = nlohmann::json::array();
   for (const auto& p : r.params) params.push_back({{"name", p.name}, {"grad_norm", p.grad_norm}});
   nlohmann::json collapse = nlohmann::json::array();
@@ -189,6 +198,15 @@ void print_report(const DynamicsReport& r) {
   fmt::print("columns: layer (out: after the last); placement; ||x_l||: mean norm of the stream entering the layer; "
              "|F|/|x| attn, mlp: branch-to-stream ratio ||F(x)||/||x|| of each sub-layer; grad norm: ||dL/d theta|| of "
              "the layer's parameters; res(X_l): ||X - 1 mean(X)^T||_F / ||X||_F, distance from rank one\n");
+  std::vector<int> dominated;  // layers whose stream-norm mean is mostly one token's
+  double most = 0;
+  for (const auto& d : r.layers)
+    if (d.largest_token_share > 0.5) dominated.push_back(d.layer), most = std::max(most, d.largest_token_share);
+  if (!dominated.empty())
+    fmt::print("note: one token carries more than half of a sequence's squared stream norm entering layers {} (share "
+               "up to {:.3f}; 1/T = {:.3f} when the tokens are alike): ||x_l|| there is mostly that token's (analyze "
+               "sinks names it)\n",
+               fmt::join(dominated, " "), most, 1.0 / r.T);
   fmt::print("gradient norm, last layer / first layer: {}; of the MLP output weights W2 (Xiong et al.'s "
              "W^(2,l): grows toward the output for post, flat for pre): {}\n",
              ratio_text(r.grad_growth, 4, kNoGradientRatio), ratio_text(r.ffn_out_grad_growth, 4, kNoGradientRatio));

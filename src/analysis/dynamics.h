@@ -24,6 +24,9 @@ struct LayerDynamics {
   int layer = 0;
   std::string placement;
   double stream_norm = 0;         // mean over tokens of ||x_l|| entering the layer
+  // mean over sequences of the largest token's share of the squared norm, max_t ||x_t||^2 / sum_t
+  // ||x_t||^2 (1/T when the tokens are alike; near 1 when one token carries the stream_norm mean)
+  double largest_token_share = 0;
   double attn_branch_ratio = 0;   // mean over tokens of ||g|| / ||x|| for the attention sub-layer
   double mlp_branch_ratio = 0;
   double grad_norm = 0;           // ||dL/d theta_l|| over the layer's parameters, mean over batches
