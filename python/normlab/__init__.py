@@ -99,9 +99,18 @@ def _ids(inputs: str | Sequence[int] | np.ndarray, model: "Model") -> np.ndarray
             raise Error("an encoder-decoder model takes ids (and source=): translation_pair(source, target) "
                         "makes both from text")
         return model.tokenize(inputs)
-    a = np.asarray(inputs)
+    return _int32(inputs, "token ids")
+
+
+def _int32(values, what: str) -> np.ndarray:
+    """Integers as the engine's int32, refusing what a cast would change: floats (2.7 is not an id or
+    a label) and values outside int32 (2**32 + 3 would wrap to 3)."""
+    a = np.asarray(values)
     if a.dtype.kind not in "iu":
-        raise Error(f"token ids must be integers, not {a.dtype}")
+        raise Error(f"{what} must be integers, not {a.dtype}")
+    if a.size and (int(a.min()) < -2**31 or int(a.max()) > 2**31 - 1):
+        bad = int(a.max()) if int(a.max()) > 2**31 - 1 else int(a.min())
+        raise Error(f"{what}: {bad} is outside the range of token ids and labels (int32)")
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
@@ -147,8 +156,8 @@ class Model:
         """The mean cross-entropy over positions whose label is not -100, and the gradient of every
         parameter by name (float32, as ``normlab grads`` on a token file of these ids and labels)."""
         ids = _ids(inputs, self)
-        return self._core.loss_and_grads(ids, np.ascontiguousarray(np.asarray(labels).reshape(ids.shape),
-                                                                   dtype=np.int32), _source(source, self))
+        labels = _int32(np.asarray(labels).reshape(ids.shape), "labels")
+        return self._core.loss_and_grads(ids, labels, _source(source, self))
 
     def params(self) -> dict[str, np.ndarray]:
         """Every parameter as a writable float32 numpy view into the model (no copy)."""
@@ -210,7 +219,7 @@ class Model:
         labels a gpt (and an encoder-decoder's decoder) predicts the next tokens and an encoder
         reconstructs its input; an encoder-decoder's come with ``translation_pair``."""
         ids = _ids(inputs, self)
-        lab = None if labels is None else np.ascontiguousarray(np.asarray(labels).reshape(ids.shape), dtype=np.int32)
+        lab = None if labels is None else _int32(np.asarray(labels).reshape(ids.shape), "labels")
         return Results(self._kind("dynamics"), self._core.instrument("dynamics", ids, lab, source=_source(source, self)))
 
     def sinks(self, inputs) -> Results:

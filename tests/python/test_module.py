@@ -564,7 +564,14 @@ def check_bad_input(workdir):
     for what, call in [("a missing path", lambda: normlab.load(os.path.join(workdir, "nope"))),
                        ("an unknown config key", lambda: normlab.train(sets=["train.stepz=3"],
                                                                        out_dir=os.path.join(workdir, "bad"))),
-                       ("an id out of range", lambda: normlab.load(os.path.join(workdir, "gpt2")).forward([5, 300]))]:
+                       ("an id out of range", lambda: normlab.load(os.path.join(workdir, "gpt2")).forward([5, 300])),
+                       # what an int32 cast would change: wrapped to id 3, and labels truncated to 2, 3
+                       ("an int64 id of 2**32 + 3", lambda: normlab.load(os.path.join(workdir, "gpt2")).forward(
+                           np.array([5, 2**32 + 3], dtype=np.int64))),
+                       ("float labels", lambda: normlab.load(os.path.join(workdir, "gpt2")).loss_and_grads(
+                           [5, 6], np.array([2.7, 3.2]))),
+                       ("int64 labels below int32", lambda: normlab.load(os.path.join(workdir, "gpt2")).dynamics(
+                           [[5, 6]], labels=np.array([[-2**40, 3]], dtype=np.int64)))]:
         try:
             call()
             check(f"bad input ({what}) raises normlab.Error", False, "no error")
