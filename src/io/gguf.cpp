@@ -224,7 +224,7 @@ File read(const std::string& path) {
                          type_name(type), block_length(t.type)));
     t.offset = c.scalar<uint64_t>("a tensor offset");
     t.bytes = type_bytes(t.type, numel);
-    if (f.find(t.name)) c.fail(fmt::format("tensor '{}' appears twice", t.name));
+    if (!f.index.emplace(t.name, f.tensors.size()).second) c.fail(fmt::format("tensor '{}' appears twice", t.name));
     f.tensors.push_back(std::move(t));
   }
   int64_t alignment = 32;
@@ -254,9 +254,8 @@ File read(const std::string& path) {
 }
 
 const TensorInfo* File::find(const std::string& name) const {
-  for (const TensorInfo& t : tensors)
-    if (t.name == name) return &t;
-  return nullptr;
+  const auto it = index.find(name);
+  return it == index.end() ? nullptr : &tensors[it->second];
 }
 
 const Value* File::get(const std::string& key) const {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,7 @@ struct File {
   uint32_t version = 3;
   std::map<std::string, Value> metadata;
   std::vector<TensorInfo> tensors;   // in file order
+  std::unordered_map<std::string, size_t> index;  // name -> position in tensors (a file may hold many)
   std::string bytes;                 // the whole file
   uint64_t data_start = 0;           // offset of the data section in bytes
 
