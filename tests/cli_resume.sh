@@ -221,4 +221,13 @@ expect_error "of study.json is not in the study given" -- compare --resume si --
 check "jq -e '.runs | length == 4' si/results.json > /dev/null && jq -e '.grid | length == 2' si/study.json > /dev/null" \
   "a refused extension changed results.json or study.json"
 
+# what resume reads must be a study's: a results.json that is a FIFO is refused by name (reading it
+# blocked forever), and a "finished" record without a summary object is not kept (it is run again)
+cp -r sw swfifo && rm swfifo/results.json && mkfifo swfifo/results.json
+expect_error "is a FIFO" -- compare --resume swfifo --config study.toml --set train.lr=3e-3
+cp -r sw swbad && jq '.runs[0].summary = "fine"' sw/results.json > swbad/r.json && mv swbad/r.json swbad/results.json
+"$NL" compare --resume swbad --config study.toml --set train.lr=3e-3 > swbad.txt 2>&1
+check "jq -e '.runs[0].summary | type == \"object\"' swbad/results.json > /dev/null" \
+  "compare --resume kept a finished record whose summary is not an object"
+
 finish cli_resume

@@ -114,6 +114,9 @@ def read_results(path: str | os.PathLike, what: str = "runs"):
             p = os.path.join(p, "metrics.jsonl")
         else:
             raise FileNotFoundError(f"{p}: no results.json (a study of normlab compare) or metrics.jsonl (a run)")
+    if os.path.exists(p) and not os.path.isfile(p):  # a FIFO or a device would block the read
+        raise ValueError(f"{p} is not a regular file (read_results reads a study's results.json or a run's "
+                         f"metrics.jsonl)")
     if p.endswith(".jsonl"):
         return pd.json_normalize(_read_jsonl(p), sep=".")
     with open(p, encoding="utf-8") as f:

@@ -206,6 +206,7 @@ void read_metrics(const fs::path& path, nlohmann::json& run) {
                           {"grad_norm", nlohmann::json::array()}, {"lr", nlohmann::json::array()}};
   nlohmann::json val = {{"step", nlohmann::json::array()}, {"loss", nlohmann::json::array()}};
   std::vector<nlohmann::json> layers;
+  if (fs::exists(path)) require_regular_file(path.string(), "a run's metrics");  // a FIFO would block the read
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
@@ -523,14 +524,17 @@ int run_study(const Study& given, const CompareOptions& options) {
   std::map<std::string, nlohmann::json> kept;  // --resume: the runs that finished before
   double elapsed_before = 0;                     // --resume: the time the study took before
   if (options.resume) {
-    std::ifstream in(out / "results.json");
-    const auto before = in ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+    const fs::path saved = out / "results.json";
+    const auto before = fs::exists(saved) ? nlohmann::json::parse(read_file(saved.string(), "the study's results"),
+                                                                  nullptr, false)
+                                          : nlohmann::json();
     if (before.is_object() && before.contains("elapsed_s") && before["elapsed_s"].is_number())
       elapsed_before = std::max(0.0, before["elapsed_s"].get<double>());
     if (before.is_object() && before.contains("runs") && before["runs"].is_array())
       for (const auto& r : before["runs"])
         if (r.is_object() && r.contains("name") && r["name"].is_string() &&
-            (r.value("status", "") == "finished" || r.value("status", "") == "diverged"))
+            (r.value("status", "") == "finished" || r.value("status", "") == "diverged") &&
+            (r.value("status", "") == "diverged" || (r.contains("summary") && r["summary"].is_object())))
           kept[r["name"].get<std::string>()] = r;
   } else if ((fs::exists(out / "results.json") || fs::exists(out / "runs")) && !options.force) {
     throw Error(fmt::format("'{}' already holds a study; choose another --out or pass --force to replace it",
