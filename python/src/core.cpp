@@ -82,6 +82,17 @@ std::unique_lock<std::mutex> lock_model(PyModel& m) {
   return std::unique_lock<std::mutex>(*m.busy);
 }
 
+// Error naming the first parameter that holds NaN or inf: the command refuses such a checkpoint when it
+// loads it; here params() views can write one later, so every entry point that computes checks.
+void require_finite_params(const PyModel& m, const char* what) {
+  const std::vector<float>& p = m.model->params();
+  for (const ParamSpec& s : m.model->table().specs)
+    for (size_t i = s.offset; i < s.offset + s.numel; i++)
+      if (!std::isfinite(p[i]))
+        throw Error(fmt::format("{}: parameter '{}' holds a non-finite value ({}) at index {}", what, s.name, p[i],
+                                i - s.offset));
+}
+
 // (B, T) ids of a 1-D or 2-D array, every id checked against the vocabulary.
 Batch batch_of(const Ids& ids, const ModelConfig& cfg, const char* what) {
   if (ids.ndim() != 1 && ids.ndim() != 2)
@@ -175,6 +186,7 @@ PyModel from_state(const std::string& config_json, const std::map<std::string, p
 // after its final norm, as `normlab grads` writes it) and the streams entering its encoder's layers.
 py::tuple forward(PyModel& m, const Ids& ids, const std::optional<Ids>& source) {
   const auto lock = lock_model(m);
+  require_finite_params(m, "forward");
   const ModelConfig& cfg = m.model->config();
   Batch b = batch_of(ids, cfg, "forward");
   add_source(b, source, cfg, "forward");
@@ -201,6 +213,7 @@ py::tuple forward(PyModel& m, const Ids& ids, const std::optional<Ids>& source) 
 // parameter's gradient by name.
 py::tuple loss_and_grads(PyModel& m, const Ids& ids, const Ids& labels, const std::optional<Ids>& source) {
   const auto lock = lock_model(m);
+  require_finite_params(m, "loss_and_grads");
   const ModelConfig& cfg = m.model->config();
   if (!cfg.has_logits()) throw Error("loss_and_grads: the model has no head (model.head = none): no loss");
   Batch b = batch_of(ids, cfg, "loss_and_grads");
@@ -260,6 +273,7 @@ std::string decode(const PyModel& m, const std::vector<int32_t>& ids, const std:
 std::vector<int32_t> sample(PyModel& m, const std::vector<int32_t>& prompt, int max_new, double temperature, int top_k,
                             long seed) {
   const auto lock = lock_model(m);
+  require_finite_params(m, "sample");
   const ModelConfig& cfg = m.model->config();
   if (cfg.arch != Arch::Gpt || !cfg.has_logits())
     throw Error(cfg.encdec() ? "sample needs a gpt model with a head; an encoder-decoder translates (translate)"
@@ -288,6 +302,7 @@ std::vector<int32_t> sample(PyModel& m, const std::vector<int32_t>& prompt, int 
 std::string instrument(PyModel& m, const std::string& kind, const Ids& ids, const std::optional<Ids>& labels,
                        int token, bool full, long full_max_dim, int lanczos_k, const std::optional<Ids>& source) {
   const auto lock = lock_model(m);
+  require_finite_params(m, kind.c_str());
   const ModelConfig& cfg = m.model->config();
   Batch b = batch_of(ids, cfg, kind.c_str());
   add_source(b, source, cfg, kind.c_str());
@@ -368,6 +383,7 @@ py::tuple translation_pair(const PyModel& m, const std::string& source, const st
 std::vector<py::bytes> translate_texts(PyModel& m, const std::vector<std::string>& texts, int beam,
                                        double length_penalty, int max_len) {
   const auto lock = lock_model(m);
+  require_finite_params(m, "translate");
   need_encdec(m.model->config(), "translate");
   std::vector<std::vector<int32_t>> sources;
   for (const std::string& text : texts) sources.push_back(source_ids(text));
@@ -388,6 +404,7 @@ std::vector<py::bytes> translate_texts(PyModel& m, const std::vector<std::string
 // `normlab theory --checkpoint`'s claims on this model: the --json text.
 std::string theory_of(PyModel& m, int seeds, const std::string& corpus, const std::string& tokenizer, int seq_len) {
   const auto lock = lock_model(m);
+  require_finite_params(m, "theory");
   if (seeds < 1 || seeds > 100) throw Error(fmt::format("theory: seeds {} must be in [1, 100]", seeds));
   theory::TheoryOptions o;
   o.seeds = seeds;

@@ -257,6 +257,8 @@ std::string claim_input(const TheoryOptions& o, const Corpus& corpus, const std:
 }  // namespace
 
 std::vector<Claim> run_theory(const TheoryOptions& o) {
+  if (o.seq_len < 2 || o.seq_len > 4096)  // (0 reached the windows' sampling and crashed the Python module)
+    throw Error(fmt::format("theory: seq_len = {} must be in [2, 4096] (tokens per input window)", o.seq_len));
   const Corpus corpus = theory_corpus(o);
   std::string pairs_name;
   const std::vector<TokenPair> pairs = theory_pairs(o, corpus, pairs_name);

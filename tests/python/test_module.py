@@ -568,6 +568,9 @@ def check_bad_input(workdir):
                        # what an int32 cast would change: wrapped to id 3, and labels truncated to 2, 3
                        ("an int64 id of 2**32 + 3", lambda: normlab.load(os.path.join(workdir, "gpt2")).forward(
                            np.array([5, 2**32 + 3], dtype=np.int64))),
+                       ("theory with seq_len 0", lambda: normlab.load(os.path.join(workdir, "gpt2")).theory(
+                           seeds=1, seq_len=0)),
+                       ("NaN written into the embeddings", lambda: nan_then(normlab.load(os.path.join(workdir, "gpt2")))),
                        ("float labels", lambda: normlab.load(os.path.join(workdir, "gpt2")).loss_and_grads(
                            [5, 6], np.array([2.7, 3.2]))),
                        ("int64 labels below int32", lambda: normlab.load(os.path.join(workdir, "gpt2")).dynamics(
@@ -577,6 +580,12 @@ def check_bad_input(workdir):
             check(f"bad input ({what}) raises normlab.Error", False, "no error")
         except normlab.Error as e:
             check(f"bad input ({what}) raises normlab.Error", isinstance(e, ValueError) and str(e), str(e))
+
+
+def nan_then(m):
+    """Writes NaN into a parameter through params() and samples: the command refuses such a model."""
+    next(iter(m.params().values()))[0] = np.nan
+    return m.sample([5, 6], max_new=3)
 
 
 class NotAModel:
