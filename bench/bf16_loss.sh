@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bf16_loss.sh: the accuracy side of mixed precision (issue 13): the built-in default model (4-layer
+# bf16_loss.sh: the accuracy side of mixed precision (bf16): the built-in default model (4-layer
 # Pre-LN GPT over the King James Bible bytes) trained for STEPS steps (default 2,000) once in fp32
 # and once with train.precision = "bf16", same seed and data order, the two runs side by side (one
 # thread each, niced, so they also fit on a busy 2-core machine); then bench/loss_curves.py prints

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """loss_curves.py: two training runs' validation-loss curves side by side (bench/bf16_loss.sh: fp32
-and bf16), as a markdown table, and the final difference against the target of issue 13 (bf16's
-final validation loss within 0.02 nats of fp32's).
+and bf16), as a markdown table, and the final difference against the mixed-precision accuracy
+target (bf16's final validation loss within 0.02 nats of fp32's).
 
 Usage: python3 bench/loss_curves.py FP32_METRICS.jsonl BF16_METRICS.jsonl [--target 0.02]
 Exit status 0 whether or not the target is met (this is a report, not a test); 1 on unreadable input.

@@ -22,7 +22,7 @@
 # table shows each side's median and range: on a shared host whose speed drifts by minutes (the same
 # binary's step doubled a minute apart on 2026-12-02) a ratio of two single measurements is not.
 #
-# --isa avx2 runs both sides on AVX2 and FMA only, on a CPU that has AVX-512 too (issue 28's kind of
+# --isa avx2 runs both sides on AVX2 and FMA only, on a CPU that has AVX-512 too (an AVX2-only
 # machine, emulated): normlab with NORMLAB_ISA=avx2 and OpenBLAS's Haswell kernels
 # (OPENBLAS_CORETYPE=Haswell, the sgemm peak too), PyTorch with ATEN_CPU_CAPABILITY=avx2 (its own
 # kernels and torch.compile's generated code), MKL_ENABLE_INSTRUCTIONS=AVX2 and oneDNN capped at AVX2;

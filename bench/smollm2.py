@@ -1,6 +1,6 @@
 """smollm2.py: how fast normlab works on a real 30-layer model, SmolLM2-135M-Instruct (GGUF, Q4_1).
 
-Issue 25's targets on a 2-core machine, each timed end to end as a user would meet it:
+The speed targets for a real model on a 2-core machine, each timed end to end as a user meets it:
   load      reading and dequantizing the file (`normlab.load`, the same reader every command uses)
   forward   a forward of 8 x 128 tokens through the module (after the load)
   dynamics  `normlab analyze dynamics --checkpoint FILE` with its defaults (the whole command)

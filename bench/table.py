@@ -9,8 +9,8 @@ Reads JSON lines as printed by build/bench/bench_step ("impl": "normlab"), bench
 has a "precision" (fp32 when absent: results from before bf16); a row given several times (run.sh
 --repeats) is shown by its median, with the range. One table per precision: for every
 (shape, placement) it compares normlab with the faster of the torch modes (by tokens/s; bf16 is
-torch.autocast) against the target ratio of the machine's kind (ISSUE13 for AVX-512 machines,
-ISSUE28 for AVX2-only ones, below); the bf16 table also shows normlab bf16 over normlab fp32.
+torch.autocast) against the target ratio of the machine's kind (TARGETS_AVX512 for AVX-512 machines,
+TARGETS_AVX2 for AVX2-only ones, below); the bf16 table also shows normlab bf16 over normlab fp32.
 normlab's GFLOP/s is also shown as a share of the measured FMA peak (fma_peak: float32 FMA for fp32,
 bf16 dot products for bf16). Standard library only.
 """
@@ -20,16 +20,16 @@ import sys
 from pathlib import Path
 
 # normlab tokens/s over best torch tokens/s, per kind of machine (fma_peak measured 512-bit FMAs or
-# not). AVX-512 machines, issue 13: fp32 1.5x PyTorch fp32 on every shape, bf16 1.3x PyTorch
-# autocast-bf16, bf16 2x normlab's own fp32 on a and b, the fp32 step at 50% of the FMA peak on a and
-# b. AVX2-only machines, issue 28: fp32 1.3x PyTorch at its best on every shape and 65% of the FMA
-# peak on a and b (bf16 has no native instructions there: no target).
-ISSUE13 = {"name": "issue 13 (AVX-512 machines)",
-           "ratio": {"fp32": {"a": 1.5, "b": 1.5, "c": 1.5}, "bf16": {"a": 1.3, "b": 1.3, "c": 1.3}},
-           "self": {"a": 2.0, "b": 2.0}, "peak": {"a": 0.5, "b": 0.5}}
-ISSUE28 = {"name": "issue 28 (AVX2-only machines)",
-           "ratio": {"fp32": {"a": 1.3, "b": 1.3, "c": 1.3}, "bf16": {}},
-           "self": {}, "peak": {"a": 0.65, "b": 0.65}}
+# not). AVX-512 machines: fp32 1.5x PyTorch fp32 on every shape, bf16 1.3x PyTorch autocast-bf16,
+# bf16 2x normlab's own fp32 on a and b, the fp32 step at 50% of the FMA peak on a and b. AVX2-only
+# machines: fp32 1.3x PyTorch at its best on every shape and 65% of the FMA peak on a and b (bf16
+# has no native instructions there: no target).
+TARGETS_AVX512 = {"name": "AVX-512 machines",
+                  "ratio": {"fp32": {"a": 1.5, "b": 1.5, "c": 1.5}, "bf16": {"a": 1.3, "b": 1.3, "c": 1.3}},
+                  "self": {"a": 2.0, "b": 2.0}, "peak": {"a": 0.5, "b": 0.5}}
+TARGETS_AVX2 = {"name": "AVX2-only machines",
+                "ratio": {"fp32": {"a": 1.3, "b": 1.3, "c": 1.3}, "bf16": {}},
+                "self": {}, "peak": {"a": 0.65, "b": 0.65}}
 SHAPES = {  # name: V, d_model, n_layers, n_heads, T, B (as bench_step.cpp / torch_step.py)
     "a": (50257, 768, 12, 12, 64, 4),
     "b": (256, 256, 6, 8, 128, 16),
@@ -108,12 +108,13 @@ def make_table(recs):
     else:
         out.append("Machine sgemm peak: not measured")
     # the FMA peak of each precision's arithmetic: the wider of the float32 FMAs, the bf16 dot product
-    # (run.sh --isa avx2: an AVX2 machine emulated on an AVX-512 one, so the 256-bit peak and issue 28's goals)
+    # (run.sh --isa avx2: an AVX2 machine emulated on an AVX-512 one, so the 256-bit peak and the
+    # AVX2-only machines' goals)
     avx2_only = bool(meta) and meta.get("isa") == "avx2"
     fma_peak = {"fp32": fma.get("fp32_256") if avx2_only else
                 max(filter(None, [fma.get("fp32_256"), fma.get("fp32_512")]), default=None),
                 "bf16": None if avx2_only else fma.get("bf16_dot")}
-    goals = ISSUE28 if avx2_only or not fma.get("fp32_512") else ISSUE13
+    goals = TARGETS_AVX2 if avx2_only or not fma.get("fp32_512") else TARGETS_AVX512
     TARGETS, SELF_TARGETS, PEAK_TARGETS = goals["ratio"], goals["self"], goals["peak"]
     if fma:
         out.append(f"Machine FMA peak (fma_peak, {fma.get('threads')} threads, registers only): float32 "

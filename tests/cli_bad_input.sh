@@ -92,10 +92,10 @@ expect_error "ResiDual" -- analyze dynamics "${small[@]}" --set model.placement=
 "$NL" init "${small[@]}" --set model.placement=post --out post.safetensors >/dev/null
 expect_error "not exactly a GPT-2" -- export --checkpoint post.safetensors --hf out_hf
 [[ ! -e out_hf ]] || { echo "FAIL: a refused export created its directory"; fail=$((fail + 1)); }
-# issue 27, class 1: a model directory's files are replaced together or not at all. A config.json that
-# cannot be replaced (here a directory) must leave the old weights in place, not a new model with an
-# old config; shards and their index, which an export would not replace (and transformers would load
-# instead of it), are refused even with --force.
+# data-loss class 1 (a multi-file output is all-or-nothing): a model directory's files are replaced
+# together or not at all. A config.json that cannot be replaced (here a directory) must leave the old
+# weights in place, not a new model with an old config; shards and their index, which an export would
+# not replace (and transformers would load instead of it), are refused even with --force.
 "$NL" init "${small[@]}" --out pre.safetensors >/dev/null
 "$NL" init "${small[@]}" --set model.seed=7 --out pre7.safetensors >/dev/null
 "$NL" export --checkpoint pre.safetensors --hf hf_a >/dev/null 2>&1 || { echo "FAIL: export of a GPT-2"; fail=$((fail + 1)); }
@@ -110,11 +110,11 @@ rmdir hf_a/config.json
 "$NL" export --checkpoint pre7.safetensors --hf hf_a --force >/dev/null 2>&1
 check "[[ \"\$(md5sum < hf_a/model.safetensors)\" != \"$weights_before\" && -s hf_a/config.json && -z \"\$(ls -A hf_a | grep -v -x -e model.safetensors -e config.json)\" ]]" \
   "export --force over a directory did not replace both files cleanly"
-# issue 27's trips: a checkpoint given as --config, a study given to train
+# what new users tripped on: a checkpoint given as --config, a study given to train
 expect_error "is a model file (safetensors), not a config" -- train --config model.safetensors
 printf '[study]\nname = "s"\n[base.model]\nd_model = 16\n[[grid]]\nmodel.placement = ["pre"]\n' > a_study.toml
 expect_error "this is a study" -- train --config a_study.toml
-# issue 27, class 5: one rule for text: invalid UTF-8 is refused wherever text enters, a byte model's
+# data-loss class 5: one rule for text: invalid UTF-8 is refused wherever text enters, a byte model's
 # --text and --text-file included; class 6: a text file far larger than the model can read is refused
 # by its size before it is read (a sparse 2 GB file: instant), naming both sizes
 printf 'caf\xe9' > latin1.txt
@@ -124,7 +124,7 @@ expect_error "--prompt: invalid UTF-8" -- sample --checkpoint model.safetensors 
 truncate -s 2G huge.txt
 expect_error "2147483648 bytes, more than the 8 bytes" -- analyze attention --checkpoint model.safetensors --text-file huge.txt
 rm -f huge.txt
-# issue 27, class 4: every error names the file. A checkpoint whose config implies more parameters than
+# data-loss class 4: every error names the file. A checkpoint whose config implies more parameters than
 # normlab builds; the Bible cache's info.json without its counts (a copy of the cache, in NORMLAB_CACHE)
 python3 - big.safetensors <<'PY'
 import json, struct, sys
@@ -149,7 +149,7 @@ fi
 expect_error "--seeds 0 and --trained-seeds 3 must be in [1, 100]" -- theory --seeds 0
 expect_error "--paper-width 7 must be in [8, 1024]" -- theory --paper-width 7
 
-# ---- issue 14: the defect classes --------------------------------------------------------------
+# ---- the defect classes an outside check found -------------------------------------------------
 # unchanged FILE SHA: the file still has the checksum taken before
 unchanged() {
   [[ "$(sha256sum "$1")" == "$2" ]] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: $1 changed"; }

@@ -201,8 +201,8 @@ check "[[ \"\$(verdict '000 Lemma 2.1' c-rms.json)\" == skipped ]]" "a LayerNorm
 "$NL" theory --checkpoint post.safetensors --corpus corpus.txt --seeds 1 >u.txt 2>&1
 check "grep -q \"windows of 16 bytes of corpus 'corpus.txt' (bytes)\" u.txt" "theory --corpus not stated"
 
-# --- a run's own data is the default input (issue 27): its corpus and tokenizer, and another tokenizer
-# is refused (a BPE run through bytes would get ids it never saw)
+# --- a run's own data is the default input (new users tripped on this): its corpus and tokenizer,
+# and another tokenizer is refused (a BPE run through bytes would get ids it never saw)
 "$NL" train --set model.d_model=16 --set model.n_heads=2 --set model.n_layers=1 --set model.seq_len=16 \
   --set model.vocab=50257 --set data.tokenizer=gpt2 --set data.corpus=corpus.txt --set train.steps=2 \
   --set train.batch_size=2 --set train.out_dir=bperun -q > /dev/null 2>&1

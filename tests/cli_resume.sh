@@ -78,8 +78,9 @@ expect_error "model.d_model: checkpoint 32, now 48" -- train --resume int --set 
 expect_error "--force replaces it" -- train --resume int --force
 check "[[ \"\$(md5sum int/metrics.jsonl int/checkpoint.safetensors int/config.json)\" == \"\$before\" ]]" \
   "a refused resume changed the run"
-# issue 27, class 2: a resume refused for what it reads (a NaN weight; a NaN AdamW moment, named) writes
-# nothing: the run's config.json and metrics.jsonl (whose summary follows the last checkpoint) stay
+# data-loss class 2 (a refusal changes nothing): a resume refused for what it reads (a NaN weight; a
+# NaN AdamW moment, named) writes nothing: the run's config.json and metrics.jsonl (whose summary
+# follows the last checkpoint) stay
 poison() {  # run-dir tensor-name-prefix: a NaN into the first tensor with that prefix, in every checkpoint file
   find "$1" -name '*.safetensors' | while read -r f; do
     python3 - "$f" "$2" <<'PY'

@@ -1,4 +1,4 @@
-"""The Python module `normlab` against the `normlab` command, bit for bit (issue 26's checks).
+"""The Python module `normlab` against the `normlab` command, bit for bit.
 
 For a GPT-2, a BERT and a Llama (grouped-query) model made by transformers and saved with
 save_pretrained: the module's forward, loss and gradients equal `normlab grads` on the same token
