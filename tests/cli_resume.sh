@@ -168,6 +168,10 @@ sed 's/^steps = 600/steps = 500/' study.toml > other.toml
 expect_error "base.train.steps: study.json 600, now 500" -- compare --resume si --config other.toml --set train.lr=3e-3
 expect_error "--set: " -- compare --resume si --set train.lr=1e-3
 expect_error "no study.json" -- compare --resume notrun
+# the interrupted run finished by train --resume says whose results it is and how to take it in; the
+# study's resume then keeps it (its records equal the uninterrupted study's below)
+"$NL" train --resume si/runs/02-placement=pre/ > trs.txt 2>&1
+check "grep -q \"note: this run belongs to the study in '.*si'\" trs.txt" "train --resume of a study's run did not say so: $(tail -2 trs.txt)"
 "$NL" compare --resume si > si2.txt 2>&1
 rc=$?
 check "[[ $rc -eq 0 ]]" "compare --resume failed: $(tail -3 si2.txt)"

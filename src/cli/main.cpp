@@ -301,7 +301,18 @@ static int run_command(int argc, char** argv) {
       if (resume_dir.empty()) return run_train(load_run_config(config_path, sets), options);
       if (force) throw Error("--resume continues a run and --force replaces it: give one of them");
       options.resume = true;
-      return run_train(load_resume_config(resume_dir, config_path, sets), options);
+      const int code = run_train(load_resume_config(resume_dir, config_path, sets), options);
+      // a run of a study (STUDY/runs/NAME): its results.json and report are the study's to rebuild
+      std::filesystem::path run = std::filesystem::absolute(resume_dir).lexically_normal();
+      if (run.filename().empty()) run = run.parent_path();  // (a trailing '/')
+      const std::filesystem::path study = run.parent_path();
+      if (study.filename() == "runs" && std::filesystem::is_regular_file(study.parent_path() / "study.json") &&
+          dist::world().root())
+        fmt::print("note: this run belongs to the study in '{}'; its results.json and report do not change with "
+                   "train --resume: `normlab compare --resume {}` (with the study's --study or --config) takes the "
+                   "run's new records into them\n",
+                   study.parent_path().string(), study.parent_path().string());
+      return code;
     }
     if (grads_cmd->parsed()) return run_grads(ckpt, tokens, out, force);
     if (export_cmd->parsed()) return run_export(ckpt, hf_dir, force);
