@@ -301,4 +301,24 @@ expect_error "many.gguf" -- gguf many.gguf
 (( SECONDS - start < 30 )) && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: 600,000 tensor infos took $((SECONDS - start)) s"; }
 rm -f many.gguf
 
+# GGUF tokenizers that cannot tokenize: an empty token list (was accepted: every text gave no ids)
+# and a NaN SentencePiece score (the merge order undefined), each refused naming the key
+python3 - <<'PY'
+import struct
+def s(x): b = x.encode(); return struct.pack("<Q", len(b)) + b
+def kv_str(k, v): return s(k) + struct.pack("<I", 8) + s(v)
+def kv_strings(k, vals): return s(k) + struct.pack("<IIQ", 9, 8, len(vals)) + b"".join(s(v) for v in vals)
+def kv_floats(k, vals): return s(k) + struct.pack("<IIQ", 9, 6, len(vals)) + b"".join(struct.pack("<f", v) for v in vals)
+def write(name, kvs):
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs)
+    open(name, "wb").write(body + b"\0" * (-len(body) % 32))
+arch = kv_str("general.architecture", "llama")
+write("empty_tokens.gguf", [arch, kv_str("tokenizer.ggml.model", "gpt2"), kv_strings("tokenizer.ggml.tokens", []),
+                            kv_strings("tokenizer.ggml.merges", [])])
+write("nan_scores.gguf", [arch, kv_str("tokenizer.ggml.model", "llama"), kv_strings("tokenizer.ggml.tokens", ["<unk>", "a", "b"]),
+                          kv_floats("tokenizer.ggml.scores", [0.0, float("nan"), -1.0])])
+PY
+expect_error "tokenizer.ggml.tokens is empty" -- tokenize --tokenizer empty_tokens.gguf --text hi
+expect_error "tokenizer.ggml.scores[1] (token 'a') is nan" -- tokenize --tokenizer nan_scores.gguf --text ab
+
 finish cli_bad_input

@@ -1,6 +1,7 @@
 // gguf_tokenizer.cpp: the tokenizer a GGUF file's metadata holds (gguf_tokenizer.h).
 #include "io/gguf_tokenizer.h"
 
+#include <cmath>
 #include <fmt/format.h>
 
 #include "io/bpe.h"
@@ -16,6 +17,7 @@ namespace {
 Vocab read_tokens(const File& f, TokenizerParts& parts) {
   const std::vector<std::string>& tokens = f.strings("tokenizer.ggml.tokens");
   const std::string where = f.path + ": tokenizer.ggml.tokens";
+  if (tokens.empty()) throw Error(fmt::format("{} is empty: a tokenizer needs at least one token", where));
   Vocab vocab;
   for (size_t i = 0; i < tokens.size(); i++) vocab.add(tokens[i], int64_t(i), where);
   const std::vector<double>* types = f.get("tokenizer.ggml.token_type") ? &f.numbers("tokenizer.ggml.token_type") : nullptr;
@@ -45,6 +47,10 @@ TokenizerParts sentencepiece_parts(const File& f) {
   std::vector<float> scores(score_list.begin(), score_list.end());
   if (scores.size() != vocab.size())
     throw Error(fmt::format("{}: tokenizer.ggml.scores has {} entries for {} tokens", f.path, scores.size(), vocab.size()));
+  for (size_t i = 0; i < scores.size(); i++)  // the merge order is by score: a NaN leaves it undefined
+    if (!std::isfinite(scores[i]))
+      throw Error(fmt::format("{}: tokenizer.ggml.scores[{}] (token '{}') is {}, not a finite number", f.path, i,
+                              f.strings("tokenizer.ggml.tokens")[i], scores[i]));
   const int32_t unk = int32_t(f.integer_or("tokenizer.ggml.unknown_token_id", 0, int64_t(vocab.size()) - 1).value_or(-1));
   const bool prefix = f.boolean_or("tokenizer.ggml.add_space_prefix").value_or(true);
   parts.pre_tokenizer = {PreTokenizerKind::Metaspace, prefix, false};
