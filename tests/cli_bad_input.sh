@@ -320,5 +320,18 @@ write("nan_scores.gguf", [arch, kv_str("tokenizer.ggml.model", "llama"), kv_stri
 PY
 expect_error "tokenizer.ggml.tokens is empty" -- tokenize --tokenizer empty_tokens.gguf --text hi
 expect_error "tokenizer.ggml.scores[1] (token 'a') is nan" -- tokenize --tokenizer nan_scores.gguf --text ab
+# a llama GGUF whose head size is odd (12 over 4 heads): RoPE's pairs cannot hold it (its q and k rows
+# were left zero), refused before any tensor is read
+python3 - <<'PY'
+import struct
+def s(x): b = x.encode(); return struct.pack("<Q", len(b)) + b
+def kv_str(k, v): return s(k) + struct.pack("<I", 8) + s(v)
+def kv_u32(k, v): return s(k) + struct.pack("<II", 4, v)
+kvs = [kv_str("general.architecture", "llama"), kv_u32("llama.embedding_length", 12), kv_u32("llama.attention.head_count", 4),
+       kv_u32("llama.block_count", 1), kv_u32("llama.context_length", 16), kv_u32("llama.feed_forward_length", 8)]
+body = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs)
+open("odd_head.gguf", "wb").write(body + b"\0" * (-len(body) % 32))
+PY
+expect_error "the head size is 3 (embedding_length 12 over head_count 4)" -- analyze dynamics --checkpoint odd_head.gguf
 
 finish cli_bad_input

@@ -188,6 +188,12 @@ ModelConfig model_config(const File& f) {
   // partial rotary (Phi-4-mini): the first R dimensions of each head rotate, rotate-half as llama.cpp's "neox"
   // RoPE does; not in the llama architecture's interleaved layout, whose converter permuted whole heads
   const int64_t rotated = f.integer_or(p + "rope.dimension_count", 0, 1 << 20).value_or(hs);
+  // RoPE turns pairs of dimensions: an odd head size has a dimension no pair holds (the llama layout's
+  // rows would be left unfilled)
+  if (rotated == hs && hs % 2 != 0)
+    throw Error(fmt::format("{}: the head size is {} (embedding_length {} over head_count {}): RoPE rotates pairs of "
+                            "dimensions and needs an even head size",
+                            f.path, hs, c.d_model, c.n_heads));
   refuse_unless(rotated == hs || (!fam.interleaved && rotated >= 2 && rotated < hs && rotated % 2 == 0), f,
                 fmt::format("rope.dimension_count is {} of the head size {} (partial rotary: an even number of "
                             "dimensions, not in the llama architecture's interleaved layout)",
