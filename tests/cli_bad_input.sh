@@ -333,5 +333,14 @@ body = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + b"".join(kvs)
 open("odd_head.gguf", "wb").write(body + b"\0" * (-len(body) % 32))
 PY
 expect_error "the head size is 3 (embedding_length 12 over head_count 4)" -- analyze dynamics --checkpoint odd_head.gguf
+# a Gemma 3 directory whose local RoPE base is 0 (read as "one base": its local layers would run at the
+# global base) is refused by name, before its weights are read
+mkdir -p gemma3_base0
+echo '{"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 48, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 12, "intermediate_size": 80, "vocab_size": 300,
+  "max_position_embeddings": 32, "rope_local_base_freq": 0, "rope_theta": 1000000.0, "sliding_window": 16,
+  "query_pre_attn_scalar": 12}' > gemma3_base0/config.json
+python3 -c "import struct; h = b'{}      '; open('gemma3_base0/model.safetensors', 'wb').write(struct.pack('<Q', len(h)) + h)"
+expect_error '"rope_local_base_freq" = 0 is not supported' -- analyze dynamics --checkpoint gemma3_base0
 
 finish cli_bad_input

@@ -261,6 +261,9 @@ std::optional<int> every_nth(const std::vector<bool>& marked) {
 RopeScaling read_layer_types_rope(const ConfigReader& r, ModelConfig& c, bool gemma3) {
   RopeScaling scaling;
   c.rope_local_base = gemma3 ? r.number("rope_local_base_freq", 10000.0) : c.rope_base;
+  // (0 would read as model.rope_local_base's "one base": the local layers silently at the global base)
+  r.require("rope_local_base_freq", !gemma3 || (c.rope_local_base > 1 && std::isfinite(c.rope_local_base)),
+            "a finite base > 1");
   if (r.has("rope_scaling")) scaling = read_rope_entry(r, "rope_scaling", c.rope_base);
   if (r.has("rope_parameters")) {
     const json& rp = r.j["rope_parameters"];
