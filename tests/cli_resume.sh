@@ -230,6 +230,9 @@ check "jq -e '.runs | length == 4' si/results.json > /dev/null && jq -e '.grid |
 # blocked forever), and a "finished" record without a summary object is not kept (it is run again)
 cp -r sw swfifo && rm swfifo/results.json && mkfifo swfifo/results.json
 expect_error "is a FIFO" -- compare --resume swfifo --config study.toml --set train.lr=3e-3
+cp -r sw swother && jq '.runs[0].config.model.d_model = 16' sw/results.json > swother/r.json && mv swother/r.json swother/results.json
+expect_error "results.json's run '01-placement=post' was made with another config than the study gives it now (model.d_model differs" \
+  -- compare --resume swother --config study.toml --set train.lr=3e-3
 cp -r sw swbad && jq '.runs[0].summary = "fine"' sw/results.json > swbad/r.json && mv swbad/r.json swbad/results.json
 "$NL" compare --resume swbad --config study.toml --set train.lr=3e-3 > swbad.txt 2>&1
 check "jq -e '.runs[0].summary | type == \"object\"' swbad/results.json > /dev/null" \

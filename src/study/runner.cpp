@@ -540,6 +540,28 @@ int run_study(const Study& given, const CompareOptions& options) {
     throw Error(fmt::format("'{}' already holds a study; choose another --out or pass --force to replace it",
                             options.out_dir));
   }
+  // a kept run must be the run the study now names: its recorded config, read as any config, is the one
+  // the study gives it (a study.json replaced by another study's, with the same run names, is refused)
+  for (const auto& r : study.runs) {
+    const auto it = kept.find(r.name);
+    if (it == kept.end() || !it->second.contains("config")) continue;
+    std::string differs = "its recorded config cannot be read";
+    try {
+      nlohmann::json was = run_config_to_json(run_config_from_json(it->second["config"], "results.json"));
+      nlohmann::json now = run_config_to_json(r.config);
+      was["train"].erase("out_dir"), now["train"].erase("out_dir");  // where it ran, not what it ran
+      const nlohmann::json patch = nlohmann::json::diff(was, now);
+      differs = patch.empty() ? "" : patch[0].value("path", std::string("?")).substr(1);  // "/train/lr" -> "train.lr"
+      std::replace(differs.begin(), differs.end(), '/', '.');
+      if (!patch.empty()) differs += " differs";
+    } catch (const Error&) {
+    }
+    if (!differs.empty())
+      throw Error(fmt::format("resume '{}': results.json's run '{}' was made with another config than the study "
+                              "gives it now ({}; its study.json or results.json is another study's); nothing was "
+                              "changed",
+                              options.out_dir, r.name, differs));
+  }
   comm.barrier();  // every rank has checked before rank 0 changes anything
   if (comm.root()) {
     if (!options.resume) fs::remove_all(out / "runs", ec);  // (--force)
