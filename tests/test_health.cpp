@@ -59,10 +59,12 @@ TEST(Health, VanishedBlockGradientsAreFlaggedAfterTenStepsInARow) {
 
 namespace {
 
-TrainResult tiny_run(const fs::path& out, const std::string& placement, double lr, long warmup) {
+// A run of a small byte GPT (heads of 16; the same depth, data and evaluations for both runs)
+TrainResult small_run(const fs::path& out, const std::string& placement, int width, int T, int batch, double lr,
+                      long warmup, long steps) {
   const nlohmann::json doc = {
-      {"model", {{"d_model", 32}, {"n_heads", 2}, {"n_layers", 2}, {"seq_len", 32}, {"placement", placement}}},
-      {"train", {{"steps", 300}, {"batch_size", 8}, {"lr", lr}, {"warmup_steps", warmup}, {"eval_every", 50},
+      {"model", {{"d_model", width}, {"n_heads", width / 16}, {"n_layers", 2}, {"seq_len", T}, {"placement", placement}}},
+      {"train", {{"steps", steps}, {"batch_size", batch}, {"lr", lr}, {"warmup_steps", warmup}, {"eval_every", 50},
                  {"eval_batches", 4}, {"out_dir", out.string()}, {"checkpoint_every", 0}}}};
   TrainOptions quiet;
   quiet.quiet = true;
@@ -74,7 +76,7 @@ TrainResult tiny_run(const fs::path& out, const std::string& placement, double l
 TEST(Health, ARunMadeToDieSaysSoAndAHealthyRunSaysNothing) {
   const fs::path dir = fs::temp_directory_path() / ("normlab_test_health_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  const TrainResult dead = tiny_run(dir / "dead", "post", 0.05, 0);
+  const TrainResult dead = small_run(dir / "dead", "post", 32, 32, 8, 0.05, 0, 300);
   ASSERT_FALSE(dead.diverged);
   ASSERT_GE(dead.warnings.size(), 2u);  // while it ran, and at its end
   EXPECT_NE(dead.warnings.front().find("unigram entropy"), std::string::npos) << dead.warnings.front();
@@ -87,7 +89,9 @@ TEST(Health, ARunMadeToDieSaysSoAndAHealthyRunSaysNothing) {
     if (j["type"] == "summary") EXPECT_EQ(j["warnings"].size(), dead.warnings.size());
   }
   EXPECT_EQ(records, int(dead.warnings.size()));
-  const TrainResult healthy = tiny_run(dir / "healthy", "pre", 1e-2, 20);
+  // healthy: it leaves the unigram level within 50 steps (2.70 against 3.07 at step 50, 2.24 at the end,
+  // on the AVX-512 and AVX2 paths alike), far from the warning's threshold
+  const TrainResult healthy = small_run(dir / "healthy", "pre", 64, 64, 16, 3e-3, 30, 400);
   EXPECT_LT(healthy.last_val_loss, healthy.unigram_entropy - 0.2);
   EXPECT_TRUE(healthy.warnings.empty()) << healthy.warnings.front();
   fs::remove_all(dir);
