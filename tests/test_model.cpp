@@ -319,8 +319,10 @@ TEST(ModelGradientsMore, QkNormLayoutsKindsAndGroupedQueries) {
   // HybridNorm asks for QKV-norm itself (per head when qk_norm is none); v_norm needs qk_norm
   ModelConfig h = tiny(Arch::Gpt, {Placement::HybridNorm}, NormKind::RMSNorm);
   EXPECT_EQ(make_param_table(h).find("h.0.attn.v_norm.weight")->numel, 4u);
-  EXPECT_EQ(make_param_table(h).find("h.0.mlp.ln_out.weight")->numel, 8u);
-  EXPECT_EQ(make_param_table(h).find("h.0.attn.ln_out.weight"), nullptr);
+  // the authors' N(h), the FFN's input that its residual carries too, is the attention's out norm
+  EXPECT_EQ(make_param_table(h).find("h.0.attn.ln_out.weight")->numel, 8u);
+  EXPECT_EQ(make_param_table(h).find("h.0.mlp.ln_out.weight"), nullptr);
+  EXPECT_EQ(make_param_table(h).find("h.0.mlp.ln_in.weight"), nullptr);
   // weightless QK-norm (no gain, no bias), per head and whole, with the values
   for (QkNorm how : {QkNorm::Heads, QkNorm::Whole}) {
     ModelConfig w = tiny(Arch::Encoder, {Placement::Pre}, NormKind::LayerNorm);

@@ -607,17 +607,20 @@ static std::vector<Placement> hybridnorm_star_placement(int layers) {
 
 static constexpr Arrangement kArrangements[] = {
     {"mixln", "Mix-LN: Post-LN for its first quarter, Pre-LN after", mixln_placement},
-    {"hybridnorm*", "HybridNorm*: the first layer with Pre-LN attention, hybridnorm after", hybridnorm_star_placement},
+    {"hybridnorm*", "HybridNorm*: the first layer Pre-Norm in both halves (with QKV-norm), hybridnorm after", hybridnorm_star_placement},
 };
 
 std::span<const Arrangement> all_arrangements() { return kArrangements; }
 
+// Every key of docs/MODEL.md's config table, defaults included (test_model_doc checks the two agree);
+// the encoder-decoder's keys for encdec only, where the reader accepts them.
 nlohmann::json model_config_to_json(const ModelConfig& cfg) {
   nlohmann::json places = nlohmann::json::array();
   for (int l = 0; l < cfg.total_layers(); l++) places.push_back(to_string(cfg.placement_of(l)));
   nlohmann::json j{{"arch", to_string(cfg.arch)},
                         {"d_model", cfg.d_model},
                         {"n_heads", cfg.n_heads},
+                        {"head_dim", cfg.head_size()},
                         {"n_kv_heads", cfg.kv_heads()},
                         {"n_layers", cfg.n_layers},
                         {"d_ff", cfg.ff()},
@@ -635,8 +638,11 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"rope_base", cfg.rope_base},
                         {"rope_fraction", cfg.rope_fraction},
                         {"rope_scale", cfg.rope_scale},
+                        {"rope_freq_factors", cfg.rope_freq_factors},
+                        {"rope_mscale", cfg.rope_mscale},
                         {"rope_local_base", cfg.rope_local_base},
                         {"rope_global_every", cfg.rope_global_every},
+                        {"nope_every", cfg.nope_every},
                         {"qk_norm", to_string(cfg.qk_norm)},
                         {"v_norm", cfg.v_norm},
                         {"qk_norm_affine", cfg.qk_norm_affine},
@@ -649,20 +655,13 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"logit_softcap", cfg.logit_softcap},
                         {"head", to_string(cfg.head)},
                         {"placement", places},
+                        {"admin_init", to_string(cfg.admin_init)},
                         {"residual", cfg.residual},
                         {"mlp", cfg.mlp},
                         {"init", to_string(cfg.resolved_init())},
                         {"init_std", cfg.init_std},
                         {"dropout", cfg.dropout},
                         {"seed", cfg.seed}};
-  for (int l = 0; l < cfg.total_layers(); l++)
-    if (cfg.placement_of(l) == Placement::Admin) j["admin_init"] = to_string(cfg.admin_init);
-
-  // written only when the heads are not d_model / n_heads wide (configs from before head_dim read the same)
-  if (cfg.wide_heads()) j["head_dim"] = cfg.head_size();
-  if (!cfg.rope_freq_factors.empty()) j["rope_freq_factors"] = cfg.rope_freq_factors;
-  if (cfg.rope_mscale != 1.0) j["rope_mscale"] = cfg.rope_mscale;  // (configs from before it read the same)
-  if (cfg.nope_every != 0) j["nope_every"] = cfg.nope_every;
   if (cfg.encdec()) {
     j["dec_layers"] = cfg.decoder_layers();
     j["shared_embeddings"] = cfg.shared_embeddings;

@@ -264,7 +264,7 @@ std::optional<Placement> placement_from_string(const std::string&);
 // method per layer there).
 //  - mixln (Mix-LN, Li et al. 2025): the first floor(L / 4) layers Post-LN, the rest Pre-LN (the
 //    authors' alpha = 0.25: 3 of 12 layers, 6 of 24; a stack of fewer than 4 layers is all Pre-LN).
-//  - hybridnorm* (HybridNorm*, Zhuo et al. 2025): the first layer hybridnorm_pre (Pre-LN attention),
+//  - hybridnorm* (HybridNorm*, Zhuo et al. 2025): the first layer hybridnorm_pre (Pre-Norm in both halves),
 //    the rest hybridnorm.
 struct Arrangement {
   const char* name;

@@ -53,13 +53,20 @@ constexpr Method kMethods[] = {
     {Placement::Lns, "lns", kIn, S::One, G::One, true, Streams::One, InitScheme::Auto,
      "x <- x + F(LN(x) / sqrt(l)), l = 1..L the layer's depth: Pre-LN with LayerNorm Scaling",
      "Sun et al. 2025 (The Curse of Depth)", /*embed_norm=*/false, /*depth_scaled_input=*/true},
-    {Placement::HybridNorm, "hybridnorm", kNone, S::One, G::One, true, Streams::One, InitScheme::Auto,
-     "h <- x + Attn(x) with q, k, v each normalized; x <- LN(h + FFN(h)) (Post-LN around the FFN), a final norm",
-     "Zhuo et al. 2025 (HybridNorm)", /*embed_norm=*/false, /*depth_scaled_input=*/false, /*ffn_sites=*/kOut,
+    // HybridNorm as the authors' code computes it (BryceZhuo/HybridNorm, dense_model/olmo/model.py, the
+    // paper's config: attn_norm false, ffn_norm true, ffn_residual_after_norm true): h = x + Attn(x),
+    // then y = N(h) and x' = y + FFN(y), the FFN's shortcut carrying the normalized stream. N(h) is
+    // the attention sub-layer's out norm (stored as attn.ln_out) and the FFN sub-layer has no norm.
+    {Placement::HybridNorm, "hybridnorm", kOut, S::One, G::One, true, Streams::One, InitScheme::Auto,
+     "h <- x + Attn(x) with q, k, v each normalized; y <- LN(h); x <- y + FFN(y) (the FFN's residual carries "
+     "the normalized stream), a final norm",
+     "Zhuo et al. 2025 (HybridNorm)", /*embed_norm=*/false, /*depth_scaled_input=*/false, /*ffn_sites=*/kNone,
      /*qkv_norm=*/true},
+    // HybridNorm*'s first layer (the authors' README: attn_norm true, ffn_residual false): Pre-Norm in
+    // both halves, with QKV-norm.
     {Placement::HybridNormPre, "hybridnorm_pre", kIn, S::One, G::One, true, Streams::One, InitScheme::Auto,
-     "h <- x + Attn(LN(x)) with q, k, v each normalized; x <- LN(h + FFN(h)): HybridNorm*'s first layer",
-     "Zhuo et al. 2025 (HybridNorm*)", /*embed_norm=*/false, /*depth_scaled_input=*/false, /*ffn_sites=*/kOut,
+     "h <- x + Attn(LN(x)) with q, k, v each normalized; x <- h + FFN(LN(h)): HybridNorm*'s first layer",
+     "Zhuo et al. 2025 (HybridNorm*)", /*embed_norm=*/false, /*depth_scaled_input=*/false, /*ffn_sites=*/std::nullopt,
      /*qkv_norm=*/true},
     {Placement::NGpt, "ngpt", {false, true, true}, S::Sphere, G::One, false, Streams::One, InitScheme::Auto,
      "x <- N(N(x) + |a| (N(F(x)) - N(x))), N(x) = x / |x| (model.norm = l2): the stream on the unit sphere; "

@@ -105,6 +105,15 @@ ModelSource::Trained& ModelSource::trained(const ModelConfig& c) {
 std::string ModelSource::key_of(const ModelConfig& c) {
   nlohmann::json key = model_config_to_json(c);
   key.erase("eps");  // a model differing only in eps shares the trained parameters
+  // keys the config's JSON once left out at these values stay out of the key, so a model's key (and the
+  // name of its cache file) is the one computed before they were written, and cached models are found
+  const std::pair<const char*, nlohmann::json> once_omitted[] = {
+      {"rope_freq_factors", nlohmann::json::array()}, {"rope_mscale", 1.0}, {"nope_every", 0}};
+  for (const auto& [name, value] : once_omitted)
+    if (key.contains(name) && key[name] == value) key.erase(name);
+  if (!c.wide_heads()) key.erase("head_dim");
+  if (std::none_of(c.placement.begin(), c.placement.end(), [](Placement p) { return p == Placement::Admin; }))
+    key.erase("admin_init");
   return key.dump();
 }
 

@@ -255,10 +255,22 @@ std::vector<std::string> resume_config_differences(const nlohmann::json& saved, 
     flatten(run_config_to_json(RunConfig{}), "", d);
     return d;
   }();
+  // a model key the checkpoint does not state because its writer left it out at the value its config
+  // implies (model.head_dim = d_model / n_heads, say) is that value: the saved model config, read and
+  // written again, states it
+  std::map<std::string, nlohmann::json> implied;
+  try {
+    if (saved.is_object() && saved.contains("model")) {
+      const ModelConfig model = model_config_from_json(saved["model"], "the checkpoint's model config");
+      flatten(nlohmann::json{{"model", model_config_to_json(model)}}, "", implied);
+    }
+  } catch (const std::exception&) {  // not a config this normlab reads: compared key by key as it is
+  }
   for (const auto& [key, value] : b) {
     if (std::find(may_change.begin(), may_change.end(), key) != may_change.end()) continue;
     auto it = a.find(key);
     if (it == a.end() && defaults.count(key) && defaults.at(key) == value) continue;
+    if (it == a.end() && implied.count(key) && implied.at(key) == value) continue;
     if (it == a.end())
       diffs.push_back(fmt::format("{}: not in the checkpoint's config, now {}", key, json_text(value)));
     else if (it->second != value)

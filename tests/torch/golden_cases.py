@@ -195,7 +195,7 @@ def build_cases():
         Case("train_gpt_reordered_swiglu", dict(SMALL, placement="reordered", norm="rmsnorm", activation="swiglu"),
              SMALL_BT, kind="train", train=TRAIN_CFG),
         # QK-norm: OLMo 2 (its order, q and k normalized over the whole projection, GQA), per head with the
-        # values in an encoder with padding; HybridNorm (QKV-norm per head, Post-LN FFN) trained, HybridNorm*
+        # values in an encoder with padding; HybridNorm (QKV-norm per head, N(h) + FFN(N(h))) trained, HybridNorm*
         Case("gpt_olmo2_qknorm_whole", dict(SMALL, placement="reordered", norm="rmsnorm", activation="swiglu",
              bias="none", positions="rope", n_kv_heads=2, qk_norm="whole"), SMALL_BT),
         Case("encoder_qkvnorm_heads_pad", dict(SMALL, arch="encoder", placement="pre", qk_norm="heads", v_norm=True),

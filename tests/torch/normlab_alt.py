@@ -156,11 +156,36 @@ def alt_forward(model, ids, labels, kw=None, trace=None):
         elif method == "lns":         # Sun et al. 2025: LN(x) / sqrt(l), l the 1-based layer of the stack
             depth = int(lp.rsplit(".", 1)[1]) + 1
             y = one * x + branch(N(pre + ".ln_in", x) / math.sqrt(depth))
-        elif method in ("hybridnorm", "hybridnorm_pre"):   # Zhuo et al. 2025: QKV-norm attention, Post-LN FFN
-            if pre.endswith(".mlp"):
-                y = N(pre + ".ln_out", one * x + branch(x))
-            else:
-                y = one * x + branch(N(pre + ".ln_in", x) if method == "hybridnorm_pre" else x)
+        elif method in ("hybridnorm", "hybridnorm_pre"):
+            # Zhuo et al. 2025, transcribed from the authors' OLMoSequentialBlock.forward
+            # (BryceZhuo/HybridNorm, dense_model/olmo/model.py) with its four per-layer flags: HybridNorm
+            # is attn_norm False, ffn_norm True, ffn_residual True (the paper's config); HybridNorm*'s
+            # first layer is attn_norm True, ffn_residual False. attn_residual is False in both. The
+            # authors' ff_norm is normlab's attn.ln_out in a hybridnorm layer (the same N(h)) and
+            # mlp.ln_in in hybridnorm_pre; their attn_norm is attn.ln_in.
+            flags = dict(attn_norm=method == "hybridnorm_pre", attn_residual=False, ffn_norm=True,
+                         ffn_residual=method == "hybridnorm")
+            ff_norm = lp + (".attn.ln_out" if method == "hybridnorm" else ".mlp.ln_in")
+            if not pre.endswith(".mlp"):   # the attention half: x = x + att(h)
+                if flags["attn_norm"]:
+                    if flags["attn_residual"]:   # never set by HybridNorm; kept as their code reads
+                        raise AssertionError("attn_residual")
+                    else:
+                        h = N(pre + ".ln_in", x)
+                else:
+                    h = x
+                y = one * x + branch(h)
+            else:                          # the feed-forward half: x = og_x + ffn(x)
+                z = x   # their x, renamed: the trace below records the sub-layer's input
+                if flags["ffn_norm"]:
+                    if not flags["ffn_residual"]:
+                        og_x = z
+                    z = N(ff_norm, z)
+                    if flags["ffn_residual"]:
+                        og_x = z
+                else:
+                    og_x = z
+                y = one * og_x + branch(z)
         elif method == "ngpt":        # Loshchilov et al. 2025: h <- N(A + |alpha| (N(F(h)) - A)), A = N(h)
             A = F.normalize(x, p=2.0, dim=-1)
             lr = (P[pre + ".eigen_lr"] * (0.05 * C ** 0.5)).abs()

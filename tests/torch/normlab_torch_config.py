@@ -34,7 +34,8 @@ EOS_TOKEN = 257      # encdec: the last label
 # lns:              ln_in's output times 1/sqrt(l), l = 1..L the layer's depth in its stack (LayerNorm
 #                   Scaling, Sun et al. 2025).
 # ffn:              the feed-forward sub-layer's (in_norm, branch_norm, out_norm) when they differ from
-#                   the attention's (HybridNorm: Post-LN around the FFN only).
+#                   the attention's (HybridNorm: N(h) is the attention's out norm, and the FFN has
+#                   none, so x' = N(h) + FFN(N(h)) as the authors' code computes it).
 # qkv:              the self-attention normalizes q, k and v (QKV-norm; per head unless qk_norm = whole).
 # sphere:           nGPT (Loshchilov et al. 2025; the reference code NVIDIA/ngpt, model.py): shortcut
 #                   "sphere" r = A + |a| (g - A), A = x/|x|, a = eigen_lr * 0.05 sqrt(C); q and k heads
@@ -60,8 +61,8 @@ METHODS = OrderedDict([
     ("peri",       Method(True,  True,  False, "one",      "one",    True, embed=True)),  # Peri-LN (Kim et al. 2025)
     ("reordered",  Method(False, True,  False, "one",      "one",    True)),    # OLMo 2's order (no QK-norm)
     ("lns",        Method(True,  False, False, "one",      "one",    True, lns=True)),    # LayerNorm Scaling
-    ("hybridnorm", Method(False, False, False, "one",      "one",    True, ffn=(False, False, True), qkv=True)),
-    ("hybridnorm_pre", Method(True, False, False, "one",   "one",    True, ffn=(False, False, True), qkv=True)),
+    ("hybridnorm", Method(False, False, True,  "one",      "one",    True, ffn=(False, False, False), qkv=True)),
+    ("hybridnorm_pre", Method(True, False, False, "one",   "one",    True, qkv=True)),   # HybridNorm*'s layer 0
     ("ngpt",       Method(False, True,  True,  "sphere",   "one",    False, sphere=True)),   # nGPT
 ])
 PLACEMENTS = tuple(METHODS)

@@ -296,6 +296,7 @@ VARIANTS += [
     ("gpt_pre_dyt", dict(TINY, placement="pre", norm="dyt", norm_alpha=0.7)),
     ("encoder_post_derf", dict(TINY, arch="encoder", placement="post", norm="derf")),
     ("gpt_lns3", dict(TINY, n_layers=3, placement="lns")),
+    ("gpt_hybridnorm*3", dict(TINY, n_layers=3, placement="hybridnorm*", norm="rmsnorm")),   # the authors' flags per layer
     ("gpt_pre_swiglu", dict(TINY, placement="pre", norm="rmsnorm", activation="swiglu")),
     ("encoder_reordered_geglu", dict(TINY, arch="encoder", placement="reordered", activation="geglu")),
     ("gpt_post_rmsnorm", dict(TINY, placement="post", norm="rmsnorm")),
