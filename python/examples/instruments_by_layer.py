@@ -13,7 +13,7 @@ import argparse
 import os
 import subprocess
 
-import normlab  # first: it picks OpenBLAS's kernels before numpy loads OpenBLAS (docs/PYTHON.md)
+import normlab
 
 import matplotlib
 import numpy as np

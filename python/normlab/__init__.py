@@ -25,27 +25,26 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 # OpenBLAS picks its kernels when it loads, from a table of CPU models that newer CPUs are missing
 # from (they get SSE3 kernels): the command sets OPENBLAS_CORETYPE from the CPU's features instead
-# (src/ops/isa.h), and so does the module, before numpy or _core loads OpenBLAS, so that both run the
-# same kernels (a module that loaded OpenBLAS earlier, numpy or torch, is warned about below).
+# (src/ops/isa.h), and so does the module before _core loads. _core holds its own static copy of
+# OpenBLAS (python/CMakeLists.txt), so the kernels it runs are the command's whether or not numpy or
+# torch loaded the shared OpenBLAS first, and with whichever kernels they got.
 from . import _cpu
 
 _wanted_core = _cpu.openblas_coretype()  # None when NORMLAB_ISA is bad: _core reports it
 if "OPENBLAS_CORETYPE" not in os.environ and _wanted_core:
     os.environ["OPENBLAS_CORETYPE"] = _wanted_core
 
-import numpy as np  # noqa: E402 (after OPENBLAS_CORETYPE)
+import numpy as np  # noqa: E402
 
 from . import _core  # noqa: E402
 from ._results import Results, read_results  # noqa: E402
 
 if "OPENBLAS_CORETYPE" in os.environ and _core.openblas_core().lower() != os.environ["OPENBLAS_CORETYPE"].lower():
-    import warnings
+    import warnings  # (a build whose module links the shared OpenBLAS: not the one CMakeLists.txt makes)
 
-    warnings.warn(f"OpenBLAS was loaded before normlab (by numpy or torch, imported first) with its "
-                  f"{_core.openblas_core()} kernels, not the {os.environ['OPENBLAS_CORETYPE']} ones the normlab command "
-                  f"uses here: results differ from the command's in the last bits and may be slower. Import normlab "
-                  f"before numpy and torch, or set OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']} before Python "
-                  f"starts.", RuntimeWarning, stacklevel=2)
+    warnings.warn(f"normlab's OpenBLAS runs its {_core.openblas_core()} kernels, not the "
+                  f"{os.environ['OPENBLAS_CORETYPE']} ones the normlab command uses here: results differ from the "
+                  f"command's in the last bits and may be slower.", RuntimeWarning, stacklevel=2)
 
 __all__ = ["Error", "Model", "Forward", "Results", "load", "from_torch", "train", "compare", "read_results",
            "num_threads", "set_num_threads", "__version__"]

@@ -24,7 +24,7 @@ import textwrap
 import threading
 import time
 
-import normlab  # before numpy and torch, which load OpenBLAS too: normlab sets its kernels first (src/ops/isa.h)
+import normlab  # (check_import_order imports numpy and torch first, in a process of its own)
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
@@ -245,6 +245,51 @@ def check_family(nl, name, model, d, workdir):
         df = got.to_pandas()
         check(f"{name}: {kind}.to_pandas() has one row per record", len(df) == len(got.records()) > 0, len(df))
     return m
+
+
+IMPORT_ORDER_SCRIPT = r"""
+import ctypes, json, os, sys
+import numpy as np, torch   # first, as every notebook does: they load the shared OpenBLAS (with SSE3 kernels here)
+del os.environ["OPENBLAS_CORETYPE"]
+import normlab
+from safetensors.numpy import load_file, save_file
+d, tokens, out = sys.argv[1:4]
+shared = sorted({l.split()[-1] for l in open("/proc/self/maps").read().splitlines() if "libopenblas" in l})
+core = ctypes.CDLL(shared[0]).openblas_get_corename
+core.restype = ctypes.c_char_p
+t = load_file(tokens)
+m = normlab.load(d)
+loss, grads = m.loss_and_grads(t["input_ids"], t["labels"])
+save_file({"loss": np.array([loss], np.float32), **{"grad." + k: g for k, g in grads.items()}}, out + ".safetensors")
+with open(out + ".json", "w") as f:
+    json.dump({"shared_core": core().decode(), "normlab_core": normlab._core.openblas_core(),
+               "jacobian": m.jacobian(t["input_ids"][0, :5]).data}, f)
+"""
+
+
+def check_import_order(workdir, d, name):
+    """numpy and torch imported before normlab, with the shared OpenBLAS on other kernels than normlab's:
+    the module's loss, gradients and Jacobian still equal the command's bit for bit."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env["OPENBLAS_CORETYPE"] = "Prescott"  # the kernels Debian's OpenBLAS 0.3.21 gives a CPU newer than its table
+    out = os.path.join(workdir, "import_order")
+    p = subprocess.run([sys.executable, "-c", IMPORT_ORDER_SCRIPT, d, os.path.join(workdir, f"{name}_tokens.safetensors"),
+                        out], env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        check("numpy and torch imported first: the module runs", False, p.stderr[-2000:])
+        return
+    with open(out + ".json") as f:
+        got = json.load(f)
+    check("numpy and torch imported first: the shared OpenBLAS runs other kernels than normlab's",
+          got["shared_core"].lower() == "prescott" and got["normlab_core"].lower() != "prescott", got)
+    cli, mine = load_file(os.path.join(workdir, f"{name}_grads.safetensors")), load_file(out + ".safetensors")
+    bad = [k for k in mine if k != "loss" and not np.array_equal(mine[k], cli[k])]
+    check(f"numpy and torch imported first: {name}'s loss and {len(mine) - 1} gradients equal normlab grads bit for bit",
+          mine["loss"][0] == cli["loss"] and not bad, bad[:3])
+    with open(os.path.join(workdir, f"{name}_jacobian.json")) as f:
+        want = json.load(f)
+    check(f"numpy and torch imported first: {name}'s jacobian equals normlab analyze jacobian --json bit for bit",
+          same_json(got["jacobian"], want), first_difference(got["jacobian"], want))
 
 
 def check_theory(nl, d, m, workdir):
@@ -606,6 +651,7 @@ def main():
     for name in ("gpt2", "bert", "llama", "gemma2"):
         kept[name] = check_family(nl, name, models[name], dirs[name], a.workdir)
     check_theory(nl, dirs["gpt2"], kept["gpt2"], a.workdir)
+    check_import_order(a.workdir, dirs["llama"], "llama")
     try:
         normlab.from_torch(NotAModel())
         check("from_torch refuses another object by name", False, "accepted")
