@@ -279,6 +279,18 @@ else
 fi
 check '[[ "$(within_4gb "$NL" tokenize --tokenizer sparsetok.json --text "a a" 2>&1)" == *2147483646* ]]' \
   "a tokenizer with sparse ids up to 2^31 - 2 tokenizes in little memory"
+# a corpus that is one 40 MB word to GPT-2's pre-tokenizer: its BPE merge would need ~3.8 GB, more than
+# the 4 GB bound leaves; refused before the merge allocates, naming the file and the word, not "out of
+# memory (the model or batch is too large)" after minutes (the same holds for a 2 GB word and 24 GB)
+if [[ "$(ldd "$NL")" != *libasan* ]]; then
+  head -c 40000000 /dev/zero | tr '\0' a > oneword.txt
+  err=$(within_4gb "$NL" train -q "${small[@]}" --set data.corpus=oneword.txt --set data.tokenizer=gpt2 --set model.vocab=50257 \
+        --set train.out_dir=rword 2>&1)
+  rc=$?
+  check '[[ $rc -eq 1 && "$err" == *"oneword.txt"*"a word of 40000000 bytes"*"split the text"* && ! -e rword ]]' \
+    "a corpus of one 40 MB word is refused before its merge allocates: $err"
+  rm -f oneword.txt
+fi
 # a --set key with line breaks: its "unknown key" line was parsed back out of a joined message
 expect_error "unknown key 'a" -- init --set $'model.a\n\nb=1' --out nl2.safetensors
 # a section that is not a table read as an empty one: every default, silently

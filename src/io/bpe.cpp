@@ -163,6 +163,7 @@ std::string bpe_read_file(const std::string& path, const char* what) {
 }
 
 constexpr size_t kBpeCacheCapacity = 10000;  // words (the reference's default)
+constexpr size_t kBpeCachedWordBytes = 4096;  // a longer word is not kept (its copy would be the memory)
 
 }  // namespace
 
@@ -291,7 +292,8 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const 
   std::vector<int32_t> merged = merge_word(word);
   ids.insert(ids.end(), merged.begin(), merged.end());
   std::lock_guard<std::mutex> lock(cache_mutex_);
-  if (cache_.size() < kBpeCacheCapacity) cache_.emplace(std::string(word), std::move(merged));
+  if (cache_.size() < kBpeCacheCapacity && word.size() <= kBpeCachedWordBytes)
+    cache_.emplace(std::string(word), std::move(merged));
 }
 
 // The reference's Word::merge_all: a min-heap of candidate merges by (rank, position) over a

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <filesystem>
 
@@ -14,6 +15,7 @@
 #include "io/unicode.h"
 #include "io/wordpiece.h"
 #include "util/error.h"
+#include "util/memory.h"
 #include "util/resources.h"
 
 namespace normlab {
@@ -147,6 +149,44 @@ void Tokenizer::split_added(std::vector<Segment>& segments, bool normalized) con
   segments = std::move(out);
 }
 
+// Memory, checked before it is allocated: a piece of text whose tokenization would need more than
+// this machine (or ulimit -v) has free is refused, naming what in the text makes it so. Working bytes
+// per byte of text: the byte-level pre-tokenizer's (each character decoded with its class and byte
+// offset: 4 + 4 + 8) and the model's on one word (BPE's merge, the largest: a 32-byte symbol per
+// character, up to two queued candidate merges of 24 bytes, the word as UTF-32, its ids and a copy).
+// SentencePiece's indices are int, so no word may exceed INT32_MAX bytes. Only pieces of 1 MiB and
+// more are checked (/proc/meminfo is read for them).
+constexpr size_t kPreTokenizerBytesPerByte = 16, kModelBytesPerByte = 96, kCheckedBytes = size_t(1) << 20;
+
+static void check_fits(size_t bytes, size_t per_byte, const std::string& what) {
+  if (bytes < kCheckedBytes) return;
+  const double need = double(bytes) * double(per_byte);
+  const std::optional<uint64_t> free = available_memory_bytes();
+  if (bytes <= size_t(INT32_MAX) && (!free || need <= double(*free))) return;
+  const std::string why = bytes > size_t(INT32_MAX)
+                              ? fmt::format("more than the {} bytes a word may have", INT32_MAX)
+                              : fmt::format("tokenizing it needs about {} and only {} is available", memory_text(need),
+                                            memory_text(double(*free)));
+  throw Error(fmt::format("the text holds {}: {}; split the text into smaller pieces", what, why));
+}
+
+// The byte-level and BERT pre-tokenizers cut words at white space, so a segment is pre-tokenized and
+// tokenized a piece of about kPieceBytes at a time (the memory of a corpus is its ids, not its words).
+// A piece ends before a space that follows an ASCII byte other than white space: every word of those
+// pre-tokenizers starts there (GPT-2's and Llama 3's patterns hold a space only at a match's start or
+// in a run of white space, and none reaches from a non-white byte into white space; BERT's ends a
+// word at white space), and a piece that starts with a space gets no prefix space, so the pieces give
+// the words of the whole segment.
+constexpr size_t kPieceBytes = size_t(1) << 20;
+
+static size_t piece_end(std::string_view s, size_t from) {
+  for (size_t p = std::max(from + kPieceBytes, size_t(1)); p < s.size(); p++) {
+    const unsigned char before = static_cast<unsigned char>(s[p - 1]);
+    if (s[p] == ' ' && before < 0x80 && !std::isspace(before)) return p;
+  }
+  return s.size();
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   unicode::check_utf8(text, "text");
   std::vector<Segment> segments;
@@ -168,14 +208,34 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       ids.push_back(*seg.id);
       continue;
     }
-    words.clear();
-    if (parts_.pre_tokenizer.kind == PreTokenizerKind::ByteLevel)
-      bpe::byte_level_pre_tokenize(seg.text, parts_.pre_tokenizer, words);
-    else if (parts_.pre_tokenizer.kind == PreTokenizerKind::Metaspace)
-      spm::metaspace_pre_tokenize(seg.text, parts_.pre_tokenizer, /*at_start=*/k == 0, words);
-    else
-      wordpiece::bert_pre_tokenize(seg.text, words);
-    for (const std::string& word : words) parts_.model->tokenize(word, ids);
+    const PreTokenizer& pre = parts_.pre_tokenizer;
+    const std::string_view text = seg.text;
+    const bool byte_level = pre.kind == PreTokenizerKind::ByteLevel;
+    const bool in_pieces = pre.kind == PreTokenizerKind::Bert || (byte_level && pre.use_regex);
+    for (size_t start = 0, end = 0; start < text.size(); start = end) {
+      end = in_pieces ? piece_end(text, start) : text.size();
+      const std::string_view piece = text.substr(start, end - start);
+      if (byte_level)
+        check_fits(piece.size(), kPreTokenizerBytesPerByte,
+                   fmt::format("{} bytes without a space, which its pre-tokenizer reads as one piece",
+                               piece.size()));
+      words.clear();
+      if (byte_level)
+        bpe::byte_level_pre_tokenize(piece, pre, words);
+      else if (pre.kind == PreTokenizerKind::Metaspace)
+        spm::metaspace_pre_tokenize(piece, pre, /*at_start=*/k == 0, words);
+      else
+        wordpiece::bert_pre_tokenize(piece, words);
+      for (const std::string& word : words) {
+        check_fits(word.size(), kModelBytesPerByte,
+                   fmt::format("a word of {} bytes ({})", word.size(),
+                               pre.kind == PreTokenizerKind::Metaspace
+                                   ? "a SentencePiece tokenizer takes all the text between two added tokens as one word"
+                                   : "its pre-tokenizer splits text at white space and between letters, digits and "
+                                     "other characters"));
+        parts_.model->tokenize(word, ids);
+      }
+    }
   }
   if (add_special_tokens) ids.insert(ids.end(), parts_.suffix_ids.begin(), parts_.suffix_ids.end());
   return ids;

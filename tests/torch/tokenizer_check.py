@@ -268,7 +268,10 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     c = Check(args.normlab, work)
     kjv = (ROOT / "data" / "kjv.txt").read_text(encoding="utf-8")
-    texts = TEXTS + random_texts(40, seed=1234) + [kjv[:20000]]
+    # and a text of 2.3 MB, which normlab pre-tokenizes a piece of about 1 MiB at a time (cut before a
+    # space that follows a non-white ASCII byte: src/io/tokenizer.cpp): every class mixed, then English.
+    # (Built with 64-byte pieces, every comparison here agreed with the reference as well.)
+    texts = TEXTS + random_texts(40, seed=1234) + [kjv[:20000], "".join(random_texts(30000, seed=7)) + kjv[:1200000]]
     argument_texts = ["Hello world", "caf\u00e9 \u4f60\u597d [MASK] <|endoftext|> it's", ""]
 
     # GPT-2: the vendored vocabulary. GPT2TokenizerFast is what transformers users get; the bare

@@ -1,0 +1,20 @@
+// memory.h: how much memory this machine has free, for the checks that refuse an input before a
+// computation on it would allocate more than there is (a clear message instead of std::bad_alloc
+// after minutes of work).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace normlab {
+
+// Linux's MemAvailable (/proc/meminfo), the memory a new allocation can have without swapping, or
+// less when the process has an address-space limit (ulimit -v): what that limit leaves beyond the
+// process's present size. Empty where neither is known (then the callers skip their check).
+std::optional<uint64_t> available_memory_bytes();
+
+// "1.5 GiB", "320 MiB": a byte count as the messages print it.
+std::string memory_text(double bytes);
+
+}  // namespace normlab
