@@ -192,6 +192,28 @@ PY" "the fine-tuning run differs from training from seq's pre run by hand: $(tai
 sed 's/train.lr=3e-3/train.lr=1e-3/' fine.toml > nomatch.toml
 expect_error "matches no finished runs of 'seq'" compare --config nomatch.toml --out x14
 check "[[ ! -e x14 ]]" "a study whose start matches nothing left an output directory"
+# a start study's results.json that is a directory, or whose run holds a number for its status: one
+# message naming the file and the field
+mkdir -p startdir/results.json && sed 's/start_from = "seq"/start_from = "startdir"/' fine.toml > startdir.toml
+expect_error "startdir/results.json' is a directory" compare --config startdir.toml --out x15
+mkdir -p startnum && python3 -c "
+import json; d = json.load(open('seq/results.json')); d['runs'][1]['status'] = 3; json.dump(d, open('startnum/results.json', 'w'))"
+sed 's/start_from = "seq"/start_from = "startnum"/' fine.toml > startnum.toml
+expect_error "startnum/results.json' is not a normlab results file (corrupt, truncated or edited?): runs[1].status is a number" \
+  compare --config startnum.toml --out x16
+# --resume with a truncated results.json: refused, naming it, and nothing changed (it was replaced by
+# a rerun of every run)
+cp -r fine fine_cut && head -c 500 fine/results.json > fine_cut/results.json && cp fine_cut/results.json cut.before
+expect_error "resume 'fine_cut': the study's results 'fine_cut/results.json' is not a normlab results file (corrupt, truncated or edited?): not valid JSON" compare --resume fine_cut
+check "cmp -s cut.before fine_cut/results.json" "a refused --resume changed the truncated results.json"
+# a grid whose values make a run's name longer than a file name may be: its directory name is cut
+# (the number in front keeps it unique), and the run trains
+long=$(printf '"pre", %.0s' $(seq 1 60))
+printf '[study]\nname = "long"\ninstruments = false\ntheory = false\n[base.model]\nd_model = 16\nn_heads = 2\nn_layers = 61\nseq_len = 8\n[base.train]\nsteps = 1\neval_every = 1\n[[grid]]\nmodel.placement = [[%s"post"]]\n' "$long" > long.toml
+OMP_NUM_THREADS=1 timeout 300 "$NL" compare --config long.toml --out long > long.txt 2>&1
+rc=$?
+check "[[ $rc -eq 0 ]] && q long/results.json \"d['runs'][0]['status']\" | grep -qx finished && [[ \$(ls long/runs | head -1 | wc -c) -le 121 ]]" \
+  "a run with a long grid value: $(tail -3 long.txt)"
 
 # Ctrl-C of job 0 alone (kill -INT, not the terminal's process group): every job stops, the runs
 # they held are interrupted (resumable), the rest not run

@@ -96,14 +96,7 @@ int run_report(const CompareCommand& cmd) {
   }
   if (!std::filesystem::exists(path, ec))
     throw Error(fmt::format("'{}': no results.json (is it a directory from normlab compare?)", cmd.report_dir));
-  nlohmann::json results;
-  try {
-    results = parse_json(read_file(path.string(), "results file"), path.string());
-  } catch (const Error& e) {
-    throw Error(fmt::format("not a normlab results file (corrupt or truncated?): {}", e.what()));
-  }
-  if (!results.is_object() || !results.contains("study") || !results.contains("runs") || !results["runs"].is_array())
-    throw Error(fmt::format("'{}': not a normlab results file (corrupt or truncated?)", path.string()));
+  nlohmann::json results = study::read_results(path.string(), "the study's results");
   try {
     study::write_outputs(results, dir);  // writes nothing unless every output could be made
   } catch (const Error&) {

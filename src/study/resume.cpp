@@ -72,6 +72,42 @@ std::vector<std::string> extension_breaks(const Study& saved, const Study& given
 
 }  // namespace
 
+nlohmann::json read_results(const std::string& path, const std::string& what) {
+  const std::string where = fmt::format("{} '{}'", what, path);
+  const std::string text = read_file(path, what);
+  auto a = [](const nlohmann::json& j) {  // "a number", "an object", "null"
+    const std::string type = j.type_name();
+    return type == "null" ? type : (type == "object" || type == "array" ? "an " : "a ") + type;
+  };
+  auto bad = [&](const std::string& why) {
+    return Error(fmt::format("{} '{}' is not a normlab results file (corrupt, truncated or edited?): {}", what, path,
+                             why));
+  };
+  nlohmann::json results;
+  try {
+    results = parse_json(text, where);
+  } catch (const Error& e) {  // "<where>: not valid JSON: ...", said once
+    const std::string message = e.what();
+    throw bad(message.rfind(where + ": ", 0) == 0 ? message.substr(where.size() + 2) : message);
+  }
+  if (!results.is_object()) throw bad(fmt::format("it holds {}, not an object", a(results)));
+  if (!results.contains("runs") || !results["runs"].is_array()) throw bad("it has no \"runs\" array");
+  static const char* const kStatuses[] = {"finished", "diverged", "interrupted", "failed", "not run"};
+  for (size_t i = 0; i < results["runs"].size(); i++) {
+    const nlohmann::json& run = results["runs"][i];
+    if (!run.is_object()) throw bad(fmt::format("runs[{}] is {}, not an object", i, a(run)));
+    for (const char* key : {"name", "status"})
+      if (!run.contains(key) || !run[key].is_string())
+        throw bad(fmt::format("runs[{}].{} is {}, not a string", i, key,
+                              run.contains(key) ? a(run[key]) : std::string("missing")));
+    const std::string status = run["status"];
+    if (std::find(std::begin(kStatuses), std::end(kStatuses), status) == std::end(kStatuses))
+      throw bad(fmt::format("runs[{}].status is \"{}\", not one of finished, diverged, interrupted, failed, not run",
+                            i, status));
+  }
+  return results;
+}
+
 Resumed resume_study(const ResumeRequest& request) {
   namespace fs = std::filesystem;
   const fs::path dir(request.dir);

@@ -27,6 +27,14 @@ struct Resumed {
   size_t new_runs = 0;             // > 0: the study given extends the saved one by that many runs
 };
 
+// A study's results.json, read and checked before anything trusts it: a regular file, valid JSON, an
+// object with a "runs" array whose every run is an object with a string name and a status (finished,
+// diverged, interrupted, failed or not run); a finished record without a summary object is left to the
+// caller (resume runs it again). Throws Error naming the file and, for a bad
+// run, where ("runs[3].status is a number, not a string"); `what` names the file's role in messages
+// ("the study's results", "study.start_from's results").
+nlohmann::json read_results(const std::string& path, const std::string& what);
+
 // Throws Error naming the problem: no or corrupt study.json or overrides.json, the pretrained study,
 // a study given that differs from the saved one other than by added runs (each difference named).
 Resumed resume_study(const ResumeRequest& request);

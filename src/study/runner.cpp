@@ -24,6 +24,7 @@
 #include "study/report.h"
 #include "study/reproduce.h"
 #include "study/results_view.h"
+#include "study/resume.h"
 #include "study/start.h"
 #include "study/summary.h"
 #include "train/checkpoint.h"
@@ -525,9 +526,16 @@ int run_study(const Study& given, const CompareOptions& options) {
   double elapsed_before = 0;                     // --resume: the time the study took before
   if (options.resume) {
     const fs::path saved = out / "results.json";
-    const auto before = fs::exists(saved) ? nlohmann::json::parse(read_file(saved.string(), "the study's results"),
-                                                                  nullptr, false)
-                                          : nlohmann::json();
+    // a results.json that cannot be read is refused, not replaced: moved away, every finished run
+    // resumes from its last checkpoint and finishes at once
+    nlohmann::json before;
+    if (fs::exists(fs::symlink_status(saved, ec))) try {
+        before = read_results(saved.string(), "the study's results");
+      } catch (const Error& e) {
+        throw Error(fmt::format("resume '{}': {}; nothing was changed (move it away to rebuild it: every finished run "
+                                "then resumes from its last checkpoint)",
+                                options.out_dir, e.what()));
+      }
     if (before.is_object() && before.contains("elapsed_s") && before["elapsed_s"].is_number())
       elapsed_before = std::max(0.0, before["elapsed_s"].get<double>());
     if (before.is_object() && before.contains("runs") && before["runs"].is_array())

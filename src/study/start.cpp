@@ -8,6 +8,7 @@
 
 #include "study/reproduce.h"
 #include "study/results_view.h"
+#include "study/resume.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/hints.h"
@@ -97,12 +98,11 @@ Study resolve_starts(const Study& given) {
   if (study.starts.empty()) return study;
   const fs::path dir(study.start_from);
   const fs::path results_path = dir / "results.json";
-  const bool there = fs::exists(results_path);
-  const json results =
-      there ? json::parse(read_file(results_path.string(), "study.start_from's results"), nullptr, false) : json();
-  if (!results.is_object() || !results.contains("runs") || !results["runs"].is_array())
-    throw Error(fmt::format("study.start_from '{}': {} (the directory of a study `normlab compare` ran)",
-                            study.start_from, there ? "its results.json is not a study's results" : "no results.json"));
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(results_path, ec)))
+    throw Error(fmt::format("study.start_from '{}': no results.json (the directory of a study `normlab compare` ran)",
+                            study.start_from));
+  const json results = read_results(results_path.string(), "study.start_from's results");
   for (StudyRun& run : study.runs) {
     const std::string name = start_of(run);
     if (name.empty()) continue;

@@ -121,6 +121,8 @@ std::vector<nlohmann::json> expand(const nlohmann::json& grid) {
 }
 
 
+constexpr size_t kMaxRunNameBytes = 120;
+
 std::string dir_safe(const std::string& s) {
   std::string out;
   for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '=') ? c : '_';
@@ -328,6 +330,9 @@ Study study_from_json(const nlohmann::json& doc_in, const std::vector<std::strin
     }
     r.label = parts.empty() ? s.name : fmt::format("{}", fmt::join(parts, " "));
     r.name = fmt::format("{:02}-{}", i + 1, dir_safe(parts.empty() ? s.name : fmt::format("{}", fmt::join(parts, "_"))));
+    // a run's directory name, well inside the file-name limit (255 bytes): the number in front keeps it
+    // unique when the grid's values run longer (a per-layer placement list, say); the label keeps them all
+    if (r.name.size() > kMaxRunNameBytes) r.name = r.name.substr(0, kMaxRunNameBytes);
   }
   std::vector<nlohmann::json> run_views;  // as the results hold them: grid and resolved config
   for (const auto& r : s.runs) run_views.push_back({{"grid", r.grid}, {"config", run_config_to_json(r.config)}});
