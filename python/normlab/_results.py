@@ -119,11 +119,22 @@ def read_results(path: str | os.PathLike, what: str = "runs"):
                          f"metrics.jsonl)")
     if p.endswith(".jsonl"):
         return pd.json_normalize(_read_jsonl(p), sep=".")
-    with open(p, encoding="utf-8") as f:
-        doc = json.load(f)
+    try:
+        with open(p, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{p}: not a normlab results file (corrupt, truncated or edited?): {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
         raise ValueError(f"{p}: not a normlab results file (no runs)")
     runs = doc["runs"]
+    for i, r in enumerate(runs):  # as the command checks them (src/study/resume.h read_results)
+        if not isinstance(r, dict):
+            raise ValueError(f"{p}: not a normlab results file (corrupt, truncated or edited?): runs[{i}] is "
+                             f"{type(r).__name__}, not an object")
+        for key in ("name", "status"):
+            if not isinstance(r.get(key), str):
+                raise ValueError(f"{p}: not a normlab results file (corrupt, truncated or edited?): runs[{i}].{key} "
+                                 f"is {type(r.get(key)).__name__ if key in r else 'missing'}, not a string")
     if what == "runs":  # the columns of runs.csv (normlab report --csv)
         keys = []
         for r in runs:

@@ -533,6 +533,23 @@ def check_compare(nl, workdir):
     want = pd.read_csv(os.path.join(out, "curves.csv"))
     check("read_results(curves) has curves.csv's rows", len(curves) == len(want) and
           list(curves.columns) == list(want.columns))
+    # a truncated results.json, and one whose run holds a number for its status: one message naming the file
+    with open(os.path.join(out, "results.json"), "rb") as f:
+        whole = f.read()
+    bad_dir = os.path.join(workdir, "bad_results")
+    os.makedirs(bad_dir, exist_ok=True)
+    doc = json.loads(whole)
+    doc["runs"][1]["status"] = 3
+    for name, text, needle in [("truncated", whole[:300], "corrupt, truncated or edited?"),
+                               ("a number for a status", json.dumps(doc).encode(), "runs[1].status is int")]:
+        with open(os.path.join(bad_dir, "results.json"), "wb") as f:
+            f.write(text)
+        try:
+            normlab.read_results(bad_dir)
+            check(f"read_results refuses a results.json that is {name}", False, "accepted")
+        except ValueError as e:
+            check(f"read_results refuses a results.json that is {name}, naming the file",
+                  needle in str(e) and "bad_results" in str(e), str(e))
 
     # resume: the same study again keeps both runs; a study whose grid adds a placement runs only that one
     with open(os.path.join(out, "results.json")) as f:
