@@ -482,6 +482,22 @@ TEST(Init, Gpt2ScalesResidualProjectionsAndDeepNetUsesBeta) {
   EXPECT_NEAR(sd(deep, "h.0.attn.qkv.weight", 0, C2), xavier_qk, 0.02 * xavier_qk);  // q, k: gain 1
   EXPECT_NEAR(sd(deep, "h.0.attn.qkv.weight", C2), beta * xavier_qk, 0.02 * beta * xavier_qk);
   EXPECT_NEAR(sd(deep, "h.0.mlp.fc.weight"), beta * std::sqrt(2.0 / (256 + 1024)), 0.002);
+  // an untied output matrix is no residual branch: gain 1 (it had beta)
+  c.head = Head::Untied;
+  Model<float> untied(c);
+  const double xavier_out = std::sqrt(2.0 / (256 + 256));
+  EXPECT_NEAR(sd(untied, "lm_head.weight"), xavier_out, 0.02 * xavier_out);
+  // heads wider than C / NH: the query map's A = 512 rows are one projection of fan-out A (its first
+  // C rows had fan-out C), under Xavier as under DeepNet
+  ModelConfig wide;
+  wide.d_model = 256;
+  wide.n_heads = 4;
+  wide.head_dim = 128;
+  wide.init = InitScheme::Xavier;
+  Model<float> w(wide);
+  const double xavier_q = std::sqrt(2.0 / (256 + 512));
+  EXPECT_NEAR(sd(w, "h.0.attn.qkv.weight", 0, 256 * 256), xavier_q, 0.02 * xavier_q);
+  EXPECT_NEAR(sd(w, "h.0.attn.qkv.weight", 256 * 256, 512 * 256), xavier_q, 0.02 * xavier_q);
 }
 
 // norm_bias says what the norm sites hold: an RMSNorm (or L2) has no bias whatever the setting (a

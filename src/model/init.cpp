@@ -110,7 +110,7 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
     const ValueRows vrows = value_rows(cfg, p.name, C);
     const bool fused = vrows.last > 0;
     const bool residual_out = ends_with(p.name, ".proj.weight");
-    const bool head = starts_with(p.name, "head.");
+    const bool head = starts_with(p.name, "head.") || p.name == "lm_head.weight";  // output maps, no branch
     const bool query_map = ends_with(p.name, ".cross.q.weight");
     // fans of one projection: the fused qkv and kv are their (C, C) query and (kv, C) key and value
     // projections stacked, a gated fc its (F, C) gate and up projections
@@ -118,8 +118,9 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
     const double fan_in = double(cols);
     for (int64_t r = 0; r < rows; r++) {
       const bool value_row = r >= vrows.first && r < vrows.last;
-      const bool query_row = ends_with(p.name, ".qkv.weight") && r < C;
-      const double fan_out = fused ? double(query_row ? C : vrows.kv) : gated_fc ? double(rows / 2) : double(rows);
+      const bool query_row = ends_with(p.name, ".qkv.weight") && r < cfg.attn_width();  // the (A, C) query map
+      const double fan_out = fused ? double(query_row ? cfg.attn_width() : vrows.kv) : gated_fc ? double(rows / 2)
+                                                                                               : double(rows);
       for (int64_t c = 0; c < cols; c++) {
         double v = 0;
         switch (scheme) {
@@ -146,7 +147,7 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
           }
           case InitScheme::DeepNet: {
             // queries and keys keep gain 1; values, every proj and the FFN get beta of their stack
-            // (the MLM head is not a residual branch: gain 1)
+            // (the MLM head and an untied output matrix are no residual branch: gain 1)
             const bool unit = (fused && !value_row) || query_map || head;
             const double gain = unit ? 1.0 : cfg.deepnet_beta(layer);
             v = gain * std::sqrt(2.0 / (fan_in + fan_out)) * rng.normal();

@@ -90,6 +90,8 @@ def build_cases():
         Case("gpt_pre_init_normal", dict(SMALL, placement="pre", init="normal"), SMALL_BT),
         Case("gpt_pre_init_xavier", dict(SMALL, placement="pre", init="xavier"), SMALL_BT),
         Case("gpt_pre_init_deepnet", dict(SMALL, placement="pre", init="deepnet"), SMALL_BT),
+        # an untied output matrix: no residual branch, gain 1 under DeepNet
+        Case("gpt_pre_init_deepnet_untied", dict(SMALL, placement="pre", init="deepnet", head="untied"), SMALL_BT),
         # the methods of MODEL.md "Methods" beyond the one-per-method cases above
         Case("gpt_admin_sqrt", dict(SMALL, placement="admin", admin_init="sqrt"), SMALL_BT),
         Case("encoder_admin_one", dict(SMALL, arch="encoder", placement="admin", admin_init="one"), SMALL_BT),

@@ -219,8 +219,9 @@ def check_init(config, tensors):
             std_ok(name, w, std0)
         else:
             if name.endswith("attn.qkv.weight"):
-                W = config["n_kv_heads"] * (C // config["n_heads"])   # grouped-query: narrower k and v
-                blocks = [("q", 0, C), ("k", C, C + W), ("v", C + W, C + 2 * W)]
+                HS = config.get("head_dim") or C // config["n_heads"]   # (head_dim: heads of another width)
+                A, W = config["n_heads"] * HS, config["n_kv_heads"] * HS   # grouped-query: narrower k and v
+                blocks = [("q", 0, A), ("k", A, A + W), ("v", A + W, A + 2 * W)]
             elif name.endswith("cross.kv.weight"):
                 blocks = [("k", 0, C), ("v", C, 2 * C)]
             elif name.endswith("cross.q.weight"):
