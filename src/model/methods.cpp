@@ -16,59 +16,59 @@ using G = BranchGain;
 constexpr NormSites kIn{true, false, false}, kOut{false, false, true}, kNone{false, false, false};
 
 constexpr Method kMethods[] = {
-    {Placement::Post, "post", kOut, S::One, G::One, false, Streams::One, InitScheme::Auto,
+    {Placement::Post, "post", "Post-LN", kOut, S::One, G::One, false, Streams::One, InitScheme::Auto,
      "x <- LN(x + F(x)): the original Transformer", "Vaswani et al. 2017"},
-    {Placement::Pre, "pre", kIn, S::One, G::One, true, Streams::One, InitScheme::Auto,
+    {Placement::Pre, "pre", "Pre-LN", kIn, S::One, G::One, true, Streams::One, InitScheme::Auto,
      "x <- x + F(LN(x)), a final LN at the end of the stack", "Xiong et al. 2020; GPT-2"},
-    {Placement::Sandwich, "sandwich", {true, true, false}, S::One, G::One, true, Streams::One, InitScheme::Auto,
+    {Placement::Sandwich, "sandwich", "Sandwich-LN", {true, true, false}, S::One, G::One, true, Streams::One, InitScheme::Auto,
      "x <- x + LN(F(LN(x))) (CogView's Sandwich-LN)", "Ding et al. 2021 (CogView)"},
-    {Placement::PrePost, "prepost", {true, false, true}, S::One, G::One, false, Streams::One, InitScheme::Auto,
+    {Placement::PrePost, "prepost", "Pre+Post-LN", {true, false, true}, S::One, G::One, false, Streams::One, InitScheme::Auto,
      "x <- LN(x + F(LN(x))) (source 001's \"Sandwich-LN\")", "source 001"},
-    {Placement::DeepNorm, "deepnorm", kOut, S::DeepNormAlpha, G::One, false, Streams::One, InitScheme::DeepNet,
+    {Placement::DeepNorm, "deepnorm", "DeepNorm", kOut, S::DeepNormAlpha, G::One, false, Streams::One, InitScheme::DeepNet,
      "x <- LN(alpha x + F(x)), branch weights scaled by beta at init", "Wang et al. 2022 (DeepNet)"},
-    {Placement::None, "none", kNone, S::One, G::One, false, Streams::One, InitScheme::Auto,
+    {Placement::None, "none", "no norm", kNone, S::One, G::One, false, Streams::One, InitScheme::Auto,
      "x <- x + F(x): no normalization", "-"},
-    {Placement::Admin, "admin", kOut, S::AdminOmega, G::One, false, Streams::One, InitScheme::Auto,
+    {Placement::Admin, "admin", "Admin", kOut, S::AdminOmega, G::One, false, Streams::One, InitScheme::Auto,
      "x <- LN(omega * x + F(x)), omega a per-channel parameter set by profiling or a closed form",
      "Liu et al. 2020 (Admin)"},
-    {Placement::ReZero, "rezero", kNone, S::One, G::LayerScalar, false, Streams::One, InitScheme::Auto,
+    {Placement::ReZero, "rezero", "ReZero", kNone, S::One, G::LayerScalar, false, Streams::One, InitScheme::Auto,
      "x <- x + a_l F(x), one scalar a_l per layer, init 0, no norm", "Bachlechner et al. 2020 (ReZero)"},
-    {Placement::SkipInit, "skipinit", kNone, S::One, G::SublayerScalar, false, Streams::One, InitScheme::Auto,
+    {Placement::SkipInit, "skipinit", "SkipInit", kNone, S::One, G::SublayerScalar, false, Streams::One, InitScheme::Auto,
      "x <- x + a F(x), one scalar per sub-layer, init 0, no norm", "De and Smith 2020 (SkipInit)"},
-    {Placement::LayerScale, "layerscale", kIn, S::One, G::Channel, true, Streams::One, InitScheme::Auto,
+    {Placement::LayerScale, "layerscale", "LayerScale", kIn, S::One, G::Channel, true, Streams::One, InitScheme::Auto,
      "x <- x + diag(lambda) F(LN(x)), lambda per channel, init small by depth",
      "Touvron et al. 2021 (CaiT)"},
-    {Placement::TFixup, "tfixup", kNone, S::One, G::One, false, Streams::One, InitScheme::TFixup,
+    {Placement::TFixup, "tfixup", "T-Fixup", kNone, S::One, G::One, false, Streams::One, InitScheme::TFixup,
      "x <- x + F(x) with T-Fixup's depth-scaled initialization, no norm", "Huang et al. 2020 (T-Fixup)"},
-    {Placement::Residual, "residual", kOut, S::One, G::One, true, Streams::Dual, InitScheme::Auto,
+    {Placement::Residual, "residual", "ResiDual", kOut, S::One, G::One, true, Streams::Dual, InitScheme::Auto,
      "x <- LN(x + F(x)) and x_d <- x_d + F(x); the stack ends y = x + LN_f(x_d)",
      "Xie et al. 2023 (ResiDual)"},
-    {Placement::Peri, "peri", {true, true, false}, S::One, G::One, true, Streams::One, InitScheme::Auto,
+    {Placement::Peri, "peri", "Peri-LN", {true, true, false}, S::One, G::One, true, Streams::One, InitScheme::Auto,
      "x <- x + LN(F(LN(x))), a norm on the embedding output and a final norm", "Kim et al. 2025 (Peri-LN)",
      /*embed_norm=*/true},
-    {Placement::Reordered, "reordered", {false, true, false}, S::One, G::One, true, Streams::One, InitScheme::Auto,
+    {Placement::Reordered, "reordered", "OLMo 2's order", {false, true, false}, S::One, G::One, true, Streams::One, InitScheme::Auto,
      "x <- x + LN(F(x)): the norm on the branch output only, and a final norm (OLMo 2's order; OLMo 2 "
      "also normalizes q and k: model.qk_norm = \"whole\")",
      "OLMo et al. 2025 (OLMo 2)"},
-    {Placement::Lns, "lns", kIn, S::One, G::One, true, Streams::One, InitScheme::Auto,
+    {Placement::Lns, "lns", "LayerNorm Scaling", kIn, S::One, G::One, true, Streams::One, InitScheme::Auto,
      "x <- x + F(LN(x) / sqrt(l)), l = 1..L the layer's depth: Pre-LN with LayerNorm Scaling",
      "Sun et al. 2025 (The Curse of Depth)", /*embed_norm=*/false, /*depth_scaled_input=*/true},
     // HybridNorm as the authors' code computes it (BryceZhuo/HybridNorm, dense_model/olmo/model.py, the
     // paper's config: attn_norm false, ffn_norm true, ffn_residual_after_norm true): h = x + Attn(x),
     // then y = N(h) and x' = y + FFN(y), the FFN's shortcut carrying the normalized stream. N(h) is
     // the attention sub-layer's out norm (stored as attn.ln_out) and the FFN sub-layer has no norm.
-    {Placement::HybridNorm, "hybridnorm", kOut, S::One, G::One, true, Streams::One, InitScheme::Auto,
+    {Placement::HybridNorm, "hybridnorm", "HybridNorm", kOut, S::One, G::One, true, Streams::One, InitScheme::Auto,
      "h <- x + Attn(x) with q, k, v each normalized; y <- LN(h); x <- y + FFN(y) (the FFN's residual carries "
      "the normalized stream), a final norm",
      "Zhuo et al. 2025 (HybridNorm)", /*embed_norm=*/false, /*depth_scaled_input=*/false, /*ffn_sites=*/kNone,
      /*qkv_norm=*/true},
     // HybridNorm*'s first layer (the authors' README: attn_norm true, ffn_residual false): Pre-Norm in
     // both halves, with QKV-norm.
-    {Placement::HybridNormPre, "hybridnorm_pre", kIn, S::One, G::One, true, Streams::One, InitScheme::Auto,
+    {Placement::HybridNormPre, "hybridnorm_pre", "HybridNorm* (first layer)", kIn, S::One, G::One, true, Streams::One, InitScheme::Auto,
      "h <- x + Attn(LN(x)) with q, k, v each normalized; x <- h + FFN(LN(h)): HybridNorm*'s first layer",
      "Zhuo et al. 2025 (HybridNorm*)", /*embed_norm=*/false, /*depth_scaled_input=*/false, /*ffn_sites=*/std::nullopt,
      /*qkv_norm=*/true},
-    {Placement::NGpt, "ngpt", {false, true, true}, S::Sphere, G::One, false, Streams::One, InitScheme::Auto,
+    {Placement::NGpt, "ngpt", "nGPT", {false, true, true}, S::Sphere, G::One, false, Streams::One, InitScheme::Auto,
      "x <- N(N(x) + |a| (N(F(x)) - N(x))), N(x) = x / |x| (model.norm = l2): the stream on the unit sphere; "
      "unit-length q, k heads, scaled MLP and logits, every matrix renormalized after each step",
      "Loshchilov et al. 2025 (nGPT)", /*embed_norm=*/false, /*depth_scaled_input=*/false, /*ffn_sites=*/std::nullopt,
@@ -78,6 +78,12 @@ constexpr Method kMethods[] = {
 }  // namespace
 
 std::span<const Method> all_methods() { return kMethods; }
+
+const Method* find_method(std::string_view name) {
+  for (const Method& m : kMethods)
+    if (name == m.name) return &m;
+  return nullptr;
+}
 
 const Method& method_of(Placement p) {
   for (const Method& m : kMethods)

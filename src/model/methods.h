@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "model/config.h"
 
@@ -45,6 +46,7 @@ enum class Streams { One, Dual };
 struct Method {
   Placement id;
   const char* name;     // the config value
+  const char* title;    // how summaries and reports name it ("Post-LN", "Peri-LN")
   NormSites sites;      // every sub-layer's (the feed-forward's too unless ffn_sites says otherwise)
   Shortcut shortcut;
   BranchGain gain;
@@ -74,6 +76,8 @@ struct SphereScale {
 SphereScale sphere_scale(const char* which, int C);  // "eigen_lr", "sqk", "suv" or "sz"
 
 const Method& method_of(Placement p);
+// The method whose config value is `name`, if any.
+const Method* find_method(std::string_view name);
 // Every method, in the table's order (the values of model.placement).
 std::span<const Method> all_methods();
 // The norm sites of a sub-layer of kind `kind` in a layer of method p.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "analysis/stats.h"
+#include "model/methods.h"
 #include "study/results_view.h"
 #include "study/summary.h"
 
@@ -53,13 +54,11 @@ bool has_train(const json& run) {
          run["train"].contains("step");
 }
 
+// A method's title from the methods table; an arrangement (mixln, hybridnorm*) or a per-layer list as
+// it is written.
 std::string placement_title(const std::string& p) {
-  static const std::map<std::string, std::string> titles = {
-      {"post", "Post-LN"}, {"pre", "Pre-LN"},     {"sandwich", "Sandwich-LN"}, {"prepost", "Pre+Post-LN"},
-      {"deepnorm", "DeepNorm"}, {"none", "no norm"}, {"admin", "Admin"},     {"rezero", "ReZero"},
-      {"skipinit", "SkipInit"}, {"layerscale", "LayerScale"}, {"tfixup", "T-Fixup"}, {"residual", "ResiDual"}};
-  const auto it = titles.find(p);
-  return it == titles.end() ? p : it->second;
+  const Method* m = find_method(p);
+  return m ? m->title : p;
 }
 
 // A group of runs with one setting of the non-seed keys, and its final validation losses.
