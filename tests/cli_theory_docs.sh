@@ -4,7 +4,7 @@
 # shows resolves to a row of docs/THEORY.md (a table row whose first cell starts with the name); no
 # output and no printed string in the sources names a document the repository lacks ("seeds/...",
 # "../shared"); every terminal table of analyze, theory and compare has a legend. The docs keep in
-# step: README.md stays at most 300 lines and lists every docs/*.md page; every file, page and
+# step: README.md stays at most 150 lines and lists every docs/*.md page; every file, page and
 # heading that README.md or a docs page names or links to exists; docs/MODEL.md's model-config table
 # has exactly the model keys a run's config.json holds (the encoder-decoder's aside); a claim whose
 # row in docs/SOURCES.md leads with a verdict gets that verdict from `normlab theory`.
@@ -124,12 +124,12 @@ for col in "run:" "status:" "train loss:" "val loss:" "diverged at:" "to target:
 done
 
 # the README and the docs pages: no unfilled placeholder of generated output in any of them; the README
-# stays what a newcomer reads in five minutes (at most 300 lines), names the test command CI runs and
+# stays what a newcomer reads in five minutes (at most 150 lines), names the test command CI runs and
 # links every docs page; every file and study a page names exists, and so does every page, file and
 # heading it links to
 check "! grep -qE '^NORMLAB:[A-Z_0-9]+\$' '$SRC/README.md' '$SRC'/docs/*.md" \
   "an unfilled placeholder: $(grep -HE '^NORMLAB:[A-Z_0-9]+$' "$SRC/README.md" "$SRC"/docs/*.md)"
-check "[[ \$(wc -l <'$SRC/README.md') -le 300 ]]" "README.md has $(wc -l <"$SRC/README.md") lines, more than 300: move the reference to docs/"
+check "[[ \$(wc -l <'$SRC/README.md') -le 150 ]]" "README.md has $(wc -l <"$SRC/README.md") lines, more than 150: move the reference to docs/"
 check "grep -F 'bash scripts/test.sh' '$SRC/.ci/run' >/dev/null && grep -F 'bash scripts/test.sh' '$SRC/README.md' >/dev/null" \
   "README.md does not name the test command .ci/run runs (bash scripts/test.sh)"
 pages=("$SRC/README.md" "$SRC"/docs/*.md)
