@@ -89,8 +89,8 @@
   Chart.defaults.font.size = 11;
   Chart.defaults.plugins.legend.display = false;  // one legend for every chart: legend() below
 
-  // One unit for the residual stream everywhere in the report: RMS over channels per token (the
-  // per-layer logs' stream_rms; the instruments' ||x|| divided by sqrt(d_model)).
+  // One unit for the residual stream everywhere in the report, as in the instruments and the per-layer
+  // logs: RMS over channels per token (stream_rms).
   const streamUnit = 'RMS(x) = ||x|| / √d';
   // Text drawn on a canvas by hand (heatmaps, colour bars): aligned as asked, but moved inside the
   // canvas when it would run over an edge; what still does not fit is recorded for the browser test.
@@ -621,9 +621,13 @@
               {variants: [at('init', (rep) => layerPoints(rep, 'grad_norm')),
                           at('init', (rep) => layerPoints(rep, 'ffn_out_grad_norm').filter((p) => p.y != null), {dash: [2, 3], suffix: ' (W2)'})],
                x: layerAxis('layer'), y: axis('||dL/dθ_l||', 'logarithmic'), logToggle: true});
-    // the stream in the per-layer logs' unit: RMS over channels (the instruments read ||x||)
-    const streamPoints = (rep, run) => [...layerPoints(rep, 'stream_norm'), {x: rep.dynamics.layers.length, y: rep.dynamics.final_stream_norm}]
-      .map((p) => ({x: p.x, y: p.y / Math.sqrt(run.config.model.d_model)}));
+    // the stream's RMS over channels, as the instruments and the per-layer logs record it (results
+    // written before the instruments did recorded ||x||: stream_norm, divided by sqrt(d) here)
+    const streamPoints = (rep, run) => {
+      const d = rep.dynamics, old = d.final_stream_rms === undefined, k = old ? Math.sqrt(run.config.model.d_model) : 1;
+      return [...layerPoints(rep, old ? 'stream_norm' : 'stream_rms'), {x: d.layers.length, y: old ? d.final_stream_norm : d.final_stream_rms}]
+        .map((p) => ({x: p.x, y: p.y / k}));
+    };
     for (const [when, name] of stages)
       settingsChart(instruments, `Stream RMS by depth ${name}`,
                     `Mean over tokens of ${streamUnit}, the residual stream x_l entering layer l (the last point is the stream leaving the last layer).`,

@@ -56,9 +56,13 @@
       for (const [stack, name] of stacks)
         layerChartCard(box, `${name}: stream RMS by depth ${stageName}`,
           `Mean over real (unpadded) tokens of ${streamUnit}, the ${stack} stream x_l entering layer l; the last point is the stream leaving its last layer (before the final norm).`,
-          {type: 'line', data: {datasets: series(when, (rep, run) => [...layerPoints(stack, 'stream_norm')(rep),
-                                                                       {x: rep.dynamics[stack].layers.length, y: rep.dynamics[stack].out_stream_norm}]
-                                                                      .map((p) => ({x: p.x, y: p.y / Math.sqrt(run.config.model.d_model)})))},
+          {type: 'line', data: {datasets: series(when, (rep, run) => {
+            // stream_rms; results written before the instruments recorded RMS hold ||x||: stream_norm / sqrt(d)
+            const st = rep.dynamics[stack], old = st.out_stream_rms === undefined;
+            const k = old ? Math.sqrt(run.config.model.d_model) : 1;
+            return [...layerPoints(stack, old ? 'stream_norm' : 'stream_rms')(rep),
+                    {x: st.layers.length, y: old ? st.out_stream_norm : st.out_stream_rms}].map((p) => ({x: p.x, y: p.y / k}));
+          })},
            options: {scales: {x: layerAxis(`${stack} depth l`), y: axis(streamUnit, 'logarithmic')}}});
     for (const [stack, name] of stacks) {
       const cross = stack === 'decoder' ? series('init', subPoints(stack, 'cross', 'branch_ratio'), dashed, ' (cross-attention)') : [];

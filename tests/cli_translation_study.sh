@@ -195,7 +195,7 @@ for r in res["runs"]:
             assert [l["layer"] for l in layers] == list(range(n)), (where, stack, layers)
             for l in layers:
                 assert [s["kind"] for s in l["sublayers"]] == kinds, (where, stack, l)
-                assert l["stream_norm"] > 0 and l["grad_norm"] > 0, (where, stack, l)
+                assert l["stream_rms"] > 0 and l["grad_norm"] > 0, (where, stack, l)
                 for s in l["sublayers"]:
                     assert s["present"] and s["branch_ratio"] > 0 and s["grad_norm"] > 0, (where, stack, s)
             ratio = layers[-1]["grad_norm"] / layers[0]["grad_norm"]

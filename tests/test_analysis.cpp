@@ -278,15 +278,15 @@ TEST(AttentionStats, QkNormBoundsDominateTheScoresTheModelComputed) {
     }
 }
 
-TEST(Dynamics, PostNormStreamHasNormSqrtDAndGradientsMatchTheModel) {
+TEST(Dynamics, PostNormStreamHasRmsOneAndGradientsMatchTheModel) {
   ModelConfig c = small(Placement::Post, NormKind::LayerNorm, 0.0);
   Model<double> m(c);
   std::vector<int32_t> bytes(400);
   for (size_t i = 0; i < bytes.size(); i++) bytes[i] = uint8_t("in the beginning "[i % 17]);
   const DynamicsReport r = analyze_dynamics(m, bytes, 1, 2, 5, 3);
-  // after a LayerNorm with gamma = 1, beta = 0, eps = 0 every token has norm sqrt(d)
-  EXPECT_NEAR(r.layers[1].stream_norm, std::sqrt(12.0), 1e-9);
-  EXPECT_NEAR(r.final_stream_norm, std::sqrt(12.0), 1e-9);
+  // after a LayerNorm with gamma = 1, beta = 0, eps = 0 every token has norm sqrt(d): RMS 1
+  EXPECT_NEAR(r.layers[1].stream_rms, 1.0, 1e-9);
+  EXPECT_NEAR(r.final_stream_rms, 1.0, 1e-9);
   // with one batch the layer gradient norm is exactly the norm of that layer's gradients
   double g2 = 0;
   for (const ParamSpec& p : m.table().specs)

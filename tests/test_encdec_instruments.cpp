@@ -242,7 +242,8 @@ TEST(EncDecDynamics, MatchFiniteDifferencesAndClosedForms) {
       EXPECT_NEAR(l.grad_norm, std::sqrt(sq), 1e-12 * l.grad_norm);
       EXPECT_EQ(l.sublayers.size(), st == &r.encoder ? 2u : 3u);
     }
-  // layer 0 of each stack reads the embeddings: wte[id] + wpe[t] (enc.wpe for the source; shared wte)
+  // layer 0 of each stack reads the embeddings: wte[id] + wpe[t] (enc.wpe for the source; shared wte), its
+  // RMS over the C channels
   const auto embed_norm = [&](const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask, int len,
                               const char* pos) {
     const double* wte = m.params().data() + m.table().find("wte.weight")->offset;
@@ -253,13 +254,13 @@ TEST(EncDecDynamics, MatchFiniteDifferencesAndClosedForms) {
       if (!mask[i]) continue;
       double s2 = 0;
       for (int cc = 0; cc < C; cc++) s2 += std::pow(wte[size_t(ids[i]) * C + cc] + wpe[(i % size_t(len)) * C + cc], 2);
-      sum += std::sqrt(s2);
+      sum += std::sqrt(s2 / C);
       n++;
     }
     return sum / n;
   };
-  EXPECT_NEAR(r.encoder.layers[0].stream_norm, embed_norm(x.src, x.src_mask, x.S, "enc.wpe.weight"), 1e-12);
-  EXPECT_NEAR(r.decoder.layers[0].stream_norm, embed_norm(x.ids, x.mask, x.T, "wpe.weight"), 1e-12);
+  EXPECT_NEAR(r.encoder.layers[0].stream_rms, embed_norm(x.src, x.src_mask, x.S, "enc.wpe.weight"), 1e-12);
+  EXPECT_NEAR(r.decoder.layers[0].stream_rms, embed_norm(x.ids, x.mask, x.T, "wpe.weight"), 1e-12);
   // pre: x_out = x_in + f, so the branch ratio is ||x_out - x_in|| / ||x_in|| over real tokens
   run(m, x);
   for (int i = 0; i < c.n_slots(); i++) {

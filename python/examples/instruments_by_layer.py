@@ -1,4 +1,4 @@
-"""A pretrained model's stream norms and block Jacobian spectra, layer by layer, on your sentences.
+"""A pretrained model's stream RMS and block Jacobian spectra, layer by layer, on your sentences.
 
     python python/examples/instruments_by_layer.py [--model PATH] [--out figure.png] ["a sentence" ...]
 
@@ -50,11 +50,11 @@ def main():
     for sentence in a.sentences:
         ids = model.tokenize(sentence)
         dyn = model.dynamics(ids)
-        layers = dyn.to_pandas()  # one row per layer: stream_norm (of the stream entering it), branch ratios, ...
-        norms = list(layers["stream_norm"]) + [dyn["final_stream_norm"]]  # ... and leaving the last one
+        layers = dyn.to_pandas()  # one row per layer: stream_rms (of the stream entering it), branch ratios, ...
+        norms = list(layers["stream_rms"]) + [dyn["final_stream_rms"]]  # ... and leaving the last one
         left.plot(range(len(norms)), norms, marker="o", label=f"{sentence[:28]}... ({len(ids)} tokens)")
     left.set(xlabel="block boundary (0: the embedding output, L: the last block's output)",
-             ylabel="mean over tokens of ||x||", title="residual stream norm")
+             ylabel="mean over tokens of RMS(x) = ||x|| / sqrt(d)", title="residual stream")
     left.legend(fontsize=7)
 
     ids = model.tokenize(a.sentences[0])

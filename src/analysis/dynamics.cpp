@@ -94,7 +94,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
     for (int l = 0; l < L; l++) {
       LayerDynamics& d = rep.layers[size_t(l)];
       const double* x = model.stream(2 * l);
-      for (int n = 0; n < N; n++) d.stream_norm += row_norm(x + size_t(n) * C, C) / (double(N) * batches);
+      for (int n = 0; n < N; n++) d.stream_rms += row_norm(x + size_t(n) * C, C) / (std::sqrt(double(C)) * double(N) * batches);
       for (int s = 0; s < 2; s++) {
         if (!cfg.has_sublayer(2 * l + s)) {
           d.mlp_branch_ratio = std::nan("");  // attention-only model: no MLP branch (JSON null)
@@ -123,7 +123,8 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       d.ffn_out_grad_norm = w2 >= 0 ? d.ffn_out_grad_norm + std::sqrt(sq[size_t(w2)]) / batches : std::nan("");
     }
     const double* xl = model.stream(2 * L);
-    for (int n = 0; n < N; n++) rep.final_stream_norm += row_norm(xl + size_t(n) * C, C) / (double(N) * batches);
+    for (int n = 0; n < N; n++)
+      rep.final_stream_rms += row_norm(xl + size_t(n) * C, C) / (std::sqrt(double(C)) * double(N) * batches);
     for (int b = 0; b < B; b++) rep.final_residual_rank += residual_rank(xl + size_t(b) * T * C, T, C) / (double(B) * batches);
   }
   // rank collapse: the model's own readings for its own (skips, MLP) setting, the other ablations
@@ -167,7 +168,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
 nlohmann::json to_json(const DynamicsReport& r) {
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& d : r.layers)
-    layers.push_back({{"layer", d.layer}, {"placement", d.placement}, {"stream_norm", d.stream_norm},
+    layers.push_back({{"layer", d.layer}, {"placement", d.placement}, {"stream_rms", d.stream_rms},
                       {"attn_branch_ratio", d.attn_branch_ratio}, {"mlp_branch_ratio", d.mlp_branch_ratio},
                       {"grad_norm", d.grad_norm}, {"ffn_out_grad_norm", d.ffn_out_grad_norm},
                       {"residual_rank", d.residual_rank}, {"largest_token_share", d.largest_token_share}});
@@ -177,7 +178,7 @@ nlohmann::json to_json(const DynamicsReport& r) {
   for (const auto& v : r.rank_collapse)
     collapse.push_back({{"skips", v.skips}, {"mlp", v.mlp}, {"residual_rank", v.residual_rank}, {"ratio", v.ratio}});
   return {{"batches", r.batches}, {"B", r.B}, {"T", r.T}, {"loss", r.loss}, {"has_loss", r.has_loss}, {"layers", layers},
-          {"final_stream_norm", r.final_stream_norm}, {"final_residual_rank", r.final_residual_rank},
+          {"final_stream_rms", r.final_stream_rms}, {"final_residual_rank", r.final_residual_rank},
           {"grad_norm_last_over_first", r.grad_growth}, {"ffn_out_grad_norm_last_over_first", r.ffn_out_grad_growth},
           {"rank_collapse", collapse}, {"param_grad_norms", params}};
 }
@@ -186,16 +187,16 @@ void print_report(const DynamicsReport& r) {
   fmt::print("Depth dynamics over {} batches of {} x {} (mean loss {:.4f})\n", r.batches, r.B, r.T, r.loss);
   if (!r.has_loss)
     fmt::print("the model has no head (head = none): no loss, so no gradient norms (shown as -)\n");
-  fmt::print("{:>5} {:<9} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "layer", "placement", "||x_l||",
+  fmt::print("{:>5} {:<9} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "layer", "placement", "rms(x_l)",
              "|F|/|x| attn", "|F|/|x| mlp", "grad norm", "res(X_l)");
   for (const auto& d : r.layers)
     fmt::print("{:>5} {:<9} {:>12.4f} {:>12.4f} {:>12} {:>12.4e} {:>10.4f}\n", d.layer, d.placement,
-               d.stream_norm, d.attn_branch_ratio,
+               d.stream_rms, d.attn_branch_ratio,
                std::isnan(d.mlp_branch_ratio) ? std::string("-") : fmt::format("{:.4f}", d.mlp_branch_ratio),
                d.grad_norm, d.residual_rank);
-  fmt::print("{:>5} {:<9} {:>12.4f} {:>12} {:>12} {:>12} {:>10.4f}\n", "out", "", r.final_stream_norm, "", "", "",
+  fmt::print("{:>5} {:<9} {:>12.4f} {:>12} {:>12} {:>12} {:>10.4f}\n", "out", "", r.final_stream_rms, "", "", "",
              r.final_residual_rank);
-  fmt::print("columns: layer (out: after the last); placement; ||x_l||: mean norm of the stream entering the layer; "
+  fmt::print("columns: layer (out: after the last); placement; rms(x_l): the stream entering the layer, RMS over its d channels (||x_l|| / sqrt(d), the unit of the training logs and the report), mean over tokens; "
              "|F|/|x| attn, mlp: branch-to-stream ratio ||F(x)||/||x|| of each sub-layer; grad norm: ||dL/d theta|| of "
              "the layer's parameters; res(X_l): ||X - 1 mean(X)^T||_F / ||X||_F, distance from rank one\n");
   std::vector<int> dominated;  // layers whose stream-norm mean is mostly one token's
@@ -204,7 +205,7 @@ void print_report(const DynamicsReport& r) {
     if (d.largest_token_share > 0.5) dominated.push_back(d.layer), most = std::max(most, d.largest_token_share);
   if (!dominated.empty())
     fmt::print("note: one token carries more than half of a sequence's squared stream norm entering layers {} (share "
-               "up to {:.3f}; 1/T = {:.3f} when the tokens are alike): ||x_l|| there is mostly that token's (analyze "
+               "up to {:.3f}; 1/T = {:.3f} when the tokens are alike): rms(x_l) there is mostly that token's (analyze "
                "sinks names it)\n",
                fmt::join(dominated, " "), most, 1.0 / r.T);
   fmt::print("gradient norm, last layer / first layer: {}; of the MLP output weights W2 (Xiong et al.'s "

@@ -23,9 +23,10 @@ inline constexpr const char* kNoGradientRatio = "undefined (the first layer's gr
 struct LayerDynamics {
   int layer = 0;
   std::string placement;
-  double stream_norm = 0;         // mean over tokens of ||x_l|| entering the layer
+  double stream_rms = 0;          // mean over tokens of RMS(x_l) = ||x_l|| / sqrt(d) entering the layer
+                                  // (the unit of the stream everywhere: the training logs, the report)
   // mean over sequences of the largest token's share of the squared norm, max_t ||x_t||^2 / sum_t
-  // ||x_t||^2 (1/T when the tokens are alike; near 1 when one token carries the stream_norm mean)
+  // ||x_t||^2 (1/T when the tokens are alike; near 1 when one token carries the stream_rms mean)
   double largest_token_share = 0;
   double attn_branch_ratio = 0;   // mean over tokens of ||g|| / ||x|| for the attention sub-layer
   double mlp_branch_ratio = 0;
@@ -51,7 +52,7 @@ struct DynamicsReport {
   std::vector<LayerDynamics> layers;
   std::vector<ParamGradNorm> params;  // every parameter tensor, in the canonical order
   std::vector<RankCollapseVariant> rank_collapse;  // (skips, mlp) = (1,1), (1,0), (0,1), (0,0)
-  double final_stream_norm = 0, final_residual_rank = 0;
+  double final_stream_rms = 0, final_residual_rank = 0;
   double loss = 0;                // mean loss over the batches (NaN without a head)
   bool has_loss = true;           // false for a headless model: every gradient norm is NaN
   int batches = 0, B = 0, T = 0;
@@ -90,20 +91,20 @@ struct LayerDynamicsEncDec {
   int layer = 0;                // within its stack
   int global_layer = 0;         // the config's global layer (decoder layers follow the encoder's)
   std::string placement;
-  double stream_norm = 0;       // mean over real tokens of ||x|| entering the layer
+  double stream_rms = 0;        // mean over real tokens of RMS(x) = ||x|| / sqrt(d) entering the layer
   double grad_norm = 0;         // ||dL/d theta_l|| over every parameter of the layer, mean over batches
   std::vector<SublayerDynamicsEncDec> sublayers;  // encoder: attn, mlp; decoder: attn, cross, mlp
 };
 
 struct StackDynamics {
   std::vector<LayerDynamicsEncDec> layers;
-  double out_stream_norm = 0;   // mean over real tokens of ||x|| leaving the last layer (before any final norm)
+  double out_stream_rms = 0;    // mean over real tokens of RMS(x) leaving the last layer (before any final norm)
   double grad_growth = 0;       // grad_norm(last layer) / grad_norm(first layer)
 };
 
 struct EncDecDynamicsReport {
   StackDynamics encoder, decoder;
-  double memory_norm = 0;       // mean over real source tokens of ||memory|| (what cross-attention reads)
+  double memory_rms = 0;        // mean over real source tokens of RMS(memory) (what cross-attention reads)
   std::vector<ParamGradNorm> params;  // every parameter tensor, canonical order
   double loss = 0;              // mean loss over the batches
   int batches = 0, B = 0, T = 0, S = 0;

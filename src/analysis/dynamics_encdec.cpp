@@ -13,8 +13,8 @@ namespace normlab::analysis {
 
 namespace {
 
-// Mean of ||x_n|| over the rows n of (B * len, C) whose mask is 1 (all rows without a mask).
-double mean_real_norm(const double* x, const std::vector<uint8_t>& mask, size_t rows, int C) {
+// Mean of RMS(x_n) = ||x_n|| / sqrt(C) over the rows n of (B * len, C) whose mask is 1 (all rows without a mask).
+double mean_real_rms(const double* x, const std::vector<uint8_t>& mask, size_t rows, int C) {
   double sum = 0;
   size_t count = 0;
   for (size_t n = 0; n < rows; n++)
@@ -22,7 +22,7 @@ double mean_real_norm(const double* x, const std::vector<uint8_t>& mask, size_t 
       sum += row_norm(x + n * C, C);
       count++;
     }
-  return count ? sum / double(count) : 0.0;
+  return count ? sum / (std::sqrt(double(C)) * double(count)) : 0.0;
 }
 
 bool has_prefix(const std::string& name, const std::string& prefix) { return name.rfind(prefix + ".", 0) == 0; }
@@ -99,7 +99,7 @@ EncDecDynamicsReport analyze_dynamics_encdec(Model<double>& model, const std::ve
       LayerDynamicsEncDec& d = (sl.encoder ? rep.encoder : rep.decoder).layers[size_t(sl.encoder ? sl.layer : sl.layer - N)];
       const int first_slot_of_layer = sl.encoder ? 2 * sl.layer : dec0 + 3 * (sl.layer - N);
       if (i == first_slot_of_layer) {
-        d.stream_norm += mean_real_norm(model.stream(i), mask, rows, C) / batches;
+        d.stream_rms += mean_real_rms(model.stream(i), mask, rows, C) / batches;
         d.grad_norm += group_norm(layer_specs[size_t(sl.layer)]) / batches;
       }
       if (!sl.present) continue;
@@ -115,9 +115,9 @@ EncDecDynamicsReport analyze_dynamics_encdec(Model<double>& model, const std::ve
       sd.branch_ratio += ratio / double(count) / batches;
       sd.grad_norm += group_norm(slot_specs[size_t(i)]) / batches;
     }
-    rep.encoder.out_stream_norm += mean_real_norm(model.acts(last_enc).x_out, batch.src_mask, size_t(B) * S, C) / batches;
-    rep.memory_norm += mean_real_norm(model.memory(), batch.src_mask, size_t(B) * S, C) / batches;
-    rep.decoder.out_stream_norm += mean_real_norm(model.stream(cfg.n_slots()), batch.mask, size_t(B) * T, C) / batches;
+    rep.encoder.out_stream_rms += mean_real_rms(model.acts(last_enc).x_out, batch.src_mask, size_t(B) * S, C) / batches;
+    rep.memory_rms += mean_real_rms(model.memory(), batch.src_mask, size_t(B) * S, C) / batches;
+    rep.decoder.out_stream_rms += mean_real_rms(model.stream(cfg.n_slots()), batch.mask, size_t(B) * T, C) / batches;
   }
   for (StackDynamics* st : {&rep.encoder, &rep.decoder})
     st->grad_growth = norm_ratio(st->layers.back().grad_norm, st->layers.front().grad_norm);
@@ -134,15 +134,15 @@ nlohmann::json to_json(const EncDecDynamicsReport& r) {
         subs.push_back({{"slot", s.slot}, {"kind", s.kind}, {"prefix", s.prefix}, {"present", s.present},
                         {"branch_ratio", num(s.branch_ratio)}, {"grad_norm", num(s.grad_norm)}});
       layers.push_back({{"layer", d.layer}, {"global_layer", d.global_layer}, {"placement", d.placement},
-                        {"stream_norm", d.stream_norm}, {"grad_norm", d.grad_norm}, {"sublayers", subs}});
+                        {"stream_rms", d.stream_rms}, {"grad_norm", d.grad_norm}, {"sublayers", subs}});
     }
-    return nlohmann::json{{"layers", layers}, {"out_stream_norm", st.out_stream_norm},
+    return nlohmann::json{{"layers", layers}, {"out_stream_rms", st.out_stream_rms},
                           {"grad_norm_last_over_first", st.grad_growth}};
   };
   nlohmann::json params = nlohmann::json::array();
   for (const auto& p : r.params) params.push_back({{"name", p.name}, {"grad_norm", p.grad_norm}});
   return {{"arch", "encdec"}, {"batches", r.batches}, {"B", r.B}, {"T", r.T}, {"S", r.S}, {"loss", r.loss},
-          {"encoder", stack(r.encoder)}, {"decoder", stack(r.decoder)}, {"memory_norm", r.memory_norm},
+          {"encoder", stack(r.encoder)}, {"decoder", stack(r.decoder)}, {"memory_rms", r.memory_rms},
           {"param_grad_norms", params}};
 }
 
@@ -151,11 +151,11 @@ void print_report(const EncDecDynamicsReport& r) {
              "{:.4f}); norms are means over real (unpadded) tokens\n",
              r.batches, r.S, r.T, r.B, r.loss);
   fmt::print("{:<8} {:>5} {:<9} {:>10} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "stack", "layer", "placement",
-             "||x_l||", "grad layer", "|F|/|x| sa", "grad sa", "|F|/|x| ca", "grad ca", "|F|/|x| ff", "grad ff");
+             "rms(x_l)", "grad layer", "|F|/|x| sa", "grad sa", "|F|/|x| ca", "grad ca", "|F|/|x| ff", "grad ff");
   for (const StackDynamics* st : {&r.encoder, &r.decoder}) {
     const char* name = st == &r.encoder ? "encoder" : "decoder";
     for (const auto& d : st->layers) {
-      fmt::print("{:<8} {:>5} {:<9} {:>10.4f} {:>11.4e}", name, d.layer, d.placement, d.stream_norm, d.grad_norm);
+      fmt::print("{:<8} {:>5} {:<9} {:>10.4f} {:>11.4e}", name, d.layer, d.placement, d.stream_rms, d.grad_norm);
       const auto cell = [](double v, const char* f) { return std::isnan(v) ? std::string("-") : fmt::format(fmt::runtime(f), v); };
       for (const char* kind : {"attn", "cross", "mlp"}) {
         const SublayerDynamicsEncDec* s = nullptr;
@@ -165,12 +165,12 @@ void print_report(const EncDecDynamicsReport& r) {
       }
       fmt::print("\n");
     }
-    fmt::print("{:<8} {:>5} {:<9} {:>10.4f}\n", name, "out", "", st->out_stream_norm);
+    fmt::print("{:<8} {:>5} {:<9} {:>10.4f}\n", name, "out", "", st->out_stream_rms);
   }
-  fmt::print("columns: stack, layer (out: after the last), placement; ||x_l||: mean norm of the stream entering the "
-             "layer; grad layer: ||dL/d theta|| of the layer; |F|/|x| and grad of each sub-layer: sa self-attention, ca "
+  fmt::print("columns: stack, layer (out: after the last), placement; rms(x_l): the stream entering the layer, RMS over its "
+             "d channels (||x_l|| / sqrt(d)), mean over real tokens; grad layer: ||dL/d theta|| of the layer; |F|/|x| and grad of each sub-layer: sa self-attention, ca "
              "cross-attention, ff the MLP (branch-to-stream ratio and its parameters' gradient norm)\n");
-  fmt::print("memory (what cross-attention reads) ||mem|| = {:.4f}\n", r.memory_norm);
+  fmt::print("memory (what cross-attention reads) rms(mem) = {:.4f}\n", r.memory_rms);
   fmt::print("layer gradient norm, last layer / first layer: encoder {}, decoder {} (Liu et al. 2020: at "
              "init a Post-LN decoder's shrink toward its input, the encoder's do not)\n",
              ratio_text(r.encoder.grad_growth, 4, kNoGradientRatio), ratio_text(r.decoder.grad_growth, 4, kNoGradientRatio));

@@ -324,13 +324,12 @@ std::vector<std::string> summary_lines(const std::string& name, const nlohmann::
   if (lanczos_text(pre) != "not computed")
     s.push_back(fmt::format("{}: end-to-end Jacobian of the whole sequence (T = {}, matrix-free): pretrained {}; fresh {}.",
                             name, kProbeT, lanczos_text(pre), lanczos_text(fresh)));
-  const auto sn_pre = layer_values(pre, "stream_norm");
-  const auto sn_fresh = layer_values(fresh, "stream_norm");
+  const auto sn_pre = layer_values(pre, "stream_rms");
+  const auto sn_fresh = layer_values(fresh, "stream_rms");
   const bool post = pre["config"]["model"]["placement"].dump().find("post") != std::string::npos;
   const std::string why =
-      post ? fmt::format("Every Post-LN block ends in a LayerNorm, whose output has norm sqrt(d) = {:.1f} with unit gains and "
-                         "zero biases; the learned gains and biases set the pretrained level.",
-                         std::sqrt(double(pre["config"]["model"]["d_model"].get<int>())))
+      post ? std::string("Every Post-LN block ends in a LayerNorm, whose output has RMS 1 with unit gains and zero "
+                         "biases; the learned gains and biases set the pretrained level.")
            : fmt::format("Pre-norm: nothing normalizes the stream between blocks, so it grows as the branches add to it; "
                          "the largest step is into layer {} (x{:.2f}).",
                          [&] {
@@ -344,7 +343,7 @@ std::vector<std::string> summary_lines(const std::string& name, const nlohmann::
                            for (size_t l = 1; l < sn_pre.size(); l++) r = std::max(r, sn_pre[l] / sn_pre[l - 1]);
                            return r;
                          }());
-  s.push_back(fmt::format("{}: stream norm ||x_l|| entering layers 0..L-1: pretrained {:.2f} to {:.2f}, fresh {:.2f} to {:.2f}. {}",
+  s.push_back(fmt::format("{}: stream rms(x_l) = ||x_l|| / sqrt(d) entering layers 0..L-1: pretrained {:.2f} to {:.2f}, fresh {:.2f} to {:.2f}. {}",
                           name, *std::min_element(sn_pre.begin(), sn_pre.end()), *std::max_element(sn_pre.begin(), sn_pre.end()),
                           *std::min_element(sn_fresh.begin(), sn_fresh.end()), *std::max_element(sn_fresh.begin(), sn_fresh.end()),
                           why));

@@ -292,19 +292,21 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     std::vector<double> l, grow, ratio;
     for (size_t i = 1; i < dp.layers.size(); i++) {
       l.push_back(double(i));
-      grow.push_back(std::max(1e-300, dp.layers[i].stream_norm * dp.layers[i].stream_norm -
-                                          dp.layers[0].stream_norm * dp.layers[0].stream_norm));
+      grow.push_back(std::max(1e-300, dp.layers[i].stream_rms * dp.layers[i].stream_rms -
+                                          dp.layers[0].stream_rms * dp.layers[0].stream_rms));
       ratio.push_back(dp.layers[i].mlp_branch_ratio);
     }
     std::vector<double> log_l, log_grow, log_ratio;
     for (size_t i = 0; i < l.size(); i++)
       log_l.push_back(std::log(l[i])), log_grow.push_back(std::log(grow[i])), log_ratio.push_back(std::log(ratio[i]));
     const double p = depth_slope(log_l, log_grow), q = depth_slope(log_l, log_ratio);
-    const std::string norms = fmt::format("||x|| from {:.3f} (entering layer 0) to {:.3f} (after the last of {} layers); "
-                                          "||x_l||^2 - ||x_0||^2 ~ l^{:.2f} as a free power law",
-                                          dp.layers[0].stream_norm, dp.final_stream_norm, L, p);
-    std::vector<double> stream_norms;
-    for (const auto& ly : dp.layers) stream_norms.push_back(ly.stream_norm);
+    // (in the stream's unit, RMS(x) = ||x|| / sqrt(d): a constant factor, so every fit and verdict is
+    // the same as in ||x||)
+    const std::string norms = fmt::format("rms(x) = ||x|| / sqrt(d) from {:.3f} (entering layer 0) to {:.3f} (after the "
+                                          "last of {} layers); ||x_l||^2 - ||x_0||^2 ~ l^{:.2f} as a free power law",
+                                          dp.layers[0].stream_rms, dp.final_stream_rms, L, p);
+    std::vector<double> stream_rms;
+    for (const auto& ly : dp.layers) stream_rms.push_back(ly.stream_rms);
     const Series growth{l, log_grow};
     const std::string grow_y = "log(||x_l||^2 - ||x_0||^2)";
     out.push_back(law({"003/004 stream growth", "Pre-LN grows the stream additively: ||x_l||^2 ~ l, i.e. ||x_l|| ~ sqrt(l)",
@@ -312,7 +314,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                       {"l (layer)", grow_y,
                        {fixed_power(1, "~ l (the claim)"), power_law("~ l^p, p free"), exponential_law("exponential in l"),
                         Law::flat("no growth")}},
-                      growth, norms, {{"exponent", p}, {"stream_norms", stream_norms}}));
+                      growth, norms, {{"exponent", p}, {"stream_rms", stream_rms}}));
     out.push_back(law({"003 additive, not multiplicative", "Pre-LN's growth is additive (a power of l), not exponential",
                        "Pre-LN, " + xavier, grow_y + " against the layer l = 1 .. L-1"},
                       {"l (layer)", grow_y,
