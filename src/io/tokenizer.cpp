@@ -158,7 +158,9 @@ void Tokenizer::split_added(std::vector<Segment>& segments, bool normalized) con
 // more are checked (/proc/meminfo is read for them).
 constexpr size_t kPreTokenizerBytesPerByte = 16, kModelBytesPerByte = 96, kCheckedBytes = size_t(1) << 20;
 
-static void check_fits(size_t bytes, size_t per_byte, const std::string& what) {
+// `what()` names the text in the message (made only for a refusal: this runs once per word).
+template <class What>
+static void check_fits(size_t bytes, size_t per_byte, const What& what) {
   if (bytes < kCheckedBytes) return;
   const double need = double(bytes) * double(per_byte);
   const std::optional<uint64_t> free = available_memory_bytes();
@@ -167,7 +169,7 @@ static void check_fits(size_t bytes, size_t per_byte, const std::string& what) {
                               ? fmt::format("more than the {} bytes a word may have", INT32_MAX)
                               : fmt::format("tokenizing it needs about {} and only {} is available", memory_text(need),
                                             memory_text(double(*free)));
-  throw Error(fmt::format("the text holds {}: {}; split the text into smaller pieces", what, why));
+  throw Error(fmt::format("the text holds {}: {}; split the text into smaller pieces", what(), why));
 }
 
 // The byte-level and BERT pre-tokenizers cut words at white space, so a segment is pre-tokenized and
@@ -216,9 +218,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       end = in_pieces ? piece_end(text, start) : text.size();
       const std::string_view piece = text.substr(start, end - start);
       if (byte_level)
-        check_fits(piece.size(), kPreTokenizerBytesPerByte,
-                   fmt::format("{} bytes without a space, which its pre-tokenizer reads as one piece",
-                               piece.size()));
+        check_fits(piece.size(), kPreTokenizerBytesPerByte, [&] {
+          return fmt::format("{} bytes without a space, which its pre-tokenizer reads as one piece", piece.size());
+        });
       words.clear();
       if (byte_level)
         bpe::byte_level_pre_tokenize(piece, pre, words);
@@ -227,12 +229,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
       else
         wordpiece::bert_pre_tokenize(piece, words);
       for (const std::string& word : words) {
-        check_fits(word.size(), kModelBytesPerByte,
-                   fmt::format("a word of {} bytes ({})", word.size(),
-                               pre.kind == PreTokenizerKind::Metaspace
-                                   ? "a SentencePiece tokenizer takes all the text between two added tokens as one word"
-                                   : "its pre-tokenizer splits text at white space and between letters, digits and "
-                                     "other characters"));
+        check_fits(word.size(), kModelBytesPerByte, [&] {
+          return fmt::format("a word of {} bytes ({})", word.size(),
+                             pre.kind == PreTokenizerKind::Metaspace
+                                 ? "a SentencePiece tokenizer takes all the text between two added tokens as one word"
+                                 : "its pre-tokenizer splits text at white space and between letters, digits and "
+                                   "other characters");
+        });
         parts_.model->tokenize(word, ids);
       }
     }
