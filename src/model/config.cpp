@@ -113,8 +113,7 @@ void ModelConfig::set_rope_dims(int R) {
   if (rope_dims() != R) rope_fraction = (R + 0.5) / head_size();  // (R / HS rounded below R by floor)
 }
 std::optional<Placement> placement_from_string(const std::string& s) {
-  for (const Method& m : all_methods())
-    if (s == m.name) return m.id;
+  if (const Method* m = find_method(s)) return m->id;
   return std::nullopt;
 }
 
