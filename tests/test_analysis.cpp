@@ -637,3 +637,75 @@ TEST(Sinks, AMassiveEntryIsFoundWhereItWasPut) {
   EXPECT_NEAR(dyn.layers[0].largest_token_share, again.largest_norm_share, 1e-12);
   EXPECT_GT(dyn.layers[0].largest_token_share, 0.999);
 }
+
+// analyze dynamics' per-token table: each position's stream RMS entering layer 0 is its embedding's, by
+// hand (wte[id] + wpe[t], the mean over the windows), the one token given a massive entry stands out at
+// its position, the mean over positions of every reading is the layer's, and on one window a position's
+// branch ratio is that token's own ||g_t|| / ||x_t|| read from the model's activations.
+TEST(Dynamics, PerTokenReadingsAreEachPositionsOwn) {
+  ModelConfig c;
+  c.d_model = 16, c.n_heads = 2, c.n_layers = 2, c.seq_len = 8, c.placement = {Placement::Pre};
+  Model<double> m(c);
+  const ParamSpec* wte = m.table().find("wte.weight");
+  const ParamSpec* wpe = m.table().find("wpe.weight");
+  ASSERT_NE(wte, nullptr);
+  ASSERT_NE(wpe, nullptr);
+  const int opener = 7, C = 16, T = 8, B = 3;
+  m.params()[wte->offset + size_t(opener) * C + 5] = 5000;
+  Batch b;
+  b.B = B, b.T = T;
+  for (int r = 0; r < B; r++)
+    for (int t = 0; t < T; t++) b.ids.push_back(t == 3 ? opener : 20 + 3 * t + r);
+  b.labels.assign(b.ids.size(), 0);
+  for (size_t i = 0; i + 1 < b.ids.size(); i++) b.labels[i] = b.ids[i + 1];
+  const DynamicsReport r = analyze_dynamics(m, std::vector<Batch>{b});
+  ASSERT_EQ(r.tokens.size(), size_t(c.n_layers) + 1);
+  for (int t = 0; t < T; t++) {
+    double by_hand = 0;
+    for (int w = 0; w < B; w++) {
+      double s = 0;
+      for (int e = 0; e < C; e++) {
+        const double v = m.params()[wte->offset + size_t(b.ids[size_t(w * T + t)]) * C + e] + m.params()[wpe->offset + size_t(t) * C + e];
+        s += v * v;
+      }
+      by_hand += std::sqrt(s / C) / B;
+    }
+    EXPECT_NEAR(r.tokens[0].stream_rms[size_t(t)], by_hand, 1e-12 * by_hand) << "position " << t;
+    if (t != 3) EXPECT_LT(r.tokens[0].stream_rms[size_t(t)], 1e-3 * r.tokens[0].stream_rms[3]);
+  }
+  for (size_t l = 0; l < r.tokens.size(); l++) {
+    double stream = 0, attn = 0, mlp = 0;
+    for (int t = 0; t < T; t++)
+      stream += r.tokens[l].stream_rms[size_t(t)] / T, attn += r.tokens[l].attn_branch_ratio[size_t(t)] / T,
+          mlp += r.tokens[l].mlp_branch_ratio[size_t(t)] / T;
+    if (l < r.layers.size()) {
+      EXPECT_NEAR(stream, r.layers[l].stream_rms, 1e-12 * stream);
+      EXPECT_NEAR(attn, r.layers[l].attn_branch_ratio, 1e-12 * attn);
+      EXPECT_NEAR(mlp, r.layers[l].mlp_branch_ratio, 1e-12 * mlp);
+    } else {  // after the last layer: the stream only
+      EXPECT_NEAR(stream, r.final_stream_rms, 1e-12 * stream);
+      EXPECT_TRUE(std::isnan(attn) && std::isnan(mlp));
+    }
+  }
+  Batch one;  // one window: each position's reading is its token's own
+  one.B = 1, one.T = T;
+  one.ids.assign(b.ids.begin(), b.ids.begin() + T);
+  one.labels.assign(b.labels.begin(), b.labels.begin() + T);
+  const DynamicsReport single = analyze_dynamics(m, std::vector<Batch>{one});
+  for (int s = 0; s < 2 * c.n_layers; s++) {
+    const SublayerActs<double>& a = m.acts(s);
+    for (int t = 0; t < T; t++) {
+      double g2 = 0, x2 = 0;
+      for (int e = 0; e < C; e++) g2 += a.g[size_t(t) * C + e] * a.g[size_t(t) * C + e], x2 += a.x_in[size_t(t) * C + e] * a.x_in[size_t(t) * C + e];
+      const TokenDynamics& tok = single.tokens[size_t(s / 2)];
+      EXPECT_NEAR((s % 2 == 0 ? tok.attn_branch_ratio : tok.mlp_branch_ratio)[size_t(t)], std::sqrt(g2 / x2),
+                  1e-12 * std::sqrt(g2 / x2)) << "sub-layer " << s << " position " << t;
+    }
+  }
+  const nlohmann::json j = nlohmann::json::parse(to_json(r).dump());  // as written: NaN is null
+  // one record per (layer, position), the last layer = n_layers
+  ASSERT_EQ(j["tokens"].size(), size_t(c.n_layers + 1) * T);
+  EXPECT_EQ(j["tokens"].back()["layer"], c.n_layers);
+  EXPECT_EQ(j["tokens"][3]["token"], 3);
+  EXPECT_TRUE(j["tokens"].back()["attn_branch_ratio"].is_null());
+}

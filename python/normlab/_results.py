@@ -20,7 +20,7 @@ def _encdec_layers(doc) -> list:  # both stacks' layers, each record naming its 
 _TABLES = {
     "jacobian": ("blocks", ("blocks", "norm_sites")),
     "attention": ("per_head", ("per_head",)),
-    "dynamics": ("layers", ("layers", "param_grad_norms", "rank_collapse")),
+    "dynamics": ("layers", ("layers", "tokens", "param_grad_norms", "rank_collapse")),
     "sinks": ("streams", ("streams", "heads", "massive")),
     "theory": (None, (None,)),      # the document is the list of claims
     "jacobian_encdec": ("ends", ("ends",)),

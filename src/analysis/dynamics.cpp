@@ -64,6 +64,11 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
     if (b.B != B || b.T != T) throw Error("analyze dynamics: every batch must have the same shape");
   DynamicsReport rep;
   rep.layers.resize(size_t(L));
+  const double nan = std::nan("");
+  rep.tokens.assign(size_t(L) + 1, TokenDynamics{std::vector<double>(size_t(T), 0.0), std::vector<double>(size_t(T), 0.0),
+                                                  std::vector<double>(size_t(T), 0.0)});
+  std::fill(rep.tokens.back().attn_branch_ratio.begin(), rep.tokens.back().attn_branch_ratio.end(), nan);
+  std::fill(rep.tokens.back().mlp_branch_ratio.begin(), rep.tokens.back().mlp_branch_ratio.end(), nan);
   rep.batches = batches;
   rep.B = B;
   rep.T = T;
@@ -93,17 +98,27 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
     }
     for (int l = 0; l < L; l++) {
       LayerDynamics& d = rep.layers[size_t(l)];
+      TokenDynamics& tok = rep.tokens[size_t(l)];
       const double* x = model.stream(2 * l);
-      for (int n = 0; n < N; n++) d.stream_rms += row_norm(x + size_t(n) * C, C) / (std::sqrt(double(C)) * double(N) * batches);
+      for (int n = 0; n < N; n++) {
+        const double rms = row_norm(x + size_t(n) * C, C) / std::sqrt(double(C));
+        d.stream_rms += rms / (double(N) * batches);
+        tok.stream_rms[size_t(n % T)] += rms / (double(B) * batches);
+      }
       for (int s = 0; s < 2; s++) {
+        std::vector<double>& per_token = s == 0 ? tok.attn_branch_ratio : tok.mlp_branch_ratio;
         if (!cfg.has_sublayer(2 * l + s)) {
-          d.mlp_branch_ratio = std::nan("");  // attention-only model: no MLP branch (JSON null)
+          d.mlp_branch_ratio = nan;  // attention-only model: no MLP branch (JSON null)
+          std::fill(per_token.begin(), per_token.end(), nan);
           continue;
         }
         const SublayerActs<double>& a = model.acts(2 * l + s);
         double ratio = 0;
-        for (int n = 0; n < N; n++)
-          ratio += row_norm(a.g + size_t(n) * C, C) / std::max(1e-300, row_norm(a.x_in + size_t(n) * C, C));
+        for (int n = 0; n < N; n++) {
+          const double r = row_norm(a.g + size_t(n) * C, C) / std::max(1e-300, row_norm(a.x_in + size_t(n) * C, C));
+          ratio += r;
+          per_token[size_t(n % T)] += r / (double(B) * batches);
+        }
         (s == 0 ? d.attn_branch_ratio : d.mlp_branch_ratio) += ratio / (double(N) * batches);
       }
       for (int b = 0; b < B; b++) d.residual_rank += residual_rank(x + size_t(b) * T * C, T, C) / (double(B) * batches);
@@ -123,8 +138,11 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       d.ffn_out_grad_norm = w2 >= 0 ? d.ffn_out_grad_norm + std::sqrt(sq[size_t(w2)]) / batches : std::nan("");
     }
     const double* xl = model.stream(2 * L);
-    for (int n = 0; n < N; n++)
-      rep.final_stream_rms += row_norm(xl + size_t(n) * C, C) / (std::sqrt(double(C)) * double(N) * batches);
+    for (int n = 0; n < N; n++) {
+      const double rms = row_norm(xl + size_t(n) * C, C) / std::sqrt(double(C));
+      rep.final_stream_rms += rms / (double(N) * batches);
+      rep.tokens.back().stream_rms[size_t(n % T)] += rms / (double(B) * batches);
+    }
     for (int b = 0; b < B; b++) rep.final_residual_rank += residual_rank(xl + size_t(b) * T * C, T, C) / (double(B) * batches);
   }
   // rank collapse: the model's own readings for its own (skips, MLP) setting, the other ablations
@@ -172,6 +190,13 @@ nlohmann::json to_json(const DynamicsReport& r) {
                       {"attn_branch_ratio", d.attn_branch_ratio}, {"mlp_branch_ratio", d.mlp_branch_ratio},
                       {"grad_norm", d.grad_norm}, {"ffn_out_grad_norm", d.ffn_out_grad_norm},
                       {"residual_rank", d.residual_rank}, {"largest_token_share", d.largest_token_share}});
+  nlohmann::json tokens = nlohmann::json::array();  // one record per (stream point, position)
+  for (size_t l = 0; l < r.tokens.size(); l++)
+    for (size_t t = 0; t < r.tokens[l].stream_rms.size(); t++)
+      tokens.push_back({{"layer", l}, {"token", t},  // layer L: after the last
+                        {"stream_rms", r.tokens[l].stream_rms[t]},
+                        {"attn_branch_ratio", r.tokens[l].attn_branch_ratio[t]},
+                        {"mlp_branch_ratio", r.tokens[l].mlp_branch_ratio[t]}});
   nlohmann::json params = nlohmann::json::array();
   for (const auto& p : r.params) params.push_back({{"name", p.name}, {"grad_norm", p.grad_norm}});
   nlohmann::json collapse = nlohmann::json::array();
@@ -180,7 +205,7 @@ nlohmann::json to_json(const DynamicsReport& r) {
   return {{"batches", r.batches}, {"B", r.B}, {"T", r.T}, {"loss", r.loss}, {"has_loss", r.has_loss}, {"layers", layers},
           {"final_stream_rms", r.final_stream_rms}, {"final_residual_rank", r.final_residual_rank},
           {"grad_norm_last_over_first", r.grad_growth}, {"ffn_out_grad_norm_last_over_first", r.ffn_out_grad_growth},
-          {"rank_collapse", collapse}, {"param_grad_norms", params}};
+          {"rank_collapse", collapse}, {"param_grad_norms", params}, {"tokens", tokens}};
 }
 
 void print_report(const DynamicsReport& r) {

@@ -35,6 +35,14 @@ struct LayerDynamics {
   double residual_rank = 0;       // res(X_l) of the stream entering the layer, mean over sequences
 };
 
+// The per-token readings of one stream point (the stream entering a layer, or after the last): at each
+// position t of the windows, the mean over the windows of RMS(x_t) and of each sub-layer's ||g_t|| /
+// ||x_t|| (NaN after the last layer and for an absent MLP). A single window (the Python module's one
+// text) gives each token's own reading; the mean over t of stream_rms is the layer's stream_rms.
+struct TokenDynamics {
+  std::vector<double> stream_rms, attn_branch_ratio, mlp_branch_ratio;  // each of length T
+};
+
 // One ablation of the model for rank collapse: skip paths on or off, MLP sub-layers on or off,
 // every remaining parameter the model's own.
 struct RankCollapseVariant {
@@ -50,6 +58,7 @@ struct ParamGradNorm {
 
 struct DynamicsReport {
   std::vector<LayerDynamics> layers;
+  std::vector<TokenDynamics> tokens;  // per layer, then after the last (L + 1 entries)
   std::vector<ParamGradNorm> params;  // every parameter tensor, in the canonical order
   std::vector<RankCollapseVariant> rank_collapse;  // (skips, mlp) = (1,1), (1,0), (0,1), (0,0)
   double final_stream_rms = 0, final_residual_rank = 0;

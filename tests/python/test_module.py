@@ -244,6 +244,17 @@ def check_family(nl, name, model, d, workdir):
               first_difference(got.data, want))
         df = got.to_pandas()
         check(f"{name}: {kind}.to_pandas() has one row per record", len(df) == len(got.records()) > 0, len(df))
+    # the per-token table of one text: a token column, one row per (layer, token), and each layer's
+    # stream_rms the mean of its tokens' (the stream of one text, token by token)
+    one = m.dynamics(ids[0], labels[0])
+    tok = one.to_pandas("tokens")
+    n_layers, T = len(one["layers"]), ids.shape[1]
+    means = tok.groupby("layer")["stream_rms"].mean()
+    check(f"{name}: dynamics.to_pandas('tokens') has a token column, a row per layer (and after the last) and token, "
+          f"and each layer's stream_rms is its tokens' mean",
+          "token" in tok and len(tok) == (n_layers + 1) * T and
+          all(abs(means[l["layer"]] - l["stream_rms"]) <= 1e-12 * l["stream_rms"] for l in one["layers"]) and
+          abs(means[n_layers] - one["final_stream_rms"]) <= 1e-12 * one["final_stream_rms"], tok.head())
     return m
 
 
