@@ -170,7 +170,10 @@ class Model:
         return self._core.tokenize(text, _path(tokenizer) if tokenizer else "", special)
 
     def decode(self, ids, tokenizer: str = "") -> str:
-        return self._core.decode([int(i) for i in np.asarray(ids).ravel()], _path(tokenizer) if tokenizer else "")
+        """The text of ``ids`` (bytes that are not UTF-8, which a byte-level model can sample, become
+        U+FFFD)."""
+        raw = self._core.decode([int(i) for i in np.asarray(ids).ravel()], _path(tokenizer) if tokenizer else "")
+        return raw.decode("utf-8", errors="replace")
 
     def translation_pair(self, source: str, target: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """An encoder-decoder's input from text, as translation training and the command's ``analyze

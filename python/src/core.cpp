@@ -262,12 +262,14 @@ py::array_t<int32_t> tokenize(const PyModel& m, const std::string& text, const s
   return copy_array(ids.data(), {py::ssize_t(ids.size())});
 }
 
-std::string decode(const PyModel& m, const std::vector<int32_t>& ids, const std::string& given) {
+// The bytes of ids (bytes: a byte-level model's ids may end mid-character or be no UTF-8 at all; the
+// package decodes them with U+FFFD where they are not UTF-8, as translate does).
+py::bytes decode(const PyModel& m, const std::vector<int32_t>& ids, const std::string& given) {
   const std::optional<Tokenizer> tok = tokenizer_of(m, given);
-  if (tok) return tok->decode(ids, false);
+  if (tok) return py::bytes(tok->decode(ids, false));
   std::string out;
   for (int32_t id : ids) out += id < 256 ? std::string(1, char(id)) : fmt::format("<{}>", id);
-  return out;
+  return py::bytes(out);
 }
 
 std::vector<int32_t> sample(PyModel& m, const std::vector<int32_t>& prompt, int max_new, double temperature, int top_k,
@@ -302,6 +304,7 @@ std::vector<int32_t> sample(PyModel& m, const std::vector<int32_t>& prompt, int 
 std::string instrument(PyModel& m, const std::string& kind, const Ids& ids, const std::optional<Ids>& labels,
                        int token, bool full, long full_max_dim, int lanczos_k, const std::optional<Ids>& source) {
   const auto lock = lock_model(m);
+  const InterruptibleCall interruptible;  // Ctrl-C: KeyboardInterrupt within one product or batch
   require_finite_params(m, kind.c_str());
   const ModelConfig& cfg = m.model->config();
   Batch b = batch_of(ids, cfg, kind.c_str());
@@ -404,6 +407,7 @@ std::vector<py::bytes> translate_texts(PyModel& m, const std::vector<std::string
 // `normlab theory --checkpoint`'s claims on this model: the --json text.
 std::string theory_of(PyModel& m, int seeds, const std::string& corpus, const std::string& tokenizer, int seq_len) {
   const auto lock = lock_model(m);
+  const InterruptibleCall interruptible;
   require_finite_params(m, "theory");
   if (seeds < 1 || seeds > 100) throw Error(fmt::format("theory: seeds {} must be in [1, 100]", seeds));
   theory::TheoryOptions o;
@@ -535,6 +539,13 @@ int compare_study(const std::string& name, const std::string& path, const std::s
 PYBIND11_MODULE(_core, mod) {
   mod.doc() = "normlab's compiled core (use the normlab package, not this module)";
   py::register_exception<Error>(mod, "Error", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {  // an instrument or theory stopped by Ctrl-C
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Interrupted&) {
+      PyErr_SetNone(PyExc_KeyboardInterrupt);
+    }
+  });
   mod.attr("interrupted_exit_code") = kInterruptedExitCode;
 
   py::class_<PyModel>(mod, "Model")

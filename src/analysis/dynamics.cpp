@@ -9,6 +9,7 @@
 
 #include "util/error.h"
 #include "util/rng.h"
+#include "util/interrupt.h"
 
 namespace normlab::analysis {
 
@@ -85,6 +86,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
   }
   std::vector<double> sq(specs.size());  // squared gradient norm of each tensor, this batch
   for (int k = 0; k < batches; k++) {
+    throw_if_interrupted();
     const Batch& batch = given[size_t(k)];
     model.zero_grad();
     rep.loss += model.forward(batch.ids.data(), batch.labels.data(), B, T, batch.types_or_null(),
@@ -164,6 +166,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       if (!variant.violations().empty()) continue;  // a method without this ablation (nGPT has no skip-free form)
       const auto m = ablated(model, skips, mlp);
       for (const Batch& batch : given) {
+        throw_if_interrupted();
         m->forward(batch.ids.data(), batch.labels.data(), B, T, batch.types_or_null(), batch.mask_or_null());
         for (int l = 0; l <= L; l++)
           for (int b = 0; b < B; b++)

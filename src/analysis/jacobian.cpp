@@ -11,6 +11,7 @@
 #include "model/norm_of.h"
 #include "util/error.h"
 #include "util/rng.h"
+#include "util/interrupt.h"
 
 namespace normlab::analysis {
 
@@ -183,6 +184,7 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
   bool all_residual = true;
   double product = 1.0;
   for (int l = 0; l < L; l++) {
+    throw_if_interrupted();
     BlockReport b;
     b.layer = l;
     const Placement p = cfg.placement_of(l);

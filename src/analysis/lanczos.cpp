@@ -19,6 +19,7 @@
 #include "analysis/gmres.h"
 #include "model/norm_of.h"
 #include "util/error.h"
+#include "util/interrupt.h"
 
 namespace normlab::analysis {
 
@@ -99,6 +100,7 @@ class StreamOps {
   }
   // Y = G X with G = J J^T (output side) or J^T J (input side)
   void gram(const Mat& X, Mat& Y, bool output_side) const {
+    throw_if_interrupted();  // each product: the unit of an instrument's longest loops
     Mat Z;
     if (output_side) {
       vjp(X, Z);
@@ -172,6 +174,7 @@ class InverseGram {
   Eigen::Index rows() const { return Eigen::Index(NTC_); }
   Eigen::Index cols() const { return rows(); }
   void perform_op(const double* x, double* y) const {
+    throw_if_interrupted();
     if (triangular_ && !dense_.empty()) {
       Mat Y;
       dense_solve_pair(Eigen::Map<const Mat>(x, Eigen::Index(NTC_), 1), Y);
@@ -511,6 +514,7 @@ std::vector<double> stream_jacobian(const Model<double>& model, int first, int l
                                     const std::vector<int>& out_tokens) {
   const int T = model.planned_T(), C = model.config().d_model;
   const int K = int(in_tokens.size()) * C;
+  throw_if_interrupted();
   // One whole block, most tokens perturbed: built from d x d blocks (Model::block_jacobian; it says
   // which ranges it covers). Otherwise, and for a few tokens, the unit tangents below.
   if (model.block_jacobian_covers(first, last) && 2 * in_tokens.size() >= size_t(T)) {

@@ -11,6 +11,7 @@
 #include "model/methods.h"
 #include "ops/common.h"
 #include "util/error.h"
+#include "util/interrupt.h"
 
 namespace normlab::analysis {
 
@@ -108,6 +109,7 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
   std::vector<double> importance(size_t(L) * NH * T, 0.0);  // mean over windows, by layer, head, key
   std::vector<double> first_mean(size_t(L) * NH, 0.0), first_sinks(size_t(L) * NH, 0.0);
   for (const Batch& b : batches) {
+    throw_if_interrupted();
     const std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
     model.forward(b.ids.data(), labels.data(), b.B, T, b.types_or_null(), nullptr);
     const size_t n = size_t(b.B) * T * C;

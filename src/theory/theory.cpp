@@ -4,6 +4,7 @@
 #include "theory/theory.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "train/run_config.h"
 #include "util/error.h"
 #include "util/rng.h"
+#include "util/interrupt.h"
 
 namespace normlab::theory {
 
@@ -46,6 +48,7 @@ std::string attention_kind(const Bench& b) {
 void attempt(const Bench& b, std::vector<Measurement>& out, const std::vector<std::string>& claims,
              const std::function<void()>& block) {
   const size_t first = out.size();
+  throw_if_interrupted();
   if (b.models) b.models->take_unlearned(), b.models->take_trained();
   try {
     block();
@@ -278,6 +281,7 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
   std::vector<std::vector<std::vector<Measurement>>> by_group(
       static_cast<size_t>(n_seeds), std::vector<std::vector<Measurement>>(per_seed));
   std::vector<std::string> errors(static_cast<size_t>(n_tasks));
+  std::atomic<bool> interrupted{false};
 #pragma omp parallel for schedule(dynamic, 1) if (o.parallel_seeds)
   for (int k = 0; k < n_tasks; k++) {
     const size_t seed = size_t(k) % size_t(n_seeds), slot = size_t(k) / size_t(n_seeds);
@@ -288,10 +292,13 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
       by_group[seed][per_seed == 1 ? 0 : group] =
           per_seed == 1 ? measure_seed(ok, corpus, pairs, pairs_name, 0, kGroups)
                         : measure_seed(ok, corpus, pairs, pairs_name, group, group + 1);
+    } catch (const Interrupted&) {
+      interrupted = true;
     } catch (const std::exception& e) {
       errors[size_t(k)] = e.what();
     }
   }
+  if (interrupted) throw Interrupted();
   for (const auto& e : errors)
     if (!e.empty()) throw Error(e);
   std::vector<std::vector<Measurement>> by_seed(static_cast<size_t>(n_seeds));  // each seed's claims in kChecks' order

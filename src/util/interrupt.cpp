@@ -6,6 +6,7 @@ namespace normlab {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_interruptible_calls{0};  // InterruptibleCall objects alive
 struct sigaction g_previous {};
 
 extern "C" void on_interrupt(int) {
@@ -26,5 +27,13 @@ StopOnInterrupt::StopOnInterrupt() {
 StopOnInterrupt::~StopOnInterrupt() { sigaction(SIGINT, &g_previous, nullptr); }
 
 const std::atomic<bool>* StopOnInterrupt::flag() const { return &g_interrupted; }
+
+InterruptibleCall::InterruptibleCall() { g_interruptible_calls.fetch_add(1); }
+InterruptibleCall::~InterruptibleCall() { g_interruptible_calls.fetch_sub(1); }
+
+void throw_if_interrupted() {
+  if (g_interruptible_calls.load(std::memory_order_relaxed) > 0 && g_interrupted.load(std::memory_order_relaxed))
+    throw Interrupted();
+}
 
 }  // namespace normlab

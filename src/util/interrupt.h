@@ -3,15 +3,28 @@
 // step (TrainOptions::stop), so the run stops after the current step and writes its checkpoint,
 // metrics and summary; it also puts back the handler that was there before (the default one in the
 // command, so a second Ctrl-C kills at once; Python's in the module). Exit code 130 (128 + SIGINT)
-// marks an interrupted run of the command.
+// marks an interrupted run of the command. The instruments and the theory stop only inside an
+// InterruptibleCall (throw_if_interrupted).
 #pragma once
 
 #include <atomic>
 #include <csignal>
+#include <stdexcept>
 
 namespace normlab {
 
 inline constexpr int kInterruptedExitCode = 130;
+
+// What a long instrument or theory call throws when Ctrl-C came during it and the caller asked for
+// that (InterruptibleCall below): the Python module's calls, which turn it into KeyboardInterrupt.
+struct Interrupted : std::runtime_error {
+  Interrupted() : std::runtime_error("interrupted by Ctrl-C") {}
+};
+
+// Called in the instruments' and the theory's long loops (a Lanczos product, a batch, a layer, a group
+// of claims): throws Interrupted if an InterruptibleCall is alive and Ctrl-C came; otherwise nothing
+// (the command's analyze and theory keep the default handler: Ctrl-C ends them at once).
+void throw_if_interrupted();
 
 // Installs the handler for its lifetime (the previous handler is restored on destruction).
 class StopOnInterrupt {
@@ -23,6 +36,19 @@ class StopOnInterrupt {
   // The flag for TrainOptions::stop / CompareOptions::stop.
   const std::atomic<bool>* flag() const;
   bool interrupted() const { return flag()->load(); }
+};
+
+// For its lifetime Ctrl-C makes throw_if_interrupted throw: the Python module wraps an instrument or
+// theory call in one (the call releases the interpreter, so Python's own handler cannot stop it).
+class InterruptibleCall {
+ public:
+  InterruptibleCall();
+  ~InterruptibleCall();
+  InterruptibleCall(const InterruptibleCall&) = delete;
+  InterruptibleCall& operator=(const InterruptibleCall&) = delete;
+
+ private:
+  StopOnInterrupt handler_;
 };
 
 }  // namespace normlab

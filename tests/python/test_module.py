@@ -278,6 +278,41 @@ with open(out + ".json", "w") as f:
 """
 
 
+INTERRUPT_SCRIPT = r"""
+import os, signal, sys, threading, time
+import normlab
+out = sys.argv[1]
+normlab.train(None, sets=["train.steps=2", "train.eval_every=0"], out_dir=out, overwrite=True)
+m = normlab.load(out)
+ids = m.tokenize("In the beginning God created the heaven and the earth.")
+threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+t0 = time.time()
+try:
+    m.jacobian(ids, full=False)   # its end-to-end spectrum: ~6,000 J^T J products, 30 s or more
+    print("RESULT no-interrupt", time.time() - t0)
+except KeyboardInterrupt:
+    print("RESULT interrupted", time.time() - t0)
+again = m.attention(ids)          # the model and the handlers are as they were
+print("AFTER", len(again["per_head"]) > 0, signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+print("DECODE", ascii(m.decode([0xB3, 65])))   # a byte-level model's ids need not be UTF-8
+"""
+
+
+def check_interrupt(workdir):
+    """Ctrl-C during a long instrument call raises KeyboardInterrupt within a product, not at its end, and
+    leaves the model and Python's own handler as they were."""
+    p = subprocess.run([sys.executable, "-c", INTERRUPT_SCRIPT, os.path.join(workdir, "interrupt_run")],
+                       capture_output=True, text=True, timeout=600)
+    result = [l.split() for l in p.stdout.splitlines() if l.startswith("RESULT")]
+    ok = p.returncode == 0 and result and result[0][1] == "interrupted" and float(result[0][2]) < 10
+    check("Ctrl-C during m.jacobian raises KeyboardInterrupt within seconds (the call takes 30 s or more)", ok,
+          p.stdout[-500:] + p.stderr[-1500:])
+    check("after the interrupted call the model answers and Python's SIGINT handler is back",
+          "AFTER True True" in p.stdout, p.stdout[-500:])
+    check("decode of bytes that are not UTF-8 (a byte-level model's sample) gives U+FFFD, not an exception",
+          "DECODE '\\ufffdA'" in p.stdout, p.stdout[-500:] + p.stderr[-1500:])
+
+
 def check_import_order(workdir, d, name):
     """numpy and torch imported before normlab, with the shared OpenBLAS on other kernels than normlab's:
     the module's loss, gradients and Jacobian still equal the command's bit for bit."""
@@ -680,6 +715,7 @@ def main():
         kept[name] = check_family(nl, name, models[name], dirs[name], a.workdir)
     check_theory(nl, dirs["gpt2"], kept["gpt2"], a.workdir)
     check_import_order(a.workdir, dirs["llama"], "llama")
+    check_interrupt(a.workdir)
     try:
         normlab.from_torch(NotAModel())
         check("from_torch refuses another object by name", False, "accepted")
