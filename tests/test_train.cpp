@@ -603,6 +603,57 @@ TEST_P(Convergence, ValidationLossEndsWellBelowUnigramEntropy) {
 INSTANTIATE_TEST_SUITE_P(PreAndPost, Convergence, testing::Values(Placement::Pre, Placement::Post),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
+// train.z_loss reaches the loss in training mode only: the training forward is the plain loss plus
+// zeta times the mean over labelled rows of (log Z)^2 of its own logits, evaluation the plain one, and
+// the gradient is the training loss's (a central difference on one weight); the trainer reads the key.
+TEST(Training, ZLossIsTheTrainingLossOnly) {
+  ModelConfig mc;
+  mc.d_model = 16;
+  mc.n_heads = 2;
+  mc.n_layers = 1;
+  mc.seq_len = 8;
+  Model<double> model(mc);
+  const int B = 2, T = 8, V = mc.vocab_size();
+  std::vector<int32_t> ids(B * T), labels(B * T);
+  for (int i = 0; i < B * T; i++) ids[size_t(i)] = int32_t((7 * i + 3) % V), labels[size_t(i)] = int32_t((5 * i + 1) % V);
+  const double zeta = 0.3;
+  model.set_z_loss(zeta);
+  auto naive = [&](double z_loss) {
+    const double* z = model.logits();
+    double sum = 0;
+    for (int n = 0; n < B * T; n++) {
+      double mx = -1e300, s = 0;
+      for (int v = 0; v < V; v++) mx = std::max(mx, z[size_t(n) * V + v]);
+      for (int v = 0; v < V; v++) s += std::exp(z[size_t(n) * V + v] - mx);
+      const double lse = mx + std::log(s);
+      sum += lse - z[size_t(n) * V + labels[size_t(n)]] + z_loss * lse * lse;
+    }
+    return sum / (B * T);
+  };
+  model.set_training(false);
+  const double eval = model.forward(ids.data(), labels.data(), B, T);
+  EXPECT_NEAR(eval, naive(0.0), 1e-12);
+  model.set_training(true);
+  const double with_z = model.forward(ids.data(), labels.data(), B, T);
+  EXPECT_NEAR(with_z, naive(zeta), 1e-12);
+  EXPECT_GT(with_z - eval, 1e-2);  // log Z ~ log 256 at init: the term is ~0.3 * 30
+  model.zero_grad();
+  model.backward();
+  for (const char* name : {"h.0.mlp.fc.weight", "wte.weight"}) {
+    const size_t k = model.table().find(name)->offset + 5;
+    const double g = model.grads()[k], h = 1e-6, w = model.params()[k];
+    model.params()[k] = w + h;
+    const double up = model.forward(ids.data(), labels.data(), B, T);
+    model.params()[k] = w - h;
+    const double down = model.forward(ids.data(), labels.data(), B, T);
+    model.params()[k] = w;
+    EXPECT_NEAR(g, (up - down) / (2 * h), 1e-7 * std::max(1.0, std::abs(g))) << name;
+  }
+  RunConfig rc = run_config_from_json(nlohmann::json{{"train", {{"z_loss", 1e-4}}}}, "test");
+  EXPECT_EQ(rc.train.z_loss, 1e-4);
+  EXPECT_THROW(run_config_from_json(nlohmann::json{{"train", {{"z_loss", -1.0}}}}, "test"), Error);
+}
+
 // train.label_smoothing reaches the loss in training mode only: the training forward equals the
 // naive smoothed cross-entropy of its own logits, evaluation the plain one, and the gradient is the
 // smoothed loss's (a central difference on one weight).

@@ -419,7 +419,9 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   if (!cfg_.has_logits()) return std::numeric_limits<double>::quiet_NaN();
   head_forward();
   smoothing_used_ = training_ ? label_smoothing_ : 0.0;
-  const double sum = softmax_xent_forward(lse_, logits_, labels_.data(), N, V, &label_count_, smoothing_used_);
+  z_loss_used_ = training_ ? z_loss_ : 0.0;
+  const double sum =
+      softmax_xent_forward(lse_, logits_, labels_.data(), N, V, &label_count_, smoothing_used_, z_loss_used_);
   return label_count_ > 0 ? sum / double(label_count_) : std::numeric_limits<double>::quiet_NaN();
 }
 
@@ -487,7 +489,7 @@ void Model<S>::backward(double loss_scale) {
   if (label_count_ == 0) return;  // no labels (or no head): no loss and no gradient
   // loss = mean xent(logits) (label-smoothed in training with eps > 0):  logits become dlogits in place
   softmax_xent_backward(logits_, lse_, labels_.data(), loss_scale / double(label_count_), N, V, cfg_.logit_softcap,
-                        smoothing_used_);
+                        smoothing_used_, z_loss_used_);
   // nGPT: logits = s_z raw:  ds_z += sum dlogits raw;  draw = s_z dlogits
   if (sz_) {
     const double factor = sphere_scale("sz", cfg_.d_model).factor;

@@ -96,6 +96,9 @@ class Model {
   // forward() in training mode returns, and backward() differentiates, the smoothed loss; in
   // evaluation mode the loss is plain cross-entropy whatever eps is.
   void set_label_smoothing(double eps) { label_smoothing_ = eps; }
+  // z-loss coefficient >= 0 of the training loss (train.z_loss; ops/softmax_xent.h): in training mode
+  // each labelled row's loss gains z_loss (log Z)^2; in evaluation mode the loss is plain.
+  void set_z_loss(double z_loss) { z_loss_ = z_loss; }
   // The precision of the training GEMMs (train.precision; ops/gemm_backend.h): forward() and
   // backward() of the linear layers, self-attention and the output projection. Parameters,
   // gradients and everything else stay S; the JVP, decoding and cross-attention stay S.
@@ -349,6 +352,8 @@ class Model {
   size_t dropout_first_row_ = 0;     // set_training's first_row
   double label_smoothing_ = 0.0;     // set_label_smoothing
   double smoothing_used_ = 0.0;      // the eps of the last forward's loss (0 in evaluation mode)
+  double z_loss_ = 0.0;              // set_z_loss
+  double z_loss_used_ = 0.0;         // the z-loss coefficient of the last forward's loss (0 in evaluation mode)
   bool profiling_ = false;           // profile_admin is running: sublayer_forward sets omega
   double profile_ratio_ = 1.0;
   std::vector<double> profiled_;

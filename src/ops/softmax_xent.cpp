@@ -24,15 +24,16 @@ template <class S>
   return S(double(mx) + std::log(sum));
 }
 
-// One row of the backward, in place: dlogits = scale * (softmax - (1 - eps) onehot(label) - eps / V).
+// One row of the backward, in place: dlogits = scale * ((1 + 2 zeta lse) softmax - (1 - eps) onehot(label)
+// - eps / V), zeta the z-loss coefficient.
 template <class S>
 [[gnu::always_inline]] static inline void xent_row_backward(S* row, S lse, int32_t label, double scale, int V,
-                                                            double eps) {
+                                                            double eps, double zeta) {
   if (label == kIgnoreLabel) {
     for (int v = 0; v < V; v++) row[v] = S(0);
     return;
   }
-  const S sc = S(scale);
+  const S sc = S(scale * (1 + 2 * zeta * double(lse)));
   if (eps == 0) {
     for (int v = 0; v < V; v++) row[v] = exp_of(S(row[v] - lse)) * sc;
   } else {
@@ -49,9 +50,10 @@ template <class S>
 }
 [[gnu::target(NL_AVX512_TARGET)]] static void xent_backward_f32_avx512(float* logits_to_dlogits, const float* lse,
                                                                        const int32_t* labels, double scale, int N,
-                                                                       int V, double eps) {
+                                                                       int V, double eps, double zeta) {
 #pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
-  for (int n = 0; n < N; n++) xent_row_backward(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V, eps);
+  for (int n = 0; n < N; n++)
+    xent_row_backward(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V, eps, zeta);
 }
 
 template <class S>
@@ -79,7 +81,7 @@ static const std::vector<double>& labelled_row_means(const S* logits, const int3
 
 template <class S>
 double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int N, int V,
-                            int64_t* count, double smoothing) {
+                            int64_t* count, double smoothing, double z_loss) {
   // per-row results first (parallel), then a serial sum in row order: deterministic for any
   // thread count
   if constexpr (std::is_same_v<S, float>) {
@@ -97,6 +99,7 @@ double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int 
     const double z = double(logits[(long)n * V + labels[n]]);
     total += smoothing > 0 ? double(lse[n]) - (1 - smoothing) * z - smoothing * mean[size_t(n)]
                            : double(lse[n]) - z;
+    if (z_loss > 0) total += z_loss * double(lse[n]) * double(lse[n]);
     labelled++;
   }
   *count = labelled;
@@ -105,7 +108,8 @@ double softmax_xent_forward(S* lse, const S* logits, const int32_t* labels, int 
 
 // One row with capped logits y = c tanh(z / c): dz = dy (1 - (y / c)^2), y read before it is overwritten.
 template <class S>
-static void xent_row_backward_capped(S* row, S lse, int32_t label, double scale, int V, double cap, double eps) {
+static void xent_row_backward_capped(S* row, S lse, int32_t label, double scale, int V, double cap, double eps,
+                                     double zeta) {
   if (label == kIgnoreLabel) {
     for (int v = 0; v < V; v++) row[v] = S(0);
     return;
@@ -113,25 +117,25 @@ static void xent_row_backward_capped(S* row, S lse, int32_t label, double scale,
   for (int v = 0; v < V; v++) {
     const double y = double(row[v]), t = y / cap;
     const double target = (v == label ? 1.0 - eps : 0.0) + eps / V;
-    const double dy = (std::exp(y - double(lse)) - target) * scale;
+    const double dy = ((1 + 2 * zeta * double(lse)) * std::exp(y - double(lse)) - target) * scale;
     row[v] = S(dy * (1.0 - t * t));
   }
 }
 
 template <class S>
 void softmax_xent_backward(S* logits_to_dlogits, const S* lse, const int32_t* labels, double scale,
-                           int N, int V, double softcap, double smoothing) {
+                           int N, int V, double softcap, double smoothing, double z_loss) {
   if (softcap > 0) {
 #pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
     for (int n = 0; n < N; n++)
-      xent_row_backward_capped(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V, softcap, smoothing);
+      xent_row_backward_capped(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V, softcap, smoothing, z_loss);
     return;
   }
   if constexpr (std::is_same_v<S, float>)
-    if (use_avx512()) return xent_backward_f32_avx512(logits_to_dlogits, lse, labels, scale, N, V, smoothing);
+    if (use_avx512()) return xent_backward_f32_avx512(logits_to_dlogits, lse, labels, scale, N, V, smoothing, z_loss);
 #pragma omp parallel for schedule(static) if((long)N * V > kParallelMinWork)
   for (int n = 0; n < N; n++)
-    xent_row_backward(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V, smoothing);
+    xent_row_backward(logits_to_dlogits + (long)n * V, lse[n], labels[n], scale, V, smoothing, z_loss);
 }
 
 template <class S>
@@ -143,12 +147,12 @@ void softcap_in_place(S* x, size_t n, double c) {
 template void softcap_in_place<float>(float*, size_t, double);
 template void softcap_in_place<double>(double*, size_t, double);
 template double softmax_xent_forward<float>(float*, const float*, const int32_t*, int, int,
-                                            int64_t*, double);
+                                            int64_t*, double, double);
 template double softmax_xent_forward<double>(double*, const double*, const int32_t*, int, int,
-                                             int64_t*, double);
+                                             int64_t*, double, double);
 template void softmax_xent_backward<float>(float*, const float*, const int32_t*, double, int, int, double,
-                                           double);
+                                           double, double);
 template void softmax_xent_backward<double>(double*, const double*, const int32_t*, double, int, int, double,
-                                            double);
+                                            double, double);
 
 }  // namespace normlab::ops

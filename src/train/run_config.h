@@ -30,6 +30,7 @@ struct TrainConfig {
   double grad_clip = 1.0;      // global norm; 0 turns clipping off
   long seed = 1;               // data order and dropout
   double label_smoothing = 0;  // of the training loss (ops/softmax_xent.h); validation is plain NLL
+  double z_loss = 0;           // z-loss coefficient of the training loss (PaLM: 1e-4); validation is plain NLL
   long eval_every = 100;       // validation every N steps (and at the end); 0: only at the end
   int eval_batches = 8;
   // Stop at a validation plateau (train/plateau.h): no improvement of stop_min_improvement of the

@@ -203,6 +203,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   Model<float> model(model_cfg);
   model.set_precision(tc.precision);
   model.set_label_smoothing(tc.label_smoothing);
+  model.set_z_loss(tc.z_loss);
   if (!tc.init_from.empty() && !resumed) load_params(tc.init_from, model);
   // the optimizer, and a resumed run's weights and moments, read (and checked: finite, shapes of the
   // config) before anything in the run directory is written, so a refusal changes nothing there
