@@ -538,6 +538,7 @@ int compare_study(const std::string& name, const std::string& path, const std::s
 
 PYBIND11_MODULE(_core, mod) {
   mod.doc() = "normlab's compiled core (use the normlab package, not this module)";
+  use_signal_stacks();  // Python's Ctrl-C handler (SA_ONSTACK) then never runs on a GEMM's stack pointer
   py::register_exception<Error>(mod, "Error", PyExc_ValueError);
   py::register_exception_translator([](std::exception_ptr p) {  // an instrument or theory stopped by Ctrl-C
     try {

@@ -1,25 +1,53 @@
 // interrupt.cpp: the SIGINT flag behind StopOnInterrupt (interrupt.h).
 #include "util/interrupt.h"
 
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+
 namespace normlab {
 
 namespace {
+
+// An alternate stack for signal handlers on the calling thread, once (kept for the thread's life: a
+// handler may run on it until the thread ends). A thread that has one already (Python's faulthandler
+// installs one) keeps it.
+void ensure_own_signal_stack() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  stack_t current{};
+  if (sigaltstack(nullptr, &current) == 0 && !(current.ss_flags & SS_DISABLE)) return;
+  stack_t mine{};
+  mine.ss_size = size_t(std::max(64L * 1024, 4 * sysconf(_SC_SIGSTKSZ)));  // AVX-512 state is ~3 KB a frame
+  mine.ss_sp = ::operator new(mine.ss_size);  // never freed: the thread may take a signal until it ends
+  sigaltstack(&mine, nullptr);
+}
 
 std::atomic<bool> g_interrupted{false};
 std::atomic<int> g_interruptible_calls{0};  // InterruptibleCall objects alive
 struct sigaction g_previous {};
 
-extern "C" void on_interrupt(int) {
+extern "C" void on_interrupt(int) {  // (runs on the thread's alternate stack: SA_ONSTACK)
   g_interrupted.store(true);
   sigaction(SIGINT, &g_previous, nullptr);  // async-signal-safe; the next Ctrl-C goes to the old handler
 }
 
 }  // namespace
 
+void use_signal_stacks() {
+  ensure_own_signal_stack();
+#pragma omp parallel
+  ensure_own_signal_stack();
+}
+
 StopOnInterrupt::StopOnInterrupt() {
   g_interrupted.store(false);
+  use_signal_stacks();
   struct sigaction mine {};
   mine.sa_handler = on_interrupt;
+  mine.sa_flags = SA_ONSTACK;
   sigemptyset(&mine.sa_mask);
   sigaction(SIGINT, &mine, &g_previous);
 }
