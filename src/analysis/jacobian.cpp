@@ -166,10 +166,11 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
   for (int i = 0; i < 2 * L; i++) {
     const SublayerActs<double>& a = model.acts(i);
     const SublayerParams<double>& p = model.sublayer_params_of(i);
-    const std::string prefix = fmt::format("h.{}.{}", i / 2, i % 2 == 0 ? "attn" : "mlp");
-    const size_t off = size_t(tok) * d;
-    const NormSites sites = norm_sites(cfg.placement_of(i / 2), i % 2 == 0 ? Sublayer::Attn : Sublayer::Mlp);
     if (!cfg.has_sublayer(i)) continue;
+    const Slot slot = cfg.slot(i);
+    const std::string prefix = fmt::format("h.{}.{}", slot.layer, to_string(slot.kind));
+    const size_t off = size_t(tok) * d;
+    const NormSites sites = norm_sites(cfg.placement_of(slot.layer), slot.kind);
     if (sites.in) rep.norms.push_back(analyze_norm_site(model, prefix + ".ln_in", a.x_in + off, p.ln_in, tok));
     if (sites.branch) rep.norms.push_back(analyze_norm_site(model, prefix + ".ln_branch", a.f + off, p.ln_branch, tok));
     if (sites.out) rep.norms.push_back(analyze_norm_site(model, prefix + ".ln_out", a.r + off, p.ln_out, tok));

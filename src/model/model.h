@@ -262,6 +262,22 @@ class Model {
   void mlp_backward(int i, const S* df, S* dh);
   void mlp_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) const;
   void mlp_jvp_token(int i, S* tf, const S* th, int K, size_t n, const JvpScratch& sc) const;
+  // The rows a forward-mode walk reads of the last forward's activations: every row of the slot (the
+  // full sequence: n = 0, rows = B T), or one token's (the token-local Jacobian: row n = batch_row T +
+  // token, one row per tangent, attention's tangent at that token only).
+  struct JvpRows {
+    bool token_local = false;
+    size_t n = 0;
+    int rows = 0;
+    int token = 0, batch_row = 0;
+  };
+  // Slot i in forward mode, the one walk of every JVP: tx (K, rows, C) its input tangent in, its
+  // output tangent out (tx and tr may swap); th, tf, tg scratch of that size; tmem the memory's tangent
+  // (cross-attention); td a two-stream stack's second stream, g's tangent added in.
+  void sublayer_jvp(int i, S*& tx, S*& tr, S* th, S* tf, S* tg, int K, const JvpRows& v, const JvpScratch& sc,
+                    const S* tmem, S* td) const;
+  // tf = J_F th: the branch of slot i's kind (by its kind, never by its position) in the walk's rows
+  void branch_jvp(int i, S* tf, const S* th, int K, const JvpRows& v, const JvpScratch& sc, const S* tmem) const;
   void sublayer_forward(int i);
   // dd (rows, C): d(loss)/d(x_d) of a two-stream stack (the same at every slot: x_d only sums), or null
   void sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd = nullptr);

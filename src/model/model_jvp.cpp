@@ -90,45 +90,63 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
       tx[size_t(k) * NC + size_t(unit[k])] = S(1);
     }
   }
-  for (int i = first; i < last; i++) {
-    const Slot& slot = slots_[size_t(i)];
-    if (!slot.present) continue;
-    const SublayerActs<S>& a = a_[i];
-    const SublayerParams<S>& p = p_[i];
-    const NormSites sites = norm_sites(cfg_.placement_of(slot.layer), slot.kind);
-    // h = ln_in(x)
-    const S* h = tx;
-    if (sites.in) {
-      norm_jvp(th, tx, a.x_in, p.ln_in, a.in_mean, a.in_rstd, K, N);
-      h = th;
-    }
-    // f = F(h): the branch of the slot's kind (model/branch_{attn,cross,mlp}.cpp)
-    switch (slot.kind) {
-      case Sublayer::Attn: attn_jvp(i, tf, h, K, sc); break;
-      case Sublayer::Cross: cross_jvp(i, tf, h, K, tmem, sc); break;
-      case Sublayer::Mlp: mlp_jvp(i, tf, h, K, sc); break;
-    }
-    // g = ln_branch(f)
-    const S* g = tf;
-    if (sites.branch) {
-      norm_jvp(tg, tf, a.f, p.ln_branch, a.br_mean, a.br_rstd, K, N);
-      g = tg;
-    }
-    // x_d = x_d + g (a two-stream stack)
-    if (td)
-      for (size_t k = 0; k < KNC; k++) td[k] += g[k];
-    // r = omega * x + lambda * g (nGPT: A + |a| (g - A));  x' = ln_out(r)
-    if (p.eigen_lr)
-      sphere_residual_jvp(tr, tx, g, a.x_in, a.sc_rstd, p.eigen_lr, sphere_scale("eigen_lr", C).factor, long(K) * N,
-                          long(N), C);
-    else
-      gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)), long(K) * N, C);
-    if (sites.out)
-      norm_jvp(tx, tr, a.r, p.ln_out, a.out_mean, a.out_rstd, K, N);
-    else
-      std::swap(tx, tr);
-  }
+  for (int i = first; i < last; i++)
+    if (slots_[size_t(i)].present) sublayer_jvp(i, tx, tr, th, tf, tg, K, JvpRows{false, 0, N, 0, 0}, sc, tmem, td);
   std::copy(tx, tx + KNC, tout);
+}
+
+template <class S>
+void Model<S>::branch_jvp(int i, S* tf, const S* th, int K, const JvpRows& v, const JvpScratch& sc,
+                          const S* tmem) const {
+  switch (slots_[size_t(i)].kind) {
+    case Sublayer::Attn:
+      if (v.token_local) return attn_jvp_token(i, tf, th, K, v.token, v.batch_row, sc);
+      return attn_jvp(i, tf, th, K, sc);
+    case Sublayer::Cross:
+      if (v.token_local) throw Error("token-local Jacobians of cross-attention are not implemented");
+      return cross_jvp(i, tf, th, K, tmem, sc);
+    case Sublayer::Mlp:
+      if (v.token_local) return mlp_jvp_token(i, tf, th, K, v.n, sc);
+      return mlp_jvp(i, tf, th, K, sc);
+  }
+}
+
+template <class S>
+void Model<S>::sublayer_jvp(int i, S*& tx, S*& tr, S* th, S* tf, S* tg, int K, const JvpRows& v,
+                            const JvpScratch& sc, const S* tmem, S* td) const {
+  const Slot& slot = slots_[size_t(i)];
+  const SublayerActs<S>& a = a_[i];
+  const SublayerParams<S>& p = p_[i];
+  const NormSites sites = norm_sites(cfg_.placement_of(slot.layer), slot.kind);
+  const int C = cfg_.d_model, R = v.rows;
+  const size_t n = v.n, nC = v.n * size_t(C);
+  // h = ln_in(x)
+  const S* h = tx;
+  if (sites.in) {
+    norm_jvp(th, tx, a.x_in + nC, p.ln_in, a.in_mean + n, a.in_rstd + n, K, R);
+    h = th;
+  }
+  // f = F(h): the branch of the slot's kind (model/branch_{attn,cross,mlp}.cpp)
+  branch_jvp(i, tf, h, K, v, sc, tmem);
+  // g = ln_branch(f)
+  const S* g = tf;
+  if (sites.branch) {
+    norm_jvp(tg, tf, a.f + nC, p.ln_branch, a.br_mean + n, a.br_rstd + n, K, R);
+    g = tg;
+  }
+  // x_d = x_d + g (a two-stream stack)
+  if (td)
+    for (size_t k = 0; k < size_t(K) * R * C; k++) td[k] += g[k];
+  // r = omega * x + lambda * g (nGPT: A + |a| (g - A));  x' = ln_out(r)
+  if (p.eigen_lr)
+    sphere_residual_jvp(tr, tx, g, a.x_in + nC, a.sc_rstd + n, p.eigen_lr, sphere_scale("eigen_lr", C).factor,
+                        long(K) * R, long(R), C);
+  else
+    gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)), long(K) * R, C);
+  if (sites.out)
+    norm_jvp(tx, tr, a.r + nC, p.ln_out, a.out_mean + n, a.out_rstd + n, K, R);
+  else
+    std::swap(tx, tr);
 }
 
 template <class S>
@@ -195,39 +213,8 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
   S* ts = tmix + mix;                               // (K, T) one head's score tangents
   const JvpScratch tsc{thid, ts, tmix, nullptr};
   std::copy(tin, tin + KC, tx);
-  for (int i = 2 * layer; i < 2 * layer + 2; i++) {
-    if (!slots_[size_t(i)].present) continue;
-    const SublayerActs<S>& a = a_[i];
-    const SublayerParams<S>& p = p_[i];
-    const NormSites sites = norm_sites(cfg_.placement_of(layer), slots_[size_t(i)].kind);
-    // h = ln_in(x)
-    const S* h = tx;
-    if (sites.in) {
-      norm_jvp(th, tx, a.x_in + n * C, p.ln_in, a.in_mean + n, a.in_rstd + n, K, 1);
-      h = th;
-    }
-    // f = F(h) at the token (model/branch_{attn,mlp}.cpp)
-    if (i % 2 == 0)
-      attn_jvp_token(i, tf, h, K, token, row, tsc);
-    else
-      mlp_jvp_token(i, tf, h, K, n, tsc);
-    // g = ln_branch(f)
-    const S* g = tf;
-    if (sites.branch) {
-      norm_jvp(tg, tf, a.f + n * C, p.ln_branch, a.br_mean + n, a.br_rstd + n, K, 1);
-      g = tg;
-    }
-    // r = omega * x + lambda * g (nGPT: A + |a| (g - A));  x' = ln_out(r)
-    if (p.eigen_lr)
-      sphere_residual_jvp(tr, tx, g, a.x_in + n * C, a.sc_rstd + n, p.eigen_lr, sphere_scale("eigen_lr", C).factor,
-                          long(K), 1L, C);
-    else
-      gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(layer)), long(K), C);
-    if (sites.out)
-      norm_jvp(tx, tr, a.r + n * C, p.ln_out, a.out_mean + n, a.out_rstd + n, K, 1);
-    else
-      std::swap(tx, tr);
-  }
+  for (int i = 2 * layer; i < 2 * layer + 2; i++)  // (a block's two slots)
+    if (slots_[size_t(i)].present) sublayer_jvp(i, tx, tr, th, tf, tg, K, JvpRows{true, n, 1, token, row}, tsc, nullptr, nullptr);
   std::copy(tx, tx + KC, tout);
 }
 
@@ -312,6 +299,9 @@ void Model<S>::vjp_stacks(S* dsrc, S* din, const S* dout) {
   template void Model<S>::jvp_encdec(S*, const S*, const S*, int) const;                                \
   template void Model<S>::vjp_encdec(S*, S*, const S*);                                                 \
   template void Model<S>::jvp_block_token_local(S*, const S*, int, int, int, int) const;                \
+  template void Model<S>::sublayer_jvp(int, S*&, S*&, S*, S*, S*, int, const JvpRows&, const JvpScratch&,    \
+                                       const S*, S*) const;                                             \
+  template void Model<S>::branch_jvp(int, S*, const S*, int, const JvpRows&, const JvpScratch&, const S*) const; \
   template void Model<S>::vjp_sublayers(S*, const S*, int, int);
 NL_INSTANTIATE(float)
 NL_INSTANTIATE(double)
