@@ -6,6 +6,7 @@
 
 #include "train/data.h"
 #include "train/optimizer.h"
+#include "train/step.h"
 #include "util/rng.h"
 
 namespace normlab::analysis {
@@ -40,12 +41,9 @@ UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32
   r.lr = lr;
   for (int s = 1; s <= steps; s++) {
     const Batch batch = sample_batch(bytes, cfg.arch, B, T, rng);
-    m.zero_grad();
-    r.loss.push_back(m.forward(batch.ids.data(), batch.labels.data(), B, T));
-    m.backward();
+    r.loss.push_back(batch_gradients(m, batch).loss);
     const std::vector<float> before = m.params();
-    opt.step(m.params().data(), m.grads().data(), lr, s);
-    m.project_to_sphere();  // (nGPT's step ends on the sphere; nothing for other methods)
+    apply_update(m, opt, lr, s, 1.0);  // (no clipping)
     std::vector<double> ratios;
     for (int l = 0; l < L; l++) {
       double dn = 0, pn = 0;

@@ -17,6 +17,7 @@
 #include "theory/checks.h"
 #include "train/optimizer.h"
 #include "train/plateau.h"
+#include "train/step.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/rng.h"
@@ -204,14 +205,10 @@ ModelSource::Trained ModelSource::train(ModelConfig c) {
   long step = 0;
   while (step < o_.train_steps) {
     const Batch b = sample_batch(ids_, Arch::Gpt, 8, o_.seq_len, rng);
-    m.zero_grad();
-    const double loss = m.forward(b.ids.data(), b.labels.data(), b.B, b.T);
-    m.backward();
-    const double gn = grad_norm(m.grads());
-    if (!std::isfinite(loss) || !std::isfinite(gn)) break;  // keep the last finite parameters
+    const BatchGradients g = batch_gradients(m, b);
+    if (!std::isfinite(g.loss) || !std::isfinite(g.grad_norm)) break;  // keep the last finite parameters
     step++;
-    opt.step(m.params().data(), m.grads().data(), learning_rate(sched, step), step, clip_scale(gn, 1.0));
-    m.project_to_sphere();  // (nGPT's step ends on the sphere; nothing for other methods)
+    apply_update(m, opt, learning_rate(sched, step), step, clip_scale(g.grad_norm, 1.0));
     if (step % kEvalEvery == 0) {
       if (plateau.update(val_loss(), step)) break;
     }

@@ -21,6 +21,7 @@
 #include "train/health.h"
 #include "train/layer_log.h"
 #include "train/resume.h"
+#include "train/step.h"
 #include "io/safetensors.h"
 #include "train/translation.h"
 #include "model/decode.h"
@@ -556,11 +557,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     const bool log_layers = layer_logger && (step == 1 || step % tc.log_every_layers == 0 || step == tc.steps);
     if (log_layers) layer_logger->begin(model);
     if (log_layers && probe) probe_logits(logits_before);
-    uint16_t* rounded = model.bf16_weights_buffer();  // bf16: the next forward's weights, same pass
-    optimizer.step(model.params().data(), model.grads().data(), lr, step, clip_scale(gnorm, tc.grad_clip),
-                   rounded);
-    if (rounded) model.bf16_weights_written();
-    model.project_to_sphere();  // nGPT: the matrices back onto the sphere (discards the handoff; else nothing)
+    apply_update(model, optimizer, lr, step, clip_scale(gnorm, tc.grad_clip));
     if (log_layers) {
       nlohmann::json record = layer_logger->finish(model, step);
       if (probe) {
