@@ -15,6 +15,7 @@
     ['ln_branch_input_rms', 'Input RMS of ln_branch', 'RMS over channels per token of the branch output the branch norm reads', true],
     ['ln_out_input_rms', 'Input RMS of ln_out', 'RMS over channels per token of the residual sum r the output norm reads (Post-LN\'s LN input)', true],
     ['attn_entropy', 'Attention entropy', 'mean over heads, queries and batch of the entropy of the attention row (nats); cross-attention rows read the source', false],
+    ['attn_max_logit', 'Largest attention logit', 'the largest scaled q·k a self-attention\'s softmax saw (over batch, heads and the unmasked pairs), before any soft cap: its growth precedes attention-logit divergence', false],
   ];
   function layerLogSection() {
     const logged = runs.map((r, i) => [r, i]).filter(([r]) => r.layer_log && r.layer_log.step.length);
@@ -164,6 +165,14 @@
                  options: {scales: {x: {type: 'linear', title: {display: true, text: 'layer'}, ticks: {stepSize: 1, precision: 0}},
                                     y: axis(title, logScale ? 'logarithmic' : 'linear')}}}, {logToggle: true});
     }
+    const withZ = logged.filter(([r]) => r.layer_log.log_z_max);
+    if (withZ.length)
+      chartCard(curves, 'Output log Z',
+                'log Z = log Σ_v exp(logit_v) of each position\'s output logits (what z-loss penalizes), at each logged step: the largest over the batch solid, the mean dashed. Its drift away from 0 precedes output-logit divergence.',
+                {type: 'line', data: {datasets: withZ.flatMap(([run, i]) => [
+                  lineSet(run, i, run.layer_log.step.map((s, k) => ({x: s, y: run.layer_log.log_z_max[k]})).filter((p) => p.y != null), {pointRadius: 2}),
+                  lineSet(run, i, run.layer_log.step.map((s, k) => ({x: s, y: run.layer_log.log_z_mean[k]})).filter((p) => p.y != null), {label: `${run.label} (mean)`, pointRadius: 0, borderDash: [4, 3]})])},
+                 options: {scales: {x: axis('step'), y: axis('log Z (nats)')}}});
     const updated = logged.filter(([r]) => r.layer_log.model_update);
     if (updated.length)
       chartCard(curves, 'Model update ||ΔF|| on the probe batch',

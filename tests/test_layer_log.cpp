@@ -93,6 +93,39 @@ double group_norm(const ParamTable& table, const std::vector<float>& a, const st
   return std::sqrt(s);
 }
 
+// The largest q.k / sqrt(HS) over the pairs the softmax saw, with q and k recomputed here from the
+// slot's input h and its qkv weights (the small models here: learned positions, no QK-norm, so q and k
+// are h W^T + b), not read from the forward's saved qkv. params: those of the forward (before the step).
+double max_logit_from_h(const Model<float>& model, const std::vector<float>& params, int i, int len, bool causal) {
+  const ModelConfig& cfg = model.config();
+  const int C = cfg.d_model, NH = cfg.n_heads, HS = C / NH, B = model.planned_B();
+  const ParamSpec* w = model.table().find(slot_prefix(cfg, i) + ".qkv.weight");
+  const ParamSpec* bias = model.table().find(slot_prefix(cfg, i) + ".qkv.bias");
+  EXPECT_NE(w, nullptr);
+  if (!w) return NAN;
+  const float* W = params.data() + w->offset;
+  const float* h = model.acts(i).h;
+  std::vector<double> qk(size_t(B) * len * 2 * C);  // (B, len, [q | k])
+  for (long r = 0; r < long(B) * len; r++)
+    for (int o = 0; o < 2 * C; o++) {
+      double v = bias ? double(params[bias->offset + size_t(o)]) : 0.0;
+      for (int c = 0; c < C; c++) v += double(h[r * C + c]) * W[size_t(o) * C + c];
+      qk[size_t(r) * 2 * C + size_t(o)] = v;
+    }
+  double best = -INFINITY;
+  for (int b = 0; b < B; b++)
+    for (int hd = 0; hd < NH; hd++)
+      for (int t = 0; t < len; t++)
+        for (int u = 0; u < (causal ? t + 1 : len); u++) {
+          double dot = 0;
+          for (int d = 0; d < HS; d++)
+            dot += qk[(size_t(b) * len + t) * 2 * C + size_t(hd * HS + d)] *
+                   qk[(size_t(b) * len + u) * 2 * C + size_t(C + hd * HS + d)];
+          best = std::max(best, dot / std::sqrt(double(HS)));
+        }
+  return best;
+}
+
 // Every number of `record` against a recomputation from `model` (after the step's last forward and
 // backward; parameters `after`) and the parameters `before` the optimizer step.
 void check_record(const json& record, const Model<float>& model, const std::vector<float>& before,
@@ -139,6 +172,10 @@ void check_record(const json& record, const Model<float>& model, const std::vect
       expect_near_rel(s["attn_entropy"], entropy_from_qk(a.hid, C, a.kv, 2 * C, B, T, S, C, NH, false), kEntropyRtol,
                       where + " cross-attention entropy");
     else EXPECT_TRUE(s["attn_entropy"].is_null()) << where;
+    if (slot.kind == Sublayer::Attn)
+      expect_near_rel(s["attn_max_logit"], max_logit_from_h(model, before, i, len, cfg.causal() || (cfg.encdec() && !slot.encoder)),
+                      kEntropyRtol, where + " largest attention logit");
+    else EXPECT_TRUE(s["attn_max_logit"].is_null()) << where;
     // groups: each name resolves to tensors of this sub-layer (or the layer's rezero)
     const std::string prefix = slot_prefix(cfg, i) + ".";
     double g_total = 0, d_total = 0, p_total = 0;
@@ -178,6 +215,17 @@ void check_record(const json& record, const Model<float>& model, const std::vect
     else EXPECT_TRUE(st["dual_rms"].is_null());
   }
   EXPECT_EQ(record["stacks"].size(), cfg.encdec() ? 2u : 1u);
+  // the head: log Z of every position's logits, in double
+  const int V = cfg.vocab_size();
+  double z_mean = 0, z_max = -INFINITY;
+  for (long r = 0; r < long(B) * T; r++) {
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += std::exp(double(model.logits()[size_t(r) * V + size_t(v)]));
+    z_mean += std::log(sum) / double(long(B) * T);
+    z_max = std::max(z_max, std::log(sum));
+  }
+  expect_near_rel(record["head"]["log_z_mean"], z_mean, kRtol, "log Z mean");
+  expect_near_rel(record["head"]["log_z_max"], z_max, kRtol, "log Z max");
 }
 
 std::vector<int32_t> random_ids(size_t n, int V, uint64_t seed) {
@@ -330,4 +378,37 @@ TEST(LayerLog, ConfigKeysAreChecked) {
   EXPECT_THROW(parse({{"log_model_update", true}}), Error);  // needs log_every_layers
   EXPECT_THROW(parse({{"log_model_update", 1}}), Error);
   EXPECT_TRUE(parse({{"log_every_layers", 5}, {"log_model_update", true}}).train.log_model_update);
+}
+
+// The largest attention logit by hand: one batch row, two query heads sharing one key head (GQA),
+// three tokens. The largest scaled product q_0 . k_2 = 10 lies in the future of query 0 (causal: left
+// out) and the next, q_2 . k_1 = 6, falls on a padded key; what remains is q_1 . k_1 = 4 of head 1
+// (through the shared key head), times the scale.
+TEST(LayerLog, LargestAttentionLogitByHand) {
+  const int B = 1, T = 3, NH = 2, KVH = 1, HS = 2, A = NH * HS, QW = A + 2 * KVH * HS;
+  std::vector<float> qkv(size_t(B) * T * QW, 0.0f);
+  auto q = [&](int t, int h, float a, float b) { qkv[size_t(t) * QW + size_t(h * HS)] = a, qkv[size_t(t) * QW + size_t(h * HS + 1)] = b; };
+  auto k = [&](int t, float a, float b) { qkv[size_t(t) * QW + A] = a, qkv[size_t(t) * QW + A + 1] = b; };
+  k(0, 0.5f, 0.0f);
+  k(1, 2.0f, 0.0f);
+  k(2, 5.0f, 0.0f);
+  q(0, 0, 2.0f, 0.0f);  // q_0 . k_2 = 10: a future key
+  q(1, 1, 2.0f, 0.0f);  // q_1 . k_1 = 4
+  q(2, 0, 3.0f, 0.0f);  // q_2 . k_1 = 6 (padded), q_2 . k_2 = 15 (k_2 padded too), q_2 . k_0 = 1.5
+  const uint8_t mask[T] = {1, 1, 0};
+  const uint8_t mask_k1[T] = {1, 0, 0};
+  EXPECT_DOUBLE_EQ(max_attention_logit(qkv.data(), B, T, QW, A, NH, KVH, HS, 0.5, true, nullptr), 0.5 * 15);
+  EXPECT_DOUBLE_EQ(max_attention_logit(qkv.data(), B, T, QW, A, NH, KVH, HS, 0.5, true, mask), 0.5 * 6);
+  EXPECT_DOUBLE_EQ(max_attention_logit(qkv.data(), B, T, QW, A, NH, KVH, HS, 0.5, true, mask_k1), 0.5 * 1.5);
+  EXPECT_DOUBLE_EQ(max_attention_logit(qkv.data(), B, T, QW, A, NH, KVH, HS, 0.5, false, mask_k1), 0.5 * 1.5);
+  // not causal, no mask: q_2 . k_2 = 15 and q_0 . k_2 = 10: 15
+  EXPECT_DOUBLE_EQ(max_attention_logit(qkv.data(), B, T, QW, A, NH, KVH, HS, 1.0, false, nullptr), 15.0);
+}
+
+// log Z by hand: logits (0, 0) give log 2; (log 3, 0, 0)... (1 row each) log(3 + 2) = log 5.
+TEST(LayerLog, LogPartitionByHand) {
+  const float logits[2 * 3] = {0.0f, 0.0f, -1e30f, float(std::log(3.0)), 0.0f, 0.0f};
+  const LogPartition z = log_partition(logits, 2, 3);
+  EXPECT_NEAR(z.mean, (std::log(2.0) + std::log(5.0)) / 2, 1e-7);
+  EXPECT_NEAR(z.max, std::log(5.0), 1e-7);
 }

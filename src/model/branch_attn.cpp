@@ -74,9 +74,7 @@ void Model<S>::attn_forward(int i) {
   const SublayerActs<S>& a = a_[i];
   const SublayerParams<S>& p = p_[i];
   const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model;
-  // an encdec's encoder reads the source mask; every other self-attention the batch's own
-  const uint8_t* self_mask = cfg_.encdec() && slot.encoder ? (has_src_mask_ ? src_mask_.data() : nullptr)
-                                                            : (has_key_mask_ ? key_mask_.data() : nullptr);
+  const uint8_t* self_mask = self_attention_mask(i);
   const int A = cfg_.attn_width();  // the heads' width, n_heads HS (C unless head_dim says otherwise)
   matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
   attn_qk_forward(i, a.hid, N, T, 0, a.qk_raw, a.qk_mean, a.qk_rstd, a.pre, a.pre_r);  // (hid keeps the results)

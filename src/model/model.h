@@ -78,6 +78,12 @@ class Model {
   void project_to_sphere();
   // How the self-attention's q.k become scores (model.attn_scale, attn_softcap: ops/attention.h).
   ops::ScoreMap score_map() const { return {cfg_.attention_scale(), cfg_.attn_softcap}; }
+  // The key mask self-attention slot i read in the last forward (B, T; 0 = padding), or null: an
+  // encdec's encoder reads the source mask, every other self-attention the batch's own.
+  const uint8_t* self_attention_mask(int i) const {
+    if (cfg_.encdec() && slots_[size_t(i)].encoder) return has_src_mask_ ? src_mask_.data() : nullptr;
+    return has_key_mask_ ? key_mask_.data() : nullptr;
+  }
   const ParamTable& table() const { return table_; }
   // The non-const params() is how parameters are written: it also discards a bf16 handoff (below).
   std::vector<S>& params() {

@@ -176,13 +176,14 @@ nlohmann::json layer_series(const std::vector<nlohmann::json>& records) {
         k == size_t(std::llround(double(keep.size()) * double(records.size() - 1) / double(kMaxLayerLogs - 1))))
       keep.push_back(k);
   static const char* quantities[] = {"grad_norm_total", "update_ratio_total", "stream_rms", "branch_ratio",
-                                     "ln_in_input_rms", "ln_branch_input_rms", "ln_out_input_rms", "attn_entropy"};
+                                     "ln_in_input_rms", "ln_branch_input_rms", "ln_out_input_rms", "attn_entropy",
+                                     "attn_max_logit"};
   json out = {{"step", json::array()}, {"rows", json::array()}, {"values", json::object()},
               {"logged", records.size()}};
   for (const json& s : records.front()["sublayers"])
     out["rows"].push_back({{"slot", s["slot"]}, {"layer", s["layer"]}, {"sub", s["sub"]}, {"stack", s["stack"]}});
   for (const char* q : quantities) out["values"][q] = json::array();
-  json update = json::array(), stack_out = json::array();
+  json update = json::array(), stack_out = json::array(), z_mean = json::array(), z_max = json::array();
   for (size_t k : keep) {
     const json& r = records[k];
     out["step"].push_back(r["step"]);
@@ -195,9 +196,16 @@ nlohmann::json layer_series(const std::vector<nlohmann::json>& records) {
     for (const json& st : r["stacks"]) ends.push_back(four_digits(st["output_rms"]));
     stack_out.push_back(std::move(ends));
     update.push_back(four_digits(r.value("model_update", json(nullptr))));
+    const json head = r.value("head", json(nullptr));
+    z_mean.push_back(head.is_object() ? four_digits(head["log_z_mean"]) : json(nullptr));
+    z_max.push_back(head.is_object() ? four_digits(head["log_z_max"]) : json(nullptr));
   }
   out["stack_output_rms"] = std::move(stack_out);
   if (records.front().contains("model_update")) out["model_update"] = std::move(update);
+  if (records.front().value("head", json(nullptr)).is_object()) {  // (runs logged before log Z have none)
+    out["log_z_mean"] = std::move(z_mean);
+    out["log_z_max"] = std::move(z_max);
+  }
   return out;
 }
 

@@ -2,6 +2,7 @@
 // DeepNet's model update (train.log_model_update). Reductions accumulate in double.
 #include "train/layer_log.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -106,6 +107,40 @@ double mean_row_entropy(const float* p, long rows, int keys) {
   return rows > 0 ? sum / double(rows) : std::numeric_limits<double>::quiet_NaN();
 }
 
+double max_attention_logit(const float* qkv, int B, int T, int QW, int A, int NH, int KVH, int HS, double scale,
+                           bool causal, const uint8_t* key_mask) {
+  const int group = NH / KVH;
+  double best = -std::numeric_limits<double>::infinity();
+#pragma omp parallel for collapse(2) reduction(max : best) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < T; i++) {
+        const float* q = qkv + (size_t(b) * T + i) * QW + size_t(h) * HS;
+        for (int j = 0; j < (causal ? i + 1 : T); j++) {
+          if (key_mask && !key_mask[size_t(b) * T + j]) continue;
+          const float* k = qkv + (size_t(b) * T + j) * QW + A + size_t(h / group) * HS;
+          double dot = 0;
+          for (int c = 0; c < HS; c++) dot += double(q[c]) * k[c];
+          best = std::max(best, scale * dot);
+        }
+      }
+  return best;
+}
+
+LogPartition log_partition(const float* logits, long rows, int V) {
+  LogPartition z{0, -std::numeric_limits<double>::infinity()};
+  for (long r = 0; r < rows; r++) {
+    const float* row = logits + size_t(r) * V;
+    const double m = *std::max_element(row, row + V);
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += std::exp(double(row[v]) - m);
+    const double lse = m + std::log(sum);
+    z.mean += lse / double(rows);
+    z.max = std::max(z.max, lse);
+  }
+  return z;
+}
+
 double model_update_norm(const std::vector<float>& before, const float* after, long positions, int V) {
   double sum = 0;
   for (long r = 0; r < positions; r++)
@@ -140,6 +175,12 @@ void LayerLogger::begin(const Model<float>& model) {
     if (slot.kind == Sublayer::Attn) s["attn_entropy"] = mean_row_entropy(a.att, long(B) * NH * T, T);
     else if (slot.kind == Sublayer::Cross) s["attn_entropy"] = mean_row_entropy(a.att, long(B) * NH * T, model.planned_S());
     else s["attn_entropy"] = nullptr;
+    s["attn_max_logit"] = slot.kind == Sublayer::Attn
+                              ? json(max_attention_logit(a.hid, B, T, cfg.qkv_width(), cfg.attn_width(), NH,
+                                                         cfg.kv_heads(), cfg.head_size(),
+                                                         model.score_map().scale_for(cfg.head_size()), !slot.encoder,
+                                                         model.self_attention_mask(i)))
+                              : json(nullptr);
     s["grad_norm"] = json::object();
     sublayers.push_back(std::move(s));
   }
@@ -179,8 +220,14 @@ void LayerLogger::begin(const Model<float>& model) {
                       {"ln_f_input_rms", final_norm ? json(mean_token_rms(xd ? xd : x, N, C)) : json(nullptr)},
                       {"final_rms", mean_token_rms(y, N, C)}});
   }
+  // the output logits of every position (the decoder's in an encoder-decoder)
+  json head = nullptr;
+  if (cfg.has_logits() && model.logits()) {
+    const LogPartition z = log_partition(model.logits(), long(B) * model.planned_T(), cfg.vocab_size());
+    head = {{"log_z_mean", z.mean}, {"log_z_max", z.max}};
+  }
   record_ = {{"type", "layers"}, {"micro_batch", "last"}, {"sublayers", std::move(sublayers)},
-             {"stacks", std::move(stacks)}, {"other", std::move(other)}};
+             {"stacks", std::move(stacks)}, {"head", std::move(head)}, {"other", std::move(other)}};
 }
 
 json LayerLogger::finish(const Model<float>& model, long step) {

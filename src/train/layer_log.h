@@ -1,7 +1,7 @@
 // layer_log.h: the per-layer instruments read during training (train.log_every_layers): for every
 // sub-layer the stream norm, the branch-to-stream ratio, every norm site's input norm, the attention
-// entropy, and per parameter group the gradient norm and the update ratio ||delta theta|| / ||theta||;
-// per stack its output norm. Read from what a training step already has (the activations of its last
+// entropy and largest logit, and per parameter group the gradient norm and the update ratio
+// ||delta theta|| / ||theta||; per stack its output norm; the output logits' log Z. Read from what a training step already has (the activations of its last
 // forward, the gradients after backward, the parameters before and after the optimizer step): no
 // extra forward pass. And the model update ||Delta F|| of DeepNet (train.log_model_update), which
 // does cost forward passes on a fixed probe batch. The record format is in docs/USAGE.md ("Per-layer logs during training").
@@ -50,6 +50,20 @@ double mean_token_rms(const float* v, long rows, int C);
 double mean_token_ratio(const float* f, const float* x, long rows, int C);
 // Mean over rows of -sum p log p of attention probabilities p (rows, keys) (0 log 0 = 0).
 double mean_row_entropy(const float* p, long rows, int keys);
+
+// The largest attention logit of a self-attention (the reading whose growth precedes attention-logit
+// divergence, Wortsman et al. 2023): the max over batch rows, heads and the (query i, key j) pairs the
+// softmax saw (j <= i when causal; keys where key_mask is 0 left out) of scale q_i . k_j, before any
+// soft cap. qkv (B, T, QW) as the forward keeps it (after QK-norm and RoPE): NH query heads of HS
+// columns, then KVH key heads from column A; query head h reads key head h / (NH / KVH).
+double max_attention_logit(const float* qkv, int B, int T, int QW, int A, int NH, int KVH, int HS, double scale,
+                           bool causal, const uint8_t* key_mask);
+// log Z = log sum_v exp(logit_v) of each row of logits (rows, V), the quantity z-loss penalizes: its
+// mean over the rows and its largest value.
+struct LogPartition {
+  double mean = 0, max = 0;
+};
+LogPartition log_partition(const float* logits, long rows, int V);
 
 // DeepNet's model update on the probe batch: mean over positions of the L2 norm over the vocabulary
 // of (after - before), both (positions, V) logits.
