@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fmt/format.h>
 #include <limits>
 
 #include "check.h"
@@ -469,12 +470,19 @@ TEST(SoftmaxXent, BackwardMatchesFiniteDifferences) {
 // Label smoothing: the loss against the naive sum -sum_v target_v log p_v (target (1 - eps) onehot +
 // eps / V, PyTorch's CrossEntropyLoss(label_smoothing=eps)), and its backward (with and without the
 // soft cap) against finite differences; eps = 0 gives plain cross-entropy bit for bit.
-TEST(SoftmaxXent, LabelSmoothingMatchesTheNaiveTargetAndFiniteDifferences) {
-  const double eps = 0.1;
+// The training loss's extra terms against the naive sum over labelled rows of
+// -sum_v target_v log p_v (target (1 - eps) one-hot + eps / V: label smoothing) + zeta (log Z)^2
+// (z-loss: PaLM; Wortsman et al.), its backward (with and without the soft cap) against finite
+// differences, and the neutral values (eps = 0, zeta = 0) giving the plain loss and gradient bit for
+// bit. seed: the logits' and labels'; shift: added to each row's first logit (log Z away from 0).
+namespace {
+void check_loss_terms(double eps, double zeta, uint64_t seed, double shift) {
   for (auto [N, V] : {Dims2{1, 2}, Dims2{5, 7}, Dims2{3, 257}}) {
-    Vec logits = randn(N * V, 83, 3.0), lse(N), work(N * V);
+    SCOPED_TRACE(fmt::format("eps {} zeta {} N {} V {}", eps, zeta, N, V));
+    Vec logits = randn(N * V, seed, 3.0), lse(N), work(N * V);
+    for (int n = 0; n < N; n++) logits[size_t(n * V)] += shift;
     std::vector<int32_t> labels(N);
-    Rng rng(84);
+    Rng rng(seed + 1);
     for (int n = 0; n < N; n++) labels[n] = int32_t(rng.below(V));
     if (N > 2) labels[2] = kIgnoreLabel;
     int64_t count = 0;
@@ -487,8 +495,9 @@ TEST(SoftmaxXent, LabelSmoothingMatchesTheNaiveTargetAndFiniteDifferences) {
         const double target = (v == labels[n] ? 1 - eps : 0.0) + eps / V;
         naive -= target * (logits[size_t(n * V + v)] - std::log(z));
       }
+      naive += zeta * std::log(z) * std::log(z);
     }
-    EXPECT_NEAR(softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count, eps), naive,
+    EXPECT_NEAR(softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count, eps, zeta), naive,
                 1e-12 * std::abs(naive));
     for (double cap : {0.0, 4.0}) {
       Vec capped = logits;
@@ -496,72 +505,30 @@ TEST(SoftmaxXent, LabelSmoothingMatchesTheNaiveTargetAndFiniteDifferences) {
       auto loss = [&] {
         Vec y = logits;
         if (cap > 0) softcap_in_place(y.data(), y.size(), cap);
-        return softmax_xent_forward(lse.data(), y.data(), labels.data(), N, V, &count, eps);
+        return softmax_xent_forward(lse.data(), y.data(), labels.data(), N, V, &count, eps, zeta);
       };
       loss();
       work = capped;
-      softmax_xent_backward(work.data(), lse.data(), labels.data(), 1.0, N, V, cap, eps);
+      softmax_xent_backward(work.data(), lse.data(), labels.data(), 1.0, N, V, cap, eps, zeta);
       expect_close(cap > 0 ? "dlogits capped" : "dlogits", work, finite_diff(logits, loss), kFdRtol, kFdAtol);
     }
-    Vec plain = logits, zero = logits;
-    const double a = softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count);
-    const double b = softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count, 0.0);
-    EXPECT_EQ(a, b);
-    softmax_xent_backward(plain.data(), lse.data(), labels.data(), 0.5, N, V);
-    softmax_xent_backward(zero.data(), lse.data(), labels.data(), 0.5, N, V, 0.0, 0.0);
-    EXPECT_EQ(plain, zero);
+    // each term at its neutral value is the call without it, bit for bit
+    Vec plain = logits, neutral = logits;
+    EXPECT_EQ(softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count, eps),
+              softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count, eps, 0.0));
+    EXPECT_EQ(softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count),
+              softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count, 0.0, 0.0));
+    softmax_xent_backward(plain.data(), lse.data(), labels.data(), 0.5, N, V, 0.0, eps);
+    softmax_xent_backward(neutral.data(), lse.data(), labels.data(), 0.5, N, V, 0.0, eps, 0.0);
+    EXPECT_EQ(plain, neutral);
   }
 }
+}  // namespace
 
-// z-loss (PaLM; Wortsman et al.): the loss against the naive sum of -log p[label] + zeta (log Z)^2 per
-// labelled row (with label smoothing too), its backward (with and without the soft cap) against finite
-// differences; zeta = 0 gives the plain loss and gradient bit for bit.
+TEST(SoftmaxXent, LabelSmoothingMatchesTheNaiveTargetAndFiniteDifferences) { check_loss_terms(0.1, 0.0, 83, 0.0); }
+
 TEST(SoftmaxXent, ZLossMatchesTheNaiveSumAndFiniteDifferences) {
-  const double zeta = 0.05;
-  for (auto [N, V] : {Dims2{1, 2}, Dims2{5, 7}, Dims2{3, 257}})
-    for (double eps : {0.0, 0.1}) {
-      Vec logits = randn(N * V, 85, 3.0), lse(N), work(N * V);
-      for (int n = 0; n < N; n++) logits[size_t(n * V)] += 4.0;  // log Z well away from 0
-      std::vector<int32_t> labels(N);
-      Rng rng(86);
-      for (int n = 0; n < N; n++) labels[n] = int32_t(rng.below(V));
-      if (N > 2) labels[2] = kIgnoreLabel;
-      int64_t count = 0;
-      double naive = 0;
-      for (int n = 0; n < N; n++) {
-        if (labels[n] == kIgnoreLabel) continue;
-        double z = 0;
-        for (int v = 0; v < V; v++) z += std::exp(logits[size_t(n * V + v)]);
-        for (int v = 0; v < V; v++) {
-          const double target = (v == labels[n] ? 1 - eps : 0.0) + eps / V;
-          naive -= target * (logits[size_t(n * V + v)] - std::log(z));
-        }
-        naive += zeta * std::log(z) * std::log(z);
-      }
-      EXPECT_NEAR(softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count, eps, zeta), naive,
-                  1e-12 * std::abs(naive));
-      for (double cap : {0.0, 4.0}) {
-        Vec capped = logits;
-        if (cap > 0) softcap_in_place(capped.data(), capped.size(), cap);
-        auto loss = [&] {
-          Vec y = logits;
-          if (cap > 0) softcap_in_place(y.data(), y.size(), cap);
-          return softmax_xent_forward(lse.data(), y.data(), labels.data(), N, V, &count, eps, zeta);
-        };
-        loss();
-        work = capped;
-        softmax_xent_backward(work.data(), lse.data(), labels.data(), 1.0, N, V, cap, eps, zeta);
-        expect_close(cap > 0 ? "dlogits capped, z-loss" : "dlogits, z-loss", work, finite_diff(logits, loss), kFdRtol,
-                     kFdAtol);
-      }
-      Vec plain = logits, zero = logits;
-      const double a = softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count, eps);
-      const double b = softmax_xent_forward(lse.data(), logits.data(), labels.data(), N, V, &count, eps, 0.0);
-      EXPECT_EQ(a, b);
-      softmax_xent_backward(plain.data(), lse.data(), labels.data(), 0.5, N, V, 0.0, eps);
-      softmax_xent_backward(zero.data(), lse.data(), labels.data(), 0.5, N, V, 0.0, eps, 0.0);
-      EXPECT_EQ(plain, zero);
-    }
+  for (double eps : {0.0, 0.1}) check_loss_terms(eps, 0.05, 85, 4.0);
 }
 
 TEST(SoftmaxXent, LossMatchesLogSoftmaxAndIsStable) {
