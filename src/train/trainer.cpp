@@ -137,26 +137,32 @@ class MetricsFile {
   long lines_ = 0;
 };
 
-}  // namespace
-
-TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
-  const TrainConfig& tc = cfg.train;
-  const dist::Comm& comm = options.comm;
-  const bool quiet = options.quiet || !comm.root();  // rank 0 alone prints
-  // resume: the newest checkpoint's state, whose config this one must match (train/resume.h)
+// Where a run starts: with options.resume, the newest checkpoint of the run directory (its state,
+// path and model config), refused with the reason when its config, the run's own config.json, the
+// number of ranks or train.steps do not allow an exact continuation; otherwise the model config
+// resolved from cfg (train/resume.h).
+struct RunStart {
   std::optional<ResumeState> resumed;
   std::string resumed_path;
+  ModelConfig model_cfg;
+};
+
+RunStart start_of_run(const RunConfig& cfg, const TrainOptions& options) {
+  const TrainConfig& tc = cfg.train;
+  RunStart start;
+  std::optional<ResumeState>& resumed = start.resumed;
+  std::string& resumed_path = start.resumed_path;
   if (options.resume) {
     const auto newest = newest_checkpoint(tc.out_dir);
     if (!newest) (void)resume_run_config(tc.out_dir);  // throws the message saying what the directory is
     resumed_path = *newest;
     resumed = resume_state_from_metadata(safetensors::read(resumed_path).metadata, resumed_path);
   }
-  ModelConfig model_cfg = resumed ? model_config_from_json(resumed->run_config.at("model"), resumed_path + " config")
+  start.model_cfg = resumed ? model_config_from_json(resumed->run_config.at("model"), resumed_path + " config")
                                   : resolve_model(cfg);
   if (resumed) {
     RunConfig wanted = cfg;
-    if (!tc.init_from.empty() && !cfg.model_given) wanted.model = model_cfg;
+    if (!tc.init_from.empty() && !cfg.model_given) wanted.model = start.model_cfg;
     nlohmann::json w = run_config_to_json(wanted);
     const nlohmann::json& saved = resumed->run_config;
     if (!tc.init_from.empty())  // what resolve_model ignores: the parameters come from init_from
@@ -191,6 +197,19 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
       throw Error(fmt::format("--resume '{}': train.steps = {} is below the checkpoint's step {}", tc.out_dir,
                               tc.steps, resumed->step));
   }
+  return start;
+}
+
+}  // namespace
+
+TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
+  const TrainConfig& tc = cfg.train;
+  const dist::Comm& comm = options.comm;
+  const bool quiet = options.quiet || !comm.root();  // rank 0 alone prints
+  RunStart begin = start_of_run(cfg, options);
+  const std::optional<ResumeState>& resumed = begin.resumed;
+  const std::string& resumed_path = begin.resumed_path;
+  ModelConfig& model_cfg = begin.model_cfg;
   if (!model_cfg.has_logits())
     throw Error("the model has no head (model.head = none, e.g. an imported BertModel): there is no loss to "
                 "train; set model.head = \"mlm\" (a new masked-LM head) or \"tied\"");
