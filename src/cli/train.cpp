@@ -2,6 +2,7 @@
 // at the end (done, interrupted, diverged).
 #include "cli/train.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fmt/format.h>
 #include <iostream>
@@ -35,7 +36,7 @@ RunConfig load_resume_config(const std::string& dir, const std::string& config_p
   return cfg;
 }
 
-// Ctrl-C stops after the current step (cli/interrupt.h); the run's files are then complete.
+// Ctrl-C stops after the current step (util/interrupt.h); the run's files are then complete.
 int train_and_report(const RunConfig& cfg, TrainOptions options) {
   const StopOnInterrupt interrupt;
   options.stop = interrupt.flag();
