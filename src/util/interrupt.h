@@ -29,9 +29,9 @@ void throw_if_interrupted();
 // Gives the calling thread and OpenMP's threads an alternate stack for signal handlers (each once).
 // A handler installed with SA_ONSTACK (StopOnInterrupt's; CPython's since 3.10) then never writes its
 // frame where the interrupted code's stack pointer is: oneDNN's JIT GEMM kernels (Debian's 2.6) point
-// it into a heap workspace while they run, and a Ctrl-C there corrupted the heap (uxlfoundation/oneDNN
-// issue 4845, fixed upstream in 2026; tests/test_interrupt.cpp). StopOnInterrupt calls it; so does the
-// Python module when it is imported.
+// it into a heap workspace while they run, and a Ctrl-C there corrupted the heap
+// (uxlfoundation/oneDNN#4845, fixed upstream in 2026; tests/test_interrupt.cpp). StopOnInterrupt
+// calls it; so does the Python module when it is imported.
 void use_signal_stacks();
 
 // Installs the handler for its lifetime (the previous handler is restored on destruction).
