@@ -603,10 +603,14 @@ TEST_P(Convergence, ValidationLossEndsWellBelowUnigramEntropy) {
 INSTANTIATE_TEST_SUITE_P(PreAndPost, Convergence, testing::Values(Placement::Pre, Placement::Post),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
-// train.z_loss reaches the loss in training mode only: the training forward is the plain loss plus
-// zeta times the mean over labelled rows of (log Z)^2 of its own logits, evaluation the plain one, and
-// the gradient is the training loss's (a central difference on one weight); the trainer reads the key.
-TEST(Training, ZLossIsTheTrainingLossOnly) {
+namespace {
+// A term of the training loss (label smoothing, z-loss) reaches the loss in training mode only: the
+// training forward equals the naive loss of its own logits with the term, evaluation the plain one,
+// and the gradient is the training loss's (a central difference on a weight of the MLP and of the
+// embedding). set(model) switches the term on; row_loss(z, label, V, lse) is one labelled row's loss
+// with it, row_loss0 without; min_gap: how far the two losses must be apart at initialization.
+template <class Set, class Row, class Row0>
+void check_training_only_term(Set set, Row row_loss, Row0 row_loss0, double min_gap) {
   ModelConfig mc;
   mc.d_model = 16;
   mc.n_heads = 2;
@@ -616,27 +620,26 @@ TEST(Training, ZLossIsTheTrainingLossOnly) {
   const int B = 2, T = 8, V = mc.vocab_size();
   std::vector<int32_t> ids(B * T), labels(B * T);
   for (int i = 0; i < B * T; i++) ids[size_t(i)] = int32_t((7 * i + 3) % V), labels[size_t(i)] = int32_t((5 * i + 1) % V);
-  const double zeta = 0.3;
-  model.set_z_loss(zeta);
-  auto naive = [&](double z_loss) {
+  set(model);
+  auto naive = [&](auto row) {
     const double* z = model.logits();
     double sum = 0;
     for (int n = 0; n < B * T; n++) {
+      const double* zn = z + size_t(n) * V;
       double mx = -1e300, s = 0;
-      for (int v = 0; v < V; v++) mx = std::max(mx, z[size_t(n) * V + v]);
-      for (int v = 0; v < V; v++) s += std::exp(z[size_t(n) * V + v] - mx);
-      const double lse = mx + std::log(s);
-      sum += lse - z[size_t(n) * V + labels[size_t(n)]] + z_loss * lse * lse;
+      for (int v = 0; v < V; v++) mx = std::max(mx, zn[v]);
+      for (int v = 0; v < V; v++) s += std::exp(zn[v] - mx);
+      sum += row(zn, labels[size_t(n)], V, mx + std::log(s));
     }
     return sum / (B * T);
   };
   model.set_training(false);
   const double eval = model.forward(ids.data(), labels.data(), B, T);
-  EXPECT_NEAR(eval, naive(0.0), 1e-12);
+  EXPECT_NEAR(eval, naive(row_loss0), 1e-12);
   model.set_training(true);
-  const double with_z = model.forward(ids.data(), labels.data(), B, T);
-  EXPECT_NEAR(with_z, naive(zeta), 1e-12);
-  EXPECT_GT(with_z - eval, 1e-2);  // log Z ~ log 256 at init: the term is ~0.3 * 30
+  const double trained = model.forward(ids.data(), labels.data(), B, T);
+  EXPECT_NEAR(trained, naive(row_loss), 1e-12);
+  EXPECT_GT(std::abs(trained - eval), min_gap);
   model.zero_grad();
   model.backward();
   for (const char* name : {"h.0.mlp.fc.weight", "wte.weight"}) {
@@ -649,56 +652,32 @@ TEST(Training, ZLossIsTheTrainingLossOnly) {
     model.params()[k] = w;
     EXPECT_NEAR(g, (up - down) / (2 * h), 1e-7 * std::max(1.0, std::abs(g))) << name;
   }
+}
+
+double plain_row(const double* z, int32_t label, int, double lse) { return lse - z[label]; }
+}  // namespace
+
+// train.z_loss: the plain loss plus zeta (log Z)^2 per labelled row in training; the key is read.
+TEST(Training, ZLossIsTheTrainingLossOnly) {
+  const double zeta = 0.3;
+  check_training_only_term([&](Model<double>& m) { m.set_z_loss(zeta); },
+                           [&](const double* z, int32_t label, int, double lse) { return lse - z[label] + zeta * lse * lse; },
+                           plain_row, 1e-2);  // log Z ~ log 256 at init: the term is ~0.3 * 30
   RunConfig rc = run_config_from_json(nlohmann::json{{"train", {{"z_loss", 1e-4}}}}, "test");
   EXPECT_EQ(rc.train.z_loss, 1e-4);
   EXPECT_THROW(run_config_from_json(nlohmann::json{{"train", {{"z_loss", -1.0}}}}, "test"), Error);
 }
 
-// train.label_smoothing reaches the loss in training mode only: the training forward equals the
-// naive smoothed cross-entropy of its own logits, evaluation the plain one, and the gradient is the
-// smoothed loss's (a central difference on one weight).
+// train.label_smoothing: the target (1 - eps) one-hot + eps / V in training.
 TEST(Training, LabelSmoothingIsTheTrainingLossOnly) {
-  ModelConfig mc;
-  mc.d_model = 16;
-  mc.n_heads = 2;
-  mc.n_layers = 1;
-  mc.seq_len = 8;
-  Model<double> model(mc);
-  const int B = 2, T = 8, V = mc.vocab_size();
-  std::vector<int32_t> ids(B * T), labels(B * T);
-  for (int i = 0; i < B * T; i++) ids[size_t(i)] = int32_t((7 * i + 3) % V), labels[size_t(i)] = int32_t((5 * i + 1) % V);
   const double eps = 0.2;
-  model.set_label_smoothing(eps);
-  auto naive = [&](double smoothing) {
-    const double* z = model.logits();
-    double sum = 0;
-    for (int n = 0; n < B * T; n++) {
-      double mx = -1e300, s = 0;
-      for (int v = 0; v < V; v++) mx = std::max(mx, z[size_t(n) * V + v]);
-      for (int v = 0; v < V; v++) s += std::exp(z[size_t(n) * V + v] - mx);
-      const double lse = mx + std::log(s);
-      for (int v = 0; v < V; v++)
-        sum += ((v == labels[size_t(n)] ? 1 - smoothing : 0.0) + smoothing / V) * (lse - z[size_t(n) * V + v]);
-    }
-    return sum / (B * T);
-  };
-  model.set_training(false);
-  const double eval = model.forward(ids.data(), labels.data(), B, T);
-  EXPECT_NEAR(eval, naive(0.0), 1e-12);
-  model.set_training(true);
-  const double smoothed = model.forward(ids.data(), labels.data(), B, T);
-  EXPECT_NEAR(smoothed, naive(eps), 1e-12);
-  EXPECT_GT(std::abs(smoothed - eval), 1e-4);
-  model.zero_grad();
-  model.backward();
-  const size_t k = model.table().find("h.0.mlp.fc.weight")->offset + 5;
-  const double g = model.grads()[k], h = 1e-6, w = model.params()[k];
-  model.params()[k] = w + h;
-  const double up = model.forward(ids.data(), labels.data(), B, T);
-  model.params()[k] = w - h;
-  const double down = model.forward(ids.data(), labels.data(), B, T);
-  model.params()[k] = w;
-  EXPECT_NEAR(g, (up - down) / (2 * h), 1e-7 * std::max(1.0, std::abs(g)));
+  check_training_only_term([&](Model<double>& m) { m.set_label_smoothing(eps); },
+                           [&](const double* z, int32_t label, int V, double lse) {
+                             double sum = 0;
+                             for (int v = 0; v < V; v++) sum += ((v == label ? 1 - eps : 0.0) + eps / V) * (lse - z[v]);
+                             return sum;
+                           },
+                           plain_row, 1e-4);
 }
 
 namespace {
