@@ -228,7 +228,9 @@ class Model:
         """``normlab analyze sinks`` on the given rows (each row a window): per layer the largest
         activations, their dimensions and tokens, kurtosis and token norms (``streams``; the massive
         dimensions as their own table, ``massive``), per head the first token's attention importance and
-        the sink share (``heads``), and the sink rate."""
+        the sink share (``heads``), and the sink rate; for a causal model with a head, the gradient sinks:
+        per layer the next-token loss's gradient at the first position against the median (``gradients``)
+        and the norm's Jacobian gain at the largest token against the median one (``norm_gains``)."""
         return Results("sinks", self._core.instrument("sinks", _ids(inputs, self)))
 
     def theory(self, seeds: int = 5, corpus: str = "", tokenizer: str = "", seq_len: int = 16) -> Results:

@@ -9,6 +9,7 @@
 #include "analysis/linalg.h"
 #include "analysis/stats.h"
 #include "model/methods.h"
+#include "model/norm_of.h"
 #include "ops/common.h"
 #include "util/error.h"
 #include "util/interrupt.h"
@@ -85,6 +86,61 @@ StreamSinks stream_readings(int layer, const std::vector<double>& vals, int wind
   return s;
 }
 
+// The gradient readings of one stream point from ||d(loss)/d(x_t)|| over every window: norms (windows, T)
+StreamGradient gradient_readings(int layer, const std::vector<double>& norms, int windows, int T) {
+  StreamGradient g;
+  g.layer = layer;
+  std::vector<double> by_position(size_t(T), 0.0);
+  for (int w = 0; w < windows; w++)
+    for (int t = 0; t < T; t++) by_position[size_t(t)] += norms[size_t(w) * T + t] / windows;
+  g.first = by_position[0];
+  g.median = median_of(norms);
+  g.ratio = norm_ratio(g.first, g.median);
+  g.top_token = int(std::max_element(by_position.begin(), by_position.end()) - by_position.begin());
+  g.top = by_position[size_t(g.top_token)];
+  return g;
+}
+
+// The Jacobian of the norm `site` (parameters p) that reads stream point `layer`, whose entries over
+// every window are vals (windows, T, C): at the token of the largest ||x_t|| and of the median one.
+NormGain norm_gain(const ModelConfig& cfg, int layer, const std::string& site, const NormParams<double>& p,
+                   const std::vector<double>& vals, int T, int C) {
+  const size_t n = vals.size() / size_t(C);
+  std::vector<double> norms(n);
+  for (size_t k = 0; k < n; k++) norms[k] = row_norm(vals.data() + k * C, C);
+  std::vector<size_t> order(n);
+  for (size_t k = 0; k < n; k++) order[k] = k;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return norms[a] < norms[b] || (norms[a] == norms[b] && a < b); });
+  const size_t top = order.back(), mid = order[(n - 1) / 2];
+  const auto gain_at = [&](size_t k) {
+    return singular_values(norm_jacobian_closed_form(cfg.norm, vals.data() + k * C, p, C, cfg.eps), C, C).front();
+  };
+  NormGain g;
+  g.layer = layer;
+  g.site = site;
+  g.max_window = int(top / size_t(T)), g.max_token = int(top % size_t(T));
+  g.median_window = int(mid / size_t(T)), g.median_token = int(mid % size_t(T));
+  g.norm_max = norms[top], g.norm_median = norms[mid];
+  g.gain_max = gain_at(top), g.gain_median = gain_at(mid);
+  g.gain_ratio = norm_ratio(g.gain_max, g.gain_median);
+  g.predicted = norm_ratio(g.norm_median, g.norm_max);
+  return g;
+}
+
+// Sets the model's stream-gradient reader for one backward pass and always clears it.
+class StreamGradientReading {
+ public:
+  StreamGradientReading(Model<double>& model, Model<double>::StreamGradientReader reader) : model_(model) {
+    model_.read_stream_gradients(std::move(reader));
+  }
+  ~StreamGradientReading() { model_.read_stream_gradients({}); }
+  StreamGradientReading(const StreamGradientReading&) = delete;
+  StreamGradientReading& operator=(const StreamGradientReading&) = delete;
+
+ private:
+  Model<double>& model_;
+};
+
 }  // namespace
 
 SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batches) {
@@ -108,9 +164,18 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
   std::vector<std::vector<double>> vals(size_t(L) + 1);  // every stream point's entries, window by window
   std::vector<double> importance(size_t(L) * NH * T, 0.0);  // mean over windows, by layer, head, key
   std::vector<double> first_mean(size_t(L) * NH, 0.0), first_sinks(size_t(L) * NH, 0.0);
+  // gradient sinks: the next-token loss of a causal model with a head
+  if (!rep.causal) rep.no_gradients = "an encoder has no next-token loss";
+  else if (!cfg.has_logits()) rep.no_gradients = "the model has no output head (head = none), so no loss";
+  else if (T < 2) rep.no_gradients = "windows of one token have no next token to predict";
+  const bool gradients = rep.no_gradients.empty();
+  std::vector<std::vector<double>> grad_norms(size_t(L) + 1);  // ||d(loss)/d(x_t)|| per stream point, window by window
   for (const Batch& b : batches) {
     throw_if_interrupted();
-    const std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
+    std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
+    if (gradients)
+      for (int r = 0; r < b.B; r++)
+        for (int t = 0; t + 1 < T; t++) labels[size_t(r) * T + t] = b.ids[size_t(r) * T + t + 1];
     model.forward(b.ids.data(), labels.data(), b.B, T, b.types_or_null(), nullptr);
     const size_t n = size_t(b.B) * T * C;
     for (int l = 0; l <= L; l++) {
@@ -135,6 +200,29 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
           }
         }
     }
+    if (gradients) {
+      const int last = cfg.n_slots();
+      model.zero_grad();
+      StreamGradientReading reading(model, [&](int slot, const double* dx) {
+        if (slot % 2 && slot != last) return;  // an MLP's input: not a stream point
+        std::vector<double>& out = grad_norms[size_t(slot == last ? L : slot / 2)];
+        for (size_t k = 0; k < size_t(b.B) * T; k++) out.push_back(row_norm(dx + k * C, C));
+      });
+      model.backward();
+    }
+  }
+  for (int l = 0; l <= L && gradients; l++)
+    rep.gradients.push_back(gradient_readings(l, grad_norms[size_t(l)], windows, T));
+  for (int l = 0; l <= L; l++) {  // the norm that reads each stream point: a pre-norm input norm, the final norm
+    if (l == L) {
+      if (cfg.has_final_norm()) rep.norm_gains.push_back(norm_gain(cfg, l, "ln_f", model.final_norm(), vals[size_t(l)], T, C));
+      continue;
+    }
+    if (!cfg.has_sublayer(2 * l)) continue;
+    const Slot slot = cfg.slot(2 * l);
+    if (!norm_sites(cfg.placement_of(slot.layer), slot.kind).in) continue;
+    rep.norm_gains.push_back(norm_gain(cfg, l, fmt::format("h.{}.{}.ln_in", l, to_string(slot.kind)),
+                                       model.sublayer_params_of(2 * l).ln_in, vals[size_t(l)], T, C));
   }
   for (int l = 0; l <= L; l++) {
     rep.streams.push_back(stream_readings(l, vals[size_t(l)], windows, T, C));
@@ -174,11 +262,58 @@ nlohmann::json to_json(const SinksReport& r) {
   for (const HeadSinks& h : r.heads)
     heads.push_back({{"layer", h.layer}, {"head", h.head}, {"first_importance", h.first_importance},
                      {"sink_share", h.sink_share}, {"top_key", h.top_key}, {"top_importance", h.top_importance}});
+  json gradients = json::array(), gains = json::array();
+  for (const StreamGradient& g : r.gradients)
+    gradients.push_back({{"layer", g.layer}, {"first", g.first}, {"median", g.median}, {"ratio", g.ratio},
+                         {"top_token", g.top_token}, {"top", g.top}});
+  for (const NormGain& g : r.norm_gains)
+    gains.push_back({{"layer", g.layer}, {"site", g.site}, {"max_window", g.max_window}, {"max_token", g.max_token},
+                     {"median_window", g.median_window}, {"median_token", g.median_token}, {"norm_max", g.norm_max},
+                     {"norm_median", g.norm_median}, {"gain_max", g.gain_max}, {"gain_median", g.gain_median},
+                     {"gain_ratio", g.gain_ratio}, {"predicted", g.predicted}});
   return {{"windows", r.windows}, {"T", r.T}, {"d_model", r.d_model}, {"n_heads", r.n_heads}, {"causal", r.causal},
+          {"gradients", gradients}, {"no_gradients", r.no_gradients.empty() ? json() : json(r.no_gradients)},
+          {"norm_gains", gains},
           {"epsilon", r.epsilon}, {"massive_min", r.massive_min}, {"massive_ratio", r.massive_ratio},
           {"streams", streams}, {"heads", heads}, {"layer_sink_rate", r.layer_sink_rate}, {"sink_rate", r.sink_rate},
           {"first_massive_layer", r.first_massive_layer >= 0 ? json(r.first_massive_layer) : json()}};
 }
+
+namespace {
+
+void print_gradient_sinks(const SinksReport& r) {
+  const auto name = [&](int layer) { return layer == int(r.streams.size()) - 1 ? std::string("out") : std::to_string(layer); };
+  if (r.gradients.empty()) {
+    fmt::print("gradient sinks: not read ({})\n", r.no_gradients);
+  } else {
+    fmt::print("\nGradient sinks: ||d(loss)/d(x_t)|| for the next-token loss (each batch's mean over its windows' "
+               "{} labelled positions each: the last has no next token)\n", r.T - 1);
+    fmt::print("{:>5} {:>12} {:>12} {:>10} {:>8} {:>12}\n", "layer", "first", "median", "first/med", "top pos",
+               "top");
+    for (const StreamGradient& g : r.gradients)
+      fmt::print("{:>5} {:>12.4g} {:>12.4g} {:>10} {:>8} {:>12.4g}\n", name(g.layer), g.first, g.median,
+                 ratio_text(g.ratio, 4), g.top_token, g.top);
+    fmt::print("columns: the gradient reaching the stream entering each layer (out: the last block's output): at "
+               "the first position (mean over windows), the median over every position, their ratio, and the "
+               "position whose mean over windows is largest\n");
+  }
+  if (r.norm_gains.empty()) {
+    fmt::print("norm gains: no norm reads a stream point (no pre-norm input norm, no final norm)\n");
+    return;
+  }
+  fmt::print("\nThe norm's Jacobian at the largest token against the median one (largest singular value)\n");
+  fmt::print("{:>5} {:>18} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}\n", "layer", "site", "max ||x_t||",
+             "med ||x_t||", "gain there", "gain med", "gain ratio", "med/max");
+  for (const NormGain& g : r.norm_gains)
+    fmt::print("{:>5} {:>18} {:>11.4g} {:>11.4g} {:>11.4g} {:>11.4g} {:>11} {:>11}\n", name(g.layer), g.site,
+               g.norm_max, g.norm_median, g.gain_max, g.gain_median, ratio_text(g.gain_ratio, 4),
+               ratio_text(g.predicted, 4));
+  fmt::print("columns: the norm that reads the stream entering each layer, at the token of the largest ||x_t|| "
+             "and of the median one: the norm of each, the largest singular value of the norm's Jacobian at each, "
+             "the ratio of those gains, and med/max, the ratio a gain of 1 / ||x|| would give\n");
+}
+
+}  // namespace
 
 void print_report(const SinksReport& r) {
   fmt::print("Massive activations and attention sinks over {} windows of {} tokens\n", r.windows, r.T);
@@ -223,6 +358,7 @@ void print_report(const SinksReport& r) {
   std::string rates;
   for (size_t l = 0; l < r.layer_sink_rate.size(); l++) rates += fmt::format(" {:.0f}", r.layer_sink_rate[l]);
   fmt::print("sink rate by layer (%):{}\n", rates);
+  print_gradient_sinks(r);
 }
 
 }  // namespace normlab::analysis

@@ -14,6 +14,15 @@
 // sum_q A[q, k] / (number of such queries: T - k when causal, T otherwise); a head of a window has a
 // sink on the first token when the first token's importance exceeds epsilon (0.3 in their code), and
 // the sink rate is the share of (window, layer, head) with one, in percent.
+//
+// Gradient sinks (Chen et al. 2026, arXiv 2603.17771: under a causal mask the gradient concentrates
+// on the sink token, and the RMSNorm Jacobian, whose gain falls as 1 / ||x||, lets a massive
+// activation take that pressure): for a causal model with an output head, the loss of predicting
+// each next token of every window (the last position has no label), and per stream point the norm of
+// d(loss)/d(x_t) at every position: at the first position against the median. And the Jacobian of
+// the norm that reads each stream point (a pre-norm sub-layer's input norm, the final norm), its
+// largest singular value at the token of the largest ||x_t|| against the token of the median one,
+// beside the ratio of those norms that a gain of 1 / ||x|| predicts.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -63,6 +72,28 @@ struct HeadSinks {
   double top_importance = 0;    // ... and that importance
 };
 
+// d(loss)/d(x) at one stream point (the loss a mean over the windows' labelled positions)
+struct StreamGradient {
+  int layer = 0;                  // as StreamSinks::layer
+  double first = 0;               // ||d(loss)/d(x_0)||, mean over windows
+  double median = 0;              // median ||d(loss)/d(x_t)|| over every position of every window
+  double ratio = 0;               // first / median
+  int top_token = 0;              // the position of the largest mean over windows of ||d(loss)/d(x_t)|| ...
+  double top = 0;                 // ... and that mean
+};
+
+// The Jacobian of the norm that reads a stream point, at two of its tokens
+struct NormGain {
+  int layer = 0;                  // as StreamSinks::layer
+  std::string site;               // "h.3.attn.ln_in", "ln_f"
+  int max_window = 0, max_token = 0;        // the token of the largest ||x_t|| ...
+  int median_window = 0, median_token = 0;  // ... and of the median one (the lower middle of an even count)
+  double norm_max = 0, norm_median = 0;     // their ||x_t||
+  double gain_max = 0, gain_median = 0;     // the largest singular value of the norm's Jacobian there
+  double gain_ratio = 0;          // gain_max / gain_median
+  double predicted = 0;           // norm_median / norm_max: the ratio of a gain proportional to 1 / ||x||
+};
+
 struct SinksReport {
   int windows = 0, T = 0, d_model = 0, n_heads = 0;
   bool causal = true;
@@ -72,10 +103,16 @@ struct SinksReport {
   std::vector<double> layer_sink_rate;  // percent of (window, head) of each layer
   double sink_rate = 0;              // percent of (window, layer, head)
   int first_massive_layer = -1;      // the first stream point with a massive dimension, or -1
+  // gradient sinks: empty when there is no next-token loss (an encoder, a model without a head), with
+  // the reason in no_gradients
+  std::vector<StreamGradient> gradients;  // n_layers + 1
+  std::string no_gradients;
+  std::vector<NormGain> norm_gains;       // the stream points a norm reads (a post-norm stack: ln_f only)
 };
 
-// The windows are the rows of the batches (each row a sequence; padding is refused). Forward passes
-// only.
+// The windows are the rows of the batches (each row a sequence; padding is refused). A forward pass
+// per batch, and for the gradient sinks a backward pass of the next-token loss (the batches' own
+// labels are not read; the parameter gradients are left changed).
 SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batches);
 nlohmann::json to_json(const SinksReport& r);
 void print_report(const SinksReport& r);

@@ -552,7 +552,9 @@ void Model<S>::stack_backward(const StackEnd& e, const S* dy, S*& dx) {
       dd = ddual_;
     }
   }
-  run_backward(e.first, e.last, dx, dd);
+  const bool read = stream_gradient_reader_ && e.last == int(slots_.size());  // not an encdec's encoder
+  if (read) stream_gradient_reader_(e.last, dx);
+  run_backward(e.first, e.last, dx, dd, read);
   // x_d = x_0 + ...:  dx_0 += dx_d
   if (dd) {
 #pragma omp parallel for schedule(static) if((long)n > ops::kParallelMinWork)
@@ -563,12 +565,14 @@ void Model<S>::stack_backward(const StackEnd& e, const S* dy, S*& dx) {
 // Slots [first, last) in reverse; dx holds d(loss)/d(stream last) on entry and d/d(stream first)
 // on return (it points into the ping-pong buffers). dd: d(loss)/d(x_d) of a two-stream stack.
 template <class S>
-void Model<S>::run_backward(int first, int last, S*& dx, const S* dd) {
+void Model<S>::run_backward(int first, int last, S*& dx, const S* dd, bool read) {
   for (int i = last - 1; i >= first; i--) {
-    if (!slots_[size_t(i)].present) continue;
-    S* dx_in = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];
-    sublayer_backward(i, dx, dx_in, dd);
-    dx = dx_in;
+    if (slots_[size_t(i)].present) {
+      S* dx_in = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];
+      sublayer_backward(i, dx, dx_in, dd);
+      dx = dx_in;
+    }
+    if (read) stream_gradient_reader_(i, dx);
   }
 }
 

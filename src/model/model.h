@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <fmt/format.h>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -134,6 +135,13 @@ class Model {
                                     const Source& src = {});
   // grads += loss_scale * d(loss)/d(params), for the last forward. Invalidates logits().
   void backward(double loss_scale = 1.0);
+  // What backward passes through the residual stream, for an instrument to read (the gradient sinks of
+  // analysis/sinks.h): while set, backward (and vjp_stacks) calls it with (i, dx), dx (B, T, C) = loss_scale d(loss) /
+  // d(stream(i)), for i = n_slots (the last block's output) and then every slot i below it, down to the
+  // decoder's (or the only stack's) first. A two-stream stack (ResiDual) gives its x stream's gradient.
+  // An empty function (the default) turns it off.
+  using StreamGradientReader = std::function<void(int slot, const S* dx)>;
+  void read_stream_gradients(StreamGradientReader reader) { stream_gradient_reader_ = std::move(reader); }
   void zero_grad();
 
   // (B, T, V) after forward, before backward; null for a headless model (head = none)
@@ -289,7 +297,8 @@ class Model {
   void sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd = nullptr);
   // Error unless the model has parameter gradients (not ForwardOnly); `what` names the caller.
   void require_grads(const char* what) const;
-  void run_backward(int first, int last, S*& dx, const S* dd = nullptr);  // slots [first, last) backward; dx in and out
+  // slots [first, last) backward; dx in and out; read: give each slot's input gradient to the reader
+  void run_backward(int first, int last, S*& dx, const S* dd = nullptr, bool read = false);
   void norm_forward(S* out, S* mean, S* rstd, const S* inp, const NormParams<S>& p, int rows);
   void norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
                      const NormParams<S>& p, const S* mean, const S* rstd, int rows);
@@ -308,6 +317,7 @@ class Model {
   mutable std::vector<S> qk_scratch_;  // QK-norm's gathered parts, grown on demand
   std::vector<S> params_, grads_;
   bool forward_only_ = false;  // no grads_: every gradient pointer below is null
+  StreamGradientReader stream_gradient_reader_;  // read_stream_gradients
   std::vector<SublayerParams<S>> p_, dp_;  // per slot
   NormParams<S> lnf_, dlnf_;
   NormParams<S> enc_lnf_, denc_lnf_;  // encdec: the encoder's final norm

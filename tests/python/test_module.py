@@ -157,9 +157,78 @@ def check_sinks(nl, name, model, m, d, tokens, ids, workdir):
             bad.append(f"layer {l} sink rate {got['layer_sink_rate'][l]} vs {r}")
     check(f"{name}: analyze sinks equals a brute-force reading of transformers' hidden states and attentions",
           not bad, "; ".join(bad[:4]))
+    check_gradient_sinks(name, model, ids, o.hidden_states, got, causal)
     mod = m.sinks(ids).data
     check(f"{name}: the module's sinks equal the command's JSON", same_json(mod, got),
           first_difference(mod, {k: v for k, v in got.items() if k not in ("input", "model")}))
+
+
+def input_norms(model, name):
+    """The norm that reads the stream entering each layer, and the final norm (transformers' modules)."""
+    if name == "gpt2":
+        return [b.ln_1 for b in model.transformer.h] + [model.transformer.ln_f]
+    return [b.input_layernorm for b in model.model.layers] + [model.model.norm]
+
+
+def check_gradient_sinks(name, model, ids, hidden, got, causal):
+    """The gradient sinks against torch's autograd through transformers' model: d(next-token loss)/d(each
+    hidden state), and the norm's Jacobian (torch.autograd of transformers' norm module, in double) at the
+    tokens of the largest and the median norm."""
+    if not causal:
+        check(f"{name}: an encoder has no gradient-sink readings, and says why",
+              got["gradients"] == [] and "encoder" in (got["no_gradients"] or ""), str(got["no_gradients"]))
+        return
+    import copy
+    extra = {"use_cache": False}
+    o = model(torch.from_numpy(ids.astype(np.int64)), output_hidden_states=True, **extra)
+    for h in o.hidden_states:
+        h.retain_grad()
+    labels = np.full(ids.shape, -100, dtype=np.int64)
+    labels[:, :-1] = ids[:, 1:]
+    logits = o.logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.from_numpy(labels).reshape(-1),
+                                             ignore_index=-100)
+    model.zero_grad()
+    loss.backward()
+    L = len(o.hidden_states) - 1
+    bad = []
+    for l in range(L):  # (transformers' last hidden state is after the final norm: not a stream point)
+        g = np.linalg.norm(o.hidden_states[l].grad.double().numpy(), axis=-1)  # (B, T)
+        r = got["gradients"][l]
+        by_pos = g.mean(0)
+        want = {"first": g[:, 0].mean(), "median": np.median(g), "top": by_pos.max()}
+        for k, v in want.items():
+            if not np.isclose(r[k], v, rtol=1e-3, atol=1e-12):
+                bad.append(f"layer {l} gradient {k}: {r[k]} vs {v}")
+        if r["top_token"] != int(by_pos.argmax()):
+            bad.append(f"layer {l} gradient top position {r['top_token']} vs {by_pos.argmax()}")
+    norms = input_norms(model, name)
+    gains = {g["layer"]: g for g in got["norm_gains"]}
+    for l in range(L):  # the stream entering layer l, read by that layer's input norm
+        x = hidden[l].double().numpy()
+        n = np.linalg.norm(x, axis=-1).reshape(-1)
+        order = sorted(range(n.size), key=lambda k: (n[k], k))
+        top, mid = order[-1], order[(n.size - 1) // 2]
+        mod = copy.deepcopy(norms[l]).double()
+        T, C = x.shape[1], x.shape[2]
+
+        def gain(k):
+            row = torch.from_numpy(x.reshape(-1, C)[k].copy())
+            J = torch.autograd.functional.jacobian(lambda v: mod(v.view(1, 1, C)).view(C), row)
+            return torch.linalg.svdvals(J).max().item()
+        r = gains.get(l)
+        if r is None:
+            bad.append(f"layer {l}: no norm gain")
+            continue
+        if (r["max_window"] * T + r["max_token"], r["median_window"] * T + r["median_token"]) != (top, mid):
+            bad.append(f"layer {l} tokens {(r['max_window'], r['max_token'], r['median_window'], r['median_token'])}"
+                       f" vs {(top // T, top % T, mid // T, mid % T)}")
+            continue
+        for k, v in {"gain_max": gain(top), "gain_median": gain(mid), "norm_max": n[top], "norm_median": n[mid]}.items():
+            if not np.isclose(r[k], v, rtol=2e-4):
+                bad.append(f"layer {l} {k}: {r[k]} vs {v}")
+    check(f"{name}: gradient sinks equal torch autograd through transformers' model and its norm modules",
+          not bad, "; ".join(bad[:4]))
 
 
 def check_family(nl, name, model, d, workdir):
