@@ -16,6 +16,8 @@
     ['ln_out_input_rms', 'Input RMS of ln_out', 'RMS over channels per token of the residual sum r the output norm reads (Post-LN\'s LN input)', true],
     ['attn_entropy', 'Attention entropy', 'mean over heads, queries and batch of the entropy of the attention row (nats); cross-attention rows read the source', false],
     ['attn_max_logit', 'Largest attention logit', 'the largest scaled q·k a self-attention\'s softmax saw (over batch, heads and the unmasked pairs), before any soft cap: its growth precedes attention-logit divergence', false],
+    ['attn_sink_share', 'Attention sinks on the first token', 'share of (batch row, head) whose first token receives a mean attention above 0.3 from the queries (Gu et al.\'s sink)', false],
+    ['stream_max_ratio', 'Largest stream entry over the median', 'largest |x| of the stream entering the sub-layer over the median |x| of all its entries (massive activations: Sun et al. report 100-10,000)', true],
   ];
   function layerLogSection() {
     const logged = runs.map((r, i) => [r, i]).filter(([r]) => r.layer_log && r.layer_log.step.length);

@@ -49,10 +49,12 @@ double rms_mean(const float* v, long rows, int C) {
 }
 
 // Entropy of softmax(q k^T / sqrt(HS)) per (batch, head, query), mean; q rows of stride qs, k of ks.
-double entropy_from_qk(const float* q, int qs, const float* k, int ks, int B, int Tq, int Tk, int C, int NH,
-                       bool causal) {
+// Attention probabilities (B, NH, Tq, Tk) recomputed from q and k in double (keys past the query 0
+// when causal): the oracle of the attention readings.
+std::vector<double> probs_from_qk(const float* q, int qs, const float* k, int ks, int B, int Tq, int Tk, int C, int NH,
+                                  bool causal) {
   const int HS = C / NH;
-  double total = 0;
+  std::vector<double> P(size_t(B) * NH * Tq * Tk, 0.0);
   std::vector<double> s(size_t(Tk), 0.0);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
@@ -68,14 +70,42 @@ double entropy_from_qk(const float* q, int qs, const float* k, int ks, int B, in
         }
         double z = 0;
         for (int u = 0; u < keys; u++) z += std::exp(s[size_t(u)] - mx);
-        double H = 0;
-        for (int u = 0; u < keys; u++) {
-          const double p = std::exp(s[size_t(u)] - mx) / z;
-          if (p > 0) H -= p * std::log(p);
-        }
-        total += H;
+        double* row = P.data() + ((size_t(b) * NH + h) * Tq + t) * Tk;
+        for (int u = 0; u < keys; u++) row[u] = std::exp(s[size_t(u)] - mx) / z;
       }
+  return P;
+}
+
+double entropy_from_qk(const float* q, int qs, const float* k, int ks, int B, int Tq, int Tk, int C, int NH,
+                       bool causal) {
+  const std::vector<double> P = probs_from_qk(q, qs, k, ks, B, Tq, Tk, C, NH, causal);
+  double total = 0;
+  for (double p : P)
+    if (p > 0) total -= p * std::log(p);
   return total / (double(B) * NH * Tq);
+}
+
+// Gu et al.'s sink on the first token, by its definition: per (row, head) the first key's mean
+// attention over the queries that see it (all T) above 0.3
+double sink_share_from_qk(const float* qkv, int B, int T, int C, int NH, bool causal) {
+  const std::vector<double> P = probs_from_qk(qkv, 3 * C, qkv + C, 3 * C, B, T, T, C, NH, causal);
+  int sinks = 0;
+  for (int bh = 0; bh < B * NH; bh++) {
+    double importance = 0;
+    for (int t = 0; t < T; t++) importance += P[(size_t(bh) * T + t) * T] / T;
+    if (std::fabs(importance - 0.3) < 1e-4) return NAN;  // either side in float: not a test of the rule
+    sinks += importance > 0.3;
+  }
+  return double(sinks) / (B * NH);
+}
+
+// The largest |x| of n entries over their median |x| (sorted, not selected)
+std::pair<double, double> peak_by_sorting(const float* x, size_t n) {
+  std::vector<double> a(n);
+  for (size_t k = 0; k < n; k++) a[k] = std::fabs(double(x[k]));
+  std::sort(a.begin(), a.end());
+  const double median = n % 2 ? a[n / 2] : 0.5 * (a[n / 2 - 1] + a[n / 2]);
+  return {a.back(), a.back() / median};
 }
 
 // sqrt of the sum of squares (of a - b when b is given) over the tensors named prefix.name{,.weight,.bias}
@@ -149,6 +179,9 @@ void check_record(const json& record, const Model<float>& model, const std::vect
     const SublayerActs<float>& a = model.acts(i);
     const NormSites sites = norm_sites(cfg.placement_of(slot.layer), slot.kind);
     expect_near_rel(s["stream_rms"], rms_mean(model.stream(i), N, C), kRtol, where + " stream_rms");
+    const auto [peak, peak_ratio] = peak_by_sorting(model.stream(i), size_t(N) * C);
+    expect_near_rel(s["stream_max_abs"], peak, kRtol, where + " stream_max_abs");
+    expect_near_rel(s["stream_max_ratio"], peak_ratio, kRtol, where + " stream_max_ratio");
     double ratio = 0;
     for (long r = 0; r < N; r++) {
       double f2 = 0, x2 = 0;
@@ -176,6 +209,12 @@ void check_record(const json& record, const Model<float>& model, const std::vect
       expect_near_rel(s["attn_max_logit"], max_logit_from_h(model, before, i, len, cfg.causal() || (cfg.encdec() && !slot.encoder)),
                       kEntropyRtol, where + " largest attention logit");
     else EXPECT_TRUE(s["attn_max_logit"].is_null()) << where;
+    if (slot.kind == Sublayer::Attn) {
+      const double share = sink_share_from_qk(a.hid, B, len, C, NH, cfg.causal() || (cfg.encdec() && !slot.encoder));
+      if (!std::isnan(share)) EXPECT_EQ(s["attn_sink_share"].get<double>(), share) << where << " attention sink share";
+    } else {
+      EXPECT_TRUE(s["attn_sink_share"].is_null()) << where;
+    }
     // groups: each name resolves to tensors of this sub-layer (or the layer's rezero)
     const std::string prefix = slot_prefix(cfg, i) + ".";
     double g_total = 0, d_total = 0, p_total = 0;
@@ -403,6 +442,27 @@ TEST(LayerLog, LargestAttentionLogitByHand) {
   EXPECT_DOUBLE_EQ(max_attention_logit(qkv.data(), B, T, QW, A, NH, KVH, HS, 0.5, false, mask_k1), 0.5 * 1.5);
   // not causal, no mask: q_2 . k_2 = 15 and q_0 . k_2 = 10: 15
   EXPECT_DOUBLE_EQ(max_attention_logit(qkv.data(), B, T, QW, A, NH, KVH, HS, 1.0, false, nullptr), 15.0);
+}
+
+// Gu et al.'s sink by hand: a head whose first key gets (1, 0.5, 0.2, 0.1) from the four queries has
+// importance 0.45 > 0.3, one that gets (1, 0.1, 0, 0) has 0.275: a share of one head in two
+TEST(LayerLog, SinkShareAndStreamPeakByHand) {
+  const int B = 1, NH = 2, T = 4;
+  std::vector<float> att(size_t(B) * NH * T * T, 0.0f);
+  const float first[2][4] = {{1.0f, 0.5f, 0.2f, 0.1f}, {1.0f, 0.1f, 0.0f, 0.0f}};
+  for (int h = 0; h < NH; h++)
+    for (int q = 0; q < T; q++) {
+      float* row = att.data() + (size_t(h) * T + q) * T;
+      row[0] = first[h][q];
+      row[q] += q > 0 ? 1.0f - first[h][q] : 0.0f;  // the rest on the query itself
+    }
+  EXPECT_DOUBLE_EQ(first_key_sink_share(att.data(), B, NH, T), 0.5);
+  EXPECT_DOUBLE_EQ(first_key_sink_share(att.data(), B, NH, T, 0.5), 0.0);
+  // |x| = 1, 2, 3, 100: median 2.5, ratio 40 (an even count averages the middle pair)
+  const float x[] = {1.0f, -2.0f, 3.0f, -100.0f};
+  EXPECT_DOUBLE_EQ(stream_peak(x, 4).max_abs, 100.0);
+  EXPECT_DOUBLE_EQ(stream_peak(x, 4).ratio, 40.0);
+  EXPECT_DOUBLE_EQ(stream_peak(x, 3).ratio, 3.0 / 2.0);
 }
 
 // log Z by hand: logits (0, 0) give log 2; (log 3, 0, 0)... (1 row each) log(3 + 2) = log 5.

@@ -30,13 +30,13 @@
 #include <vector>
 
 #include "model/model.h"
+#include "train/layer_log.h"  // kSinkEpsilon, Gu et al.'s threshold (the training log reads sinks too)
 #include "train/data.h"
 
 namespace normlab::analysis {
 
 inline constexpr double kMassiveMin = 100;      // |x| above this ...
 inline constexpr double kMassiveRatio = 1000;   // ... and this many times the layer's median |x|
-inline constexpr double kSinkEpsilon = 0.3;     // Gu et al.'s threshold on the first token's importance
 
 struct StreamEntry {
   double value = 0;  // the signed entry

@@ -177,7 +177,7 @@ nlohmann::json layer_series(const std::vector<nlohmann::json>& records) {
       keep.push_back(k);
   static const char* quantities[] = {"grad_norm_total", "update_ratio_total", "stream_rms", "branch_ratio",
                                      "ln_in_input_rms", "ln_branch_input_rms", "ln_out_input_rms", "attn_entropy",
-                                     "attn_max_logit"};
+                                     "attn_max_logit", "attn_sink_share", "stream_max_ratio"};
   json out = {{"step", json::array()}, {"rows", json::array()}, {"values", json::object()},
               {"logged", records.size()}};
   for (const json& s : records.front()["sublayers"])

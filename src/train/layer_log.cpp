@@ -127,6 +127,30 @@ double max_attention_logit(const float* qkv, int B, int T, int QW, int A, int NH
   return best;
 }
 
+StreamPeak stream_peak(const float* x, size_t n) {
+  if (n == 0) return {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
+  std::vector<float> a(n);
+  for (size_t k = 0; k < n; k++) a[k] = std::fabs(x[k]);
+  const double top = *std::max_element(a.begin(), a.end());
+  const size_t mid = n / 2;
+  std::nth_element(a.begin(), a.begin() + ptrdiff_t(mid), a.end());
+  double median = a[mid];
+  if (n % 2 == 0) median = 0.5 * (median + *std::max_element(a.begin(), a.begin() + ptrdiff_t(mid)));
+  return {top, median > 0 ? top / median : std::numeric_limits<double>::quiet_NaN()};
+}
+
+double first_key_sink_share(const float* att, int B, int NH, int T, double epsilon) {
+  if (long(B) * NH * T == 0) return std::numeric_limits<double>::quiet_NaN();
+  long sinks = 0;
+  for (long bh = 0; bh < long(B) * NH; bh++) {
+    const float* A = att + size_t(bh) * T * T;
+    double sum = 0;
+    for (int q = 0; q < T; q++) sum += A[size_t(q) * T];
+    sinks += sum / T > epsilon;
+  }
+  return double(sinks) / double(long(B) * NH);
+}
+
 LogPartition log_partition(const float* logits, long rows, int V) {
   LogPartition z{0, -std::numeric_limits<double>::infinity()};
   for (long r = 0; r < rows; r++) {
@@ -168,6 +192,9 @@ void LayerLogger::begin(const Model<float>& model) {
     json s = {{"slot", i}, {"layer", slot.layer}, {"stack", slot.encoder ? "encoder" : "decoder"},
               {"sub", sublayer_name(slot.kind)}};
     s["stream_rms"] = mean_token_rms(a.x_in, N, C);
+    const StreamPeak peak = stream_peak(a.x_in, size_t(N) * C);
+    s["stream_max_abs"] = finite_or_null(peak.max_abs);
+    s["stream_max_ratio"] = finite_or_null(peak.ratio);
     s["branch_ratio"] = finite_or_null(mean_token_ratio(a.f, a.x_in, N, C));
     s["ln_in_input_rms"] = sites.in ? json(mean_token_rms(a.x_in, N, C)) : json(nullptr);
     s["ln_branch_input_rms"] = sites.branch ? json(mean_token_rms(a.f, N, C)) : json(nullptr);
@@ -181,6 +208,7 @@ void LayerLogger::begin(const Model<float>& model) {
                                                          model.score_map().scale_for(cfg.head_size()), !slot.encoder,
                                                          model.self_attention_mask(i)))
                               : json(nullptr);
+    s["attn_sink_share"] = slot.kind == Sublayer::Attn ? json(first_key_sink_share(a.att, B, NH, T)) : json(nullptr);
     s["grad_norm"] = json::object();
     sublayers.push_back(std::move(s));
   }

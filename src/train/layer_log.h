@@ -1,6 +1,7 @@
 // layer_log.h: the per-layer instruments read during training (train.log_every_layers): for every
-// sub-layer the stream norm, the branch-to-stream ratio, every norm site's input norm, the attention
-// entropy and largest logit, and per parameter group the gradient norm and the update ratio
+// sub-layer the stream norm and its largest entry against the median (massive activations), the
+// branch-to-stream ratio, every norm site's input norm, the attention entropy, largest logit and sink
+// share, and per parameter group the gradient norm and the update ratio
 // ||delta theta|| / ||theta||; per stack its output norm; the output logits' log Z. Read from what a training step already has (the activations of its last
 // forward, the gradients after backward, the parameters before and after the optimizer step): no
 // extra forward pass. And the model update ||Delta F|| of DeepNet (train.log_model_update), which
@@ -58,6 +59,20 @@ double mean_row_entropy(const float* p, long rows, int keys);
 // columns, then KVH key heads from column A; query head h reads key head h / (NH / KVH).
 double max_attention_logit(const float* qkv, int B, int T, int QW, int A, int NH, int KVH, int HS, double scale,
                            bool causal, const uint8_t* key_mask);
+// Massive activations in a stream (Sun et al. 2024, arXiv 2402.17762): the largest |x| of its n entries
+// and that over the median |x| (NaN when the median is 0).
+struct StreamPeak {
+  double max_abs = 0, ratio = 0;
+};
+StreamPeak stream_peak(const float* x, size_t n);
+
+// Gu et al.'s threshold on the first token's importance (arXiv 2410.10781, their code's 0.3)
+inline constexpr double kSinkEpsilon = 0.3;
+// Attention sinks in one attention's probabilities att (B, NH, T, T), [query][key]: the share of
+// (batch row, head) whose first key's importance -- the mean attention it receives from the queries
+// that see it, every query: sum_q att[q][0] / T -- exceeds epsilon (Gu et al.'s sink on the first token).
+double first_key_sink_share(const float* att, int B, int NH, int T, double epsilon = kSinkEpsilon);
+
 // log Z = log sum_v exp(logit_v) of each row of logits (rows, V), the quantity z-loss penalizes: its
 // mean over the rows and its largest value.
 struct LogPartition {
