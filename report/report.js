@@ -338,6 +338,27 @@
     root.append(el('p', {class: 'meta'}, 'sd: sample standard deviation over the seeds that finished (n - 1 in the denominator).'));
   }
 
+  // ---- LR sensitivity of a learning-rate sweep (results.json: lr_sensitivity) ----
+  const sens = (data.lr_sensitivity || []).filter(e => e.sensitivity);
+  if (sens.length) {
+    root.append(el('h2', {}, 'Learning-rate sensitivity'));
+    const t = el('table', {id: 'lr-sensitivity'});
+    const head = ['setting', 'seeds', 'LR sensitivity (nats)', '95% interval', 'best lr (mean curve)', 'best lr by seed',
+                  'mean clipped loss by lr'];
+    t.append(el('tr', {}, ...head.map((h, k) => el('th', {class: k < 1 || k > 4 ? 'text' : ''}, h))));
+    for (const e of sens) {
+      const s = e.sensitivity;
+      t.append(el('tr', {}, el('td', {class: 'text'}, e.setting), el('td', {}, String(s.n)), el('td', {}, fmt(s.mean, 4)),
+                  el('td', {}, s.lo == null ? 'one seed' : `${fmt(s.lo, 4)} to ${fmt(s.hi, 4)}`),
+                  el('td', {}, String(e.best_lr)), el('td', {class: 'text'}, e.best_lr_by_seed.join(', ')),
+                  el('td', {class: 'text'}, e.curve.map(p => `${p.lr}: ${fmt(p.loss, 4)}`).join('; '))));
+    }
+    root.append(t);
+    root.append(el('p', {class: 'meta'}, 'Wortsman et al. 2023: per seed, the mean over the swept rates of the final ' +
+        'validation loss, each clipped at the loss the run started from (a diverged run counts as that loss), minus the ' +
+        'seed\'s lowest; the interval is the 95% Student-t interval over the seeds that ran every rate.'));
+  }
+
   // One legend for all charts: a swatch per setting in its colour (with seeds: the mean line and its band).
   function legend() {
     const box = el('div', {class: 'legend'});

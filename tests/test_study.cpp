@@ -21,6 +21,7 @@
 #include "study/start.h"
 #include "study/study.h"
 #include "train/run_config.h"
+#include "study/lr_sensitivity.h"
 #include "study/summary.h"
 #include "util/error.h"
 
@@ -434,6 +435,48 @@ TEST(Summary, SpreadOverSeeds) {
   EXPECT_TRUE(any_contains(s, "placement=pre: " + text({2.30, 2.28, 2.32}) + ";") || any_contains(s, "placement=pre: " + text({2.30, 2.28, 2.32}) + "."))
       << s.dump(1);
   EXPECT_TRUE(any_contains(s, "the settings differ by more than twice the seed spread")) << s.dump(1);
+}
+
+// Wortsman et al.'s LR sensitivity by hand: per seed the mean over the rates of the final loss clipped at
+// the start loss, minus the seed's best; a diverged run counts as the start loss; a seed missing a
+// rate is left out, by name
+TEST(Summary, LrSensitivityByHand) {
+  std::vector<json> runs;
+  const double rates[3] = {1e-3, 3e-3, 1e-2};
+  // seed 1: 2.5, 2.3, diverged; seed 2: 2.6, 2.2, 6.0 (above the start 5.5); seed 3 ran two rates
+  const double finals[3][3] = {{2.5, 2.3, NAN}, {2.6, 2.2, 6.0}, {2.4, 2.1, NAN}};
+  for (int seed = 1; seed <= 3; seed++)
+    for (int k = 0; k < (seed == 3 ? 2 : 3); k++) {
+      const bool diverged = std::isnan(finals[seed - 1][k]);
+      json r = run("post", 0, diverged ? 0 : finals[seed - 1][k], diverged ? "diverged" : "finished");
+      r["grid"]["train.lr"] = rates[k];
+      r["config"]["train"]["lr"] = rates[k];
+      r["grid"]["train.seed"] = seed;
+      r["train"] = {{"step", {1, 2}}, {"loss", {5.5, 5.4}}};
+      runs.push_back(r);
+    }
+  json results = results_of(runs);
+  results["study"]["varying"] = {"model.placement", "train.lr", "train.seed"};
+  const json e = lr_sensitivity(results);
+  ASSERT_EQ(e.size(), 1u) << e.dump(1);
+  const std::vector<double> want = {(0.2 + 0.0 + 3.2) / 3, (0.4 + 0.0 + 3.3) / 3};
+  const json& s = e[0]["sensitivity"];
+  ASSERT_EQ(s["n"], 2) << e.dump(1);
+  EXPECT_NEAR(s["values"][0].get<double>(), want[0], 1e-12);
+  EXPECT_NEAR(s["values"][1].get<double>(), want[1], 1e-12);
+  const double mean = (want[0] + want[1]) / 2, half = 12.7062047361747 * std::fabs(want[0] - want[1]) / 2;  // t(0.975, 1) sd / sqrt(2)
+  EXPECT_NEAR(s["mean"].get<double>(), mean, 1e-12);
+  EXPECT_NEAR(s["lo"].get<double>(), mean - half, 1e-4);  // (stats.h's t table has 3 decimals)
+  EXPECT_NEAR(s["hi"].get<double>(), mean + half, 1e-4);
+  EXPECT_EQ(e[0]["best_lr"].get<double>(), 3e-3);
+  EXPECT_EQ(e[0]["best_lr_by_seed"], json({3e-3, 3e-3}));
+  EXPECT_NEAR(e[0]["curve"][2]["loss"].get<double>(), 5.5, 1e-12);
+  ASSERT_EQ(e[0]["left_out"].size(), 1u);
+  EXPECT_NE(e[0]["left_out"][0].get<std::string>().find("2 of the 3 rates"), std::string::npos);
+  EXPECT_TRUE(any_contains(written_summary(results), "LR sensitivity at placement=post: 1.183 [")) << written_summary(results).dump(1);
+  // no sweep of the rate: no sensitivity
+  results["study"]["varying"] = {"model.placement", "train.seed"};
+  EXPECT_TRUE(lr_sensitivity(results).empty());
 }
 
 TEST(Summary, SeedGroupsGiveMeanAndSpreadOfLossAndBleu) {

@@ -20,6 +20,7 @@
 #include "model/decode.h"
 #include "model/model.h"
 #include "study/jobs.h"
+#include "study/lr_sensitivity.h"
 #include "study/probe.h"
 #include "study/report.h"
 #include "study/reproduce.h"
@@ -483,6 +484,7 @@ void write_outputs(nlohmann::json& results_in, const std::filesystem::path& dir)
   // a study without training (the pretrained one) brings its own summary
   if (results["study"].value("kind", std::string()) != "pretrained") {
     results["seed_groups"] = seed_groups(results);
+    results["lr_sensitivity"] = lr_sensitivity(results);
     results["spikes"] = classify_spikes(results);
     results["headline"] = headline(results);
     results["reproductions"] = reproductions(results);

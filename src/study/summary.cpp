@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "theory/theory.h"
+#include "study/lr_sensitivity.h"
 #include "study/results_view.h"
 
 namespace normlab::study {
@@ -396,6 +397,9 @@ json written_summary(const json& results) {
   }
 
   warmup_effect(runs, varying, out);
+  for (std::string& line : lr_sensitivity_text(results.contains("lr_sensitivity") ? results["lr_sensitivity"]
+                                                                                  : lr_sensitivity(results)))
+    out.push_back(std::move(line));
 
   // over seeds: the mean and spread of the final numbers per setting of the other keys, and whether
   // the differences between settings exceed the spread between seeds

@@ -1,0 +1,152 @@
+// lr_sensitivity.cpp: Wortsman et al.'s learning-rate sensitivity of a study's sweep (lr_sensitivity.h).
+#include "study/lr_sensitivity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <map>
+#include <optional>
+
+#include "analysis/stats.h"
+#include "study/results_view.h"
+
+namespace normlab::study {
+
+using json = nlohmann::json;
+using namespace view;
+
+namespace {
+
+// The loss a run started from: its first step's training loss (before any update), if it logged step 1.
+std::optional<double> start_loss(const json& run) {
+  if (!run.contains("train") || !run["train"].contains("step") || !run["train"].contains("loss")) return std::nullopt;
+  const json& steps = run["train"]["step"];
+  const json& loss = run["train"]["loss"];
+  if (steps.empty() || loss.empty() || steps[0] != 1 || !loss[0].is_number()) return std::nullopt;
+  return loss[0].get<double>();
+}
+
+struct SweptSetting {
+  std::string name;
+  std::map<std::string, std::map<double, const json*>> by_seed;  // seed -> rate -> run
+  std::vector<std::string> seed_order;
+};
+
+}  // namespace
+
+json lr_sensitivity(const json& results) {
+  json out = json::array();
+  const std::vector<std::string> varying = results.at("study").value("varying", std::vector<std::string>{});
+  if (std::find(varying.begin(), varying.end(), "train.lr") == varying.end()) return out;
+  std::vector<std::string> others;
+  for (const auto& k : varying)
+    if (k != "train.lr" && !is_seed_key(k)) others.push_back(k);
+  std::vector<SweptSetting> settings;
+  for (const json& r : results["runs"]) {
+    const std::string status = r.value("status", std::string());
+    if (status != "finished" && status != "diverged") continue;
+    const std::string name = signature(r, others, "");
+    auto s = std::find_if(settings.begin(), settings.end(), [&](const SweptSetting& x) { return x.name == name; });
+    if (s == settings.end()) s = settings.insert(settings.end(), SweptSetting{name, {}, {}});
+    const std::string seed = seed_of(r);
+    if (!s->by_seed.count(seed)) s->seed_order.push_back(seed);
+    s->by_seed[seed][r["config"]["train"]["lr"].get<double>()] = &r;
+  }
+  for (const SweptSetting& s : settings) {
+    std::vector<double> rates;
+    for (const auto& [seed, runs] : s.by_seed)
+      for (const auto& [lr, r] : runs) rates.push_back(lr);
+    std::sort(rates.begin(), rates.end());
+    rates.erase(std::unique(rates.begin(), rates.end()), rates.end());
+    if (rates.size() < 2) continue;
+    std::vector<double> sensitivity, curve(rates.size(), 0.0), best_by_seed;
+    json seeds = json::array(), left_out = json::array();
+    for (const std::string& seed : s.seed_order) {
+      const auto& runs = s.by_seed.at(seed);
+      if (runs.size() < rates.size()) {
+        left_out.push_back(fmt::format("seed {}: {} of the {} rates ran", seed, runs.size(), rates.size()));
+        continue;
+      }
+      std::vector<double> clipped;
+      std::string missing;
+      for (double lr : rates) {
+        const json& r = *runs.at(lr);
+        const auto l0 = start_loss(r);
+        if (!l0) {
+          missing = fmt::format("lr {}: no loss logged at step 1", lr);
+          break;
+        }
+        const auto v = val_loss(r);
+        clipped.push_back(v && std::isfinite(*v) ? std::min(*v, *l0) : *l0);
+      }
+      if (!missing.empty()) {
+        left_out.push_back(fmt::format("seed {}: {}", seed, missing));
+        continue;
+      }
+      const auto best = std::min_element(clipped.begin(), clipped.end());
+      double excess = 0;
+      for (double c : clipped) excess += (c - *best) / double(clipped.size());
+      sensitivity.push_back(excess);
+      best_by_seed.push_back(rates[size_t(best - clipped.begin())]);
+      for (size_t k = 0; k < rates.size(); k++) curve[k] += clipped[k];
+      seeds.push_back(seed);
+    }
+    json entry = {{"setting", s.name.empty() ? std::string("all runs") : s.name}, {"rates", rates}, {"seeds", seeds},
+                  {"left_out", left_out}};
+    if (sensitivity.empty()) {
+      entry["curve"] = json::array();
+      entry["best_lr"] = nullptr;
+      entry["best_lr_by_seed"] = json::array();
+      entry["sensitivity"] = nullptr;
+      out.push_back(entry);
+      continue;
+    }
+    json points = json::array();
+    size_t lowest = 0;
+    for (size_t k = 0; k < rates.size(); k++) {
+      curve[k] /= double(sensitivity.size());
+      if (curve[k] < curve[lowest]) lowest = k;
+      points.push_back({{"lr", rates[k]}, {"loss", curve[k]}});
+    }
+    const analysis::SeedSummary sum = analysis::summarize(sensitivity);
+    entry["curve"] = points;
+    entry["best_lr"] = rates[lowest];
+    entry["best_lr_by_seed"] = best_by_seed;
+    entry["sensitivity"] = {{"n", sum.n}, {"mean", sum.mean}, {"lo", sum.n > 1 ? json(sum.lo) : json(nullptr)},
+                            {"hi", sum.n > 1 ? json(sum.hi) : json(nullptr)}, {"values", sensitivity}};
+    out.push_back(entry);
+  }
+  return out;
+}
+
+std::vector<std::string> lr_sensitivity_text(const json& sensitivity) {
+  std::vector<std::string> out;
+  if (!sensitivity.is_array() || sensitivity.empty()) return out;
+  out.push_back("LR sensitivity (Wortsman et al. 2023), per setting: the mean over the swept rates of the final "
+                "validation loss, each clipped at the loss the run started from (a diverged run: that loss), minus "
+                "the seed's lowest, with its 95% interval over the seeds (seed: model.seed/train.seed).");
+  for (const json& e : sensitivity) {
+    std::vector<std::string> rates;
+    for (const json& r : e["rates"]) rates.push_back(fmt::format("{:g}", r.get<double>()));
+    const std::string left = e["left_out"].empty() ? "" : fmt::format(" (left out: {})", fmt::join(e["left_out"], "; "));
+    if (e["sensitivity"].is_null()) {
+      out.push_back(fmt::format("LR sensitivity at {}: no seed ran every rate ({}){}.", e["setting"].get<std::string>(),
+                                fmt::join(rates, ", "), left));
+      continue;
+    }
+    const json& s = e["sensitivity"];
+    const std::string interval = s["lo"].is_null() ? std::string(" (one seed: no interval)")
+                                                   : fmt::format(" [{:.3f}, {:.3f}]", s["lo"].get<double>(), s["hi"].get<double>());
+    std::vector<std::string> curve, best;
+    for (const json& p : e["curve"]) curve.push_back(fmt::format("{:.3f}", p["loss"].get<double>()));
+    for (const json& b : e["best_lr_by_seed"]) best.push_back(fmt::format("{:g}", b.get<double>()));
+    out.push_back(fmt::format(
+        "LR sensitivity at {}: {:.3f}{} nats over {} seed{}; mean clipped loss at lr {}: {}, lowest at lr {:g}; each "
+        "seed's best lr {}{}.",
+        e["setting"].get<std::string>(), s["mean"].get<double>(), interval, s["n"].get<int>(), s["n"].get<int>() == 1 ? "" : "s",
+        fmt::join(rates, ", "), fmt::join(curve, ", "), e["best_lr"].get<double>(), fmt::join(best, ", "), left));
+  }
+  return out;
+}
+
+}  // namespace normlab::study

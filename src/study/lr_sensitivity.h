@@ -1,0 +1,28 @@
+// lr_sensitivity.h: the learning-rate sensitivity of a study that sweeps train.lr (Wortsman et al.
+// 2023, "Small-scale proxies for large-scale Transformer training instabilities", arXiv 2309.14322):
+// how much worse than its best a setting ends, on average over the swept rates.
+//
+// For each setting of the other varied keys (the seed keys aside), and each seed that ran every rate
+// of the setting: the final validation loss at each rate, clipped at the loss the run started from
+// (the first step's training loss, before any update; a diverged run, which has no final loss, counts
+// as that loss), as their definition clips at the loss at initialization; the seed's sensitivity is
+// the mean over the rates of (clipped loss - the seed's lowest clipped loss), their
+// E_eta[min(l(eta), l_0) - l*] with the rates as the sample of eta (evenly spaced in log eta when the
+// sweep doubles or decades). Over the seeds: the mean sensitivity with its 95% Student-t interval,
+// the mean clipped curve, the rate of its lowest point, and each seed's best rate.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace normlab::study {
+
+// [{setting, rates: [lr...], seeds (the seeds counted), left_out: ["seed ...: why"], curve: [{lr, loss}],
+//   best_lr, best_lr_by_seed: [...], sensitivity: {n, mean, lo, hi, values}}], one per setting with at
+// least two rates; empty when the study does not vary train.lr.
+nlohmann::json lr_sensitivity(const nlohmann::json& results);
+// One sentence per setting, for the written summary (none when the list is empty).
+std::vector<std::string> lr_sensitivity_text(const nlohmann::json& sensitivity);
+
+}  // namespace normlab::study
