@@ -111,12 +111,15 @@ TEST(NormJacobian, PointwiseKindsHaveADiagonalFullRankJacobian) {
 TEST(BlockJacobian, JvpMatchesFiniteDifferencesOfTheForwardPass) {
   for (Placement p : {Placement::Pre, Placement::Post, Placement::Sandwich, Placement::DeepNorm})
   for (bool mlp : {true, false})  // mlp = false: an attention-only block
-  for (int head_dim : {0, 7, 2}) {  // heads of d / n_heads, wider (n_heads 7 > d) and narrower (model.head_dim)
+  for (int head_dim : {0, 7, 2})  // heads of d / n_heads, wider (n_heads 7 > d) and narrower (model.head_dim)
+  for (AttnGate gate : {AttnGate::None, AttnGate::Headwise, AttnGate::Elementwise}) {  // gated attention
     if (head_dim && p != Placement::Pre && p != Placement::Post) continue;
+    if (gate != AttnGate::None && (p == Placement::Sandwich || p == Placement::DeepNorm || head_dim == 7)) continue;
     ModelConfig c = small(p, NormKind::LayerNorm, 1e-5);
     c.n_layers = 1;
     c.mlp = mlp;
     if (head_dim) c.head_dim = head_dim;
+    c.attn_gate = gate;
     const int T = 4, d = 12;
     auto m = run(c, T);
     // J of the block wrt the stream x0, by jvp with unit tangents
@@ -144,7 +147,8 @@ TEST(BlockJacobian, JvpMatchesFiniteDifferencesOfTheForwardPass) {
         scale = std::max(scale, std::abs(fd));
       }
     }
-    EXPECT_LT(worst, 1e-6 * scale) << to_string(p) << (mlp ? "" : " attention-only") << " head_dim " << head_dim;
+    EXPECT_LT(worst, 1e-6 * scale) << to_string(p) << (mlp ? "" : " attention-only") << " head_dim " << head_dim
+                                   << " gate " << to_string(gate);
   }
 }
 

@@ -96,6 +96,14 @@ TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
                         Positions::Rope, 0, QkNorm::Whole};
     narrow.head_dim = 2;
     cases.push_back(narrow);
+    // gated attention: one gate per head (with multi-query attention and RoPE) and per channel (with
+    // Qwen2's q, k, v biases, so the gate map has a bias too)
+    JacobianCase headwise{Placement::Pre, NormKind::RMSNorm, arch, true, true, Activation::SwiGlu, false, Positions::Rope, 1};
+    headwise.attn_gate = AttnGate::Headwise;
+    cases.push_back(headwise);
+    JacobianCase elementwise{Placement::Post, NormKind::LayerNorm, arch};
+    elementwise.attn_gate = AttnGate::Elementwise;
+    cases.push_back(elementwise);
     // nGPT: the update on the sphere, unit q and k heads times s_qk, s_uv (gated and plain MLPs)
     cases.push_back({Placement::NGpt, NormKind::L2, arch, true, true, Activation::SwiGlu, false, Positions::Rope});
     cases.push_back({Placement::NGpt, NormKind::L2, arch, true, true, Activation::Gelu, false, Positions::None});

@@ -294,6 +294,38 @@ TEST(ModelGradientsMore, NGptEveryPieceAndItsConditions) {
   }
 }
 
+// Gated attention (Qiu et al. 2025): one gate per head and per channel, with grouped-query attention,
+// RoPE and QK-norm, with and without the q, k, v biases (the gate map is biased as they are), both
+// architectures (an encoder with padding): gradients against finite differences; the gate's parameters
+// are where the authors' code puts them (a map of h of n_heads or n_heads HS rows).
+TEST(ModelGradientsMore, GatedAttentionHeadwiseAndElementwise) {
+  struct Case {
+    AttnGate gate;
+    Arch arch;
+    LinearBias bias;
+  };
+  // (two cases: each finite-difference check costs about half a minute on a loaded machine)
+  for (const auto& [gate, arch, bias] : {Case{AttnGate::Headwise, Arch::Gpt, LinearBias::None},
+                                         Case{AttnGate::Elementwise, Arch::Encoder, LinearBias::Qkv}}) {
+    SCOPED_TRACE(fmt::format("{} {} bias {}", to_string(gate), to_string(arch), int(bias)));
+    ModelConfig c = tiny(arch, {Placement::Pre, Placement::Post}, NormKind::RMSNorm);
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.positions = Positions::Rope;
+    c.qk_norm = arch == Arch::Gpt ? QkNorm::Heads : QkNorm::None;
+    c.bias = bias;
+    c.attn_gate = gate;
+    const ParamTable t = make_param_table(c);
+    const ParamSpec* w = t.find("h.1.attn.gate.weight");
+    ASSERT_NE(w, nullptr);
+    EXPECT_EQ(w->shape[0], gate == AttnGate::Headwise ? 4 : c.attn_width());
+    EXPECT_EQ(w->shape[1], c.d_model);
+    EXPECT_EQ(t.find("h.1.attn.gate.bias") != nullptr, bias != LinearBias::None);
+    EXPECT_EQ(t.find("h.1.mlp.gate.weight"), nullptr);  // self-attention only
+    check_model_gradients(c, /*padding=*/arch == Arch::Encoder);
+  }
+}
+
 // QK-norm per head and over the whole projection, with and without the values, for the norm kinds
 // that carry a statistic and a point-wise one, with RoPE after it and grouped-query attention (4 query
 // heads of 2, 2 key-value heads: the k and v parts are narrower than q), both architectures.

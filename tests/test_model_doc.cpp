@@ -275,7 +275,7 @@ std::vector<ParamRow> param_rows(const std::vector<std::string>& lines) {
 Symbols symbols_of(const ModelConfig& c) {
   return {{"C", c.d_model},        {"V", c.vocab_size()},     {"F", c.ff()},
           {"G", c.fc_width()},     {"HS", c.head_size()},     {"A", c.attn_width()},
-          {"W", long(c.kv_heads()) * c.head_size()},        {"NH", c.n_heads},
+          {"W", long(c.kv_heads()) * c.head_size()},        {"NH", c.n_heads},  {"GA", c.attn_gate_width()},
           {"seq_len", c.seq_len}, {"type_vocab", c.type_vocab}, {"src_vocab", c.src_vocab_size()}};
 }
 
@@ -335,6 +335,12 @@ const Variant kVariants[] = {
      [](ModelConfig& c) {
        c.qk_norm = QkNorm::Heads;
        c.qk_norm_affine = false;
+     }},
+    {"attn_gate headwise", [](ModelConfig& c) { c.attn_gate = AttnGate::Headwise; }},
+    {"attn_gate elementwise, bias none",
+     [](ModelConfig& c) {
+       c.attn_gate = AttnGate::Elementwise;
+       c.bias = LinearBias::None;
      }},
     {"norm_bias false", [](ModelConfig& c) { c.norm_bias = false; }},
     {"bias qkv", [](ModelConfig& c) { c.bias = LinearBias::Qkv; }},

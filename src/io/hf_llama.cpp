@@ -493,6 +493,8 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
 std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   std::vector<std::string> why;
   if (c.arch != Arch::Gpt) why.push_back("arch is not gpt");
+  if (c.attn_gate != AttnGate::None)
+    why.push_back(fmt::format("attn_gate = \"{}\" (none of these families gates its attention output)", to_string(c.attn_gate)));
   // Llama and Qwen2: pre-norm in every layer, no QK-norm; Qwen3: pre-norm with QK-norm per head; OLMo 2:
   // reordered in every layer with QK-norm over the whole projections
   const Family family = export_family(c);

@@ -68,6 +68,64 @@ void Model<S>::attn_qk_jvp(int i, S* tqkv, int K, int rows, int T, int pos0, siz
                      cfg_.head_size(), cfg_.d_model, sqk, sphere_scale("sqk", cfg_.d_model).factor, a.pre, a.pre_r);
 }
 
+// Gated attention (config.h AttnGate): y = u * g, u the attention output (rows, A), g = sigmoid(z) its gate
+// (rows, G), z = h W_g^T + b_g; G = NH (one gate per head: channel c reads g[c / HS]) or A (per channel).
+namespace {
+
+template <class S>
+void sigmoid_in_place(S* z, size_t n) {
+#pragma omp parallel for schedule(static) if((long)n > ops::kParallelMinWork)
+  for (long k = 0; k < (long)n; k++) z[k] = S(1) / (S(1) + std::exp(-z[k]));
+}
+
+// y (rows, A) = u * g, g (rows, G) widened over each gate's A / G channels; y may alias u
+template <class S>
+void apply_gate(S* y, const S* u, const S* g, long rows, int A, int G) {
+  const int per = A / G;
+#pragma omp parallel for schedule(static) if(rows * A > ops::kParallelMinWork)
+  for (long r = 0; r < rows; r++)
+    for (int c = 0; c < A; c++) y[r * A + c] = u[r * A + c] * g[r * G + c / per];
+}
+
+// Backward through y = u * sigmoid(z): dz (rows, G) = sum over each gate's channels of dy u g (1 - g)
+// (overwritten); dy (rows, A) becomes du = dy g in place.
+template <class S>
+void gate_backward(S* dz, S* dy, const S* u, const S* g, long rows, int A, int G) {
+  const int per = A / G;
+#pragma omp parallel for schedule(static) if(rows * A > ops::kParallelMinWork)
+  for (long r = 0; r < rows; r++)
+    for (int j = 0; j < G; j++) {
+      const S gj = g[r * G + j];
+      double sum = 0;
+      for (int c = j * per; c < (j + 1) * per; c++) {
+        sum += double(dy[r * A + c]) * u[r * A + c];
+        dy[r * A + c] *= gj;
+      }
+      dz[r * G + j] = S(sum * gj * (1 - gj));
+    }
+}
+
+// Forward mode: ty (K, rows, A) = tu g + u g (1 - g) tz, for tangents tu (in ty, K, rows, A) and tz (K,
+// rows, G) at the point (u, g) of rows [row0, row0 + rows) of the last forward's (u, g) (stride A, G)
+template <class S>
+void gate_jvp(S* ty, const S* tz, const S* u, const S* g, int K, long rows, long row0, int A, int G) {
+  const int per = A / G;
+#pragma omp parallel for collapse(2) schedule(static) if(K * rows * A > ops::kParallelMinWork)
+  for (int k = 0; k < K; k++)
+    for (long r = 0; r < rows; r++) {
+      const S* ur = u + (row0 + r) * A;
+      const S* gr = g + (row0 + r) * G;
+      S* y = ty + (size_t(k) * rows + r) * A;
+      const S* z = tz + (size_t(k) * rows + r) * G;
+      for (int c = 0; c < A; c++) {
+        const S gj = gr[c / per];
+        y[c] = y[c] * gj + ur[c] * gj * (1 - gj) * z[c / per];
+      }
+    }
+}
+
+}  // namespace
+
 template <class S>
 void Model<S>::attn_forward(int i) {
   const Slot& slot = slots_[size_t(i)];
@@ -76,10 +134,16 @@ void Model<S>::attn_forward(int i) {
   const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model;
   const uint8_t* self_mask = self_attention_mask(i);
   const int A = cfg_.attn_width();  // the heads' width, n_heads HS (C unless head_dim says otherwise)
+  const int G = cfg_.attn_gate_width();
   matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
   attn_qk_forward(i, a.hid, N, T, 0, a.qk_raw, a.qk_mean, a.qk_rstd, a.pre, a.pre_r);  // (hid keeps the results)
-  attention_forward(a.mix, a.att, a.hid, B, T, A, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, self_mask, prec_,
-                    score_map());
+  attention_forward(G ? a.ungated : a.mix, a.att, a.hid, B, T, A, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder,
+                    self_mask, prec_, score_map());
+  if (G) {  // the output gate
+    matmul_forward(a.gate, a.h, p.wg, p.bg, N, C, G, prec_, bf16_of(p.wg));
+    sigmoid_in_place(a.gate, size_t(N) * G);
+    apply_gate(a.mix, a.ungated, a.gate, N, A, G);
+  }
   matmul_forward(a.f, a.mix, p.w2, p.b2, N, A, C, prec_, bf16_of(p.w2));
 }
 
@@ -91,8 +155,13 @@ void Model<S>::attn_backward(int i, const S* df, S* dh) {
   const SublayerParams<S>& dp = dp_[i];
   const int B = B_, T = len(i), N = rows(i), C = cfg_.d_model;
   const int A = cfg_.attn_width();
+  const int G = cfg_.attn_gate_width();
   zero(dmix_, size_t(N) * A);
   matmul_backward(dmix_, dp.w2, dp.b2, df, a.mix, p.w2, N, A, C, prec_, bf16_of(p.w2));
+  if (G) {  // through the gate: dmix_ becomes d(ungated); the gate map's gradients, and its part of dh
+    gate_backward(dgate_, dmix_, a.ungated, a.gate, N, A, G);
+    matmul_backward(dh, dp.wg, dp.bg, dgate_, a.h, p.wg, N, C, G, prec_, bf16_of(p.wg));
+  }
   zero(dhid_, size_t(N) * cfg_.qkv_width());
   attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, A, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, prec_,
                      score_map());
@@ -109,6 +178,10 @@ void Model<S>::attn_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) 
   matmul_jvp(sc.hid, th, p.w1, K, N, C, cfg_.qkv_width());
   attn_qk_jvp(i, sc.hid, K, N, T, 0, 0);  // QK-norm's tangent, RoPE
   attention_jvp(sc.mix, sc.att, sc.hid, a.hid, a.att, K, B, T, A, cfg_.n_heads, cfg_.kv_heads(), score_map());
+  if (const int G = cfg_.attn_gate_width()) {  // the gate's tangent (in sc.hid, free now: G <= qkv width)
+    matmul_jvp(sc.hid, th, p.wg, K, N, C, G);
+    gate_jvp(sc.mix, sc.hid, a.ungated, a.gate, K, N, 0, A, G);
+  }
   matmul_jvp(tf, sc.mix, p.w2, K, N, A, C);
 }
 
@@ -166,6 +239,10 @@ void Model<S>::attn_jvp_token(int i, S* tf, const S* th, int K, int token, int r
     for (int kk = 0; kk < K; kk++)
       for (int e = 0; e < HS; e++) ty[size_t(kk) * A + e] += p_ii * tv[size_t(kk) * C3 + e];
   }
+  if (const int G = cfg_.attn_gate_width()) {  // the gate at the token's row (its tangent in thid, free now)
+    matmul_jvp(thid, th, p.wg, K, 1, C, G);
+    gate_jvp(sc.mix, thid, a.ungated, a.gate, K, 1, long(n), A, G);
+  }
   matmul_jvp(tf, sc.mix, p.w2, K, 1, A, C);
 }
 
@@ -193,6 +270,12 @@ void IncrementalDecoder<S>::attn_step(int i, const S* h, const SublayerParams<S>
     // causal self-attention of the new query over positions 0..t
     cached_attention_forward(mix_.data() + size_t(b) * A, att_.data(), hid_.data() + size_t(b) * W, kv, t + 1, A,
                              cfg.n_heads, cfg.kv_heads(), m_.score_map());
+  }
+  if (const int G = cfg.attn_gate_width()) {  // the output gate, from the new token's h
+    std::vector<S> gate(size_t(B) * G);
+    matmul_forward(gate.data(), h, p.wg, p.bg, B, C, G);
+    sigmoid_in_place(gate.data(), gate.size());
+    apply_gate(mix_.data(), mix_.data(), gate.data(), B, A, G);
   }
   matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, A, C);
 }

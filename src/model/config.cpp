@@ -31,6 +31,8 @@ constexpr EnumName<Activation> kActivationNames[] = {
 constexpr EnumName<Positions> kPositionNames[] = {
     {Positions::Learned, "learned"}, {Positions::Rope, "rope"}, {Positions::None, "none"}};
 constexpr EnumName<QkNorm> kQkNormNames[] = {{QkNorm::None, "none"}, {QkNorm::Heads, "heads"}, {QkNorm::Whole, "whole"}};
+constexpr EnumName<AttnGate> kAttnGateNames[] = {
+    {AttnGate::None, "none"}, {AttnGate::Headwise, "headwise"}, {AttnGate::Elementwise, "elementwise"}};
 constexpr EnumName<LinearBias> kBiasNames[] = {
     {LinearBias::All, "all"}, {LinearBias::Qkv, "qkv"}, {LinearBias::None, "none"}};
 constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}, {Head::Untied, "untied"}};
@@ -94,6 +96,7 @@ const char* to_string(Head v) { return name_of(kHeadNames, v); }
 const char* to_string(LinearBias v) { return name_of(kBiasNames, v); }
 const char* to_string(Positions v) { return name_of(kPositionNames, v); }
 const char* to_string(QkNorm v) { return name_of(kQkNormNames, v); }
+const char* to_string(AttnGate v) { return name_of(kAttnGateNames, v); }
 
 QkNorm ModelConfig::qk_norm_of(int layer) const {
   if (qk_norm != QkNorm::None) return qk_norm;
@@ -505,6 +508,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   read_enum(r, "positions", kPositionNames, cfg.positions);
   read_enum(r, "qk_norm", kQkNormNames, cfg.qk_norm);
   r.get("v_norm", cfg.v_norm);
+  read_enum(r, "attn_gate", kAttnGateNames, cfg.attn_gate);
   r.get("qk_norm_affine", cfg.qk_norm_affine);
   r.get("rope_base", cfg.rope_base);
   r.get("rope_fraction", cfg.rope_fraction);
@@ -644,6 +648,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"nope_every", cfg.nope_every},
                         {"qk_norm", to_string(cfg.qk_norm)},
                         {"v_norm", cfg.v_norm},
+                        {"attn_gate", to_string(cfg.attn_gate)},
                         {"qk_norm_affine", cfg.qk_norm_affine},
                         {"type_vocab", cfg.type_vocab},
                         {"embed_norm", cfg.embed_norm},

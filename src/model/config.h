@@ -33,6 +33,11 @@ enum class LinearBias { All, Qkv, None };
 // Qwen3, OLMo-core, HybridNorm) or over the whole projection (a gain of the projection's width:
 // OLMo 2), or not at all.
 enum class QkNorm { None, Heads, Whole };
+// Gated attention (Qiu et al. 2025, arXiv 2505.06708; their code's headwise_attn_output_gate and
+// elementwise_attn_output_gate, Qwen3-Next's output gate): each self-attention's output, before the
+// output projection, multiplied by sigmoid(h W_g^T (+ b_g)), h the sub-layer's input (what the q, k, v
+// maps read): one gate per head (headwise) or per channel of the heads (elementwise), or none.
+enum class AttnGate { None, Headwise, Elementwise };
 // What turns the last stream into logits: the tied output embedding (GPT-2), BERT's masked-LM head
 // (dense + activation + norm, then the tied embedding and an output bias), nothing (a headless
 // encoder such as BertModel: no logits and no loss), or an output matrix of its own, lm_head
@@ -110,6 +115,7 @@ struct ModelConfig {
   QkNorm qk_norm = QkNorm::None;     // none | heads | whole (above); a method that asks for QKV-norm
                                      // (hybridnorm) gets "heads" when this is none
   bool v_norm = false;               // the values too, in qk_norm's layout (HybridNorm's QKV-norm)
+  AttnGate attn_gate = AttnGate::None;  // none | headwise | elementwise (above); self-attention only
   bool qk_norm_affine = true;        // QK-norm sites hold a gain (and a bias where the kind has one);
                                      // false: weightless (PyTorch's elementwise_affine = False)
   double rope_base = 10000.0;        // RoPE: theta_i = rope_base^(-2i/R) (Llama 2's; Llama 3 5e5)
@@ -174,6 +180,10 @@ struct ModelConfig {
   int kv_heads() const { return n_kv_heads.value_or(n_heads); }
   // Columns of the self-attention's fused projection: q (A), k and v (kv_heads head_size each).
   int qkv_width() const { return attn_width() + 2 * kv_heads() * head_size(); }
+  // The self-attention's gate width G: n_heads (headwise), attn_width (elementwise), or 0 (no gate)
+  int attn_gate_width() const {
+    return attn_gate == AttnGate::Headwise ? n_heads : attn_gate == AttnGate::Elementwise ? attn_width() : 0;
+  }
   // RoPE's rotated dimensions per head, R (even); 0 unless positions = rope.
   int rope_dims() const;
   // Sets rope_fraction so that rope_dims() is R (an even R in [2, head size]: a file's rotated count).
@@ -254,6 +264,7 @@ const char* to_string(Head);
 const char* to_string(LinearBias);
 const char* to_string(Positions);
 const char* to_string(QkNorm);
+const char* to_string(AttnGate);
 const char* to_string(AdminInit);
 const char* to_string(Sublayer);
 std::optional<Placement> placement_from_string(const std::string&);

@@ -148,7 +148,8 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
           case InitScheme::DeepNet: {
             // queries and keys keep gain 1; values, every proj and the FFN get beta of their stack
             // (the MLM head and an untied output matrix are no residual branch: gain 1)
-            const bool unit = (fused && !value_row) || query_map || head;
+            const bool gate_map = ends_with(p.name, ".attn.gate.weight");  // gated attention's: a map of h, no branch
+            const bool unit = (fused && !value_row) || query_map || head || gate_map;
             const double gain = unit ? 1.0 : cfg.deepnet_beta(layer);
             v = gain * std::sqrt(2.0 / (fan_in + fan_out)) * rng.normal();
             break;

@@ -163,6 +163,8 @@ void Model<S>::plan(int B, int T, int Ssrc) {
     if (kind == Sublayer::Cross) plan.push_back({&a.kv, Ns * 2 * C});
     if (kind != Sublayer::Mlp) plan.push_back({&a.att, att});
     plan.push_back({&a.mix, n * (kind == Sublayer::Mlp ? F : kind == Sublayer::Attn ? A : C)});
+    if (kind == Sublayer::Attn && cfg_.attn_gate_width())
+      plan.insert(plan.end(), {{&a.ungated, n * A}, {&a.gate, n * size_t(cfg_.attn_gate_width())}});
     plan.push_back({&a.f, n * C});
     if (sites.branch) plan.insert(plan.end(), {{&a.g, n * C}, {&a.br_mean, n}, {&a.br_rstd, n}});
     if (sites.out) plan.insert(plan.end(), {{&a.r, n * C}, {&a.out_mean, n}, {&a.out_rstd, n}});
@@ -184,6 +186,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
                            {&df_, Nmax * C}, {&dg_, Nmax * C}, {&dr_, Nmax * C}, {&ddrop_, Nmax * C},
                            {&dmix_, Nmax * std::max({C, F, A})}, {&dhid_, Nmax * std::max({QW, C, FW})},
                            {&datt_, att_max}});
+  if (cfg_.attn_gate_width()) plan.push_back({&dgate_, Nmax * size_t(cfg_.attn_gate_width())});
   if (cfg_.encdec()) plan.insert(plan.end(), {{&dkv_, Ns * 2 * C}, {&dmem_, Ns * C}});
   bool scaled = false;
   for (int l = 0; l < cfg_.total_layers(); l++) scaled |= method_of(cfg_.placement_of(l)).depth_scaled_input;

@@ -35,7 +35,9 @@ struct SublayerActs {
   S* qk_mean = nullptr, * qk_rstd = nullptr;  // and their statistics
   S* kv = nullptr;       // (B, S, 2C) cross only: keys and values of the memory
   S* att = nullptr;      // (B, NH, T, T) attention | (B, NH, T, S) cross-attention probabilities
-  S* mix = nullptr;      // (B, T, C) attention output before proj | (B, T, F) activation
+  S* mix = nullptr;      // (B, T, A) attention output before proj (gated: what proj reads) | (B, T, F) activation
+  S* ungated = nullptr;  // attn with attn_gate: (B, T, A) the attention output before the gate ...
+  S* gate = nullptr;     // ... and (B, T, G) the gate, sigmoid(h W_g^T + b_g)
   S* f = nullptr;        // (B, T, C) branch output F(h) (after dropout)
   S* g = nullptr;        // (B, T, C) ln_branch(f), or f
   S* br_mean = nullptr, * br_rstd = nullptr;
@@ -356,6 +358,7 @@ class Model {
   S* dh_ = nullptr, * df_ = nullptr, * dg_ = nullptr, * dr_ = nullptr, * ddrop_ = nullptr, * dmix_ = nullptr;
   S* dhid_ = nullptr;                // (B, max(T, S), max(3C, F))
   S* datt_ = nullptr;                // (B, NH, max(T, S), max(T, S))
+  S* dgate_ = nullptr;               // (B, T, G) gated attention: d(loss)/d(the gate's pre-activation)
   S* dkv_ = nullptr;                 // (B, S, 2C) cross-attention
   S* dmem_ = nullptr;                // (B, S, C) d(loss)/d(memory), summed over the cross slots
   S* ddual_ = nullptr;               // (B, max(T, S), C) d(loss)/d(x_d) of the stack being run backward

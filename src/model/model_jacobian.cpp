@@ -49,9 +49,10 @@ using namespace ops;
 
 template <class S>
 bool Model<S>::block_jacobian_covers(int first, int last) const {
-  // whole blocks of a one-stream gpt or encoder, one sequence; the attention sub-layer present
+  // whole blocks of a one-stream gpt or encoder, one sequence; the attention sub-layer present and
+  // ungated (its closed form has no output gate: a gated model takes the tangents)
   if (cfg_.encdec() || B_ != 1 || first < 0 || first % 2 != 0 || last != first + 2 ||
-      last > int(slots_.size()))
+      last > int(slots_.size()) || cfg_.attn_gate_width())
     return false;
   const Slot& attn = slots_[size_t(first)];
   return attn.present && attn.kind == Sublayer::Attn && !cfg_.dual_stack(attn.layer);

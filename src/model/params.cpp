@@ -77,6 +77,10 @@ ParamTable make_param_table(const ModelConfig& cfg) {
           const QkNormLayout qk = qk_norm_layout(cfg, slot.layer);
           for (int j = 0; j < qk.n; j++) add_norm(p + kQkNormSites[j], qk.part[j].norm_width);
         }
+        if (const int G = cfg.attn_gate_width()) {  // gated attention: its own map of h, biased as the q map
+          add(p + ".gate.weight", {G, C}, ParamRole::LinearWeight);
+          if (qkv_bias) add(p + ".gate.bias", {G}, ParamRole::LinearBias);
+        }
         break;
       case Sublayer::Cross:
         add(p + ".q.weight", {C, C}, ParamRole::LinearWeight);
@@ -138,6 +142,8 @@ SublayerParams<S> sublayer_params(const ParamTable& table, const ModelConfig& cf
   v.b1 = ptr(p + first + ".bias");
   v.wkv = ptr(p + ".kv.weight");
   v.bkv = ptr(p + ".kv.bias");
+  v.wg = ptr(p + ".gate.weight");
+  v.bg = ptr(p + ".gate.bias");
   v.w2 = ptr(p + ".proj.weight");
   v.b2 = ptr(p + ".proj.bias");
   v.omega = ptr(p + ".omega");

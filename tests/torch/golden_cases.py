@@ -205,6 +205,14 @@ def build_cases():
         Case("train_gpt_hybridnorm", dict(SMALL, placement="hybridnorm", norm="rmsnorm", positions="rope"), SMALL_BT,
              kind="train", train=TRAIN_CFG),
         Case("gpt_hybridnorm_star_dyt", dict(SMALL, placement="hybridnorm*", norm="dyt", qk_norm="whole"), SMALL_BT),
+        # gated attention (Qiu et al. 2025, Qwen3-Next): one sigmoid gate per head on the Llama block with
+        # GQA and QK-norm; one per channel in an encoder with q, k, v biases (the gate's too) and padding; trained
+        Case("gpt_gated_attention_headwise", dict(SMALL, placement="pre", norm="rmsnorm", activation="swiglu",
+             bias="none", positions="rope", n_kv_heads=2, qk_norm="heads", attn_gate="headwise"), SMALL_BT),
+        Case("encoder_gated_attention_elementwise_pad", dict(SMALL, arch="encoder", placement="post", bias="qkv",
+             attn_gate="elementwise"), SMALL_BT, pad=True),
+        Case("train_gpt_gated_attention", dict(SMALL, placement="pre", norm="rmsnorm", positions="rope",
+             attn_gate="elementwise"), SMALL_BT, kind="train", train=TRAIN_CFG),
         # Gemma's block: GeGLU, the token embedding times sqrt(d), multi-query, RMSNorm
         Case("gpt_gemma_block", dict(SMALL, placement="pre", norm="rmsnorm", activation="geglu", bias="none",
              positions="rope", n_kv_heads=1, embed_scale=32 ** 0.5), SMALL_BT),

@@ -166,6 +166,12 @@ def attention(config, params, prefix, h, key_mask=None, causal=None):
             return t.reshape(*t.shape[:-1], KVH, C // NH).repeat_interleave(NH // KVH, dim=-2).reshape(*t.shape[:-1], C)
         k, v = widen(k), widen(v)
     y = multihead(q, k, v, NH, causal, key_mask, config.get("attn_scale"), config.get("attn_softcap", 0.0))
+    if config.get("attn_gate", "none") != "none":   # gated attention (Qiu et al. 2025): y * sigmoid(h W_g^T + b_g)
+        g = torch.sigmoid(linear(h, params[prefix + ".gate.weight"], params.get(prefix + ".gate.bias")))
+        if config["attn_gate"] == "headwise":   # one gate per head, over its HS channels
+            y = (y.reshape(*y.shape[:-1], NH, C // NH) * g.unsqueeze(-1)).reshape(y.shape)
+        else:
+            y = y * g
     return linear(y, params[prefix + ".proj.weight"], params.get(prefix + ".proj.bias"))
 
 

@@ -88,6 +88,9 @@ def param_table(config):
                         HS = C // c["n_heads"]
                         for part, width in (("q", C), ("k", W), ("v", W))[:3 if v else 2]:
                             t += _norm_table(c, f"{pre}.{part}_norm", st.name, method, HS if qk == "heads" else width)
+                    if c["attn_gate"] != "none":   # gated attention: the gate map, biased as the q map ("g": a
+                        G = c["n_heads"] if c["attn_gate"] == "headwise" else C   # map of h, no branch scaling)
+                        t += _linear_table(pre + ".gate", G, C, st.name, "attn.gate", [("g", 0, G)], method, qb)
                     t += _linear_table(pre + ".proj", C, C, st.name, "attn.proj", None, method, ob)
                 elif kind == "cross":
                     t += _linear_table(pre + ".q", C, C, st.name, "cross.q", [("q", 0, C)], method, qb)
@@ -252,10 +255,10 @@ def init_params(config, dtype=torch.float64):
                 elif scheme == "xavier":
                     t[r0:r1] = uniform(bshape, math.sqrt(6.0 / (fan_in + fan_out)))
                 elif scheme == "deepnet":
-                    gain = 1.0 if tag in ("q", "k") or st is None else st.beta
+                    gain = 1.0 if tag in ("q", "k", "g") or st is None else st.beta
                     t[r0:r1] = normal(bshape, gain * math.sqrt(2.0 / (fan_in + fan_out)))
                 elif scheme == "tfixup":
-                    scaled = st is not None and tag not in ("q", "k")   # v rows, attn/cross proj, mlp
+                    scaled = st is not None and tag not in ("q", "k", "g")   # v rows, attn/cross proj, mlp
                     qk = st is not None and tag in ("q", "k")         # fairseq's Xavier gain 1/sqrt(2)
                     t[r0:r1] = uniform(bshape, math.sqrt(6.0 / (fan_in + fan_out))) * (
                         st.tfixup if scaled else 2 ** -0.5 if qk else 1.0)
