@@ -86,8 +86,6 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   const int B = B_, C = cfg.d_model, t = t_;
   const ParamTable& table = m_.table();
   const S* wte = m_.params().data() + table.find("wte.weight")->offset;
-  const ParamSpec* lm_head = table.find("lm_head.weight");  // untied head: the output matrix of its own
-  const S* out_w = lm_head ? m_.params().data() + lm_head->offset : wte;
   const ParamSpec* pe = table.find("wpe.weight");  // absent without learned positions
   const S* wpe = pe ? m_.params().data() + pe->offset : nullptr;
   // x = s wte[token] + wpe[t] (s: the embedding scale, 1 with learned positions)
@@ -138,11 +136,7 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   if (cfg.has_final_norm()) norm(h_.data(), dual ? xd_.data() : x_.data(), m_.final_norm()), xf = h_.data();
   if (dual)
     for (size_t k = 0; k < h_.size(); k++) h_[k] += x_[k];
-  matmul_forward<S>(logits_.data(), xf, out_w, nullptr, B, C, cfg.vocab_size());
-  if (const ParamSpec* sz = table.find("sz"))  // nGPT's logit scale
-    ops::scale_columns(logits_.data(), logits_.data(), long(B), cfg.vocab_size(), m_.params().data() + sz->offset,
-                       sphere_scale("sz", C).factor);
-  if (cfg.logit_softcap > 0) ops::softcap_in_place(logits_.data(), logits_.size(), cfg.logit_softcap);
+  m_.output_logits(logits_.data(), xf, B);  // the model's own head (tied or untied, nGPT's s_z, the soft cap)
   t_++;
   return logits_;
 }

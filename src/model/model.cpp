@@ -428,28 +428,37 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   return label_count_ > 0 ? sum / double(label_count_) : std::numeric_limits<double>::quiet_NaN();
 }
 
-// tied:  logits = xf @ wte^T;  untied: logits = xf @ lm_head^T
+// tied:  logits = xf @ wte^T;  untied: logits = xf @ lm_head^T  (output_logits)
 // mlm:   u = xf @ Wd^T + bd;  a = act(u);  t = ln_head(a);  logits = t @ wte^T + b_out
-// then, with logit_softcap c > 0, logits = c tanh(logits / c)
+// then nGPT's logits = s_z logits, column by column, and with logit_softcap c > 0 logits = c tanh(logits / c)
 template <class S>
 void Model<S>::head_forward() {
   const int N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size();
+  if (cfg_.head != Head::Mlm) return output_logits(logits_, xf_, N, sz_ ? logits_raw_ : nullptr, prec_);
   const S* wte = out_w_;
-  if (cfg_.head != Head::Mlm) {
-    matmul_forward<S>(logits_, xf_, wte, nullptr, N, C, V, prec_, bf16_of(wte));
-  } else {
-    matmul_forward<S>(head_u_, xf_, hw_, hb_, N, C, C, prec_, bf16_of(hw_));
-    activation_forward(cfg_.activation, head_a_, head_u_, N, C);  // element-wise (a gated one is refused)
-    norm_forward(head_t_, head_mean_, head_rstd_, head_a_, hln_, N);
-    matmul_forward<S>(logits_, head_t_, wte, hbias_, N, C, V, prec_, bf16_of(wte));
-  }
-  // nGPT: logits = s_z logits, column by column
+  matmul_forward<S>(head_u_, xf_, hw_, hb_, N, C, C, prec_, bf16_of(hw_));
+  activation_forward(cfg_.activation, head_a_, head_u_, N, C);  // element-wise (a gated one is refused)
+  norm_forward(head_t_, head_mean_, head_rstd_, head_a_, hln_, N);
+  matmul_forward<S>(logits_, head_t_, wte, hbias_, N, C, V, prec_, bf16_of(wte));
   if (sz_) {
     std::copy(logits_, logits_ + size_t(N) * V, logits_raw_);
     scale_columns(logits_, logits_raw_, long(N), V, sz_, sphere_scale("sz", C).factor);
   }
-  // logits = c tanh(logits / c) (Gemma 2's final soft-capping)
   if (cfg_.logit_softcap > 0) softcap_in_place(logits_, size_t(N) * V, cfg_.logit_softcap);
+}
+
+template <class S>
+void Model<S>::output_logits(S* logits, const S* xf, long rows, S* raw, ops::Precision prec) const {
+  const int C = cfg_.d_model, V = cfg_.vocab_size();
+  const size_t n = size_t(rows) * V;
+  matmul_forward<S>(logits, xf, out_w_, nullptr, int(rows), C, V, prec,
+                    prec == ops::Precision::Fp32 ? nullptr : bf16_of(out_w_));
+  if (sz_) {  // nGPT: logits = s_z logits, column by column
+    if (raw) std::copy(logits, logits + n, raw);
+    scale_columns(logits, raw ? raw : logits, rows, V, sz_, sphere_scale("sz", C).factor);
+  }
+  // logits = c tanh(logits / c) (Gemma 2's final soft-capping)
+  if (cfg_.logit_softcap > 0) softcap_in_place(logits, n, cfg_.logit_softcap);
 }
 
 // dxf = d(loss)/d(xf) (assigned) and the head's parameter gradients (added), from dlogits in logits_.

@@ -76,6 +76,11 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   // The token embedding's scale: the parameter embed_scale (model.embed_scale_learned) or model.embed_scale.
   double embedding_scale() const { return escale_ ? double(*escale_) : cfg_.embed_scale; }
+  // The output head of a tied or untied model (not the MLM head), the one the forward and the decoder
+  // share: logits (rows, V) = xf (rows, C) times the output matrix, then nGPT's s_z (raw, if given,
+  // keeps the logits before it) and the logit soft cap. prec: the forward's precision (the decoder's fp32).
+  void output_logits(S* logits, const S* xf, long rows, S* raw = nullptr,
+                     ops::Precision prec = ops::Precision::Fp32) const;
   // nGPT: the matrices back onto the unit sphere (model/init.h), after an optimizer step; discards a
   // bf16 handoff as any write of the parameters does. Nothing for other methods.
   void project_to_sphere();
