@@ -36,6 +36,7 @@ struct JacobianCase {
   bool rope_kinds = false;     // RoPE with two kinds of layer (Gemma 3, OLMo 3): layer 0 local at base 500,
                                // layer 1 global with a factor 1.3 on cos and sin and a divisor per frequency
   AttnGate attn_gate = AttnGate::None;  // gated attention (headwise or elementwise output gate)
+  bool attn_sink = false;                // a learned sink logit per query head
 };
 
 inline std::string jacobian_case_name(const JacobianCase& c) {
@@ -43,8 +44,8 @@ inline std::string jacobian_case_name(const JacobianCase& c) {
                      to_string(c.norm), to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded,
                      to_string(c.positions)) + fmt::format(" kv_heads={} qk_norm={} v_norm={} qk_norm_affine={} norm_bias={}", c.kv_heads, to_string(c.qk_norm),
                                                     c.v_norm, c.qk_norm_affine, c.norm_bias) +
-         fmt::format(" attn_softcap={} head_dim={} rope_kinds={} attn_gate={}", c.attn_softcap, c.head_dim, c.rope_kinds,
-                     to_string(c.attn_gate));
+         fmt::format(" attn_softcap={} head_dim={} rope_kinds={} attn_gate={} attn_sink={}", c.attn_softcap, c.head_dim,
+                     c.rope_kinds, to_string(c.attn_gate), c.attn_sink);
 }
 
 // A 2-layer double model of case c: width d with `heads` heads, F = ff (defaults: HS = 4, F not a
@@ -74,6 +75,7 @@ inline std::unique_ptr<Model<double>> jacobian_model(const JacobianCase& c, uint
   cfg.v_norm = c.v_norm;
   cfg.qk_norm_affine = c.qk_norm_affine;
   cfg.attn_gate = c.attn_gate;
+  cfg.attn_sink = c.attn_sink;
   if (method_of(c.placement).sphere) cfg.bias = LinearBias::None;  // (nGPT has no biases)
   cfg.norm_bias = c.norm_bias;
   if (c.attn_softcap > 0) {

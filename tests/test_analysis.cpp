@@ -642,6 +642,47 @@ TEST(Sinks, AMassiveEntryIsFoundWhereItWasPut) {
   EXPECT_GT(dyn.layers[0].largest_token_share, 0.999);
 }
 
+// analyze sinks on a model with learned sink logits: a head's mass on no token is the sink's softmax
+// share, recomputed by hand from the layer's q and k (exp(s_h) / (sum_j exp(q.k_j / sqrt(HS)) + exp(s_h)),
+// mean over queries and windows); a sink far below the scores gives 0, and without sink logits it is 0.
+TEST(Sinks, LearnedSinkLogitsMassIsTheSinksSoftmaxShare) {
+  ModelConfig c;
+  c.d_model = 16, c.n_heads = 2, c.n_layers = 2, c.seq_len = 8, c.placement = {Placement::Pre};
+  c.attn_sink = true;
+  Model<double> m(c);
+  const ParamSpec* sinks = m.table().find("h.0.attn.sinks");
+  ASSERT_NE(sinks, nullptr);
+  m.params()[sinks->offset] = 1.5;     // head 0: a sink that takes a good share
+  m.params()[sinks->offset + 1] = -60;  // head 1: none to speak of
+  const int B = 2, T = 8, C = 16, HS = 8;
+  Batch b;
+  b.B = B, b.T = T;
+  for (int r = 0; r < B; r++)
+    for (int t = 0; t < T; t++) b.ids.push_back(30 + 7 * t + 11 * r);
+  b.labels.assign(b.ids.size(), ops::kIgnoreLabel);
+  const analysis::SinksReport rep = analysis::analyze_sinks(m, {b});
+  ASSERT_EQ(rep.heads.size(), 4u);
+  m.forward(b.ids.data(), b.labels.data(), B, T);  // the same forward again: layer 0's q, k by hand
+  const double* hid = m.acts(0).hid;             // (B, T, 3C): [q | k | v]
+  double by_hand = 0;
+  for (int r = 0; r < B; r++)
+    for (int i = 0; i < T; i++) {
+      double denom = std::exp(1.5);
+      for (int j = 0; j <= i; j++) {
+        double s = 0;
+        for (int e = 0; e < HS; e++) s += hid[(size_t(r) * T + i) * 3 * C + e] * hid[(size_t(r) * T + j) * 3 * C + C + e];
+        denom += std::exp(s / std::sqrt(double(HS)));
+      }
+      by_hand += std::exp(1.5) / denom / (B * T);
+    }
+  EXPECT_GT(by_hand, 0.05);
+  EXPECT_NEAR(rep.heads[0].null_mass, by_hand, 1e-12);
+  EXPECT_LT(std::fabs(rep.heads[1].null_mass), 1e-14);  // (1 - a row sum: rounding only)
+  c.attn_sink = false;
+  Model<double> plain(c);
+  for (const analysis::HeadSinks& h : analysis::analyze_sinks(plain, {b}).heads) EXPECT_EQ(h.null_mass, 0.0);
+}
+
 // analyze dynamics' per-token table: each position's stream RMS entering layer 0 is its embedding's, by
 // hand (wte[id] + wpe[t], the mean over the windows), the one token given a massive entry stands out at
 // its position, the mean over positions of every reading is the layer's, and on one window a position's

@@ -283,7 +283,7 @@ TEST(Bf16Training, LossesTrackFloat32AndRepeatBitForBit) {
 // Today's blocks and methods in bf16: the Llama block (RoPE, SwiGLU, grouped queries, RMSNorm, no
 // biases), OLMo 2 (reordered, whole-projection QK-norm), Peri-LN with DyT, LayerNorm Scaling,
 // HybridNorm (QKV-norm), Gemma 2 (sandwich, GeGLU, sqrt(d) embedding, its score scale and soft caps)
-// DyT's LLaMA recipe (no beta, per-site alpha, a learned embedding scale) and gated attention: the same tolerance as
+// DyT's LLaMA recipe (no beta, per-site alpha, a learned embedding scale) and gated attention with sink logits: the same tolerance as
 // above, bit-identical repeats, and bf16 really used
 TEST(Bf16Training, TodaysBlocksAndMethodsTrackFloat32) {
   auto llama = [] {
@@ -328,7 +328,8 @@ TEST(Bf16Training, TodaysBlocksAndMethodsTrackFloat32) {
   cases.push_back({"dyt llama recipe", dyt});
   ModelConfig gated = llama();
   gated.attn_gate = AttnGate::Elementwise;  // gated attention: the gate map's GEMM in bf16 too
-  cases.push_back({"gated attention", gated});
+  gated.attn_sink = true;  // and learned sink logits: their gradient from the bf16 attention's probabilities
+  cases.push_back({"gated attention with sink logits", gated});
   for (const auto& [name, cfg] : cases) {
     SCOPED_TRACE(name);
     const int steps = 40;

@@ -138,6 +138,15 @@ TEST(BlockJacobian, TodaysBlocksEqualTheTangentPath) {
       {Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::SwiGlu, false, rope, 2, QkNorm::Heads,
        false, true, true, 0.0, 0, true},
   };
+  // learned sink logits (rows of P sum to less than 1), with grouped queries, and beside Gemma 2's soft cap
+  // (the cap is on the scores, not on the sink) on a padded row
+  JacobianCase sink{Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::SwiGlu, false, rope, 2};
+  sink.attn_sink = true;
+  cases.push_back(sink);
+  JacobianCase capped_sink{Placement::Sandwich, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::GeGlu, true, rope,
+                           2, QkNorm::None, false, true, true, 5.0};
+  capped_sink.attn_sink = true;
+  cases.push_back(capped_sink);
   for (const JacobianCase& c : cases) {
     SCOPED_TRACE(jacobian_case_name(c));
     auto m = block_model(c, 7, 16, 4, 20);

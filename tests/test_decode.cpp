@@ -90,6 +90,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     int head_dim = 0;         // > 0: model.head_dim (heads wider or narrower than d / heads)
     bool rope_per_layer = false;  // Gemma 3: local layers at another RoPE base, linear scaling on the global one
     AttnGate gate = AttnGate::None;  // gated attention
+    bool sink = false;               // learned sink logits
   };
   for (const Case& k : {Case{Placement::Pre, true, 1}, Case{Placement::Pre, true, 2}, Case{Placement::Peri, true, 4},
                         Case{Placement::Post, false, 4}, Case{Placement::Sandwich, false, 4},
@@ -104,7 +105,11 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
                         Case{Placement::Sandwich, true, 1, QkNorm::Heads, 4.0, false, false, false, 6, true},
                         Case{Placement::Pre, true, 2, QkNorm::Heads, 1.0, false, false, false, 0, false, AttnGate::Headwise},
                         Case{Placement::Post, false, 4, QkNorm::None, 1.0, false, false, false, 0, false,
-                             AttnGate::Elementwise}}) {
+                             AttnGate::Elementwise},
+                        Case{Placement::Pre, true, 2, QkNorm::Heads, 1.0, false, false, false, 0, false, AttnGate::None,
+                             true},
+                        Case{Placement::Sandwich, true, 1, QkNorm::Heads, 4.0, false, false, false, 6, true,
+                             AttnGate::Headwise, true}}) {
     SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {}", method_of(k.method).name, k.llama, k.kv_heads,
                              to_string(k.qk_norm)));
     ModelConfig cfg;
@@ -119,6 +124,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     cfg.placement = {k.method};
     cfg.qk_norm = k.qk_norm;
     cfg.attn_gate = k.gate;
+    cfg.attn_sink = k.sink;
     cfg.embed_scale = k.embed_scale;  // (Gemma's sqrt(d) for d = 16)
     if (k.head_dim) cfg.head_dim = k.head_dim;
     cfg.init_std = 0.3;

@@ -104,6 +104,13 @@ TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
     JacobianCase elementwise{Placement::Post, NormKind::LayerNorm, arch};
     elementwise.attn_gate = AttnGate::Elementwise;
     cases.push_back(elementwise);
+    // learned sink logits: with grouped queries and RoPE, and in a padded encoder
+    JacobianCase sink{Placement::Pre, NormKind::RMSNorm, arch, true, true, Activation::SwiGlu, false, Positions::Rope, 1};
+    sink.attn_sink = true;
+    cases.push_back(sink);
+    JacobianCase sink_post{Placement::Post, NormKind::LayerNorm, arch, true, true, Activation::Gelu, true};
+    sink_post.attn_sink = true;
+    cases.push_back(sink_post);
     // nGPT: the update on the sphere, unit q and k heads times s_qk, s_uv (gated and plain MLPs)
     cases.push_back({Placement::NGpt, NormKind::L2, arch, true, true, Activation::SwiGlu, false, Positions::Rope});
     cases.push_back({Placement::NGpt, NormKind::L2, arch, true, true, Activation::Gelu, false, Positions::None});

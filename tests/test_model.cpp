@@ -326,6 +326,32 @@ TEST(ModelGradientsMore, GatedAttentionHeadwiseAndElementwise) {
   }
 }
 
+// Learned sink logits (gpt-oss's attention sinks): one per query head, with grouped-query attention, RoPE
+// and QK-norm in a causal model, and in an encoder with padding and a soft cap on the scores (not on the
+// sink): gradients, the sinks' included, against finite differences (check_model_gradients moves the
+// sinks away from 0 first, so that their probabilities differ across heads).
+TEST(ModelGradientsMore, LearnedSinkLogits) {
+  for (const Arch arch : {Arch::Gpt, Arch::Encoder}) {
+    SCOPED_TRACE(to_string(arch));
+    ModelConfig c = tiny(arch, {Placement::Pre, Placement::Post}, NormKind::RMSNorm);
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.positions = Positions::Rope;
+    c.qk_norm = arch == Arch::Gpt ? QkNorm::Heads : QkNorm::None;
+    if (arch == Arch::Encoder) c.attn_softcap = 3.0;
+    c.attn_sink = true;
+    const ParamTable t = make_param_table(c);
+    for (int layer = 0; layer < c.n_layers; layer++) {
+      const ParamSpec* s = t.find(fmt::format("h.{}.attn.sinks", layer));
+      ASSERT_NE(s, nullptr);
+      EXPECT_EQ(s->numel, size_t(c.n_heads));
+      EXPECT_FALSE(s->decays());
+    }
+    EXPECT_EQ(t.find("h.0.mlp.sinks"), nullptr);  // self-attention only
+    check_model_gradients(c, /*padding=*/arch == Arch::Encoder);
+  }
+}
+
 // QK-norm per head and over the whole projection, with and without the values, for the norm kinds
 // that carry a statistic and a point-wise one, with RoPE after it and grouped-query attention (4 query
 // heads of 2, 2 key-value heads: the k and v parts are narrower than q), both architectures.

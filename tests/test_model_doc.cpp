@@ -337,6 +337,7 @@ const Variant kVariants[] = {
        c.qk_norm_affine = false;
      }},
     {"attn_gate headwise", [](ModelConfig& c) { c.attn_gate = AttnGate::Headwise; }},
+    {"attn_sink true", [](ModelConfig& c) { c.attn_sink = true; }},
     {"attn_gate elementwise, bias none",
      [](ModelConfig& c) {
        c.attn_gate = AttnGate::Elementwise;

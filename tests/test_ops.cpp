@@ -350,6 +350,89 @@ TEST(Attention, FloatMatchesTheDoubleReferenceAcrossRowBlocks) {
     }
 }
 
+// A learned sink logit per query head (gpt-oss): against the naive reference (its own loop), against
+// the softmax written out over the scores and the sink (the reference code's concatenated column, then
+// dropped), finite differences in qkv and the sinks, grouped-query heads, padding, causal and not, T = 1;
+// a sink far below every score changes nothing (bit for bit), and the float path across row blocks.
+TEST(Attention, SinkLogitsMatchTheConcatenatedSoftmaxNaiveAndFiniteDifferences) {
+  for (auto [B, T, C, NH, KVH] : {std::tuple{2, 5, 12, 6, 3}, std::tuple{1, 1, 8, 4, 4}, std::tuple{2, 7, 18, 3, 1}})
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " NH=" << NH << " KVH=" << KVH << " causal=" << causal);
+      const int HS = C / NH, W = C + 2 * KVH * HS;
+      Vec qkv = randn(B * T * W, 71, 1.5), dy = randn(B * T * C, 72), sink = randn(NH, 73, 1.5);
+      std::vector<uint8_t> mask(size_t(B) * T, 1);
+      if (T > 2) mask[size_t(B) * T - 1] = 0;
+      Vec y(B * T * C), yr(y.size()), att(B * NH * T * T), attr(att.size()), datt(att.size());
+      Vec dqkv(qkv.size()), dqkvr(qkv.size()), dsink(NH), dsinkr(NH);
+      attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, KVH, causal, mask.data(), Precision::Fp32, {},
+                        sink.data());
+      attention_forward_naive(yr.data(), attr.data(), qkv.data(), B, T, C, NH, KVH, causal, mask.data(), sink.data());
+      attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, KVH, causal,
+                         Precision::Fp32, {}, dsink.data());
+      attention_backward_naive(dqkvr.data(), dy.data(), qkv.data(), attr.data(), B, T, C, NH, KVH, causal,
+                               dsinkr.data());
+      expect_close("out", y, yr, 1e-12, 1e-13);
+      expect_close("att", att, attr, 1e-12, 1e-13);
+      expect_close("dqkv", dqkv, dqkvr, 1e-11, 1e-12);
+      expect_close("dsink", dsink, dsinkr, 1e-11, 1e-12);
+      // the written-out softmax over [scores | sink] with the sink's column dropped
+      for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+          for (int i = 0; i < T; i++) {
+            std::vector<double> z;
+            for (int j = 0; j < T; j++) {
+              double s = -std::numeric_limits<double>::infinity();
+              if ((!causal || j <= i) && mask[size_t(b) * T + j]) {
+                s = 0;
+                for (int e = 0; e < HS; e++)
+                  s += qkv[(size_t(b) * T + i) * W + h * HS + e] * qkv[(size_t(b) * T + j) * W + C + (h / (NH / KVH)) * HS + e];
+                s /= std::sqrt(double(HS));
+              }
+              z.push_back(s);
+            }
+            z.push_back(sink[h]);
+            double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+            for (double v : z) mx = std::max(mx, v);
+            for (double v : z) sum += std::exp(v - mx);
+            for (int j = 0; j < T; j++)
+              EXPECT_NEAR(att[((size_t(b) * NH + h) * T + i) * T + j], std::exp(z[size_t(j)] - mx) / sum, 1e-14);
+          }
+      std::fill(dqkv.begin(), dqkv.end(), 0.0);
+      auto loss = [&] {
+        attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, KVH, causal, mask.data(), Precision::Fp32, {},
+                          sink.data());
+        return dot(y, dy);
+      };
+      check_backward({{"qkv", &qkv, &dqkv}, {"sink", &sink, &dsink}}, loss, [&] {
+        loss();
+        attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, KVH, causal,
+                           Precision::Fp32, {}, dsink.data());
+      });
+      // a sink far below every score: the plain softmax, bit for bit
+      Vec far(NH, -1e4), y0(y.size()), att0(att.size());
+      attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, KVH, causal, mask.data(), Precision::Fp32, {},
+                        far.data());
+      attention_forward(y0.data(), att0.data(), qkv.data(), B, T, C, NH, KVH, causal, mask.data());
+      EXPECT_EQ(y, y0);
+      EXPECT_EQ(att, att0);
+    }
+  // float, several causal row blocks, against the double reference
+  const int B = 2, T = 75, C = 24, NH = 4, KVH = 2, C3 = C + 2 * KVH * (C / NH);
+  const Vec qkvd = randn(B * T * C3, 74, 1.5), dyd = randn(B * T * C, 75), sinkd = randn(NH, 76, 2.0);
+  const std::vector<float> qkv(qkvd.begin(), qkvd.end()), dy(dyd.begin(), dyd.end()), sink(sinkd.begin(), sinkd.end());
+  std::vector<float> y(B * T * C), att(B * NH * T * T), datt(att.size()), dqkv(qkv.size()), dsink(NH);
+  Vec yr(y.size()), attr(att.size()), dqkvr(qkv.size()), dsinkr(NH);
+  attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, KVH, true, nullptr, Precision::Fp32, {}, sink.data());
+  attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH, KVH, true,
+                     Precision::Fp32, {}, dsink.data());
+  attention_forward_naive(yr.data(), attr.data(), qkvd.data(), B, T, C, NH, KVH, true, nullptr, sinkd.data());
+  attention_backward_naive(dqkvr.data(), dyd.data(), qkvd.data(), attr.data(), B, T, C, NH, KVH, true, dsinkr.data());
+  expect_close("float out", Vec(y.begin(), y.end()), yr, 1e-4, 1e-5);
+  expect_close("float att", Vec(att.begin(), att.end()), attr, 1e-4, 1e-6);
+  expect_close("float dqkv", Vec(dqkv.begin(), dqkv.end()), dqkvr, 1e-4, 1e-5);
+  expect_close("float dsink", Vec(dsink.begin(), dsink.end()), dsinkr, 1e-4, 1e-4);
+}
+
 TEST(Attention, SoftmaxIsStableForHugeScores) {
   const int B = 1, T = 3, C = 2, NH = 1;
   Vec qkv(B * T * 3 * C, 0.0);

@@ -164,6 +164,7 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
   std::vector<std::vector<double>> vals(size_t(L) + 1);  // every stream point's entries, window by window
   std::vector<double> importance(size_t(L) * NH * T, 0.0);  // mean over windows, by layer, head, key
   std::vector<double> first_mean(size_t(L) * NH, 0.0), first_sinks(size_t(L) * NH, 0.0);
+  std::vector<double> null_mass(size_t(L) * NH, 0.0);  // 1 - a row's sum: the learned sink's share
   // gradient sinks: the next-token loss of a causal model with a head
   if (!rep.causal) rep.no_gradients = "an encoder has no next-token loss";
   else if (!cfg.has_logits()) rep.no_gradients = "the model has no output head (head = none), so no loss";
@@ -198,6 +199,12 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
               if (imp > kSinkEpsilon) first_sinks[size_t(l) * NH + h] += 1;
             }
           }
+          if (cfg.attn_sink)
+            for (int q = 0; q < T; q++) {
+              double row = 0;
+              for (int k = 0; k < T; k++) row += A[size_t(q) * T + k];
+              null_mass[size_t(l) * NH + h] += (1.0 - row) / (double(T) * windows);
+            }
         }
     }
     if (gradients) {
@@ -235,7 +242,7 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
       const size_t i = size_t(l) * NH + h;
       const double* imp = importance.data() + i * T;
       const int top = int(std::max_element(imp, imp + T) - imp);
-      rep.heads.push_back({l, h, first_mean[i], first_sinks[i] / windows, top, imp[top]});
+      rep.heads.push_back({l, h, first_mean[i], first_sinks[i] / windows, top, imp[top], null_mass[i]});
       layer_sinks += first_sinks[i];
     }
     rep.layer_sink_rate.push_back(100.0 * layer_sinks / (double(windows) * NH));
@@ -261,7 +268,8 @@ nlohmann::json to_json(const SinksReport& r) {
   }
   for (const HeadSinks& h : r.heads)
     heads.push_back({{"layer", h.layer}, {"head", h.head}, {"first_importance", h.first_importance},
-                     {"sink_share", h.sink_share}, {"top_key", h.top_key}, {"top_importance", h.top_importance}});
+                     {"sink_share", h.sink_share}, {"top_key", h.top_key}, {"top_importance", h.top_importance},
+                     {"null_mass", h.null_mass}});
   json gradients = json::array(), gains = json::array();
   for (const StreamGradient& g : r.gradients)
     gradients.push_back({{"layer", g.layer}, {"first", g.first}, {"median", g.median}, {"ratio", g.ratio},
@@ -358,6 +366,15 @@ void print_report(const SinksReport& r) {
   std::string rates;
   for (size_t l = 0; l < r.layer_sink_rate.size(); l++) rates += fmt::format(" {:.0f}", r.layer_sink_rate[l]);
   fmt::print("sink rate by layer (%):{}\n", rates);
+  if (!r.heads.empty() && std::any_of(r.heads.begin(), r.heads.end(), [](const HeadSinks& h) { return h.null_mass > 0; })) {
+    std::string mass;  // learned sink logits: the mass that went to no token, mean over each layer's heads
+    for (size_t i = 0; i < r.heads.size(); i += size_t(r.n_heads)) {
+      double sum = 0;
+      for (int h = 0; h < r.n_heads; h++) sum += r.heads[i + size_t(h)].null_mass;
+      mass += fmt::format(" {:.3f}", sum / r.n_heads);
+    }
+    fmt::print("learned sink logits: attention mass on no token by layer (mean over queries and heads):{}\n", mass);
+  }
   print_gradient_sinks(r);
 }
 

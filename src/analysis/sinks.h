@@ -70,6 +70,8 @@ struct HeadSinks {
   double sink_share = 0;        // share of windows where it exceeds epsilon
   int top_key = 0;              // the key of the largest mean importance over windows ...
   double top_importance = 0;    // ... and that importance
+  double null_mass = 0;         // learned sink logits (model.attn_sink): the mass a query puts on no token,
+                                // 1 - sum_k A[q, k], mean over queries and windows (0 without sink logits)
 };
 
 // d(loss)/d(x) at one stream point (the loss a mean over the windows' labelled positions)

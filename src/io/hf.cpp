@@ -296,6 +296,7 @@ std::optional<std::string> export_refusal(const ModelConfig& c) {
     why.push_back("attn_scale, attn_softcap or logit_softcap is set (GPT-2 and BERT scale scores by 1/sqrt(head size), uncapped)");
   if (!c.residual) why.push_back("residual = false");
   if (c.attn_gate != AttnGate::None) why.push_back("attn_gate is set (GPT-2 and BERT do not gate their attention output)");
+  if (c.attn_sink) why.push_back("attn_sink = true (GPT-2 and BERT have no sink logits)");
   if (!c.mlp) why.push_back("mlp = false (attention-only blocks)");
   if (c.qk_norm != QkNorm::None) why.push_back(fmt::format("qk_norm is {} (GPT-2 and BERT have no QK-norm)", to_string(c.qk_norm)));
   if (c.embed_scale != 1.0) why.push_back(fmt::format("embed_scale is {} (GPT-2 and BERT scale no embedding)", c.embed_scale));

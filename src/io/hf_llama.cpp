@@ -495,6 +495,7 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if (c.arch != Arch::Gpt) why.push_back("arch is not gpt");
   if (c.attn_gate != AttnGate::None)
     why.push_back(fmt::format("attn_gate = \"{}\" (none of these families gates its attention output)", to_string(c.attn_gate)));
+  if (c.attn_sink) why.push_back("attn_sink = true (none of these families has sink logits)");
   // Llama and Qwen2: pre-norm in every layer, no QK-norm; Qwen3: pre-norm with QK-norm per head; OLMo 2:
   // reordered in every layer with QK-norm over the whole projections
   const Family family = export_family(c);

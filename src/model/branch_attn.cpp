@@ -138,7 +138,7 @@ void Model<S>::attn_forward(int i) {
   matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
   attn_qk_forward(i, a.hid, N, T, 0, a.qk_raw, a.qk_mean, a.qk_rstd, a.pre, a.pre_r);  // (hid keeps the results)
   attention_forward(G ? a.ungated : a.mix, a.att, a.hid, B, T, A, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder,
-                    self_mask, prec_, score_map());
+                    self_mask, prec_, score_map(), p.sinks);  // (sinks: null without model.attn_sink)
   if (G) {  // the output gate
     matmul_forward(a.gate, a.h, p.wg, p.bg, N, C, G, prec_, bf16_of(p.wg));
     sigmoid_in_place(a.gate, size_t(N) * G);
@@ -164,7 +164,7 @@ void Model<S>::attn_backward(int i, const S* df, S* dh) {
   }
   zero(dhid_, size_t(N) * cfg_.qkv_width());
   attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, A, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, prec_,
-                     score_map());
+                     score_map(), dp.sinks);  // (the sink logits' gradient, with model.attn_sink)
   attn_qk_backward(i, dhid_, N, T);
   matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
 }
@@ -269,7 +269,7 @@ void IncrementalDecoder<S>::attn_step(int i, const S* h, const SublayerParams<S>
     std::copy(hid_.begin() + long(b) * W + A, hid_.begin() + long(b) * W + W, kv + size_t(t) * KVW);
     // causal self-attention of the new query over positions 0..t
     cached_attention_forward(mix_.data() + size_t(b) * A, att_.data(), hid_.data() + size_t(b) * W, kv, t + 1, A,
-                             cfg.n_heads, cfg.kv_heads(), m_.score_map());
+                             cfg.n_heads, cfg.kv_heads(), m_.score_map(), p.sinks);
   }
   if (const int G = cfg.attn_gate_width()) {  // the output gate, from the new token's h
     std::vector<S> gate(size_t(B) * G);

@@ -509,6 +509,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   read_enum(r, "qk_norm", kQkNormNames, cfg.qk_norm);
   r.get("v_norm", cfg.v_norm);
   read_enum(r, "attn_gate", kAttnGateNames, cfg.attn_gate);
+  r.get("attn_sink", cfg.attn_sink);
   r.get("qk_norm_affine", cfg.qk_norm_affine);
   r.get("rope_base", cfg.rope_base);
   r.get("rope_fraction", cfg.rope_fraction);
@@ -649,6 +650,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"qk_norm", to_string(cfg.qk_norm)},
                         {"v_norm", cfg.v_norm},
                         {"attn_gate", to_string(cfg.attn_gate)},
+                        {"attn_sink", cfg.attn_sink},
                         {"qk_norm_affine", cfg.qk_norm_affine},
                         {"type_vocab", cfg.type_vocab},
                         {"embed_norm", cfg.embed_norm},

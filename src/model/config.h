@@ -116,6 +116,8 @@ struct ModelConfig {
                                      // (hybridnorm) gets "heads" when this is none
   bool v_norm = false;               // the values too, in qk_norm's layout (HybridNorm's QKV-norm)
   AttnGate attn_gate = AttnGate::None;  // none | headwise | elementwise (above); self-attention only
+  bool attn_sink = false;            // a learned sink logit per query head in every self-attention's softmax
+                                     // (gpt-oss; ops/attention.h): parameters <layer>.attn.sinks (n_heads)
   bool qk_norm_affine = true;        // QK-norm sites hold a gain (and a bias where the kind has one);
                                      // false: weightless (PyTorch's elementwise_affine = False)
   double rope_base = 10000.0;        // RoPE: theta_i = rope_base^(-2i/R) (Llama 2's; Llama 3 5e5)

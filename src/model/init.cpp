@@ -46,6 +46,7 @@ ValueRows value_rows(const ModelConfig& cfg, const std::string& name, int64_t C)
 // The initial value of a method's scale (ParamRole::Gate).
 double gate_init(const ModelConfig& cfg, const std::string& name, int layer) {
   if (name == "embed_scale") return cfg.embed_scale;  // model.embed_scale_learned
+  if (ends_with(name, ".attn.sinks")) return 0.0;  // sink logits (see docs/METHODS.md for why 0)
   for (const char* which : {"eigen_lr", "sqk", "suv", "sz"})  // nGPT's scaled parameters
     if (name == which || ends_with(name, std::string(".") + which)) return sphere_scale(which, cfg.d_model).init;
   if (ends_with(name, ".omega")) return admin_omega(cfg.admin_init, cfg.stack_sublayers(layer));

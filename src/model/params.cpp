@@ -81,6 +81,7 @@ ParamTable make_param_table(const ModelConfig& cfg) {
           add(p + ".gate.weight", {G, C}, ParamRole::LinearWeight);
           if (qkv_bias) add(p + ".gate.bias", {G}, ParamRole::LinearBias);
         }
+        if (cfg.attn_sink) add(p + ".sinks", {cfg.n_heads}, ParamRole::Gate);  // one sink logit per query head
         break;
       case Sublayer::Cross:
         add(p + ".q.weight", {C, C}, ParamRole::LinearWeight);
@@ -144,6 +145,7 @@ SublayerParams<S> sublayer_params(const ParamTable& table, const ModelConfig& cf
   v.bkv = ptr(p + ".kv.bias");
   v.wg = ptr(p + ".gate.weight");
   v.bg = ptr(p + ".gate.bias");
+  v.sinks = ptr(p + ".sinks");
   v.w2 = ptr(p + ".proj.weight");
   v.b2 = ptr(p + ".proj.bias");
   v.omega = ptr(p + ".omega");

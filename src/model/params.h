@@ -61,6 +61,7 @@ struct SublayerParams {
   S* b1 = nullptr;  // (3C) | (C) | (F)
   S* wkv = nullptr, * bkv = nullptr;  // (2C, C), (2C): cross only
   S* wg = nullptr, * bg = nullptr;    // (G, C), (G): a gated self-attention's gate map (config.h AttnGate)
+  S* sinks = nullptr;                 // (n_heads): a self-attention's sink logits (model.attn_sink)
   S* w2 = nullptr;  // (C, C) | (C, C) | (C, F)
   S* b2 = nullptr;  // (C)
   S* omega = nullptr;  // (C) Admin's shortcut scale

@@ -19,9 +19,11 @@ namespace normlab::ops {
 // kLanes up to the first multiple of kLanes at or past len (when the row is that long), the lanes
 // past len masked inside the chunk, so a causal row of any length vectorizes without a scalar tail
 // (rows end at every length there); only a row whose stride T is not a multiple of kLanes has one.
+// sink: a learned sink logit (gpt-oss), one more entry of the softmax's denominator whose probability
+// is not written (the row then sums to less than 1); -inf: none.
 constexpr int kLanes = 8;
 template <class S>
-static void softmax_row(S* row, int len, int T) {
+static void softmax_row(S* row, int len, int T, S sink) {
   const int chunked = std::min((len + kLanes - 1) / kLanes, T / kLanes) * kLanes;
   const S neg_inf = -std::numeric_limits<S>::infinity();
   S mx_lane[kLanes];  // per-lane max and sum, reduced once at the end (in registers)
@@ -36,6 +38,7 @@ static void softmax_row(S* row, int len, int T) {
   S mx = neg_inf;
   for (int l = 0; l < kLanes; l++) mx = mx_lane[l] > mx ? mx_lane[l] : mx;
   for (int j = chunked; j < len; j++) mx = row[j] > mx ? row[j] : mx;
+  mx = sink > mx ? sink : mx;
   for (int j0 = 0; j0 < chunked; j0 += kLanes)
 #pragma omp simd
     for (int l = 0; l < kLanes; l++) {
@@ -43,7 +46,7 @@ static void softmax_row(S* row, int len, int T) {
       row[j0 + l] = e;
       sum_lane[l] += e;
     }
-  double sum = 0;
+  double sum = sink > neg_inf ? double(exp_of(S(sink - mx))) : 0.0;
   for (int l = 0; l < kLanes; l++) sum += sum_lane[l];
   for (int j = chunked; j < len; j++) {
     const S e = exp_of(S(row[j] - mx));
@@ -84,7 +87,7 @@ struct Heads {
 
 template <class S>
 static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const uint8_t* key_mask,
-                          Precision prec, const ScoreMap& sm) {
+                          Precision prec, const ScoreMap& sm, const S* sink) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH;
   const S scale = S(sm.scale_for(HS));
   const int block = kRowBlock;
@@ -110,7 +113,8 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
           for (int j = 0; j < len; j++)
             if (!m[j]) pb[(long)i * Tk + j] = -std::numeric_limits<S>::infinity();
       }
-      for (int i = i0; i < i0 + rows; i++) softmax_row(p + (long)i * Tk, causal ? i + 1 : Tk, Tk);
+      const S sink_h = sink ? sink[h] : -std::numeric_limits<S>::infinity();  // (not scaled, capped or masked)
+      for (int i = i0; i < i0 + rows; i++) softmax_row(p + (long)i * Tk, causal ? i + 1 : Tk, Tk, sink_h);
       // y = P v, written into this head's columns of out (keys past len have probability 0)
       gemm_with<S>(prec, Trans::No, Trans::No, rows, HS, len, S(1), pb, Tk, v, x.ldkv, S(0),
                    out + ((long)b * Tq + i0) * C + h * HS, C);
@@ -121,9 +125,12 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
 // dq, dk, dv +=, strided like q, k, v; datt (B, NH, Tq, Tk) is scratch (under a causal mask its
 // entries past a row block's last key are not written). One thread owns a key-value
 // head and runs its query heads in order: their dk, dv sums have no race and a fixed order.
+// dsink (B, NH) or null: each (batch, head)'s part of a sink logit's gradient, assigned. The sink's
+// probability is 1 - sum_j P_ij and its value 0, so its dP is 0: d sink = -sum_i P_sink,i sum_j P_ij dP_ij
+// (and dS keeps its form: the rows' sums of P dP are over the keys alone).
 template <class S>
 static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* dout, const S* att,
-                           const Heads<S>& x, bool causal, Precision prec, const ScoreMap& sm) {
+                           const Heads<S>& x, bool causal, Precision prec, const ScoreMap& sm, double* dsink) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH, G = x.group();
   const S scale = S(sm.scale_for(HS));
   const int block = kRowBlock;
@@ -140,6 +147,7 @@ static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* do
     const S* p = att + (long)bh * Tq * Tk;
     S* dp = datt + (long)bh * Tq * Tk;
     std::vector<S> raw;
+    double dsink_bh = 0;
     for (int i0 = 0; i0 < Tq; i0 += block) {
       const int rows = std::min(block, Tq - i0), len = causal ? i0 + rows : Tk;  // keys these rows see
       const S* pb = p + (long)i0 * Tk;
@@ -162,6 +170,11 @@ static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* do
         double dot = 0;
 #pragma omp simd reduction(+ : dot)
         for (int j = 0; j < len; j++) dot += double(pr[j]) * dr[j];
+        if (dsink) {
+          double mass = 0;
+          for (int j = 0; j < len; j++) mass += pr[j];
+          dsink_bh -= (1.0 - mass) * dot;
+        }
         for (int j = 0; j < len; j++) dr[j] = S(pr[j] * (dr[j] - dot) * scale);
         if (sm.softcap > 0)
           for (int j = 0; j < len; j++) dr[j] *= sm.slope(raw[(size_t)i * len + j]);
@@ -171,6 +184,7 @@ static void heads_backward(S* dq_all, S* dk_all, S* dv_all, S* datt, const S* do
                    x.ldq);
       gemm_with<S>(prec, Trans::Yes, Trans::No, len, HS, rows, S(1), db, Tk, qb, x.ldq, S(1), dk, x.ldkv);
     }
+    if (dsink) dsink[bh] = dsink_bh;
   }
 }
 
@@ -229,40 +243,50 @@ static Heads<S> cross_heads(const S* q, const S* kv, int B, int Tq, int Tk, int 
 
 template <class S>
 void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH, bool causal,
-                       const uint8_t* key_mask, Precision prec, ScoreMap sm) {
-  heads_forward(out, att, self_heads(qkv, B, T, C, NH, KVH), causal, key_mask, prec, sm);
+                       const uint8_t* key_mask, Precision prec, ScoreMap sm, const S* sink) {
+  heads_forward(out, att, self_heads(qkv, B, T, C, NH, KVH), causal, key_mask, prec, sm, sink);
 }
 
 template <class S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
-                        int C, int NH, int KVH, bool causal, Precision prec, ScoreMap sm) {
+                        int C, int NH, int KVH, bool causal, Precision prec, ScoreMap sm, S* dsink) {
   const Heads<S> x = self_heads(qkv, B, T, C, NH, KVH);
-  heads_backward(dqkv, dqkv + (x.k - qkv), dqkv + (x.v - qkv), datt, dout, att, x, causal, prec, sm);
+  std::vector<double> part(dsink ? size_t(B) * NH : 0);  // per (batch, head), summed over the batch in order
+  heads_backward(dqkv, dqkv + (x.k - qkv), dqkv + (x.v - qkv), datt, dout, att, x, causal, prec, sm,
+                 dsink ? part.data() : nullptr);
+  if (dsink)
+    for (int h = 0; h < NH; h++) {
+      double sum = 0;
+      for (int b = 0; b < B; b++) sum += part[size_t(b) * NH + h];
+      dsink[h] += S(sum);
+    }
 }
 
 template <class S>
 void cross_attention_forward(S* out, S* att, const S* q, const S* kv, int B, int Tq, int Tk, int C, int NH,
                              const uint8_t* key_mask) {
-  heads_forward(out, att, cross_heads(q, kv, B, Tq, Tk, C, NH), false, key_mask, Precision::Fp32, ScoreMap{});
+  heads_forward(out, att, cross_heads(q, kv, B, Tq, Tk, C, NH), false, key_mask, Precision::Fp32, ScoreMap{},
+                static_cast<const S*>(nullptr));
 }
 
 template <class S>
-void cached_attention_forward(S* out, S* att, const S* q, const S* kv, int Tk, int C, int NH, int KVH, ScoreMap sm) {
+void cached_attention_forward(S* out, S* att, const S* q, const S* kv, int Tk, int C, int NH, int KVH, ScoreMap sm,
+                              const S* sink) {
   const int width = 2 * KVH * (C / NH);
   heads_forward(out, att, Heads<S>{q, kv, kv + width / 2, C, width, 1, 1, Tk, C, NH, KVH}, false, nullptr,
-                Precision::Fp32, sm);
+                Precision::Fp32, sm, sink);
 }
 
 template <class S>
 void cross_attention_backward(S* dq, S* dkv, S* datt, const S* dout, const S* q, const S* kv, const S* att,
                               int B, int Tq, int Tk, int C, int NH) {
   heads_backward(dq, dkv, dkv + C, datt, dout, att, cross_heads(q, kv, B, Tq, Tk, C, NH), false, Precision::Fp32,
-                 ScoreMap{});
+                 ScoreMap{}, nullptr);
 }
 
 template <class S>
 void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH,
-                             bool causal, const uint8_t* key_mask) {
+                             bool causal, const uint8_t* key_mask, const S* sink) {
   // row width and the k, v columns of query head h: its key-value head h / (NH / KVH)
   const int HS = C / NH, C3 = C + 2 * KVH * HS, kcol = C, vcol = C + KVH * HS;
   const auto kv_head = [&](int h) { return h / (NH / KVH) * HS; };
@@ -286,7 +310,8 @@ void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, 
           s[j] = dot * scale;
           mx = s[j] > mx ? s[j] : mx;
         }
-        double sum = 0;
+        if (sink) mx = std::max(mx, double(sink[h]));
+        double sum = sink ? std::exp(double(sink[h]) - mx) : 0.0;  // the sink's term, its probability not kept
         for (int j = 0; j < len; j++) sum += std::exp(s[j] - mx);
         for (int j = 0; j < T; j++) p[j] = j < len ? S(std::exp(s[j] - mx) / sum) : S(0);
         for (int d = 0; d < HS; d++) {
@@ -299,7 +324,7 @@ void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, 
 
 template <class S>
 void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att, int B, int T,
-                              int C, int NH, int KVH, bool causal) {
+                              int C, int NH, int KVH, bool causal, S* dsink) {
   (void)causal;
   const int HS = C / NH, C3 = C + 2 * KVH * HS, kcol = C, vcol = C + KVH * HS;
   const auto kv_head = [&](int h) { return h / (NH / KVH) * HS; };
@@ -316,8 +341,9 @@ void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att
             dp[j] += dy * at(qkv, b, j, vcol + kv_head(h) + d);
             dqkv[((long)b * T + j) * C3 + vcol + kv_head(h) + d] += S(p[j] * dy);
           }
-        double dot = 0;
-        for (int j = 0; j < T; j++) dot += p[j] * dp[j];
+        double dot = 0, mass = 0;
+        for (int j = 0; j < T; j++) dot += p[j] * dp[j], mass += p[j];
+        if (dsink) dsink[h] += S(-(1.0 - mass) * dot);  // the sink: probability 1 - mass, value 0
         for (int j = 0; j < T; j++) {
           const double ds = p[j] * (dp[j] - dot) * scale;
           for (int d = 0; d < HS; d++) {
@@ -330,13 +356,13 @@ void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att
 
 #define NL_INSTANTIATE(S)                                                                        \
   template void attention_forward<S>(S*, S*, const S*, int, int, int, int, int, bool, const uint8_t*, \
-                                     Precision, ScoreMap);                                       \
+                                     Precision, ScoreMap, const S*);                             \
   template void attention_backward<S>(S*, S*, const S*, const S*, const S*, int, int, int, int, int, \
-                                      bool, Precision, ScoreMap);                                \
+                                      bool, Precision, ScoreMap, S*);                            \
   template void attention_forward_naive<S>(S*, S*, const S*, int, int, int, int, int, bool,          \
-                                           const uint8_t*);                                      \
+                                           const uint8_t*, const S*);                            \
   template void attention_backward_naive<S>(S*, const S*, const S*, const S*, int, int, int,    \
-                                            int, int, bool);
+                                            int, int, bool, S*);
 NL_INSTANTIATE(float)
 NL_INSTANTIATE(double)
 #undef NL_INSTANTIATE
@@ -363,7 +389,8 @@ void cross_attention_jvp(S* tout, S* tatt, const S* tq, const S* tkv, const S* q
 #define NL_INSTANTIATE(S)                                                                              \
   template void cross_attention_forward<S>(S*, S*, const S*, const S*, int, int, int, int, int,          \
                                            const uint8_t*);                                            \
-  template void cached_attention_forward<S>(S*, S*, const S*, const S*, int, int, int, int, ScoreMap);    \
+  template void cached_attention_forward<S>(S*, S*, const S*, const S*, int, int, int, int, ScoreMap,    \
+                                            const S*);                                                 \
   template void cross_attention_backward<S>(S*, S*, S*, const S*, const S*, const S*, const S*, int, int, \
                                             int, int, int);                                            \
   template void cross_attention_jvp<S>(S*, S*, const S*, const S*, const S*, const S*, const S*, int, int, \

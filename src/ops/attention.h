@@ -37,24 +37,32 @@ struct ScoreMap {
 // or null: keys with key_mask 0 (padding) get probability 0 in every row, as Hugging Face's
 // attention_mask. Every row must keep at least one key (checked at the API boundary).
 // prec: the precision of the q k^T and P v GEMMs (ops/gemm_backend.h); the softmax stays float.
+// sink (NH) or null: a learned sink logit per query head (gpt-oss's attention sinks): each row's softmax
+// runs over its scores and sink[h] (unscaled, uncapped, never masked), and the sink's probability is
+// dropped: P_ij = exp(S_ij) / (sum_k exp(S_ik) + exp(sink_h)), so a row of att sums to less than 1.
 template <class S>
 void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH, bool causal,
-                       const uint8_t* key_mask = nullptr, Precision prec = Precision::Fp32, ScoreMap sm = {});
+                       const uint8_t* key_mask = nullptr, Precision prec = Precision::Fp32, ScoreMap sm = {},
+                       const S* sink = nullptr);
 
 // dqkv (B, T, C + 2 KVH HS) +=; datt (B, NH, T, T) is scratch (overwritten); dout (B, T, C).
+// dsink (NH) += the sink logits' gradient (null: no sink, or its gradient not wanted): with the sink's
+// probability p_i = 1 - sum_j P_ij and value 0, d sink_h = -sum_i p_i sum_j P_ij dP_ij; dS keeps its form.
 template <class S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
-                        int C, int NH, int KVH, bool causal, Precision prec = Precision::Fp32, ScoreMap sm = {});
+                        int C, int NH, int KVH, bool causal, Precision prec = Precision::Fp32, ScoreMap sm = {},
+                        S* dsink = nullptr);
 
 template <class S>
 void attention_forward_naive(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH,
-                             bool causal, const uint8_t* key_mask = nullptr);
+                             bool causal, const uint8_t* key_mask = nullptr, const S* sink = nullptr);
 template <class S>
 void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att, int B, int T,
-                              int C, int NH, int KVH, bool causal);
+                              int C, int NH, int KVH, bool causal, S* dsink = nullptr);
 
 // Forward-mode tangent for K tangents: tout (K, B, T, C) from tqkv (K, B, T, C + 2 KVH HS), with the saved
-// probabilities att of the forward call (a padding mask needs nothing here: masked P = 0); tatt (B, NH, T, T) is scratch.
+// probabilities att of the forward call (a padding mask needs nothing here: masked P = 0; a sink logit
+// neither: it is a parameter, and tP = P (tS - rowsum(P tS)) holds for the rows it shrinks); tatt (B, NH, T, T) is scratch.
 //   tS = (tq k^T + q tk^T) / sqrt(HS) (times the cap's slope);  tP = P * (tS - rowsum(P * tS));  ty = tP v + P tv
 template <class S>
 void attention_jvp(S* tout, S* tatt, const S* tqkv, const S* qkv, const S* att, int K, int B, int T,
@@ -70,7 +78,7 @@ void cross_attention_forward(S* out, S* att, const S* q, const S* kv, int B, int
 // of a self-attention computes over its KV cache.
 template <class S>
 void cached_attention_forward(S* out, S* att, const S* q, const S* kv, int Tk, int C, int NH, int KVH,
-                              ScoreMap sm = {});
+                              ScoreMap sm = {}, const S* sink = nullptr);
 // dq (B, Tq, C) +=, dkv (B, Tk, 2C) +=; datt (B, NH, Tq, Tk) scratch.
 template <class S>
 void cross_attention_backward(S* dq, S* dkv, S* datt, const S* dout, const S* q, const S* kv, const S* att,

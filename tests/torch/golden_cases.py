@@ -213,6 +213,14 @@ def build_cases():
              attn_gate="elementwise"), SMALL_BT, pad=True),
         Case("train_gpt_gated_attention", dict(SMALL, placement="pre", norm="rmsnorm", positions="rope",
              attn_gate="elementwise"), SMALL_BT, kind="train", train=TRAIN_CFG),
+        # learned sink logits (gpt-oss): the Llama block with GQA; an encoder with padding and Gemma 2's score
+        # cap (on the scores, not the sink); trained, so the sinks move
+        Case("gpt_attn_sink", dict(SMALL, placement="pre", norm="rmsnorm", activation="swiglu", bias="none",
+             positions="rope", n_kv_heads=2, attn_sink=True), SMALL_BT),
+        Case("encoder_attn_sink_softcap_pad", dict(SMALL, arch="encoder", placement="post", attn_sink=True,
+             attn_softcap=2.0), SMALL_BT, pad=True),
+        Case("train_gpt_attn_sink", dict(SMALL, placement="pre", norm="rmsnorm", positions="rope", attn_sink=True),
+             SMALL_BT, kind="train", train=TRAIN_CFG),
         # Gemma's block: GeGLU, the token embedding times sqrt(d), multi-query, RMSNorm
         Case("gpt_gemma_block", dict(SMALL, placement="pre", norm="rmsnorm", activation="geglu", bias="none",
              positions="rope", n_kv_heads=1, embed_scale=32 ** 0.5), SMALL_BT),

@@ -192,6 +192,8 @@ def check_init(config, tensors):
             const_ok(name, w, want, f"admin ({config['admin_init']}, S={S}) omega")
         elif name.endswith(".rezero"):
             const_ok(name, w, 0.0, "ReZero")
+        elif name.endswith(".attn.sinks"):     # learned sink logits start at 0
+            const_ok(name, w, 0.0, "sink logit")
         elif name == "embed_scale":
             const_ok(name, w, config["embed_scale"], "learned embedding scale")
         elif name == "sz" or name.endswith((".eigen_lr", ".sqk", ".suv")):   # nGPT's stored values
@@ -270,7 +272,8 @@ def perturb_tensors(tensors, seed, config=None):
     """Move every parameter off its init into a regime with activations of order 1.
 
     Gains 1 -> 1 + 0.2 N, biases 0 -> 0.1 N, embeddings + N(0, 0.3^2), linear weights + N(0, 1.5^2/fan_in);
-    Admin omegas := U(1, 2); ReZero / SkipInit / LayerScale gains := +-U(0.3, 1) (element-wise).
+    Admin omegas := U(1, 2); ReZero / SkipInit / LayerScale gains := +-U(0.3, 1) (element-wise); sink logits
+    0 -> N(0, 1).
     With the (normalized) config: the output projections (`proj`) of a layer without any norm (none,
     rezero, skipinit, tfixup), init + perturbation, are multiplied by 1 / (2 sqrt(S)) (S residual
     sub-layers of its stack; T-Fixup's Xavier init is itself of gain ~0.5): each
@@ -297,6 +300,8 @@ def perturb_tensors(tensors, seed, config=None):
             w = rng.uniform(*PERTURB_OMEGA, size=w.shape)
         elif name == "embed_scale" or name == "sz" or name.endswith((".eigen_lr", ".sqk", ".suv")):
             w = w * rng.uniform(0.6, 1.6, size=w.shape)
+        elif name.endswith(".attn.sinks"):       # sink logits: of the scores' order, so a sink takes a real share
+            w = w + rng.randn(*w.shape)
         elif name.endswith((".gain", ".rezero")):
             w = rng.uniform(*PERTURB_GAIN, size=w.shape) * rng.choice([-1.0, 1.0], size=w.shape)
         elif name in EMBEDDINGS:

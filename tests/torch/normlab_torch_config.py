@@ -122,6 +122,7 @@ DEFAULTS = {
     "v_norm": False,         # the values too (QKV-norm)
     "qk_norm_affine": True,  # False: QK-norm sites hold no gain and no bias (weightless)
     "attn_gate": "none",     # none | headwise | elementwise: gated attention, y * sigmoid(h W_g^T + b_g) before proj
+    "attn_sink": False,      # a learned sink logit per query head (gpt-oss), one more softmax column, dropped
     "type_vocab": 0,       # token-type embedding rows (0: none)
     "embed_norm": False,   # a norm of the embedding sum (BERT)
     "embed_scale": 1.0,    # the token embedding times this (Gemma: sqrt(d)); no learned positions or types
@@ -169,6 +170,7 @@ def normalize_config(cfg, strict=True):
     if c["qk_norm"] not in ("none", "heads", "whole"):
         raise ValueError(f"qk_norm must be none, heads or whole, got {c['qk_norm']!r}")
     c["v_norm"] = bool(c["v_norm"])
+    c["attn_sink"] = bool(c["attn_sink"])
     if c["attn_gate"] not in ("none", "headwise", "elementwise"):
         raise ValueError(f"attn_gate must be none, headwise or elementwise, got {c['attn_gate']!r}")
     if c["norm_alpha_attn"] is None:   # resolved as normlab writes it: the attention's input norm starts at norm_alpha

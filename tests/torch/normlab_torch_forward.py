@@ -85,11 +85,13 @@ def linear(x, w, b):
     return x @ w.t() if b is None else x @ w.t() + b
 
 
-def multihead(q, k, v, NH, causal=False, key_mask=None, scale=None, softcap=0.0):
+def multihead(q, k, v, NH, causal=False, key_mask=None, scale=None, softcap=0.0, sinks=None):
     """Scaled dot-product attention, by hand. q (B, Tq, C), k and v (B, Tk, C); head n uses columns
     n*HS .. (n+1)*HS. Scores scale q.k (default 1/sqrt(HS)), then softcap tanh(S / softcap) when
     softcap > 0 (Gemma 2). causal: key j > query i gets -inf; key_mask (B, Tk), 0 = a padding key that
-    gets -inf in every row. Returns y (B, Tq, C), the heads concatenated."""
+    gets -inf in every row. sinks (NH) or None: learned sink logits as gpt-oss's reference sdpa writes
+    them, one more column of every head's scores, softmaxed with them and then dropped.
+    Returns y (B, Tq, C), the heads concatenated."""
     B, Tq, C = q.shape
     Tk = k.shape[1]
     HS = C // NH
@@ -106,7 +108,11 @@ def multihead(q, k, v, NH, causal=False, key_mask=None, scale=None, softcap=0.0)
         S = S.masked_fill(future, float("-inf"))
     if key_mask is not None:  # (B, Tk): 0 = padding, which no query attends to
         S = S.masked_fill(~torch.as_tensor(key_mask).bool()[:, None, None, :], float("-inf"))
-    P = torch.softmax(S, dim=-1)
+    if sinks is not None:
+        S = torch.cat([S, sinks.reshape(1, NH, 1, 1).expand(B, NH, Tq, 1)], dim=-1)
+        P = torch.softmax(S, dim=-1)[..., :-1]
+    else:
+        P = torch.softmax(S, dim=-1)
     return (P @ v).permute(0, 2, 1, 3).reshape(B, Tq, C)                           # heads concatenated
 
 
@@ -165,7 +171,8 @@ def attention(config, params, prefix, h, key_mask=None, causal=None):
         def widen(t):
             return t.reshape(*t.shape[:-1], KVH, C // NH).repeat_interleave(NH // KVH, dim=-2).reshape(*t.shape[:-1], C)
         k, v = widen(k), widen(v)
-    y = multihead(q, k, v, NH, causal, key_mask, config.get("attn_scale"), config.get("attn_softcap", 0.0))
+    y = multihead(q, k, v, NH, causal, key_mask, config.get("attn_scale"), config.get("attn_softcap", 0.0),
+                  params.get(prefix + ".sinks"))
     if config.get("attn_gate", "none") != "none":   # gated attention (Qiu et al. 2025): y * sigmoid(h W_g^T + b_g)
         g = torch.sigmoid(linear(h, params[prefix + ".gate.weight"], params.get(prefix + ".gate.bias")))
         if config["attn_gate"] == "headwise":   # one gate per head, over its HS channels

@@ -91,6 +91,8 @@ def param_table(config):
                     if c["attn_gate"] != "none":   # gated attention: the gate map, biased as the q map ("g": a
                         G = c["n_heads"] if c["attn_gate"] == "headwise" else C   # map of h, no branch scaling)
                         t += _linear_table(pre + ".gate", G, C, st.name, "attn.gate", [("g", 0, G)], method, qb)
+                    if c["attn_sink"]:   # learned sink logits, one per query head, starting at 0
+                        t.append(ParamSpec(pre + ".sinks", (c["n_heads"],), "sink", st.name, None, None, method))
                     t += _linear_table(pre + ".proj", C, C, st.name, "attn.proj", None, method, ob)
                 elif kind == "cross":
                     t += _linear_table(pre + ".q", C, C, st.name, "cross.q", [("q", 0, C)], method, qb)
@@ -233,7 +235,7 @@ def init_params(config, dtype=torch.float64):
             t = filled(spec.shape, norm_alpha_init(c, spec.name))
         elif spec.name == "embed_scale":
             t = filled(spec.shape, c["embed_scale"])
-        elif spec.role in ("norm_bias", "bias", "rezero"):
+        elif spec.role in ("norm_bias", "bias", "rezero", "sink"):
             t = filled(spec.shape, 0.0)
         elif spec.role == "omega":
             t = filled(spec.shape, admin_init_value(c, st))
