@@ -159,6 +159,10 @@ std::vector<double> Comm::all_gather(double x) const {
   return all;
 }
 
+void Comm::max_in_place(double* data, size_t n) const {
+  if (size_ > 1) MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_DOUBLE, MPI_MAX, handle(whole_));
+}
+
 bool Comm::any(bool flag) const {
   if (size_ == 1) return flag;
   int mine = flag ? 1 : 0, result = 0;
@@ -215,6 +219,7 @@ int exit_after_error(const std::string& message) {
 
 void Comm::sum_in_rank_order(float*, size_t) const {}
 std::vector<double> Comm::all_gather(double x) const { return {x}; }
+void Comm::max_in_place(double*, size_t) const {}
 bool Comm::any(bool flag) const { return flag; }
 void Comm::broadcast(float*, size_t) const {}
 long Comm::broadcast(long x) const { return x; }

@@ -27,6 +27,8 @@ class Comm {
   void sum_in_rank_order(float* data, size_t n) const;
   // Each rank's x, in rank order, on every rank.
   std::vector<double> all_gather(double x) const;
+  // data[k] = the largest data[k] over the ranks, on every rank (exact in any order).
+  void max_in_place(double* data, size_t n) const;
   // Whether any rank passed true (every rank gets the same answer).
   bool any(bool flag) const;
   // Rank 0's values on every rank.

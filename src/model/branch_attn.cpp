@@ -5,6 +5,8 @@
 // ("Sub-layers") has the math; model.cpp, model_jvp.cpp and decode.cpp run it.
 #include <algorithm>
 #include <cmath>
+#include <fmt/format.h>
+#include <limits>
 
 #include "model/branch.h"
 #include "model/decode.h"
@@ -137,8 +139,9 @@ void Model<S>::attn_forward(int i) {
   const int G = cfg_.attn_gate_width();
   matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
   attn_qk_forward(i, a.hid, N, T, 0, a.qk_raw, a.qk_mean, a.qk_rstd, a.pre, a.pre_r);  // (hid keeps the results)
+  double* logit_max = training_ && qk_clip_ > 0 ? logit_max_.data() + size_t(i) * cfg_.n_heads : nullptr;
   attention_forward(G ? a.ungated : a.mix, a.att, a.hid, B, T, A, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder,
-                    self_mask, prec_, score_map(), p.sinks);  // (sinks: null without model.attn_sink)
+                    self_mask, prec_, score_map(), p.sinks, logit_max);  // (sinks: null without model.attn_sink)
   if (G) {  // the output gate
     matmul_forward(a.gate, a.h, p.wg, p.bg, N, C, G, prec_, bf16_of(p.wg));
     sigmoid_in_place(a.gate, size_t(N) * G);
@@ -280,7 +283,63 @@ void IncrementalDecoder<S>::attn_step(int i, const S* h, const SublayerParams<S>
   matmul_forward(f_.data(), mix_.data(), p.w2, p.b2, B, A, C);
 }
 
+// QK-Clip. Its premise: a self-attention's logit q.k scales with W_q and W_k. QK-norm (whose output
+// does not depend on the scale of its input), nGPT (unit q, k heads) and a soft cap (logits already
+// bounded by it) break it or make it moot, and are refused by name.
+template <class S>
+void Model<S>::set_qk_clip(double tau, double alpha) {
+  if (!(tau >= 0) || !std::isfinite(tau))
+    throw Error(fmt::format("train.qk_clip = {} must be a finite threshold >= 0 (0: off; Kimi K2 used 100)", tau));
+  if (!(alpha >= 0 && alpha <= 1)) throw Error(fmt::format("train.qk_clip_alpha = {} must be in [0, 1]", alpha));
+  if (tau > 0) {
+    for (int l = 0; l < cfg_.total_layers(); l++)
+      if (cfg_.qk_norm_of(l) != QkNorm::None)
+        throw Error(fmt::format("train.qk_clip needs attention logits that scale with W_q and W_k; layer {}'s "
+                                "QK-norm undoes that (use QK-norm or QK-Clip, not both)", l));
+    if (cfg_.on_sphere()) throw Error("train.qk_clip: nGPT's q and k heads are unit vectors times s_qk, not W_q h, W_k h");
+    if (cfg_.attn_softcap > 0)
+      throw Error(fmt::format("train.qk_clip: model.attn_softcap = {} already bounds every logit", cfg_.attn_softcap));
+  }
+  qk_clip_ = tau;
+  qk_clip_alpha_ = alpha;
+  logit_max_.assign(tau > 0 ? size_t(cfg_.n_slots()) * cfg_.n_heads : 0, -std::numeric_limits<double>::infinity());
+}
+
+template <class S>
+int Model<S>::clip_qk() {
+  if (qk_clip_ <= 0) return 0;
+  const int NH = cfg_.n_heads, KVH = cfg_.kv_heads(), group = NH / KVH, HS = cfg_.head_size(), C = cfg_.d_model;
+  const int A = cfg_.attn_width();
+  int clipped = 0;
+  for (int i = 0; i < cfg_.n_slots(); i++) {
+    if (!cfg_.has_sublayer(i) || slots_[size_t(i)].kind != Sublayer::Attn) continue;
+    const SublayerParams<S>& p = p_[i];
+    double* m = logit_max_.data() + size_t(i) * NH;
+    for (int g = 0; g < KVH; g++) {
+      const double largest = *std::max_element(m + g * group, m + (g + 1) * group);
+      if (!(largest > qk_clip_)) continue;
+      const double eta = qk_clip_ / largest;
+      const S sq = S(std::pow(eta, qk_clip_alpha_)), sk = S(std::pow(eta, 1 - qk_clip_alpha_));
+      // rows of the fused [q (A) | k | v] map: the group's query heads, then its key head
+      const auto scale_rows = [&](int row0, int rows, S s) {
+        for (int r = row0; r < row0 + rows; r++) {
+          for (int c = 0; c < C; c++) p.w1[size_t(r) * C + c] *= s;
+          if (p.b1) p.b1[r] *= s;
+        }
+      };
+      scale_rows(g * group * HS, group * HS, sq);
+      scale_rows(A + g * HS, HS, sk);
+      clipped++;
+    }
+  }
+  std::fill(logit_max_.begin(), logit_max_.end(), -std::numeric_limits<double>::infinity());
+  if (clipped) params16_current_ = false;  // the weights were written after the optimizer's bf16 handoff
+  return clipped;
+}
+
 #define NL_INSTANTIATE(S)                                                                                   \
+  template void Model<S>::set_qk_clip(double, double);                                                      \
+  template int Model<S>::clip_qk();                                                                         \
   template void Model<S>::apply_rope(int, S*, int, int, int, int) const;                                        \
   template void Model<S>::attn_qk_forward(int, S*, int, int, int, S*, S*, S*, S*, S*) const;               \
   template void Model<S>::attn_qk_backward(int, S*, int, int);                                             \

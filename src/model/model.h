@@ -113,6 +113,19 @@ class Model {
   // z-loss coefficient >= 0 of the training loss (train.z_loss; ops/softmax_xent.h): in training mode
   // each labelled row's loss gains z_loss (log Z)^2; in evaluation mode the loss is plain.
   void set_z_loss(double z_loss) { z_loss_ = z_loss; }
+  // QK-Clip (Kimi K2, arXiv 2507.20534; branch_attn.cpp): threshold tau > 0 (0: off) and the balance
+  // alpha in [0, 1]. Throws Error naming the key when the model's attention cannot take it (QK-norm
+  // undoes a rescaled W_q, W_k; nGPT's heads are unit vectors; a soft cap already bounds the logits).
+  // While on, each training-mode forward keeps every self-attention head's largest score since the last
+  // clip_qk() in attention_logit_max() ((self-attention slot, head) in slot order; -inf: none seen).
+  void set_qk_clip(double tau, double alpha);
+  std::vector<double>& attention_logit_max() { return logit_max_; }
+  // After an optimizer step: for each key-value group of each self-attention whose largest score S
+  // (over its query heads) exceeds tau, eta = tau / S; its query rows (weights and bias) times
+  // eta^alpha and its key rows times eta^(1 - alpha), so that every logit the group computed is scaled
+  // by eta (Megatron-LM's grouped form; per head when n_kv_heads = n_heads). Resets the maxima.
+  // Returns the number of groups clipped; discards a bf16 handoff when it wrote anything.
+  int clip_qk();
   // The precision of the training GEMMs (train.precision; ops/gemm_backend.h): forward() and
   // backward() of the linear layers, self-attention and the output projection. Parameters,
   // gradients and everything else stay S; the JVP, decoding and cross-attention stay S.
@@ -394,6 +407,8 @@ class Model {
   double smoothing_used_ = 0.0;      // the eps of the last forward's loss (0 in evaluation mode)
   double z_loss_ = 0.0;              // set_z_loss
   double z_loss_used_ = 0.0;         // the z-loss coefficient of the last forward's loss (0 in evaluation mode)
+  double qk_clip_ = 0.0, qk_clip_alpha_ = 0.5;  // set_qk_clip
+  std::vector<double> logit_max_;    // QK-Clip's maxima: (self-attention slot i, head h) at i * n_heads + h
   bool profiling_ = false;           // profile_admin is running: sublayer_forward sets omega
   double profile_ratio_ = 1.0;
   std::vector<double> profiled_;

@@ -20,10 +20,11 @@ namespace normlab::ops {
 // past len masked inside the chunk, so a causal row of any length vectorizes without a scalar tail
 // (rows end at every length there); only a row whose stride T is not a multiple of kLanes has one.
 // sink: a learned sink logit (gpt-oss), one more entry of the softmax's denominator whose probability
-// is not written (the row then sums to less than 1); -inf: none.
+// is not written (the row then sums to less than 1); -inf: none. Returns the row's largest score (the
+// sink's logit left out): what QK-Clip reads.
 constexpr int kLanes = 8;
 template <class S>
-static void softmax_row(S* row, int len, int T, S sink) {
+static S softmax_row(S* row, int len, int T, S sink) {
   const int chunked = std::min((len + kLanes - 1) / kLanes, T / kLanes) * kLanes;
   const S neg_inf = -std::numeric_limits<S>::infinity();
   S mx_lane[kLanes];  // per-lane max and sum, reduced once at the end (in registers)
@@ -38,6 +39,7 @@ static void softmax_row(S* row, int len, int T, S sink) {
   S mx = neg_inf;
   for (int l = 0; l < kLanes; l++) mx = mx_lane[l] > mx ? mx_lane[l] : mx;
   for (int j = chunked; j < len; j++) mx = row[j] > mx ? row[j] : mx;
+  const S largest = mx;
   mx = sink > mx ? sink : mx;
   for (int j0 = 0; j0 < chunked; j0 += kLanes)
 #pragma omp simd
@@ -58,6 +60,7 @@ static void softmax_row(S* row, int len, int T, S sink) {
 #pragma omp simd
   for (int j = 0; j < done; j++) row[j] *= inv;
   for (int j = done; j < T; j++) row[j] = S(0);
+  return largest;
 }
 
 // Query rows are taken kRowBlock at a time: under a causal mask a block of rows i0 .. i0+rows-1
@@ -85,9 +88,10 @@ struct Heads {
   long kv_off(int b, int h) const { return (long)b * Tk * ldkv + (long)(h / group()) * HS(); }
 };
 
+// logit_max (B * NH) or null: each (batch, head)'s largest score, assigned.
 template <class S>
 static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const uint8_t* key_mask,
-                          Precision prec, const ScoreMap& sm, const S* sink) {
+                          Precision prec, const ScoreMap& sm, const S* sink, double* logit_max) {
   const int HS = x.HS(), Tq = x.Tq, Tk = x.Tk, C = x.C, NH = x.NH;
   const S scale = S(sm.scale_for(HS));
   const int block = kRowBlock;
@@ -98,6 +102,7 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
     const S* k = x.k + x.kv_off(b, h);
     const S* v = x.v + x.kv_off(b, h);
     S* p = att + (long)bh * Tq * Tk;
+    double largest = -std::numeric_limits<double>::infinity();
     for (int i0 = 0; i0 < Tq; i0 += block) {
       const int rows = std::min(block, Tq - i0), len = causal ? i0 + rows : Tk;  // keys these rows see
       S* pb = p + (long)i0 * Tk;
@@ -114,11 +119,13 @@ static void heads_forward(S* out, S* att, const Heads<S>& x, bool causal, const 
             if (!m[j]) pb[(long)i * Tk + j] = -std::numeric_limits<S>::infinity();
       }
       const S sink_h = sink ? sink[h] : -std::numeric_limits<S>::infinity();  // (not scaled, capped or masked)
-      for (int i = i0; i < i0 + rows; i++) softmax_row(p + (long)i * Tk, causal ? i + 1 : Tk, Tk, sink_h);
+      for (int i = i0; i < i0 + rows; i++)
+        largest = std::max(largest, double(softmax_row(p + (long)i * Tk, causal ? i + 1 : Tk, Tk, sink_h)));
       // y = P v, written into this head's columns of out (keys past len have probability 0)
       gemm_with<S>(prec, Trans::No, Trans::No, rows, HS, len, S(1), pb, Tk, v, x.ldkv, S(0),
                    out + ((long)b * Tq + i0) * C + h * HS, C);
     }
+    if (logit_max) logit_max[bh] = largest;
   }
 }
 
@@ -243,8 +250,13 @@ static Heads<S> cross_heads(const S* q, const S* kv, int B, int Tq, int Tk, int 
 
 template <class S>
 void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH, bool causal,
-                       const uint8_t* key_mask, Precision prec, ScoreMap sm, const S* sink) {
-  heads_forward(out, att, self_heads(qkv, B, T, C, NH, KVH), causal, key_mask, prec, sm, sink);
+                       const uint8_t* key_mask, Precision prec, ScoreMap sm, const S* sink, double* logit_max) {
+  std::vector<double> part(logit_max ? size_t(B) * NH : 0);  // per (batch, head), then the max over the batch
+  heads_forward(out, att, self_heads(qkv, B, T, C, NH, KVH), causal, key_mask, prec, sm, sink,
+                logit_max ? part.data() : nullptr);
+  if (logit_max)
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < NH; h++) logit_max[h] = std::max(logit_max[h], part[size_t(b) * NH + h]);
 }
 
 template <class S>
@@ -266,7 +278,7 @@ template <class S>
 void cross_attention_forward(S* out, S* att, const S* q, const S* kv, int B, int Tq, int Tk, int C, int NH,
                              const uint8_t* key_mask) {
   heads_forward(out, att, cross_heads(q, kv, B, Tq, Tk, C, NH), false, key_mask, Precision::Fp32, ScoreMap{},
-                static_cast<const S*>(nullptr));
+                static_cast<const S*>(nullptr), nullptr);
 }
 
 template <class S>
@@ -274,7 +286,7 @@ void cached_attention_forward(S* out, S* att, const S* q, const S* kv, int Tk, i
                               const S* sink) {
   const int width = 2 * KVH * (C / NH);
   heads_forward(out, att, Heads<S>{q, kv, kv + width / 2, C, width, 1, 1, Tk, C, NH, KVH}, false, nullptr,
-                Precision::Fp32, sm, sink);
+                Precision::Fp32, sm, sink, nullptr);
 }
 
 template <class S>
@@ -356,7 +368,7 @@ void attention_backward_naive(S* dqkv, const S* dout, const S* qkv, const S* att
 
 #define NL_INSTANTIATE(S)                                                                        \
   template void attention_forward<S>(S*, S*, const S*, int, int, int, int, int, bool, const uint8_t*, \
-                                     Precision, ScoreMap, const S*);                             \
+                                     Precision, ScoreMap, const S*, double*);                    \
   template void attention_backward<S>(S*, S*, const S*, const S*, const S*, int, int, int, int, int, \
                                       bool, Precision, ScoreMap, S*);                            \
   template void attention_forward_naive<S>(S*, S*, const S*, int, int, int, int, int, bool,          \

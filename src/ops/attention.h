@@ -40,10 +40,12 @@ struct ScoreMap {
 // sink (NH) or null: a learned sink logit per query head (gpt-oss's attention sinks): each row's softmax
 // runs over its scores and sink[h] (unscaled, uncapped, never masked), and the sink's probability is
 // dropped: P_ij = exp(S_ij) / (sum_k exp(S_ik) + exp(sink_h)), so a row of att sums to less than 1.
+// logit_max (NH) or null: logit_max[h] = max(logit_max[h], the largest score S_ij of head h over the batch,
+// masked keys and the sink left out) (QK-Clip's S_max; train/qk_clip.h).
 template <class S>
 void attention_forward(S* out, S* att, const S* qkv, int B, int T, int C, int NH, int KVH, bool causal,
                        const uint8_t* key_mask = nullptr, Precision prec = Precision::Fp32, ScoreMap sm = {},
-                       const S* sink = nullptr);
+                       const S* sink = nullptr, double* logit_max = nullptr);
 
 // dqkv (B, T, C + 2 KVH HS) +=; datt (B, NH, T, T) is scratch (overwritten); dout (B, T, C).
 // dsink (NH) += the sink logits' gradient (null: no sink, or its gradient not wanted): with the sink's

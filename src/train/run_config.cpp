@@ -146,6 +146,8 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     r.get("seed", t.seed);
     r.get("label_smoothing", t.label_smoothing);
     r.get("z_loss", t.z_loss);
+    r.get("qk_clip", t.qk_clip);
+    r.get("qk_clip_alpha", t.qk_clip_alpha);
     r.get("eval_every", t.eval_every);
     r.get("eval_batches", t.eval_batches);
     r.get("stop_patience", t.stop_patience);
@@ -180,6 +182,10 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     check(t.label_smoothing >= 0 && t.label_smoothing < 1,
           fmt::format("train.label_smoothing = {} must be in [0, 1)", t.label_smoothing));
     check(t.z_loss >= 0 && t.z_loss <= 1, fmt::format("train.z_loss = {} must be in [0, 1] (PaLM uses 1e-4)", t.z_loss));
+    check(t.qk_clip >= 0 && std::isfinite(t.qk_clip),
+          fmt::format("train.qk_clip = {} must be a finite threshold >= 0 (0: off; Kimi K2 used 100)", t.qk_clip));
+    check(t.qk_clip_alpha >= 0 && t.qk_clip_alpha <= 1,
+          fmt::format("train.qk_clip_alpha = {} must be in [0, 1]", t.qk_clip_alpha));
     check(t.eval_every >= 0, fmt::format("train.eval_every = {} must be >= 0", t.eval_every));
     check(t.stop_patience >= 0 && t.stop_patience <= 1000000,
           fmt::format("train.stop_patience = {} must be in [0, 1000000] (0 = off)", t.stop_patience));
@@ -257,6 +263,7 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
             {"beta2", t.adamw.beta2}, {"adam_eps", t.adamw.eps},
             {"weight_decay", t.adamw.weight_decay}, {"grad_clip", t.grad_clip}, {"seed", t.seed},
             {"label_smoothing", t.label_smoothing}, {"z_loss", t.z_loss},
+            {"qk_clip", t.qk_clip}, {"qk_clip_alpha", t.qk_clip_alpha},
             {"eval_every", t.eval_every}, {"eval_batches", t.eval_batches},
             {"stop_patience", t.stop_patience}, {"stop_min_improvement", t.stop_min_improvement},
             {"stop_after_warmup", t.stop_after_warmup},

@@ -31,6 +31,8 @@ struct TrainConfig {
   long seed = 1;               // data order and dropout
   double label_smoothing = 0;  // of the training loss (ops/softmax_xent.h); validation is plain NLL
   double z_loss = 0;           // z-loss coefficient of the training loss (PaLM: 1e-4); validation is plain NLL
+  double qk_clip = 0;          // QK-Clip threshold tau on the self-attention scores (Kimi K2: 100); 0: off
+  double qk_clip_alpha = 0.5;  // QK-Clip's balance: W_q times eta^alpha, W_k times eta^(1 - alpha)
   long eval_every = 100;       // validation every N steps (and at the end); 0: only at the end
   int eval_batches = 8;
   // Stop at a validation plateau (train/plateau.h): no improvement of stop_min_improvement of the

@@ -4,6 +4,9 @@
 // A method whose step differs (as nGPT's projection) changes it here, once.
 #pragma once
 
+#include <limits>
+
+#include "dist/dist.h"
 #include "model/model.h"
 #include "train/data.h"
 #include "train/optimizer.h"
@@ -18,9 +21,17 @@ struct BatchGradients {
 // Zeroes the gradients, then the forward and backward of one batch.
 BatchGradients batch_gradients(Model<float>& model, const Batch& batch);
 
+// What the update did besides AdamW: QK-Clip's readings (Model::clip_qk), with train.qk_clip on.
+struct UpdateNotes {
+  double max_logit = std::numeric_limits<double>::quiet_NaN();  // the largest self-attention score of the step
+  int qk_clipped = 0;                                           // key-value groups rescaled
+};
+
 // params <- AdamW(params, grad_scale * grads) at 1-based step t with learning rate lr; a bf16 model's
-// rounded weights are written in the same pass; nGPT's matrices are projected back onto the sphere.
-// grad_scale: clip_scale(norm, max_norm) for clipping, 1 for none.
-void apply_update(Model<float>& model, AdamW& optimizer, double lr, long t, double grad_scale);
+// rounded weights are written in the same pass; nGPT's matrices are projected back onto the sphere;
+// with QK-Clip on (Model::set_qk_clip), the step's largest scores, the largest over comm's ranks when
+// given, rescale W_q and W_k (the same on every rank). grad_scale: clip_scale(norm, max_norm), 1 for none.
+UpdateNotes apply_update(Model<float>& model, AdamW& optimizer, double lr, long t, double grad_scale,
+                         const dist::Comm* comm = nullptr);
 
 }  // namespace normlab

@@ -224,6 +224,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   model.set_precision(tc.precision);
   model.set_label_smoothing(tc.label_smoothing);
   model.set_z_loss(tc.z_loss);
+  model.set_qk_clip(tc.qk_clip, tc.qk_clip_alpha);  // (refuses a model whose attention cannot take it)
   if (!tc.init_from.empty() && !resumed) load_params(tc.init_from, model);
   // the optimizer, and a resumed run's weights and moments, read (and checked: finite, shapes of the
   // config) before anything in the run directory is written, so a refusal changes nothing there
@@ -576,7 +577,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     const bool log_layers = layer_logger && (step == 1 || step % tc.log_every_layers == 0 || step == tc.steps);
     if (log_layers) layer_logger->begin(model);
     if (log_layers && probe) probe_logits(logits_before);
-    apply_update(model, optimizer, lr, step, clip_scale(gnorm, tc.grad_clip));
+    const UpdateNotes update = apply_update(model, optimizer, lr, step, clip_scale(gnorm, tc.grad_clip), &comm);
     if (log_layers) {
       nlohmann::json record = layer_logger->finish(model, step);
       if (probe) {
@@ -592,8 +593,11 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
     window_seconds += dt;
     result.steps_done = step;
     result.last_train_loss = loss;
-    write_metrics({{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
-                   {"tokens_per_s", tokens_per_step / dt}, {"elapsed_s", seconds_since(t0)}});
+    nlohmann::json train_record = {{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
+                                   {"tokens_per_s", tokens_per_step / dt}, {"elapsed_s", seconds_since(t0)}};
+    if (tc.qk_clip > 0)  // QK-Clip: the step's largest score (before the rescale) and the groups rescaled
+      train_record.update({{"max_logit", update.max_logit}, {"qk_clipped", update.qk_clipped}});
+    write_metrics(train_record);
     if (options.on_step && comm.root()) options.on_step({step, tc.steps, loss, lr, gnorm, seconds_since(t0)});
     const bool last = step == tc.steps;
     if ((tc.eval_every > 0 && step % tc.eval_every == 0) || last) {

@@ -254,6 +254,13 @@ def run_train_case(case, normlab, d, out):
                 worst = max(worst, rel)
             line += (f"  {key} {float(g[key]):.8g} vs {r[key]:.8g} (rel {rel:.1e}/{rtol:.0e})"
                      + (" <-- MISMATCH" if bad else ""))
+        if "qk_clipped" in r:   # QK-Clip: the step's largest score and the groups it clipped
+            got_max, got_n = g.get("max_logit"), g.get("qk_clipped")
+            rel = abs(float(got_max) - r["max_logit"]) / abs(r["max_logit"]) if got_max is not None else float("inf")
+            bad = not (rel <= RTOL_TRAIN_LOSS * (1 + RTOL_TRAIN_LOSS_GROWTH * (s - 1))) or got_n != r["qk_clipped"]
+            ok = ok and not bad
+            line += (f"  max_logit {got_max} vs {r['max_logit']:.8g} (rel {rel:.1e}), clipped {got_n} vs "
+                     f"{r['qk_clipped']}" + (" <-- MISMATCH" if bad else ""))
         out.append(line)
     if not ok:
         first = next((l for l in out if "MISMATCH" in l or "MISSING" in l), "step set")

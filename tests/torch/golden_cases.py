@@ -221,6 +221,10 @@ def build_cases():
              attn_softcap=2.0), SMALL_BT, pad=True),
         Case("train_gpt_attn_sink", dict(SMALL, placement="pre", norm="rmsnorm", positions="rope", attn_sink=True),
              SMALL_BT, kind="train", train=TRAIN_CFG),
+        # QK-Clip (Kimi K2, in Megatron-LM's grouped form) on the Llama block with GQA and q, k, v biases, a
+        # threshold the scores pass from step 3 on, so that steps with and without clipping follow, alpha 0.3
+        Case("train_gpt_qk_clip", dict(SMALL, placement="pre", norm="rmsnorm", positions="rope", bias="qkv",
+             n_kv_heads=2), SMALL_BT, kind="train", train=dict(TRAIN_CFG, qk_clip=0.04, qk_clip_alpha=0.3)),
         # Gemma's block: GeGLU, the token embedding times sqrt(d), multi-query, RMSNorm
         Case("gpt_gemma_block", dict(SMALL, placement="pre", norm="rmsnorm", activation="geglu", bias="none",
              positions="rope", n_kv_heads=1, embed_scale=32 ** 0.5), SMALL_BT),

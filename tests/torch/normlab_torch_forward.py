@@ -85,12 +85,18 @@ def linear(x, w, b):
     return x @ w.t() if b is None else x @ w.t() + b
 
 
-def multihead(q, k, v, NH, causal=False, key_mask=None, scale=None, softcap=0.0, sinks=None):
+# QK-Clip's readings (normlab_torch_train.train with qk_clip > 0): while a dict, every self-attention
+# records its heads' largest scores under its parameter prefix, the max over the forwards since reset.
+LOGIT_MAX = None
+
+
+def multihead(q, k, v, NH, causal=False, key_mask=None, scale=None, softcap=0.0, sinks=None, record=None):
     """Scaled dot-product attention, by hand. q (B, Tq, C), k and v (B, Tk, C); head n uses columns
     n*HS .. (n+1)*HS. Scores scale q.k (default 1/sqrt(HS)), then softcap tanh(S / softcap) when
     softcap > 0 (Gemma 2). causal: key j > query i gets -inf; key_mask (B, Tk), 0 = a padding key that
     gets -inf in every row. sinks (NH) or None: learned sink logits as gpt-oss's reference sdpa writes
-    them, one more column of every head's scores, softmaxed with them and then dropped.
+    them, one more column of every head's scores, softmaxed with them and then dropped. record: called
+    with each head's largest score (NH,) over the batch, masked keys and the sink left out.
     Returns y (B, Tq, C), the heads concatenated."""
     B, Tq, C = q.shape
     Tk = k.shape[1]
@@ -108,6 +114,8 @@ def multihead(q, k, v, NH, causal=False, key_mask=None, scale=None, softcap=0.0,
         S = S.masked_fill(future, float("-inf"))
     if key_mask is not None:  # (B, Tk): 0 = padding, which no query attends to
         S = S.masked_fill(~torch.as_tensor(key_mask).bool()[:, None, None, :], float("-inf"))
+    if record is not None:
+        record(S.detach().amax(dim=(0, 2, 3)))
     if sinks is not None:
         S = torch.cat([S, sinks.reshape(1, NH, 1, 1).expand(B, NH, Tq, 1)], dim=-1)
         P = torch.softmax(S, dim=-1)[..., :-1]
@@ -171,8 +179,10 @@ def attention(config, params, prefix, h, key_mask=None, causal=None):
         def widen(t):
             return t.reshape(*t.shape[:-1], KVH, C // NH).repeat_interleave(NH // KVH, dim=-2).reshape(*t.shape[:-1], C)
         k, v = widen(k), widen(v)
+    def record(m):   # QK-Clip's maxima (LOGIT_MAX above)
+        LOGIT_MAX[prefix] = torch.maximum(LOGIT_MAX[prefix], m) if prefix in LOGIT_MAX else m
     y = multihead(q, k, v, NH, causal, key_mask, config.get("attn_scale"), config.get("attn_softcap", 0.0),
-                  params.get(prefix + ".sinks"))
+                  params.get(prefix + ".sinks"), record if LOGIT_MAX is not None else None)
     if config.get("attn_gate", "none") != "none":   # gated attention (Qiu et al. 2025): y * sigmoid(h W_g^T + b_g)
         g = torch.sigmoid(linear(h, params[prefix + ".gate.weight"], params.get(prefix + ".gate.bias")))
         if config["attn_gate"] == "headwise":   # one gate per head, over its HS channels

@@ -8,6 +8,7 @@ import math
 
 import torch
 
+import normlab_torch_forward
 from normlab_torch_config import METHODS
 from normlab_torch_forward import forward
 from normlab_torch_params import project_to_sphere
@@ -27,6 +28,8 @@ TRAIN_DEFAULTS = {
     "beta2": 0.999,
     "adam_eps": 1e-8,
     "grad_clip": 0.0,
+    "qk_clip": 0.0,
+    "qk_clip_alpha": 0.5,
 }
 
 
@@ -70,6 +73,33 @@ def global_grad_norm(params):
     return math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in params if p.grad is not None))
 
 
+def clip_qk(model, tau, alpha):
+    """QK-Clip after the optimizer step, as Megatron-LM's grouped form writes it (Kimi K2's per-head rule
+    when every query head has its own key head): per key-value group, eta = min(1, tau / the largest
+    score of its query heads); the group's query rows of the fused qkv map (weights and bias) times
+    eta^alpha, its key rows times eta^(1 - alpha). Returns the number of groups with eta < 1."""
+    c = model.config
+    NH, KVH = c["n_heads"], c["n_kv_heads"]
+    HS = c["d_model"] // NH
+    G = NH // KVH
+    clipped = 0
+    with torch.no_grad():
+        for prefix, m in normlab_torch_forward.LOGIT_MAX.items():
+            grouped = m.reshape(KVH, G).amax(dim=1)
+            for g in range(KVH):
+                if float(grouped[g]) <= tau:
+                    continue
+                eta = tau / float(grouped[g])
+                for name in (prefix + ".qkv.weight", prefix + ".qkv.bias"):
+                    if name not in model.params:
+                        continue
+                    w = model.params[name]
+                    w[g * G * HS:(g + 1) * G * HS] *= eta ** alpha
+                    w[NH * HS + g * HS:NH * HS + (g + 1) * HS] *= eta ** (1 - alpha)
+                clipped += 1
+    return clipped
+
+
 def train(model, input_ids, labels, train_cfg, **inputs):
     """Train on the same fixed batch every step; returns one record per step (1-based "step").
     inputs: the batch's other forward inputs (token_types, key_mask, decoder_input_ids, decoder_mask)."""
@@ -82,6 +112,8 @@ def train(model, input_ids, labels, train_cfg, **inputs):
     for s in range(int(tc["steps"])):
         lr_now = opt.param_groups[0]["lr"]
         opt.zero_grad(set_to_none=True)
+        if tc["qk_clip"] > 0:
+            normlab_torch_forward.LOGIT_MAX = {}
         loss, _ = forward(model, input_ids, labels, **inputs)
         loss.backward()
         if tc["grad_clip"] > 0:
@@ -92,5 +124,10 @@ def train(model, input_ids, labels, train_cfg, **inputs):
         sched.step()
         if any(METHODS[q].sphere for q in placement):   # nGPT: the matrices back onto the sphere
             project_to_sphere(model.config, model.params)
-        records.append({"step": s + 1, "loss": float(loss.detach()), "lr": lr_now, "grad_norm": gn})
+        record = {"step": s + 1, "loss": float(loss.detach()), "lr": lr_now, "grad_norm": gn}
+        if tc["qk_clip"] > 0:
+            record["max_logit"] = max(float(m.max()) for m in normlab_torch_forward.LOGIT_MAX.values())
+            record["qk_clipped"] = clip_qk(model, float(tc["qk_clip"]), float(tc["qk_clip_alpha"]))
+            normlab_torch_forward.LOGIT_MAX = None
+        records.append(record)
     return records
