@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cli_mpi.sh: `mpirun -np 2 --oversubscribe normlab train|compare` (src/dist/). Data parallelism: a
-# decoder-only run (dropout, grad_accum 2, a batch of 5 rows split 3 + 2), today's blocks in bf16
-# (Gemma 2's and OLMo 2's layers, DyT's LLaMA recipe) and an encoder-decoder on a
+# decoder-only run (dropout, grad_accum 2, a batch of 5 rows split 3 + 2, QK-Clip), today's blocks in bf16
+# (Gemma 2's and OLMo 2's layers, DyT's LLaMA recipe, gated attention, sink logits) and an encoder-decoder on a
 # padded translation corpus (ranks holding different numbers of target tokens) give the losses of
 # one process with the same global batch within TOL (relative), and two P = 2 runs are bit-identical
 # (losses, parameters, AdamW moments); a P = 2 run resumed from its step-10 checkpoint is
@@ -41,10 +41,11 @@ max_rel() {
 within() { [[ "$1" != mismatch ]] && awk -v x="$1" -v t="$TOL" 'BEGIN { exit !(x <= t) }'; }
 
 # --- decoder-only: P = 2 against one process, and against itself ---------------------------------
+# (QK-Clip at a threshold every step's largest score passes: the ranks' maxima meet before the rescale)
 gpt=(--set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set model.seq_len=32
      --set model.dropout=0.1 --set train.batch_size=5 --set train.grad_accum=2 --set train.steps=20
      --set train.eval_every=10 --set train.eval_batches=2 --set train.checkpoint_every=5
-     --set train.keep_checkpoints=10 -q)
+     --set train.keep_checkpoints=10 --set train.qk_clip=0.03 -q)
 "$NL" train "${gpt[@]}" --set train.out_dir=gpt1 > gpt1.txt 2>&1; rc=$?
 check "[[ $rc -eq 0 ]]" "one process: $(tail -2 gpt1.txt)"
 mpi 2 train "${gpt[@]}" --set train.out_dir=gpt2a > gpt2a.txt 2>&1; rc=$?
@@ -55,16 +56,21 @@ rel=$(max_rel gpt2a gpt1)
 echo "decoder-only: P = 2 against one process, largest relative loss difference $rel"
 check "within $rel" "decoder-only: P = 2 differs from one process by $rel (TOL $TOL)"
 check "[[ \"\$(fingerprint gpt2a)\" == \"\$(fingerprint gpt2b)\" ]]" "decoder-only: two P = 2 runs differ"
+clipped() { jq -r 'select(.type == "train") | .qk_clipped' "$1/metrics.jsonl" | tr '\n' ' '; }
+check "[[ \"\$(clipped gpt1)\" == \"\$(clipped gpt2a)\" && \"\$(clipped gpt1)\" == *[1-9]* ]]" \
+  "QK-Clip: groups clipped per step, one process '$(clipped gpt1)' vs P = 2 '$(clipped gpt2a)'"
 check "[[ \$(find gpt2a -name '*.tmp*' | wc -l) -eq 0 && \$(jq -c 'select(.type == \"summary\")' gpt2a/metrics.jsonl | wc -l) -eq 1 ]]" \
   "P = 2: not one summary, or temporary files left"
 
 # --- today's blocks: Gemma 2's (sandwich, RoPE, GeGLU, grouped queries, soft caps) and OLMo 2's
-# (reordered, QK-norm) layers in one stack, DyT's LLaMA recipe (a learned embedding scale), bf16 -----
+# (reordered, QK-norm) layers in one stack, DyT's LLaMA recipe (a learned embedding scale), gated
+# attention with sink logits, bf16 ------------------------------------------------------------------
 modern=(--set model.d_model=32 --set model.n_heads=4 --set model.n_kv_heads=2 --set model.n_layers=2
         --set model.seq_len=32 --set model.norm=dyt --set model.norm_bias=false --set model.norm_alpha_attn=0.8
         --set model.positions=rope --set model.activation=geglu --set model.bias=none
         --set 'model.placement=["sandwich","reordered"]' --set model.qk_norm=whole --set model.attn_softcap=5
         --set model.logit_softcap=3 --set model.embed_scale=5.6 --set model.embed_scale_learned=true
+        --set model.attn_gate=headwise --set model.attn_sink=true
         --set train.precision=bf16 --set train.batch_size=5 --set train.grad_accum=2 --set train.steps=12
         --set train.eval_every=6 --set train.eval_batches=2 -q)
 "$NL" train "${modern[@]}" --set train.out_dir=mod1 > mod1.txt 2>&1; rc=$?
