@@ -3,6 +3,7 @@
 #include "analysis/attention.h"
 
 #include "model/methods.h"
+#include "model/norm_of.h"
 
 #include <algorithm>
 #include <cmath>
@@ -59,9 +60,12 @@ struct GainBias {
   const double* bias = nullptr;
   bool present = false;
   bool unit_length = false;
+  double gain_max = 1.0;  // max |gain| over the channels (SSNorm: |its scalar|; no gain: 1)
 };
+double max_abs(const double* v, int n);
 GainBias gain_bias_of(const ModelConfig& cfg, const NormParams<double>& p) {
-  return {p.weight, p.bias, true, cfg.norm == NormKind::L2};
+  const int C = cfg.d_model;
+  return {p.weight, p.bias, true, cfg.norm == NormKind::L2, max_abs(effective_gain(cfg.norm, p, C).data(), C)};
 }
 
 // The norm whose output a slot reads: its own ln_in, else the ln_out of the nearest present slot
@@ -83,10 +87,8 @@ GainBias feeding_norm(const Model<double>& model, int slot) {
 // present sub-layer, else none.
 GainBias memory_norm(const Model<double>& model) {
   const ModelConfig& cfg = model.config();
-  if (const ParamSpec* w = model.table().find("enc.ln_f.weight")) {
-    const ParamSpec* b = model.table().find("enc.ln_f.bias");
-    return {model.params().data() + w->offset, b ? model.params().data() + b->offset : nullptr, true};
-  }
+  if (cfg.has_enc_final_norm())
+    return gain_bias_of(cfg, norm_params(model.table(), const_cast<double*>(model.params().data()), "enc.ln_f"));
   for (int i = cfg.first_decoder_slot() - 1; i >= 0; i--)
     if (cfg.has_sublayer(i))
       return norm_sites(cfg.placement_of(cfg.slot(i).layer), cfg.slot(i).kind).out
@@ -170,8 +172,9 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       const NormParams<double>& nq = p.qkv_norm[0];
       const NormParams<double>& nk = p.qkv_norm[1];
       // (a weightless QK-norm, model.qk_norm_affine = false, has gamma = 1)
-      r.gamma_max = nq.weight ? max_abs(nq.weight, L.part[0].norm_width) : 1.0;
-      r.gamma_k_max = nk.weight ? max_abs(nk.weight, L.part[1].norm_width) : 1.0;
+      const int wq = L.part[0].norm_width, wk = L.part[1].norm_width;  // (SSNorm: its scalar; weightless: 1)
+      r.gamma_max = max_abs(effective_gain(cfg.norm, nq, wq).data(), wq);
+      r.gamma_k_max = max_abs(effective_gain(cfg.norm, nk, wk).data(), wk);
       const double M = capped(*r.gamma_max * reach(L.part[0]) * *r.gamma_k_max * reach(L.part[1]) * scale);
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
       const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
@@ -187,8 +190,8 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
                                             !qnorm.present ? "queries" : "keys (the memory)")
                               : "n/a: no norm feeds this attention";
     } else {
-      r.gamma_max = qnorm.weight ? max_abs(qnorm.weight, C) : 1.0;
-      const double gk = knorm.weight ? max_abs(knorm.weight, C) : 1.0;
+      r.gamma_max = qnorm.gain_max;
+      const double gk = knorm.gain_max;
       if (cross) r.gamma_k_max = gk;
       // |<q_i, k_j>| / sqrt(HS) <= (Gamma_q sqrt(d)) (Gamma_k sqrt(d)) sigma_Q sigma_K / sqrt(HS) = M;
       // for one head of size d and Gamma_q = Gamma_k this is source 002's M = Gamma^2 sigma_Q sigma_K sqrt(d).

@@ -107,7 +107,8 @@ NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& 
   const std::vector<double> closed = norm_jacobian_closed_form(cfg.norm, row, params, d, cfg.eps);
   r.closed_form_err = max_abs_diff(J, closed);
   r.spectrum = spectrum_of(J, d, d);
-  const double* gamma0 = params.weight ? params.weight : unit_gain<double>(d);  // (a parameterless kind: 1)
+  const std::vector<double> gains = effective_gain(cfg.norm, params, d);  // (a parameterless kind: 1; SSNorm: its scalar)
+  const double* gamma0 = gains.data();
   r.unit_gamma = std::all_of(gamma0, gamma0 + d, [](double g) { return g == 1.0; });
   for (int i = 0; i < d; i++) r.gamma_max_dev = std::max(r.gamma_max_dev, std::abs(gamma0[i] - 1.0));
   if (r.unit_gamma && r.statistic) {

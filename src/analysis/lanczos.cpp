@@ -407,8 +407,9 @@ Mat structural_left_null(const Model<double>& m, int first, int last,
   int i = last - 1;
   while (i >= first && !cfg.has_sublayer(i)) i--;  // an absent sub-layer is the identity
   if (i < first || !norm_sites(cfg.placement_of(cfg.slot(i).layer), cfg.slot(i).kind).out) return Mat(rows, 0);
-  const double* gamma = m.sublayer_params_of(i).ln_out.weight;
-  if (!gamma) gamma = unit_gain<double>(C);  // a parameterless kind (L2): gamma = 1
+  // the site's gain per channel (a parameterless kind, L2: 1; SSNorm: its scalar, repeated)
+  const std::vector<double> gains = effective_gain(cfg.norm, m.sublayer_params_of(i).ln_out, C);
+  const double* gamma = gains.data();
   std::vector<int> zero_gain;
   for (int c = 0; c < C; c++)
     if (gamma[c] == 0.0) zero_gain.push_back(c);

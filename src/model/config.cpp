@@ -24,7 +24,7 @@ struct EnumName {
 constexpr EnumName<Arch> kArchNames[] = {{Arch::Gpt, "gpt"}, {Arch::Encoder, "encoder"}, {Arch::EncDec, "encdec"}};
 constexpr EnumName<NormKind> kNormNames[] = {
     {NormKind::LayerNorm, "layernorm"}, {NormKind::RMSNorm, "rmsnorm"}, {NormKind::DyT, "dyt"}, {NormKind::Derf, "derf"},
-    {NormKind::L2, "l2"}};
+    {NormKind::L2, "l2"}, {NormKind::SSNorm, "ssnorm"}};
 constexpr EnumName<Activation> kActivationNames[] = {
     {Activation::Gelu, "gelu"},       {Activation::GeluExact, "gelu_exact"}, {Activation::Relu, "relu"},
     {Activation::SwiGlu, "swiglu"}, {Activation::GeGlu, "geglu"}};
@@ -502,7 +502,8 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
     cfg.norm_alpha_attn = v;
   }
   r.get("norm_bias", cfg.norm_bias);
-  if (cfg.norm == NormKind::RMSNorm || cfg.norm == NormKind::L2) cfg.norm_bias = false;  // (no bias to hold)
+  if (cfg.norm == NormKind::RMSNorm || cfg.norm == NormKind::L2 || cfg.norm == NormKind::SSNorm)
+    cfg.norm_bias = false;  // (no bias to hold)
   read_enum(r, "activation", kActivationNames, cfg.activation);
   read_enum(r, "bias", kBiasNames, cfg.bias);
   read_enum(r, "positions", kPositionNames, cfg.positions);
@@ -635,7 +636,8 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"norm_alpha", cfg.norm_alpha},
                         {"norm_alpha_attn", cfg.norm_alpha_attn.value_or(cfg.norm_alpha)},
                         // what the sites hold: RMSNorm and L2 have no bias whatever norm_bias says
-                        {"norm_bias", cfg.norm_bias && cfg.norm != NormKind::RMSNorm && cfg.norm != NormKind::L2},
+                        {"norm_bias", cfg.norm_bias && cfg.norm != NormKind::RMSNorm && cfg.norm != NormKind::L2 &&
+                                               cfg.norm != NormKind::SSNorm},
                         {"activation", to_string(cfg.activation)},
                         {"bias", to_string(cfg.bias)},
                         {"positions", to_string(cfg.positions)},

@@ -16,8 +16,9 @@ namespace normlab {
 enum class Arch { Gpt, Encoder, EncDec };
 // The norm kinds (model/norm_of.h: one case each): LayerNorm, RMSNorm, the point-wise DyT
 // (gamma * tanh(alpha x) + beta) and Derf (gamma * erf(alpha x + s) + beta) that replace them, and
-// L2, the projection onto the unit sphere x / |x| with no parameters (nGPT's).
-enum class NormKind { LayerNorm, RMSNorm, DyT, Derf, L2 };
+// L2, the projection onto the unit sphere x / |x| with no parameters (nGPT's), and SSNorm, RMSNorm
+// with one learned scalar gain instead of a gain per channel (Outlier-Safe Pre-Training).
+enum class NormKind { LayerNorm, RMSNorm, DyT, Derf, L2, SSNorm };
 // The feed-forward activation: element-wise (gelu, gelu_exact, relu) or gated (swiglu, geglu: the fc
 // projection holds gate and up rows, model/activation_of.h).
 enum class Activation { Gelu, GeluExact, Relu, SwiGlu, GeGlu };

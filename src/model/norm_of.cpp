@@ -27,6 +27,9 @@ std::vector<NormParamSpec> norm_param_specs(NormKind kind, bool gain, bool bias)
       specs.push_back(shift);
       return specs;
     case NormKind::L2: return {};  // no gain, no bias: a projection
+    case NormKind::SSNorm:  // one scalar gain, stored as the site's alpha (a weightless site: none)
+      if (gain) return {alpha};
+      return {};
   }
   return specs;
 }
@@ -42,6 +45,7 @@ double norm_scalar_init(NormKind kind, const ModelConfig& cfg, const std::string
     case NormKind::LayerNorm:
     case NormKind::RMSNorm:
     case NormKind::L2: return 0.0;  // no scalars
+    case NormKind::SSNorm: return 1.0;  // the gain starts at 1 (torchtitan's SingleScaleRMSNorm)
     case NormKind::DyT:
     case NormKind::Derf:
       if (!name.ends_with(".alpha")) return 0.0;  // shift starts at 0 (Derf)
@@ -55,7 +59,8 @@ double norm_scalar_init(NormKind kind, const ModelConfig& cfg, const std::string
 NormStatistic norm_statistic(NormKind kind) {
   switch (kind) {
     case NormKind::LayerNorm: return NormStatistic::Variance;
-    case NormKind::RMSNorm: return NormStatistic::MeanSquare;
+    case NormKind::RMSNorm:
+    case NormKind::SSNorm: return NormStatistic::MeanSquare;
     case NormKind::L2: return NormStatistic::SumSquare;
     case NormKind::DyT:
     case NormKind::Derf: return NormStatistic::None;
@@ -69,7 +74,8 @@ namespace {
 std::vector<double> unscaled_jacobian(NormKind kind, const double* z, const NormParams<double>& p, int d,
                                       double eps) {
   std::vector<double> J(size_t(d) * d, 0.0);
-  const double* gamma = p.weight ? p.weight : unit_gain<double>(d);
+  const std::vector<double> gains = effective_gain(kind, p, d);
+  const double* gamma = gains.data();
   switch (kind) {
     case NormKind::LayerNorm: {
       // J = diag(gamma) (1/s) [I - 11^T/d - y y^T / (d s^2)],  y = z - mean, s = sqrt(var + eps)
@@ -83,7 +89,8 @@ std::vector<double> unscaled_jacobian(NormKind kind, const double* z, const Norm
           J[size_t(i) * d + j] = gamma[i] / s * ((i == j) - 1.0 / d - (z[i] - mean) * (z[j] - mean) / (d * s2));
       return J;
     }
-    case NormKind::RMSNorm: {
+    case NormKind::RMSNorm:
+    case NormKind::SSNorm: {  // (SSNorm: gamma = its scalar, repeated)
       // J = diag(gamma) (1/r) [I - z z^T / (d r^2)],  r = sqrt(mean(z^2) + eps)
       double ms = 0;
       for (int i = 0; i < d; i++) ms += z[i] * z[i] / d;
@@ -148,6 +155,7 @@ std::vector<std::vector<double>> norm_structural_kernel(NormKind kind, const dou
       return basis;
     }
     case NormKind::RMSNorm:
+    case NormKind::SSNorm:
     case NormKind::L2:
       if (eps == 0.0) basis.push_back(std::vector<double>(z, z + d));
       return basis;
@@ -161,6 +169,7 @@ int norm_kernel_dimension(NormKind kind) {
   switch (kind) {
     case NormKind::LayerNorm: return 2;
     case NormKind::RMSNorm:
+    case NormKind::SSNorm:
     case NormKind::L2: return 1;
     case NormKind::DyT:
     case NormKind::Derf: return 0;

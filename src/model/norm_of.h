@@ -23,7 +23,7 @@ namespace normlab {
 
 // Every kind, for the tests that sweep them all (kept beside the switches it mirrors).
 inline constexpr NormKind kNormKinds[] = {NormKind::LayerNorm, NormKind::RMSNorm, NormKind::DyT, NormKind::Derf,
-                                          NormKind::L2};
+                                          NormKind::L2, NormKind::SSNorm};
 
 // One parameter of a norm site: its name after the site's ("h.0.attn.ln_in" + ".weight"), (C) or (1).
 struct NormParamSpec {
@@ -53,6 +53,20 @@ template <class S>
 NormParams<S> with_gain(NormParams<S> p, int C) {
   if (!p.weight) p.weight = const_cast<S*>(unit_gain<S>(C));
   return p;
+}
+
+// SSNorm's gain as the per-channel gain RMSNorm's kernels read: its scalar p.alpha repeated C times (a
+// weightless SSNorm site, model.qk_norm_affine = false: ones). SSNorm is RMSNorm with this gain.
+template <class S>
+std::vector<S> ssnorm_gain(const NormParams<S>& p, int C) {
+  return std::vector<S>(size_t(C), p.alpha ? *p.alpha : S(1));
+}
+// The per-channel gain a site of this kind applies, C entries: its gain, SSNorm's scalar repeated,
+// or ones (a weightless site; L2; the point-wise kinds' gamma is their weight too).
+template <class S>
+std::vector<S> effective_gain(NormKind kind, const NormParams<S>& p, int C) {
+  if (kind == NormKind::SSNorm) return ssnorm_gain(p, C);
+  return p.weight ? std::vector<S>(p.weight, p.weight + C) : std::vector<S>(size_t(C), S(1));
 }
 
 // What a kind divides the row by: its standard deviation (LayerNorm: it also subtracts the mean), its
@@ -86,6 +100,7 @@ void norm_forward(NormKind kind, S* out, S* mean, S* rstd, const S* inp, const N
       ops::dynnorm_forward(ops::Squash::Erf, out, inp, p.weight, p.bias, p.alpha, p.shift, rows, C);
       break;
     case NormKind::L2: ops::l2norm_forward(out, rstd, inp, rows, C, eps); break;  // (no parameters)
+    case NormKind::SSNorm: ops::rmsnorm_forward(out, rstd, inp, ssnorm_gain(p, C).data(), rows, C, eps); break;
   }
   norm_scale_in_place(out, size_t(rows) * C, p.scale);
 }
@@ -115,6 +130,16 @@ void norm_backward(NormKind kind, S* dinp, const NormParams<S>& dp, const S* dou
       return ops::dynnorm_backward(ops::Squash::Erf, dinp, dp.weight, dp.bias, dp.alpha, dp.shift, dout, inp,
                                    p.weight, p.alpha, p.shift, rows, C);
     case NormKind::L2: return ops::l2norm_backward(dinp, dout, inp, rstd, rows, C);
+    case NormKind::SSNorm: {  // RMSNorm with the scalar repeated: d alpha = the sum of those gains' gradients
+      std::vector<S> dgain(dp.alpha ? size_t(C) : 0, S(0));
+      ops::rmsnorm_backward(dinp, dp.alpha ? dgain.data() : nullptr, dout, inp, ssnorm_gain(p, C).data(), rstd, rows, C);
+      if (dp.alpha) {
+        double sum = 0;
+        for (S g : dgain) sum += g;
+        *dp.alpha += S(sum);
+      }
+      return;
+    }
   }
 }
 
@@ -133,6 +158,7 @@ void norm_jvp(NormKind kind, S* tout, const S* tin, const S* inp, const NormPara
       ops::dynnorm_jvp(ops::Squash::Erf, tout, tin, inp, p.weight, p.alpha, p.shift, K, rows, C);
       break;
     case NormKind::L2: ops::l2norm_jvp(tout, tin, inp, rstd, K, rows, C); break;
+    case NormKind::SSNorm: ops::rmsnorm_jvp(tout, tin, inp, ssnorm_gain(p, C).data(), rstd, K, rows, C); break;
   }
   norm_scale_in_place(tout, size_t(K) * rows * C, p.scale);
 }

@@ -221,6 +221,13 @@ def build_cases():
              attn_softcap=2.0), SMALL_BT, pad=True),
         Case("train_gpt_attn_sink", dict(SMALL, placement="pre", norm="rmsnorm", positions="rope", attn_sink=True),
              SMALL_BT, kind="train", train=TRAIN_CFG),
+        # single-scale RMSNorm (Outlier-Safe Pre-Training): the Llama block with per-head QK-norm of the same kind
+        # (one scalar per site), and a padded Post-LN encoder; trained
+        Case("gpt_ssnorm_llama_qk_norm", dict(SMALL, placement="pre", norm="ssnorm", activation="swiglu", bias="none",
+             positions="rope", n_kv_heads=2, qk_norm="heads"), SMALL_BT),
+        Case("encoder_post_ssnorm_pad", dict(SMALL, arch="encoder", placement="post", norm="ssnorm"), SMALL_BT, pad=True),
+        Case("train_gpt_ssnorm", dict(SMALL, placement="pre", norm="ssnorm", positions="rope"), SMALL_BT, kind="train",
+             train=TRAIN_CFG),
         # QK-Clip (Kimi K2, in Megatron-LM's grouped form) on the Llama block with GQA and q, k, v biases, a
         # threshold the scores pass from step 3 on, so that steps with and without clipping follow, alpha 0.3
         Case("train_gpt_qk_clip", dict(SMALL, placement="pre", norm="rmsnorm", positions="rope", bias="qkv",

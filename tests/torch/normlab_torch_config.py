@@ -161,9 +161,9 @@ def normalize_config(cfg, strict=True):
     if c["arch"] not in ARCHS:
         raise ValueError(f"arch must be gpt, encoder or encdec, got {c['arch']!r}")
     encdec = c["arch"] == "encdec"
-    if c["norm"] not in ("layernorm", "rmsnorm", "dyt", "derf", "l2"):
-        raise ValueError(f"norm must be layernorm, rmsnorm, dyt, derf or l2, got {c['norm']!r}")
-    if c["norm"] in ("rmsnorm", "l2"):  # no bias to hold: normlab writes norm_bias as what the sites hold
+    if c["norm"] not in ("layernorm", "rmsnorm", "dyt", "derf", "l2", "ssnorm"):
+        raise ValueError(f"norm must be layernorm, rmsnorm, dyt, derf, l2 or ssnorm, got {c['norm']!r}")
+    if c["norm"] in ("rmsnorm", "l2", "ssnorm"):  # no bias to hold: normlab writes norm_bias as what the sites hold
         c["norm_bias"] = False
     if c["positions"] not in ("learned", "rope", "none"):
         raise ValueError(f"positions must be learned, rope or none, got {c['positions']!r}")

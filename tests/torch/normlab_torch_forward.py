@@ -53,6 +53,8 @@ def norm(config, params, prefix, z):
         return dyt(z, gamma, beta, params[prefix + ".alpha"])
     if kind == "derf":
         return derf(z, gamma, beta, params[prefix + ".alpha"], params[prefix + ".shift"])
+    if kind == "ssnorm":   # Outlier-Safe Pre-Training's single-scale RMSNorm: one learned scalar gain
+        return rmsnorm(z, params.get(prefix + ".alpha", 1.0), config["eps"])
     if kind == "l2":   # the unit sphere (nGPT's justnorm): no parameters
         return z / torch.sqrt((z * z).sum(dim=-1, keepdim=True) + config["eps"])
     raise ValueError(f"unknown norm kind {kind!r}")

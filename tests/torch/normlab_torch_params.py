@@ -33,6 +33,8 @@ def _norm_table(config, prefix, stack, method=None, width=None):
     affine = not qk or config["qk_norm_affine"]          # a weightless QK-norm holds no gain and no bias
     if config["norm"] == "l2":                           # the unit sphere has no parameters
         return []
+    if config["norm"] == "ssnorm":                       # one scalar gain (init 1), none when weightless
+        return [ParamSpec(prefix + ".alpha", (1,), "norm_alpha", stack, None, None, method)] if affine else []
     t = [ParamSpec(prefix + ".weight", (C,), "norm_weight", stack, None, None, method)] if affine else []
     if config["norm"] in ("layernorm", "dyt", "derf") and affine and config["norm_bias"]:
         t.append(ParamSpec(prefix + ".bias", (C,), "norm_bias", stack, None, None, method))
@@ -172,7 +174,10 @@ def admin_init_value(config, stack, mode=None):
 
 
 def norm_alpha_init(config, name):
-    """DyT / Derf: norm_alpha_attn at each self-attention's input norm when set (DyT's LLaMA recipe), else norm_alpha."""
+    """DyT / Derf: norm_alpha_attn at each self-attention's input norm when set (DyT's LLaMA recipe), else norm_alpha.
+    SSNorm: its gain, 1."""
+    if config["norm"] == "ssnorm":
+        return 1.0
     if config.get("norm_alpha_attn") is not None and name.endswith(".attn.ln_in.alpha"):  # (resolved: never None)
         return config["norm_alpha_attn"]
     return config["norm_alpha"]
