@@ -163,6 +163,8 @@ std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_
 std::vector<double> prefix_lipschitz(Model<double>& m, const std::vector<int32_t>& ids);
 // on trained and given models: no rows for fresh ones
 void fake_depth_checks(const Bench& b, std::vector<Measurement>& out);
+// massive activations and attention sinks (sinks.cpp), on trained and given models: no rows for fresh ones
+void sink_checks(const Bench& b, std::vector<Measurement>& out);
 
 // the encoder-decoder claims at initialization (encdec.cpp): Xiong et al.'s Fig. 3, their Thm 1's
 // depth scaling, and the size of one update against depth (Liu et al., DeepNet Thm 4.2)
@@ -183,6 +185,6 @@ void use_fairseq_inputs(Model<double>& m, uint64_t seed);
 // per seed, so there a seed's groups run together.
 using Check = void (*)(const Bench&, std::vector<Measurement>&);
 inline constexpr Check kChecks[] = {lemma_checks,      depth_checks,       xiong_fig3_checks,
-                                    xiong_thm1_checks, update_size_checks, fake_depth_checks};
+                                    xiong_thm1_checks, update_size_checks, fake_depth_checks, sink_checks};
 
 }  // namespace normlab::theory::detail
