@@ -143,7 +143,7 @@ class StreamGradientReading {
 
 }  // namespace
 
-SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batches) {
+SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batches, bool with_gradients) {
   if (batches.empty()) throw Error("analyze sinks: no input windows");
   require_one_stream(model.config(), "analyze sinks");
   const ModelConfig& cfg = model.config();
@@ -166,7 +166,8 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
   std::vector<double> first_mean(size_t(L) * NH, 0.0), first_sinks(size_t(L) * NH, 0.0);
   std::vector<double> null_mass(size_t(L) * NH, 0.0);  // 1 - a row's sum: the learned sink's share
   // gradient sinks: the next-token loss of a causal model with a head
-  if (!rep.causal) rep.no_gradients = "an encoder has no next-token loss";
+  if (!with_gradients) rep.no_gradients = "not asked for";
+  else if (!rep.causal) rep.no_gradients = "an encoder has no next-token loss";
   else if (!cfg.has_logits()) rep.no_gradients = "the model has no output head (head = none), so no loss";
   else if (T < 2) rep.no_gradients = "windows of one token have no next token to predict";
   const bool gradients = rep.no_gradients.empty();

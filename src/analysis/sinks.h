@@ -115,7 +115,8 @@ struct SinksReport {
 // The windows are the rows of the batches (each row a sequence; padding is refused). A forward pass
 // per batch, and for the gradient sinks a backward pass of the next-token loss (the batches' own
 // labels are not read; the parameter gradients are left changed).
-SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batches);
+// with_gradients = false: no backward (the gradient-sink readings left out, no_gradients says so).
+SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batches, bool with_gradients = true);
 nlohmann::json to_json(const SinksReport& r);
 void print_report(const SinksReport& r);
 

@@ -41,7 +41,7 @@ SinkReading read_sinks(Model<double>& m, const std::vector<int32_t>& ids, int B,
   batch.B = B, batch.T = T;
   batch.ids = ids;
   batch.labels.assign(ids.size(), ops::kIgnoreLabel);
-  const analysis::SinksReport r = analysis::analyze_sinks(m, {batch});
+  const analysis::SinksReport r = analysis::analyze_sinks(m, {batch}, /*with_gradients=*/false);
   SinkReading s;
   s.log_ratio = -std::numeric_limits<double>::infinity();
   for (const analysis::StreamSinks& p : r.streams) {
