@@ -160,7 +160,7 @@ void sink_checks(const Bench& b, std::vector<Measurement>& out) {
                            {{"log10_ratio_minus_3", excess}, {"largest_abs", largest}, {"layer", f.layer},
                             {"token", f.token}, {"dim", f.dim}, {"first_massive_layer", f.first_massive_layer}}));
       out.back().reported = "Sun et al. 2024: in LLaMA2-7B they sit in two fixed feature dimensions (1415, 2533), at the "
-                            "starting token and the first period or newline token; 'e.g., 100,000 times larger' than "
+                            "starting token and the first '.' or newline token; 'e.g., 100,000 times larger' than "
                             "other activations (their abstract)";
       // fixed across inputs: only where there is a massive activation in every unit
       if (!std::all_of(r.begin(), r.end(), [](const SinkReading& s) { return s.massive; })) {
