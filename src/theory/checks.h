@@ -145,6 +145,10 @@ std::string attention_kind(const Bench& b);
 // Runs one check block; if its model is not applicable, one skipped Measurement per claim it makes.
 void attempt(const Bench& b, std::vector<Measurement>& out, const std::vector<std::string>& claims,
              const std::function<void()>& block);
+// `units` units of B windows of T tokens each from corpus, at starts drawn by Rng(seed, stream); none
+// when the corpus is not longer than one window. The given- and trained-model checks' inputs.
+std::vector<std::vector<int32_t>> window_units(const std::vector<int32_t>& corpus, int units, int B, int T,
+                                               uint64_t seed, uint64_t stream);
 std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c,
                                           ModelSource::Norm norm = ModelSource::Norm::LayerNormOnly);
 

@@ -16,7 +16,6 @@
 #include "analysis/fake_depth.h"
 #include "analysis/stats.h"
 #include "theory/checks.h"
-#include "util/rng.h"
 
 namespace normlab::theory::detail {
 
@@ -79,18 +78,7 @@ void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
   const int T = std::min(64, c0.seq_len), B = std::max(1, kUnitTokens / T);
   const int repetitions = b.given ? o.seeds : o.trained_seeds;
   const int units = std::max(2, (kFakeDepthTokens + repetitions * B * T - 1) / (repetitions * B * T));
-  std::vector<std::vector<int32_t>> windows;
-  if (b.corpus.size() > size_t(T)) {
-    Rng rng(uint64_t(o.seed), 61);
-    for (int u = 0; u < units; u++) {
-      std::vector<int32_t> ids;
-      for (int w = 0; w < B; w++) {
-        const size_t start = size_t(rng.uniform() * double(b.corpus.size() - size_t(T)));
-        ids.insert(ids.end(), b.corpus.begin() + long(start), b.corpus.begin() + long(start) + T);
-      }
-      windows.push_back(std::move(ids));
-    }
-  }
+  const std::vector<std::vector<int32_t>> windows = window_units(b.corpus, units, B, T, uint64_t(o.seed), 61);
   const std::string inputs = fmt::format("{} units of {} windows of {} tokens of the corpus picked by the {} ({} tokens "
                                          "in all over {} {}s)",
                                          units, B, T, b.given ? "window seed" : "seed", units * B * T * repetitions,

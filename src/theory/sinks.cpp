@@ -20,7 +20,6 @@
 
 #include "analysis/sinks.h"
 #include "theory/checks.h"
-#include "util/rng.h"
 
 namespace normlab::theory::detail {
 
@@ -110,18 +109,7 @@ void sink_checks(const Bench& b, std::vector<Measurement>& out) {
   }
   const ModelConfig& c0 = subjects.front().model->config();
   const int T = std::min(64, c0.seq_len), B = std::max(1, kSinkUnitTokens / T);
-  std::vector<std::vector<int32_t>> units;
-  if (b.corpus.size() > size_t(T)) {
-    Rng rng(uint64_t(o.seed), 67);
-    for (int u = 0; u < kSinkUnits; u++) {
-      std::vector<int32_t> ids;
-      for (int w = 0; w < B; w++) {
-        const size_t start = size_t(rng.uniform() * double(b.corpus.size() - size_t(T)));
-        ids.insert(ids.end(), b.corpus.begin() + long(start), b.corpus.begin() + long(start) + T);
-      }
-      units.push_back(std::move(ids));
-    }
-  }
+  const std::vector<std::vector<int32_t>> units = window_units(b.corpus, kSinkUnits, B, T, uint64_t(o.seed), 67);
   const std::string inputs = fmt::format("{} units of {} windows of {} tokens of the corpus per {}", kSinkUnits, B, T,
                                          b.given ? "window seed" : "seed");
   std::vector<std::vector<SinkReading>> readings(subjects.size());

@@ -39,6 +39,22 @@ ModelConfig gpt_config(const TheoryOptions& o, Placement p, double eps, int laye
   return c;
 }
 
+std::vector<std::vector<int32_t>> window_units(const std::vector<int32_t>& corpus, int units, int B, int T,
+                                               uint64_t seed, uint64_t stream) {
+  std::vector<std::vector<int32_t>> out;
+  if (corpus.size() <= size_t(T)) return out;
+  Rng rng(seed, stream);
+  for (int u = 0; u < units; u++) {
+    std::vector<int32_t> ids;
+    for (int w = 0; w < B; w++) {
+      const size_t start = size_t(rng.uniform() * double(corpus.size() - size_t(T)));
+      ids.insert(ids.end(), corpus.begin() + long(start), corpus.begin() + long(start) + T);
+    }
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
 std::string weights(const Bench& b, const std::string& init) { return b.given ? "the checkpoint's weights" : init; }
 
 std::string attention_kind(const Bench& b) {
