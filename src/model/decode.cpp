@@ -100,36 +100,19 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   // x_d = x (a two-stream decoder; every op on it is token-local, so this position's x_d is all it needs)
   const bool dual = cfg.dual_stack(cfg.total_layers() - 1);
   if (dual) xd_ = x_;
+  // the sub-layers: each slot's stages on this position (model/stage.h)
+  DecodeFlow<S> f;
+  f.x = &x_;
+  f.xd = dual ? &xd_ : nullptr;
+  f.pool[0] = &h_;
+  f.pool[1] = &g_;
+  f.pool[2] = &r_;
+  f.branch_out = &f_;
   for (int i = cfg.first_decoder_slot(); i < cfg.n_slots(); i++) {
-    const Slot slot = cfg.slot(i);
-    if (!slot.present) continue;
-    const SublayerParams<S>& p = m_.sublayer_params_of(i);
-    const NormSites sites = norm_sites(cfg.placement_of(slot.layer), slot.kind);
-    // h = ln_in(x)
-    const S* h = x_.data();
-    if (sites.in) norm(h_.data(), x_.data(), p.ln_in), h = h_.data();
-    // f = F(h) for this position (model/branch_{attn,cross,mlp}.cpp)
-    switch (slot.kind) {
-      case Sublayer::Attn: attn_step(i, h, p); break;
-      case Sublayer::Cross: cross_step(i, h, p); break;
-      case Sublayer::Mlp: mlp_step(h, p); break;
-    }
-    // g = ln_branch(f);  r = omega * x + lambda * g;  x' = ln_out(r)
-    const S* g = f_.data();
-    if (sites.branch) norm(g_.data(), f_.data(), p.ln_branch), g = g_.data();
-    // x_d = x_d + g
-    if (dual)
-      for (size_t k = 0; k < xd_.size(); k++) xd_[k] += g[k];
-    if (p.eigen_lr) {  // nGPT's update (its 1 / |x| is read by nothing after)
-      rstd_.resize(std::max(rstd_.size(), size_t(B)));
-      ops::sphere_residual_forward(r_.data(), rstd_.data(), x_.data(), g, p.eigen_lr,
-                                   sphere_scale("eigen_lr", C).factor, cfg.eps, long(B), C);
-    } else {
-      gated_residual_forward(r_.data(), x_.data(), g, p.omega, p.gain, p.gain_c, S(cfg.residual_alpha(slot.layer)),
-                             long(B), C);
-    }
-    if (sites.out) norm(x_.data(), r_.data(), p.ln_out);
-    else x_.swap(r_);
+    if (!cfg.slot(i).present) continue;
+    f.v = x_.data();
+    for (const StageFns<S>* stage : m_.stages_of(i)) stage->decode(*this, i, f);
+    f.finish();
   }
   // xf = ln_f(x), or x + ln_f(x_d);  logits = xf wte^T
   const S* xf = x_.data();

@@ -48,6 +48,10 @@ class IncrementalDecoder {
   std::vector<S> x_, xd_, h_, hid_, mix_, f_, g_, r_, mean_, rstd_, att_, logits_;
   std::vector<S> qk_raw_, qk_stats_;  // QK-norm's inputs and statistics of the step (read by nothing after)
   std::vector<S> sph_, sph_r_, pre_;   // nGPT: the q | k heads' projection (as above), fc's output before s_uv
+
+  // The stage files (model/stage_*.cpp) run their decoding step on these buffers.
+  template <class Kind>
+  friend struct StageOps;
 };
 
 struct DecodeOptions {

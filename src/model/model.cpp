@@ -59,6 +59,9 @@ Model<S>::Model(ModelConfig cfg, Unset, bool with_grads) : cfg_(std::move(cfg)),
     qk_.push_back(slots_.back().kind == Sublayer::Attn ? qk_norm_layout(cfg_, slots_.back().layer) : QkNormLayout{});
     p_.push_back(sublayer_params(table_, cfg_, params_.data(), i));
     dp_.push_back(gbase ? sublayer_params(table_, cfg_, gbase, i) : SublayerParams<S>{});
+    stages_.emplace_back();
+    for (const StageFns<S>& stage : stage_kinds<S>())
+      if (stage.present(cfg_, slots_.back())) stages_.back().push_back(&stage);
   }
   auto norm_view = [&](S* base, const char* prefix) { return base ? norm_params(table_, base, prefix) : NormParams<S>{}; };
   lnf_ = norm_view(params_.data(), "ln_f");
@@ -183,7 +186,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   if (cfg_.has_logits()) plan.insert(plan.end(), {{&logits_, N * V}, {&lse_, N}});
   if (sz_) plan.push_back({&logits_raw_, N * V});
   plan.insert(plan.end(), {{&dstream_[0], Nmax * C}, {&dstream_[1], Nmax * C}, {&dh_, Nmax * C},
-                           {&df_, Nmax * C}, {&dg_, Nmax * C}, {&dr_, Nmax * C}, {&ddrop_, Nmax * C},
+                           {&df_, Nmax * C}, {&dg_, Nmax * C}, {&dr_, Nmax * C},
                            {&dmix_, Nmax * std::max({C, F, A})}, {&dhid_, Nmax * std::max({QW, C, FW})},
                            {&datt_, att_max}});
   if (cfg_.attn_gate_width()) plan.push_back({&dgate_, Nmax * size_t(cfg_.attn_gate_width())});
@@ -245,119 +248,32 @@ uint64_t Model<S>::dropout_site_seed(int site) const {
   return splitmix64(state);
 }
 
+// The sub-layer: its stages in order (model/stage.h; h = ln_in(x), f = F(h), g = ln_branch(f),
+// r = omega x + lambda g, x' = ln_out(r), as each method's entry selects them), on the planned
+// activations, where an absent site's output aliases its input.
 template <class S>
 void Model<S>::sublayer_forward(int i) {
-  const Slot& slot = slots_[size_t(i)];
-  const SublayerActs<S>& a = a_[i];
-  const SublayerParams<S>& p = p_[i];
-  const NormSites sites = norm_sites(cfg_.placement_of(slot.layer), slot.kind);
-  const int N = rows(i), C = cfg_.d_model;
-  const size_t NC = size_t(N) * C;
-  // h = ln_in(x)
-  if (sites.in) norm_forward(a.h, a.in_mean, a.in_rstd, a.x_in, p.ln_in, N);
-  // f = F(h): the branch of the slot's kind, each in its file (model/branch_{attn,cross,mlp}.cpp)
-  switch (slot.kind) {
-    case Sublayer::Attn: attn_forward(i); break;
-    case Sublayer::Cross: cross_forward(i); break;
-    case Sublayer::Mlp: mlp_forward(i); break;
-  }
-  if (training_ && cfg_.dropout > 0) dropout_forward(a.f, a.f, cfg_.dropout, dropout_site_seed(i + 1), NC, dropout_first(NC));
-  // g = ln_branch(f)
-  if (sites.branch) norm_forward(a.g, a.br_mean, a.br_rstd, a.f, p.ln_branch, N);
-  // x_d = x_d + g  (a two-stream stack's second stream)
-  if (S* xd = dual_of(i)) {
-    const S* g = a.g;
-#pragma omp parallel for schedule(static) if((long)NC > ops::kParallelMinWork)
-    for (long k = 0; k < (long)NC; k++) xd[k] += g[k];
-  }
-  // Admin's profiling: omega <- ratio (every channel); ratio <- sqrt(Var(omega x) + Var(f))
-  if (profiling_ && p.omega) {
-    std::fill(p.omega, p.omega + C, S(profile_ratio_));
-    profiled_.push_back(profile_ratio_);
-    auto var = [&](const S* v, double scale) {
-      double m = 0, q = 0;
-      for (size_t k = 0; k < NC; k++) m += double(v[k]);
-      m /= double(NC);
-      for (size_t k = 0; k < NC; k++) q += (double(v[k]) - m) * (double(v[k]) - m);
-      return scale * scale * q / double(NC);
-    };
-    profile_ratio_ = std::sqrt(var(a.x_in, profile_ratio_) + var(a.g, 1.0));
-  }
-  // r = omega * x + lambda * g;  nGPT: r = A + |a| (g - A), A = x / |x|
-  if (p.eigen_lr)
-    sphere_residual_forward(a.r, a.sc_rstd, a.x_in, a.g, p.eigen_lr, sphere_scale("eigen_lr", C).factor, cfg_.eps,
-                            long(N), C);
-  else
-    gated_residual_forward(a.r, a.x_in, a.g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)),
-                           long(N), C);
-  // x' = ln_out(r)
-  if (sites.out) norm_forward(a.x_out, a.out_mean, a.out_rstd, a.r, p.ln_out, N);
+  for (const StageFns<S>* stage : stages_[size_t(i)]) stage->forward(*this, i);
 }
 
+// The stages in reverse. dx_in is assigned by the shortcut and added into by the stage that reads
+// the stream (the first that transforms the value: the input norm, or the branch without one).
 template <class S>
 void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) {
-  const Slot& slot = slots_[size_t(i)];
-  const SublayerActs<S>& a = a_[i];
-  const SublayerParams<S>& p = p_[i];
-  const SublayerParams<S>& dp = dp_[i];
-  const NormSites sites = norm_sites(cfg_.placement_of(slot.layer), slot.kind);
-  const int N = rows(i), C = cfg_.d_model;
-  const size_t NC = size_t(N) * C;
-  // x' = ln_out(r)
-  const S* dr = dx_out;
-  if (sites.out) {
-    zero(dr_, NC);
-    norm_backward(dr_, dp.ln_out, dx_out, a.r, p.ln_out, a.out_mean, a.out_rstd, N);
-    dr = dr_;
+  BackwardFlow<S> f;
+  f.d = dx_out;
+  f.dx = dx_in;
+  f.dd = dd;
+  f.n = size_t(rows(i)) * cfg_.d_model;
+  f.pool[0] = df_;
+  f.pool[1] = dg_;
+  const std::vector<const StageFns<S>*>& list = stages_[size_t(i)];
+  size_t first = 0;  // the first stage that transforms the value reads the stream
+  while (first < list.size() && !list[first]->transforms) first++;
+  for (size_t k = list.size(); k-- > 0;) {
+    f.reads_stream = k <= first;
+    list[k]->backward(*this, i, f);
   }
-  // r = omega * x + lambda * g:  dx = omega * dr (assigned here, the input-norm path adds below);
-  // dg = lambda * dr (dr itself when lambda = 1); the gates' gradients
-  const S* dg = dr;
-  if (p.eigen_lr) {  // nGPT's update
-    zero(dx_in, NC);
-    zero(dg_, NC);
-    sphere_residual_backward(dx_in, dg_, dp.eigen_lr, dr, a.x_in, a.g, p.eigen_lr, sphere_scale("eigen_lr", C).factor,
-                             a.sc_rstd, long(N), C);
-    dg = dg_;
-  } else if (p.omega || p.gain) {
-    zero(dx_in, NC);
-    zero(dg_, NC);
-    gated_residual_backward(dx_in, dg_, dp.omega, dp.gain, dr, a.x_in, a.g, p.omega, p.gain, p.gain_c,
-                            S(cfg_.residual_alpha(slot.layer)), long(N), C);
-    dg = dg_;
-  } else {
-    const S alpha = S(cfg_.residual_alpha(slot.layer));
-#pragma omp parallel for schedule(static) if((long)NC > ops::kParallelMinWork)
-    for (long k = 0; k < (long)NC; k++) dx_in[k] = alpha * dr[k];
-  }
-  // x_d = x_d + g:  dg += d(loss)/d(x_d)
-  if (dd) {
-#pragma omp parallel for schedule(static) if((long)NC > ops::kParallelMinWork)
-    for (long k = 0; k < (long)NC; k++) dg_[k] = dg[k] + dd[k];
-    dg = dg_;
-  }
-  // g = ln_branch(f)
-  const S* df = dg;
-  if (sites.branch) {
-    zero(df_, NC);
-    norm_backward(df_, dp.ln_branch, dg, a.f, p.ln_branch, a.br_mean, a.br_rstd, N);
-    df = df_;
-  }
-  if (training_ && cfg_.dropout > 0) {
-    zero(ddrop_, NC);
-    dropout_backward(ddrop_, df, cfg_.dropout, dropout_site_seed(i + 1), NC, dropout_first(NC));
-    df = ddrop_;
-  }
-  // f = F(h); without an input norm h is x itself, so dh accumulates straight into dx
-  S* dh = sites.in ? dh_ : dx_in;
-  if (sites.in) zero(dh_, NC);
-  switch (slot.kind) {  // dh += J_F^T df (and F's parameter gradients)
-    case Sublayer::Attn: attn_backward(i, df, dh); break;
-    case Sublayer::Cross: cross_backward(i, df, dh); break;
-    case Sublayer::Mlp: mlp_backward(i, df, dh); break;
-  }
-  // h = ln_in(x)
-  if (sites.in) norm_backward(dx_in, dp.ln_in, dh_, a.x_in, p.ln_in, a.in_mean, a.in_rstd, N);
 }
 
 template <class S>

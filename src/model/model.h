@@ -17,6 +17,7 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "model/qk_norm.h"
+#include "model/stage.h"
 #include "ops/attention.h"
 #include "util/error.h"
 
@@ -187,6 +188,8 @@ class Model {
   // parameters of sub-layer i (i = 2l attn, 2l+1 mlp), and the final norm (weight null if absent).
   const SublayerActs<S>& acts(int i) const { return a_[i]; }
   const SublayerParams<S>& sublayer_params_of(int i) const { return p_[i]; }
+  // Slot i's stages in the order its forward runs them (model/stage.h, model/stages.cpp).
+  const std::vector<const StageFns<S>*>& stages_of(int i) const { return stages_[size_t(i)]; }
   const NormParams<S>& final_norm() const { return lnf_; }
   const NormParams<S>& embed_norm() const { return lnemb_; }
   // The stack's output: the last block's output after the final norm, if any (ResiDual:
@@ -276,15 +279,11 @@ class Model {
   void jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last,
                           const S* tmem = nullptr, S* td = nullptr) const;
   // The branch F of each kind of sub-layer, one file per kind with its modes side by side
-  // (model/branch_attn.cpp, branch_cross.cpp, branch_mlp.cpp): forward (a.f = F(a.h) of slot i),
+  // (model/branch_attn.cpp, branch_cross.cpp, branch_mlp.cpp; the branch stage, stage_branch.cpp,
+  // picks one by the slot's kind): forward (a.f = F(a.h) of slot i),
   // backward (dh += J_F^T df; F's parameter gradients +=), forward mode over the batch (tf (K, rows, C)
   // = J_F th) and at one token of batch row `row`, its row n = row T + token (tf, th (K, C)).
-  struct JvpScratch {
-    S* hid = nullptr;  // (K, rows, max(qkv, fc width))
-    S* att = nullptr;  // (K, B, NH, T, max(T, S)), or (K, T) one head's scores at one token
-    S* mix = nullptr;  // (K, rows, max(C, F)), and the MLP's fold
-    S* kv = nullptr;   // (K, B, S, 2C): the memory's key-value tangents
-  };
+  using JvpScratch = normlab::JvpScratch<S>;
   void attn_forward(int i);
   void attn_backward(int i, const S* df, S* dh);
   void attn_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) const;
@@ -296,22 +295,12 @@ class Model {
   void mlp_backward(int i, const S* df, S* dh);
   void mlp_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) const;
   void mlp_jvp_token(int i, S* tf, const S* th, int K, size_t n, const JvpScratch& sc) const;
-  // The rows a forward-mode walk reads of the last forward's activations: every row of the slot (the
-  // full sequence: n = 0, rows = B T), or one token's (the token-local Jacobian: row n = batch_row T +
-  // token, one row per tangent, attention's tangent at that token only).
-  struct JvpRows {
-    bool token_local = false;
-    size_t n = 0;
-    int rows = 0;
-    int token = 0, batch_row = 0;
-  };
-  // Slot i in forward mode, the one walk of every JVP: tx (K, rows, C) its input tangent in, its
-  // output tangent out (tx and tr may swap); th, tf, tg scratch of that size; tmem the memory's tangent
-  // (cross-attention); td a two-stream stack's second stream, g's tangent added in.
-  void sublayer_jvp(int i, S*& tx, S*& tr, S* th, S* tf, S* tg, int K, const JvpRows& v, const JvpScratch& sc,
-                    const S* tmem, S* td) const;
-  // tf = J_F th: the branch of slot i's kind (by its kind, never by its position) in the walk's rows
-  void branch_jvp(int i, S* tf, const S* th, int K, const JvpRows& v, const JvpScratch& sc, const S* tmem) const;
+  using JvpRows = normlab::JvpRows;
+  // Slot i in forward mode, the one walk of every JVP (model/stage.h): f.tx its input tangent in, its
+  // output tangent out; part: every stage, or those before or after the branch (the closed-form block
+  // Jacobian, which takes the attention's place itself)
+  enum class StagePart { All, BeforeBranch, AfterBranch };
+  void sublayer_jvp(int i, JvpFlow<S>& f, StagePart part = StagePart::All) const;
   void sublayer_forward(int i);
   // dd (rows, C): d(loss)/d(x_d) of a two-stream stack (the same at every slot: x_d only sums), or null
   void sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd = nullptr);
@@ -373,7 +362,8 @@ class Model {
   S* lse_ = nullptr;                 // (B, T)
   // backward scratch, sized for the longer of the two sequences
   S* dstream_[2] = {nullptr, nullptr};  // (B, max(T, S), C) ping-pong
-  S* dh_ = nullptr, * df_ = nullptr, * dg_ = nullptr, * dr_ = nullptr, * ddrop_ = nullptr, * dmix_ = nullptr;
+  // dh_: the head's output gradient; df_, dg_: the sub-layer walk's pool (BackwardFlow); dr_: the MLM head's
+  S* dh_ = nullptr, * df_ = nullptr, * dg_ = nullptr, * dr_ = nullptr, * dmix_ = nullptr;
   S* dhid_ = nullptr;                // (B, max(T, S), max(3C, F))
   S* datt_ = nullptr;                // (B, NH, max(T, S), max(T, S))
   S* dgate_ = nullptr;               // (B, T, G) gated attention: d(loss)/d(the gate's pre-activation)
@@ -409,9 +399,14 @@ class Model {
   double z_loss_used_ = 0.0;         // the z-loss coefficient of the last forward's loss (0 in evaluation mode)
   double qk_clip_ = 0.0, qk_clip_alpha_ = 0.5;  // set_qk_clip
   std::vector<double> logit_max_;    // QK-Clip's maxima: (self-attention slot i, head h) at i * n_heads + h
-  bool profiling_ = false;           // profile_admin is running: sublayer_forward sets omega
+  bool profiling_ = false;           // profile_admin is running: its stage sets omega (stage_admin_profile.cpp)
   double profile_ratio_ = 1.0;
   std::vector<double> profiled_;
+  std::vector<std::vector<const StageFns<S>*>> stages_;  // per slot: its stages in forward order (stage.h)
+
+  // The stage files (model/stage_*.cpp) work on the activations, parameters and scratch directly.
+  template <class Kind>
+  friend struct StageOps;
 };
 
 extern template class Model<float>;

@@ -55,7 +55,14 @@ bool Model<S>::block_jacobian_covers(int first, int last) const {
       last > int(slots_.size()) || cfg_.attn_gate_width())
     return false;
   const Slot& attn = slots_[size_t(first)];
-  return attn.present && attn.kind == Sublayer::Attn && !cfg_.dual_stack(attn.layer);
+  if (!attn.present || attn.kind != Sublayer::Attn || cfg_.dual_stack(attn.layer)) return false;
+  // at most one stage before the branch transforms the value (its tangents have one scratch buffer)
+  int before = 0;
+  for (const StageFns<S>* stage : stages_[size_t(first)]) {
+    if (stage->branch) break;
+    before += stage->transforms;
+  }
+  return before <= 1;
 }
 
 template <class S>
@@ -70,7 +77,6 @@ void Model<S>::block_jacobian(S* J, int layer) const {
   const int ai = 2 * layer, mi = 2 * layer + 1;
   const SublayerActs<S>& a = a_[ai];
   const SublayerParams<S>& p = p_[ai];
-  const NormSites sites = norm_sites(cfg_.placement_of(layer), Sublayer::Attn);
   const ops::ScoreMap sm = score_map();
   const S scale = S(sm.scale_for(HS));
   const bool causal = cfg_.causal(), capped = sm.softcap > 0;
@@ -102,11 +108,14 @@ void Model<S>::block_jacobian(S* J, int layer) const {
     for (int t = 0; t < T; t++) unit[(size_t(k) * T + t) * C + k] = S(1);
 
   // R (T, QW, C): R[t][r][k] = d qkv_t[r] / d x_t[k], by the tangent path's token-local kernels
-  const S* h = unit;
-  if (sites.in) {
-    norm_jvp(th, unit, a.x_in, p.ln_in, a.in_mean, a.in_rstd, C, T);
-    h = th;
-  }
+  // h's tangents: the stages before the branch (the input norm, if any), on every token at once
+  JvpFlow<S> before;
+  before.tx = unit;
+  before.pool[0] = before.pool[1] = th;  // (block_jacobian_covers: at most one stage transforms the value there)
+  before.K = C;
+  before.rows = JvpRows{false, 0, T, 0, 0};
+  sublayer_jvp(ai, before, StagePart::BeforeBranch);
+  const S* h = before.v;
   matmul_jvp(thid, h, p.w1, C, T, C, QW);
   attn_qk_jvp(ai, thid, C, T, T, 0, 0);  // QK-norm's (and V-norm's) tangent, RoPE at each token's position
   // (per token, the C x QW matrix thid[:, t, :] transposed in 16 x 16 tiles: row by row its reads
@@ -130,29 +139,28 @@ void Model<S>::block_jacobian(S* J, int layer) const {
         for (int t = 0; t < T; t++) unitA[(size_t(m) * T + t) * A + m] = S(1);
     }
     matmul_jvp(tf, unitA, p.w2, A, T, A, C);  // f = W_o mix
-    if (sites.branch)
-      norm_jvp(g, tf, a.f, p.ln_branch, a.br_mean, a.br_rstd, A, T);
-    else
-      std::copy(tf, tf + size_t(A) * TC, g);
+    // the stages after the branch (the branch norm, the shortcut, the output norm; nGPT's update on the
+    // sphere) on A + C tangents: f's tangents then zeros, and zeros then the shortcut's unit tangents
+    std::copy(tf, tf + size_t(A) * TC, g);
     std::fill(g + size_t(A) * TC, g + size_t(AC) * TC, S(0));
     std::fill(tx, tx + size_t(A) * TC, S(0));
     std::copy(unit, unit + KTC, tx + size_t(A) * TC);
-    // r = omega * x + lambda * g (nGPT: A + |a| (g - A), A the stream on the sphere; into post);  x' = ln_out(r)
-    if (p.eigen_lr)
-      sphere_residual_jvp(post, tx, g, a.x_in, a.sc_rstd, p.eigen_lr, sphere_scale("eigen_lr", C).factor, long(AC) * T,
-                          long(T), C);
-    else
-      gated_residual_jvp(post, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(layer)), long(AC) * T, C);
-    S* xo = post;
-    if (sites.out) {
-      norm_jvp(tx, post, a.r, p.ln_out, a.out_mean, a.out_rstd, AC, T);
-      xo = tx;
-    }
+    JvpFlow<S> after;
+    after.tx = tx;
+    after.v = g;
+    after.pool[0] = post;
+    after.pool[1] = g;
+    after.K = AC;
+    after.rows = JvpRows{false, 0, T, 0, 0};
+    sublayer_jvp(ai, after, StagePart::AfterBranch);
+    S* xo = after.tx;
     // the MLP sub-layer is token-local: the tangent path applies it (folded into C x C per token)
-    if (slots_[size_t(mi)].present)
+    if (slots_[size_t(mi)].present) {
+      post = after.pool[0];  // (not after.tx: finish() swapped it out of the pool)
       jvp_sublayers_impl(post, xo, nullptr, AC, mi, mi + 1);
-    else if (xo != post)
-      std::copy(xo, xo + size_t(AC) * TC, post);
+    } else {
+      post = xo;
+    }
   }
 
   // s (T_j, NH, T_i, C): s[j][h][i] = c RK_j^kv(h)T q_i^h

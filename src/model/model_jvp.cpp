@@ -69,21 +69,25 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
   const size_t nkv = tmem ? size_t(K) * B * S_ * 2 * C : 0;
   // tmix also holds the MLP fold below, (F, C) + (C, C): more than K N max(C, F) when N is tiny (T = 1)
   const size_t nmix = std::max(size_t(K) * N * std::max({C, F, A}), size_t(F) * C + size_t(C) * C);
-  if (jvp_scratch_.size() < 5 * KNC + nhid + natt + nmix + nkv) jvp_scratch_.resize(5 * KNC + nhid + natt + nmix + nkv);
-  S* tx = jvp_scratch_.data();
-  S* th = tx + KNC;
-  S* tf = th + KNC;
-  S* tg = tf + KNC;
-  S* tr = tg + KNC;
-  S* thid = tr + KNC;
+  if (jvp_scratch_.size() < 3 * KNC + nhid + natt + nmix + nkv) jvp_scratch_.resize(3 * KNC + nhid + natt + nmix + nkv);
+  JvpFlow<S> f;
+  f.tx = jvp_scratch_.data();
+  f.pool[0] = f.tx + KNC;
+  f.pool[1] = f.pool[0] + KNC;
+  S* thid = f.pool[1] + KNC;
   S* tatt = thid + nhid;
   S* tmix = tatt + natt;
   S* tkv = tmix + nmix;
-  const JvpScratch sc{thid, tatt, tmix, tkv};
+  f.K = K;
+  f.rows = JvpRows{false, 0, N, 0, 0};
+  f.sc = JvpScratch{thid, tatt, tmix, tkv};
+  f.tmem = tmem;
+  f.td = td;
   if (tin) {
-    std::copy(tin, tin + KNC, tx);
+    std::copy(tin, tin + KNC, f.tx);
   } else {  // unit tangents: tangent k is 1 at flat position unit[k] of (B, T, C)
     const size_t NC = size_t(N) * C;
+    S* tx = f.tx;
 #pragma omp parallel for schedule(static)
     for (int k = 0; k < K; k++) {
       std::fill(tx + size_t(k) * NC, tx + size_t(k + 1) * NC, S(0));
@@ -91,62 +95,25 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
     }
   }
   for (int i = first; i < last; i++)
-    if (slots_[size_t(i)].present) sublayer_jvp(i, tx, tr, th, tf, tg, K, JvpRows{false, 0, N, 0, 0}, sc, tmem, td);
-  std::copy(tx, tx + KNC, tout);
+    if (slots_[size_t(i)].present) sublayer_jvp(i, f);
+  std::copy(f.tx, f.tx + KNC, tout);
 }
 
+// The stages in order on the value's tangent (model/stage.h), from the stream's tangent f.tx; the
+// output's tangent ends in f.tx. A part starts (AfterBranch) from f.v as its caller set it.
 template <class S>
-void Model<S>::branch_jvp(int i, S* tf, const S* th, int K, const JvpRows& v, const JvpScratch& sc,
-                          const S* tmem) const {
-  switch (slots_[size_t(i)].kind) {
-    case Sublayer::Attn:
-      if (v.token_local) return attn_jvp_token(i, tf, th, K, v.token, v.batch_row, sc);
-      return attn_jvp(i, tf, th, K, sc);
-    case Sublayer::Cross:
-      if (v.token_local) throw Error("token-local Jacobians of cross-attention are not implemented");
-      return cross_jvp(i, tf, th, K, tmem, sc);
-    case Sublayer::Mlp:
-      if (v.token_local) return mlp_jvp_token(i, tf, th, K, v.n, sc);
-      return mlp_jvp(i, tf, th, K, sc);
+void Model<S>::sublayer_jvp(int i, JvpFlow<S>& f, StagePart part) const {
+  const std::vector<const StageFns<S>*>& list = stages_[size_t(i)];
+  size_t k = 0, end = list.size();
+  if (part != StagePart::All) {
+    size_t b = 0;
+    while (b < list.size() && !list[b]->branch) b++;
+    if (part == StagePart::BeforeBranch) end = b;
+    else k = b + 1;
   }
-}
-
-template <class S>
-void Model<S>::sublayer_jvp(int i, S*& tx, S*& tr, S* th, S* tf, S* tg, int K, const JvpRows& v,
-                            const JvpScratch& sc, const S* tmem, S* td) const {
-  const Slot& slot = slots_[size_t(i)];
-  const SublayerActs<S>& a = a_[i];
-  const SublayerParams<S>& p = p_[i];
-  const NormSites sites = norm_sites(cfg_.placement_of(slot.layer), slot.kind);
-  const int C = cfg_.d_model, R = v.rows;
-  const size_t n = v.n, nC = v.n * size_t(C);
-  // h = ln_in(x)
-  const S* h = tx;
-  if (sites.in) {
-    norm_jvp(th, tx, a.x_in + nC, p.ln_in, a.in_mean + n, a.in_rstd + n, K, R);
-    h = th;
-  }
-  // f = F(h): the branch of the slot's kind (model/branch_{attn,cross,mlp}.cpp)
-  branch_jvp(i, tf, h, K, v, sc, tmem);
-  // g = ln_branch(f)
-  const S* g = tf;
-  if (sites.branch) {
-    norm_jvp(tg, tf, a.f + nC, p.ln_branch, a.br_mean + n, a.br_rstd + n, K, R);
-    g = tg;
-  }
-  // x_d = x_d + g (a two-stream stack)
-  if (td)
-    for (size_t k = 0; k < size_t(K) * R * C; k++) td[k] += g[k];
-  // r = omega * x + lambda * g (nGPT: A + |a| (g - A));  x' = ln_out(r)
-  if (p.eigen_lr)
-    sphere_residual_jvp(tr, tx, g, a.x_in + nC, a.sc_rstd + n, p.eigen_lr, sphere_scale("eigen_lr", C).factor,
-                        long(K) * R, long(R), C);
-  else
-    gated_residual_jvp(tr, tx, g, p.omega, p.gain, p.gain_c, S(cfg_.residual_alpha(slot.layer)), long(K) * R, C);
-  if (sites.out)
-    norm_jvp(tx, tr, a.r + nC, p.ln_out, a.out_mean + n, a.out_rstd + n, K, R);
-  else
-    std::swap(tx, tr);
+  if (part != StagePart::AfterBranch) f.v = f.tx;
+  for (; k < end; k++) list[k]->jvp(*this, i, f);
+  if (part != StagePart::BeforeBranch) f.finish();
 }
 
 template <class S>
@@ -201,21 +168,22 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
   const int FW = cfg_.fc_width();
   const int QW = cfg_.qkv_width(), A = cfg_.attn_width();
   const size_t hid = size_t(K) * std::max({3 * C, FW, QW}), mix = size_t(K) * std::max({C, F, A});
-  const size_t need = 5 * KC + hid + mix + size_t(K) * T;
+  const size_t need = 3 * KC + hid + mix + size_t(K) * T;
   if (jvp_scratch_.size() < need) jvp_scratch_.resize(need);
-  S* tx = jvp_scratch_.data();
-  S* th = tx + KC;
-  S* tf = th + KC;
-  S* tg = tf + KC;
-  S* tr = tg + KC;
-  S* thid = tr + KC;                                 // (K, 3C) | (K, FW)
+  JvpFlow<S> f;
+  f.tx = jvp_scratch_.data();
+  f.pool[0] = f.tx + KC;
+  f.pool[1] = f.pool[0] + KC;
+  S* thid = f.pool[1] + KC;                          // (K, 3C) | (K, FW)
   S* tmix = thid + hid;                             // (K, A) | (K, F)
   S* ts = tmix + mix;                               // (K, T) one head's score tangents
-  const JvpScratch tsc{thid, ts, tmix, nullptr};
-  std::copy(tin, tin + KC, tx);
+  f.K = K;
+  f.rows = JvpRows{true, n, 1, token, row};
+  f.sc = JvpScratch{thid, ts, tmix, nullptr};
+  std::copy(tin, tin + KC, f.tx);
   for (int i = 2 * layer; i < 2 * layer + 2; i++)  // (a block's two slots)
-    if (slots_[size_t(i)].present) sublayer_jvp(i, tx, tr, th, tf, tg, K, JvpRows{true, n, 1, token, row}, tsc, nullptr, nullptr);
-  std::copy(tx, tx + KC, tout);
+    if (slots_[size_t(i)].present) sublayer_jvp(i, f);
+  std::copy(f.tx, f.tx + KC, tout);
 }
 
 template <class S>
@@ -299,9 +267,7 @@ void Model<S>::vjp_stacks(S* dsrc, S* din, const S* dout) {
   template void Model<S>::jvp_encdec(S*, const S*, const S*, int) const;                                \
   template void Model<S>::vjp_encdec(S*, S*, const S*);                                                 \
   template void Model<S>::jvp_block_token_local(S*, const S*, int, int, int, int) const;                \
-  template void Model<S>::sublayer_jvp(int, S*&, S*&, S*, S*, S*, int, const JvpRows&, const JvpScratch&,    \
-                                       const S*, S*) const;                                             \
-  template void Model<S>::branch_jvp(int, S*, const S*, int, const JvpRows&, const JvpScratch&, const S*) const; \
+  template void Model<S>::sublayer_jvp(int, JvpFlow<S>&, StagePart) const;                              \
   template void Model<S>::vjp_sublayers(S*, const S*, int, int);
 NL_INSTANTIATE(float)
 NL_INSTANTIATE(double)
