@@ -1,4 +1,6 @@
-// trainer.cpp: the training loop, in one process or data-parallel over MPI ranks (TrainOptions::comm).
+// trainer.cpp: a training run, in one process or data-parallel over MPI ranks (TrainOptions::comm):
+// opening it (the model, the optimizer, a resumed run's state; its data in train/run_data.h and its
+// directory in train/run_dir.h) and the loop over its steps (TrainingLoop).
 #include "util/clock.h"
 #include "train/trainer.h"
 
@@ -6,10 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <cerrno>
-#include <cstring>
 #include <fmt/format.h>
-#include <fstream>
 #include <limits>
 #include <optional>
 
@@ -21,10 +20,11 @@
 #include "train/health.h"
 #include "train/layer_log.h"
 #include "train/resume.h"
+#include "train/run_data.h"
+#include "train/run_dir.h"
 #include "train/step.h"
 #include "io/safetensors.h"
 #include "train/translation.h"
-#include "model/decode.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/json_reader.h"
@@ -94,49 +94,6 @@ bool all_finite(const std::vector<float>& v) {
   return true;
 }
 
-class MetricsFile {
- public:
-  // append: a resumed run continues the file (already cut back to its checkpoint's step). A new
-  // run's metrics file that cannot be created, or whose first line cannot be written, is removed
-  // with the run's config.json, so a full disk leaves no half run that would refuse the next attempt.
-  MetricsFile(const std::string& path, bool append)
-      : path_(path), out_(path, append ? std::ios::app : std::ios::trunc), append_(append) {
-    if (!out_) {
-      const int err = errno;
-      discard();
-      throw Error(fmt::format("cannot write metrics file '{}': {}", path, std::strerror(err)));
-    }
-  }
-  void write(const nlohmann::json& line) {
-    errno = 0;
-    out_ << dump_json(line) << '\n';
-    out_.flush();
-    if (!out_) {
-      const int err = errno;
-      if (lines_ == 0) discard();  // (a resumed run's file is kept)
-      throw Error(fmt::format("write to '{}' failed: {}", path_, err ? std::strerror(err) : "disk full?"));
-    }
-    lines_++;
-  }
-
- private:
-  void discard() {
-    if (append_) return;
-    out_.close();
-    std::error_code ec;
-    fs::remove(path_, ec);
-    fs::remove(fs::path(path_).parent_path() / "config.json", ec);
-  }
-
- public:
-
- private:
-  std::string path_;
-  std::ofstream out_;
-  bool append_;
-  long lines_ = 0;
-};
-
 // Where a run starts: with options.resume, the newest checkpoint of the run directory (its state,
 // path and model config), refused with the reason when its config, the run's own config.json, the
 // number of ranks or train.steps do not allow an exact continuation; otherwise the model config
@@ -200,16 +157,334 @@ RunStart start_of_run(const RunConfig& cfg, const TrainOptions& options) {
   return start;
 }
 
+// One run's loop over its steps, from its opened model, optimizer, data and directory: the state
+// carried from step to step (the data order, the plateau, the health checks, the logs) and the records
+// it writes. prepare() restores a resumed run's state and does what precedes the first step; run() takes
+// the steps; finish() scores the final parameters and writes the summary.
+class TrainingLoop {
+ public:
+  TrainingLoop(const RunConfig& cfg, const TrainOptions& options, const RunStart& begin, Model<float>& model,
+               AdamW& optimizer, const RunData& data, RunDirectory& dir, const nlohmann::json& resolved_json,
+               TrainResult& result)
+      : cfg_(cfg), tc_(cfg.train), options_(options), comm_(options.comm), quiet_(options.quiet || !comm_.root()),
+        begin_(begin), model_(model), optimizer_(optimizer), data_(data), dir_(dir), resolved_json_(resolved_json),
+        result_(result), sched_{tc_.schedule, tc_.lr, tc_.warmup_steps, tc_.min_lr, int(tc_.steps)},
+        data_rng_(uint64_t(tc_.seed), 1), shard_(shard_of(data.B, comm_)),
+        tokens_per_step_(double(data.B) * data.Tb * tc_.grad_accum),
+        health_(result.unigram_entropy, result.unigram_unit, std::max<long>(tc_.warmup_steps, tc_.steps / 4)),
+        blocks_(block_ranges(model.table(), model.config())) {}
+
+  void prepare(const KeptMetrics& kept);
+  void run();
+  void finish();
+
+ private:
+  void write(const nlohmann::json& record) { dir_.write(record); }
+  void warn(const HealthWarning& w) {
+    result_.warnings.push_back(w.text);
+    write({{"type", "warning"}, {"step", w.step}, {"what", w.what}, {"text", w.text}});
+    if (!quiet_) fmt::print("warning: {}\n", w.text);
+  }
+  void checkpoint(long step, const std::array<uint64_t, 4>& rng, long row) {
+    if (comm_.root())
+      save_run_checkpoint(dir_.path(), model_, optimizer_,
+                          ResumeState{step, rng, row, resolved_json_, comm_.size(), plateau_}, tc_.keep_checkpoints);
+  }
+  void print_header() const;
+  void profile_admin();
+  void probe_logits(std::vector<float>& out) {
+    model_.set_training(false);
+    model_.forward(probe_->ids.data(), probe_->labels.data(), probe_->B, probe_->T, probe_->types_or_null(),
+                   probe_->mask_or_null(), probe_->source());
+    out.assign(model_.logits(), model_.logits() + size_t(probe_->B) * probe_->T * model_.config().vocab_size());
+  }
+  // One optimizer step: false when the run stops there (diverged).
+  bool step(long step);
+  // The gradients of step's batch (its micro-batches, summed over the ranks): the mean loss, NaN or
+  // infinite when a micro-batch's loss was not finite (then the gradients are incomplete).
+  double gradients(long step, bool& bad_loss);
+  void diverged(long step, double loss, bool bad_loss, const std::array<uint64_t, 4>& rng_before, long row_before);
+  void evaluate(long step, bool last);
+  void print_progress(long step, bool last, double loss, double lr, double gnorm);
+
+  const RunConfig& cfg_;
+  const TrainConfig& tc_;
+  const TrainOptions& options_;
+  const dist::Comm& comm_;
+  const bool quiet_;  // rank 0 alone prints
+  const RunStart& begin_;
+  Model<float>& model_;
+  AdamW& optimizer_;
+  const RunData& data_;
+  RunDirectory& dir_;
+  const nlohmann::json& resolved_json_;
+  TrainResult& result_;
+  const ScheduleConfig sched_;
+  Rng data_rng_;
+  const Shard shard_;
+  double tokens_per_step_;  // a translation batch: its real tokens
+  long next_row_ = 0;       // a token file's next training row
+  long start_ = 0;          // steps done before this process (a resumed run)
+  Plateau plateau_;         // train.stop_patience: the validation losses so far (train/plateau.h)
+  RunHealth health_;        // a run that stops learning says so (train/health.h)
+  const std::vector<std::pair<size_t, size_t>> blocks_;
+  std::optional<LayerLogger> layer_logger_;  // train.log_every_layers
+  std::optional<Batch> probe_;               // DeepNet's model update on a fixed probe batch
+  std::vector<float> logits_before_;
+  Clock::time_point t0_;
+  double window_tokens_ = 0, window_seconds_ = 0;
+};
+
+void TrainingLoop::prepare(const KeptMetrics& kept) {
+  if (const std::optional<ResumeState>& resumed = begin_.resumed) {
+    plateau_ = resumed->plateau;
+    data_rng_.set_state(resumed->data_rng);
+    next_row_ = resumed->next_row;
+    start_ = result_.steps_done = resumed->step;
+    result_.last_train_loss = kept.last_train_loss;
+    result_.last_val_loss = kept.last_val_loss;
+    if (!quiet_) fmt::print("resuming from step {} ({})\n", start_, begin_.resumed_path);
+  }
+  plateau_.min_improvement = tc_.stop_min_improvement;
+  plateau_.patience = tc_.stop_patience;
+  plateau_.uncounted_until = tc_.stop_after_warmup ? tc_.warmup_steps : 0;
+  result_.stopped_at_plateau = plateau_.reached();  // (a resumed run that had stopped at one)
+  if (!quiet_) print_header();
+  profile_admin();
+  // every rank starts from rank 0's parameters (they agree already unless thread counts differ)
+  comm_.broadcast(model_.params().data(), model_.params().size());
+  if (tc_.log_every_layers > 0 && comm_.root()) layer_logger_.emplace(model_);
+  if (tc_.log_model_update && comm_.root()) probe_ = data_.probe_batch(uint64_t(tc_.seed));
+}
+
+void TrainingLoop::print_header() const {
+  const ModelConfig& mc = model_.config();
+  const int B = data_.B;
+  fmt::print("normlab train: {} params, {} layers ({}), {} d_model, batch {}x{}x{}, {} steps -> {}\n",
+             model_.table().total, mc.n_layers, to_string(mc.placement_of(0)), mc.d_model, B, data_.Tb,
+             tc_.grad_accum, tc_.steps, tc_.out_dir);
+  fmt::print("input: {}\n", data_.input);
+  if (comm_.size() > 1)
+    fmt::print("data parallel over {} MPI ranks: each takes {} rows of every batch of {}; OpenMP threads per "
+               "rank: {}\n",
+               comm_.size(),
+               B % comm_.size() ? fmt::format("{} or {}", B / comm_.size(), B / comm_.size() + 1)
+                                : fmt::format("{}", B / comm_.size()),
+               B,
+               dist::threads_per_rank() ? fmt::format("{} (the cores this rank may use / ranks on this node)",
+                                                      *dist::threads_per_rank())
+                                        : std::string("OMP_NUM_THREADS"));
+  if (data_.rows && B < tc_.batch_size)
+    fmt::print("train.batch_size = {}: the token file has {} training rows, so a batch is those {} rows\n",
+               tc_.batch_size, data_.rows->train.B, B);
+}
+
+// Admin's profiled omega: one pass over a batch of its own (the training data order is unchanged)
+void TrainingLoop::profile_admin() {
+  const ModelConfig& mc = model_.config();
+  bool admin = false;
+  for (int l = 0; l < mc.total_layers(); l++) admin |= mc.placement_of(l) == Placement::Admin;
+  if (!admin || mc.admin_init != AdminInit::Profile || !tc_.init_from.empty() || begin_.resumed) return;
+  const Batch b = data_.profile_batch(uint64_t(tc_.seed));
+  const std::vector<double> omegas = model_.profile_admin(b.ids.data(), b.B, b.T, b.mask_or_null(), b.source());
+  write({{"type", "admin_profile"}, {"omega", omegas}});
+  if (!quiet_) fmt::print("admin: profiled omega by sub-layer: {:.3f}\n", fmt::join(omegas, " "));
+}
+
+void TrainingLoop::run() {
+  t0_ = Clock::now();
+  for (long s = start_ + 1; s <= tc_.steps && !result_.stopped_at_plateau; s++) {
+    if (comm_.any(options_.stop && options_.stop->load())) {  // every rank stops at the same step
+      result_.interrupted = true;
+      if (result_.steps_done > 0) checkpoint(result_.steps_done, data_rng_.state(), next_row_);
+      break;
+    }
+    if (!step(s)) break;
+  }
+}
+
+double TrainingLoop::gradients(long step, bool& bad_loss) {
+  model_.zero_grad();
+  double loss = 0;
+  bad_loss = false;
+  if (data_.parallel) tokens_per_step_ = 0;
+  for (int micro = 0; micro < tc_.grad_accum; micro++) {
+    const Batch sampled = data_.train_batch(data_rng_, next_row_, tokens_per_step_);
+    // one process: the whole batch; several ranks: this rank's rows, whose mean loss weighs by its
+    // share of the batch's labelled tokens (translation shards differ by their padding)
+    const Batch mine = comm_.size() > 1 ? batch_rows(sampled, shard_.first, shard_.rows) : Batch{};
+    const Batch& batch = comm_.size() > 1 ? mine : sampled;
+    model_.set_training(true, uint64_t(step) * 65536 + micro, shard_.first);
+    const double l_mine = model_.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T,
+                                         batch.types_or_null(), batch.mask_or_null(), batch.source());
+    double l = l_mine, weight = 1;
+    if (comm_.size() > 1) {
+      const double labelled = double(labelled_positions(sampled)), n_mine = double(model_.label_count());
+      weight = n_mine / labelled;
+      double sum = 0;  // the batch's mean loss: the ranks' sums, added in rank order
+      for (double part : comm_.all_gather(n_mine > 0 ? l_mine * n_mine : 0.0)) sum += part;
+      l = sum / labelled;
+    }
+    if (!std::isfinite(l)) {
+      bad_loss = true;
+      return l;
+    }
+    if (weight > 0) model_.backward(weight / tc_.grad_accum);
+    loss += l / tc_.grad_accum;
+    if (options_.on_micro_batch) options_.on_micro_batch(step, micro);
+  }
+  comm_.sum_in_rank_order(model_.grads().data(), model_.grads().size());
+  return loss;
+}
+
+void TrainingLoop::diverged(long step, double loss, bool bad_loss, const std::array<uint64_t, 4>& rng_before,
+                            long row_before) {
+  result_.diverged = true;
+  result_.diverged_step = step;
+  result_.diverged_tensor = bad_loss ? "loss" : first_nonfinite(model_);
+  write({{"type", "diverged"}, {"step", step}, {"tensor", result_.diverged_tensor},
+         {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)}});
+  // the parameters have not been updated this step: if finite they are the last good state
+  if (all_finite(model_.params())) checkpoint(step - 1, rng_before, row_before);
+  if (!quiet_)
+    fmt::print("diverged at step {}: non-finite {}{}; metrics and the last good checkpoint are in {}\n", step,
+               bad_loss ? "loss" : "gradient in ", bad_loss ? "" : result_.diverged_tensor, tc_.out_dir);
+}
+
+bool TrainingLoop::step(long step) {
+  const std::array<uint64_t, 4> rng_before = data_rng_.state();  // for a checkpoint of step - 1
+  const long row_before = next_row_;
+  const auto step_t0 = Clock::now();
+  const double lr = learning_rate(sched_, step);
+  bool bad_loss = false;
+  const double loss = gradients(step, bad_loss);
+  const double gnorm = bad_loss ? std::numeric_limits<double>::quiet_NaN() : grad_norm(model_.grads());
+  if (bad_loss || !std::isfinite(gnorm)) {
+    diverged(step, loss, bad_loss, rng_before, row_before);
+    return false;
+  }
+  if (comm_.root())
+    if (const auto w = health_.on_gradient(step, ranges_norm(model_.grads(), blocks_), gnorm)) warn(*w);
+  // at step 1, every log_every_layers steps and the last: the readings of this step's last
+  // micro-batch, its gradients and its update
+  const bool log_layers = layer_logger_ && (step == 1 || step % tc_.log_every_layers == 0 || step == tc_.steps);
+  if (log_layers) layer_logger_->begin(model_);
+  if (log_layers && probe_) probe_logits(logits_before_);
+  const UpdateNotes update = apply_update(model_, optimizer_, lr, step, clip_scale(gnorm, tc_.grad_clip), &comm_);
+  if (log_layers) {
+    nlohmann::json record = layer_logger_->finish(model_, step);
+    if (probe_) {
+      std::vector<float> logits_after;
+      probe_logits(logits_after);
+      record["model_update"] = model_update_norm(logits_before_, logits_after.data(), long(probe_->B) * probe_->T,
+                                                 model_.config().vocab_size());
+    }
+    write(record);
+  }
+  const double dt = seconds_since(step_t0);
+  window_tokens_ += tokens_per_step_;
+  window_seconds_ += dt;
+  result_.steps_done = step;
+  result_.last_train_loss = loss;
+  nlohmann::json train_record = {{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
+                                 {"tokens_per_s", tokens_per_step_ / dt}, {"elapsed_s", seconds_since(t0_)}};
+  if (tc_.qk_clip > 0)  // QK-Clip: the step's largest score (before the rescale) and the groups rescaled
+    train_record.update({{"max_logit", update.max_logit}, {"qk_clipped", update.qk_clipped}});
+  write(train_record);
+  if (options_.on_step && comm_.root()) options_.on_step({step, tc_.steps, loss, lr, gnorm, seconds_since(t0_)});
+  const bool last = step == tc_.steps;
+  if ((tc_.eval_every > 0 && step % tc_.eval_every == 0) || last) evaluate(step, last);
+  print_progress(step, last, loss, lr, gnorm);
+  if ((tc_.checkpoint_every > 0 && step % tc_.checkpoint_every == 0) || last || result_.stopped_at_plateau)
+    checkpoint(step, data_rng_.state(), next_row_);
+  return true;
+}
+
+void TrainingLoop::evaluate(long step, bool last) {
+  const double val = comm_.root() ? data_.validation_loss(model_, tc_) : std::numeric_limits<double>::quiet_NaN();
+  result_.last_val_loss = val;
+  if (std::isfinite(val)) {
+    write({{"type", "val"}, {"step", step}, {"loss", val}});
+    if (!quiet_) fmt::print("step {:>6} | validation loss {:.4f}\n", step, val);
+    if (const auto w = health_.on_eval(step, val)) warn(*w);
+  }
+  // every rank stops at the same step (only the root evaluates)
+  result_.stopped_at_plateau = comm_.any(comm_.root() && std::isfinite(val) && plateau_.update(val, step)) && !last;
+  if (!result_.stopped_at_plateau) return;
+  write({{"type", "plateau"}, {"step", step}, {"lowest_val_loss", plateau_.lowest}, {"lowest_step", plateau_.lowest_step}});
+  if (!quiet_)
+    fmt::print("step {:>6} | a validation plateau: no improvement of {:g}% in {} evaluations (lowest "
+               "{:.4f} at step {}); training stops here\n",
+               step, 100 * tc_.stop_min_improvement, tc_.stop_patience, plateau_.lowest, plateau_.lowest_step);
+}
+
+void TrainingLoop::print_progress(long step, bool last, double loss, double lr, double gnorm) {
+  if (quiet_ || !(step % tc_.log_every == 0 || step == 1 || last)) return;
+  const double elapsed = seconds_since(t0_);
+  fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | "
+             "elapsed {} | eta {}\n",
+             step, tc_.steps, loss, lr, gnorm, window_tokens_ / window_seconds_, format_duration(elapsed),
+             format_duration(elapsed / double(step - start_) * double(tc_.steps - step)));
+  std::fflush(stdout);
+  window_tokens_ = window_seconds_ = 0;
+}
+
+void TrainingLoop::finish() {
+  const bool completed = result_.steps_done > 0 && !result_.diverged && comm_.root();
+  if (data_.parallel && cfg_.data.bleu_sentences > 0 && completed) {
+    model_.set_training(false);
+    const BleuResult bleu = validation_bleu(model_, *data_.parallel, cfg_.data.bleu_sentences);
+    result_.bleu = bleu.bleu;
+    write({{"type", "bleu"}, {"step", result_.steps_done}, {"bleu", bleu.bleu},
+           {"sentences", bleu.sentences}, {"detail", bleu.detail}, {"decoding", "greedy"}});
+    if (!quiet_) fmt::print("validation BLEU (greedy, first {} pairs): {}\n", bleu.sentences, bleu.detail);
+  }
+  if (data_.has_test() && completed && !result_.interrupted) {
+    std::tie(result_.test_loss, result_.test_tokens) = data_.test_loss(model_, tc_);
+    write({{"type", "test"}, {"step", result_.steps_done}, {"loss", result_.test_loss},
+           {"tokens", result_.test_tokens}});
+    if (!quiet_)
+      fmt::print("test loss {:.4f}: the final parameters (step {}) on the whole test split ({} labelled positions, "
+                 "never trained or validated on)\n",
+                 result_.test_loss, result_.steps_done, result_.test_tokens);
+  }
+  if (completed && !result_.interrupted)
+    for (const HealthWarning& w : health_.at_end(result_.steps_done, result_.last_val_loss)) warn(w);
+  result_.seconds = seconds_since(t0_);
+  result_.tokens_per_s = double(result_.steps_done - start_) * tokens_per_step_ / std::max(1e-9, result_.seconds);
+  auto finite_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  write({{"type", "summary"},
+         {"steps", result_.steps_done},
+         {"train_loss", result_.last_train_loss},
+         {"val_loss", finite_or_null(result_.last_val_loss)},
+         {"diverged", result_.diverged},
+         {"bleu", finite_or_null(result_.bleu)},
+         {"test_loss", finite_or_null(result_.test_loss)},
+         {"test_tokens", result_.test_tokens},
+         {"warnings", result_.warnings},
+         {"interrupted", result_.interrupted},
+         {"stopped_at_plateau", result_.stopped_at_plateau},
+         {"lowest_val_loss", finite_or_null(plateau_.lowest)},
+         {"lowest_val_step", plateau_.lowest_step},
+         {"diverged_step", result_.diverged_step},
+         {"tokens_per_s", result_.tokens_per_s},
+         {"seconds", result_.seconds},
+         {"kernels", ops::to_string(ops::active_isa())},  // ops/isa.h: the path this run took
+         {"unigram_unit", result_.unigram_unit},
+         {"input", data_.input},
+         {"unigram_entropy", finite_or_null(result_.unigram_entropy)}});
+}
+
 }  // namespace
 
+// A run: opened (the model of its config or checkpoint, the optimizer, a resumed run's state, the
+// data), its directory (checked on every rank, then written by rank 0), the loop.
 TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   const TrainConfig& tc = cfg.train;
   const dist::Comm& comm = options.comm;
   const bool quiet = options.quiet || !comm.root();  // rank 0 alone prints
-  RunStart begin = start_of_run(cfg, options);
-  const std::optional<ResumeState>& resumed = begin.resumed;
-  const std::string& resumed_path = begin.resumed_path;
-  ModelConfig& model_cfg = begin.model_cfg;
+  const RunStart begin = start_of_run(cfg, options);
+  const ModelConfig& model_cfg = begin.model_cfg;
   if (!model_cfg.has_logits())
     throw Error("the model has no head (model.head = none, e.g. an imported BertModel): there is no loss to "
                 "train; set model.head = \"mlm\" (a new masked-LM head) or \"tied\"");
@@ -225,458 +500,37 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   model.set_label_smoothing(tc.label_smoothing);
   model.set_z_loss(tc.z_loss);
   model.set_qk_clip(tc.qk_clip, tc.qk_clip_alpha);  // (refuses a model whose attention cannot take it)
-  if (!tc.init_from.empty() && !resumed) load_params(tc.init_from, model);
+  if (!tc.init_from.empty() && !begin.resumed) load_params(tc.init_from, model);
   // the optimizer, and a resumed run's weights and moments, read (and checked: finite, shapes of the
   // config) before anything in the run directory is written, so a refusal changes nothing there
   AdamW optimizer(model.table(), tc.adamw);
-  if (resumed) load_training_checkpoint(resumed_path, model, optimizer);
-
-  // data: a corpus (text, or a token stream in data.tokens), rows of a token file, or parallel pairs
-  std::optional<TokenRows> rows;
-  std::optional<Corpus> corpus;
-  std::optional<TranslationData> parallel;
-  Masking masking;
-  const int T = tc.seq_len > 0 ? tc.seq_len : model_cfg.seq_len;
-  if (T > model_cfg.seq_len)
-    throw Error(fmt::format("train.seq_len = {} exceeds the model's seq_len {}", T, model_cfg.seq_len));
+  if (begin.resumed) load_training_checkpoint(begin.resumed_path, model, optimizer);
+  const RunData data = open_run_data(cfg, model_cfg, quiet);
   TrainResult result;
-  result.unigram_entropy = std::numeric_limits<double>::quiet_NaN();
+  result.unigram_entropy = data.unigram_entropy;
+  result.unigram_unit = data.unigram_unit;
   result.last_train_loss = result.last_val_loss = std::numeric_limits<double>::quiet_NaN();
-  if (!cfg.data.parallel.empty() && !model_cfg.encdec())
-    throw Error(fmt::format("data.parallel is a translation corpus: it needs model.arch = \"encdec\" (this model is {})",
-                            to_string(model_cfg.arch)));
-  std::string input;  // what the run trains on, in words (printed and in the summary)
-  if (!cfg.data.tokens.empty() && !is_token_stream(cfg.data.tokens)) {
-    const Batch all = load_token_file(cfg.data.tokens);
-    check_batch(all, model_cfg, cfg.data.tokens);
-    rows = split_token_rows(all, cfg.data.tokens, cfg.data.val_fraction, cfg.data.test_fraction);
-    input = rows->description();
-  } else if (!cfg.data.tokens.empty()) {
-    if (model_cfg.encdec())
-      throw Error(fmt::format("data.tokens '{}' is a token stream; an encoder-decoder trains on source-target rows "
-                              "(a seq2seq token file) or data.parallel",
-                              cfg.data.tokens));
-    corpus = load_token_stream(cfg.data.tokens, cfg.data.val_fraction, T, cfg.data.test_fraction);
-    check_model_fits_corpus(model_cfg, *corpus);
-    masking = model_cfg.arch == Arch::Encoder ? corpus->masking() : Masking{};
-    result.unigram_entropy = unigram_entropy(corpus->train);
-    result.unigram_unit = corpus->unit();
-  } else if (model_cfg.encdec()) {
-    if (cfg.data.parallel.empty())
-      throw Error("an encoder-decoder (model.arch = \"encdec\") trains on a parallel corpus: set data.parallel "
-                  "(a directory of {train,valid}.{src,tgt}, or es-en / web-kjv) or data.tokens");
-    if (model_cfg.vocab_size() < kEosToken + 1 || model_cfg.src_vocab_size() < kEosToken + 1)
-      throw Error(fmt::format("data.parallel is byte-level with BOS {} and EOS {}: model.vocab must be >= {}",
-                              kBosToken, kEosToken, kEosToken + 1));
-    parallel = load_translation(cfg.data.parallel, T);
-    input = fmt::format("parallel corpus '{}'", parallel->dir);
-    if (!quiet)
-      fmt::print("parallel corpus '{}': {} training and {} validation pairs ({} and {} longer than seq_len {} "
-                 "left out)\n",
-                 parallel->dir, parallel->train.size(), parallel->valid.size(), parallel->dropped_train,
-                 parallel->dropped_valid, T);
-  } else {
-    corpus = load_corpus(cfg.data.corpus, cfg.data.val_fraction, T, cfg.data.tokenizer, size_t(cfg.data.max_bytes),
-                         cfg.data.test_fraction);
-    check_model_fits_corpus(model_cfg, *corpus);
-    masking = model_cfg.arch == Arch::Encoder ? corpus->masking() : Masking{};
-    result.unigram_entropy = unigram_entropy(corpus->train);
-    result.unigram_unit = corpus->unit();
-  }
-  if (corpus)
-    input = fmt::format("{}: {} training{}{} validation {}s{}", corpus->description(), corpus->train.size(),
-                        corpus->test.empty() ? " and " : ", ", corpus->val.size(), corpus->unit(),
-                        corpus->test.empty() ? "" : fmt::format(" and {} test {}s", corpus->test.size(), corpus->unit()));
-
-  const int rows_per_batch = rows ? std::min(tc.batch_size, rows->train.B) : tc.batch_size;
-  if (rows_per_batch < comm.size())  // (checked alike on every rank, before anything is written)
+  if (data.B < comm.size())  // (checked alike on every rank, before anything is written)
     throw Error(fmt::format("a batch of {} row{} over {} MPI ranks leaves a rank without a row: every rank takes a "
                             "shard of each batch, so train.batch_size must be at least the number of ranks",
-                            rows_per_batch, rows_per_batch == 1 ? "" : "s", comm.size()));
+                            data.B, data.B == 1 ? "" : "s", comm.size()));
 
-  // run directory: never clobber an earlier run unless asked to
-  const fs::path dir(tc.out_dir);
-  const fs::path metrics_path = dir / "metrics.jsonl", ckpt_path = dir / "checkpoint.safetensors";
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir))
-    throw Error(fmt::format("train.out_dir '{}': cannot create directory ({})", tc.out_dir,
-                            ec ? ec.message() : "a file is in the way"));
-  if (!resumed && !options.overwrite && (fs::exists(metrics_path) || fs::exists(ckpt_path)))
-    throw Error(fmt::format("train.out_dir '{}' already holds a run; choose another out_dir or pass "
-                            "--force to replace it (or --resume it)",
-                            tc.out_dir));
-  if (!options.overwrite && !resumed && fs::exists(dir / "config.json"))  // someone's file, not a run of ours
-    throw Error(fmt::format("train.out_dir '{}' holds a config.json but no run (no metrics.jsonl or checkpoint); "
-                            "normlab would replace it: choose another out_dir or pass --force",
-                            tc.out_dir));
+  // the run directory: never clobber an earlier run unless asked to
+  RunDirectory dir(tc.out_dir, begin.resumed.has_value(), options.overwrite);
   // every rank has made the checks above before rank 0 writes anything: they all agree
   comm.barrier();
   KeptMetrics kept{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
   RunConfig resolved = cfg;
   resolved.model = model_cfg;
   const nlohmann::json resolved_json = run_config_to_json(resolved);
-  std::optional<MetricsFile> metrics_file;
-  if (comm.root()) {
-    remove_stale_temporaries(dir);  // of runs killed here before
-    if (resumed) {
-      kept = truncate_metrics(metrics_path, resumed->step);
-    } else {  // a run replaced (--force): its checkpoints must not be mistaken for this run's
-      remove_step_checkpoints(dir);
-      fs::remove(ckpt_path, ec);
-    }
-    // config.json first, atomically (a full disk leaves nothing), then metrics.jsonl
-    write_file_atomic((dir / "config.json").string(), dump_json(resolved_json, 2) + "\n");
-    metrics_file.emplace(metrics_path.string(), resumed.has_value());
-  }
-  auto write_metrics = [&](const nlohmann::json& record) {
-    if (metrics_file) metrics_file->write(record);
-    if (metrics_file && options.on_record) options.on_record(record);
-  };
+  if (comm.root())
+    kept = dir.open(resolved_json, begin.resumed ? std::optional<long>(begin.resumed->step) : std::nullopt,
+                    options.on_record);
 
-  const ScheduleConfig sched{tc.schedule, tc.lr, tc.warmup_steps, tc.min_lr, int(tc.steps)};
-  Rng data_rng(uint64_t(tc.seed), 1);
-  // rows: batch_size consecutive training rows (fewer if the file has fewer)
-  const int B = rows_per_batch;
-  const int Tb = rows ? rows->train.T : T;
-  long next_row = 0;
-  long start = 0;  // steps done before this process (a resumed run)
-  Plateau plateau;  // train.stop_patience: the validation losses so far (train/plateau.h)
-  if (resumed) {
-    plateau = resumed->plateau;
-    data_rng.set_state(resumed->data_rng);
-    next_row = resumed->next_row;
-    start = result.steps_done = resumed->step;
-    result.last_train_loss = kept.last_train_loss;
-    result.last_val_loss = kept.last_val_loss;
-    if (!quiet) fmt::print("resuming from step {} ({})\n", start, resumed_path);
-  }
-  plateau.min_improvement = tc.stop_min_improvement;
-  plateau.patience = tc.stop_patience;
-  plateau.uncounted_until = tc.stop_after_warmup ? tc.warmup_steps : 0;
-  result.stopped_at_plateau = plateau.reached();  // (a resumed run that had stopped at one)
-  auto checkpoint = [&](long step, const std::array<uint64_t, 4>& rng, long row) {
-    if (comm.root())
-      save_run_checkpoint(dir, model, optimizer,
-                          ResumeState{step, rng, row, resolved_json, comm.size(), plateau}, tc.keep_checkpoints);
-  };
-  const Shard shard = shard_of(B, comm);
-  double tokens_per_step = double(B) * Tb * tc.grad_accum;  // a translation batch: its real tokens
-  if (!quiet) {
-    fmt::print("normlab train: {} params, {} layers ({}), {} d_model, batch {}x{}x{}, {} steps -> {}\n",
-               model.table().total, model_cfg.n_layers, to_string(model_cfg.placement_of(0)),
-               model_cfg.d_model, B, Tb, tc.grad_accum, tc.steps, tc.out_dir);
-    fmt::print("input: {}\n", input);
-    if (comm.size() > 1)
-      fmt::print("data parallel over {} MPI ranks: each takes {} rows of every batch of {}; OpenMP threads per "
-                 "rank: {}\n",
-                 comm.size(),
-                 B % comm.size() ? fmt::format("{} or {}", B / comm.size(), B / comm.size() + 1)
-                                 : fmt::format("{}", B / comm.size()),
-                 B,
-                 dist::threads_per_rank() ? fmt::format("{} (the cores this rank may use / ranks on this node)",
-                                                        *dist::threads_per_rank())
-                                          : std::string("OMP_NUM_THREADS"));
-    if (rows && B < tc.batch_size)
-      fmt::print("train.batch_size = {}: the token file has {} training rows, so a batch is those {} rows\n",
-                 tc.batch_size, rows->train.B, B);
-  }
-
-  auto evaluate = [&]() -> double {
-    if (parallel) {  // the first eval_batches x batch_size validation pairs, in order
-      model.set_training(false);
-      double sum = 0;
-      int64_t count = 0;
-      const size_t n = std::min(parallel->valid.size(), size_t(tc.eval_batches) * size_t(tc.batch_size));
-      for (size_t first = 0; first < n; first += size_t(tc.batch_size)) {
-        const Batch b = translation_batch(parallel->valid, first, int(std::min(size_t(tc.batch_size), n - first)));
-        const double loss = model.forward(b.ids.data(), b.labels.data(), b.B, b.T, nullptr, b.mask_or_null(),
-                                          b.source());
-        sum += loss * double(model.label_count());
-        count += model.label_count();
-      }
-      return sum / double(count);
-    }
-    if (rows) {  // the validation rows, in order, eval_batches x batch_size at most
-      if (rows->val.B == 0) return std::numeric_limits<double>::quiet_NaN();
-      model.set_training(false);
-      double sum = 0;
-      int64_t count = 0;
-      const long n = std::min<long>(rows->val.B, long(tc.eval_batches) * tc.batch_size);
-      for (long first = 0; first < n; first += tc.batch_size) {
-        const Batch b = batch_rows(rows->val, first, int(std::min<long>(tc.batch_size, n - first)));
-        const double loss = model.forward(b.ids.data(), b.labels.data(), b.B, b.T, b.types_or_null(),
-                                          b.mask_or_null(), b.source());
-        sum += loss * double(model.label_count());
-        count += model.label_count();
-      }
-      return count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN();
-    }
-    if (!corpus) return std::numeric_limits<double>::quiet_NaN();
-    model.set_training(false);
-    Rng eval_rng(uint64_t(tc.seed), 2);  // the same validation batches every time
-    double sum = 0;
-    int64_t count = 0;
-    for (int k = 0; k < tc.eval_batches; k++) {
-      Batch b = sample_batch(corpus->val, model_cfg.arch, tc.batch_size, T, eval_rng, masking);
-      const double loss = model.forward(b.ids.data(), b.labels.data(), b.B, b.T);
-      sum += loss * double(model.label_count());
-      count += model.label_count();
-    }
-    return sum / double(count);
-  };
-
-  // The test split, read once by the final parameters: every test row, or every window of the
-  // corpus's test ids from its first to its last (window_batch); the loss per labelled position
-  auto score_test = [&]() -> std::pair<double, int64_t> {
-    model.set_training(false);
-    double sum = 0;
-    int64_t count = 0;
-    const auto add = [&](const Batch& b) {
-      const double loss = model.forward(b.ids.data(), b.labels.data(), b.B, b.T, b.types_or_null(),
-                                        b.mask_or_null(), b.source());
-      sum += loss * double(model.label_count());
-      count += model.label_count();
-    };
-    if (rows) {
-      for (long first = 0; first < rows->test.B; first += tc.batch_size)
-        add(batch_rows(rows->test, first, int(std::min<long>(tc.batch_size, rows->test.B - first))));
-    } else if (corpus) {
-      Rng mask_rng(uint64_t(tc.seed), 5);  // an encoder's masked positions: the same for every run of a seed
-      const size_t windows = window_count(corpus->test, model_cfg.arch, T);
-      for (size_t first = 0; first < windows; first += size_t(tc.batch_size))
-        add(window_batch(corpus->test, model_cfg.arch, first, int(std::min(size_t(tc.batch_size), windows - first)), T,
-                         mask_rng, masking));
-    }
-    return {count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN(), count};
-  };
-  const bool has_test = (rows && rows->test.B > 0) || (corpus && !corpus->test.empty());
-
-  // Admin's profiled omega: one pass over a batch of its own (the training data order is unchanged)
-  bool admin = false;
-  for (int l = 0; l < model_cfg.total_layers(); l++) admin |= model_cfg.placement_of(l) == Placement::Admin;
-  if (admin && model_cfg.admin_init == AdminInit::Profile && tc.init_from.empty() && !resumed) {
-    Rng profile_rng(uint64_t(tc.seed), 3);
-    const Batch b = parallel ? translation_batch(parallel->train, 0, B)
-                    : rows   ? batch_rows(rows->train, 0, B)
-                             : sample_batch(corpus->train, model_cfg.arch, B, T, profile_rng, masking);
-    const std::vector<double> omegas =
-        model.profile_admin(b.ids.data(), b.B, b.T, b.mask_or_null(), b.source());
-    write_metrics({{"type", "admin_profile"}, {"omega", omegas}});
-    if (!quiet) fmt::print("admin: profiled omega by sub-layer: {:.3f}\n", fmt::join(omegas, " "));
-  }
-
-  // every rank starts from rank 0's parameters (they agree already unless thread counts differ)
-  comm.broadcast(model.params().data(), model.params().size());
-
-  // per-layer logs (train.log_every_layers) and DeepNet's model update on a fixed probe batch
-  std::optional<LayerLogger> layer_logger;
-  if (tc.log_every_layers > 0 && comm.root()) layer_logger.emplace(model);
-  std::optional<Batch> probe;
-  if (tc.log_model_update && comm.root()) {
-    Rng probe_rng(uint64_t(tc.seed), 4);
-    if (parallel) {  // the first validation pairs (training pairs if there are none)
-      const std::vector<TokenPair>& pairs = parallel->valid.empty() ? parallel->train : parallel->valid;
-      probe = translation_batch(pairs, 0, int(std::min(size_t(B), pairs.size())));
-    } else {
-      // rows: the first validation rows (training rows if there are none); a corpus: a validation window
-      probe = rows ? batch_rows(rows->val.B > 0 ? rows->val : rows->train, 0, B)
-                   : sample_batch(corpus->val, model_cfg.arch, B, T, probe_rng, masking);
-    }
-  }
-  auto probe_logits = [&](std::vector<float>& out) {
-    model.set_training(false);
-    model.forward(probe->ids.data(), probe->labels.data(), probe->B, probe->T, probe->types_or_null(),
-                  probe->mask_or_null(), probe->source());
-    out.assign(model.logits(), model.logits() + size_t(probe->B) * probe->T * model_cfg.vocab_size());
-  };
-  std::vector<float> logits_before;
-
-  // a run that stops learning says so (train/health.h): after its warm-up and a quarter of its steps
-  RunHealth health(result.unigram_entropy, result.unigram_unit, std::max<long>(tc.warmup_steps, tc.steps / 4));
-  const std::vector<std::pair<size_t, size_t>> blocks = block_ranges(model.table(), model_cfg);
-  auto warn = [&](const HealthWarning& w) {
-    result.warnings.push_back(w.text);
-    write_metrics({{"type", "warning"}, {"step", w.step}, {"what", w.what}, {"text", w.text}});
-    if (!quiet) fmt::print("warning: {}\n", w.text);
-  };
-
-  const auto t0 = Clock::now();
-  double window_tokens = 0, window_seconds = 0;
-  for (long step = start + 1; step <= tc.steps && !result.stopped_at_plateau; step++) {
-    if (comm.any(options.stop && options.stop->load())) {  // every rank stops at the same step
-      result.interrupted = true;
-      if (result.steps_done > 0) checkpoint(result.steps_done, data_rng.state(), next_row);
-      break;
-    }
-    const std::array<uint64_t, 4> rng_before = data_rng.state();  // for a checkpoint of step - 1
-    const long row_before = next_row;
-    const auto step_t0 = Clock::now();
-    const double lr = learning_rate(sched, step);
-    model.zero_grad();
-    double loss = 0;
-    bool bad_loss = false;
-    if (parallel) tokens_per_step = 0;
-    for (int micro = 0; micro < tc.grad_accum; micro++) {
-      Batch sampled;
-      if (parallel) {
-        sampled = sample_translation_batch(parallel->train, B, data_rng);
-        for (uint8_t m : sampled.src_mask) tokens_per_step += m;
-        for (uint8_t m : sampled.mask) tokens_per_step += m;
-      } else if (rows) {
-        sampled = batch_rows(rows->train, next_row, B);
-        next_row = (next_row + B) % rows->train.B;
-      } else {
-        sampled = sample_batch(corpus->train, model_cfg.arch, B, T, data_rng, masking);
-      }
-      // one process: the whole batch; several ranks: this rank's rows, whose mean loss weighs by its
-      // share of the batch's labelled tokens (translation shards differ by their padding)
-      const Batch mine = comm.size() > 1 ? batch_rows(sampled, shard.first, shard.rows) : Batch{};
-      const Batch& batch = comm.size() > 1 ? mine : sampled;
-      model.set_training(true, uint64_t(step) * 65536 + micro, shard.first);
-      const double l_mine = model.forward(batch.ids.data(), batch.labels.data(), batch.B, batch.T,
-                                          batch.types_or_null(), batch.mask_or_null(), batch.source());
-      double l = l_mine, weight = 1;
-      if (comm.size() > 1) {
-        const double labelled = double(labelled_positions(sampled)), n_mine = double(model.label_count());
-        weight = n_mine / labelled;
-        double sum = 0;  // the batch's mean loss: the ranks' sums, added in rank order
-        for (double part : comm.all_gather(n_mine > 0 ? l_mine * n_mine : 0.0)) sum += part;
-        l = sum / labelled;
-      }
-      if (!std::isfinite(l)) {
-        bad_loss = true;
-        loss = l;
-        break;
-      }
-      if (weight > 0) model.backward(weight / tc.grad_accum);
-      loss += l / tc.grad_accum;
-      if (options.on_micro_batch) options.on_micro_batch(step, micro);
-    }
-    if (!bad_loss) comm.sum_in_rank_order(model.grads().data(), model.grads().size());
-    const double gnorm = bad_loss ? std::numeric_limits<double>::quiet_NaN() : grad_norm(model.grads());
-    if (bad_loss || !std::isfinite(gnorm)) {
-      result.diverged = true;
-      result.diverged_step = step;
-      result.diverged_tensor = bad_loss ? "loss" : first_nonfinite(model);
-      write_metrics({{"type", "diverged"}, {"step", step}, {"tensor", result.diverged_tensor},
-                     {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)}});
-      // the parameters have not been updated this step: if finite they are the last good state
-      if (all_finite(model.params())) checkpoint(step - 1, rng_before, row_before);
-      if (!quiet)
-        fmt::print("diverged at step {}: non-finite {}{}; metrics and the last good checkpoint are "
-                   "in {}\n",
-                   step, bad_loss ? "loss" : "gradient in ", bad_loss ? "" : result.diverged_tensor,
-                   tc.out_dir);
-      break;
-    }
-    if (comm.root())
-      if (const auto w = health.on_gradient(step, ranges_norm(model.grads(), blocks), gnorm)) warn(*w);
-    // at step 1, every log_every_layers steps and the last: the readings of this step's last
-    // micro-batch, its gradients and its update
-    const bool log_layers = layer_logger && (step == 1 || step % tc.log_every_layers == 0 || step == tc.steps);
-    if (log_layers) layer_logger->begin(model);
-    if (log_layers && probe) probe_logits(logits_before);
-    const UpdateNotes update = apply_update(model, optimizer, lr, step, clip_scale(gnorm, tc.grad_clip), &comm);
-    if (log_layers) {
-      nlohmann::json record = layer_logger->finish(model, step);
-      if (probe) {
-        std::vector<float> logits_after;
-        probe_logits(logits_after);
-        record["model_update"] = model_update_norm(logits_before, logits_after.data(),
-                                                   long(probe->B) * probe->T, model_cfg.vocab_size());
-      }
-      write_metrics(record);
-    }
-    const double dt = seconds_since(step_t0);
-    window_tokens += tokens_per_step;
-    window_seconds += dt;
-    result.steps_done = step;
-    result.last_train_loss = loss;
-    nlohmann::json train_record = {{"type", "train"}, {"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", gnorm},
-                                   {"tokens_per_s", tokens_per_step / dt}, {"elapsed_s", seconds_since(t0)}};
-    if (tc.qk_clip > 0)  // QK-Clip: the step's largest score (before the rescale) and the groups rescaled
-      train_record.update({{"max_logit", update.max_logit}, {"qk_clipped", update.qk_clipped}});
-    write_metrics(train_record);
-    if (options.on_step && comm.root()) options.on_step({step, tc.steps, loss, lr, gnorm, seconds_since(t0)});
-    const bool last = step == tc.steps;
-    if ((tc.eval_every > 0 && step % tc.eval_every == 0) || last) {
-      const double val = comm.root() ? evaluate() : std::numeric_limits<double>::quiet_NaN();  // once
-      result.last_val_loss = val;
-      if (std::isfinite(val)) {
-        write_metrics({{"type", "val"}, {"step", step}, {"loss", val}});
-        if (!quiet) fmt::print("step {:>6} | validation loss {:.4f}\n", step, val);
-        if (const auto w = health.on_eval(step, val)) warn(*w);
-      }
-      // every rank stops at the same step (only the root evaluates)
-      result.stopped_at_plateau = comm.any(comm.root() && std::isfinite(val) && plateau.update(val, step)) && !last;
-      if (result.stopped_at_plateau) {
-        write_metrics({{"type", "plateau"}, {"step", step}, {"lowest_val_loss", plateau.lowest},
-                       {"lowest_step", plateau.lowest_step}});
-        if (!quiet)
-          fmt::print("step {:>6} | a validation plateau: no improvement of {:g}% in {} evaluations (lowest "
-                     "{:.4f} at step {}); training stops here\n",
-                     step, 100 * tc.stop_min_improvement, tc.stop_patience, plateau.lowest, plateau.lowest_step);
-      }
-    }
-    if (!quiet && (step % tc.log_every == 0 || step == 1 || last)) {
-      const double elapsed = seconds_since(t0);
-      fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | "
-                 "elapsed {} | eta {}\n",
-                 step, tc.steps, loss, lr, gnorm, window_tokens / window_seconds,
-                 format_duration(elapsed), format_duration(elapsed / double(step - start) * double(tc.steps - step)));
-      std::fflush(stdout);
-      window_tokens = window_seconds = 0;
-    }
-    if ((tc.checkpoint_every > 0 && step % tc.checkpoint_every == 0) || last || result.stopped_at_plateau)
-      checkpoint(step, data_rng.state(), next_row);
-  }
-  if (parallel && cfg.data.bleu_sentences > 0 && result.steps_done > 0 && !result.diverged && comm.root()) {
-    model.set_training(false);
-    const BleuResult bleu = validation_bleu(model, *parallel, cfg.data.bleu_sentences);
-    result.bleu = bleu.bleu;
-    write_metrics({{"type", "bleu"}, {"step", result.steps_done}, {"bleu", bleu.bleu},
-                   {"sentences", bleu.sentences}, {"detail", bleu.detail}, {"decoding", "greedy"}});
-    if (!quiet)
-      fmt::print("validation BLEU (greedy, first {} pairs): {}\n", bleu.sentences, bleu.detail);
-  }
-  if (has_test && result.steps_done > 0 && !result.diverged && !result.interrupted && comm.root()) {
-    std::tie(result.test_loss, result.test_tokens) = score_test();
-    write_metrics({{"type", "test"}, {"step", result.steps_done}, {"loss", result.test_loss},
-                   {"tokens", result.test_tokens}});
-    if (!quiet)
-      fmt::print("test loss {:.4f}: the final parameters (step {}) on the whole test split ({} labelled positions, "
-                 "never trained or validated on)\n",
-                 result.test_loss, result.steps_done, result.test_tokens);
-  }
-  if (result.steps_done > 0 && !result.diverged && !result.interrupted && comm.root())
-    for (const HealthWarning& w : health.at_end(result.steps_done, result.last_val_loss)) warn(w);
-  result.seconds = seconds_since(t0);
-  result.tokens_per_s = double(result.steps_done - start) * tokens_per_step / std::max(1e-9, result.seconds);
-  write_metrics({{"type", "summary"},
-                 {"steps", result.steps_done},
-                 {"train_loss", result.last_train_loss},
-                 {"val_loss", std::isfinite(result.last_val_loss) ? nlohmann::json(result.last_val_loss)
-                                                                  : nlohmann::json(nullptr)},
-                 {"diverged", result.diverged},
-                 {"bleu", std::isfinite(result.bleu) ? nlohmann::json(result.bleu) : nlohmann::json(nullptr)},
-                 {"test_loss", std::isfinite(result.test_loss) ? nlohmann::json(result.test_loss) : nlohmann::json(nullptr)},
-                 {"test_tokens", result.test_tokens},
-                 {"warnings", result.warnings},
-                 {"interrupted", result.interrupted},
-                 {"stopped_at_plateau", result.stopped_at_plateau},
-                 {"lowest_val_loss", std::isfinite(plateau.lowest) ? nlohmann::json(plateau.lowest)
-                                                                   : nlohmann::json(nullptr)},
-                 {"lowest_val_step", plateau.lowest_step},
-                 {"diverged_step", result.diverged_step},
-                 {"tokens_per_s", result.tokens_per_s},
-                 {"seconds", result.seconds},
-                 {"kernels", ops::to_string(ops::active_isa())},  // ops/isa.h: the path this run took
-                 {"unigram_unit", result.unigram_unit},
-                 {"input", input},
-                 {"unigram_entropy", std::isfinite(result.unigram_entropy)
-                                         ? nlohmann::json(result.unigram_entropy)
-                                         : nlohmann::json(nullptr)}});
+  TrainingLoop loop(cfg, options, begin, model, optimizer, data, dir, resolved_json, result);
+  loop.prepare(kept);
+  loop.run();
+  loop.finish();
   return result;
 }
 
