@@ -132,8 +132,10 @@ struct StageFns {
 template <class S>
 const std::vector<StageFns<S>>& stage_kinds();
 
-// The entry of kind Kind: defined by model/stage_entry.h in the kind's own file.
-template <class Kind, class S>
-StageFns<S> stage_entry();
+// The entry of stage kind Kind, stage_entry((Kind*)nullptr, (S*)nullptr): declared in model/stages.cpp
+// by NL_STAGE_KIND(Kind), defined in the kind's own file by NL_STAGE_ENTRY(Kind) (model/stage_entry.h).
+#define NL_STAGE_KIND(...)                                \
+  StageFns<float> stage_entry(__VA_ARGS__*, float*);   \
+  StageFns<double> stage_entry(__VA_ARGS__*, double*);
 
 }  // namespace normlab

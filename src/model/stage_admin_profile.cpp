@@ -46,6 +46,6 @@ struct StageOps<AdminProfile> {
   static void decode(IncrementalDecoder<S>&, int, DecodeFlow<S>&) {}
 };
 
-}  // namespace normlab
+NL_STAGE_ENTRY(AdminProfile)
 
-NL_STAGE_ENTRY(normlab::AdminProfile)
+}  // namespace normlab

@@ -76,6 +76,6 @@ struct StageOps<Branch> {
   }
 };
 
-}  // namespace normlab
+NL_STAGE_ENTRY(Branch)
 
-NL_STAGE_ENTRY(normlab::Branch)
+}  // namespace normlab

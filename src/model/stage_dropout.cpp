@@ -35,6 +35,6 @@ struct StageOps<Dropout> {
   static void decode(IncrementalDecoder<S>&, int, DecodeFlow<S>&) {}
 };
 
-}  // namespace normlab
+NL_STAGE_ENTRY(Dropout)
 
-NL_STAGE_ENTRY(normlab::Dropout)
+}  // namespace normlab

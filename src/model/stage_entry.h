@@ -1,5 +1,6 @@
 // stage_entry.h: how a stage kind's file turns its StageOps<Kind> into its entry of the table
-// (model/stage.h). Included by the stage files only; each ends with NL_STAGE_ENTRY(Kind).
+// (model/stage.h). Included by the stage files only; each ends, inside namespace normlab, with NL_STAGE_ENTRY(Kind), which defines
+// the stage_entry overloads that model/stages.cpp declares with NL_STAGE_KIND.
 #pragma once
 
 #include "model/stage.h"
@@ -7,7 +8,7 @@
 namespace normlab {
 
 template <class Kind, class S>
-StageFns<S> stage_entry() {
+StageFns<S> make_stage_entry() {
   using Ops = StageOps<Kind>;
   return {Ops::kName,
           Ops::kTransforms,
@@ -21,6 +22,8 @@ StageFns<S> stage_entry() {
 
 }  // namespace normlab
 
-#define NL_STAGE_ENTRY(Kind)                                           \
-  template normlab::StageFns<float> normlab::stage_entry<Kind, float>(); \
-  template normlab::StageFns<double> normlab::stage_entry<Kind, double>();
+// (plain functions, not a template's instantiations: a unity build may put stages.cpp, which only
+// declares them, in one translation unit with the stage files)
+#define NL_STAGE_ENTRY(...)                                                                                      \
+  StageFns<float> stage_entry(__VA_ARGS__*, float*) { return make_stage_entry<__VA_ARGS__, float>(); } \
+  StageFns<double> stage_entry(__VA_ARGS__*, double*) { return make_stage_entry<__VA_ARGS__, double>(); }

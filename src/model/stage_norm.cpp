@@ -112,8 +112,8 @@ struct StageOps<NormAt<Site>> {
   }
 };
 
-}  // namespace normlab
+NL_STAGE_ENTRY(NormAt<InSite>)
+NL_STAGE_ENTRY(NormAt<BranchSite>)
+NL_STAGE_ENTRY(NormAt<OutSite>)
 
-NL_STAGE_ENTRY(normlab::NormAt<normlab::InSite>)
-NL_STAGE_ENTRY(normlab::NormAt<normlab::BranchSite>)
-NL_STAGE_ENTRY(normlab::NormAt<normlab::OutSite>)
+}  // namespace normlab

@@ -49,6 +49,6 @@ struct StageOps<SecondStream> {
   }
 };
 
-}  // namespace normlab
+NL_STAGE_ENTRY(SecondStream)
 
-NL_STAGE_ENTRY(normlab::SecondStream)
+}  // namespace normlab

@@ -99,6 +99,6 @@ struct StageOps<ShortcutStage> {
   }
 };
 
-}  // namespace normlab
+NL_STAGE_ENTRY(ShortcutStage)
 
-NL_STAGE_ENTRY(normlab::ShortcutStage)
+}  // namespace normlab
