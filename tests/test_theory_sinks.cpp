@@ -33,7 +33,7 @@ TEST(TheorySinks, MassiveActivationClaimFollowsSunEtAlsCriterion) {
     std::vector<detail::Measurement> out;
     for (int seed = 0; seed < 2; seed++) {
       o.seed = 1337 + seed;
-      detail::ModelSource src(o, corpus, corpus);
+      detail::ClaimModels src(o, corpus, corpus);
       detail::Bench b;
       b.opt = o, b.corpus = corpus, b.models = &src, b.fresh = false, b.given = true;
       detail::sink_checks(b, out);

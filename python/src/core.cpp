@@ -27,7 +27,7 @@
 #include "analysis/sinks.h"
 #include "analysis/jacobian.h"
 #include "theory/theory.h"
-#include "dist/dist.h"
+#include "distributed/comm.h"
 #include "io/hf.h"
 #include "io/safetensors.h"
 #include "ops/gemm_backend.h"
@@ -42,7 +42,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/resume.h"
-#include "train/own_tokenizer.h"
+#include "train/model_source.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 #include "train/translation.h"
@@ -60,9 +60,9 @@ using Ids = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
 // A model as the module holds it: the float32 model the commands train, sample and take gradients
 // with, and its float64 copy, which the instruments measure (as `analyze` does).
-struct PyModel {
-  std::unique_ptr<Model<float>> model;
-  std::string source;  // the path it came from, or what it was made from
+// A model opened once (train/model_source.h): its float model, its path (or what it was made from),
+// its tokenizer, loaded on first use and kept for the model's life, and its run's data.
+struct PyModel : ModelSource {
   std::unique_ptr<Model<double>> wide;
   // one call at a time on a model (its buffers are shared by the calls), taken with the GIL released
   // (lock_model) so that a thread waiting for it never holds the GIL another thread needs
@@ -150,9 +150,8 @@ PyModel load(const std::string& path) {
   PyModel m;
   {
     py::gil_scoped_release release;
-    m.model = load_model(path);
+    static_cast<ModelSource&>(m) = open_model(path);
   }
-  m.source = path;
   return m;
 }
 
@@ -176,7 +175,7 @@ PyModel from_state(const std::string& config_json, const std::map<std::string, p
     py::gil_scoped_release release;
     m.model = hf::load_model_state(config, std::move(tensors), what, /*quiet=*/true);
   }
-  m.source = what;
+  m.path = what;
   return m;
 }
 
@@ -249,13 +248,11 @@ py::dict params(py::object self) {
   return out;
 }
 
-std::optional<Tokenizer> tokenizer_of(const PyModel& m, const std::string& given) {
-  return own_tokenizer(m.source, given);
-}
+const std::optional<Tokenizer>& tokenizer_of(const PyModel& m, const std::string& given) { return m.tokenizer(given); }
 
 // The text's ids through the model's own tokenizer (or `given`); bytes for a byte-level model.
 py::array_t<int32_t> tokenize(const PyModel& m, const std::string& text, const std::string& given, bool special) {
-  const std::optional<Tokenizer> tok = tokenizer_of(m, given);
+  const std::optional<Tokenizer>& tok = tokenizer_of(m, given);
   std::vector<int32_t> ids;
   if (tok) ids = tok->encode(text, special);
   else for (unsigned char c : text) ids.push_back(int32_t(c));
@@ -265,7 +262,7 @@ py::array_t<int32_t> tokenize(const PyModel& m, const std::string& text, const s
 // The bytes of ids (bytes: a byte-level model's ids may end mid-character or be no UTF-8 at all; the
 // package decodes them with U+FFFD where they are not UTF-8, as translate does).
 py::bytes decode(const PyModel& m, const std::vector<int32_t>& ids, const std::string& given) {
-  const std::optional<Tokenizer> tok = tokenizer_of(m, given);
+  const std::optional<Tokenizer>& tok = tokenizer_of(m, given);
   if (tok) return py::bytes(tok->decode(ids, false));
   std::string out;
   for (int32_t id : ids) out += id < 256 ? std::string(1, char(id)) : fmt::format("<{}>", id);
@@ -416,11 +413,11 @@ std::string theory_of(PyModel& m, int seeds, const std::string& corpus, const st
   o.tokenizer = tokenizer;
   o.seq_len = seq_len;
   auto given = std::make_shared<theory::TheoryModel>();
-  given->name = m.source;
+  given->name = m.path;
   given->config = m.model->config();
   given->params.assign(m.model->params().begin(), m.model->params().end());
   py::gil_scoped_release release;
-  o = theory::theory_options_for(given, m.source, o);
+  o = theory::theory_options_for(given, m, o);
   return dump_json(theory::to_json(theory::run_theory_fresh_and_trained(o, 0)), 1);
 }
 
@@ -550,7 +547,7 @@ PYBIND11_MODULE(_core, mod) {
   mod.attr("interrupted_exit_code") = kInterruptedExitCode;
 
   py::class_<PyModel>(mod, "Model")
-      .def_readonly("source", &PyModel::source)
+      .def_readonly("source", &PyModel::path)
       .def_property_readonly("config_json",
                              [](const PyModel& m) { return dump_json(model_config_to_json(m.model->config())); })
       .def_property_readonly("n_params", [](const PyModel& m) { return m.model->table().total; })

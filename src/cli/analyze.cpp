@@ -22,6 +22,7 @@
 #include "model/model.h"
 #include "ops/common.h"
 #include "train/checkpoint.h"
+#include "train/model_source.h"
 #include "train/data.h"
 #include "train/run_config.h"
 #include "train/translation.h"
@@ -85,15 +86,12 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
 
 namespace {
 
-// The model under study, in double: from a checkpoint (float parameters widened) or a config. The
-// attention instrument runs forward passes only: its model has no gradients (half the memory).
-std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd) {
-  if (!cmd.checkpoint.empty()) {
-    if (!cmd.config.empty() || !cmd.sets.empty())
-      throw Error("give either --checkpoint or --config/--set, not both");
-    auto f = load_model(cmd.checkpoint, /*forward_only=*/true);  // its parameters only
-    return model_with_params<double>(f->config(), f->params(), /*forward_only=*/cmd.attention->parsed());
-  }
+// The model under study, in double: the opened checkpoint's (float parameters widened) or a config's.
+// The attention instrument runs forward passes only: its model has no gradients (half the memory).
+std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd, const ModelSource* source) {
+  if (source)
+    return model_with_params<double>(source->model->config(), source->model->params(),
+                                     /*forward_only=*/cmd.attention->parsed());
   nlohmann::json doc = cmd.config.empty() ? nlohmann::json::object() : read_toml(cmd.config);
   apply_overrides(doc, cmd.sets);
   const RunConfig run = run_config_from_json(doc, cmd.config.empty() ? "(command line)" : "'" + cmd.config + "'");
@@ -465,11 +463,9 @@ int run_sinks(const AnalyzeCommand& cmd, Model<double>& model) {
 
 // A checkpoint of a normlab run knows what it read: that run's tokenizer and its corpus (or token
 // stream) are the defaults of an analysis that names none, and another --tokenizer is refused.
-AnalyzeCommand with_run_inputs(const AnalyzeCommand& given) {
+AnalyzeCommand with_run_inputs(const AnalyzeCommand& given, const std::optional<DataConfig>& data) {
   AnalyzeCommand cmd = given;
-  if (cmd.checkpoint.empty()) return cmd;
-  const std::optional<DataConfig> data = run_data_of(cmd.checkpoint);
-  if (!data) return cmd;
+  if (cmd.checkpoint.empty() || !data) return cmd;
   refuse_other_tokenizer(cmd.tokenizer, cmd.checkpoint);
   if (cmd.tokenizer.empty()) cmd.tokenizer = data->tokenizer;
   const bool input_given = has_text(cmd) || !cmd.tokens.empty() || cmd.random || !cmd.corpus.empty() || has_source(cmd);
@@ -487,12 +483,20 @@ AnalyzeCommand with_run_inputs(const AnalyzeCommand& given) {
 }
 
 int run_analyze(const AnalyzeCommand& given) {
-  const AnalyzeCommand cmd = with_run_inputs(given);
+  if (!given.json_out.empty() && !given.force && std::filesystem::exists(given.json_out))
+    throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", given.json_out));
+  // a checkpoint, opened once: its parameters and the data its run read (the default input)
+  std::optional<ModelSource> source;
+  if (!given.checkpoint.empty()) {
+    if (!given.config.empty() || !given.sets.empty())
+      throw Error("give either --checkpoint or --config/--set, not both");
+    source = open_model(given.checkpoint, {.forward_only = true});
+  }
+  const AnalyzeCommand cmd = with_run_inputs(given, source ? source->run_data : std::nullopt);
   if (cmd.checkpoint.empty() && cmd.config.empty() && cmd.sets.empty())
     fmt::print("no --checkpoint or --config: analyzing a fresh model with the default config\n");
-  if (!cmd.json_out.empty() && !cmd.force && std::filesystem::exists(cmd.json_out))
-    throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", cmd.json_out));
-  auto model = load_double_model(cmd);
+  auto model = load_double_model(cmd, source ? &*source : nullptr);
+  source.reset();  // (the float copy: the instruments read the double model)
   if (cmd.sinks->parsed() && model->config().encdec())
     throw Error("analyze sinks reads a GPT or an encoder; this model is an encoder-decoder");
   if (model->config().encdec()) return run_analyze_encdec(cmd, *model);

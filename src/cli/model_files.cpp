@@ -9,6 +9,7 @@
 #include "io/safetensors.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
+#include "train/model_source.h"
 #include "train/data.h"
 #include "train/run_config.h"
 #include "util/error.h"
@@ -48,7 +49,8 @@ int run_grads(const GradsCommand& cmd) {
   namespace st = safetensors;
   if (!force && std::filesystem::exists(out))
     throw Error(fmt::format("--out '{}' already exists; pass --force to replace it", out));
-  auto model = load_model(ckpt);
+  const ModelSource source = open_model(ckpt);
+  const auto& model = source.model;
   const ModelConfig& cfg = model->config();
   const Batch batch = load_token_file(tokens);
   check_batch(batch, cfg, tokens, cfg.has_logits());
@@ -87,7 +89,8 @@ int run_grads(const GradsCommand& cmd) {
 int run_export(const ExportCommand& cmd) {
   const std::string &ckpt = cmd.checkpoint, &hf_dir = cmd.hf_dir;
   const bool force = cmd.force;
-  auto model = load_model(ckpt, /*forward_only=*/true);
+  const ModelSource source = open_model(ckpt, {.forward_only = true});
+  const auto& model = source.model;
   const std::string arch = hf::write_model_dir(hf_dir, *model, force);
   fmt::print("{} ({} parameters) -> {} (config.json, model.safetensors; load with "
              "transformers' from_pretrained)\n",

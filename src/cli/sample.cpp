@@ -15,8 +15,7 @@
 #include "io/text_input.h"
 #include "io/tokenizer.h"
 #include "model/generate.h"
-#include "train/checkpoint.h"
-#include "train/own_tokenizer.h"
+#include "train/model_source.h"
 #include "train/run_config.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -50,9 +49,6 @@ void add_sample_command(CLI::App& app, SampleCommand& cmd) {
 
 namespace {
 
-// The tokenizer to read the prompt and write the output with; nullopt: bytes.
-std::optional<Tokenizer> find_tokenizer(const SampleCommand& cmd) { return own_tokenizer(cmd.checkpoint, cmd.tokenizer); }
-
 std::string bytes_text(const std::vector<int32_t>& ids) {
   std::string out;
   for (int32_t id : ids) out += id < 256 ? std::string(1, char(id)) : fmt::format("<{}>", id);
@@ -68,7 +64,8 @@ int run_sample(const SampleCommand& cmd) {
   if (!(cmd.temperature >= 0 && cmd.temperature <= 100))
     throw Error(fmt::format("--temperature {} must be in [0, 100] (0: greedy)", cmd.temperature));
   if (cmd.seed < 0) throw Error(fmt::format("--seed {} must be >= 0", cmd.seed));
-  auto model = load_model(cmd.checkpoint, /*forward_only=*/true);
+  const ModelSource source = open_model(cmd.checkpoint, {.forward_only = true});
+  const auto& model = source.model;
   const ModelConfig& cfg = model->config();
   if (cfg.arch != Arch::Gpt)
     throw Error(fmt::format("'{}' is an {} model; sample needs a gpt model (model.arch = \"gpt\"){}", cmd.checkpoint,
@@ -78,7 +75,8 @@ int run_sample(const SampleCommand& cmd) {
   const int V = cfg.vocab_size();
   if (cmd.top_k < 0 || cmd.top_k > V) throw Error(fmt::format("--top-k {} must be in [0, {}] (the vocabulary)", cmd.top_k, V));
 
-  const std::optional<Tokenizer> tok = find_tokenizer(cmd);
+  // the tokenizer to read the prompt and write the output with; nullopt: bytes
+  const std::optional<Tokenizer>& tok = source.tokenizer(cmd.tokenizer);
   std::vector<int32_t> prompt;
   if (tok) {
     prompt = tok->encode(cmd.prompt, false);  // as training read the corpus: no special tokens

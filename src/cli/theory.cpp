@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "model/model.h"
-#include "train/checkpoint.h"
+#include "train/model_source.h"
 #include "train/data.h"
 #include "train/run_config.h"
 #include "io/tokenizer.h"
@@ -70,13 +70,13 @@ int run_theory(TheoryCommand& cmd) {
     for (const char* o : {"--d-model", "--layers", "--deep-layers", "--trained-steps", "--trained-seeds", "--paper-width"})
       if (cmd.theory->count(o))
         throw Error(fmt::format("{} does not apply with --checkpoint: the model's own width and depth are measured", o));
-    auto f = load_model(cmd.checkpoint, /*forward_only=*/true);  // its parameters only
+    const ModelSource source = open_model(cmd.checkpoint, {.forward_only = true});  // its parameters only
     auto given = std::make_shared<theory::TheoryModel>();
     given->name = cmd.checkpoint;
-    given->config = f->config();
-    given->params.assign(f->params().begin(), f->params().end());
+    given->config = source.model->config();
+    given->params.assign(source.model->params().begin(), source.model->params().end());
     const ModelConfig& c = given->config;
-    opts = theory::theory_options_for(given, cmd.checkpoint, opts);
+    opts = theory::theory_options_for(given, source, opts);
     fmt::print("model: checkpoint '{}': {} {}, {} layers, d = {}, {} heads, {} placement, {} init\n", cmd.checkpoint,
                to_string(c.arch), to_string(c.norm), c.n_layers, c.d_model, c.n_heads, to_string(c.placement_of(0)),
                to_string(c.resolved_init()));

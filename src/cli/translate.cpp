@@ -6,7 +6,7 @@
 #include "io/parallel.h"
 #include "io/text_input.h"
 #include "model/decode.h"
-#include "train/checkpoint.h"
+#include "train/model_source.h"
 #include "train/translation.h"
 #include "util/error.h"
 
@@ -28,7 +28,8 @@ int run_translate(const TranslateCommand& cmd) {
   if (cmd.beam < 1 || cmd.beam > 64) throw Error(fmt::format("--beam {} must be in [1, 64]", cmd.beam));
   if (!(cmd.length_penalty >= 0 && cmd.length_penalty <= 10))
     throw Error(fmt::format("--length-penalty {} must be in [0, 10]", cmd.length_penalty));
-  auto model = load_model(cmd.checkpoint, /*forward_only=*/true);
+  const ModelSource source = open_model(cmd.checkpoint, {.forward_only = true});
+  const auto& model = source.model;
   if (!model->config().encdec())
     throw Error(fmt::format("'{}' is a {} model; translate needs an encoder-decoder (model.arch = \"encdec\")",
                             cmd.checkpoint, to_string(model->config().arch)));

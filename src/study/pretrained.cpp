@@ -24,12 +24,11 @@
 #include "analysis/stats.h"
 #include "theory/rules.h"
 #include "theory/theory.h"
-#include "io/gguf_model.h"
-#include "io/hf.h"
 #include "io/tokenizer.h"
 #include "model/init.h"
 #include "ops/common.h"
 #include "study/probe.h"
+#include "train/model_source.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/resources.h"
@@ -132,7 +131,7 @@ nlohmann::json claims_for(const std::string& label, const analysis::DynamicsRepo
     rank_d1 += s.spectrum.rank == d - 1;
     worst_small = std::max(worst_small, s.predicted_small);
   }
-  if (jac.norm_kind == "layernorm")
+  if (jac.norm_kind == NormKind::LayerNorm)
     out.push_back(claim_entry(
         label, "000 Thm 2.2",
         "A LayerNorm Jacobian has rank d-2 at eps = 0; with eps > 0 the z-hat direction keeps (1/s) eps/(var+eps)",
@@ -385,8 +384,7 @@ namespace {
 struct Subject {
   std::string key;    // run-name part: "minilm", "smollm2"
   std::string name;   // "all-MiniLM-L6-v2"
-  std::unique_ptr<Model<float>> model;
-  std::optional<Tokenizer> tok;
+  ModelSource source;  // its model and its own tokenizer
   bool bert = false;  // [CLS] ... [SEP] rows
   int lanczos_k = kLanczosK;  // matrix-free end-to-end extremes (0: too slow at this size)
 };
@@ -403,13 +401,11 @@ int run_pretrained_study(const CompareOptions& options) {
   {
     const std::string dir = pretrained_model_dir();
     // forward passes only on the float models (the instruments' gradients are taken on their double copies)
-    Subject m{"minilm", "all-MiniLM-L6-v2", hf::load_model_dir(dir, /*quiet=*/true, /*forward_only=*/true),
-              load_tokenizer(dir), true};
+    Subject m{"minilm", "all-MiniLM-L6-v2", open_model(dir, {.forward_only = true, .quiet = true}), true};
     subjects.push_back(std::move(m));
     const std::string gguf = smollm2_path();
     // the end-to-end extremes of a 30-layer, d = 576 model take minutes: its token-local Jacobians only
-    Subject s{"smollm2", "SmolLM2-135M-Instruct", gguf::load_model(gguf, /*quiet=*/true, /*forward_only=*/true),
-              load_tokenizer(gguf), false, 0};
+    Subject s{"smollm2", "SmolLM2-135M-Instruct", open_model(gguf, {.forward_only = true, .quiet = true}), false, 0};
     subjects.push_back(std::move(s));
   }
   const std::string text = read_file(resource_path("data/sentences.txt"));
@@ -422,18 +418,20 @@ int run_pretrained_study(const CompareOptions& options) {
   std::vector<std::string> summary;
   bool interrupted = false;
   for (Subject& subject : subjects) {
-    const auto rows = text_rows(*subject.tok, text, subject.bert);
+    if (!subject.source.tokenizer()) throw Error(fmt::format("{}: no tokenizer came with it", subject.name));
+    const Tokenizer& tok = *subject.source.tokenizer();
+    const auto rows = text_rows(tok, text, subject.bert);
     if (rows.size() < size_t(kDynamicsRows) + 1) throw Error("data/sentences.txt is too short for the probe windows");
-    fmt::print("{}: {} ({} windows of {} tokens of data/sentences.txt)\n", subject.name, subject.tok->description(),
+    fmt::print("{}: {} ({} windows of {} tokens of data/sentences.txt)\n", subject.name, tok.description(),
                rows.size(), kProbeT);
     // the same config freshly initialized by its own scheme (BERT / GPT-2: normal(0, 0.02), gains 1, biases 0)
-    const auto fresh_model = unset_model<float>(subject.model->config(), /*forward_only=*/true);
+    const auto fresh_model = unset_model<float>(subject.source.model->config(), /*forward_only=*/true);
     Model<float>& fresh = *fresh_model;
     init_params(fresh.params().data(), fresh.table(), fresh.config());
     const Batch dyn_batch = rows_batch(rows, 0, kDynamicsRows, !subject.bert);
     const Batch one = rows_batch(rows, kDynamicsRows, 1, !subject.bert);
     const std::vector<std::pair<std::string, Model<float>*>> models = {
-        {subject.name + " (pretrained)", subject.model.get()}, {subject.name + ", freshly initialized", &fresh}};
+        {subject.name + " (pretrained)", subject.source.model.get()}, {subject.name + ", freshly initialized", &fresh}};
     const size_t first = runs.size();
     for (const auto& [label, model] : models) {
       if (options.stop && options.stop->load()) break;

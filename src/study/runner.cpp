@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "theory/theory.h"
-#include "dist/dist.h"
+#include "distributed/comm.h"
 #include "model/decode.h"
 #include "model/model.h"
 #include "study/jobs.h"
@@ -29,6 +29,7 @@
 #include "study/start.h"
 #include "study/summary.h"
 #include "train/checkpoint.h"
+#include "train/model_source.h"
 #include "train/data.h"
 #include "train/resume.h"
 #include "train/trainer.h"
@@ -381,8 +382,8 @@ nlohmann::json run_one(const Study& study, const StudyRun& spec, const fs::path&
   if (probe && !stopped(options) && fs::exists(ckpt)) {
     progress.stage("instruments after training");
     const auto t1 = Clock::now();
-    auto trained = load_model(ckpt.string(), /*forward_only=*/true);  // widened next
-    auto m = widen(*trained);
+    const ModelSource trained = open_model(ckpt.string(), {.forward_only = true});  // widened next
+    auto m = widen(*trained.model);
     instruments["final"] = probe_one(*m);
     probe_seconds += seconds_since(t1);
   }

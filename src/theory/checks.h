@@ -65,7 +65,7 @@ Law power_law(std::string name = "power law y ~ x^p");                    // log
 Law fixed_power(double p, std::string name);                               // log y = p log x + c
 Law exponential_law(std::string name = "exponential y ~ e^(a x)");        // log y linear in x
 
-// Thrown by ModelSource::make when the given model (theory --checkpoint) is not the model a claim
+// Thrown by ClaimModels::make when the given model (theory --checkpoint) is not the model a claim
 // needs; attempt() turns it into skipped Measurements.
 struct NotApplicable : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -77,9 +77,9 @@ struct NotApplicable : std::runtime_error {
 // only in eps gets the parameters trained at eps = 1e-5). With a given model (options.model), make
 // returns its weights at the requested eps if it is the model the config asks for (architecture,
 // norm, placement, depth, a head when needs_loss), else throws NotApplicable.
-class ModelSource {
+class ClaimModels {
  public:
-  ModelSource(const TheoryOptions& o, const std::vector<int32_t>& train_ids, const std::vector<int32_t>& val_ids)
+  ClaimModels(const TheoryOptions& o, const std::vector<int32_t>& train_ids, const std::vector<int32_t>& val_ids)
       : o_(o), ids_(train_ids), val_(val_ids) {}
   // norm: the claims about LayerNorm itself (000's lemmas) need a LayerNorm model (LayerNormOnly); the
   // claims about depth hold for any norm kind of the same placement (Any: RMSNorm's SmolLM2 too).
@@ -129,7 +129,7 @@ struct Bench {
   TheoryOptions opt;                 // opt.seed is this seed's
   std::vector<int32_t> corpus;       // the validation split: every measurement on a byte LM
   std::vector<int32_t> ids;          // one sequence of seq_len tokens from it
-  ModelSource* models = nullptr;
+  ClaimModels* models = nullptr;
   bool fresh = true;
   bool given = false;                // a given model (theory --checkpoint): o.model
   const std::vector<TokenPair>* pairs = nullptr;  // translation pairs (enc-dec claims)
@@ -150,7 +150,7 @@ void attempt(const Bench& b, std::vector<Measurement>& out, const std::vector<st
 std::vector<std::vector<int32_t>> window_units(const std::vector<int32_t>& corpus, int units, int B, int T,
                                                uint64_t seed, uint64_t stream);
 std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c,
-                                          ModelSource::Norm norm = ModelSource::Norm::LayerNormOnly);
+                                          ClaimModels::Norm norm = ClaimModels::Norm::LayerNormOnly);
 
 // 000's LayerNorm and block Jacobian statements, 002's attention bounds (lemmas.cpp)
 void lemma_checks(const Bench& b, std::vector<Measurement>& out);

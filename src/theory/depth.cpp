@@ -151,6 +151,8 @@ double lipschitz_bound(Model<double>& m, const std::vector<int32_t>& ids) {
   return product;
 }
 
+// The claims about growth with depth, one attempt() each (long because the claims are many: each
+// block reads alone, and splitting the list would scatter what the table lists together).
 void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   const TheoryOptions& o = b.opt;
   const int L = o.deep_layers;
@@ -163,7 +165,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     need_depth();
     // Dong et al. measured BERT (Post-LN) as well: a given model is read whatever its placement and norm
     auto deep_pre = b.given ? b.models->given()
-                            : b.models->make(gpt_config(o, Placement::Pre, 1e-5, L), true, ModelSource::Norm::Any);
+                            : b.models->make(gpt_config(o, Placement::Pre, 1e-5, L), true, ClaimModels::Norm::Any);
     // the dynamics' batches follow the seed: on a given model the seeds are what varies (the input windows)
     const DynamicsReport dpre = analyze_dynamics(*deep_pre, b.corpus, 2, 4, o.seq_len, uint64_t(o.seed));
     auto collapse = [&](bool skips, bool mlp) {
@@ -287,7 +289,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   attempt(b, out, {"003/004 stream growth", "003 additive, not multiplicative", "004 branch ratio",
                    "004 lower layers larger gradients", "004 effective depth", "004 Thm 2 Pre-LN Lipschitz"}, [&] {
     need_depth();
-    auto pre = b.models->make(pre_cfg, true, ModelSource::Norm::Any);
+    auto pre = b.models->make(pre_cfg, true, ClaimModels::Norm::Any);
     const DynamicsReport dp = analyze_dynamics(*pre, b.corpus, 2, 4, o.seq_len, uint64_t(o.seed));
     std::vector<double> l, grow, ratio;
     for (size_t i = 1; i < dp.layers.size(); i++) {
@@ -456,7 +458,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                    "002 ||A|| rises with depth"}, [&] {
     need_depth();
     // a loss is needed by kappa alone (a headless model skips it)
-    auto post = b.models->make(post_cfg, false, ModelSource::Norm::Any);
+    auto post = b.models->make(post_cfg, false, ClaimModels::Norm::Any);
     // the LayerNorm inputs, on one sequence
     std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
     post->forward(b.ids.data(), labels.data(), 1, int(b.ids.size()));

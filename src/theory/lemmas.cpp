@@ -19,6 +19,8 @@
 
 namespace normlab::theory::detail {
 
+// The claims about single operators, one attempt() each (long because the claims are many: each
+// block reads alone).
 void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
   const TheoryOptions& o = b.opt;
   const int d = o.d_model;
@@ -42,7 +44,7 @@ void lemma_checks(const Bench& b, std::vector<Measurement>& out) {
     auto it = probes.find({int(p), eps, any_norm});
     if (it == probes.end()) {
       Probe pr{forward_on(b, gpt_config(o, p, eps, o.n_layers),
-                          any_norm ? ModelSource::Norm::Any : ModelSource::Norm::LayerNormOnly),
+                          any_norm ? ClaimModels::Norm::Any : ClaimModels::Norm::LayerNormOnly),
                {}};
       JacobianOptions popt = jopt;
       popt.full = p == Placement::Pre && eps > 0;  // only Thm 4.6 / 6.4 read full-sequence Jacobians

@@ -1,4 +1,4 @@
-// models.cpp: the models of `normlab theory`'s checks (ModelSource, checks.h): fresh
+// models.cpp: the models of `normlab theory`'s checks (ClaimModels, checks.h): fresh
 // from their config, the given model (`--checkpoint`), or trained to a criterion and cached. The
 // recipe of a trained model: AdamW at train_lr after a linear warm-up, then constant, on batches of 8
 // windows of the corpus' training split; every kEvalEvery steps the loss on kValBatches fixed
@@ -62,7 +62,7 @@ bool get(const std::string& in, size_t& at, T& v) {
 
 }  // namespace
 
-std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c, bool needs_loss, Norm norm) {
+std::unique_ptr<Model<double>> ClaimModels::make(const ModelConfig& c, bool needs_loss, Norm norm) {
   if (o_.model) {  // the given model, if it is the one the claim needs
     const ModelConfig& g = o_.model->config;
     const Placement want = c.placement_of(0);
@@ -96,14 +96,14 @@ std::unique_ptr<Model<double>> ModelSource::make(const ModelConfig& c, bool need
   return model_with_params<double>(c, t.params);
 }
 
-ModelSource::Trained& ModelSource::trained(const ModelConfig& c) {
+ClaimModels::Trained& ClaimModels::trained(const ModelConfig& c) {
   const std::string key = key_of(c);
   auto it = trained_.find(key);
   if (it == trained_.end()) it = trained_.emplace(key, train(c)).first;
   return it->second;
 }
 
-std::string ModelSource::key_of(const ModelConfig& c) {
+std::string ClaimModels::key_of(const ModelConfig& c) {
   nlohmann::json key = model_config_to_json(c);
   key.erase("eps");  // a model differing only in eps shares the trained parameters
   // keys the config's JSON once left out at these values stay out of the key, so a model's key (and the
@@ -118,7 +118,7 @@ std::string ModelSource::key_of(const ModelConfig& c) {
   return key.dump();
 }
 
-void ModelSource::note_if_unlearned(const Trained& t) {
+void ClaimModels::note_if_unlearned(const Trained& t) {
   const bool below_unigram = t.val_loss <= kLearnedFraction * t.unigram;
   const bool near_pre = t.reference < 0 || t.val_loss <= t.unigram - kLearnedShareOfPre * (t.unigram - t.reference);
   if (!below_unigram || !near_pre)
@@ -133,13 +133,13 @@ void ModelSource::note_if_unlearned(const Trained& t) {
                                       t.cached ? " (from the cache)" : "", t.val_loss));
 }
 
-void ModelSource::used(const ModelConfig& c) {
+void ClaimModels::used(const ModelConfig& c) {
   if (o_.model || o_.train_steps == 0) return;
   const auto it = trained_.find(key_of(c));
   if (it != trained_.end()) note_if_unlearned(it->second);
 }
 
-std::unique_ptr<Model<double>> ModelSource::given() const {
+std::unique_ptr<Model<double>> ClaimModels::given() const {
   if (!o_.model) return nullptr;
   return model_with_params<double>(o_.model->config, o_.model->params);
 }
@@ -157,10 +157,10 @@ std::vector<std::string> take_sorted(std::vector<std::string>& notes) {
 
 }  // namespace
 
-std::vector<std::string> ModelSource::take_unlearned() { return take_sorted(unlearned_); }
-std::vector<std::string> ModelSource::take_trained() { return take_sorted(trained_used_); }
+std::vector<std::string> ClaimModels::take_unlearned() { return take_sorted(unlearned_); }
+std::vector<std::string> ClaimModels::take_trained() { return take_sorted(trained_used_); }
 
-std::string ModelSource::recipe() const {
+std::string ClaimModels::recipe() const {
   return fmt::format("AdamW at lr {:g} after a linear warm-up (Post-LN {} steps, the others {}), batches of 8 x {}, until "
                      "the validation loss on {} batches ({} tokens) has not improved by {:g}% in {} steps after the "
                      "warm-up (a plateau) or {} steps; learned: 10% below the unigram entropy and (not Pre-LN) at least "
@@ -170,7 +170,7 @@ std::string ModelSource::recipe() const {
                      o_.train_steps, 100 * kLearnedShareOfPre);
 }
 
-std::string ModelSource::cache_path(const std::string& key) const {
+std::string ClaimModels::cache_path(const std::string& key) const {
   if (o_.cache_dir.empty()) return "";
   // the config, the recipe, the seed and the corpus (its training and validation ids)
   const std::string full = fmt::format("v{} {} | {} | seed {} | clip 1", kCacheVersion, key, recipe(), o_.seed);
@@ -180,7 +180,7 @@ std::string ModelSource::cache_path(const std::string& key) const {
   return (std::filesystem::path(o_.cache_dir) / "theory-models" / fmt::format("{:016x}.bin", h)).string();
 }
 
-ModelSource::Trained ModelSource::train(ModelConfig c) {
+ClaimModels::Trained ClaimModels::train(ModelConfig c) {
   c.eps = std::max(c.eps, 1e-5);
   const std::string path = cache_path(key_of(c));
   Trained t;
@@ -223,7 +223,7 @@ ModelSource::Trained ModelSource::train(ModelConfig c) {
   return t;
 }
 
-bool ModelSource::read_cached(const std::string& path, const std::string& key, const std::vector<float>& shape,
+bool ClaimModels::read_cached(const std::string& path, const std::string& key, const std::vector<float>& shape,
                               Trained& t) const {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return false;
@@ -261,7 +261,7 @@ bool ModelSource::read_cached(const std::string& path, const std::string& key, c
   return true;
 }
 
-void ModelSource::write_cached(const std::string& path, const std::string& key, const Trained& t) const {
+void ClaimModels::write_cached(const std::string& path, const std::string& key, const Trained& t) const {
   std::string out;
   out.append(kMagic, 8);
   put(out, kCacheVersion);

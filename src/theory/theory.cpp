@@ -17,7 +17,7 @@
 #include "model/decode.h"
 #include "ops/common.h"
 #include "train/optimizer.h"
-#include "train/own_tokenizer.h"
+#include "train/model_source.h"
 #include "train/run_config.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -135,7 +135,7 @@ Law fixed_power(double p, std::string name) {
 }
 Law exponential_law(std::string name) { return {Law::Shape, std::move(name), [](double x) { return x; }}; }
 
-std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c, ModelSource::Norm norm) {
+std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c, ClaimModels::Norm norm) {
   auto m = b.models->make(c, false, norm);
   std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
   m->forward(b.ids.data(), labels.data(), 1, int(b.ids.size()));
@@ -172,7 +172,7 @@ std::vector<TokenPair> theory_pairs(const TheoryOptions& o, const Corpus& corpus
 // One seed's measurements of the checks [first, last) of kChecks.
 std::vector<Measurement> measure_seed(const TheoryOptions& o, const Corpus& corpus, const std::vector<TokenPair>& pairs,
                                       const std::string& pairs_name, size_t first, size_t last) {
-  detail::ModelSource models(o, corpus.train, corpus.val);
+  detail::ClaimModels models(o, corpus.train, corpus.val);
   detail::Bench b{o, corpus.val, {}, &models, o.train_steps == 0, o.model != nullptr, &pairs, pairs_name};
   Rng rng(uint64_t(o.seed), 9);
   b.ids = sample_batch(b.corpus, Arch::Gpt, 1, o.seq_len, rng).ids;
@@ -325,7 +325,7 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
   const std::string state = o.model ? fmt::format("checkpoint '{}'", o.model->name)
                             : fresh  ? "fresh"
                                      : fmt::format("trained (to a plateau, at most {} steps)", o.train_steps);
-  const std::string input = claim_input(o, corpus, detail::ModelSource(o, corpus.train, corpus.val).recipe());
+  const std::string input = claim_input(o, corpus, detail::ClaimModels(o, corpus.train, corpus.val).recipe());
   for (size_t i = 0; i < by_seed[0].size(); i++) claims.push_back(claim_of(by_seed, i, o.model != nullptr, state, input));
   return claims;
 }
@@ -421,13 +421,14 @@ void print_claims(const std::vector<Claim>& claims) {
              "against a size the source states. The claims, the rules and why: docs/THEORY.md.\n");
 }
 
-TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const std::string& checkpoint,
+TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const ModelSource& source,
                                  TheoryOptions opts) {
+  const std::string& checkpoint = source.path;
   // the model's own tokenizer (a Hugging Face directory's or GGUF file's, or the one its run read its
   // data with) and the corpus its run read: the defaults; another tokenizer than its run's is refused
-  opts.tokenizer = own_tokenizer_path(checkpoint, opts.tokenizer);
+  opts.tokenizer = source.tokenizer_path(opts.tokenizer);
   // (its first bytes and its validation fraction too: the windows it validated on)
-  if (const std::optional<DataConfig> data = run_data_of(checkpoint); data && opts.corpus.empty()) {
+  if (const std::optional<DataConfig>& data = source.run_data; data && opts.corpus.empty()) {
     opts.corpus = !data->tokens.empty() ? data->tokens : data->corpus == "builtin" ? "" : data->corpus;
     opts.corpus_max_bytes = data->tokens.empty() ? data->max_bytes : 0;
     opts.val_fraction = data->val_fraction;

@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "theory/rules.h"
 #include "train/data.h"
+#include "train/model_source.h"
 
 namespace normlab::theory {
 
@@ -100,7 +101,7 @@ std::vector<Claim> run_theory(const TheoryOptions& options);
 // Model.theory): its width, depth and seed; the tokenizer and corpus its run read, unless `options`
 // names them (another tokenizer than the run's is refused); "bytes" / "gpt2" resolved. Checks that
 // the corpus's ids fit the model's vocabulary (Error naming the checkpoint).
-TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const std::string& checkpoint,
+TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const ModelSource& source,
                                  TheoryOptions options);
 // The claims on fresh models, then (trained_steps > 0) on trained ones.
 std::vector<Claim> run_theory_fresh_and_trained(TheoryOptions options, long trained_steps);

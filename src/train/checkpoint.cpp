@@ -127,10 +127,10 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
   return f.metadata;
 }
 
-std::unique_ptr<Model<float>> load_model(const std::string& given, bool forward_only) {
+std::unique_ptr<Model<float>> load_model(const std::string& given, bool forward_only, bool quiet) {
   const std::string path = resolve(given);
-  if (hf::is_model_dir(path)) return hf::load_model_dir(path, /*quiet=*/false, forward_only);
-  if (gguf::is_gguf(path)) return gguf::load_model(path, /*quiet=*/false, forward_only);
+  if (hf::is_model_dir(path)) return hf::load_model_dir(path, quiet, forward_only);
+  if (gguf::is_gguf(path)) return gguf::load_model(path, quiet, forward_only);
   const st::File f = st::read(path);
   const ModelConfig cfg = config_of(f);  // validated, sizes capped (ModelConfig::size_violations)
   check_params(f, make_param_table(cfg));  // before allocating: the file must hold every weight

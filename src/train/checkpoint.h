@@ -30,8 +30,10 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
 ModelConfig checkpoint_config(const std::string& path);
 
 // Loads a checkpoint into a new model built from its own config; forward_only: without parameter
-// gradients (Model::ForwardOnly), for commands that never call backward.
-std::unique_ptr<Model<float>> load_model(const std::string& path, bool forward_only = false);
+// gradients (Model::ForwardOnly), for commands that never call backward; quiet: no note of what a
+// Hugging Face or GGUF import read. Commands and studies open models with open_model
+// (train/model_source.h), which also gives the model's tokenizer and its run's data.
+std::unique_ptr<Model<float>> load_model(const std::string& path, bool forward_only = false, bool quiet = false);
 
 // Loads the parameters of `path` into `model`, whose config must describe the same tensors.
 void load_params(const std::string& path, Model<float>& model);
