@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <set>
 
+#include "io/families.h"
 #include "ops/rope.h"
 #include "util/error.h"
 
@@ -43,17 +44,24 @@ struct Family {
   const std::set<std::string>* keys = nullptr;  // the keys beyond kLlamaKeys
 };
 
+// The architecture's row of the families table (io/families.h), with what its GGUF files add.
 Family family_of(const std::string& arch) {
-  if (arch == "llama") return {.known = true, .interleaved = true};
-  if (arch == "qwen2") return {.known = true, .qkv_bias = true};
-  if (arch == "qwen3") return {.known = true, .qk_norm = true};
-  if (arch == "gemma") return {.known = true, .gemma = true};
-  if (arch == "gemma2") return {.known = true, .gemma = true, .sandwich = true, .layers_27b = 46, .keys = &kGemma2Keys};
-  if (arch == "gemma3")
-    return {.known = true, .qk_norm = true, .gemma = true, .sandwich = true, .layers_27b = 62, .keys = &kGemma3Keys};
-  if (arch == "phi3") return {.known = true, .fused = true, .keys = &kPhi3Keys};
-  if (arch == "olmo2") return {.known = true, .reordered = true};
-  return {};
+  const LlamaFamily* row = family_of_gguf(arch);
+  if (!row) return {};
+  Family f{.known = true,
+           .interleaved = row->gguf_interleaved,
+           .qkv_bias = row->bias == FamilyBias::Qkv,
+           .qk_norm = row->qk_norm == QkNorm::Heads,
+           .gemma = row->gemma,
+           .sandwich = row->placement == Placement::Sandwich,
+           .fused = row->fused,
+           .reordered = row->placement == Placement::Reordered,
+           .layers_27b = row->gguf_layers_27b};
+  // the keys llama.cpp's converter writes for the windows and LongRoPE
+  if (row->window == FamilyWindow::EveryOther) f.keys = &kGemma2Keys;
+  else if (row->gemma && row->window == FamilyWindow::LayerTypes) f.keys = &kGemma3Keys;
+  else if (row->fused) f.keys = &kPhi3Keys;
+  return f;
 }
 
 // The RoPE divisors tensor `name` holds, one per rotated pair, each in [1e-6, 1e6] (model.rope_freq_factors):

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "io/families.h"
 #include "io/hf_common.h"
 #include "io/hf_llama.h"
 #include "io/safetensors.h"
@@ -202,18 +203,14 @@ static Imported import_config(const json& j, const WeightFiles* weights, const f
   ConfigReader r{j, cfg_path.string()};
   const std::string type = r.string("model_type", "");
   if (type.empty()) throw Error(fmt::format("{}: no \"model_type\"", cfg_path.string()));
-  const bool llama_family =
-      type == "llama" || type == "qwen2" || type == "qwen3" || type == "gemma" || type == "gemma2" ||
-      type == "gemma3_text" || type == "olmo2" || type == "olmo3" || type == "mistral" || type == "smollm3" ||
-      type == "phi3";
+  const bool llama_family = family_of_model_type(type) != nullptr;  // (io/families.cpp: one row per family)
   if (type == "gemma3")  // Gemma3ForConditionalGeneration: a vision tower beside the text model
     throw Error(fmt::format("{}: model_type \"gemma3\" is Gemma 3's image-and-text model; normlab reads its text model "
                             "alone (model_type \"gemma3_text\", Gemma3ForCausalLM: the 270M and 1B checkpoints)",
                             cfg_path.string()));
   if (type != "gpt2" && type != "bert" && !llama_family)
-    throw Error(fmt::format("{}: model_type \"{}\" is not supported (normlab reads \"gpt2\", \"bert\", \"llama\", "
-                            "\"qwen2\", \"qwen3\", \"mistral\", \"smollm3\", \"phi3\", \"gemma\", \"gemma2\", \"gemma3_text\", \"olmo2\" and \"olmo3\")",
-                            cfg_path.string(), type));
+    throw Error(fmt::format("{}: model_type \"{}\" is not supported (normlab reads \"gpt2\", \"bert\", {})",
+                            cfg_path.string(), type, model_type_list()));
   const fs::path d = cfg_path.parent_path();
   if (llama_family) return import_llama(r, weights, d);
   return type == "gpt2" ? import_gpt2(r, weights, d) : import_bert(r, weights, d);

@@ -39,6 +39,7 @@
 #include <optional>
 #include <vector>
 
+#include "io/families.h"
 #include "io/hf_common.h"
 #include "io/safetensors.h"
 #include "ops/rope.h"
@@ -102,8 +103,6 @@ std::vector<TensorMap> llama_table(const ModelConfig& c, bool fused = false) {
   t.push_back({"norm.weight", "ln_f.weight"});
   return t;
 }
-
-bool is_qwen2(const ConfigReader& r) { return r.string("model_type", "") == "qwen2"; }
 
 // RoPE scaling as a config states it (transformers 4: a rope_scaling object beside rope_theta; 5:
 // rope_parameters holding both, or one entry per layer type for Gemma 3): none (rope_type default),
@@ -258,7 +257,8 @@ std::optional<int> every_nth(const std::vector<bool>& marked) {
 // only, or transformers 5's rope_parameters.full_attention) and the sliding layers' unscaled base
 // (rope_parameters.sliding_attention, else Gemma 3's rope_local_base_freq, else OLMo 3's one rope_theta),
 // onto rope_base / rope_scale / rope_freq_factors (global), rope_local_base and rope_global_every.
-RopeScaling read_layer_types_rope(const ConfigReader& r, ModelConfig& c, bool gemma3) {
+RopeScaling read_layer_types_rope(const ConfigReader& r, ModelConfig& c, const LlamaFamily& family) {
+  const bool gemma3 = family.gemma;  // (Gemma 3's own keys: rope_local_base_freq, sliding_window_pattern)
   RopeScaling scaling;
   c.rope_local_base = gemma3 ? r.number("rope_local_base_freq", 10000.0) : c.rope_base;
   // (0 would read as model.rope_local_base's "one base": the local layers silently at the global base)
@@ -275,7 +275,7 @@ RopeScaling read_layer_types_rope(const ConfigReader& r, ModelConfig& c, bool ge
       if (rope.has("sliding_attention")) read_rope_entry(rope, "sliding_attention", c.rope_local_base, false);
     }
   }
-  int every = gemma3 ? r.integer("sliding_window_pattern", 6) : 4;
+  int every = gemma3 ? r.integer("sliding_window_pattern", family.local_every) : family.local_every;
   if (r.has("layer_types")) {  // "full_attention" where (l + 1) % every == 0, "sliding_attention" elsewhere
     const json& types = r.j["layer_types"];
     bool ok = types.is_array() && int(types.size()) == c.n_layers;
@@ -341,42 +341,13 @@ std::vector<std::string> layer_types(const ModelConfig& c) {
   return types;
 }
 
-// The family a normlab config is written as (llama_export_refusal says whether it is exactly that):
-// OLMo 2 for the reordered block (OLMo 3 with two kinds of layer), Gemma for GeGLU (Gemma 2 with the
-// sandwich, Gemma 3 with QK-norm too), Qwen3 for per-head QK-norm, SmolLM3 for NoPE layers, Qwen2 for q,
-// k, v biases only, else Llama.
-enum class Family { Llama, Qwen2, Qwen3, Olmo2, Olmo3, Gemma, Gemma2, Gemma3, SmolLM3 };
-Family export_family(const ModelConfig& c) {
-  if (c.placement_of(0) == Placement::Reordered) return c.rope_local_base > 0 ? Family::Olmo3 : Family::Olmo2;
-  if (c.activation == Activation::GeGlu) {
-    if (c.placement_of(0) != Placement::Sandwich) return Family::Gemma;
-    return c.qk_norm == QkNorm::Heads ? Family::Gemma3 : Family::Gemma2;
-  }
-  if (c.qk_norm == QkNorm::Heads) return Family::Qwen3;
-  if (c.nope_every != 0) return Family::SmolLM3;
-  return c.bias == LinearBias::Qkv ? Family::Qwen2 : Family::Llama;
-}
-
 }  // namespace
 
 Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const fs::path& dir) {
   Imported im;
-  const std::string type = r.string("model_type", "");
-  const bool qwen2 = is_qwen2(r), qwen3 = type == "qwen3", gemma3 = type == "gemma3_text",
-             gemma2 = type == "gemma2" || gemma3, gemma = type == "gemma" || gemma2, olmo3 = type == "olmo3",
-             olmo2 = type == "olmo2" || olmo3, mistral = type == "mistral", smollm3 = type == "smollm3",
-             phi3 = type == "phi3";
-  im.architecture = architecture_of(r, {qwen2    ? "Qwen2ForCausalLM"
-                                        : qwen3  ? "Qwen3ForCausalLM"
-                                        : gemma3 ? "Gemma3ForCausalLM"
-                                        : gemma2 ? "Gemma2ForCausalLM"
-                                        : gemma  ? "GemmaForCausalLM"
-                                        : olmo3  ? "Olmo3ForCausalLM"
-                                        : olmo2  ? "Olmo2ForCausalLM"
-                                        : mistral ? "MistralForCausalLM"
-                                        : smollm3 ? "SmolLM3ForCausalLM"
-                                        : phi3    ? "Phi3ForCausalLM"
-                                                 : "LlamaForCausalLM"});
+  const LlamaFamily& fam = *family_of_model_type(r.string("model_type", ""));  // (hf.cpp checked it is one)
+  const bool gemma = fam.gemma;
+  im.architecture = architecture_of(r, {fam.architecture});
   ModelConfig& c = im.config;
   c.arch = Arch::Gpt;
   c.d_model = r.integer("hidden_size");
@@ -387,85 +358,73 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   c.vocab = r.integer("vocab_size");
   c.seq_len = std::min(r.integer("max_position_embeddings", 2048), kMaxImportedSeqLen);
   c.eps = r.number("rms_norm_eps", 1e-6);
-  c.rope_base = r.number("rope_theta", qwen3 || gemma3 ? 1e6 : olmo3 ? 5e5 : 10000.0);
+  c.rope_base = r.number("rope_theta", fam.rope_theta);
   RopeScaling rope_scaling;
-  if (gemma3 || olmo3) rope_scaling = read_layer_types_rope(r, c, gemma3);
+  if (fam.window == FamilyWindow::LayerTypes) rope_scaling = read_layer_types_rope(r, c, fam);
   else if (r.has("rope_parameters")) {  // transformers 5
     rope_scaling = read_rope_entry(r, "rope_parameters", c.rope_base);
     rope_scaling.key = "rope_parameters";
   }
   else if (r.has("rope_scaling")) rope_scaling = read_rope_entry(r, "rope_scaling", c.rope_base);
   c.norm = NormKind::RMSNorm;
-  c.placement = {Placement::Pre};
+  c.placement = {fam.placement};
   c.positions = Positions::Rope;
-  c.activation = Activation::SwiGlu;
+  c.activation = fam.activation;
+  c.qk_norm = fam.qk_norm;  // (q and k normalized per head, or over their whole projections, before RoPE)
   c.init_std = r.number("initializer_range", 0.02);
   if (gemma) {  // transformers' Gemma reads hidden_activation (unset: gelu_pytorch_tanh), not hidden_act
     r.require("hidden_activation", r.string("hidden_activation", "gelu_pytorch_tanh") == "gelu_pytorch_tanh",
               "normlab's GeGLU gates with GELU's tanh form (gelu_pytorch_tanh)");
-    c.activation = Activation::GeGlu;
     c.embed_scale = std::sqrt(double(c.d_model));
-    if (gemma2) {  // Gemma2Config's defaults where a key is absent (transformers 4.45; Gemma 3's: 5.24)
-      c.placement = {Placement::Sandwich};
-      const double scalar = r.number("query_pre_attn_scalar", gemma3 ? 256 : 224);
-      r.require("query_pre_attn_scalar", scalar > 0, "the scores are scaled by query_pre_attn_scalar^(-1/2)");
-      c.attn_scale = 1.0 / std::sqrt(scalar);
-      // a null cap is no cap (Gemma 3 has none unless its config sets one)
-      c.attn_softcap = r.null("attn_logit_softcapping") ? 0.0 : r.number("attn_logit_softcapping", gemma3 ? 0.0 : 50.0);
-      c.logit_softcap = r.null("final_logit_softcapping") ? 0.0 : r.number("final_logit_softcapping", gemma3 ? 0.0 : 30.0);
-      if (gemma3) {
-        c.qk_norm = QkNorm::Heads;
-        r.require("use_bidirectional_attention", !r.boolean("use_bidirectional_attention", false),
-                  "normlab's Gemma 3 is the causal language model");
-        r.require("attention_bias", !r.boolean("attention_bias", false),
-                  "Gemma 3's attention_bias puts biases on q, k, v and o but not on the MLP, which normlab's model.bias "
-                  "does not represent");
-      }
-      cap_at_window(r, c, im, gemma3 ? "the local layers" : "every other layer");
-    }
   } else {
     r.require("hidden_act", r.string("hidden_act", "silu") == "silu", "the gated MLP is SwiGLU (silu)");
   }
-  if ((r.has("head_dim") || gemma || qwen3) && c.n_heads > 0) {  // Gemma's config defaults head_dim to 256, Qwen3's to 128
-    const long hd = r.integer("head_dim", qwen3 ? 128 : 256);
+  if (fam.query_pre_attn_scalar > 0) {  // Gemma 2 and 3 (Gemma2Config's defaults where a key is absent)
+    const double scalar = r.number("query_pre_attn_scalar", fam.query_pre_attn_scalar);
+    r.require("query_pre_attn_scalar", scalar > 0, "the scores are scaled by query_pre_attn_scalar^(-1/2)");
+    c.attn_scale = 1.0 / std::sqrt(scalar);
+    // a null cap is no cap (Gemma 3 has none unless its config sets one)
+    c.attn_softcap = r.null("attn_logit_softcapping") ? 0.0 : r.number("attn_logit_softcapping", fam.attn_softcap);
+    c.logit_softcap = r.null("final_logit_softcapping") ? 0.0 : r.number("final_logit_softcapping", fam.logit_softcap);
+  }
+  if (gemma && fam.window == FamilyWindow::LayerTypes)
+    r.require("use_bidirectional_attention", !r.boolean("use_bidirectional_attention", false),
+              "normlab's Gemma 3 is the causal language model");
+  if ((r.has("head_dim") || fam.head_dim > 0) && c.n_heads > 0) {  // Gemma's config defaults head_dim to 256, Qwen3's to 128
+    const long hd = r.integer("head_dim", fam.head_dim);
     r.require("head_dim", hd >= 1 && hd <= 65536, "a head size in [1, 65536]");
     if (hd >= 1 && hd * c.n_heads != c.d_model) c.head_dim = int(hd);  // (Gemma 2, Qwen3: heads wider or narrower)
   }
   read_partial_rotary(r, c);
   apply_rope_scaling(r, c, rope_scaling, im);
-  if (qwen2) {
-    c.bias = LinearBias::Qkv;  // Qwen2: q, k, v biases, none elsewhere
-    r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
-  } else if (qwen3) {  // Qwen3: q and k normalized per head (one gain of head_dim), before RoPE; no biases
-    c.qk_norm = QkNorm::Heads;
-    r.require("attention_bias", !r.boolean("attention_bias", false),
-              "Qwen3's attention_bias puts biases on q, k, v and o but not on the MLP, which normlab's model.bias "
-              "does not represent");
-    r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
-    c.bias = LinearBias::None;
-  } else if (olmo2) {  // OLMo 2 and 3: x + N(F(x)), q and k normalized over the whole projection, no biases
-    c.placement = {Placement::Reordered};
-    c.qk_norm = QkNorm::Whole;
-    r.require("attention_bias", !r.boolean("attention_bias", false),
-              "OLMo's attention_bias puts biases on q, k, v and o but not on the MLP, which normlab's model.bias "
-              "does not represent");
-    c.bias = LinearBias::None;
-    if (olmo3) cap_at_window(r, c, im, "the sliding layers");
-  } else if (mistral || phi3) {  // Mistral, Phi-3: Llama without biases, a sliding window on every layer
-    cap_at_window(r, c, im, "all layers");
-    c.bias = LinearBias::None;
-  } else {
-    const bool attn_bias = r.boolean("attention_bias", false), mlp_bias = r.boolean("mlp_bias", false);
-    r.require("mlp_bias", attn_bias == mlp_bias,
-              "normlab has biases on every projection (attention_bias and mlp_bias both true) or on none");
-    c.bias = attn_bias ? LinearBias::All : LinearBias::None;
+  switch (fam.bias) {
+    case FamilyBias::Qkv: c.bias = LinearBias::Qkv; break;  // Qwen2: q, k, v biases, none elsewhere
+    case FamilyBias::None:
+      r.require("attention_bias", !r.boolean("attention_bias", false),
+                fmt::format("{}'s attention_bias puts biases on q, k, v and o but not on the MLP, which normlab's "
+                            "model.bias does not represent",
+                            fam.architecture));
+      c.bias = LinearBias::None;
+      break;
+    case FamilyBias::FromConfig: {
+      const bool attn_bias = r.boolean("attention_bias", false), mlp_bias = r.boolean("mlp_bias", false);
+      r.require("mlp_bias", attn_bias == mlp_bias,
+                "normlab has biases on every projection (attention_bias and mlp_bias both true) or on none");
+      c.bias = attn_bias ? LinearBias::All : LinearBias::None;
+      break;
+    }
   }
-  if (smollm3) {  // SmolLM3: Llama's block with NoPE layers (no RoPE on every N-th), full attention
-    read_nope_layers(r, c);
-    r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
+  switch (fam.window) {  // normlab's attention is full: seq_len capped at a window where there is one
+    case FamilyWindow::None:
+      r.require("use_sliding_window", !r.boolean("use_sliding_window", false), "normlab's attention is full causal");
+      break;
+    case FamilyWindow::EveryLayer: cap_at_window(r, c, im, "all layers"); break;
+    case FamilyWindow::EveryOther: cap_at_window(r, c, im, "every other layer"); break;
+    case FamilyWindow::LayerTypes: cap_at_window(r, c, im, "the sliding layers"); break;
   }
+  if (fam.nope_layers) read_nope_layers(r, c);  // SmolLM3: no RoPE on every N-th layer
   // (Gemma's and SmolLM3's configs tie by default; OLMo 2's and Llama's not)
-  const bool tied = r.boolean("tie_word_embeddings", gemma || smollm3);
+  const bool tied = r.boolean("tie_word_embeddings", fam.tied);
   c.head = tied ? Head::Tied : Head::Untied;
   c.validate();
   if (r.number("attention_dropout", 0) > 0)
@@ -475,7 +434,7 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
                                    "(model.seq_len)",
                                    r.integer("max_position_embeddings", 2048), c.seq_len));
   if (!weights) return im;
-  std::vector<TensorMap> table = llama_table(c, phi3);
+  std::vector<TensorMap> table = llama_table(c, fam.fused);
   std::set<std::string> ignored;
   // lm_head.weight sits outside the "model." prefix
   if (tied) ignored.insert("lm_head.weight");
@@ -498,11 +457,11 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if (c.attn_sink) why.push_back("attn_sink = true (none of these families has sink logits)");
   // Llama and Qwen2: pre-norm in every layer, no QK-norm; Qwen3: pre-norm with QK-norm per head; OLMo 2:
   // reordered in every layer with QK-norm over the whole projections
-  const Family family = export_family(c);
-  const bool olmo3 = family == Family::Olmo3, olmo2 = family == Family::Olmo2 || olmo3,
-             qwen3 = family == Family::Qwen3, gemma3 = family == Family::Gemma3,
-             gemma2 = family == Family::Gemma2 || gemma3, gemma = family == Family::Gemma || gemma2;
-  const Placement each = olmo2 ? Placement::Reordered : gemma2 ? Placement::Sandwich : Placement::Pre;
+  const LlamaFamily& family = export_family(c);
+  const bool olmo2 = family.placement == Placement::Reordered, qwen3 = !family.gemma && family.qk_norm == QkNorm::Heads,
+             gemma3 = family.gemma && family.qk_norm == QkNorm::Heads, gemma = family.gemma,
+             gemma2 = gemma && family.placement == Placement::Sandwich, layer_types = family.window == FamilyWindow::LayerTypes;
+  const Placement each = family.placement;
   for (int l = 0; l < c.n_layers; l++)
     if (c.placement_of(l) != each) {
       why.push_back(fmt::format("layer {} is {} (Llama, Qwen2 and Gemma are pre-norm in every layer, Gemma 2 "
@@ -529,12 +488,12 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if (c.rope_mscale != 1.0)
     why.push_back("RoPE's cos and sin are scaled (model.rope_mscale: LongRoPE's or YaRN's attention factor), which a "
                   "config.json states only through their parameters");
-  if (c.rope_local_base > 0 && !gemma3 && !olmo3)
+  if (c.rope_local_base > 0 && !layer_types)
     why.push_back("RoPE has a base per layer (model.rope_local_base), which only Gemma 3's and OLMo 3's blocks have");
-  if (c.nope_every != 0 && family != Family::SmolLM3)
+  if (c.nope_every != 0 && !family.nope_layers)
     why.push_back("some layers have no RoPE (model.nope_every), which only SmolLM3's block (Llama's with NoPE layers) "
                   "has");
-  if (family == Family::SmolLM3 && c.bias == LinearBias::Qkv)
+  if (family.nope_layers && c.bias == LinearBias::Qkv)
     why.push_back("bias is qkv (SmolLM3 has biases on every projection or on none)");
   if (!c.rope_freq_factors.empty())
     why.push_back("RoPE has a divisor per frequency (model.rope_freq_factors: Llama 3.1's llama3 scaling or a GGUF "
@@ -564,29 +523,12 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
 
 std::string write_llama(const StagedFiles& out, const Model<float>& model) {
   const ModelConfig& c = model.config();
-  const Family family = export_family(c);  // (llama_export_refusal checked that it is exactly that)
-  const bool olmo3 = family == Family::Olmo3, olmo2 = family == Family::Olmo2 || olmo3,
-             qwen3 = family == Family::Qwen3, qwen2 = family == Family::Qwen2, gemma3 = family == Family::Gemma3,
-             gemma2 = family == Family::Gemma2 || gemma3, gemma = family == Family::Gemma || gemma2,
-             smollm3 = family == Family::SmolLM3;
-  const std::string arch = olmo3     ? "Olmo3ForCausalLM"
-                           : olmo2   ? "Olmo2ForCausalLM"
-                           : qwen3   ? "Qwen3ForCausalLM"
-                           : qwen2   ? "Qwen2ForCausalLM"
-                           : gemma3  ? "Gemma3ForCausalLM"
-                           : gemma2  ? "Gemma2ForCausalLM"
-                           : gemma   ? "GemmaForCausalLM"
-                           : smollm3 ? "SmolLM3ForCausalLM"
-                                     : "LlamaForCausalLM";
-  const std::string type = olmo3     ? "olmo3"
-                           : olmo2   ? "olmo2"
-                           : qwen3   ? "qwen3"
-                           : qwen2   ? "qwen2"
-                           : gemma3  ? "gemma3_text"
-                           : gemma2  ? "gemma2"
-                           : gemma   ? "gemma"
-                           : smollm3 ? "smollm3"
-                                     : "llama";
+  const LlamaFamily& family = export_family(c);  // (llama_export_refusal checked that it is exactly that)
+  const bool olmo2 = family.placement == Placement::Reordered, gemma = family.gemma,
+             gemma2 = gemma && family.placement == Placement::Sandwich, gemma3 = gemma2 && family.qk_norm == QkNorm::Heads,
+             olmo3 = olmo2 && family.window == FamilyWindow::LayerTypes, qwen3 = !gemma && family.qk_norm == QkNorm::Heads,
+             qwen2 = family.bias == FamilyBias::Qkv, smollm3 = family.nope_layers;
+  const std::string arch = family.architecture, type = family.model_type;
   std::vector<TensorMap> table = llama_table(c);
   if (c.head == Head::Untied) table.push_back({"lm_head.weight", "lm_head.weight"});
   std::vector<st::TensorView> views;
