@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "dist/dist.h"
+#include "distributed/comm.h"
 
 using namespace normlab;
 

@@ -20,7 +20,7 @@ want_tests=0
 packages=(g++ cmake ninja-build pkg-config libopenblas-openmp-dev libdnnl-dev libtomlplusplus-dev
           nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libeigen3-dev libspectra-dev libicu-dev
           curl unzip ca-certificates
-          libopenmpi-dev openmpi-bin  # mpirun -np P normlab train|compare (src/dist/)
+          libopenmpi-dev openmpi-bin  # mpirun -np P normlab train|compare (src/distributed/)
           libsword-utils sword-text-kjv sword-text-web sword-text-sparv)  # the Bible corpus
 if (( want_tests )); then
   packages+=(python3-torch python3-numpy python3-venv chromium fonts-dejavu-core

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cli_mpi.sh: `mpirun -np 2 --oversubscribe normlab train|compare` (src/dist/). Data parallelism: a
+# cli_mpi.sh: `mpirun -np 2 --oversubscribe normlab train|compare` (src/distributed/). Data parallelism: a
 # decoder-only run (dropout, grad_accum 2, a batch of 5 rows split 3 + 2, QK-Clip), today's blocks in bf16
 # (Gemma 2's and OLMo 2's layers, DyT's LLaMA recipe, gated attention, sink logits) and an encoder-decoder on a
 # padded translation corpus (ranks holding different numbers of target tokens) give the losses of

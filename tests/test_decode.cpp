@@ -39,7 +39,7 @@ ModelConfig small(Placement method) {
 
 TEST(IncrementalDecoder, EqualsTheFullForwardAtEveryPosition) {
   for (Placement method : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::Admin,
-                           Placement::ReZero, Placement::LayerScale, Placement::DeepNorm, Placement::Residual}) {
+                           Placement::ReZero, Placement::LayerScale, Placement::DeepNorm, Placement::ResiDual}) {
     for (Positions positions : {Positions::Learned, Positions::Rope}) {
     SCOPED_TRACE(fmt::format("{} {}", method_of(method).name, to_string(positions)));
     ModelConfig cfg = small(method);
@@ -180,7 +180,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
 }
 
 TEST(Translate, GreedyEqualsTheNaiveLoopAndBeamOneIsGreedy) {
-  for (Placement method : {Placement::Pre, Placement::Residual}) {
+  for (Placement method : {Placement::Pre, Placement::ResiDual}) {
     SCOPED_TRACE(method_of(method).name);
     ModelConfig c = small(method);
     c.seq_len = 12;

@@ -22,7 +22,7 @@ namespace {
 const Placement kEveryMethod[] = {Placement::Post,     Placement::Pre,      Placement::Sandwich,
                                   Placement::PrePost,  Placement::DeepNorm, Placement::None,
                                   Placement::Admin,    Placement::ReZero,   Placement::SkipInit,
-                                  Placement::LayerScale, Placement::TFixup, Placement::Residual};
+                                  Placement::LayerScale, Placement::TFixup, Placement::ResiDual};
 
 // Odd sizes: C = 9 with 3 heads of 3, F = 13, N = 2 encoder and M = 3 decoder layers.
 ModelConfig encdec(std::vector<Placement> placement, NormKind norm = NormKind::LayerNorm) {

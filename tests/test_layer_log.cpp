@@ -313,7 +313,7 @@ ModelConfig small(Arch arch, Placement p) {
 TEST(LayerLog, EveryMethodGptAndEncoderMatchRecomputation) {
   for (Placement p : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::PrePost, Placement::DeepNorm,
                       Placement::None, Placement::Admin, Placement::ReZero, Placement::SkipInit, Placement::LayerScale,
-                      Placement::TFixup, Placement::Residual}) {
+                      Placement::TFixup, Placement::ResiDual}) {
     SCOPED_TRACE(to_string(p));
     log_and_check(small(Arch::Gpt, p), 3, 11, 0);
     log_and_check(small(Arch::Encoder, p), 2, 9, 0);
@@ -321,7 +321,7 @@ TEST(LayerLog, EveryMethodGptAndEncoderMatchRecomputation) {
 }
 
 TEST(LayerLog, EncDecBothStacksAndCrossAttention) {
-  for (Placement p : {Placement::Post, Placement::Pre, Placement::DeepNorm, Placement::Residual, Placement::ReZero}) {
+  for (Placement p : {Placement::Post, Placement::Pre, Placement::DeepNorm, Placement::ResiDual, Placement::ReZero}) {
     SCOPED_TRACE(to_string(p));
     log_and_check(small(Arch::EncDec, p), 2, 7, 10);
   }

@@ -23,7 +23,7 @@ using namespace normlab::test;
 
 namespace {
 
-constexpr Placement kRes = Placement::Residual;
+constexpr Placement kRes = Placement::ResiDual;
 
 // Odd sizes: C = 9 with 3 heads of 3, F = 13; 2 layers (encdec: 2 encoder, 3 decoder).
 ModelConfig residual_config(Arch arch, NormKind norm = NormKind::LayerNorm) {

@@ -157,7 +157,7 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
   rep.T = T;
   rep.d = d;
   rep.eps = cfg.eps;
-  rep.norm_kind = to_string(cfg.norm);
+  rep.norm_kind = cfg.norm;
   if (options.token < -1 || options.token >= T)
     throw Error(fmt::format("--token {} is outside the input's {} tokens (give 0 to {}, or leave it out for the last)",
                             options.token, T, T - 1));
@@ -301,7 +301,7 @@ nlohmann::json to_json(const JacobianReport& r) {
     blocks.push_back(j);
   }
   const auto& e = r.end_to_end;
-  return {{"T", r.T}, {"d", r.d}, {"token", r.token}, {"eps", r.eps}, {"norm", r.norm_kind},
+  return {{"T", r.T}, {"d", r.d}, {"token", r.token}, {"eps", r.eps}, {"norm", to_string(r.norm_kind)},
           {"norm_sites", norms}, {"blocks", blocks},
           {"end_to_end", {{"token_local", spectrum_json(e.local)},
                           {"full_sequence", e.full ? spectrum_json(*e.full) : nlohmann::json(nullptr)},
@@ -321,7 +321,7 @@ nlohmann::json to_json(const JacobianReport& r) {
 }
 
 void print_report(const JacobianReport& r) {
-  fmt::print("Jacobians at token {} of T = {}, d = {}, {} eps = {:g}\n\n", r.token, r.T, r.d, r.norm_kind, r.eps);
+  fmt::print("Jacobians at token {} of T = {}, d = {}, {} eps = {:g}\n\n", r.token, r.T, r.d, to_string(r.norm_kind), r.eps);
   fmt::print("Norm sites (closed form vs autodiff; singular values; kernel; gamma)\n");
   fmt::print("{:<20} {:>10} {:>10} {:>10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "site",
              "|J-J_ad|", "sv max", "sv min", "rank", "1/s", "eps-sv", "|J1|", "|Jz|", "left err", "right err");

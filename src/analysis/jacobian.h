@@ -85,7 +85,7 @@ struct JacobianReport {
   EndToEndReport end_to_end;
   int T = 0, d = 0, token = 0;
   double eps = 0;
-  std::string norm_kind;
+  NormKind norm_kind = NormKind::LayerNorm;
 };
 
 struct JacobianOptions {
@@ -133,7 +133,7 @@ struct EncDecJacobian {
 
 struct EncDecJacobianReport {
   int T = 0, S = 0, d = 0;
-  std::string norm_kind;
+  NormKind norm_kind = NormKind::LayerNorm;
   double eps = 0;
   EncDecJacobian decoder, source;
 };

@@ -76,7 +76,7 @@ EncDecJacobianReport analyze_jacobian_encdec(Model<double>& model, const Jacobia
   rep.T = T;
   rep.S = S;
   rep.d = d;
-  rep.norm_kind = to_string(cfg.norm);
+  rep.norm_kind = cfg.norm;
   rep.eps = cfg.eps;
   std::vector<int> tgt(static_cast<size_t>(T)), src(static_cast<size_t>(S));
   for (int t = 0; t < T; t++) tgt[size_t(t)] = t;
@@ -101,13 +101,13 @@ EncDecJacobianReport analyze_jacobian_encdec(Model<double>& model, const Jacobia
 }
 
 nlohmann::json to_json(const EncDecJacobianReport& r) {
-  return {{"arch", "encdec"}, {"T", r.T}, {"S", r.S}, {"d", r.d}, {"eps", r.eps}, {"norm", r.norm_kind},
+  return {{"arch", "encdec"}, {"T", r.T}, {"S", r.S}, {"d", r.d}, {"eps", r.eps}, {"norm", to_string(r.norm_kind)},
           {"decoder", encdec_jacobian_json(r.decoder)}, {"source", encdec_jacobian_json(r.source)}};
 }
 
 void print_report(const EncDecJacobianReport& r) {
   fmt::print("Jacobians of the decoder's last stream (T = {}, d = {}, {} eps = {:g}); source S = {}\n", r.T, r.d,
-             r.norm_kind, r.eps, r.S);
+             to_string(r.norm_kind), r.eps, r.S);
   for (const EncDecJacobian* e : {&r.decoder, &r.source}) {
     fmt::print("\n{} ({} x {}): {}\n", e->name, e->rows, e->cols,
                e == &r.decoder ? "by the decoder's input stream, the memory held fixed"

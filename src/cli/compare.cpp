@@ -7,7 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "util/interrupt.h"
-#include "dist/dist.h"
+#include "distributed/comm.h"
 #include "study/summary.h"
 #include "study/tables.h"
 #include "study/pretrained.h"

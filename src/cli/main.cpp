@@ -3,7 +3,7 @@
 // compare` with the default study on the built-in corpus. Exit codes (docs/USAGE.md "Exit codes"): 0 done;
 // 1 for every user error (each Error, and every command-line error CLI11 reports, as one message on
 // stderr); 2 a diverged training run; 130 a run stopped by Ctrl-C (train, compare). Under mpirun
-// (src/dist/dist.h) train and compare run over the ranks; the other commands are refused.
+// (src/distributed/comm.h) train and compare run over the ranks; the other commands are refused.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -28,7 +28,7 @@
 #include "cli/tokenize.h"
 #include "cli/train.h"
 #include "cli/translate.h"
-#include "dist/dist.h"
+#include "distributed/comm.h"
 #include "ops/gemm_backend.h"
 #include "ops/isa.h"
 #include "util/error.h"

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <iostream>
 
-#include "dist/dist.h"
+#include "distributed/comm.h"
 #include "train/resume.h"
 #include "train/trainer.h"
 #include "util/error.h"

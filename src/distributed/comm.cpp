@@ -1,6 +1,6 @@
-// dist.cpp: the MPI implementation of dist.h and its serial fallback (the only #ifdef NORMLAB_WITH_MPI
+// comm.cpp: the MPI implementation of comm.h and its serial fallback (the only #ifdef NORMLAB_WITH_MPI
 // of the code base), the launcher environment and the threads per rank.
-#include "dist/dist.h"
+#include "distributed/comm.h"
 
 #include <omp.h>
 #include <sched.h>

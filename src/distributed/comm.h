@@ -1,4 +1,4 @@
-// dist.h: the one place that knows about MPI (`mpirun -np P normlab train|compare`). A Comm is a
+// comm.h: the one place that knows about MPI (`mpirun -np P normlab train|compare`). A Comm is a
 // group of processes working together: the whole job (world()) or this process alone (self()).
 // Built without MPI (no libopenmpi-dev when CMake ran), or run without a launcher, the world is one
 // process and every operation is the trivial serial one; an MPI launch of such a build is refused.

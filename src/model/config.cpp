@@ -212,6 +212,7 @@ InitScheme ModelConfig::resolved_init() const {
   return InitScheme::Gpt2;
 }
 
+// (One check after another, each a line or two: long because the keys are many.)
 std::vector<std::string> ModelConfig::violations() const {
   std::vector<std::string> v;
   auto positive = [&](const char* key, long value, long max) {

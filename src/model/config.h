@@ -45,7 +45,7 @@ enum class AttnGate { None, Headwise, Elementwise };
 // (untied, as most Llama-family models).
 enum class Head { Tied, Mlm, None, Untied };
 // The normalization method of a layer (docs/MODEL.md "Methods"; one entry each in model/methods.cpp).
-enum class Placement { Post, Pre, Sandwich, PrePost, DeepNorm, None, Admin, ReZero, SkipInit, LayerScale, TFixup, Residual,
+enum class Placement { Post, Pre, Sandwich, PrePost, DeepNorm, None, Admin, ReZero, SkipInit, LayerScale, TFixup, ResiDual,
                        Peri, Reordered, Lns, HybridNorm, HybridNormPre, NGpt };
 enum class InitScheme { Auto, Normal, Gpt2, Xavier, DeepNet, TFixup };
 // How Admin's omega starts: closed forms O(log n), O(1) (sqrt S), plain Post-LN (1), or profiled on

@@ -40,7 +40,7 @@ constexpr Method kMethods[] = {
      "Touvron et al. 2021 (CaiT)"},
     {Placement::TFixup, "tfixup", "T-Fixup", kNone, S::One, G::One, false, Streams::One, InitScheme::TFixup,
      "x <- x + F(x) with T-Fixup's depth-scaled initialization, no norm", "Huang et al. 2020 (T-Fixup)"},
-    {Placement::Residual, "residual", "ResiDual", kOut, S::One, G::One, true, Streams::Dual, InitScheme::Auto,
+    {Placement::ResiDual, "residual", "ResiDual", kOut, S::One, G::One, true, Streams::Dual, InitScheme::Auto,
      "x <- LN(x + F(x)) and x_d <- x_d + F(x); the stack ends y = x + LN_f(x_d)",
      "Xie et al. 2023 (ResiDual)"},
     {Placement::Peri, "peri", "Peri-LN", {true, true, false}, S::One, G::One, true, Streams::One, InitScheme::Auto,

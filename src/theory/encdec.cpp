@@ -244,6 +244,7 @@ void xiong_thm1_checks(const Bench& b, std::vector<Measurement>& out) {
   }
 }
 
+// The update-size claims, one attempt() each (long because the claims are many: each block reads alone).
 void update_size_checks(const Bench& b, std::vector<Measurement>& out) {
   if (b.given) {
     attempt(b, out, {"Liu et al. 2020", "DeepNet Thm 4.2"}, [] {

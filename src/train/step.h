@@ -6,7 +6,7 @@
 
 #include <limits>
 
-#include "dist/dist.h"
+#include "distributed/comm.h"
 #include "model/model.h"
 #include "train/data.h"
 #include "train/optimizer.h"

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "dist/dist.h"
+#include "distributed/comm.h"
 #include "train/run_config.h"
 
 namespace normlab {
@@ -45,7 +45,7 @@ struct TrainOptions {
   const std::atomic<bool>* stop = nullptr;
   // The ranks that train this run together (data parallelism, `mpirun -np P normlab train`): each
   // takes a contiguous shard of the rows of every global batch (the batch one process would draw),
-  // the gradients are summed in rank order (dist.h), weighted by each shard's share of the batch's
+  // the gradients are summed in rank order (distributed/comm.h), weighted by each shard's share of the batch's
   // labelled tokens, and every rank takes the same AdamW step. Rank 0 alone writes config.json,
   // metrics.jsonl and checkpoints, evaluates and prints. A study runs each run on dist::self().
   dist::Comm comm = dist::world();
