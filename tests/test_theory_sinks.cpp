@@ -62,3 +62,47 @@ TEST(TheorySinks, MassiveActivationClaimFollowsSunEtAlsCriterion) {
     EXPECT_EQ(j.verdict, planted ? Verdict::Holds : Verdict::Violated) << j.text;
   }
 }
+
+// The norm-gain claim (2603.17771, sinks.cpp) against the closed form: RMSNorm's Jacobian at x is
+// g / rms(x) (I - x x^T / ||x||^2) at eps = 0, so with equal gains its largest singular value is
+// g sqrt(C) / ||x||, a slope of exactly -1 against ||x|| on every unit: the row's slopes are -1 to
+// rounding and the rule finds the size as stated. Gains that differ by dimension (the model's own
+// embedding dimension 5 planted at 5,000, so the largest-norm token points along it, and dimension 5's
+// gain set 10 times the others) break the closed form: the projection removes the large gain at that
+// token only, so the slope is steeper than -1, as the row must report, not force to -1.
+TEST(TheorySinks, NormGainSlopeIsMinusOneForEqualRmsNormGains) {
+  std::vector<int32_t> corpus;
+  for (int i = 0; i < 4000; i++) corpus.push_back(int32_t(i % 7 == 0 ? 'e' : 'a' + (i * 13) % 20));
+  ModelConfig c;
+  c.d_model = 16, c.n_heads = 2, c.n_layers = 2, c.seq_len = 32, c.placement = {Placement::Pre};
+  c.norm = NormKind::RMSNorm, c.eps = 1e-30;
+  for (bool uneven : {false, true}) {
+    SCOPED_TRACE(uneven ? "uneven gains" : "equal gains");
+    Model<double> m(c);
+    m.params()[m.table().find("wte.weight")->offset + size_t('e') * 16 + 5] = 5000;
+    if (uneven)  // the input norm that reads the planted stream point (layer 0's attention)
+      m.params()[m.table().find("h.0.attn.ln_in.weight")->offset + 5] = 10;
+    TheoryOptions o;
+    o.seed = 1337;
+    o.model = std::make_shared<TheoryModel>(TheoryModel{"planted", c, m.params()});
+    detail::ClaimModels src(o, corpus, corpus);
+    detail::Bench b;
+    b.opt = o, b.corpus = corpus, b.models = &src, b.fresh = false, b.given = true;
+    std::vector<detail::Measurement> out;
+    detail::sink_checks(b, out);
+    const detail::Measurement* row = nullptr;
+    for (const auto& r : out)
+      if (r.head.source == "2603.17771 the norm gain is inverse to the input norm") row = &r;
+    ASSERT_NE(row, nullptr);
+    ASSERT_TRUE(row->skipped.empty()) << row->skipped;
+    ASSERT_EQ(row->effects.size(), 2u);
+    EXPECT_NE(row->detail.find("h.0.attn.ln_in"), std::string::npos) << row->detail;
+    for (double slope : row->effects) {
+      if (!uneven) EXPECT_NEAR(slope, -1.0, 1e-9);
+      else EXPECT_LT(slope, -1.05);
+    }
+    const Judgement j = judge_effect(EffectRule::towards(-1).stated(1, "test"), row->effects);
+    EXPECT_EQ(j.verdict, Verdict::Holds) << j.text;
+    if (!uneven) EXPECT_NE(j.size, Size::Smaller) << j.text;
+  }
+}

@@ -15,7 +15,6 @@
 #include <utility>
 #include <vector>
 
-#include "model/branch.h"
 #include "model/config.h"
 
 namespace normlab {
@@ -64,12 +63,7 @@ struct BackwardFlow {
   S* fresh() const { return pool[0] == d ? pool[1] : pool[0]; }
   // Where a transforming stage adds its input's gradient: dx if its input is the stream, else a
   // zeroed scratch buffer (every backward kernel adds into its input gradient).
-  S* input_gradient() const {
-    if (reads_stream) return dx;
-    S* b = fresh();
-    branch::zero(b, n);
-    return b;
-  }
+  S* input_gradient() const;  // (model/stage_entry.h)
 };
 
 // Forward mode through one slot: K tangents of `rows.rows` rows each.

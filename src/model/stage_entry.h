@@ -3,9 +3,18 @@
 // the stage_entry overloads that model/stages.cpp declares with NL_STAGE_KIND.
 #pragma once
 
+#include "model/branch.h"
 #include "model/stage.h"
 
 namespace normlab {
+
+template <class S>
+S* BackwardFlow<S>::input_gradient() const {
+  if (reads_stream) return dx;
+  S* b = fresh();
+  branch::zero(b, n);
+  return b;
+}
 
 template <class Kind, class S>
 StageFns<S> make_stage_entry() {

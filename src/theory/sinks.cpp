@@ -11,6 +11,10 @@
 //     queries that see it exceeds 0.3).
 //   2603.05498: pre-norm is what makes massive activations appear: a Pre-LN's largest activation
 //     ratio above a Post-LN's of the same size and training (a paired comparison on the same windows).
+//   2603.17771: "the RMSNorm Jacobian attenuates gradients roughly in inverse proportion to input norm"
+//     (its abstract), which is how a massive activation regulates the gradient sink at its token: per
+//     unit, the slope of log (the gain of the norm that reads the stream) against log ||x_t|| over tokens
+//     spanning the unit's norms, at the stream point of the largest activation (-1 for 1 / ||x||).
 // Fresh models have no training to have produced them: no rows.
 #include <algorithm>
 #include <cmath>
@@ -18,7 +22,10 @@
 #include <fmt/ranges.h>
 #include <limits>
 
+#include "analysis/linalg.h"
 #include "analysis/sinks.h"
+#include "model/methods.h"
+#include "model/norm_of.h"
 #include "theory/checks.h"
 
 namespace normlab::theory::detail {
@@ -28,6 +35,7 @@ namespace {
 constexpr int kSinkUnitTokens = 512;  // tokens per unit of windows (one reading per unit)
 constexpr int kSinkUnits = 2;         // units per seed (window seed on a given model)
 constexpr double kSunMin = analysis::kMassiveMin, kSunRatio = analysis::kMassiveRatio;
+constexpr int kGainTokens = 16;       // tokens per unit whose norm gain the 1 / ||x|| slope fits
 
 // One model's readings on one unit of windows.
 struct SinkReading {
@@ -40,7 +48,51 @@ struct SinkReading {
   // across the windows of the unit, at the largest entry's (layer, token): log10 of its relative spread
   // sd / mean |x| and the median of the other dimensions' (NaN with one window)
   double log_spread = 0, log_spread_others = 0;
+  // the norm that reads the largest entry's stream point (a pre-norm input norm, or the final norm): its
+  // name ("" when none reads it) and the slope of log10 of its Jacobian's largest singular value against
+  // log10 ||x_t|| over kGainTokens tokens of the unit at evenly spaced ranks of ||x_t|| (the smallest to
+  // the largest), least squares
+  std::string gain_site;
+  double gain_slope = std::nan("");
+  double gain_norm_range = 0;  // log10 of the largest over the smallest of those ||x_t||
 };
+
+// The norm that reads stream point `layer` of m (the stream entering that layer; n_layers: after the
+// last block): a pre-norm sub-layer's input norm, or the final norm; null (and no name) when none does.
+const NormParams<double>* reading_norm(const Model<double>& m, int layer, std::string& site) {
+  const ModelConfig& c = m.config();
+  if (layer >= c.n_layers) {
+    if (!c.has_final_norm()) return nullptr;
+    site = "ln_f";
+    return &m.final_norm();
+  }
+  if (!c.has_sublayer(2 * layer)) return nullptr;
+  const Slot slot = c.slot(2 * layer);
+  if (!norm_sites(c.placement_of(slot.layer), slot.kind).in) return nullptr;
+  site = fmt::format("h.{}.{}.ln_in", layer, to_string(slot.kind));
+  return &m.sublayer_params_of(2 * layer).ln_in;
+}
+
+// The slope of log10 gain against log10 ||x_t|| (above) over the n tokens of x (n, C).
+double gain_slope(const ModelConfig& c, const NormParams<double>& p, const double* x, size_t n, double& range) {
+  const int C = c.d_model;
+  std::vector<std::pair<double, size_t>> by_norm;
+  for (size_t k = 0; k < n; k++) by_norm.push_back({analysis::row_norm(x + k * C, C), k});
+  std::sort(by_norm.begin(), by_norm.end());
+  std::vector<double> lx, ly;
+  const size_t picks = std::min(n, size_t(kGainTokens));
+  for (size_t i = 0; i < picks; i++) {
+    const auto& [norm, k] = by_norm[picks > 1 ? i * (n - 1) / (picks - 1) : 0];
+    const double gain = analysis::singular_values(norm_jacobian_closed_form(c.norm, x + k * C, p, C, c.eps), C, C).front();
+    lx.push_back(std::log10(norm)), ly.push_back(std::log10(gain));
+  }
+  range = lx.back() - lx.front();
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < lx.size(); i++) mx += lx[i] / double(lx.size()), my += ly[i] / double(ly.size());
+  double sxy = 0, sxx = 0;
+  for (size_t i = 0; i < lx.size(); i++) sxy += (lx[i] - mx) * (ly[i] - my), sxx += (lx[i] - mx) * (lx[i] - mx);
+  return sxx > 0 ? sxy / sxx : std::nan("");
+}
 
 // log10 (sd / mean |x|) of one entry across the B windows of the stream x (B, T, C) at (token, dim)
 double log_relative_spread(const double* x, int B, int T, int C, int token, int dim) {
@@ -84,6 +136,8 @@ SinkReading read_sinks(Model<double>& m, const std::vector<int32_t>& ids, int B,
     std::nth_element(others.begin(), others.begin() + long(others.size() / 2), others.end());
     s.log_spread_others = others[others.size() / 2];
   }
+  if (const NormParams<double>* p = reading_norm(m, s.layer, s.gain_site))
+    s.gain_slope = gain_slope(c, *p, x, size_t(B) * T, s.gain_norm_range);
   return s;
 }
 
@@ -114,7 +168,7 @@ void sink_checks(const Bench& b, std::vector<Measurement>& out) {
                                          b.given ? "window seed" : "seed");
   std::vector<std::vector<SinkReading>> readings(subjects.size());
   const std::vector<std::string> names = {"Sun et al. 2024 massive activations", "Sun et al. 2024 massive activations are fixed",
-                                          "Gu et al. 2024 attention sinks"};
+                                          "Gu et al. 2024 attention sinks", "2603.17771 the norm gain is inverse to the input norm"};
   for (size_t k = 0; k < subjects.size(); k++) {
     Model<double>& m = *subjects[k].model;
     const ModelConfig& c = m.config();
@@ -186,6 +240,36 @@ void sink_checks(const Bench& b, std::vector<Measurement>& out) {
                            {{"sink_rate", rates}}));
       out.back().reported = "Gu et al. 2024: sinks on the first token emerge in language models during pre-training, once "
                             "the model has seen enough data; the sink rate with threshold 0.3 is their measure of it";
+      // the gain of the norm that reads the largest activation's stream point, against ||x_t||
+      if (f.gain_site.empty()) {
+        Measurement skip;
+        skip.head.source = names[3];
+        skip.skipped = fmt::format("no norm reads the stream where its largest activation is (layer {}): the model is "
+                                   "not pre-norm there (the claim is about the norm a pre-norm sub-layer reads its input "
+                                   "through)",
+                                   f.layer);
+        out.push_back(std::move(skip));
+      } else {
+        std::vector<double> slopes, ranges;
+        for (const SinkReading& s : r) slopes.push_back(s.gain_slope), ranges.push_back(s.gain_norm_range);
+        out.push_back(effect({names[3],
+                              "the RMSNorm Jacobian attenuates gradients roughly in inverse proportion to the input's "
+                              "norm, so a massive activation shrinks the gradient through the norm that reads it",
+                              setting,
+                              fmt::format("the least-squares slope of log10 (the largest singular value of the Jacobian "
+                                          "of the norm that reads the stream) against log10 ||x_t||, over {} tokens of "
+                                          "the unit at evenly spaced ranks of ||x_t|| (the smallest to the largest), at "
+                                          "the stream point of the largest activation, per unit of windows (-1: gain "
+                                          "proportional to 1 / ||x||)",
+                                          kGainTokens)},
+                             slopes, EffectRule::towards(-1).stated(1, "'roughly in inverse proportion to input norm' (2603.17771, abstract)"),
+                             fmt::format("{} ({} norm) at layer {}: slope {:.3f} in the first unit over a span of "
+                                         "{:.2f} decades of ||x_t||",
+                                         f.gain_site, to_string(c.norm), f.layer, f.gain_slope, f.gain_norm_range),
+                             {{"slope", slopes}, {"log10_norm_range", ranges}, {"site", f.gain_site}}));
+        out.back().reported = "2603.17771: 'the RMSNorm Jacobian attenuates gradients roughly in inverse proportion to "
+                              "input norm', so massive activations act as regulators of the gradient sink at their token";
+      }
     });
   }
   if (b.given) return;  // one model: no contrast
