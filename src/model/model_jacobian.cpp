@@ -65,6 +65,8 @@ bool Model<S>::block_jacobian_covers(int first, int last) const {
   return before <= 1;
 }
 
+// (One computation in steps that share the scratch carved at its top: the token-local maps R, the post-
+// attention tangents, the score tangents, then the rows of blocks; long for that reason.)
 template <class S>
 void Model<S>::block_jacobian(S* J, int layer) const {
   if (!block_jacobian_covers(2 * layer, 2 * layer + 2))

@@ -140,6 +140,8 @@ Judgement judge_bound(const BoundRule& r, const std::vector<double>& values, con
   return j;
 }
 
+// (The law rule in one place: the saturated model, each law's fit, its lack-of-fit test and the
+// Akaike weights read the same points and offsets; long for that reason.)
 Judgement judge_law(const LawRule& r, const std::vector<Series>& seeds, const std::string& unit) {
   Judgement j;
   // the points, each with its seed: every seed has its own offset b_s (a law is about the shape of the
