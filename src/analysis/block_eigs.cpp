@@ -57,8 +57,8 @@ Eigen::MatrixXd orthonormalize(const Eigen::MatrixXd& W,
 
 }  // namespace
 
-// (One algorithm, block Krylov-Schur, whose restart, Rayleigh-Ritz and locking steps share the basis
-// and the workspace declared at its top: long for that reason.)
+// (One algorithm, the block Davidson iteration of block_eigs.h, whose expansion, Rayleigh-Ritz, locking
+// and restart steps share the basis and workspace declared at its top: long for that reason.)
 BlockEigsResult block_largest_eigenpairs(const BlockOperator& A, Eigen::Index n,
                                          const Eigen::MatrixXd& deflate,
                                          const BlockEigsOptions& o) {

@@ -565,8 +565,9 @@ std::vector<double> token_local_jacobian(const Model<double>& model, int first, 
 
 namespace {
 
-// (One solver whose phases, the structural null space, Lanczos on J^T J and the shift-invert refinement,
-// share its operator and budget: long for that reason.)
+// (One solver whose phases, the largest values, the structural zeros and the rest by the block solver
+// (shift-invert or the shifted Gram) with its certificate, share one operator and one budget: long for
+// that reason.)
 // The extreme singular values of ops' J (lanczos.h); [first, last) are the sub-layers that end in J's
 // output (their last norm gives the structural zeros); source: J reads the encdec's source stream.
 ExtremeSingularValues extreme_singular_values_of(Model<double>& model, const StreamOps& ops, Work& work, int first,
