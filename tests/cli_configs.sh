@@ -54,6 +54,18 @@ if [[ -r $GPL ]]; then
 else
   echo "skip: $GPL is not here (Debian's base-files ships it): DyT on a small text of one's own not checked"
 fi
+# ... and on a text the alphas were not chosen on (the first 50 KB of docs/MODEL.md: 2.42 against its
+# unigram entropy 3.42 when written; a vim help file, Python's IDLE NEWS and two licences: 2.18-2.61)
+head -c 50000 "$CONFIGS/../docs/MODEL.md" > model_md.txt
+check "timeout 600 '$NL' train -q --config '$CONFIGS/llama_dyt.toml' --set data.corpus=model_md.txt --set train.out_dir=dyt_md >/dev/null 2>&1 && jq -e 'select(.type == \"summary\") | .val_loss < .unigram_entropy - 0.5' dyt_md/metrics.jsonl >/dev/null" \
+  "configs/llama_dyt.toml does not learn on 50 KB of docs/MODEL.md (its summary: dyt_md/metrics.jsonl)"
+# a run made to die (Post-LN at lr 0.05 without warm-up, as test_health) warns while it runs and its last
+# line recalls the warnings; a healthy run's output has neither
+DEAD="--set model.placement=post --set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set model.seq_len=32 --set train.batch_size=8 --set train.lr=0.05 --set train.warmup_steps=0 --set train.steps=300 --set train.eval_every=50 --set train.eval_batches=4"
+check "timeout 300 '$NL' train $DEAD --set train.out_dir=dead > dead.out 2>&1 && grep -q '^warning: step' dead.out && tail -1 dead.out | grep -q '^this run warned [0-9]* times'" \
+  "a run made to die does not say so at its end (dead.out)"
+check "timeout 300 '$NL' train --set train.steps=100 --set train.out_dir=alive > alive.out 2>&1 && ! grep -q 'warn' alive.out" \
+  "a healthy run warns (alive.out)"
 expect_error "normalizes the attention's q, k and v" -- train --set model.arch=encdec --set model.placement=hybridnorm --set train.out_dir=x
 expect_error "rotates no pair" -- train --set model.positions=rope --set model.rope_fraction=0.01 --set train.out_dir=x
 expect_error "is not one of" -- train --set model.norm=batchnorm --set train.out_dir=x

@@ -65,6 +65,11 @@ int train_and_report(const RunConfig& cfg, TrainOptions options) {
   if (std::isfinite(r.bleu)) fmt::print(", validation BLEU {:.2f}", r.bleu);
   if (std::isfinite(r.test_loss)) fmt::print(", test loss {:.4f}", r.test_loss);
   fmt::print("\n");
+  // A warning said at step 89 has scrolled away by the end: the last line recalls that there were some
+  if (!r.warnings.empty())
+    fmt::print("this run warned {} time{} (the lines starting 'warning:' above; records of type \"warning\" in "
+               "{}/metrics.jsonl): read them before trusting its numbers\n",
+               r.warnings.size(), r.warnings.size() == 1 ? "" : "s", cfg.train.out_dir);
   return 0;
 }
 

@@ -50,8 +50,20 @@ static ModelConfig config_of(const st::File& f) {
   return model_config_from_text(it->second, f.path + ": metadata \"config\"");
 }
 
+std::string model_file_of(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) || fs::exists(fs::path(path) / "config.json", ec)) return path;
+  std::string gguf_file;
+  int ggufs = 0;
+  for (const auto& entry : fs::directory_iterator(path, ec))
+    if (entry.path().extension() == ".gguf" && entry.is_regular_file(ec)) ggufs++, gguf_file = entry.path().string();
+  return ggufs == 1 ? gguf_file : path;
+}
+
 // A normlab run directory (what `normlab train` writes) stands for the checkpoint inside it.
-static std::string resolve(const std::string& path) {
+static std::string resolve(const std::string& given) {
+  const std::string path = model_file_of(given);
   std::error_code ec;
   const std::filesystem::path inside = std::filesystem::path(path) / "checkpoint.safetensors";
   if (std::filesystem::is_directory(path, ec) && std::filesystem::is_regular_file(inside, ec))

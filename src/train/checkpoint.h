@@ -25,7 +25,9 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
 
 // Every `path` below may also be a Hugging Face model directory (config.json + model.safetensors,
 // see io/hf.h), read with the same strictness, a GGUF file (io/gguf_model.h),
-// or a normlab run directory (the checkpoint.safetensors inside it).
+// a normlab run directory (the checkpoint.safetensors inside it), or a directory without config.json
+// holding one GGUF file (what scripts/fetch_model.sh writes): that file.
+std::string model_file_of(const std::string& path);  // the last case's file; any other path as given
 // Reads the config from a checkpoint's metadata (Error if missing or invalid).
 ModelConfig checkpoint_config(const std::string& path);
 

@@ -32,6 +32,7 @@ import json
 import math
 import os
 import struct
+import shutil
 import subprocess
 import sys
 import time
@@ -274,6 +275,18 @@ def check_llama_metadata(normlab, workdir, failures):
                "--ids")
     if p.returncode != 0 or len(p.stdout.split()) != 3:
         failures.append(f"tiny llama with output.weight: {p.stdout} {p.stderr}")
+    # a directory without config.json holding one GGUF file (what scripts/fetch_model.sh writes) is that
+    # file: the same ids; a directory holding two is refused, naming what it holds
+    one = os.path.join(workdir, "one_gguf")
+    os.makedirs(one, exist_ok=True)
+    shutil.copy(untied, one)
+    q, _ = run(normlab, "sample", "--checkpoint", one, "--prompt", "ab", "--tokenizer", "bytes", "--max-new", "3", "--ids")
+    if q.returncode != 0 or q.stdout != p.stdout:
+        failures.append(f"a directory holding one GGUF file: {q.stdout} {q.stderr} (the file itself: {p.stdout})")
+    shutil.copy(ok, one)
+    q, _ = run(normlab, "sample", "--checkpoint", one, "--prompt", "ab", "--tokenizer", "bytes", "--max-new", "3", "--ids")
+    if q.returncode == 0 or "tiny_llama.gguf" not in q.stderr:
+        failures.append(f"a directory holding two GGUF files: exit {q.returncode}, {q.stderr}")
     # heads wider than embedding_length / head_count (attention.key_length, as Gemma 2 and Qwen3 files)
     wide = os.path.join(workdir, "tiny_llama_wide_heads.gguf")
     write(wide, head_dim=24)
