@@ -6,6 +6,8 @@ The speed targets for a real model on a 2-core machine, each timed end to end as
   dynamics  `normlab analyze dynamics --checkpoint FILE` with its defaults (the whole command)
   jacobian  `normlab analyze jacobian --no-full --lanczos-k 0 --seq-len 64`: every norm site and the
             token-local Jacobian extremes of all 30 blocks at T = 64 (the whole command)
+  sinks     `normlab analyze sinks --batches 1 --batch-size 8 --seq-len 128`: massive activations,
+            attention sinks and gradient sinks (a backward pass) of 8 x 128 tokens (the whole command)
   sample    64 greedy tokens after a prompt with the KV cache, against transformers' `generate`
             reading the same file (float32, KV cache, output head tied to the embedding as the file
             says), both timed after loading; the continuations must be equal token for token.
@@ -81,6 +83,8 @@ def main():
     rows.append(("analyze dynamics (defaults)", t_dyn, None, 60.0, "whole command, load included"))
     t_jac, _ = best_of("jacobian", args.repeat, command("jacobian", "--no-full", "--lanczos-k", "0", "--seq-len", "64"))
     rows.append(("analyze jacobian, 30 blocks at T = 64", t_jac, None, 120.0, "whole command, load included"))
+    t_sinks, _ = best_of("sinks", args.repeat, command("sinks", "--batches", "1", "--batch-size", "8", "--seq-len", "128"))
+    rows.append(("analyze sinks, 8 x 128 tokens with gradient sinks", t_sinks, None, 60.0, "whole command, load included"))
 
     prompt = [int(i) for i in model.tokenize(PROMPT, special=False)]
     # the ids themselves (Model.sample returns the decoded text): the module's core call, as `normlab sample --ids`

@@ -2,7 +2,7 @@
 # smollm2.sh: normlab on a real 30-layer model, SmolLM2-135M-Instruct (GGUF), against the speed
 # targets for a real model and against transformers (current torch and transformers from PyPI, in
 # bench/.venv): load, a forward of 8 x 128 tokens, `analyze dynamics`, the token-local Jacobians of
-# all 30 blocks, and 64 greedy tokens with the KV cache. Builds normlab and its Python module in
+# all 30 blocks, `analyze sinks` on 8 x 128 tokens, and 64 greedy tokens with the KV cache. Builds normlab and its Python module in
 # build/ if needed, fetches the model once into the cache (scripts/fetch_model.sh), and prints a
 # markdown table naming the CPU. Not part of the tests: timings belong to benchmarks. Run on a quiet
 # machine.

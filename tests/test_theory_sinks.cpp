@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 
+#include "analysis/sinks.h"
 #include "theory/checks.h"
 #include "theory/rules.h"
 #include "theory/theory.h"
@@ -39,8 +40,14 @@ TEST(TheorySinks, MassiveActivationClaimFollowsSunEtAlsCriterion) {
       detail::sink_checks(b, out);
     }
     std::vector<double> massive, rates;
-    int fixed_rows = 0;
+    int fixed_rows = 0, gradient_rows = 0;
     for (const auto& r : out) {
+      if (r.head.source == "2603.17771 attention sinks induce gradient sinks") {  // measured, or skipped saying why
+        gradient_rows++;
+        if (!r.skipped.empty()) EXPECT_NE(r.skipped.find("no contrast"), std::string::npos) << r.skipped;
+        for (double v : r.effects) EXPECT_TRUE(std::isfinite(v));
+        continue;
+      }
       if (r.head.source == "Sun et al. 2024 massive activations are fixed") {  // only where there is one to hold fixed
         fixed_rows++;
         EXPECT_EQ(r.skipped.empty(), planted) << r.skipped;
@@ -57,6 +64,7 @@ TEST(TheorySinks, MassiveActivationClaimFollowsSunEtAlsCriterion) {
         for (double v : r.effects) EXPECT_TRUE(v >= 0 && v <= 100) << v;
     }
     EXPECT_EQ(fixed_rows, 2);
+    EXPECT_EQ(gradient_rows, 2);
     ASSERT_EQ(massive.size(), 4u);  // 2 window seeds x 2 units
     const Judgement j = judge_effect(EffectRule::towards(1), massive);
     EXPECT_EQ(j.verdict, planted ? Verdict::Holds : Verdict::Violated) << j.text;
@@ -105,4 +113,32 @@ TEST(TheorySinks, NormGainSlopeIsMinusOneForEqualRmsNormGains) {
     EXPECT_EQ(j.verdict, Verdict::Holds) << j.text;
     if (!uneven) EXPECT_NE(j.size, Size::Smaller) << j.text;
   }
+}
+
+// The gradient-sink contrast (sinks.cpp) by hand: three layers with sink rates 100%, 0% and 50% and
+// first-over-median gradient ratios 100, 2 and 10 at their attention's input: weighted by the sink rate
+// (2 + 0.5 x 1) / 1.5, by one minus it (log10 2 + 0.5 x 1) / 1.5; no weight on a side is no contrast.
+TEST(TheorySinks, GradientSinkContrastWeighsLayersByTheirSinkRate) {
+  analysis::SinksReport r;
+  r.layer_sink_rate = {100, 0, 50};
+  for (int l = 0; l < 3; l++) {
+    analysis::StreamGradient g;
+    g.layer = l, g.ratio = std::vector<double>{100, 2, 10}[size_t(l)];
+    r.attn_input_gradients.push_back(g);
+  }
+  const detail::GradientSinkContrast c = detail::gradient_sink_contrast(r);
+  EXPECT_TRUE(c.none.empty()) << c.none;
+  EXPECT_NEAR(c.sinks, 2.5 / 1.5, 1e-12);
+  EXPECT_NEAR(c.others, (std::log10(2.0) + 0.5) / 1.5, 1e-12);
+  EXPECT_NEAR(c.gap, c.sinks - c.others, 1e-15);
+  r.layer_sink_rate = {0, 0, 0};
+  EXPECT_NE(detail::gradient_sink_contrast(r).none.find("no head has a sink"), std::string::npos);
+  EXPECT_TRUE(std::isnan(detail::gradient_sink_contrast(r).gap));
+  r.layer_sink_rate = {100, 100, 100};
+  EXPECT_NE(detail::gradient_sink_contrast(r).none.find("no layer without one"), std::string::npos);
+  r.attn_input_gradients.clear();
+  r.no_gradients = "an encoder has no next-token loss";
+  EXPECT_EQ(detail::gradient_sink_contrast(r).none, r.no_gradients);
+  r.no_gradients.clear();
+  EXPECT_NE(detail::gradient_sink_contrast(r).none.find("post-norm"), std::string::npos);
 }

@@ -229,8 +229,10 @@ class Model:
         activations, their dimensions and tokens, kurtosis and token norms (``streams``; the massive
         dimensions as their own table, ``massive``), per head the first token's attention importance and
         the sink share (``heads``), and the sink rate; for a causal model with a head, the gradient sinks:
-        per layer the next-token loss's gradient at the first position against the median (``gradients``)
-        and the norm's Jacobian gain at the largest token against the median one (``norm_gains``)."""
+        per layer the next-token loss's gradient at the first position against the median (``gradients``),
+        the same at each self-attention's normalized input, before the norm's Jacobian
+        (``attn_input_gradients``), and the norm's Jacobian gain at the largest token against the median
+        one (``norm_gains``)."""
         return Results("sinks", self._core.instrument("sinks", _ids(inputs, self)))
 
     def theory(self, seeds: int = 5, corpus: str = "", tokenizer: str = "", seq_len: int = 16) -> Results:

@@ -127,13 +127,20 @@ NormGain norm_gain(const ModelConfig& cfg, int layer, const std::string& site, c
   return g;
 }
 
-// Sets the model's stream-gradient reader for one backward pass and always clears it.
+// Sets the model's gradient readers (the stream's, the branch inputs') for one backward pass and
+// always clears them.
 class StreamGradientReading {
  public:
-  StreamGradientReading(Model<double>& model, Model<double>::StreamGradientReader reader) : model_(model) {
-    model_.read_stream_gradients(std::move(reader));
+  StreamGradientReading(Model<double>& model, Model<double>::StreamGradientReader stream,
+                        Model<double>::StreamGradientReader branch_input)
+      : model_(model) {
+    model_.read_stream_gradients(std::move(stream));
+    model_.read_branch_input_gradients(std::move(branch_input));
   }
-  ~StreamGradientReading() { model_.read_stream_gradients({}); }
+  ~StreamGradientReading() {
+    model_.read_stream_gradients({});
+    model_.read_branch_input_gradients({});
+  }
   StreamGradientReading(const StreamGradientReading&) = delete;
   StreamGradientReading& operator=(const StreamGradientReading&) = delete;
 
@@ -172,6 +179,7 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
   else if (T < 2) rep.no_gradients = "windows of one token have no next token to predict";
   const bool gradients = rep.no_gradients.empty();
   std::vector<std::vector<double>> grad_norms(size_t(L) + 1);  // ||d(loss)/d(x_t)|| per stream point, window by window
+  std::vector<std::vector<double>> attn_in_norms(static_cast<size_t>(L));  // ||d(loss)/d(h_t)|| at each attention's normalized input
   for (const Batch& b : batches) {
     throw_if_interrupted();
     std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
@@ -211,16 +219,27 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
     if (gradients) {
       const int last = cfg.n_slots();
       model.zero_grad();
-      StreamGradientReading reading(model, [&](int slot, const double* dx) {
-        if (slot % 2 && slot != last) return;  // an MLP's input: not a stream point
-        std::vector<double>& out = grad_norms[size_t(slot == last ? L : slot / 2)];
-        for (size_t k = 0; k < size_t(b.B) * T; k++) out.push_back(row_norm(dx + k * C, C));
-      });
+      const size_t rows = size_t(b.B) * T;
+      StreamGradientReading reading(
+          model,
+          [&](int slot, const double* dx) {
+            if (slot % 2 && slot != last) return;  // an MLP's input: not a stream point
+            std::vector<double>& out = grad_norms[size_t(slot == last ? L : slot / 2)];
+            for (size_t k = 0; k < rows; k++) out.push_back(row_norm(dx + k * C, C));
+          },
+          [&](int slot, const double* dh) {
+            if (cfg.slot(slot).kind != Sublayer::Attn) return;
+            std::vector<double>& out = attn_in_norms[size_t(cfg.slot(slot).layer)];
+            for (size_t k = 0; k < rows; k++) out.push_back(row_norm(dh + k * C, C));
+          });
       model.backward();
     }
   }
   for (int l = 0; l <= L && gradients; l++)
     rep.gradients.push_back(gradient_readings(l, grad_norms[size_t(l)], windows, T));
+  for (int l = 0; l < L && gradients; l++)
+    if (!attn_in_norms[size_t(l)].empty())
+      rep.attn_input_gradients.push_back(gradient_readings(l, attn_in_norms[size_t(l)], windows, T));
   for (int l = 0; l <= L; l++) {  // the norm that reads each stream point: a pre-norm input norm, the final norm
     if (l == L) {
       if (cfg.has_final_norm()) rep.norm_gains.push_back(norm_gain(cfg, l, "ln_f", model.final_norm(), vals[size_t(l)], T, C));
@@ -271,17 +290,20 @@ nlohmann::json to_json(const SinksReport& r) {
     heads.push_back({{"layer", h.layer}, {"head", h.head}, {"first_importance", h.first_importance},
                      {"sink_share", h.sink_share}, {"top_key", h.top_key}, {"top_importance", h.top_importance},
                      {"null_mass", h.null_mass}});
-  json gradients = json::array(), gains = json::array();
-  for (const StreamGradient& g : r.gradients)
-    gradients.push_back({{"layer", g.layer}, {"first", g.first}, {"median", g.median}, {"ratio", g.ratio},
-                         {"top_token", g.top_token}, {"top", g.top}});
+  json gradients = json::array(), attn_input = json::array(), gains = json::array();
+  const auto gradient_row = [](const StreamGradient& g) {
+    return json{{"layer", g.layer}, {"first", g.first}, {"median", g.median}, {"ratio", g.ratio},
+                {"top_token", g.top_token}, {"top", g.top}};
+  };
+  for (const StreamGradient& g : r.gradients) gradients.push_back(gradient_row(g));
+  for (const StreamGradient& g : r.attn_input_gradients) attn_input.push_back(gradient_row(g));
   for (const NormGain& g : r.norm_gains)
     gains.push_back({{"layer", g.layer}, {"site", g.site}, {"max_window", g.max_window}, {"max_token", g.max_token},
                      {"median_window", g.median_window}, {"median_token", g.median_token}, {"norm_max", g.norm_max},
                      {"norm_median", g.norm_median}, {"gain_max", g.gain_max}, {"gain_median", g.gain_median},
                      {"gain_ratio", g.gain_ratio}, {"predicted", g.predicted}});
   return {{"windows", r.windows}, {"T", r.T}, {"d_model", r.d_model}, {"n_heads", r.n_heads}, {"causal", r.causal},
-          {"gradients", gradients}, {"no_gradients", r.no_gradients.empty() ? json() : json(r.no_gradients)},
+          {"gradients", gradients}, {"attn_input_gradients", attn_input}, {"no_gradients", r.no_gradients.empty() ? json() : json(r.no_gradients)},
           {"norm_gains", gains},
           {"epsilon", r.epsilon}, {"massive_min", r.massive_min}, {"massive_ratio", r.massive_ratio},
           {"streams", streams}, {"heads", heads}, {"layer_sink_rate", r.layer_sink_rate}, {"sink_rate", r.sink_rate},
@@ -305,6 +327,17 @@ void print_gradient_sinks(const SinksReport& r) {
     fmt::print("columns: the gradient reaching the stream entering each layer (out: the last block's output): at "
                "the first position (mean over windows), the median over every position, their ratio, and the "
                "position whose mean over windows is largest\n");
+    if (!r.attn_input_gradients.empty()) {
+      fmt::print("\nBefore the norm: ||d(loss)/d(h_t)|| at each self-attention's normalized input h = ln_in(x)\n");
+      fmt::print("{:>5} {:>12} {:>12} {:>10} {:>8} {:>12} {:>10}\n", "layer", "first", "median", "first/med",
+                 "top pos", "top", "sink %");
+      for (const StreamGradient& g : r.attn_input_gradients)
+        fmt::print("{:>5} {:>12.4g} {:>12.4g} {:>10} {:>8} {:>12.4g} {:>10.1f}\n", g.layer, g.first, g.median,
+                   ratio_text(g.ratio, 4), g.top_token, g.top, r.layer_sink_rate[size_t(g.layer)]);
+      fmt::print("columns: as above, for the gradient the attention sub-layer sends to its normalized input (the "
+                 "pressure on each token before the norm's Jacobian scales it by about 1 / ||x_t||), beside the "
+                 "layer's sink rate\n");
+    }
   }
   if (r.norm_gains.empty()) {
     fmt::print("norm gains: no norm reads a stream point (no pre-norm input norm, no final norm)\n");

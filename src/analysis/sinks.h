@@ -19,7 +19,9 @@
 // on the sink token, and the RMSNorm Jacobian, whose gain falls as 1 / ||x||, lets a massive
 // activation take that pressure): for a causal model with an output head, the loss of predicting
 // each next token of every window (the last position has no label), and per stream point the norm of
-// d(loss)/d(x_t) at every position: at the first position against the median. And the Jacobian of
+// d(loss)/d(x_t) at every position: at the first position against the median; the same at each
+// self-attention's normalized input (d(loss)/d(h_t), h = ln_in(x): the pressure before the norm's
+// Jacobian, which the paper says the sink concentrates on the sink token). And the Jacobian of
 // the norm that reads each stream point (a pre-norm sub-layer's input norm, the final norm), its
 // largest singular value at the token of the largest ||x_t|| against the token of the median one,
 // beside the ratio of those norms that a gain of 1 / ||x|| predicts.
@@ -108,6 +110,9 @@ struct SinksReport {
   // gradient sinks: empty when there is no next-token loss (an encoder, a model without a head), with
   // the reason in no_gradients
   std::vector<StreamGradient> gradients;  // n_layers + 1
+  // d(loss)/d(h) at each self-attention's normalized input h = ln_in(x) (layers whose attention has an
+  // input norm; empty for a post-norm stack): the gradient before the norm's Jacobian
+  std::vector<StreamGradient> attn_input_gradients;
   std::string no_gradients;
   std::vector<NormGain> norm_gains;       // the stream points a norm reads (a post-norm stack: ln_f only)
 };

@@ -111,8 +111,8 @@ std::string resolve_tokenizer(const AnalyzeCommand& cmd, const ModelConfig& cfg,
   if (cmd.tokenizer == "bytes") return "";
   if (cmd.tokenizer == "gpt2") return "gpt2";
   if (!cmd.tokenizer.empty()) return cmd.tokenizer;
-  if (!cmd.checkpoint.empty() && (hf::is_model_dir(cmd.checkpoint) || gguf::is_gguf(cmd.checkpoint)))
-    return cmd.checkpoint;
+  const std::string checkpoint = model_file_of(cmd.checkpoint);  // a directory holding one GGUF file: that file
+  if (!checkpoint.empty() && (hf::is_model_dir(checkpoint) || gguf::is_gguf(checkpoint))) return checkpoint;
   if (cfg.vocab_size() == kByteVocab || cfg.vocab_size() == kByteVocab + 1) return "";
   throw Error(fmt::format("{} needs --tokenizer (a tokenizer file or directory, gpt2, or bytes): the model's "
                           "vocabulary ({}) is not byte-level and --checkpoint is not a Hugging Face directory with "

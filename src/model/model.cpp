@@ -273,6 +273,7 @@ void Model<S>::sublayer_backward(int i, const S* dx_out, S* dx_in, const S* dd) 
   for (size_t k = list.size(); k-- > 0;) {
     f.reads_stream = k <= first;
     list[k]->backward(*this, i, f);
+    if (list[k]->branch && !f.reads_stream && branch_gradient_reader_) branch_gradient_reader_(i, f.d);
   }
 }
 

@@ -163,6 +163,10 @@ class Model {
   // An empty function (the default) turns it off.
   using StreamGradientReader = std::function<void(int slot, const S* dx)>;
   void read_stream_gradients(StreamGradientReader reader) { stream_gradient_reader_ = std::move(reader); }
+  // The same for what reaches each branch's input when that input is not the stream itself (a sub-layer
+  // with an input norm: dh (B, T, C) = loss_scale d(loss)/d(h), h = ln_in(x), the gradient before the
+  // norm's Jacobian); called with (i, dh) for every such slot i, top down.
+  void read_branch_input_gradients(StreamGradientReader reader) { branch_gradient_reader_ = std::move(reader); }
   void zero_grad();
 
   // (B, T, V) after forward, before backward; null for a headless model (head = none)
@@ -327,6 +331,7 @@ class Model {
   std::vector<S> params_, grads_;
   bool forward_only_ = false;  // no grads_: every gradient pointer below is null
   StreamGradientReader stream_gradient_reader_;  // read_stream_gradients
+  StreamGradientReader branch_gradient_reader_;  // read_branch_input_gradients
   std::vector<SublayerParams<S>> p_, dp_;  // per slot
   NormParams<S> lnf_, dlnf_;
   NormParams<S> enc_lnf_, denc_lnf_;  // encdec: the encoder's final norm

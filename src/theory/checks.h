@@ -5,6 +5,7 @@
 // over seeds and applies the rule. The claims in words, with their sources: docs/THEORY.md.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -19,6 +20,10 @@
 #include "model/model.h"
 #include "train/data.h"
 #include "train/translation.h"
+
+namespace normlab::analysis {
+struct SinksReport;
+}
 
 namespace normlab::theory::detail {
 
@@ -169,6 +174,16 @@ std::vector<double> prefix_lipschitz(Model<double>& m, const std::vector<int32_t
 void fake_depth_checks(const Bench& b, std::vector<Measurement>& out);
 // massive activations and attention sinks (sinks.cpp), on trained and given models: no rows for fresh ones
 void sink_checks(const Bench& b, std::vector<Measurement>& out);
+
+// The gradient-sink contrast of sink_checks: over the layers whose self-attention reads its input h
+// through a norm, r_l = log10 of ||d(loss)/d(h_0)|| over the median ||d(loss)/d(h_t)||, w_l = the
+// layer's sink rate / 100; the mean of r weighted by w (sinks), by 1 - w (others), their difference
+// (gap); NaN, with the reason in `none`, where a side has no weight or nothing was read.
+struct GradientSinkContrast {
+  double sinks = std::nan(""), others = std::nan(""), gap = std::nan("");
+  std::string none;
+};
+GradientSinkContrast gradient_sink_contrast(const analysis::SinksReport& r);
 
 // the encoder-decoder claims at initialization (encdec.cpp): Xiong et al.'s Fig. 3, their Thm 1's
 // depth scaling, and the size of one update against depth (Liu et al., DeepNet Thm 4.2)

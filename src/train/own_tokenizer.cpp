@@ -6,6 +6,7 @@
 
 #include "io/gguf.h"
 #include "io/hf.h"
+#include "train/checkpoint.h"
 #include "train/run_config.h"
 #include "util/error.h"
 
@@ -23,7 +24,8 @@ bool holds_tokenizer(const std::filesystem::path& dir) {
 
 }  // namespace
 
-std::string own_tokenizer_path(const std::string& checkpoint, const std::string& given, std::string* where) {
+std::string own_tokenizer_path(const std::string& model_path, const std::string& given, std::string* where) {
+  const std::string checkpoint = model_file_of(model_path);  // a directory holding one GGUF file: that file
   std::string path = given, said = "--tokenizer";
   refuse_other_tokenizer(given, checkpoint);
   if (path == "bytes") return "";

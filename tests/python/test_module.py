@@ -180,7 +180,15 @@ def check_gradient_sinks(name, model, ids, hidden, got, causal):
         return
     import copy
     extra = {"use_cache": False}
+    normed = []  # each layer's input norm's output: the attention's normalized input h, read by it alone
+
+    def keep(module, args, out):
+        out.retain_grad()
+        normed.append(out)
+    hooks = [n.register_forward_hook(keep) for n in input_norms(model, name)[:-1]]
     o = model(torch.from_numpy(ids.astype(np.int64)), output_hidden_states=True, **extra)
+    for h in hooks:
+        h.remove()
     for h in o.hidden_states:
         h.retain_grad()
     labels = np.full(ids.shape, -100, dtype=np.int64)
@@ -202,6 +210,14 @@ def check_gradient_sinks(name, model, ids, hidden, got, causal):
                 bad.append(f"layer {l} gradient {k}: {r[k]} vs {v}")
         if r["top_token"] != int(by_pos.argmax()):
             bad.append(f"layer {l} gradient top position {r['top_token']} vs {by_pos.argmax()}")
+    if len(got["attn_input_gradients"]) != L or len(normed) != L:
+        bad.append(f"{len(got['attn_input_gradients'])} attention-input gradient rows, {len(normed)} norms hooked, {L} layers")
+    for l, (r, h) in enumerate(zip(got["attn_input_gradients"], normed)):  # before the norm's Jacobian
+        g = np.linalg.norm(h.grad.double().numpy(), axis=-1)
+        want = {"first": g[:, 0].mean(), "median": np.median(g), "top": g.mean(0).max()}
+        for k, v in want.items():
+            if r["layer"] != l or not np.isclose(r[k], v, rtol=1e-3, atol=1e-12):
+                bad.append(f"layer {l} attention-input gradient {k}: {r[k]} vs {v} (row of layer {r['layer']})")
     norms = input_norms(model, name)
     gains = {g["layer"]: g for g in got["norm_gains"]}
     for l in range(L):  # the stream entering layer l, read by that layer's input norm

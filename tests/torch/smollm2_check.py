@@ -163,8 +163,11 @@ def main():
           f"logits {lrel:.2e}; mean token norm by layer {growth[0]:.3g} -> {max(growth[:-1]):.4g} (max) -> "
           f"{growth[-2]:.4g} before the final norm")
 
-    for prompt in PROMPTS:
-        p = subprocess.run([a.normlab, "sample", "--checkpoint", path, "--prompt", prompt, "--max-new", str(MAX_NEW),
+    for k, prompt in enumerate(PROMPTS):
+        # the second prompt through the directory fetch_model.sh wrote (one GGUF file and its licence):
+        # the same model and its own tokenizer
+        where = path if k == 0 else os.path.dirname(path)
+        p = subprocess.run([a.normlab, "sample", "--checkpoint", where, "--prompt", prompt, "--max-new", str(MAX_NEW),
                             "--temperature", "0", "--ids"], capture_output=True, text=True)
         if p.returncode != 0:
             failures.append(f"normlab sample {prompt!r}: {p.stderr.strip()}")
