@@ -1,7 +1,7 @@
 // test_health.cpp: the warnings of a run that has stopped learning (train/health.h): the rules on
 // constructed sequences of losses and gradient norms, a run made to die (a learning rate far too high
 // for a Post-LN without warm-up) that says so and a healthy run that says nothing, and the ratio of
-// two norms that is not a ratio when its denominator is 0 (analysis/stats.h).
+// two norms that is not a ratio when its denominator is 0 (analysis/stats.h); and spike scores (train/spikes.h).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "train/health.h"
+#include "train/spikes.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -122,4 +123,72 @@ TEST(NormRatio, AZeroDenominatorIsNoRatio) {
   EXPECT_TRUE(std::isnan(analysis::norm_ratio(INFINITY, 1)));
   EXPECT_EQ(analysis::ratio_text(analysis::norm_ratio(0, 0), 3), "undefined (0 / 0)");
   EXPECT_EQ(analysis::ratio_text(0.123456, 3), "0.123");
+}
+
+// Spike scores (train/spikes.h) by hand: 128 values alternating 1 and 3 (mean 2, sd 1, so a spike is
+// above 8): 8.5 is one; then the window holds 127 of them and 8.5 (mean 2.06, sd 1.15, a spike above
+// 8.95), so 9.5 is one and 8.5 would not be; a value of 3 is not; a flat history (sd 0) judges
+// nothing; fewer than 128 steps give no score.
+TEST(Spikes, AStepIsASpikeAboveSixSdOfThePrevious128) {
+  std::vector<long> steps;
+  std::vector<double> loss, grad;
+  for (int i = 0; i < 128; i++) steps.push_back(i + 1), loss.push_back(i % 2 ? 3 : 1), grad.push_back(5);
+  for (double v : {8.5, 9.5, 3.0}) steps.push_back(long(steps.size()) + 1), loss.push_back(v), grad.push_back(5);
+  grad.back() = 6;  // after 130 equal values: sd 0, no judgement
+  const SpikeScores s = spike_scores(steps, loss, grad);
+  EXPECT_EQ(s.steps, 131);
+  EXPECT_EQ(s.first_loss_spike, 129);
+  EXPECT_DOUBLE_EQ(s.loss, 2.0 / 131);
+  EXPECT_EQ(s.first_grad_norm_spike, -1);
+  EXPECT_DOUBLE_EQ(s.grad_norm, 0.0);
+  EXPECT_DOUBLE_EQ(s.any, 2.0 / 131);
+  // 9.5 against the window after 8.5 joined it, by hand
+  double mean = 0, var = 0;
+  for (int i = 1; i < 128; i++) mean += (i % 2 ? 3.0 : 1.0) / 128;
+  mean += 8.5 / 128;
+  for (int i = 1; i < 128; i++) var += std::pow((i % 2 ? 3.0 : 1.0) - mean, 2) / 128;
+  var += std::pow(8.5 - mean, 2) / 128;
+  EXPECT_GT(9.5, mean + 6 * std::sqrt(var));
+  EXPECT_LT(8.5, mean + 6 * std::sqrt(var));
+  steps.resize(127), loss.resize(127), grad.resize(127);
+  EXPECT_TRUE(std::isnan(spike_scores(steps, loss, grad).any));
+}
+
+// ... and from a run's metrics.jsonl: a run's summary holds the scores of its "train" records (a
+// Post-LN at lr 0.05 without warm-up, as above; 0 spikes by this rule), and a file's last record of a
+// step counts (a resumed run's), the other records and torn lines ignored
+TEST(Spikes, ARunsSummaryHoldsTheScoresOfItsTrainRecords) {
+  const fs::path dir = fs::temp_directory_path() / ("normlab_test_spikes_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const TrainResult r = small_run(dir / "run", "post", 32, 32, 8, 0.05, 0, 300);
+  std::vector<long> steps;
+  std::vector<double> loss, grad;
+  nlohmann::json summary;
+  std::ifstream in(dir / "run" / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["type"] == "train") steps.push_back(j["step"]), loss.push_back(j["loss"]), grad.push_back(j["grad_norm"]);
+    if (j["type"] == "summary") summary = j;
+  }
+  ASSERT_EQ(steps.size(), 300u);
+  const SpikeScores want = spike_scores(steps, loss, grad);
+  EXPECT_DOUBLE_EQ(r.spikes.any, want.any);
+  EXPECT_DOUBLE_EQ(summary["spike_score"].get<double>(), want.any);
+  EXPECT_DOUBLE_EQ(summary["spike_score_loss"].get<double>(), want.loss);
+  EXPECT_DOUBLE_EQ(summary["spike_score_grad_norm"].get<double>(), want.grad_norm);
+  EXPECT_FALSE(std::isnan(want.any));
+  std::ofstream f(dir / "hand.jsonl");
+  for (int i = 1; i <= 130; i++) {
+    const double v = i <= 128 ? (i % 2 ? 1.0 : 3.0) : 100.0;
+    f << nlohmann::json{{"type", "train"}, {"step", i}, {"loss", i == 129 ? 2.0 : v}, {"grad_norm", v}}.dump() << "\n";
+    if (i == 129) f << nlohmann::json{{"type", "val"}, {"step", i}, {"loss", 50.0}}.dump() << "\n{\"type\": \"tr\n";
+  }
+  f << nlohmann::json{{"type", "train"}, {"step", 129}, {"loss", 100.0}, {"grad_norm", 1.0}}.dump() << "\n";  // resumed
+  f.close();
+  const SpikeScores hand = spike_scores_of_metrics((dir / "hand.jsonl").string());
+  EXPECT_EQ(hand.steps, 130);
+  EXPECT_EQ(hand.first_loss_spike, 129);        // the last record of step 129 (loss 100)
+  EXPECT_EQ(hand.first_grad_norm_spike, 130);   // (its gradient norm 1 is none)
+  EXPECT_DOUBLE_EQ(hand.any, 2.0 / 130);
+  fs::remove_all(dir);
 }

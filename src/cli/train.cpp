@@ -65,6 +65,10 @@ int train_and_report(const RunConfig& cfg, TrainOptions options) {
   if (std::isfinite(r.bleu)) fmt::print(", validation BLEU {:.2f}", r.bleu);
   if (std::isfinite(r.test_loss)) fmt::print(", test loss {:.4f}", r.test_loss);
   fmt::print("\n");
+  if (std::isfinite(r.spikes.any))
+    fmt::print("spike scores (OLMo 2's measure: steps more than {:g} sd above the mean of the previous {}): loss "
+               "{:.2f}%, gradient norm {:.2f}% of {} steps\n",
+               kSpikeSd, kSpikeWindow, 100 * r.spikes.loss, 100 * r.spikes.grad_norm, r.spikes.steps);
   // A warning said at step 89 has scrolled away by the end: the last line recalls that there were some
   if (!r.warnings.empty())
     fmt::print("this run warned {} time{} (the lines starting 'warning:' above; records of type \"warning\" in "

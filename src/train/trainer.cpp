@@ -22,6 +22,7 @@
 #include "train/resume.h"
 #include "train/run_data.h"
 #include "train/run_dir.h"
+#include "train/spikes.h"
 #include "train/step.h"
 #include "io/safetensors.h"
 #include "train/translation.h"
@@ -450,6 +451,7 @@ void TrainingLoop::finish() {
   }
   if (completed && !result_.interrupted)
     for (const HealthWarning& w : health_.at_end(result_.steps_done, result_.last_val_loss)) warn(w);
+  if (comm_.root()) result_.spikes = spike_scores_of_metrics((dir_.path() / "metrics.jsonl").string());
   result_.seconds = seconds_since(t0_);
   result_.tokens_per_s = double(result_.steps_done - start_) * tokens_per_step_ / std::max(1e-9, result_.seconds);
   auto finite_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
@@ -462,6 +464,9 @@ void TrainingLoop::finish() {
          {"test_loss", finite_or_null(result_.test_loss)},
          {"test_tokens", result_.test_tokens},
          {"warnings", result_.warnings},
+         {"spike_score", finite_or_null(result_.spikes.any)},
+         {"spike_score_loss", finite_or_null(result_.spikes.loss)},
+         {"spike_score_grad_norm", finite_or_null(result_.spikes.grad_norm)},
          {"interrupted", result_.interrupted},
          {"stopped_at_plateau", result_.stopped_at_plateau},
          {"lowest_val_loss", finite_or_null(plateau_.lowest)},

@@ -14,6 +14,7 @@
 
 #include "distributed/comm.h"
 #include "train/run_config.h"
+#include "train/spikes.h"
 
 namespace normlab {
 
@@ -69,6 +70,7 @@ struct TrainResult {
   double test_loss = std::numeric_limits<double>::quiet_NaN();
   int64_t test_tokens = 0;
   std::vector<std::string> warnings;  // train/health.h: a run that stopped learning, as it was said
+  SpikeScores spikes;                 // train/spikes.h: of every step in metrics.jsonl (rank 0)
 };
 
 TrainResult train(const RunConfig& cfg, const TrainOptions& options);
