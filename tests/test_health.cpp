@@ -181,7 +181,10 @@ TEST(Spikes, ARunsSummaryHoldsTheScoresOfItsTrainRecords) {
   for (int i = 1; i <= 130; i++) {
     const double v = i <= 128 ? (i % 2 ? 1.0 : 3.0) : 100.0;
     f << nlohmann::json{{"type", "train"}, {"step", i}, {"loss", i == 129 ? 2.0 : v}, {"grad_norm", v}}.dump() << "\n";
-    if (i == 129) f << nlohmann::json{{"type", "val"}, {"step", i}, {"loss", 50.0}}.dump() << "\n{\"type\": \"tr\n";
+    if (i == 129)
+      f << nlohmann::json{{"type", "val"}, {"step", i}, {"loss", 50.0}}.dump() << "\n{\"type\": \"tr\n"
+        << R"({"type": "train", "step": "129", "loss": 9, "grad_norm": 9})" << "\n"
+        << R"({"type": 3, "step": 129})" << "\n[1, 2]\n";
   }
   f << nlohmann::json{{"type", "train"}, {"step", 129}, {"loss", 100.0}, {"grad_norm", 1.0}}.dump() << "\n";  // resumed
   f.close();

@@ -61,7 +61,9 @@ SpikeScores spike_scores_of_metrics(const std::string& metrics_path) {
   std::ifstream in(metrics_path);
   for (std::string line; std::getline(in, line);) {
     const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!r.is_object() || r.value("type", "") != "train" || !r.contains("step") || !r["loss"].is_number() ||
+    // a hand-edited or torn line is not a step (it is skipped, never an exception)
+    if (!r.is_object() || !r.contains("type") || r["type"] != "train" || !r.contains("step") ||
+        !r["step"].is_number_integer() || !r.contains("loss") || !r["loss"].is_number() || !r.contains("grad_norm") ||
         !r["grad_norm"].is_number())
       continue;
     by_step[r["step"].get<long>()] = {r["loss"].get<double>(), r["grad_norm"].get<double>()};
