@@ -449,7 +449,7 @@
   // A card of small multiples: one small chart per panel, all on the y range of the whole card.
   function panelCard(parent, title, note, panels, spec) {
     const card = el('div', {class: 'card wide'});
-    card.append(el('h3', {}, title + ' (one panel per ' + keyText(panelKey) + ')'));
+    card.append(el('h3', {}, title + ' (one panel per ' + (spec.panelBy || keyText(panelKey)) + ')'));
     const row = el('div', {class: 'panels'});
     card.append(row);
     if (note) card.append(el('p', {class: 'note'}, note));
@@ -486,22 +486,29 @@
   }
 
   // ---- final validation loss against the learning rate, per placement (or family of settings) ----
+  // As Wortsman et al.'s figure: when the study varies the model's size (width, depth), one panel per
+  // size, the other settings as lines in it.
   const lrValues = [...new Set(runs.map((r) => gridValue(r, 'train.lr')).filter((v) => typeof v === 'number'))];
   if (otherKeys.includes('train.lr') && lrValues.length > 1) {
     root.append(el('h2', {}, 'Learning rate'));
     const familyKeys = otherKeys.filter((k) => k !== 'train.lr');
-    const families = [];  // {name, colour, runs: [index]}
+    const sizeKeys = familyKeys.filter((k) => ['model.d_model', 'model.n_layers', 'model.d_ff', 'model.n_heads'].includes(k) &&
+                                              new Set(runs.map((r) => valueText(gridValue(r, k)))).size > 1);
+    const lineKeys = familyKeys.filter((k) => !sizeKeys.includes(k));
+    const families = [];  // {name, size, colour, runs: [index]}
+    const colourOf = new Map();  // a line keeps its colour in every panel
     runs.forEach((run, i) => {
-      const name = signatureOf(run, familyKeys) || 'all runs';
-      let f = families.find((x) => x.name === name);
-      if (!f) families.push(f = {name, colour: settingOf[i].colour, runs: []});
+      const name = signatureOf(run, lineKeys) || 'all runs', size = signatureOf(run, sizeKeys);
+      if (!colourOf.has(name)) colourOf.set(name, settingOf[i].colour);
+      let f = families.find((x) => x.name === name && x.size === size);
+      if (!f) families.push(f = {name, size, colour: colourOf.get(name), runs: []});
       f.runs.push(i);
     });
     const finalLoss = (run) => run.status === 'finished' && run.summary && typeof run.summary.val_loss === 'number' ? run.summary.val_loss : null;
     const finite = runs.map(finalLoss).filter((v) => v !== null);
     const top = finite.length ? Math.max(...finite) + 0.08 * ((Math.max(...finite) - Math.min(...finite)) || 1) : 1;
-    const sets = [];
-    for (const f of families) {
+    const setsOf = (f) => {
+      const sets = [];
       const byLr = new Map();
       for (const i of f.runs) {
         const v = finalLoss(runs[i]), lr = gridValue(runs[i], 'train.lr');
@@ -525,20 +532,28 @@
       if (lost.length)
         sets.push({label: f.name + ' diverged', type: 'scatter', data: lost.map((i) => ({x: gridValue(runs[i], 'train.lr'), y: top})),
                    pointStyle: 'crossRot', pointRadius: 8, borderWidth: 2.5, borderColor: f.colour, backgroundColor: f.colour});
-    }
+      return sets;
+    };
+    const x = Object.assign(axis('learning rate', 'logarithmic'), {
+      // ticks at the learning rates of the study, nowhere else
+      afterBuildTicks: (scale) => { scale.ticks = lrValues.slice().sort((a, b) => a - b).map((v) => ({value: v})); },
+      ticks: {autoSkip: false, callback: (v) => String(+v.toPrecision(3))}});
+    const y = axis(`final validation loss (nats per ${unitOf(runs[0])})`);
     const box = el('div', {class: 'grid'});
     root.append(box);
-    chartCard(box, 'Final validation loss against learning rate',
-              `One line per ${familyKeys.length ? familyKeys.map(keyText).join(' and ') : 'study'}: the final validation loss at each ` +
-              `learning rate (the mean over seeds, with a band from the lowest to the highest seed; small circles are single runs). ` +
-              `A cross at the top marks a run that diverged at that learning rate. The lowest point of a line is that setting at its own best learning rate.`,
-              {type: 'line', data: {datasets: sets},
-               options: {scales: {x: Object.assign(axis('learning rate', 'logarithmic'), {
-                                    // ticks at the learning rates of the study, nowhere else
-                                    afterBuildTicks: (scale) => { scale.ticks = lrValues.slice().sort((a, b) => a - b).map((v) => ({value: v})); },
-                                    ticks: {autoSkip: false, callback: (v) => String(+v.toPrecision(3))}}),
-                                  y: axis(`final validation loss (nats per ${unitOf(runs[0])})`)},
-                         plugins: {tooltip: {filter: (item) => !item.dataset.band}}}});
+    const note = `One line per ${lineKeys.length ? lineKeys.map(keyText).join(' and ') : 'study'}: the final validation loss at each ` +
+                 `learning rate (the mean over seeds, with a band from the lowest to the highest seed; small circles are single runs). ` +
+                 `A cross at the top marks a run that diverged at that learning rate. The lowest point of a line is that setting at its own best learning rate.`;
+    if (sizeKeys.length) {
+      const sizes = [...new Set(families.map((f) => f.size))];
+      panelCard(box, 'Final validation loss against learning rate', note + ' One panel per model size, on one loss axis (Wortsman et al. 2023).',
+                sizes.map((size) => ({name: size, datasets: families.filter((f) => f.size === size).flatMap(setsOf)})),
+                {x, y, panelBy: sizeKeys.map(keyText).join(' and ')});
+    } else {
+      chartCard(box, 'Final validation loss against learning rate', note,
+                {type: 'line', data: {datasets: families.flatMap(setsOf)},
+                 options: {scales: {x, y}, plugins: {tooltip: {filter: (item) => !item.dataset.band}}}});
+    }
   }
 
   // ---- training ----

@@ -4,7 +4,8 @@
 # records each chart and whether its canvas got painted, in #normlab-selftest). A deliberately broken
 # copy of the report must be rejected, so the check itself is tested. A 12-run study (placements x
 # learning rates x seeds) must show the three-sentence answer, the learning-rate curve, seed bands and
-# small multiples; a study with per-layer logs its heatmaps and curves; a tiny translation study the
+# small multiples, and a study over two widths its learning-rate chart with a panel per width; a study
+# with per-layer logs its heatmaps and curves; a tiny translation study the
 # encoder-decoder layout (a panel per stack and kind of attention, each drawn, layer axes with integer
 # ticks only: the page reports any other as an error). Screenshots are kept in the artifacts directory.
 # PART (default all) runs one part: tiny (the tiny study, the broken copies and the main screenshot),
@@ -157,6 +158,13 @@ for part in 0 1900 3300; do
     "file://$W/shot.html" 2> /dev/null
 done
 cp twelve/report.html "$ART/report_twelve.html"
+# a study over two widths: the learning-rate chart as Wortsman et al.'s figure, one panel per size
+"$NL" compare --config "$DATA/sizes_study.toml" --out sizes > sizes.txt 2>&1 || { echo "FAIL: compare sizes: $(tail -3 sizes.txt)"; fail=1; }
+if check_report "$W/sizes/report.html" 4 && grep -q '<h3>Final validation loss against learning rate (one panel per d_model)' dom.html; then
+  echo "ok: the learning-rate chart of a study over two widths has a panel per width"
+else
+  echo "FAIL: the learning-rate chart of a study over two widths (no panel per d_model, or a chart not drawn)"; fail=1
+fi
 fi
 
 # per-layer logs during training: 3 placements x 2 seeds; panels for the first seed of each placement.
