@@ -23,6 +23,7 @@
 #include "ops/common.h"
 #include "train/checkpoint.h"
 #include "train/model_source.h"
+#include "train/own_tokenizer.h"
 #include "train/data.h"
 #include "train/run_config.h"
 #include "train/translation.h"
@@ -111,8 +112,10 @@ std::string resolve_tokenizer(const AnalyzeCommand& cmd, const ModelConfig& cfg,
   if (cmd.tokenizer == "bytes") return "";
   if (cmd.tokenizer == "gpt2") return "gpt2";
   if (!cmd.tokenizer.empty()) return cmd.tokenizer;
-  const std::string checkpoint = model_file_of(cmd.checkpoint);  // a directory holding one GGUF file: that file
-  if (!checkpoint.empty() && (hf::is_model_dir(checkpoint) || gguf::is_gguf(checkpoint))) return checkpoint;
+  // the model's own, found as every command finds it (train/own_tokenizer.h: a Hugging Face directory's,
+  // a GGUF file's, or a directory holding one GGUF file's)
+  if (!cmd.checkpoint.empty())
+    if (std::string own = own_tokenizer_path(cmd.checkpoint, ""); !own.empty()) return own;
   if (cfg.vocab_size() == kByteVocab || cfg.vocab_size() == kByteVocab + 1) return "";
   throw Error(fmt::format("{} needs --tokenizer (a tokenizer file or directory, gpt2, or bytes): the model's "
                           "vocabulary ({}) is not byte-level and --checkpoint is not a Hugging Face directory with "
