@@ -49,7 +49,9 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
   cmd.dynamics->add_option("--lr", cmd.update_lr, "learning rate of those steps (default 1e-3)");
   cmd.sinks = cmd.analyze->add_subcommand(
       "sinks", "per layer: massive activations (largest |x|, its dimension and token, kurtosis); per head: attention "
-               "sinks (Gu et al.'s sink rate)");
+               "sinks (Gu et al.'s sink rate); for a causal model with a head, gradient sinks (a backward pass of the "
+               "next-token loss: the gradient at the first position against the median, at the stream and before "
+               "each attention's input norm) and the norm's Jacobian gain at the largest token");
   cmd.sinks->add_option("--batches", cmd.batches, "batches of windows (default 4)");
   cmd.sinks->add_option("--batch-size", cmd.batch_size, "windows per batch (default 8)");
   for (CLI::App* sub : {cmd.jacobian, cmd.attention, cmd.dynamics, cmd.sinks}) {
