@@ -287,7 +287,7 @@
   root.append(el('h2', {}, 'Runs'));
   const table = el('table');
   const headers = ['run', 'status', 'final train loss', 'final val loss', ...(withBleu ? ['BLEU'] : []), 'diverged at',
-                   'steps to target', 'tokens/s', 'grad norm last/first layer at init', 'time (s)'];
+                   'steps to target', 'spike score (loss / grad norm)', 'tokens/s', 'grad norm last/first layer at init', 'time (s)'];
   table.append(el('tr', {}, ...headers.map((h, k) => el('th', {class: k < 2 ? 'text' : ''}, h))));
   for (const run of runs) {
     const s = run.summary || {};
@@ -299,6 +299,7 @@
       ...(withBleu ? [el('td', {}, fmt(bleuOf(run), 2))] : []),
       el('td', {}, run.status === 'diverged' ? String(run.diverged.step) : '-'),
       el('td', {}, run.loss_target == null ? '-' : run.steps_to_target == null ? (run.summary ? 'never' : '-') : String(run.steps_to_target)),
+      el('td', {}, typeof s.spike_score_loss === 'number' ? `${fmt(100 * s.spike_score_loss, 2)}% / ${fmt(100 * s.spike_score_grad_norm, 2)}%` : '-'),
       el('td', {}, fmt(s.tokens_per_s, 0)),
       el('td', {}, init ? gradRatioText(init) : '-'),
       el('td', {}, fmt(s.seconds, 1)),
@@ -306,6 +307,9 @@
     table.append(el('tr', {}, ...cells));
   }
   root.append(table);
+  root.append(el('p', {class: 'meta'}, 'Spike score: the share of a run\'s steps whose training loss (gradient norm) exceeds the ' +
+      'mean of the previous 128 steps\' by more than 6 of their standard deviations (OLMo 2\'s measure, by the rule of the ' +
+      'OLMo team\'s training code); "-" for a run of fewer than 128 steps, or one written before normlab recorded it.'));
   // what the runs trained on (results.json: run.input), once when every run shares it
   const inputs = [...new Set(runs.map((r) => r.input).filter(Boolean))];
   if (inputs.length === 1) root.append(el('p', {class: 'meta', id: 'input'}, `Input of every run: ${inputs[0]}.`));

@@ -160,7 +160,8 @@ done
 cp twelve/report.html "$ART/report_twelve.html"
 # a study over two widths: the learning-rate chart as Wortsman et al.'s figure, one panel per size
 "$NL" compare --config "$DATA/sizes_study.toml" --out sizes > sizes.txt 2>&1 || { echo "FAIL: compare sizes: $(tail -3 sizes.txt)"; fail=1; }
-if check_report "$W/sizes/report.html" 4 && grep -q '<h3>Final validation loss against learning rate (one panel per d_model)' dom.html; then
+if check_report "$W/sizes/report.html" 4 && grep -q '<h3>Final validation loss against learning rate (one panel per d_model)' dom.html &&
+   grep -q 'spike score (loss / grad norm)</th>' dom.html; then
   echo "ok: the learning-rate chart of a study over two widths has a panel per width"
 else
   echo "FAIL: the learning-rate chart of a study over two widths (no panel per d_model, or a chart not drawn)"; fail=1
