@@ -291,6 +291,7 @@ std::optional<std::string> export_refusal(const ModelConfig& c) {
   if (!c.norm_bias) why.push_back("norm_bias = false (GPT-2's and BERT's LayerNorms have a bias)");
   if (!c.plain_scores() || c.logit_softcap > 0)
     why.push_back("attn_scale, attn_softcap or logit_softcap is set (GPT-2 and BERT scale scores by 1/sqrt(head size), uncapped)");
+  if (c.mup_base_width > 0) why.push_back("mup_base_width is set (muP divides the logits by the width multiplier; no Hugging Face config says so)");
   if (!c.residual) why.push_back("residual = false");
   if (c.attn_gate != AttnGate::None) why.push_back("attn_gate is set (GPT-2 and BERT do not gate their attention output)");
   if (c.attn_sink) why.push_back("attn_sink = true (GPT-2 and BERT have no sink logits)");

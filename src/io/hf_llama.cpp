@@ -511,6 +511,7 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if ((!c.plain_scores() || c.logit_softcap > 0) && !gemma2)
     why.push_back("attn_scale, attn_softcap or logit_softcap is set (only Gemma 2's block, the sandwich with GeGLU, has "
                   "them)");
+  if (c.mup_base_width > 0) why.push_back("mup_base_width is set (muP divides the logits by the width multiplier; no Hugging Face config says so)");
   if (!c.residual || !c.mlp) why.push_back("residual = false or mlp = false");
   if (c.has_embed_norm() || c.type_vocab > 0) why.push_back("an embedding norm or token types");
   if (c.head != Head::Tied && c.head != Head::Untied) why.push_back(fmt::format("head = {}", to_string(c.head)));

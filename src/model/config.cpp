@@ -262,6 +262,19 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back("model.attn_scale, attn_softcap and logit_softcap are for arch = \"gpt\" and \"encoder\"");
   if (!(init_std > 0.0) || !std::isfinite(init_std))
     v.push_back(fmt::format("model.init_std = {} must be > 0", init_std));
+  if (mup_base_width < 0 || mup_base_width > 65536)
+    v.push_back(fmt::format("model.mup_base_width = {} must be 0 (standard parametrization) or in [1, {}]",
+                            mup_base_width, 65536));
+  if (mup_base_width > 0) {
+    if (arch != Arch::Gpt || head == Head::Mlm || head == Head::None)
+      v.push_back("model.mup_base_width (muP) is for arch = \"gpt\" with a tied or untied output head");
+    if (on_sphere()) v.push_back("model.mup_base_width (muP) does not combine with nGPT (its own parametrization)");
+    const InitScheme s = resolved_init();
+    if (s != InitScheme::Gpt2 && s != InitScheme::Normal && s != InitScheme::Xavier)
+      v.push_back(fmt::format("model.mup_base_width (muP) scales the init schemes gpt2, normal and xavier; this "
+                              "config's is {}",
+                              to_string(s)));
+  }
   if (!(dropout >= 0.0 && dropout < 1.0))
     v.push_back(fmt::format("model.dropout = {} must be in [0, 1)", dropout));
   if (dec_layers) {
@@ -543,6 +556,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
     r.get("attn_scale", v);
     cfg.attn_scale = v;
   }
+  r.get("mup_base_width", cfg.mup_base_width);
   r.get("attn_softcap", cfg.attn_softcap);
   r.get("logit_softcap", cfg.logit_softcap);
   read_enum(r, "head", kHeadNames, cfg.head);
@@ -660,6 +674,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"embed_scale", cfg.embed_scale},
                         {"embed_scale_learned", cfg.embed_scale_learned},
                         {"attn_scale", cfg.attention_scale()},
+                        {"mup_base_width", cfg.mup_base_width},
                         {"attn_softcap", cfg.attn_softcap},
                         {"logit_softcap", cfg.logit_softcap},
                         {"head", to_string(cfg.head)},

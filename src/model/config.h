@@ -148,7 +148,12 @@ struct ModelConfig {
   bool embed_scale_learned = false;  // the scale is a parameter `embed_scale` (1) starting at embed_scale
                                      // (DyT's LLaMA recipe: a learned scalar after the embedding, sqrt(d))
   std::optional<double> attn_scale;  // the self-attention's factor on q.k; unset: 1 / sqrt(head_size)
-                                     // (Gemma 2: query_pre_attn_scalar^(-1/2))
+                                     // (Gemma 2: query_pre_attn_scalar^(-1/2); muP: below)
+  int mup_base_width = 0;            // > 0: the maximal update parametrization (muP, Yang et al.; microsoft/
+                                     // mup) with this d_model as the base, m = d_model / base: hidden
+                                     // matrices start at 1/sqrt(m) of their init's scale and take m times
+                                     // smaller Adam steps, the logits are divided by m, the scores scale as
+                                     // 1/head_size (the head count fixed); 0: the standard parametrization
   double attn_softcap = 0.0;         // > 0: scores <- c tanh(scores / c) after the scale, before the mask
                                      // (Gemma 2's attention soft-capping, c = 50); 0: none
   double logit_softcap = 0.0;        // > 0: logits <- c tanh(logits / c) before the softmax (Gemma 2's
@@ -172,8 +177,13 @@ struct ModelConfig {
   // q.k / sqrt(head_size) with no soft cap (what the closed-form Jacobians and the bounds assume).
   // (nGPT: sqrt(head_size), its unit-length q and k scaled by s_qk)
   double attention_scale() const {
-    return attn_scale.value_or(on_sphere() ? std::sqrt(double(head_size())) : 1.0 / std::sqrt(double(head_size())));
+    if (attn_scale) return *attn_scale;
+    if (on_sphere()) return std::sqrt(double(head_size()));
+    // muP: sqrt(HS_base) / HS, HS_base = HS / m (the base has the same heads): 1 / sqrt(HS) at the base
+    return 1.0 / std::sqrt(double(head_size())) / std::sqrt(mup_width_mult());
   }
+  // muP's width multiplier m = d_model / mup_base_width (1 without muP)
+  double mup_width_mult() const { return mup_base_width > 0 ? double(d_model) / mup_base_width : 1.0; }
   // nGPT (placement ngpt, methods.h Method::sphere): the stream, the embeddings and every matrix
   // on the unit sphere; every layer has it or none.
   bool on_sphere() const;

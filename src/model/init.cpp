@@ -9,6 +9,7 @@
 #include "model/activation_of.h"
 #include "model/methods.h"
 #include "model/norm_of.h"
+#include "model/params.h"
 #include "util/rng.h"
 
 namespace normlab {
@@ -117,6 +118,11 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
     // projections stacked, a gated fc its (F, C) gate and up projections
     const bool gated_fc = ends_with(p.name, ".mlp.fc.weight") && activation_width(cfg.activation) == 2;
     const double fan_in = double(cols);
+    // muP: a hidden matrix starts at its scheme's scale at the base width, times sqrt(base / width) (the
+    // variance of 1 / fan_in; Xavier's already falls so, the constant-std schemes' does not)
+    const double mup = cfg.mup_base_width > 0 && mup_hidden(p, cfg) && scheme != InitScheme::Xavier
+                           ? 1.0 / std::sqrt(cfg.mup_width_mult())
+                           : 1.0;
     for (int64_t r = 0; r < rows; r++) {
       const bool value_row = r >= vrows.first && r < vrows.last;
       const bool query_row = ends_with(p.name, ".qkv.weight") && r < cfg.attn_width();  // the (A, C) query map
@@ -156,7 +162,7 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
             break;
           }
         }
-        w[r * cols + c] = S(v);
+        w[r * cols + c] = S(v * mup);
       }
     }
   }

@@ -345,7 +345,7 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   return label_count_ > 0 ? sum / double(label_count_) : std::numeric_limits<double>::quiet_NaN();
 }
 
-// tied:  logits = xf @ wte^T;  untied: logits = xf @ lm_head^T  (output_logits)
+// tied:  logits = xf @ wte^T;  untied: logits = xf @ lm_head^T  (output_logits; muP: divided by m)
 // mlm:   u = xf @ Wd^T + bd;  a = act(u);  t = ln_head(a);  logits = t @ wte^T + b_out
 // then nGPT's logits = s_z logits, column by column, and with logit_softcap c > 0 logits = c tanh(logits / c)
 template <class S>
@@ -370,6 +370,7 @@ void Model<S>::output_logits(S* logits, const S* xf, long rows, S* raw, ops::Pre
   const size_t n = size_t(rows) * V;
   matmul_forward<S>(logits, xf, out_w_, nullptr, int(rows), C, V, prec,
                     prec == ops::Precision::Fp32 ? nullptr : bf16_of(out_w_));
+  if (cfg_.mup_base_width > 0) branch::scale_in_place(logits, n, S(1.0 / cfg_.mup_width_mult()));  // muP's readout: x W^T / m
   if (sz_) {  // nGPT: logits = s_z logits, column by column
     if (raw) std::copy(logits, logits + n, raw);
     scale_columns(logits, raw ? raw : logits, rows, V, sz_, sphere_scale("sz", C).factor);
@@ -387,6 +388,7 @@ void Model<S>::head_backward(S* dxf) {
   S* dwte = dout_w_;
   zero(dxf, NC);
   if (cfg_.head != Head::Mlm) {
+    if (cfg_.mup_base_width > 0) branch::scale_in_place(logits_, size_t(N) * V, S(1.0 / cfg_.mup_width_mult()));  // logits = x W^T / m
     matmul_backward<S>(dxf, dwte, nullptr, logits_, xf_, wte, N, C, V, prec_, bf16_of(wte));
     return;
   }

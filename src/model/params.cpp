@@ -176,4 +176,21 @@ template NormParams<double> norm_params(const ParamTable&, double*, const std::s
 template SublayerParams<float> sublayer_params(const ParamTable&, const ModelConfig&, float*, int);
 template SublayerParams<double> sublayer_params(const ParamTable&, const ModelConfig&, double*, int);
 
+bool mup_hidden(const ParamSpec& p, const ModelConfig& cfg) {
+  if (p.role != ParamRole::LinearWeight || p.name.rfind("h.", 0) != 0) return false;
+  const std::string gate = ".attn.gate.weight";
+  const bool headwise_gate = p.name.size() > gate.size() &&
+                             p.name.compare(p.name.size() - gate.size(), gate.size(), gate) == 0 &&
+                             cfg.attn_gate == AttnGate::Headwise;
+  return !headwise_gate;
+}
+
+std::vector<double> adam_step_multipliers(const ParamTable& table, const ModelConfig& cfg) {
+  std::vector<double> m(table.specs.size(), 1.0);
+  if (cfg.mup_base_width > 0)
+    for (size_t i = 0; i < table.specs.size(); i++)
+      if (mup_hidden(table.specs[i], cfg)) m[i] = 1.0 / cfg.mup_width_mult();
+  return m;
+}
+
 }  // namespace normlab

@@ -38,6 +38,14 @@ struct ParamTable {
 
 ParamTable make_param_table(const ModelConfig& cfg);
 
+// muP (model.mup_base_width): whether a parameter is a hidden matrix, both of its dimensions growing
+// with the width (every linear weight of a block but a head-wise attention gate's, whose rows are the
+// heads), whose init and Adam step muP scales; the embeddings, the output matrix, biases, gains and
+// scalars keep theirs (microsoft/mup: matrix-like against vector-like parameters).
+bool mup_hidden(const ParamSpec& p, const ModelConfig& cfg);
+// Each parameter's factor on its Adam step, by spec: 1 / m for muP's hidden matrices, else 1.
+std::vector<double> adam_step_multipliers(const ParamTable& table, const ModelConfig& cfg);
+
 
 // Views of one sub-layer's parameters in a flat buffer (norm pointers null where the site or the
 // bias does not exist). For attention w1/b1 is qkv and w2/b2 the output projection; for

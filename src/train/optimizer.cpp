@@ -3,9 +3,11 @@
 
 #include "ops/common.h"
 #include "ops/gemm_backend.h"
+#include "util/error.h"
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace normlab {
 
@@ -38,8 +40,11 @@ double learning_rate(const ScheduleConfig& s, long t) {
   return s.lr;
 }
 
-AdamW::AdamW(const ParamTable& table, AdamWConfig cfg)
-    : table_(table), cfg_(cfg), m_(table.total, 0.0f), v_(table.total, 0.0f) {}
+AdamW::AdamW(const ParamTable& table, AdamWConfig cfg, std::vector<double> step_multipliers)
+    : table_(table), cfg_(cfg), mult_(std::move(step_multipliers)), m_(table.total, 0.0f), v_(table.total, 0.0f) {
+  if (mult_.empty()) mult_.assign(table.specs.size(), 1.0);
+  if (mult_.size() != table.specs.size()) throw Error("AdamW: one step multiplier per parameter tensor");
+}
 
 // One tensor's update; Round: also its bf16 rounding, in the same pass over memory
 template <bool Round>
@@ -61,11 +66,12 @@ void AdamW::step(float* params, const float* grads, double lr, long t, double gr
   const double bc1 = 1 - std::pow(cfg_.beta1, double(t));
   const double bc2 = 1 - std::pow(cfg_.beta2, double(t));
   const float b1 = float(cfg_.beta1), b2 = float(cfg_.beta2);
-  const float step_size = float(lr / bc1);
   const float sqrt_bc2 = float(std::sqrt(bc2));
   const float eps = float(cfg_.eps);
   const float gs = float(grad_scale);
-  for (const ParamSpec& spec : table_.specs) {
+  for (size_t i = 0; i < table_.specs.size(); i++) {
+    const ParamSpec& spec = table_.specs[i];
+    const float step_size = float(lr * mult_[i] / bc1);
     const float decay = spec.decays() ? float(1 - lr * cfg_.weight_decay) : 1.0f;
     const size_t o = spec.offset;
     if (rounded)

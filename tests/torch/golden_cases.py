@@ -242,6 +242,11 @@ def build_cases():
              embed_scale=32 ** 0.5, embed_scale_learned=True), SMALL_BT),
         Case("train_gpt_llama_dyt_recipe", dict(SMALL, placement="pre", norm="dyt", norm_bias=False, norm_alpha=0.2,
              norm_alpha_attn=0.8, positions="rope", embed_scale_learned=True), SMALL_BT, kind="train", train=TRAIN_CFG),
+        # muP at twice its base width (m = 2): the readout's 1/m, the scores' 1/HS, MuAdamW's groups (the
+        # hidden matrices at lr / 2 with decay x 2); tied and untied, trained
+        Case("gpt_mup", dict(SMALL, placement="pre", mup_base_width=16), SMALL_BT),
+        Case("train_gpt_mup_untied", dict(SMALL, placement="pre", norm="rmsnorm", activation="swiglu", bias="none",
+             positions="rope", head="untied", mup_base_width=16), SMALL_BT, kind="train", train=TRAIN_CFG),
         # weightless QK-norm (no gain, no bias): per head with LayerNorm, over the whole projection with RMSNorm
         Case("gpt_qknorm_weightless_heads", dict(SMALL, placement="pre", qk_norm="heads", qk_norm_affine=False,
              positions="rope", n_kv_heads=2), SMALL_BT),

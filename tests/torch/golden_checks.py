@@ -233,14 +233,20 @@ def check_init(config, tensors):
             else:
                 blocks = [("", 0, w.shape[0])]
             in_layers = method is not None       # head.dense is outside the stacks: no beta, no T-Fixup scale
+            # muP: a block's matrix (both dimensions grow with the width; not a head-wise gate's) starts at
+            # the constant-std schemes' std / sqrt(d_model / base); Xavier's already falls as 1/sqrt(fan)
+            mup = 1.0
+            if config.get("mup_base_width", 0) > 0 and in_layers and not (
+                    name.endswith(".attn.gate.weight") and config.get("attn_gate") == "headwise"):
+                mup = math.sqrt(config["mup_base_width"] / C)
             for tag, r0, r1 in blocks:
                 bn = f"{name}[{tag}]" if len(blocks) > 1 else name
                 blk = w[r0:r1]
                 fan_out, fan_in = r1 - r0, w.shape[1]
                 if scheme == "normal":
-                    std_ok(bn, blk, std0)
+                    std_ok(bn, blk, std0 * mup)
                 elif scheme == "gpt2":
-                    std_ok(bn, blk, std0 / math.sqrt(2 * total_layers) if name.endswith(".proj.weight") else std0)
+                    std_ok(bn, blk, (std0 / math.sqrt(2 * total_layers) if name.endswith(".proj.weight") else std0) * mup)
                 elif scheme in ("xavier", "tfixup"):
                     scale = k["tfixup"] if scheme == "tfixup" and in_layers and tag not in ("q", "k") else 1.0
                     if scheme == "tfixup" and in_layers and tag in ("q", "k"):

@@ -128,6 +128,7 @@ DEFAULTS = {
     "embed_scale": 1.0,    # the token embedding times this (Gemma: sqrt(d)); no learned positions or types
     "embed_scale_learned": False,  # the scale is a parameter "embed_scale" (1), starting at embed_scale
     "attn_scale": None,    # the self-attention's factor on q.k (None: 1/sqrt(HS), resolved as normlab writes it)
+    "mup_base_width": 0,   # > 0: muP with this base width (microsoft/mup: readout / m, scores / HS, MuAdamW)
     "attn_softcap": 0.0,   # > 0: scores <- c tanh(scores / c) (Gemma 2)
     "logit_softcap": 0.0,  # > 0: logits <- c tanh(logits / c) (Gemma 2)
     "head": "tied",        # tied | mlm (dense + act + norm + tied decoder + bias) | none
@@ -179,6 +180,8 @@ def normalize_config(cfg, strict=True):
         pl = c["placement"] if isinstance(c["placement"], list) else [c["placement"]]
         hs = c["d_model"] // c["n_heads"]
         c["attn_scale"] = math.sqrt(hs) if any(METHODS[q].sphere for q in pl if q in METHODS) else 1.0 / math.sqrt(hs)
+        if c["mup_base_width"] > 0:   # muP: sqrt(HS_base) / HS, the base with the same heads
+            c["attn_scale"] = math.sqrt(hs * c["mup_base_width"] / c["d_model"]) / hs
     if c["v_norm"] and c["qk_norm"] == "none":
         raise ValueError("v_norm needs qk_norm")
     if c["bias"] not in ("all", "qkv", "none"):

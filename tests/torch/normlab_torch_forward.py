@@ -183,7 +183,15 @@ def attention(config, params, prefix, h, key_mask=None, causal=None):
         k, v = widen(k), widen(v)
     def record(m):   # QK-Clip's maxima (LOGIT_MAX above)
         LOGIT_MAX[prefix] = torch.maximum(LOGIT_MAX[prefix], m) if prefix in LOGIT_MAX else m
-    y = multihead(q, k, v, NH, causal, key_mask, config.get("attn_scale"), config.get("attn_softcap", 0.0),
+    scale = config.get("attn_scale")
+    if config.get("mup_base_width", 0) > 0:   # muP: attn_mult / HS with attn_mult = HS_base, the base's heads alike
+        HS = C // NH
+        HS_base = HS * config["mup_base_width"] / config["d_model"]
+        mine = math.sqrt(HS_base) / HS
+        if scale is not None and abs(scale - mine) > 1e-12 * mine:
+            raise ValueError(f"attn_scale {scale} with muP: the oracle computes {mine}")
+        scale = mine
+    y = multihead(q, k, v, NH, causal, key_mask, scale, config.get("attn_softcap", 0.0),
                   params.get(prefix + ".sinks"), record if LOGIT_MAX is not None else None)
     if config.get("attn_gate", "none") != "none":   # gated attention (Qiu et al. 2025): y * sigmoid(h W_g^T + b_g)
         g = torch.sigmoid(linear(h, params[prefix + ".gate.weight"], params.get(prefix + ".gate.bias")))
@@ -377,6 +385,8 @@ def forward_outputs(config, params, input_ids, labels=None, token_types=None, ke
     else:
         w_out = params["lm_head.weight"] if config["head"] == "untied" else wte    # untied: its own matrix
         logits = xf @ w_out.t()                                                      # tied output
+        if config.get("mup_base_width", 0) > 0:   # muP's MuReadout / MuSharedReadout: output_mult x / width_mult
+            logits = (xf / (config["d_model"] / config["mup_base_width"])) @ w_out.t()
     if "sz" in params:   # nGPT: s_z sqrt(C), column by column
         logits = logits * (params["sz"] * math.sqrt(config["d_model"]))
     if config.get("logit_softcap", 0.0) > 0:   # Gemma 2's final soft-capping

@@ -59,9 +59,22 @@ def make_optimizer(model, train_cfg):
     # "weight_decay: on embeddings and linear weights only" (configs/example.toml): the 2-D tensors
     decay = [p for p in model.params.values() if p.dim() == 2]        # wte, wpe, enc.*, linear weights
     no_decay = [p for p in model.params.values() if p.dim() != 2]     # biases, norm gains/biases, omega, gain, rezero
+    groups = [{"params": decay, "weight_decay": float(tc["weight_decay"])}, {"params": no_decay, "weight_decay": 0.0}]
+    c = model.config
+    if c.get("mup_base_width", 0) > 0:
+        # mup.MuAdamW: a matrix-like parameter (both dimensions infinite: a block's linear weight, not a
+        # head-wise gate's (heads x C)) in a group of lr / width_mult and weight_decay x width_mult
+        m = c["d_model"] / c["mup_base_width"]
+        def matrix_like(name, p):
+            return p.dim() == 2 and name.startswith("h.") and not (name.endswith(".attn.gate.weight") and
+                                                                    c.get("attn_gate") == "headwise")
+        hidden = [p for n, p in model.params.items() if matrix_like(n, p)]
+        rest = [p for n, p in model.params.items() if p.dim() == 2 and not matrix_like(n, p)]
+        groups = [{"params": rest, "weight_decay": float(tc["weight_decay"])},  # (group 0's lr is the one recorded)
+                  {"params": no_decay, "weight_decay": 0.0},
+                  {"params": hidden, "weight_decay": float(tc["weight_decay"]) * m, "lr": float(tc["lr"]) / m}]
     opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": float(tc["weight_decay"])},
-         {"params": no_decay, "weight_decay": 0.0}],
+        groups,
         lr=float(tc["lr"]), betas=(float(tc["beta1"]), float(tc["beta2"])), eps=float(tc["adam_eps"]),
     )
     # LambdaLR evaluates the lambda at last_epoch = 0, 1, ... (0-based step s); we want f(s + 1).
