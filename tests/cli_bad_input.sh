@@ -92,6 +92,13 @@ expect_error "ResiDual" -- analyze dynamics "${small[@]}" --set model.placement=
 "$NL" init "${small[@]}" --set model.placement=post --out post.safetensors >/dev/null
 expect_error "not exactly a GPT-2" -- export --checkpoint post.safetensors --hf out_hf
 [[ ! -e out_hf ]] || { echo "FAIL: a refused export created its directory"; fail=$((fail + 1)); }
+# muP (a logits multiplier no Hugging Face config holds) is refused by name; a scheme muP is not
+# defined for, and an encoder, too
+"$NL" init "${small[@]}" --set model.mup_base_width=8 --out mup.safetensors >/dev/null
+expect_error "mup_base_width is set" -- export --checkpoint mup.safetensors --hf out_hf
+expect_error "scales the init schemes gpt2, normal and xavier" -- init "${small[@]}" --set model.mup_base_width=8 --set model.init=deepnet --out x.safetensors
+expect_error "is for arch = \"gpt\"" -- init "${small[@]}" --set model.mup_base_width=8 --set model.arch=encoder --out x.safetensors
+expect_error "mup_base_width = -1" -- init "${small[@]}" --set model.mup_base_width=-1 --out x.safetensors
 # data-loss class 1 (a multi-file output is all-or-nothing): a model directory's files are replaced
 # together or not at all. A config.json that cannot be replaced (here a directory) must leave the old
 # weights in place, not a new model with an old config; shards and their index, which an export would
