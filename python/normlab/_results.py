@@ -21,7 +21,7 @@ _TABLES = {
     "jacobian": ("blocks", ("blocks", "norm_sites")),
     "attention": ("per_head", ("per_head",)),
     "dynamics": ("layers", ("layers", "tokens", "param_grad_norms", "rank_collapse")),
-    "sinks": ("streams", ("streams", "heads", "massive", "gradients", "norm_gains")),
+    "sinks": ("streams", ("streams", "heads", "massive", "gradients", "attn_input_gradients", "norm_gains")),
     "theory": (None, (None,)),      # the document is the list of claims
     "jacobian_encdec": ("ends", ("ends",)),
     "dynamics_encdec": ("layers", ("layers", "param_grad_norms")),
