@@ -1,6 +1,6 @@
 // test_reproduce.cpp: a study's reproductions (src/study/reproduce.h) on hand-made results, with
 // every interval computed by hand: paired by seed, each side at its own best learning rate, the
-// Welch interval when the seeds differ, a side that diverged, BLEU (higher is better), the gap
+// Welch interval when the seeds differ, a side that diverged, BLEU (higher is better), a study part-way, the gap
 // against training steps; and the checks that reject a malformed [[reproduce]] table when the study
 // is read.
 #include <gtest/gtest.h>
@@ -304,4 +304,25 @@ TEST(Reproduce, GapByTrainingStepPairsEachRunsLowestSoFar) {
   EXPECT_NE(text.find("; 2000: -0.125 ["), std::string::npos) << text;
   EXPECT_EQ(text.find("3000:"), std::string::npos) << text;
   EXPECT_NE(text.find("; 4000 (the last): 0.025 ["), std::string::npos) << text;
+}
+
+// A study part-way is not read: with a run of either side not run yet or stopped part-way the verdict
+// is "not yet" (the numbers so far still shown); once every run has finished, the rule decides.
+TEST(Reproduce, APartWayStudyIsNotYetRead) {
+  json runs = json::array();
+  const double post[] = {2.40, 2.42, 2.41}, pre[] = {2.50, 2.53, 2.51};
+  for (int s = 1; s <= 3; s++) runs.push_back(run("post", 1e-3, s, post[s - 1])), runs.push_back(run("pre", 1e-3, s, pre[s - 1]));
+  for (const char* status : {"not run", "interrupted"}) {
+    json part = runs;
+    part.push_back(run("pre", 1e-3, 4, 2.50, status));
+    const json r = reproductions(results(part, json::array({entry("a < b")})))[0];
+    EXPECT_EQ(r["verdict"], "not yet") << status;
+    EXPECT_EQ(r["b"]["pending"], 1);
+    EXPECT_NE(r["measured"].get<std::string>().find("the study is part-way: 1 of the two sides' runs"), std::string::npos)
+        << r["measured"];
+    EXPECT_NE(r["measured"].get<std::string>().find("a - b = -0.103"), std::string::npos) << r["measured"];
+  }
+  json other = runs;  // a run outside both sides does not hold the verdict back
+  other.push_back(run("sandwich", 1e-3, 1, 2.5, "not run"));
+  EXPECT_EQ(reproductions(results(other, json::array({entry("a < b")})))[0]["verdict"], "holds");
 }

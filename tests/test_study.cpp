@@ -689,6 +689,11 @@ TEST(Summary, HeadlineAnswersWhichPlacementAtItsBestLearningRate) {
   ASSERT_NE(answer, with_part.end()) << with_part.dump(1);
   EXPECT_EQ(*answer, h[0]);  // the same answer as without it
   EXPECT_EQ(*(answer + 1), "Left out of the best-rate choice until their seeds finish: placement=pre lr=0.01 (1 of 3 seeds).");
+  // and while those seeds have not run, the study says first that it is part-way
+  part.push_back(lr_run("pre", 1e-2, 2, 0, {}, "not run"));
+  part.push_back(lr_run("pre", 1e-2, 3, 0, {}, "interrupted"));
+  EXPECT_EQ(headline(lr_results(part))[0], "The study is part-way (2 of its 15 runs have not finished): what follows reads "
+                                           "the runs so far and is not its answer.");
   // with spreads as large as the gap the lead is not resolved
   for (auto& r : runs)
     if (r["grid"]["train.seed"] == 2 && r["status"] == "finished")

@@ -318,6 +318,15 @@ json headline(const json& results) {
   if (done.empty()) return json::array({"No run finished, so this study has no answer yet."});
   // 0. what happened, in plain words: which settings learned, and gradients that vanished
   out = plain_answer(results, others);
+  // a study part-way: its bests can still move, so the sentences below are the runs so far, not its answer
+  if (const long pending = std::count_if(runs.begin(), runs.end(), [](const json& r) {
+        const std::string status = r.value("status", std::string());
+        return status == "not run" || status == "interrupted" || status == "running";
+      });
+      pending > 0)
+    out.insert(out.begin(), fmt::format("The study is part-way ({} of its {} runs have not finished): what follows "
+                                        "reads the runs so far and is not its answer.",
+                                        pending, runs.size()));
   std::vector<std::string> vanished;
   for (const json* r : done)
     if (const auto v = vanished_text(*r)) vanished.push_back(*v);

@@ -102,6 +102,7 @@ struct Side {
   bool lr_edge = false;  // a key of the chosen setting is at the smallest or largest value the side ran
   std::vector<std::string> left_out;  // settings not in the choice: fewer seeds done ("lr 0.008, 1 of 3 seeds")
   int runs = 0, finished = 0, diverged = 0;
+  int pending = 0;  // runs of the side not run yet, stopped part-way or running: the study is part-way
   std::multimap<std::string, double> by_seed;  // seed key -> metric value (finished runs)
   std::vector<const json*> finished_runs;       // the runs behind by_seed (their curves: gap_by_step)
   SeedSummary stats;
@@ -120,8 +121,10 @@ Side measure_side(const json& results, const std::string& filter, const std::str
   side.filter = filter;
   for (const auto& r : results["runs"]) {
     const std::string status = r.value("status", std::string());
+    const bool matches = std::all_of(terms.begin(), terms.end(), [&](const Term& t) { return term_matches(r, t); });
+    if (matches && (status == "not run" || status == "interrupted" || status == "running")) side.pending++;
     if (status != "finished" && status != "diverged") continue;
-    if (!std::all_of(terms.begin(), terms.end(), [&](const Term& t) { return term_matches(r, t); })) continue;
+    if (!matches) continue;
     std::vector<std::string> vals, named;
     for (const std::string& k : best_of) {
       vals.push_back(view::grid_value(r, k));
@@ -270,6 +273,7 @@ json side_json(const Side& s) {
   for (const auto& [seed, v] : s.by_seed) values.push_back({{"seed", seed}, {"value", v}});
   return {{"filter", s.filter}, {"label", side_label(s.filter)}, {"lr", s.lr.empty() ? json() : json(s.lr)},
           {"lr_edge", s.lr_edge}, {"left_out", s.left_out}, {"runs", s.runs}, {"finished", s.finished}, {"diverged", s.diverged},
+          {"pending", s.pending},
           {"values", values}, {"mean", s.stats.n ? json(s.stats.mean) : json()},
           {"sd", s.stats.n > 1 ? json(s.stats.sd) : json()}};
 }
@@ -391,6 +395,13 @@ json reproductions(const json& results) {
       diff["lo"] = std::isfinite(d.lo) ? json(d.lo) : json();
       diff["hi"] = std::isfinite(d.hi) ? json(d.hi) : json();
       verdict = theory::to_string(theory::direction_of(d.lo, d.hi, direction));
+    }
+    // a study part-way is not read: its bests can still move (a setting's missing seeds, an extension)
+    if (const int pending = a.pending + b.pending; pending > 0) {
+      verdict = "not yet";
+      how += fmt::format("; the study is part-way: {} of the two sides' runs have not finished, and the verdict "
+                         "waits for them (the numbers are those so far)",
+                         pending);
     }
     const std::string unit = metric == "bleu"              ? "BLEU"
                              : metric == "lowest_val_loss" ? "lowest validation loss"

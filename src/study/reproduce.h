@@ -24,7 +24,9 @@
 // "violated" on the other, else "not distinguishable at this scale". A side all of whose runs
 // diverged (no final numbers) is the worse one: the claim holds when it was expected to be worse,
 // and is violated otherwise; runs that diverged on a side that also finished runs are counted and
-// named, and left out of the mean. Reproductions are analysis: they change no run, so they may be
+// named, and left out of the mean. While a run of either side has not finished (not run yet, stopped
+// part-way, running) the verdict is "not yet": the bests can still move, so the numbers so far are
+// shown and not read. Reproductions are analysis: they change no run, so they may be
 // added to a study after its runs (compare --resume DIR --study S rewrites the report).
 #pragma once
 
@@ -49,8 +51,8 @@ bool matches_filter(const nlohmann::json& run, const std::string& filter);
 // each run's value there, its lowest so far for lowest_val_loss, a run stopped earlier keeping its
 // last), gap_by_step_text (one sentence at 1000 x 2^k steps and the last; "" with fewer than two
 // steps), verdict, measured (one sentence)}; side = {filter, lr (best_lr), lr_edge, left_out (the
-// settings with fewer seeds done than the most, not compared), runs, finished, diverged, values, mean,
-// sd}. An empty array when the study lists none.
+// settings with fewer seeds done than the most, not compared), runs, finished, diverged, pending (not
+// finished yet), values, mean, sd}. An empty array when the study lists none.
 nlohmann::json reproductions(const nlohmann::json& results);
 
 // The reproductions as text lines for summary.txt and the terminal ("" when none).
