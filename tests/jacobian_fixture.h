@@ -37,6 +37,7 @@ struct JacobianCase {
                                // layer 1 global with a factor 1.3 on cos and sin and a divisor per frequency
   AttnGate attn_gate = AttnGate::None;  // gated attention (headwise or elementwise output gate)
   bool attn_sink = false;                // a learned sink logit per query head
+  double value_residual = 0.0;           // > 0: value residual learning (layer 1 mixes layer 0's values)
 };
 
 inline std::string jacobian_case_name(const JacobianCase& c) {
@@ -44,8 +45,8 @@ inline std::string jacobian_case_name(const JacobianCase& c) {
                      to_string(c.norm), to_string(c.arch), c.mlp, c.residual, to_string(c.activation), c.padded,
                      to_string(c.positions)) + fmt::format(" kv_heads={} qk_norm={} v_norm={} qk_norm_affine={} norm_bias={}", c.kv_heads, to_string(c.qk_norm),
                                                     c.v_norm, c.qk_norm_affine, c.norm_bias) +
-         fmt::format(" attn_softcap={} head_dim={} rope_kinds={} attn_gate={} attn_sink={}", c.attn_softcap, c.head_dim,
-                     c.rope_kinds, to_string(c.attn_gate), c.attn_sink);
+         fmt::format(" attn_softcap={} head_dim={} rope_kinds={} attn_gate={} attn_sink={} value_residual={}",
+                     c.attn_softcap, c.head_dim, c.rope_kinds, to_string(c.attn_gate), c.attn_sink, c.value_residual);
 }
 
 // A 2-layer double model of case c: width d with `heads` heads, F = ff (defaults: HS = 4, F not a
@@ -76,6 +77,7 @@ inline std::unique_ptr<Model<double>> jacobian_model(const JacobianCase& c, uint
   cfg.qk_norm_affine = c.qk_norm_affine;
   cfg.attn_gate = c.attn_gate;
   cfg.attn_sink = c.attn_sink;
+  cfg.value_residual = c.value_residual;
   if (method_of(c.placement).sphere) cfg.bias = LinearBias::None;  // (nGPT has no biases)
   cfg.norm_bias = c.norm_bias;
   if (c.attn_softcap > 0) {

@@ -330,6 +330,9 @@ TEST(Bf16Training, TodaysBlocksAndMethodsTrackFloat32) {
   gated.attn_gate = AttnGate::Elementwise;  // gated attention: the gate map's GEMM in bf16 too
   gated.attn_sink = true;  // and learned sink logits: their gradient from the bf16 attention's probabilities
   cases.push_back({"gated attention with sink logits", gated});
+  ModelConfig values = llama();
+  values.value_residual = 0.5;  // value residual learning: the first layer's values in every later one
+  cases.push_back({"value residual", values});
   for (const auto& [name, cfg] : cases) {
     SCOPED_TRACE(name);
     const int steps = 40;

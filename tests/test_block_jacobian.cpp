@@ -147,6 +147,10 @@ TEST(BlockJacobian, TodaysBlocksEqualTheTangentPath) {
                            2, QkNorm::None, false, true, true, 5.0};
   capped_sink.attn_sink = true;
   cases.push_back(capped_sink);
+  // value residual learning: layer 1's values mix layer 0's, which its block Jacobian holds fixed
+  JacobianCase values{Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::SwiGlu, false, rope, 2};
+  values.value_residual = 0.5;
+  cases.push_back(values);
   for (const JacobianCase& c : cases) {
     SCOPED_TRACE(jacobian_case_name(c));
     auto m = block_model(c, 7, 16, 4, 20);

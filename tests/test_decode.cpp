@@ -41,9 +41,11 @@ TEST(IncrementalDecoder, EqualsTheFullForwardAtEveryPosition) {
   for (Placement method : {Placement::Post, Placement::Pre, Placement::Sandwich, Placement::Admin,
                            Placement::ReZero, Placement::LayerScale, Placement::DeepNorm, Placement::ResiDual}) {
     for (Positions positions : {Positions::Learned, Positions::Rope}) {
-    SCOPED_TRACE(fmt::format("{} {}", method_of(method).name, to_string(positions)));
     ModelConfig cfg = small(method);
     cfg.positions = positions;  // RoPE: the cached keys carry their own position's rotation
+    if (method == Placement::Pre && positions == Positions::Rope) cfg.value_residual = 0.5;  // (both stacks mix)
+    SCOPED_TRACE(fmt::format("{} {} value_residual {}", method_of(method).name, to_string(positions),
+                             cfg.value_residual));
     Model<double> model(cfg);
     Rng rng(3);
     for (const ParamSpec& p : model.table().specs)  // gates away from 0 so every branch counts
@@ -91,6 +93,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     bool rope_per_layer = false;  // Gemma 3: local layers at another RoPE base, linear scaling on the global one
     AttnGate gate = AttnGate::None;  // gated attention
     bool sink = false;               // learned sink logits
+    double value_residual = 0.0;     // value residual learning (the first layer's values cached per step)
   };
   for (const Case& k : {Case{Placement::Pre, true, 1}, Case{Placement::Pre, true, 2}, Case{Placement::Peri, true, 4},
                         Case{Placement::Post, false, 4}, Case{Placement::Sandwich, false, 4},
@@ -109,7 +112,11 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
                         Case{Placement::Pre, true, 2, QkNorm::Heads, 1.0, false, false, false, 0, false, AttnGate::None,
                              true},
                         Case{Placement::Sandwich, true, 1, QkNorm::Heads, 4.0, false, false, false, 6, true,
-                             AttnGate::Headwise, true}}) {
+                             AttnGate::Headwise, true},
+                        Case{Placement::Pre, true, 2, QkNorm::None, 1.0, false, false, false, 0, false, AttnGate::None,
+                             false, 0.5},
+                        Case{Placement::Post, false, 4, QkNorm::Heads, 1.0, false, false, false, 0, false,
+                             AttnGate::None, false, 0.3}}) {
     SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {}", method_of(k.method).name, k.llama, k.kv_heads,
                              to_string(k.qk_norm)));
     ModelConfig cfg;
@@ -125,6 +132,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     cfg.qk_norm = k.qk_norm;
     cfg.attn_gate = k.gate;
     cfg.attn_sink = k.sink;
+    cfg.value_residual = k.value_residual;
     cfg.embed_scale = k.embed_scale;  // (Gemma's sqrt(d) for d = 16)
     if (k.head_dim) cfg.head_dim = k.head_dim;
     cfg.init_std = 0.3;

@@ -111,6 +111,16 @@ TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
     JacobianCase sink_post{Placement::Post, NormKind::LayerNorm, arch, true, true, Activation::Gelu, true};
     sink_post.attn_sink = true;
     cases.push_back(sink_post);
+    // value residual learning: layer 1 mixes layer 0's values (held: they are not the block's input), with
+    // grouped queries and RoPE, and after a per-head v-norm
+    JacobianCase values{Placement::Pre, NormKind::RMSNorm, arch, true, true, Activation::SwiGlu, false, Positions::Rope, 1};
+    values.value_residual = 0.5;
+    cases.push_back(values);
+    JacobianCase values_normed{Placement::Post, NormKind::LayerNorm, arch, true, true, Activation::Gelu, true};
+    values_normed.qk_norm = QkNorm::Heads;
+    values_normed.v_norm = true;
+    values_normed.value_residual = 0.3;
+    cases.push_back(values_normed);
     // nGPT: the update on the sphere, unit q and k heads times s_qk, s_uv (gated and plain MLPs)
     cases.push_back({Placement::NGpt, NormKind::L2, arch, true, true, Activation::SwiGlu, false, Positions::Rope});
     cases.push_back({Placement::NGpt, NormKind::L2, arch, true, true, Activation::Gelu, false, Positions::None});

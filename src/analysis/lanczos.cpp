@@ -551,8 +551,11 @@ std::vector<double> token_local_jacobian(const Model<double>& model, int first, 
   const int C = model.config().d_model;
   // Whole blocks only; one block always, several only where token i's output ignores the other
   // tokens' tangents (causal: they stay at tokens > i, which token i never reads).
+  // With value residual learning, a block holds the first self-attention's values: a product of blocks
+  // that starts at that source would drop its path into every later block, so the range is walked whole.
+  const bool carries_values = model.config().is_value_source(first) && last - first > 2;
   const bool exact = !model.config().encdec() && first % 2 == 0 && last % 2 == 0 &&
-                     (last - first <= 2 || model.config().causal());
+                     (last - first <= 2 || model.config().causal()) && !carries_values;
   if (!exact) return stream_jacobian(model, first, last, {token}, {token});
   std::vector<double> t(size_t(C) * C, 0.0);  // (K = C, C): tangent k is the unit vector e_k
   for (int k = 0; k < C; k++) t[size_t(k) * C + k] = 1.0;

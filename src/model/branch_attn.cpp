@@ -70,6 +70,60 @@ void Model<S>::attn_qk_jvp(int i, S* tqkv, int K, int rows, int T, int pos0, siz
                      cfg_.head_size(), cfg_.d_model, sqk, sphere_scale("sqk", cfg_.d_model).factor, a.pre, a.pre_r);
 }
 
+// Value residual learning (ResFormer; config.h value_residual, lambda): in slot i's (rows, QW)
+// projection [q | k | v], after QK-norm and RoPE, v <- (1 - lambda) v + lambda u, u the values of the
+// stack's first self-attention (its source, config.value_source) at the same rows, stride ldu; u null:
+// the source is held fixed (a tangent or gradient range that does not contain it), so v <- (1 - lambda) v.
+template <class S>
+void Model<S>::value_mix(int i, S* qkv, long rows, const S* u, long ldu) const {
+  if (cfg_.value_source(i) < 0) return;
+  const int QW = cfg_.qkv_width(), VW = (QW - cfg_.attn_width()) / 2, V0 = QW - VW;
+  const S keep = S(1 - cfg_.value_residual), take = S(cfg_.value_residual);
+#pragma omp parallel for schedule(static) if(rows * VW > ops::kParallelMinWork)
+  for (long r = 0; r < rows; r++) {
+    S* v = qkv + r * QW + V0;
+    for (int c = 0; c < VW; c++) v[c] = keep * v[c] + (u ? take * u[r * ldu + c] : S(0));
+  }
+}
+
+// Its transpose, on d(loss)/d(qkv after the mix) (rows, QW) of slot i: d(source's v) += lambda dv into
+// dvalues_ (rows, VW) and dv <- (1 - lambda) dv; at the source, dv += dvalues_, which it then clears
+// (every walk that reaches a source starts with dvalues_ zero: run_backward, vjp_sublayers).
+template <class S>
+void Model<S>::value_mix_backward(int i, S* dqkv, long rows) {
+  const bool mixes = cfg_.value_source(i) >= 0, source = cfg_.is_value_source(i);
+  if (!mixes && !source) return;
+  const int QW = cfg_.qkv_width(), VW = (QW - cfg_.attn_width()) / 2, V0 = QW - VW;
+  const S keep = S(1 - cfg_.value_residual), take = S(cfg_.value_residual);
+  S* du = dvalues_;
+#pragma omp parallel for schedule(static) if(rows * VW > ops::kParallelMinWork)
+  for (long r = 0; r < rows; r++) {
+    S* dv = dqkv + r * QW + V0;
+    S* d = du + r * VW;
+    for (int c = 0; c < VW; c++) {
+      if (mixes) {
+        d[c] += take * dv[c];
+        dv[c] *= keep;
+      } else {
+        dv[c] += d[c];
+        d[c] = S(0);
+      }
+    }
+  }
+}
+
+// The tangent's: at a source, its value tangents (rows, QW) are kept in tu (rows, VW) when tu is given;
+// at a mixing slot, tv <- (1 - lambda) tv + lambda tu (tu null: held).
+template <class S>
+void Model<S>::value_mix_jvp(int i, S* tqkv, long rows, S* tu) const {
+  const int QW = cfg_.qkv_width(), VW = (QW - cfg_.attn_width()) / 2, V0 = QW - VW;
+  if (cfg_.is_value_source(i) && tu) {
+    for (long r = 0; r < rows; r++) std::copy(tqkv + r * QW + V0, tqkv + r * QW + QW, tu + r * VW);
+    return;
+  }
+  value_mix(i, tqkv, rows, tu, VW);
+}
+
 // Gated attention (config.h AttnGate): y = u * g, u the attention output (rows, A), g = sigmoid(z) its gate
 // (rows, G), z = h W_g^T + b_g; G = NH (one gate per head: channel c reads g[c / HS]) or A (per channel).
 namespace {
@@ -139,6 +193,10 @@ void Model<S>::attn_forward(int i) {
   const int G = cfg_.attn_gate_width();
   matmul_forward(a.hid, a.h, p.w1, p.b1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
   attn_qk_forward(i, a.hid, N, T, 0, a.qk_raw, a.qk_mean, a.qk_rstd, a.pre, a.pre_r);  // (hid keeps the results)
+  if (const int src = cfg_.value_source(i); src >= 0) {  // the source's values, at the same rows
+    const int QW = cfg_.qkv_width();
+    value_mix(i, a.hid, N, a_[src].hid + (QW - (QW - A) / 2), QW);
+  }
   double* logit_max = training_ && qk_clip_ > 0 ? logit_max_.data() + size_t(i) * cfg_.n_heads : nullptr;
   attention_forward(G ? a.ungated : a.mix, a.att, a.hid, B, T, A, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder,
                     self_mask, prec_, score_map(), p.sinks, logit_max);  // (sinks: null without model.attn_sink)
@@ -168,6 +226,7 @@ void Model<S>::attn_backward(int i, const S* df, S* dh) {
   zero(dhid_, size_t(N) * cfg_.qkv_width());
   attention_backward(dhid_, datt_, dmix_, a.hid, a.att, B, T, A, cfg_.n_heads, cfg_.kv_heads(), !slot.encoder, prec_,
                      score_map(), dp.sinks);  // (the sink logits' gradient, with model.attn_sink)
+  value_mix_backward(i, dhid_, N);
   attn_qk_backward(i, dhid_, N, T);
   matmul_backward(dh, dp.w1, dp.b1, dhid_, a.h, p.w1, N, C, cfg_.qkv_width(), prec_, bf16_of(p.w1));
 }
@@ -180,6 +239,7 @@ void Model<S>::attn_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) 
   const int A = cfg_.attn_width();
   matmul_jvp(sc.hid, th, p.w1, K, N, C, cfg_.qkv_width());
   attn_qk_jvp(i, sc.hid, K, N, T, 0, 0);  // QK-norm's tangent, RoPE
+  value_mix_jvp(i, sc.hid, long(K) * N, sc.values);
   attention_jvp(sc.mix, sc.att, sc.hid, a.hid, a.att, K, B, T, A, cfg_.n_heads, cfg_.kv_heads(), score_map());
   if (const int G = cfg_.attn_gate_width()) {  // the gate's tangent (in sc.hid, free now: G <= qkv width)
     matmul_jvp(sc.hid, th, p.wg, K, N, C, G);
@@ -207,6 +267,7 @@ void Model<S>::attn_jvp_token(int i, S* tf, const S* th, int K, int token, int r
   std::vector<S> slope(sm.softcap > 0 ? size_t(T) : 0);  // a soft cap's slope at each scaled score s_ij
   matmul_jvp(thid, th, p.w1, K, 1, C, C3);  // tq_i | tk_i | tv_i
   attn_qk_jvp(i, thid, K, 1, 1, token, n);  // at the token's row and position
+  value_mix_jvp(i, thid, K, sc.values);
   for (int hh = 0; hh < NH; hh++) {
     const S* qkv = a.hid + size_t(row) * T * C3;  // this row's q | k | v, stride C3
     const S* q_i = qkv + size_t(token) * C3 + hh * HS;
@@ -267,6 +328,13 @@ void IncrementalDecoder<S>::attn_step(int i, const S* h, const SublayerParams<S>
   }
   m_.attn_qk_forward(i, hid_.data(), B, 1, t, qk_raw_.data(), qk_stats_.data(),
                      qk_stats_.data() + size_t(B) * L.stats_per_token(), sph_.data(), sph_r_.data());
+  if (cfg.is_value_source(i)) {  // the first self-attention's values of the new token, for the later ones
+    const int VW = KVW / 2;
+    values_.resize(size_t(B) * VW);
+    for (int b = 0; b < B; b++)
+      std::copy(hid_.begin() + long(b) * W + W - VW, hid_.begin() + long(b) * W + W, values_.begin() + long(b) * VW);
+  }
+  m_.value_mix(i, hid_.data(), B, values_.data(), KVW / 2);
   for (int b = 0; b < B; b++) {
     S* kv = cache.data() + size_t(b) * max_len_ * KVW;
     std::copy(hid_.begin() + long(b) * W + A, hid_.begin() + long(b) * W + W, kv + size_t(t) * KVW);
@@ -344,6 +412,9 @@ int Model<S>::clip_qk() {
   template void Model<S>::attn_qk_forward(int, S*, int, int, int, S*, S*, S*, S*, S*) const;               \
   template void Model<S>::attn_qk_backward(int, S*, int, int);                                             \
   template void Model<S>::attn_qk_jvp(int, S*, int, int, int, int, size_t) const;                          \
+  template void Model<S>::value_mix(int, S*, long, const S*, long) const;                                  \
+  template void Model<S>::value_mix_backward(int, S*, long);                                               \
+  template void Model<S>::value_mix_jvp(int, S*, long, S*) const;                                          \
   template void Model<S>::attn_forward(int);                                                               \
   template void Model<S>::attn_backward(int, const S*, S*);                                                \
   template void Model<S>::attn_jvp(int, S*, const S*, int, const JvpScratch&) const;                       \

@@ -147,6 +147,17 @@ Slot ModelConfig::slot(int i) const {
   return s;
 }
 
+// (every self-attention slot is present; a stack's first slot is its first self-attention)
+int ModelConfig::value_source(int i) const {
+  if (value_residual <= 0 || slot(i).kind != Sublayer::Attn) return -1;
+  const int first = encdec() && i >= first_decoder_slot() ? first_decoder_slot() : 0;
+  return i == first ? -1 : first;
+}
+
+bool ModelConfig::is_value_source(int i) const {
+  return value_residual > 0 && (i == 0 || (encdec() && i == first_decoder_slot())) && stack_depth(slot(i).layer) > 1;
+}
+
 int ModelConfig::stack_depth(int layer) const {
   if (!encdec()) return n_layers;
   return layer < n_layers ? n_layers : decoder_layers();
@@ -262,6 +273,10 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back("model.attn_scale, attn_softcap and logit_softcap are for arch = \"gpt\" and \"encoder\"");
   if (!(init_std > 0.0) || !std::isfinite(init_std))
     v.push_back(fmt::format("model.init_std = {} must be > 0", init_std));
+  if (!(value_residual >= 0.0 && value_residual < 1.0))
+    v.push_back(fmt::format("model.value_residual = {} must be in [0, 1): the weight lambda of the first "
+                            "self-attention's values (ResFormer: 0.5; 0: off)",
+                            value_residual));
   if (mup_base_width < 0 || mup_base_width > 65536)
     v.push_back(fmt::format("model.mup_base_width = {} must be 0 (standard parametrization) or in [1, {}]",
                             mup_base_width, 65536));
@@ -525,6 +540,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("v_norm", cfg.v_norm);
   read_enum(r, "attn_gate", kAttnGateNames, cfg.attn_gate);
   r.get("attn_sink", cfg.attn_sink);
+  r.get("value_residual", cfg.value_residual);
   r.get("qk_norm_affine", cfg.qk_norm_affine);
   r.get("rope_base", cfg.rope_base);
   r.get("rope_fraction", cfg.rope_fraction);
@@ -668,6 +684,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"v_norm", cfg.v_norm},
                         {"attn_gate", to_string(cfg.attn_gate)},
                         {"attn_sink", cfg.attn_sink},
+                        {"value_residual", cfg.value_residual},
                         {"qk_norm_affine", cfg.qk_norm_affine},
                         {"type_vocab", cfg.type_vocab},
                         {"embed_norm", cfg.embed_norm},

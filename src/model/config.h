@@ -119,6 +119,9 @@ struct ModelConfig {
   AttnGate attn_gate = AttnGate::None;  // none | headwise | elementwise (above); self-attention only
   bool attn_sink = false;            // a learned sink logit per query head in every self-attention's softmax
                                      // (gpt-oss; ops/attention.h): parameters <layer>.attn.sinks (n_heads)
+  double value_residual = 0.0;       // > 0: value residual learning (ResFormer, Zhou et al. 2410.17897): every
+                                     // later self-attention of a stack uses v' = (1 - lambda) v + lambda v_1,
+                                     // v_1 the values of the stack's first self-attention; 0: none
   bool qk_norm_affine = true;        // QK-norm sites hold a gain (and a bias where the kind has one);
                                      // false: weightless (PyTorch's elementwise_affine = False)
   double rope_base = 10000.0;        // RoPE: theta_i = rope_base^(-2i/R) (Llama 2's; Llama 3 5e5)
@@ -245,6 +248,11 @@ struct ModelConfig {
   bool v_norm_of(int layer) const;
   int n_slots() const { return 2 * n_layers + 3 * decoder_layers(); }
   Slot slot(int i) const;
+  // Value residual learning (value_residual > 0): the slot whose values slot i's self-attention mixes
+  // into its own (its stack's first present self-attention), or -1 (no mixing: off, not a
+  // self-attention, or the first one itself); and whether slot i is such a source.
+  int value_source(int i) const;
+  bool is_value_source(int i) const;
   // The first slot of the decoder (encdec: 2N; gpt: 0; encoder: n_slots()).
   int first_decoder_slot() const { return encdec() ? 2 * n_layers : arch == Arch::Gpt ? 0 : n_slots(); }
   bool has_sublayer(int i) const { return slot(i).present; }

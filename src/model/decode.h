@@ -46,6 +46,7 @@ class IncrementalDecoder {
   // per slot: self-attention (B, max_len, 2 KVH HS) [k | v]; cross: its (B, S, 2C)
   std::vector<std::vector<S>> cache_;
   std::vector<S> x_, xd_, h_, hid_, mix_, f_, g_, r_, mean_, rstd_, att_, logits_;
+  std::vector<S> values_;  // value residual: the first self-attention's values of the step (B, v width)
   std::vector<S> qk_raw_, qk_stats_;  // QK-norm's inputs and statistics of the step (read by nothing after)
   std::vector<S> sph_, sph_r_, pre_;   // nGPT: the q | k heads' projection (as above), fc's output before s_uv
 

@@ -190,6 +190,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
                            {&dmix_, Nmax * std::max({C, F, A})}, {&dhid_, Nmax * std::max({QW, C, FW})},
                            {&datt_, att_max}});
   if (cfg_.attn_gate_width()) plan.push_back({&dgate_, Nmax * size_t(cfg_.attn_gate_width())});
+  if (cfg_.value_residual > 0) plan.push_back({&dvalues_, Nmax * (QW - A) / 2});
   if (cfg_.encdec()) plan.insert(plan.end(), {{&dkv_, Ns * 2 * C}, {&dmem_, Ns * C}});
   bool scaled = false;
   for (int l = 0; l < cfg_.total_layers(); l++) scaled |= method_of(cfg_.placement_of(l)).depth_scaled_input;
@@ -493,10 +494,16 @@ void Model<S>::stack_backward(const StackEnd& e, const S* dy, S*& dx) {
   }
 }
 
+template <class S>
+void Model<S>::clear_value_gradients() {
+  if (dvalues_) zero(dvalues_, size_t(std::max(B_ * T_, B_ * S_)) * (cfg_.qkv_width() - cfg_.attn_width()) / 2);
+}
+
 // Slots [first, last) in reverse; dx holds d(loss)/d(stream last) on entry and d/d(stream first)
 // on return (it points into the ping-pong buffers). dd: d(loss)/d(x_d) of a two-stream stack.
 template <class S>
 void Model<S>::run_backward(int first, int last, S*& dx, const S* dd, bool read) {
+  clear_value_gradients();
   for (int i = last - 1; i >= first; i--) {
     if (slots_[size_t(i)].present) {
       S* dx_in = (dx == dstream_[0]) ? dstream_[1] : dstream_[0];

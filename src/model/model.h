@@ -251,6 +251,11 @@ class Model {
                        S* sph_r = nullptr) const;
   void attn_qk_backward(int i, S* dqkv, int rows, int T);
   void attn_qk_jvp(int i, S* tqkv, int K, int rows, int T, int pos0, size_t row0) const;
+  // Value residual learning (model.value_residual, branch_attn.cpp): after the above, the v columns of
+  // slot i's (rows, qkv_width) projection become (1 - lambda) v + lambda u, u the stack's first
+  // self-attention's values (stride ldu; null: held fixed, as a tangent of a range without it). Nothing
+  // for a slot that does not mix (config.value_source(i) < 0).
+  void value_mix(int i, S* qkv, long rows, const S* u, long ldu) const;
   // One norm site's tangent: tout (K, rows, C) = J tin, J the Jacobian of the norm at `inp`.
   void norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>& p, const S* mean,
                 const S* rstd, int K, int rows) const;
@@ -288,6 +293,9 @@ class Model {
   // backward (dh += J_F^T df; F's parameter gradients +=), forward mode over the batch (tf (K, rows, C)
   // = J_F th) and at one token of batch row `row`, its row n = row T + token (tf, th (K, C)).
   using JvpScratch = normlab::JvpScratch<S>;
+  void value_mix_backward(int i, S* dqkv, long rows);
+  void clear_value_gradients();  // dvalues_ = 0, before a reverse walk
+  void value_mix_jvp(int i, S* tqkv, long rows, S* tu) const;
   void attn_forward(int i);
   void attn_backward(int i, const S* df, S* dh);
   void attn_jvp(int i, S* tf, const S* th, int K, const JvpScratch& sc) const;
@@ -368,6 +376,7 @@ class Model {
   // backward scratch, sized for the longer of the two sequences
   S* dstream_[2] = {nullptr, nullptr};  // (B, max(T, S), C) ping-pong
   // dh_: the head's output gradient; df_, dg_: the sub-layer walk's pool (BackwardFlow); dr_: the MLM head's
+  S* dvalues_ = nullptr;  // value residual: d(loss)/d(the source's values) (rows, v width), gathered top down
   S* dh_ = nullptr, * df_ = nullptr, * dg_ = nullptr, * dr_ = nullptr, * dmix_ = nullptr;
   S* dhid_ = nullptr;                // (B, max(T, S), max(3C, F))
   S* datt_ = nullptr;                // (B, NH, max(T, S), max(T, S))

@@ -120,6 +120,7 @@ void Model<S>::block_jacobian(S* J, int layer) const {
   const S* h = before.v;
   matmul_jvp(thid, h, p.w1, C, T, C, QW);
   attn_qk_jvp(ai, thid, C, T, T, 0, 0);  // QK-norm's (and V-norm's) tangent, RoPE at each token's position
+  value_mix(ai, thid, long(C) * T, nullptr, 0);  // value residual: the first self-attention's values held
   // (per token, the C x QW matrix thid[:, t, :] transposed in 16 x 16 tiles: row by row its reads
   // would stride over T QW entries each)
   constexpr int kTile = 16;

@@ -69,7 +69,12 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
   const size_t nkv = tmem ? size_t(K) * B * S_ * 2 * C : 0;
   // tmix also holds the MLP fold below, (F, C) + (C, C): more than K N max(C, F) when N is tiny (T = 1)
   const size_t nmix = std::max(size_t(K) * N * std::max({C, F, A}), size_t(F) * C + size_t(C) * C);
-  if (jvp_scratch_.size() < 3 * KNC + nhid + natt + nmix + nkv) jvp_scratch_.resize(3 * KNC + nhid + natt + nmix + nkv);
+  // value residual: the source's value tangents, when the range holds the source (else it is held)
+  bool source = false;
+  for (int i = first; i < last; i++) source = source || cfg_.is_value_source(i);
+  const size_t nval = source ? size_t(K) * N * (QW - A) / 2 : 0;
+  if (jvp_scratch_.size() < 3 * KNC + nhid + natt + nmix + nkv + nval)
+    jvp_scratch_.resize(3 * KNC + nhid + natt + nmix + nkv + nval);
   JvpFlow<S> f;
   f.tx = jvp_scratch_.data();
   f.pool[0] = f.tx + KNC;
@@ -80,7 +85,7 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
   S* tkv = tmix + nmix;
   f.K = K;
   f.rows = JvpRows{false, 0, N, 0, 0};
-  f.sc = JvpScratch{thid, tatt, tmix, tkv};
+  f.sc = JvpScratch{thid, tatt, tmix, tkv, source ? tkv + nkv : nullptr};
   f.tmem = tmem;
   f.td = td;
   if (tin) {
@@ -168,7 +173,8 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
   const int FW = cfg_.fc_width();
   const int QW = cfg_.qkv_width(), A = cfg_.attn_width();
   const size_t hid = size_t(K) * std::max({3 * C, FW, QW}), mix = size_t(K) * std::max({C, F, A});
-  const size_t need = 3 * KC + hid + mix + size_t(K) * T;
+  const bool source = cfg_.is_value_source(2 * layer);  // (value residual: else the source's values are held)
+  const size_t need = 3 * KC + hid + mix + size_t(K) * T + (source ? size_t(K) * (QW - A) / 2 : 0);
   if (jvp_scratch_.size() < need) jvp_scratch_.resize(need);
   JvpFlow<S> f;
   f.tx = jvp_scratch_.data();
@@ -179,7 +185,7 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
   S* ts = tmix + mix;                               // (K, T) one head's score tangents
   f.K = K;
   f.rows = JvpRows{true, n, 1, token, row};
-  f.sc = JvpScratch{thid, ts, tmix, nullptr};
+  f.sc = JvpScratch{thid, ts, tmix, nullptr, source ? ts + size_t(K) * T : nullptr};
   std::copy(tin, tin + KC, f.tx);
   for (int i = 2 * layer; i < 2 * layer + 2; i++)  // (a block's two slots)
     if (slots_[size_t(i)].present) sublayer_jvp(i, f);
@@ -196,6 +202,7 @@ void Model<S>::vjp_sublayers(S* din, const S* dout, int first, int last) {
   const size_t NC = size_t(rows(first)) * cfg_.d_model;
   if (cfg_.encdec()) std::fill(dmem_, dmem_ + size_t(B_) * S_ * cfg_.d_model, S(0));
   std::vector<S> dx(dout, dout + NC), dx_in(NC);
+  clear_value_gradients();
   for (int i = last - 1; i >= first; i--) {
     if (!slots_[size_t(i)].present) continue;
     sublayer_backward(i, dx.data(), dx_in.data());

@@ -47,6 +47,8 @@ struct JvpScratch {
   S* att = nullptr;  // (K, B, NH, T, max(T, S)), or (K, T) one head's scores at one token
   S* mix = nullptr;  // (K, rows, max(C, F)), and the MLP's fold
   S* kv = nullptr;   // (K, B, S, 2C): the memory's key-value tangents
+  S* values = nullptr;  // value residual: the source's value tangents (K, rows, v width), written at the
+                        // source, read by the later self-attentions; null: the source is outside the walk (held)
 };
 
 // Reverse mode through one slot, the stages in reverse order.

@@ -125,7 +125,13 @@ SinkReading read_sinks(Model<double>& m, const std::vector<int32_t>& ids, int B,
   for (const analysis::StreamSinks& p : r.streams) {
     if (p.top.empty() || !(p.median_abs > 0)) continue;
     const double lr = std::log10(std::fabs(p.top[0].value) / p.median_abs);
-    if (lr > s.log_ratio) s = {lr, std::fabs(p.top[0].value), p.layer, p.top[0].token, p.top[0].dim, 0, -1};
+    if (!(lr > s.log_ratio)) continue;
+    s = SinkReading{};
+    s.log_ratio = lr;
+    s.largest = std::fabs(p.top[0].value);
+    s.layer = p.layer;
+    s.token = p.top[0].token;
+    s.dim = p.top[0].dim;
   }
   s.sink_rate = r.sink_rate;
   s.first_massive_layer = r.first_massive_layer;

@@ -221,6 +221,16 @@ def build_cases():
              attn_softcap=2.0), SMALL_BT, pad=True),
         Case("train_gpt_attn_sink", dict(SMALL, placement="pre", norm="rmsnorm", positions="rope", attn_sink=True),
              SMALL_BT, kind="train", train=TRAIN_CFG),
+        # value residual learning (ResFormer): the Llama block with GQA over three layers; a padded Post-LN encoder
+        # with DyT and per-head QKV-norm (the mix after the v-norm); both stacks of an encoder-decoder, each with its
+        # own first layer; trained
+        Case("gpt_value_residual", dict(SMALL, n_layers=3, placement="pre", norm="rmsnorm", activation="swiglu",
+             bias="none", positions="rope", n_kv_heads=2, value_residual=0.5), SMALL_BT),
+        Case("encoder_value_residual_qkvnorm_pad", dict(SMALL, arch="encoder", placement="post", norm="dyt",
+             qk_norm="heads", v_norm=True, value_residual=0.3), SMALL_BT, pad=True),
+        Case("encdec_value_residual", dict(ENCDEC, placement="pre", value_residual=0.5), ENCDEC_BST),
+        Case("train_gpt_value_residual", dict(SMALL, n_layers=3, placement="pre", norm="rmsnorm", positions="rope",
+             value_residual=0.5), SMALL_BT, kind="train", train=TRAIN_CFG),
         # single-scale RMSNorm (Outlier-Safe Pre-Training): the Llama block with per-head QK-norm of the same kind
         # (one scalar per site), and a padded Post-LN encoder; trained
         Case("gpt_ssnorm_llama_qk_norm", dict(SMALL, placement="pre", norm="ssnorm", activation="swiglu", bias="none",

@@ -149,8 +149,11 @@ def position_table(config, params, name, T):
     return params[name][0:T] if config.get("positions", "learned") == "learned" else 0.0
 
 
-def attention(config, params, prefix, h, key_mask=None, causal=None):
-    """Self-attention. causal=None: causal iff arch is gpt (a gpt / encoder model's only stack)."""
+def attention(config, params, prefix, h, key_mask=None, causal=None, first_values=None):
+    """Self-attention. causal=None: causal iff arch is gpt (a gpt / encoder model's only stack).
+    first_values: the stack's list for value residual learning (value_residual > 0; ResFormer, as its
+    authors' modeling_llama_resformer.py: the first layer appends its values, every later one uses
+    (1 - lambda) v + lambda v_1; here after the v-norm, which their Llama does not have)."""
     C = h.shape[-1]
     if causal is None:
         causal = config["arch"] == "gpt"
@@ -169,6 +172,12 @@ def attention(config, params, prefix, h, key_mask=None, causal=None):
         q, k = qk_norm(q, "q_norm"), qk_norm(k, "k_norm")
         if vn:
             v = qk_norm(v, "v_norm")
+    lam = config.get("value_residual", 0.0)
+    if lam > 0 and first_values is not None:
+        if not first_values:
+            first_values.append(v)
+        else:
+            v = (1 - lam) * v + lam * first_values[0]
     if config.get("positions", "learned") == "rope":
         q, k = rope(config, q), rope(config, k, KVH)
     if METHODS[st.methods[int(prefix.split(".")[-2])]].sphere:   # nGPT: each head onto the sphere, times s_qk
@@ -280,11 +289,13 @@ def stack_sublayers(config, stack, key_mask, memory=None, memory_mask=None):
     """[(prefix, method, branch, mask)] of the stack's sub-layers in order; branch takes
     (config, params, prefix, h, mask) like attention / mlp."""
     out = []
+    first_values = []   # value residual: the stack's first self-attention's values, for the later ones
     for l, method in enumerate(stack.methods):
         for kind in sublayer_kinds(config, stack):
             prefix = f"{stack.prefix}.{l}.{kind}"
             if kind == "attn":
-                out.append((prefix, method, functools.partial(attention, causal=stack.causal), key_mask))
+                out.append((prefix, method, functools.partial(attention, causal=stack.causal, first_values=first_values),
+                            key_mask))
             elif kind == "cross":
                 out.append((prefix, method, functools.partial(cross_attention, memory=memory), memory_mask))
             else:
