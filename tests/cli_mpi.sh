@@ -64,13 +64,14 @@ check "[[ \$(find gpt2a -name '*.tmp*' | wc -l) -eq 0 && \$(jq -c 'select(.type 
 
 # --- today's blocks: Gemma 2's (sandwich, RoPE, GeGLU, grouped queries, soft caps) and OLMo 2's
 # (reordered, QK-norm) layers in one stack, DyT's LLaMA recipe (a learned embedding scale), gated
-# attention with sink logits, value residual learning, bf16 -------------------------------------------
+# attention with sink logits, value residual learning, CompleteP, bf16 --------------------------------
 modern=(--set model.d_model=32 --set model.n_heads=4 --set model.n_kv_heads=2 --set model.n_layers=2
         --set model.seq_len=32 --set model.norm=dyt --set model.norm_bias=false --set model.norm_alpha_attn=0.8
         --set model.positions=rope --set model.activation=geglu --set model.bias=none
         --set 'model.placement=["sandwich","reordered"]' --set model.qk_norm=whole --set model.attn_softcap=5
         --set model.logit_softcap=3 --set model.embed_scale=5.6 --set model.embed_scale_learned=true
         --set model.attn_gate=headwise --set model.attn_sink=true --set model.value_residual=0.5
+        --set model.completep_base_depth=1
         --set train.precision=bf16 --set train.batch_size=5 --set train.grad_accum=2 --set train.steps=12
         --set train.eval_every=6 --set train.eval_batches=2 -q)
 "$NL" train "${modern[@]}" --set train.out_dir=mod1 > mod1.txt 2>&1; rc=$?

@@ -38,6 +38,7 @@ struct JacobianCase {
   AttnGate attn_gate = AttnGate::None;  // gated attention (headwise or elementwise output gate)
   bool attn_sink = false;                // a learned sink logit per query head
   double value_residual = 0.0;           // > 0: value residual learning (layer 1 mixes layer 0's values)
+  int completep_base_depth = 0;          // > 0: CompleteP's branch multiplier base / 2
 };
 
 inline std::string jacobian_case_name(const JacobianCase& c) {
@@ -46,7 +47,8 @@ inline std::string jacobian_case_name(const JacobianCase& c) {
                      to_string(c.positions)) + fmt::format(" kv_heads={} qk_norm={} v_norm={} qk_norm_affine={} norm_bias={}", c.kv_heads, to_string(c.qk_norm),
                                                     c.v_norm, c.qk_norm_affine, c.norm_bias) +
          fmt::format(" attn_softcap={} head_dim={} rope_kinds={} attn_gate={} attn_sink={} value_residual={}",
-                     c.attn_softcap, c.head_dim, c.rope_kinds, to_string(c.attn_gate), c.attn_sink, c.value_residual);
+                     c.attn_softcap, c.head_dim, c.rope_kinds, to_string(c.attn_gate), c.attn_sink, c.value_residual) +
+         fmt::format(" completep_base_depth={}", c.completep_base_depth);
 }
 
 // A 2-layer double model of case c: width d with `heads` heads, F = ff (defaults: HS = 4, F not a
@@ -78,6 +80,7 @@ inline std::unique_ptr<Model<double>> jacobian_model(const JacobianCase& c, uint
   cfg.attn_gate = c.attn_gate;
   cfg.attn_sink = c.attn_sink;
   cfg.value_residual = c.value_residual;
+  cfg.completep_base_depth = c.completep_base_depth;
   if (method_of(c.placement).sphere) cfg.bias = LinearBias::None;  // (nGPT has no biases)
   cfg.norm_bias = c.norm_bias;
   if (c.attn_softcap > 0) {

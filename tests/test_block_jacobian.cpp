@@ -151,6 +151,10 @@ TEST(BlockJacobian, TodaysBlocksEqualTheTangentPath) {
   JacobianCase values{Placement::Pre, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::SwiGlu, false, rope, 2};
   values.value_residual = 0.5;
   cases.push_back(values);
+  // CompleteP: every branch times base / L = 1/2, with Sandwich's branch norm before it
+  JacobianCase completep{Placement::Sandwich, NormKind::RMSNorm, Arch::Gpt, true, true, Activation::SwiGlu, false, rope, 2};
+  completep.completep_base_depth = 1;
+  cases.push_back(completep);
   for (const JacobianCase& c : cases) {
     SCOPED_TRACE(jacobian_case_name(c));
     auto m = block_model(c, 7, 16, 4, 20);

@@ -94,6 +94,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     AttnGate gate = AttnGate::None;  // gated attention
     bool sink = false;               // learned sink logits
     double value_residual = 0.0;     // value residual learning (the first layer's values cached per step)
+    int completep_base_depth = 0;    // CompleteP's branch multiplier base / 3
   };
   for (const Case& k : {Case{Placement::Pre, true, 1}, Case{Placement::Pre, true, 2}, Case{Placement::Peri, true, 4},
                         Case{Placement::Post, false, 4}, Case{Placement::Sandwich, false, 4},
@@ -116,7 +117,9 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
                         Case{Placement::Pre, true, 2, QkNorm::None, 1.0, false, false, false, 0, false, AttnGate::None,
                              false, 0.5},
                         Case{Placement::Post, false, 4, QkNorm::Heads, 1.0, false, false, false, 0, false,
-                             AttnGate::None, false, 0.3}}) {
+                             AttnGate::None, false, 0.3},
+                        Case{Placement::Sandwich, true, 2, QkNorm::None, 1.0, false, false, false, 0, false,
+                             AttnGate::None, false, 0.0, 1}}) {
     SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {}", method_of(k.method).name, k.llama, k.kv_heads,
                              to_string(k.qk_norm)));
     ModelConfig cfg;
@@ -133,6 +136,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     cfg.attn_gate = k.gate;
     cfg.attn_sink = k.sink;
     cfg.value_residual = k.value_residual;
+    cfg.completep_base_depth = k.completep_base_depth;
     cfg.embed_scale = k.embed_scale;  // (Gemma's sqrt(d) for d = 16)
     if (k.head_dim) cfg.head_dim = k.head_dim;
     cfg.init_std = 0.3;

@@ -121,6 +121,10 @@ TEST(LocalJacobian, EqualsTheFullSequenceJvpForEveryConfiguration) {
     values_normed.v_norm = true;
     values_normed.value_residual = 0.3;
     cases.push_back(values_normed);
+    // CompleteP's branch multiplier (1/2), in Post-LN's order
+    JacobianCase completep{Placement::Post, NormKind::LayerNorm, arch};
+    completep.completep_base_depth = 1;
+    cases.push_back(completep);
     // nGPT: the update on the sphere, unit q and k heads times s_qk, s_uv (gated and plain MLPs)
     cases.push_back({Placement::NGpt, NormKind::L2, arch, true, true, Activation::SwiGlu, false, Positions::Rope});
     cases.push_back({Placement::NGpt, NormKind::L2, arch, true, true, Activation::Gelu, false, Positions::None});

@@ -101,7 +101,7 @@ TEST(Mup, AdamStepsHiddenMatricesMTimesSmallerAndDecaysAlike) {
   for (float& x : g) x = float(rng.normal());
   const double lr = 1e-2;
   std::vector<float> with = m.params(), full = m.params(), quarter = m.params();
-  AdamW(t, {0.9, 0.95, 1e-8, 0.0}, mult).step(with.data(), g.data(), lr, 1);
+  AdamW(t, {0.9, 0.95, 1e-8, 0.0}, {mult}).step(with.data(), g.data(), lr, 1);
   AdamW(t, {0.9, 0.95, 1e-8, 0.0}).step(full.data(), g.data(), lr, 1);
   AdamW(t, {0.9, 0.95, 1e-8, 0.0}).step(quarter.data(), g.data(), lr / 4, 1);
   int hidden = 0;
@@ -114,7 +114,7 @@ TEST(Mup, AdamStepsHiddenMatricesMTimesSmallerAndDecaysAlike) {
   }
   EXPECT_EQ(hidden, 8);
   std::vector<float> zero(t.total, 0.0f), decayed = m.params();
-  AdamW(t, {0.9, 0.95, 1e-8, 0.1}, mult).step(decayed.data(), zero.data(), lr, 1);
+  AdamW(t, {0.9, 0.95, 1e-8, 0.1}, {mult}).step(decayed.data(), zero.data(), lr, 1);
   for (const ParamSpec& s : t.specs)
     if (s.decays())
       for (size_t k = s.offset; k < s.offset + s.numel; k++)
@@ -133,7 +133,7 @@ TEST(Mup, CoordinateCheckTheLogitsMoveAlikeAtEveryWidth) {
     m.forward(tok.ids.data(), tok.labels.data(), 4, 16);
     const std::vector<double> before(m.logits(), m.logits() + size_t(4) * 16 * c.vocab_size());
     std::vector<float> p(m.params().begin(), m.params().end()), g(p.size());
-    AdamW opt(m.table(), {0.9, 0.95, 1e-8, 0.0}, adam_step_multipliers(m.table(), c));
+    AdamW opt(m.table(), {0.9, 0.95, 1e-8, 0.0}, adam_scaling(m.table(), c));
     for (int step = 1; step <= 5; step++) {
       for (size_t k = 0; k < p.size(); k++) m.params()[k] = p[k];
       m.forward(tok.ids.data(), tok.labels.data(), 4, 16);

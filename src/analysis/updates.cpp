@@ -17,7 +17,7 @@ UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32
   const ModelConfig& cfg = model.config();
   const std::unique_ptr<Model<float>> trained = model_with_params<float>(cfg, model.params());  // no random init first
   Model<float>& m = *trained;
-  AdamW opt(m.table(), AdamWConfig{}, adam_step_multipliers(m.table(), m.config()));
+  AdamW opt(m.table(), AdamWConfig{}, adam_scaling(m.table(), m.config()));
   Rng rng(seed, 4), eval_rng(seed, 5);
   const Batch eval = sample_batch(bytes, cfg.arch, B, T, eval_rng);
   const size_t nlogits = size_t(B) * T * cfg.vocab_size();

@@ -220,7 +220,7 @@ InitScheme ModelConfig::resolved_init() const {
     const InitScheme want = method_of(placement_of(l)).init;
     if (want != InitScheme::Auto) return want;
   }
-  return InitScheme::Gpt2;
+  return completep_base_depth > 0 ? InitScheme::Normal : InitScheme::Gpt2;  // (CompleteP's init has no depth term)
 }
 
 // (One check after another, each a line or two: long because the keys are many.)
@@ -288,6 +288,19 @@ std::vector<std::string> ModelConfig::violations() const {
     if (s != InitScheme::Gpt2 && s != InitScheme::Normal && s != InitScheme::Xavier)
       v.push_back(fmt::format("model.mup_base_width (muP) scales the init schemes gpt2, normal and xavier; this "
                               "config's is {}",
+                              to_string(s)));
+  }
+  if (completep_base_depth < 0 || completep_base_depth > kMaxLayers)
+    v.push_back(fmt::format("model.completep_base_depth = {} must be 0 (off) or in [1, {}]", completep_base_depth,
+                            kMaxLayers));
+  if (completep_base_depth > 0) {
+    if (arch == Arch::EncDec)
+      v.push_back("model.completep_base_depth (CompleteP) is for one stack (arch = \"gpt\" or \"encoder\")");
+    if (on_sphere()) v.push_back("model.completep_base_depth (CompleteP) does not combine with nGPT (its update has no branch multiplier)");
+    const InitScheme s = resolved_init();
+    if (s != InitScheme::Normal && s != InitScheme::Xavier)
+      v.push_back(fmt::format("model.completep_base_depth (CompleteP) needs an init without a depth term (normal or "
+                              "xavier); this config's is {}",
                               to_string(s)));
   }
   if (!(dropout >= 0.0 && dropout < 1.0))
@@ -573,6 +586,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
     cfg.attn_scale = v;
   }
   r.get("mup_base_width", cfg.mup_base_width);
+  r.get("completep_base_depth", cfg.completep_base_depth);
   r.get("attn_softcap", cfg.attn_softcap);
   r.get("logit_softcap", cfg.logit_softcap);
   read_enum(r, "head", kHeadNames, cfg.head);
@@ -692,6 +706,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"embed_scale_learned", cfg.embed_scale_learned},
                         {"attn_scale", cfg.attention_scale()},
                         {"mup_base_width", cfg.mup_base_width},
+                        {"completep_base_depth", cfg.completep_base_depth},
                         {"attn_softcap", cfg.attn_softcap},
                         {"logit_softcap", cfg.logit_softcap},
                         {"head", to_string(cfg.head)},

@@ -157,6 +157,11 @@ struct ModelConfig {
                                      // matrices start at 1/sqrt(m) of their init's scale and take m times
                                      // smaller Adam steps, the logits are divided by m, the scores scale as
                                      // 1/head_size (the head count fixed); 0: the standard parametrization
+  int completep_base_depth = 0;      // > 0: CompleteP (Dey et al. 2025, 2505.01618; EleutherAI/nanoGPT-mup's
+                                     // completep branch, alpha = 1) with this n_layers as the base depth,
+                                     // m_L = n_layers / base: every branch is multiplied by 1 / m_L and
+                                     // AdamW's epsilon by 1 / m_L (1 / (m_L m) with muP); the init has no
+                                     // depth term (auto resolves to normal); 0: off
   double attn_softcap = 0.0;         // > 0: scores <- c tanh(scores / c) after the scale, before the mask
                                      // (Gemma 2's attention soft-capping, c = 50); 0: none
   double logit_softcap = 0.0;        // > 0: logits <- c tanh(logits / c) before the softmax (Gemma 2's
@@ -185,6 +190,8 @@ struct ModelConfig {
     // muP: sqrt(HS_base) / HS, HS_base = HS / m (the base has the same heads): 1 / sqrt(HS) at the base
     return 1.0 / std::sqrt(double(head_size())) / std::sqrt(mup_width_mult());
   }
+  // CompleteP's constant branch multiplier 1 / m_L = completep_base_depth / n_layers (1 without it)
+  double branch_multiplier() const { return completep_base_depth > 0 ? double(completep_base_depth) / n_layers : 1.0; }
   // muP's width multiplier m = d_model / mup_base_width (1 without muP)
   double mup_width_mult() const { return mup_base_width > 0 ? double(d_model) / mup_base_width : 1.0; }
   // nGPT (placement ngpt, methods.h Method::sphere): the stream, the embeddings and every matrix

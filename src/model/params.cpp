@@ -193,4 +193,9 @@ std::vector<double> adam_step_multipliers(const ParamTable& table, const ModelCo
   return m;
 }
 
+AdamScaling adam_scaling(const ParamTable& table, const ModelConfig& cfg) {
+  return {adam_step_multipliers(table, cfg),
+          cfg.completep_base_depth > 0 ? cfg.branch_multiplier() / cfg.mup_width_mult() : 1.0};
+}
+
 }  // namespace normlab

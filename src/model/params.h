@@ -45,6 +45,13 @@ ParamTable make_param_table(const ModelConfig& cfg);
 bool mup_hidden(const ParamSpec& p, const ModelConfig& cfg);
 // Each parameter's factor on its Adam step, by spec: 1 / m for muP's hidden matrices, else 1.
 std::vector<double> adam_step_multipliers(const ParamTable& table, const ModelConfig& cfg);
+// What the parametrization does to AdamW (train/optimizer.h): the step factors above, and a factor on
+// epsilon: CompleteP's 1 / m_L, times 1 / m with muP (EleutherAI/nanoGPT-mup's completep branch); else 1.
+struct AdamScaling {
+  std::vector<double> step;  // by spec; empty: 1 for every spec
+  double eps = 1.0;
+};
+AdamScaling adam_scaling(const ParamTable& table, const ModelConfig& cfg);
 
 
 // Views of one sub-layer's parameters in a flat buffer (norm pointers null where the site or the

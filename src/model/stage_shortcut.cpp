@@ -1,7 +1,8 @@
-// stage_shortcut.cpp: the shortcut as a stage (model/stage.h): r = omega * x + lambda * g, the
+// stage_shortcut.cpp: the shortcut as a stage (model/stage.h): r = omega * x + beta * lambda * g, the
 // stream x entering the sub-layer and the value g, with the method's shortcut scale omega (a constant,
-// DeepNet's alpha, or Admin's learned omega) and branch gain lambda (model/methods.cpp); nGPT's
-// update on the sphere instead, r = A + |a| (g - A), A = x / |x| (ops/sphere.h).
+// DeepNet's alpha, or Admin's learned omega) and branch gain lambda (model/methods.cpp), and the
+// parametrization's constant branch multiplier beta (CompleteP's L_base / L: config.h
+// branch_multiplier); nGPT's update on the sphere instead, r = A + |a| (g - A), A = x / |x| (ops/sphere.h).
 #include <algorithm>
 
 #include "model/decode.h"
@@ -25,6 +26,10 @@ struct StageOps<ShortcutStage> {
   static S alpha(const ModelConfig& cfg, int i) {
     return S(cfg.residual_alpha(cfg.slot(i).layer));
   }
+  template <class S>
+  static S beta(const ModelConfig& cfg) {
+    return S(cfg.branch_multiplier());
+  }
 
   template <class S>
   static void forward(Model<S>& m, int i) {
@@ -35,18 +40,19 @@ struct StageOps<ShortcutStage> {
       ops::sphere_residual_forward(a.r, a.sc_rstd, a.x_in, a.g, p.eigen_lr, sphere_scale("eigen_lr", C).factor,
                                    m.cfg_.eps, long(N), C);
     else
-      ops::gated_residual_forward(a.r, a.x_in, a.g, p.omega, p.gain, p.gain_c, alpha<S>(m.cfg_, i), long(N), C);
+      ops::gated_residual_forward(a.r, a.x_in, a.g, p.omega, p.gain, p.gain_c, alpha<S>(m.cfg_, i), long(N), C,
+                                  beta<S>(m.cfg_));
   }
 
-  // dx = omega * dr (assigned: the stage that reads the stream adds below); dg = lambda * dr (dr itself
-  // when lambda = 1); the gates' gradients
+  // dx = omega * dr (assigned: the stage that reads the stream adds below); dg = beta * lambda * dr (dr
+  // itself when both are 1); the gates' gradients
   template <class S>
   static void backward(Model<S>& m, int i, BackwardFlow<S>& f) {
     const SublayerActs<S>& a = m.a_[size_t(i)];
     const SublayerParams<S>& p = m.p_[size_t(i)];
     const SublayerParams<S>& dp = m.dp_[size_t(i)];
     const int N = m.rows(i), C = m.cfg_.d_model;
-    if (p.eigen_lr || p.omega || p.gain) {
+    if (p.eigen_lr || p.omega || p.gain || beta<S>(m.cfg_) != S(1)) {
       S* dg = f.fresh();
       branch::zero(f.dx, f.n);
       branch::zero(dg, f.n);
@@ -55,7 +61,7 @@ struct StageOps<ShortcutStage> {
                                       sphere_scale("eigen_lr", C).factor, a.sc_rstd, long(N), C);
       else
         ops::gated_residual_backward(f.dx, dg, dp.omega, dp.gain, f.d, a.x_in, a.g, p.omega, p.gain, p.gain_c,
-                                     alpha<S>(m.cfg_, i), long(N), C);
+                                     alpha<S>(m.cfg_, i), long(N), C, beta<S>(m.cfg_));
       f.d = dg;
       return;
     }
@@ -77,7 +83,8 @@ struct StageOps<ShortcutStage> {
       ops::sphere_residual_jvp(out, f.tx, f.v, a.x_in + nC, a.sc_rstd + n, p.eigen_lr,
                                sphere_scale("eigen_lr", C).factor, long(f.K) * R, long(R), C);
     else
-      ops::gated_residual_jvp(out, f.tx, f.v, p.omega, p.gain, p.gain_c, alpha<S>(m.cfg_, i), long(f.K) * R, C);
+      ops::gated_residual_jvp(out, f.tx, f.v, p.omega, p.gain, p.gain_c, alpha<S>(m.cfg_, i), long(f.K) * R, C,
+                              beta<S>(m.cfg_));
     f.v = out;
   }
 
@@ -93,7 +100,7 @@ struct StageOps<ShortcutStage> {
                                    sphere_scale("eigen_lr", C).factor, cfg.eps, long(B), C);
     } else {
       ops::gated_residual_forward(out->data(), f.x->data(), f.v, p.omega, p.gain, p.gain_c, alpha<S>(cfg, i), long(B),
-                                  C);
+                                  C, beta<S>(cfg));
     }
     f.v = out->data();
   }

@@ -188,7 +188,7 @@ ClaimModels::Trained ClaimModels::train(ModelConfig c) {
   t.unigram = unigram_entropy(ids_);
   Model<float> m(c);
   if (!path.empty() && read_cached(path, key_of(c), m.params(), t)) return t;
-  AdamW opt(m.table(), AdamWConfig{}, adam_step_multipliers(m.table(), m.config()));
+  AdamW opt(m.table(), AdamWConfig{}, adam_scaling(m.table(), m.config()));
   const ScheduleConfig sched{Schedule::Warmup, o_.train_lr, int(warmup_of(c.placement_of(0), o_.train_steps)),
                              o_.train_lr, int(o_.train_steps)};
   Rng rng(uint64_t(o_.seed), 21), vrng(uint64_t(o_.seed), 22);

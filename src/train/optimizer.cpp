@@ -40,8 +40,9 @@ double learning_rate(const ScheduleConfig& s, long t) {
   return s.lr;
 }
 
-AdamW::AdamW(const ParamTable& table, AdamWConfig cfg, std::vector<double> step_multipliers)
-    : table_(table), cfg_(cfg), mult_(std::move(step_multipliers)), m_(table.total, 0.0f), v_(table.total, 0.0f) {
+AdamW::AdamW(const ParamTable& table, AdamWConfig cfg, AdamScaling scaling)
+    : table_(table), cfg_(cfg), mult_(std::move(scaling.step)), m_(table.total, 0.0f), v_(table.total, 0.0f) {
+  cfg_.eps *= scaling.eps;
   if (mult_.empty()) mult_.assign(table.specs.size(), 1.0);
   if (mult_.size() != table.specs.size()) throw Error("AdamW: one step multiplier per parameter tensor");
 }

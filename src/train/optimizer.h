@@ -32,10 +32,10 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  // step_multipliers: a factor on each spec's step (model/params.h adam_step_multipliers: muP's 1 / m on
-  // hidden matrices); empty: 1 for every spec. Weight decay keeps lr x weight_decay (MuAdamW's default,
-  // which divides the rate and multiplies the decay by m).
-  AdamW(const ParamTable& table, AdamWConfig cfg, std::vector<double> step_multipliers = {});
+  // scaling: the parametrization's (model/params.h adam_scaling): a factor on each spec's step (muP's
+  // 1 / m on hidden matrices; empty: 1 for every spec) and on cfg.eps (CompleteP's). Weight decay keeps
+  // lr x weight_decay (MuAdamW's default, which divides the rate and multiplies the decay by m).
+  AdamW(const ParamTable& table, AdamWConfig cfg, AdamScaling scaling = {});
   // One update at 1-based step t with learning rate lr, on the gradients times grad_scale (how
   // clipping is applied: folded into this one pass over memory instead of a pass of its own).
   // Decay only on tensors whose spec decays() (embeddings and linear weights; not biases or gains).

@@ -508,7 +508,7 @@ TrainResult train(const RunConfig& cfg, const TrainOptions& options) {
   if (!tc.init_from.empty() && !begin.resumed) load_params(tc.init_from, model);
   // the optimizer, and a resumed run's weights and moments, read (and checked: finite, shapes of the
   // config) before anything in the run directory is written, so a refusal changes nothing there
-  AdamW optimizer(model.table(), tc.adamw, adam_step_multipliers(model.table(), model.config()));
+  AdamW optimizer(model.table(), tc.adamw, adam_scaling(model.table(), model.config()));
   if (begin.resumed) load_training_checkpoint(begin.resumed_path, model, optimizer);
   const RunData data = open_run_data(cfg, model_cfg, quiet);
   TrainResult result;

@@ -231,6 +231,16 @@ def build_cases():
         Case("encdec_value_residual", dict(ENCDEC, placement="pre", value_residual=0.5), ENCDEC_BST),
         Case("train_gpt_value_residual", dict(SMALL, n_layers=3, placement="pre", norm="rmsnorm", positions="rope",
              value_residual=0.5), SMALL_BT, kind="train", train=TRAIN_CFG),
+        # CompleteP: a 4-layer model on a base depth of 1 (branches x 1/4, Adam's eps x 1/4), Pre-LN and Post-LN's
+        # order, the init without a depth term; trained (the eps matters: eps 1e-3 against tiny early moments),
+        # with muP (eps / (m_L m)) on an untied head
+        Case("gpt_completep", dict(SMALL, n_layers=4, placement="pre", completep_base_depth=1), SMALL_BT),
+        Case("encoder_completep_post_pad", dict(SMALL, arch="encoder", n_layers=3, placement="post",
+             completep_base_depth=2), SMALL_BT, pad=True),
+        Case("train_gpt_completep", dict(SMALL, n_layers=4, placement="pre", norm="rmsnorm", positions="rope",
+             completep_base_depth=1), SMALL_BT, kind="train", train=dict(TRAIN_CFG, adam_eps=1e-3)),
+        Case("train_gpt_completep_mup", dict(SMALL, n_layers=4, placement="pre", head="untied", mup_base_width=16,
+             completep_base_depth=2), SMALL_BT, kind="train", train=dict(TRAIN_CFG, adam_eps=1e-3)),
         # single-scale RMSNorm (Outlier-Safe Pre-Training): the Llama block with per-head QK-norm of the same kind
         # (one scalar per site), and a padded Post-LN encoder; trained
         Case("gpt_ssnorm_llama_qk_norm", dict(SMALL, placement="pre", norm="ssnorm", activation="swiglu", bias="none",

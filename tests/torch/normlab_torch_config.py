@@ -130,6 +130,8 @@ DEFAULTS = {
     "embed_scale_learned": False,  # the scale is a parameter "embed_scale" (1), starting at embed_scale
     "attn_scale": None,    # the self-attention's factor on q.k (None: 1/sqrt(HS), resolved as normlab writes it)
     "mup_base_width": 0,   # > 0: muP with this base width (microsoft/mup: readout / m, scores / HS, MuAdamW)
+    "completep_base_depth": 0,  # > 0: CompleteP (nanoGPT-mup's completep branch, alpha 1): branches x L_base / L,
+                                # Adam's eps x L_base / L (and / m with muP), init without a depth term
     "attn_softcap": 0.0,   # > 0: scores <- c tanh(scores / c) (Gemma 2)
     "logit_softcap": 0.0,  # > 0: logits <- c tanh(logits / c) (Gemma 2)
     "head": "tied",        # tied | mlm (dense + act + norm + tied decoder + bias) | none
@@ -252,7 +254,8 @@ def normalize_config(cfg, strict=True):
         # MODEL.md: auto = deepnet if any layer is deepnorm, else gpt2. T-Fixup is a method that is
         # "initialization only", so a model with a tfixup layer resolves auto to the tfixup scheme
         # (our reading; deepnorm takes precedence when both are present).
-        c["init"] = "deepnet" if "deepnorm" in placement else "tfixup" if "tfixup" in placement else "gpt2"
+        c["init"] = "deepnet" if "deepnorm" in placement else "tfixup" if "tfixup" in placement else \
+            "normal" if c["completep_base_depth"] > 0 else "gpt2"
     if c["init"] not in INITS:
         raise ValueError(f"unknown init {c['init']!r}")
     if c["admin_init"] not in ADMIN_INITS:

@@ -275,8 +275,9 @@ def sublayer_parts(config, params, prefix, method, branch, x, key_mask=None, sta
         a = torch.abs(params[prefix + ".eigen_lr"] * 0.05 * math.sqrt(config["d_model"]))
         A = x / torch.sqrt((x * x).sum(dim=-1, keepdim=True) + config["eps"])
         r = A + a * (g - A)
-    else:
-        r = omega * x + lam * g
+    else:   # CompleteP (nanoGPT-mup's Block: x + residual_scaling * branch, residual_scaling = 1 / depth_multiplier)
+        beta = config["completep_base_depth"] / config["n_layers"] if config.get("completep_base_depth", 0) > 0 else 1.0
+        r = omega * x + beta * (lam * g)
     out = norm(config, params, prefix + ".ln_out", r) if out_norm else r
     return out, f, omega, g
 

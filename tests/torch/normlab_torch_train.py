@@ -73,9 +73,14 @@ def make_optimizer(model, train_cfg):
         groups = [{"params": rest, "weight_decay": float(tc["weight_decay"])},  # (group 0's lr is the one recorded)
                   {"params": no_decay, "weight_decay": 0.0},
                   {"params": hidden, "weight_decay": float(tc["weight_decay"]) * m, "lr": float(tc["lr"]) / m}]
+    eps = float(tc["adam_eps"])
+    if c.get("completep_base_depth", 0) > 0:
+        # nanoGPT-mup's completep branch: adam_eps *= (1 / mup_width_multiplier) * depth_multiplier ** -alpha, alpha 1
+        width = c["d_model"] / c["mup_base_width"] if c.get("mup_base_width", 0) > 0 else 1.0
+        eps *= 1.0 / width * (c["n_layers"] / c["completep_base_depth"]) ** -1.0
     opt = torch.optim.AdamW(
         groups,
-        lr=float(tc["lr"]), betas=(float(tc["beta1"]), float(tc["beta2"])), eps=float(tc["adam_eps"]),
+        lr=float(tc["lr"]), betas=(float(tc["beta1"]), float(tc["beta2"])), eps=eps,
     )
     # LambdaLR evaluates the lambda at last_epoch = 0, 1, ... (0-based step s); we want f(s + 1).
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(tc, s + 1))
