@@ -716,7 +716,9 @@ TEST(Dynamics, PerTokenReadingsAreEachPositionsOwn) {
       by_hand += std::sqrt(s / C) / B;
     }
     EXPECT_NEAR(r.tokens[0].stream_rms[size_t(t)], by_hand, 1e-12 * by_hand) << "position " << t;
-    if (t != 3) EXPECT_LT(r.tokens[0].stream_rms[size_t(t)], 1e-3 * r.tokens[0].stream_rms[3]);
+    if (t != 3) {
+      EXPECT_LT(r.tokens[0].stream_rms[size_t(t)], 1e-3 * r.tokens[0].stream_rms[3]);
+    }
   }
   for (size_t l = 0; l < r.tokens.size(); l++) {
     double stream = 0, attn = 0, mlp = 0;

@@ -30,21 +30,6 @@ double residual_rank(const double* X, int T, int C) {
   return den > 0 ? std::sqrt(num / den) : 0.0;
 }
 
-// The model with its skips and MLPs switched as asked, every parameter it keeps copied by name; for
-// forward passes only (no gradients: half the memory of a full copy).
-std::unique_ptr<Model<double>> ablated(const Model<double>& model, bool skips, bool mlp) {
-  ModelConfig cfg = model.config();
-  cfg.residual = skips;
-  cfg.mlp = mlp;
-  auto m = unset_model<double>(cfg, /*forward_only=*/true);
-  for (const ParamSpec& p : m->table().specs) {
-    const ParamSpec* src = model.table().find(p.name);
-    if (!src) throw Error(fmt::format("ablation: the model has no parameter {} (it was built without MLPs)", p.name));
-    std::copy_n(model.params().data() + src->offset, p.numel, m->params().data() + p.offset);
-  }
-  return m;
-}
-
 }  // namespace
 
 DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<int32_t>& bytes, int batches,
@@ -148,7 +133,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
     for (int b = 0; b < B; b++) rep.final_residual_rank += residual_rank(xl + size_t(b) * T * C, T, C) / (double(B) * batches);
   }
   // rank collapse: the model's own readings for its own (skips, MLP) setting, the other ablations
-  // that can be built from its parameters by forward passes, one model copy alive at a time
+  // run on the model itself (Model::set_ablation: no copy of its parameters), by forward passes
   for (const bool skips : {true, false})
     for (const bool mlp : {true, false}) {
       if (mlp && !cfg.mlp) continue;
@@ -164,17 +149,25 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       variant.residual = skips;
       variant.mlp = mlp;
       if (!variant.violations().empty()) continue;  // a method without this ablation (nGPT has no skip-free form)
-      const auto m = ablated(model, skips, mlp);
+      struct Restore {  // the model leaves ablated by no path, an interrupt's included
+        Model<double>& m;
+        ~Restore() { m.set_ablation({}); }
+      } restore{model};
+      model.set_ablation({skips, mlp});
       for (const Batch& batch : given) {
         throw_if_interrupted();
-        m->forward(batch.ids.data(), batch.labels.data(), B, T, batch.types_or_null(), batch.mask_or_null());
+        model.forward(batch.ids.data(), batch.labels.data(), B, T, batch.types_or_null(), batch.mask_or_null());
         for (int l = 0; l <= L; l++)
           for (int b = 0; b < B; b++)
-            v.residual_rank[size_t(l)] += residual_rank(m->stream(2 * l) + size_t(b) * T * C, T, C) / (double(B) * batches);
+            v.residual_rank[size_t(l)] += residual_rank(model.stream(2 * l) + size_t(b) * T * C, T, C) / (double(B) * batches);
       }
       v.ratio = norm_ratio(v.residual_rank.back(), v.residual_rank.front());
       rep.rank_collapse.push_back(std::move(v));
     }
+  if (rep.rank_collapse.size() > 1) {  // the model's activations are its own last batch's again, as before the ablations
+    const Batch& last = given.back();
+    model.forward(last.ids.data(), last.labels.data(), B, T, last.types_or_null(), last.mask_or_null());
+  }
   for (int l = 0; l < L; l++) rep.layers[size_t(l)].placement = to_string(cfg.placement_of(l)), rep.layers[size_t(l)].layer = l;
   if (!cfg.has_logits()) {  // no head, no loss: no gradients to report (JSON null, "-" in the table)
     rep.has_loss = false;

@@ -39,10 +39,11 @@ UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32
   UpdateReport r;
   r.steps = steps;
   r.lr = lr;
+  std::vector<float> before;  // (one buffer for every step: a fresh copy of the model per step costs its page faults)
   for (int s = 1; s <= steps; s++) {
     const Batch batch = sample_batch(bytes, cfg.arch, B, T, rng);
     r.loss.push_back(batch_gradients(m, batch).loss);
-    const std::vector<float> before = m.params();
+    before.assign(m.params().begin(), m.params().end());
     apply_update(m, opt, lr, s, 1.0);  // (no clipping)
     std::vector<double> ratios;
     for (int l = 0; l < L; l++) {

@@ -254,7 +254,30 @@ uint64_t Model<S>::dropout_site_seed(int site) const {
 // activations, where an absent site's output aliases its input.
 template <class S>
 void Model<S>::sublayer_forward(int i) {
+  if (!ablation_.mlp && slots_[size_t(i)].kind == Sublayer::Mlp) {  // removed: x' = x
+    const size_t n = size_t(rows(i)) * cfg_.d_model;
+    std::copy(a_[size_t(i)].x_in, a_[size_t(i)].x_in + n, a_[size_t(i)].x_out);
+    return;
+  }
   for (const StageFns<S>* stage : stages_[size_t(i)]) stage->forward(*this, i);
+}
+
+template <class S>
+void Model<S>::set_ablation(Ablation a) {
+  if (a.skips && a.mlp) {
+    ablation_ = a;
+    return;
+  }
+  ModelConfig variant = cfg_;
+  variant.residual = cfg_.residual && a.skips;
+  variant.mlp = cfg_.mlp && a.mlp;
+  const std::vector<std::string> why = variant.violations();
+  if (!why.empty())
+    throw Error(fmt::format("this model has no form with{} skips and{} MLPs: {}", a.skips ? "" : "out",
+                            a.mlp ? "" : "out", why.front()));
+  if (cfg_.dual_stack(0) || cfg_.dual_stack(cfg_.total_layers() - 1))
+    throw Error("an ablation of a two-stream (ResiDual) model is not defined here");
+  ablation_ = a;
 }
 
 // The stages in reverse. dx_in is assigned by the shortcut and added into by the stage that reads
@@ -417,6 +440,7 @@ void Model<S>::require_grads(const char* what) const {
 template <class S>
 void Model<S>::backward(double loss_scale) {
   require_grads("Model::backward");
+  if (ablated()) throw Error("Model::backward: the model runs ablated (set_ablation), which is for forward passes only");
   const int N = B_ * T_, V = cfg_.vocab_size();
   if (label_count_ == 0) return;  // no labels (or no head): no loss and no gradient
   // loss = mean xent(logits) (label-smoothed in training with eps > 0):  logits become dlogits in place

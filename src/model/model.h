@@ -154,6 +154,20 @@ class Model {
   // then ratio <- sqrt(Var(omega x) + Var(f)); one chain per stack. Returns the omegas, slot by slot.
   std::vector<double> profile_admin(const int32_t* ids, int B, int T, const uint8_t* key_mask = nullptr,
                                     const Source& src = {});
+  // An ablation for forward passes (the rank-collapse readings of analysis/dynamics.h): the model as if
+  // built with model.residual = false (skips: every shortcut scale 0, Admin's omega and DeepNet's alpha
+  // included, the branch gains kept) and/or model.mlp = false (mlp: each MLP sub-layer the identity),
+  // on the same parameters, without a copy of them. Bit for bit the forward of a model built with that
+  // config holding these parameters. Throws Error when that config is not valid for this model (nGPT has
+  // no skip-free form) or the model carries two streams; backward and the products refuse while on.
+  // Ablation{} (both true) turns it off.
+  struct Ablation {
+    bool skips = true, mlp = true;
+  };
+  void set_ablation(Ablation a);
+  bool ablated() const { return !ablation_.skips || !ablation_.mlp; }
+  bool ablated_skips() const { return !ablation_.skips; }
+  void refuse_ablated(const char* what) const;  // throws Error naming `what` while ablated
   // grads += loss_scale * d(loss)/d(params), for the last forward. Invalidates logits().
   void backward(double loss_scale = 1.0);
   // What backward passes through the residual stream, for an instrument to read (the gradient sinks of
@@ -338,6 +352,7 @@ class Model {
   mutable std::vector<S> qk_scratch_;  // QK-norm's gathered parts, grown on demand
   std::vector<S> params_, grads_;
   bool forward_only_ = false;  // no grads_: every gradient pointer below is null
+  Ablation ablation_;          // set_ablation
   StreamGradientReader stream_gradient_reader_;  // read_stream_gradients
   StreamGradientReader branch_gradient_reader_;  // read_branch_input_gradients
   std::vector<SublayerParams<S>> p_, dp_;  // per slot

@@ -69,6 +69,7 @@ bool Model<S>::block_jacobian_covers(int first, int last) const {
 // attention tangents, the score tangents, then the rows of blocks; long for that reason.)
 template <class S>
 void Model<S>::block_jacobian(S* J, int layer) const {
+  refuse_ablated("block_jacobian");
   if (!block_jacobian_covers(2 * layer, 2 * layer + 2))
     throw Error(fmt::format("block_jacobian: block {} is not covered (encdec, two streams, a batch of {} rows, "
                             "or no such layer); use jvp_sublayers_unit",

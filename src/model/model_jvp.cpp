@@ -27,6 +27,11 @@ void Model<S>::norm_jvp(S* tout, const S* tin, const S* inp, const NormParams<S>
   normlab::norm_jvp(cfg_.norm, tout, tin, inp, p, mean, rstd, K, rows, cfg_.d_model);
 }
 
+template <class S>
+void Model<S>::refuse_ablated(const char* what) const {
+  if (ablated()) throw Error(fmt::format("{}: the model runs ablated (set_ablation), which is for forward passes only", what));
+}
+
 // The one-stream products map the stream entering `first` to the stream leaving `last`; in a
 // two-stream stack that stream is half of the state, so their numbers would be wrong: refuse.
 template <class S>
@@ -54,6 +59,7 @@ void Model<S>::jvp_sublayers_unit(S* tout, const int64_t* positions, int K, int 
 template <class S>
 void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last,
                                   const S* tmem, S* td) const {
+  refuse_ablated("jvp_sublayers");
   if (first >= last) throw Error("jvp_sublayers: empty range of sub-layers");
   const int dec0 = cfg_.first_decoder_slot();
   if (cfg_.encdec() && first < dec0 && last > dec0)
@@ -166,6 +172,7 @@ void Model<S>::vjp_encdec(S* dsrc, S* dtgt, const S* dout) {
 template <class S>
 void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, int token, int row) const {
   if (cfg_.encdec()) throw Error("token-local block Jacobians are not implemented for encoder-decoder models");
+  refuse_ablated("jvp_block_token_local");
   refuse_dual(2 * layer, "jvp_block_token_local");
   const int T = T_, C = cfg_.d_model, F = cfg_.ff();
   const size_t n = size_t(row) * T + token;  // the token's row in (B * T)
@@ -195,6 +202,7 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
 template <class S>
 void Model<S>::vjp_sublayers(S* din, const S* dout, int first, int last) {
   require_grads("Model::vjp_sublayers");
+  refuse_ablated("vjp_sublayers");
   refuse_dual(first, "vjp_sublayers");
   const int dec0 = cfg_.first_decoder_slot();
   if (cfg_.encdec() && first < dec0 && last > dec0)
@@ -268,6 +276,7 @@ void Model<S>::vjp_stacks(S* dsrc, S* din, const S* dout) {
   template void Model<S>::jvp_sublayers_unit(S*, const int64_t*, int, int, int) const;                   \
   template void Model<S>::jvp_sublayers_impl(S*, const S*, const int64_t*, int, int, int, const S*, S*) const; \
   template void Model<S>::refuse_dual(int, const char*) const;                                          \
+  template void Model<S>::refuse_ablated(const char*) const;                                            \
   template void Model<S>::stack_jvp(S*, const S*, int, const StackEnd&, const S*) const;                \
   template void Model<S>::jvp_stacks(S*, const S*, const S*, int) const;                                \
   template void Model<S>::vjp_stacks(S*, S*, const S*);                                                 \

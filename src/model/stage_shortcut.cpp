@@ -39,6 +39,9 @@ struct StageOps<ShortcutStage> {
     if (p.eigen_lr)
       ops::sphere_residual_forward(a.r, a.sc_rstd, a.x_in, a.g, p.eigen_lr, sphere_scale("eigen_lr", C).factor,
                                    m.cfg_.eps, long(N), C);
+    else if (m.ablated_skips())  // (Model::set_ablation: no skip path, omega and alpha alike)
+      ops::gated_residual_forward(a.r, a.x_in, a.g, static_cast<const S*>(nullptr), p.gain, p.gain_c, S(0), long(N),
+                                  C, beta<S>(m.cfg_));
     else
       ops::gated_residual_forward(a.r, a.x_in, a.g, p.omega, p.gain, p.gain_c, alpha<S>(m.cfg_, i), long(N), C,
                                   beta<S>(m.cfg_));
