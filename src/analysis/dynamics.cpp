@@ -10,6 +10,7 @@
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/interrupt.h"
+#include "util/progress.h"
 
 namespace normlab::analysis {
 
@@ -70,8 +71,11 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
     if (specs[s].name == fmt::format("h.{}.mlp.proj.weight", l)) ffn_out[size_t(l)] = long(s);
   }
   std::vector<double> sq(specs.size());  // squared gradient norm of each tensor, this batch
+  const long steps = 4L * batches;  // (progress: the batches with gradients, then up to 3 ablations' forwards)
+  report_progress("analyze dynamics", 0, steps, "");
   for (int k = 0; k < batches; k++) {
     throw_if_interrupted();
+    report_progress("analyze dynamics", k, steps, "steps");
     const Batch& batch = given[size_t(k)];
     model.zero_grad();
     rep.loss += model.forward(batch.ids.data(), batch.labels.data(), B, T, batch.types_or_null(),
@@ -156,6 +160,8 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       model.set_ablation({skips, mlp});
       for (const Batch& batch : given) {
         throw_if_interrupted();
+        report_progress("analyze dynamics", long(batches) * long(rep.rank_collapse.size()) + (&batch - given.data()),
+                        steps, "steps");
         model.forward(batch.ids.data(), batch.labels.data(), B, T, batch.types_or_null(), batch.mask_or_null());
         for (int l = 0; l <= L; l++)
           for (int b = 0; b < B; b++)
@@ -176,6 +182,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
   }
   rep.grad_growth = norm_ratio(rep.layers.back().grad_norm, rep.layers.front().grad_norm);
   rep.ffn_out_grad_growth = norm_ratio(rep.layers.back().ffn_out_grad_norm, rep.layers.front().ffn_out_grad_norm);
+  report_progress("analyze dynamics", steps, steps, "");  // (done: a terminal's line cleared)
   return rep;
 }
 

@@ -12,6 +12,7 @@
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/interrupt.h"
+#include "util/progress.h"
 
 namespace normlab::analysis {
 
@@ -185,8 +186,12 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
   for (int t = 0; t < T; t++) all_tokens[t] = t;
   bool all_residual = true;
   double product = 1.0;
+  // (progress: the blocks, then the end-to-end Jacobians, about as long as two more)
+  const long steps = L + 2 + (options.lanczos_k > 0 ? 2 : 0);
+  report_progress("analyze jacobian", 0, steps, "");
   for (int l = 0; l < L; l++) {
     throw_if_interrupted();
+    report_progress("analyze jacobian", l, steps, "steps");
     BlockReport b;
     b.layer = l;
     const Placement p = cfg.placement_of(l);
@@ -217,10 +222,12 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
     rep.blocks.push_back(std::move(b));
   }
   // end to end
+  report_progress("analyze jacobian", L, steps, "steps");
   const std::vector<double> e2e = token_local_jacobian(model, 0, 2 * L, tok);
   rep.end_to_end.local = spectrum_of(e2e, d, d);
   if (full) rep.end_to_end.full = spectrum_of(stream_jacobian(model, 0, 2 * L, all_tokens, all_tokens), T * d, T * d);
   if (options.lanczos_k > 0) {
+    report_progress("analyze jacobian", L + 2, steps, "steps");
     EndToEndReport& e = rep.end_to_end;
     const ExtremeSingularValues x =
         extreme_singular_values(model, 0, 2 * L, all_tokens, all_tokens, options.lanczos_k, options.lanczos_budget);
@@ -265,6 +272,7 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
   } else {
     rep.end_to_end.verdict = "no product bound: not every block is of the form x + F(x)";
   }
+  report_progress("analyze jacobian", steps, steps, "");  // (done: a terminal's line cleared)
   return rep;
 }
 

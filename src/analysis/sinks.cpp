@@ -13,6 +13,7 @@
 #include "ops/common.h"
 #include "util/error.h"
 #include "util/interrupt.h"
+#include "util/progress.h"
 
 namespace normlab::analysis {
 
@@ -180,8 +181,10 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
   const bool gradients = rep.no_gradients.empty();
   std::vector<std::vector<double>> grad_norms(size_t(L) + 1);  // ||d(loss)/d(x_t)|| per stream point, window by window
   std::vector<std::vector<double>> attn_in_norms(static_cast<size_t>(L));  // ||d(loss)/d(h_t)|| at each attention's normalized input
+  report_progress("analyze sinks", 0, long(batches.size()), "");
   for (const Batch& b : batches) {
     throw_if_interrupted();
+    report_progress("analyze sinks", long(&b - batches.data()), long(batches.size()), "batches");
     std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
     if (gradients)
       for (int r = 0; r < b.B; r++)
@@ -269,6 +272,7 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
     sinks += layer_sinks;
   }
   rep.sink_rate = 100.0 * sinks / (double(windows) * L * NH);
+  report_progress("analyze sinks", long(batches.size()), long(batches.size()), "");  // (done: a terminal's line cleared)
   return rep;
 }
 

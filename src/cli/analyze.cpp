@@ -25,6 +25,7 @@
 #include "train/run_config.h"
 #include "train/translation.h"
 #include "util/error.h"
+#include "util/progress.h"
 #include "util/files.h"
 #include "util/json_reader.h"
 
@@ -485,6 +486,7 @@ AnalyzeCommand with_run_inputs(const AnalyzeCommand& given, const std::optional<
 }
 
 int run_analyze(const AnalyzeCommand& given) {
+  const ProgressDisplay progress;  // the instruments' progress on stderr (util/progress.h)
   if (!given.json_out.empty() && !given.force && std::filesystem::exists(given.json_out))
     throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", given.json_out));
   // a checkpoint, opened once: its parameters and the data its run read (the default input)

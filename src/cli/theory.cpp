@@ -12,6 +12,7 @@
 #include "train/run_config.h"
 #include "io/tokenizer.h"
 #include "util/error.h"
+#include "util/progress.h"
 #include "util/files.h"
 #include "util/json_reader.h"
 
@@ -91,7 +92,9 @@ int run_theory(TheoryCommand& cmd) {
       throw Error(fmt::format("--paper-width {} must be in [8, 1024] and divisible by 4 (heads)", opts.paper_d_model));
   }
   opts.cache_dir = normlab_cache_dir();
+  std::optional<ProgressDisplay> progress(std::in_place);  // (on stderr, gone before the table prints)
   const auto claims = theory::run_theory_fresh_and_trained(opts, cmd.trained_steps);
+  progress.reset();
   theory::print_claims(claims);
   if (!cmd.json_out.empty()) {
     nlohmann::json j = theory::to_json(claims);

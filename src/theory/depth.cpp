@@ -120,7 +120,16 @@ LawRule collapse_law() {
 
 namespace normlab::theory::detail {
 
+// The per-block (and per-sub-layer) Jacobians chain into the stack's only when each block is a function
+// of the stream alone; with value residual learning the first layer's values reach every layer beside it.
+static void refuse_unchained(const ModelConfig& c) {
+  if (c.value_residual > 0)
+    throw NotApplicable("with value residual learning the first layer's values reach every layer beside the stream, so "
+                        "the block Jacobians do not chain into the stack's");
+}
+
 std::vector<double> prefix_lipschitz(Model<double>& m, const std::vector<int32_t>& ids) {
+  refuse_unchained(m.config());
   const std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
   m.forward(ids.data(), labels.data(), 1, int(ids.size()));
   const int d = m.config().d_model, tok = int(ids.size()) - 1;
@@ -139,6 +148,7 @@ std::vector<double> prefix_lipschitz(Model<double>& m, const std::vector<int32_t
 }
 
 double lipschitz_bound(Model<double>& m, const std::vector<int32_t>& ids) {
+  refuse_unchained(m.config());
   const std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
   m.forward(ids.data(), labels.data(), 1, int(ids.size()));
   const int d = m.config().d_model, tok = int(ids.size()) - 1;

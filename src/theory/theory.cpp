@@ -22,6 +22,7 @@
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/interrupt.h"
+#include "util/progress.h"
 
 namespace normlab::theory {
 
@@ -298,6 +299,9 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
       static_cast<size_t>(n_seeds), std::vector<std::vector<Measurement>>(per_seed));
   std::vector<std::string> errors(static_cast<size_t>(n_tasks));
   std::atomic<bool> interrupted{false};
+  std::atomic<long> finished{0};
+  const std::string progress = o.model ? "theory on the checkpoint" : fresh ? "theory on fresh models" : "theory on trained models";
+  report_progress(progress, 0, n_tasks, "");
 #pragma omp parallel for schedule(dynamic, 1) if (o.parallel_seeds)
   for (int k = 0; k < n_tasks; k++) {
     const size_t seed = size_t(k) % size_t(n_seeds), slot = size_t(k) / size_t(n_seeds);
@@ -313,6 +317,7 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
     } catch (const std::exception& e) {
       errors[size_t(k)] = e.what();
     }
+    report_progress(progress, ++finished, n_tasks, per_seed == 1 ? "seeds" : "groups of claims");
   }
   if (interrupted) throw Interrupted();
   for (const auto& e : errors)

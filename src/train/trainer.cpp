@@ -37,13 +37,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
-std::string format_duration(double s) {
-  const long total = long(s + 0.5);
-  return total >= 3600 ? fmt::format("{}:{:02}:{:02}", total / 3600, total / 60 % 60, total % 60)
-                       : fmt::format("{}:{:02}", total / 60, total % 60);
-}
-
 // The model config of the run: the checkpoint's when starting from one (a [model] table, if given,
 // must agree with it), else the config's.
 ModelConfig resolve_model(const RunConfig& cfg) {
