@@ -177,6 +177,57 @@ TEST(Summary, LrSensitivityByHand) {
   EXPECT_TRUE(lr_sensitivity(results).empty());
 }
 
+// How far the best rate moves with depth, by hand: two parametrizations x depths 2, 4, 8 x rates 1e-3,
+// 2e-3, 4e-3 x seeds 1-3. "sp": the best rate halves from 2 to 8 layers in seeds 1 and 2 and quarters in
+// seed 3; "completep": it stays, but for seed 3, where it doubles. Each run's final loss is 2 + |log2(lr /
+// best)| (every loss below the start 5.5, so no clipping).
+TEST(Summary, BestLrShiftWithDepthByHand) {
+  std::vector<json> runs;
+  const double rates[3] = {1e-3, 2e-3, 4e-3};
+  const auto best = [](const std::string& p, int layers, int seed) {
+    if (p == "completep") return seed == 3 && layers == 8 ? 4e-3 : 2e-3;
+    if (layers == 2) return 4e-3;
+    if (layers == 4) return seed == 3 ? 2e-3 : 4e-3;
+    return seed == 3 ? 1e-3 : 2e-3;
+  };
+  for (const std::string p : {"sp", "completep"})
+    for (int layers : {2, 4, 8})
+      for (int seed = 1; seed <= 3; seed++)
+        for (double lr : rates) {
+          json r = run("pre", 0, 2 + std::fabs(std::log2(lr / best(p, layers, seed))));
+          r["grid"] = {{"model.parametrization", p}, {"model.n_layers", layers}, {"train.lr", lr}, {"train.seed", seed}};
+          r["config"]["train"]["lr"] = lr;
+          r["train"] = {{"step", {1, 2}}, {"loss", {5.5, 5.4}}};
+          runs.push_back(r);
+        }
+  json results = results_of(runs);
+  results["study"]["varying"] = {"model.parametrization", "model.n_layers", "train.lr", "train.seed"};
+  const json shifts = best_lr_shift(lr_sensitivity(results));
+  ASSERT_EQ(shifts.size(), 2u) << shifts.dump(1);  // one per parametrization, over model.n_layers
+  for (const json& e : shifts) {
+    EXPECT_EQ(e["size_key"], "model.n_layers");
+    const bool sp = e["setting"] == "parametrization=sp";
+    ASSERT_TRUE(sp || e["setting"] == "parametrization=completep") << e.dump(1);
+    const std::vector<double> want = sp ? std::vector<double>{-1, -1, -2} : std::vector<double>{0, 0, 1};
+    EXPECT_EQ(e["shift"]["values"].get<std::vector<double>>(), want);
+    const double mean = (want[0] + want[1] + want[2]) / 3;
+    EXPECT_NEAR(e["shift"]["mean"].get<double>(), mean, 1e-12);
+    double ss = 0;
+    for (double w : want) ss += (w - mean) * (w - mean);
+    const double half = 4.303 * std::sqrt(ss / 2) / std::sqrt(3.0);  // t(0.975, 2)
+    EXPECT_NEAR(e["shift"]["lo"].get<double>(), mean - half, 1e-3);
+    EXPECT_NEAR(e["shift"]["hi"].get<double>(), mean + half, 1e-3);
+    ASSERT_EQ(e["sizes"].size(), 3u);
+    EXPECT_EQ(e["sizes"][0]["size"].get<double>(), 2.0);
+    EXPECT_EQ(e["sizes"][2]["size"].get<double>(), 8.0);
+  }
+  EXPECT_TRUE(any_contains(written_summary(results), "Best lr by n_layers at parametrization=sp: 0.004 at 2, "))
+      << written_summary(results).dump(1);
+  // one depth only: nothing to compare
+  results["study"]["varying"] = {"model.parametrization", "train.lr", "train.seed"};
+  EXPECT_TRUE(best_lr_shift(lr_sensitivity(results)).empty());
+}
+
 TEST(Summary, SeedGroupsGiveMeanAndSpreadOfLossAndBleu) {
   std::vector<json> runs;
   const double post_loss[3] = {2.61, 2.58, 2.70}, pre_loss[3] = {2.55, 2.66, 2.57};

@@ -28,6 +28,7 @@ std::optional<double> start_loss(const json& run) {
 
 struct SweptSetting {
   std::string name;
+  json keys;  // the setting's value of each other varied key (grid_value text)
   std::map<std::string, std::map<double, const json*>> by_seed;  // seed -> rate -> run
   std::vector<std::string> seed_order;
 };
@@ -47,7 +48,11 @@ json lr_sensitivity(const json& results) {
     if (status != "finished" && status != "diverged") continue;
     const std::string name = signature(r, others, "");
     auto s = std::find_if(settings.begin(), settings.end(), [&](const SweptSetting& x) { return x.name == name; });
-    if (s == settings.end()) s = settings.insert(settings.end(), SweptSetting{name, {}, {}});
+    if (s == settings.end()) {
+      json keys = json::object();
+      for (const auto& k : others) keys[k] = grid_value(r, k);
+      s = settings.insert(settings.end(), SweptSetting{name, keys, {}, {}});
+    }
     const std::string seed = seed_of(r);
     if (!s->by_seed.count(seed)) s->seed_order.push_back(seed);
     s->by_seed[seed][r["config"]["train"]["lr"].get<double>()] = &r;
@@ -91,8 +96,8 @@ json lr_sensitivity(const json& results) {
       for (size_t k = 0; k < rates.size(); k++) curve[k] += clipped[k];
       seeds.push_back(seed);
     }
-    json entry = {{"setting", s.name.empty() ? std::string("all runs") : s.name}, {"rates", rates}, {"seeds", seeds},
-                  {"left_out", left_out}};
+    json entry = {{"setting", s.name.empty() ? std::string("all runs") : s.name}, {"keys", s.keys}, {"rates", rates},
+                  {"seeds", seeds}, {"left_out", left_out}};
     if (sensitivity.empty()) {
       entry["curve"] = json::array();
       entry["best_lr"] = nullptr;
@@ -145,6 +150,84 @@ std::vector<std::string> lr_sensitivity_text(const json& sensitivity) {
         "seed's best lr {}{}.",
         e["setting"].get<std::string>(), s["mean"].get<double>(), interval, s["n"].get<int>(), s["n"].get<int>() == 1 ? "" : "s",
         fmt::join(rates, ", "), fmt::join(curve, ", "), e["best_lr"].get<double>(), fmt::join(best, ", "), left));
+  }
+  return out;
+}
+
+json best_lr_shift(const json& sensitivity) {
+  json out = json::array();
+  if (!sensitivity.is_array()) return out;
+  for (const char* size_key : {"model.n_layers", "model.d_model"}) {
+    // the settings that differ only in this key, in groups; each group's sizes in increasing order
+    std::map<std::string, std::vector<const json*>> groups;
+    for (const json& e : sensitivity) {
+      if (!e.contains("keys") || !e["keys"].contains(size_key) || e["sensitivity"].is_null()) continue;
+      json rest = e["keys"];
+      rest.erase(size_key);
+      groups[rest.dump()].push_back(&e);
+    }
+    for (auto& [rest, entries] : groups) {
+      const auto size_of = [&](const json* e) { return std::stod((*e)["keys"][size_key].get<std::string>()); };
+      std::sort(entries.begin(), entries.end(), [&](const json* a, const json* b) { return size_of(a) < size_of(b); });
+      if (entries.size() < 2 || size_of(entries.front()) == size_of(entries.back())) continue;
+      const json& small = *entries.front();
+      const json& large = *entries.back();
+      std::map<std::string, double> small_best;
+      for (size_t k = 0; k < small["seeds"].size(); k++)
+        small_best[small["seeds"][k].get<std::string>()] = small["best_lr_by_seed"][k].get<double>();
+      std::vector<double> shifts;
+      json seeds = json::array();
+      for (size_t k = 0; k < large["seeds"].size(); k++) {
+        const std::string seed = large["seeds"][k].get<std::string>();
+        if (!small_best.count(seed)) continue;
+        shifts.push_back(std::log2(large["best_lr_by_seed"][k].get<double>() / small_best[seed]));
+        seeds.push_back(seed);
+      }
+      json sizes = json::array();
+      for (const json* e : entries)
+        sizes.push_back({{"size", size_of(e)}, {"best_lr", (*e)["best_lr"]}, {"best_lr_by_seed", (*e)["best_lr_by_seed"]},
+                         {"seeds", (*e)["seeds"]}});
+      json setting = json::parse(rest);
+      std::string text;
+      for (const auto& [k, v] : setting.items()) text += (text.empty() ? "" : " ") + short_key(k) + "=" + v.get<std::string>();
+      json entry = {{"size_key", size_key}, {"setting", text.empty() ? std::string("all runs") : text}, {"sizes", sizes},
+                    {"seeds", seeds}};
+      if (shifts.empty()) {
+        entry["shift"] = nullptr;
+      } else {
+        const analysis::SeedSummary sum = analysis::summarize(shifts);
+        entry["shift"] = {{"n", sum.n}, {"mean", sum.mean}, {"lo", sum.n > 1 ? json(sum.lo) : json(nullptr)},
+                          {"hi", sum.n > 1 ? json(sum.hi) : json(nullptr)}, {"values", shifts}};
+      }
+      out.push_back(entry);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> best_lr_shift_text(const json& shifts) {
+  std::vector<std::string> out;
+  if (!shifts.is_array() || shifts.empty()) return out;
+  out.push_back("How far the best learning rate moves with the model's size, per setting: log2 of the best rate at "
+                "the largest size over the best at the smallest, seed by seed (0: it stays; +1: it doubles), with "
+                "its 95% interval over the seeds.");
+  for (const json& e : shifts) {
+    std::vector<std::string> bests;
+    for (const json& z : e["sizes"])
+      bests.push_back(fmt::format("{:g} at {}", z["best_lr"].get<double>(), z["size"].get<double>()));
+    const std::string key = short_key(e["size_key"].get<std::string>());
+    if (e["shift"].is_null()) {
+      out.push_back(fmt::format("Best lr by {} at {}: {}; no seed ran every rate at both the smallest and the largest "
+                                "size.", key, e["setting"].get<std::string>(), fmt::join(bests, ", ")));
+      continue;
+    }
+    const json& s = e["shift"];
+    const std::string interval = s["lo"].is_null() ? std::string(" (one seed: no interval)")
+                                                   : fmt::format(" [{:+.2f}, {:+.2f}]", s["lo"].get<double>(), s["hi"].get<double>());
+    out.push_back(fmt::format("Best lr by {} at {}: {} (mean clipped curves); log2 shift from the smallest to the largest "
+                              "{:+.2f}{} over {} seed{}.",
+                              key, e["setting"].get<std::string>(), fmt::join(bests, ", "), s["mean"].get<double>(),
+                              interval, s["n"].get<int>(), s["n"].get<int>() == 1 ? "" : "s"));
   }
   return out;
 }

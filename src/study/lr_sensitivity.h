@@ -25,4 +25,14 @@ nlohmann::json lr_sensitivity(const nlohmann::json& results);
 // One sentence per setting, for the written summary (none when the list is empty).
 std::vector<std::string> lr_sensitivity_text(const nlohmann::json& sensitivity);
 
+// How far the best learning rate moves with the model's size (Wortsman et al.'s question; muP's and
+// CompleteP's claim that it does not), from lr_sensitivity's entries: for model.n_layers and
+// model.d_model, each group of settings that differ only in that key (at least two sizes), and each
+// seed with a best rate at both the smallest and the largest size, log2(best at the largest / best at
+// the smallest); over the seeds the mean with its 95% Student-t interval.
+// [{size_key, setting (the other keys), sizes: [{size, best_lr (of the mean clipped curve),
+//   best_lr_by_seed, seeds}], seeds, shift: {n, mean, lo, hi, values} or null}]
+nlohmann::json best_lr_shift(const nlohmann::json& sensitivity);
+std::vector<std::string> best_lr_shift_text(const nlohmann::json& shifts);
+
 }  // namespace normlab::study

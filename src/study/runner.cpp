@@ -486,6 +486,7 @@ void write_outputs(nlohmann::json& results_in, const std::filesystem::path& dir)
   if (results["study"].value("kind", std::string()) != "pretrained") {
     results["seed_groups"] = seed_groups(results);
     results["lr_sensitivity"] = lr_sensitivity(results);
+    results["best_lr_shift"] = best_lr_shift(results["lr_sensitivity"]);
     results["spikes"] = classify_spikes(results);
     results["headline"] = headline(results);
     results["reproductions"] = reproductions(results);

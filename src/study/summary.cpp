@@ -397,9 +397,9 @@ json written_summary(const json& results) {
   }
 
   warmup_effect(runs, varying, out);
-  for (std::string& line : lr_sensitivity_text(results.contains("lr_sensitivity") ? results["lr_sensitivity"]
-                                                                                  : lr_sensitivity(results)))
-    out.push_back(std::move(line));
+  const json sensitivity = results.contains("lr_sensitivity") ? results["lr_sensitivity"] : lr_sensitivity(results);
+  for (std::string& line : lr_sensitivity_text(sensitivity)) out.push_back(std::move(line));
+  for (std::string& line : best_lr_shift_text(best_lr_shift(sensitivity))) out.push_back(std::move(line));
 
   // over seeds: the mean and spread of the final numbers per setting of the other keys, and whether
   // the differences between settings exceed the spread between seeds
