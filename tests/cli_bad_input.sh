@@ -298,6 +298,14 @@ if [[ "$(ldd "$NL")" != *libasan* ]]; then
     "a corpus of one 40 MB word is refused before its merge allocates: $err"
   rm -f oneword.txt
 fi
+# a model larger than the memory left: refused before its parameters are allocated, with what it needs
+# and what there is (analyze holds it in double with gradients: 16 bytes a parameter, 6.4 GB here)
+if [[ "$(ldd "$NL")" != *libasan* ]]; then
+  err=$(within_4gb "$NL" analyze dynamics --set model.d_model=2048 --set model.n_heads=16 --set model.n_layers=8 2>&1)
+  rc=$?
+  check '[[ $rc -eq 1 && "$err" == *"parameters in double with their gradients needs"*"GiB of memory; this machine has"*"available"* ]]' \
+    "a model larger than the memory left is refused before it is allocated: $err"
+fi
 # a --set key with line breaks: its "unknown key" line was parsed back out of a joined message
 expect_error "unknown key 'a" -- init --set $'model.a\n\nb=1' --out nl2.safetensors
 # a section that is not a table read as an empty one: every default, silently

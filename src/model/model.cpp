@@ -28,6 +28,7 @@
 #include "ops/softmax_xent.h"
 #include "ops/sphere.h"
 #include "util/error.h"
+#include "util/memory.h"
 #include "util/rng.h"
 
 namespace normlab {
@@ -51,6 +52,9 @@ template <class S>
 Model<S>::Model(ModelConfig cfg, Unset, bool with_grads) : cfg_(std::move(cfg)), forward_only_(!with_grads) {
   cfg_.validate();
   table_ = make_param_table(cfg_);
+  require_memory(double(table_.total) * sizeof(S) * (with_grads ? 2 : 1),
+                 fmt::format("a model of {} parameters in {}{}", table_.total, sizeof(S) == 8 ? "double" : "float",
+                             with_grads ? " with their gradients" : ""));
   params_.assign(table_.total, S(0));
   if (with_grads) grads_.assign(table_.total, S(0));
   S* const gbase = with_grads ? grads_.data() : nullptr;  // forward only: every gradient view below is null
@@ -197,6 +201,8 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   if (scaled) plan.push_back({&dscale_, Nmax * C});
   size_t total = 0;
   for (const auto& e : plan) total += e.count;
+  require_memory(double(total) * sizeof(S), fmt::format("the activations of {} sequences of {} tokens", B, T),
+                 " (fewer sequences or shorter ones need less)");
   acts_.assign(total, S(0));
   size_t offset = 0;
   for (const auto& e : plan) {

@@ -1,6 +1,8 @@
 // memory.cpp: the free memory of this machine and this process (memory.h).
 #include "util/memory.h"
 
+#include "util/error.h"
+
 #include <fmt/format.h>
 
 #include <sys/resource.h>
@@ -38,6 +40,13 @@ std::optional<uint64_t> available_memory_bytes() {
 std::string memory_text(double bytes) {
   if (bytes >= double(1ull << 30)) return fmt::format("{:.1f} GiB", bytes / double(1ull << 30));
   return fmt::format("{:.0f} MiB", bytes / double(1ull << 20));
+}
+
+void require_memory(double bytes, const std::string& what, const std::string& hint) {
+  const std::optional<uint64_t> free = available_memory_bytes();
+  if (free && bytes > double(*free))
+    throw Error(fmt::format("{} needs {} of memory; this machine has {} available{}", what, memory_text(bytes),
+                            memory_text(double(*free)), hint));
 }
 
 }  // namespace normlab

@@ -17,4 +17,9 @@ std::optional<uint64_t> available_memory_bytes();
 // "1.5 GiB", "320 MiB": a byte count as the messages print it.
 std::string memory_text(double bytes);
 
+// Throws Error "<what> needs <bytes> of memory; this machine has <free> available<hint>" when the
+// available memory is known and smaller than `bytes`: a clear refusal before an allocation that would
+// fail (or bring the machine to swap) instead of after it.
+void require_memory(double bytes, const std::string& what, const std::string& hint = "");
+
 }  // namespace normlab
