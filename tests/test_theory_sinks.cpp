@@ -44,7 +44,9 @@ TEST(TheorySinks, MassiveActivationClaimFollowsSunEtAlsCriterion) {
     for (const auto& r : out) {
       if (r.head.source == "2603.17771 attention sinks induce gradient sinks") {  // measured, or skipped saying why
         gradient_rows++;
-        if (!r.skipped.empty()) EXPECT_NE(r.skipped.find("no contrast"), std::string::npos) << r.skipped;
+        if (!r.skipped.empty()) {
+          EXPECT_NE(r.skipped.find("no contrast"), std::string::npos) << r.skipped;
+        }
         for (double v : r.effects) EXPECT_TRUE(std::isfinite(v));
         continue;
       }
@@ -58,10 +60,13 @@ TEST(TheorySinks, MassiveActivationClaimFollowsSunEtAlsCriterion) {
       EXPECT_EQ(r.head.source.find("2603.05498"), std::string::npos);  // no comparison on one model
       if (r.head.source == "Sun et al. 2024 massive activations") {
         massive.insert(massive.end(), r.effects.begin(), r.effects.end());
-        if (planted) EXPECT_NE(r.detail.find("dimension 5"), std::string::npos) << r.detail;
+        if (planted) {
+          EXPECT_NE(r.detail.find("dimension 5"), std::string::npos) << r.detail;
+        }
       }
-      if (r.head.source == "Gu et al. 2024 attention sinks")
+      if (r.head.source == "Gu et al. 2024 attention sinks") {
         for (double v : r.effects) EXPECT_TRUE(v >= 0 && v <= 100) << v;
+      }
     }
     EXPECT_EQ(fixed_rows, 2);
     EXPECT_EQ(gradient_rows, 2);
@@ -106,12 +111,17 @@ TEST(TheorySinks, NormGainSlopeIsMinusOneForEqualRmsNormGains) {
     ASSERT_EQ(row->effects.size(), 2u);
     EXPECT_NE(row->detail.find("h.0.attn.ln_in"), std::string::npos) << row->detail;
     for (double slope : row->effects) {
-      if (!uneven) EXPECT_NEAR(slope, -1.0, 1e-9);
-      else EXPECT_LT(slope, -1.05);
+      if (!uneven) {
+        EXPECT_NEAR(slope, -1.0, 1e-9);
+      } else {
+        EXPECT_LT(slope, -1.05);
+      }
     }
     const Judgement j = judge_effect(EffectRule::towards(-1).stated(1, "test"), row->effects);
     EXPECT_EQ(j.verdict, Verdict::Holds) << j.text;
-    if (!uneven) EXPECT_NE(j.size, Size::Smaller) << j.text;
+    if (!uneven) {
+      EXPECT_NE(j.size, Size::Smaller) << j.text;
+    }
   }
 }
 

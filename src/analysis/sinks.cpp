@@ -181,63 +181,71 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
   const bool gradients = rep.no_gradients.empty();
   std::vector<std::vector<double>> grad_norms(size_t(L) + 1);  // ||d(loss)/d(x_t)|| per stream point, window by window
   std::vector<std::vector<double>> attn_in_norms(static_cast<size_t>(L));  // ||d(loss)/d(h_t)|| at each attention's normalized input
-  report_progress("analyze sinks", 0, long(batches.size()), "");
-  for (const Batch& b : batches) {
-    throw_if_interrupted();
-    report_progress("analyze sinks", long(&b - batches.data()), long(batches.size()), "batches");
-    std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
-    if (gradients)
-      for (int r = 0; r < b.B; r++)
-        for (int t = 0; t + 1 < T; t++) labels[size_t(r) * T + t] = b.ids[size_t(r) * T + t + 1];
-    model.forward(b.ids.data(), labels.data(), b.B, T, b.types_or_null(), nullptr);
-    const size_t n = size_t(b.B) * T * C;
-    for (int l = 0; l <= L; l++) {
-      const double* x = model.stream(l < L ? 2 * l : cfg.n_slots());
-      vals[size_t(l)].insert(vals[size_t(l)].end(), x, x + n);
-    }
-    for (int l = 0; l < L; l++) {
-      if (!cfg.has_sublayer(2 * l) || !model.acts(2 * l).att) continue;
-      const double* att = model.acts(2 * l).att;  // (B, NH, T, T): [query][key]
-      for (int r = 0; r < b.B; r++)
-        for (int h = 0; h < NH; h++) {
-          const double* A = att + (size_t(r) * NH + h) * T * T;
-          for (int k = 0; k < T; k++) {
-            double sum = 0;
-            for (int q = 0; q < T; q++) sum += A[size_t(q) * T + k];
-            const double imp = sum / double(rep.causal ? T - k : T);
-            importance[(size_t(l) * NH + h) * T + k] += imp / windows;
-            if (k == 0) {
-              first_mean[size_t(l) * NH + h] += imp / windows;
-              if (imp > kSinkEpsilon) first_sinks[size_t(l) * NH + h] += 1;
+  // One window at a time (the activations of one sequence, not of a batch: a model's readings need
+  // its batch's activations only one row at a time); the gradients of each batch's mean loss, so the
+  // row's are scaled by 1 / B (every row has T - 1 labels).
+  report_progress("analyze sinks", 0, windows, "");
+  int done = 0;
+  for (const Batch& batch : batches)
+    for (int row = 0; row < batch.B; row++) {
+      throw_if_interrupted();
+      report_progress("analyze sinks", done++, windows, "windows");
+      Batch b;
+      b.B = 1, b.T = T;
+      b.ids.assign(batch.ids.begin() + long(row) * T, batch.ids.begin() + long(row + 1) * T);
+      if (!batch.types.empty()) b.types.assign(batch.types.begin() + long(row) * T, batch.types.begin() + long(row + 1) * T);
+      std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
+      if (gradients)
+        for (int t = 0; t + 1 < T; t++) labels[size_t(t)] = b.ids[size_t(t) + 1];
+      model.forward(b.ids.data(), labels.data(), b.B, T, b.types_or_null(), nullptr);
+      const size_t n = size_t(b.B) * T * C;
+      for (int l = 0; l <= L; l++) {
+        const double* x = model.stream(l < L ? 2 * l : cfg.n_slots());
+        vals[size_t(l)].insert(vals[size_t(l)].end(), x, x + n);
+      }
+      for (int l = 0; l < L; l++) {
+        if (!cfg.has_sublayer(2 * l) || !model.acts(2 * l).att) continue;
+        const double* att = model.acts(2 * l).att;  // (B, NH, T, T): [query][key]
+        for (int r = 0; r < b.B; r++)
+          for (int h = 0; h < NH; h++) {
+            const double* A = att + (size_t(r) * NH + h) * T * T;
+            for (int k = 0; k < T; k++) {
+              double sum = 0;
+              for (int q = 0; q < T; q++) sum += A[size_t(q) * T + k];
+              const double imp = sum / double(rep.causal ? T - k : T);
+              importance[(size_t(l) * NH + h) * T + k] += imp / windows;
+              if (k == 0) {
+                first_mean[size_t(l) * NH + h] += imp / windows;
+                if (imp > kSinkEpsilon) first_sinks[size_t(l) * NH + h] += 1;
+              }
             }
+            if (cfg.attn_sink)
+              for (int q = 0; q < T; q++) {
+                double row = 0;
+                for (int k = 0; k < T; k++) row += A[size_t(q) * T + k];
+                null_mass[size_t(l) * NH + h] += (1.0 - row) / (double(T) * windows);
+              }
           }
-          if (cfg.attn_sink)
-            for (int q = 0; q < T; q++) {
-              double row = 0;
-              for (int k = 0; k < T; k++) row += A[size_t(q) * T + k];
-              null_mass[size_t(l) * NH + h] += (1.0 - row) / (double(T) * windows);
-            }
-        }
+      }
+      if (gradients) {
+        const int last = cfg.n_slots();
+        model.zero_grad();
+        const size_t rows = size_t(b.B) * T;
+        StreamGradientReading reading(
+            model,
+            [&](int slot, const double* dx) {
+              if (slot % 2 && slot != last) return;  // an MLP's input: not a stream point
+              std::vector<double>& out = grad_norms[size_t(slot == last ? L : slot / 2)];
+              for (size_t k = 0; k < rows; k++) out.push_back(row_norm(dx + k * C, C));
+            },
+            [&](int slot, const double* dh) {
+              if (cfg.slot(slot).kind != Sublayer::Attn) return;
+              std::vector<double>& out = attn_in_norms[size_t(cfg.slot(slot).layer)];
+              for (size_t k = 0; k < rows; k++) out.push_back(row_norm(dh + k * C, C));
+            });
+        model.backward(1.0 / batch.B);
+      }
     }
-    if (gradients) {
-      const int last = cfg.n_slots();
-      model.zero_grad();
-      const size_t rows = size_t(b.B) * T;
-      StreamGradientReading reading(
-          model,
-          [&](int slot, const double* dx) {
-            if (slot % 2 && slot != last) return;  // an MLP's input: not a stream point
-            std::vector<double>& out = grad_norms[size_t(slot == last ? L : slot / 2)];
-            for (size_t k = 0; k < rows; k++) out.push_back(row_norm(dx + k * C, C));
-          },
-          [&](int slot, const double* dh) {
-            if (cfg.slot(slot).kind != Sublayer::Attn) return;
-            std::vector<double>& out = attn_in_norms[size_t(cfg.slot(slot).layer)];
-            for (size_t k = 0; k < rows; k++) out.push_back(row_norm(dh + k * C, C));
-          });
-      model.backward();
-    }
-  }
   for (int l = 0; l <= L && gradients; l++)
     rep.gradients.push_back(gradient_readings(l, grad_norms[size_t(l)], windows, T));
   for (int l = 0; l < L && gradients; l++)
@@ -272,7 +280,7 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
     sinks += layer_sinks;
   }
   rep.sink_rate = 100.0 * sinks / (double(windows) * L * NH);
-  report_progress("analyze sinks", long(batches.size()), long(batches.size()), "");  // (done: a terminal's line cleared)
+  report_progress("analyze sinks", windows, windows, "");  // (done: a terminal's line cleared)
   return rep;
 }
 

@@ -118,8 +118,9 @@ struct SinksReport {
 };
 
 // The windows are the rows of the batches (each row a sequence; padding is refused). A forward pass
-// per batch, and for the gradient sinks a backward pass of the next-token loss (the batches' own
-// labels are not read; the parameter gradients are left changed).
+// per window (the activations of one sequence at a time), and for the gradient sinks a backward pass
+// of its batch's mean next-token loss (the batches' own labels are not read; the parameter gradients
+// are left changed).
 // with_gradients = false: no backward (the gradient-sink readings left out, no_gradients says so).
 SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batches, bool with_gradients = true);
 nlohmann::json to_json(const SinksReport& r);

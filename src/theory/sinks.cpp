@@ -137,7 +137,8 @@ SinkReading read_sinks(Model<double>& m, const std::vector<int32_t>& ids, int B,
   s.first_massive_layer = r.first_massive_layer;
   s.grad_sink = gradient_sink_contrast(r);
   s.massive = s.largest > kSunMin && s.log_ratio >= std::log10(kSunRatio);
-  // the stream the instrument's forward left: the largest entry's point, every window
+  // the stream at the largest entry's point, every window (the instrument runs one window at a time)
+  m.forward(batch.ids.data(), batch.labels.data(), B, T);
   const ModelConfig& c = m.config();
   const double* x = m.stream(s.layer < c.n_layers ? 2 * s.layer : c.n_slots());
   std::vector<double> others;
