@@ -26,6 +26,20 @@ std::optional<double> start_loss(const json& run) {
   return loss[0].get<double>();
 }
 
+// {n, mean, lo, hi, values} of per-seed values, the interval null with one seed
+json over_seeds(const std::vector<double>& values) {
+  const analysis::SeedSummary sum = analysis::summarize(values);
+  return {{"n", sum.n}, {"mean", sum.mean}, {"lo", sum.n > 1 ? json(sum.lo) : json(nullptr)},
+          {"hi", sum.n > 1 ? json(sum.hi) : json(nullptr)}, {"values", values}};
+}
+
+// " [lo, hi]" of over_seeds' record in `spec`'s format, or " (one seed: no interval)"
+std::string interval_text(const json& s, const char* spec) {
+  if (s["lo"].is_null()) return " (one seed: no interval)";
+  return fmt::format(" [{}, {}]", fmt::format(fmt::runtime(spec), s["lo"].get<double>()),
+                     fmt::format(fmt::runtime(spec), s["hi"].get<double>()));
+}
+
 struct SweptSetting {
   std::string name;
   json keys;  // the setting's value of each other varied key (grid_value text)
@@ -113,12 +127,10 @@ json lr_sensitivity(const json& results) {
       if (curve[k] < curve[lowest]) lowest = k;
       points.push_back({{"lr", rates[k]}, {"loss", curve[k]}});
     }
-    const analysis::SeedSummary sum = analysis::summarize(sensitivity);
     entry["curve"] = points;
     entry["best_lr"] = rates[lowest];
     entry["best_lr_by_seed"] = best_by_seed;
-    entry["sensitivity"] = {{"n", sum.n}, {"mean", sum.mean}, {"lo", sum.n > 1 ? json(sum.lo) : json(nullptr)},
-                            {"hi", sum.n > 1 ? json(sum.hi) : json(nullptr)}, {"values", sensitivity}};
+    entry["sensitivity"] = over_seeds(sensitivity);
     out.push_back(entry);
   }
   return out;
@@ -140,8 +152,7 @@ std::vector<std::string> lr_sensitivity_text(const json& sensitivity) {
       continue;
     }
     const json& s = e["sensitivity"];
-    const std::string interval = s["lo"].is_null() ? std::string(" (one seed: no interval)")
-                                                   : fmt::format(" [{:.3f}, {:.3f}]", s["lo"].get<double>(), s["hi"].get<double>());
+    const std::string interval = interval_text(s, "{:.3f}");
     std::vector<std::string> curve, best;
     for (const json& p : e["curve"]) curve.push_back(fmt::format("{:.3f}", p["loss"].get<double>()));
     for (const json& b : e["best_lr_by_seed"]) best.push_back(fmt::format("{:g}", b.get<double>()));
@@ -192,13 +203,7 @@ json best_lr_shift(const json& sensitivity) {
       for (const auto& [k, v] : setting.items()) text += (text.empty() ? "" : " ") + short_key(k) + "=" + v.get<std::string>();
       json entry = {{"size_key", size_key}, {"setting", text.empty() ? std::string("all runs") : text}, {"sizes", sizes},
                     {"seeds", seeds}};
-      if (shifts.empty()) {
-        entry["shift"] = nullptr;
-      } else {
-        const analysis::SeedSummary sum = analysis::summarize(shifts);
-        entry["shift"] = {{"n", sum.n}, {"mean", sum.mean}, {"lo", sum.n > 1 ? json(sum.lo) : json(nullptr)},
-                          {"hi", sum.n > 1 ? json(sum.hi) : json(nullptr)}, {"values", shifts}};
-      }
+      entry["shift"] = shifts.empty() ? json(nullptr) : over_seeds(shifts);
       out.push_back(entry);
     }
   }
@@ -222,8 +227,7 @@ std::vector<std::string> best_lr_shift_text(const json& shifts) {
       continue;
     }
     const json& s = e["shift"];
-    const std::string interval = s["lo"].is_null() ? std::string(" (one seed: no interval)")
-                                                   : fmt::format(" [{:+.2f}, {:+.2f}]", s["lo"].get<double>(), s["hi"].get<double>());
+    const std::string interval = interval_text(s, "{:+.2f}");
     out.push_back(fmt::format("Best lr by {} at {}: {} (mean clipped curves); log2 shift from the smallest to the largest "
                               "{:+.2f}{} over {} seed{}.",
                               key, e["setting"].get<std::string>(), fmt::join(bests, ", "), s["mean"].get<double>(),
