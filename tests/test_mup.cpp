@@ -109,16 +109,18 @@ TEST(Mup, AdamStepsHiddenMatricesMTimesSmallerAndDecaysAlike) {
     const ParamSpec& s = t.specs[i];
     const std::vector<float>& want = mult[i] == 1.0 ? full : quarter;
     hidden += mult[i] != 1.0;
-    if (mult[i] != 1.0) EXPECT_DOUBLE_EQ(mult[i], 0.25) << s.name;
+    if (mult[i] != 1.0) {
+      EXPECT_DOUBLE_EQ(mult[i], 0.25) << s.name;
+    }
     for (size_t k = s.offset; k < s.offset + s.numel; k++) ASSERT_EQ(with[k], want[k]) << s.name;
   }
   EXPECT_EQ(hidden, 8);
   std::vector<float> zero(t.total, 0.0f), decayed = m.params();
   AdamW(t, {0.9, 0.95, 1e-8, 0.1}, {mult}).step(decayed.data(), zero.data(), lr, 1);
-  for (const ParamSpec& s : t.specs)
-    if (s.decays())
-      for (size_t k = s.offset; k < s.offset + s.numel; k++)
-        ASSERT_EQ(decayed[k], m.params()[k] * float(1 - lr * 0.1)) << s.name;
+  for (const ParamSpec& s : t.specs) {
+    if (!s.decays()) continue;
+    for (size_t k = s.offset; k < s.offset + s.numel; k++) ASSERT_EQ(decayed[k], m.params()[k] * float(1 - lr * 0.1)) << s.name;
+  }
 }
 
 // Yang et al.'s coordinate check: 5 Adam steps (lr 1e-2, no decay) on one batch at widths 32, 64, 128

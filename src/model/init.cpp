@@ -16,15 +16,11 @@ namespace normlab {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 // The global layer a parameter belongs to ("h.3.attn.qkv.weight", "enc.h.0.rezero"), or -1.
 int layer_of(const ModelConfig& cfg, const std::string& name) {
-  const bool enc = starts_with(name, "enc.h.");
-  if (!enc && !starts_with(name, "h.")) return -1;
+  const bool enc = name.starts_with("enc.h.");
+  if (!enc && !name.starts_with("h.")) return -1;
   const int local = std::atoi(name.c_str() + (enc ? 6 : 2));
   return cfg.encdec() && !enc ? cfg.n_layers + local : local;
 }
@@ -39,18 +35,18 @@ struct ValueRows {
 ValueRows value_rows(const ModelConfig& cfg, const std::string& name, int64_t C) {
   const int64_t kvw = int64_t(cfg.kv_heads()) * cfg.head_size();
   const int64_t A = cfg.attn_width();
-  if (ends_with(name, ".qkv.weight")) return {A + kvw, A + 2 * kvw, kvw};
-  if (ends_with(name, ".kv.weight")) return {C, 2 * C, C};
+  if (name.ends_with(".qkv.weight")) return {A + kvw, A + 2 * kvw, kvw};
+  if (name.ends_with(".kv.weight")) return {C, 2 * C, C};
   return {};
 }
 
 // The initial value of a method's scale (ParamRole::Gate).
 double gate_init(const ModelConfig& cfg, const std::string& name, int layer) {
   if (name == "embed_scale") return cfg.embed_scale;  // model.embed_scale_learned
-  if (ends_with(name, ".attn.sinks")) return 0.0;  // sink logits (see docs/METHODS.md for why 0)
+  if (name.ends_with(".attn.sinks")) return 0.0;  // sink logits (see docs/METHODS.md for why 0)
   for (const char* which : {"eigen_lr", "sqk", "suv", "sz"})  // nGPT's scaled parameters
-    if (name == which || ends_with(name, std::string(".") + which)) return sphere_scale(which, cfg.d_model).init;
-  if (ends_with(name, ".omega")) return admin_omega(cfg.admin_init, cfg.stack_sublayers(layer));
+    if (name == which || name.ends_with(std::string(".") + which)) return sphere_scale(which, cfg.d_model).init;
+  if (name.ends_with(".omega")) return admin_omega(cfg.admin_init, cfg.stack_sublayers(layer));
   if (method_of(cfg.placement_of(layer)).gain == BranchGain::Channel) return layerscale_init(cfg.stack_depth(layer));
   return 0.0;  // ReZero and SkipInit start as the identity
 }
@@ -111,12 +107,12 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
     const int64_t rows = p.shape[0], cols = p.shape[1];
     const ValueRows vrows = value_rows(cfg, p.name, C);
     const bool fused = vrows.last > 0;
-    const bool residual_out = ends_with(p.name, ".proj.weight");
-    const bool head = starts_with(p.name, "head.") || p.name == "lm_head.weight";  // output maps, no branch
-    const bool query_map = ends_with(p.name, ".cross.q.weight");
+    const bool residual_out = p.name.ends_with(".proj.weight");
+    const bool head = p.name.starts_with("head.") || p.name == "lm_head.weight";  // output maps, no branch
+    const bool query_map = p.name.ends_with(".cross.q.weight");
     // fans of one projection: the fused qkv and kv are their (C, C) query and (kv, C) key and value
     // projections stacked, a gated fc its (F, C) gate and up projections
-    const bool gated_fc = ends_with(p.name, ".mlp.fc.weight") && activation_width(cfg.activation) == 2;
+    const bool gated_fc = p.name.ends_with(".mlp.fc.weight") && activation_width(cfg.activation) == 2;
     const double fan_in = double(cols);
     // muP: a hidden matrix starts at its scheme's scale at the base width, times sqrt(base / width) (the
     // variance of 1 / fan_in; Xavier's already falls so, the constant-std schemes' does not)
@@ -125,7 +121,7 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
                            : 1.0;
     for (int64_t r = 0; r < rows; r++) {
       const bool value_row = r >= vrows.first && r < vrows.last;
-      const bool query_row = ends_with(p.name, ".qkv.weight") && r < cfg.attn_width();  // the (A, C) query map
+      const bool query_row = p.name.ends_with(".qkv.weight") && r < cfg.attn_width();  // the (A, C) query map
       const double fan_out = fused ? double(query_row ? cfg.attn_width() : vrows.kv) : gated_fc ? double(rows / 2)
                                                                                                : double(rows);
       for (int64_t c = 0; c < cols; c++) {
@@ -146,7 +142,7 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
             // T-Fixup scales the value maps, the output projections and the FFN of every layer; the
             // query and key maps keep fairseq's Xavier gain 1/sqrt(2), as the official code (its value
             // map is drawn at 1/sqrt(2) too, then multiplied by sqrt(2) and the scale)
-            const bool scaled = value_row || residual_out || ends_with(p.name, ".mlp.fc.weight");
+            const bool scaled = value_row || residual_out || p.name.ends_with(".mlp.fc.weight");
             if (scheme == InitScheme::TFixup && scaled && !head) v *= tfixup_scale(cfg, layer);
             if (scheme == InitScheme::TFixup && fused && !value_row) v *= std::sqrt(0.5);
             if (scheme == InitScheme::TFixup && query_map) v *= std::sqrt(0.5);
@@ -155,7 +151,7 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
           case InitScheme::DeepNet: {
             // queries and keys keep gain 1; values, every proj and the FFN get beta of their stack
             // (the MLM head and an untied output matrix are no residual branch: gain 1)
-            const bool gate_map = ends_with(p.name, ".attn.gate.weight");  // gated attention's: a map of h, no branch
+            const bool gate_map = p.name.ends_with(".attn.gate.weight");  // gated attention's: a map of h, no branch
             const bool unit = (fused && !value_row) || query_map || head || gate_map;
             const double gain = unit ? 1.0 : cfg.deepnet_beta(layer);
             v = gain * std::sqrt(2.0 / (fan_in + fan_out)) * rng.normal();
@@ -185,11 +181,11 @@ void project_to_sphere(S* params, const ParamTable& table, const ModelConfig& cf
     if (p.shape.size() != 2) continue;
     S* w = params + p.offset;
     const long rows = long(p.shape[0]), cols = long(p.shape[1]);
-    if (p.name == "wte.weight" || p.name == "lm_head.weight" || ends_with(p.name, ".qkv.weight") ||
-        ends_with(p.name, ".fc.weight")) {
+    if (p.name == "wte.weight" || p.name == "lm_head.weight" || p.name.ends_with(".qkv.weight") ||
+        p.name.ends_with(".fc.weight")) {
 #pragma omp parallel for schedule(static) if(rows * cols > ops::kParallelMinWork)
       for (long r = 0; r < rows; r++) unit(w + r * cols, cols, 1);
-    } else if (ends_with(p.name, ".proj.weight")) {
+    } else if (p.name.ends_with(".proj.weight")) {
 #pragma omp parallel for schedule(static) if(rows * cols > ops::kParallelMinWork)
       for (long c = 0; c < cols; c++) unit(w + c, rows, cols);
     }

@@ -177,12 +177,8 @@ template SublayerParams<float> sublayer_params(const ParamTable&, const ModelCon
 template SublayerParams<double> sublayer_params(const ParamTable&, const ModelConfig&, double*, int);
 
 bool mup_hidden(const ParamSpec& p, const ModelConfig& cfg) {
-  if (p.role != ParamRole::LinearWeight || p.name.rfind("h.", 0) != 0) return false;
-  const std::string gate = ".attn.gate.weight";
-  const bool headwise_gate = p.name.size() > gate.size() &&
-                             p.name.compare(p.name.size() - gate.size(), gate.size(), gate) == 0 &&
-                             cfg.attn_gate == AttnGate::Headwise;
-  return !headwise_gate;
+  if (p.role != ParamRole::LinearWeight || !p.name.starts_with("h.")) return false;
+  return !(p.name.ends_with(".attn.gate.weight") && cfg.attn_gate == AttnGate::Headwise);  // (a head-wise gate's rows are the heads)
 }
 
 std::vector<double> adam_step_multipliers(const ParamTable& table, const ModelConfig& cfg) {
