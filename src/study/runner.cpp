@@ -47,11 +47,8 @@ namespace {
 
 constexpr double kTheorySecondsGuess = 12;  // for the ETA only (measured: ~10 s on 2 cores)
 
-std::string clock_text(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const long t = long(s + 0.5);
-  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{}:{:02}", t / 60, t % 60);
-}
+// util/clock.h's format_duration, or "?" for an estimate not yet known
+std::string clock_text(double s) { return !std::isfinite(s) || s < 0 ? "?" : format_duration(s); }
 
 // Relative cost of a run (training FLOPs; the instruments scale roughly alike), for the ETA.
 double run_cost(const RunConfig& c) {
