@@ -82,6 +82,25 @@ rel=$(max_rel mod2 mod1)
 echo "today's blocks (bf16): P = 2 against one process, largest relative loss difference $rel"
 check "within $rel" "today's blocks: P = 2 differs from one process by $rel (TOL $TOL)"
 
+# --- hyper-connections: mHC with 3 streams and dynamic HC with 2 -------------------------------------
+# (in float32: the gradients of two shards differ from one process's by float rounding, ~1e-9, as every
+# model's; in bf16 such a difference moves some activations across a bf16 rounding boundary, and after
+# 12 steps the losses differ by ~1e-6, measured, more than TOL; the sharding itself is what is checked)
+for form in "mhc 3" "hc 2"; do
+  set -- $form
+  hyper=(--set model.d_model=32 --set model.n_heads=4 --set model.n_layers=2 --set model.seq_len=32
+         --set model.norm=rmsnorm --set model.positions=rope --set model.hyper=$1 --set model.hyper_streams=$2
+         --set train.precision=fp32 --set train.batch_size=5 --set train.grad_accum=2 --set train.steps=12
+         --set train.eval_every=6 --set train.eval_batches=2 -q)
+  "$NL" train "${hyper[@]}" --set train.out_dir=hyp1_$1 > hyp1_$1.txt 2>&1; rc=$?
+  check "[[ $rc -eq 0 ]]" "hyper $1, one process: $(tail -2 hyp1_$1.txt)"
+  mpi 2 train "${hyper[@]}" --set train.out_dir=hyp2_$1 > hyp2_$1.txt 2>&1; rc=$?
+  check "[[ $rc -eq 0 ]]" "hyper $1, mpirun -np 2 train: $(tail -5 hyp2_$1.txt)"
+  rel=$(max_rel hyp2_$1 hyp1_$1)
+  echo "hyper $1: P = 2 against one process, largest relative loss difference $rel"
+  check "within $rel" "hyper $1: P = 2 differs from one process by $rel (TOL $TOL)"
+done
+
 # --- encoder-decoder on a padded translation corpus -----------------------------------------------
 mkdir corpus
 perl -e '

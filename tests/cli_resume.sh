@@ -2,7 +2,8 @@
 # cli_resume.sh: `normlab train --resume` and `normlab compare --resume` through the CLI. A run
 # stopped by Ctrl-C (exit 130) and resumed, and a run killed with SIGKILL at 20 random moments and
 # resumed each time, end bit-identical to a run never stopped (train losses, validation losses,
-# per-layer records, parameters and AdamW moments), with no temporary files left; a study stopped by
+# per-layer records, parameters and AdamW moments), with no temporary files left (and so does a
+# hyper-connected model's); a study stopped by
 # Ctrl-C mid-way and resumed gives the same results as one never stopped; bad resume input (no such
 # directory, not a run, no checkpoint yet, a mismatched config, a different study) is one message,
 # exit 1, and changes nothing. Threads are fixed: bit-identity holds at one thread count.
@@ -65,6 +66,25 @@ check "[[ $rc -eq 0 ]]" "after 20 kills the run does not finish: $(cat kill_err.
 check "[[ \"\$(fingerprint killed)\" == \"\$reference\" ]]" "20 kills and resumes differ from the uninterrupted run"
 check "[[ -z \"\$(find killed -name '*.tmp*')\" ]]" "temporary files left after the kills: $(find killed -name '*.tmp*')"
 check "[[ \$(ls killed/checkpoints | wc -l) -eq 2 ]]" "not the 2 newest step files kept: $(ls killed/checkpoints)"
+
+# --- hyper-connections (mHC, 3 streams, dropout): Ctrl-C and --resume, bit-identical ---------------
+hrun=(--set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set model.seq_len=32
+      --set model.dropout=0.1 --set model.hyper=mhc --set model.hyper_streams=3 --set train.batch_size=4
+      --set train.checkpoint_every=5 --set train.steps=200 --set train.log_every=1)
+"$NL" train "${hrun[@]}" --set train.out_dir=hwhole -q > /dev/null 2>&1
+"$NL" train "${hrun[@]}" --set train.out_dir=hint > hint.txt 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+  grep -qE '^step +1[0-9]/' hint.txt && break
+  sleep 0.05
+done
+kill -INT $pid
+wait $pid
+"$NL" train --resume hint -q > hint2.txt 2>&1
+rc=$?
+check "[[ $rc -eq 0 ]]" "hyper-connections: resume after Ctrl-C failed: $(tail -2 hint2.txt)"
+check "[[ \"\$(fingerprint hint)\" == \"\$(fingerprint hwhole)\" ]]" \
+  "hyper-connections: Ctrl-C then --resume differs from the uninterrupted run"
 
 # --- bad input -----------------------------------------------------------------------------------
 mkdir -p notrun young

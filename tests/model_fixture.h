@@ -52,11 +52,12 @@ inline Tokens tokens_for(const ModelConfig& c, int B, int T, uint64_t seed) {
 // right-padded rows (row b keeps T - 2b tokens) and random token types.
 inline void check_model_gradients(const ModelConfig& cfg, bool padding = false) {
   Model<double> model(cfg);
-  // perturb gains, biases and sink logits away from 1 and 0 so their gradients are generic
+  // perturb gains, biases, sink logits and hyper-connections (whose input-dependent parts start at 0)
+  // away from their initial values so their gradients are generic
   Rng rng(5);
   for (const ParamSpec& p : model.table().specs)
     if (p.role == ParamRole::NormGain || p.role == ParamRole::NormBias || p.role == ParamRole::LinearBias ||
-        p.role == ParamRole::NormScalar || p.name.ends_with(".attn.sinks"))
+        p.role == ParamRole::NormScalar || p.name.ends_with(".attn.sinks") || p.name.find(".hc.") != std::string::npos)
       for (size_t i = 0; i < p.numel; i++) model.params()[p.offset + i] += 0.2 * rng.normal();
   const int B = 2, T = 5;
   const Tokens tok = tokens_for(cfg, B, T, 7);

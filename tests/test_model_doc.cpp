@@ -276,6 +276,7 @@ Symbols symbols_of(const ModelConfig& c) {
   return {{"C", c.d_model},        {"V", c.vocab_size()},     {"F", c.ff()},
           {"G", c.fc_width()},     {"HS", c.head_size()},     {"A", c.attn_width()},
           {"W", long(c.kv_heads()) * c.head_size()},        {"NH", c.n_heads},  {"GA", c.attn_gate_width()},
+          {"n", c.hyper_streams},
           {"seq_len", c.seq_len}, {"type_vocab", c.type_vocab}, {"src_vocab", c.src_vocab_size()}};
 }
 
@@ -338,6 +339,13 @@ const Variant kVariants[] = {
      }},
     {"attn_gate headwise", [](ModelConfig& c) { c.attn_gate = AttnGate::Headwise; }},
     {"attn_sink true", [](ModelConfig& c) { c.attn_sink = true; }},
+    {"hyper hc", [](ModelConfig& c) { c.hyper = HyperMix::Hc; }},
+    {"hyper hc_static", [](ModelConfig& c) { c.hyper = HyperMix::HcStatic; }},
+    {"hyper mhc, 3 streams",
+     [](ModelConfig& c) {
+       c.hyper = HyperMix::Mhc;
+       c.hyper_streams = 3;
+     }},
     {"attn_gate elementwise, bias none",
      [](ModelConfig& c) {
        c.attn_gate = AttnGate::Elementwise;

@@ -297,6 +297,7 @@ std::optional<std::string> export_refusal(const ModelConfig& c) {
   if (c.attn_sink) why.push_back("attn_sink = true (GPT-2 and BERT have no sink logits)");
   if (c.completep_base_depth > 0) why.push_back("completep_base_depth is set (CompleteP multiplies every branch by L_base / L; no Hugging Face config says so)");
   if (c.value_residual > 0) why.push_back("value_residual is set (no Hugging Face family mixes the first layer's values into later ones)");
+  if (c.hyper_connected()) why.push_back(fmt::format("hyper = \"{}\" (no Hugging Face family has hyper-connections)", to_string(c.hyper)));
   if (!c.mlp) why.push_back("mlp = false (attention-only blocks)");
   if (c.qk_norm != QkNorm::None) why.push_back(fmt::format("qk_norm is {} (GPT-2 and BERT have no QK-norm)", to_string(c.qk_norm)));
   if (c.embed_scale != 1.0) why.push_back(fmt::format("embed_scale is {} (GPT-2 and BERT scale no embedding)", c.embed_scale));

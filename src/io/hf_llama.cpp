@@ -457,6 +457,7 @@ std::optional<std::string> llama_export_refusal(const ModelConfig& c) {
   if (c.attn_sink) why.push_back("attn_sink = true (none of these families has sink logits)");
   if (c.completep_base_depth > 0) why.push_back("completep_base_depth is set (CompleteP multiplies every branch by L_base / L; no Hugging Face config says so)");
   if (c.value_residual > 0) why.push_back("value_residual is set (no Hugging Face family mixes the first layer's values into later ones)");
+  if (c.hyper_connected()) why.push_back(fmt::format("hyper = \"{}\" (no Hugging Face family has hyper-connections)", to_string(c.hyper)));
   // Llama and Qwen2: pre-norm in every layer, no QK-norm; Qwen3: pre-norm with QK-norm per head; OLMo 2:
   // reordered in every layer with QK-norm over the whole projections
   const LlamaFamily& family = export_family(c);

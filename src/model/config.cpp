@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "model/activation_of.h"
+#include "model/hyper.h"
 #include "model/methods.h"
 #include "model/params.h"
 #include "util/error.h"
@@ -33,6 +34,8 @@ constexpr EnumName<Positions> kPositionNames[] = {
 constexpr EnumName<QkNorm> kQkNormNames[] = {{QkNorm::None, "none"}, {QkNorm::Heads, "heads"}, {QkNorm::Whole, "whole"}};
 constexpr EnumName<AttnGate> kAttnGateNames[] = {
     {AttnGate::None, "none"}, {AttnGate::Headwise, "headwise"}, {AttnGate::Elementwise, "elementwise"}};
+constexpr EnumName<HyperMix> kHyperNames[] = {
+    {HyperMix::None, "none"}, {HyperMix::Hc, "hc"}, {HyperMix::HcStatic, "hc_static"}, {HyperMix::Mhc, "mhc"}};
 constexpr EnumName<LinearBias> kBiasNames[] = {
     {LinearBias::All, "all"}, {LinearBias::Qkv, "qkv"}, {LinearBias::None, "none"}};
 constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}, {Head::Untied, "untied"}};
@@ -97,6 +100,7 @@ const char* to_string(LinearBias v) { return name_of(kBiasNames, v); }
 const char* to_string(Positions v) { return name_of(kPositionNames, v); }
 const char* to_string(QkNorm v) { return name_of(kQkNormNames, v); }
 const char* to_string(AttnGate v) { return name_of(kAttnGateNames, v); }
+const char* to_string(HyperMix v) { return name_of(kHyperNames, v); }
 
 QkNorm ModelConfig::qk_norm_of(int layer) const {
   if (qk_norm != QkNorm::None) return qk_norm;
@@ -277,6 +281,7 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back(fmt::format("model.value_residual = {} must be in [0, 1): the weight lambda of the first "
                             "self-attention's values (ResFormer: 0.5; 0: off)",
                             value_residual));
+  hyper_violations(*this, v);
   if (mup_base_width < 0 || mup_base_width > 65536)
     v.push_back(fmt::format("model.mup_base_width = {} must be 0 (standard parametrization) or in [1, {}]",
                             mup_base_width, 65536));
@@ -553,6 +558,9 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("v_norm", cfg.v_norm);
   read_enum(r, "attn_gate", kAttnGateNames, cfg.attn_gate);
   r.get("attn_sink", cfg.attn_sink);
+  read_enum(r, "hyper", kHyperNames, cfg.hyper);
+  r.get("hyper_streams", cfg.hyper_streams);
+  r.get("sinkhorn_iters", cfg.sinkhorn_iters);
   r.get("value_residual", cfg.value_residual);
   r.get("qk_norm_affine", cfg.qk_norm_affine);
   r.get("rope_base", cfg.rope_base);
@@ -698,6 +706,9 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"v_norm", cfg.v_norm},
                         {"attn_gate", to_string(cfg.attn_gate)},
                         {"attn_sink", cfg.attn_sink},
+                        {"hyper", to_string(cfg.hyper)},
+                        {"hyper_streams", cfg.hyper_streams},
+                        {"sinkhorn_iters", cfg.sinkhorn_iters},
                         {"value_residual", cfg.value_residual},
                         {"qk_norm_affine", cfg.qk_norm_affine},
                         {"type_vocab", cfg.type_vocab},

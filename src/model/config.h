@@ -39,6 +39,11 @@ enum class QkNorm { None, Heads, Whole };
 // output projection, multiplied by sigmoid(h W_g^T (+ b_g)), h the sub-layer's input (what the q, k, v
 // maps read): one gate per head (headwise) or per channel of the heads (elementwise), or none.
 enum class AttnGate { None, Headwise, Elementwise };
+// Hyper-connections (model/hyper.h): the residual stream widened to n streams that each sub-layer
+// reads a mix of and writes back into. hc: Zhu et al.'s dynamic form (2409.19606; lucidrains/
+// hyper-connections), hc_static: its static form, mhc: DeepSeek's manifold-constrained form
+// (2512.24880; MaxText's layers/mhc.py), the residual mix projected onto the doubly stochastic matrices.
+enum class HyperMix { None, Hc, HcStatic, Mhc };
 // What turns the last stream into logits: the tied output embedding (GPT-2), BERT's masked-LM head
 // (dense + activation + norm, then the tied embedding and an output bias), nothing (a headless
 // encoder such as BertModel: no logits and no loss), or an output matrix of its own, lm_head
@@ -119,6 +124,9 @@ struct ModelConfig {
   AttnGate attn_gate = AttnGate::None;  // none | headwise | elementwise (above); self-attention only
   bool attn_sink = false;            // a learned sink logit per query head in every self-attention's softmax
                                      // (gpt-oss; ops/attention.h): parameters <layer>.attn.sinks (n_heads)
+  HyperMix hyper = HyperMix::None;   // none | hc | hc_static | mhc: hyper-connections (above; model/hyper.h)
+  int hyper_streams = 4;             // n, the number of residual streams (the expansion rate), with hyper
+  int sinkhorn_iters = 20;           // mhc: the Sinkhorn-Knopp iterations of the residual mix (MaxText's 20)
   double value_residual = 0.0;       // > 0: value residual learning (ResFormer, Zhou et al. 2410.17897): every
                                      // later self-attention of a stack uses v' = (1 - lambda) v + lambda v_1,
                                      // v_1 the values of the stack's first self-attention; 0: none
@@ -176,6 +184,8 @@ struct ModelConfig {
   double dropout = 0.0;              // on embeddings and branch outputs; 0 for exact comparisons
   long seed = 1337;                  // initialization seed
 
+  bool hyper_connected() const { return hyper != HyperMix::None; }
+  int n_streams() const { return hyper_connected() ? hyper_streams : 1; }  // residual streams between sub-layers
   int head_size() const { return head_dim.value_or(d_model / n_heads); }
   // A, the width of the self-attention's queries and of its output (n_heads HS): d_model unless
   // head_dim says otherwise. The output projection maps A back to d_model.
@@ -293,6 +303,7 @@ const char* to_string(LinearBias);
 const char* to_string(Positions);
 const char* to_string(QkNorm);
 const char* to_string(AttnGate);
+const char* to_string(HyperMix);
 const char* to_string(AdminInit);
 const char* to_string(Sublayer);
 std::optional<Placement> placement_from_string(const std::string&);

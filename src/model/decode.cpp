@@ -29,6 +29,7 @@ IncrementalDecoder<S>::IncrementalDecoder(Model<S>& model, const int32_t* src, c
   const ModelConfig& cfg = m_.config();
   if (!cfg.encdec()) throw Error("decoding needs an encoder-decoder model (model.arch = \"encdec\")");
   m_.refuse_ablated("IncrementalDecoder");
+  m_.refuse_hyper("IncrementalDecoder");
   if (max_len < 1 || max_len > cfg.seq_len)
     throw Error(fmt::format("decoding: max_len {} must be in [1, {}] (the model's seq_len)", max_len, cfg.seq_len));
   if (Ssrc < 1 || Ssrc > cfg.seq_len)
@@ -49,6 +50,7 @@ IncrementalDecoder<S>::IncrementalDecoder(Model<S>& model, int B, int max_len)
   const ModelConfig& cfg = m_.config();
   if (cfg.arch != Arch::Gpt) throw Error("incremental decoding without a source needs a causal (gpt) model");
   m_.refuse_ablated("IncrementalDecoder");
+  m_.refuse_hyper("IncrementalDecoder");
   if (cfg.type_vocab > 0) throw Error("incremental decoding: a model with token-type embeddings is not causal");
   if (max_len < 1 || max_len > cfg.seq_len)
     throw Error(fmt::format("decoding: max_len {} must be in [1, {}] (the model's seq_len)", max_len, cfg.seq_len));

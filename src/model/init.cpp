@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "model/activation_of.h"
+#include "model/hyper.h"
 #include "model/methods.h"
 #include "model/norm_of.h"
 #include "model/params.h"
@@ -84,6 +85,7 @@ void init_params(S* params, const ParamTable& table, const ModelConfig& cfg) {
         for (size_t j = 0; j < p.numel; j++) w[j] = S(0);
         continue;
       case ParamRole::Gate: {
+        if (init_hyper_param(cfg, p, layer, w, rng)) continue;
         const double v = gate_init(cfg, p.name, layer);
         for (size_t j = 0; j < p.numel; j++) w[j] = S(v);
         continue;

@@ -92,6 +92,10 @@ const Method& method_of(Placement p) {
 }
 
 void require_one_stream(const ModelConfig& cfg, const char* what) {
+  if (cfg.hyper_connected())
+    throw Error(fmt::format("{} reads one residual stream; this model is hyper-connected (model.hyper = \"{}\", {} "
+                            "streams), which this instrument does not read yet",
+                            what, to_string(cfg.hyper), cfg.hyper_streams));
   for (int l = 0; l < cfg.total_layers(); l++)
     if (dual_stream(cfg.placement_of(l)))
       throw Error(fmt::format("{} reads one residual stream; layer {} is \"{}\" ({}), which carries two "

@@ -14,6 +14,7 @@
 
 #include "model/activation_of.h"
 #include "model/branch.h"
+#include "model/hyper.h"
 #include "model/init.h"
 #include "model/methods.h"
 #include "model/norm_of.h"
@@ -147,10 +148,14 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   std::vector<Entry> plan;
   a_.assign(n_slots, SublayerActs<S>{});
   streams_.assign(n_slots + 1, nullptr);
+  hstate_.assign(n_slots + 1, nullptr);
+  const bool hyper = cfg_.hyper_connected();
+  const size_t nS = size_t(cfg_.n_streams()), HW = size_t(hyper_mix_width(cfg_.n_streams()));
   size_t att_max = 0;
   plan.push_back({&streams_[0], size_t(rows(0)) * C});
   if (cfg_.encdec()) plan.push_back({&streams_[dec0], N * C});  // the decoder's embedding output
   if (cfg_.has_embed_norm()) plan.insert(plan.end(), {{&emb_, N * C}, {&emb_mean_, N}, {&emb_rstd_, N}});
+  if (hyper) plan.push_back({&hstate_[0], N * nS * C});
   for (size_t i = 0; i < n_slots; i++) {
     if (!slots_[i].present) continue;  // absent: its output stream aliases its input below
     SublayerActs<S>& a = a_[i];
@@ -159,6 +164,11 @@ void Model<S>::plan(int B, int T, int Ssrc) {
     const Sublayer kind = slots_[i].kind;
     const size_t att = kind == Sublayer::Cross ? size_t(B) * NH * T * Ssrc : size_t(B) * NH * t * t;
     att_max = std::max(att_max, att);
+    if (hyper) {  // the branch input u (x_in), the next streams, the read's weights (model/hyper.h)
+      plan.insert(plan.end(), {{&a.x_in, n * C}, {&hstate_[i + 1], n * nS * C}, {&a.hmix, n * HW}, {&a.hpre, n * HW}});
+      if (cfg_.hyper != HyperMix::HcStatic)
+        plan.insert(plan.end(), {{&a.hn, n * nS * C}, {&a.hrstd, n * nS}});
+    }
     if (sites.in) plan.insert(plan.end(), {{&a.h, n * C}, {&a.in_mean, n}, {&a.in_rstd, n}});
     if (cfg_.shortcut_of(slots_[i].layer) == Shortcut::Sphere) plan.push_back({&a.sc_rstd, n});
     if (p_[i].sqk) plan.insert(plan.end(), {{&a.pre, n * 2 * C}, {&a.pre_r, n * 2 * NH}});
@@ -195,6 +205,9 @@ void Model<S>::plan(int B, int T, int Ssrc) {
                            {&datt_, att_max}});
   if (cfg_.attn_gate_width()) plan.push_back({&dgate_, Nmax * size_t(cfg_.attn_gate_width())});
   if (cfg_.value_residual > 0) plan.push_back({&dvalues_, Nmax * (QW - A) / 2});
+  if (hyper)
+    plan.insert(plan.end(), {{&dhyper_[0], Nmax * nS * C}, {&dhyper_[1], Nmax * nS * C}, {&dhmix_, Nmax * HW},
+                             {&dhpre_, Nmax * HW}, {&dhn_, Nmax * nS * C}});
   if (cfg_.encdec()) plan.insert(plan.end(), {{&dkv_, Ns * 2 * C}, {&dmem_, Ns * C}});
   bool scaled = false;
   for (int l = 0; l < cfg_.total_layers(); l++) scaled |= method_of(cfg_.placement_of(l)).depth_scaled_input;
@@ -217,9 +230,11 @@ void Model<S>::plan(int B, int T, int Ssrc) {
     if (!slots_[i].present) {
       out = streams_[i];
       a.x_in = a.x_out = streams_[i];
+      hstate_[i + 1] = hstate_[i];
       continue;
     }
-    a.x_in = streams_[i];
+    a.hs_in = hstate_[i];
+    if (!hyper) a.x_in = streams_[i];  // (hyper-connected: x_in is the branch input read from the streams)
     a.x_out = out;
     if (!sites.in) a.h = a.x_in;
     if (!sites.branch) a.g = a.f;
@@ -265,7 +280,9 @@ void Model<S>::sublayer_forward(int i) {
     std::copy(a_[size_t(i)].x_in, a_[size_t(i)].x_in + n, a_[size_t(i)].x_out);
     return;
   }
+  if (cfg_.hyper_connected()) hyper_read(i);
   for (const StageFns<S>* stage : stages_[size_t(i)]) stage->forward(*this, i);
+  if (cfg_.hyper_connected()) hyper_write(i);
 }
 
 template <class S>
@@ -283,6 +300,7 @@ void Model<S>::set_ablation(Ablation a) {
                             a.mlp ? "" : "out", why.front()));
   if (cfg_.dual_stack(0) || cfg_.dual_stack(cfg_.total_layers() - 1))
     throw Error("an ablation of a two-stream (ResiDual) model is not defined here");
+  if (cfg_.hyper_connected()) throw Error("an ablation of a hyper-connected model (model.hyper) is not defined here");
   ablation_ = a;
 }
 
@@ -359,8 +377,12 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   if (training_ && cfg_.dropout > 0)
     dropout_forward(x0, x0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C, dropout_first(size_t(N) * C));
   profile_ratio_ = 1.0;  // each stack is its own chain (profile_admin)
-  // x_d = x0 (a two-stream stack)
+  // x_d = x0 (a two-stream stack);  H_t = x0 for every stream t (hyper-connections)
   if (dual_) std::copy(x0, x0 + size_t(N) * C, dual_);
+  if (cfg_.hyper_connected())
+    for (long r = 0; r < N; r++)
+      for (int t = 0; t < cfg_.hyper_streams; t++)
+        std::copy(x0 + r * C, x0 + (r + 1) * C, hstate_[0] + (r * cfg_.hyper_streams + t) * C);
   for (int i = cfg_.encdec() ? dec0 : 0; i < n_slots; i++)
     if (slots_[size_t(i)].present) sublayer_forward(i);
   // xf = ln_f(x), or x + ln_f(x_d), or x
@@ -513,6 +535,10 @@ void Model<S>::stack_backward(const StackEnd& e, const S* dy, S*& dx) {
       norm_backward(ddual_, e.dp, dy, e.xd, e.p, e.mean, e.rstd, e.rows);
       dd = ddual_;
     }
+  }
+  if (cfg_.hyper_connected()) {  // (reads dx before it re-uses dstream_)
+    hyper_stack_backward(e.first, e.last, dx, dx, bool(stream_gradient_reader_));
+    return;
   }
   const bool read = stream_gradient_reader_ && e.last == int(slots_.size());  // not an encdec's encoder
   if (read) stream_gradient_reader_(e.last, dx);

@@ -49,6 +49,10 @@ struct SublayerActs {
   // their projection (B, T, 2C) and 1 / |q_h|, 1 / |k_h| (B, T, 2 NH); mlp: fc's output before s_uv (B, T, FW)
   S* sc_rstd = nullptr;
   S* pre = nullptr, * pre_r = nullptr;
+  // Hyper-connections (model.hyper, model/hyper.h): the streams entering (B, T, n, C) (the stage walk's x_in
+  // is the branch input u read from them), their norm (B, T, n C) and its 1 / RMS, the mixing weights
+  // and their pre-activations (B, T, hyper_mix_width(n))
+  S* hs_in = nullptr, * hn = nullptr, * hrstd = nullptr, * hmix = nullptr, * hpre = nullptr;
 };
 
 // The source side of an encoder-decoder batch: ids (B, S), mask (B, S) or null (0 = padding).
@@ -168,6 +172,9 @@ class Model {
   bool ablated() const { return !ablation_.skips || !ablation_.mlp; }
   bool ablated_skips() const { return !ablation_.skips; }
   void refuse_ablated(const char* what) const;  // throws Error naming `what` while ablated
+  // Throws Error naming `what` on a hyper-connected model (model.hyper): for the products and the
+  // decoding that map one stream (the n-stream forms are not written yet).
+  void refuse_hyper(const char* what) const;
   // grads += loss_scale * d(loss)/d(params), for the last forward. Invalidates logits().
   void backward(double loss_scale = 1.0);
   // What backward passes through the residual stream, for an instrument to read (the gradient sinks of
@@ -190,7 +197,8 @@ class Model {
   int planned_T() const { return T_; }
   int planned_S() const { return S_; }
   // Residual stream entering slot i (config.slot(i); gpt/encoder: i = 2l attn, 2l+1 mlp); i = n_slots
-  // is the last block's output. For an encdec, slot 2N's input is the decoder's embedding. In a
+  // is the last block's output. With hyper-connections (model.hyper) it is the sum of the n streams
+  // (what the final norm reads at the end), but stream(0) is the embedding output every stream starts as. For an encdec, slot 2N's input is the decoder's embedding. In a
   // two-stream stack (ResiDual) this is the normalized stream x; the second stream x_d is not kept
   // per slot (dual_stream() is its value at the end of the stack).
   const S* stream(int i) const { return streams_[i]; }
@@ -294,6 +302,13 @@ class Model {
   void stack_jvp(S* ty, const S* tx0, int K, const StackEnd& e, const S* tmem) const;
   S* dual_of(int slot) const { return cfg_.encdec() && slots_[size_t(slot)].encoder ? enc_dual_ : dual_; }
   void refuse_dual(int slot, const char* what) const;
+  // Hyper-connections (model/hyper.cpp): the read before slot i's stages (its streams into x_in and the
+  // next slot's streams), the write after them; the reverse of slot i given dH_out (rows, n, C), dH_in
+  // assigned; and the stack's: its streams from x0, and in reverse dx0 from the first slot's dH.
+  void hyper_read(int i);
+  void hyper_write(int i);
+  void hyper_sublayer_backward(int i, const S* dH_out, S* dH_in);
+  void hyper_stack_backward(int first, int last, const S* dx_last, S*& dx_first, bool read);
   void plan(int B, int T, int Ssrc);
   // rows of slot i's activations: B * (S for an encdec's encoder slot, T otherwise)
   int rows(int i) const { return B_ * len(i); }
@@ -373,6 +388,7 @@ class Model {
   std::vector<S> acts_;
   std::vector<SublayerActs<S>> a_;   // per slot
   std::vector<S*> streams_;          // n_slots + 1 entries
+  std::vector<S*> hstate_;           // n_slots + 1: the n streams (B, T, n, C) entering each slot (hyper-connections)
   S* enc_out_ = nullptr;             // (B, S, C) encdec: the encoder's last stream
   S* memory_ = nullptr;              // (B, S, C) enc_ln_f(enc_out), or enc_out
   S* enc_lnf_mean_ = nullptr, * enc_lnf_rstd_ = nullptr;
@@ -391,6 +407,8 @@ class Model {
   // backward scratch, sized for the longer of the two sequences
   S* dstream_[2] = {nullptr, nullptr};  // (B, max(T, S), C) ping-pong
   // dh_: the head's output gradient; df_, dg_: the sub-layer walk's pool (BackwardFlow); dr_: the MLM head's
+  S* dhyper_[2] = {nullptr, nullptr};  // (B, T, n, C) hyper-connections: d(loss)/d(the streams), ping-pong
+  S* dhmix_ = nullptr, * dhpre_ = nullptr, * dhn_ = nullptr;  // and the read's scratch
   S* dvalues_ = nullptr;  // value residual: d(loss)/d(the source's values) (rows, v width), gathered top down
   S* dh_ = nullptr, * df_ = nullptr, * dg_ = nullptr, * dr_ = nullptr, * dmix_ = nullptr;
   S* dhid_ = nullptr;                // (B, max(T, S), max(3C, F))

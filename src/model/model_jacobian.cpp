@@ -51,7 +51,7 @@ template <class S>
 bool Model<S>::block_jacobian_covers(int first, int last) const {
   // whole blocks of a one-stream gpt or encoder, one sequence; the attention sub-layer present and
   // ungated (its closed form has no output gate: a gated model takes the tangents)
-  if (cfg_.encdec() || B_ != 1 || first < 0 || first % 2 != 0 || last != first + 2 ||
+  if (cfg_.encdec() || cfg_.hyper_connected() || B_ != 1 || first < 0 || first % 2 != 0 || last != first + 2 ||
       last > int(slots_.size()) || cfg_.attn_gate_width())
     return false;
   const Slot& attn = slots_[size_t(first)];
@@ -71,7 +71,7 @@ template <class S>
 void Model<S>::block_jacobian(S* J, int layer) const {
   refuse_ablated("block_jacobian");
   if (!block_jacobian_covers(2 * layer, 2 * layer + 2))
-    throw Error(fmt::format("block_jacobian: block {} is not covered (encdec, two streams, a batch of {} rows, "
+    throw Error(fmt::format("block_jacobian: block {} is not covered (encdec, two or more streams, a batch of {} rows, "
                             "or no such layer); use jvp_sublayers_unit",
                             layer, B_));
   const int T = T_, C = cfg_.d_model, NH = cfg_.n_heads, HS = cfg_.head_size(), A = cfg_.attn_width();

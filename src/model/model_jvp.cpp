@@ -36,6 +36,7 @@ void Model<S>::refuse_ablated(const char* what) const {
 // two-stream stack that stream is half of the state, so their numbers would be wrong: refuse.
 template <class S>
 void Model<S>::refuse_dual(int slot, const char* what) const {
+  refuse_hyper(what);
   if (slot < 0 || slot >= int(slots_.size())) return;  // the range checks below report it
   const Method& m = method_of(cfg_.placement_of(slots_[size_t(slot)].layer));
   if (cfg_.dual_stack(slots_[size_t(slot)].layer))
@@ -60,6 +61,7 @@ template <class S>
 void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last,
                                   const S* tmem, S* td) const {
   refuse_ablated("jvp_sublayers");
+  refuse_hyper("the forward-mode products (jvp_sublayers, jvp_stacks)");
   if (first >= last) throw Error("jvp_sublayers: empty range of sub-layers");
   const int dec0 = cfg_.first_decoder_slot();
   if (cfg_.encdec() && first < dec0 && last > dec0)

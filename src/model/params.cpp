@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include "model/hyper.h"
 #include "model/norm_of.h"
 #include "model/qk_norm.h"
 #include "util/error.h"
@@ -108,6 +109,7 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     }
     if (m.gain == BranchGain::SublayerScalar) add(p + ".gain", {1}, ParamRole::Gate);
     if (m.gain == BranchGain::Channel) add(p + ".gain", {C}, ParamRole::Gate);
+    for (const HyperParamSpec& h : hyper_param_specs(cfg)) add(p + h.suffix, h.shape, h.role);
   }
   if (cfg.has_final_norm()) add_norm("ln_f", C);
   if (cfg.head == Head::Untied) add("lm_head.weight", {V, C}, ParamRole::LinearWeight);
@@ -152,6 +154,7 @@ SublayerParams<S> sublayer_params(const ParamTable& table, const ModelConfig& cf
   v.eigen_lr = ptr(p + ".eigen_lr");
   v.sqk = ptr(p + ".sqk");
   v.suv = ptr(p + ".suv");
+  if (cfg.hyper_connected()) v.hc = hyper_params(table, base, p);
   if (const ParamSpec* g = table.find(p + ".gain")) {
     v.gain = base + g->offset;
     v.gain_c = int(g->numel);

@@ -68,6 +68,16 @@ struct NormParams {
   double scale = 1.0;   // a constant factor on the site's output, not a parameter (LayerNorm Scaling's
                         // 1 / sqrt(l) on ln_in: methods.h depth_scaled_input); 1 everywhere else
 };
+// One sub-layer's hyper-connection (model/hyper.h), null where its form has none: norm (hc: C, mhc:
+// n C); hc and hc_static: alpha (n, n+1) and beta (n); hc: alpha_fn (C, n+1), alpha_scale (1),
+// beta_fn (C), beta_scale (1); mhc: phi (n C, 2n + n^2), scale (3: pre, post, res), bias (2n + n^2).
+template <class S>
+struct HyperParams {
+  NormParams<S> norm;
+  S* alpha = nullptr, * beta = nullptr;
+  S* alpha_fn = nullptr, * alpha_scale = nullptr, * beta_fn = nullptr, * beta_scale = nullptr;
+  S* phi = nullptr, * scale = nullptr, * bias = nullptr;
+};
 template <class S>
 struct SublayerParams {
   NormParams<S> ln_in, ln_branch, ln_out;
@@ -85,6 +95,7 @@ struct SublayerParams {
   // nGPT (methods.h Method::sphere; ops/sphere.h): the update's eigen learning rate (C), the attention's
   // s_qk (C), the MLP's s_uv (fc width); null elsewhere
   S* eigen_lr = nullptr, * sqk = nullptr, * suv = nullptr;
+  HyperParams<S> hc;  // model.hyper (model/hyper.h)
 };
 
 // Parameter name prefixes: "h.3.attn", "enc.h.0.mlp", "h.1.cross" (slot), "h.3" / "enc.h.0" (layer).

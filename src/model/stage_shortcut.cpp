@@ -20,7 +20,8 @@ template <>
 struct StageOps<ShortcutStage> {
   static constexpr const char* kName = "shortcut";
   static constexpr bool kTransforms = true, kBranch = false;
-  static bool present(const ModelConfig&, const Slot&) { return true; }
+  // (hyper-connections write the streams in its place: model/hyper.h)
+  static bool present(const ModelConfig& cfg, const Slot&) { return !cfg.hyper_connected(); }
 
   template <class S>
   static S alpha(const ModelConfig& cfg, int i) {

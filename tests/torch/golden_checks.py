@@ -176,7 +176,14 @@ def check_init(config, tensors):
         w = tensors[name].numpy().astype(np.float64)
         k = _init_stack_constants(config, name)
         method = _layer_method(config, name)
-        if nt.is_norm_param(name) and name.endswith(".alpha"):   # DyT / Derf: model.norm_alpha (float32)
+        if ".hc." in name:   # hyper-connections: the constants exactly, mHC's projection by its std
+            if name.endswith(".hc.phi"):
+                std_ok(name, w, 1.0 / math.sqrt(w.shape[0]))
+            else:
+                want = nt.hyper_init(config, name, w.shape, None).numpy()
+                if not np.allclose(w, want, rtol=1e-6, atol=0.0):
+                    problems.append(f"{name}: init must be {want.ravel()[:6]}..., got {w.ravel()[:6]}...")
+        elif nt.is_norm_param(name) and name.endswith(".alpha"):   # DyT / Derf: model.norm_alpha (float32)
             const_ok(name, w, nt.norm_alpha_init(config, name), f"{config['norm']} alpha")
         elif nt.is_norm_param(name):
             want = 1.0 if name.endswith(".weight") else 0.0     # gain 1; bias and Derf's shift 0
@@ -294,7 +301,14 @@ def perturb_tensors(tensors, seed, config=None):
     out = {}
     for name in sorted(tensors):
         w = np.asarray(tensors[name], dtype=np.float64)
-        if nt.is_norm_param(name) and name.endswith(".weight"):
+        if ".hc." in name:   # hyper-connections: the input-dependent maps (0 at init) and their scales off 0
+            if name.endswith((".hc.alpha_scale", ".hc.beta_scale", ".hc.scale")):
+                w = rng.uniform(0.05, 0.2, size=w.shape)   # (larger ones grow the streams past float32's reach)
+            elif name.endswith((".hc.alpha_fn", ".hc.beta_fn", ".hc.phi")):
+                w = w + 0.5 / math.sqrt(w.shape[0]) * rng.randn(*w.shape)
+            else:   # the static weights, the norm's gain, mHC's biases
+                w = w + 0.2 * rng.randn(*w.shape)
+        elif nt.is_norm_param(name) and name.endswith(".weight"):
             w = w + 0.2 * rng.randn(*w.shape)
         elif name.endswith(".bias"):
             w = w + 0.1 * rng.randn(*w.shape)

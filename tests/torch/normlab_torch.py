@@ -10,11 +10,15 @@ post pre sandwich prepost deepnorm none admin rezero skipinit layerscale tfixup 
 "Methods"); residual (ResiDual) carries a second stream through its stack (run_stack).
 
 This file is the oracle's entry point: `import normlab_torch as nt` gives the whole API below. The
-code lives in four modules, each importing only the ones listed before it:
+code lives in five modules, each importing only the ones listed before it:
 
 normlab_torch_config.py      token ids, the METHODS table, the config and its layer stacks
     normalize_config(cfg)            -> config dict with every key explicit (as in checkpoint metadata)
     stacks(config)                   -> [Stack]: the layer stacks (one, or encoder + decoder for encdec)
+normlab_torch_hyper.py       hyper-connections (model.hyper): their parameters, init and n-stream stack
+    hyper_param_specs(config, pre)   -> [(name, shape)] of a sub-layer's hyper-connection
+    hyper_init(config, name, shape, normal) -> its initial value
+    run_hyper_stack(config, params, subs, x, sublayer_parts, hidden) -> the sum of the streams
 normlab_torch_params.py      the parameter table, initialization, Model and checkpoints
     Model(config, dtype)             -> .config, .params (OrderedDict name -> Parameter, canonical order)
     load_checkpoint(path, dtype)     -> (model, config)   reads a normlab safetensors checkpoint
@@ -40,18 +44,20 @@ and here:
     patch(name, value)               -> the old value; replaces an oracle function for a test double
 """
 
-# Every public name of the four modules, so that `nt.<name>` reaches all of them.
+# Every public name of the five modules, so that `nt.<name>` reaches all of them.
 from normlab_torch_config import *   # noqa: F401,F403
+from normlab_torch_hyper import *    # noqa: F401,F403
 from normlab_torch_params import *   # noqa: F401,F403
 from normlab_torch_forward import *  # noqa: F401,F403
 from normlab_torch_train import *    # noqa: F401,F403
 
 import normlab_torch_config
 import normlab_torch_forward
+import normlab_torch_hyper
 import normlab_torch_params
 import normlab_torch_train
 
-_MODULES = (normlab_torch_config, normlab_torch_params, normlab_torch_forward, normlab_torch_train)
+_MODULES = (normlab_torch_config, normlab_torch_hyper, normlab_torch_params, normlab_torch_forward, normlab_torch_train)
 
 
 def patch(name, value):

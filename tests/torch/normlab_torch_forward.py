@@ -12,6 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from normlab_torch_hyper import run_hyper_stack
 from normlab_torch_config import (IGNORE_INDEX, METHODS, has_embed_norm, normalize_config, qk_norm_of, sites, stack_of,
                                   stacks, sublayer_kinds)
 
@@ -316,6 +317,9 @@ def run_stack(config, params, stack, x, key_mask=None, memory=None, memory_mask=
     and the one leaving the last layer (before the final norm; ResiDual: the normalized stream x).
     ResiDual: x_d starts as the input x and every sub-layer adds its branch output to it."""
     subs = stack_sublayers(config, stack, key_mask, memory, memory_mask)
+    if config.get("hyper", "none") != "none":   # n streams (normlab_torch_hyper.py)
+        out = run_hyper_stack(config, params, [sub + (stack,) for sub in subs], x, sublayer_parts, hidden)
+        return stack_output(config, params, stack, out, None)
     per_layer = len(subs) // len(stack.methods)
     xd = x
     for i, (prefix, method, branch, mask) in enumerate(subs):

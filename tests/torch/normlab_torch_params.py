@@ -11,6 +11,7 @@ from collections import OrderedDict, namedtuple
 
 import torch
 
+from normlab_torch_hyper import hyper_init, hyper_param_specs
 from normlab_torch_config import (GATED, METHODS, has_embed_norm, normalize_config, qk_norm_of, sites, stacks,
                                   sublayer_kinds)
 
@@ -124,6 +125,8 @@ def param_table(config):
                 if m.branch in ("gain", "gain_c"):
                     t.append(ParamSpec(pre + ".gain", (1,) if m.branch == "gain" else (C,), "gain", st.name,
                                        None, None, method))
+                for name, shape in hyper_param_specs(c, pre):
+                    t.append(ParamSpec(name, shape, "hyper", st.name, None, None, method))
             if m.branch == "rezero":
                 t.append(ParamSpec(lp + ".rezero", (1,), "rezero", st.name, None, None, method))
         if st.final:
@@ -234,6 +237,8 @@ def init_params(config, dtype=torch.float64):
             t = normal(spec.shape, C ** -0.5) * (9.0 * tfixup_embedding_stack(spec).depth) ** -0.25
         elif spec.role in ("tok_emb", "pos_emb", "type_emb"):
             t = normal(spec.shape, std)
+        elif spec.role == "hyper":
+            t = hyper_init(c, spec.name, spec.shape, normal)
         elif spec.role in ("norm_weight",):
             t = filled(spec.shape, 1.0)
         elif spec.role == "norm_alpha":

@@ -57,8 +57,9 @@ def make_optimizer(model, train_cfg):
     tc = dict(TRAIN_DEFAULTS)
     tc.update(train_cfg)
     # "weight_decay: on embeddings and linear weights only" (configs/example.toml): the 2-D tensors
-    decay = [p for p in model.params.values() if p.dim() == 2]        # wte, wpe, enc.*, linear weights
-    no_decay = [p for p in model.params.values() if p.dim() != 2]     # biases, norm gains/biases, omega, gain, rezero
+    # (hyper-connections' parameters, ".hc.", are gates and maps of the streams: none decays)
+    decay = [p for n, p in model.params.items() if p.dim() == 2 and ".hc." not in n]  # wte, wpe, enc.*, linear weights
+    no_decay = [p for n, p in model.params.items() if p.dim() != 2 or ".hc." in n]    # biases, norm gains/biases, omega, gain, rezero
     groups = [{"params": decay, "weight_decay": float(tc["weight_decay"])}, {"params": no_decay, "weight_decay": 0.0}]
     c = model.config
     if c.get("mup_base_width", 0) > 0:
@@ -66,10 +67,10 @@ def make_optimizer(model, train_cfg):
         # head-wise gate's (heads x C)) in a group of lr / width_mult and weight_decay x width_mult
         m = c["d_model"] / c["mup_base_width"]
         def matrix_like(name, p):
-            return p.dim() == 2 and name.startswith("h.") and not (name.endswith(".attn.gate.weight") and
-                                                                    c.get("attn_gate") == "headwise")
+            return p.dim() == 2 and name.startswith("h.") and ".hc." not in name and not (
+                name.endswith(".attn.gate.weight") and c.get("attn_gate") == "headwise")
         hidden = [p for n, p in model.params.items() if matrix_like(n, p)]
-        rest = [p for n, p in model.params.items() if p.dim() == 2 and not matrix_like(n, p)]
+        rest = [p for n, p in model.params.items() if p.dim() == 2 and ".hc." not in n and not matrix_like(n, p)]
         groups = [{"params": rest, "weight_decay": float(tc["weight_decay"])},  # (group 0's lr is the one recorded)
                   {"params": no_decay, "weight_decay": 0.0},
                   {"params": hidden, "weight_decay": float(tc["weight_decay"]) * m, "lr": float(tc["lr"]) / m}]

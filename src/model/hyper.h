@@ -1,0 +1,83 @@
+// hyper.h: hyper-connections (model.hyper), the residual stream widened to n streams H (n, C) per
+// token. Each sub-layer reads a mix of the streams, u = sum_s P_s H_s, runs its stages on u (the input
+// norm, the branch, the branch norm) to g, and writes the streams back as
+//   H'_t = sum_s M[s, t] H_s + b_t g,
+// with read weights P (n), residual mix M (n x n) and write weights b (n) per token. The stack starts
+// with every stream equal to the embedding output and ends with their sum (what the final norm reads).
+// The three forms differ only in where P, M, b come from (exact forms in docs/METHODS.md):
+//   hc_static: learned constants [P | M] = alpha (n, n+1), b = beta (n); at init P = e_(i mod n) for
+//              sub-layer i, M = I, b = 1 (Zhu et al. 2409.19606, Algorithm 2; lucidrains/hyper-connections);
+//   hc:        the same plus an input-dependent part, [P | M] = alpha + s_a tanh(Hn W_a) row by row
+//              (stream s's row from Hn_s = RMSNorm(H_s)), b = beta + s_b tanh(Hn w_b); W_a, w_b start
+//              at 0 and s_a, s_b at 0.01, so the model starts as the static one;
+//   mhc:       DeepSeek's manifold-constrained form (2512.24880, as MaxText's layers/mhc.py computes it):
+//              z = RMSNorm(vec H) over n C, h = z phi (2n + n^2 columns), P = sigmoid(s_p h_pre + b_pre)
+//              + 1e-6, b = 2 sigmoid(s_q h_post + b_post), M = Sinkhorn(s_r mat(h_res) + B_res): a row
+//              softmax, then alternate column and row normalizations (sinkhorn_iters in all), so M is
+//              (near) doubly stochastic and the streams' composite gain stays bounded through depth.
+// The model (model/model.cpp) calls the read before a hyper-connected sub-layer's stages and the write
+// after them; the stages' shortcut is absent (the write takes its place).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/params.h"
+
+namespace normlab {
+
+class Rng;
+
+// Why a config cannot carry hyper-connections (appended to `v`); nothing when model.hyper is none.
+void hyper_violations(const ModelConfig& cfg, std::vector<std::string>& v);
+
+// The parameters of one sub-layer's hyper-connection, named <slot prefix> + suffix, in this order.
+struct HyperParamSpec {
+  const char* suffix;
+  std::vector<int64_t> shape;
+  ParamRole role;
+};
+std::vector<HyperParamSpec> hyper_param_specs(const ModelConfig& cfg);
+
+// The view of slot `prefix`'s hyper-connection parameters in a flat buffer.
+template <class S>
+HyperParams<S> hyper_params(const ParamTable& table, S* base, const std::string& prefix);
+
+// Initializes parameter p in place when it is a hyper-connection's (of a sub-layer of `layer`); false
+// if it is not one.
+template <class S>
+bool init_hyper_param(const ModelConfig& cfg, const ParamSpec& p, int layer, S* w, Rng& rng);
+
+// Per token: the mixing weights [P | M] (n x (n+1), row s: P_s then M[s, 0..n)) and b (n), in this
+// order, hyper_mix_width(n) values; the pre-activations the backward needs take as many.
+inline int hyper_mix_width(int n) { return n * (n + 1) + n; }
+
+// The read of one sub-layer over `rows` tokens. H (rows, n, C) the streams entering; writes u (rows, C)
+// the branch input, R (rows, n, C) R_t = sum_s M[s, t] H_s (the write adds b_t g to it), and what the
+// backward reads: hn (rows, n C) the normalized streams, hrstd (rows n for hc, rows for mhc), mix and
+// pre (rows, hyper_mix_width(n)) the weights and their pre-activations.
+template <class S>
+void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S* H, long rows, S* u, S* R, S* hn,
+                        S* hrstd, S* mix, S* pre);
+// H' (rows, n, C): H'_t += b_t g; sum (rows, C) = sum_t H'_t.
+template <class S>
+void hyper_write_forward(int n, const S* mix, const S* g, long rows, int C, S* H, S* sum);
+// The write's reverse: dg (rows, C) = sum_t b_t dH'_t (assigned); dmix's b part (rows, n) = <dH'_t, g>.
+template <class S>
+void hyper_write_backward(int n, const S* mix, const S* g, const S* dH, long rows, int C, S* dg, S* dmix);
+// The read's reverse: dH (rows, n, C) = d(loss)/d(the streams entering) (assigned) from du (rows, C) and
+// dR (rows, n, C) (= the write's dH'); the parameter gradients dp +=. dmix (its b part filled by
+// hyper_write_backward), dpre (rows, hyper_mix_width(n) or more) and dhn (rows, n C) are scratch.
+template <class S>
+void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const HyperParams<S>& dp, const S* H,
+                         long rows, const S* du, const S* dR, const S* hn, const S* hrstd, const S* mix,
+                         const S* pre, S* dH, S* dmix, S* dpre, S* dhn);
+
+// The Sinkhorn-Knopp projection of mhc, public for its test: M (n x n) from X (n x n), MaxText's
+// sinkhorn(): T = softmax_rows(X) + 1e-6, T /= (column sums + 1e-6), then iters - 1 times rows then
+// columns; and its reverse, dX from dM at the same X.
+void sinkhorn_forward(const double* X, int n, int iters, double* M);
+void sinkhorn_backward(const double* X, int n, int iters, const double* dM, double* dX);
+
+}  // namespace normlab

@@ -1,0 +1,95 @@
+// model_hyper.cpp: the model's side of hyper-connections (model.hyper; the math is model/hyper.h): a
+// hyper-connected sub-layer reads its branch input from the n streams before its stages and writes the
+// streams after them, and the stack carries the streams from the embedding to the final norm; in
+// reverse, d(loss)/d(the streams) runs down the slots in a ping-pong pair of (rows, n, C) buffers.
+#include <algorithm>
+#include <fmt/format.h>
+
+#include "model/hyper.h"
+#include "model/model.h"
+#include "ops/common.h"
+#include "util/error.h"
+
+namespace normlab {
+
+template <class S>
+void Model<S>::refuse_hyper(const char* what) const {
+  if (cfg_.hyper_connected())
+    throw Error(fmt::format("{}: model.hyper = \"{}\" carries {} residual streams; this product maps one and has no "
+                            "n-stream form yet",
+                            what, to_string(cfg_.hyper), cfg_.hyper_streams));
+}
+
+// u = sum_s P_s H_s into x_in; the next slot's streams start as R_t = sum_s M[s, t] H_s
+template <class S>
+void Model<S>::hyper_read(int i) {
+  SublayerActs<S>& a = a_[size_t(i)];
+  hyper_read_forward(cfg_, p_[size_t(i)].hc, a.hs_in, long(rows(i)), a.x_in, hstate_[size_t(i) + 1], a.hn, a.hrstd,
+                     a.hmix, a.hpre);
+}
+
+// H'_t = R_t + b_t g; the slot's output stream (streams_[i + 1]) is their sum
+template <class S>
+void Model<S>::hyper_write(int i) {
+  const SublayerActs<S>& a = a_[size_t(i)];
+  hyper_write_forward(cfg_.hyper_streams, a.hmix, a.g, long(rows(i)), cfg_.d_model, hstate_[size_t(i) + 1],
+                      a.x_out);
+}
+
+// dg = sum_t b_t dH'_t, then the stages in reverse down to du = d(loss)/d(x_in), then the read's
+// reverse: dH_in from du and dR = dH_out
+template <class S>
+void Model<S>::hyper_sublayer_backward(int i, const S* dH_out, S* dH_in) {
+  const SublayerActs<S>& a = a_[size_t(i)];
+  const long N = rows(i);
+  const int C = cfg_.d_model;
+  S* dg = dr_;
+  hyper_write_backward(cfg_.hyper_streams, a.hmix, a.g, dH_out, N, C, dg, dhmix_);
+  S* du = dstream_[0];
+  zero(du, size_t(N) * C);  // (no shortcut assigns it: the stage that reads x_in adds into it)
+  sublayer_backward(i, dg, du);
+  hyper_read_backward(cfg_, p_[size_t(i)].hc, dp_[size_t(i)].hc, a.hs_in, N, du, dH_out, a.hn, a.hrstd, a.hmix,
+                      a.hpre, dH_in, dhmix_, dhpre_, dhn_);
+}
+
+// dx_last (rows, C): d(loss)/d(the sum of the streams after slot last - 1). On return dx_first points
+// at d(loss)/d(x0), x0 the embedding output every stream starts as (the sum over the streams' gradients).
+template <class S>
+void Model<S>::hyper_stack_backward(int first, int last, const S* dx_last, S*& dx_first, bool read) {
+  if (read) throw Error("the stream-gradient readers (analyze sinks) read one residual stream; this model is hyper-connected");
+  const int n = cfg_.hyper_streams, C = cfg_.d_model;
+  const long N = rows(first);
+  S* dH = dhyper_[0];
+  // sum = sum_t H_t:  dH_t = d(sum)
+  for (long r = 0; r < N; r++)
+    for (int t = 0; t < n; t++) std::copy(dx_last + r * C, dx_last + (r + 1) * C, dH + (r * n + t) * C);
+  clear_value_gradients();
+  for (int i = last - 1; i >= first; i--) {
+    if (!slots_[size_t(i)].present) continue;
+    S* next = dH == dhyper_[0] ? dhyper_[1] : dhyper_[0];
+    hyper_sublayer_backward(i, dH, next);
+    dH = next;
+  }
+  // H_t = x0 for every t:  dx0 = sum_t dH_t
+  dx_first = dstream_[1];
+#pragma omp parallel for schedule(static) if(N * n * C > ops::kParallelMinWork)
+  for (long r = 0; r < N; r++)
+    for (int c = 0; c < C; c++) {
+      double s = 0;
+      for (int t = 0; t < n; t++) s += dH[(r * n + t) * C + c];
+      dx_first[r * C + c] = S(s);
+    }
+}
+
+// model.cpp instantiates the class; the members defined here are instantiated here.
+#define NL_INSTANTIATE(S)                                                               \
+  template void Model<S>::refuse_hyper(const char*) const;                              \
+  template void Model<S>::hyper_read(int);                                              \
+  template void Model<S>::hyper_write(int);                                             \
+  template void Model<S>::hyper_sublayer_backward(int, const S*, S*);                   \
+  template void Model<S>::hyper_stack_backward(int, int, const S*, S*&, bool);
+NL_INSTANTIATE(float)
+NL_INSTANTIATE(double)
+#undef NL_INSTANTIATE
+
+}  // namespace normlab
