@@ -24,8 +24,7 @@ namespace normlab::test {
 namespace {
 
 ModelConfig hyper_model(HyperMix form, int streams, Arch arch = Arch::Gpt) {
-  ModelConfig c = tiny(arch, {Placement::Pre}, NormKind::LayerNorm);
-  c.n_layers = 3;
+  ModelConfig c = tiny(arch, {Placement::Pre}, NormKind::LayerNorm);  // (2 layers: 4 sub-layers)
   c.hyper = form;
   c.hyper_streams = streams;
   return c;
@@ -78,10 +77,10 @@ TEST(Hyper, ConfigRules) {
   const ParamTable t = make_param_table(c);
   const ParamSpec* phi = t.find("h.1.mlp.hc.phi");
   ASSERT_NE(phi, nullptr);
-  EXPECT_EQ(phi->shape, (std::vector<int64_t>{3 * 8, 2 * 3 + 9}));
-  // hc adds to hc_static's alpha and beta the norm gain (C), alpha_fn (C, n+1), beta_fn (C) and two scales
+  EXPECT_EQ(phi->shape, (std::vector<int64_t>{2 * 3 + 9, 3 * 8}));
+  // hc adds to hc_static's alpha and beta the norm gain (C), alpha_fn (n+1, C), beta_fn (C) and two scales
   EXPECT_EQ(make_param_table(hyper_model(HyperMix::Hc, 3)).total - make_param_table(hyper_model(HyperMix::HcStatic, 3)).total,
-            size_t(6 * (8 + 8 * 4 + 8 + 2)));
+            size_t(4 * (8 + 8 * 4 + 8 + 2)));
 }
 
 TEST(Hyper, SinkhornIsDoublyStochasticAndItsReverseMatchesFiniteDifferences) {

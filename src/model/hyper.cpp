@@ -9,6 +9,7 @@
 
 #include "model/methods.h"
 #include "ops/common.h"
+#include "ops/matmul.h"
 #include "ops/rmsnorm.h"
 #include "util/rng.h"
 
@@ -22,7 +23,7 @@ constexpr double kSinkhornEps = 1e-6;  // MaxText's sinkhorn() eps
 constexpr double kPreEps = 1e-6;       // MaxText's eps on the read weights P
 constexpr double kDynamicScaleInit = 0.01;  // lucidrains' dynamic_alpha_scale, dynamic_beta_scale; MaxText's scalars
 
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double hyper_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 }  // namespace
 
@@ -61,12 +62,12 @@ std::vector<HyperParamSpec> hyper_param_specs(const ModelConfig& cfg) {
       return {{".hc.alpha", {n, n + 1}, ParamRole::Gate}, {".hc.beta", {n}, ParamRole::Gate}};
     case HyperMix::Hc:
       return {{".hc.norm.weight", {C}, ParamRole::NormGain},   {".hc.alpha", {n, n + 1}, ParamRole::Gate},
-              {".hc.beta", {n}, ParamRole::Gate},              {".hc.alpha_fn", {C, n + 1}, ParamRole::Gate},
+              {".hc.beta", {n}, ParamRole::Gate},              {".hc.alpha_fn", {n + 1, C}, ParamRole::Gate},
               {".hc.alpha_scale", {1}, ParamRole::Gate},       {".hc.beta_fn", {C}, ParamRole::Gate},
               {".hc.beta_scale", {1}, ParamRole::Gate}};
     case HyperMix::Mhc:
       return {{".hc.norm.weight", {n * C}, ParamRole::NormGain},
-              {".hc.phi", {n * C, 2 * n + n * n}, ParamRole::Gate},
+              {".hc.phi", {2 * n + n * n, n * C}, ParamRole::Gate},
               {".hc.scale", {3}, ParamRole::Gate},
               {".hc.bias", {2 * n + n * n}, ParamRole::Gate}};
   }
@@ -110,7 +111,7 @@ bool init_hyper_param(const ModelConfig& cfg, const ParamSpec& p, int layer, S* 
   } else if (what == "alpha_scale" || what == "beta_scale" || what == "scale") {
     std::fill(w, w + p.numel, S(kDynamicScaleInit));
   } else if (what == "phi") {  // MaxText: variance scaling 1 over fan-in (n C), normal
-    const double std = 1.0 / std::sqrt(double(p.shape[0]));
+    const double std = 1.0 / std::sqrt(double(p.shape[1]));
     for (size_t j = 0; j < p.numel; j++) w[j] = S(std * rng.normal());
   }  // alpha_fn, beta_fn (lucidrains) and the biases (MaxText) start at 0
   return true;
@@ -120,184 +121,254 @@ bool init_hyper_param(const ModelConfig& cfg, const ParamSpec& p, int layer, S* 
 
 namespace {
 
-// The iterates: T_0 = softmax_rows(X) + eps, then T_1 = columns-normalized T_0, then rows, columns, ...
-// (2 iters - 1 normalizations after T_0). Step k >= 1 normalizes rows when k is even, columns when odd.
-void sinkhorn_iterates(const double* X, int n, int iters, std::vector<double>& T) {
+// Tokens whose n x n matrices are normalized side by side: the iterates are laid out (entry, token),
+// so every step is the same arithmetic over the block's tokens (it vectorizes, and no token waits on
+// another's divisions).
+constexpr int kSinkhornBlock = 16;
+
+// The iterates of `count` <= kSinkhornBlock tokens into T ((2 iters) n^2 kSinkhornBlock): T_0 =
+// softmax_rows(X) + eps, then T_1 = columns-normalized T_0, then rows, columns, ... (2 iters - 1
+// normalizations after T_0; step k >= 1 normalizes rows when k is even, columns when odd). X: token b's
+// matrix at X + b ldx, row-major. The block's unused lanes hold a zero matrix (their results unread).
+template <class S>
+void sinkhorn_block_iterates(const S* X, long ldx, int count, int n, int iters, S* T) {
+  constexpr int B = kSinkhornBlock;
   const int nn = n * n, steps = 2 * iters - 1;
-  T.assign(size_t(steps + 1) * nn, 0.0);
+  for (int k = 0; k < nn; k++)
+    for (int b = 0; b < B; b++) T[k * B + b] = b < count ? X[b * ldx + k] : S(0);
+  S mx[B], z[B];
   for (int k = 0; k < n; k++) {
-    const double* x = X + k * n;
-    double mx = x[0];
-    for (int m = 1; m < n; m++) mx = std::max(mx, x[m]);
-    double z = 0;
-    for (int m = 0; m < n; m++) z += std::exp(x[m] - mx);
-    for (int m = 0; m < n; m++) T[size_t(k) * n + m] = std::exp(x[m] - mx) / z + kSinkhornEps;
+    S* row = T + size_t(k) * n * B;
+    for (int b = 0; b < B; b++) mx[b] = row[b];
+    for (int m = 1; m < n; m++)
+      for (int b = 0; b < B; b++) mx[b] = std::max(mx[b], row[m * B + b]);
+    std::fill(z, z + B, S(0));
+    for (int m = 0; m < n; m++)
+      for (int b = 0; b < B; b++) z[b] += (row[m * B + b] = std::exp(row[m * B + b] - mx[b]));
+    for (int b = 0; b < B; b++) z[b] = S(1) / z[b];
+    for (int m = 0; m < n; m++)
+      for (int b = 0; b < B; b++) row[m * B + b] = row[m * B + b] * z[b] + S(kSinkhornEps);
   }
+  S inv[B];
   for (int step = 1; step <= steps; step++) {
-    const double* a = T.data() + size_t(step - 1) * nn;
-    double* b = T.data() + size_t(step) * nn;
+    const S* a = T + size_t(step - 1) * nn * B;
+    S* o = T + size_t(step) * nn * B;
     const bool rows = step % 2 == 0;
     for (int g = 0; g < n; g++) {
-      double s = 0;
-      for (int j = 0; j < n; j++) s += rows ? a[g * n + j] : a[j * n + g];
+      // the group g: row g (entries g n + j) or column g (entries j n + g)
+      const int first = rows ? g * n : g, stride = rows ? 1 : n;
+      std::fill(inv, inv + B, S(0));
+      for (int j = 0; j < n; j++)
+        for (int b = 0; b < B; b++) inv[b] += a[(first + j * stride) * B + b];
+      for (int b = 0; b < B; b++) inv[b] = S(1) / (inv[b] + S(kSinkhornEps));
+      for (int j = 0; j < n; j++)
+        for (int b = 0; b < B; b++) o[(first + j * stride) * B + b] = a[(first + j * stride) * B + b] * inv[b];
+    }
+  }
+}
+
+// The reverse for the same block: dX (token b's at dX + b ldx) from dM (at dM + b ldx). T: the
+// iterates' scratch; D: 2 n^2 kSinkhornBlock more.
+template <class S>
+void sinkhorn_block_backward(const S* X, const S* dM, long ldx, int count, int n, int iters, S* T, S* D, S* dX) {
+  constexpr int B = kSinkhornBlock;
+  sinkhorn_block_iterates(X, ldx, count, n, iters, T);
+  const int nn = n * n, steps = 2 * iters - 1;
+  S* cur = D;
+  S* prev = D + size_t(nn) * B;
+  for (int k = 0; k < nn; k++)
+    for (int b = 0; b < B; b++) cur[k * B + b] = b < count ? dM[b * ldx + k] : S(0);
+  S sum[B], dot[B];
+  for (int step = steps; step >= 1; step--) {
+    // o = a / (s + eps) over each group:  da = (do - sum_group do o) / (s + eps)
+    const S* a = T + size_t(step - 1) * nn * B;
+    const S* o = T + size_t(step) * nn * B;
+    const bool rows = step % 2 == 0;
+    for (int g = 0; g < n; g++) {
+      const int first = rows ? g * n : g, stride = rows ? 1 : n;
+      std::fill(sum, sum + B, S(0));
+      std::fill(dot, dot + B, S(0));
       for (int j = 0; j < n; j++) {
-        const int at = rows ? g * n + j : j * n + g;
-        b[at] = a[at] / (s + kSinkhornEps);
+        const int at = (first + j * stride) * B;
+        for (int b = 0; b < B; b++) {
+          sum[b] += a[at + b];
+          dot[b] += cur[at + b] * o[at + b];
+        }
+      }
+      for (int b = 0; b < B; b++) sum[b] = S(1) / (sum[b] + S(kSinkhornEps));
+      for (int j = 0; j < n; j++) {
+        const int at = (first + j * stride) * B;
+        for (int b = 0; b < B; b++) prev[at + b] = (cur[at + b] - dot[b]) * sum[b];
       }
     }
+    std::swap(cur, prev);
+  }
+  // T_0 = softmax(X) + eps, row by row:  dX = p (dT - sum p dT)
+  for (int k = 0; k < n; k++) {
+    std::fill(dot, dot + B, S(0));
+    for (int m = 0; m < n; m++)
+      for (int b = 0; b < B; b++) dot[b] += (T[(k * n + m) * B + b] - S(kSinkhornEps)) * cur[(k * n + m) * B + b];
+    for (int m = 0; m < n; m++)
+      for (int b = 0; b < count; b++)
+        dX[b * ldx + k * n + m] = (T[(k * n + m) * B + b] - S(kSinkhornEps)) * (cur[(k * n + m) * B + b] - dot[b]);
   }
 }
 
 }  // namespace
 
 void sinkhorn_forward(const double* X, int n, int iters, double* M) {
-  std::vector<double> T;
-  sinkhorn_iterates(X, n, iters, T);
-  std::copy(T.end() - n * n, T.end(), M);
+  std::vector<double> T(size_t(2 * iters) * n * n * kSinkhornBlock);
+  sinkhorn_block_iterates(X, 0, 1, n, iters, T.data());
+  const double* last = T.data() + size_t(2 * iters - 1) * n * n * kSinkhornBlock;
+  for (int k = 0; k < n * n; k++) M[k] = last[k * kSinkhornBlock];
 }
 
 void sinkhorn_backward(const double* X, int n, int iters, const double* dM, double* dX) {
-  std::vector<double> T;
-  sinkhorn_iterates(X, n, iters, T);
-  const int nn = n * n, steps = 2 * iters - 1;
-  std::vector<double> d(dM, dM + nn), prev(nn);
-  for (int step = steps; step >= 1; step--) {
-    // b = a / (s + eps) over each group:  da = (db - sum_group db b) / (s + eps)
-    const double* a = T.data() + size_t(step - 1) * nn;
-    const double* b = T.data() + size_t(step) * nn;
-    const bool rows = step % 2 == 0;
-    for (int g = 0; g < n; g++) {
-      double s = 0, dot = 0;
-      for (int j = 0; j < n; j++) {
-        const int at = rows ? g * n + j : j * n + g;
-        s += a[at];
-        dot += d[at] * b[at];
-      }
-      for (int j = 0; j < n; j++) {
-        const int at = rows ? g * n + j : j * n + g;
-        prev[at] = (d[at] - dot) / (s + kSinkhornEps);
-      }
-    }
-    d.swap(prev);
-  }
-  // T_0 = softmax(X) + eps, row by row:  dX = p (dT - sum p dT)
-  for (int k = 0; k < n; k++) {
-    double dot = 0;
-    for (int m = 0; m < n; m++) dot += (T[size_t(k) * n + m] - kSinkhornEps) * d[size_t(k) * n + m];
-    for (int m = 0; m < n; m++) dX[k * n + m] = (T[size_t(k) * n + m] - kSinkhornEps) * (d[size_t(k) * n + m] - dot);
-  }
+  std::vector<double> T(size_t(2 * iters) * n * n * kSinkhornBlock), D(size_t(2) * n * n * kSinkhornBlock);
+  sinkhorn_block_backward(X, dM, 0, 1, n, iters, T.data(), D.data(), dX);
 }
 
 // ---- one sub-layer's read and write ----
 
-// Layout of one token's mix (and pre) row: [P_s | M[s, 0..n)] for s = 0..n-1 (n (n+1)), then b (n).
-// hc's pre row holds tanh of the same layout (the dynamic parts); mhc's holds h = z phi as MaxText
-// orders it: h_pre (n), h_post (n), h_res (n^2, row-major (s, t)).
+// The layout of the per-token weights of `rows` tokens (mix, and hc's pre, dmix, dpre): [P_s | M[s,
+// 0..n)] of every token, (rows, n, n+1), then every token's b, (rows, n). hc's pre holds tanh of
+// the input-dependent parts in the same layout; mhc's holds h = z phi^T (rows, 2n + n^2) in MaxText's
+// column order: h_pre (n), h_post (n), h_res (n^2, row-major (s, t)).
+namespace {
+
+template <class S>
+struct MixView {
+  S* a;  // (rows, n, n+1)
+  S* b;  // (rows, n)
+  MixView(S* base, long rows, int n) : a(base), b(base + rows * n * (n + 1)) {}
+};
+
+// out_t = sum_s w[s * stride + t] h_s over C channels, t < m: the rows of a small (n x m) weight
+// matrix applied to n streams, in float order (s outer, c inner: the c loop vectorizes).
+template <class S>
+inline void mix_streams(S* out, const S* w, int stride, int m, const S* h, int n, int C) {
+  for (int t = 0; t < m; t++) {
+    S* o = out + size_t(t) * C;
+    std::fill(o, o + C, S(0));
+    for (int s = 0; s < n; s++) {
+      const S a = w[s * stride + t];
+      const S* hs = h + size_t(s) * C;
+      for (int c = 0; c < C; c++) o[c] += a * hs[c];
+    }
+  }
+}
+
+template <class S>
+inline S hyper_dot(const S* x, const S* y, int C) {
+  S a = 0;
+  for (int c = 0; c < C; c++) a += x[c] * y[c];
+  return a;
+}
+
+}  // namespace
 
 template <class S>
 void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S* H, long rows, S* u, S* R, S* hn,
                         S* hrstd, S* mix, S* pre) {
-  const int n = cfg.hyper_streams, C = cfg.d_model, W = hyper_mix_width(n), n1 = n + 1;
-  if (cfg.hyper == HyperMix::Hc) ops::rmsnorm_forward(hn, hrstd, H, p.norm.weight, int(rows * n), C, cfg.eps);
-  if (cfg.hyper == HyperMix::Mhc) ops::rmsnorm_forward(hn, hrstd, H, p.norm.weight, int(rows), n * C, cfg.eps);
-#pragma omp parallel
-  {
-    std::vector<double> X(size_t(n) * n), M(size_t(n) * n);
+  const int n = cfg.hyper_streams, C = cfg.d_model, n1 = n + 1, W = 2 * n + n * n;
+  const MixView<S> w(mix, rows, n), t(pre, rows, n);
+  switch (cfg.hyper) {
+    case HyperMix::None:
+      break;
+    case HyperMix::HcStatic:
+      break;
+    case HyperMix::Hc:  // Za = Hn W_a^T (rows n, n+1), Zb = Hn w_b (rows n): pre holds them, then their tanh
+      ops::rmsnorm_forward(hn, hrstd, H, p.norm.weight, int(rows * n), C, cfg.eps);
+      ops::matmul_forward(t.a, hn, p.alpha_fn, static_cast<const S*>(nullptr), int(rows * n), C, n1);
+      ops::matmul_forward(t.b, hn, p.beta_fn, static_cast<const S*>(nullptr), int(rows * n), C, 1);
+      break;
+    case HyperMix::Mhc:  // h = z phi^T (rows, 2n + n^2)
+      ops::rmsnorm_forward(hn, hrstd, H, p.norm.weight, int(rows), n * C, cfg.eps);
+      ops::matmul_forward(pre, hn, p.phi, static_cast<const S*>(nullptr), int(rows), n * C, W);
+      break;
+  }
+  const long nn = long(n) * n;
+  if (cfg.hyper == HyperMix::Mhc) {  // P, b token by token; M in blocks of tokens (Sinkhorn-Knopp)
+    const long blocks = (rows + kSinkhornBlock - 1) / kSinkhornBlock;
+#pragma omp parallel if(rows * n * C > ops::kParallelMinWork)
+    {
+      std::vector<S> X(size_t(kSinkhornBlock) * nn), T(size_t(2 * cfg.sinkhorn_iters) * nn * kSinkhornBlock);
 #pragma omp for schedule(static)
-    for (long r = 0; r < rows; r++) {
-      S* w = mix + r * W;
-      S* t = pre + r * W;
-      const S* z = hn + r * n * C;
-      switch (cfg.hyper) {
-        case HyperMix::None:
-          break;
-        case HyperMix::HcStatic:
-          std::copy(p.alpha, p.alpha + n * n1, w);
-          std::copy(p.beta, p.beta + n, w + n * n1);
-          break;
-        case HyperMix::Hc:
+      for (long blk = 0; blk < blocks; blk++) {
+        const long r0 = blk * kSinkhornBlock;
+        const int count = int(std::min<long>(kSinkhornBlock, rows - r0));
+        for (int b = 0; b < count; b++) {
+          const long r = r0 + b;
+          const S* h = pre + r * W;
           for (int s = 0; s < n; s++) {
-            const S* zs = z + size_t(s) * C;
-            for (int j = 0; j < n1; j++) {
-              double a = 0;
-              for (int c = 0; c < C; c++) a += double(zs[c]) * p.alpha_fn[size_t(c) * n1 + j];
-              t[s * n1 + j] = S(std::tanh(a));
-              w[s * n1 + j] = S(double(p.alpha[s * n1 + j]) + double(*p.alpha_scale) * std::tanh(a));
-            }
-            double b = 0;
-            for (int c = 0; c < C; c++) b += double(zs[c]) * p.beta_fn[c];
-            t[n * n1 + s] = S(std::tanh(b));
-            w[n * n1 + s] = S(double(p.beta[s]) + double(*p.beta_scale) * std::tanh(b));
+            w.a[r * n * n1 + s * n1] = S(hyper_sigmoid(double(p.scale[0]) * h[s] + double(p.bias[s])) + kPreEps);
+            w.b[r * n + s] = S(2.0 * hyper_sigmoid(double(p.scale[1]) * h[n + s] + double(p.bias[n + s])));
           }
-          break;
-        case HyperMix::Mhc: {
-          for (int j = 0; j < W; j++) {
-            double a = 0;
-            for (int c = 0; c < n * C; c++) a += double(z[c]) * p.phi[size_t(c) * W + j];
-            t[j] = S(a);
-          }
-          for (int s = 0; s < n; s++) {
-            w[s * n1] = S(sigmoid(double(p.scale[0]) * t[s] + double(p.bias[s])) + kPreEps);
-            w[n * n1 + s] = S(2.0 * sigmoid(double(p.scale[1]) * t[n + s] + double(p.bias[n + s])));
-          }
-          for (int k = 0; k < n * n; k++) X[k] = double(p.scale[2]) * t[2 * n + k] + double(p.bias[2 * n + k]);
-          sinkhorn_forward(X.data(), n, cfg.sinkhorn_iters, M.data());
+          for (long k = 0; k < nn; k++) X[b * nn + k] = p.scale[2] * h[2 * n + k] + p.bias[2 * n + k];
+        }
+        sinkhorn_block_iterates(X.data(), nn, count, n, cfg.sinkhorn_iters, T.data());
+        const S* last = T.data() + size_t(2 * cfg.sinkhorn_iters - 1) * nn * kSinkhornBlock;
+        for (int b = 0; b < count; b++)
           for (int s = 0; s < n; s++)
-            for (int m = 0; m < n; m++) w[s * n1 + 1 + m] = S(M[size_t(s) * n + m]);
-          break;
-        }
+            for (int m = 0; m < n; m++) w.a[(r0 + b) * n * n1 + s * n1 + 1 + m] = last[(s * n + m) * kSinkhornBlock + b];
       }
-      // u = sum_s P_s H_s;  R_t = sum_s M[s, t] H_s
-      const S* h = H + r * n * C;
-      for (int c = 0; c < C; c++) {
-        double a = 0;
-        for (int s = 0; s < n; s++) a += double(w[s * n1]) * h[size_t(s) * C + c];
-        u[r * C + c] = S(a);
-      }
-      for (int tt = 0; tt < n; tt++)
-        for (int c = 0; c < C; c++) {
-          double a = 0;
-          for (int s = 0; s < n; s++) a += double(w[s * n1 + 1 + tt]) * h[size_t(s) * C + c];
-          R[(r * n + tt) * C + c] = S(a);
-        }
     }
+  }
+#pragma omp parallel for schedule(static) if(rows * n * C > ops::kParallelMinWork)
+  for (long r = 0; r < rows; r++) {
+    S* wa = w.a + r * n * n1;
+    S* wb = w.b + r * n;
+    if (cfg.hyper == HyperMix::HcStatic) {
+      std::copy(p.alpha, p.alpha + n * n1, wa);
+      std::copy(p.beta, p.beta + n, wb);
+    } else if (cfg.hyper == HyperMix::Hc) {
+      S* ta = t.a + r * n * n1;
+      S* tb = t.b + r * n;
+      for (int k = 0; k < n * n1; k++) {
+        ta[k] = std::tanh(ta[k]);
+        wa[k] = p.alpha[k] + *p.alpha_scale * ta[k];
+      }
+      for (int s = 0; s < n; s++) {
+        tb[s] = std::tanh(tb[s]);
+        wb[s] = p.beta[s] + *p.beta_scale * tb[s];
+      }
+    }
+    // u = sum_s P_s H_s;  R_t = sum_s M[s, t] H_s
+    const S* h = H + r * n * C;
+    mix_streams(u + r * C, wa, n1, 1, h, n, C);
+    mix_streams(R + r * n * C, wa + 1, n1, n, h, n, C);
   }
 }
 
 template <class S>
 void hyper_write_forward(int n, const S* mix, const S* g, long rows, int C, S* H, S* sum) {
-  const int W = hyper_mix_width(n), b0 = n * (n + 1);
+  const MixView<S> w(const_cast<S*>(mix), rows, n);
 #pragma omp parallel for schedule(static) if(rows * n * C > ops::kParallelMinWork)
   for (long r = 0; r < rows; r++) {
-    const S* b = mix + r * W + b0;
-    for (int c = 0; c < C; c++) {
-      double total = 0;
-      for (int t = 0; t < n; t++) {
-        S& h = H[(r * n + t) * C + c];
-        h += b[t] * g[r * C + c];
-        total += h;
+    const S* b = w.b + r * n;
+    const S* gr = g + r * C;
+    S* out = sum + r * C;
+    std::fill(out, out + C, S(0));
+    for (int t = 0; t < n; t++) {
+      S* h = H + (r * n + t) * C;
+      const S bt = b[t];
+      for (int c = 0; c < C; c++) {
+        h[c] += bt * gr[c];
+        out[c] += h[c];
       }
-      sum[r * C + c] = S(total);
     }
   }
 }
 
 template <class S>
 void hyper_write_backward(int n, const S* mix, const S* g, const S* dH, long rows, int C, S* dg, S* dmix) {
-  const int W = hyper_mix_width(n), b0 = n * (n + 1);
+  const MixView<S> w(const_cast<S*>(mix), rows, n), dw(dmix, rows, n);
 #pragma omp parallel for schedule(static) if(rows * n * C > ops::kParallelMinWork)
   for (long r = 0; r < rows; r++) {
-    const S* b = mix + r * W + b0;
-    for (int c = 0; c < C; c++) {
-      double a = 0;
-      for (int t = 0; t < n; t++) a += double(b[t]) * dH[(r * n + t) * C + c];
-      dg[r * C + c] = S(a);
-    }
-    for (int t = 0; t < n; t++) {
-      double a = 0;
-      for (int c = 0; c < C; c++) a += double(dH[(r * n + t) * C + c]) * g[r * C + c];
-      dmix[r * W + b0 + t] = S(a);
-    }
+    const S* b = w.b + r * n;
+    const S* d = dH + r * n * C;
+    mix_streams(dg + r * C, b, 1, 1, d, n, C);  // dg = sum_t b_t dH'_t
+    for (int t = 0; t < n; t++) dw.b[r * n + t] = hyper_dot(d + size_t(t) * C, g + r * C, C);
   }
 }
 
@@ -305,129 +376,121 @@ template <class S>
 void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const HyperParams<S>& dp, const S* H,
                          long rows, const S* du, const S* dR, const S* hn, const S* hrstd, const S* mix,
                          const S* pre, S* dH, S* dmix, S* dpre, S* dhn) {
-  const int n = cfg.hyper_streams, C = cfg.d_model, W = hyper_mix_width(n), n1 = n + 1, b0 = n * n1;
+  const int n = cfg.hyper_streams, C = cfg.d_model, n1 = n + 1, W = 2 * n + n * n;
   const HyperMix form = cfg.hyper;
-#pragma omp parallel
-  {
-    std::vector<double> X(size_t(n) * n), dM(size_t(n) * n), dX(size_t(n) * n);
-#pragma omp for schedule(static)
-    for (long r = 0; r < rows; r++) {
-      const S* h = H + r * n * C;
-      const S* w = mix + r * W;
-      S* dw = dmix + r * W;
-      // dP_s = <du, H_s>, dM[s, t] = <dR_t, H_s>;  dH_s = P_s du + sum_t M[s, t] dR_t
-      for (int s = 0; s < n; s++) {
-        double a = 0;
-        for (int c = 0; c < C; c++) a += double(du[r * C + c]) * h[size_t(s) * C + c];
-        dw[s * n1] = S(a);
-        for (int t = 0; t < n; t++) {
-          double m = 0;
-          for (int c = 0; c < C; c++) m += double(dR[(r * n + t) * C + c]) * h[size_t(s) * C + c];
-          dw[s * n1 + 1 + t] = S(m);
-        }
-        for (int c = 0; c < C; c++) {
-          double v = double(w[s * n1]) * du[r * C + c];
-          for (int t = 0; t < n; t++) v += double(w[s * n1 + 1 + t]) * dR[(r * n + t) * C + c];
-          dH[(r * n + s) * C + c] = S(v);
-        }
+  const MixView<S> w(const_cast<S*>(mix), rows, n), dw(dmix, rows, n), t(const_cast<S*>(pre), rows, n),
+      dt(dpre, rows, n);
+  S* dy = dpre + rows * W;  // mhc: d(the pre-activations s h + bias), h's layout
+#pragma omp parallel for schedule(static) if(rows * n * C > ops::kParallelMinWork)
+  for (long r = 0; r < rows; r++) {
+    const S* h = H + r * n * C;
+    const S* wa = w.a + r * n * n1;
+    S* dwa = dw.a + r * n * n1;
+    const S* dr = dR + r * n * C;
+    // dP_s = <du, H_s>, dM[s, t] = <dR_t, H_s>;  dH_s = P_s du + sum_t M[s, t] dR_t
+    for (int s = 0; s < n; s++) {
+      dwa[s * n1] = hyper_dot(du + r * C, h + size_t(s) * C, C);
+      for (int tt = 0; tt < n; tt++) dwa[s * n1 + 1 + tt] = hyper_dot(dr + size_t(tt) * C, h + size_t(s) * C, C);
+    }
+    S* dh = dH + r * n * C;
+    for (int s = 0; s < n; s++) {
+      S* o = dh + size_t(s) * C;
+      const S ps = wa[s * n1];
+      for (int c = 0; c < C; c++) o[c] = ps * du[r * C + c];
+      for (int tt = 0; tt < n; tt++) {
+        const S m = wa[s * n1 + 1 + tt];
+        const S* d = dr + size_t(tt) * C;
+        for (int c = 0; c < C; c++) o[c] += m * d[c];
       }
-      // the weights' pre-activations: dpre (hc: d(tanh argument); mhc: d h), and dhn = J^T dpre
-      const S* t = pre + r * W;
-      S* dt = dpre + r * W;
-      S* dz = dhn + r * n * C;
-      if (form == HyperMix::Hc) {
-        for (int k = 0; k < b0; k++) dt[k] = S(double(dw[k]) * *p.alpha_scale * (1.0 - double(t[k]) * t[k]));
-        for (int s = 0; s < n; s++) dt[b0 + s] = S(double(dw[b0 + s]) * *p.beta_scale * (1.0 - double(t[b0 + s]) * t[b0 + s]));
-        for (int s = 0; s < n; s++)
-          for (int c = 0; c < C; c++) {
-            double a = double(dt[b0 + s]) * p.beta_fn[c];
-            for (int j = 0; j < n1; j++) a += double(dt[s * n1 + j]) * p.alpha_fn[size_t(c) * n1 + j];
-            dz[size_t(s) * C + c] = S(a);
+    }
+    if (form == HyperMix::Hc) {  // d(tanh argument)
+      const S* ta = t.a + r * n * n1;
+      const S* tb = t.b + r * n;
+      S* da = dt.a + r * n * n1;
+      S* db = dt.b + r * n;
+      for (int k = 0; k < n * n1; k++) da[k] = dwa[k] * *p.alpha_scale * (S(1) - ta[k] * ta[k]);
+      for (int s = 0; s < n; s++) db[s] = dw.b[r * n + s] * *p.beta_scale * (S(1) - tb[s] * tb[s]);
+    }
+  }
+  if (form == HyperMix::Mhc) {  // dy = d(s h + bias), dh = s dy (rows, 2n + n^2), M's part in blocks of tokens
+    const long nn = long(n) * n, blocks = (rows + kSinkhornBlock - 1) / kSinkhornBlock;
+#pragma omp parallel if(rows * n * C > ops::kParallelMinWork)
+    {
+      std::vector<S> X(size_t(kSinkhornBlock) * nn), dM(size_t(kSinkhornBlock) * nn),
+          dX(size_t(kSinkhornBlock) * nn), T(size_t(2 * cfg.sinkhorn_iters) * nn * kSinkhornBlock),
+          D(size_t(2) * nn * kSinkhornBlock);
+#pragma omp for schedule(static)
+      for (long blk = 0; blk < blocks; blk++) {
+        const long r0 = blk * kSinkhornBlock;
+        const int count = int(std::min<long>(kSinkhornBlock, rows - r0));
+        for (int b = 0; b < count; b++) {
+          const long r = r0 + b;
+          const S* wa = w.a + r * n * n1;
+          const S* dwa = dw.a + r * n * n1;
+          const S* hr = pre + r * W;
+          S* y = dy + r * W;
+          // P_s = sigmoid(q) + eps;  b_s = 2 sigmoid(q'):  dq = dP q (1 - q), dq' = db 2 o (1 - o)
+          for (int s = 0; s < n; s++) {
+            const double q = double(wa[s * n1]) - kPreEps, o = double(w.b[r * n + s]) / 2.0;
+            y[s] = S(double(dwa[s * n1]) * q * (1.0 - q));
+            y[n + s] = S(double(dw.b[r * n + s]) * 2.0 * o * (1.0 - o));
           }
-      } else if (form == HyperMix::Mhc) {
-        // P_s = sigmoid(y) + eps, y = s_p h_s + b_s;  b_s = 2 sigmoid(y'), y' = s_q h_(n+s) + b_(n+s)
-        for (int s = 0; s < n; s++) {
-          const double q = double(w[s * n1]) - kPreEps, o = double(w[b0 + s]) / 2.0;
-          dt[s] = S(double(dw[s * n1]) * q * (1.0 - q));            // d y (dw's slots are re-used below)
-          dt[n + s] = S(double(dw[b0 + s]) * 2.0 * o * (1.0 - o));  // d y'
+          for (long k = 0; k < nn; k++) X[b * nn + k] = p.scale[2] * hr[2 * n + k] + p.bias[2 * n + k];
+          for (int s = 0; s < n; s++)
+            for (int m = 0; m < n; m++) dM[b * nn + s * n + m] = dwa[s * n1 + 1 + m];
         }
-        for (int k = 0; k < n * n; k++) X[k] = double(p.scale[2]) * t[2 * n + k] + double(p.bias[2 * n + k]);
-        for (int s = 0; s < n; s++)
-          for (int m = 0; m < n; m++) dM[size_t(s) * n + m] = dw[s * n1 + 1 + m];
-        sinkhorn_backward(X.data(), n, cfg.sinkhorn_iters, dM.data(), dX.data());
-        for (int k = 0; k < n * n; k++) dt[2 * n + k] = S(dX[k]);
-        // dt now holds d(the pre-activations y): keep them in dw for the bias and scale gradients,
-        // and turn dt into d h = scale * dy
-        for (int j = 0; j < W; j++) dw[j] = dt[j];
-        for (int j = 0; j < W; j++) dt[j] = S(double(dw[j]) * p.scale[j < n ? 0 : j < 2 * n ? 1 : 2]);
-        for (int c = 0; c < n * C; c++) {
-          double a = 0;
-          for (int j = 0; j < W; j++) a += double(dt[j]) * p.phi[size_t(c) * W + j];
-          dz[c] = S(a);
+        sinkhorn_block_backward(X.data(), dM.data(), nn, count, n, cfg.sinkhorn_iters, T.data(), D.data(), dX.data());
+        for (int b = 0; b < count; b++) {
+          S* y = dy + (r0 + b) * W;
+          for (long k = 0; k < nn; k++) y[2 * n + k] = dX[b * nn + k];
+          S* d = dpre + (r0 + b) * W;
+          for (int j = 0; j < W; j++) d[j] = y[j] * p.scale[j < n ? 0 : j < 2 * n ? 1 : 2];
         }
       }
     }
   }
   // the parameter gradients, each a sum over the tokens in token order
   if (form == HyperMix::HcStatic || form == HyperMix::Hc) {
-    for (int k = 0; k < b0; k++) {
+    for (int k = 0; k < n * n1; k++) {
       double a = 0;
-      for (long r = 0; r < rows; r++) a += dmix[r * W + k];
+      for (long r = 0; r < rows; r++) a += dw.a[r * n * n1 + k];
       dp.alpha[k] += S(a);
     }
     for (int s = 0; s < n; s++) {
       double a = 0;
-      for (long r = 0; r < rows; r++) a += dmix[r * W + b0 + s];
+      for (long r = 0; r < rows; r++) a += dw.b[r * n + s];
       dp.beta[s] += S(a);
     }
   }
   if (form == HyperMix::Hc) {
     double sa = 0, sb = 0;
-    for (long r = 0; r < rows; r++) {
-      for (int k = 0; k < b0; k++) sa += double(dmix[r * W + k]) * pre[r * W + k];
-      for (int s = 0; s < n; s++) sb += double(dmix[r * W + b0 + s]) * pre[r * W + b0 + s];
-    }
+    for (long k = 0; k < rows * n * n1; k++) sa += double(dw.a[k]) * t.a[k];
+    for (long k = 0; k < rows * n; k++) sb += double(dw.b[k]) * t.b[k];
     *dp.alpha_scale += S(sa);
     *dp.beta_scale += S(sb);
-#pragma omp parallel for schedule(static) if(rows * n * C > ops::kParallelMinWork)
-    for (int c = 0; c < C; c++) {
-      std::vector<double> a(n1, 0.0);
-      double b = 0;
-      for (long r = 0; r < rows; r++)
-        for (int s = 0; s < n; s++) {
-          const double z = hn[(r * n + s) * C + c];
-          for (int j = 0; j < n1; j++) a[j] += z * dpre[r * W + s * n1 + j];
-          b += z * dpre[r * W + b0 + s];
-        }
-      for (int j = 0; j < n1; j++) dp.alpha_fn[size_t(c) * n1 + j] += S(a[j]);
-      dp.beta_fn[c] += S(b);
-    }
+    // Za = Hn W_a^T, Zb = Hn w_b:  dHn = dZa W_a + dZb w_b^T, dW_a += dZa^T Hn, dw_b += dZb^T Hn
+    std::fill(dhn, dhn + rows * n * C, S(0));
+    ops::matmul_backward(dhn, dp.alpha_fn, static_cast<S*>(nullptr), dt.a, hn, p.alpha_fn, int(rows * n), C, n1);
+    ops::matmul_backward(dhn, dp.beta_fn, static_cast<S*>(nullptr), dt.b, hn, p.beta_fn, int(rows * n), C, 1);
+    ops::rmsnorm_backward(dH, dp.norm.weight, dhn, H, p.norm.weight, hrstd, int(rows * n), C);
   }
   if (form == HyperMix::Mhc) {
     double sc[3] = {0, 0, 0};
     for (int j = 0; j < W; j++) {
-      double a = 0;
+      double a = 0, b = 0;
       for (long r = 0; r < rows; r++) {
-        a += dmix[r * W + j];
-        sc[j < n ? 0 : j < 2 * n ? 1 : 2] += double(dmix[r * W + j]) * pre[r * W + j];
+        a += dy[r * W + j];
+        b += double(dy[r * W + j]) * pre[r * W + j];
       }
       dp.bias[j] += S(a);
+      sc[j < n ? 0 : j < 2 * n ? 1 : 2] += b;
     }
     for (int k = 0; k < 3; k++) dp.scale[k] += S(sc[k]);
-#pragma omp parallel for schedule(static) if(rows * n * C > ops::kParallelMinWork)
-    for (int c = 0; c < n * C; c++) {
-      std::vector<double> a(W, 0.0);
-      for (long r = 0; r < rows; r++) {
-        const double z = hn[r * n * C + c];
-        for (int j = 0; j < W; j++) a[j] += z * dpre[r * W + j];
-      }
-      for (int j = 0; j < W; j++) dp.phi[size_t(c) * W + j] += S(a[j]);
-    }
+    // h = z phi^T:  dz = dh phi, dphi += dh^T z
+    std::fill(dhn, dhn + rows * n * C, S(0));
+    ops::matmul_backward(dhn, dp.phi, static_cast<S*>(nullptr), dpre, hn, p.phi, int(rows), n * C, W);
+    ops::rmsnorm_backward(dH, dp.norm.weight, dhn, H, p.norm.weight, hrstd, int(rows), n * C);
   }
-  // through the norm: dH += RMSNorm'^T dhn
-  if (form == HyperMix::Hc)
-    ops::rmsnorm_backward(dH, dp.norm.weight, dhn, H, p.norm.weight, hrstd, int(rows * n), C);
-  if (form == HyperMix::Mhc) ops::rmsnorm_backward(dH, dp.norm.weight, dhn, H, p.norm.weight, hrstd, int(rows), n * C);
 }
 
 #define NL_HYPER(S)                                                                                                 \

@@ -207,7 +207,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   if (cfg_.value_residual > 0) plan.push_back({&dvalues_, Nmax * (QW - A) / 2});
   if (hyper)
     plan.insert(plan.end(), {{&dhyper_[0], Nmax * nS * C}, {&dhyper_[1], Nmax * nS * C}, {&dhmix_, Nmax * HW},
-                             {&dhpre_, Nmax * HW}, {&dhn_, Nmax * nS * C}});
+                             {&dhpre_, 2 * Nmax * HW}, {&dhn_, Nmax * nS * C}});
   if (cfg_.encdec()) plan.insert(plan.end(), {{&dkv_, Ns * 2 * C}, {&dmem_, Ns * C}});
   bool scaled = false;
   for (int l = 0; l < cfg_.total_layers(); l++) scaled |= method_of(cfg_.placement_of(l)).depth_scaled_input;

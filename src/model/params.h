@@ -69,8 +69,8 @@ struct NormParams {
                         // 1 / sqrt(l) on ln_in: methods.h depth_scaled_input); 1 everywhere else
 };
 // One sub-layer's hyper-connection (model/hyper.h), null where its form has none: norm (hc: C, mhc:
-// n C); hc and hc_static: alpha (n, n+1) and beta (n); hc: alpha_fn (C, n+1), alpha_scale (1),
-// beta_fn (C), beta_scale (1); mhc: phi (n C, 2n + n^2), scale (3: pre, post, res), bias (2n + n^2).
+// n C); hc and hc_static: alpha (n, n+1) and beta (n); hc: alpha_fn (n+1, C), alpha_scale (1),
+// beta_fn (C), beta_scale (1); mhc: phi (2n + n^2, n C), scale (3: pre, post, res), bias (2n + n^2).
 template <class S>
 struct HyperParams {
   NormParams<S> norm;

@@ -178,7 +178,7 @@ def check_init(config, tensors):
         method = _layer_method(config, name)
         if ".hc." in name:   # hyper-connections: the constants exactly, mHC's projection by its std
             if name.endswith(".hc.phi"):
-                std_ok(name, w, 1.0 / math.sqrt(w.shape[0]))
+                std_ok(name, w, 1.0 / math.sqrt(w.shape[1]))
             else:
                 want = nt.hyper_init(config, name, w.shape, None).numpy()
                 if not np.allclose(w, want, rtol=1e-6, atol=0.0):
@@ -305,7 +305,7 @@ def perturb_tensors(tensors, seed, config=None):
             if name.endswith((".hc.alpha_scale", ".hc.beta_scale", ".hc.scale")):
                 w = rng.uniform(0.05, 0.2, size=w.shape)   # (larger ones grow the streams past float32's reach)
             elif name.endswith((".hc.alpha_fn", ".hc.beta_fn", ".hc.phi")):
-                w = w + 0.5 / math.sqrt(w.shape[0]) * rng.randn(*w.shape)
+                w = w + 0.5 / math.sqrt(w.shape[-1]) * rng.randn(*w.shape)
             else:   # the static weights, the norm's gain, mHC's biases
                 w = w + 0.2 * rng.randn(*w.shape)
         elif nt.is_norm_param(name) and name.endswith(".weight"):

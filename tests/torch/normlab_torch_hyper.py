@@ -23,11 +23,11 @@ def hyper_param_specs(config, pre):
         return [(pre + ".hc.alpha", (n, n + 1)), (pre + ".hc.beta", (n,))]
     if form == "hc":
         return [(pre + ".hc.norm.weight", (C,)), (pre + ".hc.alpha", (n, n + 1)), (pre + ".hc.beta", (n,)),
-                (pre + ".hc.alpha_fn", (C, n + 1)), (pre + ".hc.alpha_scale", (1,)), (pre + ".hc.beta_fn", (C,)),
+                (pre + ".hc.alpha_fn", (n + 1, C)), (pre + ".hc.alpha_scale", (1,)), (pre + ".hc.beta_fn", (C,)),
                 (pre + ".hc.beta_scale", (1,))]
     if form == "mhc":
         W = 2 * n + n * n
-        return [(pre + ".hc.norm.weight", (n * C,)), (pre + ".hc.phi", (n * C, W)), (pre + ".hc.scale", (3,)),
+        return [(pre + ".hc.norm.weight", (n * C,)), (pre + ".hc.phi", (W, n * C)), (pre + ".hc.scale", (3,)),
                 (pre + ".hc.bias", (W,))]
     raise ValueError(f"hyper must be none, hc, hc_static or mhc, got {form!r}")
 
@@ -50,7 +50,7 @@ def hyper_init(config, name, shape, normal):
     if what in ("alpha_scale", "beta_scale", "scale"):
         return torch.full(shape, 0.01, dtype=torch.float64)
     if what == "phi":
-        return normal(shape, 1.0 / math.sqrt(shape[0]))
+        return normal(shape, 1.0 / math.sqrt(shape[1]))
     return torch.zeros(shape, dtype=torch.float64)
 
 
@@ -77,7 +77,7 @@ def width_connection(config, params, pre, H):
         beta = params[pre + ".hc.beta"]
         if form == "hc":
             normed = _rmsnorm(H, params[pre + ".hc.norm.weight"], eps)
-            alpha = alpha + torch.tanh(normed @ params[pre + ".hc.alpha_fn"]) * params[pre + ".hc.alpha_scale"]
+            alpha = alpha + torch.tanh(normed @ params[pre + ".hc.alpha_fn"].T) * params[pre + ".hc.alpha_scale"]
             beta = beta + torch.tanh(normed @ params[pre + ".hc.beta_fn"]) * params[pre + ".hc.beta_scale"]
         else:
             beta = beta.expand(H.shape[:-2] + (n,))
@@ -86,7 +86,7 @@ def width_connection(config, params, pre, H):
     # mhc: MaxText ManifoldConstrainedHyperConnections.__call__
     B, T, _, C = H.shape
     norm_x = _rmsnorm(H.reshape(B, T, n * C), params[pre + ".hc.norm.weight"], eps)
-    h = norm_x @ params[pre + ".hc.phi"]
+    h = norm_x @ params[pre + ".hc.phi"].T   # (nn.Linear layout)
     scale, bias = params[pre + ".hc.scale"], params[pre + ".hc.bias"]
     h_pre, h_post, h_res = h[..., :n], h[..., n:2 * n], h[..., 2 * n:]
     pre_map = torch.sigmoid(scale[0] * h_pre + bias[:n]) + 1e-6
