@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <Eigen/Dense>
 #include <fmt/format.h>
 
 #include "model/methods.h"
@@ -491,6 +492,46 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
     ops::matmul_backward(dhn, dp.phi, static_cast<S*>(nullptr), dpre, hn, p.phi, int(rows), n * C, W);
     ops::rmsnorm_backward(dH, dp.norm.weight, dhn, H, p.norm.weight, hrstd, int(rows), n * C);
   }
+}
+
+// ---- the mixes' gains ----
+
+namespace {
+
+HyperGain gain_of(const Eigen::MatrixXd& A) {
+  HyperGain g;
+  g.forward = A.cwiseAbs().rowwise().sum().maxCoeff();
+  g.backward = A.cwiseAbs().colwise().sum().maxCoeff();
+  g.spectral = Eigen::JacobiSVD<Eigen::MatrixXd>(A).singularValues()(0);
+  return g;
+}
+
+void keep_max(HyperGain& into, const HyperGain& g) {
+  into.forward = std::max(into.forward, g.forward);
+  into.backward = std::max(into.backward, g.backward);
+  into.spectral = std::max(into.spectral, g.spectral);
+}
+
+}  // namespace
+
+HyperGains hyper_gains(int n, const std::vector<const float*>& mixes, long rows) {
+  const int n1 = n + 1;
+  HyperGains out;
+  out.own.resize(mixes.size());
+  out.composite.resize(mixes.size());
+  Eigen::MatrixXd res(n, n), comp(n, n);
+  for (long r = 0; r < rows; r++) {
+    comp.setIdentity();
+    for (size_t l = 0; l < mixes.size(); l++) {
+      const float* w = mixes[l] + r * n * n1;
+      for (int t = 0; t < n; t++)
+        for (int s = 0; s < n; s++) res(t, s) = w[s * n1 + 1 + t];  // H^res[t, s] = M[s, t]
+      comp = res * comp;
+      keep_max(out.own[l], gain_of(res));
+      keep_max(out.composite[l], gain_of(comp));
+    }
+  }
+  return out;
 }
 
 #define NL_HYPER(S)                                                                                                 \

@@ -74,6 +74,22 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
                          long rows, const S* du, const S* dR, const S* hn, const S* hrstd, const S* mix,
                          const S* pre, S* dH, S* dmix, S* dpre, S* dhn);
 
+// What the residual mixes do to the streams through depth (mHC's "Amax Gain Magnitude"): the map the
+// streams take past sub-layer l, the branches left out, is H^res_l = M_l^T (H' = H^res H), and through
+// sub-layers 1..l the composite H^res_l ... H^res_1. Of a map A (n x n) per token: forward, the largest
+// absolute row sum (max_t sum_s |A[t, s]|: how much one output stream can gain); backward, the largest
+// absolute column sum (the same for the gradients); spectral, the largest singular value. Each the
+// maximum over the tokens.
+struct HyperGain {
+  double forward = 0, backward = 0, spectral = 0;
+};
+struct HyperGains {
+  std::vector<HyperGain> own, composite;  // per entry of `mixes`: its own map, and the composite up to it
+};
+// mixes: the mix buffers of a stack's hyper-connected sub-layers in order (rows tokens each, the
+// layout above).
+HyperGains hyper_gains(int n, const std::vector<const float*>& mixes, long rows);
+
 // The Sinkhorn-Knopp projection of mhc, public for its test: M (n x n) from X (n x n), MaxText's
 // sinkhorn(): T = softmax_rows(X) + 1e-6, T /= (column sums + 1e-6), then iters - 1 times rows then
 // columns; and its reverse, dX from dM at the same X.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "model/hyper.h"
 #include "model/methods.h"
 
 namespace normlab {
@@ -181,6 +182,19 @@ void LayerLogger::begin(const Model<float>& model) {
   before_ = model.params();
   auto rows_of = [&](const Slot& s) { return cfg.encdec() && s.encoder ? model.planned_S() : model.planned_T(); };
 
+  // hyper-connections: the residual mixes' gains, each slot's own and the composite up to it
+  std::vector<int> hyper_slots;
+  std::vector<const float*> mixes;
+  for (int i = 0; i < cfg.n_slots() && cfg.hyper_connected(); i++)
+    if (cfg.slot(i).present) {
+      hyper_slots.push_back(i);
+      mixes.push_back(model.acts(i).hmix);
+    }
+  const HyperGains gains = hyper_gains(cfg.hyper_streams, mixes, long(B) * model.planned_T());
+  auto gain_json = [](const HyperGain& g) {
+    return json{{"forward", g.forward}, {"backward", g.backward}, {"spectral", g.spectral}};
+  };
+
   json sublayers = json::array();
   for (int i = 0; i < cfg.n_slots(); i++) {
     const Slot slot = cfg.slot(i);
@@ -209,6 +223,19 @@ void LayerLogger::begin(const Model<float>& model) {
                                                          model.self_attention_mask(i)))
                               : json(nullptr);
     s["attn_sink_share"] = slot.kind == Sublayer::Attn ? json(first_key_sink_share(a.att, B, NH, T)) : json(nullptr);
+    if (cfg.hyper_connected()) {  // each stream's RMS entering the slot; the mixes' gains
+      const long n = cfg.hyper_streams;
+      json rms = json::array();
+      for (long t = 0; t < n; t++) {
+        double sum = 0;
+        for (long r = 0; r < N; r++) sum += std::sqrt(sum_squares(a.hs_in + (r * n + t) * C, size_t(C)) / C);
+        rms.push_back(sum / double(N));
+      }
+      s["streams_rms"] = std::move(rms);
+      const size_t k = size_t(std::find(hyper_slots.begin(), hyper_slots.end(), i) - hyper_slots.begin());
+      s["mix_gain"] = gain_json(gains.own[k]);
+      s["composite_gain"] = gain_json(gains.composite[k]);
+    }
     s["grad_norm"] = json::object();
     sublayers.push_back(std::move(s));
   }

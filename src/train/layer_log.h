@@ -2,7 +2,8 @@
 // sub-layer the stream norm and its largest entry against the median (massive activations), the
 // branch-to-stream ratio, every norm site's input norm, the attention entropy, largest logit and sink
 // share, and per parameter group the gradient norm and the update ratio
-// ||delta theta|| / ||theta||; per stack its output norm; the output logits' log Z. Read from what a training step already has (the activations of its last
+// ||delta theta|| / ||theta||; per stack its output norm; the output logits' log Z; with
+// hyper-connections each stream's RMS entering a sub-layer and the residual mixes' gains (model/hyper.h). Read from what a training step already has (the activations of its last
 // forward, the gradients after backward, the parameters before and after the optimizer step): no
 // extra forward pass. And the model update ||Delta F|| of DeepNet (train.log_model_update), which
 // does cost forward passes on a fixed probe batch. The record format is in docs/USAGE.md ("Per-layer logs during training").
