@@ -56,6 +56,10 @@ TEST(Hyper, ConfigRules) {
     ModelConfig c = hyper_model(HyperMix::Hc, bad);
     EXPECT_THROW(c.validate(), Error) << bad;
   }
+  ModelConfig lite = hyper_model(HyperMix::MhcLite, 7);  // 5040 permutations
+  EXPECT_THROW(lite.validate(), Error);
+  EXPECT_EQ(make_param_table(hyper_model(HyperMix::MhcLite, 4)).find("h.0.attn.hc.phi")->shape,
+            (std::vector<int64_t>{2 * 4 + 24, 4 * 8}));
   ModelConfig iters = hyper_model(HyperMix::Mhc, 4);
   iters.sinkhorn_iters = 0;
   EXPECT_THROW(iters.validate(), Error);
@@ -132,14 +136,16 @@ TEST(Hyper, AtInitHyperConnectionsArePreLN) {
       c.eps = 0;
       EXPECT_LT(max_diff(logits_by_name(pre, c, tok, 2, 6), ref), 1e-12) << to_string(form) << " n = " << n;
     }
-  // mhc does not start as Pre-LN (P = 1/2 per stream, M near uniform): it must differ
-  ModelConfig m = hyper_model(HyperMix::Mhc, 4);
-  m.eps = 0;
-  EXPECT_GT(max_diff(logits_by_name(pre, m, tok, 2, 6), ref), 1e-3);
+  // mhc and mhc_lite do not start as Pre-LN (P = 1/2 per stream, M near uniform): they must differ
+  for (HyperMix form : {HyperMix::Mhc, HyperMix::MhcLite}) {
+    ModelConfig m = hyper_model(form, 4);
+    m.eps = 0;
+    EXPECT_GT(max_diff(logits_by_name(pre, m, tok, 2, 6), ref), 1e-3) << to_string(form);
+  }
 }
 
 TEST(Hyper, GradientsAgainstFiniteDifferences) {
-  for (HyperMix form : {HyperMix::HcStatic, HyperMix::Hc, HyperMix::Mhc}) {
+  for (HyperMix form : {HyperMix::HcStatic, HyperMix::Hc, HyperMix::Mhc, HyperMix::MhcLite}) {
     SCOPED_TRACE(to_string(form));
     {
       SCOPED_TRACE("causal LayerNorm, 3 streams");
@@ -238,6 +244,22 @@ TEST(Hyper, GainsAgainstTheProductOfTheLearnedMatrices) {
     EXPECT_NEAR(x.forward, 1.0, 1e-4);
     EXPECT_LT(x.backward, 1.05);
     EXPECT_LT(x.spectral, 1.05);
+  }
+  // mhc_lite's mixes are convex combinations of permutation matrices: doubly stochastic exactly, so
+  // every composite keeps gains of 1 (to float rounding)
+  ModelConfig lc = hyper_model(HyperMix::MhcLite, 3);
+  lc.n_layers = 6;
+  Model<float> lm(lc);
+  for (const ParamSpec& p : lm.table().specs)
+    if (p.name.ends_with(".hc.scale") || p.name.ends_with(".hc.bias"))
+      for (size_t k = 0; k < p.numel; k++) lm.params()[p.offset + k] = float(3.0 * rng.normal());
+  lm.forward(tok.ids.data(), tok.labels.data(), B, T);
+  std::vector<const float*> lmixes;
+  for (int i = 0; i < lc.n_slots(); i++) lmixes.push_back(lm.acts(i).hmix);
+  for (const HyperGain& x : hyper_gains(3, lmixes, long(B) * T).composite) {
+    EXPECT_NEAR(x.forward, 1.0, 1e-5);
+    EXPECT_NEAR(x.backward, 1.0, 1e-5);
+    EXPECT_NEAR(x.spectral, 1.0, 1e-5);
   }
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/hyper.h"
 #include "model/methods.h"
 #include "model/params.h"
 #include "train/resume.h"
@@ -276,7 +277,7 @@ Symbols symbols_of(const ModelConfig& c) {
   return {{"C", c.d_model},        {"V", c.vocab_size()},     {"F", c.ff()},
           {"G", c.fc_width()},     {"HS", c.head_size()},     {"A", c.attn_width()},
           {"W", long(c.kv_heads()) * c.head_size()},        {"NH", c.n_heads},  {"GA", c.attn_gate_width()},
-          {"n", c.hyper_streams},
+          {"n", c.hyper_streams},    {"Rh", c.hyper_connected() ? hyper_res_width(c) : 0},
           {"seq_len", c.seq_len}, {"type_vocab", c.type_vocab}, {"src_vocab", c.src_vocab_size()}};
 }
 
@@ -341,6 +342,11 @@ const Variant kVariants[] = {
     {"attn_sink true", [](ModelConfig& c) { c.attn_sink = true; }},
     {"hyper hc", [](ModelConfig& c) { c.hyper = HyperMix::Hc; }},
     {"hyper hc_static", [](ModelConfig& c) { c.hyper = HyperMix::HcStatic; }},
+    {"hyper mhc_lite, 3 streams",
+     [](ModelConfig& c) {
+       c.hyper = HyperMix::MhcLite;
+       c.hyper_streams = 3;
+     }},
     {"hyper mhc, 3 streams",
      [](ModelConfig& c) {
        c.hyper = HyperMix::Mhc;

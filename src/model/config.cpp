@@ -35,7 +35,8 @@ constexpr EnumName<QkNorm> kQkNormNames[] = {{QkNorm::None, "none"}, {QkNorm::He
 constexpr EnumName<AttnGate> kAttnGateNames[] = {
     {AttnGate::None, "none"}, {AttnGate::Headwise, "headwise"}, {AttnGate::Elementwise, "elementwise"}};
 constexpr EnumName<HyperMix> kHyperNames[] = {
-    {HyperMix::None, "none"}, {HyperMix::Hc, "hc"}, {HyperMix::HcStatic, "hc_static"}, {HyperMix::Mhc, "mhc"}};
+    {HyperMix::None, "none"}, {HyperMix::Hc, "hc"}, {HyperMix::HcStatic, "hc_static"}, {HyperMix::Mhc, "mhc"},
+    {HyperMix::MhcLite, "mhc_lite"}};
 constexpr EnumName<LinearBias> kBiasNames[] = {
     {LinearBias::All, "all"}, {LinearBias::Qkv, "qkv"}, {LinearBias::None, "none"}};
 constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}, {Head::Untied, "untied"}};

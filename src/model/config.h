@@ -42,8 +42,10 @@ enum class AttnGate { None, Headwise, Elementwise };
 // Hyper-connections (model/hyper.h): the residual stream widened to n streams that each sub-layer
 // reads a mix of and writes back into. hc: Zhu et al.'s dynamic form (2409.19606; lucidrains/
 // hyper-connections), hc_static: its static form, mhc: DeepSeek's manifold-constrained form
-// (2512.24880; MaxText's layers/mhc.py), the residual mix projected onto the doubly stochastic matrices.
-enum class HyperMix { None, Hc, HcStatic, Mhc };
+// (2512.24880; MaxText's layers/mhc.py), the residual mix projected onto the doubly stochastic matrices;
+// mhc_lite: mHC-lite (2601.05732; MaxText's enable_mhc_lite), the mix a convex combination of the n!
+// permutation matrices, doubly stochastic exactly.
+enum class HyperMix { None, Hc, HcStatic, Mhc, MhcLite };
 // What turns the last stream into logits: the tied output embedding (GPT-2), BERT's masked-LM head
 // (dense + activation + norm, then the tied embedding and an output bias), nothing (a headless
 // encoder such as BertModel: no logits and no loss), or an output matrix of its own, lm_head
@@ -124,7 +126,7 @@ struct ModelConfig {
   AttnGate attn_gate = AttnGate::None;  // none | headwise | elementwise (above); self-attention only
   bool attn_sink = false;            // a learned sink logit per query head in every self-attention's softmax
                                      // (gpt-oss; ops/attention.h): parameters <layer>.attn.sinks (n_heads)
-  HyperMix hyper = HyperMix::None;   // none | hc | hc_static | mhc: hyper-connections (above; model/hyper.h)
+  HyperMix hyper = HyperMix::None;   // none | hc | hc_static | mhc | mhc_lite: hyper-connections (above; model/hyper.h)
   int hyper_streams = 4;             // n, the number of residual streams (the expansion rate), with hyper
   int sinkhorn_iters = 20;           // mhc: the Sinkhorn-Knopp iterations of the residual mix (MaxText's 20)
   double value_residual = 0.0;       // > 0: value residual learning (ResFormer, Zhou et al. 2410.17897): every

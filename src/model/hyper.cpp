@@ -19,6 +19,7 @@ namespace normlab {
 namespace {
 
 constexpr int kMaxHyperStreams = 16;
+constexpr int kMaxLiteStreams = 6;  // mhc_lite: n! permutations (720 at 6)
 constexpr int kMaxSinkhornIters = 100;
 constexpr double kSinkhornEps = 1e-6;  // MaxText's sinkhorn() eps
 constexpr double kPreEps = 1e-6;       // MaxText's eps on the read weights P
@@ -35,6 +36,10 @@ void hyper_violations(const ModelConfig& cfg, std::vector<std::string>& v) {
   if (cfg.sinkhorn_iters < 1 || cfg.sinkhorn_iters > kMaxSinkhornIters)
     v.push_back(fmt::format("model.sinkhorn_iters = {} must be in [1, {}]", cfg.sinkhorn_iters, kMaxSinkhornIters));
   if (!cfg.hyper_connected()) return;
+  if (cfg.hyper == HyperMix::MhcLite && cfg.hyper_streams > kMaxLiteStreams)
+    v.push_back(fmt::format("model.hyper = \"mhc_lite\" mixes the n! permutations of the streams: model.hyper_streams = "
+                            "{} must be at most {}",
+                            cfg.hyper_streams, kMaxLiteStreams));
   const std::string key = fmt::format("model.hyper = \"{}\"", to_string(cfg.hyper));
   if (cfg.encdec()) v.push_back(key + " is for one stack (arch = \"gpt\" or \"encoder\")");
   if (!cfg.residual) v.push_back(key + " replaces the skip path: it needs model.residual = true");
@@ -54,6 +59,18 @@ void hyper_violations(const ModelConfig& cfg, std::vector<std::string>& v) {
   }
 }
 
+int hyper_res_width(const ModelConfig& cfg) {
+  const int n = cfg.hyper_streams;
+  if (cfg.hyper != HyperMix::MhcLite) return n * n;
+  int f = 1;
+  for (int k = 2; k <= std::min(n, kMaxLiteStreams); k++) f *= k;
+  return f;
+}
+
+int hyper_pre_width(const ModelConfig& cfg) {
+  return std::max(hyper_mix_width(cfg.hyper_streams), 2 * cfg.hyper_streams + hyper_res_width(cfg));
+}
+
 std::vector<HyperParamSpec> hyper_param_specs(const ModelConfig& cfg) {
   const int64_t n = cfg.hyper_streams, C = cfg.d_model;
   switch (cfg.hyper) {
@@ -67,10 +84,13 @@ std::vector<HyperParamSpec> hyper_param_specs(const ModelConfig& cfg) {
               {".hc.alpha_scale", {1}, ParamRole::Gate},       {".hc.beta_fn", {C}, ParamRole::Gate},
               {".hc.beta_scale", {1}, ParamRole::Gate}};
     case HyperMix::Mhc:
+    case HyperMix::MhcLite: {
+      const int64_t W = 2 * n + hyper_res_width(cfg);
       return {{".hc.norm.weight", {n * C}, ParamRole::NormGain},
-              {".hc.phi", {2 * n + n * n, n * C}, ParamRole::Gate},
+              {".hc.phi", {W, n * C}, ParamRole::Gate},
               {".hc.scale", {3}, ParamRole::Gate},
-              {".hc.bias", {2 * n + n * n}, ParamRole::Gate}};
+              {".hc.bias", {W}, ParamRole::Gate}};
+    }
   }
   return {};
 }
@@ -229,6 +249,22 @@ void sinkhorn_backward(const double* X, int n, int iters, const double* dM, doub
   sinkhorn_block_backward(X, dM, 0, 1, n, iters, T.data(), D.data(), dX);
 }
 
+// ---- mHC-lite's permutations ----
+
+namespace {
+
+// The n! permutations of 0..n-1 in lexicographic order (itertools.permutations'), flat: entry p k is
+// the column of row k's 1 in permutation matrix p (MaxText: jnp.eye(n)[perm], Perm_p[k, perm_p[k]] = 1).
+std::vector<int> lite_permutations(int n) {
+  std::vector<int> perm(static_cast<size_t>(n)), out;
+  for (int k = 0; k < n; k++) perm[size_t(k)] = k;
+  do out.insert(out.end(), perm.begin(), perm.end());
+  while (std::next_permutation(perm.begin(), perm.end()));
+  return out;
+}
+
+}  // namespace
+
 // ---- one sub-layer's read and write ----
 
 // The layout of the per-token weights of `rows` tokens (mix, and hc's pre, dmix, dpre): [P_s | M[s,
@@ -271,7 +307,7 @@ inline S hyper_dot(const S* x, const S* y, int C) {
 template <class S>
 void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S* H, long rows, S* u, S* R, S* hn,
                         S* hrstd, S* mix, S* pre) {
-  const int n = cfg.hyper_streams, C = cfg.d_model, n1 = n + 1, W = 2 * n + n * n;
+  const int n = cfg.hyper_streams, C = cfg.d_model, n1 = n + 1, W = 2 * n + hyper_res_width(cfg);
   const MixView<S> w(mix, rows, n), t(pre, rows, n);
   switch (cfg.hyper) {
     case HyperMix::None:
@@ -283,7 +319,8 @@ void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S
       ops::matmul_forward(t.a, hn, p.alpha_fn, static_cast<const S*>(nullptr), int(rows * n), C, n1);
       ops::matmul_forward(t.b, hn, p.beta_fn, static_cast<const S*>(nullptr), int(rows * n), C, 1);
       break;
-    case HyperMix::Mhc:  // h = z phi^T (rows, 2n + n^2)
+    case HyperMix::Mhc:  // h = z phi^T (rows, 2n + n^2, or 2n + n! for mhc_lite)
+    case HyperMix::MhcLite:
       ops::rmsnorm_forward(hn, hrstd, H, p.norm.weight, int(rows), n * C, cfg.eps);
       ops::matmul_forward(pre, hn, p.phi, static_cast<const S*>(nullptr), int(rows), n * C, W);
       break;
@@ -315,11 +352,27 @@ void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S
       }
     }
   }
+  const std::vector<int> perms = cfg.hyper == HyperMix::MhcLite ? lite_permutations(n) : std::vector<int>();
 #pragma omp parallel for schedule(static) if(rows * n * C > ops::kParallelMinWork)
   for (long r = 0; r < rows; r++) {
     S* wa = w.a + r * n * n1;
     S* wb = w.b + r * n;
-    if (cfg.hyper == HyperMix::HcStatic) {
+    if (cfg.hyper == HyperMix::MhcLite) {  // P, b as mhc; M = sum_p softmax(s_r h_res + B_res)_p Perm_p
+      const S* h = pre + r * W;
+      for (int s = 0; s < n; s++) {
+        wa[s * n1] = S(hyper_sigmoid(double(p.scale[0]) * h[s] + double(p.bias[s])) + kPreEps);
+        wb[s] = S(2.0 * hyper_sigmoid(double(p.scale[1]) * h[n + s] + double(p.bias[n + s])));
+        for (int m = 0; m < n; m++) wa[s * n1 + 1 + m] = S(0);
+      }
+      const int Rp = W - 2 * n;
+      double mx = -1e300, z = 0;
+      for (int q = 0; q < Rp; q++) mx = std::max(mx, double(p.scale[2]) * h[2 * n + q] + double(p.bias[2 * n + q]));
+      for (int q = 0; q < Rp; q++) z += std::exp(double(p.scale[2]) * h[2 * n + q] + double(p.bias[2 * n + q]) - mx);
+      for (int q = 0; q < Rp; q++) {
+        const S weight = S(std::exp(double(p.scale[2]) * h[2 * n + q] + double(p.bias[2 * n + q]) - mx) / z);
+        for (int k = 0; k < n; k++) wa[k * n1 + 1 + perms[size_t(q) * n + k]] += weight;
+      }
+    } else if (cfg.hyper == HyperMix::HcStatic) {
       std::copy(p.alpha, p.alpha + n * n1, wa);
       std::copy(p.beta, p.beta + n, wb);
     } else if (cfg.hyper == HyperMix::Hc) {
@@ -377,8 +430,9 @@ template <class S>
 void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const HyperParams<S>& dp, const S* H,
                          long rows, const S* du, const S* dR, const S* hn, const S* hrstd, const S* mix,
                          const S* pre, S* dH, S* dmix, S* dpre, S* dhn) {
-  const int n = cfg.hyper_streams, C = cfg.d_model, n1 = n + 1, W = 2 * n + n * n;
+  const int n = cfg.hyper_streams, C = cfg.d_model, n1 = n + 1, W = 2 * n + hyper_res_width(cfg);
   const HyperMix form = cfg.hyper;
+  const std::vector<int> perms = form == HyperMix::MhcLite ? lite_permutations(n) : std::vector<int>();
   const MixView<S> w(const_cast<S*>(mix), rows, n), dw(dmix, rows, n), t(const_cast<S*>(pre), rows, n),
       dt(dpre, rows, n);
   S* dy = dpre + rows * W;  // mhc: d(the pre-activations s h + bias), h's layout
@@ -411,6 +465,31 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
       S* db = dt.b + r * n;
       for (int k = 0; k < n * n1; k++) da[k] = dwa[k] * *p.alpha_scale * (S(1) - ta[k] * ta[k]);
       for (int s = 0; s < n; s++) db[s] = dw.b[r * n + s] * *p.beta_scale * (S(1) - tb[s] * tb[s]);
+    } else if (form == HyperMix::MhcLite) {  // dy for P, b as mhc's; the softmax over the permutations
+      const S* hr = pre + r * W;
+      S* y = dpre + rows * W + r * W;
+      for (int s = 0; s < n; s++) {
+        const double q = double(wa[s * n1]) - kPreEps, o = double(w.b[r * n + s]) / 2.0;
+        y[s] = S(double(dwa[s * n1]) * q * (1.0 - q));
+        y[n + s] = S(double(dw.b[r * n + s]) * 2.0 * o * (1.0 - o));
+      }
+      // weight_q = softmax(x)_q, M = sum_q weight_q Perm_q:  dweight_q = sum_k dM[k, perm_q[k]];
+      // dx = weight (dweight - sum weight dweight)
+      const int Rp = W - 2 * n;
+      double mx = -1e300, z = 0, dot = 0;
+      for (int q = 0; q < Rp; q++) mx = std::max(mx, double(p.scale[2]) * hr[2 * n + q] + double(p.bias[2 * n + q]));
+      for (int q = 0; q < Rp; q++) z += std::exp(double(p.scale[2]) * hr[2 * n + q] + double(p.bias[2 * n + q]) - mx);
+      for (int q = 0; q < Rp; q++) {
+        const double weight = std::exp(double(p.scale[2]) * hr[2 * n + q] + double(p.bias[2 * n + q]) - mx) / z;
+        double dweight = 0;
+        for (int k = 0; k < n; k++) dweight += dwa[k * n1 + 1 + perms[size_t(q) * n + k]];
+        y[2 * n + q] = S(weight);  // (weight for now; turned into dx below)
+        dot += weight * dweight;
+        dpre[r * W + 2 * n + q] = S(dweight);
+      }
+      for (int q = 0; q < Rp; q++) y[2 * n + q] = S(double(y[2 * n + q]) * (double(dpre[r * W + 2 * n + q]) - dot));
+      S* d = dpre + r * W;
+      for (int j = 0; j < W; j++) d[j] = y[j] * p.scale[j < n ? 0 : j < 2 * n ? 1 : 2];
     }
   }
   if (form == HyperMix::Mhc) {  // dy = d(s h + bias), dh = s dy (rows, 2n + n^2), M's part in blocks of tokens
@@ -475,7 +554,7 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
     ops::matmul_backward(dhn, dp.beta_fn, static_cast<S*>(nullptr), dt.b, hn, p.beta_fn, int(rows * n), C, 1);
     ops::rmsnorm_backward(dH, dp.norm.weight, dhn, H, p.norm.weight, hrstd, int(rows * n), C);
   }
-  if (form == HyperMix::Mhc) {
+  if (form == HyperMix::Mhc || form == HyperMix::MhcLite) {
     double sc[3] = {0, 0, 0};
     for (int j = 0; j < W; j++) {
       double a = 0, b = 0;

@@ -14,7 +14,10 @@
 //              z = RMSNorm(vec H) over n C, h = phi z (2n + n^2 values), P = sigmoid(s_p h_pre + b_pre)
 //              + 1e-6, b = 2 sigmoid(s_q h_post + b_post), M = Sinkhorn(s_r mat(h_res) + B_res): a row
 //              softmax, then alternate column and row normalizations (sinkhorn_iters in all), so M is
-//              (near) doubly stochastic and the streams' composite gain stays bounded through depth.
+//              (near) doubly stochastic and the streams' composite gain stays bounded through depth;
+//   mhc_lite:  mHC-lite (2601.05732, MaxText's enable_mhc_lite): as mhc but M = sum_p softmax(s_r h_res +
+//              B_res)_p Perm_p over the n! permutation matrices (lexicographic order), exactly doubly
+//              stochastic; h_res has n! entries.
 // The model (model/model.cpp) calls the read before a hyper-connected sub-layer's stages and the write
 // after them; the stages' shortcut is absent (the write takes its place).
 #pragma once
@@ -52,11 +55,15 @@ bool init_hyper_param(const ModelConfig& cfg, const ParamSpec& p, int layer, S* 
 // The mixing weights of `rows` tokens: every token's [P | M] (n x (n+1), row s: P_s then M[s, 0..n)),
 // then every token's b (n): rows hyper_mix_width(n) values; their pre-activations take as many.
 inline int hyper_mix_width(int n) { return n * (n + 1) + n; }
+// mhc and mhc_lite: the residual map's pre-activations per token, n^2 (mhc) or n! (mhc_lite, one per
+// permutation); and the width of the pre buffers, the larger of the mix's and the projection's (2n + that).
+int hyper_res_width(const ModelConfig& cfg);
+int hyper_pre_width(const ModelConfig& cfg);
 
 // The read of one sub-layer over `rows` tokens. H (rows, n, C) the streams entering; writes u (rows, C)
 // the branch input, R (rows, n, C) R_t = sum_s M[s, t] H_s (the write adds b_t g to it), and what the
 // backward reads: hn (rows, n C) the normalized streams, hrstd (rows n for hc, rows for mhc), mix and
-// pre (rows hyper_mix_width(n)) the weights and their pre-activations.
+// pre (rows hyper_pre_width) the weights and their pre-activations.
 template <class S>
 void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S* H, long rows, S* u, S* R, S* hn,
                         S* hrstd, S* mix, S* pre);
@@ -68,7 +75,7 @@ template <class S>
 void hyper_write_backward(int n, const S* mix, const S* g, const S* dH, long rows, int C, S* dg, S* dmix);
 // The read's reverse: dH (rows, n, C) = d(loss)/d(the streams entering) (assigned) from du (rows, C) and
 // dR (rows, n, C) (= the write's dH'); the parameter gradients dp +=. dmix (its b part filled by
-// hyper_write_backward), dpre (2 rows hyper_mix_width(n)) and dhn (rows, n C) are scratch.
+// hyper_write_backward), dpre (2 rows hyper_pre_width) and dhn (rows, n C) are scratch.
 template <class S>
 void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const HyperParams<S>& dp, const S* H,
                          long rows, const S* du, const S* dR, const S* hn, const S* hrstd, const S* mix,

@@ -151,6 +151,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   hstate_.assign(n_slots + 1, nullptr);
   const bool hyper = cfg_.hyper_connected();
   const size_t nS = size_t(cfg_.n_streams()), HW = size_t(hyper_mix_width(cfg_.n_streams()));
+  const size_t PW = hyper ? size_t(hyper_pre_width(cfg_)) : 0;  // (mhc_lite's projection is wider than the mix)
   size_t att_max = 0;
   plan.push_back({&streams_[0], size_t(rows(0)) * C});
   if (cfg_.encdec()) plan.push_back({&streams_[dec0], N * C});  // the decoder's embedding output
@@ -165,7 +166,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
     const size_t att = kind == Sublayer::Cross ? size_t(B) * NH * T * Ssrc : size_t(B) * NH * t * t;
     att_max = std::max(att_max, att);
     if (hyper) {  // the branch input u (x_in), the next streams, the read's weights (model/hyper.h)
-      plan.insert(plan.end(), {{&a.x_in, n * C}, {&hstate_[i + 1], n * nS * C}, {&a.hmix, n * HW}, {&a.hpre, n * HW}});
+      plan.insert(plan.end(), {{&a.x_in, n * C}, {&hstate_[i + 1], n * nS * C}, {&a.hmix, n * HW}, {&a.hpre, n * PW}});
       if (cfg_.hyper != HyperMix::HcStatic)
         plan.insert(plan.end(), {{&a.hn, n * nS * C}, {&a.hrstd, n * nS}});
     }
@@ -207,7 +208,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   if (cfg_.value_residual > 0) plan.push_back({&dvalues_, Nmax * (QW - A) / 2});
   if (hyper)
     plan.insert(plan.end(), {{&dhyper_[0], Nmax * nS * C}, {&dhyper_[1], Nmax * nS * C}, {&dhmix_, Nmax * HW},
-                             {&dhpre_, 2 * Nmax * HW}, {&dhn_, Nmax * nS * C}});
+                             {&dhpre_, 2 * Nmax * PW}, {&dhn_, Nmax * nS * C}});
   if (cfg_.encdec()) plan.insert(plan.end(), {{&dkv_, Ns * 2 * C}, {&dmem_, Ns * C}});
   bool scaled = false;
   for (int l = 0; l < cfg_.total_layers(); l++) scaled |= method_of(cfg_.placement_of(l)).depth_scaled_input;

@@ -51,7 +51,7 @@ struct SublayerActs {
   S* pre = nullptr, * pre_r = nullptr;
   // Hyper-connections (model.hyper, model/hyper.h): the streams entering (B, T, n, C) (the stage walk's x_in
   // is the branch input u read from them), their norm (B, T, n C) and its 1 / RMS, the mixing weights
-  // and their pre-activations (B, T, hyper_mix_width(n))
+  // (B, T, hyper_mix_width(n)) and their pre-activations (B, T, hyper_pre_width)
   S* hs_in = nullptr, * hn = nullptr, * hrstd = nullptr, * hmix = nullptr, * hpre = nullptr;
 };
 

@@ -242,16 +242,21 @@ def build_cases():
         Case("train_gpt_completep_mup", dict(SMALL, n_layers=4, placement="pre", head="untied", mup_base_width=16,
              completep_base_depth=2), SMALL_BT, kind="train", train=dict(TRAIN_CFG, adam_eps=1e-3)),
         # hyper-connections: dynamic HC on the Llama block with GQA (4 streams), static HC on a padded Peri-LN
-        # encoder, mHC with 2 and 3 streams; trained, so the input-dependent maps (0 at init) move off 0
+        # encoder, mHC with 2 and 3 streams, mHC-lite with 3 and 4; trained, so the input-dependent maps (0 at
+        # init) move off 0
         Case("gpt_hc_llama", dict(SMALL, n_layers=3, placement="pre", norm="rmsnorm", activation="swiglu", bias="none",
              positions="rope", n_kv_heads=2, hyper="hc", hyper_streams=4), SMALL_BT),
         Case("encoder_hc_static_peri_pad", dict(SMALL, arch="encoder", placement="peri", hyper="hc_static",
              hyper_streams=3), SMALL_BT, pad=True),
         Case("gpt_mhc", dict(SMALL, n_layers=3, placement="pre", hyper="mhc", hyper_streams=3), SMALL_BT),
+        Case("gpt_mhc_lite_llama", dict(SMALL, n_layers=3, placement="pre", norm="rmsnorm", activation="swiglu",
+             bias="none", positions="rope", hyper="mhc_lite", hyper_streams=4), SMALL_BT),
         Case("train_gpt_hc", dict(SMALL, n_layers=3, placement="pre", norm="rmsnorm", positions="rope", hyper="hc",
              hyper_streams=4), SMALL_BT, kind="train", train=TRAIN_CFG),
         Case("train_gpt_mhc", dict(SMALL, n_layers=3, placement="pre", norm="rmsnorm", positions="rope", hyper="mhc",
              hyper_streams=2, sinkhorn_iters=5), SMALL_BT, kind="train", train=TRAIN_CFG),
+        Case("train_gpt_mhc_lite", dict(SMALL, n_layers=2, placement="pre", hyper="mhc_lite", hyper_streams=3), SMALL_BT,
+             kind="train", train=TRAIN_CFG),
         # single-scale RMSNorm (Outlier-Safe Pre-Training): the Llama block with per-head QK-norm of the same kind
         # (one scalar per site), and a padded Post-LN encoder; trained
         Case("gpt_ssnorm_llama_qk_norm", dict(SMALL, placement="pre", norm="ssnorm", activation="swiglu", bias="none",

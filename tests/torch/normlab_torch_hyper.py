@@ -3,12 +3,13 @@ code rather than from normlab's: Zhu et al.'s HC as lucidrains/hyper-connections
 width connection's einsum of alpha (n, n+1) with the streams, the depth connection's beta, the dynamic
 parts tanh(norm(H) W) times a scale), and DeepSeek's mHC as MaxText's layers/mhc.py does (an RMSNorm over
 the flattened n C streams, one fused projection, sigmoid pre and 2 sigmoid post maps, Sinkhorn-Knopp on
-the residual map). The norms are normlab's (x / sqrt(mean x^2 + eps) times a gain): lucidrains' RMSNorm
+the residual map, or with mHC-lite a softmax over the n! permutation matrices). The norms are normlab's (x / sqrt(mean x^2 + eps) times a gain): lucidrains' RMSNorm
 is x / |x| sqrt(C) (gamma + 1), the same map with eps = 0 and the gain stored as gamma + 1.
 
 Part of the PyTorch oracle; normlab_torch.py is the entry point and lists the whole API.
 """
 
+import itertools
 import math
 
 import torch
@@ -25,11 +26,11 @@ def hyper_param_specs(config, pre):
         return [(pre + ".hc.norm.weight", (C,)), (pre + ".hc.alpha", (n, n + 1)), (pre + ".hc.beta", (n,)),
                 (pre + ".hc.alpha_fn", (n + 1, C)), (pre + ".hc.alpha_scale", (1,)), (pre + ".hc.beta_fn", (C,)),
                 (pre + ".hc.beta_scale", (1,))]
-    if form == "mhc":
-        W = 2 * n + n * n
+    if form in ("mhc", "mhc_lite"):
+        W = 2 * n + (n * n if form == "mhc" else math.factorial(n))
         return [(pre + ".hc.norm.weight", (n * C,)), (pre + ".hc.phi", (W, n * C)), (pre + ".hc.scale", (3,)),
                 (pre + ".hc.bias", (W,))]
-    raise ValueError(f"hyper must be none, hc, hc_static or mhc, got {form!r}")
+    raise ValueError(f"hyper must be none, hc, hc_static, mhc or mhc_lite, got {form!r}")
 
 
 def hyper_init(config, name, shape, normal):
@@ -91,7 +92,12 @@ def width_connection(config, params, pre, H):
     h_pre, h_post, h_res = h[..., :n], h[..., n:2 * n], h[..., 2 * n:]
     pre_map = torch.sigmoid(scale[0] * h_pre + bias[:n]) + 1e-6
     post_map = 2.0 * torch.sigmoid(scale[1] * h_post + bias[n:2 * n])
-    res_map = sinkhorn(scale[2] * h_res.reshape(B, T, n, n) + bias[2 * n:].reshape(n, n), config["sinkhorn_iters"])
+    if form == "mhc_lite":   # MaxText's res_mapping with enable_mhc_lite: softmax weights of the n! permutations
+        perms = torch.eye(n, dtype=H.dtype)[torch.tensor(list(itertools.permutations(range(n))))]   # (n!, n, n)
+        weights = torch.softmax(scale[2] * h_res + bias[2 * n:], dim=-1)
+        res_map = torch.einsum("bsn,nkm->bskm", weights, perms)
+    else:
+        res_map = sinkhorn(scale[2] * h_res.reshape(B, T, n, n) + bias[2 * n:].reshape(n, n), config["sinkhorn_iters"])
     layer_input = torch.einsum("bsk,bskd->bsd", pre_map, H)
     residuals = torch.einsum("bskm,bskd->bsmd", res_map, H)
     return layer_input, residuals, post_map
