@@ -64,7 +64,8 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
                         "004 DeepNet constant", "004 dNorm/dz", "003 Post-LN input growth", "003 kappa^L gradient decay",
                         "Xiong et al. 2020", "Liu et al. 2020", "000 Pre-LN full rank", "000 Pre-LN final LayerNorm rank",
                         "002 collapse rate", "Xiong et al. 2020 Thm 1", "DeepNet Thm 4.2", "004 Thm 2 Pre-LN Lipschitz",
-                        "004 Prop. 2 shares", "004 Prop. 2 effective depth", "004 Post-LN gradients uniform"})
+                        "004 Prop. 2 shares", "004 Prop. 2 effective depth", "004 Post-LN gradients uniform",
+                        "HC init is Pre-LN"})
     ASSERT_TRUE(by.count(s)) << s;
   // each kind's verdicts are its rule's, and the rule's numbers are in the claim
   const std::map<Kind, std::set<Verdict>> allowed = {
@@ -106,6 +107,7 @@ TEST(Theory, VerdictsFollowFromTheNumbers) {
   EXPECT_EQ(by["000 Remark 1.2"]->verdict, Verdict::Fails);
   EXPECT_LT(first("000 Remark 1.2")["left_rel_err"].get<double>(), 1e-12);
   EXPECT_EQ(by["004 DeepNet constant"]->verdict, Verdict::Fails);
+  EXPECT_EQ(by["HC init is Pre-LN"]->verdict, Verdict::Exact);  // (every stream carries Pre-LN's x; test_hyper)
   EXPECT_LT(first("004 DeepNet constant")["same_form_err"].get<double>(), 1e-12);
   // Lemma 2.1 in its setting (no eps) is exact to rounding; at eps = 1e-5 the formula with sigma =
   // sqrt(var + eps) is

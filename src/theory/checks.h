@@ -174,6 +174,8 @@ std::vector<double> prefix_lipschitz(Model<double>& m, const std::vector<int32_t
 void fake_depth_checks(const Bench& b, std::vector<Measurement>& out);
 // massive activations and attention sinks (sinks.cpp), on trained and given models: no rows for fresh ones
 void sink_checks(const Bench& b, std::vector<Measurement>& out);
+// hyper-connections at initialization (streams.cpp)
+void stream_checks(const Bench& b, std::vector<Measurement>& out);
 
 // The gradient-sink contrast of sink_checks: over the layers whose self-attention reads its input h
 // through a norm, r_l = log10 of ||d(loss)/d(h_0)|| over the median ||d(loss)/d(h_t)||, w_l = the
@@ -204,6 +206,7 @@ void use_fairseq_inputs(Model<double>& m, uint64_t seed);
 // per seed, so there a seed's groups run together.
 using Check = void (*)(const Bench&, std::vector<Measurement>&);
 inline constexpr Check kChecks[] = {lemma_checks,      depth_checks,       xiong_fig3_checks,
-                                    xiong_thm1_checks, update_size_checks, fake_depth_checks, sink_checks};
+                                    xiong_thm1_checks, update_size_checks, fake_depth_checks, sink_checks,
+                                    stream_checks};
 
 }  // namespace normlab::theory::detail
