@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# hyper.sh: what a training step of a hyper-connected block costs against Pre-LN's at the same width
+# (docs/METHODS.md, "Hyper-connections"; the target: n = 4 at most 1.5x): `normlab train` of the small
+# Llama-family byte GPT (RMSNorm, SwiGLU, RoPE) for each form (none, hc_static, hc, mhc, mhc_lite; 4
+# streams) at each width, one after another in one sitting, and the ratio of each step time to Pre-LN's
+# of the same width. Prints a markdown table naming the CPU and the threads. Not part of the tests:
+# timings belong to benchmarks. Run on a quiet machine (the ratios of one sitting are what compare).
+#
+# Usage: bench/hyper.sh [--threads N] [--steps N] [--widths "64 128 256"] [--layers N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+threads=1 steps=40 widths="64 128 256" layers=6
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --threads) threads=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --widths) widths=$2; shift 2 ;;
+    --layers) layers=$2; shift 2 ;;
+    *) echo "hyper.sh: unknown option $1 (see the header)" >&2; exit 2 ;;
+  esac
+done
+cmake --build build --target normlab >&2
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+isa=$(grep -qm1 avx512f /proc/cpuinfo && echo "AVX-512" || echo "AVX2")
+echo "hyper.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), $cpu ($isa), $threads thread(s), $layers layers, batch 16 x 128 tokens, $steps steps per run (the first 5 not timed)"
+echo
+echo "| width | form | s / step | x Pre-LN |"
+echo "|---|---|---|---|"
+for d in $widths; do
+  base=""
+  for form in none hc_static hc mhc mhc_lite; do
+    OMP_NUM_THREADS=$threads build/normlab train -q --force --set train.out_dir="$out/run" \
+      --set model.d_model="$d" --set model.n_heads=4 --set model.n_layers="$layers" --set model.seq_len=128 \
+      --set model.norm=rmsnorm --set model.activation=swiglu --set model.bias=none --set model.positions=rope \
+      --set model.hyper="$form" --set model.hyper_streams=4 --set train.batch_size=16 \
+      --set train.steps="$steps" --set train.eval_every=0 --set train.log_every=1 > /dev/null 2>&1
+    # the step time: the wall clock between the 5th and the last train record
+    per=$(python3 - "$out/run/metrics.jsonl" <<'PY'
+import json, sys
+t = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "train"]
+a, b = t[4], t[-1]
+print((b["elapsed_s"] - a["elapsed_s"]) / (b["step"] - a["step"]))
+PY
+)
+    [[ -z "$base" ]] && base=$per
+    printf '| %s | %s | %.4f | %.2f |\n' "$d" "$form" "$per" "$(python3 -c "print($per / $base)")"
+  done
+done
