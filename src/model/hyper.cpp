@@ -1,6 +1,9 @@
 // hyper.cpp: hyper-connections (model/hyper.h): their config rules, parameters and initialization, the
-// read and write of one sub-layer over a batch of tokens and their reverse, and mhc's Sinkhorn-Knopp
-// projection. Sums run in double; one token's mixing weights are computed in double and stored in S.
+// read and write of one sub-layer over a batch of tokens and their reverse, mhc's Sinkhorn-Knopp
+// projection (over blocks of tokens side by side) and mhc_lite's permutations, and the mixes' gains.
+// The maps of the streams' norms to the weights run as GEMMs; a token's mixes of n streams and their
+// dot products run in S, in an order that vectorizes over the channels; the sums over tokens of the
+// parameter gradients run in double.
 #include "model/hyper.h"
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 //   H'_t = sum_s M[s, t] H_s + b_t g,
 // with read weights P (n), residual mix M (n x n) and write weights b (n) per token. The stack starts
 // with every stream equal to the embedding output and ends with their sum (what the final norm reads).
-// The three forms differ only in where P, M, b come from (exact forms in docs/METHODS.md):
+// The four forms differ only in where P, M, b come from (exact forms in docs/METHODS.md):
 //   hc_static: learned constants [P | M] = alpha (n, n+1), b = beta (n); at init P = e_(i mod n) for
 //              sub-layer i, M = I, b = 1 (Zhu et al. 2409.19606, Algorithm 2; lucidrains/hyper-connections);
 //   hc:        the same plus an input-dependent part, [P | M] = alpha + s_a tanh(Hn W_a) row by row
@@ -62,8 +62,8 @@ int hyper_pre_width(const ModelConfig& cfg);
 
 // The read of one sub-layer over `rows` tokens. H (rows, n, C) the streams entering; writes u (rows, C)
 // the branch input, R (rows, n, C) R_t = sum_s M[s, t] H_s (the write adds b_t g to it), and what the
-// backward reads: hn (rows, n C) the normalized streams, hrstd (rows n for hc, rows for mhc), mix and
-// pre (rows hyper_pre_width) the weights and their pre-activations.
+// backward reads: hn (rows, n C) the normalized streams, hrstd (rows n for hc, rows for mhc), mix (rows
+// hyper_mix_width(n)) the weights and pre (rows hyper_pre_width(cfg)) their pre-activations.
 template <class S>
 void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S* H, long rows, S* u, S* R, S* hn,
                         S* hrstd, S* mix, S* pre);

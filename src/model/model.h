@@ -197,10 +197,11 @@ class Model {
   int planned_T() const { return T_; }
   int planned_S() const { return S_; }
   // Residual stream entering slot i (config.slot(i); gpt/encoder: i = 2l attn, 2l+1 mlp); i = n_slots
-  // is the last block's output. With hyper-connections (model.hyper) it is the sum of the n streams
-  // (what the final norm reads at the end), but stream(0) is the embedding output every stream starts as. For an encdec, slot 2N's input is the decoder's embedding. In a
+  // is the last block's output. For an encdec, slot 2N's input is the decoder's embedding. In a
   // two-stream stack (ResiDual) this is the normalized stream x; the second stream x_d is not kept
-  // per slot (dual_stream() is its value at the end of the stack).
+  // per slot (dual_stream() is its value at the end of the stack). With hyper-connections (model.hyper)
+  // it is the sum of the n streams (what the final norm reads at the end), but stream(0) is the
+  // embedding output every stream starts as.
   const S* stream(int i) const { return streams_[i]; }
   // The second stream x_d at the end of the stack (B, T, C) (encoder: true for an encdec's encoder
   // stack, (B, S, C)); null for a one-stream stack.
