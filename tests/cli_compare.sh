@@ -39,7 +39,7 @@ check "[[ \$(q tiny/results.json \"'final' in d['runs'][2]['instruments']\") == 
 # the table and the written summary, on the terminal and in summary.txt
 check "grep -q 'placement=post lr=1e+30 *diverged' out.txt" "table row of the diverged run"
 check "grep -q 'Diverged: placement=post lr=1e+30 (step' out.txt" "written summary names the diverged run"
-check "grep -q 'Theory claims on fresh models (43 measured)' tiny/summary.txt && grep -q 'Theory claims on trained (to a plateau, at most 30 steps) models' tiny/summary.txt" "summary.txt lacks the theory lines"
+check "grep -q 'Theory claims on fresh models (44 measured)' tiny/summary.txt && grep -q 'Theory claims on trained (to a plateau, at most 30 steps) models' tiny/summary.txt" "summary.txt lacks the theory lines"
 check "grep -q '\[2/4\] placement=post lr=1e+30' out.txt" "progress names the run"
 # the metrics of a run are the trainer's own
 check "grep -q '\"type\":\"summary\"' tiny/runs/01-*/metrics.jsonl" "run metrics lack a summary record"
