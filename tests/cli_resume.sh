@@ -22,15 +22,22 @@ check "[[ $rc -eq 0 ]]" "the uninterrupted run failed: $(tail -2 whole.txt)"
 reference=$(fingerprint whole)
 
 # --- Ctrl-C, then --resume ----------------------------------------------------------------------
-"$NL" train "${run[@]}" --set train.out_dir=int > int.txt 2>&1 &
-pid=$!
-for _ in $(seq 600); do
-  grep -qE '^step +1[0-9]/' int.txt && break
-  sleep 0.05
-done
-kill -INT $pid
-wait $pid
-rc=$?
+# interrupt ARGS...: `normlab train ARGS` into DIR (its last argument's out_dir, log DIR.txt), Ctrl-C
+# once it has logged step 10-19; rc holds its exit code
+interrupt() {
+  local dir=${*: -1}
+  dir=${dir#train.out_dir=}
+  "$NL" train "$@" > "$dir.txt" 2>&1 &
+  local pid=$!
+  for _ in $(seq 600); do
+    grep -qE '^step +1[0-9]/' "$dir.txt" && break
+    sleep 0.05
+  done
+  kill -INT $pid
+  wait $pid
+  rc=$?
+}
+interrupt "${run[@]}" --set train.out_dir=int
 check "[[ $rc -eq 130 ]]" "Ctrl-C: exit $rc, wanted 130"
 check "grep -q 'continue it with: normlab train --resume int' int.txt" "Ctrl-C does not print the resume command: $(tail -1 int.txt)"
 "$NL" train --resume int -q > int2.txt 2>&1
@@ -72,14 +79,7 @@ hrun=(--set model.d_model=32 --set model.n_heads=2 --set model.n_layers=2 --set 
       --set model.dropout=0.1 --set model.hyper=mhc --set model.hyper_streams=3 --set train.batch_size=4
       --set train.checkpoint_every=5 --set train.steps=200 --set train.log_every=1)
 "$NL" train "${hrun[@]}" --set train.out_dir=hwhole -q > /dev/null 2>&1
-"$NL" train "${hrun[@]}" --set train.out_dir=hint > hint.txt 2>&1 &
-pid=$!
-for _ in $(seq 600); do
-  grep -qE '^step +1[0-9]/' hint.txt && break
-  sleep 0.05
-done
-kill -INT $pid
-wait $pid
+interrupt "${hrun[@]}" --set train.out_dir=hint
 "$NL" train --resume hint -q > hint2.txt 2>&1
 rc=$?
 check "[[ $rc -eq 0 ]]" "hyper-connections: resume after Ctrl-C failed: $(tail -2 hint2.txt)"

@@ -26,6 +26,25 @@ constexpr double kPreEps = 1e-6;       // MaxText's eps on the read weights P
 
 double hyper_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// mhc and mhc_lite alike: one token's read weights P_s = sigmoid(s_p h_s + b_s) + eps into wa[s (n+1)]
+// and write weights b_s = 2 sigmoid(s_q h_(n+s) + b_(n+s)) into wb[s], from its projection h
+template <class S, class P>
+void mhc_read_write_weights(const P& p, const S* h, int n, S* wa, S* wb) {
+  for (int s = 0; s < n; s++) {
+    wa[s * (n + 1)] = S(hyper_sigmoid(double(p.scale[0]) * h[s] + double(p.bias[s])) + kPreEps);
+    wb[s] = S(2.0 * hyper_sigmoid(double(p.scale[1]) * h[n + s] + double(p.bias[n + s])));
+  }
+}
+// ... and their reverse: y[s] = d(the pre-activation of P_s), y[n + s] = that of b_s, from dP (dwa) and db
+template <class S>
+void mhc_read_write_weights_backward(const S* wa, const S* wb, const S* dwa, const S* db, int n, S* y) {
+  for (int s = 0; s < n; s++) {
+    const double q = double(wa[s * (n + 1)]) - kPreEps, o = double(wb[s]) / 2.0;
+    y[s] = S(double(dwa[s * (n + 1)]) * q * (1.0 - q));
+    y[n + s] = S(double(db[s]) * 2.0 * o * (1.0 - o));
+  }
+}
+
 }  // namespace
 
 // ---- Sinkhorn-Knopp (mhc) ----
@@ -228,10 +247,7 @@ void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S
         for (int b = 0; b < count; b++) {
           const long r = r0 + b;
           const S* h = pre + r * W;
-          for (int s = 0; s < n; s++) {
-            w.a[r * n * n1 + s * n1] = S(hyper_sigmoid(double(p.scale[0]) * h[s] + double(p.bias[s])) + kPreEps);
-            w.b[r * n + s] = S(2.0 * hyper_sigmoid(double(p.scale[1]) * h[n + s] + double(p.bias[n + s])));
-          }
+          mhc_read_write_weights(p, h, n, w.a + r * n * n1, w.b + r * n);
           for (long k = 0; k < nn; k++) X[b * nn + k] = p.scale[2] * h[2 * n + k] + p.bias[2 * n + k];
         }
         sinkhorn_block_iterates(X.data(), nn, count, n, cfg.sinkhorn_iters, T.data());
@@ -249,11 +265,9 @@ void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S
     S* wb = w.b + r * n;
     if (cfg.hyper == HyperMix::MhcLite) {  // P, b as mhc; M = sum_p softmax(s_r h_res + B_res)_p Perm_p
       const S* h = pre + r * W;
-      for (int s = 0; s < n; s++) {
-        wa[s * n1] = S(hyper_sigmoid(double(p.scale[0]) * h[s] + double(p.bias[s])) + kPreEps);
-        wb[s] = S(2.0 * hyper_sigmoid(double(p.scale[1]) * h[n + s] + double(p.bias[n + s])));
+      mhc_read_write_weights(p, h, n, wa, wb);
+      for (int s = 0; s < n; s++)
         for (int m = 0; m < n; m++) wa[s * n1 + 1 + m] = S(0);
-      }
       const int Rp = W - 2 * n;
       double mx = -1e300, z = 0;
       for (int q = 0; q < Rp; q++) mx = std::max(mx, double(p.scale[2]) * h[2 * n + q] + double(p.bias[2 * n + q]));
@@ -358,11 +372,7 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
     } else if (form == HyperMix::MhcLite) {  // dy for P, b as mhc's; the softmax over the permutations
       const S* hr = pre + r * W;
       S* y = dpre + rows * W + r * W;
-      for (int s = 0; s < n; s++) {
-        const double q = double(wa[s * n1]) - kPreEps, o = double(w.b[r * n + s]) / 2.0;
-        y[s] = S(double(dwa[s * n1]) * q * (1.0 - q));
-        y[n + s] = S(double(dw.b[r * n + s]) * 2.0 * o * (1.0 - o));
-      }
+      mhc_read_write_weights_backward(wa, w.b + r * n, dwa, dw.b + r * n, n, y);
       // weight_q = softmax(x)_q, M = sum_q weight_q Perm_q:  dweight_q = sum_k dM[k, perm_q[k]];
       // dx = weight (dweight - sum weight dweight)
       const int Rp = W - 2 * n;
@@ -399,12 +409,7 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
           const S* dwa = dw.a + r * n * n1;
           const S* hr = pre + r * W;
           S* y = dy + r * W;
-          // P_s = sigmoid(q) + eps;  b_s = 2 sigmoid(q'):  dq = dP q (1 - q), dq' = db 2 o (1 - o)
-          for (int s = 0; s < n; s++) {
-            const double q = double(wa[s * n1]) - kPreEps, o = double(w.b[r * n + s]) / 2.0;
-            y[s] = S(double(dwa[s * n1]) * q * (1.0 - q));
-            y[n + s] = S(double(dw.b[r * n + s]) * 2.0 * o * (1.0 - o));
-          }
+          mhc_read_write_weights_backward(wa, w.b + r * n, dwa, dw.b + r * n, n, y);
           for (long k = 0; k < nn; k++) X[b * nn + k] = p.scale[2] * hr[2 * n + k] + p.bias[2 * n + k];
           for (int s = 0; s < n; s++)
             for (int m = 0; m < n; m++) dM[b * nn + s * n + m] = dwa[s * n1 + 1 + m];
