@@ -95,6 +95,7 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     bool sink = false;               // learned sink logits
     double value_residual = 0.0;     // value residual learning (the first layer's values cached per step)
     int completep_base_depth = 0;    // CompleteP's branch multiplier base / 3
+    HyperMix hyper = HyperMix::None; // hyper-connections (their mixes perturbed off the Pre-LN start)
   };
   for (const Case& k : {Case{Placement::Pre, true, 1}, Case{Placement::Pre, true, 2}, Case{Placement::Peri, true, 4},
                         Case{Placement::Post, false, 4}, Case{Placement::Sandwich, false, 4},
@@ -119,9 +120,17 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
                         Case{Placement::Post, false, 4, QkNorm::Heads, 1.0, false, false, false, 0, false,
                              AttnGate::None, false, 0.3},
                         Case{Placement::Sandwich, true, 2, QkNorm::None, 1.0, false, false, false, 0, false,
-                             AttnGate::None, false, 0.0, 1}}) {
-    SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {}", method_of(k.method).name, k.llama, k.kv_heads,
-                             to_string(k.qk_norm)));
+                             AttnGate::None, false, 0.0, 1},
+                        Case{Placement::Pre, true, 2, QkNorm::Heads, 1.0, false, false, false, 0, false, AttnGate::None,
+                             false, 0.0, 0, HyperMix::Hc},
+                        Case{Placement::Peri, false, 4, QkNorm::None, 1.0, false, false, false, 0, false,
+                             AttnGate::None, false, 0.0, 0, HyperMix::HcStatic},
+                        Case{Placement::Pre, true, 2, QkNorm::None, 1.0, false, false, false, 0, false, AttnGate::None,
+                             false, 0.5, 0, HyperMix::Mhc},
+                        Case{Placement::Reordered, true, 1, QkNorm::None, 1.0, false, false, false, 0, false,
+                             AttnGate::None, false, 0.0, 0, HyperMix::MhcLite}}) {
+    SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {} hyper {}", method_of(k.method).name, k.llama,
+                             k.kv_heads, to_string(k.qk_norm), to_string(k.hyper)));
     ModelConfig cfg;
     cfg.arch = Arch::Gpt;
     cfg.vocab = 37;
@@ -137,6 +146,8 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     cfg.attn_sink = k.sink;
     cfg.value_residual = k.value_residual;
     cfg.completep_base_depth = k.completep_base_depth;
+    cfg.hyper = k.hyper;
+    cfg.hyper_streams = k.hyper == HyperMix::MhcLite ? 3 : 4;
     cfg.embed_scale = k.embed_scale;  // (Gemma's sqrt(d) for d = 16)
     if (k.head_dim) cfg.head_dim = k.head_dim;
     cfg.init_std = 0.3;
@@ -171,6 +182,9 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     Model<double> model(cfg);
     if (k.dyt_recipe) model.params()[model.table().find("embed_scale")->offset] = 3.0;  // the parameter, not the config
     Rng rng(5);
+    for (const ParamSpec& p : model.table().specs)  // (hyper-connections' input-dependent parts start at 0)
+      if (p.name.find(".hc.") != std::string::npos)
+        for (size_t j = 0; j < p.numel; j++) model.params()[p.offset + j] += 0.3 * rng.normal();
     const int B = 2, T = 8, V = cfg.vocab_size();
     std::vector<int32_t> ids(size_t(B) * T), labels(size_t(B) * T, ops::kIgnoreLabel);
     for (auto& v : ids) v = int32_t(rng.below(uint64_t(V)));

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "model/activation_of.h"
+#include "model/hyper.h"
 #include "ops/attention.h"
 #include "ops/common.h"
 #include "ops/embedding.h"
@@ -29,7 +30,6 @@ IncrementalDecoder<S>::IncrementalDecoder(Model<S>& model, const int32_t* src, c
   const ModelConfig& cfg = m_.config();
   if (!cfg.encdec()) throw Error("decoding needs an encoder-decoder model (model.arch = \"encdec\")");
   m_.refuse_ablated("IncrementalDecoder");
-  m_.refuse_hyper("IncrementalDecoder");
   if (max_len < 1 || max_len > cfg.seq_len)
     throw Error(fmt::format("decoding: max_len {} must be in [1, {}] (the model's seq_len)", max_len, cfg.seq_len));
   if (Ssrc < 1 || Ssrc > cfg.seq_len)
@@ -50,7 +50,6 @@ IncrementalDecoder<S>::IncrementalDecoder(Model<S>& model, int B, int max_len)
   const ModelConfig& cfg = m_.config();
   if (cfg.arch != Arch::Gpt) throw Error("incremental decoding without a source needs a causal (gpt) model");
   m_.refuse_ablated("IncrementalDecoder");
-  m_.refuse_hyper("IncrementalDecoder");
   if (cfg.type_vocab > 0) throw Error("incremental decoding: a model with token-type embeddings is not causal");
   if (max_len < 1 || max_len > cfg.seq_len)
     throw Error(fmt::format("decoding: max_len {} must be in [1, {}] (the model's seq_len)", max_len, cfg.seq_len));
@@ -73,6 +72,13 @@ void IncrementalDecoder<S>::allocate() {
   rstd_.assign(size_t(B), S(0));
   att_.assign(size_t(cfg.n_heads) * std::max(max_len_, S_), S(0));
   logits_.assign(size_t(B) * cfg.vocab_size(), S(0));
+  if (cfg.hyper_connected()) {
+    const size_t n = size_t(cfg.hyper_streams);
+    for (auto* v : {&hs_, &hs_next_, &hn_}) v->assign(BC * n, S(0));
+    hrstd_.assign(size_t(B) * n, S(0));
+    hmix_.assign(size_t(B) * hyper_mix_width(cfg.hyper_streams), S(0));
+    hpre_.assign(size_t(B) * hyper_pre_width(cfg), S(0));
+  }
 }
 
 template <class S>
@@ -112,11 +118,26 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   f.pool[1] = &g_;
   f.pool[2] = &r_;
   f.branch_out = &f_;
+  const bool hyper = cfg.hyper_connected();
+  if (hyper)  // every stream starts as the embedding output
+    for (int b = 0; b < B; b++)
+      for (int s = 0; s < cfg.hyper_streams; s++)
+        std::copy_n(x_.data() + size_t(b) * C, C, hs_.data() + (size_t(b) * cfg.hyper_streams + size_t(s)) * C);
   for (int i = cfg.first_decoder_slot(); i < cfg.n_slots(); i++) {
     if (!cfg.slot(i).present) continue;
+    // hyper-connected: the stages run on the branch input u read from the streams, and end at the
+    // branch's contribution g, which the write adds to the mixed streams (model/hyper.h)
+    if (hyper)
+      hyper_read_forward(cfg, m_.sublayer_params_of(i).hc, hs_.data(), long(B), x_.data(), hs_next_.data(),
+                         hn_.data(), hrstd_.data(), hmix_.data(), hpre_.data());
     f.v = x_.data();
     for (const StageFns<S>* stage : m_.stages_of(i)) stage->decode(*this, i, f);
     f.finish();
+    if (hyper) {  // x = the sum of the streams after the write
+      hyper_write_forward(cfg.hyper_streams, hmix_.data(), x_.data(), long(B), C, hs_next_.data(), h_.data());
+      hs_.swap(hs_next_);
+      x_.swap(h_);
+    }
   }
   // xf = ln_f(x), or x + ln_f(x_d);  logits = xf wte^T
   const S* xf = x_.data();

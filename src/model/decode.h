@@ -49,6 +49,9 @@ class IncrementalDecoder {
   std::vector<S> values_;  // value residual: the first self-attention's values of the step (B, v width)
   std::vector<S> qk_raw_, qk_stats_;  // QK-norm's inputs and statistics of the step (read by nothing after)
   std::vector<S> sph_, sph_r_, pre_;   // nGPT: the q | k heads' projection (as above), fc's output before s_uv
+  // hyper-connections (model/hyper.h): the n streams of the step entering and leaving a slot (B, n, C),
+  // and the read's normalized streams, statistics, weights and their pre-activations
+  std::vector<S> hs_, hs_next_, hn_, hrstd_, hmix_, hpre_;
 
   // The stage files (model/stage_*.cpp) run their decoding step on these buffers.
   template <class Kind>
