@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <memory>
 
+#include "model/hyper.h"
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/interrupt.h"
@@ -31,6 +32,34 @@ double residual_rank(const double* X, int T, int C) {
   return den > 0 ? std::sqrt(num / den) : 0.0;
 }
 
+// Hyper-connections: each stream's RMS entering every layer and the composite mix's gains through it,
+// from this batch's forward, added into `layers` as a share of the mean over `batches`.
+void read_streams(const Model<double>& model, std::vector<LayerDynamics>& layers, int batches) {
+  const ModelConfig& cfg = model.config();
+  const int n = cfg.hyper_streams, C = cfg.d_model;
+  const long N = long(model.planned_B()) * model.planned_T();
+  std::vector<const double*> mixes;
+  std::vector<int> last_slot(layers.size(), -1);  // per layer: its last sub-layer's index in `mixes`
+  for (int i = 0; i < cfg.n_slots(); i++)
+    if (cfg.has_sublayer(i)) {
+      mixes.push_back(model.acts(i).hmix);
+      last_slot[size_t(cfg.slot(i).layer)] = int(mixes.size()) - 1;
+    }
+  const HyperGains gains = hyper_gains(n, mixes, N);
+  for (size_t l = 0; l < layers.size(); l++) {
+    LayerDynamics& d = layers[l];
+    d.streams_rms.resize(size_t(n), 0.0);
+    const double* H = model.acts(int(2 * l)).hs_in;
+    for (int t = 0; t < n; t++)
+      for (long r = 0; r < N; r++)
+        d.streams_rms[size_t(t)] += row_norm(H + (r * n + t) * C, C) / std::sqrt(double(C)) / (double(N) * batches);
+    const HyperGain& g = gains.composite[size_t(last_slot[l])];
+    d.composite_forward += g.forward / batches;
+    d.composite_backward += g.backward / batches;
+    d.composite_spectral += g.spectral / batches;
+  }
+}
+
 }  // namespace
 
 DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<int32_t>& bytes, int batches,
@@ -43,7 +72,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<int32_t>
 
 DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& given) {
   if (given.empty()) throw Error("analyze dynamics: no batches");
-  require_one_stream(model.config(), "analyze dynamics");  // a two-stream model (ResiDual) is refused by name
+  refuse_second_stream(model.config(), "analyze dynamics");  // a two-stream model (ResiDual) is refused by name
   const ModelConfig& cfg = model.config();
   const int batches = int(given.size()), B = given[0].B, T = given[0].T;
   const int L = cfg.n_layers, C = cfg.d_model, N = B * T;
@@ -87,6 +116,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       for (size_t i = 0; i < specs[s].numel; i++) sq[s] += g[i] * g[i];
       rep.params[s].grad_norm += std::sqrt(sq[s]) / batches;
     }
+    if (cfg.hyper_connected()) read_streams(model, rep.layers, batches);
     for (int l = 0; l < L; l++) {
       LayerDynamics& d = rep.layers[size_t(l)];
       TokenDynamics& tok = rep.tokens[size_t(l)];
@@ -153,6 +183,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       variant.residual = skips;
       variant.mlp = mlp;
       if (!variant.violations().empty()) continue;  // a method without this ablation (nGPT has no skip-free form)
+      if (cfg.hyper_connected()) continue;  // (the mixes take the place of the skips: no ablation is defined)
       struct Restore {  // the model leaves ablated by no path, an interrupt's included
         Model<double>& m;
         ~Restore() { m.set_ablation({}); }
@@ -192,7 +223,12 @@ nlohmann::json to_json(const DynamicsReport& r) {
     layers.push_back({{"layer", d.layer}, {"placement", d.placement}, {"stream_rms", d.stream_rms},
                       {"attn_branch_ratio", d.attn_branch_ratio}, {"mlp_branch_ratio", d.mlp_branch_ratio},
                       {"grad_norm", d.grad_norm}, {"ffn_out_grad_norm", d.ffn_out_grad_norm},
-                      {"residual_rank", d.residual_rank}, {"largest_token_share", d.largest_token_share}});
+                      {"residual_rank", d.residual_rank}, {"largest_token_share", d.largest_token_share},
+                      {"streams_rms", d.streams_rms.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.streams_rms)},
+                      {"composite_gain", d.streams_rms.empty() ? nlohmann::json(nullptr)
+                                                               : nlohmann::json{{"forward", d.composite_forward},
+                                                                                {"backward", d.composite_backward},
+                                                                                {"spectral", d.composite_spectral}}}});
   nlohmann::json tokens = nlohmann::json::array();  // one record per (stream point, position)
   for (size_t l = 0; l < r.tokens.size(); l++)
     for (size_t t = 0; t < r.tokens[l].stream_rms.size(); t++)
@@ -227,6 +263,23 @@ void print_report(const DynamicsReport& r) {
   fmt::print("columns: layer (out: after the last); placement; rms(x_l): the stream entering the layer, RMS over its d channels (||x_l|| / sqrt(d), the unit of the training logs and the report), mean over tokens; "
              "|F|/|x| attn, mlp: branch-to-stream ratio ||F(x)||/||x|| of each sub-layer; grad norm: ||dL/d theta|| of "
              "the layer's parameters; res(X_l): ||X - 1 mean(X)^T||_F / ||X||_F, distance from rank one\n");
+  if (!r.layers.empty() && !r.layers[0].streams_rms.empty()) {
+    fmt::print("hyper-connected, {} streams: rms(x_l) is their sum's (x_0: the embedding output every stream starts "
+               "as), |F|/|x| the branch output against its input read from the streams\n",
+               r.layers[0].streams_rms.size());
+    fmt::print("{:>5} {:>30} {:>12} {:>12} {:>12}\n", "layer", "rms of each stream entering", "mix gain fwd", "bwd",
+               "spectral");
+    for (const auto& d : r.layers) {
+      std::string each;
+      for (double x : d.streams_rms) each += fmt::format(" {:.4g}", x);
+      fmt::print("{:>5} {:>30} {:>12.4g} {:>12.4g} {:>12.4g}\n", d.layer, each, d.composite_forward,
+                 d.composite_backward, d.composite_spectral);
+    }
+    fmt::print("columns: mix gain: of the composite residual mix H^res through the layer's sub-layers (the branches "
+               "left out), the largest row sum (fwd), column sum (bwd) and singular value, maximum over the tokens "
+               "(mHC's doubly stochastic mixes keep them near 1); the rank-collapse ablations are not defined for "
+               "hyper-connections (the mixes take the place of the skips)\n");
+  }
   std::vector<int> dominated;  // layers whose stream-norm mean is mostly one token's
   double most = 0;
   for (const auto& d : r.layers)

@@ -33,6 +33,14 @@ struct LayerDynamics {
   double grad_norm = 0;           // ||dL/d theta_l|| over the layer's parameters, mean over batches
   double ffn_out_grad_norm = 0;   // ||dL/d W2_l|| of the MLP's output projection (Xiong et al.'s W^{2,l}); NaN without MLP
   double residual_rank = 0;       // res(X_l) of the stream entering the layer, mean over sequences
+  // Hyper-connections (model.hyper; otherwise empty): x_l is the sum of the n streams (what the final
+  // norm reads; x_0 the embedding output they all start as) and the branch ratios are ||g|| / ||u||, u
+  // the branch input read from them. Each stream's RMS entering the layer (mean over tokens), and the
+  // gains of the composite residual mix through the layer's sub-layers (model/hyper.h HyperGain: the
+  // largest row sum, column sum and singular value of H^res_l ... H^res_1, maximum over the tokens, mean
+  // over the batches).
+  std::vector<double> streams_rms;
+  double composite_forward = 0, composite_backward = 0, composite_spectral = 0;
 };
 
 // The per-token readings of one stream point (the stream entering a layer, or after the last): at each

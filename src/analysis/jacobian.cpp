@@ -151,12 +151,15 @@ NormSiteReport analyze_norm_site(const Model<double>& model, const std::string& 
 }  // namespace
 
 JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& options) {
-  require_one_stream(model.config(), "analyze jacobian");  // a two-stream model (ResiDual) is refused by name
+  refuse_second_stream(model.config(), "analyze jacobian");  // a two-stream model (ResiDual) is refused by name
   const ModelConfig& cfg = model.config();
-  const int T = model.planned_T(), d = cfg.d_model, L = cfg.n_layers;
+  // w: a block's values per token (the token's n streams with hyper-connections; the norm sites are d)
+  const int T = model.planned_T(), d = cfg.d_model, w = model.state_width(), L = cfg.n_layers;
   JacobianReport rep;
   rep.T = T;
   rep.d = d;
+  rep.state = w;
+  rep.streams = cfg.n_streams();
   rep.eps = cfg.eps;
   rep.norm_kind = cfg.norm;
   if (options.token < -1 || options.token >= T)
@@ -181,7 +184,7 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
     rep.norms.push_back(analyze_norm_site(model, "ln_f", model.stream(2 * L) + size_t(tok) * d,
                                           model.final_norm(), tok));
   // blocks
-  const bool full = options.full && long(T) * d <= options.full_max_dim;
+  const bool full = options.full && long(T) * w <= options.full_max_dim;
   std::vector<int> all_tokens(T);
   for (int t = 0; t < T; t++) all_tokens[t] = t;
   bool all_residual = true;
@@ -198,15 +201,15 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
     b.placement = to_string(p);
     b.residual_form = residual_form(p) && cfg.residual;
     const std::vector<double> local = token_local_jacobian(model, 2 * l, 2 * l + 2, tok);
-    b.local = spectrum_of(local, d, d);
+    b.local = spectrum_of(local, w, w);
     std::vector<double> jfull;
     if (full) {
       jfull = stream_jacobian(model, 2 * l, 2 * l + 2, all_tokens, all_tokens);
-      b.full = spectrum_of(jfull, T * d, T * d);
+      b.full = spectrum_of(jfull, T * w, T * w);
     }
     if (b.residual_form) {
-      b.local_norm_a = norm_minus_identity(local, d);
-      if (full) b.full_norm_a = norm_minus_identity(jfull, T * d);
+      b.local_norm_a = norm_minus_identity(local, w);
+      if (full) b.full_norm_a = norm_minus_identity(jfull, T * w);
       const double na = b.full_norm_a.value_or(b.local_norm_a);
       const double smin = b.full ? b.full->min() : b.local.min();
       b.bound_verdict = bound_verdict(smin, na) + (b.full ? " (full sequence)" : " (token-local)");
@@ -224,8 +227,8 @@ JacobianReport analyze_jacobian(Model<double>& model, const JacobianOptions& opt
   // end to end
   report_progress("analyze jacobian", L, steps, "steps");
   const std::vector<double> e2e = token_local_jacobian(model, 0, 2 * L, tok);
-  rep.end_to_end.local = spectrum_of(e2e, d, d);
-  if (full) rep.end_to_end.full = spectrum_of(stream_jacobian(model, 0, 2 * L, all_tokens, all_tokens), T * d, T * d);
+  rep.end_to_end.local = spectrum_of(e2e, w, w);
+  if (full) rep.end_to_end.full = spectrum_of(stream_jacobian(model, 0, 2 * L, all_tokens, all_tokens), T * w, T * w);
   if (options.lanczos_k > 0) {
     report_progress("analyze jacobian", L + 2, steps, "steps");
     EndToEndReport& e = rep.end_to_end;
@@ -309,7 +312,8 @@ nlohmann::json to_json(const JacobianReport& r) {
     blocks.push_back(j);
   }
   const auto& e = r.end_to_end;
-  return {{"T", r.T}, {"d", r.d}, {"token", r.token}, {"eps", r.eps}, {"norm", to_string(r.norm_kind)},
+  return {{"T", r.T}, {"d", r.d}, {"state_width", r.state}, {"streams", r.streams}, {"token", r.token}, {"eps", r.eps},
+          {"norm", to_string(r.norm_kind)},
           {"norm_sites", norms}, {"blocks", blocks},
           {"end_to_end", {{"token_local", spectrum_json(e.local)},
                           {"full_sequence", e.full ? spectrum_json(*e.full) : nlohmann::json(nullptr)},
@@ -346,7 +350,14 @@ void print_report(const JacobianReport& r) {
              "|J_gamma - diag(gamma) J| and |J_gamma - J diag(gamma)| for a random gain (000 Remark 1.2); n/a: a point-wise "
              "kind (dyt, derf) divides by no statistic, its Jacobian is diagonal. Claims: "
              "docs/THEORY.md\n");
-  fmt::print("\nBlocks (token-local d x d{})\n", r.blocks.empty() || !r.blocks[0].full ? "" : "; full (T d) x (T d)");
+  if (r.streams > 1)
+    fmt::print("\n{} hyper-connected streams: a block maps a token's n d = {} values (its streams side by side), and "
+               "the end to end is the streams leaving the last block by those entering the first (all equal to the "
+               "embedding's output)\n",
+               r.streams, r.state);
+  const char* nd = r.streams > 1 ? "n d" : "d";
+  fmt::print("\nBlocks (token-local {0} x {0}{1})\n", nd,
+             r.blocks.empty() || !r.blocks[0].full ? "" : fmt::format("; full (T {0}) x (T {0})", nd));
   for (const auto& b : r.blocks) {
     fmt::print("layer {:>3} {:<9} local sv [{:.4g}, {:.4g}] rank {}", b.layer, b.placement, b.local.min(),
                b.local.max(), b.local.rank);

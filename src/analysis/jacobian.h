@@ -47,8 +47,8 @@ struct NormSiteReport {
 struct BlockReport {
   int layer = 0;
   std::string placement;
-  Spectrum local;                // d x d, dy_i / dx_i at the token
-  std::optional<Spectrum> full;  // (T d) x (T d)
+  Spectrum local;                // d x d, dy_i / dx_i at the token (n d x n d with n hyper-connected streams)
+  std::optional<Spectrum> full;  // (T d) x (T d) (likewise)
   bool residual_form = false;    // x + ... (methods.h residual_form: pre, sandwich, none, rezero, ...): J = I + A
   double local_norm_a = 0;       // ||J_local - I||_2
   std::optional<double> full_norm_a;
@@ -84,6 +84,9 @@ struct JacobianReport {
   std::vector<BlockReport> blocks;
   EndToEndReport end_to_end;
   int T = 0, d = 0, token = 0;
+  // the values per token of the blocks' and the end-to-end Jacobians: d, or n d for n hyper-connected
+  // streams (model.hyper; each block maps the token's n streams)
+  int state = 0, streams = 1;
   double eps = 0;
   NormKind norm_kind = NormKind::LayerNorm;
 };

@@ -52,7 +52,7 @@ class StreamOps {
         last_(last),
         in_(in),
         out_(out),
-        C_(m.config().d_model),
+        C_(m.state_width()),
         NTC_(size_t(m.planned_B()) * m.planned_T() * C_),
         NSC_(source ? size_t(m.planned_B()) * m.planned_S() * C_ : NTC_),
         source_(source),
@@ -153,7 +153,7 @@ class InverseGram {
   static constexpr double kGmresTol = 1e-13;
   static constexpr long kDenseSolveMaxDim = 4096;  // 128 MiB of J
   InverseGram(Model<double>& m, int first, int last, bool triangular, Work& work)
-      : model_(m), first_(first), last_(last), T_(m.planned_T()), C_(m.config().d_model),
+      : model_(m), first_(first), last_(last), T_(m.planned_T()), C_(m.state_width()),
         NTC_(size_t(T_) * C_), triangular_(triangular), u_(NTC_), w_(NTC_), j_(NTC_), work_(work) {
     if (m.block_jacobian_covers(first, last) && long(NTC_) <= kDenseSolveMaxDim) {
       dense_.resize(NTC_ * NTC_);
@@ -403,7 +403,7 @@ Mat structural_left_null(const Model<double>& m, int first, int last,
                          const std::vector<int>& out_tokens) {
   const ModelConfig& cfg = m.config();
   const int C = cfg.d_model;
-  const Eigen::Index rows = Eigen::Index(out_tokens.size()) * C;
+  const Eigen::Index rows = Eigen::Index(out_tokens.size()) * m.state_width();  // (hyper-connected: no output norm)
   int i = last - 1;
   while (i >= first && !cfg.has_sublayer(i)) i--;  // an absent sub-layer is the identity
   if (i < first || !norm_sites(cfg.placement_of(cfg.slot(i).layer), cfg.slot(i).kind).out) return Mat(rows, 0);
@@ -513,7 +513,7 @@ long default_lanczos_budget(long n) { return std::clamp(50 * n, 10000L, 20000L);
 std::vector<double> stream_jacobian(const Model<double>& model, int first, int last,
                                     const std::vector<int>& in_tokens,
                                     const std::vector<int>& out_tokens) {
-  const int T = model.planned_T(), C = model.config().d_model;
+  const int T = model.planned_T(), C = model.state_width();  // (n C per token with hyper-connections)
   const int K = int(in_tokens.size()) * C;
   throw_if_interrupted();
   // One whole block, most tokens perturbed: built from d x d blocks (Model::block_jacobian; it says
@@ -548,7 +548,7 @@ std::vector<double> stream_jacobian(const Model<double>& model, int first, int l
 }
 
 std::vector<double> token_local_jacobian(const Model<double>& model, int first, int last, int token) {
-  const int C = model.config().d_model;
+  const int C = model.state_width();
   // Whole blocks only; one block always, several only where token i's output ignores the other
   // tokens' tangents (causal: they stay at tokens > i, which token i never reads).
   // With value residual learning, a block holds the first self-attention's values: a product of blocks

@@ -13,7 +13,9 @@ namespace normlab::analysis {
 
 UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32_t>& bytes, int steps,
                              int B, int T, double lr, uint64_t seed) {
-  require_one_stream(model.config(), "analyze updates");  // a two-stream model (ResiDual) is refused by name
+  // (a two-stream model, ResiDual, is refused by name; with hyper-connections the last block's output is the
+  // sum of the streams, what the final norm reads)
+  refuse_second_stream(model.config(), "analyze updates");
   const ModelConfig& cfg = model.config();
   const std::unique_ptr<Model<float>> trained = model_with_params<float>(cfg, model.params());  // no random init first
   Model<float>& m = *trained;

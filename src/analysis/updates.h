@@ -16,7 +16,7 @@ struct UpdateReport {
   double lr = 0;
   std::vector<std::vector<double>> layer_ratio;  // [step][layer]
   std::vector<double> output_change;             // [step], relative, of the logits
-  std::vector<double> stream_change;             // [step], relative, of the last block's output
+  std::vector<double> stream_change;             // [step], relative, of the last block's output (hyper-connected: the streams' sum)
   std::vector<double> loss;                      // [step], before the update
 };
 

@@ -21,8 +21,8 @@ namespace normlab {
 
 namespace {
 
-constexpr double kSinkhornEps = 1e-6;  // MaxText's sinkhorn() eps
-constexpr double kPreEps = 1e-6;       // MaxText's eps on the read weights P
+constexpr double kSinkhornEps = kHyperSinkhornEps;
+constexpr double kPreEps = kHyperPreEps;
 
 double hyper_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -160,19 +160,13 @@ void sinkhorn_backward(const double* X, int n, int iters, const double* dM, doub
 
 // ---- mHC-lite's permutations ----
 
-namespace {
-
-// The n! permutations of 0..n-1 in lexicographic order (itertools.permutations'), flat: entry p k is
-// the column of row k's 1 in permutation matrix p (MaxText: jnp.eye(n)[perm], Perm_p[k, perm_p[k]] = 1).
-std::vector<int> lite_permutations(int n) {
+std::vector<int> hyper_lite_permutations(int n) {
   std::vector<int> perm(static_cast<size_t>(n)), out;
   for (int k = 0; k < n; k++) perm[size_t(k)] = k;
   do out.insert(out.end(), perm.begin(), perm.end());
   while (std::next_permutation(perm.begin(), perm.end()));
   return out;
 }
-
-}  // namespace
 
 // ---- one sub-layer's read and write ----
 
@@ -258,7 +252,7 @@ void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S
       }
     }
   }
-  const std::vector<int> perms = cfg.hyper == HyperMix::MhcLite ? lite_permutations(n) : std::vector<int>();
+  const std::vector<int> perms = cfg.hyper == HyperMix::MhcLite ? hyper_lite_permutations(n) : std::vector<int>();
 #pragma omp parallel for schedule(static) if(rows * n * C > ops::kParallelMinWork)
   for (long r = 0; r < rows; r++) {
     S* wa = w.a + r * n * n1;
@@ -336,7 +330,7 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
                          const S* pre, S* dH, S* dmix, S* dpre, S* dhn) {
   const int n = cfg.hyper_streams, C = cfg.d_model, n1 = n + 1, W = 2 * n + hyper_res_width(cfg);
   const HyperMix form = cfg.hyper;
-  const std::vector<int> perms = form == HyperMix::MhcLite ? lite_permutations(n) : std::vector<int>();
+  const std::vector<int> perms = form == HyperMix::MhcLite ? hyper_lite_permutations(n) : std::vector<int>();
   const MixView<S> w(const_cast<S*>(mix), rows, n), dw(dmix, rows, n), t(const_cast<S*>(pre), rows, n),
       dt(dpre, rows, n);
   S* dy = dpre + rows * W;  // mhc: d(the pre-activations s h + bias), h's layout
@@ -488,7 +482,8 @@ void keep_max(HyperGain& into, const HyperGain& g) {
 
 }  // namespace
 
-HyperGains hyper_gains(int n, const std::vector<const float*>& mixes, long rows) {
+template <class S>
+HyperGains hyper_gains(int n, const std::vector<const S*>& mixes, long rows) {
   const int n1 = n + 1;
   HyperGains out;
   out.own.resize(mixes.size());
@@ -497,7 +492,7 @@ HyperGains hyper_gains(int n, const std::vector<const float*>& mixes, long rows)
   for (long r = 0; r < rows; r++) {
     comp.setIdentity();
     for (size_t l = 0; l < mixes.size(); l++) {
-      const float* w = mixes[l] + r * n * n1;
+      const S* w = mixes[l] + r * n * n1;
       for (int t = 0; t < n; t++)
         for (int s = 0; s < n; s++) res(t, s) = w[s * n1 + 1 + t];  // H^res[t, s] = M[s, t]
       comp = res * comp;
@@ -515,7 +510,8 @@ HyperGains hyper_gains(int n, const std::vector<const float*>& mixes, long rows)
   template void hyper_write_backward(int, const S*, const S*, const S*, long, int, S*, S*);                         \
   template void hyper_read_backward(const ModelConfig&, const HyperParams<S>&, const HyperParams<S>&, const S*,     \
                                     long, const S*, const S*, const S*, const S*, const S*, const S*, S*, S*, S*, \
-                                    S*);
+                                    S*);                                                                            \
+  template HyperGains hyper_gains(int, const std::vector<const S*>&, long);
 NL_HYPER(float)
 NL_HYPER(double)
 #undef NL_HYPER

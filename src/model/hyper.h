@@ -81,6 +81,32 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
                          long rows, const S* du, const S* dR, const S* hn, const S* hrstd, const S* mix,
                          const S* pre, S* dH, S* dmix, S* dpre, S* dhn);
 
+// ---- forward mode (model/hyper_jvp.cpp) ----
+// The read's tangent for K tangents at rows [r0, r0 + count) of a forward over `total` rows (H, hrstd,
+// mix and pre as hyper_read_forward left them, laid out for `total` rows): from tH (K, count, n, C) the
+// tangents of the branch input tu (K, count, C), of R, tR (K, count, n, C), and of the weights, tmix
+// (K, count, hyper_mix_width(n)) per token [tP_s | tM[s, 0..n)] for each s, then tb. scratch: at least
+// hyper_jvp_scratch(cfg, K, count) values.
+size_t hyper_jvp_scratch(const ModelConfig& cfg, int K, long count);
+template <class S>
+void hyper_read_jvp(const ModelConfig& cfg, const HyperParams<S>& p, const S* H, const S* hrstd, const S* mix,
+                    const S* pre, long total, long r0, long count, int K, const S* tH, S* tu, S* tR, S* tmix,
+                    S* scratch);
+// The write's tangent: tR_t (K, count, n, C) += tb_t g + b_t tg, for g (total, C) the branch output of the
+// forward and tg (K, count, C) its tangent; tR becomes the tangent of the streams leaving the sub-layer.
+template <class S>
+void hyper_write_jvp(int n, const S* mix, const S* g, long total, long r0, long count, int K, int C, const S* tmix,
+                     const S* tg, S* tR);
+// Sinkhorn-Knopp's tangent (public for its test): tM (K, n x n) for K tangents tX (K, n x n) at X.
+void sinkhorn_jvp(const double* X, int n, int iters, int K, const double* tX, double* tM);
+
+// The constants and the permutation order the forward and forward mode share.
+inline constexpr double kHyperSinkhornEps = 1e-6;  // MaxText's sinkhorn() eps
+inline constexpr double kHyperPreEps = 1e-6;       // MaxText's eps on the read weights P
+// mhc_lite: the n! permutations of 0..n-1 in lexicographic order (itertools.permutations'), flat: entry
+// p n + k is the column of row k's 1 in permutation matrix p (MaxText: jnp.eye(n)[perm]).
+std::vector<int> hyper_lite_permutations(int n);
+
 // What the residual mixes do to the streams through depth (mHC's "Amax Gain Magnitude"): the map the
 // streams take past sub-layer l, the branches left out, is H^res_l = M_l^T (H' = H^res H), and through
 // sub-layers 1..l the composite H^res_l ... H^res_1. Of a map A (n x n) per token: forward, the largest
@@ -95,7 +121,8 @@ struct HyperGains {
 };
 // mixes: the mix buffers of a stack's hyper-connected sub-layers in order (rows tokens each, the
 // layout above).
-HyperGains hyper_gains(int n, const std::vector<const float*>& mixes, long rows);
+template <class S>
+HyperGains hyper_gains(int n, const std::vector<const S*>& mixes, long rows);
 
 // The Sinkhorn-Knopp projection of mhc, public for its test: M (n x n) from X (n x n), MaxText's
 // sinkhorn(): T = softmax_rows(X) + 1e-6, T /= (column sums + 1e-6), then iters - 1 times rows then

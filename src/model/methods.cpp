@@ -96,6 +96,10 @@ void require_one_stream(const ModelConfig& cfg, const char* what) {
     throw Error(fmt::format("{} reads one residual stream; this model is hyper-connected (model.hyper = \"{}\", {} "
                             "streams), which this instrument does not read yet",
                             what, to_string(cfg.hyper), cfg.hyper_streams));
+  refuse_second_stream(cfg, what);
+}
+
+void refuse_second_stream(const ModelConfig& cfg, const char* what) {
   for (int l = 0; l < cfg.total_layers(); l++)
     if (dual_stream(cfg.placement_of(l)))
       throw Error(fmt::format("{} reads one residual stream; layer {} is \"{}\" ({}), which carries two "

@@ -97,6 +97,9 @@ inline bool residual_form(Placement p) {
 // residual stream (the instruments in analysis/ and the one-stream Jacobian products), whose numbers
 // would be wrong for a two-stream model. `what` names the caller.
 void require_one_stream(const ModelConfig& cfg, const char* what);
+// The same for a two-stream stack (ResiDual) only: for what reads the n streams of hyper-connections
+// as one state (Model::state_width).
+void refuse_second_stream(const ModelConfig& cfg, const char* what);
 
 // LayerScale's initial gain for a stack of `depth` layers (CaiT): 0.1 up to 18, 1e-5 up to 24,
 // 1e-6 beyond.

@@ -172,9 +172,13 @@ class Model {
   bool ablated() const { return !ablation_.skips || !ablation_.mlp; }
   bool ablated_skips() const { return !ablation_.skips; }
   void refuse_ablated(const char* what) const;  // throws Error naming `what` while ablated
-  // Throws Error naming `what` on a hyper-connected model (model.hyper): for the products and the
-  // decoding that map one stream (the n-stream forms are not written yet).
+  // Throws Error naming `what` on a hyper-connected model (model.hyper): for what reads one stream.
   void refuse_hyper(const char* what) const;
+  // The values per token of the state the sub-layers pass on: C, or n C for n hyper-connected streams
+  // (model.hyper). The sub-layer products below (jvp_sublayers, jvp_sublayers_unit,
+  // jvp_block_token_local, vjp_sublayers) map this state: with hyper-connections their tangents are
+  // (K, B, T, n, C), the n streams of each token side by side.
+  int state_width() const { return cfg_.n_streams() * cfg_.d_model; }
   // grads += loss_scale * d(loss)/d(params), for the last forward. Invalidates logits().
   void backward(double loss_scale = 1.0);
   // What backward passes through the residual stream, for an instrument to read (the gradient sinks of
@@ -310,6 +314,15 @@ class Model {
   void hyper_write(int i);
   void hyper_sublayer_backward(int i, const S* dH_out, S* dH_in);
   void hyper_stack_backward(int first, int last, const S* dx_last, S*& dx_first, bool read);
+  // Forward mode: slot i's read, stages and write on the streams' tangent (model_hyper.cpp). f.tx is the
+  // branch input's tangent; tH (K, rows, n, C) enters and (after a swap with tR) leaves as the output's.
+  struct HyperTangents {
+    S* tH = nullptr, * tR = nullptr, * tmix = nullptr, * scratch = nullptr;
+  };
+  void hyper_sublayer_jvp(int i, JvpFlow<S>& f, HyperTangents& h) const;
+  // The hyper buffers of a forward-mode walk of K tangents of `rows` rows carved from `at` (returns the end).
+  S* carve_hyper_tangents(S* at, int K, long rows, HyperTangents& h) const;
+  size_t hyper_tangent_size(int K, long rows) const;
   void plan(int B, int T, int Ssrc);
   // rows of slot i's activations: B * (S for an encdec's encoder slot, T otherwise)
   int rows(int i) const { return B_ * len(i); }

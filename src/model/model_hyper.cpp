@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 
+#include "model/branch.h"
 #include "model/hyper.h"
 #include "model/model.h"
 #include "ops/common.h"
@@ -46,7 +47,7 @@ void Model<S>::hyper_sublayer_backward(int i, const S* dH_out, S* dH_in) {
   S* dg = dr_;
   hyper_write_backward(cfg_.hyper_streams, a.hmix, a.g, dH_out, N, C, dg, dhmix_);
   S* du = dstream_[0];
-  zero(du, size_t(N) * C);  // (no shortcut assigns it: the stage that reads x_in adds into it)
+  branch::zero(du, size_t(N) * C);  // (no shortcut assigns it: the stage that reads x_in adds into it)
   sublayer_backward(i, dg, du);
   hyper_read_backward(cfg_, p_[size_t(i)].hc, dp_[size_t(i)].hc, a.hs_in, N, du, dH_out, a.hn, a.hrstd, a.hmix,
                       a.hpre, dH_in, dhmix_, dhpre_, dhn_);
@@ -81,13 +82,46 @@ void Model<S>::hyper_stack_backward(int first, int last, const S* dx_last, S*& d
     }
 }
 
+template <class S>
+size_t Model<S>::hyper_tangent_size(int K, long rows) const {
+  if (!cfg_.hyper_connected()) return 0;
+  const size_t KR = size_t(K) * size_t(rows);
+  return 2 * KR * size_t(state_width()) + KR * size_t(hyper_mix_width(cfg_.hyper_streams)) +
+         hyper_jvp_scratch(cfg_, K, rows);
+}
+
+template <class S>
+S* Model<S>::carve_hyper_tangents(S* at, int K, long rows, HyperTangents& h) const {
+  const size_t KR = size_t(K) * size_t(rows);
+  h.tH = at;
+  h.tR = h.tH + KR * size_t(state_width());
+  h.tmix = h.tR + KR * size_t(state_width());
+  h.scratch = h.tmix + KR * size_t(hyper_mix_width(cfg_.hyper_streams));
+  return h.scratch + hyper_jvp_scratch(cfg_, K, rows);
+}
+
+// tu from tH (the read's tangent), the stages from tu to tg, tH' = tR + tb g + b tg (the write's)
+template <class S>
+void Model<S>::hyper_sublayer_jvp(int i, JvpFlow<S>& f, HyperTangents& h) const {
+  const SublayerActs<S>& a = a_[size_t(i)];
+  const long total = rows(i), r0 = long(f.rows.n), count = f.rows.rows;
+  hyper_read_jvp(cfg_, p_[size_t(i)].hc, a.hs_in, a.hrstd, a.hmix, a.hpre, total, r0, count, f.K, h.tH, f.tx, h.tR,
+                 h.tmix, h.scratch);
+  sublayer_jvp(i, f);
+  hyper_write_jvp(cfg_.hyper_streams, a.hmix, a.g, total, r0, count, f.K, cfg_.d_model, h.tmix, f.tx, h.tR);
+  std::swap(h.tH, h.tR);
+}
+
 // model.cpp instantiates the class; the members defined here are instantiated here.
 #define NL_INSTANTIATE(S)                                                               \
   template void Model<S>::refuse_hyper(const char*) const;                              \
   template void Model<S>::hyper_read(int);                                              \
   template void Model<S>::hyper_write(int);                                             \
   template void Model<S>::hyper_sublayer_backward(int, const S*, S*);                   \
-  template void Model<S>::hyper_stack_backward(int, int, const S*, S*&, bool);
+  template void Model<S>::hyper_stack_backward(int, int, const S*, S*&, bool);                  \
+  template size_t Model<S>::hyper_tangent_size(int, long) const;                                \
+  template S* Model<S>::carve_hyper_tangents(S*, int, long, typename Model<S>::HyperTangents&) const;            \
+  template void Model<S>::hyper_sublayer_jvp(int, JvpFlow<S>&, typename Model<S>::HyperTangents&) const;
 NL_INSTANTIATE(float)
 NL_INSTANTIATE(double)
 #undef NL_INSTANTIATE

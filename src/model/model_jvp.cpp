@@ -36,7 +36,6 @@ void Model<S>::refuse_ablated(const char* what) const {
 // two-stream stack that stream is half of the state, so their numbers would be wrong: refuse.
 template <class S>
 void Model<S>::refuse_dual(int slot, const char* what) const {
-  refuse_hyper(what);
   if (slot < 0 || slot >= int(slots_.size())) return;  // the range checks below report it
   const Method& m = method_of(cfg_.placement_of(slots_[size_t(slot)].layer));
   if (cfg_.dual_stack(slots_[size_t(slot)].layer))
@@ -61,7 +60,6 @@ template <class S>
 void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, int K, int first, int last,
                                   const S* tmem, S* td) const {
   refuse_ablated("jvp_sublayers");
-  refuse_hyper("the forward-mode products (jvp_sublayers, jvp_stacks)");
   if (first >= last) throw Error("jvp_sublayers: empty range of sub-layers");
   const int dec0 = cfg_.first_decoder_slot();
   if (cfg_.encdec() && first < dec0 && last > dec0)
@@ -81,8 +79,9 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
   bool source = false;
   for (int i = first; i < last; i++) source = source || cfg_.is_value_source(i);
   const size_t nval = source ? size_t(K) * N * (QW - A) / 2 : 0;
-  if (jvp_scratch_.size() < 3 * KNC + nhid + natt + nmix + nkv + nval)
-    jvp_scratch_.resize(3 * KNC + nhid + natt + nmix + nkv + nval);
+  const size_t nhyp = hyper_tangent_size(K, N);  // hyper-connections: the streams' tangents
+  if (jvp_scratch_.size() < 3 * KNC + nhid + natt + nmix + nkv + nval + nhyp)
+    jvp_scratch_.resize(3 * KNC + nhid + natt + nmix + nkv + nval + nhyp);
   JvpFlow<S> f;
   f.tx = jvp_scratch_.data();
   f.pool[0] = f.tx + KNC;
@@ -96,20 +95,28 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
   f.sc = JvpScratch{thid, tatt, tmix, tkv, source ? tkv + nkv : nullptr};
   f.tmem = tmem;
   f.td = td;
+  // the state's tangent: the stream's, or the n streams' (K, N, n, C) with hyper-connections
+  HyperTangents h;
+  if (cfg_.hyper_connected()) carve_hyper_tangents(tkv + nkv + nval, K, N, h);
+  S* state = cfg_.hyper_connected() ? h.tH : f.tx;
+  const size_t NW = size_t(N) * state_width();
   if (tin) {
-    std::copy(tin, tin + KNC, f.tx);
-  } else {  // unit tangents: tangent k is 1 at flat position unit[k] of (B, T, C)
-    const size_t NC = size_t(N) * C;
-    S* tx = f.tx;
+    std::copy(tin, tin + K * NW, state);
+  } else {  // unit tangents: tangent k is 1 at flat position unit[k] of (B, T, state width)
 #pragma omp parallel for schedule(static)
     for (int k = 0; k < K; k++) {
-      std::fill(tx + size_t(k) * NC, tx + size_t(k + 1) * NC, S(0));
-      tx[size_t(k) * NC + size_t(unit[k])] = S(1);
+      std::fill(state + size_t(k) * NW, state + size_t(k + 1) * NW, S(0));
+      state[size_t(k) * NW + size_t(unit[k])] = S(1);
     }
   }
-  for (int i = first; i < last; i++)
-    if (slots_[size_t(i)].present) sublayer_jvp(i, f);
-  std::copy(f.tx, f.tx + KNC, tout);
+  for (int i = first; i < last; i++) {
+    if (!slots_[size_t(i)].present) continue;
+    if (cfg_.hyper_connected())
+      hyper_sublayer_jvp(i, f, h);
+    else
+      sublayer_jvp(i, f);
+  }
+  std::copy_n(cfg_.hyper_connected() ? h.tH : f.tx, K * NW, tout);
 }
 
 // The stages in order on the value's tangent (model/stage.h), from the stream's tangent f.tx; the
@@ -183,7 +190,8 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
   const int QW = cfg_.qkv_width(), A = cfg_.attn_width();
   const size_t hid = size_t(K) * std::max({3 * C, FW, QW}), mix = size_t(K) * std::max({C, F, A});
   const bool source = cfg_.is_value_source(2 * layer);  // (value residual: else the source's values are held)
-  const size_t need = 3 * KC + hid + mix + size_t(K) * T + (source ? size_t(K) * (QW - A) / 2 : 0);
+  const size_t nval = source ? size_t(K) * (QW - A) / 2 : 0;
+  const size_t need = 3 * KC + hid + mix + size_t(K) * T + nval + hyper_tangent_size(K, 1);
   if (jvp_scratch_.size() < need) jvp_scratch_.resize(need);
   JvpFlow<S> f;
   f.tx = jvp_scratch_.data();
@@ -195,10 +203,18 @@ void Model<S>::jvp_block_token_local(S* tout, const S* tin, int K, int layer, in
   f.K = K;
   f.rows = JvpRows{true, n, 1, token, row};
   f.sc = JvpScratch{thid, ts, tmix, nullptr, source ? ts + size_t(K) * T : nullptr};
-  std::copy(tin, tin + KC, f.tx);
-  for (int i = 2 * layer; i < 2 * layer + 2; i++)  // (a block's two slots)
-    if (slots_[size_t(i)].present) sublayer_jvp(i, f);
-  std::copy(f.tx, f.tx + KC, tout);
+  HyperTangents h;  // hyper-connections: the token's n streams (K, n, C)
+  if (cfg_.hyper_connected()) carve_hyper_tangents(ts + size_t(K) * T + nval, K, 1, h);
+  const size_t KW = size_t(K) * state_width();
+  std::copy(tin, tin + KW, cfg_.hyper_connected() ? h.tH : f.tx);
+  for (int i = 2 * layer; i < 2 * layer + 2; i++) {  // (a block's two slots)
+    if (!slots_[size_t(i)].present) continue;
+    if (cfg_.hyper_connected())
+      hyper_sublayer_jvp(i, f, h);
+    else
+      sublayer_jvp(i, f);
+  }
+  std::copy_n(cfg_.hyper_connected() ? h.tH : f.tx, KW, tout);
 }
 
 template <class S>
@@ -209,13 +225,16 @@ void Model<S>::vjp_sublayers(S* din, const S* dout, int first, int last) {
   const int dec0 = cfg_.first_decoder_slot();
   if (cfg_.encdec() && first < dec0 && last > dec0)
     throw Error("vjp_sublayers: a range of an encoder-decoder lies within one stack (use vjp_encdec)");
-  const size_t NC = size_t(rows(first)) * cfg_.d_model;
+  const size_t NC = size_t(rows(first)) * state_width();
   if (cfg_.encdec()) std::fill(dmem_, dmem_ + size_t(B_) * S_ * cfg_.d_model, S(0));
   std::vector<S> dx(dout, dout + NC), dx_in(NC);
   clear_value_gradients();
   for (int i = last - 1; i >= first; i--) {
     if (!slots_[size_t(i)].present) continue;
-    sublayer_backward(i, dx.data(), dx_in.data());
+    if (cfg_.hyper_connected())  // d(the n streams), (rows, n, C)
+      hyper_sublayer_backward(i, dx.data(), dx_in.data());
+    else
+      sublayer_backward(i, dx.data(), dx_in.data());
     dx.swap(dx_in);
   }
   std::copy(dx.begin(), dx.end(), din);
@@ -229,7 +248,21 @@ void Model<S>::stack_jvp(S* ty, const S* tx0, int K, const StackEnd& e, const S*
   std::vector<S> tx(n), td;
   // x_d = x_0 + sum g
   if (e.xd) td.assign(tx0, tx0 + n);
-  jvp_sublayers_impl(tx.data(), tx0, nullptr, K, e.first, e.last, tmem, e.xd ? td.data() : nullptr);
+  if (cfg_.hyper_connected()) {  // H_t = x0 for every stream t; x = sum_t H_t at the end
+    const size_t nS = size_t(cfg_.hyper_streams), C = size_t(cfg_.d_model), rows = n / C;
+    std::vector<S> tH(n * nS);
+    for (size_t r = 0; r < rows; r++)
+      for (size_t t = 0; t < nS; t++) std::copy_n(tx0 + r * C, C, tH.begin() + long((r * nS + t) * C));
+    jvp_sublayers_impl(tH.data(), tH.data(), nullptr, K, e.first, e.last, tmem);
+    for (size_t r = 0; r < rows; r++)
+      for (size_t c = 0; c < C; c++) {
+        S sum = 0;
+        for (size_t t = 0; t < nS; t++) sum += tH[(r * nS + t) * C + c];
+        tx[r * C + c] = sum;
+      }
+  } else {
+    jvp_sublayers_impl(tx.data(), tx0, nullptr, K, e.first, e.last, tmem, e.xd ? td.data() : nullptr);
+  }
   if (!e.norm) {
     std::copy(tx.begin(), tx.end(), ty);  // y = x
     return;
