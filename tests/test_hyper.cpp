@@ -9,6 +9,7 @@
 // authors' code.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 
 #include "analysis/dynamics.h"
 #include "analysis/jacobian.h"
+#include "analysis/sinks.h"
 #include "model/hyper.h"
 #include "model/methods.h"
 #include "model/model.h"
@@ -474,6 +476,66 @@ TEST(Hyper, DynamicsReadsEachStreamAgainstAHandRecomputation) {
   EXPECT_EQ(r.rank_collapse.size(), 1u);  // the model's own setting only: no ablation is defined
 }
 
+// analyze sinks on an mhc model, one window: the gradient at the stream point entering layer 0 is
+// d(loss)/d(x0) (a shift of every stream), against central differences of the loss in the learned
+// position of each token; an input norm's largest ||x_t|| is that of the mix the sub-layer read.
+TEST(Hyper, SinksReadTheStreamsGradientAndTheNormsOwnInput) {
+  const int T = 5;
+  ModelConfig c = hyper_model(HyperMix::Mhc, 3);
+  const int C = c.d_model;
+  Model<double> m(c);
+  Rng rng(9);
+  for (const ParamSpec& p : m.table().specs)
+    if (p.name.find(".hc.") != std::string::npos)
+      for (size_t j = 0; j < p.numel; j++) m.params()[p.offset + j] += 0.3 * rng.normal();
+  const Tokens tok = tokens_for(c, 1, T, 5);
+  Batch batch;
+  batch.B = 1;
+  batch.T = T;
+  batch.ids = tok.ids;
+  batch.labels = tok.labels;
+  const analysis::SinksReport r = analysis::analyze_sinks(m, {batch});
+  EXPECT_EQ(r.hyper_streams, 3);
+  ASSERT_FALSE(r.gradients.empty());
+  // the next-token loss the instrument differentiates
+  std::vector<int32_t> labels(size_t(T), ops::kIgnoreLabel);
+  for (int t = 0; t + 1 < T; t++) labels[size_t(t)] = tok.ids[size_t(t) + 1];
+  const size_t wpe = m.table().find("wpe.weight")->offset;
+  std::vector<double> norms(static_cast<size_t>(T));
+  for (int t = 0; t < T; t++) {
+    double sq = 0;
+    for (int ch = 0; ch < C; ch++) {
+      double& w = m.params()[wpe + size_t(t) * C + size_t(ch)];
+      const double saved = w;
+      w = saved + 1e-6;
+      const double plus = m.forward(tok.ids.data(), labels.data(), 1, T);
+      w = saved - 1e-6;
+      const double minus = m.forward(tok.ids.data(), labels.data(), 1, T);
+      w = saved;
+      sq += std::pow((plus - minus) / 2e-6, 2);
+    }
+    norms[size_t(t)] = std::sqrt(sq);
+  }
+  EXPECT_NEAR(r.gradients[0].first, norms[0], 1e-6 * norms[0]);
+  const int top = int(std::max_element(norms.begin(), norms.end()) - norms.begin());
+  EXPECT_EQ(r.gradients[0].top_token, top);
+  EXPECT_NEAR(r.gradients[0].top, norms[size_t(top)], 1e-6 * norms[size_t(top)]);
+  // the input norms' readings are of what each reads
+  m.forward(tok.ids.data(), labels.data(), 1, T);
+  ASSERT_GE(r.norm_gains.size(), 2u);
+  for (const analysis::NormGain& g : r.norm_gains) {
+    if (g.site == "ln_f") continue;
+    const double* u = m.acts(2 * g.layer).x_in;
+    double largest = 0;
+    for (int t = 0; t < T; t++) {
+      double sq = 0;
+      for (int ch = 0; ch < C; ch++) sq += u[size_t(t) * C + ch] * u[size_t(t) * C + ch];
+      largest = std::max(largest, std::sqrt(sq));
+    }
+    EXPECT_NEAR(g.norm_max, largest, 1e-12 * largest) << g.site;
+  }
+}
+
 TEST(Hyper, OneStreamReadersRefuseByName) {
   ModelConfig c = hyper_model(HyperMix::Hc, 2);
   Model<double> m(c);
@@ -488,7 +550,7 @@ TEST(Hyper, OneStreamReadersRefuseByName) {
     }
   };
   names_hyper([&] { m.set_ablation({false, true}); });
-  names_hyper([&] { require_one_stream(c, "analyze sinks"); });
+  names_hyper([&] { require_one_stream(c, "a one-stream reader"); });
   EXPECT_FALSE(m.block_jacobian_covers(0, 2));
 }
 

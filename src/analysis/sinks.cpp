@@ -153,7 +153,7 @@ class StreamGradientReading {
 
 SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batches, bool with_gradients) {
   if (batches.empty()) throw Error("analyze sinks: no input windows");
-  require_one_stream(model.config(), "analyze sinks");
+  refuse_second_stream(model.config(), "analyze sinks");
   const ModelConfig& cfg = model.config();
   if (cfg.encdec()) throw Error("analyze sinks reads a GPT or an encoder; this model is an encoder-decoder");
   const int T = batches[0].T, C = cfg.d_model, L = cfg.n_layers, NH = cfg.n_heads;
@@ -169,7 +169,10 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
   rep.d_model = C;
   rep.n_heads = NH;
   rep.causal = cfg.causal();
+  rep.hyper_streams = cfg.n_streams();
   std::vector<std::vector<double>> vals(size_t(L) + 1);  // every stream point's entries, window by window
+  // hyper-connections: what each layer's input norm reads (the mix of the streams), window by window
+  std::vector<std::vector<double>> norm_inputs(cfg.hyper_connected() ? size_t(L) : 0);
   std::vector<double> importance(size_t(L) * NH * T, 0.0);  // mean over windows, by layer, head, key
   std::vector<double> first_mean(size_t(L) * NH, 0.0), first_sinks(size_t(L) * NH, 0.0);
   std::vector<double> null_mass(size_t(L) * NH, 0.0);  // 1 - a row's sum: the learned sink's share
@@ -203,6 +206,9 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
         const double* x = model.stream(l < L ? 2 * l : cfg.n_slots());
         vals[size_t(l)].insert(vals[size_t(l)].end(), x, x + n);
       }
+      for (int l = 0; l < int(norm_inputs.size()); l++)
+        if (cfg.has_sublayer(2 * l))
+          norm_inputs[size_t(l)].insert(norm_inputs[size_t(l)].end(), model.acts(2 * l).x_in, model.acts(2 * l).x_in + n);
       for (int l = 0; l < L; l++) {
         if (!cfg.has_sublayer(2 * l) || !model.acts(2 * l).att) continue;
         const double* att = model.acts(2 * l).att;  // (B, NH, T, T): [query][key]
@@ -260,7 +266,8 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
     const Slot slot = cfg.slot(2 * l);
     if (!norm_sites(cfg.placement_of(slot.layer), slot.kind).in) continue;
     rep.norm_gains.push_back(norm_gain(cfg, l, fmt::format("h.{}.{}.ln_in", l, to_string(slot.kind)),
-                                       model.sublayer_params_of(2 * l).ln_in, vals[size_t(l)], T, C));
+                                       model.sublayer_params_of(2 * l).ln_in,
+                                       cfg.hyper_connected() ? norm_inputs[size_t(l)] : vals[size_t(l)], T, C));
   }
   for (int l = 0; l <= L; l++) {
     rep.streams.push_back(stream_readings(l, vals[size_t(l)], windows, T, C));
@@ -315,6 +322,7 @@ nlohmann::json to_json(const SinksReport& r) {
                      {"norm_median", g.norm_median}, {"gain_max", g.gain_max}, {"gain_median", g.gain_median},
                      {"gain_ratio", g.gain_ratio}, {"predicted", g.predicted}});
   return {{"windows", r.windows}, {"T", r.T}, {"d_model", r.d_model}, {"n_heads", r.n_heads}, {"causal", r.causal},
+          {"hyper_streams", r.hyper_streams},
           {"gradients", gradients}, {"attn_input_gradients", attn_input}, {"no_gradients", r.no_gradients.empty() ? json() : json(r.no_gradients)},
           {"norm_gains", gains},
           {"epsilon", r.epsilon}, {"massive_min", r.massive_min}, {"massive_ratio", r.massive_ratio},
@@ -371,6 +379,11 @@ void print_gradient_sinks(const SinksReport& r) {
 
 void print_report(const SinksReport& r) {
   fmt::print("Massive activations and attention sinks over {} windows of {} tokens\n", r.windows, r.T);
+  if (r.hyper_streams > 1)
+    fmt::print("hyper-connected, {} streams: a stream point below is their sum (what the final norm reads), an input "
+               "norm's gain is read at its own input (the mix of the streams the sub-layer reads), and a gradient at "
+               "a stream point is that of a shift added to every stream\n",
+               r.hyper_streams);
   fmt::print("{:>5} {:>11} {:>6} {:>5} {:>10} {:>10} {:>9} {:>11} {:>11} {:>7} {:>7}  {}\n", "layer", "max |x|", "dim",
              "pos", "median|x|", "ratio", "kurtosis", "max ||x_t||", "med ||x_t||", "pos0 %", "share", "massive dims");
   for (const StreamSinks& s : r.streams) {

@@ -115,6 +115,11 @@ struct SinksReport {
   std::vector<StreamGradient> attn_input_gradients;
   std::string no_gradients;
   std::vector<NormGain> norm_gains;       // the stream points a norm reads (a post-norm stack: ln_f only)
+  // hyper-connections (model.hyper): the number of streams (1 without). With n > 1 a stream point is
+  // their sum (what the final norm reads; the embedding output at layer 0), an input norm's gain is read
+  // at its own input (the mix of the streams the sub-layer reads), and a gradient at a stream point is
+  // that of a shift added to every stream (d(loss)/d(x0) at layer 0).
+  int hyper_streams = 1;
 };
 
 // The windows are the rows of the batches (each row a sequence; padding is refused). A forward pass

@@ -184,7 +184,8 @@ class Model {
   // What backward passes through the residual stream, for an instrument to read (the gradient sinks of
   // analysis/sinks.h): while set, backward (and vjp_stacks) calls it with (i, dx), dx (B, T, C) = loss_scale d(loss) /
   // d(stream(i)), for i = n_slots (the last block's output) and then every slot i below it, down to the
-  // decoder's (or the only stack's) first. A two-stream stack (ResiDual) gives its x stream's gradient.
+  // decoder's (or the only stack's) first. A two-stream stack (ResiDual) gives its x stream's gradient;
+  // hyper-connections (model.hyper) the gradient of a shift added to every stream, sum_t dH_t.
   // An empty function (the default) turns it off.
   using StreamGradientReader = std::function<void(int slot, const S* dx)>;
   void read_stream_gradients(StreamGradientReader reader) { stream_gradient_reader_ = std::move(reader); }

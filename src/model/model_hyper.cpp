@@ -55,21 +55,34 @@ void Model<S>::hyper_sublayer_backward(int i, const S* dH_out, S* dH_in) {
 
 // dx_last (rows, C): d(loss)/d(the sum of the streams after slot last - 1). On return dx_first points
 // at d(loss)/d(x0), x0 the embedding output every stream starts as (the sum over the streams' gradients).
+// read: the stream-gradient reader sees, at slot last and at every slot below it, the gradient of a
+// shift added to every stream entering it, sum_t dH_t (rows, C) (at slot 0, d(loss)/d(x0)).
 template <class S>
 void Model<S>::hyper_stack_backward(int first, int last, const S* dx_last, S*& dx_first, bool read) {
-  if (read) throw Error("the stream-gradient readers (analyze sinks) read one residual stream; this model is hyper-connected");
   const int n = cfg_.hyper_streams, C = cfg_.d_model;
   const long N = rows(first);
   S* dH = dhyper_[0];
+  std::vector<S> shift(read ? size_t(N) * C : 0);
+  auto read_shift = [&](int slot, const S* d) {
+    for (long r = 0; r < N; r++)
+      for (int c = 0; c < C; c++) {
+        S sum = 0;
+        for (int t = 0; t < n; t++) sum += d[(r * n + t) * C + c];
+        shift[size_t(r) * C + size_t(c)] = sum;
+      }
+    stream_gradient_reader_(slot, shift.data());
+  };
   // sum = sum_t H_t:  dH_t = d(sum)
   for (long r = 0; r < N; r++)
     for (int t = 0; t < n; t++) std::copy(dx_last + r * C, dx_last + (r + 1) * C, dH + (r * n + t) * C);
+  if (read) read_shift(last, dH);
   clear_value_gradients();
   for (int i = last - 1; i >= first; i--) {
     if (!slots_[size_t(i)].present) continue;
     S* next = dH == dhyper_[0] ? dhyper_[1] : dhyper_[0];
     hyper_sublayer_backward(i, dH, next);
     dH = next;
+    if (read) read_shift(i, dH);
   }
   // H_t = x0 for every t:  dx0 = sum_t dH_t
   dx_first = dstream_[1];
