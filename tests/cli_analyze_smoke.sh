@@ -34,6 +34,24 @@ for arch in gpt encoder; do
     done
   done
 done
+# hyper-connected streams (every form): the instruments read the n streams, the theory on a checkpoint
+# measures what it can and names the premise that fails for the rest
+for form in hc hc_static mhc mhc_lite; do
+  cfg=("${tiny[@]}" --set model.norm=rmsnorm --set model.hyper=$form --set model.hyper_streams=3)
+  check "jacobian hyper $form" blocks "$NL" analyze jacobian "${cfg[@]}" --seq-len 6
+  check "attention hyper $form" per_head "$NL" analyze attention "${cfg[@]}" --seq-len 6
+  check "dynamics hyper $form" layers "$NL" analyze dynamics "${cfg[@]}" --seq-len 8 --batches 1 --batch-size 2
+  check "sinks hyper $form" streams "$NL" analyze sinks "${cfg[@]}" --seq-len 8 --batches 1 --batch-size 2
+done
+"$NL" init "${tiny[@]}" --set model.hyper=mhc --set model.hyper_streams=3 --out hyper.safetensors >/dev/null
+if timeout 300 "$NL" theory --checkpoint hyper.safetensors --seeds 1 >theory.txt 2>&1 &&
+   grep -q "SKIPPED: the claim is about one residual stream; this model carries 3 hyper-connected streams" theory.txt &&
+   grep -q "Gu et al. 2024 attention sinks, checkpoint" theory.txt; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1))
+  echo "FAIL: theory --checkpoint on a hyper-connected model"; tail -5 theory.txt
+fi
 # attention-only models (model.mlp = false), with and without skips, per-layer mixes included
 for extra in "--set model.placement=pre" "--set model.placement=post" "--set model.residual=false" \
              "--set model.placement=[\"post\",\"sandwich\"]"; do

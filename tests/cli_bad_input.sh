@@ -29,11 +29,6 @@ expect_error "must be in [0, 1)" -- train --set model.dropout=1.5
 expect_error "model.hyper_streams = 0 must be in [1, 16]" -- train --set model.hyper=hc --set model.hyper_streams=0
 expect_error "'hyper' = \"hcc\" is not one of none | hc | hc_static | mhc | mhc_lite" -- train --set model.hyper=hcc
 expect_error "placement \"post\" has a norm after the sum" -- train --set model.hyper=mhc --set model.placement=post
-# a hyper-connected model: the theory on a checkpoint refuses it once, by name (the instruments read the n streams)
-"$NL" train -q --set model.hyper=mhc --set model.d_model=16 --set model.n_heads=2 --set model.n_layers=1 \
-  --set model.seq_len=16 --set train.steps=2 --set train.batch_size=2 --set train.eval_every=0 \
-  --set train.out_dir=hyper_run > /dev/null 2>&1
-expect_error "this model is hyper-connected (model.hyper = \"mhc\"" -- theory --checkpoint hyper_run --seeds 1
 expect_error "expected section.key=value" -- train --set lr
 expect_error "'precision' = \"fp16\" is not one of fp32 | bf16" -- train --set train.precision=fp16
 expect_error "'precision' must be a string" -- train --set train.precision=16

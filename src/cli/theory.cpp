@@ -78,9 +78,11 @@ int run_theory(TheoryCommand& cmd) {
     given->params.assign(source.model->params().begin(), source.model->params().end());
     const ModelConfig& c = given->config;
     opts = theory::theory_options_for(given, source, opts);
-    fmt::print("model: checkpoint '{}': {} {}, {} layers, d = {}, {} heads, {} placement, {} init\n", cmd.checkpoint,
+    fmt::print("model: checkpoint '{}': {} {}, {} layers, d = {}, {} heads, {} placement, {} init{}\n", cmd.checkpoint,
                to_string(c.arch), to_string(c.norm), c.n_layers, c.d_model, c.n_heads, to_string(c.placement_of(0)),
-               to_string(c.resolved_init()));
+               to_string(c.resolved_init()),
+               c.hyper_connected() ? fmt::format(", {} hyper-connected streams ({})", c.hyper_streams, to_string(c.hyper))
+                                   : std::string());
   } else {
     if (!opts.tokenizer.empty())
       throw Error("--tokenizer applies with --checkpoint (the fresh models of the claims read bytes)");

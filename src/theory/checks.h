@@ -76,6 +76,9 @@ struct NotApplicable : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The reason a claim about one residual stream is not measured on a given hyper-connected model g.
+std::string hyper_not_applicable(const ModelConfig& g);
+
 // The models of the checks (models.cpp): fresh from their config, or (train_steps > 0) trained
 // first with AdamW on the corpus' training split to a validation plateau (at most train_steps steps)
 // and kept in the normlab cache; trained parameters are kept per config (eps aside: a model differing

@@ -174,6 +174,8 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     // 002 rank collapse: the Pre-LN model's own weights with skips and MLPs removed
     need_depth();
     // Dong et al. measured BERT (Post-LN) as well: a given model is read whatever its placement and norm
+    if (b.given && o.model->config.hyper_connected())  // (the ablations remove the skips the mixes replace)
+      throw NotApplicable(hyper_not_applicable(o.model->config));
     auto deep_pre = b.given ? b.models->given()
                             : b.models->make(gpt_config(o, Placement::Pre, 1e-5, L), true, ClaimModels::Norm::Any);
     // the dynamics' batches follow the seed: on a given model the seeds are what varies (the input windows)

@@ -94,6 +94,7 @@ void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
     attempt(b, out, names, [&] {
       if (!b.given) b.models->used(c);  // made before this block: a model that did not learn voids it
       if (c.encdec()) throw NotApplicable("the claim reads one stack; this model is an encoder-decoder");
+      if (c.hyper_connected()) throw NotApplicable(hyper_not_applicable(c));
       if (!uniform || (p != Placement::Pre && p != Placement::Post))
         throw NotApplicable(fmt::format("the claim contrasts Pre-LN with Post-LN; this model's placement is {}",
                                         uniform ? to_string(p) : std::string("a per-layer mix")));

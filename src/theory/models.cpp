@@ -62,6 +62,12 @@ bool get(const std::string& in, size_t& at, T& v) {
 
 }  // namespace
 
+std::string hyper_not_applicable(const ModelConfig& g) {
+  return fmt::format("the claim is about one residual stream; this model carries {} hyper-connected streams "
+                     "(model.hyper = \"{}\")",
+                     g.hyper_streams, to_string(g.hyper));
+}
+
 std::unique_ptr<Model<double>> ClaimModels::make(const ModelConfig& c, bool needs_loss, Norm norm) {
   if (o_.model) {  // the given model, if it is the one the claim needs
     const ModelConfig& g = o_.model->config;
@@ -72,6 +78,8 @@ std::unique_ptr<Model<double>> ClaimModels::make(const ModelConfig& c, bool need
     // Dong et al. measured rank collapse on BERT); an encoder-decoder is two stacks and a cross-attention
     if (g.encdec())
       throw NotApplicable("the claim is measured on one stack (a gpt or an encoder); this model is an encoder-decoder");
+    if (g.hyper_connected() && !c.hyper_connected())
+      throw NotApplicable(hyper_not_applicable(g));
     if (norm == Norm::LayerNormOnly && g.norm != NormKind::LayerNorm)
       throw NotApplicable(fmt::format("the claim is about LayerNorm; this model uses {}", to_string(g.norm)));
     if (!uniform || g.placement_of(0) != want)

@@ -219,8 +219,13 @@ void sink_checks(const Bench& b, std::vector<Measurement>& out) {
       for (const SinkReading& s : r)
         excess.push_back(s.log_ratio - std::log10(kSunRatio)), rates.push_back(s.sink_rate), largest.push_back(s.largest);
       const SinkReading& f = r.front();
-      const std::string setting = fmt::format("{} ({}, {} layers, {}), {}", subjects[k].who,
-                                              to_string(c.placement_of(0)), c.n_layers, to_string(c.norm), inputs);
+      const std::string setting =
+          fmt::format("{} ({}, {} layers, {}{}), {}", subjects[k].who, to_string(c.placement_of(0)), c.n_layers,
+                      to_string(c.norm),
+                      c.hyper_connected() ? fmt::format(", {} {} streams: the stream is their sum", c.hyper_streams,
+                                                        to_string(c.hyper))
+                                          : std::string(),
+                      inputs);
       out.push_back(effect({names[0],
                             "a trained language model holds a few massive activations: entries of the residual stream "
                             "about 1,000 times the median magnitude or more (and above 100), at the first token and a "

@@ -276,18 +276,9 @@ std::string claim_input(const TheoryOptions& o, const Corpus& corpus, const std:
 
 }  // namespace
 
-// Every given-model check reads one residual stream: a hyper-connected model is refused once, by name.
-static void refuse_hyper_connected(const TheoryModel* model) {
-  if (model && model->config.hyper_connected())
-    throw Error(fmt::format("theory --checkpoint: this model is hyper-connected (model.hyper = \"{}\", {} streams); the "
-                            "instruments the claims read take one residual stream and do not read it yet",
-                            to_string(model->config.hyper), model->config.hyper_streams));
-}
-
 std::vector<Claim> run_theory(const TheoryOptions& o) {
   if (o.seq_len < 2 || o.seq_len > 4096)  // (0 reached the windows' sampling and crashed the Python module)
     throw Error(fmt::format("theory: seq_len = {} must be in [2, 4096] (tokens per input window)", o.seq_len));
-  refuse_hyper_connected(o.model.get());
   const Corpus corpus = theory_corpus(o);
   std::string pairs_name;
   const std::vector<TokenPair> pairs = theory_pairs(o, corpus, pairs_name);
@@ -437,7 +428,6 @@ void print_claims(const std::vector<Claim>& claims) {
 
 TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const ModelSource& source,
                                  TheoryOptions opts) {
-  refuse_hyper_connected(model.get());
   const std::string& checkpoint = source.path;
   // the model's own tokenizer (a Hugging Face directory's or GGUF file's, or the one its run read its
   // data with) and the corpus its run read: the defaults; another tokenizer than its run's is refused
