@@ -3,7 +3,8 @@
 For a GPT-2, a BERT and a Llama (grouped-query) model made by transformers and saved with
 save_pretrained: the module's forward, loss and gradients equal `normlab grads` on the same token
 file; jacobian / attention / dynamics equal `normlab analyze ... --json`; `theory` equals `normlab
-theory --checkpoint --json`; from_torch(model) equals load(saved directory). Then training: the
+theory --checkpoint --json`; from_torch(model) equals load(saved directory); a hyper-connected model's
+jacobian, dynamics and sinks equal the command's. Then training: the
 callback receives exactly the records of metrics.jsonl, a second Python thread runs while the engine
 trains (the GIL is released), Ctrl-C (SIGINT) stops the run after its step with the files of the
 command's own stop (the checkpoint equals the uninterrupted command run's step checkpoint, bit for
@@ -273,6 +274,33 @@ def layernorm(x, w, b, eps):
     x = x.astype(np.float64)
     mu = x.mean(-1, keepdims=True)
     return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * w + b
+
+
+def check_hyper(nl, workdir):
+    """A hyper-connected model (mHC, 3 streams; its mixes trained off their start): jacobian, dynamics and
+    sinks read its streams as the command does, bit for bit."""
+    d = os.path.join(workdir, "hyper_run")
+    run([nl, "train", "-q", "--set", "model.hyper=mhc", "--set", "model.hyper_streams=3", "--set", "model.d_model=16",
+         "--set", "model.n_heads=2", "--set", "model.n_layers=2", "--set", "model.seq_len=16", "--set", "train.steps=5",
+         "--set", "train.batch_size=2", "--set", "train.eval_every=0", "--set", f"train.out_dir={d}"])
+    m = normlab.load(d)
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 256, size=(2, 8)).astype(np.int32)
+    labels = ids.copy()
+    labels[:, :-1] = ids[:, 1:]
+    labels[:, -1] = -100
+    tokens = os.path.join(workdir, "hyper_tokens.safetensors")
+    save_file({"input_ids": ids, "labels": labels}, tokens)
+    for kind in ("jacobian", "dynamics", "sinks"):
+        js = os.path.join(workdir, f"hyper_{kind}.json")
+        extra = ["--update-steps", "0"] if kind == "dynamics" else []
+        run([nl, "analyze", kind, "--checkpoint", d, "--tokens", tokens, "--json", js, "--force", *extra])
+        with open(js) as f:
+            want = json.load(f)
+        got = m.jacobian(ids[0]) if kind == "jacobian" else m.dynamics(ids, labels) if kind == "dynamics" else \
+            m.sinks(ids)
+        check(f"hyper-connected: {kind} equals normlab analyze {kind} --json bit for bit", same_json(got.data, want),
+              first_difference(got.data, want))
 
 
 def check_encdec(nl, workdir):
@@ -626,6 +654,7 @@ def main():
         check("from_torch refuses another object by name", "NotAModel" in str(e), str(e))
     check_tokenize_and_sample(nl, a.workdir)
     check_encdec(nl, a.workdir)
+    check_hyper(nl, a.workdir)
     check_train(nl, a.workdir)
     check_compare(nl, a.workdir)
     check_bad_input(a.workdir)
