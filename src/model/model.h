@@ -172,8 +172,6 @@ class Model {
   bool ablated() const { return !ablation_.skips || !ablation_.mlp; }
   bool ablated_skips() const { return !ablation_.skips; }
   void refuse_ablated(const char* what) const;  // throws Error naming `what` while ablated
-  // Throws Error naming `what` on a hyper-connected model (model.hyper): for what reads one stream.
-  void refuse_hyper(const char* what) const;
   // The values per token of the state the sub-layers pass on: C, or n C for n hyper-connected streams
   // (model.hyper). The sub-layer products below (jvp_sublayers, jvp_sublayers_unit,
   // jvp_block_token_local, vjp_sublayers) map this state: with hyper-connections their tangents are

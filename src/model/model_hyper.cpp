@@ -1,25 +1,17 @@
 // model_hyper.cpp: the model's side of hyper-connections (model.hyper; the math is model/hyper.h): a
 // hyper-connected sub-layer reads its branch input from the n streams before its stages and writes the
 // streams after them, and the stack carries the streams from the embedding to the final norm; in
-// reverse, d(loss)/d(the streams) runs down the slots in a ping-pong pair of (rows, n, C) buffers.
+// reverse, d(loss)/d(the streams) runs down the slots in a ping-pong pair of (rows, n, C) buffers (and
+// the stream-gradient reader sees the gradient of a shift of every stream); in forward mode, the
+// streams' tangent runs up the slots the same way (model/hyper_jvp.cpp has the math).
 #include <algorithm>
-#include <fmt/format.h>
 
 #include "model/branch.h"
 #include "model/hyper.h"
 #include "model/model.h"
 #include "ops/common.h"
-#include "util/error.h"
 
 namespace normlab {
-
-template <class S>
-void Model<S>::refuse_hyper(const char* what) const {
-  if (cfg_.hyper_connected())
-    throw Error(fmt::format("{}: model.hyper = \"{}\" carries {} residual streams; this product maps one and has no "
-                            "n-stream form yet",
-                            what, to_string(cfg_.hyper), cfg_.hyper_streams));
-}
 
 // u = sum_s P_s H_s into x_in; the next slot's streams start as R_t = sum_s M[s, t] H_s
 template <class S>
@@ -127,7 +119,6 @@ void Model<S>::hyper_sublayer_jvp(int i, JvpFlow<S>& f, HyperTangents& h) const 
 
 // model.cpp instantiates the class; the members defined here are instantiated here.
 #define NL_INSTANTIATE(S)                                                               \
-  template void Model<S>::refuse_hyper(const char*) const;                              \
   template void Model<S>::hyper_read(int);                                              \
   template void Model<S>::hyper_write(int);                                             \
   template void Model<S>::hyper_sublayer_backward(int, const S*, S*);                   \
