@@ -192,7 +192,9 @@ ClaimModels::Trained ClaimModels::train(ModelConfig c) {
   c.eps = std::max(c.eps, 1e-5);
   const std::string path = cache_path(key_of(c));
   Trained t;
-  t.name = fmt::format("the trained {}-layer {} model", c.n_layers, to_string(c.placement_of(0)));
+  t.name = fmt::format("the trained {}-layer {}{} model", c.n_layers, to_string(c.placement_of(0)),
+                       c.hyper_connected() ? fmt::format(" {} ({} streams)", to_string(c.hyper), c.hyper_streams)
+                                           : std::string());
   t.unigram = unigram_entropy(ids_);
   Model<float> m(c);
   if (!path.empty() && read_cached(path, key_of(c), m.params(), t)) return t;
