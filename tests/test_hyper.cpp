@@ -48,6 +48,24 @@ std::vector<double> logits_by_name(const ModelConfig& from_cfg, const ModelConfi
   return {m.logits(), m.logits() + size_t(B) * T * c.vocab_size()};
 }
 
+// Moves every hyper-connection parameter off its start (whose input-dependent parts are 0) by 0.3 N(0, 1).
+void perturb_mixes(Model<double>& m, uint64_t seed) {
+  Rng rng(seed);
+  for (const ParamSpec& p : m.table().specs)
+    if (p.name.find(".hc.") != std::string::npos)
+      for (size_t j = 0; j < p.numel; j++) m.params()[p.offset + j] += 0.3 * rng.normal();
+}
+
+// The instruments' batch of B rows of T tokens.
+Batch batch_of(const Tokens& tok, int B, int T) {
+  Batch b;
+  b.B = B;
+  b.T = T;
+  b.ids = tok.ids;
+  b.labels = tok.labels;
+  return b;
+}
+
 double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double d = 0;
   for (size_t k = 0; k < a.size(); k++) d = std::max(d, std::abs(a[k] - b[k]));
@@ -378,10 +396,7 @@ TEST(Hyper, TheJacobianInstrumentReadsTheStreams) {
   const int n = 2, T = 4;
   ModelConfig c = hyper_model(HyperMix::Hc, n);
   Model<double> m(c);
-  Rng rng(2);
-  for (const ParamSpec& p : m.table().specs)
-    if (p.name.find(".hc.") != std::string::npos)
-      for (size_t j = 0; j < p.numel; j++) m.params()[p.offset + j] += 0.3 * rng.normal();
+  perturb_mixes(m, 2);
   const Tokens tok = tokens_for(c, 1, T, 4);
   m.forward(tok.ids.data(), tok.labels.data(), 1, T);
   analysis::JacobianOptions opts;
@@ -408,16 +423,9 @@ TEST(Hyper, DynamicsReadsEachStreamAgainstAHandRecomputation) {
   ModelConfig c = hyper_model(HyperMix::HcStatic, n);
   const int C = c.d_model, n1 = n + 1, L = c.n_layers;
   Model<double> m(c);
-  Rng rng(6);
-  for (const ParamSpec& p : m.table().specs)
-    if (p.name.find(".hc.") != std::string::npos)
-      for (size_t j = 0; j < p.numel; j++) m.params()[p.offset + j] += 0.3 * rng.normal();
+  perturb_mixes(m, 6);
   const Tokens tok = tokens_for(c, B, T, 8);
-  Batch batch;
-  batch.B = B;
-  batch.T = T;
-  batch.ids = tok.ids;
-  batch.labels = tok.labels;
+  const Batch batch = batch_of(tok, B, T);
   const analysis::DynamicsReport r = analysis::analyze_dynamics(m, {batch});  // (its last forward is this batch's)
   const long N = long(B) * T;
   std::vector<double> H(size_t(N) * n * C), next(H.size());
@@ -484,16 +492,9 @@ TEST(Hyper, SinksReadTheStreamsGradientAndTheNormsOwnInput) {
   ModelConfig c = hyper_model(HyperMix::Mhc, 3);
   const int C = c.d_model;
   Model<double> m(c);
-  Rng rng(9);
-  for (const ParamSpec& p : m.table().specs)
-    if (p.name.find(".hc.") != std::string::npos)
-      for (size_t j = 0; j < p.numel; j++) m.params()[p.offset + j] += 0.3 * rng.normal();
+  perturb_mixes(m, 9);
   const Tokens tok = tokens_for(c, 1, T, 5);
-  Batch batch;
-  batch.B = 1;
-  batch.T = T;
-  batch.ids = tok.ids;
-  batch.labels = tok.labels;
+  const Batch batch = batch_of(tok, 1, T);
   const analysis::SinksReport r = analysis::analyze_sinks(m, {batch});
   EXPECT_EQ(r.hyper_streams, 3);
   ASSERT_FALSE(r.gradients.empty());

@@ -1,7 +1,8 @@
 """Shared by the Python module's tests (test_module.py, module_sinks.py): one PASS / FAIL line per
 check, the failures gathered in FAILED, a command run that raises with its output, and JSON compared
-exactly with the first difference named."""
+exactly with the first difference named; the JSON an `analyze` command writes."""
 import json
+import os
 import subprocess
 
 FAILED = []
@@ -18,6 +19,16 @@ def run(cmd, **kw):
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     return p
+
+
+def analyze_json(nl, kind, checkpoint, tokens, workdir, label):
+    """`normlab analyze KIND --checkpoint CHECKPOINT --tokens TOKENS --json`, read back (dynamics without its
+    update steps, which the module's readings do not take)."""
+    js = os.path.join(workdir, f"{label}_{kind}.json")
+    extra = ["--update-steps", "0"] if kind == "dynamics" else []
+    run([nl, "analyze", kind, "--checkpoint", checkpoint, "--tokens", tokens, "--json", js, "--force", *extra])
+    with open(js) as f:
+        return json.load(f)
 
 
 def same_json(a, b, drop=("input", "model")):

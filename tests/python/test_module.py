@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
-from module_common import FAILED, check, first_difference, run, same_json
+from module_common import FAILED, analyze_json, check, first_difference, run, same_json
 from module_sinks import check_sinks
 
 
@@ -136,12 +136,7 @@ def check_family(nl, name, model, d, workdir):
     short = os.path.join(workdir, f"{name}_tokens5.safetensors")
     save_file({"input_ids": np.ascontiguousarray(ids[:, :5]), "labels": np.ascontiguousarray(labels[:, :5])}, short)
     for kind in ("jacobian", "attention", "dynamics"):
-        js = os.path.join(workdir, f"{name}_{kind}.json")
-        extra = ["--update-steps", "0"] if kind == "dynamics" else []
-        run([nl, "analyze", kind, "--checkpoint", d, "--tokens", short if kind == "jacobian" else tokens, "--json", js,
-             "--force", *extra])
-        with open(js) as f:
-            want = json.load(f)
+        want = analyze_json(nl, kind, d, short if kind == "jacobian" else tokens, workdir, name)
         got = m.jacobian(ids[0, :5]) if kind == "jacobian" else m.attention(ids[0]) if kind == "attention" else \
             m.dynamics(ids, labels)
         check(f"{name}: {kind} equals normlab analyze {kind} --json bit for bit", same_json(got.data, want),
@@ -292,11 +287,7 @@ def check_hyper(nl, workdir):
     tokens = os.path.join(workdir, "hyper_tokens.safetensors")
     save_file({"input_ids": ids, "labels": labels}, tokens)
     for kind in ("jacobian", "dynamics", "sinks"):
-        js = os.path.join(workdir, f"hyper_{kind}.json")
-        extra = ["--update-steps", "0"] if kind == "dynamics" else []
-        run([nl, "analyze", kind, "--checkpoint", d, "--tokens", tokens, "--json", js, "--force", *extra])
-        with open(js) as f:
-            want = json.load(f)
+        want = analyze_json(nl, kind, d, tokens, workdir, "hyper")
         got = m.jacobian(ids[0]) if kind == "jacobian" else m.dynamics(ids, labels) if kind == "dynamics" else \
             m.sinks(ids)
         check(f"hyper-connected: {kind} equals normlab analyze {kind} --json bit for bit", same_json(got.data, want),
@@ -363,11 +354,7 @@ def check_encdec(nl, workdir):
 
     # the instruments against analyze --tokens (jacobian and attention: the first row; dynamics: both)
     for kind in ("jacobian", "attention", "dynamics"):
-        js = os.path.join(workdir, f"encdec_{kind}.json")
-        extra = ["--update-steps", "0"] if kind == "dynamics" else []
-        run([nl, "analyze", kind, "--checkpoint", ckpt, "--tokens", tokens, "--json", js, "--force", *extra])
-        with open(js) as f:
-            want = json.load(f)
+        want = analyze_json(nl, kind, ckpt, tokens, workdir, "encdec")
         got = m.jacobian(ids2[0], source=src2[0]) if kind == "jacobian" else \
             m.attention(ids2[0], source=src2[0]) if kind == "attention" else m.dynamics(ids2, labels2, source=src2)
         check(f"encdec: {kind} equals normlab analyze {kind} --tokens --json bit for bit", same_json(got.data, want),
