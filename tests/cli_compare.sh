@@ -188,6 +188,23 @@ def losses(path):
 a, b = losses(glob.glob('fine/runs/03-*/metrics.jsonl')[0]), losses('by_hand/metrics.jsonl')
 assert a and a == b, (a, b)
 PY" "the fine-tuning run differs from training from seq's pre run by hand: $(tail -3 by_hand.txt)"
+# a start whose directory is gone (run directories stay on the machine that ran them): trained again
+# from the config seq's results.json records for it, then the study runs; the same start to 4 digits,
+# and the fine-tuning run from it the same to the bit
+mkdir gone && cp seq/results.json gone/ && cp -r seq/runs gone/ && rm -r "gone/runs/03-placement=pre_lr=0.003"
+sed 's/start_from = "seq"/start_from = "gone"/' fine.toml > gone.toml
+OMP_NUM_THREADS=1 timeout 300 "$NL" compare --config gone.toml --jobs 1 --out fine_gone > fine_gone.txt 2>&1
+rc=$?
+check "[[ $rc -eq 0 ]] && grep -q '03-placement=pre_lr=0.003: its directory holds no finished training' fine_gone.txt && \
+       grep -Eq 'trained: validation loss ([0-9.]+) \(its study recorded \1\), test loss' fine_gone.txt" \
+  "a gone start trained again: exit $rc; $(grep -A3 'start 1/1' fine_gone.txt)"
+check "python3 - <<'PY'
+import glob, json
+def losses(path):
+    return [(r['step'], r['loss']) for r in map(json.loads, open(path)) if r.get('type') in ('train', 'val')]
+a, b = losses(glob.glob('fine/runs/03-*/metrics.jsonl')[0]), losses(glob.glob('fine_gone/runs/03-*/metrics.jsonl')[0])
+assert a and a == b, (a, b)
+PY" "fine-tuning from the start trained again differs from fine-tuning from the recorded one"
 # a start that matches no finished run: one message, nothing run
 sed 's/train.lr=3e-3/train.lr=1e-3/' fine.toml > nomatch.toml
 expect_error "matches no finished runs of 'seq'" compare --config nomatch.toml --out x14

@@ -150,9 +150,11 @@ TEST(Study, RunsStartFromTheMatchingRunOfAnotherStudy) {
         const std::string name = fmt::format("{:02}-{}_{}_{}", results["runs"].size() + 1, p, lr, seed);
         const bool diverged = std::string(p) == "pre" && lr == 2e-3 && seed == 2;
         results["runs"].push_back({{"name", name}, {"status", diverged ? "diverged" : "finished"},
-                                   {"grid", {{"model.placement", p}, {"train.lr", lr}, {"model.seed", seed}}}});
+                                   {"grid", {{"model.placement", p}, {"train.lr", lr}, {"model.seed", seed}}},
+                                   {"config", {{"train", {{"lr", lr}}}}}});
         fs::create_directories(dir / "runs" / name);
         std::ofstream(dir / "runs" / name / "checkpoint.safetensors") << "x";
+        std::ofstream(dir / "runs" / name / "metrics.jsonl") << "{\"type\":\"summary\",\"interrupted\":false}\n";
       }
   std::ofstream(dir / "results.json") << results.dump();
   json doc = json::parse(R"({
@@ -178,7 +180,9 @@ TEST(Study, RunsStartFromTheMatchingRunOfAnotherStudy) {
               std::string::npos) << e.what();
   }
   doc["study"]["starts"]["pre"] = "model.placement=pre train.lr=0.001 model.seed={model.seed}";
-  const Study r = resolve_starts(study_from_json(doc, {}, "t"));
+  const ResolvedStarts resolved = resolve_starts(study_from_json(doc, {}, "t"));
+  EXPECT_TRUE(resolved.missing.empty());
+  const Study& r = resolved.study;
   std::map<std::string, std::string> from;
   for (const StudyRun& run : r.runs) from[run.label] = fs::path(run.config.train.init_from).filename().string();
   EXPECT_EQ(from["placement=post seed=1 init_from=start:post"], "01-post_0.001_1");
@@ -186,8 +190,18 @@ TEST(Study, RunsStartFromTheMatchingRunOfAnotherStudy) {
   EXPECT_EQ(from["placement=pre seed=2 init_from=start:pre"], "06-pre_0.001_2");
   EXPECT_EQ(from["placement=post seed=2 init_from=none"], "");
   EXPECT_EQ(from.size(), 6u);
-  // a run directory without its checkpoint; a filter that matches two runs
+  // a run directory without its checkpoint, one whose training was stopped, one without metrics: each
+  // to be trained again from its recorded config, listed once however many runs start from it
   fs::remove(dir / "runs" / "06-pre_0.001_2" / "checkpoint.safetensors");
+  std::ofstream(dir / "runs" / "02-post_0.001_2" / "metrics.jsonl")
+      << "{\"type\":\"summary\",\"interrupted\":true}\n{\"type\":\"train\",\"step\":3}\n";
+  fs::remove(dir / "runs" / "05-pre_0.001_1" / "metrics.jsonl");
+  const ResolvedStarts gone = resolve_starts(study_from_json(doc, {}, "t"));
+  std::vector<std::string> missing;
+  for (const MissingStart& m : gone.missing) missing.push_back(fs::path(m.dir).filename().string());
+  EXPECT_EQ(missing, (std::vector<std::string>{"05-pre_0.001_1", "02-post_0.001_2", "06-pre_0.001_2"}));
+  EXPECT_EQ(gone.missing[0].record["config"]["train"]["lr"], 0.001);
+  // a filter that matches two runs; a picked run without its recorded config
   auto fails = [&](const json& d, const std::string& needle, bool resolve) {
     try {
       const Study t = study_from_json(d, {}, "t");
@@ -198,7 +212,6 @@ TEST(Study, RunsStartFromTheMatchingRunOfAnotherStudy) {
     }
     return false;
   };
-  EXPECT_TRUE(fails(doc, "has no checkpoint.safetensors", true));
   json d = doc;
   d["study"]["starts"]["post"] = "model.placement=post model.seed={model.seed}";
   EXPECT_TRUE(fails(d, "matches 2 finished runs", true));
@@ -215,6 +228,9 @@ TEST(Study, RunsStartFromTheMatchingRunOfAnotherStudy) {
   EXPECT_TRUE(fails(d, "[study.starts] must be a table", false));
   d = doc, d["study"]["start_from"] = (dir / "nothing").string();
   EXPECT_TRUE(fails(d, "no results.json", true));
+  results["runs"][1].erase("config");
+  std::ofstream(dir / "results.json") << results.dump();
+  EXPECT_TRUE(fails(doc, "keeps no config for the run '02-post_0.001_2'", true));
   // a hostile results.json: a run named to leave the directory
   results["runs"][0]["name"] = "../../etc";
   std::ofstream(dir / "results.json") << results.dump();

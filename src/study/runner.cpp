@@ -519,7 +519,8 @@ std::vector<int> assign_runs(const std::vector<double>& costs, const std::vector
 }
 
 int run_study(const Study& given, const CompareOptions& options) {
-  const Study study = resolve_starts(given);  // "start:<name>" -> the run directory it starts from
+  const ResolvedStarts starts = resolve_starts(given);  // "start:<name>" -> the run directory it starts from
+  const Study& study = starts.study;
   if (options.worker > 0) return run_worker(study, options);
   const dist::Comm comm = dist::world();
   // every corpus is read before anything is written: a bad corpus fails the study at once
@@ -597,6 +598,26 @@ int run_study(const Study& given, const CompareOptions& options) {
   for (const auto& r : study.runs) {
     costs.push_back(run_cost(r.config));
     to_run.push_back(!kept.count(r.name));
+  }
+  // the starts the runs still to run need whose directories are gone: trained again first (start.h),
+  // by rank 0 with the threads each run of their study had
+  std::vector<MissingStart> missing;
+  for (const MissingStart& s : starts.missing)
+    for (size_t i = 0; i < study.runs.size(); i++)
+      if (to_run[i] && study.runs[i].config.train.init_from == s.dir) {
+        missing.push_back(s);
+        break;
+      }
+  long starts_stopped = 0;
+  if (comm.root() && !missing.empty()) {
+    const ScopedThreads scoped(starts.threads > 0 ? starts.threads : omp_get_max_threads());
+    starts_stopped = train_missing_starts(missing, options.stop) ? 0 : 1;
+  }
+  if (comm.broadcast(starts_stopped)) {
+    if (comm.root())
+      fmt::print("interrupted before the study's runs; nothing else changed. Go on with: normlab compare --resume {}\n",
+                 out.string());
+    return 130;
   }
   const int jobs = local_jobs(options, comm, size_t(std::count(to_run.begin(), to_run.end(), true)));
   const int threads = std::max(1, omp_get_max_threads() / jobs);

@@ -9,9 +9,14 @@
 #include "study/reproduce.h"
 #include "study/results_view.h"
 #include "study/resume.h"
+#include "train/resume.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
+#include "util/clock.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/hints.h"
+#include "util/json_reader.h"
 
 namespace normlab::study {
 
@@ -46,6 +51,34 @@ std::string fill_in(const std::string& filter, const StudyRun& run, const std::s
     i = close + 1;
   }
   return out;
+}
+
+// The last summary record of a run directory's metrics.jsonl (null if none: a run killed before its
+// end, or a directory without training)
+json last_summary(const fs::path& dir) {
+  const fs::path path = dir / "metrics.jsonl";
+  if (!fs::is_regular_file(path)) return nullptr;
+  std::ifstream in(path);
+  std::string line;
+  json summary;
+  while (std::getline(in, line))
+    if (line.find("\"summary\"") != std::string::npos)
+      if (json j = parse_json_or_discarded(line); j.is_object() && j.value("type", std::string()) == "summary")
+        summary = std::move(j);
+  return summary;
+}
+
+// A run directory holding a finished training: its checkpoint, and the summary of a run not interrupted
+bool finished_training(const fs::path& dir) {
+  const json summary = last_summary(dir);
+  return fs::is_regular_file(dir / "checkpoint.safetensors") && summary.is_object() &&
+         !summary.value("interrupted", true);
+}
+
+std::string loss_text(const json& summary, const char* key) {
+  return summary.is_object() && summary.contains(key) && summary[key].is_number()
+             ? fmt::format("{:.4f}", summary[key].get<double>())
+             : std::string("none");
 }
 
 }  // namespace
@@ -93,9 +126,10 @@ void check_starts(const Study& study, const std::string& where) {
                             where, kStartPrefix));
 }
 
-Study resolve_starts(const Study& given) {
-  Study study = given;
-  if (study.starts.empty()) return study;
+ResolvedStarts resolve_starts(const Study& given) {
+  ResolvedStarts resolved{given, {}, 0};
+  Study& study = resolved.study;
+  if (study.starts.empty()) return resolved;
   const fs::path dir(study.start_from);
   const fs::path results_path = dir / "results.json";
   std::error_code ec;
@@ -103,31 +137,83 @@ Study resolve_starts(const Study& given) {
     throw Error(fmt::format("study.start_from '{}': no results.json (the directory of a study `normlab compare` ran)",
                             study.start_from));
   const json results = read_results(results_path.string(), "study.start_from's results");
+  if (results.contains("jobs") && results["jobs"].is_object() && results["jobs"].value("threads_each", 0) > 0)
+    resolved.threads = results["jobs"]["threads_each"].get<int>();
+  std::set<std::string> listed;
   for (StudyRun& run : study.runs) {
     const std::string name = start_of(run);
     if (name.empty()) continue;
     const std::string at = fmt::format("run '{}': start '{}'", run.label, name);
     const std::string filter = fill_in(study.starts.at(name), run, at);
-    std::vector<std::string> found;
+    std::vector<const json*> found;
     for (const json& r : results["runs"])
       if (r.is_object() && r.value("status", std::string()) == "finished" && r.contains("name") &&
           r["name"].is_string() && matches_filter(r, filter))
-        found.push_back(r["name"].get<std::string>());
-    if (found.size() != 1)
+        found.push_back(&r);
+    if (found.size() != 1) {
+      std::vector<std::string> names;
+      for (const json* r : found) names.push_back((*r)["name"].get<std::string>());
       throw Error(fmt::format("{} (\"{}\") matches {} finished runs of '{}'{}", at, filter,
                               found.empty() ? "no" : std::to_string(found.size()), study.start_from,
-                              found.empty() ? "" : fmt::format(" ({}); make it match one", fmt::join(found, ", "))));
-    if (found[0].find('/') != std::string::npos || found[0] == "." || found[0] == "..")
+                              found.empty() ? "" : fmt::format(" ({}); make it match one", fmt::join(names, ", "))));
+    }
+    const std::string picked = (*found[0])["name"].get<std::string>();
+    if (picked.empty() || picked.find('/') != std::string::npos || picked == "." || picked == "..")
       throw Error(fmt::format("{}: '{}' lists the run '{}', which is not the name of a directory in its runs/", at,
-                              results_path.string(), found[0]));
-    const fs::path run_dir = dir / "runs" / found[0];
-    if (!fs::is_regular_file(run_dir / "checkpoint.safetensors"))
-      throw Error(fmt::format("{}: the run it matches, '{}', has no checkpoint.safetensors (run directories stay "
-                              "on the machine that ran them: copy it here, or train that setting again)",
-                              at, run_dir.string()));
+                              results_path.string(), picked));
+    const fs::path run_dir = dir / "runs" / picked;
+    if (!found[0]->contains("config"))
+      throw Error(fmt::format("{}: '{}' keeps no config for the run '{}'", at, results_path.string(), picked));
+    if (!finished_training(run_dir) && listed.insert(run_dir.string()).second)
+      resolved.missing.push_back({run_dir.string(), *found[0]});
     run.config.train.init_from = run_dir.string();
   }
-  return study;
+  return resolved;
+}
+
+bool train_missing_starts(const std::vector<MissingStart>& starts, const std::atomic<bool>* stop) {
+  for (size_t k = 0; k < starts.size(); k++) {
+    const MissingStart& start = starts[k];
+    RunConfig cfg = run_config_from_json(start.record.at("config"), fmt::format("the record of '{}'", start.dir));
+    cfg.train.out_dir = start.dir;
+    TrainOptions topts;
+    topts.resume = newest_checkpoint(start.dir).has_value();  // a stop part-way: continued
+    topts.overwrite = !topts.resume;                          // (a directory without a checkpoint holds nothing)
+    topts.quiet = true;
+    topts.stop = stop;
+    const long every = std::max(1L, cfg.train.steps / 10);
+    topts.on_step = [&](const StepInfo& i) {
+      if (i.step % every == 0 || i.step == i.steps) {
+        fmt::print("        step {}/{}, training loss {:.4f}, {}\n", i.step, i.steps, i.loss,
+                   format_duration(i.elapsed_s));
+        std::fflush(stdout);
+      }
+    };
+    fmt::print("[start {}/{}] {}: its directory holds no finished training (run directories stay on the machine "
+               "that ran them); {} from the config its study recorded ({} steps)\n",
+               k + 1, starts.size(), start.dir, topts.resume ? "continuing its training" : "training it again",
+               cfg.train.steps);
+    std::fflush(stdout);
+    const TrainResult r = train(cfg, topts);
+    if (r.interrupted) {
+      fmt::print("        stopped at step {}: the next --resume continues it from there\n", r.steps_done);
+      return false;
+    }
+    if (r.diverged)
+      throw Error(fmt::format("start '{}' diverged when trained again at step {} ({}), though its study recorded it "
+                              "as finished; the runs that start from it cannot run",
+                              start.dir, r.diverged_step, r.diverged_tensor));
+    const json now = last_summary(start.dir);
+    const json was = start.record.value("summary", json::object());
+    fmt::print("        trained: validation loss {} (its study recorded {}), test loss {} (recorded {})\n",
+               loss_text(now, "val_loss"), loss_text(was, "val_loss"), loss_text(now, "test_loss"),
+               loss_text(was, "test_loss"));
+    if (loss_text(now, "val_loss") != loss_text(was, "val_loss"))
+      fmt::print("        not the recorded model to 4 digits (another CPU's kernels or thread count); the runs "
+                 "start from the model trained here\n");
+    std::fflush(stdout);
+  }
+  return true;
 }
 
 }  // namespace normlab::study

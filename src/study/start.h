@@ -16,10 +16,13 @@
 //
 // The starts are checked when the study is read (each "start:" names a start, each filter parses
 // once filled in for each run) and found when it runs (run_study): a filter that matches no finished
-// run or more than one, or a run without its checkpoint (run directories are not committed: a study
-// run on another machine has none), is an Error before any run starts.
+// run or more than one is an Error before any run starts. A matched run whose directory holds no
+// finished training (run directories are not committed: a study resumed on another machine has none)
+// is trained again from the config start_from's results.json records for it, before the runs that
+// start from it (train_missing_starts): a stop part-way leaves it to be continued the next time.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -37,8 +40,26 @@ std::map<std::string, std::string> read_starts(nlohmann::json& settings, const s
 // and every filter parses once filled in for each run that uses it.
 void check_starts(const Study& study, const std::string& where);
 
+// A start whose run directory holds no finished training (no checkpoint.safetensors, or no summary of
+// an uninterrupted run in its metrics.jsonl).
+struct MissingStart {
+  std::string dir;        // start_from/runs/<name>
+  nlohmann::json record;  // its record in start_from's results.json (config, summary)
+};
+
+struct ResolvedStarts {
+  Study study;                       // each "start:<name>" train.init_from replaced by its run directory
+  std::vector<MissingStart> missing; // the starts to train again (each directory once)
+  int threads = 0;                   // the threads each run of start_from had (its "jobs"), 0: not recorded
+};
+
 // The study with each "start:<name>" train.init_from replaced by the run directory it picks in
-// study.start_from; Error as above.
-Study resolve_starts(const Study& study);
+// study.start_from, and the picked runs whose directories hold no finished training; Error as above.
+ResolvedStarts resolve_starts(const Study& study);
+
+// Trains each start again in its directory from its recorded config (continuing one a stop left
+// part-way), one after the other, saying how its losses compare with the recorded ones. Returns false
+// when `stop` stopped it (what was trained is kept for the next time).
+bool train_missing_starts(const std::vector<MissingStart>& starts, const std::atomic<bool>* stop);
 
 }  // namespace normlab::study
