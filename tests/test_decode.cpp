@@ -128,7 +128,11 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
                         Case{Placement::Pre, true, 2, QkNorm::None, 1.0, false, false, false, 0, false, AttnGate::None,
                              false, 0.5, 0, HyperMix::Mhc},
                         Case{Placement::Reordered, true, 1, QkNorm::None, 1.0, false, false, false, 0, false,
-                             AttnGate::None, false, 0.0, 0, HyperMix::MhcLite}}) {
+                             AttnGate::None, false, 0.0, 0, HyperMix::MhcLite},
+                        Case{Placement::Pre, true, 2, QkNorm::Heads, 1.0, false, false, false, 0, false, AttnGate::None,
+                             false, 0.0, 0, HyperMix::AttnRes},
+                        Case{Placement::Peri, false, 4, QkNorm::None, 1.0, false, false, false, 0, false,
+                             AttnGate::None, false, 0.0, 0, HyperMix::AttnRes}}) {
     SCOPED_TRACE(fmt::format("{} llama {} kv_heads {} qk_norm {} hyper {}", method_of(k.method).name, k.llama,
                              k.kv_heads, to_string(k.qk_norm), to_string(k.hyper)));
     ModelConfig cfg;
@@ -148,6 +152,8 @@ TEST(IncrementalDecoder, CausalModelEqualsTheFullForwardAtEveryPosition) {
     cfg.completep_base_depth = k.completep_base_depth;
     cfg.hyper = k.hyper;
     cfg.hyper_streams = k.hyper == HyperMix::MhcLite ? 3 : 4;
+    if (k.hyper == HyperMix::AttnRes)  // Full AttnRes with Llama's block; blocks of 4 sub-layers with Peri-LN's
+      cfg.attn_res_block = k.llama ? 1 : 4, cfg.hyper_streams = cfg.attn_res_streams();
     cfg.embed_scale = k.embed_scale;  // (Gemma's sqrt(d) for d = 16)
     if (k.head_dim) cfg.head_dim = k.head_dim;
     cfg.init_std = 0.3;

@@ -36,6 +36,14 @@ ModelConfig hyper_model(HyperMix form, int streams, Arch arch = Arch::Gpt) {
   return c;
 }
 
+// Attention Residuals with blocks of `block` sub-layers (1: Full AttnRes): its streams follow from the depth.
+ModelConfig attn_res_model(int block, Arch arch = Arch::Gpt) {
+  ModelConfig c = hyper_model(HyperMix::AttnRes, 1, arch);
+  c.attn_res_block = block;
+  c.hyper_streams = c.attn_res_streams();
+  return c;
+}
+
 // The logits of `c` with the parameters of `from` copied by name (those `c` has); the others keep c's init.
 std::vector<double> logits_by_name(const ModelConfig& from_cfg, const ModelConfig& c, const Tokens& tok, int B, int T) {
   const Model<double> from(from_cfg);
@@ -209,6 +217,17 @@ TEST(Hyper, GradientsAgainstFiniteDifferences) {
       check_model_gradients(c, /*padding=*/true);
     }
   }
+  for (int block : {1, 2, 3}) {  // attn_res: Full AttnRes (5 streams), blocks of one layer, of 3 sub-layers
+    SCOPED_TRACE(fmt::format("attn_res, blocks of {} sub-layers", block));
+    ModelConfig c = attn_res_model(block);
+    check_model_gradients(c);
+    c.norm = NormKind::RMSNorm;
+    c.activation = Activation::SwiGlu;
+    c.positions = Positions::Rope;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    check_model_gradients(c);
+  }
 }
 
 // hyper_gains against the product of the learned matrices themselves: with hc_static the residual mix of
@@ -376,6 +395,68 @@ TEST(Hyper, ForwardModeAgainstFiniteDifferencesAndTheReverse) {
     for (size_t k = 0; k < u.size(); k++) a += v[k] * ju[k], b += jtv[k] * u[k];
     EXPECT_NEAR(a, b, 1e-10 * std::max(1.0, std::abs(a))) << "adjoint";
     // block 1's token-local Jacobian at token 2 = the full-sequence product's diagonal block there
+    std::vector<double> eye(size_t(W) * W, 0.0), local(eye.size()), full(size_t(W) * T * W);
+    std::vector<int64_t> unit(static_cast<size_t>(W));
+    for (int k = 0; k < W; k++) eye[size_t(k) * W + size_t(k)] = 1.0, unit[size_t(k)] = 2 * W + k;
+    m.jvp_block_token_local(local.data(), eye.data(), W, 1, 2);
+    m.jvp_sublayers_unit(full.data(), unit.data(), W, 2, 4);
+    double worst_l = 0;
+    for (int k = 0; k < W; k++)
+      for (int j = 0; j < W; j++)
+        worst_l = std::max(worst_l, std::abs(local[size_t(k) * W + j] - full[size_t(k) * T * W + 2 * W + j]));
+    EXPECT_LT(worst_l, 1e-12) << "token-local";
+  }
+}
+
+// attn_res in forward mode: the stack from x0 (into stream 0 alone) through every read, write and the
+// final read against finite differences of the final hidden state, the adjoint identity with the training
+// reverse on per-stream tangents, and a block's token-local Jacobian against the full-sequence product.
+TEST(Hyper, AttnResForwardModeAgainstFiniteDifferencesAndTheReverse) {
+  for (int block : {1, 2}) {
+    SCOPED_TRACE(fmt::format("attn_res, blocks of {} sub-layers", block));
+    ModelConfig c = attn_res_model(block);
+    c.norm = NormKind::RMSNorm;
+    c.activation = Activation::SwiGlu;
+    const int T = 4, B = 1, C = c.d_model, n = c.hyper_streams, W = n * C, last = 2 * c.n_layers;
+    Model<double> m(c);
+    perturb_mixes(m, 12);
+    ASSERT_EQ(m.state_width(), W);
+    const Tokens tok = tokens_for(c, B, T, 3);
+    auto forward = [&] { m.forward(tok.ids.data(), tok.labels.data(), B, T); };
+    forward();
+    const int K = T * C;
+    std::vector<double> t0(size_t(K) * K, 0.0), tf(t0.size());
+    for (int k = 0; k < K; k++) t0[size_t(k) * K + size_t(k)] = 1.0;
+    m.jvp_stacks(tf.data(), nullptr, t0.data(), K);
+    const size_t wpe = m.table().find("wpe.weight")->offset;
+    const double h = 1e-6;
+    double worst = 0, scale = 0;
+    for (int k = 0; k < K; k++) {
+      double& w = m.params()[wpe + size_t(k)];
+      const double saved = w;
+      w = saved + h;
+      forward();
+      const std::vector<double> plus(m.final_hidden(), m.final_hidden() + K);
+      w = saved - h;
+      forward();
+      w = saved;
+      for (int j = 0; j < K; j++) {
+        const double fd = (plus[size_t(j)] - m.final_hidden()[j]) / (2 * h);
+        worst = std::max(worst, std::abs(fd - tf[size_t(k) * K + size_t(j)]));
+        scale = std::max(scale, std::abs(fd));
+      }
+    }
+    EXPECT_LT(worst, 1e-6 * scale) << "jvp_stacks";
+    forward();
+    Rng rng(4);
+    std::vector<double> u(size_t(T) * W), v(u.size()), ju(u.size()), jtv(u.size());
+    for (double& x : u) x = rng.normal();
+    for (double& x : v) x = rng.normal();
+    m.jvp_sublayers(ju.data(), u.data(), 1, 1, last);
+    m.vjp_sublayers(jtv.data(), v.data(), 1, last);
+    double a = 0, b = 0;
+    for (size_t k = 0; k < u.size(); k++) a += v[k] * ju[k], b += jtv[k] * u[k];
+    EXPECT_NEAR(a, b, 1e-10 * std::max(1.0, std::abs(a))) << "adjoint";
     std::vector<double> eye(size_t(W) * W, 0.0), local(eye.size()), full(size_t(W) * T * W);
     std::vector<int64_t> unit(static_cast<size_t>(W));
     for (int k = 0; k < W; k++) eye[size_t(k) * W + size_t(k)] = 1.0, unit[size_t(k)] = 2 * W + k;

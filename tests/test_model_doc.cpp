@@ -352,6 +352,17 @@ const Variant kVariants[] = {
        c.hyper = HyperMix::Mhc;
        c.hyper_streams = 3;
      }},
+    {"hyper attn_res, full",
+     [](ModelConfig& c) {
+       c.hyper = HyperMix::AttnRes;
+       c.hyper_streams = c.attn_res_streams();
+     }},
+    {"hyper attn_res, blocks of 2",
+     [](ModelConfig& c) {
+       c.hyper = HyperMix::AttnRes;
+       c.attn_res_block = 2;
+       c.hyper_streams = c.attn_res_streams();
+     }},
     {"attn_gate elementwise, bias none",
      [](ModelConfig& c) {
        c.attn_gate = AttnGate::Elementwise;

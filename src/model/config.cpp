@@ -36,7 +36,7 @@ constexpr EnumName<AttnGate> kAttnGateNames[] = {
     {AttnGate::None, "none"}, {AttnGate::Headwise, "headwise"}, {AttnGate::Elementwise, "elementwise"}};
 constexpr EnumName<HyperMix> kHyperNames[] = {
     {HyperMix::None, "none"}, {HyperMix::Hc, "hc"}, {HyperMix::HcStatic, "hc_static"}, {HyperMix::Mhc, "mhc"},
-    {HyperMix::MhcLite, "mhc_lite"}};
+    {HyperMix::MhcLite, "mhc_lite"}, {HyperMix::AttnRes, "attn_res"}};
 constexpr EnumName<LinearBias> kBiasNames[] = {
     {LinearBias::All, "all"}, {LinearBias::Qkv, "qkv"}, {LinearBias::None, "none"}};
 constexpr EnumName<Head> kHeadNames[] = {{Head::Tied, "tied"}, {Head::Mlm, "mlm"}, {Head::None, "none"}, {Head::Untied, "untied"}};
@@ -561,6 +561,7 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
   r.get("attn_sink", cfg.attn_sink);
   read_enum(r, "hyper", kHyperNames, cfg.hyper);
   r.get("hyper_streams", cfg.hyper_streams);
+  r.get("attn_res_block", cfg.attn_res_block);
   r.get("sinkhorn_iters", cfg.sinkhorn_iters);
   r.get("value_residual", cfg.value_residual);
   r.get("qk_norm_affine", cfg.qk_norm_affine);
@@ -646,6 +647,8 @@ ModelConfig model_config_from_json(const nlohmann::json& obj, const std::string&
     else if (cfg.n_layers >= 1 && cfg.n_layers <= kMaxLayers)
       cfg.placement = arrangement->expand(cfg.n_layers);
   }
+  // attn_res: the embedding's stream and one per block, unless given (then it must be that number)
+  if (cfg.hyper == HyperMix::AttnRes && !r.has("hyper_streams")) cfg.hyper_streams = cfg.attn_res_streams();
   for (auto& e : r.finish()) errors.push_back(e);
   for (auto& e : cfg.violations()) errors.push_back(e);
   return cfg;
@@ -709,6 +712,7 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
                         {"attn_sink", cfg.attn_sink},
                         {"hyper", to_string(cfg.hyper)},
                         {"hyper_streams", cfg.hyper_streams},
+                        {"attn_res_block", cfg.attn_res_block},
                         {"sinkhorn_iters", cfg.sinkhorn_iters},
                         {"value_residual", cfg.value_residual},
                         {"qk_norm_affine", cfg.qk_norm_affine},

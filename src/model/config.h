@@ -44,8 +44,10 @@ enum class AttnGate { None, Headwise, Elementwise };
 // hyper-connections), hc_static: its static form, mhc: DeepSeek's manifold-constrained form
 // (2512.24880; MaxText's layers/mhc.py), the residual mix projected onto the doubly stochastic matrices;
 // mhc_lite: mHC-lite (2601.05732; MaxText's enable_mhc_lite), the mix a convex combination of the n!
-// permutation matrices, doubly stochastic exactly.
-enum class HyperMix { None, Hc, HcStatic, Mhc, MhcLite };
+// permutation matrices, doubly stochastic exactly. attn_res: Attention Residuals (Kimi, 2603.15031; Kimi
+// K3's attn_res_aggregate), each sub-layer's input a softmax over depth of the embedding and the
+// earlier blocks' outputs, one stream per block.
+enum class HyperMix { None, Hc, HcStatic, Mhc, MhcLite, AttnRes };
 // What turns the last stream into logits: the tied output embedding (GPT-2), BERT's masked-LM head
 // (dense + activation + norm, then the tied embedding and an output bias), nothing (a headless
 // encoder such as BertModel: no logits and no loss), or an output matrix of its own, lm_head
@@ -126,8 +128,12 @@ struct ModelConfig {
   AttnGate attn_gate = AttnGate::None;  // none | headwise | elementwise (above); self-attention only
   bool attn_sink = false;            // a learned sink logit per query head in every self-attention's softmax
                                      // (gpt-oss; ops/attention.h): parameters <layer>.attn.sinks (n_heads)
-  HyperMix hyper = HyperMix::None;   // none | hc | hc_static | mhc | mhc_lite: hyper-connections (above; model/hyper.h)
-  int hyper_streams = 4;             // n, the number of residual streams (the expansion rate), with hyper
+  HyperMix hyper = HyperMix::None;   // none | hc | hc_static | mhc | mhc_lite | attn_res: hyper-connections (above;
+                                     // model/hyper.h)
+  int hyper_streams = 4;             // n, the number of residual streams (the expansion rate), with hyper; attn_res:
+                                     // attn_res_streams(), set by the config reader
+  int attn_res_block = 1;            // attn_res: sub-layers per block (1: Full AttnRes, every sub-layer's output
+                                     // a source; 2k: Kimi K3's attn_res_block_size = k layers)
   int sinkhorn_iters = 20;           // mhc: the Sinkhorn-Knopp iterations of the residual mix (MaxText's 20)
   double value_residual = 0.0;       // > 0: value residual learning (ResFormer, Zhou et al. 2410.17897): every
                                      // later self-attention of a stack uses v' = (1 - lambda) v + lambda v_1,
@@ -188,6 +194,8 @@ struct ModelConfig {
 
   bool hyper_connected() const { return hyper != HyperMix::None; }
   int n_streams() const { return hyper_connected() ? hyper_streams : 1; }  // residual streams between sub-layers
+  // attn_res: the embedding's stream and one per block of attn_res_block sub-layers (of 2 n_layers)
+  int attn_res_streams() const { return attn_res_block >= 1 ? (2 * n_layers - 1) / attn_res_block + 2 : 0; }
   int head_size() const { return head_dim.value_or(d_model / n_heads); }
   // A, the width of the self-attention's queries and of its output (n_heads HS): d_model unless
   // head_dim says otherwise. The output projection maps A back to d_model.

@@ -119,10 +119,13 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
   f.pool[2] = &r_;
   f.branch_out = &f_;
   const bool hyper = cfg.hyper_connected();
-  if (hyper)  // every stream starts as the embedding output
+  if (hyper)  // the streams start as the embedding output (model/hyper.h)
     for (int b = 0; b < B; b++)
-      for (int s = 0; s < cfg.hyper_streams; s++)
-        std::copy_n(x_.data() + size_t(b) * C, C, hs_.data() + (size_t(b) * cfg.hyper_streams + size_t(s)) * C);
+      for (int s = 0; s < cfg.hyper_streams; s++) {
+        S* h = hs_.data() + (size_t(b) * cfg.hyper_streams + size_t(s)) * C;
+        if (hyper_stream_starts_at_x0(cfg, s)) std::copy_n(x_.data() + size_t(b) * C, C, h);
+        else std::fill(h, h + C, S(0));
+      }
   for (int i = cfg.first_decoder_slot(); i < cfg.n_slots(); i++) {
     if (!cfg.slot(i).present) continue;
     // hyper-connected: the stages run on the branch input u read from the streams, and end at the
@@ -139,6 +142,9 @@ const std::vector<S>& IncrementalDecoder<S>::step(const int32_t* tokens) {
       x_.swap(h_);
     }
   }
+  if (cfg.hyper == HyperMix::AttnRes)  // the final read over every stream, not their sum
+    hyper_read_forward(cfg, m_.attn_res_out_params(), hs_.data(), long(B), x_.data(), static_cast<S*>(nullptr),
+                       hn_.data(), hrstd_.data(), hmix_.data(), hpre_.data());
   // xf = ln_f(x), or x + ln_f(x_d);  logits = xf wte^T
   const S* xf = x_.data();
   if (cfg.has_final_norm()) norm(h_.data(), dual ? xd_.data() : x_.data(), m_.final_norm()), xf = h_.data();

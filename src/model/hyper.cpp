@@ -205,6 +205,22 @@ inline S hyper_dot(const S* x, const S* y, int C) {
   return a;
 }
 
+// attn_res's weights of one token: [P | M] with P_s = softmax_{s < sources}(w . hn_s) (0 for the other
+// streams), M = I, and b = e_target; hn (n, C) its normalized streams
+template <class S>
+void attn_res_weights(const HyperParams<S>& p, const S* hn, int n, int C, S* wa, S* wb) {
+  const int n1 = n + 1;
+  std::fill(wa, wa + n * n1, S(0));
+  std::fill(wb, wb + n, S(0));
+  double mx = -1e300, z = 0;
+  std::vector<double> logit(size_t(p.sources));
+  for (int s = 0; s < p.sources; s++) mx = std::max(mx, logit[size_t(s)] = double(hyper_dot(hn + size_t(s) * C, p.query, C)));
+  for (int s = 0; s < p.sources; s++) z += std::exp(logit[size_t(s)] - mx);
+  for (int s = 0; s < p.sources; s++) wa[s * n1] = S(std::exp(logit[size_t(s)] - mx) / z);
+  for (int s = 0; s < n; s++) wa[s * n1 + 1 + s] = S(1);
+  if (p.target < n) wb[p.target] = S(1);  // (the final read writes nothing)
+}
+
 }  // namespace
 
 template <class S>
@@ -226,6 +242,9 @@ void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S
     case HyperMix::MhcLite:
       ops::rmsnorm_forward(hn, hrstd, H, p.norm.weight, int(rows), n * C, cfg.eps);
       ops::matmul_forward(pre, hn, p.phi, static_cast<const S*>(nullptr), int(rows), n * C, W);
+      break;
+    case HyperMix::AttnRes:  // the keys: every stream's RMSNorm with the gain gamma (rows n, C)
+      ops::rmsnorm_forward(hn, hrstd, H, p.norm.weight, int(rows * n), C, cfg.eps);
       break;
   }
   const long nn = long(n) * n;
@@ -270,6 +289,11 @@ void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S
         const S weight = S(std::exp(double(p.scale[2]) * h[2 * n + q] + double(p.bias[2 * n + q]) - mx) / z);
         for (int k = 0; k < n; k++) wa[k * n1 + 1 + perms[size_t(q) * n + k]] += weight;
       }
+    } else if (cfg.hyper == HyperMix::AttnRes) {  // P = softmax over the sources of w . Hn_s; M = I; b = e_target
+      attn_res_weights(p, hn + r * n * C, n, C, wa, wb);
+      if (R) std::copy(H + r * n * C, H + (r + 1) * n * C, R + r * n * C);
+      mix_streams(u + r * C, wa, n1, 1, H + r * n * C, p.sources, C);
+      continue;
     } else if (cfg.hyper == HyperMix::HcStatic) {
       std::copy(p.alpha, p.alpha + n * n1, wa);
       std::copy(p.beta, p.beta + n, wb);
@@ -339,7 +363,20 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
     const S* h = H + r * n * C;
     const S* wa = w.a + r * n * n1;
     S* dwa = dw.a + r * n * n1;
-    const S* dr = dR + r * n * C;
+    const S* dr = dR ? dR + r * n * C : nullptr;
+    if (form == HyperMix::AttnRes) {  // M = I: dH_s = P_s du + dR_s; dP_s = <du, H_s> over the sources
+      for (int s = 0; s < n; s++) {
+        dwa[s * n1] = s < p.sources ? hyper_dot(du + r * C, h + size_t(s) * C, C) : S(0);
+        S* o = dH + (r * n + s) * C;
+        const S ps = wa[s * n1];
+        for (int c = 0; c < C; c++) o[c] = ps * du[r * C + c] + (dR ? dr[size_t(s) * C + c] : S(0));
+      }
+      // d(logit_s) = P_s (dP_s - sum_s' P_s' dP_s'), into dpre (rows, n)
+      double dot = 0;
+      for (int s = 0; s < p.sources; s++) dot += double(wa[s * n1]) * dwa[s * n1];
+      for (int s = 0; s < n; s++) dpre[r * n + s] = s < p.sources ? S(double(wa[s * n1]) * (dwa[s * n1] - dot)) : S(0);
+      continue;
+    }
     // dP_s = <du, H_s>, dM[s, t] = <dR_t, H_s>;  dH_s = P_s du + sum_t M[s, t] dR_t
     for (int s = 0; s < n; s++) {
       dwa[s * n1] = hyper_dot(du + r * C, h + size_t(s) * C, C);
@@ -441,6 +478,18 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
     std::fill(dhn, dhn + rows * n * C, S(0));
     ops::matmul_backward(dhn, dp.alpha_fn, static_cast<S*>(nullptr), dt.a, hn, p.alpha_fn, int(rows * n), C, n1);
     ops::matmul_backward(dhn, dp.beta_fn, static_cast<S*>(nullptr), dt.b, hn, p.beta_fn, int(rows * n), C, 1);
+    ops::rmsnorm_backward(dH, dp.norm.weight, dhn, H, p.norm.weight, hrstd, int(rows * n), C);
+  }
+  if (form == HyperMix::AttnRes) {
+    // logit_s = w . Hn_s:  dHn_s = dlogit_s w, dw += sum dlogit_s Hn_s; then the keys' RMSNorm
+    for (int c = 0; c < C; c++) {
+      double a = 0;
+      for (long k = 0; k < rows * n; k++) a += double(dpre[k]) * hn[k * C + c];
+      dp.query[c] += S(a);
+    }
+#pragma omp parallel for schedule(static) if(rows * n * C > ops::kParallelMinWork)
+    for (long k = 0; k < rows * n; k++)
+      for (int c = 0; c < C; c++) dhn[k * C + c] = dpre[k] * p.query[c];
     ops::rmsnorm_backward(dH, dp.norm.weight, dhn, H, p.norm.weight, hrstd, int(rows * n), C);
   }
   if (form == HyperMix::Mhc || form == HyperMix::MhcLite) {

@@ -18,6 +18,15 @@
 //   mhc_lite:  mHC-lite (2601.05732, MaxText's enable_mhc_lite): as mhc but M = sum_p softmax(s_r h_res +
 //              B_res)_p Perm_p over the n! permutation matrices (lexicographic order), exactly doubly
 //              stochastic; h_res has n! entries.
+//   attn_res:  Attention Residuals (Kimi, 2603.15031; the form of Kimi K3's attn_res_aggregate): stream 0
+//              holds the embedding output, stream k >= 1 the sum of the outputs g of the k-th block of
+//              attn_res_block sub-layers. Sub-layer i reads P = softmax over its sources s < sources(i) of
+//              w . RMSNorm_gamma(H_s) (zero elsewhere; w the pseudo-query, 0 at init: a uniform mean), M = I,
+//              and writes its g into stream target(i) (b = e_target): a sub-layer that begins a block reads
+//              the embedding and the finished blocks and starts a new stream, any other also reads (and
+//              adds to) its block's partial sum. The stack starts with stream 0 = the embedding output and
+//              the rest 0, and ends with one more read over every stream with its own gamma and w (Kimi K3's
+//              output_attn_res_norm and output_attn_res_proj; parameters out.hc.*), not with the sum.
 // The model (model/model.cpp) calls the read before a hyper-connected sub-layer's stages and the write
 // after them; the stages' shortcut is absent (the write takes its place).
 #pragma once
@@ -31,6 +40,16 @@
 namespace normlab {
 
 class Rng;
+
+// attn_res: the streams sub-layer `slot` reads (0 .. sources - 1) and the one it adds its output to.
+inline int attn_res_target(const ModelConfig& cfg, int slot) { return slot / cfg.attn_res_block + 1; }
+inline int attn_res_sources(const ModelConfig& cfg, int slot) {
+  return attn_res_target(cfg, slot) + (slot % cfg.attn_res_block == 0 ? 0 : 1);
+}
+// Whether stream t starts as the embedding output: every stream, except attn_res's blocks (they start at 0).
+inline bool hyper_stream_starts_at_x0(const ModelConfig& cfg, int t) { return cfg.hyper != HyperMix::AttnRes || t == 0; }
+// attn_res: the prefix of the final read's parameters (out.hc.norm.weight, out.hc.query).
+inline constexpr const char* kAttnResOutPrefix = "out";
 
 // Why a config cannot carry hyper-connections (appended to `v`); nothing when model.hyper is none.
 void hyper_violations(const ModelConfig& cfg, std::vector<std::string>& v);

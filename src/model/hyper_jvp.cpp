@@ -1,6 +1,6 @@
 // hyper_jvp.cpp: hyper-connections in forward mode (model/hyper.h): the tangent of one sub-layer's read
 // (the weights' tangents through hc's tanh, mhc's sigmoids and Sinkhorn-Knopp, mhc_lite's softmax over
-// the permutations, then the mixes of the streams) and of its write, for the instruments' Jacobian
+// the permutations, attn_res's softmax over depth, then the mixes of the streams) and of its write, for the instruments' Jacobian
 // products (Model::jvp_sublayers on the n-stream state). Every map is token-local: a token's tangent
 // reads only its own row of the forward's activations, so the same code serves the full sequence and
 // one token.
@@ -92,6 +92,24 @@ void hyper_read_jvp(const ModelConfig& cfg, const HyperParams<S>& p, const S* H,
         const S b = tanh_b[r * n + s];
         tm[n * n1 + s] = *p.beta_scale * (S(1) - b * b) * tzb[kj * n + s];
       }
+    }
+  } else if (cfg.hyper == HyperMix::AttnRes) {
+    // P = softmax_{s < sources}(w . Hn_s), Hn_s = RMSNorm_gamma(H_s):  tP_s = P_s (tl_s - sum_s' P_s' tl_s'),
+    // tl_s = w . tHn_s; M and b are constants
+    ops::rmsnorm_jvp(tn, tH, H + r0 * n * C, p.norm.weight, hrstd + r0 * n, K, int(count * n), C);
+#pragma omp parallel for schedule(static) if(KR * n * C > ops::kParallelMinWork)
+    for (long kj = 0; kj < KR; kj++) {
+      const long r = r0 + kj % count;
+      S* tm = tmix + kj * MW;
+      double dot = 0;
+      for (int s = 0; s < p.sources; s++) {
+        double tl = 0;
+        const S* t = tn + (kj * n + s) * C;
+        for (int c = 0; c < C; c++) tl += double(p.query[c]) * t[c];
+        tm[s * n1] = S(tl);
+        dot += double(wa(r)[s * n1]) * tl;
+      }
+      for (int s = 0; s < p.sources; s++) tm[s * n1] = S(double(wa(r)[s * n1]) * (double(tm[s * n1]) - dot));
     }
   } else if (cfg.hyper == HyperMix::Mhc || cfg.hyper == HyperMix::MhcLite) {
     // h = RMSNorm(vec H) phi^T; P_s = sigmoid(s_p h_s + b) + eps, b_s = 2 sigmoid(s_q h_(n+s) + b), M from h_res

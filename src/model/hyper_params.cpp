@@ -14,6 +14,7 @@ namespace normlab {
 namespace {
 
 constexpr int kMaxHyperStreams = 16;
+constexpr int kMaxAttnResStreams = 129;  // attn_res: Full AttnRes of 64 layers (the streams' memory grows as L^2)
 constexpr int kMaxLiteStreams = 6;  // mhc_lite: n! permutations (720 at 6)
 constexpr int kMaxSinkhornIters = 100;
 constexpr double kDynamicScaleInit = 0.01;  // lucidrains' dynamic_alpha_scale, dynamic_beta_scale; MaxText's scalars
@@ -21,9 +22,27 @@ constexpr double kDynamicScaleInit = 0.01;  // lucidrains' dynamic_alpha_scale, 
 }  // namespace
 
 void hyper_violations(const ModelConfig& cfg, std::vector<std::string>& v) {
-  if (cfg.hyper_streams < 1 || cfg.hyper_streams > kMaxHyperStreams)
-    v.push_back(fmt::format("model.hyper_streams = {} must be in [1, {}] (the number of residual streams)",
-                            cfg.hyper_streams, kMaxHyperStreams));
+  if (cfg.hyper == HyperMix::AttnRes) {
+    if (cfg.attn_res_block < 1 || cfg.attn_res_block > 2 * cfg.n_layers)
+      v.push_back(fmt::format("model.attn_res_block = {} must be in [1, 2 n_layers = {}] (sub-layers per block; 1: "
+                              "Full AttnRes)",
+                              cfg.attn_res_block, 2 * cfg.n_layers));
+    else if (cfg.hyper_streams != cfg.attn_res_streams())
+      v.push_back(fmt::format("model.hyper_streams = {}: attn_res has one stream for the embedding and one per block "
+                              "of {} sub-layers, {} here (leave hyper_streams unset)",
+                              cfg.hyper_streams, cfg.attn_res_block, cfg.attn_res_streams()));
+    else if (cfg.hyper_streams > kMaxAttnResStreams)
+      v.push_back(fmt::format("model.hyper = \"attn_res\" with {} streams (2 n_layers / attn_res_block + 1): at most {} "
+                              "(every sub-layer holds them all); raise model.attn_res_block",
+                              cfg.hyper_streams, kMaxAttnResStreams));
+    if (!cfg.mlp) v.push_back("model.hyper = \"attn_res\" counts its blocks in sub-layers: it needs model.mlp = true");
+  } else {
+    if (cfg.attn_res_block != 1)
+      v.push_back(fmt::format("model.attn_res_block = {} is for model.hyper = \"attn_res\"", cfg.attn_res_block));
+    if (cfg.hyper_streams < 1 || cfg.hyper_streams > kMaxHyperStreams)
+      v.push_back(fmt::format("model.hyper_streams = {} must be in [1, {}] (the number of residual streams)",
+                              cfg.hyper_streams, kMaxHyperStreams));
+  }
   if (cfg.sinkhorn_iters < 1 || cfg.sinkhorn_iters > kMaxSinkhornIters)
     v.push_back(fmt::format("model.sinkhorn_iters = {} must be in [1, {}]", cfg.sinkhorn_iters, kMaxSinkhornIters));
   if (!cfg.hyper_connected()) return;
@@ -74,6 +93,8 @@ std::vector<HyperParamSpec> hyper_param_specs(const ModelConfig& cfg) {
               {".hc.beta", {n}, ParamRole::Gate},              {".hc.alpha_fn", {n + 1, C}, ParamRole::Gate},
               {".hc.alpha_scale", {1}, ParamRole::Gate},       {".hc.beta_fn", {C}, ParamRole::Gate},
               {".hc.beta_scale", {1}, ParamRole::Gate}};
+    case HyperMix::AttnRes:  // the keys' RMSNorm gain and the pseudo-query w (Kimi K3's *_res_norm, *_res_proj)
+      return {{".hc.norm.weight", {C}, ParamRole::NormGain}, {".hc.query", {C}, ParamRole::Gate}};
     case HyperMix::Mhc:
     case HyperMix::MhcLite: {
       const int64_t W = 2 * n + hyper_res_width(cfg);
@@ -103,6 +124,7 @@ HyperParams<S> hyper_params(const ParamTable& table, S* base, const std::string&
   h.phi = ptr(".hc.phi");
   h.scale = ptr(".hc.scale");
   h.bias = ptr(".hc.bias");
+  h.query = ptr(".hc.query");
   return h;
 }
 
@@ -125,7 +147,7 @@ bool init_hyper_param(const ModelConfig& cfg, const ParamSpec& p, int layer, S* 
   } else if (what == "phi") {  // MaxText: variance scaling 1 over fan-in (n C), normal
     const double std = 1.0 / std::sqrt(double(p.shape[1]));
     for (size_t j = 0; j < p.numel; j++) w[j] = S(std * rng.normal());
-  }  // alpha_fn, beta_fn (lucidrains) and the biases (MaxText) start at 0
+  }  // alpha_fn, beta_fn (lucidrains), the biases (MaxText) and attn_res's query (the paper's uniform start) at 0
   return true;
 }
 

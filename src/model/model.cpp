@@ -69,6 +69,11 @@ Model<S>::Model(ModelConfig cfg, Unset, bool with_grads) : cfg_(std::move(cfg)),
       if (stage.present(cfg_, slots_.back())) stages_.back().push_back(&stage);
   }
   auto norm_view = [&](S* base, const char* prefix) { return base ? norm_params(table_, base, prefix) : NormParams<S>{}; };
+  if (cfg_.hyper == HyperMix::AttnRes) {  // the final read over all n streams, writing none
+    out_hc_ = hyper_params(table_, params_.data(), kAttnResOutPrefix);
+    if (gbase) dout_hc_ = hyper_params(table_, gbase, kAttnResOutPrefix);
+    out_hc_.sources = out_hc_.target = cfg_.hyper_streams;
+  }
   lnf_ = norm_view(params_.data(), "ln_f");
   dlnf_ = norm_view(gbase, "ln_f");
   enc_lnf_ = norm_view(params_.data(), "enc.ln_f");
@@ -157,6 +162,8 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   if (cfg_.encdec()) plan.push_back({&streams_[dec0], N * C});  // the decoder's embedding output
   if (cfg_.has_embed_norm()) plan.insert(plan.end(), {{&emb_, N * C}, {&emb_mean_, N}, {&emb_rstd_, N}});
   if (hyper) plan.push_back({&hstate_[0], N * nS * C});
+  if (cfg_.hyper == HyperMix::AttnRes)
+    plan.insert(plan.end(), {{&out_hn_, N * nS * C}, {&out_hrstd_, N * nS}, {&out_hmix_, N * HW}, {&out_hpre_, N * PW}});
   for (size_t i = 0; i < n_slots; i++) {
     if (!slots_[i].present) continue;  // absent: its output stream aliases its input below
     SublayerActs<S>& a = a_[i];
@@ -378,12 +385,9 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   if (training_ && cfg_.dropout > 0)
     dropout_forward(x0, x0, cfg_.dropout, dropout_site_seed(0), size_t(N) * C, dropout_first(size_t(N) * C));
   profile_ratio_ = 1.0;  // each stack is its own chain (profile_admin)
-  // x_d = x0 (a two-stream stack);  H_t = x0 for every stream t (hyper-connections)
+  // x_d = x0 (a two-stream stack);  the streams H from x0 (hyper-connections)
   if (dual_) std::copy(x0, x0 + size_t(N) * C, dual_);
-  if (cfg_.hyper_connected())
-    for (long r = 0; r < N; r++)
-      for (int t = 0; t < cfg_.hyper_streams; t++)
-        std::copy(x0 + r * C, x0 + (r + 1) * C, hstate_[0] + (r * cfg_.hyper_streams + t) * C);
+  if (cfg_.hyper_connected()) hyper_stack_start(x0, N, hstate_[0]);
   for (int i = cfg_.encdec() ? dec0 : 0; i < n_slots; i++)
     if (slots_[size_t(i)].present) sublayer_forward(i);
   // xf = ln_f(x), or x + ln_f(x_d), or x

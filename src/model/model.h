@@ -218,6 +218,8 @@ class Model {
   // parameters of sub-layer i (i = 2l attn, 2l+1 mlp), and the final norm (weight null if absent).
   const SublayerActs<S>& acts(int i) const { return a_[i]; }
   const SublayerParams<S>& sublayer_params_of(int i) const { return p_[i]; }
+  // model.hyper = attn_res: the final read's parameters (out.hc.*; model/hyper.h)
+  const HyperParams<S>& attn_res_out_params() const { return out_hc_; }
   // Slot i's stages in the order its forward runs them (model/stage.h, model/stages.cpp).
   const std::vector<const StageFns<S>*>& stages_of(int i) const { return stages_[size_t(i)]; }
   const NormParams<S>& final_norm() const { return lnf_; }
@@ -313,6 +315,10 @@ class Model {
   void hyper_write(int i);
   void hyper_sublayer_backward(int i, const S* dH_out, S* dH_in);
   void hyper_stack_backward(int first, int last, const S* dx_last, S*& dx_first, bool read);
+  // The streams a stack starts with (rows, n, C) from its input x0 (rows, C), and the tangents alike (K, rows).
+  void hyper_stack_start(const S* x0, long rows, S* H) const;
+  // attn_res: slot i ends the stack (its output is the final read over every stream, not their sum).
+  bool attn_res_end(int i) const { return cfg_.hyper == HyperMix::AttnRes && i == int(slots_.size()) - 1; }
   // Forward mode: slot i's read, stages and write on the streams' tangent (model_hyper.cpp). f.tx is the
   // branch input's tangent; tH (K, rows, n, C) enters and (after a swap with tR) leaves as the output's.
   struct HyperTangents {
@@ -385,6 +391,7 @@ class Model {
   StreamGradientReader branch_gradient_reader_;  // read_branch_input_gradients
   std::vector<SublayerParams<S>> p_, dp_;  // per slot
   NormParams<S> lnf_, dlnf_;
+  HyperParams<S> out_hc_, dout_hc_;   // attn_res: the final read's parameters
   NormParams<S> enc_lnf_, denc_lnf_;  // encdec: the encoder's final norm
   NormParams<S> lnemb_, dlnemb_;  // embedding norm (embed_norm)
   NormParams<S> hln_, dhln_;      // MLM head norm
@@ -402,6 +409,7 @@ class Model {
   std::vector<SublayerActs<S>> a_;   // per slot
   std::vector<S*> streams_;          // n_slots + 1 entries
   std::vector<S*> hstate_;           // n_slots + 1: the n streams (B, T, n, C) entering each slot (hyper-connections)
+  S* out_hn_ = nullptr, * out_hrstd_ = nullptr, * out_hmix_ = nullptr, * out_hpre_ = nullptr;  // attn_res's final read
   S* enc_out_ = nullptr;             // (B, S, C) encdec: the encoder's last stream
   S* memory_ = nullptr;              // (B, S, C) enc_ln_f(enc_out), or enc_out
   S* enc_lnf_mean_ = nullptr, * enc_lnf_rstd_ = nullptr;

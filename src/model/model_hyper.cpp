@@ -21,12 +21,28 @@ void Model<S>::hyper_read(int i) {
                      a.hmix, a.hpre);
 }
 
-// H'_t = R_t + b_t g; the slot's output stream (streams_[i + 1]) is their sum
+// H'_t = R_t + b_t g; the slot's output stream (streams_[i + 1]) is their sum, or at attn_res's last slot
+// the final read over them
 template <class S>
 void Model<S>::hyper_write(int i) {
   const SublayerActs<S>& a = a_[size_t(i)];
   hyper_write_forward(cfg_.hyper_streams, a.hmix, a.g, long(rows(i)), cfg_.d_model, hstate_[size_t(i) + 1],
                       a.x_out);
+  if (attn_res_end(i))
+    hyper_read_forward(cfg_, out_hc_, hstate_[size_t(i) + 1], long(rows(i)), a.x_out, static_cast<S*>(nullptr),
+                       out_hn_, out_hrstd_, out_hmix_, out_hpre_);
+}
+
+// H_t = x0 for every stream t; attn_res: stream 0 only (the blocks' streams start empty)
+template <class S>
+void Model<S>::hyper_stack_start(const S* x0, long rows, S* H) const {
+  const int n = cfg_.hyper_streams, C = cfg_.d_model;
+  for (long r = 0; r < rows; r++)
+    for (int t = 0; t < n; t++) {
+      S* h = H + (r * n + t) * C;
+      if (hyper_stream_starts_at_x0(cfg_, t)) std::copy(x0 + r * C, x0 + (r + 1) * C, h);
+      else std::fill(h, h + C, S(0));
+    }
 }
 
 // dg = sum_t b_t dH'_t, then the stages in reverse down to du = d(loss)/d(x_in), then the read's
@@ -64,9 +80,13 @@ void Model<S>::hyper_stack_backward(int first, int last, const S* dx_last, S*& d
       }
     stream_gradient_reader_(slot, shift.data());
   };
-  // sum = sum_t H_t:  dH_t = d(sum)
-  for (long r = 0; r < N; r++)
-    for (int t = 0; t < n; t++) std::copy(dx_last + r * C, dx_last + (r + 1) * C, dH + (r * n + t) * C);
+  if (attn_res_end(last - 1)) {  // the final read's reverse (no write after it: dR = 0)
+    hyper_read_backward(cfg_, out_hc_, dout_hc_, hstate_[size_t(last)], N, dx_last, static_cast<const S*>(nullptr),
+                        out_hn_, out_hrstd_, out_hmix_, out_hpre_, dH, dhmix_, dhpre_, dhn_);
+  } else {  // sum = sum_t H_t:  dH_t = d(sum)
+    for (long r = 0; r < N; r++)
+      for (int t = 0; t < n; t++) std::copy(dx_last + r * C, dx_last + (r + 1) * C, dH + (r * n + t) * C);
+  }
   if (read) read_shift(last, dH);
   clear_value_gradients();
   for (int i = last - 1; i >= first; i--) {
@@ -76,13 +96,14 @@ void Model<S>::hyper_stack_backward(int first, int last, const S* dx_last, S*& d
     dH = next;
     if (read) read_shift(i, dH);
   }
-  // H_t = x0 for every t:  dx0 = sum_t dH_t
+  // H_t = x0 for every t that starts there:  dx0 = the sum of their dH_t
   dx_first = dstream_[1];
 #pragma omp parallel for schedule(static) if(N * n * C > ops::kParallelMinWork)
   for (long r = 0; r < N; r++)
     for (int c = 0; c < C; c++) {
       double s = 0;
-      for (int t = 0; t < n; t++) s += dH[(r * n + t) * C + c];
+      for (int t = 0; t < n; t++)
+        if (hyper_stream_starts_at_x0(cfg_, t)) s += dH[(r * n + t) * C + c];
       dx_first[r * C + c] = S(s);
     }
 }
@@ -121,6 +142,7 @@ void Model<S>::hyper_sublayer_jvp(int i, JvpFlow<S>& f, HyperTangents& h) const 
 #define NL_INSTANTIATE(S)                                                               \
   template void Model<S>::hyper_read(int);                                              \
   template void Model<S>::hyper_write(int);                                             \
+  template void Model<S>::hyper_stack_start(const S*, long, S*) const;                  \
   template void Model<S>::hyper_sublayer_backward(int, const S*, S*);                   \
   template void Model<S>::hyper_stack_backward(int, int, const S*, S*&, bool);                  \
   template size_t Model<S>::hyper_tangent_size(int, long) const;                                \

@@ -248,18 +248,24 @@ void Model<S>::stack_jvp(S* ty, const S* tx0, int K, const StackEnd& e, const S*
   std::vector<S> tx(n), td;
   // x_d = x_0 + sum g
   if (e.xd) td.assign(tx0, tx0 + n);
-  if (cfg_.hyper_connected()) {  // H_t = x0 for every stream t; x = sum_t H_t at the end
+  if (cfg_.hyper_connected()) {  // the streams from x0; x = sum_t H_t at the end, or attn_res's final read
     const size_t nS = size_t(cfg_.hyper_streams), C = size_t(cfg_.d_model), rows = n / C;
     std::vector<S> tH(n * nS);
-    for (size_t r = 0; r < rows; r++)
-      for (size_t t = 0; t < nS; t++) std::copy_n(tx0 + r * C, C, tH.begin() + long((r * nS + t) * C));
+    hyper_stack_start(tx0, long(rows), tH.data());
     jvp_sublayers_impl(tH.data(), tH.data(), nullptr, K, e.first, e.last, tmem);
-    for (size_t r = 0; r < rows; r++)
-      for (size_t c = 0; c < C; c++) {
-        S sum = 0;
-        for (size_t t = 0; t < nS; t++) sum += tH[(r * nS + t) * C + c];
-        tx[r * C + c] = sum;
-      }
+    if (attn_res_end(e.last - 1)) {
+      const long R = e.rows;
+      std::vector<S> tR(n * nS), tmix(size_t(K) * R * hyper_mix_width(int(nS))), scratch(hyper_jvp_scratch(cfg_, K, R));
+      hyper_read_jvp(cfg_, out_hc_, hstate_[size_t(e.last)], out_hrstd_, out_hmix_, out_hpre_, R, 0, R, K, tH.data(),
+                     tx.data(), tR.data(), tmix.data(), scratch.data());
+    } else {
+      for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < C; c++) {
+          S sum = 0;
+          for (size_t t = 0; t < nS; t++) sum += tH[(r * nS + t) * C + c];
+          tx[r * C + c] = sum;
+        }
+    }
   } else {
     jvp_sublayers_impl(tx.data(), tx0, nullptr, K, e.first, e.last, tmem, e.xd ? td.data() : nullptr);
   }

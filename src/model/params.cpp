@@ -111,6 +111,8 @@ ParamTable make_param_table(const ModelConfig& cfg) {
     if (m.gain == BranchGain::Channel) add(p + ".gain", {C}, ParamRole::Gate);
     for (const HyperParamSpec& h : hyper_param_specs(cfg)) add(p + h.suffix, h.shape, h.role);
   }
+  if (cfg.hyper == HyperMix::AttnRes)  // the final read over every stream (model/hyper.h)
+    for (const HyperParamSpec& h : hyper_param_specs(cfg)) add(kAttnResOutPrefix + std::string(h.suffix), h.shape, h.role);
   if (cfg.has_final_norm()) add_norm("ln_f", C);
   if (cfg.head == Head::Untied) add("lm_head.weight", {V, C}, ParamRole::LinearWeight);
   if (cfg.on_sphere() && cfg.has_logits()) add("sz", {V}, ParamRole::Gate);  // nGPT's logit scale
@@ -155,6 +157,7 @@ SublayerParams<S> sublayer_params(const ParamTable& table, const ModelConfig& cf
   v.sqk = ptr(p + ".sqk");
   v.suv = ptr(p + ".suv");
   if (cfg.hyper_connected()) v.hc = hyper_params(table, base, p);
+  if (cfg.hyper == HyperMix::AttnRes) v.hc.sources = attn_res_sources(cfg, slot), v.hc.target = attn_res_target(cfg, slot);
   if (const ParamSpec* g = table.find(p + ".gain")) {
     v.gain = base + g->offset;
     v.gain_c = int(g->numel);

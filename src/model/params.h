@@ -77,6 +77,9 @@ struct HyperParams {
   S* alpha = nullptr, * beta = nullptr;
   S* alpha_fn = nullptr, * alpha_scale = nullptr, * beta_fn = nullptr, * beta_scale = nullptr;
   S* phi = nullptr, * scale = nullptr, * bias = nullptr;
+  S* query = nullptr;  // attn_res: the pseudo-query w (C)
+  int sources = 0;     // attn_res: the read's softmax runs over streams 0 .. sources - 1 (model/hyper.h)
+  int target = 0;      // attn_res: the stream the sub-layer's output is added to
 };
 template <class S>
 struct SublayerParams {

@@ -123,8 +123,9 @@ DEFAULTS = {
     "qk_norm_affine": True,  # False: QK-norm sites hold no gain and no bias (weightless)
     "attn_gate": "none",     # none | headwise | elementwise: gated attention, y * sigmoid(h W_g^T + b_g) before proj
     "attn_sink": False,      # a learned sink logit per query head (gpt-oss), one more softmax column, dropped
-    "hyper": "none",         # none | hc | hc_static | mhc: hyper-connections (normlab_torch_hyper.py)
+    "hyper": "none",         # none | hc | hc_static | mhc | mhc_lite | attn_res (normlab_torch_hyper.py)
     "hyper_streams": 4,      # n, the residual streams of hyper-connections
+    "attn_res_block": 1,     # attn_res: sub-layers per block (1: Full AttnRes)
     "sinkhorn_iters": 20,    # mhc: Sinkhorn-Knopp iterations
     "value_residual": 0.0,   # > 0: later self-attentions use (1 - lambda) v + lambda v_1, v_1 the stack's first (ResFormer)
     "type_vocab": 0,       # token-type embedding rows (0: none)

@@ -3,7 +3,11 @@ code rather than from normlab's: Zhu et al.'s HC as lucidrains/hyper-connections
 width connection's einsum of alpha (n, n+1) with the streams, the depth connection's beta, the dynamic
 parts tanh(norm(H) W) times a scale), and DeepSeek's mHC as MaxText's layers/mhc.py does (an RMSNorm over
 the flattened n C streams, one fused projection, sigmoid pre and 2 sigmoid post maps, Sinkhorn-Knopp on
-the residual map, or with mHC-lite a softmax over the n! permutation matrices). The norms are normlab's (x / sqrt(mean x^2 + eps) times a gain): lucidrains' RMSNorm
+the residual map, or with mHC-lite a softmax over the n! permutation matrices), and Kimi's Attention
+Residuals as Kimi K3's layer computes them (Megatron Bridge's KimiK3TransformerLayer and attn_res_aggregate:
+a bank of finished blocks and the current block's prefix sum, each sub-layer's input a softmax over the
+bank and the prefix of w . RMSNorm(row), a block written at every attn_res_block-th sub-layer, one more
+aggregate at the end). The norms are normlab's (x / sqrt(mean x^2 + eps) times a gain): lucidrains' RMSNorm
 is x / |x| sqrt(C) (gamma + 1), the same map with eps = 0 and the gain stored as gamma + 1.
 
 Part of the PyTorch oracle; normlab_torch.py is the entry point and lists the whole API.
@@ -26,11 +30,13 @@ def hyper_param_specs(config, pre):
         return [(pre + ".hc.norm.weight", (C,)), (pre + ".hc.alpha", (n, n + 1)), (pre + ".hc.beta", (n,)),
                 (pre + ".hc.alpha_fn", (n + 1, C)), (pre + ".hc.alpha_scale", (1,)), (pre + ".hc.beta_fn", (C,)),
                 (pre + ".hc.beta_scale", (1,))]
+    if form == "attn_res":   # Kimi K3's *_res_norm (RMSNorm gain) and *_res_proj (Linear(C, 1), the pseudo-query)
+        return [(pre + ".hc.norm.weight", (C,)), (pre + ".hc.query", (C,))]
     if form in ("mhc", "mhc_lite"):
         W = 2 * n + (n * n if form == "mhc" else math.factorial(n))
         return [(pre + ".hc.norm.weight", (n * C,)), (pre + ".hc.phi", (W, n * C)), (pre + ".hc.scale", (3,)),
                 (pre + ".hc.bias", (W,))]
-    raise ValueError(f"hyper must be none, hc, hc_static, mhc or mhc_lite, got {form!r}")
+    raise ValueError(f"hyper must be none, hc, hc_static, mhc, mhc_lite or attn_res, got {form!r}")
 
 
 def hyper_init(config, name, shape, normal):
@@ -103,11 +109,47 @@ def width_connection(config, params, pre, H):
     return layer_input, residuals, post_map
 
 
+def attn_res_aggregate(prefix, bank, norm_weight, query, eps):
+    """Kimi K3's attn_res_aggregate: rows = [bank..., prefix]; scores = RMSNorm(rows) . (gain * w);
+    the softmax over the rows weights them."""
+    rows = torch.stack(bank + [prefix], dim=-2)
+    normalized = rows / torch.sqrt((rows * rows).mean(dim=-1, keepdim=True) + eps)
+    scores = (normalized * (norm_weight * query)).sum(dim=-1)
+    return (torch.softmax(scores, dim=-1).unsqueeze(-1) * rows).sum(dim=-2)
+
+
+def run_attn_res_stack(config, params, subs, x, sublayer_parts, hidden=None):
+    """Attention Residuals as KimiK3TransformerLayer.forward runs them, its block size counted in sub-layers:
+    the prefix starts as x and the bank empty; each sub-layer's input is the aggregate of the bank and the
+    prefix; a sub-layer at a multiple of attn_res_block first moves the prefix into the bank and starts a new
+    prefix with its output, any other adds its output to the prefix; the stack ends with the output
+    aggregate (output_attn_res_norm, output_attn_res_proj). hidden: what normlab reports per layer, the
+    embedding output, then x plus every output so far, and the final aggregate."""
+    block, eps = config["attn_res_block"], config["eps"]
+    per_layer = max(1, len(subs) // max(1, config["n_layers"]))
+    bank, prefix = [], x
+    for i, (name, method, branch, mask, stack) in enumerate(subs):
+        if hidden is not None and i % per_layer == 0:
+            hidden.append(x if i == 0 else sum(bank) + prefix)
+        u = attn_res_aggregate(prefix, bank, params[name + ".hc.norm.weight"], params[name + ".hc.query"], eps)
+        _, _, _, g = sublayer_parts(config, params, name, method, branch, u, mask, stack)
+        if i % block == 0:
+            bank, prefix = bank + [prefix], g
+        else:
+            prefix = prefix + g
+    out = attn_res_aggregate(prefix, bank, params["out.hc.norm.weight"], params["out.hc.query"], eps)
+    if hidden is not None:
+        hidden.append(out)
+    return out
+
+
 def run_hyper_stack(config, params, subs, x, sublayer_parts, hidden=None):
     """The stack's sub-layers on n streams: every stream starts as x; each sub-layer reads its branch
     input, runs its norm-branch-norm on it (sublayer_parts' g) and writes H' = residuals + beta g.
     Returns the sum of the streams (what the stack's ending reads). hidden: the stream entering each
     layer (the embedding output, then the sums) and the sum leaving the last."""
+    if config["hyper"] == "attn_res":
+        return run_attn_res_stack(config, params, subs, x, sublayer_parts, hidden)
     n = config["hyper_streams"]
     H = x.unsqueeze(-2).expand(x.shape[:-1] + (n, x.shape[-1]))
     per_layer = max(1, len(subs) // max(1, config["n_layers"]))

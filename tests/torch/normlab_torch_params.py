@@ -129,6 +129,9 @@ def param_table(config):
                     t.append(ParamSpec(name, shape, "hyper", st.name, None, None, method))
             if m.branch == "rezero":
                 t.append(ParamSpec(lp + ".rezero", (1,), "rezero", st.name, None, None, method))
+        if c.get("hyper") == "attn_res":   # the output aggregate's gain and pseudo-query (normlab_torch_hyper.py)
+            for name, shape in hyper_param_specs(c, "out"):
+                t.append(ParamSpec(name, shape, "hyper", st.name, None, None, None))
         if st.final:
             t += _norm_table(c, st.final, st.name)
     if c["head"] == "untied":
