@@ -565,6 +565,76 @@ TEST(Hyper, DynamicsReadsEachStreamAgainstAHandRecomputation) {
   EXPECT_EQ(r.rank_collapse.size(), 1u);  // the model's own setting only: no ablation is defined
 }
 
+// attn_res's depth weights in analyze dynamics against Kimi K3's layer recomputed by hand from the
+// embedding output and each sub-layer's output g: a bank of finished blocks and the block's prefix sum,
+// each read a softmax over [bank, prefix] of w . RMSNorm_gamma(row); and the final read against the
+// model's last stream (what the final norm reads).
+TEST(Hyper, AttnResDepthWeightsAgainstKimisLayerByHand) {
+  for (int block : {1, 3}) {
+    SCOPED_TRACE(fmt::format("blocks of {} sub-layers", block));
+    const int B = 2, T = 5;
+    const ModelConfig c = attn_res_model(block);
+    const int C = c.d_model, L = c.n_layers, n = c.hyper_streams;
+    Model<double> m(c);
+    perturb_mixes(m, 7);
+    const Tokens tok = tokens_for(c, B, T, 9);
+    const analysis::DynamicsReport r = analysis::analyze_dynamics(m, {batch_of(tok, B, T)});
+    const long N = long(B) * T;
+    auto param = [&](const std::string& name) { return m.params().data() + m.table().find(name)->offset; };
+    // softmax over rows of w . RMSNorm_gamma(row) at token k: the weights, and the weighted sum into out
+    auto aggregate = [&](const std::vector<std::vector<double>>& rows, long k, const std::string& prefix,
+                         std::vector<double>& p, double* out) {
+      const double* gamma = param(prefix + ".hc.norm.weight");
+      const double* w = param(prefix + ".hc.query");
+      p.assign(rows.size(), 0.0);
+      double mx = -1e300, z = 0;
+      for (size_t s = 0; s < rows.size(); s++) {
+        const double* x = rows[s].data() + k * C;
+        double ms = 0, dot = 0;
+        for (int ch = 0; ch < C; ch++) ms += x[ch] * x[ch] / C;
+        for (int ch = 0; ch < C; ch++) dot += x[ch] / std::sqrt(ms + c.eps) * gamma[ch] * w[ch];
+        mx = std::max(mx, p[s] = dot);
+      }
+      for (double& v : p) z += (v = std::exp(v - mx));
+      for (double& v : p) v /= z;
+      if (out)
+        for (int ch = 0; ch < C; ch++) {
+          out[ch] = 0;
+          for (size_t s = 0; s < rows.size(); s++) out[ch] += p[s] * rows[s][size_t(k * C + ch)];
+        }
+    };
+    std::vector<std::vector<double>> bank;
+    std::vector<double> prefix(m.stream(0), m.stream(0) + N * C), p;
+    for (int i = 0; i < 2 * L; i++) {
+      std::vector<std::vector<double>> rows = bank;
+      rows.push_back(prefix);
+      std::vector<double> mean(size_t(n), 0.0);
+      for (long k = 0; k < N; k++) {
+        aggregate(rows, k, slot_prefix(c, i), p, nullptr);
+        for (size_t s = 0; s < p.size(); s++) mean[s] += p[s] / double(N);
+      }
+      const analysis::LayerDynamics& d = r.layers[size_t(i / 2)];
+      const std::vector<double>& got = i % 2 == 0 ? d.depth_weights_attn : d.depth_weights_mlp;
+      ASSERT_EQ(got.size(), size_t(n));
+      for (int s = 0; s < n; s++) EXPECT_NEAR(got[size_t(s)], mean[size_t(s)], 1e-12) << "slot " << i << " source " << s;
+      const double* g = m.acts(i).g;
+      if (i % block == 0) {
+        bank.push_back(prefix);
+        prefix.assign(g, g + N * C);
+      } else {
+        for (long k = 0; k < N * C; k++) prefix[size_t(k)] += g[k];
+      }
+    }
+    bank.push_back(prefix);
+    std::vector<double> out(static_cast<size_t>(C));
+    for (long k = 0; k < N; k++) {
+      aggregate(bank, k, "out", p, out.data());
+      for (int ch = 0; ch < C; ch++)
+        EXPECT_NEAR(m.stream(2 * L)[k * C + ch], out[size_t(ch)], 1e-12 * (1 + std::abs(out[size_t(ch)])));
+    }
+  }
+}
+
 // analyze sinks on an mhc model, one window: the gradient at the stream point entering layer 0 is
 // d(loss)/d(x0) (a shift of every stream), against central differences of the loss in the learned
 // position of each token; an input norm's largest ||x_t|| is that of the mix the sub-layer read.

@@ -57,6 +57,14 @@ void read_streams(const Model<double>& model, std::vector<LayerDynamics>& layers
     d.composite_forward += g.forward / batches;
     d.composite_backward += g.backward / batches;
     d.composite_spectral += g.spectral / batches;
+    if (cfg.hyper == HyperMix::AttnRes)  // the read weights P_s, column 0 of each token's [P | M]
+      for (int kind = 0; kind < 2; kind++) {
+        std::vector<double>& w = kind == 0 ? d.depth_weights_attn : d.depth_weights_mlp;
+        w.resize(size_t(n), 0.0);
+        const double* mix = model.acts(int(2 * l) + kind).hmix;
+        for (long r = 0; r < N; r++)
+          for (int s = 0; s < n; s++) w[size_t(s)] += mix[(r * n + s) * (n + 1)] / (double(N) * batches);
+      }
   }
 }
 
@@ -228,7 +236,10 @@ nlohmann::json to_json(const DynamicsReport& r) {
                       {"composite_gain", d.streams_rms.empty() ? nlohmann::json(nullptr)
                                                                : nlohmann::json{{"forward", d.composite_forward},
                                                                                 {"backward", d.composite_backward},
-                                                                                {"spectral", d.composite_spectral}}}});
+                                                                                {"spectral", d.composite_spectral}}},
+                      {"depth_weights", d.depth_weights_attn.empty() ? nlohmann::json(nullptr)
+                                                                     : nlohmann::json{{"attn", d.depth_weights_attn},
+                                                                                      {"mlp", d.depth_weights_mlp}}}});
   nlohmann::json tokens = nlohmann::json::array();  // one record per (stream point, position)
   for (size_t l = 0; l < r.tokens.size(); l++)
     for (size_t t = 0; t < r.tokens[l].stream_rms.size(); t++)
@@ -279,6 +290,21 @@ void print_report(const DynamicsReport& r) {
                "left out), the largest row sum (fwd), column sum (bwd) and singular value, maximum over the tokens "
                "(mHC's doubly stochastic mixes keep them near 1); the rank-collapse ablations are not defined for "
                "hyper-connections (the mixes take the place of the skips)\n");
+  }
+  if (!r.layers.empty() && !r.layers[0].depth_weights_attn.empty()) {
+    fmt::print("Attention Residuals: the depth weights each sub-layer reads its sources with (stream 0 the "
+               "embedding, stream k the k-th block; - where it does not read), mean over tokens\n");
+    for (const auto& d : r.layers)
+      for (int kind = 0; kind < 2; kind++) {
+        std::string each;
+        bool reads = true;
+        for (size_t s = 0; s < d.depth_weights_attn.size(); s++) {
+          const double w = (kind == 0 ? d.depth_weights_attn : d.depth_weights_mlp)[s];
+          reads = reads && w > 0;
+          each += reads ? fmt::format(" {:.3f}", w) : std::string("     -");
+        }
+        fmt::print("{:>5} {:<5}{}\n", d.layer, kind == 0 ? "attn" : "mlp", each);
+      }
   }
   std::vector<int> dominated;  // layers whose stream-norm mean is mostly one token's
   double most = 0;

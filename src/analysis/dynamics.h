@@ -41,6 +41,10 @@ struct LayerDynamics {
   // over the batches).
   std::vector<double> streams_rms;
   double composite_forward = 0, composite_backward = 0, composite_spectral = 0;
+  // Attention Residuals (model.hyper = attn_res; otherwise empty): the depth weights P_s each sub-layer
+  // of the layer reads its sources with (stream 0 the embedding, stream k the k-th block), mean over the
+  // tokens and batches; 0 for the streams it does not read.
+  std::vector<double> depth_weights_attn, depth_weights_mlp;
 };
 
 // The per-token readings of one stream point (the stream entering a layer, or after the last): at each

@@ -220,6 +220,8 @@ class Model {
   const SublayerParams<S>& sublayer_params_of(int i) const { return p_[i]; }
   // model.hyper = attn_res: the final read's parameters (out.hc.*; model/hyper.h)
   const HyperParams<S>& attn_res_out_params() const { return out_hc_; }
+  // and the last forward's weights of that read (rows, hyper_mix_width(n)): P_s at [r n (n + 1) + s (n + 1)]
+  const S* attn_res_out_mix() const { return out_hmix_; }
   // Slot i's stages in the order its forward runs them (model/stage.h, model/stages.cpp).
   const std::vector<const StageFns<S>*>& stages_of(int i) const { return stages_[size_t(i)]; }
   const NormParams<S>& final_norm() const { return lnf_; }

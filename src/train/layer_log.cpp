@@ -235,6 +235,15 @@ void LayerLogger::begin(const Model<float>& model) {
       const size_t k = size_t(std::find(hyper_slots.begin(), hyper_slots.end(), i) - hyper_slots.begin());
       s["mix_gain"] = gain_json(gains.own[k]);
       s["composite_gain"] = gain_json(gains.composite[k]);
+      if (cfg.hyper == HyperMix::AttnRes) {  // the depth weights P_s over the sources, mean over tokens
+        json w = json::array();
+        for (long t = 0; t < n; t++) {
+          double sum = 0;
+          for (long r = 0; r < N; r++) sum += a.hmix[(r * n + t) * (n + 1)];
+          w.push_back(sum / double(N));
+        }
+        s["depth_weights"] = std::move(w);
+      }
     }
     s["grad_norm"] = json::object();
     sublayers.push_back(std::move(s));
