@@ -455,18 +455,16 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
       }
     }
   }
-  // the parameter gradients, each a sum over the tokens in token order
+  // the parameter gradients, each a sum over the tokens in token order (the tokens outer, so the rows
+  // are read in memory order; every column's sum keeps that order)
   if (form == HyperMix::HcStatic || form == HyperMix::Hc) {
-    for (int k = 0; k < n * n1; k++) {
-      double a = 0;
-      for (long r = 0; r < rows; r++) a += dw.a[r * n * n1 + k];
-      dp.alpha[k] += S(a);
+    std::vector<double> a(size_t(n) * n1, 0.0), b(size_t(n), 0.0);
+    for (long r = 0; r < rows; r++) {
+      for (int k = 0; k < n * n1; k++) a[size_t(k)] += dw.a[r * n * n1 + k];
+      for (int s = 0; s < n; s++) b[size_t(s)] += dw.b[r * n + s];
     }
-    for (int s = 0; s < n; s++) {
-      double a = 0;
-      for (long r = 0; r < rows; r++) a += dw.b[r * n + s];
-      dp.beta[s] += S(a);
-    }
+    for (int k = 0; k < n * n1; k++) dp.alpha[k] += S(a[size_t(k)]);
+    for (int s = 0; s < n; s++) dp.beta[s] += S(b[size_t(s)]);
   }
   if (form == HyperMix::Hc) {
     double sa = 0, sb = 0;
@@ -482,11 +480,11 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
   }
   if (form == HyperMix::AttnRes) {
     // logit_s = w . Hn_s:  dHn_s = dlogit_s w, dw += sum dlogit_s Hn_s; then the keys' RMSNorm
-    for (int c = 0; c < C; c++) {
-      double a = 0;
-      for (long k = 0; k < rows * n; k++) a += double(dpre[k]) * hn[k * C + c];
-      dp.query[c] += S(a);
-    }
+    std::vector<double> a(size_t(C), 0.0);
+    for (long k = 0; k < rows * n; k++)
+      if (dpre[k] != S(0))
+        for (int c = 0; c < C; c++) a[size_t(c)] += double(dpre[k]) * hn[k * C + c];
+    for (int c = 0; c < C; c++) dp.query[c] += S(a[size_t(c)]);
 #pragma omp parallel for schedule(static) if(rows * n * C > ops::kParallelMinWork)
     for (long k = 0; k < rows * n; k++)
       for (int c = 0; c < C; c++) dhn[k * C + c] = dpre[k] * p.query[c];
@@ -494,14 +492,15 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
   }
   if (form == HyperMix::Mhc || form == HyperMix::MhcLite) {
     double sc[3] = {0, 0, 0};
-    for (int j = 0; j < W; j++) {
-      double a = 0, b = 0;
-      for (long r = 0; r < rows; r++) {
-        a += dy[r * W + j];
-        b += double(dy[r * W + j]) * pre[r * W + j];
+    std::vector<double> a(size_t(W), 0.0), b(size_t(W), 0.0);
+    for (long r = 0; r < rows; r++)
+      for (int j = 0; j < W; j++) {
+        a[size_t(j)] += dy[r * W + j];
+        b[size_t(j)] += double(dy[r * W + j]) * pre[r * W + j];
       }
-      dp.bias[j] += S(a);
-      sc[j < n ? 0 : j < 2 * n ? 1 : 2] += b;
+    for (int j = 0; j < W; j++) {
+      dp.bias[j] += S(a[size_t(j)]);
+      sc[j < n ? 0 : j < 2 * n ? 1 : 2] += b[size_t(j)];
     }
     for (int k = 0; k < 3; k++) dp.scale[k] += S(sc[k]);
     // h = z phi^T:  dz = dh phi, dphi += dh^T z
