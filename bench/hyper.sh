@@ -2,7 +2,7 @@
 # hyper.sh: what a training step of a hyper-connected block costs against Pre-LN's at the same width
 # (docs/METHODS.md, "Hyper-connections"; the target: n = 4 at most 1.5x): `normlab train` of the small
 # Llama-family byte GPT (RMSNorm, SwiGLU, RoPE) for each form (none, hc_static, hc, mhc, mhc_lite; 4
-# streams) at each width, one after another in one sitting, and the ratio of each step time to Pre-LN's
+# streams; attn_res in blocks of 2 layers, 4 streams at 6 layers) at each width, one after another in one sitting, and the ratio of each step time to Pre-LN's
 # of the same width. Prints a markdown table naming the CPU and the threads. Not part of the tests:
 # timings belong to benchmarks. Run on a quiet machine (the ratios of one sitting are what compare).
 #
@@ -30,11 +30,14 @@ echo "| width | form | s / step | x Pre-LN |"
 echo "|---|---|---|---|"
 for d in $widths; do
   base=""
-  for form in none hc_static hc mhc mhc_lite; do
-    OMP_NUM_THREADS=$threads build/normlab train -q --force --set train.out_dir="$out/run" \
+  for form in none hc_static hc mhc mhc_lite attn_res; do
+    # attn_res: blocks of 4 sub-layers (2 layers), its streams from the depth (4 at 6 layers)
+    streams=(--set model.hyper_streams=4)
+    [[ $form == attn_res ]] && streams=(--set model.attn_res_block=4)
+    OMP_NUM_THREADS=$threads build/normlab train -q --force --set train.out_dir="$out/run" "${streams[@]}" \
       --set model.d_model="$d" --set model.n_heads=4 --set model.n_layers="$layers" --set model.seq_len=128 \
       --set model.norm=rmsnorm --set model.activation=swiglu --set model.bias=none --set model.positions=rope \
-      --set model.hyper="$form" --set model.hyper_streams=4 --set train.batch_size=16 \
+      --set model.hyper="$form" --set train.batch_size=16 \
       --set train.steps="$steps" --set train.eval_every=0 --set train.log_every=1 > /dev/null 2>&1
     # the step time: the wall clock between the 5th and the last train record
     per=$(python3 - "$out/run/metrics.jsonl" <<'PY'
