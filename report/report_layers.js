@@ -18,7 +18,10 @@
     ['attn_max_logit', 'Largest attention logit', 'the largest scaled q·k a self-attention\'s softmax saw (over batch, heads and the unmasked pairs), before any soft cap: its growth precedes attention-logit divergence', false],
     ['attn_sink_share', 'Attention sinks on the first token', 'share of (batch row, head) whose first token receives a mean attention above 0.3 from the queries (Gu et al.\'s sink)', false],
     ['stream_max_ratio', 'Largest stream entry over the median', 'largest |x| of the stream entering the sub-layer over the median |x| of all its entries (massive activations: Sun et al. report 100-10,000)', true],
+    ['composite_gain', 'Composite gain of the residual mixes', 'hyper-connections (model.hyper) only: the largest absolute row sum of the product of the residual mixes from the stack\'s first sub-layer up to this one, maximum over the tokens (mHC\'s Amax Gain Magnitude: 1 keeps the streams\' scale, unconstrained HC\'s can grow)', true],
   ];
+  // a quantity's (logged step, row) table; [] in a run that does not log it (composite_gain without hyper-connections)
+  const layerValues = (log, q) => log.values[q] || [];
   function layerLogSection() {
     const logged = runs.map((r, i) => [r, i]).filter(([r]) => r.layer_log && r.layer_log.step.length);
     if (!logged.length) return;
@@ -65,7 +68,7 @@
       const sy = (y) => H - bottom - (H - bottom - top) * y / layers;
       const value = (v) => logScale ? Math.log10(v) : v;
       let cells = 0;
-      log.values[q].forEach((row, k) => {
+      layerValues(log, q).forEach((row, k) => {
         const x0 = k === 0 ? sx(steps[0]) : (sx(steps[k - 1]) + sx(steps[k])) / 2;
         const x1 = k === steps.length - 1 ? sx(steps[k]) + 1 : (sx(steps[k]) + sx(steps[k + 1])) / 2;
         row.forEach((v, r) => {
@@ -121,14 +124,14 @@
     const heatmaps = el('div', {});
     root.append(heatmaps);
     for (const [q, title, what, logScale] of layerQuantities) {
-      const vals = shown.flatMap(([r]) => r.layer_log.values[q].flat()).filter((v) => v != null && (!logScale || v > 0));
+      const vals = shown.flatMap(([r]) => layerValues(r.layer_log, q).flat()).filter((v) => v != null && (!logScale || v > 0));
       if (!vals.length) continue;
       const tr = vals.map((v) => logScale ? Math.log10(v) : v);
       const range = [Math.min(...tr), Math.max(...tr)];
       const card = el('div', {class: 'card layer-card'}, el('h3', {}, title + ' (heatmap: logged step × layer)'));
       const panels = el('div', {class: 'heatmaps'});
       card.append(panels);
-      const hasSite = ([r]) => r.layer_log.values[q].some((row) => row.some((v) => v != null));
+      const hasSite = ([r]) => layerValues(r.layer_log, q).some((row) => row.some((v) => v != null));
       for (const [run] of shown.filter(hasSite)) heatmap(panels, run, run.layer_log, q, range, logScale);
       card.append(colourBar(range, logScale, title.replace(/ entering each sub-layer| by sub-layer/, '')));
       const without = shown.filter((x) => !hasSite(x)).map(([r]) => r.label);
@@ -154,7 +157,7 @@
         const log = run.layer_log, ys = rowY(log.rows);
         chosenSteps(run).forEach((s, k) => {
           const at = log.step.indexOf(s);
-          const pts = log.values[q][at].map((v, r) => ({x: ys[r], y: v})).filter((p) => p.y != null && (!logScale || p.y > 0));
+          const pts = (layerValues(log, q)[at] || []).map((v, r) => ({x: ys[r], y: v})).filter((p) => p.y != null && (!logScale || p.y > 0));
           if (pts.length) sets.push(lineSet(run, i, pts, {label: `${run.label}, step ${s}`, borderDash: stepDash[k], pointRadius: 2}));
         });
       }

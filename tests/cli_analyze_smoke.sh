@@ -43,6 +43,18 @@ for form in hc hc_static mhc mhc_lite; do
   check "dynamics hyper $form" layers "$NL" analyze dynamics "${cfg[@]}" --seq-len 8 --batches 1 --batch-size 2
   check "sinks hyper $form" streams "$NL" analyze sinks "${cfg[@]}" --seq-len 8 --batches 1 --batch-size 2
 done
+# Attention Residuals (full: a stream per sub-layer): the same instruments, and the depth weights
+cfg=("${tiny[@]}" --set model.norm=rmsnorm --set model.hyper=attn_res)
+check "jacobian attn_res" blocks "$NL" analyze jacobian "${cfg[@]}" --seq-len 6
+check "sinks attn_res" streams "$NL" analyze sinks "${cfg[@]}" --seq-len 8 --batches 1 --batch-size 2
+check "dynamics attn_res" layers "$NL" analyze dynamics "${cfg[@]}" --seq-len 8 --batches 1 --batch-size 2
+if python3 -c "
+import json; w = json.load(open('out.json'))['layers'][1]['depth_weights']
+assert len(w['attn']) == 5 and abs(sum(w['attn']) - 1) < 1e-9 and w['attn'][3] == 0, w"; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1)); echo "FAIL: attn_res's depth weights in analyze dynamics' JSON"
+fi
 "$NL" init "${tiny[@]}" --set model.hyper=mhc --set model.hyper_streams=3 --out hyper.safetensors >/dev/null
 if timeout 300 "$NL" theory --checkpoint hyper.safetensors --seeds 1 >theory.txt 2>&1 &&
    grep -q "SKIPPED: the claim is about one residual stream; this model carries 3 hyper-connected streams" theory.txt &&

@@ -168,19 +168,19 @@ else
 fi
 fi
 
-# per-layer logs during training: 3 placements x 2 seeds; panels for the first seed of each placement.
-# Quantities with data: grad, update, stream, branch ratio, ln_in (pre, sandwich), ln_branch (sandwich),
-# ln_out (post), entropy: 8 heatmap cards, a panel per placement that has the site (19), 8 curve charts,
-# the model update.
+# per-layer logs during training: 3 placements and Pre-LN with mHC x 2 seeds; panels for the first seed
+# of each setting. Every quantity with data gets a heatmap card with a panel per setting that has the
+# site (38 panels in all, the composite gain's only for the mHC run) and a curve chart (12), and the
+# model update its chart.
 if part layers; then
 "$NL" compare --config "$DATA/layers_study.toml" --out layers > layers.txt 2>&1 || { echo "FAIL: compare layers: $(tail layers.txt)"; fail=1; }
-if check_report "$W/layers/report.html" 12 19 8; then echo "ok: report of the per-layer study"; else echo "FAIL: report of the per-layer study"; fail=1; fi
+if check_report "$W/layers/report.html" 12 38 12; then echo "ok: report of the per-layer study"; else echo "FAIL: report of the per-layer study"; fail=1; fi
 # a heatmap that paints no cells must be caught
 sed 's/if (v == null || (logScale/if (true || v == null || (logScale/' layers/report.html > broken_heatmap.html
-if check_report "$W/broken_heatmap.html" 12 19 8 > /dev/null; then echo "FAIL: a report whose heatmaps are empty passed"; fail=1; else echo "ok: an empty heatmap is caught"; fi
+if check_report "$W/broken_heatmap.html" 12 38 12 > /dev/null; then echo "FAIL: a report whose heatmaps are empty passed"; fail=1; else echo "ok: an empty heatmap is caught"; fi
 # a label wider than its canvas must be caught
 sed 's/fitText(ctx, `colour: ${title}/fitText(ctx, `colour: ${title.repeat(20)}/' layers/report.html > broken_bar.html
-if check_report "$W/broken_bar.html" 12 19 8 > /dev/null; then echo "FAIL: a colour-bar label wider than its canvas passed"; fail=1; else echo "ok: a label that does not fit is caught"; fi
+if check_report "$W/broken_bar.html" 12 38 12 > /dev/null; then echo "FAIL: a colour-bar label wider than its canvas passed"; fail=1; else echo "ok: a label that does not fit is caught"; fi
 timeout 120 "$CHROMIUM" "${flags[@]}" --hide-scrollbars --window-size=1280,5200 --screenshot="$ART/report_layers.png" \
   "file://$W/layers/report.html" 2> /dev/null
 cp layers/report.html "$ART/report_layers.html"

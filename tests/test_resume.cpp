@@ -45,7 +45,7 @@ TrainOptions quiet_run(bool resume = false) {
   return o;
 }
 
-enum class Kind { Gpt, Encoder, Rows, EncDec };
+enum class Kind { Gpt, Encoder, Rows, EncDec, AttnRes };
 
 // 12 steps, checkpoints every 4, the last 2 kept.
 RunConfig tiny_run(const fs::path& out, Kind kind, const fs::path& data_dir) {
@@ -60,6 +60,10 @@ RunConfig tiny_run(const fs::path& out, Kind kind, const fs::path& data_dir) {
     doc["model"]["vocab"] = 257;
   }
   if (kind == Kind::Rows) doc["data"] = {{"tokens", (data_dir / "rows.safetensors").string()}};
+  if (kind == Kind::AttnRes) {  // the streams, the final read and their parameters carried through a stop
+    doc["model"]["hyper"] = "attn_res";
+    doc["model"]["attn_res_block"] = 3;
+  }
   if (kind == Kind::EncDec) {
     doc["model"]["arch"] = "encdec";
     doc["model"]["vocab"] = 258;
@@ -185,6 +189,8 @@ TEST(Resume, GptBitIdenticalAfterStopsAndCrashes) {
   // after step 8's metrics and before its checkpoint.
   check_kind(Kind::Gpt, "gpt", {{1, false}, {3, false}, {4, false}, {5, false}, {5, true}, {7, true}, {8, true}});
 }
+
+TEST(Resume, AttentionResidualsBitIdentical) { check_kind(Kind::AttnRes, "attn_res", {{5, false}, {7, true}}); }
 
 TEST(Resume, EncoderRowsAndEncDecBitIdentical) {
   check_kind(Kind::Encoder, "encoder", {{5, false}, {6, true}});

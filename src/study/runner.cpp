@@ -182,6 +182,10 @@ nlohmann::json layer_series(const std::vector<nlohmann::json>& records) {
   for (const json& s : records.front()["sublayers"])
     out["rows"].push_back({{"slot", s["slot"]}, {"layer", s["layer"]}, {"sub", s["sub"]}, {"stack", s["stack"]}});
   for (const char* q : quantities) out["values"][q] = json::array();
+  // hyper-connections: the composite gain of the residual mixes up to each sub-layer (its forward: the
+  // largest row sum), only in the runs that log it
+  const bool hyper = records.front()["sublayers"].size() && records.front()["sublayers"][0].contains("composite_gain");
+  if (hyper) out["values"]["composite_gain"] = json::array();
   json update = json::array(), stack_out = json::array(), z_mean = json::array(), z_max = json::array();
   for (size_t k : keep) {
     const json& r = records[k];
@@ -190,6 +194,14 @@ nlohmann::json layer_series(const std::vector<nlohmann::json>& records) {
       json row = json::array();
       for (const json& s : r["sublayers"]) row.push_back(four_digits(s.value(q, json(nullptr))));
       out["values"][q].push_back(std::move(row));
+    }
+    if (hyper) {
+      json row = json::array();
+      for (const json& s : r["sublayers"]) {
+        const json g = s.value("composite_gain", json(nullptr));
+        row.push_back(g.is_object() ? four_digits(g.value("forward", json(nullptr))) : json(nullptr));
+      }
+      out["values"]["composite_gain"].push_back(std::move(row));
     }
     json ends = json::array();
     for (const json& st : r["stacks"]) ends.push_back(four_digits(st["output_rms"]));
