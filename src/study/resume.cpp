@@ -157,4 +157,50 @@ Resumed resume_study(const ResumeRequest& request) {
   return out;
 }
 
+KeptRuns kept_runs(const Study& study, const std::string& dir) {
+  namespace fs = std::filesystem;
+  KeptRuns kept;
+  const fs::path saved = fs::path(dir) / "results.json";
+  std::error_code ec;
+  nlohmann::json before;
+  if (fs::exists(fs::symlink_status(saved, ec))) try {
+      before = read_results(saved.string(), "the study's results");
+    } catch (const Error& e) {
+      throw Error(fmt::format("resume '{}': {}; nothing was changed (move it away to rebuild it: every finished run "
+                              "then resumes from its last checkpoint)",
+                              dir, e.what()));
+    }
+  if (before.is_object() && before.contains("elapsed_s") && before["elapsed_s"].is_number())
+    kept.elapsed_s = std::max(0.0, before["elapsed_s"].get<double>());
+  if (before.is_object() && before.contains("runs") && before["runs"].is_array())
+    for (const auto& r : before["runs"])
+      if (r.is_object() && r.contains("name") && r["name"].is_string() &&
+          (r.value("status", "") == "finished" || r.value("status", "") == "diverged") &&
+          (r.value("status", "") == "diverged" || (r.contains("summary") && r["summary"].is_object())))
+        kept.runs[r["name"].get<std::string>()] = r;
+  // a kept run must be the run the study now names: its recorded config, read as any config, is the one
+  // the study gives it (a study.json replaced by another study's, with the same run names, is refused)
+  for (const auto& r : study.runs) {
+    const auto it = kept.runs.find(r.name);
+    if (it == kept.runs.end() || !it->second.contains("config")) continue;
+    std::string differs = "its recorded config cannot be read";
+    try {
+      nlohmann::json was = run_config_to_json(run_config_from_json(it->second["config"], "results.json"));
+      nlohmann::json now = run_config_to_json(r.config);
+      was["train"].erase("out_dir"), now["train"].erase("out_dir");  // where it ran, not what it ran
+      const nlohmann::json patch = nlohmann::json::diff(was, now);
+      differs = patch.empty() ? "" : patch[0].value("path", std::string("?")).substr(1);  // "/train/lr" -> "train.lr"
+      std::replace(differs.begin(), differs.end(), '/', '.');
+      if (!patch.empty()) differs += " differs";
+    } catch (const Error&) {
+    }
+    if (!differs.empty())
+      throw Error(fmt::format("resume '{}': results.json's run '{}' was made with another config than the study "
+                              "gives it now ({}; its study.json or results.json is another study's); nothing was "
+                              "changed",
+                              dir, r.name, differs));
+  }
+  return kept;
+}
+
 }  // namespace normlab::study

@@ -5,6 +5,7 @@
 // reproductions, title and description may differ and are taken from it.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,17 @@ struct Resumed {
 // run, where ("runs[3].status is a number, not a string"); `what` names the file's role in messages
 // ("the study's results", "study.start_from's results").
 nlohmann::json read_results(const std::string& path, const std::string& what);
+
+// What a stopped study directory keeps: its runs that ended (finished with a summary, or diverged) by
+// name, and the time it took. A results.json that cannot be read is refused, not replaced (moved away,
+// every finished run resumes from its last checkpoint and finishes at once); a kept run whose recorded
+// config is not the one `study` gives it now (another study's results.json) is refused, naming the key.
+// No results.json: nothing kept.
+struct KeptRuns {
+  std::map<std::string, nlohmann::json> runs;
+  double elapsed_s = 0;
+};
+KeptRuns kept_runs(const Study& study, const std::string& dir);
 
 // Throws Error naming the problem: no or corrupt study.json or overrides.json, the pretrained study,
 // a study given that differs from the saved one other than by added runs (each difference named).

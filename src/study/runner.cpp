@@ -544,54 +544,13 @@ int run_study(const Study& given, const CompareOptions& options) {
 
   const fs::path out(options.out_dir);
   std::error_code ec;
-  std::map<std::string, nlohmann::json> kept;  // --resume: the runs that finished before
-  double elapsed_before = 0;                     // --resume: the time the study took before
-  if (options.resume) {
-    const fs::path saved = out / "results.json";
-    // a results.json that cannot be read is refused, not replaced: moved away, every finished run
-    // resumes from its last checkpoint and finishes at once
-    nlohmann::json before;
-    if (fs::exists(fs::symlink_status(saved, ec))) try {
-        before = read_results(saved.string(), "the study's results");
-      } catch (const Error& e) {
-        throw Error(fmt::format("resume '{}': {}; nothing was changed (move it away to rebuild it: every finished run "
-                                "then resumes from its last checkpoint)",
-                                options.out_dir, e.what()));
-      }
-    if (before.is_object() && before.contains("elapsed_s") && before["elapsed_s"].is_number())
-      elapsed_before = std::max(0.0, before["elapsed_s"].get<double>());
-    if (before.is_object() && before.contains("runs") && before["runs"].is_array())
-      for (const auto& r : before["runs"])
-        if (r.is_object() && r.contains("name") && r["name"].is_string() &&
-            (r.value("status", "") == "finished" || r.value("status", "") == "diverged") &&
-            (r.value("status", "") == "diverged" || (r.contains("summary") && r["summary"].is_object())))
-          kept[r["name"].get<std::string>()] = r;
-  } else if ((fs::exists(out / "results.json") || fs::exists(out / "runs")) && !options.force) {
+  if (!options.resume && (fs::exists(out / "results.json") || fs::exists(out / "runs")) && !options.force)
     throw Error(fmt::format("'{}' already holds a study; choose another --out or pass --force to replace it",
                             options.out_dir));
-  }
-  // a kept run must be the run the study now names: its recorded config, read as any config, is the one
-  // the study gives it (a study.json replaced by another study's, with the same run names, is refused)
-  for (const auto& r : study.runs) {
-    const auto it = kept.find(r.name);
-    if (it == kept.end() || !it->second.contains("config")) continue;
-    std::string differs = "its recorded config cannot be read";
-    try {
-      nlohmann::json was = run_config_to_json(run_config_from_json(it->second["config"], "results.json"));
-      nlohmann::json now = run_config_to_json(r.config);
-      was["train"].erase("out_dir"), now["train"].erase("out_dir");  // where it ran, not what it ran
-      const nlohmann::json patch = nlohmann::json::diff(was, now);
-      differs = patch.empty() ? "" : patch[0].value("path", std::string("?")).substr(1);  // "/train/lr" -> "train.lr"
-      std::replace(differs.begin(), differs.end(), '/', '.');
-      if (!patch.empty()) differs += " differs";
-    } catch (const Error&) {
-    }
-    if (!differs.empty())
-      throw Error(fmt::format("resume '{}': results.json's run '{}' was made with another config than the study "
-                              "gives it now ({}; its study.json or results.json is another study's); nothing was "
-                              "changed",
-                              options.out_dir, r.name, differs));
-  }
+  // --resume: the runs that finished before, and the time the study took before (study/resume.h)
+  const KeptRuns before = options.resume ? kept_runs(study, options.out_dir) : KeptRuns{};
+  const std::map<std::string, nlohmann::json>& kept = before.runs;
+  const double elapsed_before = before.elapsed_s;
   comm.barrier();  // every rank has checked before rank 0 changes anything
   if (comm.root()) {
     if (!options.resume) fs::remove_all(out / "runs", ec);  // (--force)
