@@ -213,10 +213,9 @@ void attn_res_weights(const HyperParams<S>& p, const S* hn, int n, int C, S* wa,
   std::fill(wa, wa + n * n1, S(0));
   std::fill(wb, wb + n, S(0));
   double mx = -1e300, z = 0;
-  std::vector<double> logit(size_t(p.sources));
-  for (int s = 0; s < p.sources; s++) mx = std::max(mx, logit[size_t(s)] = double(hyper_dot(hn + size_t(s) * C, p.query, C)));
-  for (int s = 0; s < p.sources; s++) z += std::exp(logit[size_t(s)] - mx);
-  for (int s = 0; s < p.sources; s++) wa[s * n1] = S(std::exp(logit[size_t(s)] - mx) / z);
+  for (int s = 0; s < p.sources; s++) mx = std::max(mx, double(wa[s * n1] = hyper_dot(hn + size_t(s) * C, p.query, C)));
+  for (int s = 0; s < p.sources; s++) z += std::exp(double(wa[s * n1]) - mx);
+  for (int s = 0; s < p.sources; s++) wa[s * n1] = S(std::exp(double(wa[s * n1]) - mx) / z);
   for (int s = 0; s < n; s++) wa[s * n1 + 1 + s] = S(1);
   if (p.target < n) wb[p.target] = S(1);  // (the final read writes nothing)
 }
