@@ -74,6 +74,30 @@ Batch batch_of(const Tokens& tok, int B, int T) {
   return b;
 }
 
+// On a 2-layer model after a forward of one row of T >= 3 tokens: the adjoint identity of the forward-mode
+// product with the training reverse on per-stream tangents through slots 1..4, and block 1's token-local
+// Jacobian at token 2 against the full-sequence product's diagonal block there.
+void check_adjoint_and_token_local(Model<double>& m, int T, Rng& rng) {
+  const int W = m.state_width(), last = 4;
+  std::vector<double> u(size_t(T) * W), v(u.size()), ju(u.size()), jtv(u.size());
+  for (double& x : u) x = rng.normal();
+  for (double& x : v) x = rng.normal();
+  m.jvp_sublayers(ju.data(), u.data(), 1, 1, last);
+  m.vjp_sublayers(jtv.data(), v.data(), 1, last);
+  double a = 0, b = 0;
+  for (size_t k = 0; k < u.size(); k++) a += v[k] * ju[k], b += jtv[k] * u[k];
+  EXPECT_NEAR(a, b, 1e-10 * std::max(1.0, std::abs(a))) << "adjoint";
+  std::vector<double> eye(size_t(W) * W, 0.0), local(eye.size()), full(size_t(W) * T * W);
+  std::vector<int64_t> unit(static_cast<size_t>(W));
+  for (int k = 0; k < W; k++) eye[size_t(k) * W + size_t(k)] = 1.0, unit[size_t(k)] = 2 * W + k;
+  m.jvp_block_token_local(local.data(), eye.data(), W, 1, 2);
+  m.jvp_sublayers_unit(full.data(), unit.data(), W, 2, 4);
+  double worst = 0;
+  for (int k = 0; k < W; k++)
+    for (int j = 0; j < W; j++) worst = std::max(worst, std::abs(local[size_t(k) * W + j] - full[size_t(k) * T * W + 2 * W + j]));
+  EXPECT_LT(worst, 1e-12) << "token-local";
+}
+
 double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double d = 0;
   for (size_t k = 0; k < a.size(); k++) d = std::max(d, std::abs(a[k] - b[k]));
@@ -385,26 +409,7 @@ TEST(Hyper, ForwardModeAgainstFiniteDifferencesAndTheReverse) {
     EXPECT_LT(worst, 1e-6 * scale) << "jvp_sublayers";
     EXPECT_LT(worst_f, 1e-6 * scale_f) << "jvp_stacks";
     forward();
-    // the adjoint identity on per-stream tangents, through slots 1..last
-    std::vector<double> u(size_t(T) * W), v(u.size()), ju(u.size()), jtv(u.size());
-    for (double& x : u) x = rng.normal();
-    for (double& x : v) x = rng.normal();
-    m.jvp_sublayers(ju.data(), u.data(), 1, 1, last);
-    m.vjp_sublayers(jtv.data(), v.data(), 1, last);
-    double a = 0, b = 0;
-    for (size_t k = 0; k < u.size(); k++) a += v[k] * ju[k], b += jtv[k] * u[k];
-    EXPECT_NEAR(a, b, 1e-10 * std::max(1.0, std::abs(a))) << "adjoint";
-    // block 1's token-local Jacobian at token 2 = the full-sequence product's diagonal block there
-    std::vector<double> eye(size_t(W) * W, 0.0), local(eye.size()), full(size_t(W) * T * W);
-    std::vector<int64_t> unit(static_cast<size_t>(W));
-    for (int k = 0; k < W; k++) eye[size_t(k) * W + size_t(k)] = 1.0, unit[size_t(k)] = 2 * W + k;
-    m.jvp_block_token_local(local.data(), eye.data(), W, 1, 2);
-    m.jvp_sublayers_unit(full.data(), unit.data(), W, 2, 4);
-    double worst_l = 0;
-    for (int k = 0; k < W; k++)
-      for (int j = 0; j < W; j++)
-        worst_l = std::max(worst_l, std::abs(local[size_t(k) * W + j] - full[size_t(k) * T * W + 2 * W + j]));
-    EXPECT_LT(worst_l, 1e-12) << "token-local";
+    check_adjoint_and_token_local(m, T, rng);
   }
 }
 
@@ -417,7 +422,7 @@ TEST(Hyper, AttnResForwardModeAgainstFiniteDifferencesAndTheReverse) {
     ModelConfig c = attn_res_model(block);
     c.norm = NormKind::RMSNorm;
     c.activation = Activation::SwiGlu;
-    const int T = 4, B = 1, C = c.d_model, n = c.hyper_streams, W = n * C, last = 2 * c.n_layers;
+    const int T = 4, B = 1, C = c.d_model, n = c.hyper_streams, W = n * C;
     Model<double> m(c);
     perturb_mixes(m, 12);
     ASSERT_EQ(m.state_width(), W);
@@ -449,24 +454,7 @@ TEST(Hyper, AttnResForwardModeAgainstFiniteDifferencesAndTheReverse) {
     EXPECT_LT(worst, 1e-6 * scale) << "jvp_stacks";
     forward();
     Rng rng(4);
-    std::vector<double> u(size_t(T) * W), v(u.size()), ju(u.size()), jtv(u.size());
-    for (double& x : u) x = rng.normal();
-    for (double& x : v) x = rng.normal();
-    m.jvp_sublayers(ju.data(), u.data(), 1, 1, last);
-    m.vjp_sublayers(jtv.data(), v.data(), 1, last);
-    double a = 0, b = 0;
-    for (size_t k = 0; k < u.size(); k++) a += v[k] * ju[k], b += jtv[k] * u[k];
-    EXPECT_NEAR(a, b, 1e-10 * std::max(1.0, std::abs(a))) << "adjoint";
-    std::vector<double> eye(size_t(W) * W, 0.0), local(eye.size()), full(size_t(W) * T * W);
-    std::vector<int64_t> unit(static_cast<size_t>(W));
-    for (int k = 0; k < W; k++) eye[size_t(k) * W + size_t(k)] = 1.0, unit[size_t(k)] = 2 * W + k;
-    m.jvp_block_token_local(local.data(), eye.data(), W, 1, 2);
-    m.jvp_sublayers_unit(full.data(), unit.data(), W, 2, 4);
-    double worst_l = 0;
-    for (int k = 0; k < W; k++)
-      for (int j = 0; j < W; j++)
-        worst_l = std::max(worst_l, std::abs(local[size_t(k) * W + j] - full[size_t(k) * T * W + 2 * W + j]));
-    EXPECT_LT(worst_l, 1e-12) << "token-local";
+    check_adjoint_and_token_local(m, T, rng);
   }
 }
 
