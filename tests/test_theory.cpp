@@ -176,15 +176,17 @@ TEST(Theory, ModelsThatDidNotLearnVoidTheirClaims) {
   o.trained_seeds = 2;
   o.train_steps = 2;
   int claims = 0;
-  bool gain = false;  // (the trained-only claim about hyper-connections is among them)
+  bool gain = false, growth = false;  // (the trained-only claims about hyper-connections are among them)
   for (const auto& c : run_theory(o)) {  // every claim on trained models, also those sharing a cached model
     claims++;
     gain = gain || c.source == "mHC bounds the composite gain";
+    growth = growth || c.source == "AttnRes bounds the output growth";
     EXPECT_EQ(c.verdict, Verdict::Void) << c.source << ": " << c.measured;
     EXPECT_NE(c.measured.find("unigram entropy"), std::string::npos) << c.measured;
   }
   EXPECT_GE(claims, 15);
   EXPECT_TRUE(gain);
+  EXPECT_TRUE(growth);
   o.train_steps = 0;
   for (const auto& c : run_theory(o)) EXPECT_NE(c.verdict, Verdict::Void) << c.source;
 }

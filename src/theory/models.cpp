@@ -117,7 +117,7 @@ std::string ClaimModels::key_of(const ModelConfig& c) {
   // keys the config's JSON once left out at these values stay out of the key, so a model's key (and the
   // name of its cache file) is the one computed before they were written, and cached models are found
   const std::pair<const char*, nlohmann::json> once_omitted[] = {
-      {"rope_freq_factors", nlohmann::json::array()}, {"rope_mscale", 1.0}, {"nope_every", 0}};
+      {"rope_freq_factors", nlohmann::json::array()}, {"rope_mscale", 1.0}, {"nope_every", 0}, {"attn_res_block", 1}};
   for (const auto& [name, value] : once_omitted)
     if (key.contains(name) && key[name] == value) key.erase(name);
   if (!c.wide_heads()) key.erase("head_dim");

@@ -13,7 +13,13 @@
 //     stochastic mixes keep it near 1 (about 1.6). An effect: log10 of HC's composite forward gain
 //     through the whole stack over mHC's, the two trained alike from the same seed, per unit of
 //     validation windows; its size at 27B is not this scale's, so only the direction is judged.
-// A given model is one model, not an HC and an mHC trained alike: no row.
+//   Kimi 2026 (Attention Residuals, arXiv 2603.15031): with PreNorm's running sum the hidden state grows
+//     with depth and each layer must write ever larger outputs to count; AttnRes, each sub-layer's input a
+//     softmax over depth, "mitigates PreNorm dilution: output magnitudes remain bounded across depth". An
+//     effect: the growth of the branch outputs over depth (the least-squares slope of log10 RMS(g) against
+//     the sub-layer's index, the first and the last layer left out) of a Pre-LN minus that of an AttnRes
+//     model with one layer per block, the two trained alike from the same seed, per unit of windows.
+// A given model is one model, not two trained alike: no row.
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
@@ -76,11 +82,82 @@ void gain_growth_check(const Bench& b, std::vector<Measurement>& out) {
   });
 }
 
+// The growth of the branch outputs over depth on one unit of windows: the least-squares slope of
+// log10 RMS(g) (mean over the tokens of ||g_t|| / sqrt(d)) against the sub-layer's index, over the
+// sub-layers of the interior layers (the first and the last are left out: the embedding's layer and the
+// one the head reads are their own cases), or of every layer below 4 layers.
+double output_growth(Model<double>& m, const std::vector<int32_t>& ids, int B, int T) {
+  std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
+  m.forward(ids.data(), labels.data(), B, T);
+  const ModelConfig& c = m.config();
+  const long N = long(B) * T;
+  const int C = c.d_model;
+  std::vector<double> x, y;
+  const bool interior = c.n_layers >= 4;
+  for (int i = interior ? 2 : 0; i < 2 * (interior ? c.n_layers - 1 : c.n_layers); i++) {
+    if (!c.has_sublayer(i)) continue;
+    const double* g = m.acts(i).g;
+    double rms = 0;
+    for (long r = 0; r < N; r++) {
+      double sq = 0;
+      for (int k = 0; k < C; k++) sq += g[r * C + k] * g[r * C + k];
+      rms += std::sqrt(sq / C) / double(N);
+    }
+    x.push_back(i);
+    y.push_back(std::log10(rms));
+  }
+  double mx = 0, my = 0;
+  for (size_t k = 0; k < x.size(); k++) mx += x[k] / double(x.size()), my += y[k] / double(x.size());
+  double sxy = 0, sxx = 0;
+  for (size_t k = 0; k < x.size(); k++) sxy += (x[k] - mx) * (y[k] - my), sxx += (x[k] - mx) * (x[k] - mx);
+  return sxy / sxx;
+}
+
+void output_growth_check(const Bench& b, std::vector<Measurement>& out) {
+  const TheoryOptions& o = b.opt;
+  const std::string name = "AttnRes bounds the output growth";
+  attempt(b, out, {name}, [&] {
+    const ModelConfig pre = gpt_config(o, Placement::Pre, 1e-5, o.n_layers);
+    ModelConfig attn = pre;
+    attn.hyper = HyperMix::AttnRes;
+    attn.attn_res_block = 2;  // one layer per block
+    attn.hyper_streams = attn.attn_res_streams();
+    const std::unique_ptr<Model<double>> m_pre = b.models->make(pre, true), m_attn = b.models->make(attn, true);
+    const int T = o.seq_len, B = std::max(1, kGainUnitTokens / T);
+    const std::vector<std::vector<int32_t>> units = window_units(b.corpus, kGainUnits, B, T, uint64_t(o.seed), 79);
+    if (units.empty()) throw Error("theory: the corpus is shorter than one window");
+    std::vector<double> excess, s_pre, s_attn;
+    for (const std::vector<int32_t>& ids : units) {
+      s_pre.push_back(output_growth(*m_pre, ids, B, T));
+      s_attn.push_back(output_growth(*m_attn, ids, B, T));
+      excess.push_back(s_pre.back() - s_attn.back());
+    }
+    out.push_back(effect(
+        {name, "with AttnRes the sub-layers' output magnitudes stay bounded over depth, where PreNorm's grow",
+         fmt::format("Pre-LN and Pre-LN with Attention Residuals (one layer per block: {} streams), d = {}, {} heads, {} "
+                     "layers, GPT-2 init, trained alike ({}); {} units of {} validation windows of {} tokens per seed",
+                     attn.hyper_streams, o.d_model, o.n_heads, o.n_layers, b.lm, kGainUnits, B, T),
+         fmt::format("the slope of log10 RMS of the branch outputs g against the sub-layer's index (decades per "
+                     "sub-layer; {}), Pre-LN's minus AttnRes's, per unit of windows",
+                     o.n_layers >= 4 ? "the first and last layers left out" : "every layer: fewer than 4")},
+        excess, EffectRule::towards(1),
+        fmt::format("slope: Pre-LN {:.3g}, AttnRes {:.3g} decades per sub-layer (first unit)", s_pre.front(),
+                    s_attn.front()),
+        {{"pre_minus_attn_res", excess}, {"pre_slope", s_pre}, {"attn_res_slope", s_attn}}));
+    out.back().reported = "Kimi 2026 (Attention Residuals): \"AttnRes mitigates PreNorm dilution: output magnitudes "
+                          "remain bounded across depth\" (the 48B Kimi Linear's training dynamics); no size at this scale";
+  });
+}
+
 }  // namespace
 
 void stream_checks(const Bench& b, std::vector<Measurement>& out) {
   if (b.given) return;
-  if (!b.fresh) return gain_growth_check(b, out);
+  if (!b.fresh) {
+    gain_growth_check(b, out);
+    output_growth_check(b, out);
+    return;
+  }
   const TheoryOptions& o = b.opt;
   const int T = int(b.ids.size());
   std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
