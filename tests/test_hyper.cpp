@@ -614,12 +614,15 @@ TEST(Hyper, AttnResDepthWeightsAgainstKimisLayerByHand) {
       }
     }
     bank.push_back(prefix);
-    std::vector<double> out(static_cast<size_t>(C));
+    std::vector<double> out(static_cast<size_t>(C)), mean(bank.size(), 0.0);
     for (long k = 0; k < N; k++) {
       aggregate(bank, k, "out", p, out.data());
+      for (size_t s = 0; s < p.size(); s++) mean[s] += p[s] / double(N);
       for (int ch = 0; ch < C; ch++)
         EXPECT_NEAR(m.stream(2 * L)[k * C + ch], out[size_t(ch)], 1e-12 * (1 + std::abs(out[size_t(ch)])));
     }
+    ASSERT_EQ(r.final_depth_weights.size(), mean.size());
+    for (size_t s = 0; s < mean.size(); s++) EXPECT_NEAR(r.final_depth_weights[s], mean[s], 1e-12) << "final read, source " << s;
   }
 }
 

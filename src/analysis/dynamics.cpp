@@ -34,7 +34,8 @@ double residual_rank(const double* X, int T, int C) {
 
 // Hyper-connections: each stream's RMS entering every layer and the composite mix's gains through it,
 // from this batch's forward, added into `layers` as a share of the mean over `batches`.
-void read_streams(const Model<double>& model, std::vector<LayerDynamics>& layers, int batches) {
+void read_streams(const Model<double>& model, std::vector<LayerDynamics>& layers, std::vector<double>& final_weights,
+                  int batches) {
   const ModelConfig& cfg = model.config();
   const int n = cfg.hyper_streams, C = cfg.d_model;
   const long N = long(model.planned_B()) * model.planned_T();
@@ -65,6 +66,12 @@ void read_streams(const Model<double>& model, std::vector<LayerDynamics>& layers
         for (long r = 0; r < N; r++)
           for (int s = 0; s < n; s++) w[size_t(s)] += mix[(r * n + s) * (n + 1)] / (double(N) * batches);
       }
+  }
+  if (cfg.hyper == HyperMix::AttnRes) {
+    final_weights.resize(size_t(n), 0.0);
+    const double* mix = model.attn_res_out_mix();
+    for (long r = 0; r < N; r++)
+      for (int s = 0; s < n; s++) final_weights[size_t(s)] += mix[(r * n + s) * (n + 1)] / (double(N) * batches);
   }
 }
 
@@ -124,7 +131,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       for (size_t i = 0; i < specs[s].numel; i++) sq[s] += g[i] * g[i];
       rep.params[s].grad_norm += std::sqrt(sq[s]) / batches;
     }
-    if (cfg.hyper_connected()) read_streams(model, rep.layers, batches);
+    if (cfg.hyper_connected()) read_streams(model, rep.layers, rep.final_depth_weights, batches);
     for (int l = 0; l < L; l++) {
       LayerDynamics& d = rep.layers[size_t(l)];
       TokenDynamics& tok = rep.tokens[size_t(l)];
@@ -254,6 +261,7 @@ nlohmann::json to_json(const DynamicsReport& r) {
     collapse.push_back({{"skips", v.skips}, {"mlp", v.mlp}, {"residual_rank", v.residual_rank}, {"ratio", v.ratio}});
   return {{"batches", r.batches}, {"B", r.B}, {"T", r.T}, {"loss", r.loss}, {"has_loss", r.has_loss}, {"layers", layers},
           {"final_stream_rms", r.final_stream_rms}, {"final_residual_rank", r.final_residual_rank},
+          {"final_depth_weights", r.final_depth_weights.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.final_depth_weights)},
           {"grad_norm_last_over_first", r.grad_growth}, {"ffn_out_grad_norm_last_over_first", r.ffn_out_grad_growth},
           {"rank_collapse", collapse}, {"param_grad_norms", params}, {"tokens", tokens}};
 }
@@ -305,6 +313,9 @@ void print_report(const DynamicsReport& r) {
         }
         fmt::print("{:>5} {:<5}{}\n", d.layer, kind == 0 ? "attn" : "mlp", each);
       }
+    std::string each;
+    for (double w : r.final_depth_weights) each += fmt::format(" {:.3f}", w);
+    fmt::print("{:>5} {:<5}{}\n", "out", "read", each);
   }
   std::vector<int> dominated;  // layers whose stream-norm mean is mostly one token's
   double most = 0;

@@ -74,6 +74,9 @@ struct DynamicsReport {
   std::vector<ParamGradNorm> params;  // every parameter tensor, in the canonical order
   std::vector<RankCollapseVariant> rank_collapse;  // (skips, mlp) = (1,1), (1,0), (0,1), (0,0)
   double final_stream_rms = 0, final_residual_rank = 0;
+  // Attention Residuals: the depth weights of the final read (what the final norm reads), as a layer's
+  // depth_weights_attn; empty otherwise
+  std::vector<double> final_depth_weights;
   double loss = 0;                // mean loss over the batches (NaN without a head)
   bool has_loss = true;           // false for a headless model: every gradient norm is NaN
   int batches = 0, B = 0, T = 0;
