@@ -579,12 +579,19 @@ int run_study(const Study& given, const CompareOptions& options) {
         missing.push_back(s);
         break;
       }
-  long starts_stopped = 0;
+  long starts_stopped = 0;  // (1: stopped; 2: failed, an Error on rank 0 the others leave with)
   if (comm.root() && !missing.empty()) {
     const ScopedThreads scoped(starts.threads > 0 ? starts.threads : omp_get_max_threads());
-    starts_stopped = train_missing_starts(missing, options.stop) ? 0 : 1;
+    try {
+      starts_stopped = train_missing_starts(missing, options.stop) ? 0 : 1;
+    } catch (...) {
+      comm.broadcast(2L);
+      throw;
+    }
   }
-  if (comm.broadcast(starts_stopped)) {
+  starts_stopped = comm.broadcast(starts_stopped);
+  if (starts_stopped == 2) throw Error("compare: rank 0 could not train a start the study needs (its message above)");
+  if (starts_stopped == 1) {
     if (comm.root())
       fmt::print("interrupted before the study's runs; nothing else changed. Go on with: normlab compare --resume {}\n",
                  out.string());
