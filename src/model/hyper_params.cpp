@@ -32,7 +32,7 @@ void hyper_violations(const ModelConfig& cfg, std::vector<std::string>& v) {
                               "of {} sub-layers, {} here (leave hyper_streams unset)",
                               cfg.hyper_streams, cfg.attn_res_block, cfg.attn_res_streams()));
     else if (cfg.hyper_streams > kMaxAttnResStreams)
-      v.push_back(fmt::format("model.hyper = \"attn_res\" with {} streams (2 n_layers / attn_res_block + 1): at most {} "
+      v.push_back(fmt::format("model.hyper = \"attn_res\" with {} streams (the embedding's and one per block): at most {} "
                               "(every sub-layer holds them all); raise model.attn_res_block",
                               cfg.hyper_streams, kMaxAttnResStreams));
     if (!cfg.mlp) v.push_back("model.hyper = \"attn_res\" counts its blocks in sub-layers: it needs model.mlp = true");
