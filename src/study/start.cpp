@@ -9,10 +9,7 @@
 #include "study/reproduce.h"
 #include "study/results_view.h"
 #include "study/resume.h"
-#include "train/resume.h"
 #include "train/run_config.h"
-#include "train/trainer.h"
-#include "util/clock.h"
 #include "util/error.h"
 #include "util/files.h"
 #include "util/hints.h"
@@ -53,9 +50,17 @@ std::string fill_in(const std::string& filter, const StudyRun& run, const std::s
   return out;
 }
 
-// The last summary record of a run directory's metrics.jsonl (null if none: a run killed before its
-// end, or a directory without training)
-json last_summary(const fs::path& dir) {
+// A run directory holding a finished training: its checkpoint, and the summary of a run not interrupted
+bool finished_training(const fs::path& dir) {
+  const json summary = last_run_summary(dir.string());
+  return fs::is_regular_file(dir / "checkpoint.safetensors") && summary.is_object() &&
+         !summary.value("interrupted", true);
+}
+
+}  // namespace
+
+json last_run_summary(const std::string& given) {
+  const fs::path dir(given);
   const fs::path path = dir / "metrics.jsonl";
   if (!fs::is_regular_file(path)) return nullptr;
   std::ifstream in(path);
@@ -67,21 +72,6 @@ json last_summary(const fs::path& dir) {
         summary = std::move(j);
   return summary;
 }
-
-// A run directory holding a finished training: its checkpoint, and the summary of a run not interrupted
-bool finished_training(const fs::path& dir) {
-  const json summary = last_summary(dir);
-  return fs::is_regular_file(dir / "checkpoint.safetensors") && summary.is_object() &&
-         !summary.value("interrupted", true);
-}
-
-std::string loss_text(const json& summary, const char* key) {
-  return summary.is_object() && summary.contains(key) && summary[key].is_number()
-             ? fmt::format("{:.4f}", summary[key].get<double>())
-             : std::string("none");
-}
-
-}  // namespace
 
 std::map<std::string, std::string> read_starts(json& settings, const std::string& where) {
   std::map<std::string, std::string> starts;
@@ -169,51 +159,6 @@ ResolvedStarts resolve_starts(const Study& given) {
     run.config.train.init_from = run_dir.string();
   }
   return resolved;
-}
-
-bool train_missing_starts(const std::vector<MissingStart>& starts, const std::atomic<bool>* stop) {
-  for (size_t k = 0; k < starts.size(); k++) {
-    const MissingStart& start = starts[k];
-    RunConfig cfg = run_config_from_json(start.record.at("config"), fmt::format("the record of '{}'", start.dir));
-    cfg.train.out_dir = start.dir;
-    TrainOptions topts;
-    topts.resume = newest_checkpoint(start.dir).has_value();  // a stop part-way: continued
-    topts.overwrite = !topts.resume;                          // (a directory without a checkpoint holds nothing)
-    topts.quiet = true;
-    topts.stop = stop;
-    const long every = std::max(1L, cfg.train.steps / 10);
-    topts.on_step = [&](const StepInfo& i) {
-      if (i.step % every == 0 || i.step == i.steps) {
-        fmt::print("        step {}/{}, training loss {:.4f}, {}\n", i.step, i.steps, i.loss,
-                   format_duration(i.elapsed_s));
-        std::fflush(stdout);
-      }
-    };
-    fmt::print("[start {}/{}] {}: its directory holds no finished training (run directories stay on the machine "
-               "that ran them); {} from the config its study recorded ({} steps)\n",
-               k + 1, starts.size(), start.dir, topts.resume ? "continuing its training" : "training it again",
-               cfg.train.steps);
-    std::fflush(stdout);
-    const TrainResult r = train(cfg, topts);
-    if (r.interrupted) {
-      fmt::print("        stopped at step {}: the next --resume continues it from there\n", r.steps_done);
-      return false;
-    }
-    if (r.diverged)
-      throw Error(fmt::format("start '{}' diverged when trained again at step {} ({}), though its study recorded it "
-                              "as finished; the runs that start from it cannot run",
-                              start.dir, r.diverged_step, r.diverged_tensor));
-    const json now = last_summary(start.dir);
-    const json was = start.record.value("summary", json::object());
-    fmt::print("        trained: validation loss {} (its study recorded {}), test loss {} (recorded {})\n",
-               loss_text(now, "val_loss"), loss_text(was, "val_loss"), loss_text(now, "test_loss"),
-               loss_text(was, "test_loss"));
-    if (loss_text(now, "val_loss") != loss_text(was, "val_loss"))
-      fmt::print("        not the recorded model to 4 digits (another CPU's kernels or thread count); the runs "
-                 "start from the model trained here\n");
-    std::fflush(stdout);
-  }
-  return true;
 }
 
 }  // namespace normlab::study

@@ -57,7 +57,11 @@ struct ResolvedStarts {
 // study.start_from, and the picked runs whose directories hold no finished training; Error as above.
 ResolvedStarts resolve_starts(const Study& study);
 
-// Trains each start again in its directory from its recorded config (continuing one a stop left
+// The last summary record of a run directory's metrics.jsonl (null if none: a run killed before its
+// end, or a directory without training).
+nlohmann::json last_run_summary(const std::string& dir);
+
+// (study/start_train.cpp) Trains each start again in its directory from its recorded config (continuing one a stop left
 // part-way), one after the other, saying how its losses compare with the recorded ones. Returns false
 // when `stop` stopped it (what was trained is kept for the next time).
 bool train_missing_starts(const std::vector<MissingStart>& starts, const std::atomic<bool>* stop);
