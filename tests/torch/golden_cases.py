@@ -257,12 +257,13 @@ def build_cases():
              hyper_streams=2, sinkhorn_iters=5), SMALL_BT, kind="train", train=TRAIN_CFG),
         Case("train_gpt_mhc_lite", dict(SMALL, n_layers=2, placement="pre", hyper="mhc_lite", hyper_streams=3), SMALL_BT,
              kind="train", train=TRAIN_CFG),
-        # Attention Residuals: Full AttnRes on the Llama block, blocks of one layer (Kimi K3's block size 1) on a
+        # Attention Residuals: blocks of one layer (Kimi K3's block size 1) on the Llama block, Full AttnRes on a
         # padded Peri-LN encoder, blocks of 3 sub-layers trained (the pseudo-queries, 0 at init, move off 0)
-        Case("gpt_attn_res_full_llama", dict(SMALL, n_layers=3, placement="pre", norm="rmsnorm", activation="swiglu",
-             bias="none", positions="rope", n_kv_heads=2, hyper="attn_res", hyper_streams=7), SMALL_BT),
-        Case("encoder_attn_res_peri_pad", dict(SMALL, arch="encoder", placement="peri", hyper="attn_res",
-             attn_res_block=2, hyper_streams=SMALL["n_layers"] + 1), SMALL_BT, pad=True),
+        Case("gpt_attn_res_llama", dict(SMALL, n_layers=3, placement="pre", norm="rmsnorm", activation="swiglu",
+             bias="none", positions="rope", n_kv_heads=2, hyper="attn_res", attn_res_block=2, hyper_streams=4),
+             SMALL_BT),
+        Case("encoder_attn_res_full_peri_pad", dict(SMALL, arch="encoder", placement="peri", hyper="attn_res",
+             hyper_streams=2 * SMALL["n_layers"] + 1), SMALL_BT, pad=True),
         Case("train_gpt_attn_res", dict(SMALL, n_layers=3, placement="pre", norm="rmsnorm", positions="rope",
              hyper="attn_res", attn_res_block=3, hyper_streams=3), SMALL_BT, kind="train", train=TRAIN_CFG),
         # single-scale RMSNorm (Outlier-Safe Pre-Training): the Llama block with per-head QK-norm of the same kind
