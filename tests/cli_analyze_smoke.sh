@@ -79,6 +79,43 @@ for inst in jacobian attention; do
   check "$inst on a trained checkpoint" model "$NL" analyze $inst --checkpoint run/checkpoint.safetensors --seq-len 6
 done
 check "dynamics on a trained checkpoint" layers "$NL" analyze dynamics --checkpoint run/checkpoint.safetensors --seq-len 8 --batches 1
+# --precision float32 reads the checkpoint's own parameters: the same readings to float32 rounding, said so
+for p in float64 float32; do
+  "$NL" analyze dynamics --checkpoint run/checkpoint.safetensors --seq-len 8 --batches 2 --update-steps 2 \
+    --precision $p --json dyn_$p.json --force >dyn_$p.txt 2>&1
+done
+if grep -q "^precision: float32, the model's own parameters" dyn_float32.txt && python3 - <<'PY'
+import json, sys
+a, b = json.load(open("dyn_float64.json")), json.load(open("dyn_float32.json"))
+assert (a["precision"], b["precision"], a["res_floor"], b["res_floor"]) == ("float64", "float32", 0, 1e-5)
+for la, lb in zip(a["layers"], b["layers"]):
+    for k in ("stream_rms", "attn_branch_ratio", "mlp_branch_ratio", "grad_norm", "residual_rank"):
+        assert abs(la[k] - lb[k]) <= 1e-4 * abs(la[k]), (k, la[k], lb[k])
+assert a["updates"]["loss_by_step"] == b["updates"]["loss_by_step"], "the update steps train float32 either way"
+PY
+then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: dynamics --precision float32 against float64"; fi
+for p in float64 float32; do
+  "$NL" analyze sinks --checkpoint run/checkpoint.safetensors --seq-len 8 --batches 2 --batch-size 2 \
+    --precision $p --json sinks_$p.json --force >sinks_$p.txt 2>&1
+done
+if grep -q "^precision: float32" sinks_float32.txt && python3 - <<'PY'
+import json
+a, b = json.load(open("sinks_float64.json")), json.load(open("sinks_float32.json"))
+assert (a.pop("precision"), b.pop("precision")) == ("float64", "float32")
+def same(x, y, at):  # every number to float32 rounding (1e-4 relative), every index and name exactly
+    if isinstance(x, dict):
+        assert x.keys() == y.keys(), at
+        for k in x: same(x[k], y[k], at + "." + k)
+    elif isinstance(x, list):
+        assert len(x) == len(y), at
+        for i, (u, v) in enumerate(zip(x, y)): same(u, v, f"{at}[{i}]")
+    elif isinstance(x, float):
+        assert abs(x - y) <= 1e-4 * abs(x) + 1e-9, (at, x, y)
+    else:
+        assert x == y, (at, x, y)
+same(a, b, "")
+PY
+then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: sinks --precision float32 against float64"; fi
 # encoder-decoder models: a source-target pair from text or a seq2seq token file
 refuse() {  # name expected-message-fragment command...: exit 1 with one "normlab: error:" line naming the problem
   local name=$1 want=$2

@@ -70,6 +70,18 @@ EOF
     | wc -l | grep -qx 24"
 done
 
+# a run stopped by Ctrl-C ends at once, without the validation BLEU (the greedy decoding of an early
+# model runs every sentence to seq_len), saying so, with its checkpoint
+"$NL" train "${model[@]}" "${run[@]}" --set train.steps=100000 --set train.log_every=1 --set data.bleu_sentences=400 \
+  --set train.out_dir=stopped > stopped.txt 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -qE '^step +3/' stopped.txt && break; sleep 0.05; done
+kill -INT $pid
+wait $pid
+rc=$?
+check "Ctrl-C: exit $rc (wanted 130), no BLEU, said so" bash -c "[[ $rc -eq 130 ]] && grep -q 'validation BLEU skipped' stopped.txt \
+  && ! grep -q '\"type\":\"bleu\"' stopped/metrics.jsonl && [[ -s stopped/checkpoint.safetensors ]]"
+
 # bad input
 cp -r corpus uneven && head -n 10 corpus/valid.tgt > uneven/valid.tgt
 expect_error "valid.tgt" -- train "${model[@]}" --set data.parallel=uneven --set train.out_dir=r1

@@ -687,6 +687,47 @@ TEST(Sinks, LearnedSinkLogitsMassIsTheSinksSoftmaxShare) {
 // hand (wte[id] + wpe[t], the mean over the windows), the one token given a massive entry stands out at
 // its position, the mean over positions of every reading is the layer's, and on one window a position's
 // branch ratio is that token's own ||g_t|| / ||x_t|| read from the model's activations.
+// A big model's dynamics read its own float32 parameters (analyze dynamics --precision float32): every
+// reading agrees with the float64 model's of the same parameters to float32 rounding, and the update steps
+// on the model itself give what the float copy of a float64 model gives, bit for bit.
+TEST(Dynamics, Float32ReadingsAgreeWithFloat64AndUpdatesInPlaceEqualTheCopy) {
+  for (const Placement p : {Placement::Pre, Placement::Post}) {
+    ModelConfig c = small(p, NormKind::LayerNorm, 1e-5);
+    c.n_layers = 3;
+    Model<double> wide(c);
+    const std::unique_ptr<Model<float>> narrow = model_with_params<float>(c, wide.params());
+    std::copy(narrow->params().begin(), narrow->params().end(), wide.params().begin());  // the same numbers in both
+    std::vector<int32_t> bytes(400);
+    for (size_t i = 0; i < bytes.size(); i++) bytes[i] = uint8_t("in the beginning "[i % 17]);
+    const DynamicsReport d = analyze_dynamics(wide, bytes, 2, 2, 5, 3);
+    const DynamicsReport f = analyze_dynamics(*narrow, bytes, 2, 2, 5, 3);
+    const auto near = [](double a, double b) { return std::abs(a - b) <= 1e-4 * std::abs(b) + 1e-9; };
+    EXPECT_TRUE(near(f.loss, d.loss)) << f.loss << " " << d.loss;
+    ASSERT_EQ(f.layers.size(), d.layers.size());
+    for (size_t l = 0; l < d.layers.size(); l++) {
+      EXPECT_TRUE(near(f.layers[l].stream_rms, d.layers[l].stream_rms)) << l;
+      EXPECT_TRUE(near(f.layers[l].attn_branch_ratio, d.layers[l].attn_branch_ratio)) << l;
+      EXPECT_TRUE(near(f.layers[l].mlp_branch_ratio, d.layers[l].mlp_branch_ratio)) << l;
+      EXPECT_TRUE(near(f.layers[l].grad_norm, d.layers[l].grad_norm)) << l;
+      EXPECT_TRUE(near(f.layers[l].residual_rank, d.layers[l].residual_rank)) << l;
+    }
+    ASSERT_EQ(f.rank_collapse.size(), d.rank_collapse.size());
+    for (size_t v = 0; v < d.rank_collapse.size(); v++)
+      for (size_t l = 0; l < d.rank_collapse[v].residual_rank.size(); l++)
+        EXPECT_TRUE(near(f.rank_collapse[v].residual_rank[l], d.rank_collapse[v].residual_rank[l])) << v << " " << l;
+    ASSERT_EQ(f.params.size(), d.params.size());
+    for (size_t s = 0; s < d.params.size(); s++) EXPECT_TRUE(near(f.params[s].grad_norm, d.params[s].grad_norm)) << s;
+    const UpdateReport copy = analyze_updates(wide, bytes, 2, 2, 5, 1e-3, 1);
+    const UpdateReport own = analyze_updates_in_place(*narrow, bytes, 2, 2, 5, 1e-3, 1);
+    EXPECT_EQ(own.loss, copy.loss);
+    EXPECT_EQ(own.layer_ratio, copy.layer_ratio);
+    EXPECT_EQ(own.output_change, copy.output_change);
+    size_t moved = 0;  // the model itself was trained; the float64 one is unchanged
+    for (size_t i = 0; i < wide.params().size(); i++) moved += narrow->params()[i] != float(wide.params()[i]);
+    EXPECT_GT(moved, wide.params().size() / 2);
+  }
+}
+
 TEST(Dynamics, PerTokenReadingsAreEachPositionsOwn) {
   ModelConfig c;
   c.d_model = 16, c.n_heads = 2, c.n_layers = 2, c.seq_len = 8, c.placement = {Placement::Pre};

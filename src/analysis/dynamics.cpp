@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <memory>
+#include <type_traits>
 
 #include "model/hyper.h"
 #include "util/error.h"
@@ -17,8 +18,17 @@ namespace normlab::analysis {
 
 namespace {
 
+// ||x|| of one row, summed in double whatever the model's precision
+template <typename S>
+double norm_of(const S* x, int C) {
+  double s = 0;
+  for (int c = 0; c < C; c++) s += double(x[c]) * double(x[c]);
+  return std::sqrt(s);
+}
+
 // res(X) = ||X - 1 mean(X)^T||_F / ||X||_F for one sequence X (T x C)
-double residual_rank(const double* X, int T, int C) {
+template <typename S>
+double residual_rank(const S* X, int T, int C) {
   std::vector<double> mean(size_t(C), 0.0);
   for (int t = 0; t < T; t++)
     for (int c = 0; c < C; c++) mean[size_t(c)] += X[size_t(t) * C + c] / T;
@@ -34,12 +44,13 @@ double residual_rank(const double* X, int T, int C) {
 
 // Hyper-connections: each stream's RMS entering every layer and the composite mix's gains through it,
 // from this batch's forward, added into `layers` as a share of the mean over `batches`.
-void read_streams(const Model<double>& model, std::vector<LayerDynamics>& layers, std::vector<double>& final_weights,
+template <typename S>
+void read_streams(const Model<S>& model, std::vector<LayerDynamics>& layers, std::vector<double>& final_weights,
                   int batches) {
   const ModelConfig& cfg = model.config();
   const int n = cfg.hyper_streams, C = cfg.d_model;
   const long N = long(model.planned_B()) * model.planned_T();
-  std::vector<const double*> mixes;
+  std::vector<const S*> mixes;
   std::vector<int> last_slot(layers.size(), -1);  // per layer: its last sub-layer's index in `mixes`
   for (int i = 0; i < cfg.n_slots(); i++)
     if (cfg.has_sublayer(i)) {
@@ -50,10 +61,10 @@ void read_streams(const Model<double>& model, std::vector<LayerDynamics>& layers
   for (size_t l = 0; l < layers.size(); l++) {
     LayerDynamics& d = layers[l];
     d.streams_rms.resize(size_t(n), 0.0);
-    const double* H = model.acts(int(2 * l)).hs_in;
+    const S* H = model.acts(int(2 * l)).hs_in;
     for (int t = 0; t < n; t++)
       for (long r = 0; r < N; r++)
-        d.streams_rms[size_t(t)] += row_norm(H + (r * n + t) * C, C) / std::sqrt(double(C)) / (double(N) * batches);
+        d.streams_rms[size_t(t)] += norm_of(H + (r * n + t) * C, C) / std::sqrt(double(C)) / (double(N) * batches);
     const HyperGain& g = gains.composite[size_t(last_slot[l])];
     d.composite_forward += g.forward / batches;
     d.composite_backward += g.backward / batches;
@@ -62,14 +73,14 @@ void read_streams(const Model<double>& model, std::vector<LayerDynamics>& layers
       for (int kind = 0; kind < 2; kind++) {
         std::vector<double>& w = kind == 0 ? d.depth_weights_attn : d.depth_weights_mlp;
         w.resize(size_t(n), 0.0);
-        const double* mix = model.acts(int(2 * l) + kind).hmix;
+        const S* mix = model.acts(int(2 * l) + kind).hmix;
         for (long r = 0; r < N; r++)
           for (int s = 0; s < n; s++) w[size_t(s)] += mix[(r * n + s) * (n + 1)] / (double(N) * batches);
       }
   }
   if (cfg.hyper == HyperMix::AttnRes) {
     final_weights.resize(size_t(n), 0.0);
-    const double* mix = model.attn_res_out_mix();
+    const S* mix = model.attn_res_out_mix();
     for (long r = 0; r < N; r++)
       for (int s = 0; s < n; s++) final_weights[size_t(s)] += mix[(r * n + s) * (n + 1)] / (double(N) * batches);
   }
@@ -77,15 +88,17 @@ void read_streams(const Model<double>& model, std::vector<LayerDynamics>& layers
 
 }  // namespace
 
-DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<int32_t>& bytes, int batches,
-                                int B, int T, uint64_t seed) {
+template <typename S>
+DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<int32_t>& bytes, int batches, int B, int T,
+                                uint64_t seed) {
   Rng rng(seed, 3);
   std::vector<Batch> sampled;
   for (int k = 0; k < batches; k++) sampled.push_back(sample_batch(bytes, model.config().arch, B, T, rng));
   return analyze_dynamics(model, sampled);
 }
 
-DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& given) {
+template <typename S>
+DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& given) {
   if (given.empty()) throw Error("analyze dynamics: no batches");
   refuse_second_stream(model.config(), "analyze dynamics");  // a two-stream model (ResiDual) is refused by name
   const ModelConfig& cfg = model.config();
@@ -101,6 +114,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
   std::fill(rep.tokens.back().attn_branch_ratio.begin(), rep.tokens.back().attn_branch_ratio.end(), nan);
   std::fill(rep.tokens.back().mlp_branch_ratio.begin(), rep.tokens.back().mlp_branch_ratio.end(), nan);
   rep.batches = batches;
+  if constexpr (std::is_same_v<S, float>) rep.precision = "float32", rep.res_floor = 1e-5;
   rep.B = B;
   rep.T = T;
   // every parameter tensor; the layers' (h.<l>.*) and their MLP output weights W2, by index
@@ -126,18 +140,18 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
                               batch.mask_or_null()) / batches;
     model.backward();  // a headless model has no loss: its gradients stay 0 and are reported as NaN below
     for (size_t s = 0; s < specs.size(); s++) {
-      const double* g = model.grads().data() + specs[s].offset;
+      const S* g = model.grads().data() + specs[s].offset;
       sq[s] = 0;
-      for (size_t i = 0; i < specs[s].numel; i++) sq[s] += g[i] * g[i];
+      for (size_t i = 0; i < specs[s].numel; i++) sq[s] += double(g[i]) * double(g[i]);
       rep.params[s].grad_norm += std::sqrt(sq[s]) / batches;
     }
     if (cfg.hyper_connected()) read_streams(model, rep.layers, rep.final_depth_weights, batches);
     for (int l = 0; l < L; l++) {
       LayerDynamics& d = rep.layers[size_t(l)];
       TokenDynamics& tok = rep.tokens[size_t(l)];
-      const double* x = model.stream(2 * l);
+      const S* x = model.stream(2 * l);
       for (int n = 0; n < N; n++) {
-        const double rms = row_norm(x + size_t(n) * C, C) / std::sqrt(double(C));
+        const double rms = norm_of(x + size_t(n) * C, C) / std::sqrt(double(C));
         d.stream_rms += rms / (double(N) * batches);
         tok.stream_rms[size_t(n % T)] += rms / (double(B) * batches);
       }
@@ -148,10 +162,10 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
           std::fill(per_token.begin(), per_token.end(), nan);
           continue;
         }
-        const SublayerActs<double>& a = model.acts(2 * l + s);
+        const SublayerActs<S>& a = model.acts(2 * l + s);
         double ratio = 0;
         for (int n = 0; n < N; n++) {
-          const double r = row_norm(a.g + size_t(n) * C, C) / std::max(1e-300, row_norm(a.x_in + size_t(n) * C, C));
+          const double r = norm_of(a.g + size_t(n) * C, C) / std::max(1e-300, norm_of(a.x_in + size_t(n) * C, C));
           ratio += r;
           per_token[size_t(n % T)] += r / (double(B) * batches);
         }
@@ -161,7 +175,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       for (int b = 0; b < B; b++) {
         double largest = 0, total = 0;
         for (int t = 0; t < T; t++) {
-          const double n2 = std::pow(row_norm(x + (size_t(b) * T + t) * C, C), 2);
+          const double n2 = std::pow(norm_of(x + (size_t(b) * T + t) * C, C), 2);
           largest = std::max(largest, n2);
           total += n2;
         }
@@ -173,9 +187,9 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       const long w2 = ffn_out[size_t(l)];
       d.ffn_out_grad_norm = w2 >= 0 ? d.ffn_out_grad_norm + std::sqrt(sq[size_t(w2)]) / batches : std::nan("");
     }
-    const double* xl = model.stream(2 * L);
+    const S* xl = model.stream(2 * L);
     for (int n = 0; n < N; n++) {
-      const double rms = row_norm(xl + size_t(n) * C, C) / std::sqrt(double(C));
+      const double rms = norm_of(xl + size_t(n) * C, C) / std::sqrt(double(C));
       rep.final_stream_rms += rms / (double(N) * batches);
       rep.tokens.back().stream_rms[size_t(n % T)] += rms / (double(B) * batches);
     }
@@ -200,7 +214,7 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
       if (!variant.violations().empty()) continue;  // a method without this ablation (nGPT has no skip-free form)
       if (cfg.hyper_connected()) continue;  // (the mixes take the place of the skips: no ablation is defined)
       struct Restore {  // the model leaves ablated by no path, an interrupt's included
-        Model<double>& m;
+        Model<S>& m;
         ~Restore() { m.set_ablation({}); }
       } restore{model};
       model.set_ablation({skips, mlp});
@@ -232,6 +246,11 @@ DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& 
   return rep;
 }
 
+template DynamicsReport analyze_dynamics(Model<float>&, const std::vector<int32_t>&, int, int, int, uint64_t);
+template DynamicsReport analyze_dynamics(Model<double>&, const std::vector<int32_t>&, int, int, int, uint64_t);
+template DynamicsReport analyze_dynamics(Model<float>&, const std::vector<Batch>&);
+template DynamicsReport analyze_dynamics(Model<double>&, const std::vector<Batch>&);
+
 nlohmann::json to_json(const DynamicsReport& r) {
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& d : r.layers)
@@ -259,7 +278,8 @@ nlohmann::json to_json(const DynamicsReport& r) {
   nlohmann::json collapse = nlohmann::json::array();
   for (const auto& v : r.rank_collapse)
     collapse.push_back({{"skips", v.skips}, {"mlp", v.mlp}, {"residual_rank", v.residual_rank}, {"ratio", v.ratio}});
-  return {{"batches", r.batches}, {"B", r.B}, {"T", r.T}, {"loss", r.loss}, {"has_loss", r.has_loss}, {"layers", layers},
+  return {{"batches", r.batches}, {"B", r.B}, {"T", r.T}, {"precision", r.precision}, {"res_floor", r.res_floor},
+          {"loss", r.loss}, {"has_loss", r.has_loss}, {"layers", layers},
           {"final_stream_rms", r.final_stream_rms}, {"final_residual_rank", r.final_residual_rank},
           {"final_depth_weights", r.final_depth_weights.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.final_depth_weights)},
           {"grad_norm_last_over_first", r.grad_growth}, {"ffn_out_grad_norm_last_over_first", r.ffn_out_grad_growth},
@@ -336,6 +356,12 @@ void print_report(const DynamicsReport& r) {
     fmt::print("  skips {:<3} MLP {:<3} res(X_L)/res(X_0) = {:<10} by layer:{}\n", v.skips ? "on" : "off",
                v.mlp ? "on" : "off", ratio_text(v.ratio, 3, "undefined (res(X_0) = 0: the input rows are equal)"), row);
   }
+  bool floored = false;
+  for (const auto& v : r.rank_collapse)
+    for (double x : v.residual_rank) floored = floored || x < r.res_floor;
+  if (floored)
+    fmt::print("note: res(X) below {:g} is {} rounding, not the model's: such a collapse is only bounded by it "
+               "(--precision float64 resolves it)\n", r.res_floor, r.precision);
 }
 
 }  // namespace normlab::analysis

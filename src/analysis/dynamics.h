@@ -82,14 +82,24 @@ struct DynamicsReport {
   int batches = 0, B = 0, T = 0;
   double grad_growth = 0;         // grad_norm(last layer) / grad_norm(first layer)
   double ffn_out_grad_growth = 0; // the same for ffn_out_grad_norm (NaN without MLP)
+  // The model's precision, and the smallest res(X) it resolves: a float32 stream's rounding leaves rows
+  // that should be equal about 1e-7 apart, so a rank collapse below res_floor is that, not the model's
+  // (measured on SmolLM2's skip-free ablation: 3.5e-7 in float32 where float64 reads 6.4e-9; 1e-5 and
+  // above agree to about 1%).
+  std::string precision = "float64";
+  double res_floor = 0;
 };
 
 // Runs forward and backward on `batches` batches sampled from bytes (gradients are accumulated in
-// the model's grads, which are zeroed first and left holding the last batch's gradients).
-DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<int32_t>& bytes, int batches,
-                                int B, int T, uint64_t seed);
+// the model's grads, which are zeroed first and left holding the last batch's gradients). S is the
+// model's precision, double or float (a big model's own float32 parameters, no second copy); every
+// reading is summed in double either way.
+template <typename S>
+DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<int32_t>& bytes, int batches, int B, int T,
+                                uint64_t seed);
 // The same on given batches (e.g. a token file's), each with its labels.
-DynamicsReport analyze_dynamics(Model<double>& model, const std::vector<Batch>& batches);
+template <typename S>
+DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& batches);
 
 nlohmann::json to_json(const DynamicsReport& report);
 void print_report(const DynamicsReport& report);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <map>
+#include <type_traits>
 
 #include "analysis/linalg.h"
 #include "analysis/stats.h"
@@ -128,12 +129,32 @@ NormGain norm_gain(const ModelConfig& cfg, int layer, const std::string& site, c
   return g;
 }
 
+// A norm's parameters widened to double (the closed-form Jacobian's), owning their values.
+struct WideNorm {
+  std::vector<double> weight, bias, alpha, shift;
+  NormParams<double> params;
+  WideNorm(const NormParams<float>& p, int C) {
+    const auto take = [](const float* from, size_t n, std::vector<double>& to) -> double* {
+      if (!from) return nullptr;
+      to.assign(from, from + n);
+      return to.data();
+    };
+    params.weight = take(p.weight, size_t(C), weight);
+    params.bias = take(p.bias, size_t(C), bias);
+    params.alpha = take(p.alpha, 1, alpha);
+    params.shift = take(p.shift, 1, shift);
+    params.scale = p.scale;
+  }
+  WideNorm(const NormParams<double>& p, int) : params(p) {}
+};
+
 // Sets the model's gradient readers (the stream's, the branch inputs') for one backward pass and
 // always clears them.
+template <typename S>
 class StreamGradientReading {
  public:
-  StreamGradientReading(Model<double>& model, Model<double>::StreamGradientReader stream,
-                        Model<double>::StreamGradientReader branch_input)
+  StreamGradientReading(Model<S>& model, typename Model<S>::StreamGradientReader stream,
+                        typename Model<S>::StreamGradientReader branch_input)
       : model_(model) {
     model_.read_stream_gradients(std::move(stream));
     model_.read_branch_input_gradients(std::move(branch_input));
@@ -146,12 +167,20 @@ class StreamGradientReading {
   StreamGradientReading& operator=(const StreamGradientReading&) = delete;
 
  private:
-  Model<double>& model_;
+  Model<S>& model_;
 };
+
+template <typename S>
+double norm_of(const S* x, int C) {
+  double s = 0;
+  for (int c = 0; c < C; c++) s += double(x[c]) * double(x[c]);
+  return std::sqrt(s);
+}
 
 }  // namespace
 
-SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batches, bool with_gradients) {
+template <typename S>
+SinksReport analyze_sinks(Model<S>& model, const std::vector<Batch>& batches, bool with_gradients) {
   if (batches.empty()) throw Error("analyze sinks: no input windows");
   refuse_second_stream(model.config(), "analyze sinks");
   const ModelConfig& cfg = model.config();
@@ -170,6 +199,7 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
   rep.n_heads = NH;
   rep.causal = cfg.causal();
   rep.hyper_streams = cfg.n_streams();
+  if constexpr (std::is_same_v<S, float>) rep.precision = "float32";
   std::vector<std::vector<double>> vals(size_t(L) + 1);  // every stream point's entries, window by window
   // hyper-connections: what each layer's input norm reads (the mix of the streams), window by window
   std::vector<std::vector<double>> norm_inputs(cfg.hyper_connected() ? size_t(L) : 0);
@@ -203,7 +233,7 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
       model.forward(b.ids.data(), labels.data(), b.B, T, b.types_or_null(), nullptr);
       const size_t n = size_t(b.B) * T * C;
       for (int l = 0; l <= L; l++) {
-        const double* x = model.stream(l < L ? 2 * l : cfg.n_slots());
+        const S* x = model.stream(l < L ? 2 * l : cfg.n_slots());
         vals[size_t(l)].insert(vals[size_t(l)].end(), x, x + n);
       }
       for (int l = 0; l < int(norm_inputs.size()); l++)
@@ -211,10 +241,10 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
           norm_inputs[size_t(l)].insert(norm_inputs[size_t(l)].end(), model.acts(2 * l).x_in, model.acts(2 * l).x_in + n);
       for (int l = 0; l < L; l++) {
         if (!cfg.has_sublayer(2 * l) || !model.acts(2 * l).att) continue;
-        const double* att = model.acts(2 * l).att;  // (B, NH, T, T): [query][key]
+        const S* att = model.acts(2 * l).att;  // (B, NH, T, T): [query][key]
         for (int r = 0; r < b.B; r++)
           for (int h = 0; h < NH; h++) {
-            const double* A = att + (size_t(r) * NH + h) * T * T;
+            const S* A = att + (size_t(r) * NH + h) * T * T;
             for (int k = 0; k < T; k++) {
               double sum = 0;
               for (int q = 0; q < T; q++) sum += A[size_t(q) * T + k];
@@ -237,17 +267,17 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
         const int last = cfg.n_slots();
         model.zero_grad();
         const size_t rows = size_t(b.B) * T;
-        StreamGradientReading reading(
+        StreamGradientReading<S> reading(
             model,
-            [&](int slot, const double* dx) {
+            [&](int slot, const S* dx) {
               if (slot % 2 && slot != last) return;  // an MLP's input: not a stream point
               std::vector<double>& out = grad_norms[size_t(slot == last ? L : slot / 2)];
-              for (size_t k = 0; k < rows; k++) out.push_back(row_norm(dx + k * C, C));
+              for (size_t k = 0; k < rows; k++) out.push_back(norm_of(dx + k * C, C));
             },
-            [&](int slot, const double* dh) {
+            [&](int slot, const S* dh) {
               if (cfg.slot(slot).kind != Sublayer::Attn) return;
               std::vector<double>& out = attn_in_norms[size_t(cfg.slot(slot).layer)];
-              for (size_t k = 0; k < rows; k++) out.push_back(row_norm(dh + k * C, C));
+              for (size_t k = 0; k < rows; k++) out.push_back(norm_of(dh + k * C, C));
             });
         model.backward(1.0 / batch.B);
       }
@@ -259,14 +289,15 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
       rep.attn_input_gradients.push_back(gradient_readings(l, attn_in_norms[size_t(l)], windows, T));
   for (int l = 0; l <= L; l++) {  // the norm that reads each stream point: a pre-norm input norm, the final norm
     if (l == L) {
-      if (cfg.has_final_norm()) rep.norm_gains.push_back(norm_gain(cfg, l, "ln_f", model.final_norm(), vals[size_t(l)], T, C));
+      if (cfg.has_final_norm())
+        rep.norm_gains.push_back(norm_gain(cfg, l, "ln_f", WideNorm(model.final_norm(), C).params, vals[size_t(l)], T, C));
       continue;
     }
     if (!cfg.has_sublayer(2 * l)) continue;
     const Slot slot = cfg.slot(2 * l);
     if (!norm_sites(cfg.placement_of(slot.layer), slot.kind).in) continue;
     rep.norm_gains.push_back(norm_gain(cfg, l, fmt::format("h.{}.{}.ln_in", l, to_string(slot.kind)),
-                                       model.sublayer_params_of(2 * l).ln_in,
+                                       WideNorm(model.sublayer_params_of(2 * l).ln_in, C).params,
                                        cfg.hyper_connected() ? norm_inputs[size_t(l)] : vals[size_t(l)], T, C));
   }
   for (int l = 0; l <= L; l++) {
@@ -290,6 +321,9 @@ SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batche
   report_progress("analyze sinks", windows, windows, "");  // (done: a terminal's line cleared)
   return rep;
 }
+
+template SinksReport analyze_sinks(Model<float>&, const std::vector<Batch>&, bool);
+template SinksReport analyze_sinks(Model<double>&, const std::vector<Batch>&, bool);
 
 nlohmann::json to_json(const SinksReport& r) {
   using json = nlohmann::json;
@@ -321,7 +355,7 @@ nlohmann::json to_json(const SinksReport& r) {
                      {"median_window", g.median_window}, {"median_token", g.median_token}, {"norm_max", g.norm_max},
                      {"norm_median", g.norm_median}, {"gain_max", g.gain_max}, {"gain_median", g.gain_median},
                      {"gain_ratio", g.gain_ratio}, {"predicted", g.predicted}});
-  return {{"windows", r.windows}, {"T", r.T}, {"d_model", r.d_model}, {"n_heads", r.n_heads}, {"causal", r.causal},
+  return {{"windows", r.windows}, {"precision", r.precision}, {"T", r.T}, {"d_model", r.d_model}, {"n_heads", r.n_heads}, {"causal", r.causal},
           {"hyper_streams", r.hyper_streams},
           {"gradients", gradients}, {"attn_input_gradients", attn_input}, {"no_gradients", r.no_gradients.empty() ? json() : json(r.no_gradients)},
           {"norm_gains", gains},

@@ -120,6 +120,7 @@ struct SinksReport {
   // at its own input (the mix of the streams the sub-layer reads), and a gradient at a stream point is
   // that of a shift added to every stream (d(loss)/d(x0) at layer 0).
   int hyper_streams = 1;
+  std::string precision = "float64";  // the model's: float32 for a big model's own parameters (readings in double)
 };
 
 // The windows are the rows of the batches (each row a sequence; padding is refused). A forward pass
@@ -127,7 +128,9 @@ struct SinksReport {
 // of its batch's mean next-token loss (the batches' own labels are not read; the parameter gradients
 // are left changed).
 // with_gradients = false: no backward (the gradient-sink readings left out, no_gradients says so).
-SinksReport analyze_sinks(Model<double>& model, const std::vector<Batch>& batches, bool with_gradients = true);
+// S: the model's precision, double or float (a big model's own parameters); every reading is in double.
+template <typename S>
+SinksReport analyze_sinks(Model<S>& model, const std::vector<Batch>& batches, bool with_gradients = true);
 nlohmann::json to_json(const SinksReport& r);
 void print_report(const SinksReport& r);
 

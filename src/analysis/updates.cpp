@@ -13,12 +13,17 @@ namespace normlab::analysis {
 
 UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32_t>& bytes, int steps,
                              int B, int T, double lr, uint64_t seed) {
+  refuse_second_stream(model.config(), "analyze updates");
+  const std::unique_ptr<Model<float>> trained = model_with_params<float>(model.config(), model.params());  // no random init first
+  return analyze_updates_in_place(*trained, bytes, steps, B, T, lr, seed);
+}
+
+UpdateReport analyze_updates_in_place(Model<float>& m, const std::vector<int32_t>& bytes, int steps, int B, int T,
+                                      double lr, uint64_t seed) {
   // (a two-stream model, ResiDual, is refused by name; with hyper-connections the last block's output is the
   // sum of the streams, what the final norm reads)
-  refuse_second_stream(model.config(), "analyze updates");
-  const ModelConfig& cfg = model.config();
-  const std::unique_ptr<Model<float>> trained = model_with_params<float>(cfg, model.params());  // no random init first
-  Model<float>& m = *trained;
+  refuse_second_stream(m.config(), "analyze updates");
+  const ModelConfig& cfg = m.config();
   AdamW opt(m.table(), AdamWConfig{}, adam_scaling(m.table(), m.config()));
   Rng rng(seed, 4), eval_rng(seed, 5);
   const Batch eval = sample_batch(bytes, cfg.arch, B, T, eval_rng);

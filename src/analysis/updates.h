@@ -23,6 +23,9 @@ struct UpdateReport {
 // Trains a float copy of `model` (constant lr, AdamW defaults, no clipping); `model` is unchanged.
 UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32_t>& bytes, int steps,
                              int B, int T, double lr, uint64_t seed);
+// The same steps on `model` itself (a big model's readings without a copy): it is left trained.
+UpdateReport analyze_updates_in_place(Model<float>& model, const std::vector<int32_t>& bytes, int steps, int B,
+                                      int T, double lr, uint64_t seed);
 
 nlohmann::json to_json(const UpdateReport& report);
 void print_report(const UpdateReport& report);

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <type_traits>
+#include <unistd.h>
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
@@ -52,6 +54,13 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
                "each attention's input norm) and the norm's Jacobian gain at the largest token");
   cmd.sinks->add_option("--batches", cmd.batches, "batches of windows (default 4)");
   cmd.sinks->add_option("--batch-size", cmd.batch_size, "windows per batch (default 8)");
+  for (CLI::App* sub : {cmd.dynamics, cmd.sinks})
+    sub->add_option("--precision", cmd.precision,
+                   "float64 (a float64 copy of the model: 16 bytes a parameter with its gradients), float32 (the "
+                   "model's own float32 parameters, no copy: 8 bytes a parameter; dynamics' update steps train the "
+                   "model itself) or auto (default: float64 when that copy takes at most a quarter of this machine's "
+                   "memory)")
+      ->check(CLI::IsMember({"auto", "float64", "float32"}));
   for (CLI::App* sub : {cmd.jacobian, cmd.attention, cmd.dynamics, cmd.sinks}) {
     sub->add_option("--checkpoint", cmd.checkpoint, "a checkpoint from normlab train or init, or a Hugging Face directory");
     sub->add_option("--config,-c", cmd.config, "a TOML config (fresh model from its [model])");
@@ -291,7 +300,8 @@ Batch encdec_input(const AnalyzeCommand& cmd, const ModelConfig& cfg, bool all_r
 }
 
 // Writes the results (with the model config) to --json, atomically; returns the exit code.
-int write_json(const AnalyzeCommand& cmd, nlohmann::json results, const Model<double>& model) {
+template <typename S>
+int write_json(const AnalyzeCommand& cmd, nlohmann::json results, const Model<S>& model) {
   if (cmd.json_out.empty()) return 0;
   results["model"] = model_config_to_json(model.config());
   try {
@@ -347,7 +357,15 @@ int run_analyze_encdec(const AnalyzeCommand& cmd, Model<double>& model) {
 // built-in corpus, or a token stream), or on one given batch (--text: one row; --tokens with rows: all
 // of them). The update steps train on windows of the corpus (or stream): --corpus names it when the
 // measured batch is --text or rows; the built-in corpus otherwise, said so.
-int run_dynamics(const AnalyzeCommand& cmd, Model<double>& model) {
+// The "precision:" line of dynamics and sinks; `why`: how --precision auto chose.
+template <typename S>
+void print_precision(const Model<S>&, const std::string& why) {
+  fmt::print("precision: {}{}{}\n", std::is_same_v<S, float> ? "float32" : "float64",
+             std::is_same_v<S, float> ? ", the model's own parameters (every reading summed in float64)" : "", why);
+}
+
+template <typename S>
+int run_dynamics(const AnalyzeCommand& cmd, Model<S>& model, const std::string& why) {
   const ModelConfig& cfg = model.config();
   const bool stream = tokens_are_stream(cmd), rows = !cmd.tokens.empty() && !stream;
   if (has_text(cmd) && !cmd.tokens.empty()) throw Error("give one input: --text/--text-file or --tokens");
@@ -392,6 +410,7 @@ int run_dynamics(const AnalyzeCommand& cmd, Model<double>& model) {
     input = fmt::format("{} batches of {} windows of {} {}s of {}, training split (seed 11)", cmd.batches,
                         cmd.batch_size, T, corpus->unit(), corpus->description());
   fmt::print("input: {}\n", input);
+  print_precision(model, why);
   const analysis::DynamicsReport rep =
       batch ? analysis::analyze_dynamics(model, std::vector<Batch>{*batch})
             : analysis::analyze_dynamics(model, corpus->train, cmd.batches, cmd.batch_size, T, 11);
@@ -409,8 +428,11 @@ int run_dynamics(const AnalyzeCommand& cmd, Model<double>& model) {
                                        cmd.update_steps, cmd.update_lr, cmd.batch_size, T, corpus->unit(),
                                        corpus->description());
     fmt::print("update steps: {}\n", on);
-    const auto up =
-        analysis::analyze_updates(model, corpus->train, cmd.update_steps, cmd.batch_size, T, cmd.update_lr, 12);
+    analysis::UpdateReport up;
+    if constexpr (std::is_same_v<S, float>)  // (the last reading: the model itself is trained, no copy)
+      up = analysis::analyze_updates_in_place(model, corpus->train, cmd.update_steps, cmd.batch_size, T, cmd.update_lr, 12);
+    else
+      up = analysis::analyze_updates(model, corpus->train, cmd.update_steps, cmd.batch_size, T, cmd.update_lr, 12);
     analysis::print_report(up);
     results["updates"] = analysis::to_json(up);
     results["updates"]["input"] = on;
@@ -420,7 +442,8 @@ int run_dynamics(const AnalyzeCommand& cmd, Model<double>& model) {
 
 // analyze sinks on a GPT or encoder: windows of the corpus's training split (--corpus, the built-in
 // corpus, a token stream; --seq-len 64 unless given), or the given rows (--tokens rows, --text: one).
-int run_sinks(const AnalyzeCommand& cmd, Model<double>& model) {
+template <typename S>
+int run_sinks(const AnalyzeCommand& cmd, Model<S>& model, const std::string& why) {
   const ModelConfig& cfg = model.config();
   const bool stream = tokens_are_stream(cmd), rows = !cmd.tokens.empty() && !stream;
   if (has_text(cmd) && !cmd.tokens.empty()) throw Error("give one input: --text/--text-file or --tokens");
@@ -455,11 +478,44 @@ int run_sinks(const AnalyzeCommand& cmd, Model<double>& model) {
                         cmd.batch_size, T, corpus.unit(), corpus.description());
   }
   fmt::print("input: {}\n", input);
+  print_precision(model, why);
   const analysis::SinksReport rep = analysis::analyze_sinks(model, batches);
   analysis::print_report(rep);
   nlohmann::json results = analysis::to_json(rep);
   results["input"] = input;
   return write_json(cmd, results, model);
+}
+
+// --source-text is an encoder-decoder's input only.
+void refuse_source_text(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
+  if (has_source(cmd))
+    throw Error(fmt::format("--source-text needs an encoder-decoder model (model.arch = \"encdec\"); this one is {}",
+                            to_string(cfg.arch)));
+}
+
+// analyze dynamics' model in float32 when --precision asks for it, or auto finds its float64 copy with
+// gradients (16 bytes a parameter) over a quarter of this machine's memory: the checkpoint's own (taken
+// from `source`) or a config's; null when the float64 model is the one to read (or the model is an
+// encoder-decoder, whose dynamics read float64 only).
+// `why` says how auto chose.
+std::unique_ptr<Model<float>> float_model(const AnalyzeCommand& cmd, ModelSource* source, std::string& why) {
+  const auto memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (source) {
+    const Model<float>& m = *source->model;
+    if (m.config().encdec() || m.forward_only()) return nullptr;
+    const double copy = 16.0 * double(m.params().size());
+    if (cmd.precision == "auto")
+      why = fmt::format(" (auto: a float64 copy with gradients needs {:.1f} GB, {} a quarter of this machine's {:.1f} GB)",
+                        copy / 1e9, copy > memory / 4 ? "over" : "within", memory / 1e9);
+    if (cmd.precision == "float32" || copy > memory / 4) return std::move(source->model);
+    return nullptr;
+  }
+  if (cmd.precision != "float32") return nullptr;  // (a config's fresh model: float64 unless asked)
+  nlohmann::json doc = cmd.config.empty() ? nlohmann::json::object() : read_toml(cmd.config);
+  apply_overrides(doc, cmd.sets);
+  const RunConfig run = run_config_from_json(doc, cmd.config.empty() ? "(command line)" : "'" + cmd.config + "'");
+  if (run.model.encdec()) return nullptr;
+  return std::make_unique<Model<float>>(run.model);
 }
 
 }  // namespace
@@ -491,24 +547,30 @@ int run_analyze(const AnalyzeCommand& given) {
     throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", given.json_out));
   // a checkpoint, opened once: its parameters and the data its run read (the default input)
   std::optional<ModelSource> source;
+  // analyze dynamics and sinks may read the checkpoint's own float32 parameters: opened with their gradients then
+  const bool float_possible = (given.dynamics->parsed() || given.sinks->parsed()) && given.precision != "float64";
+  std::string why;  // how --precision auto chose
   if (!given.checkpoint.empty()) {
     if (!given.config.empty() || !given.sets.empty())
       throw Error("give either --checkpoint or --config/--set, not both");
-    source = open_model(given.checkpoint, {.forward_only = true});
+    source = open_model(given.checkpoint, {.forward_only = !float_possible});
   }
   const AnalyzeCommand cmd = with_run_inputs(given, source ? source->run_data : std::nullopt);
   if (cmd.checkpoint.empty() && cmd.config.empty() && cmd.sets.empty())
     fmt::print("no --checkpoint or --config: analyzing a fresh model with the default config\n");
+  if (float_possible)
+    if (std::unique_ptr<Model<float>> own = float_model(cmd, source ? &*source : nullptr, why)) {
+      refuse_source_text(cmd, own->config());
+      return cmd.sinks->parsed() ? run_sinks(cmd, *own, why) : run_dynamics(cmd, *own, why);
+    }
   auto model = load_double_model(cmd, source ? &*source : nullptr);
   source.reset();  // (the float copy: the instruments read the double model)
   if (cmd.sinks->parsed() && model->config().encdec())
     throw Error("analyze sinks reads a GPT or an encoder; this model is an encoder-decoder");
   if (model->config().encdec()) return run_analyze_encdec(cmd, *model);
-  if (has_source(cmd))
-    throw Error(fmt::format("--source-text needs an encoder-decoder model (model.arch = \"encdec\"); this one is {}",
-                            to_string(model->config().arch)));
-  if (cmd.dynamics->parsed()) return run_dynamics(cmd, *model);
-  if (cmd.sinks->parsed()) return run_sinks(cmd, *model);
+  refuse_source_text(cmd, model->config());
+  if (cmd.dynamics->parsed()) return run_dynamics(cmd, *model, why);
+  if (cmd.sinks->parsed()) return run_sinks(cmd, *model, why);
   const Input in = input_ids(cmd, model->config());
   fmt::print("input: {}\n", in.description);
   const std::vector<int32_t>& ids = in.ids;

@@ -19,6 +19,7 @@ struct AnalyzeCommand {
   CLI::App* sinks = nullptr;
   int batches = 4, batch_size = 8, update_steps = 5;
   double update_lr = 1e-3;
+  std::string precision = "auto";  // analyze dynamics: float64, float32, or auto (float64 when it fits; run_analyze)
   std::string checkpoint, config, tokens, json_out;
   std::string corpus;  // --corpus: a text file (bytes, or through --tokenizer); "" = the built-in corpus
   // A checkpoint's run read only its corpus's first bytes (data.max_bytes; 0 = all) and validated on

@@ -425,7 +425,11 @@ void TrainingLoop::print_progress(long step, bool last, double loss, double lr, 
 
 void TrainingLoop::finish() {
   const bool completed = result_.steps_done > 0 && !result_.diverged && comm_.root();
-  if (data_.parallel && cfg_.data.bleu_sentences > 0 && completed) {
+  // a stopped run ends at once: no evaluation starts after Ctrl-C (the greedy decoding of an early model
+  // runs every sentence to seq_len: minutes), and `normlab translate` / `bleu` score its checkpoint later
+  if (data_.parallel && cfg_.data.bleu_sentences > 0 && completed && result_.interrupted && !quiet_)
+    fmt::print("validation BLEU skipped: the run was stopped (normlab translate and normlab bleu score its checkpoint)\n");
+  if (data_.parallel && cfg_.data.bleu_sentences > 0 && completed && !result_.interrupted) {
     model_.set_training(false);
     const BleuResult bleu = validation_bleu(model_, *data_.parallel, cfg_.data.bleu_sentences);
     result_.bleu = bleu.bleu;
