@@ -129,6 +129,40 @@ TEST_F(SafetensorsTest, RoundTripAllDtypesScalarEmptyAndMetadata) {
   EXPECT_EQ(listing(), std::vector<std::string>{"m.safetensors"});  // no temporary left
 }
 
+// The index (what a big model's loader reads first) holds what read() holds but the bytes, and
+// read_tensor gives each tensor's bytes exactly; a file cut after its index was read is an error
+// naming it, not garbage.
+TEST_F(SafetensorsTest, IndexAndReadTensorEqualTheWholeRead) {
+  Sample sample;
+  const std::map<std::string, std::string> metadata{{"config", "{}"}};
+  st::write(file("m.safetensors"), sample.views(), metadata, false);
+  const st::File whole = st::read(file("m.safetensors"));
+  const st::Index index = st::read_index(file("m.safetensors"));
+  EXPECT_EQ(index.path, file("m.safetensors"));
+  EXPECT_EQ(index.metadata, whole.metadata);
+  ASSERT_EQ(index.tensors.size(), whole.tensors.size());
+  for (const auto& [name, tensor] : whole.tensors) {
+    const st::Index::Entry& entry = index.expect(name, tensor.dtype, tensor.shape);
+    ASSERT_EQ(entry.size, tensor.bytes.size()) << name;
+    Bytes got(entry.size + 1, 0xAB);  // (one guard byte: nothing past the tensor is written)
+    st::read_tensor(index, name, got.data());
+    EXPECT_EQ(Bytes(got.begin(), got.end() - 1), tensor.bytes) << name;
+    EXPECT_EQ(got.back(), 0xAB) << name;
+  }
+  EXPECT_THROW((void)index.expect("w.f32", st::DType::F64, {2, 3}), normlab::Error);
+  EXPECT_THROW((void)index.expect("nope", st::DType::F32, {2, 3}), normlab::Error);
+  Bytes bytes = read_bytes(file("m.safetensors"));
+  bytes.resize(bytes.size() - 8);
+  write_bytes(file("m.safetensors"), bytes);
+  int32_t out[4];  // (ids.i32 is the last tensor with bytes: the cut is in it)
+  try {
+    st::read_tensor(index, "ids.i32", out);
+    FAIL() << "a file cut after its index was read gave no error";
+  } catch (const normlab::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(file("m.safetensors")), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(SafetensorsTest, LayoutKeepsOrderIsContiguousAndPadded) {
   std::vector<float> a{1, 2, 3};
   std::vector<int64_t> b{4};

@@ -386,7 +386,7 @@ std::string quote_start(const unsigned char* bytes, size_t n) {
               " (a safetensors file starts with an 8-byte little-endian header length and then a JSON header '{')");
 }
 
-File read(const std::string& path) {
+Index read_index(const std::string& path) {
   require_regular_file(path, "safetensors file");
   FileDescriptor fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (fd.fd < 0) fail(path, "cannot open for reading: " + errno_text());
@@ -417,26 +417,57 @@ File read(const std::string& path) {
   read_exact(path, fd.fd, header_text.data(), header_size, 8);
   const json header = parse_header(path, header_text);
 
-  File file;
-  file.path = path;
+  Index index;
+  index.path = path;
   const uint64_t data_start = 8 + header_size;
   const uint64_t data_size = file_size - data_start;
   std::vector<Entry> entries;
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__")
-      file.metadata = parse_metadata(path, value);
+      index.metadata = parse_metadata(path, value);
     else
       entries.push_back(parse_entry(path, name, value, data_size));
   }
   std::vector<const Entry*> by_offset;
   for (const Entry& entry : entries) by_offset.push_back(&entry);
   check_tiling(path, by_offset, data_size);
+  for (Entry& entry : entries)
+    index.tensors.emplace(entry.name, Index::Entry{entry.dtype, std::move(entry.shape), data_start + entry.begin,
+                                                   entry.end - entry.begin});
+  return index;
+}
 
-  for (Entry& entry : entries) {
+const Index::Entry& Index::expect(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const {
+  auto found = tensors.find(name);
+  if (found == tensors.end()) fail(path, "no tensor '" + name + "'");
+  const Entry& entry = found->second;
+  if (entry.dtype != dtype || entry.shape != shape)
+    fail(path, "tensor '" + name + "' is " + dtype_name(entry.dtype) + " " + shape_text(entry.shape) + ", expected " +
+                   dtype_name(dtype) + " " + shape_text(shape));
+  return entry;
+}
+
+void read_tensor(const Index& index, const std::string& name, void* dst) {
+  auto found = index.tensors.find(name);
+  if (found == index.tensors.end()) fail(index.path, "no tensor '" + name + "'");
+  FileDescriptor fd{::open(index.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  if (fd.fd < 0) fail(index.path, "cannot open for reading: " + errno_text());
+  read_exact(index.path, fd.fd, dst, found->second.size, found->second.offset);
+}
+
+// Reads and validates the whole file (read_index), then every tensor's bytes.
+File read(const std::string& path) {
+  Index index = read_index(path);
+  File file;
+  file.path = path;
+  file.metadata = std::move(index.metadata);
+  FileDescriptor fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  if (fd.fd < 0) fail(path, "cannot open for reading: " + errno_text());
+  for (auto& [name, entry] : index.tensors) {
     Tensor tensor{entry.dtype, std::move(entry.shape), {}};
-    tensor.bytes.resize(entry.end - entry.begin);
-    read_exact(path, fd.fd, tensor.bytes.data(), tensor.bytes.size(), data_start + entry.begin);
-    file.tensors.emplace(entry.name, std::move(tensor));
+    tensor.bytes.resize(entry.size);
+    read_exact(path, fd.fd, tensor.bytes.data(), entry.size, entry.offset);
+    file.tensors.emplace(name, std::move(tensor));
   }
   return file;
 }

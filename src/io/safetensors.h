@@ -76,6 +76,26 @@ void write(const std::string& path, const std::vector<TensorView>& tensors,
 // JSON is limited to 512 levels of nesting (parse_json).
 File read(const std::string& path);
 
+// A file's header, validated as read() validates it (the tensors tile the data section exactly),
+// without the tensors' bytes: what a reader of a big file needs to put each tensor straight where it
+// goes (read_tensor), or to read only the metadata.
+struct Index {
+  struct Entry {
+    DType dtype;
+    std::vector<int64_t> shape;
+    uint64_t offset = 0, size = 0;  // the tensor's bytes in the file: from byte `offset`, `size` of them
+  };
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, Entry> tensors;  // sorted by name
+  std::string path;
+
+  // Error "<path>: no tensor '<name>'", or "<path>: tensor '<name>' is I32 [2, 3], expected F32 [2, 3]".
+  const Entry& expect(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const;
+};
+Index read_index(const std::string& path);
+// The bytes of tensor `name` (its entry's size) into dst; Error naming the file if it shrank since.
+void read_tensor(const Index& index, const std::string& name, void* dst);
+
 // Limits enforced by read() (and write(), for the byte count).
 inline constexpr uint64_t max_header_bytes = 100ull * 1000 * 1000;  // 100 MB
 inline constexpr uint64_t max_tensor_bytes = 1ull << 62;            // numel * dtype_size

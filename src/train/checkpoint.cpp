@@ -2,8 +2,6 @@
 #include "train/checkpoint.h"
 
 #include <cmath>
-#include <cstring>
-#include <tuple>
 #include <filesystem>
 #include <fmt/format.h>
 
@@ -41,7 +39,7 @@ void save_checkpoint(const std::string& path, const Model<float>& model, AdamW* 
   st::write(path, views, meta, overwrite);
 }
 
-static ModelConfig config_of(const st::File& f) {
+static ModelConfig config_of(const st::Index& f) {
   auto it = f.metadata.find("config");
   if (it == f.metadata.end())
     throw Error(fmt::format("{}: no model config in the metadata (key \"config\"); not a normlab "
@@ -78,63 +76,59 @@ ModelConfig checkpoint_config(const std::string& given) {
   const std::string path = resolve(given);
   if (hf::is_model_dir(path)) return hf::read_model_dir_config(path);
   if (gguf::is_gguf(path)) return gguf::model_config(gguf::read(path));
-  return config_of(st::read(path));
+  return config_of(st::read_index(path));
 }
 
-// Every parameter of the table is in the file with its shape, finite, and nothing else is: checked
-// before the model is allocated, so a checkpoint's size bounds what its config makes normlab
-// allocate (the file holds every weight), and a NaN or Inf weight is named instead of giving NaN
-// losses and tables.
-static void check_params(const st::File& f, const ParamTable& table) {
+// Every parameter of the table is in the file with its shape, and nothing else is: checked from the
+// header before the model is allocated, so a checkpoint's size bounds what its config makes normlab
+// allocate (the file holds every weight).
+static void check_params(const st::Index& f, const ParamTable& table) {
   for (const auto& [name, tensor] : f.tensors) {
     if (name.rfind(kOptimizerPrefix, 0) == 0) continue;
     if (!table.find(name))
       throw Error(fmt::format("{}: unexpected tensor '{}' (not a parameter of this model config)",
                               f.path, name));
   }
-  for (const ParamSpec& p : table.specs) {
-    const st::Tensor& t = f.expect(p.name, st::DType::F32, p.shape);
-    for (size_t i = 0; i < p.numel; i++) {
-      float x;
-      std::memcpy(&x, t.bytes.data() + i * sizeof(float), sizeof(float));
-      if (!std::isfinite(x))
-        throw Error(fmt::format("{}: tensor '{}' holds a non-finite value ({}) at flat index {}; a model with NaN or "
-                                "Inf weights gives no meaningful loss or measurement",
-                                f.path, p.name, x, i));
-    }
-  }
+  for (const ParamSpec& p : table.specs) (void)f.expect(p.name, st::DType::F32, p.shape);
 }
 
-static void copy_params(const st::File& f, Model<float>& model) {
+// Tensor `name` of the file read straight into dst (no copy of the file in memory: a big model's load
+// holds the model only), every value finite: a NaN or Inf weight (or moment; a negative second moment)
+// is named instead of giving NaN losses and tables.
+static void read_finite(const st::Index& f, const std::string& name, float* dst, size_t numel, const char* what,
+                        const char* consequence, bool nonnegative = false) {
+  st::read_tensor(f, name, dst);
+  for (size_t i = 0; i < numel; i++)
+    if (!std::isfinite(dst[i]) || (nonnegative && dst[i] < 0))
+      throw Error(fmt::format("{}: {} '{}' holds {} ({}) at flat index {}; {}", f.path, what, name,
+                              std::isfinite(dst[i]) ? "a negative second moment" : "a non-finite value", dst[i], i,
+                              consequence));
+}
+
+static void copy_params(const st::Index& f, Model<float>& model) {
   check_params(f, model.table());
   for (const ParamSpec& p : model.table().specs)
-    std::memcpy(model.params().data() + p.offset, f.at(p.name).bytes.data(), p.numel * sizeof(float));
+    read_finite(f, p.name, model.params().data() + p.offset, p.numel, "tensor",
+                "a model with NaN or Inf weights gives no meaningful loss or measurement");
 }
 
 std::map<std::string, std::string> load_training_checkpoint(const std::string& path, Model<float>& model,
                                                             AdamW& optimizer) {
-  const st::File f = st::read(path);
-  copy_params(f, model);
-  for (const ParamSpec& p : model.table().specs) {
+  const st::Index f = st::read_index(path);
+  for (const ParamSpec& p : model.table().specs) {  // (every tensor there before any is read)
     const std::string m = kOptimizerPrefix + std::string("m.") + p.name, v = kOptimizerPrefix + std::string("v.") + p.name;
     if (!f.tensors.count(m) || !f.tensors.count(v))
       throw Error(fmt::format("{}: no optimizer state for '{}' (not a training checkpoint)", path, p.name));
-    std::memcpy(optimizer.m().data() + p.offset, f.expect(m, st::DType::F32, p.shape).bytes.data(),
-                p.numel * sizeof(float));
-    std::memcpy(optimizer.v().data() + p.offset, f.expect(v, st::DType::F32, p.shape).bytes.data(),
-                p.numel * sizeof(float));
-    // a NaN or Inf moment would make the first step's update non-finite: named here, not found later as
-    // a diverged run (a second moment is also never negative)
-    for (const auto& [name, moment, second] : {std::tuple{&m, optimizer.m().data(), false},
-                                               std::tuple{&v, optimizer.v().data(), true}})
-      for (size_t i = 0; i < p.numel; i++) {
-        const float x = moment[p.offset + i];
-        if (!std::isfinite(x) || (second && x < 0))
-          throw Error(fmt::format("{}: optimizer tensor '{}' holds {} ({}) at flat index {}; the run cannot continue "
-                                  "from this checkpoint",
-                                  path, *name, second && x < 0 ? "a negative second moment" : "a non-finite value", x,
-                                  i));
-      }
+    (void)f.expect(m, st::DType::F32, p.shape), (void)f.expect(v, st::DType::F32, p.shape);
+  }
+  copy_params(f, model);
+  // a NaN or Inf moment would make the first step's update non-finite: named here, not found later as
+  // a diverged run (a second moment is also never negative)
+  for (const ParamSpec& p : model.table().specs) {
+    read_finite(f, kOptimizerPrefix + std::string("m.") + p.name, optimizer.m().data() + p.offset, p.numel,
+                "optimizer tensor", "the run cannot continue from this checkpoint");
+    read_finite(f, kOptimizerPrefix + std::string("v.") + p.name, optimizer.v().data() + p.offset, p.numel,
+                "optimizer tensor", "the run cannot continue from this checkpoint", /*nonnegative=*/true);
   }
   return f.metadata;
 }
@@ -143,7 +137,7 @@ std::unique_ptr<Model<float>> load_model(const std::string& given, bool forward_
   const std::string path = resolve(given);
   if (hf::is_model_dir(path)) return hf::load_model_dir(path, quiet, forward_only);
   if (gguf::is_gguf(path)) return gguf::load_model(path, quiet, forward_only);
-  const st::File f = st::read(path);
+  const st::Index f = st::read_index(path);
   const ModelConfig cfg = config_of(f);  // validated, sizes capped (ModelConfig::size_violations)
   check_params(f, make_param_table(cfg));  // before allocating: the file must hold every weight
   auto model = unset_model<float>(cfg, forward_only);  // every parameter is copied next
@@ -153,7 +147,7 @@ std::unique_ptr<Model<float>> load_model(const std::string& given, bool forward_
 
 void load_params(const std::string& given, Model<float>& model) {
   const std::string path = resolve(given);
-  if (!hf::is_model_dir(path) && !gguf::is_gguf(path)) return copy_params(st::read(path), model);
+  if (!hf::is_model_dir(path) && !gguf::is_gguf(path)) return copy_params(st::read_index(path), model);
   const std::map<std::string, std::vector<float>> params =
       gguf::is_gguf(path) ? gguf::import_model(gguf::read(path)).params : hf::read_model_dir(path).params;
   const ParamTable& table = model.table();

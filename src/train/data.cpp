@@ -144,7 +144,7 @@ bool has_bin_suffix(const std::string& path) {
 
 bool is_token_stream(const std::string& path) {
   if (has_bin_suffix(path)) return true;
-  return safetensors::read(path).tensors.count("labels") == 0;
+  return safetensors::read_index(path).tensors.count("labels") == 0;
 }
 
 Corpus load_token_stream(const std::string& path, double val_fraction, int T, double test_fraction) {

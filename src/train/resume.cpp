@@ -297,8 +297,7 @@ nlohmann::json resume_run_config(const std::string& dir) {
                             "checkpoints/ or metrics.jsonl)",
                             dir));
   }
-  const safetensors::File f = safetensors::read(*ckpt);
-  return resume_state_from_metadata(f.metadata, *ckpt).run_config;
+  return resume_state_from_metadata(safetensors::read_index(*ckpt).metadata, *ckpt).run_config;
 }
 
 }  // namespace normlab

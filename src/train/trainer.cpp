@@ -107,7 +107,7 @@ RunStart start_of_run(const RunConfig& cfg, const TrainOptions& options) {
     const auto newest = newest_checkpoint(tc.out_dir);
     if (!newest) (void)resume_run_config(tc.out_dir);  // throws the message saying what the directory is
     resumed_path = *newest;
-    resumed = resume_state_from_metadata(safetensors::read(resumed_path).metadata, resumed_path);
+    resumed = resume_state_from_metadata(safetensors::read_index(resumed_path).metadata, resumed_path);
   }
   start.model_cfg = resumed ? model_config_from_json(resumed->run_config.at("model"), resumed_path + " config")
                                   : resolve_model(cfg);
