@@ -18,14 +18,6 @@ namespace normlab::analysis {
 
 namespace {
 
-// ||x|| of one row, summed in double whatever the model's precision
-template <typename S>
-double norm_of(const S* x, int C) {
-  double s = 0;
-  for (int c = 0; c < C; c++) s += double(x[c]) * double(x[c]);
-  return std::sqrt(s);
-}
-
 // res(X) = ||X - 1 mean(X)^T||_F / ||X||_F for one sequence X (T x C)
 template <typename S>
 double residual_rank(const S* X, int T, int C) {
@@ -64,7 +56,7 @@ void read_streams(const Model<S>& model, std::vector<LayerDynamics>& layers, std
     const S* H = model.acts(int(2 * l)).hs_in;
     for (int t = 0; t < n; t++)
       for (long r = 0; r < N; r++)
-        d.streams_rms[size_t(t)] += norm_of(H + (r * n + t) * C, C) / std::sqrt(double(C)) / (double(N) * batches);
+        d.streams_rms[size_t(t)] += row_norm(H + (r * n + t) * C, C) / std::sqrt(double(C)) / (double(N) * batches);
     const HyperGain& g = gains.composite[size_t(last_slot[l])];
     d.composite_forward += g.forward / batches;
     d.composite_backward += g.backward / batches;
@@ -151,7 +143,7 @@ DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& given
       TokenDynamics& tok = rep.tokens[size_t(l)];
       const S* x = model.stream(2 * l);
       for (int n = 0; n < N; n++) {
-        const double rms = norm_of(x + size_t(n) * C, C) / std::sqrt(double(C));
+        const double rms = row_norm(x + size_t(n) * C, C) / std::sqrt(double(C));
         d.stream_rms += rms / (double(N) * batches);
         tok.stream_rms[size_t(n % T)] += rms / (double(B) * batches);
       }
@@ -165,7 +157,7 @@ DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& given
         const SublayerActs<S>& a = model.acts(2 * l + s);
         double ratio = 0;
         for (int n = 0; n < N; n++) {
-          const double r = norm_of(a.g + size_t(n) * C, C) / std::max(1e-300, norm_of(a.x_in + size_t(n) * C, C));
+          const double r = row_norm(a.g + size_t(n) * C, C) / std::max(1e-300, row_norm(a.x_in + size_t(n) * C, C));
           ratio += r;
           per_token[size_t(n % T)] += r / (double(B) * batches);
         }
@@ -175,7 +167,7 @@ DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& given
       for (int b = 0; b < B; b++) {
         double largest = 0, total = 0;
         for (int t = 0; t < T; t++) {
-          const double n2 = std::pow(norm_of(x + (size_t(b) * T + t) * C, C), 2);
+          const double n2 = std::pow(row_norm(x + (size_t(b) * T + t) * C, C), 2);
           largest = std::max(largest, n2);
           total += n2;
         }
@@ -189,7 +181,7 @@ DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& given
     }
     const S* xl = model.stream(2 * L);
     for (int n = 0; n < N; n++) {
-      const double rms = norm_of(xl + size_t(n) * C, C) / std::sqrt(double(C));
+      const double rms = row_norm(xl + size_t(n) * C, C) / std::sqrt(double(C));
       rep.final_stream_rms += rms / (double(N) * batches);
       rep.tokens.back().stream_rms[size_t(n % T)] += rms / (double(B) * batches);
     }

@@ -56,4 +56,10 @@ double row_norm(const double* x, int C) {
   return std::sqrt(s);
 }
 
+double row_norm(const float* x, int C) {
+  double s = 0;
+  for (int c = 0; c < C; c++) s += double(x[c]) * double(x[c]);
+  return std::sqrt(s);
+}
+
 }  // namespace normlab::analysis

@@ -16,5 +16,6 @@ double rank_tolerance(const std::vector<double>& sv, int rows, int cols);
 int numerical_rank(const std::vector<double>& sv, double tol);
 // ||x|| of one row of C values.
 double row_norm(const double* x, int C);
+double row_norm(const float* x, int C);  // (summed in double: a float32 model's readings)
 
 }  // namespace normlab::analysis

@@ -170,13 +170,6 @@ class StreamGradientReading {
   Model<S>& model_;
 };
 
-template <typename S>
-double norm_of(const S* x, int C) {
-  double s = 0;
-  for (int c = 0; c < C; c++) s += double(x[c]) * double(x[c]);
-  return std::sqrt(s);
-}
-
 }  // namespace
 
 template <typename S>
@@ -272,12 +265,12 @@ SinksReport analyze_sinks(Model<S>& model, const std::vector<Batch>& batches, bo
             [&](int slot, const S* dx) {
               if (slot % 2 && slot != last) return;  // an MLP's input: not a stream point
               std::vector<double>& out = grad_norms[size_t(slot == last ? L : slot / 2)];
-              for (size_t k = 0; k < rows; k++) out.push_back(norm_of(dx + k * C, C));
+              for (size_t k = 0; k < rows; k++) out.push_back(row_norm(dx + k * C, C));
             },
             [&](int slot, const S* dh) {
               if (cfg.slot(slot).kind != Sublayer::Attn) return;
               std::vector<double>& out = attn_in_norms[size_t(cfg.slot(slot).layer)];
-              for (size_t k = 0; k < rows; k++) out.push_back(norm_of(dh + k * C, C));
+              for (size_t k = 0; k < rows; k++) out.push_back(row_norm(dh + k * C, C));
             });
         model.backward(1.0 / batch.B);
       }
