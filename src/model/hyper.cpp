@@ -105,19 +105,20 @@ void sinkhorn_block_iterates(const S* X, long ldx, int count, int n, int iters, 
     for (int m = 0; m < n; m++)
       for (int b = 0; b < B; b++) row[m * B + b] = row[m * B + b] * z[b] + S(kSinkhornEps);
   }
-  alignas(64) S inv[B];
+  // every group's sum, then their inverses (n independent divisions, pipelined), then the scaling
+  std::vector<S> inv(size_t(n) * B);
   for (int step = 1; step <= steps; step++) {
     const S* a = T + size_t(step - 1) * nn * B;
     S* o = T + size_t(step) * nn * B;
     const bool rows = step % 2 == 0;
-    for (int g = 0; g < n; g++) {
-      // the group g: row g (entries g n + j) or column g (entries j n + g)
-      const int first = rows ? g * n : g, stride = rows ? 1 : n;
-      std::fill(inv, inv + B, S(0));
-      for (int j = 0; j < n; j++) lanes_add(inv, a + (first + j * stride) * B);
-      lanes_inverse(inv);
-      for (int j = 0; j < n; j++) lanes_scale(o + (first + j * stride) * B, a + (first + j * stride) * B, inv);
-    }
+    // the group g: row g (entries g n + j) or column g (entries j n + g)
+    const auto at = [&](int g, int j) { return ((rows ? g * n : g) + j * (rows ? 1 : n)) * B; };
+    std::fill(inv.begin(), inv.end(), S(0));
+    for (int g = 0; g < n; g++)
+      for (int j = 0; j < n; j++) lanes_add(inv.data() + g * B, a + at(g, j));
+    for (int g = 0; g < n; g++) lanes_inverse(inv.data() + g * B);
+    for (int g = 0; g < n; g++)
+      for (int j = 0; j < n; j++) lanes_scale(o + at(g, j), a + at(g, j), inv.data() + g * B);
   }
 }
 
@@ -132,29 +133,26 @@ void sinkhorn_block_backward(const S* X, const S* dM, long ldx, int count, int n
   S* prev = D + size_t(nn) * B;
   for (int k = 0; k < nn; k++)
     for (int b = 0; b < B; b++) cur[k * B + b] = b < count ? dM[b * ldx + k] : S(0);
-  alignas(64) S sum[B], dot[B];
+  std::vector<S> sums(size_t(n) * B), dots(size_t(n) * B);  // every group's, as in the iterates
   for (int step = steps; step >= 1; step--) {
     // o = a / (s + eps) over each group:  da = (do - sum_group do o) / (s + eps)
     const S* a = T + size_t(step - 1) * nn * B;
     const S* o = T + size_t(step) * nn * B;
     const bool rows = step % 2 == 0;
-    for (int g = 0; g < n; g++) {
-      const int first = rows ? g * n : g, stride = rows ? 1 : n;
-      std::fill(sum, sum + B, S(0));
-      std::fill(dot, dot + B, S(0));
+    const auto at = [&](int g, int j) { return ((rows ? g * n : g) + j * (rows ? 1 : n)) * B; };
+    std::fill(sums.begin(), sums.end(), S(0));
+    std::fill(dots.begin(), dots.end(), S(0));
+    for (int g = 0; g < n; g++)
       for (int j = 0; j < n; j++) {
-        const int at = (first + j * stride) * B;
-        lanes_add(sum, a + at);
-        lanes_add_product(dot, cur + at, o + at);
+        lanes_add(sums.data() + g * B, a + at(g, j));
+        lanes_add_product(dots.data() + g * B, cur + at(g, j), o + at(g, j));
       }
-      lanes_inverse(sum);
-      for (int j = 0; j < n; j++) {
-        const int at = (first + j * stride) * B;
-        lanes_scaled_difference(prev + at, cur + at, dot, sum);
-      }
-    }
+    for (int g = 0; g < n; g++) lanes_inverse(sums.data() + g * B);
+    for (int g = 0; g < n; g++)
+      for (int j = 0; j < n; j++) lanes_scaled_difference(prev + at(g, j), cur + at(g, j), dots.data() + g * B, sums.data() + g * B);
     std::swap(cur, prev);
   }
+  alignas(64) S dot[B];
   // T_0 = softmax(X) + eps, row by row:  dX = p (dT - sum p dT)
   for (int k = 0; k < n; k++) {
     std::fill(dot, dot + B, S(0));
