@@ -373,4 +373,18 @@ echo '{"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hid
 python3 -c "import struct; h = b'{}      '; open('gemma3_base0/model.safetensors', 'wb').write(struct.pack('<Q', len(h)) + h)"
 expect_error '"rope_local_base_freq" = 0 is not supported' -- analyze dynamics --checkpoint gemma3_base0
 
+# a SmolLM2-1.7B-shaped config.json with no weights beside it: the shape is accepted (1.7 B parameters
+# are within normlab's cap; seq_len is capped where one sequence's activations stay within the limit,
+# 8,192 would imply 258 GB), and the refusal names the missing weights before any parameter is
+# allocated (6.8 GB of float32 zeros before: here within 4 GB)
+mkdir -p big17
+echo '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 24,
+  "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 8192, "vocab_size": 49152,
+  "max_position_embeddings": 8192, "rope_theta": 130000, "rms_norm_eps": 1e-5, "tie_word_embeddings": true}' > big17/config.json
+python3 -c "import struct; h = b'{}      '; open('big17/model.safetensors', 'wb').write(struct.pack('<Q', len(h)) + h)"
+err=$(within_4gb "$NL" analyze dynamics --checkpoint big17 2>&1)
+rc=$?
+check '[[ $rc -eq 1 && "$err" == *"missing tensor"*"embed_tokens.weight"* ]]' \
+  "a 1.7 B config.json without weights: the missing weights named, nothing allocated: $err"
+
 finish cli_bad_input

@@ -596,6 +596,24 @@ TEST(Config, NormBiasIsWhatTheNormSitesHold) {
   EXPECT_FALSE(model_config_from_json({{"norm", "layernorm"}, {"norm_bias", false}}, "test").norm_bias);
 }
 
+// The longest sequence within the activation limit, what an import caps seq_len at: the estimate
+// keeps it and refuses one token more, and a config at it validates (SmolLM2-1.7B's shape: 2,755 tokens,
+// where its 8,192 would imply 258 GB; 1.7 B parameters are within the cap).
+TEST(Config, LongestSequenceWithinTheActivationLimit) {
+  ModelConfig c;
+  c.d_model = 2048, c.n_layers = 24, c.n_heads = 32, c.d_ff = 8192, c.vocab = 49152;
+  c.norm = NormKind::RMSNorm, c.activation = Activation::SwiGlu, c.positions = Positions::Rope;
+  c.placement = {Placement::Pre};
+  const int T = c.longest_sequence_within_limit();
+  EXPECT_LE(c.sequence_activation_bytes(T), kMaxSequenceActivationBytes);
+  EXPECT_GT(c.sequence_activation_bytes(T + 1), kMaxSequenceActivationBytes);
+  EXPECT_EQ(T, 2755);
+  c.seq_len = T;
+  EXPECT_TRUE(c.violations().empty()) << c.violations().front();
+  c.seq_len = T + 1;
+  EXPECT_FALSE(c.violations().empty());
+}
+
 TEST(Config, ValidateReportsEveryViolationAtOnce) {
   nlohmann::json j = {{"d_model", 30}, {"n_heads", 4}, {"dropout", 1.5}, {"colour", "red"},
                       {"placement", "sideways"}, {"eps", "small"}};

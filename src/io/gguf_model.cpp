@@ -243,6 +243,7 @@ ModelConfig model_config(const File& f) {
   // a sliding window (gemma2, gemma3, phi3) caps the sequences, where it masks nothing (normlab's attention
   // is full)
   if (const int64_t window = sliding_window(f); window > 0 && window < c.seq_len) c.seq_len = int(window);
+  c.seq_len = std::min(c.seq_len, c.longest_sequence_within_limit());  // (a note below says so)
   c.validate();
   return c;
 }

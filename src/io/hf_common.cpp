@@ -108,9 +108,11 @@ void map_tensors(Imported& im, const WeightFiles& w, const std::vector<TensorMap
     if (!prefix.empty() && n.rfind(prefix, 0) == 0) n = n.substr(prefix.size());
     by_hf[modern_name(n)] = name;
   }
+  // every tensor the table reads is there, floating-point and of the shape config.json implies, before
+  // any parameter is allocated: a config.json without its weights cannot make normlab allocate the
+  // model it describes (the files bound what it allocates)
   std::set<std::string> used;
-  for (const ParamSpec& p : ptable.specs) im.params[p.name].assign(p.numel, 0.0f);
-  std::map<std::string, int> filled;  // normlab name -> how many parts (qkv: 3)
+  std::vector<std::pair<const st::Tensor*, std::vector<int64_t>>> sources;  // per table entry: its tensor, shape
   for (const TensorMap& m : table) {
     auto it = by_hf.find(m.hf);
     if (it == by_hf.end())
@@ -128,10 +130,18 @@ void map_tensors(Imported& im, const WeightFiles& w, const std::vector<TensorMap
     if (t.shape != want)
       throw Error(fmt::format("{}: tensor '{}' has shape {}, expected {} (from config.json)", file, it->second,
                               st::shape_text(t.shape), st::shape_text(want)));
-    const std::vector<float> v = t.to_f32();
+    sources.emplace_back(&t, std::move(want));
+  }
+  for (const ParamSpec& p : ptable.specs) im.params[p.name].assign(p.numel, 0.0f);
+  std::map<std::string, int> filled;  // normlab name -> how many parts (qkv: 3)
+  for (size_t k = 0; k < table.size(); k++) {
+    const TensorMap& m = table[k];
+    const ParamSpec* spec = ptable.find(m.normlab);
+    const std::vector<int64_t>& want = sources[k].second;
+    std::vector<float> v = sources[k].first->to_f32();
     std::vector<float>& dst = im.params[m.normlab];
     if (m.layout == Layout::Same) {
-      dst = v;
+      dst = std::move(v);
     } else if (m.layout == Layout::Transposed) {  // Conv1D (in, out) -> Linear (out, in)
       const int64_t rows = want[0], cols = want[1];
       for (int64_t r = 0; r < rows; r++)

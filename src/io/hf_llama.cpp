@@ -426,6 +426,7 @@ Imported import_llama(const ConfigReader& r, const WeightFiles* weights, const f
   // (Gemma's and SmolLM3's configs tie by default; OLMo 2's and Llama's not)
   const bool tied = r.boolean("tie_word_embeddings", fam.tied);
   c.head = tied ? Head::Tied : Head::Untied;
+  c.seq_len = std::min(c.seq_len, c.longest_sequence_within_limit());  // (a note below says so)
   c.validate();
   if (r.number("attention_dropout", 0) > 0)
     im.notes.push_back("attention_dropout of config.json is not imported (normlab has no attention dropout)");

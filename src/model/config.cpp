@@ -421,14 +421,27 @@ void ModelConfig::size_violations(std::vector<std::string>& v) const {
     v.push_back(fmt::format("the model config implies {:.3g} parameters ({:.3g} GB of float32 weights), more than "
                             "normlab's limit of {:.3g} (d_model, n_layers, d_ff, vocab)",
                             params, params * 4 / 1e9, double(kMaxParams)));
-  // one sequence's activations: the residual stream and its sub-layer buffers, and the attention
-  // matrices (heads x seq_len^2), in every layer
-  const double T = seq_len, layers = total_layers();
-  const double bytes = 4 * layers * (T * (16.0 * d_model + 4.0 * ff()) + 2.0 * n_heads * T * T);
+  const double bytes = sequence_activation_bytes(seq_len);
   if (bytes > kMaxSequenceActivationBytes)
     v.push_back(fmt::format("the model config implies {:.3g} GB of activations for one sequence of seq_len = {} "
                             "(n_layers, n_heads, d_model), more than normlab's limit of {:.3g} GB",
                             bytes / 1e9, seq_len, kMaxSequenceActivationBytes / 1e9));
+}
+
+// one sequence's activations: the residual stream and its sub-layer buffers, and the attention
+// matrices (heads x T^2), in every layer
+double ModelConfig::sequence_activation_bytes(double T) const {
+  return 4.0 * total_layers() * (T * (16.0 * d_model + 4.0 * ff()) + 2.0 * n_heads * T * T);
+}
+
+int ModelConfig::longest_sequence_within_limit() const {
+  // a T^2 + b T <= limit, with a = 8 L heads and b = 4 L (16 d + 4 ff): the positive root, then down
+  // to the first T the estimate keeps (the root's rounding)
+  const double a = 8.0 * total_layers() * n_heads, b = 4.0 * total_layers() * (16.0 * d_model + 4.0 * ff());
+  double T = a > 0 ? std::floor((-b + std::sqrt(b * b + 4 * a * kMaxSequenceActivationBytes)) / (2 * a))
+                   : std::floor(kMaxSequenceActivationBytes / std::max(b, 1.0));
+  while (T > 1 && sequence_activation_bytes(T) > kMaxSequenceActivationBytes) T -= 1;
+  return int(std::clamp(T, 1.0, double(1 << 20)));
 }
 
 // nGPT keeps the stream on the unit sphere from the embedding to the logits (docs/MODEL.md, "nGPT"):

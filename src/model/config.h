@@ -78,10 +78,12 @@ struct Slot {
 inline constexpr int kByteVocab = 256;
 inline constexpr int kMaskToken = 256;
 
-// The largest model normlab builds (parameters; weights, gradients and AdamW moments are 16 bytes
-// each: 17 GB) and the largest activation footprint of one sequence. Checked by violations(), so
-// no config (a file, a checkpoint's metadata, --set) can make normlab allocate beyond them.
-inline constexpr size_t kMaxParams = size_t(1) << 30;
+// The largest model normlab builds (parameters: 2.1 G, the size of the 0.5-2 B models people open on
+// a laptop; weights and gradients are 8 bytes each, with AdamW's moments 16: 34 GB, refused by the
+// memory check when a machine has less) and the largest activation footprint of one sequence. Checked
+// by violations(), so no config (a file, a checkpoint's metadata, --set) can make normlab allocate
+// beyond them.
+inline constexpr size_t kMaxParams = size_t(1) << 31;
 inline constexpr double kMaxSequenceActivationBytes = 64e9;
 // The most layers a stack may have (model.n_layers, model.dec_layers).
 inline constexpr int kMaxLayers = 4096;
@@ -288,6 +290,11 @@ struct ModelConfig {
   void dual_violations(std::vector<std::string>& v) const;  // part of violations()
   void sphere_violations(std::vector<std::string>& v) const;  // part of violations(): nGPT's conditions
   void size_violations(std::vector<std::string>& v) const;  // part of violations(): the caps below
+  // The activations one sequence of seq_len tokens implies (size_violations' estimate), and the
+  // longest sequence within kMaxSequenceActivationBytes: an import caps seq_len there (a 1.7 B Llama
+  // at 4,096 tokens would imply 129 GB).
+  double sequence_activation_bytes(double T) const;
+  int longest_sequence_within_limit() const;
   void validate() const;  // throws Error listing every violation
 };
 
