@@ -353,10 +353,6 @@ int run_analyze_encdec(const AnalyzeCommand& cmd, Model<double>& model) {
   return write_json(cmd, results, model);
 }
 
-// analyze dynamics on a GPT or encoder: averaged over batches of corpus windows (--corpus, the
-// built-in corpus, or a token stream), or on one given batch (--text: one row; --tokens with rows: all
-// of them). The update steps train on windows of the corpus (or stream): --corpus names it when the
-// measured batch is --text or rows; the built-in corpus otherwise, said so.
 // The "precision:" line of dynamics and sinks; `why`: how --precision auto chose.
 template <typename S>
 void print_precision(const Model<S>&, const std::string& why) {
@@ -364,6 +360,10 @@ void print_precision(const Model<S>&, const std::string& why) {
              std::is_same_v<S, float> ? ", the model's own parameters (every reading summed in float64)" : "", why);
 }
 
+// analyze dynamics on a GPT or encoder: averaged over batches of corpus windows (--corpus, the
+// built-in corpus, or a token stream), or on one given batch (--text: one row; --tokens with rows: all
+// of them). The update steps train on windows of the corpus (or stream): --corpus names it when the
+// measured batch is --text or rows; the built-in corpus otherwise, said so.
 template <typename S>
 int run_dynamics(const AnalyzeCommand& cmd, Model<S>& model, const std::string& why) {
   const ModelConfig& cfg = model.config();
@@ -493,11 +493,10 @@ void refuse_source_text(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
                             to_string(cfg.arch)));
 }
 
-// analyze dynamics' model in float32 when --precision asks for it, or auto finds its float64 copy with
-// gradients (16 bytes a parameter) over a quarter of this machine's memory: the checkpoint's own (taken
-// from `source`) or a config's; null when the float64 model is the one to read (or the model is an
-// encoder-decoder, whose dynamics read float64 only).
-// `why` says how auto chose.
+// The model of analyze dynamics or sinks in float32 when --precision asks for it, or auto finds its
+// float64 copy with gradients (16 bytes a parameter) over a quarter of this machine's memory: the
+// checkpoint's own (taken from `source`) or a config's; null when the float64 model is the one to read
+// (or the model is an encoder-decoder, whose dynamics read float64 only). `why` says how auto chose.
 std::unique_ptr<Model<float>> float_model(const AnalyzeCommand& cmd, ModelSource* source, std::string& why) {
   const auto memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   if (source) {
