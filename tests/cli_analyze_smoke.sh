@@ -80,13 +80,15 @@ for inst in jacobian attention; do
 done
 check "dynamics on a trained checkpoint" layers "$NL" analyze dynamics --checkpoint run/checkpoint.safetensors --seq-len 8 --batches 1
 # --precision float32 reads the checkpoint's own parameters: the same readings to float32 rounding, said so
-for p in float64 float32; do
-  "$NL" analyze dynamics --checkpoint run/checkpoint.safetensors --seq-len 8 --batches 2 --update-steps 2 \
-    --precision $p --json dyn_$p.json --force >dyn_$p.txt 2>&1
+for inst in dynamics sinks; do
+  for p in float64 float32; do
+    "$NL" analyze $inst --checkpoint run/checkpoint.safetensors --seq-len 8 --batches 2 --batch-size 2 \
+      $([[ $inst == dynamics ]] && echo --update-steps 2) --precision $p --json ${inst}_$p.json --force >${inst}_$p.txt 2>&1
+  done
 done
-if grep -q "^precision: float32, the model's own parameters" dyn_float32.txt && python3 - <<'PY'
+if grep -q "^precision: float32, the model's own parameters" dynamics_float32.txt && python3 - <<'PY'
 import json, sys
-a, b = json.load(open("dyn_float64.json")), json.load(open("dyn_float32.json"))
+a, b = json.load(open("dynamics_float64.json")), json.load(open("dynamics_float32.json"))
 assert (a["precision"], b["precision"], a["res_floor"], b["res_floor"]) == ("float64", "float32", 0, 1e-5)
 for la, lb in zip(a["layers"], b["layers"]):
     for k in ("stream_rms", "attn_branch_ratio", "mlp_branch_ratio", "grad_norm", "residual_rank"):
@@ -94,10 +96,6 @@ for la, lb in zip(a["layers"], b["layers"]):
 assert a["updates"]["loss_by_step"] == b["updates"]["loss_by_step"], "the update steps train float32 either way"
 PY
 then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: dynamics --precision float32 against float64"; fi
-for p in float64 float32; do
-  "$NL" analyze sinks --checkpoint run/checkpoint.safetensors --seq-len 8 --batches 2 --batch-size 2 \
-    --precision $p --json sinks_$p.json --force >sinks_$p.txt 2>&1
-done
 if grep -q "^precision: float32" sinks_float32.txt && python3 - <<'PY'
 import json
 a, b = json.load(open("sinks_float64.json")), json.load(open("sinks_float32.json"))
