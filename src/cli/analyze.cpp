@@ -96,16 +96,20 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
 
 namespace {
 
+// The [model] of --config with --set (a fresh model's), read once for either precision.
+ModelConfig fresh_model_config(const AnalyzeCommand& cmd) {
+  nlohmann::json doc = cmd.config.empty() ? nlohmann::json::object() : read_toml(cmd.config);
+  apply_overrides(doc, cmd.sets);
+  return run_config_from_json(doc, cmd.config.empty() ? "(command line)" : "'" + cmd.config + "'").model;
+}
+
 // The model under study, in double: the opened checkpoint's (float parameters widened) or a config's.
 // The attention instrument runs forward passes only: its model has no gradients (half the memory).
 std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd, const ModelSource* source) {
   if (source)
     return model_with_params<double>(source->model->config(), source->model->params(),
                                      /*forward_only=*/cmd.attention->parsed());
-  nlohmann::json doc = cmd.config.empty() ? nlohmann::json::object() : read_toml(cmd.config);
-  apply_overrides(doc, cmd.sets);
-  const RunConfig run = run_config_from_json(doc, cmd.config.empty() ? "(command line)" : "'" + cmd.config + "'");
-  return std::make_unique<Model<double>>(run.model);
+  return std::make_unique<Model<double>>(fresh_model_config(cmd));
 }
 
 // Whether an option of the instrument's was given (each subcommand registers its own copy).
@@ -510,11 +514,9 @@ std::unique_ptr<Model<float>> float_model(const AnalyzeCommand& cmd, ModelSource
     return nullptr;
   }
   if (cmd.precision != "float32") return nullptr;  // (a config's fresh model: float64 unless asked)
-  nlohmann::json doc = cmd.config.empty() ? nlohmann::json::object() : read_toml(cmd.config);
-  apply_overrides(doc, cmd.sets);
-  const RunConfig run = run_config_from_json(doc, cmd.config.empty() ? "(command line)" : "'" + cmd.config + "'");
-  if (run.model.encdec()) return nullptr;
-  return std::make_unique<Model<float>>(run.model);
+  const ModelConfig cfg = fresh_model_config(cmd);
+  if (cfg.encdec()) return nullptr;
+  return std::make_unique<Model<float>>(cfg);
 }
 
 }  // namespace
