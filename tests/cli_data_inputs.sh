@@ -255,6 +255,19 @@ check "[[ -f home/tilderun/metrics.jsonl ]]" "~ in an override was not the home 
 HOME="$PWD/home" "$NL" analyze attention --checkpoint '~/tilderun' --seq-len 8 >tilde2.txt 2>&1
 check "grep -q '^input: ' tilde2.txt" "a quoted ~ path was not expanded: $(tail -2 tilde2.txt)"
 
+# data.bos: a run whose windows all start with id 256; analyze's windows of its checkpoint start with it too
+"$NL" train "${tiny[@]}" --set model.vocab=257 --set data.bos=256 --set data.corpus=corpus.txt --set train.steps=2 \
+  --set train.batch_size=2 --set train.out_dir=bosrun >bos.txt 2>&1
+check "grep -q 'every window starts with id 256 (data.bos)' bos.txt" "data.bos: the run did not say so: $(tail -2 bos.txt)"
+for inst in sinks dynamics; do
+  "$NL" analyze $inst --checkpoint bosrun --seq-len 8 --batches 1 --batch-size 2 >bos_$inst.txt 2>&1
+  check "grep -q '^input: .*each starting with id 256 as the run.s did' bos_$inst.txt" "analyze $inst: no first token: $(tail -2 bos_$inst.txt)"
+done
+"$NL" analyze jacobian --checkpoint bosrun --seq-len 8 --json bos_jac.json >bos_jac.txt 2>&1
+check "grep -q '^input: .*after id 256 as the run.s windows began' bos_jac.txt" "analyze jacobian: no first token: $(tail -2 bos_jac.txt)"
+refuse "data.bos outside the vocabulary" "data.bos = 256 is outside the model's vocabulary of 256" \
+  "$NL" train "${tiny[@]}" --set data.bos=256 --set train.out_dir=bos_refused
+
 # --- bad input: one message, exit 1 ----------------------------------------------------------
 : >empty.txt
 refuse "empty corpus" "empty" "$NL" analyze attention "${tiny[@]}" --corpus empty.txt

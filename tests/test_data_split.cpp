@@ -1,7 +1,8 @@
 // test_data_split.cpp: the test split (data.test_fraction): how a corpus, a token stream and a file
 // of rows are cut into training, validation and test; the windows a test split is read in; the
-// test loss a run writes, against a naive recomputation from its saved parameters; and the refusals
-// (fractions out of range, a split too short, a parallel corpus).
+// test loss a run writes, against a naive recomputation from its saved parameters (with and without
+// a first token, data.bos); and the refusals (fractions out of range, a split too short, a parallel
+// corpus, a first token outside the vocabulary or without a GPT's windows).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -185,5 +186,60 @@ TEST(TestSplit, ARunScoresItsFinalParametersOnTheWholeTestSplit) {
   }
   EXPECT_TRUE(record);
   EXPECT_NE(r.test_loss, r.last_val_loss);
+  fs::remove_all(dir);
+}
+
+TEST(TestSplit, AFirstTokenStartsEveryWindowAndEveryIdIsStillPredictedOnce) {
+  Batch b;
+  b.B = 2, b.T = 4;
+  b.ids = {10, 11, 12, 13, 20, 21, 22, 23};
+  b.labels = {11, 12, 13, 14, 21, 22, 23, 24};
+  const Batch f = with_first_token(b, 300);
+  EXPECT_EQ(f.ids, (std::vector<int32_t>{300, 10, 11, 12, 300, 20, 21, 22}));
+  EXPECT_EQ(f.labels, (std::vector<int32_t>{10, 11, 12, 13, 20, 21, 22, 23}));
+}
+
+TEST(TestSplit, ARunWithAFirstTokenScoresTheTestSplitWithIt) {
+  const fs::path dir = temp_dir("split_bos");
+  const fs::path path = write_corpus(dir, 20000);
+  nlohmann::json doc = {
+      {"model", {{"d_model", 32}, {"n_heads", 2}, {"n_layers", 2}, {"seq_len", 32}, {"vocab", 257}}},
+      {"train", {{"steps", 20}, {"batch_size", 8}, {"lr", 3e-3}, {"warmup_steps", 5}, {"eval_every", 10},
+                 {"eval_batches", 2}, {"out_dir", (dir / "run").string()}, {"checkpoint_every", 0}}},
+      {"data", {{"corpus", path.string()}, {"val_fraction", 0.1}, {"test_fraction", 0.05}, {"bos", 256}}}};
+  TrainOptions quiet;
+  quiet.quiet = true;
+  const TrainResult r = train(run_config_from_json(doc, "test"), quiet);
+  ASSERT_FALSE(r.diverged);
+  const int T = 32;
+  const size_t windows = (1000 - (T + 1)) / T + 1;  // 1,000 test bytes: the windows as without a first token
+  EXPECT_EQ(r.test_tokens, int64_t(windows * T));
+  const auto model = load_model((dir / "run" / "checkpoint.safetensors").string());
+  model->set_training(false);
+  const Corpus c = load_corpus(path.string(), 0.1, T, "", 0, 0.05);
+  double sum = 0;
+  for (size_t w = 0; w < windows; w++) {  // 256, then bytes wT .. wT + T - 2; labels bytes wT .. wT + T - 1
+    std::vector<int32_t> ids = {256};
+    ids.insert(ids.end(), c.test.begin() + ptrdiff_t(w * T), c.test.begin() + ptrdiff_t(w * T + T - 1));
+    const std::vector<int32_t> labels(c.test.begin() + ptrdiff_t(w * T), c.test.begin() + ptrdiff_t(w * T + T));
+    sum += model->forward(ids.data(), labels.data(), 1, T);
+  }
+  EXPECT_NEAR(r.test_loss, sum / double(windows), 1e-5);
+
+  // refused: outside the vocabulary, out of range, an encoder's masked windows, a parallel corpus
+  doc["train"]["out_dir"] = (dir / "refused").string();
+  doc["model"]["vocab"] = 256;
+  expect_error_contains([&] { train(run_config_from_json(doc, "test"), quiet); }, "outside the model's vocabulary of 256");
+  doc["model"]["vocab"] = 257;
+  doc["model"]["arch"] = "encoder";
+  expect_error_contains([&] { train(run_config_from_json(doc, "test"), quiet); }, "into an encoder");
+  doc["model"]["arch"] = "gpt";
+  doc["data"]["bos"] = -2;
+  expect_error_contains([&] { run_config_from_json(doc, "test"); }, "data.bos = -2 must be -1 (none)");
+  doc["data"]["bos"] = 3;
+  doc["data"]["parallel"] = "es-en";
+  doc["data"]["test_fraction"] = 0;
+  expect_error_contains([&] { run_config_from_json(doc, "test"); }, "data.bos starts a GPT's windows");
+  EXPECT_FALSE(fs::exists(dir / "refused"));
   fs::remove_all(dir);
 }

@@ -203,6 +203,24 @@ Corpus analyze_corpus(const AnalyzeCommand& cmd, const ModelConfig& cfg, int T) 
   return c;
 }
 
+// The windows of analyze dynamics and sinks from a corpus's training split: `batches` of B random
+// windows of T ids (seed 11), drawn for `arch` (an encoder's masked), each starting with the run's
+// data.bos if it had one; `input` says what they are.
+std::vector<Batch> corpus_windows(const AnalyzeCommand& cmd, const Corpus& corpus, Arch arch, int T,
+                                  std::string& input) {
+  Rng rng(11, 3);
+  std::vector<Batch> batches;
+  for (int k = 0; k < cmd.batches; k++) {
+    Batch b = sample_batch(corpus.train, arch, cmd.batch_size, T, rng);
+    batches.push_back(cmd.bos >= 0 ? with_first_token(std::move(b), cmd.bos) : b);
+  }
+  input = fmt::format("{} batches of {} windows of {} {}s of {}, training split (seed 11){}", cmd.batches,
+                      cmd.batch_size, T, corpus.unit(), corpus.description(),
+                      cmd.bos >= 0 ? fmt::format(", each starting with id {} as the run's did (data.bos)", cmd.bos)
+                                   : "");
+  return batches;
+}
+
 // --tokens names a stream (windows) rather than a file of rows (its first row)
 bool tokens_are_stream(const AnalyzeCommand& cmd) { return !cmd.tokens.empty() && is_token_stream(cmd.tokens); }
 
@@ -228,9 +246,15 @@ Input input_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
   const Corpus corpus = analyze_corpus(cmd, cfg, T);
   const size_t start = rng.below(corpus.val.size() - size_t(T));  // sample_batch's window, B = 1
   Input in{{corpus.val.begin() + ptrdiff_t(start), corpus.val.begin() + ptrdiff_t(start) + T}, ""};
+  if (cmd.bos >= 0) {  // the run's first token, then T - 1 of the corpus (with_first_token)
+    in.ids.pop_back();
+    in.ids.insert(in.ids.begin(), cmd.bos);
+  }
   check_ids_fit(in.ids, cfg, corpus.description());
-  in.description = fmt::format("{} {}s of {}, validation split, offset {} (of {})", T, corpus.unit(),
-                               corpus.description(), start, corpus.val.size());
+  in.description = fmt::format("{} {}s of {}, validation split, offset {} (of {}){}", T, corpus.unit(),
+                               corpus.description(), start, corpus.val.size(),
+                               cmd.bos >= 0 ? fmt::format(", after id {} as the run's windows began (data.bos)", cmd.bos)
+                                            : "");
   return in;
 }
 
@@ -410,14 +434,10 @@ int run_dynamics(const AnalyzeCommand& cmd, Model<S>& model, const std::string& 
     if (rows) c.tokens.clear();  // rows are the batch; the update steps read --corpus or the built-in corpus
     corpus = analyze_corpus(c, cfg, T);
   }
-  if (!batch)
-    input = fmt::format("{} batches of {} windows of {} {}s of {}, training split (seed 11)", cmd.batches,
-                        cmd.batch_size, T, corpus->unit(), corpus->description());
+  const std::vector<Batch> batches = batch ? std::vector<Batch>{*batch} : corpus_windows(cmd, *corpus, cfg.arch, T, input);
   fmt::print("input: {}\n", input);
   print_precision(model, why);
-  const analysis::DynamicsReport rep =
-      batch ? analysis::analyze_dynamics(model, std::vector<Batch>{*batch})
-            : analysis::analyze_dynamics(model, corpus->train, cmd.batches, cmd.batch_size, T, 11);
+  const analysis::DynamicsReport rep = analysis::analyze_dynamics(model, batches);
   analysis::print_report(rep);
   nlohmann::json results = analysis::to_json(rep);
   results["input"] = input;
@@ -475,11 +495,7 @@ int run_sinks(const AnalyzeCommand& cmd, Model<S>& model, const std::string& why
     AnalyzeCommand c = cmd;
     c.seq_len = T;
     const Corpus corpus = analyze_corpus(c, cfg, T);
-    Rng rng(11, 3);
-    for (int k = 0; k < cmd.batches; k++)
-      batches.push_back(sample_batch(corpus.train, Arch::Gpt, cmd.batch_size, T, rng));  // plain windows, no masking
-    input = fmt::format("{} batches of {} windows of {} {}s of {}, training split (seed 11)", cmd.batches,
-                        cmd.batch_size, T, corpus.unit(), corpus.description());
+    batches = corpus_windows(cmd, corpus, Arch::Gpt, T, input);  // plain windows, no masking
   }
   fmt::print("input: {}\n", input);
   print_precision(model, why);
@@ -528,6 +544,7 @@ AnalyzeCommand with_run_inputs(const AnalyzeCommand& given, const std::optional<
   if (cmd.checkpoint.empty() || !data) return cmd;
   refuse_other_tokenizer(cmd.tokenizer, cmd.checkpoint);
   if (cmd.tokenizer.empty()) cmd.tokenizer = data->tokenizer;
+  cmd.bos = data->bos;  // what every window of its training began with, whatever the corpus
   const bool input_given = has_text(cmd) || !cmd.tokens.empty() || cmd.random || !cmd.corpus.empty() || has_source(cmd);
   if (!input_given) {
     if (!data->tokens.empty()) cmd.tokens = data->tokens;

@@ -27,6 +27,9 @@ struct AnalyzeCommand {
   // (with_run_inputs sets them).
   long corpus_max_bytes = 0;
   double val_fraction = 0.1, test_fraction = 0;
+  // A checkpoint's run started every window with this id (data.bos; -1: none): the windows analyze
+  // draws from a corpus start with it too.
+  int bos = -1;
   std::string text, text_file, tokenizer;  // --text / --text-file through --tokenizer (or the model dir's)
   std::string source_text;                 // encdec: the source sentence (UTF-8 bytes + EOS)
   // --text and --source-text of each instrument (one each per subcommand: "given" means on any)

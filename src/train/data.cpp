@@ -317,6 +317,19 @@ Batch sample_batch(const std::vector<int32_t>& tokens, Arch arch, int B, int T, 
   return batch;
 }
 
+Batch with_first_token(Batch batch, int32_t first) {
+  if (batch.T < 1) return batch;
+  const size_t T = size_t(batch.T);
+  for (size_t b = 0; b < size_t(batch.B); b++) {
+    int32_t* ids = batch.ids.data() + b * T;
+    int32_t* labels = batch.labels.data() + b * T;
+    std::copy(ids, ids + T, labels);         // each position predicts the id it held
+    std::copy_backward(ids, ids + T - 1, ids + T);  // and reads the one before it
+    ids[0] = first;
+  }
+  return batch;
+}
+
 size_t window_count(const std::vector<int32_t>& ids, Arch arch, int T) {
   const size_t need = arch == Arch::Gpt ? size_t(T) + 1 : size_t(T);
   return ids.size() < need ? 0 : (ids.size() - need) / size_t(T) + 1;

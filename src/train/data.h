@@ -109,6 +109,13 @@ double unigram_entropy(const std::vector<int32_t>& ids);
 Batch sample_batch(const std::vector<int32_t>& ids, Arch arch, int B, int T, Rng& rng,
                    const Masking& masking = {});
 
+// The batch with `first` at the first position of every row (a GPT's windows): row b's ids become
+// first, ids[0 .. T-2] and its labels become ids[0 .. T-1], so every id of the window is still predicted
+// once (the first from `first`) and the window's last id, predicted before, is left for the next one.
+// What `data.bos` gives every window of a run: one token that starts every sequence, as a dedicated
+// sink token does (StreamingLLM, Xiao et al. 2024) and a document's BOS does in pretraining.
+Batch with_first_token(Batch batch, int32_t first);
+
 // A split read once from end to end, as a test split is scored: its consecutive windows (starting at
 // 0, T, 2T, ...; a GPT's need T + 1 ids), `first` to first + n - 1 of them, as one batch; an
 // encoder's positions are chosen and masked as in sample_batch, by `rng`.

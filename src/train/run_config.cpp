@@ -219,7 +219,12 @@ RunConfig run_config_from_json(const nlohmann::json& doc, const std::string& whe
     r.get("tokenizer", cfg.data.tokenizer);
     r.get("parallel", cfg.data.parallel);
     r.get("bleu_sentences", cfg.data.bleu_sentences);
+    r.get("bos", cfg.data.bos);
     for (auto& e : r.finish()) errors.push_back(e);
+    if (cfg.data.bos < -1 || cfg.data.bos >= kMaxVocab)
+      errors.push_back(fmt::format("data.bos = {} must be -1 (none) or an id in [0, {})", cfg.data.bos, kMaxVocab));
+    if (cfg.data.bos >= 0 && !cfg.data.parallel.empty())
+      errors.push_back("data.bos starts a GPT's windows of a corpus; a parallel corpus (data.parallel) has its own BOS");
     if (cfg.data.bleu_sentences < 0 || cfg.data.bleu_sentences > 100000)
       errors.push_back(fmt::format("data.bleu_sentences = {} must be in [0, 100000]", cfg.data.bleu_sentences));
     if (!cfg.data.parallel.empty() && (!cfg.data.tokens.empty() || !cfg.data.tokenizer.empty()))
@@ -275,7 +280,7 @@ nlohmann::json run_config_to_json(const RunConfig& cfg) {
            {{"corpus", cfg.data.corpus}, {"max_bytes", cfg.data.max_bytes}, {"val_fraction", cfg.data.val_fraction},
             {"test_fraction", cfg.data.test_fraction}, {"tokens", cfg.data.tokens}, {"tokenizer", cfg.data.tokenizer},
             {"parallel", cfg.data.parallel},
-            {"bleu_sentences", cfg.data.bleu_sentences}}}};
+            {"bleu_sentences", cfg.data.bleu_sentences}, {"bos", cfg.data.bos}}}};
 }
 
 std::optional<DataConfig> run_data_of(const std::string& checkpoint) {

@@ -60,6 +60,9 @@ struct DataConfig {
   std::string tokenizer;           // "" = bytes; "gpt2" (vendored GPT-2 BPE) or a tokenizer path
   std::string parallel;            // encdec: a parallel corpus directory or a Bible pair (es-en, web-kjv)
   int bleu_sentences = 100;        // encdec: validation pairs translated (greedy) for BLEU at the end
+  // >= 0: this id starts every window of a GPT's corpus (training, validation, test), the windows'
+  // other T - 1 positions read the corpus (data.h with_first_token); -1: none (windows start anywhere)
+  int bos = -1;
 };
 
 struct RunConfig {

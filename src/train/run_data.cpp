@@ -60,6 +60,18 @@ RunData open_run_data(const RunConfig& cfg, const ModelConfig& model_cfg, bool q
                           c.test.empty() ? " and " : ", ", c.val.size(), c.unit(),
                           c.test.empty() ? "" : fmt::format(" and {} test {}s", c.test.size(), c.unit()));
   }
+  if (cfg.data.bos >= 0) {
+    if (!d.corpus || model_cfg.arch != Arch::Gpt)
+      throw Error(fmt::format("data.bos starts the windows a GPT reads from a corpus or a token stream; this run "
+                              "reads {}", d.corpus ? "them into an encoder (masked tokens, no first token)"
+                                                   : d.rows ? "the rows of a token file, as they are" : "no corpus"));
+    if (cfg.data.bos >= model_cfg.vocab_size())
+      throw Error(fmt::format("data.bos = {} is outside the model's vocabulary of {} ids (a byte corpus's own token "
+                              "beside its 256 bytes: data.bos = 256 with model.vocab = 257)",
+                              cfg.data.bos, model_cfg.vocab_size()));
+    d.bos = cfg.data.bos;
+    d.input += fmt::format("; every window starts with id {} (data.bos)", d.bos);
+  }
   d.B = d.rows ? std::min(tc.batch_size, d.rows->train.B) : tc.batch_size;
   d.Tb = d.rows ? d.rows->train.T : T;
   return d;
@@ -77,7 +89,12 @@ Batch RunData::train_batch(Rng& rng, long& next_row, double& tokens) const {
     next_row = (next_row + B) % rows->train.B;
     return b;
   }
-  return sample_batch(corpus->train, arch, B, T, rng, masking);
+  return windows(corpus->train, B, rng);
+}
+
+Batch RunData::windows(const std::vector<int32_t>& ids, int n, Rng& rng) const {
+  Batch b = sample_batch(ids, arch, n, T, rng, masking);
+  return bos >= 0 ? with_first_token(std::move(b), bos) : b;
 }
 
 double RunData::validation_loss(Model<float>& model, const TrainConfig& tc) const {
@@ -116,7 +133,7 @@ double RunData::validation_loss(Model<float>& model, const TrainConfig& tc) cons
   double sum = 0;
   int64_t count = 0;
   for (int k = 0; k < tc.eval_batches; k++) {
-    Batch b = sample_batch(corpus->val, arch, tc.batch_size, T, eval_rng, masking);
+    const Batch b = windows(corpus->val, tc.batch_size, eval_rng);
     const double loss = model.forward(b.ids.data(), b.labels.data(), b.B, b.T);
     sum += loss * double(model.label_count());
     count += model.label_count();
@@ -139,10 +156,12 @@ std::pair<double, int64_t> RunData::test_loss(Model<float>& model, const TrainCo
       add(batch_rows(rows->test, first, int(std::min<long>(tc.batch_size, rows->test.B - first))));
   } else if (corpus) {
     Rng mask_rng(uint64_t(tc.seed), 5);  // an encoder's masked positions: the same for every run of a seed
-    const size_t windows = window_count(corpus->test, arch, T);
-    for (size_t first = 0; first < windows; first += size_t(tc.batch_size))
-      add(window_batch(corpus->test, arch, first, int(std::min(size_t(tc.batch_size), windows - first)), T, mask_rng,
-                       masking));
+    const size_t n_windows = window_count(corpus->test, arch, T);
+    for (size_t first = 0; first < n_windows; first += size_t(tc.batch_size)) {
+      Batch b = window_batch(corpus->test, arch, first, int(std::min(size_t(tc.batch_size), n_windows - first)),
+                             T, mask_rng, masking);
+      add(bos >= 0 ? with_first_token(std::move(b), bos) : b);
+    }
   }
   return {count > 0 ? sum / double(count) : std::numeric_limits<double>::quiet_NaN(), count};
 }
@@ -151,7 +170,7 @@ Batch RunData::profile_batch(uint64_t seed) const {
   Rng profile_rng(seed, 3);
   return parallel ? translation_batch(parallel->train, 0, B)
          : rows   ? batch_rows(rows->train, 0, B)
-                  : sample_batch(corpus->train, arch, B, T, profile_rng, masking);
+                  : windows(corpus->train, B, profile_rng);
 }
 
 Batch RunData::probe_batch(uint64_t seed) const {
@@ -162,7 +181,7 @@ Batch RunData::probe_batch(uint64_t seed) const {
   }
   // rows: the first validation rows (training rows if there are none); a corpus: a validation window
   return rows ? batch_rows(rows->val.B > 0 ? rows->val : rows->train, 0, B)
-              : sample_batch(corpus->val, arch, B, T, probe_rng, masking);
+              : windows(corpus->val, B, probe_rng);
 }
 
 }  // namespace normlab

@@ -29,6 +29,7 @@ struct RunData {
   std::string input;         // what the run trains on, in words (printed and in the summary)
   double unigram_entropy;    // of the training ids (NaN with a token file or a parallel corpus)
   std::string unigram_unit = "byte";
+  int32_t bos = -1;          // data.bos: >= 0 starts every window of the corpus (with_first_token)
 
   bool has_test() const { return (rows && rows->test.B > 0) || (corpus && !corpus->test.empty()); }
   // The next training batch: drawn with rng (a corpus, parallel pairs) or the next rows of a token
@@ -44,6 +45,10 @@ struct RunData {
   // probe (the first validation pairs or rows, else training ones; a corpus: a validation window).
   Batch profile_batch(uint64_t seed) const;
   Batch probe_batch(uint64_t seed) const;
+
+ private:
+  // B random windows of a split of the corpus (sample_batch), each starting with bos if there is one
+  Batch windows(const std::vector<int32_t>& ids, int n, Rng& rng) const;
 };
 
 // Reads the data of cfg for a model of model_cfg (refusing what it cannot train on, with the reason).
