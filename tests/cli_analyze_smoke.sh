@@ -80,6 +80,7 @@ for inst in jacobian attention; do
 done
 check "dynamics on a trained checkpoint" layers "$NL" analyze dynamics --checkpoint run/checkpoint.safetensors --seq-len 8 --batches 1
 # --precision float32 reads the checkpoint's own parameters: the same readings to float32 rounding, said so
+# (dynamics, sinks; attention below)
 for inst in dynamics sinks; do
   for p in float64 float32; do
     "$NL" analyze $inst --checkpoint run/checkpoint.safetensors --seq-len 8 --batches 2 --batch-size 2 \
@@ -114,6 +115,23 @@ def same(x, y, at):  # every number to float32 rounding (1e-4 relative), every i
 same(a, b, "")
 PY
 then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: sinks --precision float32 against float64"; fi
+for p in float64 float32; do
+  "$NL" analyze attention --checkpoint run/checkpoint.safetensors --seq-len 8 --precision $p --json attention_$p.json \
+    --force >attention_$p.txt 2>&1
+done
+if grep -q "^precision: float32, the model's own parameters" attention_float32.txt && python3 - <<'PY'
+import json
+a, b = json.load(open("attention_float64.json")), json.load(open("attention_float32.json"))
+assert (a["precision"], b["precision"]) == ("float64", "float32")
+assert a["input_ids"] == b["input_ids"] and len(a["per_head"]) == len(b["per_head"]) > 0
+for x, y in zip(a["per_head"], b["per_head"]):
+    for k in ("norm2", "c_max", "lower_bound", "sigma_q", "sigma_k", "seed_bound"):
+        assert (x[k] is None and y[k] is None) or abs(x[k] - y[k]) <= 1e-5 * abs(x[k]) + 1e-9, (k, x[k], y[k])
+    assert abs(x["entropy_mean"] - y["entropy_mean"]) <= 1e-5, (x["entropy_mean"], y["entropy_mean"])
+    assert x["keys"] == y["keys"] and x["chain_holds"] and y["chain_holds"]
+    assert x["bound_verdict"].split(":")[0] == y["bound_verdict"].split(":")[0]
+PY
+then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: attention --precision float32 against float64"; fi
 # encoder-decoder models: a source-target pair from text or a seq2seq token file
 refuse() {  # name expected-message-fragment command...: exit 1 with one "normlab: error:" line naming the problem
   local name=$1 want=$2

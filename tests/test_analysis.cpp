@@ -232,6 +232,44 @@ TEST(AttentionStats, ModelHeadsSatisfyTheChain) {
   for (const auto& h : rb.heads_by_layer) EXPECT_EQ(h.bound_premises, h.layer != 0) << h.bound_verdict;
 }
 
+// A big model's attention read on its own float32 parameters (analyze attention --precision float32):
+// every statistic agrees with the float64 model's of the same parameters to float32 rounding, the chain
+// of bounds holds within float32's slack, and the verdicts are the same. The oracle is the float64 model.
+TEST(AttentionStats, Float32ReadingsAgreeWithFloat64) {
+  for (const Placement p : {Placement::Pre, Placement::Post}) {
+    ModelConfig c = small(p, NormKind::LayerNorm, 1e-5);
+    c.n_layers = 3;
+    Model<double> wide(c);
+    for (double& w : wide.params()) w *= 3;  // sharper heads than at init
+    const std::unique_ptr<Model<float>> narrow = model_with_params<float>(c, wide.params());
+    std::copy(narrow->params().begin(), narrow->params().end(), wide.params().begin());  // the same numbers in both
+    std::vector<int32_t> ids(12), labels(12, ops::kIgnoreLabel);
+    for (int t = 0; t < 12; t++) ids[size_t(t)] = (t * 37 + 11) % 256;
+    wide.forward(ids.data(), labels.data(), 1, 12);
+    narrow->forward(ids.data(), labels.data(), 1, 12);
+    const AttentionReport d = analyze_attention(wide), f = analyze_attention(*narrow);
+    ASSERT_EQ(f.heads_by_layer.size(), d.heads_by_layer.size());
+    const auto near = [](double a, double b) { return std::abs(a - b) <= 1e-5 * std::abs(b) + 1e-6; };
+    for (size_t i = 0; i < d.heads_by_layer.size(); i++) {
+      const HeadReport &x = d.heads_by_layer[i], &y = f.heads_by_layer[i];
+      EXPECT_TRUE(y.stats.chain_holds) << i;
+      EXPECT_TRUE(near(y.stats.norm2, x.stats.norm2)) << i << ": " << y.stats.norm2 << " " << x.stats.norm2;
+      EXPECT_TRUE(near(y.stats.c_max, x.stats.c_max)) << i;
+      EXPECT_TRUE(near(y.stats.lower, x.stats.lower)) << i;
+      // (an entropy near 0 is a sum of -p log p over tiny p, each off by float32's rounding of its score
+      // times the score's size: an absolute 1e-5 nats, against log T = 2.5)
+      EXPECT_NEAR(y.stats.entropy_mean, x.stats.entropy_mean, 1e-5) << i;
+      EXPECT_TRUE(near(y.sigma_q, x.sigma_q) && near(y.sigma_k, x.sigma_k)) << i;
+      EXPECT_EQ(y.stats.keys, x.stats.keys) << i;
+      EXPECT_EQ(y.bound_premises, x.bound_premises) << i;
+      ASSERT_EQ(bool(y.seed_bound), bool(x.seed_bound)) << i;
+      if (x.seed_bound) EXPECT_TRUE(near(*y.seed_bound, *x.seed_bound)) << i;
+      EXPECT_EQ(y.bound_verdict.substr(0, 5), x.bound_verdict.substr(0, 5)) << i;  // "holds" or "VIOLA"
+      EXPECT_GT(y.stats.row_sum_dev, x.stats.row_sum_dev);  // (float32's rounding is there to see)
+    }
+  }
+}
+
 // QK-norm: the bound's M comes from the norms' gains alone, and it must dominate every score the
 // model computed: |<q_i, k_j>| / sqrt(HS) <= M, read from the q and k the attention used (after the
 // norms and RoPE, in the activations), with gains moved away from 1 and weights scaled up 30x (which

@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
+#include <type_traits>
+#include <vector>
 
 #include "analysis/linalg.h"
 
 namespace normlab::analysis {
 
-AttentionMatrixStats attention_matrix_stats(const double* A, int rows, int cols) {
+AttentionMatrixStats attention_matrix_stats(const double* A, int rows, int cols, double unit, int keys) {
   AttentionMatrixStats s;
   s.rows = rows;
   s.cols = cols;
@@ -39,10 +41,12 @@ AttentionMatrixStats attention_matrix_stats(const double* A, int rows, int cols)
     s.col_sum_norm += c * c;
     s.keys += c > 0;
   }
+  if (keys >= 0) s.keys = keys;
   s.col_sum_norm = std::sqrt(s.col_sum_norm);
   s.lower = s.col_sum_norm / std::sqrt(double(rows));
-  // rounding: each sum of up to max(rows, cols) terms of size <= 1, and LAPACK's SVD
-  const double slack = 1e-12 * std::max(rows, cols);
+  // rounding: each sum of up to max(rows, cols) terms of size <= 1 (entries rounded to `unit`), and
+  // LAPACK's SVD (1e-12 at float64's unit, as before)
+  const double slack = std::max(1e-12, 16 * unit) * std::max(rows, cols);
   const double r = rows, k = std::max(1, s.keys);
   s.chain_holds = std::sqrt(r / k) <= s.lower * (1 + slack) + slack && s.lower <= s.norm2 * (1 + slack) + slack &&
                   s.norm2 <= std::sqrt(s.c_max) * (1 + slack) + slack && std::sqrt(s.c_max) <= std::sqrt(r) + slack;
@@ -55,15 +59,18 @@ namespace {
 
 // A norm's gain and bias (bias null for RMSNorm); present false: no norm. A parameterless kind (L2)
 // has neither: its gain is 1 and its output's length is at most 1, not sqrt(d) (unit_length).
+template <typename S>
 struct GainBias {
-  const double* weight = nullptr;
-  const double* bias = nullptr;
+  const S* weight = nullptr;
+  const S* bias = nullptr;
   bool present = false;
   bool unit_length = false;
   double gain_max = 1.0;  // max |gain| over the channels (SSNorm: |its scalar|; no gain: 1)
 };
-double max_abs(const double* v, int n);
-GainBias gain_bias_of(const ModelConfig& cfg, const NormParams<double>& p) {
+template <typename S>
+double max_abs(const S* v, int n);
+template <typename S>
+GainBias<S> gain_bias_of(const ModelConfig& cfg, const NormParams<S>& p) {
   const int C = cfg.d_model;
   return {p.weight, p.bias, true, cfg.norm == NormKind::L2, max_abs(effective_gain(cfg.norm, p, C).data(), C)};
 }
@@ -71,42 +78,46 @@ GainBias gain_bias_of(const ModelConfig& cfg, const NormParams<double>& p) {
 // The norm whose output a slot reads: its own ln_in, else the ln_out of the nearest present slot
 // before it in the same stack (in an attention-only model the previous sub-layer is the last
 // attention); none for the first slot of a stack without ln_in (the embeddings feed it).
-GainBias feeding_norm(const Model<double>& model, int slot) {
+template <typename S>
+GainBias<S> feeding_norm(const Model<S>& model, int slot) {
   const ModelConfig& cfg = model.config();
-  const SublayerParams<double>& p = model.sublayer_params_of(slot);
+  const SublayerParams<S>& p = model.sublayer_params_of(slot);
   const auto sites = [&](int i) { return norm_sites(cfg.placement_of(cfg.slot(i).layer), cfg.slot(i).kind); };
   if (sites(slot).in) return gain_bias_of(cfg, p.ln_in);
   const int first = cfg.encdec() && slot >= cfg.first_decoder_slot() ? cfg.first_decoder_slot() : 0;
   for (int i = slot - 1; i >= first; i--)
     if (cfg.has_sublayer(i))
-      return sites(i).out ? gain_bias_of(cfg, model.sublayer_params_of(i).ln_out) : GainBias{};
+      return sites(i).out ? gain_bias_of(cfg, model.sublayer_params_of(i).ln_out) : GainBias<S>{};
   return {};
 }
 
 // The encdec memory's last norm: enc.ln_f when the encoder has one, else the ln_out of its last
 // present sub-layer, else none.
-GainBias memory_norm(const Model<double>& model) {
+template <typename S>
+GainBias<S> memory_norm(const Model<S>& model) {
   const ModelConfig& cfg = model.config();
   if (cfg.has_enc_final_norm())
-    return gain_bias_of(cfg, norm_params(model.table(), const_cast<double*>(model.params().data()), "enc.ln_f"));
+    return gain_bias_of(cfg, norm_params(model.table(), const_cast<S*>(model.params().data()), "enc.ln_f"));
   for (int i = cfg.first_decoder_slot() - 1; i >= 0; i--)
     if (cfg.has_sublayer(i))
       return norm_sites(cfg.placement_of(cfg.slot(i).layer), cfg.slot(i).kind).out
                  ? gain_bias_of(cfg, model.sublayer_params_of(i).ln_out)
-                 : GainBias{};
+                 : GainBias<S>{};
   return {};
 }
 
 // (0 for an absent vector: a model without biases)
-double max_abs(const double* v, int n) {
+template <typename S>
+double max_abs(const S* v, int n) {
   double m = 0;
   if (!v) return m;
-  for (int i = 0; i < n; i++) m = std::max(m, std::abs(v[i]));
+  for (int i = 0; i < n; i++) m = std::max(m, double(std::abs(v[i])));
   return m;
 }
 
 // The heads of one attention slot (self or cross) of a forward on one sequence pair.
-void attention_slot_heads(const Model<double>& model, int slot, AttentionReport& rep) {
+template <typename S>
+void attention_slot_heads(const Model<S>& model, int slot, AttentionReport& rep) {
   const ModelConfig& cfg = model.config();
   const Slot s = cfg.slot(slot);
   const bool cross = s.kind == Sublayer::Cross, encdec = cfg.encdec();
@@ -115,12 +126,16 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
   const int rows = encdec && s.encoder ? model.planned_S() : model.planned_T();
   const int cols = cross ? model.planned_S() : rows;
   const bool causal = cfg.causal() || (encdec && !s.encoder && !cross);
-  const SublayerActs<double>& a = model.acts(slot);
-  const SublayerParams<double>& p = model.sublayer_params_of(slot);
-  const GainBias qnorm = feeding_norm(model, slot);
-  const GainBias knorm = cross ? memory_norm(model) : qnorm;
-  const double* wk = cross ? p.wkv : p.w1 + size_t(A) * C;  // this stack's key rows start here
-  const double* bk = cross ? p.bkv : p.b1 ? p.b1 + A : nullptr;
+  const SublayerActs<S>& a = model.acts(slot);
+  const SublayerParams<S>& p = model.sublayer_params_of(slot);
+  const GainBias<S> qnorm = feeding_norm(model, slot);
+  const GainBias<S> knorm = cross ? memory_norm(model) : qnorm;
+  const S* wk = cross ? p.wkv : p.w1 + size_t(A) * C;  // this stack's key rows start here
+  const S* bk = cross ? p.bkv : p.b1 ? p.b1 + A : nullptr;
+  // the rounding of the model's numbers: the probabilities' and the bounds' verdicts allow it
+  constexpr double unit = std::is_same_v<S, float> ? 0x1p-24 : 0x1p-53;
+  constexpr double rel = std::is_same_v<S, float> ? 1e-5 : 1e-12;  // ||A|| <= bound (1 + rel)
+  std::vector<double> att(size_t(rows) * cols);
   const int group = cross ? 1 : NH / cfg.kv_heads();  // query head h reads key head h / group (GQA)
   // the score bound M for |scale q.k|; a soft cap bounds every score by c whatever the weights
   // (model.attn_softcap, self-attention only)
@@ -132,7 +147,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
   const double scale = cfg.attention_scale() * (scaled_rope ? std::max(1.0, cfg.rope_mscale * cfg.rope_mscale) : 1.0);
   const double qk_bias_max = std::max(max_abs(p.b1, A), max_abs(bk, A / group));
   double beta_max = 0;
-  for (const GainBias& n : {qnorm, knorm})
+  for (const GainBias<S>& n : {qnorm, knorm})
     if (n.weight && n.bias) beta_max = std::max(beta_max, max_abs(n.bias, C));
   for (int h = 0; h < NH; h++) {
     HeadReport r;
@@ -141,7 +156,10 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
     r.stack = encdec ? (s.encoder ? "encoder" : "decoder") : "";
     r.kind = cross ? "cross" : "self";
     r.causal = causal;
-    r.stats = attention_matrix_stats(a.att + size_t(h) * rows * cols, rows, cols);
+    std::copy(a.att + size_t(h) * rows * cols, a.att + size_t(h + 1) * rows * cols, att.begin());
+    // a float32 model is read on one unpadded sequence (encoder-decoders are read in float64): every
+    // column is a key, whether or not its probability underflowed
+    r.stats = attention_matrix_stats(att.data(), rows, cols, unit, std::is_same_v<S, float> ? cols : -1);
     // this head's rows of the query and key projections: (HS, C) blocks
     r.sigma_q = singular_values(std::vector<double>(p.w1 + size_t(h) * HS * C, p.w1 + size_t(h + 1) * HS * C), HS, C).front();
     const size_t kh = size_t(h / group);
@@ -151,12 +169,12 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       // |scale <q_h, k_h>| <= scale max_j s_j^2, whatever the weights and the stream
       const double f = sphere_scale("sqk", C).factor;
       double smax = 0;
-      for (int j = h * HS; j < (h + 1) * HS; j++) smax = std::max(smax, std::abs(p.sqk[j] * f));
+      for (int j = h * HS; j < (h + 1) * HS; j++) smax = std::max(smax, std::abs(double(p.sqk[j]) * f));
       r.gamma_max = r.gamma_k_max = smax;
       const double M = capped(smax * smax * cfg.attention_scale());  // (unit q^, k^ after RoPE: its factor too)
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
       r.bound_premises = !causal;
-      const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
+      const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + rel);
       r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g} from nGPT's s_qk alone, {} keys)",
                                     holds ? "holds" : "VIOLATED", r.stats.norm2, holds ? "<=" : ">", *r.seed_bound, M,
                                     r.stats.keys);
@@ -169,15 +187,15 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       const auto reach = [&](const QkNormPart& part) {
         return std::sqrt(double(statistic ? part.norm_width : HS));
       };
-      const NormParams<double>& nq = p.qkv_norm[0];
-      const NormParams<double>& nk = p.qkv_norm[1];
+      const NormParams<S>& nq = p.qkv_norm[0];
+      const NormParams<S>& nk = p.qkv_norm[1];
       // (a weightless QK-norm, model.qk_norm_affine = false, has gamma = 1)
       const int wq = L.part[0].norm_width, wk = L.part[1].norm_width;  // (SSNorm: its scalar; weightless: 1)
       r.gamma_max = max_abs(effective_gain(cfg.norm, nq, wq).data(), wq);
       r.gamma_k_max = max_abs(effective_gain(cfg.norm, nk, wk).data(), wk);
       const double M = capped(*r.gamma_max * reach(L.part[0]) * *r.gamma_k_max * reach(L.part[1]) * scale);
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
-      const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
+      const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + rel);
       r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g} from QK-norm's gains alone, {} keys)",
                                     holds ? "holds" : "VIOLATED", r.stats.norm2, holds ? "<=" : ">", *r.seed_bound, M,
                                     r.stats.keys);
@@ -199,7 +217,7 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
       const double reach2 = (qnorm.unit_length ? 1.0 : std::sqrt(double(C))) * (knorm.unit_length ? 1.0 : std::sqrt(double(C)));
       const double M = capped(*r.gamma_max * gk * r.sigma_q * r.sigma_k * reach2 * scale);
       r.seed_bound = softmax_margin_bound(rows, std::max(1, r.stats.keys), M);
-      const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + 1e-12);
+      const bool holds = r.stats.norm2 <= *r.seed_bound * (1 + rel);
       r.bound_verdict = fmt::format("{}: ||A|| = {:.4g} {} bound {:.4g} (M = {:.3g}, {} keys)", holds ? "holds" : "VIOLATED",
                                     r.stats.norm2, holds ? "<=" : ">", *r.seed_bound, M, r.stats.keys);
       if (!holds && causal)
@@ -217,13 +235,18 @@ void attention_slot_heads(const Model<double>& model, int slot, AttentionReport&
 
 }  // namespace
 
-AttentionReport analyze_attention(const Model<double>& model) {
+template <typename S>
+AttentionReport analyze_attention(const Model<S>& model) {
   const ModelConfig& cfg = model.config();
-  AttentionReport rep{model.planned_T(), cfg.d_model, cfg.n_heads, cfg.encdec() ? model.planned_S() : 0, {}};
+  AttentionReport rep{model.planned_T(), cfg.d_model, cfg.n_heads, cfg.encdec() ? model.planned_S() : 0, {},
+                      std::is_same_v<S, float> ? "float32" : "float64"};
   for (int i = 0; i < cfg.n_slots(); i++)
     if (cfg.slot(i).kind != Sublayer::Mlp && cfg.has_sublayer(i)) attention_slot_heads(model, i, rep);
   return rep;
 }
+
+template AttentionReport analyze_attention(const Model<double>&);
+template AttentionReport analyze_attention(const Model<float>&);
 
 nlohmann::json to_json(const AttentionReport& r) {
   nlohmann::json heads = nlohmann::json::array();
@@ -245,7 +268,7 @@ nlohmann::json to_json(const AttentionReport& r) {
     }
     heads.push_back(j);
   }
-  nlohmann::json out = {{"T", r.T}, {"d", r.d}, {"heads", r.heads}, {"per_head", heads}};
+  nlohmann::json out = {{"T", r.T}, {"d", r.d}, {"heads", r.heads}, {"per_head", heads}, {"precision", r.precision}};
   if (r.S > 0) out["S"] = r.S;
   return out;
 }

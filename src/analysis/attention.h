@@ -45,8 +45,13 @@ struct AttentionMatrixStats {
   bool chain_holds = false;  // the chain above, within rounding
 };
 
-// Statistics of one row-stochastic rows x cols matrix (row-major); the square n x n one.
-AttentionMatrixStats attention_matrix_stats(const double* A, int rows, int cols);
+// Statistics of one row-stochastic rows x cols matrix (row-major); the square n x n one. `unit`: the
+// rounding unit of the matrix's entries (float64's 2^-53 by default; a float32 matrix's 2^-24), which
+// sets the slack of chain_holds: each sum of up to max(rows, cols) terms of size <= 1.
+// `keys` >= 0: the number of keys the softmax ran over, when it is known (else the columns with positive
+// mass: padded keys get exactly 0; so do keys whose probability underflowed, which float32's exp does
+// 100 nats below a row's largest score).
+AttentionMatrixStats attention_matrix_stats(const double* A, int rows, int cols, double unit = 0x1p-53, int keys = -1);
 inline AttentionMatrixStats attention_matrix_stats(const double* A, int n) { return attention_matrix_stats(A, n, n); }
 
 // Source 002's bound sqrt(T / (1 + (k-1) exp(-2M))) for T queries over k keys.
@@ -72,10 +77,15 @@ struct AttentionReport {
   int T = 0, d = 0, heads = 0;
   int S = 0;                        // encdec: the source length (0 otherwise)
   std::vector<HeadReport> heads_by_layer;  // encdec: the encoder's layers, then per decoder layer self and cross
+  std::string precision = "float64";       // the model's numbers: "float64", or "float32" (its own parameters)
 };
 
-// The model must have run forward on one sequence (B = 1; an encdec one with its source).
-AttentionReport analyze_attention(const Model<double>& model);
+// The model must have run forward on one sequence (B = 1; an encdec one with its source). On a float32
+// model (S = float: `analyze attention --precision float32`, a big model's own parameters) every
+// statistic is computed in float64 from its float32 probabilities and weights, and the bounds' verdicts
+// allow float32's rounding instead of float64's.
+template <typename S>
+AttentionReport analyze_attention(const Model<S>& model);
 nlohmann::json to_json(const AttentionReport& report);
 void print_report(const AttentionReport& report);
 

@@ -54,12 +54,12 @@ void add_analyze_command(CLI::App& app, AnalyzeCommand& cmd) {
                "each attention's input norm) and the norm's Jacobian gain at the largest token");
   cmd.sinks->add_option("--batches", cmd.batches, "batches of windows (default 4)");
   cmd.sinks->add_option("--batch-size", cmd.batch_size, "windows per batch (default 8)");
-  for (CLI::App* sub : {cmd.dynamics, cmd.sinks})
+  for (CLI::App* sub : {cmd.attention, cmd.dynamics, cmd.sinks})
     sub->add_option("--precision", cmd.precision,
-                   "float64 (a float64 copy of the model: 16 bytes a parameter with its gradients), float32 (the "
-                   "model's own float32 parameters, no copy: 8 bytes a parameter; dynamics' update steps train the "
-                   "model itself) or auto (default: float64 when that copy takes at most a quarter of this machine's "
-                   "memory)")
+                   "float64 (a float64 copy of the model: 16 bytes a parameter with its gradients, 8 for attention), "
+                   "float32 (the model's own float32 parameters, no copy: 8 bytes a parameter, 4 for attention; "
+                   "dynamics' update steps train the model itself) or auto (default: float64 when that copy takes at "
+                   "most a quarter of this machine's memory)")
       ->check(CLI::IsMember({"auto", "float64", "float32"}));
   for (CLI::App* sub : {cmd.jacobian, cmd.attention, cmd.dynamics, cmd.sinks}) {
     sub->add_option("--checkpoint", cmd.checkpoint, "a checkpoint from normlab train or init, or a Hugging Face directory");
@@ -381,7 +381,7 @@ int run_analyze_encdec(const AnalyzeCommand& cmd, Model<double>& model) {
   return write_json(cmd, results, model);
 }
 
-// The "precision:" line of dynamics and sinks; `why`: how --precision auto chose.
+// The "precision:" line of attention, dynamics and sinks; `why`: how --precision auto chose.
 template <typename S>
 void print_precision(const Model<S>&, const std::string& why) {
   fmt::print("precision: {}{}{}\n", std::is_same_v<S, float> ? "float32" : "float64",
@@ -506,6 +506,23 @@ int run_sinks(const AnalyzeCommand& cmd, Model<S>& model, const std::string& why
   return write_json(cmd, results, model);
 }
 
+// analyze attention on a GPT or encoder: one forward on the input window (input_ids), then every
+// self-attention head's spectrum and bounds.
+template <typename S>
+int run_attention(const AnalyzeCommand& cmd, Model<S>& model, const std::string& why) {
+  const Input in = input_ids(cmd, model.config());
+  fmt::print("input: {}\n", in.description);
+  print_precision(model, why);
+  const std::vector<int32_t> labels(in.ids.size(), ops::kIgnoreLabel);
+  model.forward(in.ids.data(), labels.data(), 1, int(in.ids.size()));
+  const analysis::AttentionReport rep = analysis::analyze_attention(model);
+  analysis::print_report(rep);
+  nlohmann::json results = analysis::to_json(rep);
+  results["input_ids"] = in.ids;
+  results["input"] = in.description;
+  return write_json(cmd, results, model);
+}
+
 // --source-text is an encoder-decoder's input only.
 void refuse_source_text(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
   if (has_source(cmd))
@@ -513,19 +530,22 @@ void refuse_source_text(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
                             to_string(cfg.arch)));
 }
 
-// The model of analyze dynamics or sinks in float32 when --precision asks for it, or auto finds its
-// float64 copy with gradients (16 bytes a parameter) over a quarter of this machine's memory: the
-// checkpoint's own (taken from `source`) or a config's; null when the float64 model is the one to read
-// (or the model is an encoder-decoder, whose dynamics read float64 only). `why` says how auto chose.
+// The model of analyze attention, dynamics or sinks in float32 when --precision asks for it, or auto
+// finds its float64 copy (16 bytes a parameter with gradients; attention's, without them, 8) over a
+// quarter of this machine's memory: the checkpoint's own (taken from `source`) or a config's; null when
+// the float64 model is the one to read (or the model is an encoder-decoder, whose instruments read
+// float64 only). `why` says how auto chose.
 std::unique_ptr<Model<float>> float_model(const AnalyzeCommand& cmd, ModelSource* source, std::string& why) {
   const auto memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const bool gradients = !cmd.attention->parsed();
   if (source) {
     const Model<float>& m = *source->model;
-    if (m.config().encdec() || m.forward_only()) return nullptr;
-    const double copy = 16.0 * double(m.params().size());
+    if (m.config().encdec() || (gradients && m.forward_only())) return nullptr;
+    const double copy = (gradients ? 16.0 : 8.0) * double(m.params().size());
     if (cmd.precision == "auto")
-      why = fmt::format(" (auto: a float64 copy with gradients needs {:.1f} GB, {} a quarter of this machine's {:.1f} GB)",
-                        copy / 1e9, copy > memory / 4 ? "over" : "within", memory / 1e9);
+      why = fmt::format(" (auto: a float64 copy{} needs {:.1f} GB, {} a quarter of this machine's {:.1f} GB)",
+                        gradients ? " with gradients" : "", copy / 1e9, copy > memory / 4 ? "over" : "within",
+                        memory / 1e9);
     if (cmd.precision == "float32" || copy > memory / 4) return std::move(source->model);
     return nullptr;
   }
@@ -565,13 +585,16 @@ int run_analyze(const AnalyzeCommand& given) {
     throw Error(fmt::format("--json '{}' already exists; pass --force to replace it", given.json_out));
   // a checkpoint, opened once: its parameters and the data its run read (the default input)
   std::optional<ModelSource> source;
-  // analyze dynamics and sinks may read the checkpoint's own float32 parameters: opened with their gradients then
-  const bool float_possible = (given.dynamics->parsed() || given.sinks->parsed()) && given.precision != "float64";
+  // analyze attention, dynamics and sinks may read the checkpoint's own float32 parameters (dynamics and
+  // sinks: opened with their gradients then)
+  const bool float_possible =
+      (given.attention->parsed() || given.dynamics->parsed() || given.sinks->parsed()) && given.precision != "float64";
+  const bool float_gradients = float_possible && !given.attention->parsed();
   std::string why;  // how --precision auto chose
   if (!given.checkpoint.empty()) {
     if (!given.config.empty() || !given.sets.empty())
       throw Error("give either --checkpoint or --config/--set, not both");
-    source = open_model(given.checkpoint, {.forward_only = !float_possible});
+    source = open_model(given.checkpoint, {.forward_only = !float_gradients});
   }
   const AnalyzeCommand cmd = with_run_inputs(given, source ? source->run_data : std::nullopt);
   if (cmd.checkpoint.empty() && cmd.config.empty() && cmd.sets.empty())
@@ -579,7 +602,9 @@ int run_analyze(const AnalyzeCommand& given) {
   if (float_possible)
     if (std::unique_ptr<Model<float>> own = float_model(cmd, source ? &*source : nullptr, why)) {
       refuse_source_text(cmd, own->config());
-      return cmd.sinks->parsed() ? run_sinks(cmd, *own, why) : run_dynamics(cmd, *own, why);
+      return cmd.sinks->parsed()       ? run_sinks(cmd, *own, why)
+             : cmd.attention->parsed() ? run_attention(cmd, *own, why)
+                                       : run_dynamics(cmd, *own, why);
     }
   auto model = load_double_model(cmd, source ? &*source : nullptr);
   source.reset();  // (the float copy: the instruments read the double model)
@@ -589,6 +614,7 @@ int run_analyze(const AnalyzeCommand& given) {
   refuse_source_text(cmd, model->config());
   if (cmd.dynamics->parsed()) return run_dynamics(cmd, *model, why);
   if (cmd.sinks->parsed()) return run_sinks(cmd, *model, why);
+  if (cmd.attention->parsed()) return run_attention(cmd, *model, why);
   const Input in = input_ids(cmd, model->config());
   fmt::print("input: {}\n", in.description);
   const std::vector<int32_t>& ids = in.ids;
@@ -596,20 +622,14 @@ int run_analyze(const AnalyzeCommand& given) {
   const std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
   model->forward(ids.data(), labels.data(), 1, T);
   nlohmann::json results;
-  if (cmd.jacobian->parsed()) {
-    analysis::JacobianOptions opts;
-    opts.token = cmd.token;
-    opts.full = !cmd.no_full;
-    opts.full_max_dim = cmd.full_max_dim;
-    opts.lanczos_k = cmd.lanczos_k;
-    const analysis::JacobianReport rep = analysis::analyze_jacobian(*model, opts);
-    analysis::print_report(rep);
-    results = analysis::to_json(rep);
-  } else {
-    const analysis::AttentionReport rep = analysis::analyze_attention(*model);
-    analysis::print_report(rep);
-    results = analysis::to_json(rep);
-  }
+  analysis::JacobianOptions opts;
+  opts.token = cmd.token;
+  opts.full = !cmd.no_full;
+  opts.full_max_dim = cmd.full_max_dim;
+  opts.lanczos_k = cmd.lanczos_k;
+  const analysis::JacobianReport rep = analysis::analyze_jacobian(*model, opts);
+  analysis::print_report(rep);
+  results = analysis::to_json(rep);
   results["input_ids"] = ids;
   results["input"] = in.description;
   return write_json(cmd, results, *model);
