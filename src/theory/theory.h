@@ -53,11 +53,12 @@ inline constexpr double kLearnedFraction = 0.9;
 // entropy down to what the same-size Pre-LN reaches under the same recipe (and 10% below the unigram).
 inline constexpr double kLearnedShareOfPre = 0.5;
 
-// A given model for `normlab theory --checkpoint`: its config and parameters (widened to double).
+// A given model for `normlab theory --checkpoint`: its config and its float32 parameters, which each
+// claim widens into the float64 model it measures (held once in float32: 4 bytes a parameter).
 struct TheoryModel {
   std::string name;  // for "checkpoint 'M'"
   ModelConfig config;
-  std::vector<double> params;
+  std::vector<float> params;
 };
 
 inline constexpr long kTheoryTrainedSteps = 3000;  // the default cap of `normlab theory` and of studies
