@@ -176,6 +176,14 @@ TEST(Checkpoint, RoundTripAndStrictRefusal) {
   auto back = load_model(path);
   EXPECT_EQ(back->params(), m.params());
   EXPECT_EQ(model_config_to_json(back->config()), model_config_to_json(m.config()));
+  // read straight into float64 (the instruments' model): the same numbers, widened, with or without gradients
+  for (bool forward_only : {false, true}) {
+    const auto wide = load_model_double(path, forward_only);
+    EXPECT_EQ(wide->forward_only(), forward_only);
+    EXPECT_EQ(model_config_to_json(wide->config()), model_config_to_json(m.config()));
+    ASSERT_EQ(wide->params().size(), m.params().size());
+    for (size_t i = 0; i < m.params().size(); i++) ASSERT_EQ(wide->params()[i], double(m.params()[i])) << i;
+  }
   // refuses to overwrite, and the file is unchanged
   EXPECT_THROW(save_checkpoint(path, m, nullptr, 7, false), Error);
   EXPECT_EQ(load_model(path)->params(), m.params());
@@ -185,11 +193,14 @@ TEST(Checkpoint, RoundTripAndStrictRefusal) {
   for (size_t len : {size_t(0), size_t(5), size_t(8), size_t(100), bytes.size() / 2, bytes.size() - 1}) {
     const std::string cut = (dir / "cut.safetensors").string();
     std::ofstream(cut, std::ios::binary | std::ios::trunc).write(bytes.data(), std::streamsize(len));
-    try {
-      load_model(cut);
-      ADD_FAILURE() << "truncated to " << len << " bytes was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("cut.safetensors"), std::string::npos) << e.what();
+    for (bool wide : {false, true}) {
+      try {
+        if (wide) load_model_double(cut);
+        else load_model(cut);
+        ADD_FAILURE() << "truncated to " << len << " bytes was accepted" << (wide ? " (float64)" : "");
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("cut.safetensors"), std::string::npos) << e.what();
+      }
     }
   }
   // a file whose tensors do not match its config
@@ -201,6 +212,23 @@ TEST(Checkpoint, RoundTripAndStrictRefusal) {
     views.push_back({p.name, safetensors::DType::F32, p.shape, m.params().data() + p.offset});
   safetensors::write(bad, views, {{"config", model_config_to_json(other).dump()}}, true);
   EXPECT_THROW(load_model(bad), Error);
+  EXPECT_THROW(load_model_double(bad), Error);
+  // a NaN weight is named in float64 as in float32
+  std::vector<float> poisoned(m.params().begin(), m.params().end());
+  poisoned[m.table().specs[1].offset] = NAN;
+  views.clear();
+  for (const ParamSpec& p : m.table().specs)
+    views.push_back({p.name, safetensors::DType::F32, p.shape, poisoned.data() + p.offset});
+  safetensors::write(bad, views, {{"config", model_config_to_json(c).dump()}}, true);
+  for (bool wide : {false, true}) {
+    try {
+      if (wide) load_model_double(bad);
+      else load_model(bad);
+      ADD_FAILURE() << "a NaN weight was accepted" << (wide ? " (float64)" : "");
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("non-finite value"), std::string::npos) << e.what();
+    }
+  }
   // no config in the metadata
   safetensors::write(bad, views, {}, true);
   EXPECT_THROW(load_model(bad), Error);

@@ -21,6 +21,7 @@
 #include "io/tokenizer.h"
 #include "model/model.h"
 #include "ops/common.h"
+#include "train/checkpoint.h"
 #include "train/model_source.h"
 #include "train/own_tokenizer.h"
 #include "train/data.h"
@@ -106,9 +107,11 @@ ModelConfig fresh_model_config(const AnalyzeCommand& cmd) {
 // The model under study, in double: the opened checkpoint's (float parameters widened) or a config's.
 // The attention instrument runs forward passes only: its model has no gradients (half the memory).
 std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd, const ModelSource* source) {
-  if (source)
-    return model_with_params<double>(source->model->config(), source->model->params(),
-                                     /*forward_only=*/cmd.attention->parsed());
+  // no parameter gradients where nothing runs backward: attention, and a Jacobian without Lanczos (its
+  // products J v are forward-mode; Lanczos also takes J^T v)
+  const bool forward_only = cmd.attention->parsed() || (cmd.jacobian->parsed() && cmd.lanczos_k == 0);
+  if (source && !source->model) return load_model_double(source->path, forward_only);  // (read straight in)
+  if (source) return model_with_params<double>(source->model->config(), source->model->params(), forward_only);
   return std::make_unique<Model<double>>(fresh_model_config(cmd));
 }
 
@@ -594,7 +597,8 @@ int run_analyze(const AnalyzeCommand& given) {
   if (!given.checkpoint.empty()) {
     if (!given.config.empty() || !given.sets.empty())
       throw Error("give either --checkpoint or --config/--set, not both");
-    source = open_model(given.checkpoint, {.forward_only = !float_gradients});
+    // (a float64 instrument reads the checkpoint straight into float64: no float32 model beside it)
+    source = open_model(given.checkpoint, {.forward_only = !float_gradients, .load = float_possible});
   }
   const AnalyzeCommand cmd = with_run_inputs(given, source ? source->run_data : std::nullopt);
   if (cmd.checkpoint.empty() && cmd.config.empty() && cmd.sets.empty())

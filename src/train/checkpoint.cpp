@@ -145,6 +145,26 @@ std::unique_ptr<Model<float>> load_model(const std::string& given, bool forward_
   return model;
 }
 
+std::unique_ptr<Model<double>> load_model_double(const std::string& given, bool forward_only, bool quiet) {
+  const std::string path = resolve(given);
+  if (hf::is_model_dir(path) || gguf::is_gguf(path)) {
+    const std::unique_ptr<Model<float>> narrow = load_model(path, true, quiet);
+    return model_with_params<double>(narrow->config(), narrow->params(), forward_only);
+  }
+  const st::Index f = st::read_index(path);
+  const ModelConfig cfg = config_of(f);
+  check_params(f, make_param_table(cfg));
+  auto model = unset_model<double>(cfg, forward_only);
+  std::vector<float> tensor;
+  for (const ParamSpec& p : model->table().specs) {
+    tensor.resize(p.numel);
+    read_finite(f, p.name, tensor.data(), p.numel, "tensor",
+                "a model with NaN or Inf weights gives no meaningful loss or measurement");
+    std::copy(tensor.begin(), tensor.end(), model->params().begin() + long(p.offset));
+  }
+  return model;
+}
+
 void load_params(const std::string& given, Model<float>& model) {
   const std::string path = resolve(given);
   if (!hf::is_model_dir(path) && !gguf::is_gguf(path)) return copy_params(st::read_index(path), model);

@@ -37,6 +37,12 @@ ModelConfig checkpoint_config(const std::string& path);
 // (train/model_source.h), which also gives the model's tokenizer and its run's data.
 std::unique_ptr<Model<float>> load_model(const std::string& path, bool forward_only = false, bool quiet = false);
 
+// The same model in float64, for the instruments that read it so: a normlab checkpoint is read straight
+// into it, tensor by tensor (the load holds the float64 model and one float32 tensor: 8 bytes a
+// parameter without gradients, not the float32 model's 4 beside it); a Hugging Face directory or a GGUF
+// file is imported as float32 first and widened.
+std::unique_ptr<Model<double>> load_model_double(const std::string& path, bool forward_only = false, bool quiet = false);
+
 // Loads the parameters of `path` into `model`, whose config must describe the same tensors.
 void load_params(const std::string& path, Model<float>& model);
 

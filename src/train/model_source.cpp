@@ -24,7 +24,7 @@ const std::optional<Tokenizer>& ModelSource::tokenizer(const std::string& given)
 
 ModelSource open_model(const std::string& given, const OpenOptions& options) {
   const std::string path = model_file_of(given);  // a directory holding one GGUF file is that file
-  ModelSource source(load_model(path, options.forward_only, options.quiet), path);
+  ModelSource source(options.load ? load_model(path, options.forward_only, options.quiet) : nullptr, path);
   source.run_data = run_data_of(path);
   return source;
 }

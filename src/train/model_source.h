@@ -46,6 +46,9 @@ class ModelSource {
 struct OpenOptions {
   bool forward_only = false;  // no parameter gradients (Model::ForwardOnly): for forward passes only
   bool quiet = false;         // no note of what a Hugging Face or GGUF import read
+  // false: the source without its float32 model (`model` null: the caller reads the parameters another
+  // way, e.g. straight into float64 with load_model_double); its tokenizer and run data as ever
+  bool load = true;
 };
 
 // Opens `path` (train/checkpoint.h says which paths are models); Error naming the problem otherwise.
