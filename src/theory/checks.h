@@ -92,7 +92,10 @@ class ClaimModels {
   // norm: the claims about LayerNorm itself (000's lemmas) need a LayerNorm model (LayerNormOnly); the
   // claims about depth hold for any norm kind of the same placement (Any: RMSNorm's SmolLM2 too).
   enum class Norm { LayerNormOnly, Any };
-  std::unique_ptr<Model<double>> make(const ModelConfig& c, bool needs_loss = false, Norm norm = Norm::LayerNormOnly);
+  // gradients false: the claim only runs the model forward (and its Jacobians' forward-mode products),
+  // so a given model is made without parameter gradients (8 bytes a parameter, not 16)
+  std::unique_ptr<Model<double>> make(const ModelConfig& c, bool needs_loss = false, Norm norm = Norm::LayerNormOnly,
+                                      bool gradients = true);
   // The trained models made (or reused: used()) since the last call that did not learn
   // (kLearnedFraction), in words.
   std::vector<std::string> take_unlearned();

@@ -68,7 +68,7 @@ std::string hyper_not_applicable(const ModelConfig& g) {
                      g.hyper_streams, to_string(g.hyper));
 }
 
-std::unique_ptr<Model<double>> ClaimModels::make(const ModelConfig& c, bool needs_loss, Norm norm) {
+std::unique_ptr<Model<double>> ClaimModels::make(const ModelConfig& c, bool needs_loss, Norm norm, bool gradients) {
   if (o_.model) {  // the given model, if it is the one the claim needs
     const ModelConfig& g = o_.model->config;
     const Placement want = c.placement_of(0);
@@ -91,7 +91,7 @@ std::unique_ptr<Model<double>> ClaimModels::make(const ModelConfig& c, bool need
       throw NotApplicable("the claim needs gradients of a loss; this model has no head (head = none)");
     ModelConfig at = g;
     at.eps = c.eps;  // the claim's eps (e.g. 0 for 000's theorems), the model's weights
-    return model_with_params<double>(at, o_.model->params);
+    return model_with_params<double>(at, o_.model->params, /*forward_only=*/!gradients);
   }
   if (o_.train_steps == 0) return std::make_unique<Model<double>>(c);
   Trained& t = trained(c);

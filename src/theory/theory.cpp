@@ -137,7 +137,7 @@ Law fixed_power(double p, std::string name) {
 Law exponential_law(std::string name) { return {Law::Shape, std::move(name), [](double x) { return x; }}; }
 
 std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c, ClaimModels::Norm norm) {
-  auto m = b.models->make(c, false, norm);
+  auto m = b.models->make(c, false, norm, /*gradients=*/false);
   std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
   m->forward(b.ids.data(), labels.data(), 1, int(b.ids.size()));
   return m;
