@@ -104,6 +104,36 @@ TEST(Generate, GreedyEqualsTheNaiveLoopOfFullForwards) {
   }
 }
 
+// A run trained with data.bos reads every window after its first token: generation reads the prompt
+// after it, and a sliding context keeps it first. Oracle: the naive loop on windows built by hand.
+TEST(Generate, AFirstTokenStaysFirstInEveryWindow) {
+  Model<float> model(tiny_gpt(Placement::Pre));
+  const int V = model.config().vocab_size(), L = model.config().seq_len;
+  const int32_t first = 23;
+  const std::vector<int32_t> prompt = {3, 17, 5};
+  for (int max_new : {2, 9}) {  // 1 + 3 + 2 fits seq_len (the KV cache); 1 + 3 + 9 slides
+    SampleOptions o;
+    o.max_new = max_new;
+    o.first = first;
+    std::vector<int32_t> context = prompt;
+    for (int n = 0; n < max_new; n++) {
+      const size_t tail = std::min(context.size(), size_t(L - 1));
+      std::vector<int32_t> window = {first};
+      window.insert(window.end(), context.end() - long(tail), context.end());
+      std::vector<int32_t> labels(window.size(), ops::kIgnoreLabel);
+      model.forward(window.data(), labels.data(), 1, int(window.size()));
+      const float* row = model.logits() + (window.size() - 1) * size_t(V);
+      context.push_back(int32_t(std::max_element(row, row + V) - row));
+    }
+    EXPECT_EQ(generate(model, prompt, o), std::vector<int32_t>(context.begin() + 3, context.end())) << max_new;
+  }
+  SampleOptions o;
+  o.first = first;
+  EXPECT_THROW(generate(model, std::vector<int32_t>(size_t(L), 1), o), Error);  // seq_len tokens after the first
+  o.first = V;
+  EXPECT_THROW(generate(model, prompt, o), Error);
+}
+
 TEST(Generate, SeededSamplingIsReproducible) {
   Model<float> model(tiny_gpt(Placement::Pre));
   const std::vector<int32_t> prompt = {1, 2};

@@ -96,18 +96,24 @@ int run_sample(const SampleCommand& cmd) {
         throw Error(fmt::format("--prompt: byte {} is outside the model's vocabulary of {} (a token model needs "
                                 "--tokenizer)", id, V));
   }
-  if (int(prompt.size()) > cfg.seq_len)
-    throw Error(fmt::format("--prompt is {} {}, longer than the model's context (seq_len) of {}", prompt.size(),
-                            tok ? "tokens" : "bytes", cfg.seq_len));
+  const int lead = source.run_data && source.run_data->bos >= 0 ? 1 : 0;  // (its data.bos, read first)
+  if (int(prompt.size()) + lead > cfg.seq_len)
+    throw Error(fmt::format("--prompt is {} {}, longer than the model's context (seq_len) of {}{}", prompt.size(),
+                            tok ? "tokens" : "bytes", cfg.seq_len - lead,
+                            lead ? " after the run's first token (data.bos)" : ""));
 
   SampleOptions options;
   options.max_new = cmd.max_new;
   options.temperature = cmd.temperature;
   options.top_k = cmd.top_k;
   options.seed = uint64_t(cmd.seed);
+  // a run that started every window with data.bos reads the prompt after it, as it trained
+  if (source.run_data && source.run_data->bos >= 0) options.first = source.run_data->bos;
   const std::vector<int32_t> out = generate(*model, prompt, options);
-  std::cerr << fmt::format("sample: {} prompt {}, {} new, {}\n", prompt.size(),
-                           tok ? fmt::format("tokens ({})", tok->description()) : std::string("bytes"), out.size(),
+  std::cerr << fmt::format("sample: {} prompt {}{}, {} new, {}\n", prompt.size(),
+                           tok ? fmt::format("tokens ({})", tok->description()) : std::string("bytes"),
+                           options.first >= 0 ? fmt::format(" after id {} (the run's data.bos)", options.first) : "",
+                           out.size(),
                            cmd.temperature == 0 ? std::string("greedy")
                                                 : fmt::format("temperature {} top-k {} seed {}", cmd.temperature,
                                                               cmd.top_k == 0 ? std::string("all") : std::to_string(cmd.top_k), cmd.seed));

@@ -40,20 +40,24 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
     throw Error(fmt::format("generation needs a GPT model with a head (model.arch = \"gpt\"); this one is {}",
                             to_string(cfg.arch)));
   if (prompt.empty()) throw Error("generation needs a prompt of at least one token");
-  if (int(prompt.size()) > cfg.seq_len)
-    throw Error(fmt::format("the prompt is {} tokens, more than the model's context (seq_len) of {}", prompt.size(),
-                            cfg.seq_len));
+  const size_t lead = options.first >= 0 ? 1 : 0;  // the first token, read before the prompt
+  if (prompt.size() + lead > size_t(cfg.seq_len))
+    throw Error(fmt::format("the prompt is {} tokens{}, more than the model's context (seq_len) of {}", prompt.size(),
+                            lead ? " after its first token" : "", cfg.seq_len));
   const int V = cfg.vocab_size();
   for (int32_t id : prompt)
     if (id < 0 || id >= V) throw Error(fmt::format("prompt token id {} is outside the vocabulary of {}", id, V));
+  if (options.first >= V)
+    throw Error(fmt::format("the first token {} is outside the vocabulary of {}", options.first, V));
   if (options.max_new < 0) throw Error("generation: max_new must be >= 0");
   model.set_training(false);
   Rng rng(options.seed, 0x5a3b1e);  // a stream of its own
   std::vector<int32_t> context = prompt;
-  if (prompt.size() + size_t(options.max_new) <= size_t(cfg.seq_len)) {
+  if (lead + prompt.size() + size_t(options.max_new) <= size_t(cfg.seq_len)) {
     // the whole context fits: a KV cache, one token's work per step (the prompt fed token by token)
-    IncrementalDecoder<float> dec(model, 1, int(prompt.size()) + std::max(options.max_new, 1));
+    IncrementalDecoder<float> dec(model, 1, int(lead + prompt.size()) + std::max(options.max_new, 1));
     const std::vector<float>* logits = nullptr;
+    if (lead) dec.step(&options.first);
     for (int32_t id : prompt) logits = &dec.step(&id);
     for (int n = 0; n < options.max_new; n++) {
       const int32_t next = sample_next(logits->data(), V, options.temperature, options.top_k, rng);
@@ -63,11 +67,15 @@ std::vector<int32_t> generate(Model<float>& model, const std::vector<int32_t>& p
     return std::vector<int32_t>(context.begin() + long(prompt.size()), context.end());
   }
   // a context that outgrows seq_len slides: a full forward over its last seq_len tokens per step
+  // (with a first token: it, then the last seq_len - 1 tokens)
   const std::vector<int32_t> no_labels(size_t(cfg.seq_len), ops::kIgnoreLabel);
+  std::vector<int32_t> window;
   for (int n = 0; n < options.max_new; n++) {
-    const int T = std::min<int>(int(context.size()), cfg.seq_len);  // the last seq_len tokens
-    const int32_t* window = context.data() + (context.size() - size_t(T));
-    model.forward(window, no_labels.data(), 1, T);
+    const size_t tail = std::min(context.size(), size_t(cfg.seq_len) - lead);
+    window.assign(lead, options.first);
+    window.insert(window.end(), context.end() - long(tail), context.end());
+    const int T = int(window.size());
+    model.forward(window.data(), no_labels.data(), 1, T);
     const float* last = model.logits() + size_t(T - 1) * V;
     context.push_back(sample_next(last, V, options.temperature, options.top_k, rng));
   }

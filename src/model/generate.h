@@ -19,6 +19,9 @@ struct SampleOptions {
   double temperature = 0;    // 0: greedy (argmax); > 0: sample from softmax(logits / temperature)
   int top_k = 0;             // > 0: sample only among the k largest logits; 0: all
   uint64_t seed = 0;         // the random stream of the draws (unused when greedy)
+  // >= 0: an id every window the model reads starts with (its run's data.bos): the prompt is read
+  // after it, and a context that slides keeps it first (then the last seq_len - 1 tokens)
+  int32_t first = -1;
 };
 
 // The next token from one row of logits (V): at temperature 0 the argmax (the lowest id on ties);
