@@ -277,8 +277,12 @@ std::vector<int32_t> sample(PyModel& m, const std::vector<int32_t>& prompt, int 
   if (cfg.arch != Arch::Gpt || !cfg.has_logits())
     throw Error(cfg.encdec() ? "sample needs a gpt model with a head; an encoder-decoder translates (translate)"
                              : "sample needs a gpt model with a head");
-  if (prompt.empty() || int(prompt.size()) > cfg.seq_len)
-    throw Error(fmt::format("sample: the prompt has {} tokens; it needs 1 to seq_len = {}", prompt.size(), cfg.seq_len));
+  // a run that started every window with data.bos reads the prompt after it, as `normlab sample` does
+  const int32_t first = m.run_data && m.run_data->bos >= 0 ? m.run_data->bos : -1;
+  const int room = cfg.seq_len - (first >= 0 ? 1 : 0);
+  if (prompt.empty() || int(prompt.size()) > room)
+    throw Error(fmt::format("sample: the prompt has {} tokens; it needs 1 to {}{}", prompt.size(), room,
+                            first >= 0 ? " (seq_len, after the run's first token, data.bos)" : " (seq_len)"));
   for (int32_t id : prompt)
     if (id < 0 || id >= cfg.vocab_size())
       throw Error(fmt::format("sample: token id {} is outside the model's vocabulary of {}", id, cfg.vocab_size()));
@@ -291,6 +295,7 @@ std::vector<int32_t> sample(PyModel& m, const std::vector<int32_t>& prompt, int 
   o.temperature = temperature;
   o.top_k = top_k;
   o.seed = uint64_t(seed);
+  o.first = first;
   py::gil_scoped_release release;
   return generate(*m.model, prompt, o);
 }
