@@ -104,13 +104,13 @@ ModelConfig fresh_model_config(const AnalyzeCommand& cmd) {
   return run_config_from_json(doc, cmd.config.empty() ? "(command line)" : "'" + cmd.config + "'").model;
 }
 
-// The model under study, in double: the opened checkpoint's (float parameters widened) or a config's.
-// The attention instrument runs forward passes only: its model has no gradients (half the memory).
+// The model under study, in double: the checkpoint's (read straight in when the source was opened
+// without its float model, else its float parameters widened) or a config's. No parameter gradients
+// where nothing runs backward (half the memory): attention, and a Jacobian without Lanczos (its
+// products J v are forward-mode; Lanczos also takes J^T v).
 std::unique_ptr<Model<double>> load_double_model(const AnalyzeCommand& cmd, const ModelSource* source) {
-  // no parameter gradients where nothing runs backward: attention, and a Jacobian without Lanczos (its
-  // products J v are forward-mode; Lanczos also takes J^T v)
   const bool forward_only = cmd.attention->parsed() || (cmd.jacobian->parsed() && cmd.lanczos_k == 0);
-  if (source && !source->model) return load_model_double(source->path, forward_only);  // (read straight in)
+  if (source && !source->model) return load_model_double(source->path, forward_only);
   if (source) return model_with_params<double>(source->model->config(), source->model->params(), forward_only);
   return std::make_unique<Model<double>>(fresh_model_config(cmd));
 }
