@@ -265,6 +265,8 @@ for inst in sinks dynamics; do
 done
 "$NL" analyze jacobian --checkpoint bosrun --seq-len 8 --json bos_jac.json >bos_jac.txt 2>&1
 check "grep -q '^input: .*after id 256 as the run.s windows began' bos_jac.txt" "analyze jacobian: no first token: $(tail -2 bos_jac.txt)"
+"$NL" theory --checkpoint bosrun --seeds 1 >bos_theory.txt 2>&1
+check "grep -q '^input: every window starts with id 256, as its run.s did' bos_theory.txt" "theory --checkpoint: no first token: $(tail -2 bos_theory.txt)"
 "$NL" sample --checkpoint bosrun --prompt "In the" --max-new 20 >bos_sample.txt 2>&1
 check "grep -q 'after id 256 (the run.s data.bos)' bos_sample.txt" "sample: the prompt was not read after data.bos: $(tail -2 bos_sample.txt)"
 refuse "data.bos outside the vocabulary" "data.bos = 256 is outside the model's vocabulary of 256" \

@@ -781,3 +781,21 @@ TEST(Rules, DegenerateInputsAreNotDistinguishableNeverACrash) {
   EXPECT_EQ(judge_bound({}, {}, {}).verdict, Verdict::Vacuous);
   EXPECT_EQ(direction_of(std::nan(""), 1, 1), Verdict::NotDistinguishable);
 }
+
+// A given model whose run started every window with data.bos reads the claims' windows so too: each
+// window is that id, then the T - 1 corpus tokens from the same start as without it.
+TEST(TheoryWindows, AFirstTokenStartsEveryWindowOfAUnit) {
+  std::vector<int32_t> corpus(500);
+  for (size_t i = 0; i < corpus.size(); i++) corpus[i] = int32_t(i % 250);
+  const auto plain = detail::window_units(corpus, 3, 2, 8, 7, 61);
+  const auto first = detail::window_units(corpus, 3, 2, 8, 7, 61, 256);
+  ASSERT_EQ(plain.size(), 3u);
+  ASSERT_EQ(first.size(), 3u);
+  for (size_t u = 0; u < 3; u++) {
+    ASSERT_EQ(first[u].size(), plain[u].size());
+    for (size_t w = 0; w < 2; w++) {
+      EXPECT_EQ(first[u][w * 8], 256);
+      for (size_t t = 1; t < 8; t++) EXPECT_EQ(first[u][w * 8 + t], plain[u][w * 8 + t - 1]) << u << " " << w << " " << t;
+    }
+  }
+}

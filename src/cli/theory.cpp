@@ -83,10 +83,8 @@ int run_theory(TheoryCommand& cmd) {
                to_string(c.resolved_init()),
                c.hyper_connected() ? fmt::format(", {} hyper-connected streams ({})", c.hyper_streams, to_string(c.hyper))
                                    : std::string());
-    if (source.run_data && source.run_data->bos >= 0)
-      fmt::print("note: its run started every window with id {} (data.bos); the claims' windows here start anywhere "
-                 "in the corpus, without it (`analyze` starts its windows with it)\n",
-                 source.run_data->bos);
+    if (opts.bos >= 0)
+      fmt::print("input: every window starts with id {}, as its run's did (data.bos)\n", opts.bos);
   } else {
     if (!opts.tokenizer.empty())
       throw Error("--tokenizer applies with --checkpoint (the fresh models of the claims read bytes)");

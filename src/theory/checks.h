@@ -23,6 +23,7 @@
 
 namespace normlab::analysis {
 struct SinksReport;
+struct DynamicsReport;
 }
 
 namespace normlab::theory::detail {
@@ -157,9 +158,13 @@ std::string attention_kind(const Bench& b);
 void attempt(const Bench& b, std::vector<Measurement>& out, const std::vector<std::string>& claims,
              const std::function<void()>& block);
 // `units` units of B windows of T tokens each from corpus, at starts drawn by Rng(seed, stream); none
-// when the corpus is not longer than one window. The given- and trained-model checks' inputs.
+// when the corpus is not longer than one window. The given- and trained-model checks' inputs. first >= 0
+// (TheoryOptions::bos): each window is that id, then T - 1 tokens from its start.
 std::vector<std::vector<int32_t>> window_units(const std::vector<int32_t>& corpus, int units, int B, int T,
-                                               uint64_t seed, uint64_t stream);
+                                               uint64_t seed, uint64_t stream, int first = -1);
+// analyze_dynamics on the corpus (2 batches of 4 windows of seq_len, seed o.seed), each window starting
+// with o.bos when there is one.
+DynamicsReport dynamics_on(const Bench& b, Model<double>& m);
 std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c,
                                           ClaimModels::Norm norm = ClaimModels::Norm::LayerNormOnly);
 

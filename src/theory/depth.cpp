@@ -179,7 +179,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     auto deep_pre = b.given ? b.models->given()
                             : b.models->make(gpt_config(o, Placement::Pre, 1e-5, L), true, ClaimModels::Norm::Any);
     // the dynamics' batches follow the seed: on a given model the seeds are what varies (the input windows)
-    const DynamicsReport dpre = analyze_dynamics(*deep_pre, b.corpus, 2, 4, o.seq_len, uint64_t(o.seed));
+    const DynamicsReport dpre = dynamics_on(b, *deep_pre);
     auto collapse = [&](bool skips, bool mlp) {
       for (const auto& v : dpre.rank_collapse)
         if (v.skips == skips && v.mlp == mlp) return v;
@@ -248,7 +248,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
           for (size_t i = 0; i < p->numel; i++) m->params()[p->offset + i] *= a;
         }
       }
-      const DynamicsReport d = analyze_dynamics(*m, b.corpus, 2, 4, o.seq_len, uint64_t(o.seed));
+      const DynamicsReport d = dynamics_on(b, *m);
       std::vector<double> v;
       for (int l = 1; l < L; l++) v.push_back(std::log(std::max(1e-15, d.layers[size_t(l)].residual_rank)));
       v.push_back(std::log(std::max(1e-15, d.final_residual_rank)));
@@ -302,7 +302,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                    "004 lower layers larger gradients", "004 effective depth", "004 Thm 2 Pre-LN Lipschitz"}, [&] {
     need_depth();
     auto pre = b.models->make(pre_cfg, true, ClaimModels::Norm::Any);
-    const DynamicsReport dp = analyze_dynamics(*pre, b.corpus, 2, 4, o.seq_len, uint64_t(o.seed));
+    const DynamicsReport dp = dynamics_on(b, *pre);
     std::vector<double> l, grow, ratio;
     for (size_t i = 1; i < dp.layers.size(); i++) {
       l.push_back(double(i));
@@ -493,7 +493,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                                   std::exp(log_norm.front()), std::exp(log_norm.back()), g, std::pow(1 + g, 2.0 * L)),
                       {{"g", g}, {"log_norms", log_norm}}));
     if (post->config().has_logits()) {
-      const DynamicsReport dq = analyze_dynamics(*post, b.corpus, 2, 4, o.seq_len, uint64_t(o.seed));
+      const DynamicsReport dq = dynamics_on(b, *post);
       std::vector<double> layer, log_grad;
       for (size_t i = 1; i < dq.layers.size(); i++) layer.push_back(double(i)), log_grad.push_back(std::log(dq.layers[i].grad_norm));
       const double kappa = std::exp(-depth_slope(layer, log_grad));

@@ -78,7 +78,7 @@ void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
   const int T = std::min(64, c0.seq_len), B = std::max(1, kUnitTokens / T);
   const int repetitions = b.given ? o.seeds : o.trained_seeds;
   const int units = std::max(2, (kFakeDepthTokens + repetitions * B * T - 1) / (repetitions * B * T));
-  const std::vector<std::vector<int32_t>> windows = window_units(b.corpus, units, B, T, uint64_t(o.seed), 61);
+  const std::vector<std::vector<int32_t>> windows = window_units(b.corpus, units, B, T, uint64_t(o.seed), 61, o.bos);
   const std::string inputs = fmt::format("{} units of {} windows of {} tokens of the corpus picked by the {} ({} tokens "
                                          "in all over {} {}s)",
                                          units, B, T, b.given ? "window seed" : "seed", units * B * T * repetitions,

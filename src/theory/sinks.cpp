@@ -199,7 +199,7 @@ void sink_checks(const Bench& b, std::vector<Measurement>& out) {
   }
   const ModelConfig& c0 = subjects.front().model->config();
   const int T = std::min(64, c0.seq_len), B = std::max(1, kSinkUnitTokens / T);
-  const std::vector<std::vector<int32_t>> units = window_units(b.corpus, kSinkUnits, B, T, uint64_t(o.seed), 67);
+  const std::vector<std::vector<int32_t>> units = window_units(b.corpus, kSinkUnits, B, T, uint64_t(o.seed), 67, o.bos);
   const std::string inputs = fmt::format("{} units of {} windows of {} tokens of the corpus per {}", kSinkUnits, B, T,
                                          b.given ? "window seed" : "seed");
   std::vector<std::vector<SinkReading>> readings(subjects.size());

@@ -58,7 +58,7 @@ void gain_growth_check(const Bench& b, std::vector<Measurement>& out) {
     mhc.hyper = HyperMix::Mhc;
     const std::unique_ptr<Model<double>> m_hc = b.models->make(hc, true), m_mhc = b.models->make(mhc, true);
     const int T = o.seq_len, B = std::max(1, kGainUnitTokens / T);
-    const std::vector<std::vector<int32_t>> units = window_units(b.corpus, kGainUnits, B, T, uint64_t(o.seed), 73);
+    const std::vector<std::vector<int32_t>> units = window_units(b.corpus, kGainUnits, B, T, uint64_t(o.seed), 73, o.bos);
     if (units.empty()) throw Error("theory: the corpus is shorter than one window");
     std::vector<double> excess, g_hc, g_mhc;
     for (const std::vector<int32_t>& ids : units) {
@@ -124,7 +124,7 @@ void output_growth_check(const Bench& b, std::vector<Measurement>& out) {
     attn.hyper_streams = attn.attn_res_streams();
     const std::unique_ptr<Model<double>> m_pre = b.models->make(pre, true), m_attn = b.models->make(attn, true);
     const int T = o.seq_len, B = std::max(1, kGainUnitTokens / T);
-    const std::vector<std::vector<int32_t>> units = window_units(b.corpus, kGainUnits, B, T, uint64_t(o.seed), 79);
+    const std::vector<std::vector<int32_t>> units = window_units(b.corpus, kGainUnits, B, T, uint64_t(o.seed), 79, o.bos);
     if (units.empty()) throw Error("theory: the corpus is shorter than one window");
     std::vector<double> excess, s_pre, s_attn;
     for (const std::vector<int32_t>& ids : units) {

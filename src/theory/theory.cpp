@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "theory/checks.h"
+#include "analysis/dynamics.h"
 #include "io/parallel.h"
 #include "io/tokenizer.h"
 #include "model/decode.h"
@@ -41,19 +42,31 @@ ModelConfig gpt_config(const TheoryOptions& o, Placement p, double eps, int laye
 }
 
 std::vector<std::vector<int32_t>> window_units(const std::vector<int32_t>& corpus, int units, int B, int T,
-                                               uint64_t seed, uint64_t stream) {
+                                               uint64_t seed, uint64_t stream, int first) {
   std::vector<std::vector<int32_t>> out;
   if (corpus.size() <= size_t(T)) return out;
   Rng rng(seed, stream);
+  const long lead = first >= 0 ? 1 : 0;
   for (int u = 0; u < units; u++) {
     std::vector<int32_t> ids;
     for (int w = 0; w < B; w++) {
       const size_t start = size_t(rng.uniform() * double(corpus.size() - size_t(T)));
-      ids.insert(ids.end(), corpus.begin() + long(start), corpus.begin() + long(start) + T);
+      if (lead) ids.push_back(first);
+      ids.insert(ids.end(), corpus.begin() + long(start), corpus.begin() + long(start) + T - lead);
     }
     out.push_back(std::move(ids));
   }
   return out;
+}
+
+DynamicsReport dynamics_on(const Bench& b, Model<double>& m) {
+  const TheoryOptions& o = b.opt;
+  if (o.bos < 0) return analyze_dynamics(m, b.corpus, 2, 4, o.seq_len, uint64_t(o.seed));
+  Rng rng(uint64_t(o.seed), 3);  // analyze_dynamics's windows, each after the first token
+  std::vector<Batch> batches;
+  for (int k = 0; k < 2; k++)
+    batches.push_back(with_first_token(sample_batch(b.corpus, m.config().arch, 4, o.seq_len, rng), o.bos));
+  return analyze_dynamics(m, batches);
 }
 
 std::string weights(const Bench& b, const std::string& init) { return b.given ? "the checkpoint's weights" : init; }
@@ -177,6 +190,10 @@ std::vector<Measurement> measure_seed(const TheoryOptions& o, const Corpus& corp
   detail::Bench b{o, corpus.val, {}, &models, o.train_steps == 0, o.model != nullptr, &pairs, pairs_name};
   Rng rng(uint64_t(o.seed), 9);
   b.ids = sample_batch(b.corpus, Arch::Gpt, 1, o.seq_len, rng).ids;
+  if (o.bos >= 0) {  // a given model's run's first token, then seq_len - 1 of the window
+    b.ids.pop_back();
+    b.ids.insert(b.ids.begin(), o.bos);
+  }
   const bool encoder = o.model && !o.model->config.causal();
   if (!corpus.bytes() || encoder)
     b.lm = fmt::format("{} over {}", encoder ? "an encoder" : "LM",
@@ -439,6 +456,7 @@ TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const
     opts.val_fraction = data->val_fraction;
     opts.test_fraction = data->test_fraction;
   }
+  if (source.run_data) opts.bos = source.run_data->bos;  // its run's first token starts every window
   const ModelConfig& c = model->config;
   opts.d_model = c.d_model;
   opts.n_heads = c.n_heads;

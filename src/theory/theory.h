@@ -84,6 +84,7 @@ struct TheoryOptions {
   long corpus_max_bytes = 0;    // > 0: only the corpus's first bytes (whole lines), as its run read them
   double val_fraction = 0.1;    // the corpus's last fraction is the validation split (a run's data.val_fraction)
   double test_fraction = 0;     // ... before its test split (a run's data.test_fraction)
+  int bos = -1;                 // >= 0: every window starts with this id (a given model's run's data.bos)
   std::shared_ptr<const TheoryModel> model;  // set: measure this model only (seeds pick the input windows)
 };
 
