@@ -57,24 +57,29 @@ void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
   if (b.fresh && !b.given) return;  // a fresh model has no function to test
   const TheoryOptions& o = b.opt;
   if (!b.given && o.deep_layers < 5) return;  // no interior trend to read (the tests' small tables)
+  // a given model may be large: it is read in float32, as it is (its own parameters, no gradients: errors
+  // ~1e-5 nats against costs of 1e-3 and more); a trained model in float64
   struct Subject {
     std::string who;
     std::unique_ptr<Model<double>> model;
+    std::unique_ptr<Model<float>> narrow;
+    const ModelConfig& config() const { return model ? model->config() : narrow->config(); }
   };
   std::vector<Subject> subjects;
   if (b.given) {
-    subjects.push_back({"the checkpoint", b.models->given()});
+    subjects.push_back({"the checkpoint", nullptr,
+                        model_with_params<float>(o.model->config, o.model->params, /*forward_only=*/true)});
   } else {
     for (Placement p : {Placement::Pre, Placement::Post}) {
       // trained from GPT-2's init, as the trained depth claims (depth.cpp: from Xavier's a 24-layer Post-LN
       // does not learn)
       const ModelConfig c = gpt_config(o, p, 1e-5, o.deep_layers);
       subjects.push_back({fmt::format("the trained {}-layer {} model (from GPT-2 init)", o.deep_layers, to_string(p)),
-                          b.models->make(c, true)});
+                          b.models->make(c, true), nullptr});
     }
   }
   // the units of windows, the same for every subject (paired), picked by the seed
-  const ModelConfig& c0 = subjects.front().model->config();
+  const ModelConfig& c0 = subjects.front().config();
   const int T = std::min(64, c0.seq_len), B = std::max(1, kUnitTokens / T);
   const int repetitions = b.given ? o.seeds : o.trained_seeds;
   const int units = std::max(2, (kFakeDepthTokens + repetitions * B * T - 1) / (repetitions * B * T));
@@ -86,8 +91,7 @@ void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
   std::vector<Profile> profiles(subjects.size());
   const std::vector<std::string> names = {"004 fake depth: angular distance", "004 fake depth: layer removal"};
   for (size_t k = 0; k < subjects.size(); k++) {
-    Model<double>& m = *subjects[k].model;
-    const ModelConfig& c = m.config();
+    const ModelConfig& c = subjects[k].config();
     const Placement p = c.placement_of(0);
     bool uniform = true;
     for (int l = 0; l < c.total_layers(); l++) uniform &= c.placement_of(l) == p;
@@ -102,13 +106,8 @@ void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
         throw NotApplicable(fmt::format("a trend over the interior layers needs at least 3 of them (5 layers); this "
                                         "model has {}", c.n_layers));
       if (windows.empty()) throw NotApplicable("the corpus is shorter than one window");
-      if (b.given) {  // a given model may be large: its readings in float32 (errors ~1e-5 nats against costs of 1e-3+)
-        Model<float> mf(c);
-        std::transform(m.params().begin(), m.params().end(), mf.params().begin(), [](double v) { return float(v); });
-        profiles[k] = profile_of(mf, windows, B);
-      } else {
-        profiles[k] = profile_of(m, windows, B);
-      }
+      profiles[k] = subjects[k].narrow ? profile_of(*subjects[k].narrow, windows, B)
+                                       : profile_of(*subjects[k].model, windows, B);
       const Profile& pr = profiles[k];
       const bool pre = p == Placement::Pre;
       const std::string setting = fmt::format("{} ({}, {} layers, {}), {}; the trend over the interior layers 1 .. {} "
