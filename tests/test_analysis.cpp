@@ -18,6 +18,7 @@
 #include "analysis/jacobian.h"
 #include "analysis/linalg.h"
 #include "analysis/updates.h"
+#include "train/step.h"
 #include "model/norm_of.h"
 
 #include <map>
@@ -440,6 +441,36 @@ TEST(Updates, RatiosMatchAHandComputedAdamStepAndLeaveTheModelAlone) {
   }
   EXPECT_GT(r.output_change[0], 0.0);
   EXPECT_GT(r.stream_change[0], 0.0);
+}
+
+// A run's first token (data.bos) starts the windows of the update steps and of the dynamics as it started
+// its training's: the first step's loss is a float copy's loss on with_first_token of the steps' own draw
+// (Rng(seed, 4)), and the dynamics equal those on the batches built by hand (Rng(seed, 3)).
+TEST(Updates, AndDynamicsStartEveryWindowWithTheRunsFirstToken) {
+  ModelConfig c = small(Placement::Pre, NormKind::LayerNorm, 1e-5);
+  Model<double> m(c);
+  std::vector<int32_t> bytes(300);
+  for (size_t i = 0; i < bytes.size(); i++) bytes[i] = uint8_t('a' + i % 13);
+  const int32_t first = 'z';  // (not in the corpus)
+  const UpdateReport with = analyze_updates(m, bytes, 1, 2, 5, 1e-3, 1, first);
+  const UpdateReport without = analyze_updates(m, bytes, 1, 2, 5, 1e-3, 1);
+  Rng rng(1, 4);
+  const Batch hand = with_first_token(sample_batch(bytes, Arch::Gpt, 2, 5, rng), first);
+  const auto copy = model_with_params<float>(c, m.params());
+  EXPECT_EQ(with.loss[0], batch_gradients(*copy, hand).loss);
+  EXPECT_NE(with.loss[0], without.loss[0]);
+
+  const DynamicsReport d = analyze_dynamics(m, bytes, 2, 2, 5, 3, first);
+  Rng drng(3, 3);
+  std::vector<Batch> batches;
+  for (int k = 0; k < 2; k++) batches.push_back(with_first_token(sample_batch(bytes, Arch::Gpt, 2, 5, drng), first));
+  const DynamicsReport e = analyze_dynamics(m, batches);
+  ASSERT_EQ(d.layers.size(), e.layers.size());
+  for (size_t l = 0; l < d.layers.size(); l++) {
+    EXPECT_EQ(d.layers[l].stream_rms, e.layers[l].stream_rms);
+    EXPECT_EQ(d.layers[l].grad_norm, e.layers[l].grad_norm);
+  }
+  EXPECT_NE(d.layers[1].stream_rms, analyze_dynamics(m, bytes, 2, 2, 5, 3).layers[1].stream_rms);
 }
 
 // analyze sinks on a model made to have a massive activation: one embedding entry of the token that

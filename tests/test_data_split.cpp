@@ -199,6 +199,21 @@ TEST(TestSplit, AFirstTokenStartsEveryWindowAndEveryIdIsStillPredictedOnce) {
   EXPECT_EQ(f.labels, (std::vector<int32_t>{10, 11, 12, 13, 20, 21, 22, 23}));
 }
 
+TEST(TestSplit, AWindowOfIdsIsWithFirstTokensRowAndStaysInsideItsIds) {
+  const std::vector<int32_t> ids = {10, 11, 12, 13, 14, 15};
+  EXPECT_EQ(window_ids(ids, 1, 4), (std::vector<int32_t>{11, 12, 13, 14}));
+  EXPECT_EQ(window_ids(ids, 1, 4, 300), (std::vector<int32_t>{300, 11, 12, 13}));
+  Batch b;
+  b.B = 1, b.T = 4;
+  b.ids = window_ids(ids, 1, 4);
+  b.labels = {12, 13, 14, 15};
+  EXPECT_EQ(with_first_token(b, 300).ids, window_ids(ids, 1, 4, 300));
+  EXPECT_EQ(window_ids(ids, 2, 4), (std::vector<int32_t>{12, 13, 14, 15}));
+  EXPECT_EQ(window_ids(ids, 3, 4, 300), (std::vector<int32_t>{300, 13, 14, 15}));  // (T - 1 of the ids)
+  expect_error_contains([&] { window_ids(ids, 3, 4); }, "past their end");
+  expect_error_contains([&] { window_ids(ids, 7, 1, 300); }, "past their end");
+}
+
 TEST(TestSplit, ARunWithAFirstTokenScoresTheTestSplitWithIt) {
   const fs::path dir = temp_dir("split_bos");
   const fs::path path = write_corpus(dir, 20000);

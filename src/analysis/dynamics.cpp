@@ -82,10 +82,13 @@ void read_streams(const Model<S>& model, std::vector<LayerDynamics>& layers, std
 
 template <typename S>
 DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<int32_t>& bytes, int batches, int B, int T,
-                                uint64_t seed) {
+                                uint64_t seed, int32_t first) {
   Rng rng(seed, 3);
   std::vector<Batch> sampled;
-  for (int k = 0; k < batches; k++) sampled.push_back(sample_batch(bytes, model.config().arch, B, T, rng));
+  for (int k = 0; k < batches; k++) {
+    Batch b = sample_batch(bytes, model.config().arch, B, T, rng);
+    sampled.push_back(first >= 0 ? with_first_token(std::move(b), first) : std::move(b));
+  }
   return analyze_dynamics(model, sampled);
 }
 
@@ -238,8 +241,8 @@ DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& given
   return rep;
 }
 
-template DynamicsReport analyze_dynamics(Model<float>&, const std::vector<int32_t>&, int, int, int, uint64_t);
-template DynamicsReport analyze_dynamics(Model<double>&, const std::vector<int32_t>&, int, int, int, uint64_t);
+template DynamicsReport analyze_dynamics(Model<float>&, const std::vector<int32_t>&, int, int, int, uint64_t, int32_t);
+template DynamicsReport analyze_dynamics(Model<double>&, const std::vector<int32_t>&, int, int, int, uint64_t, int32_t);
 template DynamicsReport analyze_dynamics(Model<float>&, const std::vector<Batch>&);
 template DynamicsReport analyze_dynamics(Model<double>&, const std::vector<Batch>&);
 

@@ -90,13 +90,14 @@ struct DynamicsReport {
   double res_floor = 0;
 };
 
-// Runs forward and backward on `batches` batches sampled from bytes (gradients are accumulated in
+// Runs forward and backward on `batches` batches sampled from bytes (each row starting with `first` when
+// it is >= 0: with_first_token, a run's data.bos) (gradients are accumulated in
 // the model's grads, which are zeroed first and left holding the last batch's gradients). S is the
 // model's precision, double or float (a big model's own float32 parameters, no second copy); every
 // reading is summed in double either way.
 template <typename S>
 DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<int32_t>& bytes, int batches, int B, int T,
-                                uint64_t seed);
+                                uint64_t seed, int32_t first = -1);
 // The same on given batches (e.g. a token file's), each with its labels.
 template <typename S>
 DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& batches);

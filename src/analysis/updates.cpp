@@ -12,21 +12,25 @@
 namespace normlab::analysis {
 
 UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32_t>& bytes, int steps,
-                             int B, int T, double lr, uint64_t seed) {
+                             int B, int T, double lr, uint64_t seed, int32_t first) {
   refuse_second_stream(model.config(), "analyze updates");
   const std::unique_ptr<Model<float>> trained = model_with_params<float>(model.config(), model.params());  // no random init first
-  return analyze_updates_in_place(*trained, bytes, steps, B, T, lr, seed);
+  return analyze_updates_in_place(*trained, bytes, steps, B, T, lr, seed, first);
 }
 
 UpdateReport analyze_updates_in_place(Model<float>& m, const std::vector<int32_t>& bytes, int steps, int B, int T,
-                                      double lr, uint64_t seed) {
+                                      double lr, uint64_t seed, int32_t first) {
   // (a two-stream model, ResiDual, is refused by name; with hyper-connections the last block's output is the
   // sum of the streams, what the final norm reads)
   refuse_second_stream(m.config(), "analyze updates");
   const ModelConfig& cfg = m.config();
   AdamW opt(m.table(), AdamWConfig{}, adam_scaling(m.table(), m.config()));
   Rng rng(seed, 4), eval_rng(seed, 5);
-  const Batch eval = sample_batch(bytes, cfg.arch, B, T, eval_rng);
+  auto draw = [&](Rng& r) {
+    Batch b = sample_batch(bytes, cfg.arch, B, T, r);
+    return first >= 0 ? with_first_token(std::move(b), first) : b;
+  };
+  const Batch eval = draw(eval_rng);
   const size_t nlogits = size_t(B) * T * cfg.vocab_size();
   m.forward(eval.ids.data(), eval.labels.data(), B, T);
   const std::vector<float> logits0(m.logits(), m.logits() + nlogits);
@@ -48,7 +52,7 @@ UpdateReport analyze_updates_in_place(Model<float>& m, const std::vector<int32_t
   r.lr = lr;
   std::vector<float> before;  // (one buffer for every step: a fresh copy of the model per step costs its page faults)
   for (int s = 1; s <= steps; s++) {
-    const Batch batch = sample_batch(bytes, cfg.arch, B, T, rng);
+    const Batch batch = draw(rng);
     r.loss.push_back(batch_gradients(m, batch).loss);
     before.assign(m.params().begin(), m.params().end());
     apply_update(m, opt, lr, s, 1.0);  // (no clipping)

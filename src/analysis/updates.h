@@ -20,12 +20,13 @@ struct UpdateReport {
   std::vector<double> loss;                      // [step], before the update
 };
 
-// Trains a float copy of `model` (constant lr, AdamW defaults, no clipping); `model` is unchanged.
+// Trains a float copy of `model` (constant lr, AdamW defaults, no clipping); `model` is unchanged. Every
+// window starts with `first` when it is >= 0 (with_first_token: the run's data.bos), as its training's did.
 UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32_t>& bytes, int steps,
-                             int B, int T, double lr, uint64_t seed);
+                             int B, int T, double lr, uint64_t seed, int32_t first = -1);
 // The same steps on `model` itself (a big model's readings without a copy): it is left trained.
 UpdateReport analyze_updates_in_place(Model<float>& model, const std::vector<int32_t>& bytes, int steps, int B,
-                                      int T, double lr, uint64_t seed);
+                                      int T, double lr, uint64_t seed, int32_t first = -1);
 
 nlohmann::json to_json(const UpdateReport& report);
 void print_report(const UpdateReport& report);

@@ -248,11 +248,7 @@ Input input_ids(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
   }
   const Corpus corpus = analyze_corpus(cmd, cfg, T);
   const size_t start = rng.below(corpus.val.size() - size_t(T));  // sample_batch's window, B = 1
-  Input in{{corpus.val.begin() + ptrdiff_t(start), corpus.val.begin() + ptrdiff_t(start) + T}, ""};
-  if (cmd.bos >= 0) {  // the run's first token, then T - 1 of the corpus (with_first_token)
-    in.ids.pop_back();
-    in.ids.insert(in.ids.begin(), cmd.bos);
-  }
+  Input in{window_ids(corpus.val, start, T, cmd.bos), ""};  // (after the run's first token, data.bos)
   check_ids_fit(in.ids, cfg, corpus.description());
   in.description = fmt::format("{} {}s of {}, validation split, offset {} (of {}){}", T, corpus.unit(),
                                corpus.description(), start, corpus.val.size(),
@@ -451,15 +447,20 @@ int run_dynamics(const AnalyzeCommand& cmd, Model<S>& model, const std::string& 
                "({}) is not byte-level: give --corpus FILE (with --tokenizer) to train them\n", cfg.vocab_size());
   } else if (cmd.update_steps > 0) {
     const std::string on = fmt::format("{} AdamW steps (lr {:g}) on batches of {} windows of {} {}s of {}, training "
-                                       "split (seed 12)",
+                                       "split (seed 12){}",
                                        cmd.update_steps, cmd.update_lr, cmd.batch_size, T, corpus->unit(),
-                                       corpus->description());
+                                       corpus->description(),
+                                       cmd.bos >= 0 ? fmt::format(", each starting with id {} as the run's did (data.bos)",
+                                                                  cmd.bos)
+                                                    : "");
     fmt::print("update steps: {}\n", on);
     analysis::UpdateReport up;
     if constexpr (std::is_same_v<S, float>)  // (the last reading: the model itself is trained, no copy)
-      up = analysis::analyze_updates_in_place(model, corpus->train, cmd.update_steps, cmd.batch_size, T, cmd.update_lr, 12);
+      up = analysis::analyze_updates_in_place(model, corpus->train, cmd.update_steps, cmd.batch_size, T,
+                                              cmd.update_lr, 12, cmd.bos);
     else
-      up = analysis::analyze_updates(model, corpus->train, cmd.update_steps, cmd.batch_size, T, cmd.update_lr, 12);
+      up = analysis::analyze_updates(model, corpus->train, cmd.update_steps, cmd.batch_size, T, cmd.update_lr, 12,
+                                     cmd.bos);
     analysis::print_report(up);
     results["updates"] = analysis::to_json(up);
     results["updates"]["input"] = on;

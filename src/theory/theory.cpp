@@ -46,13 +46,12 @@ std::vector<std::vector<int32_t>> window_units(const std::vector<int32_t>& corpu
   std::vector<std::vector<int32_t>> out;
   if (corpus.size() <= size_t(T)) return out;
   Rng rng(seed, stream);
-  const long lead = first >= 0 ? 1 : 0;
   for (int u = 0; u < units; u++) {
     std::vector<int32_t> ids;
     for (int w = 0; w < B; w++) {
-      const size_t start = size_t(rng.uniform() * double(corpus.size() - size_t(T)));
-      if (lead) ids.push_back(first);
-      ids.insert(ids.end(), corpus.begin() + long(start), corpus.begin() + long(start) + T - lead);
+      const std::vector<int32_t> window =
+          window_ids(corpus, size_t(rng.uniform() * double(corpus.size() - size_t(T))), T, first);
+      ids.insert(ids.end(), window.begin(), window.end());
     }
     out.push_back(std::move(ids));
   }
@@ -61,12 +60,7 @@ std::vector<std::vector<int32_t>> window_units(const std::vector<int32_t>& corpu
 
 DynamicsReport dynamics_on(const Bench& b, Model<double>& m) {
   const TheoryOptions& o = b.opt;
-  if (o.bos < 0) return analyze_dynamics(m, b.corpus, 2, 4, o.seq_len, uint64_t(o.seed));
-  Rng rng(uint64_t(o.seed), 3);  // analyze_dynamics's windows, each after the first token
-  std::vector<Batch> batches;
-  for (int k = 0; k < 2; k++)
-    batches.push_back(with_first_token(sample_batch(b.corpus, m.config().arch, 4, o.seq_len, rng), o.bos));
-  return analyze_dynamics(m, batches);
+  return analyze_dynamics(m, b.corpus, 2, 4, o.seq_len, uint64_t(o.seed), o.bos);
 }
 
 std::string weights(const Bench& b, const std::string& init) { return b.given ? "the checkpoint's weights" : init; }
@@ -189,11 +183,8 @@ std::vector<Measurement> measure_seed(const TheoryOptions& o, const Corpus& corp
   detail::ClaimModels models(o, corpus.train, corpus.val);
   detail::Bench b{o, corpus.val, {}, &models, o.train_steps == 0, o.model != nullptr, &pairs, pairs_name};
   Rng rng(uint64_t(o.seed), 9);
-  b.ids = sample_batch(b.corpus, Arch::Gpt, 1, o.seq_len, rng).ids;
-  if (o.bos >= 0) {  // a given model's run's first token, then seq_len - 1 of the window
-    b.ids.pop_back();
-    b.ids.insert(b.ids.begin(), o.bos);
-  }
+  Batch window = sample_batch(b.corpus, Arch::Gpt, 1, o.seq_len, rng);
+  b.ids = (o.bos >= 0 ? with_first_token(std::move(window), o.bos) : window).ids;  // (a given model's run's first token)
   const bool encoder = o.model && !o.model->config.causal();
   if (!corpus.bytes() || encoder)
     b.lm = fmt::format("{} over {}", encoder ? "an encoder" : "LM",

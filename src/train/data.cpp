@@ -330,6 +330,17 @@ Batch with_first_token(Batch batch, int32_t first) {
   return batch;
 }
 
+std::vector<int32_t> window_ids(const std::vector<int32_t>& ids, size_t start, int T, int32_t first) {
+  const size_t lead = first >= 0 ? 1 : 0, n = size_t(T) - std::min(size_t(T), lead);
+  if (T < 1 || start > ids.size() || ids.size() - start < n)
+    throw Error(fmt::format("a window of {} ids at {} of {} ids: past their end", T, start, ids.size()));
+  std::vector<int32_t> out;
+  out.reserve(size_t(T));
+  if (lead) out.push_back(first);
+  out.insert(out.end(), ids.begin() + ptrdiff_t(start), ids.begin() + ptrdiff_t(start + n));
+  return out;
+}
+
 size_t window_count(const std::vector<int32_t>& ids, Arch arch, int T) {
   const size_t need = arch == Arch::Gpt ? size_t(T) + 1 : size_t(T);
   return ids.size() < need ? 0 : (ids.size() - need) / size_t(T) + 1;

@@ -115,6 +115,10 @@ Batch sample_batch(const std::vector<int32_t>& ids, Arch arch, int B, int T, Rng
 // What `data.bos` gives every window of a run: one token that starts every sequence, as a dedicated
 // sink token does (StreamingLLM, Xiao et al. 2024) and a document's BOS does in pretraining.
 Batch with_first_token(Batch batch, int32_t first);
+// The T ids a window at `start` of `ids` gives the model: ids[start, start + T), or, with a first token
+// (first >= 0), that id, then ids[start, start + T - 1): with_first_token's rows, for one window of
+// ids with no labels (the instruments' inputs). The window must lie inside `ids`.
+std::vector<int32_t> window_ids(const std::vector<int32_t>& ids, size_t start, int T, int32_t first = -1);
 
 // A split read once from end to end, as a test split is scored: its consecutive windows (starting at
 // 0, T, 2T, ...; a GPT's need T + 1 ids), `first` to first + n - 1 of them, as one batch; an
