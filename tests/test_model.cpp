@@ -791,3 +791,45 @@ TEST(ModelForwardOnly, SameForwardNoGradientsBackwardRefused) {
     EXPECT_NO_THROW(full.backward());
   }
 }
+
+// A forward-only model given its gradients afterwards (enable_gradients: an instrument that opens a big
+// model without them) computes the gradients of a model built with them, bit for bit, for every
+// architecture and for the heads, tied and untied outputs and the Attention Residuals' final read that
+// own gradient views of their own.
+TEST(ModelForwardOnly, GradientsEnabledLaterAreTheGradientsOfAModelBuiltWithThem) {
+  std::vector<ModelConfig> configs;
+  for (Arch arch : {Arch::Gpt, Arch::Encoder, Arch::EncDec}) configs.push_back(tiny(arch, {Placement::Pre}, NormKind::LayerNorm));
+  ModelConfig untied = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  untied.head = Head::Untied;
+  configs.push_back(untied);
+  ModelConfig attn_res = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  attn_res.hyper = HyperMix::AttnRes;
+  attn_res.attn_res_block = 2;
+  attn_res.hyper_streams = attn_res.attn_res_streams();
+  configs.push_back(attn_res);
+  for (const ModelConfig& c : configs) {
+    SCOPED_TRACE(model_config_to_json(c).dump());
+    Model<double> full(c);
+    Model<double> later(c, Model<double>::Unset{}, Model<double>::ForwardOnly{});
+    std::copy(full.params().begin(), full.params().end(), later.params().begin());
+    later.enable_gradients();
+    EXPECT_FALSE(later.forward_only());
+    ASSERT_EQ(later.grads().size(), full.grads().size());
+    const Tokens tok = tokens_for(c, 2, 5, 9);
+    std::vector<int32_t> src(tok.ids);
+    const Source s = c.encdec() ? Source{src.data(), 5, nullptr} : Source{};
+    for (Model<double>* m : {&full, &later}) {
+      m->zero_grad();
+      m->forward(tok.ids.data(), tok.labels.data(), 2, 5, nullptr, nullptr, s);
+      m->backward();
+    }
+    EXPECT_EQ(later.grads(), full.grads());
+    double norm = 0;
+    for (double g : later.grads()) norm += g * g;
+    EXPECT_GT(norm, 0);
+  }
+  Model<double> m(configs[0]);
+  m.set_eps(0.5);
+  EXPECT_EQ(m.config().eps, 0.5);
+  EXPECT_THROW(m.set_eps(-1), Error);
+}

@@ -57,47 +57,34 @@ Model<S>::Model(ModelConfig cfg, Unset, bool with_grads) : cfg_(std::move(cfg)),
                  fmt::format("a model of {} parameters in {}{}", table_.total, sizeof(S) == 8 ? "double" : "float",
                              with_grads ? " with their gradients" : ""));
   params_.assign(table_.total, S(0));
-  if (with_grads) grads_.assign(table_.total, S(0));
-  S* const gbase = with_grads ? grads_.data() : nullptr;  // forward only: every gradient view below is null
   for (int i = 0; i < cfg_.n_slots(); i++) {
     slots_.push_back(cfg_.slot(i));
     qk_.push_back(slots_.back().kind == Sublayer::Attn ? qk_norm_layout(cfg_, slots_.back().layer) : QkNormLayout{});
     p_.push_back(sublayer_params(table_, cfg_, params_.data(), i));
-    dp_.push_back(gbase ? sublayer_params(table_, cfg_, gbase, i) : SublayerParams<S>{});
+    dp_.push_back(SublayerParams<S>{});  // (forward only: every gradient view stays null)
     stages_.emplace_back();
     for (const StageFns<S>& stage : stage_kinds<S>())
       if (stage.present(cfg_, slots_.back())) stages_.back().push_back(&stage);
   }
-  auto norm_view = [&](S* base, const char* prefix) { return base ? norm_params(table_, base, prefix) : NormParams<S>{}; };
+  auto norm_view = [&](const char* prefix) { return norm_params(table_, params_.data(), prefix); };
   if (cfg_.hyper == HyperMix::AttnRes) {  // the final read over all n streams, writing none
     out_hc_ = hyper_params(table_, params_.data(), kAttnResOutPrefix);
-    if (gbase) dout_hc_ = hyper_params(table_, gbase, kAttnResOutPrefix);
     out_hc_.sources = out_hc_.target = cfg_.hyper_streams;
   }
-  lnf_ = norm_view(params_.data(), "ln_f");
-  dlnf_ = norm_view(gbase, "ln_f");
-  enc_lnf_ = norm_view(params_.data(), "enc.ln_f");
-  denc_lnf_ = norm_view(gbase, "enc.ln_f");
-  lnemb_ = norm_view(params_.data(), "ln_emb");
-  dlnemb_ = norm_view(gbase, "ln_emb");
-  hln_ = norm_view(params_.data(), "head.ln");
-  dhln_ = norm_view(gbase, "head.ln");
-  auto at = [&](std::vector<S>& base, const char* name) -> S* {
+  lnf_ = norm_view("ln_f");
+  enc_lnf_ = norm_view("enc.ln_f");
+  lnemb_ = norm_view("ln_emb");
+  hln_ = norm_view("head.ln");
+  auto at = [&](const char* name) -> S* {
     const ParamSpec* p = table_.find(name);
-    return p && !base.empty() ? base.data() + p->offset : nullptr;
+    return p ? params_.data() + p->offset : nullptr;
   };
-  wtt_ = at(params_, "wtt.weight");
-  dwtt_ = at(grads_, "wtt.weight");
-  escale_ = at(params_, "embed_scale");
-  descale_ = at(grads_, "embed_scale");
-  sz_ = at(params_, "sz");
-  dsz_ = at(grads_, "sz");
-  hw_ = at(params_, "head.dense.weight");
-  hb_ = at(params_, "head.dense.bias");
-  hbias_ = at(params_, "head.bias");
-  dhw_ = at(grads_, "head.dense.weight");
-  dhb_ = at(grads_, "head.dense.bias");
-  dhbias_ = at(grads_, "head.bias");
+  wtt_ = at("wtt.weight");
+  escale_ = at("embed_scale");
+  sz_ = at("sz");
+  hw_ = at("head.dense.weight");
+  hb_ = at("head.dense.bias");
+  hbias_ = at("head.bias");
   if (const int R = cfg_.rope_dims()) {
     rope_cos_.assign(size_t(cfg_.seq_len) * (R / 2), S(0));
     rope_sin_.assign(rope_cos_.size(), S(0));
@@ -109,19 +96,61 @@ Model<S>::Model(ModelConfig cfg, Unset, bool with_grads) : cfg_(std::move(cfg)),
       rope_tables(rope_local_cos_.data(), rope_local_sin_.data(), cfg_.seq_len, R, cfg_.rope_local_base);
     }
   }
-  wte_ = at(params_, "wte.weight");
-  wpe_ = at(params_, "wpe.weight");
-  dwte_ = at(grads_, "wte.weight");
-  dwpe_ = at(grads_, "wpe.weight");
-  const bool untied = cfg_.head == Head::Untied;
-  out_w_ = untied ? at(params_, "lm_head.weight") : wte_;
-  dout_w_ = untied ? at(grads_, "lm_head.weight") : dwte_;
+  wte_ = at("wte.weight");
+  wpe_ = at("wpe.weight");
+  out_w_ = cfg_.head == Head::Untied ? at("lm_head.weight") : wte_;
   if (cfg_.encdec()) {
-    const bool own = !cfg_.shared_embeddings;
-    src_wte_ = own ? at(params_, "enc.wte.weight") : wte_;
-    dsrc_wte_ = own ? at(grads_, "enc.wte.weight") : dwte_;
-    src_wpe_ = at(params_, "enc.wpe.weight");
-    dsrc_wpe_ = at(grads_, "enc.wpe.weight");
+    src_wte_ = !cfg_.shared_embeddings ? at("enc.wte.weight") : wte_;
+    src_wpe_ = at("enc.wpe.weight");
+  }
+  if (with_grads) {
+    grads_.assign(table_.total, S(0));
+    bind_gradients();
+  }
+}
+
+template <class S>
+void Model<S>::enable_gradients() {
+  if (!forward_only_) return;
+  require_memory(double(table_.total) * sizeof(S),
+                 fmt::format("the gradients of a model of {} parameters in {}", table_.total,
+                             sizeof(S) == 8 ? "double" : "float"));
+  grads_.assign(table_.total, S(0));
+  forward_only_ = false;
+  bind_gradients();
+}
+
+template <class S>
+void Model<S>::set_eps(double eps) {
+  if (!(eps >= 0) || !std::isfinite(eps)) throw Error(fmt::format("model.eps = {} must be finite and >= 0", eps));
+  cfg_.eps = eps;
+}
+
+template <class S>
+void Model<S>::bind_gradients() {
+  S* const g = grads_.data();
+  for (int i = 0; i < cfg_.n_slots(); i++) dp_[size_t(i)] = sublayer_params(table_, cfg_, g, i);
+  if (cfg_.hyper == HyperMix::AttnRes) dout_hc_ = hyper_params(table_, g, kAttnResOutPrefix);
+  dlnf_ = norm_params(table_, g, "ln_f");
+  denc_lnf_ = norm_params(table_, g, "enc.ln_f");
+  dlnemb_ = norm_params(table_, g, "ln_emb");
+  dhln_ = norm_params(table_, g, "head.ln");
+  auto at = [&](const char* name) -> S* {
+    const ParamSpec* p = table_.find(name);
+    return p ? g + p->offset : nullptr;
+  };
+  dwtt_ = at("wtt.weight");
+  descale_ = at("embed_scale");
+  dsz_ = at("sz");
+  dhw_ = at("head.dense.weight");
+  dhb_ = at("head.dense.bias");
+  dhbias_ = at("head.bias");
+  dwte_ = at("wte.weight");
+  dwpe_ = at("wpe.weight");
+  dout_w_ = cfg_.head == Head::Untied ? at("lm_head.weight") : dwte_;
+  if (cfg_.encdec()) {
+    dsrc_wte_ = !cfg_.shared_embeddings ? at("enc.wte.weight") : dwte_;
+    dsrc_wpe_ = at("enc.wpe.weight");
   }
 }
 

@@ -77,6 +77,12 @@ class Model {
   struct ForwardOnly {};
   Model(ModelConfig cfg, Unset, ForwardOnly);
   bool forward_only() const { return forward_only_; }
+  // A forward-only model given its parameter gradients (zero) after all: an instrument that reads a big
+  // model opens it without them and adds them only when a reading needs a backward pass. No-op otherwise.
+  void enable_gradients();
+  // The norms' epsilon from now on (an instrument measuring a claim at the eps its source states, on
+  // the model's own weights); the config says it. Error unless finite and >= 0.
+  void set_eps(double eps);
 
   const ModelConfig& config() const { return cfg_; }
   // The token embedding's scale: the parameter embed_scale (model.embed_scale_learned) or model.embed_scale.
@@ -388,6 +394,7 @@ class Model {
   mutable std::vector<S> qk_scratch_;  // QK-norm's gathered parts, grown on demand
   std::vector<S> params_, grads_;
   bool forward_only_ = false;  // no grads_: every gradient pointer below is null
+  void bind_gradients();      // the gradient views into grads_ (the constructor, enable_gradients)
   Ablation ablation_;          // set_ablation
   StreamGradientReader stream_gradient_reader_;  // read_stream_gradients
   StreamGradientReader branch_gradient_reader_;  // read_branch_input_gradients
