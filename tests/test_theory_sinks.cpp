@@ -30,7 +30,8 @@ TEST(TheorySinks, MassiveActivationClaimFollowsSunEtAlsCriterion) {
     if (planted) m.params()[m.table().find("wte.weight")->offset + size_t('e') * 16 + 5] = 5000;
     TheoryOptions o;
     o.seeds = 2;
-    o.model = std::make_shared<TheoryModel>(TheoryModel{"planted", c, {m.params().begin(), m.params().end()}});
+    o.model = std::make_shared<TheoryModel>(
+        TheoryModel{"planted", c, model_with_params<float>(c, m.params(), /*forward_only=*/true)});
     std::vector<detail::Measurement> out;
     for (int seed = 0; seed < 2; seed++) {
       o.seed = 1337 + seed;
@@ -97,7 +98,8 @@ TEST(TheorySinks, NormGainSlopeIsMinusOneForEqualRmsNormGains) {
       m.params()[m.table().find("h.0.attn.ln_in.weight")->offset + 5] = 10;
     TheoryOptions o;
     o.seed = 1337;
-    o.model = std::make_shared<TheoryModel>(TheoryModel{"planted", c, {m.params().begin(), m.params().end()}});
+    o.model = std::make_shared<TheoryModel>(
+        TheoryModel{"planted", c, model_with_params<float>(c, m.params(), /*forward_only=*/true)});
     detail::ClaimModels src(o, corpus, corpus);
     detail::Bench b;
     b.opt = o, b.corpus = corpus, b.models = &src, b.fresh = false, b.given = true;

@@ -420,7 +420,8 @@ std::string theory_of(PyModel& m, int seeds, const std::string& corpus, const st
   auto given = std::make_shared<theory::TheoryModel>();
   given->name = m.path;
   given->config = m.model->config();
-  given->params.assign(m.model->params().begin(), m.model->params().end());
+  given->model = model_with_params<float>(given->config, m.model->params(), /*forward_only=*/true);  // (the module's
+                                                                   // model may change while the claims read it)
   py::gil_scoped_release release;
   o = theory::theory_options_for(given, m, o);
   return dump_json(theory::to_json(theory::run_theory_fresh_and_trained(o, 0)), 1);

@@ -71,11 +71,11 @@ int run_theory(TheoryCommand& cmd) {
     for (const char* o : {"--d-model", "--layers", "--deep-layers", "--trained-steps", "--trained-seeds", "--paper-width"})
       if (cmd.theory->count(o))
         throw Error(fmt::format("{} does not apply with --checkpoint: the model's own width and depth are measured", o));
-    const ModelSource source = open_model(cmd.checkpoint, {.forward_only = true});  // its parameters only
+    ModelSource source = open_model(cmd.checkpoint, {.forward_only = true});  // its parameters only
     auto given = std::make_shared<theory::TheoryModel>();
     given->name = cmd.checkpoint;
     given->config = source.model->config();
-    given->params.assign(source.model->params().begin(), source.model->params().end());
+    given->model = std::move(source.model);  // (held once: the claims widen it)
     const ModelConfig& c = given->config;
     opts = theory::theory_options_for(given, source, opts);
     fmt::print("model: checkpoint '{}': {} {}, {} layers, d = {}, {} heads, {} placement, {} init{}\n", cmd.checkpoint,

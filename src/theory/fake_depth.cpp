@@ -68,7 +68,7 @@ void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
   std::vector<Subject> subjects;
   if (b.given) {
     subjects.push_back({"the checkpoint", nullptr,
-                        model_with_params<float>(o.model->config, o.model->params, /*forward_only=*/true)});
+                        model_with_params<float>(o.model->config, o.model->params(), /*forward_only=*/true)});
   } else {
     for (Placement p : {Placement::Pre, Placement::Post}) {
       // trained from GPT-2's init, as the trained depth claims (depth.cpp: from Xavier's a 24-layer Post-LN

@@ -91,7 +91,7 @@ std::unique_ptr<Model<double>> ClaimModels::make(const ModelConfig& c, bool need
       throw NotApplicable("the claim needs gradients of a loss; this model has no head (head = none)");
     ModelConfig at = g;
     at.eps = c.eps;  // the claim's eps (e.g. 0 for 000's theorems), the model's weights
-    return model_with_params<double>(at, o_.model->params, /*forward_only=*/!gradients);
+    return model_with_params<double>(at, o_.model->params(), /*forward_only=*/!gradients);
   }
   if (o_.train_steps == 0) return std::make_unique<Model<double>>(c);
   Trained& t = trained(c);
@@ -149,7 +149,7 @@ void ClaimModels::used(const ModelConfig& c) {
 
 std::unique_ptr<Model<double>> ClaimModels::given() const {
   if (!o_.model) return nullptr;
-  return model_with_params<double>(o_.model->config, o_.model->params);
+  return model_with_params<double>(o_.model->config, o_.model->params());
 }
 
 namespace {

@@ -53,12 +53,14 @@ inline constexpr double kLearnedFraction = 0.9;
 // entropy down to what the same-size Pre-LN reaches under the same recipe (and 10% below the unigram).
 inline constexpr double kLearnedShareOfPre = 0.5;
 
-// A given model for `normlab theory --checkpoint`: its config and its float32 parameters, which each
-// claim widens into the float64 model it measures (held once in float32: 4 bytes a parameter).
+// A given model for `normlab theory --checkpoint`: its config and the float32 model it was opened as
+// (forward only, shared, never changed), whose parameters each claim widens into the float64 model it
+// measures (held once in float32: 4 bytes a parameter, no copy of the loaded model).
 struct TheoryModel {
   std::string name;  // for "checkpoint 'M'"
   ModelConfig config;
-  std::vector<float> params;
+  std::shared_ptr<const Model<float>> model;
+  const std::vector<float>& params() const { return model->params(); }
 };
 
 inline constexpr long kTheoryTrainedSteps = 3000;  // the default cap of `normlab theory` and of studies
