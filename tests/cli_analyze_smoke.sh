@@ -64,6 +64,19 @@ else
   fail=$((fail + 1))
   echo "FAIL: theory --checkpoint on a hyper-connected model"; tail -5 theory.txt
 fi
+# theory --checkpoint --precision float32: the model's own parameters, the float64-only claims skipped saying so;
+# --precision without --checkpoint refused
+"$NL" init "${tiny[@]}" --set model.n_layers=3 --out three.safetensors >/dev/null
+if timeout 300 "$NL" theory --checkpoint three.safetensors --seeds 1 --precision float32 >theory32.txt 2>&1 &&
+   grep -q "^precision: float32" theory32.txt &&
+   grep -q "000 Lemma 2.1, checkpoint.*SKIPPED: measured in float64 only" theory32.txt &&
+   grep -q "002 rank collapse, checkpoint 'three.safetensors' models\] effect" theory32.txt &&
+   ! "$NL" theory --precision float32 --seeds 1 >refused.txt 2>&1 && grep -q "applies with --checkpoint" refused.txt; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1))
+  echo "FAIL: theory --checkpoint --precision float32"; tail -5 theory32.txt refused.txt
+fi
 # attention-only models (model.mlp = false), with and without skips, per-layer mixes included
 for extra in "--set model.placement=pre" "--set model.placement=post" "--set model.residual=false" \
              "--set model.placement=[\"post\",\"sandwich\"]"; do

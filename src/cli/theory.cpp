@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <unistd.h>
 
 #include "model/model.h"
 #include "train/model_source.h"
@@ -29,6 +30,13 @@ void add_theory_command(CLI::App& app, TheoryCommand& cmd) {
                 "measure this model only (a checkpoint, a run directory or a Hugging Face directory): every claim "
                 "its architecture, norm, placement and depth can answer, over --seeds input windows; the others "
                 "are skipped with the reason");
+  t->add_option("--precision", cmd.precision,
+                "with --checkpoint: float64 (each claim group measures a float64 copy: 8 or 16 bytes a parameter, "
+                "two groups at a time), float32 (the claims read the model's own float32 parameters, opened with "
+                "their gradients: 8 bytes a parameter in all, one group at a time; the claims checked to rounding "
+                "through Jacobians are skipped, saying so) or auto (default: float64 when two float64 copies with "
+                "gradients take at most half of this machine's memory)")
+      ->check(CLI::IsMember({"auto", "float64", "float32"}));
   t->add_option("--corpus", o.corpus,
                 "inputs of the byte-LM claims (and the data of the trained models): a text file (its bytes) or a "
                 "token stream (.safetensors input_ids, .bin uint16); default the built-in corpus data/kjv.txt");
@@ -60,6 +68,25 @@ void add_theory_command(CLI::App& app, TheoryCommand& cmd) {
       "claim name is a row of docs/THEORY.md, which gives the rules and why.");
 }
 
+namespace {
+
+// --precision: whether a given model's claims read its own float32 parameters; auto does when two
+// float64 copies with gradients (16 bytes a parameter each: two claim groups run at a time) would pass
+// half of this machine's memory. Prints the choice.
+bool read_in_float32(const std::string& precision, size_t n_params) {
+  const auto memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const double copies = 2 * 16.0 * double(n_params);
+  const bool float32 = precision == "float32" || (precision == "auto" && copies > memory / 2);
+  fmt::print("precision: {}{}\n", float32 ? "float32" : "float64",
+             precision != "auto" ? ""
+                                 : fmt::format(" (auto: two float64 copies with gradients need {:.1f} GB, {} half of "
+                                               "this machine's {:.1f} GB)",
+                                               copies / 1e9, copies > memory / 2 ? "over" : "within", memory / 1e9));
+  return float32;
+}
+
+}  // namespace
+
 int run_theory(TheoryCommand& cmd) {
   theory::TheoryOptions& opts = cmd.opts;
   if (!cmd.json_out.empty() && !cmd.force && std::filesystem::exists(cmd.json_out))
@@ -75,7 +102,9 @@ int run_theory(TheoryCommand& cmd) {
     auto given = std::make_shared<theory::TheoryModel>();
     given->name = cmd.checkpoint;
     given->config = source.model->config();
-    given->model = std::move(source.model);  // (held once: the claims widen it)
+    given->model = std::move(source.model);  // (held once: the claims widen it, or read it in float32)
+    opts.float32 = read_in_float32(cmd.precision, given->model->params().size());
+    if (opts.float32) given->model->enable_gradients();
     const ModelConfig& c = given->config;
     opts = theory::theory_options_for(given, source, opts);
     fmt::print("model: checkpoint '{}': {} {}, {} layers, d = {}, {} heads, {} placement, {} init{}\n", cmd.checkpoint,
@@ -88,6 +117,8 @@ int run_theory(TheoryCommand& cmd) {
   } else {
     if (!opts.tokenizer.empty())
       throw Error("--tokenizer applies with --checkpoint (the fresh models of the claims read bytes)");
+    if (cmd.theory->count("--precision"))
+      throw Error("--precision applies with --checkpoint (the fresh and trained models of the claims are float64)");
     if (opts.d_model < 8 || opts.d_model > 512 || opts.d_model % opts.n_heads != 0)
       throw Error(fmt::format("--d-model {} must be in [8, 512] and divisible by {}", opts.d_model, opts.n_heads));
     if (opts.n_layers < 2 || opts.n_layers > 64 || opts.deep_layers < 3 || opts.deep_layers > 256)

@@ -14,6 +14,7 @@ struct TheoryCommand {
   theory::TheoryOptions opts;
   long trained_steps = theory::kTheoryTrainedSteps;
   std::string json_out, checkpoint;
+  std::string precision = "auto";  // with --checkpoint: float64, float32 or auto (TheoryOptions::float32)
   bool force = false;
 };
 

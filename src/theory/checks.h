@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "analysis/stats.h"
@@ -95,8 +96,14 @@ class ClaimModels {
   enum class Norm { LayerNormOnly, Any };
   // gradients false: the claim only runs the model forward (and its Jacobians' forward-mode products),
   // so a given model is made without parameter gradients (8 bytes a parameter, not 16)
+  // A given model read in float32 (TheoryOptions::float32) has no float64 copy: NotApplicable, saying so.
   std::unique_ptr<Model<double>> make(const ModelConfig& c, bool needs_loss = false, Norm norm = Norm::LayerNormOnly,
                                       bool gradients = true);
+  // The model a claim that can read float32 measures: make()'s float64 model (with gradients), or a given
+  // model read in float32 itself (at the claim's eps; shared by the claims: a claim restores what it
+  // ablates). Measured with on() (below).
+  using Measured = std::variant<std::unique_ptr<Model<double>>, Model<float>*>;
+  Measured measured(const ModelConfig& c, bool needs_loss = false, Norm norm = Norm::LayerNormOnly);
   // The trained models made (or reused: used()) since the last call that did not learn
   // (kLearnedFraction), in words.
   std::vector<std::string> take_unlearned();
@@ -107,6 +114,7 @@ class ClaimModels {
   void used(const ModelConfig& c);
   // The given model (theory --checkpoint) as it is, whatever its norm and placement; nullptr without one.
   std::unique_ptr<Model<double>> given() const;
+  Measured given_measured() const;  // the same as measured() gives it (at its own eps)
   // How the trained models are trained, in words (the criterion the table prints).
   std::string recipe() const;
 
@@ -121,6 +129,8 @@ class ClaimModels {
     double reference = -1;             // the same-size Pre-LN's validation loss (not Pre-LN itself; < 0: none)
   };
   Trained train(ModelConfig c);
+  // the given model's config at the claim's eps if it is the model `c` asks for, else NotApplicable
+  ModelConfig given_as(const ModelConfig& c, bool needs_loss, Norm norm) const;
   Trained& trained(const ModelConfig& c);  // trained (or read) once per config
   static std::string key_of(const ModelConfig& c);
   // the cache file of a trained model ("" without a cache directory), and its reader and writer: a file
@@ -135,6 +145,15 @@ class ClaimModels {
   std::map<std::string, Trained> trained_;
   std::vector<std::string> unlearned_, trained_used_;
 };
+
+// f(model) on the model m holds, whichever precision it is read in (f: a generic lambda).
+template <class F>
+decltype(auto) on(ClaimModels::Measured& m, F&& f) {
+  return std::visit([&](auto& held) -> decltype(auto) { return f(*held); }, m);
+}
+
+// Why a claim that needs float64 is not measured on a given model read in float32.
+std::string float64_only();
 
 // One seed's inputs.
 struct Bench {
@@ -164,7 +183,8 @@ std::vector<std::vector<int32_t>> window_units(const std::vector<int32_t>& corpu
                                                uint64_t seed, uint64_t stream, int first = -1);
 // analyze_dynamics on the corpus (2 batches of 4 windows of seq_len, seed o.seed), each window starting
 // with o.bos when there is one.
-DynamicsReport dynamics_on(const Bench& b, Model<double>& m);
+template <class S>
+DynamicsReport dynamics_on(const Bench& b, Model<S>& m);
 std::unique_ptr<Model<double>> forward_on(const Bench& b, const ModelConfig& c,
                                           ClaimModels::Norm norm = ClaimModels::Norm::LayerNormOnly);
 
@@ -176,7 +196,8 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out);
 // recomputation by hand: for each sub-layer s + 1 < n_slots of a one-stream Pre-LN stack (a B = 1
 // forward on ids), ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / ||F_{s+1}(N(x_{s+1}))||. Runs the
 // model forward (its activations are those of the last, ablated pass); the weights are restored.
-std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_t>& ids);
+template <class S>
+std::vector<double> next_branch_shift(Model<S>& m, const std::vector<int32_t>& ids);
 // 004 Thm 2's quantity (depth.cpp): ||d x_l / d x_0||_2 at the last token of one sequence (B = 1
 // forward on ids) for every prefix of l = 1 .. L layers of a causal one-stream stack. At the last token
 // the token-local block Jacobians chain (no later token feeds back), so the prefixes are their products.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <type_traits>
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
@@ -44,9 +45,10 @@ GradientDecades gradient_decades(const DynamicsReport& d) {
 }
 
 // mean over the tokens of ||r||, the input of a Post-LN sub-layer's LayerNorm (x + F(x))
-double ln_input_norm(const Model<double>& m, int slot, int T) {
+template <class S>
+double ln_input_norm(const Model<S>& m, int slot, int T) {
   const int C = m.config().d_model;
-  const double* r = m.acts(slot).r;
+  const S* r = m.acts(slot).r;
   double sum = 0;
   for (int t = 0; t < T; t++) sum += row_norm(r + size_t(t) * C, C) / T;
   return sum;
@@ -58,14 +60,15 @@ double ln_input_norm(const Model<double>& m, int slot, int T) {
 // applied to x_s, ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / ||F_{s+1}(N(x_{s+1}))||, over one
 // sequence. Exact, not linearized: with sub-layer s's branch switched off (its output projection
 // zeroed) a Pre-LN stack hands x_s on unchanged, so sub-layer s+1 reads x_s. One value per s.
-std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_t>& ids) {
+template <class S>
+std::vector<double> next_branch_shift(Model<S>& m, const std::vector<int32_t>& ids) {
   const ModelConfig& c = m.config();
   const int T = int(ids.size());
   const size_t n = size_t(T) * size_t(c.d_model);
   std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
   auto branch_of = [&](int slot) {  // F_slot(N(input of slot)) = x_{slot+1} - x_slot after a forward
     std::vector<double> f(n);
-    for (size_t i = 0; i < n; i++) f[i] = m.stream(slot + 1)[i] - m.stream(slot)[i];
+    for (size_t i = 0; i < n; i++) f[i] = double(m.stream(slot + 1)[i]) - double(m.stream(slot)[i]);
     return f;
   };
   m.forward(ids.data(), labels.data(), 1, T);
@@ -73,14 +76,14 @@ std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_
   for (int s = 0; s < c.n_slots(); s++) branch.push_back(branch_of(s));
   std::vector<double> shift;
   for (int s = 0; s + 1 < c.n_slots(); s++) {
-    std::vector<std::pair<double*, std::vector<double>>> saved;
+    std::vector<std::pair<S*, std::vector<S>>> saved;
     for (const char* name : {".proj.weight", ".proj.bias"}) {
       const ParamSpec* p = m.table().find(slot_prefix(c, s) + name);
       if (!p && std::string(name) == ".proj.bias") continue;  // bias = none
       if (!p) throw Error("theory: the parameter " + slot_prefix(c, s) + name + " is missing");
-      double* w = m.params().data() + p->offset;
-      saved.emplace_back(w, std::vector<double>(w, w + p->numel));
-      std::fill(w, w + p->numel, 0.0);
+      S* w = m.params().data() + p->offset;
+      saved.emplace_back(w, std::vector<S>(w, w + p->numel));
+      std::fill(w, w + p->numel, S(0));
     }
     m.forward(ids.data(), labels.data(), 1, T);
     const std::vector<double> moved = branch_of(s + 1);  // F_{s+1}(N(x_s))
@@ -94,6 +97,8 @@ std::vector<double> next_branch_shift(Model<double>& m, const std::vector<int32_
   }
   return shift;
 }
+template std::vector<double> next_branch_shift(Model<double>&, const std::vector<int32_t>&);
+template std::vector<double> next_branch_shift(Model<float>&, const std::vector<int32_t>&);
 
 }  // namespace normlab::theory::detail
 
@@ -176,10 +181,12 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     // Dong et al. measured BERT (Post-LN) as well: a given model is read whatever its placement and norm
     if (b.given && o.model->config.hyper_connected())  // (the ablations remove the skips the mixes replace)
       throw NotApplicable(hyper_not_applicable(o.model->config));
-    auto deep_pre = b.given ? b.models->given()
-                            : b.models->make(gpt_config(o, Placement::Pre, 1e-5, L), true, ClaimModels::Norm::Any);
+    ClaimModels::Measured deep_pre =
+        b.given ? b.models->given_measured()
+                : b.models->measured(gpt_config(o, Placement::Pre, 1e-5, L), true, ClaimModels::Norm::Any);
     // the dynamics' batches follow the seed: on a given model the seeds are what varies (the input windows)
-    const DynamicsReport dpre = dynamics_on(b, *deep_pre);
+    const DynamicsReport dpre = on(deep_pre, [&](auto& m) { return dynamics_on(b, m); });
+    const Placement placement = on(deep_pre, [](auto& m) { return m.config().placement_of(0); });
     auto collapse = [&](bool skips, bool mlp) {
       for (const auto& v : dpre.rank_collapse)
         if (v.skips == skips && v.mlp == mlp) return v;
@@ -189,7 +196,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                pure = collapse(false, false);
     const std::string setting =
         fmt::format("{}, {} layers, {}, {}; ablations keep the weights",
-                    b.given ? fmt::format("the checkpoint ({})", to_string(deep_pre->config().placement_of(0))) : "Pre-LN",
+                    b.given ? fmt::format("the checkpoint ({})", to_string(placement)) : "Pre-LN",
                     L, lm, weights(b, "GPT-2 init"));
     const std::string detail = fmt::format("res(X_L)/res(X_0): pure attention {:.3g}, no skips with MLP {:.3g}, skips "
                                            "without MLP {:.3g}, full model {:.3g}",
@@ -301,109 +308,118 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
   attempt(b, out, {"003/004 stream growth", "003 additive, not multiplicative", "004 branch ratio",
                    "004 lower layers larger gradients", "004 effective depth", "004 Thm 2 Pre-LN Lipschitz"}, [&] {
     need_depth();
-    auto pre = b.models->make(pre_cfg, true, ClaimModels::Norm::Any);
-    const DynamicsReport dp = dynamics_on(b, *pre);
-    std::vector<double> l, grow, ratio;
-    for (size_t i = 1; i < dp.layers.size(); i++) {
-      l.push_back(double(i));
-      grow.push_back(std::max(1e-300, dp.layers[i].stream_rms * dp.layers[i].stream_rms -
-                                          dp.layers[0].stream_rms * dp.layers[0].stream_rms));
-      ratio.push_back(dp.layers[i].mlp_branch_ratio);
-    }
-    std::vector<double> log_l, log_grow, log_ratio;
-    for (size_t i = 0; i < l.size(); i++)
-      log_l.push_back(std::log(l[i])), log_grow.push_back(std::log(grow[i])), log_ratio.push_back(std::log(ratio[i]));
-    const double p = depth_slope(log_l, log_grow), q = depth_slope(log_l, log_ratio);
-    // (in the stream's unit, RMS(x) = ||x|| / sqrt(d): a constant factor, so every fit and verdict is
-    // the same as in ||x||)
-    const std::string norms = fmt::format("rms(x) = ||x|| / sqrt(d) from {:.3f} (entering layer 0) to {:.3f} (after the "
-                                          "last of {} layers); ||x_l||^2 - ||x_0||^2 ~ l^{:.2f} as a free power law",
-                                          dp.layers[0].stream_rms, dp.final_stream_rms, L, p);
-    std::vector<double> stream_rms;
-    for (const auto& ly : dp.layers) stream_rms.push_back(ly.stream_rms);
-    const Series growth{l, log_grow};
-    const std::string grow_y = "log(||x_l||^2 - ||x_0||^2)";
-    out.push_back(law({"003/004 stream growth", "Pre-LN grows the stream additively: ||x_l||^2 ~ l, i.e. ||x_l|| ~ sqrt(l)",
-                       "Pre-LN, " + xavier, grow_y + " against the layer l = 1 .. L-1"},
-                      {"l (layer)", grow_y,
-                       {fixed_power(1, "~ l (the claim)"), power_law("~ l^p, p free"), exponential_law("exponential in l"),
-                        Law::flat("no growth")}},
-                      growth, norms, {{"exponent", p}, {"stream_rms", stream_rms}}));
-    out.push_back(law({"003 additive, not multiplicative", "Pre-LN's growth is additive (a power of l), not exponential",
-                       "Pre-LN, " + xavier, grow_y + " against the layer l = 1 .. L-1"},
-                      {"l (layer)", grow_y,
-                       {power_law("a power of l (additive)"), exponential_law("exponential in l (multiplicative)"),
-                        Law::flat("no growth")}},
-                      growth, norms, {{"exponent", p}}));
-    out.push_back(law({"004 branch ratio", "the branch-to-stream ratio ||F_l||/||x_l|| shrinks like 1/sqrt(l)",
-                       "Pre-LN, " + xavier, "log of the MLP branch ratio against the layer l = 1 .. L-1"},
-                      {"l (layer)", "log ||F_l|| / ||x_l|| (MLP)",
-                       {fixed_power(-0.5, "~ l^(-1/2) (the claim)"), power_law("~ l^q, q free"),
-                        exponential_law("exponential in l"), Law::flat("constant")}},
-                      Series{l, log_ratio},
-                      fmt::format("ratio {:.3f} at layer 1, {:.3f} at layer {}; ~ l^{:.2f} as a free power law",
-                                  ratio.front(), ratio.back(), L - 1, q),
-                      {{"exponent", q}, {"ratios", ratio}}));
-    const double lower = dp.layers.front().grad_norm / dp.layers.back().grad_norm;
-    const GradientDecades pre_grads = gradient_decades(dp);
-    out.push_back(effect({"004 lower layers larger gradients",
-                          "in Pre-LN the lower layers get larger gradients than the upper ones", "Pre-LN, " + xavier,
-                          "fitted change of log10 ||dL/d theta_l|| from layer 0 to the last, in decades (< 0: larger "
-                          "toward the input)"},
-                         {pre_grads.decades},
-                         EffectRule::towards(-1).stated(1.0, "one decade: source 004, citing Liu et al. 2020, bottom "
-                                                             "layers 1e-2 to 1e-1, top layers 1e-3 to 1e-2"),
-                         fmt::format("gradient norm {:.3g} at layer 0, {:.3g} at layer {} (ratio {:.3g}); fitted change "
-                                     "{:.2f} decades", dp.layers.front().grad_norm, dp.layers.back().grad_norm, L - 1,
-                                     lower, pre_grads.decades),
-                         {{"ratio", lower}, {"decades", pre_grads.decades}, {"log10_grad_norms", pre_grads.log10_norms}}));
-    out.back().reported = "source 004, citing Liu et al. 2020: in Pre-LN the bottom layers' gradients are about 1e-2 to "
-                          "1e-1, the top layers' 1e-3 to 1e-2";
-    const std::vector<double> shift = next_branch_shift(*pre, b.ids);
-    std::vector<double> log_s, log_shift;
-    for (size_t s = 0; s < shift.size(); s++)
-      log_s.push_back(std::log(double(s + 1))), log_shift.push_back(std::log(std::max(1e-300, shift[s])));
-    const double decay = depth_slope(log_s, log_shift);
-    std::vector<double> sub;
-    for (size_t i = 0; i < shift.size(); i++) sub.push_back(double(i));
-    const double trend = spearman(sub, shift);
-    out.push_back(effect({"004 effective depth",
-                          "in Pre-LN a deep layer sees nearly its predecessor's input, F_{s+1}(N(x_{s+1})) ~ "
-                          "F_{s+1}(N(x_s)), and more so the deeper it is: the stack acts wider rather than deeper",
-                          "Pre-LN, " + xavier + ", one sequence, every sub-layer pair (attention, MLP alternate)",
-                          "Spearman rank correlation of the relative change ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / "
-                          "||F_{s+1}(N(x_{s+1}))|| with the sub-layer s (< 0: smaller the deeper)"},
-                         {trend}, EffectRule::towards(-1),
-                         fmt::format("relative change {:.3f} at sub-layer 1, {:.3f} at sub-layer {} (median {:.3f}); as a "
-                                     "power of s + 1: exponent {:.2f}", shift.front(), shift.back(), shift.size(), [&] {
-                                       std::vector<double> v = shift;
-                                       std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
-                                       return v[v.size() / 2];
-                                     }(), decay),
-                         {{"spearman", trend}, {"exponent", decay}, {"relative_change", shift}}));
-    out.back().reported = "source 004: an argument (for large t, x_t and x_{t+1} differ little), no measurement";
-    // 004 Thm 2: the Pre-LN network's Lipschitz constant is (1 + L_F L_Norm)^L, exponential in depth. Its
-    // local version at the last token: the spectral norm of d x_l / d x_0 for every prefix of l layers (the
-    // token-local block Jacobians chain at the last token of a causal stack)
-    const std::vector<double> lip = prefix_lipschitz(*pre, b.ids);
-    std::vector<double> lay, log_lip;
-    for (size_t l = 0; l < lip.size(); l++) lay.push_back(double(l + 1)), log_lip.push_back(std::log(lip[l]));
-    std::vector<double> log_lay;
-    for (double v : lay) log_lay.push_back(std::log(v));
-    const double power = depth_slope(log_lay, log_lip);
-    const double theorem_bound = lipschitz_bound(*pre, b.ids);
-    out.push_back(bound({"004 Thm 2 Pre-LN Lipschitz",
-                         "the Lipschitz constant of an L-layer Pre-LN network is at most (1 + L_F L_Norm)^L: exponential "
-                         "in depth",
-                         "Pre-LN, " + xavier + ", the last token: ||d x_L / d x_0||_2 against the theorem's product "
-                         "with each sub-layer's local constant, prod_s (1 + ||J_(F_s o N_s)||_2)",
-                         "||d x_L / d x_0||_2 at the last token (the bound: the product)"},
-                        lip.back(), theorem_bound,
-                        fmt::format("||d x_l / d x_0||_2 = {:.3g} after 1 layer, {:.3g} after {} (as a power law ~ "
-                                    "l^{:.2f}); the product bound {:.3g}: {:.2g} times the measured gain",
-                                    lip.front(), lip.back(), L, power, theorem_bound, theorem_bound / lip.back()),
-                        {{"power_exponent", power}, {"log_lipschitz", log_lip}, {"bound", theorem_bound}}));
-    out.back().reported = "source 004, Thm 2 (an argument, no measurement): L_Pre = (1 + L_F L_Norm)^L ~ e^(L L_F L_Norm)";
+    ClaimModels::Measured held = b.models->measured(pre_cfg, true, ClaimModels::Norm::Any);
+    on(held, [&](auto& pre) {
+      const DynamicsReport dp = dynamics_on(b, pre);
+      std::vector<double> l, grow, ratio;
+      for (size_t i = 1; i < dp.layers.size(); i++) {
+        l.push_back(double(i));
+        grow.push_back(std::max(1e-300, dp.layers[i].stream_rms * dp.layers[i].stream_rms -
+                                            dp.layers[0].stream_rms * dp.layers[0].stream_rms));
+        ratio.push_back(dp.layers[i].mlp_branch_ratio);
+      }
+      std::vector<double> log_l, log_grow, log_ratio;
+      for (size_t i = 0; i < l.size(); i++)
+        log_l.push_back(std::log(l[i])), log_grow.push_back(std::log(grow[i])), log_ratio.push_back(std::log(ratio[i]));
+      const double p = depth_slope(log_l, log_grow), q = depth_slope(log_l, log_ratio);
+      // (in the stream's unit, RMS(x) = ||x|| / sqrt(d): a constant factor, so every fit and verdict is
+      // the same as in ||x||)
+      const std::string norms = fmt::format("rms(x) = ||x|| / sqrt(d) from {:.3f} (entering layer 0) to {:.3f} (after the "
+                                            "last of {} layers); ||x_l||^2 - ||x_0||^2 ~ l^{:.2f} as a free power law",
+                                            dp.layers[0].stream_rms, dp.final_stream_rms, L, p);
+      std::vector<double> stream_rms;
+      for (const auto& ly : dp.layers) stream_rms.push_back(ly.stream_rms);
+      const Series growth{l, log_grow};
+      const std::string grow_y = "log(||x_l||^2 - ||x_0||^2)";
+      out.push_back(law({"003/004 stream growth", "Pre-LN grows the stream additively: ||x_l||^2 ~ l, i.e. ||x_l|| ~ sqrt(l)",
+                         "Pre-LN, " + xavier, grow_y + " against the layer l = 1 .. L-1"},
+                        {"l (layer)", grow_y,
+                         {fixed_power(1, "~ l (the claim)"), power_law("~ l^p, p free"), exponential_law("exponential in l"),
+                          Law::flat("no growth")}},
+                        growth, norms, {{"exponent", p}, {"stream_rms", stream_rms}}));
+      out.push_back(law({"003 additive, not multiplicative", "Pre-LN's growth is additive (a power of l), not exponential",
+                         "Pre-LN, " + xavier, grow_y + " against the layer l = 1 .. L-1"},
+                        {"l (layer)", grow_y,
+                         {power_law("a power of l (additive)"), exponential_law("exponential in l (multiplicative)"),
+                          Law::flat("no growth")}},
+                        growth, norms, {{"exponent", p}}));
+      out.push_back(law({"004 branch ratio", "the branch-to-stream ratio ||F_l||/||x_l|| shrinks like 1/sqrt(l)",
+                         "Pre-LN, " + xavier, "log of the MLP branch ratio against the layer l = 1 .. L-1"},
+                        {"l (layer)", "log ||F_l|| / ||x_l|| (MLP)",
+                         {fixed_power(-0.5, "~ l^(-1/2) (the claim)"), power_law("~ l^q, q free"),
+                          exponential_law("exponential in l"), Law::flat("constant")}},
+                        Series{l, log_ratio},
+                        fmt::format("ratio {:.3f} at layer 1, {:.3f} at layer {}; ~ l^{:.2f} as a free power law",
+                                    ratio.front(), ratio.back(), L - 1, q),
+                        {{"exponent", q}, {"ratios", ratio}}));
+      const double lower = dp.layers.front().grad_norm / dp.layers.back().grad_norm;
+      const GradientDecades pre_grads = gradient_decades(dp);
+      out.push_back(effect({"004 lower layers larger gradients",
+                            "in Pre-LN the lower layers get larger gradients than the upper ones", "Pre-LN, " + xavier,
+                            "fitted change of log10 ||dL/d theta_l|| from layer 0 to the last, in decades (< 0: larger "
+                            "toward the input)"},
+                           {pre_grads.decades},
+                           EffectRule::towards(-1).stated(1.0, "one decade: source 004, citing Liu et al. 2020, bottom "
+                                                               "layers 1e-2 to 1e-1, top layers 1e-3 to 1e-2"),
+                           fmt::format("gradient norm {:.3g} at layer 0, {:.3g} at layer {} (ratio {:.3g}); fitted change "
+                                       "{:.2f} decades", dp.layers.front().grad_norm, dp.layers.back().grad_norm, L - 1,
+                                       lower, pre_grads.decades),
+                           {{"ratio", lower}, {"decades", pre_grads.decades}, {"log10_grad_norms", pre_grads.log10_norms}}));
+      out.back().reported = "source 004, citing Liu et al. 2020: in Pre-LN the bottom layers' gradients are about 1e-2 to "
+                            "1e-1, the top layers' 1e-3 to 1e-2";
+      const std::vector<double> shift = next_branch_shift(pre, b.ids);
+      std::vector<double> log_s, log_shift;
+      for (size_t s = 0; s < shift.size(); s++)
+        log_s.push_back(std::log(double(s + 1))), log_shift.push_back(std::log(std::max(1e-300, shift[s])));
+      const double decay = depth_slope(log_s, log_shift);
+      std::vector<double> sub;
+      for (size_t i = 0; i < shift.size(); i++) sub.push_back(double(i));
+      const double trend = spearman(sub, shift);
+      out.push_back(effect({"004 effective depth",
+                            "in Pre-LN a deep layer sees nearly its predecessor's input, F_{s+1}(N(x_{s+1})) ~ "
+                            "F_{s+1}(N(x_s)), and more so the deeper it is: the stack acts wider rather than deeper",
+                            "Pre-LN, " + xavier + ", one sequence, every sub-layer pair (attention, MLP alternate)",
+                            "Spearman rank correlation of the relative change ||F_{s+1}(N(x_{s+1})) - F_{s+1}(N(x_s))|| / "
+                            "||F_{s+1}(N(x_{s+1}))|| with the sub-layer s (< 0: smaller the deeper)"},
+                           {trend}, EffectRule::towards(-1),
+                           fmt::format("relative change {:.3f} at sub-layer 1, {:.3f} at sub-layer {} (median {:.3f}); as a "
+                                       "power of s + 1: exponent {:.2f}", shift.front(), shift.back(), shift.size(), [&] {
+                                         std::vector<double> v = shift;
+                                         std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+                                         return v[v.size() / 2];
+                                       }(), decay),
+                           {{"spearman", trend}, {"exponent", decay}, {"relative_change", shift}}));
+      out.back().reported = "source 004: an argument (for large t, x_t and x_{t+1} differ little), no measurement";
+      if constexpr (!std::is_same_v<std::decay_t<decltype(pre)>, Model<double>>) {  // (token-local Jacobians)
+        Measurement skip;
+        skip.head.source = "004 Thm 2 Pre-LN Lipschitz";
+        skip.skipped = float64_only();
+        out.push_back(std::move(skip));
+      } else {
+        // 004 Thm 2: the Pre-LN network's Lipschitz constant is (1 + L_F L_Norm)^L, exponential in depth. Its
+        // local version at the last token: the spectral norm of d x_l / d x_0 for every prefix of l layers (the
+        // token-local block Jacobians chain at the last token of a causal stack)
+        const std::vector<double> lip = prefix_lipschitz(pre, b.ids);
+        std::vector<double> lay, log_lip;
+        for (size_t l = 0; l < lip.size(); l++) lay.push_back(double(l + 1)), log_lip.push_back(std::log(lip[l]));
+        std::vector<double> log_lay;
+        for (double v : lay) log_lay.push_back(std::log(v));
+        const double power = depth_slope(log_lay, log_lip);
+        const double theorem_bound = lipschitz_bound(pre, b.ids);
+        out.push_back(bound({"004 Thm 2 Pre-LN Lipschitz",
+                             "the Lipschitz constant of an L-layer Pre-LN network is at most (1 + L_F L_Norm)^L: exponential "
+                             "in depth",
+                             "Pre-LN, " + xavier + ", the last token: ||d x_L / d x_0||_2 against the theorem's product "
+                             "with each sub-layer's local constant, prod_s (1 + ||J_(F_s o N_s)||_2)",
+                             "||d x_L / d x_0||_2 at the last token (the bound: the product)"},
+                            lip.back(), theorem_bound,
+                            fmt::format("||d x_l / d x_0||_2 = {:.3g} after 1 layer, {:.3g} after {} (as a power law ~ "
+                                        "l^{:.2f}); the product bound {:.3g}: {:.2g} times the measured gain",
+                                        lip.front(), lip.back(), L, power, theorem_bound, theorem_bound / lip.back()),
+                            {{"power_exponent", power}, {"log_lipschitz", log_lip}, {"bound", theorem_bound}}));
+        out.back().reported = "source 004, Thm 2 (an argument, no measurement): L_Pre = (1 + L_F L_Norm)^L ~ e^(L L_F L_Norm)";
+      }
+    });
   });
   attempt(b, out, {"004 Prop. 2 shares", "004 Prop. 2 effective depth"}, [&] {
     // 004 Prop. 2: r_t = ||F_t|| / ||x_L||, the "contribution" of layer t; the effective depth is the least
@@ -470,78 +486,80 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                    "002 ||A|| rises with depth"}, [&] {
     need_depth();
     // a loss is needed by kappa alone (a headless model skips it)
-    auto post = b.models->make(post_cfg, false, ClaimModels::Norm::Any);
-    // the LayerNorm inputs, on one sequence
-    std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
-    post->forward(b.ids.data(), labels.data(), 1, int(b.ids.size()));
-    std::vector<double> site, log_norm;
-    for (int s = 2; s < post->config().n_slots(); s++) {  // slot 0, 1: the embedding's scale
-      site.push_back(double(s));
-      log_norm.push_back(std::log(ln_input_norm(*post, s, int(b.ids.size()))));
-    }
-    // which law the data favour: exponential, log ||LN input|| linear in the sub-layer s, against a
-    // power law, linear in log s (additive growth); a tiny g makes the two indistinguishable, as it should
-    const double g = std::exp(depth_slope(site, log_norm)) - 1;
-    out.push_back(law({"003 Post-LN input growth", "Post-LN's LayerNorm inputs grow exponentially with depth, like (1+g)^L",
-                       "Post-LN, " + xavier, "log ||LN input|| against the sub-layer s = 2 .. 2L-1"},
-                      {"s (sub-layer)", "log ||x + F(x)||",
-                       {exponential_law("exponential growth (1+g)^s (the claim)"), power_law("a power of s"),
-                        Law::flat("no growth")},
-                       0, 1},
-                      Series{site, log_norm},
-                      fmt::format("||x + F(x)|| from {:.3f} to {:.3f}; fitted rate g = {:.4f}, (1+g)^(2L) = {:.3f}",
-                                  std::exp(log_norm.front()), std::exp(log_norm.back()), g, std::pow(1 + g, 2.0 * L)),
-                      {{"g", g}, {"log_norms", log_norm}}));
-    if (post->config().has_logits()) {
-      const DynamicsReport dq = dynamics_on(b, *post);
-      std::vector<double> layer, log_grad;
-      for (size_t i = 1; i < dq.layers.size(); i++) layer.push_back(double(i)), log_grad.push_back(std::log(dq.layers[i].grad_norm));
-      const double kappa = std::exp(-depth_slope(layer, log_grad));
-      // 003's decay is a law of log ||dL/d theta_l|| in l (kappa, the per-layer rate, in the detail);
-      // 004's uniformity a bound on the spread, at the source's own one decade
-      const GradientDecades post_grads = gradient_decades(dq);
-      const double decades = post_grads.decades;
-      const std::vector<double>& log10_grad = post_grads.log10_norms;
-      const std::string grads = fmt::format("gradient norm {:.3g} at layer 0, {:.3g} at layer {}; fitted change {:.2f} "
-                                            "decades; kappa {:.4f} (layers 1 .. L-1)",
-                                            dq.layers.front().grad_norm, dq.layers.back().grad_norm, L - 1, decades, kappa);
-      out.push_back(law({"003 kappa^L gradient decay", "in Post-LN the gradient decays like kappa^L (kappa < 1) toward the input",
-                         "Post-LN, " + xavier, "log ||dL/d theta_l|| against the layer l = 1 .. L-1"},
-                        {"l (layer)", "log ||dL/d theta_l||",
-                         {exponential_law("geometric: kappa^(L-l) toward the input (the claim)"), power_law("a power of l"),
-                          Law::flat("uniform")},
-                         0, 1},
-                        Series{layer, log_grad}, grads, {{"kappa", kappa}, {"decades", decades}, {"log_grad_norms", log_grad}}));
-      // the source's range: every layer within about 1e-2 to 1e-1, one decade
-      const auto [lo, hi] = std::minmax_element(log10_grad.begin(), log10_grad.end());
-      out.push_back(bound({"004 Post-LN gradients uniform",
-                           "in Post-LN the layers' gradient norms are about uniform (all within about 1e-2 to 1e-1), every "
-                           "layer learns", "Post-LN, " + xavier,
-                           "spread of log10 ||dL/d theta_l|| over the layers, max - min, in decades (the bound: the "
-                           "source's range, one decade)"},
-                          *hi - *lo, 1.0, grads, {{"spread_decades", *hi - *lo}, {"log10_grad_norms", log10_grad}}));
-      out.back().reported = "source 004, citing Liu et al. 2020: Post-LN's gradient norms are more uniform across layers, "
-                            "about 1e-2 to 1e-1 each";
-    } else {
-      for (const char* name : {"003 kappa^L gradient decay", "004 Post-LN gradients uniform"}) {
-        Measurement m;
-        m.head.source = name;
-        m.skipped = "the claim needs gradients of a loss; this model has no head (head = none)";
-        out.push_back(std::move(m));
+    ClaimModels::Measured held = b.models->measured(post_cfg, false, ClaimModels::Norm::Any);
+    on(held, [&](auto& post) {
+      // the LayerNorm inputs, on one sequence
+      std::vector<int32_t> labels(b.ids.size(), ops::kIgnoreLabel);
+      post.forward(b.ids.data(), labels.data(), 1, int(b.ids.size()));
+      std::vector<double> site, log_norm;
+      for (int s = 2; s < post.config().n_slots(); s++) {  // slot 0, 1: the embedding's scale
+        site.push_back(double(s));
+        log_norm.push_back(std::log(ln_input_norm(post, s, int(b.ids.size()))));
       }
-    }
-    // 002: in Post-LN ||A||_2 rises toward sqrt(n) with depth
-    const AttentionReport ar = analyze_attention(*post);
-    std::vector<double> lay, norm;
-    for (const auto& h : ar.heads_by_layer) lay.push_back(double(h.layer)), norm.push_back(h.stats.norm2 / std::sqrt(double(o.seq_len)));
-    const double rise = depth_slope(lay, norm) * (L - 1);
-    out.push_back(effect({"002 ||A|| rises with depth", "in Post-LN ||A||_2 rises toward sqrt(n) with depth",
-                          "Post-LN, " + xavier + ", " + attention_kind(b) + ", every head",
-                          "fitted change of ||A||_2 / sqrt(n) from the first to the last layer (> 0: a rise)"},
-                         {rise}, EffectRule::towards(1),
-                   fmt::format("||A||_2/sqrt(n) = {:.3f} in layer 0 head 0, {:.3f} in the last layer's head 0", norm.front(),
-                               norm[norm.size() - size_t(o.n_heads)]),
-                   {{"rise", rise}}));
+      // which law the data favour: exponential, log ||LN input|| linear in the sub-layer s, against a
+      // power law, linear in log s (additive growth); a tiny g makes the two indistinguishable, as it should
+      const double g = std::exp(depth_slope(site, log_norm)) - 1;
+      out.push_back(law({"003 Post-LN input growth", "Post-LN's LayerNorm inputs grow exponentially with depth, like (1+g)^L",
+                         "Post-LN, " + xavier, "log ||LN input|| against the sub-layer s = 2 .. 2L-1"},
+                        {"s (sub-layer)", "log ||x + F(x)||",
+                         {exponential_law("exponential growth (1+g)^s (the claim)"), power_law("a power of s"),
+                          Law::flat("no growth")},
+                         0, 1},
+                        Series{site, log_norm},
+                        fmt::format("||x + F(x)|| from {:.3f} to {:.3f}; fitted rate g = {:.4f}, (1+g)^(2L) = {:.3f}",
+                                    std::exp(log_norm.front()), std::exp(log_norm.back()), g, std::pow(1 + g, 2.0 * L)),
+                        {{"g", g}, {"log_norms", log_norm}}));
+      if (post.config().has_logits()) {
+        const DynamicsReport dq = dynamics_on(b, post);
+        std::vector<double> layer, log_grad;
+        for (size_t i = 1; i < dq.layers.size(); i++) layer.push_back(double(i)), log_grad.push_back(std::log(dq.layers[i].grad_norm));
+        const double kappa = std::exp(-depth_slope(layer, log_grad));
+        // 003's decay is a law of log ||dL/d theta_l|| in l (kappa, the per-layer rate, in the detail);
+        // 004's uniformity a bound on the spread, at the source's own one decade
+        const GradientDecades post_grads = gradient_decades(dq);
+        const double decades = post_grads.decades;
+        const std::vector<double>& log10_grad = post_grads.log10_norms;
+        const std::string grads = fmt::format("gradient norm {:.3g} at layer 0, {:.3g} at layer {}; fitted change {:.2f} "
+                                              "decades; kappa {:.4f} (layers 1 .. L-1)",
+                                              dq.layers.front().grad_norm, dq.layers.back().grad_norm, L - 1, decades, kappa);
+        out.push_back(law({"003 kappa^L gradient decay", "in Post-LN the gradient decays like kappa^L (kappa < 1) toward the input",
+                           "Post-LN, " + xavier, "log ||dL/d theta_l|| against the layer l = 1 .. L-1"},
+                          {"l (layer)", "log ||dL/d theta_l||",
+                           {exponential_law("geometric: kappa^(L-l) toward the input (the claim)"), power_law("a power of l"),
+                            Law::flat("uniform")},
+                           0, 1},
+                          Series{layer, log_grad}, grads, {{"kappa", kappa}, {"decades", decades}, {"log_grad_norms", log_grad}}));
+        // the source's range: every layer within about 1e-2 to 1e-1, one decade
+        const auto [lo, hi] = std::minmax_element(log10_grad.begin(), log10_grad.end());
+        out.push_back(bound({"004 Post-LN gradients uniform",
+                             "in Post-LN the layers' gradient norms are about uniform (all within about 1e-2 to 1e-1), every "
+                             "layer learns", "Post-LN, " + xavier,
+                             "spread of log10 ||dL/d theta_l|| over the layers, max - min, in decades (the bound: the "
+                             "source's range, one decade)"},
+                            *hi - *lo, 1.0, grads, {{"spread_decades", *hi - *lo}, {"log10_grad_norms", log10_grad}}));
+        out.back().reported = "source 004, citing Liu et al. 2020: Post-LN's gradient norms are more uniform across layers, "
+                              "about 1e-2 to 1e-1 each";
+      } else {
+        for (const char* name : {"003 kappa^L gradient decay", "004 Post-LN gradients uniform"}) {
+          Measurement m;
+          m.head.source = name;
+          m.skipped = "the claim needs gradients of a loss; this model has no head (head = none)";
+          out.push_back(std::move(m));
+        }
+      }
+      // 002: in Post-LN ||A||_2 rises toward sqrt(n) with depth
+      const AttentionReport ar = analyze_attention(post);
+      std::vector<double> lay, norm;
+      for (const auto& h : ar.heads_by_layer) lay.push_back(double(h.layer)), norm.push_back(h.stats.norm2 / std::sqrt(double(o.seq_len)));
+      const double rise = depth_slope(lay, norm) * (L - 1);
+      out.push_back(effect({"002 ||A|| rises with depth", "in Post-LN ||A||_2 rises toward sqrt(n) with depth",
+                            "Post-LN, " + xavier + ", " + attention_kind(b) + ", every head",
+                            "fitted change of ||A||_2 / sqrt(n) from the first to the last layer (> 0: a rise)"},
+                           {rise}, EffectRule::towards(1),
+                     fmt::format("||A||_2/sqrt(n) = {:.3f} in layer 0 head 0, {:.3f} in the last layer's head 0", norm.front(),
+                                 norm[norm.size() - size_t(o.n_heads)]),
+                     {{"rise", rise}}));
+    });
   });
 }
 

@@ -62,20 +62,27 @@ void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
   struct Subject {
     std::string who;
     std::unique_ptr<Model<double>> model;
-    std::unique_ptr<Model<float>> narrow;
+    std::unique_ptr<Model<float>> own;  // a float32 copy of a given model (when the claims read float64 copies)
+    Model<float>* narrow = nullptr;     // that copy, or the given model itself (read in float32)
     const ModelConfig& config() const { return model ? model->config() : narrow->config(); }
   };
   std::vector<Subject> subjects;
   if (b.given) {
-    subjects.push_back({"the checkpoint", nullptr,
-                        model_with_params<float>(o.model->config, o.model->params(), /*forward_only=*/true)});
+    Subject s{"the checkpoint"};
+    if (o.float32) {
+      s.narrow = std::get<Model<float>*>(b.models->given_measured());
+    } else {
+      s.own = model_with_params<float>(o.model->config, o.model->params(), /*forward_only=*/true);
+      s.narrow = s.own.get();
+    }
+    subjects.push_back(std::move(s));
   } else {
     for (Placement p : {Placement::Pre, Placement::Post}) {
       // trained from GPT-2's init, as the trained depth claims (depth.cpp: from Xavier's a 24-layer Post-LN
       // does not learn)
       const ModelConfig c = gpt_config(o, p, 1e-5, o.deep_layers);
       subjects.push_back({fmt::format("the trained {}-layer {} model (from GPT-2 init)", o.deep_layers, to_string(p)),
-                          b.models->make(c, true), nullptr});
+                          b.models->make(c, true)});
     }
   }
   // the units of windows, the same for every subject (paired), picked by the seed

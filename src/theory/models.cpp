@@ -68,29 +68,54 @@ std::string hyper_not_applicable(const ModelConfig& g) {
                      g.hyper_streams, to_string(g.hyper));
 }
 
+std::string float64_only() {
+  return "measured in float64 only (checked to float64 rounding through Jacobians or attention matrices); this run "
+         "reads the checkpoint in float32 (theory --precision: float32, or auto where float64 copies would not fit): "
+         "--precision float64 measures it";
+}
+
+ModelConfig ClaimModels::given_as(const ModelConfig& c, bool needs_loss, Norm norm) const {
+  const ModelConfig& g = o_.model->config;
+  const Placement want = c.placement_of(0);
+  bool uniform = true;
+  for (int l = 0; l < g.total_layers(); l++) uniform &= g.placement_of(l) == g.placement_of(0);
+  // the claims measured on one stack hold for a stack of either attention (causal or bidirectional:
+  // Dong et al. measured rank collapse on BERT); an encoder-decoder is two stacks and a cross-attention
+  if (g.encdec())
+    throw NotApplicable("the claim is measured on one stack (a gpt or an encoder); this model is an encoder-decoder");
+  if (g.hyper_connected() && !c.hyper_connected())
+    throw NotApplicable(hyper_not_applicable(g));
+  if (norm == Norm::LayerNormOnly && g.norm != NormKind::LayerNorm)
+    throw NotApplicable(fmt::format("the claim is about LayerNorm; this model uses {}", to_string(g.norm)));
+  if (!uniform || g.placement_of(0) != want)
+    throw NotApplicable(fmt::format("the claim needs placement {}; this model's is {}", to_string(want),
+                                    uniform ? to_string(g.placement_of(0)) : std::string("a per-layer mix")));
+  if (g.n_layers != c.n_layers)
+    throw NotApplicable(fmt::format("the claim needs {} layers; this model has {}", c.n_layers, g.n_layers));
+  if (needs_loss && !g.has_logits())
+    throw NotApplicable("the claim needs gradients of a loss; this model has no head (head = none)");
+  ModelConfig at = g;
+  at.eps = c.eps;  // the claim's eps (e.g. 0 for 000's theorems), the model's weights
+  return at;
+}
+
+ClaimModels::Measured ClaimModels::measured(const ModelConfig& c, bool needs_loss, Norm norm) {
+  if (!o_.model || !o_.float32) return make(c, needs_loss, norm);
+  const ModelConfig at = given_as(c, needs_loss, norm);
+  o_.model->model->set_eps(at.eps);
+  return o_.model->model.get();
+}
+
+ClaimModels::Measured ClaimModels::given_measured() const {
+  if (!o_.model || !o_.float32) return given();
+  o_.model->model->set_eps(o_.model->config.eps);
+  return o_.model->model.get();
+}
+
 std::unique_ptr<Model<double>> ClaimModels::make(const ModelConfig& c, bool needs_loss, Norm norm, bool gradients) {
   if (o_.model) {  // the given model, if it is the one the claim needs
-    const ModelConfig& g = o_.model->config;
-    const Placement want = c.placement_of(0);
-    bool uniform = true;
-    for (int l = 0; l < g.total_layers(); l++) uniform &= g.placement_of(l) == g.placement_of(0);
-    // the claims measured on one stack hold for a stack of either attention (causal or bidirectional:
-    // Dong et al. measured rank collapse on BERT); an encoder-decoder is two stacks and a cross-attention
-    if (g.encdec())
-      throw NotApplicable("the claim is measured on one stack (a gpt or an encoder); this model is an encoder-decoder");
-    if (g.hyper_connected() && !c.hyper_connected())
-      throw NotApplicable(hyper_not_applicable(g));
-    if (norm == Norm::LayerNormOnly && g.norm != NormKind::LayerNorm)
-      throw NotApplicable(fmt::format("the claim is about LayerNorm; this model uses {}", to_string(g.norm)));
-    if (!uniform || g.placement_of(0) != want)
-      throw NotApplicable(fmt::format("the claim needs placement {}; this model's is {}", to_string(want),
-                                      uniform ? to_string(g.placement_of(0)) : std::string("a per-layer mix")));
-    if (g.n_layers != c.n_layers)
-      throw NotApplicable(fmt::format("the claim needs {} layers; this model has {}", c.n_layers, g.n_layers));
-    if (needs_loss && !g.has_logits())
-      throw NotApplicable("the claim needs gradients of a loss; this model has no head (head = none)");
-    ModelConfig at = g;
-    at.eps = c.eps;  // the claim's eps (e.g. 0 for 000's theorems), the model's weights
+    const ModelConfig at = given_as(c, needs_loss, norm);
+    if (o_.float32) throw NotApplicable(float64_only());
     return model_with_params<double>(at, o_.model->params(), /*forward_only=*/!gradients);
   }
   if (o_.train_steps == 0) return std::make_unique<Model<double>>(c);
@@ -149,6 +174,7 @@ void ClaimModels::used(const ModelConfig& c) {
 
 std::unique_ptr<Model<double>> ClaimModels::given() const {
   if (!o_.model) return nullptr;
+  if (o_.float32) throw NotApplicable(float64_only());
   return model_with_params<double>(o_.model->config, o_.model->params());
 }
 

@@ -64,7 +64,8 @@ struct SinkReading {
 
 // The norm that reads stream point `layer` of m (the stream entering that layer; n_layers: after the
 // last block): a pre-norm sub-layer's input norm, or the final norm; null (and no name) when none does.
-const NormParams<double>* reading_norm(const Model<double>& m, int layer, std::string& site) {
+template <class S>
+const NormParams<S>* reading_norm(const Model<S>& m, int layer, std::string& site) {
   const ModelConfig& c = m.config();
   if (layer >= c.n_layers) {
     if (!c.has_final_norm()) return nullptr;
@@ -78,9 +79,32 @@ const NormParams<double>* reading_norm(const Model<double>& m, int layer, std::s
   return &m.sublayer_params_of(2 * layer).ln_in;
 }
 
-// The slope of log10 gain against log10 ||x_t|| (above) over the n tokens of x (n, C).
-double gain_slope(const ModelConfig& c, const NormParams<double>& p, const double* x, size_t n, double& range) {
+// A float32 model's norm parameters widened to float64 (held in `store`), for the closed-form Jacobian.
+const NormParams<double>& widened(const NormParams<double>& p, int, std::vector<double>&) { return p; }
+NormParams<double> widened(const NormParams<float>& p, int C, std::vector<double>& store) {
+  NormParams<double> w;
+  w.scale = p.scale;
+  store.reserve(2 * size_t(C) + 2);  // (no reallocation below: the views stay valid)
+  auto take = [&](const float* v, int n) -> double* {
+    if (!v) return nullptr;
+    double* at = store.data() + store.size();
+    store.insert(store.end(), v, v + n);
+    return at;
+  };
+  w.weight = take(p.weight, C);
+  w.bias = take(p.bias, C);
+  w.alpha = take(p.alpha, 1);
+  w.shift = take(p.shift, 1);
+  return w;
+}
+
+// The slope of log10 gain against log10 ||x_t|| (above) over the n tokens of x (n, C), the Jacobian in
+// float64 (from a float32 model's stream and parameters widened).
+template <class S>
+double gain_slope(const ModelConfig& c, const NormParams<S>& narrow, const S* x, size_t n, double& range) {
   const int C = c.d_model;
+  std::vector<double> store;
+  const NormParams<double>& p = widened(narrow, C, store);
   std::vector<std::pair<double, size_t>> by_norm;
   for (size_t k = 0; k < n; k++) by_norm.push_back({analysis::row_norm(x + k * C, C), k});
   std::sort(by_norm.begin(), by_norm.end());
@@ -88,7 +112,8 @@ double gain_slope(const ModelConfig& c, const NormParams<double>& p, const doubl
   const size_t picks = std::min(n, size_t(kGainTokens));
   for (size_t i = 0; i < picks; i++) {
     const auto& [norm, k] = by_norm[picks > 1 ? i * (n - 1) / (picks - 1) : 0];
-    const double gain = analysis::singular_values(norm_jacobian_closed_form(c.norm, x + k * C, p, C, c.eps), C, C).front();
+    const std::vector<double> z(x + k * C, x + (k + 1) * C);
+    const double gain = analysis::singular_values(norm_jacobian_closed_form(c.norm, z.data(), p, C, c.eps), C, C).front();
     lx.push_back(std::log10(norm)), ly.push_back(std::log10(gain));
   }
   range = lx.back() - lx.front();
@@ -100,7 +125,8 @@ double gain_slope(const ModelConfig& c, const NormParams<double>& p, const doubl
 }
 
 // log10 (sd / mean |x|) of one entry across the B windows of the stream x (B, T, C) at (token, dim)
-double log_relative_spread(const double* x, int B, int T, int C, int token, int dim) {
+template <class S>
+double log_relative_spread(const S* x, int B, int T, int C, int token, int dim) {
   double mean_abs = 0, mean = 0;
   for (int w = 0; w < B; w++) {
     const double v = x[(size_t(w) * T + token) * C + dim];
@@ -114,7 +140,8 @@ double log_relative_spread(const double* x, int B, int T, int C, int token, int 
   return std::log10(std::sqrt(var) / mean_abs);
 }
 
-SinkReading read_sinks(Model<double>& m, const std::vector<int32_t>& ids, int B, int T) {
+template <class S>
+SinkReading read_sinks(Model<S>& m, const std::vector<int32_t>& ids, int B, int T) {
   Batch batch;
   batch.B = B, batch.T = T;
   batch.ids = ids;
@@ -140,7 +167,7 @@ SinkReading read_sinks(Model<double>& m, const std::vector<int32_t>& ids, int B,
   // the stream at the largest entry's point, every window (the instrument runs one window at a time)
   m.forward(batch.ids.data(), batch.labels.data(), B, T);
   const ModelConfig& c = m.config();
-  const double* x = m.stream(s.layer < c.n_layers ? 2 * s.layer : c.n_slots());
+  const S* x = m.stream(s.layer < c.n_layers ? 2 * s.layer : c.n_slots());
   std::vector<double> others;
   for (int d = 0; d < c.d_model && B > 1; d++)
     if (d != s.dim) others.push_back(log_relative_spread(x, B, T, c.d_model, s.token, d));
@@ -149,7 +176,7 @@ SinkReading read_sinks(Model<double>& m, const std::vector<int32_t>& ids, int B,
     std::nth_element(others.begin(), others.begin() + long(others.size() / 2), others.end());
     s.log_spread_others = others[others.size() / 2];
   }
-  if (const NormParams<double>* p = reading_norm(m, s.layer, s.gain_site))
+  if (const NormParams<S>* p = reading_norm(m, s.layer, s.gain_site))
     s.gain_slope = gain_slope(c, *p, x, size_t(B) * T, s.gain_norm_range);
   return s;
 }
@@ -185,11 +212,12 @@ void sink_checks(const Bench& b, std::vector<Measurement>& out) {
   if (!b.given && o.deep_layers < 5) return;  // (the tests' small tables train no deep models)
   struct Subject {
     std::string who;
-    std::unique_ptr<Model<double>> model;
+    ClaimModels::Measured model;
+    const ModelConfig& config() { return on(model, [](auto& m) -> const ModelConfig& { return m.config(); }); }
   };
   std::vector<Subject> subjects;
   if (b.given) {
-    subjects.push_back({"the checkpoint", b.models->given()});
+    subjects.push_back({"the checkpoint", b.models->given_measured()});
   } else {
     for (Placement p : {Placement::Pre, Placement::Post}) {  // the fake-depth claims' models (cached, shared)
       const ModelConfig c = gpt_config(o, p, 1e-5, o.deep_layers);
@@ -197,7 +225,7 @@ void sink_checks(const Bench& b, std::vector<Measurement>& out) {
                           b.models->make(c, true)});
     }
   }
-  const ModelConfig& c0 = subjects.front().model->config();
+  const ModelConfig& c0 = subjects.front().config();
   const int T = std::min(64, c0.seq_len), B = std::max(1, kSinkUnitTokens / T);
   const std::vector<std::vector<int32_t>> units = window_units(b.corpus, kSinkUnits, B, T, uint64_t(o.seed), 67, o.bos);
   const std::string inputs = fmt::format("{} units of {} windows of {} tokens of the corpus per {}", kSinkUnits, B, T,
@@ -207,13 +235,13 @@ void sink_checks(const Bench& b, std::vector<Measurement>& out) {
                                           "Gu et al. 2024 attention sinks", "2603.17771 the norm gain is inverse to the input norm",
                                           "2603.17771 attention sinks induce gradient sinks"};
   for (size_t k = 0; k < subjects.size(); k++) {
-    Model<double>& m = *subjects[k].model;
-    const ModelConfig& c = m.config();
+    const ModelConfig& c = subjects[k].config();
     attempt(b, out, names, [&] {
       if (!b.given) b.models->used(c);
       if (c.encdec()) throw NotApplicable("the sinks instrument reads one stack; this model is an encoder-decoder");
       if (units.empty()) throw NotApplicable("the corpus is shorter than one window");
-      for (const auto& ids : units) readings[k].push_back(read_sinks(m, ids, B, T));
+      for (const auto& ids : units)
+        readings[k].push_back(on(subjects[k].model, [&](auto& m) { return read_sinks(m, ids, B, T); }));
       const std::vector<SinkReading>& r = readings[k];
       std::vector<double> excess, rates, largest;
       for (const SinkReading& s : r)
@@ -347,7 +375,7 @@ void sink_checks(const Bench& b, std::vector<Measurement>& out) {
   if (b.given) return;  // one model: no contrast
   const std::vector<std::string> contrast = {"2603.05498 pre-norm makes massive activations"};
   attempt(b, out, contrast, [&] {
-    for (const auto& s : subjects) b.models->used(s.model->config());
+    for (auto& s : subjects) b.models->used(s.config());
     if (readings[0].empty() || readings[1].empty()) return;  // measured in the blocks above
     std::vector<double> pre, post;
     for (size_t u = 0; u < readings[0].size(); u++) pre.push_back(readings[0][u].log_ratio), post.push_back(readings[1][u].log_ratio);

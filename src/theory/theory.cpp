@@ -58,10 +58,13 @@ std::vector<std::vector<int32_t>> window_units(const std::vector<int32_t>& corpu
   return out;
 }
 
-DynamicsReport dynamics_on(const Bench& b, Model<double>& m) {
+template <class S>
+DynamicsReport dynamics_on(const Bench& b, Model<S>& m) {
   const TheoryOptions& o = b.opt;
   return analyze_dynamics(m, b.corpus, 2, 4, o.seq_len, uint64_t(o.seed), o.bos);
 }
+template DynamicsReport dynamics_on(const Bench&, Model<double>&);
+template DynamicsReport dynamics_on(const Bench&, Model<float>&);
 
 std::string weights(const Bench& b, const std::string& init) { return b.given ? "the checkpoint's weights" : init; }
 
@@ -310,7 +313,7 @@ std::vector<Claim> run_theory(const TheoryOptions& o) {
   std::atomic<long> finished{0};
   const std::string progress = o.model ? "theory on the checkpoint" : fresh ? "theory on fresh models" : "theory on trained models";
   report_progress(progress, 0, n_tasks, "");
-#pragma omp parallel for schedule(dynamic, 1) if (o.parallel_seeds)
+#pragma omp parallel for schedule(dynamic, 1) if (o.parallel_seeds && !o.float32)  // (float32: one model, shared)
   for (int k = 0; k < n_tasks; k++) {
     const size_t seed = size_t(k) % size_t(n_seeds), slot = size_t(k) / size_t(n_seeds);
     try {

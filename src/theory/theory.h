@@ -53,13 +53,13 @@ inline constexpr double kLearnedFraction = 0.9;
 // entropy down to what the same-size Pre-LN reaches under the same recipe (and 10% below the unigram).
 inline constexpr double kLearnedShareOfPre = 0.5;
 
-// A given model for `normlab theory --checkpoint`: its config and the float32 model it was opened as
-// (forward only, shared, never changed), whose parameters each claim widens into the float64 model it
-// measures (held once in float32: 4 bytes a parameter, no copy of the loaded model).
+// A given model for `normlab theory --checkpoint`: its config and the float32 model it was opened as,
+// held once (no copy of the loaded model). Each claim widens its parameters into the float64 model it
+// measures (4 bytes a parameter held), or, with TheoryOptions::float32, measures this model itself.
 struct TheoryModel {
   std::string name;  // for "checkpoint 'M'"
   ModelConfig config;
-  std::shared_ptr<const Model<float>> model;
+  std::shared_ptr<Model<float>> model;  // (float32: with gradients; the claims restore any weight they ablate)
   const std::vector<float>& params() const { return model->params(); }
 };
 
@@ -88,6 +88,12 @@ struct TheoryOptions {
   double test_fraction = 0;     // ... before its test split (a run's data.test_fraction)
   int bos = -1;                 // >= 0: every window starts with this id (a given model's run's data.bos)
   std::shared_ptr<const TheoryModel> model;  // set: measure this model only (seeds pick the input windows)
+  // With a given model: its claims read its own float32 parameters (the model opened with its gradients,
+  // 8 bytes a parameter in all) instead of a float64 copy each (8 or 16 bytes a parameter, one per claim
+  // group and two groups at a time), one group after another; the claims that need float64 (Jacobians
+  // checked to rounding: 000's lemmas, 004 Thm 2's product of token-local Jacobians) are skipped, saying
+  // so. For a model whose float64 copies do not fit (theory --checkpoint --precision).
+  bool float32 = false;
 };
 
 // Dong et al.'s collapse rate as points of a law: y_l = log(res_0 / res_l) over the layers l >= 1 where
