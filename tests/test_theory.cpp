@@ -495,6 +495,7 @@ TEST(Theory, CollapseRateTellsGeometricFromDoublyExponential) {
   EXPECT_EQ(jd.verdict, Verdict::Holds) << jd.text;
   // a collapse to the floor within two layers leaves no rate to fit
   EXPECT_EQ(collapse_series({1.0, 1e-3, 1e-14, 1e-15, 1e-16}).x.size(), 1u);
+  EXPECT_EQ(collapse_series({1.0, 1e-3, 1e-5, 1e-6}, 1e-5).x.size(), 1u);  // (a float32 stream's floor)
   EXPECT_EQ(judge_law(collapse_law(), {collapse_series({1.0, 1e-3, 1e-14, 1e-15, 1e-16})}).verdict,
             Verdict::NotDistinguishable);
 }

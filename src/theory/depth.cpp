@@ -104,11 +104,11 @@ template std::vector<double> next_branch_shift(Model<float>&, const std::vector<
 
 namespace normlab::theory {
 
-Series collapse_series(const std::vector<double>& res) {
+Series collapse_series(const std::vector<double>& res, double floor) {
   Series s;
   for (size_t i = 1; i < res.size(); i++) {
     const double y = std::log(res[0] / res[i]);
-    if (!(res[i] > 1e-12 * res[0]) || !(y > 0)) continue;
+    if (!(res[i] > std::max(1e-12 * res[0], floor)) || !(y > 0)) continue;
     s.x.push_back(double(i));
     s.y.push_back(std::log(y));
   }
@@ -187,9 +187,15 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
     // the dynamics' batches follow the seed: on a given model the seeds are what varies (the input windows)
     const DynamicsReport dpre = on(deep_pre, [&](auto& m) { return dynamics_on(b, m); });
     const Placement placement = on(deep_pre, [](auto& m) { return m.config().placement_of(0); });
+    // a float32 stream resolves res(X) only down to dpre.res_floor (a given model read in float32; float64
+    // has none): a deeper collapse reads as the floor, a bound on it
     auto collapse = [&](bool skips, bool mlp) {
-      for (const auto& v : dpre.rank_collapse)
-        if (v.skips == skips && v.mlp == mlp) return v;
+      for (auto v : dpre.rank_collapse)
+        if (v.skips == skips && v.mlp == mlp) {
+          v.ratio = std::max(v.ratio, dpre.res_floor / v.residual_rank.front());
+          for (double& r : v.residual_rank) r = std::max(r, dpre.res_floor);
+          return v;
+        }
       throw Error("theory: a rank-collapse ablation is missing");
     };
     const auto full = collapse(true, true), attn_skip = collapse(true, false), noskip = collapse(false, true),
@@ -198,9 +204,15 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
         fmt::format("{}, {} layers, {}, {}; ablations keep the weights",
                     b.given ? fmt::format("the checkpoint ({})", to_string(placement)) : "Pre-LN",
                     L, lm, weights(b, "GPT-2 init"));
-    const std::string detail = fmt::format("res(X_L)/res(X_0): pure attention {:.3g}, no skips with MLP {:.3g}, skips "
-                                           "without MLP {:.3g}, full model {:.3g}",
-                                           pure.ratio, noskip.ratio, attn_skip.ratio, full.ratio);
+    const bool floored = dpre.res_floor > 0 && std::any_of(pure.residual_rank.begin(), pure.residual_rank.end(),
+                                                           [&](double r) { return r <= dpre.res_floor; });
+    const std::string detail = fmt::format("res(X_L)/res(X_0): pure attention {}{:.3g}, no skips with MLP {:.3g}, skips "
+                                           "without MLP {:.3g}, full model {:.3g}{}",
+                                           floored ? "at most " : "", pure.ratio, noskip.ratio, attn_skip.ratio, full.ratio,
+                                           floored ? fmt::format(" (pure attention reaches {}'s floor, res(X) {:g}: a "
+                                                                 "collapse at least this deep)",
+                                                                 dpre.precision, dpre.res_floor)
+                                                   : "");
     const nlohmann::json nums = {{"pure_attention", pure.ratio}, {"noskip_mlp", noskip.ratio},
                                  {"skip_no_mlp", attn_skip.ratio}, {"full", full.ratio}};
     out.push_back(effect({"002 rank collapse", "without skip connections attention layers drive the tokens to rank one",
@@ -218,7 +230,7 @@ void depth_checks(const Bench& b, std::vector<Measurement>& out) {
                              EffectRule::towards(1).between("without skips", "with skips"),
                              fmt::format("{}; kept {:.2f} orders of magnitude", detail, kept), nums));
     // the rate: Dong et al.'s bound shrinks res doubly exponentially, res_L <= (c res_0)^(3^L)
-    const Series rate = collapse_series(pure.residual_rank);
+    const Series rate = collapse_series(pure.residual_rank, dpre.res_floor);
     Measurement mr = law({"002 collapse rate", "pure attention loses rank doubly exponentially with depth", setting,
                           "log log(res_0/res_l) against the layer l, over the layers above the rounding floor"},
                          collapse_law(), rate,

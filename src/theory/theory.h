@@ -97,10 +97,10 @@ struct TheoryOptions {
 };
 
 // Dong et al.'s collapse rate as points of a law: y_l = log(res_0 / res_l) over the layers l >= 1 where
-// it collapsed (y_l > 0) and is above the rounding floor (res_l > 1e-12 res_0), as (l, log y_l). A
-// doubly exponential collapse (res_l ~ c^(b^l)) makes log y linear in l; a geometric one (a constant
-// factor per layer) makes log y = log l + c.
-Series collapse_series(const std::vector<double>& res);
+// it collapsed (y_l > 0) and is above the rounding floor (res_l > 1e-12 res_0, and > floor: a float32
+// stream's, DynamicsReport::res_floor), as (l, log y_l). A doubly exponential collapse (res_l ~ c^(b^l))
+// makes log y linear in l; a geometric one (a constant factor per layer) makes log y = log l + c.
+Series collapse_series(const std::vector<double>& res, double floor = 0);
 LawRule collapse_law();
 
 // The corpus of options.corpus (validation split: the inputs; training split: trained models' data).
