@@ -83,3 +83,44 @@ TEST(TheoryFloat32, AGivenModelsClaimsInFloat32AreItsFloat64ClaimsToRounding) {
     EXPECT_GE(float64_only, 3);   // the lemmas and 004 Thm 2 (Pre-LN) or 000's Post-LN theorems
   }
 }
+
+// A collapse below float32's floor is a bound, not a reading: with every attention's qkv weights zero,
+// pure attention (no skips, no MLP) makes every row the same after one layer, so res(X) reaches 0. In
+// float64 the rank-collapse claims read it; in float32 they are skipped saying the floor bounds it (a
+// spread over windows of floored values would be the floor's, not the model's).
+TEST(TheoryFloat32, ACollapseBelowFloat32sFloorIsSkippedNotRead) {
+  std::vector<int32_t> corpus;
+  for (int i = 0; i < 6000; i++) corpus.push_back(int32_t('a' + (i * 13) % 20));
+  ModelConfig c;
+  c.d_model = 16, c.n_heads = 2, c.n_layers = 4, c.seq_len = 32, c.placement = {Placement::Pre}, c.seed = 5;
+  Model<float> m(c);
+  for (const ParamSpec& p : m.table().specs)
+    if (p.name.find("qkv") != std::string::npos) std::fill_n(m.params().begin() + long(p.offset), p.numel, 0.0f);
+  TheoryOptions o;
+  o.seeds = 1, o.seed = 1337, o.d_model = 16, o.n_heads = 2, o.n_layers = o.deep_layers = 4, o.seq_len = 16;
+  for (bool float32 : {false, true}) {
+    SCOPED_TRACE(float32 ? "float32" : "float64");
+    auto held = model_with_params<float>(c, m.params(), /*forward_only=*/!float32);
+    if (float32) held->enable_gradients();
+    o.model = std::make_shared<TheoryModel>(TheoryModel{"given", c, std::move(held)});
+    o.float32 = float32;
+    detail::ClaimModels models(o, corpus, corpus);
+    detail::Bench b;
+    b.opt = o, b.corpus = corpus, b.models = &models, b.fresh = false, b.given = true;
+    b.ids.assign(corpus.begin(), corpus.begin() + o.seq_len);
+    std::vector<detail::Measurement> out;
+    detail::depth_checks(b, out);
+    int seen = 0;
+    for (const auto& r : out)
+      if (r.head.source == "002 rank collapse" || r.head.source == "002 skips prevent collapse") {
+        seen++;
+        if (float32) {
+          EXPECT_NE(r.skipped.find("float32's floor"), std::string::npos) << r.skipped;
+        } else {
+          EXPECT_TRUE(r.skipped.empty()) << r.skipped;
+          EXPECT_FALSE(r.effects.empty());
+        }
+      }
+    EXPECT_EQ(seen, 2);
+  }
+}
