@@ -205,6 +205,24 @@ def losses(path):
 a, b = losses(glob.glob('fine/runs/03-*/metrics.jsonl')[0]), losses(glob.glob('fine_gone/runs/03-*/metrics.jsonl')[0])
 assert a and a == b, (a, b)
 PY" "fine-tuning from the start trained again differs from fine-tuning from the recorded one"
+# both starts gone, the study with --jobs 2: they train side by side (job 0 and a worker), each the
+# recorded start to 4 digits, and the fine-tuning runs from them the same to the bit
+mkdir gone2 && cp seq/results.json gone2/ && cp -r seq/runs gone2/ && \
+  rm -r "gone2/runs/03-placement=pre_lr=0.003" gone2/runs/*-placement=post_lr=0.003
+sed 's/start_from = "seq"/start_from = "gone2"/' fine.toml > gone2.toml
+OMP_NUM_THREADS=2 timeout 300 "$NL" compare --config gone2.toml --jobs 2 --out fine_gone2 > fine_gone2.txt 2>&1
+rc=$?
+check "[[ $rc -eq 0 ]] && [[ \$(grep -Ec 'trained: validation loss ([0-9.]+) \\(its study recorded \\1\\), test loss' fine_gone2.txt) -eq 2 ]] && \
+       [[ ! -e fine_gone2/.starts ]]" \
+  "two gone starts trained side by side: exit $rc; $(grep 'start' fine_gone2.txt | head -8)"
+check "python3 - <<'PY'
+import glob, json
+def losses(path):
+    return [(r['step'], r['loss']) for r in map(json.loads, open(path)) if r.get('type') in ('train', 'val')]
+for run in ('01', '03'):
+    a, b = losses(glob.glob(f'fine/runs/{run}-*/metrics.jsonl')[0]), losses(glob.glob(f'fine_gone2/runs/{run}-*/metrics.jsonl')[0])
+    assert a and a == b, (run, a, b)
+PY" "fine-tuning from the starts trained side by side differs from fine-tuning from the recorded ones"
 # a start that matches no finished run: one message, nothing run
 sed 's/train.lr=3e-3/train.lr=1e-3/' fine.toml > nomatch.toml
 expect_error "matches no finished runs of 'seq'" compare --config nomatch.toml --out x14

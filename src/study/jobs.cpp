@@ -61,6 +61,11 @@ void RunQueue::remove(const fs::path& dir) {
   fs::remove(dir / kQueueFile, ec);
 }
 
+bool RunQueue::exists(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / kQueueFile, ec);
+}
+
 // f(state) under the file's exclusive lock; the state is written back when f returns true.
 template <class F>
 auto RunQueue::locked(F&& f) {

@@ -43,6 +43,8 @@ class RunQueue {
   bool stopping();
   // Removes the queue file.
   static void remove(const std::filesystem::path& dir);
+  // Whether `dir` holds a queue.
+  static bool exists(const std::filesystem::path& dir);
 
  private:
   nlohmann::json read_locked();

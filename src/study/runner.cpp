@@ -533,7 +533,9 @@ std::vector<int> assign_runs(const std::vector<double>& costs, const std::vector
 int run_study(const Study& given, const CompareOptions& options) {
   const ResolvedStarts starts = resolve_starts(given);  // "start:<name>" -> the run directory it starts from
   const Study& study = starts.study;
-  if (options.worker > 0) return run_worker(study, options);
+  if (options.worker > 0)  // (a job started to train the starts side by side, or to run runs)
+    return start_queue_in(options.out_dir) ? train_queued_starts(starts.missing, options.out_dir, options.worker, options.stop)
+                                           : run_worker(study, options);
   const dist::Comm comm = dist::world();
   // every corpus is read before anything is written: a bad corpus fails the study at once
   StudyData data;
@@ -570,20 +572,28 @@ int run_study(const Study& given, const CompareOptions& options) {
     costs.push_back(run_cost(r.config));
     to_run.push_back(!kept.count(r.name));
   }
-  // the starts the runs still to run need whose directories are gone: trained again first (start.h),
-  // by rank 0 with the threads each run of their study had
+  // the starts the runs still to run need whose directories are gone: trained again first (start.h), by
+  // rank 0 with the threads each run of their study had, side by side in the study's jobs (--jobs)
   std::vector<MissingStart> missing;
-  for (const MissingStart& s : starts.missing)
+  std::vector<size_t> needed;  // (their indices in starts.missing)
+  for (size_t k = 0; k < starts.missing.size(); k++)
     for (size_t i = 0; i < study.runs.size(); i++)
-      if (to_run[i] && study.runs[i].config.train.init_from == s.dir) {
-        missing.push_back(s);
+      if (to_run[i] && study.runs[i].config.train.init_from == starts.missing[k].dir) {
+        missing.push_back(starts.missing[k]);
+        needed.push_back(k);
         break;
       }
   long starts_stopped = 0;  // (1: stopped; 2: failed, an Error on rank 0 the others leave with)
   if (comm.root() && !missing.empty()) {
+    const int start_jobs = local_jobs(options, comm, missing.size());
+    const int start_threads = starts.threads > 0 ? starts.threads : std::max(1, omp_get_max_threads() / start_jobs);
     const ScopedThreads scoped(starts.threads > 0 ? starts.threads : omp_get_max_threads());
     try {
-      starts_stopped = train_missing_starts(missing, options.stop) ? 0 : 1;
+      starts_stopped = (start_jobs > 1 ? train_starts_side_by_side(starts.missing, needed, out, start_jobs, start_threads,
+                                                                   options.worker_exe, options.stop)
+                                       : train_missing_starts(missing, options.stop))
+                           ? 0
+                           : 1;
     } catch (...) {
       comm.broadcast(2L);
       throw;

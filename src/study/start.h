@@ -23,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -65,5 +66,19 @@ nlohmann::json last_run_summary(const std::string& dir);
 // part-way), one after the other, saying how its losses compare with the recorded ones. Returns false
 // when `stop` stopped it (what was trained is kept for the next time).
 bool train_missing_starts(const std::vector<MissingStart>& starts, const std::atomic<bool>* stop);
+
+// The starts `needed` (indices into `missing`, resolve_starts's) trained again side by side: this process
+// and jobs - 1 workers (`normlab compare --resume DIR --worker K`, jobs.h, each with `threads` OpenMP
+// threads) take them from a queue in DIR/.starts. False when stopped (each continues from its checkpoint
+// on the next --resume); Error when one could not be trained (its message printed by the job that ran it).
+bool train_starts_side_by_side(const std::vector<MissingStart>& missing, const std::vector<size_t>& needed,
+                               const std::filesystem::path& dir, int jobs, int threads, const std::string& exe,
+                               const std::atomic<bool>* stop);
+// A worker (`compare --worker K`) started by it: DIR/.starts holds the queue.
+bool start_queue_in(const std::filesystem::path& dir);
+// The worker's part: starts from the queue until it is empty or stopped; the exit code (0, or 130
+// stopped; a start that fails throws).
+int train_queued_starts(const std::vector<MissingStart>& missing, const std::filesystem::path& dir, int job,
+                        const std::atomic<bool>* stop);
 
 }  // namespace normlab::study
