@@ -68,7 +68,8 @@ void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
   };
   std::vector<Subject> subjects;
   if (b.given) {
-    Subject s{"the checkpoint"};
+    Subject s;
+    s.who = "the checkpoint";
     if (o.float32) {
       s.narrow = std::get<Model<float>*>(b.models->given_measured());
     } else {
@@ -81,8 +82,10 @@ void fake_depth_checks(const Bench& b, std::vector<Measurement>& out) {
       // trained from GPT-2's init, as the trained depth claims (depth.cpp: from Xavier's a 24-layer Post-LN
       // does not learn)
       const ModelConfig c = gpt_config(o, p, 1e-5, o.deep_layers);
-      subjects.push_back({fmt::format("the trained {}-layer {} model (from GPT-2 init)", o.deep_layers, to_string(p)),
-                          b.models->make(c, true)});
+      Subject s;
+      s.who = fmt::format("the trained {}-layer {} model (from GPT-2 init)", o.deep_layers, to_string(p));
+      s.model = b.models->make(c, true);
+      subjects.push_back(std::move(s));
     }
   }
   // the units of windows, the same for every subject (paired), picked by the seed
