@@ -38,6 +38,18 @@ using namespace ops;
 using branch::scale_in_place;
 using branch::zero;
 
+namespace {
+
+// The tensor `name` in a buffer laid out by `table` (the parameters or their gradients); null when the
+// model has none.
+template <class S>
+S* tensor_at(const ParamTable& table, S* base, const char* name) {
+  const ParamSpec* p = table.find(name);
+  return p ? base + p->offset : nullptr;
+}
+
+}  // namespace
+
 template <class S>
 Model<S>::Model(ModelConfig cfg) : Model(std::move(cfg), Unset{}) {
   init_params(params_.data(), table_, cfg_);
@@ -75,10 +87,7 @@ Model<S>::Model(ModelConfig cfg, Unset, bool with_grads) : cfg_(std::move(cfg)),
   enc_lnf_ = norm_view("enc.ln_f");
   lnemb_ = norm_view("ln_emb");
   hln_ = norm_view("head.ln");
-  auto at = [&](const char* name) -> S* {
-    const ParamSpec* p = table_.find(name);
-    return p ? params_.data() + p->offset : nullptr;
-  };
+  auto at = [&](const char* name) { return tensor_at(table_, params_.data(), name); };
   wtt_ = at("wtt.weight");
   escale_ = at("embed_scale");
   sz_ = at("sz");
@@ -135,10 +144,7 @@ void Model<S>::bind_gradients() {
   denc_lnf_ = norm_params(table_, g, "enc.ln_f");
   dlnemb_ = norm_params(table_, g, "ln_emb");
   dhln_ = norm_params(table_, g, "head.ln");
-  auto at = [&](const char* name) -> S* {
-    const ParamSpec* p = table_.find(name);
-    return p ? g + p->offset : nullptr;
-  };
+  auto at = [&](const char* name) { return tensor_at(table_, g, name); };
   dwtt_ = at("wtt.weight");
   descale_ = at("embed_scale");
   dsz_ = at("sz");
