@@ -19,10 +19,23 @@ check() { if eval "$1"; then ok; else bad "$2"; fi; }
 # jq-free JSON queries through the results file
 q() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 
-# --- end to end -------------------------------------------------------------------------------
-timeout 600 "$NL" compare --config "$DATA/tiny_study.toml" --out tiny > out.txt 2>&1
+# --- end to end, with a Ctrl-C during the theory table and the resume that computes it ----------
+"$NL" compare --config "$DATA/tiny_study.toml" --out tiny > out.txt 2>&1 &
+pid=$!
+for _ in $(seq 1 6000); do grep -q '^\[theory\]' out.txt && break; sleep 0.1; done
+sleep 1
+kill -INT $pid
+wait $pid
 rc=$?
-check "[[ $rc -eq 0 ]]" "tiny study exit $rc; output: $(tail -20 out.txt)"
+check "[[ $rc -eq 130 ]]" "Ctrl-C in the theory table: exit $rc, wanted 130; output: $(tail -5 out.txt)"
+check "grep -q 'interrupted during the theory table: every run finished' out.txt" \
+  "Ctrl-C in the theory table: not said; output: $(tail -3 out.txt)"
+check "[[ \$(q tiny/results.json \"'theory' in d\") == False && \$(q tiny/results.json \"d['interrupted']\") == True ]]" \
+  "Ctrl-C in the theory table: results.json has claims, or is not marked interrupted"
+timeout 600 "$NL" compare --resume tiny > resumed.txt 2>&1
+rc=$?
+check "[[ $rc -eq 0 ]]" "tiny study's resume: exit $rc; output: $(tail -20 resumed.txt)"
+check "[[ \$(q tiny/results.json \"d['interrupted']\") == False ]]" "the resumed study is still marked interrupted"
 for f in study.json results.json summary.txt report.html; do check "[[ -s tiny/$f ]]" "missing tiny/$f"; done
 check "[[ \$(ls tiny/runs | wc -l) -eq 4 ]]" "expected 4 run directories, got $(ls tiny/runs 2>/dev/null)"
 for d in tiny/runs/*/; do

@@ -719,6 +719,8 @@ int run_study(const Study& given, const CompareOptions& options) {
     failed |= results["runs"].back()["status"] == "failed";
   }
 
+  interrupted |= stopped(options);  // (a Ctrl-C after the last run: the theory table waits for the resume)
+  bool theory_stopped = false;
   if (study.theory && !interrupted) {
     // the answer is known once the runs are: said now, not after the theory table's minutes
     nlohmann::json known = results;
@@ -732,8 +734,13 @@ int run_study(const Study& given, const CompareOptions& options) {
     claims.seeds = study.theory_seeds;
     claims.trained_seeds = study.theory_trained_seeds;
     claims.cache_dir = normlab_cache_dir();  // trained models: reused from and kept for later runs
-    results["theory"] = theory::to_json(theory::run_theory_fresh_and_trained(claims, study.theory_steps));
-    results["theory_seconds"] = seconds_since(t0);
+    try {
+      const InterruptibleCall interruptible;  // Ctrl-C stops the claims within a group of them
+      results["theory"] = theory::to_json(theory::run_theory_fresh_and_trained(claims, study.theory_steps));
+      results["theory_seconds"] = seconds_since(t0);
+    } catch (const Interrupted&) {
+      interrupted = theory_stopped = true;  // the resume computes the table (every run is kept)
+    }
     progress.theory_done();
   }
   if (jobs > 1) results["jobs"] = {{"processes", jobs}, {"threads_each", threads}};
@@ -751,11 +758,16 @@ int run_study(const Study& given, const CompareOptions& options) {
   for (const auto& line : results["summary"]) fmt::print("- {}\n", line.get<std::string>());
   if (const std::string r = reproductions_text(results); !r.empty()) fmt::print("\n{}", r);
   fmt::print("\nreport: {}\nresults: {}\n", (out / "report.html").string(), (out / "results.json").string());
-  if (interrupted) {
+  if (theory_stopped) {
+    fmt::print("interrupted during the theory table: every run finished, the claims were not kept. Compute them "
+               "with: normlab compare --resume {}\n",
+               out.string());
+    code = kInterruptedExitCode;
+  } else if (interrupted) {
     fmt::print("interrupted: the report covers the runs that finished; the rest were not run. Finish the study "
                "with: normlab compare --resume {}\n",
                out.string());
-    code = 130;
+    code = kInterruptedExitCode;
   } else if (failed) {
     for (const auto& r : results["runs"])
       if (r["status"] == "failed")
