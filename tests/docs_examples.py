@@ -14,8 +14,9 @@ GGUF file, both fetched by the test setup; without them those examples are skipp
   ``[`` options or ``a|b`` alternatives is a synopsis: every ``--option`` it names must be one that
   ``normlab help`` lists for that command.
 - A ``python`` block runs statement by statement in one interpreter per page (a page's blocks build on
-  each other), with the module built in BUILD; a statement's time limit is ten times a command's (a
-  statement's result is often the next one's input: only training and studies should reach it).
+  each other), with the module built in BUILD; a statement's time limit is five times a command's (a
+  statement's result is often the next one's input: only training, studies, the theory table and a
+  full Jacobian should reach it; the longest that completes, a 16-token Jacobian, takes ~10 s).
 - Every command must succeed. A command still running after --limit seconds (a training run, a study)
   is stopped with Ctrl-C, as a user would, and must then end as normlab's stopped commands do (exit
   130 with its checkpoint and results written, or ended by the signal where there is nothing to save;
@@ -323,7 +324,7 @@ def main() -> int:
             json.dump(py_blocks, open(spec, "w"))
             driver = os.path.join(work, "py_driver.py")
             open(driver, "w").write(PY_DRIVER)
-            p = subprocess.run([a.python, driver, spec, str(10 * a.limit), json.dumps(NOT_RUN)], cwd=work, env=env, capture_output=True, text=True,
+            p = subprocess.run([a.python, driver, spec, str(5 * a.limit), json.dumps(NOT_RUN)], cwd=work, env=env, capture_output=True, text=True,
                                errors="replace")
             print(p.stdout + p.stderr[-3000:], end="", flush=True)
             n_pass, n_fail = p.stdout.count("PASS "), p.stdout.count("FAIL ")
