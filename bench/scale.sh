@@ -3,7 +3,10 @@
 # randomly initialized Llama-family model of the shape of Qwen3-0.6B, Llama 3.2 1B and SmolLM2-1.7B
 # (random weights are enough for time and memory), each through
 #   init      `normlab init` writing the float32 checkpoint (not a target: the setup of the rest)
-#   forward   the Python module's load and a forward of 8 x 128 tokens (`normlab.load`, `Model.forward`)
+#   forward   the Python module's load and a forward of 8 x 128 tokens (`normlab.load`, `Model.forward`;
+#             the load's time and the forward's, the median of 3 after one, in the last column)
+#   peer      transformers' forward of the same shape (bench/hf_forward.py in bench/.venv: Qwen3 or
+#             Llama, random weights, float32, the median of 3 after one, 2 threads) beside it
 #   dynamics  `normlab analyze dynamics --checkpoint M --seq-len 128 --batches 1 --batch-size 8`
 #   attention `normlab analyze attention --checkpoint M --seq-len 128`
 #   jacobian  `normlab analyze jacobian --checkpoint M --no-full --lanczos-k 0 --seq-len 64` (every norm
@@ -15,18 +18,20 @@
 # takes < 60 s, dynamics and theory --checkpoint < 10 min each, peak RSS < 16 GB; a 1B model in half).
 # A command that fails (out of memory, a refusal) is a row with its exit code and the last line it
 # printed: what does not work at a size is reported, not hidden. Prints a markdown table naming the
-# CPU. Not part of the tests; run on a quiet machine (hours at 1.7B). transformers' forward of the same
-# shapes is bench/smollm2.sh's peer for the real 135M model; at these sizes it is not run here yet.
+# CPU. Not part of the tests; run on a quiet machine (hours at 1.7B). bench/.venv (bench/venv.sh: torch,
+# and transformers here) is made or filled when missing; --no-peer skips transformers' rows. The real
+# SmolLM2-135M against transformers is bench/smollm2.sh's.
 #
-# Usage: bench/scale.sh [--shapes "qwen3-0.6b llama3.2-1b smollm2-1.7b"] [--keep DIR] [--steps ...]
+# Usage: bench/scale.sh [--shapes "qwen3-0.6b llama3.2-1b smollm2-1.7b"] [--keep DIR] [--no-peer]
 #        bench/scale.sh --shapes tiny   (a 2-layer model: checks the script in seconds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-shapes="qwen3-0.6b llama3.2-1b smollm2-1.7b" keep=""
+shapes="qwen3-0.6b llama3.2-1b smollm2-1.7b" keep="" peer=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --shapes) shapes=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
+    --no-peer) peer=0; shift ;;
     *) echo "scale.sh: unknown option $1 (see the header)" >&2; exit 2 ;;
   esac
 done
@@ -34,6 +39,18 @@ done
 cmake --build build --target normlab normlab_python >&2
 PY=${PY:-build/pyenv/bin/python}
 [[ -x $PY ]] || PY=python3
+NL_PY=$PY
+if [[ $peer == 1 ]]; then
+  log() { echo "scale.sh: $*" >&2; }
+  source bench/venv.sh
+  ensure_bench_venv  # sets PY to the venv's
+  if ! "$PY" -c 'import transformers' >/dev/null 2>&1; then
+    log "installing transformers from PyPI into $VENV"
+    "$PY" -m pip install --quiet transformers
+  fi
+  PEER_PY=$PY
+  PY=$NL_PY
+fi
 out=${keep:-$(mktemp -d)}
 mkdir -p "$out"
 [[ -z $keep ]] && trap 'rm -rf "$out"' EXIT
@@ -56,7 +73,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 isa=$(grep -qm1 avx512f /proc/cpuinfo && echo "AVX-512" || echo "AVX2")
 echo "scale.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), $cpu ($isa), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GB", $2 / 1048576}' /proc/meminfo)"
 echo
-echo "| model | step | wall s | peak RSS GB | |"
+echo "| model | step | wall s | peak RSS GB | timing, or why it failed |"
 echo "|---|---|---|---|---|"
 # one row: the command's wall time and peak RSS, or its exit code and last line
 row() {
@@ -64,7 +81,8 @@ row() {
   shift 2
   if /usr/bin/time -f '%e %M' -o "$out/time.txt" "$@" > "$out/log.txt" 2>&1; then
     read -r wall kb < "$out/time.txt"
-    printf '| %s | %s | %.1f | %.2f | |\n' "$name" "$step" "$wall" "$(echo "$kb / 1048576" | bc -l)"
+    printf '| %s | %s | %.1f | %.2f | %s |\n' "$name" "$step" "$wall" "$(echo "$kb / 1048576" | bc -l)" \
+      "$(grep '^timing: ' "$out/log.txt" | tail -1 | sed 's/^timing: //')"
   else
     local rc=$?
     printf '| %s | %s | - | - | failed (exit %s): %s |\n' "$name" "$step" "$rc" "$(grep -v '^Command' "$out/log.txt" | tail -1 | cut -c1-160)"
@@ -77,10 +95,20 @@ for shape in $shapes; do
   row "$shape" init build/normlab init -c configs/llama.toml "${sets[@]}" --set model.seed=1 --out "$m" --force
   [[ -s $m ]] || continue
   row "$shape" "load + forward 8 x 128" env PYTHONPATH=build/python "$PY" -c "
-import numpy as np, normlab, sys
+import numpy as np, normlab, statistics, sys, time
+t0 = time.perf_counter()
 m = normlab.load(sys.argv[1])
+load = time.perf_counter() - t0
 ids = np.random.default_rng(0).integers(0, m.config['vocab'], size=(8, 128)).astype(np.int32)
-m.forward(ids)" "$m"
+times = []
+for rep in range(4):
+    t0 = time.perf_counter()
+    m.forward(ids)
+    if rep:
+        times.append(time.perf_counter() - t0)
+print(f'timing: load {load:.1f} s, forward {statistics.median(times):.2f} s')" "$m"
+  [[ $peer == 1 ]] && row "$shape" "transformers: init + forward 8 x 128" env OMP_WAIT_POLICY=PASSIVE \
+    "$PEER_PY" bench/hf_forward.py $(shape_sets "$shape")
   row "$shape" dynamics build/normlab analyze dynamics --checkpoint "$m" --tokenizer gpt2 --seq-len 128 --batches 1 --batch-size 8
   row "$shape" attention build/normlab analyze attention --checkpoint "$m" --tokenizer gpt2 --seq-len 128
   row "$shape" "jacobian T = 64" build/normlab analyze jacobian --checkpoint "$m" --tokenizer gpt2 --no-full --lanczos-k 0 --seq-len 64
