@@ -235,12 +235,16 @@ class Model:
         one (``norm_gains``)."""
         return Results("sinks", self._core.instrument("sinks", _ids(inputs, self)))
 
-    def theory(self, seeds: int = 5, corpus: str = "", tokenizer: str = "", seq_len: int = 16) -> Results:
+    def theory(self, seeds: int = 5, corpus: str = "", tokenizer: str = "", seq_len: int = 16,
+               precision: str = "auto") -> Results:
         """``normlab theory --checkpoint``: every claim one model can answer, on ``seeds`` input windows
         of ``corpus`` (default: the run's own data, else the built-in corpus) through the model's
-        tokenizer."""
+        tokenizer. ``precision`` as the command's ``--precision``: ``"float32"`` reads a float32 copy of
+        the model with its gradients (8 bytes a parameter) instead of float64 copies, and skips the
+        claims checked to rounding; ``"auto"`` chooses it when two float64 copies would pass half of
+        the machine's memory."""
         return Results("theory", self._core.theory(seeds, _path(corpus) if corpus else "",
-                                                   _path(tokenizer) if tokenizer else "", seq_len))
+                                                   _path(tokenizer) if tokenizer else "", seq_len, precision))
 
 
 def load(path: str | os.PathLike) -> Model:

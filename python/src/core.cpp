@@ -407,7 +407,10 @@ std::vector<py::bytes> translate_texts(PyModel& m, const std::vector<std::string
 }
 
 // `normlab theory --checkpoint`'s claims on this model: the --json text.
-std::string theory_of(PyModel& m, int seeds, const std::string& corpus, const std::string& tokenizer, int seq_len) {
+// precision: as the command's --precision (float32: the claims read a float32 copy with gradients, 8
+// bytes a parameter, instead of float64 copies).
+std::string theory_of(PyModel& m, int seeds, const std::string& corpus, const std::string& tokenizer, int seq_len,
+                      const std::string& precision) {
   const auto lock = lock_model(m);
   const InterruptibleCall interruptible;
   require_finite_params(m, "theory");
@@ -417,11 +420,12 @@ std::string theory_of(PyModel& m, int seeds, const std::string& corpus, const st
   o.corpus = corpus;
   o.tokenizer = tokenizer;
   o.seq_len = seq_len;
+  o.float32 = theory::claims_in_float32(precision, m.model->params().size());
   auto given = std::make_shared<theory::TheoryModel>();
   given->name = m.path;
   given->config = m.model->config();
-  given->model = model_with_params<float>(given->config, m.model->params(), /*forward_only=*/true);  // (the module's
-                                                                   // model may change while the claims read it)
+  // a copy: the module's model may change while the claims read it
+  given->model = model_with_params<float>(given->config, m.model->params(), /*forward_only=*/!o.float32);
   py::gil_scoped_release release;
   o = theory::theory_options_for(given, m, o);
   return dump_json(theory::to_json(theory::run_theory_fresh_and_trained(o, 0)), 1);
@@ -570,7 +574,8 @@ PYBIND11_MODULE(_core, mod) {
       .def("translation_pair", &translation_pair, py::arg("source"), py::arg("target"))
       .def("translate", &translate_texts, py::arg("texts"), py::arg("beam"), py::arg("length_penalty"),
            py::arg("max_len"))
-      .def("theory", &theory_of, py::arg("seeds"), py::arg("corpus"), py::arg("tokenizer"), py::arg("seq_len"));
+      .def("theory", &theory_of, py::arg("seeds"), py::arg("corpus"), py::arg("tokenizer"), py::arg("seq_len"),
+           py::arg("precision"));
   mod.def("load", &load, py::arg("path"));
   mod.def("from_state", &from_state, py::arg("config_json"), py::arg("state"), py::arg("what"));
   mod.def("train", &train_run, py::arg("path"), py::arg("doc_json"), py::arg("sets"), py::arg("resume_dir"),

@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
-#include <unistd.h>
 
 #include "model/model.h"
 #include "train/model_source.h"
@@ -68,24 +67,6 @@ void add_theory_command(CLI::App& app, TheoryCommand& cmd) {
       "claim name is a row of docs/THEORY.md, which gives the rules and why.");
 }
 
-namespace {
-
-// --precision: whether a given model's claims read its own float32 parameters; auto does when two
-// float64 copies with gradients (16 bytes a parameter each: two claim groups run at a time) would pass
-// half of this machine's memory. Prints the choice.
-bool read_in_float32(const std::string& precision, size_t n_params) {
-  const auto memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  const double copies = 2 * 16.0 * double(n_params);
-  const bool float32 = precision == "float32" || (precision == "auto" && copies > memory / 2);
-  fmt::print("precision: {}{}\n", float32 ? "float32" : "float64",
-             precision != "auto" ? ""
-                                 : fmt::format(" (auto: two float64 copies with gradients need {:.1f} GB, {} half of "
-                                               "this machine's {:.1f} GB)",
-                                               copies / 1e9, copies > memory / 2 ? "over" : "within", memory / 1e9));
-  return float32;
-}
-
-}  // namespace
 
 int run_theory(TheoryCommand& cmd) {
   theory::TheoryOptions& opts = cmd.opts;
@@ -103,7 +84,9 @@ int run_theory(TheoryCommand& cmd) {
     given->name = cmd.checkpoint;
     given->config = source.model->config();
     given->model = std::move(source.model);  // (held once: the claims widen it, or read it in float32)
-    opts.float32 = read_in_float32(cmd.precision, given->model->params().size());
+    std::string precision_line;
+    opts.float32 = theory::claims_in_float32(cmd.precision, given->model->params().size(), &precision_line);
+    fmt::print("{}\n", precision_line);
     if (opts.float32) given->model->enable_gradients();
     const ModelConfig& c = given->config;
     opts = theory::theory_options_for(given, source, opts);

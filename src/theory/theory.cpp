@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <unistd.h>
 #include <fmt/format.h>
 
 #include "theory/checks.h"
@@ -435,6 +436,22 @@ void print_claims(const std::vector<Claim>& claims) {
              "against the spread between repetitions) and carries 95% of the Akaike weight among the laws that fit; an "
              "effect's direction holds when its 95% interval excludes 0 on the claimed side, and its size is judged only "
              "against a size the source states. The claims, the rules and why: docs/THEORY.md.\n");
+}
+
+bool claims_in_float32(const std::string& precision, size_t n_params, std::string* line) {
+  if (precision != "auto" && precision != "float64" && precision != "float32")
+    throw Error(fmt::format("theory: precision '{}' must be auto, float64 or float32", precision));
+  const auto memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const double copies = 2 * 16.0 * double(n_params);
+  const bool float32 = precision == "float32" || (precision == "auto" && copies > memory / 2);
+  if (line)
+    *line = fmt::format("precision: {}{}", float32 ? "float32" : "float64",
+                        precision != "auto" ? ""
+                                            : fmt::format(" (auto: two float64 copies with gradients need {:.1f} GB, {} "
+                                                          "half of this machine's {:.1f} GB)",
+                                                          copies / 1e9, copies > memory / 2 ? "over" : "within",
+                                                          memory / 1e9));
+  return float32;
 }
 
 TheoryOptions theory_options_for(std::shared_ptr<const TheoryModel> model, const ModelSource& source,

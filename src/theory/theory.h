@@ -107,6 +107,11 @@ LawRule collapse_law();
 Corpus theory_corpus(const TheoryOptions& options);
 
 std::vector<Claim> run_theory(const TheoryOptions& options);
+// --precision (auto, float64 or float32; Error otherwise) of a given model's claims, as
+// TheoryOptions::float32: auto chooses float32 when two float64 copies with gradients (16 bytes a
+// parameter each: two claim groups run at a time) would pass half of this machine's physical memory.
+// `line`, when given: the "precision: ..." line that says the choice (and auto's reason).
+bool claims_in_float32(const std::string& precision, size_t n_params, std::string* line = nullptr);
 // The options of measuring one model (`normlab theory --checkpoint`, the Python module's
 // Model.theory): its width, depth and seed; the tokenizer and corpus its run read, unless `options`
 // names them (another tokenizer than the run's is refused); "bytes" / "gpt2" resolved. Checks that

@@ -246,6 +246,17 @@ def check_theory(nl, d, m, workdir):
     check("theory equals normlab theory --checkpoint --json bit for bit", same_json(got.data, want),
           first_difference(got.data, want))
     check("theory.to_pandas() has one row per claim", len(got.to_pandas()) == len(want))
+    # precision="float32" is the command's --precision float32, bit for bit (the same claims read the
+    # same float32 parameters with their gradients)
+    js32 = os.path.join(workdir, "theory32.json")
+    run([nl, "theory", "--checkpoint", d, "--seeds", "2", "--precision", "float32", "--json", js32, "--force"])
+    with open(js32) as f:
+        want32 = json.load(f)
+    got32 = m.theory(seeds=2, precision="float32")
+    check("theory(precision='float32') equals normlab theory --precision float32 --json bit for bit",
+          same_json(got32.data, want32), first_difference(got32.data, want32))
+    check("theory(precision='float32') differs from float64 (skips the claims checked to rounding)",
+          not same_json(got32.data, want))
 
 
 def check_tokenize_and_sample(nl, workdir):
@@ -596,6 +607,8 @@ def check_bad_input(workdir):
                            np.array([5, 2**32 + 3], dtype=np.int64))),
                        ("theory with seq_len 0", lambda: normlab.load(os.path.join(workdir, "gpt2")).theory(
                            seeds=1, seq_len=0)),
+                       ("theory with precision 'half'", lambda: normlab.load(os.path.join(workdir, "gpt2")).theory(
+                           seeds=1, precision="half")),
                        ("NaN written into the embeddings", lambda: nan_then(normlab.load(os.path.join(workdir, "gpt2")))),
                        ("float labels", lambda: normlab.load(os.path.join(workdir, "gpt2")).loss_and_grads(
                            [5, 6], np.array([2.7, 3.2]))),
