@@ -46,6 +46,16 @@ void mhc_read_write_weights_backward(const S* wa, const S* wb, const S* dwa, con
   }
 }
 
+// mhc_lite: one token's weights of the permutations, softmax_q(s_r h_(2n+q) + B_res,q) over its Rp = n!
+// values, in double; each exponential computed once (the forward and the reverse need the same)
+template <class S, class P>
+void lite_weights(const P& p, const S* h, int n, int Rp, double* w) {
+  double mx = -1e300, z = 0;
+  for (int q = 0; q < Rp; q++) mx = std::max(mx, double(p.scale[2]) * h[2 * n + q] + double(p.bias[2 * n + q]));
+  for (int q = 0; q < Rp; q++) z += (w[q] = std::exp(double(p.scale[2]) * h[2 * n + q] + double(p.bias[2 * n + q]) - mx));
+  for (int q = 0; q < Rp; q++) w[q] /= z;
+}
+
 }  // namespace
 
 // ---- Sinkhorn-Knopp (mhc) ----
@@ -375,14 +385,10 @@ void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S
       mhc_read_write_weights(p, h, n, wa, wb);
       for (int s = 0; s < n; s++)
         for (int m = 0; m < n; m++) wa[s * n1 + 1 + m] = S(0);
-      const int Rp = W - 2 * n;
-      double mx = -1e300, z = 0;
-      for (int q = 0; q < Rp; q++) mx = std::max(mx, double(p.scale[2]) * h[2 * n + q] + double(p.bias[2 * n + q]));
-      for (int q = 0; q < Rp; q++) z += std::exp(double(p.scale[2]) * h[2 * n + q] + double(p.bias[2 * n + q]) - mx);
-      for (int q = 0; q < Rp; q++) {
-        const S weight = S(std::exp(double(p.scale[2]) * h[2 * n + q] + double(p.bias[2 * n + q]) - mx) / z);
-        for (int k = 0; k < n; k++) wa[k * n1 + 1 + perms[size_t(q) * n + k]] += weight;
-      }
+      double weight[kMaxLitePermutations];
+      lite_weights(p, h, n, W - 2 * n, weight);
+      for (int q = 0; q < W - 2 * n; q++)
+        for (int k = 0; k < n; k++) wa[k * n1 + 1 + perms[size_t(q) * n + k]] += S(weight[q]);
     } else if (cfg.hyper == HyperMix::AttnRes) {  // P = softmax over the sources of w . Hn_s; M = I; b = e_target
       attn_res_weights(p, hn + r * n * C, n, C, wa, wb);
       if (R) std::copy(H + r * n * C, H + (r + 1) * n * C, R + r * n * C);
@@ -501,11 +507,10 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
       // weight_q = softmax(x)_q, M = sum_q weight_q Perm_q:  dweight_q = sum_k dM[k, perm_q[k]];
       // dx = weight (dweight - sum weight dweight)
       const int Rp = W - 2 * n;
-      double mx = -1e300, z = 0, dot = 0;
-      for (int q = 0; q < Rp; q++) mx = std::max(mx, double(p.scale[2]) * hr[2 * n + q] + double(p.bias[2 * n + q]));
-      for (int q = 0; q < Rp; q++) z += std::exp(double(p.scale[2]) * hr[2 * n + q] + double(p.bias[2 * n + q]) - mx);
+      double weights[kMaxLitePermutations], dot = 0;
+      lite_weights(p, hr, n, Rp, weights);
       for (int q = 0; q < Rp; q++) {
-        const double weight = std::exp(double(p.scale[2]) * hr[2 * n + q] + double(p.bias[2 * n + q]) - mx) / z;
+        const double weight = weights[q];
         double dweight = 0;
         for (int k = 0; k < n; k++) dweight += dwa[k * n1 + 1 + perms[size_t(q) * n + k]];
         y[2 * n + q] = S(weight);  // (weight for now; turned into dx below)

@@ -15,7 +15,6 @@ namespace {
 
 constexpr int kMaxHyperStreams = 16;
 constexpr int kMaxAttnResStreams = 129;  // attn_res: Full AttnRes of 64 layers (the streams' memory grows as L^2)
-constexpr int kMaxLiteStreams = 6;  // mhc_lite: n! permutations (720 at 6)
 constexpr int kMaxSinkhornIters = 100;
 constexpr double kDynamicScaleInit = 0.01;  // lucidrains' dynamic_alpha_scale, dynamic_beta_scale; MaxText's scalars
 
