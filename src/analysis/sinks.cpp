@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "analysis/linalg.h"
+#include "analysis/norm_gain.h"
 #include "analysis/stats.h"
 #include "model/methods.h"
 #include "model/norm_of.h"
@@ -115,7 +116,7 @@ NormGain norm_gain(const ModelConfig& cfg, int layer, const std::string& site, c
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return norms[a] < norms[b] || (norms[a] == norms[b] && a < b); });
   const size_t top = order.back(), mid = order[(n - 1) / 2];
   const auto gain_at = [&](size_t k) {
-    return singular_values(norm_jacobian_closed_form(cfg.norm, vals.data() + k * C, p, C, cfg.eps), C, C).front();
+    return norm_jacobian_gain(cfg.norm, vals.data() + k * C, p, C, cfg.eps);
   };
   NormGain g;
   g.layer = layer;

@@ -27,6 +27,7 @@
 #include <limits>
 
 #include "analysis/linalg.h"
+#include "analysis/norm_gain.h"
 #include "analysis/sinks.h"
 #include "model/methods.h"
 #include "model/norm_of.h"
@@ -113,7 +114,7 @@ double gain_slope(const ModelConfig& c, const NormParams<S>& narrow, const S* x,
   for (size_t i = 0; i < picks; i++) {
     const auto& [norm, k] = by_norm[picks > 1 ? i * (n - 1) / (picks - 1) : 0];
     const std::vector<double> z(x + k * C, x + (k + 1) * C);
-    const double gain = analysis::singular_values(norm_jacobian_closed_form(c.norm, z.data(), p, C, c.eps), C, C).front();
+    const double gain = analysis::norm_jacobian_gain(c.norm, z.data(), p, C, c.eps);
     lx.push_back(std::log10(norm)), ly.push_back(std::log10(gain));
   }
   range = lx.back() - lx.front();
