@@ -17,6 +17,7 @@
 #include "ops/common.h"
 #include "ops/matmul.h"
 #include "ops/rmsnorm.h"
+#include "util/error.h"
 
 namespace normlab {
 
@@ -154,9 +155,7 @@ void sinkhorn_block_iterates_n(const S* X, long ldx, int count, int n_any, int i
     for (int m = 0; m < n; m++)
       for (int b = 0; b < B; b++) row[m * B + b] = row[m * B + b] * z[b] + S(kSinkhornEps);
   }
-  alignas(64) S inv_fixed[N > 0 ? N * B : 1];
-  std::vector<S> inv_any(N > 0 ? 0 : size_t(n) * B);
-  S* inv = N > 0 ? inv_fixed : inv_any.data();
+  alignas(64) S inv[kMaxHyperStreams * B];
   for (int step = 1; step <= steps; step++) {
     const S* a = T + size_t(step - 1) * nn * B;
     S* o = T + size_t(step) * nn * B;
@@ -168,6 +167,8 @@ void sinkhorn_block_iterates_n(const S* X, long ldx, int count, int n_any, int i
 }
 template <class S>
 void sinkhorn_block_iterates(const S* X, long ldx, int count, int n, int iters, S* T) {
+  if (n < 1 || n > kMaxHyperStreams)  // (the normalizations' scratch holds that many groups)
+    throw Error(fmt::format("Sinkhorn-Knopp of a {} x {} matrix: n must be in [1, {}]", n, n, kMaxHyperStreams));
   if (n == 4)
     sinkhorn_block_iterates_n<4>(X, ldx, count, n, iters, T);
   else
@@ -187,11 +188,7 @@ void sinkhorn_block_backward_n(const S* X, const S* dM, long ldx, int count, int
   S* prev = D + size_t(nn) * B;
   for (int k = 0; k < nn; k++)
     for (int b = 0; b < B; b++) cur[k * B + b] = b < count ? dM[b * ldx + k] : S(0);
-  // every group's, as in the iterates
-  alignas(64) S sums_fixed[N > 0 ? N * B : 1], dots_fixed[N > 0 ? N * B : 1];
-  std::vector<S> sums_any(N > 0 ? 0 : size_t(n) * B), dots_any(N > 0 ? 0 : size_t(n) * B);
-  S* sums = N > 0 ? sums_fixed : sums_any.data();
-  S* dots = N > 0 ? dots_fixed : dots_any.data();
+  alignas(64) S sums[kMaxHyperStreams * B], dots[kMaxHyperStreams * B];  // every group's, as in the iterates
   for (int step = steps; step >= 1; step--) {
     const S* a = T + size_t(step - 1) * nn * B;
     const S* o = T + size_t(step) * nn * B;

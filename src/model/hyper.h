@@ -122,7 +122,9 @@ void sinkhorn_jvp(const double* X, int n, int iters, int K, const double* tX, do
 // The constants and the permutation order the forward and forward mode share.
 inline constexpr double kHyperSinkhornEps = 1e-6;  // MaxText's sinkhorn() eps
 inline constexpr double kHyperPreEps = 1e-6;       // MaxText's eps on the read weights P
-// mhc_lite: at most 6 streams, so at most 720 permutations
+// The most streams a config may have (model.hyper_streams); mhc_lite at most 6, so at most 720
+// permutations
+inline constexpr int kMaxHyperStreams = 16;
 inline constexpr int kMaxLiteStreams = 6;
 inline constexpr int kMaxLitePermutations = 720;
 // mhc_lite: the n! permutations of 0..n-1 in lexicographic order (itertools.permutations'), flat: entry

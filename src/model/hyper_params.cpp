@@ -13,7 +13,6 @@ namespace normlab {
 
 namespace {
 
-constexpr int kMaxHyperStreams = 16;
 constexpr int kMaxAttnResStreams = 129;  // attn_res: Full AttnRes of 64 layers (the streams' memory grows as L^2)
 constexpr int kMaxSinkhornIters = 100;
 constexpr double kDynamicScaleInit = 0.01;  // lucidrains' dynamic_alpha_scale, dynamic_beta_scale; MaxText's scalars
