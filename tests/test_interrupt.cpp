@@ -61,3 +61,35 @@ TEST(Interrupt, CtrlCDuringGemmsCorruptsNeitherTheHeapNorTheProducts) {
   }
   EXPECT_EQ(wrong, 0) << "of " << products << " products";
 }
+
+// StopOnInterrupt objects nest (a study's theory table is an InterruptibleCall inside the study's
+// handler): the inner one keeps a Ctrl-C that came before it, and when both are gone the handler from
+// before the outer one is back (were the inner one to put back the outer's, the outer would then put
+// back normlab's own, and the Python module's compare would leave Python without its handler).
+TEST(Interrupt, NestedHandlersKeepTheFlagAndRestoreTheFirstHandler) {
+  struct sigaction before {};
+  sigaction(SIGINT, nullptr, &before);
+  {
+    const StopOnInterrupt outer;
+    struct sigaction during {};
+    sigaction(SIGINT, nullptr, &during);
+    EXPECT_NE(during.sa_handler, before.sa_handler);
+    {
+      const InterruptibleCall inner;
+      EXPECT_NO_THROW(throw_if_interrupted());
+    }
+    raise(SIGINT);  // the outer's handler: the flag, and the handler before it back for a second Ctrl-C
+    EXPECT_TRUE(outer.interrupted());
+    {
+      const InterruptibleCall inner;  // the Ctrl-C before it still counts
+      EXPECT_THROW(throw_if_interrupted(), Interrupted);
+    }
+  }
+  struct sigaction after {};
+  sigaction(SIGINT, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before.sa_handler);
+  {
+    const StopOnInterrupt again;  // a new outermost one starts without the old Ctrl-C
+    EXPECT_FALSE(again.interrupted());
+  }
+}

@@ -27,7 +27,8 @@ void ensure_own_signal_stack() {
 
 std::atomic<bool> g_interrupted{false};
 std::atomic<int> g_interruptible_calls{0};  // InterruptibleCall objects alive
-struct sigaction g_previous {};
+std::atomic<int> g_installed{0};            // StopOnInterrupt objects alive (they nest: a study's theory table)
+struct sigaction g_previous {};             // the handler before the outermost one
 
 extern "C" void on_interrupt(int) {  // (runs on the thread's alternate stack: SA_ONSTACK)
   g_interrupted.store(true);
@@ -42,9 +43,13 @@ void use_signal_stacks() {
   ensure_own_signal_stack();
 }
 
+// Only the outermost object installs the handler and puts back the one before it; one inside it (an
+// InterruptibleCall within a study) shares the handler and the flag, so a Ctrl-C that came before it
+// still counts and the handler before the outermost one is what comes back at the end.
 StopOnInterrupt::StopOnInterrupt() {
-  g_interrupted.store(false);
   use_signal_stacks();
+  if (g_installed.fetch_add(1) > 0) return;
+  g_interrupted.store(false);
   struct sigaction mine {};
   mine.sa_handler = on_interrupt;
   mine.sa_flags = SA_ONSTACK;
@@ -52,7 +57,9 @@ StopOnInterrupt::StopOnInterrupt() {
   sigaction(SIGINT, &mine, &g_previous);
 }
 
-StopOnInterrupt::~StopOnInterrupt() { sigaction(SIGINT, &g_previous, nullptr); }
+StopOnInterrupt::~StopOnInterrupt() {
+  if (g_installed.fetch_sub(1) == 1) sigaction(SIGINT, &g_previous, nullptr);
+}
 
 const std::atomic<bool>* StopOnInterrupt::flag() const { return &g_interrupted; }
 

@@ -34,7 +34,8 @@ void throw_if_interrupted();
 // calls it; so does the Python module when it is imported.
 void use_signal_stacks();
 
-// Installs the handler for its lifetime (the previous handler is restored on destruction).
+// Installs the handler for its lifetime (the previous handler is restored on destruction). Nested
+// objects share the outermost one's handler and flag.
 class StopOnInterrupt {
  public:
   StopOnInterrupt();
