@@ -227,9 +227,14 @@ TEST(Isa, RmsNormBothPaths) {
     fwd_ref.insert(fwd_ref.end(), rstd.begin(), rstd.end());
     const FVec xf = to_f(x), wf = to_f(w), dyf = to_f(dy);
     const std::string tag = "rmsnorm N=" + std::to_string(N) + " C=" + std::to_string(C);
+    Vec rstd_alone(N);  // rmsnorm_rstd (the norm folded into a GEMM, mHC's read) saves the forward's rstd
+    rmsnorm_rstd(rstd_alone.data(), x.data(), N, C, 1e-6);
+    EXPECT_EQ(rstd_alone, rstd) << tag;
     check_paths(tag + " forward", [&] {
-      FVec yf(N * C), rf(N);
+      FVec yf(N * C), rf(N), rf_alone(N);
       rmsnorm_forward(yf.data(), rf.data(), xf.data(), wf.data(), N, C, 1e-6);
+      rmsnorm_rstd(rf_alone.data(), xf.data(), N, C, 1e-6);
+      EXPECT_EQ(rf_alone, rf) << tag << ": rmsnorm_rstd against the forward's, bit for bit";
       yf.insert(yf.end(), rf.begin(), rf.end());
       return yf;
     }, fwd_ref, false);

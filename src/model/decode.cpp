@@ -74,7 +74,8 @@ void IncrementalDecoder<S>::allocate() {
   logits_.assign(size_t(B) * cfg.vocab_size(), S(0));
   if (cfg.hyper_connected()) {
     const size_t n = size_t(cfg.hyper_streams);
-    for (auto* v : {&hs_, &hs_next_, &hn_}) v->assign(BC * n, S(0));
+    for (auto* v : {&hs_, &hs_next_}) v->assign(BC * n, S(0));
+    if (hyper_keeps_normalized_streams(cfg)) hn_.assign(BC * n, S(0));
     hrstd_.assign(size_t(B) * n, S(0));
     hmix_.assign(size_t(B) * hyper_mix_width(cfg.hyper_streams), S(0));
     hpre_.assign(size_t(B) * hyper_pre_width(cfg), S(0));

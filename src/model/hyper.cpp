@@ -277,21 +277,25 @@ struct MixView {
 
 // out_t = sum_s w[s * stride + t] h_s over C channels, t < m: the rows of a small (n x m) weight
 // matrix applied to n streams, in float order (s outer, c inner: the c loop vectorizes).
+// (The first term assigns: a zero fill before it was a memset call per row, 5% of an mhc step at C = 64.)
 template <class S>
 inline void mix_streams(S* out, const S* w, int stride, int m, const S* h, int n, int C) {
   for (int t = 0; t < m; t++) {
     S* o = out + size_t(t) * C;
-    std::fill(o, o + C, S(0));
+    if (n == 0) std::fill(o, o + C, S(0));
     for (int s = 0; s < n; s++) {
       const S a = w[s * stride + t];
       const S* hs = h + size_t(s) * C;
-      for (int c = 0; c < C; c++) o[c] += a * hs[c];
+      if (s == 0)
+        for (int c = 0; c < C; c++) o[c] = a * hs[c];
+      else
+        for (int c = 0; c < C; c++) o[c] += a * hs[c];
     }
   }
 }
 
 // x . y over C channels in 16 interleaved partial sums (the channels c = k mod 16 in part k), added
-// at the end: the loop vectorizes, where one running sum is a chain of dependent adds (without
+// pairwise at the end: the loop vectorizes, where one running sum is a chain of dependent adds (without
 // -ffast-math the compiler keeps that order) at 4 cycles each: at C = 64 the dots of the backward
 // were a fifth of an mhc step
 template <class S>
@@ -303,8 +307,22 @@ inline S hyper_dot(const S* x, const S* y, int C) {
     for (int k = 0; k < K; k++) part[k] += x[c + k] * y[c + k];
   S a = 0;
   for (; c < C; c++) a += x[c] * y[c];
-  for (int k = 0; k < K; k++) a += part[k];
-  return a;
+  for (int w = K / 2; w > 0; w /= 2)  // the parts pairwise: 4 dependent adds, not 16 (each vectorizes)
+    for (int k = 0; k < w; k++) part[k] += part[k + w];
+  return a + part[0];
+}
+
+// mhc's projection with its RMSNorm folded in. h = z phi^T with z = rstd (vec H) * gamma is computed as
+// h = rstd ((vec H) (phi diag gamma)^T): the division by the norm after the GEMM, as mHC's fused kernel
+// orders it (2512.24880, section 4.3), so the normalized streams (rows x n C) are never written, nor
+// read again by the reverse. Returns phi diag gamma (W, nC), or its transpose (nC, W).
+template <class S>
+std::vector<S> mhc_folded_phi(const HyperParams<S>& p, int W, int nC, bool transposed) {
+  std::vector<S> out(size_t(W) * nC);
+  for (int j = 0; j < W; j++)
+    for (int k = 0; k < nC; k++)
+      out[transposed ? size_t(k) * W + j : size_t(j) * nC + k] = p.phi[size_t(j) * nC + k] * p.norm.weight[k];
+  return out;
 }
 
 // attn_res's weights of one token: [P | M] with P_s = softmax_{s < sources}(w . hn_s) (0 for the other
@@ -339,11 +357,16 @@ void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S
       ops::matmul_forward(t.a, hn, p.alpha_fn, static_cast<const S*>(nullptr), int(rows * n), C, n1);
       ops::matmul_forward(t.b, hn, p.beta_fn, static_cast<const S*>(nullptr), int(rows * n), C, 1);
       break;
-    case HyperMix::Mhc:  // h = z phi^T (rows, 2n + n^2, or 2n + n! for mhc_lite)
-    case HyperMix::MhcLite:
-      ops::rmsnorm_forward(hn, hrstd, H, p.norm.weight, int(rows), n * C, cfg.eps);
-      ops::matmul_forward(pre, hn, p.phi, static_cast<const S*>(nullptr), int(rows), n * C, W);
+    case HyperMix::Mhc:  // h = z phi^T (rows, 2n + n^2, or 2n + n! for mhc_lite), the norm after the GEMM
+    case HyperMix::MhcLite: {
+      ops::rmsnorm_rstd(hrstd, H, int(rows), n * C, cfg.eps);
+      const std::vector<S> folded = mhc_folded_phi(p, W, n * C, false);
+      ops::matmul_forward(pre, H, folded.data(), static_cast<const S*>(nullptr), int(rows), n * C, W);
+#pragma omp parallel for schedule(static) if(rows * n * C > ops::kParallelMinWork)
+      for (long r = 0; r < rows; r++)
+        for (int j = 0; j < W; j++) pre[r * W + j] *= hrstd[r];
       break;
+    }
     case HyperMix::AttnRes:  // the keys: every stream's RMSNorm with the gain gamma (rows n, C)
       ops::rmsnorm_forward(hn, hrstd, H, p.norm.weight, int(rows * n), C, cfg.eps);
       break;
@@ -421,14 +444,14 @@ void hyper_write_forward(int n, const S* mix, const S* g, long rows, int C, S* H
     const S* b = w.b + r * n;
     const S* gr = g + r * C;
     S* out = sum + r * C;
-    std::fill(out, out + C, S(0));
     for (int t = 0; t < n; t++) {
       S* h = H + (r * n + t) * C;
       const S bt = b[t];
-      for (int c = 0; c < C; c++) {
-        h[c] += bt * gr[c];
-        out[c] += h[c];
-      }
+      for (int c = 0; c < C; c++) h[c] += bt * gr[c];
+      if (t == 0)
+        std::copy(h, h + C, out);
+      else
+        for (int c = 0; c < C; c++) out[c] += h[c];
     }
   }
 }
@@ -599,10 +622,35 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
       sc[j < n ? 0 : j < 2 * n ? 1 : 2] += b[size_t(j)];
     }
     for (int k = 0; k < 3; k++) dp.scale[k] += S(sc[k]);
-    // h = z phi^T:  dz = dh phi, dphi += dh^T z
-    std::fill(dhn, dhn + rows * n * C, S(0));
-    ops::matmul_backward(dhn, dp.phi, static_cast<S*>(nullptr), dpre, hn, p.phi, int(rows), n * C, W);
-    ops::rmsnorm_backward(dH, dp.norm.weight, dhn, H, p.norm.weight, hrstd, int(rows), n * C);
+    // h = rstd x F^T with x = vec H, F = phi diag gamma, rstd = (mean(x^2) + eps)^(-1/2), d rstd / dx =
+    // -rstd^3 x / nC:  dx = rstd dh F - (rstd^2 / nC) (dh . h) x;  dF = sum_r rstd dh^T x, whence
+    // dphi += dF diag gamma and dgamma += sum_j phi_j * dF_j
+    const int nC = n * C;
+    const std::vector<S> folded_t = mhc_folded_phi(p, W, nC, true);
+    ops::matmul_forward(dhn, dpre, folded_t.data(), static_cast<const S*>(nullptr), int(rows), W, nC);  // dh F
+#pragma omp parallel for schedule(static) if(rows * nC > ops::kParallelMinWork)
+    for (long r = 0; r < rows; r++) {
+      S* dh = dpre + r * W;
+      double dot = 0;
+      for (int j = 0; j < W; j++) dot += double(dh[j]) * pre[r * W + j];
+      const S rs = hrstd[r], c = S(double(rs) * rs * dot / nC);
+      const S* x = H + r * nC;
+      const S* dx = dhn + r * nC;
+      S* o = dH + r * nC;
+      for (int k = 0; k < nC; k++) o[k] += rs * dx[k] - c * x[k];
+      for (int j = 0; j < W; j++) dh[j] *= rs;  // rstd dh, for dF below
+    }
+    std::vector<S> dF(size_t(W) * nC, S(0));
+    ops::matmul_backward(static_cast<S*>(nullptr), dF.data(), static_cast<S*>(nullptr), dpre, H,
+                         static_cast<const S*>(nullptr), int(rows), nC, W);
+    std::vector<double> dgamma(size_t(nC), 0.0);
+    for (int j = 0; j < W; j++)
+      for (int k = 0; k < nC; k++) {
+        const S f = dF[size_t(j) * nC + k];
+        dp.phi[size_t(j) * nC + k] += f * p.norm.weight[k];
+        dgamma[size_t(k)] += double(f) * p.phi[size_t(j) * nC + k];
+      }
+    for (int k = 0; k < nC; k++) dp.norm.weight[k] += S(dgamma[size_t(k)]);
   }
 }
 

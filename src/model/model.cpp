@@ -209,8 +209,8 @@ void Model<S>::plan(int B, int T, int Ssrc) {
     att_max = std::max(att_max, att);
     if (hyper) {  // the branch input u (x_in), the next streams, the read's weights (model/hyper.h)
       plan.insert(plan.end(), {{&a.x_in, n * C}, {&hstate_[i + 1], n * nS * C}, {&a.hmix, n * HW}, {&a.hpre, n * PW}});
-      if (cfg_.hyper != HyperMix::HcStatic)
-        plan.insert(plan.end(), {{&a.hn, n * nS * C}, {&a.hrstd, n * nS}});
+      if (hyper_keeps_normalized_streams(cfg_)) plan.push_back({&a.hn, n * nS * C});
+      if (cfg_.hyper != HyperMix::HcStatic) plan.push_back({&a.hrstd, n * nS});
     }
     if (sites.in) plan.insert(plan.end(), {{&a.h, n * C}, {&a.in_mean, n}, {&a.in_rstd, n}});
     if (cfg_.shortcut_of(slots_[i].layer) == Shortcut::Sphere) plan.push_back({&a.sc_rstd, n});

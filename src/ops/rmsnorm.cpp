@@ -66,12 +66,16 @@ static void rmsnorm_backward_ref(S* dinp, S* dweight, const S* dout, const S* in
 // The float path: the same math with the row reductions vectorized (double lanes in a fixed order:
 // the result depends on the vector width, not on the run); the forward compiled for AVX2 and for
 // AVX-512, the backward for AVX2 only (an AVX-512 build of it was not faster).
-[[gnu::always_inline]] static inline void rmsnorm_forward_row_f32(float* y, float* rstd, const float* x,
-                                                                  const float* w, int C, double eps) {
+// 1 / sqrt(mean(x^2) + eps) of one row, the sum of squares in double lanes
+[[gnu::always_inline]] static inline double rms_inverse_f32(const float* x, int C, double eps) {
   double ss = 0;
 #pragma omp simd reduction(+ : ss)
   for (int c = 0; c < C; c++) ss += double(x[c]) * x[c];
-  const double r = 1.0 / std::sqrt(ss / C + eps);
+  return 1.0 / std::sqrt(ss / C + eps);
+}
+[[gnu::always_inline]] static inline void rmsnorm_forward_row_f32(float* y, float* rstd, const float* x,
+                                                                  const float* w, int C, double eps) {
+  const double r = rms_inverse_f32(x, C, eps);
   for (int c = 0; c < C; c++) y[c] = float(x[c] * r) * w[c];
   *rstd = float(r);
 }
@@ -113,6 +117,32 @@ void rmsnorm_forward(S* out, S* rstd, const S* inp, const S* weight, int N, int 
   rmsnorm_forward_ref(out, rstd, inp, weight, N, C, eps);
 }
 
+// rstd alone (the values rmsnorm_forward saves, to the bit: the same row reduction in each path)
+static void rmsnorm_rstd_f32_avx2(float* rstd, const float* inp, int N, int C, double eps) {
+#pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
+  for (int n = 0; n < N; n++) rstd[n] = float(rms_inverse_f32(inp + (long)n * C, C, eps));
+}
+[[gnu::target(NL_AVX512_TARGET)]] static void rmsnorm_rstd_f32_avx512(float* rstd, const float* inp, int N, int C,
+                                                                      double eps) {
+#pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
+  for (int n = 0; n < N; n++) rstd[n] = float(rms_inverse_f32(inp + (long)n * C, C, eps));
+}
+
+template <class S>
+void rmsnorm_rstd(S* rstd, const S* inp, int N, int C, double eps) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (use_avx512()) return rmsnorm_rstd_f32_avx512(rstd, inp, N, C, eps);
+    return rmsnorm_rstd_f32_avx2(rstd, inp, N, C, eps);
+  }
+#pragma omp parallel for schedule(static) if((long)N * C > kParallelMinWork)
+  for (int n = 0; n < N; n++) {
+    const S* x = inp + (long)n * C;
+    double ss = 0;
+    for (int c = 0; c < C; c++) ss += double(x[c]) * x[c];
+    rstd[n] = S(1.0 / std::sqrt(ss / C + eps));
+  }
+}
+
 template <class S>
 void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S* weight,
                       const S* rstd, int N, int C) {
@@ -127,6 +157,8 @@ void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S*
 template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int, int, double);
 template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int, int,
                                       double);
+template void rmsnorm_rstd<float>(float*, const float*, int, int, double);
+template void rmsnorm_rstd<double>(double*, const double*, int, int, double);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*,
                                       const float*, int, int);
 template void rmsnorm_backward<double>(double*, double*, const double*, const double*,

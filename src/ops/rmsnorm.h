@@ -8,6 +8,11 @@ namespace normlab::ops {
 template <class S>
 void rmsnorm_forward(S* out, S* rstd, const S* inp, const S* weight, int N, int C, double eps);
 
+// rstd (N) alone, the same values rmsnorm_forward saves: for a norm folded into the GEMM that follows
+// it, z W^T = rstd (x (W diag(weight))^T), as mHC's read computes it (model/hyper.cpp).
+template <class S>
+void rmsnorm_rstd(S* rstd, const S* inp, int N, int C, double eps);
+
 // dinp (N, C) +=, dweight (C) +=; dout (N, C).
 template <class S>
 void rmsnorm_backward(S* dinp, S* dweight, const S* dout, const S* inp, const S* weight,
