@@ -11,13 +11,13 @@
 #include <cmath>
 #include <Eigen/Dense>
 #include <fmt/format.h>
-#include <xmmintrin.h>
 
 #include "model/methods.h"
 #include "ops/common.h"
 #include "ops/matmul.h"
 #include "ops/rmsnorm.h"
 #include "util/error.h"
+#include "util/flush_subnormals.h"
 
 namespace normlab {
 
@@ -112,31 +112,28 @@ inline void sinkhorn_normalize(const S* a, S* o, int n_any, S* inv) {
     for (int j = 0; j < n; j++) lanes_scale(o + at(g, j), a + at(g, j), inv + g * B);
 }
 // Its reverse: prev = d(a) from cur = d(o); o = a / (s + eps) over each group gives
-// da = (do - sum_group do o) / (s + eps). sums, dots: n kSinkhornBlock scratch each.
+// da = (do - sum_group do o) / (s + eps), with inv the group's 1 / (s + eps) the iterates kept.
+// dots: n kSinkhornBlock scratch.
 template <int N, bool Rows, class S>
-inline void sinkhorn_normalize_backward(const S* a, const S* o, const S* cur, S* prev, int n_any, S* sums, S* dots) {
+inline void sinkhorn_normalize_backward(const S* o, const S* inv, const S* cur, S* prev, int n_any, S* dots) {
   constexpr int B = kSinkhornBlock;
   const int n = N > 0 ? N : n_any;
   const auto at = [n](int g, int j) { return (Rows ? g * n + j : g + j * n) * B; };
-  std::fill(sums, sums + size_t(n) * B, S(0));
   std::fill(dots, dots + size_t(n) * B, S(0));
   for (int g = 0; g < n; g++)
-    for (int j = 0; j < n; j++) {
-      lanes_add(sums + g * B, a + at(g, j));
-      lanes_add_product(dots + g * B, cur + at(g, j), o + at(g, j));
-    }
-  for (int g = 0; g < n; g++) lanes_inverse(sums + g * B);
+    for (int j = 0; j < n; j++) lanes_add_product(dots + g * B, cur + at(g, j), o + at(g, j));
   for (int g = 0; g < n; g++)
-    for (int j = 0; j < n; j++) lanes_scaled_difference(prev + at(g, j), cur + at(g, j), dots + g * B, sums + g * B);
+    for (int j = 0; j < n; j++) lanes_scaled_difference(prev + at(g, j), cur + at(g, j), dots + g * B, inv + g * B);
 }
 
 // The iterates of `count` <= kSinkhornBlock tokens into T ((2 iters) n^2 kSinkhornBlock): T_0 =
 // softmax_rows(X) + eps, then T_1 = columns-normalized T_0, then rows, columns, ... (2 iters - 1
 // normalizations after T_0; step k >= 1 normalizes rows when k is even, columns when odd). X: token b's
 // matrix at X + b ldx, row-major. The block's unused lanes hold a zero matrix (their results unread).
-// N: as sinkhorn_normalize's.
+// inverses: null, or ((2 iters - 1) n kSinkhornBlock) to keep each step's 1 / (group sum + eps) for
+// the reverse (step k's at (k - 1) n kSinkhornBlock). N: as sinkhorn_normalize's.
 template <int N, class S>
-void sinkhorn_block_iterates_n(const S* X, long ldx, int count, int n_any, int iters, S* T) {
+void sinkhorn_block_iterates_n(const S* X, long ldx, int count, int n_any, int iters, S* T, S* inverses = nullptr) {
   constexpr int B = kSinkhornBlock;
   const int n = N > 0 ? N : n_any;
   const int nn = n * n, steps = 2 * iters - 1;
@@ -159,16 +156,27 @@ void sinkhorn_block_iterates_n(const S* X, long ldx, int count, int n_any, int i
   for (int step = 1; step <= steps; step++) {
     const S* a = T + size_t(step - 1) * nn * B;
     S* o = T + size_t(step) * nn * B;
+    S* group_inv = inverses ? inverses + size_t(step - 1) * n * B : inv;
     if (step % 2 == 0)
-      sinkhorn_normalize<N, true>(a, o, n, inv);
+      sinkhorn_normalize<N, true>(a, o, n, group_inv);
     else
-      sinkhorn_normalize<N, false>(a, o, n, inv);
+      sinkhorn_normalize<N, false>(a, o, n, group_inv);
   }
 }
+// The normalizations' scratch holds kMaxHyperStreams groups
+void check_sinkhorn_size(int n) {
+  if (n < 1 || n > kMaxHyperStreams)
+    throw Error(fmt::format("Sinkhorn-Knopp of a {} x {} matrix: n must be in [1, {}]", n, n, kMaxHyperStreams));
+}
+
+// The reverse's scratch D per block: the gradient's two iterates and the kept inverses.
+size_t sinkhorn_reverse_scratch(int n, int iters) {
+  return (size_t(2) * n * n + size_t(2 * iters) * n) * kSinkhornBlock;
+}
+
 template <class S>
 void sinkhorn_block_iterates(const S* X, long ldx, int count, int n, int iters, S* T) {
-  if (n < 1 || n > kMaxHyperStreams)  // (the normalizations' scratch holds that many groups)
-    throw Error(fmt::format("Sinkhorn-Knopp of a {} x {} matrix: n must be in [1, {}]", n, n, kMaxHyperStreams));
+  check_sinkhorn_size(n);
   if (n == 4)
     sinkhorn_block_iterates_n<4>(X, ldx, count, n, iters, T);
   else
@@ -176,26 +184,27 @@ void sinkhorn_block_iterates(const S* X, long ldx, int count, int n, int iters, 
 }
 
 // The reverse for the same block: dX (token b's at dX + b ldx) from dM (at dM + b ldx). T: the
-// iterates' scratch; D: 2 n^2 kSinkhornBlock more.
+// iterates' scratch; D: sinkhorn_reverse_scratch(n, iters) more.
 template <int N, class S>
 void sinkhorn_block_backward_n(const S* X, const S* dM, long ldx, int count, int n_any, int iters, S* T, S* D,
                                S* dX) {
   constexpr int B = kSinkhornBlock;
   const int n = N > 0 ? N : n_any;
-  sinkhorn_block_iterates_n<N>(X, ldx, count, n, iters, T);
   const int nn = n * n, steps = 2 * iters - 1;
   S* cur = D;
   S* prev = D + size_t(nn) * B;
+  S* inverses = D + size_t(2 * nn) * B;
+  sinkhorn_block_iterates_n<N>(X, ldx, count, n, iters, T, inverses);
   for (int k = 0; k < nn; k++)
     for (int b = 0; b < B; b++) cur[k * B + b] = b < count ? dM[b * ldx + k] : S(0);
-  alignas(64) S sums[kMaxHyperStreams * B], dots[kMaxHyperStreams * B];  // every group's, as in the iterates
+  alignas(64) S dots[kMaxHyperStreams * B];  // every group's, as in the iterates
   for (int step = steps; step >= 1; step--) {
-    const S* a = T + size_t(step - 1) * nn * B;
     const S* o = T + size_t(step) * nn * B;
+    const S* inv = inverses + size_t(step - 1) * n * B;
     if (step % 2 == 0)
-      sinkhorn_normalize_backward<N, true>(a, o, cur, prev, n, sums, dots);
+      sinkhorn_normalize_backward<N, true>(o, inv, cur, prev, n, dots);
     else
-      sinkhorn_normalize_backward<N, false>(a, o, cur, prev, n, sums, dots);
+      sinkhorn_normalize_backward<N, false>(o, inv, cur, prev, n, dots);
     std::swap(cur, prev);
   }
   alignas(64) S dot[B];
@@ -209,27 +218,10 @@ void sinkhorn_block_backward_n(const S* X, const S* dM, long ldx, int count, int
         dX[b * ldx + k * n + m] = (T[(k * n + m) * B + b] - S(kSinkhornEps)) * (cur[(k * n + m) * B + b] - dot[b]);
   }
 }
-// While alive, this thread's SSE/AVX arithmetic flushes subnormal results and reads subnormal inputs
-// as zero (MXCSR's FTZ and DAZ bits). The Sinkhorn reverse needs it: the alternating normalizations
-// damp the parts of a gradient the projection removes geometrically, to below 1e-38 within the 39
-// steps of 20 iterations, and every operation on such a value takes a microcode assist on Intel and
-// AMD cores, which made the reverse 2.3 times slower during training (width 64). What is flushed is
-// below 1.2e-38 (float) or 2.2e-308 (double): nothing a gradient carries.
-class FlushSubnormals {
- public:
-  FlushSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFtzDaz); }
-  ~FlushSubnormals() { _mm_setcsr(saved_); }
-  FlushSubnormals(const FlushSubnormals&) = delete;
-  FlushSubnormals& operator=(const FlushSubnormals&) = delete;
-
- private:
-  static constexpr unsigned kFtzDaz = 0x8040;  // FTZ (bit 15) | DAZ (bit 6)
-  unsigned saved_;
-};
-
 template <class S>
 void sinkhorn_block_backward(const S* X, const S* dM, long ldx, int count, int n, int iters, S* T, S* D, S* dX) {
-  FlushSubnormals flush;
+  check_sinkhorn_size(n);
+  FlushSubnormals flush;  // (util/flush_subnormals.h: the reverse's damped parts fall below 1e-38)
   if (n == 4)
     sinkhorn_block_backward_n<4>(X, dM, ldx, count, n, iters, T, D, dX);
   else
@@ -246,7 +238,7 @@ void sinkhorn_forward(const double* X, int n, int iters, double* M) {
 }
 
 void sinkhorn_backward(const double* X, int n, int iters, const double* dM, double* dX) {
-  std::vector<double> T(size_t(2 * iters) * n * n * kSinkhornBlock), D(size_t(2) * n * n * kSinkhornBlock);
+  std::vector<double> T(size_t(2 * iters) * n * n * kSinkhornBlock), D(sinkhorn_reverse_scratch(n, iters));
   sinkhorn_block_backward(X, dM, 0, 1, n, iters, T.data(), D.data(), dX);
 }
 
@@ -548,7 +540,7 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
     {
       std::vector<S> X(size_t(kSinkhornBlock) * nn), dM(size_t(kSinkhornBlock) * nn),
           dX(size_t(kSinkhornBlock) * nn), T(size_t(2 * cfg.sinkhorn_iters) * nn * kSinkhornBlock),
-          D(size_t(2) * nn * kSinkhornBlock);
+          D(sinkhorn_reverse_scratch(n, cfg.sinkhorn_iters));
 #pragma omp for schedule(static)
       for (long blk = 0; blk < blocks; blk++) {
         const long r0 = blk * kSinkhornBlock;
