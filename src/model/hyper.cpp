@@ -14,6 +14,7 @@
 
 #include "model/methods.h"
 #include "ops/common.h"
+#include "ops/isa.h"
 #include "ops/matmul.h"
 #include "ops/rmsnorm.h"
 #include "util/error.h"
@@ -133,7 +134,8 @@ inline void sinkhorn_normalize_backward(const S* o, const S* inv, const S* cur, 
 // inverses: null, or ((2 iters - 1) n kSinkhornBlock) to keep each step's 1 / (group sum + eps) for
 // the reverse (step k's at (k - 1) n kSinkhornBlock). N: as sinkhorn_normalize's.
 template <int N, class S>
-void sinkhorn_block_iterates_n(const S* X, long ldx, int count, int n_any, int iters, S* T, S* inverses = nullptr) {
+[[gnu::always_inline]] inline void sinkhorn_block_iterates_n(const S* X, long ldx, int count, int n_any, int iters,
+                                                             S* T, S* inverses = nullptr) {
   constexpr int B = kSinkhornBlock;
   const int n = N > 0 ? N : n_any;
   const int nn = n * n, steps = 2 * iters - 1;
@@ -174,20 +176,11 @@ size_t sinkhorn_reverse_scratch(int n, int iters) {
   return (size_t(2) * n * n + size_t(2 * iters) * n) * kSinkhornBlock;
 }
 
-template <class S>
-void sinkhorn_block_iterates(const S* X, long ldx, int count, int n, int iters, S* T) {
-  check_sinkhorn_size(n);
-  if (n == 4)
-    sinkhorn_block_iterates_n<4>(X, ldx, count, n, iters, T);
-  else
-    sinkhorn_block_iterates_n<0>(X, ldx, count, n, iters, T);
-}
-
 // The reverse for the same block: dX (token b's at dX + b ldx) from dM (at dM + b ldx). T: the
 // iterates' scratch; D: sinkhorn_reverse_scratch(n, iters) more.
 template <int N, class S>
-void sinkhorn_block_backward_n(const S* X, const S* dM, long ldx, int count, int n_any, int iters, S* T, S* D,
-                               S* dX) {
+[[gnu::always_inline]] inline void sinkhorn_block_backward_n(const S* X, const S* dM, long ldx, int count, int n_any,
+                                                             int iters, S* T, S* D, S* dX) {
   constexpr int B = kSinkhornBlock;
   const int n = N > 0 ? N : n_any;
   const int nn = n * n, steps = 2 * iters - 1;
@@ -218,14 +211,46 @@ void sinkhorn_block_backward_n(const S* X, const S* dM, long ldx, int count, int
         dX[b * ldx + k * n + m] = (T[(k * n + m) * B + b] - S(kSinkhornEps)) * (cur[(k * n + m) * B + b] - dot[b]);
   }
 }
+// The block functions compiled twice, for the build's AVX2 and for AVX-512 (a block's 16 float lanes
+// are one AVX-512 register), chosen at run time as the kernels in ops/ are.
+template <int N, class S>
+void sinkhorn_iterates_avx2(const S* X, long ldx, int count, int n, int iters, S* T) {
+  sinkhorn_block_iterates_n<N>(X, ldx, count, n, iters, T);
+}
+template <int N, class S>
+[[gnu::target(NL_AVX512_TARGET)]] void sinkhorn_iterates_avx512(const S* X, long ldx, int count, int n, int iters,
+                                                                 S* T) {
+  sinkhorn_block_iterates_n<N>(X, ldx, count, n, iters, T);
+}
+template <int N, class S>
+void sinkhorn_backward_avx2(const S* X, const S* dM, long ldx, int count, int n, int iters, S* T, S* D, S* dX) {
+  sinkhorn_block_backward_n<N>(X, dM, ldx, count, n, iters, T, D, dX);
+}
+template <int N, class S>
+[[gnu::target(NL_AVX512_TARGET)]] void sinkhorn_backward_avx512(const S* X, const S* dM, long ldx, int count, int n,
+                                                                 int iters, S* T, S* D, S* dX) {
+  sinkhorn_block_backward_n<N>(X, dM, ldx, count, n, iters, T, D, dX);
+}
+
+template <class S>
+void sinkhorn_block_iterates(const S* X, long ldx, int count, int n, int iters, S* T) {
+  check_sinkhorn_size(n);
+  const bool wide = ops::use_avx512();
+  if (n == 4)
+    (wide ? sinkhorn_iterates_avx512<4, S> : sinkhorn_iterates_avx2<4, S>)(X, ldx, count, n, iters, T);
+  else
+    (wide ? sinkhorn_iterates_avx512<0, S> : sinkhorn_iterates_avx2<0, S>)(X, ldx, count, n, iters, T);
+}
+
 template <class S>
 void sinkhorn_block_backward(const S* X, const S* dM, long ldx, int count, int n, int iters, S* T, S* D, S* dX) {
   check_sinkhorn_size(n);
   FlushSubnormals flush;  // (util/flush_subnormals.h: the reverse's damped parts fall below 1e-38)
+  const bool wide = ops::use_avx512();
   if (n == 4)
-    sinkhorn_block_backward_n<4>(X, dM, ldx, count, n, iters, T, D, dX);
+    (wide ? sinkhorn_backward_avx512<4, S> : sinkhorn_backward_avx2<4, S>)(X, dM, ldx, count, n, iters, T, D, dX);
   else
-    sinkhorn_block_backward_n<0>(X, dM, ldx, count, n, iters, T, D, dX);
+    (wide ? sinkhorn_backward_avx512<0, S> : sinkhorn_backward_avx2<0, S>)(X, dM, ldx, count, n, iters, T, D, dX);
 }
 
 }  // namespace
@@ -304,17 +329,69 @@ inline S hyper_dot(const S* x, const S* y, int C) {
   return a + part[0];
 }
 
-// mhc's projection with its RMSNorm folded in. h = z phi^T with z = rstd (vec H) * gamma is computed as
-// h = rstd ((vec H) (phi diag gamma)^T): the division by the norm after the GEMM, as mHC's fused kernel
-// orders it (2512.24880, section 4.3), so the normalized streams (rows x n C) are never written, nor
-// read again by the reverse. Returns phi diag gamma (W, nC), or its transpose (nC, W).
+// A projection of an RMSNorm's output with the norm folded in (hc's and mhc's reads): y = z F^T with
+// z = rstd x * gamma (rows of `width`) is computed as y = rstd (x (F diag gamma)^T), the division by the
+// norm after the GEMM as mHC's fused kernel orders it (2512.24880, section 4.3): the normalized rows
+// are never written, nor read again by the reverse. F: (outs, width); rstd from ops::rmsnorm_rstd.
 template <class S>
-std::vector<S> mhc_folded_phi(const HyperParams<S>& p, int W, int nC, bool transposed) {
-  std::vector<S> out(size_t(W) * nC);
-  for (int j = 0; j < W; j++)
-    for (int k = 0; k < nC; k++)
-      out[transposed ? size_t(k) * W + j : size_t(j) * nC + k] = p.phi[size_t(j) * nC + k] * p.norm.weight[k];
+std::vector<S> fold_gain(const S* F, const S* gamma, int outs, int width, bool transposed) {
+  std::vector<S> out(size_t(outs) * width);
+  for (int j = 0; j < outs; j++)
+    for (int k = 0; k < width; k++)
+      out[transposed ? size_t(k) * outs + j : size_t(j) * width + k] = F[size_t(j) * width + k] * gamma[k];
   return out;
+}
+template <class S>
+void folded_projection_forward(S* y, const S* x, const S* rstd, const S* F, const S* gamma, long rows, int width,
+                               int outs) {
+  const std::vector<S> folded = fold_gain(F, gamma, outs, width, false);
+  ops::matmul_forward(y, x, folded.data(), static_cast<const S*>(nullptr), int(rows), width, outs);
+#pragma omp parallel for schedule(static) if(rows * width > ops::kParallelMinWork)
+  for (long r = 0; r < rows; r++)
+    for (int j = 0; j < outs; j++) y[r * outs + j] *= rstd[r];
+}
+// Its reverse for one or two projections of the same rows (F2 null for one): with G = F diag gamma,
+//   dx += rstd dX - (rstd^3 / width) (x . dX) x,  dX = dy G (+ dy2 G2)     (d rstd / dx = -rstd^3 x / width)
+//   dF += (sum_r rstd dy^T x) diag gamma,  dgamma += sum_j F_j * (sum_r rstd dy_j x)
+// dy and dy2 are scaled by rstd in place; dX (rows, width) is scratch.
+template <class S>
+void folded_projection_backward(S* dx, S* dF, S* dF2, S* dgamma, S* dy, S* dy2, S* dX, const S* x, const S* rstd,
+                                const S* F, const S* F2, const S* gamma, long rows, int width, int outs, int outs2) {
+  const std::vector<S> folded_t = fold_gain(F, gamma, outs, width, true);
+  ops::matmul_forward(dX, dy, folded_t.data(), static_cast<const S*>(nullptr), int(rows), outs, width);
+  const std::vector<S> folded2 = F2 ? fold_gain(F2, gamma, outs2, width, false) : std::vector<S>();
+#pragma omp parallel for schedule(static) if(rows * width > ops::kParallelMinWork)
+  for (long r = 0; r < rows; r++) {
+    const S* xr = x + r * width;
+    S* d = dX + r * width;
+    for (int j = 0; j < (F2 ? outs2 : 0); j++) {  // (the second projection is narrow: hc's w_b, one output)
+      const S a = dy2[r * outs2 + j];
+      const S* g2 = folded2.data() + size_t(j) * width;
+      for (int k = 0; k < width; k++) d[k] += a * g2[k];
+    }
+    double dot = 0;
+    for (int k = 0; k < width; k++) dot += double(xr[k]) * d[k];
+    const S rs = rstd[r], c = S(double(rs) * rs * rs * dot / width);
+    S* o = dx + r * width;
+    for (int k = 0; k < width; k++) o[k] += rs * d[k] - c * xr[k];
+    for (int j = 0; j < outs; j++) dy[r * outs + j] *= rs;
+    for (int j = 0; j < (F2 ? outs2 : 0); j++) dy2[r * outs2 + j] *= rs;
+  }
+  std::vector<double> dg(size_t(width), 0.0);
+  auto weight_part = [&](const S* Fp, S* dFp, const S* dyp, int o) {
+    std::vector<S> G(size_t(o) * width, S(0));  // sum_r rstd dy^T x
+    ops::matmul_backward(static_cast<S*>(nullptr), G.data(), static_cast<S*>(nullptr), dyp, x,
+                         static_cast<const S*>(nullptr), int(rows), width, o);
+    for (int j = 0; j < o; j++)
+      for (int k = 0; k < width; k++) {
+        const S g = G[size_t(j) * width + k];
+        dFp[size_t(j) * width + k] += g * gamma[k];
+        dg[size_t(k)] += double(g) * Fp[size_t(j) * width + k];
+      }
+  };
+  weight_part(F, dF, dy, outs);
+  if (F2) weight_part(F2, dF2, dy2, outs2);
+  for (int k = 0; k < width; k++) dgamma[k] += S(dg[size_t(k)]);
 }
 
 // attn_res's weights of one token: [P | M] with P_s = softmax_{s < sources}(w . hn_s) (0 for the other
@@ -345,20 +422,15 @@ void hyper_read_forward(const ModelConfig& cfg, const HyperParams<S>& p, const S
     case HyperMix::HcStatic:
       break;
     case HyperMix::Hc:  // Za = Hn W_a^T (rows n, n+1), Zb = Hn w_b (rows n): pre holds them, then their tanh
-      ops::rmsnorm_forward(hn, hrstd, H, p.norm.weight, int(rows * n), C, cfg.eps);
-      ops::matmul_forward(t.a, hn, p.alpha_fn, static_cast<const S*>(nullptr), int(rows * n), C, n1);
-      ops::matmul_forward(t.b, hn, p.beta_fn, static_cast<const S*>(nullptr), int(rows * n), C, 1);
+      ops::rmsnorm_rstd(hrstd, H, int(rows * n), C, cfg.eps);
+      folded_projection_forward(t.a, H, hrstd, p.alpha_fn, p.norm.weight, rows * n, C, n1);
+      folded_projection_forward(t.b, H, hrstd, p.beta_fn, p.norm.weight, rows * n, C, 1);
       break;
-    case HyperMix::Mhc:  // h = z phi^T (rows, 2n + n^2, or 2n + n! for mhc_lite), the norm after the GEMM
-    case HyperMix::MhcLite: {
+    case HyperMix::Mhc:  // h = z phi^T (rows, 2n + n^2, or 2n + n! for mhc_lite)
+    case HyperMix::MhcLite:
       ops::rmsnorm_rstd(hrstd, H, int(rows), n * C, cfg.eps);
-      const std::vector<S> folded = mhc_folded_phi(p, W, n * C, false);
-      ops::matmul_forward(pre, H, folded.data(), static_cast<const S*>(nullptr), int(rows), n * C, W);
-#pragma omp parallel for schedule(static) if(rows * n * C > ops::kParallelMinWork)
-      for (long r = 0; r < rows; r++)
-        for (int j = 0; j < W; j++) pre[r * W + j] *= hrstd[r];
+      folded_projection_forward(pre, H, hrstd, p.phi, p.norm.weight, rows, n * C, W);
       break;
-    }
     case HyperMix::AttnRes:  // the keys: every stream's RMSNorm with the gain gamma (rows n, C)
       ops::rmsnorm_forward(hn, hrstd, H, p.norm.weight, int(rows * n), C, cfg.eps);
       break;
@@ -583,11 +655,9 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
     for (long k = 0; k < rows * n; k++) sb += double(dw.b[k]) * t.b[k];
     *dp.alpha_scale += S(sa);
     *dp.beta_scale += S(sb);
-    // Za = Hn W_a^T, Zb = Hn w_b:  dHn = dZa W_a + dZb w_b^T, dW_a += dZa^T Hn, dw_b += dZb^T Hn
-    std::fill(dhn, dhn + rows * n * C, S(0));
-    ops::matmul_backward(dhn, dp.alpha_fn, static_cast<S*>(nullptr), dt.a, hn, p.alpha_fn, int(rows * n), C, n1);
-    ops::matmul_backward(dhn, dp.beta_fn, static_cast<S*>(nullptr), dt.b, hn, p.beta_fn, int(rows * n), C, 1);
-    ops::rmsnorm_backward(dH, dp.norm.weight, dhn, H, p.norm.weight, hrstd, int(rows * n), C);
+    // Za = Hn W_a^T, Zb = Hn w_b, the norm folded into both
+    folded_projection_backward(dH, dp.alpha_fn, dp.beta_fn, dp.norm.weight, dt.a, dt.b, dhn, H, hrstd, p.alpha_fn,
+                               p.beta_fn, p.norm.weight, rows * n, C, n1, 1);
   }
   if (form == HyperMix::AttnRes) {
     // logit_s = w . Hn_s:  dHn_s = dlogit_s w, dw += sum dlogit_s Hn_s; then the keys' RMSNorm
@@ -614,35 +684,9 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
       sc[j < n ? 0 : j < 2 * n ? 1 : 2] += b[size_t(j)];
     }
     for (int k = 0; k < 3; k++) dp.scale[k] += S(sc[k]);
-    // h = rstd x F^T with x = vec H, F = phi diag gamma, rstd = (mean(x^2) + eps)^(-1/2), d rstd / dx =
-    // -rstd^3 x / nC:  dx = rstd dh F - (rstd^2 / nC) (dh . h) x;  dF = sum_r rstd dh^T x, whence
-    // dphi += dF diag gamma and dgamma += sum_j phi_j * dF_j
-    const int nC = n * C;
-    const std::vector<S> folded_t = mhc_folded_phi(p, W, nC, true);
-    ops::matmul_forward(dhn, dpre, folded_t.data(), static_cast<const S*>(nullptr), int(rows), W, nC);  // dh F
-#pragma omp parallel for schedule(static) if(rows * nC > ops::kParallelMinWork)
-    for (long r = 0; r < rows; r++) {
-      S* dh = dpre + r * W;
-      double dot = 0;
-      for (int j = 0; j < W; j++) dot += double(dh[j]) * pre[r * W + j];
-      const S rs = hrstd[r], c = S(double(rs) * rs * dot / nC);
-      const S* x = H + r * nC;
-      const S* dx = dhn + r * nC;
-      S* o = dH + r * nC;
-      for (int k = 0; k < nC; k++) o[k] += rs * dx[k] - c * x[k];
-      for (int j = 0; j < W; j++) dh[j] *= rs;  // rstd dh, for dF below
-    }
-    std::vector<S> dF(size_t(W) * nC, S(0));
-    ops::matmul_backward(static_cast<S*>(nullptr), dF.data(), static_cast<S*>(nullptr), dpre, H,
-                         static_cast<const S*>(nullptr), int(rows), nC, W);
-    std::vector<double> dgamma(size_t(nC), 0.0);
-    for (int j = 0; j < W; j++)
-      for (int k = 0; k < nC; k++) {
-        const S f = dF[size_t(j) * nC + k];
-        dp.phi[size_t(j) * nC + k] += f * p.norm.weight[k];
-        dgamma[size_t(k)] += double(f) * p.phi[size_t(j) * nC + k];
-      }
-    for (int k = 0; k < nC; k++) dp.norm.weight[k] += S(dgamma[size_t(k)]);
+    // h = z phi^T, the norm folded in
+    folded_projection_backward(dH, dp.phi, static_cast<S*>(nullptr), dp.norm.weight, dpre, static_cast<S*>(nullptr),
+                               dhn, H, hrstd, p.phi, static_cast<const S*>(nullptr), p.norm.weight, rows, n * C, W, 0);
   }
 }
 

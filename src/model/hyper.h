@@ -79,11 +79,9 @@ inline int hyper_mix_width(int n) { return n * (n + 1) + n; }
 int hyper_res_width(const ModelConfig& cfg);
 int hyper_pre_width(const ModelConfig& cfg);
 
-// Whether the read keeps its normalized streams hn for the backward (hc and attn_res; mhc folds its norm
-// into the projection and keeps only hrstd; hc_static normalizes nothing).
-inline bool hyper_keeps_normalized_streams(const ModelConfig& cfg) {
-  return cfg.hyper == HyperMix::Hc || cfg.hyper == HyperMix::AttnRes;
-}
+// Whether the read keeps its normalized streams hn for the backward (attn_res; hc and mhc fold their
+// norm into the projection and keep only hrstd; hc_static normalizes nothing).
+inline bool hyper_keeps_normalized_streams(const ModelConfig& cfg) { return cfg.hyper == HyperMix::AttnRes; }
 
 // The read of one sub-layer over `rows` tokens. H (rows, n, C) the streams entering; writes u (rows, C)
 // the branch input, R (rows, n, C) R_t = sum_s M[s, t] H_s (the write adds b_t g to it), and what the
