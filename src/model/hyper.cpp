@@ -370,6 +370,7 @@ void folded_projection_backward(S* dx, S* dF, S* dF2, S* dgamma, S* dy, S* dy2, 
       for (int k = 0; k < width; k++) d[k] += a * g2[k];
     }
     double dot = 0;
+#pragma omp simd reduction(+ : dot)  // (in double lanes, as ops/rmsnorm.cpp's row sums: a chain of dependent adds otherwise)
     for (int k = 0; k < width; k++) dot += double(xr[k]) * d[k];
     const S rs = rstd[r], c = S(double(rs) * rs * rs * dot / width);
     S* o = dx + r * width;
@@ -651,7 +652,9 @@ void hyper_read_backward(const ModelConfig& cfg, const HyperParams<S>& p, const 
   }
   if (form == HyperMix::Hc) {
     double sa = 0, sb = 0;
+#pragma omp simd reduction(+ : sa)
     for (long k = 0; k < rows * n * n1; k++) sa += double(dw.a[k]) * t.a[k];
+#pragma omp simd reduction(+ : sb)
     for (long k = 0; k < rows * n; k++) sb += double(dw.b[k]) * t.b[k];
     *dp.alpha_scale += S(sa);
     *dp.beta_scale += S(sb);
