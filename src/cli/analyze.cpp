@@ -10,7 +10,6 @@
 #include <iterator>
 #include <optional>
 #include <type_traits>
-#include <unistd.h>
 
 #include "analysis/attention.h"
 #include "analysis/dynamics.h"
@@ -28,6 +27,7 @@
 #include "train/run_config.h"
 #include "train/translation.h"
 #include "util/error.h"
+#include "util/memory.h"
 #include "util/progress.h"
 #include "util/files.h"
 #include "util/json_reader.h"
@@ -540,7 +540,7 @@ void refuse_source_text(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
 // the float64 model is the one to read (or the model is an encoder-decoder, whose instruments read
 // float64 only). `why` says how auto chose.
 std::unique_ptr<Model<float>> float_model(const AnalyzeCommand& cmd, ModelSource* source, std::string& why) {
-  const auto memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const double memory = physical_memory_bytes();
   const bool gradients = !cmd.attention->parsed();
   if (source) {
     const Model<float>& m = *source->model;

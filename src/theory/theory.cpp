@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <unistd.h>
 #include <fmt/format.h>
 
 #include "theory/checks.h"
@@ -22,6 +21,7 @@
 #include "train/model_source.h"
 #include "train/run_config.h"
 #include "util/error.h"
+#include "util/memory.h"
 #include "util/rng.h"
 #include "util/interrupt.h"
 #include "util/progress.h"
@@ -441,7 +441,7 @@ void print_claims(const std::vector<Claim>& claims) {
 bool claims_in_float32(const std::string& precision, size_t n_params, std::string* line) {
   if (precision != "auto" && precision != "float64" && precision != "float32")
     throw Error(fmt::format("theory: precision '{}' must be auto, float64 or float32", precision));
-  const auto memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  const double memory = physical_memory_bytes();
   const double copies = 2 * 16.0 * double(n_params);
   const bool float32 = precision == "float32" || (precision == "auto" && copies > memory / 2);
   if (line)

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -36,6 +37,8 @@ std::optional<uint64_t> available_memory_bytes() {
     }
   return free;
 }
+
+double physical_memory_bytes() { return double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE)); }
 
 std::string memory_text(double bytes) {
   if (bytes >= double(1ull << 30)) return fmt::format("{:.1f} GiB", bytes / double(1ull << 30));

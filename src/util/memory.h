@@ -14,6 +14,10 @@ namespace normlab {
 // process's present size. Empty where neither is known (then the callers skip their check).
 std::optional<uint64_t> available_memory_bytes();
 
+// The machine's physical memory (sysconf), for choices that must not depend on the moment's load
+// (analyze's and theory's auto precision: the same machine gives the same output).
+double physical_memory_bytes();
+
 // "1.5 GiB", "320 MiB": a byte count as the messages print it.
 std::string memory_text(double bytes);
 
