@@ -66,9 +66,8 @@ double norm_jacobian_gain(NormKind kind, const double* z, const NormParams<doubl
     }
     case NormKind::DyT:
     case NormKind::Derf: {
-      const std::vector<double> J = norm_jacobian_closed_form(kind, z, p, d, eps);  // (diagonal)
       double top = 0;
-      for (int i = 0; i < d; i++) top = std::max(top, std::abs(J[size_t(i) * d + i]));
+      for (double v : norm_jacobian_diagonal(kind, z, p, d)) top = std::max(top, std::abs(v));
       return top;
     }
     case NormKind::LayerNorm:

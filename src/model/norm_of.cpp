@@ -70,6 +70,24 @@ NormStatistic norm_statistic(NormKind kind) {
 
 namespace {
 
+// The diagonal of a point-wise kind's Jacobian (DyT, Derf), without the site's constant scale:
+// DyT gamma alpha (1 - tanh^2(alpha z)), Derf gamma alpha (2 / sqrt(pi)) exp(-(alpha z + shift)^2).
+std::vector<double> pointwise_diagonal(NormKind kind, const double* z, const double* gamma,
+                                       const NormParams<double>& p, int d) {
+  std::vector<double> diagonal(static_cast<size_t>(d));
+  const double a = *p.alpha;
+  for (int i = 0; i < d; i++) {
+    if (kind == NormKind::DyT) {
+      const double t = std::tanh(a * z[i]);
+      diagonal[size_t(i)] = gamma[i] * a * (1.0 - t * t);
+    } else {
+      const double u = a * z[i] + *p.shift;
+      diagonal[size_t(i)] = gamma[i] * a * 2.0 / std::sqrt(M_PI) * std::exp(-u * u);
+    }
+  }
+  return diagonal;
+}
+
 // The Jacobian of the kind's own map (without the site's constant scale).
 std::vector<double> unscaled_jacobian(NormKind kind, const double* z, const NormParams<double>& p, int d,
                                       double eps) {
@@ -99,13 +117,10 @@ std::vector<double> unscaled_jacobian(NormKind kind, const double* z, const Norm
         for (int j = 0; j < d; j++) J[size_t(i) * d + j] = gamma[i] / r * ((i == j) - z[i] * z[j] / (d * r2));
       return J;
     }
-    case NormKind::DyT: {
-      // J = diag(gamma alpha (1 - tanh^2(alpha z)))
-      const double a = *p.alpha;
-      for (int i = 0; i < d; i++) {
-        const double t = std::tanh(a * z[i]);
-        J[size_t(i) * d + i] = gamma[i] * a * (1.0 - t * t);
-      }
+    case NormKind::DyT:
+    case NormKind::Derf: {
+      const std::vector<double> diagonal = pointwise_diagonal(kind, z, gamma, p, d);
+      for (int i = 0; i < d; i++) J[size_t(i) * d + i] = diagonal[size_t(i)];
       return J;
     }
     case NormKind::L2: {
@@ -115,15 +130,6 @@ std::vector<double> unscaled_jacobian(NormKind kind, const double* z, const Norm
       const double r = 1.0 / std::sqrt(ss + eps);
       for (int i = 0; i < d; i++)
         for (int j = 0; j < d; j++) J[size_t(i) * d + j] = r * (i == j) - r * r * r * z[i] * z[j];
-      return J;
-    }
-    case NormKind::Derf: {
-      // J = diag(gamma alpha (2 / sqrt(pi)) exp(-(alpha z + shift)^2))
-      const double a = *p.alpha, s = *p.shift;
-      for (int i = 0; i < d; i++) {
-        const double u = a * z[i] + s;
-        J[size_t(i) * d + i] = gamma[i] * a * 2.0 / std::sqrt(M_PI) * std::exp(-u * u);
-      }
       return J;
     }
   }
@@ -138,6 +144,14 @@ std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, co
   if (p.scale != 1.0)
     for (double& v : J) v *= p.scale;
   return J;
+}
+
+std::vector<double> norm_jacobian_diagonal(NormKind kind, const double* z, const NormParams<double>& p, int d) {
+  if (kind != NormKind::DyT && kind != NormKind::Derf)
+    throw Error(fmt::format("norm_jacobian_diagonal: {} is not a point-wise norm (a bug)", to_string(kind)));
+  std::vector<double> diagonal = pointwise_diagonal(kind, z, effective_gain(kind, p, d).data(), p, d);
+  for (double& v : diagonal) v *= p.scale;
+  return diagonal;
 }
 
 std::vector<std::vector<double>> norm_structural_kernel(NormKind kind, const double* z, int d, double eps) {

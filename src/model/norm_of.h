@@ -168,6 +168,9 @@ void norm_jvp(NormKind kind, S* tout, const S* tin, const S* inp, const NormPara
 std::vector<double> norm_jacobian_closed_form(NormKind kind, const double* z, const NormParams<double>& p, int d,
                                               double eps);
 
+// The point-wise kinds' (DyT, Derf) Jacobian is diagonal: its diagonal (d), as the closed form's.
+std::vector<double> norm_jacobian_diagonal(NormKind kind, const double* z, const NormParams<double>& p, int d);
+
 // A basis (each a vector of d) of the null space that the kind's Jacobian has at unit gain whatever
 // its input: LayerNorm the constant vector (and the centred input at eps = 0), RMSNorm and L2 the
 // input at eps = 0, the point-wise kinds nothing (their Jacobian is diagonal with no zero).
