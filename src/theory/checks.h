@@ -114,7 +114,7 @@ class ClaimModels {
   void used(const ModelConfig& c);
   // The given model (theory --checkpoint) as it is, whatever its norm and placement; nullptr without one.
   std::unique_ptr<Model<double>> given() const;
-  Measured given_measured() const;  // the same as measured() gives it (at its own eps)
+  Measured given_measured();  // the same as measured() gives it, set back to its own eps
   // How the trained models are trained, in words (the criterion the table prints).
   std::string recipe() const;
 

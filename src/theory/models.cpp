@@ -106,7 +106,7 @@ ClaimModels::Measured ClaimModels::measured(const ModelConfig& c, bool needs_los
   return o_.model->model.get();
 }
 
-ClaimModels::Measured ClaimModels::given_measured() const {
+ClaimModels::Measured ClaimModels::given_measured() {
   if (!o_.model || !o_.float32) return given();
   o_.model->model->set_eps(o_.model->config.eps);
   return o_.model->model.get();
