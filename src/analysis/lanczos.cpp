@@ -18,6 +18,7 @@
 #include "analysis/block_eigs.h"
 #include "analysis/gmres.h"
 #include "model/norm_of.h"
+#include "ops/common.h"
 #include "util/error.h"
 #include "util/interrupt.h"
 
@@ -245,7 +246,7 @@ class InverseGram {
   void subtract_row_blocks(Mat& r, int i, const Mat& Y) const {
     const long len = long(i) * C_;
     const Eigen::Index k = Y.cols();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (len * C_ * k > ops::kParallelMinWork)
     for (int c = 0; c < C_; c++) {
       const double* a = dense_.data() + (size_t(i) * C_ + size_t(c)) * NTC_;
       for (Eigen::Index j = 0; j < k; j++) {
@@ -262,7 +263,7 @@ class InverseGram {
   void subtract_column_blocks(Mat& r, int i, const Mat& Y) const {
     const long first_row = long(i + 1) * C_, rows = long(T_ - 1 - i) * C_;
     const Eigen::Index k = Y.cols();
-#pragma omp parallel
+#pragma omp parallel if (rows * C_ * k > ops::kParallelMinWork)
     {
       const int nt = omp_get_num_threads(), id = omp_get_thread_num();
       const int c0 = C_ * id / nt, c1 = C_ * (id + 1) / nt;

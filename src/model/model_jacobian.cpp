@@ -125,7 +125,7 @@ void Model<S>::block_jacobian(S* J, int layer) const {
   // (per token, the C x QW matrix thid[:, t, :] transposed in 16 x 16 tiles: row by row its reads
   // would stride over T QW entries each)
   constexpr int kTile = 16;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (long(T) * C * QW > ops::kParallelMinWork)
   for (int t = 0; t < T; t++)
     for (int k0 = 0; k0 < C; k0 += kTile)
       for (int r0 = 0; r0 < QW; r0 += kTile)
@@ -185,7 +185,7 @@ void Model<S>::block_jacobian(S* J, int layer) const {
         }
 
   // one row of blocks per token i, the longest rows first
-#pragma omp parallel
+#pragma omp parallel if (long(T) * T * NH * C * HS > ops::kParallelMinWork)
   {
     std::vector<S> Z(size_t(A) * TC), Qd(size_t(HS) * HS);
 #pragma omp for schedule(dynamic, 1)

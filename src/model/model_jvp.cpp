@@ -103,7 +103,7 @@ void Model<S>::jvp_sublayers_impl(S* tout, const S* tin, const int64_t* unit, in
   if (tin) {
     std::copy(tin, tin + K * NW, state);
   } else {  // unit tangents: tangent k is 1 at flat position unit[k] of (B, T, state width)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (long(K) * long(NW) > ops::kParallelMinWork)
     for (int k = 0; k < K; k++) {
       std::fill(state + size_t(k) * NW, state + size_t(k + 1) * NW, S(0));
       state[size_t(k) * NW + size_t(unit[k])] = S(1);

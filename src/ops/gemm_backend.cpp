@@ -189,7 +189,7 @@ std::string gemm_kernels() {
 void round_to_bf16(uint16_t* dst, const float* src, size_t n) {
   constexpr size_t kChunk = 1 << 16;  // rounded as 1-row blocks of this many floats
   const long chunks = long((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (chunks > 1)
   for (long c = 0; c < chunks; c++) {
     const size_t begin = size_t(c) * kChunk, len = std::min(kChunk, n - begin);
     round_block_dispatch(dst + begin, int(len), src + begin, 1, int(len), int(len));

@@ -8,6 +8,7 @@
 
 #include "model/hyper.h"
 #include "model/methods.h"
+#include "ops/common.h"
 
 namespace normlab {
 
@@ -97,7 +98,7 @@ double mean_token_ratio(const float* f, const float* x, long rows, int C) {
 
 double mean_row_entropy(const float* p, long rows, int keys) {
   double sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static)
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (rows * keys > ops::kParallelMinWork)
   for (long r = 0; r < rows; r++) {
     const float* row = p + size_t(r) * size_t(keys);
     double h = 0;
@@ -112,7 +113,8 @@ double max_attention_logit(const float* qkv, int B, int T, int QW, int A, int NH
                            bool causal, const uint8_t* key_mask) {
   const int group = NH / KVH;
   double best = -std::numeric_limits<double>::infinity();
-#pragma omp parallel for collapse(2) reduction(max : best) schedule(static)
+#pragma omp parallel for collapse(2) reduction(max : best) schedule(static) \
+    if (long(B) * NH * T * T * HS > ops::kParallelMinWork)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int i = 0; i < T; i++) {
