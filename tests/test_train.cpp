@@ -23,6 +23,7 @@
 #include "train/data.h"
 #include "train/optimizer.h"
 #include "train/run_config.h"
+#include "train/step.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
 #include "train/trainer.h"
@@ -140,6 +141,55 @@ TEST(Clip, ScalesToMaxNormInsideTheAdamWStep) {
   a.step(pa.data(), ga.data(), 1e-2, 1, scale);
   b.step(pb.data(), gb.data(), 1e-2, 1);
   for (size_t i = 0; i < pa.size(); i++) EXPECT_NEAR(pa[i], pb[i], 1e-6);
+}
+
+// apply_update with a per-tensor watch is the plain update bit for bit, and reports each tensor's values
+// before and after it (one tensor held at a time; the whole model for nGPT, whose projection follows)
+TEST(AdamW, WatchedUpdateIsThePlainOneAndReportsEachTensor) {
+  for (const std::string placement : {"pre", "ngpt"}) {
+    nlohmann::json model = {{"d_model", 16}, {"n_heads", 2}, {"n_layers", 2}, {"seq_len", 8}, {"placement", placement}};
+    if (placement == "ngpt")
+      model.update({{"eps", 0}, {"head", "untied"}, {"norm", "l2"}, {"positions", "rope"}, {"bias", "none"}});
+    const ModelConfig c = run_config_from_json({{"model", model}}, "test").model;
+    SCOPED_TRACE(placement);
+    ASSERT_EQ(c.on_sphere(), placement == "ngpt");
+    Model<float> a(c), b(c);
+    b.params() = a.params();
+    Batch batch;
+    batch.B = 2;
+    batch.T = 8;
+    for (int i = 0; i < 16; i++) batch.ids.push_back(i * 7 % 64), batch.labels.push_back(i * 5 % 64);
+    AdamW oa(a.table(), {}), ob(b.table(), {});
+    for (long t = 1; t <= 2; t++) {
+      batch_gradients(a, batch);
+      batch_gradients(b, batch);
+      const std::vector<float> before = b.params();
+      apply_update(a, oa, 1e-2, t, 0.5);
+      size_t seen = 0;
+      apply_update(b, ob, 1e-2, t, 0.5, [&](size_t spec, const float* old, const float* now) {
+        const ParamSpec& p = b.table().specs[spec];
+        EXPECT_EQ(spec, seen++);
+        for (size_t i = 0; i < p.numel; i++) {
+          ASSERT_EQ(old[i], before[p.offset + i]) << p.name;
+          ASSERT_EQ(now[i], a.params()[p.offset + i]) << p.name;  // (a's: the plain update's, already done)
+        }
+      });
+      EXPECT_EQ(seen, b.table().specs.size());
+      EXPECT_EQ(a.params(), b.params());
+    }
+  }
+}
+
+// A model too big for its optimizer is refused by name before the moments are allocated
+TEST(AdamW, RefusesMomentsBeyondTheMachinesMemory) {
+  ModelConfig c;
+  c.d_model = 4;
+  c.n_heads = 1;
+  c.n_layers = 1;
+  c.seq_len = 2;
+  ParamTable table = make_param_table(c);
+  table.total = size_t(1) << 44;  // 128 TB of moments
+  expect_error_contains([&] { AdamW opt(table, {}); }, "AdamW's two moments");
 }
 
 TEST(Divergence, NaNPropagatesToTheLossAndTheGradientNorm) {

@@ -1,6 +1,7 @@
 // updates.cpp: update ratios and output change over a short training run.
 #include "analysis/updates.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 
@@ -44,29 +45,28 @@ UpdateReport analyze_updates_in_place(Model<float>& m, const std::vector<int32_t
   for (float v : logits0) norm0 += double(v) * v;
   norm0 = std::sqrt(norm0);
   const int L = cfg.n_layers;
-  std::vector<std::vector<const ParamSpec*>> layer_specs(static_cast<size_t>(L));
+  std::vector<int> layer_of;  // each spec's layer (h.<l>.*), -1 for the rest (embeddings, final norm, head)
   for (const ParamSpec& p : m.table().specs)
-    if (p.name.rfind("h.", 0) == 0) layer_specs[size_t(std::stoi(p.name.substr(2)))].push_back(&p);
+    layer_of.push_back(p.name.rfind("h.", 0) == 0 ? std::stoi(p.name.substr(2)) : -1);
   UpdateReport r;
   r.steps = steps;
   r.lr = lr;
-  std::vector<float> before;  // (one buffer for every step: a fresh copy of the model per step costs its page faults)
   for (int s = 1; s <= steps; s++) {
     const Batch batch = draw(rng);
     r.loss.push_back(batch_gradients(m, batch).loss);
-    before.assign(m.params().begin(), m.params().end());
-    apply_update(m, opt, lr, s, 1.0);  // (no clipping)
+    std::vector<double> dn(size_t(L), 0.0), pn(size_t(L), 0.0);  // per layer ||theta_new - theta_old||^2, ||theta_old||^2
+    const auto add = [&](size_t spec, const float* before, const float* now) {
+      const int l = layer_of[spec];
+      if (l < 0) return;  // (the ratios are the layers')
+      for (size_t i = 0; i < m.table().specs[spec].numel; i++) {
+        const double delta = double(now[i]) - before[i];
+        dn[size_t(l)] += delta * delta;
+        pn[size_t(l)] += double(before[i]) * before[i];
+      }
+    };
+    apply_update(m, opt, lr, s, 1.0, add);  // (no clipping)
     std::vector<double> ratios;
-    for (int l = 0; l < L; l++) {
-      double dn = 0, pn = 0;
-      for (const ParamSpec* p : layer_specs[size_t(l)])
-        for (size_t i = p->offset; i < p->offset + p->numel; i++) {
-          const double delta = double(m.params()[i]) - before[i];
-          dn += delta * delta;
-          pn += double(before[i]) * before[i];
-        }
-      ratios.push_back(std::sqrt(dn / pn));
-    }
+    for (int l = 0; l < L; l++) ratios.push_back(std::sqrt(dn[size_t(l)] / pn[size_t(l)]));
     r.layer_ratio.push_back(ratios);
     m.forward(eval.ids.data(), eval.labels.data(), B, T);
     double diff = 0;
@@ -78,6 +78,14 @@ UpdateReport analyze_updates_in_place(Model<float>& m, const std::vector<int32_t
     r.stream_change.push_back(std::sqrt(sdiff) / snorm0);
   }
   return r;
+}
+
+double update_steps_bytes(const ParamTable& table, const ModelConfig& cfg, int B, int T) {
+  size_t largest = 0;
+  for (const ParamSpec& p : table.specs) largest = std::max(largest, p.numel);
+  const double old = cfg.on_sphere() ? double(table.total) : double(largest);
+  const double fixed = double(B) * T * (cfg.vocab_size() + cfg.d_model);
+  return AdamW::state_bytes(table) + (old + fixed) * sizeof(float);
 }
 
 nlohmann::json to_json(const UpdateReport& r) {

@@ -28,6 +28,12 @@ UpdateReport analyze_updates(const Model<double>& model, const std::vector<int32
 UpdateReport analyze_updates_in_place(Model<float>& model, const std::vector<int32_t>& bytes, int steps, int B,
                                       int T, double lr, uint64_t seed, int32_t first = -1);
 
+// The memory analyze_updates_in_place adds to a float32 model (table, cfg) that has run a forward of B x T: AdamW's two
+// moments, the old values of the largest tensor (of the whole model for nGPT, whose projection follows
+// the step), the fixed batch's logits and last stream. analyze dynamics checks it is available before
+// any reading starts (a 1 B model's moments alone are 10 GB).
+double update_steps_bytes(const ParamTable& table, const ModelConfig& cfg, int B, int T);
+
 nlohmann::json to_json(const UpdateReport& report);
 void print_report(const UpdateReport& report);
 

@@ -434,14 +434,35 @@ int run_dynamics(const AnalyzeCommand& cmd, Model<S>& model, const std::string& 
     corpus = analyze_corpus(c, cfg, T);
   }
   const std::vector<Batch> batches = batch ? std::vector<Batch>{*batch} : corpus_windows(cmd, *corpus, cfg.arch, T, input);
+  // the update steps' memory, checked before any reading and again before the steps (the readings'
+  // activations are held then): refused when --update-steps was given, skipped with the reason when the
+  // default was (a 1 B model's AdamW moments alone are 10 GB)
+  const bool steps_given = cmd.dynamics->get_option("--update-steps")->count() > 0;
+  const auto update_memory = [&] {
+    if (!steps || steps_without_corpus) return std::string();
+    double bytes = analysis::update_steps_bytes(model.table(), cfg, cmd.batch_size, T);
+    if constexpr (std::is_same_v<S, double>) bytes += 2.0 * sizeof(float) * double(model.params().size());  // their float copy
+    const std::string what = fmt::format("the {} update steps{} (AdamW's two moments for {} parameters{})",
+                                         cmd.update_steps, steps_given ? "" : " of the default",
+                                         model.params().size(),
+                                         std::is_same_v<S, double> ? ", and the float32 copy they train" : "");
+    const std::string message = memory_shortfall(bytes, what, "; --update-steps 0 skips them");
+    if (!message.empty() && steps_given) throw Error(message);
+    return message;
+  };
+  std::string no_room = update_memory();
   fmt::print("input: {}\n", input);
   print_precision(model, why);
   const analysis::DynamicsReport rep = analysis::analyze_dynamics(model, batches);
   analysis::print_report(rep);
   nlohmann::json results = analysis::to_json(rep);
   results["input"] = input;
+  if (no_room.empty()) no_room = update_memory();
   if (cmd.update_steps > 0 && !cfg.has_logits()) {
     fmt::print("update ratios and output change skipped: the model has no head (no loss to step on)\n");
+  } else if (!no_room.empty()) {
+    fmt::print("update ratios and output change skipped: {}\n", no_room);
+    results["updates_skipped"] = no_room;
   } else if (steps_without_corpus) {
     fmt::print("update ratios and output change skipped: they train on corpus windows, and this model's vocabulary "
                "({}) is not byte-level: give --corpus FILE (with --tokenizer) to train them\n", cfg.vocab_size());

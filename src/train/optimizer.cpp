@@ -5,8 +5,10 @@
 #include "ops/gemm_backend.h"
 #include "util/error.h"
 #include "util/flush_subnormals.h"
+#include "util/memory.h"
 
 #include <algorithm>
+#include <fmt/format.h>
 #include <cmath>
 #include <utility>
 
@@ -42,7 +44,12 @@ double learning_rate(const ScheduleConfig& s, long t) {
 }
 
 AdamW::AdamW(const ParamTable& table, AdamWConfig cfg, AdamScaling scaling)
-    : table_(table), cfg_(cfg), mult_(std::move(scaling.step)), m_(table.total, 0.0f), v_(table.total, 0.0f) {
+    : table_(table), cfg_(cfg), mult_(std::move(scaling.step)) {
+  // (without this check a model too big for its optimizer is killed by the kernel, with no message,
+  // while the moments are zeroed: Linux grants the allocation and fails the pages)
+  require_memory(state_bytes(table), fmt::format("AdamW's two moments for {} parameters", table.total));
+  m_.assign(table.total, 0.0f);
+  v_.assign(table.total, 0.0f);
   cfg_.eps *= scaling.eps;
   if (mult_.empty()) mult_.assign(table.specs.size(), 1.0);
   if (mult_.size() != table.specs.size()) throw Error("AdamW: one step multiplier per parameter tensor");
@@ -72,24 +79,27 @@ static void adamw_update(float* p, const float* g, float* m, float* v, uint16_t*
 }
 
 void AdamW::step(float* params, const float* grads, double lr, long t, double grad_scale, uint16_t* rounded) {
+  for (size_t i = 0; i < table_.specs.size(); i++) step_tensor(i, params, grads, lr, t, grad_scale, rounded);
+}
+
+void AdamW::step_tensor(size_t i, float* params, const float* grads, double lr, long t, double grad_scale,
+                        uint16_t* rounded) {
   const double bc1 = 1 - std::pow(cfg_.beta1, double(t));
   const double bc2 = 1 - std::pow(cfg_.beta2, double(t));
   const float b1 = float(cfg_.beta1), b2 = float(cfg_.beta2);
   const float sqrt_bc2 = float(std::sqrt(bc2));
   const float eps = float(cfg_.eps);
   const float gs = float(grad_scale);
-  for (size_t i = 0; i < table_.specs.size(); i++) {
-    const ParamSpec& spec = table_.specs[i];
-    const float step_size = float(lr * mult_[i] / bc1);
-    const float decay = spec.decays() ? float(1 - lr * cfg_.weight_decay) : 1.0f;
-    const size_t o = spec.offset;
-    if (rounded)
-      adamw_update<true>(params + o, grads + o, m_.data() + o, v_.data() + o, rounded + o, long(spec.numel), decay,
-                         b1, b2, step_size, sqrt_bc2, eps, gs);
-    else
-      adamw_update<false>(params + o, grads + o, m_.data() + o, v_.data() + o, nullptr, long(spec.numel), decay,
-                          b1, b2, step_size, sqrt_bc2, eps, gs);
-  }
+  const ParamSpec& spec = table_.specs[i];
+  const float step_size = float(lr * mult_[i] / bc1);
+  const float decay = spec.decays() ? float(1 - lr * cfg_.weight_decay) : 1.0f;
+  const size_t o = spec.offset;
+  if (rounded)
+    adamw_update<true>(params + o, grads + o, m_.data() + o, v_.data() + o, rounded + o, long(spec.numel), decay, b1,
+                       b2, step_size, sqrt_bc2, eps, gs);
+  else
+    adamw_update<false>(params + o, grads + o, m_.data() + o, v_.data() + o, nullptr, long(spec.numel), decay, b1,
+                        b2, step_size, sqrt_bc2, eps, gs);
 }
 
 double grad_norm(const std::vector<float>& grads) {

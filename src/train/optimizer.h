@@ -43,6 +43,13 @@ class AdamW {
   // parameter rounded to bf16 (ops::round_to_bf16) in the same pass.
   void step(float* params, const float* grads, double lr, long t, double grad_scale = 1.0,
             uint16_t* rounded = nullptr);
+  // The same update of the one tensor table.specs[spec] (params, grads and rounded: the whole model's
+  // buffers, as step's): step is this over every spec, so a caller can read each tensor before and after
+  // its own update without holding a copy of the model (analysis/updates.cpp).
+  void step_tensor(size_t spec, float* params, const float* grads, double lr, long t, double grad_scale = 1.0,
+                   uint16_t* rounded = nullptr);
+  // The bytes of the two moments for `table` (what the constructor allocates, and checks is available).
+  static double state_bytes(const ParamTable& table) { return 2.0 * double(table.total) * sizeof(float); }
   std::vector<float>& m() { return m_; }
   std::vector<float>& v() { return v_; }
 

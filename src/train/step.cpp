@@ -30,4 +30,25 @@ UpdateNotes apply_update(Model<float>& model, AdamW& optimizer, double lr, long 
   return notes;
 }
 
+UpdateNotes apply_update(Model<float>& model, AdamW& optimizer, double lr, long t, double grad_scale,
+                         const TensorChange& changed) {
+  const std::vector<ParamSpec>& specs = model.table().specs;
+  float* params = model.params().data();
+  std::vector<float> old;
+  if (model.config().on_sphere() || !model.attention_logit_max().empty()) {  // weights change after AdamW's step
+    old.assign(model.params().begin(), model.params().end());
+    const UpdateNotes notes = apply_update(model, optimizer, lr, t, grad_scale);
+    for (size_t i = 0; i < specs.size(); i++) changed(i, old.data() + specs[i].offset, params + specs[i].offset);
+    return notes;
+  }
+  uint16_t* rounded = model.bf16_weights_buffer();  // (as apply_update: AdamW's step is all it does here)
+  for (size_t i = 0; i < specs.size(); i++) {
+    old.assign(params + specs[i].offset, params + specs[i].offset + specs[i].numel);
+    optimizer.step_tensor(i, params, model.grads().data(), lr, t, grad_scale, rounded);
+    changed(i, old.data(), params + specs[i].offset);
+  }
+  if (rounded) model.bf16_weights_written();
+  return {};
+}
+
 }  // namespace normlab

@@ -4,6 +4,7 @@
 // A method whose step differs (as nGPT's projection) changes it here, once.
 #pragma once
 
+#include <functional>
 #include <limits>
 
 #include "distributed/comm.h"
@@ -33,5 +34,14 @@ struct UpdateNotes {
 // given, rescale W_q and W_k (the same on every rank). grad_scale: clip_scale(norm, max_norm), 1 for none.
 UpdateNotes apply_update(Model<float>& model, AdamW& optimizer, double lr, long t, double grad_scale,
                          const dist::Comm* comm = nullptr);
+
+// The same update (one process), with changed(spec, before, after) called for each parameter tensor with
+// its values before and after the whole update. The old values are held one tensor at a time (the
+// largest tensor's memory, not a copy of the model: a 1-2 B model's update instrument fits beside its
+// moments), except where the update changes weights after AdamW's step (nGPT's projection, QK-Clip on),
+// which holds the whole model's until the step is done.
+using TensorChange = std::function<void(size_t spec, const float* before, const float* after)>;
+UpdateNotes apply_update(Model<float>& model, AdamW& optimizer, double lr, long t, double grad_scale,
+                         const TensorChange& changed);
 
 }  // namespace normlab

@@ -45,11 +45,15 @@ std::string memory_text(double bytes) {
   return fmt::format("{:.0f} MiB", bytes / double(1ull << 20));
 }
 
-void require_memory(double bytes, const std::string& what, const std::string& hint) {
+std::string memory_shortfall(double bytes, const std::string& what, const std::string& hint) {
   const std::optional<uint64_t> free = available_memory_bytes();
-  if (free && bytes > double(*free))
-    throw Error(fmt::format("{} needs {} of memory; this machine has {} available{}", what, memory_text(bytes),
-                            memory_text(double(*free)), hint));
+  if (!free || bytes <= double(*free)) return "";
+  return fmt::format("{} needs {} of memory; this machine has {} available{}", what, memory_text(bytes),
+                     memory_text(double(*free)), hint);
+}
+
+void require_memory(double bytes, const std::string& what, const std::string& hint) {
+  if (std::string message = memory_shortfall(bytes, what, hint); !message.empty()) throw Error(message);
 }
 
 }  // namespace normlab

@@ -25,5 +25,8 @@ std::string memory_text(double bytes);
 // available memory is known and smaller than `bytes`: a clear refusal before an allocation that would
 // fail (or bring the machine to swap) instead of after it.
 void require_memory(double bytes, const std::string& what, const std::string& hint = "");
+// The same message when `bytes` is not available, empty when it is (or the available memory is unknown):
+// for a caller that skips an optional part instead of refusing.
+std::string memory_shortfall(double bytes, const std::string& what, const std::string& hint = "");
 
 }  // namespace normlab
