@@ -89,3 +89,62 @@ TEST(Ablation, WhatAModelCannotMeanIsRefused) {
   Model<double> d(dual);
   EXPECT_THROW(d.set_ablation({true, false}), Error);
 }
+
+// Model::forward_from (fake depth's layer removal): after a layer's weights change, rerunning from that
+// layer gives the loss, logits and every stream of a whole forward bit for bit, in float and double, for
+// methods with state along the stream (Admin's omega, DeepNet's alpha, value residuals, RMSNorm's Llama
+// block); what carries state beside the stream is refused.
+template <class S>
+void check_forward_from(const ModelConfig& c) {
+  Model<S> m(c), whole(c);
+  for (S& x : m.params()) x += S(0.05);
+  const Tokens tok = tokens_for(c, 2, 7, 5);
+  const int slots = c.n_slots();
+  const size_t n = size_t(2) * 7 * c.d_model, nl = size_t(2) * 7 * c.vocab_size();
+  m.forward(tok.ids.data(), tok.labels.data(), 2, 7);
+  for (int l = c.n_layers - 1; l >= 0; l--) {  // top down, as fake depth runs it
+    const ParamSpec* proj = m.table().find(fmt::format("h.{}.mlp.proj.weight", l));
+    ASSERT_NE(proj, nullptr);
+    for (size_t i = 0; i < proj->numel; i++) m.params()[proj->offset + i] *= S(-0.5);
+    const double again = m.forward_from(2 * l);
+    whole.params() = m.params();
+    EXPECT_EQ(again, whole.forward(tok.ids.data(), tok.labels.data(), 2, 7)) << "layer " << l;
+    for (int i = 0; i <= slots; i++)
+      ASSERT_TRUE(std::equal(m.stream(i), m.stream(i) + n, whole.stream(i))) << "layer " << l << ", stream " << i;
+    ASSERT_TRUE(std::equal(m.logits(), m.logits() + nl, whole.logits())) << "layer " << l;
+  }
+}
+
+TEST(ForwardFrom, EqualsAWholeForwardBitForBit) {
+  for (Placement p : {Placement::Pre, Placement::Post, Placement::Peri, Placement::Admin, Placement::DeepNorm,
+                      Placement::LayerScale, Placement::Sandwich}) {
+    ModelConfig c = tiny(Arch::Gpt, {p}, NormKind::LayerNorm);
+    c.n_layers = 3;
+    c.seq_len = 8;
+    c.init = InitScheme::Auto;
+    SCOPED_TRACE(method_of(p).name);
+    check_forward_from<double>(c);
+    check_forward_from<float>(c);
+  }
+  ModelConfig llama = tiny(Arch::Gpt, {Placement::Pre}, NormKind::RMSNorm);
+  llama.n_layers = 3;
+  llama.seq_len = 8;
+  llama.activation = Activation::SwiGlu;
+  llama.positions = Positions::Rope;
+  llama.bias = LinearBias::None;
+  llama.value_residual = 0.5;
+  SCOPED_TRACE("llama block with value residuals");
+  check_forward_from<float>(llama);
+}
+
+TEST(ForwardFrom, StateBesideTheStreamIsRefused) {
+  ModelConfig dual = tiny(Arch::Gpt, {Placement::ResiDual}, NormKind::LayerNorm);
+  dual.init = InitScheme::Auto;
+  Model<double> d(dual);
+  const Tokens tok = tokens_for(dual, 1, 4, 3);
+  d.forward(tok.ids.data(), tok.labels.data(), 1, 4);
+  EXPECT_FALSE(d.can_forward_from());
+  EXPECT_THROW(d.forward_from(0), Error);
+  Model<double> fresh(tiny(Arch::Gpt, {Placement::Pre}, NormKind::LayerNorm));
+  EXPECT_THROW(fresh.forward_from(0), Error);  // no forward to rerun
+}

@@ -48,7 +48,11 @@ FakeDepth measure_fake_depth(Model<S>& m, const std::vector<int32_t>& ids, bool 
     f.angular.push_back(mean);
   }
   if (!f.with_loss) return f;
-  for (int l = 0; l < L; l++) {  // layer l's branches off: each sub-layer's output projection (and bias) zeroed
+  // layer l's branches off: each sub-layer's output projection (and bias) zeroed, and the forward rerun
+  // from layer l (Model::forward_from: the streams entering it are unchanged; a whole forward where it
+  // cannot), top down so that the streams below each removed layer are still the full model's
+  f.ablation.assign(size_t(L), 0.0);
+  for (int l = L - 1; l >= 0; l--) {
     std::vector<std::pair<S*, std::vector<S>>> saved;
     for (int s : {2 * l, 2 * l + 1}) {
       if (!c.slot(s).present) continue;
@@ -60,7 +64,7 @@ FakeDepth measure_fake_depth(Model<S>& m, const std::vector<int32_t>& ids, bool 
         std::fill(w, w + p->numel, S(0));
       }
     }
-    f.ablation.push_back(window_loss(m, ids, B, T) - f.loss);
+    f.ablation[size_t(l)] = (m.can_forward_from() ? m.forward_from(2 * l) : window_loss(m, ids, B, T)) - f.loss;
     for (auto& [w, v] : saved) std::copy(v.begin(), v.end(), w);
   }
   return f;

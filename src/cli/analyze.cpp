@@ -442,10 +442,9 @@ int run_dynamics(const AnalyzeCommand& cmd, Model<S>& model, const std::string& 
     if (!steps || steps_without_corpus) return std::string();
     double bytes = analysis::update_steps_bytes(model.table(), cfg, cmd.batch_size, T);
     if constexpr (std::is_same_v<S, double>) bytes += 2.0 * sizeof(float) * double(model.params().size());  // their float copy
-    const std::string what = fmt::format("the {} update steps{} (AdamW's two moments for {} parameters{})",
-                                         cmd.update_steps, steps_given ? "" : " of the default",
-                                         model.params().size(),
-                                         std::is_same_v<S, double> ? ", and the float32 copy they train" : "");
+    const std::string what = fmt::format("AdamW's two moments{} for the {} update steps{} of {} parameters",
+                                         std::is_same_v<S, double> ? " and the float32 copy they train" : "",
+                                         cmd.update_steps, steps_given ? "" : " (the default)", model.params().size());
     const std::string message = memory_shortfall(bytes, what, "; --update-steps 0 skips them");
     if (!message.empty() && steps_given) throw Error(message);
     return message;

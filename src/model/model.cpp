@@ -374,18 +374,8 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   if (cfg_.encdec() != (src.ids != nullptr))
     throw Error(cfg_.encdec() ? "an encoder-decoder model needs source ids" : "only an encdec model takes source ids");
   plan(B, T, cfg_.encdec() ? src.S : 0);
-  if constexpr (std::is_same_v<S, float>) {  // bf16: the weights rounded once for this step's GEMMs
-    if (prec_ == ops::Precision::Bf16) {
-      if (!params16_current_) {
-        params16_.resize(params_.size());
-        ops::round_to_bf16(params16_.data(), params_.data(), params_.size());
-      }
-    } else {
-      params16_ = {};
-    }
-    params16_current_ = false;  // a handoff serves one forward (and its backward)
-  }
-  const int N = B * T, C = cfg_.d_model, V = cfg_.vocab_size(), n_slots = int(slots_.size());
+  round_weights_for_forward();
+  const int N = B * T, C = cfg_.d_model, n_slots = int(slots_.size());
   const int dec0 = cfg_.first_decoder_slot();
   std::copy(ids, ids + N, ids_.begin());
   std::copy(labels, labels + N, labels_.begin());
@@ -425,6 +415,41 @@ double Model<S>::forward(const int32_t* ids, const int32_t* labels, int B, int T
   if (cfg_.hyper_connected()) hyper_stack_start(x0, N, hstate_[0]);
   for (int i = cfg_.encdec() ? dec0 : 0; i < n_slots; i++)
     if (slots_[size_t(i)].present) sublayer_forward(i);
+  return finish_forward();
+}
+
+template <class S>
+void Model<S>::round_weights_for_forward() {
+  if constexpr (std::is_same_v<S, float>) {  // bf16: the weights rounded once for this step's GEMMs
+    if (prec_ == ops::Precision::Bf16) {
+      if (!params16_current_) {
+        params16_.resize(params_.size());
+        ops::round_to_bf16(params16_.data(), params_.data(), params_.size());
+      }
+    } else {
+      params16_ = {};
+    }
+    params16_current_ = false;  // a handoff serves one forward (and its backward)
+  }
+}
+
+template <class S>
+double Model<S>::forward_from(int first) {
+  if (B_ == 0) throw Error("forward_from: no forward to rerun");
+  if (first < 0 || first > int(slots_.size())) throw Error(fmt::format("forward_from: no sub-layer {}", first));
+  if (!can_forward_from())
+    throw Error("forward_from reruns one plain stream in evaluation: not an encoder-decoder, two streams, "
+                "hyper-connections or dropout in training");
+  round_weights_for_forward();
+  for (int i = first; i < int(slots_.size()); i++)
+    if (slots_[size_t(i)].present) sublayer_forward(i);
+  return finish_forward();
+}
+
+// After the last sub-layer: the stack's end, the head and the loss of forward().
+template <class S>
+double Model<S>::finish_forward() {
+  const int N = B_ * T_, V = cfg_.vocab_size();
   // xf = ln_f(x), or x + ln_f(x_d), or x
   stack_end_forward(stack_end(false));
   label_count_ = 0;

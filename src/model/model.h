@@ -159,6 +159,16 @@ class Model {
   // (null: none). An encdec model needs src (its ids and mask); then ids are the decoder's input.
   double forward(const int32_t* ids, const int32_t* labels, int B, int T,
                  const int32_t* types = nullptr, const uint8_t* key_mask = nullptr, const Source& src = {});
+  // The last forward again from sub-layer `first` on, on its batch and labels: the streams entering
+  // `first` are the last forward's, so when no parameter below `first` (embeddings included) has changed
+  // since, this is forward() bit for bit at the cost of the sub-layers from `first` up (fake depth's
+  // layer removal, analysis/fake_depth.h, runs the layers top down: removing layer l leaves the streams
+  // entering layers below l as they were). Refused (Error) for an encoder-decoder, two streams,
+  // hyper-connections (state beside the stream) and dropout in training mode: can_forward_from() says.
+  double forward_from(int first);
+  bool can_forward_from() const {
+    return !cfg_.encdec() && !dual_ && !cfg_.hyper_connected() && !(training_ && cfg_.dropout > 0);
+  }
   // Admin's profiled initialization (docs/MODEL.md "Methods"): a forward pass on this batch, in
   // evaluation mode, that sets each admin sub-layer's omega to the running ratio before running it,
   // then ratio <- sqrt(Var(omega x) + Var(f)); one chain per stack. Returns the omegas, slot by slot.
@@ -380,6 +390,8 @@ class Model {
   void norm_backward(S* dinp, const NormParams<S>& dp, const S* dout, const S* inp,
                      const NormParams<S>& p, const S* mean, const S* rstd, int rows);
   void head_forward();
+  void round_weights_for_forward();  // bf16: the weights rounded for this forward's GEMMs (forward's first step)
+  double finish_forward();           // the stack's end, the head and the loss (forward's last steps)
   void head_backward(S* dxf);
   void embedding_backward_all(const S* dx0);
   void source_backward(const S* dsrc0);
