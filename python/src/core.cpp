@@ -150,7 +150,8 @@ PyModel load(const std::string& path) {
   PyModel m;
   {
     py::gil_scoped_release release;
-    static_cast<ModelSource&>(m) = open_model(path);
+    // without gradients (half the memory: a 1 B model's 5 GB): loss_and_grads adds them when first asked
+    static_cast<ModelSource&>(m) = open_model(path, {.forward_only = true});
   }
   return m;
 }
@@ -224,6 +225,7 @@ py::tuple loss_and_grads(PyModel& m, const Ids& ids, const Ids& labels, const st
   float loss = 0;
   {
     py::gil_scoped_release release;
+    m.model->enable_gradients();  // (a loaded model has none until here)
     loss = float(m.model->forward(b.ids.data(), b.labels.data(), b.B, b.T, nullptr, nullptr, b.source()));
     m.model->zero_grad();
     m.model->backward();
