@@ -56,14 +56,15 @@ mkdir -p "$out"
 [[ -z $keep ]] && trap 'rm -rf "$out"' EXIT
 
 # the shapes (model keys over configs/llama.toml: RMSNorm, SwiGLU, RoPE, no biases, Pre-LN); the
-# instruments read the built-in corpus through the GPT-2 tokenizer (its ids fit every vocabulary here).
+# instruments read the built-in corpus through the GPT-2 tokenizer, whose ids must fit the vocabulary:
+# SmolLM2's 49,152 is raised to 50,304 (GPT-2's padded; 2.4 M parameters more, 0.14%).
 # seq_len is what an import of the real model gives (the longest sequence within normlab's activation
 # limit, ModelConfig::longest_sequence_within_limit; the instruments read 64 or 128 tokens)
 shape_sets() {
   case "$1" in
     qwen3-0.6b) echo "d_model=1024 n_layers=28 n_heads=16 n_kv_heads=8 head_dim=128 d_ff=3072 vocab=151936 qk_norm=heads rope_base=1000000 eps=1e-6 seq_len=3801" ;;
     llama3.2-1b) echo "d_model=2048 n_layers=16 n_heads=32 n_kv_heads=8 d_ff=8192 vocab=128256 rope_base=500000 seq_len=3473" ;;
-    smollm2-1.7b) echo "d_model=2048 n_layers=24 n_heads=32 n_kv_heads=32 d_ff=8192 vocab=49152 rope_base=130000 seq_len=2755" ;;
+    smollm2-1.7b) echo "d_model=2048 n_layers=24 n_heads=32 n_kv_heads=32 d_ff=8192 vocab=50304 rope_base=130000 seq_len=2755" ;;
     tiny) echo "d_model=64 n_layers=2 n_heads=4 n_kv_heads=2 d_ff=176 vocab=50304 seq_len=256" ;;
     *) echo "scale.sh: unknown shape '$1' (qwen3-0.6b, llama3.2-1b, smollm2-1.7b, tiny)" >&2; exit 2 ;;
   esac

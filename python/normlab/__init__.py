@@ -211,20 +211,25 @@ class Model:
         return Results(self._kind("jacobian"), self._core.instrument(
             "jacobian", _ids(inputs, self), None, token, full, full_max_dim, lanczos_k, _source(source, self)))
 
-    def attention(self, inputs, source=None) -> Results:
-        """``normlab analyze attention`` on one sequence: per layer and head ||A||_2, the bound, entropies."""
-        return Results("attention", self._core.instrument("attention", _ids(inputs, self), source=_source(source, self)))
+    def attention(self, inputs, source=None, precision: str = "auto") -> Results:
+        """``normlab analyze attention`` on one sequence: per layer and head ||A||_2, the bound, entropies.
+        ``precision`` as the command's ``--precision`` (``"auto"``: float64 while its copy of the model
+        takes at most a quarter of the machine's memory, else the model's own float32 parameters)."""
+        return Results("attention", self._core.instrument("attention", _ids(inputs, self), source=_source(source, self),
+                                                          precision=precision))
 
-    def dynamics(self, inputs, labels=None, source=None) -> Results:
+    def dynamics(self, inputs, labels=None, source=None, precision: str = "auto") -> Results:
         """``normlab analyze dynamics`` on the given rows (as its ``--text``, or ``--tokens`` with
         labels): stream norms, branch ratios, gradient norms and rank collapse by layer. Without
         labels a gpt (and an encoder-decoder's decoder) predicts the next tokens and an encoder
-        reconstructs its input; an encoder-decoder's come with ``translation_pair``."""
+        reconstructs its input; an encoder-decoder's come with ``translation_pair``. ``precision`` as
+        ``attention``'s (an encoder-decoder reads float64)."""
         ids = _ids(inputs, self)
         lab = None if labels is None else _int32(np.asarray(labels).reshape(ids.shape), "labels")
-        return Results(self._kind("dynamics"), self._core.instrument("dynamics", ids, lab, source=_source(source, self)))
+        return Results(self._kind("dynamics"), self._core.instrument("dynamics", ids, lab, source=_source(source, self),
+                                                                     precision=precision))
 
-    def sinks(self, inputs) -> Results:
+    def sinks(self, inputs, precision: str = "auto") -> Results:
         """``normlab analyze sinks`` on the given rows (each row a window): per layer the largest
         activations, their dimensions and tokens, kurtosis and token norms (``streams``; the massive
         dimensions as their own table, ``massive``), per head the first token's attention importance and
@@ -232,8 +237,8 @@ class Model:
         per layer the next-token loss's gradient at the first position against the median (``gradients``),
         the same at each self-attention's normalized input, before the norm's Jacobian
         (``attn_input_gradients``), and the norm's Jacobian gain at the largest token against the median
-        one (``norm_gains``)."""
-        return Results("sinks", self._core.instrument("sinks", _ids(inputs, self)))
+        one (``norm_gains``). ``precision`` as ``attention``'s."""
+        return Results("sinks", self._core.instrument("sinks", _ids(inputs, self), precision=precision))
 
     def theory(self, seeds: int = 5, corpus: str = "", tokenizer: str = "", seq_len: int = 16,
                precision: str = "auto") -> Results:

@@ -26,6 +26,7 @@
 #include "analysis/dynamics.h"
 #include "analysis/sinks.h"
 #include "analysis/jacobian.h"
+#include "analysis/precision.h"
 #include "theory/theory.h"
 #include "distributed/comm.h"
 #include "io/hf.h"
@@ -306,13 +307,23 @@ std::vector<int32_t> sample(PyModel& m, const std::vector<int32_t>& prompt, int 
 // their labels (`analyze dynamics`): the command's --json text, without "input" and "model". An
 // encoder-decoder's take its source rows too (the command's --source-text, or a seq2seq --tokens).
 std::string instrument(PyModel& m, const std::string& kind, const Ids& ids, const std::optional<Ids>& labels,
-                       int token, bool full, long full_max_dim, int lanczos_k, const std::optional<Ids>& source) {
+                       int token, bool full, long full_max_dim, int lanczos_k, const std::optional<Ids>& source,
+                       const std::string& precision) {
   const auto lock = lock_model(m);
   const InterruptibleCall interruptible;  // Ctrl-C: KeyboardInterrupt within one product or batch
   require_finite_params(m, kind.c_str());
   const ModelConfig& cfg = m.model->config();
   Batch b = batch_of(ids, cfg, kind.c_str());
   add_source(b, source, cfg, kind.c_str());
+  // the command's --precision: attention, dynamics and sinks of a GPT or encoder may read the model's own
+  // float32 parameters (no copy; gradients added for a backward pass); the rest read a float64 copy
+  const bool may_narrow = !cfg.encdec() && kind != "jacobian";
+  const bool wanted = analysis::instruments_in_float32(precision, m.model->params().size(), kind != "attention");
+  if (!may_narrow && precision == "float32")
+    throw Error(fmt::format("{}: precision float32 is for attention, dynamics and sinks of a GPT or encoder; {} reads "
+                            "a float64 copy", kind, cfg.encdec() ? "an encoder-decoder's instruments" : "jacobian"));
+  const bool narrow = may_narrow && wanted;
+  if (narrow && kind != "attention") m.model->enable_gradients();
   nlohmann::json results;
   if (kind == "dynamics") {
     if (labels) {
@@ -325,15 +336,26 @@ std::string instrument(PyModel& m, const std::string& kind, const Ids& ids, cons
       b.labels = b.ids;
     }
     check_batch(b, cfg, "dynamics", cfg.has_logits());
-    Model<double>& model = m.widened();
-    py::gil_scoped_release release;
-    results = cfg.encdec() ? analysis::to_json(analysis::analyze_dynamics_encdec(model, {b}))
-                           : analysis::to_json(analysis::analyze_dynamics(model, std::vector<Batch>{b}));
+    if (narrow) {
+      py::gil_scoped_release release;
+      results = analysis::to_json(analysis::analyze_dynamics(*m.model, std::vector<Batch>{b}));
+    } else {
+      Model<double>& model = m.widened();
+      py::gil_scoped_release release;
+      results = cfg.encdec() ? analysis::to_json(analysis::analyze_dynamics_encdec(model, {b}))
+                             : analysis::to_json(analysis::analyze_dynamics(model, std::vector<Batch>{b}));
+    }
   } else if (kind == "sinks") {
     if (cfg.encdec()) throw Error("sinks reads a GPT or an encoder; this model is an encoder-decoder");
-    Model<double>& model = m.widened();
     py::gil_scoped_release release;
-    results = analysis::to_json(analysis::analyze_sinks(model, std::vector<Batch>{b}));
+    results = narrow ? analysis::to_json(analysis::analyze_sinks(*m.model, std::vector<Batch>{b}))
+                     : analysis::to_json(analysis::analyze_sinks(m.widened(), std::vector<Batch>{b}));
+  } else if (kind == "attention" && narrow) {
+    if (b.B != 1) throw Error(fmt::format("{}: one sequence (1-D ids), not {} rows", kind, b.B));
+    py::gil_scoped_release release;
+    m.model->forward(b.ids.data(), b.labels.data(), 1, b.T);
+    results = analysis::to_json(analysis::analyze_attention(*m.model));
+    results["input_ids"] = b.ids;
   } else if (kind == "jacobian" || kind == "attention") {
     if (b.B != 1) throw Error(fmt::format("{}: one sequence (1-D ids), not {} rows", kind, b.B));
     if (cfg.encdec() && token != -1)
@@ -572,7 +594,7 @@ PYBIND11_MODULE(_core, mod) {
            py::arg("seed"))
       .def("instrument", &instrument, py::arg("kind"), py::arg("ids"), py::arg("labels") = std::nullopt,
            py::arg("token") = -1, py::arg("full") = true, py::arg("full_max_dim") = 4096, py::arg("lanczos_k") = 5,
-           py::arg("source") = std::nullopt)
+           py::arg("source") = std::nullopt, py::arg("precision") = "auto")
       .def("translation_pair", &translation_pair, py::arg("source"), py::arg("target"))
       .def("translate", &translate_texts, py::arg("texts"), py::arg("beam"), py::arg("length_penalty"),
            py::arg("max_len"))

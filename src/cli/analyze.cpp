@@ -15,6 +15,7 @@
 #include "analysis/dynamics.h"
 #include "analysis/sinks.h"
 #include "analysis/jacobian.h"
+#include "analysis/precision.h"
 #include "analysis/updates.h"
 #include "io/text_input.h"
 #include "io/tokenizer.h"
@@ -560,17 +561,12 @@ void refuse_source_text(const AnalyzeCommand& cmd, const ModelConfig& cfg) {
 // the float64 model is the one to read (or the model is an encoder-decoder, whose instruments read
 // float64 only). `why` says how auto chose.
 std::unique_ptr<Model<float>> float_model(const AnalyzeCommand& cmd, ModelSource* source, std::string& why) {
-  const double memory = physical_memory_bytes();
   const bool gradients = !cmd.attention->parsed();
   if (source) {
     const Model<float>& m = *source->model;
     if (m.config().encdec() || (gradients && m.forward_only())) return nullptr;
-    const double copy = (gradients ? 16.0 : 8.0) * double(m.params().size());
-    if (cmd.precision == "auto")
-      why = fmt::format(" (auto: a float64 copy{} needs {:.1f} GB, {} a quarter of this machine's {:.1f} GB)",
-                        gradients ? " with gradients" : "", copy / 1e9, copy > memory / 4 ? "over" : "within",
-                        memory / 1e9);
-    if (cmd.precision == "float32" || copy > memory / 4) return std::move(source->model);
+    if (analysis::instruments_in_float32(cmd.precision, m.params().size(), gradients, &why))
+      return std::move(source->model);
     return nullptr;
   }
   if (cmd.precision != "float32") return nullptr;  // (a config's fresh model: float64 unless asked)

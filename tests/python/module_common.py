@@ -21,11 +21,13 @@ def run(cmd, **kw):
     return p
 
 
-def analyze_json(nl, kind, checkpoint, tokens, workdir, label):
+def analyze_json(nl, kind, checkpoint, tokens, workdir, label, precision="auto"):
     """`normlab analyze KIND --checkpoint CHECKPOINT --tokens TOKENS --json`, read back (dynamics without its
     update steps, which the module's readings do not take)."""
-    js = os.path.join(workdir, f"{label}_{kind}.json")
+    js = os.path.join(workdir, f"{label}_{kind}{'' if precision == 'auto' else '_' + precision}.json")
     extra = ["--update-steps", "0"] if kind == "dynamics" else []
+    if kind != "jacobian":
+        extra += ["--precision", precision]
     run([nl, "analyze", kind, "--checkpoint", checkpoint, "--tokens", tokens, "--json", js, "--force", *extra])
     with open(js) as f:
         return json.load(f)

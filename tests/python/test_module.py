@@ -143,6 +143,24 @@ def check_family(nl, name, model, d, workdir):
               first_difference(got.data, want))
         df = got.to_pandas()
         check(f"{name}: {kind}.to_pandas() has one row per record", len(df) == len(got.records()) > 0, len(df))
+    # precision float32 (what auto takes above a quarter of the machine's memory): the model's own float32
+    # parameters, as the command's --precision float32, bit for bit; float32 is refused where it cannot be
+    for kind in ("attention", "dynamics", "sinks"):
+        want = analyze_json(nl, kind, d, tokens, workdir, name, "float32")
+        got = m.attention(ids[0], precision="float32") if kind == "attention" else \
+            m.dynamics(ids, labels, precision="float32") if kind == "dynamics" else m.sinks(ids, precision="float32")
+        check(f"{name}: {kind}(precision='float32') equals normlab analyze {kind} --precision float32 bit for bit",
+              got["precision"] == "float32" and same_json(got.data, want), first_difference(got.data, want))
+    try:
+        m.jacobian(ids[0, :5], precision="float32")
+        check(f"{name}: jacobian refuses precision float32", False)
+    except TypeError:
+        pass  # (jacobian takes no precision: it reads float64)
+    try:
+        m._core.instrument("jacobian", ids[0, :5], precision="float32")
+        check(f"{name}: jacobian refuses precision float32", False)
+    except normlab.Error as e:
+        check(f"{name}: jacobian refuses precision float32 by name", "float64" in str(e), str(e))
     # the per-token table of one text: a token column, one row per (layer, token), and each layer's
     # stream_rms the mean of its tokens' (the stream of one text, token by token)
     one = m.dynamics(ids[0], labels[0])
