@@ -352,7 +352,8 @@
     t.append(el('tr', {}, ...head.map((h, k) => el('th', {class: k < 1 || k > 4 ? 'text' : ''}, h))));
     for (const e of sens) {
       const s = e.sensitivity;
-      t.append(el('tr', {}, el('td', {class: 'text'}, e.setting), el('td', {}, String(s.n)), el('td', {}, fmt(s.mean, 4)),
+      const nowhere = e.learned_nowhere ? ' (learned at no rate: not robustness)' : '';
+      t.append(el('tr', {}, el('td', {class: 'text'}, e.setting), el('td', {}, String(s.n)), el('td', {}, fmt(s.mean, 4) + nowhere),
                   el('td', {}, s.lo == null ? 'one seed' : `${fmt(s.lo, 4)} to ${fmt(s.hi, 4)}`),
                   el('td', {}, String(e.best_lr)), el('td', {class: 'text'}, e.best_lr_by_seed.join(', ')),
                   el('td', {class: 'text'}, e.curve.map(p => `${p.lr}: ${fmt(p.loss, 4)}`).join('; '))));
@@ -360,7 +361,9 @@
     root.append(t);
     root.append(el('p', {class: 'meta'}, 'Wortsman et al. 2023: per seed, the mean over the swept rates of the final ' +
         'validation loss, each clipped at the loss the run started from (a diverged run counts as that loss), minus the ' +
-        'seed\'s lowest; the interval is the 95% Student-t interval over the seeds that ran every rate.'));
+        'seed\'s lowest; the interval is the 95% Student-t interval over the seeds that ran every rate. A setting ' +
+        'that learned at no rate (every final loss at the unigram entropy) has a flat curve and a sensitivity near 0 ' +
+        'that says nothing about robustness.'));
   }
 
   // One legend for all charts: a swatch per setting in its colour (with seeds: the mean line and its band).

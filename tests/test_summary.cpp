@@ -172,9 +172,59 @@ TEST(Summary, LrSensitivityByHand) {
   ASSERT_EQ(e[0]["left_out"].size(), 1u);
   EXPECT_NE(e[0]["left_out"][0].get<std::string>().find("2 of the 3 rates"), std::string::npos);
   EXPECT_TRUE(any_contains(written_summary(results), "LR sensitivity at placement=post: 1.183 [")) << written_summary(results).dump(1);
+  // each seed learned (below the unigram entropy 3.07 - 0.05) at two of the three rates
+  EXPECT_EQ(e[0]["learned_rates_by_seed"], json({2, 2}));
+  EXPECT_FALSE(e[0]["learned_nowhere"].get<bool>());
+  EXPECT_TRUE(any_contains(written_summary(results), "learned beyond the unigram frequencies at 2, 2 of the 3 rates (by seed)"));
   // no sweep of the rate: no sensitivity
   results["study"]["varying"] = {"model.placement", "train.seed"};
   EXPECT_TRUE(lr_sensitivity(results).empty());
+}
+
+// A setting that learned at no rate (every final loss at the unigram entropy, 3.07, or diverged) has a flat
+// curve and a sensitivity near 0: it is flagged, its text says there is none to read, and its seeds'
+// best rates (the lowest point of a flat curve) are left out of the best rate's shift with width.
+TEST(Summary, LrSensitivityOfASettingThatLearnedNowhere) {
+  std::vector<json> runs;
+  const double rates[3] = {1e-3, 4e-3, 1.6e-2};
+  for (const std::string p : {"pre", "dyt"})
+    for (int width : {32, 128})
+      for (int seed = 1; seed <= 2; seed++)
+        for (int k = 0; k < 3; k++) {
+          const bool stuck = p == "dyt" && width == 128;
+          const bool diverged = stuck && k == 2 && seed == 1;
+          // pre: best at the middle rate; dyt at 32 learns at the first two rates only
+          const double loss = stuck ? 3.073 + 0.0005 * k : (p == "dyt" && k == 2 ? 3.1 : 2.0 + 0.1 * std::abs(k - 1) + 0.01 * seed);
+          json r = run(p, 0, diverged ? 0 : loss, diverged ? "diverged" : "finished");
+          r["grid"] = {{"model.placement", p}, {"model.d_model", width}, {"train.lr", rates[k]}, {"train.seed", seed}};
+          r["config"]["train"]["lr"] = rates[k];
+          r["train"] = {{"step", {1, 2}}, {"loss", {5.5, 5.4}}};
+          runs.push_back(r);
+        }
+  json results = results_of(runs);
+  results["study"]["varying"] = {"model.placement", "model.d_model", "train.lr", "train.seed"};
+  const json e = lr_sensitivity(results);
+  ASSERT_EQ(e.size(), 4u) << e.dump(1);
+  for (const json& x : e) {
+    const bool stuck = x["keys"]["model.placement"] == "dyt" && x["keys"]["model.d_model"] == "128";
+    EXPECT_EQ(x["learned_nowhere"].get<bool>(), stuck) << x.dump(1);
+    if (x["keys"]["model.placement"] == "dyt") {
+      EXPECT_EQ(x["learned_rates_by_seed"], stuck ? json({0, 0}) : json({2, 2})) << x.dump(1);
+    }
+  }
+  const json s = written_summary(results);
+  EXPECT_TRUE(any_contains(s, "LR sensitivity at placement=dyt d_model=128: none to read: over 2 seeds no run learned")) << s.dump(1);
+  EXPECT_FALSE(any_contains(s, "LR sensitivity at placement=dyt d_model=128: 0.")) << s.dump(1);
+  const json shifts = best_lr_shift(e);
+  bool saw_dyt = false;
+  for (const json& x : shifts) {
+    if (x["setting"] != "placement=dyt") continue;
+    saw_dyt = true;
+    EXPECT_TRUE(x["shift"].is_null()) << x.dump(1);
+    ASSERT_EQ(x["left_out"].size(), 2u) << x.dump(1);
+    EXPECT_NE(x["left_out"][0].get<std::string>().find("learned at no rate at 128"), std::string::npos);
+  }
+  EXPECT_TRUE(saw_dyt) << shifts.dump(1);
 }
 
 // How far the best rate moves with depth, by hand: two parametrizations x depths 2, 4, 8 x rates 1e-3,

@@ -40,6 +40,32 @@ std::string interval_text(const json& s, const char* spec) {
                      fmt::format(fmt::runtime(spec), s["hi"].get<double>()));
 }
 
+// Whether a run learned more than the corpus' unigram frequencies: a final validation loss more than
+// view::kStuckMargin below the unigram entropy. A diverged run did not; nullopt when the run carries no
+// unigram entropy to tell.
+std::optional<bool> learned(const json& run) {
+  if (!number(run, "unigram_entropy")) return std::nullopt;
+  if (run.value("status", std::string()) != "finished") return false;
+  const auto v = val_loss(run);
+  return v && std::isfinite(*v) && !learned_only_unigram(run);
+}
+
+// "; learned beyond the unigram frequencies at 3 and 4 of the 6 rates" when a seed did not learn at every
+// rate (nothing when every seed learned everywhere or it cannot be told)
+std::string learned_text(const json& e) {
+  if (!e.contains("learned_rates_by_seed")) return "";
+  std::vector<std::string> counts;
+  bool everywhere = true;
+  for (const json& n : e["learned_rates_by_seed"]) {
+    if (!n.is_number()) return "";
+    everywhere = everywhere && n.get<size_t>() == e["rates"].size();
+    counts.push_back(std::to_string(n.get<int>()));
+  }
+  if (everywhere || counts.empty()) return "";
+  return fmt::format("; learned beyond the unigram frequencies at {} of the {} rates{}", fmt::join(counts, ", "),
+                     e["rates"].size(), counts.size() > 1 ? " (by seed)" : "");
+}
+
 struct SweptSetting {
   std::string name;
   json keys;  // the setting's value of each other varied key (grid_value text)
@@ -79,7 +105,7 @@ json lr_sensitivity(const json& results) {
     rates.erase(std::unique(rates.begin(), rates.end()), rates.end());
     if (rates.size() < 2) continue;
     std::vector<double> sensitivity, curve(rates.size(), 0.0), best_by_seed;
-    json seeds = json::array(), left_out = json::array();
+    json seeds = json::array(), left_out = json::array(), learned_by_seed = json::array();
     for (const std::string& seed : s.seed_order) {
       const auto& runs = s.by_seed.at(seed);
       if (runs.size() < rates.size()) {
@@ -88,8 +114,11 @@ json lr_sensitivity(const json& results) {
       }
       std::vector<double> clipped;
       std::string missing;
+      json learned_rates = 0;  // how many of the rates learned more than the unigram frequencies (null: cannot tell)
       for (double lr : rates) {
         const json& r = *runs.at(lr);
+        const auto l = learned(r);
+        learned_rates = l && !learned_rates.is_null() ? json(learned_rates.get<int>() + (*l ? 1 : 0)) : json(nullptr);
         const auto l0 = start_loss(r);
         if (!l0) {
           missing = fmt::format("lr {}: no loss logged at step 1", lr);
@@ -106,6 +135,7 @@ json lr_sensitivity(const json& results) {
       double excess = 0;
       for (double c : clipped) excess += (c - *best) / double(clipped.size());
       sensitivity.push_back(excess);
+      learned_by_seed.push_back(learned_rates);
       best_by_seed.push_back(rates[size_t(best - clipped.begin())]);
       for (size_t k = 0; k < rates.size(); k++) curve[k] += clipped[k];
       seeds.push_back(seed);
@@ -130,6 +160,11 @@ json lr_sensitivity(const json& results) {
     entry["curve"] = points;
     entry["best_lr"] = rates[lowest];
     entry["best_lr_by_seed"] = best_by_seed;
+    entry["learned_rates_by_seed"] = learned_by_seed;
+    // every seed learned at no rate: the curve is flat at the unigram loss and its sensitivity (about 0)
+    // measures nothing
+    entry["learned_nowhere"] = std::all_of(learned_by_seed.begin(), learned_by_seed.end(),
+                                           [](const json& n) { return n.is_number() && n.get<int>() == 0; });
     entry["sensitivity"] = over_seeds(sensitivity);
     out.push_back(entry);
   }
@@ -156,11 +191,21 @@ std::vector<std::string> lr_sensitivity_text(const json& sensitivity) {
     std::vector<std::string> curve, best;
     for (const json& p : e["curve"]) curve.push_back(fmt::format("{:.3f}", p["loss"].get<double>()));
     for (const json& b : e["best_lr_by_seed"]) best.push_back(fmt::format("{:g}", b.get<double>()));
+    if (e.value("learned_nowhere", false)) {
+      out.push_back(fmt::format(
+          "LR sensitivity at {}: none to read: over {} seed{} no run learned more than the unigram frequencies at any of "
+          "the rates {} (each final loss within {} nats of the unigram entropy, or diverged; mean clipped loss {}), so "
+          "its curve is flat because nothing was learned and its sensitivity, {:.3f}, is not robustness{}.",
+          e["setting"].get<std::string>(), s["n"].get<int>(), s["n"].get<int>() == 1 ? "" : "s", fmt::join(rates, ", "),
+          kStuckMargin, fmt::join(curve, ", "), s["mean"].get<double>(), left));
+      continue;
+    }
     out.push_back(fmt::format(
         "LR sensitivity at {}: {:.3f}{} nats over {} seed{}; mean clipped loss at lr {}: {}, lowest at lr {:g}; each "
-        "seed's best lr {}{}.",
+        "seed's best lr {}{}{}.",
         e["setting"].get<std::string>(), s["mean"].get<double>(), interval, s["n"].get<int>(), s["n"].get<int>() == 1 ? "" : "s",
-        fmt::join(rates, ", "), fmt::join(curve, ", "), e["best_lr"].get<double>(), fmt::join(best, ", "), left));
+        fmt::join(rates, ", "), fmt::join(curve, ", "), e["best_lr"].get<double>(), fmt::join(best, ", "),
+        learned_text(e), left));
   }
   return out;
 }
@@ -183,13 +228,28 @@ json best_lr_shift(const json& sensitivity) {
       if (entries.size() < 2 || size_of(entries.front()) == size_of(entries.back())) continue;
       const json& small = *entries.front();
       const json& large = *entries.back();
+      // a seed that learned at no rate of a size has a flat curve there, whose lowest point is noise
+      const auto learned_nowhere = [](const json& e, size_t k) {
+        return e.contains("learned_rates_by_seed") && e["learned_rates_by_seed"][k].is_number() &&
+               e["learned_rates_by_seed"][k].get<int>() == 0;
+      };
       std::map<std::string, double> small_best;
-      for (size_t k = 0; k < small["seeds"].size(); k++)
-        small_best[small["seeds"][k].get<std::string>()] = small["best_lr_by_seed"][k].get<double>();
+      json left_out = json::array();
+      for (size_t k = 0; k < small["seeds"].size(); k++) {
+        const std::string seed = small["seeds"][k].get<std::string>();
+        if (learned_nowhere(small, k))
+          left_out.push_back(fmt::format("seed {}: learned at no rate at {}", seed, size_of(&small)));
+        else
+          small_best[seed] = small["best_lr_by_seed"][k].get<double>();
+      }
       std::vector<double> shifts;
       json seeds = json::array();
       for (size_t k = 0; k < large["seeds"].size(); k++) {
         const std::string seed = large["seeds"][k].get<std::string>();
+        if (learned_nowhere(large, k)) {
+          left_out.push_back(fmt::format("seed {}: learned at no rate at {}", seed, size_of(&large)));
+          continue;
+        }
         if (!small_best.count(seed)) continue;
         shifts.push_back(std::log2(large["best_lr_by_seed"][k].get<double>() / small_best[seed]));
         seeds.push_back(seed);
@@ -202,7 +262,7 @@ json best_lr_shift(const json& sensitivity) {
       std::string text;
       for (const auto& [k, v] : setting.items()) text += (text.empty() ? "" : " ") + short_key(k) + "=" + v.get<std::string>();
       json entry = {{"size_key", size_key}, {"setting", text.empty() ? std::string("all runs") : text}, {"sizes", sizes},
-                    {"seeds", seeds}};
+                    {"seeds", seeds}, {"left_out", left_out}};
       entry["shift"] = shifts.empty() ? json(nullptr) : over_seeds(shifts);
       out.push_back(entry);
     }
@@ -221,17 +281,20 @@ std::vector<std::string> best_lr_shift_text(const json& shifts) {
     for (const json& z : e["sizes"])
       bests.push_back(fmt::format("{:g} at {}", z["best_lr"].get<double>(), z["size"].get<double>()));
     const std::string key = short_key(e["size_key"].get<std::string>());
+    const std::string left = e.value("left_out", json::array()).empty()
+                                 ? ""
+                                 : fmt::format(" (left out: {})", fmt::join(e["left_out"], "; "));
     if (e["shift"].is_null()) {
-      out.push_back(fmt::format("Best lr by {} at {}: {}; no seed ran every rate at both the smallest and the largest "
-                                "size.", key, e["setting"].get<std::string>(), fmt::join(bests, ", ")));
+      out.push_back(fmt::format("Best lr by {} at {}: {}; no seed ran every rate and learned at both the smallest and the "
+                                "largest size{}.", key, e["setting"].get<std::string>(), fmt::join(bests, ", "), left));
       continue;
     }
     const json& s = e["shift"];
     const std::string interval = interval_text(s, "{:+.2f}");
     out.push_back(fmt::format("Best lr by {} at {}: {} (mean clipped curves); log2 shift from the smallest to the largest "
-                              "{:+.2f}{} over {} seed{}.",
+                              "{:+.2f}{} over {} seed{}{}.",
                               key, e["setting"].get<std::string>(), fmt::join(bests, ", "), s["mean"].get<double>(),
-                              interval, s["n"].get<int>(), s["n"].get<int>() == 1 ? "" : "s"));
+                              interval, s["n"].get<int>(), s["n"].get<int>() == 1 ? "" : "s", left));
   }
   return out;
 }

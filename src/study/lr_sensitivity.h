@@ -19,8 +19,11 @@
 namespace normlab::study {
 
 // [{setting, rates: [lr...], seeds (the seeds counted), left_out: ["seed ...: why"], curve: [{lr, loss}],
-//   best_lr, best_lr_by_seed: [...], sensitivity: {n, mean, lo, hi, values}}], one per setting with at
-// least two rates; empty when the study does not vary train.lr.
+//   best_lr, best_lr_by_seed: [...], learned_rates_by_seed: [how many rates learned more than the unigram
+//   frequencies, null where the runs carry no unigram entropy], learned_nowhere (every seed learned at no
+//   rate: the curve is flat at the unigram loss and the sensitivity, about 0, measures nothing),
+//   sensitivity: {n, mean, lo, hi, values}}], one per setting with at least two rates; empty when the
+//   study does not vary train.lr.
 nlohmann::json lr_sensitivity(const nlohmann::json& results);
 // One sentence per setting, for the written summary (none when the list is empty).
 std::vector<std::string> lr_sensitivity_text(const nlohmann::json& sensitivity);
@@ -29,9 +32,10 @@ std::vector<std::string> lr_sensitivity_text(const nlohmann::json& sensitivity);
 // CompleteP's claim that it does not), from lr_sensitivity's entries: for model.n_layers and
 // model.d_model, each group of settings that differ only in that key (at least two sizes), and each
 // seed with a best rate at both the smallest and the largest size, log2(best at the largest / best at
-// the smallest); over the seeds the mean with its 95% Student-t interval.
+// the smallest); over the seeds the mean with its 95% Student-t interval. A seed that learned at no rate
+// of either size is left out (its best rate is the lowest point of a flat curve).
 // [{size_key, setting (the other keys), sizes: [{size, best_lr (of the mean clipped curve),
-//   best_lr_by_seed, seeds}], seeds, shift: {n, mean, lo, hi, values} or null}]
+//   best_lr_by_seed, seeds}], seeds, left_out: ["seed ...: why"], shift: {n, mean, lo, hi, values} or null}]
 nlohmann::json best_lr_shift(const nlohmann::json& sensitivity);
 std::vector<std::string> best_lr_shift_text(const nlohmann::json& shifts);
 
