@@ -219,7 +219,8 @@
       .map(h => el('th', {class: 'text'}, h))));
     for (const r of repro) {
       const metricName = {bleu: 'BLEU', lowest_val_loss: 'lowest val loss', test_loss: 'test loss at the end',
-                          val_loss: 'final val loss'};
+                          val_loss: 'final val loss', lr_sensitivity: 'LR sensitivity over the swept rates',
+                          max_attn_logit: 'largest attention logit', abs_log_z: 'largest |mean log Z|'};
       const metric = metricName[r.metric] || 'final val loss';
       const keys = (r.best_of || []).map(k => k.split('.').pop());
       const claimed = `${r.a.label} ${r.expect === 'a < b' ? '<' : '>'} ${r.b.label} (${metric}` +

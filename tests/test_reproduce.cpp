@@ -1,7 +1,7 @@
 // test_reproduce.cpp: a study's reproductions (src/study/reproduce.h) on hand-made results, with
 // every interval computed by hand: paired by seed, each side at its own best learning rate, the
 // Welch interval when the seeds differ, a side that diverged, BLEU (higher is better), a study part-way, the gap
-// against training steps; and the checks that reject a malformed [[reproduce]] table when the study
+// against training steps, LR sensitivity and the logged stability signals as metrics; and the checks that reject a malformed [[reproduce]] table when the study
 // is read.
 #include <gtest/gtest.h>
 
@@ -154,6 +154,89 @@ TEST(Reproduce, AMalformedTableIsRejectedWhenTheStudyIsRead) {
   expect_error(e, "select chooses a side's best setting: it needs best_of or best_lr");
   e = good, e["metric"] = "test_loss", e["select"] = "bleu", e["best_lr"] = true;
   expect_error(e, "a best chosen by BLEU is reported in BLEU");
+  e = good, e["metric"] = "lr_sensitivity", e["best_lr"] = true;
+  expect_error(e, "best_lr, best_of and select do not apply");
+  e = good, e["metric"] = "lr_sensitivity";
+  expect_error(e, "runs 1 learning rate; lr_sensitivity needs a sweep of train.lr");
+  json swept = base;
+  swept["grid"] = json::array({{{"model.placement", {"post", "pre"}}, {"model.d_model", {32, 64}}, {"train.lr", {1e-3, 1e-2}}}});
+  swept["reproduce"] = json::array({e});
+  try {
+    study_from_json(swept, {}, "study 't'");
+    ADD_FAILURE() << "a side of two settings was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("matches 2 settings"), std::string::npos) << err.what();
+  }
+  swept["reproduce"][0]["a"] = "model.placement=post model.d_model=64";
+  swept["reproduce"][0]["b"] = "model.placement=pre model.d_model=64";
+  EXPECT_NO_THROW(study_from_json(swept, {}, "study 't'"));
+}
+
+// metric = "lr_sensitivity": each seed's LR sensitivity (the mean over the rates of its final loss, clipped
+// at the start loss, minus its best) paired by seed between the sides, every number by hand; a side that
+// learned at no rate (at the unigram entropy everywhere) is not compared.
+TEST(Reproduce, LrSensitivityPairedBySeedByHand) {
+  const auto swept = [](const std::string& p, double lr, int seed, double val) {
+    json r = run(p, lr, seed, val);
+    r["train"] = {{"step", {1}}, {"loss", {5.5}}};
+    r["unigram_entropy"] = 3.07;
+    return r;
+  };
+  // post: (0 + 0.7) / 2, 0.9 / 2, 0.65 / 2; pre: 0.1 / 2, 0.05 / 2, 0.1 / 2
+  const double post[3][2] = {{2.5, 3.2}, {2.4, 3.3}, {2.6, 3.25}}, pre[3][2] = {{2.5, 2.4}, {2.45, 2.40}, {2.6, 2.5}};
+  json runs = json::array();
+  for (int s = 1; s <= 3; s++)
+    for (int k = 0; k < 2; k++) {
+      runs.push_back(swept("post", k ? 1e-2 : 1e-3, s, post[s - 1][k]));
+      runs.push_back(swept("pre", k ? 1e-2 : 1e-3, s, pre[s - 1][k]));
+    }
+  json e = entry("a > b", false, "lr_sensitivity");
+  e.erase("best_lr");
+  json doc = results(runs, json::array({e}));
+  doc["study"]["varying"] = {"model.placement", "train.lr", "model.seed", "train.seed"};
+  const json r = reproductions(doc)[0];
+  // d = 0.30, 0.425, 0.275: mean 0.333333, sd 0.0803638, t(2) = 4.303: half 0.199651
+  EXPECT_EQ(r["difference"]["kind"], "paired") << r.dump(1);
+  EXPECT_NEAR(r["difference"]["mean"].get<double>(), 0.333333, 1e-6);
+  EXPECT_NEAR(r["difference"]["lo"].get<double>(), 0.133682, 1e-5);
+  EXPECT_NEAR(r["difference"]["hi"].get<double>(), 0.532985, 1e-5);
+  EXPECT_EQ(r["verdict"], "holds");
+  EXPECT_EQ(r["a"]["finished"], 3);
+  EXPECT_TRUE(r["gap_by_step"].empty());
+  EXPECT_NE(r["measured"].get<std::string>().find("LR sensitivity"), std::string::npos) << r["measured"];
+  // pre learns at no rate: nothing to compare
+  for (json& x : doc["runs"])
+    if (x["grid"]["model.placement"] == "pre") x["summary"]["val_loss"] = 3.07;
+  const json stuck = reproductions(doc)[0];
+  EXPECT_EQ(stuck["verdict"], "not distinguishable at this scale");
+  EXPECT_NE(stuck["measured"].get<std::string>().find("no comparison: placement=pre learned at no rate"), std::string::npos)
+      << stuck["measured"];
+}
+
+// metric = "max_attn_logit" / "abs_log_z": the largest |value| of the per-layer log over its layers and
+// logged steps (nulls skipped), compared as a loss is (lower is better).
+TEST(Reproduce, LoggedSignalsAreTheLargestOverLayersAndSteps) {
+  json runs = json::array();
+  const double grow[3] = {8.0, 12.5, 9.0}, flat[3] = {3.0, 3.1, 2.9};
+  for (int s = 1; s <= 3; s++)
+    for (const char* p : {"post", "pre"}) {
+      json r = run(p, 1e-3, s, 2.5);
+      const double top = std::string(p) == "post" ? grow[s - 1] : flat[s - 1];
+      r["layer_log"] = {{"step", {1, 100}},
+                        {"log_z_mean", {0.5, -top}},  // |log Z| largest at the end, and negative
+                        {"values", {{"attn_max_logit", {{0.1, nullptr, -0.2}, {top / 2, nullptr, top}}}}}};
+      runs.push_back(r);
+    }
+  for (const char* metric : {"max_attn_logit", "abs_log_z"}) {
+    json e = entry("a > b", false, metric);
+    e.erase("best_lr");
+    const json r = reproductions(results(runs, json::array({e})))[0];
+    ASSERT_EQ(r["a"]["values"].size(), 3u) << r.dump(1);
+    EXPECT_EQ(r["a"]["values"][1]["value"].get<double>(), 12.5) << metric;
+    EXPECT_EQ(r["b"]["values"][2]["value"].get<double>(), 2.9) << metric;
+    EXPECT_NEAR(r["difference"]["mean"].get<double>(), (5.0 + 9.4 + 6.1) / 3, 1e-12) << metric;
+    EXPECT_EQ(r["verdict"], "holds") << metric;
+  }
 }
 
 // A study part-way through its seeds: a rate with one seed done (and lucky) is not compared on that

@@ -11,6 +11,7 @@
 
 #include "analysis/stats.h"
 #include "theory/rules.h"
+#include "study/lr_sensitivity.h"
 #include "study/results_view.h"
 #include "util/error.h"
 #include "util/hints.h"
@@ -24,7 +25,8 @@ using analysis::SeedSummary;
 
 const std::vector<std::string> kEntryKeys = {"claim",  "source", "paper",   "a",      "b",
                                              "expect", "metric", "best_lr", "best_of", "select"};
-const std::vector<std::string> kMetrics = {"val_loss", "lowest_val_loss", "bleu", "test_loss"};
+const std::vector<std::string> kMetrics = {"val_loss",       "lowest_val_loss", "bleu",     "test_loss",
+                                           "lr_sensitivity", "max_attn_logit",  "abs_log_z"};
 
 // The metric a side's best setting is chosen by: `select`, else the reported metric itself, except
 // test_loss, whose best is chosen by the final validation loss (a split that chooses is no test split)
@@ -89,11 +91,38 @@ std::string side_label(const std::string& filter) {
   return out;
 }
 
+// The largest |value| over the logged steps of a per-layer log series (layer_log.values[name]: steps x
+// slots, null where a slot has no reading) or of a per-step one (layer_log[name]: one value a step).
+std::optional<double> largest_logged(const json& run, const std::string& name, bool per_slot) {
+  if (!run.contains("layer_log") || !run["layer_log"].is_object()) return std::nullopt;
+  const json& log = run["layer_log"];
+  const json* series = per_slot ? (log.contains("values") && log["values"].is_object() && log["values"].contains(name)
+                                       ? &log["values"][name] : nullptr)
+                                : (log.contains(name) ? &log[name] : nullptr);
+  if (!series || !series->is_array()) return std::nullopt;
+  std::optional<double> out;
+  const auto take = [&](const json& v) {
+    if (v.is_number() && std::isfinite(v.get<double>())) out = std::max(out.value_or(0.0), std::abs(v.get<double>()));
+  };
+  for (const json& step : *series) {
+    if (step.is_array())
+      for (const json& v : step) take(v);
+    else
+      take(step);
+  }
+  return out;
+}
+
 std::optional<double> metric_of(const json& run, const std::string& metric) {
   if (metric == "lowest_val_loss" || metric == "test_loss")  // lowest: its lowest evaluation, not its last
     return run.contains("summary") ? view::number(run["summary"], metric.c_str()) : std::nullopt;
+  if (metric == "max_attn_logit") return largest_logged(run, "attn_max_logit", true);
+  if (metric == "abs_log_z") return largest_logged(run, "log_z_mean", false);
   return metric == "bleu" ? view::run_bleu(run) : view::val_loss(run);
 }
+
+// The metrics a higher value of which is better (the others: lower is better)
+bool higher_is_better(const std::string& metric) { return metric == "bleu"; }
 
 // One side of an entry: its runs (at its best learning rate when asked), per-seed values.
 struct Side {
@@ -106,12 +135,45 @@ struct Side {
   std::multimap<std::string, double> by_seed;  // seed key -> metric value (finished runs)
   std::vector<const json*> finished_runs;       // the runs behind by_seed (their curves: gap_by_step)
   SeedSummary stats;
+  std::string unreadable;  // non-empty: the side's value cannot be compared, and why (lr_sensitivity)
 };
+
+// A side for metric = "lr_sensitivity": the one setting its filter names, over all its rates; each
+// seed's value is that seed's LR sensitivity (lr_sensitivity.h), so `finished` counts seeds.
+Side sensitivity_side(const json& results, const std::string& filter) {
+  Side side;
+  side.filter = filter;
+  json sub = {{"study", results["study"]}, {"runs", json::array()}};
+  for (const auto& r : results["runs"]) {
+    if (!matches_filter(r, filter)) continue;
+    const std::string status = r.value("status", std::string());
+    side.runs++;
+    if (status == "diverged") side.diverged++;
+    if (status == "not run" || status == "interrupted" || status == "running") side.pending++;
+    sub["runs"].push_back(r);
+  }
+  std::vector<double> values;
+  for (const json& e : lr_sensitivity(sub)) {
+    if (e["sensitivity"].is_null()) continue;
+    for (size_t k = 0; k < e["seeds"].size(); k++) {
+      const double v = e["sensitivity"]["values"][k].get<double>();
+      side.by_seed.emplace(e["seeds"][k].get<std::string>(), v);
+      values.push_back(v);
+    }
+    if (e.value("learned_nowhere", false))
+      side.unreadable = fmt::format("{} learned at no rate (a flat curve at the unigram loss: its sensitivity is not "
+                                    "robustness)", side_label(filter));
+  }
+  side.finished = int(values.size());
+  side.stats = analysis::summarize(values);
+  return side;
+}
 
 // The best setting is the one with the best mean of `select` (higher for BLEU); its runs give `metric`.
 Side measure_side(const json& results, const std::string& filter, const std::string& metric,
                   const std::string& select, const std::vector<std::string>& best_of) {
-  const bool higher_better = select == "bleu";
+  if (metric == "lr_sensitivity") return sensitivity_side(results, filter);
+  const bool higher_better = higher_is_better(select);
   const bool best_lr = !best_of.empty();
   const auto terms = parse_filter(filter, "reproduce");
   std::map<std::string, std::vector<const json*>> groups;  // by the best_of setting ("" without one)
@@ -215,7 +277,7 @@ Curve curve_of(const json& run, bool lowest) {
 // earlier (at its plateau) its last one, and the seeds are paired as for the final gap. [] for BLEU.
 json gap_by_step(const Side& a, const Side& b, const std::string& metric) {
   json out = json::array();
-  if (metric == "bleu") return out;
+  if (metric != "val_loss" && metric != "lowest_val_loss") return out;  // a curve only of the validation loss
   const bool lowest = metric == "lowest_val_loss";
   struct SeedCurve {
     std::string seed;
@@ -287,7 +349,9 @@ std::string select_words(const std::string& select) {
 std::string side_text(const Side& s, const std::string& metric) {
   const int digits = metric == "bleu" ? 2 : 3;
   std::string text = side_label(s.filter) + " ";
-  if (s.finished == 0) text += s.diverged ? fmt::format("diverged ({} of {} runs)", s.diverged, s.runs) : "no finished run";
+  if (metric == "lr_sensitivity" && s.finished == 0)
+    text += "no seed ran every rate";
+  else if (s.finished == 0) text += s.diverged ? fmt::format("diverged ({} of {} runs)", s.diverged, s.runs) : "no finished run";
   else if (s.finished == 1) text += fmt::format("{:.{}f}", s.stats.mean, digits);
   else text += fmt::format("{:.{}f} +- {:.{}f}", s.stats.mean, digits, s.stats.sd, digits);
   std::vector<std::string> notes;
@@ -297,7 +361,9 @@ std::string side_text(const Side& s, const std::string& metric) {
   if (!s.left_out.empty())
     notes.push_back(fmt::format("left out of the choice until their seeds finish: {}", fmt::join(s.left_out, ", ")));
   if (s.finished > 1) notes.push_back(fmt::format("{} seeds", s.finished));
-  if (s.finished > 0 && s.diverged) notes.push_back(fmt::format("{} more diverged", s.diverged));
+  if (metric == "lr_sensitivity" && s.diverged)
+    notes.push_back(fmt::format("{} of its {} runs diverged, counted at the initial loss", s.diverged, s.runs));
+  else if (s.finished > 0 && s.diverged) notes.push_back(fmt::format("{} more diverged", s.diverged));
   return notes.empty() ? text : fmt::format("{} ({})", text, fmt::join(notes, "; "));
 }
 
@@ -350,11 +416,33 @@ void check_reproductions(const json& document, const std::vector<json>& runs, co
       if (e.contains("best_lr"))
         throw Error(fmt::format("{}: best_lr and best_of exclude each other (best_of = [\"train.lr\"] is best_lr)", at));
     }
+    const bool sensitivity = e.value("metric", std::string()) == "lr_sensitivity";
+    if (sensitivity && (e.contains("best_lr") || e.contains("best_of") || e.contains("select")))
+      throw Error(fmt::format("{}: metric = \"lr_sensitivity\" reads a setting over all its rates; best_lr, best_of "
+                              "and select do not apply", at));
     for (const char* side : {"a", "b"}) {
       const std::string filter = e[side];
       parse_filter(filter, fmt::format("{}: {} = \"{}\"", at, side, filter));
       if (std::none_of(runs.begin(), runs.end(), [&](const json& r) { return matches_filter(r, filter); }))
         throw Error(fmt::format("{}: {} = \"{}\" matches no run of the study", at, side, filter));
+      if (!sensitivity) continue;
+      // the side's runs must differ only in the rate and the seeds: one setting, one curve
+      std::set<std::string> settings;
+      std::set<double> rates;
+      for (const json& r : runs) {
+        if (!matches_filter(r, filter)) continue;
+        json grid = r.value("grid", json::object());
+        for (const char* k : {"train.lr", "train.seed", "model.seed"}) grid.erase(k);
+        settings.insert(grid.dump());
+        if (r.contains("config") && r["config"].contains("train") && r["config"]["train"].contains("lr"))
+          rates.insert(r["config"]["train"]["lr"].get<double>());
+      }
+      if (settings.size() != 1)
+        throw Error(fmt::format("{}: {} = \"{}\" matches {} settings; for metric = \"lr_sensitivity\" a side names one "
+                                "setting (every varied key but train.lr and the seeds)", at, side, filter, settings.size()));
+      if (rates.size() < 2)
+        throw Error(fmt::format("{}: {} = \"{}\" runs {} learning rate; lr_sensitivity needs a sweep of train.lr", at, side,
+                                filter, rates.size()));
     }
   }
 }
@@ -370,12 +458,14 @@ json reproductions(const json& results) {
     const bool best_lr = !best_of.empty();
     const Side a = measure_side(results, e["a"], metric, select, best_of),
                b = measure_side(results, e["b"], metric, select, best_of);
-    // which side the claim calls worse: a higher loss, or a lower BLEU
-    const bool a_claimed_worse = (metric == "bleu") == (expect == "a < b");
+    // which side the claim calls worse: a higher loss (or sensitivity, logit), or a lower BLEU
+    const bool a_claimed_worse = higher_is_better(metric) == (expect == "a < b");
     const int direction = expect == "a < b" ? -1 : 1;  // the claimed sign of a - b
     json diff = {{"kind", "none"}, {"n", 0}, {"mean", nullptr}, {"lo", nullptr}, {"hi", nullptr}};
     std::string verdict = theory::to_string(theory::Verdict::NotDistinguishable), how;
-    if (a.finished == 0 || b.finished == 0) {
+    if (!a.unreadable.empty() || !b.unreadable.empty()) {
+      how = "no comparison: " + (a.unreadable.empty() ? b.unreadable : a.unreadable);
+    } else if (a.finished == 0 || b.finished == 0) {
       const bool a_dead = a.finished == 0 && a.diverged > 0, b_dead = b.finished == 0 && b.diverged > 0;
       if (a_dead != b_dead && (a_dead ? b.finished : a.finished) > 0) {
         diff["kind"] = "diverged";
@@ -403,10 +493,14 @@ json reproductions(const json& results) {
                          "waits for them (the numbers are those so far)",
                          pending);
     }
-    const std::string unit = metric == "bleu"              ? "BLEU"
-                             : metric == "lowest_val_loss" ? "lowest validation loss"
-                             : metric == "test_loss"       ? "test loss (final parameters, the whole test split)"
-                                                           : "final validation loss";
+    const std::string unit =
+        metric == "bleu"              ? "BLEU"
+        : metric == "lowest_val_loss" ? "lowest validation loss"
+        : metric == "test_loss"       ? "test loss (final parameters, the whole test split)"
+        : metric == "lr_sensitivity"  ? "LR sensitivity (nats; Wortsman et al.: each seed's mean excess over its best rate)"
+        : metric == "max_attn_logit"  ? "largest attention logit (over the layers and the logged steps)"
+        : metric == "abs_log_z"       ? "largest |mean log Z| of the output logits (over the logged steps)"
+                                      : "final validation loss";
     std::string measured = fmt::format("{}: {} vs {}", unit, side_text(a, metric), side_text(b, metric));
     if (diff["mean"].is_number()) {
       measured += fmt::format("; a - b = {:.3f}", diff["mean"].get<double>());

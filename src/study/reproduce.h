@@ -9,9 +9,14 @@
 //   b      = "model.placement=pre"
 //   expect = "a < b"                       # or "a > b": the claim, on the metric
 //   metric = "val_loss"                    # final validation loss (default), "lowest_val_loss" (the
-//                                          # lowest of its evaluations: a run stopped at a plateau), "bleu"
-//                                          # or "test_loss" (the final parameters on the test split:
-//                                          # data.test_fraction)
+//                                          # lowest of its evaluations: a run stopped at a plateau), "bleu",
+//                                          # "test_loss" (the final parameters on the test split:
+//                                          # data.test_fraction), "lr_sensitivity" (a side is one setting
+//                                          # over a sweep of train.lr; each seed's value its LR sensitivity,
+//                                          # lr_sensitivity.h; no best_lr / best_of), "max_attn_logit" (the
+//                                          # largest attention logit over the layers and the logged steps of
+//                                          # log_every_layers) or "abs_log_z" (the largest |mean log Z| of
+//                                          # the output logits over the logged steps)
 //   select = "val_loss"                    # what chooses a side's best setting (best_of, best_lr): the
 //                                          # metric itself by default, the final validation loss for
 //                                          # test_loss; never test_loss
@@ -24,7 +29,8 @@
 // "violated" on the other, else "not distinguishable at this scale". A side all of whose runs
 // diverged (no final numbers) is the worse one: the claim holds when it was expected to be worse,
 // and is violated otherwise; runs that diverged on a side that also finished runs are counted and
-// named, and left out of the mean. While a run of either side has not finished (not run yet, stopped
+// named, and left out of the mean. An lr_sensitivity side that learned at no rate is not compared (its
+// sensitivity of about 0 is a flat curve, not robustness). While a run of either side has not finished (not run yet, stopped
 // part-way, running) the verdict is "not yet": the bests can still move, so the numbers so far are
 // shown and not read. Reproductions are analysis: they change no run, so they may be
 // added to a study after its runs (compare --resume DIR --study S rewrites the report).
