@@ -3,7 +3,7 @@
 // with d - 2 singular values equal to 1/sigma and the exact surviving singular value at eps > 0;
 // gamma as a left multiply; the block Jacobian from the model's jvp against finite differences of
 // its forward; the Pre-LN bound sigma_min(I + A) >= 1 - ||A||; dynamics, sinks,
-// Lanczos, the model's JVP adjoint identity and update ratios. Attention: test_attention_stats.cpp; normlab theory: test_theory.cpp.
+// Lanczos, the model's JVP adjoint identity and update ratios, dynamics in passes of fewer sequences. Attention: test_attention_stats.cpp; normlab theory: test_theory.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -673,4 +673,53 @@ TEST(Dynamics, PerTokenReadingsAreEachPositionsOwn) {
   EXPECT_EQ(j["tokens"].back()["layer"], c.n_layers);
   EXPECT_EQ(j["tokens"][3]["token"], 3);
   EXPECT_TRUE(j["tokens"].back()["attn_branch_ratio"].is_null());
+}
+
+// A batch whose activations exceed the pass budget runs in passes of fewer sequences (analysis/passes.h):
+// every reading, the loss and every gradient norm equal the whole batch's (to the order of float
+// additions), with passes of one sequence and uneven ones (3 + 1), ignored labels weighting the passes
+// unequally; Model::activation_bytes is what plan() allocates, linear in the sequences.
+TEST(Dynamics, PassesOfFewerSequencesGiveTheWholeBatchsReadings) {
+  for (const Placement p : {Placement::Pre, Placement::Post}) {
+    ModelConfig c = small(p, NormKind::RMSNorm, 1e-6);
+    c.n_layers = 3, c.seq_len = 8;
+    Model<double> m(c);
+    const int B = 4, T = 8;
+    std::vector<int32_t> bytes(600);
+    for (size_t i = 0; i < bytes.size(); i++) bytes[i] = uint8_t("and the earth was without form "[i % 31]);
+    Rng rng(5, 3);
+    std::vector<Batch> batches;
+    for (int k = 0; k < 2; k++) batches.push_back(sample_batch(bytes, c.arch, B, T, rng));
+    for (int t = 2; t < T; t++) batches[0].labels[size_t(3 * T + t)] = ops::kIgnoreLabel;  // the last row: 2 labels
+    const double per_row = m.activation_bytes(1, T);
+    EXPECT_EQ(m.activation_bytes(B, T), B * per_row);
+    const DynamicsReport whole = analyze_dynamics(m, batches);
+    EXPECT_EQ(m.planned_B(), B);
+    EXPECT_EQ(m.planned_activation_bytes(), B * per_row);  // the sizing is what plan() carved
+    for (const double budget : {1.5 * per_row, 3.2 * per_row}) {
+      ASSERT_EQ(rows_per_pass(m, B, T, budget), budget < 2 * per_row ? 1 : 3);
+      const DynamicsReport parts = analyze_dynamics(m, batches, budget);
+      EXPECT_EQ(m.planned_B(), 1);  // the last pass's one sequence
+      EXPECT_EQ(m.planned_activation_bytes(), per_row);  // a smaller plan gives the memory back
+      const auto same = [](double a, double b) { return std::abs(a - b) <= 1e-12 * std::abs(b) + 1e-300; };
+      EXPECT_TRUE(same(parts.loss, whole.loss)) << parts.loss << " " << whole.loss;
+      for (size_t l = 0; l < whole.layers.size(); l++) {
+        const LayerDynamics &a = parts.layers[l], &w = whole.layers[l];
+        for (const auto& [x, y] : {std::pair{a.stream_rms, w.stream_rms}, {a.attn_branch_ratio, w.attn_branch_ratio},
+                                   {a.mlp_branch_ratio, w.mlp_branch_ratio}, {a.grad_norm, w.grad_norm},
+                                   {a.ffn_out_grad_norm, w.ffn_out_grad_norm}, {a.residual_rank, w.residual_rank},
+                                   {a.largest_token_share, w.largest_token_share}})
+          EXPECT_TRUE(same(x, y)) << "layer " << l << ": " << x << " vs " << y;
+      }
+      for (size_t l = 0; l < whole.tokens.size(); l++)
+        for (int t = 0; t < T; t++) EXPECT_TRUE(same(parts.tokens[l].stream_rms[size_t(t)], whole.tokens[l].stream_rms[size_t(t)]));
+      for (size_t s = 0; s < whole.params.size(); s++) EXPECT_TRUE(same(parts.params[s].grad_norm, whole.params[s].grad_norm)) << s;
+      ASSERT_EQ(parts.rank_collapse.size(), whole.rank_collapse.size());
+      for (size_t v = 0; v < whole.rank_collapse.size(); v++)
+        for (size_t l = 0; l < whole.rank_collapse[v].residual_rank.size(); l++)
+          EXPECT_TRUE(same(parts.rank_collapse[v].residual_rank[l], whole.rank_collapse[v].residual_rank[l]));
+      EXPECT_TRUE(same(parts.final_stream_rms, whole.final_stream_rms));
+      EXPECT_TRUE(same(parts.final_residual_rank, whole.final_residual_rank));
+    }
+  }
 }

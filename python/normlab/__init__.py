@@ -146,9 +146,12 @@ class Model:
 
     # ---- the model itself -------------------------------------------------------------------------
 
-    def forward(self, inputs, source=None) -> Forward:
-        """Logits and every hidden state (float32, as ``normlab grads`` writes them)."""
-        logits, hidden, final, memory, encoder_hidden = self._core.forward(_ids(inputs, self), _source(source, self))
+    def forward(self, inputs, source=None, activation_memory: float = 2.0**30) -> Forward:
+        """Logits and every hidden state (float32, as ``normlab grads`` writes them). A batch whose
+        activations would take more than ``activation_memory`` bytes (1 GiB; a 1B model's 8 x 128
+        tokens need about 4 GB) runs in passes of fewer sequences, with the same outputs."""
+        logits, hidden, final, memory, encoder_hidden = self._core.forward(
+            _ids(inputs, self), _source(source, self), float(activation_memory))
         return Forward(logits, list(hidden), final, memory, list(encoder_hidden))
 
     def loss_and_grads(self, inputs, labels, source=None) -> tuple[float, dict[str, np.ndarray]]:

@@ -185,23 +185,55 @@ PyModel from_state(const std::string& config_json, const std::map<std::string, p
 // block boundaries, as `normlab grads` writes hidden.0 .. hidden.L; an encoder-decoder's decoder) and
 // the final normed hidden state; an encoder-decoder's also its memory (B, S, C: the encoder's output
 // after its final norm, as `normlab grads` writes it) and the streams entering its encoder's layers.
-py::tuple forward(PyModel& m, const Ids& ids, const std::optional<Ids>& source) {
+// A batch whose activations exceed analysis::kPassActivationBytes (a 1 B model's 8 x 128 tokens: about
+// 4 GB) runs in passes of fewer sequences (analysis/passes.h), each pass's outputs copied into the
+// whole batch's arrays; an encoder-decoder runs whole.
+py::tuple forward(PyModel& m, const Ids& ids, const std::optional<Ids>& source, double activation_memory) {
   const auto lock = lock_model(m);
   require_finite_params(m, "forward");
+  if (!(activation_memory > 0)) throw Error("forward: activation_memory must be a positive number of bytes");
   const ModelConfig& cfg = m.model->config();
   Batch b = batch_of(ids, cfg, "forward");
   add_source(b, source, cfg, "forward");
-  {
-    py::gil_scoped_release release;
-    m.model->forward(b.ids.data(), b.labels.data(), b.B, b.T, nullptr, nullptr, b.source());
-  }
-  const py::ssize_t B = b.B, T = b.T, C = cfg.d_model;
-  py::object logits = py::none(), memory = py::none();
-  if (cfg.has_logits()) logits = copy_array(m.model->logits(), {B, T, py::ssize_t(cfg.vocab_size())});
+  const py::ssize_t B = b.B, T = b.T, C = cfg.d_model, V = cfg.vocab_size();
   // the decoder's block boundaries: every 2 slots (gpt, encoder) or 3 (an encdec's decoder: self, cross, mlp)
   const int first = cfg.first_decoder_slot() < cfg.n_slots() ? cfg.first_decoder_slot() : 0;
   const int per_block = cfg.encdec() ? 3 : 2, blocks = cfg.encdec() ? cfg.decoder_layers() : cfg.n_layers;
+  int per_pass = b.B;
+  {
+    py::gil_scoped_release release;
+    if (!cfg.encdec()) per_pass = analysis::rows_per_pass(*m.model, b.B, b.T, activation_memory);
+    if (per_pass == b.B) m.model->forward(b.ids.data(), b.labels.data(), b.B, b.T, nullptr, nullptr, b.source());
+  }
+  py::object logits = py::none(), memory = py::none();
   py::list hidden, encoder_hidden;
+  if (per_pass < b.B) {
+    std::vector<py::array_t<float>> streams;
+    for (int l = 0; l <= blocks; l++) streams.emplace_back(std::vector<py::ssize_t>{B, T, C});
+    py::array_t<float> final_hidden(std::vector<py::ssize_t>{B, T, C});
+    py::array_t<float> all_logits(cfg.has_logits() ? std::vector<py::ssize_t>{B, T, V} : std::vector<py::ssize_t>{0});
+    std::vector<float*> stream_out;  // (taken with the GIL held)
+    for (auto& a : streams) stream_out.push_back(a.mutable_data());
+    float* const final_out = final_hidden.mutable_data();
+    float* const logits_out = all_logits.mutable_data();
+    {
+      py::gil_scoped_release release;
+      for (int row = 0; row < b.B; row += per_pass) {
+        const int rows = std::min(per_pass, b.B - row);
+        const Batch part = batch_rows(b, row, rows);
+        const size_t n = size_t(rows) * size_t(T), at = size_t(row) * size_t(T);
+        m.model->forward(part.ids.data(), part.labels.data(), rows, b.T, nullptr, nullptr, part.source());
+        if (cfg.has_logits()) std::copy_n(m.model->logits(), n * size_t(V), logits_out + at * size_t(V));
+        for (int l = 0; l <= blocks; l++)
+          std::copy_n(m.model->stream(first + per_block * l), n * size_t(C), stream_out[size_t(l)] + at * size_t(C));
+        std::copy_n(m.model->final_hidden(), n * size_t(C), final_out + at * size_t(C));
+      }
+    }
+    if (cfg.has_logits()) logits = all_logits;
+    for (auto& a : streams) hidden.append(a);
+    return py::make_tuple(logits, hidden, final_hidden, memory, encoder_hidden);
+  }
+  if (cfg.has_logits()) logits = copy_array(m.model->logits(), {B, T, V});
   for (int l = 0; l <= blocks; l++) hidden.append(copy_array(m.model->stream(first + per_block * l), {B, T, C}));
   if (cfg.encdec()) {
     memory = copy_array(m.model->memory(), {B, py::ssize_t(b.S), C});
@@ -585,7 +617,8 @@ PYBIND11_MODULE(_core, mod) {
       .def_property_readonly("config_json",
                              [](const PyModel& m) { return dump_json(model_config_to_json(m.model->config())); })
       .def_property_readonly("n_params", [](const PyModel& m) { return m.model->table().total; })
-      .def("forward", &forward, py::arg("ids"), py::arg("source") = std::nullopt)
+      .def("forward", &forward, py::arg("ids"), py::arg("source") = std::nullopt,
+           py::arg("activation_memory") = analysis::kPassActivationBytes)
       .def("loss_and_grads", &loss_and_grads, py::arg("ids"), py::arg("labels"), py::arg("source") = std::nullopt)
       .def("params", &params)
       .def("tokenize", &tokenize, py::arg("text"), py::arg("tokenizer") = "", py::arg("special") = true)

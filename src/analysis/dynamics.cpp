@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "model/hyper.h"
+#include "ops/common.h"
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/interrupt.h"
@@ -78,6 +79,59 @@ void read_streams(const Model<S>& model, std::vector<LayerDynamics>& layers, std
   }
 }
 
+// The per-sequence readings of one pass of `rows` sequences (the model's last forward), added to the
+// report as the whole batch's of B sequences would be: per layer the stream's RMS, the branch ratios,
+// res(X) and the largest token's share, and after the last layer the stream's RMS and res(X).
+template <typename S>
+void read_pass(const Model<S>& model, DynamicsReport& rep, int rows, int T, int batches, int B) {
+  const ModelConfig& cfg = model.config();
+  const int L = cfg.n_layers, C = cfg.d_model, N = rows * T, NB = B * T;
+  const double nan = std::nan("");
+  for (int l = 0; l < L; l++) {
+    LayerDynamics& d = rep.layers[size_t(l)];
+    TokenDynamics& tok = rep.tokens[size_t(l)];
+    const S* x = model.stream(2 * l);
+    for (int n = 0; n < N; n++) {
+      const double rms = row_norm(x + size_t(n) * C, C) / std::sqrt(double(C));
+      d.stream_rms += rms / (double(NB) * batches);
+      tok.stream_rms[size_t(n % T)] += rms / (double(B) * batches);
+    }
+    for (int s = 0; s < 2; s++) {
+      std::vector<double>& per_token = s == 0 ? tok.attn_branch_ratio : tok.mlp_branch_ratio;
+      if (!cfg.has_sublayer(2 * l + s)) {
+        d.mlp_branch_ratio = nan;  // attention-only model: no MLP branch (JSON null)
+        std::fill(per_token.begin(), per_token.end(), nan);
+        continue;
+      }
+      const SublayerActs<S>& a = model.acts(2 * l + s);
+      double ratio = 0;
+      for (int n = 0; n < N; n++) {
+        const double r = row_norm(a.g + size_t(n) * C, C) / std::max(1e-300, row_norm(a.x_in + size_t(n) * C, C));
+        ratio += r;
+        per_token[size_t(n % T)] += r / (double(B) * batches);
+      }
+      (s == 0 ? d.attn_branch_ratio : d.mlp_branch_ratio) += ratio / (double(NB) * batches);
+    }
+    for (int b = 0; b < rows; b++) d.residual_rank += residual_rank(x + size_t(b) * T * C, T, C) / (double(B) * batches);
+    for (int b = 0; b < rows; b++) {
+      double largest = 0, total = 0;
+      for (int t = 0; t < T; t++) {
+        const double n2 = std::pow(row_norm(x + (size_t(b) * T + t) * C, C), 2);
+        largest = std::max(largest, n2);
+        total += n2;
+      }
+      d.largest_token_share += norm_ratio(largest, total) / (double(B) * batches);
+    }
+  }
+  const S* xl = model.stream(2 * L);
+  for (int n = 0; n < N; n++) {
+    const double rms = row_norm(xl + size_t(n) * C, C) / std::sqrt(double(C));
+    rep.final_stream_rms += rms / (double(NB) * batches);
+    rep.tokens.back().stream_rms[size_t(n % T)] += rms / (double(B) * batches);
+  }
+  for (int b = 0; b < rows; b++) rep.final_residual_rank += residual_rank(xl + size_t(b) * T * C, T, C) / (double(B) * batches);
+}
+
 }  // namespace
 
 template <typename S>
@@ -93,12 +147,12 @@ DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<int32_t>& byt
 }
 
 template <typename S>
-DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& given) {
+DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& given, double pass_bytes) {
   if (given.empty()) throw Error("analyze dynamics: no batches");
   refuse_second_stream(model.config(), "analyze dynamics");  // a two-stream model (ResiDual) is refused by name
   const ModelConfig& cfg = model.config();
   const int batches = int(given.size()), B = given[0].B, T = given[0].T;
-  const int L = cfg.n_layers, C = cfg.d_model, N = B * T;
+  const int L = cfg.n_layers, C = cfg.d_model;
   for (const Batch& b : given)
     if (b.B != B || b.T != T) throw Error("analyze dynamics: every batch must have the same shape");
   DynamicsReport rep;
@@ -126,69 +180,47 @@ DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& given
   std::vector<double> sq(specs.size());  // squared gradient norm of each tensor, this batch
   const long steps = 4L * batches;  // (progress: the batches with gradients, then up to 3 ablations' forwards)
   report_progress("analyze dynamics", 0, steps, "");
+  // the batch in passes of per_pass sequences (all B when they fit pass_bytes: passes.h)
+  const int per_pass = rows_per_pass(model, B, T, pass_bytes);
+  // runs f(pass, rows) after the forward of each pass of `batch` (the batch itself when it is one pass)
+  const auto in_passes = [&](const Batch& batch, const auto& f) {
+    for (int first = 0; first < B; first += per_pass) {
+      const int rows = std::min(per_pass, B - first);
+      const Batch part = rows == B ? Batch{} : batch_rows(batch, first, rows);
+      const Batch& pass = rows == B ? batch : part;
+      const double loss = model.forward(pass.ids.data(), pass.labels.data(), rows, T, pass.types_or_null(),
+                                        pass.mask_or_null());
+      f(loss, rows);
+    }
+  };
   for (int k = 0; k < batches; k++) {
     throw_if_interrupted();
     report_progress("analyze dynamics", k, steps, "steps");
     const Batch& batch = given[size_t(k)];
+    int64_t labelled = 0;  // the batch's mean loss is over these; a pass weighs by its share of them
+    for (int32_t label : batch.labels) labelled += label != ops::kIgnoreLabel;
     model.zero_grad();
-    rep.loss += model.forward(batch.ids.data(), batch.labels.data(), B, T, batch.types_or_null(),
-                              batch.mask_or_null()) / batches;
-    model.backward();  // a headless model has no loss: its gradients stay 0 and are reported as NaN below
+    in_passes(batch, [&](double loss, int rows) {
+      const double share = labelled > 0 ? double(model.label_count()) / double(labelled) : 1.0;  // (1 in one pass)
+      rep.loss += loss * share / batches;
+      model.backward(share);  // a headless model has no loss: its gradients stay 0 and are reported as NaN below
+      read_pass(model, rep, rows, T, batches, B);
+    });
     for (size_t s = 0; s < specs.size(); s++) {
       const S* g = model.grads().data() + specs[s].offset;
       sq[s] = 0;
       for (size_t i = 0; i < specs[s].numel; i++) sq[s] += double(g[i]) * double(g[i]);
       rep.params[s].grad_norm += std::sqrt(sq[s]) / batches;
     }
-    if (cfg.hyper_connected()) read_streams(model, rep.layers, rep.final_depth_weights, batches);
+    if (cfg.hyper_connected()) read_streams(model, rep.layers, rep.final_depth_weights, batches);  // (one pass)
     for (int l = 0; l < L; l++) {
       LayerDynamics& d = rep.layers[size_t(l)];
-      TokenDynamics& tok = rep.tokens[size_t(l)];
-      const S* x = model.stream(2 * l);
-      for (int n = 0; n < N; n++) {
-        const double rms = row_norm(x + size_t(n) * C, C) / std::sqrt(double(C));
-        d.stream_rms += rms / (double(N) * batches);
-        tok.stream_rms[size_t(n % T)] += rms / (double(B) * batches);
-      }
-      for (int s = 0; s < 2; s++) {
-        std::vector<double>& per_token = s == 0 ? tok.attn_branch_ratio : tok.mlp_branch_ratio;
-        if (!cfg.has_sublayer(2 * l + s)) {
-          d.mlp_branch_ratio = nan;  // attention-only model: no MLP branch (JSON null)
-          std::fill(per_token.begin(), per_token.end(), nan);
-          continue;
-        }
-        const SublayerActs<S>& a = model.acts(2 * l + s);
-        double ratio = 0;
-        for (int n = 0; n < N; n++) {
-          const double r = row_norm(a.g + size_t(n) * C, C) / std::max(1e-300, row_norm(a.x_in + size_t(n) * C, C));
-          ratio += r;
-          per_token[size_t(n % T)] += r / (double(B) * batches);
-        }
-        (s == 0 ? d.attn_branch_ratio : d.mlp_branch_ratio) += ratio / (double(N) * batches);
-      }
-      for (int b = 0; b < B; b++) d.residual_rank += residual_rank(x + size_t(b) * T * C, T, C) / (double(B) * batches);
-      for (int b = 0; b < B; b++) {
-        double largest = 0, total = 0;
-        for (int t = 0; t < T; t++) {
-          const double n2 = std::pow(row_norm(x + (size_t(b) * T + t) * C, C), 2);
-          largest = std::max(largest, n2);
-          total += n2;
-        }
-        d.largest_token_share += norm_ratio(largest, total) / (double(B) * batches);
-      }
       double g2 = 0;
       for (size_t s : layer_specs[size_t(l)]) g2 += sq[s];
       d.grad_norm += std::sqrt(g2) / batches;
       const long w2 = ffn_out[size_t(l)];
       d.ffn_out_grad_norm = w2 >= 0 ? d.ffn_out_grad_norm + std::sqrt(sq[size_t(w2)]) / batches : std::nan("");
     }
-    const S* xl = model.stream(2 * L);
-    for (int n = 0; n < N; n++) {
-      const double rms = row_norm(xl + size_t(n) * C, C) / std::sqrt(double(C));
-      rep.final_stream_rms += rms / (double(N) * batches);
-      rep.tokens.back().stream_rms[size_t(n % T)] += rms / (double(B) * batches);
-    }
-    for (int b = 0; b < B; b++) rep.final_residual_rank += residual_rank(xl + size_t(b) * T * C, T, C) / (double(B) * batches);
   }
   // rank collapse: the model's own readings for its own (skips, MLP) setting, the other ablations
   // run on the model itself (Model::set_ablation: no copy of its parameters), by forward passes
@@ -217,15 +249,16 @@ DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& given
         throw_if_interrupted();
         report_progress("analyze dynamics", long(batches) * long(rep.rank_collapse.size()) + (&batch - given.data()),
                         steps, "steps");
-        model.forward(batch.ids.data(), batch.labels.data(), B, T, batch.types_or_null(), batch.mask_or_null());
-        for (int l = 0; l <= L; l++)
-          for (int b = 0; b < B; b++)
-            v.residual_rank[size_t(l)] += residual_rank(model.stream(2 * l) + size_t(b) * T * C, T, C) / (double(B) * batches);
+        in_passes(batch, [&](double, int rows) {
+          for (int l = 0; l <= L; l++)
+            for (int b = 0; b < rows; b++)
+              v.residual_rank[size_t(l)] += residual_rank(model.stream(2 * l) + size_t(b) * T * C, T, C) / (double(B) * batches);
+        });
       }
       v.ratio = norm_ratio(v.residual_rank.back(), v.residual_rank.front());
       rep.rank_collapse.push_back(std::move(v));
     }
-  if (rep.rank_collapse.size() > 1) {  // the model's activations are its own last batch's again, as before the ablations
+  if (rep.rank_collapse.size() > 1 && per_pass == B) {  // the model's activations are its own last batch's again
     const Batch& last = given.back();
     model.forward(last.ids.data(), last.labels.data(), B, T, last.types_or_null(), last.mask_or_null());
   }
@@ -243,8 +276,8 @@ DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& given
 
 template DynamicsReport analyze_dynamics(Model<float>&, const std::vector<int32_t>&, int, int, int, uint64_t, int32_t);
 template DynamicsReport analyze_dynamics(Model<double>&, const std::vector<int32_t>&, int, int, int, uint64_t, int32_t);
-template DynamicsReport analyze_dynamics(Model<float>&, const std::vector<Batch>&);
-template DynamicsReport analyze_dynamics(Model<double>&, const std::vector<Batch>&);
+template DynamicsReport analyze_dynamics(Model<float>&, const std::vector<Batch>&, double);
+template DynamicsReport analyze_dynamics(Model<double>&, const std::vector<Batch>&, double);
 
 nlohmann::json to_json(const DynamicsReport& r) {
   nlohmann::json layers = nlohmann::json::array();

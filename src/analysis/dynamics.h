@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/passes.h"
 #include "model/model.h"
 #include "train/data.h"
 
@@ -98,9 +99,13 @@ struct DynamicsReport {
 template <typename S>
 DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<int32_t>& bytes, int batches, int B, int T,
                                 uint64_t seed, int32_t first = -1);
-// The same on given batches (e.g. a token file's), each with its labels.
+// The same on given batches (e.g. a token file's), each with its labels. A batch whose activations
+// exceed pass_bytes runs in passes of fewer sequences (analysis/passes.h): the gradient is the whole
+// batch's (each pass's backward weighted by its share of the labelled tokens), every reading per
+// sequence as before; the model is then left planned for the last pass.
 template <typename S>
-DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& batches);
+DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& batches,
+                                double pass_bytes = kPassActivationBytes);
 
 nlohmann::json to_json(const DynamicsReport& report);
 void print_report(const DynamicsReport& report);

@@ -168,13 +168,21 @@ void Model<S>::set_training(bool training, uint64_t dropout_seed, long first_row
 }
 
 // One table of activation buffers: each entry names where its pointer goes and how many scalars
-// it needs; plan() sums them, allocates once, and hands out the pointers.
+// it needs; plan() sums them, allocates once, and hands out the pointers. activation_bytes() sums the
+// same table for another (B, T, S) and changes nothing (its entries point at scratch holders).
 template <class S>
 void Model<S>::plan(int B, int T, int Ssrc) {
   if (B == B_ && T == T_ && Ssrc == S_) return;
-  B_ = B;
-  T_ = T;
-  S_ = Ssrc;
+  plan_buffers(B, T, Ssrc, true);
+}
+
+template <class S>
+double Model<S>::activation_bytes(int B, int T, int Ssrc) {
+  return double(plan_buffers(B, T, Ssrc, false)) * sizeof(S);
+}
+
+template <class S>
+size_t Model<S>::plan_buffers(int B, int T, int Ssrc, bool carve) {
   const size_t N = size_t(B) * T, Ns = size_t(B) * Ssrc, C = cfg_.d_model, F = cfg_.ff(), V = cfg_.vocab_size();
   const size_t FW = cfg_.fc_width();  // fc's output columns: F, or 2F gated
   const size_t QW = cfg_.qkv_width();  // qkv's: 3C, or A + 2 KVH HS (grouped-query, head_dim)
@@ -186,29 +194,40 @@ void Model<S>::plan(int B, int T, int Ssrc) {
     size_t count;
   };
   std::vector<Entry> plan;
-  a_.assign(n_slots, SublayerActs<S>{});
-  streams_.assign(n_slots + 1, nullptr);
-  hstate_.assign(n_slots + 1, nullptr);
+  // sizing only: the per-slot entries point at these (never written)
+  std::vector<SublayerActs<S>> acts_sized(carve ? 0 : n_slots);
+  std::vector<S*> streams_sized(carve ? 0 : n_slots + 1), hstate_sized(carve ? 0 : n_slots + 1);
+  if (carve) {
+    B_ = B;
+    T_ = T;
+    S_ = Ssrc;
+    a_.assign(n_slots, SublayerActs<S>{});
+    streams_.assign(n_slots + 1, nullptr);
+    hstate_.assign(n_slots + 1, nullptr);
+  }
+  std::vector<SublayerActs<S>>& acts_of = carve ? a_ : acts_sized;
+  std::vector<S*>& streams_of = carve ? streams_ : streams_sized;
+  std::vector<S*>& hstate_of = carve ? hstate_ : hstate_sized;
   const bool hyper = cfg_.hyper_connected();
   const size_t nS = size_t(cfg_.n_streams()), HW = size_t(hyper_mix_width(cfg_.n_streams()));
   const size_t PW = hyper ? size_t(hyper_pre_width(cfg_)) : 0;  // (mhc_lite's projection is wider than the mix)
   size_t att_max = 0;
-  plan.push_back({&streams_[0], size_t(rows(0)) * C});
-  if (cfg_.encdec()) plan.push_back({&streams_[dec0], N * C});  // the decoder's embedding output
+  plan.push_back({&streams_of[0], size_t(B) * size_t(cfg_.encdec() && slots_[0].encoder ? Ssrc : T) * C});
+  if (cfg_.encdec()) plan.push_back({&streams_of[dec0], N * C});  // the decoder's embedding output
   if (cfg_.has_embed_norm()) plan.insert(plan.end(), {{&emb_, N * C}, {&emb_mean_, N}, {&emb_rstd_, N}});
-  if (hyper) plan.push_back({&hstate_[0], N * nS * C});
+  if (hyper) plan.push_back({&hstate_of[0], N * nS * C});
   if (cfg_.hyper == HyperMix::AttnRes)
     plan.insert(plan.end(), {{&out_hn_, N * nS * C}, {&out_hrstd_, N * nS}, {&out_hmix_, N * HW}, {&out_hpre_, N * PW}});
   for (size_t i = 0; i < n_slots; i++) {
     if (!slots_[i].present) continue;  // absent: its output stream aliases its input below
-    SublayerActs<S>& a = a_[i];
+    SublayerActs<S>& a = acts_of[i];
     const NormSites sites = norm_sites(cfg_.placement_of(slots_[i].layer), slots_[i].kind);
-    const size_t n = size_t(rows(int(i))), t = size_t(len(int(i)));
+    const size_t t = size_t(cfg_.encdec() && slots_[i].encoder ? Ssrc : T), n = size_t(B) * t;
     const Sublayer kind = slots_[i].kind;
     const size_t att = kind == Sublayer::Cross ? size_t(B) * NH * T * Ssrc : size_t(B) * NH * t * t;
     att_max = std::max(att_max, att);
     if (hyper) {  // the branch input u (x_in), the next streams, the read's weights (model/hyper.h)
-      plan.insert(plan.end(), {{&a.x_in, n * C}, {&hstate_[i + 1], n * nS * C}, {&a.hmix, n * HW}, {&a.hpre, n * PW}});
+      plan.insert(plan.end(), {{&a.x_in, n * C}, {&hstate_of[i + 1], n * nS * C}, {&a.hmix, n * HW}, {&a.hpre, n * PW}});
       if (hyper_keeps_normalized_streams(cfg_)) plan.push_back({&a.hn, n * nS * C});
       if (cfg_.hyper != HyperMix::HcStatic) plan.push_back({&a.hrstd, n * nS});
     }
@@ -228,7 +247,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
     plan.push_back({&a.f, n * C});
     if (sites.branch) plan.insert(plan.end(), {{&a.g, n * C}, {&a.br_mean, n}, {&a.br_rstd, n}});
     if (sites.out) plan.insert(plan.end(), {{&a.r, n * C}, {&a.out_mean, n}, {&a.out_rstd, n}});
-    plan.push_back({cfg_.encdec() && int(i) == dec0 - 1 ? &enc_out_ : &streams_[i + 1], n * C});
+    plan.push_back({cfg_.encdec() && int(i) == dec0 - 1 ? &enc_out_ : &streams_of[i + 1], n * C});
   }
   if (cfg_.has_enc_final_norm())
     plan.insert(plan.end(), {{&memory_, Ns * C}, {&enc_lnf_mean_, Ns}, {&enc_lnf_rstd_, Ns}});
@@ -257,8 +276,10 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   if (scaled) plan.push_back({&dscale_, Nmax * C});
   size_t total = 0;
   for (const auto& e : plan) total += e.count;
+  if (!carve) return total;
   require_memory(double(total) * sizeof(S), fmt::format("the activations of {} sequences of {} tokens", B, T),
                  " (fewer sequences or shorter ones need less)");
+  if (acts_.capacity() > total) std::vector<S>().swap(acts_);  // a smaller plan gives the memory back
   acts_.assign(total, S(0));
   size_t offset = 0;
   for (const auto& e : plan) {
@@ -294,6 +315,7 @@ void Model<S>::plan(int B, int T, int Ssrc) {
   key_mask_.assign(N, 1);
   src_ids_.assign(Ns, 0);
   src_mask_.assign(Ns, 1);
+  return total;
 }
 
 template <class S>

@@ -212,6 +212,11 @@ class Model {
   // (B, T, V) after forward, before backward; null for a headless model (head = none)
   const S* logits() const { return logits_; }
   int64_t label_count() const { return label_count_; }
+  // The bytes of the activations (forward and backward buffers) a forward of B sequences of T tokens
+  // (and Ssrc source tokens, encoder-decoders) allocates: the same table plan() carves, summed. Changes
+  // nothing (the planned activations stay). Linear in B: an instrument picks its rows per pass from it.
+  double activation_bytes(int B, int T, int Ssrc = 0);
+  double planned_activation_bytes() const { return double(acts_.size()) * sizeof(S); }  // what plan() holds
   int planned_B() const { return B_; }
   int planned_T() const { return T_; }
   int planned_S() const { return S_; }
@@ -347,6 +352,7 @@ class Model {
   S* carve_hyper_tangents(S* at, int K, long rows, HyperTangents& h) const;
   size_t hyper_tangent_size(int K, long rows) const;
   void plan(int B, int T, int Ssrc);
+  size_t plan_buffers(int B, int T, int Ssrc, bool carve);  // the table; carve: allocate and point (plan)
   // rows of slot i's activations: B * (S for an encdec's encoder slot, T otherwise)
   int rows(int i) const { return B_ * len(i); }
   int len(int i) const { return cfg_.encdec() && slots_[size_t(i)].encoder ? S_ : T_; }
