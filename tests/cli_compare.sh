@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cli_compare.sh: `normlab compare` end to end on a tiny study (every output file, the run table,
 # the written summary, divergence recorded as a result, a self-contained report), `normlab report`,
-# Ctrl-C (the finished runs and a report of them are kept, exit 130), and bad study input (one
+# Ctrl-C and SIGTERM (the finished runs and a report of them are kept, exit 130), and bad study input (one
 # clear message, exit 1, nothing overwritten).
 # Usage: cli_compare.sh path/to/normlab path/to/tests/data
 set -uo pipefail
@@ -281,7 +281,7 @@ interrupted_jobs() {
   wait_for_steps "$out.txt" '^job 1: \['
   "$@"
   sleep 1
-  kill -INT $pid
+  kill -"${SIG:-INT}" $pid
   wait $pid
   rc=$?
 }
@@ -290,6 +290,12 @@ interrupted_jobs slowj
 check "[[ $rc -eq 130 ]]" "--jobs Ctrl-C: exit $rc, wanted 130; output: $(tail -5 slowj.txt)"
 check "[[ \"\$(statuses slowj)\" == \"['not run', 'interrupted', 'interrupted']\" ]]" "--jobs Ctrl-C statuses: $(statuses slowj)"
 check "! pgrep -f 'compare --resume slowj --worker' > /dev/null" "--jobs Ctrl-C left a job running"
+# SIGTERM (what timeout, a batch scheduler or a shutdown sends) stops the study as Ctrl-C does
+SIG=TERM interrupted_jobs slowt
+check "[[ $rc -eq 130 ]]" "--jobs SIGTERM: exit $rc, wanted 130; output: $(tail -5 slowt.txt)"
+check "[[ \"\$(statuses slowt)\" == \"['not run', 'interrupted', 'interrupted']\" ]]" "--jobs SIGTERM statuses: $(statuses slowt)"
+check "[[ -s slowt/report.html ]] && ! pgrep -f 'compare --resume slowt --worker' > /dev/null" \
+  "--jobs SIGTERM: no report, or a job left running"
 # a job that dies (kill -9): the run it held is failed, naming why; job 0 goes on with the rest
 interrupted_jobs slowk pkill -9 -f 'compare --resume slowk --worker 1'
 check "[[ $rc -eq 130 ]]" "a killed job: exit $rc, wanted 130 (job 0 interrupted after it); output: $(tail -5 slowk.txt)"

@@ -23,7 +23,7 @@ reference=$(fingerprint whole)
 
 # --- Ctrl-C, then --resume ----------------------------------------------------------------------
 # interrupt ARGS...: `normlab train ARGS` into DIR (its last argument's out_dir, log DIR.txt), Ctrl-C
-# once it has logged step 10-19; rc holds its exit code
+# (or signal $SIG) once it has logged step 10-19; rc holds its exit code
 interrupt() {
   local dir=${*: -1}
   dir=${dir#train.out_dir=}
@@ -33,10 +33,14 @@ interrupt() {
     grep -qE '^step +1[0-9]/' "$dir.txt" && break
     sleep 0.05
   done
-  kill -INT $pid
+  kill -"${SIG:-INT}" $pid
   wait $pid
   rc=$?
 }
+# SIGTERM (timeout, a batch scheduler, a shutdown) stops after the step as Ctrl-C does
+SIG=TERM interrupt "${run[@]}" --set train.out_dir=term
+check "[[ $rc -eq 130 ]] && grep -q 'continue it with: normlab train --resume term' term.txt" \
+  "SIGTERM: exit $rc, wanted 130 and the resume command: $(tail -1 term.txt)"
 interrupt "${run[@]}" --set train.out_dir=int
 check "[[ $rc -eq 130 ]]" "Ctrl-C: exit $rc, wanted 130"
 check "grep -q 'continue it with: normlab train --resume int' int.txt" "Ctrl-C does not print the resume command: $(tail -1 int.txt)"

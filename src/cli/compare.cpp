@@ -54,7 +54,7 @@ int resume_compare(const CompareCommand& cmd) {
   options.jobs = cmd.jobs;
   options.worker_exe = "/proc/self/exe";  // this normlab, even if its file was replaced meanwhile
   options.worker = cmd.worker;
-  const StopOnInterrupt interrupt;
+  const StopOnInterrupt interrupt(Signals::InterruptAndTerminate);
   options.stop = interrupt.flag();
   return study::run_study(resumed.study, options);
 }
@@ -130,7 +130,7 @@ int run_compare(const CompareCommand& cmd) {
     study::CompareOptions options;
     options.out_dir = cmd.out.empty() ? fmt::format("runs/compare-pretrained-{}", timestamp()) : cmd.out;
     options.force = cmd.force;
-    const StopOnInterrupt interrupt;  // the first Ctrl-C stops after the current step
+    const StopOnInterrupt interrupt(Signals::InterruptAndTerminate);  // the first Ctrl-C stops after the current step
     options.stop = interrupt.flag();
     return study::run_pretrained_study(options);
   }
@@ -142,7 +142,7 @@ int run_compare(const CompareCommand& cmd) {
   options.sets = cmd.sets;
   options.jobs = cmd.jobs;
   options.worker_exe = "/proc/self/exe";
-  const StopOnInterrupt interrupt;  // the first Ctrl-C stops after the current step
+  const StopOnInterrupt interrupt(Signals::InterruptAndTerminate);  // the first Ctrl-C stops after the current step
   options.stop = interrupt.flag();
   return study::run_study(s, options);
 }

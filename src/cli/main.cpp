@@ -2,7 +2,7 @@
 // tokenize, analyze, theory, corpus, bleu, translate, help. With no arguments it runs `normlab
 // compare` with the default study on the built-in corpus. Exit codes (docs/USAGE.md "Exit codes"): 0 done;
 // 1 for every user error (each Error, and every command-line error CLI11 reports, as one message on
-// stderr); 2 a diverged training run; 130 a run stopped by Ctrl-C (train, compare). Under mpirun
+// stderr); 2 a diverged training run; 130 a run stopped by Ctrl-C or SIGTERM (train, compare). Under mpirun
 // (src/distributed/comm.h) train and compare run over the ranks; the other commands are refused.
 #include <unistd.h>
 
@@ -92,7 +92,7 @@ static int run_command(int argc, char** argv) {
     }
   });
   app.footer("normlab help CMD (or normlab CMD --help) explains a command. Exit codes: 0 done, 1 a user error "
-             "(bad option, config or file), 2 a diverged training run, 130 stopped by Ctrl-C.");
+             "(bad option, config or file), 2 a diverged training run, 130 stopped by Ctrl-C or SIGTERM.");
 
   cli::TrainCommand train;
   cli::add_train_command(app, train);

@@ -38,7 +38,7 @@ RunConfig load_resume_config(const std::string& dir, const std::string& config_p
 
 // Ctrl-C stops after the current step (util/interrupt.h); the run's files are then complete.
 int train_and_report(const RunConfig& cfg, TrainOptions options) {
-  const StopOnInterrupt interrupt;
+  const StopOnInterrupt interrupt(Signals::InterruptAndTerminate);
   options.stop = interrupt.flag();
   const TrainResult r = train(cfg, options);
   if (!options.comm.root())  // rank 0 speaks for the run; every rank leaves with the same code

@@ -1,4 +1,4 @@
-// interrupt.cpp: the SIGINT flag behind StopOnInterrupt (interrupt.h).
+// interrupt.cpp: the SIGINT (and SIGTERM) flag behind StopOnInterrupt (interrupt.h).
 #include "util/interrupt.h"
 
 #include <omp.h>
@@ -28,11 +28,15 @@ void ensure_own_signal_stack() {
 std::atomic<bool> g_interrupted{false};
 std::atomic<int> g_interruptible_calls{0};  // InterruptibleCall objects alive
 std::atomic<int> g_installed{0};            // StopOnInterrupt objects alive (they nest: a study's theory table)
-struct sigaction g_previous {};             // the handler before the outermost one
+std::atomic<bool> g_term{false};            // the outermost one took SIGTERM too
+struct sigaction g_previous {};             // the handlers before the outermost one
+struct sigaction g_previous_term {};
 
 extern "C" void on_interrupt(int) {  // (runs on the thread's alternate stack: SA_ONSTACK)
   g_interrupted.store(true);
-  sigaction(SIGINT, &g_previous, nullptr);  // async-signal-safe; the next Ctrl-C goes to the old handler
+  // async-signal-safe; the next signal goes to the old handler (the default: it kills at once)
+  sigaction(SIGINT, &g_previous, nullptr);
+  if (g_term.load()) sigaction(SIGTERM, &g_previous_term, nullptr);
 }
 
 }  // namespace
@@ -46,7 +50,7 @@ void use_signal_stacks() {
 // Only the outermost object installs the handler and puts back the one before it; one inside it (an
 // InterruptibleCall within a study) shares the handler and the flag, so a Ctrl-C that came before it
 // still counts and the handler before the outermost one is what comes back at the end.
-StopOnInterrupt::StopOnInterrupt() {
+StopOnInterrupt::StopOnInterrupt(Signals signals) {
   use_signal_stacks();
   if (g_installed.fetch_add(1) > 0) return;
   g_interrupted.store(false);
@@ -54,11 +58,15 @@ StopOnInterrupt::StopOnInterrupt() {
   mine.sa_handler = on_interrupt;
   mine.sa_flags = SA_ONSTACK;
   sigemptyset(&mine.sa_mask);
+  g_term.store(signals == Signals::InterruptAndTerminate);
+  if (g_term.load()) sigaction(SIGTERM, &mine, &g_previous_term);
   sigaction(SIGINT, &mine, &g_previous);
 }
 
 StopOnInterrupt::~StopOnInterrupt() {
-  if (g_installed.fetch_sub(1) == 1) sigaction(SIGINT, &g_previous, nullptr);
+  if (g_installed.fetch_sub(1) != 1) return;
+  sigaction(SIGINT, &g_previous, nullptr);
+  if (g_term.exchange(false)) sigaction(SIGTERM, &g_previous_term, nullptr);
 }
 
 const std::atomic<bool>* StopOnInterrupt::flag() const { return &g_interrupted; }

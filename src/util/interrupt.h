@@ -35,10 +35,14 @@ void throw_if_interrupted();
 void use_signal_stacks();
 
 // Installs the handler for its lifetime (the previous handler is restored on destruction). Nested
-// objects share the outermost one's handler and flag.
+// objects share the outermost one's handler and flag. The commands' train and compare take SIGTERM as
+// well (Signals::InterruptAndTerminate: what `timeout`, a batch scheduler or a shutdown sends), so a
+// run stopped that way keeps its last step and a study its report; the Python module takes SIGINT only
+// (a SIGTERM ends the interpreter as Python's default does).
+enum class Signals { Interrupt, InterruptAndTerminate };
 class StopOnInterrupt {
  public:
-  StopOnInterrupt();
+  explicit StopOnInterrupt(Signals signals = Signals::Interrupt);
   ~StopOnInterrupt();
   StopOnInterrupt(const StopOnInterrupt&) = delete;
   StopOnInterrupt& operator=(const StopOnInterrupt&) = delete;
