@@ -204,6 +204,13 @@ TEST(Reproduce, LrSensitivityPairedBySeedByHand) {
   EXPECT_EQ(r["a"]["finished"], 3);
   EXPECT_TRUE(r["gap_by_step"].empty());
   EXPECT_NE(r["measured"].get<std::string>().find("LR sensitivity"), std::string::npos) << r["measured"];
+  // a side with a rate the other has not run: no comparison
+  json extra = doc;
+  extra["runs"].push_back(swept("post", 1e-1, 1, 3.0));
+  for (int s = 2; s <= 3; s++) extra["runs"].push_back(swept("post", 1e-1, s, 3.0));
+  const json uneven = reproductions(extra)[0];
+  EXPECT_EQ(uneven["verdict"], "not distinguishable at this scale");
+  EXPECT_NE(uneven["measured"].get<std::string>().find("over different rates"), std::string::npos) << uneven["measured"];
   // pre learns at no rate: nothing to compare
   for (json& x : doc["runs"])
     if (x["grid"]["model.placement"] == "pre") x["summary"]["val_loss"] = 3.07;

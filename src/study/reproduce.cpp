@@ -136,6 +136,7 @@ struct Side {
   std::vector<const json*> finished_runs;       // the runs behind by_seed (their curves: gap_by_step)
   SeedSummary stats;
   std::string unreadable;  // non-empty: the side's value cannot be compared, and why (lr_sensitivity)
+  std::vector<double> rates;  // lr_sensitivity: the rates its sensitivity is over
 };
 
 // A side for metric = "lr_sensitivity": the one setting its filter names, over all its rates; each
@@ -160,6 +161,7 @@ Side sensitivity_side(const json& results, const std::string& filter) {
       side.by_seed.emplace(e["seeds"][k].get<std::string>(), v);
       values.push_back(v);
     }
+    side.rates = e["rates"].get<std::vector<double>>();
     if (e.value("learned_nowhere", false))
       side.unreadable = fmt::format("{} learned at no rate (a flat curve at the unigram loss: its sensitivity is not "
                                     "robustness)", side_label(filter));
@@ -465,6 +467,9 @@ json reproductions(const json& results) {
     std::string verdict = theory::to_string(theory::Verdict::NotDistinguishable), how;
     if (!a.unreadable.empty() || !b.unreadable.empty()) {
       how = "no comparison: " + (a.unreadable.empty() ? b.unreadable : a.unreadable);
+    } else if (a.rates != b.rates) {  // a sensitivity is a mean over the rates: only over the same ones
+      how = fmt::format("no comparison: the sides' sensitivities are over different rates ({} and {})",
+                        fmt::join(a.rates, ", "), fmt::join(b.rates, ", "));
     } else if (a.finished == 0 || b.finished == 0) {
       const bool a_dead = a.finished == 0 && a.diverged > 0, b_dead = b.finished == 0 && b.diverged > 0;
       if (a_dead != b_dead && (a_dead ? b.finished : a.finished) > 0) {
