@@ -349,7 +349,8 @@
     root.append(el('h2', {}, 'Learning-rate sensitivity'));
     const t = el('table', {id: 'lr-sensitivity'});
     const head = ['setting', 'seeds', 'LR sensitivity (nats)', '95% interval', 'best lr (mean curve)', 'best lr by seed',
-                  'mean clipped loss by lr'];
+                  'mean clipped loss by lr', 'largest attention logit by lr', 'largest |mean log Z| by lr'];
+    const byRate = (e, key) => (e.signals && e.signals[key] || []).map((v, k) => `${e.rates[k]}: ${v == null ? '-' : fmt(v, 3)}`).join('; ');
     t.append(el('tr', {}, ...head.map((h, k) => el('th', {class: k < 1 || k > 4 ? 'text' : ''}, h))));
     for (const e of sens) {
       const s = e.sensitivity;
@@ -357,7 +358,8 @@
       t.append(el('tr', {}, el('td', {class: 'text'}, e.setting), el('td', {}, String(s.n)), el('td', {}, fmt(s.mean, 4) + nowhere),
                   el('td', {}, s.lo == null ? 'one seed' : `${fmt(s.lo, 4)} to ${fmt(s.hi, 4)}`),
                   el('td', {}, String(e.best_lr)), el('td', {class: 'text'}, e.best_lr_by_seed.join(', ')),
-                  el('td', {class: 'text'}, e.curve.map(p => `${p.lr}: ${fmt(p.loss, 4)}`).join('; '))));
+                  el('td', {class: 'text'}, e.curve.map(p => `${p.lr}: ${fmt(p.loss, 4)}`).join('; ')),
+                  el('td', {class: 'text'}, byRate(e, 'max_attn_logit')), el('td', {class: 'text'}, byRate(e, 'abs_log_z'))));
     }
     root.append(t);
     root.append(el('p', {class: 'meta'}, 'Wortsman et al. 2023: per seed, the mean over the swept rates of the final ' +

@@ -159,7 +159,7 @@ double max_logit_from_h(const Model<float>& model, const std::vector<float>& par
 // Every number of `record` against a recomputation from `model` (after the step's last forward and
 // backward; parameters `after`) and the parameters `before` the optimizer step.
 void check_record(const json& record, const Model<float>& model, const std::vector<float>& before,
-                  const std::vector<float>& after) {
+                  const std::vector<float>& after, const std::vector<float>& logits) {
   const ModelConfig& cfg = model.config();
   const ParamTable& table = model.table();
   const int C = cfg.d_model, NH = cfg.n_heads, B = model.planned_B(), T = model.planned_T(), S = model.planned_S();
@@ -254,12 +254,14 @@ void check_record(const json& record, const Model<float>& model, const std::vect
     else EXPECT_TRUE(st["dual_rms"].is_null());
   }
   EXPECT_EQ(record["stacks"].size(), cfg.encdec() ? 2u : 1u);
-  // the head: log Z of every position's logits, in double
+  // the head: log Z of every position's logits (saved after the forward: the backward overwrites them
+  // with their gradient), in double
   const int V = cfg.vocab_size();
+  ASSERT_EQ(logits.size(), size_t(B) * T * V);
   double z_mean = 0, z_max = -INFINITY;
   for (long r = 0; r < long(B) * T; r++) {
     double sum = 0;
-    for (int v = 0; v < V; v++) sum += std::exp(double(model.logits()[size_t(r) * V + size_t(v)]));
+    for (int v = 0; v < V; v++) sum += std::exp(double(logits[size_t(r) * V + size_t(v)]));
     z_mean += std::log(sum) / double(long(B) * T);
     z_max = std::max(z_max, std::log(sum));
   }
@@ -284,6 +286,7 @@ void log_and_check(ModelConfig cfg, int B, int T, int S) {
   model.set_training(true, 1);
   model.zero_grad();
   model.forward(ids.data(), labels.data(), B, T, nullptr, nullptr, source);
+  const std::vector<float> logits(model.logits(), model.logits() + size_t(B) * T * V);
   model.backward();
   LayerLogger logger(model);
   logger.begin(model);
@@ -292,7 +295,7 @@ void log_and_check(ModelConfig cfg, int B, int T, int S) {
   opt.step(model.params().data(), model.grads().data(), 1e-2, 1);
   const json record = logger.finish(model, 1);
   EXPECT_EQ(record["step"], 1);
-  check_record(record, model, before, model.params());
+  check_record(record, model, before, model.params(), logits);
 }
 
 ModelConfig small(Arch arch, Placement p) {
@@ -383,16 +386,18 @@ TEST(LayerLog, TrainerRecordsMatchAReplayOfTheRun) {
     SCOPED_TRACE("step " + std::to_string(step));
     const std::vector<float> logits_before = probe_logits();  // at the parameters before the step
     model.zero_grad();
+    std::vector<float> logits;  // the last micro-batch's, before its backward overwrites them
     for (int micro = 0; micro < tc.grad_accum; micro++) {
       const Batch b = sample_batch(corpus.train, Arch::Gpt, tc.batch_size, 12, data_rng);
       model.set_training(true, uint64_t(step) * 65536 + micro);
       model.forward(b.ids.data(), b.labels.data(), b.B, b.T);
+      logits.assign(model.logits(), model.logits() + size_t(b.B) * b.T * model.config().vocab_size());
       model.backward(1.0 / tc.grad_accum);
     }
     const std::vector<float> before = model.params();
     opt.step(model.params().data(), model.grads().data(), learning_rate(sched, step), step,
              clip_scale(grad_norm(model.grads()), tc.grad_clip));
-    check_record(records[size_t(step - 1)], model, before, model.params());  // activations of the last micro-batch
+    check_record(records[size_t(step - 1)], model, before, model.params(), logits);  // the last micro-batch's
     const std::vector<float> logits_after = probe_logits();
     double du = 0;
     for (long r = 0; r < long(probe.B) * probe.T; r++) {

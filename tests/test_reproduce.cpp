@@ -230,7 +230,7 @@ TEST(Reproduce, LoggedSignalsAreTheLargestOverLayersAndSteps) {
       json r = run(p, 1e-3, s, 2.5);
       const double top = std::string(p) == "post" ? grow[s - 1] : flat[s - 1];
       r["layer_log"] = {{"step", {1, 100}},
-                        {"log_z_mean", {0.5, -top}},  // |log Z| largest at the end, and negative
+                        {"log_z_mean", {0.5, -top}}, {"log_z_of", "forward"},  // |log Z| largest at the end, and negative
                         {"values", {{"attn_max_logit", {{0.1, nullptr, -0.2}, {top / 2, nullptr, top}}}}}};
       runs.push_back(r);
     }

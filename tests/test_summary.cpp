@@ -151,11 +151,20 @@ TEST(Summary, LrSensitivityByHand) {
       r["config"]["train"]["lr"] = rates[k];
       r["grid"]["train.seed"] = seed;
       r["train"] = {{"step", {1, 2}}, {"loss", {5.5, 5.4}}};
+      // the signals: largest attention logit 10 k + seed (a null slot and a smaller step besides), and
+      // |mean log Z| as large, negative
+      const double top = 10.0 * k + seed;
+      r["layer_log"] = {{"step", {1, 100}}, {"log_z_mean", {0.1, -top}}, {"log_z_of", "forward"},
+                        {"values", {{"attn_max_logit", {{0.5, nullptr}, {-1.0, top}}}}}};
       runs.push_back(r);
     }
   json results = results_of(runs);
   results["study"]["varying"] = {"model.placement", "train.lr", "train.seed"};
   const json e = lr_sensitivity(results);
+  // the mean over the counted seeds 1 and 2 (seed 3, left out, does not count): 10 k + 1.5
+  EXPECT_EQ(e[0]["signals"]["max_attn_logit"], json({1.5, 11.5, 21.5})) << e[0].dump(1);
+  EXPECT_EQ(e[0]["signals"]["abs_log_z"], json({1.5, 11.5, 21.5}));
+  EXPECT_TRUE(any_contains(written_summary(results), "by lr, the largest attention logit 1.5, 11.5, 21.5 and the largest"));
   ASSERT_EQ(e.size(), 1u) << e.dump(1);
   const std::vector<double> want = {(0.2 + 0.0 + 3.2) / 3, (0.4 + 0.0 + 3.3) / 3};
   const json& s = e[0]["sensitivity"];

@@ -209,8 +209,12 @@ class Model {
   void read_branch_input_gradients(StreamGradientReader reader) { branch_gradient_reader_ = std::move(reader); }
   void zero_grad();
 
-  // (B, T, V) after forward, before backward; null for a headless model (head = none)
+  // (B, T, V) after forward, before backward (which turns them into their gradient); null for a
+  // headless model (head = none)
   const S* logits() const { return logits_; }
+  // (B, T): log Z = logsumexp of each position's logits from the last forward, kept through backward
+  // (the quantity z-loss penalizes); null for a headless model
+  const S* log_partitions() const { return cfg_.has_logits() ? lse_ : nullptr; }
   int64_t label_count() const { return label_count_; }
   // The bytes of the activations (forward and backward buffers) a forward of B sequences of T tokens
   // (and Ssrc source tokens, encoder-decoders) allocates: the same table plan() carves, summed. Changes

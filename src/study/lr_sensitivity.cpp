@@ -66,6 +66,25 @@ std::string learned_text(const json& e) {
                      e["rates"].size(), counts.size() > 1 ? " (by seed)" : "");
 }
 
+// "; by lr, the largest attention logit 3.1, ..., 41.7 and the largest |mean log Z| 0.2, ..., 6.3" (the
+// means over the seeds; "-" where no run logged it; nothing when none did)
+std::string signals_text(const json& e) {
+  if (!e.contains("signals")) return "";
+  std::vector<std::string> parts;
+  for (const auto& [key, words] : {std::pair{"max_attn_logit", "the largest attention logit"},
+                                   std::pair{"abs_log_z", "the largest |mean log Z| of the output logits"}}) {
+    std::vector<std::string> values;
+    bool any = false;
+    for (const json& v : e["signals"][key]) {
+      values.push_back(v.is_number() ? fmt::format("{:.3g}", v.get<double>()) : "-");
+      any |= v.is_number();
+    }
+    if (any) parts.push_back(fmt::format("{} {}", words, fmt::join(values, ", ")));
+  }
+  return parts.empty() ? "" : fmt::format("; by lr, {} (Wortsman et al.'s two instabilities; over the logged steps, mean over the seeds)",
+                                          fmt::join(parts, " and "));
+}
+
 struct SweptSetting {
   std::string name;
   json keys;  // the setting's value of each other varied key (grid_value text)
@@ -105,6 +124,9 @@ json lr_sensitivity(const json& results) {
     rates.erase(std::unique(rates.begin(), rates.end()), rates.end());
     if (rates.size() < 2) continue;
     std::vector<double> sensitivity, curve(rates.size(), 0.0), best_by_seed;
+    // the two instabilities' signals at each rate, summed over the counted seeds that logged them
+    std::vector<double> logit_sum(rates.size(), 0.0), log_z_sum(rates.size(), 0.0);
+    std::vector<int> logit_n(rates.size(), 0), log_z_n(rates.size(), 0);
     json seeds = json::array(), left_out = json::array(), learned_by_seed = json::array();
     for (const std::string& seed : s.seed_order) {
       const auto& runs = s.by_seed.at(seed);
@@ -136,6 +158,11 @@ json lr_sensitivity(const json& results) {
       for (double c : clipped) excess += (c - *best) / double(clipped.size());
       sensitivity.push_back(excess);
       learned_by_seed.push_back(learned_rates);
+      for (size_t k = 0; k < rates.size(); k++) {
+        const json& r = *runs.at(rates[k]);
+        if (const auto v = largest_logged(r, "attn_max_logit", true)) logit_sum[k] += *v, logit_n[k]++;
+        if (const auto v = largest_log_z(r)) log_z_sum[k] += *v, log_z_n[k]++;
+      }
       best_by_seed.push_back(rates[size_t(best - clipped.begin())]);
       for (size_t k = 0; k < rates.size(); k++) curve[k] += clipped[k];
       seeds.push_back(seed);
@@ -158,6 +185,12 @@ json lr_sensitivity(const json& results) {
       points.push_back({{"lr", rates[k]}, {"loss", curve[k]}});
     }
     entry["curve"] = points;
+    json logits = json::array(), log_z = json::array();
+    for (size_t k = 0; k < rates.size(); k++) {
+      logits.push_back(logit_n[k] ? json(logit_sum[k] / logit_n[k]) : json(nullptr));
+      log_z.push_back(log_z_n[k] ? json(log_z_sum[k] / log_z_n[k]) : json(nullptr));
+    }
+    entry["signals"] = {{"max_attn_logit", logits}, {"abs_log_z", log_z}};
     entry["best_lr"] = rates[lowest];
     entry["best_lr_by_seed"] = best_by_seed;
     entry["learned_rates_by_seed"] = learned_by_seed;
@@ -205,7 +238,7 @@ std::vector<std::string> lr_sensitivity_text(const json& sensitivity) {
         "seed's best lr {}{}{}.",
         e["setting"].get<std::string>(), s["mean"].get<double>(), interval, s["n"].get<int>(), s["n"].get<int>() == 1 ? "" : "s",
         fmt::join(rates, ", "), fmt::join(curve, ", "), e["best_lr"].get<double>(), fmt::join(best, ", "),
-        learned_text(e), left));
+        learned_text(e) + signals_text(e), left));
   }
   return out;
 }

@@ -22,7 +22,10 @@ namespace normlab::study {
 //   best_lr, best_lr_by_seed: [...], learned_rates_by_seed: [how many rates learned more than the unigram
 //   frequencies, null where the runs carry no unigram entropy], learned_nowhere (every seed learned at no
 //   rate: the curve is flat at the unigram loss and the sensitivity, about 0, measures nothing),
-//   sensitivity: {n, mean, lo, hi, values}}], one per setting with at least two rates; empty when the
+//   signals: {max_attn_logit, abs_log_z: per rate the mean over the counted seeds of each run's largest
+//   attention logit (over its layers and logged steps) and largest |mean log Z| of its output logits
+//   (over the logged steps), null where none logged it: Wortsman et al.'s two instabilities against
+//   the rate}, sensitivity: {n, mean, lo, hi, values}}], one per setting with at least two rates; empty when the
 //   study does not vary train.lr.
 nlohmann::json lr_sensitivity(const nlohmann::json& results);
 // One sentence per setting, for the written summary (none when the list is empty).

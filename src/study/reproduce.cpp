@@ -91,33 +91,11 @@ std::string side_label(const std::string& filter) {
   return out;
 }
 
-// The largest |value| over the logged steps of a per-layer log series (layer_log.values[name]: steps x
-// slots, null where a slot has no reading) or of a per-step one (layer_log[name]: one value a step).
-std::optional<double> largest_logged(const json& run, const std::string& name, bool per_slot) {
-  if (!run.contains("layer_log") || !run["layer_log"].is_object()) return std::nullopt;
-  const json& log = run["layer_log"];
-  const json* series = per_slot ? (log.contains("values") && log["values"].is_object() && log["values"].contains(name)
-                                       ? &log["values"][name] : nullptr)
-                                : (log.contains(name) ? &log[name] : nullptr);
-  if (!series || !series->is_array()) return std::nullopt;
-  std::optional<double> out;
-  const auto take = [&](const json& v) {
-    if (v.is_number() && std::isfinite(v.get<double>())) out = std::max(out.value_or(0.0), std::abs(v.get<double>()));
-  };
-  for (const json& step : *series) {
-    if (step.is_array())
-      for (const json& v : step) take(v);
-    else
-      take(step);
-  }
-  return out;
-}
-
 std::optional<double> metric_of(const json& run, const std::string& metric) {
   if (metric == "lowest_val_loss" || metric == "test_loss")  // lowest: its lowest evaluation, not its last
     return run.contains("summary") ? view::number(run["summary"], metric.c_str()) : std::nullopt;
-  if (metric == "max_attn_logit") return largest_logged(run, "attn_max_logit", true);
-  if (metric == "abs_log_z") return largest_logged(run, "log_z_mean", false);
+  if (metric == "max_attn_logit") return view::largest_logged(run, "attn_max_logit", true);
+  if (metric == "abs_log_z") return view::largest_log_z(run);
   return metric == "bleu" ? view::run_bleu(run) : view::val_loss(run);
 }
 

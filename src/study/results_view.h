@@ -3,6 +3,8 @@
 // tolerates a missing key (a failed or unfinished run has no summary).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -34,6 +36,37 @@ inline bool learned_only_unigram(const json& run) {
   const auto v = val_loss(run);
   const auto h = number(run, "unigram_entropy");
   return v && h && *v >= *h - kStuckMargin;
+}
+
+// The largest |value| over the logged steps of a per-layer log series (layer_log.values[name]: steps x
+// slots, null where a slot has no reading) or of a per-step one (layer_log[name]: one value a step).
+inline std::optional<double> largest_logged(const json& run, const std::string& name, bool per_slot) {
+  if (!run.contains("layer_log") || !run["layer_log"].is_object()) return std::nullopt;
+  const json& log = run["layer_log"];
+  const json* series = per_slot ? (log.contains("values") && log["values"].is_object() && log["values"].contains(name)
+                                       ? &log["values"][name] : nullptr)
+                                : (log.contains(name) ? &log[name] : nullptr);
+  if (!series || !series->is_array()) return std::nullopt;
+  std::optional<double> out;
+  const auto take = [&](const json& v) {
+    if (v.is_number() && std::isfinite(v.get<double>())) out = std::max(out.value_or(0.0), std::abs(v.get<double>()));
+  };
+  for (const json& step : *series) {
+    if (step.is_array())
+      for (const json& v : step) take(v);
+    else
+      take(step);
+  }
+  return out;
+}
+
+// The largest |mean log Z| of the output logits over the logged steps, from a layer log that read it
+// from the forward (layer_log.log_z_of; earlier logs read the logits' gradient instead and are not used)
+inline std::optional<double> largest_log_z(const json& run) {
+  if (!run.contains("layer_log") || !run["layer_log"].is_object() ||
+      run["layer_log"].value("log_z_of", std::string()) != "forward")
+    return std::nullopt;
+  return largest_logged(run, "log_z_mean", false);
 }
 
 // Validation BLEU of a translation run (greedy decoding, metrics summary), if it has one.

@@ -213,9 +213,13 @@ nlohmann::json layer_series(const std::vector<nlohmann::json>& records) {
   }
   out["stack_output_rms"] = std::move(stack_out);
   if (records.front().contains("model_update")) out["model_update"] = std::move(update);
-  if (records.front().value("head", json(nullptr)).is_object()) {  // (runs logged before log Z have none)
+  // (runs logged before log Z have none; runs logged before log_z_of read it from the logits' gradient,
+  // which the backward had written over them: not log Z, dropped)
+  const json first_head = records.front().value("head", json(nullptr));
+  if (first_head.is_object() && first_head.value("log_z_of", std::string()) == "forward") {
     out["log_z_mean"] = std::move(z_mean);
     out["log_z_max"] = std::move(z_max);
+    out["log_z_of"] = "forward";
   }
   return out;
 }

@@ -286,11 +286,15 @@ void LayerLogger::begin(const Model<float>& model) {
                       {"ln_f_input_rms", final_norm ? json(mean_token_rms(xd ? xd : x, N, C)) : json(nullptr)},
                       {"final_rms", mean_token_rms(y, N, C)}});
   }
-  // the output logits of every position (the decoder's in an encoder-decoder)
+  // log Z of the output logits of every position (the decoder's in an encoder-decoder), as the forward
+  // computed it: begin() runs after backward, which has turned the logits themselves into their gradient
   json head = nullptr;
-  if (cfg.has_logits() && model.logits()) {
-    const LogPartition z = log_partition(model.logits(), long(B) * model.planned_T(), cfg.vocab_size());
-    head = {{"log_z_mean", z.mean}, {"log_z_max", z.max}};
+  if (const float* lse = model.log_partitions()) {
+    const long rows = long(B) * model.planned_T();
+    LogPartition z{0, -std::numeric_limits<double>::infinity()};
+    for (long r = 0; r < rows; r++) z.mean += double(lse[r]) / double(rows), z.max = std::max(z.max, double(lse[r]));
+    // log_z_of: what log Z was read from (records without it read the backward's gradient; not log Z)
+    head = {{"log_z_mean", z.mean}, {"log_z_max", z.max}, {"log_z_of", "forward"}};
   }
   record_ = {{"type", "layers"}, {"micro_batch", "last"}, {"sublayers", std::move(sublayers)},
              {"stacks", std::move(stacks)}, {"head", std::move(head)}, {"other", std::move(other)}};
