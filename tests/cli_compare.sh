@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cli_compare.sh: `normlab compare` end to end on a tiny study (every output file, the run table,
-# the written summary, divergence recorded as a result, a self-contained report), `normlab report`,
+# the written summary, divergence recorded as a result, a self-contained report, a snapshot after each run
+# while it runs), `normlab report`,
 # Ctrl-C and SIGTERM (the finished runs and a report of them are kept, exit 130), and bad study input (one
 # clear message, exit 1, nothing overwritten).
 # Usage: cli_compare.sh path/to/normlab path/to/tests/data
@@ -311,6 +312,11 @@ for _ in $(seq 1 600); do  # wait until the first run has finished and the secon
   grep -q '\[2/3\]' slow.txt && grep -qE 'step [0-9]+/[0-9]+ \|' <(sed -n '/\[2\/3\]/,$p' slow.txt) && break
   sleep 0.1
 done
+# while it runs: a snapshot of the study so far, after each run
+check "[[ \$(q slow/results.json \"(d['running'], [r['status'] for r in d['runs']])\") == \"(True, ['finished', 'not run', 'not run'])\" ]]" \
+  "no snapshot while the study runs: $(q slow/results.json "d.get('running'), [r['status'] for r in d['runs']]" 2>&1)"
+check "grep -q 'The study is running: 1 of 3 runs finished so far' slow/summary.txt && [[ -s slow/report.html ]]" \
+  "the snapshot's summary does not say the study is running"
 kill -INT $pid
 wait $pid
 rc=$?

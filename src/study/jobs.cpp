@@ -238,6 +238,18 @@ void write_job_part(const fs::path& dir, int job, const nlohmann::json& part) {
   write_file_atomic(part_path(dir, job).string(), part.dump());
 }
 
+nlohmann::json peek_job_part(const fs::path& dir, int job) {
+  const fs::path path = part_path(dir, job);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return nlohmann::json::object();
+  try {
+    const nlohmann::json part = parse_json_or_discarded(read_file(path.string(), "a job's results"));
+    return part.is_object() ? part : nlohmann::json::object();
+  } catch (const std::exception&) {  // (replaced or removed while read: the next snapshot reads it)
+    return nlohmann::json::object();
+  }
+}
+
 JobPart take_job_part(const fs::path& dir, int job) {
   const fs::path path = part_path(dir, job);
   std::error_code ec;

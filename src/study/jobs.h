@@ -99,5 +99,8 @@ struct JobPart {
   std::string problem;  // empty: read (or none written)
 };
 JobPart take_job_part(const std::filesystem::path& dir, int job);
+// Job `job`'s records so far, read and left in place (an empty object when it wrote none or its file
+// does not parse): what a snapshot of the running study shows.
+nlohmann::json peek_job_part(const std::filesystem::path& dir, int job);
 
 }  // namespace normlab::study

@@ -461,6 +461,14 @@ class ScopedThreads {
   int before_;
 };
 
+// results.json's record of the study itself, before its runs
+nlohmann::json results_header(const Study& study) {
+  return {{"study", {{"name", study.name}, {"title", study.title}, {"description", study.description},
+                     {"varying", study.varying}, {"instruments", study.instruments},
+                     {"probe_seq_len", study.probe_seq_len}, {"document", study.document}}},
+          {"runs", nlohmann::json::array()}};
+}
+
 // compare --worker K: job K of a study started with --jobs (jobs.h): runs from the queue until it is
 // empty or Ctrl-C, its records written after every run.
 int run_worker(const Study& study, const CompareOptions& given) {
@@ -637,6 +645,38 @@ int run_study(const Study& given, const CompareOptions& options) {
   // this rank's runs, by index in the study
   nlohmann::json mine = nlohmann::json::object();
   bool interrupted = false;
+  // After each run this process ends (one process, no MPI): the study so far as results.json, summary.txt
+  // and report.html, marked "running" (the other jobs' runs from their records, the rest "not run"), so
+  // that the report can be read and the state kept while the study runs, and a study killed outright
+  // resumes with every run that had finished. A snapshot that cannot be written is said once, and the
+  // study goes on.
+  bool snapshot_failed = false;
+  const auto snapshot = [&](int jobs_running) {
+    if (comm.size() > 1 || snapshot_failed) return;
+    std::vector<nlohmann::json> parts;
+    for (int job = 1; job < jobs_running; job++) parts.push_back(peek_job_part(out, job));
+    nlohmann::json results = results_header(study);
+    for (size_t i = 0; i < study.runs.size(); i++) {
+      const std::string key = std::to_string(i);
+      nlohmann::json run = run_record(study.runs[i], "not run");
+      if (auto it = kept.find(study.runs[i].name); it != kept.end()) run = it->second;
+      else if (mine.contains(key)) run = mine[key];
+      else
+        for (const nlohmann::json& part : parts)
+          if (part.contains("runs") && part["runs"].is_object() && part["runs"].contains(key)) run = part["runs"][key];
+      results["runs"].push_back(run["status"] == "interrupted" ? run_record(study.runs[i], "not run") : run);
+    }
+    results["running"] = true;
+    results["interrupted"] = false;
+    results["elapsed_s"] = elapsed_before + progress.elapsed();
+    try {
+      write_outputs(results, out);
+    } catch (const std::exception& e) {
+      snapshot_failed = true;
+      fmt::print(stderr, "normlab: could not write the study's snapshot ({}); the study goes on and writes its "
+                         "results at the end\n", e.what());
+    }
+  };
   if (jobs > 1) {  // side by side in `jobs` processes, this one job 0 (jobs.h)
     std::vector<size_t> order;
     for (size_t i = 0; i < study.runs.size(); i++)
@@ -659,6 +699,7 @@ int run_study(const Study& given, const CompareOptions& options) {
       interrupted = run["status"] == "interrupted";
       mine[std::to_string(*i)] = std::move(run);
       queue.done(*i);
+      if (!interrupted) snapshot(jobs);
     }
     if (interrupted || stopped(options)) queue.stop();  // the other jobs too (a kill -INT reaches job 0 alone)
     std::vector<std::string> ends = workers.wait();
@@ -698,6 +739,7 @@ int run_study(const Study& given, const CompareOptions& options) {
       nlohmann::json run = run_and_report(study, i, out, options, progress, data);
       if (run["status"] == "interrupted") interrupted = true;
       mine[std::to_string(i)] = std::move(run);
+      if (!interrupted) snapshot(1);
     }
   }
 
@@ -711,11 +753,7 @@ int run_study(const Study& given, const CompareOptions& options) {
     interrupted |= part["interrupted"].get<bool>();
     for (const auto& [index, run] : part["runs"].items()) by_index[std::stoul(index)] = run;
   }
-  nlohmann::json results = {{"study", {{"name", study.name}, {"title", study.title},
-                                       {"description", study.description}, {"varying", study.varying},
-                                       {"instruments", study.instruments}, {"probe_seq_len", study.probe_seq_len},
-                                       {"document", study.document}}},
-                            {"runs", nlohmann::json::array()}};
+  nlohmann::json results = results_header(study);
   bool failed = false;
   for (size_t i = 0; i < study.runs.size(); i++) {
     const auto it = kept.find(study.runs[i].name);

@@ -295,6 +295,9 @@ json written_summary(const json& results) {
   std::vector<const json*> done;
   for (const auto& r : runs)
     if (r.contains("summary") && r["status"] != "interrupted") done.push_back(&r);
+  if (results.value("running", false))
+    out.push_back(fmt::format("The study is running: {} of {} runs finished so far (a snapshot, written again after "
+                              "each run).", done.size(), runs.size()));
   if (results.value("interrupted", false))
     out.push_back(fmt::format("The study was interrupted: {} of {} runs finished; the rest are not in these results.",
                               done.size(), runs.size()));
