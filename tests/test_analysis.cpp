@@ -24,6 +24,7 @@
 #include <map>
 #include "analysis_models.h"
 #include "check.h"
+#include "util/error.h"
 #include "util/rng.h"
 #include "ops/common.h"
 
@@ -696,6 +697,19 @@ TEST(Dynamics, PassesOfFewerSequencesGiveTheWholeBatchsReadings) {
     const DynamicsReport whole = analyze_dynamics(m, batches);
     EXPECT_EQ(m.planned_B(), B);
     EXPECT_EQ(m.planned_activation_bytes(), B * per_row);  // the sizing is what plan() carved
+    {  // a plan beyond the machine's memory is refused before anything changes: the model runs as before
+      const int huge = 1 << 22;
+      std::vector<int32_t> ids(size_t(huge) * T, 1);
+      try {
+        m.forward(ids.data(), ids.data(), huge, T);
+        ADD_FAILURE() << "a plan of " << huge << " sequences was not refused";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("the activations of 4194304 sequences"), std::string::npos) << e.what();
+      }
+      EXPECT_EQ(m.planned_B(), B);
+      const Batch& b = batches[0];
+      EXPECT_EQ(m.forward(b.ids.data(), b.labels.data(), B, T), m.forward(b.ids.data(), b.labels.data(), B, T));
+    }
     for (const double budget : {1.5 * per_row, 3.2 * per_row}) {
       ASSERT_EQ(rows_per_pass(m, B, T, budget), budget < 2 * per_row ? 1 : 3);
       const DynamicsReport parts = analyze_dynamics(m, batches, budget);

@@ -173,6 +173,9 @@ void Model<S>::set_training(bool training, uint64_t dropout_seed, long first_row
 template <class S>
 void Model<S>::plan(int B, int T, int Ssrc) {
   if (B == B_ && T == T_ && Ssrc == S_) return;
+  // refused before anything changes: the model stays planned as it was
+  require_memory(activation_bytes(B, T, Ssrc), fmt::format("the activations of {} sequences of {} tokens", B, T),
+                 " (fewer sequences or shorter ones need less)");
   plan_buffers(B, T, Ssrc, true);
 }
 
@@ -277,8 +280,6 @@ size_t Model<S>::plan_buffers(int B, int T, int Ssrc, bool carve) {
   size_t total = 0;
   for (const auto& e : plan) total += e.count;
   if (!carve) return total;
-  require_memory(double(total) * sizeof(S), fmt::format("the activations of {} sequences of {} tokens", B, T),
-                 " (fewer sequences or shorter ones need less)");
   if (acts_.capacity() > total) std::vector<S>().swap(acts_);  // a smaller plan gives the memory back
   acts_.assign(total, S(0));
   size_t offset = 0;
