@@ -16,6 +16,20 @@
 
 using namespace normlab;
 
+namespace {
+
+// One layer of width 4: a parameter table small enough to step by hand.
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.d_model = 4;
+  c.n_heads = 1;
+  c.n_layers = 1;
+  c.seq_len = 2;
+  return c;
+}
+
+}  // namespace
+
 TEST(Schedule, MatchesClosedForms) {
   ScheduleConfig s{Schedule::Warmup, 1.0, 10, 0.0, 100};
   EXPECT_DOUBLE_EQ(learning_rate(s, 1), 0.1);
@@ -33,12 +47,7 @@ TEST(Schedule, MatchesClosedForms) {
 }
 
 TEST(AdamW, MatchesHandComputedSteps) {
-  ModelConfig c;
-  c.d_model = 4;
-  c.n_heads = 1;
-  c.n_layers = 1;
-  c.seq_len = 2;
-  const ParamTable table = make_param_table(c);
+  const ParamTable table = make_param_table(tiny_config());
   AdamWConfig a{0.9, 0.95, 1e-8, 0.1};
   AdamW opt(table, a);
   std::vector<float> p(table.total, 0.5f), g(table.total, 0.0f);
@@ -66,12 +75,7 @@ TEST(Clip, ScalesToMaxNormInsideTheAdamWStep) {
   EXPECT_EQ(clip_scale(0.5, 1.0), 1.0);
   EXPECT_EQ(clip_scale(5.0, 0.0), 1.0);  // 0 turns clipping off
   // AdamW on clipped gradients equals AdamW on gradients scaled beforehand
-  ModelConfig c;
-  c.d_model = 4;
-  c.n_heads = 1;
-  c.n_layers = 1;
-  c.seq_len = 2;
-  const ParamTable table = make_param_table(c);
+  const ParamTable table = make_param_table(tiny_config());
   std::vector<float> pa(table.total, 0.5f), pb(pa), ga(table.total), gb(table.total);
   for (size_t i = 0; i < ga.size(); i++) ga[i] = float(i % 7) - 3.0f;
   const double scale = clip_scale(grad_norm(ga), 1.0);
@@ -121,12 +125,7 @@ TEST(AdamW, WatchedUpdateIsThePlainOneAndReportsEachTensor) {
 
 // A model too big for its optimizer is refused by name before the moments are allocated
 TEST(AdamW, RefusesMomentsBeyondTheMachinesMemory) {
-  ModelConfig c;
-  c.d_model = 4;
-  c.n_heads = 1;
-  c.n_layers = 1;
-  c.seq_len = 2;
-  ParamTable table = make_param_table(c);
+  ParamTable table = make_param_table(tiny_config());
   table.total = size_t(1) << 44;  // 128 TB of moments
   try {
     AdamW opt(table, {});
