@@ -370,6 +370,40 @@
         'that says nothing about robustness.'));
   }
 
+  // ---- which signal moved first, against the best rate's run (results.json: onsets) ----
+  const onsets = (data.onsets || []).filter(e => e.runs.some(r => r.loss_behind_step != null));
+  if (onsets.length) {
+    root.append(el('h2', {}, 'Which signal moved first'));
+    const names = {max_attn_logit: 'largest attention logit', abs_log_z: '|mean log Z|', grad_norm: 'gradient norm'};
+    const t = el('table', {id: 'onsets'});
+    t.append(el('tr', {}, ...['setting', 'seed', 'lr', 'best lr', 'outcome', 'loss fell behind at step',
+                              ...Object.values(names).map(n => `${n}: left range at step (lead: order)`)].map(h => el('th', {class: 'text'}, h))));
+    for (const e of onsets)
+      for (const r of e.runs) {
+        const cell = key => {
+          const x = r.signals[key];
+          if (x == null) return 'not logged';
+          const order = {before: 'first', after: 'after the loss', never: 'never', unresolved: 'too close to order'}[x.order] || '';
+          if (x.onset_step == null) return `stayed in range (${order || 'never'})`;
+          return x.lead == null ? String(x.onset_step) : `${x.onset_step} (${x.lead > 0 ? '+' : ''}${x.lead}: ${order})`;
+        };
+        t.append(el('tr', {}, el('td', {class: 'text'}, e.setting), el('td', {class: 'text'}, r.seed), el('td', {}, String(r.lr)),
+                    el('td', {}, String(r.best_lr)), el('td', {class: 'text'}, r.outcome),
+                    el('td', {}, r.loss_behind_step == null ? '-' : String(r.loss_behind_step)),
+                    ...Object.keys(names).map(k => el('td', {class: 'text'}, cell(k)))));
+      }
+    root.append(t);
+    const every = onsets[0];
+    root.append(el('p', {class: 'meta'}, 'Each run above its seed\'s best rate against the run at the best rate (the same ' +
+        'initialization and batches). The loss fell behind at the first step from which its training loss stays above ' +
+        'the reference\'s; a signal left the range at the first step it logged more than the largest value the ' +
+        'reference logged in its whole run; the lead (in parentheses) is the loss\'s step minus the signal\'s. The ' +
+        'signal moved first when that step is at or before the last step its loss was level; after the loss, when it ' +
+        'was still in range at a logged step its loss was already behind; too close to order when both moments fall ' +
+        'between the same two logged steps.' + (every.layer_log_every != null && every.train_log_every != null
+          ? ` The per-layer log is every ${every.layer_log_every} steps and the loss every ${every.train_log_every}.` : '')));
+  }
+
   // One legend for all charts: a swatch per setting in its colour (with seeds: the mean line and its band).
   function legend() {
     const box = el('div', {class: 'legend'});

@@ -85,23 +85,15 @@ std::string signals_text(const json& e) {
                                           fmt::join(parts, " and "));
 }
 
-struct SweptSetting {
-  std::string name;
-  json keys;  // the setting's value of each other varied key (grid_value text)
-  std::map<std::string, std::map<double, const json*>> by_seed;  // seed -> rate -> run
-  std::vector<std::string> seed_order;
-};
-
 }  // namespace
 
-json lr_sensitivity(const json& results) {
-  json out = json::array();
+std::vector<SweptSetting> swept_settings(const json& results) {
+  std::vector<SweptSetting> settings;
   const std::vector<std::string> varying = results.at("study").value("varying", std::vector<std::string>{});
-  if (std::find(varying.begin(), varying.end(), "train.lr") == varying.end()) return out;
+  if (std::find(varying.begin(), varying.end(), "train.lr") == varying.end()) return settings;
   std::vector<std::string> others;
   for (const auto& k : varying)
     if (k != "train.lr" && !is_seed_key(k)) others.push_back(k);
-  std::vector<SweptSetting> settings;
   for (const json& r : results["runs"]) {
     const std::string status = r.value("status", std::string());
     if (status != "finished" && status != "diverged") continue;
@@ -110,18 +102,25 @@ json lr_sensitivity(const json& results) {
     if (s == settings.end()) {
       json keys = json::object();
       for (const auto& k : others) keys[k] = grid_value(r, k);
-      s = settings.insert(settings.end(), SweptSetting{name, keys, {}, {}});
+      s = settings.insert(settings.end(), SweptSetting{name, keys, {}, {}, {}});
     }
     const std::string seed = seed_of(r);
     if (!s->by_seed.count(seed)) s->seed_order.push_back(seed);
     s->by_seed[seed][r["config"]["train"]["lr"].get<double>()] = &r;
   }
-  for (const SweptSetting& s : settings) {
-    std::vector<double> rates;
+  for (SweptSetting& s : settings) {
     for (const auto& [seed, runs] : s.by_seed)
-      for (const auto& [lr, r] : runs) rates.push_back(lr);
-    std::sort(rates.begin(), rates.end());
-    rates.erase(std::unique(rates.begin(), rates.end()), rates.end());
+      for (const auto& [lr, r] : runs) s.rates.push_back(lr);
+    std::sort(s.rates.begin(), s.rates.end());
+    s.rates.erase(std::unique(s.rates.begin(), s.rates.end()), s.rates.end());
+  }
+  return settings;
+}
+
+json lr_sensitivity(const json& results) {
+  json out = json::array();
+  for (const SweptSetting& s : swept_settings(results)) {
+    const std::vector<double>& rates = s.rates;
     if (rates.size() < 2) continue;
     std::vector<double> sensitivity, curve(rates.size(), 0.0), best_by_seed;
     // the two instabilities' signals at each rate, summed over the counted seeds that logged them

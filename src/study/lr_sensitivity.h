@@ -12,11 +12,24 @@
 // the mean clipped curve, the rate of its lowest point, and each seed's best rate.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 namespace normlab::study {
+
+// The runs of a study that sweeps train.lr, grouped as the readings below read them: one entry per
+// setting of the other varied keys (the seed keys aside), its finished and diverged runs by seed and
+// rate (pointers into `results`, which must outlive the entries). Empty when train.lr is not varied.
+struct SweptSetting {
+  std::string name;     // the other keys' values, "key=value key=value" ("" when there are none)
+  nlohmann::json keys;  // the setting's value of each other varied key (grid_value text)
+  std::map<std::string, std::map<double, const nlohmann::json*>> by_seed;  // seed -> rate -> run
+  std::vector<std::string> seed_order;  // the seeds in the order their first run appears
+  std::vector<double> rates;            // every rate any seed ran, ascending
+};
+std::vector<SweptSetting> swept_settings(const nlohmann::json& results);
 
 // [{setting, rates: [lr...], seeds (the seeds counted), left_out: ["seed ...: why"], curve: [{lr, loss}],
 //   best_lr, best_lr_by_seed: [...], learned_rates_by_seed: [how many rates learned more than the unigram

@@ -46,12 +46,6 @@ constexpr int kLanczosK = 5;
 
 std::string cache_dir() { return normlab_cache_dir(); }
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(fmt::format("'{}': cannot open", p.string()));
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // The rows of kProbeT tokens: [CLS] w ... w [SEP], the stream of sentences separated by [SEP] (bert);
 // or the sentences' tokens joined by newlines, cut into rows (causal: no special tokens).
 std::vector<std::vector<int32_t>> text_rows(const Tokenizer& tok, const std::string& text, bool bert) {
@@ -408,7 +402,7 @@ int run_pretrained_study(const CompareOptions& options) {
     Subject s{"smollm2", "SmolLM2-135M-Instruct", open_model(gguf, {.forward_only = true, .quiet = true}), false, 0};
     subjects.push_back(std::move(s));
   }
-  const std::string text = read_file(resource_path("data/sentences.txt"));
+  const std::string text = read_file(resource_path("data/sentences.txt"), "the probe sentences");
   fs::create_directories(out, ec);
   if (ec || !fs::is_directory(out))
     throw Error(fmt::format("--out '{}': cannot create the output directory", options.out_dir));

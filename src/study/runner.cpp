@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "study/jobs.h"
 #include "study/lr_sensitivity.h"
+#include "study/onsets.h"
 #include "study/probe.h"
 #include "study/report.h"
 #include "study/reproduce.h"
@@ -400,6 +401,7 @@ void write_outputs(nlohmann::json& results_in, const std::filesystem::path& dir)
     results["seed_groups"] = seed_groups(results);
     results["lr_sensitivity"] = lr_sensitivity(results);
     results["best_lr_shift"] = best_lr_shift(results["lr_sensitivity"]);
+    results["onsets"] = instability_onsets(results, results["lr_sensitivity"]);
     results["spikes"] = classify_spikes(results);
     results["headline"] = headline(results);
     results["reproductions"] = reproductions(results);

@@ -11,6 +11,7 @@
 
 #include "theory/theory.h"
 #include "study/lr_sensitivity.h"
+#include "study/onsets.h"
 #include "study/results_view.h"
 
 namespace normlab::study {
@@ -403,6 +404,8 @@ json written_summary(const json& results) {
   const json sensitivity = results.contains("lr_sensitivity") ? results["lr_sensitivity"] : lr_sensitivity(results);
   for (std::string& line : lr_sensitivity_text(sensitivity)) out.push_back(std::move(line));
   for (std::string& line : best_lr_shift_text(best_lr_shift(sensitivity))) out.push_back(std::move(line));
+  const json onsets = results.contains("onsets") ? results["onsets"] : instability_onsets(results, sensitivity);
+  for (std::string& line : instability_onsets_text(onsets)) out.push_back(std::move(line));
 
   // over seeds: the mean and spread of the final numbers per setting of the other keys, and whether
   // the differences between settings exceed the spread between seeds
