@@ -278,7 +278,8 @@ def check_llama_metadata(normlab, workdir, failures):
     # a directory without config.json holding one GGUF file (what scripts/fetch_model.sh writes) is that
     # file: the same ids; a directory holding two is refused, naming what it holds
     one = os.path.join(workdir, "one_gguf")
-    os.makedirs(one, exist_ok=True)
+    shutil.rmtree(one, ignore_errors=True)  # a rerun in the same build directory starts from an empty one
+    os.makedirs(one)
     shutil.copy(untied, one)
     q, _ = run(normlab, "sample", "--checkpoint", one, "--prompt", "ab", "--tokenizer", "bytes", "--max-new", "3", "--ids")
     if q.returncode != 0 or q.stdout != p.stdout:
