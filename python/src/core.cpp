@@ -463,8 +463,10 @@ std::vector<py::bytes> translate_texts(PyModel& m, const std::vector<std::string
 }
 
 // `normlab theory --checkpoint`'s claims on this model: the --json text.
-// precision: as the command's --precision (float32: the claims read a float32 copy with gradients, 8
-// bytes a parameter, instead of float64 copies).
+// precision: as the command's --precision (float32: the claims read the model's own float32 parameters,
+// gradients added, instead of float64 copies). The claims read the module's model itself, as the
+// command reads the checkpoint it opened: no copy (at 1.7B a copy with gradients was 13.7 GB more). The
+// lock keeps every other call out; a claim that ablates a weight restores it before the call returns.
 std::string theory_of(PyModel& m, int seeds, const std::string& corpus, const std::string& tokenizer, int seq_len,
                       const std::string& precision) {
   const auto lock = lock_model(m);
@@ -480,8 +482,8 @@ std::string theory_of(PyModel& m, int seeds, const std::string& corpus, const st
   auto given = std::make_shared<theory::TheoryModel>();
   given->name = m.path;
   given->config = m.model->config();
-  // a copy: the module's model may change while the claims read it
-  given->model = model_with_params<float>(given->config, m.model->params(), /*forward_only=*/!o.float32);
+  if (o.float32) m.model->enable_gradients();  // (a loaded model has none until a backward needs them)
+  given->model = std::shared_ptr<Model<float>>(m.model.get(), [](Model<float>*) {});  // not owned: the module's
   py::gil_scoped_release release;
   o = theory::theory_options_for(given, m, o);
   return dump_json(theory::to_json(theory::run_theory_fresh_and_trained(o, 0)), 1);

@@ -262,9 +262,14 @@ def check_theory(nl, d, m, workdir):
     run([nl, "theory", "--checkpoint", d, "--seeds", "2", "--json", js, "--force"])
     with open(js) as f:
         want = json.load(f)
+    before = {k: v.copy() for k, v in m.params().items()}
     got = m.theory(seeds=2)
     check("theory equals normlab theory --checkpoint --json bit for bit", same_json(got.data, want),
           first_difference(got.data, want))
+    # the claims read the module's own model (no copy) and leave its parameters as they were
+    after = m.params()
+    check("theory leaves the model's parameters unchanged, bit for bit",
+          before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before))
     check("theory.to_pandas() has one row per claim", len(got.to_pandas()) == len(want))
     # precision="float32" is the command's --precision float32, bit for bit (the same claims read the
     # same float32 parameters with their gradients)
