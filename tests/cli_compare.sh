@@ -287,7 +287,11 @@ interrupted_jobs() {
   rc=$?
 }
 statuses() { q "$1/results.json" "[r['status'] for r in d['runs']]" 2>&1; }
-interrupted_jobs slowj
+# (while it runs: the study and its job are named after the program, as ps, top and pkill see them; a
+# re-exec through /proc/self/exe would name them "exe")
+process_names() { names="$(cat /proc/$pid/comm) $(cat /proc/"$(pgrep -f 'compare --resume slowj --worker 1')"/comm)"; }
+interrupted_jobs slowj process_names
+check "[[ \"$names\" == \"$(basename "$NL") $(basename "$NL")\" ]]" "the study's processes are named '$names', not after $(basename "$NL")"
 check "[[ $rc -eq 130 ]]" "--jobs Ctrl-C: exit $rc, wanted 130; output: $(tail -5 slowj.txt)"
 check "[[ \"\$(statuses slowj)\" == \"['not run', 'interrupted', 'interrupted']\" ]]" "--jobs Ctrl-C statuses: $(statuses slowj)"
 check "! pgrep -f 'compare --resume slowj --worker' > /dev/null" "--jobs Ctrl-C left a job running"

@@ -4,6 +4,7 @@
 // 1 for every user error (each Error, and every command-line error CLI11 reports, as one message on
 // stderr); 2 a diverged training run; 130 a run stopped by Ctrl-C or SIGTERM (train, compare). Under mpirun
 // (src/distributed/comm.h) train and compare run over the ranks; the other commands are refused.
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -57,10 +58,21 @@ static void set_library_environment(char** argv) {
   if (changed) ::execv("/proc/self/exe", argv);
 }
 
+// A program started through /proc/self/exe (the re-exec above, a study's workers) is named "exe" by the
+// kernel: ps, top and pkill would not find "normlab". The process takes its file's own name back.
+static void name_process() {
+  std::error_code ec;
+  std::string name = std::filesystem::read_symlink("/proc/self/exe", ec).filename().string();
+  if (ec || name.empty()) return;
+  if (const auto cut = name.find(" (deleted)"); cut != std::string::npos) name.resize(cut);  // replaced since
+  ::prctl(PR_SET_NAME, name.substr(0, 15).c_str());  // (the kernel keeps 15 characters)
+}
+
 static int run_command(int argc, char** argv);
 
 int main(int argc, char** argv) {
   set_library_environment(argv);
+  name_process();
   try {
     dist::init(&argc, &argv);  // MPI under a launcher; refused when built without it
   } catch (const Error& e) {
