@@ -37,6 +37,26 @@ constexpr int kGainUnitTokens = 256;  // tokens per unit
 
 // The composite forward gain through every sub-layer of a hyper-connected model on one unit of
 // windows (B of T tokens): the largest absolute row sum of H^res_L ... H^res_1, maximum over the tokens.
+// Two models' readings on the same units of validation windows (kGainUnits units of B windows of T
+// tokens, drawn with `salt`): read(model, ids, B, T) of each on each unit, in unit order.
+struct PairedReadings {
+  std::vector<double> a, b;
+  int B = 0, T = 0;
+};
+template <class Read>
+PairedReadings read_paired(const Bench& b, uint64_t salt, Model<double>& ma, Model<double>& mb, Read read) {
+  const TheoryOptions& o = b.opt;
+  PairedReadings p;
+  p.T = o.seq_len, p.B = std::max(1, kGainUnitTokens / p.T);
+  const std::vector<std::vector<int32_t>> units = window_units(b.corpus, kGainUnits, p.B, p.T, uint64_t(o.seed), salt, o.bos);
+  if (units.empty()) throw Error("theory: the corpus is shorter than one window");
+  for (const std::vector<int32_t>& ids : units) {
+    p.a.push_back(read(ma, ids, p.B, p.T));
+    p.b.push_back(read(mb, ids, p.B, p.T));
+  }
+  return p;
+}
+
 double composite_gain(Model<double>& m, const std::vector<int32_t>& ids, int B, int T) {
   std::vector<int32_t> labels(ids.size(), ops::kIgnoreLabel);
   m.forward(ids.data(), labels.data(), B, T);
@@ -57,15 +77,11 @@ void gain_growth_check(const Bench& b, std::vector<Measurement>& out) {
     ModelConfig mhc = hc;
     mhc.hyper = HyperMix::Mhc;
     const std::unique_ptr<Model<double>> m_hc = b.models->make(hc, true), m_mhc = b.models->make(mhc, true);
-    const int T = o.seq_len, B = std::max(1, kGainUnitTokens / T);
-    const std::vector<std::vector<int32_t>> units = window_units(b.corpus, kGainUnits, B, T, uint64_t(o.seed), 73, o.bos);
-    if (units.empty()) throw Error("theory: the corpus is shorter than one window");
-    std::vector<double> excess, g_hc, g_mhc;
-    for (const std::vector<int32_t>& ids : units) {
-      g_hc.push_back(composite_gain(*m_hc, ids, B, T));
-      g_mhc.push_back(composite_gain(*m_mhc, ids, B, T));
-      excess.push_back(std::log10(g_hc.back()) - std::log10(g_mhc.back()));
-    }
+    const PairedReadings r = read_paired(b, 73, *m_hc, *m_mhc, composite_gain);
+    const std::vector<double>&g_hc = r.a, &g_mhc = r.b;
+    const int B = r.B, T = r.T;
+    std::vector<double> excess;
+    for (size_t k = 0; k < g_hc.size(); k++) excess.push_back(std::log10(g_hc[k]) - std::log10(g_mhc[k]));
     out.push_back(effect(
         {name,
          "unconstrained hyper-connections' composite residual mapping grows in training, mHC's stays bounded near 1",
@@ -123,15 +139,11 @@ void output_growth_check(const Bench& b, std::vector<Measurement>& out) {
     attn.attn_res_block = 2;  // one layer per block
     attn.hyper_streams = attn.attn_res_streams();
     const std::unique_ptr<Model<double>> m_pre = b.models->make(pre, true), m_attn = b.models->make(attn, true);
-    const int T = o.seq_len, B = std::max(1, kGainUnitTokens / T);
-    const std::vector<std::vector<int32_t>> units = window_units(b.corpus, kGainUnits, B, T, uint64_t(o.seed), 79, o.bos);
-    if (units.empty()) throw Error("theory: the corpus is shorter than one window");
-    std::vector<double> excess, s_pre, s_attn;
-    for (const std::vector<int32_t>& ids : units) {
-      s_pre.push_back(output_growth(*m_pre, ids, B, T));
-      s_attn.push_back(output_growth(*m_attn, ids, B, T));
-      excess.push_back(s_pre.back() - s_attn.back());
-    }
+    const PairedReadings r = read_paired(b, 79, *m_pre, *m_attn, output_growth);
+    const std::vector<double>&s_pre = r.a, &s_attn = r.b;
+    const int B = r.B, T = r.T;
+    std::vector<double> excess;
+    for (size_t k = 0; k < s_pre.size(); k++) excess.push_back(s_pre[k] - s_attn[k]);
     out.push_back(effect(
         {name, "with AttnRes the sub-layers' output magnitudes stay bounded over depth, where PreNorm's grow",
          fmt::format("Pre-LN and Pre-LN with Attention Residuals (one layer per block: {} streams), d = {}, {} heads, {} "
