@@ -1,16 +1,22 @@
 // test_onsets.cpp: which signal moved first in a learning-rate sweep (study/onsets.h), on hand-made
 // runs whose steps are known: the step from which a run's loss stays behind its seed's best rate, the
 // first step each signal leaves the best run's range, the leads, a diverged run, a log Z read from the
-// logits' gradient (not used), a setting whose best rate learned nothing (no reference), the text.
+// logits' gradient (not used), a setting whose best rate learned nothing (no reference), the text; and
+// the every-step signals a study reads from a run's metrics.jsonl (run_metrics.h), which the onsets use
+// where the report's per-layer series keep only some steps.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
 #include "study/lr_sensitivity.h"
 #include "study/onsets.h"
+#include "study/run_metrics.h"
 #include "study/summary.h"
 
 using namespace normlab::study;
@@ -151,4 +157,52 @@ TEST(Onsets, NothingToSayWithoutARunThatFellBehind) {
   EXPECT_TRUE(instability_onsets_text(e).empty());
   results["study"]["varying"] = {"model.placement", "train.seed"};
   EXPECT_TRUE(instability_onsets(results, lr_sensitivity(results)).empty());
+}
+
+// A run's per-layer log of more records than the report keeps: layer_log.signals has every logged step,
+// the largest |attention logit| over the sub-layers and the mean log Z (only when read from the forward).
+TEST(Onsets, EveryLoggedStepsSignalsFromTheMetrics) {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::temp_directory_path() / ("normlab_onsets_" + std::to_string(::getpid()) + ".jsonl");
+  for (const bool forward : {true, false}) {
+    {
+      std::ofstream out(path);
+      for (int k = 0; k <= 100; k++) {  // steps 1, 10, ..., 1000: 101 records, more than the 60 kept
+        json head = {{"log_z_mean", -0.5 * k}, {"log_z_max", 1.0}};
+        if (forward) head["log_z_of"] = "forward";
+        json rec = {{"type", "layers"}, {"step", k == 0 ? 1 : 10 * k}, {"head", head}, {"stacks", json::array()},
+                    {"sublayers", {{{"slot", 0}, {"layer", 0}, {"sub", "attn"}, {"stack", "decoder"}, {"attn_max_logit", 2.0 * k}},
+                                   {{"slot", 1}, {"layer", 0}, {"sub", "mlp"}, {"stack", "decoder"}},
+                                   {{"slot", 2}, {"layer", 1}, {"sub", "attn"}, {"stack", "decoder"}, {"attn_max_logit", -3.0 * k}}}}};
+        out << rec.dump() << "\n";
+      }
+    }
+    json run = json::object();
+    read_metrics(path, run);
+    const json& log = run["layer_log"];
+    EXPECT_EQ(log["step"].size(), 60u);  // the report's series: thinned
+    const json& sig = log["signals"];
+    ASSERT_EQ(sig["step"].size(), 101u) << sig.dump();
+    EXPECT_EQ(sig["step"][3], 30);
+    EXPECT_EQ(sig["max_attn_logit"][3].get<double>(), 9.0);  // |-3 k| over 2 k and a slot with none
+    EXPECT_EQ(sig.contains("log_z_mean"), forward);
+    if (forward) EXPECT_EQ(sig["log_z_mean"][3].get<double>(), -1.5);
+  }
+  fs::remove(path);
+}
+
+// Where a run has the every-step signals, its onsets read them, not the report's thinned series.
+TEST(Onsets, ReadTheEveryStepSignalsWhereARunHasThem) {
+  json results = sweep();
+  json& a = results["runs"][4];  // seed 1 at the highest rate: its attention logit leaves the range (8) at 50
+  ASSERT_EQ(a["train"]["loss"].size(), 11u);
+  a["layer_log"]["signals"] = {{"step", {1, 10, 20, 30, 40, 50}}, {"max_attn_logit", {1, 2, 3, 8.5, 9, 9}},
+                               {"log_z_mean", {5.5, 5, 5, 5, 5, 5}}};
+  const json e = instability_onsets(results, lr_sensitivity(results));
+  const json& attn = e[0]["runs"][0]["signals"]["max_attn_logit"];
+  EXPECT_EQ(attn["onset_step"], 30) << e.dump(1);
+  EXPECT_EQ(attn["in_range_until"], 20);
+  EXPECT_EQ(attn["order"], "before");
+  // |mean log Z| stays in range, but its log ends at step 50, before the loss fell behind (70): unordered
+  EXPECT_EQ(e[0]["runs"][0]["signals"]["abs_log_z"]["order"], "unresolved");
 }

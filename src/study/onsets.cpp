@@ -58,6 +58,14 @@ std::optional<Series> signal_series(const json& run, const std::string& key) {
   }
   if (!run.contains("layer_log") || !run["layer_log"].is_object()) return std::nullopt;
   const json& log = run["layer_log"];
+  // every logged step (run_metrics.cpp's "signals"), where the study read them; else the steps kept
+  // for the report (results.json from before)
+  if (log.contains("signals") && log["signals"].is_object()) {
+    const json& all = log["signals"];
+    const char* name = key == "max_attn_logit" ? "max_attn_logit" : "log_z_mean";  // (the log Z only from the forward)
+    if (key != "max_attn_logit" && key != "abs_log_z") return std::nullopt;
+    return all.contains(name) ? series_of(all.value("step", json()), all[name]) : std::nullopt;
+  }
   if (key == "max_attn_logit") {
     if (!log.contains("values") || !log["values"].is_object()) return std::nullopt;
     return series_of(log.value("step", json()), log["values"].value("attn_max_logit", json()));

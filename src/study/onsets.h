@@ -11,8 +11,9 @@
 //   diverged at); a run that ends level with or below the reference did not fall behind;
 // - a signal left the reference's range at the first step it logged a value larger than the largest
 //   the reference logged over its whole run (|value|): the largest attention logit over the layers
-//   (layer_log attn_max_logit), |mean log Z| of the output logits (layer_log log_z_mean, only from logs
-//   that read it from the forward) and the gradient norm (the training curve, before clipping);
+//   and |mean log Z| of the output logits (layer_log.signals: every logged step, where results.json
+//   has them; else the steps layer_log keeps for the report; log Z only from logs that read it from the
+//   forward) and the gradient norm (the training curve, before clipping);
 // - the order: the signal moved first when its first logged step out of range is at or before the
 //   loss's last level step (whatever happened between logged steps), after when it was still in range at
 //   a logged step at which the loss was already behind (never when it stayed in range throughout), and

@@ -27,6 +27,13 @@ nlohmann::json four_digits(const nlohmann::json& x) {
   return v == 0 || !std::isfinite(v) ? x : nlohmann::json(std::stod(fmt::format("{:.4g}", v)));
 }
 
+// Whether a run's per-layer log read log Z from the forward (records before the fix read the logits'
+// gradient, which the backward had written over them: not log Z)
+bool first_head_reads_forward(const std::vector<nlohmann::json>& records) {
+  const nlohmann::json head = records.front().value("head", nlohmann::json(nullptr));
+  return head.is_object() && head.value("log_z_of", std::string()) == "forward";
+}
+
 // The per-layer records of a run ({"type": "layers"}, train.log_every_layers) as the report wants
 // them: one row per sub-layer, each quantity a (logged step, row) table, the model update per step;
 // at most kMaxLayerLogs steps, 4 significant digits (deepnet-mechanism: 6 runs of 48 sub-layers, 2.3 MB).
@@ -74,12 +81,29 @@ nlohmann::json layer_series(const std::vector<nlohmann::json>& records) {
     z_mean.push_back(head.is_object() ? four_digits(head["log_z_mean"]) : json(nullptr));
     z_max.push_back(head.is_object() ? four_digits(head["log_z_max"]) : json(nullptr));
   }
+  // the two instability signals at every logged step, not only the kept ones (study/onsets.h orders
+  // them against the loss, to the log's own spacing): the largest |attention logit| over the sub-layers
+  // and the mean log Z (only from logs that read it from the forward)
+  const bool forward_log_z = first_head_reads_forward(records);
+  json all_steps = json::array(), attn = json::array(), log_z = json::array();
+  for (const json& r : records) {
+    all_steps.push_back(r["step"]);
+    double top = -1;
+    for (const json& s : r["sublayers"]) {
+      const json v = s.value("attn_max_logit", json(nullptr));
+      if (v.is_number() && std::isfinite(v.get<double>())) top = std::max(top, std::abs(v.get<double>()));
+    }
+    attn.push_back(top >= 0 ? four_digits(top) : json(nullptr));
+    const json head = r.value("head", json(nullptr));
+    log_z.push_back(forward_log_z && head.is_object() ? four_digits(head.value("log_z_mean", json(nullptr))) : json(nullptr));
+  }
+  out["signals"] = {{"step", all_steps}, {"max_attn_logit", attn}};
+  if (forward_log_z) out["signals"]["log_z_mean"] = log_z;
   out["stack_output_rms"] = std::move(stack_out);
   if (records.front().contains("model_update")) out["model_update"] = std::move(update);
   // (runs logged before log Z have none; runs logged before log_z_of read it from the logits' gradient,
   // which the backward had written over them: not log Z, dropped)
-  const json first_head = records.front().value("head", json(nullptr));
-  if (first_head.is_object() && first_head.value("log_z_of", std::string()) == "forward") {
+  if (forward_log_z) {
     out["log_z_mean"] = std::move(z_mean);
     out["log_z_max"] = std::move(z_max);
     out["log_z_of"] = "forward";

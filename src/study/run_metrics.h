@@ -10,7 +10,8 @@ namespace normlab::study {
 
 // Adds to `run` what `path` (a run's metrics.jsonl) holds: train {step, loss, lr, grad_norm}, val
 // {step, loss}, summary, bleu, and layer_log (at most kMaxLayerLogs records, evenly spaced, first and
-// last kept; values to 4 significant digits).
+// last kept; values to 4 significant digits; and "signals": the largest |attention logit| over the
+// sub-layers and the mean log Z at every logged step, for study/onsets.h).
 void read_metrics(const std::filesystem::path& path, nlohmann::json& run);
 
 }  // namespace normlab::study
