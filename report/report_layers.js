@@ -139,6 +139,56 @@
                      (without.length ? ' No such site in: ' + without.join(', ') + '.' : '')));
       heatmaps.append(card);
     }
+    // Attention Residuals: the depth weights each sub-layer read its sources with at the last logged step
+    // (sub-layer x source, colour 0 to 1 on a linear scale; blank where the sub-layer does not read)
+    function depthWeights(parent, run, dw) {
+      const rows = dw.values.length, sources = Math.max(...dw.values.map((w) => (w || []).length));
+      const W = 300, H = 200, left = 34, bottom = 24, top = 16, right = 6;
+      const canvas = el('canvas', {width: W, height: H, 'data-depth-weights': run.label});
+      parent.append(el('div', {class: 'heatmap'}, el('div', {class: 'heatmap-title'}, `${run.label}, step ${dw.step}`), canvas));
+      check.charts++;
+      const ctx = canvas.getContext('2d');
+      const cw = (W - left - right) / sources, ch = (H - bottom - top) / rows;
+      let cells = 0;
+      dw.values.forEach((w, r) => (w || []).forEach((v, s) => {
+        if (v == null || !(v > 0)) return;
+        ctx.fillStyle = colourAt(v);
+        ctx.fillRect(left + s * cw, H - bottom - (r + 1) * ch, cw, ch);
+        cells++;
+      }));
+      ctx.fillStyle = '#1d232b';
+      ctx.strokeStyle = '#1d232b';
+      ctx.font = '10px system-ui, sans-serif';
+      ctx.textAlign = 'right';
+      ctx.textBaseline = 'middle';
+      const every = Math.max(1, Math.ceil(rows / 12));
+      for (let r = 0; r < rows; r += every) fitText(ctx, String(r), left - 4, H - bottom - (r + 0.5) * ch);
+      ctx.textAlign = 'center';
+      ctx.textBaseline = 'top';
+      const each = Math.max(1, Math.ceil(sources / 10));
+      for (let s = 0; s < sources; s += each) fitText(ctx, s === 0 ? 'emb' : String(s), left + (s + 0.5) * cw, H - bottom + 4);
+      ctx.save();
+      ctx.translate(9, (H - bottom + top) / 2);
+      ctx.rotate(-Math.PI / 2);
+      ctx.fillText('sub-layer', 0, -4);
+      ctx.restore();
+      ctx.strokeRect(left, top, W - left - right, H - bottom - top);
+      if (cells > 0 && canvasDrawn(canvas)) check.drawn++; else check.missing.push('depth weights ' + run.label);
+      check.depthWeights = (check.depthWeights || 0) + 1;
+    }
+    const withDepth = shown.filter(([r]) => r.layer_log.depth_weights);
+    if (withDepth.length) {
+      const card = el('div', {class: 'card layer-card'}, el('h3', {}, 'Depth weights of Attention Residuals (sub-layer × source, last log)'));
+      const panels = el('div', {class: 'heatmaps'});
+      card.append(panels);
+      for (const [run] of withDepth) depthWeights(panels, run, run.layer_log.depth_weights);
+      card.append(colourBar([0, 1], false, 'depth weight'));
+      card.append(el('p', {class: 'note'}, 'model.hyper = "attn_res" only: the softmax weight each sub-layer (rows, 0 at the bottom: ' +
+                     'attention then MLP of each layer) gives each source it reads (columns: emb the embedding output, k the ' +
+                     'k-th block\'s sum of outputs), mean over the tokens of the logged step\'s last micro-batch; a row sums to 1. ' +
+                     'Blank: a source the sub-layer does not read (a later block). At initialization every weight of a row is equal.'));
+      heatmaps.append(card);
+    }
     // per-layer curves at the first logged step, the end of warm-up and the last
     root.append(legend());
     const curves = el('div', {class: 'grid'});

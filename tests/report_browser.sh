@@ -26,11 +26,12 @@ flags=(--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-b
        --virtual-time-budget=10000 --enable-logging=stderr --v=0)
 
 
-# check_report FILE [MIN_CHARTS [MIN_HEATMAPS MIN_LAYER_CURVES]]: 0 when every chart was drawn and the
-# console stayed silent (and, given, at least that many per-layer heatmaps and per-layer curve charts)
+# check_report FILE [MIN_CHARTS [MIN_HEATMAPS MIN_LAYER_CURVES [MIN_DEPTH_WEIGHTS]]]: 0 when every chart was
+# drawn and the console stayed silent (and, given, at least that many per-layer heatmaps, per-layer curve
+# charts and Attention Residuals' depth-weight panels)
 check_report() {
   timeout 120 "$CHROMIUM" "${flags[@]}" --dump-dom "file://$1" > dom.html 2> console.txt
-  python3 - dom.html console.txt "${2:-12}" "${3:-0}" "${4:-0}" <<'PY'
+  python3 - dom.html console.txt "${2:-12}" "${3:-0}" "${4:-0}" "${5:-0}" <<'PY'
 import html, json, re, sys
 dom, console = open(sys.argv[1]).read(), open(sys.argv[2]).read()
 m = re.search(r'<pre id="normlab-selftest"[^>]*>(.*?)</pre>', dom, re.S)
@@ -57,6 +58,8 @@ else:
         problems.append('heatmaps without a colour bar')
     if heatmaps < int(sys.argv[4]) or curves < int(sys.argv[5]):
         problems.append('%d per-layer heatmaps and %d per-layer curve charts (want >= %s and >= %s)' % (heatmaps, curves, sys.argv[4], sys.argv[5]))
+    if check.get('depthWeights', 0) < int(sys.argv[6]):
+        problems.append('%d depth-weight panels (want >= %s)' % (check.get('depthWeights', 0), sys.argv[6]))
     print('charts created %d, drawn %d, errors %d, console messages %d, per-layer heatmaps %d, curves %d' % (check['charts'], check['drawn'], len(check['errors']), len(messages), heatmaps, curves))
 for p in problems:
     print('  ' + p)
@@ -207,16 +210,19 @@ else
 fi
 fi
 
-# per-layer logs during training: 3 placements and Pre-LN with mHC x 2 seeds; panels for the first seed
-# of each setting. Every quantity with data gets a heatmap card with a panel per setting that has the
-# site (38 panels in all, the composite gain's only for the mHC run) and a curve chart (12), and the
-# model update its chart.
+# per-layer logs during training: 3 placements and Pre-LN with mHC and with Attention Residuals x 2 seeds;
+# panels for the first seed of each setting. Every quantity with data gets a heatmap card with a panel per
+# setting that has the site (38 panels at least, the composite gain's only for the hyper-connected runs) and
+# a curve chart (12), the model update its chart, and Attention Residuals its depth weights (one panel).
 if part layers; then
 "$NL" compare --config "$DATA/layers_study.toml" --out layers > layers.txt 2>&1 || { echo "FAIL: compare layers: $(tail layers.txt)"; fail=1; }
-if check_report "$W/layers/report.html" 12 38 12; then echo "ok: report of the per-layer study"; else echo "FAIL: report of the per-layer study"; fail=1; fi
+if check_report "$W/layers/report.html" 12 38 12 1; then echo "ok: report of the per-layer study"; else echo "FAIL: report of the per-layer study"; fail=1; fi
 # a heatmap that paints no cells must be caught
 sed 's/if (v == null || (logScale/if (true || v == null || (logScale/' layers/report.html > broken_heatmap.html
 if check_report "$W/broken_heatmap.html" 12 38 12 > /dev/null; then echo "FAIL: a report whose heatmaps are empty passed"; fail=1; else echo "ok: an empty heatmap is caught"; fi
+# depth weights that paint no cells must be caught
+sed 's/if (v == null || !(v > 0)) return;/return;/' layers/report.html > broken_depth.html
+if check_report "$W/broken_depth.html" 12 38 12 1 > /dev/null; then echo "FAIL: a report whose depth weights are empty passed"; fail=1; else echo "ok: empty depth weights are caught"; fi
 # a label wider than its canvas must be caught
 sed 's/fitText(ctx, `colour: ${title}/fitText(ctx, `colour: ${title.repeat(20)}/' layers/report.html > broken_bar.html
 if check_report "$W/broken_bar.html" 12 38 12 > /dev/null; then echo "FAIL: a colour-bar label wider than its canvas passed"; fail=1; else echo "ok: a label that does not fit is caught"; fi

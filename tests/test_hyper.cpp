@@ -550,7 +550,60 @@ TEST(Hyper, DynamicsReadsEachStreamAgainstAHandRecomputation) {
       for (int t = 0; t < n; t++) sum += H[(k * n + t) * C + ch];
       EXPECT_NEAR(m.stream(2 * L)[k * C + ch], sum, 1e-12 * (1 + std::abs(sum)));
     }
-  EXPECT_EQ(r.rank_collapse.size(), 1u);  // the model's own setting only: no ablation is defined
+  ASSERT_EQ(r.rank_collapse.size(), 4u);  // the model's own setting and the three ablations (the next test)
+  for (const auto& v : r.rank_collapse)
+    for (double x : v.residual_rank) EXPECT_TRUE(std::isfinite(x));
+}
+
+// The rank-collapse ablations of a hyper-connected model (Model::set_ablation) against the same model with
+// its learned mixes edited by hand: skips off is hc_static with every residual mix M = 0, MLP off the one
+// whose MLP sub-layers have M = I and b = 0 (their streams pass unchanged); bit for bit, since 0 * h and
+// 1 * h + 0 * h' are exact. Every other form runs them with finite readings, and Ablation{} gives the
+// model's own logits back.
+TEST(Hyper, AblationsAreTheMixesEditedByHand) {
+  const int n = 3, B = 2, T = 5;
+  const ModelConfig c = hyper_model(HyperMix::HcStatic, n);
+  const int n1 = n + 1;
+  Model<double> m(c);
+  perturb_mixes(m, 11);
+  const Tokens tok = tokens_for(c, B, T, 12);
+  const size_t V = size_t(B) * T * c.vocab_size();
+  auto logits_of = [&](Model<double>& model) {
+    model.forward(tok.ids.data(), tok.labels.data(), B, T);
+    return std::vector<double>(model.logits(), model.logits() + V);
+  };
+  const std::vector<double> own = logits_of(m);
+  for (const bool skips : {true, false})
+    for (const bool mlp : {true, false}) {
+      if (skips && mlp) continue;
+      Model<double> edited(c);
+      edited.params() = m.params();
+      for (int i = 0; i < 2 * c.n_layers; i++) {
+        double* alpha = edited.params().data() + edited.table().find(slot_prefix(c, i) + ".hc.alpha")->offset;
+        double* beta = edited.params().data() + edited.table().find(slot_prefix(c, i) + ".hc.beta")->offset;
+        const bool removed = !mlp && i % 2 == 1;  // (slot 2l + 1: layer l's MLP)
+        for (int s2 = 0; s2 < n; s2++)
+          for (int t = 0; t < n; t++) alpha[s2 * n1 + 1 + t] = removed ? double(s2 == t) : skips ? alpha[s2 * n1 + 1 + t] : 0.0;
+        if (removed) std::fill_n(beta, n, 0.0);
+      }
+      m.set_ablation({skips, mlp});
+      const std::vector<double> ablated = logits_of(m);
+      m.set_ablation({});
+      EXPECT_EQ(max_diff(ablated, logits_of(edited)), 0.0) << "skips " << skips << " mlp " << mlp;
+      EXPECT_GT(max_diff(ablated, own), 1e-6) << "skips " << skips << " mlp " << mlp << ": the ablation changed nothing";
+    }
+  EXPECT_EQ(max_diff(logits_of(m), own), 0.0);
+  for (const HyperMix form : {HyperMix::Hc, HyperMix::Mhc, HyperMix::MhcLite, HyperMix::AttnRes}) {
+    const ModelConfig f = form == HyperMix::AttnRes ? attn_res_model(2) : hyper_model(form, form == HyperMix::MhcLite ? 3 : 2);
+    Model<double> model(f);
+    perturb_mixes(model, 13);
+    const Tokens ft = tokens_for(f, B, T, 14);
+    const analysis::DynamicsReport r = analysis::analyze_dynamics(model, {batch_of(ft, B, T)});
+    ASSERT_EQ(r.rank_collapse.size(), 4u) << to_string(form);
+    for (const auto& v : r.rank_collapse)
+      for (double x : v.residual_rank) EXPECT_TRUE(std::isfinite(x)) << to_string(form);
+    EXPECT_NE(r.rank_collapse[1].residual_rank.back(), r.rank_collapse[0].residual_rank.back()) << to_string(form);
+  }
 }
 
 // attn_res's depth weights in analyze dynamics against Kimi K3's layer recomputed by hand from the
@@ -692,7 +745,6 @@ TEST(Hyper, OneStreamReadersRefuseByName) {
       EXPECT_NE(std::string(e.what()).find("model.hyper"), std::string::npos) << e.what();
     }
   };
-  names_hyper([&] { m.set_ablation({false, true}); });
   names_hyper([&] { require_one_stream(c, "a one-stream reader"); });
   EXPECT_FALSE(m.block_jacobian_covers(0, 2));
 }

@@ -238,8 +238,9 @@ DynamicsReport analyze_dynamics(Model<S>& model, const std::vector<Batch>& given
       ModelConfig variant = cfg;
       variant.residual = skips;
       variant.mlp = mlp;
-      if (!variant.violations().empty()) continue;  // a method without this ablation (nGPT has no skip-free form)
-      if (cfg.hyper_connected()) continue;  // (the mixes take the place of the skips: no ablation is defined)
+      // a method without this ablation (nGPT has no skip-free form); hyper-connections have their own
+      // (Model::set_ablation: the residual mix dropped, the streams passed through the MLP sub-layers)
+      if (!cfg.hyper_connected() && !variant.violations().empty()) continue;
       struct Restore {  // the model leaves ablated by no path, an interrupt's included
         Model<S>& m;
         ~Restore() { m.set_ablation({}); }
@@ -344,8 +345,9 @@ void print_report(const DynamicsReport& r) {
     }
     fmt::print("columns: mix gain: of the composite residual mix H^res through the layer's sub-layers (the branches "
                "left out), the largest row sum (fwd), column sum (bwd) and singular value, maximum over the tokens "
-               "(mHC's doubly stochastic mixes keep them near 1); the rank-collapse ablations are not defined for "
-               "hyper-connections (the mixes take the place of the skips)\n");
+               "(mHC's doubly stochastic mixes keep them near 1); in the rank-collapse ablations below, \"skips off\" "
+               "drops the residual mix (every stream holds only what the sub-layer writes) and \"MLP off\" passes the "
+               "streams through the MLP sub-layers unchanged\n");
   }
   if (!r.layers.empty() && !r.layers[0].depth_weights_attn.empty()) {
     fmt::print("Attention Residuals: the depth weights each sub-layer reads its sources with (stream 0 the "

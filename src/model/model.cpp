@@ -342,6 +342,7 @@ uint64_t Model<S>::dropout_site_seed(int site) const {
 template <class S>
 void Model<S>::sublayer_forward(int i) {
   if (!ablation_.mlp && slots_[size_t(i)].kind == Sublayer::Mlp) {  // removed: x' = x
+    if (cfg_.hyper_connected()) return hyper_pass(i);
     const size_t n = size_t(rows(i)) * cfg_.d_model;
     std::copy(a_[size_t(i)].x_in, a_[size_t(i)].x_in + n, a_[size_t(i)].x_out);
     return;
@@ -357,16 +358,17 @@ void Model<S>::set_ablation(Ablation a) {
     ablation_ = a;
     return;
   }
-  ModelConfig variant = cfg_;
-  variant.residual = cfg_.residual && a.skips;
-  variant.mlp = cfg_.mlp && a.mlp;
-  const std::vector<std::string> why = variant.violations();
-  if (!why.empty())
-    throw Error(fmt::format("this model has no form with{} skips and{} MLPs: {}", a.skips ? "" : "out",
-                            a.mlp ? "" : "out", why.front()));
   if (cfg_.dual_stack(0) || cfg_.dual_stack(cfg_.total_layers() - 1))
     throw Error("an ablation of a two-stream (ResiDual) model is not defined here");
-  if (cfg_.hyper_connected()) throw Error("an ablation of a hyper-connected model (model.hyper) is not defined here");
+  if (!cfg_.hyper_connected()) {  // (hyper-connected: the mixes' own ablations, model.h)
+    ModelConfig variant = cfg_;
+    variant.residual = cfg_.residual && a.skips;
+    variant.mlp = cfg_.mlp && a.mlp;
+    const std::vector<std::string> why = variant.violations();
+    if (!why.empty())
+      throw Error(fmt::format("this model has no form with{} skips and{} MLPs: {}", a.skips ? "" : "out",
+                              a.mlp ? "" : "out", why.front()));
+  }
   ablation_ = a;
 }
 

@@ -180,6 +180,10 @@ class Model {
   // on the same parameters, without a copy of them. Bit for bit the forward of a model built with that
   // config holding these parameters. Throws Error when that config is not valid for this model (nGPT has
   // no skip-free form) or the model carries two streams; backward and the products refuse while on.
+  // A hyper-connected model (model.hyper) has no skip path to scale: there the skip-free form drops the
+  // residual mix (H'_t = b_t g: no stream carries over, every stream holds only what the sub-layer writes)
+  // and an MLP-free form passes the streams through its MLP sub-layers unchanged (H' = H), both on every
+  // form (hc_static, hc, mhc, mhc_lite, attn_res) although no config builds them.
   // Ablation{} (both true) turns it off.
   struct Ablation {
     bool skips = true, mlp = true;
@@ -340,6 +344,7 @@ class Model {
   // assigned; and the stack's: its streams from x0, and in reverse dx0 from the first slot's dH.
   void hyper_read(int i);
   void hyper_write(int i);
+  void hyper_pass(int i);  // an ablated MLP sub-layer on the streams (set_ablation)
   void hyper_sublayer_backward(int i, const S* dH_out, S* dH_in);
   void hyper_stack_backward(int first, int last, const S* dx_last, S*& dx_first, bool read);
   // The streams a stack starts with (rows, n, C) from its input x0 (rows, C), and the tangents alike (K, rows).

@@ -19,6 +19,8 @@ void Model<S>::hyper_read(int i) {
   SublayerActs<S>& a = a_[size_t(i)];
   hyper_read_forward(cfg_, p_[size_t(i)].hc, a.hs_in, long(rows(i)), a.x_in, hstate_[size_t(i) + 1], a.hn, a.hrstd,
                      a.hmix, a.hpre);
+  if (ablated_skips())  // (set_ablation: the residual mix dropped, R = 0)
+    std::fill_n(hstate_[size_t(i) + 1], size_t(rows(i)) * cfg_.hyper_streams * cfg_.d_model, S(0));
 }
 
 // H'_t = R_t + b_t g; the slot's output stream (streams_[i + 1]) is their sum, or at attn_res's last slot
@@ -31,6 +33,28 @@ void Model<S>::hyper_write(int i) {
   if (attn_res_end(i))
     hyper_read_forward(cfg_, out_hc_, hstate_[size_t(i) + 1], long(rows(i)), a.x_out, static_cast<S*>(nullptr),
                        out_hn_, out_hrstd_, out_hmix_, out_hpre_);
+}
+
+// An MLP sub-layer removed (set_ablation): H' = H, and the slot's output is their sum as the write's
+// (or attn_res's final read)
+template <class S>
+void Model<S>::hyper_pass(int i) {
+  const SublayerActs<S>& a = a_[size_t(i)];
+  const long N = long(rows(i));
+  const int n = cfg_.hyper_streams, C = cfg_.d_model;
+  S* H = hstate_[size_t(i) + 1];
+  std::copy_n(a.hs_in, size_t(N) * n * C, H);
+  if (attn_res_end(i)) {
+    hyper_read_forward(cfg_, out_hc_, H, N, a.x_out, static_cast<S*>(nullptr), out_hn_, out_hrstd_, out_hmix_,
+                       out_hpre_);
+    return;
+  }
+  for (long r = 0; r < N; r++) {
+    S* out = a.x_out + r * C;
+    std::copy_n(H + r * n * C, C, out);
+    for (int t = 1; t < n; t++)
+      for (int c = 0; c < C; c++) out[c] += H[(r * n + t) * C + c];
+  }
 }
 
 // H_t = x0 for every stream t; attn_res: stream 0 only (the blocks' streams start empty)
@@ -142,6 +166,7 @@ void Model<S>::hyper_sublayer_jvp(int i, JvpFlow<S>& f, HyperTangents& h) const 
 #define NL_INSTANTIATE(S)                                                               \
   template void Model<S>::hyper_read(int);                                              \
   template void Model<S>::hyper_write(int);                                             \
+  template void Model<S>::hyper_pass(int);                                              \
   template void Model<S>::hyper_stack_start(const S*, long, S*) const;                  \
   template void Model<S>::hyper_sublayer_backward(int, const S*, S*);                   \
   template void Model<S>::hyper_stack_backward(int, int, const S*, S*&, bool);                  \

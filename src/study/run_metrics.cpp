@@ -81,6 +81,17 @@ nlohmann::json layer_series(const std::vector<nlohmann::json>& records) {
     z_mean.push_back(head.is_object() ? four_digits(head["log_z_mean"]) : json(nullptr));
     z_max.push_back(head.is_object() ? four_digits(head["log_z_max"]) : json(nullptr));
   }
+  // Attention Residuals: the depth weights each sub-layer read its sources with, at the last logged step
+  const json& last = records.back();
+  if (last["sublayers"].size() && last["sublayers"][0].contains("depth_weights")) {
+    json rows = json::array();
+    for (const json& s : last["sublayers"]) {
+      json w = json::array();
+      for (const json& v : s.value("depth_weights", json::array())) w.push_back(four_digits(v));
+      rows.push_back(std::move(w));
+    }
+    out["depth_weights"] = {{"step", last["step"]}, {"values", std::move(rows)}};
+  }
   // the two instability signals at every logged step, not only the kept ones (study/onsets.h orders
   // them against the loss, to the log's own spacing): the largest |attention logit| over the sub-layers
   // and the mean log Z (only from logs that read it from the forward)
