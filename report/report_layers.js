@@ -55,8 +55,27 @@
       const c = stops[k].map((v, j) => Math.round(v + f * (stops[k + 1][j] - v)));
       return `rgb(${c[0]},${c[1]},${c[2]})`;
     }
+    // a heatmap canvas's frame (W x H, the cells inside left/bottom/top/right margins), its tick labels
+    // ([text, position] on each axis) and the y axis's title, rotated
+    const W = 300, H = 200, left = 34, bottom = 24, top = 16, right = 6;
+    function axes(ctx, yTicks, xTicks, yTitle) {
+      ctx.fillStyle = '#1d232b';
+      ctx.strokeStyle = '#1d232b';
+      ctx.font = '10px system-ui, sans-serif';
+      ctx.textAlign = 'right';
+      ctx.textBaseline = 'middle';
+      for (const [text, y] of yTicks) fitText(ctx, text, left - 4, y);
+      ctx.textAlign = 'center';
+      ctx.textBaseline = 'top';
+      for (const [text, x] of xTicks) fitText(ctx, text, x, H - bottom + 4);
+      ctx.save();
+      ctx.translate(9, (H - bottom + top) / 2);
+      ctx.rotate(-Math.PI / 2);
+      ctx.fillText(yTitle, 0, -4);
+      ctx.restore();
+      ctx.strokeRect(left, top, W - left - right, H - bottom - top);
+    }
     function heatmap(parent, run, log, q, range, logScale) {
-      const W = 300, H = 200, left = 34, bottom = 24, top = 16, right = 6;
       const canvas = el('canvas', {width: W, height: H, 'data-heatmap': q + ' ' + run.label});
       const box = el('div', {class: 'heatmap'}, el('div', {class: 'heatmap-title'}, run.label), canvas);
       parent.append(box);
@@ -79,22 +98,10 @@
           cells++;
         });
       });
-      ctx.fillStyle = '#1d232b';
-      ctx.strokeStyle = '#1d232b';
-      ctx.font = '10px system-ui, sans-serif';
-      ctx.textAlign = 'right';
-      ctx.textBaseline = 'middle';
       const every = Math.max(1, Math.ceil(layers / 12));
-      for (let l = 0; l < layers; l += every) fitText(ctx, String(l), left - 4, sy(l + 0.5));
-      ctx.textAlign = 'center';
-      ctx.textBaseline = 'top';
-      for (const s of [minStep, Math.round((minStep + maxStep) / 2), maxStep]) fitText(ctx, String(s), sx(s), H - bottom + 4);
-      ctx.save();
-      ctx.translate(9, (H - bottom + top) / 2);
-      ctx.rotate(-Math.PI / 2);
-      ctx.fillText('layer', 0, -4);
-      ctx.restore();
-      ctx.strokeRect(left, top, W - left - right, H - bottom - top);
+      const yTicks = [];
+      for (let l = 0; l < layers; l += every) yTicks.push([String(l), sy(l + 0.5)]);
+      axes(ctx, yTicks, [minStep, Math.round((minStep + maxStep) / 2), maxStep].map((s) => [String(s), sx(s)]), 'layer');
       // drawn: cells painted (axes alone do not count)
       if (cells > 0 && canvasDrawn(canvas)) check.drawn++; else check.missing.push('heatmap ' + q + ' ' + run.label);
       check.layerHeatmaps = (check.layerHeatmaps || 0) + 1;
@@ -143,7 +150,6 @@
     // (sub-layer x source, colour 0 to 1 on a linear scale; blank where the sub-layer does not read)
     function depthWeights(parent, run, dw) {
       const rows = dw.values.length, sources = Math.max(...dw.values.map((w) => (w || []).length));
-      const W = 300, H = 200, left = 34, bottom = 24, top = 16, right = 6;
       const canvas = el('canvas', {width: W, height: H, 'data-depth-weights': run.label});
       parent.append(el('div', {class: 'heatmap'}, el('div', {class: 'heatmap-title'}, `${run.label}, step ${dw.step}`), canvas));
       check.charts++;
@@ -156,23 +162,10 @@
         ctx.fillRect(left + s * cw, H - bottom - (r + 1) * ch, cw, ch);
         cells++;
       }));
-      ctx.fillStyle = '#1d232b';
-      ctx.strokeStyle = '#1d232b';
-      ctx.font = '10px system-ui, sans-serif';
-      ctx.textAlign = 'right';
-      ctx.textBaseline = 'middle';
-      const every = Math.max(1, Math.ceil(rows / 12));
-      for (let r = 0; r < rows; r += every) fitText(ctx, String(r), left - 4, H - bottom - (r + 0.5) * ch);
-      ctx.textAlign = 'center';
-      ctx.textBaseline = 'top';
-      const each = Math.max(1, Math.ceil(sources / 10));
-      for (let s = 0; s < sources; s += each) fitText(ctx, s === 0 ? 'emb' : String(s), left + (s + 0.5) * cw, H - bottom + 4);
-      ctx.save();
-      ctx.translate(9, (H - bottom + top) / 2);
-      ctx.rotate(-Math.PI / 2);
-      ctx.fillText('sub-layer', 0, -4);
-      ctx.restore();
-      ctx.strokeRect(left, top, W - left - right, H - bottom - top);
+      const yTicks = [], xTicks = [];
+      for (let r = 0; r < rows; r += Math.max(1, Math.ceil(rows / 12))) yTicks.push([String(r), H - bottom - (r + 0.5) * ch]);
+      for (let s = 0; s < sources; s += Math.max(1, Math.ceil(sources / 10))) xTicks.push([s === 0 ? 'emb' : String(s), left + (s + 0.5) * cw]);
+      axes(ctx, yTicks, xTicks, 'sub-layer');
       if (cells > 0 && canvasDrawn(canvas)) check.drawn++; else check.missing.push('depth weights ' + run.label);
       check.depthWeights = (check.depthWeights || 0) + 1;
     }
