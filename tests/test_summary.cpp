@@ -580,5 +580,19 @@ TEST(Summary, HeadlineSaysInPlainWordsWhatLearnedInEachSetting) {
   swept["study"]["varying"] = {"model.placement", "train.lr"};
   EXPECT_EQ(headline(swept)[0], "Learned (every seed below the byte unigram entropy by more than 0.05 nats) in the "
                                 "settings of the other varied keys: Post-LN in 4 of 7 and Pre-LN in 7 of 7.");
+  // a key not crossed with the placement (DyT is Pre-LN's order with another norm) is its own family
+  // in the tally: Pre-LN with DyT, which learned nowhere, is not counted inside Pre-LN
+  for (auto& r : sweep) r["grid"]["model.norm"] = "rmsnorm";
+  for (int k = 0; k < 7; k++) {
+    json r = lr_run("pre", 1e-3 * (k + 1), 1, 3.07);
+    r["unigram_entropy"] = 3.074;
+    r["grid"]["model.norm"] = "dyt";
+    sweep.push_back(r);
+  }
+  swept = lr_results(sweep);
+  swept["study"]["varying"] = {"model.placement", "model.norm", "train.lr"};
+  EXPECT_EQ(headline(swept)[0], "Learned (every seed below the byte unigram entropy by more than 0.05 nats) in the "
+                                "settings of the other varied keys: Post-LN in 4 of 7, Pre-LN with norm = rmsnorm in 7 "
+                                "of 7 and Pre-LN with norm = dyt in 0 of 7.");
 }
 

@@ -114,6 +114,7 @@ std::string setting_phrase(const std::string& key, const std::string& value) {
 // what each seed's run did.
 struct Cell {
   std::string family;
+  std::string tally;  // the family with the settings of the keys that split it ("Pre-LN with norm = dyt")
   std::vector<Outcome> outcomes;
   int count(Outcome o) const { return int(std::count(outcomes.begin(), outcomes.end(), o)); }
   bool all(Outcome o) const { return count(o) == int(outcomes.size()); }
@@ -146,6 +147,25 @@ json plain_answer(const json& results, const std::vector<std::string>& others) {
     const std::string v = view::grid_value(run, family_key);
     return family_key == "model.placement" ? placement_title(v) : view::short_key(family_key) + " = " + v;
   };
+  // A key that is not crossed with the family (its values differ between families, as the norm's do
+  // when DyT is Pre-LN's order with tanh in place of the norms) splits a family that takes more than
+  // one of its values: in a tally, "Pre-LN with norm = dyt" is not counted as Pre-LN.
+  std::map<std::string, std::map<std::string, std::set<std::string>>> values;  // family -> key -> values
+  for (const auto& r : runs)
+    if (outcome_of(r) != Outcome::none)
+      for (const auto& k : others)
+        if (k != family_key) values[family_name(r)][k].insert(view::grid_value(r, k));
+  const auto tally_name = [&](const json& run) {
+    const std::string family = family_name(run);
+    std::string name = family;
+    for (const auto& k : others) {
+      if (k == family_key) continue;
+      const auto& own = values[family][k];
+      const bool crossed = std::all_of(values.begin(), values.end(), [&](const auto& f) { return f.second.at(k) == own; });
+      if (own.size() > 1 && !crossed) name += " " + setting_phrase(k, view::grid_value(run, k));
+    }
+    return name;
+  };
   std::vector<Context> contexts;
   std::string unit = "byte";
   double entropy = NAN;
@@ -165,7 +185,7 @@ json plain_answer(const json& results, const std::vector<std::string>& others) {
     if (c == contexts.end()) c = contexts.insert(contexts.end(), Context{phrase, {}});
     const std::string name = family_name(r);
     auto cell = std::find_if(c->cells.begin(), c->cells.end(), [&](const Cell& x) { return x.family == name; });
-    if (cell == c->cells.end()) cell = c->cells.insert(c->cells.end(), Cell{name, {}});
+    if (cell == c->cells.end()) cell = c->cells.insert(c->cells.end(), Cell{name, tally_name(r), {}});
     cell->outcomes.push_back(o);
   }
   json out = json::array();
@@ -188,8 +208,8 @@ json plain_answer(const json& results, const std::vector<std::string>& others) {
     std::vector<std::pair<std::string, std::pair<int, int>>> tally;  // family -> (learned, settings)
     for (const auto& c : contexts)
       for (const auto& cell : c.cells) {
-        auto t = std::find_if(tally.begin(), tally.end(), [&](const auto& x) { return x.first == cell.family; });
-        if (t == tally.end()) t = tally.insert(tally.end(), {cell.family, {0, 0}});
+        auto t = std::find_if(tally.begin(), tally.end(), [&](const auto& x) { return x.first == cell.tally; });
+        if (t == tally.end()) t = tally.insert(tally.end(), {cell.tally, {0, 0}});
         t->second.first += cell.all(Outcome::learned);
         t->second.second++;
       }
