@@ -118,7 +118,7 @@ TEST(AttentionStats, Float32ReadingsAgreeWithFloat64) {
       EXPECT_EQ(y.stats.keys, x.stats.keys) << i;
       EXPECT_EQ(y.bound_premises, x.bound_premises) << i;
       ASSERT_EQ(bool(y.seed_bound), bool(x.seed_bound)) << i;
-      if (x.seed_bound) EXPECT_TRUE(near(*y.seed_bound, *x.seed_bound)) << i;
+      if (x.seed_bound) { EXPECT_TRUE(near(*y.seed_bound, *x.seed_bound)) << i; }
       EXPECT_EQ(y.bound_verdict.substr(0, 5), x.bound_verdict.substr(0, 5)) << i;  // "holds" or "VIOLA"
       EXPECT_GT(y.stats.row_sum_dev, x.stats.row_sum_dev);  // (float32's rounding is there to see)
     }

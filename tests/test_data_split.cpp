@@ -182,7 +182,7 @@ TEST(TestSplit, ARunScoresItsFinalParametersOnTheWholeTestSplit) {
       EXPECT_EQ(j["step"], 30);
       EXPECT_NEAR(j["loss"].get<double>(), r.test_loss, 1e-12);
     }
-    if (j["type"] == "summary") EXPECT_NEAR(j["test_loss"].get<double>(), r.test_loss, 1e-12);
+    if (j["type"] == "summary") { EXPECT_NEAR(j["test_loss"].get<double>(), r.test_loss, 1e-12); }
   }
   EXPECT_TRUE(record);
   EXPECT_NE(r.test_loss, r.last_val_loss);

@@ -87,7 +87,7 @@ TEST(Health, ARunMadeToDieSaysSoAndAHealthyRunSaysNothing) {
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line);
     if (j["type"] == "warning") records++;
-    if (j["type"] == "summary") EXPECT_EQ(j["warnings"].size(), dead.warnings.size());
+    if (j["type"] == "summary") { EXPECT_EQ(j["warnings"].size(), dead.warnings.size()); }
   }
   EXPECT_EQ(records, int(dead.warnings.size()));
   // healthy: it leaves the unigram level within 50 steps (2.70 against 3.07 at step 50, 2.24 at the end,

@@ -211,7 +211,7 @@ void check_record(const json& record, const Model<float>& model, const std::vect
     else EXPECT_TRUE(s["attn_max_logit"].is_null()) << where;
     if (slot.kind == Sublayer::Attn) {
       const double share = sink_share_from_qk(a.hid, B, len, C, NH, cfg.causal() || (cfg.encdec() && !slot.encoder));
-      if (!std::isnan(share)) EXPECT_EQ(s["attn_sink_share"].get<double>(), share) << where << " attention sink share";
+      if (!std::isnan(share)) { EXPECT_EQ(s["attn_sink_share"].get<double>(), share) << where << " attention sink share"; }
     } else {
       EXPECT_TRUE(s["attn_sink_share"].is_null()) << where;
     }

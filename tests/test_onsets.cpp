@@ -186,7 +186,7 @@ TEST(Onsets, EveryLoggedStepsSignalsFromTheMetrics) {
     EXPECT_EQ(sig["step"][3], 30);
     EXPECT_EQ(sig["max_attn_logit"][3].get<double>(), 9.0);  // |-3 k| over 2 k and a slot with none
     EXPECT_EQ(sig.contains("log_z_mean"), forward);
-    if (forward) EXPECT_EQ(sig["log_z_mean"][3].get<double>(), -1.5);
+    if (forward) { EXPECT_EQ(sig["log_z_mean"][3].get<double>(), -1.5); }
   }
   fs::remove(path);
 }
