@@ -58,7 +58,8 @@ void mhc_read_write_weights_backward(const S* wa, const S* wb, const S* dwa, con
 }
 
 // mhc_lite: one token's weights of the permutations, softmax_q(s_r h_(2n+q) + B_res,q) over its Rp = n!
-// values, in double; each exponential computed once (the forward and the reverse need the same)
+// values (the exponentials in the model's precision, their sum and quotients in double); each computed
+// once per pass (the forward and the reverse compute the same)
 template <class S, class P>
 void lite_weights(const P& p, const S* h, int n, int Rp, double* w) {
   S e[kMaxLitePermutations];
